@@ -1,0 +1,75 @@
+//! # phaze-dp: exact device placement for LLM training
+//!
+//! Given layers already priced for one micro-batch (at micro-batch size b and TP width t), a
+//! cluster and a batch, choose the DP degree d, the number of pipeline stages p, a contiguous
+//! split of the layers into stages, and a recompute policy per stage, minimizing the time per
+//! batch under 1F1B. Plain Rust, no Python: the pyo3 binding (`phaze-py`) only converts data.
+//! All quantities are SI (seconds, bytes, bytes/s); bytes are integers so that memory
+//! feasibility is exact.
+//!
+//! ## The model
+//!
+//! **Network (α–β).** A group of g devices placed contiguously uses the innermost level
+//! whose `group_size >= g` (the last level if none). On level ℓ, a ring all-reduce of n bytes
+//! over g devices takes `2(g−1)/g · n / bw_ℓ + 2(g−1) · lat_ℓ` (0 when g = 1) and a
+//! point-to-point transfer `lat_ℓ + n / bw_ℓ`. TP groups use the level of g = t, pipeline
+//! neighbours that of g = p·t (the whole replica; conservative), the DP all-reduce that of
+//! g = d·p·t.
+//!
+//! **Feasible options.** b·d divides B, with m = B/(b·d) micro-batches per replica;
+//! d·p·t <= N; 1 <= p <= L (and <= `max_stages`).
+//!
+//! **Stage k** (0-based) with layers i..=j and policy r:
+//! * time `T_k = Σ_l (fwd_s + bwd_s + recompute_s[r]) + Σ_l TP_l + p2p`, where
+//!   `TP_l = Σ_{dir ∈ fwd,bwd} 2(t−1)/t · tp_dir_bytes / bw + tp_dir_count · 2(t−1) · lat`
+//!   on the TP level, and p2p is `2 · p2p(boundary_bytes[i−1])` if k > 0 (receive the
+//!   activation, send its gradient back) plus `2 · p2p(boundary_bytes[j])` if k < p−1;
+//! * memory `Σ_l (param + grad + optimizer) + min(p − k, m) · Σ_l saved_bytes[r] +
+//!   max_l workspace_bytes`, which must be <= `hbm_bytes` (1F1B: stage k holds
+//!   min(p − k, m) micro-batches in flight);
+//! * DP all-reduce `AR_k` = ring all-reduce of `Σ_l grad_bytes` over d devices on the DP
+//!   level; exposed `E_k = AR_k`, or `max(0, AR_k − Σ_l bwd_s)` with `dp_overlap` (hidden
+//!   behind the stage's last backward).
+//!
+//! **Objective.** `time per batch = (m + p − 1) · max_k T_k + max_k E_k`, minimized.
+//!
+//! **Tie-break.** Objectives within a relative 1e-12 of the optimum count as equal (they
+//! differ only by rounding). Among them: fewer devices d·p·t, then fewer stages p, then the
+//! lexicographically smallest split (the sequence of stage last layers: earlier cuts first),
+//! then the lexicographically smallest sequence of policy indices (none < selective < full).
+//!
+//! ## Why it is exact, and how fast
+//!
+//! Index stages from the end: a stage with s − 1 stages after it holds min(s, m) micro-batches,
+//! whatever p is, so one table over (first layer i of a suffix, stages s in it) serves every p
+//! for a given d. For a fixed stage range the fastest policy that fits memory is optimal (the
+//! policy changes only T_k; E_k does not depend on it), so there is no policy dimension. The
+//! objective couples max T and max E, so each table cell keeps the Pareto front of
+//! (max T, max E) over the suffix's splits; the front of a cell weakly dominates every split
+//! of its suffix, and the objective is monotone in both, so the optimum is exact. Cells whose
+//! lower bound (m + s − 1)·T + E exceeds the best objective found so far are dropped. One run
+//! per d and per network class of p (the p that share a p2p level and a DP level) costs
+//! O(p_max · L² · front) with front sizes of 1–3 in practice. The winning plan is rebuilt
+//! from the fronts greedily (shortest first stage that still admits a completion within the
+//! optimum), which yields the lexicographic tie-break exactly.
+//!
+//! ```
+//! use phaze_dp::{solve, Layer, NetLevel, Problem};
+//! let layer = Layer { fwd_s: 1e-3, bwd_s: 2e-3, param_bytes: 1 << 20, grad_bytes: 1 << 20,
+//!                     saved_bytes: [1 << 20, 1 << 19, 1 << 10], ..Default::default() };
+//! let prob = Problem {
+//!     layers: vec![layer; 4], devices: 8, hbm_bytes: 1 << 30,
+//!     levels: vec![NetLevel { group_size: 8, bandwidth_bps: 1e11, latency_s: 1e-6 }],
+//!     global_batch: 64, micro_batch: 1, tp: 1, dp_overlap: true, max_stages: None,
+//! };
+//! let plan = solve(&prob).plan().cloned().expect("fits");
+//! assert!(plan.devices_used <= 8);
+//! ```
+
+mod model;
+mod plan;
+mod search;
+
+pub use model::{InputError, Layer, NetLevel, Problem, Recompute};
+pub use plan::{Evaluation, Plan, Solution, Stage, Violation, ViolationKind};
+pub use search::{evaluate_fixed, solve, solve_many};

@@ -1,0 +1,148 @@
+//! Outputs of the placement search: plans, stages, and why something does not fit.
+
+use crate::model::Recompute;
+
+/// One pipeline stage of a plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stage {
+    /// First layer of the stage (inclusive, 0-based).
+    pub first_layer: usize,
+    /// Last layer of the stage (inclusive).
+    pub last_layer: usize,
+    /// Devices of the stage (its TP group, t).
+    pub devices: u64,
+    /// Stage time T_k per micro-batch (s): fwd + bwd + recompute + TP all-reduces + p2p.
+    pub time_s: f64,
+    /// Peak bytes per device: weights + grads + optimizer + in_flight · stash + workspace.
+    pub memory_bytes: u64,
+    /// Recompute policy of the stage.
+    pub recompute: Recompute,
+    /// Micro-batches whose activations the stage holds at once under 1F1B: min(p − k, m).
+    pub in_flight: u64,
+    /// Full DP gradient all-reduce time of the stage, AR_k (s).
+    pub dp_allreduce_s: f64,
+    /// Exposed part of it, E_k (s): AR_k, or max(0, AR_k − Σ bwd_s) when overlapped.
+    pub exposed_dp_s: f64,
+}
+
+/// A placement: DP degree, pipeline stages and their recompute policies, with its cost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// DP degree d (pipeline replicas).
+    pub dp: u64,
+    /// Pipeline stages p.
+    pub pp: usize,
+    /// TP width t (devices per stage).
+    pub tp: u64,
+    /// Micro-batch size b.
+    pub micro_batch: u64,
+    /// Micro-batches per replica per batch, m = B / (b·d).
+    pub num_micro_batches: u64,
+    /// Global batch B.
+    pub global_batch: u64,
+    /// (m + p − 1) · max_k T_k + max_k E_k (s).
+    pub time_per_batch_s: f64,
+    /// B / time_per_batch_s (samples/s; infinite when the time is 0).
+    pub throughput_samples_per_s: f64,
+    /// d · p · t.
+    pub devices_used: u64,
+    /// max_k T_k (s).
+    pub max_stage_time_s: f64,
+    /// max_k E_k (s).
+    pub max_exposed_dp_s: f64,
+    /// max_k memory (bytes per device).
+    pub max_memory_bytes: u64,
+    /// The stages, first to last.
+    pub stages: Vec<Stage>,
+}
+
+/// Which constraint a placement violates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ViolationKind {
+    /// The problem itself is malformed (see [`crate::InputError`]).
+    Input,
+    /// b·d does not divide the global batch B.
+    Batch,
+    /// More devices than the cluster has (t > N, or d·p·t > N).
+    Devices,
+    /// More stages than layers, or than `max_stages`.
+    Stages,
+    /// Some stage does not fit in HBM.
+    Memory,
+}
+
+impl ViolationKind {
+    /// Lower-case name used across the Python boundary.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ViolationKind::Input => "input",
+            ViolationKind::Batch => "batch",
+            ViolationKind::Devices => "devices",
+            ViolationKind::Stages => "stages",
+            ViolationKind::Memory => "memory",
+        }
+    }
+}
+
+/// A violated constraint, with a human-readable message that starts with the kind
+/// (e.g. `memory: ...`) and, for memory, the numbers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Violation {
+    /// Which constraint binds.
+    pub kind: ViolationKind,
+    /// What is wrong, in words and numbers.
+    pub message: String,
+    /// For memory: the smallest possible largest-stage memory (bytes per device) over the
+    /// options considered, i.e. the HBM that would have been needed.
+    pub needed_bytes: Option<u64>,
+    /// For memory: the DP degree of the option that needs `needed_bytes`.
+    pub dp: Option<u64>,
+    /// For memory: the stage count of the option that needs `needed_bytes`.
+    pub pp: Option<usize>,
+}
+
+impl Violation {
+    pub(crate) fn new(kind: ViolationKind, message: String) -> Violation {
+        Violation {
+            kind,
+            message,
+            needed_bytes: None,
+            dp: None,
+            pp: None,
+        }
+    }
+}
+
+/// Answer of [`crate::solve`]: the optimal plan, or the constraint that makes every option
+/// infeasible. A returned plan never violates a constraint.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Solution {
+    /// The optimal feasible plan.
+    Feasible(Plan),
+    /// Nothing fits; why (one violation: the first binding constraint in the order input,
+    /// batch, devices, memory).
+    Infeasible(Violation),
+}
+
+impl Solution {
+    /// The plan, if feasible.
+    pub fn plan(&self) -> Option<&Plan> {
+        match self {
+            Solution::Feasible(p) => Some(p),
+            Solution::Infeasible(_) => None,
+        }
+    }
+}
+
+/// Answer of [`crate::evaluate_fixed`]: a fixed (p, d), with the best split and policies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evaluation {
+    /// True when the plan violates nothing.
+    pub feasible: bool,
+    /// Every violated constraint (empty when feasible).
+    pub violations: Vec<Violation>,
+    /// The plan's numbers, also when it does not fit (then flagged by `violations`). For a
+    /// memory violation it is the fastest plan among those whose largest stage needs the least
+    /// memory. `None` only when no numbers exist (p > L, or b·d does not divide B).
+    pub plan: Option<Plan>,
+}

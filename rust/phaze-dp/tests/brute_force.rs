@@ -1,0 +1,335 @@
+//! Cross-check against exhaustive enumeration (every d, p, split and policy per stage) with
+//! its own copy of the formulas.
+//!
+//! Every number is dyadic and small (times in 1/64 s, bandwidths powers of two, batch, b, t
+//! and so d powers of two), so every float operation in both codes is exact: the optimum and
+//! the whole documented tie-break can be compared with `==`.
+
+use phaze_dp::{evaluate_fixed, solve, Layer, NetLevel, Plan, Problem, Solution, ViolationKind};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn time(&mut self) -> f64 {
+        // 0, or a multiple of 1/64 below 8 s.
+        if self.below(5) == 0 {
+            0.0
+        } else {
+            self.below(512) as f64 / 64.0
+        }
+    }
+    fn pow2(&mut self, max_exp: u64) -> u64 {
+        1 << self.below(max_exp + 1)
+    }
+}
+
+fn random_problem(rng: &mut Rng) -> Problem {
+    let n = 1 + rng.below(6) as usize;
+    let layers: Vec<Layer> = (0..n)
+        .map(|_| Layer {
+            fwd_s: rng.time(),
+            bwd_s: rng.time(),
+            recompute_s: [rng.time() / 4.0, rng.time(), rng.time()],
+            saved_bytes: [rng.below(64), rng.below(64), rng.below(64)],
+            param_bytes: rng.below(64),
+            grad_bytes: rng.below(64),
+            optimizer_bytes: rng.below(64),
+            workspace_bytes: rng.below(32),
+            boundary_bytes: rng.below(64),
+            tp_fwd_bytes: rng.below(64),
+            tp_bwd_bytes: rng.below(64),
+            tp_fwd_count: rng.below(3),
+            tp_bwd_count: rng.below(3),
+        })
+        .collect();
+    let devices = 1 + rng.below(32);
+    let mut levels = Vec::new();
+    let mut g = 1u64;
+    for _ in 0..1 + rng.below(3) {
+        g *= 1 << (1 + rng.below(2));
+        levels.push(NetLevel {
+            group_size: g,
+            bandwidth_bps: (1u64 << rng.below(8)) as f64,
+            latency_s: rng.below(8) as f64 / 64.0,
+        });
+    }
+    Problem {
+        layers,
+        devices,
+        // Tight enough that a good share is infeasible or forced into recompute / more stages.
+        hbm_bytes: 50 + rng.below(700),
+        levels,
+        global_batch: rng.pow2(5),
+        micro_batch: rng.pow2(2),
+        tp: rng.pow2(2),
+        dp_overlap: rng.below(2) == 0,
+        max_stages: if rng.below(3) == 0 {
+            Some(1 + rng.below(n as u64) as usize)
+        } else {
+            None
+        },
+    }
+}
+
+/// Cost of one explicit plan, from scratch. Returns (objective, max memory, stage times).
+fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Vec<f64>) {
+    let p = ends.len();
+    let n = prob.layers.len();
+    let t = prob.tp;
+    let m = prob.global_batch / (prob.micro_batch * d);
+    let lvl = |g: u64| {
+        prob.levels
+            .iter()
+            .position(|l| l.group_size >= g)
+            .unwrap_or(prob.levels.len() - 1)
+    };
+    let ring = |bytes: f64, g: u64, l: usize| {
+        if g <= 1 {
+            0.0
+        } else {
+            let lv = &prob.levels[l];
+            2.0 * (g - 1) as f64 / g as f64 * bytes / lv.bandwidth_bps
+                + 2.0 * (g - 1) as f64 * lv.latency_s
+        }
+    };
+    let tp_l = lvl(t);
+    let pp_l = lvl(p as u64 * t);
+    let dp_l = lvl(d * p as u64 * t);
+    let p2p =
+        |bytes: u64| prob.levels[pp_l].latency_s + bytes as f64 / prob.levels[pp_l].bandwidth_bps;
+    let (mut max_t, mut max_e, mut max_mem) = (0.0f64, 0.0f64, 0u64);
+    let mut times = Vec::new();
+    let mut first = 0;
+    for k in 0..p {
+        let (i, j, r) = (first, ends[k], pol[k]);
+        let mut time = 0.0;
+        let (mut fixed, mut saved, mut ws, mut grad, mut bwd) = (0u64, 0u64, 0u64, 0u64, 0.0);
+        for l in &prob.layers[i..=j] {
+            time += l.fwd_s + l.bwd_s + l.recompute_s[r];
+            if t > 1 {
+                let lv = &prob.levels[tp_l];
+                let tf = t as f64;
+                time += 2.0 * (tf - 1.0) / tf * l.tp_fwd_bytes as f64 / lv.bandwidth_bps
+                    + l.tp_fwd_count as f64 * 2.0 * (tf - 1.0) * lv.latency_s;
+                time += 2.0 * (tf - 1.0) / tf * l.tp_bwd_bytes as f64 / lv.bandwidth_bps
+                    + l.tp_bwd_count as f64 * 2.0 * (tf - 1.0) * lv.latency_s;
+            }
+            fixed += l.param_bytes + l.grad_bytes + l.optimizer_bytes;
+            saved += l.saved_bytes[r];
+            ws = ws.max(l.workspace_bytes);
+            grad += l.grad_bytes;
+            bwd += l.bwd_s;
+        }
+        if k > 0 {
+            time += 2.0 * p2p(prob.layers[i - 1].boundary_bytes);
+        }
+        if k < p - 1 {
+            time += 2.0 * p2p(prob.layers[j].boundary_bytes);
+        }
+        let f = ((p - k) as u64).min(m);
+        let mem = fixed + f * saved + ws;
+        let ar = ring(grad as f64, d, dp_l);
+        let e = if prob.dp_overlap {
+            (ar - bwd).max(0.0)
+        } else {
+            ar
+        };
+        max_t = max_t.max(time);
+        max_e = max_e.max(e);
+        max_mem = max_mem.max(mem);
+        times.push(time);
+        first = j + 1;
+    }
+    assert_eq!(first, n);
+    ((m + p as u64 - 1) as f64 * max_t + max_e, max_mem, times)
+}
+
+type Key = (f64, u64, usize, Vec<usize>, Vec<usize>);
+
+/// Best plan for one (d, p) under a memory cap by the documented order, and the least max
+/// memory of any plan for it.
+fn brute_dp(prob: &Problem, d: u64, p: usize, hbm: u64) -> (Option<Key>, u64) {
+    let n = prob.layers.len();
+    let mut best: Option<Key> = None;
+    let mut least_mem = u64::MAX;
+    // Cuts: a (p−1)-subset of the n−1 gaps, in increasing order of the ends vector.
+    let mut all_ends: Vec<Vec<usize>> = Vec::new();
+    for mask in 0u32..(1 << (n - 1)) {
+        if mask.count_ones() as usize != p - 1 {
+            continue;
+        }
+        let mut ends: Vec<usize> = (0..n - 1).filter(|g| mask >> g & 1 == 1).collect();
+        ends.push(n - 1);
+        all_ends.push(ends);
+    }
+    all_ends.sort();
+    for ends in &all_ends {
+        for code in 0..3usize.pow(p as u32) {
+            let pol: Vec<usize> = (0..p)
+                .map(|k| code / 3usize.pow((p - 1 - k) as u32) % 3)
+                .collect();
+            let (obj, mem, _) = price(prob, d, ends, &pol);
+            least_mem = least_mem.min(mem);
+            if mem > hbm {
+                continue;
+            }
+            let key = (obj, d * p as u64 * prob.tp, p, ends.clone(), pol);
+            if best
+                .as_ref()
+                .is_none_or(|b| key.partial_cmp(b) == Some(std::cmp::Ordering::Less))
+            {
+                best = Some(key);
+            }
+        }
+    }
+    (best, least_mem)
+}
+
+fn plan_key(plan: &Plan) -> Key {
+    (
+        plan.time_per_batch_s,
+        plan.devices_used,
+        plan.pp,
+        plan.stages.iter().map(|s| s.last_layer).collect(),
+        plan.stages.iter().map(|s| s.recompute.index()).collect(),
+    )
+}
+
+#[test]
+fn dp_equals_brute_force_including_tie_break() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut feasible, mut memory) = (0, 0);
+    for case in 0..3000 {
+        let prob = random_problem(&mut rng);
+        let n = prob.layers.len();
+        let got = solve(&prob);
+        let b = prob.micro_batch;
+        if !prob.global_batch.is_multiple_of(b) {
+            assert!(
+                matches!(got, Solution::Infeasible(ref v) if v.kind == ViolationKind::Batch),
+                "case {case}"
+            );
+            continue;
+        }
+        if prob.tp > prob.devices {
+            assert!(
+                matches!(got, Solution::Infeasible(ref v) if v.kind == ViolationKind::Devices),
+                "case {case}"
+            );
+            continue;
+        }
+        let mut best: Option<Key> = None;
+        let mut least: Option<(u64, u64, usize)> = None;
+        for d in (1..=prob.global_batch / b).filter(|&d| (prob.global_batch / b).is_multiple_of(d))
+        {
+            for p in 1..=n.min(prob.max_stages.unwrap_or(n)) {
+                if d * p as u64 * prob.tp > prob.devices {
+                    continue;
+                }
+                let (k, lm) = brute_dp(&prob, d, p, prob.hbm_bytes);
+                if let Some(k) = k {
+                    if best
+                        .as_ref()
+                        .is_none_or(|b| k.partial_cmp(b) == Some(std::cmp::Ordering::Less))
+                    {
+                        best = Some(k);
+                    }
+                }
+                let lk = (lm, d * p as u64 * prob.tp, p);
+                if least.is_none_or(|l| lk < l) {
+                    least = Some(lk);
+                }
+            }
+        }
+        match (got, best) {
+            (Solution::Feasible(plan), Some(k)) => {
+                feasible += 1;
+                assert_eq!(plan_key(&plan), k, "case {case}: {prob:?}");
+                let ends: Vec<usize> = plan.stages.iter().map(|s| s.last_layer).collect();
+                let pol: Vec<usize> = plan.stages.iter().map(|s| s.recompute.index()).collect();
+                let (obj, mem, times) = price(&prob, plan.dp, &ends, &pol);
+                assert_eq!(
+                    (obj, mem),
+                    (plan.time_per_batch_s, plan.max_memory_bytes),
+                    "case {case}"
+                );
+                assert_eq!(
+                    times,
+                    plan.stages.iter().map(|s| s.time_s).collect::<Vec<_>>()
+                );
+            }
+            (Solution::Infeasible(v), None) => {
+                memory += 1;
+                assert_eq!(v.kind, ViolationKind::Memory, "case {case}");
+                assert_eq!(v.needed_bytes, least.map(|l| l.0), "case {case}: {prob:?}");
+                assert!(v.needed_bytes.unwrap() > prob.hbm_bytes);
+            }
+            (got, best) => panic!("case {case}: solve {got:?} vs brute force {best:?}\n{prob:?}"),
+        }
+    }
+    eprintln!("feasible {feasible}, memory-infeasible {memory}");
+    // The generator must exercise both outcomes.
+    assert!(
+        feasible > 600 && memory > 200,
+        "feasible {feasible}, memory-infeasible {memory}"
+    );
+}
+
+#[test]
+fn evaluate_fixed_equals_brute_force() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for case in 0..600 {
+        let prob = random_problem(&mut rng);
+        let n = prob.layers.len();
+        let p = 1 + rng.below(n as u64) as usize;
+        let d = rng.pow2(3);
+        let ev = evaluate_fixed(&prob, p, d).unwrap();
+        if !prob.global_batch.is_multiple_of(prob.micro_batch * d) {
+            assert!(
+                ev.plan.is_none() && ev.violations.iter().any(|v| v.kind == ViolationKind::Batch)
+            );
+            continue;
+        }
+        let over = d * p as u64 * prob.tp > prob.devices;
+        assert_eq!(
+            over,
+            ev.violations
+                .iter()
+                .any(|v| v.kind == ViolationKind::Devices),
+            "case {case}"
+        );
+        let (best, least) = brute_dp(&prob, d, p, prob.hbm_bytes);
+        let plan = ev.plan.as_ref().unwrap();
+        match best {
+            Some(k) => {
+                assert!(!ev
+                    .violations
+                    .iter()
+                    .any(|v| v.kind == ViolationKind::Memory));
+                assert_eq!(plan_key(plan), k, "case {case}");
+            }
+            None => {
+                let v = ev
+                    .violations
+                    .iter()
+                    .find(|v| v.kind == ViolationKind::Memory)
+                    .unwrap();
+                assert_eq!(v.needed_bytes, Some(least), "case {case}");
+                // The best-effort plan is the best one within the least memory.
+                let (k, _) = brute_dp(&prob, d, p, least);
+                assert_eq!(plan_key(plan), k.unwrap(), "case {case}");
+                assert_eq!(plan.max_memory_bytes, least);
+            }
+        }
+        assert_eq!(ev.feasible, ev.violations.is_empty());
+    }
+}

@@ -1,0 +1,350 @@
+//! Small cases whose answers are worked out by hand in the comments.
+
+use phaze_dp::{
+    evaluate_fixed, solve, solve_many, Layer, NetLevel, Problem, Recompute, Solution, ViolationKind,
+};
+
+/// fwd 1 s, bwd 2 s, nothing else: c = 3 s per layer.
+fn layer() -> Layer {
+    Layer {
+        fwd_s: 1.0,
+        bwd_s: 2.0,
+        ..Default::default()
+    }
+}
+
+fn level(group_size: u64, bandwidth_bps: f64, latency_s: f64) -> NetLevel {
+    NetLevel {
+        group_size,
+        bandwidth_bps,
+        latency_s,
+    }
+}
+
+fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
+    Problem {
+        layers,
+        devices,
+        hbm_bytes: u64::MAX,
+        levels: vec![level(devices, 1e9, 0.1)],
+        global_batch,
+        micro_batch: 1,
+        tp: 1,
+        dp_overlap: false,
+        max_stages: None,
+    }
+}
+
+fn feasible(s: Solution) -> phaze_dp::Plan {
+    match s {
+        Solution::Feasible(p) => p,
+        Solution::Infeasible(v) => panic!("expected a plan, got {v:?}"),
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * b.abs().max(1.0)
+}
+
+#[test]
+fn one_layer_one_device() {
+    let mut l = layer();
+    l.param_bytes = 10;
+    l.grad_bytes = 10;
+    l.optimizer_bytes = 20;
+    l.saved_bytes = [7, 5, 3];
+    l.workspace_bytes = 4;
+    let plan = feasible(solve(&problem(vec![l], 1, 4)));
+    // d = 1, p = 1, m = 4: time = (4 + 1 − 1) · 3 = 12; memory = 40 + min(1, 4)·7 + 4 = 51.
+    assert_eq!(
+        (plan.dp, plan.pp, plan.num_micro_batches, plan.devices_used),
+        (1, 1, 4, 1)
+    );
+    assert!(close(plan.time_per_batch_s, 12.0));
+    assert!(close(plan.throughput_samples_per_s, 4.0 / 12.0));
+    let s = &plan.stages[0];
+    assert_eq!(
+        (s.first_layer, s.last_layer, s.memory_bytes, s.in_flight),
+        (0, 0, 51, 1)
+    );
+    assert_eq!(s.recompute, Recompute::None);
+    assert_eq!(s.exposed_dp_s, 0.0);
+}
+
+#[test]
+fn two_stages_beat_one() {
+    // Two layers, N = 2, B = 8. Heavy gradients make DP expensive:
+    //   d=1,p=1: 8 · 6 = 48
+    //   d=1,p=2: T = 3 + 2·p2p(0) = 3 + 2·0.1 = 3.2 → (8 + 1) · 3.2 = 28.8
+    //   d=2,p=1: m = 4 → 4 · 6 + AR, AR = 1 · 2e10/1e9 + 2 · 0.1 = 20.2 → 44.2
+    let mut l = layer();
+    l.grad_bytes = 10_000_000_000;
+    let plan = feasible(solve(&problem(vec![l.clone(), l], 2, 8)));
+    assert_eq!((plan.dp, plan.pp), (1, 2));
+    assert!(
+        close(plan.time_per_batch_s, 28.8),
+        "{}",
+        plan.time_per_batch_s
+    );
+    assert_eq!(
+        (plan.stages[0].first_layer, plan.stages[0].last_layer),
+        (0, 0)
+    );
+    assert_eq!(
+        (plan.stages[1].first_layer, plan.stages[1].last_layer),
+        (1, 1)
+    );
+    assert!(close(plan.stages[0].time_s, 3.2) && close(plan.stages[1].time_s, 3.2));
+    // 1F1B: the first of two stages holds 2 micro-batches, the last one.
+    assert_eq!((plan.stages[0].in_flight, plan.stages[1].in_flight), (2, 1));
+}
+
+#[test]
+fn memory_forces_recompute() {
+    let mut l = layer();
+    l.saved_bytes = [100, 50, 10];
+    l.recompute_s = [0.0, 0.5, 1.0];
+    let mut prob = problem(vec![l], 1, 1);
+    // m = 1: one micro-batch in flight. HBM 60 → selective (50 fits, 100 does not).
+    prob.hbm_bytes = 60;
+    let plan = feasible(solve(&prob));
+    assert_eq!(plan.stages[0].recompute, Recompute::Selective);
+    assert!(close(plan.time_per_batch_s, 3.5));
+    assert_eq!(plan.stages[0].memory_bytes, 50);
+    // HBM 20 → full.
+    prob.hbm_bytes = 20;
+    let plan = feasible(solve(&prob));
+    assert_eq!(plan.stages[0].recompute, Recompute::Full);
+    assert!(close(plan.time_per_batch_s, 4.0));
+    // HBM 5 → nothing fits; the least it could need is 10 bytes.
+    prob.hbm_bytes = 5;
+    match solve(&prob) {
+        Solution::Infeasible(v) => {
+            assert_eq!(v.kind, ViolationKind::Memory);
+            assert_eq!(v.needed_bytes, Some(10));
+            assert!(
+                v.message.starts_with("memory:") && v.message.contains("10 bytes"),
+                "{}",
+                v.message
+            );
+        }
+        s => panic!("{s:?}"),
+    }
+}
+
+#[test]
+fn memory_forces_more_stages() {
+    // Two layers of 100 weight bytes each, HBM 150, very slow p2p: p = 1 would be faster,
+    // but needs 200 bytes; d = 2, p = 1 replicates the 200 bytes. Only p = 2 fits.
+    let mut l = layer();
+    l.param_bytes = 100;
+    let mut prob = problem(vec![l.clone(), l], 2, 2);
+    prob.levels = vec![level(2, 1e9, 10.0)];
+    prob.hbm_bytes = 150;
+    let plan = feasible(solve(&prob));
+    assert_eq!((plan.dp, plan.pp), (1, 2));
+    assert_eq!(plan.max_memory_bytes, 100);
+    // T = 3 + 2·10 = 23, m = 2: (2 + 1) · 23 = 69.
+    assert!(close(plan.time_per_batch_s, 69.0));
+    // With room for both layers, d = 1, p = 1 wins: (2 + 0) · 6 = 12 (d = 2: 6 + 2·10 = 26).
+    prob.hbm_bytes = 200;
+    let plan = feasible(solve(&prob));
+    assert_eq!((plan.dp, plan.pp), (1, 1));
+    assert!(close(plan.time_per_batch_s, 12.0));
+}
+
+#[test]
+fn in_flight_counts_drive_the_split() {
+    // Three equal layers with 10 stash bytes each, 2 stages, m = 4, HBM 20: the first stage
+    // holds 2 micro-batches (one layer: 20 bytes), the last holds 1 (two layers: 20 bytes).
+    let mut l = layer();
+    l.saved_bytes = [10, 10, 10];
+    let mut prob = problem(vec![l.clone(), l.clone(), l], 2, 4);
+    prob.hbm_bytes = 20;
+    prob.max_stages = Some(2);
+    prob.levels = vec![level(2, 1e9, 0.0)];
+    let plan = feasible(solve(&prob));
+    assert_eq!(plan.pp, 2);
+    assert_eq!(plan.stages[0].last_layer, 0);
+    assert_eq!(
+        plan.stages
+            .iter()
+            .map(|s| s.memory_bytes)
+            .collect::<Vec<_>>(),
+        vec![20, 20]
+    );
+}
+
+#[test]
+fn infeasible_reasons() {
+    let mut prob = problem(vec![layer()], 4, 6);
+    prob.micro_batch = 4;
+    match solve(&prob) {
+        Solution::Infeasible(v) => {
+            assert_eq!(v.kind, ViolationKind::Batch);
+            assert!(
+                v.message.contains("B = 6") && v.message.contains("b = 4"),
+                "{}",
+                v.message
+            );
+        }
+        s => panic!("{s:?}"),
+    }
+    let mut prob = problem(vec![layer()], 4, 8);
+    prob.tp = 8;
+    match solve(&prob) {
+        Solution::Infeasible(v) => {
+            assert_eq!(v.kind, ViolationKind::Devices);
+            assert_eq!(v.message, "devices: t = 8 exceeds N = 4");
+        }
+        s => panic!("{s:?}"),
+    }
+    let mut prob = problem(vec![layer()], 4, 8);
+    prob.layers.clear();
+    assert!(matches!(solve(&prob), Solution::Infeasible(v) if v.kind == ViolationKind::Input));
+}
+
+#[test]
+fn memory_infeasible_reports_the_least_needed() {
+    // Four layers of 100 bytes, 2 devices, HBM 99: the best option is p = 2 (200 per stage).
+    let mut l = layer();
+    l.param_bytes = 100;
+    let mut prob = problem(vec![l; 4], 2, 2);
+    prob.hbm_bytes = 99;
+    match solve(&prob) {
+        Solution::Infeasible(v) => {
+            assert_eq!(v.kind, ViolationKind::Memory);
+            assert_eq!((v.needed_bytes, v.dp, v.pp), (Some(200), Some(1), Some(2)));
+        }
+        s => panic!("{s:?}"),
+    }
+}
+
+#[test]
+fn overlap_on_and_off() {
+    // One layer, N = 2, B = 2. d = 1: m = 2 → 6. d = 2: m = 1 → 3 + E, with
+    // AR = 1 · 1e9/1e9 + 2 · 0.1 = 1.2. Off: 4.2. On: max(0, 1.2 − bwd 2) = 0 → 3.
+    let mut l = layer();
+    l.grad_bytes = 1_000_000_000;
+    let mut prob = problem(vec![l], 2, 2);
+    let plan = feasible(solve(&prob));
+    assert_eq!(plan.dp, 2);
+    assert!(close(plan.time_per_batch_s, 4.2));
+    assert!(close(plan.stages[0].dp_allreduce_s, 1.2) && close(plan.stages[0].exposed_dp_s, 1.2));
+    prob.dp_overlap = true;
+    let plan = feasible(solve(&prob));
+    assert_eq!(plan.dp, 2);
+    assert!(close(plan.time_per_batch_s, 3.0));
+    assert_eq!(plan.stages[0].exposed_dp_s, 0.0);
+    // Partly hidden: bwd 0.5 → E = 0.7; d = 2 gives (1 + 0)·1.5 + 0.7 = 2.2 vs d = 1: 2·1.5 = 3.
+    prob.layers[0].bwd_s = 0.5;
+    let plan = feasible(solve(&prob));
+    assert!(
+        close(plan.time_per_batch_s, 2.2),
+        "{}",
+        plan.time_per_batch_s
+    );
+}
+
+#[test]
+fn network_levels_and_tp() {
+    // t = 2 inside nodes of 2 (level 0: 1e9 B/s, 1e-3 s), the cluster of 4 on level 1
+    // (1e8 B/s, 1e-2 s). One layer with one 1e6-byte all-reduce each way:
+    //   TP = 2 · (2·1/2 · 1e6/1e9 + 1 · 2 · 1e-3) = 2 · 0.003 = 0.006 s.
+    let mut l = layer();
+    l.tp_fwd_bytes = 1_000_000;
+    l.tp_bwd_bytes = 1_000_000;
+    l.tp_fwd_count = 1;
+    l.tp_bwd_count = 1;
+    let mut prob = problem(vec![l], 4, 1);
+    prob.tp = 2;
+    prob.levels = vec![level(2, 1e9, 1e-3), level(4, 1e8, 1e-2)];
+    let plan = feasible(solve(&prob));
+    assert_eq!((plan.dp, plan.pp, plan.devices_used), (1, 1, 2));
+    assert!(close(plan.time_per_batch_s, 3.006));
+}
+
+#[test]
+fn tie_break_prefers_fewer_devices_then_smaller_split_then_lower_policy() {
+    // Everything free: every option costs 0; the smallest one wins.
+    let zero = Layer::default();
+    let mut prob = problem(vec![zero; 3], 8, 8);
+    prob.levels = vec![level(8, 1e9, 0.0)];
+    let plan = feasible(solve(&prob));
+    assert_eq!((plan.dp, plan.pp, plan.time_per_batch_s), (1, 1, 0.0));
+    assert_eq!(plan.stages[0].recompute, Recompute::None);
+
+    // Three unit layers, memory forces 2 stages, max 2 stages, free p2p, m = 1:
+    // [0][1,2] and [0,1][2] both cost (1 + 1)·6 = 12: the earlier cut wins.
+    let mut l = layer();
+    l.param_bytes = 100;
+    let mut prob = problem(vec![l; 3], 2, 1);
+    prob.levels = vec![level(2, 1e9, 0.0)];
+    prob.hbm_bytes = 200;
+    prob.max_stages = Some(2);
+    let plan = feasible(solve(&prob));
+    assert!(close(plan.time_per_batch_s, 12.0));
+    assert_eq!(plan.stages[0].last_layer, 0);
+
+    // A non-critical stage takes the lowest policy index that keeps the optimum, even when a
+    // higher index would be faster (odd data: "none" costs recompute time here).
+    let mut heavy = layer();
+    heavy.fwd_s = 10.0;
+    let mut light = layer();
+    light.recompute_s = [0.5, 0.0, 0.0];
+    heavy.recompute_s = [0.5, 0.0, 0.0];
+    let mut prob = problem(vec![heavy, light], 2, 1);
+    prob.levels = vec![level(2, 1e9, 0.0)];
+    prob.max_stages = Some(2);
+    prob.devices = 2;
+    let ev = evaluate_fixed(&prob, 2, 1).unwrap();
+    let plan = ev.plan.unwrap();
+    assert_eq!(plan.stages[0].recompute, Recompute::Selective); // critical: fastest
+    assert_eq!(plan.stages[1].recompute, Recompute::None); // slack: lowest index
+    assert!(close(plan.time_per_batch_s, 2.0 * 12.0));
+}
+
+#[test]
+fn evaluate_fixed_reports_and_still_prices() {
+    let mut l = layer();
+    l.param_bytes = 100;
+    let mut prob = problem(vec![l; 4], 4, 4);
+    prob.hbm_bytes = 150;
+    // p = 2 needs 200 bytes per stage: memory violation, but the plan is still priced.
+    let ev = evaluate_fixed(&prob, 2, 1).unwrap();
+    assert!(!ev.feasible);
+    assert_eq!(ev.violations.len(), 1);
+    assert_eq!(ev.violations[0].kind, ViolationKind::Memory);
+    assert_eq!(ev.violations[0].needed_bytes, Some(200));
+    let plan = ev.plan.unwrap();
+    assert_eq!(plan.max_memory_bytes, 200);
+    assert_eq!(
+        (plan.stages[0].last_layer, plan.stages[1].last_layer),
+        (1, 3)
+    );
+    // p = 4 fits.
+    let ev = evaluate_fixed(&prob, 4, 1).unwrap();
+    assert!(ev.feasible && ev.violations.is_empty());
+    assert_eq!(ev.plan.unwrap().pp, 4);
+    // Too many devices: reported, still priced.
+    let ev = evaluate_fixed(&prob, 4, 2).unwrap();
+    assert!(!ev.feasible);
+    assert_eq!(ev.violations[0].kind, ViolationKind::Devices);
+    assert!(ev.plan.is_some());
+    // More stages than layers and an indivisible batch: reported, no numbers.
+    let ev = evaluate_fixed(&prob, 5, 3).unwrap();
+    let kinds: Vec<_> = ev.violations.iter().map(|v| v.kind).collect();
+    assert!(kinds.contains(&ViolationKind::Stages) && kinds.contains(&ViolationKind::Batch));
+    assert!(ev.plan.is_none());
+    assert!(evaluate_fixed(&prob, 0, 1).is_err());
+}
+
+#[test]
+fn solve_many_keeps_order() {
+    let probs: Vec<Problem> = (1..=6).map(|b| problem(vec![layer(); 2], 2, b)).collect();
+    let sols = solve_many(&probs);
+    assert_eq!(sols.len(), 6);
+    for (p, s) in probs.iter().zip(&sols) {
+        assert_eq!(*s, solve(p));
+    }
+}
