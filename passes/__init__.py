@@ -1,0 +1,37 @@
+"""phaze's passes: one file per pass, each a thin xDSL ``ModulePass`` over an algorithm in
+``passes/algorithms`` (pure code, no xDSL).  ``ALL_PASSES`` is what ``phaze-opt`` and the
+``xdsl.universe`` entry point register."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.passes import ModulePass
+
+
+def _group_layers():
+    from passes.group_layers import GroupLayersPass
+
+    return GroupLayersPass
+
+
+def _insert_optimizer():
+    from passes.insert_optimizer import InsertOptimizerPass
+
+    return InsertOptimizerPass
+
+
+def _mark_saved():
+    from passes.mark_saved import MarkSavedPass
+
+    return MarkSavedPass
+
+
+ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "phaze-group-layers": _group_layers,
+    "phaze-insert-optimizer": _insert_optimizer,
+    "phaze-mark-saved": _mark_saved,
+}
+
+#: The passes that turn an imported joint graph into the training graph, in order.
+TRAINING_PIPELINE = "phaze-insert-optimizer,phaze-mark-saved,phaze-group-layers"

@@ -1,0 +1,91 @@
+"""A light, xDSL-free view of a training step's dataflow graph.
+
+Passes build it from the IR (``phaze_ir.graph_view.build_graph``) and hand it to the pure
+algorithms in this package, which can then be tested on hand-made graphs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Value:
+    """One SSA value.  ``producer`` is the index of the op that yields it (-1 for a function
+    argument); ``role`` is ``"param"``, ``"buffer"`` or ``"input"`` for arguments, ``""`` else;
+    ``view_of`` is the value whose storage a view aliases (None when it owns its storage)."""
+
+    nbytes: int
+    producer: int = -1
+    role: str = ""
+    name: str = ""
+    view_of: int | None = None
+    is_float: bool = True
+
+
+@dataclass
+class OpNode:
+    """One op: its phase (``fwd``/``bwd``/``opt``), source module path, operand and result value
+    ids, FLOPs, and a ``signature`` that is equal for ops that do the same thing on the same
+    types (op name, properties, result types, phase; not the provenance)."""
+
+    phase: str
+    module: str
+    operands: list[int]
+    results: list[int]
+    flops: int = 0
+    signature: str = ""
+
+
+@dataclass
+class Graph:
+    """Values and ops of one step, ops in program (topological) order."""
+
+    values: list[Value] = field(default_factory=list)
+    ops: list[OpNode] = field(default_factory=list)
+
+    def add_value(self, nbytes: int, producer: int = -1, role: str = "", name: str = "",
+                  view_of: int | None = None, is_float: bool = True) -> int:
+        self.values.append(Value(nbytes, producer, role, name, view_of, is_float))
+        return len(self.values) - 1
+
+    def add_op(self, phase: str, module: str, operands: list[int], result_bytes: list[int],
+               flops: int = 0, signature: str = "", view: bool = False,
+               result_float: list[bool] | None = None) -> int:
+        """Append an op; its results are new values (views alias their first operand)."""
+        index = len(self.ops)
+        floats = result_float if result_float is not None else [True] * len(result_bytes)
+        results = [self.add_value(b, index, view_of=operands[0] if view and operands else None, is_float=f)
+                   for b, f in zip(result_bytes, floats)]
+        self.ops.append(OpNode(phase, module, list(operands), results, flops, signature))
+        return index
+
+    def storage(self, value: int) -> int:
+        """The value that owns the storage ``value`` aliases (itself unless it is a view)."""
+        seen = 0
+        while self.values[value].view_of is not None:
+            value = self.values[value].view_of  # type: ignore[assignment]
+            seen += 1
+            if seen > len(self.values):
+                raise ValueError("cycle in view chain")
+        return value
+
+    def data_dependent(self) -> list[bool]:
+        """For each value: does it depend on any function argument?  Values that do not (a
+        causal mask built from ``arange``) can be rebuilt anywhere and need no transfer."""
+        dep = [v.producer < 0 for v in self.values]
+        for op in self.ops:
+            d = any(dep[o] for o in op.operands)
+            for r in op.results:
+                dep[r] = d
+        return dep
+
+    def differentiable(self) -> list[bool]:
+        """For each value: is it a float tensor that depends on a parameter (so that backward
+        computes a gradient for it)?"""
+        dep = [v.role == "param" for v in self.values]
+        for op in self.ops:
+            d = any(dep[o] for o in op.operands)
+            for r in op.results:
+                dep[r] = d
+        return [d and v.is_float for d, v in zip(dep, self.values)]

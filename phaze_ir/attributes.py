@@ -1,0 +1,162 @@
+"""Attributes of the ``phaze`` dialect.
+
+Analysis results live in *discardable* attributes with the ``phaze.`` prefix (MLIR's convention
+for facts that passes add and that other tools may ignore).  Structured results use
+:class:`RecordAttr`, a parametrized attribute printed with named fields::
+
+    #phaze.layer<index = 3, kind = "block", module = "transformer.h.2", same_as = 1, ...>
+
+Field values are Python ``int``, ``float`` or ``str`` (stored as ``IntAttr``, ``FloatData``
+and ``StringAttr``), which keeps the syntax short, readable and exactly round-trippable.
+Upstream MLIR (``--allow-unregistered-dialect``) reads such attributes as opaque dialect
+attributes, so the files stay parseable there too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import FloatData, IntAttr, StringAttr
+from xdsl.ir import Attribute, ParametrizedAttribute
+from xdsl.irdl import irdl_attr_definition
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+
+FieldValue = int | float | str
+
+
+def _to_attr(value: FieldValue) -> Attribute:
+    # bool is an int in Python; refuse it so that a typo does not silently become 0/1.
+    if isinstance(value, bool):
+        raise TypeError("record fields do not take bool; use 0/1 or a string")
+    if isinstance(value, int):
+        return IntAttr(value)
+    if isinstance(value, float):
+        return FloatData(value)
+    if isinstance(value, str):
+        return StringAttr(value)
+    raise TypeError(f"unsupported record field value {value!r}")
+
+
+def _from_attr(attr: Attribute) -> FieldValue:
+    if isinstance(attr, IntAttr):
+        return attr.data
+    if isinstance(attr, FloatData):
+        return attr.data
+    if isinstance(attr, StringAttr):
+        return attr.data
+    raise TypeError(f"unsupported record field attribute {attr}")
+
+
+class RecordAttr(ParametrizedAttribute):
+    """Base of attributes that are a fixed list of named scalar fields.
+
+    Subclasses declare ``FIELDS`` (names in print order) and one IRDL parameter per field, each
+    annotated ``IntAttr | FloatData | StringAttr`` as appropriate.  Build them with
+    :meth:`make` from keyword values and read them with :meth:`get` or :meth:`as_dict`.
+    Floats are printed with ``repr`` so that they round-trip bit for bit.
+    """
+
+    FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def make(cls, **values: FieldValue):
+        """Build the attribute from keyword values; every declared field is required."""
+        missing = [f for f in cls.FIELDS if f not in values]
+        extra = [k for k in values if k not in cls.FIELDS]
+        if missing or extra:
+            raise TypeError(f"{cls.name}: missing fields {missing}, unknown fields {extra}")
+        return cls(*(_to_attr(values[f]) for f in cls.FIELDS))
+
+    def get(self, field: str) -> FieldValue:
+        """The Python value of one field."""
+        return _from_attr(self.parameters[self.FIELDS.index(field)])
+
+    def as_dict(self) -> dict[str, FieldValue]:
+        """All fields as a plain ``dict`` in declaration order."""
+        return {f: _from_attr(p) for f, p in zip(self.FIELDS, self.parameters)}
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        values: dict[str, Attribute] = {}
+
+        def parse_field() -> None:
+            key = parser.parse_identifier(" (a field name of " + cls.name + ")")
+            if key not in cls.FIELDS:
+                parser.raise_error(f"unknown field '{key}' of {cls.name}; expected one of {', '.join(cls.FIELDS)}")
+            parser.parse_punctuation("=")
+            text = parser.parse_optional_str_literal()
+            if text is not None:
+                values[key] = StringAttr(text)
+            else:
+                number = parser.parse_number()
+                values[key] = IntAttr(number) if isinstance(number, int) else FloatData(number)
+
+        parser.parse_comma_separated_list(parser.Delimiter.ANGLE, parse_field)
+        missing = [f for f in cls.FIELDS if f not in values]
+        if missing:
+            parser.raise_error(f"{cls.name} is missing field(s) {', '.join(missing)}")
+        return [values[f] for f in cls.FIELDS]
+
+    def print_parameters(self, printer: Printer) -> None:
+        def print_field(item: tuple[str, Attribute]) -> None:
+            key, attr = item
+            printer.print_string(f"{key} = ")
+            value = _from_attr(attr)
+            if isinstance(value, str):
+                printer.print_string_literal(value)
+            else:
+                printer.print_string(repr(value))
+
+        with printer.in_angle_brackets():
+            printer.print_list(zip(self.FIELDS, self.parameters), print_field)
+
+
+@irdl_attr_definition
+class LayerAttr(RecordAttr):
+    """One layer of the model, as found by ``phaze-group-layers``.
+
+    Syntax::
+
+        #phaze.layer<index = 1, kind = "block", module = "transformer.h.0", same_as = 1,
+                     param_bytes = 63, saved_bytes = 4096, boundary_bytes = 512,
+                     grad_boundary_bytes = 512, fwd_flops = 1, bwd_flops = 2, opt_flops = 0,
+                     num_ops = 120>
+
+    - ``index``: position in execution order (0 = prologue).
+    - ``kind``: ``"prologue"`` (embeddings and input handling), ``"block"`` (one child of the
+      repeated module list) or ``"head"`` (everything after the last block, loss included).
+    - ``module``: the source module path the layer was cut from.
+    - ``same_as``: index of the first layer that is structurally identical (itself if none);
+      later passes solve each distinct ``same_as`` once.
+    - ``param_bytes``: bytes of the parameters the layer's forward reads (a tied parameter is
+      counted in every layer that uses it, as a pipeline stage must hold a copy).
+    - ``saved_bytes``: activation bytes that autograd saves for this layer's backward, per
+      micro-batch (storage resolved through views, each tensor counted once).
+    - ``boundary_bytes``: forward activation bytes crossing from this layer to the layers after
+      it (summed over every edge of the cut; values that depend on no input, like a causal
+      mask built from ``arange``, are rematerializable and not counted).
+    - ``grad_boundary_bytes``: gradient bytes crossing the same cut in backward.
+    - ``fwd_flops``/``bwd_flops``/``opt_flops``: FLOPs per phase.
+    - ``num_ops``: number of ops in the layer.
+    """
+
+    name = "phaze.layer"
+    FIELDS = (
+        "index", "kind", "module", "same_as", "param_bytes", "saved_bytes", "boundary_bytes",
+        "grad_boundary_bytes", "fwd_flops", "bwd_flops", "opt_flops", "num_ops",
+    )
+
+    index: IntAttr
+    kind: StringAttr
+    module: StringAttr
+    same_as: IntAttr
+    param_bytes: IntAttr
+    saved_bytes: IntAttr
+    boundary_bytes: IntAttr
+    grad_boundary_bytes: IntAttr
+    fwd_flops: IntAttr
+    bwd_flops: IntAttr
+    opt_flops: IntAttr
+    num_ops: IntAttr

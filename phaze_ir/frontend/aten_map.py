@@ -1,0 +1,83 @@
+"""Which ``phaze`` op each aten op becomes.
+
+Keyed by the aten overload *packet* name (``aten.mul.Tensor`` -> ``"mul"``); in-place variants
+(``div_``) map like their functional twins, because the traced graph is used as SSA: every
+in-place node yields the value that later nodes read.  An aten op missing here becomes
+``phaze.opaque`` with a warning (an error under ``--strict``); add it here to give it semantics.
+"""
+
+from __future__ import annotations
+
+# packet -> elementwise kind
+ELEMENTWISE: dict[str, str] = {
+    "add": "add", "sub": "sub", "rsub": "sub", "mul": "mul", "div": "div", "neg": "neg",
+    "abs": "abs", "maximum": "max", "minimum": "min", "pow": "pow", "sqrt": "sqrt",
+    "rsqrt": "rsqrt", "exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid",
+    "erf": "erf", "sin": "sin", "cos": "cos", "gelu": "gelu", "silu": "silu", "relu": "relu",
+    "reciprocal": "div", "square": "mul", "log1p": "log", "expm1": "exp",
+    "gelu_backward": "gelu_grad", "tanh_backward": "tanh_grad", "sigmoid_backward": "sigmoid_grad",
+    "silu_backward": "silu_grad", "threshold_backward": "relu_grad",
+    "eq": "compare", "ne": "compare", "lt": "compare", "le": "compare", "gt": "compare",
+    "ge": "compare", "where": "where", "logical_not": "logical", "logical_and": "logical",
+    "logical_or": "logical", "bitwise_not": "logical", "bitwise_and": "logical",
+    "bitwise_or": "logical", "clamp": "clamp", "clamp_min": "clamp", "clamp_max": "clamp",
+    "masked_fill": "masked_fill", "_to_copy": "convert", "to": "convert", "type_as": "convert",
+    "copy": "copy", "lift_fresh_copy": "copy", "fill": "fill", "zero": "fill",
+    "zeros": "fill", "ones": "fill", "full": "fill", "empty": "fill", "zeros_like": "fill",
+    "ones_like": "fill", "full_like": "fill", "empty_like": "fill", "new_zeros": "fill",
+    "new_ones": "fill", "new_empty": "fill", "new_full": "fill", "scalar_tensor": "fill",
+    "empty_strided": "fill", "arange": "arange", "bernoulli": "random", "rand": "random",
+    "randn": "random", "rand_like": "random", "randn_like": "random", "uniform": "random",
+    "native_dropout_backward": "dropout", "nll_loss_backward": "nll_loss_grad",
+}
+
+# packet -> reduction kind
+REDUCTION: dict[str, str] = {
+    "sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min",
+    "prod": "prod", "argmax": "argmax", "var": "var", "var_mean": "var", "linalg_vector_norm": "norm",
+    "nll_loss_forward": "nll_loss", "any": "any", "all": "all", "cumsum": "sum",
+}
+
+# packet -> layout kind (views alias storage; the rest copy)
+LAYOUT: dict[str, str] = {
+    "view": "view", "_unsafe_view": "view", "reshape": "reshape", "t": "transpose",
+    "transpose": "transpose", "permute": "permute", "expand": "expand", "squeeze": "squeeze",
+    "unsqueeze": "unsqueeze", "slice": "slice", "select": "select", "alias": "alias",
+    "split": "split", "split_with_sizes": "split", "unbind": "unbind", "as_strided": "as_strided",
+    "detach": "detach", "diagonal": "diagonal", "clone": "clone", "contiguous": "clone",
+    "cat": "cat", "stack": "stack", "constant_pad_nd": "pad", "index": "index",
+    "gather": "gather", "scatter": "scatter", "scatter_add": "scatter", "index_put": "scatter",
+    "index_select": "index", "repeat": "repeat", "flip": "flip", "roll": "roll", "tril": "tril",
+    "triu": "triu", "slice_backward": "zero_pad", "select_backward": "zero_pad",
+    "slice_scatter": "scatter", "select_scatter": "scatter", "new_zeros_like": "zero_pad",
+}
+
+MATMUL = {"mm", "bmm", "addmm", "baddbmm"}
+SOFTMAX = {
+    "_softmax": "softmax", "softmax": "softmax", "_log_softmax": "log_softmax",
+    "log_softmax": "log_softmax", "_softmax_backward_data": "softmax_grad",
+    "_log_softmax_backward_data": "log_softmax_grad",
+}
+NORM = {
+    "native_layer_norm": "layer_norm", "native_layer_norm_backward": "layer_norm_grad",
+    "_fused_rms_norm": "rms_norm", "_fused_rms_norm_backward": "rms_norm_grad",
+    "native_group_norm": "group_norm", "native_group_norm_backward": "group_norm_grad",
+    "native_batch_norm": "batch_norm", "_native_batch_norm_legit": "batch_norm",
+    "_native_batch_norm_legit_functional": "batch_norm", "native_batch_norm_backward": "batch_norm_grad",
+}
+EMBEDDING = {"embedding": "lookup", "embedding_dense_backward": "grad", "embedding_backward": "grad"}
+# Dropout that torch keeps as one op: treated as elementwise (mask generation and scaling).
+DROPOUT = {"native_dropout": "dropout"}
+
+
+def packet_name(target) -> str:
+    """``aten.mul.Tensor`` -> ``"mul"``; in-place ``div_`` -> ``"div"``."""
+    name = getattr(target, "_opname", None) or getattr(target, "__name__", str(target)).split(".")[0]
+    if name.endswith("_") and not name.endswith("__") and name not in ("_", ):
+        name = name[:-1]
+    return name
+
+
+def aten_name(target) -> str:
+    """The full aten name kept on ops, e.g. ``"aten.mul.Tensor"``."""
+    return str(target)

@@ -1,0 +1,279 @@
+"""Import a traced aten graph (:class:`TracedGraph`) into the ``phaze`` dialect.
+
+One ``func.func`` holds the step (``@train_step`` for a training trace, ``@forward`` for a
+forward-only one).  Its arguments are the parameters, buffers and inputs (``phaze.param``,
+``phaze.buffer``, ``phaze.input`` argument attributes with their source names); its results are
+the loss (``phaze.loss``) and, for training, one gradient per parameter (``phaze.grad``).
+Every op carries ``phaze.module`` (source module path) and ``phaze.phase`` (``fwd``/``bwd``);
+SSA names come from the fx node names.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import sys
+from collections import Counter
+from typing import Any
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    BFloat16Type,
+    DenseArrayBase,
+    DictionaryAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FunctionType,
+    IntegerAttr,
+    IntegerType,
+    ModuleOp,
+    Signedness,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+from phaze_ir import dialect as ph
+from phaze_ir.errors import PhazeError
+from phaze_ir.frontend import aten_map as amap
+from phaze_ir.frontend.trace import TracedGraph
+
+_NAME_OK = re.compile(r"[^\w$.-]")
+
+
+def _element_type(dtype) -> Attribute:
+    import torch
+
+    table = {
+        torch.float16: Float16Type(), torch.bfloat16: BFloat16Type(), torch.float32: Float32Type(),
+        torch.float64: Float64Type(), torch.int64: IntegerType(64), torch.int32: IntegerType(32),
+        torch.int16: IntegerType(16), torch.int8: IntegerType(8),
+        torch.uint8: IntegerType(8, Signedness.UNSIGNED), torch.bool: IntegerType(1),
+    }
+    if dtype not in table:
+        raise PhazeError(f"unsupported tensor dtype {dtype}")
+    return table[dtype]
+
+
+def _tensor_type(val) -> TensorType:
+    return TensorType(_element_type(val.dtype), [int(s) for s in val.shape])
+
+
+def _tensors_of(val) -> list[tuple[int, Any]]:
+    """(index, tensor) for every tensor in an fx value (single tensor or tuple/list)."""
+    import torch
+
+    if isinstance(val, torch.Tensor):
+        return [(0, val)]
+    if isinstance(val, (tuple, list)):
+        return [(i, v) for i, v in enumerate(val) if isinstance(v, torch.Tensor)]
+    return []
+
+
+def _name(text: str) -> str:
+    text = _NAME_OK.sub("_", text)
+    return text if text and not text[0].isdigit() else "v" + text
+
+
+class _Importer:
+    def __init__(self, traced: TracedGraph, strict: bool):
+        self.traced = traced
+        self.strict = strict
+        self.values: dict[Any, list[tuple[int, SSAValue]] | SSAValue] = {}
+        self.unknown: Counter[str] = Counter()
+        self.unknown_where: dict[str, str] = {}
+
+    # -- provenance --------------------------------------------------------------------------
+    def provenance(self, node) -> tuple[str, str]:
+        phase = "bwd" if node.meta.get("custom", {}).get("phaze_phase") == "bwd" else "fwd"
+        if phase == "fwd":
+            stack = node.meta.get("nn_module_stack")
+            module = list(stack)[-1] if stack else ""
+        else:
+            module = self.traced.seq_module.get(node.meta.get("seq_nr"), "")
+        return module, phase
+
+    # -- operands ----------------------------------------------------------------------------
+    def value_of(self, arg) -> SSAValue | None:
+        v = self.values.get(arg)
+        if isinstance(v, SSAValue):
+            return v
+        return None
+
+    def tensor_operands(self, node) -> list[SSAValue]:
+        import torch.fx as fx
+
+        out: list[SSAValue] = []
+
+        def visit(a):
+            if isinstance(a, fx.Node):
+                v = self.value_of(a)
+                if v is not None:
+                    out.append(v)
+            elif isinstance(a, (list, tuple)):
+                for x in a:
+                    visit(x)
+
+        for a in node.args:
+            visit(a)
+        for a in node.kwargs.values():
+            visit(a)
+        return out
+
+    # -- ops ---------------------------------------------------------------------------------
+    def build(self, node) -> Operation | list[Operation]:
+        packet = amap.packet_name(node.target)
+        aten = StringAttr(amap.aten_name(node.target))
+        results = _tensors_of(node.meta.get("val"))
+        rtypes = [_tensor_type(t) for _, t in results]
+        ins = self.tensor_operands(node)
+        args = node.args
+
+        def kind(k: str) -> StringAttr:
+            return StringAttr(k)
+
+        if packet in amap.MATMUL:
+            if packet in ("addmm", "baddbmm"):
+                return ph.MatmulOp(ins[1], ins[2], rtypes[0], bias=ins[0])
+            return ph.MatmulOp(ins[0], ins[1], rtypes[0])
+        if packet in amap.SOFTMAX:
+            dim = args[2] if packet.endswith("_backward_data") else args[1]
+            return ph.SoftmaxOp.build(operands=[ins], result_types=rtypes[:1],
+                                      properties={"kind": kind(amap.SOFTMAX[packet]), "dim": IntegerAttr(int(dim), i64)})
+        if packet in amap.NORM:
+            shape_arg = args[2] if packet.endswith("_backward") else (args[1] if len(args) > 1 else [])
+            rank = len(shape_arg) if isinstance(shape_arg, (list, tuple)) else 1
+            return ph.NormOp.build(operands=[ins], result_types=[rtypes],
+                                   properties={"kind": kind(amap.NORM[packet]), "normalized_rank": IntegerAttr(rank, i64)})
+        if packet in amap.EMBEDDING:
+            return ph.EmbeddingOp.build(operands=[ins[:2]], result_types=rtypes[:1],
+                                        properties={"kind": kind(amap.EMBEDDING[packet])})
+        if packet in amap.REDUCTION:
+            dims: list[int] = []
+            if len(args) > 1 and packet != "nll_loss_forward":
+                d = args[1]
+                if isinstance(d, int) and not isinstance(d, bool):
+                    dims = [d]
+                elif isinstance(d, (list, tuple)) and all(isinstance(x, int) for x in d):
+                    dims = list(d)
+            return ph.ReductionOp.build(operands=[ins[:1] if packet != "nll_loss_forward" else ins], result_types=[rtypes],
+                                        properties={"kind": kind(amap.REDUCTION[packet]), "aten": aten,
+                                                    "dims": DenseArrayBase.from_list(i64, dims)})
+        if packet in amap.DROPOUT:
+            # native_dropout(x) -> (y, mask): a random mask, then the masked scaling.
+            mask = ph.ElementwiseOp.build(operands=[ins[:1]], result_types=[rtypes[1]],
+                                          properties={"kind": kind("random"), "aten": aten})
+            out = ph.ElementwiseOp.build(operands=[[ins[0], mask.results[0]]], result_types=[rtypes[0]],
+                                         properties={"kind": kind("dropout"), "aten": aten})
+            return [mask, out]
+        if packet in amap.ELEMENTWISE and len(rtypes) == 1:
+            return ph.ElementwiseOp.build(operands=[ins], result_types=rtypes,
+                                          properties={"kind": kind(amap.ELEMENTWISE[packet]), "aten": aten})
+        if packet in amap.LAYOUT:
+            return ph.LayoutOp.build(operands=[ins], result_types=[rtypes],
+                                     properties={"kind": kind(amap.LAYOUT[packet]), "aten": aten})
+        # No semantics known: keep the op, opaque, and say so.
+        module, _ = self.provenance(node)
+        if self.strict:
+            raise PhazeError(f"unknown aten op {aten.data} (from module '{module or '<root>'}'); "
+                             "add it to phaze_ir/frontend/aten_map.py or drop --strict")
+        self.unknown[aten.data] += 1
+        self.unknown_where.setdefault(aten.data, module or "<root>")
+        return ph.OpaqueOp.build(operands=[ins], result_types=[rtypes], properties={"aten": aten})
+
+    # -- driver ------------------------------------------------------------------------------
+    def run(self) -> ModuleOp:
+        traced = self.traced
+        graph = traced.graph_module.graph
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(traced.placeholders):
+            raise AssertionError("placeholder bookkeeping out of sync with the traced graph")
+        arg_types = [_tensor_type(n.meta["val"]) for n in placeholders]
+        block = Block(arg_types=arg_types)
+        arg_attrs = []
+        for n, (role, name), arg in zip(placeholders, traced.placeholders, block.args):
+            arg.name_hint = _name(name)
+            self.values[n] = arg
+            arg_attrs.append(DictionaryAttr({f"phaze.{role}": StringAttr(name)}))
+
+        for node in graph.nodes:
+            if node.op == "call_function":
+                if node.target is operator.getitem:
+                    src, idx = node.args
+                    produced = self.values.get(src)
+                    if isinstance(produced, list):
+                        match = [v for i, v in produced if i == idx]
+                        if match:
+                            self.values[node] = match[0]
+                            match[0].name_hint = _name(node.name)
+                    continue
+                ops = self.build(node)
+                ops = ops if isinstance(ops, list) else [ops]
+                module, phase = self.provenance(node)
+                for op in ops:
+                    op.attributes[ph.MODULE_ATTR] = StringAttr(module)
+                    op.attributes[ph.PHASE_ATTR] = StringAttr(phase)
+                    block.add_op(op)
+                last = ops[-1]
+                val = node.meta.get("val")
+                tensors = _tensors_of(val)
+                if len(ops) > 1:  # expanded op: results come from several ops, in order
+                    res = [o.results[0] for o in ops]
+                    res = [res[-1], res[0]]  # native_dropout: (output, mask)
+                else:
+                    res = list(last.results)
+                if isinstance(val, (tuple, list)):
+                    self.values[node] = [(i, r) for (i, _), r in zip(tensors, res)]
+                elif res:
+                    res[0].name_hint = _name(node.name)
+                    self.values[node] = res[0]
+            elif node.op == "get_attr":
+                val = node.meta.get("val")
+                if val is None:
+                    val = getattr(traced.graph_module, node.target)
+                op = ph.ElementwiseOp.build(operands=[[]], result_types=[_tensor_type(val)],
+                                            properties={"kind": StringAttr("fill"), "aten": StringAttr("constant")})
+                op.attributes[ph.MODULE_ATTR] = StringAttr("")
+                op.attributes[ph.PHASE_ATTR] = StringAttr("fwd")
+                op.results[0].name_hint = _name(node.name)
+                block.add_op(op)
+                self.values[node] = op.results[0]
+            elif node.op == "output":
+                outs = node.args[0]
+                outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+                ret_vals, res_attrs = [], []
+                names = ["<loss>"] + traced.grad_names
+                for i, o in enumerate(outs):
+                    v = self.value_of(o)
+                    if v is None:
+                        continue
+                    ret_vals.append(v)
+                    if i == 0:
+                        res_attrs.append(DictionaryAttr({ph.LOSS_RES_ATTR: UnitAttr()}))
+                    else:
+                        res_attrs.append(DictionaryAttr({ph.GRAD_RES_ATTR: StringAttr(names[i])}))
+                block.add_op(func.ReturnOp(*ret_vals))
+                fn_type = FunctionType.from_lists(arg_types, [v.type for v in ret_vals])
+                fname = "train_step" if traced.training else "forward"
+                fn = func.FuncOp(fname, fn_type, Region(block), arg_attrs=ArrayAttr(arg_attrs),
+                                 res_attrs=ArrayAttr(res_attrs))
+        for aten, count in sorted(self.unknown.items()):
+            print(f"phaze: warning: unknown aten op {aten} ({count}x, first in module "
+                  f"'{self.unknown_where[aten]}') imported as phaze.opaque", file=sys.stderr)
+        attrs: dict[str, Attribute] = {
+            "phaze.model": StringAttr(traced.model_name),
+            "phaze.micro_batch_size": IntegerAttr(traced.micro_batch_size, i64),
+        }
+        if traced.seq_len is not None:
+            attrs["phaze.seq_len"] = IntegerAttr(traced.seq_len, i64)
+        return ModuleOp([fn], attributes=attrs)
+
+
+def import_graph(traced: TracedGraph, strict: bool = False) -> ModuleOp:
+    """Build the ``phaze`` module of a traced step.  ``strict`` turns unknown aten ops into
+    errors instead of opaque ops."""
+    return _Importer(traced, strict).run()

@@ -1,0 +1,111 @@
+"""Load a user's ``MODEL.py``.
+
+The contract of a model file:
+
+- ``get_model()`` returns a ``torch.nn.Module`` (build it on the ``meta`` device or from a
+  config: phaze never needs weights);
+- ``get_inputs(micro_batch_size)`` (optionally ``get_inputs(micro_batch_size, seq_len)``)
+  returns the example inputs of one micro-batch, as a tuple of positional arguments or a dict
+  of keyword arguments;
+- optional ``NAME`` (str) and ``SEQ_LEN`` (int);
+- optional ``loss_fn(output)`` mapping the model's output to a scalar loss (by default the
+  output's ``.loss``, else the output itself when it is a scalar, else its sum).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from phaze_ir.errors import PhazeError
+
+
+@dataclass
+class ModelSpec:
+    """What a model file provides (see the module docstring)."""
+
+    path: Path
+    name: str
+    get_model: Callable[[], Any]
+    get_inputs: Callable[..., Any]
+    seq_len: int | None
+    loss_fn: Callable[[Any], Any] | None
+    takes_seq_len: bool
+
+    def inputs(self, micro_batch_size: int, seq_len: int | None = None) -> tuple[tuple, dict]:
+        """The example inputs as ``(args, kwargs)``."""
+        if seq_len is not None and not self.takes_seq_len:
+            raise PhazeError(
+                f"{self.path.name}: --seq-len was given but get_inputs() takes no seq_len argument"
+            )
+        if self.takes_seq_len:
+            out = self.get_inputs(micro_batch_size, seq_len if seq_len is not None else self.seq_len)
+        else:
+            out = self.get_inputs(micro_batch_size)
+        if isinstance(out, dict):
+            return (), dict(out)
+        if isinstance(out, (tuple, list)):
+            return tuple(out), {}
+        return (out,), {}
+
+
+def _user_frame(exc: BaseException, path: Path) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+    if frames:
+        return f"{path.name}:{frames[-1].lineno}: "
+    return f"{path.name}: "
+
+
+def load_model_file(path: str | os.PathLike) -> ModelSpec:
+    """Import ``path`` as a module and check that it follows the model-file contract."""
+    # No hub traffic, ever: models are built from configs in code.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    p = Path(path)
+    if not p.exists():
+        raise PhazeError(f"{path}: no such file")
+    if p.is_dir():
+        raise PhazeError(f"{path}: is a directory, expected a MODEL.py file")
+    p = p.resolve()
+    module_name = f"phaze_model_{p.stem}_{abs(hash(str(p)))}"
+    spec = importlib.util.spec_from_file_location(module_name, p)
+    if spec is None or spec.loader is None:
+        raise PhazeError(f"{path}: cannot be imported as a Python file")
+    module: ModuleType = importlib.util.module_from_spec(spec)
+    # Model files may import helpers that sit beside them.
+    sys.path.insert(0, str(p.parent))
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise PhazeError(f"{p.name}:{e.lineno}:{e.offset}: syntax error: {e.msg}") from e
+    except Exception as e:  # the user's module raised while importing
+        raise PhazeError(f"{_user_frame(e, p)}error while importing the model file: {type(e).__name__}: {e}") from e
+    finally:
+        sys.path.remove(str(p.parent))
+    get_model = getattr(module, "get_model", None)
+    get_inputs = getattr(module, "get_inputs", None)
+    if not callable(get_model):
+        raise PhazeError(f"{p.name}: defines no get_model() function (it must return a torch.nn.Module)")
+    if not callable(get_inputs):
+        raise PhazeError(f"{p.name}: defines no get_inputs(micro_batch_size) function")
+    seq_len = getattr(module, "SEQ_LEN", None)
+    if seq_len is not None and (not isinstance(seq_len, int) or seq_len <= 0):
+        raise PhazeError(f"{p.name}: SEQ_LEN = {seq_len!r}: expected a positive integer")
+    name = getattr(module, "NAME", p.stem)
+    params = list(inspect.signature(get_inputs).parameters)
+    return ModelSpec(
+        path=p,
+        name=str(name),
+        get_model=get_model,
+        get_inputs=get_inputs,
+        seq_len=seq_len,
+        loss_fn=getattr(module, "loss_fn", None),
+        takes_seq_len=len(params) >= 2,
+    )

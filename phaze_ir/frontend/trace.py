@@ -1,0 +1,293 @@
+"""Trace one training step of a model into an aten-level torch.fx graph, without weights.
+
+How (measured in ``shared/TOOLCHAIN-NOTES.md``): the model is built on ``meta``, then inside a
+``FakeTensorMode`` it is given fake storage (``to_empty``) and its shared weights re-tied; then
+``make_fx`` traces a function that runs the forward through ``torch.func.functional_call``, the
+loss, and ``torch.autograd.grad`` with respect to every parameter.  That records the *real*
+backward that autograd runs: input-gradient and weight-gradient GEMMs, and the forward tensors
+the backward reads (what autograd saves).
+
+Provenance is recorded while tracing:
+
+- forward nodes get the module path from global module hooks (``nn_module_stack``);
+- backward nodes get the sequence number of the autograd node that created them (the hooks
+  AOTAutograd uses for the same purpose), which maps them back to their forward module;
+- every node created after the forward carries ``meta["custom"]["phaze_phase"] = "bwd"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from phaze_ir.errors import PhazeError
+from phaze_ir.frontend.loader import ModelSpec
+
+DTYPES = ("float16", "bfloat16", "float32", "model")
+
+
+@dataclass
+class TracedGraph:
+    """A traced step and what the importer needs to know about its placeholders."""
+
+    graph_module: Any  # torch.fx.GraphModule
+    model_name: str
+    training: bool
+    micro_batch_size: int
+    seq_len: int | None
+    #: placeholder kind per placeholder, in order: ("param" | "buffer" | "input", name)
+    placeholders: list[tuple[str, str]]
+    #: for each output after the loss: the parameter name whose gradient it is (None outputs dropped)
+    grad_names: list[str]
+    #: parameters that received no gradient (unused in the loss)
+    no_grad_params: list[str] = field(default_factory=list)
+    #: forward module path of each autograd sequence number
+    seq_module: dict[int, str] = field(default_factory=dict)
+    trace_seconds: float = 0.0
+
+
+@contextlib.contextmanager
+def _transformers_meta_patches() -> Iterator[None]:
+    """transformers 5 checks for packed sequences with a data-dependent ``.item()`` while building
+    the attention mask; on fake tensors that cannot run.  phaze traces unpacked batches, so the
+    answer is known: there are none."""
+    try:
+        import transformers.masking_utils as mu
+    except Exception:  # transformers absent or laid out differently: nothing to patch
+        yield
+        return
+    original = getattr(mu, "find_packed_sequence_indices", None)
+    if original is None:
+        yield
+        return
+    mu.find_packed_sequence_indices = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        mu.find_packed_sequence_indices = original
+
+
+@contextlib.contextmanager
+def _module_stack_hooks(model) -> Iterator[None]:
+    """Record the module path of every forward node in ``meta["nn_module_stack"]``."""
+    import torch
+    import torch.fx.traceback as fxt
+
+    paths = {id(m): (p, type(m).__qualname__) for p, m in model.named_modules()}
+    stack: list[tuple[str, str]] = []
+
+    def publish() -> None:
+        fxt.current_meta["nn_module_stack"] = {p: (p, t) for p, t in stack}
+
+    def pre(module, args):
+        entry = paths.get(id(module))
+        if entry is not None:
+            stack.append(entry)
+            publish()
+
+    def post(module, args, output):
+        entry = paths.get(id(module))
+        if entry is not None and stack and stack[-1] == entry:
+            stack.pop()
+            publish()
+
+    h1 = torch.nn.modules.module.register_module_forward_pre_hook(pre)
+    h2 = torch.nn.modules.module.register_module_forward_hook(post)
+    try:
+        yield
+    finally:
+        h1.remove()
+        h2.remove()
+        fxt.current_meta.pop("nn_module_stack", None)
+
+
+def _default_loss(output: Any):
+    import torch
+
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, dict):
+        loss = output.get("loss")
+    if loss is None and isinstance(output, (tuple, list)) and output:
+        first = output[0]
+        if isinstance(first, torch.Tensor) and first.dim() == 0:
+            loss = first
+    if loss is None and isinstance(output, torch.Tensor):
+        loss = output if output.dim() == 0 else output.float().sum()
+    if loss is None:
+        raise PhazeError(
+            "the model output has no .loss and is not a tensor; define loss_fn(output) in the model file"
+        )
+    return loss
+
+
+def _describe_trace_failure(exc: BaseException, spec: ModelSpec) -> str:
+    """One line: what went wrong and the source line (user code first, then library code)."""
+    import torch
+
+    torch_dir = str(Path(torch.__file__).parent)
+    here = str(Path(__file__).parent.parent)
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [f for f in frames if Path(f.filename) == spec.path]
+    lib = [f for f in frames if not f.filename.startswith(torch_dir) and not f.filename.startswith(here)
+           and "contextlib" not in f.filename]
+    frame = (user or lib or frames[-1:] or [None])[-1]
+    where = ""
+    if frame is not None:
+        where = f" at {Path(frame.filename).name}:{frame.lineno}"
+        if frame.line:
+            where += f": `{frame.line.strip()}`"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    data_dependent = (
+        "data-dependent" in text.lower()
+        or "data dependent" in text.lower()
+        or "_local_scalar_dense" in text
+        or ".item()" in text
+        or type(exc).__name__ in ("DataDependentOutputException", "GuardOnDataDependentSymNode")
+    )
+    if data_dependent:
+        return (f"cannot trace {spec.path.name}: data-dependent control flow (a tensor's value decides "
+                f"what runs){where}")
+    return f"cannot trace {spec.path.name}{where}: {type(exc).__name__}: {text}"
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
+
+
+def trace_model(
+    spec: ModelSpec,
+    micro_batch_size: int = 1,
+    seq_len: int | None = None,
+    training: bool = True,
+    dtype: str = "float16",
+) -> TracedGraph:
+    """Trace ``spec``'s model on fake tensors: forward + loss, and with ``training`` also the
+    backward (gradients of every parameter)."""
+    if micro_batch_size < 1:
+        raise PhazeError(f"--micro-batch {micro_batch_size}: expected a positive integer")
+    if seq_len is not None and seq_len < 1:
+        raise PhazeError(f"--seq-len {seq_len}: expected a positive integer")
+    if dtype not in DTYPES:
+        raise PhazeError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+
+    import torch
+    import torch.fx.traceback as fxt
+    from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    start = time.perf_counter()
+    try:
+        with torch.device("meta"):
+            model = spec.get_model()
+    except PhazeError:
+        raise
+    except Exception as e:
+        raise PhazeError(f"{spec.path.name}: get_model() failed: {type(e).__name__}: {e}") from e
+    if not isinstance(model, torch.nn.Module):
+        raise PhazeError(f"{spec.path.name}: get_model() returned {type(model).__name__}, expected a torch.nn.Module")
+    if dtype != "model":
+        model = model.to(_torch_dtype(dtype))
+    model.train()
+    loss_fn = spec.loss_fn or _default_loss
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model.to_empty(device="cpu")
+        # to_empty() unties shared embeddings; re-tie them so a tied weight stays one parameter.
+        if hasattr(model, "tie_weights"):
+            model.tie_weights()
+        params = dict(model.named_parameters())
+        buffers = dict(model.named_buffers())
+        try:
+            args, kwargs = spec.inputs(micro_batch_size, seq_len)
+        except PhazeError:
+            raise
+        except Exception as e:
+            raise PhazeError(f"{spec.path.name}: get_inputs() failed: {type(e).__name__}: {e}") from e
+
+        # Name positional inputs after the forward's parameters where possible.
+        try:
+            fwd_params = list(inspect.signature(model.forward).parameters)
+        except (TypeError, ValueError):
+            fwd_params = []
+        tensor_inputs: list[tuple[str, Any]] = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                tensor_inputs.append((fwd_params[i] if i < len(fwd_params) else f"arg{i}", a))
+        for k, v in kwargs.items():
+            if isinstance(v, torch.Tensor):
+                tensor_inputs.append((k, v))
+        pnames, bnames = list(params), list(buffers)
+        n_p, n_b = len(pnames), len(bnames)
+        requires_grad = [n for n in pnames if params[n].requires_grad]
+        outputs_info: dict[str, Any] = {}
+
+        def step(*flat):
+            p = dict(zip(pnames, flat[:n_p]))
+            b = dict(zip(bnames, flat[n_p:n_p + n_b]))
+            it = iter(flat[n_p + n_b:])
+            call_args = tuple(next(it) if isinstance(a, torch.Tensor) else a for a in args)
+            call_kwargs = {k: (next(it) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+            out = torch.func.functional_call(model, {**p, **b}, call_args, call_kwargs)
+            loss = loss_fn(out)
+            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                raise PhazeError("the loss must be a scalar tensor; define loss_fn(output) in the model file")
+            if not training:
+                return (loss,)
+            if loss.grad_fn is None:
+                raise PhazeError("the loss does not depend on any parameter that requires a gradient")
+            fxt.current_meta["custom"] = {"phaze_phase": "bwd"}
+            setup_stacktrace_preservation_hooks([loss.grad_fn])
+            grads = torch.autograd.grad(loss, [p[n] for n in requires_grad], allow_unused=True)
+            outputs_info["grads"] = [g is not None for g in grads]
+            return (loss, *[g for g in grads if g is not None])
+
+        flat_inputs = [params[n] for n in pnames] + [buffers[n] for n in bnames] + [t for _, t in tensor_inputs]
+        try:
+            with _transformers_meta_patches(), _module_stack_hooks(model), fxt.preserve_node_meta():
+                gm = make_fx(step)(*flat_inputs)
+        except PhazeError:
+            raise
+        except Exception as e:
+            raise PhazeError(_describe_trace_failure(e, spec)) from e
+        finally:
+            fxt.current_meta.pop("custom", None)
+
+    placeholders = ([("param", n) for n in pnames] + [("buffer", n) for n in bnames]
+                    + [("input", n) for n, _ in tensor_inputs])
+    grad_flags = outputs_info.get("grads", [])
+    grad_names = [n for n, ok in zip(requires_grad, grad_flags) if ok]
+    no_grad = [n for n, ok in zip(requires_grad, grad_flags) if not ok]
+    if no_grad:
+        print(f"phaze: warning: {len(no_grad)} parameter(s) receive no gradient, e.g. {no_grad[0]}",
+              file=sys.stderr)
+
+    # Forward module of each autograd sequence number (the first forward node that carries it).
+    seq_module: dict[int, str] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.meta.get("custom", {}).get("phaze_phase") == "bwd":
+            continue
+        seq = node.meta.get("seq_nr")
+        stack = node.meta.get("nn_module_stack")
+        if seq is not None and seq not in seq_module and stack:
+            seq_module[seq] = list(stack)[-1]
+    return TracedGraph(
+        graph_module=gm,
+        model_name=spec.name,
+        training=training,
+        micro_batch_size=micro_batch_size,
+        seq_len=seq_len if seq_len is not None else spec.seq_len,
+        placeholders=placeholders,
+        grad_names=grad_names,
+        no_grad_params=no_grad,
+        seq_module=seq_module,
+        trace_seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,76 @@
+"""Build the xDSL-free :class:`passes.algorithms.graph.Graph` of a ``phaze`` function.
+
+The algorithms in ``passes/algorithms`` work on that light graph; passes use this module to
+make it from the IR and keep the op list to write results back.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import StringAttr, TensorType
+from xdsl.ir import Operation, SSAValue
+
+from passes.algorithms.graph import Graph
+from phaze_ir import dialect as ph
+from phaze_ir.errors import PhazeError
+
+
+def step_function(module) -> func.FuncOp:
+    """The module's one step function (``@train_step`` or ``@forward``)."""
+    fns = [op for op in module.ops if isinstance(op, func.FuncOp)]
+    if len(fns) != 1:
+        raise PhazeError(f"expected exactly one func.func in the module, found {len(fns)}")
+    return fns[0]
+
+
+def arg_role(fn: func.FuncOp, index: int) -> tuple[str, str]:
+    """(role, source name) of argument ``index``: role is param/buffer/input or ""."""
+    if fn.arg_attrs is None:
+        return "", ""
+    attrs = fn.arg_attrs.data[index].data
+    for role in ("param", "buffer", "input"):
+        a = attrs.get(f"phaze.{role}")
+        if isinstance(a, StringAttr):
+            return role, a.data
+    return "", ""
+
+
+def _is_float(t) -> bool:
+    return isinstance(t, TensorType) and not type(t.element_type).__name__.startswith("Integer")
+
+
+def op_signature(op: Operation) -> str:
+    """What an op does, without where it came from: name, properties and result types."""
+    props = ",".join(f"{k}={v}" for k, v in sorted(op.properties.items()))
+    return f"{op.name}|{props}|{','.join(str(r.type) for r in op.results)}"
+
+
+def build_graph(fn: func.FuncOp, require_phase: bool = True) -> tuple[Graph, list[Operation]]:
+    """The light graph of ``fn`` and its ops (index i of the graph is ``ops[i]``)."""
+    graph = Graph()
+    ids: dict[SSAValue, int] = {}
+    for i, arg in enumerate(fn.body.block.args):
+        role, name = arg_role(fn, i)
+        ids[arg] = graph.add_value(ph.tensor_bytes(arg.type), role=role, name=name, is_float=_is_float(arg.type))
+    ops: list[Operation] = []
+    for op in fn.body.block.ops:
+        if isinstance(op, func.ReturnOp):
+            continue
+        phase = op.attributes.get(ph.PHASE_ATTR)
+        if require_phase and not isinstance(phase, StringAttr):
+            raise PhazeError(f"'{op.name}' op has no '{ph.PHASE_ATTR}' attribute; import the model with phazec first")
+        module = op.attributes.get(ph.MODULE_ATTR)
+        index = graph.add_op(
+            phase.data if isinstance(phase, StringAttr) else "fwd",
+            module.data if isinstance(module, StringAttr) else "",
+            [ids[o] for o in op.operands],
+            [ph.tensor_bytes(r.type) for r in op.results],
+            flops=op.flops() if isinstance(op, ph.ComputeOp) else 0,
+            signature=op_signature(op),
+            view=isinstance(op, ph.LayoutOp) and op.is_view,
+            result_float=[_is_float(r.type) for r in op.results],
+        )
+        for r, v in zip(op.results, graph.ops[index].results):
+            ids[r] = v
+        ops.append(op)
+    return graph, ops

@@ -1,0 +1,66 @@
+"""``phaze-opt``: run any pipeline of phaze (and xDSL) passes over a ``.mlir`` file.
+
+Like ``mlir-opt``/``xdsl-opt``: ``phaze-opt in.mlir -p "phaze-group-layers,pass{opt=v}"``
+parses, verifies, runs the passes and prints the result (``--print-op-generic`` for MLIR's
+generic form).  Passes of other packages registered under the ``xdsl.universe`` entry point are
+available too; that is how users add their own passes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from xdsl.utils.exceptions import DiagnosticException, ParseError
+from xdsl.xdsl_opt_main import xDSLOptMain
+
+from passes import ALL_PASSES
+from phaze_ir.errors import PhazeError
+
+
+class PhazeOptMain(xDSLOptMain):
+    """xDSL's opt driver with phaze's dialect and passes always registered (also when the
+    package's entry point is not installed, e.g. when run from a source tree)."""
+
+    version_format = "phaze-opt (xdsl {xdsl_version})"
+
+    def register_all_dialects(self):
+        super().register_all_dialects()
+        from phaze_ir.dialect import Phaze
+
+        if "phaze" not in self.ctx.registered_dialect_names:
+            self.ctx.register_dialect("phaze", lambda: Phaze)
+
+    def register_all_passes(self):
+        super().register_all_passes()
+        for name, factory in ALL_PASSES.items():
+            self.available_passes.setdefault(name, factory)
+
+    def output_resulting_program(self, prog):
+        # One trailing newline, as phazec writes: `phaze-opt f.mlir` reproduces f.mlir byte for byte.
+        return super().output_resulting_program(prog).rstrip("\n") + "\n"
+
+    def register_all_arguments(self, arg_parser):
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        PhazeOptMain(description="Run phaze pass pipelines over MLIR files", args=args).run()
+    except (PhazeError, ParseError, DiagnosticException, FileNotFoundError,
+            IsADirectoryError, ValueError) as e:
+        if debug:
+            raise
+        message = str(e).strip()
+        if isinstance(e, (FileNotFoundError, IsADirectoryError)):
+            message = f"{e.filename}: {e.strerror}"
+        print(f"phaze-opt: error: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
