@@ -1,0 +1,49 @@
+"""Shared fixtures: traced and imported models, cached for the whole session (tracing a real
+model takes seconds; every test that reads its IR shares one import)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+MODELS = Path(__file__).resolve().parent / "models"
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(model_path: str, emit: str = "training", micro_batch: int = 1) -> str:
+    """The printed module of ``phazec MODEL --emit EMIT`` (in-process, cached)."""
+    from phaze_ir.tools.phazec import _parser, compile_model
+
+    args = _parser().parse_args([model_path, "--emit", emit, "--micro-batch", str(micro_batch), "-q"])
+    return compile_model(args, lambda msg: None)
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_text() -> str:
+    return compiled(str(MODELS / "tiny_gpt2.py"))
+
+
+@pytest.fixture
+def tiny_gpt2_module(tiny_gpt2_text):
+    from phaze_ir.ir import parse_module
+
+    return parse_module(tiny_gpt2_text)
+
+
+def run_tool(*args: str, input: str | None = None, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``phazec``/``phaze-opt`` as a user would, via ``python -m`` so that the tests work
+    from a source tree too."""
+    tool, *rest = args
+    module = {"phazec": "phaze_ir.tools.phazec", "phaze-opt": "phaze_ir.tools.phaze_opt"}[tool]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
+    return subprocess.run([sys.executable, "-m", module, *rest], input=input, capture_output=True,
+                          text=True, cwd=cwd or ROOT, env=full_env, timeout=600)

@@ -1,0 +1,105 @@
+"""The phaze dialect: verifiers, the compute interface (FLOPs, bytes), attributes, printing."""
+
+from __future__ import annotations
+
+import pytest
+from xdsl.dialects.builtin import Float16Type, Float32Type, TensorType
+from xdsl.utils.exceptions import VerifyException
+
+from phaze_ir import dialect as ph
+from phaze_ir.attributes import LayerAttr
+from phaze_ir.ir import parse_module, print_module
+
+F16 = Float16Type()
+
+
+def t(*shape, dtype=F16):
+    return TensorType(dtype, list(shape))
+
+
+def module_with(body: str, args: str) -> str:
+    return f"builtin.module {{\n  func.func @f({args}) {{\n{body}\n    func.return\n  }}\n}}\n"
+
+
+def test_matmul_flops_and_bytes():
+    text = module_with(
+        "    %y = phaze.matmul %x, %w, %b : (tensor<8x64xf16>, tensor<64x32xf16>, tensor<32xf16>) -> tensor<8x32xf16>",
+        "%x: tensor<8x64xf16>, %w: tensor<64x32xf16>, %b: tensor<32xf16>",
+    )
+    m = parse_module(text)
+    mm = next(o for o in m.walk() if isinstance(o, ph.MatmulOp))
+    assert mm.iteration_space() == (8, 32, 64)
+    assert mm.flops() == 2 * 8 * 32 * 64 + 8 * 32
+    assert mm.bytes_read() == (8 * 64 + 64 * 32 + 32) * 2
+    assert mm.bytes_written() == 8 * 32 * 2
+
+
+def test_batched_matmul_broadcasts():
+    text = module_with(
+        "    %y = phaze.matmul %x, %w : (tensor<4x8x16xf16>, tensor<16x2xf16>) -> tensor<4x8x2xf16>",
+        "%x: tensor<4x8x16xf16>, %w: tensor<16x2xf16>",
+    )
+    mm = next(o for o in parse_module(text).walk() if isinstance(o, ph.MatmulOp))
+    assert mm.flops() == 4 * 2 * 8 * 2 * 16
+
+
+@pytest.mark.parametrize("body, message", [
+    ("%y = phaze.matmul %x, %x : (tensor<8x64xf16>, tensor<8x64xf16>) -> tensor<8x64xf16>",
+     "contracting dimensions differ: lhs has K = 64, rhs has K = 8"),
+    ("%y = phaze.elementwise \"frobnicate\" %x aten \"aten.x\" : (tensor<8x64xf16>) -> tensor<8x64xf16>",
+     "unknown kind \"frobnicate\""),
+    ("%y = phaze.softmax \"softmax\" %x dim 5 : (tensor<8x64xf16>) -> tensor<8x64xf16>",
+     "dim 5 is out of range for rank 2"),
+    ("%y = phaze.collective \"all_reduce\" %x group_size 0 : (tensor<8x64xf16>) -> tensor<8x64xf16>",
+     "group_size must be >= 1"),
+])
+def test_verifier_messages(body, message):
+    with pytest.raises(VerifyException, match=message):
+        parse_module(module_with("    " + body, "%x: tensor<8x64xf16>"))
+
+
+def test_optimizer_update_counts_state():
+    text = module_with(
+        "    %u = phaze.optimizer_update \"adam\" %w, %g state_bytes 12 : (tensor<64x32xf16>, tensor<64x32xf16>) -> tensor<64x32xf16>",
+        "%w: tensor<64x32xf16>, %g: tensor<64x32xf16>",
+    )
+    op = next(o for o in parse_module(text).walk() if isinstance(o, ph.OptimizerUpdateOp))
+    n = 64 * 32
+    assert op.state_bytes_total() == 12 * n
+    assert op.bytes_read() == 2 * n * 2 + 12 * n
+    assert op.flops() == 12 * n
+
+
+def test_views_move_no_bytes_copies_do():
+    text = module_with(
+        "    %v = phaze.layout \"transpose\" %x aten \"aten.t.default\" : (tensor<8x64xf16>) -> tensor<64x8xf16>\n"
+        "    %c = phaze.layout \"clone\" %v aten \"aten.clone.default\" : (tensor<64x8xf16>) -> tensor<64x8xf16>",
+        "%x: tensor<8x64xf16>",
+    )
+    view, copy = [o for o in parse_module(text).walk() if isinstance(o, ph.LayoutOp)]
+    assert view.is_view and view.bytes_read() == view.bytes_written() == 0
+    assert not copy.is_view and copy.bytes_written() == 8 * 64 * 2
+
+
+def test_layer_attr_round_trips():
+    attr = LayerAttr.make(index=2, kind="block", module="m.h.1", same_as=1, param_bytes=10, saved_bytes=20,
+                          boundary_bytes=30, grad_boundary_bytes=30, fwd_flops=5, bwd_flops=10,
+                          opt_flops=1, num_ops=7)
+    assert attr.get("module") == "m.h.1" and attr.as_dict()["bwd_flops"] == 10
+    from xdsl.dialects.builtin import ArrayAttr, ModuleOp
+
+    m = ModuleOp([], attributes={"phaze.layers": ArrayAttr([attr])})
+    text = print_module(m)
+    assert '#phaze.layer<index = 2, kind = "block", module = "m.h.1", same_as = 1' in text
+    assert print_module(parse_module(text)) == text
+
+
+def test_layer_attr_rejects_missing_field():
+    with pytest.raises(TypeError, match="missing fields"):
+        LayerAttr.make(index=0)
+
+
+def test_tensor_bytes_and_element_types():
+    assert ph.tensor_bytes(t(4, 4)) == 32
+    assert ph.tensor_bytes(t(4, dtype=Float32Type())) == 16
+    assert ph.numel(t()) == 1
