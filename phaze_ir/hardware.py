@@ -1,0 +1,671 @@
+"""The hardware description: one accelerator chip and the network that connects many of them.
+
+Everything here is data.  An :class:`Accelerator` comes from a TOML file, from a preset name
+(``tpuv4``, ``a100``, ``h100``) or from a plain dict (:meth:`Accelerator.from_dict`, the form the
+``phaze.accelerator`` op carries in the IR); :meth:`Accelerator.to_dict` gives that dict back
+(JSON-able, fixed key order) and ``from_dict(to_dict(a)) == a`` exactly.
+
+Units are SI throughout, and every quantity carries its unit in its name:
+
+========================  =====================================================
+suffix / name             unit
+========================  =====================================================
+``*_hz``                  hertz (cycles per second)
+``bytes``, ``*_bytes``    bytes
+``*_Bps``                 bytes per second (capital B: bytes, not bits)
+``*_s``                   seconds
+``*_w``                   watts
+``*_usd``                 US dollars
+``*_mm2`` / ``*_um2``     square millimetres / square micrometres
+FLOP/s (derived)          floating-point operations per second (a MAC is 2)
+========================  =====================================================
+
+The TOML format mirrors :meth:`Accelerator.to_dict`: top-level scalars (``name``, ``clock_hz``,
+``bytes_per_element``, optional ``power_w``, ``cost_usd``, ``area_mm2``), the tables
+``[tensor_cores]``, ``[vector_cores]``, ``[global_buffer]``, ``[hbm]``, and one ``[[network]]``
+array entry per network level, innermost first.  Integers may be written as integral floats
+(``bytes = 32e9``); booleans are never numbers.  Malformed input raises :class:`HardwareError`
+with a one-line message naming the file, the key path, the value and what was expected.
+
+Presets live in ``phaze_ir/hw_presets/<name>.toml`` (inside the package, so that they are found
+in a regular wheel install as well as in an editable one); ``examples/hw/`` links to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import numbers
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+__all__ = [
+    "HardwareError",
+    "TensorCores",
+    "VectorCores",
+    "GlobalBuffer",
+    "HBM",
+    "NetworkLevel",
+    "Accelerator",
+    "load_hardware",
+    "loads_toml",
+    "dumps_toml",
+    "preset_names",
+    "preset_path",
+    "PRESET_DIR",
+    "KiB",
+    "MiB",
+    "GiB",
+]
+
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+
+# The presets are package data: ``Path(__file__).parent`` is ``<repo>/phaze_ir`` in an editable
+# install (maturin's editable mode puts the repository root on sys.path) and
+# ``site-packages/phaze_ir`` in a regular install (maturin packages every file under the
+# ``phaze_ir/`` python-source directory, the TOML files included).  They are not looked up under
+# ``examples/``, which a wheel does not contain; ``examples/hw/*.toml`` are links to these files.
+PRESET_DIR = Path(__file__).resolve().parent / "hw_presets"
+
+
+class HardwareError(ValueError):
+    """A malformed hardware description.
+
+    The message is one line: ``<source>: <key path> = <value>: expected <what>`` (or a variant for
+    unknown / missing keys, syntax errors, missing files and unknown presets).  ``source`` is the
+    file (as the user named it) or a label such as ``<dict>``; ``key_path`` is the dotted path of
+    the offending key (``tensor_cores.pe_x``, ``network[1].group_size``) or ``None``.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, key_path: str | None = None):
+        self.source = source
+        self.key_path = key_path
+        self.detail = message
+        super().__init__(f"{source}: {message}" if source else message)
+
+
+# --------------------------------------------------------------------------------------------
+# Field checking, shared by the dataclass constructors and the dict/TOML loader
+# --------------------------------------------------------------------------------------------
+
+try:  # numpy is a dependency of the package, but this module does not need it otherwise
+    from numpy import bool_ as np_bool
+except ImportError:  # pragma: no cover
+    np_bool = bool
+
+# kind -> what the message says is expected
+_EXPECTED = {
+    "pos_int": "a positive integer",
+    "pos_float": "a positive number",
+    "nonneg_float": "a non-negative number",
+    "name": "a non-empty string",
+}
+
+
+def _show(value: Any) -> str:
+    """Render a value as it would appear in TOML, for error messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{...} (a table)"
+    if isinstance(value, (list, tuple)):
+        return "[...] (an array)"
+    if isinstance(value, float):
+        return _fmt_float(value)
+    return str(value)
+
+
+def _type_hint(value: Any) -> str:
+    if isinstance(value, bool):
+        return " (got a boolean)"
+    if isinstance(value, str):
+        return " (got a string; units are in the key name, write a bare number)"
+    if isinstance(value, dict):
+        return " (got a table)"
+    if isinstance(value, (list, tuple)):
+        return " (got an array)"
+    return ""
+
+
+def _fail(source: str | None, path: str, value: Any, expected: str) -> HardwareError:
+    return HardwareError(f"{path} = {_show(value)}: expected {expected}", source=source, key_path=path)
+
+
+def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
+    """Validate and normalise one scalar field; returns the normalised value."""
+    optional = kind.startswith("opt_")
+    base = kind[4:] if optional else kind
+    if value is None and optional:
+        return None
+    expected = _EXPECTED[base]
+    if base == "name":
+        if not isinstance(value, str):
+            raise _fail(source, path, value, expected + _type_hint(value))
+        if not value.strip():
+            raise _fail(source, path, value, expected)
+        return value
+    # numbers.Real covers int, float and numpy scalars; bool is an int to Python, never here.
+    if isinstance(value, (bool, np_bool)) or not isinstance(value, numbers.Real):
+        raise _fail(source, path, value, expected + _type_hint(value))
+    if not isinstance(value, numbers.Integral):
+        value = float(value)
+        if not math.isfinite(value):
+            raise _fail(source, path, value, expected)
+    if base == "pos_int":
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise _fail(source, path, value, expected)
+            value = int(value)
+        if value <= 0:
+            raise _fail(source, path, value, expected)
+        return int(value)
+    if base == "pos_float":
+        if value <= 0:
+            raise _fail(source, path, value, expected)
+        return float(value)
+    if base == "nonneg_float":
+        if value < 0:
+            raise _fail(source, path, value, expected)
+        return float(value)
+    raise AssertionError(kind)  # pragma: no cover
+
+
+def _spec(kind: str, doc: str, **kw: Any) -> Any:
+    """A dataclass field carrying its validation kind and its documentation (meaning + unit)."""
+    return field(metadata={"kind": kind, "doc": doc}, **kw)
+
+
+_SCALAR_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _validate_fields(obj: Any) -> None:
+    """``__post_init__`` body: check and normalise every scalar field of a frozen dataclass."""
+    cls = type(obj)
+    scalars = _SCALAR_FIELDS.get(cls)
+    if scalars is None:  # (name, kind) of the scalar fields, computed once per class
+        scalars = tuple((f.name, f.metadata["kind"]) for f in dataclasses.fields(cls)
+                        if f.metadata.get("kind") not in ("table", "levels"))
+        _SCALAR_FIELDS[cls] = scalars
+    for name, kind in scalars:
+        value = getattr(obj, name)
+        checked = _check(kind, value, name, cls.__name__)
+        if checked is not value:
+            object.__setattr__(obj, name, checked)
+
+
+# --------------------------------------------------------------------------------------------
+# The description
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorCores:
+    """The chip's tensor cores: ``count`` identical systolic PE arrays of ``pe_x × pe_y`` MACs.
+
+    Attributes:
+        count: number of tensor cores on the chip.
+        pe_x: PE-array width W (the paper's ``width``), in processing elements.
+        pe_y: PE-array depth D (the paper's ``depth``), in processing elements.
+        buffer_bytes: each core's private buffer (the area model's L2), in bytes.  Defaults to
+            what the area model assumes, ``max(1 KiB, 16·pe_x·pe_y)`` bytes (16 B per PE).
+    """
+
+    count: int = _spec("pos_int", "number of tensor cores")
+    pe_x: int = _spec("pos_int", "PE-array width W (PEs)")
+    pe_y: int = _spec("pos_int", "PE-array depth D (PEs)")
+    buffer_bytes: int = _spec(  # type: ignore[assignment]
+        "opt_pos_int", "per-core buffer (bytes); default max(1 KiB, 16*pe_x*pe_y)", default=None
+    )
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+        if self.buffer_bytes is None:
+            object.__setattr__(self, "buffer_bytes", default_tc_buffer_bytes(self.pe_x, self.pe_y))
+
+    @property
+    def macs_per_cycle(self) -> int:
+        """Multiply-accumulates per clock cycle over all tensor cores (count·pe_x·pe_y)."""
+        return self.count * self.pe_x * self.pe_y
+
+
+@dataclass(frozen=True)
+class VectorCores:
+    """The chip's vector (SIMD) cores: ``count`` cores of ``width`` lanes, one op per lane per cycle.
+
+    Attributes:
+        count: number of vector cores on the chip.
+        width: lanes per core (the paper's ``width_vc``); each lane does one element op per cycle.
+        buffer_bytes: each core's private buffer, in bytes.  Defaults to what the area model
+            assumes, ``max(1 KiB, 16·width)`` bytes.
+    """
+
+    count: int = _spec("pos_int", "number of vector cores")
+    width: int = _spec("pos_int", "lanes per vector core")
+    buffer_bytes: int = _spec(  # type: ignore[assignment]
+        "opt_pos_int", "per-core buffer (bytes); default max(1 KiB, 16*width)", default=None
+    )
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+        if self.buffer_bytes is None:
+            object.__setattr__(self, "buffer_bytes", default_vc_buffer_bytes(self.width))
+
+
+@dataclass(frozen=True)
+class GlobalBuffer:
+    """The on-chip global buffer (SRAM) shared by all cores.
+
+    Attributes:
+        bytes: capacity, in bytes.
+        bandwidth_Bps: bandwidth between the global buffer and the cores, in bytes per second.
+    """
+
+    bytes: int = _spec("pos_int", "capacity (bytes)")
+    bandwidth_Bps: float = _spec("pos_float", "bandwidth to the cores (bytes/s)")
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+
+
+@dataclass(frozen=True)
+class HBM:
+    """Off-chip high-bandwidth memory of one accelerator.
+
+    Attributes:
+        bytes: capacity, in bytes.
+        bandwidth_Bps: bandwidth between HBM and the chip, in bytes per second.
+    """
+
+    bytes: int = _spec("pos_int", "capacity (bytes)")
+    bandwidth_Bps: float = _spec("pos_float", "bandwidth to the chip (bytes/s)")
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+
+
+@dataclass(frozen=True)
+class NetworkLevel:
+    """One level of the cluster network (levels are listed innermost first).
+
+    Devices are grouped hierarchically: a group of ``group_size`` devices shares this level (e.g.
+    8 GPUs of a node on NVLink); each level's groups are made of whole groups of the level below,
+    and the last level spans the cluster (its ``group_size`` is the largest cluster the
+    description is meant for).  A flat network is the one-level case.
+
+    Attributes:
+        name: label of the level (``"node"``, ``"cluster"``, ...), unique within the network.
+        group_size: number of devices in one group at this level.
+        bandwidth_Bps: bandwidth one device can send to the others of its group at this level,
+            per direction, in bytes per second (the β of an α–β model is ``1 / bandwidth_Bps``).
+        latency_s: per-message (per-step) latency at this level, in seconds (the α).
+    """
+
+    name: str = _spec("name", "label of the level")
+    group_size: int = _spec("pos_int", "devices per group at this level")
+    bandwidth_Bps: float = _spec("pos_float", "per-device, per-direction bandwidth (bytes/s)")
+    latency_s: float = _spec("nonneg_float", "per-message latency (s)")
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+
+
+_TABLES: dict[str, type] = {
+    "tensor_cores": TensorCores,
+    "vector_cores": VectorCores,
+    "global_buffer": GlobalBuffer,
+    "hbm": HBM,
+}
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator chip, its memory, its precision and the network of the cluster it is in.
+
+    Attributes:
+        name: label of the chip (``"tpuv4"``).
+        clock_hz: core clock, in hertz.
+        tensor_cores: the systolic PE arrays, see :class:`TensorCores`.
+        vector_cores: the SIMD cores, see :class:`VectorCores`.
+        global_buffer: the shared on-chip SRAM, see :class:`GlobalBuffer`.
+        hbm: the off-chip memory, see :class:`HBM`.
+        bytes_per_element: bytes of one tensor element at the training precision (2 for fp16).
+        network: the network levels, innermost first, see :class:`NetworkLevel`.
+        power_w: optional chip power, in watts (informative; nothing derives from it).
+        cost_usd: optional chip cost, in US dollars (informative).
+        area_mm2: optional chip area as given (e.g. a datasheet die size), in mm².  When the
+            configuration is within the area model's domain, :attr:`area_um2` uses the model
+            instead.
+
+    Derived: :attr:`peak_tensor_flops`, :attr:`peak_vector_flops`, :attr:`area_um2`.
+    """
+
+    name: str = _spec("name", "label of the chip")
+    clock_hz: float = _spec("pos_float", "core clock (Hz)")
+    tensor_cores: TensorCores = _spec("table", "tensor cores")
+    vector_cores: VectorCores = _spec("table", "vector cores")
+    global_buffer: GlobalBuffer = _spec("table", "global buffer")
+    hbm: HBM = _spec("table", "HBM")
+    bytes_per_element: int = _spec("pos_int", "bytes per element (precision)")
+    network: tuple[NetworkLevel, ...] = _spec("levels", "network levels, innermost first")
+    power_w: float | None = _spec("opt_pos_float", "chip power (W)", default=None)
+    cost_usd: float | None = _spec("opt_pos_float", "chip cost (USD)", default=None)
+    area_mm2: float | None = _spec("opt_pos_float", "given chip area (mm^2)", default=None)
+
+    # Top-level scalar keys first, then tables, then the network array: the order of to_dict()
+    # and of the TOML files (TOML needs the scalars before the first table).
+    _KEY_ORDER: ClassVar[tuple[str, ...]] = (
+        "name", "clock_hz", "bytes_per_element", "power_w", "cost_usd", "area_mm2",
+        "tensor_cores", "vector_cores", "global_buffer", "hbm", "network",
+    )
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+        for key, cls in _TABLES.items():
+            value = getattr(self, key)
+            if not isinstance(value, cls):
+                raise HardwareError(f"{key} = {value!r}: expected a {cls.__name__}", source="Accelerator",
+                                    key_path=key)
+        levels = tuple(self.network) if isinstance(self.network, (list, tuple)) else self.network
+        if not isinstance(levels, tuple) or not all(isinstance(lv, NetworkLevel) for lv in levels):
+            raise HardwareError(f"network = {self.network!r}: expected a sequence of NetworkLevel",
+                                source="Accelerator", key_path="network")
+        _check_network(levels, "Accelerator")
+        object.__setattr__(self, "network", levels)
+
+    # -- derived quantities --------------------------------------------------------------------
+
+    @property
+    def peak_tensor_flops(self) -> float:
+        """Peak tensor-core throughput in FLOP/s: 2 · count · pe_x · pe_y · clock (a MAC is 2)."""
+        return 2.0 * self.tensor_cores.macs_per_cycle * self.clock_hz
+
+    @property
+    def peak_vector_flops(self) -> float:
+        """Peak vector-core throughput in FLOP/s: count · width · clock (one op per lane per cycle)."""
+        return float(self.vector_cores.count * self.vector_cores.width) * self.clock_hz
+
+    @property
+    def modeled_area_um2(self) -> float | None:
+        """Chip area in µm² from the 22 nm area model (``passes.algorithms.area``), or ``None``
+        when the configuration is outside the model's domain (a per-core buffer or a global
+        buffer size that its SRAM tables do not list)."""
+        # Imported here: the area model is pure numpy code in passes/algorithms, and the IR
+        # package should not need it to import.
+        from passes.algorithms import area
+
+        tc, vc = self.tensor_cores, self.vector_cores
+        if not area.in_domain(tc.buffer_bytes, vc.buffer_bytes, self.global_buffer.bytes):
+            return None
+        return float(area.chip_area_um2(tc.count, tc.pe_x, tc.pe_y, vc.count, vc.width,
+                                        self.global_buffer.bytes, tc_buffer_bytes=tc.buffer_bytes,
+                                        vc_buffer_bytes=vc.buffer_bytes))
+
+    @property
+    def area_um2(self) -> float | None:
+        """Chip area in µm²: the area model's when in its domain, else the given ``area_mm2``
+        (converted), else ``None``."""
+        modeled = self.modeled_area_um2
+        if modeled is not None:
+            return modeled
+        return None if self.area_mm2 is None else self.area_mm2 * 1e6
+
+    @property
+    def max_devices(self) -> int:
+        """Largest number of devices the network describes (the last level's group size)."""
+        return self.network[-1].group_size
+
+    def network_level(self, num_devices: int) -> NetworkLevel:
+        """The innermost level whose groups hold ``num_devices`` devices (a group of that many
+        devices communicates at that level's bandwidth and latency)."""
+        for level in self.network:
+            if num_devices <= level.group_size:
+                return level
+        raise ValueError(f"{num_devices} devices exceed the network of {self.name!r} "
+                         f"(largest level {self.network[-1].name!r} holds {self.max_devices})")
+
+    # -- plain data ------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain JSON-able dict, keys in a fixed order (scalars, tables, network); optional
+        fields that are ``None`` are left out.  ``Accelerator.from_dict(a.to_dict()) == a``."""
+        out: dict[str, Any] = {}
+        for key in self._KEY_ORDER:
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if key in _TABLES:
+                out[key] = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+            elif key == "network":
+                out[key] = [{f.name: getattr(lv, f.name) for f in dataclasses.fields(lv)} for lv in value]
+            else:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "<dict>", prefix: str = "") -> Accelerator:
+        """Build an accelerator from a plain dict (the form of :meth:`to_dict` and of the TOML
+        files), checking every key.  ``source`` names where the dict came from in error messages;
+        ``prefix`` is prepended to key paths (for a description nested in a larger file)."""
+        if not isinstance(data, dict):
+            raise HardwareError(f"{prefix.rstrip('.') or 'hardware description'} = {_show(data)}: "
+                                "expected a table", source=source, key_path=prefix.rstrip(".") or None)
+        _reject_unknown(data, cls, prefix, source)
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            path = prefix + f.name
+            kind = f.metadata["kind"]
+            if f.name not in data:
+                if f.default is dataclasses.MISSING:
+                    raise _missing(kind, path, source, _TABLES.get(f.name))
+                continue
+            value = data[f.name]
+            if kind == "table":
+                kwargs[f.name] = _parse_table(_TABLES[f.name], value, path, source)
+            elif kind == "levels":
+                kwargs[f.name] = _parse_levels(value, path, source)
+            else:
+                kwargs[f.name] = _check(kind, value, path, source)
+        return cls(**kwargs)
+
+
+def default_tc_buffer_bytes(pe_x: int, pe_y: int) -> int:
+    """The per-tensor-core buffer the area model assumes: max(1 KiB, 16 B per PE)."""
+    return max(KiB, 16 * pe_x * pe_y)
+
+
+def default_vc_buffer_bytes(width: int) -> int:
+    """The per-vector-core buffer the area model assumes: max(1 KiB, 16 B per lane)."""
+    return max(KiB, 16 * width)
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _reject_unknown(data: dict, cls: type, prefix: str, source: str | None) -> None:
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
+            raise HardwareError(f"unknown key '{prefix}{key}'{hint}", source=source,
+                                key_path=prefix + str(key))
+
+
+def _missing(kind: str, path: str, source: str | None, table: type | None = None) -> HardwareError:
+    if kind == "table":
+        assert table is not None
+        keys = ", ".join(f.name for f in dataclasses.fields(table))
+        what = f"a table with {keys}"
+    elif kind == "levels":
+        what = "one or more [[network]] levels"
+    else:
+        what = _EXPECTED[kind.removeprefix("opt_")]
+    return HardwareError(f"missing required key '{path}' ({what})", source=source, key_path=path)
+
+
+def _parse_table(cls: type, value: Any, path: str, source: str | None) -> Any:
+    if not isinstance(value, dict):
+        raise _fail(source, path, value, "a table" + _type_hint(value))
+    _reject_unknown(value, cls, path + ".", source)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        fpath = f"{path}.{f.name}"
+        if f.name not in value:
+            if f.default is dataclasses.MISSING:
+                raise _missing(f.metadata["kind"], fpath, source)
+            continue
+        kwargs[f.name] = _check(f.metadata["kind"], value[f.name], fpath, source)
+    return cls(**kwargs)
+
+
+def _parse_levels(value: Any, path: str, source: str | None) -> tuple[NetworkLevel, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise _fail(source, path, value, "one or more [[network]] levels (an array of tables)")
+    levels = tuple(_parse_table(NetworkLevel, lv, f"{path}[{i}]", source) for i, lv in enumerate(value))
+    _check_network(levels, source, path)
+    return levels
+
+
+def _check_network(levels: tuple[NetworkLevel, ...], source: str | None, path: str = "network") -> None:
+    if not levels:
+        raise HardwareError(f"{path} = []: expected one or more network levels", source=source, key_path=path)
+    seen: set[str] = set()
+    for i, level in enumerate(levels):
+        if level.name in seen:
+            raise _fail(source, f"{path}[{i}].name", level.name, "a name not used by another level")
+        seen.add(level.name)
+        if i == 0:
+            continue
+        inner = levels[i - 1].group_size
+        if level.group_size <= inner or level.group_size % inner:
+            raise _fail(source, f"{path}[{i}].group_size", level.group_size,
+                        f"a multiple of {path}[{i - 1}].group_size = {inner} larger than it "
+                        "(levels go innermost first, each made of whole groups of the one before)")
+
+
+# --------------------------------------------------------------------------------------------
+# Files and presets
+# --------------------------------------------------------------------------------------------
+
+
+def preset_names() -> list[str]:
+    """Names of the hardware presets shipped with the package, sorted."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def preset_path(name: str) -> Path:
+    """The TOML file of preset ``name``; :class:`HardwareError` listing the known ones if none."""
+    path = PRESET_DIR / f"{name}.toml"
+    if not path.is_file():
+        known = preset_names()
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise HardwareError(f"unknown hardware preset '{name}'{hint}; known presets: {', '.join(known)} "
+                            "(or give the path of a .toml file)")
+    return path
+
+
+def _looks_like_path(name: str) -> bool:
+    return "/" in name or os.sep in name or name.endswith(".toml") or name.startswith(".")
+
+
+def load_hardware(name_or_path: str | os.PathLike[str]) -> Accelerator:
+    """Load an accelerator from a preset name (``tpuv4``, ``a100``, ``h100``: see
+    :func:`preset_names`) or from the path of a TOML file.  A string with a ``/`` or ending in
+    ``.toml`` is a path; any other string is a preset name."""
+    if isinstance(name_or_path, str) and not _looks_like_path(name_or_path):
+        path = preset_path(name_or_path)
+        return _load_file(path, source=path.name)
+    path = Path(name_or_path)
+    return _load_file(path, source=str(name_or_path))
+
+
+def _load_file(path: Path, source: str) -> Accelerator:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise HardwareError("no such file", source=source) from None
+    except IsADirectoryError:
+        raise HardwareError("is a directory, expected a TOML file", source=source) from None
+    except UnicodeDecodeError as exc:
+        raise HardwareError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", source=source) from None
+    except OSError as exc:
+        raise HardwareError(f"cannot read: {exc.strerror}", source=source) from None
+    return loads_toml(text, source=source)
+
+
+def parse_toml(text: str, source: str, error: type[HardwareError] = HardwareError) -> dict[str, Any]:
+    """``tomllib.loads`` with syntax errors turned into ``error`` with the message
+    ``<source>: TOML syntax error: <what> (at line L, column C)``."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"TOML syntax error: {exc}", source=source) from None
+
+
+def loads_toml(text: str, source: str = "<string>") -> Accelerator:
+    """Parse a hardware description from TOML text; ``source`` names it in error messages."""
+    data = parse_toml(text, source)
+    return Accelerator.from_dict(data, source=source)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):  # pragma: no cover - no boolean fields today
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
+    if isinstance(value, int):
+        return f"{value:_}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        return _fmt_float(value)
+    raise TypeError(value)  # pragma: no cover
+
+
+def _fmt_float(value: float) -> str:
+    """Shortest text that reads back as the same float, in scientific form for large or small
+    magnitudes (1050000000.0 -> 1.05e9); valid TOML for finite values."""
+    text = repr(value)
+    if "e" in text:  # 2e-06 -> 2e-6
+        mantissa, exponent = text.split("e")
+        return f"{mantissa}e{int(exponent)}"
+    if math.isfinite(value) and (abs(value) >= 1e6 or 0 < abs(value) < 1e-3):
+        for digits in range(17):
+            sci = f"{value:.{digits}e}"
+            if float(sci) == value:
+                mantissa, exponent = sci.split("e")
+                return f"{mantissa}e{int(exponent)}"
+    return text
+
+
+def dumps_toml(acc: Accelerator) -> str:
+    """The TOML text of an accelerator (the format of the preset files, without their comments);
+    ``loads_toml(dumps_toml(a)) == a``."""
+    data = acc.to_dict()
+    lines = [
+        "# phaze hardware description. Units are SI and named in each key: *_hz Hz, bytes / *_bytes",
+        "# bytes, *_Bps bytes per second, *_s seconds, *_w watts, *_usd US dollars, *_mm2 mm^2.",
+    ]
+    for key, value in data.items():
+        if not isinstance(value, (dict, list)):
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, value in data.items():
+        if isinstance(value, dict):
+            lines.append("")
+            lines.append(f"[{key}]")
+            lines.extend(f"{k} = {_toml_value(v)}" for k, v in value.items())
+    for level in data["network"]:
+        lines.append("")
+        lines.append("[[network]]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in level.items())
+    return "\n".join(lines) + "\n"
