@@ -1,0 +1,633 @@
+"""The accelerator architecture space: every on-chip configuration the search may pick.
+
+A candidate is ``(num_tc, num_vc, width, depth, width_vc, glb_bytes)``: ``num_tc`` tensor cores of
+``width × depth`` PEs (``pe_x × pe_y`` in :mod:`phaze_ir.hardware`), ``num_vc`` vector cores of
+``width_vc`` lanes and a global buffer of ``glb_bytes``.  A candidate is kept when its area ``A``
+(:mod:`passes.algorithms.area`, µm²) satisfies ``lower_fraction · budget ≤ A ≤ budget``; the
+lower bound is waived when ``num_tc == 1`` or ``num_vc == 1`` (as in the paper's code).
+
+Everything else (clock, precision, HBM and global-buffer bandwidths, network) comes from a
+*template* accelerator.  HBM capacity is a separate axis (``hbm_bytes`` options): it costs no chip
+area and changes no per-operator latency, only what fits in memory, so it is not multiplied into
+the candidates; :meth:`ArchSpace.accelerator` takes the HBM capacity as an argument.
+
+The paper's space (:func:`paper_space`, ``examples/spaces/paper.toml``): num_tc, num_vc ∈ {1 … 4096},
+width, depth ∈ {2 … 256}, width_vc = width, global buffer ∈ {2 … 128} MiB, all powers of two:
+75,712 candidates, 29,360 within the area rule, HBM ∈ {32, 64, 80} GiB, budget = the area of the
+TPUv4-like chip (278.83 mm²).
+
+**Order.**  Candidates are enumerated lexicographically over the axes ``num_tc, num_vc, width,
+depth, width_vc, glb_bytes`` (``num_tc`` outermost), each axis in the order its values are given;
+``{min, max}`` ranges run from ``max`` down to ``min``.  For the paper's space this is exactly the
+order of the reference's ``cores.json`` (descending), so row ``i`` here is row ``i`` there.
+
+Generation is vectorized: the area is computed by broadcasting over the axes (no Python loop over
+candidates) and the kept candidates are one structured numpy array, :attr:`ArchSpace.configs`.
+
+Space files (TOML), units in key names (``glb_MiB``, ``hbm_GiB``, ``budget_mm2``)::
+
+    name = "paper"
+    [template]                  # everything not searched
+    hardware = "tpuv4"          # a preset name, or a TOML path relative to this file
+    clock_hz = 1.05e9           # optional overrides, same keys as a hardware file
+    [area]
+    budget_of = "tpuv4"         # the area of that hardware (preset or path); or budget_mm2 = 278.83
+    lower_fraction = 0.3        # optional, default 0.3
+    waive_lower_bound_single_core = true   # optional, default true
+    [search]                    # each: an integer, a list, or {min = a, max = b} (powers of two)
+    num_tc = { min = 1, max = 4096 }
+    num_vc = { min = 1, max = 4096 }
+    width = { min = 2, max = 256 }
+    depth = { min = 2, max = 256 }
+    width_vc = "width"          # tied to width (or "depth"), or values like the others
+    glb_MiB = { min = 2, max = 128 }
+    hbm_GiB = [32, 64, 80]      # optional, default the template's HBM
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from passes.algorithms import area as area_model
+from phaze_ir.hardware import (
+    HBM,
+    Accelerator,
+    GiB,
+    GlobalBuffer,
+    HardwareError,
+    MiB,
+    TensorCores,
+    VectorCores,
+    load_hardware,
+    parse_toml,
+)
+
+__all__ = [
+    "ArchSpaceError",
+    "SpaceSpec",
+    "ArchSpace",
+    "CONFIG_DTYPE",
+    "AXES",
+    "paper_spec",
+    "paper_space",
+    "load_space",
+    "loads_space",
+    "spec_from_dict",
+]
+
+#: The searched axes, outermost first (the enumeration order).
+AXES = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes")
+
+#: One row of :attr:`ArchSpace.configs`.  Buffers in bytes, area in µm².
+CONFIG_DTYPE = np.dtype([
+    ("num_tc", np.int64),
+    ("num_vc", np.int64),
+    ("width", np.int64),
+    ("depth", np.int64),
+    ("width_vc", np.int64),
+    ("glb_bytes", np.int64),
+    ("tc_buffer_bytes", np.int64),
+    ("vc_buffer_bytes", np.int64),
+    ("area_um2", np.float64),
+])
+
+_TIES = ("width", "depth")
+
+
+class ArchSpaceError(HardwareError):
+    """A malformed architecture space (file or :class:`SpaceSpec`).  A :class:`HardwareError`, so
+    one ``except`` clause catches errors of the space file and of the hardware it names; the
+    message has the same one-line form (``<file>: <key path> = <value>: expected <what>``)."""
+
+
+@dataclass(frozen=True)
+class SpaceSpec:
+    """What to enumerate.  Value tuples are in enumeration order.
+
+    Attributes:
+        template: the accelerator that supplies everything not searched (clock, precision, HBM
+            and global-buffer bandwidths, network); its core counts, shapes and buffer sizes are
+            replaced by each candidate's.
+        num_tc: tensor-core counts.
+        num_vc: vector-core counts.
+        width: PE-array widths W (PEs), the hardware's ``pe_x``.
+        depth: PE-array depths D (PEs), the hardware's ``pe_y``.
+        width_vc: vector widths (lanes), or ``"width"`` / ``"depth"`` to tie it to that axis.
+        glb_bytes: global-buffer capacities, bytes.
+        budget_um2: the area budget, µm².
+        lower_fraction: candidates below ``lower_fraction · budget_um2`` are dropped...
+        waive_lower_bound_single_core: ...unless ``num_tc == 1`` or ``num_vc == 1`` and this is set.
+        hbm_bytes: HBM capacity options, bytes (empty: the template's).
+        name: label of the space (prefix of candidate names).
+    """
+
+    template: Accelerator
+    num_tc: tuple[int, ...]
+    num_vc: tuple[int, ...]
+    width: tuple[int, ...]
+    depth: tuple[int, ...]
+    width_vc: tuple[int, ...] | str
+    glb_bytes: tuple[int, ...]
+    budget_um2: float
+    lower_fraction: float = 0.3
+    waive_lower_bound_single_core: bool = True
+    hbm_bytes: tuple[int, ...] = ()
+    name: str = "space"
+
+    def __post_init__(self) -> None:
+        src = f"SpaceSpec {self.name!r}"
+        if not isinstance(self.template, Accelerator):
+            raise ArchSpaceError(f"template = {self.template!r}: expected an Accelerator", source=src)
+        for axis in ("num_tc", "num_vc", "width", "depth", "glb_bytes", "hbm_bytes"):
+            value = getattr(self, axis)
+            if axis == "hbm_bytes" and value == ():
+                continue
+            object.__setattr__(self, axis, _int_values(value, axis, src))
+        if isinstance(self.width_vc, str):
+            if self.width_vc not in _TIES:
+                raise ArchSpaceError(f'width_vc = "{self.width_vc}": expected values or one of '
+                                     f'{", ".join(repr(t) for t in _TIES)} (a tie)', source=src)
+        else:
+            object.__setattr__(self, "width_vc", _int_values(self.width_vc, "width_vc", src))
+        budget = self.budget_um2
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
+            raise ArchSpaceError(f"budget_um2 = {budget!r}: expected a positive number", source=src)
+        object.__setattr__(self, "budget_um2", float(budget))
+        frac = self.lower_fraction
+        if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac <= 1:
+            raise ArchSpaceError(f"lower_fraction = {frac!r}: expected a number in [0, 1]", source=src)
+        object.__setattr__(self, "lower_fraction", float(frac))
+        if not isinstance(self.waive_lower_bound_single_core, bool):
+            raise ArchSpaceError(f"waive_lower_bound_single_core = {self.waive_lower_bound_single_core!r}: "
+                                 "expected a boolean", source=src)
+
+    @property
+    def hbm_options(self) -> tuple[int, ...]:
+        """HBM capacities (bytes) the candidates may be paired with."""
+        return self.hbm_bytes or (self.template.hbm.bytes,)
+
+    @property
+    def num_candidates(self) -> int:
+        """Size of the grid before the area rule."""
+        n = len(self.num_tc) * len(self.num_vc) * len(self.width) * len(self.depth) * len(self.glb_bytes)
+        return n * (1 if isinstance(self.width_vc, str) else len(self.width_vc))
+
+
+def _int_values(value: Any, axis: str, src: str) -> tuple[int, ...]:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (value,)
+    try:
+        values = tuple(value)
+    except TypeError:
+        raise ArchSpaceError(f"{axis} = {value!r}: expected a sequence of positive integers",
+                             source=src) from None
+    if not values:
+        raise ArchSpaceError(f"{axis} = (): expected at least one value", source=src)
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
+            raise ArchSpaceError(f"{axis} = {values!r}: expected positive integers (not {v!r})", source=src)
+    if len(set(values)) != len(values):
+        raise ArchSpaceError(f"{axis} = {values!r}: expected distinct values", source=src)
+    return tuple(int(v) for v in values)
+
+
+class ArchSpace:
+    """The candidates of a :class:`SpaceSpec` that satisfy its area rule.
+
+    ``len(space)`` candidates; ``space[i]`` is candidate ``i`` as an :class:`Accelerator` (with the
+    first HBM option); :meth:`accelerator` picks the HBM capacity.  :attr:`configs` is the
+    read-only structured array of all of them (fields of :data:`CONFIG_DTYPE`), the form the
+    vectorized cost passes use.
+    """
+
+    def __init__(self, spec: SpaceSpec, configs: np.ndarray, source: str | None = None):
+        if configs.dtype != CONFIG_DTYPE:
+            raise TypeError(f"configs must have dtype CONFIG_DTYPE, not {configs.dtype}")
+        configs.flags.writeable = False
+        self.spec = spec
+        self.configs = configs
+        self.source = source
+
+    # -- generation ------------------------------------------------------------------------------
+
+    @classmethod
+    def generate(cls, spec: SpaceSpec, *, source: str | None = None) -> ArchSpace:
+        """Enumerate ``spec``'s grid, compute every candidate's area by broadcasting over the axes,
+        keep those within the area rule, in the documented lexicographic order."""
+        src = source or f"SpaceSpec {spec.name!r}"
+        tied = isinstance(spec.width_vc, str)
+        axis_values = [spec.num_tc, spec.num_vc, spec.width, spec.depth]
+        if not tied:
+            axis_values.append(spec.width_vc)  # type: ignore[arg-type]
+        axis_values.append(spec.glb_bytes)
+        ndim = len(axis_values)
+
+        def along(k: int) -> np.ndarray:
+            shape = [1] * ndim
+            shape[k] = -1
+            return np.asarray(axis_values[k], dtype=np.int64).reshape(shape)
+
+        ntc, nvc, w, d = along(0), along(1), along(2), along(3)
+        wv = {"width": w, "depth": d}[spec.width_vc] if tied else along(4)  # type: ignore[index]
+        glb = along(ndim - 1)
+        _check_domain(spec, src)
+
+        area = area_model.chip_area_um2(ntc, w, d, nvc, wv, glb)
+        area = np.broadcast_to(area, tuple(len(v) for v in axis_values))
+        budget = spec.budget_um2
+        keep = area <= budget
+        lower_ok = area >= spec.lower_fraction * budget
+        if spec.waive_lower_bound_single_core:
+            lower_ok = lower_ok | (ntc == 1) | (nvc == 1)
+        keep &= lower_ok
+
+        flat = np.flatnonzero(keep)  # C order: lexicographic over the axes, num_tc outermost
+        index = np.unravel_index(flat, keep.shape)
+        configs = np.empty(len(flat), dtype=CONFIG_DTYPE)
+        configs["num_tc"] = np.asarray(spec.num_tc, dtype=np.int64)[index[0]]
+        configs["num_vc"] = np.asarray(spec.num_vc, dtype=np.int64)[index[1]]
+        configs["width"] = np.asarray(spec.width, dtype=np.int64)[index[2]]
+        configs["depth"] = np.asarray(spec.depth, dtype=np.int64)[index[3]]
+        configs["width_vc"] = (configs[spec.width_vc] if tied  # type: ignore[index]
+                               else np.asarray(spec.width_vc, dtype=np.int64)[index[4]])
+        configs["glb_bytes"] = np.asarray(spec.glb_bytes, dtype=np.int64)[index[-1]]
+        configs["tc_buffer_bytes"] = area_model.tc_buffer_bytes(configs["width"], configs["depth"])
+        configs["vc_buffer_bytes"] = area_model.vc_buffer_bytes(configs["width_vc"])
+        configs["area_um2"] = area.reshape(-1)[flat]
+        return cls(spec, configs, source=source)
+
+    # -- container protocol ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    def __getitem__(self, i: int) -> Accelerator:
+        return self.accelerator(i)
+
+    def __iter__(self) -> Iterator[Accelerator]:
+        for i in range(len(self)):
+            yield self.accelerator(i)
+
+    def __repr__(self) -> str:
+        return (f"ArchSpace({self.spec.name!r}: {len(self)} of {self.num_candidates} candidates, "
+                f"budget {self.spec.budget_um2 / 1e6:.2f} mm^2)")
+
+    @property
+    def num_candidates(self) -> int:
+        """Size of the grid before the area rule (75,712 for the paper's space)."""
+        return self.spec.num_candidates
+
+    @property
+    def hbm_options(self) -> tuple[int, ...]:
+        """HBM capacities (bytes) a candidate may be paired with."""
+        return self.spec.hbm_options
+
+    def column(self, name: str) -> np.ndarray:
+        """One field of :attr:`configs` (read-only view): ``num_tc``, ..., ``area_um2``."""
+        return self.configs[name]
+
+    def accelerator(self, i: int, hbm_bytes: int | None = None) -> Accelerator:
+        """Candidate ``i`` as a full :class:`Accelerator`: its cores and global buffer, per-core
+        buffers as the area model assumes, HBM of ``hbm_bytes`` (default: the first option), the
+        rest from the template.  Power, cost and given area are not carried over."""
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"candidate {i} out of range for a space of {n}")
+        row = self.configs[i]
+        t = self.spec.template
+        hbm = self.hbm_options[0] if hbm_bytes is None else int(hbm_bytes)
+        glb = int(row["glb_bytes"])
+        name = (f"{self.spec.name}:tc{int(row['num_tc'])}x{int(row['width'])}x{int(row['depth'])}"
+                f"-vc{int(row['num_vc'])}x{int(row['width_vc'])}-glb{_fmt_size(glb)}-hbm{_fmt_size(hbm)}")
+        return Accelerator(
+            name=name,
+            clock_hz=t.clock_hz,
+            tensor_cores=TensorCores(count=int(row["num_tc"]), pe_x=int(row["width"]), pe_y=int(row["depth"]),
+                                     buffer_bytes=int(row["tc_buffer_bytes"])),
+            vector_cores=VectorCores(count=int(row["num_vc"]), width=int(row["width_vc"]),
+                                     buffer_bytes=int(row["vc_buffer_bytes"])),
+            global_buffer=GlobalBuffer(bytes=glb, bandwidth_Bps=t.global_buffer.bandwidth_Bps),
+            hbm=HBM(bytes=hbm, bandwidth_Bps=t.hbm.bandwidth_Bps),
+            bytes_per_element=t.bytes_per_element,
+            network=t.network,
+        )
+
+    def find(self, *, num_tc: int, num_vc: int, width: int, depth: int, glb_bytes: int,
+             width_vc: int | None = None) -> int | None:
+        """Index of the candidate with these values (``width_vc`` defaults to the tie or to
+        ``width``), or ``None`` if it is not in the space."""
+        if width_vc is None:
+            width_vc = depth if self.spec.width_vc == "depth" else width
+        c = self.configs
+        hit = np.flatnonzero((c["num_tc"] == num_tc) & (c["num_vc"] == num_vc) & (c["width"] == width)
+                             & (c["depth"] == depth) & (c["width_vc"] == width_vc)
+                             & (c["glb_bytes"] == glb_bytes))
+        return int(hit[0]) if len(hit) else None
+
+    def records(self) -> list[dict[str, Any]]:
+        """The candidates as plain dicts (field names of :data:`CONFIG_DTYPE`)."""
+        names = CONFIG_DTYPE.names
+        assert names is not None
+        cols = [self.configs[n].tolist() for n in names]
+        return [dict(zip(names, row)) for row in zip(*cols)]
+
+
+def _fmt_size(nbytes: int) -> str:
+    if nbytes % GiB == 0:
+        return f"{nbytes // GiB}GiB"
+    if nbytes % MiB == 0:
+        return f"{nbytes // MiB}MiB"
+    return f"{nbytes}B"
+
+
+def _check_domain(spec: SpaceSpec, src: str, paths: dict[str, str] | None = None) -> None:
+    """Every value must be inside the area model's tables; say which axis value is not."""
+    p = {"width": "width", "depth": "depth", "width_vc": "width_vc", "glb_bytes": "glb_bytes"}
+    p.update(paths or {})
+    sram = ", ".join(area_model._fmt_bytes(k) for k in area_model.SRAM_AREA_UM2)
+    for g in spec.glb_bytes:
+        if g not in area_model.GLB_AREA_UM2:
+            sizes = ", ".join(area_model._fmt_bytes(k) for k in area_model.GLB_AREA_UM2)
+            shown = f"{g / MiB:g}" if p["glb_bytes"].endswith("MiB") else str(g)
+            raise ArchSpaceError(f"{p['glb_bytes']} = {shown}: expected a global buffer the area model "
+                                 f"lists ({sizes})", source=src, key_path=p["glb_bytes"])
+    for w in spec.width:
+        for d in spec.depth:
+            buf = area_model.tc_buffer_bytes(w, d)
+            if buf not in area_model.SRAM_AREA_UM2:
+                raise ArchSpaceError(
+                    f"{p['width']} = {w} with {p['depth']} = {d}: a {w} x {d} PE array has a "
+                    f"{area_model._fmt_bytes(buf)} per-core buffer (16 B per PE), outside the area "
+                    f"model's table ({sram})", source=src, key_path=p["width"])
+    vc_axis = p[spec.width_vc] if isinstance(spec.width_vc, str) else p["width_vc"]
+    vc_values = getattr(spec, spec.width_vc) if isinstance(spec.width_vc, str) else spec.width_vc
+    for wv in vc_values:
+        buf = area_model.vc_buffer_bytes(wv)
+        if buf not in area_model.SRAM_AREA_UM2:
+            raise ArchSpaceError(
+                f"{vc_axis} = {wv}: a {wv}-lane vector core has a {area_model._fmt_bytes(buf)} "
+                f"per-core buffer (16 B per lane), outside the area model's table ({sram})",
+                source=src, key_path=vc_axis)
+
+
+# --------------------------------------------------------------------------------------------
+# The paper's space
+# --------------------------------------------------------------------------------------------
+
+
+def _pow2_desc(lo: int, hi: int) -> tuple[int, ...]:
+    out = []
+    v = hi
+    while v >= lo:
+        out.append(v)
+        v //= 2
+    return tuple(out)
+
+
+def paper_spec(template: Accelerator | None = None) -> SpaceSpec:
+    """The paper's space (see the module docstring); template and budget: the ``tpuv4`` preset."""
+    tpu = load_hardware("tpuv4")
+    budget = tpu.area_um2
+    assert budget is not None
+    return SpaceSpec(
+        name="paper",
+        template=template or tpu,
+        num_tc=_pow2_desc(1, 4096),
+        num_vc=_pow2_desc(1, 4096),
+        width=_pow2_desc(2, 256),
+        depth=_pow2_desc(2, 256),
+        width_vc="width",
+        glb_bytes=tuple(m * MiB for m in _pow2_desc(2, 128)),
+        hbm_bytes=(32 * GiB, 64 * GiB, 80 * GiB),
+        budget_um2=budget,
+        lower_fraction=0.3,
+        waive_lower_bound_single_core=True,
+    )
+
+
+def paper_space(template: Accelerator | None = None) -> ArchSpace:
+    """The paper's 29,360 candidates (of 75,712), in the reference's order."""
+    return ArchSpace.generate(paper_spec(template))
+
+
+# --------------------------------------------------------------------------------------------
+# Space files
+# --------------------------------------------------------------------------------------------
+
+_TOP_KEYS = ("name", "template", "area", "search")
+_AREA_KEYS = ("budget_mm2", "budget_of", "lower_fraction", "waive_lower_bound_single_core")
+_SEARCH_KEYS = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_MiB", "hbm_GiB")
+_RANGE_KEYS = ("min", "max")
+
+
+def _err(src: str, path: str, value: Any, expected: str) -> ArchSpaceError:
+    return ArchSpaceError(f"{path} = {_show(value)}: expected {expected}", source=src, key_path=path)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_show(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return repr(value)
+
+
+def _unknown(data: dict, known: Sequence[str], prefix: str, src: str) -> None:
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
+            raise ArchSpaceError(f"unknown key '{prefix}{key}'{hint}", source=src, key_path=prefix + str(key))
+
+
+def _table(data: dict, key: str, src: str, prefix: str = "") -> dict:
+    if key not in data:
+        raise ArchSpaceError(f"missing required table [{prefix}{key}]", source=src, key_path=prefix + key)
+    value = data[key]
+    if not isinstance(value, dict):
+        raise _err(src, prefix + key, value, "a table")
+    return value
+
+
+def _is_pos_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _is_pow2(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+def _axis(value: Any, path: str, src: str, *, unit_scale: int = 1,
+          allow_fraction: bool = False) -> tuple[int, ...]:
+    """An integer, a list, or a ``{min, max}`` power-of-two range (descending), scaled to bytes."""
+    what = "a positive number" if allow_fraction else "a positive integer"
+
+    def one(v: Any, where: str) -> int:
+        ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+              and (allow_fraction or isinstance(v, int)))
+        if not ok:
+            raise _err(src, where, v, what)
+        scaled = v * unit_scale
+        if scaled != int(scaled):
+            raise _err(src, where, v, f"a whole number of bytes ({what} times {unit_scale})")
+        return int(scaled)
+
+    if isinstance(value, dict):
+        _unknown(value, _RANGE_KEYS, path + ".", src)
+        for k in _RANGE_KEYS:
+            if k not in value:
+                raise ArchSpaceError(f"missing required key '{path}.{k}' (a power of two)", source=src,
+                                     key_path=f"{path}.{k}")
+            v = value[k]
+            if not _is_pos_int(v) or not _is_pow2(v):
+                raise _err(src, f"{path}.{k}", v, "a power of two (ranges run over powers of two)")
+        lo, hi = value["min"], value["max"]
+        if lo > hi:
+            raise _err(src, path, value, "min <= max")
+        return tuple(one(v, path) for v in _pow2_desc(lo, hi))
+    if isinstance(value, list):
+        if not value:
+            raise _err(src, path, value, f"a non-empty list of {what}s")
+        out = tuple(one(v, f"{path}[{i}]") for i, v in enumerate(value))
+        if len(set(out)) != len(out):
+            raise _err(src, path, value, "distinct values")
+        return out
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (one(value, path),)
+    raise _err(src, path, value, f"{what}, a list of them, or a range {{min = a, max = b}}")
+
+
+def _resolve(ref: str, base_dir: Path | None) -> str | Path:
+    """A preset name stays a name; a path is taken relative to the space file's directory."""
+    if "/" in ref or os.sep in ref or ref.endswith(".toml") or ref.startswith("."):
+        p = Path(ref)
+        return p if p.is_absolute() or base_dir is None else base_dir / p
+    return ref
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def spec_from_dict(data: Any, *, source: str = "<dict>",
+                   base_dir: str | os.PathLike[str] | None = None) -> SpaceSpec:
+    """Build a :class:`SpaceSpec` from the dict form of a space file (see the module docstring).
+    ``base_dir`` resolves relative hardware paths (the space file's directory)."""
+    src = source
+    base = Path(base_dir) if base_dir is not None else None
+    if not isinstance(data, dict):
+        raise ArchSpaceError(f"space = {_show(data)}: expected a table", source=src)
+    _unknown(data, _TOP_KEYS, "", src)
+
+    name = data.get("name", Path(source).stem if source and not source.startswith("<") else "space")
+    if not isinstance(name, str) or not name:
+        raise _err(src, "name", name, "a non-empty string")
+
+    # [template]: a hardware reference plus optional overrides of its keys.
+    tmpl = _table(data, "template", src)
+    if "hardware" not in tmpl:
+        raise ArchSpaceError("missing required key 'template.hardware' (a preset name or a TOML path)",
+                             source=src, key_path="template.hardware")
+    ref = tmpl["hardware"]
+    if not isinstance(ref, str) or not ref:
+        raise _err(src, "template.hardware", ref, "a preset name or a TOML path")
+    template = load_hardware(_resolve(ref, base))
+    overrides = {k: v for k, v in tmpl.items() if k != "hardware"}
+    if overrides:
+        template = Accelerator.from_dict(_deep_merge(template.to_dict(), overrides), source=src,
+                                         prefix="template.")
+
+    # [area]
+    area = _table(data, "area", src)
+    _unknown(area, _AREA_KEYS, "area.", src)
+    if ("budget_mm2" in area) == ("budget_of" in area):
+        raise ArchSpaceError("[area] needs exactly one of 'budget_mm2' (a positive number) and "
+                             "'budget_of' (a preset name or hardware TOML path)", source=src, key_path="area")
+    if "budget_mm2" in area:
+        b = area["budget_mm2"]
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 or b != b or b == float("inf"):
+            raise _err(src, "area.budget_mm2", b, "a positive number")
+        budget_um2 = float(b) * 1e6
+    else:
+        ref = area["budget_of"]
+        if not isinstance(ref, str) or not ref:
+            raise _err(src, "area.budget_of", ref, "a preset name or a hardware TOML path")
+        hw = load_hardware(_resolve(ref, base))
+        if hw.area_um2 is None:
+            raise _err(src, "area.budget_of", ref, "hardware with an area (in the area model's domain, "
+                       "or with area_mm2 given)")
+        budget_um2 = hw.area_um2
+    frac = area.get("lower_fraction", 0.3)
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac <= 1:
+        raise _err(src, "area.lower_fraction", frac, "a number in [0, 1]")
+    waive = area.get("waive_lower_bound_single_core", True)
+    if not isinstance(waive, bool):
+        raise _err(src, "area.waive_lower_bound_single_core", waive, "true or false")
+
+    # [search]
+    search = _table(data, "search", src)
+    _unknown(search, _SEARCH_KEYS, "search.", src)
+    for key in ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_MiB"):
+        if key not in search:
+            raise ArchSpaceError(f"missing required key 'search.{key}' (an integer, a list, or "
+                                 "{min = a, max = b})", source=src, key_path=f"search.{key}")
+    axes = {k: _axis(search[k], f"search.{k}", src) for k in ("num_tc", "num_vc", "width", "depth")}
+    wv = search["width_vc"]
+    width_vc: tuple[int, ...] | str
+    if isinstance(wv, str):
+        if wv not in _TIES:
+            raise _err(src, "search.width_vc", wv, f'values, or "width" / "depth" to tie it to that axis')
+        width_vc = wv
+    else:
+        width_vc = _axis(wv, "search.width_vc", src)
+    glb = _axis(search["glb_MiB"], "search.glb_MiB", src, unit_scale=MiB, allow_fraction=True)
+    hbm: tuple[int, ...] = ()
+    if "hbm_GiB" in search:
+        hbm = _axis(search["hbm_GiB"], "search.hbm_GiB", src, unit_scale=GiB, allow_fraction=True)
+
+    spec = SpaceSpec(template=template, width_vc=width_vc, glb_bytes=glb, budget_um2=budget_um2,
+                     lower_fraction=frac, waive_lower_bound_single_core=waive, hbm_bytes=hbm, name=name,
+                     **axes)
+    _check_domain(spec, src, {k: f"search.{k}" for k in ("width", "depth", "width_vc")}
+                  | {"glb_bytes": "search.glb_MiB"})
+    return spec
+
+
+def loads_space(text: str, *, source: str = "<string>",
+                base_dir: str | os.PathLike[str] | None = None) -> ArchSpace:
+    """Parse a space from TOML text and generate it."""
+    data = parse_toml(text, source, ArchSpaceError)
+    return ArchSpace.generate(spec_from_dict(data, source=source, base_dir=base_dir), source=source)
+
+
+def load_space(path: str | os.PathLike[str]) -> ArchSpace:
+    """Load a space file (TOML, see the module docstring) and generate its candidates."""
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ArchSpaceError("no such file", source=str(path)) from None
+    except IsADirectoryError:
+        raise ArchSpaceError("is a directory, expected a TOML file", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ArchSpaceError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(path)) from None
+    return loads_space(text, source=str(path), base_dir=p.parent)
+
