@@ -78,7 +78,7 @@ pub struct Layer {
 pub struct NetLevel {
     /// Devices that share this level (e.g. 8 per node); the last level is the whole cluster.
     pub group_size: u64,
-    /// Per-link bandwidth (bytes/s).
+    /// Per-link bandwidth (bytes/s); `bandwidth_Bps` in the Python dicts.
     pub bandwidth_bps: f64,
     /// Per-message latency (s).
     pub latency_s: f64,
@@ -157,7 +157,7 @@ impl Problem {
             }
             if !(lv.bandwidth_bps.is_finite() && lv.bandwidth_bps > 0.0) {
                 return err(format!(
-                    "levels[{i}].bandwidth_bps must be finite and > 0, got {}",
+                    "levels[{i}].bandwidth_Bps must be finite and > 0, got {}",
                     lv.bandwidth_bps
                 ));
             }
