@@ -3,6 +3,7 @@
 //! Only conversions live here: plain data in, plain data out. The algorithms
 //! live in their own crates (plain Rust, `cargo test`ed without Python).
 use pyo3::prelude::*;
+mod placement;
 
 /// Version of the Rust extension; lets Python check that the `.so` it loaded
 /// matches the package it came with.
@@ -14,5 +15,6 @@ fn version() -> &'static str {
 #[pymodule]
 fn _phaze_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    placement::register(m)?;
     Ok(())
 }

@@ -1,0 +1,102 @@
+"""Type stub of the Rust extension `phaze_ir._phaze_rs` (built from rust/phaze-py).
+
+The placement functions take and return plain dicts; the model (formulas, tie-break) is
+documented in the crate docs of rust/phaze-dp. Units are SI: seconds, bytes, bytes/s. Bytes
+are integers (a float is accepted and rounded up to a whole byte). Every key below is required
+unless marked NotRequired; unknown keys raise ValueError, missing keys KeyError, bad values
+ValueError, each naming the key (e.g. ``problem.layers[3].fwd_s``). The GIL is released while
+solving.
+"""
+
+from typing import Literal, NotRequired, TypedDict
+
+Policy = Literal["none", "selective", "full"]
+ViolationKind = Literal["batch", "devices", "stages", "memory"]
+
+class LayerDict(TypedDict):
+    """One layer priced for ONE micro-batch at the problem's micro-batch size and TP width."""
+
+    fwd_s: float
+    bwd_s: float
+    recompute_s: list[float]  # [none, selective, full]: extra time per micro-batch
+    saved_bytes: list[int]  # [none, selective, full]: activation bytes stashed per micro-batch
+    param_bytes: int  # per device, after TP sharding
+    grad_bytes: int
+    optimizer_bytes: int
+    workspace_bytes: int  # peak transient bytes while the layer runs
+    boundary_bytes: int  # activation bytes sent to the next layer per micro-batch
+    tp_fwd_bytes: int  # summed bytes of the layer's forward TP all-reduces (0 when tp == 1)
+    tp_bwd_bytes: int
+    tp_fwd_count: int  # number of forward TP all-reduces (each pays the latency term)
+    tp_bwd_count: int
+
+class LevelDict(TypedDict):
+    """A network level, innermost first; the last level is the whole cluster."""
+
+    group_size: int
+    bandwidth_Bps: float  # per link, bytes/s
+    latency_s: float
+
+class ProblemDict(TypedDict):
+    layers: list[LayerDict]  # topological order: prologue, blocks, head
+    devices: int  # N
+    hbm_bytes: int
+    levels: list[LevelDict]
+    global_batch: int  # B, samples
+    micro_batch: int  # b
+    tp: int  # t
+    dp_overlap: bool  # the DP all-reduce hides behind the stage's backward
+    max_stages: NotRequired[int | None]
+
+class StageDict(TypedDict):
+    first_layer: int
+    last_layer: int  # inclusive
+    devices: int  # t
+    time_s: float  # T_k per micro-batch, including TP all-reduces and p2p
+    memory_bytes: int  # per device
+    recompute: Policy
+    in_flight: int  # micro-batches stashed under 1F1B: min(p - k, m)
+    dp_allreduce_s: float  # AR_k
+    exposed_dp_s: float  # E_k
+
+class PlanDict(TypedDict):
+    dp: int
+    pp: int
+    tp: int
+    micro_batch: int
+    num_micro_batches: int  # m = B / (b * d)
+    global_batch: int
+    time_per_batch_s: float  # (m + p - 1) * max T_k + max E_k
+    throughput_samples_per_s: float  # B / time_per_batch_s
+    devices_used: int  # d * p * t
+    max_stage_time_s: float
+    max_exposed_dp_s: float
+    max_memory_bytes: int
+    stages: list[StageDict]
+
+class ViolationDict(TypedDict):
+    kind: ViolationKind
+    message: str  # starts with the kind, e.g. "devices: t = 8 exceeds N = 4"
+    needed_bytes: int | None  # memory: the least largest-stage memory of the options considered
+    dp: int | None  # memory: the option that needs needed_bytes
+    pp: int | None
+
+class ResultDict(TypedDict):
+    feasible: bool
+    # solve_*: the optimal plan, None when infeasible (never a plan that violates anything).
+    # evaluate_placement: the plan's numbers also when infeasible (for memory: the fastest plan
+    # among those needing the least memory); None only when p > L or b*d does not divide B.
+    plan: PlanDict | None
+    violations: list[ViolationDict]  # solve_*: at most one, the first binding constraint
+
+def version() -> str:
+    """Version of the Rust extension."""
+
+def solve_placement(problem: ProblemDict) -> ResultDict:
+    """Optimal (d, p, split, per-stage recompute) for one problem; exact."""
+
+def solve_placement_batch(problems: list[ProblemDict]) -> list[ResultDict]:
+    """`solve_placement` over many problems, in parallel; results in input order."""
+
+def evaluate_placement(problem: ProblemDict, pp: int, dp: int) -> ResultDict:
+    """A fixed pp and dp (best split and policies): every violated constraint and the numbers."""
