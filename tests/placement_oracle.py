@@ -1,0 +1,254 @@
+"""Brute-force oracle for the placement DP (test-only).
+
+Enumerates every DP degree d, stage count p, contiguous split and recompute policy per stage,
+and prices each plan with the formulas of ``rust/phaze-dp`` (crate docs), written here
+independently and literally. Exponential: for instances of a handful of layers only.
+
+Problems are the dicts that ``phaze_ir._phaze_rs.solve_placement`` takes.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+POLICIES = ("none", "selective", "full")
+
+
+def level_for(levels: list[dict], g: int) -> int:
+    """Innermost level whose group_size >= g, else the last one."""
+    for i, lv in enumerate(levels):
+        if lv["group_size"] >= g:
+            return i
+    return len(levels) - 1
+
+
+def ring_allreduce(levels: list[dict], nbytes: float, g: int, lv: int) -> float:
+    if g <= 1:
+        return 0.0
+    bw, lat = levels[lv]["bandwidth_Bps"], levels[lv]["latency_s"]
+    return 2.0 * (g - 1) / g * nbytes / bw + 2.0 * (g - 1) * lat
+
+
+def p2p(levels: list[dict], nbytes: float, lv: int) -> float:
+    return levels[lv]["latency_s"] + nbytes / levels[lv]["bandwidth_Bps"]
+
+
+def tp_time(problem: dict, layer: dict) -> float:
+    t = problem["tp"]
+    if t <= 1:
+        return 0.0
+    lv = problem["levels"][level_for(problem["levels"], t)]
+    bw, lat = lv["bandwidth_Bps"], lv["latency_s"]
+    total = 0.0
+    for d in ("fwd", "bwd"):
+        total += 2.0 * (t - 1) / t * layer[f"tp_{d}_bytes"] / bw + layer[f"tp_{d}_count"] * 2.0 * (t - 1) * lat
+    return total
+
+
+@dataclass
+class Priced:
+    """One explicit plan and its cost."""
+
+    d: int
+    p: int
+    ends: tuple[int, ...]
+    policies: tuple[int, ...]
+    time: float
+    stage_times: list[float] = field(default_factory=list)
+    stage_memory: list[int] = field(default_factory=list)
+    stage_exposed: list[float] = field(default_factory=list)
+
+    @property
+    def max_memory(self) -> int:
+        return max(self.stage_memory)
+
+
+class Stages:
+    """Per-(d, p) stage costs of a problem, memoized by (first, last, policy[, in flight])."""
+
+    def __init__(self, problem: dict, d: int, p: int):
+        self.pr = problem
+        self.layers = problem["layers"]
+        self.L = len(self.layers)
+        self.d, self.p = d, p
+        self.m = problem["global_batch"] // (problem["micro_batch"] * d)
+        levels = problem["levels"]
+        t = problem["tp"]
+        self.pp_lv = level_for(levels, p * t)
+        self.dp_lv = level_for(levels, d * p * t)
+        self.tp = [tp_time(problem, layer) for layer in self.layers]
+        self._time: dict = {}
+        self._mem: dict = {}
+        self._exp: dict = {}
+
+    def time(self, i: int, j: int, r: int) -> float:
+        key = (i, j, r)
+        if key not in self._time:
+            ls = self.layers[i : j + 1]
+            compute = sum(x["fwd_s"] + x["bwd_s"] + x["recompute_s"][r] for x in ls) + sum(self.tp[i : j + 1])
+            levels = self.pr["levels"]
+            if i > 0:
+                compute += 2 * p2p(levels, self.layers[i - 1]["boundary_bytes"], self.pp_lv)
+            if j < self.L - 1:
+                compute += 2 * p2p(levels, self.layers[j]["boundary_bytes"], self.pp_lv)
+            self._time[key] = compute
+        return self._time[key]
+
+    def memory(self, i: int, j: int, r: int, k: int) -> int:
+        f = min(self.p - k, self.m)
+        key = (i, j, r, f)
+        if key not in self._mem:
+            ls = self.layers[i : j + 1]
+            fixed = sum(x["param_bytes"] + x["grad_bytes"] + x["optimizer_bytes"] for x in ls)
+            self._mem[key] = fixed + f * sum(x["saved_bytes"][r] for x in ls) + max(x["workspace_bytes"] for x in ls)
+        return self._mem[key]
+
+    def exposed(self, i: int, j: int) -> float:
+        key = (i, j)
+        if key not in self._exp:
+            ls = self.layers[i : j + 1]
+            ar = ring_allreduce(self.pr["levels"], float(sum(x["grad_bytes"] for x in ls)), self.d, self.dp_lv)
+            bwd = sum(x["bwd_s"] for x in ls)
+            self._exp[key] = max(0.0, ar - bwd) if self.pr["dp_overlap"] else ar
+        return self._exp[key]
+
+
+def splits(L: int, p: int):
+    """Every contiguous split of L layers into p stages, as tuples of stage last layers."""
+    for cuts in itertools.combinations(range(L - 1), p - 1):
+        yield tuple(cuts) + (L - 1,)
+
+
+def plans(problem: dict, d: int, p: int, hbm: int | None = None):
+    """Every plan of (d, p): every split, every policy per stage. Yields (Priced, fits)."""
+    hbm = problem["hbm_bytes"] if hbm is None else hbm
+    st = Stages(problem, d, p)
+    for ends in splits(st.L, p):
+        firsts = (0,) + tuple(e + 1 for e in ends[:-1])
+        for pols in itertools.product(range(3), repeat=p):
+            times = [st.time(i, j, r) for i, j, r in zip(firsts, ends, pols)]
+            mems = [st.memory(i, j, r, k) for k, (i, j, r) in enumerate(zip(firsts, ends, pols))]
+            exps = [st.exposed(i, j) for i, j in zip(firsts, ends)]
+            time = (st.m + p - 1) * max(times) + max(exps)
+            yield Priced(d, p, ends, pols, time, times, mems, exps), max(mems) <= hbm
+
+
+def allowed(problem: dict):
+    """Every (d, p) that satisfies the batch, device and stage constraints."""
+    B, b, t, N = problem["global_batch"], problem["micro_batch"], problem["tp"], problem["devices"]
+    L = len(problem["layers"])
+    pmax = min(L, problem.get("max_stages") or L)
+    for d in range(1, B // b + 1):
+        if B % (b * d):
+            continue
+        for p in range(1, pmax + 1):
+            if d * p * t <= N:
+                yield d, p
+
+
+@dataclass
+class Optimum:
+    """What the oracle says about a problem."""
+
+    feasible: bool
+    reason: str | None = None  # "batch", "devices", "memory" when infeasible
+    time: float | None = None
+    best: Priced | None = None
+    needed_bytes: int | None = None  # least max-stage memory over every option (memory case)
+
+
+def best_of(problem: dict, d: int, p: int, hbm: int | None = None) -> tuple[Priced | None, int]:
+    """Fastest fitting plan of (d, p) and the least max-stage memory of any plan of it.
+
+    Same enumeration as `plans` (every split, every policy per stage), with the 3^p policy
+    combinations of a split evaluated at once as a numpy array (max is exact, and the final
+    multiply-add is the same IEEE operation as the scalar one).
+    """
+    hbm = problem["hbm_bytes"] if hbm is None else hbm
+    st = Stages(problem, d, p)
+    best, best_time, least = None, math.inf, None
+    for ends in splits(st.L, p):
+        firsts = (0,) + tuple(e + 1 for e in ends[:-1])
+        rows = list(zip(firsts, ends))
+        t_rows = [np.array([st.time(i, j, r) for r in range(3)]) for i, j in rows]
+        m_rows = [np.array([st.memory(i, j, r, k) for r in range(3)], dtype=object) for k, (i, j) in enumerate(rows)]
+        max_t = functools.reduce(np.maximum.outer, t_rows)
+        max_m = functools.reduce(np.maximum.outer, m_rows)
+        max_e = max(st.exposed(i, j) for i, j in rows)
+        time = (st.m + p - 1) * max_t + max_e
+        lm = min(np.ravel(max_m))
+        least = lm if least is None else min(least, lm)
+        masked = np.where(max_m <= hbm, time, np.inf).astype(float)
+        flat = int(np.argmin(masked))
+        if masked.flat[flat] < best_time:
+            best_time = float(masked.flat[flat])
+            pols = tuple(int(x) for x in np.unravel_index(flat, (3,) * p))
+            best = Priced(d, p, ends, pols, best_time)
+    return best, least
+
+
+def brute_force(problem: dict) -> Optimum:
+    """The optimum of a problem, or why nothing fits."""
+    B, b = problem["global_batch"], problem["micro_batch"]
+    if B % b:
+        return Optimum(False, "batch")
+    if problem["tp"] > problem["devices"]:
+        return Optimum(False, "devices")
+    best, least = None, None
+    for d, p in allowed(problem):
+        pl, lm = best_of(problem, d, p)
+        least = lm if least is None else min(least, lm)
+        if pl is not None and (best is None or pl.time < best.time):
+            best = pl
+    if best is None:
+        return Optimum(False, "memory", needed_bytes=least)
+    return Optimum(True, time=best.time, best=best)
+
+
+@dataclass
+class Fixed:
+    """What the oracle says about a fixed (pp, dp)."""
+
+    violations: set[str]
+    time: float | None = None  # of the fastest plan within HBM, or within needed_bytes
+    needed_bytes: int | None = None
+
+
+def brute_force_fixed(problem: dict, pp: int, dp: int) -> Fixed:
+    B, b, t, N = problem["global_batch"], problem["micro_batch"], problem["tp"], problem["devices"]
+    L = len(problem["layers"])
+    v = set()
+    if pp > L or (problem.get("max_stages") is not None and pp > problem["max_stages"]):
+        v.add("stages")
+    if dp * pp * t > N:
+        v.add("devices")
+    if B % (b * dp):
+        v.add("batch")
+    if pp > L or B % (b * dp):
+        return Fixed(v)
+    best, least = best_of(problem, dp, pp)
+    if best is not None:
+        return Fixed(v, time=best.time)
+    v.add("memory")
+    best, _ = best_of(problem, dp, pp, hbm=least)
+    return Fixed(v, time=best.time, needed_bytes=least)
+
+
+def price_plan(problem: dict, plan: dict) -> Priced:
+    """Prices a plan dict returned by the binding, from scratch."""
+    stages = plan["stages"]
+    d, p = plan["dp"], plan["pp"]
+    st = Stages(problem, d, p)
+    firsts = tuple(s["first_layer"] for s in stages)
+    ends = tuple(s["last_layer"] for s in stages)
+    pols = tuple(POLICIES.index(s["recompute"]) for s in stages)
+    times = [st.time(i, j, r) for i, j, r in zip(firsts, ends, pols)]
+    mems = [st.memory(i, j, r, k) for k, (i, j, r) in enumerate(zip(firsts, ends, pols))]
+    exps = [st.exposed(i, j) for i, j in zip(firsts, ends)]
+    time = (st.m + p - 1) * max(times) + max(exps)
+    return Priced(d, p, ends, pols, time, times, mems, exps)

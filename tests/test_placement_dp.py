@@ -1,0 +1,330 @@
+"""The Rust placement DP against a brute-force oracle, plus the binding's dict contract.
+
+Thousands of small random instances (L <= 7, N <= 64, random network levels, HBM tight
+enough that a good share is infeasible): the DP's time must equal the oracle's optimum
+(rel 1e-9), its plan must be feasible and priced as the oracle prices it, and infeasible
+answers must agree on the reason (and, for memory, on the bytes needed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+rs = pytest.importorskip("phaze_ir._phaze_rs")
+
+_spec = importlib.util.spec_from_file_location("placement_oracle", Path(__file__).with_name("placement_oracle.py"))
+oracle = importlib.util.module_from_spec(_spec)
+sys.modules["placement_oracle"] = oracle
+_spec.loader.exec_module(oracle)
+
+REL = 1e-9
+
+PLAN_KEYS = {
+    "dp", "pp", "tp", "micro_batch", "num_micro_batches", "global_batch", "time_per_batch_s",
+    "throughput_samples_per_s", "devices_used", "max_stage_time_s", "max_exposed_dp_s",
+    "max_memory_bytes", "stages",
+}
+STAGE_KEYS = {
+    "first_layer", "last_layer", "devices", "time_s", "memory_bytes", "recompute", "in_flight",
+    "dp_allreduce_s", "exposed_dp_s",
+}
+VIOLATION_KEYS = {"kind", "message", "needed_bytes", "dp", "pp"}
+
+
+class RandomDraw:
+    """The draws a problem generator needs, from a seeded `random.Random`."""
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.rng.randint(lo, hi)
+
+    def float(self, lo: float, hi: float) -> float:
+        return self.rng.uniform(lo, hi)
+
+    def choice(self, seq):
+        return seq[self.int(0, len(seq) - 1)]
+
+
+def make_problem(draw) -> dict:
+    """A small random problem; about a quarter to a third of them are infeasible."""
+    L = draw.int(1, 7)
+    zero = lambda: draw.int(0, 5) == 0  # noqa: E731 - some exact zeros, to create ties
+
+    def t(scale: float) -> float:
+        return 0.0 if zero() else draw.float(0.0, scale)
+
+    layers = []
+    for _ in range(L):
+        layers.append(
+            {
+                "fwd_s": t(1e-2),
+                "bwd_s": t(2e-2),
+                "recompute_s": [t(1e-3) if draw.int(0, 3) == 0 else 0.0, t(2e-3), t(1e-2)],
+                # Not necessarily non-increasing: the DP must not assume it.
+                "saved_bytes": [draw.int(0, 4000), draw.int(0, 3000), draw.int(0, 1500)],
+                "param_bytes": draw.int(0, 2000),
+                "grad_bytes": draw.int(0, 2000),
+                "optimizer_bytes": draw.int(0, 4000),
+                "workspace_bytes": draw.int(0, 1000),
+                "boundary_bytes": draw.int(0, 1000),
+                "tp_fwd_bytes": draw.int(0, 1000),
+                "tp_bwd_bytes": draw.int(0, 1000),
+                "tp_fwd_count": draw.int(0, 3),
+                "tp_bwd_count": draw.int(0, 3),
+            }
+        )
+    N = draw.int(1, 64)
+    levels, g = [], 1
+    for _ in range(draw.int(1, 3)):
+        g *= draw.int(2, 8)
+        levels.append(
+            {
+                "group_size": g,
+                "bandwidth_Bps": 10 ** draw.float(5.0, 9.0),
+                "latency_s": 0.0 if zero() else draw.float(0.0, 1e-4),
+            }
+        )
+    fixed = sum(x["param_bytes"] + x["grad_bytes"] + x["optimizer_bytes"] for x in layers)
+    saved = sum(max(x["saved_bytes"]) for x in layers)
+    B = draw.int(1, 32)
+    # Mostly a micro-batch that divides B; sometimes any (the "batch" infeasibility).
+    b = draw.choice([1, 2, 3, 5]) if draw.int(0, 9) == 0 else draw.choice([x for x in (1, 1, 2, 4) if B % x == 0])
+    return {
+        "layers": layers,
+        "devices": N,
+        "hbm_bytes": draw.int(0, fixed + 2 * saved + 1000),
+        "levels": levels,
+        "global_batch": B,
+        "micro_batch": b,
+        "tp": draw.choice([1, 1, 2, 4, 8]),
+        "dp_overlap": draw.int(0, 1) == 1,
+        "max_stages": None if draw.int(0, 2) else draw.int(1, L),
+    }
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL, abs_tol=1e-15)
+
+
+def check_plan(problem: dict, plan: dict) -> None:
+    """The plan satisfies every constraint and is priced as the oracle prices it."""
+    assert set(plan) == PLAN_KEYS
+    L = len(problem["layers"])
+    d, p, t = plan["dp"], plan["pp"], problem["tp"]
+    stages = plan["stages"]
+    assert len(stages) == p >= 1
+    assert stages[0]["first_layer"] == 0 and stages[-1]["last_layer"] == L - 1
+    for a, b in zip(stages, stages[1:]):
+        assert b["first_layer"] == a["last_layer"] + 1
+    for s in stages:
+        assert set(s) == STAGE_KEYS
+        assert s["first_layer"] <= s["last_layer"] and s["devices"] == t
+    assert d * p * t == plan["devices_used"] <= problem["devices"]
+    B, b = problem["global_batch"], problem["micro_batch"]
+    assert B % (b * d) == 0 and plan["num_micro_batches"] == B // (b * d)
+    if problem["max_stages"] is not None:
+        assert p <= problem["max_stages"]
+    priced = oracle.price_plan(problem, plan)
+    assert priced.stage_memory == [s["memory_bytes"] for s in stages]
+    assert max(priced.stage_memory) <= problem["hbm_bytes"]
+    assert all(close(x, s["time_s"]) for x, s in zip(priced.stage_times, stages))
+    assert all(close(x, s["exposed_dp_s"]) for x, s in zip(priced.stage_exposed, stages))
+    assert close(priced.time, plan["time_per_batch_s"])
+
+
+def check_against_oracle(problem: dict, got: dict) -> str:
+    want = oracle.brute_force(problem)
+    assert got["feasible"] == want.feasible, (got, want)
+    if want.feasible:
+        assert got["violations"] == []
+        check_plan(problem, got["plan"])
+        assert close(got["plan"]["time_per_batch_s"], want.time), (got["plan"]["time_per_batch_s"], want.time)
+        return "feasible"
+    assert got["plan"] is None
+    (v,) = got["violations"]
+    assert set(v) == VIOLATION_KEYS
+    assert v["kind"] == want.reason and v["message"].startswith(want.reason + ":")
+    if want.reason == "memory":
+        assert v["needed_bytes"] == want.needed_bytes > problem["hbm_bytes"]
+    return want.reason
+
+
+def test_dp_matches_brute_force_on_random_instances():
+    problems = [make_problem(RandomDraw(seed)) for seed in range(6000)]
+    answers = rs.solve_placement_batch(problems)
+    assert len(answers) == len(problems)
+    seen: dict[str, int] = {}
+    for seed, (problem, got) in enumerate(zip(problems, answers)):
+        try:
+            kind = check_against_oracle(problem, got)
+        except AssertionError as e:
+            raise AssertionError(f"seed {seed}: {e}\n{problem}") from e
+        seen[kind] = seen.get(kind, 0) + 1
+    # The generator must exercise every outcome.
+    assert seen.get("feasible", 0) > 3000 and seen.get("memory", 0) > 1000, seen
+    assert seen.get("batch", 0) > 50 and seen.get("devices", 0) > 50, seen
+
+
+def test_single_and_batch_agree():
+    problems = [make_problem(RandomDraw(10_000 + s)) for s in range(50)]
+    assert rs.solve_placement_batch(problems) == [rs.solve_placement(p) for p in problems]
+
+
+def test_evaluate_matches_brute_force():
+    for seed in range(2000):
+        draw = RandomDraw(50_000 + seed)
+        problem = make_problem(draw)
+        L = len(problem["layers"])
+        pp, dp = draw.int(1, L + 1), draw.int(1, 8)
+        got = rs.evaluate_placement(problem, pp, dp)
+        want = oracle.brute_force_fixed(problem, pp, dp)
+        kinds = {v["kind"] for v in got["violations"]}
+        ctx = f"seed {seed}, pp {pp}, dp {dp}: {got}"
+        assert kinds == want.violations, ctx
+        assert got["feasible"] == (not kinds)
+        if want.time is None:
+            assert got["plan"] is None, ctx
+            continue
+        plan = got["plan"]
+        assert (plan["pp"], plan["dp"]) == (pp, dp)
+        assert close(plan["time_per_batch_s"], want.time), ctx
+        if "memory" in kinds:
+            (v,) = [v for v in got["violations"] if v["kind"] == "memory"]
+            assert v["needed_bytes"] == want.needed_bytes == plan["max_memory_bytes"], ctx
+        else:
+            assert plan["max_memory_bytes"] <= problem["hbm_bytes"]
+
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:  # the seeded tests above cover the same ground
+    given = None
+
+if given is not None:
+
+    class HypothesisDraw:
+        def __init__(self, data):
+            self.data = data
+
+        def int(self, lo: int, hi: int) -> int:
+            return self.data.draw(st.integers(lo, hi))
+
+        def float(self, lo: float, hi: float) -> float:
+            return self.data.draw(st.floats(lo, hi, allow_nan=False, allow_subnormal=False))
+
+        def choice(self, seq):
+            return self.data.draw(st.sampled_from(seq))
+
+    @settings(max_examples=300, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data())
+    def test_dp_matches_brute_force_hypothesis(data):
+        problem = make_problem(HypothesisDraw(data))
+        check_against_oracle(problem, rs.solve_placement(problem))
+
+
+# ---- the binding's contract --------------------------------------------------------------
+
+
+def small_problem(**over) -> dict:
+    layer = {
+        "fwd_s": 1.0, "bwd_s": 2.0, "recompute_s": [0.0, 0.5, 1.0], "saved_bytes": [100, 50, 10],
+        "param_bytes": 10, "grad_bytes": 10, "optimizer_bytes": 20, "workspace_bytes": 4,
+        "boundary_bytes": 8, "tp_fwd_bytes": 0, "tp_bwd_bytes": 0, "tp_fwd_count": 0, "tp_bwd_count": 0,
+    }
+    p = {
+        "layers": [dict(layer), dict(layer)],
+        "devices": 4,
+        "hbm_bytes": 10**6,
+        "levels": [{"group_size": 4, "bandwidth_Bps": 1e9, "latency_s": 1e-6}],
+        "global_batch": 8,
+        "micro_batch": 1,
+        "tp": 1,
+        "dp_overlap": True,
+    }
+    p.update(over)
+    return p
+
+
+def test_version_is_still_there():
+    assert isinstance(rs.version(), str)
+
+
+def test_output_shape():
+    got = rs.solve_placement(small_problem())
+    assert set(got) == {"feasible", "plan", "violations"}
+    assert got["feasible"] is True and got["violations"] == []
+    plan = got["plan"]
+    assert set(plan) == PLAN_KEYS
+    assert all(s["recompute"] in oracle.POLICIES for s in plan["stages"])
+    assert math.isclose(plan["throughput_samples_per_s"], 8 / plan["time_per_batch_s"])
+    check_plan(small_problem(max_stages=None), plan)
+    # Bytes may be given as floats (rounded up to whole bytes); max_stages may be None.
+    p = small_problem(hbm_bytes=1e6, max_stages=None)
+    p["layers"][0]["param_bytes"] = 9.2
+    assert rs.solve_placement(p)["plan"]["stages"][0]["memory_bytes"] >= 10
+
+
+def test_infeasible_shapes():
+    got = rs.solve_placement(small_problem(micro_batch=3))
+    assert got["feasible"] is False and got["plan"] is None
+    assert got["violations"][0]["kind"] == "batch"
+    got = rs.solve_placement(small_problem(tp=8))
+    assert got["violations"][0]["message"] == "devices: t = 8 exceeds N = 4"
+    got = rs.solve_placement(small_problem(hbm_bytes=5))
+    v = got["violations"][0]
+    assert v["kind"] == "memory" and v["needed_bytes"] > 5 and v["dp"] >= 1 and v["pp"] >= 1
+    ev = rs.evaluate_placement(small_problem(hbm_bytes=5), 2, 1)
+    assert ev["feasible"] is False and ev["plan"]["max_memory_bytes"] == ev["violations"][0]["needed_bytes"]
+
+
+@pytest.mark.parametrize(
+    "mutate, exc, words",
+    [
+        (lambda p: p.pop("devices"), KeyError, ["devices"]),
+        (lambda p: p["layers"][1].pop("bwd_s"), KeyError, ["bwd_s", "layers[1]"]),
+        (lambda p: p["levels"][0].pop("bandwidth_Bps"), KeyError, ["bandwidth_Bps", "levels[0]"]),
+        (lambda p: p.update(devcies=4), ValueError, ["devcies"]),
+        (lambda p: p["layers"][0].update(fwd_s="fast"), ValueError, ["layers[0].fwd_s"]),
+        (lambda p: p["layers"][0].update(fwd_s=-1.0), ValueError, ["layers[0].fwd_s"]),
+        (lambda p: p["layers"][0].update(bwd_s=float("nan")), ValueError, ["layers[0].bwd_s"]),
+        (lambda p: p["layers"][0].update(saved_bytes=[1, 2]), ValueError, ["layers[0].saved_bytes"]),
+        (lambda p: p["layers"][0].update(param_bytes=-5), ValueError, ["layers[0].param_bytes"]),
+        (lambda p: p["layers"][0].update(tp_fwd_count=1.5), ValueError, ["tp_fwd_count"]),
+        (lambda p: p.update(devices=0), ValueError, ["devices"]),
+        (lambda p: p.update(tp=True), ValueError, ["tp"]),
+        (lambda p: p.update(dp_overlap=1), ValueError, ["dp_overlap"]),
+        (lambda p: p.update(layers=[]), ValueError, ["layers"]),
+        (lambda p: p.update(levels=[]), ValueError, ["levels"]),
+        (lambda p: p["levels"][0].update(bandwidth_Bps=0), ValueError, ["bandwidth_Bps"]),
+        (lambda p: p.update(max_stages=0), ValueError, ["max_stages"]),
+    ],
+)
+def test_bad_input_names_the_key(mutate, exc, words):
+    p = small_problem()
+    mutate(p)
+    with pytest.raises(exc) as info:
+        rs.solve_placement(p)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_batch_errors_name_the_problem():
+    bad = small_problem()
+    bad["layers"][0].pop("fwd_s")
+    with pytest.raises(KeyError, match=r"problems\[1\]"):
+        rs.solve_placement_batch([small_problem(), bad])
+
+
+def test_evaluate_rejects_zero():
+    with pytest.raises(ValueError, match="pp and dp"):
+        rs.evaluate_placement(small_problem(), 0, 1)
