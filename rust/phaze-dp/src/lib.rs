@@ -49,9 +49,11 @@
 //! of its suffix, and the objective is monotone in both, so the optimum is exact. Cells whose
 //! lower bound (m + s − 1)·T + E exceeds the best objective found so far are dropped. One run
 //! per d and per network class of p (the p that share a p2p level and a DP level) costs
-//! O(p_max · L² · front) with front sizes of 1–3 in practice. The winning plan is rebuilt
-//! from the fronts greedily (shortest first stage that still admits a completion within the
-//! optimum), which yields the lexicographic tie-break exactly.
+//! O(p_max · L² · front); fronts stay tiny (at most 4 points on the GPT-3 benchmark, most cells
+//! empty after pruning): about 1 ms for 98 layers on 1,024 devices, 5 ms for 200 layers on
+//! 16,384 (`benchmarks/bench_placement_dp.py`). The winning plan is rebuilt from the fronts
+//! greedily (the shortest first stage that still admits a completion within the optimum), which
+//! yields the lexicographic tie-break exactly.
 //!
 //! ```
 //! use phaze_dp::{solve, Layer, NetLevel, Problem};
@@ -65,6 +67,8 @@
 //! let plan = solve(&prob).plan().cloned().expect("fits");
 //! assert!(plan.devices_used <= 8);
 //! ```
+
+#![warn(missing_docs)]
 
 mod model;
 mod plan;
