@@ -213,6 +213,14 @@ def trace_model(
         except Exception as e:
             raise PhazeError(f"{spec.path.name}: get_inputs() failed: {type(e).__name__}: {e}") from e
 
+        if dtype != "model":
+            # Floating inputs take the training precision too (as autocast-free fp16 training does).
+            def cast(v):
+                return v.to(_torch_dtype(dtype)) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+            args = tuple(cast(a) for a in args)
+            kwargs = {k: cast(v) for k, v in kwargs.items()}
+
         # Name positional inputs after the forward's parameters where possible.
         try:
             fwd_params = list(inspect.signature(model.forward).parameters)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from xdsl.utils.exceptions import DiagnosticException, ParseError
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from passes import ALL_PASSES
@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args
     try:
         PhazeOptMain(description="Run phaze pass pipelines over MLIR files", args=args).run()
-    except (PhazeError, ParseError, DiagnosticException, FileNotFoundError,
+    except (PhazeError, ParseError, DiagnosticException, ArgSpecParseError, FileNotFoundError,
             IsADirectoryError, ValueError) as e:
         if debug:
             raise

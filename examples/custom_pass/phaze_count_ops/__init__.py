@@ -1,6 +1,6 @@
 """An example out-of-tree pass for phaze.
 
-``count-ops{op=phaze.matmul}`` counts the ops named ``op`` in the step and writes the count
+``count-ops{op="phaze.matmul"}`` counts the ops named ``op`` in the step and writes the count
 on the module as ``count_ops.<op>`` (an integer attribute), and per layer as
 ``count_ops.per_layer`` when ``phaze-group-layers`` has run.
 """

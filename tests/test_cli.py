@@ -1,0 +1,103 @@
+"""phazec and phaze-opt as a user runs them: outputs, round trips, and every bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import EXAMPLES, MODELS, run_tool
+
+
+@pytest.fixture(scope="module")
+def tiny_mlir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "t.mlir"
+    r = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "training", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "phazec: traced" in r.stderr  # progress on stderr
+    return out
+
+
+def test_phaze_opt_prints_what_it_read(tiny_mlir):
+    r = run_tool("phaze-opt", str(tiny_mlir))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == tiny_mlir.read_text()
+
+
+def test_generic_form_parses_back(tiny_mlir, tmp_path):
+    generic = run_tool("phaze-opt", str(tiny_mlir), "--print-op-generic")
+    assert generic.returncode == 0 and '"phaze.matmul"(' in generic.stdout
+    g = tmp_path / "g.mlir"
+    g.write_text(generic.stdout)
+    back = run_tool("phaze-opt", str(g))
+    assert back.returncode == 0 and back.stdout == tiny_mlir.read_text()
+
+
+def test_phaze_opt_runs_a_pass_with_options(tmp_path):
+    fwd = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
+    assert fwd.returncode == 0 and "@forward" in fwd.stdout and "phaze.layer" not in fwd.stdout
+    r = run_tool("phaze-opt", "-p", "phaze-group-layers", input=fwd.stdout)
+    assert r.returncode == 0, r.stderr
+    assert "#phaze.layer<index = 0" in r.stdout
+
+
+def test_stdout_output_is_deterministic():
+    a = run_tool("phazec", str(EXAMPLES / "mlp.py"), "-q")
+    b = run_tool("phazec", str(EXAMPLES / "mlp.py"), "-q", "-o", "-")
+    assert a.returncode == 0 and a.stdout == b.stdout and a.stdout.startswith("builtin.module")
+
+
+def one_line_error(r, tool: str, fragment: str):
+    assert r.returncode != 0
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert "Traceback" not in r.stderr
+    assert any(l.startswith(f"{tool}: error:") or "error:" in l for l in lines)
+    assert fragment in r.stderr
+
+
+def test_missing_model_file():
+    one_line_error(run_tool("phazec", "nope.py"), "phazec", "nope.py: no such file")
+
+
+def test_model_with_syntax_error(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("def get_model(:\n")
+    one_line_error(run_tool("phazec", str(p)), "phazec", "m.py:1:")
+
+
+def test_model_without_get_model(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("x = 1\n")
+    one_line_error(run_tool("phazec", str(p)), "phazec", "defines no get_model()")
+
+
+def test_unknown_emit_stage():
+    r = run_tool("phazec", str(EXAMPLES / "mlp.py"), "--emit", "bogus")
+    assert r.returncode == 2 and "invalid choice: 'bogus'" in r.stderr
+
+
+def test_debug_shows_traceback():
+    r = run_tool("phazec", "nope.py", "--debug")
+    assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_malformed_mlir_reports_line_and_column(tmp_path):
+    p = tmp_path / "bad.mlir"
+    p.write_text("builtin.module {\n  %x = \"phaze.matmul\"() : () -> tensor<2x2xq16>\n}\n")
+    r = run_tool("phaze-opt", str(p))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"{p}:2:44" in r.stderr and "Expected shape type" in r.stderr
+
+
+def test_pass_precondition_is_a_clear_error(tmp_path):
+    fwd = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
+    r = run_tool("phaze-opt", "-p", "phaze-mark-saved", input=fwd.stdout)
+    one_line_error(r, "phaze-opt", "the step has no backward ops")
+
+
+def test_unknown_pass():
+    r = run_tool("phaze-opt", "-p", "phaze-nope", input="builtin.module {}\n")
+    one_line_error(r, "phaze-opt", "phaze-nope")
+
+
+def test_bad_pipeline_spec():
+    r = run_tool("phaze-opt", "-p", "phaze-group-layers{x=a.b}", input="builtin.module {}\n")
+    one_line_error(r, "phaze-opt", "pass pipeline")

@@ -1,0 +1,35 @@
+"""Every example model imports, verifies and round-trips; the matmul FLOPs of the training
+graphs of GPT-2 XL and Llama-2-7B match the textbook count (within 2 %)."""
+
+from __future__ import annotations
+
+import pytest
+
+from phaze_ir.ir import parse_module, print_module
+
+from conftest import EXAMPLES, compiled
+from flops_check import matmul_flops_from_generic, textbook_gpt2, textbook_llama
+
+EXAMPLE_MODELS = ["mlp", "bert_large", "opt_350m", "gpt2_xl", "llama2_7b", "gpt3_175b"]
+
+
+@pytest.mark.parametrize("name", EXAMPLE_MODELS)
+def test_example_round_trips(name):
+    text = compiled(str(EXAMPLES / f"{name}.py"))
+    module = parse_module(text)
+    assert print_module(module) == text
+    generic = print_module(module, generic=True)
+    assert print_module(parse_module(generic)) == text
+    layers = module.attributes["phaze.layers"].data
+    blocks = [l for l in layers if l.get("kind") == "block"]
+    assert len(blocks) >= 4 and len({l.get("same_as") for l in blocks}) == 1
+
+
+@pytest.mark.parametrize("name, textbook", [
+    ("gpt2_xl", textbook_gpt2(layers=48, hidden=1600, vocab=50257, seq=1024)),
+    ("llama2_7b", textbook_llama(layers=32, hidden=4096, ffn=11008, vocab=32000, seq=4096)),
+])
+def test_training_flops_match_textbook(name, textbook):
+    generic = print_module(parse_module(compiled(str(EXAMPLES / f"{name}.py"))), generic=True)
+    flops = matmul_flops_from_generic(generic)
+    assert abs(flops / textbook - 1) < 0.02, (flops, textbook)
