@@ -101,3 +101,19 @@ def test_unknown_pass():
 def test_bad_pipeline_spec():
     r = run_tool("phaze-opt", "-p", "phaze-group-layers{x=a.b}", input="builtin.module {}\n")
     one_line_error(r, "phaze-opt", "pass pipeline")
+
+
+def test_stock_xdsl_opt_sees_phaze_through_entry_point(tmp_path):
+    """The ``xdsl.universe`` entry point makes the dialect and passes visible to ``xdsl-opt``."""
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    names = {e.name for e in importlib.metadata.entry_points(group="xdsl.universe")}
+    if "phaze" not in names:
+        pytest.skip("phaze is not pip-installed (the README's commands install it)")
+    fwd = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
+    r = subprocess.run([sys.executable, "-c", "from xdsl.tools.xdsl_opt import main; main()",
+                        "-p", "phaze-group-layers"], input=fwd.stdout, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "#phaze.layer<index = 0" in r.stdout

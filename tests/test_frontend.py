@@ -132,6 +132,6 @@ def test_unknown_op_is_opaque_with_warning_and_strict_errors(tmp_path, capsys):
     opaque = [o for o in module.walk() if isinstance(o, ph.OpaqueOp)]
     assert opaque and opaque[0].aten.data.startswith("aten.i0")
     err = capsys.readouterr().err
-    assert re.search(r"unknown aten op aten\.i0\S* \(1x, first in module ''\)", err)
+    assert re.search(r"unknown aten op aten\.i0\S* \(1x, first in module '<root>'\)", err)
     with pytest.raises(PhazeError, match="unknown aten op aten.i0"):
         import_graph(traced, strict=True)
