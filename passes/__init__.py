@@ -27,10 +27,31 @@ def _mark_saved():
     return MarkSavedPass
 
 
+def _shard_tensor_parallel():
+    from passes.shard_tensor_parallel import ShardTensorParallelPass
+
+    return ShardTensorParallelPass
+
+
+def _tile_pe_array():
+    from passes.tile_pe_array import TilePEArrayPass
+
+    return TilePEArrayPass
+
+
+def _estimate_latency():
+    from passes.estimate_latency import EstimateLatencyPass
+
+    return EstimateLatencyPass
+
+
 ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "phaze-estimate-latency": _estimate_latency,
     "phaze-group-layers": _group_layers,
     "phaze-insert-optimizer": _insert_optimizer,
     "phaze-mark-saved": _mark_saved,
+    "phaze-shard-tensor-parallel": _shard_tensor_parallel,
+    "phaze-tile-pe-array": _tile_pe_array,
 }
 
 #: The passes that turn an imported joint graph into the training graph, in order.

@@ -68,6 +68,8 @@ def load_model_file(path: str | os.PathLike) -> ModelSpec:
     # No hub traffic, ever: models are built from configs in code.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # transformers' info-level chatter (e.g. about the default loss) is noise on phazec's stderr.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     p = Path(path)
     if not p.exists():
         raise PhazeError(f"{path}: no such file")
