@@ -45,11 +45,25 @@ def _estimate_latency():
     return EstimateLatencyPass
 
 
+def _schedule_ops():
+    from passes.schedule_ops import ScheduleOpsPass
+
+    return ScheduleOpsPass
+
+
+def _insert_recompute():
+    from passes.insert_recompute import InsertRecomputePass
+
+    return InsertRecomputePass
+
+
 ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "phaze-estimate-latency": _estimate_latency,
     "phaze-group-layers": _group_layers,
     "phaze-insert-optimizer": _insert_optimizer,
+    "phaze-insert-recompute": _insert_recompute,
     "phaze-mark-saved": _mark_saved,
+    "phaze-schedule-ops": _schedule_ops,
     "phaze-shard-tensor-parallel": _shard_tensor_parallel,
     "phaze-tile-pe-array": _tile_pe_array,
 }
