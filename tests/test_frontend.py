@@ -135,3 +135,20 @@ def test_unknown_op_is_opaque_with_warning_and_strict_errors(tmp_path, capsys):
     assert re.search(r"unknown aten op aten\.i0\S* \(1x, first in module '<root>'\)", err)
     with pytest.raises(PhazeError, match="unknown aten op aten.i0"):
         import_graph(traced, strict=True)
+
+
+def test_fused_attention_is_expanded_into_matmuls(capsys):
+    """transformers' default (sdpa) attention becomes matmul/softmax semantics, not opaque ops:
+    2 GEMMs forward, 5 backward (flash attention recomputes QKᵀ), saving only q, k, v, out, lse."""
+    spec = load_model_file(MODELS / "tiny_llama_sdpa.py")
+    module = import_graph(trace_model(spec, 1), strict=True)
+    assert "unknown aten op" not in capsys.readouterr().err
+    fn = step_function(module)
+    attn = [o for o in fn.body.block.ops if isinstance(o, ph.MatmulOp)
+            and o.attributes[ph.MODULE_ATTR].data == "model.layers.0.self_attn"]
+    phases = [o.attributes[ph.PHASE_ATTR].data for o in attn]
+    assert phases.count("fwd") == 2 and phases.count("bwd") == 5
+    s, heads = 32, 4
+    scores = [o for o in attn if o.result.type.get_shape() == (1, heads, s, s)]
+    assert scores  # the s x s scores exist, with all query heads (kv heads repeated)
+    module.verify()

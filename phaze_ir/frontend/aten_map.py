@@ -66,6 +66,13 @@ NORM = {
     "_native_batch_norm_legit_functional": "batch_norm", "native_batch_norm_backward": "batch_norm_grad",
 }
 EMBEDDING = {"embedding": "lookup", "embedding_dense_backward": "grad", "embedding_backward": "grad"}
+# Fused attention kernels: expanded into matmul/softmax semantics (see importer._attention).
+FUSED_ATTENTION = {
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+}
 # Dropout that torch keeps as one op: treated as elementwise (mask generation and scaling).
 DROPOUT = {"native_dropout": "dropout"}
 

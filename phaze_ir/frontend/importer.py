@@ -125,7 +125,9 @@ class _Importer:
         return out
 
     # -- ops ---------------------------------------------------------------------------------
-    def build(self, node) -> Operation | list[Operation]:
+    def build(self, node) -> Operation | tuple[list[Operation], list[SSAValue]]:
+        """The op for ``node``, or, when one aten op expands into several phaze ops, those ops
+        and the values standing for the node's tensor outputs (in order)."""
         packet = amap.packet_name(node.target)
         aten = StringAttr(amap.aten_name(node.target))
         results = _tensors_of(node.meta.get("val"))
@@ -169,7 +171,9 @@ class _Importer:
                                           properties={"kind": kind("random"), "aten": aten})
             out = ph.ElementwiseOp.build(operands=[[ins[0], mask.results[0]]], result_types=[rtypes[0]],
                                          properties={"kind": kind("dropout"), "aten": aten})
-            return [mask, out]
+            return [mask, out], [out.results[0], mask.results[0]]
+        if packet in amap.FUSED_ATTENTION:
+            return _attention(ins, rtypes, backward=packet.endswith("_backward"))
         if packet in amap.ELEMENTWISE and len(rtypes) == 1:
             return ph.ElementwiseOp.build(operands=[ins], result_types=rtypes,
                                           properties={"kind": kind(amap.ELEMENTWISE[packet]), "aten": aten})
@@ -211,21 +215,15 @@ class _Importer:
                             self.values[node] = match[0]
                             match[0].name_hint = _name(node.name)
                     continue
-                ops = self.build(node)
-                ops = ops if isinstance(ops, list) else [ops]
+                built = self.build(node)
+                ops, res = built if isinstance(built, tuple) else ([built], list(built.results))
                 module, phase = self.provenance(node)
                 for op in ops:
                     op.attributes[ph.MODULE_ATTR] = StringAttr(module)
                     op.attributes[ph.PHASE_ATTR] = StringAttr(phase)
                     block.add_op(op)
-                last = ops[-1]
                 val = node.meta.get("val")
                 tensors = _tensors_of(val)
-                if len(ops) > 1:  # expanded op: results come from several ops, in order
-                    res = [o.results[0] for o in ops]
-                    res = [res[-1], res[0]]  # native_dropout: (output, mask)
-                else:
-                    res = list(last.results)
                 if isinstance(val, (tuple, list)):
                     self.values[node] = [(i, r) for (i, _), r in zip(tensors, res)]
                 elif res:
@@ -271,6 +269,72 @@ class _Importer:
         if traced.seq_len is not None:
             attrs["phaze.seq_len"] = IntegerAttr(traced.seq_len, i64)
         return ModuleOp([fn], attributes=attrs)
+
+
+def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
+    """Expand a fused attention kernel into its matmul/softmax semantics.
+
+    Forward ``(q, k, v) -> (out, logsumexp)``: ``S = q kᵀ``, ``P = softmax(S)``, ``out = P v``.
+    Backward ``(dout, q, k, v, out, lse) -> (dq, dk, dv)``: flash attention keeps no ``S``/``P``
+    and recomputes them, then ``dv = Pᵀ dout``, ``dP = dout vᵀ``, ``dS = softmax_grad(dP, P)``,
+    ``dq = dS k``, ``dk = dSᵀ q``: the FLOPs and the (small) saved tensors the kernel really has.
+    Grouped-query attention repeats k and v over the query heads and sums their gradients back.
+    """
+    ops: list[Operation] = []
+
+    def add(op: Operation) -> SSAValue:
+        ops.append(op)
+        return op.results[0]
+
+    def layout(kind: str, x: SSAValue, shape: list[int]) -> SSAValue:
+        return add(ph.LayoutOp.build(operands=[[x]], result_types=[[TensorType(x.type.element_type, shape)]],
+                                     properties={"kind": StringAttr(kind), "aten": StringAttr("attention")}))
+
+    def transpose(x: SSAValue) -> SSAValue:
+        shape = list(x.type.get_shape())
+        return layout("transpose", x, shape[:-2] + [shape[-1], shape[-2]])
+
+    def matmul(a: SSAValue, b: SSAValue) -> SSAValue:
+        shape = list(a.type.get_shape())[:-1] + [b.type.get_shape()[-1]]
+        return add(ph.MatmulOp(a, b, TensorType(a.type.element_type, shape)))
+
+    def softmax(kind: str, *xs: SSAValue) -> SSAValue:
+        return add(ph.SoftmaxOp.build(operands=[list(xs)], result_types=[xs[0].type],
+                                      properties={"kind": StringAttr(kind), "dim": IntegerAttr(-1, i64)}))
+
+    grad_out, (q, k, v) = (ins[0], ins[1:4]) if backward else (None, ins[:3])
+    q_shape = list(q.type.get_shape())
+    heads, kv_heads = q_shape[-3], k.type.get_shape()[-3]
+    if kv_heads != heads:  # grouped-query attention
+        k = layout("repeat", k, q_shape[:-1] + [k.type.get_shape()[-1]])
+        v = layout("repeat", v, q_shape[:-1] + [v.type.get_shape()[-1]])
+    if not backward:
+        p = softmax("softmax", matmul(q, transpose(k)))
+        out = matmul(p, v)
+        lse = add(ph.ReductionOp.build(operands=[[p.owner.operands[0]]], result_types=[[rtypes[1]]],
+                                       properties={"kind": StringAttr("sum"), "aten": StringAttr("attention"),
+                                                   "dims": DenseArrayBase.from_list(i64, [-1])}))
+        return ops, [out, lse][: len(rtypes)]
+    # The kernel reads the saved output and log-sum-exp: P is rebuilt from S and lse, and
+    # D = rowsum(dout * out) enters the softmax gradient.
+    out, lse = ins[4], ins[5]
+    p = softmax("softmax", matmul(q, transpose(k)), lse)
+    prod = add(ph.ElementwiseOp.build(operands=[[grad_out, out]], result_types=[out.type],
+                                      properties={"kind": StringAttr("mul"), "aten": StringAttr("attention")}))
+    d = add(ph.ReductionOp.build(operands=[[prod]], result_types=[[lse.type]],
+                                 properties={"kind": StringAttr("sum"), "aten": StringAttr("attention"),
+                                             "dims": DenseArrayBase.from_list(i64, [-1])}))
+    dv = matmul(transpose(p), grad_out)
+    ds = softmax("softmax_grad", matmul(grad_out, transpose(v)), p, d)
+    dq = matmul(ds, k)
+    dk = matmul(transpose(ds), q)
+    grads = [dq, dk, dv]
+    for i in (1, 2):
+        if grads[i].type != rtypes[i]:  # sum the repeated heads' gradients back to the kv heads
+            grads[i] = add(ph.ReductionOp.build(operands=[[grads[i]]], result_types=[[rtypes[i]]],
+                                                properties={"kind": StringAttr("sum"), "aten": StringAttr("attention"),
+                                                            "dims": DenseArrayBase.from_list(i64, [1])}))
+    return ops, grads
 
 
 def import_graph(traced: TracedGraph, strict: bool = False) -> ModuleOp:
