@@ -160,3 +160,92 @@ class LayerAttr(RecordAttr):
     bwd_flops: IntAttr
     opt_flops: IntAttr
     num_ops: IntAttr
+
+
+@irdl_attr_definition
+class TileAttr(RecordAttr):
+    """How ``phaze-tile-pe-array`` tiles a ``phaze.matmul`` onto the accelerator's tensor cores
+    (weight-stationary: K along the depth ``pe_y``, N along the width ``pe_x``, M streamed;
+    the model is in ``passes/algorithms/tiling.py``).
+
+    Syntax::
+
+        #phaze.tile<pe_x = 128, pe_y = 128, m_block = 256, tiles_m = 16, tiles_n = 32,
+                    tiles_k = 32, tiles = 512, cores = 8, utilization = 1.0,
+                    cycles_one = 4325376, cycles_split = 540672>
+
+    - ``pe_x``/``pe_y``: the PE array it was tiled for (width, depth).
+    - ``m_block``: rows of the left operand streamed per tile.
+    - ``tiles_m``/``tiles_n``/``tiles_k``: blocks along M, weight tiles along N and along K.
+    - ``tiles``: output tiles, ``batch · tiles_m · tiles_n``; ``cores``: cores busy when split.
+    - ``utilization``: useful / issued MACs (padding of N to ``pe_x`` and K to ``pe_y``).
+    - ``cycles_one``/``cycles_split``: compute cycles on one core / split over all tensor cores
+      (fill and drain included; memory bounds are ``phaze.latency``'s business).
+    """
+
+    name = "phaze.tile"
+    FIELDS = (
+        "pe_x", "pe_y", "m_block", "tiles_m", "tiles_n", "tiles_k", "tiles", "cores",
+        "utilization", "cycles_one", "cycles_split",
+    )
+
+    pe_x: IntAttr
+    pe_y: IntAttr
+    m_block: IntAttr
+    tiles_m: IntAttr
+    tiles_n: IntAttr
+    tiles_k: IntAttr
+    tiles: IntAttr
+    cores: IntAttr
+    utilization: FloatData
+    cycles_one: IntAttr
+    cycles_split: IntAttr
+
+
+@irdl_attr_definition
+class LatencyAttr(RecordAttr):
+    """An op's latency on the module's accelerator, from ``phaze-estimate-latency``
+    (the model is in ``passes/algorithms/latency.py``).
+
+    Syntax::
+
+        #phaze.latency<one_s = 1.6e-05, split_s = 2.1e-06, unit = "tensor", bound = "compute">
+
+    - ``one_s``: seconds on ONE core of its unit; ``split_s``: seconds split over ALL cores of
+      its unit (equal for collectives and views).
+    - ``unit``: ``"tensor"`` (tensor cores), ``"vector"`` (vector cores), ``"network"``
+      (collectives) or ``"none"`` (views: no data moves).
+    - ``bound``: what limits ``split_s``: ``"compute"``, ``"glb"`` (global-buffer bandwidth),
+      ``"hbm"`` (HBM bandwidth), ``"network"`` or ``"none"``.
+    """
+
+    name = "phaze.latency"
+    FIELDS = ("one_s", "split_s", "unit", "bound")
+
+    one_s: FloatData
+    split_s: FloatData
+    unit: StringAttr
+    bound: StringAttr
+
+
+@irdl_attr_definition
+class LayerLatencyAttr(RecordAttr):
+    """Per-layer latency totals (module attribute ``phaze.layer_latency``, one per layer index
+    of ``phaze.layer``), from ``phaze-estimate-latency``.
+
+    Syntax::
+
+        #phaze.layer_latency<index = 1, fwd_s = 0.0021, bwd_s = 0.0043, opt_s = 0.0002>
+
+    ``fwd_s``/``bwd_s``/``opt_s``: the serial sum of the ``split_s`` of the layer's ops of that
+    ``phaze.phase``, in seconds: every op split over all cores of its unit, one after the other
+    (an upper bound on what the operator scheduler achieves by overlapping ops on different cores).
+    """
+
+    name = "phaze.layer_latency"
+    FIELDS = ("index", "fwd_s", "bwd_s", "opt_s")
+
+    index: IntAttr
+    fwd_s: FloatData
+    bwd_s: FloatData
+    opt_s: FloatData

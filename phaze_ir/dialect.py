@@ -44,7 +44,7 @@ from xdsl.irdl import (
 from xdsl.traits import SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
-from phaze_ir.attributes import LayerAttr
+from phaze_ir.attributes import LatencyAttr, LayerAttr, LayerLatencyAttr, TileAttr
 
 # Discardable attribute names (one place, so that passes and tools agree on the spelling).
 MODULE_ATTR = "phaze.module"
@@ -508,7 +508,7 @@ PHAZE_OPS = [
     CollectiveOp, OptimizerUpdateOp, OpaqueOp, AcceleratorOp,
 ]
 
-Phaze = Dialect("phaze", PHAZE_OPS, [LayerAttr])
+Phaze = Dialect("phaze", PHAZE_OPS, [LayerAttr, TileAttr, LatencyAttr, LayerLatencyAttr])
 """The ``phaze`` dialect (ops and attributes)."""
 
 
