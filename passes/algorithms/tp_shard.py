@@ -1,0 +1,1120 @@
+"""Megatron-style tensor parallelism on a training step, by sharding propagation.
+
+The input is the whole training step (forward, backward, optimizer) as a light graph of ops on
+tensors with static shapes (:class:`TGraph`); the output (:class:`ShardPlan`) is what one device
+of a tensor-parallel group of width ``t`` runs: the local shape of every value, the all-reduces
+to insert and where, and which linears became column- or row-parallel.
+
+Every value gets a *sharding state*, GSPMD-like:
+
+- ``R`` (``None``): replicated, every device holds the whole tensor;
+- :class:`Split` ``(dim, inner, pad)``: split into ``t`` parts along ``dim``; the split factor
+  sits ``inner`` elements deep in that dim (``[outer, t, inner]``: a split of the heads stays
+  exact when the heads are merged with the micro-batch into one ``b*heads`` dim), and ``pad``
+  elements are added to the dim before splitting (the vocabulary only);
+- ``P``: partial sum, every device holds a full-shaped tensor and the true value is their sum.
+
+Structure is found from the graph, never from names:
+
+- a *linear* is a forward ``matmul`` whose rhs is a ``param`` argument, possibly through
+  single-operand views (``transpose``/``view``/...);
+- a linear in a ``block`` layer whose input is replicated becomes **column-parallel** (weight
+  split along its output dim, output split along the last dim); a linear whose input is split
+  along the contracted dim becomes **row-parallel** (weight split along its input dim, output
+  partial).  So "row" is exactly "fed, through elementwise ops, views, softmax and batched
+  matmuls of activations, by column outputs", as in Megatron;
+- the *LM head* is a forward linear outside the blocks whose output reaches a (log-)softmax over
+  its last dim and whose width is the row count of an embedding table looked up in the forward
+  (or whose weight *is* that table: tied embeddings).  That table becomes **vocabulary-parallel**
+  (split along its rows: the lookup yields a partial sum) and the head column-parallel over the
+  vocabulary, both padded to a multiple of ``vocab_multiple * t`` rows as Megatron pads them.
+
+Propagation rules per op kind: matmul (column, row, batched with split batch dims), elementwise
+(broadcast-aware; a replicated parameter meeting a split operand, e.g. a bias, is split with
+it), views and copies (the split dim is mapped through reshapes by its flat stride, through
+transposes/permutes by the permutation read off the shapes), split/cat (the fused QKV of GPT-2
+is split along the sharded dim: each device holds its heads' q, k and v, Megatron's layout),
+reductions (a sum over the split dim is partial), softmax (a softmax over a split dim is the
+distributed one), norms (need the normalized dims whole), embeddings, the optimizer step and the
+function's results.  Backward ops follow the same rules, so weight gradients of split weights
+come out split (no communication) and the input gradient of a column-parallel linear comes out
+partial.
+
+A partial value is all-reduced (one ``all_reduce`` of its full shape) as soon as it meets a
+consumer that needs it whole; only views and ``add``/``sub`` of partials keep a value partial
+(so the gradients that q, k and v projections send to their shared input are summed first and
+all-reduced once, Megatron's ``f`` operator).  This gives Megatron's two all-reduces per
+transformer block in the forward (after the attention output projection and after the second
+MLP GEMM) and two in the backward (the input gradients of the first linears of attention and
+MLP).  The vocabulary-parallel cross-entropy is modelled as: two all-reduces of ``[tokens]``
+statistics (max and sum of exponentials, as local ``max``/``sum`` reductions feeding an
+all-reduce, inserted before the (log-)softmax over the split vocabulary; their results feed
+nothing, the softmax op stands for the fused kernel that consumes them) and one all-reduce of
+the partial loss (each device holds the target logits of its vocabulary shard), in place of
+Megatron's all-reduce of ``[tokens]`` target logits.  The backward of the cross-entropy
+(``log_softmax_grad`` of an ``nll_loss_grad``) is local, as in Megatron's fused kernel; any
+other softmax gradient over a split dim all-reduces one ``[rows]`` sum.
+
+When a split value reaches an op that cannot take it (a norm over the split dim, a function
+result, a mismatch), the column-parallel linear (or the vocabulary split) it came from is
+demoted to replicated and the propagation runs again; e.g. the last linear of an MLP with an
+odd number of linears stays replicated.  Widths that do not divide the attention heads or the
+output size of a column-parallel linear are refused with a :class:`ShardError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class ShardError(Exception):
+    """A width the model cannot be sharded with (one-line message)."""
+
+
+class Split(NamedTuple):
+    """Split of a value into ``t`` parts along ``dim`` (see the module docstring)."""
+
+    dim: int
+    inner: int
+    pad: int = 0
+
+
+R = None  # replicated
+P = "P"  # partial sum
+_PENDING = "U"  # a parameter (or a view of one) whose sharding is not decided yet
+VOCAB = -1  # origin of splits that come from the vocabulary-parallel embedding
+
+VIEW_KINDS = frozenset(("view", "reshape", "transpose", "permute", "expand", "squeeze", "unsqueeze",
+                        "slice", "select", "alias", "split", "unbind", "as_strided", "detach", "diagonal"))
+_CHAIN_KINDS = frozenset(("view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "alias",
+                          "detach", "clone", "expand"))
+_SHAPE_ONLY = frozenset(("fill", "random", "arange"))
+_SUMS = frozenset(("sum", "mean"))
+
+
+@dataclass
+class TValue:
+    """A value: its (global) shape, the argument role (``param``/``buffer``/``input``/``""``)
+    and the index of the op that yields it (-1 for arguments)."""
+
+    shape: tuple[int, ...]
+    role: str = ""
+    producer: int = -1
+
+
+@dataclass
+class TOp:
+    """An op.  ``name`` is the op name without the dialect (``matmul``, ``elementwise``, ...;
+    ``return`` for the function's terminator), ``kind`` its kind property, ``dims``/``dim``/
+    ``normalized_rank`` the properties of reductions, softmax and norms.  For ``return``,
+    ``result_roles[k]`` is ``loss``, ``grad``, ``updated`` or ``""`` and ``result_params[k]`` the
+    parameter value of a gradient or updated parameter (-1 otherwise)."""
+
+    name: str
+    kind: str
+    operands: list[int]
+    results: list[int]
+    phase: str = "fwd"
+    layer: int = 0
+    module: str = ""
+    aten: str = ""
+    dims: tuple[int, ...] = ()
+    dim: int = 0
+    normalized_rank: int = 1
+    result_roles: list[str] = field(default_factory=list)
+    result_params: list[int] = field(default_factory=list)
+
+
+@dataclass
+class TGraph:
+    """Values and ops of one step in program order, and the (kind, module) of every layer."""
+
+    values: list[TValue] = field(default_factory=list)
+    ops: list[TOp] = field(default_factory=list)
+    layers: list[tuple[str, str]] = field(default_factory=list)
+    micro_batch: int = 1
+
+    def add_value(self, shape, role: str = "", producer: int = -1) -> int:
+        self.values.append(TValue(tuple(shape), role, producer))
+        return len(self.values) - 1
+
+    def add_op(self, name: str, kind: str, operands: list[int], result_shapes: list, **kw) -> int:
+        index = len(self.ops)
+        results = [self.add_value(s, producer=index) for s in result_shapes]
+        self.ops.append(TOp(name, kind, list(operands), results, **kw))
+        return index
+
+
+@dataclass
+class AllReduce:
+    """All-reduce of ``value`` (a partial sum, full shape), inserted after op ``after_op`` (its
+    producer); the operands ``uses`` (op index, operand index) read the reduced value.
+    ``source_op`` is the op that made the value partial (a row-parallel GEMM, the input-gradient
+    GEMM of a column-parallel one, a vocabulary-parallel lookup; the latest one when partials
+    are summed): the all-reduce takes its phase, layer and module."""
+
+    value: int
+    after_op: int
+    source_op: int
+    uses: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class SoftmaxStat:
+    """A local ``kind`` (``max``/``sum``) reduction of ``value`` over ``dim`` (result shape
+    ``shape``) and an all-reduce of it, inserted before op ``before_op`` (a softmax over a split
+    dim)."""
+
+    before_op: int
+    value: int
+    dim: int
+    kind: str
+    shape: tuple[int, ...]
+
+
+@dataclass
+class ShardPlan:
+    """What one device runs: ``shapes`` (local shape of every value whose shape changes),
+    ``states`` (the sharding state of every value), the all-reduces and softmax statistics to
+    insert, the linears made column- and row-parallel (op indices), the vocabulary-parallel
+    embedding tables (value ids), the linears demoted to replicated and the rounds it took."""
+
+    width: int
+    shapes: dict[int, tuple[int, ...]]
+    states: list
+    all_reduces: list[AllReduce]
+    stats: list[SoftmaxStat]
+    column: list[int]
+    row: list[int]
+    vocab_tables: list[int]
+    vocab_size: int
+    padded_vocab_size: int
+    demoted: list[int]
+    rounds: int
+
+
+class _NoMap(Exception):
+    """A split that an op cannot carry."""
+
+
+# ------------------------------------------------------------------------------------------
+# Mapping a split through views
+# ------------------------------------------------------------------------------------------
+
+def _strides(shape) -> list[int]:
+    out, acc = [1] * len(shape), 1
+    for i in range(len(shape) - 1, -1, -1):
+        out[i] = acc
+        acc *= shape[i]
+    return out
+
+
+def reshape_split(src, dst, sp: Split, t: int) -> Split:
+    """The split of ``dst`` that a row-major reshape of ``src`` (split ``sp``) yields."""
+    if sp.pad:
+        # A padded dim (the vocabulary) must survive the reshape whole.
+        pre, post = math.prod(src[:sp.dim]), math.prod(src[sp.dim + 1:])
+        for e in range(len(dst)):
+            if dst[e] == src[sp.dim] and math.prod(dst[:e]) == pre and math.prod(dst[e + 1:]) == post:
+                return Split(e, sp.inner, sp.pad)
+        raise _NoMap(f"a reshape {tuple(src)} -> {tuple(dst)} breaks the padded dim {sp.dim}")
+    f = sp.inner * _strides(src)[sp.dim]  # flat stride of the split factor
+    so = _strides(dst)
+    for e in range(len(dst)):
+        lo, hi = so[e], so[e] * dst[e]
+        if f % lo == 0 and hi % (f * t) == 0:
+            return Split(e, f // lo, 0)
+    raise _NoMap(f"a reshape {tuple(src)} -> {tuple(dst)} cuts through the split of dim {sp.dim}")
+
+
+def _permutations(src, dst, kind: str, aten: str) -> list[tuple[int, ...]]:
+    """Permutations ``p`` with ``dst[k] == src[p[k]]`` that the op can be."""
+    r = len(src)
+    if len(dst) != r:
+        return []
+    if kind == "transpose":
+        if r <= 1:
+            return [tuple(range(r))]
+        if aten.startswith("aten.t.") and r == 2:
+            return [(1, 0)]
+        out = []
+        for i, j in itertools.combinations(range(r), 2):
+            p = list(range(r))
+            p[i], p[j] = j, i
+            if all(dst[k] == src[p[k]] for k in range(r)):
+                out.append(tuple(p))
+        if not out and tuple(src) == tuple(dst):
+            out.append(tuple(range(r)))
+        return out
+    return [p for p in itertools.permutations(range(r)) if all(dst[k] == src[p[k]] for k in range(r))]
+
+
+def permute_split(src, dst, sp: Split, kind: str, aten: str) -> Split:
+    """The split of ``dst`` after a transpose/permute of ``src``.  The dims the op moves are read
+    off the shapes; when several permutations fit and place the split dim differently, a
+    transpose that keeps the shape is taken to swap the last two dims (``k.transpose(-1, -2)``,
+    the matmul idiom), else the op is refused."""
+    perms = _permutations(src, dst, kind, aten)
+    images = sorted({p.index(sp.dim) for p in perms})
+    if len(images) == 1:
+        return Split(images[0], sp.inner, sp.pad)
+    r = len(src)
+    if kind == "transpose" and r >= 2 and tuple(src) == tuple(dst):
+        last = list(range(r))
+        last[-1], last[-2] = last[-2], last[-1]
+        if tuple(last) in perms:
+            return Split(tuple(last).index(sp.dim), sp.inner, sp.pad)
+    raise _NoMap(f"cannot tell from the shapes {tuple(src)} -> {tuple(dst)} where {kind} moves dim {sp.dim}")
+
+
+def _removed_dim(src, dst) -> list[int]:
+    """Dims ``i`` such that dropping ``src[i]`` gives ``dst``."""
+    return [i for i in range(len(src)) if tuple(src[:i]) + tuple(src[i + 1:]) == tuple(dst)]
+
+
+def _inserted_dim(src, dst) -> list[int]:
+    return _removed_dim(dst, src)
+
+
+def map_view(kind: str, aten: str, src, dst, sp: Split, t: int) -> Split:
+    """The split of one result ``dst`` of a single-operand layout op on ``src`` split ``sp``."""
+    src, dst = tuple(src), tuple(dst)
+    if kind in ("alias", "detach", "clone", "copy", "contiguous") and src == dst:
+        return sp
+    if kind in ("view", "reshape", "alias", "detach", "clone", "copy", "squeeze", "unsqueeze"):
+        if math.prod(src) != math.prod(dst):
+            raise _NoMap(f"{kind} changes the number of elements")
+        if src == dst:
+            return sp
+        return reshape_split(src, dst, sp, t)
+    if kind in ("transpose", "permute"):
+        return permute_split(src, dst, sp, kind, aten)
+    if kind == "expand":
+        off = len(dst) - len(src)
+        if dst[sp.dim + off] != src[sp.dim]:
+            raise _NoMap("expand of the split dim")
+        return Split(sp.dim + off, sp.inner, sp.pad)
+    if kind in ("select", "unbind"):
+        cands = _removed_dim(src, dst)
+        images = {i - (1 if i < sp.dim else 0) for i in cands if i != sp.dim}
+        if len(images) != 1 or sp.dim in cands and len(cands) == 1:
+            raise _NoMap(f"{kind} of or near the split dim")
+        return Split(images.pop(), sp.inner, sp.pad)
+    if len(src) == len(dst) and src[sp.dim] == dst[sp.dim]:
+        # slice, pad, zero_pad (slice_backward), flip, roll, tril, ...: acting on other dims.
+        return sp
+    raise _NoMap(f"{kind} {src} -> {dst} changes the split dim {sp.dim}")
+
+
+# ------------------------------------------------------------------------------------------
+# Structure (found once)
+# ------------------------------------------------------------------------------------------
+
+class _Structure:
+    def __init__(self, g: TGraph, t: int, vocab_multiple: int):
+        self.g, self.t = g, t
+        nv = len(g.values)
+        self.consumers: list[list[tuple[int, int]]] = [[] for _ in range(nv)]
+        for i, op in enumerate(g.ops):
+            for k, v in enumerate(op.operands):
+                self.consumers[v].append((i, k))
+        self._root: dict[int, int] = {}
+        self.block_layers = {i for i, (kind, _) in enumerate(g.layers) if kind == "block"}
+        # Linears: forward matmuls whose rhs is a parameter through views.
+        self.linear_param: dict[int, int] = {}
+        for i, op in enumerate(g.ops):
+            if op.name == "matmul" and op.phase == "fwd":
+                root = self.root_param(op.operands[1])
+                if root >= 0:
+                    self.linear_param[i] = root
+        self._find_vocab(vocab_multiple)
+        self._check_heads()
+        # Embedding gradients -> the table of the lookup with the same indices.
+        self.emb_grad_table: dict[int, int] = {}
+        lookups: dict[int, list[int]] = {}
+        for i, op in enumerate(g.ops):
+            if op.name == "embedding" and op.kind == "lookup" and len(op.operands) >= 2:
+                lookups.setdefault(op.operands[1], []).append(op.operands[0])
+        for i, op in enumerate(g.ops):
+            if op.name == "embedding" and op.kind == "grad" and len(op.operands) >= 2:
+                for table in lookups.get(op.operands[1], []):
+                    if g.values[table].shape == g.values[op.results[0]].shape:
+                        self.emb_grad_table[i] = table
+                        break
+
+    def producer_op(self, v: int) -> TOp | None:
+        p = self.g.values[v].producer
+        return self.g.ops[p] if p >= 0 else None
+
+    def is_chain_op(self, op: TOp) -> bool:
+        return op.name == "layout" and op.kind in _CHAIN_KINDS and len(op.operands) == 1 and len(op.results) == 1
+
+    def root_param(self, v: int) -> int:
+        """The parameter argument ``v`` is a view of (-1 if none)."""
+        if v in self._root:
+            return self._root[v]
+        seen = []
+        root = -1
+        while True:
+            seen.append(v)
+            val = self.g.values[v]
+            if val.producer < 0:
+                root = v if val.role == "param" else -1
+                break
+            op = self.g.ops[val.producer]
+            if not self.is_chain_op(op):
+                break
+            v = op.operands[0]
+            if v in self._root:
+                root = self._root[v]
+                break
+        for s in seen:
+            self._root[s] = root
+        return root
+
+    def chain(self, v: int) -> list[int]:
+        """Ops from the parameter ``v`` views to ``v`` (in order)."""
+        out = []
+        while self.g.values[v].producer >= 0:
+            p = self.g.values[v].producer
+            out.append(p)
+            v = self.g.ops[p].operands[0]
+        return out[::-1]
+
+    def layer_name(self, layer: int) -> str:
+        kind, module = self.g.layers[layer] if 0 <= layer < len(self.g.layers) else ("", "")
+        return f"layer {layer} ({module or kind or '?'})"
+
+    def _reaches_softmax_last(self, v: int, depth: int = 12) -> bool:
+        """Does ``v`` reach a forward (log-)softmax over its last dim through views and
+        converts?"""
+        frontier = [v]
+        for _ in range(depth):
+            nxt = []
+            for u in frontier:
+                for j, _k in self.consumers[u]:
+                    op = self.g.ops[j]
+                    if op.phase != "fwd":
+                        continue
+                    if op.name == "softmax" and op.kind in ("softmax", "log_softmax"):
+                        rank = len(self.g.values[op.operands[0]].shape)
+                        if op.dim % max(rank, 1) == rank - 1:
+                            return True
+                    if (op.name == "layout" and op.kind in VIEW_KINDS | {"clone"}) or \
+                            (op.name == "elementwise" and op.kind in ("convert", "copy")):
+                        nxt.extend(op.results)
+            frontier = nxt
+            if not frontier:
+                break
+        return False
+
+    def _find_vocab(self, multiple: int) -> None:
+        g = self.g
+        heads: dict[int, int] = {}  # LM head op -> vocabulary (its output width)
+        for i, param in self.linear_param.items():
+            op = g.ops[i]
+            if op.layer in self.block_layers:
+                continue
+            if self._reaches_softmax_last(op.results[0]):
+                heads[i] = g.values[op.results[0]].shape[-1]
+        self.lm_heads: set[int] = set()
+        self.word_lookups: set[int] = set()
+        self.vocab_size = 0
+        for i, op in enumerate(g.ops):
+            if op.name != "embedding" or op.kind != "lookup" or op.phase != "fwd":
+                continue
+            table = self.root_param(op.operands[0])
+            if table < 0:
+                continue
+            rows = g.values[table].shape[0]
+            tied = [h for h in heads if self.linear_param[h] == table]
+            same = [h for h, n in heads.items() if n == rows]
+            if tied or same:
+                self.word_lookups.add(i)
+                self.lm_heads.update(tied or same)
+                self.vocab_size = rows
+        step = multiple * self.t
+        self.padded_vocab = -(-self.vocab_size // step) * step if self.vocab_size else 0
+        self.vocab_pad = self.padded_vocab - self.vocab_size
+
+    def _check_heads(self) -> None:
+        """Refuse a width that does not divide the attention heads of a block: the batch of a
+        forward matmul of two activations in a block is micro-batch x heads."""
+        g = self.g
+        for i, op in enumerate(g.ops):
+            if op.name != "matmul" or op.phase != "fwd" or (self.block_layers and op.layer not in self.block_layers):
+                continue
+            if self.root_param(op.operands[0]) >= 0 or self.root_param(op.operands[1]) >= 0:
+                continue
+            shape = g.values[op.results[0]].shape
+            if len(shape) < 3:
+                continue
+            batch = math.prod(shape[:-2])
+            heads = batch // g.micro_batch if g.micro_batch and batch % g.micro_batch == 0 else batch
+            if heads % self.t:
+                raise ShardError(f"width {self.t} does not divide the {heads} attention heads of "
+                                 f"{self.layer_name(op.layer)}")
+
+
+# ------------------------------------------------------------------------------------------
+# One round of propagation
+# ------------------------------------------------------------------------------------------
+
+class _Round:
+    def __init__(self, s: _Structure, candidates: set[int], vocab: bool):
+        self.s, self.g, self.t = s, s.g, s.t
+        self.candidates, self.vocab = candidates, vocab
+        g = self.g
+        self.st: list = [_PENDING if v.role == "param" else R for v in g.values]
+        self.origin: list[frozenset] = [frozenset()] * len(g.values)
+        self.reductions: dict[int, AllReduce] = {}
+        self.must: dict[int, bool] = {}
+        self.stats: list[SoftmaxStat] = []
+        self.triggers: set[int] = set()
+        self.column: list[int] = []
+        self.row: list[int] = []
+        self.ce_grad: set[int] = set()
+        self.source: dict[int, int] = {}  # partial value -> op that made it partial
+        self.cur = -1
+
+    # -- states -------------------------------------------------------------------------------
+    def shape(self, v: int) -> tuple[int, ...]:
+        return self.g.values[v].shape
+
+    def get(self, v: int):
+        s = self.st[v]
+        if s is not _PENDING:
+            return s
+        p = self.g.values[v].producer
+        if p < 0:
+            return _PENDING
+        op = self.g.ops[p]
+        src = op.operands[0]
+        ss = self.get(src)
+        if ss is _PENDING:
+            return _PENDING
+        if isinstance(ss, Split):
+            try:
+                out = map_view(op.kind, op.aten, self.shape(src), self.shape(v), ss, self.t)
+            except _NoMap:
+                self.trigger(src)
+                out = R
+        else:
+            out = ss
+        self.st[v] = out
+        self.origin[v] = self.origin[src]
+        return out
+
+    def set(self, v: int, state, origin: frozenset = frozenset(), source: int | None = None) -> None:
+        self.st[v] = state
+        self.origin[v] = origin if isinstance(state, Split) else frozenset()
+        if state == P:
+            self.source[v] = self.cur if source is None else source
+
+    def trigger(self, *values: int) -> None:
+        for v in values:
+            o = self.origin[v]
+            if not o:
+                raise AssertionError(f"split value {v} has no origin")
+            self.triggers |= o
+
+    def decide(self, v: int, desired, origin: frozenset) -> bool:
+        """Fix the sharding of the parameter that ``v`` is a view of so that ``v`` gets
+        ``desired``; False (and replicated) when no split of the parameter gives it."""
+        root = self.s.root_param(v)
+        chain = self.s.chain(v) if root != v else []
+        if desired is not R:
+            rshape = self.shape(root)
+            for k in range(len(rshape)):
+                n = rshape[k] + desired.pad
+                if n % self.t:
+                    continue
+                cand = Split(k, n // self.t, desired.pad)
+                cur, src, ok = cand, root, True
+                for p in chain:
+                    op = self.g.ops[p]
+                    try:
+                        cur = map_view(op.kind, op.aten, self.shape(src), self.shape(op.results[0]), cur, self.t)
+                    except _NoMap:
+                        ok = False
+                        break
+                    src = op.results[0]
+                if ok and cur == desired:
+                    self.set(root, cand, origin)
+                    return True
+        self.set(root, R)
+        return False
+
+    def needs_reduce(self, v: int) -> bool:
+        """A partial value is reduced for all its consumers as soon as one of them is neither
+        a view nor an add/sub (nor an op that reads only its shape)."""
+        if v not in self.must:
+            must = False
+            for j, _k in self.s.consumers[v]:
+                op = self.g.ops[j]
+                if op.name == "layout" and len(op.operands) == 1 and (op.kind in VIEW_KINDS or op.kind == "clone"):
+                    continue
+                if op.name == "elementwise" and op.kind in _SHAPE_ONLY | {"add", "sub"}:
+                    continue
+                must = True
+                break
+            self.must[v] = must
+        return self.must[v]
+
+    def reduce(self, i: int, k: int) -> None:
+        v = self.g.ops[i].operands[k]
+        red = self.reductions.get(v)
+        if red is None:
+            red = self.reductions[v] = AllReduce(v, self.g.values[v].producer, self.source[v])
+        if (i, k) not in red.uses:
+            red.uses.append((i, k))
+
+    def read(self, i: int, k: int):
+        """State of operand ``k`` of op ``i`` as the op sees it (a partial value that must be
+        reduced reads as replicated)."""
+        v = self.g.ops[i].operands[k]
+        s = self.get(v)
+        if s == P and self.needs_reduce(v):
+            self.reduce(i, k)
+            return R
+        return s
+
+    def need_whole(self, i: int, k: int, s=None) -> None:
+        """Operand ``k`` of op ``i`` must be replicated."""
+        v = self.g.ops[i].operands[k]
+        s = self.read(i, k) if s is None else s
+        if s is _PENDING:
+            self.decide(v, R, frozenset())
+        elif s == P:
+            self.reduce(i, k)
+        elif isinstance(s, Split):
+            self.trigger(v)
+
+    # -- driver -------------------------------------------------------------------------------
+    def run(self) -> None:
+        for i, op in enumerate(self.g.ops):
+            self.cur = i
+            getattr(self, f"_op_{op.name}", self._op_default)(i, op)
+
+    def _all_whole(self, i: int, op: TOp) -> None:
+        for k in range(len(op.operands)):
+            self.need_whole(i, k)
+        for r in op.results:
+            self.set(r, R)
+
+    _op_default = _all_whole
+
+    # -- matmul -------------------------------------------------------------------------------
+    def _op_matmul(self, i: int, op: TOp) -> None:
+        t = self.t
+        lhs, rhs = op.operands[0], op.operands[1]
+        a, b = len(self.shape(lhs)), len(self.shape(rhs))
+        out_v = op.results[0]
+        r = len(self.shape(out_v))
+        if i in self.s.linear_param and self.get(rhs) is _PENDING:
+            sl = self.read(i, 0)
+            if isinstance(sl, Split) and sl.dim == a - 1:
+                if self.decide(rhs, Split(b - 2, sl.inner, sl.pad), self.origin[lhs]):
+                    self.row.append(i)
+            elif sl is R and i in self.candidates:
+                n = self.shape(rhs)[-1]
+                pad = self.s.vocab_pad if i in self.s.lm_heads else 0
+                if (n + pad) % t:
+                    raise ShardError(
+                        f"width {t} does not divide the output size {n} of the column-parallel linear "
+                        f"{op.module or '?'} in {self.s.layer_name(op.layer)}")
+                origin = frozenset((VOCAB if i in self.s.lm_heads else i,))
+                if self.decide(rhs, Split(b - 1, (n + pad) // t, pad), origin):
+                    self.column.append(i)
+            else:
+                self.decide(rhs, R, frozenset())
+        sl, sr = self.read(i, 0), self.read(i, 1)
+        for k, s in ((0, sl), (1, sr)):
+            if s is _PENDING or s == P:
+                self.need_whole(i, k, s)
+        sl = sl if isinstance(sl, Split) else R
+        sr = sr if isinstance(sr, Split) else R
+        out, parts, bad = R, [], False
+        origin = self.origin[lhs] | self.origin[rhs]
+        if sl is not R:
+            if sl.dim == a - 1:
+                if sr is not R and sr.dim == b - 2 and (sr.inner, sr.pad) == (sl.inner, sl.pad):
+                    out = P
+                else:
+                    bad = True
+            elif sl.dim == a - 2:
+                parts.append(Split(r - 2, sl.inner, sl.pad))
+            else:
+                o = sl.dim + r - a
+                j = o - (r - b)
+                if j >= 0 and self.shape(rhs)[j] != 1 and not (sr is not R and sr.dim == j and sr.inner == sl.inner):
+                    bad = True
+                parts.append(Split(o, sl.inner, sl.pad))
+        if sr is not R:
+            if sr.dim == b - 2:
+                if not (sl is not R and sl.dim == a - 1):
+                    bad = True
+            elif sr.dim == b - 1:
+                parts.append(Split(r - 1, sr.inner, sr.pad))
+            else:
+                o = sr.dim + r - b
+                j = o - (r - a)
+                if j >= 0 and self.shape(lhs)[j] != 1 and not (sl is not R and sl.dim == j and sl.inner == sr.inner):
+                    bad = True
+                parts.append(Split(o, sr.inner, sr.pad))
+        if len(set(parts)) > 1:
+            bad = True
+        if bad:
+            self.trigger(*[v for v, s in ((lhs, sl), (rhs, sr)) if s is not R])
+            out = R
+        elif parts:
+            out = parts[0]
+        if len(op.operands) > 2:
+            out = self._bias(i, op, out, origin)
+        self.set(out_v, out, origin)
+
+    def _bias(self, i: int, op: TOp, out, origin: frozenset):
+        """The bias of an ``addmm``: split with a column-parallel output, whole otherwise (a
+        row-parallel bias is added once, after the reduction, in Megatron)."""
+        bias = op.operands[2]
+        r, q = len(self.shape(op.results[0])), len(self.shape(bias))
+        want = R
+        if isinstance(out, Split):
+            j = out.dim - (r - q)
+            if j >= 0 and self.shape(bias)[j] != 1:
+                want = Split(j, out.inner, out.pad)
+        sb = self.read(i, 2)
+        if sb is _PENDING:
+            if want is not R and not self.decide(bias, want, origin):
+                self.triggers.update(origin)
+                return R
+            if want is R:
+                self.decide(bias, R, frozenset())
+            return out
+        if sb == P:
+            self.reduce(i, 2)
+            sb = R
+        if sb != want:
+            if isinstance(sb, Split):
+                self.trigger(bias)
+            self.triggers.update(origin)
+            return R
+        return out
+
+    # -- elementwise ----------------------------------------------------------------------------
+    def _op_elementwise(self, i: int, op: TOp) -> None:
+        out_v = op.results[0]
+        if op.kind in _SHAPE_ONLY:
+            s = self.get(op.operands[0]) if op.operands else R
+            if isinstance(s, Split) and len(self.shape(op.operands[0])) == len(self.shape(out_v)):
+                self.set(out_v, s, self.origin[op.operands[0]])
+            else:
+                self.set(out_v, R)
+            return
+        if op.kind == "nll_loss_grad" and len(op.operands) >= 2:
+            s = self.read(i, 1)
+            for k in range(len(op.operands)):
+                if k != 1:
+                    self.need_whole(i, k)
+            if s == P or s is _PENDING:
+                self.need_whole(i, 1, s)
+                s = R
+            self.set(out_v, s, self.origin[op.operands[1]])
+            self.ce_grad.add(out_v)
+            return
+        states = [self.read(i, k) for k in range(len(op.operands))]
+        if any(s == P for s in states):
+            # A sum of partials is partial; a replicated addend is added by one device only,
+            # so that (R + P) stays partial too (as long as no partial operand is broadcast up).
+            if op.kind in ("add", "sub") and all(s == P or s is R for s in states) and all(
+                    self.shape(op.operands[k]) == self.shape(out_v) for k, s in enumerate(states) if s == P):
+                self.set(out_v, P, source=max(self.source[op.operands[k]] for k, s in enumerate(states) if s == P))
+                return
+            for k, s in enumerate(states):
+                if s == P:
+                    self.need_whole(i, k, s)
+                    states[k] = R
+        r = len(self.shape(out_v))
+        parts = {}
+        for k, s in enumerate(states):
+            if isinstance(s, Split):
+                v = op.operands[k]
+                parts[Split(s.dim + r - len(self.shape(v)), s.inner, s.pad)] = v
+        if len(parts) > 1:
+            self.trigger(*parts.values())
+            out = R
+        else:
+            out = next(iter(parts), R)
+        origin = frozenset().union(*(self.origin[v] for v in parts.values())) if parts else frozenset()
+        for k, s in enumerate(states):
+            if isinstance(s, Split):
+                continue
+            v = op.operands[k]
+            j = out.dim - (r - len(self.shape(v))) if out is not R else -1
+            whole = j < 0 or self.shape(v)[j] == 1
+            if s is _PENDING:
+                if whole:
+                    self.decide(v, R, frozenset())
+                elif not self.decide(v, Split(j, out.inner, out.pad), origin):
+                    self.triggers.update(origin)
+                    out = R
+            elif not whole:
+                # A replicated operand meets a split one along a full dim: would need a slice.
+                self.triggers.update(origin)
+                out = R
+        self.set(out_v, out, origin)
+
+    # -- reductions, softmax, norms -----------------------------------------------------------------
+    def _op_reduction(self, i: int, op: TOp) -> None:
+        if op.kind == "nll_loss":
+            s = self.read(i, 0)
+            for k in range(1, len(op.operands)):
+                self.need_whole(i, k)
+            rank = len(self.shape(op.operands[0]))
+            if isinstance(s, Split) and s.dim == rank - 1:
+                self.set(op.results[0], P)
+                for rv in op.results[1:]:
+                    self.set(rv, R)
+                return
+            self.need_whole(i, 0, s)
+            for rv in op.results:
+                self.set(rv, R)
+            return
+        s = self.read(i, 0)
+        for k in range(1, len(op.operands)):
+            self.need_whole(i, k)
+        if not isinstance(s, Split):
+            self.need_whole(i, 0, s)
+            for rv in op.results:
+                self.set(rv, R)
+            return
+        v = op.operands[0]
+        rank = len(self.shape(v))
+        dims = sorted({d % rank for d in op.dims}) if op.dims else list(range(rank))
+        if s.dim in dims:
+            if op.kind in _SUMS:
+                for rv in op.results:
+                    self.set(rv, P)
+            else:
+                self.trigger(v)
+                for rv in op.results:
+                    self.set(rv, R)
+            return
+        for rv in op.results:
+            keep = len(self.shape(rv)) == rank
+            d = s.dim if keep else s.dim - sum(1 for x in dims if x < s.dim)
+            self.set(rv, Split(d, s.inner, s.pad), self.origin[v])
+
+    def _from_ce_grad(self, v: int) -> bool:
+        for _ in range(16):
+            if v in self.ce_grad:
+                return True
+            p = self.g.values[v].producer
+            if p < 0:
+                return False
+            op = self.g.ops[p]
+            if not ((op.name == "layout" and len(op.operands) == 1) or
+                    (op.name == "elementwise" and op.kind in ("convert", "copy"))):
+                return False
+            v = op.operands[0]
+        return False
+
+    def _op_softmax(self, i: int, op: TOp) -> None:
+        states = [self.read(i, k) for k in range(len(op.operands))]
+        for k, s in enumerate(states):
+            if s == P or s is _PENDING:
+                self.need_whole(i, k, s)
+                states[k] = R
+        splits = {s for s in states if isinstance(s, Split)}
+        out_v = op.results[0]
+        if not splits:
+            self.set(out_v, R)
+            return
+        vs = [op.operands[k] for k, s in enumerate(states) if isinstance(s, Split)]
+        if len(splits) > 1 or len(vs) != len(states):
+            self.trigger(*vs)
+            self.set(out_v, R)
+            return
+        s = splits.pop()
+        rank = len(self.shape(out_v))
+        if op.dim % rank == s.dim:
+            x = op.operands[0]
+            if op.kind in ("softmax", "log_softmax"):
+                for kind in ("max", "sum"):
+                    self._stat(i, x, s, kind)
+            elif not self._from_ce_grad(x):
+                self._stat(i, x, s, "sum")
+        self.set(out_v, s, self.origin[op.operands[0]])
+
+    def _stat(self, i: int, v: int, s: Split, kind: str) -> None:
+        shape = tuple(n for d, n in enumerate(self.shape(v)) if d != s.dim)
+        self.stats.append(SoftmaxStat(i, v, s.dim, kind, shape))
+
+    def _op_norm(self, i: int, op: TOp) -> None:
+        grad = op.kind.endswith("_grad")
+        states = [self.read(i, k) for k in range(len(op.operands))]
+        for k, s in enumerate(states):
+            if s == P or s is _PENDING:
+                self.need_whole(i, k, s)
+                states[k] = R
+        x = op.operands[1] if grad and len(op.operands) > 1 else op.operands[0]
+        rank = len(self.shape(x))
+        splits = {s for s in states[: 2 if grad else 1] if isinstance(s, Split)}
+        s = next(iter(splits)) if len(splits) == 1 else R
+        if len(splits) > 1 or (s is not R and s.dim >= rank - op.normalized_rank):
+            self.trigger(*[v for v, st in zip(op.operands, states) if isinstance(st, Split)])
+            s = R
+        elif s is R:
+            for k, st in enumerate(states):
+                if isinstance(st, Split):
+                    self.trigger(op.operands[k])
+        origin = frozenset().union(*(self.origin[v] for v in op.operands))
+        for rv in op.results:
+            if s is R:
+                self.set(rv, R)
+            elif len(self.shape(rv)) == rank and self.shape(rv)[s.dim] == self.shape(x)[s.dim]:
+                self.set(rv, s, origin)
+            else:
+                self.set(rv, P)  # a parameter gradient summed over the split dim
+
+    # -- embeddings ---------------------------------------------------------------------------------
+    def _op_embedding(self, i: int, op: TOp) -> None:
+        out_v = op.results[0]
+        for k in range(1, len(op.operands)):
+            self.need_whole(i, k)
+        if op.kind == "lookup":
+            table = op.operands[0]
+            if self.get(table) is _PENDING:
+                if self.vocab and i in self.s.word_lookups:
+                    n = self.s.padded_vocab
+                    self.decide(table, Split(0, n // self.t, self.s.vocab_pad), frozenset((VOCAB,)))
+                else:
+                    self.decide(table, R, frozenset())
+            ts = self.get(table)
+            if isinstance(ts, Split) and ts.dim == 0:
+                self.set(out_v, P)
+            else:
+                self.need_whole(i, 0, ts)
+                self.set(out_v, R)
+            return
+        # grad: its result is the gradient of the table looked up with the same indices.
+        table = self.s.emb_grad_table.get(i)
+        ts = self.get(table) if table is not None else R
+        if ts is _PENDING:
+            ts = R
+        self.need_whole(i, 0)
+        if isinstance(ts, Split) and ts.dim == 0:
+            self.set(out_v, ts, self.origin[table])
+        else:
+            self.set(out_v, R)
+
+    # -- layout -------------------------------------------------------------------------------------
+    def _op_layout(self, i: int, op: TOp) -> None:
+        if op.kind in ("cat", "stack"):
+            return self._cat(i, op)
+        if len(op.operands) != 1:
+            return self._all_whole(i, op)
+        v = op.operands[0]
+        s = self.read(i, 0)
+        if s is _PENDING:
+            if self.s.is_chain_op(op):
+                for rv in op.results:
+                    self.st[rv] = _PENDING  # resolved when the parameter is decided
+                return
+            self.decide(v, R, frozenset())
+            s = R
+        if s == P:
+            if op.kind in VIEW_KINDS or op.kind == "clone":
+                for rv in op.results:
+                    self.set(rv, P, source=self.source[v])
+                return
+            self.need_whole(i, 0, s)
+            s = R
+        if s is R:
+            for rv in op.results:
+                self.set(rv, R)
+            return
+        src = self.shape(v)
+        if op.kind in ("split", "unbind") and len(op.results) > 1 or op.kind == "split":
+            self._split(i, op, s)
+            return
+        try:
+            for rv in op.results:
+                self.set(rv, map_view(op.kind, op.aten, src, self.shape(rv), s, self.t), self.origin[v])
+        except _NoMap:
+            self.trigger(v)
+            for rv in op.results:
+                self.set(rv, R)
+
+    def _split(self, i: int, op: TOp, s: Split) -> None:
+        v = op.operands[0]
+        src = self.shape(v)
+        if op.kind == "unbind":
+            try:
+                for rv in op.results:
+                    self.set(rv, map_view("select", op.aten, src, self.shape(rv), s, self.t), self.origin[v])
+            except _NoMap:
+                self.trigger(v)
+                for rv in op.results:
+                    self.set(rv, R)
+            return
+        cut = {d for rv in op.results for d, (a, b) in enumerate(zip(src, self.shape(rv))) if a != b}
+        if s.dim not in cut:
+            for rv in op.results:
+                self.set(rv, s, self.origin[v])
+            return
+        # Split along the sharded dim (GPT-2's fused QKV): every device holds its share of
+        # every piece (Megatron orders the fused weight's columns that way).
+        pieces = [self.shape(rv)[s.dim] for rv in op.results]
+        if s.pad or len(cut) != 1 or any(n % self.t for n in pieces):
+            bad = [n for n in pieces if n % self.t]
+            if bad and not s.pad:
+                raise ShardError(
+                    f"width {self.t} does not divide the size {bad[0]} of the pieces that op "
+                    f"{op.aten or op.kind} in {self.s.layer_name(op.layer)} splits a sharded tensor into")
+            self.trigger(v)
+            for rv in op.results:
+                self.set(rv, R)
+            return
+        for rv, n in zip(op.results, pieces):
+            self.set(rv, Split(s.dim, n // self.t, 0), self.origin[v])
+
+    def _cat(self, i: int, op: TOp) -> None:
+        out_v = op.results[0]
+        out = self.shape(out_v)
+        live = [k for k, v in enumerate(op.operands) if math.prod(self.shape(v)) > 0]
+        states = {k: self.read(i, k) for k in live}
+        for k, s in states.items():
+            if s == P or s is _PENDING:
+                self.need_whole(i, k, s)
+                states[k] = R
+        splits = [s for s in states.values() if isinstance(s, Split)]
+        if not splits:
+            self.set(out_v, R)
+            return
+        vs = [op.operands[k] for k, s in states.items() if isinstance(s, Split)]
+        origin = frozenset().union(*(self.origin[v] for v in vs))
+        if len(splits) != len(states) or len({(s.dim, s.pad) for s in splits}) > 1:
+            self.trigger(*vs)
+            self.set(out_v, R)
+            return
+        s = splits[0]
+        if op.kind == "stack":
+            r = len(self.shape(op.operands[live[0]]))
+            new = _inserted_dim(self.shape(op.operands[live[0]]), out)
+            if len(set(splits)) > 1 or not new:
+                self.trigger(*vs)
+                self.set(out_v, R)
+                return
+            d = s.dim + (1 if new[0] <= s.dim else 0)
+            self.set(out_v, Split(d, s.inner, s.pad), origin)
+            return
+        cat_dims = {d for k in live for d, (a, b) in enumerate(zip(self.shape(op.operands[k]), out)) if a != b}
+        if s.dim in cat_dims:
+            if s.pad or out[s.dim] % self.t:
+                self.trigger(*vs)
+                self.set(out_v, R)
+                return
+            self.set(out_v, Split(s.dim, out[s.dim] // self.t, 0), origin)
+            return
+        if len(set(splits)) > 1:
+            self.trigger(*vs)
+            self.set(out_v, R)
+            return
+        self.set(out_v, s, origin)
+
+    # -- optimizer and results ----------------------------------------------------------------------
+    def _match_param(self, i: int, k: int, param: int) -> None:
+        """Operand ``k`` of op ``i`` is the gradient of ``param``: same sharding."""
+        sp = self.get(param)
+        if sp is _PENDING:
+            self.decide(param, R, frozenset())
+            sp = R
+        sg = self.read(i, k)
+        if sg == P:
+            self.reduce(i, k)
+            sg = R
+        if sg is _PENDING:
+            sg = R
+        if sg != sp:
+            if isinstance(sp, Split) and isinstance(sg, Split) and sp.dim == sg.dim and sp.pad == sg.pad:
+                return
+            if isinstance(sp, Split):
+                self.trigger(param)
+            if isinstance(sg, Split):
+                self.trigger(self.g.ops[i].operands[k])
+
+    def _op_optimizer_update(self, i: int, op: TOp) -> None:
+        param = op.operands[0]
+        self._match_param(i, 1, param)
+        sp = self.get(param)
+        self.set(op.results[0], sp, self.origin[param])
+
+    def _op_return(self, i: int, op: TOp) -> None:
+        for k, v in enumerate(op.operands):
+            role = op.result_roles[k] if k < len(op.result_roles) else ""
+            param = op.result_params[k] if k < len(op.result_params) else -1
+            if role in ("grad", "updated") and param >= 0:
+                self._match_param(i, k, param)
+            else:
+                self.need_whole(i, k)
+
+
+# ------------------------------------------------------------------------------------------
+# Driver
+# ------------------------------------------------------------------------------------------
+
+def shard(graph: TGraph, width: int, vocab_multiple: int = 128) -> ShardPlan:
+    """Shard ``graph`` over a tensor-parallel group of ``width`` devices (see the module
+    docstring).  Raises :class:`ShardError` for a width the model cannot take."""
+    if width < 1:
+        raise ShardError(f"width {width}: expected a positive integer")
+    if width == 1:
+        return ShardPlan(1, {}, [R] * len(graph.values), [], [], [], [], [], 0, 0, [], 0)
+    s = _Structure(graph, width, vocab_multiple)
+    # Column-parallel candidates: the linears of the blocks (every forward linear when the step
+    # has no repeated blocks, e.g. a single-block toy) and the LM head.
+    candidates = {i for i in s.linear_param
+                  if graph.ops[i].layer in s.block_layers or not s.block_layers} | set(s.lm_heads)
+    vocab = bool(s.word_lookups)
+    demoted: list[int] = []
+    rounds = 0
+    while True:
+        rounds += 1
+        rnd = _Round(s, candidates if vocab else candidates - s.lm_heads, vocab)
+        rnd.run()
+        if not rnd.triggers:
+            break
+        if rounds > len(candidates) + 2:
+            raise AssertionError("tensor-parallel propagation does not settle")
+        if VOCAB in rnd.triggers:
+            vocab = False
+        for o in sorted(rnd.triggers - {VOCAB}):
+            if o in candidates:
+                candidates.discard(o)
+                demoted.append(o)
+    shapes: dict[int, tuple[int, ...]] = {}
+    states = []
+    for v, val in enumerate(graph.values):
+        st = rnd.get(v)
+        if st is _PENDING:
+            st = R
+        states.append(st)
+        if isinstance(st, Split):
+            n = val.shape[st.dim] + st.pad
+            if n % width or n // width % st.inner:
+                raise AssertionError(f"value {v} of shape {val.shape} cannot take split {st}")
+            shape = list(val.shape)
+            shape[st.dim] = n // width
+            shapes[v] = tuple(shape)
+    all_reduces = sorted(rnd.reductions.values(), key=lambda a: a.value)
+    return ShardPlan(
+        width=width, shapes=shapes, states=states, all_reduces=all_reduces, stats=rnd.stats,
+        column=sorted(rnd.column), row=sorted(rnd.row),
+        vocab_tables=sorted({t for i in s.word_lookups if isinstance(states[t := s.root_param(graph.ops[i].operands[0])], Split)}),
+        vocab_size=s.vocab_size if vocab else 0, padded_vocab_size=s.padded_vocab if vocab else 0,
+        demoted=sorted(demoted), rounds=rounds,
+    )
