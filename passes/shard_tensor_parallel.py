@@ -23,7 +23,7 @@ from xdsl.rewriter import Rewriter
 
 from passes.algorithms.layers import analyze_layers
 from passes.algorithms.saved import saved_bytes_per_op
-from passes.algorithms.tp_shard import ShardError, ShardPlan, TGraph, shard
+from passes.algorithms.tp_shard import ShardError, ShardPlan, TGraph, TOp, shard
 from phaze_ir import dialect as ph
 from phaze_ir.attributes import LayerAttr
 from phaze_ir.errors import PhazeError
@@ -109,8 +109,6 @@ def build_tgraph(module: ModuleOp, fn: func.FuncOp) -> tuple[TGraph, list[SSAVal
 
 
 def _top(op, operands, results, kind, aten, dims, dim, nrank, phase, layer, module, name=None, roles=(), rparams=()):
-    from passes.algorithms.tp_shard import TOp
-
     return TOp(name or op.name.removeprefix("phaze."), kind, operands, results, phase=phase, layer=layer,
                module=module, aten=aten, dims=dims, dim=dim, normalized_rank=nrank,
                result_roles=list(roles), result_params=list(rparams))

@@ -938,7 +938,7 @@ class _Round:
                 self.set(rv, R)
             return
         src = self.shape(v)
-        if op.kind in ("split", "unbind") and len(op.results) > 1 or op.kind == "split":
+        if op.kind in ("split", "unbind"):
             self._split(i, op, s)
             return
         try:

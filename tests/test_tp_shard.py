@@ -1,0 +1,281 @@
+"""``phaze-shard-tensor-parallel``: Megatron tensor parallelism on the training graph.
+
+On GPT-3 175B at width 8: the matmul FLOPs per device are 1/8 of the step's, every block
+all-reduces twice in forward and twice in backward, its parameters are 1/8.  On every example
+and the tiny models: the IR verifies and round-trips, the blocks keep Megatron's collective
+counts.  Widths that do not divide the heads are refused; the pass is deterministic.  The pure
+algorithm is tested on its own (view mapping, column/row pairing, demotion).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+import pytest
+
+from passes.algorithms.tp_shard import (
+    P, R, ShardError, Split, TGraph, map_view, permute_split, reshape_split, shard,
+)
+from passes.shard_tensor_parallel import ShardTensorParallelPass
+from phaze_ir import dialect as ph
+from phaze_ir.errors import PhazeError
+from phaze_ir.graph_view import step_function
+from phaze_ir.ir import parse_module, print_module
+
+from conftest import EXAMPLES, MODELS, compiled
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+def _facts(module) -> dict:
+    """Matmul FLOPs (per layer and total), collectives per (layer, phase), layer records."""
+    fn = step_function(module)
+    mm = Counter()
+    coll = Counter()
+    coll_bytes = Counter()
+    for op in fn.body.block.ops:
+        layer = op.attributes[ph.LAYER_ATTR].value.data if ph.LAYER_ATTR in op.attributes else -1
+        if isinstance(op, ph.MatmulOp):
+            mm[layer] += op.flops()
+        elif isinstance(op, ph.CollectiveOp):
+            assert op.kind.data == "all_reduce"
+            phase = op.attributes[ph.PHASE_ATTR].data
+            coll[layer, phase] += 1
+            coll_bytes[layer, phase] += ph.tensor_bytes(op.input.type)
+    layers = [r.as_dict() for r in module.attributes[ph.LAYERS_MODULE_ATTR].data]
+    return {"mm": mm, "mm_total": sum(mm.values()), "coll": coll, "coll_bytes": coll_bytes, "layers": layers,
+            "arg_bytes": sum(ph.tensor_bytes(a.type) for a in fn.body.block.args)}
+
+
+@functools.lru_cache(maxsize=None)
+def sharded(path: str, width: int):
+    """(facts before, facts after, sharded module, seconds of the pass) of a model file."""
+    import time
+
+    text = compiled(path)
+    module = parse_module(text)
+    before = _facts(module)
+    t0 = time.perf_counter()
+    ShardTensorParallelPass(width=width).apply(None, module)
+    seconds = time.perf_counter() - t0
+    module.verify()
+    return before, _facts(module), module, seconds
+
+
+def _blocks(facts) -> list[int]:
+    return [r["index"] for r in facts["layers"] if r["kind"] == "block"]
+
+
+def _check_blocks(before, after, width, per_phase=2, param_tol=0.02):
+    """Every block: ``per_phase`` all-reduces in forward and in backward, matmul FLOPs and
+    parameter bytes 1/width (within ``param_tol``: norms and row-parallel biases stay whole)."""
+    blocks = _blocks(after)
+    assert blocks and blocks == _blocks(before)
+    for b in blocks:
+        assert after["coll"][b, "fwd"] == per_phase, (b, after["coll"])
+        assert after["coll"][b, "bwd"] == per_phase, (b, after["coll"])
+        assert after["coll"][b, "opt"] == 0
+        # (within 0.5 %: a row-parallel bias is added whole)
+        assert abs(after["mm"][b] * width / before["mm"][b] - 1) < 0.005, (b, after["mm"][b], before["mm"][b])
+        pb, pa = before["layers"][b]["param_bytes"], after["layers"][b]["param_bytes"]
+        assert pb / width <= pa <= pb / width * (1 + param_tol), (b, pb, pa)
+
+
+# --------------------------------------------------------------------------------------------
+# GPT-3 175B at width 8
+# --------------------------------------------------------------------------------------------
+
+GPT3 = str(EXAMPLES / "gpt3_175b.py")
+
+
+def test_gpt3_width8_flops_collectives_params():
+    before, after, module, seconds = sharded(GPT3, 8)
+    # Matmul FLOPs per device: 1/8 of the step (the vocabulary, padded 50257 -> 51200, adds
+    # a little to the LM head).
+    ratio = after["mm_total"] / before["mm_total"]
+    assert abs(ratio * 8 - 1) < 0.01, ratio
+    blocks = _blocks(after)
+    assert len(blocks) == 96
+    _check_blocks(before, after, 8)
+    hidden_bytes = 1 * 2048 * 12288 * 2
+    for b in blocks:
+        assert after["coll_bytes"][b, "fwd"] == after["coll_bytes"][b, "bwd"] == 2 * hidden_bytes
+    # Prologue: the vocabulary-parallel embedding's partial output.  Head: max and sum of the
+    # vocabulary-parallel cross-entropy ([tokens] each) and the partial loss; backward, the LM
+    # head's partial input gradient.
+    prologue, head = 0, len(after["layers"]) - 1
+    assert after["coll"][prologue, "fwd"] == 1 and after["coll"][prologue, "bwd"] == 0
+    assert after["coll"][head, "fwd"] == 3 and after["coll"][head, "bwd"] == 1
+    assert after["coll_bytes"][head, "fwd"] == 2 * 2048 * 4 + 4
+    assert sum(after["coll"].values()) == 2 * 2 * 96 + 1 + 4
+    # Parameters, gradients and optimizer state shrink ~8x.
+    assert 7.9 < before["arg_bytes"] / after["arg_bytes"] <= 8
+    assert module.attributes["phaze.tp_width"].value.data == 8
+    fn = step_function(module)
+    wte = fn.body.block.args[0]
+    assert wte.type.get_shape() == (51200 // 8, 12288)
+    assert all(ph.LAYER_ATTR in op.attributes for op in fn.body.block.ops if not op.name.startswith("func."))
+    print(f"\nGPT-3 175B, width 8: matmul FLOPs x{ratio:.5f}, {sum(after['coll'].values())} all-reduces, "
+          f"pass {seconds:.2f} s")
+
+
+# --------------------------------------------------------------------------------------------
+# Every example, the tiny models
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, width, per_phase", [
+    ("mlp", 2, 1),  # no attention: each block's up (column) / down (row) pair, one f and one g
+    ("bert_large", 2, 2),
+    ("opt_350m", 2, 2),
+    ("llama2_7b", 2, 2),
+    ("gpt2_xl", 5, 2),  # 25 heads: 5 per device
+])
+def test_examples(name, width, per_phase):
+    before, after, module, _ = sharded(str(EXAMPLES / f"{name}.py"), width)
+    _check_blocks(before, after, width, per_phase)
+    assert after["mm_total"] < before["mm_total"]
+    text = print_module(module)
+    assert print_module(parse_module(text)) == text
+    generic = print_module(module, generic=True)
+    assert print_module(parse_module(generic)) == text
+
+
+@pytest.mark.parametrize("model", ["tiny_gpt2", "tiny_llama"])
+@pytest.mark.parametrize("width", [2, 4])
+def test_tiny_models(model, width):
+    before, after, module, _ = sharded(str(MODELS / f"{model}.py"), width)
+    _check_blocks(before, after, width, param_tol=0.05)  # hidden 64: the norms weigh more
+    text = print_module(module)
+    assert print_module(parse_module(text)) == text
+
+
+def test_mlp_head_and_prologue_stay_replicated():
+    before, after, module, _ = sharded(str(EXAMPLES / "mlp.py"), 2)
+    fn = step_function(module)
+    types = {a.name_hint: a.type.get_shape() for a in fn.body.block.args}
+    assert types["embed.weight"] == (256, 784) and types["head.weight"] == (10, 256)
+    assert types["blocks.0.up.weight"] == (512, 256) and types["blocks.0.down.weight"] == (256, 512)
+    assert types["blocks.0.down.bias"] == (256,) and types["blocks.0.norm.weight"] == (256,)
+    first, last = 0, len(after["layers"]) - 1
+    assert after["mm"][first] == before["mm"][first] and after["mm"][last] == before["mm"][last]
+
+
+def test_width_one_changes_only_the_attribute():
+    text = compiled(str(MODELS / "tiny_gpt2.py"))
+    module = parse_module(text)
+    ShardTensorParallelPass(width=1).apply(None, module)
+    out = print_module(module)
+    assert out.count("phaze.tp_width = 1 : i64") == 1
+    assert out.replace(", phaze.tp_width = 1 : i64", "") == text
+
+
+def test_deterministic():
+    text = compiled(str(MODELS / "tiny_llama.py"))
+    outs = []
+    for _ in range(2):
+        module = parse_module(text)
+        ShardTensorParallelPass(width=2).apply(None, module)
+        outs.append(print_module(module))
+    assert outs[0] == outs[1]
+
+
+# --------------------------------------------------------------------------------------------
+# Refusals
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path, width, message", [
+    (str(EXAMPLES / "gpt2_xl.py"), 2,
+     "phaze-shard-tensor-parallel: width 2 does not divide the 25 attention heads of layer 1 (transformer.h.0)"),
+    (str(EXAMPLES / "gpt2_xl.py"), 3,
+     "phaze-shard-tensor-parallel: width 3 does not divide the 25 attention heads of layer 1 (transformer.h.0)"),
+    (str(MODELS / "tiny_gpt2.py"), 8,
+     "phaze-shard-tensor-parallel: width 8 does not divide the 4 attention heads of layer 1 (transformer.h.0)"),
+    (str(MODELS / "tiny_llama.py"), 3,
+     "phaze-shard-tensor-parallel: width 3 does not divide the 4 attention heads of layer 1 (model.layers.0)"),
+    (str(EXAMPLES / "mlp.py"), 3,
+     "phaze-shard-tensor-parallel: width 3 does not divide the output size 1024 of the column-parallel "
+     "linear blocks.0.up in layer 1 (blocks.0)"),
+])
+def test_refuses_widths_that_do_not_divide(path, width, message):
+    module = parse_module(compiled(path))
+    with pytest.raises(PhazeError) as e:
+        ShardTensorParallelPass(width=width).apply(None, module)
+    assert str(e.value) == message
+
+
+def test_refuses_bad_options_and_a_second_run():
+    module = parse_module(compiled(str(MODELS / "tiny_gpt2.py")))
+    with pytest.raises(PhazeError, match="width=0: expected a positive integer"):
+        ShardTensorParallelPass(width=0).apply(None, module)
+    ShardTensorParallelPass(width=2).apply(None, module)
+    with pytest.raises(PhazeError, match="already sharded"):
+        ShardTensorParallelPass(width=2).apply(None, module)
+
+
+# --------------------------------------------------------------------------------------------
+# The algorithm on its own
+# --------------------------------------------------------------------------------------------
+
+def test_reshape_maps_the_split_by_its_flat_stride():
+    # [b, s, h] split on h (t = 5) -> [b, s, heads, head_dim]: the heads split.
+    assert reshape_split((1, 16, 1600), (1, 16, 25, 64), Split(2, 320), 5) == Split(2, 5)
+    # 25 heads, width 2: the split cuts through a head.
+    with pytest.raises(Exception):
+        reshape_split((1, 16, 1600), (1, 16, 25, 64), Split(2, 800), 2)
+    # Heads merged with the micro-batch (b = 2, 4 heads, t = 2): the split sits inside the dim.
+    assert reshape_split((2, 4, 16, 8), (8, 16, 8), Split(1, 2), 2) == Split(0, 2)
+    assert reshape_split((8, 16, 8), (2, 4, 16, 8), Split(0, 2), 2) == Split(1, 2)
+    # Size-1 dims appear and vanish around the split.
+    assert reshape_split((16, 64), (1, 16, 64), Split(1, 32), 2) == Split(2, 32)
+    # A padded (vocabulary) dim must survive whole.
+    assert reshape_split((1, 16, 50257), (16, 50257), Split(2, 6400, 943), 8) == Split(1, 6400, 943)
+
+
+def test_transposes_are_read_off_the_shapes():
+    assert map_view("transpose", "aten.transpose.int", (1, 16, 4, 16), (1, 4, 16, 16), Split(2, 2), 2) == Split(1, 2)
+    assert map_view("transpose", "aten.t.default", (64, 192), (192, 64), Split(1, 96), 2) == Split(0, 96)
+    # Same shape, several swaps fit: the matmul idiom (last two dims) is taken.
+    assert permute_split((4, 4, 16, 16), (4, 4, 16, 16), Split(1, 2), "transpose", "aten.transpose.int") == Split(1, 2)
+    assert map_view("permute", "aten.permute.default", (2, 16, 4, 8), (2, 4, 8, 16), Split(2, 2), 2) == Split(1, 2)
+
+
+def _mlp_graph(n_linears: int) -> tuple[TGraph, list[int]]:
+    """x -> (linear -> gelu) * n -> layer norm -> sum, forward only, no blocks."""
+    g = TGraph(layers=[("prologue", "")])
+    x = g.add_value((4, 8), role="input")
+    h, mms = x, []
+    for k in range(n_linears):
+        w = g.add_value((8, 8), role="param")
+        mms.append(g.add_op("matmul", "", [h, w], [(4, 8)], module=f"l{k}"))
+        a = g.add_op("elementwise", "gelu", [g.ops[mms[-1]].results[0]], [(4, 8)])
+        h = g.ops[a].results[0]
+    norm = g.add_op("norm", "layer_norm", [h], [(4, 8), (4, 1), (4, 1)], normalized_rank=1)
+    loss = g.add_op("reduction", "sum", [g.ops[norm].results[0]], [()])
+    g.add_op("return", "", [g.ops[loss].results[0]], [], result_roles=["loss"], result_params=[-1])
+    return g, mms
+
+
+def test_column_row_pairs_and_demotion():
+    g, mms = _mlp_graph(3)
+    plan = shard(g, 2)
+    # l0 column, l1 row (its partial output all-reduced before the gelu), l2 would be a column
+    # whose split output reaches the norm: demoted to replicated.
+    assert plan.column == [mms[0]] and plan.row == [mms[1]] and plan.demoted == [mms[2]]
+    assert plan.rounds == 2
+    assert [a.value for a in plan.all_reduces] == [g.ops[mms[1]].results[0]]
+    assert plan.states[g.ops[mms[0]].results[0]] == Split(1, 4)
+    assert plan.states[g.ops[mms[2]].results[0]] is R
+    assert plan.shapes[g.ops[mms[0]].results[0]] == (4, 4)
+    g, mms = _mlp_graph(2)
+    plan = shard(g, 2)
+    assert plan.column == [mms[0]] and plan.row == [mms[1]] and not plan.demoted
+    assert plan.states[g.ops[mms[1]].results[0]] == P
+
+
+def test_width_must_divide_a_column_output():
+    g, _ = _mlp_graph(2)
+    with pytest.raises(ShardError, match="width 3 does not divide the output size 8"):
+        shard(g, 3)
