@@ -249,3 +249,122 @@ class LayerLatencyAttr(RecordAttr):
     fwd_s: FloatData
     bwd_s: FloatData
     opt_s: FloatData
+
+
+@irdl_attr_definition
+class SchedAttr(RecordAttr):
+    """Where ``phaze-schedule-ops`` places an op in its layer's schedule (the model is in
+    ``passes/algorithms/schedule.py``).
+
+    Syntax::
+
+        #phaze.sched<start_s = 0.0012, end_s = 0.0015, cores = 8>
+
+    - ``start_s``/``end_s``: seconds from the start of the op's group (its layer's forward,
+      backward or optimizer ops, each scheduled on its own from 0).
+    - ``cores``: cores of its unit the op holds: all of them when split, 1 on one core, 0 for
+      ops that take no time (views).
+    """
+
+    name = "phaze.sched"
+    FIELDS = ("start_s", "end_s", "cores")
+
+    start_s: FloatData
+    end_s: FloatData
+    cores: IntAttr
+
+
+@irdl_attr_definition
+class LayerScheduleAttr(RecordAttr):
+    """The schedule of one layer (module attribute ``phaze.layer_schedule``, one per layer index
+    of ``phaze.layer``), from ``phaze-schedule-ops``.
+
+    Syntax::
+
+        #phaze.layer_schedule<index = 1, fwd_s = 0.028, bwd_s = 0.056, opt_s = 0.001,
+                              status = "optimal", gap = 0.0>
+
+    - ``fwd_s``/``bwd_s``: makespans of the layer's forward and backward ops, per micro-batch;
+      ``opt_s``: of its optimizer ops (once per batch), in seconds.
+    - ``status``: the weakest of the three solves: ``"optimal"``, ``"timelimit"`` (the time
+      limit stopped the solver; the best schedule found is kept) or ``"heuristic"``.
+    - ``gap``: the largest proven relative gap ``(makespan − lower bound) / makespan``.
+    """
+
+    name = "phaze.layer_schedule"
+    FIELDS = ("index", "fwd_s", "bwd_s", "opt_s", "status", "gap")
+
+    index: IntAttr
+    fwd_s: FloatData
+    bwd_s: FloatData
+    opt_s: FloatData
+    status: StringAttr
+    gap: FloatData
+
+
+@irdl_attr_definition
+class RecomputeAttr(RecordAttr):
+    """Activation memory and extra time of one layer under each recompute policy (module
+    attribute ``phaze.layer_recompute``), from ``phaze-insert-recompute`` (the model is in
+    ``passes/algorithms/recompute.py``).
+
+    Syntax::
+
+        #phaze.recompute<index = 1, none_bytes = 3986718720, selective_bytes = 765460480,
+                         full_bytes = 33554432, selective_s = 0.01, full_s = 0.028>
+
+    - ``none_bytes``/``selective_bytes``/``full_bytes``: activation bytes stashed per micro-batch
+      for the layer's backward with no recompute (what autograd saves), with the attention core
+      recomputed, and with only the layer's input kept.
+    - ``selective_s``/``full_s``: extra forward time per micro-batch (s): the scheduled makespan
+      of the recomputed attention core, of the whole forward.
+    """
+
+    name = "phaze.recompute"
+    FIELDS = ("index", "none_bytes", "selective_bytes", "full_bytes", "selective_s", "full_s")
+
+    index: IntAttr
+    none_bytes: IntAttr
+    selective_bytes: IntAttr
+    full_bytes: IntAttr
+    selective_s: FloatData
+    full_s: FloatData
+
+
+@irdl_attr_definition
+class LayerMemoryAttr(RecordAttr):
+    """Memory of one layer on one device (module attribute ``phaze.layer_memory``), from
+    ``phaze-insert-recompute`` (the model is in ``passes/algorithms/memory.py``).
+
+    Syntax::
+
+        #phaze.layer_memory<index = 1, param_bytes = 404750336, grad_bytes = 404750336,
+                            optimizer_bytes = 2428502016, saved_none_bytes = 3986718720,
+                            saved_selective_bytes = 765460480, saved_full_bytes = 33554432,
+                            workspace_bytes = 2147483648, recompute_workspace_bytes = 6100000000>
+
+    - ``param_bytes``/``grad_bytes``: weights the layer's forward reads and their gradients;
+      ``optimizer_bytes``: their optimizer state (e.g. fp32 master copy and Adam moments).
+    - ``saved_*_bytes``: activations stashed per micro-batch under each recompute policy (as in
+      ``#phaze.recompute``).
+    - ``workspace_bytes``: the largest transient live set while the layer's forward or backward
+      runs, beyond the stash and the gradients; ``recompute_workspace_bytes``: the same with
+      the largest rematerialization (full recompute: the layer's activations rebuilt for its
+      backward), a bound for every policy.
+    """
+
+    name = "phaze.layer_memory"
+    FIELDS = (
+        "index", "param_bytes", "grad_bytes", "optimizer_bytes", "saved_none_bytes",
+        "saved_selective_bytes", "saved_full_bytes", "workspace_bytes", "recompute_workspace_bytes",
+    )
+
+    index: IntAttr
+    param_bytes: IntAttr
+    grad_bytes: IntAttr
+    optimizer_bytes: IntAttr
+    saved_none_bytes: IntAttr
+    saved_selective_bytes: IntAttr
+    saved_full_bytes: IntAttr
+    workspace_bytes: IntAttr
+    recompute_workspace_bytes: IntAttr

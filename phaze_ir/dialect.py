@@ -45,6 +45,7 @@ from xdsl.traits import SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
 from phaze_ir.attributes import LatencyAttr, LayerAttr, LayerLatencyAttr, TileAttr
+from phaze_ir.attributes import LayerMemoryAttr, LayerScheduleAttr, RecomputeAttr, SchedAttr
 
 # Discardable attribute names (one place, so that passes and tools agree on the spelling).
 MODULE_ATTR = "phaze.module"
@@ -508,7 +509,7 @@ PHAZE_OPS = [
     CollectiveOp, OptimizerUpdateOp, OpaqueOp, AcceleratorOp,
 ]
 
-Phaze = Dialect("phaze", PHAZE_OPS, [LayerAttr, TileAttr, LatencyAttr, LayerLatencyAttr])
+Phaze = Dialect("phaze", PHAZE_OPS, [LayerAttr, TileAttr, LatencyAttr, LayerLatencyAttr, SchedAttr, LayerScheduleAttr, RecomputeAttr, LayerMemoryAttr])
 """The ``phaze`` dialect (ops and attributes)."""
 
 
