@@ -51,11 +51,11 @@ def _facts(module) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def sharded(path: str, width: int):
+def sharded(path: str, width: int, micro_batch: int = 1):
     """(facts before, facts after, sharded module, seconds of the pass) of a model file."""
     import time
 
-    text = compiled(path)
+    text = compiled(path, "training", micro_batch)
     module = parse_module(text)
     before = _facts(module)
     t0 = time.perf_counter()
@@ -150,6 +150,14 @@ def test_tiny_models(model, width):
     _check_blocks(before, after, width, param_tol=0.05)  # hidden 64: the norms weigh more
     text = print_module(module)
     assert print_module(parse_module(text)) == text
+
+
+@pytest.mark.parametrize("model", ["tiny_gpt2", "tiny_llama"])
+def test_micro_batch_merged_with_heads(model):
+    # Micro-batch 4 = 4 heads: the batched matmuls run on b*heads, and several transposes of
+    # [b, heads, s, d] keep the shape (the split must still follow the heads).
+    before, after, module, _ = sharded(str(MODELS / f"{model}.py"), 2, 4)
+    _check_blocks(before, after, 2, param_tol=0.05)
 
 
 def test_mlp_head_and_prologue_stay_replicated():

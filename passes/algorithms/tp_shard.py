@@ -40,25 +40,29 @@ function's results.  Backward ops follow the same rules, so weight gradients of 
 come out split (no communication) and the input gradient of a column-parallel linear comes out
 partial.
 
-A partial value is all-reduced (one ``all_reduce`` of its full shape) as soon as it meets a
-consumer that needs it whole; only views and ``add``/``sub`` of partials keep a value partial
-(so the gradients that q, k and v projections send to their shared input are summed first and
-all-reduced once, Megatron's ``f`` operator).  This gives Megatron's two all-reduces per
-transformer block in the forward (after the attention output projection and after the second
-MLP GEMM) and two in the backward (the input gradients of the first linears of attention and
-MLP).  The vocabulary-parallel cross-entropy is modelled as: two all-reduces of ``[tokens]``
-statistics (max and sum of exponentials, as local ``max``/``sum`` reductions feeding an
+A partial value is all-reduced (one ``all_reduce`` of its full shape, right after the op that
+yields it) as soon as it meets a consumer that needs it whole.  Only views and ``add``/``sub``
+keep a value partial: partials add up, and a replicated addend is added by one device only, so
+the gradients that q, k and v projections send to their shared input (and the residual
+gradient they are accumulated into) are all-reduced once, Megatron's ``f`` operator; likewise a
+block output may be all-reduced just after the residual add instead of just before it (same
+bytes).  The all-reduce takes the phase, layer and module of the GEMM that made the value
+partial.  This gives Megatron's two all-reduces per transformer block in the forward (after
+the attention output projection and after the second MLP GEMM) and two in the backward (the
+input gradients of the first linears of attention and MLP).  The vocabulary-parallel
+cross-entropy is modelled as: two all-reduces of ``[tokens]`` statistics (Megatron's max and
+sum of exponentials, here local ``max`` and ``sum`` reductions of the logits shard feeding an
 all-reduce, inserted before the (log-)softmax over the split vocabulary; their results feed
-nothing, the softmax op stands for the fused kernel that consumes them) and one all-reduce of
-the partial loss (each device holds the target logits of its vocabulary shard), in place of
-Megatron's all-reduce of ``[tokens]`` target logits.  The backward of the cross-entropy
+nothing: the softmax op stands for the fused kernel that would consume them) and one
+all-reduce of the partial loss (each device holds the target logits of its vocabulary shard),
+a scalar in place of Megatron's all-reduce of the ``[tokens]`` target logits.  The backward of the cross-entropy
 (``log_softmax_grad`` of an ``nll_loss_grad``) is local, as in Megatron's fused kernel; any
 other softmax gradient over a split dim all-reduces one ``[rows]`` sum.
 
 When a split value reaches an op that cannot take it (a norm over the split dim, a function
 result, a mismatch), the column-parallel linear (or the vocabulary split) it came from is
-demoted to replicated and the propagation runs again; e.g. the last linear of an MLP with an
-odd number of linears stays replicated.  Widths that do not divide the attention heads or the
+demoted to replicated and the propagation runs again; e.g. the last of an odd number of
+linears that feed a norm stays replicated.  Widths that do not divide the attention heads or the
 output size of a column-parallel linear are refused with a :class:`ShardError`.
 """
 
@@ -345,10 +349,6 @@ class _Structure:
                         self.emb_grad_table[i] = table
                         break
 
-    def producer_op(self, v: int) -> TOp | None:
-        p = self.g.values[v].producer
-        return self.g.ops[p] if p >= 0 else None
-
     def is_chain_op(self, op: TOp) -> bool:
         return op.name == "layout" and op.kind in _CHAIN_KINDS and len(op.operands) == 1 and len(op.results) == 1
 
@@ -376,7 +376,7 @@ class _Structure:
         return root
 
     def chain(self, v: int) -> list[int]:
-        """Ops from the parameter ``v`` views to ``v`` (in order)."""
+        """The view ops from the parameter that ``v`` is a view of to ``v``, in order."""
         out = []
         while self.g.values[v].producer >= 0:
             p = self.g.values[v].producer
@@ -389,8 +389,8 @@ class _Structure:
         return f"layer {layer} ({module or kind or '?'})"
 
     def _reaches_softmax_last(self, v: int, depth: int = 12) -> bool:
-        """Does ``v`` reach a forward (log-)softmax over its last dim through views and
-        converts?"""
+        """Does ``v`` reach a forward (log-)softmax over its last dim through views, copies and
+        elementwise ops (casts, scaling, a bias)?"""
         frontier = [v]
         for _ in range(depth):
             nxt = []
@@ -403,8 +403,7 @@ class _Structure:
                         rank = len(self.g.values[op.operands[0]].shape)
                         if op.dim % max(rank, 1) == rank - 1:
                             return True
-                    if (op.name == "layout" and op.kind in VIEW_KINDS | {"clone"}) or \
-                            (op.name == "elementwise" and op.kind in ("convert", "copy")):
+                    if (op.name == "layout" and op.kind in VIEW_KINDS | {"clone"}) or op.name == "elementwise":
                         nxt.extend(op.results)
             frontier = nxt
             if not frontier:
