@@ -428,16 +428,24 @@ class _Profile:
             self.usage[i] += demand
 
 
-def _list_schedule_real(prep: _Prepared, rule: str) -> tuple[list[float], list[int]]:
-    """Serial schedule generation with insertion over the real ops: the eligible op with the
-    longest remaining critical path goes next, at the earliest time its cores are free for it
-    (a gap left earlier is used), in the mode that finishes first.  ``rule``: ``"best"``
-    (earliest finish of the two modes), ``"one"`` (never split), ``"split"`` (always split when
-    splitting is faster).  The usage profile per kind keeps every capacity (a split op holds all
-    cores); interval graphs being perfect, ops holding one core each can then be given concrete
-    cores."""
+def _list_schedule_real(prep: _Prepared, rule: str, priority: str = "cp",
+                        ub: float = math.inf) -> tuple[list[float], list[int]]:
+    """Serial schedule generation with insertion over the real ops: the eligible op of highest
+    priority goes next, at the earliest time its cores are free for it (gaps left earlier are
+    used).  ``priority``: ``"cp"`` (longest remaining critical path), ``"es"`` (earliest possible
+    start), ``"lst"`` (latest start on one core given the makespan ``ub``).  ``rule`` picks the
+    mode: ``"best"`` (the one that finishes first), ``"one"`` (never split), ``"split"`` (always
+    split when splitting is faster), ``"slack"`` (one core when that still finishes by the op's
+    latest finish ``ub − tail``, else the one that finishes first).  The usage profile per kind
+    keeps every capacity (a split op holds all cores); interval graphs being perfect, ops holding
+    one core each can then be given concrete cores."""
     m = len(prep.real)
-    prio = [prep.pmin[k] + prep.tail[k] for k in range(m)]
+    if priority == "cp":
+        prio = [-(prep.pmin[k] + prep.tail[k]) for k in range(m)]
+    elif priority == "es":
+        prio = list(prep.head)
+    else:
+        prio = [-(prep.modes[k][0][0] + prep.tail[k]) for k in range(m)]
     succs: list[list[int]] = [[] for _ in range(m)]
     npred = [len(p) for p in prep.preds]
     for k in range(m):
@@ -449,7 +457,7 @@ def _list_schedule_real(prep: _Prepared, rule: str) -> tuple[list[float], list[i
     start = [0.0] * m
     mode = [0] * m
     finish = [0.0] * m
-    ready = [(-prio[k], k) for k in range(m) if npred[k] == 0]
+    ready = [(prio[k], k) for k in range(m) if npred[k] == 0]
     heapq.heapify(ready)
     while ready:
         _, k = heapq.heappop(ready)
@@ -463,13 +471,15 @@ def _list_schedule_real(prep: _Prepared, rule: str) -> tuple[list[float], list[i
             options = options[:1]
         elif rule == "split" and len(options) > 1:
             options = options[1:]
+        elif rule == "slack" and len(options) > 1 and options[0][0] <= ub - prep.tail[k]:
+            options = options[:1]
         f, held, mi, s = min(options)
         start[k], mode[k], finish[k] = s, mi, f
         prof.add(s, prep.modes[k][mi][0], held)
         for q in succs[k]:
             npred[q] -= 1
             if npred[q] == 0:
-                heapq.heappush(ready, (-prio[q], q))
+                heapq.heappush(ready, (prio[q], q))
     return start, mode
 
 
@@ -552,12 +562,16 @@ def _justify(prep: _Prepared, start: list[float], mode: list[int], rounds: int =
 
 
 def _best_list(prep: _Prepared) -> tuple[list[float], list[int], float]:
+    """The best of a small portfolio of list schedules (priority rule × mode rule), each
+    improved by justification."""
     best = None
-    for rule in ("best", "one", "split"):
-        s, md = _list_schedule_real(prep, rule)
-        s, mk = _justify(prep, s, md)
-        if best is None or mk < best[2] - 1e-15 * max(1.0, mk):
-            best = (s, md, mk)
+    for priority in ("cp", "es", "lst"):
+        for rule in ("best", "one", "split", "slack"):
+            ub = best[2] if best is not None else math.inf
+            s, md = _list_schedule_real(prep, rule, priority, ub)
+            s, mk = _justify(prep, s, md)
+            if best is None or mk < best[2] - 1e-15 * max(1.0, mk):
+                best = (s, md, mk)
     return best  # type: ignore[return-value]
 
 
