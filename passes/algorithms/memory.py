@@ -1,0 +1,147 @@
+"""Memory of each layer on one device, for the placement DP.
+
+Pure code (no xDSL); ``phaze-insert-recompute`` writes the numbers as ``#phaze.layer_memory``.
+
+Per layer (bytes):
+
+- ``param_bytes``: the parameters its forward reads (a tied parameter counts in every layer that
+  reads it: a pipeline stage holding that layer holds a copy); ``grad_bytes``: their gradients
+  (same dtype as the parameters, as in mixed-precision training); ``optimizer_bytes``: their
+  optimizer state, read from the ``phaze.optimizer_update`` ops (``state_bytes`` per element:
+  12 for mixed-precision Adam, fp32 master weight and two moments; 4 for SGD's fp32 master), or
+  given per optimizer kind.
+- ``saved_{none,selective,full}_bytes``: activations stashed per micro-batch under each recompute
+  policy (:mod:`passes.algorithms.recompute`).  Under 1F1B stage ``k`` of ``p`` holds
+  ``min(p − k, m)`` micro-batches of them.
+- ``workspace_bytes``: the largest transient live set while the layer's forward or backward
+  runs: tensors its ops produce that are neither stashed for backward nor parameter gradients,
+  live from their producer to their last reader within the phase (to the phase's end when a
+  later layer reads them), in program order.  Inputs from other layers are counted by whoever
+  holds them (the stash, or the previous layer's workspace).
+- ``recompute_workspace_bytes``: the same bound when the layer's forward is re-run for its
+  backward: ``max(fwd_peak, bwd_peak + saved_none − saved_full)`` (the rematerialized
+  activations are live while its backward runs), an upper bound for every policy.
+
+Memory of a stage (:func:`stage_bytes`): ``Σ (param + grad + optimizer) + in_flight · Σ saved[policy]
++ max workspace[policy]``, the placement DP's formula.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from passes.algorithms.graph import Graph
+from passes.algorithms.recompute import POLICIES, LayerRecompute
+
+#: Optimizer state bytes per parameter element (as ``phaze_ir.dialect.OPTIMIZER_KINDS``).
+STATE_BYTES_PER_ELEMENT = {"adam": 12, "sgd": 4}
+
+
+@dataclass
+class LayerMemory:
+    """One layer's memory (bytes; see the module docstring)."""
+
+    index: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    saved_none_bytes: int
+    saved_selective_bytes: int
+    saved_full_bytes: int
+    workspace_bytes: int
+    recompute_workspace_bytes: int
+    fwd_peak_bytes: int = 0
+    bwd_peak_bytes: int = 0
+
+    def saved(self, policy: str) -> int:
+        return (self.saved_none_bytes, self.saved_selective_bytes, self.saved_full_bytes)[POLICIES.index(policy)]
+
+    def workspace(self, policy: str) -> int:
+        """Peak transient bytes under ``policy`` (rematerialized activations included)."""
+        if policy == "none":
+            return self.workspace_bytes
+        return max(self.fwd_peak_bytes, self.bwd_peak_bytes + self.saved_none_bytes - self.saved(policy))
+
+    @property
+    def static_bytes(self) -> int:
+        """Weights, gradients and optimizer state."""
+        return self.param_bytes + self.grad_bytes + self.optimizer_bytes
+
+    def record(self) -> dict[str, int]:
+        """The fields of ``#phaze.layer_memory``."""
+        return {k: getattr(self, k) for k in (
+            "index", "param_bytes", "grad_bytes", "optimizer_bytes", "saved_none_bytes",
+            "saved_selective_bytes", "saved_full_bytes", "workspace_bytes", "recompute_workspace_bytes")}
+
+
+def _peak(graph: Graph, ops: Sequence[int], excluded: set[int], readers: Mapping[int, list[int]]) -> int:
+    """Largest live set of the storages ``ops`` produce (not ``excluded``), in program order;
+    ``readers[s]``: the ops reading storage ``s`` (through views)."""
+    if not ops:
+        return 0
+    pos = {i: k for k, i in enumerate(ops)}
+    end = len(ops) - 1
+    delta = [0] * (len(ops) + 1)
+    for i in ops:
+        for r in graph.ops[i].results:
+            if graph.storage(r) != r or r in excluded:
+                continue
+            last = pos[i]
+            for j in readers.get(r, ()):
+                last = max(last, pos.get(j, end))
+            delta[pos[i]] += graph.values[r].nbytes
+            delta[last + 1] -= graph.values[r].nbytes
+    peak = live = 0
+    for d in delta[:-1]:
+        live += d
+        peak = max(peak, live)
+    return peak
+
+
+def layer_memory(graph: Graph, layer_of: Sequence[int], recompute: Sequence[LayerRecompute],
+                 state_bytes: Mapping[int, int]) -> list[LayerMemory]:
+    """Every layer's memory.  ``state_bytes[p]``: optimizer-state bytes of parameter ``p`` (a
+    value id, the storage of a ``param`` argument); parameters missing from it have none."""
+    n_layers = len(recompute)
+    params: list[set[int]] = [set() for _ in range(n_layers)]
+    phase_ops: dict[tuple[int, str], list[int]] = {}
+    grads: set[int] = set()
+    readers: dict[int, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        for v in op.operands:
+            readers.setdefault(graph.storage(v), []).append(i)
+    for i, op in enumerate(graph.ops):
+        phase_ops.setdefault((layer_of[i], op.phase), []).append(i)
+        if op.phase == "fwd":
+            for v in op.operands:
+                s = graph.storage(v)
+                if graph.values[s].role == "param":
+                    params[layer_of[i]].add(s)
+        elif op.phase == "opt" and len(op.operands) >= 2:
+            grads.add(graph.storage(op.operands[1]))  # the gradient the update reads
+    out = []
+    for layer in range(n_layers):
+        rc = recompute[layer]
+        pbytes = sum(graph.values[s].nbytes for s in params[layer])
+        stash = rc.none_storages
+        fwd_peak = _peak(graph, phase_ops.get((layer, "fwd"), []), stash, readers)
+        bwd_peak = _peak(graph, phase_ops.get((layer, "bwd"), []), grads, readers)
+        out.append(LayerMemory(
+            index=layer, param_bytes=pbytes, grad_bytes=pbytes,
+            optimizer_bytes=sum(state_bytes.get(s, 0) for s in params[layer]),
+            saved_none_bytes=rc.none_bytes, saved_selective_bytes=rc.selective_bytes, saved_full_bytes=rc.full_bytes,
+            workspace_bytes=max(fwd_peak, bwd_peak),
+            recompute_workspace_bytes=max(fwd_peak, bwd_peak + rc.none_bytes - rc.full_bytes),
+            fwd_peak_bytes=fwd_peak, bwd_peak_bytes=bwd_peak,
+        ))
+    return out
+
+
+def stage_bytes(layers: Sequence[LayerMemory], in_flight: int, policy: str = "none") -> int:
+    """Bytes per device of a pipeline stage holding ``layers`` with ``in_flight`` micro-batches
+    stashed under ``policy`` (the placement DP's memory formula)."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy {policy!r}: expected one of {', '.join(POLICIES)}")
+    return (sum(l.static_bytes for l in layers) + in_flight * sum(l.saved(policy) for l in layers)
+            + max((l.workspace(policy) for l in layers), default=0))
