@@ -151,8 +151,8 @@ def test_milp_matches_brute_force():
 def test_capacity_formulations_match_brute_force(capacity_model):
     # Instances where some kind has fewer cores than ops that may run at once.
     cases = [p for p in _oracle_cases(7, 80)
-             if any(1 < c < sum(o.unit == k for o in p.ops) for k, c in p.cores)][:30]
-    assert len(cases) >= 20
+             if any(1 < c < sum(o.unit == k for o in p.ops) for k, c in p.cores)][:20]
+    assert len(cases) == 20
     for p in cases:
         s = solve(p, time_limit=20, capacity_model=capacity_model)
         _valid(p, s)
@@ -288,7 +288,7 @@ def test_layers_beat_the_list_schedule_and_respect_the_bounds(name):
 
     module = _latency_module(name)
     cache_before = S.DEFAULT_CACHE.misses
-    _, _, layer_of, _, _, layers = scheduled_layers(module, "test", time_limit=1.0, seed=0)
+    _, _, layer_of, _, _, layers = scheduled_layers(module, "test", time_limit=0.5, seed=0)
     infos = {l.get("index"): l.get("same_as") for l in module.attributes["phaze.layers"].data}
     for layer in layers:
         for phase, (ids, s) in layer.groups.items():

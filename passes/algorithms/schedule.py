@@ -76,6 +76,7 @@ import heapq
 import json
 import math
 import os
+import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -87,6 +88,8 @@ _SCALE = 1000.0  # the list schedule's makespan, in the solver's time unit
 ENERGY_CUTS = 8  # energetic cuts per unit kind in the MILP
 MAX_ANTICHAINS = 20000  # above this many (C+1)-antichains a kind's capacity is a resource flow
 FLOOR = 1e-5  # durations below FLOOR * UB are raised to it in the MILP (see _floored)
+LOCAL_SEARCH_BASE = 200  # decodes of the warm start's local search: BASE + PER_OP * ops
+LOCAL_SEARCH_PER_OP = 10
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,6 +578,41 @@ def _best_list(prep: _Prepared) -> tuple[list[float], list[int], float]:
     return best  # type: ignore[return-value]
 
 
+def _improve(prep: _Prepared, start: list[float], mode: list[int], mk: float, iterations: int,
+             seed: int) -> tuple[list[float], list[int], float]:
+    """Local search on the list schedule: move one op (and, sometimes, flip its mode) to a random
+    place of the op list allowed by precedence, decode the list by serial generation with
+    insertion and justification, keep the result when it is not worse (plateaus are walked).
+    ``iterations`` decodes, seeded: deterministic."""
+    m = len(prep.real)
+    if m < 2 or iterations <= 0:
+        return start, mode, mk
+    succs: list[list[int]] = [[] for _ in range(m)]
+    for k in range(m):
+        for q in prep.preds[k]:
+            succs[q].append(k)
+    rng = random.Random(seed)
+    order = sorted(range(m), key=lambda k: (start[k], k))
+    best_s, best_m, best = list(start), list(mode), mk
+    for _ in range(iterations):
+        k = rng.randrange(m)
+        trial_mode = list(best_m)
+        if len(prep.modes[k]) > 1 and rng.random() < 0.3:
+            trial_mode[k] = 1 - trial_mode[k]
+        trial = list(order)
+        trial.remove(k)
+        where = {q: i for i, q in enumerate(trial)}
+        lo = max((where[q] + 1 for q in prep.preds[k]), default=0)
+        hi = min((where[q] for q in succs[k]), default=len(trial))
+        trial.insert(rng.randint(lo, hi), k)
+        st = _sgs_fixed(prep, trial, trial_mode, backward=False)
+        st, t_mk = _justify(prep, st, trial_mode, rounds=2)
+        if t_mk <= best * (1 + 1e-12):
+            best_s, best_m, best = st, trial_mode, t_mk
+            order = sorted(range(m), key=lambda q: (st[q], q))
+    return best_s, best_m, best
+
+
 def _list_result(prep: _Prepared, t0: float) -> Schedule:
     s, md, mk = _best_list(prep)
     cp, work = _bounds(prep)
@@ -1005,11 +1043,17 @@ def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: st
     lb = max(cp, work)
     if not prep.real or ub <= lb * (1 + 1e-9):
         return _result(prep, s_list, md_list, "list", ub, cp, work, ub, t0, "optimal")
+    s_list, md_list, ub = _improve(prep, s_list, md_list, ub, LOCAL_SEARCH_BASE + LOCAL_SEARCH_PER_OP * len(prep.real), seed)
+    if ub <= lb * (1 + 1e-9):
+        return _result(prep, s_list, md_list, "list", ub, cp, work, ub, t0, "optimal")
     # The model's problem: durations floored (see _floored), its own list schedule as warm start.
     delta = FLOOR * ub
     mprep, raised = _floored(prep, delta)
     if raised:
-        ms_list, mmd_list, mub = _best_list(mprep)
+        # The improved schedule's op order and modes, decoded with the floored durations.
+        order = sorted(range(len(prep.real)), key=lambda k: (s_list[k], k))
+        ms_list, mub = _justify(mprep, _sgs_fixed(mprep, order, md_list, backward=False), list(md_list))
+        mmd_list = list(md_list)
     else:
         ms_list, mmd_list, mub = s_list, md_list, ub
     mcp, mwork = _bounds(mprep)
