@@ -57,12 +57,19 @@ def _insert_recompute():
     return InsertRecomputePass
 
 
+def _place_devices():
+    from passes.place_devices import PlaceDevicesPass
+
+    return PlaceDevicesPass
+
+
 ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "phaze-estimate-latency": _estimate_latency,
     "phaze-group-layers": _group_layers,
     "phaze-insert-optimizer": _insert_optimizer,
     "phaze-insert-recompute": _insert_recompute,
     "phaze-mark-saved": _mark_saved,
+    "phaze-place-devices": _place_devices,
     "phaze-schedule-ops": _schedule_ops,
     "phaze-shard-tensor-parallel": _shard_tensor_parallel,
     "phaze-tile-pe-array": _tile_pe_array,

@@ -368,3 +368,81 @@ class LayerMemoryAttr(RecordAttr):
     saved_full_bytes: IntAttr
     workspace_bytes: IntAttr
     recompute_workspace_bytes: IntAttr
+
+
+@irdl_attr_definition
+class PlanAttr(RecordAttr):
+    """The parallelization plan of a training step (module attribute ``phaze.plan``), from
+    ``phaze-place-devices``; its stages are ``phaze.stages``.
+
+    Syntax::
+
+        #phaze.plan<devices = 1024, global_batch = 4096, dp = 32, pp = 8, tp = 4,
+                    micro_batch_size = 1, num_micro_batches = 128, time_per_batch_s = 12.5,
+                    throughput_samples_per_s = 327.7, max_memory_bytes = 30000000000,
+                    devices_used = 1024, placement = "phaze", feasible = "yes", binding = "">
+
+    - ``dp``/``pp``/``tp``: data-parallel replicas, pipeline stages, tensor-parallel width;
+      ``devices_used = dp·pp·tp ≤ devices``.
+    - ``num_micro_batches``: micro-batches per replica per batch, ``global_batch / (micro_batch_size·dp)``.
+    - ``time_per_batch_s``: 1F1B time, ``(m + p − 1)·max stage time + exposed DP all-reduce``.
+    - ``placement``: ``"phaze"`` (searched) or ``"expert:PP,DP,TP"`` (evaluated as given).
+    - ``feasible``: ``"yes"`` or ``"no"``; ``binding``: when not feasible, the constraint that
+      binds (e.g. ``"memory: ..."``), else empty.
+    """
+
+    name = "phaze.plan"
+    FIELDS = (
+        "devices", "global_batch", "dp", "pp", "tp", "micro_batch_size", "num_micro_batches",
+        "time_per_batch_s", "throughput_samples_per_s", "max_memory_bytes", "devices_used",
+        "placement", "feasible", "binding",
+    )
+
+    devices: IntAttr
+    global_batch: IntAttr
+    dp: IntAttr
+    pp: IntAttr
+    tp: IntAttr
+    micro_batch_size: IntAttr
+    num_micro_batches: IntAttr
+    time_per_batch_s: FloatData
+    throughput_samples_per_s: FloatData
+    max_memory_bytes: IntAttr
+    devices_used: IntAttr
+    placement: StringAttr
+    feasible: StringAttr
+    binding: StringAttr
+
+
+@irdl_attr_definition
+class StageAttr(RecordAttr):
+    """One pipeline stage of ``phaze.plan`` (module attribute ``phaze.stages``).
+
+    Syntax::
+
+        #phaze.stage<index = 0, first_layer = 0, last_layer = 12, devices = 4, time_s = 0.09,
+                     memory_bytes = 30000000000, recompute = "selective", in_flight = 8,
+                     exposed_dp_s = 0.2>
+
+    - ``first_layer``/``last_layer``: the layer indices (``phaze.layer``) it holds, inclusive.
+    - ``devices``: devices per replica of the stage (the TP width).
+    - ``time_s``: forward + backward (+ recompute) + TP and boundary transfers per micro-batch.
+    - ``memory_bytes``: per device: weights, gradients, optimizer state, ``in_flight``
+      micro-batches of stashed activations under 1F1B, workspace.
+    - ``recompute``: ``"none"``, ``"selective"`` or ``"full"``.
+    - ``exposed_dp_s``: the stage's data-parallel gradient all-reduce not hidden by compute.
+    """
+
+    name = "phaze.stage"
+    FIELDS = ("index", "first_layer", "last_layer", "devices", "time_s", "memory_bytes", "recompute",
+              "in_flight", "exposed_dp_s")
+
+    index: IntAttr
+    first_layer: IntAttr
+    last_layer: IntAttr
+    devices: IntAttr
+    time_s: FloatData
+    memory_bytes: IntAttr
+    recompute: StringAttr
+    in_flight: IntAttr
+    exposed_dp_s: FloatData

@@ -46,6 +46,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from phaze_ir.attributes import LatencyAttr, LayerAttr, LayerLatencyAttr, TileAttr
 from phaze_ir.attributes import LayerMemoryAttr, LayerScheduleAttr, RecomputeAttr, SchedAttr
+from phaze_ir.attributes import PlanAttr, StageAttr
 
 # Discardable attribute names (one place, so that passes and tools agree on the spelling).
 MODULE_ATTR = "phaze.module"
@@ -509,7 +510,8 @@ PHAZE_OPS = [
     CollectiveOp, OptimizerUpdateOp, OpaqueOp, AcceleratorOp,
 ]
 
-Phaze = Dialect("phaze", PHAZE_OPS, [LayerAttr, TileAttr, LatencyAttr, LayerLatencyAttr, SchedAttr, LayerScheduleAttr, RecomputeAttr, LayerMemoryAttr])
+Phaze = Dialect("phaze", PHAZE_OPS, [LayerAttr, TileAttr, LatencyAttr, LayerLatencyAttr, SchedAttr, LayerScheduleAttr, RecomputeAttr, LayerMemoryAttr,
+                                      PlanAttr, StageAttr])
 """The ``phaze`` dialect (ops and attributes)."""
 
 

@@ -24,7 +24,9 @@ def compiled(model_path: str, emit: str = "training", micro_batch: int = 1) -> s
     from phaze_ir.tools.phazec import _parser, compile_model
 
     args = _parser().parse_args([model_path, "--emit", emit, "--micro-batch", str(micro_batch), "-q"])
-    return compile_model(args, lambda msg: None)
+    text, failure = compile_model(args, lambda msg: None)
+    assert failure is None, failure
+    return text
 
 
 @pytest.fixture(scope="session")

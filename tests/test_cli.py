@@ -40,8 +40,8 @@ def test_phaze_opt_runs_a_pass_with_options(tmp_path):
 
 
 def test_stdout_output_is_deterministic():
-    a = run_tool("phazec", str(EXAMPLES / "mlp.py"), "-q")
-    b = run_tool("phazec", str(EXAMPLES / "mlp.py"), "-q", "-o", "-")
+    a = run_tool("phazec", str(EXAMPLES / "mlp.py"), "--emit", "training", "-q")
+    b = run_tool("phazec", str(EXAMPLES / "mlp.py"), "--emit", "training", "-q", "-o", "-")
     assert a.returncode == 0 and a.stdout == b.stdout and a.stdout.startswith("builtin.module")
 
 

@@ -17,7 +17,7 @@ def test_custom_pass_runs_through_entry_point(tmp_path):
         capture_output=True, text=True, timeout=300,
     )
     assert install.returncode == 0, install.stderr
-    src = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "-q")
+    src = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "training", "-q")
     assert src.returncode == 0, src.stderr
     r = run_tool("phaze-opt", "-p", 'count-ops{op="phaze.matmul"}', input=src.stdout,
                  env={"PYTHONPATH": f"{target}:{EXAMPLES.parent}"})

@@ -33,3 +33,24 @@ def test_training_flops_match_textbook(name, textbook):
     generic = print_module(parse_module(compiled(str(EXAMPLES / f"{name}.py"))), generic=True)
     flops = matmul_flops_from_generic(generic)
     assert abs(flops / textbook - 1) < 0.02, (flops, textbook)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_MODELS)
+def test_every_compute_op_gets_a_latency(name):
+    """The cost passes price every op of every example on the default chip."""
+    from xdsl.passes import PassPipeline
+
+    from passes import ALL_PASSES
+    from phaze_ir import dialect as ph
+    from phaze_ir.hardware import load_hardware
+    from phaze_ir.hardware_ir import set_accelerator
+    from phaze_ir.ir import make_context
+
+    module = parse_module(compiled(str(EXAMPLES / f"{name}.py")))
+    set_accelerator(module, load_hardware("tpuv4"))
+    PassPipeline.parse_spec(ALL_PASSES, "phaze-tile-pe-array,phaze-estimate-latency").apply(make_context(), module)
+    ops = [o for o in module.walk() if isinstance(o, ph.ComputeOp)]
+    missing = [o.name for o in ops if "phaze.latency" not in o.attributes]
+    assert ops and not missing, missing[:5]
+    timed = [o.attributes["phaze.latency"].get("split_s") for o in ops if isinstance(o, ph.MatmulOp)]
+    assert all(t > 0 for t in timed)

@@ -1,15 +1,10 @@
 """``phazec``: the phaze compiler driver.
 
-``phazec MODEL.py -o OUT.mlir --emit STAGE`` imports a model file and runs the fixed pipeline
-up to ``STAGE``:
-
-- ``ir``: the forward step (forward + loss) imported into the ``phaze`` dialect;
-- ``training``: the training step: forward, backward (input- and weight-gradient GEMMs),
-  optimizer step, saved activations and layers;
-- ``sharded``: one device's share under Megatron tensor parallelism of width ``--tp``;
-- ``tiled``: GEMMs tiled onto the PE arrays of the accelerator ``--hw`` (in the IR as
-  ``phaze.accelerator``);
-- ``latency``: every op's latency on that accelerator.
+``phazec MODEL.py -o OUT.mlir`` imports a model file and runs the whole pipeline to the plan:
+for micro-batch sizes 1, 2, 4, 8 and TP widths 1, 2, 4, 8, the training step is sharded,
+priced on the accelerator ``--hw``, scheduled, given recompute options and placed on
+``--devices`` accelerators by the exact DP; the best plan is written (``--json`` too).
+``--emit STAGE`` stops earlier (the stages are listed in ``phaze_ir/driver.py``).
 
 Bad input (a missing or broken model file, an untraceable model, a bad option) gets a one-line
 error and exit status 1; ``--debug`` shows the traceback.
@@ -19,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 
 from phaze_ir.errors import PhazeError
 
-STAGES = ("ir", "training", "sharded", "tiled", "latency")
+from phaze_ir.driver import STAGES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,9 +28,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("model", help="model file defining get_model() and get_inputs(micro_batch_size)")
     p.add_argument("-o", "--output", default="-", help="output .mlir file ('-' for stdout, the default)")
-    p.add_argument("--emit", default="training", choices=STAGES,
-                   help="last stage to run and print (default: training)")
-    p.add_argument("--micro-batch", type=int, default=1, metavar="N", help="micro-batch size to trace (default 1)")
+    p.add_argument("--emit", default="plan", choices=STAGES,
+                   help="last stage to run and print (default: plan)")
+    p.add_argument("--micro-batch", type=int, default=None, metavar="N",
+                   help="micro-batch size (default: 1, and the plan stage tries 1, 2, 4 and 8)")
+    p.add_argument("--tp", type=int, default=None, metavar="N",
+                   help="tensor-parallel width (default: 1, and the plan stage tries 1, 2, 4 and 8)")
     p.add_argument("--seq-len", type=int, default=None, metavar="N",
                    help="sequence length (default: the model file's SEQ_LEN)")
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32", "model"),
@@ -45,7 +42,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="optimizer of the training step (default adam, mixed precision)")
     p.add_argument("--hw", default="tpuv4", metavar="NAME|FILE",
                    help="accelerator: a preset (tpuv4, a100, h100) or a hardware TOML file (default tpuv4)")
-    p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel width (default 1)")
+    p.add_argument("--devices", type=int, default=1024, metavar="N", help="accelerators in the cluster (default 1024)")
+    p.add_argument("--global-batch", type=int, default=4096, metavar="N", help="samples per training step (default 4096)")
+    p.add_argument("--placement", default="phaze", metavar="phaze|expert|expert:PP,DP,TP",
+                   help="search the placement (default), or evaluate the paper's expert one or a given one")
+    p.add_argument("--dp-overlap", action="store_true", help="hide the DP gradient all-reduce behind backward")
+    p.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
     p.add_argument("--strict", action="store_true", help="unknown aten ops are errors, not phaze.opaque")
     p.add_argument("--print-op-generic", action="store_true", help="print MLIR's generic op form")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
@@ -53,50 +55,69 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def compile_model(args: argparse.Namespace, log) -> str:
-    """Run the pipeline the arguments ask for and return the printed module."""
-    from passes import TRAINING_PIPELINE
-    from phaze_ir.frontend import import_graph, load_model_file, trace_model
-    from phaze_ir.ir import make_context, print_module
-    from xdsl.passes import PassPipeline
-    from passes import ALL_PASSES
+def options(args: argparse.Namespace):
+    """The driver options of parsed command-line arguments."""
+    from passes.algorithms.placement import PlacementError, parse_placement
+    from phaze_ir.driver import DEFAULT_MICRO_BATCHES, DEFAULT_TP_WIDTHS, Options
 
-    stage = STAGES.index(args.emit)
-    if args.tp < 1:
-        raise PhazeError(f"--tp {args.tp}: expected a positive integer")
-    accelerator = None
-    if stage >= STAGES.index("tiled"):
-        from phaze_ir.hardware import HardwareError, load_hardware
+    if args.json and args.emit != "plan":
+        raise PhazeError("--json needs the plan stage (--emit plan)")
+    placement = args.placement
+    fixed_tp = None
+    try:
+        fixed = parse_placement(placement, "") if placement != "expert" else None
+    except PlacementError as e:
+        raise PhazeError(str(e)) from e
+    if fixed is not None:
+        fixed_tp = fixed[2]
+    tp = args.tp if args.tp is not None else fixed_tp
+    return Options(
+        emit=args.emit,
+        micro_batches=(args.micro_batch,) if args.micro_batch is not None else DEFAULT_MICRO_BATCHES,
+        tp_widths=(tp,) if tp is not None else DEFAULT_TP_WIDTHS,
+        seq_len=args.seq_len, dtype=args.dtype, optimizer=args.optimizer, hw=args.hw,
+        devices=args.devices, global_batch=args.global_batch, placement=placement,
+        dp_overlap=args.dp_overlap, strict=args.strict,
+    )
 
-        try:
-            accelerator = load_hardware(args.hw)
-        except HardwareError as e:
-            raise PhazeError(str(e)) from e
-    spec = load_model_file(args.model)
-    training = stage >= STAGES.index("training")
-    log(f"tracing {spec.name} ({'training step' if training else 'forward'}, micro-batch {args.micro_batch}"
-        + (f", seq {args.seq_len or spec.seq_len}" if (args.seq_len or spec.seq_len) else "") + ")")
-    traced = trace_model(spec, args.micro_batch, args.seq_len, training=training, dtype=args.dtype)
-    log(f"traced {len(traced.graph_module.graph.nodes)} aten nodes in {traced.trace_seconds:.1f} s")
-    t = time.perf_counter()
-    module = import_graph(traced, strict=args.strict)
-    pipeline = []
-    if training:
-        pipeline.append(TRAINING_PIPELINE.replace("phaze-insert-optimizer", f"phaze-insert-optimizer{{optimizer={args.optimizer}}}"))
-    if stage >= STAGES.index("sharded"):
-        pipeline.append(f"phaze-shard-tensor-parallel{{width={args.tp}}}")
-    if accelerator is not None:
-        from phaze_ir.hardware_ir import set_accelerator
 
-        set_accelerator(module, accelerator)
-        pipeline.append("phaze-tile-pe-array")
-    if stage >= STAGES.index("latency"):
-        pipeline.append("phaze-estimate-latency")
-    if pipeline:
-        PassPipeline.parse_spec(ALL_PASSES, ",".join(pipeline)).apply(make_context(), module)
-    module.verify()
-    log(f"built {sum(1 for _ in module.walk())} ops in {time.perf_counter() - t:.1f} s")
-    return print_module(module, generic=args.print_op_generic)
+def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
+    """Run the pipeline the arguments ask for; return the printed module and, when no placement
+    fits, the message saying which constraint binds (the JSON plan is written when asked)."""
+    import json
+
+    from phaze_ir import driver
+    from phaze_ir.ir import print_module
+
+    opts = options(args)
+    if opts.placement == "expert":
+        from passes.algorithms.placement import EXPERT_PLACEMENTS
+        from phaze_ir.frontend import load_model_file
+
+        name = load_model_file(args.model).name
+        if name not in EXPERT_PLACEMENTS:
+            raise PhazeError(f"--placement expert: no expert placement known for model '{name}' "
+                             f"(known: {', '.join(sorted(EXPERT_PLACEMENTS))}); give expert:PP,DP,TP")
+        if args.tp is None:
+            opts.tp_widths = (EXPERT_PLACEMENTS[name][2],)
+    module, candidates = driver.compile_model(args.model, opts, log)
+    failure = None
+    if opts.emit == "plan":
+        plan = driver.plan_record(module)
+        if plan.get("feasible") != "yes":
+            binding = plan.get("binding", "")
+            failure = binding if "no placement fits" in binding else f"no placement fits: {binding}"
+        else:
+            log("plan:\n" + driver.summary(module))
+        if args.json:
+            try:
+                with open(args.json, "w") as f:
+                    json.dump(driver.plan_json(module, candidates), f, indent=2, sort_keys=False)
+                    f.write("\n")
+            except OSError as e:
+                raise PhazeError(f"{args.json}: cannot write: {e.strerror}") from e
+            log(f"wrote {args.json}")
+    return print_module(module, generic=args.print_op_generic), failure
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -104,11 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet = args.quiet
 
     def log(msg: str) -> None:
-        if not quiet:
+        # The plan summary is shown even with -q: it is the answer, not progress.
+        if not quiet or msg.startswith("plan:"):
             print(f"phazec: {msg}", file=sys.stderr, flush=True)
 
     try:
-        text = compile_model(args, log)
+        text, failure = compile_model(args, log)
         if args.output == "-":
             sys.stdout.write(text)
         else:
@@ -118,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             except OSError as e:
                 raise PhazeError(f"{args.output}: cannot write: {e.strerror}") from e
             log(f"wrote {args.output}")
+        if failure:
+            raise PhazeError(failure)
     except PhazeError as e:
         if args.debug:
             raise

@@ -1,0 +1,107 @@
+"""Assemble the device-placement problem that the Rust DP (``phaze_ir._phaze_rs``) solves, from
+per-layer numbers, and read its answer back.  Pure Python: the pass ``phaze-place-devices``
+gathers the numbers from the IR; the model itself (1F1B, α–β network, memory) is documented in
+the crate docs of ``rust/phaze-dp``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+POLICIES = ("none", "selective", "full")
+
+#: The paper's "expert" placements as (PP, DP, TP) (DESIGN.md §5), by model name.
+EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
+    "opt-350m": (12, 85, 1),
+    "bert-large": (8, 128, 1),
+    "gpt2-xl": (32, 32, 1),
+    "llama2-7b": (8, 128, 1),
+    "megatron-gpt2-8.3b": (8, 16, 8),
+    "gpt3-175b": (32, 8, 4),
+}
+
+
+class PlacementError(ValueError):
+    """A bad placement option (its message is one line, for the user)."""
+
+
+@dataclass(frozen=True)
+class LayerNumbers:
+    """What the DP needs of one layer, for one micro-batch at the traced micro-batch size and TP
+    width (see ``LayerDict`` in ``phaze_ir/_phaze_rs.pyi``)."""
+
+    fwd_s: float
+    bwd_s: float
+    recompute_s: tuple[float, float, float]
+    saved_bytes: tuple[int, int, int]
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    workspace_bytes: int
+    boundary_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "fwd_s": self.fwd_s, "bwd_s": self.bwd_s,
+            "recompute_s": list(self.recompute_s), "saved_bytes": list(self.saved_bytes),
+            "param_bytes": self.param_bytes, "grad_bytes": self.grad_bytes,
+            "optimizer_bytes": self.optimizer_bytes, "workspace_bytes": self.workspace_bytes,
+            "boundary_bytes": self.boundary_bytes,
+            # The TP all-reduces are ops of the layer (phaze.collective), priced by the latency
+            # pass and placed by the scheduler: they are already in fwd_s/bwd_s.
+            "tp_fwd_bytes": 0, "tp_bwd_bytes": 0, "tp_fwd_count": 0, "tp_bwd_count": 0,
+        }
+
+
+def problem(layers: list[LayerNumbers], *, devices: int, hbm_bytes: int, levels: list[dict[str, Any]],
+            global_batch: int, micro_batch: int, tp: int, dp_overlap: bool = False) -> dict[str, Any]:
+    """The problem dict of ``solve_placement`` / ``evaluate_placement``."""
+    if devices < 1:
+        raise PlacementError(f"devices = {devices}: expected a positive integer")
+    if global_batch < 1:
+        raise PlacementError(f"global batch = {global_batch}: expected a positive integer")
+    return {
+        "layers": [layer.as_dict() for layer in layers],
+        "devices": devices,
+        "hbm_bytes": hbm_bytes,
+        "levels": levels,
+        "global_batch": global_batch,
+        "micro_batch": micro_batch,
+        "tp": tp,
+        "dp_overlap": dp_overlap,
+    }
+
+
+def network_levels(network: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The accelerator's network levels (``Accelerator.to_dict()["network"]``) as DP levels."""
+    return [{"group_size": int(level["group_size"]), "bandwidth_Bps": float(level["bandwidth_Bps"]),
+             "latency_s": float(level["latency_s"])} for level in network]
+
+
+_EXPERT = re.compile(r"^expert(?::(\d+),(\d+),(\d+))?$")
+
+
+def parse_placement(text: str, model: str) -> tuple[int, int, int] | None:
+    """``""``/``"phaze"`` -> None (search); ``"expert:PP,DP,TP"`` -> that placement;
+    ``"expert"`` -> the paper's expert placement of ``model``."""
+    if text in ("", "phaze"):
+        return None
+    m = _EXPERT.match(text)
+    if not m:
+        raise PlacementError(f"placement '{text}': expected 'phaze', 'expert' or 'expert:PP,DP,TP'")
+    if m.group(1) is None:
+        if model not in EXPERT_PLACEMENTS:
+            raise PlacementError(f"placement 'expert': no expert placement known for model '{model}' "
+                                 f"(known: {', '.join(sorted(EXPERT_PLACEMENTS))}); give expert:PP,DP,TP")
+        return EXPERT_PLACEMENTS[model]
+    pp, dp, tp = (int(g) for g in m.groups())
+    if min(pp, dp, tp) < 1:
+        raise PlacementError(f"placement '{text}': PP, DP and TP must be positive")
+    return pp, dp, tp
+
+
+def binding_message(result: dict[str, Any]) -> str:
+    """The constraints that make a result infeasible, joined ('' when feasible)."""
+    return "; ".join(v["message"] for v in result.get("violations", []))

@@ -1,0 +1,247 @@
+"""The fixed pipeline behind ``phazec``: which passes run up to each stage, the sweep over
+micro-batch sizes and tensor-parallel widths that the plan stage does, and the plan as JSON.
+
+Stages, in order (``phazec --emit STAGE`` stops after STAGE and prints the module):
+
+=========  ==================================================================================
+ir         forward + loss, imported into the ``phaze`` dialect
+training   + backward, optimizer step, saved activations, layers
+sharded    + Megatron tensor parallelism of width ``tp`` (one device's share)
+tiled      + the accelerator (``phaze.accelerator``) and GEMM tiling onto its PE arrays
+latency    + every op's latency on it
+scheduled  + each unique layer's operator schedule (SCIP)
+recompute  + memory and time of each layer under each recompute policy
+plan       + the best placement (Rust DP); swept over micro-batch sizes and TP widths
+=========  ==================================================================================
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from xdsl.dialects.builtin import ModuleOp
+
+from phaze_ir.errors import PhazeError
+
+STAGES = ("ir", "training", "sharded", "tiled", "latency", "scheduled", "recompute", "plan")
+DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
+DEFAULT_TP_WIDTHS = (1, 2, 4, 8)
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Options:
+    """What a compilation needs besides the model file (phazec's options)."""
+
+    emit: str = "plan"
+    micro_batches: tuple[int, ...] = DEFAULT_MICRO_BATCHES
+    tp_widths: tuple[int, ...] = DEFAULT_TP_WIDTHS
+    seq_len: int | None = None
+    dtype: str = "float16"
+    optimizer: str = "adam"
+    hw: str = "tpuv4"
+    devices: int = 1024
+    global_batch: int = 4096
+    placement: str = "phaze"
+    dp_overlap: bool = False
+    strict: bool = False
+    schedule_time_limit: float = 10.0
+
+
+def pipeline(stage: str, tp: int, opts: Options) -> str:
+    """The pass pipeline that takes an imported module to ``stage`` (the accelerator op is
+    added by :func:`compile_module` before ``phaze-tile-pe-array``)."""
+    k = STAGES.index(stage)
+    passes = []
+    if k >= STAGES.index("training"):
+        passes += [f"phaze-insert-optimizer{{optimizer={opts.optimizer}}}", "phaze-mark-saved", "phaze-group-layers"]
+    if k >= STAGES.index("sharded"):
+        passes.append(f"phaze-shard-tensor-parallel{{width={tp}}}")
+    if k >= STAGES.index("tiled"):
+        passes.append("phaze-tile-pe-array")
+    if k >= STAGES.index("latency"):
+        passes.append("phaze-estimate-latency")
+    if k >= STAGES.index("scheduled"):
+        passes.append(f"phaze-schedule-ops{{time_limit={opts.schedule_time_limit}}}")
+    if k >= STAGES.index("recompute"):
+        passes.append("phaze-insert-recompute")
+    if k >= STAGES.index("plan"):
+        overlap = "true" if opts.dp_overlap else "false"
+        passes.append(f'phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} '
+                      f'placement="{opts.placement}" dp_overlap={overlap}}}')
+    return ",".join(passes)
+
+
+def load_accelerator(name_or_path: str):
+    """A hardware preset or file, with its errors as :class:`PhazeError`."""
+    from phaze_ir.hardware import HardwareError, load_hardware
+
+    try:
+        return load_hardware(name_or_path)
+    except HardwareError as e:
+        raise PhazeError(str(e)) from e
+
+
+def compile_module(traced, stage: str, tp: int, opts: Options, accelerator=None) -> ModuleOp:
+    """Import a traced step and run the pipeline up to ``stage``."""
+    from xdsl.passes import PassPipeline
+
+    from passes import ALL_PASSES
+    from phaze_ir.frontend import import_graph
+    from phaze_ir.hardware_ir import set_accelerator
+    from phaze_ir.ir import make_context
+
+    module = import_graph(traced, strict=opts.strict)
+    if STAGES.index(stage) >= STAGES.index("tiled"):
+        set_accelerator(module, accelerator if accelerator is not None else load_accelerator(opts.hw))
+    spec = pipeline(stage, tp, opts)
+    if spec:
+        PassPipeline.parse_spec(ALL_PASSES, spec).apply(make_context(), module)
+    module.verify()
+    return module
+
+
+@dataclass
+class Candidate:
+    """One (micro-batch, TP width) point of the plan sweep."""
+
+    micro_batch: int
+    tp: int
+    throughput: float = 0.0
+    plan: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+def plan_record(module: ModuleOp) -> dict[str, Any]:
+    """``phaze.plan`` of a module as a dict (empty if absent)."""
+    attr = module.attributes.get("phaze.plan")
+    return attr.as_dict() if attr is not None else {}
+
+
+def compile_model(model_path: str, opts: Options, log: Log) -> tuple[ModuleOp, list[Candidate]]:
+    """Compile a model file to ``opts.emit``.  For the plan stage, sweep micro-batch sizes and
+    TP widths and return the module of the best feasible plan (the highest throughput; ties go
+    to the smaller micro-batch, then the smaller TP width) and every point of the sweep."""
+    from phaze_ir.frontend import load_model_file, trace_model
+
+    if opts.emit not in STAGES:
+        raise PhazeError(f"unknown stage '{opts.emit}'; expected one of {', '.join(STAGES)}")
+    for b in opts.micro_batches:
+        if b < 1:
+            raise PhazeError(f"--micro-batch {b}: expected a positive integer")
+    for t in opts.tp_widths:
+        if t < 1:
+            raise PhazeError(f"--tp {t}: expected a positive integer")
+    stage = opts.emit
+    accelerator = load_accelerator(opts.hw) if STAGES.index(stage) >= STAGES.index("tiled") else None
+    spec = load_model_file(model_path)
+    training = STAGES.index(stage) >= STAGES.index("training")
+    sweep = stage == "plan"
+    micro_batches = opts.micro_batches if sweep else opts.micro_batches[:1]
+    tp_widths = opts.tp_widths if sweep else opts.tp_widths[:1]
+
+    best: tuple[float, ModuleOp] | None = None
+    candidates: list[Candidate] = []
+    fallback: ModuleOp | None = None
+    for b in micro_batches:
+        log(f"tracing {spec.name} ({'training step' if training else 'forward'}, micro-batch {b}"
+            + (f", seq {opts.seq_len or spec.seq_len}" if (opts.seq_len or spec.seq_len) else "") + ")")
+        traced = trace_model(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
+        log(f"traced {len(traced.graph_module.graph.nodes)} aten nodes in {traced.trace_seconds:.1f} s")
+        for t in tp_widths:
+            start = time.perf_counter()
+            try:
+                module = compile_module(traced, stage, t, opts, accelerator)
+            except PhazeError as e:
+                if not sweep:
+                    raise
+                candidates.append(Candidate(b, t, note=str(e)))
+                log(f"micro-batch {b}, TP {t}: skipped: {e}")
+                continue
+            if not sweep:
+                log(f"built {sum(1 for _ in module.walk())} ops in {time.perf_counter() - start:.1f} s")
+                return module, candidates
+            plan = plan_record(module)
+            feasible = plan.get("feasible") == "yes"
+            cand = Candidate(b, t, plan["throughput_samples_per_s"] if feasible else 0.0, plan,
+                             "" if feasible else plan.get("binding", ""))
+            candidates.append(cand)
+            if feasible:
+                log(f"micro-batch {b}, TP {t}: {cand.throughput:,.1f} samples/s "
+                    f"(DP {plan['dp']}, PP {plan['pp']}) [{time.perf_counter() - start:.1f} s]")
+                if best is None or cand.throughput > best[0]:
+                    best = (cand.throughput, module)
+            else:
+                log(f"micro-batch {b}, TP {t}: does not fit: {cand.note}")
+                fallback = fallback or module
+    if best is not None:
+        return best[1], candidates
+    if fallback is not None:
+        return fallback, candidates  # nothing fits: the module says which constraint binds
+    raise PhazeError("no micro-batch size and TP width could be compiled: "
+                     + "; ".join(f"b={c.micro_batch} t={c.tp}: {c.note}" for c in candidates))
+
+
+def plan_json(module: ModuleOp, candidates: list[Candidate]) -> dict[str, Any]:
+    """The plan as JSON (the schema is in README.md, "The plan as JSON")."""
+    from phaze_ir.hardware_ir import module_accelerator
+
+    plan = plan_record(module)
+    if not plan:
+        raise PhazeError("--json needs the plan stage (--emit plan)")
+    acc = module_accelerator(module, "phazec --json")
+    accelerator = acc.to_dict()
+    accelerator["hbm_bytes"] = acc.hbm.bytes
+    area = acc.area_um2
+    accelerator["area_mm2"] = area / 1e6 if area is not None else None
+    stages_attr = module.attributes.get("phaze.stages")
+    stages = [s.as_dict() for s in stages_attr.data] if stages_attr is not None else []
+    model = module.attributes.get("phaze.model")
+    return {
+        "model": model.data if model is not None else "",
+        "devices": plan["devices"],
+        "global_batch": plan["global_batch"],
+        "dp": plan["dp"],
+        "pp": plan["pp"],
+        "tp": plan["tp"],
+        "micro_batch_size": plan["micro_batch_size"],
+        "num_micro_batches": plan["num_micro_batches"],
+        "time_per_batch_s": plan["time_per_batch_s"],
+        "throughput_samples_per_s": plan["throughput_samples_per_s"],
+        "devices_used": plan["devices_used"],
+        "max_memory_bytes": plan["max_memory_bytes"],
+        "placement": plan["placement"],
+        "feasible": plan["feasible"] == "yes",
+        "binding": plan["binding"],
+        "accelerator": accelerator,
+        "stages": [{
+            "layers": [s["first_layer"], s["last_layer"]],
+            "devices": s["devices"],
+            "time_s": s["time_s"],
+            "memory_bytes": s["memory_bytes"],
+            "recompute": s["recompute"],
+            "in_flight": s["in_flight"],
+            "exposed_dp_s": s["exposed_dp_s"],
+        } for s in stages],
+        "candidates": [{
+            "micro_batch_size": c.micro_batch, "tp": c.tp,
+            "throughput_samples_per_s": c.throughput, "note": c.note,
+        } for c in candidates],
+    }
+
+
+def summary(module: ModuleOp) -> str:
+    """A short human table of the plan, for stderr."""
+    plan = plan_record(module)
+    if plan.get("feasible") != "yes":
+        return ""
+    stages = [s.as_dict() for s in module.attributes["phaze.stages"].data]
+    recompute = ",".join(sorted({s["recompute"] for s in stages}))
+    mem = max(s["memory_bytes"] for s in stages) / 2**30
+    head = f"{'DP':>5} {'PP':>4} {'TP':>4} {'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>11}"
+    row = (f"{plan['dp']:>5} {plan['pp']:>4} {plan['tp']:>4} {plan['micro_batch_size']:>11} {recompute:>14} "
+           f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>11.2f}")
+    return head + "\n" + row

@@ -1,0 +1,99 @@
+"""phaze-place-devices and phazec's plan stage end to end: the plan fits, recomputes from its
+stages by the 1F1B formula, round-trips, and says which constraint binds when nothing fits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import EXAMPLES, MODELS, run_tool
+
+TINY = str(MODELS / "tiny_gpt2.py")
+
+
+def check_plan(plan: dict) -> None:
+    """The invariants every feasible plan must satisfy."""
+    assert plan["feasible"] and plan["dp"] * plan["pp"] * plan["tp"] <= plan["devices"]
+    assert plan["devices_used"] == plan["dp"] * plan["pp"] * plan["tp"]
+    hbm = plan["accelerator"]["hbm_bytes"]
+    stages = plan["stages"]
+    assert len(stages) == plan["pp"]
+    assert all(s["memory_bytes"] <= hbm for s in stages)
+    assert stages[0]["layers"][0] == 0
+    assert all(a["layers"][1] + 1 == b["layers"][0] for a, b in zip(stages, stages[1:]))
+    m, p = plan["num_micro_batches"], plan["pp"]
+    assert m * plan["micro_batch_size"] * plan["dp"] == plan["global_batch"]
+    expected = (m + p - 1) * max(s["time_s"] for s in stages) + max(s["exposed_dp_s"] for s in stages)
+    assert plan["time_per_batch_s"] == pytest.approx(expected, rel=1e-9)
+    assert plan["throughput_samples_per_s"] == pytest.approx(plan["global_batch"] / plan["time_per_batch_s"], rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def tiny_plan(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan")
+    r = run_tool("phazec", TINY, "--micro-batch", "1", "--tp", "1", "--devices", "64", "--global-batch", "64",
+                 "-o", str(d / "plan.mlir"), "--json", str(d / "plan.json"))
+    assert r.returncode == 0, r.stderr
+    return d, r.stderr
+
+
+def test_tiny_plan_is_consistent(tiny_plan):
+    d, stderr = tiny_plan
+    plan = json.loads((d / "plan.json").read_text())
+    check_plan(plan)
+    for key in ("model", "devices", "global_batch", "dp", "pp", "tp", "micro_batch_size", "num_micro_batches",
+                "time_per_batch_s", "throughput_samples_per_s", "accelerator", "stages"):
+        assert key in plan
+    assert plan["model"] == "tiny-gpt2" and plan["accelerator"]["area_mm2"] == pytest.approx(278.83, abs=0.01)
+    assert "samples/s" in stderr and "GiB/device" in stderr  # the summary table
+
+
+def test_plan_round_trips_and_annotates_every_layer(tiny_plan):
+    d, _ = tiny_plan
+    text = (d / "plan.mlir").read_text()
+    assert "phaze.plan = #phaze.plan<" in text and "phaze.stages = [#phaze.stage<index = 0" in text
+    r = run_tool("phaze-opt", str(d / "plan.mlir"))
+    assert r.returncode == 0 and r.stdout == text
+    body = [l for l in text.splitlines() if "phaze.layer = " in l]
+    assert body and all("phaze.stage = " in l for l in body)
+
+
+def test_expert_placement_is_evaluated(tmp_path):
+    out = tmp_path / "p.json"
+    r = run_tool("phazec", TINY, "--micro-batch", "1", "--devices", "8", "--global-batch", "16",
+                 "--placement", "expert:2,4,1", "-o", str(tmp_path / "p.mlir"), "--json", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(out.read_text())
+    assert (plan["pp"], plan["dp"], plan["tp"]) == (2, 4, 1) and plan["placement"] == "expert:2,4,1"
+    check_plan(plan)
+
+
+def test_nothing_fits_names_the_binding_constraint(tmp_path):
+    hw = tmp_path / "small.toml"
+    preset = (EXAMPLES / "hw" / "tpuv4.toml").read_text()
+    import re
+
+    small = re.sub(r"(\[hbm\][^\[]*?bytes\s*=\s*)[^\n]+", r"\g<1>65536", preset, count=1, flags=re.S)
+    assert small != preset
+    hw.write_text(small)
+    r = run_tool("phazec", TINY, "--micro-batch", "1", "--tp", "1", "--devices", "4", "--global-batch", "4",
+                 "--hw", str(hw), "-o", str(tmp_path / "p.mlir"), "--json", str(tmp_path / "p.json"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "phazec: error: memory: no placement fits" in r.stderr
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert not plan["feasible"] and plan["binding"].startswith("memory")
+
+
+def test_place_devices_requires_the_cost_passes(tmp_path):
+    training = run_tool("phazec", TINY, "--emit", "training", "-q")
+    r = run_tool("phaze-opt", "-p", "phaze-place-devices", input=training.stdout)
+    assert r.returncode == 1 and "requires a 'phaze.accelerator' op" in r.stderr
+    latency = run_tool("phazec", TINY, "--emit", "latency", "-q")
+    r = run_tool("phaze-opt", "-p", "phaze-place-devices", input=latency.stdout)
+    assert r.returncode == 1 and "requires 'phaze.layer_schedule' on the module; run phaze-schedule-ops first" in r.stderr
+
+
+def test_bad_placement_option():
+    r = run_tool("phazec", TINY, "--placement", "expert:1,2")
+    assert r.returncode == 1 and "expected 'phaze', 'expert' or 'expert:PP,DP,TP'" in r.stderr
