@@ -56,10 +56,11 @@ to it in the MILP (SCIP's 1e-6 tolerances cannot order shorter ops: see :func:`_
 returned schedule uses the true durations and the reported bound is lowered by the total raise.
 
 **Warm start.**  A serial schedule generation scheme with insertion over a usage profile per
-kind (critical-path priority; each op in the mode that finishes first, or always one core, or
-always split: the best of the three), improved by forward-backward justification.  It is the
-upper bound, the incumbent handed to SCIP and the fallback.  When the list schedule meets the
-lower bound, no MILP is built.
+kind (a portfolio of priority rules: critical path, earliest start, latest start; and of mode
+rules: earliest finish, one core, split, one core while the slack allows), each improved by
+forward-backward justification; then a seeded local search over the op list and the modes
+(:func:`_improve`, a fixed number of decodes: deterministic).  It is the upper bound ``UB``,
+the incumbent handed to SCIP and the fallback.  When it meets the lower bound no MILP is built.
 
 **Result.**  Only the discrete choices of SCIP's solution are kept (``y`` and ``x``): start times
 are recomputed exactly as earliest starts under the graph plus that order, and the schedule is
@@ -1146,10 +1147,11 @@ PHASE_GROUPS = ("fwd", "bwd", "opt")
 _STATUS_RANK = {"optimal": 0, "gaplimit": 1, "timelimit": 2, "heuristic": 3}
 
 
-def group_problem(graph: Graph, op_ids: Sequence[int], latency: Sequence[Op], cores: Mapping[str, int]) -> Problem:
+def group_problem(graph: Graph, op_ids: Sequence[int], latency: Sequence[Op] | Mapping[int, Op],
+                  cores: Mapping[str, int]) -> Problem:
     """The scheduling problem of the ops ``op_ids`` of ``graph`` (one layer's ops of one phase):
-    their latencies and the dataflow edges among them (values from outside the group are ready
-    at time 0)."""
+    their latencies (``latency[i]`` for op ``i``) and the dataflow edges among them (values from
+    outside the group are ready at time 0)."""
     pos = {i: k for k, i in enumerate(op_ids)}
     edges = set()
     for i in op_ids:
