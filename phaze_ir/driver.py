@@ -48,7 +48,10 @@ class Options:
     placement: str = "phaze"
     dp_overlap: bool = False
     strict: bool = False
+    # SCIP stops a layer's schedule at 0.5 % proven gap or after 10 s (the gap limit makes the
+    # plan sweep several times faster than proving optimality, and deterministic in practice).
     schedule_time_limit: float = 10.0
+    schedule_gap: float = 0.005
 
 
 def pipeline(stage: str, tp: int, opts: Options) -> str:
@@ -64,10 +67,11 @@ def pipeline(stage: str, tp: int, opts: Options) -> str:
         passes.append("phaze-tile-pe-array")
     if k >= STAGES.index("latency"):
         passes.append("phaze-estimate-latency")
+    solver = f"time_limit={opts.schedule_time_limit} gap_limit={opts.schedule_gap}"
     if k >= STAGES.index("scheduled"):
-        passes.append(f"phaze-schedule-ops{{time_limit={opts.schedule_time_limit}}}")
+        passes.append(f"phaze-schedule-ops{{{solver}}}")
     if k >= STAGES.index("recompute"):
-        passes.append("phaze-insert-recompute")
+        passes.append(f"phaze-insert-recompute{{{solver}}}")
     if k >= STAGES.index("plan"):
         overlap = "true" if opts.dp_overlap else "false"
         passes.append(f'phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} '

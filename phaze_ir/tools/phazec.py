@@ -47,6 +47,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--placement", default="phaze", metavar="phaze|expert|expert:PP,DP,TP",
                    help="search the placement (default), or evaluate the paper's expert one or a given one")
     p.add_argument("--dp-overlap", action="store_true", help="hide the DP gradient all-reduce behind backward")
+    p.add_argument("--solver-time-limit", type=float, default=10.0, metavar="S",
+                   help="SCIP time limit per layer schedule, seconds (default 10)")
+    p.add_argument("--solver-gap", type=float, default=0.005, metavar="G",
+                   help="stop a layer's schedule at this proven relative gap (default 0.005)")
     p.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
     p.add_argument("--strict", action="store_true", help="unknown aten ops are errors, not phaze.opaque")
     p.add_argument("--print-op-generic", action="store_true", help="print MLIR's generic op form")
@@ -78,6 +82,7 @@ def options(args: argparse.Namespace):
         seq_len=args.seq_len, dtype=args.dtype, optimizer=args.optimizer, hw=args.hw,
         devices=args.devices, global_batch=args.global_batch, placement=placement,
         dp_overlap=args.dp_overlap, strict=args.strict,
+        schedule_time_limit=args.solver_time_limit, schedule_gap=args.solver_gap,
     )
 
 
