@@ -36,8 +36,10 @@ def test_training_flops_match_textbook(name, textbook):
 
 
 @pytest.mark.parametrize("name", EXAMPLE_MODELS)
-def test_every_compute_op_gets_a_latency(name):
-    """The cost passes price every op of every example on the default chip."""
+def test_cost_passes_on_every_example(name):
+    """The cost passes price every op of every example on the default chip, and every unique
+    layer's SCIP schedule is no worse than the list schedule and no better than the critical
+    path and work bounds."""
     from xdsl.passes import PassPipeline
 
     from passes import ALL_PASSES
@@ -54,3 +56,11 @@ def test_every_compute_op_gets_a_latency(name):
     assert ops and not missing, missing[:5]
     timed = [o.attributes["phaze.latency"].get("split_s") for o in ops if isinstance(o, ph.MatmulOp)]
     assert all(t > 0 for t in timed)
+
+    from passes.schedule_ops import scheduled_layers
+
+    *_, layers = scheduled_layers(module, "test", 2.0, 0, 0.005)
+    for layer in layers:
+        for ids, s in layer.groups.values():
+            assert s.makespan <= s.list_makespan * (1 + 1e-12)
+            assert s.makespan >= max(s.cp_bound, s.work_bound) * (1 - 1e-9)
