@@ -38,7 +38,8 @@ class Options:
 
     emit: str = "plan"
     micro_batches: tuple[int, ...] = DEFAULT_MICRO_BATCHES
-    tp_widths: tuple[int, ...] = DEFAULT_TP_WIDTHS
+    #: None: the TP width of a fixed ``placement``, else :data:`DEFAULT_TP_WIDTHS`.
+    tp_widths: tuple[int, ...] | None = None
     seq_len: int | None = None
     dtype: str = "float16"
     optimizer: str = "adam"
@@ -129,6 +130,7 @@ def compile_model(model_path: str, opts: Options, log: Log) -> tuple[ModuleOp, l
     """Compile a model file to ``opts.emit``.  For the plan stage, sweep micro-batch sizes and
     TP widths and return the module of the best feasible plan (the highest throughput; ties go
     to the smaller micro-batch, then the smaller TP width) and every point of the sweep."""
+    from passes.algorithms.placement import PlacementError, parse_placement
     from phaze_ir.frontend import load_model_file, trace_model
 
     if opts.emit not in STAGES:
@@ -136,16 +138,21 @@ def compile_model(model_path: str, opts: Options, log: Log) -> tuple[ModuleOp, l
     for b in opts.micro_batches:
         if b < 1:
             raise PhazeError(f"--micro-batch {b}: expected a positive integer")
-    for t in opts.tp_widths:
+    for t in opts.tp_widths or ():
         if t < 1:
             raise PhazeError(f"--tp {t}: expected a positive integer")
     stage = opts.emit
     accelerator = load_accelerator(opts.hw) if STAGES.index(stage) >= STAGES.index("tiled") else None
     spec = load_model_file(model_path)
+    try:
+        fixed = parse_placement(opts.placement, spec.name)
+    except PlacementError as e:
+        raise PhazeError(f"--placement: {e}") from e
+    tp_widths = opts.tp_widths or ((fixed[2],) if fixed is not None else DEFAULT_TP_WIDTHS)
     training = STAGES.index(stage) >= STAGES.index("training")
     sweep = stage == "plan"
     micro_batches = opts.micro_batches if sweep else opts.micro_batches[:1]
-    tp_widths = opts.tp_widths if sweep else opts.tp_widths[:1]
+    tp_widths = tp_widths if sweep else tp_widths[:1]
 
     best: tuple[float, ModuleOp] | None = None
     candidates: list[Candidate] = []

@@ -61,26 +61,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def options(args: argparse.Namespace):
     """The driver options of parsed command-line arguments."""
-    from passes.algorithms.placement import PlacementError, parse_placement
-    from phaze_ir.driver import DEFAULT_MICRO_BATCHES, DEFAULT_TP_WIDTHS, Options
+    from phaze_ir.driver import DEFAULT_MICRO_BATCHES, Options
 
     if args.json and args.emit != "plan":
         raise PhazeError("--json needs the plan stage (--emit plan)")
-    placement = args.placement
-    fixed_tp = None
-    try:
-        fixed = parse_placement(placement, "") if placement != "expert" else None
-    except PlacementError as e:
-        raise PhazeError(str(e)) from e
-    if fixed is not None:
-        fixed_tp = fixed[2]
-    tp = args.tp if args.tp is not None else fixed_tp
     return Options(
         emit=args.emit,
         micro_batches=(args.micro_batch,) if args.micro_batch is not None else DEFAULT_MICRO_BATCHES,
-        tp_widths=(tp,) if tp is not None else DEFAULT_TP_WIDTHS,
+        tp_widths=(args.tp,) if args.tp is not None else None,
         seq_len=args.seq_len, dtype=args.dtype, optimizer=args.optimizer, hw=args.hw,
-        devices=args.devices, global_batch=args.global_batch, placement=placement,
+        devices=args.devices, global_batch=args.global_batch, placement=args.placement,
         dp_overlap=args.dp_overlap, strict=args.strict,
         schedule_time_limit=args.solver_time_limit, schedule_gap=args.solver_gap,
     )
@@ -95,16 +85,6 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
     from phaze_ir.ir import print_module
 
     opts = options(args)
-    if opts.placement == "expert":
-        from passes.algorithms.placement import EXPERT_PLACEMENTS
-        from phaze_ir.frontend import load_model_file
-
-        name = load_model_file(args.model).name
-        if name not in EXPERT_PLACEMENTS:
-            raise PhazeError(f"--placement expert: no expert placement known for model '{name}' "
-                             f"(known: {', '.join(sorted(EXPERT_PLACEMENTS))}); give expert:PP,DP,TP")
-        if args.tp is None:
-            opts.tp_widths = (EXPERT_PLACEMENTS[name][2],)
     module, candidates = driver.compile_model(args.model, opts, log)
     failure = None
     if opts.emit == "plan":
