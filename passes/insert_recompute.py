@@ -12,7 +12,14 @@ from xdsl.passes import ModulePass
 from passes.algorithms import schedule as sched
 from passes.algorithms.memory import STATE_BYTES_PER_ELEMENT, layer_memory
 from passes.algorithms.recompute import analyze_recompute
-from passes.schedule_ops import LAYER_SCHEDULE_ATTR, check_limits, core_counts, read_latencies, read_layers
+from passes.schedule_ops import (
+    LAYER_SCHEDULE_ATTR,
+    check_limits,
+    core_counts,
+    node_limit_of,
+    read_latencies,
+    read_layers,
+)
 from phaze_ir import dialect as ph
 from phaze_ir.attributes import LayerMemoryAttr, LayerScheduleAttr, RecomputeAttr
 from phaze_ir.errors import PhazeError
@@ -21,6 +28,33 @@ from phaze_ir.graph_view import arg_role, build_graph, step_function
 RECOMPUTE_OP_ATTR = "phaze.recompute"
 LAYER_RECOMPUTE_ATTR = "phaze.layer_recompute"
 LAYER_MEMORY_ATTR = "phaze.layer_memory"
+
+
+def static_costs(module: ModuleOp, optimizer: str, pass_name: str):
+    """What of the recompute and memory analysis does not depend on the accelerator:
+    ``(graph, ops, layer_of, recompute, memory)`` with the :class:`LayerRecompute` and
+    :class:`LayerMemory` of every layer.  ``optimizer`` as the pass option (``""``: read the
+    ``phaze.optimizer_update`` ops).  The architecture search prices these once per setting."""
+    fn = step_function(module)
+    graph, ops = build_graph(fn)
+    layer_of = read_layers(ops, pass_name)
+    recompute = analyze_recompute(graph, layer_of)
+    # Optimizer state per parameter (value ids of the parameter arguments).
+    state: dict[int, int] = {}
+    if optimizer:
+        per = STATE_BYTES_PER_ELEMENT[optimizer]
+        for i, arg in enumerate(fn.body.block.args):
+            if arg_role(fn, i)[0] == "param":
+                state[i] = per * ph.numel(arg.type)
+    else:
+        for i, o in enumerate(ops):
+            if isinstance(o, ph.OptimizerUpdateOp):
+                state[graph.storage(graph.ops[i].operands[0])] = o.state_bytes_total()
+        if not state:
+            for i, arg in enumerate(fn.body.block.args):
+                if arg_role(fn, i)[0] == "param":
+                    state[i] = STATE_BYTES_PER_ELEMENT["adam"] * ph.numel(arg.type)
+    return graph, ops, layer_of, recompute, layer_memory(graph, layer_of, recompute, state)
 
 
 @dataclass(frozen=True)
@@ -39,7 +73,7 @@ class InsertRecomputePass(ModulePass):
     Requires ``phaze-schedule-ops`` (``phaze.layer_schedule``; the attention cores are scheduled
     here through the same cache).  Options: ``optimizer`` = ``""`` (default: the optimizer state
     the ``phaze.optimizer_update`` ops carry; Adam's 12 bytes per parameter element when there
-    are none), ``adam`` or ``sgd``; ``time_limit``, ``gap_limit`` and ``seed`` as
+    are none), ``adam`` or ``sgd``; ``time_limit``, ``gap_limit``, ``node_limit`` and ``seed`` as
     ``phaze-schedule-ops``.
     """
 
@@ -48,19 +82,18 @@ class InsertRecomputePass(ModulePass):
     time_limit: float | int = 10.0
     seed: int = 0
     gap_limit: float | int = 0.0
+    node_limit: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.optimizer not in ("",) + tuple(STATE_BYTES_PER_ELEMENT):
             raise PhazeError(f"{self.name}: optimizer={self.optimizer}: expected one of "
                              f"{', '.join(STATE_BYTES_PER_ELEMENT)} (or nothing: read the optimizer updates)")
-        check_limits(self.name, self.time_limit, self.gap_limit)
+        check_limits(self.name, self.time_limit, self.gap_limit, self.node_limit)
         records = op.attributes.get(LAYER_SCHEDULE_ATTR)
         if not isinstance(records, ArrayAttr) or not all(isinstance(r, LayerScheduleAttr) for r in records.data):
             raise PhazeError(f"{self.name} requires '{LAYER_SCHEDULE_ATTR}' on the module; run phaze-schedule-ops first")
         fwd_s = {r.get("index"): r.get("fwd_s") for r in records.data}
-        fn = step_function(op)
-        graph, ops = build_graph(fn)
-        layer_of = read_layers(ops, self.name)
+        graph, ops, layer_of, recompute, memory = static_costs(op, self.optimizer, self.name)
         latency = read_latencies(ops, self.name)
         cores = core_counts(op, self.name)
         missing = sorted(set(layer_of) - set(fwd_s))
@@ -68,32 +101,15 @@ class InsertRecomputePass(ModulePass):
             raise PhazeError(f"{self.name}: '{LAYER_SCHEDULE_ATTR}' has no record of layer {missing[0]}; "
                              "run phaze-schedule-ops again")
 
-        recompute = analyze_recompute(graph, layer_of)
         selective_s = []
         for rc in recompute:
             if rc.selective_ops:
                 problem = sched.group_problem(graph, rc.selective_ops, latency, cores)
-                selective_s.append(sched.DEFAULT_CACHE.solve(problem, self.time_limit, self.seed,
-                                                                    gap_limit=self.gap_limit).makespan)
+                selective_s.append(sched.DEFAULT_CACHE.solve(
+                    problem, self.time_limit, self.seed, gap_limit=self.gap_limit,
+                    node_limit=node_limit_of(self.node_limit)).makespan)
             else:
                 selective_s.append(0.0)
-
-        # Optimizer state per parameter (value ids of the parameter arguments).
-        state: dict[int, int] = {}
-        if self.optimizer:
-            per = STATE_BYTES_PER_ELEMENT[self.optimizer]
-            for i, arg in enumerate(fn.body.block.args):
-                if arg_role(fn, i)[0] == "param":
-                    state[i] = per * ph.numel(arg.type)
-        else:
-            for i, o in enumerate(ops):
-                if isinstance(o, ph.OptimizerUpdateOp):
-                    state[graph.storage(graph.ops[i].operands[0])] = o.state_bytes_total()
-            if not state:
-                for i, arg in enumerate(fn.body.block.args):
-                    if arg_role(fn, i)[0] == "param":
-                        state[i] = STATE_BYTES_PER_ELEMENT["adam"] * ph.numel(arg.type)
-        memory = layer_memory(graph, layer_of, recompute, state)
 
         for o in ops:
             o.attributes.pop(RECOMPUTE_OP_ATTR, None)

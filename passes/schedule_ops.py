@@ -48,23 +48,31 @@ def read_layers(ops: list[Operation], pass_name: str) -> list[int]:
     return out
 
 
-def check_limits(pass_name: str, time_limit: float, gap_limit: float) -> None:
+def node_limit_of(node_limit: int) -> int | None:
+    """The pass option (0: no limit) as :func:`passes.algorithms.schedule.solve` takes it."""
+    return node_limit if node_limit > 0 else None
+
+
+def check_limits(pass_name: str, time_limit: float, gap_limit: float, node_limit: int = 0) -> None:
+    if node_limit < 0:
+        raise PhazeError(f"{pass_name}: node_limit={node_limit}: expected a number of nodes >= 0 (0: no limit)")
     if not time_limit > 0:
         raise PhazeError(f"{pass_name}: time_limit={time_limit}: expected a positive number of seconds")
     if not 0 <= gap_limit < 1:
         raise PhazeError(f"{pass_name}: gap_limit={gap_limit}: expected a relative gap in [0, 1)")
 
 
-def scheduled_layers(module: ModuleOp, pass_name: str, time_limit: float, seed: int, gap_limit: float = 0.0):
+def scheduled_layers(module: ModuleOp, pass_name: str, time_limit: float, seed: int, gap_limit: float = 0.0,
+                     node_limit: int = 0):
     """The step's graph and ops, and the schedules of its layers (see ``schedule_layers``)."""
-    check_limits(pass_name, time_limit, gap_limit)
+    check_limits(pass_name, time_limit, gap_limit, node_limit)
     fn = step_function(module)
     graph, ops = build_graph(fn)
     cores = core_counts(module, pass_name)
     latency = read_latencies(ops, pass_name)
     layer_of = read_layers(ops, pass_name)
     layers = sched.schedule_layers(graph, layer_of, latency, cores, time_limit=time_limit, seed=seed,
-                                   gap_limit=gap_limit)
+                                   gap_limit=gap_limit, node_limit=node_limit_of(node_limit))
     return graph, ops, layer_of, latency, cores, layers
 
 
@@ -83,8 +91,9 @@ class ScheduleOpsPass(ModulePass):
     Requires ``phaze.latency`` (``phaze-estimate-latency``), ``phaze.layer``
     (``phaze-group-layers``) and the accelerator.  Options: ``time_limit`` (seconds per solve;
     the best schedule found and its proven gap are kept when it runs out), ``gap_limit`` (stop
-    a solve once its relative gap is that small; default 0, prove optimality), ``seed`` (SCIP's
-    random seed).  The optimizer step is a group of its own (once per batch), not folded into
+    a solve once its relative gap is that small; default 0, prove optimality), ``node_limit``
+    (stop after that many branch-and-bound nodes; default 0, no limit: a node limit, unlike the
+    clock, gives the same schedules on any machine), ``seed`` (SCIP's random seed).  The optimizer step is a group of its own (once per batch), not folded into
     the backward.
     """
 
@@ -92,9 +101,11 @@ class ScheduleOpsPass(ModulePass):
     time_limit: float | int = 10.0
     seed: int = 0
     gap_limit: float | int = 0.0
+    node_limit: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _, ops, _, _, _, layers = scheduled_layers(op, self.name, self.time_limit, self.seed, self.gap_limit)
+        _, ops, _, _, _, layers = scheduled_layers(op, self.name, self.time_limit, self.seed, self.gap_limit,
+                                                   self.node_limit)
         for layer in layers:
             for ids, s in layer.groups.values():
                 for k, i in enumerate(ids):

@@ -446,3 +446,40 @@ class StageAttr(RecordAttr):
     recompute: StringAttr
     in_flight: IntAttr
     exposed_dp_s: FloatData
+
+
+@irdl_attr_definition
+class BaselineAttr(RecordAttr):
+    """One baseline of an architecture search (module attribute ``phaze.baselines``), so that the
+    search's speed-ups can be recomputed from the plan file alone: ``phaze.plan``'s
+    ``throughput_samples_per_s`` over the baseline's.
+
+    Syntax::
+
+        #phaze.baseline<label = "tpuv4+expert", throughput_samples_per_s = 300.5, dp = 128, pp = 8,
+                        tp = 1, micro_batch_size = 1, accelerator = "tpuv4", area_um2 = 278826676.3,
+                        hbm_bytes = 34359738368, note = "">
+
+    - ``label``: ``tpuv4+expert`` (the TPUv4-like chip, the paper's expert placement),
+      ``tpuv4+phaze`` (that chip, the searched placement), ``decoupled`` (the best chip of the
+      space under the expert placement), ``co-optimized`` (the search's answer).
+    - ``throughput_samples_per_s``: 0 when nothing fits or the baseline does not apply (``note``
+      says why); with several models, the mean over them (``dp``, ``pp``... are then those of the
+      first model).
+    - ``accelerator``: the chip's name; ``area_um2``: its modelled area (0 when outside the model).
+    """
+
+    name = "phaze.baseline"
+    FIELDS = ("label", "throughput_samples_per_s", "dp", "pp", "tp", "micro_batch_size", "accelerator",
+              "area_um2", "hbm_bytes", "note")
+
+    label: StringAttr
+    throughput_samples_per_s: FloatData
+    dp: IntAttr
+    pp: IntAttr
+    tp: IntAttr
+    micro_batch_size: IntAttr
+    accelerator: StringAttr
+    area_um2: FloatData
+    hbm_bytes: IntAttr
+    note: StringAttr

@@ -46,7 +46,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from phaze_ir.attributes import LatencyAttr, LayerAttr, LayerLatencyAttr, TileAttr
 from phaze_ir.attributes import LayerMemoryAttr, LayerScheduleAttr, RecomputeAttr, SchedAttr
-from phaze_ir.attributes import PlanAttr, StageAttr
+from phaze_ir.attributes import BaselineAttr, PlanAttr, StageAttr
 
 # Discardable attribute names (one place, so that passes and tools agree on the spelling).
 MODULE_ATTR = "phaze.module"
@@ -511,7 +511,7 @@ PHAZE_OPS = [
 ]
 
 Phaze = Dialect("phaze", PHAZE_OPS, [LayerAttr, TileAttr, LatencyAttr, LayerLatencyAttr, SchedAttr, LayerScheduleAttr, RecomputeAttr, LayerMemoryAttr,
-                                      PlanAttr, StageAttr])
+                                      PlanAttr, StageAttr, BaselineAttr])
 """The ``phaze`` dialect (ops and attributes)."""
 
 

@@ -53,6 +53,9 @@ class Options:
     # plan sweep several times faster than proving optimality, and deterministic in practice).
     schedule_time_limit: float = 10.0
     schedule_gap: float = 0.005
+    #: SCIP branch-and-bound nodes per layer schedule (0: no limit).  The architecture search
+    #: sets it (see phaze_ir/search): unlike the clock, it gives the same plan on any machine.
+    schedule_nodes: int = 0
 
 
 def pipeline(stage: str, tp: int, opts: Options) -> str:
@@ -68,7 +71,7 @@ def pipeline(stage: str, tp: int, opts: Options) -> str:
         passes.append("phaze-tile-pe-array")
     if k >= STAGES.index("latency"):
         passes.append("phaze-estimate-latency")
-    solver = f"time_limit={opts.schedule_time_limit} gap_limit={opts.schedule_gap}"
+    solver = f"time_limit={opts.schedule_time_limit} gap_limit={opts.schedule_gap} node_limit={opts.schedule_nodes}"
     if k >= STAGES.index("scheduled"):
         passes.append(f"phaze-schedule-ops{{{solver}}}")
     if k >= STAGES.index("recompute"):
@@ -126,10 +129,11 @@ def plan_record(module: ModuleOp) -> dict[str, Any]:
     return attr.as_dict() if attr is not None else {}
 
 
-def compile_model(model_path: str, opts: Options, log: Log) -> tuple[ModuleOp, list[Candidate]]:
+def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) -> tuple[ModuleOp, list[Candidate]]:
     """Compile a model file to ``opts.emit``.  For the plan stage, sweep micro-batch sizes and
     TP widths and return the module of the best feasible plan (the highest throughput; ties go
-    to the smaller micro-batch, then the smaller TP width) and every point of the sweep."""
+    to the smaller micro-batch, then the smaller TP width) and every point of the sweep.
+    ``accelerator``: the chip (default: ``opts.hw``)."""
     from passes.algorithms.placement import PlacementError, parse_placement
     from phaze_ir.frontend import load_model_file, trace_model
 
@@ -142,7 +146,8 @@ def compile_model(model_path: str, opts: Options, log: Log) -> tuple[ModuleOp, l
         if t < 1:
             raise PhazeError(f"--tp {t}: expected a positive integer")
     stage = opts.emit
-    accelerator = load_accelerator(opts.hw) if STAGES.index(stage) >= STAGES.index("tiled") else None
+    if accelerator is None and STAGES.index(stage) >= STAGES.index("tiled"):
+        accelerator = load_accelerator(opts.hw)
     spec = load_model_file(model_path)
     try:
         fixed = parse_placement(opts.placement, spec.name)

@@ -32,8 +32,8 @@ def check_plan(plan: dict) -> None:
 @pytest.fixture(scope="module")
 def tiny_plan(tmp_path_factory):
     d = tmp_path_factory.mktemp("plan")
-    r = run_tool("phazec", TINY, "--micro-batch", "1", "--tp", "1", "--devices", "64", "--global-batch", "64",
-                 "-o", str(d / "plan.mlir"), "--json", str(d / "plan.json"))
+    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--micro-batch", "1", "--tp", "1", "--devices", "64",
+                 "--global-batch", "64", "-o", str(d / "plan.mlir"), "--json", str(d / "plan.json"))
     assert r.returncode == 0, r.stderr
     return d, r.stderr
 
@@ -61,7 +61,7 @@ def test_plan_round_trips_and_annotates_every_layer(tiny_plan):
 
 def test_expert_placement_is_evaluated(tmp_path):
     out = tmp_path / "p.json"
-    r = run_tool("phazec", TINY, "--micro-batch", "1", "--devices", "8", "--global-batch", "16",
+    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--micro-batch", "1", "--devices", "8", "--global-batch", "16",
                  "--placement", "expert:2,4,1", "-o", str(tmp_path / "p.mlir"), "--json", str(out), "-q")
     assert r.returncode == 0, r.stderr
     plan = json.loads(out.read_text())
@@ -95,5 +95,5 @@ def test_place_devices_requires_the_cost_passes(tmp_path):
 
 
 def test_bad_placement_option():
-    r = run_tool("phazec", TINY, "--placement", "expert:1,2")
+    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--placement", "expert:1,2")
     assert r.returncode == 1 and "expected 'phaze', 'expert' or 'expert:PP,DP,TP'" in r.stderr

@@ -253,13 +253,41 @@ def test_cache_solves_each_problem_once(tmp_path):
     cache = ScheduleCache(tmp_path)
     a = cache.solve(p)
     b = cache.solve(q)
-    assert a is b and (cache.hits, cache.misses) == (1, 1)
+    assert a == b and (cache.hits, cache.misses) == (1, 1)
     changed = Problem.make([Op(o.unit, o.one * 2, o.split * 2) for o in p.ops], p.edges, dict(p.cores))
     cache.solve(changed)
     assert cache.misses == 2
     # A fresh cache on the same directory reads the schedule back.
     again = ScheduleCache(tmp_path).get(p)
     assert again == a
+
+
+def test_core_counts_no_op_can_use_share_one_solve():
+    # Three vector ops, one tensor op: 3 and 64 vector cores (and 2 and 8 tensor cores) are the
+    # same problem; the schedule comes back with the asker's core counts on its split ops.
+    ops = [("vector", 4.0, 1.0), ("vector", 2.0, 1.5), ("vector", 3.0, 0.5), ("tensor", 8.0, 2.0)]
+    edges = [(0, 3), (1, 3)]
+    small = Problem.make(ops, edges, {"vector": 3, "tensor": 2})
+    big = Problem.make(ops, edges, {"vector": 64, "tensor": 8})
+    assert small.canonical().key() == big.canonical().key()
+    assert Problem.make(ops, edges, {"vector": 2, "tensor": 2}).canonical().key() != small.canonical().key()
+    cache = ScheduleCache()
+    a, b = cache.solve(small), cache.solve(big)
+    assert (cache.hits, cache.misses) == (1, 1) and a.makespan == b.makespan
+    assert not S.check_schedule(small, a.start, a.end, a.cores)
+    assert not S.check_schedule(big, b.start, b.end, b.cores)
+    assert {c for c, sp, o in zip(b.cores, b.split, big.ops) if sp} <= {64, 8}
+    assert S.solve(big).makespan == pytest.approx(a.makespan, rel=1e-9)
+
+
+def test_cache_reuses_a_result_only_under_its_own_limits():
+    cache = ScheduleCache()
+    p = Problem.make([("vector", 1.0, 1.0)], [], {"vector": 1})
+    cut = S.Schedule((0.0,), (1.0,), (1,), (False,), 1.0, "nodelimit", 0.1, 0.9, 0.9, 0.9, 1.0, "list")
+    cache.put(p, cut, time_limit=60.0, node_limit=1)
+    assert cache.get(p, time_limit=60.0, node_limit=1) is cut
+    assert cache.get(p, time_limit=60.0, node_limit=10) is None
+    assert cache.get(p, time_limit=60.0) is None
 
 
 def test_cache_does_not_reuse_a_cut_short_result_for_a_longer_limit():

@@ -65,6 +65,7 @@ the incumbent handed to SCIP and the fallback.  When it meets the lower bound no
 **Result.**  Only the discrete choices of SCIP's solution are kept (``y`` and ``x``): start times
 are recomputed exactly as earliest starts under the graph plus that order, and the schedule is
 checked (:func:`check_schedule`) before it is returned.  ``status``: ``"optimal"``, ``"gaplimit"``,
+``"nodelimit"``,
 ``"timelimit"`` (the best schedule found and the proven ``gap``) or ``"heuristic"``.  Results are
 deterministic unless a time limit cuts a solve short (fixed seeds).
 """
@@ -80,7 +81,7 @@ import os
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from passes.algorithms.graph import Graph
 
@@ -147,6 +148,18 @@ class Problem:
     def core_count(self) -> dict[str, int]:
         return dict(self.cores)
 
+    def canonical(self) -> Problem:
+        """The same problem with each core count ``C ≥ 2`` lowered to ``max(2, n)``, ``n`` the
+        number of ops of that kind: ``n`` single-core ops never need more cores and a split op
+        holds all of them whatever their number, so the feasible schedules (and the MILP's
+        optimum) are the same.  Candidate chips that differ only in a core count no op can use
+        then share one cache entry and one solve."""
+        count: dict[str, int] = {}
+        for o in self.ops:
+            count[o.unit] = count.get(o.unit, 0) + 1
+        cores = tuple((k, c if c < 2 else max(2, min(c, count.get(k, 0)))) for k, c in self.cores)
+        return self if cores == self.cores else Problem(self.ops, self.edges, cores)
+
     def key(self) -> str:
         """A hash of everything that determines the optimum (floats exactly, via ``hex``)."""
         h = hashlib.sha256()
@@ -212,6 +225,13 @@ class Schedule:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def on(self, problem: Problem) -> Schedule:
+        """This schedule (of ``problem.canonical()``) as a schedule of ``problem``: split ops
+        hold all of ``problem``'s cores of their kind."""
+        caps = problem.core_count
+        cores = tuple(caps[o.unit] if sp else c for o, sp, c in zip(problem.ops, self.split, self.cores))
+        return self if cores == self.cores else replace(self, cores=cores)
 
     @classmethod
     def from_json(cls, d: Mapping) -> Schedule:
@@ -859,12 +879,15 @@ def _warm_values(prep: _Prepared, vars_: _Vars, start_r: Sequence[float], mode_r
     return vals
 
 
-def _solve_scip(mdl: _Model, time_limit: float, seed: int, warm: dict[int, float] | None, gap_limit: float = 0.0):
+def _solve_scip(mdl: _Model, time_limit: float, seed: int, warm: dict[int, float] | None, gap_limit: float = 0.0,
+                node_limit: int | None = None):
     import pyscipopt
 
     model = pyscipopt.Model()
     model.hideOutput()
     model.setParam("limits/time", float(time_limit))
+    if node_limit is not None:
+        model.setParam("limits/nodes", int(node_limit))
     model.setParam("limits/gap", float(gap_limit))
     model.setParam("randomization/randomseedshift", int(seed))
     model.setParam("randomization/permutationseed", int(seed))
@@ -1026,10 +1049,12 @@ def _floored(prep: _Prepared, delta: float) -> tuple[_Prepared, int]:
 
 
 def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: str = "scip",
-          capacity_model: str = "auto", gap_limit: float = 0.0) -> Schedule:
+          capacity_model: str = "auto", gap_limit: float = 0.0, node_limit: int | None = None) -> Schedule:
     """Minimize the makespan of ``problem`` (see the module docstring).  ``time_limit`` bounds
     SCIP's time (s); ``gap_limit`` stops it once the relative gap is that small (0: prove
-    optimality); ``seed`` its random seeds; ``backend`` is ``"scip"`` (pyscipopt, warm
+    optimality); ``node_limit`` stops it after that many branch-and-bound nodes (``None``: no
+    limit; unlike a time limit, a node limit gives the same answer on a loaded or idle machine,
+    which is what the architecture search needs); ``seed`` its random seeds; ``backend`` is ``"scip"`` (pyscipopt, warm
     started) or ``"cvxpy"`` (the same model through cvxpy, no warm start).  ``capacity_model``
     (``"auto"``, ``"antichain"``, ``"flow"``) picks how core counts between 2 and the width are
     modelled (``auto``: antichains unless there are more than ``MAX_ANTICHAINS``)."""
@@ -1063,7 +1088,7 @@ def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: st
     try:
         if backend == "scip":
             warm = _warm_values(mprep, vars_, ms_list, mmd_list, mub)
-            status, values, dual, accepted = _solve_scip(mdl, time_limit, seed, warm, gap_limit)
+            status, values, dual, accepted = _solve_scip(mdl, time_limit, seed, warm, gap_limit, node_limit)
         else:
             status, values, dual, accepted = _solve_cvxpy(mdl, time_limit, seed, gap_limit)
     except Exception:  # noqa: BLE001 - the list schedule stays a valid answer
@@ -1088,7 +1113,9 @@ def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: st
         out = "optimal"
     elif status == "gaplimit":
         out = "gaplimit"
-    elif status in ("timelimit", "nodelimit", "totalnodelimit", "stallnodelimit", "memlimit"):
+    elif status in ("nodelimit", "totalnodelimit", "stallnodelimit"):
+        out = "nodelimit"
+    elif status in ("timelimit", "memlimit"):
         out = "timelimit"
     else:
         out = "optimal" if best_mk <= lb * (1 + 1e-9) else "heuristic"
@@ -1144,7 +1171,7 @@ def check_schedule(problem: Problem, start: Sequence[float], end: Sequence[float
 # ---------------------------------------------------------------------------------------------
 
 PHASE_GROUPS = ("fwd", "bwd", "opt")
-_STATUS_RANK = {"optimal": 0, "gaplimit": 1, "timelimit": 2, "heuristic": 3}
+_STATUS_RANK = {"optimal": 0, "gaplimit": 1, "nodelimit": 2, "timelimit": 3, "heuristic": 4}
 
 
 def group_problem(graph: Graph, op_ids: Sequence[int], latency: Sequence[Op] | Mapping[int, Op],
@@ -1191,7 +1218,7 @@ class LayerSchedule:
 
 def schedule_layers(graph: Graph, layer_of: Sequence[int], latency: Sequence[Op], cores: Mapping[str, int],
                     time_limit: float = 10.0, seed: int = 0, cache: ScheduleCache | None = None,
-                    gap_limit: float = 0.0) -> list[LayerSchedule]:
+                    gap_limit: float = 0.0, node_limit: int | None = None) -> list[LayerSchedule]:
     """Schedule every layer's forward, backward and optimizer ops (``latency[i]`` of op ``i``;
     ``layer_of[i]`` its layer).  Identical layers (and any repeated problem) are solved once
     through ``cache`` (the process-wide :data:`DEFAULT_CACHE` unless given)."""
@@ -1203,7 +1230,7 @@ def schedule_layers(graph: Graph, layer_of: Sequence[int], latency: Sequence[Op]
     out: dict[int, LayerSchedule] = {}
     for (layer, phase), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], PHASE_GROUPS.index(kv[0][1]))):
         problem = group_problem(graph, ids, latency, cores)
-        sched = cache.solve(problem, time_limit=time_limit, seed=seed, gap_limit=gap_limit)
+        sched = cache.solve(problem, time_limit=time_limit, seed=seed, gap_limit=gap_limit, node_limit=node_limit)
         out.setdefault(layer, LayerSchedule(layer, {})).groups[phase] = (ids, sched)
     return [out[k] for k in sorted(out)]
 
@@ -1214,14 +1241,18 @@ def schedule_layers(graph: Graph, layer_of: Sequence[int], latency: Sequence[Op]
 
 
 class ScheduleCache:
-    """Schedules by problem (:meth:`Problem.key`: ops' units and durations, edges, core counts):
-    identical layers, and the same layer under the same core counts and latencies in another
-    architecture candidate, are solved once.  An optional directory keeps them across processes
-    (one JSON file per key, written atomically).  A result that a limit cut short is reused only
-    for requests with no larger time limit and no smaller gap limit; an optimal one always."""
+    """Schedules by problem (:meth:`Problem.key` of :meth:`Problem.canonical`: ops' units and
+    durations, edges, the core counts that matter): identical layers, and the same layer under
+    the same latencies in another architecture candidate, are solved once.  An optional
+    directory keeps them across processes and runs (one JSON file per key, written atomically;
+    an interrupted search resumes from it).
+
+    A result is reused only for the solver limits it was computed with (time, gap and node
+    limits), or whatever they are when it is proven optimal: a cached answer is then always the
+    answer a fresh solve would give (exactly so when the node limit, not the clock, stops SCIP)."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
-        self._mem: dict[str, tuple[Schedule, float, float]] = {}
+        self._mem: dict[str, tuple[Schedule, tuple]] = {}
         self.directory = os.fspath(directory) if directory is not None else None
         self.hits = 0
         self.misses = 0
@@ -1235,45 +1266,69 @@ class ScheduleCache:
         self.hits = self.misses = 0
 
     @staticmethod
-    def _usable(entry: tuple[Schedule, float, float], time_limit: float, gap_limit: float) -> bool:
-        sched, limit, gap = entry
-        return sched.status == "optimal" or (limit >= time_limit and gap <= gap_limit)
+    def limits(time_limit: float, gap_limit: float, node_limit: int | None) -> tuple:
+        return (float(time_limit), float(gap_limit), None if node_limit is None else int(node_limit))
 
-    def get(self, problem: Problem, time_limit: float = 10.0, gap_limit: float = 0.0) -> Schedule | None:
-        key = problem.key()
+    def _entry(self, key: str) -> tuple[Schedule, tuple] | None:
         entry = self._mem.get(key)
         if entry is None and self.directory is not None:
             path = os.path.join(self.directory, key + ".json")
             if os.path.exists(path):
-                with open(path) as fh:
-                    data = json.load(fh)
-                entry = (Schedule.from_json(data["schedule"]), float(data["time_limit"]), float(data["gap_limit"]))
+                try:
+                    with open(path) as fh:
+                        data = json.load(fh)
+                    entry = (Schedule.from_json(data["schedule"]),
+                             self.limits(data["time_limit"], data["gap_limit"], data.get("node_limit")))
+                except (OSError, ValueError, KeyError, TypeError):
+                    return None  # a torn or foreign file: solve again and overwrite it
                 self._mem[key] = entry
-        if entry is not None and self._usable(entry, time_limit, gap_limit):
+        return entry
+
+    def lookup(self, canonical: Problem, limits: tuple) -> Schedule | None:
+        """The cached schedule of a canonical problem under ``limits`` (:meth:`limits`)."""
+        entry = self._entry(canonical.key())
+        if entry is not None and (entry[0].status == "optimal" or entry[1] == limits):
             return entry[0]
         return None
 
-    def put(self, problem: Problem, sched: Schedule, time_limit: float, gap_limit: float = 0.0) -> None:
-        key = problem.key()
-        self._mem[key] = (sched, time_limit, gap_limit)
+    def get(self, problem: Problem, time_limit: float = 10.0, gap_limit: float = 0.0,
+            node_limit: int | None = None) -> Schedule | None:
+        hit = self.lookup(problem.canonical(), self.limits(time_limit, gap_limit, node_limit))
+        return hit.on(problem) if hit is not None else None
+
+    def store(self, canonical: Problem, sched: Schedule, limits: tuple) -> None:
+        """Keep the schedule of a canonical problem solved under ``limits``."""
+        key = canonical.key()
+        self._mem[key] = (sched, limits)
         if self.directory is not None:
             os.makedirs(self.directory, exist_ok=True)
             tmp = os.path.join(self.directory, f".{key}.{os.getpid()}.tmp")
+            time_limit, gap_limit, node_limit = limits
             with open(tmp, "w") as fh:
-                json.dump({"time_limit": time_limit, "gap_limit": gap_limit, "schedule": sched.to_json()}, fh)
+                json.dump({"time_limit": time_limit, "gap_limit": gap_limit, "node_limit": node_limit,
+                           "schedule": sched.to_json()}, fh)
             os.replace(tmp, os.path.join(self.directory, key + ".json"))
 
+    def put(self, problem: Problem, sched: Schedule, time_limit: float, gap_limit: float = 0.0,
+            node_limit: int | None = None) -> None:
+        """Keep ``sched``, a schedule of ``problem.canonical()`` (what :meth:`solve` solves)."""
+        self.store(problem.canonical(), sched, self.limits(time_limit, gap_limit, node_limit))
+
     def solve(self, problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: str = "scip",
-              gap_limit: float = 0.0) -> Schedule:
-        """:func:`solve` through the cache."""
-        hit = self.get(problem, time_limit, gap_limit)
+              gap_limit: float = 0.0, node_limit: int | None = None) -> Schedule:
+        """:func:`solve` through the cache (on the canonical problem, so that the answer does
+        not depend on which equivalent problem was asked first)."""
+        canonical = problem.canonical()
+        limits = self.limits(time_limit, gap_limit, node_limit)
+        hit = self.lookup(canonical, limits)
         if hit is not None:
             self.hits += 1
-            return hit
+            return hit.on(problem)
         self.misses += 1
-        sched = solve(problem, time_limit=time_limit, seed=seed, backend=backend, gap_limit=gap_limit)
-        self.put(problem, sched, time_limit, gap_limit)
-        return sched
+        sched = solve(canonical, time_limit=time_limit, seed=seed, backend=backend, gap_limit=gap_limit,
+                      node_limit=node_limit)
+        self.store(canonical, sched, limits)
+        return sched.on(problem)
 
 
 #: The process-wide cache the passes share (an architecture search re-running the passes over

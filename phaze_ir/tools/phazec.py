@@ -1,9 +1,16 @@
 """``phazec``: the phaze compiler driver.
 
-``phazec MODEL.py -o OUT.mlir`` imports a model file and runs the whole pipeline to the plan:
-for micro-batch sizes 1, 2, 4, 8 and TP widths 1, 2, 4, 8, the training step is sharded,
-priced on the accelerator ``--hw``, scheduled, given recompute options and placed on
-``--devices`` accelerators by the exact DP; the best plan is written (``--json`` too).
+``phazec MODEL.py -o OUT.mlir`` searches the accelerator architecture (the paper's space, or
+``--space FILE.toml``) jointly with the placement: for micro-batch sizes 1, 2, 4, 8, TP widths
+1, 2, 4, 8, recompute policies and HBM capacities, exactly (branch and bound,
+``phaze_ir/search``), and writes the best chip (``phaze.accelerator``) and its plan, with the
+baselines (TPUv4-like chip with the expert and with the searched placement, the decoupled
+search) in ``phaze.baselines``, ``--json`` and ``--report``.  ``phazec a.py b.py -o common.mlir``
+finds one chip for several models (best mean throughput).
+
+``phazec MODEL.py --hw CHIP`` compiles for one given accelerator instead: the training step is
+sharded, priced on it, scheduled, given recompute options and placed on ``--devices``
+accelerators by the exact DP for each micro-batch size and TP width; the best plan is written.
 ``--emit STAGE`` stops earlier (the stages are listed in ``phaze_ir/driver.py``).
 
 Bad input (a missing or broken model file, an untraceable model, a bad option) gets a one-line
@@ -26,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="phazec",
         description="Compile a PyTorch model file into a phaze plan (MLIR).",
     )
-    p.add_argument("model", help="model file defining get_model() and get_inputs(micro_batch_size)")
+    p.add_argument("models", nargs="+", metavar="MODEL",
+                   help="model file defining get_model() and get_inputs(micro_batch_size); several: one chip for all")
     p.add_argument("-o", "--output", default="-", help="output .mlir file ('-' for stdout, the default)")
     p.add_argument("--emit", default="plan", choices=STAGES,
                    help="last stage to run and print (default: plan)")
@@ -40,23 +48,47 @@ def _parser() -> argparse.ArgumentParser:
                    help="training precision of weights and activations (default float16; 'model' keeps the model's)")
     p.add_argument("--optimizer", default="adam", choices=("adam", "sgd"),
                    help="optimizer of the training step (default adam, mixed precision)")
-    p.add_argument("--hw", default="tpuv4", metavar="NAME|FILE",
-                   help="accelerator: a preset (tpuv4, a100, h100) or a hardware TOML file (default tpuv4)")
+    p.add_argument("--hw", default=None, metavar="NAME|FILE",
+                   help="compile for this accelerator, a preset (tpuv4, a100, h100) or a hardware TOML file, "
+                        "instead of searching the architecture (stages before 'plan' default to tpuv4)")
     p.add_argument("--devices", type=int, default=1024, metavar="N", help="accelerators in the cluster (default 1024)")
     p.add_argument("--global-batch", type=int, default=4096, metavar="N", help="samples per training step (default 4096)")
     p.add_argument("--placement", default="phaze", metavar="phaze|expert|expert:PP,DP,TP",
                    help="search the placement (default), or evaluate the paper's expert one or a given one")
     p.add_argument("--dp-overlap", action="store_true", help="hide the DP gradient all-reduce behind backward")
-    p.add_argument("--solver-time-limit", type=float, default=10.0, metavar="S",
-                   help="SCIP time limit per layer schedule, seconds (default 10)")
+    p.add_argument("--solver-time-limit", type=float, default=None, metavar="S",
+                   help="SCIP time limit per layer schedule, seconds (default 10 with --hw, 60 when searching)")
+    p.add_argument("--solver-nodes", type=int, default=None, metavar="N",
+                   help="SCIP branch-and-bound nodes per layer schedule, 0 for no limit (default 0 with --hw; "
+                        "1 when searching: the root node, the same answer on any machine)")
     p.add_argument("--solver-gap", type=float, default=0.005, metavar="G",
                    help="stop a layer's schedule at this proven relative gap (default 0.005)")
     p.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
+    s = p.add_argument_group("architecture search (no --hw)")
+    s.add_argument("--space", metavar="FILE.toml", help="architecture space (default: the paper's, DESIGN.md section 4)")
+    s.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report of the search")
+    s.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="local worker processes (default 1)")
+    s.add_argument("--backend", default="local", choices=("local", "ray"),
+                   help="where candidates are evaluated: local processes (default) or a Ray cluster")
+    s.add_argument("--address", default=None, metavar="ADDR",
+                   help="Ray cluster address (default: start a local Ray instance with -j CPUs)")
+    s.add_argument("--cache", default=None, metavar="DIR",
+                   help="cache of prepared models and layer schedules; an interrupted search resumes from it "
+                        "(default $XDG_CACHE_HOME/phaze or ~/.cache/phaze)")
+    s.add_argument("--no-cache", action="store_true", help="keep nothing on disk")
+    s.add_argument("--no-baselines", action="store_true", help="skip the baselines")
+    s.add_argument("--no-prune", action="store_true",
+                   help="evaluate every candidate exactly (plain enumeration; for checking, slow)")
     p.add_argument("--strict", action="store_true", help="unknown aten ops are errors, not phaze.opaque")
     p.add_argument("--print-op-generic", action="store_true", help="print MLIR's generic op form")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     return p
+
+
+def searching(args: argparse.Namespace) -> bool:
+    """No ``--hw`` and the plan stage: the architecture search."""
+    return args.hw is None and args.emit == "plan"
 
 
 def options(args: argparse.Namespace):
@@ -65,15 +97,78 @@ def options(args: argparse.Namespace):
 
     if args.json and args.emit != "plan":
         raise PhazeError("--json needs the plan stage (--emit plan)")
+    if len(args.models) > 1 and not searching(args):
+        raise PhazeError("several models need the architecture search (no --hw, --emit plan)")
+    if not searching(args):
+        for flag, given in (("--space", args.space), ("--report", args.report), ("--address", args.address)):
+            if given:
+                raise PhazeError(f"{flag} is for the architecture search; drop --hw (and --emit)")
+    search = searching(args)
+    time_limit = args.solver_time_limit if args.solver_time_limit is not None else (60.0 if search else 10.0)
+    nodes = args.solver_nodes if args.solver_nodes is not None else (1 if search else 0)
+    if nodes < 0:
+        raise PhazeError(f"--solver-nodes {nodes}: expected a number of nodes >= 0 (0: no limit)")
     return Options(
         emit=args.emit,
         micro_batches=(args.micro_batch,) if args.micro_batch is not None else DEFAULT_MICRO_BATCHES,
         tp_widths=(args.tp,) if args.tp is not None else None,
-        seq_len=args.seq_len, dtype=args.dtype, optimizer=args.optimizer, hw=args.hw,
+        seq_len=args.seq_len, dtype=args.dtype, optimizer=args.optimizer, hw=args.hw or "tpuv4",
         devices=args.devices, global_batch=args.global_batch, placement=args.placement,
         dp_overlap=args.dp_overlap, strict=args.strict,
-        schedule_time_limit=args.solver_time_limit, schedule_gap=args.solver_gap,
+        schedule_time_limit=time_limit, schedule_gap=args.solver_gap, schedule_nodes=nodes,
     )
+
+
+def search_options(args: argparse.Namespace, opts):
+    """The search's options of parsed command-line arguments."""
+    import os
+
+    from phaze_ir.search.engine import SolverLimits
+    from phaze_ir.search.run import SearchOptions
+
+    if args.no_cache:
+        cache = None
+    elif args.cache:
+        cache = args.cache
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        cache = os.path.join(base, "phaze")
+    limits = SolverLimits(time_limit=opts.schedule_time_limit, gap_limit=opts.schedule_gap,
+                          node_limit=opts.schedule_nodes or None)
+    return SearchOptions(space=args.space, jobs=args.jobs, backend=args.backend, address=args.address,
+                         cache_dir=cache, limits=limits, baselines=not args.no_baselines, prune=not args.no_prune)
+
+
+class RichProgress:
+    """The search's progress as rich bars on stderr (``phaze_ir.search.engine.Progress``)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("phazec: {task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+        self._task = None
+
+    def start(self, description: str, total: int) -> None:
+        if self._task is None:
+            self._bar.start()
+        else:
+            self._bar.stop_task(self._task)
+        self._task = self._bar.add_task(description, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        if self._task is not None:
+            self._bar.advance(self._task, n)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            task = self._bar.tasks[-1]
+            self._bar.update(self._task, completed=task.total)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._bar.stop()
 
 
 def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
@@ -85,7 +180,9 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
     from phaze_ir.ir import print_module
 
     opts = options(args)
-    module, candidates = driver.compile_model(args.model, opts, log)
+    if searching(args):
+        return _search(args, opts, log)
+    module, candidates = driver.compile_model(args.models[0], opts, log)
     failure = None
     if opts.emit == "plan":
         plan = driver.plan_record(module)
@@ -105,13 +202,66 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
     return print_module(module, generic=args.print_op_generic), failure
 
 
+def _write_json(path: str, data) -> None:
+    import json
+
+    try:
+        with open(path, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=False)
+            f.write("\n")
+    except OSError as e:
+        raise PhazeError(f"{path}: cannot write: {e.strerror}") from e
+
+
+def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
+    """The architecture search (no ``--hw``)."""
+    from phaze_ir import driver
+    from phaze_ir.ir import print_module
+    from phaze_ir.search import report
+    from phaze_ir.search.run import run
+
+    sopts = search_options(args, opts)
+    progress = RichProgress() if not args.quiet else None
+    try:
+        module, data = run(args.models, opts, sopts, log, progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    log("baselines:\n" + baseline_table(data))
+    plans = data.get("plans") or [data]
+    st = data["search"]
+    log("search: " + f"{st['architectures']:,} architectures x {st['settings']} settings; pruned "
+        + ", ".join(f"{v:,} by {k.replace('_', ' ')}" for k, v in st["pruned"].items())
+        + f"; {st['evaluated']:,} evaluated exactly; {st['wall_s']['total']:.1f} s")
+    if args.json:
+        _write_json(args.json, data)
+        log(f"wrote {args.json}")
+    if args.report:
+        report.write(args.report, data)
+        log(f"wrote {args.report}")
+    del plans, driver
+    return print_module(module, generic=args.print_op_generic), None
+
+
+def baseline_table(data) -> str:
+    """The baselines as a short text table (the plan summary of a search)."""
+    rows = [f"{'baseline':<14} {'samples/s':>11} {'speed-up':>9}  {'DP':>5} {'PP':>4} {'TP':>3} {'b':>2}  chip"]
+    for b in data["baselines"]:
+        thr = b["throughput_samples_per_s"]
+        sp = f"{b['speedup']:.3f}x" if b.get("speedup") else "-"
+        chip = (b["accelerator"] or {}).get("name", "") if b["accelerator"] else b["note"]
+        rows.append(f"{b['name']:<14} {thr:>11.5g} {sp:>9}  {b['dp']:>5} {b['pp']:>4} {b['tp']:>3} "
+                    f"{b['micro_batch_size']:>2}  {chip}")
+    return "\n".join(rows)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     quiet = args.quiet
 
     def log(msg: str) -> None:
         # The plan summary is shown even with -q: it is the answer, not progress.
-        if not quiet or msg.startswith("plan:"):
+        if not quiet or msg.startswith(("plan:", "baselines:")):
             print(f"phazec: {msg}", file=sys.stderr, flush=True)
 
     try:

@@ -1,0 +1,243 @@
+"""Where independent work items run: in-process, over local processes, or on a Ray cluster.
+
+The architecture search solves many independent operator-scheduling problems (0.01-2 s each) and
+prepares model settings (tens of seconds each); :func:`make_backend` returns a :class:`Backend`
+whose ``map(fn, items)`` runs ``fn`` over the items and returns the results in input order.
+
+* **Spawn, not fork.** The parent has torch imported; forking a process that owns torch's (and
+  OpenMP's) threads can deadlock the child, so local workers start fresh interpreters. Each worker
+  is limited to one BLAS/OpenMP thread: N single-threaded workers on N cores, not N x N threads.
+* **Chunks.** One task per item would cost a pickle round trip (or a Ray task) per 10 ms solve;
+  items go out in chunks, a few per worker, so that the overhead is amortised while a slow chunk
+  still cannot leave the other workers idle for long.
+* **Determinism.** ``map`` preserves input order and the work items are deterministic functions of
+  their inputs, so results never depend on the backend, the number of jobs or the scheduling; when
+  several items fail, the error raised is the first one in input order.
+
+``fn`` must be a module-level function (pickled by reference): the workers import its module. A
+local Ray instance gets the parent's ``sys.path``; a remote cluster needs phaze installed.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from concurrent.futures import BrokenExecutor
+from typing import Any, Callable, Iterable, Sequence
+
+from phaze_ir.errors import PhazeError
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def _run_chunk(fn: Callable, chunk: Sequence) -> tuple[bool, Any]:
+    """Run ``fn`` over one chunk in a worker: ``(True, results)`` or ``(False, exception)``.
+
+    Errors come back as values, not raised, so that the parent re-raises them unchanged: a raised
+    exception would reach the caller wrapped by concurrent.futures or Ray (with a remote traceback
+    in its message), and one that does not survive pickling would turn into a pickling error.
+    """
+    try:
+        return True, [fn(item) for item in chunk]
+    except Exception as e:
+        if not isinstance(e, PhazeError):  # a bug, not the user's input: keep where it happened
+            import traceback
+
+            if hasattr(e, "add_note"):
+                e.add_note("In a worker process:\n" + "".join(traceback.format_exception(e)).rstrip())
+        try:
+            pickle.loads(pickle.dumps(e))
+            return False, e
+        except Exception:
+            if isinstance(e, PhazeError):
+                return False, PhazeError(str(e))
+            return False, RuntimeError(f"{type(e).__name__}: {e}")
+
+
+def _unwrap(results: Iterable[tuple[bool, Any]]) -> list:
+    """Concatenate chunk results in order, raising the first error (deterministically)."""
+    out: list = []
+    for ok, value in results:
+        if not ok:
+            raise value
+        out.extend(value)
+    return out
+
+
+def _chunks(items: Sequence, jobs: int) -> list[list]:
+    """Split ``items`` into consecutive chunks, about four per worker."""
+    size = max(1, -(-len(items) // (4 * jobs)))
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def _init_worker() -> None:
+    """Process-pool initializer: one math thread per worker, Ctrl-C left to the parent."""
+    import signal
+
+    # Workers ignore SIGINT (the terminal sends it to the whole process group): the parent
+    # cancels the pool and terminates them, instead of every worker printing a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for var in _THREAD_VARS:
+        os.environ[var] = "1"
+    if "torch" in sys.modules:  # imported by the spawned __main__ before the environment was set
+        sys.modules["torch"].set_num_threads(1)
+
+
+class Backend:
+    """Runs ``fn`` over independent items; serial and in-process in this base class."""
+
+    name: str = "serial"
+    jobs: int = 1
+
+    def map(self, fn: Callable, items: Sequence) -> list:
+        """``[fn(item) for item in items]``, in input order."""
+        return [fn(item) for item in items]
+
+    def close(self) -> None:
+        """Release workers (none here); the backend may not be used afterwards."""
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class LocalBackend(Backend):
+    """A ``spawn`` process pool of ``jobs`` workers, started on first use and reused."""
+
+    name = "local"
+
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self._pool = None
+
+    def map(self, fn: Callable, items: Sequence) -> list:
+        """Run the chunks on the pool; 0 or 1 item runs in-process (starting workers costs more)."""
+        items = list(items)
+        if len(items) <= 1:
+            return super().map(fn, items)
+        if self._pool is None:
+            import concurrent.futures
+            import multiprocessing
+
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker)
+        futures = [self._pool.submit(_run_chunk, fn, chunk) for chunk in _chunks(items, self.jobs)]
+        try:
+            return _unwrap(f.result() for f in futures)
+        except BaseException as e:
+            # KeyboardInterrupt: stop everything now; a broken pool (a worker died) cannot be reused.
+            if not isinstance(e, Exception) or isinstance(e, BrokenExecutor):
+                self._abort()
+            raise
+        finally:
+            for f in futures:  # after an error, chunks not started yet are not wanted
+                f.cancel()
+
+    def _abort(self) -> None:
+        """Drop the pool without waiting: running chunks may take tens of seconds."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in processes:  # shutdown() would still let running chunks finish
+            p.terminate()
+
+    def close(self) -> None:
+        """Shut the pool down, waiting for its workers to exit."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _probe(address: str) -> None:
+    """Fail fast on an unreachable Ray head: ``ray.init`` retries a dead address for minutes."""
+    import socket
+
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not port.isdigit():  # "auto" and the like: left to Ray's own lookup
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as e:
+        raise PhazeError(f"--backend ray: cannot connect to Ray at {address}: {e.strerror or e}") from None
+
+
+class RayBackend(Backend):
+    """One Ray task per chunk, on a local Ray instance or the cluster at ``address``."""
+
+    name = "ray"
+
+    def __init__(self, jobs: int, address: str | None):
+        try:
+            import ray
+        except ImportError:
+            raise PhazeError("--backend ray needs Ray: pip install 'phaze[ray]'") from None
+        self.jobs, self._ray, self._owned = jobs, ray, False
+        local = address in (None, "local")
+        if not local:
+            _probe(address)
+        if ray.is_initialized():  # someone in this process already connected: share, never shut down
+            pass
+        elif local:
+            import logging
+            import secrets
+
+            # Ray >= 2.52 turns token auth on for a local instance and saves a generated token
+            # under ~/.ray; a token in our environment (inherited by the raylet and workers)
+            # keeps auth on without writing to $HOME, and its "auth is enabled" notice is ours.
+            if not any(v in os.environ for v in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+                os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+                logging.getLogger("ray._private.authentication").setLevel(logging.ERROR)
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report sent home
+            # Workers import fn's module by name: give them the modules this process sees.
+            path = os.pathsep.join(os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or "."))
+            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False,
+                     ignore_reinit_error=True, logging_level=logging.WARNING,
+                     runtime_env={"env_vars": {"PYTHONPATH": path}})
+            self._owned = True
+        else:
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except Exception as e:
+                lines = str(e).strip().splitlines() or [type(e).__name__]
+                raise PhazeError(f"--backend ray: cannot connect to Ray at {address}: {lines[0]}") from None
+        self._task = ray.remote(_run_chunk)
+
+    def map(self, fn: Callable, items: Sequence) -> list:
+        """Submit the chunks as Ray tasks and gather their results in order."""
+        items = list(items)
+        if not items:
+            return []
+        refs = [self._task.remote(fn, chunk) for chunk in _chunks(items, self.jobs)]
+        try:
+            return _unwrap(self._ray.get(refs))
+        except KeyboardInterrupt:
+            for ref in refs:
+                self._ray.cancel(ref, force=True)
+            raise
+
+    def close(self) -> None:
+        """Shut Ray down if this backend started it; a shared connection stays open."""
+        if self._owned:
+            self._owned = False
+            self._ray.shutdown()
+
+
+def make_backend(kind: str = "local", jobs: int = 1, address: str | None = None) -> Backend:
+    """The backend for ``--backend KIND -j JOBS [--ray-address ADDRESS]``.
+
+    ``local`` with one job runs in-process; ``local`` with more uses a process pool; ``ray`` starts
+    a local Ray instance of ``jobs`` CPUs (``address`` None or "local") or connects to ``address``.
+    """
+    if not isinstance(jobs, int) or jobs < 1:
+        raise PhazeError(f"-j {jobs}: expected a positive number of processes")
+    if kind == "local":
+        return Backend() if jobs == 1 else LocalBackend(jobs)
+    if kind == "ray":
+        return RayBackend(jobs, address)
+    raise PhazeError(f"--backend {kind}: expected 'local' or 'ray'")
