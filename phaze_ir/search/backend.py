@@ -20,6 +20,7 @@ local Ray instance gets the parent's ``sys.path``; a remote cluster needs phaze 
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import sys
@@ -179,15 +180,15 @@ class RayBackend(Backend):
             raise PhazeError("--backend ray needs Ray: pip install 'phaze[ray]'") from None
         self.jobs, self._ray, self._owned = jobs, ray, False
         local = address in (None, "local")
+        threads = dict.fromkeys(_THREAD_VARS, "1")  # one math thread per task, as in the local pool
         if not local:
             _probe(address)
         if ray.is_initialized():  # someone in this process already connected: share, never shut down
             pass
         elif local:
-            import logging
             import secrets
 
-            # Ray >= 2.52 turns token auth on for a local instance and saves a generated token
+            # Recent Ray turns token auth on for a local instance and saves a generated token
             # under ~/.ray; a token in our environment (inherited by the raylet and workers)
             # keeps auth on without writing to $HOME, and its "auth is enabled" notice is ours.
             if not any(v in os.environ for v in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
@@ -198,14 +199,24 @@ class RayBackend(Backend):
             path = os.pathsep.join(os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or "."))
             ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False,
                      ignore_reinit_error=True, logging_level=logging.WARNING,
-                     runtime_env={"env_vars": {"PYTHONPATH": path}})
+                     runtime_env={"env_vars": {**threads, "PYTHONPATH": path}})
             self._owned = True
         else:
             try:
-                ray.init(address=address, log_to_driver=False)
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
+                         runtime_env={"env_vars": threads})
             except Exception as e:
-                lines = str(e).strip().splitlines() or [type(e).__name__]
-                raise PhazeError(f"--backend ray: cannot connect to Ray at {address}: {lines[0]}") from None
+                # Ray's message is generic ("Failed to connect"); the root cause, whose message may
+                # embed a traceback, ends with the reason (e.g. a missing auth token).
+                root = e
+                while root.__cause__ is not None:
+                    root = root.__cause__
+                why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                if root is not e and str(root).strip():
+                    why += f" ({str(root).strip().splitlines()[-1].split('. ')[0]})"
+                raise PhazeError(f"--backend ray: cannot connect to Ray at {address}: {why}") from None
+            # Chunk for the cluster's size, not the local -j.
+            self.jobs = max(jobs, int(ray.cluster_resources().get("CPU", 0)))
         self._task = ray.remote(_run_chunk)
 
     def map(self, fn: Callable, items: Sequence) -> list:

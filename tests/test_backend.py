@@ -1,0 +1,171 @@
+"""The work-distribution backends: in-process, a local process pool and a local Ray instance all
+return the same results in the same order, and report errors the same way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from phaze_ir.errors import PhazeError
+from phaze_ir.search.backend import Backend, make_backend
+
+ITEMS = list(range(50))
+
+
+# Module-level, so that workers can import them by reference.
+def square(x: int) -> int:
+    return x * x
+
+
+def fail_on_7(x: int) -> int:
+    if x == 7:
+        raise ValueError(f"bad item {x}")
+    return x
+
+
+def phaze_fail_on_3(x: int) -> int:
+    if x >= 3:
+        raise PhazeError(f"item {x}: not schedulable")
+    return x
+
+
+class Unpicklable(Exception):
+    def __init__(self, a, b):  # pickling re-calls __init__ with one argument: cannot round-trip
+        super().__init__(f"{a}/{b}")
+
+
+def raise_unpicklable(x: int) -> int:
+    raise Unpicklable(x, "why")
+
+
+def thread_vars(_x: int) -> tuple:
+    return tuple(os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"))
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with make_backend("local", jobs=2) as backend:
+        yield backend
+
+
+@pytest.fixture(scope="module")
+def ray_backend():
+    pytest.importorskip("ray")
+    with make_backend("ray", jobs=2) as backend:
+        yield backend
+
+
+@pytest.fixture(params=["serial", "local", "ray"])
+def backend(request) -> Backend:
+    if request.param == "serial":
+        return make_backend("local", jobs=1)
+    return request.getfixturevalue("pool" if request.param == "local" else "ray_backend")
+
+
+def test_kinds():
+    assert type(make_backend()) is Backend and make_backend().jobs == 1
+    assert make_backend("local", jobs=3).name == "local"
+
+
+def test_same_ordered_results(backend):
+    assert backend.map(square, ITEMS) == [x * x for x in ITEMS]
+    assert backend.map(square, iter(ITEMS)) == [x * x for x in ITEMS]
+
+
+def test_reusable_and_small_inputs(backend):
+    assert backend.map(square, []) == []
+    assert backend.map(square, [3]) == [9]
+    for n in (2, 5, 13):
+        assert backend.map(square, range(n)) == [x * x for x in range(n)]
+
+
+def test_value_error_propagates(backend):
+    with pytest.raises(ValueError) as info:
+        backend.map(fail_on_7, ITEMS)
+    assert str(info.value) == "bad item 7"
+    assert backend.map(square, [1, 2]) == [1, 4]  # still usable after an error
+
+
+def test_phaze_error_keeps_message(backend):
+    # The first failure in input order, whatever the workers' timing.
+    with pytest.raises(PhazeError) as info:
+        backend.map(phaze_fail_on_3, ITEMS)
+    assert str(info.value) == "item 3: not schedulable"
+
+
+def test_unpicklable_error(backend):
+    # In a worker, an exception that cannot cross the process boundary keeps its type's name.
+    expected = (Unpicklable, "0/why") if backend.name == "serial" else (RuntimeError, "Unpicklable: 0/why")
+    with pytest.raises(expected[0]) as info:
+        backend.map(raise_unpicklable, [0, 1])
+    assert str(info.value) == expected[1]
+
+
+def test_workers_single_threaded(backend):
+    if backend.name != "serial":  # N one-thread workers, not N workers of N threads each
+        assert set(backend.map(thread_vars, range(8))) == {("1", "1", "1")}
+
+
+INTERRUPTED = r'''
+import sys, time
+from phaze_ir.search.backend import make_backend
+if __name__ == "__main__":
+    backend = make_backend("local", jobs=2)
+    backend.map(abs, [0, 0])  # the workers are up
+    print("ready", flush=True)
+    try:
+        backend.map(time.sleep, [60] * 4)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    backend.close()
+'''
+
+
+def test_ctrl_c_does_not_hang():
+    """Ctrl-C (SIGINT to the whole process group) stops a pool busy with minute-long items."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # A shell's background job starts with SIGINT ignored, and so would the child without this.
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED], stdout=subprocess.PIPE, text=True, env=env,
+                            cwd=root, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert out == "interrupted\n" and proc.returncode == 0
+
+
+@pytest.mark.parametrize("kind, jobs, message", [
+    ("local", 0, "-j 0: expected a positive number of processes"),
+    ("ray", -1, "-j -1: expected a positive number of processes"),
+    ("foo", 1, "--backend foo: expected 'local' or 'ray'"),
+])
+def test_bad_arguments(kind, jobs, message):
+    with pytest.raises(PhazeError) as info:
+        make_backend(kind, jobs=jobs)
+    assert str(info.value) == message
+
+
+def test_ray_unreachable():
+    pytest.importorskip("ray")
+    with pytest.raises(PhazeError, match=r"^--backend ray: cannot connect to Ray at 127\.0\.0\.1:1: "):
+        make_backend("ray", jobs=1, address="127.0.0.1:1")
+
+
+def test_ray_missing(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(PhazeError, match=r"pip install 'phaze\[ray\]'"):
+        make_backend("ray", jobs=2)
