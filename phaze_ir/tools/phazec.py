@@ -67,7 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     s = p.add_argument_group("architecture search (no --hw)")
     s.add_argument("--space", metavar="FILE.toml", help="architecture space (default: the paper's, DESIGN.md section 4)")
     s.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report of the search")
-    s.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="local worker processes (default 1)")
+    s.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="worker processes (default: the CPUs of this machine; 1 runs in-process)")
     s.add_argument("--backend", default="local", choices=("local", "ray"),
                    help="where candidates are evaluated: local processes (default) or a Ray cluster")
     s.add_argument("--address", default=None, metavar="ADDR",
@@ -135,7 +136,8 @@ def search_options(args: argparse.Namespace, opts):
         cache = os.path.join(base, "phaze")
     limits = SolverLimits(time_limit=opts.schedule_time_limit, gap_limit=opts.schedule_gap,
                           node_limit=opts.schedule_nodes or None)
-    return SearchOptions(space=args.space, jobs=args.jobs, backend=args.backend, address=args.address,
+    jobs = args.jobs if args.jobs is not None else max(1, len(os.sched_getaffinity(0)))
+    return SearchOptions(space=args.space, jobs=jobs, backend=args.backend, address=args.address,
                          cache_dir=cache, limits=limits, baselines=not args.no_baselines, prune=not args.no_prune)
 
 

@@ -1,0 +1,147 @@
+"""The architecture search end to end on the tiny GPT-2 and the small space: pruning finds what
+plain enumeration finds, the baselines never beat it, the plan file recomputes, and the answer
+is the same bytes whatever the backend."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pathlib import Path
+
+from conftest import EXAMPLES, MODELS, run_tool
+
+TINY = str(MODELS / "tiny_gpt2.py")
+SMALL = str(EXAMPLES / "spaces" / "small.toml")
+TINY_SPACE = str(Path(__file__).parent / "data" / "tiny_space.toml")
+COMMON = ["--devices", "64", "--global-batch", "64", "--micro-batch", "8", "--tp", "1"]
+BASE = ["--space", SMALL, *COMMON]
+
+
+def search(tmp_path, name: str, *extra: str, cache: bool = False, base=BASE):
+    out = tmp_path / name
+    out.mkdir()
+    extra = tuple(str(out / "report.html") if e == "REPORT" else e for e in extra)
+    args = [TINY, *base, "-o", str(out / "plan.mlir"), "--json", str(out / "plan.json"), "-q", *extra]
+    args += ["--cache", str(tmp_path / "cache")] if cache else ["--no-cache"]
+    r = run_tool("phazec", *args)
+    assert r.returncode == 0, r.stderr
+    return (out / "plan.mlir").read_text(), json.loads((out / "plan.json").read_text()), r.stderr
+
+
+@pytest.fixture(scope="module")
+def pruned(tmp_path_factory):
+    return search(tmp_path_factory.mktemp("search"), "pruned", "--report", "REPORT")
+
+
+@pytest.fixture(scope="module")
+def tiny_pruned(tmp_path_factory):
+    """The search over the tiny space (enumerable), without baselines."""
+    return search(tmp_path_factory.mktemp("tiny"), "pruned", "--no-baselines", base=["--space", TINY_SPACE, *COMMON])
+
+
+def test_pruned_search_equals_plain_enumeration(tiny_pruned, tmp_path):
+    _, plain, _ = search(tmp_path, "plain", "--no-prune", "--no-baselines", base=["--space", TINY_SPACE, *COMMON])
+    _, got, _ = tiny_pruned
+    assert got["accelerator"] == plain["accelerator"]
+    assert got["throughput_samples_per_s"] == plain["throughput_samples_per_s"]
+    assert (got["dp"], got["pp"], got["tp"], got["micro_batch_size"]) == \
+        (plain["dp"], plain["pp"], plain["tp"], plain["micro_batch_size"])
+    # Enumeration evaluates every architecture exactly; the pruned search a few of them.
+    st = plain["search"]
+    assert st["evaluated"] == st["architectures"] and sum(st["pruned"].values()) == 0
+    best = max(p["throughput_samples_per_s"] for p in st["points"])
+    assert best == got["throughput_samples_per_s"]
+    assert got["search"]["evaluated"] < st["evaluated"]
+    assert sum(got["search"]["pruned"].values()) + got["search"]["evaluated"] == got["search"]["architectures"]
+
+
+def test_no_baseline_beats_the_search_and_speedups_recompute(pruned):
+    text, data, _ = pruned
+    from phaze_ir.ir import parse_module
+
+    module = parse_module(text)
+    plan = module.attributes["phaze.plan"].as_dict()
+    assert plan["throughput_samples_per_s"] == data["throughput_samples_per_s"]
+    recs = {b.get("label"): b.as_dict() for b in module.attributes["phaze.baselines"].data}
+    assert set(recs) == {"tpuv4+expert", "tpuv4+phaze", "decoupled", "co-optimized"}
+    for b in data["baselines"]:
+        assert b["throughput_samples_per_s"] <= data["throughput_samples_per_s"] * (1 + 1e-12)
+        assert recs[b["name"]]["throughput_samples_per_s"] == b["throughput_samples_per_s"]
+        if b["throughput_samples_per_s"]:
+            assert b["speedup"] == pytest.approx(plan["throughput_samples_per_s"] / b["throughput_samples_per_s"])
+        else:
+            assert b["note"]  # the tiny model has no expert placement: said so
+    assert recs["co-optimized"]["throughput_samples_per_s"] == plan["throughput_samples_per_s"]
+
+
+def test_tpuv4_baseline_recomputes_with_phazec_hw(pruned, tmp_path):
+    _, data, _ = pruned
+    b = next(b for b in data["baselines"] if b["name"] == "tpuv4+phaze")
+    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--devices", "64", "--global-batch", "64", "--tp", "1",
+                 "--micro-batch", str(b["micro_batch_size"]), "--solver-nodes", "1", "--solver-time-limit", "60",
+                 "--json", str(tmp_path / "b.json"), "-q", "-o", str(tmp_path / "b.mlir"))
+    assert r.returncode == 0, r.stderr
+    again = json.loads((tmp_path / "b.json").read_text())
+    assert again["throughput_samples_per_s"] == b["throughput_samples_per_s"]
+
+
+def test_search_json_and_report(pruned, tmp_path):
+    text, data, stderr = pruned
+    st = data["search"]
+    assert st["candidates"] == st["architectures"] * st["settings"]
+    assert set(st["pruned"]) == {"work_bound", "dp_bound", "exact"}
+    for phase in ("prepare", "baselines", "search", "plan", "total", "estimate", "schedule", "dp_bound"):
+        assert st["wall_s"][phase] >= 0
+    for b in data["baselines"]:
+        assert set(b) >= {"name", "throughput_samples_per_s", "accelerator", "dp", "pp", "tp", "micro_batch_size"}
+    assert "phaze.accelerator" in text and data["accelerator"]["area_mm2"] <= 80.0
+    assert all(sum(s["memory"].values()) == s["memory_bytes"] for s in data["stages"])
+    assert "baselines:" in stderr  # the answer is shown even with -q
+
+
+def test_same_bytes_with_two_processes_and_a_resumed_cache(tiny_pruned, tmp_path):
+    text, _, _ = tiny_pruned
+    tiny = ["--space", TINY_SPACE, *COMMON]
+    again, _, _ = search(tmp_path, "j2", "--no-baselines", "-j", "2", cache=True, base=tiny)
+    assert again == text
+    # A second run finds every setting and schedule in the cache: same bytes, nothing solved.
+    resumed, data, _ = search(tmp_path, "resumed", "--no-baselines", cache=True, base=tiny)
+    assert resumed == text
+    assert data["search"]["evaluator"]["schedules_solved"] == 0
+
+
+def test_same_bytes_on_ray(tiny_pruned, tmp_path):
+    pytest.importorskip("ray")
+    text, _, _ = tiny_pruned
+    got, _, _ = search(tmp_path, "ray", "--no-baselines", "--backend", "ray", "-j", "2",
+                       base=["--space", TINY_SPACE, *COMMON])
+    assert got == text
+
+
+def test_common_chip_for_two_models(tmp_path):
+    out = tmp_path / "common.mlir"
+    r = run_tool("phazec", TINY, str(MODELS / "tiny_llama.py"), "--space", TINY_SPACE, *COMMON, "--no-cache",
+                 "--no-baselines",
+                 "-o", str(out), "--json", str(tmp_path / "c.json"), "-q")
+    assert r.returncode == 0, r.stderr
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["models"] == ["tiny-gpt2", "tiny-llama"] and len(data["plans"]) == 2
+    for d in data["models_detail"]:
+        assert 0 <= d["loss"] < 1 and d["throughput_samples_per_s"] <= d["own_best_samples_per_s"] * (1 + 1e-12)
+    mean = sum(d["throughput_samples_per_s"] for d in data["models_detail"]) / 2
+    assert data["baselines"][-1]["throughput_samples_per_s"] == pytest.approx(mean)
+    from phaze_ir.ir import parse_module
+
+    module = parse_module(out.read_text())
+    assert len(list(module.ops)) == 2  # one plan module per model, each with the common chip
+
+
+def test_search_errors_are_one_line(tmp_path):
+    r = run_tool("phazec", TINY, "--space", str(tmp_path / "nope.toml"), "--no-cache")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "nope.toml" in r.stderr
+    r = run_tool("phazec", TINY, TINY, "--hw", "tpuv4")
+    assert r.returncode == 1 and "several models need the architecture search" in r.stderr
+    r = run_tool("phazec", TINY, "-j", "0", "--no-cache", "--space", SMALL)
+    assert r.returncode == 1 and "-j 0" in r.stderr
