@@ -73,7 +73,7 @@ class InsertRecomputePass(ModulePass):
     Requires ``phaze-schedule-ops`` (``phaze.layer_schedule``; the attention cores are scheduled
     here through the same cache).  Options: ``optimizer`` = ``""`` (default: the optimizer state
     the ``phaze.optimizer_update`` ops carry; Adam's 12 bytes per parameter element when there
-    are none), ``adam`` or ``sgd``; ``time_limit``, ``gap_limit``, ``node_limit`` and ``seed`` as
+    are none), ``adam`` or ``sgd``; ``time_limit``, ``gap_limit``, ``node_limit``, ``max_binaries`` and ``seed`` as
     ``phaze-schedule-ops``.
     """
 
@@ -83,6 +83,7 @@ class InsertRecomputePass(ModulePass):
     seed: int = 0
     gap_limit: float | int = 0.0
     node_limit: int = 0
+    max_binaries: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.optimizer not in ("",) + tuple(STATE_BYTES_PER_ELEMENT):
@@ -107,7 +108,8 @@ class InsertRecomputePass(ModulePass):
                 problem = sched.group_problem(graph, rc.selective_ops, latency, cores)
                 selective_s.append(sched.DEFAULT_CACHE.solve(
                     problem, self.time_limit, self.seed, gap_limit=self.gap_limit,
-                    node_limit=node_limit_of(self.node_limit)).makespan)
+                    node_limit=node_limit_of(self.node_limit),
+                    max_binaries=node_limit_of(self.max_binaries)).makespan)
             else:
                 selective_s.append(0.0)
 

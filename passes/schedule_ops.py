@@ -63,7 +63,7 @@ def check_limits(pass_name: str, time_limit: float, gap_limit: float, node_limit
 
 
 def scheduled_layers(module: ModuleOp, pass_name: str, time_limit: float, seed: int, gap_limit: float = 0.0,
-                     node_limit: int = 0):
+                     node_limit: int = 0, max_binaries: int = 0):
     """The step's graph and ops, and the schedules of its layers (see ``schedule_layers``)."""
     check_limits(pass_name, time_limit, gap_limit, node_limit)
     fn = step_function(module)
@@ -72,7 +72,8 @@ def scheduled_layers(module: ModuleOp, pass_name: str, time_limit: float, seed: 
     latency = read_latencies(ops, pass_name)
     layer_of = read_layers(ops, pass_name)
     layers = sched.schedule_layers(graph, layer_of, latency, cores, time_limit=time_limit, seed=seed,
-                                   gap_limit=gap_limit, node_limit=node_limit_of(node_limit))
+                                   gap_limit=gap_limit, node_limit=node_limit_of(node_limit),
+                                   max_binaries=node_limit_of(max_binaries))
     return graph, ops, layer_of, latency, cores, layers
 
 
@@ -93,7 +94,8 @@ class ScheduleOpsPass(ModulePass):
     the best schedule found and its proven gap are kept when it runs out), ``gap_limit`` (stop
     a solve once its relative gap is that small; default 0, prove optimality), ``node_limit``
     (stop after that many branch-and-bound nodes; default 0, no limit: a node limit, unlike the
-    clock, gives the same schedules on any machine), ``seed`` (SCIP's random seed).  The optimizer step is a group of its own (once per batch), not folded into
+    clock, gives the same schedules on any machine), ``max_binaries`` (a MILP with more binaries
+    keeps its warm start instead; default 0, no limit), ``seed`` (SCIP's random seed).  The optimizer step is a group of its own (once per batch), not folded into
     the backward.
     """
 
@@ -102,10 +104,11 @@ class ScheduleOpsPass(ModulePass):
     seed: int = 0
     gap_limit: float | int = 0.0
     node_limit: int = 0
+    max_binaries: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         _, ops, _, _, _, layers = scheduled_layers(op, self.name, self.time_limit, self.seed, self.gap_limit,
-                                                   self.node_limit)
+                                                   self.node_limit, self.max_binaries)
         for layer in layers:
             for ids, s in layer.groups.values():
                 for k, i in enumerate(ids):

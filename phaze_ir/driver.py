@@ -56,6 +56,8 @@ class Options:
     #: SCIP branch-and-bound nodes per layer schedule (0: no limit).  The architecture search
     #: sets it (see phaze_ir/search): unlike the clock, it gives the same plan on any machine.
     schedule_nodes: int = 0
+    #: A layer MILP with more binaries keeps its warm start (0: no limit; the search sets it).
+    schedule_max_binaries: int = 0
 
 
 def pipeline(stage: str, tp: int, opts: Options) -> str:
@@ -71,7 +73,7 @@ def pipeline(stage: str, tp: int, opts: Options) -> str:
         passes.append("phaze-tile-pe-array")
     if k >= STAGES.index("latency"):
         passes.append("phaze-estimate-latency")
-    solver = f"time_limit={opts.schedule_time_limit} gap_limit={opts.schedule_gap} node_limit={opts.schedule_nodes}"
+    solver = f"time_limit={opts.schedule_time_limit} gap_limit={opts.schedule_gap} node_limit={opts.schedule_nodes} max_binaries={opts.schedule_max_binaries}"
     if k >= STAGES.index("scheduled"):
         passes.append(f"phaze-schedule-ops{{{solver}}}")
     if k >= STAGES.index("recompute"):

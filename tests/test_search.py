@@ -80,7 +80,7 @@ def test_tpuv4_baseline_recomputes_with_phazec_hw(pruned, tmp_path):
     _, data, _ = pruned
     b = next(b for b in data["baselines"] if b["name"] == "tpuv4+phaze")
     r = run_tool("phazec", TINY, "--hw", "tpuv4", "--devices", "64", "--global-batch", "64", "--tp", "1",
-                 "--micro-batch", str(b["micro_batch_size"]), "--solver-nodes", "1", "--solver-time-limit", "60",
+                 "--micro-batch", str(b["micro_batch_size"]), "--solver-nodes", "1", "--solver-time-limit", "60", "--solver-max-binaries", "2000",
                  "--json", str(tmp_path / "b.json"), "-q", "-o", str(tmp_path / "b.mlir"))
     assert r.returncode == 0, r.stderr
     again = json.loads((tmp_path / "b.json").read_text())

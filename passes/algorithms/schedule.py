@@ -1049,12 +1049,16 @@ def _floored(prep: _Prepared, delta: float) -> tuple[_Prepared, int]:
 
 
 def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: str = "scip",
-          capacity_model: str = "auto", gap_limit: float = 0.0, node_limit: int | None = None) -> Schedule:
+          capacity_model: str = "auto", gap_limit: float = 0.0, node_limit: int | None = None,
+          max_binaries: int | None = None) -> Schedule:
     """Minimize the makespan of ``problem`` (see the module docstring).  ``time_limit`` bounds
     SCIP's time (s); ``gap_limit`` stops it once the relative gap is that small (0: prove
     optimality); ``node_limit`` stops it after that many branch-and-bound nodes (``None``: no
     limit; unlike a time limit, a node limit gives the same answer on a loaded or idle machine,
-    which is what the architecture search needs); ``seed`` its random seeds; ``backend`` is ``"scip"`` (pyscipopt, warm
+    which is what the architecture search needs); ``max_binaries``: a MILP with more binaries is
+    not handed to SCIP, the warm start is the answer (status ``"heuristic"``; its root LP alone can
+    take a minute, a size rule keeps the search's cost bounded and machine-independent);
+    ``seed`` its random seeds; ``backend`` is ``"scip"`` (pyscipopt, warm
     started) or ``"cvxpy"`` (the same model through cvxpy, no warm start).  ``capacity_model``
     (``"auto"``, ``"antichain"``, ``"flow"``) picks how core counts between 2 and the width are
     modelled (``auto``: antichains unless there are more than ``MAX_ANTICHAINS``)."""
@@ -1085,6 +1089,8 @@ def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: st
     mcp, mwork = _bounds(mprep)
     mdl, vars_ = _build(mprep, mub, max(mcp, mwork), capacity_model)
     nbin = sum(mdl.integer)
+    if max_binaries is not None and nbin > max_binaries:
+        return _result(prep, s_list, md_list, "list", lb, cp, work, ub, t0, "heuristic", nbin=nbin)
     try:
         if backend == "scip":
             warm = _warm_values(mprep, vars_, ms_list, mmd_list, mub)
@@ -1218,7 +1224,8 @@ class LayerSchedule:
 
 def schedule_layers(graph: Graph, layer_of: Sequence[int], latency: Sequence[Op], cores: Mapping[str, int],
                     time_limit: float = 10.0, seed: int = 0, cache: ScheduleCache | None = None,
-                    gap_limit: float = 0.0, node_limit: int | None = None) -> list[LayerSchedule]:
+                    gap_limit: float = 0.0, node_limit: int | None = None,
+                    max_binaries: int | None = None) -> list[LayerSchedule]:
     """Schedule every layer's forward, backward and optimizer ops (``latency[i]`` of op ``i``;
     ``layer_of[i]`` its layer).  Identical layers (and any repeated problem) are solved once
     through ``cache`` (the process-wide :data:`DEFAULT_CACHE` unless given)."""
@@ -1230,7 +1237,8 @@ def schedule_layers(graph: Graph, layer_of: Sequence[int], latency: Sequence[Op]
     out: dict[int, LayerSchedule] = {}
     for (layer, phase), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], PHASE_GROUPS.index(kv[0][1]))):
         problem = group_problem(graph, ids, latency, cores)
-        sched = cache.solve(problem, time_limit=time_limit, seed=seed, gap_limit=gap_limit, node_limit=node_limit)
+        sched = cache.solve(problem, time_limit=time_limit, seed=seed, gap_limit=gap_limit, node_limit=node_limit,
+                            max_binaries=max_binaries)
         out.setdefault(layer, LayerSchedule(layer, {})).groups[phase] = (ids, sched)
     return [out[k] for k in sorted(out)]
 
@@ -1266,8 +1274,9 @@ class ScheduleCache:
         self.hits = self.misses = 0
 
     @staticmethod
-    def limits(time_limit: float, gap_limit: float, node_limit: int | None) -> tuple:
-        return (float(time_limit), float(gap_limit), None if node_limit is None else int(node_limit))
+    def limits(time_limit: float, gap_limit: float, node_limit: int | None, max_binaries: int | None = None) -> tuple:
+        out = (float(time_limit), float(gap_limit), None if node_limit is None else int(node_limit))
+        return out if max_binaries is None else out + (int(max_binaries),)
 
     def _entry(self, key: str) -> tuple[Schedule, tuple] | None:
         entry = self._mem.get(key)
@@ -1278,7 +1287,8 @@ class ScheduleCache:
                     with open(path) as fh:
                         data = json.load(fh)
                     entry = (Schedule.from_json(data["schedule"]),
-                             self.limits(data["time_limit"], data["gap_limit"], data.get("node_limit")))
+                             self.limits(data["time_limit"], data["gap_limit"], data.get("node_limit"),
+                                         data.get("max_binaries")))
                 except (OSError, ValueError, KeyError, TypeError):
                     return None  # a torn or foreign file: solve again and overwrite it
                 self._mem[key] = entry
@@ -1292,8 +1302,8 @@ class ScheduleCache:
         return None
 
     def get(self, problem: Problem, time_limit: float = 10.0, gap_limit: float = 0.0,
-            node_limit: int | None = None) -> Schedule | None:
-        hit = self.lookup(problem.canonical(), self.limits(time_limit, gap_limit, node_limit))
+            node_limit: int | None = None, max_binaries: int | None = None) -> Schedule | None:
+        hit = self.lookup(problem.canonical(), self.limits(time_limit, gap_limit, node_limit, max_binaries))
         return hit.on(problem) if hit is not None else None
 
     def store(self, canonical: Problem, sched: Schedule, limits: tuple) -> None:
@@ -1303,30 +1313,31 @@ class ScheduleCache:
         if self.directory is not None:
             os.makedirs(self.directory, exist_ok=True)
             tmp = os.path.join(self.directory, f".{key}.{os.getpid()}.tmp")
-            time_limit, gap_limit, node_limit = limits
+            time_limit, gap_limit, node_limit = limits[:3]
             with open(tmp, "w") as fh:
                 json.dump({"time_limit": time_limit, "gap_limit": gap_limit, "node_limit": node_limit,
+                           "max_binaries": limits[3] if len(limits) > 3 else None,
                            "schedule": sched.to_json()}, fh)
             os.replace(tmp, os.path.join(self.directory, key + ".json"))
 
     def put(self, problem: Problem, sched: Schedule, time_limit: float, gap_limit: float = 0.0,
-            node_limit: int | None = None) -> None:
+            node_limit: int | None = None, max_binaries: int | None = None) -> None:
         """Keep ``sched``, a schedule of ``problem.canonical()`` (what :meth:`solve` solves)."""
-        self.store(problem.canonical(), sched, self.limits(time_limit, gap_limit, node_limit))
+        self.store(problem.canonical(), sched, self.limits(time_limit, gap_limit, node_limit, max_binaries))
 
     def solve(self, problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: str = "scip",
-              gap_limit: float = 0.0, node_limit: int | None = None) -> Schedule:
+              gap_limit: float = 0.0, node_limit: int | None = None, max_binaries: int | None = None) -> Schedule:
         """:func:`solve` through the cache (on the canonical problem, so that the answer does
         not depend on which equivalent problem was asked first)."""
         canonical = problem.canonical()
-        limits = self.limits(time_limit, gap_limit, node_limit)
+        limits = self.limits(time_limit, gap_limit, node_limit, max_binaries)
         hit = self.lookup(canonical, limits)
         if hit is not None:
             self.hits += 1
             return hit.on(problem)
         self.misses += 1
         sched = solve(canonical, time_limit=time_limit, seed=seed, backend=backend, gap_limit=gap_limit,
-                      node_limit=node_limit)
+                      node_limit=node_limit, max_binaries=max_binaries)
         self.store(canonical, sched, limits)
         return sched.on(problem)
 

@@ -235,7 +235,8 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
     acc = cands.make(best.config, best.hbm)
     lim = sopts.limits
     popts = replace(opts, schedule_time_limit=lim.time_limit, schedule_gap=lim.gap_limit,
-                    schedule_nodes=lim.node_limit or 0, micro_batches=(1,), tp_widths=None)
+                    schedule_nodes=lim.node_limit or 0, schedule_max_binaries=lim.max_binaries or 0,
+                    micro_batches=(1,), tp_widths=None)
     saved_cache = sched.DEFAULT_CACHE
     sched.DEFAULT_CACHE = cache
     modules = []
@@ -263,7 +264,8 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
                                  "hbm_bytes": e.hbm, "label": cands.make(e.config, e.hbm).name,
                                  "best": e is best} for e in result.evaluated],
                         solver={"time_limit_s": lim.time_limit, "gap_limit": lim.gap_limit,
-                                "node_limit": lim.node_limit, "seed": lim.seed})
+                                "node_limit": lim.node_limit, "max_binaries": lim.max_binaries,
+                                "seed": lim.seed})
     module, data = _assemble(modules, names, [baselines[b] for b in BASELINES if b in baselines], search_stats)
     if len(tasks) > 1:
         data["models_detail"] = [{

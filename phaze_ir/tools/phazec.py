@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--solver-nodes", type=int, default=None, metavar="N",
                    help="SCIP branch-and-bound nodes per layer schedule, 0 for no limit (default 0 with --hw; "
                         "1 when searching: the root node, the same answer on any machine)")
+    p.add_argument("--solver-max-binaries", type=int, default=None, metavar="N",
+                   help="a layer MILP with more binaries keeps its list schedule, 0 for no limit "
+                        "(default 0 with --hw, 2000 when searching)")
     p.add_argument("--solver-gap", type=float, default=0.005, metavar="G",
                    help="stop a layer's schedule at this proven relative gap (default 0.005)")
     p.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
@@ -107,8 +110,9 @@ def options(args: argparse.Namespace):
     search = searching(args)
     time_limit = args.solver_time_limit if args.solver_time_limit is not None else (60.0 if search else 10.0)
     nodes = args.solver_nodes if args.solver_nodes is not None else (1 if search else 0)
-    if nodes < 0:
-        raise PhazeError(f"--solver-nodes {nodes}: expected a number of nodes >= 0 (0: no limit)")
+    max_bin = args.solver_max_binaries if args.solver_max_binaries is not None else (2000 if search else 0)
+    if nodes < 0 or max_bin < 0:
+        raise PhazeError("--solver-nodes / --solver-max-binaries: expected a number >= 0 (0: no limit)")
     return Options(
         emit=args.emit,
         micro_batches=(args.micro_batch,) if args.micro_batch is not None else DEFAULT_MICRO_BATCHES,
@@ -117,6 +121,7 @@ def options(args: argparse.Namespace):
         devices=args.devices, global_batch=args.global_batch, placement=args.placement,
         dp_overlap=args.dp_overlap, strict=args.strict,
         schedule_time_limit=time_limit, schedule_gap=args.solver_gap, schedule_nodes=nodes,
+        schedule_max_binaries=max_bin,
     )
 
 
@@ -135,7 +140,7 @@ def search_options(args: argparse.Namespace, opts):
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         cache = os.path.join(base, "phaze")
     limits = SolverLimits(time_limit=opts.schedule_time_limit, gap_limit=opts.schedule_gap,
-                          node_limit=opts.schedule_nodes or None)
+                          node_limit=opts.schedule_nodes or None, max_binaries=opts.schedule_max_binaries or None)
     jobs = args.jobs if args.jobs is not None else max(1, len(os.sched_getaffinity(0)))
     return SearchOptions(space=args.space, jobs=jobs, backend=args.backend, address=args.address,
                          cache_dir=cache, limits=limits, baselines=not args.no_baselines, prune=not args.no_prune)
