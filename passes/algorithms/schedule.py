@@ -1180,11 +1180,19 @@ PHASE_GROUPS = ("fwd", "bwd", "opt")
 _STATUS_RANK = {"optimal": 0, "gaplimit": 1, "nodelimit": 2, "timelimit": 3, "heuristic": 4}
 
 
-def group_problem(graph: Graph, op_ids: Sequence[int], latency: Sequence[Op] | Mapping[int, Op],
-                  cores: Mapping[str, int]) -> Problem:
-    """The scheduling problem of the ops ``op_ids`` of ``graph`` (one layer's ops of one phase):
-    their latencies (``latency[i]`` for op ``i``) and the dataflow edges among them (values from
-    outside the group are ready at time 0)."""
+def phase_groups(graph: Graph, layer_of: Sequence[int]) -> dict[tuple[int, str], list[int]]:
+    """The ops of each ``(layer, phase)`` in program order (a phase outside
+    :data:`PHASE_GROUPS` counts as ``fwd``): the groups that are scheduled one by one."""
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        phase = op.phase if op.phase in PHASE_GROUPS else "fwd"
+        groups.setdefault((layer_of[i], phase), []).append(i)
+    return groups
+
+
+def group_edges(graph: Graph, op_ids: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """The dataflow edges among the ops ``op_ids`` of ``graph``, as sorted pairs of positions in
+    ``op_ids`` (values from outside the group are ready at time 0)."""
     pos = {i: k for k, i in enumerate(op_ids)}
     edges = set()
     for i in op_ids:
@@ -1192,7 +1200,14 @@ def group_problem(graph: Graph, op_ids: Sequence[int], latency: Sequence[Op] | M
             p = graph.values[v].producer
             if p in pos:
                 edges.add((pos[p], pos[i]))
-    return Problem.make([latency[i] for i in op_ids], edges, cores)
+    return tuple(sorted(edges))
+
+
+def group_problem(graph: Graph, op_ids: Sequence[int], latency: Sequence[Op] | Mapping[int, Op],
+                  cores: Mapping[str, int]) -> Problem:
+    """The scheduling problem of the ops ``op_ids`` of ``graph`` (one layer's ops of one phase):
+    their latencies (``latency[i]`` for op ``i``) and :func:`group_edges`."""
+    return Problem.make([latency[i] for i in op_ids], group_edges(graph, op_ids), cores)
 
 
 @dataclass
@@ -1230,10 +1245,7 @@ def schedule_layers(graph: Graph, layer_of: Sequence[int], latency: Sequence[Op]
     ``layer_of[i]`` its layer).  Identical layers (and any repeated problem) are solved once
     through ``cache`` (the process-wide :data:`DEFAULT_CACHE` unless given)."""
     cache = DEFAULT_CACHE if cache is None else cache
-    groups: dict[tuple[int, str], list[int]] = {}
-    for i, op in enumerate(graph.ops):
-        phase = op.phase if op.phase in PHASE_GROUPS else "fwd"
-        groups.setdefault((layer_of[i], phase), []).append(i)
+    groups = phase_groups(graph, layer_of)
     out: dict[int, LayerSchedule] = {}
     for (layer, phase), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], PHASE_GROUPS.index(kv[0][1]))):
         problem = group_problem(graph, ids, latency, cores)

@@ -97,10 +97,6 @@ class Candidates:
 
         return cls(acc.name, config_of(acc), (acc.hbm.bytes,), acc, lambda c, h: acc)
 
-    def area(self, c: int) -> float:
-        a = float(self.configs["area_um2"][c])
-        return a if np.isfinite(a) else float("nan")
-
 
 @dataclass
 class ModelTask:
@@ -193,8 +189,7 @@ class Evaluator:
             cores = {"tensor": cands.configs["num_tc"].astype(np.float64),
                      "vector": cands.configs["num_vc"].astype(np.float64), "network": 1.0}
             lb = np.zeros((len(setting.groups), len(cands.configs)))
-            needed = {g for lr in setting.layers for g in (lr.fwd, lr.bwd, lr.selective) if g >= 0}
-            for g in sorted(needed):
+            for g in setting.priced_groups():
                 rows = list(setting.groups[g].rows)
                 lb[g] = group_lower_bound(setting.group_units(g), setting.groups[g].edges,
                                           lat.one[rows], lat.split[rows], cores)
@@ -274,7 +269,7 @@ class Evaluator:
             setting = jobs[idxs[0]][0]
             cs = [jobs[j][1] for j in idxs]
             lat = estimate_space(setting.table, cands.configs[cs], cands.template, cache=None)
-            needed = sorted({g for lr in setting.layers for g in (lr.fwd, lr.bwd, lr.selective) if g >= 0})
+            needed = setting.priced_groups()
             for col, j in enumerate(idxs):
                 key = (id(cands), id(setting), cs[col])
                 if key in self._exact_ms:
@@ -350,7 +345,7 @@ def search(cands: Candidates, tasks: Sequence[ModelTask], ev: Evaluator, *, prun
     per_model = np.stack([np.max(np.stack([wb[m][s] for s in usable[m]]), axis=0) if usable[m]
                           else np.zeros(C) for m in range(M)])
     ub1 = per_model.mean(axis=0)  # [C], the same for every HBM option
-    area = np.asarray([cands.area(c) for c in range(C)])
+    area = np.asarray(cands.configs["area_um2"], dtype=np.float64)  # NaN outside the area model
     area_key = np.where(np.isfinite(area), area, np.inf)
     arch = [(c, h) for c in range(C) for h in range(H)]
     # Visit order: best bound first, then the tie-break order of the answer.

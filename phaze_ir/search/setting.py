@@ -71,6 +71,11 @@ class Setting:
     def __post_init__(self) -> None:
         self.units = self.table.units
 
+    def priced_groups(self) -> list[int]:
+        """The groups whose makespans the DP reads (forward, backward, selective recompute; the
+        optimizer step is not in the DP), sorted."""
+        return sorted({g for lr in self.layers for g in (lr.fwd, lr.bwd, lr.selective) if g >= 0})
+
     def group_units(self, g: int) -> tuple[str, ...]:
         return tuple(self.units[r] for r in self.groups[g].rows)
 
@@ -117,23 +122,13 @@ def setting_from_module(module, model: str, micro_batch: int, tp: int) -> Settin
     def group_of(ids: list[int]) -> int:
         if not ids:
             return -1
-        pos = {i: k for k, i in enumerate(ids)}
-        edges = set()
-        for i in ids:
-            for v in graph.ops[i].operands:
-                p = graph.values[v].producer
-                if p in pos:
-                    edges.add((pos[p], pos[i]))
-        g = Group(tuple(rows[i] for i in ids), tuple(sorted(edges)))
+        g = Group(tuple(rows[i] for i in ids), sched.group_edges(graph, ids))
         if g not in index:
             index[g] = len(groups)
             groups.append(g)
         return index[g]
 
-    by_phase: dict[tuple[int, str], list[int]] = {}
-    for i, o in enumerate(graph.ops):
-        phase = o.phase if o.phase in sched.PHASE_GROUPS else "fwd"
-        by_phase.setdefault((layer_of[i], phase), []).append(i)
+    by_phase = sched.phase_groups(graph, layer_of)
     layers = []
     for la, rc, mem in zip(layers_attr, recompute, memory):
         k = la["index"]

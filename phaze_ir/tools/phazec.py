@@ -222,7 +222,6 @@ def _write_json(path: str, data) -> None:
 
 def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
     """The architecture search (no ``--hw``)."""
-    from phaze_ir import driver
     from phaze_ir.ir import print_module
     from phaze_ir.search import report
     from phaze_ir.search.run import run
@@ -235,7 +234,6 @@ def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
         if progress is not None:
             progress.close()
     log("baselines:\n" + baseline_table(data))
-    plans = data.get("plans") or [data]
     st = data["search"]
     log("search: " + f"{st['architectures']:,} architectures x {st['settings']} settings; pruned "
         + ", ".join(f"{v:,} by {k.replace('_', ' ')}" for k, v in st["pruned"].items())
@@ -246,7 +244,6 @@ def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
     if args.report:
         report.write(args.report, data)
         log(f"wrote {args.report}")
-    del plans, driver
     return print_module(module, generic=args.print_op_generic), None
 
 
