@@ -242,6 +242,32 @@ def test_problem_validation():
         Op("gpu", 1.0, 1.0)
 
 
+def test_antichain_enumeration_gives_up_after_its_step_budget():
+    # 30 ops pairwise overlapping except 15 disjoint pairs: the largest antichain has 15 ops, so
+    # there is no 20-antichain, but a plain enumeration walks ~3^15 partial ones (it ran for hours
+    # on BERT-large's forward: 104 vector ops on 64 cores).  Steps are counted, not timed.
+    members = list(range(30))
+    nbrs = {a: {b for b in members if b != a and b != a ^ 1} for a in members}
+    assert S._cliques(members, nbrs, 20, limit=10**9, steps=10_000) is None
+    small = {a: nbrs[a] & set(range(8)) for a in range(8)}
+    assert len(S._cliques(list(range(8)), small, 4, limit=100, steps=10_000)) == 16  # one of each pair
+
+
+def test_max_binaries_returns_the_warm_start_without_building_the_milp():
+    # The partition problem of the time-limit test: the list schedule is not provably optimal,
+    # so the MILP is wanted; above the cap it is not built and the warm start is the answer.
+    rng = random.Random(5)
+    lengths = [rng.randint(50, 150) for _ in range(40)]
+    lengths[0] += sum(lengths) % 2 == 0
+    p = Problem.make([("vector", float(x), float(x)) for x in lengths], [], {"vector": 2})
+    capped = solve(p, max_binaries=100)
+    _valid(p, capped)
+    assert capped.status == "heuristic" and capped.method == "list"
+    assert capped.num_binaries > 100 and capped.makespan == capped.list_makespan
+    full = solve(p, max_binaries=capped.num_binaries, time_limit=0.5)
+    assert full.status != "heuristic" and 0 < full.num_binaries <= capped.num_binaries
+
+
 # ---------------------------------------------------------------------------------------------
 # Cache
 # ---------------------------------------------------------------------------------------------
@@ -288,6 +314,10 @@ def test_cache_reuses_a_result_only_under_its_own_limits():
     assert cache.get(p, time_limit=60.0, node_limit=1) is cut
     assert cache.get(p, time_limit=60.0, node_limit=10) is None
     assert cache.get(p, time_limit=60.0) is None
+    assert cache.get(p, time_limit=60.0, node_limit=1, max_binaries=2000) is None
+    # An entry of another solver revision is not reused either (unless optimal).
+    cache.store(p.canonical(), cut, ScheduleCache.limits(60.0, 0.0, 1, None, revision=S.SOLVER_REVISION - 1))
+    assert cache.get(p, time_limit=60.0, node_limit=1) is None
 
 
 def test_cache_does_not_reuse_a_cut_short_result_for_a_longer_limit():

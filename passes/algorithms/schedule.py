@@ -89,6 +89,13 @@ UNITS = ("tensor", "vector", "network", "none")
 _SCALE = 1000.0  # the list schedule's makespan, in the solver's time unit
 ENERGY_CUTS = 8  # energetic cuts per unit kind in the MILP
 MAX_ANTICHAINS = 20000  # above this many (C+1)-antichains a kind's capacity is a resource flow
+#: Steps of the antichain enumeration before it gives up (and the kind becomes a resource flow):
+#: a near-complete overlap graph without a (C+1)-clique makes it exponential (BERT-large's
+#: forward, 104 vector ops on 64 cores, ran for hours).
+MAX_ANTICHAIN_STEPS = 200_000
+#: Bumped when a change makes :func:`solve` return different schedules for the same problem and
+#: limits: cached entries of another revision are not reused unless proven optimal.
+SOLVER_REVISION = 2
 FLOOR = 1e-5  # durations below FLOOR * UB are raised to it in the MILP (see _floored)
 LOCAL_SEARCH_BASE = 200  # decodes of the warm start's local search: BASE + PER_OP * ops
 LOCAL_SEARCH_PER_OP = 10
@@ -388,12 +395,18 @@ def _bounds(prep: _Prepared) -> tuple[float, float]:
     return cp, (sets[0][0] if sets else 0.0)
 
 
-def _cliques(members: Sequence[int], nbrs: Mapping[int, set[int]], size: int, limit: int) -> list[list[int]] | None:
+def _cliques(members: Sequence[int], nbrs: Mapping[int, set[int]], size: int, limit: int,
+             steps: int = MAX_ANTICHAIN_STEPS) -> list[list[int]] | None:
     """Every set of ``size`` ops among ``members`` that are pairwise neighbours in ``nbrs`` (None
-    when there are more than ``limit``)."""
+    when there are more than ``limit``, or when the enumeration takes more than ``steps`` steps:
+    a count, not the clock, so the answer does not depend on the machine)."""
     out: list[list[int]] = []
+    budget = [steps]
 
     def rec(chosen: list[int], cand: list[int]) -> bool:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
         if len(chosen) == size:
             out.append(list(chosen))
             return len(out) <= limit
@@ -694,7 +707,12 @@ class _Vars:
     flow_kinds: set[str]
 
 
-def _build(prep: _Prepared, ub: float, lb: float, capacity_model: str = "auto") -> tuple[_Model, _Vars]:
+class _TooLarge(Exception):
+    """The MILP would exceed ``max_binaries`` (``args[0]``: its candidate binaries)."""
+
+
+def _build(prep: _Prepared, ub: float, lb: float, capacity_model: str = "auto",
+           max_binaries: int | None = None) -> tuple[_Model, _Vars]:
     scale = _SCALE / ub
     m = len(prep.real)
     mdl = _Model()
@@ -766,9 +784,16 @@ def _build(prep: _Prepared, ub: float, lb: float, capacity_model: str = "auto") 
     def may_overlap(a: int, b: int) -> bool:
         return not prep.comparable(a, b) and max(head[a], head[b]) < min(latest_end[a], latest_end[b]) + eps
 
+    pairs_of = {kd: [(a, b) for ia, a in enumerate(members) for b in members[ia + 1:] if may_overlap(a, b)]
+                for kd, members in by_kind.items()}
+    # The size rule, before anything costly is built: a mode per splittable op and two order
+    # variables per pair of ops of a kind that may overlap (what a disjunctive model needs).
+    candidates = sum(v is not None for v in y) + 2 * sum(len(v) for v in pairs_of.values())
+    if max_binaries is not None and candidates > max_binaries:
+        raise _TooLarge(candidates)
     for kd, members in by_kind.items():
         cap = prep.cap[members[0]]
-        pairs = [(a, b) for ia, a in enumerate(members) for b in members[ia + 1:] if may_overlap(a, b)]
+        pairs = pairs_of[kd]
         if not pairs:
             continue
         if cap == 1:
@@ -781,7 +806,8 @@ def _build(prep: _Prepared, ub: float, lb: float, capacity_model: str = "auto") 
             for a, b in pairs:
                 nbrs[a].add(b)
                 nbrs[b].add(a)
-            cliques = _cliques(members, nbrs, cap + 1, MAX_ANTICHAINS if capacity_model == "auto" else 10**9)
+            cliques = (_cliques(members, nbrs, cap + 1, MAX_ANTICHAINS) if capacity_model == "auto"
+                       else _cliques(members, nbrs, cap + 1, 10**9, steps=10**18))
         if cliques is not None:
             # Antichains: any cap+1 ops that may all overlap hold cap+1 cores at a common instant
             # if no two of them are ordered (intervals that pairwise overlap share a point).
@@ -1055,9 +1081,11 @@ def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: st
     SCIP's time (s); ``gap_limit`` stops it once the relative gap is that small (0: prove
     optimality); ``node_limit`` stops it after that many branch-and-bound nodes (``None``: no
     limit; unlike a time limit, a node limit gives the same answer on a loaded or idle machine,
-    which is what the architecture search needs); ``max_binaries``: a MILP with more binaries is
-    not handed to SCIP, the warm start is the answer (status ``"heuristic"``; its root LP alone can
-    take a minute, a size rule keeps the search's cost bounded and machine-independent);
+    which is what the architecture search needs); ``max_binaries``: a MILP that would need more binaries
+    (a mode per splittable op, two order variables per pair of same-kind ops that may overlap) is
+    not built, the warm start is the answer (status ``"heuristic"``, ``num_binaries`` that count;
+    such a MILP's root LP alone can take a minute: a size rule keeps the search's cost bounded and
+    machine-independent);
     ``seed`` its random seeds; ``backend`` is ``"scip"`` (pyscipopt, warm
     started) or ``"cvxpy"`` (the same model through cvxpy, no warm start).  ``capacity_model``
     (``"auto"``, ``"antichain"``, ``"flow"``) picks how core counts between 2 and the width are
@@ -1087,10 +1115,11 @@ def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: st
     else:
         ms_list, mmd_list, mub = s_list, md_list, ub
     mcp, mwork = _bounds(mprep)
-    mdl, vars_ = _build(mprep, mub, max(mcp, mwork), capacity_model)
+    try:
+        mdl, vars_ = _build(mprep, mub, max(mcp, mwork), capacity_model, max_binaries)
+    except _TooLarge as e:
+        return _result(prep, s_list, md_list, "list", lb, cp, work, ub, t0, "heuristic", nbin=e.args[0])
     nbin = sum(mdl.integer)
-    if max_binaries is not None and nbin > max_binaries:
-        return _result(prep, s_list, md_list, "list", lb, cp, work, ub, t0, "heuristic", nbin=nbin)
     try:
         if backend == "scip":
             warm = _warm_values(mprep, vars_, ms_list, mmd_list, mub)
@@ -1267,8 +1296,9 @@ class ScheduleCache:
     directory keeps them across processes and runs (one JSON file per key, written atomically;
     an interrupted search resumes from it).
 
-    A result is reused only for the solver limits it was computed with (time, gap and node
-    limits), or whatever they are when it is proven optimal: a cached answer is then always the
+    A result is reused only for the solver limits it was computed with (time, gap, node and
+    binaries limits) and by the same :data:`SOLVER_REVISION`, or whatever they are when it is
+    proven optimal: a cached answer is then always the
     answer a fresh solve would give (exactly so when the node limit, not the clock, stops SCIP)."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
@@ -1286,9 +1316,12 @@ class ScheduleCache:
         self.hits = self.misses = 0
 
     @staticmethod
-    def limits(time_limit: float, gap_limit: float, node_limit: int | None, max_binaries: int | None = None) -> tuple:
-        out = (float(time_limit), float(gap_limit), None if node_limit is None else int(node_limit))
-        return out if max_binaries is None else out + (int(max_binaries),)
+    def limits(time_limit: float, gap_limit: float, node_limit: int | None, max_binaries: int | None = None,
+               revision: int = SOLVER_REVISION) -> tuple:
+        """What a cached entry must match to be reused (unless optimal): the limits and the
+        solver's revision."""
+        return (float(time_limit), float(gap_limit), None if node_limit is None else int(node_limit),
+                None if max_binaries is None else int(max_binaries), int(revision))
 
     def _entry(self, key: str) -> tuple[Schedule, tuple] | None:
         entry = self._mem.get(key)
@@ -1300,7 +1333,7 @@ class ScheduleCache:
                         data = json.load(fh)
                     entry = (Schedule.from_json(data["schedule"]),
                              self.limits(data["time_limit"], data["gap_limit"], data.get("node_limit"),
-                                         data.get("max_binaries")))
+                                         data.get("max_binaries"), data.get("revision", 1)))
                 except (OSError, ValueError, KeyError, TypeError):
                     return None  # a torn or foreign file: solve again and overwrite it
                 self._mem[key] = entry
@@ -1325,10 +1358,10 @@ class ScheduleCache:
         if self.directory is not None:
             os.makedirs(self.directory, exist_ok=True)
             tmp = os.path.join(self.directory, f".{key}.{os.getpid()}.tmp")
-            time_limit, gap_limit, node_limit = limits[:3]
+            time_limit, gap_limit, node_limit, max_binaries, revision = limits
             with open(tmp, "w") as fh:
                 json.dump({"time_limit": time_limit, "gap_limit": gap_limit, "node_limit": node_limit,
-                           "max_binaries": limits[3] if len(limits) > 3 else None,
+                           "max_binaries": max_binaries, "revision": revision,
                            "schedule": sched.to_json()}, fh)
             os.replace(tmp, os.path.join(self.directory, key + ".json"))
 
