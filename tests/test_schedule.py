@@ -242,6 +242,21 @@ def test_problem_validation():
         Op("gpu", 1.0, 1.0)
 
 
+def test_rust_warm_start_checks_its_input():
+    from phaze_ir import _phaze_rs
+
+    inst = ([0, 0], [1], [[(1.0, 1)], [(2.0, 1)]], [[], [0]])
+    start, mode, mk = _phaze_rs.best_list_schedule(*inst)
+    assert (start, mode, mk) == ([0.0, 1.0], [0, 0], 3.0)
+    assert _phaze_rs.improve_schedule(*inst, start, mode, mk, 50, 0)[2] == 3.0
+    with pytest.raises(ValueError, match="predecessor"):
+        _phaze_rs.best_list_schedule([0, 0], [1], [[(1.0, 1)], [(2.0, 1)]], [[1], []])
+    with pytest.raises(ValueError, match="mode"):
+        _phaze_rs.improve_schedule(*inst, start, [0, 1], mk, 5, 0)
+    with pytest.raises(ValueError, match="permutation"):
+        _phaze_rs.decode_justified(*inst, [0, 0], [0, 0])
+
+
 def test_antichain_enumeration_gives_up_after_its_step_budget():
     # 30 ops pairwise overlapping except 15 disjoint pairs: the largest antichain has 15 ops, so
     # there is no 20-antichain, but a plain enumeration walks ~3^15 partial ones (it ran for hours

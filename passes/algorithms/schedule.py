@@ -59,7 +59,9 @@ returned schedule uses the true durations and the reported bound is lowered by t
 kind (a portfolio of priority rules: critical path, earliest start, latest start; and of mode
 rules: earliest finish, one core, split, one core while the slack allows), each improved by
 forward-backward justification; then a seeded local search over the op list and the modes
-(:func:`_improve`, a fixed number of decodes: deterministic).  It is the upper bound ``UB``,
+(:func:`_improve`, a fixed number of decodes: deterministic).  These heuristics are in Rust
+(``rust/phaze-sched``, through the extension): a search schedules thousands of layers, and in
+Python this local search was most of their time.  It is the upper bound ``UB``,
 the incumbent handed to SCIP and the fallback.  When it meets the lower bound no MILP is built.
 
 **Result.**  Only the discrete choices of SCIP's solution are kept (``y`` and ``x``): start times
@@ -72,13 +74,11 @@ deterministic unless a time limit cuts a solve short (fixed seeds).
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import heapq
 import json
 import math
 import os
-import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -95,7 +95,7 @@ MAX_ANTICHAINS = 20000  # above this many (C+1)-antichains a kind's capacity is 
 MAX_ANTICHAIN_STEPS = 200_000
 #: Bumped when a change makes :func:`solve` return different schedules for the same problem and
 #: limits: cached entries of another revision are not reused unless proven optimal.
-SOLVER_REVISION = 2
+SOLVER_REVISION = 3
 FLOOR = 1e-5  # durations below FLOOR * UB are raised to it in the MILP (see _floored)
 LOCAL_SEARCH_BASE = 200  # decodes of the warm start's local search: BASE + PER_OP * ops
 LOCAL_SEARCH_PER_OP = 10
@@ -428,96 +428,48 @@ def _cliques(members: Sequence[int], nbrs: Mapping[int, set[int]], size: int, li
 # ---------------------------------------------------------------------------------------------
 
 
-class _Profile:
-    """Cores in use over time on one unit kind: breakpoints ``times`` and the usage from each
-    breakpoint to the next (the last segment runs to infinity)."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.times = [0.0]
-        self.usage = [0]
-
-    def earliest(self, est: float, dur: float, demand: int) -> float:
-        """The earliest start at or after ``est`` where ``demand`` cores are free for ``dur``."""
-        times, usage = self.times, self.usage
-        i = bisect.bisect_right(times, est) - 1
-        t = est
-        while True:
-            seg_end = times[i + 1] if i + 1 < len(times) else math.inf
-            if usage[i] + demand > self.cap:
-                t = seg_end
-            elif seg_end >= t + dur:
-                return t
-            i += 1
-
-    def _cut(self, t: float) -> int:
-        i = bisect.bisect_right(self.times, t) - 1
-        if self.times[i] == t:
-            return i
-        self.times.insert(i + 1, t)
-        self.usage.insert(i + 1, self.usage[i])
-        return i + 1
-
-    def add(self, start: float, dur: float, demand: int) -> None:
-        a = self._cut(start)
-        b = self._cut(start + dur)
-        for i in range(a, b):
-            self.usage[i] += demand
+def _rs_instance(prep: _Prepared) -> tuple[list[int], list[int], list[list[tuple[float, int]]], list[list[int]]]:
+    """``prep`` as the Rust warm start's instance: kind indices, cores per kind, modes, preds."""
+    kinds = sorted(set(prep.kind))
+    index = {k: i for i, k in enumerate(kinds)}
+    caps = [0] * len(kinds)
+    for kd, c in zip(prep.kind, prep.cap):
+        caps[index[kd]] = c
+    return [index[kd] for kd in prep.kind], caps, prep.modes, prep.preds
 
 
-def _list_schedule_real(prep: _Prepared, rule: str, priority: str = "cp",
-                        ub: float = math.inf) -> tuple[list[float], list[int]]:
-    """Serial schedule generation with insertion over the real ops: the eligible op of highest
-    priority goes next, at the earliest time its cores are free for it (gaps left earlier are
-    used).  ``priority``: ``"cp"`` (longest remaining critical path), ``"es"`` (earliest possible
-    start), ``"lst"`` (latest start on one core given the makespan ``ub``).  ``rule`` picks the
-    mode: ``"best"`` (the one that finishes first), ``"one"`` (never split), ``"split"`` (always
-    split when splitting is faster), ``"slack"`` (one core when that still finishes by the op's
-    latest finish ``ub − tail``, else the one that finishes first).  The usage profile per kind
-    keeps every capacity (a split op holds all cores); interval graphs being perfect, ops holding
-    one core each can then be given concrete cores."""
-    m = len(prep.real)
-    if priority == "cp":
-        prio = [-(prep.pmin[k] + prep.tail[k]) for k in range(m)]
-    elif priority == "es":
-        prio = list(prep.head)
-    else:
-        prio = [-(prep.modes[k][0][0] + prep.tail[k]) for k in range(m)]
-    succs: list[list[int]] = [[] for _ in range(m)]
-    npred = [len(p) for p in prep.preds]
-    for k in range(m):
-        for p in prep.preds[k]:
-            succs[p].append(k)
-    profiles: dict[str, _Profile] = {}
-    for k in range(m):
-        profiles.setdefault(prep.kind[k], _Profile(prep.cap[k]))
-    start = [0.0] * m
-    mode = [0] * m
-    finish = [0.0] * m
-    ready = [(prio[k], k) for k in range(m) if npred[k] == 0]
-    heapq.heapify(ready)
-    while ready:
-        _, k = heapq.heappop(ready)
-        est = max((finish[p] for p in prep.preds[k]), default=0.0)
-        prof = profiles[prep.kind[k]]
-        options = []
-        for mi, (dur, held) in enumerate(prep.modes[k]):
-            s = prof.earliest(est, dur, held)
-            options.append((s + dur, held, mi, s))
-        if rule == "one":
-            options = options[:1]
-        elif rule == "split" and len(options) > 1:
-            options = options[1:]
-        elif rule == "slack" and len(options) > 1 and options[0][0] <= ub - prep.tail[k]:
-            options = options[:1]
-        f, held, mi, s = min(options)
-        start[k], mode[k], finish[k] = s, mi, f
-        prof.add(s, prep.modes[k][mi][0], held)
-        for q in succs[k]:
-            npred[q] -= 1
-            if npred[q] == 0:
-                heapq.heappush(ready, (prio[q], q))
-    return start, mode
+def _best_list(prep: _Prepared) -> tuple[list[float], list[int], float]:
+    """The best of a portfolio of list schedules (serial generation with insertion; priority
+    rules critical path, earliest start, latest start × mode rules earliest finish, one core,
+    split, one core while the slack allows), each improved by forward-backward justification
+    (``phaze-sched``'s ``best_list``, through the Rust extension)."""
+    from phaze_ir import _phaze_rs
+
+    if not prep.real:
+        return [], [], 0.0
+    return _phaze_rs.best_list_schedule(*_rs_instance(prep))
+
+
+def _improve(prep: _Prepared, start: list[float], mode: list[int], mk: float, iterations: int,
+             seed: int) -> tuple[list[float], list[int], float]:
+    """Local search on a schedule (``phaze-sched``'s ``improve``): move one op (and, sometimes,
+    flip its mode) to a random place of the op list allowed by precedence, decode by serial
+    generation with insertion and justification, keep the result when it is not worse.
+    ``iterations`` decodes, seeded: deterministic."""
+    from phaze_ir import _phaze_rs
+
+    if len(prep.real) < 2 or iterations <= 0:
+        return start, mode, mk
+    return _phaze_rs.improve_schedule(*_rs_instance(prep), start, mode, mk, iterations, seed)
+
+
+def _decode_justified(prep: _Prepared, order: Sequence[int], mode: Sequence[int]) -> tuple[list[float], float]:
+    """An op list (precedence-feasible) decoded with fixed modes, then justified."""
+    from phaze_ir import _phaze_rs
+
+    if not prep.real:
+        return [], 0.0
+    return _phaze_rs.decode_justified(*_rs_instance(prep), list(order), list(mode))
 
 
 def _full_schedule(prep: _Prepared, start_r: Sequence[float], mode_r: Sequence[int]) -> tuple[list[float], list[float], list[int], list[bool]]:
@@ -545,106 +497,10 @@ def _full_schedule(prep: _Prepared, start_r: Sequence[float], mode_r: Sequence[i
 
 
 def list_schedule(problem: Problem) -> Schedule:
-    """The best of the list schedules (see :func:`_list_schedule_real`), as a :class:`Schedule`
+    """The best of the list schedules (see :func:`_best_list`), as a :class:`Schedule`
     with status ``"heuristic"`` (``"optimal"`` when it meets the lower bound)."""
     prep = _prepare(problem)
     return _list_result(prep, time.perf_counter())
-
-
-def _sgs_fixed(prep: _Prepared, order: Sequence[int], mode: Sequence[int], backward: bool) -> list[float]:
-    """Serial schedule generation with insertion for a fixed op order and modes; ``backward``
-    schedules the mirrored problem (successors first, as late as possible) and returns the
-    mirrored start times (``T − finish``, before any shift)."""
-    m = len(prep.real)
-    profiles: dict[str, _Profile] = {}
-    for k in range(m):
-        profiles.setdefault(prep.kind[k], _Profile(prep.cap[k]))
-    if backward:
-        deps: list[list[int]] = [[] for _ in range(m)]
-        for k in range(m):
-            for p in prep.preds[k]:
-                deps[p].append(k)
-    else:
-        deps = prep.preds
-    start = [0.0] * m
-    finish = [0.0] * m
-    for k in order:
-        dur, held = prep.modes[k][mode[k]]
-        est = max((finish[p] for p in deps[k]), default=0.0)
-        s_ = profiles[prep.kind[k]].earliest(est, dur, held)
-        profiles[prep.kind[k]].add(s_, dur, held)
-        start[k], finish[k] = s_, s_ + dur
-    return start
-
-
-def _justify(prep: _Prepared, start: list[float], mode: list[int], rounds: int = 4) -> tuple[list[float], float]:
-    """Forward-backward improvement (double justification, Valls et al., EJOR 2005): shift every
-    op as late as possible in order of decreasing finish, then as early as possible in order of
-    increasing start; repeat while the makespan shrinks.  Modes stay as they are."""
-    m = len(prep.real)
-    dur = [prep.modes[k][mode[k]][0] for k in range(m)]
-    mk = max((start[k] + dur[k] for k in range(m)), default=0.0)
-    for _ in range(rounds):
-        order_b = sorted(range(m), key=lambda k: (-(start[k] + dur[k]), -k))
-        rs = _sgs_fixed(prep, order_b, mode, backward=True)
-        # mirrored: op k occupies [rs_k, rs_k + dur_k) in reversed time
-        order_f = sorted(range(m), key=lambda k: (-(rs[k] + dur[k]), k))
-        new = _sgs_fixed(prep, order_f, mode, backward=False)
-        new_mk = max((new[k] + dur[k] for k in range(m)), default=0.0)
-        if new_mk < mk * (1 - 1e-12):
-            start, mk = new, new_mk
-        else:
-            break
-    return start, mk
-
-
-def _best_list(prep: _Prepared) -> tuple[list[float], list[int], float]:
-    """The best of a small portfolio of list schedules (priority rule × mode rule), each
-    improved by justification."""
-    best = None
-    for priority in ("cp", "es", "lst"):
-        for rule in ("best", "one", "split", "slack"):
-            ub = best[2] if best is not None else math.inf
-            s, md = _list_schedule_real(prep, rule, priority, ub)
-            s, mk = _justify(prep, s, md)
-            if best is None or mk < best[2] - 1e-15 * max(1.0, mk):
-                best = (s, md, mk)
-    return best  # type: ignore[return-value]
-
-
-def _improve(prep: _Prepared, start: list[float], mode: list[int], mk: float, iterations: int,
-             seed: int) -> tuple[list[float], list[int], float]:
-    """Local search on the list schedule: move one op (and, sometimes, flip its mode) to a random
-    place of the op list allowed by precedence, decode the list by serial generation with
-    insertion and justification, keep the result when it is not worse (plateaus are walked).
-    ``iterations`` decodes, seeded: deterministic."""
-    m = len(prep.real)
-    if m < 2 or iterations <= 0:
-        return start, mode, mk
-    succs: list[list[int]] = [[] for _ in range(m)]
-    for k in range(m):
-        for q in prep.preds[k]:
-            succs[q].append(k)
-    rng = random.Random(seed)
-    order = sorted(range(m), key=lambda k: (start[k], k))
-    best_s, best_m, best = list(start), list(mode), mk
-    for _ in range(iterations):
-        k = rng.randrange(m)
-        trial_mode = list(best_m)
-        if len(prep.modes[k]) > 1 and rng.random() < 0.3:
-            trial_mode[k] = 1 - trial_mode[k]
-        trial = list(order)
-        trial.remove(k)
-        where = {q: i for i, q in enumerate(trial)}
-        lo = max((where[q] + 1 for q in prep.preds[k]), default=0)
-        hi = min((where[q] for q in succs[k]), default=len(trial))
-        trial.insert(rng.randint(lo, hi), k)
-        st = _sgs_fixed(prep, trial, trial_mode, backward=False)
-        st, t_mk = _justify(prep, st, trial_mode, rounds=2)
-        if t_mk <= best * (1 + 1e-12):
-            best_s, best_m, best = st, trial_mode, t_mk
-            order = sorted(range(m), key=lambda q: (st[q], q))
-    return best_s, best_m, best
 
 
 def _list_result(prep: _Prepared, t0: float) -> Schedule:
@@ -1110,7 +966,7 @@ def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: st
     if raised:
         # The improved schedule's op order and modes, decoded with the floored durations.
         order = sorted(range(len(prep.real)), key=lambda k: (s_list[k], k))
-        ms_list, mub = _justify(mprep, _sgs_fixed(mprep, order, md_list, backward=False), list(md_list))
+        ms_list, mub = _decode_justified(mprep, order, md_list)
         mmd_list = list(md_list)
     else:
         ms_list, mmd_list, mub = s_list, md_list, ub

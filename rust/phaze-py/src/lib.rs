@@ -4,6 +4,7 @@
 //! live in their own crates (plain Rust, `cargo test`ed without Python).
 use pyo3::prelude::*;
 mod placement;
+mod schedule;
 
 /// Version of the Rust extension; lets Python check that the `.so` it loaded
 /// matches the package it came with.
@@ -16,5 +17,6 @@ fn version() -> &'static str {
 fn _phaze_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     placement::register(m)?;
+    schedule::register(m)?;
     Ok(())
 }
