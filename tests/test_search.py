@@ -145,3 +145,8 @@ def test_search_errors_are_one_line(tmp_path):
     assert r.returncode == 1 and "several models need the architecture search" in r.stderr
     r = run_tool("phazec", TINY, "-j", "0", "--no-cache", "--space", SMALL)
     assert r.returncode == 1 and "-j 0" in r.stderr
+    # A placement no chip can take says which constraint binds (DP 3 does not divide 64 / 8).
+    r = run_tool("phazec", TINY, "--space", TINY_SPACE, *COMMON, "--placement", "expert:1,3,1", "--no-cache",
+                 "--no-baselines", "-q", "-o", str(tmp_path / "x.mlir"))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "no chip of the space fits" in r.stderr and "not divisible by b·d = 8·3" in r.stderr

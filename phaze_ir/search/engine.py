@@ -250,6 +250,22 @@ class Evaluator:
         self.timers["dp_bound"] += time.perf_counter() - t0
         return np.asarray([self._dp_memo[k] for k in keys])
 
+    def why_not(self, cands: Candidates, task: ModelTask) -> str:
+        """Why no setting of ``task`` fits on ``cands`` ('' when one does on its first chip): the
+        DP's binding constraint at each setting, on the first chip with the largest HBM.  Memory,
+        batch and device constraints do not depend on the chip's speed, so the bound times give
+        the same reasons as exact ones."""
+        reasons: dict[str, list[str]] = {}
+        for s in task.usable():
+            setting = task.settings[s]
+            lb = self.lower_bounds(cands, setting)[:, 0]
+            r = self.place([self.problem(cands, setting, lb, max(cands.hbm))], task.fixed)[0]
+            if r.get("feasible"):
+                return ""
+            msg = pl.binding_message(r) or "infeasible"
+            reasons.setdefault(msg, []).append(f"b {setting.micro_batch} TP {setting.tp}")
+        return "; ".join(f"{', '.join(where)}: {msg}" for msg, where in reasons.items())
+
     # -- exact ------------------------------------------------------------------------------------
 
     def makespans(self, cands: Candidates, jobs: Sequence[tuple[Setting, int]]) -> list[np.ndarray]:

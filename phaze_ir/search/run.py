@@ -121,6 +121,18 @@ def _baseline_record(name: str, res: E.Result | None, cands: E.Candidates | None
     return rec
 
 
+def _why_not(res: E.Result, ev: E.Evaluator, cands: E.Candidates, tasks) -> str:
+    """'' when ``res`` found a chip; else why the first model that fits nowhere does not fit
+    (on the largest HBM; "no placement fits" when the DP gives no reason)."""
+    if res.best is not None:
+        return ""
+    for t in tasks:
+        why = ev.why_not(cands, t)
+        if why:
+            return (f"{t.name}: " if len(tasks) > 1 else "") + why
+    return "no placement fits"
+
+
 def _memory_breakdown(module) -> list[dict[str, int]]:
     """Per stage of the module's plan: parameters, gradients, optimizer state, stashed
     activations, workspace (bytes; they add up to the stage's ``memory_bytes``)."""
@@ -198,17 +210,20 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
             if all(experts):
                 exp_tasks = tasks_for(experts)
                 res = E.search(chip_cands, exp_tasks, ev, progress=progress, label="tpuv4+expert")
-                baselines["tpuv4+expert"] = _baseline_record("tpuv4+expert", res, chip_cands, exp_tasks)
+                baselines["tpuv4+expert"] = _baseline_record("tpuv4+expert", res, chip_cands, exp_tasks,
+                                                             _why_not(res, ev, chip_cands, exp_tasks))
             else:
                 missing = ", ".join(n for n, x in zip(names, experts) if not x)
                 for b in ("tpuv4+expert", "decoupled"):
                     baselines[b] = _baseline_record(b, None, None, [], f"no expert placement known for {missing}")
             ph_tasks = tasks_for([None] * len(names))
             res = E.search(chip_cands, ph_tasks, ev, progress=progress, label="tpuv4+phaze")
-            baselines["tpuv4+phaze"] = _baseline_record("tpuv4+phaze", res, chip_cands, ph_tasks)
+            baselines["tpuv4+phaze"] = _baseline_record("tpuv4+phaze", res, chip_cands, ph_tasks,
+                                                        _why_not(res, ev, chip_cands, ph_tasks))
             if all(experts):
                 res = E.search(cands, exp_tasks, ev, prune=sopts.prune, progress=progress, label="decoupled")
-                baselines["decoupled"] = _baseline_record("decoupled", res, cands, exp_tasks)
+                baselines["decoupled"] = _baseline_record("decoupled", res, cands, exp_tasks,
+                                                          _why_not(res, ev, cands, exp_tasks))
         walls["baselines"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -220,8 +235,8 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
                 own.append(E.search(cands, [t], ev, prune=sopts.prune, progress=progress, label=f"{t.name} alone"))
         walls["search"] = time.perf_counter() - t0
     if result.best is None:
-        raise PhazeError("no chip of the space fits a placement of "
-                         + ", ".join(names) + f" on {opts.devices} devices (memory or batch constraints)")
+        raise PhazeError("no chip of the space fits a placement of " + ", ".join(names)
+                         + f" on {opts.devices} devices: {_why_not(result, ev, cands, tasks)}")
     best = result.best
     baselines["co-optimized"] = _baseline_record("co-optimized", result, cands, tasks)
     for name in BASELINES:
