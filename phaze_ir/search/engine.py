@@ -252,19 +252,21 @@ class Evaluator:
 
     def why_not(self, cands: Candidates, task: ModelTask) -> str:
         """Why no setting of ``task`` fits on ``cands`` ('' when one does on its first chip): the
-        DP's binding constraint at each setting, on the first chip with the largest HBM.  Memory,
-        batch and device constraints do not depend on the chip's speed, so the bound times give
-        the same reasons as exact ones."""
-        reasons: dict[str, list[str]] = {}
+        DP's binding constraint at the first setting (the others are named), on the first chip
+        with the largest HBM.  Memory, batch and device constraints do not depend on the chip's
+        speed, so the bound times give the same reasons as exact ones."""
+        failed: list[tuple[str, str]] = []
         for s in task.usable():
             setting = task.settings[s]
             lb = self.lower_bounds(cands, setting)[:, 0]
             r = self.place([self.problem(cands, setting, lb, max(cands.hbm))], task.fixed)[0]
             if r.get("feasible"):
                 return ""
-            msg = pl.binding_message(r) or "infeasible"
-            reasons.setdefault(msg, []).append(f"b {setting.micro_batch} TP {setting.tp}")
-        return "; ".join(f"{', '.join(where)}: {msg}" for msg, where in reasons.items())
+            failed.append((f"b {setting.micro_batch} TP {setting.tp}", pl.binding_message(r) or "infeasible"))
+        if not failed:
+            return ""
+        (where, msg), rest = failed[0], [w for w, _ in failed[1:]]
+        return f"{where}: {msg}" + (f" (nothing fits at {', '.join(rest)} either)" if rest else "")
 
     # -- exact ------------------------------------------------------------------------------------
 
