@@ -7,16 +7,14 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
-from xdsl.passes import ModulePass
 
 from passes.algorithms import schedule as sched
 from passes.algorithms.memory import STATE_BYTES_PER_ELEMENT, layer_memory
 from passes.algorithms.recompute import analyze_recompute
 from passes.schedule_ops import (
     LAYER_SCHEDULE_ATTR,
-    check_limits,
+    SolverOptions,
     core_counts,
-    node_limit_of,
     read_latencies,
     read_layers,
 )
@@ -58,7 +56,7 @@ def static_costs(module: ModuleOp, optimizer: str, pass_name: str):
 
 
 @dataclass(frozen=True)
-class InsertRecomputePass(ModulePass):
+class InsertRecomputePass(SolverOptions):
     """Price activation recomputation per layer (``passes/algorithms/recompute.py``) and the
     layers' memory (``passes/algorithms/memory.py``).
 
@@ -79,17 +77,12 @@ class InsertRecomputePass(ModulePass):
 
     name = "phaze-insert-recompute"
     optimizer: str = ""
-    time_limit: float | int = 10.0
-    seed: int = 0
-    gap_limit: float | int = 0.0
-    node_limit: int = 0
-    max_binaries: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.optimizer not in ("",) + tuple(STATE_BYTES_PER_ELEMENT):
             raise PhazeError(f"{self.name}: optimizer={self.optimizer}: expected one of "
                              f"{', '.join(STATE_BYTES_PER_ELEMENT)} (or nothing: read the optimizer updates)")
-        check_limits(self.name, self.time_limit, self.gap_limit, self.node_limit)
+        limits = self.solver_limits()
         records = op.attributes.get(LAYER_SCHEDULE_ATTR)
         if not isinstance(records, ArrayAttr) or not all(isinstance(r, LayerScheduleAttr) for r in records.data):
             raise PhazeError(f"{self.name} requires '{LAYER_SCHEDULE_ATTR}' on the module; run phaze-schedule-ops first")
@@ -106,10 +99,7 @@ class InsertRecomputePass(ModulePass):
         for rc in recompute:
             if rc.selective_ops:
                 problem = sched.group_problem(graph, rc.selective_ops, latency, cores)
-                selective_s.append(sched.DEFAULT_CACHE.solve(
-                    problem, self.time_limit, self.seed, gap_limit=self.gap_limit,
-                    node_limit=node_limit_of(self.node_limit),
-                    max_binaries=node_limit_of(self.max_binaries)).makespan)
+                selective_s.append(sched.DEFAULT_CACHE.solve(problem, **limits).makespan)
             else:
                 selective_s.append(0.0)
 

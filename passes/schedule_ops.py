@@ -48,37 +48,53 @@ def read_layers(ops: list[Operation], pass_name: str) -> list[int]:
     return out
 
 
-def node_limit_of(node_limit: int) -> int | None:
-    """The pass option (0: no limit) as :func:`passes.algorithms.schedule.solve` takes it."""
-    return node_limit if node_limit > 0 else None
-
-
-def check_limits(pass_name: str, time_limit: float, gap_limit: float, node_limit: int = 0) -> None:
+def solver_limits(pass_name: str, time_limit: float, seed: int, gap_limit: float = 0.0, node_limit: int = 0,
+                  max_binaries: int = 0) -> dict:
+    """The pass options, checked, as :func:`passes.algorithms.schedule.solve` takes them (a
+    node or binaries limit of 0, no limit, becomes None)."""
     if node_limit < 0:
         raise PhazeError(f"{pass_name}: node_limit={node_limit}: expected a number of nodes >= 0 (0: no limit)")
     if not time_limit > 0:
         raise PhazeError(f"{pass_name}: time_limit={time_limit}: expected a positive number of seconds")
     if not 0 <= gap_limit < 1:
         raise PhazeError(f"{pass_name}: gap_limit={gap_limit}: expected a relative gap in [0, 1)")
+    return {"time_limit": time_limit, "seed": seed, "gap_limit": gap_limit,
+            "node_limit": node_limit if node_limit > 0 else None,
+            "max_binaries": max_binaries if max_binaries > 0 else None}
 
 
 def scheduled_layers(module: ModuleOp, pass_name: str, time_limit: float, seed: int, gap_limit: float = 0.0,
                      node_limit: int = 0, max_binaries: int = 0):
     """The step's graph and ops, and the schedules of its layers (see ``schedule_layers``)."""
-    check_limits(pass_name, time_limit, gap_limit, node_limit)
+    limits = solver_limits(pass_name, time_limit, seed, gap_limit, node_limit, max_binaries)
     fn = step_function(module)
     graph, ops = build_graph(fn)
     cores = core_counts(module, pass_name)
     latency = read_latencies(ops, pass_name)
     layer_of = read_layers(ops, pass_name)
-    layers = sched.schedule_layers(graph, layer_of, latency, cores, time_limit=time_limit, seed=seed,
-                                   gap_limit=gap_limit, node_limit=node_limit_of(node_limit),
-                                   max_binaries=node_limit_of(max_binaries))
+    layers = sched.schedule_layers(graph, layer_of, latency, cores, **limits)
     return graph, ops, layer_of, latency, cores, layers
 
 
 @dataclass(frozen=True)
-class ScheduleOpsPass(ModulePass):
+class SolverOptions(ModulePass):
+    """The layer-schedule solver's options, shared by the passes that schedule layers
+    (``phaze-schedule-ops``, ``phaze-insert-recompute``; see the former for their meaning)."""
+
+    time_limit: float | int = 10.0
+    seed: int = 0
+    gap_limit: float | int = 0.0
+    node_limit: int = 0
+    max_binaries: int = 0
+
+    def solver_limits(self) -> dict:
+        """These options, checked, as keyword arguments of the solver (see :func:`solver_limits`)."""
+        return solver_limits(self.name, self.time_limit, self.seed, self.gap_limit, self.node_limit,
+                             self.max_binaries)
+
+
+@dataclass(frozen=True)
+class ScheduleOpsPass(SolverOptions):
     """Minimize the makespan of each layer's forward, backward and optimizer ops on the
     module's accelerator (``passes/algorithms/schedule.py``: a MILP solved by SCIP, warm started
     from a list schedule; each op on one core or split over all cores of its unit; ops the
@@ -100,11 +116,6 @@ class ScheduleOpsPass(ModulePass):
     """
 
     name = "phaze-schedule-ops"
-    time_limit: float | int = 10.0
-    seed: int = 0
-    gap_limit: float | int = 0.0
-    node_limit: int = 0
-    max_binaries: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         _, ops, _, _, _, layers = scheduled_layers(op, self.name, self.time_limit, self.seed, self.gap_limit,

@@ -19,7 +19,7 @@ also what the search's on-disk cache keeps per (model, micro-batch, TP).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -41,18 +41,14 @@ class Group:
 @dataclass
 class LayerRef:
     """One layer: the groups of its forward, backward, optimizer ops and of its selective
-    recompute (-1 when it has none), and its accelerator-independent numbers."""
+    recompute (-1 when it has none), and what the DP needs of it that no accelerator changes
+    (``numbers``, its times left at 0: :meth:`Setting.layer_numbers` fills them in)."""
 
     fwd: int
     bwd: int
     opt: int
     selective: int
-    saved_bytes: tuple[int, int, int]
-    param_bytes: int
-    grad_bytes: int
-    optimizer_bytes: int
-    workspace_bytes: int
-    boundary_bytes: int
+    numbers: LayerNumbers
 
 
 @dataclass
@@ -94,11 +90,8 @@ class Setting:
         for lr in self.layers:
             fwd = float(makespan[lr.fwd]) if lr.fwd >= 0 else 0.0
             sel = float(makespan[lr.selective]) if lr.selective >= 0 else 0.0
-            out.append(LayerNumbers(
-                fwd_s=fwd, bwd_s=float(makespan[lr.bwd]) if lr.bwd >= 0 else 0.0,
-                recompute_s=(0.0, sel, fwd), saved_bytes=lr.saved_bytes, param_bytes=lr.param_bytes,
-                grad_bytes=lr.grad_bytes, optimizer_bytes=lr.optimizer_bytes,
-                workspace_bytes=lr.workspace_bytes, boundary_bytes=lr.boundary_bytes))
+            bwd = float(makespan[lr.bwd]) if lr.bwd >= 0 else 0.0
+            out.append(replace(lr.numbers, fwd_s=fwd, bwd_s=bwd, recompute_s=(0.0, sel, fwd)))
         return out
 
 
@@ -135,9 +128,11 @@ def setting_from_module(module, model: str, micro_batch: int, tp: int) -> Settin
         layers.append(LayerRef(
             fwd=group_of(by_phase.get((k, "fwd"), [])), bwd=group_of(by_phase.get((k, "bwd"), [])),
             opt=group_of(by_phase.get((k, "opt"), [])), selective=group_of(rc.selective_ops),
-            saved_bytes=(rc.none_bytes, rc.selective_bytes, rc.full_bytes),
-            param_bytes=mem.param_bytes, grad_bytes=mem.grad_bytes, optimizer_bytes=mem.optimizer_bytes,
-            workspace_bytes=mem.record()["workspace_bytes"], boundary_bytes=la["boundary_bytes"]))
+            numbers=LayerNumbers(
+                fwd_s=0.0, bwd_s=0.0, recompute_s=(0.0, 0.0, 0.0),
+                saved_bytes=(rc.none_bytes, rc.selective_bytes, rc.full_bytes),
+                param_bytes=mem.param_bytes, grad_bytes=mem.grad_bytes, optimizer_bytes=mem.optimizer_bytes,
+                workspace_bytes=mem.record()["workspace_bytes"], boundary_bytes=la["boundary_bytes"])))
     return Setting(model, micro_batch, tp, table, groups, layers)
 
 

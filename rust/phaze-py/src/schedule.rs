@@ -36,6 +36,18 @@ fn check_len(what: &str, got: usize, want: usize) -> PyResult<()> {
     Ok(())
 }
 
+/// Every op's mode exists (one per op, checked by the caller).
+fn check_modes(inst: &Instance, mode: &[usize]) -> PyResult<()> {
+    match (0..mode.len()).find(|&k| mode[k] >= inst.modes[k].len()) {
+        Some(k) => Err(PyValueError::new_err(format!(
+            "op {k}: mode {} of {}",
+            mode[k],
+            inst.modes[k].len()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// The best list schedule of the portfolio (priority rule × mode rule), justified:
 /// `(start, mode, makespan)`.
 #[pyfunction]
@@ -70,13 +82,7 @@ fn improve_schedule(
     let inst = instance(kind, caps, modes, preds)?;
     check_len("start", start.len(), inst.kind.len())?;
     check_len("mode", mode.len(), inst.kind.len())?;
-    if let Some(k) = (0..mode.len()).find(|&k| mode[k] >= inst.modes[k].len()) {
-        return Err(PyValueError::new_err(format!(
-            "op {k}: mode {} of {}",
-            mode[k],
-            inst.modes[k].len()
-        )));
-    }
+    check_modes(&inst, &mode)?;
     let s = py.detach(|| {
         phaze_sched::improve(
             &inst,
@@ -114,13 +120,7 @@ fn decode_justified(
         }
         seen[k] = true;
     }
-    if let Some(k) = (0..mode.len()).find(|&k| mode[k] >= inst.modes[k].len()) {
-        return Err(PyValueError::new_err(format!(
-            "op {k}: mode {} of {}",
-            mode[k],
-            inst.modes[k].len()
-        )));
-    }
+    check_modes(&inst, &mode)?;
     Ok(py.detach(|| {
         let st = phaze_sched::decode(&inst, &order, &mode);
         phaze_sched::justify(&inst, st, &mode, 4)

@@ -120,7 +120,8 @@ impl Instance {
         (head, tail)
     }
 
-    fn makespan(&self, start: &[f64], mode: &[usize]) -> f64 {
+    /// The makespan of start times `start` in modes `mode`.
+    pub fn makespan(&self, start: &[f64], mode: &[usize]) -> f64 {
         (0..self.len())
             .map(|k| start[k] + self.dur(k, mode[k]))
             .fold(0.0, f64::max)
@@ -200,6 +201,15 @@ pub enum Priority {
     LatestStart,
 }
 
+impl Priority {
+    /// Every rule, in the order [`best_list`] tries them.
+    pub const ALL: [Priority; 3] = [
+        Priority::CriticalPath,
+        Priority::EarliestStart,
+        Priority::LatestStart,
+    ];
+}
+
 /// Mode rules of [`list_schedule`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModeRule {
@@ -211,6 +221,16 @@ pub enum ModeRule {
     Split,
     /// One core when that still finishes by the op's latest finish (`ub − tail`), else `Best`.
     Slack,
+}
+
+impl ModeRule {
+    /// Every rule, in the order [`best_list`] tries them.
+    pub const ALL: [ModeRule; 4] = [
+        ModeRule::Best,
+        ModeRule::One,
+        ModeRule::Split,
+        ModeRule::Slack,
+    ];
 }
 
 /// `(key, op)` ordered by key then op, smallest first out of a [`BinaryHeap`].
@@ -381,17 +401,8 @@ pub fn justify(inst: &Instance, start: Vec<f64>, mode: &[usize], rounds: usize) 
 pub fn best_list(inst: &Instance) -> Schedule {
     let succs = inst.succs();
     let mut best: Option<Schedule> = None;
-    for priority in [
-        Priority::CriticalPath,
-        Priority::EarliestStart,
-        Priority::LatestStart,
-    ] {
-        for rule in [
-            ModeRule::Best,
-            ModeRule::One,
-            ModeRule::Split,
-            ModeRule::Slack,
-        ] {
+    for priority in Priority::ALL {
+        for rule in ModeRule::ALL {
             let ub = best.as_ref().map_or(f64::INFINITY, |b| b.makespan);
             let (s, md) = list_schedule(inst, rule, priority, ub);
             let (s, mk) = justify_with(inst, &succs, s, &md, 4);

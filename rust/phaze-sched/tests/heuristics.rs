@@ -96,21 +96,10 @@ fn heuristics_are_valid_monotone_and_deterministic() {
     for seed in 0..60 {
         let inst = random_instance(seed, 5 + (seed as usize % 40));
         inst.validate().unwrap();
-        for pr in [
-            Priority::CriticalPath,
-            Priority::EarliestStart,
-            Priority::LatestStart,
-        ] {
-            for rule in [
-                ModeRule::Best,
-                ModeRule::One,
-                ModeRule::Split,
-                ModeRule::Slack,
-            ] {
+        for pr in Priority::ALL {
+            for rule in ModeRule::ALL {
                 let (st, md) = list_schedule(&inst, rule, pr, 50.0);
-                let mk = (0..st.len())
-                    .map(|k| st[k] + inst.modes[k][md[k]].0)
-                    .fold(0.0, f64::max);
+                let mk = inst.makespan(&st, &md);
                 let (js, jmk) = justify(&inst, st.clone(), &md, 4);
                 assert!(jmk <= mk);
                 check(
@@ -134,9 +123,7 @@ fn heuristics_are_valid_monotone_and_deterministic() {
         let mut order: Vec<usize> = (0..inst.kind.len()).collect();
         order.sort_by(|&a, &c| i1.start[a].total_cmp(&i1.start[c]).then(a.cmp(&c)));
         let again = decode(&inst, &order, &i1.mode);
-        let mk = (0..again.len())
-            .map(|k| again[k] + inst.modes[k][i1.mode[k]].0)
-            .fold(0.0, f64::max);
+        let mk = inst.makespan(&again, &i1.mode);
         assert!(
             mk <= i1.makespan * (1.0 + 1e-12),
             "decoding a schedule's own order never makes it later"
