@@ -51,13 +51,19 @@ def main() -> None:
     t_acc = time.perf_counter() - t0
 
     print(f"paper space: {len(space):,} of {space.num_candidates:,} candidates")
-    print(f"generate:    best {min(times) * 1e3:.2f} ms, median {statistics.median(times) * 1e3:.2f} ms "
-          f"({args.repeat} runs)")
-    print(f"memory:      configs array {space.configs.nbytes / 2**20:.2f} MiB "
-          f"({space.configs.itemsize} B per candidate); peak during generation {peak / 2**20:.2f} MiB")
+    print(
+        f"generate:    best {min(times) * 1e3:.2f} ms, median {statistics.median(times) * 1e3:.2f} ms "
+        f"({args.repeat} runs)"
+    )
+    print(
+        f"memory:      configs array {space.configs.nbytes / 2**20:.2f} MiB "
+        f"({space.configs.itemsize} B per candidate); peak during generation {peak / 2**20:.2f} MiB"
+    )
     print(f"from TOML:   {t_toml * 1e3:.2f} ms (examples/spaces/paper.toml, template and budget included)")
-    print(f"as objects:  {t_acc * 1e3:.0f} ms for all {len(space):,} Accelerator objects "
-          f"({t_acc / len(space) * 1e6:.1f} us each)")
+    print(
+        f"as objects:  {t_acc * 1e3:.0f} ms for all {len(space):,} Accelerator objects "
+        f"({t_acc / len(space) * 1e6:.1f} us each)"
+    )
 
 
 if __name__ == "__main__":

@@ -22,9 +22,23 @@ def run(model: str) -> tuple[float, float, int]:
         out = Path(tmp) / "t.mlir"
         start = time.perf_counter()
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        r = subprocess.run([sys.executable, "-m", "phaze_ir.tools.phazec", str(ROOT / "examples" / f"{model}.py"),
-                            "--emit", "training", "-o", str(out), "-q"],
-                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "phaze.tools.phazec",
+                str(ROOT / "examples" / f"{model}.py"),
+                "--emit",
+                "training",
+                "-o",
+                str(out),
+                "-q",
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - start
         if r.returncode != 0:
             sys.exit(f"{model}: phazec failed: {r.stderr.strip()}")

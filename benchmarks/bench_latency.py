@@ -85,14 +85,20 @@ def main() -> None:
     U, C = lat.split.shape
     print(f"model:       {Path(args.model).name}, training step, micro-batch 1, seq {args.seq_len}, TP 1")
     print(f"trace+import {t_trace:.1f} s (not counted)")
-    print(f"ops:         {len(ops):,} priced ops, {len(signatures):,} unique signatures, "
-          f"{U} unique descriptions ({len(table.rows['tensor'])} tensor, {len(table.rows['vector'])} vector, "
-          f"{len(table.rows['network'])} network, {len(table.rows['none'])} view)")
+    print(
+        f"ops:         {len(ops):,} priced ops, {len(signatures):,} unique signatures, "
+        f"{U} unique descriptions ({len(table.rows['tensor'])} tensor, {len(table.rows['vector'])} vector, "
+        f"{len(table.rows['network'])} network, {len(table.rows['none'])} view)"
+    )
     print(f"space:       {C:,} configurations (paper space, template {template.name})")
-    print(f"time:        {total:.2f} s = describe+dedup {t_table:.2f} s + estimate {t_space:.2f} s "
-          f"({C / t_space:,.0f} configs/s; {U * C / t_space / 1e6:.1f} M op-configs/s); warm cache {t_warm:.2f} s")
-    print(f"memory:      peak RSS {rss:.2f} GiB (after tracing: {rss_trace:.2f} GiB); estimate's own peak "
-          f"{peak_est / 2**30:.2f} GiB (tracemalloc); result arrays {sum(a.nbytes for a in (lat.one, lat.split, lat.bound, lat.bound_one)) / 2**20:.0f} MiB")
+    print(
+        f"time:        {total:.2f} s = describe+dedup {t_table:.2f} s + estimate {t_space:.2f} s "
+        f"({C / t_space:,.0f} configs/s; {U * C / t_space / 1e6:.1f} M op-configs/s); warm cache {t_warm:.2f} s"
+    )
+    print(
+        f"memory:      peak RSS {rss:.2f} GiB (after tracing: {rss_trace:.2f} GiB); estimate's own peak "
+        f"{peak_est / 2**30:.2f} GiB (tracemalloc); result arrays {sum(a.nbytes for a in (lat.one, lat.split, lat.bound, lat.bound_one)) / 2**20:.0f} MiB"
+    )
 
     # Every op's latency on every config is split[row_of[i], c]; summed per config that is the
     # serial step time (counts of each unique row times its latency).
@@ -105,19 +111,25 @@ def main() -> None:
         print(f"  tpuv4-like (8 TC 128x128, 2 VC, 128 MiB):  {step[tpu]:.3f} s")
     for rank, c in enumerate(order[:3]):
         r = configs[c]
-        print(f"  best #{rank + 1}: {step[c]:.3f} s  {r['num_tc']} TC {r['width']}x{r['depth']}, {r['num_vc']} VC x{r['width_vc']}, "
-              f"GLB {r['glb_bytes'] // 2**20} MiB")
+        print(
+            f"  best #{rank + 1}: {step[c]:.3f} s  {r['num_tc']} TC {r['width']}x{r['depth']}, {r['num_vc']} VC x{r['width_vc']}, "
+            f"GLB {r['glb_bytes'] // 2**20} MiB"
+        )
     share = np.bincount(lat.bound.ravel(), weights=np.repeat(counts, C) * lat.split.ravel() / C, minlength=len(BOUNDS))
-    print("time share by bound (averaged over configs): "
-          + ", ".join(f"{b} {s / share.sum():.0%}" for b, s in zip(BOUNDS, share) if s > 0))
+    print(
+        "time share by bound (averaged over configs): "
+        + ", ".join(f"{b} {s / share.sum():.0%}" for b, s in zip(BOUNDS, share) if s > 0)
+    )
 
     # Cross-check: the space's tpuv4 row equals the scalar model of the pass on the preset.
     if tpu is not None:
         acc = load_hardware("tpuv4")
         scalar = np.asarray([estimate_op(d, acc).split_s for d in table.descs])
         vec = estimate_space(table, config_of(acc), acc, cache=None).split[:, 0]
-        print(f"check:       scalar == vectorized on tpuv4: {bool(np.array_equal(scalar, vec))}; "
-              f"space row == preset: {bool(np.array_equal(lat.split[:, tpu], vec))}")
+        print(
+            f"check:       scalar == vectorized on tpuv4: {bool(np.array_equal(scalar, vec))}; "
+            f"space row == preset: {bool(np.array_equal(lat.split[:, tpu], vec))}"
+        )
 
 
 if __name__ == "__main__":

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 try:
-    from phaze_ir import _phaze_rs as rs
+    from passes.algorithms import _phaze_rs as rs
 except ImportError:  # not installed: use the checkout (the .so built in place by maturin develop)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from phaze_ir import _phaze_rs as rs
+    from passes.algorithms import _phaze_rs as rs
 
 TARGET_MS = 20.0  # one solve, 98 layers, N = 1024, t = 8
 
@@ -53,19 +53,36 @@ def gpt3_problem(blocks: int = 96, devices: int = 1024) -> dict:
     }
     emb_params = v * h / t
     prologue = {
-        "fwd_s": 1e-4, "bwd_s": 2e-4, "recompute_s": [0.0, 0.0, 1e-4], "saved_bytes": [act] * 3,
-        "param_bytes": int(2 * emb_params), "grad_bytes": int(2 * emb_params),
-        "optimizer_bytes": int(12 * emb_params), "workspace_bytes": act, "boundary_bytes": act,
-        "tp_fwd_bytes": act, "tp_bwd_bytes": 0, "tp_fwd_count": 1, "tp_bwd_count": 0,
+        "fwd_s": 1e-4,
+        "bwd_s": 2e-4,
+        "recompute_s": [0.0, 0.0, 1e-4],
+        "saved_bytes": [act] * 3,
+        "param_bytes": int(2 * emb_params),
+        "grad_bytes": int(2 * emb_params),
+        "optimizer_bytes": int(12 * emb_params),
+        "workspace_bytes": act,
+        "boundary_bytes": act,
+        "tp_fwd_bytes": act,
+        "tp_bwd_bytes": 0,
+        "tp_fwd_count": 1,
+        "tp_bwd_count": 0,
     }
     head_fwd = 2 * s * h * v / t / flops
     logits = int(s * v / t * 4)
     head = {
-        "fwd_s": head_fwd, "bwd_s": 2 * head_fwd, "recompute_s": [0.0, 0.0, head_fwd],
-        "saved_bytes": [logits, logits, act], "param_bytes": int(2 * emb_params),
-        "grad_bytes": int(2 * emb_params), "optimizer_bytes": int(12 * emb_params),
-        "workspace_bytes": logits, "boundary_bytes": 0,
-        "tp_fwd_bytes": 0, "tp_bwd_bytes": act, "tp_fwd_count": 0, "tp_bwd_count": 1,
+        "fwd_s": head_fwd,
+        "bwd_s": 2 * head_fwd,
+        "recompute_s": [0.0, 0.0, head_fwd],
+        "saved_bytes": [logits, logits, act],
+        "param_bytes": int(2 * emb_params),
+        "grad_bytes": int(2 * emb_params),
+        "optimizer_bytes": int(12 * emb_params),
+        "workspace_bytes": logits,
+        "boundary_bytes": 0,
+        "tp_fwd_bytes": 0,
+        "tp_bwd_bytes": act,
+        "tp_fwd_count": 0,
+        "tp_bwd_count": 1,
     }
     return {
         "layers": [prologue] + [dict(block) for _ in range(blocks)] + [head],
@@ -94,7 +111,9 @@ def time_solve(problem: dict, repeats: int = 7) -> tuple[float, dict]:
 
 
 def main() -> None:
-    print(f"{'layers':>6} {'N':>6} {'solve ms':>9} {'d':>4} {'p':>4} {'dev':>6} {'s/batch':>8} {'samples/s':>10}  recompute")
+    print(
+        f"{'layers':>6} {'N':>6} {'solve ms':>9} {'d':>4} {'p':>4} {'dev':>6} {'s/batch':>8} {'samples/s':>10}  recompute"
+    )
     headline = None
     for blocks in (96, 198):
         for n in (1024, 2048, 4096, 8192, 16384):
@@ -141,10 +160,14 @@ def main() -> None:
     while not done.is_set():
         ticks += 1
     th.join()
-    print(f"GIL released: {ticks} Python loop iterations ran during a {1e3 * (time.perf_counter() - t0):.0f} ms batch solve")
+    print(
+        f"GIL released: {ticks} Python loop iterations ran during a {1e3 * (time.perf_counter() - t0):.0f} ms batch solve"
+    )
 
     verdict = "OK" if headline < TARGET_MS else "SLOWER THAN TARGET"
-    print(f"\nheadline: 98 layers, N = 1024, t = 8, all d and p: {headline:.2f} ms (target < {TARGET_MS:.0f} ms): {verdict}")
+    print(
+        f"\nheadline: 98 layers, N = 1024, t = 8, all d and p: {headline:.2f} ms (target < {TARGET_MS:.0f} ms): {verdict}"
+    )
 
 
 if __name__ == "__main__":

@@ -68,15 +68,20 @@ def main() -> None:
     t_load = time.perf_counter() - t0
 
     from passes.algorithms import schedule as S
+    from passes.graph_view import build_graph, step_function
     from passes.schedule_ops import core_counts, read_latencies, read_layers, scheduled_layers
-    from phaze_ir.graph_view import build_graph, step_function
 
     layers_attr = [l.as_dict() for l in module.attributes["phaze.layers"].data]
     same_as = {l["index"]: l["same_as"] for l in layers_attr}
-    print(f"model:   {Path(args.model).name}, micro-batch 1, seq {args.seq_len}, TP 1, on {args.hw} "
-          f"(trace + import + latency {t_load:.1f} s, not counted)")
-    print(f"layers:  {len(layers_attr)} ({len(set(same_as.values()))} unique: "
-          + ", ".join(f"{l['kind']} {l['index']}" for l in layers_attr if l['same_as'] == l['index']) + ")")
+    print(
+        f"model:   {Path(args.model).name}, micro-batch 1, seq {args.seq_len}, TP 1, on {args.hw} "
+        f"(trace + import + latency {t_load:.1f} s, not counted)"
+    )
+    print(
+        f"layers:  {len(layers_attr)} ({len(set(same_as.values()))} unique: "
+        + ", ".join(f"{l['kind']} {l['index']}" for l in layers_attr if l["same_as"] == l["index"])
+        + ")"
+    )
 
     # ---- cold and warm ------------------------------------------------------------------------
     for limit in [float(x) for x in args.time_limits.split(",")]:
@@ -89,20 +94,26 @@ def main() -> None:
         t0 = time.perf_counter()
         layers = S.schedule_layers(graph, layer_of, latency, cores, time_limit=limit, gap_limit=args.gap_limit)
         t_cold = time.perf_counter() - t0
-        print(f"\ncold, time limit {limit:g} s per solve, gap limit {args.gap_limit:g}: {t_cold:.2f} s "
-              f"({S.DEFAULT_CACHE.misses} problems solved, {S.DEFAULT_CACHE.hits} from the cache; reading the "
-              f"IR, not counted: {t_read:.2f} s)")
-        print(f"  {'layer':<12}{'phase':<6}{'ops':>5}{'real':>5}{'bin':>6}{'solve s':>9}  {'status':<10}{'gap':>9}"
-              f"{'makespan s':>13}{'list / ms':>10}{'LB / ms':>9}")
+        print(
+            f"\ncold, time limit {limit:g} s per solve, gap limit {args.gap_limit:g}: {t_cold:.2f} s "
+            f"({S.DEFAULT_CACHE.misses} problems solved, {S.DEFAULT_CACHE.hits} from the cache; reading the "
+            f"IR, not counted: {t_read:.2f} s)"
+        )
+        print(
+            f"  {'layer':<12}{'phase':<6}{'ops':>5}{'real':>5}{'bin':>6}{'solve s':>9}  {'status':<10}{'gap':>9}"
+            f"{'makespan s':>13}{'list / ms':>10}{'LB / ms':>9}"
+        )
         for layer in layers:
             if same_as.get(layer.index, layer.index) != layer.index:
                 continue
             for phase, (ids, s) in layer.groups.items():
                 real = sum(1 for c in s.cores if c > 0)
                 kind = layers_attr[layer.index]["kind"] if layer.index < len(layers_attr) else "?"
-                print(f"  {kind + ' ' + str(layer.index):<12}{phase:<6}{len(ids):>5}{real:>5}{s.num_binaries:>6}"
-                      f"{s.solve_s:>9.2f}  {s.status:<10}{s.gap:>9.2e}{s.makespan:>13.4e}"
-                      f"{s.list_makespan / s.makespan:>10.4f}{s.lower_bound / s.makespan:>9.4f}")
+                print(
+                    f"  {kind + ' ' + str(layer.index):<12}{phase:<6}{len(ids):>5}{real:>5}{s.num_binaries:>6}"
+                    f"{s.solve_s:>9.2f}  {s.status:<10}{s.gap:>9.2e}{s.makespan:>13.4e}"
+                    f"{s.list_makespan / s.makespan:>10.4f}{s.lower_bound / s.makespan:>9.4f}"
+                )
         t0 = time.perf_counter()
         S.schedule_layers(graph, layer_of, latency, cores, time_limit=limit, gap_limit=args.gap_limit)
         t_warm = time.perf_counter() - t0
@@ -110,12 +121,18 @@ def main() -> None:
         scheduled_layers(module, "bench", limit, 0, args.gap_limit)
         t_warm_ir = time.perf_counter() - t0
         total = {p: sum(l.makespan(p) for l in layers) for p in ("fwd", "bwd", "opt")}
-        print(f"warm (from the cache): {t_warm * 1e3:.1f} ms (schedule_layers); {t_warm_ir * 1e3:.0f} ms with "
-              f"the IR read again (graph, latencies, layers)")
-        print(f"step: fwd {total['fwd']:.4f} s + bwd {total['bwd']:.4f} s per micro-batch, opt {total['opt']:.4f} s; "
-              f"serial sum of split latencies "
-              + ", ".join(f"{p} {sum(latency[i].split for i, o in enumerate(graph.ops) if o.phase == p):.4f} s"
-                          for p in ("fwd", "bwd", "opt")))
+        print(
+            f"warm (from the cache): {t_warm * 1e3:.1f} ms (schedule_layers); {t_warm_ir * 1e3:.0f} ms with "
+            f"the IR read again (graph, latencies, layers)"
+        )
+        print(
+            f"step: fwd {total['fwd']:.4f} s + bwd {total['bwd']:.4f} s per micro-batch, opt {total['opt']:.4f} s; "
+            f"serial sum of split latencies "
+            + ", ".join(
+                f"{p} {sum(latency[i].split for i, o in enumerate(graph.ops) if o.phase == p):.4f} s"
+                for p in ("fwd", "bwd", "opt")
+            )
+        )
 
     # ---- the architecture search ------------------------------------------------------------
     from passes.algorithms.arch_space import paper_space
@@ -145,19 +162,27 @@ def main() -> None:
         block = np.vstack([n_tc, n_vc, lat.one[rows], lat.split[rows]])  # [2 + 2·rows, C]
         distinct[key] = np.unique(block, axis=1).shape[1]
     n_ilp = sum(distinct.values())
-    print(f"\nsearch: {C:,} candidates (paper space), latencies of {len(table)} unique ops in {t_space:.1f} s; "
-          f"{len(unique)} unique layer problems (layer x phase)")
-    print("  distinct (core counts, latency vector) per problem: "
-          + ", ".join(f"{layers_attr[l]['kind']} {p} {n:,}" for (l, p), n in sorted(distinct.items())))
-    print(f"  ILPs for the whole space with a shared cache: {n_ilp:,} (vs {C * len(groups):,} "
-          f"layer-phase solves without any cache, {C * len(unique):,} with identical layers merged only)")
+    print(
+        f"\nsearch: {C:,} candidates (paper space), latencies of {len(table)} unique ops in {t_space:.1f} s; "
+        f"{len(unique)} unique layer problems (layer x phase)"
+    )
+    print(
+        "  distinct (core counts, latency vector) per problem: "
+        + ", ".join(f"{layers_attr[l]['kind']} {p} {n:,}" for (l, p), n in sorted(distinct.items()))
+    )
+    print(
+        f"  ILPs for the whole space with a shared cache: {n_ilp:,} (vs {C * len(groups):,} "
+        f"layer-phase solves without any cache, {C * len(unique):,} with identical layers merged only)"
+    )
 
     # Time per ILP, per problem, on a seeded sample of candidates; the space's total is the sum
     # over problems of (distinct instances x mean time).
     rng = random.Random(0)
     sample = rng.sample(range(C), min(args.sample, C))
-    print(f"  time per ILP on {len(sample)} sampled candidates (time limit {args.sample_time_limit:g} s, "
-          f"gap limit {args.gap_limit:g}):")
+    print(
+        f"  time per ILP on {len(sample)} sampled candidates (time limit {args.sample_time_limit:g} s, "
+        f"gap limit {args.gap_limit:g}):"
+    )
     total_s = 0.0
     worst_gap = 0.0
     for key in sorted(unique):
@@ -172,10 +197,14 @@ def main() -> None:
             worst_gap = max(worst_gap, s.gap)
         mean = statistics.mean(times)
         total_s += distinct[key] * mean
-        print(f"    {layers_attr[key[0]]['kind']:<9}{key[1]:<4} mean {mean:6.3f} s, max {max(times):6.3f} s, "
-              f"{statuses.count('optimal')}/{len(statuses)} optimal")
-    print(f"  => {total_s / 3600:.1f} CPU-hours for the {n_ilp:,} ILPs of the space (largest sampled gap "
-          f"{worst_gap:.2e}); micro-batch sizes and TP widths change the latencies and multiply it")
+        print(
+            f"    {layers_attr[key[0]]['kind']:<9}{key[1]:<4} mean {mean:6.3f} s, max {max(times):6.3f} s, "
+            f"{statuses.count('optimal')}/{len(statuses)} optimal"
+        )
+    print(
+        f"  => {total_s / 3600:.1f} CPU-hours for the {n_ilp:,} ILPs of the space (largest sampled gap "
+        f"{worst_gap:.2e}); micro-batch sizes and TP widths change the latencies and multiply it"
+    )
 
 
 def _index(ops_c, ids):

@@ -36,13 +36,25 @@ def main() -> None:
     p.add_argument("--backend", default="local")
     args = p.parse_args()
 
-    from phaze_ir.tools.phazec import main as phazec
+    from phaze.tools.phazec import main as phazec
 
     with tempfile.TemporaryDirectory() as tmp:
         cache = args.cache or str(Path(tmp, "cache"))
         out = Path(tmp, "plan.json")
-        argv = [args.model, "-o", str(Path(tmp, "plan.mlir")), "--json", str(out), "-j", str(args.jobs),
-                "--cache", cache, "--backend", args.backend, "-q"]
+        argv = [
+            args.model,
+            "-o",
+            str(Path(tmp, "plan.mlir")),
+            "--json",
+            str(out),
+            "-j",
+            str(args.jobs),
+            "--cache",
+            cache,
+            "--backend",
+            args.backend,
+            "-q",
+        ]
         if args.space:
             argv += ["--space", args.space]
         if args.seq_len:
@@ -58,17 +70,23 @@ def main() -> None:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     print(f"model: {data['model']}  space: {st['space']}  jobs: {args.jobs}")
-    print(f"answer: {data['accelerator']['name']}  DP {data['dp']} PP {data['pp']} TP {data['tp']} "
-          f"b {data['micro_batch_size']}: {data['throughput_samples_per_s']:.6g} samples/s")
+    print(
+        f"answer: {data['accelerator']['name']}  DP {data['dp']} PP {data['pp']} TP {data['tp']} "
+        f"b {data['micro_batch_size']}: {data['throughput_samples_per_s']:.6g} samples/s"
+    )
     for b in data["baselines"]:
         sp = f"{b['speedup']:.3f}x" if b.get("speedup") else "-"
         print(f"  {b['name']:<14} {b['throughput_samples_per_s']:>12.6g} samples/s  speed-up {sp}")
     print(f"wall: {wall:.1f} s total; " + ", ".join(f"{k} {v:.1f} s" for k, v in w.items() if k != "total"))
-    print(f"split: estimation {w['estimate']:.1f} s, scheduling {w['schedule']:.1f} s, "
-          f"DP {w['dp_bound'] + w['dp_exact']:.1f} s (bounds {w['dp_bound']:.1f}, exact {w['dp_exact']:.1f})")
-    print(f"configurations: {st['candidates']:,} (architectures {st['architectures']:,} x settings "
-          f"{st['settings']}), resolved at {st['candidates'] / max(w['search'], 1e-9):,.0f} per second of search")
-    print(f"pruned: " + ", ".join(f"{k} {v:,}" for k, v in st["pruned"].items()) + f"; exact {st['evaluated']:,}")
+    print(
+        f"split: estimation {w['estimate']:.1f} s, scheduling {w['schedule']:.1f} s, "
+        f"DP {w['dp_bound'] + w['dp_exact']:.1f} s (bounds {w['dp_bound']:.1f}, exact {w['dp_exact']:.1f})"
+    )
+    print(
+        f"configurations: {st['candidates']:,} (architectures {st['architectures']:,} x settings "
+        f"{st['settings']}), resolved at {st['candidates'] / max(w['search'], 1e-9):,.0f} per second of search"
+    )
+    print("pruned: " + ", ".join(f"{k} {v:,}" for k, v in st["pruned"].items()) + f"; exact {st['evaluated']:,}")
     print(f"solver: {st['evaluator']}")
     print(f"peak RSS: this process {own:.2f} GiB, largest worker {kids:.2f} GiB")
 

@@ -12,8 +12,13 @@ SEQ_LEN = 512
 
 def config() -> BertConfig:
     return BertConfig(
-        vocab_size=30522, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-        intermediate_size=4096, max_position_embeddings=512, attn_implementation="eager",
+        vocab_size=30522,
+        hidden_size=1024,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        intermediate_size=4096,
+        max_position_embeddings=512,
+        attn_implementation="eager",
     )
 
 

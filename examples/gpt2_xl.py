@@ -12,7 +12,11 @@ SEQ_LEN = 1024
 
 def config() -> GPT2Config:
     return GPT2Config(
-        vocab_size=50257, n_positions=1024, n_embd=1600, n_layer=48, n_head=25,
+        vocab_size=50257,
+        n_positions=1024,
+        n_embd=1600,
+        n_layer=48,
+        n_head=25,
         attn_implementation="eager",
     )
 

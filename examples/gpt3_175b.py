@@ -13,7 +13,11 @@ SEQ_LEN = 2048
 
 def config() -> GPT2Config:
     return GPT2Config(
-        vocab_size=50257, n_positions=2048, n_embd=12288, n_layer=96, n_head=96,
+        vocab_size=50257,
+        n_positions=2048,
+        n_embd=12288,
+        n_layer=96,
+        n_head=96,
         attn_implementation="eager",
     )
 

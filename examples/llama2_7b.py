@@ -12,9 +12,15 @@ SEQ_LEN = 4096
 
 def config() -> LlamaConfig:
     return LlamaConfig(
-        vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
-        rms_norm_eps=1e-5, attn_implementation="eager",
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-5,
+        attn_implementation="eager",
     )
 
 

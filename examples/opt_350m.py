@@ -13,9 +13,15 @@ SEQ_LEN = 2048
 
 def config() -> OPTConfig:
     return OPTConfig(
-        vocab_size=50272, hidden_size=1024, num_hidden_layers=24, ffn_dim=4096,
-        num_attention_heads=16, max_position_embeddings=2048, word_embed_proj_dim=512,
-        do_layer_norm_before=False, attn_implementation="eager",
+        vocab_size=50272,
+        hidden_size=1024,
+        num_hidden_layers=24,
+        ffn_dim=4096,
+        num_attention_heads=16,
+        max_position_embeddings=2048,
+        word_embed_proj_dim=512,
+        do_layer_norm_before=False,
+        attn_implementation="eager",
     )
 
 

@@ -70,8 +70,11 @@ def _shape(t) -> tuple[int, ...]:
 
 def _row_bytes(op: Operation, shape: tuple[int, ...], row_elems: int) -> int:
     """Bytes of one reduced row over the inputs of the op's full iteration shape."""
-    per = sum(ph.element_bytes(v.type.element_type) for v in op.operands
-              if isinstance(v.type, TensorType) and _shape(v.type) == shape)
+    per = sum(
+        ph.element_bytes(v.type.element_type)
+        for v in op.operands
+        if isinstance(v.type, TensorType) and _shape(v.type) == shape
+    )
     return row_elems * per
 
 
@@ -88,26 +91,35 @@ def _vector_desc(op: ph.ComputeOp) -> VectorDesc:
         shape = _shape(op.inputs[0].type)
         passes = NORM_PASSES
         r = op.normalized_rank.value.data
-        row = _row_bytes(op, shape, math.prod(shape[len(shape) - r:]) if r > 0 else 1)
+        row = _row_bytes(op, shape, math.prod(shape[len(shape) - r :]) if r > 0 else 1)
     elif isinstance(op, ph.ReductionOp) and op.inputs and op.kind.data in REDUCTION_PASSES:
         shape = _shape(op.inputs[0].type)
         passes = REDUCTION_PASSES[op.kind.data]
         dims = op.dims.get_values()
         reduced = {d % len(shape) for d in dims} if shape and dims else set(range(len(shape)))
         row = _row_bytes(op, shape, math.prod(shape[d] for d in reduced))
-    return VectorDesc(work=work, read_bytes=op.bytes_read(), write_bytes=op.bytes_written(),
-                      passes=passes, row_bytes=row if passes > 1 else 0)
+    return VectorDesc(
+        work=work,
+        read_bytes=op.bytes_read(),
+        write_bytes=op.bytes_written(),
+        passes=passes,
+        row_bytes=row if passes > 1 else 0,
+    )
 
 
 def _matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
     batch_shape, m, n, k = op.mnk()
     lhs, rhs = op.lhs.type, op.rhs.type
     return MatmulDesc(
-        batch=math.prod(batch_shape), m=m, n=n, k=k,
+        batch=math.prod(batch_shape),
+        m=m,
+        n=n,
+        k=k,
         a_elem=ph.element_bytes(lhs.element_type),
         b_elem=ph.element_bytes(rhs.element_type),
         c_elem=ph.element_bytes(op.result.type.element_type),
-        a_bytes=ph.tensor_bytes(lhs), b_bytes=ph.tensor_bytes(rhs),
+        a_bytes=ph.tensor_bytes(lhs),
+        b_bytes=ph.tensor_bytes(rhs),
         bias_bytes=ph.tensor_bytes(op.bias.type) if op.bias is not None else 0,
         rhs_batched=math.prod(rhs.get_shape()[:-2]) > 1,
     )
@@ -207,13 +219,15 @@ class EstimateLatencyPass(ModulePass):
                     raise PhazeError(
                         f"'{o.name}' op has a '{TILE_ATTR}' that does not match the accelerator "
                         f"'{acc.name}' ({acc.tensor_cores.count} tensor cores of {acc.tensor_cores.pe_x} x "
-                        f"{acc.tensor_cores.pe_y}); run phaze-tile-pe-array again")
+                        f"{acc.tensor_cores.pe_y}); run phaze-tile-pe-array again"
+                    )
             lat = priced.get(sig)
             if lat is None:
                 lat = estimate_matmul(desc, acc, expected) if isinstance(o, ph.MatmulOp) else estimate_op(desc, acc)
                 priced[sig] = lat
-            o.attributes[LATENCY_ATTR] = LatencyAttr.make(one_s=float(lat.one_s), split_s=float(lat.split_s),
-                                                          unit=lat.unit, bound=lat.bound)
+            o.attributes[LATENCY_ATTR] = LatencyAttr.make(
+                one_s=float(lat.one_s), split_s=float(lat.split_s), unit=lat.unit, bound=lat.bound
+            )
             layer = o.attributes.get(ph.LAYER_ATTR)
             if isinstance(layer, IntegerAttr):
                 phase = o.attributes.get(ph.PHASE_ATTR)
@@ -223,7 +237,9 @@ class EstimateLatencyPass(ModulePass):
         op.attributes.pop(LAYER_LATENCY_ATTR, None)
         if layers:
             totals = layer_totals(layers, phases, seconds)
-            op.attributes[LAYER_LATENCY_ATTR] = ArrayAttr([
-                LayerLatencyAttr.make(index=i, fwd_s=t["fwd"], bwd_s=t["bwd"], opt_s=t["opt"])
-                for i, t in totals.items()
-            ])
+            op.attributes[LAYER_LATENCY_ATTR] = ArrayAttr(
+                [
+                    LayerLatencyAttr.make(index=i, fwd_s=t["fwd"], bwd_s=t["bwd"], opt_s=t["opt"])
+                    for i, t in totals.items()
+                ]
+            )

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp
+from xdsl.passes import ModulePass
 
 from passes.algorithms.layers import analyze_layers
+from passes.graph_view import build_graph, step_function
 from phaze_ir import dialect as ph
 from phaze_ir.attributes import LayerAttr
-from phaze_ir.graph_view import build_graph, step_function
-from xdsl.passes import ModulePass
 
 
 @dataclass(frozen=True)

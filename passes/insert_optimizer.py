@@ -9,9 +9,9 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
+from passes.graph_view import arg_role, step_function
 from phaze_ir import dialect as ph
 from phaze_ir.errors import PhazeError
-from phaze_ir.graph_view import arg_role, step_function
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,9 @@ class InsertOptimizerPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.optimizer not in ph.OPTIMIZER_KINDS:
-            raise PhazeError(f"{self.name}: optimizer={self.optimizer}: expected one of {', '.join(ph.OPTIMIZER_KINDS)}")
+            raise PhazeError(
+                f"{self.name}: optimizer={self.optimizer}: expected one of {', '.join(ph.OPTIMIZER_KINDS)}"
+            )
         fn = step_function(op)
         if any(isinstance(o, ph.OptimizerUpdateOp) for o in fn.body.block.ops):
             raise PhazeError(f"{self.name}: the step already has optimizer updates")
@@ -37,11 +39,16 @@ class InsertOptimizerPass(ModulePass):
         assert isinstance(ret, func.ReturnOp)
         res_attrs = list(fn.res_attrs.data) if fn.res_attrs is not None else [DictionaryAttr({})] * len(ret.operands)
         params = {arg_role(fn, i)[1]: a for i, a in enumerate(fn.body.block.args) if arg_role(fn, i)[0] == "param"}
-        grads = [(v, attrs.data[ph.GRAD_RES_ATTR].data) for v, attrs in zip(ret.operands, res_attrs)
-                 if ph.GRAD_RES_ATTR in attrs.data]
+        grads = [
+            (v, attrs.data[ph.GRAD_RES_ATTR].data)
+            for v, attrs in zip(ret.operands, res_attrs)
+            if ph.GRAD_RES_ATTR in attrs.data
+        ]
         if not grads:
-            raise PhazeError(f"{self.name}: the step returns no gradients ('{ph.GRAD_RES_ATTR}' results); "
-                             "import it with phazec --emit training")
+            raise PhazeError(
+                f"{self.name}: the step returns no gradients ('{ph.GRAD_RES_ATTR}' results); "
+                "import it with phazec --emit training"
+            )
         state_bytes = ph.OPTIMIZER_KINDS[self.optimizer][1]
         new_values, new_attrs = [], []
         for grad, pname in grads:
@@ -57,7 +64,5 @@ class InsertOptimizerPass(ModulePass):
         new_ret = func.ReturnOp(*ret.operands, *new_values)
         fn.body.block.insert_op_before(new_ret, ret)
         fn.body.block.erase_op(ret)
-        fn.function_type = FunctionType.from_lists(
-            fn.function_type.inputs.data, [v.type for v in new_ret.operands]
-        )
+        fn.function_type = FunctionType.from_lists(fn.function_type.inputs.data, [v.type for v in new_ret.operands])
         fn.res_attrs = ArrayAttr(res_attrs + new_attrs)

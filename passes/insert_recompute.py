@@ -11,6 +11,7 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from passes.algorithms import schedule as sched
 from passes.algorithms.memory import STATE_BYTES_PER_ELEMENT, layer_memory
 from passes.algorithms.recompute import analyze_recompute
+from passes.graph_view import arg_role, build_graph, step_function
 from passes.schedule_ops import (
     LAYER_SCHEDULE_ATTR,
     SolverOptions,
@@ -21,7 +22,6 @@ from passes.schedule_ops import (
 from phaze_ir import dialect as ph
 from phaze_ir.attributes import LayerMemoryAttr, LayerScheduleAttr, RecomputeAttr
 from phaze_ir.errors import PhazeError
-from phaze_ir.graph_view import arg_role, build_graph, step_function
 
 RECOMPUTE_OP_ATTR = "phaze.recompute"
 LAYER_RECOMPUTE_ATTR = "phaze.layer_recompute"
@@ -80,20 +80,26 @@ class InsertRecomputePass(SolverOptions):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.optimizer not in ("",) + tuple(STATE_BYTES_PER_ELEMENT):
-            raise PhazeError(f"{self.name}: optimizer={self.optimizer}: expected one of "
-                             f"{', '.join(STATE_BYTES_PER_ELEMENT)} (or nothing: read the optimizer updates)")
+            raise PhazeError(
+                f"{self.name}: optimizer={self.optimizer}: expected one of "
+                f"{', '.join(STATE_BYTES_PER_ELEMENT)} (or nothing: read the optimizer updates)"
+            )
         limits = self.solver_limits()
         records = op.attributes.get(LAYER_SCHEDULE_ATTR)
         if not isinstance(records, ArrayAttr) or not all(isinstance(r, LayerScheduleAttr) for r in records.data):
-            raise PhazeError(f"{self.name} requires '{LAYER_SCHEDULE_ATTR}' on the module; run phaze-schedule-ops first")
+            raise PhazeError(
+                f"{self.name} requires '{LAYER_SCHEDULE_ATTR}' on the module; run phaze-schedule-ops first"
+            )
         fwd_s = {r.get("index"): r.get("fwd_s") for r in records.data}
         graph, ops, layer_of, recompute, memory = static_costs(op, self.optimizer, self.name)
         latency = read_latencies(ops, self.name)
         cores = core_counts(op, self.name)
         missing = sorted(set(layer_of) - set(fwd_s))
         if missing:
-            raise PhazeError(f"{self.name}: '{LAYER_SCHEDULE_ATTR}' has no record of layer {missing[0]}; "
-                             "run phaze-schedule-ops again")
+            raise PhazeError(
+                f"{self.name}: '{LAYER_SCHEDULE_ATTR}' has no record of layer {missing[0]}; "
+                "run phaze-schedule-ops again"
+            )
 
         selective_s = []
         for rc in recompute:
@@ -108,9 +114,17 @@ class InsertRecomputePass(SolverOptions):
         for rc in recompute:
             for i in rc.selective_ops:
                 ops[i].attributes[RECOMPUTE_OP_ATTR] = StringAttr("selective")
-        op.attributes[LAYER_RECOMPUTE_ATTR] = ArrayAttr([
-            RecomputeAttr.make(index=rc.index, none_bytes=rc.none_bytes, selective_bytes=rc.selective_bytes,
-                               full_bytes=rc.full_bytes, selective_s=float(selective_s[rc.index]),
-                               full_s=float(fwd_s[rc.index]))
-            for rc in recompute])
+        op.attributes[LAYER_RECOMPUTE_ATTR] = ArrayAttr(
+            [
+                RecomputeAttr.make(
+                    index=rc.index,
+                    none_bytes=rc.none_bytes,
+                    selective_bytes=rc.selective_bytes,
+                    full_bytes=rc.full_bytes,
+                    selective_s=float(selective_s[rc.index]),
+                    full_s=float(fwd_s[rc.index]),
+                )
+                for rc in recompute
+            ]
+        )
         op.attributes[LAYER_MEMORY_ATTR] = ArrayAttr([LayerMemoryAttr.make(**m.record()) for m in memory])

@@ -9,9 +9,9 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.algorithms.saved import saved_bytes_per_op
+from passes.graph_view import build_graph, step_function
 from phaze_ir import dialect as ph
 from phaze_ir.errors import PhazeError
-from phaze_ir.graph_view import build_graph, step_function
 
 
 @dataclass(frozen=True)

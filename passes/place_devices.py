@@ -10,10 +10,10 @@ from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.algorithms import placement as pl
+from passes.graph_view import step_function
 from phaze_ir import dialect as ph
 from phaze_ir.attributes import PlanAttr, StageAttr
 from phaze_ir.errors import PhazeError
-from phaze_ir.graph_view import step_function
 from phaze_ir.hardware_ir import module_accelerator
 
 
@@ -44,30 +44,40 @@ def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
         try:
             s, r, m = (d[i] for d in by_index)
         except KeyError:
-            raise PhazeError(f"{pass_name}: layer {i} has no schedule, recompute or memory record; "
-                             "rerun the pipeline after phaze-group-layers") from None
-        out.append(pl.LayerNumbers(
-            fwd_s=s["fwd_s"], bwd_s=s["bwd_s"],
-            recompute_s=(0.0, r["selective_s"], r["full_s"]),
-            saved_bytes=(r["none_bytes"], r["selective_bytes"], r["full_bytes"]),
-            param_bytes=m["param_bytes"], grad_bytes=m["grad_bytes"],
-            optimizer_bytes=m["optimizer_bytes"], workspace_bytes=m["workspace_bytes"],
-            boundary_bytes=layer["boundary_bytes"],
-        ))
+            raise PhazeError(
+                f"{pass_name}: layer {i} has no schedule, recompute or memory record; "
+                "rerun the pipeline after phaze-group-layers"
+            ) from None
+        out.append(
+            pl.LayerNumbers(
+                fwd_s=s["fwd_s"],
+                bwd_s=s["bwd_s"],
+                recompute_s=(0.0, r["selective_s"], r["full_s"]),
+                saved_bytes=(r["none_bytes"], r["selective_bytes"], r["full_bytes"]),
+                param_bytes=m["param_bytes"],
+                grad_bytes=m["grad_bytes"],
+                optimizer_bytes=m["optimizer_bytes"],
+                workspace_bytes=m["workspace_bytes"],
+                boundary_bytes=layer["boundary_bytes"],
+            )
+        )
     return out
 
 
-def build_problem(module: ModuleOp, devices: int, global_batch: int, dp_overlap: bool,
-                  pass_name: str) -> dict:
+def build_problem(module: ModuleOp, devices: int, global_batch: int, dp_overlap: bool, pass_name: str) -> dict:
     """The DP problem of a module annotated by the cost passes."""
     acc = module_accelerator(module, pass_name)
     spec = acc.to_dict()
     try:
         return pl.problem(
-            layer_numbers(module, pass_name), devices=devices, hbm_bytes=int(spec["hbm"]["bytes"]),
-            levels=pl.network_levels(spec["network"]), global_batch=global_batch,
+            layer_numbers(module, pass_name),
+            devices=devices,
+            hbm_bytes=int(spec["hbm"]["bytes"]),
+            levels=pl.network_levels(spec["network"]),
+            global_batch=global_batch,
             micro_batch=_int_attr(module, "phaze.micro_batch_size", 1),
-            tp=_int_attr(module, "phaze.tp_width", 1), dp_overlap=dp_overlap,
+            tp=_int_attr(module, "phaze.tp_width", 1),
+            dp_overlap=dp_overlap,
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
@@ -75,14 +85,16 @@ def build_problem(module: ModuleOp, devices: int, global_batch: int, dp_overlap:
 
 def solve(problem: dict, fixed: tuple[int, int, int] | None) -> dict:
     """Run the Rust DP: the optimum, or the evaluation of a fixed (PP, DP, TP)."""
-    from phaze_ir import _phaze_rs
+    from passes.algorithms import _phaze_rs
 
     if fixed is None:
         return _phaze_rs.solve_placement(problem)
     pp, dp, tp = fixed
     if tp != problem["tp"]:
-        raise PhazeError(f"placement expert:{pp},{dp},{tp} has TP {tp} but the module is sharded "
-                         f"for TP {problem['tp']}; compile with --tp {tp}")
+        raise PhazeError(
+            f"placement expert:{pp},{dp},{tp} has TP {tp} but the module is sharded "
+            f"for TP {problem['tp']}; compile with --tp {tp}"
+        )
     return _phaze_rs.evaluate_placement(problem, pp, dp)
 
 
@@ -92,24 +104,56 @@ def write_plan(module: ModuleOp, problem: dict, result: dict, placement: str) ->
     binding = pl.binding_message(result)
     if plan is None:
         module.attributes["phaze.plan"] = PlanAttr.make(
-            devices=problem["devices"], global_batch=problem["global_batch"], dp=0, pp=0, tp=problem["tp"],
-            micro_batch_size=problem["micro_batch"], num_micro_batches=0, time_per_batch_s=0.0,
-            throughput_samples_per_s=0.0, max_memory_bytes=0, devices_used=0, placement=placement,
-            feasible="no", binding=binding)
+            devices=problem["devices"],
+            global_batch=problem["global_batch"],
+            dp=0,
+            pp=0,
+            tp=problem["tp"],
+            micro_batch_size=problem["micro_batch"],
+            num_micro_batches=0,
+            time_per_batch_s=0.0,
+            throughput_samples_per_s=0.0,
+            max_memory_bytes=0,
+            devices_used=0,
+            placement=placement,
+            feasible="no",
+            binding=binding,
+        )
         module.attributes["phaze.stages"] = ArrayAttr([])
         return
     module.attributes["phaze.plan"] = PlanAttr.make(
-        devices=problem["devices"], global_batch=plan["global_batch"], dp=plan["dp"], pp=plan["pp"],
-        tp=plan["tp"], micro_batch_size=plan["micro_batch"], num_micro_batches=plan["num_micro_batches"],
+        devices=problem["devices"],
+        global_batch=plan["global_batch"],
+        dp=plan["dp"],
+        pp=plan["pp"],
+        tp=plan["tp"],
+        micro_batch_size=plan["micro_batch"],
+        num_micro_batches=plan["num_micro_batches"],
         time_per_batch_s=float(plan["time_per_batch_s"]),
         throughput_samples_per_s=float(plan["throughput_samples_per_s"]),
-        max_memory_bytes=plan["max_memory_bytes"], devices_used=plan["devices_used"],
-        placement=placement, feasible="yes" if result["feasible"] else "no", binding=binding)
+        max_memory_bytes=plan["max_memory_bytes"],
+        devices_used=plan["devices_used"],
+        placement=placement,
+        feasible="yes" if result["feasible"] else "no",
+        binding=binding,
+    )
     stages = plan["stages"]
-    module.attributes["phaze.stages"] = ArrayAttr([StageAttr.make(
-        index=k, first_layer=s["first_layer"], last_layer=s["last_layer"], devices=s["devices"],
-        time_s=float(s["time_s"]), memory_bytes=s["memory_bytes"], recompute=s["recompute"],
-        in_flight=s["in_flight"], exposed_dp_s=float(s["exposed_dp_s"])) for k, s in enumerate(stages)])
+    module.attributes["phaze.stages"] = ArrayAttr(
+        [
+            StageAttr.make(
+                index=k,
+                first_layer=s["first_layer"],
+                last_layer=s["last_layer"],
+                devices=s["devices"],
+                time_s=float(s["time_s"]),
+                memory_bytes=s["memory_bytes"],
+                recompute=s["recompute"],
+                in_flight=s["in_flight"],
+                exposed_dp_s=float(s["exposed_dp_s"]),
+            )
+            for k, s in enumerate(stages)
+        ]
+    )
     stage_of = {}
     for k, s in enumerate(stages):
         for layer in range(s["first_layer"], s["last_layer"] + 1):

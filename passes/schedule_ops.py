@@ -10,10 +10,10 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from passes.algorithms import schedule as sched
+from passes.graph_view import build_graph, step_function
 from phaze_ir import dialect as ph
 from phaze_ir.attributes import LatencyAttr, LayerScheduleAttr, SchedAttr
 from phaze_ir.errors import PhazeError
-from phaze_ir.graph_view import build_graph, step_function
 from phaze_ir.hardware_ir import module_accelerator
 
 SCHED_ATTR = "phaze.sched"
@@ -32,8 +32,7 @@ def read_latencies(ops: list[Operation], pass_name: str) -> list[sched.Op]:
     for o in ops:
         lat = o.attributes.get(LATENCY_ATTR)
         if not isinstance(lat, LatencyAttr):
-            raise PhazeError(f"'{o.name}' op requires '{LATENCY_ATTR}'; run phaze-estimate-latency first "
-                             f"({pass_name})")
+            raise PhazeError(f"'{o.name}' op requires '{LATENCY_ATTR}'; run phaze-estimate-latency first ({pass_name})")
         out.append(sched.Op(lat.get("unit"), lat.get("one_s"), lat.get("split_s")))
     return out
 
@@ -48,8 +47,9 @@ def read_layers(ops: list[Operation], pass_name: str) -> list[int]:
     return out
 
 
-def solver_limits(pass_name: str, time_limit: float, seed: int, gap_limit: float = 0.0, node_limit: int = 0,
-                  max_binaries: int = 0) -> dict:
+def solver_limits(
+    pass_name: str, time_limit: float, seed: int, gap_limit: float = 0.0, node_limit: int = 0, max_binaries: int = 0
+) -> dict:
     """The pass options, checked, as :func:`passes.algorithms.schedule.solve` takes them (a
     node or binaries limit of 0, no limit, becomes None)."""
     if node_limit < 0:
@@ -58,13 +58,24 @@ def solver_limits(pass_name: str, time_limit: float, seed: int, gap_limit: float
         raise PhazeError(f"{pass_name}: time_limit={time_limit}: expected a positive number of seconds")
     if not 0 <= gap_limit < 1:
         raise PhazeError(f"{pass_name}: gap_limit={gap_limit}: expected a relative gap in [0, 1)")
-    return {"time_limit": time_limit, "seed": seed, "gap_limit": gap_limit,
-            "node_limit": node_limit if node_limit > 0 else None,
-            "max_binaries": max_binaries if max_binaries > 0 else None}
+    return {
+        "time_limit": time_limit,
+        "seed": seed,
+        "gap_limit": gap_limit,
+        "node_limit": node_limit if node_limit > 0 else None,
+        "max_binaries": max_binaries if max_binaries > 0 else None,
+    }
 
 
-def scheduled_layers(module: ModuleOp, pass_name: str, time_limit: float, seed: int, gap_limit: float = 0.0,
-                     node_limit: int = 0, max_binaries: int = 0):
+def scheduled_layers(
+    module: ModuleOp,
+    pass_name: str,
+    time_limit: float,
+    seed: int,
+    gap_limit: float = 0.0,
+    node_limit: int = 0,
+    max_binaries: int = 0,
+):
     """The step's graph and ops, and the schedules of its layers (see ``schedule_layers``)."""
     limits = solver_limits(pass_name, time_limit, seed, gap_limit, node_limit, max_binaries)
     fn = step_function(module)
@@ -89,8 +100,7 @@ class SolverOptions(ModulePass):
 
     def solver_limits(self) -> dict:
         """These options, checked, as keyword arguments of the solver (see :func:`solver_limits`)."""
-        return solver_limits(self.name, self.time_limit, self.seed, self.gap_limit, self.node_limit,
-                             self.max_binaries)
+        return solver_limits(self.name, self.time_limit, self.seed, self.gap_limit, self.node_limit, self.max_binaries)
 
 
 @dataclass(frozen=True)
@@ -118,11 +128,13 @@ class ScheduleOpsPass(SolverOptions):
     name = "phaze-schedule-ops"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _, ops, _, _, _, layers = scheduled_layers(op, self.name, self.time_limit, self.seed, self.gap_limit,
-                                                   self.node_limit, self.max_binaries)
+        _, ops, _, _, _, layers = scheduled_layers(
+            op, self.name, self.time_limit, self.seed, self.gap_limit, self.node_limit, self.max_binaries
+        )
         for layer in layers:
             for ids, s in layer.groups.values():
                 for k, i in enumerate(ids):
                     ops[i].attributes[SCHED_ATTR] = SchedAttr.make(
-                        start_s=float(s.start[k]), end_s=float(s.end[k]), cores=int(s.cores[k]))
+                        start_s=float(s.start[k]), end_s=float(s.end[k]), cores=int(s.cores[k])
+                    )
         op.attributes[LAYER_SCHEDULE_ATTR] = ArrayAttr([LayerScheduleAttr.make(**l.summary()) for l in layers])

@@ -24,10 +24,10 @@ from xdsl.rewriter import Rewriter
 from passes.algorithms.layers import analyze_layers
 from passes.algorithms.saved import saved_bytes_per_op
 from passes.algorithms.tp_shard import ShardError, ShardPlan, TGraph, TOp, shard
+from passes.graph_view import arg_role, build_graph, step_function
 from phaze_ir import dialect as ph
 from phaze_ir.attributes import LayerAttr
 from phaze_ir.errors import PhazeError
-from phaze_ir.graph_view import arg_role, build_graph, step_function
 
 TP_WIDTH_ATTR = "phaze.tp_width"
 
@@ -84,13 +84,21 @@ def build_tgraph(module: ModuleOp, fn: func.FuncOp) -> tuple[TGraph, list[SSAVal
         dims = props.get("dims")
         dim = props.get("dim")
         nrank = props.get("normalized_rank")
-        g.ops.append(_top(op, operands, [add(r, producer=index) for r in op.results],
-                          kind.data if isinstance(kind, StringAttr) else "",
-                          aten.data if isinstance(aten, StringAttr) else "",
-                          tuple(dims.get_values()) if isinstance(dims, DenseArrayBase) else (),
-                          dim.value.data if isinstance(dim, IntegerAttr) else 0,
-                          nrank.value.data if isinstance(nrank, IntegerAttr) else 1,
-                          _str_attr(op, ph.PHASE_ATTR) or "fwd", layer_of[index], _str_attr(op, ph.MODULE_ATTR)))
+        g.ops.append(
+            _top(
+                op,
+                operands,
+                [add(r, producer=index) for r in op.results],
+                kind.data if isinstance(kind, StringAttr) else "",
+                aten.data if isinstance(aten, StringAttr) else "",
+                tuple(dims.get_values()) if isinstance(dims, DenseArrayBase) else (),
+                dim.value.data if isinstance(dim, IntegerAttr) else 0,
+                nrank.value.data if isinstance(nrank, IntegerAttr) else 1,
+                _str_attr(op, ph.PHASE_ATTR) or "fwd",
+                layer_of[index],
+                _str_attr(op, ph.MODULE_ATTR),
+            )
+        )
     roles, rparams = [], []
     res_attrs = fn.res_attrs.data if fn.res_attrs is not None else [None] * len(ret.operands)
     for attrs in res_attrs:
@@ -103,15 +111,43 @@ def build_tgraph(module: ModuleOp, fn: func.FuncOp) -> tuple[TGraph, list[SSAVal
                 role, param = r, params.get(d[key].data, -1)
         roles.append(role)
         rparams.append(param)
-    g.ops.append(_top(ret, [ids[o] for o in ret.operands], [], "", "", (), 0, 1, "", 0, "",
-                      name="return", roles=roles, rparams=rparams))
+    g.ops.append(
+        _top(
+            ret,
+            [ids[o] for o in ret.operands],
+            [],
+            "",
+            "",
+            (),
+            0,
+            1,
+            "",
+            0,
+            "",
+            name="return",
+            roles=roles,
+            rparams=rparams,
+        )
+    )
     return g, values, ops
 
 
 def _top(op, operands, results, kind, aten, dims, dim, nrank, phase, layer, module, name=None, roles=(), rparams=()):
-    return TOp(name or op.name.removeprefix("phaze."), kind, operands, results, phase=phase, layer=layer,
-               module=module, aten=aten, dims=dims, dim=dim, normalized_rank=nrank,
-               result_roles=list(roles), result_params=list(rparams))
+    return TOp(
+        name or op.name.removeprefix("phaze."),
+        kind,
+        operands,
+        results,
+        phase=phase,
+        layer=layer,
+        module=module,
+        aten=aten,
+        dims=dims,
+        dim=dim,
+        normalized_rank=nrank,
+        result_roles=list(roles),
+        result_params=list(rparams),
+    )
 
 
 def _provenance(src: Operation, new: Operation) -> None:
@@ -121,8 +157,11 @@ def _provenance(src: Operation, new: Operation) -> None:
 
 
 def _all_reduce(value: SSAValue, width: int, src: Operation) -> ph.CollectiveOp:
-    op = ph.CollectiveOp.build(operands=[value], result_types=[value.type],
-                               properties={"kind": StringAttr("all_reduce"), "group_size": IntegerAttr(width, i64)})
+    op = ph.CollectiveOp.build(
+        operands=[value],
+        result_types=[value.type],
+        properties={"kind": StringAttr("all_reduce"), "group_size": IntegerAttr(width, i64)},
+    )
     _provenance(src, op)
     if value.name_hint:
         op.result.name_hint = f"{value.name_hint}_ar"
@@ -148,9 +187,14 @@ def apply_plan(fn: func.FuncOp, plan: ShardPlan, values: list[SSAValue], ops: li
         at = ops[stat.before_op]
         v = values[stat.value]
         red = ph.ReductionOp.build(
-            operands=[[v]], result_types=[[TensorType(v.type.element_type, stat.shape)]],
-            properties={"kind": StringAttr(stat.kind), "dims": DenseArrayBase.from_list(i64, [stat.dim]),
-                        "aten": StringAttr("aten.amax.default" if stat.kind == "max" else "aten.sum.dim_IntList")})
+            operands=[[v]],
+            result_types=[[TensorType(v.type.element_type, stat.shape)]],
+            properties={
+                "kind": StringAttr(stat.kind),
+                "dims": DenseArrayBase.from_list(i64, [stat.dim]),
+                "aten": StringAttr("aten.amax.default" if stat.kind == "max" else "aten.sum.dim_IntList"),
+            },
+        )
         _provenance(at, red)
         if v.name_hint:
             red.results[0].name_hint = f"{v.name_hint}_{stat.kind}"

@@ -144,8 +144,18 @@ class LayerAttr(RecordAttr):
 
     name = "phaze.layer"
     FIELDS = (
-        "index", "kind", "module", "same_as", "param_bytes", "saved_bytes", "boundary_bytes",
-        "grad_boundary_bytes", "fwd_flops", "bwd_flops", "opt_flops", "num_ops",
+        "index",
+        "kind",
+        "module",
+        "same_as",
+        "param_bytes",
+        "saved_bytes",
+        "boundary_bytes",
+        "grad_boundary_bytes",
+        "fwd_flops",
+        "bwd_flops",
+        "opt_flops",
+        "num_ops",
     )
 
     index: IntAttr
@@ -185,8 +195,17 @@ class TileAttr(RecordAttr):
 
     name = "phaze.tile"
     FIELDS = (
-        "pe_x", "pe_y", "m_block", "tiles_m", "tiles_n", "tiles_k", "tiles", "cores",
-        "utilization", "cycles_one", "cycles_split",
+        "pe_x",
+        "pe_y",
+        "m_block",
+        "tiles_m",
+        "tiles_n",
+        "tiles_k",
+        "tiles",
+        "cores",
+        "utilization",
+        "cycles_one",
+        "cycles_split",
     )
 
     pe_x: IntAttr
@@ -355,8 +374,15 @@ class LayerMemoryAttr(RecordAttr):
 
     name = "phaze.layer_memory"
     FIELDS = (
-        "index", "param_bytes", "grad_bytes", "optimizer_bytes", "saved_none_bytes",
-        "saved_selective_bytes", "saved_full_bytes", "workspace_bytes", "recompute_workspace_bytes",
+        "index",
+        "param_bytes",
+        "grad_bytes",
+        "optimizer_bytes",
+        "saved_none_bytes",
+        "saved_selective_bytes",
+        "saved_full_bytes",
+        "workspace_bytes",
+        "recompute_workspace_bytes",
     )
 
     index: IntAttr
@@ -393,9 +419,20 @@ class PlanAttr(RecordAttr):
 
     name = "phaze.plan"
     FIELDS = (
-        "devices", "global_batch", "dp", "pp", "tp", "micro_batch_size", "num_micro_batches",
-        "time_per_batch_s", "throughput_samples_per_s", "max_memory_bytes", "devices_used",
-        "placement", "feasible", "binding",
+        "devices",
+        "global_batch",
+        "dp",
+        "pp",
+        "tp",
+        "micro_batch_size",
+        "num_micro_batches",
+        "time_per_batch_s",
+        "throughput_samples_per_s",
+        "max_memory_bytes",
+        "devices_used",
+        "placement",
+        "feasible",
+        "binding",
     )
 
     devices: IntAttr
@@ -434,8 +471,17 @@ class StageAttr(RecordAttr):
     """
 
     name = "phaze.stage"
-    FIELDS = ("index", "first_layer", "last_layer", "devices", "time_s", "memory_bytes", "recompute",
-              "in_flight", "exposed_dp_s")
+    FIELDS = (
+        "index",
+        "first_layer",
+        "last_layer",
+        "devices",
+        "time_s",
+        "memory_bytes",
+        "recompute",
+        "in_flight",
+        "exposed_dp_s",
+    )
 
     index: IntAttr
     first_layer: IntAttr
@@ -470,8 +516,18 @@ class BaselineAttr(RecordAttr):
     """
 
     name = "phaze.baseline"
-    FIELDS = ("label", "throughput_samples_per_s", "dp", "pp", "tp", "micro_batch_size", "accelerator",
-              "area_um2", "hbm_bytes", "note")
+    FIELDS = (
+        "label",
+        "throughput_samples_per_s",
+        "dp",
+        "pp",
+        "tp",
+        "micro_batch_size",
+        "accelerator",
+        "area_um2",
+        "hbm_bytes",
+        "note",
+    )
 
     label: StringAttr
     throughput_samples_per_s: FloatData

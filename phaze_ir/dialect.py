@@ -19,14 +19,14 @@ import math
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
+    I64,
+    DenseArrayBase,
     DictionaryAttr,
     IntegerAttr,
     IntegerType,
     StringAttr,
     SymbolNameConstraint,
     TensorType,
-    DenseArrayBase,
-    I64,
     i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
@@ -44,9 +44,19 @@ from xdsl.irdl import (
 from xdsl.traits import SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
-from phaze_ir.attributes import LatencyAttr, LayerAttr, LayerLatencyAttr, TileAttr
-from phaze_ir.attributes import LayerMemoryAttr, LayerScheduleAttr, RecomputeAttr, SchedAttr
-from phaze_ir.attributes import BaselineAttr, PlanAttr, StageAttr
+from phaze_ir.attributes import (
+    BaselineAttr,
+    LatencyAttr,
+    LayerAttr,
+    LayerLatencyAttr,
+    LayerMemoryAttr,
+    LayerScheduleAttr,
+    PlanAttr,
+    RecomputeAttr,
+    SchedAttr,
+    StageAttr,
+    TileAttr,
+)
 
 # Discardable attribute names (one place, so that passes and tools agree on the spelling).
 MODULE_ATTR = "phaze.module"
@@ -65,6 +75,7 @@ PHASES = ("fwd", "bwd", "opt")
 # --------------------------------------------------------------------------------------------
 # Tensor helpers
 # --------------------------------------------------------------------------------------------
+
 
 def element_bytes(element_type: Attribute) -> int:
     """Storage bytes of one element (``i1`` is a byte, as in torch)."""
@@ -92,9 +103,7 @@ def _bytes_of(values: Sequence[SSAValue]) -> int:
 
 def _check_kind(op: Operation, kind: str, allowed: Sequence[str]) -> None:
     if kind not in allowed:
-        raise VerifyException(
-            f"'{op.name}' op has unknown kind \"{kind}\"; expected one of {', '.join(allowed)}"
-        )
+        raise VerifyException(f"'{op.name}' op has unknown kind \"{kind}\"; expected one of {', '.join(allowed)}")
 
 
 class ComputeOp(IRDLOperation):
@@ -122,6 +131,7 @@ class ComputeOp(IRDLOperation):
 # --------------------------------------------------------------------------------------------
 # Ops
 # --------------------------------------------------------------------------------------------
+
 
 @irdl_op_definition
 class MatmulOp(ComputeOp):
@@ -184,13 +194,44 @@ class MatmulOp(ComputeOp):
 
 ELEMENTWISE_KINDS: dict[str, int] = {
     # kind -> FLOPs per output element (transcendentals counted as a few ops, as vector units do)
-    "add": 1, "sub": 1, "mul": 1, "div": 1, "neg": 1, "abs": 1, "max": 1, "min": 1,
-    "pow": 2, "sqrt": 2, "rsqrt": 2, "exp": 4, "log": 4, "tanh": 4, "sigmoid": 4, "erf": 4,
-    "sin": 4, "cos": 4, "gelu": 8, "silu": 5, "relu": 1,
-    "gelu_grad": 12, "tanh_grad": 3, "sigmoid_grad": 3, "silu_grad": 8, "relu_grad": 1,
-    "compare": 1, "where": 1, "logical": 1, "clamp": 2,
-    "convert": 0, "copy": 0, "fill": 0, "arange": 0, "random": 2, "dropout": 2,
-    "nll_loss_grad": 1, "masked_fill": 1,
+    "add": 1,
+    "sub": 1,
+    "mul": 1,
+    "div": 1,
+    "neg": 1,
+    "abs": 1,
+    "max": 1,
+    "min": 1,
+    "pow": 2,
+    "sqrt": 2,
+    "rsqrt": 2,
+    "exp": 4,
+    "log": 4,
+    "tanh": 4,
+    "sigmoid": 4,
+    "erf": 4,
+    "sin": 4,
+    "cos": 4,
+    "gelu": 8,
+    "silu": 5,
+    "relu": 1,
+    "gelu_grad": 12,
+    "tanh_grad": 3,
+    "sigmoid_grad": 3,
+    "silu_grad": 8,
+    "relu_grad": 1,
+    "compare": 1,
+    "where": 1,
+    "logical": 1,
+    "clamp": 2,
+    "convert": 0,
+    "copy": 0,
+    "fill": 0,
+    "arange": 0,
+    "random": 2,
+    "dropout": 2,
+    "nll_loss_grad": 1,
+    "masked_fill": 1,
 }
 
 
@@ -284,7 +325,16 @@ class SoftmaxOp(ComputeOp):
             raise VerifyException(f"'phaze.softmax' op dim {self.dim.value.data} is out of range for rank {rank}")
 
 
-NORM_KINDS = ("layer_norm", "layer_norm_grad", "rms_norm", "rms_norm_grad", "batch_norm", "batch_norm_grad", "group_norm", "group_norm_grad")
+NORM_KINDS = (
+    "layer_norm",
+    "layer_norm_grad",
+    "rms_norm",
+    "rms_norm_grad",
+    "batch_norm",
+    "batch_norm_grad",
+    "group_norm",
+    "group_norm_grad",
+)
 
 
 @irdl_op_definition
@@ -304,7 +354,9 @@ class NormOp(ComputeOp):
     normalized_rank = prop_def(IntegerAttr[I64])
     inputs = var_operand_def(TensorType)
     results_ = var_result_def(TensorType)
-    assembly_format = "$kind $inputs `normalized_rank` $normalized_rank attr-dict `:` functional-type($inputs, $results_)"
+    assembly_format = (
+        "$kind $inputs `normalized_rank` $normalized_rank attr-dict `:` functional-type($inputs, $results_)"
+    )
 
     def iteration_space(self) -> tuple[int, ...]:
         return tuple(self.inputs[0].type.get_shape())
@@ -349,8 +401,39 @@ class EmbeddingOp(ComputeOp):
         _check_kind(self, self.kind.data, EMBEDDING_KINDS)
 
 
-VIEW_KINDS = ("view", "reshape", "transpose", "permute", "expand", "squeeze", "unsqueeze", "slice", "select", "alias", "split", "unbind", "as_strided", "detach", "diagonal")
-COPY_KINDS = ("clone", "cat", "stack", "pad", "copy", "index", "gather", "scatter", "repeat", "flip", "roll", "tril", "triu", "zero_pad")
+VIEW_KINDS = (
+    "view",
+    "reshape",
+    "transpose",
+    "permute",
+    "expand",
+    "squeeze",
+    "unsqueeze",
+    "slice",
+    "select",
+    "alias",
+    "split",
+    "unbind",
+    "as_strided",
+    "detach",
+    "diagonal",
+)
+COPY_KINDS = (
+    "clone",
+    "cat",
+    "stack",
+    "pad",
+    "copy",
+    "index",
+    "gather",
+    "scatter",
+    "repeat",
+    "flip",
+    "roll",
+    "tril",
+    "triu",
+    "zero_pad",
+)
 
 
 @irdl_op_definition
@@ -438,7 +521,9 @@ class OptimizerUpdateOp(ComputeOp):
     param = operand_def(TensorType)
     grad = operand_def(TensorType)
     result = result_def(TensorType)
-    assembly_format = "$kind $param `,` $grad `state_bytes` $state_bytes attr-dict `:` functional-type(operands, $result)"
+    assembly_format = (
+        "$kind $param `,` $grad `state_bytes` $state_bytes attr-dict `:` functional-type(operands, $result)"
+    )
 
     def __init__(self, kind: str, param: SSAValue, grad: SSAValue, state_bytes: int):
         super().__init__(
@@ -506,12 +591,36 @@ class AcceleratorOp(IRDLOperation):
 
 
 PHAZE_OPS = [
-    MatmulOp, ElementwiseOp, ReductionOp, SoftmaxOp, NormOp, EmbeddingOp, LayoutOp,
-    CollectiveOp, OptimizerUpdateOp, OpaqueOp, AcceleratorOp,
+    MatmulOp,
+    ElementwiseOp,
+    ReductionOp,
+    SoftmaxOp,
+    NormOp,
+    EmbeddingOp,
+    LayoutOp,
+    CollectiveOp,
+    OptimizerUpdateOp,
+    OpaqueOp,
+    AcceleratorOp,
 ]
 
-Phaze = Dialect("phaze", PHAZE_OPS, [LayerAttr, TileAttr, LatencyAttr, LayerLatencyAttr, SchedAttr, LayerScheduleAttr, RecomputeAttr, LayerMemoryAttr,
-                                      PlanAttr, StageAttr, BaselineAttr])
+Phaze = Dialect(
+    "phaze",
+    PHAZE_OPS,
+    [
+        LayerAttr,
+        TileAttr,
+        LatencyAttr,
+        LayerLatencyAttr,
+        SchedAttr,
+        LayerScheduleAttr,
+        RecomputeAttr,
+        LayerMemoryAttr,
+        PlanAttr,
+        StageAttr,
+        BaselineAttr,
+    ],
+)
 """The ``phaze`` dialect (ops and attributes)."""
 
 
@@ -521,7 +630,23 @@ def int_attr(value: int) -> IntegerAttr:
 
 
 __all__ = [
-    "Phaze", "ComputeOp", "MatmulOp", "ElementwiseOp", "ReductionOp", "SoftmaxOp", "NormOp",
-    "EmbeddingOp", "LayoutOp", "CollectiveOp", "OptimizerUpdateOp", "OpaqueOp", "AcceleratorOp",
-    "LayerAttr", "element_bytes", "numel", "tensor_bytes", "int_attr", "IntegerType",
+    "Phaze",
+    "ComputeOp",
+    "MatmulOp",
+    "ElementwiseOp",
+    "ReductionOp",
+    "SoftmaxOp",
+    "NormOp",
+    "EmbeddingOp",
+    "LayoutOp",
+    "CollectiveOp",
+    "OptimizerUpdateOp",
+    "OpaqueOp",
+    "AcceleratorOp",
+    "LayerAttr",
+    "element_bytes",
+    "numel",
+    "tensor_bytes",
+    "int_attr",
+    "IntegerType",
 ]

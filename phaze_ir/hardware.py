@@ -39,10 +39,13 @@ import json
 import math
 import numbers
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+import tomllib
+
+from phaze_ir import area
 
 __all__ = [
     "HardwareError",
@@ -192,8 +195,11 @@ def _validate_fields(obj: Any) -> None:
     cls = type(obj)
     scalars = _SCALAR_FIELDS.get(cls)
     if scalars is None:  # (name, kind) of the scalar fields, computed once per class
-        scalars = tuple((f.name, f.metadata["kind"]) for f in dataclasses.fields(cls)
-                        if f.metadata.get("kind") not in ("table", "levels"))
+        scalars = tuple(
+            (f.name, f.metadata["kind"])
+            for f in dataclasses.fields(cls)
+            if f.metadata.get("kind") not in ("table", "levels")
+        )
         _SCALAR_FIELDS[cls] = scalars
     for name, kind in scalars:
         value = getattr(obj, name)
@@ -363,8 +369,17 @@ class Accelerator:
     # Top-level scalar keys first, then tables, then the network array: the order of to_dict()
     # and of the TOML files (TOML needs the scalars before the first table).
     _KEY_ORDER: ClassVar[tuple[str, ...]] = (
-        "name", "clock_hz", "bytes_per_element", "power_w", "cost_usd", "area_mm2",
-        "tensor_cores", "vector_cores", "global_buffer", "hbm", "network",
+        "name",
+        "clock_hz",
+        "bytes_per_element",
+        "power_w",
+        "cost_usd",
+        "area_mm2",
+        "tensor_cores",
+        "vector_cores",
+        "global_buffer",
+        "hbm",
+        "network",
     )
 
     def __post_init__(self) -> None:
@@ -372,12 +387,14 @@ class Accelerator:
         for key, cls in _TABLES.items():
             value = getattr(self, key)
             if not isinstance(value, cls):
-                raise HardwareError(f"{key} = {value!r}: expected a {cls.__name__}", source="Accelerator",
-                                    key_path=key)
+                raise HardwareError(f"{key} = {value!r}: expected a {cls.__name__}", source="Accelerator", key_path=key)
         levels = tuple(self.network) if isinstance(self.network, (list, tuple)) else self.network
         if not isinstance(levels, tuple) or not all(isinstance(lv, NetworkLevel) for lv in levels):
-            raise HardwareError(f"network = {self.network!r}: expected a sequence of NetworkLevel",
-                                source="Accelerator", key_path="network")
+            raise HardwareError(
+                f"network = {self.network!r}: expected a sequence of NetworkLevel",
+                source="Accelerator",
+                key_path="network",
+            )
         _check_network(levels, "Accelerator")
         object.__setattr__(self, "network", levels)
 
@@ -395,19 +412,24 @@ class Accelerator:
 
     @property
     def modeled_area_um2(self) -> float | None:
-        """Chip area in µm² from the 22 nm area model (``passes.algorithms.area``), or ``None``
+        """Chip area in µm² from the 22 nm area model (``phaze_ir.area``), or ``None``
         when the configuration is outside the model's domain (a per-core buffer or a global
         buffer size that its SRAM tables do not list)."""
-        # Imported here: the area model is pure numpy code in passes/algorithms, and the IR
-        # package should not need it to import.
-        from passes.algorithms import area
-
         tc, vc = self.tensor_cores, self.vector_cores
         if not area.in_domain(tc.buffer_bytes, vc.buffer_bytes, self.global_buffer.bytes):
             return None
-        return float(area.chip_area_um2(tc.count, tc.pe_x, tc.pe_y, vc.count, vc.width,
-                                        self.global_buffer.bytes, tc_buffer_bytes=tc.buffer_bytes,
-                                        vc_buffer_bytes=vc.buffer_bytes))
+        return float(
+            area.chip_area_um2(
+                tc.count,
+                tc.pe_x,
+                tc.pe_y,
+                vc.count,
+                vc.width,
+                self.global_buffer.bytes,
+                tc_buffer_bytes=tc.buffer_bytes,
+                vc_buffer_bytes=vc.buffer_bytes,
+            )
+        )
 
     @property
     def area_um2(self) -> float | None:
@@ -429,8 +451,10 @@ class Accelerator:
         for level in self.network:
             if num_devices <= level.group_size:
                 return level
-        raise ValueError(f"{num_devices} devices exceed the network of {self.name!r} "
-                         f"(largest level {self.network[-1].name!r} holds {self.max_devices})")
+        raise ValueError(
+            f"{num_devices} devices exceed the network of {self.name!r} "
+            f"(largest level {self.network[-1].name!r} holds {self.max_devices})"
+        )
 
     # -- plain data ------------------------------------------------------------------------------
 
@@ -456,8 +480,11 @@ class Accelerator:
         files), checking every key.  ``source`` names where the dict came from in error messages;
         ``prefix`` is prepended to key paths (for a description nested in a larger file)."""
         if not isinstance(data, dict):
-            raise HardwareError(f"{prefix.rstrip('.') or 'hardware description'} = {_show(data)}: "
-                                "expected a table", source=source, key_path=prefix.rstrip(".") or None)
+            raise HardwareError(
+                f"{prefix.rstrip('.') or 'hardware description'} = {_show(data)}: expected a table",
+                source=source,
+                key_path=prefix.rstrip(".") or None,
+            )
         _reject_unknown(data, cls, prefix, source)
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
@@ -498,8 +525,7 @@ def _reject_unknown(data: dict, cls: type, prefix: str, source: str | None) -> N
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
-            raise HardwareError(f"unknown key '{prefix}{key}'{hint}", source=source,
-                                key_path=prefix + str(key))
+            raise HardwareError(f"unknown key '{prefix}{key}'{hint}", source=source, key_path=prefix + str(key))
 
 
 def _missing(kind: str, path: str, source: str | None, table: type | None = None) -> HardwareError:
@@ -549,9 +575,13 @@ def _check_network(levels: tuple[NetworkLevel, ...], source: str | None, path: s
             continue
         inner = levels[i - 1].group_size
         if level.group_size <= inner or level.group_size % inner:
-            raise _fail(source, f"{path}[{i}].group_size", level.group_size,
-                        f"a multiple of {path}[{i - 1}].group_size = {inner} larger than it "
-                        "(levels go innermost first, each made of whole groups of the one before)")
+            raise _fail(
+                source,
+                f"{path}[{i}].group_size",
+                level.group_size,
+                f"a multiple of {path}[{i - 1}].group_size = {inner} larger than it "
+                "(levels go innermost first, each made of whole groups of the one before)",
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -571,8 +601,10 @@ def preset_path(name: str) -> Path:
         known = preset_names()
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise HardwareError(f"unknown hardware preset '{name}'{hint}; known presets: {', '.join(known)} "
-                            "(or give the path of a .toml file)")
+        raise HardwareError(
+            f"unknown hardware preset '{name}'{hint}; known presets: {', '.join(known)} "
+            "(or give the path of a .toml file)"
+        )
     return path
 
 

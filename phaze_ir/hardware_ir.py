@@ -95,6 +95,5 @@ def module_accelerator(module: ModuleOp, pass_name: str) -> Accelerator:
     if isinstance(target, SymbolRefAttr):
         accs = [op for op in accs if op.sym_name.data == target.root_reference.data]
     if not accs:
-        raise PhazeError(f"{pass_name} requires a 'phaze.accelerator' op in the module; "
-                         "run phazec with --hw NAME|FILE")
+        raise PhazeError(f"{pass_name} requires a 'phaze.accelerator' op in the module; run phazec with --hw NAME|FILE")
     return accelerator_of(accs[0])

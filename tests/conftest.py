@@ -18,10 +18,10 @@ MODELS = Path(__file__).resolve().parent / "models"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiled(model_path: str, emit: str = "training", micro_batch: int = 1) -> str:
     """The printed module of ``phazec MODEL --emit EMIT`` (in-process, cached)."""
-    from phaze_ir.tools.phazec import _parser, compile_model
+    from phaze.tools.phazec import _parser, compile_model
 
     args = _parser().parse_args([model_path, "--emit", emit, "--micro-batch", str(micro_batch), "-q"])
     text, failure = compile_model(args, lambda msg: None)
@@ -41,11 +41,20 @@ def tiny_gpt2_module(tiny_gpt2_text):
     return parse_module(tiny_gpt2_text)
 
 
-def run_tool(*args: str, input: str | None = None, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_tool(
+    *args: str, input: str | None = None, cwd: Path | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run ``phazec``/``phaze-opt`` as a user would, via ``python -m`` so that the tests work
     from a source tree too."""
     tool, *rest = args
-    module = {"phazec": "phaze_ir.tools.phazec", "phaze-opt": "phaze_ir.tools.phaze_opt"}[tool]
+    module = {"phazec": "phaze.tools.phazec", "phaze-opt": "phaze.tools.phaze_opt"}[tool]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
-    return subprocess.run([sys.executable, "-m", module, *rest], input=input, capture_output=True,
-                          text=True, cwd=cwd or ROOT, env=full_env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", module, *rest],
+        input=input,
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env=full_env,
+        timeout=600,
+    )

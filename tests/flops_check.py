@@ -11,7 +11,7 @@ _MATMUL = re.compile(r'"phaze\.matmul"\([^)]*\)[^\n]*? : \((tensor<[^>]*>), (ten
 
 
 def _shape(t: str) -> list[int]:
-    dims = t[len("tensor<"):-1].split("x")[:-1]
+    dims = t[len("tensor<") : -1].split("x")[:-1]
     return [int(d) for d in dims]
 
 
@@ -32,6 +32,7 @@ def textbook_gpt2(layers: int, hidden: int, vocab: int, seq: int, batch: int = 1
 
 def textbook_llama(layers: int, hidden: int, ffn: int, vocab: int, seq: int, batch: int = 1) -> int:
     """Forward x3: 2*s*(4h^2 + 3*h*ffn) per block + 4*s^2*h attention + 2*s*h*V head."""
-    fwd = batch * (layers * (2 * seq * (4 * hidden**2 + 3 * hidden * ffn) + 4 * seq**2 * hidden)
-                   + 2 * seq * hidden * vocab)
+    fwd = batch * (
+        layers * (2 * seq * (4 * hidden**2 + 3 * hidden * ffn) + 4 * seq**2 * hidden) + 2 * seq * hidden * vocab
+    )
     return 3 * fwd

@@ -4,7 +4,7 @@ Enumerates every DP degree d, stage count p, contiguous split and recompute poli
 and prices each plan with the formulas of ``rust/phaze-dp`` (crate docs), written here
 independently and literally. Exponential: for instances of a handful of layers only.
 
-Problems are the dicts that ``phaze_ir._phaze_rs.solve_placement`` takes.
+Problems are the dicts that ``passes.algorithms._phaze_rs.solve_placement`` takes.
 """
 
 from __future__ import annotations

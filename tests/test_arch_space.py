@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from passes.algorithms import area
 from passes.algorithms.arch_space import (
     CONFIG_DTYPE,
     ArchSpace,
@@ -17,9 +16,10 @@ from passes.algorithms.arch_space import (
     SpaceSpec,
     load_space,
     loads_space,
-    paper_spec,
     paper_space,
+    paper_spec,
 )
+from phaze_ir import area
 from phaze_ir.hardware import Accelerator, GiB, HardwareError, MiB, load_hardware
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,13 +90,19 @@ def test_paper_sample_rows_match_reference(paper: ArchSpace) -> None:
     c = paper.configs
     for row in SAMPLE:
         got = c[row["index"]]
-        assert (int(got["num_tc"]), int(got["num_vc"]), int(got["width"]), int(got["depth"]),
-                int(got["width_vc"]), int(got["glb_bytes"])) == (
-            row["num_tc"], row["num_vc"], row["width"], row["depth"], row["width_vc"], row["GLB_Buffer"]), row
+        assert (
+            int(got["num_tc"]),
+            int(got["num_vc"]),
+            int(got["width"]),
+            int(got["depth"]),
+            int(got["width_vc"]),
+            int(got["glb_bytes"]),
+        ) == (row["num_tc"], row["num_vc"], row["width"], row["depth"], row["width_vc"], row["GLB_Buffer"]), row
         assert float(got["area_um2"]) == pytest.approx(row["area"], rel=1e-6)
         # And the scalar area model agrees with the vectorized generation.
-        assert area.chip_area_um2(row["num_tc"], row["width"], row["depth"], row["num_vc"], row["width_vc"],
-                                  row["GLB_Buffer"]) == pytest.approx(row["area"], rel=1e-9)
+        assert area.chip_area_um2(
+            row["num_tc"], row["width"], row["depth"], row["num_vc"], row["width_vc"], row["GLB_Buffer"]
+        ) == pytest.approx(row["area"], rel=1e-9)
 
 
 def test_paper_order_is_the_references(paper: ArchSpace) -> None:
@@ -122,27 +128,44 @@ def test_paper_bounds_and_waiver(paper: ArchSpace) -> None:
 
 def test_rule_variants_against_brute_force() -> None:
     base = paper_spec()
-    spec = SpaceSpec(template=base.template, num_tc=(1, 2, 64, 512), num_vc=(4096, 1, 16), width=(8, 128),
-                     depth=(256, 2), width_vc="width", glb_bytes=(2 * MiB, 128 * MiB),
-                     budget_um2=base.budget_um2)
+    spec = SpaceSpec(
+        template=base.template,
+        num_tc=(1, 2, 64, 512),
+        num_vc=(4096, 1, 16),
+        width=(8, 128),
+        depth=(256, 2),
+        width_vc="width",
+        glb_bytes=(2 * MiB, 128 * MiB),
+        budget_um2=base.budget_um2,
+    )
     for frac, waive in [(0.3, True), (0.3, False), (0.0, True), (0.9, True)]:
-        s = ArchSpace.generate(SpaceSpec(**{**spec.__dict__, "lower_fraction": frac,
-                                            "waive_lower_bound_single_core": waive}))
+        s = ArchSpace.generate(
+            SpaceSpec(**{**spec.__dict__, "lower_fraction": frac, "waive_lower_bound_single_core": waive})
+        )
         expected = []
-        for ntc, nvc, w, d, g in itertools.product(spec.num_tc, spec.num_vc, spec.width, spec.depth,
-                                                  spec.glb_bytes):
+        for ntc, nvc, w, d, g in itertools.product(spec.num_tc, spec.num_vc, spec.width, spec.depth, spec.glb_bytes):
             a = area.chip_area_um2(ntc, w, d, nvc, w, g)
             if a <= spec.budget_um2 and (a >= frac * spec.budget_um2 or (waive and 1 in (ntc, nvc))):
                 expected.append((ntc, nvc, w, d, w, g))
-        got = [tuple(r[k] for k in ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes"))
-               for r in s.records()]
+        got = [
+            tuple(r[k] for k in ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes")) for r in s.records()
+        ]
         assert got == expected, (frac, waive)
 
 
 def test_untied_width_vc_axis() -> None:
     base = paper_spec()
-    spec = SpaceSpec(template=base.template, num_tc=(2,), num_vc=(2,), width=(16, 32), depth=(16,),
-                     width_vc=(64, 8, 4), glb_bytes=(8 * MiB,), budget_um2=1e12, lower_fraction=0.0)
+    spec = SpaceSpec(
+        template=base.template,
+        num_tc=(2,),
+        num_vc=(2,),
+        width=(16, 32),
+        depth=(16,),
+        width_vc=(64, 8, 4),
+        glb_bytes=(8 * MiB,),
+        budget_um2=1e12,
+        lower_fraction=0.0,
+    )
     s = ArchSpace.generate(spec)
     assert s.num_candidates == 6 == len(s)
     assert [r["width_vc"] for r in s.records()] == [64, 8, 4, 64, 8, 4]  # width_vc inside width
@@ -224,84 +247,189 @@ def test_base_space() -> None:
 
 
 SPACE_MUTATIONS = [
-    ("unknown top-level key", "[search]", "[serch]",
-     "bad.toml: unknown key 'serch' (did you mean 'search'?)"),
-    ("unknown search key", "glb_MiB = [8, 32]", "glb_mib = [8, 32]",
-     "bad.toml: unknown key 'search.glb_mib' (did you mean 'glb_MiB'?)"),
-    ("unknown area key", "budget_mm2 = 100.0", "budget_mm = 100.0",
-     "bad.toml: unknown key 'area.budget_mm' (did you mean 'budget_mm2'?)"),
-    ("missing search key", "depth = 16\n", "",
-     "bad.toml: missing required key 'search.depth' (an integer, a list, or {min = a, max = b})"),
-    ("missing table", "[area]\nbudget_mm2 = 100.0\n", "",
-     "bad.toml: missing required table [area]"),
-    ("range not a power of two", "{ min = 1, max = 8 }", "{ min = 1, max = 12 }",
-     "bad.toml: search.num_tc.max = 12: expected a power of two (ranges run over powers of two)"),
-    ("range min above max", "{ min = 1, max = 8 }", "{ min = 16, max = 8 }",
-     "bad.toml: search.num_tc = {min = 16, max = 8}: expected min <= max"),
-    ("range unknown key", "{ min = 1, max = 8 }", "{ min = 1, maxi = 8 }",
-     "bad.toml: unknown key 'search.num_tc.maxi' (did you mean 'max'?)"),
-    ("range missing key", "{ min = 1, max = 8 }", "{ min = 1 }",
-     "bad.toml: missing required key 'search.num_tc.max' (a power of two)"),
-    ("empty list", "num_vc = [1, 2]", "num_vc = []",
-     "bad.toml: search.num_vc = []: expected a non-empty list of a positive integers"),
-    ("duplicate values", "num_vc = [1, 2]", "num_vc = [2, 2]",
-     "bad.toml: search.num_vc = [2, 2]: expected distinct values"),
-    ("negative value", "num_vc = [1, 2]", "num_vc = [1, -2]",
-     "bad.toml: search.num_vc[1] = -2: expected a positive integer"),
-    ("bool value", "depth = 16", "depth = true",
-     "bad.toml: search.depth = true: expected a positive integer, a list of them, or a range "
-     "{min = a, max = b}"),
-    ("fractional core count", "num_vc = [1, 2]", "num_vc = [1, 2.5]",
-     "bad.toml: search.num_vc[1] = 2.5: expected a positive integer"),
-    ("bad tie", 'width_vc = "width"', 'width_vc = "wdth"',
-     'bad.toml: search.width_vc = "wdth": expected values, or "width" / "depth" to tie it to that axis'),
-    ("both budgets", "budget_mm2 = 100.0", 'budget_mm2 = 100.0\nbudget_of = "tpuv4"',
-     "bad.toml: [area] needs exactly one of 'budget_mm2' (a positive number) and 'budget_of' (a preset "
-     "name or hardware TOML path)"),
-    ("no budget", "budget_mm2 = 100.0", "lower_fraction = 0.3",
-     "bad.toml: [area] needs exactly one of 'budget_mm2' (a positive number) and 'budget_of' (a preset "
-     "name or hardware TOML path)"),
-    ("negative budget", "budget_mm2 = 100.0", "budget_mm2 = -1",
-     "bad.toml: area.budget_mm2 = -1: expected a positive number"),
-    ("lower fraction out of range", "budget_mm2 = 100.0", "budget_mm2 = 100.0\nlower_fraction = 1.5",
-     "bad.toml: area.lower_fraction = 1.5: expected a number in [0, 1]"),
-    ("waiver not a boolean", "budget_mm2 = 100.0", "budget_mm2 = 100.0\nwaive_lower_bound_single_core = 1",
-     "bad.toml: area.waive_lower_bound_single_core = 1: expected true or false"),
-    ("template without hardware", 'hardware = "tpuv4"', 'clock_hz = 1e9',
-     "bad.toml: missing required key 'template.hardware' (a preset name or a TOML path)"),
-    ("template unknown preset", 'hardware = "tpuv4"', 'hardware = "tpu4"',
-     "unknown hardware preset 'tpu4' (did you mean 'tpuv4'?); known presets: a100, h100, tpuv4 "
-     "(or give the path of a .toml file)"),
-    ("template missing file", 'hardware = "tpuv4"', 'hardware = "hw/none.toml"',
-     "hw/none.toml: no such file"),
-    ("template bad override", 'hardware = "tpuv4"', 'hardware = "tpuv4"\nclock_hz = -1',
-     "bad.toml: template.clock_hz = -1: expected a positive number"),
-    ("template unknown override", 'hardware = "tpuv4"', 'hardware = "tpuv4"\nhbm.bandwith_Bps = 1e12',
-     "bad.toml: unknown key 'template.hbm.bandwith_Bps' (did you mean 'bandwidth_Bps'?)"),
-    ("budget of unknown preset", "budget_mm2 = 100.0", 'budget_of = "a200"',
-     "unknown hardware preset 'a200' (did you mean 'a100'?); known presets: a100, h100, tpuv4 "
-     "(or give the path of a .toml file)"),
-    ("global buffer outside the area model", "glb_MiB = [8, 32]", "glb_MiB = [8, 3]",
-     "bad.toml: search.glb_MiB = 3: expected a global buffer the area model lists (2 MiB, 4 MiB, "
-     "8 MiB, 16 MiB, 32 MiB, 64 MiB, 128 MiB)"),
-    ("PE array outside the area model", "width = [16, 32]", "width = [16, 32768]",
-     "bad.toml: search.width = 32768 with search.depth = 16: a 32768 x 16 PE array has a 8 MiB "
-     "per-core buffer (16 B per PE), outside the area model's table (1 KiB, 2 KiB, 4 KiB, 8 KiB, "
-     "16 KiB, 32 KiB, 64 KiB, 128 KiB, 256 KiB, 512 KiB, 1 MiB)"),
-    ("PE array off the table", "width = [16, 32]", "width = [16, 24]",
-     "bad.toml: search.width = 24 with search.depth = 16: a 24 x 16 PE array has a 6 KiB "
-     "per-core buffer (16 B per PE), outside the area model's table (1 KiB, 2 KiB, 4 KiB, 8 KiB, "
-     "16 KiB, 32 KiB, 64 KiB, 128 KiB, 256 KiB, 512 KiB, 1 MiB)"),
-    ("vector width outside the area model", 'width_vc = "width"', "width_vc = [131072]",
-     "bad.toml: search.width_vc = 131072: a 131072-lane vector core has a 2 MiB per-core buffer "
-     "(16 B per lane), outside the area model's table (1 KiB, 2 KiB, 4 KiB, 8 KiB, 16 KiB, 32 KiB, "
-     "64 KiB, 128 KiB, 256 KiB, 512 KiB, 1 MiB)"),
+    ("unknown top-level key", "[search]", "[serch]", "bad.toml: unknown key 'serch' (did you mean 'search'?)"),
+    (
+        "unknown search key",
+        "glb_MiB = [8, 32]",
+        "glb_mib = [8, 32]",
+        "bad.toml: unknown key 'search.glb_mib' (did you mean 'glb_MiB'?)",
+    ),
+    (
+        "unknown area key",
+        "budget_mm2 = 100.0",
+        "budget_mm = 100.0",
+        "bad.toml: unknown key 'area.budget_mm' (did you mean 'budget_mm2'?)",
+    ),
+    (
+        "missing search key",
+        "depth = 16\n",
+        "",
+        "bad.toml: missing required key 'search.depth' (an integer, a list, or {min = a, max = b})",
+    ),
+    ("missing table", "[area]\nbudget_mm2 = 100.0\n", "", "bad.toml: missing required table [area]"),
+    (
+        "range not a power of two",
+        "{ min = 1, max = 8 }",
+        "{ min = 1, max = 12 }",
+        "bad.toml: search.num_tc.max = 12: expected a power of two (ranges run over powers of two)",
+    ),
+    (
+        "range min above max",
+        "{ min = 1, max = 8 }",
+        "{ min = 16, max = 8 }",
+        "bad.toml: search.num_tc = {min = 16, max = 8}: expected min <= max",
+    ),
+    (
+        "range unknown key",
+        "{ min = 1, max = 8 }",
+        "{ min = 1, maxi = 8 }",
+        "bad.toml: unknown key 'search.num_tc.maxi' (did you mean 'max'?)",
+    ),
+    (
+        "range missing key",
+        "{ min = 1, max = 8 }",
+        "{ min = 1 }",
+        "bad.toml: missing required key 'search.num_tc.max' (a power of two)",
+    ),
+    (
+        "empty list",
+        "num_vc = [1, 2]",
+        "num_vc = []",
+        "bad.toml: search.num_vc = []: expected a non-empty list of a positive integers",
+    ),
+    (
+        "duplicate values",
+        "num_vc = [1, 2]",
+        "num_vc = [2, 2]",
+        "bad.toml: search.num_vc = [2, 2]: expected distinct values",
+    ),
+    (
+        "negative value",
+        "num_vc = [1, 2]",
+        "num_vc = [1, -2]",
+        "bad.toml: search.num_vc[1] = -2: expected a positive integer",
+    ),
+    (
+        "bool value",
+        "depth = 16",
+        "depth = true",
+        "bad.toml: search.depth = true: expected a positive integer, a list of them, or a range {min = a, max = b}",
+    ),
+    (
+        "fractional core count",
+        "num_vc = [1, 2]",
+        "num_vc = [1, 2.5]",
+        "bad.toml: search.num_vc[1] = 2.5: expected a positive integer",
+    ),
+    (
+        "bad tie",
+        'width_vc = "width"',
+        'width_vc = "wdth"',
+        'bad.toml: search.width_vc = "wdth": expected values, or "width" / "depth" to tie it to that axis',
+    ),
+    (
+        "both budgets",
+        "budget_mm2 = 100.0",
+        'budget_mm2 = 100.0\nbudget_of = "tpuv4"',
+        "bad.toml: [area] needs exactly one of 'budget_mm2' (a positive number) and 'budget_of' (a preset "
+        "name or hardware TOML path)",
+    ),
+    (
+        "no budget",
+        "budget_mm2 = 100.0",
+        "lower_fraction = 0.3",
+        "bad.toml: [area] needs exactly one of 'budget_mm2' (a positive number) and 'budget_of' (a preset "
+        "name or hardware TOML path)",
+    ),
+    (
+        "negative budget",
+        "budget_mm2 = 100.0",
+        "budget_mm2 = -1",
+        "bad.toml: area.budget_mm2 = -1: expected a positive number",
+    ),
+    (
+        "lower fraction out of range",
+        "budget_mm2 = 100.0",
+        "budget_mm2 = 100.0\nlower_fraction = 1.5",
+        "bad.toml: area.lower_fraction = 1.5: expected a number in [0, 1]",
+    ),
+    (
+        "waiver not a boolean",
+        "budget_mm2 = 100.0",
+        "budget_mm2 = 100.0\nwaive_lower_bound_single_core = 1",
+        "bad.toml: area.waive_lower_bound_single_core = 1: expected true or false",
+    ),
+    (
+        "template without hardware",
+        'hardware = "tpuv4"',
+        "clock_hz = 1e9",
+        "bad.toml: missing required key 'template.hardware' (a preset name or a TOML path)",
+    ),
+    (
+        "template unknown preset",
+        'hardware = "tpuv4"',
+        'hardware = "tpu4"',
+        "unknown hardware preset 'tpu4' (did you mean 'tpuv4'?); known presets: a100, h100, tpuv4 "
+        "(or give the path of a .toml file)",
+    ),
+    ("template missing file", 'hardware = "tpuv4"', 'hardware = "hw/none.toml"', "hw/none.toml: no such file"),
+    (
+        "template bad override",
+        'hardware = "tpuv4"',
+        'hardware = "tpuv4"\nclock_hz = -1',
+        "bad.toml: template.clock_hz = -1: expected a positive number",
+    ),
+    (
+        "template unknown override",
+        'hardware = "tpuv4"',
+        'hardware = "tpuv4"\nhbm.bandwith_Bps = 1e12',
+        "bad.toml: unknown key 'template.hbm.bandwith_Bps' (did you mean 'bandwidth_Bps'?)",
+    ),
+    (
+        "budget of unknown preset",
+        "budget_mm2 = 100.0",
+        'budget_of = "a200"',
+        "unknown hardware preset 'a200' (did you mean 'a100'?); known presets: a100, h100, tpuv4 "
+        "(or give the path of a .toml file)",
+    ),
+    (
+        "global buffer outside the area model",
+        "glb_MiB = [8, 32]",
+        "glb_MiB = [8, 3]",
+        "bad.toml: search.glb_MiB = 3: expected a global buffer the area model lists (2 MiB, 4 MiB, "
+        "8 MiB, 16 MiB, 32 MiB, 64 MiB, 128 MiB)",
+    ),
+    (
+        "PE array outside the area model",
+        "width = [16, 32]",
+        "width = [16, 32768]",
+        "bad.toml: search.width = 32768 with search.depth = 16: a 32768 x 16 PE array has a 8 MiB "
+        "per-core buffer (16 B per PE), outside the area model's table (1 KiB, 2 KiB, 4 KiB, 8 KiB, "
+        "16 KiB, 32 KiB, 64 KiB, 128 KiB, 256 KiB, 512 KiB, 1 MiB)",
+    ),
+    (
+        "PE array off the table",
+        "width = [16, 32]",
+        "width = [16, 24]",
+        "bad.toml: search.width = 24 with search.depth = 16: a 24 x 16 PE array has a 6 KiB "
+        "per-core buffer (16 B per PE), outside the area model's table (1 KiB, 2 KiB, 4 KiB, 8 KiB, "
+        "16 KiB, 32 KiB, 64 KiB, 128 KiB, 256 KiB, 512 KiB, 1 MiB)",
+    ),
+    (
+        "vector width outside the area model",
+        'width_vc = "width"',
+        "width_vc = [131072]",
+        "bad.toml: search.width_vc = 131072: a 131072-lane vector core has a 2 MiB per-core buffer "
+        "(16 B per lane), outside the area model's table (1 KiB, 2 KiB, 4 KiB, 8 KiB, 16 KiB, 32 KiB, "
+        "64 KiB, 128 KiB, 256 KiB, 512 KiB, 1 MiB)",
+    ),
 ]
 
 
 @pytest.mark.parametrize("what,old,new,message", SPACE_MUTATIONS, ids=[m[0] for m in SPACE_MUTATIONS])
-def test_malformed_space_messages(what: str, old: str, new: str, message: str, tmp_path: Path,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_malformed_space_messages(
+    what: str, old: str, new: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert old in BASE, what
     (tmp_path / "bad.toml").write_text(BASE.replace(old, new, 1))
     monkeypatch.chdir(tmp_path)
@@ -332,30 +460,56 @@ def test_space_syntax_and_missing_file(tmp_path: Path) -> None:
 def test_relative_hardware_paths_and_budget_of(tmp_path: Path) -> None:
     hw = tmp_path / "hw"
     hw.mkdir()
-    (hw / "chip.toml").write_text((REPO / "phaze_ir" / "hw_presets" / "tpuv4.toml").read_text()
-                                  .replace('name = "tpuv4"', 'name = "mine"'))
-    (tmp_path / "s.toml").write_text(BASE.replace('hardware = "tpuv4"', 'hardware = "hw/chip.toml"')
-                                     .replace("budget_mm2 = 100.0", 'budget_of = "hw/chip.toml"'))
+    (hw / "chip.toml").write_text(
+        (REPO / "phaze_ir" / "hw_presets" / "tpuv4.toml").read_text().replace('name = "tpuv4"', 'name = "mine"')
+    )
+    (tmp_path / "s.toml").write_text(
+        BASE.replace('hardware = "tpuv4"', 'hardware = "hw/chip.toml"').replace(
+            "budget_mm2 = 100.0", 'budget_of = "hw/chip.toml"'
+        )
+    )
     s = load_space(tmp_path / "s.toml")
     assert s.spec.template.name == "mine"
     assert s.spec.budget_um2 == pytest.approx(TPUV4_AREA_UM2, rel=1e-12)
     # A budget hardware with no area (outside the model, none given) is an error.
-    (hw / "noarea.toml").write_text((REPO / "phaze_ir" / "hw_presets" / "tpuv4.toml").read_text()
-                                    .replace("bytes = 134_217_728", "bytes = 100_000_000"))
+    (hw / "noarea.toml").write_text(
+        (REPO / "phaze_ir" / "hw_presets" / "tpuv4.toml")
+        .read_text()
+        .replace("bytes = 134_217_728", "bytes = 100_000_000")
+    )
     (tmp_path / "s2.toml").write_text(BASE.replace("budget_mm2 = 100.0", 'budget_of = "hw/noarea.toml"'))
-    with pytest.raises(ArchSpaceError, match=r"area\.budget_of = \"hw/noarea\.toml\": expected hardware "
-                                             r"with an area"):
+    with pytest.raises(
+        ArchSpaceError,
+        match=r"area\.budget_of = \"hw/noarea\.toml\": expected hardware "
+        r"with an area",
+    ):
         load_space(tmp_path / "s2.toml")
 
 
 def test_spec_validation() -> None:
     tpu = load_hardware("tpuv4")
-    kw = dict(template=tpu, num_tc=(1,), num_vc=(1,), width=(2,), depth=(2,), width_vc="width",
-              glb_bytes=(2 * MiB,), budget_um2=1e9)
+    kw = dict(
+        template=tpu,
+        num_tc=(1,),
+        num_vc=(1,),
+        width=(2,),
+        depth=(2,),
+        width_vc="width",
+        glb_bytes=(2 * MiB,),
+        budget_um2=1e9,
+    )
     SpaceSpec(**kw)
-    for bad in [dict(num_tc=()), dict(num_tc=(0,)), dict(num_tc=(True,)), dict(width=(2, 2)),
-                dict(width_vc="lanes"), dict(budget_um2=0), dict(lower_fraction=2.0),
-                dict(waive_lower_bound_single_core=1), dict(template="tpuv4")]:
+    for bad in [
+        dict(num_tc=()),
+        dict(num_tc=(0,)),
+        dict(num_tc=(True,)),
+        dict(width=(2, 2)),
+        dict(width_vc="lanes"),
+        dict(budget_um2=0),
+        dict(lower_fraction=2.0),
+        dict(waive_lower_bound_single_core=1),
+        dict(template="tpuv4"),
+    ]:
         with pytest.raises(ArchSpaceError):
             SpaceSpec(**{**kw, **bad})
     with pytest.raises(ArchSpaceError, match="glb_bytes = 3145728"):

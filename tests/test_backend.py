@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from phaze.search.backend import Backend, make_backend
 from phaze_ir.errors import PhazeError
-from phaze_ir.search.backend import Backend, make_backend
 
 ITEMS = list(range(50))
 
@@ -112,9 +112,9 @@ def test_workers_single_threaded(backend):
         assert set(backend.map(thread_vars, range(8))) == {("1", "1", "1")}
 
 
-INTERRUPTED = r'''
+INTERRUPTED = r"""
 import sys, time
-from phaze_ir.search.backend import make_backend
+from phaze.search.backend import make_backend
 if __name__ == "__main__":
     backend = make_backend("local", jobs=2)
     backend.map(abs, [0, 0])  # the workers are up
@@ -124,7 +124,7 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         print("interrupted", flush=True)
     backend.close()
-'''
+"""
 
 
 def test_ctrl_c_does_not_hang():
@@ -132,9 +132,15 @@ def test_ctrl_c_does_not_hang():
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # A shell's background job starts with SIGINT ignored, and so would the child without this.
-    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED], stdout=subprocess.PIPE, text=True, env=env,
-                            cwd=root, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=root,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         assert proc.stdout.readline() == "ready\n"
         time.sleep(0.5)
@@ -146,11 +152,14 @@ def test_ctrl_c_does_not_hang():
     assert out == "interrupted\n" and proc.returncode == 0
 
 
-@pytest.mark.parametrize("kind, jobs, message", [
-    ("local", 0, "-j 0: expected a positive number of processes"),
-    ("ray", -1, "-j -1: expected a positive number of processes"),
-    ("foo", 1, "--backend foo: expected 'local' or 'ray'"),
-])
+@pytest.mark.parametrize(
+    "kind, jobs, message",
+    [
+        ("local", 0, "-j 0: expected a positive number of processes"),
+        ("ray", -1, "-j -1: expected a positive number of processes"),
+        ("foo", 1, "--backend foo: expected 'local' or 'ray'"),
+    ],
+)
 def test_bad_arguments(kind, jobs, message):
     with pytest.raises(PhazeError) as info:
         make_backend(kind, jobs=jobs)

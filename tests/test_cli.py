@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import EXAMPLES, MODELS, run_tool
 
 
@@ -81,7 +80,7 @@ def test_debug_shows_traceback():
 
 def test_malformed_mlir_reports_line_and_column(tmp_path):
     p = tmp_path / "bad.mlir"
-    p.write_text("builtin.module {\n  %x = \"phaze.matmul\"() : () -> tensor<2x2xq16>\n}\n")
+    p.write_text('builtin.module {\n  %x = "phaze.matmul"() : () -> tensor<2x2xq16>\n}\n')
     r = run_tool("phaze-opt", str(p))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert f"{p}:2:44" in r.stderr and "Expected shape type" in r.stderr
@@ -113,7 +112,11 @@ def test_stock_xdsl_opt_sees_phaze_through_entry_point(tmp_path):
     if "phaze" not in names:
         pytest.skip("phaze is not pip-installed (the README's commands install it)")
     fwd = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
-    r = subprocess.run([sys.executable, "-c", "from xdsl.tools.xdsl_opt import main; main()",
-                        "-p", "phaze-group-layers"], input=fwd.stdout, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", "from xdsl.tools.xdsl_opt import main; main()", "-p", "phaze-group-layers"],
+        input=fwd.stdout,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert "#phaze.layer<index = 0" in r.stdout

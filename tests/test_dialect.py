@@ -43,16 +43,27 @@ def test_batched_matmul_broadcasts():
     assert mm.flops() == 4 * 2 * 8 * 2 * 16
 
 
-@pytest.mark.parametrize("body, message", [
-    ("%y = phaze.matmul %x, %x : (tensor<8x64xf16>, tensor<8x64xf16>) -> tensor<8x64xf16>",
-     "contracting dimensions differ: lhs has K = 64, rhs has K = 8"),
-    ("%y = phaze.elementwise \"frobnicate\" %x aten \"aten.x\" : (tensor<8x64xf16>) -> tensor<8x64xf16>",
-     "unknown kind \"frobnicate\""),
-    ("%y = phaze.softmax \"softmax\" %x dim 5 : (tensor<8x64xf16>) -> tensor<8x64xf16>",
-     "dim 5 is out of range for rank 2"),
-    ("%y = phaze.collective \"all_reduce\" %x group_size 0 : (tensor<8x64xf16>) -> tensor<8x64xf16>",
-     "group_size must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            "%y = phaze.matmul %x, %x : (tensor<8x64xf16>, tensor<8x64xf16>) -> tensor<8x64xf16>",
+            "contracting dimensions differ: lhs has K = 64, rhs has K = 8",
+        ),
+        (
+            '%y = phaze.elementwise "frobnicate" %x aten "aten.x" : (tensor<8x64xf16>) -> tensor<8x64xf16>',
+            'unknown kind "frobnicate"',
+        ),
+        (
+            '%y = phaze.softmax "softmax" %x dim 5 : (tensor<8x64xf16>) -> tensor<8x64xf16>',
+            "dim 5 is out of range for rank 2",
+        ),
+        (
+            '%y = phaze.collective "all_reduce" %x group_size 0 : (tensor<8x64xf16>) -> tensor<8x64xf16>',
+            "group_size must be >= 1",
+        ),
+    ],
+)
 def test_verifier_messages(body, message):
     with pytest.raises(VerifyException, match=message):
         parse_module(module_with("    " + body, "%x: tensor<8x64xf16>"))
@@ -60,7 +71,7 @@ def test_verifier_messages(body, message):
 
 def test_optimizer_update_counts_state():
     text = module_with(
-        "    %u = phaze.optimizer_update \"adam\" %w, %g state_bytes 12 : (tensor<64x32xf16>, tensor<64x32xf16>) -> tensor<64x32xf16>",
+        '    %u = phaze.optimizer_update "adam" %w, %g state_bytes 12 : (tensor<64x32xf16>, tensor<64x32xf16>) -> tensor<64x32xf16>',
         "%w: tensor<64x32xf16>, %g: tensor<64x32xf16>",
     )
     op = next(o for o in parse_module(text).walk() if isinstance(o, ph.OptimizerUpdateOp))
@@ -72,8 +83,8 @@ def test_optimizer_update_counts_state():
 
 def test_views_move_no_bytes_copies_do():
     text = module_with(
-        "    %v = phaze.layout \"transpose\" %x aten \"aten.t.default\" : (tensor<8x64xf16>) -> tensor<64x8xf16>\n"
-        "    %c = phaze.layout \"clone\" %v aten \"aten.clone.default\" : (tensor<64x8xf16>) -> tensor<64x8xf16>",
+        '    %v = phaze.layout "transpose" %x aten "aten.t.default" : (tensor<8x64xf16>) -> tensor<64x8xf16>\n'
+        '    %c = phaze.layout "clone" %v aten "aten.clone.default" : (tensor<64x8xf16>) -> tensor<64x8xf16>',
         "%x: tensor<8x64xf16>",
     )
     view, copy = [o for o in parse_module(text).walk() if isinstance(o, ph.LayoutOp)]
@@ -82,9 +93,20 @@ def test_views_move_no_bytes_copies_do():
 
 
 def test_layer_attr_round_trips():
-    attr = LayerAttr.make(index=2, kind="block", module="m.h.1", same_as=1, param_bytes=10, saved_bytes=20,
-                          boundary_bytes=30, grad_boundary_bytes=30, fwd_flops=5, bwd_flops=10,
-                          opt_flops=1, num_ops=7)
+    attr = LayerAttr.make(
+        index=2,
+        kind="block",
+        module="m.h.1",
+        same_as=1,
+        param_bytes=10,
+        saved_bytes=20,
+        boundary_bytes=30,
+        grad_boundary_bytes=30,
+        fwd_flops=5,
+        bwd_flops=10,
+        opt_flops=1,
+        num_ops=7,
+    )
     assert attr.get("module") == "m.h.1" and attr.as_dict()["bwd_flops"] == 10
     from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 

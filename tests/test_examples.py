@@ -4,11 +4,10 @@ graphs of GPT-2 XL and Llama-2-7B match the textbook count (within 2 %)."""
 from __future__ import annotations
 
 import pytest
-
-from phaze_ir.ir import parse_module, print_module
-
 from conftest import EXAMPLES, compiled
 from flops_check import matmul_flops_from_generic, textbook_gpt2, textbook_llama
+
+from phaze_ir.ir import parse_module, print_module
 
 EXAMPLE_MODELS = ["mlp", "bert_large", "opt_350m", "gpt2_xl", "llama2_7b", "gpt3_175b"]
 
@@ -25,10 +24,13 @@ def test_example_round_trips(name):
     assert len(blocks) >= 4 and len({l.get("same_as") for l in blocks}) == 1
 
 
-@pytest.mark.parametrize("name, textbook", [
-    ("gpt2_xl", textbook_gpt2(layers=48, hidden=1600, vocab=50257, seq=1024)),
-    ("llama2_7b", textbook_llama(layers=32, hidden=4096, ffn=11008, vocab=32000, seq=4096)),
-])
+@pytest.mark.parametrize(
+    "name, textbook",
+    [
+        ("gpt2_xl", textbook_gpt2(layers=48, hidden=1600, vocab=50257, seq=1024)),
+        ("llama2_7b", textbook_llama(layers=32, hidden=4096, ffn=11008, vocab=32000, seq=4096)),
+    ],
+)
 def test_training_flops_match_textbook(name, textbook):
     generic = print_module(parse_module(compiled(str(EXAMPLES / f"{name}.py"))), generic=True)
     flops = matmul_flops_from_generic(generic)

@@ -15,7 +15,11 @@ FILECHECK_DIR = Path(__file__).resolve().parent / "filecheck"
 @pytest.mark.parametrize("test", sorted(p.name for p in FILECHECK_DIR.glob("*.mlir")))
 def test_filecheck(test):
     # lit has no __main__ module; call its entry point with this interpreter.
-    r = subprocess.run([sys.executable, "-c", "from lit.main import main; main()", "-v", str(FILECHECK_DIR / test)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", "from lit.main import main; main()", "-v", str(FILECHECK_DIR / test)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Passed: 1" in r.stdout

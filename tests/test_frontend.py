@@ -6,13 +6,12 @@ import re
 import textwrap
 
 import pytest
+from conftest import MODELS
 
+from passes.graph_view import step_function
 from phaze_ir import dialect as ph
 from phaze_ir.errors import PhazeError
 from phaze_ir.frontend import import_graph, load_model_file, trace_model
-from phaze_ir.graph_view import step_function
-
-from conftest import MODELS
 
 
 def write(tmp_path, text: str, name: str = "model.py"):
@@ -39,7 +38,9 @@ def test_missing_get_model(tmp_path):
 
 
 def test_data_dependent_control_flow_names_the_line(tmp_path):
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         import torch
 
         class M(torch.nn.Module):
@@ -58,7 +59,8 @@ def test_data_dependent_control_flow_names_the_line(tmp_path):
 
         def get_inputs(b):
             return (torch.zeros(b, 4),)
-    """)
+    """,
+    )
     spec = load_model_file(p)
     with pytest.raises(PhazeError) as info:
         trace_model(spec, 1)
@@ -109,7 +111,9 @@ def test_seq_len_override_changes_shapes():
 
 
 def test_unknown_op_is_opaque_with_warning_and_strict_errors(tmp_path, capsys):
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
         import torch
 
         class M(torch.nn.Module):
@@ -125,7 +129,8 @@ def test_unknown_op_is_opaque_with_warning_and_strict_errors(tmp_path, capsys):
 
         def get_inputs(b):
             return (torch.zeros(b, 4),)
-    """)
+    """,
+    )
     spec = load_model_file(p)
     traced = trace_model(spec, 1, dtype="float32")
     module = import_graph(traced)
@@ -144,8 +149,11 @@ def test_fused_attention_is_expanded_into_matmuls(capsys):
     module = import_graph(trace_model(spec, 1), strict=True)
     assert "unknown aten op" not in capsys.readouterr().err
     fn = step_function(module)
-    attn = [o for o in fn.body.block.ops if isinstance(o, ph.MatmulOp)
-            and o.attributes[ph.MODULE_ATTR].data == "model.layers.0.self_attn"]
+    attn = [
+        o
+        for o in fn.body.block.ops
+        if isinstance(o, ph.MatmulOp) and o.attributes[ph.MODULE_ATTR].data == "model.layers.0.self_attn"
+    ]
     phases = [o.attributes[ph.PHASE_ATTR].data for o in attn]
     assert phases.count("fwd") == 2 and phases.count("bwd") == 5
     s, heads = 32, 4

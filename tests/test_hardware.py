@@ -89,8 +89,16 @@ def test_preset_round_trips(name: str) -> None:
     assert loads_toml(dumps_toml(acc)) == acc
     # Stable key order: scalars, then tables, then the network.
     keys = [k for k in d if k not in ("power_w", "cost_usd", "area_mm2")]
-    assert keys == ["name", "clock_hz", "bytes_per_element", "tensor_cores", "vector_cores",
-                    "global_buffer", "hbm", "network"]
+    assert keys == [
+        "name",
+        "clock_hz",
+        "bytes_per_element",
+        "tensor_cores",
+        "vector_cores",
+        "global_buffer",
+        "hbm",
+        "network",
+    ]
     assert list(d["tensor_cores"]) == ["count", "pe_x", "pe_y", "buffer_bytes"]
     assert list(d["network"][0]) == ["name", "group_size", "bandwidth_Bps", "latency_s"]
     # Types are normalised, so that the dict (and an IR attribute made from it) is canonical.
@@ -101,7 +109,8 @@ def test_preset_round_trips(name: str) -> None:
 def test_examples_hw_links_to_presets(name: str) -> None:
     assert load_hardware(REPO / "examples" / "hw" / f"{name}.toml") == load_hardware(name)
     assert (REPO / "examples" / "hw" / f"{name}.toml").read_bytes() == (
-        REPO / "phaze_ir" / "hw_presets" / f"{name}.toml").read_bytes()
+        REPO / "phaze_ir" / "hw_presets" / f"{name}.toml"
+    ).read_bytes()
 
 
 def test_paper_network_example() -> None:
@@ -126,9 +135,9 @@ def test_tpuv4_preset_numbers() -> None:
 
 def test_gpu_presets_match_public_peaks() -> None:
     a100, h100 = load_hardware("a100"), load_hardware("h100")
-    assert a100.peak_tensor_flops == pytest.approx(312e12, rel=1e-3)      # dense fp16, A100 SXM
-    assert h100.peak_tensor_flops == pytest.approx(989.4e12, rel=1e-4)    # dense fp16, H100 SXM
-    assert 2 * a100.peak_vector_flops == pytest.approx(78e12, rel=1e-3)   # fp16 non-tensor (FMA = 2)
+    assert a100.peak_tensor_flops == pytest.approx(312e12, rel=1e-3)  # dense fp16, A100 SXM
+    assert h100.peak_tensor_flops == pytest.approx(989.4e12, rel=1e-4)  # dense fp16, H100 SXM
+    assert 2 * a100.peak_vector_flops == pytest.approx(78e12, rel=1e-3)  # fp16 non-tensor (FMA = 2)
     assert a100.hbm.bytes == h100.hbm.bytes == 80 * GiB
     assert (a100.hbm.bandwidth_Bps, h100.hbm.bandwidth_Bps) == (2.039e12, 3.35e12)
     assert [lv.group_size for lv in a100.network] == [8, 4096]
@@ -198,56 +207,102 @@ def test_direct_construction_is_validated() -> None:
 
 # (description, old text, new text, the exact message for a file named bad.toml)
 MUTATIONS = [
-    ("missing key", "pe_x = 32\n", "",
-     "bad.toml: missing required key 'tensor_cores.pe_x' (a positive integer)"),
-    ("missing table", "[hbm]\nbytes = 32e9\nbandwidth_Bps = 1.2e12\n", "",
-     "bad.toml: missing required key 'hbm' (a table with bytes, bandwidth_Bps)"),
-    ("missing network", BASE[BASE.index("[[network]]"):], "",
-     "bad.toml: missing required key 'network' (one or more [[network]] levels)"),
-    ("negative", "pe_x = 32", "pe_x = -4",
-     "bad.toml: tensor_cores.pe_x = -4: expected a positive integer"),
-    ("zero", "count = 2", "count = 0",
-     "bad.toml: vector_cores.count = 0: expected a positive integer"),
-    ("fraction", "pe_y = 32", "pe_y = 1.5",
-     "bad.toml: tensor_cores.pe_y = 1.5: expected a positive integer"),
-    ("string", "pe_x = 32", 'pe_x = "32"',
-     'bad.toml: tensor_cores.pe_x = "32": expected a positive integer (got a string; units are in '
-     "the key name, write a bare number)"),
-    ("bool is not an int", "count = 4", "count = true",
-     "bad.toml: tensor_cores.count = true: expected a positive integer (got a boolean)"),
-    ("negative bandwidth", "bandwidth_Bps = 1.2e12", "bandwidth_Bps = -1.2e12",
-     "bad.toml: hbm.bandwidth_Bps = -1.2e12: expected a positive number"),
-    ("zero bandwidth", "bandwidth_Bps = 25e9", "bandwidth_Bps = 0",
-     "bad.toml: network[1].bandwidth_Bps = 0: expected a positive number"),
-    ("negative latency", "latency_s = 2e-6", "latency_s = -2e-6",
-     "bad.toml: network[0].latency_s = -2e-6: expected a non-negative number"),
-    ("infinite clock", "clock_hz = 1e9", "clock_hz = inf",
-     "bad.toml: clock_hz = inf: expected a positive number"),
-    ("empty name", 'name = "chip"', 'name = ""',
-     'bad.toml: name = "": expected a non-empty string'),
-    ("unknown top-level key", "[tensor_cores]", "[tensor_core]",
-     "bad.toml: unknown key 'tensor_core' (did you mean 'tensor_cores'?)"),
-    ("unknown nested key", "pe_x = 32", "pex = 32",
-     "bad.toml: unknown key 'tensor_cores.pex' (did you mean 'pe_x'?)"),
-    ("unknown key, nothing close", "bytes_per_element = 2", "bytes_per_element = 2\nzzz = 1",
-     "bad.toml: unknown key 'zzz' (known keys: name, clock_hz, tensor_cores, vector_cores, "
-     "global_buffer, hbm, bytes_per_element, network, power_w, cost_usd, area_mm2)"),
-    ("group size does not grow", "group_size = 1024", "group_size = 4",
-     "bad.toml: network[1].group_size = 4: expected a multiple of network[0].group_size = 8 larger "
-     "than it (levels go innermost first, each made of whole groups of the one before)"),
-    ("group size not a multiple", "group_size = 1024", "group_size = 1020",
-     "bad.toml: network[1].group_size = 1020: expected a multiple of network[0].group_size = 8 "
-     "larger than it (levels go innermost first, each made of whole groups of the one before)"),
-    ("duplicate level name", 'name = "cluster"', 'name = "node"',
-     'bad.toml: network[1].name = "node": expected a name not used by another level'),
-    ("network not an array", BASE[BASE.index("[[network]]"):], "",
-     "bad.toml: network = 3: expected one or more [[network]] levels (an array of tables)"),
+    ("missing key", "pe_x = 32\n", "", "bad.toml: missing required key 'tensor_cores.pe_x' (a positive integer)"),
+    (
+        "missing table",
+        "[hbm]\nbytes = 32e9\nbandwidth_Bps = 1.2e12\n",
+        "",
+        "bad.toml: missing required key 'hbm' (a table with bytes, bandwidth_Bps)",
+    ),
+    (
+        "missing network",
+        BASE[BASE.index("[[network]]") :],
+        "",
+        "bad.toml: missing required key 'network' (one or more [[network]] levels)",
+    ),
+    ("negative", "pe_x = 32", "pe_x = -4", "bad.toml: tensor_cores.pe_x = -4: expected a positive integer"),
+    ("zero", "count = 2", "count = 0", "bad.toml: vector_cores.count = 0: expected a positive integer"),
+    ("fraction", "pe_y = 32", "pe_y = 1.5", "bad.toml: tensor_cores.pe_y = 1.5: expected a positive integer"),
+    (
+        "string",
+        "pe_x = 32",
+        'pe_x = "32"',
+        'bad.toml: tensor_cores.pe_x = "32": expected a positive integer (got a string; units are in '
+        "the key name, write a bare number)",
+    ),
+    (
+        "bool is not an int",
+        "count = 4",
+        "count = true",
+        "bad.toml: tensor_cores.count = true: expected a positive integer (got a boolean)",
+    ),
+    (
+        "negative bandwidth",
+        "bandwidth_Bps = 1.2e12",
+        "bandwidth_Bps = -1.2e12",
+        "bad.toml: hbm.bandwidth_Bps = -1.2e12: expected a positive number",
+    ),
+    (
+        "zero bandwidth",
+        "bandwidth_Bps = 25e9",
+        "bandwidth_Bps = 0",
+        "bad.toml: network[1].bandwidth_Bps = 0: expected a positive number",
+    ),
+    (
+        "negative latency",
+        "latency_s = 2e-6",
+        "latency_s = -2e-6",
+        "bad.toml: network[0].latency_s = -2e-6: expected a non-negative number",
+    ),
+    ("infinite clock", "clock_hz = 1e9", "clock_hz = inf", "bad.toml: clock_hz = inf: expected a positive number"),
+    ("empty name", 'name = "chip"', 'name = ""', 'bad.toml: name = "": expected a non-empty string'),
+    (
+        "unknown top-level key",
+        "[tensor_cores]",
+        "[tensor_core]",
+        "bad.toml: unknown key 'tensor_core' (did you mean 'tensor_cores'?)",
+    ),
+    ("unknown nested key", "pe_x = 32", "pex = 32", "bad.toml: unknown key 'tensor_cores.pex' (did you mean 'pe_x'?)"),
+    (
+        "unknown key, nothing close",
+        "bytes_per_element = 2",
+        "bytes_per_element = 2\nzzz = 1",
+        "bad.toml: unknown key 'zzz' (known keys: name, clock_hz, tensor_cores, vector_cores, "
+        "global_buffer, hbm, bytes_per_element, network, power_w, cost_usd, area_mm2)",
+    ),
+    (
+        "group size does not grow",
+        "group_size = 1024",
+        "group_size = 4",
+        "bad.toml: network[1].group_size = 4: expected a multiple of network[0].group_size = 8 larger "
+        "than it (levels go innermost first, each made of whole groups of the one before)",
+    ),
+    (
+        "group size not a multiple",
+        "group_size = 1024",
+        "group_size = 1020",
+        "bad.toml: network[1].group_size = 1020: expected a multiple of network[0].group_size = 8 "
+        "larger than it (levels go innermost first, each made of whole groups of the one before)",
+    ),
+    (
+        "duplicate level name",
+        'name = "cluster"',
+        'name = "node"',
+        'bad.toml: network[1].name = "node": expected a name not used by another level',
+    ),
+    (
+        "network not an array",
+        BASE[BASE.index("[[network]]") :],
+        "",
+        "bad.toml: network = 3: expected one or more [[network]] levels (an array of tables)",
+    ),
 ]
 
 
 @pytest.mark.parametrize("what,old,new,message", MUTATIONS, ids=[m[0] for m in MUTATIONS])
-def test_malformed_file_messages(what: str, old: str, new: str, message: str, tmp_path: Path,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_malformed_file_messages(
+    what: str, old: str, new: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert old in BASE, what
     text = BASE.replace(old, new, 1)
     if what == "network not an array":
@@ -305,8 +360,7 @@ def test_unknown_preset_lists_known_ones() -> None:
 def test_from_dict_errors_name_the_source() -> None:
     d = load_hardware("tpuv4").to_dict()
     d["vector_cores"]["width"] = 0
-    with pytest.raises(HardwareError,
-                       match=r"^<dict>: vector_cores\.width = 0: expected a positive integer$"):
+    with pytest.raises(HardwareError, match=r"^<dict>: vector_cores\.width = 0: expected a positive integer$"):
         Accelerator.from_dict(d)
     with pytest.raises(HardwareError, match=r"^op @acc: hardware description = 3: expected a table$"):
         Accelerator.from_dict(3, source="op @acc")

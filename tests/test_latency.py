@@ -48,9 +48,19 @@ def _run(module, spec):
 
 
 def gemm(batch, m, n, k, elem=2, rhs_batched=False, bias=False) -> MatmulDesc:
-    return MatmulDesc(batch=batch, m=m, n=n, k=k, a_elem=elem, b_elem=elem, c_elem=elem,
-                      a_bytes=batch * m * k * elem, b_bytes=(batch if rhs_batched else 1) * k * n * elem,
-                      bias_bytes=n * elem if bias else 0, rhs_batched=rhs_batched)
+    return MatmulDesc(
+        batch=batch,
+        m=m,
+        n=n,
+        k=k,
+        a_elem=elem,
+        b_elem=elem,
+        c_elem=elem,
+        a_bytes=batch * m * k * elem,
+        b_bytes=(batch if rhs_batched else 1) * k * n * elem,
+        bias_bytes=n * elem if bias else 0,
+        rhs_batched=rhs_batched,
+    )
 
 
 def single_op_module(op_text: str, args: str) -> ModuleOp:
@@ -79,7 +89,8 @@ def test_llama_sized_gemm_is_compute_bound():
 def test_memory_bound_elementwise_runs_at_its_bandwidth_bound():
     module = single_op_module(
         '%y = phaze.elementwise "add" %a, %b aten "aten.add.Tensor" : (tensor<67108864xf16>, tensor<67108864xf16>) -> tensor<67108864xf16>',
-        "%a: tensor<67108864xf16>, %b: tensor<67108864xf16>")
+        "%a: tensor<67108864xf16>, %b: tensor<67108864xf16>",
+    )
     (op,) = [o for o in module.walk() if isinstance(o, ph.ElementwiseOp)]
     d = describe_op(op)
     assert d == VectorDesc(work=2**26, read_bytes=2**28, write_bytes=2**27)
@@ -96,8 +107,10 @@ def test_small_gemm_with_big_operands_is_hbm_bound():
 
 
 def test_softmax_rereads_per_pass_when_a_row_does_not_fit():
-    module = single_op_module('%y = phaze.softmax "softmax" %x dim -1 : (tensor<32x4096x4096xf32>) -> tensor<32x4096x4096xf32>',
-                              "%x: tensor<32x4096x4096xf32>")
+    module = single_op_module(
+        '%y = phaze.softmax "softmax" %x dim -1 : (tensor<32x4096x4096xf32>) -> tensor<32x4096x4096xf32>',
+        "%x: tensor<32x4096x4096xf32>",
+    )
     (op,) = [o for o in module.walk() if isinstance(o, ph.SoftmaxOp)]
     d = describe_op(op)
     n = 32 * 4096 * 4096
@@ -113,7 +126,8 @@ def test_norm_is_two_passes_over_its_rows():
     module = single_op_module(
         '%y, %m, %r = phaze.norm "layer_norm" %x, %w, %b normalized_rank 1 : '
         "(tensor<8x1024xf16>, tensor<1024xf16>, tensor<1024xf16>) -> (tensor<8x1024xf16>, tensor<8x1xf32>, tensor<8x1xf32>)",
-        "%x: tensor<8x1024xf16>, %w: tensor<1024xf16>, %b: tensor<1024xf16>")
+        "%x: tensor<8x1024xf16>, %w: tensor<1024xf16>, %b: tensor<1024xf16>",
+    )
     (op,) = [o for o in module.walk() if isinstance(o, ph.NormOp)]
     d = describe_op(op)
     assert (d.passes, d.row_bytes, d.work) == (2, 2048, 8 * 8 * 1024)
@@ -131,7 +145,8 @@ def test_views_are_free_and_copies_are_not():
     module = single_op_module(
         '%t = phaze.layout "transpose" %x aten "aten.t.default" : (tensor<64x32xf16>) -> tensor<32x64xf16>\n'
         '    %c = phaze.layout "clone" %x aten "aten.clone.default" : (tensor<64x32xf16>) -> tensor<64x32xf16>',
-        "%x: tensor<64x32xf16>")
+        "%x: tensor<64x32xf16>",
+    )
     view, copy = [describe_op(o) for o in module.walk() if isinstance(o, ph.LayoutOp)]
     assert view == ViewDesc()
     assert copy == VectorDesc(work=2048, read_bytes=4096, write_bytes=4096)
@@ -156,14 +171,27 @@ def random_desc(rng: random.Random):
     logu = lambda lo, hi: int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))  # noqa: E731
     if kind == "mm":
         batch = rng.choice([1, 1, 4, 32])
-        return gemm(batch, logu(1, 16384), logu(1, 16384), logu(1, 16384), rng.choice([2, 4]),
-                    rhs_batched=batch > 1 and rng.random() < 0.5, bias=rng.random() < 0.3)
+        return gemm(
+            batch,
+            logu(1, 16384),
+            logu(1, 16384),
+            logu(1, 16384),
+            rng.choice([2, 4]),
+            rhs_batched=batch > 1 and rng.random() < 0.5,
+            bias=rng.random() < 0.3,
+        )
     if kind == "vec":
         passes = rng.choice([1, 1, 2, 3])
-        return VectorDesc(work=logu(1, 1 << 32), read_bytes=logu(1, 1 << 33), write_bytes=logu(1, 1 << 32),
-                          passes=passes, row_bytes=logu(1, 1 << 28) if passes > 1 else 0)
-    return CollectiveDesc(rng.choice(network.COLLECTIVES), rng.choice([1, 2, 3, 4, 8, 64, 1024, 8192]),
-                          logu(1, 1 << 34))
+        return VectorDesc(
+            work=logu(1, 1 << 32),
+            read_bytes=logu(1, 1 << 33),
+            write_bytes=logu(1, 1 << 32),
+            passes=passes,
+            row_bytes=logu(1, 1 << 28) if passes > 1 else 0,
+        )
+    return CollectiveDesc(
+        rng.choice(network.COLLECTIVES), rng.choice([1, 2, 3, 4, 8, 64, 1024, 8192]), logu(1, 1 << 34)
+    )
 
 
 def _halve(acc, what: str):
@@ -175,8 +203,10 @@ def _halve(acc, what: str):
     if what == "network":
         return r(acc, network=tuple(r(lv, bandwidth_Bps=lv.bandwidth_Bps / 2) for lv in acc.network))
     i = int(what.removeprefix("level"))
-    return r(acc, network=tuple(r(lv, bandwidth_Bps=lv.bandwidth_Bps / 2) if j == i else lv
-                                for j, lv in enumerate(acc.network)))
+    return r(
+        acc,
+        network=tuple(r(lv, bandwidth_Bps=lv.bandwidth_Bps / 2) if j == i else lv for j, lv in enumerate(acc.network)),
+    )
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -198,10 +228,13 @@ def test_halving_bandwidth_in_the_vectorized_space_estimate():
     configs = paper_space().configs[::97]
     fx = FixedParams.of(TPU)
     base = estimate_space(descs, configs, fx, cache=None)
-    for slow in (dataclasses.replace(fx, hbm_bandwidth_Bps=fx.hbm_bandwidth_Bps / 2),
-                 dataclasses.replace(fx, glb_bandwidth_Bps=fx.glb_bandwidth_Bps / 2),
-                 dataclasses.replace(fx, levels=tuple(dataclasses.replace(lv, bandwidth_Bps=lv.bandwidth_Bps / 2)
-                                                      for lv in fx.levels))):
+    for slow in (
+        dataclasses.replace(fx, hbm_bandwidth_Bps=fx.hbm_bandwidth_Bps / 2),
+        dataclasses.replace(fx, glb_bandwidth_Bps=fx.glb_bandwidth_Bps / 2),
+        dataclasses.replace(
+            fx, levels=tuple(dataclasses.replace(lv, bandwidth_Bps=lv.bandwidth_Bps / 2) for lv in fx.levels)
+        ),
+    ):
         got = estimate_space(descs, configs, slow, cache=None)
         assert (got.one >= base.one).all() and (got.split >= base.split).all()
 
@@ -271,18 +304,35 @@ def test_alpha_beta_by_hand():
     with pytest.raises(ValueError, match="unknown collective"):
         network.collective_s("broadcast", mb, 2, levels)
     lat = estimate_op(CollectiveDesc("all_reduce", 4, int(mb)), TPU)
-    assert (lat.one_s, lat.split_s, lat.unit, lat.bound, lat.level) == (lat.split_s, network.ring_all_reduce_s(mb, 4, levels[0]),
-                                                                          "network", "network", 0)
+    assert (lat.one_s, lat.split_s, lat.unit, lat.bound, lat.level) == (
+        lat.split_s,
+        network.ring_all_reduce_s(mb, 4, levels[0]),
+        "network",
+        "network",
+        0,
+    )
 
 
 def _rust():
-    return pytest.importorskip("phaze_ir._phaze_rs")
+    return pytest.importorskip("passes.algorithms._phaze_rs")
 
 
 def _layer(**over) -> dict:
-    layer = {"fwd_s": 0.0, "bwd_s": 0.0, "recompute_s": [0.0, 0.0, 0.0], "saved_bytes": [0, 0, 0],
-             "param_bytes": 0, "grad_bytes": 0, "optimizer_bytes": 0, "workspace_bytes": 0,
-             "boundary_bytes": 0, "tp_fwd_bytes": 0, "tp_bwd_bytes": 0, "tp_fwd_count": 0, "tp_bwd_count": 0}
+    layer = {
+        "fwd_s": 0.0,
+        "bwd_s": 0.0,
+        "recompute_s": [0.0, 0.0, 0.0],
+        "saved_bytes": [0, 0, 0],
+        "param_bytes": 0,
+        "grad_bytes": 0,
+        "optimizer_bytes": 0,
+        "workspace_bytes": 0,
+        "boundary_bytes": 0,
+        "tp_fwd_bytes": 0,
+        "tp_bwd_bytes": 0,
+        "tp_fwd_count": 0,
+        "tp_bwd_count": 0,
+    }
     layer.update(over)
     return layer
 
@@ -291,9 +341,16 @@ LEVELS = [network.Level(4, 1.7e9, 1.3e-6), network.Level(32, 3.1e8, 4.7e-6), net
 
 
 def _problem(layers, devices, dp) -> dict:
-    return {"layers": layers, "devices": devices, "hbm_bytes": 10**15,
-            "levels": [dataclasses.asdict(lv) for lv in LEVELS],
-            "global_batch": dp, "micro_batch": 1, "tp": 1, "dp_overlap": False}
+    return {
+        "layers": layers,
+        "devices": devices,
+        "hbm_bytes": 10**15,
+        "levels": [dataclasses.asdict(lv) for lv in LEVELS],
+        "global_batch": dp,
+        "micro_batch": 1,
+        "tp": 1,
+        "dp_overlap": False,
+    }
 
 
 @pytest.mark.parametrize("d", [2, 3, 4, 5, 8, 32, 33, 1024, 2048])
@@ -314,7 +371,9 @@ def test_send_recv_is_bit_identical_to_the_rust_dp(devices, nbytes):
     rs = _rust()
     # Two layers in two stages, replicated devices/2 times: stage 0 pays 2 p2p transfers of its
     # boundary bytes (activation out, gradient back) on the level of the pipeline (p*t = 2).
-    ev = rs.evaluate_placement(_problem([_layer(boundary_bytes=nbytes), _layer()], devices, devices // 2), 2, devices // 2)
+    ev = rs.evaluate_placement(
+        _problem([_layer(boundary_bytes=nbytes), _layer()], devices, devices // 2), 2, devices // 2
+    )
     got = ev["plan"]["stages"][0]["time_s"]
     mine, level = network.collective_s("send_recv", nbytes, 2, LEVELS)
     assert level == 0 and got == 0.0 + 2.0 * mine
@@ -324,7 +383,9 @@ def test_send_recv_is_bit_identical_to_the_rust_dp(devices, nbytes):
 
 
 def test_layer_totals_are_serial_sums_per_phase():
-    got = layer_totals([0, 0, 1, 0, 1, -1], ["fwd", "bwd", "fwd", "opt", "weird", "fwd"], [1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
+    got = layer_totals(
+        [0, 0, 1, 0, 1, -1], ["fwd", "bwd", "fwd", "opt", "weird", "fwd"], [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    )
     assert got == {0: {"fwd": 1.0, "bwd": 2.0, "opt": 8.0}, 1: {"fwd": 20.0, "bwd": 0.0, "opt": 0.0}}
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import EXAMPLES, MODELS, run_tool
 
 TINY = str(MODELS / "tiny_gpt2.py")
@@ -32,8 +31,24 @@ def check_plan(plan: dict) -> None:
 @pytest.fixture(scope="module")
 def tiny_plan(tmp_path_factory):
     d = tmp_path_factory.mktemp("plan")
-    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--micro-batch", "1", "--tp", "1", "--devices", "64",
-                 "--global-batch", "64", "-o", str(d / "plan.mlir"), "--json", str(d / "plan.json"))
+    r = run_tool(
+        "phazec",
+        TINY,
+        "--hw",
+        "tpuv4",
+        "--micro-batch",
+        "1",
+        "--tp",
+        "1",
+        "--devices",
+        "64",
+        "--global-batch",
+        "64",
+        "-o",
+        str(d / "plan.mlir"),
+        "--json",
+        str(d / "plan.json"),
+    )
     assert r.returncode == 0, r.stderr
     return d, r.stderr
 
@@ -42,8 +57,20 @@ def test_tiny_plan_is_consistent(tiny_plan):
     d, stderr = tiny_plan
     plan = json.loads((d / "plan.json").read_text())
     check_plan(plan)
-    for key in ("model", "devices", "global_batch", "dp", "pp", "tp", "micro_batch_size", "num_micro_batches",
-                "time_per_batch_s", "throughput_samples_per_s", "accelerator", "stages"):
+    for key in (
+        "model",
+        "devices",
+        "global_batch",
+        "dp",
+        "pp",
+        "tp",
+        "micro_batch_size",
+        "num_micro_batches",
+        "time_per_batch_s",
+        "throughput_samples_per_s",
+        "accelerator",
+        "stages",
+    ):
         assert key in plan
     assert plan["model"] == "tiny-gpt2" and plan["accelerator"]["area_mm2"] == pytest.approx(278.83, abs=0.01)
     assert "samples/s" in stderr and "GiB/device" in stderr  # the summary table
@@ -61,8 +88,25 @@ def test_plan_round_trips_and_annotates_every_layer(tiny_plan):
 
 def test_expert_placement_is_evaluated(tmp_path):
     out = tmp_path / "p.json"
-    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--micro-batch", "1", "--devices", "8", "--global-batch", "16",
-                 "--placement", "expert:2,4,1", "-o", str(tmp_path / "p.mlir"), "--json", str(out), "-q")
+    r = run_tool(
+        "phazec",
+        TINY,
+        "--hw",
+        "tpuv4",
+        "--micro-batch",
+        "1",
+        "--devices",
+        "8",
+        "--global-batch",
+        "16",
+        "--placement",
+        "expert:2,4,1",
+        "-o",
+        str(tmp_path / "p.mlir"),
+        "--json",
+        str(out),
+        "-q",
+    )
     assert r.returncode == 0, r.stderr
     plan = json.loads(out.read_text())
     assert (plan["pp"], plan["dp"], plan["tp"]) == (2, 4, 1) and plan["placement"] == "expert:2,4,1"
@@ -77,8 +121,24 @@ def test_nothing_fits_names_the_binding_constraint(tmp_path):
     small = re.sub(r"(\[hbm\][^\[]*?bytes\s*=\s*)[^\n]+", r"\g<1>65536", preset, count=1, flags=re.S)
     assert small != preset
     hw.write_text(small)
-    r = run_tool("phazec", TINY, "--micro-batch", "1", "--tp", "1", "--devices", "4", "--global-batch", "4",
-                 "--hw", str(hw), "-o", str(tmp_path / "p.mlir"), "--json", str(tmp_path / "p.json"))
+    r = run_tool(
+        "phazec",
+        TINY,
+        "--micro-batch",
+        "1",
+        "--tp",
+        "1",
+        "--devices",
+        "4",
+        "--global-batch",
+        "4",
+        "--hw",
+        str(hw),
+        "-o",
+        str(tmp_path / "p.mlir"),
+        "--json",
+        str(tmp_path / "p.json"),
+    )
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "phazec: error: memory: no placement fits" in r.stderr
     plan = json.loads((tmp_path / "p.json").read_text())
@@ -91,7 +151,9 @@ def test_place_devices_requires_the_cost_passes(tmp_path):
     assert r.returncode == 1 and "requires a 'phaze.accelerator' op" in r.stderr
     latency = run_tool("phazec", TINY, "--emit", "latency", "-q")
     r = run_tool("phaze-opt", "-p", "phaze-place-devices", input=latency.stdout)
-    assert r.returncode == 1 and "requires 'phaze.layer_schedule' on the module; run phaze-schedule-ops first" in r.stderr
+    assert (
+        r.returncode == 1 and "requires 'phaze.layer_schedule' on the module; run phaze-schedule-ops first" in r.stderr
+    )
 
 
 def test_bad_placement_option():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-rs = pytest.importorskip("phaze_ir._phaze_rs")
+rs = pytest.importorskip("passes.algorithms._phaze_rs")
 
 _spec = importlib.util.spec_from_file_location("placement_oracle", Path(__file__).with_name("placement_oracle.py"))
 oracle = importlib.util.module_from_spec(_spec)
@@ -26,13 +26,30 @@ _spec.loader.exec_module(oracle)
 REL = 1e-9
 
 PLAN_KEYS = {
-    "dp", "pp", "tp", "micro_batch", "num_micro_batches", "global_batch", "time_per_batch_s",
-    "throughput_samples_per_s", "devices_used", "max_stage_time_s", "max_exposed_dp_s",
-    "max_memory_bytes", "stages",
+    "dp",
+    "pp",
+    "tp",
+    "micro_batch",
+    "num_micro_batches",
+    "global_batch",
+    "time_per_batch_s",
+    "throughput_samples_per_s",
+    "devices_used",
+    "max_stage_time_s",
+    "max_exposed_dp_s",
+    "max_memory_bytes",
+    "stages",
 }
 STAGE_KEYS = {
-    "first_layer", "last_layer", "devices", "time_s", "memory_bytes", "recompute", "in_flight",
-    "dp_allreduce_s", "exposed_dp_s",
+    "first_layer",
+    "last_layer",
+    "devices",
+    "time_s",
+    "memory_bytes",
+    "recompute",
+    "in_flight",
+    "dp_allreduce_s",
+    "exposed_dp_s",
 }
 VIOLATION_KEYS = {"kind", "message", "needed_bytes", "dp", "pp"}
 
@@ -224,8 +241,9 @@ if given is not None:
         def choice(self, seq):
             return self.data.draw(st.sampled_from(seq))
 
-    @settings(max_examples=300, derandomize=True, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow])
+    @settings(
+        max_examples=300, derandomize=True, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    )
     @given(st.data())
     def test_dp_matches_brute_force_hypothesis(data):
         problem = make_problem(HypothesisDraw(data))
@@ -237,9 +255,19 @@ if given is not None:
 
 def small_problem(**over) -> dict:
     layer = {
-        "fwd_s": 1.0, "bwd_s": 2.0, "recompute_s": [0.0, 0.5, 1.0], "saved_bytes": [100, 50, 10],
-        "param_bytes": 10, "grad_bytes": 10, "optimizer_bytes": 20, "workspace_bytes": 4,
-        "boundary_bytes": 8, "tp_fwd_bytes": 0, "tp_bwd_bytes": 0, "tp_fwd_count": 0, "tp_bwd_count": 0,
+        "fwd_s": 1.0,
+        "bwd_s": 2.0,
+        "recompute_s": [0.0, 0.5, 1.0],
+        "saved_bytes": [100, 50, 10],
+        "param_bytes": 10,
+        "grad_bytes": 10,
+        "optimizer_bytes": 20,
+        "workspace_bytes": 4,
+        "boundary_bytes": 8,
+        "tp_fwd_bytes": 0,
+        "tp_bwd_bytes": 0,
+        "tp_fwd_count": 0,
+        "tp_bwd_count": 0,
     }
     p = {
         "layers": [dict(layer), dict(layer)],

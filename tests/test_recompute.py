@@ -14,24 +14,23 @@ import functools
 import math
 
 import pytest
+from conftest import EXAMPLES, MODELS, compiled
 
 from passes.algorithms.graph import Graph
 from passes.algorithms.memory import LayerMemory, layer_memory, stage_bytes
 from passes.algorithms.recompute import analyze_recompute, attention_cores
+from passes.graph_view import build_graph, step_function
 from phaze_ir import dialect as ph
-from phaze_ir.graph_view import build_graph, step_function
 from phaze_ir.ir import parse_module
-
-from conftest import EXAMPLES, MODELS, compiled
 
 # (batch, sequence, hidden, heads) of the tiny models as traced here.  Tiny GPT-2 runs at
 # sequence 32: at its own 16 the head dim equals the sequence and Q, K, V would look like scores.
 TINY = {"tiny_gpt2": (1, 32, 64, 4), "tiny_llama": (1, 32, 64, 4)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled_seq(model_path: str, seq_len: int) -> str:
-    from phaze_ir.tools.phazec import _parser, compile_model
+    from phaze.tools.phazec import _parser, compile_model
 
     args = _parser().parse_args([model_path, "--emit", "training", "--seq-len", str(seq_len), "-q"])
     out = compile_model(args, lambda msg: None)
@@ -91,7 +90,8 @@ def test_policies_on_tiny_models(name):
             assert sum(ops[i].name == "phaze.matmul" for i in rc.selective_ops) == 2
             assert all(graph.ops[i].phase == "fwd" and layer_of[i] == l["index"] for i in rc.selective_ops)
     assert next(rc for l, rc in zip(layers, rcs) if l["kind"] == "block").full_bytes == (
-        b * s * h * 2 if name == "tiny_gpt2" else b * s * h * 2 + b * s * s * 2)
+        b * s * h * 2 if name == "tiny_gpt2" else b * s * h * 2 + b * s * s * 2
+    )
 
 
 def test_policies_on_an_example():
@@ -141,12 +141,14 @@ def test_memory_by_hand_on_tiny_gpt2():
     assert block.optimizer_bytes == 12 * n  # Adam: fp32 master weight + two fp32 moments
     assert (block.saved_none_bytes, block.saved_selective_bytes, block.saved_full_bytes) == (71808, 71808 - 6144, 2048)
     assert 0 < block.workspace_bytes <= block.recompute_workspace_bytes
-    assert block.recompute_workspace_bytes == max(block.fwd_peak_bytes,
-                                                  block.bwd_peak_bytes + block.saved_none_bytes - block.saved_full_bytes)
+    assert block.recompute_workspace_bytes == max(
+        block.fwd_peak_bytes, block.bwd_peak_bytes + block.saved_none_bytes - block.saved_full_bytes
+    )
     # Stage memory: the placement DP's formula.
     two = mem[1:3]
     assert stage_bytes(two, in_flight=3, policy="full") == (
-        2 * (2 * n + 2 * n + 12 * n) + 3 * 2 * 2048 + block.recompute_workspace_bytes)
+        2 * (2 * n + 2 * n + 12 * n) + 3 * 2 * 2048 + block.recompute_workspace_bytes
+    )
 
 
 def test_workspace_is_the_largest_live_set():

@@ -1,4 +1,4 @@
-"""The HTML search report (phaze_ir/search/report.py).
+"""The HTML search report (phaze/search/report.py).
 
 A synthetic search (a few hundred points around a known Pareto front, 4 stages, 3 baselines of
 which one is infeasible, and a multi-model variant) is rendered and checked: every <svg> block is
@@ -17,8 +17,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from phaze.search import report as R
 from phaze_ir.errors import PhazeError
-from phaze_ir.search import report as R
 
 GIB = 1 << 30
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -29,43 +29,107 @@ FRONT = [(100.0, 200.0), (150.0, 320.0), (220.0, 450.0), (300.0, 505.2)]
 
 def synthetic(multi: bool = False) -> dict:
     rng = random.Random(7)
-    points = [{"area_mm2": a, "throughput_samples_per_s": t, "hbm_bytes": 3.4e10,
-               "label": f"front {j}", "best": (a, t) == FRONT[-1]} for j, (a, t) in enumerate(FRONT)]
+    points = [
+        {
+            "area_mm2": a,
+            "throughput_samples_per_s": t,
+            "hbm_bytes": 3.4e10,
+            "label": f"front {j}",
+            "best": (a, t) == FRONT[-1],
+        }
+        for j, (a, t) in enumerate(FRONT)
+    ]
     for j in range(300):  # every one strictly dominated by a front point
         a0, t0 = rng.choice(FRONT)
-        points.append({"area_mm2": a0 + rng.uniform(0.5, 80), "throughput_samples_per_s": t0 * rng.uniform(0.3, 0.99),
-                       "label": f"p{j} <&>", "best": False})
+        points.append(
+            {
+                "area_mm2": a0 + rng.uniform(0.5, 80),
+                "throughput_samples_per_s": t0 * rng.uniform(0.3, 0.99),
+                "label": f"p{j} <&>",
+                "best": False,
+            }
+        )
     rng.shuffle(points)
-    stages = [{"layers": [8 * k, 8 * k + 8], "devices": 4, "time_s": 0.12, "memory_bytes": 5.9e10,
-               "recompute": "selective", "in_flight": 4 - k, "exposed_dp_s": 0.01,
-               "memory": {"params": 1e10, "grads": 1e10, "optimizer": 2e10, "activations": 1.5e10,
-                          "workspace": 0.4e10}} for k in range(4)]
-    acc = {"name": "phaze <best>", "tensor_cores": {"count": 8, "pe_x": 128, "pe_y": 128, "buffer_bytes": 1 << 20},
-           "vector_cores": {"count": 2, "width": 128}, "global_buffer": {"bytes": 128 * (1 << 20)},
-           "hbm_bytes": 3.4e10 * 2, "area_mm2": 300.0}
-    d = {"devices": 1024, "global_batch": 4096, "dp": 64, "pp": 4, "tp": 4, "micro_batch_size": 2,
-         "num_micro_batches": 32, "time_per_batch_s": 8.1, "throughput_samples_per_s": 505.2,
-         "max_memory_bytes": 6.1e10, "accelerator": acc, "stages": stages,
-         "baselines": [
-             {"name": "TPUv4 + expert placement", "throughput_samples_per_s": 300.0, "speedup": 1.68,
-              "dp": 128, "pp": 8, "tp": 1, "micro_batch_size": 1, "area_mm2": 278.8, "hbm_bytes": 3.4e10,
-              "accelerator": {"tensor_cores": {"count": 4, "pe_x": 128, "pe_y": 128}}, "note": ""},
-             {"name": "TPUv4 + phaze placement", "throughput_samples_per_s": 400.0,
-              "dp": 64, "pp": 4, "tp": 4, "micro_batch_size": 2, "area_mm2": 278.8},
-             {"name": "Big chip", "throughput_samples_per_s": 0, "area_mm2": 900.0,
-              "note": "does not fit in HBM"}],
-         "search": {"space": "paper", "candidates": 1409280, "architectures": 88080, "settings": 16,
-                    "pruned": {"work_bound": 1300000, "dp_bound": 100000, "exact": 120}, "evaluated": 160,
-                    "wall_s": {"prepare": 80.1, "estimate": 3.2, "bounds": 20.5, "schedule": 150.2,
-                               "dp": 12.0, "total": 270.0},
-                    "points": points,
-                    "bound_points": [{"area_mm2": rng.uniform(100, 400), "throughput_samples_per_s": rng.uniform(100, 900)}
-                                     for _ in range(50)]}}
+    stages = [
+        {
+            "layers": [8 * k, 8 * k + 8],
+            "devices": 4,
+            "time_s": 0.12,
+            "memory_bytes": 5.9e10,
+            "recompute": "selective",
+            "in_flight": 4 - k,
+            "exposed_dp_s": 0.01,
+            "memory": {"params": 1e10, "grads": 1e10, "optimizer": 2e10, "activations": 1.5e10, "workspace": 0.4e10},
+        }
+        for k in range(4)
+    ]
+    acc = {
+        "name": "phaze <best>",
+        "tensor_cores": {"count": 8, "pe_x": 128, "pe_y": 128, "buffer_bytes": 1 << 20},
+        "vector_cores": {"count": 2, "width": 128},
+        "global_buffer": {"bytes": 128 * (1 << 20)},
+        "hbm_bytes": 3.4e10 * 2,
+        "area_mm2": 300.0,
+    }
+    d = {
+        "devices": 1024,
+        "global_batch": 4096,
+        "dp": 64,
+        "pp": 4,
+        "tp": 4,
+        "micro_batch_size": 2,
+        "num_micro_batches": 32,
+        "time_per_batch_s": 8.1,
+        "throughput_samples_per_s": 505.2,
+        "max_memory_bytes": 6.1e10,
+        "accelerator": acc,
+        "stages": stages,
+        "baselines": [
+            {
+                "name": "TPUv4 + expert placement",
+                "throughput_samples_per_s": 300.0,
+                "speedup": 1.68,
+                "dp": 128,
+                "pp": 8,
+                "tp": 1,
+                "micro_batch_size": 1,
+                "area_mm2": 278.8,
+                "hbm_bytes": 3.4e10,
+                "accelerator": {"tensor_cores": {"count": 4, "pe_x": 128, "pe_y": 128}},
+                "note": "",
+            },
+            {
+                "name": "TPUv4 + phaze placement",
+                "throughput_samples_per_s": 400.0,
+                "dp": 64,
+                "pp": 4,
+                "tp": 4,
+                "micro_batch_size": 2,
+                "area_mm2": 278.8,
+            },
+            {"name": "Big chip", "throughput_samples_per_s": 0, "area_mm2": 900.0, "note": "does not fit in HBM"},
+        ],
+        "search": {
+            "space": "paper",
+            "candidates": 1409280,
+            "architectures": 88080,
+            "settings": 16,
+            "pruned": {"work_bound": 1300000, "dp_bound": 100000, "exact": 120},
+            "evaluated": 160,
+            "wall_s": {"prepare": 80.1, "estimate": 3.2, "bounds": 20.5, "schedule": 150.2, "dp": 12.0, "total": 270.0},
+            "points": points,
+            "bound_points": [
+                {"area_mm2": rng.uniform(100, 400), "throughput_samples_per_s": rng.uniform(100, 900)}
+                for _ in range(50)
+            ],
+        },
+    }
     if multi:
         d["models"] = ["gpt2-xl", "llama2-7b"]
         d["models_detail"] = [
             {"model": "gpt2-xl", "throughput_samples_per_s": 970.0, "own_best_samples_per_s": 1000.0, "loss": 0.03},
-            {"model": "llama2-7b", "throughput_samples_per_s": 505.2, "own_best_samples_per_s": 505.2}]
+            {"model": "llama2-7b", "throughput_samples_per_s": 505.2, "own_best_samples_per_s": 505.2},
+        ]
     else:
         d["model"] = "llama2-7b"
     return d
@@ -101,8 +165,7 @@ def test_pareto_front_brute_force():
     rng = random.Random(1)
     for _ in range(50):
         pts = [(rng.randint(1, 8), rng.randint(1, 8)) for _ in range(rng.randint(1, 15))]
-        want = [i for i, (a, t) in enumerate(pts)
-                if not any(b <= a and u >= t and (b < a or u > t) for b, u in pts)]
+        want = [i for i, (a, t) in enumerate(pts) if not any(b <= a and u >= t and (b < a or u > t) for b, u in pts)]
         got = R.pareto_front(pts)
         assert sorted(got) == want
         assert [pts[i][0] for i in got] == sorted(pts[i][0] for i in got)
@@ -129,7 +192,7 @@ def check_1f1b(pp, m, f, b):
         w = min(pp - k - 1, m)
         assert [o[1] for o in row[:w]] == ["F"] * w
         if m > w:
-            assert [o[1] for o in row[w:w + 2]] == ["F", "B"]
+            assert [o[1] for o in row[w : w + 2]] == ["F", "B"]
         # at most pp - k micro-batches in flight
         live = 0
         for o in row:
@@ -182,8 +245,11 @@ def test_page_structure():
     assert len(front) == 1 and len(list(front[0])) == len(FRONT)
     # timeline: 32 micro-batches, only 16 drawn, 2 ops each on 4 stages
     timeline = trees[1]
-    rects = [r for r in timeline.iter(SVG_NS + "rect") if r.get("fill") in (R.FWD_COLOUR, R.BWD_COLOUR)
-             and r.get("height") != "10"]
+    rects = [
+        r
+        for r in timeline.iter(SVG_NS + "rect")
+        if r.get("fill") in (R.FWD_COLOUR, R.BWD_COLOUR) and r.get("height") != "10"
+    ]
     assert len(rects) == 2 * 4 * 16
     assert "first 16 of 32 micro-batches" in page
     # memory: 4 stages x 5 kinds, plus the HBM line
@@ -196,8 +262,8 @@ def test_page_structure():
 def test_speedups():
     d = synthetic()
     page = R.render(d)
-    table = page[page.index("<h2>Baselines</h2>"):]
-    table = table[:table.index("</table>")]
+    table = page[page.index("<h2>Baselines</h2>") :]
+    table = table[: table.index("</table>")]
     rows = re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)[1:]
     assert len(rows) == 3
     for row, b in zip(rows, d["baselines"]):
@@ -230,8 +296,11 @@ def test_missing_fields():
     page = R.render(d)
     assert len(svgs(page)) == 3
     assert "first 16 of 32 micro-batches" in page  # m from global batch / (dp * micro-batch)
-    for page in (R.render({}), R.render({"model": "x", "stages": [{}], "search": {"points": [{}]}}),
-                 R.render({"pp": 2, "num_micro_batches": 3, "baselines": [{"name": "b"}], "search": {"wall_s": {}}})):
+    for page in (
+        R.render({}),
+        R.render({"model": "x", "stages": [{}], "search": {"points": [{}]}}),
+        R.render({"pp": 2, "num_micro_batches": 3, "baselines": [{"name": "b"}], "search": {"wall_s": {}}}),
+    ):
         assert page.endswith("</html>\n")
         svgs(page)
 

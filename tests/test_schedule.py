@@ -13,11 +13,10 @@ import math
 import random
 
 import pytest
+from conftest import MODELS, compiled
 
 from passes.algorithms import schedule as S
 from passes.algorithms.schedule import Op, Problem, ScheduleCache, check_schedule, list_schedule, lower_bounds, solve
-
-from conftest import MODELS, compiled
 
 # ---------------------------------------------------------------------------------------------
 # The oracle
@@ -51,8 +50,9 @@ def brute_force(problem: Problem, upper: float = math.inf) -> float:
     tail = [0.0] * n
     for i in reversed(problem.topological_order()):
         tail[i] = max((pmin[j] + tail[j] for j in succ[i]), default=0.0)
-    work_need = [0.0 if ms[0][1] == 0 else min(p * d for p, d in ms) / caps[problem.ops[i].unit]
-                 for i, ms in enumerate(modes)]
+    work_need = [
+        0.0 if ms[0][1] == 0 else min(p * d for p, d in ms) / caps[problem.ops[i].unit] for i, ms in enumerate(modes)
+    ]
     start: list[float | None] = [None] * n
     end: list[float | None] = [None] * n
     dem = [0] * n
@@ -150,8 +150,7 @@ def test_milp_matches_brute_force():
 @pytest.mark.parametrize("capacity_model", ["flow", "antichain"])
 def test_capacity_formulations_match_brute_force(capacity_model):
     # Instances where some kind has fewer cores than ops that may run at once.
-    cases = [p for p in _oracle_cases(7, 80)
-             if any(1 < c < sum(o.unit == k for o in p.ops) for k, c in p.cores)][:20]
+    cases = [p for p in _oracle_cases(7, 80) if any(1 < c < sum(o.unit == k for o in p.ops) for k, c in p.cores)][:20]
     assert len(cases) == 20
     for p in cases:
         s = solve(p, time_limit=20, capacity_model=capacity_model)
@@ -199,8 +198,9 @@ def test_one_core_kind_serializes_and_takes_the_faster_duration():
 
 def test_views_are_contracted_and_keep_precedence():
     # a -> view -> b: b waits for a through the view; the view takes no time and no core.
-    p = Problem.make([("vector", 2, 2), ("none", 0, 0), ("vector", 3, 3), ("vector", 1, 1)],
-                     [(0, 1), (1, 2)], {"vector": 2})
+    p = Problem.make(
+        [("vector", 2, 2), ("none", 0, 0), ("vector", 3, 3), ("vector", 1, 1)], [(0, 1), (1, 2)], {"vector": 2}
+    )
     s = solve(p)
     _valid(p, s)
     assert s.start[1] == s.end[1] == pytest.approx(2.0) and s.cores[1] == 0
@@ -243,7 +243,7 @@ def test_problem_validation():
 
 
 def test_rust_warm_start_checks_its_input():
-    from phaze_ir import _phaze_rs
+    from passes.algorithms import _phaze_rs
 
     inst = ([0, 0], [1], [[(1.0, 1)], [(2.0, 1)]], [[], [0]])
     start, mode, mk = _phaze_rs.best_list_schedule(*inst)

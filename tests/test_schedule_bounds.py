@@ -35,8 +35,9 @@ def test_bound_is_below_the_schedule_and_at_least_the_critical_path(seed):
     units = [o.unit for o in base.ops]
     lb = group_lower_bound(units, base.edges, one, split, cores)
     for c, cfg in enumerate(configs):
-        p = S.Problem.make([S.Op(u, float(one[i, c]), float(split[i, c])) for i, u in enumerate(units)],
-                           base.edges, cfg)
+        p = S.Problem.make(
+            [S.Op(u, float(one[i, c]), float(split[i, c])) for i, u in enumerate(units)], base.edges, cfg
+        )
         sched = S.solve(p, time_limit=5.0)
         assert lb[c] <= sched.makespan * (1 + 1e-9)
         cp, _ = S.lower_bounds(p)

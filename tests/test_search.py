@@ -5,11 +5,9 @@ is the same bytes whatever the backend."""
 from __future__ import annotations
 
 import json
-
-import pytest
-
 from pathlib import Path
 
+import pytest
 from conftest import EXAMPLES, MODELS, run_tool
 
 TINY = str(MODELS / "tiny_gpt2.py")
@@ -46,8 +44,12 @@ def test_pruned_search_equals_plain_enumeration(tiny_pruned, tmp_path):
     _, got, _ = tiny_pruned
     assert got["accelerator"] == plain["accelerator"]
     assert got["throughput_samples_per_s"] == plain["throughput_samples_per_s"]
-    assert (got["dp"], got["pp"], got["tp"], got["micro_batch_size"]) == \
-        (plain["dp"], plain["pp"], plain["tp"], plain["micro_batch_size"])
+    assert (got["dp"], got["pp"], got["tp"], got["micro_batch_size"]) == (
+        plain["dp"],
+        plain["pp"],
+        plain["tp"],
+        plain["micro_batch_size"],
+    )
     # Enumeration evaluates every architecture exactly; the pruned search a few of them.
     st = plain["search"]
     assert st["evaluated"] == st["architectures"] and sum(st["pruned"].values()) == 0
@@ -79,9 +81,31 @@ def test_no_baseline_beats_the_search_and_speedups_recompute(pruned):
 def test_tpuv4_baseline_recomputes_with_phazec_hw(pruned, tmp_path):
     _, data, _ = pruned
     b = next(b for b in data["baselines"] if b["name"] == "tpuv4+phaze")
-    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--devices", "64", "--global-batch", "64", "--tp", "1",
-                 "--micro-batch", str(b["micro_batch_size"]), "--solver-nodes", "1", "--solver-time-limit", "60", "--solver-max-binaries", "2000",
-                 "--json", str(tmp_path / "b.json"), "-q", "-o", str(tmp_path / "b.mlir"))
+    r = run_tool(
+        "phazec",
+        TINY,
+        "--hw",
+        "tpuv4",
+        "--devices",
+        "64",
+        "--global-batch",
+        "64",
+        "--tp",
+        "1",
+        "--micro-batch",
+        str(b["micro_batch_size"]),
+        "--solver-nodes",
+        "1",
+        "--solver-time-limit",
+        "60",
+        "--solver-max-binaries",
+        "2000",
+        "--json",
+        str(tmp_path / "b.json"),
+        "-q",
+        "-o",
+        str(tmp_path / "b.mlir"),
+    )
     assert r.returncode == 0, r.stderr
     again = json.loads((tmp_path / "b.json").read_text())
     assert again["throughput_samples_per_s"] == b["throughput_samples_per_s"]
@@ -115,16 +139,29 @@ def test_same_bytes_with_two_processes_and_a_resumed_cache(tiny_pruned, tmp_path
 def test_same_bytes_on_ray(tiny_pruned, tmp_path):
     pytest.importorskip("ray")
     text, _, _ = tiny_pruned
-    got, _, _ = search(tmp_path, "ray", "--no-baselines", "--backend", "ray", "-j", "2",
-                       base=["--space", TINY_SPACE, *COMMON])
+    got, _, _ = search(
+        tmp_path, "ray", "--no-baselines", "--backend", "ray", "-j", "2", base=["--space", TINY_SPACE, *COMMON]
+    )
     assert got == text
 
 
 def test_common_chip_for_two_models(tmp_path):
     out = tmp_path / "common.mlir"
-    r = run_tool("phazec", TINY, str(MODELS / "tiny_llama.py"), "--space", TINY_SPACE, *COMMON, "--no-cache",
-                 "--no-baselines",
-                 "-o", str(out), "--json", str(tmp_path / "c.json"), "-q")
+    r = run_tool(
+        "phazec",
+        TINY,
+        str(MODELS / "tiny_llama.py"),
+        "--space",
+        TINY_SPACE,
+        *COMMON,
+        "--no-cache",
+        "--no-baselines",
+        "-o",
+        str(out),
+        "--json",
+        str(tmp_path / "c.json"),
+        "-q",
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["models"] == ["tiny-gpt2", "tiny-llama"] and len(data["plans"]) == 2
@@ -146,7 +183,19 @@ def test_search_errors_are_one_line(tmp_path):
     r = run_tool("phazec", TINY, "-j", "0", "--no-cache", "--space", SMALL)
     assert r.returncode == 1 and "-j 0" in r.stderr
     # A placement no chip can take says which constraint binds (DP 3 does not divide 64 / 8).
-    r = run_tool("phazec", TINY, "--space", TINY_SPACE, *COMMON, "--placement", "expert:1,3,1", "--no-cache",
-                 "--no-baselines", "-q", "-o", str(tmp_path / "x.mlir"))
+    r = run_tool(
+        "phazec",
+        TINY,
+        "--space",
+        TINY_SPACE,
+        *COMMON,
+        "--placement",
+        "expert:1,3,1",
+        "--no-cache",
+        "--no-baselines",
+        "-q",
+        "-o",
+        str(tmp_path / "x.mlir"),
+    )
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert "no chip of the space fits" in r.stderr and "not divisible by b·d = 8·3" in r.stderr

@@ -74,16 +74,36 @@ def test_vectorized_equals_scalar_over_random_shapes_and_configs():
         assert isinstance(t, Tiling) and t.cycles_split.shape == (300,)
         for j in range(0, 300, 7):
             c = sample[j]
-            s = tile_gemm_scalar(b, m, n, k, int(c["width"]), int(c["depth"]), int(c["num_tc"]), int(c["tc_buffer_bytes"]))
-            for f in ("m_block", "tiles_m", "tiles_n", "tiles_k", "tiles", "cores", "tile_cycles", "cycles_one",
-                      "cycles_split", "utilization"):
+            s = tile_gemm_scalar(
+                b, m, n, k, int(c["width"]), int(c["depth"]), int(c["num_tc"]), int(c["tc_buffer_bytes"])
+            )
+            for f in (
+                "m_block",
+                "tiles_m",
+                "tiles_n",
+                "tiles_k",
+                "tiles",
+                "cores",
+                "tile_cycles",
+                "cycles_one",
+                "cycles_split",
+                "utilization",
+            ):
                 assert getattr(t, f)[j] == getattr(s, f), (f, b, m, n, k, c)
 
 
 def test_vectorized_broadcasts_ops_against_configs():
     m = np.array([[64], [4096]])
-    t = tile_gemm(1, m, 4096, 4096, np.array([[4, 128]]), np.array([[256, 128]]), np.array([[64, 8]]),
-                  np.array([[16 * 4 * 256, 256 * 1024]]))
+    t = tile_gemm(
+        1,
+        m,
+        4096,
+        4096,
+        np.array([[4, 128]]),
+        np.array([[256, 128]]),
+        np.array([[64, 8]]),
+        np.array([[16 * 4 * 256, 256 * 1024]]),
+    )
     assert t.cycles_split.shape == (2, 2)
     assert t.cycles_split[1, 1] == tile_gemm_scalar(1, 4096, 4096, 4096, 128, 128, 8, 256 * 1024).cycles_split
 

@@ -13,22 +13,29 @@ import functools
 from collections import Counter
 
 import pytest
+from conftest import EXAMPLES, MODELS, compiled
 
 from passes.algorithms.tp_shard import (
-    P, R, ShardError, Split, TGraph, map_view, permute_split, reshape_split, shard,
+    P,
+    R,
+    ShardError,
+    Split,
+    TGraph,
+    map_view,
+    permute_split,
+    reshape_split,
+    shard,
 )
+from passes.graph_view import step_function
 from passes.shard_tensor_parallel import ShardTensorParallelPass
 from phaze_ir import dialect as ph
 from phaze_ir.errors import PhazeError
-from phaze_ir.graph_view import step_function
 from phaze_ir.ir import parse_module, print_module
-
-from conftest import EXAMPLES, MODELS, compiled
-
 
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
+
 
 def _facts(module) -> dict:
     """Matmul FLOPs (per layer and total), collectives per (layer, phase), layer records."""
@@ -46,11 +53,17 @@ def _facts(module) -> dict:
             coll[layer, phase] += 1
             coll_bytes[layer, phase] += ph.tensor_bytes(op.input.type)
     layers = [r.as_dict() for r in module.attributes[ph.LAYERS_MODULE_ATTR].data]
-    return {"mm": mm, "mm_total": sum(mm.values()), "coll": coll, "coll_bytes": coll_bytes, "layers": layers,
-            "arg_bytes": sum(ph.tensor_bytes(a.type) for a in fn.body.block.args)}
+    return {
+        "mm": mm,
+        "mm_total": sum(mm.values()),
+        "coll": coll,
+        "coll_bytes": coll_bytes,
+        "layers": layers,
+        "arg_bytes": sum(ph.tensor_bytes(a.type) for a in fn.body.block.args),
+    }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sharded(path: str, width: int, micro_batch: int = 1):
     """(facts before, facts after, sharded module, seconds of the pass) of a model file."""
     import time
@@ -118,21 +131,27 @@ def test_gpt3_width8_flops_collectives_params():
     wte = fn.body.block.args[0]
     assert wte.type.get_shape() == (51200 // 8, 12288)
     assert all(ph.LAYER_ATTR in op.attributes for op in fn.body.block.ops if not op.name.startswith("func."))
-    print(f"\nGPT-3 175B, width 8: matmul FLOPs x{ratio:.5f}, {sum(after['coll'].values())} all-reduces, "
-          f"pass {seconds:.2f} s")
+    print(
+        f"\nGPT-3 175B, width 8: matmul FLOPs x{ratio:.5f}, {sum(after['coll'].values())} all-reduces, "
+        f"pass {seconds:.2f} s"
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Every example, the tiny models
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, width, per_phase", [
-    ("mlp", 2, 1),  # no attention: each block's up (column) / down (row) pair, one f and one g
-    ("bert_large", 2, 2),
-    ("opt_350m", 2, 2),
-    ("llama2_7b", 2, 2),
-    ("gpt2_xl", 5, 2),  # 25 heads: 5 per device
-])
+
+@pytest.mark.parametrize(
+    "name, width, per_phase",
+    [
+        ("mlp", 2, 1),  # no attention: each block's up (column) / down (row) pair, one f and one g
+        ("bert_large", 2, 2),
+        ("opt_350m", 2, 2),
+        ("llama2_7b", 2, 2),
+        ("gpt2_xl", 5, 2),  # 25 heads: 5 per device
+    ],
+)
 def test_examples(name, width, per_phase):
     before, after, module, _ = sharded(str(EXAMPLES / f"{name}.py"), width)
     _check_blocks(before, after, width, per_phase)
@@ -194,19 +213,38 @@ def test_deterministic():
 # Refusals
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path, width, message", [
-    (str(EXAMPLES / "gpt2_xl.py"), 2,
-     "phaze-shard-tensor-parallel: width 2 does not divide the 25 attention heads of layer 1 (transformer.h.0)"),
-    (str(EXAMPLES / "gpt2_xl.py"), 3,
-     "phaze-shard-tensor-parallel: width 3 does not divide the 25 attention heads of layer 1 (transformer.h.0)"),
-    (str(MODELS / "tiny_gpt2.py"), 8,
-     "phaze-shard-tensor-parallel: width 8 does not divide the 4 attention heads of layer 1 (transformer.h.0)"),
-    (str(MODELS / "tiny_llama.py"), 3,
-     "phaze-shard-tensor-parallel: width 3 does not divide the 4 attention heads of layer 1 (model.layers.0)"),
-    (str(EXAMPLES / "mlp.py"), 3,
-     "phaze-shard-tensor-parallel: width 3 does not divide the output size 1024 of the column-parallel "
-     "linear blocks.0.up in layer 1 (blocks.0)"),
-])
+
+@pytest.mark.parametrize(
+    "path, width, message",
+    [
+        (
+            str(EXAMPLES / "gpt2_xl.py"),
+            2,
+            "phaze-shard-tensor-parallel: width 2 does not divide the 25 attention heads of layer 1 (transformer.h.0)",
+        ),
+        (
+            str(EXAMPLES / "gpt2_xl.py"),
+            3,
+            "phaze-shard-tensor-parallel: width 3 does not divide the 25 attention heads of layer 1 (transformer.h.0)",
+        ),
+        (
+            str(MODELS / "tiny_gpt2.py"),
+            8,
+            "phaze-shard-tensor-parallel: width 8 does not divide the 4 attention heads of layer 1 (transformer.h.0)",
+        ),
+        (
+            str(MODELS / "tiny_llama.py"),
+            3,
+            "phaze-shard-tensor-parallel: width 3 does not divide the 4 attention heads of layer 1 (model.layers.0)",
+        ),
+        (
+            str(EXAMPLES / "mlp.py"),
+            3,
+            "phaze-shard-tensor-parallel: width 3 does not divide the output size 1024 of the column-parallel "
+            "linear blocks.0.up in layer 1 (blocks.0)",
+        ),
+    ],
+)
 def test_refuses_widths_that_do_not_divide(path, width, message):
     module = parse_module(compiled(path))
     with pytest.raises(PhazeError) as e:
@@ -226,6 +264,7 @@ def test_refuses_bad_options_and_a_second_run():
 # --------------------------------------------------------------------------------------------
 # The algorithm on its own
 # --------------------------------------------------------------------------------------------
+
 
 def test_reshape_maps_the_split_by_its_flat_stride():
     # [b, s, h] split on h (t = 5) -> [b, s, heads, head_dim]: the heads split.

@@ -4,15 +4,14 @@ hand-made graphs, and the passes on traced models)."""
 from __future__ import annotations
 
 import pytest
+from conftest import MODELS, compiled
 
 from passes.algorithms.graph import Graph
 from passes.algorithms.layers import analyze_layers, find_block_container
 from passes.algorithms.saved import saved_bytes_per_op
+from passes.graph_view import step_function
 from phaze_ir import dialect as ph
 from phaze_ir.attributes import LayerAttr
-from phaze_ir.graph_view import step_function
-
-from conftest import MODELS, compiled
 
 
 def two_block_graph() -> Graph:
@@ -119,7 +118,8 @@ def test_optimizer_kinds():
 
 
 def test_layer_attr_fields_match_layer_info():
-    from passes.algorithms.layers import LayerInfo
     import dataclasses
+
+    from passes.algorithms.layers import LayerInfo
 
     assert tuple(f.name for f in dataclasses.fields(LayerInfo)) == LayerAttr.FIELDS

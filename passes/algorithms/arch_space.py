@@ -3,7 +3,7 @@
 A candidate is ``(num_tc, num_vc, width, depth, width_vc, glb_bytes)``: ``num_tc`` tensor cores of
 ``width × depth`` PEs (``pe_x × pe_y`` in :mod:`phaze_ir.hardware`), ``num_vc`` vector cores of
 ``width_vc`` lanes and a global buffer of ``glb_bytes``.  A candidate is kept when its area ``A``
-(:mod:`passes.algorithms.area`, µm²) satisfies ``lower_fraction · budget ≤ A ≤ budget``; the
+(:mod:`phaze_ir.area`, µm²) satisfies ``lower_fraction · budget ≤ A ≤ budget``; the
 lower bound is waived when ``num_tc == 1`` or ``num_vc == 1`` (as in the paper's code).
 
 Everything else (clock, precision, HBM and global-buffer bandwidths, network) comes from a
@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from passes.algorithms import area as area_model
+from phaze_ir import area as area_model
 from phaze_ir.hardware import (
     HBM,
     Accelerator,
@@ -87,17 +87,19 @@ __all__ = [
 AXES = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes")
 
 #: One row of :attr:`ArchSpace.configs`.  Buffers in bytes, area in µm².
-CONFIG_DTYPE = np.dtype([
-    ("num_tc", np.int64),
-    ("num_vc", np.int64),
-    ("width", np.int64),
-    ("depth", np.int64),
-    ("width_vc", np.int64),
-    ("glb_bytes", np.int64),
-    ("tc_buffer_bytes", np.int64),
-    ("vc_buffer_bytes", np.int64),
-    ("area_um2", np.float64),
-])
+CONFIG_DTYPE = np.dtype(
+    [
+        ("num_tc", np.int64),
+        ("num_vc", np.int64),
+        ("width", np.int64),
+        ("depth", np.int64),
+        ("width_vc", np.int64),
+        ("glb_bytes", np.int64),
+        ("tc_buffer_bytes", np.int64),
+        ("vc_buffer_bytes", np.int64),
+        ("area_um2", np.float64),
+    ]
+)
 
 _TIES = ("width", "depth")
 
@@ -153,8 +155,11 @@ class SpaceSpec:
             object.__setattr__(self, axis, _int_values(value, axis, src))
         if isinstance(self.width_vc, str):
             if self.width_vc not in _TIES:
-                raise ArchSpaceError(f'width_vc = "{self.width_vc}": expected values or one of '
-                                     f'{", ".join(repr(t) for t in _TIES)} (a tie)', source=src)
+                raise ArchSpaceError(
+                    f'width_vc = "{self.width_vc}": expected values or one of '
+                    f"{', '.join(repr(t) for t in _TIES)} (a tie)",
+                    source=src,
+                )
         else:
             object.__setattr__(self, "width_vc", _int_values(self.width_vc, "width_vc", src))
         budget = self.budget_um2
@@ -166,8 +171,10 @@ class SpaceSpec:
             raise ArchSpaceError(f"lower_fraction = {frac!r}: expected a number in [0, 1]", source=src)
         object.__setattr__(self, "lower_fraction", float(frac))
         if not isinstance(self.waive_lower_bound_single_core, bool):
-            raise ArchSpaceError(f"waive_lower_bound_single_core = {self.waive_lower_bound_single_core!r}: "
-                                 "expected a boolean", source=src)
+            raise ArchSpaceError(
+                f"waive_lower_bound_single_core = {self.waive_lower_bound_single_core!r}: expected a boolean",
+                source=src,
+            )
 
     @property
     def hbm_options(self) -> tuple[int, ...]:
@@ -187,8 +194,7 @@ def _int_values(value: Any, axis: str, src: str) -> tuple[int, ...]:
     try:
         values = tuple(value)
     except TypeError:
-        raise ArchSpaceError(f"{axis} = {value!r}: expected a sequence of positive integers",
-                             source=src) from None
+        raise ArchSpaceError(f"{axis} = {value!r}: expected a sequence of positive integers", source=src) from None
     if not values:
         raise ArchSpaceError(f"{axis} = (): expected at least one value", source=src)
     for v in values:
@@ -256,8 +262,11 @@ class ArchSpace:
         configs["num_vc"] = np.asarray(spec.num_vc, dtype=np.int64)[index[1]]
         configs["width"] = np.asarray(spec.width, dtype=np.int64)[index[2]]
         configs["depth"] = np.asarray(spec.depth, dtype=np.int64)[index[3]]
-        configs["width_vc"] = (configs[spec.width_vc] if tied  # type: ignore[index]
-                               else np.asarray(spec.width_vc, dtype=np.int64)[index[4]])
+        configs["width_vc"] = (
+            configs[spec.width_vc]
+            if tied  # type: ignore[index]
+            else np.asarray(spec.width_vc, dtype=np.int64)[index[4]]
+        )
         configs["glb_bytes"] = np.asarray(spec.glb_bytes, dtype=np.int64)[index[-1]]
         configs["tc_buffer_bytes"] = area_model.tc_buffer_bytes(configs["width"], configs["depth"])
         configs["vc_buffer_bytes"] = area_model.vc_buffer_bytes(configs["width_vc"])
@@ -277,8 +286,10 @@ class ArchSpace:
             yield self.accelerator(i)
 
     def __repr__(self) -> str:
-        return (f"ArchSpace({self.spec.name!r}: {len(self)} of {self.num_candidates} candidates, "
-                f"budget {self.spec.budget_um2 / 1e6:.2f} mm^2)")
+        return (
+            f"ArchSpace({self.spec.name!r}: {len(self)} of {self.num_candidates} candidates, "
+            f"budget {self.spec.budget_um2 / 1e6:.2f} mm^2)"
+        )
 
     @property
     def num_candidates(self) -> int:
@@ -305,31 +316,44 @@ class ArchSpace:
         t = self.spec.template
         hbm = self.hbm_options[0] if hbm_bytes is None else int(hbm_bytes)
         glb = int(row["glb_bytes"])
-        name = (f"{self.spec.name}:tc{int(row['num_tc'])}x{int(row['width'])}x{int(row['depth'])}"
-                f"-vc{int(row['num_vc'])}x{int(row['width_vc'])}-glb{_fmt_size(glb)}-hbm{_fmt_size(hbm)}")
+        name = (
+            f"{self.spec.name}:tc{int(row['num_tc'])}x{int(row['width'])}x{int(row['depth'])}"
+            f"-vc{int(row['num_vc'])}x{int(row['width_vc'])}-glb{_fmt_size(glb)}-hbm{_fmt_size(hbm)}"
+        )
         return Accelerator(
             name=name,
             clock_hz=t.clock_hz,
-            tensor_cores=TensorCores(count=int(row["num_tc"]), pe_x=int(row["width"]), pe_y=int(row["depth"]),
-                                     buffer_bytes=int(row["tc_buffer_bytes"])),
-            vector_cores=VectorCores(count=int(row["num_vc"]), width=int(row["width_vc"]),
-                                     buffer_bytes=int(row["vc_buffer_bytes"])),
+            tensor_cores=TensorCores(
+                count=int(row["num_tc"]),
+                pe_x=int(row["width"]),
+                pe_y=int(row["depth"]),
+                buffer_bytes=int(row["tc_buffer_bytes"]),
+            ),
+            vector_cores=VectorCores(
+                count=int(row["num_vc"]), width=int(row["width_vc"]), buffer_bytes=int(row["vc_buffer_bytes"])
+            ),
             global_buffer=GlobalBuffer(bytes=glb, bandwidth_Bps=t.global_buffer.bandwidth_Bps),
             hbm=HBM(bytes=hbm, bandwidth_Bps=t.hbm.bandwidth_Bps),
             bytes_per_element=t.bytes_per_element,
             network=t.network,
         )
 
-    def find(self, *, num_tc: int, num_vc: int, width: int, depth: int, glb_bytes: int,
-             width_vc: int | None = None) -> int | None:
+    def find(
+        self, *, num_tc: int, num_vc: int, width: int, depth: int, glb_bytes: int, width_vc: int | None = None
+    ) -> int | None:
         """Index of the candidate with these values (``width_vc`` defaults to the tie or to
         ``width``), or ``None`` if it is not in the space."""
         if width_vc is None:
             width_vc = depth if self.spec.width_vc == "depth" else width
         c = self.configs
-        hit = np.flatnonzero((c["num_tc"] == num_tc) & (c["num_vc"] == num_vc) & (c["width"] == width)
-                             & (c["depth"] == depth) & (c["width_vc"] == width_vc)
-                             & (c["glb_bytes"] == glb_bytes))
+        hit = np.flatnonzero(
+            (c["num_tc"] == num_tc)
+            & (c["num_vc"] == num_vc)
+            & (c["width"] == width)
+            & (c["depth"] == depth)
+            & (c["width_vc"] == width_vc)
+            & (c["glb_bytes"] == glb_bytes)
+        )
         return int(hit[0]) if len(hit) else None
 
     def records(self) -> list[dict[str, Any]]:
@@ -357,8 +381,11 @@ def _check_domain(spec: SpaceSpec, src: str, paths: dict[str, str] | None = None
         if g not in area_model.GLB_AREA_UM2:
             sizes = ", ".join(area_model._fmt_bytes(k) for k in area_model.GLB_AREA_UM2)
             shown = f"{g / MiB:g}" if p["glb_bytes"].endswith("MiB") else str(g)
-            raise ArchSpaceError(f"{p['glb_bytes']} = {shown}: expected a global buffer the area model "
-                                 f"lists ({sizes})", source=src, key_path=p["glb_bytes"])
+            raise ArchSpaceError(
+                f"{p['glb_bytes']} = {shown}: expected a global buffer the area model lists ({sizes})",
+                source=src,
+                key_path=p["glb_bytes"],
+            )
     for w in spec.width:
         for d in spec.depth:
             buf = area_model.tc_buffer_bytes(w, d)
@@ -366,7 +393,10 @@ def _check_domain(spec: SpaceSpec, src: str, paths: dict[str, str] | None = None
                 raise ArchSpaceError(
                     f"{p['width']} = {w} with {p['depth']} = {d}: a {w} x {d} PE array has a "
                     f"{area_model._fmt_bytes(buf)} per-core buffer (16 B per PE), outside the area "
-                    f"model's table ({sram})", source=src, key_path=p["width"])
+                    f"model's table ({sram})",
+                    source=src,
+                    key_path=p["width"],
+                )
     vc_axis = p[spec.width_vc] if isinstance(spec.width_vc, str) else p["width_vc"]
     vc_values = getattr(spec, spec.width_vc) if isinstance(spec.width_vc, str) else spec.width_vc
     for wv in vc_values:
@@ -375,7 +405,9 @@ def _check_domain(spec: SpaceSpec, src: str, paths: dict[str, str] | None = None
             raise ArchSpaceError(
                 f"{vc_axis} = {wv}: a {wv}-lane vector core has a {area_model._fmt_bytes(buf)} "
                 f"per-core buffer (16 B per lane), outside the area model's table ({sram})",
-                source=src, key_path=vc_axis)
+                source=src,
+                key_path=vc_axis,
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -469,14 +501,14 @@ def _is_pow2(v: int) -> bool:
     return v > 0 and v & (v - 1) == 0
 
 
-def _axis(value: Any, path: str, src: str, *, unit_scale: int = 1,
-          allow_fraction: bool = False) -> tuple[int, ...]:
+def _axis(value: Any, path: str, src: str, *, unit_scale: int = 1, allow_fraction: bool = False) -> tuple[int, ...]:
     """An integer, a list, or a ``{min, max}`` power-of-two range (descending), scaled to bytes."""
     what = "a positive number" if allow_fraction else "a positive integer"
 
     def one(v: Any, where: str) -> int:
-        ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-              and (allow_fraction or isinstance(v, int)))
+        ok = (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and (allow_fraction or isinstance(v, int))
+        )
         if not ok:
             raise _err(src, where, v, what)
         scaled = v * unit_scale
@@ -488,8 +520,9 @@ def _axis(value: Any, path: str, src: str, *, unit_scale: int = 1,
         _unknown(value, _RANGE_KEYS, path + ".", src)
         for k in _RANGE_KEYS:
             if k not in value:
-                raise ArchSpaceError(f"missing required key '{path}.{k}' (a power of two)", source=src,
-                                     key_path=f"{path}.{k}")
+                raise ArchSpaceError(
+                    f"missing required key '{path}.{k}' (a power of two)", source=src, key_path=f"{path}.{k}"
+                )
             v = value[k]
             if not _is_pos_int(v) or not _is_pow2(v):
                 raise _err(src, f"{path}.{k}", v, "a power of two (ranges run over powers of two)")
@@ -527,8 +560,7 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def spec_from_dict(data: Any, *, source: str = "<dict>",
-                   base_dir: str | os.PathLike[str] | None = None) -> SpaceSpec:
+def spec_from_dict(data: Any, *, source: str = "<dict>", base_dir: str | os.PathLike[str] | None = None) -> SpaceSpec:
     """Build a :class:`SpaceSpec` from the dict form of a space file (see the module docstring).
     ``base_dir`` resolves relative hardware paths (the space file's directory)."""
     src = source
@@ -544,23 +576,29 @@ def spec_from_dict(data: Any, *, source: str = "<dict>",
     # [template]: a hardware reference plus optional overrides of its keys.
     tmpl = _table(data, "template", src)
     if "hardware" not in tmpl:
-        raise ArchSpaceError("missing required key 'template.hardware' (a preset name or a TOML path)",
-                             source=src, key_path="template.hardware")
+        raise ArchSpaceError(
+            "missing required key 'template.hardware' (a preset name or a TOML path)",
+            source=src,
+            key_path="template.hardware",
+        )
     ref = tmpl["hardware"]
     if not isinstance(ref, str) or not ref:
         raise _err(src, "template.hardware", ref, "a preset name or a TOML path")
     template = load_hardware(_resolve(ref, base))
     overrides = {k: v for k, v in tmpl.items() if k != "hardware"}
     if overrides:
-        template = Accelerator.from_dict(_deep_merge(template.to_dict(), overrides), source=src,
-                                         prefix="template.")
+        template = Accelerator.from_dict(_deep_merge(template.to_dict(), overrides), source=src, prefix="template.")
 
     # [area]
     area = _table(data, "area", src)
     _unknown(area, _AREA_KEYS, "area.", src)
     if ("budget_mm2" in area) == ("budget_of" in area):
-        raise ArchSpaceError("[area] needs exactly one of 'budget_mm2' (a positive number) and "
-                             "'budget_of' (a preset name or hardware TOML path)", source=src, key_path="area")
+        raise ArchSpaceError(
+            "[area] needs exactly one of 'budget_mm2' (a positive number) and "
+            "'budget_of' (a preset name or hardware TOML path)",
+            source=src,
+            key_path="area",
+        )
     if "budget_mm2" in area:
         b = area["budget_mm2"]
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 or b != b or b == float("inf"):
@@ -572,8 +610,9 @@ def spec_from_dict(data: Any, *, source: str = "<dict>",
             raise _err(src, "area.budget_of", ref, "a preset name or a hardware TOML path")
         hw = load_hardware(_resolve(ref, base))
         if hw.area_um2 is None:
-            raise _err(src, "area.budget_of", ref, "hardware with an area (in the area model's domain, "
-                       "or with area_mm2 given)")
+            raise _err(
+                src, "area.budget_of", ref, "hardware with an area (in the area model's domain, or with area_mm2 given)"
+            )
         budget_um2 = hw.area_um2
     frac = area.get("lower_fraction", 0.3)
     if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac <= 1:
@@ -587,14 +626,17 @@ def spec_from_dict(data: Any, *, source: str = "<dict>",
     _unknown(search, _SEARCH_KEYS, "search.", src)
     for key in ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_MiB"):
         if key not in search:
-            raise ArchSpaceError(f"missing required key 'search.{key}' (an integer, a list, or "
-                                 "{min = a, max = b})", source=src, key_path=f"search.{key}")
+            raise ArchSpaceError(
+                f"missing required key 'search.{key}' (an integer, a list, or {{min = a, max = b}})",
+                source=src,
+                key_path=f"search.{key}",
+            )
     axes = {k: _axis(search[k], f"search.{k}", src) for k in ("num_tc", "num_vc", "width", "depth")}
     wv = search["width_vc"]
     width_vc: tuple[int, ...] | str
     if isinstance(wv, str):
         if wv not in _TIES:
-            raise _err(src, "search.width_vc", wv, f'values, or "width" / "depth" to tie it to that axis')
+            raise _err(src, "search.width_vc", wv, 'values, or "width" / "depth" to tie it to that axis')
         width_vc = wv
     else:
         width_vc = _axis(wv, "search.width_vc", src)
@@ -603,16 +645,24 @@ def spec_from_dict(data: Any, *, source: str = "<dict>",
     if "hbm_GiB" in search:
         hbm = _axis(search["hbm_GiB"], "search.hbm_GiB", src, unit_scale=GiB, allow_fraction=True)
 
-    spec = SpaceSpec(template=template, width_vc=width_vc, glb_bytes=glb, budget_um2=budget_um2,
-                     lower_fraction=frac, waive_lower_bound_single_core=waive, hbm_bytes=hbm, name=name,
-                     **axes)
-    _check_domain(spec, src, {k: f"search.{k}" for k in ("width", "depth", "width_vc")}
-                  | {"glb_bytes": "search.glb_MiB"})
+    spec = SpaceSpec(
+        template=template,
+        width_vc=width_vc,
+        glb_bytes=glb,
+        budget_um2=budget_um2,
+        lower_fraction=frac,
+        waive_lower_bound_single_core=waive,
+        hbm_bytes=hbm,
+        name=name,
+        **axes,
+    )
+    _check_domain(
+        spec, src, {k: f"search.{k}" for k in ("width", "depth", "width_vc")} | {"glb_bytes": "search.glb_MiB"}
+    )
     return spec
 
 
-def loads_space(text: str, *, source: str = "<string>",
-                base_dir: str | os.PathLike[str] | None = None) -> ArchSpace:
+def loads_space(text: str, *, source: str = "<string>", base_dir: str | os.PathLike[str] | None = None) -> ArchSpace:
     """Parse a space from TOML text and generate it."""
     data = parse_toml(text, source, ArchSpaceError)
     return ArchSpace.generate(spec_from_dict(data, source=source, base_dir=base_dir), source=source)
@@ -630,4 +680,3 @@ def load_space(path: str | os.PathLike[str]) -> ArchSpace:
     except UnicodeDecodeError as exc:
         raise ArchSpaceError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(path)) from None
     return loads_space(text, source=str(path), base_dir=p.parent)
-

@@ -1,6 +1,6 @@
 """A light, xDSL-free view of a training step's dataflow graph.
 
-Passes build it from the IR (``phaze_ir.graph_view.build_graph``) and hand it to the pure
+Passes build it from the IR (``passes.graph_view.build_graph``) and hand it to the pure
 algorithms in this package, which can then be tested on hand-made graphs.
 """
 
@@ -44,19 +44,36 @@ class Graph:
     values: list[Value] = field(default_factory=list)
     ops: list[OpNode] = field(default_factory=list)
 
-    def add_value(self, nbytes: int, producer: int = -1, role: str = "", name: str = "",
-                  view_of: int | None = None, is_float: bool = True) -> int:
+    def add_value(
+        self,
+        nbytes: int,
+        producer: int = -1,
+        role: str = "",
+        name: str = "",
+        view_of: int | None = None,
+        is_float: bool = True,
+    ) -> int:
         self.values.append(Value(nbytes, producer, role, name, view_of, is_float))
         return len(self.values) - 1
 
-    def add_op(self, phase: str, module: str, operands: list[int], result_bytes: list[int],
-               flops: int = 0, signature: str = "", view: bool = False,
-               result_float: list[bool] | None = None) -> int:
+    def add_op(
+        self,
+        phase: str,
+        module: str,
+        operands: list[int],
+        result_bytes: list[int],
+        flops: int = 0,
+        signature: str = "",
+        view: bool = False,
+        result_float: list[bool] | None = None,
+    ) -> int:
         """Append an op; its results are new values (views alias their first operand)."""
         index = len(self.ops)
         floats = result_float if result_float is not None else [True] * len(result_bytes)
-        results = [self.add_value(b, index, view_of=operands[0] if view and operands else None, is_float=f)
-                   for b, f in zip(result_bytes, floats)]
+        results = [
+            self.add_value(b, index, view_of=operands[0] if view and operands else None, is_float=f)
+            for b, f in zip(result_bytes, floats)
+        ]
         self.ops.append(OpNode(phase, module, list(operands), results, flops, signature))
         return index
 

@@ -74,7 +74,6 @@ API
 from __future__ import annotations
 
 import hashlib
-import math
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -353,10 +352,13 @@ class OpTable:
             groups[d.unit].append(i)
         for unit, rows in groups.items():
             self.rows[unit] = np.asarray(rows, dtype=np.int64)
-        self.cols["tensor"] = {f: np.asarray([int(getattr(self.descs[i], f)) for i in groups["tensor"]], dtype=np.int64)
-                               for f in _MM_FIELDS}
-        self.cols["vector"] = {f: np.asarray([getattr(self.descs[i], f) for i in groups["vector"]], dtype=np.int64)
-                               for f in _VEC_FIELDS}
+        self.cols["tensor"] = {
+            f: np.asarray([int(getattr(self.descs[i], f)) for i in groups["tensor"]], dtype=np.int64)
+            for f in _MM_FIELDS
+        }
+        self.cols["vector"] = {
+            f: np.asarray([getattr(self.descs[i], f) for i in groups["vector"]], dtype=np.int64) for f in _VEC_FIELDS
+        }
 
     @classmethod
     def build(cls, descs: Iterable[OpDesc]) -> OpTable:
@@ -506,8 +508,14 @@ def configs_key(configs: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def estimate_space(op_table: OpTable | Sequence[OpDesc], configs: np.ndarray, fixed,
-                   *, cache: LatencyCache | None = DEFAULT_CACHE, chunk: int = 32) -> SpaceLatency:
+def estimate_space(
+    op_table: OpTable | Sequence[OpDesc],
+    configs: np.ndarray,
+    fixed,
+    *,
+    cache: LatencyCache | None = DEFAULT_CACHE,
+    chunk: int = 32,
+) -> SpaceLatency:
     """Latency of every op of ``op_table`` on every row of ``configs``.
 
     ``configs``: a structured array with the fields of
@@ -540,13 +548,15 @@ def estimate_space(op_table: OpTable | Sequence[OpDesc], configs: np.ndarray, fi
 
     def store(i: int) -> None:
         if cache is not None:
-            cache.put((table.descs[i], *base_key), (one[i].copy(), split[i].copy(), bound[i].copy(), bound_one[i].copy()))
+            cache.put(
+                (table.descs[i], *base_key), (one[i].copy(), split[i].copy(), bound[i].copy(), bound_one[i].copy())
+            )
 
     for unit, fn in (("tensor", _matmul_space), ("vector", _vector_space)):
         rows = table.rows[unit]
         todo = np.asarray([j for j, i in enumerate(rows) if not cached(int(i))], dtype=np.int64)
         for s in range(0, len(todo), chunk):
-            sel = todo[s:s + chunk]
+            sel = todo[s : s + chunk]
             cols = {f: v[sel][:, None] for f, v in table.cols[unit].items()}
             o, sp, b, bo = fn(cols, cfg, fx)
             idx = rows[sel]

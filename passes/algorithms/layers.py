@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from passes.algorithms.graph import Graph
 from passes.algorithms.saved import saved_storages
 
+
 @dataclass
 class LayerInfo:
     """Per-layer facts (the fields of ``#phaze.layer``; see ``phaze_ir.attributes.LayerAttr``)."""
@@ -105,7 +106,11 @@ def assign_layers(graph: Graph) -> tuple[list[int], list[tuple[str, str]]]:
     module_labels: dict[str, set] = {}
     for i in fwd_positions:
         module_labels.setdefault(graph.ops[i].module, set()).add(label[i])
-    head = ("head", "") if any(label[i] == ("head", "") for i in fwd_positions) else (label[fwd_positions[-1]] if fwd_positions else ("head", ""))
+    head = (
+        ("head", "")
+        if any(label[i] == ("head", "") for i in fwd_positions)
+        else (label[fwd_positions[-1]] if fwd_positions else ("head", ""))
+    )
     previous = head
     for i, op in enumerate(graph.ops):
         if op.phase != "bwd":
@@ -187,8 +192,9 @@ def analyze_layers(graph: Graph) -> tuple[list[int], list[LayerInfo]]:
 
     # Saved activations, attributed to the layer whose backward reads them (a pipeline stage
     # stashes what its own backward needs, including the input it received).
-    saved = [sum(graph.values[s].nbytes for s in saved_storages(graph, set(ops_of[layer])))
-             for layer in range(n_layers)]
+    saved = [
+        sum(graph.values[s].nbytes for s in saved_storages(graph, set(ops_of[layer]))) for layer in range(n_layers)
+    ]
 
     # Cut bytes between layer i and i+1: every forward value produced at or before i and read
     # by a forward op after i, counted once per cut (a difference array over its layer span).
@@ -229,12 +235,20 @@ def analyze_layers(graph: Graph) -> tuple[list[int], list[LayerInfo]]:
     infos = []
     for layer, (kind, module) in enumerate(order):
         same = first_with.setdefault(hashes[layer], layer)
-        infos.append(LayerInfo(
-            index=layer, kind=kind, module=module, same_as=same,
-            param_bytes=sum(graph.values[s].nbytes for s in params[layer]),
-            saved_bytes=saved[layer], boundary_bytes=boundary[layer],
-            grad_boundary_bytes=grad_boundary[layer],
-            fwd_flops=flops["fwd"][layer], bwd_flops=flops["bwd"][layer], opt_flops=flops["opt"][layer],
-            num_ops=len(ops_of[layer]),
-        ))
+        infos.append(
+            LayerInfo(
+                index=layer,
+                kind=kind,
+                module=module,
+                same_as=same,
+                param_bytes=sum(graph.values[s].nbytes for s in params[layer]),
+                saved_bytes=saved[layer],
+                boundary_bytes=boundary[layer],
+                grad_boundary_bytes=grad_boundary[layer],
+                fwd_flops=flops["fwd"][layer],
+                bwd_flops=flops["bwd"][layer],
+                opt_flops=flops["opt"][layer],
+                num_ops=len(ops_of[layer]),
+            )
+        )
     return layer_of, infos

@@ -70,9 +70,20 @@ class LayerMemory:
 
     def record(self) -> dict[str, int]:
         """The fields of ``#phaze.layer_memory``."""
-        return {k: getattr(self, k) for k in (
-            "index", "param_bytes", "grad_bytes", "optimizer_bytes", "saved_none_bytes",
-            "saved_selective_bytes", "saved_full_bytes", "workspace_bytes", "recompute_workspace_bytes")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "index",
+                "param_bytes",
+                "grad_bytes",
+                "optimizer_bytes",
+                "saved_none_bytes",
+                "saved_selective_bytes",
+                "saved_full_bytes",
+                "workspace_bytes",
+                "recompute_workspace_bytes",
+            )
+        }
 
 
 def _peak(graph: Graph, ops: Sequence[int], excluded: set[int], readers: Mapping[int, list[int]]) -> int:
@@ -99,8 +110,9 @@ def _peak(graph: Graph, ops: Sequence[int], excluded: set[int], readers: Mapping
     return peak
 
 
-def layer_memory(graph: Graph, layer_of: Sequence[int], recompute: Sequence[LayerRecompute],
-                 state_bytes: Mapping[int, int]) -> list[LayerMemory]:
+def layer_memory(
+    graph: Graph, layer_of: Sequence[int], recompute: Sequence[LayerRecompute], state_bytes: Mapping[int, int]
+) -> list[LayerMemory]:
     """Every layer's memory.  ``state_bytes[p]``: optimizer-state bytes of parameter ``p`` (a
     value id, the storage of a ``param`` argument); parameters missing from it have none."""
     n_layers = len(recompute)
@@ -127,14 +139,21 @@ def layer_memory(graph: Graph, layer_of: Sequence[int], recompute: Sequence[Laye
         stash = rc.none_storages
         fwd_peak = _peak(graph, phase_ops.get((layer, "fwd"), []), stash, readers)
         bwd_peak = _peak(graph, phase_ops.get((layer, "bwd"), []), grads, readers)
-        out.append(LayerMemory(
-            index=layer, param_bytes=pbytes, grad_bytes=pbytes,
-            optimizer_bytes=sum(state_bytes.get(s, 0) for s in params[layer]),
-            saved_none_bytes=rc.none_bytes, saved_selective_bytes=rc.selective_bytes, saved_full_bytes=rc.full_bytes,
-            workspace_bytes=max(fwd_peak, bwd_peak),
-            recompute_workspace_bytes=max(fwd_peak, bwd_peak + rc.none_bytes - rc.full_bytes),
-            fwd_peak_bytes=fwd_peak, bwd_peak_bytes=bwd_peak,
-        ))
+        out.append(
+            LayerMemory(
+                index=layer,
+                param_bytes=pbytes,
+                grad_bytes=pbytes,
+                optimizer_bytes=sum(state_bytes.get(s, 0) for s in params[layer]),
+                saved_none_bytes=rc.none_bytes,
+                saved_selective_bytes=rc.selective_bytes,
+                saved_full_bytes=rc.full_bytes,
+                workspace_bytes=max(fwd_peak, bwd_peak),
+                recompute_workspace_bytes=max(fwd_peak, bwd_peak + rc.none_bytes - rc.full_bytes),
+                fwd_peak_bytes=fwd_peak,
+                bwd_peak_bytes=bwd_peak,
+            )
+        )
     return out
 
 
@@ -143,5 +162,8 @@ def stage_bytes(layers: Sequence[LayerMemory], in_flight: int, policy: str = "no
     stashed under ``policy`` (the placement DP's memory formula)."""
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r}: expected one of {', '.join(POLICIES)}")
-    return (sum(l.static_bytes for l in layers) + in_flight * sum(l.saved(policy) for l in layers)
-            + max((l.workspace(policy) for l in layers), default=0))
+    return (
+        sum(l.static_bytes for l in layers)
+        + in_flight * sum(l.saved(policy) for l in layers)
+        + max((l.workspace(policy) for l in layers), default=0)
+    )

@@ -1,4 +1,4 @@
-"""Assemble the device-placement problem that the Rust DP (``phaze_ir._phaze_rs``) solves, from
+"""Assemble the device-placement problem that the Rust DP (``passes.algorithms._phaze_rs``) solves, from
 per-layer numbers, and read its answer back.  Pure Python: the pass ``phaze-place-devices``
 gathers the numbers from the IR; the model itself (1F1B, α–β network, memory) is documented in
 the crate docs of ``rust/phaze-dp``.
@@ -30,7 +30,7 @@ class PlacementError(ValueError):
 @dataclass(frozen=True)
 class LayerNumbers:
     """What the DP needs of one layer, for one micro-batch at the traced micro-batch size and TP
-    width (see ``LayerDict`` in ``phaze_ir/_phaze_rs.pyi``)."""
+    width (see ``LayerDict`` in ``passes/algorithms/_phaze_rs.pyi``)."""
 
     fwd_s: float
     bwd_s: float
@@ -44,19 +44,35 @@ class LayerNumbers:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "fwd_s": self.fwd_s, "bwd_s": self.bwd_s,
-            "recompute_s": list(self.recompute_s), "saved_bytes": list(self.saved_bytes),
-            "param_bytes": self.param_bytes, "grad_bytes": self.grad_bytes,
-            "optimizer_bytes": self.optimizer_bytes, "workspace_bytes": self.workspace_bytes,
+            "fwd_s": self.fwd_s,
+            "bwd_s": self.bwd_s,
+            "recompute_s": list(self.recompute_s),
+            "saved_bytes": list(self.saved_bytes),
+            "param_bytes": self.param_bytes,
+            "grad_bytes": self.grad_bytes,
+            "optimizer_bytes": self.optimizer_bytes,
+            "workspace_bytes": self.workspace_bytes,
             "boundary_bytes": self.boundary_bytes,
             # The TP all-reduces are ops of the layer (phaze.collective), priced by the latency
             # pass and placed by the scheduler: they are already in fwd_s/bwd_s.
-            "tp_fwd_bytes": 0, "tp_bwd_bytes": 0, "tp_fwd_count": 0, "tp_bwd_count": 0,
+            "tp_fwd_bytes": 0,
+            "tp_bwd_bytes": 0,
+            "tp_fwd_count": 0,
+            "tp_bwd_count": 0,
         }
 
 
-def problem(layers: list[LayerNumbers], *, devices: int, hbm_bytes: int, levels: list[dict[str, Any]],
-            global_batch: int, micro_batch: int, tp: int, dp_overlap: bool = False) -> dict[str, Any]:
+def problem(
+    layers: list[LayerNumbers],
+    *,
+    devices: int,
+    hbm_bytes: int,
+    levels: list[dict[str, Any]],
+    global_batch: int,
+    micro_batch: int,
+    tp: int,
+    dp_overlap: bool = False,
+) -> dict[str, Any]:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``."""
     if devices < 1:
         raise PlacementError(f"devices = {devices}: expected a positive integer")
@@ -76,8 +92,14 @@ def problem(layers: list[LayerNumbers], *, devices: int, hbm_bytes: int, levels:
 
 def network_levels(network: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The accelerator's network levels (``Accelerator.to_dict()["network"]``) as DP levels."""
-    return [{"group_size": int(level["group_size"]), "bandwidth_Bps": float(level["bandwidth_Bps"]),
-             "latency_s": float(level["latency_s"])} for level in network]
+    return [
+        {
+            "group_size": int(level["group_size"]),
+            "bandwidth_Bps": float(level["bandwidth_Bps"]),
+            "latency_s": float(level["latency_s"]),
+        }
+        for level in network
+    ]
 
 
 _EXPERT = re.compile(r"^expert(?::(\d+),(\d+),(\d+))?$")
@@ -93,8 +115,10 @@ def parse_placement(text: str, model: str) -> tuple[int, int, int] | None:
         raise PlacementError(f"placement '{text}': expected 'phaze', 'expert' or 'expert:PP,DP,TP'")
     if m.group(1) is None:
         if model not in EXPERT_PLACEMENTS:
-            raise PlacementError(f"placement 'expert': no expert placement known for model '{model}' "
-                                 f"(known: {', '.join(sorted(EXPERT_PLACEMENTS))}); give expert:PP,DP,TP")
+            raise PlacementError(
+                f"placement 'expert': no expert placement known for model '{model}' "
+                f"(known: {', '.join(sorted(EXPERT_PLACEMENTS))}); give expert:PP,DP,TP"
+            )
         return EXPERT_PLACEMENTS[model]
     pp, dp, tp = (int(g) for g in m.groups())
     if min(pp, dp, tp) < 1:

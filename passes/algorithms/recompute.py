@@ -99,9 +99,13 @@ def attention_cores(graph: Graph, fwd_ops: Sequence[int]) -> list[list[int]]:
                     stack.append(w)
         return seen
 
-    act_mm = {i for i in fwd_ops if op_name(graph, i) == "phaze.matmul"
-              and len(graph.ops[i].operands) >= 2
-              and all(_is_activation(graph, v) for v in graph.ops[i].operands[:2])}
+    act_mm = {
+        i
+        for i in fwd_ops
+        if op_name(graph, i) == "phaze.matmul"
+        and len(graph.ops[i].operands) >= 2
+        and all(_is_activation(graph, v) for v in graph.ops[i].operands[:2])
+    }
     cores: list[list[int]] = []
     taken: set[int] = set()
     for s in fwd_ops:
@@ -111,7 +115,7 @@ def attention_cores(graph: Graph, fwd_ops: Sequence[int]) -> list[list[int]]:
         down = closure(s, succs) & act_mm
         if not up or not down:
             continue
-        first = max(up)     # the nearest (latest) score matmul before the softmax
+        first = max(up)  # the nearest (latest) score matmul before the softmax
         second = min(down)  # the nearest context matmul after it
         core = closure(first, succs) & closure(second, preds) & in_layer
         if core & taken:
@@ -166,9 +170,17 @@ def analyze_recompute(graph: Graph, layer_of: Sequence[int]) -> list[LayerRecomp
                 if val.producer >= 0 and val.producer in core_set:
                     continue
                 selective.add(s)
-        out.append(LayerRecompute(
-            index=layer, none_bytes=nbytes(none), selective_bytes=nbytes(selective), full_bytes=nbytes(full),
-            selective_ops=core_ops, fwd_ops=list(fwd[layer]),
-            none_storages=none, selective_storages=selective, full_storages=full,
-        ))
+        out.append(
+            LayerRecompute(
+                index=layer,
+                none_bytes=nbytes(none),
+                selective_bytes=nbytes(selective),
+                full_bytes=nbytes(full),
+                selective_ops=core_ops,
+                fwd_ops=list(fwd[layer]),
+                none_storages=none,
+                selective_storages=selective,
+                full_storages=full,
+            )
+        )
     return out

@@ -133,8 +133,9 @@ class Problem:
     cores: tuple[tuple[str, int], ...]
 
     @classmethod
-    def make(cls, ops: Iterable[Op | tuple[str, float, float]], edges: Iterable[tuple[int, int]],
-             cores: Mapping[str, int]) -> Problem:
+    def make(
+        cls, ops: Iterable[Op | tuple[str, float, float]], edges: Iterable[tuple[int, int]], cores: Mapping[str, int]
+    ) -> Problem:
         ops_t = tuple(o if isinstance(o, Op) else Op(*o) for o in ops)
         n = len(ops_t)
         es = tuple(sorted({(int(i), int(j)) for i, j in edges}))
@@ -256,17 +257,17 @@ class Schedule:
 @dataclass
 class _Prepared:
     problem: Problem
-    order: list[int]                    # topological order of all ops
-    real: list[int]                     # ops that take time (indices into problem.ops)
-    pos: dict[int, int]                 # op -> index in real
-    kind: list[str]                     # per real op
-    cap: list[int]                      # per real op: cores of its kind
+    order: list[int]  # topological order of all ops
+    real: list[int]  # ops that take time (indices into problem.ops)
+    pos: dict[int, int]  # op -> index in real
+    kind: list[str]  # per real op
+    cap: list[int]  # per real op: cores of its kind
     modes: list[list[tuple[float, int]]]  # per real op: (duration, cores held); mode 1 = split
-    preds: list[list[int]]              # transitive-reduction predecessors (real indices)
-    reach: list[int]                    # bitset of real ancestors
+    preds: list[list[int]]  # transitive-reduction predecessors (real indices)
+    reach: list[int]  # bitset of real ancestors
     pmin: list[float]
-    head: list[float] = field(default_factory=list)   # longest path to the op's start
-    tail: list[float] = field(default_factory=list)   # longest path after the op's end
+    head: list[float] = field(default_factory=list)  # longest path to the op's start
+    tail: list[float] = field(default_factory=list)  # longest path after the op's end
 
     def comparable(self, a: int, b: int) -> bool:
         return bool((self.reach[b] >> a) & 1 or (self.reach[a] >> b) & 1)
@@ -370,8 +371,12 @@ def _energy_sets(prep: _Prepared, limit: int | None = None) -> list[tuple[float,
         by_kind.setdefault(prep.kind[k], []).append(k)
     for kd, members in by_kind.items():
         c = prep.cap[members[0]]
-        w = {k: min(prep.problem.ops[prep.real[k]].one, c * prep.problem.ops[prep.real[k]].split) / c
-             if c > 1 else prep.pmin[k] for k in members}
+        w = {
+            k: min(prep.problem.ops[prep.real[k]].one, c * prep.problem.ops[prep.real[k]].split) / c
+            if c > 1
+            else prep.pmin[k]
+            for k in members
+        }
         found: dict[tuple[int, ...], tuple[float, float]] = {}
         for r in sorted({prep.head[k] for k in members}):
             for q in sorted({prep.tail[k] for k in members}):
@@ -395,8 +400,9 @@ def _bounds(prep: _Prepared) -> tuple[float, float]:
     return cp, (sets[0][0] if sets else 0.0)
 
 
-def _cliques(members: Sequence[int], nbrs: Mapping[int, set[int]], size: int, limit: int,
-             steps: int = MAX_ANTICHAIN_STEPS) -> list[list[int]] | None:
+def _cliques(
+    members: Sequence[int], nbrs: Mapping[int, set[int]], size: int, limit: int, steps: int = MAX_ANTICHAIN_STEPS
+) -> list[list[int]] | None:
     """Every set of ``size`` ops among ``members`` that are pairwise neighbours in ``nbrs`` (None
     when there are more than ``limit``, or when the enumeration takes more than ``steps`` steps:
     a count, not the clock, so the answer does not depend on the machine)."""
@@ -414,7 +420,7 @@ def _cliques(members: Sequence[int], nbrs: Mapping[int, set[int]], size: int, li
             return True
         for i, a in enumerate(cand):
             chosen.append(a)
-            ok = rec(chosen, [b for b in cand[i + 1:] if b in nbrs[a]])
+            ok = rec(chosen, [b for b in cand[i + 1 :] if b in nbrs[a]])
             chosen.pop()
             if not ok:
                 return False
@@ -443,20 +449,21 @@ def _best_list(prep: _Prepared) -> tuple[list[float], list[int], float]:
     rules critical path, earliest start, latest start × mode rules earliest finish, one core,
     split, one core while the slack allows), each improved by forward-backward justification
     (``phaze-sched``'s ``best_list``, through the Rust extension)."""
-    from phaze_ir import _phaze_rs
+    from passes.algorithms import _phaze_rs
 
     if not prep.real:
         return [], [], 0.0
     return _phaze_rs.best_list_schedule(*_rs_instance(prep))
 
 
-def _improve(prep: _Prepared, start: list[float], mode: list[int], mk: float, iterations: int,
-             seed: int) -> tuple[list[float], list[int], float]:
+def _improve(
+    prep: _Prepared, start: list[float], mode: list[int], mk: float, iterations: int, seed: int
+) -> tuple[list[float], list[int], float]:
     """Local search on a schedule (``phaze-sched``'s ``improve``): move one op (and, sometimes,
     flip its mode) to a random place of the op list allowed by precedence, decode by serial
     generation with insertion and justification, keep the result when it is not worse.
     ``iterations`` decodes, seeded: deterministic."""
-    from phaze_ir import _phaze_rs
+    from passes.algorithms import _phaze_rs
 
     if len(prep.real) < 2 or iterations <= 0:
         return start, mode, mk
@@ -465,14 +472,16 @@ def _improve(prep: _Prepared, start: list[float], mode: list[int], mk: float, it
 
 def _decode_justified(prep: _Prepared, order: Sequence[int], mode: Sequence[int]) -> tuple[list[float], float]:
     """An op list (precedence-feasible) decoded with fixed modes, then justified."""
-    from phaze_ir import _phaze_rs
+    from passes.algorithms import _phaze_rs
 
     if not prep.real:
         return [], 0.0
     return _phaze_rs.decode_justified(*_rs_instance(prep), list(order), list(mode))
 
 
-def _full_schedule(prep: _Prepared, start_r: Sequence[float], mode_r: Sequence[int]) -> tuple[list[float], list[float], list[int], list[bool]]:
+def _full_schedule(
+    prep: _Prepared, start_r: Sequence[float], mode_r: Sequence[int]
+) -> tuple[list[float], list[float], list[int], list[bool]]:
     """Start/end/cores/split of every op from those of the real ops (contracted ops start when
     their last predecessor ends and take no time)."""
     p = prep.problem
@@ -508,21 +517,46 @@ def _list_result(prep: _Prepared, t0: float) -> Schedule:
     cp, work = _bounds(prep)
     lb = max(cp, work)
     proven = mk <= lb * (1 + 1e-9)
-    return _result(prep, s, md, "list", mk if proven else lb, cp, work, mk, t0,
-                   "optimal" if proven else "heuristic")
+    return _result(prep, s, md, "list", mk if proven else lb, cp, work, mk, t0, "optimal" if proven else "heuristic")
 
 
-def _result(prep: _Prepared, start_r, mode_r, method: str, lb: float, cp: float, work: float,
-            list_mk: float, t0: float, status: str, nbin: int = 0,
-            warm: bool | None = None) -> Schedule:
+def _result(
+    prep: _Prepared,
+    start_r,
+    mode_r,
+    method: str,
+    lb: float,
+    cp: float,
+    work: float,
+    list_mk: float,
+    t0: float,
+    status: str,
+    nbin: int = 0,
+    warm: bool | None = None,
+) -> Schedule:
     start, end, cores, split = _full_schedule(prep, start_r, mode_r)
     mk = max(end, default=0.0)
     if not prep.real:
         method = "trivial"
     lb = min(lb, mk)
     gap = (mk - lb) / mk if mk > 0 and mk > lb * (1 + 1e-12) else 0.0
-    return Schedule(tuple(start), tuple(end), tuple(cores), tuple(split), mk, status, gap,
-                    lb, cp, work, list_mk, method, nbin, time.perf_counter() - t0, warm)
+    return Schedule(
+        tuple(start),
+        tuple(end),
+        tuple(cores),
+        tuple(split),
+        mk,
+        status,
+        gap,
+        lb,
+        cp,
+        work,
+        list_mk,
+        method,
+        nbin,
+        time.perf_counter() - t0,
+        warm,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -558,8 +592,8 @@ class _Vars:
     t: list[int]
     y: list[int | None]
     T: int
-    x: dict[tuple[int, int], int]              # (a, b) -> var: a ends before b starts
-    f: dict[tuple[int, int], int]              # flows; -1 = source
+    x: dict[tuple[int, int], int]  # (a, b) -> var: a ends before b starts
+    f: dict[tuple[int, int], int]  # flows; -1 = source
     flow_kinds: set[str]
 
 
@@ -567,8 +601,9 @@ class _TooLarge(Exception):
     """The MILP would exceed ``max_binaries`` (``args[0]``: its candidate binaries)."""
 
 
-def _build(prep: _Prepared, ub: float, lb: float, capacity_model: str = "auto",
-           max_binaries: int | None = None) -> tuple[_Model, _Vars]:
+def _build(
+    prep: _Prepared, ub: float, lb: float, capacity_model: str = "auto", max_binaries: int | None = None
+) -> tuple[_Model, _Vars]:
     scale = _SCALE / ub
     m = len(prep.real)
     mdl = _Model()
@@ -640,8 +675,10 @@ def _build(prep: _Prepared, ub: float, lb: float, capacity_model: str = "auto",
     def may_overlap(a: int, b: int) -> bool:
         return not prep.comparable(a, b) and max(head[a], head[b]) < min(latest_end[a], latest_end[b]) + eps
 
-    pairs_of = {kd: [(a, b) for ia, a in enumerate(members) for b in members[ia + 1:] if may_overlap(a, b)]
-                for kd, members in by_kind.items()}
+    pairs_of = {
+        kd: [(a, b) for ia, a in enumerate(members) for b in members[ia + 1 :] if may_overlap(a, b)]
+        for kd, members in by_kind.items()
+    }
     # The size rule, before anything costly is built: a mode per splittable op and two order
     # variables per pair of ops of a kind that may overlap (what a disjunctive model needs).
     candidates = sum(v is not None for v in y) + 2 * sum(len(v) for v in pairs_of.values())
@@ -662,15 +699,18 @@ def _build(prep: _Prepared, ub: float, lb: float, capacity_model: str = "auto",
             for a, b in pairs:
                 nbrs[a].add(b)
                 nbrs[b].add(a)
-            cliques = (_cliques(members, nbrs, cap + 1, MAX_ANTICHAINS) if capacity_model == "auto"
-                       else _cliques(members, nbrs, cap + 1, 10**9, steps=10**18))
+            cliques = (
+                _cliques(members, nbrs, cap + 1, MAX_ANTICHAINS)
+                if capacity_model == "auto"
+                else _cliques(members, nbrs, cap + 1, 10**9, steps=10**18)
+            )
         if cliques is not None:
             # Antichains: any cap+1 ops that may all overlap hold cap+1 cores at a common instant
             # if no two of them are ordered (intervals that pairwise overlap share a point).
             for clique in cliques:
                 idx = []
                 for ia, a in enumerate(clique):
-                    for b in clique[ia + 1:]:
+                    for b in clique[ia + 1 :]:
                         idx += [order_var(a, b), order_var(b, a)]
                 mdl.row(idx, [1.0] * len(idx), 1.0, math.inf)
             for a, b in pairs:
@@ -722,7 +762,9 @@ def _build(prep: _Prepared, ub: float, lb: float, capacity_model: str = "auto",
     return mdl, _Vars(t, y, T, x, f, flow_kinds)
 
 
-def _warm_values(prep: _Prepared, vars_: _Vars, start_r: Sequence[float], mode_r: Sequence[int], ub: float) -> dict[int, float]:
+def _warm_values(
+    prep: _Prepared, vars_: _Vars, start_r: Sequence[float], mode_r: Sequence[int], ub: float
+) -> dict[int, float]:
     """The list schedule as values of every model variable (flows allocated greedily)."""
     scale = _SCALE / ub
     m = len(prep.real)
@@ -747,7 +789,9 @@ def _warm_values(prep: _Prepared, vars_: _Vars, start_r: Sequence[float], mode_r
         avail: dict[int, float] = {-1: float(cap)}
         for k in sorted(members, key=lambda k: (s[k], e[k])):
             need = float(held[k])
-            donors = [-1] + sorted((a for a in avail if a >= 0 and e[a] <= s[k] + tol and (a, k) in vars_.f), key=lambda a: e[a])
+            donors = [-1] + sorted(
+                (a for a in avail if a >= 0 and e[a] <= s[k] + tol and (a, k) in vars_.f), key=lambda a: e[a]
+            )
             for a in donors:
                 if need <= 0:
                     break
@@ -761,8 +805,14 @@ def _warm_values(prep: _Prepared, vars_: _Vars, start_r: Sequence[float], mode_r
     return vals
 
 
-def _solve_scip(mdl: _Model, time_limit: float, seed: int, warm: dict[int, float] | None, gap_limit: float = 0.0,
-                node_limit: int | None = None):
+def _solve_scip(
+    mdl: _Model,
+    time_limit: float,
+    seed: int,
+    warm: dict[int, float] | None,
+    gap_limit: float = 0.0,
+    node_limit: int | None = None,
+):
     import pyscipopt
 
     model = pyscipopt.Model()
@@ -781,8 +831,11 @@ def _solve_scip(mdl: _Model, time_limit: float, seed: int, warm: dict[int, float
     xs = []
     for i in range(len(mdl.lb)):
         vt = "B" if mdl.integer[i] and mdl.lb[i] == 0 and mdl.ub[i] == 1 else ("I" if mdl.integer[i] else "C")
-        xs.append(model.addVar(name=mdl.names[i], vtype=vt, lb=mdl.lb[i], ub=mdl.ub[i],
-                               obj=1.0 if i == mdl.objective else 0.0))
+        xs.append(
+            model.addVar(
+                name=mdl.names[i], vtype=vt, lb=mdl.lb[i], ub=mdl.ub[i], obj=1.0 if i == mdl.objective else 0.0
+            )
+        )
     for idx, coef, lo, hi in mdl.rows:
         expr = pyscipopt.quicksum(c * xs[v] for v, c in zip(idx, coef))
         if lo == hi:
@@ -857,8 +910,14 @@ def _solve_cvxpy(mdl: _Model, time_limit: float, seed: int, gap_limit: float = 0
     blk, a = where[mdl.objective]
     obj_var = (xi if blk == 0 else xc)[a]
     prob = cp.Problem(cp.Minimize(obj_var), cons)
-    prob.solve(solver=cp.SCIP, scip_params={"limits/time": float(time_limit), "limits/gap": float(gap_limit),
-                                            "randomization/randomseedshift": int(seed)})
+    prob.solve(
+        solver=cp.SCIP,
+        scip_params={
+            "limits/time": float(time_limit),
+            "limits/gap": float(gap_limit),
+            "randomization/randomseedshift": int(seed),
+        },
+    )
     extra = prob.solver_stats.extra_stats or {}
     status = extra.get("scip_status", prob.status)
     model = extra.get("model")
@@ -925,14 +984,22 @@ def _floored(prep: _Prepared, delta: float) -> tuple[_Prepared, int]:
         modes.append(new)
     if not raised:
         return prep, 0
-    fl = _Prepared(prep.problem, prep.order, prep.real, prep.pos, prep.kind, prep.cap, modes,
-                   prep.preds, prep.reach, [])
+    fl = _Prepared(
+        prep.problem, prep.order, prep.real, prep.pos, prep.kind, prep.cap, modes, prep.preds, prep.reach, []
+    )
     return _timed(fl), raised
 
 
-def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: str = "scip",
-          capacity_model: str = "auto", gap_limit: float = 0.0, node_limit: int | None = None,
-          max_binaries: int | None = None) -> Schedule:
+def solve(
+    problem: Problem,
+    time_limit: float = 10.0,
+    seed: int = 0,
+    backend: str = "scip",
+    capacity_model: str = "auto",
+    gap_limit: float = 0.0,
+    node_limit: int | None = None,
+    max_binaries: int | None = None,
+) -> Schedule:
     """Minimize the makespan of ``problem`` (see the module docstring).  ``time_limit`` bounds
     SCIP's time (s); ``gap_limit`` stops it once the relative gap is that small (0: prove
     optimality); ``node_limit`` stops it after that many branch-and-bound nodes (``None``: no
@@ -957,7 +1024,9 @@ def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: st
     lb = max(cp, work)
     if not prep.real or ub <= lb * (1 + 1e-9):
         return _result(prep, s_list, md_list, "list", ub, cp, work, ub, t0, "optimal")
-    s_list, md_list, ub = _improve(prep, s_list, md_list, ub, LOCAL_SEARCH_BASE + LOCAL_SEARCH_PER_OP * len(prep.real), seed)
+    s_list, md_list, ub = _improve(
+        prep, s_list, md_list, ub, LOCAL_SEARCH_BASE + LOCAL_SEARCH_PER_OP * len(prep.real), seed
+    )
     if ub <= lb * (1 + 1e-9):
         return _result(prep, s_list, md_list, "list", ub, cp, work, ub, t0, "optimal")
     # The model's problem: durations floored (see _floored), its own list schedule as warm start.
@@ -982,7 +1051,7 @@ def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: st
             status, values, dual, accepted = _solve_scip(mdl, time_limit, seed, warm, gap_limit, node_limit)
         else:
             status, values, dual, accepted = _solve_cvxpy(mdl, time_limit, seed, gap_limit)
-    except Exception:  # noqa: BLE001 - the list schedule stays a valid answer
+    except Exception:
         return _result(prep, s_list, md_list, "list", lb, cp, work, ub, t0, "heuristic", nbin=nbin)
     best_s, best_md, method, best_mk = s_list, md_list, "list", ub
     if values is not None:
@@ -1018,8 +1087,9 @@ def solve(problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: st
 # ---------------------------------------------------------------------------------------------
 
 
-def check_schedule(problem: Problem, start: Sequence[float], end: Sequence[float],
-                   cores: Sequence[int], rel_tol: float = 1e-9) -> list[str]:
+def check_schedule(
+    problem: Problem, start: Sequence[float], end: Sequence[float], cores: Sequence[int], rel_tol: float = 1e-9
+) -> list[str]:
     """Every way the schedule breaks the problem's rules (empty when it is valid): durations,
     precedence, at most ``C`` cores of a kind busy at once, a split op alone on its kind."""
     errors: list[str] = []
@@ -1088,8 +1158,9 @@ def group_edges(graph: Graph, op_ids: Sequence[int]) -> tuple[tuple[int, int], .
     return tuple(sorted(edges))
 
 
-def group_problem(graph: Graph, op_ids: Sequence[int], latency: Sequence[Op] | Mapping[int, Op],
-                  cores: Mapping[str, int]) -> Problem:
+def group_problem(
+    graph: Graph, op_ids: Sequence[int], latency: Sequence[Op] | Mapping[int, Op], cores: Mapping[str, int]
+) -> Problem:
     """The scheduling problem of the ops ``op_ids`` of ``graph`` (one layer's ops of one phase):
     their latencies (``latency[i]`` for op ``i``) and :func:`group_edges`."""
     return Problem.make([latency[i] for i in op_ids], group_edges(graph, op_ids), cores)
@@ -1118,14 +1189,28 @@ class LayerSchedule:
 
     def summary(self) -> dict:
         """The fields of ``#phaze.layer_schedule``."""
-        return {"index": self.index, "fwd_s": self.makespan("fwd"), "bwd_s": self.makespan("bwd"),
-                "opt_s": self.makespan("opt"), "status": self.status, "gap": self.gap}
+        return {
+            "index": self.index,
+            "fwd_s": self.makespan("fwd"),
+            "bwd_s": self.makespan("bwd"),
+            "opt_s": self.makespan("opt"),
+            "status": self.status,
+            "gap": self.gap,
+        }
 
 
-def schedule_layers(graph: Graph, layer_of: Sequence[int], latency: Sequence[Op], cores: Mapping[str, int],
-                    time_limit: float = 10.0, seed: int = 0, cache: ScheduleCache | None = None,
-                    gap_limit: float = 0.0, node_limit: int | None = None,
-                    max_binaries: int | None = None) -> list[LayerSchedule]:
+def schedule_layers(
+    graph: Graph,
+    layer_of: Sequence[int],
+    latency: Sequence[Op],
+    cores: Mapping[str, int],
+    time_limit: float = 10.0,
+    seed: int = 0,
+    cache: ScheduleCache | None = None,
+    gap_limit: float = 0.0,
+    node_limit: int | None = None,
+    max_binaries: int | None = None,
+) -> list[LayerSchedule]:
     """Schedule every layer's forward, backward and optimizer ops (``latency[i]`` of op ``i``;
     ``layer_of[i]`` its layer).  Identical layers (and any repeated problem) are solved once
     through ``cache`` (the process-wide :data:`DEFAULT_CACHE` unless given)."""
@@ -1134,8 +1219,14 @@ def schedule_layers(graph: Graph, layer_of: Sequence[int], latency: Sequence[Op]
     out: dict[int, LayerSchedule] = {}
     for (layer, phase), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], PHASE_GROUPS.index(kv[0][1]))):
         problem = group_problem(graph, ids, latency, cores)
-        sched = cache.solve(problem, time_limit=time_limit, seed=seed, gap_limit=gap_limit, node_limit=node_limit,
-                            max_binaries=max_binaries)
+        sched = cache.solve(
+            problem,
+            time_limit=time_limit,
+            seed=seed,
+            gap_limit=gap_limit,
+            node_limit=node_limit,
+            max_binaries=max_binaries,
+        )
         out.setdefault(layer, LayerSchedule(layer, {})).groups[phase] = (ids, sched)
     return [out[k] for k in sorted(out)]
 
@@ -1172,12 +1263,22 @@ class ScheduleCache:
         self.hits = self.misses = 0
 
     @staticmethod
-    def limits(time_limit: float, gap_limit: float, node_limit: int | None, max_binaries: int | None = None,
-               revision: int = SOLVER_REVISION) -> tuple:
+    def limits(
+        time_limit: float,
+        gap_limit: float,
+        node_limit: int | None,
+        max_binaries: int | None = None,
+        revision: int = SOLVER_REVISION,
+    ) -> tuple:
         """What a cached entry must match to be reused (unless optimal): the limits and the
         solver's revision."""
-        return (float(time_limit), float(gap_limit), None if node_limit is None else int(node_limit),
-                None if max_binaries is None else int(max_binaries), int(revision))
+        return (
+            float(time_limit),
+            float(gap_limit),
+            None if node_limit is None else int(node_limit),
+            None if max_binaries is None else int(max_binaries),
+            int(revision),
+        )
 
     def _entry(self, key: str) -> tuple[Schedule, tuple] | None:
         entry = self._mem.get(key)
@@ -1187,9 +1288,16 @@ class ScheduleCache:
                 try:
                     with open(path) as fh:
                         data = json.load(fh)
-                    entry = (Schedule.from_json(data["schedule"]),
-                             self.limits(data["time_limit"], data["gap_limit"], data.get("node_limit"),
-                                         data.get("max_binaries"), data.get("revision", 1)))
+                    entry = (
+                        Schedule.from_json(data["schedule"]),
+                        self.limits(
+                            data["time_limit"],
+                            data["gap_limit"],
+                            data.get("node_limit"),
+                            data.get("max_binaries"),
+                            data.get("revision", 1),
+                        ),
+                    )
                 except (OSError, ValueError, KeyError, TypeError):
                     return None  # a torn or foreign file: solve again and overwrite it
                 self._mem[key] = entry
@@ -1202,8 +1310,14 @@ class ScheduleCache:
             return entry[0]
         return None
 
-    def get(self, problem: Problem, time_limit: float = 10.0, gap_limit: float = 0.0,
-            node_limit: int | None = None, max_binaries: int | None = None) -> Schedule | None:
+    def get(
+        self,
+        problem: Problem,
+        time_limit: float = 10.0,
+        gap_limit: float = 0.0,
+        node_limit: int | None = None,
+        max_binaries: int | None = None,
+    ) -> Schedule | None:
         hit = self.lookup(problem.canonical(), self.limits(time_limit, gap_limit, node_limit, max_binaries))
         return hit.on(problem) if hit is not None else None
 
@@ -1216,18 +1330,41 @@ class ScheduleCache:
             tmp = os.path.join(self.directory, f".{key}.{os.getpid()}.tmp")
             time_limit, gap_limit, node_limit, max_binaries, revision = limits
             with open(tmp, "w") as fh:
-                json.dump({"time_limit": time_limit, "gap_limit": gap_limit, "node_limit": node_limit,
-                           "max_binaries": max_binaries, "revision": revision,
-                           "schedule": sched.to_json()}, fh)
+                json.dump(
+                    {
+                        "time_limit": time_limit,
+                        "gap_limit": gap_limit,
+                        "node_limit": node_limit,
+                        "max_binaries": max_binaries,
+                        "revision": revision,
+                        "schedule": sched.to_json(),
+                    },
+                    fh,
+                )
             os.replace(tmp, os.path.join(self.directory, key + ".json"))
 
-    def put(self, problem: Problem, sched: Schedule, time_limit: float, gap_limit: float = 0.0,
-            node_limit: int | None = None, max_binaries: int | None = None) -> None:
+    def put(
+        self,
+        problem: Problem,
+        sched: Schedule,
+        time_limit: float,
+        gap_limit: float = 0.0,
+        node_limit: int | None = None,
+        max_binaries: int | None = None,
+    ) -> None:
         """Keep ``sched``, a schedule of ``problem.canonical()`` (what :meth:`solve` solves)."""
         self.store(problem.canonical(), sched, self.limits(time_limit, gap_limit, node_limit, max_binaries))
 
-    def solve(self, problem: Problem, time_limit: float = 10.0, seed: int = 0, backend: str = "scip",
-              gap_limit: float = 0.0, node_limit: int | None = None, max_binaries: int | None = None) -> Schedule:
+    def solve(
+        self,
+        problem: Problem,
+        time_limit: float = 10.0,
+        seed: int = 0,
+        backend: str = "scip",
+        gap_limit: float = 0.0,
+        node_limit: int | None = None,
+        max_binaries: int | None = None,
+    ) -> Schedule:
         """:func:`solve` through the cache (on the canonical problem, so that the answer does
         not depend on which equivalent problem was asked first)."""
         canonical = problem.canonical()
@@ -1237,8 +1374,15 @@ class ScheduleCache:
             self.hits += 1
             return hit.on(problem)
         self.misses += 1
-        sched = solve(canonical, time_limit=time_limit, seed=seed, backend=backend, gap_limit=gap_limit,
-                      node_limit=node_limit, max_binaries=max_binaries)
+        sched = solve(
+            canonical,
+            time_limit=time_limit,
+            seed=seed,
+            backend=backend,
+            gap_limit=gap_limit,
+            node_limit=node_limit,
+            max_binaries=max_binaries,
+        )
         self.store(canonical, sched, limits)
         return sched.on(problem)
 

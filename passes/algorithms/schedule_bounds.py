@@ -26,8 +26,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 
-def group_lower_bound(units: Sequence[str], edges: Sequence[tuple[int, int]], one: np.ndarray,
-                      split: np.ndarray, cores: Mapping[str, np.ndarray | int]) -> np.ndarray:
+def group_lower_bound(
+    units: Sequence[str],
+    edges: Sequence[tuple[int, int]],
+    one: np.ndarray,
+    split: np.ndarray,
+    cores: Mapping[str, np.ndarray | int],
+) -> np.ndarray:
     """Lower bound on the makespan of one problem on ``C`` candidates.
 
     ``units[i]``: op ``i``'s unit kind (``none`` takes no time); ``edges``: ``(i, j)`` with

@@ -161,8 +161,9 @@ class ScalarTiling:
         return dict(vars(self))
 
 
-def tile_gemm_scalar(batch: int, m: int, n: int, k: int, pe_x: int, pe_y: int, count: int,
-                     buffer_bytes: int) -> ScalarTiling:
+def tile_gemm_scalar(
+    batch: int, m: int, n: int, k: int, pe_x: int, pe_y: int, count: int, buffer_bytes: int
+) -> ScalarTiling:
     """The same model as :func:`tile_gemm` in plain Python integers (the reference the vectorized
     code is tested against, and what the per-module passes use)."""
     rows = max(1, (buffer_bytes // 2) // (ACC_BYTES * pe_x))

@@ -91,10 +91,28 @@ P = "P"  # partial sum
 _PENDING = "U"  # a parameter (or a view of one) whose sharding is not decided yet
 VOCAB = -1  # origin of splits that come from the vocabulary-parallel embedding
 
-VIEW_KINDS = frozenset(("view", "reshape", "transpose", "permute", "expand", "squeeze", "unsqueeze",
-                        "slice", "select", "alias", "split", "unbind", "as_strided", "detach", "diagonal"))
-_CHAIN_KINDS = frozenset(("view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "alias",
-                          "detach", "clone", "expand"))
+VIEW_KINDS = frozenset(
+    (
+        "view",
+        "reshape",
+        "transpose",
+        "permute",
+        "expand",
+        "squeeze",
+        "unsqueeze",
+        "slice",
+        "select",
+        "alias",
+        "split",
+        "unbind",
+        "as_strided",
+        "detach",
+        "diagonal",
+    )
+)
+_CHAIN_KINDS = frozenset(
+    ("view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "alias", "detach", "clone", "expand")
+)
 _SHAPE_ONLY = frozenset(("fill", "random", "arange"))
 _SUMS = frozenset(("sum", "mean"))
 
@@ -208,6 +226,7 @@ class _NoMap(Exception):
 # Mapping a split through views
 # ------------------------------------------------------------------------------------------
 
+
 def _strides(shape) -> list[int]:
     out, acc = [1] * len(shape), 1
     for i in range(len(shape) - 1, -1, -1):
@@ -220,9 +239,9 @@ def reshape_split(src, dst, sp: Split, t: int) -> Split:
     """The split of ``dst`` that a row-major reshape of ``src`` (split ``sp``) yields."""
     if sp.pad:
         # A padded dim (the vocabulary) must survive the reshape whole.
-        pre, post = math.prod(src[:sp.dim]), math.prod(src[sp.dim + 1:])
+        pre, post = math.prod(src[: sp.dim]), math.prod(src[sp.dim + 1 :])
         for e in range(len(dst)):
-            if dst[e] == src[sp.dim] and math.prod(dst[:e]) == pre and math.prod(dst[e + 1:]) == post:
+            if dst[e] == src[sp.dim] and math.prod(dst[:e]) == pre and math.prod(dst[e + 1 :]) == post:
                 return Split(e, sp.inner, sp.pad)
         raise _NoMap(f"a reshape {tuple(src)} -> {tuple(dst)} breaks the padded dim {sp.dim}")
     f = sp.inner * _strides(src)[sp.dim]  # flat stride of the split factor
@@ -276,7 +295,7 @@ def permute_split(src, dst, sp: Split, kind: str, aten: str) -> Split:
 
 def _removed_dim(src, dst) -> list[int]:
     """Dims ``i`` such that dropping ``src[i]`` gives ``dst``."""
-    return [i for i in range(len(src)) if tuple(src[:i]) + tuple(src[i + 1:]) == tuple(dst)]
+    return [i for i in range(len(src)) if tuple(src[:i]) + tuple(src[i + 1 :]) == tuple(dst)]
 
 
 def _inserted_dim(src, dst) -> list[int]:
@@ -316,6 +335,7 @@ def map_view(kind: str, aten: str, src, dst, sp: Split, t: int) -> Split:
 # ------------------------------------------------------------------------------------------
 # Structure (found once)
 # ------------------------------------------------------------------------------------------
+
 
 class _Structure:
     def __init__(self, g: TGraph, t: int, vocab_multiple: int):
@@ -454,13 +474,15 @@ class _Structure:
             batch = math.prod(shape[:-2])
             heads = batch // g.micro_batch if g.micro_batch and batch % g.micro_batch == 0 else batch
             if heads % self.t:
-                raise ShardError(f"width {self.t} does not divide the {heads} attention heads of "
-                                 f"{self.layer_name(op.layer)}")
+                raise ShardError(
+                    f"width {self.t} does not divide the {heads} attention heads of {self.layer_name(op.layer)}"
+                )
 
 
 # ------------------------------------------------------------------------------------------
 # One round of propagation
 # ------------------------------------------------------------------------------------------
+
 
 class _Round:
     def __init__(self, s: _Structure, candidates: set[int], vocab: bool):
@@ -624,7 +646,8 @@ class _Round:
                 if (n + pad) % t:
                     raise ShardError(
                         f"width {t} does not divide the output size {n} of the column-parallel linear "
-                        f"{op.module or '?'} in {self.s.layer_name(op.layer)}")
+                        f"{op.module or '?'} in {self.s.layer_name(op.layer)}"
+                    )
                 origin = frozenset((VOCAB if i in self.s.lm_heads else i,))
                 if self.decide(rhs, Split(b - 1, (n + pad) // t, pad), origin):
                     self.column.append(i)
@@ -728,8 +751,11 @@ class _Round:
         if any(s == P for s in states):
             # A sum of partials is partial; a replicated addend is added by one device only,
             # so that (R + P) stays partial too (as long as no partial operand is broadcast up).
-            if op.kind in ("add", "sub") and all(s == P or s is R for s in states) and all(
-                    self.shape(op.operands[k]) == self.shape(out_v) for k, s in enumerate(states) if s == P):
+            if (
+                op.kind in ("add", "sub")
+                and all(s == P or s is R for s in states)
+                and all(self.shape(op.operands[k]) == self.shape(out_v) for k, s in enumerate(states) if s == P)
+            ):
                 self.set(out_v, P, source=max(self.source[op.operands[k]] for k, s in enumerate(states) if s == P))
                 return
             for k, s in enumerate(states):
@@ -815,8 +841,10 @@ class _Round:
             if p < 0:
                 return False
             op = self.g.ops[p]
-            if not ((op.name == "layout" and len(op.operands) == 1) or
-                    (op.name == "elementwise" and op.kind in ("convert", "copy"))):
+            if not (
+                (op.name == "layout" and len(op.operands) == 1)
+                or (op.name == "elementwise" and op.kind in ("convert", "copy"))
+            ):
                 return False
             v = op.operands[0]
         return False
@@ -973,7 +1001,8 @@ class _Round:
             if bad and not s.pad:
                 raise ShardError(
                     f"width {self.t} does not divide the size {bad[0]} of the pieces that op "
-                    f"{op.aten or op.kind} in {self.s.layer_name(op.layer)} splits a sharded tensor into")
+                    f"{op.aten or op.kind} in {self.s.layer_name(op.layer)} splits a sharded tensor into"
+                )
             self.trigger(v)
             for rv in op.results:
                 self.set(rv, R)
@@ -1066,6 +1095,7 @@ class _Round:
 # Driver
 # ------------------------------------------------------------------------------------------
 
+
 def shard(graph: TGraph, width: int, vocab_multiple: int = 128) -> ShardPlan:
     """Shard ``graph`` over a tensor-parallel group of ``width`` devices (see the module
     docstring).  Raises :class:`ShardError` for a width the model cannot take."""
@@ -1076,8 +1106,9 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128) -> ShardPlan:
     s = _Structure(graph, width, vocab_multiple)
     # Column-parallel candidates: the linears of the blocks (every forward linear when the step
     # has no repeated blocks, e.g. a single-block toy) and the LM head.
-    candidates = {i for i in s.linear_param
-                  if graph.ops[i].layer in s.block_layers or not s.block_layers} | set(s.lm_heads)
+    candidates = {i for i in s.linear_param if graph.ops[i].layer in s.block_layers or not s.block_layers} | set(
+        s.lm_heads
+    )
     vocab = bool(s.word_lookups)
     demoted: list[int] = []
     rounds = 0
@@ -1111,9 +1142,18 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128) -> ShardPlan:
             shapes[v] = tuple(shape)
     all_reduces = sorted(rnd.reductions.values(), key=lambda a: a.value)
     return ShardPlan(
-        width=width, shapes=shapes, states=states, all_reduces=all_reduces, stats=rnd.stats,
-        column=sorted(rnd.column), row=sorted(rnd.row),
-        vocab_tables=sorted({t for i in s.word_lookups if isinstance(states[t := s.root_param(graph.ops[i].operands[0])], Split)}),
-        vocab_size=s.vocab_size if vocab else 0, padded_vocab_size=s.padded_vocab if vocab else 0,
-        demoted=sorted(demoted), rounds=rounds,
+        width=width,
+        shapes=shapes,
+        states=states,
+        all_reduces=all_reduces,
+        stats=rnd.stats,
+        column=sorted(rnd.column),
+        row=sorted(rnd.row),
+        vocab_tables=sorted(
+            {t for i in s.word_lookups if isinstance(states[t := s.root_param(graph.ops[i].operands[0])], Split)}
+        ),
+        vocab_size=s.vocab_size if vocab else 0,
+        padded_vocab_size=s.padded_vocab if vocab else 0,
+        demoted=sorted(demoted),
+        rounds=rounds,
     )

@@ -49,10 +49,16 @@ def _element_type(dtype) -> Attribute:
     import torch
 
     table = {
-        torch.float16: Float16Type(), torch.bfloat16: BFloat16Type(), torch.float32: Float32Type(),
-        torch.float64: Float64Type(), torch.int64: IntegerType(64), torch.int32: IntegerType(32),
-        torch.int16: IntegerType(16), torch.int8: IntegerType(8),
-        torch.uint8: IntegerType(8, Signedness.UNSIGNED), torch.bool: IntegerType(1),
+        torch.float16: Float16Type(),
+        torch.bfloat16: BFloat16Type(),
+        torch.float32: Float32Type(),
+        torch.float64: Float64Type(),
+        torch.int64: IntegerType(64),
+        torch.int32: IntegerType(32),
+        torch.int16: IntegerType(16),
+        torch.int8: IntegerType(8),
+        torch.uint8: IntegerType(8, Signedness.UNSIGNED),
+        torch.bool: IntegerType(1),
     }
     if dtype not in table:
         raise PhazeError(f"unsupported tensor dtype {dtype}")
@@ -144,16 +150,23 @@ class _Importer:
             return ph.MatmulOp(ins[0], ins[1], rtypes[0])
         if packet in amap.SOFTMAX:
             dim = args[2] if packet.endswith("_backward_data") else args[1]
-            return ph.SoftmaxOp.build(operands=[ins], result_types=rtypes[:1],
-                                      properties={"kind": kind(amap.SOFTMAX[packet]), "dim": IntegerAttr(int(dim), i64)})
+            return ph.SoftmaxOp.build(
+                operands=[ins],
+                result_types=rtypes[:1],
+                properties={"kind": kind(amap.SOFTMAX[packet]), "dim": IntegerAttr(int(dim), i64)},
+            )
         if packet in amap.NORM:
             shape_arg = args[2] if packet.endswith("_backward") else (args[1] if len(args) > 1 else [])
             rank = len(shape_arg) if isinstance(shape_arg, (list, tuple)) else 1
-            return ph.NormOp.build(operands=[ins], result_types=[rtypes],
-                                   properties={"kind": kind(amap.NORM[packet]), "normalized_rank": IntegerAttr(rank, i64)})
+            return ph.NormOp.build(
+                operands=[ins],
+                result_types=[rtypes],
+                properties={"kind": kind(amap.NORM[packet]), "normalized_rank": IntegerAttr(rank, i64)},
+            )
         if packet in amap.EMBEDDING:
-            return ph.EmbeddingOp.build(operands=[ins[:2]], result_types=rtypes[:1],
-                                        properties={"kind": kind(amap.EMBEDDING[packet])})
+            return ph.EmbeddingOp.build(
+                operands=[ins[:2]], result_types=rtypes[:1], properties={"kind": kind(amap.EMBEDDING[packet])}
+            )
         if packet in amap.REDUCTION:
             dims: list[int] = []
             if len(args) > 1 and packet != "nll_loss_forward":
@@ -162,29 +175,43 @@ class _Importer:
                     dims = [d]
                 elif isinstance(d, (list, tuple)) and all(isinstance(x, int) for x in d):
                     dims = list(d)
-            return ph.ReductionOp.build(operands=[ins[:1] if packet != "nll_loss_forward" else ins], result_types=[rtypes],
-                                        properties={"kind": kind(amap.REDUCTION[packet]), "aten": aten,
-                                                    "dims": DenseArrayBase.from_list(i64, dims)})
+            return ph.ReductionOp.build(
+                operands=[ins[:1] if packet != "nll_loss_forward" else ins],
+                result_types=[rtypes],
+                properties={
+                    "kind": kind(amap.REDUCTION[packet]),
+                    "aten": aten,
+                    "dims": DenseArrayBase.from_list(i64, dims),
+                },
+            )
         if packet in amap.DROPOUT:
             # native_dropout(x) -> (y, mask): a random mask, then the masked scaling.
-            mask = ph.ElementwiseOp.build(operands=[ins[:1]], result_types=[rtypes[1]],
-                                          properties={"kind": kind("random"), "aten": aten})
-            out = ph.ElementwiseOp.build(operands=[[ins[0], mask.results[0]]], result_types=[rtypes[0]],
-                                         properties={"kind": kind("dropout"), "aten": aten})
+            mask = ph.ElementwiseOp.build(
+                operands=[ins[:1]], result_types=[rtypes[1]], properties={"kind": kind("random"), "aten": aten}
+            )
+            out = ph.ElementwiseOp.build(
+                operands=[[ins[0], mask.results[0]]],
+                result_types=[rtypes[0]],
+                properties={"kind": kind("dropout"), "aten": aten},
+            )
             return [mask, out], [out.results[0], mask.results[0]]
         if packet in amap.FUSED_ATTENTION:
             return _attention(ins, rtypes, backward=packet.endswith("_backward"))
         if packet in amap.ELEMENTWISE and len(rtypes) == 1:
-            return ph.ElementwiseOp.build(operands=[ins], result_types=rtypes,
-                                          properties={"kind": kind(amap.ELEMENTWISE[packet]), "aten": aten})
+            return ph.ElementwiseOp.build(
+                operands=[ins], result_types=rtypes, properties={"kind": kind(amap.ELEMENTWISE[packet]), "aten": aten}
+            )
         if packet in amap.LAYOUT:
-            return ph.LayoutOp.build(operands=[ins], result_types=[rtypes],
-                                     properties={"kind": kind(amap.LAYOUT[packet]), "aten": aten})
+            return ph.LayoutOp.build(
+                operands=[ins], result_types=[rtypes], properties={"kind": kind(amap.LAYOUT[packet]), "aten": aten}
+            )
         # No semantics known: keep the op, opaque, and say so.
         module, _ = self.provenance(node)
         if self.strict:
-            raise PhazeError(f"unknown aten op {aten.data} (from module '{module or '<root>'}'); "
-                             "add it to phaze_ir/frontend/aten_map.py or drop --strict")
+            raise PhazeError(
+                f"unknown aten op {aten.data} (from module '{module or '<root>'}'); "
+                "add it to phaze_ir/frontend/aten_map.py or drop --strict"
+            )
         self.unknown[aten.data] += 1
         self.unknown_where.setdefault(aten.data, module or "<root>")
         return ph.OpaqueOp.build(operands=[ins], result_types=[rtypes], properties={"aten": aten})
@@ -233,8 +260,11 @@ class _Importer:
                 val = node.meta.get("val")
                 if val is None:
                     val = getattr(traced.graph_module, node.target)
-                op = ph.ElementwiseOp.build(operands=[[]], result_types=[_tensor_type(val)],
-                                            properties={"kind": StringAttr("fill"), "aten": StringAttr("constant")})
+                op = ph.ElementwiseOp.build(
+                    operands=[[]],
+                    result_types=[_tensor_type(val)],
+                    properties={"kind": StringAttr("fill"), "aten": StringAttr("constant")},
+                )
                 op.attributes[ph.MODULE_ATTR] = StringAttr("")
                 op.attributes[ph.PHASE_ATTR] = StringAttr("fwd")
                 op.results[0].name_hint = _name(node.name)
@@ -257,11 +287,15 @@ class _Importer:
                 block.add_op(func.ReturnOp(*ret_vals))
                 fn_type = FunctionType.from_lists(arg_types, [v.type for v in ret_vals])
                 fname = "train_step" if traced.training else "forward"
-                fn = func.FuncOp(fname, fn_type, Region(block), arg_attrs=ArrayAttr(arg_attrs),
-                                 res_attrs=ArrayAttr(res_attrs))
+                fn = func.FuncOp(
+                    fname, fn_type, Region(block), arg_attrs=ArrayAttr(arg_attrs), res_attrs=ArrayAttr(res_attrs)
+                )
         for aten, count in sorted(self.unknown.items()):
-            print(f"phaze: warning: unknown aten op {aten} ({count}x, first in module "
-                  f"'{self.unknown_where[aten]}') imported as phaze.opaque", file=sys.stderr)
+            print(
+                f"phaze: warning: unknown aten op {aten} ({count}x, first in module "
+                f"'{self.unknown_where[aten]}') imported as phaze.opaque",
+                file=sys.stderr,
+            )
         attrs: dict[str, Attribute] = {
             "phaze.model": StringAttr(traced.model_name),
             "phaze.micro_batch_size": IntegerAttr(traced.micro_batch_size, i64),
@@ -287,8 +321,13 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
         return op.results[0]
 
     def layout(kind: str, x: SSAValue, shape: list[int]) -> SSAValue:
-        return add(ph.LayoutOp.build(operands=[[x]], result_types=[[TensorType(x.type.element_type, shape)]],
-                                     properties={"kind": StringAttr(kind), "aten": StringAttr("attention")}))
+        return add(
+            ph.LayoutOp.build(
+                operands=[[x]],
+                result_types=[[TensorType(x.type.element_type, shape)]],
+                properties={"kind": StringAttr(kind), "aten": StringAttr("attention")},
+            )
+        )
 
     def transpose(x: SSAValue) -> SSAValue:
         shape = list(x.type.get_shape())
@@ -299,8 +338,13 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
         return add(ph.MatmulOp(a, b, TensorType(a.type.element_type, shape)))
 
     def softmax(kind: str, *xs: SSAValue) -> SSAValue:
-        return add(ph.SoftmaxOp.build(operands=[list(xs)], result_types=[xs[0].type],
-                                      properties={"kind": StringAttr(kind), "dim": IntegerAttr(-1, i64)}))
+        return add(
+            ph.SoftmaxOp.build(
+                operands=[list(xs)],
+                result_types=[xs[0].type],
+                properties={"kind": StringAttr(kind), "dim": IntegerAttr(-1, i64)},
+            )
+        )
 
     grad_out, (q, k, v) = (ins[0], ins[1:4]) if backward else (None, ins[:3])
     q_shape = list(q.type.get_shape())
@@ -311,19 +355,40 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
     if not backward:
         p = softmax("softmax", matmul(q, transpose(k)))
         out = matmul(p, v)
-        lse = add(ph.ReductionOp.build(operands=[[p.owner.operands[0]]], result_types=[[rtypes[1]]],
-                                       properties={"kind": StringAttr("sum"), "aten": StringAttr("attention"),
-                                                   "dims": DenseArrayBase.from_list(i64, [-1])}))
+        lse = add(
+            ph.ReductionOp.build(
+                operands=[[p.owner.operands[0]]],
+                result_types=[[rtypes[1]]],
+                properties={
+                    "kind": StringAttr("sum"),
+                    "aten": StringAttr("attention"),
+                    "dims": DenseArrayBase.from_list(i64, [-1]),
+                },
+            )
+        )
         return ops, [out, lse][: len(rtypes)]
     # The kernel reads the saved output and log-sum-exp: P is rebuilt from S and lse, and
     # D = rowsum(dout * out) enters the softmax gradient.
     out, lse = ins[4], ins[5]
     p = softmax("softmax", matmul(q, transpose(k)), lse)
-    prod = add(ph.ElementwiseOp.build(operands=[[grad_out, out]], result_types=[out.type],
-                                      properties={"kind": StringAttr("mul"), "aten": StringAttr("attention")}))
-    d = add(ph.ReductionOp.build(operands=[[prod]], result_types=[[lse.type]],
-                                 properties={"kind": StringAttr("sum"), "aten": StringAttr("attention"),
-                                             "dims": DenseArrayBase.from_list(i64, [-1])}))
+    prod = add(
+        ph.ElementwiseOp.build(
+            operands=[[grad_out, out]],
+            result_types=[out.type],
+            properties={"kind": StringAttr("mul"), "aten": StringAttr("attention")},
+        )
+    )
+    d = add(
+        ph.ReductionOp.build(
+            operands=[[prod]],
+            result_types=[[lse.type]],
+            properties={
+                "kind": StringAttr("sum"),
+                "aten": StringAttr("attention"),
+                "dims": DenseArrayBase.from_list(i64, [-1]),
+            },
+        )
+    )
     dv = matmul(transpose(p), grad_out)
     ds = softmax("softmax_grad", matmul(grad_out, transpose(v)), p, d)
     dq = matmul(ds, k)
@@ -331,9 +396,17 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
     grads = [dq, dk, dv]
     for i in (1, 2):
         if grads[i].type != rtypes[i]:  # sum the repeated heads' gradients back to the kv heads
-            grads[i] = add(ph.ReductionOp.build(operands=[[grads[i]]], result_types=[[rtypes[i]]],
-                                                properties={"kind": StringAttr("sum"), "aten": StringAttr("attention"),
-                                                            "dims": DenseArrayBase.from_list(i64, [1])}))
+            grads[i] = add(
+                ph.ReductionOp.build(
+                    operands=[[grads[i]]],
+                    result_types=[[rtypes[i]]],
+                    properties={
+                        "kind": StringAttr("sum"),
+                        "aten": StringAttr("attention"),
+                        "dims": DenseArrayBase.from_list(i64, [1]),
+                    },
+                )
+            )
     return ops, grads
 
 

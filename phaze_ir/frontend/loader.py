@@ -19,10 +19,11 @@ import inspect
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from phaze_ir.errors import PhazeError
 
@@ -42,9 +43,7 @@ class ModelSpec:
     def inputs(self, micro_batch_size: int, seq_len: int | None = None) -> tuple[tuple, dict]:
         """The example inputs as ``(args, kwargs)``."""
         if seq_len is not None and not self.takes_seq_len:
-            raise PhazeError(
-                f"{self.path.name}: --seq-len was given but get_inputs() takes no seq_len argument"
-            )
+            raise PhazeError(f"{self.path.name}: --seq-len was given but get_inputs() takes no seq_len argument")
         if self.takes_seq_len:
             out = self.get_inputs(micro_batch_size, seq_len if seq_len is not None else self.seq_len)
         else:

@@ -22,9 +22,10 @@ import inspect
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from phaze_ir.errors import PhazeError
 from phaze_ir.frontend.loader import ModelSpec
@@ -120,9 +121,7 @@ def _default_loss(output: Any):
     if loss is None and isinstance(output, torch.Tensor):
         loss = output if output.dim() == 0 else output.float().sum()
     if loss is None:
-        raise PhazeError(
-            "the model output has no .loss and is not a tensor; define loss_fn(output) in the model file"
-        )
+        raise PhazeError("the model output has no .loss and is not a tensor; define loss_fn(output) in the model file")
     return loss
 
 
@@ -134,8 +133,11 @@ def _describe_trace_failure(exc: BaseException, spec: ModelSpec) -> str:
     here = str(Path(__file__).parent.parent)
     frames = traceback.extract_tb(exc.__traceback__)
     user = [f for f in frames if Path(f.filename) == spec.path]
-    lib = [f for f in frames if not f.filename.startswith(torch_dir) and not f.filename.startswith(here)
-           and "contextlib" not in f.filename]
+    lib = [
+        f
+        for f in frames
+        if not f.filename.startswith(torch_dir) and not f.filename.startswith(here) and "contextlib" not in f.filename
+    ]
     frame = (user or lib or frames[-1:] or [None])[-1]
     where = ""
     if frame is not None:
@@ -151,8 +153,7 @@ def _describe_trace_failure(exc: BaseException, spec: ModelSpec) -> str:
         or type(exc).__name__ in ("DataDependentOutputException", "GuardOnDataDependentSymNode")
     )
     if data_dependent:
-        return (f"cannot trace {spec.path.name}: data-dependent control flow (a tensor's value decides "
-                f"what runs){where}")
+        return f"cannot trace {spec.path.name}: data-dependent control flow (a tensor's value decides what runs){where}"
     return f"cannot trace {spec.path.name}{where}: {type(exc).__name__}: {text}"
 
 
@@ -240,8 +241,8 @@ def trace_model(
 
         def step(*flat):
             p = dict(zip(pnames, flat[:n_p]))
-            b = dict(zip(bnames, flat[n_p:n_p + n_b]))
-            it = iter(flat[n_p + n_b:])
+            b = dict(zip(bnames, flat[n_p : n_p + n_b]))
+            it = iter(flat[n_p + n_b :])
             call_args = tuple(next(it) if isinstance(a, torch.Tensor) else a for a in args)
             call_kwargs = {k: (next(it) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
             out = torch.func.functional_call(model, {**p, **b}, call_args, call_kwargs)
@@ -269,14 +270,14 @@ def trace_model(
         finally:
             fxt.current_meta.pop("custom", None)
 
-    placeholders = ([("param", n) for n in pnames] + [("buffer", n) for n in bnames]
-                    + [("input", n) for n, _ in tensor_inputs])
+    placeholders = (
+        [("param", n) for n in pnames] + [("buffer", n) for n in bnames] + [("input", n) for n, _ in tensor_inputs]
+    )
     grad_flags = outputs_info.get("grads", [])
     grad_names = [n for n, ok in zip(requires_grad, grad_flags) if ok]
     no_grad = [n for n, ok in zip(requires_grad, grad_flags) if not ok]
     if no_grad:
-        print(f"phaze: warning: {len(no_grad)} parameter(s) receive no gradient, e.g. {no_grad[0]}",
-              file=sys.stderr)
+        print(f"phaze: warning: {len(no_grad)} parameter(s) receive no gradient, e.g. {no_grad[0]}", file=sys.stderr)
 
     # Forward module of each autograd sequence number (the first forward node that carries it).
     seq_module: dict[int, str] = {}

@@ -13,5 +13,5 @@ root = os.path.dirname(os.path.dirname(config.test_source_root))
 config.environment["PYTHONPATH"] = root + os.pathsep + os.environ.get("PYTHONPATH", "")
 config.environment["PATH"] = os.environ.get("PATH", "")
 # Run the tools from this source tree with this interpreter, installed or not.
-config.substitutions.append(("phaze-opt", f"{sys.executable} -m phaze_ir.tools.phaze_opt"))
+config.substitutions.append(("phaze-opt", f"{sys.executable} -m phaze.tools.phaze_opt"))
 config.substitutions.append(("filecheck", f"{sys.executable} -m filecheck"))

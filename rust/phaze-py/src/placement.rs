@@ -339,7 +339,7 @@ fn evaluation_dict<'py>(py: Python<'py>, e: &Evaluation) -> PyResult<Bound<'py, 
     result_dict(py, e.feasible, e.plan.as_ref(), &e.violations)
 }
 
-/// Optimal placement of one problem (see `phaze_ir/_phaze_rs.pyi` for the dict layout).
+/// Optimal placement of one problem (see `passes/algorithms/_phaze_rs.pyi` for the dict layout).
 #[pyfunction]
 fn solve_placement<'py>(
     py: Python<'py>,

@@ -3,7 +3,7 @@
 ``phazec MODEL.py -o OUT.mlir`` searches the accelerator architecture (the paper's space, or
 ``--space FILE.toml``) jointly with the placement: for micro-batch sizes 1, 2, 4, 8, TP widths
 1, 2, 4, 8, recompute policies and HBM capacities, exactly (branch and bound,
-``phaze_ir/search``), and writes the best chip (``phaze.accelerator``) and its plan, with the
+``phaze/search``), and writes the best chip (``phaze.accelerator``) and its plan, with the
 baselines (TPUv4-like chip with the expert and with the searched placement, the decoupled
 search) in ``phaze.baselines``, ``--json`` and ``--report``.  ``phazec a.py b.py -o common.mlir``
 finds one chip for several models (best mean throughput).
@@ -11,7 +11,7 @@ finds one chip for several models (best mean throughput).
 ``phazec MODEL.py --hw CHIP`` compiles for one given accelerator instead: the training step is
 sharded, priced on it, scheduled, given recompute options and placed on ``--devices``
 accelerators by the exact DP for each micro-batch size and TP width; the best plan is written.
-``--emit STAGE`` stops earlier (the stages are listed in ``phaze_ir/driver.py``).
+``--emit STAGE`` stops earlier (the stages are listed in ``phaze/driver.py``).
 
 Bad input (a missing or broken model file, an untraceable model, a bad option) gets a one-line
 error and exit status 1; ``--debug`` shows the traceback.
@@ -23,9 +23,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from phaze.driver import STAGES
 from phaze_ir.errors import PhazeError
-
-from phaze_ir.driver import STAGES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,56 +32,131 @@ def _parser() -> argparse.ArgumentParser:
         prog="phazec",
         description="Compile a PyTorch model file into a phaze plan (MLIR).",
     )
-    p.add_argument("models", nargs="+", metavar="MODEL",
-                   help="model file defining get_model() and get_inputs(micro_batch_size); several: one chip for all")
+    p.add_argument(
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help="model file defining get_model() and get_inputs(micro_batch_size); several: one chip for all",
+    )
     p.add_argument("-o", "--output", default="-", help="output .mlir file ('-' for stdout, the default)")
-    p.add_argument("--emit", default="plan", choices=STAGES,
-                   help="last stage to run and print (default: plan)")
-    p.add_argument("--micro-batch", type=int, default=None, metavar="N",
-                   help="micro-batch size (default: 1, and the plan stage tries 1, 2, 4 and 8)")
-    p.add_argument("--tp", type=int, default=None, metavar="N",
-                   help="tensor-parallel width (default: 1, and the plan stage tries 1, 2, 4 and 8)")
-    p.add_argument("--seq-len", type=int, default=None, metavar="N",
-                   help="sequence length (default: the model file's SEQ_LEN)")
-    p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32", "model"),
-                   help="training precision of weights and activations (default float16; 'model' keeps the model's)")
-    p.add_argument("--optimizer", default="adam", choices=("adam", "sgd"),
-                   help="optimizer of the training step (default adam, mixed precision)")
-    p.add_argument("--hw", default=None, metavar="NAME|FILE",
-                   help="compile for this accelerator, a preset (tpuv4, a100, h100) or a hardware TOML file, "
-                        "instead of searching the architecture (stages before 'plan' default to tpuv4)")
+    p.add_argument("--emit", default="plan", choices=STAGES, help="last stage to run and print (default: plan)")
+    p.add_argument(
+        "--micro-batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="micro-batch size (default: 1, and the plan stage tries 1, 2, 4 and 8)",
+    )
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tensor-parallel width (default: 1, and the plan stage tries 1, 2, 4 and 8)",
+    )
+    p.add_argument(
+        "--seq-len", type=int, default=None, metavar="N", help="sequence length (default: the model file's SEQ_LEN)"
+    )
+    p.add_argument(
+        "--dtype",
+        default="float16",
+        choices=("float16", "bfloat16", "float32", "model"),
+        help="training precision of weights and activations (default float16; 'model' keeps the model's)",
+    )
+    p.add_argument(
+        "--optimizer",
+        default="adam",
+        choices=("adam", "sgd"),
+        help="optimizer of the training step (default adam, mixed precision)",
+    )
+    p.add_argument(
+        "--hw",
+        default=None,
+        metavar="NAME|FILE",
+        help="compile for this accelerator, a preset (tpuv4, a100, h100) or a hardware TOML file, "
+        "instead of searching the architecture (stages before 'plan' default to tpuv4)",
+    )
     p.add_argument("--devices", type=int, default=1024, metavar="N", help="accelerators in the cluster (default 1024)")
-    p.add_argument("--global-batch", type=int, default=4096, metavar="N", help="samples per training step (default 4096)")
-    p.add_argument("--placement", default="phaze", metavar="phaze|expert|expert:PP,DP,TP",
-                   help="search the placement (default), or evaluate the paper's expert one or a given one")
+    p.add_argument(
+        "--global-batch", type=int, default=4096, metavar="N", help="samples per training step (default 4096)"
+    )
+    p.add_argument(
+        "--placement",
+        default="phaze",
+        metavar="phaze|expert|expert:PP,DP,TP",
+        help="search the placement (default), or evaluate the paper's expert one or a given one",
+    )
     p.add_argument("--dp-overlap", action="store_true", help="hide the DP gradient all-reduce behind backward")
-    p.add_argument("--solver-time-limit", type=float, default=None, metavar="S",
-                   help="SCIP time limit per layer schedule, seconds (default 10 with --hw, 60 when searching)")
-    p.add_argument("--solver-nodes", type=int, default=None, metavar="N",
-                   help="SCIP branch-and-bound nodes per layer schedule, 0 for no limit (default 0 with --hw; "
-                        "1 when searching: the root node, the same answer on any machine)")
-    p.add_argument("--solver-max-binaries", type=int, default=None, metavar="N",
-                   help="a layer MILP with more binaries keeps its list schedule, 0 for no limit "
-                        "(default 0 with --hw, 2000 when searching)")
-    p.add_argument("--solver-gap", type=float, default=0.005, metavar="G",
-                   help="stop a layer's schedule at this proven relative gap (default 0.005)")
+    p.add_argument(
+        "--solver-time-limit",
+        type=float,
+        default=None,
+        metavar="S",
+        help="SCIP time limit per layer schedule, seconds (default 10 with --hw, 60 when searching)",
+    )
+    p.add_argument(
+        "--solver-nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="SCIP branch-and-bound nodes per layer schedule, 0 for no limit (default 0 with --hw; "
+        "1 when searching: the root node, the same answer on any machine)",
+    )
+    p.add_argument(
+        "--solver-max-binaries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a layer MILP with more binaries keeps its list schedule, 0 for no limit "
+        "(default 0 with --hw, 2000 when searching)",
+    )
+    p.add_argument(
+        "--solver-gap",
+        type=float,
+        default=0.005,
+        metavar="G",
+        help="stop a layer's schedule at this proven relative gap (default 0.005)",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
     s = p.add_argument_group("architecture search (no --hw)")
-    s.add_argument("--space", metavar="FILE.toml", help="architecture space (default: the paper's, DESIGN.md section 4)")
+    s.add_argument(
+        "--space", metavar="FILE.toml", help="architecture space (default: the paper's, DESIGN.md section 4)"
+    )
     s.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report of the search")
-    s.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
-                   help="worker processes (default: the CPUs of this machine; 1 runs in-process)")
-    s.add_argument("--backend", default="local", choices=("local", "ray"),
-                   help="where candidates are evaluated: local processes (default) or a Ray cluster")
-    s.add_argument("--address", default=None, metavar="ADDR",
-                   help="Ray cluster address (default: start a local Ray instance with -j CPUs)")
-    s.add_argument("--cache", default=None, metavar="DIR",
-                   help="cache of prepared models and layer schedules; an interrupted search resumes from it "
-                        "(default $XDG_CACHE_HOME/phaze or ~/.cache/phaze)")
+    s.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes (default: the CPUs of this machine; 1 runs in-process)",
+    )
+    s.add_argument(
+        "--backend",
+        default="local",
+        choices=("local", "ray"),
+        help="where candidates are evaluated: local processes (default) or a Ray cluster",
+    )
+    s.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="Ray cluster address (default: start a local Ray instance with -j CPUs)",
+    )
+    s.add_argument(
+        "--cache",
+        default=None,
+        metavar="DIR",
+        help="cache of prepared models and layer schedules; an interrupted search resumes from it "
+        "(default $XDG_CACHE_HOME/phaze or ~/.cache/phaze)",
+    )
     s.add_argument("--no-cache", action="store_true", help="keep nothing on disk")
     s.add_argument("--no-baselines", action="store_true", help="skip the baselines")
-    s.add_argument("--no-prune", action="store_true",
-                   help="evaluate every candidate exactly (plain enumeration; for checking, slow)")
+    s.add_argument(
+        "--no-prune",
+        action="store_true",
+        help="evaluate every candidate exactly (plain enumeration; for checking, slow)",
+    )
     p.add_argument("--strict", action="store_true", help="unknown aten ops are errors, not phaze.opaque")
     p.add_argument("--print-op-generic", action="store_true", help="print MLIR's generic op form")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
@@ -97,7 +171,7 @@ def searching(args: argparse.Namespace) -> bool:
 
 def options(args: argparse.Namespace):
     """The driver options of parsed command-line arguments."""
-    from phaze_ir.driver import DEFAULT_MICRO_BATCHES, Options
+    from phaze.driver import DEFAULT_MICRO_BATCHES, Options
 
     if args.json and args.emit != "plan":
         raise PhazeError("--json needs the plan stage (--emit plan)")
@@ -117,10 +191,18 @@ def options(args: argparse.Namespace):
         emit=args.emit,
         micro_batches=(args.micro_batch,) if args.micro_batch is not None else DEFAULT_MICRO_BATCHES,
         tp_widths=(args.tp,) if args.tp is not None else None,
-        seq_len=args.seq_len, dtype=args.dtype, optimizer=args.optimizer, hw=args.hw or "tpuv4",
-        devices=args.devices, global_batch=args.global_batch, placement=args.placement,
-        dp_overlap=args.dp_overlap, strict=args.strict,
-        schedule_time_limit=time_limit, schedule_gap=args.solver_gap, schedule_nodes=nodes,
+        seq_len=args.seq_len,
+        dtype=args.dtype,
+        optimizer=args.optimizer,
+        hw=args.hw or "tpuv4",
+        devices=args.devices,
+        global_batch=args.global_batch,
+        placement=args.placement,
+        dp_overlap=args.dp_overlap,
+        strict=args.strict,
+        schedule_time_limit=time_limit,
+        schedule_gap=args.solver_gap,
+        schedule_nodes=nodes,
         schedule_max_binaries=max_bin,
     )
 
@@ -129,8 +211,8 @@ def search_options(args: argparse.Namespace, opts):
     """The search's options of parsed command-line arguments."""
     import os
 
-    from phaze_ir.search.engine import SolverLimits
-    from phaze_ir.search.run import SearchOptions
+    from phaze.search.engine import SolverLimits
+    from phaze.search.run import SearchOptions
 
     if args.no_cache:
         cache = None
@@ -139,22 +221,40 @@ def search_options(args: argparse.Namespace, opts):
     else:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         cache = os.path.join(base, "phaze")
-    limits = SolverLimits(time_limit=opts.schedule_time_limit, gap_limit=opts.schedule_gap,
-                          node_limit=opts.schedule_nodes or None, max_binaries=opts.schedule_max_binaries or None)
+    limits = SolverLimits(
+        time_limit=opts.schedule_time_limit,
+        gap_limit=opts.schedule_gap,
+        node_limit=opts.schedule_nodes or None,
+        max_binaries=opts.schedule_max_binaries or None,
+    )
     jobs = args.jobs if args.jobs is not None else max(1, len(os.sched_getaffinity(0)))
-    return SearchOptions(space=args.space, jobs=jobs, backend=args.backend, address=args.address,
-                         cache_dir=cache, limits=limits, baselines=not args.no_baselines, prune=not args.no_prune)
+    return SearchOptions(
+        space=args.space,
+        jobs=jobs,
+        backend=args.backend,
+        address=args.address,
+        cache_dir=cache,
+        limits=limits,
+        baselines=not args.no_baselines,
+        prune=not args.no_prune,
+    )
 
 
 class RichProgress:
-    """The search's progress as rich bars on stderr (``phaze_ir.search.engine.Progress``)."""
+    """The search's progress as rich bars on stderr (``phaze.search.engine.Progress``)."""
 
     def __init__(self) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._bar = Progress(TextColumn("phazec: {task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+        self._bar = Progress(
+            TextColumn("phazec: {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
         self._task = None
 
     def start(self, description: str, total: int) -> None:
@@ -183,7 +283,7 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
     fits, the message saying which constraint binds (the JSON plan is written when asked)."""
     import json
 
-    from phaze_ir import driver
+    from phaze import driver
     from phaze_ir.ir import print_module
 
     opts = options(args)
@@ -222,9 +322,9 @@ def _write_json(path: str, data) -> None:
 
 def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
     """The architecture search (no ``--hw``)."""
+    from phaze.search import report
+    from phaze.search.run import run
     from phaze_ir.ir import print_module
-    from phaze_ir.search import report
-    from phaze_ir.search.run import run
 
     sopts = search_options(args, opts)
     progress = RichProgress() if not args.quiet else None
@@ -235,9 +335,12 @@ def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
             progress.close()
     log("baselines:\n" + baseline_table(data))
     st = data["search"]
-    log("search: " + f"{st['architectures']:,} architectures x {st['settings']} settings; pruned "
+    log(
+        "search: "
+        + f"{st['architectures']:,} architectures x {st['settings']} settings; pruned "
         + ", ".join(f"{v:,} by {k.replace('_', ' ')}" for k, v in st["pruned"].items())
-        + f"; {st['evaluated']:,} evaluated exactly; {st['wall_s']['total']:.1f} s")
+        + f"; {st['evaluated']:,} evaluated exactly; {st['wall_s']['total']:.1f} s"
+    )
     if args.json:
         _write_json(args.json, data)
         log(f"wrote {args.json}")
@@ -254,8 +357,10 @@ def baseline_table(data) -> str:
         thr = b["throughput_samples_per_s"]
         sp = f"{b['speedup']:.3f}x" if b.get("speedup") else "-"
         chip = (b["accelerator"] or {}).get("name", "") if b["accelerator"] else b["note"]
-        rows.append(f"{b['name']:<14} {thr:>11.5g} {sp:>9}  {b['dp']:>5} {b['pp']:>4} {b['tp']:>3} "
-                    f"{b['micro_batch_size']:>2}  {chip}")
+        rows.append(
+            f"{b['name']:<14} {thr:>11.5g} {sp:>9}  {b['dp']:>5} {b['pp']:>4} {b['tp']:>3} "
+            f"{b['micro_batch_size']:>2}  {chip}"
+        )
     return "\n".join(rows)
 
 

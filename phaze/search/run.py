@@ -4,11 +4,11 @@ the best chip and its plans (one module per model), the JSON and the report.
 Phases (each timed, with a progress bar unless ``-q``):
 
 1. **prepare**: each model traced once per micro-batch size and sharded for each TP width
-   (:mod:`phaze_ir.search.setting`), in parallel over the backend, cached on disk by the model
+   (:mod:`phaze.search.setting`), in parallel over the backend, cached on disk by the model
    file's bytes, the options and phaze's own source;
 2. **baselines**: the TPUv4-like chip with the expert placement and with the searched one, and
    the decoupled search (the best chip under the expert placement);
-3. **search**: the co-optimized search over the space (:mod:`phaze_ir.search.engine`), and with
+3. **search**: the co-optimized search over the space (:mod:`phaze.search.engine`), and with
    several models each model's own best (for the loss of the common chip);
 4. **plan**: the winner compiled through the IR pipeline (``phazec --hw`` on that chip, same
    solver limits and schedule cache), checked against the search's figure.
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from phaze.search import engine as E
 from phaze_ir.errors import PhazeError
-from phaze_ir.search import engine as E
 
 BASELINE_CHIP = "tpuv4"
 #: Names of the baselines, in report order.
@@ -36,11 +36,11 @@ BASELINES = ("tpuv4+expert", "tpuv4+phaze", "decoupled", "co-optimized")
 class SearchOptions:
     """What ``phazec`` takes for a search besides the driver's options."""
 
-    space: str | None = None          # a space TOML file; None: the paper's space
+    space: str | None = None  # a space TOML file; None: the paper's space
     jobs: int = 1
     backend: str = "local"
     address: str | None = None
-    cache_dir: str | None = None      # None: nothing kept on disk
+    cache_dir: str | None = None  # None: nothing kept on disk
     limits: E.SolverLimits = field(default_factory=E.SolverLimits)
     baselines: bool = True
     prune: bool = True
@@ -58,7 +58,7 @@ def _source_digest() -> str:
 
 
 def _prepare_worker(args: tuple[str, int, tuple[int, ...], Any]) -> list:
-    from phaze_ir.search.setting import prepare_settings
+    from phaze.search.setting import prepare_settings
 
     path, b, tps, opts = args
     return prepare_settings(path, b, tps, opts)
@@ -81,14 +81,16 @@ def prepare(paths: list[str], opts, tps: tuple[int, ...], sopts: SearchOptions, 
                 try:
                     out[m][k] = pickle.loads(file.read_bytes())
                     continue
-                except Exception:  # noqa: BLE001 - a torn cache file: prepare again
+                except Exception:
                     pass
             items.append((path, b, tps, opts))
             keys.append(file)
             where.append((m, k))
     if items:
-        log(f"preparing {len(items)} model setting(s) (trace at each micro-batch, shard at TP {tps})"
-            + (f" on {backend.jobs} {backend.name} worker(s)" if backend.jobs > 1 else ""))
+        log(
+            f"preparing {len(items)} model setting(s) (trace at each micro-batch, shard at TP {tps})"
+            + (f" on {backend.jobs} {backend.name} worker(s)" if backend.jobs > 1 else "")
+        )
         for (m, k), file, settings in zip(where, keys, backend.map(_prepare_worker, items)):
             out[m][k] = settings
             if file is not None:
@@ -100,8 +102,18 @@ def prepare(paths: list[str], opts, tps: tuple[int, ...], sopts: SearchOptions, 
 
 
 def _baseline_record(name: str, res: E.Result | None, cands: E.Candidates | None, tasks, note: str = "") -> dict:
-    rec = {"name": name, "throughput_samples_per_s": 0.0, "accelerator": None, "dp": 0, "pp": 0, "tp": 0,
-           "micro_batch_size": 0, "area_mm2": None, "hbm_bytes": 0, "note": note}
+    rec = {
+        "name": name,
+        "throughput_samples_per_s": 0.0,
+        "accelerator": None,
+        "dp": 0,
+        "pp": 0,
+        "tp": 0,
+        "micro_batch_size": 0,
+        "area_mm2": None,
+        "hbm_bytes": 0,
+        "note": note,
+    }
     if res is None or res.best is None:
         if not note:
             rec["note"] = "no placement fits"
@@ -114,8 +126,16 @@ def _baseline_record(name: str, res: E.Result | None, cands: E.Candidates | None
     d["hbm_bytes"] = b.hbm
     area = acc.modeled_area_um2 if acc.modeled_area_um2 is not None else acc.area_um2
     d["area_mm2"] = area / 1e6 if area is not None else None
-    rec.update(throughput_samples_per_s=b.score, accelerator=d, dp=plan["dp"], pp=plan["pp"], tp=plan["tp"],
-               micro_batch_size=plan["micro_batch"], area_mm2=d["area_mm2"], hbm_bytes=b.hbm)
+    rec.update(
+        throughput_samples_per_s=b.score,
+        accelerator=d,
+        dp=plan["dp"],
+        pp=plan["pp"],
+        tp=plan["tp"],
+        micro_batch_size=plan["micro_batch"],
+        area_mm2=d["area_mm2"],
+        hbm_bytes=b.hbm,
+    )
     if len(tasks) > 1:
         rec["per_model"] = [{"model": t.name, "throughput_samples_per_s": x[1]} for t, x in zip(tasks, b.best)]
     return rec
@@ -146,8 +166,15 @@ def _memory_breakdown(module) -> list[dict[str, int]]:
         grads = sum(mem[i]["grad_bytes"] for i in layers)
         opt = sum(mem[i]["optimizer_bytes"] for i in layers)
         acts = s["in_flight"] * sum(rc[i][f"{s['recompute']}_bytes"] for i in layers)
-        out.append({"params": params, "grads": grads, "optimizer": opt, "activations": acts,
-                    "workspace": max(0, s["memory_bytes"] - params - grads - opt - acts)})
+        out.append(
+            {
+                "params": params,
+                "grads": grads,
+                "optimizer": opt,
+                "activations": acts,
+                "workspace": max(0, s["memory_bytes"] - params - grads - opt - acts),
+            }
+        )
     return out
 
 
@@ -156,10 +183,10 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
     from passes.algorithms import schedule as sched
     from passes.algorithms.arch_space import load_space, paper_space
     from passes.algorithms.placement import EXPERT_PLACEMENTS, PlacementError, parse_placement
-    from phaze_ir import driver
+    from phaze import driver
+    from phaze.search.backend import make_backend
     from phaze_ir.frontend import load_model_file
     from phaze_ir.hardware import HardwareError
-    from phaze_ir.search.backend import make_backend
 
     t_all = time.perf_counter()
     walls: dict[str, float] = {}
@@ -181,9 +208,11 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
     tps = tuple(opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
     extra = {f[2] for f in fixed if f} | {x[2] for x in experts if x and sopts.baselines}
     tps = tuple(sorted(set(tps) | extra))
-    log(f"space '{space.spec.name}': {len(space):,} chips x {len(space.hbm_options)} HBM options; "
+    log(
+        f"space '{space.spec.name}': {len(space):,} chips x {len(space.hbm_options)} HBM options; "
         f"micro-batch {list(opts.micro_batches)}, TP {list(tps)}; {opts.devices} devices, "
-        f"global batch {opts.global_batch}")
+        f"global batch {opts.global_batch}"
+    )
 
     with make_backend(sopts.backend, sopts.jobs, sopts.address) as backend:
         t0 = time.perf_counter()
@@ -210,20 +239,23 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
             if all(experts):
                 exp_tasks = tasks_for(experts)
                 res = E.search(chip_cands, exp_tasks, ev, progress=progress, label="tpuv4+expert")
-                baselines["tpuv4+expert"] = _baseline_record("tpuv4+expert", res, chip_cands, exp_tasks,
-                                                             _why_not(res, ev, chip_cands, exp_tasks))
+                baselines["tpuv4+expert"] = _baseline_record(
+                    "tpuv4+expert", res, chip_cands, exp_tasks, _why_not(res, ev, chip_cands, exp_tasks)
+                )
             else:
                 missing = ", ".join(n for n, x in zip(names, experts) if not x)
                 for b in ("tpuv4+expert", "decoupled"):
                     baselines[b] = _baseline_record(b, None, None, [], f"no expert placement known for {missing}")
             ph_tasks = tasks_for([None] * len(names))
             res = E.search(chip_cands, ph_tasks, ev, progress=progress, label="tpuv4+phaze")
-            baselines["tpuv4+phaze"] = _baseline_record("tpuv4+phaze", res, chip_cands, ph_tasks,
-                                                        _why_not(res, ev, chip_cands, ph_tasks))
+            baselines["tpuv4+phaze"] = _baseline_record(
+                "tpuv4+phaze", res, chip_cands, ph_tasks, _why_not(res, ev, chip_cands, ph_tasks)
+            )
             if all(experts):
                 res = E.search(cands, exp_tasks, ev, prune=sopts.prune, progress=progress, label="decoupled")
-                baselines["decoupled"] = _baseline_record("decoupled", res, cands, exp_tasks,
-                                                          _why_not(res, ev, cands, exp_tasks))
+                baselines["decoupled"] = _baseline_record(
+                    "decoupled", res, cands, exp_tasks, _why_not(res, ev, cands, exp_tasks)
+                )
         walls["baselines"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -235,8 +267,11 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
                 own.append(E.search(cands, [t], ev, prune=sopts.prune, progress=progress, label=f"{t.name} alone"))
         walls["search"] = time.perf_counter() - t0
     if result.best is None:
-        raise PhazeError("no chip of the space fits a placement of " + ", ".join(names)
-                         + f" on {opts.devices} devices: {_why_not(result, ev, cands, tasks)}")
+        raise PhazeError(
+            "no chip of the space fits a placement of "
+            + ", ".join(names)
+            + f" on {opts.devices} devices: {_why_not(result, ev, cands, tasks)}"
+        )
     best = result.best
     baselines["co-optimized"] = _baseline_record("co-optimized", result, cands, tasks)
     for name in BASELINES:
@@ -249,9 +284,15 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
     t0 = time.perf_counter()
     acc = cands.make(best.config, best.hbm)
     lim = sopts.limits
-    popts = replace(opts, schedule_time_limit=lim.time_limit, schedule_gap=lim.gap_limit,
-                    schedule_nodes=lim.node_limit or 0, schedule_max_binaries=lim.max_binaries or 0,
-                    micro_batches=(1,), tp_widths=None)
+    popts = replace(
+        opts,
+        schedule_time_limit=lim.time_limit,
+        schedule_gap=lim.gap_limit,
+        schedule_nodes=lim.node_limit or 0,
+        schedule_max_binaries=lim.max_binaries or 0,
+        micro_batches=(1,),
+        tp_widths=None,
+    )
     saved_cache = sched.DEFAULT_CACHE
     sched.DEFAULT_CACHE = cache
     modules = []
@@ -264,8 +305,10 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
             module, _ = driver.compile_model(path, mopts, lambda msg: None, accelerator=acc)
             got = driver.plan_record(module).get("throughput_samples_per_s", 0.0)
             if abs(got - thr) > 1e-9 * max(thr, 1.0):
-                raise PhazeError(f"internal error: the plan of {names[m]} gives {got} samples/s, "
-                                 f"the search {thr}; please report this")
+                raise PhazeError(
+                    f"internal error: the plan of {names[m]} gives {got} samples/s, "
+                    f"the search {thr}; please report this"
+                )
             modules.append(module)
     finally:
         sched.DEFAULT_CACHE = saved_cache
@@ -274,20 +317,39 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
     walls.update({k: v for k, v in ev.timers.items()})
 
     search_stats = dict(result.stats)
-    search_stats.update(space=space.spec.name, wall_s=walls, evaluator=ev.counts,
-                        points=[{"area_mm2": e.area_um2 / 1e6, "throughput_samples_per_s": e.score,
-                                 "hbm_bytes": e.hbm, "label": cands.make(e.config, e.hbm).name,
-                                 "best": e is best} for e in result.evaluated],
-                        solver={"time_limit_s": lim.time_limit, "gap_limit": lim.gap_limit,
-                                "node_limit": lim.node_limit, "max_binaries": lim.max_binaries,
-                                "seed": lim.seed})
+    search_stats.update(
+        space=space.spec.name,
+        wall_s=walls,
+        evaluator=ev.counts,
+        points=[
+            {
+                "area_mm2": e.area_um2 / 1e6,
+                "throughput_samples_per_s": e.score,
+                "hbm_bytes": e.hbm,
+                "label": cands.make(e.config, e.hbm).name,
+                "best": e is best,
+            }
+            for e in result.evaluated
+        ],
+        solver={
+            "time_limit_s": lim.time_limit,
+            "gap_limit": lim.gap_limit,
+            "node_limit": lim.node_limit,
+            "max_binaries": lim.max_binaries,
+            "seed": lim.seed,
+        },
+    )
     module, data = _assemble(modules, names, [baselines[b] for b in BASELINES if b in baselines], search_stats)
     if len(tasks) > 1:
-        data["models_detail"] = [{
-            "model": n, "throughput_samples_per_s": best.best[m][1],
-            "own_best_samples_per_s": own[m].best.score if own[m].best else 0.0,
-            "loss": 1 - best.best[m][1] / own[m].best.score if own[m].best and own[m].best.score else None,
-        } for m, n in enumerate(names)]
+        data["models_detail"] = [
+            {
+                "model": n,
+                "throughput_samples_per_s": best.best[m][1],
+                "own_best_samples_per_s": own[m].best.score if own[m].best else 0.0,
+                "loss": 1 - best.best[m][1] / own[m].best.score if own[m].best and own[m].best.score else None,
+            }
+            for m, n in enumerate(names)
+        ]
     return module, data
 
 
@@ -296,14 +358,26 @@ def _assemble(modules, names, baselines, stats):
     module of each model) with ``phaze.baselines``, and the JSON."""
     from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 
-    from phaze_ir import driver
+    from phaze import driver
     from phaze_ir.attributes import BaselineAttr
 
-    attr = ArrayAttr([BaselineAttr.make(
-        label=b["name"], throughput_samples_per_s=float(b["throughput_samples_per_s"]), dp=b["dp"], pp=b["pp"],
-        tp=b["tp"], micro_batch_size=b["micro_batch_size"],
-        accelerator=(b["accelerator"] or {}).get("name", ""), area_um2=float((b["area_mm2"] or 0.0) * 1e6),
-        hbm_bytes=int(b["hbm_bytes"]), note=b["note"]) for b in baselines])
+    attr = ArrayAttr(
+        [
+            BaselineAttr.make(
+                label=b["name"],
+                throughput_samples_per_s=float(b["throughput_samples_per_s"]),
+                dp=b["dp"],
+                pp=b["pp"],
+                tp=b["tp"],
+                micro_batch_size=b["micro_batch_size"],
+                accelerator=(b["accelerator"] or {}).get("name", ""),
+                area_um2=float((b["area_mm2"] or 0.0) * 1e6),
+                hbm_bytes=int(b["hbm_bytes"]),
+                note=b["note"],
+            )
+            for b in baselines
+        ]
+    )
     plans = []
     for module in modules:
         p = driver.plan_json(module, [])
@@ -318,8 +392,10 @@ def _assemble(modules, names, baselines, stats):
     else:
         for mod, n in zip(modules, names):
             mod.sym_name = StringAttr(n.replace("-", "_").replace(".", "_"))
-        module = ModuleOp(list(modules), attributes={"phaze.baselines": attr,
-                                                    "phaze.models": ArrayAttr([StringAttr(n) for n in names])})
+        module = ModuleOp(
+            list(modules),
+            attributes={"phaze.baselines": attr, "phaze.models": ArrayAttr([StringAttr(n) for n in names])},
+        )
         data = {k: v for k, v in plans[0].items() if k != "model"}
         data["models"] = names
         data["plans"] = plans

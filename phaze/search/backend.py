@@ -24,8 +24,9 @@ import logging
 import os
 import pickle
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import BrokenExecutor
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from phaze_ir.errors import PhazeError
 
@@ -69,7 +70,7 @@ def _unwrap(results: Iterable[tuple[bool, Any]]) -> list:
 def _chunks(items: Sequence, jobs: int) -> list[list]:
     """Split ``items`` into consecutive chunks, about four per worker."""
     size = max(1, -(-len(items) // (4 * jobs)))
-    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
 def _init_worker() -> None:
@@ -98,7 +99,7 @@ class Backend:
     def close(self) -> None:
         """Release workers (none here); the backend may not be used afterwards."""
 
-    def __enter__(self) -> "Backend":
+    def __enter__(self) -> Backend:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -124,8 +125,8 @@ class LocalBackend(Backend):
             import multiprocessing
 
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker)
+                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
+            )
         futures = [self._pool.submit(_run_chunk, fn, chunk) for chunk in _chunks(items, self.jobs)]
         try:
             return _unwrap(f.result() for f in futures)
@@ -197,14 +198,23 @@ class RayBackend(Backend):
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report sent home
             # Workers import fn's module by name: give them the modules this process sees.
             path = os.pathsep.join(os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or "."))
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False,
-                     ignore_reinit_error=True, logging_level=logging.WARNING,
-                     runtime_env={"env_vars": {**threads, "PYTHONPATH": path}})
+            ray.init(
+                num_cpus=jobs,
+                include_dashboard=False,
+                log_to_driver=False,
+                ignore_reinit_error=True,
+                logging_level=logging.WARNING,
+                runtime_env={"env_vars": {**threads, "PYTHONPATH": path}},
+            )
             self._owned = True
         else:
             try:
-                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
-                         runtime_env={"env_vars": threads})
+                ray.init(
+                    address=address,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                    runtime_env={"env_vars": threads},
+                )
             except Exception as e:
                 # Ray's message is generic ("Failed to connect"); the root cause, whose message may
                 # embed a traceback, ends with the reason (e.g. a missing auth token).

@@ -18,8 +18,9 @@ plan       + the best placement (Rust DP); swept over micro-batch sizes and TP w
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
 
@@ -54,7 +55,7 @@ class Options:
     schedule_time_limit: float = 10.0
     schedule_gap: float = 0.005
     #: SCIP branch-and-bound nodes per layer schedule (0: no limit).  The architecture search
-    #: sets it (see phaze_ir/search): unlike the clock, it gives the same plan on any machine.
+    #: sets it (see phaze/search): unlike the clock, it gives the same plan on any machine.
     schedule_nodes: int = 0
     #: A layer MILP with more binaries keeps its warm start (0: no limit; the search sets it).
     schedule_max_binaries: int = 0
@@ -80,8 +81,10 @@ def pipeline(stage: str, tp: int, opts: Options) -> str:
         passes.append(f"phaze-insert-recompute{{{solver}}}")
     if k >= STAGES.index("plan"):
         overlap = "true" if opts.dp_overlap else "false"
-        passes.append(f'phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} '
-                      f'placement="{opts.placement}" dp_overlap={overlap}}}')
+        passes.append(
+            f"phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} "
+            f'placement="{opts.placement}" dp_overlap={overlap}}}'
+        )
     return ",".join(passes)
 
 
@@ -165,8 +168,11 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
     candidates: list[Candidate] = []
     fallback: ModuleOp | None = None
     for b in micro_batches:
-        log(f"tracing {spec.name} ({'training step' if training else 'forward'}, micro-batch {b}"
-            + (f", seq {opts.seq_len or spec.seq_len}" if (opts.seq_len or spec.seq_len) else "") + ")")
+        log(
+            f"tracing {spec.name} ({'training step' if training else 'forward'}, micro-batch {b}"
+            + (f", seq {opts.seq_len or spec.seq_len}" if (opts.seq_len or spec.seq_len) else "")
+            + ")"
+        )
         traced = trace_model(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
         log(f"traced {len(traced.graph_module.graph.nodes)} aten nodes in {traced.trace_seconds:.1f} s")
         for t in tp_widths:
@@ -184,12 +190,19 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
                 return module, candidates
             plan = plan_record(module)
             feasible = plan.get("feasible") == "yes"
-            cand = Candidate(b, t, plan["throughput_samples_per_s"] if feasible else 0.0, plan,
-                             "" if feasible else plan.get("binding", ""))
+            cand = Candidate(
+                b,
+                t,
+                plan["throughput_samples_per_s"] if feasible else 0.0,
+                plan,
+                "" if feasible else plan.get("binding", ""),
+            )
             candidates.append(cand)
             if feasible:
-                log(f"micro-batch {b}, TP {t}: {cand.throughput:,.1f} samples/s "
-                    f"(DP {plan['dp']}, PP {plan['pp']}) [{time.perf_counter() - start:.1f} s]")
+                log(
+                    f"micro-batch {b}, TP {t}: {cand.throughput:,.1f} samples/s "
+                    f"(DP {plan['dp']}, PP {plan['pp']}) [{time.perf_counter() - start:.1f} s]"
+                )
                 if best is None or cand.throughput > best[0]:
                     best = (cand.throughput, module)
             else:
@@ -199,8 +212,10 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
         return best[1], candidates
     if fallback is not None:
         return fallback, candidates  # nothing fits: the module says which constraint binds
-    raise PhazeError("no micro-batch size and TP width could be compiled: "
-                     + "; ".join(f"b={c.micro_batch} t={c.tp}: {c.note}" for c in candidates))
+    raise PhazeError(
+        "no micro-batch size and TP width could be compiled: "
+        + "; ".join(f"b={c.micro_batch} t={c.tp}: {c.note}" for c in candidates)
+    )
 
 
 def plan_json(module: ModuleOp, candidates: list[Candidate]) -> dict[str, Any]:
@@ -235,19 +250,27 @@ def plan_json(module: ModuleOp, candidates: list[Candidate]) -> dict[str, Any]:
         "feasible": plan["feasible"] == "yes",
         "binding": plan["binding"],
         "accelerator": accelerator,
-        "stages": [{
-            "layers": [s["first_layer"], s["last_layer"]],
-            "devices": s["devices"],
-            "time_s": s["time_s"],
-            "memory_bytes": s["memory_bytes"],
-            "recompute": s["recompute"],
-            "in_flight": s["in_flight"],
-            "exposed_dp_s": s["exposed_dp_s"],
-        } for s in stages],
-        "candidates": [{
-            "micro_batch_size": c.micro_batch, "tp": c.tp,
-            "throughput_samples_per_s": c.throughput, "note": c.note,
-        } for c in candidates],
+        "stages": [
+            {
+                "layers": [s["first_layer"], s["last_layer"]],
+                "devices": s["devices"],
+                "time_s": s["time_s"],
+                "memory_bytes": s["memory_bytes"],
+                "recompute": s["recompute"],
+                "in_flight": s["in_flight"],
+                "exposed_dp_s": s["exposed_dp_s"],
+            }
+            for s in stages
+        ],
+        "candidates": [
+            {
+                "micro_batch_size": c.micro_batch,
+                "tp": c.tp,
+                "throughput_samples_per_s": c.throughput,
+                "note": c.note,
+            }
+            for c in candidates
+        ],
     }
 
 
@@ -260,6 +283,8 @@ def summary(module: ModuleOp) -> str:
     recompute = ",".join(sorted({s["recompute"] for s in stages}))
     mem = max(s["memory_bytes"] for s in stages) / 2**30
     head = f"{'DP':>5} {'PP':>4} {'TP':>4} {'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>11}"
-    row = (f"{plan['dp']:>5} {plan['pp']:>4} {plan['tp']:>4} {plan['micro_batch_size']:>11} {recompute:>14} "
-           f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>11.2f}")
+    row = (
+        f"{plan['dp']:>5} {plan['pp']:>4} {plan['tp']:>4} {plan['micro_batch_size']:>11} {recompute:>14} "
+        f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>11.2f}"
+    )
     return head + "\n" + row

@@ -1,4 +1,4 @@
-"""Type stub of the Rust extension `phaze_ir._phaze_rs` (built from rust/phaze-py).
+"""Type stub of the Rust extension `passes.algorithms._phaze_rs` (built from rust/phaze-py).
 
 The placement functions take and return plain dicts; the model (formulas, tie-break) is
 documented in the crate docs of rust/phaze-dp. Units are SI: seconds, bytes, bytes/s. Bytes

@@ -25,7 +25,8 @@ from __future__ import annotations
 import html
 import math
 import numbers
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from phaze_ir.errors import PhazeError
 
@@ -156,8 +157,9 @@ def pareto_front(points: Sequence[Any]) -> list[int]:
     return front
 
 
-def one_f_one_b(pp: int, m: int, fwd: float | Sequence[float], bwd: float | Sequence[float]
-                ) -> list[tuple[int, str, int, float, float]]:
+def one_f_one_b(
+    pp: int, m: int, fwd: float | Sequence[float], bwd: float | Sequence[float]
+) -> list[tuple[int, str, int, float, float]]:
     """Megatron's non-interleaved 1F1B schedule of ``m`` micro-batches on ``pp`` stages, as
     ``(stage, "F"|"B", micro_batch, start, end)`` sorted by (stage, start). ``fwd``/``bwd`` are
     one time for all stages or one per stage. Stage k runs min(pp-k-1, m) warm-up forwards, then
@@ -214,8 +216,17 @@ class Frame:
     """A plot area: data ranges ``xt``/``yt`` (tick lists, whose ends are the range) mapped to a
     ``w``×``h`` pixel box at margins ``left``/``top`` inside the SVG."""
 
-    def __init__(self, xt: list[float], yt: list[float], w: int = 640, h: int = 360,
-                 left: int = 70, top: int = 20, bottom: int = 45, right: int = 20):
+    def __init__(
+        self,
+        xt: list[float],
+        yt: list[float],
+        w: int = 640,
+        h: int = 360,
+        left: int = 70,
+        top: int = 20,
+        bottom: int = 45,
+        right: int = 20,
+    ):
         self.xt, self.yt, self.w, self.h, self.left, self.top = xt, yt, w, h, left, top
         self.width, self.height = left + w + right, top + h + bottom
 
@@ -226,8 +237,10 @@ class Frame:
         return self.top + self.h - (y - self.yt[0]) / ((self.yt[-1] - self.yt[0]) or 1) * self.h
 
     def open(self, label: str) -> str:
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" height="{self.height}"'
-                f' viewBox="0 0 {self.width} {self.height}" role="img" aria-label="{esc(label)}">')
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" height="{self.height}"'
+            f' viewBox="0 0 {self.width} {self.height}" role="img" aria-label="{esc(label)}">'
+        )
 
     def axes(self, xlabel: str, ylabel: str, xticks: bool = True, yticks: bool = True) -> str:
         """Frame, grid lines and tick labels (of the axes asked for) and axis titles."""
@@ -235,30 +248,37 @@ class Frame:
         out = [f'<rect x="{L}" y="{T}" width="{W}" height="{H}" fill="none" stroke="#888"/>']
         for x in self.xt if xticks else []:
             px = self.sx(x)
-            out.append(f'<line x1="{px:.1f}" y1="{T}" x2="{px:.1f}" y2="{T + H}" stroke="#eee"/>'
-                       f'<text x="{px:.1f}" y="{T + H + 14}" text-anchor="middle">{esc(fmt(x))}</text>')
+            out.append(
+                f'<line x1="{px:.1f}" y1="{T}" x2="{px:.1f}" y2="{T + H}" stroke="#eee"/>'
+                f'<text x="{px:.1f}" y="{T + H + 14}" text-anchor="middle">{esc(fmt(x))}</text>'
+            )
         for y in self.yt if yticks else []:
             py = self.sy(y)
-            out.append(f'<line x1="{L}" y1="{py:.1f}" x2="{L + W}" y2="{py:.1f}" stroke="#eee"/>'
-                       f'<text x="{L - 4}" y="{py + 4:.1f}" text-anchor="end">{esc(fmt(y))}</text>')
+            out.append(
+                f'<line x1="{L}" y1="{py:.1f}" x2="{L + W}" y2="{py:.1f}" stroke="#eee"/>'
+                f'<text x="{L - 4}" y="{py + 4:.1f}" text-anchor="end">{esc(fmt(y))}</text>'
+            )
         out.append(f'<text x="{L + W / 2:.1f}" y="{T + H + 34}" text-anchor="middle">{esc(xlabel)}</text>')
-        out.append(f'<text transform="translate(14 {T + H / 2:.1f}) rotate(-90)" text-anchor="middle">'
-                   f'{esc(ylabel)}</text>')
+        out.append(
+            f'<text transform="translate(14 {T + H / 2:.1f}) rotate(-90)" text-anchor="middle">{esc(ylabel)}</text>'
+        )
         return "\n".join(out)
 
 
 def circles(frame: Frame, xy: Iterable[tuple[float, float]], r: float, style: str) -> str:
     """A group of circles sharing one style (coordinates rounded to 0.1 px)."""
     body = "".join(f'<circle cx="{frame.sx(x):.1f}" cy="{frame.sy(y):.1f}" r="{r}"/>' for x, y in xy)
-    return f'<g {style}>{body}</g>'
+    return f"<g {style}>{body}</g>"
 
 
 def legend(x: float, y: float, items: Sequence[tuple[str, str]]) -> str:
     """Colour swatches with labels in a row starting at (x, y)."""
     out = []
     for label, colour in items:
-        out.append(f'<rect x="{x:.0f}" y="{y - 9:.0f}" width="10" height="10" fill="{colour}"/>'
-                   f'<text x="{x + 14:.0f}" y="{y:.0f}">{esc(label)}</text>')
+        out.append(
+            f'<rect x="{x:.0f}" y="{y - 9:.0f}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{x + 14:.0f}" y="{y:.0f}">{esc(label)}</text>'
+        )
         x += 24 + 7 * len(label)
     return "".join(out)
 
@@ -275,16 +295,24 @@ def _unit(x: Any, unit: str) -> str:
 def _header(d: dict) -> str:
     models = d.get("models") or ([d["model"]] if d.get("model") else [])
     acc = d.get("accelerator") or {}
-    plan = [("DP", d.get("dp")), ("PP", d.get("pp")), ("TP", d.get("tp")),
-            ("micro-batch", d.get("micro_batch_size")), ("micro-batches", d.get("num_micro_batches"))]
+    plan = [
+        ("DP", d.get("dp")),
+        ("PP", d.get("pp")),
+        ("TP", d.get("tp")),
+        ("micro-batch", d.get("micro_batch_size")),
+        ("micro-batches", d.get("num_micro_batches")),
+    ]
     plan_txt = ", ".join(f"{k} {fmt(v)}" for k, v in plan if v is not None) or "—"
-    rows = [("Model" + ("s" if len(models) > 1 else ""), ", ".join(map(str, models)) or "—"),
-            ("Devices", fmt(d.get("devices"))), ("Global batch", fmt(d.get("global_batch"))),
-            ("Accelerator", (f"{acc['name']}: " if acc.get("name") else "") + accel_summary(acc)),
-            ("Plan", plan_txt),
-            ("Throughput", _unit(d.get("throughput_samples_per_s"), "samples/s")),
-            ("Time per batch", _unit(d.get("time_per_batch_s"), "s")),
-            ("Max memory", fmt_bytes(d.get("max_memory_bytes")))]
+    rows = [
+        ("Model" + ("s" if len(models) > 1 else ""), ", ".join(map(str, models)) or "—"),
+        ("Devices", fmt(d.get("devices"))),
+        ("Global batch", fmt(d.get("global_batch"))),
+        ("Accelerator", (f"{acc['name']}: " if acc.get("name") else "") + accel_summary(acc)),
+        ("Plan", plan_txt),
+        ("Throughput", _unit(d.get("throughput_samples_per_s"), "samples/s")),
+        ("Time per batch", _unit(d.get("time_per_batch_s"), "s")),
+        ("Max memory", fmt_bytes(d.get("max_memory_bytes"))),
+    ]
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f"<h1>phaze search: {esc(', '.join(map(str, models)) or 'report')}</h1>\n<table>{body}</table>"
 
@@ -302,37 +330,54 @@ def _scatter(d: dict) -> str:
     extra = ([chosen] if None not in chosen else []) + [(a, t) for _, a, t in base]
     every = pts + bounds + extra
     if not every:
-        return "<h2>Throughput vs area</h2>\n<p class=\"empty\">No evaluated points.</p>"
+        return '<h2>Throughput vs area</h2>\n<p class="empty">No evaluated points.</p>'
     xs, ys = [p[0] for p in every], [p[1] for p in every]
     pad = 0.02 * ((max(xs) - min(xs)) or max(xs))
     fr = Frame(nice_ticks(max(min(xs) - pad, 0.0), max(xs) + pad), nice_ticks(0, max(ys) * 1.05))
-    out = ["<h2>Throughput vs area</h2>", fr.open("throughput vs area"),
-           fr.axes("area (mm²)", "throughput (samples/s)")]
+    out = [
+        "<h2>Throughput vs area</h2>",
+        fr.open("throughput vs area"),
+        fr.axes("area (mm²)", "throughput (samples/s)"),
+    ]
     if bounds:
         out.append(circles(fr, bounds, 1.5, 'fill="#ccc"'))
     out.append(circles(fr, pts, 2, 'fill="#4e79a7" fill-opacity="0.5"'))
     front = [pts[i] for i in pareto_front(pts)]
     if front:
-        path = f"M{fr.sx(front[0][0]):.1f},{fr.sy(front[0][1]):.1f}" + "".join(
-            f"H{fr.sx(a):.1f}V{fr.sy(t):.1f}" for a, t in front[1:]) + f"H{fr.sx(fr.xt[-1]):.1f}"
+        path = (
+            f"M{fr.sx(front[0][0]):.1f},{fr.sy(front[0][1]):.1f}"
+            + "".join(f"H{fr.sx(a):.1f}V{fr.sy(t):.1f}" for a, t in front[1:])
+            + f"H{fr.sx(fr.xt[-1]):.1f}"
+        )
         out.append(f'<path d="{path}" fill="none" stroke="#e15759" stroke-width="1.5"/>')
         out.append(circles(fr, front, 3.5, 'class="pareto" fill="#e15759" stroke="#fff"'))
     for name, a, t in base:
         x, y = fr.sx(a), fr.sy(t)
-        out.append(f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="#59a14f"/>'
-                   f'<text x="{x + 7:.1f}" y="{y + 4:.1f}">{esc(name)}</text>')
+        out.append(
+            f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="#59a14f"/>'
+            f'<text x="{x + 7:.1f}" y="{y + 4:.1f}">{esc(name)}</text>'
+        )
     if None not in chosen:
         x, y = fr.sx(chosen[0]), fr.sy(chosen[1])
-        out.append(f'<path d="M{x:.1f},{y - 7:.1f}l6,7l-6,7l-6,-7z" fill="#000"/>'
-                   f'<text x="{x + 8:.1f}" y="{y - 6:.1f}" font-weight="bold">chosen</text>')
-    out.append(legend(fr.left + 8, fr.top + 14, [("evaluated", "#4e79a7"), ("Pareto front", "#e15759"),
-                                                  ("baseline", "#59a14f"), ("chosen", "#000")]
-                      + ([("bound (pruned)", "#ccc")] if bounds else [])))
+        out.append(
+            f'<path d="M{x:.1f},{y - 7:.1f}l6,7l-6,7l-6,-7z" fill="#000"/>'
+            f'<text x="{x + 8:.1f}" y="{y - 6:.1f}" font-weight="bold">chosen</text>'
+        )
+    out.append(
+        legend(
+            fr.left + 8,
+            fr.top + 14,
+            [("evaluated", "#4e79a7"), ("Pareto front", "#e15759"), ("baseline", "#59a14f"), ("chosen", "#000")]
+            + ([("bound (pruned)", "#ccc")] if bounds else []),
+        )
+    )
     out.append("</svg>")
-    out.append(f'<p class="cap">{fmt(len(pts))} evaluated architectures, {fmt(len(front))} on the '
-               f'Pareto front (max throughput, min area)'
-               + (f"; {fmt(len(bounds))} optimistic bounds of pruned candidates in grey" if bounds else "")
-               + ".</p>")
+    out.append(
+        f'<p class="cap">{fmt(len(pts))} evaluated architectures, {fmt(len(front))} on the '
+        f"Pareto front (max throughput, min area)"
+        + (f"; {fmt(len(bounds))} optimistic bounds of pruned candidates in grey" if bounds else "")
+        + ".</p>"
+    )
     return "\n".join(out)
 
 
@@ -344,38 +389,51 @@ def _timeline(d: dict) -> str:
         m = d["global_batch"] // (d["dp"] * d["micro_batch_size"])
     m = int(m or 0)
     if pp <= 0 or m <= 0:
-        return "<h2>Pipeline timeline</h2>\n<p class=\"empty\">No pipeline plan.</p>"
+        return '<h2>Pipeline timeline</h2>\n<p class="empty">No pipeline plan.</p>'
     times = [_num(s.get("time_s")) for s in stages]
     if len(times) != pp or None in times:
         t = _num(d.get("time_per_batch_s"))
         times = [t / (m + pp - 1) if t else 1.0] * pp
     shown = min(m, MAX_TIMELINE_MB)
     # Ops of micro-batches < shown depend only on micro-batches < shown + pp: same start times.
-    ops = [o for o in one_f_one_b(pp, min(m, shown + pp), [t / 3 for t in times],
-                                  [2 * t / 3 for t in times]) if o[2] < shown]
+    ops = [
+        o
+        for o in one_f_one_b(pp, min(m, shown + pp), [t / 3 for t in times], [2 * t / 3 for t in times])
+        if o[2] < shown
+    ]
     t_end = max(o[4] for o in ops)
     row = max(6, min(24, 480 // pp))
     fr = Frame(nice_ticks(0, t_end), [0, pp], w=800, h=row * pp, left=70, top=24, right=20)
-    out = ["<h2>Pipeline timeline (1F1B)</h2>", fr.open("pipeline timeline"),
-           fr.axes("time (s)", "stage", yticks=False)]
+    out = [
+        "<h2>Pipeline timeline (1F1B)</h2>",
+        fr.open("pipeline timeline"),
+        fr.axes("time (s)", "stage", yticks=False),
+    ]
     step = max(1, math.ceil(12 / row))
     for k in range(0, pp, step):
         out.append(f'<text x="{fr.left - 4}" y="{fr.sy(pp - k - 0.5) + 4:.1f}" text-anchor="end">{k}</text>')
     for k, kind, i, s, e in ops:
         x0, x1, y = fr.sx(s), fr.sx(e), fr.sy(pp - k)
-        out.append(f'<rect x="{x0:.1f}" y="{y + 1:.1f}" width="{max(x1 - x0 - 0.5, 0.5):.1f}" '
-                   f'height="{row - 2}" fill="{FWD_COLOUR if kind == "F" else BWD_COLOUR}"/>')
+        out.append(
+            f'<rect x="{x0:.1f}" y="{y + 1:.1f}" width="{max(x1 - x0 - 0.5, 0.5):.1f}" '
+            f'height="{row - 2}" fill="{FWD_COLOUR if kind == "F" else BWD_COLOUR}"/>'
+        )
         if x1 - x0 >= 12 and row >= 12:
-            out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{y + row / 2 + 4:.1f}" text-anchor="middle" '
-                       f'fill="#fff">{i}</text>')
+            out.append(
+                f'<text x="{(x0 + x1) / 2:.1f}" y="{y + row / 2 + 4:.1f}" text-anchor="middle" fill="#fff">{i}</text>'
+            )
     out.append(legend(fr.left, 14, [("forward", FWD_COLOUR), ("backward", BWD_COLOUR)]))
     out.append("</svg>")
-    note = (f" Only the first {shown} of {fmt(m)} micro-batches are drawn (the gaps are the later"
-            " ones)." if m > shown else "")
+    note = (
+        f" Only the first {shown} of {fmt(m)} micro-batches are drawn (the gaps are the later ones)."
+        if m > shown
+        else ""
+    )
     return "\n".join(out) + (
         f'\n<p class="cap">{fmt(pp)} stages, {fmt(m)} micro-batches. A stage\'s time is its forward '
         f"plus backward time per micro-batch; the 1/3 forward, 2/3 backward split shown is "
-        f"illustrative, and communication is not drawn.{note}</p>")
+        f"illustrative, and communication is not drawn.{note}</p>"
+    )
 
 
 def _layers(x: Any) -> str:
@@ -393,36 +451,52 @@ def _memory(d: dict) -> str:
         else:
             bars.append([(_num(s.get("memory_bytes")) or 0.0) / GIB])
     if not bars:
-        return "<h2>Memory per stage</h2>\n<p class=\"empty\">No stages.</p>"
+        return '<h2>Memory per stage</h2>\n<p class="empty">No stages.</p>'
     hbm = _num((d.get("accelerator") or {}).get("hbm_bytes"))
     top = max([sum(b) for b in bars] + ([hbm / GIB] if hbm else []))
     n = len(bars)
     fr = Frame([0, n], nice_ticks(0, top * 1.05), w=max(200, min(800, 40 * n)), top=28)
-    out = ["<h2>Memory per stage</h2>", fr.open("memory per stage"),
-           fr.axes("stage", "memory (GiB)", xticks=False)]
+    out = ["<h2>Memory per stage</h2>", fr.open("memory per stage"), fr.axes("stage", "memory (GiB)", xticks=False)]
     bw = fr.w / n * 0.7
     for j, b in enumerate(bars):
         x, acc = fr.sx(j + 0.15), 0.0
         for v, colour in zip(b, MEMORY_COLOURS if len(b) > 1 else ("#888",)):
             if v > 0:
-                out.append(f'<rect x="{x:.1f}" y="{fr.sy(acc + v):.1f}" width="{bw:.1f}" '
-                           f'height="{fr.sy(acc) - fr.sy(acc + v):.1f}" fill="{colour}"/>')
+                out.append(
+                    f'<rect x="{x:.1f}" y="{fr.sy(acc + v):.1f}" width="{bw:.1f}" '
+                    f'height="{fr.sy(acc) - fr.sy(acc + v):.1f}" fill="{colour}"/>'
+                )
             acc += v
         if n <= 32 or j % math.ceil(n / 32) == 0:
             out.append(f'<text x="{fr.sx(j + 0.5):.1f}" y="{fr.top + fr.h + 14}" text-anchor="middle">{j}</text>')
     if hbm:
         y = fr.sy(hbm / GIB)
-        out.append(f'<line x1="{fr.left}" y1="{y:.1f}" x2="{fr.left + fr.w}" y2="{y:.1f}" stroke="#000" '
-                   f'stroke-dasharray="6 3"/><text x="{fr.left + fr.w - 4}" y="{y - 4:.1f}" '
-                   f'text-anchor="end">HBM {esc(fmt(hbm / GIB))} GiB</text>')
+        out.append(
+            f'<line x1="{fr.left}" y1="{y:.1f}" x2="{fr.left + fr.w}" y2="{y:.1f}" stroke="#000" '
+            f'stroke-dasharray="6 3"/><text x="{fr.left + fr.w - 4}" y="{y - 4:.1f}" '
+            f'text-anchor="end">HBM {esc(fmt(hbm / GIB))} GiB</text>'
+        )
     kinds = MEMORY_KINDS if any(len(b) > 1 for b in bars) else ("total",)
     out.append(legend(fr.left, 16, list(zip(kinds, MEMORY_COLOURS if len(kinds) > 1 else ("#888",)))))
     out.append("</svg>")
-    rows = [(str(j), _layers(s.get("layers")), s.get("devices"), str(s.get("recompute") or "—"),
-             s.get("in_flight"), fmt_bytes(s.get("memory_bytes")), s.get("time_s"), s.get("exposed_dp_s"))
-            for j, s in enumerate(stages)]
-    return "\n".join(out) + "\n" + _table(
-        ["stage", "layers", "devices", "recompute", "in flight", "memory", "time (s)", "exposed DP (s)"], rows)
+    rows = [
+        (
+            str(j),
+            _layers(s.get("layers")),
+            s.get("devices"),
+            str(s.get("recompute") or "—"),
+            s.get("in_flight"),
+            fmt_bytes(s.get("memory_bytes")),
+            s.get("time_s"),
+            s.get("exposed_dp_s"),
+        )
+        for j, s in enumerate(stages)
+    ]
+    return (
+        "\n".join(out)
+        + "\n"
+        + _table(["stage", "layers", "devices", "recompute", "in flight", "memory", "time (s)", "exposed DP (s)"], rows)
+    )
 
 
 def _baselines(d: dict) -> str:
@@ -438,11 +512,20 @@ def _baselines(d: dict) -> str:
         for k in ("area_mm2", "hbm_bytes"):
             acc.setdefault(k, b.get(k))
         plan = "/".join(fmt(b.get(k)) for k in ("dp", "pp", "tp", "micro_batch_size"))
-        rows.append((str(b.get("name", "?")), accel_summary(acc), plan, t if ok else _n("—"),
-                     _n(f"{fmt(ours / t)}×" if ok and ours else "—"), str(b.get("note") or "")))
+        rows.append(
+            (
+                str(b.get("name", "?")),
+                accel_summary(acc),
+                plan,
+                t if ok else _n("—"),
+                _n(f"{fmt(ours / t)}×" if ok and ours else "—"),
+                str(b.get("note") or ""),
+            )
+        )
     return "<h2>Baselines</h2>\n" + _table(
-        ["baseline", "accelerator", "DP/PP/TP/micro-batch", "throughput (samples/s)",
-         "speed-up of chosen", "note"], rows)
+        ["baseline", "accelerator", "DP/PP/TP/micro-batch", "throughput (samples/s)", "speed-up of chosen", "note"],
+        rows,
+    )
 
 
 def _stats(d: dict) -> str:
@@ -450,8 +533,7 @@ def _stats(d: dict) -> str:
     if not s:
         return ""
     cand = _num(s.get("candidates"))
-    rows = [(k, s.get(k)) for k in ("space", "candidates", "architectures", "settings", "evaluated")
-            if k in s]
+    rows = [(k, s.get(k)) for k in ("space", "candidates", "architectures", "settings", "evaluated") if k in s]
     wall = {k: v for k, v in (s.get("wall_s") or {}).items() if _num(v) is not None}
     total = _num(wall.get("total")) or sum(v for k, v in wall.items() if k != "total")
     if total and cand:
@@ -465,15 +547,21 @@ def _stats(d: dict) -> str:
         for k, v in pruned.items():
             v = _num(v) or 0
             left = left - v if left is not None else None
-            prow.append((str(k), int(v) if float(v).is_integer() else v,
-                         _n(f"{fmt(100 * v / cand)} %" if cand else "—"),
-                         int(left) if left is not None and left >= 0 else _n("—")))
-        out.append("<h3>Pruned per stage</h3>\n" + _table(["stage", "pruned", "% of candidates",
-                                                            "remaining"], prow))
+            prow.append(
+                (
+                    str(k),
+                    int(v) if float(v).is_integer() else v,
+                    _n(f"{fmt(100 * v / cand)} %" if cand else "—"),
+                    int(left) if left is not None and left >= 0 else _n("—"),
+                )
+            )
+        out.append("<h3>Pruned per stage</h3>\n" + _table(["stage", "pruned", "% of candidates", "remaining"], prow))
     if wall:
         peak = max(wall.values()) or 1
-        wrow = [(str(k), v, ("html", f'<span class="bar" style="width:{100 * v / peak:.0f}px"></span>'))
-                for k, v in wall.items()]
+        wrow = [
+            (str(k), v, ("html", f'<span class="bar" style="width:{100 * v / peak:.0f}px"></span>'))
+            for k, v in wall.items()
+        ]
         out.append("<h3>Wall time per phase (s)</h3>\n" + _table(["phase", "seconds", ""], wrow))
     return "\n".join(out)
 
@@ -490,18 +578,28 @@ def _models(d: dict) -> str:
             loss = 1 - t / own
         rows.append((str(r.get("model", "?")), t, own, _n(f"{fmt(100 * loss)} %" if loss is not None else "—")))
     return "<h2>Models on the common chip</h2>\n" + _table(
-        ["model", "throughput on common chip (samples/s)", "own best (samples/s)", "loss"], rows)
+        ["model", "throughput on common chip (samples/s)", "own best (samples/s)", "loss"], rows
+    )
 
 
 def render(data: dict) -> str:
     """The report of one search (the JSON of ``phazec --json``) as one self-contained HTML page."""
     title = ", ".join(map(str, data.get("models") or [data.get("model") or "search"]))
-    parts = [_header(data), _scatter(data), _timeline(data), _memory(data), _baselines(data),
-             _stats(data), _models(data)]
+    parts = [
+        _header(data),
+        _scatter(data),
+        _timeline(data),
+        _memory(data),
+        _baselines(data),
+        _stats(data),
+        _models(data),
+    ]
     body = "\n".join(p for p in parts if p)
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f"<title>phaze: {esc(title)}</title>\n<style>\n{CSS}\n</style>\n</head>\n<body>\n"
-            f"{body}\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>phaze: {esc(title)}</title>\n<style>\n{CSS}\n</style>\n</head>\n<body>\n"
+        f"{body}\n</body>\n</html>\n"
+    )
 
 
 def write(path: Any, data: dict) -> None:

@@ -125,22 +125,33 @@ def setting_from_module(module, model: str, micro_batch: int, tp: int) -> Settin
     layers = []
     for la, rc, mem in zip(layers_attr, recompute, memory):
         k = la["index"]
-        layers.append(LayerRef(
-            fwd=group_of(by_phase.get((k, "fwd"), [])), bwd=group_of(by_phase.get((k, "bwd"), [])),
-            opt=group_of(by_phase.get((k, "opt"), [])), selective=group_of(rc.selective_ops),
-            numbers=LayerNumbers(
-                fwd_s=0.0, bwd_s=0.0, recompute_s=(0.0, 0.0, 0.0),
-                saved_bytes=(rc.none_bytes, rc.selective_bytes, rc.full_bytes),
-                param_bytes=mem.param_bytes, grad_bytes=mem.grad_bytes, optimizer_bytes=mem.optimizer_bytes,
-                workspace_bytes=mem.record()["workspace_bytes"], boundary_bytes=la["boundary_bytes"])))
+        layers.append(
+            LayerRef(
+                fwd=group_of(by_phase.get((k, "fwd"), [])),
+                bwd=group_of(by_phase.get((k, "bwd"), [])),
+                opt=group_of(by_phase.get((k, "opt"), [])),
+                selective=group_of(rc.selective_ops),
+                numbers=LayerNumbers(
+                    fwd_s=0.0,
+                    bwd_s=0.0,
+                    recompute_s=(0.0, 0.0, 0.0),
+                    saved_bytes=(rc.none_bytes, rc.selective_bytes, rc.full_bytes),
+                    param_bytes=mem.param_bytes,
+                    grad_bytes=mem.grad_bytes,
+                    optimizer_bytes=mem.optimizer_bytes,
+                    workspace_bytes=mem.record()["workspace_bytes"],
+                    boundary_bytes=la["boundary_bytes"],
+                ),
+            )
+        )
     return Setting(model, micro_batch, tp, table, groups, layers)
 
 
 def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any) -> list[Setting]:
     """Trace ``model_path`` at ``micro_batch`` once and make a :class:`Setting` per TP width
-    (``opts``: the driver's :class:`~phaze_ir.driver.Options`).  A TP width the model cannot be
+    (``opts``: the driver's :class:`~phaze.driver.Options`).  A TP width the model cannot be
     sharded for is left out (its reason is in the exception's message when none is left)."""
-    from phaze_ir.driver import compile_module
+    from phaze.driver import compile_module
     from phaze_ir.errors import PhazeError
     from phaze_ir.frontend import load_model_file, trace_model
 

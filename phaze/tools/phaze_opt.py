@@ -50,8 +50,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args
     try:
         PhazeOptMain(description="Run phaze pass pipelines over MLIR files", args=args).run()
-    except (PhazeError, ParseError, DiagnosticException, ArgSpecParseError, FileNotFoundError,
-            IsADirectoryError, ValueError) as e:
+    except (
+        PhazeError,
+        ParseError,
+        DiagnosticException,
+        ArgSpecParseError,
+        FileNotFoundError,
+        IsADirectoryError,
+        ValueError,
+    ) as e:
         if debug:
             raise
         message = str(e).strip()

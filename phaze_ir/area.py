@@ -119,8 +119,7 @@ def _lookup(keys: np.ndarray, vals: np.ndarray, nbytes: ArrayLike, what: str) ->
     if not np.all(ok):
         bad = int(x[~ok].flat[0]) if x.ndim else int(x)
         sizes = ", ".join(_fmt_bytes(int(k)) for k in keys)
-        raise AreaModelError(f"no {what} area for {bad} bytes ({_fmt_bytes(bad)}): the 22 nm table "
-                             f"lists {sizes}")
+        raise AreaModelError(f"no {what} area for {bad} bytes ({_fmt_bytes(bad)}): the 22 nm table lists {sizes}")
     return vals[idx]
 
 
@@ -182,7 +181,9 @@ def chip_area_um2(
     """
     ntc = np.asarray(num_tc, dtype=np.int64)
     nvc = np.asarray(num_vc, dtype=np.int64)
-    area = (ntc * tensor_core_area_um2(pe_x, pe_y, tc_buffer_bytes)
-            + nvc * vector_core_area_um2(width_vc, vc_buffer_bytes)
-            + _lookup(_GLB_KEYS, _GLB_VALS, glb_bytes, "global buffer"))
+    area = (
+        ntc * tensor_core_area_um2(pe_x, pe_y, tc_buffer_bytes)
+        + nvc * vector_core_area_um2(width_vc, vc_buffer_bytes)
+        + _lookup(_GLB_KEYS, _GLB_VALS, glb_bytes, "global buffer")
+    )
     return _out(np.asarray(area, dtype=np.float64))

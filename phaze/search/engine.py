@@ -2,7 +2,7 @@
 
 **What is searched.**  An *architecture* is a candidate chip of the space (cores, PE arrays,
 global buffer: a row of ``configs``) with an HBM capacity.  For each model, a *setting* is a
-micro-batch size and a TP width (:class:`~phaze_ir.search.setting.Setting`); inside a setting the
+micro-batch size and a TP width (:class:`~phaze.search.setting.Setting`); inside a setting the
 Rust DP picks data and pipeline parallelism and per-stage recompute (or evaluates a fixed
 placement).  An architecture's throughput on a model is the best over its settings; its *score*
 is the mean over the models (one model: its throughput).  The best architecture maximizes the
@@ -46,7 +46,7 @@ from passes.algorithms import placement as pl
 from passes.algorithms import schedule as sched
 from passes.algorithms.latency import estimate_space
 from passes.algorithms.schedule_bounds import group_lower_bound
-from phaze_ir.search.setting import Setting
+from phaze.search.setting import Setting
 
 #: Relative tolerance when comparing a bound with the incumbent (bounds and exact values are
 #: summed in different orders; a bound may exceed its exact value by rounding only).
@@ -87,8 +87,13 @@ class Candidates:
     @classmethod
     def of_space(cls, space) -> Candidates:
         """Every candidate of an :class:`~passes.algorithms.arch_space.ArchSpace`."""
-        return cls(space.spec.name, space.configs, tuple(space.hbm_options), space.spec.template,
-                   lambda c, h: space.accelerator(c, h))
+        return cls(
+            space.spec.name,
+            space.configs,
+            tuple(space.hbm_options),
+            space.spec.template,
+            lambda c, h: space.accelerator(c, h),
+        )
 
     @classmethod
     def of_accelerator(cls, acc) -> Candidates:
@@ -157,8 +162,14 @@ def _solve_one(args: tuple[sched.Problem, SolverLimits]) -> sched.Schedule:
     """Worker entry point: solve one canonical problem (no cache in the worker: the parent
     keeps it, so that every backend sees the same entries)."""
     problem, lim = args
-    return sched.solve(problem, time_limit=lim.time_limit, seed=lim.seed, gap_limit=lim.gap_limit,
-                       node_limit=lim.node_limit, max_binaries=lim.max_binaries)
+    return sched.solve(
+        problem,
+        time_limit=lim.time_limit,
+        seed=lim.seed,
+        gap_limit=lim.gap_limit,
+        node_limit=lim.node_limit,
+        max_binaries=lim.max_binaries,
+    )
 
 
 class Evaluator:
@@ -186,13 +197,17 @@ class Evaluator:
         if key not in self._lb:
             t0 = time.perf_counter()
             lat = estimate_space(setting.table, cands.configs, cands.template, cache=None)
-            cores = {"tensor": cands.configs["num_tc"].astype(np.float64),
-                     "vector": cands.configs["num_vc"].astype(np.float64), "network": 1.0}
+            cores = {
+                "tensor": cands.configs["num_tc"].astype(np.float64),
+                "vector": cands.configs["num_vc"].astype(np.float64),
+                "network": 1.0,
+            }
             lb = np.zeros((len(setting.groups), len(cands.configs)))
             for g in setting.priced_groups():
                 rows = list(setting.groups[g].rows)
-                lb[g] = group_lower_bound(setting.group_units(g), setting.groups[g].edges,
-                                          lat.one[rows], lat.split[rows], cores)
+                lb[g] = group_lower_bound(
+                    setting.group_units(g), setting.groups[g].edges, lat.one[rows], lat.split[rows], cores
+                )
             self._lb[key] = lb
             self.timers["estimate"] += time.perf_counter() - t0
         return self._lb[key]
@@ -213,14 +228,20 @@ class Evaluator:
         levels = self._levels.get(id(cands))
         if levels is None:
             levels = self._levels[id(cands)] = pl.network_levels(cands.template.to_dict()["network"])
-        return pl.problem(setting.layer_numbers(makespans), devices=self.params.devices, hbm_bytes=hbm,
-                          levels=levels,
-                          global_batch=self.params.global_batch, micro_batch=setting.micro_batch,
-                          tp=setting.tp, dp_overlap=self.params.dp_overlap)
+        return pl.problem(
+            setting.layer_numbers(makespans),
+            devices=self.params.devices,
+            hbm_bytes=hbm,
+            levels=levels,
+            global_batch=self.params.global_batch,
+            micro_batch=setting.micro_batch,
+            tp=setting.tp,
+            dp_overlap=self.params.dp_overlap,
+        )
 
     def place(self, problems: list[dict], fixed: tuple[int, int, int] | None) -> list[dict]:
         """Run the DP (or evaluate the fixed placement) on each problem."""
-        from phaze_ir import _phaze_rs
+        from passes.algorithms import _phaze_rs
 
         if fixed is None:
             return _phaze_rs.solve_placement_batch(problems)
@@ -231,8 +252,9 @@ class Evaluator:
         plan = result.get("plan")
         return float(plan["throughput_samples_per_s"]) if result.get("feasible") and plan else 0.0
 
-    def dp_bounds(self, cands: Candidates, task_id: int, task: ModelTask, s: int,
-                  pairs: Sequence[tuple[int, int]]) -> np.ndarray:
+    def dp_bounds(
+        self, cands: Candidates, task_id: int, task: ModelTask, s: int, pairs: Sequence[tuple[int, int]]
+    ) -> np.ndarray:
         """Stage 2: the DP's throughput on lower-bound times for each ``(config, hbm)`` pair."""
         t0 = time.perf_counter()
         setting = task.settings[s]
@@ -293,8 +315,11 @@ class Evaluator:
                 if key in self._exact_ms:
                     out[j] = self._exact_ms[key]
                     continue
-                cores = {"tensor": int(cands.configs["num_tc"][cs[col]]),
-                         "vector": int(cands.configs["num_vc"][cs[col]]), "network": 1}
+                cores = {
+                    "tensor": int(cands.configs["num_tc"][cs[col]]),
+                    "vector": int(cands.configs["num_vc"][cs[col]]),
+                    "network": 1,
+                }
                 for g in needed:
                     canon = setting.group_problem(g, lat.one[:, col], lat.split[:, col], cores).canonical()
                     wanted.append((j, g, canon))
@@ -304,7 +329,9 @@ class Evaluator:
         if pending:
             problems = list(pending.values())
             items = [(p, lim) for p in problems]
-            results = self.backend.map(_solve_one, items) if self.backend is not None else [_solve_one(a) for a in items]
+            results = (
+                self.backend.map(_solve_one, items) if self.backend is not None else [_solve_one(a) for a in items]
+            )
             for p, r in zip(problems, results):
                 self.cache.store(p, r, limits)
             self.counts["schedules_solved"] += len(problems)
@@ -319,8 +346,9 @@ class Evaluator:
         self.timers["schedule"] += time.perf_counter() - t0
         return out  # type: ignore[return-value]
 
-    def exact(self, cands: Candidates, tasks: Sequence[ModelTask],
-              jobs: Sequence[tuple[int, int, int, int]]) -> list[tuple[float, dict]]:
+    def exact(
+        self, cands: Candidates, tasks: Sequence[ModelTask], jobs: Sequence[tuple[int, int, int, int]]
+    ) -> list[tuple[float, dict]]:
         """Exact throughput and DP result of each ``(task, setting, config, hbm)``."""
         ms = self.makespans(cands, [(tasks[m].settings[s], c) for m, s, c, _ in jobs])
         t0 = time.perf_counter()
@@ -342,8 +370,15 @@ def _setting_order(task: ModelTask, s: int) -> tuple[int, int]:
     return (st.micro_batch, st.tp)
 
 
-def search(cands: Candidates, tasks: Sequence[ModelTask], ev: Evaluator, *, prune: bool = True,
-           progress: Progress | None = None, label: str = "search") -> Result:
+def search(
+    cands: Candidates,
+    tasks: Sequence[ModelTask],
+    ev: Evaluator,
+    *,
+    prune: bool = True,
+    progress: Progress | None = None,
+    label: str = "search",
+) -> Result:
     """The best architecture of ``cands`` for ``tasks`` (see the module docstring).
     ``prune=False`` evaluates every architecture exactly (plain enumeration, for tests)."""
     progress = progress or Progress()
@@ -360,8 +395,9 @@ def search(cands: Candidates, tasks: Sequence[ModelTask], ev: Evaluator, *, prun
             wb[m][s] = ev.work_bound(cands, task.settings[s])
             progress.advance()
     progress.stop()
-    per_model = np.stack([np.max(np.stack([wb[m][s] for s in usable[m]]), axis=0) if usable[m]
-                          else np.zeros(C) for m in range(M)])
+    per_model = np.stack(
+        [np.max(np.stack([wb[m][s] for s in usable[m]]), axis=0) if usable[m] else np.zeros(C) for m in range(M)]
+    )
     ub1 = per_model.mean(axis=0)  # [C], the same for every HBM option
     area = np.asarray(cands.configs["area_um2"], dtype=np.float64)  # NaN outside the area model
     area_key = np.where(np.isfinite(area), area, np.inf)
@@ -387,12 +423,11 @@ def search(cands: Candidates, tasks: Sequence[ModelTask], ev: Evaluator, *, prun
     while True:
         next1 = ub1[arch[order[pos]][0]] if pos < len(order) else -np.inf
         next2 = -heap[0][0] if heap else -np.inf
-        if max(next1, next2) == -np.inf or (prune and best is not None
-                                            and max(next1, next2) < incumbent() * (1 - TOL)):
+        if max(next1, next2) == -np.inf or (prune and best is not None and max(next1, next2) < incumbent() * (1 - TOL)):
             break
         if next1 >= next2 and pos < len(order):
             # Stage 2 on the next block of architectures by stage-1 bound.
-            block = order[pos:pos + BOUND_BATCH]
+            block = order[pos : pos + BOUND_BATCH]
             pos += len(block)
             ub2 = np.zeros((len(block), M))
             detail = {}
