@@ -1,0 +1,56 @@
+"""Operator scheduling of one layer on one chip (see :mod:`.milp` for now)."""
+
+from passes.algorithms.schedule.milp import (
+    DEFAULT_CACHE,
+    ENERGY_CUTS,
+    FLOOR,
+    LOCAL_SEARCH_BASE,
+    LOCAL_SEARCH_PER_OP,
+    MAX_ANTICHAIN_STEPS,
+    MAX_ANTICHAINS,
+    PHASE_GROUPS,
+    SOLVER_REVISION,
+    UNITS,
+    LayerSchedule,
+    Op,
+    Problem,
+    Schedule,
+    ScheduleCache,
+    check_schedule,
+    group_edges,
+    group_problem,
+    list_schedule,
+    lower_bounds,
+    phase_groups,
+    schedule_layers,
+    solve,
+)
+from passes.algorithms.schedule.milp import (
+    _cliques as _cliques,  # the tests
+)
+
+__all__ = [
+    "DEFAULT_CACHE",
+    "ENERGY_CUTS",
+    "FLOOR",
+    "LOCAL_SEARCH_BASE",
+    "LOCAL_SEARCH_PER_OP",
+    "MAX_ANTICHAINS",
+    "MAX_ANTICHAIN_STEPS",
+    "PHASE_GROUPS",
+    "SOLVER_REVISION",
+    "UNITS",
+    "LayerSchedule",
+    "Op",
+    "Problem",
+    "Schedule",
+    "ScheduleCache",
+    "check_schedule",
+    "group_edges",
+    "group_problem",
+    "list_schedule",
+    "lower_bounds",
+    "phase_groups",
+    "schedule_layers",
+    "solve",
+]
