@@ -1,0 +1,110 @@
+"""The layers of a training step as scheduling problems: one group per ``(layer, phase)``
+(forward, backward, optimizer step), each solved through a :class:`~.cache.ScheduleCache`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from passes.algorithms.graph import Graph
+from passes.algorithms.schedule.cache import DEFAULT_CACHE, ScheduleCache
+from passes.algorithms.schedule.problem import Op, Problem, Schedule
+
+PHASE_GROUPS = ("fwd", "bwd", "opt")
+_STATUS_RANK = {"optimal": 0, "gaplimit": 1, "nodelimit": 2, "timelimit": 3, "heuristic": 4}
+
+
+def phase_groups(graph: Graph, layer_of: Sequence[int]) -> dict[tuple[int, str], list[int]]:
+    """The ops of each ``(layer, phase)`` in program order (a phase outside
+    :data:`PHASE_GROUPS` counts as ``fwd``): the groups that are scheduled one by one."""
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        phase = op.phase if op.phase in PHASE_GROUPS else "fwd"
+        groups.setdefault((layer_of[i], phase), []).append(i)
+    return groups
+
+
+def group_edges(graph: Graph, op_ids: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """The dataflow edges among the ops ``op_ids`` of ``graph``, as sorted pairs of positions in
+    ``op_ids`` (values from outside the group are ready at time 0)."""
+    pos = {i: k for k, i in enumerate(op_ids)}
+    edges = set()
+    for i in op_ids:
+        for v in graph.ops[i].operands:
+            p = graph.values[v].producer
+            if p in pos:
+                edges.add((pos[p], pos[i]))
+    return tuple(sorted(edges))
+
+
+def group_problem(
+    graph: Graph, op_ids: Sequence[int], latency: Sequence[Op] | Mapping[int, Op], cores: Mapping[str, int]
+) -> Problem:
+    """The scheduling problem of the ops ``op_ids`` of ``graph`` (one layer's ops of one phase):
+    their latencies (``latency[i]`` for op ``i``) and :func:`group_edges`."""
+    return Problem.make([latency[i] for i in op_ids], group_edges(graph, op_ids), cores)
+
+
+@dataclass
+class LayerSchedule:
+    """The schedules of one layer: ``groups[phase] = (op ids, Schedule)`` for ``fwd`` and
+    ``bwd`` (per micro-batch) and ``opt`` (the optimizer step, once per batch: a group of its
+    own, not folded into the backward)."""
+
+    index: int
+    groups: dict[str, tuple[list[int], Schedule]]
+
+    def makespan(self, phase: str) -> float:
+        g = self.groups.get(phase)
+        return g[1].makespan if g else 0.0
+
+    @property
+    def status(self) -> str:
+        return max((s.status for _, s in self.groups.values()), key=_STATUS_RANK.__getitem__, default="optimal")
+
+    @property
+    def gap(self) -> float:
+        return max((s.gap for _, s in self.groups.values()), default=0.0)
+
+    def summary(self) -> dict:
+        """The fields of ``#phaze.layer_schedule``."""
+        return {
+            "index": self.index,
+            "fwd_s": self.makespan("fwd"),
+            "bwd_s": self.makespan("bwd"),
+            "opt_s": self.makespan("opt"),
+            "status": self.status,
+            "gap": self.gap,
+        }
+
+
+def schedule_layers(
+    graph: Graph,
+    layer_of: Sequence[int],
+    latency: Sequence[Op],
+    cores: Mapping[str, int],
+    time_limit: float = 10.0,
+    seed: int = 0,
+    cache: ScheduleCache | None = None,
+    gap_limit: float = 0.0,
+    node_limit: int | None = None,
+    max_binaries: int | None = None,
+) -> list[LayerSchedule]:
+    """Schedule every layer's forward, backward and optimizer ops (``latency[i]`` of op ``i``;
+    ``layer_of[i]`` its layer).  Identical layers (and any repeated problem) are solved once
+    through ``cache`` (the process-wide :data:`DEFAULT_CACHE` unless given)."""
+    cache = DEFAULT_CACHE if cache is None else cache
+    groups = phase_groups(graph, layer_of)
+    out: dict[int, LayerSchedule] = {}
+    for (layer, phase), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], PHASE_GROUPS.index(kv[0][1]))):
+        problem = group_problem(graph, ids, latency, cores)
+        schedule = cache.solve(
+            problem,
+            time_limit=time_limit,
+            seed=seed,
+            gap_limit=gap_limit,
+            node_limit=node_limit,
+            max_binaries=max_binaries,
+        )
+        out.setdefault(layer, LayerSchedule(layer, {})).groups[phase] = (ids, schedule)
+    return [out[k] for k in sorted(out)]
