@@ -46,10 +46,6 @@ def gpt3_problem(blocks: int = 96, devices: int = 1024) -> dict:
         "optimizer_bytes": int(12 * block_params),  # fp32 master + two Adam moments
         "workspace_bytes": 4 * act,
         "boundary_bytes": act,
-        "tp_fwd_bytes": 2 * act,
-        "tp_bwd_bytes": 2 * act,
-        "tp_fwd_count": 2,
-        "tp_bwd_count": 2,
     }
     emb_params = v * h / t
     prologue = {
@@ -62,10 +58,6 @@ def gpt3_problem(blocks: int = 96, devices: int = 1024) -> dict:
         "optimizer_bytes": int(12 * emb_params),
         "workspace_bytes": act,
         "boundary_bytes": act,
-        "tp_fwd_bytes": act,
-        "tp_bwd_bytes": 0,
-        "tp_fwd_count": 1,
-        "tp_bwd_count": 0,
     }
     head_fwd = 2 * s * h * v / t / flops
     logits = int(s * v / t * 4)
@@ -79,10 +71,6 @@ def gpt3_problem(blocks: int = 96, devices: int = 1024) -> dict:
         "optimizer_bytes": int(12 * emb_params),
         "workspace_bytes": logits,
         "boundary_bytes": 0,
-        "tp_fwd_bytes": 0,
-        "tp_bwd_bytes": act,
-        "tp_fwd_count": 0,
-        "tp_bwd_count": 1,
     }
     return {
         "layers": [prologue] + [dict(block) for _ in range(blocks)] + [head],

@@ -38,18 +38,6 @@ def p2p(levels: list[dict], nbytes: float, lv: int) -> float:
     return levels[lv]["latency_s"] + nbytes / levels[lv]["bandwidth_Bps"]
 
 
-def tp_time(problem: dict, layer: dict) -> float:
-    t = problem["tp"]
-    if t <= 1:
-        return 0.0
-    lv = problem["levels"][level_for(problem["levels"], t)]
-    bw, lat = lv["bandwidth_Bps"], lv["latency_s"]
-    total = 0.0
-    for d in ("fwd", "bwd"):
-        total += 2.0 * (t - 1) / t * layer[f"tp_{d}_bytes"] / bw + layer[f"tp_{d}_count"] * 2.0 * (t - 1) * lat
-    return total
-
-
 @dataclass
 class Priced:
     """One explicit plan and its cost."""
@@ -81,7 +69,6 @@ class Stages:
         t = problem["tp"]
         self.pp_lv = level_for(levels, p * t)
         self.dp_lv = level_for(levels, d * p * t)
-        self.tp = [tp_time(problem, layer) for layer in self.layers]
         self._time: dict = {}
         self._mem: dict = {}
         self._exp: dict = {}
@@ -90,7 +77,7 @@ class Stages:
         key = (i, j, r)
         if key not in self._time:
             ls = self.layers[i : j + 1]
-            compute = sum(x["fwd_s"] + x["bwd_s"] + x["recompute_s"][r] for x in ls) + sum(self.tp[i : j + 1])
+            compute = sum(x["fwd_s"] + x["bwd_s"] + x["recompute_s"][r] for x in ls)
             levels = self.pr["levels"]
             if i > 0:
                 compute += 2 * p2p(levels, self.layers[i - 1]["boundary_bytes"], self.pp_lv)

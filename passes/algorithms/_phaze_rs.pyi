@@ -14,7 +14,8 @@ Policy = Literal["none", "selective", "full"]
 ViolationKind = Literal["batch", "devices", "stages", "memory"]
 
 class LayerDict(TypedDict):
-    """One layer priced for ONE micro-batch at the problem's micro-batch size and TP width."""
+    """One layer priced for ONE micro-batch at the problem's micro-batch size and TP width (its
+    TP all-reduces are ops of the layer: their time is in fwd_s and bwd_s)."""
 
     fwd_s: float
     bwd_s: float
@@ -25,10 +26,6 @@ class LayerDict(TypedDict):
     optimizer_bytes: int
     workspace_bytes: int  # peak transient bytes while the layer runs
     boundary_bytes: int  # activation bytes sent to the next layer per micro-batch
-    tp_fwd_bytes: int  # summed bytes of the layer's forward TP all-reduces (0 when tp == 1)
-    tp_bwd_bytes: int
-    tp_fwd_count: int  # number of forward TP all-reduces (each pays the latency term)
-    tp_bwd_count: int
 
 class LevelDict(TypedDict):
     """A network level, innermost first; the last level is the whole cluster."""
@@ -52,7 +49,7 @@ class StageDict(TypedDict):
     first_layer: int
     last_layer: int  # inclusive
     devices: int  # t
-    time_s: float  # T_k per micro-batch, including TP all-reduces and p2p
+    time_s: float  # T_k per micro-batch, including p2p
     memory_bytes: int  # per device
     recompute: Policy
     in_flight: int  # micro-batches stashed under 1F1B: min(p - k, m)
@@ -100,3 +97,35 @@ def solve_placement_batch(problems: list[ProblemDict]) -> list[ResultDict]:
 
 def evaluate_placement(problem: ProblemDict, pp: int, dp: int) -> ResultDict:
     """A fixed pp and dp (best split and policies): every violated constraint and the numbers."""
+
+# The scheduling warm start (rust/phaze-sched). An instance is (kind, caps, modes, preds): each
+# op's unit kind (an index into caps), the cores of each kind, each op's [(duration_s,
+# cores_held), ...] (one core first, split second) and its predecessors (topological order).
+
+def best_list_schedule(
+    kind: list[int], caps: list[int], modes: list[list[tuple[float, int]]], preds: list[list[int]]
+) -> tuple[list[float], list[int], float]:
+    """The best list schedule of the portfolio, justified: (start, mode, makespan)."""
+
+def improve_schedule(
+    kind: list[int],
+    caps: list[int],
+    modes: list[list[tuple[float, int]]],
+    preds: list[list[int]],
+    start: list[float],
+    mode: list[int],
+    makespan: float,
+    iterations: int,
+    seed: int,
+) -> tuple[list[float], list[int], float]:
+    """The seeded local search from a schedule: `iterations` decodes; never worse."""
+
+def decode_justified(
+    kind: list[int],
+    caps: list[int],
+    modes: list[list[tuple[float, int]]],
+    preds: list[list[int]],
+    order: list[int],
+    mode: list[int],
+) -> tuple[list[float], float]:
+    """An op list (precedence-feasible) decoded with fixed modes, then justified: (start, makespan)."""

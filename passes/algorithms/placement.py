@@ -30,7 +30,9 @@ class PlacementError(ValueError):
 @dataclass(frozen=True)
 class LayerNumbers:
     """What the DP needs of one layer, for one micro-batch at the traced micro-batch size and TP
-    width (see ``LayerDict`` in ``passes/algorithms/_phaze_rs.pyi``)."""
+    width (see ``LayerDict`` in ``passes/algorithms/_phaze_rs.pyi``).  The TP all-reduces are ops
+    of the layer (``phaze.collective``), priced by the latency pass and placed by the scheduler:
+    they are in ``fwd_s``/``bwd_s``."""
 
     fwd_s: float
     bwd_s: float
@@ -53,12 +55,6 @@ class LayerNumbers:
             "optimizer_bytes": self.optimizer_bytes,
             "workspace_bytes": self.workspace_bytes,
             "boundary_bytes": self.boundary_bytes,
-            # The TP all-reduces are ops of the layer (phaze.collective), priced by the latency
-            # pass and placed by the scheduler: they are already in fwd_s/bwd_s.
-            "tp_fwd_bytes": 0,
-            "tp_bwd_bytes": 0,
-            "tp_fwd_count": 0,
-            "tp_bwd_count": 0,
         }
 
 

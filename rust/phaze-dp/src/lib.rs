@@ -3,7 +3,8 @@
 //! Given layers already priced for one micro-batch (at micro-batch size b and TP width t), a
 //! cluster and a batch, choose the DP degree d, the number of pipeline stages p, a contiguous
 //! split of the layers into stages, and a recompute policy per stage, minimizing the time per
-//! batch under 1F1B. Plain Rust, no Python: the pyo3 binding (`phaze-py`) only converts data.
+//! batch under 1F1B. A layer's TP collectives are ops of the layer, already priced in its
+//! `fwd_s` and `bwd_s` (the scheduler places them). Plain Rust, no Python: the pyo3 binding (`phaze-py`) only converts data.
 //! All quantities are SI (seconds, bytes, bytes/s); bytes are integers so that memory
 //! feasibility is exact.
 //!
@@ -12,18 +13,16 @@
 //! **Network (α–β).** A group of g devices placed contiguously uses the innermost level
 //! whose `group_size >= g` (the last level if none). On level ℓ, a ring all-reduce of n bytes
 //! over g devices takes `2(g−1)/g · n / bw_ℓ + 2(g−1) · lat_ℓ` (0 when g = 1) and a
-//! point-to-point transfer `lat_ℓ + n / bw_ℓ`. TP groups use the level of g = t, pipeline
-//! neighbours that of g = p·t (the whole replica; conservative), the DP all-reduce that of
-//! g = d·p·t.
+//! point-to-point transfer `lat_ℓ + n / bw_ℓ`. Pipeline neighbours use the level of g = p·t
+//! (the whole replica; conservative), the DP all-reduce that of g = d·p·t.
 //!
 //! **Feasible options.** b·d divides B, with m = B/(b·d) micro-batches per replica;
 //! d·p·t <= N; 1 <= p <= L (and <= `max_stages`).
 //!
 //! **Stage k** (0-based) with layers i..=j and policy r:
-//! * time `T_k = Σ_l (fwd_s + bwd_s + recompute_s[r]) + Σ_l TP_l + p2p`, where
-//!   `TP_l = Σ_{dir ∈ fwd,bwd} 2(t−1)/t · tp_dir_bytes / bw + tp_dir_count · 2(t−1) · lat`
-//!   on the TP level, and p2p is `2 · p2p(boundary_bytes[i−1])` if k > 0 (receive the
-//!   activation, send its gradient back) plus `2 · p2p(boundary_bytes[j])` if k < p−1;
+//! * time `T_k = Σ_l (fwd_s + bwd_s + recompute_s[r]) + p2p`, where p2p is
+//!   `2 · p2p(boundary_bytes[i−1])` if k > 0 (receive the activation, send its gradient
+//!   back) plus `2 · p2p(boundary_bytes[j])` if k < p−1;
 //! * memory `Σ_l (param + grad + optimizer) + min(p − k, m) · Σ_l saved_bytes[r] +
 //!   max_l workspace_bytes`, which must be <= `hbm_bytes` (1F1B: stage k holds
 //!   min(p − k, m) micro-batches in flight);

@@ -40,7 +40,8 @@ impl Recompute {
 }
 
 /// One layer (prologue, a transformer block, the head), priced for ONE micro-batch at the
-/// problem's micro-batch size and TP width, on one device of its TP group.
+/// problem's micro-batch size and TP width, on one device of its TP group. Its TP collectives
+/// are ops of the layer: their time is in `fwd_s` and `bwd_s`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Layer {
     /// Forward compute time (s).
@@ -63,14 +64,6 @@ pub struct Layer {
     /// Activation bytes sent to the next layer per micro-batch; the same size comes back as
     /// the gradient in backward. Paid only when a stage boundary falls after this layer.
     pub boundary_bytes: u64,
-    /// Bytes of each forward TP all-reduce, summed over the layer's forward all-reduces.
-    pub tp_fwd_bytes: u64,
-    /// Bytes of each backward TP all-reduce, summed over the layer's backward all-reduces.
-    pub tp_bwd_bytes: u64,
-    /// Number of forward TP all-reduces (each pays the latency term once).
-    pub tp_fwd_count: u64,
-    /// Number of backward TP all-reduces.
-    pub tp_bwd_count: u64,
 }
 
 /// One level of the cluster network (a node's fabric, the scale-out network, ...).
@@ -203,22 +196,5 @@ impl Problem {
     pub fn p2p_s(&self, bytes: f64, level: usize) -> f64 {
         let lv = &self.levels[level];
         lv.latency_s + bytes / lv.bandwidth_bps
-    }
-
-    /// Time of one layer's TP all-reduces per micro-batch, on the TP level (group of `tp`):
-    /// for each of forward and backward, `2(t−1)/t · bytes / bw + count · 2(t−1) · lat`
-    /// (the bandwidth term once for the summed bytes, the latency term once per collective).
-    pub fn tp_time_s(&self, layer: &Layer) -> f64 {
-        let t = self.tp;
-        if t <= 1 {
-            return 0.0;
-        }
-        let lv = &self.levels[self.level_for(t)];
-        let tf = t as f64;
-        let one = |bytes: u64, count: u64| {
-            2.0 * (tf - 1.0) / tf * bytes as f64 / lv.bandwidth_bps
-                + count as f64 * 2.0 * (tf - 1.0) * lv.latency_s
-        };
-        one(layer.tp_fwd_bytes, layer.tp_fwd_count) + one(layer.tp_bwd_bytes, layer.tp_bwd_count)
     }
 }

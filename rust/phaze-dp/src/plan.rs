@@ -11,7 +11,7 @@ pub struct Stage {
     pub last_layer: usize,
     /// Devices of the stage (its TP group, t).
     pub devices: u64,
-    /// Stage time T_k per micro-batch (s): fwd + bwd + recompute + TP all-reduces + p2p.
+    /// Stage time T_k per micro-batch (s): fwd + bwd + recompute + p2p.
     pub time_s: f64,
     /// Peak bytes per device: weights + grads + optimizer + in_flight · stash + workspace.
     pub memory_bytes: u64,

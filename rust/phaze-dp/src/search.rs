@@ -18,74 +18,66 @@ fn tie_bound(best: f64) -> f64 {
     best + best.abs() * TIE_REL
 }
 
-/// Running sums over a contiguous range of layers.
+/// Running sums over a contiguous range of layers (a candidate stage).
 #[derive(Clone, Copy, Default)]
-struct Acc {
-    /// Σ (fwd_s + bwd_s + TP all-reduce time).
-    c: f64,
+struct RangeSums {
+    /// Σ (fwd_s + bwd_s).
+    compute_s: f64,
     /// Σ recompute_s[r] per policy.
-    rec: [f64; 3],
+    recompute_s: [f64; 3],
     /// Σ bwd_s (what a DP all-reduce can hide behind).
-    bwd: f64,
+    bwd_s: f64,
     /// Σ (param + grad + optimizer) bytes.
-    fixed: u64,
+    fixed_bytes: u64,
     /// Σ saved_bytes[r] per policy.
-    saved: [u64; 3],
+    saved_bytes: [u64; 3],
     /// max workspace_bytes.
-    ws: u64,
+    workspace_bytes: u64,
     /// Σ grad_bytes.
-    grad: u64,
+    grad_bytes: u64,
 }
 
-impl Acc {
+impl RangeSums {
     #[inline]
-    fn push(&mut self, l: &Layer, c: f64) {
-        self.c += c;
+    fn push(&mut self, l: &Layer) {
+        self.compute_s += l.fwd_s + l.bwd_s;
         for r in 0..3 {
-            self.rec[r] += l.recompute_s[r];
-            self.saved[r] = self.saved[r].saturating_add(l.saved_bytes[r]);
+            self.recompute_s[r] += l.recompute_s[r];
+            self.saved_bytes[r] = self.saved_bytes[r].saturating_add(l.saved_bytes[r]);
         }
-        self.bwd += l.bwd_s;
-        self.fixed = self
-            .fixed
+        self.bwd_s += l.bwd_s;
+        self.fixed_bytes = self
+            .fixed_bytes
             .saturating_add(l.param_bytes)
             .saturating_add(l.grad_bytes)
             .saturating_add(l.optimizer_bytes);
-        self.ws = self.ws.max(l.workspace_bytes);
-        self.grad = self.grad.saturating_add(l.grad_bytes);
+        self.workspace_bytes = self.workspace_bytes.max(l.workspace_bytes);
+        self.grad_bytes = self.grad_bytes.saturating_add(l.grad_bytes);
     }
 }
 
-/// Per-layer numbers computed once per problem.
+/// The problem and its layer count, shared by every DP run.
 struct Prepared<'a> {
     prob: &'a Problem,
     n: usize,
-    /// fwd_s + bwd_s + TP time, per layer.
-    c: Vec<f64>,
 }
 
 impl<'a> Prepared<'a> {
     fn new(prob: &'a Problem) -> Self {
-        let c = prob
-            .layers
-            .iter()
-            .map(|l| l.fwd_s + l.bwd_s + prob.tp_time_s(l))
-            .collect();
         Prepared {
             prob,
             n: prob.layers.len(),
-            c,
         }
     }
 
     #[inline]
-    fn push(&self, a: &mut Acc, l: usize) {
-        a.push(&self.prob.layers[l], self.c[l]);
+    fn push(&self, a: &mut RangeSums, l: usize) {
+        a.push(&self.prob.layers[l]);
     }
 
     /// Sums over layers i..=j, accumulated in the same order as the DP does.
-    fn range(&self, i: usize, j: usize) -> Acc {
-        let mut a = Acc::default();
+    fn range(&self, i: usize, j: usize) -> RangeSums {
+        let mut a = RangeSums::default();
         for l in i..=j {
             self.push(&mut a, l);
         }
@@ -144,19 +136,21 @@ impl<'p, 'a> Ctx<'p, 'a> {
     }
 
     #[inline]
-    fn mem(&self, a: &Acc, f: u64, r: usize) -> u64 {
-        a.fixed
-            .saturating_add(f.saturating_mul(a.saved[r]))
-            .saturating_add(a.ws)
+    fn mem(&self, a: &RangeSums, f: u64, r: usize) -> u64 {
+        a.fixed_bytes
+            .saturating_add(f.saturating_mul(a.saved_bytes[r]))
+            .saturating_add(a.workspace_bytes)
     }
 
     /// The fastest policy whose memory fits with `f` micro-batches in flight (ties: lower
     /// index). The fastest fitting policy is always optimal: the policy changes only T_k.
     #[inline]
-    fn fastest_fit(&self, a: &Acc, f: u64) -> Option<usize> {
+    fn fastest_fit(&self, a: &RangeSums, f: u64) -> Option<usize> {
         let mut best: Option<usize> = None;
         for r in 0..3 {
-            if self.mem(a, f, r) <= self.hbm && best.is_none_or(|b| a.rec[r] < a.rec[b]) {
+            if self.mem(a, f, r) <= self.hbm
+                && best.is_none_or(|b| a.recompute_s[r] < a.recompute_s[b])
+            {
                 best = Some(r);
             }
         }
@@ -164,28 +158,28 @@ impl<'p, 'a> Ctx<'p, 'a> {
     }
 
     /// The smallest memory any policy gives.
-    fn min_mem(&self, a: &Acc, f: u64) -> u64 {
+    fn min_mem(&self, a: &RangeSums, f: u64) -> u64 {
         (0..3).map(|r| self.mem(a, f, r)).min().unwrap()
     }
 
     /// T_k of layers i..=j under policy r. The summation order is fixed (see module docs).
     #[inline]
-    fn stage_time(&self, a: &Acc, r: usize, i: usize, j: usize) -> f64 {
-        ((a.c + a.rec[r]) + self.p2p_in(i)) + self.p2p_out(j)
+    fn stage_time(&self, a: &RangeSums, r: usize, i: usize, j: usize) -> f64 {
+        ((a.compute_s + a.recompute_s[r]) + self.p2p_in(i)) + self.p2p_out(j)
     }
 
-    fn allreduce(&self, a: &Acc) -> f64 {
+    fn allreduce(&self, a: &RangeSums) -> f64 {
         self.prep
             .prob
-            .ring_allreduce_s(a.grad as f64, self.d, self.dp_level)
+            .ring_allreduce_s(a.grad_bytes as f64, self.d, self.dp_level)
     }
 
     /// E_k: the DP all-reduce, less what hides behind the stage's backward when overlapped.
     #[inline]
-    fn exposed(&self, a: &Acc) -> f64 {
+    fn exposed(&self, a: &RangeSums) -> f64 {
         let ar = self.allreduce(a);
         if self.prep.prob.dp_overlap {
-            (ar - a.bwd).max(0.0)
+            (ar - a.bwd_s).max(0.0)
         } else {
             ar
         }
@@ -201,14 +195,14 @@ impl<'p, 'a> Ctx<'p, 'a> {
 /// Pareto fronts F[s][i] of (max T, max E) over suffixes that start at layer i and are cut
 /// into s stages, in one arena. Buffers are reused between DP runs.
 #[derive(Default)]
-struct Tables {
+struct SuffixFronts {
     n: usize,
     idx: Vec<(u32, u32)>,
     arena: Vec<(f64, f64)>,
     scratch: Vec<Vec<(f64, f64)>>,
 }
 
-impl Tables {
+impl SuffixFronts {
     fn reset(&mut self, s_max: usize, n: usize) {
         self.n = n;
         self.idx.clear();
@@ -237,17 +231,17 @@ fn insert(front: &mut Vec<(f64, f64)>, t: f64, e: f64) {
 
 /// Fills F[s][i] for s = 1..=s_max. Entries whose lower bound (m + s − 1)·T + E exceeds
 /// `bound` are dropped: every completion to p ≥ s stages costs at least that much.
-fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, tb: &mut Tables) {
+fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, fronts: &mut SuffixFronts) {
     let prep = ctx.prep;
     let n = prep.n;
     let m = ctx.m;
-    tb.reset(s_max, n);
-    let Tables {
+    fronts.reset(s_max, n);
+    let SuffixFronts {
         idx,
         arena,
         scratch,
         ..
-    } = tb;
+    } = fronts;
     for i in (0..n).rev() {
         // One stage: layers i..n-1, the last stage, with min(1, m) = 1 micro-batch in flight.
         let start = arena.len() as u32;
@@ -268,7 +262,7 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, tb: &mut Tables) {
         for f in scratch.iter_mut().take(s_hi + 1) {
             f.clear();
         }
-        let mut a = Acc::default();
+        let mut a = RangeSums::default();
         let t_in = ctx.p2p_in(i);
         // First stage of the suffix = layers i..=j; the other s-1 stages need >= s-1 layers.
         for j in i..n - 1 {
@@ -278,7 +272,7 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, tb: &mut Tables) {
                 break;
             }
             // Lower bound of this stage's time for every policy and every longer range.
-            let t_lb = a.c + t_in;
+            let t_lb = a.compute_s + t_in;
             let t_out = ctx.p2p_out(j);
             let e = ctx.exposed(&a);
             let mut alive = false;
@@ -292,7 +286,7 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, tb: &mut Tables) {
                     break;
                 }
                 alive = true;
-                let t = ((a.c + a.rec[r]) + t_in) + t_out;
+                let t = ((a.compute_s + a.recompute_s[r]) + t_in) + t_out;
                 let (start, len) = idx[(s - 1) * n + j + 1];
                 for &(ts, es) in &arena[start as usize..(start + len) as usize] {
                     let (ct, ce) = (t.max(ts), e.max(es));
@@ -316,131 +310,149 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, tb: &mut Tables) {
 }
 
 /// Best objective of p stages from a filled table.
-fn best_value(ctx: &Ctx, tb: &Tables, p: usize) -> Option<f64> {
+fn best_value(ctx: &Ctx, fronts: &SuffixFronts, p: usize) -> Option<f64> {
     let k = ctx.factor(p);
-    tb.front(p, 0)
+    fronts
+        .front(p, 0)
         .iter()
         .map(|&(t, e)| k * t + e)
         .min_by(f64::total_cmp)
 }
 
-/// Rebuilds the lexicographically smallest plan with objective <= bound from filled tables
-/// (s_max >= p): stage ends first (greedy: the shortest first stage that still admits a
-/// completion within bound, which the suffix fronts answer exactly), then policies (the lowest
-/// index per stage, stage by stage, that keeps the objective within bound).
-fn reconstruct(ctx: &Ctx, tb: &Tables, p: usize, bound: f64) -> Plan {
-    let prep = ctx.prep;
-    let prob = prep.prob;
-    let n = prep.n;
-    let m = ctx.m;
-    let k_obj = ctx.factor(p);
+/// One stage of a plan being rebuilt: layers `first..=last`, their sums, the micro-batches in
+/// flight, the recompute policy, and the stage's time and exposed DP all-reduce.
+struct StageChoice {
+    first: usize,
+    last: usize,
+    sums: RangeSums,
+    in_flight: u64,
+    policy: usize,
+    time_s: f64,
+    exposed_s: f64,
+}
 
-    // Pass 1: the split, with the fastest fitting policy per stage.
-    struct St {
-        i: usize,
-        j: usize,
-        a: Acc,
-        f: u64,
-        r: usize,
-        t: f64,
-        e: f64,
-    }
-    let mut st: Vec<St> = Vec::with_capacity(p);
-    let (mut pt, mut pe) = (0.0f64, 0.0f64);
-    let mut i = 0;
+/// Rebuilds the lexicographically smallest plan with objective <= bound from filled fronts
+/// (s_max >= p): stage ends first, then policies.
+fn reconstruct(ctx: &Ctx, fronts: &SuffixFronts, p: usize, bound: f64) -> Plan {
+    let mut stages = choose_split(ctx, fronts, p, bound);
+    lower_policies(ctx, &mut stages, p, bound);
+    assemble_plan(ctx, &stages, p)
+}
+
+/// The split, greedily: the shortest first stage that still admits a completion within
+/// `bound` (which the suffix fronts answer exactly), each stage at its fastest fitting policy.
+fn choose_split(ctx: &Ctx, fronts: &SuffixFronts, p: usize, bound: f64) -> Vec<StageChoice> {
+    let prep = ctx.prep;
+    let n = prep.n;
+    let k_obj = ctx.factor(p);
+    let mut stages: Vec<StageChoice> = Vec::with_capacity(p);
+    // The largest stage time and exposed all-reduce of the stages chosen so far.
+    let (mut max_t, mut max_e) = (0.0f64, 0.0f64);
+    let mut first = 0;
     for k in 0..p {
         let s = p - k;
-        let f = (s as u64).min(m);
-        let mut a = Acc::default();
+        let in_flight = (s as u64).min(ctx.m);
+        let mut sums = RangeSums::default();
         let mut chosen = None;
-        for j in i..=n - s {
-            prep.push(&mut a, j);
-            if s == 1 && j < n - 1 {
+        for last in first..=n - s {
+            prep.push(&mut sums, last);
+            if s == 1 && last < n - 1 {
                 continue;
             }
-            let Some(r) = ctx.fastest_fit(&a, f) else {
+            let Some(policy) = ctx.fastest_fit(&sums, in_flight) else {
                 break;
             };
-            let t = ctx.stage_time(&a, r, i, j);
-            let e = ctx.exposed(&a);
-            let (ct, ce) = (pt.max(t), pe.max(e));
-            let ok = if s == 1 {
+            let t = ctx.stage_time(&sums, policy, first, last);
+            let e = ctx.exposed(&sums);
+            let (ct, ce) = (max_t.max(t), max_e.max(e));
+            let completes = if s == 1 {
                 k_obj * ct + ce <= bound
             } else {
-                tb.front(s - 1, j + 1)
+                fronts
+                    .front(s - 1, last + 1)
                     .iter()
                     .any(|&(ts, es)| k_obj * ct.max(ts) + ce.max(es) <= bound)
             };
-            if ok {
-                chosen = Some(St {
-                    i,
-                    j,
-                    a,
-                    f,
-                    r,
-                    t,
-                    e,
+            if completes {
+                chosen = Some(StageChoice {
+                    first,
+                    last,
+                    sums,
+                    in_flight,
+                    policy,
+                    time_s: t,
+                    exposed_s: e,
                 });
                 break;
             }
         }
         let c = chosen.expect("phaze-dp: reconstruction found no stage the DP promised");
-        pt = pt.max(c.t);
-        pe = pe.max(c.e);
-        i = c.j + 1;
-        st.push(c);
+        max_t = max_t.max(c.time_s);
+        max_e = max_e.max(c.exposed_s);
+        first = c.last + 1;
+        stages.push(c);
     }
+    stages
+}
 
-    // Pass 2: lowest policy index per stage that keeps the objective within bound, with the
-    // stages after it at their fastest policy (the most permissive completion).
-    for k in 0..p {
-        let rest_t = st
+/// The lowest policy index per stage, stage by stage, that keeps the objective within `bound`,
+/// with the other stages at their current policy (the later ones still at their fastest: the
+/// most permissive completion).
+fn lower_policies(ctx: &Ctx, stages: &mut [StageChoice], p: usize, bound: f64) {
+    let k_obj = ctx.factor(p);
+    let max_e = stages.iter().map(|s| s.exposed_s).fold(0.0f64, f64::max);
+    for k in 0..stages.len() {
+        let rest_t = stages
             .iter()
             .enumerate()
             .filter(|&(q, _)| q != k)
-            .map(|(_, s)| s.t)
+            .map(|(_, s)| s.time_s)
             .fold(0.0f64, f64::max);
-        let s = &st[k];
-        for r in 0..3 {
-            if r == s.r {
+        let s = &stages[k];
+        for policy in 0..3 {
+            if policy == s.policy {
                 break; // the current (fastest) policy is within bound by construction
             }
-            if ctx.mem(&s.a, s.f, r) > ctx.hbm {
+            if ctx.mem(&s.sums, s.in_flight, policy) > ctx.hbm {
                 continue;
             }
-            let t = ctx.stage_time(&s.a, r, s.i, s.j);
-            if k_obj * rest_t.max(t) + pe <= bound {
-                let s = &mut st[k];
-                s.r = r;
-                s.t = t;
+            let t = ctx.stage_time(&s.sums, policy, s.first, s.last);
+            if k_obj * rest_t.max(t) + max_e <= bound {
+                let s = &mut stages[k];
+                s.policy = policy;
+                s.time_s = t;
                 break;
             }
         }
     }
+}
 
-    let stages: Vec<Stage> = st
+/// The plan of the chosen stages, with its numbers.
+fn assemble_plan(ctx: &Ctx, chosen: &[StageChoice], p: usize) -> Plan {
+    let prob = ctx.prep.prob;
+    let stages: Vec<Stage> = chosen
         .iter()
         .map(|s| Stage {
-            first_layer: s.i,
-            last_layer: s.j,
+            first_layer: s.first,
+            last_layer: s.last,
             devices: prob.tp,
-            time_s: s.t,
-            memory_bytes: ctx.mem(&s.a, s.f, s.r),
-            recompute: Recompute::from_index(s.r).unwrap(),
-            in_flight: s.f,
-            dp_allreduce_s: ctx.allreduce(&s.a),
-            exposed_dp_s: s.e,
+            time_s: s.time_s,
+            memory_bytes: ctx.mem(&s.sums, s.in_flight, s.policy),
+            recompute: Recompute::from_index(s.policy).unwrap(),
+            in_flight: s.in_flight,
+            dp_allreduce_s: ctx.allreduce(&s.sums),
+            exposed_dp_s: s.exposed_s,
         })
         .collect();
     let max_t = stages.iter().map(|s| s.time_s).fold(0.0, f64::max);
     let max_e = stages.iter().map(|s| s.exposed_dp_s).fold(0.0, f64::max);
-    let time = k_obj * max_t + max_e;
+    let time = ctx.factor(p) * max_t + max_e;
     Plan {
         dp: ctx.d,
         pp: p,
         tp: prob.tp,
         micro_batch: prob.micro_batch,
-        num_micro_batches: m,
+        num_micro_batches: ctx.m,
         global_batch: prob.global_batch,
         time_per_batch_s: time,
         throughput_samples_per_s: prob.global_batch as f64 / time,
@@ -462,7 +474,7 @@ fn min_max_memory(ctx: &Ctx, s_max: usize) -> Vec<u64> {
     for i in (0..n).rev() {
         g[n + i] = ctx.min_mem(&prep.range(i, n - 1), 1);
         let s_hi = s_max.min(n - i);
-        let mut a = Acc::default();
+        let mut a = RangeSums::default();
         for j in i..n - 1 {
             prep.push(&mut a, j);
             for s in 2..=s_hi.min(n - j) {
@@ -602,7 +614,7 @@ pub fn solve(prob: &Problem) -> Solution {
         ));
     }
     let prep = Prepared::new(prob);
-    let mut tb = Tables::default();
+    let mut fronts = SuffixFronts::default();
     let mut best = f64::INFINITY;
     let mut results: Vec<(u64, usize, f64)> = Vec::new(); // (d, p, objective)
                                                           // Largest d first: its tables are the smallest (p <= N / (d·t)) and it gives an incumbent
@@ -619,9 +631,9 @@ pub fn solve(prob: &Problem) -> Solution {
             } else {
                 f64::INFINITY
             };
-            run_dp(&ctx, *ps.last().unwrap(), bound, &mut tb);
+            run_dp(&ctx, *ps.last().unwrap(), bound, &mut fronts);
             for &p in &ps {
-                if let Some(v) = best_value(&ctx, &tb, p) {
+                if let Some(v) = best_value(&ctx, &fronts, p) {
                     results.push((d, p, v));
                     best = best.min(v);
                 }
@@ -639,8 +651,8 @@ pub fn solve(prob: &Problem) -> Solution {
         .min_by_key(|&&(d, p, _)| (d * p as u64, p))
         .unwrap();
     let ctx = Ctx::new(&prep, d, p as u64 * prob.tp, prob.hbm_bytes);
-    run_dp(&ctx, p, bound, &mut tb);
-    Solution::Feasible(reconstruct(&ctx, &tb, p, bound))
+    run_dp(&ctx, p, bound, &mut fronts);
+    Solution::Feasible(reconstruct(&ctx, &fronts, p, bound))
 }
 
 /// Solves many problems in parallel (rayon); answers are in input order.
@@ -708,12 +720,12 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
         });
     }
     let prep = Prepared::new(prob);
-    let mut tb = Tables::default();
+    let mut fronts = SuffixFronts::default();
     let group = pp as u64 * t;
     let ctx = Ctx::new(&prep, dp, group, prob.hbm_bytes);
-    run_dp(&ctx, pp, f64::INFINITY, &mut tb);
-    let plan = match best_value(&ctx, &tb, pp) {
-        Some(v) => reconstruct(&ctx, &tb, pp, tie_bound(v)),
+    run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
+    let plan = match best_value(&ctx, &fronts, pp) {
+        Some(v) => reconstruct(&ctx, &fronts, pp, tie_bound(v)),
         None => {
             // Least largest-stage memory for this (d, p); then the fastest plan within it.
             let needed = min_max_memory(&ctx, pp)[pp * n];
@@ -729,9 +741,10 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
                 pp: Some(pp),
             });
             let ctx = Ctx::new(&prep, dp, group, needed);
-            run_dp(&ctx, pp, f64::INFINITY, &mut tb);
-            let v = best_value(&ctx, &tb, pp).expect("the least-memory plan fits its own memory");
-            reconstruct(&ctx, &tb, pp, tie_bound(v))
+            run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
+            let v =
+                best_value(&ctx, &fronts, pp).expect("the least-memory plan fits its own memory");
+            reconstruct(&ctx, &fronts, pp, tie_bound(v))
         }
     };
     Ok(Evaluation {

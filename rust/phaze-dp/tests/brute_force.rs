@@ -45,10 +45,6 @@ fn random_problem(rng: &mut Rng) -> Problem {
             optimizer_bytes: rng.below(64),
             workspace_bytes: rng.below(32),
             boundary_bytes: rng.below(64),
-            tp_fwd_bytes: rng.below(64),
-            tp_bwd_bytes: rng.below(64),
-            tp_fwd_count: rng.below(3),
-            tp_bwd_count: rng.below(3),
         })
         .collect();
     let devices = 1 + rng.below(32);
@@ -101,7 +97,6 @@ fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Ve
                 + 2.0 * (g - 1) as f64 * lv.latency_s
         }
     };
-    let tp_l = lvl(t);
     let pp_l = lvl(p as u64 * t);
     let dp_l = lvl(d * p as u64 * t);
     let p2p =
@@ -115,14 +110,6 @@ fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Ve
         let (mut fixed, mut saved, mut ws, mut grad, mut bwd) = (0u64, 0u64, 0u64, 0u64, 0.0);
         for l in &prob.layers[i..=j] {
             time += l.fwd_s + l.bwd_s + l.recompute_s[r];
-            if t > 1 {
-                let lv = &prob.levels[tp_l];
-                let tf = t as f64;
-                time += 2.0 * (tf - 1.0) / tf * l.tp_fwd_bytes as f64 / lv.bandwidth_bps
-                    + l.tp_fwd_count as f64 * 2.0 * (tf - 1.0) * lv.latency_s;
-                time += 2.0 * (tf - 1.0) / tf * l.tp_bwd_bytes as f64 / lv.bandwidth_bps
-                    + l.tp_bwd_count as f64 * 2.0 * (tf - 1.0) * lv.latency_s;
-            }
             fixed += l.param_bytes + l.grad_bytes + l.optimizer_bytes;
             saved += l.saved_bytes[r];
             ws = ws.max(l.workspace_bytes);

@@ -1,270 +1,356 @@
 //! The placement DP (`phaze-dp`) across the Python boundary: plain dicts and lists in and out,
-//! the GIL released while solving. Only conversions and key checking live here.
+//! the GIL released while solving. Only conversions live here.
 //!
-//! Unknown keys are rejected (a misspelt optional key would otherwise be silently ignored);
-//! a missing key raises `KeyError`, a bad value `ValueError`, both naming the key.
+//! The input dicts are read into typed structs (`#[derive(FromPyObject)]`, one `#[pyo3(item)]`
+//! field per key); unknown keys are rejected (a misspelt optional key would otherwise be
+//! silently ignored). A missing key raises `KeyError`, a bad value `ValueError`, both naming
+//! where it is (`problem.layers[3].fwd_s`): [`located`] restates the derive's error chain.
 
 use phaze_dp::{Evaluation, Layer, NetLevel, Plan, Problem, Solution, Violation};
-use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList};
 
-const PROBLEM_KEYS: &[&str] = &[
-    "layers",
-    "devices",
-    "hbm_bytes",
-    "levels",
-    "global_batch",
-    "micro_batch",
-    "tp",
-    "dp_overlap",
-    "max_stages",
-];
-const LAYER_KEYS: &[&str] = &[
-    "fwd_s",
-    "bwd_s",
-    "recompute_s",
-    "saved_bytes",
-    "param_bytes",
-    "grad_bytes",
-    "optimizer_bytes",
-    "workspace_bytes",
-    "boundary_bytes",
-    "tp_fwd_bytes",
-    "tp_bwd_bytes",
-    "tp_fwd_count",
-    "tp_bwd_count",
-];
-const LEVEL_KEYS: &[&str] = &["group_size", "bandwidth_Bps", "latency_s"];
+// ---- scalars: strict about types; ranges are the core's (`Problem::validate`) ----------------
 
-fn type_name(v: &Bound<'_, PyAny>) -> String {
-    v.get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into())
+fn bad(what: &str, v: &Bound<'_, PyAny>) -> PyErr {
+    let shown = v.repr().map(|r| r.to_string()).unwrap_or_else(|_| {
+        v.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "?".into())
+    });
+    PyValueError::new_err(format!("expected {what}, got {shown}"))
 }
 
-/// Where a value sits in the input (`problem.layers[3].recompute_s[1]`), formatted only when
-/// an error names it: parsing a large problem must not allocate a string per value.
-#[derive(Clone, Copy)]
-struct Name<'a> {
-    ctx: &'a str,
-    key: &'a str,
-    index: Option<usize>,
-}
+/// A real number (int or float; bool rejected).
+struct Real(f64);
 
-impl<'a> Name<'a> {
-    fn of(ctx: &'a str, key: &'a str) -> Self {
-        Name {
-            ctx,
-            key,
-            index: None,
+impl<'a, 'py> FromPyObject<'a, 'py> for Real {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if v.is_instance_of::<PyBool>() {
+            return Err(bad("a number", &v));
         }
+        v.extract::<f64>()
+            .map(Real)
+            .map_err(|_| bad("a number", &v))
     }
-    fn at(self, index: usize) -> Self {
-        Name {
-            index: Some(index),
-            ..self
-        }
-    }
-}
-
-impl std::fmt::Display for Name<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.ctx)?;
-        if !self.key.is_empty() {
-            write!(f, ".{}", self.key)?;
-        }
-        if let Some(i) = self.index {
-            write!(f, "[{i}]")?;
-        }
-        Ok(())
-    }
-}
-
-fn bad(name: impl std::fmt::Display, what: &str, v: &Bound<'_, PyAny>) -> PyErr {
-    let shown = v
-        .repr()
-        .map(|r| r.to_string())
-        .unwrap_or_else(|_| type_name(v));
-    PyValueError::new_err(format!("{name}: expected {what}, got {shown}"))
-}
-
-/// A dict with only `allowed` string keys.
-fn as_dict<'a, 'py>(
-    v: &'a Bound<'py, PyAny>,
-    name: &str,
-    allowed: &[&str],
-) -> PyResult<&'a Bound<'py, PyDict>> {
-    let d = v.cast::<PyDict>().map_err(|_| bad(name, "a dict", v))?;
-    for k in d.keys() {
-        let ks: String = k.extract().map_err(|_| bad(name, "string keys", &k))?;
-        if !allowed.contains(&ks.as_str()) {
-            return Err(PyValueError::new_err(format!(
-                "{name}: unknown key '{ks}' (expected keys: {})",
-                allowed.join(", ")
-            )));
-        }
-    }
-    Ok(d)
-}
-
-fn req<'py>(d: &Bound<'py, PyDict>, key: &str, name: &str) -> PyResult<Bound<'py, PyAny>> {
-    d.get_item(key)?
-        .ok_or_else(|| PyKeyError::new_err(format!("missing key '{key}' in {name}")))
-}
-
-/// A real number (int or float; bool rejected). Range checks are the core's (`validate`).
-fn as_f64(v: &Bound<'_, PyAny>, name: Name) -> PyResult<f64> {
-    if v.is_instance_of::<PyBool>() {
-        return Err(bad(name, "a number", v));
-    }
-    v.extract::<f64>().map_err(|_| bad(name, "a number", v))
 }
 
 /// A non-negative integer (bool and float rejected).
-fn as_uint(v: &Bound<'_, PyAny>, name: Name) -> PyResult<u64> {
-    if v.is_instance_of::<PyBool>() || v.is_instance_of::<PyFloat>() {
-        return Err(bad(name, "a non-negative integer", v));
+struct Count(u64);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Count {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        const WHAT: &str = "a non-negative integer";
+        if v.is_instance_of::<PyBool>() || v.is_instance_of::<PyFloat>() {
+            return Err(bad(WHAT, &v));
+        }
+        v.extract::<u64>().map(Count).map_err(|_| bad(WHAT, &v))
     }
-    v.extract::<u64>()
-        .map_err(|_| bad(name, "a non-negative integer", v))
 }
 
 /// Bytes: a non-negative integer, or a finite non-negative float rounded up to a whole byte
 /// (cost passes may compute sizes in floating point).
-fn as_bytes(v: &Bound<'_, PyAny>, name: Name) -> PyResult<u64> {
-    const WHAT: &str = "a non-negative number of bytes";
-    if v.is_instance_of::<PyBool>() {
-        return Err(bad(name, WHAT, v));
+struct Bytes(u64);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Bytes {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        const WHAT: &str = "a non-negative number of bytes";
+        if v.is_instance_of::<PyBool>() {
+            return Err(bad(WHAT, &v));
+        }
+        if !v.is_instance_of::<PyFloat>() {
+            if let Ok(x) = v.extract::<u64>() {
+                return Ok(Bytes(x));
+            }
+        }
+        let x = v.extract::<f64>().map_err(|_| bad(WHAT, &v))?;
+        // 2^64 as f64 is exact; anything at or above it does not fit a u64.
+        if !(x.is_finite() && x >= 0.0 && x.ceil() < 18_446_744_073_709_551_616.0) {
+            return Err(bad(WHAT, &v));
+        }
+        Ok(Bytes(x.ceil() as u64))
     }
-    if !v.is_instance_of::<PyFloat>() {
-        if let Ok(x) = v.extract::<u64>() {
-            return Ok(x);
+}
+
+/// A bool (an int is rejected).
+struct Flag(bool);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Flag {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        v.extract::<bool>().map(Flag).map_err(|_| bad("a bool", &v))
+    }
+}
+
+// ---- containers ----------------------------------------------------------------------------
+
+/// The message of an item's extraction error, restated by [`located`] as `[index]`.
+const ITEM_ERROR: &str = "failed to extract item ";
+/// The message pyo3's derive gives a field's extraction error (`Struct.field`), restated by
+/// [`located`] as `.field`.
+const FIELD_ERROR: &str = "failed to extract field ";
+
+/// The items of a list, each extracted as `T`; an item's error names its index.
+fn items<'py, T>(v: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<T>>
+where
+    T: for<'a> FromPyObject<'a, 'py, Error = PyErr>,
+{
+    let list = v
+        .extract::<Vec<Bound<'py, PyAny>>>()
+        .map_err(|_| bad(what, v))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, item)| {
+            item.extract::<T>().map_err(|cause| {
+                let err = PyTypeError::new_err(format!("{ITEM_ERROR}{i}"));
+                err.set_cause(v.py(), Some(cause));
+                err
+            })
+        })
+        .collect()
+}
+
+/// A list of items.
+struct Items<T>(Vec<T>);
+
+impl<'a, 'py, T> FromPyObject<'a, 'py> for Items<T>
+where
+    T: for<'b> FromPyObject<'b, 'py, Error = PyErr>,
+{
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        items(&v, "a list").map(Items)
+    }
+}
+
+/// One value per recompute policy: `[none, selective, full]`.
+struct PerPolicy<T>([T; 3]);
+
+impl<'a, 'py, T> FromPyObject<'a, 'py> for PerPolicy<T>
+where
+    T: for<'b> FromPyObject<'b, 'py, Error = PyErr>,
+{
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        const WHAT: &str = "a list of 3 values (none, selective, full)";
+        let values = items::<T>(&v, WHAT)?;
+        <[T; 3]>::try_from(values)
+            .map(PerPolicy)
+            .map_err(|_| bad(WHAT, &v))
+    }
+}
+
+/// The keys a dict struct reads (every other key is rejected).
+trait Keys {
+    const KEYS: &'static [&'static str];
+}
+
+/// A dict with only `T::KEYS`, read as `T`.
+struct Dict<T>(T);
+
+impl<'a, 'py, T> FromPyObject<'a, 'py> for Dict<T>
+where
+    T: Keys + for<'b> FromPyObject<'b, 'py, Error = PyErr>,
+{
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let d = v.cast::<PyDict>().map_err(|_| bad("a dict", &v))?;
+        for k in d.keys() {
+            let key: String = k.extract().map_err(|_| bad("string keys", &k))?;
+            if !T::KEYS.contains(&key.as_str()) {
+                return Err(PyValueError::new_err(format!(
+                    "unknown key '{key}' (expected keys: {})",
+                    T::KEYS.join(", ")
+                )));
+            }
+        }
+        v.extract::<T>().map(Dict)
+    }
+}
+
+/// An input error raised while reading the value at `path`, restated with the path of the
+/// value it is about: a missing key as `KeyError("missing key 'k' in PATH")`, a bad value as
+/// `ValueError("PATH: ...")`. The derive's and [`items`]' wrappers give the path's segments.
+fn located(py: Python<'_>, err: PyErr, path: &str) -> PyErr {
+    let mut path = path.to_string();
+    let mut err = err;
+    while err.is_instance_of::<PyTypeError>(py) {
+        let message = err.value(py).to_string();
+        let segment = if let Some(field) = message.strip_prefix(FIELD_ERROR) {
+            format!(".{}", field.rsplit('.').next().unwrap_or(field))
+        } else if let Some(index) = message.strip_prefix(ITEM_ERROR) {
+            format!("[{index}]")
+        } else {
+            break;
+        };
+        let Some(cause) = err.cause(py) else { break };
+        path.push_str(&segment);
+        err = cause;
+    }
+    if err.is_instance_of::<PyKeyError>(py) {
+        PyKeyError::new_err(format!("missing key {} in {path}", err.value(py)))
+    } else if err.is_instance_of::<PyValueError>(py) || err.is_instance_of::<PyTypeError>(py) {
+        PyValueError::new_err(format!("{path}: {}", err.value(py)))
+    } else {
+        err
+    }
+}
+
+// ---- the input dicts (see `passes/algorithms/_phaze_rs.pyi`) -------------------------------
+
+#[derive(FromPyObject)]
+struct LayerInput {
+    #[pyo3(item)]
+    fwd_s: Real,
+    #[pyo3(item)]
+    bwd_s: Real,
+    #[pyo3(item)]
+    recompute_s: PerPolicy<Real>,
+    #[pyo3(item)]
+    saved_bytes: PerPolicy<Bytes>,
+    #[pyo3(item)]
+    param_bytes: Bytes,
+    #[pyo3(item)]
+    grad_bytes: Bytes,
+    #[pyo3(item)]
+    optimizer_bytes: Bytes,
+    #[pyo3(item)]
+    workspace_bytes: Bytes,
+    #[pyo3(item)]
+    boundary_bytes: Bytes,
+}
+
+impl Keys for LayerInput {
+    const KEYS: &'static [&'static str] = &[
+        "fwd_s",
+        "bwd_s",
+        "recompute_s",
+        "saved_bytes",
+        "param_bytes",
+        "grad_bytes",
+        "optimizer_bytes",
+        "workspace_bytes",
+        "boundary_bytes",
+    ];
+}
+
+#[derive(FromPyObject)]
+#[allow(non_snake_case)] // the key is `bandwidth_Bps` (bytes, not bits, per second)
+struct LevelInput {
+    #[pyo3(item)]
+    group_size: Count,
+    #[pyo3(item)]
+    bandwidth_Bps: Real,
+    #[pyo3(item)]
+    latency_s: Real,
+}
+
+impl Keys for LevelInput {
+    const KEYS: &'static [&'static str] = &["group_size", "bandwidth_Bps", "latency_s"];
+}
+
+#[derive(FromPyObject)]
+struct ProblemInput {
+    #[pyo3(item)]
+    layers: Items<Dict<LayerInput>>,
+    #[pyo3(item)]
+    devices: Count,
+    #[pyo3(item)]
+    hbm_bytes: Bytes,
+    #[pyo3(item)]
+    levels: Items<Dict<LevelInput>>,
+    #[pyo3(item)]
+    global_batch: Count,
+    #[pyo3(item)]
+    micro_batch: Count,
+    #[pyo3(item)]
+    tp: Count,
+    #[pyo3(item)]
+    dp_overlap: Flag,
+    #[pyo3(item, default)]
+    max_stages: Option<Count>,
+}
+
+impl Keys for ProblemInput {
+    const KEYS: &'static [&'static str] = &[
+        "layers",
+        "devices",
+        "hbm_bytes",
+        "levels",
+        "global_batch",
+        "micro_batch",
+        "tp",
+        "dp_overlap",
+        "max_stages",
+    ];
+}
+
+impl From<LayerInput> for Layer {
+    fn from(l: LayerInput) -> Layer {
+        Layer {
+            fwd_s: l.fwd_s.0,
+            bwd_s: l.bwd_s.0,
+            recompute_s: l.recompute_s.0.map(|x| x.0),
+            saved_bytes: l.saved_bytes.0.map(|x| x.0),
+            param_bytes: l.param_bytes.0,
+            grad_bytes: l.grad_bytes.0,
+            optimizer_bytes: l.optimizer_bytes.0,
+            workspace_bytes: l.workspace_bytes.0,
+            boundary_bytes: l.boundary_bytes.0,
         }
     }
-    let x = v.extract::<f64>().map_err(|_| bad(name, WHAT, v))?;
-    // 2^64 as f64 is exact; anything at or above it does not fit a u64.
-    if !(x.is_finite() && x >= 0.0 && x.ceil() < 18_446_744_073_709_551_616.0) {
-        return Err(bad(name, WHAT, v));
-    }
-    Ok(x.ceil() as u64)
 }
 
-fn as_list<'py>(
-    v: &Bound<'py, PyAny>,
-    name: impl std::fmt::Display,
-    what: &str,
-) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    v.extract::<Vec<Bound<'py, PyAny>>>()
-        .map_err(|_| bad(name, what, v))
-}
-
-fn as_triple<T: Copy + Default>(
-    v: &Bound<'_, PyAny>,
-    name: Name,
-    one: fn(&Bound<'_, PyAny>, Name) -> PyResult<T>,
-) -> PyResult<[T; 3]> {
-    let items = as_list(v, name, "a list of 3 values (none, selective, full)")?;
-    if items.len() != 3 {
-        return Err(bad(name, "a list of 3 values (none, selective, full)", v));
-    }
-    let mut out = [T::default(); 3];
-    for (r, item) in items.iter().enumerate() {
-        out[r] = one(item, name.at(r))?;
-    }
-    Ok(out)
-}
-
-fn parse_layer(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Layer> {
-    let d = as_dict(v, name, LAYER_KEYS)?;
-    let f = |k: &str| as_f64(&req(d, k, name)?, Name::of(name, k));
-    let b = |k: &str| as_bytes(&req(d, k, name)?, Name::of(name, k));
-    let u = |k: &str| as_uint(&req(d, k, name)?, Name::of(name, k));
-    Ok(Layer {
-        fwd_s: f("fwd_s")?,
-        bwd_s: f("bwd_s")?,
-        recompute_s: as_triple(
-            &req(d, "recompute_s", name)?,
-            Name::of(name, "recompute_s"),
-            as_f64,
-        )?,
-        saved_bytes: as_triple(
-            &req(d, "saved_bytes", name)?,
-            Name::of(name, "saved_bytes"),
-            as_bytes,
-        )?,
-        param_bytes: b("param_bytes")?,
-        grad_bytes: b("grad_bytes")?,
-        optimizer_bytes: b("optimizer_bytes")?,
-        workspace_bytes: b("workspace_bytes")?,
-        boundary_bytes: b("boundary_bytes")?,
-        tp_fwd_bytes: b("tp_fwd_bytes")?,
-        tp_bwd_bytes: b("tp_bwd_bytes")?,
-        tp_fwd_count: u("tp_fwd_count")?,
-        tp_bwd_count: u("tp_bwd_count")?,
-    })
-}
-
-fn parse_level(v: &Bound<'_, PyAny>, name: &str) -> PyResult<NetLevel> {
-    let d = as_dict(v, name, LEVEL_KEYS)?;
-    Ok(NetLevel {
-        group_size: as_uint(&req(d, "group_size", name)?, Name::of(name, "group_size"))?,
-        bandwidth_bps: as_f64(
-            &req(d, "bandwidth_Bps", name)?,
-            Name::of(name, "bandwidth_Bps"),
-        )?,
-        latency_s: as_f64(&req(d, "latency_s", name)?, Name::of(name, "latency_s"))?,
-    })
-}
-
-/// Dict → validated `Problem`. `name` prefixes messages (`problem`, `problems[3]`).
-fn parse_problem(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Problem> {
-    let d = as_dict(v, name, PROBLEM_KEYS)?;
-    let layers = as_list(
-        &req(d, "layers", name)?,
-        Name::of(name, "layers"),
-        "a list of layer dicts",
-    )?
-    .iter()
-    .enumerate()
-    .map(|(i, l)| parse_layer(l, &format!("{name}.layers[{i}]")))
-    .collect::<PyResult<Vec<_>>>()?;
-    let levels = as_list(
-        &req(d, "levels", name)?,
-        Name::of(name, "levels"),
-        "a list of level dicts",
-    )?
-    .iter()
-    .enumerate()
-    .map(|(i, l)| parse_level(l, &format!("{name}.levels[{i}]")))
-    .collect::<PyResult<Vec<_>>>()?;
-    let u = |k: &str| as_uint(&req(d, k, name)?, Name::of(name, k));
-    let dp_overlap = req(d, "dp_overlap", name)?;
-    let max_stages = match d.get_item("max_stages")? {
-        Some(v) if !v.is_none() => {
-            let ms = as_uint(&v, Name::of(name, "max_stages"))?;
-            Some(usize::try_from(ms).unwrap_or(usize::MAX))
+impl From<LevelInput> for NetLevel {
+    fn from(l: LevelInput) -> NetLevel {
+        NetLevel {
+            group_size: l.group_size.0,
+            bandwidth_bps: l.bandwidth_Bps.0,
+            latency_s: l.latency_s.0,
         }
-        _ => None,
-    };
-    let prob = Problem {
-        layers,
-        devices: u("devices")?,
-        hbm_bytes: as_bytes(&req(d, "hbm_bytes", name)?, Name::of(name, "hbm_bytes"))?,
-        levels,
-        global_batch: u("global_batch")?,
-        micro_batch: u("micro_batch")?,
-        tp: u("tp")?,
-        dp_overlap: dp_overlap
-            .extract::<bool>()
-            .map_err(|_| bad(Name::of(name, "dp_overlap"), "a bool", &dp_overlap))?,
-        max_stages,
-    };
+    }
+}
+
+impl From<ProblemInput> for Problem {
+    fn from(p: ProblemInput) -> Problem {
+        Problem {
+            layers: p.layers.0.into_iter().map(|d| d.0.into()).collect(),
+            devices: p.devices.0,
+            hbm_bytes: p.hbm_bytes.0,
+            levels: p.levels.0.into_iter().map(|d| d.0.into()).collect(),
+            global_batch: p.global_batch.0,
+            micro_batch: p.micro_batch.0,
+            tp: p.tp.0,
+            dp_overlap: p.dp_overlap.0,
+            max_stages: p
+                .max_stages
+                .map(|c| usize::try_from(c.0).unwrap_or(usize::MAX)),
+        }
+    }
+}
+
+/// A checked problem from its input; `path` names it in messages (`problem`, `problems[3]`).
+fn validated(input: ProblemInput, path: &str) -> PyResult<Problem> {
+    let prob = Problem::from(input);
     prob.validate()
-        .map_err(|e| PyValueError::new_err(format!("{name}: {}", e.message)))?;
+        .map_err(|e| PyValueError::new_err(format!("{path}: {}", e.message)))?;
     Ok(prob)
 }
+
+/// Dict → validated `Problem`.
+fn read_problem(v: &Bound<'_, PyAny>) -> PyResult<Problem> {
+    let Dict(input) = v
+        .extract::<Dict<ProblemInput>>()
+        .map_err(|e| located(v.py(), e, "problem"))?;
+    validated(input, "problem")
+}
+
+// ---- the answers ---------------------------------------------------------------------------
 
 fn plan_dict<'py>(py: Python<'py>, p: &Plan) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -339,13 +425,15 @@ fn evaluation_dict<'py>(py: Python<'py>, e: &Evaluation) -> PyResult<Bound<'py, 
     result_dict(py, e.feasible, e.plan.as_ref(), &e.violations)
 }
 
+// ---- the functions -------------------------------------------------------------------------
+
 /// Optimal placement of one problem (see `passes/algorithms/_phaze_rs.pyi` for the dict layout).
 #[pyfunction]
 fn solve_placement<'py>(
     py: Python<'py>,
     problem: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let prob = parse_problem(problem, "problem")?;
+    let prob = read_problem(problem)?;
     let sol = py.detach(|| phaze_dp::solve(&prob));
     solution_dict(py, &sol)
 }
@@ -356,10 +444,12 @@ fn solve_placement_batch<'py>(
     py: Python<'py>,
     problems: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let probs = as_list(problems, "problems", "a list of problem dicts")?
-        .iter()
+    let inputs = items::<Dict<ProblemInput>>(problems, "a list of problem dicts")
+        .map_err(|e| located(py, e, "problems"))?;
+    let probs = inputs
+        .into_iter()
         .enumerate()
-        .map(|(i, p)| parse_problem(p, &format!("problems[{i}]")))
+        .map(|(i, Dict(input))| validated(input, &format!("problems[{i}]")))
         .collect::<PyResult<Vec<_>>>()?;
     let sols = py.detach(|| phaze_dp::solve_many(&probs));
     let out = PyList::empty(py);
@@ -377,7 +467,7 @@ fn evaluate_placement<'py>(
     pp: i64,
     dp: i64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let prob = parse_problem(problem, "problem")?;
+    let prob = read_problem(problem)?;
     if pp < 1 || dp < 1 {
         return Err(PyValueError::new_err(format!(
             "pp and dp must be >= 1, got pp = {pp}, dp = {dp}"
