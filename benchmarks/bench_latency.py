@@ -55,7 +55,7 @@ def main() -> None:
 
     from passes.algorithms.arch_space import paper_space
     from passes.algorithms.latency import BOUNDS, LatencyCache, config_of, estimate_op, estimate_space
-    from passes.estimate_latency import op_table
+    from passes.cost_view import op_table
     from phaze_ir.hardware import load_hardware
 
     space = paper_space()

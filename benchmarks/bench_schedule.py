@@ -68,8 +68,9 @@ def main() -> None:
     t_load = time.perf_counter() - t0
 
     from passes.algorithms import schedule as S
-    from passes.graph_view import build_graph, step_function
-    from passes.schedule_ops import core_counts, read_latencies, read_layers, scheduled_layers
+    from passes.cost_view import core_counts, read_latencies
+    from passes.graph_view import build_graph, read_layers, step_function
+    from passes.schedule_ops import scheduled_layers
 
     layers_attr = [l.as_dict() for l in module.attributes["phaze.layers"].data]
     same_as = {l["index"]: l["same_as"] for l in layers_attr}
@@ -85,18 +86,18 @@ def main() -> None:
 
     # ---- cold and warm ------------------------------------------------------------------------
     for limit in [float(x) for x in args.time_limits.split(",")]:
-        S.DEFAULT_CACHE.clear()
+        cache = S.ScheduleCache()
         t0 = time.perf_counter()
         graph, ops = build_graph(step_function(module))
-        latency, layer_of = read_latencies(ops, "bench"), read_layers(ops, "bench")
+        latency, layer_of = read_latencies(ops), read_layers(ops)
         cores = core_counts(module, "bench")
         t_read = time.perf_counter() - t0
         t0 = time.perf_counter()
-        layers = S.schedule_layers(graph, layer_of, latency, cores, time_limit=limit, gap_limit=args.gap_limit)
+        layers = S.schedule_layers(graph, layer_of, latency, cores, cache, time_limit=limit, gap_limit=args.gap_limit)
         t_cold = time.perf_counter() - t0
         print(
             f"\ncold, time limit {limit:g} s per solve, gap limit {args.gap_limit:g}: {t_cold:.2f} s "
-            f"({S.DEFAULT_CACHE.misses} problems solved, {S.DEFAULT_CACHE.hits} from the cache; reading the "
+            f"({cache.misses} problems solved, {cache.hits} from the cache; reading the "
             f"IR, not counted: {t_read:.2f} s)"
         )
         print(
@@ -115,10 +116,10 @@ def main() -> None:
                     f"{s.list_makespan / s.makespan:>10.4f}{s.lower_bound / s.makespan:>9.4f}"
                 )
         t0 = time.perf_counter()
-        S.schedule_layers(graph, layer_of, latency, cores, time_limit=limit, gap_limit=args.gap_limit)
+        S.schedule_layers(graph, layer_of, latency, cores, cache, time_limit=limit, gap_limit=args.gap_limit)
         t_warm = time.perf_counter() - t0
         t0 = time.perf_counter()
-        scheduled_layers(module, "bench", limit, 0, args.gap_limit)
+        scheduled_layers(module, "bench", {"time_limit": limit, "seed": 0, "gap_limit": args.gap_limit}, cache)
         t_warm_ir = time.perf_counter() - t0
         total = {p: sum(l.makespan(p) for l in layers) for p in ("fwd", "bwd", "opt")}
         print(
@@ -137,7 +138,7 @@ def main() -> None:
     # ---- the architecture search ------------------------------------------------------------
     from passes.algorithms.arch_space import paper_space
     from passes.algorithms.latency import estimate_space
-    from passes.estimate_latency import op_table
+    from passes.cost_view import op_table
 
     space = paper_space()
     configs = space.configs

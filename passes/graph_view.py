@@ -7,11 +7,12 @@ make it from the IR and keep the op list to write results back.
 from __future__ import annotations
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import StringAttr, TensorType
+from xdsl.dialects.builtin import IntegerAttr, StringAttr, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from passes.algorithms.graph import Graph
 from phaze_ir import dialect as ph
+from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 
 
@@ -28,8 +29,8 @@ def arg_role(fn: func.FuncOp, index: int) -> tuple[str, str]:
     if fn.arg_attrs is None:
         return "", ""
     attrs = fn.arg_attrs.data[index].data
-    for role in ("param", "buffer", "input"):
-        a = attrs.get(f"phaze.{role}")
+    for role, key in keys.ARG_ROLES.items():
+        a = attrs.get(key)
         if isinstance(a, StringAttr):
             return role, a.data
     return "", ""
@@ -56,10 +57,10 @@ def build_graph(fn: func.FuncOp, require_phase: bool = True) -> tuple[Graph, lis
     for op in fn.body.block.ops:
         if isinstance(op, func.ReturnOp):
             continue
-        phase = op.attributes.get(ph.PHASE_ATTR)
+        phase = op.attributes.get(keys.PHASE)
         if require_phase and not isinstance(phase, StringAttr):
-            raise PhazeError(f"'{op.name}' op has no '{ph.PHASE_ATTR}' attribute; import the model with phazec first")
-        module = op.attributes.get(ph.MODULE_ATTR)
+            raise PhazeError(f"'{op.name}' op has no '{keys.PHASE}' attribute; import the model with phazec first")
+        module = op.attributes.get(keys.MODULE)
         index = graph.add_op(
             phase.data if isinstance(phase, StringAttr) else "fwd",
             module.data if isinstance(module, StringAttr) else "",
@@ -74,3 +75,8 @@ def build_graph(fn: func.FuncOp, require_phase: bool = True) -> tuple[Graph, lis
             ids[r] = v
         ops.append(op)
     return graph, ops
+
+
+def read_layers(ops: list[Operation]) -> list[int]:
+    """The ``phaze.layer`` of every op (written by ``phaze-group-layers``)."""
+    return [keys.require(o, keys.LAYER, IntegerAttr).value.data for o in ops]

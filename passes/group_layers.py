@@ -11,13 +11,14 @@ from xdsl.passes import ModulePass
 from passes.algorithms.layers import analyze_layers
 from passes.graph_view import build_graph, step_function
 from phaze_ir import dialect as ph
-from phaze_ir.attributes import LayerAttr
+from phaze_ir import keys
+from phaze_ir.attributes import LayerInfoAttr
 
 
 @dataclass(frozen=True)
 class GroupLayersPass(ModulePass):
     """Give every op a ``phaze.layer`` index and the module a ``phaze.layers`` list of
-    ``#phaze.layer`` records (kind, source module, structural class ``same_as``, parameter,
+    ``#phaze.layer_info`` records (kind, source module, structural class ``same_as``, parameter,
     saved-activation and boundary bytes, FLOPs per phase).  Blocks come from the module
     hierarchy (the integer-indexed children holding the most forward ops), identical blocks
     from a structural hash.  Requires ``phaze.phase``/``phaze.module`` from the importer.
@@ -30,5 +31,5 @@ class GroupLayersPass(ModulePass):
         graph, ops = build_graph(fn)
         layer_of, infos = analyze_layers(graph)
         for o, layer in zip(ops, layer_of):
-            o.attributes[ph.LAYER_ATTR] = ph.int_attr(layer)
-        op.attributes[ph.LAYERS_MODULE_ATTR] = ArrayAttr([LayerAttr.make(**vars(i)) for i in infos])
+            o.attributes[keys.LAYER] = ph.int_attr(layer)
+        op.attributes[keys.LAYERS] = ArrayAttr([LayerInfoAttr.make(**vars(i)) for i in infos])

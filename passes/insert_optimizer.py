@@ -11,6 +11,7 @@ from xdsl.passes import ModulePass
 
 from passes.graph_view import arg_role, step_function
 from phaze_ir import dialect as ph
+from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 
 
@@ -40,13 +41,13 @@ class InsertOptimizerPass(ModulePass):
         res_attrs = list(fn.res_attrs.data) if fn.res_attrs is not None else [DictionaryAttr({})] * len(ret.operands)
         params = {arg_role(fn, i)[1]: a for i, a in enumerate(fn.body.block.args) if arg_role(fn, i)[0] == "param"}
         grads = [
-            (v, attrs.data[ph.GRAD_RES_ATTR].data)
+            (v, name.data)
             for v, attrs in zip(ret.operands, res_attrs)
-            if ph.GRAD_RES_ATTR in attrs.data
+            if isinstance(name := attrs.data.get(keys.GRAD), StringAttr)
         ]
         if not grads:
             raise PhazeError(
-                f"{self.name}: the step returns no gradients ('{ph.GRAD_RES_ATTR}' results); "
+                f"{self.name}: the step returns no gradients ('{keys.GRAD}' results); "
                 "import it with phazec --emit training"
             )
         state_bytes = ph.OPTIMIZER_KINDS[self.optimizer][1]
@@ -55,12 +56,12 @@ class InsertOptimizerPass(ModulePass):
             if pname not in params:
                 raise PhazeError(f"{self.name}: gradient of '{pname}' has no matching parameter argument")
             upd = ph.OptimizerUpdateOp(self.optimizer, params[pname], grad, state_bytes)
-            upd.attributes[ph.PHASE_ATTR] = StringAttr("opt")
-            upd.attributes[ph.MODULE_ATTR] = StringAttr(pname.rpartition(".")[0])
+            upd.attributes[keys.PHASE] = StringAttr("opt")
+            upd.attributes[keys.MODULE] = StringAttr(pname.rpartition(".")[0])
             upd.result.name_hint = "updated"
             fn.body.block.insert_op_before(upd, ret)
             new_values.append(upd.result)
-            new_attrs.append(DictionaryAttr({ph.UPDATED_RES_ATTR: StringAttr(pname)}))
+            new_attrs.append(DictionaryAttr({keys.UPDATED: StringAttr(pname)}))
         new_ret = func.ReturnOp(*ret.operands, *new_values)
         fn.body.block.insert_op_before(new_ret, ret)
         fn.body.block.erase_op(ret)

@@ -11,21 +11,13 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from passes.algorithms import schedule as sched
 from passes.algorithms.memory import STATE_BYTES_PER_ELEMENT, layer_memory
 from passes.algorithms.recompute import analyze_recompute
-from passes.graph_view import arg_role, build_graph, step_function
-from passes.schedule_ops import (
-    LAYER_SCHEDULE_ATTR,
-    SolverOptions,
-    core_counts,
-    read_latencies,
-    read_layers,
-)
+from passes.cost_view import core_counts, read_latencies
+from passes.graph_view import arg_role, build_graph, read_layers, step_function
+from passes.solver_options import SolverOptions
 from phaze_ir import dialect as ph
-from phaze_ir.attributes import LayerMemoryAttr, LayerScheduleAttr, RecomputeAttr
+from phaze_ir import keys
+from phaze_ir.attributes import LayerMemoryAttr, LayerRecomputeAttr, LayerScheduleAttr
 from phaze_ir.errors import PhazeError
-
-RECOMPUTE_OP_ATTR = "phaze.recompute"
-LAYER_RECOMPUTE_ATTR = "phaze.layer_recompute"
-LAYER_MEMORY_ATTR = "phaze.layer_memory"
 
 
 def static_costs(module: ModuleOp, optimizer: str, pass_name: str):
@@ -35,7 +27,7 @@ def static_costs(module: ModuleOp, optimizer: str, pass_name: str):
     ``phaze.optimizer_update`` ops).  The architecture search prices these once per setting."""
     fn = step_function(module)
     graph, ops = build_graph(fn)
-    layer_of = read_layers(ops, pass_name)
+    layer_of = read_layers(ops)
     recompute = analyze_recompute(graph, layer_of)
     # Optimizer state per parameter (value ids of the parameter arguments).
     state: dict[int, int] = {}
@@ -63,13 +55,13 @@ class InsertRecomputePass(SolverOptions):
     Writes ``phaze.recompute = "selective"`` on the forward ops that selective recompute re-runs
     in backward (each attention core: ``Q·Kᵀ``, scaling and mask, softmax, dropout, ``·V``,
     found by structure), and on the module ``phaze.layer_recompute`` (per layer:
-    ``#phaze.recompute`` with the bytes stashed per micro-batch under none / selective / full
+    ``#phaze.layer_recompute`` with the bytes stashed per micro-batch under none / selective / full
     recompute and the extra forward time of selective and full: the scheduled makespan of the
     attention cores, of the whole forward) and ``phaze.layer_memory`` (``#phaze.layer_memory``:
     parameters, gradients, optimizer state, stashes, workspace).
 
     Requires ``phaze-schedule-ops`` (``phaze.layer_schedule``; the attention cores are scheduled
-    here through the same cache).  Options: ``optimizer`` = ``""`` (default: the optimizer state
+    here, through the schedule cache handed in, as ``phaze-schedule-ops`` does).  Options: ``optimizer`` = ``""`` (default: the optimizer state
     the ``phaze.optimizer_update`` ops carry; Adam's 12 bytes per parameter element when there
     are none), ``adam`` or ``sgd``; ``time_limit``, ``gap_limit``, ``node_limit``, ``max_binaries`` and ``seed`` as
     ``phaze-schedule-ops``.
@@ -85,19 +77,16 @@ class InsertRecomputePass(SolverOptions):
                 f"{', '.join(STATE_BYTES_PER_ELEMENT)} (or nothing: read the optimizer updates)"
             )
         limits = self.solver_limits()
-        records = op.attributes.get(LAYER_SCHEDULE_ATTR)
-        if not isinstance(records, ArrayAttr) or not all(isinstance(r, LayerScheduleAttr) for r in records.data):
-            raise PhazeError(
-                f"{self.name} requires '{LAYER_SCHEDULE_ATTR}' on the module; run phaze-schedule-ops first"
-            )
-        fwd_s = {r.get("index"): r.get("fwd_s") for r in records.data}
+        cache = self.schedule_cache()
+        records = keys.require_records(op, keys.LAYER_SCHEDULE, LayerScheduleAttr)
+        fwd_s = {r.get("index"): r.get("fwd_s") for r in records}
         graph, ops, layer_of, recompute, memory = static_costs(op, self.optimizer, self.name)
-        latency = read_latencies(ops, self.name)
+        latency = read_latencies(ops)
         cores = core_counts(op, self.name)
         missing = sorted(set(layer_of) - set(fwd_s))
         if missing:
             raise PhazeError(
-                f"{self.name}: '{LAYER_SCHEDULE_ATTR}' has no record of layer {missing[0]}; "
+                f"{self.name}: '{keys.LAYER_SCHEDULE}' has no record of layer {missing[0]}; "
                 "run phaze-schedule-ops again"
             )
 
@@ -105,18 +94,18 @@ class InsertRecomputePass(SolverOptions):
         for rc in recompute:
             if rc.selective_ops:
                 problem = sched.group_problem(graph, rc.selective_ops, latency, cores)
-                selective_s.append(sched.DEFAULT_CACHE.solve(problem, **limits).makespan)
+                selective_s.append(cache.solve(problem, **limits).makespan)
             else:
                 selective_s.append(0.0)
 
         for o in ops:
-            o.attributes.pop(RECOMPUTE_OP_ATTR, None)
+            o.attributes.pop(keys.RECOMPUTE, None)
         for rc in recompute:
             for i in rc.selective_ops:
-                ops[i].attributes[RECOMPUTE_OP_ATTR] = StringAttr("selective")
-        op.attributes[LAYER_RECOMPUTE_ATTR] = ArrayAttr(
+                ops[i].attributes[keys.RECOMPUTE] = StringAttr("selective")
+        op.attributes[keys.LAYER_RECOMPUTE] = ArrayAttr(
             [
-                RecomputeAttr.make(
+                LayerRecomputeAttr.make(
                     index=rc.index,
                     none_bytes=rc.none_bytes,
                     selective_bytes=rc.selective_bytes,
@@ -127,4 +116,4 @@ class InsertRecomputePass(SolverOptions):
                 for rc in recompute
             ]
         )
-        op.attributes[LAYER_MEMORY_ATTR] = ArrayAttr([LayerMemoryAttr.make(**m.record()) for m in memory])
+        op.attributes[keys.LAYER_MEMORY] = ArrayAttr([LayerMemoryAttr.make(**m.record()) for m in memory])

@@ -11,6 +11,7 @@ from xdsl.passes import ModulePass
 from passes.algorithms.saved import saved_bytes_per_op
 from passes.graph_view import build_graph, step_function
 from phaze_ir import dialect as ph
+from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 
 
@@ -29,6 +30,6 @@ class MarkSavedPass(ModulePass):
         if not any(o.phase == "bwd" for o in graph.ops):
             raise PhazeError(f"{self.name}: the step has no backward ops; import it with phazec --emit training")
         for o in ops:
-            o.attributes.pop(ph.SAVED_ATTR, None)
+            o.attributes.pop(keys.SAVED_BYTES, None)
         for index, nbytes in sorted(saved_bytes_per_op(graph).items()):
-            ops[index].attributes[ph.SAVED_ATTR] = ph.int_attr(nbytes)
+            ops[index].attributes[keys.SAVED_BYTES] = ph.int_attr(nbytes)

@@ -4,6 +4,7 @@ and the recompute policy per stage, and write the plan into the IR."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp
@@ -12,31 +13,35 @@ from xdsl.passes import ModulePass
 from passes.algorithms import placement as pl
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
-from phaze_ir.attributes import PlanAttr, StageAttr
+from phaze_ir import keys
+from phaze_ir.attributes import (
+    LayerInfoAttr,
+    LayerMemoryAttr,
+    LayerRecomputeAttr,
+    LayerScheduleAttr,
+    PlanAttr,
+    RecordAttr,
+    StageInfoAttr,
+)
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
 
-
-def _records(module: ModuleOp, key: str, pass_name: str, producer: str) -> list[dict]:
-    attr = module.attributes.get(key)
-    if not isinstance(attr, ArrayAttr):
-        raise PhazeError(f"{pass_name} requires '{key}' on the module; run {producer} first")
-    return [a.as_dict() for a in attr.data]
+if TYPE_CHECKING:
+    from passes.algorithms._phaze_rs import ProblemDict, ResultDict
 
 
-def _int_attr(module: ModuleOp, key: str, default: int) -> int:
-    attr = module.attributes.get(key)
-    return attr.value.data if isinstance(attr, IntegerAttr) else default
+def _records(module: ModuleOp, key: keys.Key, kind: type[RecordAttr]) -> list[dict]:
+    return [r.as_dict() for r in keys.require_records(module, key, kind)]
 
 
 def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
     """Per-layer numbers from the annotations of the earlier passes: ``phaze.layers``,
     ``phaze.layer_schedule`` (scheduled makespans), ``phaze.layer_recompute`` and
     ``phaze.layer_memory``."""
-    layers = _records(module, ph.LAYERS_MODULE_ATTR, pass_name, "phaze-group-layers")
-    schedule = _records(module, "phaze.layer_schedule", pass_name, "phaze-schedule-ops")
-    recompute = _records(module, "phaze.layer_recompute", pass_name, "phaze-insert-recompute")
-    memory = _records(module, "phaze.layer_memory", pass_name, "phaze-insert-recompute")
+    layers = _records(module, keys.LAYERS, LayerInfoAttr)
+    schedule = _records(module, keys.LAYER_SCHEDULE, LayerScheduleAttr)
+    recompute = _records(module, keys.LAYER_RECOMPUTE, LayerRecomputeAttr)
+    memory = _records(module, keys.LAYER_MEMORY, LayerMemoryAttr)
     by_index = [{r["index"]: r for r in rs} for rs in (schedule, recompute, memory)]
     out = []
     for layer in layers:
@@ -64,26 +69,27 @@ def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
     return out
 
 
-def build_problem(module: ModuleOp, devices: int, global_batch: int, dp_overlap: bool, pass_name: str) -> dict:
+def build_problem(module: ModuleOp, devices: int, global_batch: int, dp_overlap: bool, pass_name: str) -> ProblemDict:
     """The DP problem of a module annotated by the cost passes."""
+    layers = layer_numbers(module, pass_name)
     acc = module_accelerator(module, pass_name)
     spec = acc.to_dict()
     try:
         return pl.problem(
-            layer_numbers(module, pass_name),
+            layers,
             devices=devices,
             hbm_bytes=int(spec["hbm"]["bytes"]),
             levels=pl.network_levels(spec["network"]),
             global_batch=global_batch,
-            micro_batch=_int_attr(module, "phaze.micro_batch_size", 1),
-            tp=_int_attr(module, "phaze.tp_width", 1),
+            micro_batch=keys.int_of(module, keys.MICRO_BATCH_SIZE, 1),
+            tp=keys.int_of(module, keys.TP_WIDTH, 1),
             dp_overlap=dp_overlap,
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
 
 
-def solve(problem: dict, fixed: tuple[int, int, int] | None) -> dict:
+def solve(problem: ProblemDict, fixed: tuple[int, int, int] | None) -> ResultDict:
     """Run the Rust DP: the optimum, or the evaluation of a fixed (PP, DP, TP)."""
     from passes.algorithms import _phaze_rs
 
@@ -98,12 +104,12 @@ def solve(problem: dict, fixed: tuple[int, int, int] | None) -> dict:
     return _phaze_rs.evaluate_placement(problem, pp, dp)
 
 
-def write_plan(module: ModuleOp, problem: dict, result: dict, placement: str) -> None:
+def write_plan(module: ModuleOp, problem: ProblemDict, result: ResultDict, placement: str) -> None:
     """Write ``phaze.plan``, ``phaze.stages`` and each op's ``phaze.stage``."""
     plan = result.get("plan")
     binding = pl.binding_message(result)
     if plan is None:
-        module.attributes["phaze.plan"] = PlanAttr.make(
+        module.attributes[keys.PLAN] = PlanAttr.make(
             devices=problem["devices"],
             global_batch=problem["global_batch"],
             dp=0,
@@ -119,9 +125,9 @@ def write_plan(module: ModuleOp, problem: dict, result: dict, placement: str) ->
             feasible="no",
             binding=binding,
         )
-        module.attributes["phaze.stages"] = ArrayAttr([])
+        module.attributes[keys.STAGES] = ArrayAttr([])
         return
-    module.attributes["phaze.plan"] = PlanAttr.make(
+    module.attributes[keys.PLAN] = PlanAttr.make(
         devices=problem["devices"],
         global_batch=plan["global_batch"],
         dp=plan["dp"],
@@ -138,9 +144,9 @@ def write_plan(module: ModuleOp, problem: dict, result: dict, placement: str) ->
         binding=binding,
     )
     stages = plan["stages"]
-    module.attributes["phaze.stages"] = ArrayAttr(
+    module.attributes[keys.STAGES] = ArrayAttr(
         [
-            StageAttr.make(
+            StageInfoAttr.make(
                 index=k,
                 first_layer=s["first_layer"],
                 last_layer=s["last_layer"],
@@ -159,9 +165,9 @@ def write_plan(module: ModuleOp, problem: dict, result: dict, placement: str) ->
         for layer in range(s["first_layer"], s["last_layer"] + 1):
             stage_of[layer] = k
     for op in step_function(module).body.block.ops:
-        layer = op.attributes.get(ph.LAYER_ATTR)
+        layer = op.attributes.get(keys.LAYER)
         if isinstance(layer, IntegerAttr) and layer.value.data in stage_of:
-            op.attributes["phaze.stage"] = ph.int_attr(stage_of[layer.value.data])
+            op.attributes[keys.STAGE] = ph.int_attr(stage_of[layer.value.data])
 
 
 @dataclass(frozen=True)
@@ -186,9 +192,8 @@ class PlaceDevicesPass(ModulePass):
     dp_overlap: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        model = op.attributes.get("phaze.model")
         try:
-            fixed = pl.parse_placement(self.placement, model.data if model is not None else "")
+            fixed = pl.parse_placement(self.placement, keys.string_of(op, keys.MODEL))
         except pl.PlacementError as e:
             raise PhazeError(f"{self.name}: {e}") from e
         problem = build_problem(op, self.devices, self.global_batch, self.dp_overlap, self.name)

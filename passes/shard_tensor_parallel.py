@@ -22,14 +22,12 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from passes.algorithms.layers import analyze_layers
-from passes.algorithms.saved import saved_bytes_per_op
 from passes.algorithms.tp_shard import ShardError, ShardPlan, TGraph, TOp, shard
 from passes.graph_view import arg_role, build_graph, step_function
 from phaze_ir import dialect as ph
-from phaze_ir.attributes import LayerAttr
+from phaze_ir import keys
+from phaze_ir.attributes import LayerInfoAttr
 from phaze_ir.errors import PhazeError
-
-TP_WIDTH_ATTR = "phaze.tp_width"
 
 
 def _str_attr(op: Operation, key: str) -> str:
@@ -40,10 +38,10 @@ def _str_attr(op: Operation, key: str) -> str:
 def _layers(module: ModuleOp, fn: func.FuncOp, ops: list[Operation]) -> tuple[list[int], list[tuple[str, str]]]:
     """Layer of every op and (kind, module) of every layer: from ``phaze-group-layers``'s
     attributes when present, else from its algorithm."""
-    records = module.attributes.get(ph.LAYERS_MODULE_ATTR)
-    if isinstance(records, ArrayAttr) and all(ph.LAYER_ATTR in o.attributes for o in ops):
-        kinds = [(r.get("kind"), r.get("module")) for r in records.data if isinstance(r, LayerAttr)]
-        return [o.attributes[ph.LAYER_ATTR].value.data for o in ops], kinds
+    records = module.attributes.get(keys.LAYERS)
+    if isinstance(records, ArrayAttr) and all(keys.LAYER in o.attributes for o in ops):
+        kinds = [(str(r.get("kind")), str(r.get("module"))) for r in records.data if isinstance(r, LayerInfoAttr)]
+        return [keys.require(o, keys.LAYER, IntegerAttr).value.data for o in ops], kinds
     graph, _ = build_graph(fn, require_phase=False)
     layer_of, infos = analyze_layers(graph)
     return layer_of, [(i.kind, i.module) for i in infos]
@@ -58,7 +56,7 @@ def build_tgraph(module: ModuleOp, fn: func.FuncOp) -> tuple[TGraph, list[SSAVal
     if not isinstance(ret, func.ReturnOp):
         raise PhazeError("phaze-shard-tensor-parallel: the step function does not end with func.return")
     layer_of, layers = _layers(module, fn, ops[:-1])
-    mb = module.attributes.get("phaze.micro_batch_size")
+    mb = module.attributes.get(keys.MICRO_BATCH_SIZE)
     g = TGraph(layers=layers, micro_batch=mb.value.data if isinstance(mb, IntegerAttr) else 1)
     values: list[SSAValue] = []
     ids: dict[SSAValue, int] = {}
@@ -94,9 +92,9 @@ def build_tgraph(module: ModuleOp, fn: func.FuncOp) -> tuple[TGraph, list[SSAVal
                 tuple(dims.get_values()) if isinstance(dims, DenseArrayBase) else (),
                 dim.value.data if isinstance(dim, IntegerAttr) else 0,
                 nrank.value.data if isinstance(nrank, IntegerAttr) else 1,
-                _str_attr(op, ph.PHASE_ATTR) or "fwd",
+                _str_attr(op, keys.PHASE) or "fwd",
                 layer_of[index],
-                _str_attr(op, ph.MODULE_ATTR),
+                _str_attr(op, keys.MODULE),
             )
         )
     roles, rparams = [], []
@@ -104,11 +102,12 @@ def build_tgraph(module: ModuleOp, fn: func.FuncOp) -> tuple[TGraph, list[SSAVal
     for attrs in res_attrs:
         d = attrs.data if attrs is not None else {}
         role, param = "", -1
-        if ph.LOSS_RES_ATTR in d:
+        if keys.LOSS in d:
             role = "loss"
-        for key, r in ((ph.GRAD_RES_ATTR, "grad"), (ph.UPDATED_RES_ATTR, "updated")):
-            if isinstance(d.get(key), StringAttr):
-                role, param = r, params.get(d[key].data, -1)
+        for key, r in ((keys.GRAD, "grad"), (keys.UPDATED, "updated")):
+            source = d.get(key)
+            if isinstance(source, StringAttr):
+                role, param = r, params.get(source.data, -1)
         roles.append(role)
         rparams.append(param)
     g.ops.append(
@@ -151,7 +150,7 @@ def _top(op, operands, results, kind, aten, dims, dim, nrank, phase, layer, modu
 
 
 def _provenance(src: Operation, new: Operation) -> None:
-    for key in (ph.PHASE_ATTR, ph.MODULE_ATTR, ph.LAYER_ATTR):
+    for key in (keys.PHASE, keys.MODULE, keys.LAYER):
         if key in src.attributes:
             new.attributes[key] = src.attributes[key]
 
@@ -173,6 +172,7 @@ def apply_plan(fn: func.FuncOp, plan: ShardPlan, values: list[SSAValue], ops: li
     values = list(values)
     for vid, shape in sorted(plan.shapes.items()):
         v = values[vid]
+        assert isinstance(v.type, TensorType)  # build_tgraph took only ranked tensors
         values[vid] = Rewriter.replace_value_with_new_type(v, TensorType(v.type.element_type, shape))
     block = fn.body.block
     last_after: dict[int, Operation] = {}
@@ -186,7 +186,8 @@ def apply_plan(fn: func.FuncOp, plan: ShardPlan, values: list[SSAValue], ops: li
     for stat in plan.stats:
         at = ops[stat.before_op]
         v = values[stat.value]
-        red = ph.ReductionOp.build(
+        assert isinstance(v.type, TensorType)
+        stat_op = ph.ReductionOp.build(
             operands=[[v]],
             result_types=[[TensorType(v.type.element_type, stat.shape)]],
             properties={
@@ -195,12 +196,13 @@ def apply_plan(fn: func.FuncOp, plan: ShardPlan, values: list[SSAValue], ops: li
                 "aten": StringAttr("aten.amax.default" if stat.kind == "max" else "aten.sum.dim_IntList"),
             },
         )
-        _provenance(at, red)
+        _provenance(at, stat_op)
         if v.name_hint:
-            red.results[0].name_hint = f"{v.name_hint}_{stat.kind}"
-        block.insert_op_before(red, at)
-        block.insert_op_before(_all_reduce(red.results[0], plan.width, at), at)
+            stat_op.results[0].name_hint = f"{v.name_hint}_{stat.kind}"
+        block.insert_op_before(stat_op, at)
+        block.insert_op_before(_all_reduce(stat_op.results[0], plan.width, at), at)
     ret = block.last_op
+    assert isinstance(ret, func.ReturnOp)
     fn.function_type = FunctionType.from_lists([a.type for a in block.args], [o.type for o in ret.operands])
 
 
@@ -216,9 +218,10 @@ class ShardTensorParallelPass(ModulePass):
     their local types.  The structure is found by sharding propagation (see
     ``passes/algorithms/tp_shard.py``), never from names.
 
-    Afterwards ``phaze.saved_bytes`` and ``phaze.layers`` are recomputed (the algorithms of
-    ``phaze-mark-saved`` and ``phaze-group-layers``) so that they count per-device bytes and
-    FLOPs, and the module gets ``phaze.tp_width``.  A collective's bytes are its operand's type.
+    At a width above 1 it drops ``phaze.saved_bytes``, ``phaze.layer`` and ``phaze.layers``
+    (they counted the whole step): run ``phaze-mark-saved`` and ``phaze-group-layers`` after it
+    for one device's bytes and FLOPs (the fixed pipeline does).  The module gets
+    ``phaze.tp_width``.  A collective's bytes are its operand's type.
     ``width=1`` changes nothing but ``phaze.tp_width``.  A width that does not divide the
     attention heads or a column-parallel linear's output size is refused.
     """
@@ -233,7 +236,7 @@ class ShardTensorParallelPass(ModulePass):
         if self.vocab_multiple < 1:
             raise PhazeError(f"{self.name}: vocab_multiple={self.vocab_multiple}: expected a positive integer")
         fn = step_function(op)
-        if TP_WIDTH_ATTR in op.attributes:
+        if keys.TP_WIDTH in op.attributes:
             raise PhazeError(f"{self.name}: the step is already sharded")
         if self.width > 1:
             graph, values, ops = build_tgraph(op, fn)
@@ -242,24 +245,10 @@ class ShardTensorParallelPass(ModulePass):
             except ShardError as e:
                 raise PhazeError(f"{self.name}: {e}") from None
             apply_plan(fn, plan, values, ops)
-            self._reanalyze(op, fn)
-        op.attributes[TP_WIDTH_ATTR] = ph.int_attr(self.width)
-
-    @staticmethod
-    def _reanalyze(module: ModuleOp, fn: func.FuncOp) -> None:
-        """Recompute what ``phaze-mark-saved`` and ``phaze-group-layers`` wrote, with their
-        algorithms over one graph of the step (building it is most of their time)."""
-        had_saved = any(ph.SAVED_ATTR in o.attributes for o in fn.body.block.ops)
-        if not had_saved and ph.LAYERS_MODULE_ATTR not in module.attributes:
-            return
-        graph, ops = build_graph(fn)
-        if had_saved and any(o.phase == "bwd" for o in graph.ops):
-            for o in ops:
-                o.attributes.pop(ph.SAVED_ATTR, None)
-            for index, nbytes in sorted(saved_bytes_per_op(graph).items()):
-                ops[index].attributes[ph.SAVED_ATTR] = ph.int_attr(nbytes)
-        if ph.LAYERS_MODULE_ATTR in module.attributes:
-            layer_of, infos = analyze_layers(graph)
-            for o, layer in zip(ops, layer_of):
-                o.attributes[ph.LAYER_ATTR] = ph.int_attr(layer)
-            module.attributes[ph.LAYERS_MODULE_ATTR] = ArrayAttr([LayerAttr.make(**vars(i)) for i in infos])
+            # What phaze-mark-saved and phaze-group-layers wrote counted the whole step's bytes
+            # and FLOPs: drop it; the pipeline runs those passes again on the sharded step.
+            for o in fn.body.block.ops:
+                o.attributes.pop(keys.SAVED_BYTES, None)
+                o.attributes.pop(keys.LAYER, None)
+            op.attributes.pop(keys.LAYERS, None)
+        op.attributes[keys.TP_WIDTH] = ph.int_attr(self.width)

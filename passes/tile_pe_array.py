@@ -8,8 +8,10 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from passes.estimate_latency import TILE_ATTR, op_signature, tiling_of
+from passes.algorithms.tiling import tile_gemm_scalar
+from passes.cost_view import matmul_desc, op_signature
 from phaze_ir import dialect as ph
+from phaze_ir import keys
 from phaze_ir.attributes import TileAttr
 from phaze_ir.hardware_ir import module_accelerator
 
@@ -34,6 +36,8 @@ class TilePEArrayPass(ModulePass):
             sig = op_signature(o)
             attr = done.get(sig)
             if attr is None:
-                t = tiling_of(o, acc)
+                d = matmul_desc(o)
+                tc = acc.tensor_cores
+                t = tile_gemm_scalar(d.batch, d.m, d.n, d.k, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes)
                 attr = done[sig] = TileAttr.make(**{f: getattr(t, f) for f in TileAttr.FIELDS})
-            o.attributes[TILE_ATTR] = attr
+            o.attributes[keys.TILE] = attr

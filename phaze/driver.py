@@ -17,13 +17,16 @@ plan       + the best placement (Rust DP); swept over micro-batch sizes and TP w
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
 
+from phaze_ir import keys
+from phaze_ir.attributes import PlanAttr, StageInfoAttr
 from phaze_ir.errors import PhazeError
 
 STAGES = ("ir", "training", "sharded", "tiled", "latency", "scheduled", "recompute", "plan")
@@ -59,6 +62,10 @@ class Options:
     schedule_nodes: int = 0
     #: A layer MILP with more binaries keeps its warm start (0: no limit; the search sets it).
     schedule_max_binaries: int = 0
+    #: The schedule cache the scheduling passes solve through (a ``ScheduleCache``; the search
+    #: hands in its own).  None: one per :func:`compile_model`, on disk under
+    #: ``$PHAZE_SCHEDULE_CACHE`` when that is set, else in memory.
+    schedule_cache: Any = field(default=None, compare=False, repr=False)
 
 
 def pipeline(stage: str, tp: int, opts: Options) -> str:
@@ -70,6 +77,8 @@ def pipeline(stage: str, tp: int, opts: Options) -> str:
         passes += [f"phaze-insert-optimizer{{optimizer={opts.optimizer}}}", "phaze-mark-saved", "phaze-group-layers"]
     if k >= STAGES.index("sharded"):
         passes.append(f"phaze-shard-tensor-parallel{{width={tp}}}")
+        if tp > 1:  # sharding drops the saved bytes and layers of the whole step: count one device's
+            passes += ["phaze-mark-saved", "phaze-group-layers"]
     if k >= STAGES.index("tiled"):
         passes.append("phaze-tile-pe-array")
     if k >= STAGES.index("latency"):
@@ -98,11 +107,22 @@ def load_accelerator(name_or_path: str):
         raise PhazeError(str(e)) from e
 
 
+def schedule_cache(opts: Options):
+    """The schedule cache a compilation solves through (see ``Options.schedule_cache``)."""
+    from passes.algorithms import schedule as sched
+
+    if opts.schedule_cache is not None:
+        return opts.schedule_cache
+    return sched.ScheduleCache(os.environ.get("PHAZE_SCHEDULE_CACHE") or None)
+
+
 def compile_module(traced, stage: str, tp: int, opts: Options, accelerator=None) -> ModuleOp:
-    """Import a traced step and run the pipeline up to ``stage``."""
+    """Import a traced step and run the pipeline up to ``stage``; the scheduling passes solve
+    through ``opts.schedule_cache`` (:func:`compile_model` sets it; None: each its own)."""
     from xdsl.passes import PassPipeline
 
     from passes import ALL_PASSES
+    from passes.solver_options import SolverOptions
     from phaze_ir.frontend import import_graph
     from phaze_ir.hardware_ir import set_accelerator
     from phaze_ir.ir import make_context
@@ -112,7 +132,9 @@ def compile_module(traced, stage: str, tp: int, opts: Options, accelerator=None)
         set_accelerator(module, accelerator if accelerator is not None else load_accelerator(opts.hw))
     spec = pipeline(stage, tp, opts)
     if spec:
-        PassPipeline.parse_spec(ALL_PASSES, spec).apply(make_context(), module)
+        parsed = PassPipeline.parse_spec(ALL_PASSES, spec).passes
+        with_cache = tuple(replace(p, cache=opts.schedule_cache) if isinstance(p, SolverOptions) else p for p in parsed)
+        PassPipeline(with_cache).apply(make_context(), module)
     module.verify()
     return module
 
@@ -130,8 +152,8 @@ class Candidate:
 
 def plan_record(module: ModuleOp) -> dict[str, Any]:
     """``phaze.plan`` of a module as a dict (empty if absent)."""
-    attr = module.attributes.get("phaze.plan")
-    return attr.as_dict() if attr is not None else {}
+    attr = module.attributes.get(keys.PLAN)
+    return attr.as_dict() if isinstance(attr, PlanAttr) else {}
 
 
 def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) -> tuple[ModuleOp, list[Candidate]]:
@@ -151,6 +173,7 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
         if t < 1:
             raise PhazeError(f"--tp {t}: expected a positive integer")
     stage = opts.emit
+    opts = replace(opts, schedule_cache=schedule_cache(opts))
     if accelerator is None and STAGES.index(stage) >= STAGES.index("tiled"):
         accelerator = load_accelerator(opts.hw)
     spec = load_model_file(model_path)
@@ -230,11 +253,9 @@ def plan_json(module: ModuleOp, candidates: list[Candidate]) -> dict[str, Any]:
     accelerator["hbm_bytes"] = acc.hbm.bytes
     area = acc.area_um2
     accelerator["area_mm2"] = area / 1e6 if area is not None else None
-    stages_attr = module.attributes.get("phaze.stages")
-    stages = [s.as_dict() for s in stages_attr.data] if stages_attr is not None else []
-    model = module.attributes.get("phaze.model")
+    stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
     return {
-        "model": model.data if model is not None else "",
+        "model": keys.string_of(module, keys.MODEL),
         "devices": plan["devices"],
         "global_batch": plan["global_batch"],
         "dp": plan["dp"],
@@ -279,9 +300,9 @@ def summary(module: ModuleOp) -> str:
     plan = plan_record(module)
     if plan.get("feasible") != "yes":
         return ""
-    stages = [s.as_dict() for s in module.attributes["phaze.stages"].data]
-    recompute = ",".join(sorted({s["recompute"] for s in stages}))
-    mem = max(s["memory_bytes"] for s in stages) / 2**30
+    stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
+    recompute = ",".join(sorted({str(s["recompute"]) for s in stages}))
+    mem = max(int(s["memory_bytes"]) for s in stages) / 2**30
     head = f"{'DP':>5} {'PP':>4} {'TP':>4} {'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>11}"
     row = (
         f"{plan['dp']:>5} {plan['pp']:>4} {plan['tp']:>4} {plan['micro_batch_size']:>11} {recompute:>14} "

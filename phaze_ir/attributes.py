@@ -4,7 +4,7 @@ Analysis results live in *discardable* attributes with the ``phaze.`` prefix (ML
 for facts that passes add and that other tools may ignore).  Structured results use
 :class:`RecordAttr`, a parametrized attribute printed with named fields::
 
-    #phaze.layer<index = 3, kind = "block", module = "transformer.h.2", same_as = 1, ...>
+    #phaze.layer_info<index = 3, kind = "block", module = "transformer.h.2", same_as = 1, ...>
 
 Field values are Python ``int``, ``float`` or ``str`` (stored as ``IntAttr``, ``FloatData``
 and ``StringAttr``), which keeps the syntax short, readable and exactly round-trippable.
@@ -114,12 +114,12 @@ class RecordAttr(ParametrizedAttribute):
 
 
 @irdl_attr_definition
-class LayerAttr(RecordAttr):
+class LayerInfoAttr(RecordAttr):
     """One layer of the model, as found by ``phaze-group-layers``.
 
     Syntax::
 
-        #phaze.layer<index = 1, kind = "block", module = "transformer.h.0", same_as = 1,
+        #phaze.layer_info<index = 1, kind = "block", module = "transformer.h.0", same_as = 1,
                      param_bytes = 63, saved_bytes = 4096, boundary_bytes = 512,
                      grad_boundary_bytes = 512, fwd_flops = 1, bwd_flops = 2, opt_flops = 0,
                      num_ops = 120>
@@ -142,7 +142,7 @@ class LayerAttr(RecordAttr):
     - ``num_ops``: number of ops in the layer.
     """
 
-    name = "phaze.layer"
+    name = "phaze.layer_info"
     FIELDS = (
         "index",
         "kind",
@@ -322,14 +322,14 @@ class LayerScheduleAttr(RecordAttr):
 
 
 @irdl_attr_definition
-class RecomputeAttr(RecordAttr):
+class LayerRecomputeAttr(RecordAttr):
     """Activation memory and extra time of one layer under each recompute policy (module
     attribute ``phaze.layer_recompute``), from ``phaze-insert-recompute`` (the model is in
     ``passes/algorithms/recompute.py``).
 
     Syntax::
 
-        #phaze.recompute<index = 1, none_bytes = 3986718720, selective_bytes = 765460480,
+        #phaze.layer_recompute<index = 1, none_bytes = 3986718720, selective_bytes = 765460480,
                          full_bytes = 33554432, selective_s = 0.01, full_s = 0.028>
 
     - ``none_bytes``/``selective_bytes``/``full_bytes``: activation bytes stashed per micro-batch
@@ -339,7 +339,7 @@ class RecomputeAttr(RecordAttr):
       of the recomputed attention core, of the whole forward.
     """
 
-    name = "phaze.recompute"
+    name = "phaze.layer_recompute"
     FIELDS = ("index", "none_bytes", "selective_bytes", "full_bytes", "selective_s", "full_s")
 
     index: IntAttr
@@ -365,7 +365,7 @@ class LayerMemoryAttr(RecordAttr):
     - ``param_bytes``/``grad_bytes``: weights the layer's forward reads and their gradients;
       ``optimizer_bytes``: their optimizer state (e.g. fp32 master copy and Adam moments).
     - ``saved_*_bytes``: activations stashed per micro-batch under each recompute policy (as in
-      ``#phaze.recompute``).
+      ``#phaze.layer_recompute``).
     - ``workspace_bytes``: the largest transient live set while the layer's forward or backward
       runs, beyond the stash and the gradients; ``recompute_workspace_bytes``: the same with
       the largest rematerialization (full recompute: the layer's activations rebuilt for its
@@ -452,12 +452,12 @@ class PlanAttr(RecordAttr):
 
 
 @irdl_attr_definition
-class StageAttr(RecordAttr):
+class StageInfoAttr(RecordAttr):
     """One pipeline stage of ``phaze.plan`` (module attribute ``phaze.stages``).
 
     Syntax::
 
-        #phaze.stage<index = 0, first_layer = 0, last_layer = 12, devices = 4, time_s = 0.09,
+        #phaze.stage_info<index = 0, first_layer = 0, last_layer = 12, devices = 4, time_s = 0.09,
                      memory_bytes = 30000000000, recompute = "selective", in_flight = 8,
                      exposed_dp_s = 0.2>
 
@@ -470,7 +470,7 @@ class StageAttr(RecordAttr):
     - ``exposed_dp_s``: the stage's data-parallel gradient all-reduce not hidden by compute.
     """
 
-    name = "phaze.stage"
+    name = "phaze.stage_info"
     FIELDS = (
         "index",
         "first_layer",

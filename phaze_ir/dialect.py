@@ -5,12 +5,7 @@ the :class:`ComputeOp` interface (iteration space, FLOPs, bytes read and written
 passes price ops through that interface, never through per-op code.
 
 Op semantics are *properties* (``kind``, ``dims``, ...).  What passes learn about an op goes in
-discardable ``phaze.*`` attributes:
-
-- ``phaze.module``: source module path (provenance from ``nn_module_stack``)
-- ``phaze.phase``: ``"fwd"``, ``"bwd"`` or ``"opt"``
-- ``phaze.layer``: index of the layer the op belongs to (see :class:`LayerAttr`)
-- ``phaze.saved_bytes``: bytes of this op's results that autograd saves for backward
+discardable ``phaze.*`` attributes, each declared once in ``phaze_ir/keys.py`` with its writer.
 """
 
 from __future__ import annotations
@@ -47,28 +42,18 @@ from xdsl.utils.exceptions import VerifyException
 from phaze_ir.attributes import (
     BaselineAttr,
     LatencyAttr,
-    LayerAttr,
+    LayerInfoAttr,
     LayerLatencyAttr,
     LayerMemoryAttr,
+    LayerRecomputeAttr,
     LayerScheduleAttr,
     PlanAttr,
-    RecomputeAttr,
     SchedAttr,
-    StageAttr,
+    StageInfoAttr,
     TileAttr,
 )
 
-# Discardable attribute names (one place, so that passes and tools agree on the spelling).
-MODULE_ATTR = "phaze.module"
-PHASE_ATTR = "phaze.phase"
-LAYER_ATTR = "phaze.layer"
-SAVED_ATTR = "phaze.saved_bytes"
-PARAM_ARG_ATTR = "phaze.param"
-INPUT_ARG_ATTR = "phaze.input"
-GRAD_RES_ATTR = "phaze.grad"
-LOSS_RES_ATTR = "phaze.loss"
-UPDATED_RES_ATTR = "phaze.updated"
-LAYERS_MODULE_ATTR = "phaze.layers"
+# The discardable attribute keys are declared in phaze_ir/keys.py.
 PHASES = ("fwd", "bwd", "opt")
 
 
@@ -608,16 +593,16 @@ Phaze = Dialect(
     "phaze",
     PHAZE_OPS,
     [
-        LayerAttr,
+        LayerInfoAttr,
         TileAttr,
         LatencyAttr,
         LayerLatencyAttr,
         SchedAttr,
         LayerScheduleAttr,
-        RecomputeAttr,
+        LayerRecomputeAttr,
         LayerMemoryAttr,
         PlanAttr,
-        StageAttr,
+        StageInfoAttr,
         BaselineAttr,
     ],
 )
@@ -643,7 +628,7 @@ __all__ = [
     "OptimizerUpdateOp",
     "OpaqueOp",
     "AcceleratorOp",
-    "LayerAttr",
+    "LayerInfoAttr",
     "element_bytes",
     "numel",
     "tensor_bytes",

@@ -22,6 +22,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute
 
+from phaze_ir import keys
 from phaze_ir.dialect import AcceleratorOp
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware import Accelerator, HardwareError
@@ -84,16 +85,19 @@ def set_accelerator(module: ModuleOp, acc: Accelerator, sym_name: str = "acc") -
         module.body.block.add_op(new)
     else:
         module.body.block.insert_op_before(new, first)
-    module.attributes["phaze.target"] = SymbolRefAttr(sym_name)
+    module.attributes[keys.TARGET] = SymbolRefAttr(sym_name)
     return new
 
 
 def module_accelerator(module: ModuleOp, pass_name: str) -> Accelerator:
     """The accelerator a module targets, or a clear error naming the pass that needs it."""
-    target = module.attributes.get("phaze.target")
+    target = module.attributes.get(keys.TARGET)
     accs = [op for op in module.ops if isinstance(op, AcceleratorOp)]
     if isinstance(target, SymbolRefAttr):
         accs = [op for op in accs if op.sym_name.data == target.root_reference.data]
     if not accs:
-        raise PhazeError(f"{pass_name} requires a 'phaze.accelerator' op in the module; run phazec with --hw NAME|FILE")
+        raise PhazeError(
+            f"'{module.name}' op requires a 'phaze.accelerator' op for {pass_name}; "
+            "compile with phazec --hw NAME|FILE (or add one)"
+        )
     return accelerator_of(accs[0])

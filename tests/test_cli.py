@@ -35,7 +35,7 @@ def test_phaze_opt_runs_a_pass_with_options(tmp_path):
     assert fwd.returncode == 0 and "@forward" in fwd.stdout and "phaze.layer" not in fwd.stdout
     r = run_tool("phaze-opt", "-p", "phaze-group-layers", input=fwd.stdout)
     assert r.returncode == 0, r.stderr
-    assert "#phaze.layer<index = 0" in r.stdout
+    assert "#phaze.layer_info<index = 0" in r.stdout
 
 
 def test_stdout_output_is_deterministic():
@@ -119,4 +119,4 @@ def test_stock_xdsl_opt_sees_phaze_through_entry_point(tmp_path):
         text=True,
     )
     assert r.returncode == 0, r.stderr
-    assert "#phaze.layer<index = 0" in r.stdout
+    assert "#phaze.layer_info<index = 0" in r.stdout

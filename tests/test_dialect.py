@@ -7,7 +7,7 @@ from xdsl.dialects.builtin import Float16Type, Float32Type, TensorType
 from xdsl.utils.exceptions import VerifyException
 
 from phaze_ir import dialect as ph
-from phaze_ir.attributes import LayerAttr
+from phaze_ir.attributes import LayerInfoAttr
 from phaze_ir.ir import parse_module, print_module
 
 F16 = Float16Type()
@@ -93,7 +93,7 @@ def test_views_move_no_bytes_copies_do():
 
 
 def test_layer_attr_round_trips():
-    attr = LayerAttr.make(
+    attr = LayerInfoAttr.make(
         index=2,
         kind="block",
         module="m.h.1",
@@ -112,13 +112,13 @@ def test_layer_attr_round_trips():
 
     m = ModuleOp([], attributes={"phaze.layers": ArrayAttr([attr])})
     text = print_module(m)
-    assert '#phaze.layer<index = 2, kind = "block", module = "m.h.1", same_as = 1' in text
+    assert '#phaze.layer_info<index = 2, kind = "block", module = "m.h.1", same_as = 1' in text
     assert print_module(parse_module(text)) == text
 
 
 def test_layer_attr_rejects_missing_field():
     with pytest.raises(TypeError, match="missing fields"):
-        LayerAttr.make(index=0)
+        LayerInfoAttr.make(index=0)
 
 
 def test_tensor_bytes_and_element_types():

@@ -59,9 +59,12 @@ def test_cost_passes_on_every_example(name):
     timed = [o.attributes["phaze.latency"].get("split_s") for o in ops if isinstance(o, ph.MatmulOp)]
     assert all(t > 0 for t in timed)
 
+    from passes.algorithms import schedule as sched
     from passes.schedule_ops import scheduled_layers
 
-    *_, layers = scheduled_layers(module, "test", 2.0, 0, 0.005)
+    *_, layers = scheduled_layers(
+        module, "test", {"time_limit": 2.0, "seed": 0, "gap_limit": 0.005}, sched.ScheduleCache()
+    )
     for layer in layers:
         for ids, s in layer.groups.values():
             assert s.makespan <= s.list_makespan * (1 + 1e-12)

@@ -10,6 +10,7 @@ from conftest import MODELS
 
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
+from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 from phaze_ir.frontend import import_graph, load_model_file, trace_model
 
@@ -71,26 +72,26 @@ def test_data_dependent_control_flow_names_the_line(tmp_path):
 def test_tiny_gpt2_training_graph(tiny_gpt2_module):
     fn = step_function(tiny_gpt2_module)
     ops = list(fn.body.block.ops)
-    phases = {o.attributes[ph.PHASE_ATTR].data for o in ops if ph.PHASE_ATTR in o.attributes}
+    phases = {o.attributes[keys.PHASE].data for o in ops if keys.PHASE in o.attributes}
     assert phases == {"fwd", "bwd", "opt"}
     # Every linear layer has one forward, one input-gradient and one weight-gradient GEMM.
     mms = [o for o in ops if isinstance(o, ph.MatmulOp)]
-    fwd = [o for o in mms if o.attributes[ph.PHASE_ATTR].data == "fwd"]
-    bwd = [o for o in mms if o.attributes[ph.PHASE_ATTR].data == "bwd"]
+    fwd = [o for o in mms if o.attributes[keys.PHASE].data == "fwd"]
+    bwd = [o for o in mms if o.attributes[keys.PHASE].data == "bwd"]
     assert len(bwd) == 2 * len(fwd)
     # Backward GEMMs are attributed to the module of their forward GEMM.
-    c_fc = {o.attributes[ph.MODULE_ATTR].data for o in mms if "mlp.c_fc" in o.attributes[ph.MODULE_ATTR].data}
+    c_fc = {o.attributes[keys.MODULE].data for o in mms if "mlp.c_fc" in o.attributes[keys.MODULE].data}
     assert c_fc == {"transformer.h.0.mlp.c_fc", "transformer.h.1.mlp.c_fc"}
     counts = {}
     for o in mms:
-        key = (o.attributes[ph.MODULE_ATTR].data, o.attributes[ph.PHASE_ATTR].data)
+        key = (o.attributes[keys.MODULE].data, o.attributes[keys.PHASE].data)
         counts[key] = counts.get(key, 0) + 1
     assert counts[("transformer.h.0.mlp.c_fc", "fwd")] == 1
     assert counts[("transformer.h.0.mlp.c_fc", "bwd")] == 2
     # One gradient and one optimizer update per parameter.
     n_params = sum(1 for a in fn.arg_attrs.data if "phaze.param" in a.data)
     assert sum(1 for o in ops if isinstance(o, ph.OptimizerUpdateOp)) == n_params
-    grads = [a for a in fn.res_attrs.data if ph.GRAD_RES_ATTR in a.data]
+    grads = [a for a in fn.res_attrs.data if keys.GRAD in a.data]
     assert len(grads) == n_params
 
 
@@ -99,7 +100,7 @@ def test_forward_only_import_has_no_backward():
     module = import_graph(trace_model(spec, 2, training=False))
     fn = step_function(module)
     assert fn.sym_name.data == "forward"
-    assert {o.attributes[ph.PHASE_ATTR].data for o in fn.body.block.ops if ph.PHASE_ATTR in o.attributes} == {"fwd"}
+    assert {o.attributes[keys.PHASE].data for o in fn.body.block.ops if keys.PHASE in o.attributes} == {"fwd"}
     ids = [a for a, attrs in zip(fn.body.block.args, fn.arg_attrs.data) if "phaze.input" in attrs.data]
     assert ids[0].type.get_shape() == (2, 16)
 
@@ -152,9 +153,9 @@ def test_fused_attention_is_expanded_into_matmuls(capsys):
     attn = [
         o
         for o in fn.body.block.ops
-        if isinstance(o, ph.MatmulOp) and o.attributes[ph.MODULE_ATTR].data == "model.layers.0.self_attn"
+        if isinstance(o, ph.MatmulOp) and o.attributes[keys.MODULE].data == "model.layers.0.self_attn"
     ]
-    phases = [o.attributes[ph.PHASE_ATTR].data for o in attn]
+    phases = [o.attributes[keys.PHASE].data for o in attn]
     assert phases.count("fwd") == 2 and phases.count("bwd") == 5
     s, heads = 32, 4
     scores = [o for o in attn if o.result.type.get_shape() == (1, heads, s, s)]

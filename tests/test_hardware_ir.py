@@ -24,7 +24,7 @@ def test_presets_round_trip_through_the_ir(name):
 
 
 def test_missing_accelerator_names_the_pass():
-    with pytest.raises(PhazeError, match="phaze-estimate-latency requires a 'phaze.accelerator' op"):
+    with pytest.raises(PhazeError, match="requires a 'phaze.accelerator' op for phaze-estimate-latency"):
         module_accelerator(ModuleOp([]), "phaze-estimate-latency")
 
 

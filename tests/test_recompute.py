@@ -1,7 +1,7 @@
 """Activation recompute (passes/algorithms/recompute.py), layer memory (passes/algorithms/memory.py)
 and phaze-insert-recompute.
 
-Checks: with no recompute the stash is what autograd saves (``#phaze.layer`` saved_bytes); full
+Checks: with no recompute the stash is what autograd saves (``#phaze.layer_info`` saved_bytes); full
 recompute stashes exactly the layer's input (the previous layer's boundary, the hidden state
 ``b·s·h`` for a block); selective recompute saves exactly the attention-score tensors
 (``b·heads·s²`` elements each) that autograd saves in the block; on the tiny GPT-2 and Llama
@@ -21,6 +21,7 @@ from passes.algorithms.memory import LayerMemory, layer_memory, stage_bytes
 from passes.algorithms.recompute import analyze_recompute, attention_cores
 from passes.graph_view import build_graph, step_function
 from phaze_ir import dialect as ph
+from phaze_ir import keys
 from phaze_ir.ir import parse_module
 
 # (batch, sequence, hidden, heads) of the tiny models as traced here.  Tiny GPT-2 runs at
@@ -40,8 +41,8 @@ def _compiled_seq(model_path: str, seq_len: int) -> str:
 def _analyzed(path: str, emit: str = "training", seq_len: int | None = None):
     module = parse_module(compiled(path, emit) if seq_len is None else _compiled_seq(path, seq_len))
     graph, ops = build_graph(step_function(module))
-    layer_of = [o.attributes[ph.LAYER_ATTR].value.data for o in ops]
-    layers = [l.as_dict() for l in module.attributes[ph.LAYERS_MODULE_ATTR].data]
+    layer_of = [o.attributes[keys.LAYER].value.data for o in ops]
+    layers = [l.as_dict() for l in module.attributes[keys.LAYERS].data]
     return module, graph, ops, layer_of, layers, analyze_recompute(graph, layer_of)
 
 
@@ -49,11 +50,11 @@ def _score_bytes(ops, layer: int, b: int, heads: int, s: int) -> int:
     """Bytes autograd saves of the layer's b·heads·s² tensors (read off the ops' saved bytes)."""
     total = 0
     for o in ops:
-        if o.attributes[ph.LAYER_ATTR].value.data != layer or ph.SAVED_ATTR not in o.attributes:
+        if o.attributes[keys.LAYER].value.data != layer or keys.SAVED_BYTES not in o.attributes:
             continue
         shapes = [tuple(r.type.get_shape()) for r in o.results]
         if any(sh[-2:] == (s, s) and math.prod(sh) == b * heads * s * s for sh in shapes):
-            total += o.attributes[ph.SAVED_ATTR].value.data
+            total += o.attributes[keys.SAVED_BYTES].value.data
     return total
 
 
@@ -172,7 +173,7 @@ def test_pass_marks_the_core_and_annotates_the_module():
 
     from passes.insert_recompute import InsertRecomputePass
     from passes.schedule_ops import ScheduleOpsPass
-    from phaze_ir.attributes import LayerMemoryAttr, RecomputeAttr
+    from phaze_ir.attributes import LayerMemoryAttr, LayerRecomputeAttr
     from phaze_ir.ir import make_context, print_module
 
     module = parse_module(compiled(str(MODELS / "tiny_gpt2.py"), "latency"))
@@ -181,7 +182,7 @@ def test_pass_marks_the_core_and_annotates_the_module():
     recs = [r.as_dict() for r in module.attributes["phaze.layer_recompute"].data]
     mems = [r.as_dict() for r in module.attributes["phaze.layer_memory"].data]
     scheds = [r.as_dict() for r in module.attributes["phaze.layer_schedule"].data]
-    assert all(isinstance(r, RecomputeAttr) for r in module.attributes["phaze.layer_recompute"].data)
+    assert all(isinstance(r, LayerRecomputeAttr) for r in module.attributes["phaze.layer_recompute"].data)
     assert all(isinstance(r, LayerMemoryAttr) for r in module.attributes["phaze.layer_memory"].data)
     assert recs[1]["none_bytes"] - recs[1]["selective_bytes"] == 6144
     assert recs[1]["full_s"] == scheds[1]["fwd_s"]

@@ -361,8 +361,9 @@ def test_layers_beat_the_list_schedule_and_respect_the_bounds(name):
     from passes.schedule_ops import scheduled_layers
 
     module = _latency_module(name)
-    cache_before = S.DEFAULT_CACHE.misses
-    _, _, layer_of, _, _, layers = scheduled_layers(module, "test", time_limit=0.5, seed=0)
+    cache = S.ScheduleCache()
+    limits = {"time_limit": 0.5, "seed": 0}
+    _, _, layer_of, _, _, layers = scheduled_layers(module, "test", limits, cache)
     infos = {layer.get("index"): layer.get("same_as") for layer in module.attributes["phaze.layers"].data}
     for layer in layers:
         for _ids, s in layer.groups.values():
@@ -377,7 +378,7 @@ def test_layers_beat_the_list_schedule_and_respect_the_bounds(name):
             assert layer.summary() | {"index": rep} == layers[rep].summary()
     blocks = sum(1 for i, r in infos.items() if r != i)
     assert blocks >= 1
-    assert S.DEFAULT_CACHE.misses - cache_before <= 3 * len({*infos.values()})
+    assert cache.misses <= 3 * len({*infos.values()})
 
 
 def test_pass_annotates_ops_and_module():

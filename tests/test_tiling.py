@@ -144,7 +144,7 @@ def test_pass_writes_the_tiling_of_the_module_accelerator():
 
 
 def test_pass_requires_an_accelerator():
-    with pytest.raises(PhazeError, match="phaze-tile-pe-array requires a 'phaze.accelerator' op"):
+    with pytest.raises(PhazeError, match="requires a 'phaze.accelerator' op for phaze-tile-pe-array"):
         _run(parse_module(IR), "phaze-tile-pe-array")
-    with pytest.raises(PhazeError, match="phaze-tile-pe-array requires"):
+    with pytest.raises(PhazeError, match="requires a .phaze.accelerator. op for phaze-tile-pe-array"):
         _run(ModuleOp([]), "phaze-tile-pe-array")

@@ -27,8 +27,11 @@ from passes.algorithms.tp_shard import (
     shard,
 )
 from passes.graph_view import step_function
+from passes.group_layers import GroupLayersPass
+from passes.mark_saved import MarkSavedPass
 from passes.shard_tensor_parallel import ShardTensorParallelPass
 from phaze_ir import dialect as ph
+from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 from phaze_ir.ir import parse_module, print_module
 
@@ -44,15 +47,15 @@ def _facts(module) -> dict:
     coll = Counter()
     coll_bytes = Counter()
     for op in fn.body.block.ops:
-        layer = op.attributes[ph.LAYER_ATTR].value.data if ph.LAYER_ATTR in op.attributes else -1
+        layer = op.attributes[keys.LAYER].value.data if keys.LAYER in op.attributes else -1
         if isinstance(op, ph.MatmulOp):
             mm[layer] += op.flops()
         elif isinstance(op, ph.CollectiveOp):
             assert op.kind.data == "all_reduce"
-            phase = op.attributes[ph.PHASE_ATTR].data
+            phase = op.attributes[keys.PHASE].data
             coll[layer, phase] += 1
             coll_bytes[layer, phase] += ph.tensor_bytes(op.input.type)
-    layers = [r.as_dict() for r in module.attributes[ph.LAYERS_MODULE_ATTR].data]
+    layers = [r.as_dict() for r in module.attributes[keys.LAYERS].data]
     return {
         "mm": mm,
         "mm_total": sum(mm.values()),
@@ -74,6 +77,9 @@ def sharded(path: str, width: int, micro_batch: int = 1):
     t0 = time.perf_counter()
     ShardTensorParallelPass(width=width).apply(None, module)
     seconds = time.perf_counter() - t0
+    # As the fixed pipeline does: one device's saved bytes and layers, counted again.
+    MarkSavedPass().apply(None, module)
+    GroupLayersPass().apply(None, module)
     module.verify()
     return before, _facts(module), module, seconds
 
@@ -130,7 +136,7 @@ def test_gpt3_width8_flops_collectives_params():
     fn = step_function(module)
     wte = fn.body.block.args[0]
     assert wte.type.get_shape() == (51200 // 8, 12288)
-    assert all(ph.LAYER_ATTR in op.attributes for op in fn.body.block.ops if not op.name.startswith("func."))
+    assert all(keys.LAYER in op.attributes for op in fn.body.block.ops if not op.name.startswith("func."))
     print(
         f"\nGPT-3 175B, width 8: matmul FLOPs x{ratio:.5f}, {sum(after['coll'].values())} all-reduces, "
         f"pass {seconds:.2f} s"
@@ -197,6 +203,17 @@ def test_width_one_changes_only_the_attribute():
     out = print_module(module)
     assert out.count("phaze.tp_width = 1 : i64") == 1
     assert out.replace(", phaze.tp_width = 1 : i64", "") == text
+
+
+def test_sharding_drops_what_it_makes_stale():
+    """The whole step's saved bytes and layers no longer hold on one device: the pass drops
+    them (it does not re-run phaze-mark-saved and phaze-group-layers behind the user's back)."""
+    module = parse_module(compiled(str(MODELS / "tiny_gpt2.py")))
+    assert keys.LAYERS in module.attributes
+    ShardTensorParallelPass(width=2).apply(None, module)
+    assert keys.LAYERS not in module.attributes
+    ops = list(step_function(module).body.block.ops)
+    assert not any(keys.SAVED_BYTES in o.attributes or keys.LAYER in o.attributes for o in ops)
 
 
 def test_deterministic():

@@ -11,7 +11,8 @@ from passes.algorithms.layers import analyze_layers, find_block_container
 from passes.algorithms.saved import saved_bytes_per_op
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
-from phaze_ir.attributes import LayerAttr
+from phaze_ir import keys
+from phaze_ir.attributes import LayerInfoAttr
 
 
 def two_block_graph() -> Graph:
@@ -74,7 +75,7 @@ def mlp_module():
 
 
 def layers_of(module) -> list[dict]:
-    return [a.as_dict() for a in module.attributes[ph.LAYERS_MODULE_ATTR].data]
+    return [a.as_dict() for a in module.attributes[keys.LAYERS].data]
 
 
 def test_mlp_layers(mlp_module):
@@ -88,7 +89,7 @@ def test_mlp_layers(mlp_module):
     assert block["fwd_flops"] > 0 and block["bwd_flops"] > 1.9 * block["fwd_flops"] - 1
     assert block["boundary_bytes"] == b * h * 2
     fn = step_function(mlp_module)
-    assert all(ph.LAYER_ATTR in o.attributes for o in fn.body.block.ops if o.name.startswith("phaze."))
+    assert all(keys.LAYER in o.attributes for o in fn.body.block.ops if o.name.startswith("phaze."))
 
 
 def test_tiny_gpt2_layers_and_saved(tiny_gpt2_module):
@@ -99,7 +100,7 @@ def test_tiny_gpt2_layers_and_saved(tiny_gpt2_module):
     # One block's attention saves its softmax output and dropout mask, b*heads*s^2 each (fp16).
     fn = step_function(tiny_gpt2_module)
     softmax = [o for o in fn.body.block.ops if isinstance(o, ph.SoftmaxOp) and o.kind.data == "softmax"]
-    assert all(o.attributes[ph.SAVED_ATTR].value.data == heads * s * s * 2 for o in softmax)
+    assert all(o.attributes[keys.SAVED_BYTES].value.data == heads * s * s * 2 for o in softmax)
     # Tied embedding: counted in the prologue (lookup) and in the head (LM head).
     vocab_bytes = 128 * h * 2
     assert layers[0]["param_bytes"] >= vocab_bytes and layers[-1]["param_bytes"] >= vocab_bytes
@@ -113,7 +114,7 @@ def test_optimizer_kinds():
     upd = [o for o in sgd.walk() if isinstance(o, ph.OptimizerUpdateOp)]
     assert upd and all(o.kind.data == "adam" and o.state_bytes.value.data == 12 for o in upd)
     fn = step_function(sgd)
-    updated = [a for a in fn.res_attrs.data if ph.UPDATED_RES_ATTR in a.data]
+    updated = [a for a in fn.res_attrs.data if keys.UPDATED in a.data]
     assert len(updated) == len(upd)
 
 
@@ -122,4 +123,4 @@ def test_layer_attr_fields_match_layer_info():
 
     from passes.algorithms.layers import LayerInfo
 
-    assert tuple(f.name for f in dataclasses.fields(LayerInfo)) == LayerAttr.FIELDS
+    assert tuple(f.name for f in dataclasses.fields(LayerInfo)) == LayerInfoAttr.FIELDS

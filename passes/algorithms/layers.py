@@ -20,7 +20,7 @@ from passes.algorithms.saved import saved_storages
 
 @dataclass
 class LayerInfo:
-    """Per-layer facts (the fields of ``#phaze.layer``; see ``phaze_ir.attributes.LayerAttr``)."""
+    """Per-layer facts (the fields of ``#phaze.layer_info``; see ``phaze_ir.attributes.LayerInfoAttr``)."""
 
     index: int
     kind: str

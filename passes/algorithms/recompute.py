@@ -4,7 +4,7 @@ Pure code (no xDSL); ``phaze-insert-recompute`` runs it on the IR's light graph.
 
 - **none**: keep everything autograd saves for the layer's backward (the forward tensors its
   backward ops read, resolved to storage through views, each counted once; what
-  ``#phaze.layer``'s ``saved_bytes`` counts).
+  ``#phaze.layer_info``'s ``saved_bytes`` counts).
 - **selective** (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
   Models", 2022): recompute the attention core in backward and keep the rest.  The core is found
   by structure, not by names: a softmax between two batched matmuls whose operands are both

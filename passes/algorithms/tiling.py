@@ -142,7 +142,8 @@ def tile_gemm(batch, m, n, k, pe_x, pe_y, count, buffer_bytes) -> Tiling:
 
 @dataclass(frozen=True)
 class ScalarTiling:
-    """:class:`Tiling` of one GEMM on one configuration, as Python numbers."""
+    """:class:`Tiling` of one GEMM on one configuration, as Python numbers: the fields of a
+    ``#phaze.tile`` record, so that a pass can rebuild it from the IR."""
 
     pe_x: int
     pe_y: int
@@ -152,13 +153,21 @@ class ScalarTiling:
     tiles_k: int
     tiles: int
     cores: int
-    tile_cycles: int
+    utilization: float
     cycles_one: int
     cycles_split: int
-    utilization: float
+
+    @property
+    def tile_cycles(self) -> int:
+        """Cycles of one output tile: K tiles of max(m_block, pe_y) rows, fill and drain."""
+        return _tile_cycles(self.tiles_k, self.m_block, self.pe_x, self.pe_y)
 
     def as_dict(self) -> dict[str, int | float]:
         return dict(vars(self))
+
+
+def _tile_cycles(tiles_k: int, m_block: int, pe_x: int, pe_y: int) -> int:
+    return tiles_k * max(m_block, pe_y) + pe_y + pe_x - 1
 
 
 def tile_gemm_scalar(
@@ -172,7 +181,7 @@ def tile_gemm_scalar(
     tiles_n = max(1, -(-n // pe_x))
     tiles_k = max(1, -(-k // pe_y))
     tiles = batch * tiles_m * tiles_n
-    tile_cycles = tiles_k * max(m_block, pe_y) + pe_y + pe_x - 1
+    tile_cycles = _tile_cycles(tiles_k, m_block, pe_x, pe_y)
     issued = float(tiles_m * m_block) * float(tiles_n * pe_x) * float(tiles_k * pe_y)
     return ScalarTiling(
         pe_x=pe_x,
@@ -183,7 +192,6 @@ def tile_gemm_scalar(
         tiles_k=tiles_k,
         tiles=tiles,
         cores=min(count, tiles),
-        tile_cycles=tile_cycles,
         cycles_one=tiles * tile_cycles,
         cycles_split=-(-tiles // count) * tile_cycles,
         utilization=(float(m) * n * k) / issued,

@@ -27,6 +27,7 @@ import numpy as np
 from passes.algorithms import schedule as sched
 from passes.algorithms.latency import OpTable
 from passes.algorithms.placement import LayerNumbers
+from phaze_ir import keys
 
 
 @dataclass(frozen=True)
@@ -98,16 +99,15 @@ class Setting:
 def setting_from_module(module, model: str, micro_batch: int, tp: int) -> Setting:
     """Reduce a module sharded by ``phaze-shard-tensor-parallel`` to a :class:`Setting` (the
     optimizer state is read from its ``phaze.optimizer_update`` ops, as the pipeline does)."""
-    from passes.estimate_latency import op_table
+    from passes.cost_view import op_table
     from passes.insert_recompute import static_costs
-    from phaze_ir import dialect as ph
 
     name = "phaze-search"
     table, row_of, priced_ops, _ = op_table(module)
     row_by_op = {id(o): r for o, r in zip(priced_ops, row_of)}
     graph, ops, layer_of, recompute, memory = static_costs(module, "", name)
     rows = [row_by_op[id(o)] for o in ops]
-    layers_attr = [a.as_dict() for a in module.attributes[ph.LAYERS_MODULE_ATTR].data]
+    layers_attr = [a.as_dict() for a in module.attributes[keys.LAYERS].data]
 
     groups: list[Group] = []
     index: dict[Group, int] = {}

@@ -22,9 +22,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from phaze.driver import STAGES
 from phaze_ir.errors import PhazeError
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -255,7 +259,7 @@ class RichProgress:
             console=Console(stderr=True),
             transient=False,
         )
-        self._task = None
+        self._task: TaskID | None = None
 
     def start(self, description: str, total: int) -> None:
         if self._task is None:

@@ -38,6 +38,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from phaze_ir import dialect as ph
+from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 from phaze_ir.frontend import aten_map as amap
 from phaze_ir.frontend.trace import TracedGraph
@@ -229,7 +230,7 @@ class _Importer:
         for n, (role, name), arg in zip(placeholders, traced.placeholders, block.args):
             arg.name_hint = _name(name)
             self.values[n] = arg
-            arg_attrs.append(DictionaryAttr({f"phaze.{role}": StringAttr(name)}))
+            arg_attrs.append(DictionaryAttr({keys.ARG_ROLES[role]: StringAttr(name)}))
 
         for node in graph.nodes:
             if node.op == "call_function":
@@ -246,8 +247,8 @@ class _Importer:
                 ops, res = built if isinstance(built, tuple) else ([built], list(built.results))
                 module, phase = self.provenance(node)
                 for op in ops:
-                    op.attributes[ph.MODULE_ATTR] = StringAttr(module)
-                    op.attributes[ph.PHASE_ATTR] = StringAttr(phase)
+                    op.attributes[keys.MODULE] = StringAttr(module)
+                    op.attributes[keys.PHASE] = StringAttr(phase)
                     block.add_op(op)
                 val = node.meta.get("val")
                 tensors = _tensors_of(val)
@@ -265,8 +266,8 @@ class _Importer:
                     result_types=[_tensor_type(val)],
                     properties={"kind": StringAttr("fill"), "aten": StringAttr("constant")},
                 )
-                op.attributes[ph.MODULE_ATTR] = StringAttr("")
-                op.attributes[ph.PHASE_ATTR] = StringAttr("fwd")
+                op.attributes[keys.MODULE] = StringAttr("")
+                op.attributes[keys.PHASE] = StringAttr("fwd")
                 op.results[0].name_hint = _name(node.name)
                 block.add_op(op)
                 self.values[node] = op.results[0]
@@ -281,9 +282,9 @@ class _Importer:
                         continue
                     ret_vals.append(v)
                     if i == 0:
-                        res_attrs.append(DictionaryAttr({ph.LOSS_RES_ATTR: UnitAttr()}))
+                        res_attrs.append(DictionaryAttr({keys.LOSS: UnitAttr()}))
                     else:
-                        res_attrs.append(DictionaryAttr({ph.GRAD_RES_ATTR: StringAttr(names[i])}))
+                        res_attrs.append(DictionaryAttr({keys.GRAD: StringAttr(names[i])}))
                 block.add_op(func.ReturnOp(*ret_vals))
                 fn_type = FunctionType.from_lists(arg_types, [v.type for v in ret_vals])
                 fname = "train_step" if traced.training else "forward"
@@ -297,11 +298,11 @@ class _Importer:
                 file=sys.stderr,
             )
         attrs: dict[str, Attribute] = {
-            "phaze.model": StringAttr(traced.model_name),
-            "phaze.micro_batch_size": IntegerAttr(traced.micro_batch_size, i64),
+            keys.MODEL: StringAttr(traced.model_name),
+            keys.MICRO_BATCH_SIZE: IntegerAttr(traced.micro_batch_size, i64),
         }
         if traced.seq_len is not None:
-            attrs["phaze.seq_len"] = IntegerAttr(traced.seq_len, i64)
+            attrs[keys.SEQ_LEN] = IntegerAttr(traced.seq_len, i64)
         return ModuleOp([fn], attributes=attrs)
 
 

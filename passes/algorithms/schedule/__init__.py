@@ -16,10 +16,10 @@ idea:
   the decoding of a solution;
 - :mod:`.solve`: :func:`solve` (SCIP through pyscipopt, or cvxpy) and :data:`SOLVER_REVISION`;
 - :mod:`.layers`: the groups of a training step (layer × phase) and :func:`schedule_layers`;
-- :mod:`.cache`: :class:`ScheduleCache` (in memory and on disk) and :data:`DEFAULT_CACHE`.
+- :mod:`.cache`: :class:`ScheduleCache` (in memory and on disk), handed to whoever solves.
 """
 
-from passes.algorithms.schedule.cache import DEFAULT_CACHE, ScheduleCache
+from passes.algorithms.schedule.cache import ScheduleCache
 from passes.algorithms.schedule.layers import (
     PHASE_GROUPS,
     LayerSchedule,
@@ -35,7 +35,6 @@ from passes.algorithms.schedule.solve import SOLVER_REVISION, solve
 from passes.algorithms.schedule.warm_start import LOCAL_SEARCH_BASE, LOCAL_SEARCH_PER_OP, list_schedule
 
 __all__ = [
-    "DEFAULT_CACHE",
     "ENERGY_CUTS",
     "FLOOR",
     "LOCAL_SEARCH_BASE",

@@ -159,8 +159,3 @@ class ScheduleCache:
         )
         self.store(canonical, schedule, limits)
         return schedule.on(problem)
-
-
-#: The process-wide cache the passes share (an architecture search re-running the passes over
-#: many candidates solves each distinct layer problem once).
-DEFAULT_CACHE = ScheduleCache(os.environ.get("PHAZE_SCHEDULE_CACHE") or None)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from passes.algorithms.graph import Graph
-from passes.algorithms.schedule.cache import DEFAULT_CACHE, ScheduleCache
+from passes.algorithms.schedule.cache import ScheduleCache
 from passes.algorithms.schedule.problem import Op, Problem, Schedule
 
 PHASE_GROUPS = ("fwd", "bwd", "opt")
@@ -83,17 +83,16 @@ def schedule_layers(
     layer_of: Sequence[int],
     latency: Sequence[Op],
     cores: Mapping[str, int],
+    cache: ScheduleCache,
     time_limit: float = 10.0,
     seed: int = 0,
-    cache: ScheduleCache | None = None,
     gap_limit: float = 0.0,
     node_limit: int | None = None,
     max_binaries: int | None = None,
 ) -> list[LayerSchedule]:
     """Schedule every layer's forward, backward and optimizer ops (``latency[i]`` of op ``i``;
     ``layer_of[i]`` its layer).  Identical layers (and any repeated problem) are solved once
-    through ``cache`` (the process-wide :data:`DEFAULT_CACHE` unless given)."""
-    cache = DEFAULT_CACHE if cache is None else cache
+    through ``cache``."""
     groups = phase_groups(graph, layer_of)
     out: dict[int, LayerSchedule] = {}
     for (layer, phase), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], PHASE_GROUPS.index(kv[0][1]))):

@@ -1,0 +1,169 @@
+"""The IR as the cost models see it: the bridge between ``phaze`` ops and the pure models of
+``passes/algorithms`` (shared by the cost passes and the architecture search).
+
+:func:`describe_op` reads an op through the ``ComputeOp`` interface into a description of
+``passes.algorithms.latency``, :func:`op_signature` names what an op computes (ops with equal
+signatures cost the same), :func:`op_table` deduplicates a module's ops for
+:func:`~passes.algorithms.latency.estimate_space`, :func:`read_latencies` reads back what
+``phaze-estimate-latency`` wrote, and :func:`core_counts` the capacities a schedule has.
+"""
+
+from __future__ import annotations
+
+import math
+
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Operation
+
+from passes.algorithms import schedule as sched
+from passes.algorithms.latency import CollectiveDesc, MatmulDesc, OpDesc, OpTable, VectorDesc, ViewDesc
+from phaze_ir import dialect as ph
+from phaze_ir import keys
+from phaze_ir.attributes import LatencyAttr
+from phaze_ir.hardware_ir import module_accelerator
+
+#: Passes over the input of multi-pass vector ops (softmax: max, exp-sum, normalize; its
+#: gradient: the row sum, then the elementwise update; norms: statistics, then normalize).
+SOFTMAX_PASSES = {"softmax": 3, "log_softmax": 3, "softmax_grad": 2, "log_softmax_grad": 2}
+NORM_PASSES = 2
+REDUCTION_PASSES = {"var": 2}
+
+
+def op_signature(op: Operation) -> str:
+    """What an op computes, without where it is: name, properties, operand and result types.
+    Ops with equal signatures have equal descriptions and latencies."""
+    props = ",".join(f"{k}={v}" for k, v in sorted(op.properties.items()))
+    operands = ",".join(str(o.type) for o in op.operands)
+    results = ",".join(str(r.type) for r in op.results)
+    return f"{op.name}|{props}|{operands}|{results}"
+
+
+def _shape(t) -> tuple[int, ...]:
+    return tuple(t.get_shape()) if isinstance(t, TensorType) else ()
+
+
+def _row_bytes(op: Operation, shape: tuple[int, ...], row_elems: int) -> int:
+    """Bytes of one reduced row over the inputs of the op's full iteration shape."""
+    per = sum(
+        ph.element_bytes(v.type.element_type)
+        for v in op.operands
+        if isinstance(v.type, TensorType) and _shape(v.type) == shape
+    )
+    return row_elems * per
+
+
+def vector_desc(op: ph.ComputeOp) -> VectorDesc:
+    out_elems = sum(ph.numel(r.type) for r in op.results if isinstance(r.type, TensorType))
+    work = max(op.flops(), out_elems)
+    passes, row = 1, 0
+    if isinstance(op, ph.SoftmaxOp) and op.inputs:
+        shape = _shape(op.result.type)
+        passes = SOFTMAX_PASSES.get(op.kind.data, 1)
+        dim = op.dim.value.data % max(1, len(shape)) if shape else 0
+        row = _row_bytes(op, shape, shape[dim] if shape else 1)
+    elif isinstance(op, ph.NormOp) and op.inputs:
+        shape = _shape(op.inputs[0].type)
+        passes = NORM_PASSES
+        r = op.normalized_rank.value.data
+        row = _row_bytes(op, shape, math.prod(shape[len(shape) - r :]) if r > 0 else 1)
+    elif isinstance(op, ph.ReductionOp) and op.inputs and op.kind.data in REDUCTION_PASSES:
+        shape = _shape(op.inputs[0].type)
+        passes = REDUCTION_PASSES[op.kind.data]
+        dims = op.dims.get_values()
+        reduced = {d % len(shape) for d in dims} if shape and dims else set(range(len(shape)))
+        row = _row_bytes(op, shape, math.prod(shape[d] for d in reduced))
+    return VectorDesc(
+        work=work,
+        read_bytes=op.bytes_read(),
+        write_bytes=op.bytes_written(),
+        passes=passes,
+        row_bytes=row if passes > 1 else 0,
+    )
+
+
+def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
+    batch_shape, m, n, k = op.mnk()
+    lhs, rhs, result = op.lhs.type, op.rhs.type, op.result.type
+    assert isinstance(lhs, TensorType) and isinstance(rhs, TensorType) and isinstance(result, TensorType)
+    return MatmulDesc(
+        batch=math.prod(batch_shape),
+        m=m,
+        n=n,
+        k=k,
+        a_elem=ph.element_bytes(lhs.element_type),
+        b_elem=ph.element_bytes(rhs.element_type),
+        c_elem=ph.element_bytes(result.element_type),
+        a_bytes=ph.tensor_bytes(lhs),
+        b_bytes=ph.tensor_bytes(rhs),
+        bias_bytes=ph.tensor_bytes(op.bias.type) if op.bias is not None else 0,
+        rhs_batched=math.prod(rhs.get_shape()[:-2]) > 1,
+    )
+
+
+def describe_op(op: Operation) -> OpDesc | None:
+    """The latency model's description of ``op``; ``None`` for ops that are not priced
+    (anything that is not a ``ComputeOp``: ``func.return``, ``phaze.accelerator``)."""
+    if isinstance(op, ph.MatmulOp):
+        return matmul_desc(op)
+    if isinstance(op, ph.CollectiveOp):
+        nbytes = max(ph.tensor_bytes(op.input.type), ph.tensor_bytes(op.result.type))
+        return CollectiveDesc(op.kind.data, op.group_size.value.data, nbytes)
+    if isinstance(op, ph.LayoutOp) and op.is_view:
+        return ViewDesc()
+    if isinstance(op, ph.ComputeOp):
+        return vector_desc(op)
+    return None
+
+
+class Describer:
+    """:func:`describe_op` memoized by signature (a transformer repeats its ops many times)."""
+
+    def __init__(self) -> None:
+        self.by_signature: dict[str, OpDesc | None] = {}
+
+    def __call__(self, op: Operation) -> tuple[str, OpDesc | None]:
+        sig = op_signature(op)
+        if sig not in self.by_signature:
+            self.by_signature[sig] = describe_op(op)
+        return sig, self.by_signature[sig]
+
+
+def op_table(module: ModuleOp) -> tuple[OpTable, list[int], list[Operation], dict[str, int]]:
+    """The module's priced ops deduplicated: ``(table, row_of_op, ops, signatures)``.
+
+    ``ops`` are the priced ops in walk order, ``row_of_op[i]`` the row of ``ops[i]`` in
+    ``table`` (ops with equal signatures share a row, and so do different signatures with
+    equal descriptions), ``signatures`` maps each distinct signature to its row."""
+    describe = Describer()
+    rows: dict[OpDesc, int] = {}
+    descs: list[OpDesc] = []
+    row_of: list[int] = []
+    ops: list[Operation] = []
+    sig_rows: dict[str, int] = {}
+    for op in module.walk():
+        sig, desc = describe(op)
+        if desc is None:
+            continue
+        if desc not in rows:
+            rows[desc] = len(descs)
+            descs.append(desc)
+        row_of.append(rows[desc])
+        sig_rows[sig] = rows[desc]
+        ops.append(op)
+    return OpTable(descs), row_of, ops, sig_rows
+
+
+def read_latencies(ops: list[Operation]) -> list[sched.Op]:
+    """What the scheduler needs of each op: its unit and its ``phaze.latency`` on one core and
+    split over all cores of that unit."""
+    out = []
+    for o in ops:
+        lat = keys.require(o, keys.LATENCY, LatencyAttr)
+        out.append(sched.Op(str(lat.get("unit")), float(lat.get("one_s")), float(lat.get("split_s"))))
+    return out
+
+
+def core_counts(module: ModuleOp, pass_name: str) -> dict[str, int]:
+    """Cores per unit kind of the module's accelerator (the network is one shared link)."""
+    acc = module_accelerator(module, pass_name)
+    return {"tensor": acc.tensor_cores.count, "vector": acc.vector_cores.count, "network": 1}

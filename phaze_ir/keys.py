@@ -1,0 +1,146 @@
+"""Every ``phaze.*`` discardable attribute key, declared once: its name, where it sits, what it
+holds and who writes it.
+
+MLIR's convention: what a pass learns about the IR goes in a *discardable* attribute with the
+dialect's prefix, which later passes read and other tools may ignore.  Each key has exactly one
+meaning and one writer (the importer of ``phazec``, or one pass); a pass that finds a key it
+needs missing says so in the MLIR way, naming the op and the pass to run first::
+
+    'phaze.matmul' op requires 'phaze.tile'; run phaze-tile-pe-array first
+
+(:func:`require`, :func:`require_records`).  Record attributes (``#phaze.layer_info<...>``)
+are named after the key that holds them where the two are one thing, and never reuse another
+key's name (docs/design.md §3).
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr
+from xdsl.ir import Attribute, Operation
+
+from phaze_ir.errors import PhazeError
+
+__all__ = ["ALL_KEYS", "Key", "int_of", "records_of", "require", "require_records", "string_of"]
+
+IMPORTER = "phazec (its importer)"
+
+
+class Key(str):
+    """One discardable attribute key: the key string itself (so ``op.attributes[keys.TILE]``
+    works), with where it sits (``op``, ``module``, ``argument`` or ``result``), what it holds
+    and who writes it (a pass name, or the importer)."""
+
+    on: str
+    holds: str
+    writer: str
+
+    def __new__(cls, name: str, on: str, holds: str, writer: str) -> Key:
+        key = super().__new__(cls, name)
+        key.on, key.holds, key.writer = on, holds, writer
+        return key
+
+    def __reduce__(self):
+        return (Key, (str(self), self.on, self.holds, self.writer))
+
+
+# -- written by the importer (phaze_ir/frontend/importer.py) ------------------------------------
+MODEL = Key("phaze.model", "module", "string: the model's name", IMPORTER)
+MICRO_BATCH_SIZE = Key("phaze.micro_batch_size", "module", "i64: samples per micro-batch traced", IMPORTER)
+SEQ_LEN = Key("phaze.seq_len", "module", "i64: sequence length traced", IMPORTER)
+MODULE = Key("phaze.module", "op", "string: the torch module path the op came from", IMPORTER)
+PHASE = Key("phaze.phase", "op", "string: fwd, bwd or opt", IMPORTER)
+PARAM = Key("phaze.param", "argument", "string: the parameter's name", IMPORTER)
+BUFFER = Key("phaze.buffer", "argument", "string: the buffer's name", IMPORTER)
+INPUT = Key("phaze.input", "argument", "string: the input's name", IMPORTER)
+GRAD = Key("phaze.grad", "result", "string: the parameter this result is the gradient of", IMPORTER)
+LOSS = Key("phaze.loss", "result", "unit: this result is the loss", IMPORTER)
+#: The key of each role a step function's argument can have.
+ARG_ROLES = {"param": PARAM, "buffer": BUFFER, "input": INPUT}
+
+# -- written by the passes (one file each under passes/) ----------------------------------------
+UPDATED = Key("phaze.updated", "result", "string: the parameter this result updates", "phaze-insert-optimizer")
+SAVED_BYTES = Key("phaze.saved_bytes", "op", "i64: bytes of its results autograd saves", "phaze-mark-saved")
+LAYER = Key("phaze.layer", "op", "i64: index of the op's layer", "phaze-group-layers")
+LAYERS = Key("phaze.layers", "module", "array of #phaze.layer_info, one per layer", "phaze-group-layers")
+TP_WIDTH = Key("phaze.tp_width", "module", "i64: tensor-parallel width sharded for", "phaze-shard-tensor-parallel")
+TARGET = Key("phaze.target", "module", "symbol: the phaze.accelerator targeted", "phazec --hw NAME|FILE")
+TILE = Key("phaze.tile", "op", "#phaze.tile: a GEMM's tiling onto the PE arrays", "phaze-tile-pe-array")
+LATENCY = Key("phaze.latency", "op", "#phaze.latency: seconds on one core and split", "phaze-estimate-latency")
+LAYER_LATENCY = Key(
+    "phaze.layer_latency", "module", "array of #phaze.layer_latency: serial sums per layer", "phaze-estimate-latency"
+)
+SCHED = Key("phaze.sched", "op", "#phaze.sched: start, end and cores in its layer's schedule", "phaze-schedule-ops")
+LAYER_SCHEDULE = Key(
+    "phaze.layer_schedule", "module", "array of #phaze.layer_schedule: makespans per layer", "phaze-schedule-ops"
+)
+RECOMPUTE = Key(
+    "phaze.recompute",
+    "op",
+    "#phaze<recompute selective>: re-run in backward under selective recompute",
+    "phaze-insert-recompute",
+)
+LAYER_RECOMPUTE = Key(
+    "phaze.layer_recompute",
+    "module",
+    "array of #phaze.layer_recompute: bytes and time per policy",
+    "phaze-insert-recompute",
+)
+LAYER_MEMORY = Key(
+    "phaze.layer_memory", "module", "array of #phaze.layer_memory: weights, state, workspace", "phaze-insert-recompute"
+)
+PLAN = Key("phaze.plan", "module", "#phaze.plan: the placement and its time per batch", "phaze-place-devices")
+STAGES = Key("phaze.stages", "module", "array of #phaze.stage_info, one per pipeline stage", "phaze-place-devices")
+STAGE = Key("phaze.stage", "op", "i64: index of the op's pipeline stage", "phaze-place-devices")
+
+# -- written by the architecture search (phaze/search) ------------------------------------------
+BASELINES = Key("phaze.baselines", "module", "array of #phaze.baseline: the search's baselines", "phazec (search)")
+MODELS = Key("phaze.models", "module", "array of strings: the models of a several-model plan", "phazec (search)")
+
+#: Every key, in the order above (docs/design.md §3 lists them).
+ALL_KEYS: tuple[Key, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, Key))
+
+
+AttributeT = TypeVar("AttributeT", bound=Attribute)
+
+
+def _missing(op: Operation, key: Key) -> PhazeError:
+    run = f"run {key.writer} first" if key.writer.startswith("phaze-") else f"it is written by {key.writer}"
+    return PhazeError(f"'{op.name}' op requires '{key}'; {run}")
+
+
+def require(op: Operation, key: Key, kind: type[AttributeT]) -> AttributeT:
+    """``op``'s attribute ``key``, which must be a ``kind``; else the MLIR-style diagnostic
+    naming the pass that writes it."""
+    attr = op.attributes.get(key)
+    if not isinstance(attr, kind):
+        raise _missing(op, key)
+    return attr
+
+
+def require_records(op: Operation, key: Key, kind: type[AttributeT]) -> list[AttributeT]:
+    """The records of an array-valued key (every element a ``kind``)."""
+    attr = op.attributes.get(key)
+    records = [r for r in attr.data if isinstance(r, kind)] if isinstance(attr, ArrayAttr) else []
+    if not isinstance(attr, ArrayAttr) or len(records) != len(attr.data):
+        raise _missing(op, key)
+    return records
+
+
+def string_of(op: Operation, key: Key, default: str = "") -> str:
+    """The string ``op`` holds under ``key`` (``default`` when absent or not a string)."""
+    attr = op.attributes.get(key)
+    return attr.data if isinstance(attr, StringAttr) else default
+
+
+def int_of(op: Operation, key: Key, default: int) -> int:
+    """The integer ``op`` holds under ``key`` (``default`` when absent or not an integer)."""
+    attr = op.attributes.get(key)
+    return attr.value.data if isinstance(attr, IntegerAttr) else default
+
+
+def records_of(op: Operation, key: Key, kind: type[AttributeT]) -> list[AttributeT]:
+    """The ``kind`` records of an array-valued key (none when absent)."""
+    attr = op.attributes.get(key)
+    return [r for r in attr.data if isinstance(r, kind)] if isinstance(attr, ArrayAttr) else []
