@@ -292,26 +292,22 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
         schedule_max_binaries=lim.max_binaries or 0,
         micro_batches=(1,),
         tp_widths=None,
+        schedule_cache=cache,  # the search's schedules: the winner's layers are solved already
     )
-    saved_cache = sched.DEFAULT_CACHE
-    sched.DEFAULT_CACHE = cache
     modules = []
-    try:
-        for m, path in enumerate(paths):
-            s, thr, _ = best.best[m]
-            st = tasks[m].settings[s]
-            log(f"compiling the plan of {names[m]} on {acc.name} (micro-batch {st.micro_batch}, TP {st.tp})")
-            mopts = replace(popts, micro_batches=(st.micro_batch,), tp_widths=(st.tp,))
-            module, _ = driver.compile_model(path, mopts, lambda msg: None, accelerator=acc)
-            got = driver.plan_record(module).get("throughput_samples_per_s", 0.0)
-            if abs(got - thr) > 1e-9 * max(thr, 1.0):
-                raise PhazeError(
-                    f"internal error: the plan of {names[m]} gives {got} samples/s, "
-                    f"the search {thr}; please report this"
-                )
-            modules.append(module)
-    finally:
-        sched.DEFAULT_CACHE = saved_cache
+    for m, path in enumerate(paths):
+        s, thr, _ = best.best[m]
+        st = tasks[m].settings[s]
+        log(f"compiling the plan of {names[m]} on {acc.name} (micro-batch {st.micro_batch}, TP {st.tp})")
+        mopts = replace(popts, micro_batches=(st.micro_batch,), tp_widths=(st.tp,))
+        module, _ = driver.compile_model(path, mopts, lambda msg: None, accelerator=acc)
+        got = driver.plan_record(module).get("throughput_samples_per_s", 0.0)
+        if abs(got - thr) > 1e-9 * max(thr, 1.0):
+            raise PhazeError(
+                f"internal error: the plan of {names[m]} gives {got} samples/s, "
+                f"the search {thr}; please report this"
+            )
+        modules.append(module)
     walls["plan"] = time.perf_counter() - t0
     walls["total"] = time.perf_counter() - t_all
     walls.update({k: v for k, v in ev.timers.items()})
