@@ -61,9 +61,10 @@ class InsertRecomputePass(SolverOptions):
     parameters, gradients, optimizer state, stashes, workspace).
 
     Requires ``phaze-schedule-ops`` (``phaze.layer_schedule``; the attention cores are scheduled
-    here, through the schedule cache handed in, as ``phaze-schedule-ops`` does).  Options: ``optimizer`` = ``""`` (default: the optimizer state
-    the ``phaze.optimizer_update`` ops carry; Adam's 12 bytes per parameter element when there
-    are none), ``adam`` or ``sgd``; ``time_limit``, ``gap_limit``, ``node_limit``, ``max_binaries`` and ``seed`` as
+    here, through the schedule cache handed in, as ``phaze-schedule-ops`` does).  Options:
+    ``optimizer`` = ``""`` (default: the optimizer state the ``phaze.optimizer_update`` ops carry;
+    Adam's 12 bytes per parameter element when there are none), ``adam`` or ``sgd``;
+    ``time_limit``, ``gap_limit``, ``node_limit``, ``max_binaries`` and ``seed`` as
     ``phaze-schedule-ops``.
     """
 

@@ -4,12 +4,12 @@ and the recompute policy per stage, and write the plan into the IR."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp
 from xdsl.passes import ModulePass
 
+from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
@@ -25,9 +25,6 @@ from phaze_ir.attributes import (
 )
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
-
-if TYPE_CHECKING:
-    from passes.algorithms._phaze_rs import ProblemDict, ResultDict
 
 
 def _records(module: ModuleOp, key: keys.Key, kind: type[RecordAttr]) -> list[dict]:
@@ -69,7 +66,9 @@ def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
     return out
 
 
-def build_problem(module: ModuleOp, devices: int, global_batch: int, dp_overlap: bool, pass_name: str) -> ProblemDict:
+def build_problem(
+    module: ModuleOp, devices: int, global_batch: int, dp_overlap: bool, pass_name: str
+) -> _phaze_rs.ProblemDict:
     """The DP problem of a module annotated by the cost passes."""
     layers = layer_numbers(module, pass_name)
     acc = module_accelerator(module, pass_name)
@@ -89,10 +88,8 @@ def build_problem(module: ModuleOp, devices: int, global_batch: int, dp_overlap:
         raise PhazeError(f"{pass_name}: {e}") from e
 
 
-def solve(problem: ProblemDict, fixed: tuple[int, int, int] | None) -> ResultDict:
+def solve(problem: _phaze_rs.ProblemDict, fixed: tuple[int, int, int] | None) -> _phaze_rs.ResultDict:
     """Run the Rust DP: the optimum, or the evaluation of a fixed (PP, DP, TP)."""
-    from passes.algorithms import _phaze_rs
-
     if fixed is None:
         return _phaze_rs.solve_placement(problem)
     pp, dp, tp = fixed
@@ -104,7 +101,7 @@ def solve(problem: ProblemDict, fixed: tuple[int, int, int] | None) -> ResultDic
     return _phaze_rs.evaluate_placement(problem, pp, dp)
 
 
-def write_plan(module: ModuleOp, problem: ProblemDict, result: ResultDict, placement: str) -> None:
+def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_rs.ResultDict, placement: str) -> None:
     """Write ``phaze.plan``, ``phaze.stages`` and each op's ``phaze.stage``."""
     plan = result.get("plan")
     binding = pl.binding_message(result)

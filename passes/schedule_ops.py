@@ -44,8 +44,8 @@ class ScheduleOpsPass(SolverOptions):
     a solve once its relative gap is that small; default 0, prove optimality), ``node_limit``
     (stop after that many branch-and-bound nodes; default 0, no limit: a node limit, unlike the
     clock, gives the same schedules on any machine), ``max_binaries`` (a MILP with more binaries
-    keeps its warm start instead; default 0, no limit), ``seed`` (SCIP's random seed).  The optimizer step is a group of its own (once per batch), not folded into
-    the backward.
+    keeps its warm start instead; default 0, no limit), ``seed`` (SCIP's random seed).  The
+    optimizer step is a group of its own (once per batch), not folded into the backward.
     """
 
     name = "phaze-schedule-ops"
@@ -58,4 +58,4 @@ class ScheduleOpsPass(SolverOptions):
                     ops[i].attributes[keys.SCHED] = SchedAttr.make(
                         start_s=float(s.start[k]), end_s=float(s.end[k]), cores=int(s.cores[k])
                     )
-        op.attributes[keys.LAYER_SCHEDULE] = ArrayAttr([LayerScheduleAttr.make(**l.summary()) for l in layers])
+        op.attributes[keys.LAYER_SCHEDULE] = ArrayAttr([LayerScheduleAttr.make(**layer.summary()) for layer in layers])

@@ -83,7 +83,10 @@ def pipeline(stage: str, tp: int, opts: Options) -> str:
         passes.append("phaze-tile-pe-array")
     if k >= STAGES.index("latency"):
         passes.append("phaze-estimate-latency")
-    solver = f"time_limit={opts.schedule_time_limit} gap_limit={opts.schedule_gap} node_limit={opts.schedule_nodes} max_binaries={opts.schedule_max_binaries}"
+    solver = (
+        f"time_limit={opts.schedule_time_limit} gap_limit={opts.schedule_gap} "
+        f"node_limit={opts.schedule_nodes} max_binaries={opts.schedule_max_binaries}"
+    )
     if k >= STAGES.index("scheduled"):
         passes.append(f"phaze-schedule-ops{{{solver}}}")
     if k >= STAGES.index("recompute"):
@@ -303,7 +306,10 @@ def summary(module: ModuleOp) -> str:
     stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
     recompute = ",".join(sorted({str(s["recompute"]) for s in stages}))
     mem = max(int(s["memory_bytes"]) for s in stages) / 2**30
-    head = f"{'DP':>5} {'PP':>4} {'TP':>4} {'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>11}"
+    head = (
+        f"{'DP':>5} {'PP':>4} {'TP':>4} {'micro-batch':>11} {'recompute':>14} {'s/batch':>10} "
+        f"{'samples/s':>11} {'GiB/device':>11}"
+    )
     row = (
         f"{plan['dp']:>5} {plan['pp']:>4} {plan['tp']:>4} {plan['micro_batch_size']:>11} {recompute:>14} "
         f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>11.2f}"

@@ -1,0 +1,41 @@
+"""The layout's contracts (``[tool.importlinter]`` in pyproject.toml), checked by import-linter
+on the real tree: the compiler (``phaze``) imports the passes, the passes import the IR, never
+the other way; ``passes/algorithms`` imports no xDSL; no pass imports another pass.  A
+deliberate violation must be caught, so the check is known to bite."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def _lint_imports(cwd) -> subprocess.CompletedProcess:
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    return subprocess.run(
+        [sys.executable, "-c", code, "--no-cache"], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_the_tree_keeps_its_contracts():
+    r = _lint_imports(ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("KEPT") == 3 and "BROKEN" not in r.stdout
+
+
+def test_an_import_against_the_direction_is_caught(tmp_path):
+    # A copy of the three packages, with the IR importing a pass: the layers contract breaks.
+    for package in ("phaze_ir", "passes", "phaze"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "phaze_ir" / "sneaky.py").write_text("from passes import mark_saved\n")
+    (tmp_path / "passes" / "algorithms" / "sneaky.py").write_text("import xdsl.ir\n")
+    with open(tmp_path / "passes" / "group_layers.py", "a") as f:
+        f.write("from passes.mark_saved import MarkSavedPass\n")
+    r = _lint_imports(tmp_path)
+    assert r.returncode != 0
+    assert "phaze_ir.sneaky -> passes.mark_saved" in r.stdout
+    assert "passes.algorithms.sneaky -> xdsl (l.1)" in r.stdout
+    assert "passes.group_layers is not allowed to import passes.mark_saved" in r.stdout
