@@ -14,8 +14,11 @@ attributes, so the files stay parseable there too.
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Sequence
-from typing import ClassVar
+from functools import cache
+from typing import ClassVar, get_type_hints
 
 from xdsl.dialects.builtin import FloatData, IntAttr, StringAttr
 from xdsl.ir import Attribute, ParametrizedAttribute
@@ -26,17 +29,59 @@ from xdsl.printer import Printer
 FieldValue = int | float | str
 
 
+MAX_INT_BITS = 4096
+"""Record integers are arbitrary precision up to this many bits (sign apart): far beyond any
+count of bytes, FLOPs or cycles, and well inside what Python prints and reads back in decimal."""
+
+
+def format_float(value: float) -> str:
+    """The MLIR literal of a float (an f64) that reads back as the same float, bit for bit; the
+    one float printer of phaze's attributes.
+
+    Finite values print as Python's shortest round-trip ``repr`` with the fraction MLIR's grammar
+    requires (``[-+]?[0-9]+[.][0-9]*([eE][-+]?[0-9]+)?``): ``8e-08`` becomes ``8.0e-08``, ``1e+22``
+    becomes ``1.0e+22``; ``-0.0`` stays.  Infinities and NaNs, which have no decimal literal, print
+    as their IEEE-754 bits in hex, as MLIR prints them: ``0x7FF0000000000000`` is ``inf``.
+    """
+    value = float(value)
+    if not math.isfinite(value):
+        return f"0x{struct.unpack('>Q', struct.pack('>d', value))[0]:016X}"
+    mantissa, e, exponent = repr(value).partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return mantissa + e + exponent
+
+
+def float_from_bits(bits: int) -> float:
+    """The f64 whose IEEE-754 bits are ``bits`` (how MLIR reads a hex literal of a float)."""
+    return struct.unpack(">d", struct.pack(">Q", bits))[0]
+
+
 def _to_attr(value: FieldValue) -> Attribute:
     # bool is an int in Python; refuse it so that a typo does not silently become 0/1.
     if isinstance(value, bool):
         raise TypeError("record fields do not take bool; use 0/1 or a string")
     if isinstance(value, int):
-        return IntAttr(value)
+        if abs(value).bit_length() > MAX_INT_BITS:
+            raise ValueError(f"record integer field out of range: {abs(value).bit_length()} bits > {MAX_INT_BITS}")
+        return IntAttr(int(value))
     if isinstance(value, float):
-        return FloatData(value)
+        return FloatData(float(value))
     if isinstance(value, str):
-        return StringAttr(value)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(
+                f"record string field is not valid Unicode text (it cannot be UTF-8 encoded): {e}"
+            ) from None
+        return StringAttr(str(value))
     raise TypeError(f"unsupported record field value {value!r}")
+
+
+@cache
+def _field_types(cls: type) -> dict[str, type]:
+    """Each field's declared attribute class (``IntAttr``, ``FloatData``, ...), by name."""
+    return {f: hint for f, hint in get_type_hints(cls).items() if isinstance(hint, type)}
 
 
 def _from_attr(attr: Attribute) -> FieldValue:
@@ -55,7 +100,7 @@ class RecordAttr(ParametrizedAttribute):
     Subclasses declare ``FIELDS`` (names in print order) and one IRDL parameter per field, each
     annotated ``IntAttr | FloatData | StringAttr`` as appropriate.  Build them with
     :meth:`make` from keyword values and read them with :meth:`get` or :meth:`as_dict`.
-    Floats are printed with ``repr`` so that they round-trip bit for bit.
+    Floats are printed by :func:`format_float`, which round-trips them bit for bit.
     """
 
     FIELDS: ClassVar[tuple[str, ...]] = ()
@@ -86,18 +131,45 @@ class RecordAttr(ParametrizedAttribute):
             if key not in cls.FIELDS:
                 parser.raise_error(f"unknown field '{key}' of {cls.name}; expected one of {', '.join(cls.FIELDS)}")
             parser.parse_punctuation("=")
-            text = parser.parse_optional_str_literal()
-            if text is not None:
-                values[key] = StringAttr(text)
-            else:
-                number = parser.parse_number()
-                values[key] = IntAttr(number) if isinstance(number, int) else FloatData(number)
+            values[key] = cls._parse_value(parser, key)
 
         parser.parse_comma_separated_list(parser.Delimiter.ANGLE, parse_field)
         missing = [f for f in cls.FIELDS if f not in values]
         if missing:
             parser.raise_error(f"{cls.name} is missing field(s) {', '.join(missing)}")
         return [values[f] for f in cls.FIELDS]
+
+    @classmethod
+    def _parse_value(cls, parser: AttrParser, key: str) -> Attribute:
+        """One string, integer or float field value, checked against the field's declared type.
+        A float field also reads MLIR's hex form of a float's bits (``0x7FF0000000000000``)."""
+        declared = _field_types(cls).get(key)
+        text = parser.parse_optional_str_literal()
+        if text is not None:
+            if declared not in (None, StringAttr):
+                parser.raise_error(f"field '{key}' of {cls.name} takes a number, not a string")
+            return StringAttr(text)
+        if declared is StringAttr:
+            parser.raise_error(f"field '{key}' of {cls.name} takes a string literal")
+        token = parser._current_token  # its spelling tells hex bits from a decimal
+        hex_literal = token.text[:2] in ("0x", "0X")
+        number = parser.parse_number(context_msg=f" (field '{key}' of {cls.name})")
+        if declared is FloatData:
+            if isinstance(number, float):
+                return FloatData(number)
+            if hex_literal and number.bit_length() <= 64:
+                return FloatData(float_from_bits(number))
+            parser.raise_error(
+                f"field '{key}' of {cls.name} takes a float literal (like 1.0 or 2.5e-06, or 0x7FF0000000000000 "
+                f"for the bits of inf/nan), not {token.text}"
+            )
+        if isinstance(number, float):
+            if declared is IntAttr:
+                parser.raise_error(f"field '{key}' of {cls.name} takes an integer, not {token.text}")
+            return FloatData(number)
+        if number.bit_length() > MAX_INT_BITS:
+            parser.raise_error(f"field '{key}' of {cls.name}: integer out of range (> {MAX_INT_BITS} bits)")
+        return IntAttr(number)
 
     def print_parameters(self, printer: Printer) -> None:
         def print_field(item: tuple[str, Attribute]) -> None:
@@ -106,8 +178,10 @@ class RecordAttr(ParametrizedAttribute):
             value = _from_attr(attr)
             if isinstance(value, str):
                 printer.print_string_literal(value)
+            elif isinstance(value, float):
+                printer.print_string(format_float(value))
             else:
-                printer.print_string(repr(value))
+                printer.print_string(str(value))
 
         with printer.in_angle_brackets():
             printer.print_list(zip(self.FIELDS, self.parameters), print_field)
