@@ -33,15 +33,15 @@ builtin.module attributes {phaze.target = @acc} {
   }
 }
 
-// CHECK: phaze.layer_schedule = [#phaze.layer_schedule<index = 0, fwd_s = 7.5e-06, bwd_s = 1e-06, opt_s = 0.0, status = "optimal", gap = 0.0>, #phaze.layer_schedule<index = 1, fwd_s = 7.5e-06, bwd_s = 0.0, opt_s = 0.0, status = "optimal", gap = 0.0>]
-// CHECK: %a0 = {{.*}} phaze.sched = #phaze.sched<start_s = 0.0, end_s = 4e-06, cores = 1>
-// CHECK: %b0 = {{.*}} phaze.sched = #phaze.sched<start_s = 0.0, end_s = 4e-06, cores = 1>
-// CHECK: %d0 = {{.*}} phaze.sched = #phaze.sched<start_s = 4e-06, end_s = 6.5{{0*[0-9]*}}e-06, cores = 2>
-// CHECK: %s0 = {{.*}} phaze.sched = #phaze.sched<start_s = 4e-06, end_s = {{(5|4.99999*[0-9]*)}}e-06, cores = 1>
+// CHECK: phaze.layer_schedule = [#phaze.layer_schedule<index = 0, fwd_s = 7.5e-06, bwd_s = 1.0e-06, opt_s = 0.0, status = "optimal", gap = 0.0>, #phaze.layer_schedule<index = 1, fwd_s = 7.5e-06, bwd_s = 0.0, opt_s = 0.0, status = "optimal", gap = 0.0>]
+// CHECK: %a0 = {{.*}} phaze.sched = #phaze.sched<start_s = 0.0, end_s = 4.0e-06, cores = 1>
+// CHECK: %b0 = {{.*}} phaze.sched = #phaze.sched<start_s = 0.0, end_s = 4.0e-06, cores = 1>
+// CHECK: %d0 = {{.*}} phaze.sched = #phaze.sched<start_s = 4.0e-06, end_s = 6.5{{0*[0-9]*}}e-06, cores = 2>
+// CHECK: %s0 = {{.*}} phaze.sched = #phaze.sched<start_s = 4.0e-06, end_s = {{(5.0|4.99999*[0-9]*)}}e-06, cores = 1>
 // CHECK: %c0 = {{.*}} phaze.sched = #phaze.sched<start_s = 6.5{{0*[0-9]*}}e-06, end_s = 7.5e-06, cores = 1>
 // CHECK: %t0 = {{.*}} phaze.sched = #phaze.sched<start_s = 7.5e-06, end_s = 7.5e-06, cores = 0>
-// CHECK: %d1 = {{.*}} phaze.sched = #phaze.sched<start_s = 4e-06, end_s = 6.5{{0*[0-9]*}}e-06, cores = 2>
+// CHECK: %d1 = {{.*}} phaze.sched = #phaze.sched<start_s = 4.0e-06, end_s = 6.5{{0*[0-9]*}}e-06, cores = 2>
 // CHECK: %c1 = {{.*}} phaze.sched = #phaze.sched<start_s = 6.5{{0*[0-9]*}}e-06, end_s = 7.5e-06, cores = 1>
-// CHECK: %g0 = {{.*}} phaze.sched = #phaze.sched<start_s = 0.0, end_s = 1e-06, cores = 2>
+// CHECK: %g0 = {{.*}} phaze.sched = #phaze.sched<start_s = 0.0, end_s = 1.0e-06, cores = 2>
 
 // NOLAT: error: 'phaze.matmul' op requires 'phaze.latency'; run phaze-estimate-latency first
