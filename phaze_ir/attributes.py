@@ -160,12 +160,13 @@ class RecordAttr(ParametrizedAttribute):
             if hex_literal and number.bit_length() <= 64:
                 return FloatData(float_from_bits(number))
             parser.raise_error(
-                f"field '{key}' of {cls.name} takes a float literal (like 1.0 or 2.5e-06, or 0x7FF0000000000000 "
-                f"for the bits of inf/nan), not {token.text}"
+                f"field '{key}' of {cls.name} takes a float literal, with a '.' (like 1.0 or 8.0e-08; "
+                f"0x7FF0000000000000 for the bits of inf/nan)",
+                token.span,
             )
         if isinstance(number, float):
             if declared is IntAttr:
-                parser.raise_error(f"field '{key}' of {cls.name} takes an integer, not {token.text}")
+                parser.raise_error(f"field '{key}' of {cls.name} takes an integer, not {token.text}", token.span)
             return FloatData(number)
         if number.bit_length() > MAX_INT_BITS:
             parser.raise_error(f"field '{key}' of {cls.name}: integer out of range (> {MAX_INT_BITS} bits)")

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import io
+import re
+from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 from xdsl.printer import Printer
+from xdsl.utils.exceptions import MultipleSpansParseError, ParseError
+from xdsl.utils.lexer import Input, Span
 
 from phaze_ir.dialect import Phaze
+from phaze_ir.errors import PhazeError
+
+EXCERPT_CHARS = 160
+"""Most characters of source shown around a parse error's column (one line, with a caret
+under the column): a plan can hold a line of several MB, which an error must not print."""
 
 
 def make_context() -> Context:
@@ -22,9 +31,111 @@ def make_context() -> Context:
     return ctx
 
 
-def parse_module(text: str, name: str = "<input>") -> ModuleOp:
-    """Parse MLIR text into a verified module (raises xDSL's ParseError with line and column)."""
-    module = Parser(make_context(), text, name).parse_module()
+@dataclass
+class MLIRParseError(PhazeError, ParseError):
+    """A syntax error in MLIR text, shown as MLIR's tools show it::
+
+        plan.mlir:1:20049: error: '>' expected
+        ...#phaze.layer_latency<index = 0, fwd_s = 8e-08, bwd_s = ...
+                                                   ^
+
+    The excerpt is the error's line cut to at most ``EXCERPT_CHARS`` characters around the
+    column (``...`` marks the cuts), so that an error in a line of several MB stays short.  It is
+    an xDSL ``ParseError`` (its ``span`` and ``msg``; xDSL's tools move the span for
+    ``--split-input-file``) and a :class:`PhazeError` (the tools print it without a traceback).
+    """
+
+    @property
+    def location(self) -> str:
+        """``file:line:col`` of the error (MLIR counts columns from 1)."""
+        return str(self.span.get_location())
+
+    def excerpt(self) -> tuple[str, str]:
+        """The source around the error (one line, at most ``EXCERPT_CHARS`` characters plus
+        ``...`` marks) and a caret line under the error's column."""
+        return _excerpt(self.span)
+
+    def __str__(self) -> str:
+        line, caret = self.excerpt()
+        text = f"{self.location}: error: {self.msg}"
+        if line.strip() and not _is_blank(self.span.input.content):
+            text += f"\n{line}\n{caret}"
+        return text
+
+
+def _excerpt(span: Span) -> tuple[str, str]:
+    content = span.input.content
+    start = span.input.get_start_of_line(span.start)
+    end = span.input.get_end_of_line(span.start)
+    half = EXCERPT_CHARS // 2
+    lo = max(start, span.start - half)
+    hi = min(end, max(span.start + 1, lo + EXCERPT_CHARS))
+    lo = max(start, min(lo, hi - EXCERPT_CHARS))
+    piece = content[lo:hi]
+    before = content[lo : span.start]
+    if isinstance(piece, bytes):
+        # Cut bytes may split a UTF-8 sequence: shown with replacement characters, display only.
+        piece = piece.decode("utf-8", "replace")
+        before = before.decode("utf-8", "replace")
+    piece = _printable(piece.rstrip("\r"))
+    before = _printable(before)
+    prefix = "..." if lo > start else ""
+    suffix = "..." if hi < end else ""
+    return f"{prefix}{piece}{suffix}", " " * (len(prefix) + len(before)) + "^"
+
+
+def _printable(text: str) -> str:
+    # Tabs and other control characters would shift the caret; show each as one space.
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
+_BLANK = re.compile(r"(?:\s|//[^\n]*)*")
+_BLANK_BYTES = re.compile(rb"(?:\s|//[^\n]*)*")
+
+
+def _is_blank(text: str | bytes) -> bool:
+    """Whether ``text`` holds nothing but whitespace and ``//`` comments."""
+    pattern = _BLANK_BYTES if isinstance(text, bytes) else _BLANK
+    match = pattern.match(text)  # type: ignore[arg-type]
+    return match is not None and match.end() == len(text)
+
+
+def _message(error: ParseError) -> str:
+    """xDSL's message, reworded where it would puzzle a user."""
+    msg = error.msg.strip()
+    at_end = error.span.start >= len(error.span.input)
+    if msg == "Could not parse entire input!":
+        msg = "expected an operation"
+    elif error.msg.startswith(" "):  # xDSL sometimes gives only the context (" in block definition")
+        msg = f"unexpected {'end of input' if at_end else 'token'} {msg}"
+    elif at_end and "end of input" not in msg:
+        msg = f"unexpected end of input: {msg}"
+    if isinstance(error, MultipleSpansParseError):
+        notes = [f"{span.get_location()}: note: {note}" for span, note in error.refs if note]
+        msg = "; ".join([msg, *notes])
+    return msg
+
+
+def parse_text(
+    text: str | bytes, name: str = "<input>", ctx: Context | None = None, allow_implicit_module: bool = True
+) -> ModuleOp:
+    """Parse MLIR text (not verified); a syntax error raises :class:`MLIRParseError`, an empty
+    input (only whitespace and comments) too, with a message that says so."""
+    if _is_blank(text):
+        span = Span(0, 0, Input(text, name))
+        raise MLIRParseError(span, "empty input: expected an MLIR module (the file holds no operation)")
+    try:
+        return Parser(ctx or make_context(), text, name).parse_module(allow_implicit_module)
+    except MLIRParseError:
+        raise
+    except ParseError as e:
+        raise MLIRParseError(e.span, _message(e)) from None
+
+
+def parse_module(text: str | bytes, name: str = "<input>") -> ModuleOp:
+    """Parse MLIR text into a verified module.  A syntax error raises :class:`MLIRParseError`
+    (a :class:`PhazeError`), which names ``file:line:col`` and shows a short excerpt."""
+    module = parse_text(text, name)
     module.verify()
     return module
 

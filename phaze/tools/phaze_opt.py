@@ -16,6 +16,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from passes import ALL_PASSES
 from phaze_ir.errors import PhazeError
+from phaze_ir.ir import MLIRParseError, parse_text
 
 
 class PhazeOptMain(xDSLOptMain):
@@ -35,6 +36,18 @@ class PhazeOptMain(xDSLOptMain):
         super().register_all_passes()
         for name, factory in ALL_PASSES.items():
             self.available_passes.setdefault(name, factory)
+
+    def register_all_frontends(self):
+        super().register_all_frontends()
+
+        def parse_mlir(stream):
+            # phaze's parser: a syntax error names file:line:col with a short excerpt, never a
+            # whole (possibly multi-MB) line, and an empty file says so.
+            return parse_text(
+                stream.read(), self.get_input_name(), self.ctx, allow_implicit_module=not self.args.no_implicit_module
+            )
+
+        self.available_frontends["mlir"] = parse_mlir
 
     def output_resulting_program(self, prog):
         # One trailing newline, as phazec writes: `phaze-opt f.mlir` reproduces f.mlir byte for byte.
@@ -61,6 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as e:
         if debug:
             raise
+        if isinstance(e, ParseError):
+            # As MLIR's tools: `file:line:col: error: message`, then a short excerpt and a caret.
+            error = e if isinstance(e, MLIRParseError) else MLIRParseError(e.span, e.msg.strip())
+            print(error, file=sys.stderr)
+            return 1
         message = str(e).strip()
         if isinstance(e, (FileNotFoundError, IsADirectoryError)):
             message = f"{e.filename}: {e.strerror}"
