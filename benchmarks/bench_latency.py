@@ -97,7 +97,8 @@ def main() -> None:
     )
     print(
         f"memory:      peak RSS {rss:.2f} GiB (after tracing: {rss_trace:.2f} GiB); estimate's own peak "
-        f"{peak_est / 2**30:.2f} GiB (tracemalloc); result arrays {sum(a.nbytes for a in (lat.one, lat.split, lat.bound, lat.bound_one)) / 2**20:.0f} MiB"
+        f"{peak_est / 2**30:.2f} GiB (tracemalloc); result arrays "
+        f"{sum(a.nbytes for a in (lat.one, lat.split, lat.bound, lat.bound_one)) / 2**20:.0f} MiB"
     )
 
     # Every op's latency on every config is split[row_of[i], c]; summed per config that is the
@@ -112,7 +113,8 @@ def main() -> None:
     for rank, c in enumerate(order[:3]):
         r = configs[c]
         print(
-            f"  best #{rank + 1}: {step[c]:.3f} s  {r['num_tc']} TC {r['width']}x{r['depth']}, {r['num_vc']} VC x{r['width_vc']}, "
+            f"  best #{rank + 1}: {step[c]:.3f} s  {r['num_tc']} TC {r['width']}x{r['depth']}, "
+            f"{r['num_vc']} VC x{r['width_vc']}, "
             f"GLB {r['glb_bytes'] // 2**20} MiB"
         )
     share = np.bincount(lat.bound.ravel(), weights=np.repeat(counts, C) * lat.split.ravel() / C, minlength=len(BOUNDS))

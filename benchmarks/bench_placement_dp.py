@@ -100,7 +100,8 @@ def time_solve(problem: dict, repeats: int = 7) -> tuple[float, dict]:
 
 def main() -> None:
     print(
-        f"{'layers':>6} {'N':>6} {'solve ms':>9} {'d':>4} {'p':>4} {'dev':>6} {'s/batch':>8} {'samples/s':>10}  recompute"
+        f"{'layers':>6} {'N':>6} {'solve ms':>9} {'d':>4} {'p':>4} {'dev':>6} "
+        f"{'s/batch':>8} {'samples/s':>10}  recompute"
     )
     headline = None
     for blocks in (96, 198):
@@ -149,12 +150,14 @@ def main() -> None:
         ticks += 1
     th.join()
     print(
-        f"GIL released: {ticks} Python loop iterations ran during a {1e3 * (time.perf_counter() - t0):.0f} ms batch solve"
+        f"GIL released: {ticks} Python loop iterations ran during a "
+        f"{1e3 * (time.perf_counter() - t0):.0f} ms batch solve"
     )
 
     verdict = "OK" if headline < TARGET_MS else "SLOWER THAN TARGET"
     print(
-        f"\nheadline: 98 layers, N = 1024, t = 8, all d and p: {headline:.2f} ms (target < {TARGET_MS:.0f} ms): {verdict}"
+        f"\nheadline: 98 layers, N = 1024, t = 8, all d and p: {headline:.2f} ms "
+        f"(target < {TARGET_MS:.0f} ms): {verdict}"
     )
 
 

@@ -72,15 +72,15 @@ def main() -> None:
     from passes.graph_view import build_graph, read_layers, step_function
     from passes.schedule_ops import scheduled_layers
 
-    layers_attr = [l.as_dict() for l in module.attributes["phaze.layers"].data]
-    same_as = {l["index"]: l["same_as"] for l in layers_attr}
+    layers_attr = [layer.as_dict() for layer in module.attributes["phaze.layers"].data]
+    same_as = {layer["index"]: layer["same_as"] for layer in layers_attr}
     print(
         f"model:   {Path(args.model).name}, micro-batch 1, seq {args.seq_len}, TP 1, on {args.hw} "
         f"(trace + import + latency {t_load:.1f} s, not counted)"
     )
     print(
         f"layers:  {len(layers_attr)} ({len(set(same_as.values()))} unique: "
-        + ", ".join(f"{l['kind']} {l['index']}" for l in layers_attr if l["same_as"] == l["index"])
+        + ", ".join(f"{layer['kind']} {layer['index']}" for layer in layers_attr if layer["same_as"] == layer["index"])
         + ")"
     )
 
@@ -121,7 +121,7 @@ def main() -> None:
         t0 = time.perf_counter()
         scheduled_layers(module, "bench", {"time_limit": limit, "seed": 0, "gap_limit": args.gap_limit}, cache)
         t_warm_ir = time.perf_counter() - t0
-        total = {p: sum(l.makespan(p) for l in layers) for p in ("fwd", "bwd", "opt")}
+        total = {p: sum(layer.makespan(p) for layer in layers) for p in ("fwd", "bwd", "opt")}
         print(
             f"warm (from the cache): {t_warm * 1e3:.1f} ms (schedule_layers); {t_warm_ir * 1e3:.0f} ms with "
             f"the IR read again (graph, latencies, layers)"
@@ -153,7 +153,7 @@ def main() -> None:
     groups: dict[tuple[int, str], list[int]] = {}
     for i, o in enumerate(graph.ops):
         groups.setdefault((layer_of[i], o.phase), []).append(i)
-    unique = {(l, p): ids for (l, p), ids in groups.items() if same_as.get(l, l) == l}
+    unique = {(layer, p): ids for (layer, p), ids in groups.items() if same_as.get(layer, layer) == layer}
     n_tc = configs["num_tc"].astype(np.float64)
     n_vc = configs["num_vc"].astype(np.float64)
     C = len(configs)
@@ -169,7 +169,7 @@ def main() -> None:
     )
     print(
         "  distinct (core counts, latency vector) per problem: "
-        + ", ".join(f"{layers_attr[l]['kind']} {p} {n:,}" for (l, p), n in sorted(distinct.items()))
+        + ", ".join(f"{layers_attr[layer]['kind']} {p} {n:,}" for (layer, p), n in sorted(distinct.items()))
     )
     print(
         f"  ILPs for the whole space with a shared cache: {n_ilp:,} (vs {C * len(groups):,} "

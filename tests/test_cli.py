@@ -46,9 +46,9 @@ def test_stdout_output_is_deterministic():
 
 def one_line_error(r, tool: str, fragment: str):
     assert r.returncode != 0
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert "Traceback" not in r.stderr
-    assert any(l.startswith(f"{tool}: error:") or "error:" in l for l in lines)
+    assert any(line.startswith(f"{tool}: error:") or "error:" in line for line in lines)
     assert fragment in r.stderr
 
 

@@ -20,8 +20,8 @@ def test_example_round_trips(name):
     generic = print_module(module, generic=True)
     assert print_module(parse_module(generic)) == text
     layers = module.attributes["phaze.layers"].data
-    blocks = [l for l in layers if l.get("kind") == "block"]
-    assert len(blocks) >= 4 and len({l.get("same_as") for l in blocks}) == 1
+    blocks = [layer for layer in layers if layer.get("kind") == "block"]
+    assert len(blocks) >= 4 and len({layer.get("same_as") for layer in blocks}) == 1
 
 
 @pytest.mark.parametrize(
@@ -66,6 +66,6 @@ def test_cost_passes_on_every_example(name):
         module, "test", {"time_limit": 2.0, "seed": 0, "gap_limit": 0.005}, sched.ScheduleCache()
     )
     for layer in layers:
-        for ids, s in layer.groups.values():
+        for _ids, s in layer.groups.values():
             assert s.makespan <= s.list_makespan * (1 + 1e-12)
             assert s.makespan >= max(s.cp_bound, s.work_bound) * (1 - 1e-9)

@@ -88,7 +88,8 @@ def test_llama_sized_gemm_is_compute_bound():
 
 def test_memory_bound_elementwise_runs_at_its_bandwidth_bound():
     module = single_op_module(
-        '%y = phaze.elementwise "add" %a, %b aten "aten.add.Tensor" : (tensor<67108864xf16>, tensor<67108864xf16>) -> tensor<67108864xf16>',
+        '%y = phaze.elementwise "add" %a, %b aten "aten.add.Tensor" : '
+        "(tensor<67108864xf16>, tensor<67108864xf16>) -> tensor<67108864xf16>",
         "%a: tensor<67108864xf16>, %b: tensor<67108864xf16>",
     )
     (op,) = [o for o in module.walk() if isinstance(o, ph.ElementwiseOp)]
@@ -125,7 +126,8 @@ def test_softmax_rereads_per_pass_when_a_row_does_not_fit():
 def test_norm_is_two_passes_over_its_rows():
     module = single_op_module(
         '%y, %m, %r = phaze.norm "layer_norm" %x, %w, %b normalized_rank 1 : '
-        "(tensor<8x1024xf16>, tensor<1024xf16>, tensor<1024xf16>) -> (tensor<8x1024xf16>, tensor<8x1xf32>, tensor<8x1xf32>)",
+        "(tensor<8x1024xf16>, tensor<1024xf16>, tensor<1024xf16>) -> "
+        "(tensor<8x1024xf16>, tensor<8x1xf32>, tensor<8x1xf32>)",
         "%x: tensor<8x1024xf16>, %w: tensor<1024xf16>, %b: tensor<1024xf16>",
     )
     (op,) = [o for o in module.walk() if isinstance(o, ph.NormOp)]

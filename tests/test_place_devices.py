@@ -82,8 +82,8 @@ def test_plan_round_trips_and_annotates_every_layer(tiny_plan):
     assert "phaze.plan = #phaze.plan<" in text and "phaze.stages = [#phaze.stage_info<index = 0" in text
     r = run_tool("phaze-opt", str(d / "plan.mlir"))
     assert r.returncode == 0 and r.stdout == text
-    body = [l for l in text.splitlines() if "phaze.layer = " in l]
-    assert body and all("phaze.stage = " in l for l in body)
+    body = [line for line in text.splitlines() if "phaze.layer = " in line]
+    assert body and all("phaze.stage = " in line for line in body)
 
 
 def test_expert_placement_is_evaluated(tmp_path):

@@ -21,6 +21,7 @@ from passes.algorithms.tp_shard import (
     ShardError,
     Split,
     TGraph,
+    _NoMap,
     map_view,
     permute_split,
     reshape_split,
@@ -287,7 +288,7 @@ def test_reshape_maps_the_split_by_its_flat_stride():
     # [b, s, h] split on h (t = 5) -> [b, s, heads, head_dim]: the heads split.
     assert reshape_split((1, 16, 1600), (1, 16, 25, 64), Split(2, 320), 5) == Split(2, 5)
     # 25 heads, width 2: the split cuts through a head.
-    with pytest.raises(Exception):
+    with pytest.raises(_NoMap):
         reshape_split((1, 16, 1600), (1, 16, 25, 64), Split(2, 800), 2)
     # Heads merged with the micro-batch (b = 2, 4 heads, t = 2): the split sits inside the dim.
     assert reshape_split((2, 4, 16, 8), (8, 16, 8), Split(1, 2), 2) == Split(0, 2)

@@ -80,8 +80,8 @@ def layers_of(module) -> list[dict]:
 
 def test_mlp_layers(mlp_module):
     layers = layers_of(mlp_module)
-    assert [l["kind"] for l in layers] == ["prologue", "block", "block", "block", "block", "head"]
-    assert {l["same_as"] for l in layers if l["kind"] == "block"} == {1}
+    assert [layer["kind"] for layer in layers] == ["prologue", "block", "block", "block", "block", "head"]
+    assert {layer["same_as"] for layer in layers if layer["kind"] == "block"} == {1}
     h, b = 256, 1
     block = layers[1]
     # Linear(256,1024) + Linear(1024,256) + LayerNorm(256), fp16.
@@ -94,7 +94,7 @@ def test_mlp_layers(mlp_module):
 
 def test_tiny_gpt2_layers_and_saved(tiny_gpt2_module):
     layers = layers_of(tiny_gpt2_module)
-    assert [l["kind"] for l in layers] == ["prologue", "block", "block", "head"]
+    assert [layer["kind"] for layer in layers] == ["prologue", "block", "block", "head"]
     assert layers[2]["same_as"] == 1
     s, h, heads = 16, 64, 4
     # One block's attention saves its softmax output and dropout mask, b*heads*s^2 each (fp16).
