@@ -91,6 +91,9 @@ P = "P"  # partial sum
 _PENDING = "U"  # a parameter (or a view of one) whose sharding is not decided yet
 VOCAB = -1  # origin of splits that come from the vocabulary-parallel embedding
 
+# The sharding state of a value: a split, replicated (``R``), partial (``P``) or pending.
+State = Split | str | None
+
 VIEW_KINDS = frozenset(
     (
         "view",
@@ -359,7 +362,7 @@ class _Structure:
         # Embedding gradients -> the table of the lookup with the same indices.
         self.emb_grad_table: dict[int, int] = {}
         lookups: dict[int, list[int]] = {}
-        for i, op in enumerate(g.ops):
+        for op in g.ops:
             if op.name == "embedding" and op.kind == "lookup" and len(op.operands) >= 2:
                 lookups.setdefault(op.operands[1], []).append(op.operands[0])
         for i, op in enumerate(g.ops):
@@ -433,7 +436,7 @@ class _Structure:
     def _find_vocab(self, multiple: int) -> None:
         g = self.g
         heads: dict[int, int] = {}  # LM head op -> vocabulary (its output width)
-        for i, param in self.linear_param.items():
+        for i in self.linear_param:
             op = g.ops[i]
             if op.layer in self.block_layers:
                 continue
@@ -463,7 +466,7 @@ class _Structure:
         """Refuse a width that does not divide the attention heads of a block: the batch of a
         forward matmul of two activations in a block is micro-batch x heads."""
         g = self.g
-        for i, op in enumerate(g.ops):
+        for op in g.ops:
             if op.name != "matmul" or op.phase != "fwd" or (self.block_layers and op.layer not in self.block_layers):
                 continue
             if self.root_param(op.operands[0]) >= 0 or self.root_param(op.operands[1]) >= 0:
@@ -517,6 +520,7 @@ class _Round:
         ss = self.get(src)
         if ss is _PENDING:
             return _PENDING
+        out: State
         if isinstance(ss, Split):
             try:
                 out = map_view(op.kind, op.aten, self.shape(src), self.shape(v), ss, self.t)
@@ -659,6 +663,7 @@ class _Round:
                 self.need_whole(i, k, s)
         sl = sl if isinstance(sl, Split) else R
         sr = sr if isinstance(sr, Split) else R
+        out: State
         out, parts, bad = R, [], False
         origin = self.origin[lhs] | self.origin[rhs]
         if sl is not R:
@@ -783,9 +788,11 @@ class _Round:
             if s is _PENDING:
                 if whole:
                     self.decide(v, R, frozenset())
-                elif not self.decide(v, Split(j, out.inner, out.pad), origin):
-                    self.triggers.update(origin)
-                    out = R
+                else:
+                    assert isinstance(out, Split)  # not whole: j >= 0, so out is a split
+                    if not self.decide(v, Split(j, out.inner, out.pad), origin):
+                        self.triggers.update(origin)
+                        out = R
             elif not whole:
                 # A replicated operand meets a split one along a full dim: would need a slice.
                 self.triggers.update(origin)
@@ -928,13 +935,14 @@ class _Round:
                 self.set(out_v, R)
             return
         # grad: its result is the gradient of the table looked up with the same indices.
-        table = self.s.emb_grad_table.get(i)
-        ts = self.get(table) if table is not None else R
+        grad_table = self.s.emb_grad_table.get(i)
+        ts = self.get(grad_table) if grad_table is not None else R
         if ts is _PENDING:
             ts = R
         self.need_whole(i, 0)
         if isinstance(ts, Split) and ts.dim == 0:
-            self.set(out_v, ts, self.origin[table])
+            assert grad_table is not None  # a split state comes from the table
+            self.set(out_v, ts, self.origin[grad_table])
         else:
             self.set(out_v, R)
 
@@ -1031,7 +1039,6 @@ class _Round:
             return
         s = splits[0]
         if op.kind == "stack":
-            r = len(self.shape(op.operands[live[0]]))
             new = _inserted_dim(self.shape(op.operands[live[0]]), out)
             if len(set(splits)) > 1 or not new:
                 self.trigger(*vs)
@@ -1082,7 +1089,7 @@ class _Round:
         self.set(op.results[0], sp, self.origin[param])
 
     def _op_return(self, i: int, op: TOp) -> None:
-        for k, v in enumerate(op.operands):
+        for k in range(len(op.operands)):
             role = op.result_roles[k] if k < len(op.result_roles) else ""
             param = op.result_params[k] if k < len(op.result_params) else -1
             if role in ("grad", "updated") and param >= 0:
