@@ -76,7 +76,7 @@ def assign_layers(graph: Graph) -> tuple[list[int], list[tuple[str, str]]]:
     container = find_block_container(graph)
     n = len(graph.ops)
     # Forward: blocks by first appearance; the rest by position.
-    fwd_block = [None] * n
+    fwd_block: list[str | None] = [None] * n
     block_order: list[str] = []
     for i, op in enumerate(graph.ops):
         if op.phase == "fwd" and container is not None:
@@ -94,11 +94,12 @@ def assign_layers(graph: Graph) -> tuple[list[int], list[tuple[str, str]]]:
     label: list[tuple[str, str] | None] = [None] * n
     current: tuple[str, str] | None = None
     for i in fwd_positions:
-        if fwd_block[i] is not None:
-            current = ("block", fwd_block[i])
+        block = fwd_block[i]
+        if block is not None:
+            current = ("block", block)
         elif first_block is None or i < first_block:
             current = ("prologue", "")
-        elif i > last_block:
+        elif last_block is not None and i > last_block:  # (set whenever first_block is)
             current = ("head", "")
         # between blocks: stays in the block that ran last
         label[i] = current
@@ -127,7 +128,7 @@ def assign_layers(graph: Graph) -> tuple[list[int], list[tuple[str, str]]]:
             label[i] = previous
         previous = label[i]
     # Optimizer ops follow the parameter they update (its first forward consumer's layer).
-    first_use: dict[int, tuple[str, str]] = {}
+    first_use: dict[int, tuple[str, str] | None] = {}
     for i in fwd_positions:
         for v in graph.ops[i].operands:
             s = graph.storage(v)
@@ -156,7 +157,7 @@ def _layer_hash(graph: Graph, layer_of: list[int], layer: int, ops: list[int]) -
     h = hashlib.sha256()
     for k, i in enumerate(ops):
         op = graph.ops[i]
-        refs = []
+        refs: list[tuple[str | int, ...]] = []
         for v in op.operands:
             if v in local:
                 refs.append(("L", *local[v]))
