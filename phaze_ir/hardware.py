@@ -98,6 +98,7 @@ class HardwareError(ValueError):
 # Field checking, shared by the dataclass constructors and the dict/TOML loader
 # --------------------------------------------------------------------------------------------
 
+np_bool: type
 try:  # numpy is a dependency of the package, but this module does not need it otherwise
     from numpy import bool_ as np_bool
 except ImportError:  # pragma: no cover
@@ -228,9 +229,7 @@ class TensorCores:
     count: int = _spec("pos_int", "number of tensor cores")
     pe_x: int = _spec("pos_int", "PE-array width W (PEs)")
     pe_y: int = _spec("pos_int", "PE-array depth D (PEs)")
-    buffer_bytes: int = _spec(  # type: ignore[assignment]
-        "opt_pos_int", "per-core buffer (bytes); default max(1 KiB, 16*pe_x*pe_y)", default=None
-    )
+    buffer_bytes: int = _spec("opt_pos_int", "per-core buffer (bytes); default max(1 KiB, 16*pe_x*pe_y)", default=None)
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -256,9 +255,7 @@ class VectorCores:
 
     count: int = _spec("pos_int", "number of vector cores")
     width: int = _spec("pos_int", "lanes per vector core")
-    buffer_bytes: int = _spec(  # type: ignore[assignment]
-        "opt_pos_int", "per-core buffer (bytes); default max(1 KiB, 16*width)", default=None
-    )
+    buffer_bytes: int = _spec("opt_pos_int", "per-core buffer (bytes); default max(1 KiB, 16*width)", default=None)
 
     def __post_init__(self) -> None:
         _validate_fields(self)

@@ -262,11 +262,7 @@ class ArchSpace:
         configs["num_vc"] = np.asarray(spec.num_vc, dtype=np.int64)[index[1]]
         configs["width"] = np.asarray(spec.width, dtype=np.int64)[index[2]]
         configs["depth"] = np.asarray(spec.depth, dtype=np.int64)[index[3]]
-        configs["width_vc"] = (
-            configs[spec.width_vc]
-            if tied  # type: ignore[index]
-            else np.asarray(spec.width_vc, dtype=np.int64)[index[4]]
-        )
+        configs["width_vc"] = configs[spec.width_vc] if tied else np.asarray(spec.width_vc, dtype=np.int64)[index[4]]
         configs["glb_bytes"] = np.asarray(spec.glb_bytes, dtype=np.int64)[index[-1]]
         configs["tc_buffer_bytes"] = area_model.tc_buffer_bytes(configs["width"], configs["depth"])
         configs["vc_buffer_bytes"] = area_model.vc_buffer_bytes(configs["width_vc"])
