@@ -1,27 +1,50 @@
-"""The HTML search report (phaze/search/report.py).
+"""The HTML search report (phaze/search/report.py), read the way a person reads it.
 
 A synthetic search (a few hundred points around a known Pareto front, 4 stages, 3 baselines of
-which one is infeasible, and a multi-model variant) is rendered and checked: every <svg> block is
-well-formed XML and there is one per plot, nothing refers outside the page, the front and the 1F1B
-schedule are right (the schedule against its dependencies and the classic makespan), speed-ups are
-the chosen throughput over the baseline's, missing fields are tolerated, and the output is
-deterministic.
+which one is infeasible, and a multi-model variant) and the JSON of a real search (the tiny GPT-2
+on the small space, tests/data/search_tiny_gpt2.json) are rendered and checked:
+
+- the pure parts: the Pareto front (against brute force) and the 1F1B schedule (against its
+  dependencies and the classic makespan);
+- each chart's SVG: the marks it draws (one per evaluated point, front point, 1F1B op, memory
+  kind and stage), where (bar lengths and positions in proportion to the numbers), with a
+  non-zero extent; ids unique in the page; nothing that refers outside the page;
+- the tables: speed-ups, statistics, the multi-model section, missing fields;
+- the page in a real browser (headless chromium, tests/report_browser.py): no console error, no
+  resource loaded, every chart laid out with data visible in its plot area in the screenshot,
+  and proof that this check fails on a page with a JavaScript error, an empty plot or hidden
+  data;
+- determinism: the same input gives the same bytes, in this process and in another.
+
+Regenerate the real-search JSON with ``phazec tests/models/tiny_gpt2.py --space
+examples/spaces/small.toml --devices 64 --global-batch 64 --micro-batch 8 --tp 1 -o plan.mlir
+--json tests/data/search_tiny_gpt2.json --no-cache -q`` (about half a minute).
 """
 
 from __future__ import annotations
 
 import copy
+import html
+import json
+import os
 import random
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
+from report_browser import CHROMIUM, inspect
 
 from phaze.search import report as R
 from phaze_ir.errors import PhazeError
 
 GIB = 1 << 30
 SVG_NS = "{http://www.w3.org/2000/svg}"
+XLINK = "{http://www.w3.org/1999/xlink}href"
+REAL = Path(__file__).parent / "data" / "search_tiny_gpt2.json"
+needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH: the report is not opened")
 
 # The front: area -> throughput, strictly increasing in both.
 FRONT = [(100.0, 200.0), (150.0, 320.0), (220.0, 450.0), (300.0, 505.2)]
@@ -135,9 +158,92 @@ def synthetic(multi: bool = False) -> dict:
     return d
 
 
-def svgs(page: str) -> list[ET.Element]:
-    blocks = re.findall(r"<svg\b.*?</svg>", page, flags=re.S)
-    return [ET.fromstring(b) for b in blocks]
+def charts(page: str) -> dict[str, ET.Element]:
+    """The charts of ``page`` by name (the prefix of their ids), each parsed as XML."""
+    out = {}
+    for block in re.findall(r"<svg\b.*?</svg>", page, flags=re.S):
+        root = ET.fromstring(block)
+        area = next(g.get("id") for g in root.iter(SVG_NS + "g") if (g.get("id") or "").endswith("-plot-area"))
+        out[area[: -len("-plot-area")]] = root
+    assert page.count("<svg") == len(out)
+    return out
+
+
+def group(svg: ET.Element, gid: str) -> ET.Element | None:
+    return next((g for g in svg.iter(SVG_NS + "g") if g.get("id") == gid), None)
+
+
+def marks(svg: ET.Element, gid: str) -> list[tuple[float, float, float, float]]:
+    """The marks drawn in group ``gid``, as boxes ``(x0, y0, x1, y1)`` in SVG units: each
+    ``<path>`` outside ``<defs>``, and each ``<use>`` (a marker, or a collection's shape) as the
+    shape it refers to, moved to its ``x``, ``y``."""
+    g = group(svg, gid)
+    if g is None:
+        return []
+    shapes = {el.get("id"): el for el in svg.iter(SVG_NS + "path") if el.get("id")}
+    defs = {id(p) for d in g.iter(SVG_NS + "defs") for p in d.iter()}
+    out = []
+    for el in g.iter():
+        if id(el) in defs:
+            continue
+        if el.tag == SVG_NS + "use":
+            x0, y0, x1, y1 = box(shapes[el.get(XLINK)[1:]])
+            x, y = float(el.get("x", 0)), float(el.get("y", 0))
+            out.append((x0 + x, y0 + y, x1 + x, y1 + y))
+        elif el.tag == SVG_NS + "path":
+            out.append(box(el))
+    return out
+
+
+def box(path: ET.Element) -> tuple[float, float, float, float]:
+    nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", path.get("d"))]
+    xs, ys = nums[0::2], nums[1::2]
+    return (min(xs), min(ys), max(xs), max(ys))
+
+
+def centre(b: tuple[float, float, float, float]) -> tuple[float, float]:
+    return ((b[0] + b[2]) / 2, (b[1] + b[3]) / 2)
+
+
+def extent(boxes) -> tuple[float, float]:
+    """Width and height of the union of ``boxes``."""
+    return (max(b[2] for b in boxes) - min(b[0] for b in boxes), max(b[3] for b in boxes) - min(b[1] for b in boxes))
+
+
+def drawn(svg: ET.Element, gids: list[str]) -> bool:
+    """Whether the groups ``gids`` hold marks spanning a non-zero area."""
+    boxes = [b for gid in gids for b in marks(svg, gid)]
+    return bool(boxes) and min(extent(boxes)) > 0
+
+
+DATA = {
+    "scatter": ["scatter-evaluated", "scatter-front", "scatter-front-line", "scatter-bounds", "scatter-chosen"]
+    + [f"scatter-baseline-{j}" for j in range(8)],
+    "timeline": ["timeline-forward", "timeline-backward"],
+    "memory": ["memory-hbm", "memory-total"] + [f"memory-{k}" for k in R.MEMORY_KINDS],
+}
+
+
+def empty_charts(page: str) -> list[str]:
+    """The charts of ``page`` that draw no data (or data of no extent)."""
+    return [name for name, svg in charts(page).items() if not drawn(svg, DATA[name])]
+
+
+def texts(page: str) -> set[str]:
+    """The texts of the charts: matplotlib draws glyphs as paths and writes each text, as is,
+    in an XML comment before them."""
+    return {html.unescape(t.strip()) for t in re.findall(r"<!-- (.*?) -->", page, flags=re.S)}
+
+
+@pytest.fixture(scope="module")
+def pages() -> dict[str, str]:
+    """The pages, rendered once for the module: the synthetic search (single and multi-model)
+    and the real one."""
+    return {
+        "single": R.render(synthetic()),
+        "multi": R.render(synthetic(multi=True)),
+        "real": R.render(json.loads(REAL.read_text())),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,40 +334,138 @@ def test_1f1b_prefix_is_exact():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_page_structure():
-    page = R.render(synthetic())
-    assert page.startswith("<!DOCTYPE html>")
-    trees = svgs(page)
-    assert len(trees) == 3 == page.count("<svg")  # scatter, timeline, memory
-    refs = re.findall(r"https?://[^\s\"'<>]*", page)
-    assert set(refs) == {"http://www.w3.org/2000/svg"}
-    assert "<script" not in page
-    assert "<best>" not in page and "phaze &lt;best&gt;" in page  # escaped
+def test_page_structure(pages):
+    page = pages["single"]
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
+    cs = charts(page)
+    assert list(cs) == ["scatter", "timeline", "memory"]
+    assert empty_charts(page) == []
+    assert [svg.get("aria-label") for svg in cs.values()] == [
+        "throughput vs chip area",
+        "pipeline timeline",
+        "memory per stage",
+    ]
+    # ids are unique in the page, each chart's under its own name
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids))
+    for name, svg in cs.items():
+        assert all(el.get("id").startswith(name + "-") for el in svg.iter() if el.get("id"))
+    # self-contained: nothing loaded, linked or scripted; URLs only as XML namespaces
+    assert not re.search(r"<(script|link|img|iframe|object|embed|image)\b|@import|@font-face", page)
+    assert not re.search(r'\b(src|href)="(?!#)', page) and not re.search(r"url\((?!#)", page)
+    assert re.findall(r'(\S+)="https?://', page) == ["xmlns:xlink", "xmlns"] * 3
+    assert "<metadata" not in page and "matplotlib.org" not in page  # no date, no creator
+    # the header and its escaping
+    assert "<best>" not in page and "phaze &lt;best&gt;" in page
     assert "8 × 128×128 TC" in page and "2 × 128 VC" in page and "128 MiB GB" in page
     assert "1,409,280" in page and "88,080" in page and "505.2" in page
-    # the highlighted front points in the scatter are exactly the front
-    scatter = trees[0]
-    front = [g for g in scatter.iter(SVG_NS + "g") if g.get("class") == "pareto"]
-    assert len(front) == 1 and len(list(front[0])) == len(FRONT)
-    # timeline: 32 micro-batches, only 16 drawn, 2 ops each on 4 stages
-    timeline = trees[1]
-    rects = [
-        r
-        for r in timeline.iter(SVG_NS + "rect")
-        if r.get("fill") in (R.FWD_COLOUR, R.BWD_COLOUR) and r.get("height") != "10"
-    ]
-    assert len(rects) == 2 * 4 * 16
-    assert "first 16 of 32 micro-batches" in page
-    # memory: 4 stages x 5 kinds, plus the HBM line
-    mem = trees[2]
-    bars = [r for r in mem.iter(SVG_NS + "rect") if r.get("fill") in R.MEMORY_COLOURS and r.get("height") != "10"]
-    assert len(bars) == 20
-    assert "HBM 63.33 GiB" in page
 
 
-def test_speedups():
+def test_scatter(pages):
+    page = pages["single"]
+    svg = charts(page)["scatter"]
+    assert len(marks(svg, "scatter-evaluated")) == 304
+    assert len(marks(svg, "scatter-bounds")) == 50
+    # the highlighted front points are exactly the front, placed in proportion to the numbers
+    # (SVG y grows downwards)
+    front = sorted(centre(b) for b in marks(svg, "scatter-front"))
+    assert len(front) == len(FRONT)
+    (x0, y0), (x1, y1) = front[0], front[-1]
+    (a0, t0), (a1, t1) = FRONT[0], FRONT[-1]
+    for (x, y), (a, t) in zip(front, FRONT):
+        assert (x - x0) / (x1 - x0) == pytest.approx((a - a0) / (a1 - a0), abs=1e-5)
+        assert (y - y0) / (y1 - y0) == pytest.approx((t - t0) / (t1 - t0), abs=1e-5)
+    assert y1 < y0
+    # the step line goes through every front point
+    (line,) = [el for el in group(svg, "scatter-front-line").iter(SVG_NS + "path")]
+    nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", line.get("d"))]
+    vertices = set(zip(nums[0::2], nums[1::2]))
+    assert all(min(abs(x - u) + abs(y - v) for u, v in vertices) < 1e-5 for x, y in front)
+    # the chosen design (at the last front point), the two feasible baselines, not the third
+    assert [centre(b) for b in marks(svg, "scatter-chosen")] == [pytest.approx(front[-1], abs=1e-5)]
+    assert [len(marks(svg, f"scatter-baseline-{j}")) for j in range(3)] == [1, 1, 0]
+    assert texts(page) >= {
+        "chosen",
+        "Pareto front",
+        "evaluated exactly",
+        "bound of a pruned candidate",
+        "baseline: TPUv4 + expert placement",
+        "baseline: TPUv4 + phaze placement",
+        "Chip area (mm²)",
+        "Throughput (samples/s)",
+    }
+    assert "304 evaluated architectures, 4 on the Pareto front" in page
+    assert "50 optimistic bounds of pruned candidates in grey" in page
+
+
+def test_timeline(pages):
+    page = pages["single"]
+    svg = charts(page)["timeline"]
+    fwd, bwd = marks(svg, "timeline-forward"), marks(svg, "timeline-backward")
+    assert len(fwd) == len(bwd) == 4 * 16  # 32 micro-batches, the first 16 drawn, on 4 stages
+    # every stage takes 0.12 s per micro-batch: 0.04 s forward, 0.08 s backward
+    wf, wb = [b[2] - b[0] for b in fwd], [b[2] - b[0] for b in bwd]
+    assert max(wf) - min(wf) < 1e-4 and max(wb) - min(wb) < 1e-4 and wb[0] == pytest.approx(2 * wf[0], abs=1e-4)
+    # each op starts where the 1F1B schedule says, stage 0 on top
+    scale = (fwd[0][2] - fwd[0][0]) / 0.04
+    origin = min(b[0] for b in fwd)
+    for kind, boxes in (("F", fwd), ("B", bwd)):
+        rows = sorted({round((b[1] + b[3]) / 2, 3) for b in boxes})
+        assert len(rows) == 4
+        got = sorted((rows.index(round((b[1] + b[3]) / 2, 3)), round((b[0] - origin) / scale, 6)) for b in boxes)
+        want = sorted((k, round(s, 6)) for k, kd, i, s, _ in R.one_f_one_b(4, 20, 0.04, 0.08) if kd == kind and i < 16)
+        assert [k for k, _ in got] == [k for k, _ in want]
+        assert [t for _, t in got] == pytest.approx([t for _, t in want], abs=1e-4)
+    assert texts(page) >= {"forward", "backward", "Time (s)", "Pipeline stage", "15"}
+    assert "4 stages, 32 micro-batches" in page and "Only the first 16 of 32 micro-batches" in page
+
+
+def test_memory(pages):
+    page = pages["single"]
+    svg = charts(page)["memory"]
+    bars = {k: sorted(marks(svg, f"memory-{k}")) for k in R.MEMORY_KINDS}
+    assert all(len(b) == 4 for b in bars.values())
+    # stacked in order, each as tall as its bytes: params 1e10, optimizer 2e10, ...
+    stage = synthetic()["stages"][0]["memory"]
+    unit = (bars["params"][0][3] - bars["params"][0][1]) / stage["params"]
+    floor = bars["params"][0][3]
+    for j in range(4):
+        bottom = floor
+        for k in R.MEMORY_KINDS:
+            x0, top, x1, y = bars[k][j]
+            assert y == pytest.approx(bottom, abs=1e-4) and (y - top) == pytest.approx(stage[k] * unit, rel=1e-5)
+            bottom = top
+    # the HBM line at the capacity
+    (hbm,) = marks(svg, "memory-hbm")
+    assert floor - hbm[1] == pytest.approx(3.4e10 * 2 * unit, rel=1e-5)
+    assert texts(page) >= {*R.MEMORY_KINDS, "HBM capacity (63.33 GiB)", "Memory (GiB)", "Pipeline stage", "3"}
+    assert "HBM capacity 63.33 GiB (the dashed line)." in page
+
+
+def test_real_search(pages):
+    """The JSON of a real search: 14 evaluated chips, two of them one chip with two HBM sizes on
+    the front, one stage, microseconds and mebibytes."""
+    page = pages["real"]
+    d = json.loads(REAL.read_text())
+    assert empty_charts(page) == []
+    svg = charts(page)["scatter"]
+    assert len(marks(svg, "scatter-evaluated")) == len(d["search"]["points"]) == 14
+    front = [centre(b) for b in marks(svg, "scatter-front")]
+    assert len(front) == 2 and front[0] == front[1]
+    assert [centre(b) for b in marks(svg, "scatter-chosen")] == [pytest.approx(front[0], abs=1e-5)]
+    drawn_baselines = [b["name"] for b in d["baselines"] if b["throughput_samples_per_s"] > 0]
+    assert drawn_baselines == ["tpuv4+phaze", "co-optimized"]
+    assert texts(page) >= {f"baseline: {n}" for n in drawn_baselines} | {"Time (µs)", "Memory (MiB)"}
+    tl = charts(page)["timeline"]
+    assert len(marks(tl, "timeline-forward")) == len(marks(tl, "timeline-backward")) == 2
+    assert marks(charts(page)["memory"], "memory-hbm") == []  # 3.3 MiB of 32 GiB
+    assert "HBM capacity 32 GiB (off the scale: the fullest stage uses 0.01006 % of it" in page
+    assert "1 stage, 2 micro-batches" in page
+
+
+def test_speedups(pages):
     d = synthetic()
-    page = R.render(d)
+    page = pages["single"]
     table = page[page.index("<h2>Baselines</h2>") :]
     table = table[: table.index("</table>")]
     rows = re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)[1:]
@@ -276,17 +480,19 @@ def test_speedups():
     assert "1.684×" in table and "1.263×" in table
 
 
-def test_stats_and_multi_model():
-    page = R.render(synthetic(multi=True))
+def test_stats_and_multi_model(pages):
+    page = pages["multi"]
     assert "gpt2-xl, llama2-7b" in page
     assert "Models on the common chip" in page
     assert "3 %" in page and "0 %" in page  # given loss, and computed one
     assert "92.25 %" in page  # work_bound / candidates
     assert "1,300,000" in page and "9,280" in page  # pruned, remaining after dp_bound
-    assert len(svgs(page)) == 3
+    assert list(charts(page)) == ["scatter", "timeline", "memory"] and empty_charts(page) == []
+    # the wall-time bars: the longest phase (total, 270 s) 100 px, the others in proportion
+    assert 'style="width:100px"' in page and 'style="width:56px"' in page  # schedule: 150.2 s
 
 
-def test_missing_fields():
+def test_missing_fields(tmp_path):
     d = synthetic()
     for s in d["stages"]:
         del s["memory"]
@@ -294,23 +500,90 @@ def test_missing_fields():
     for k in ("num_micro_batches", "accelerator"):
         del d[k]
     page = R.render(d)
-    assert len(svgs(page)) == 3
+    cs = charts(page)
+    assert list(cs) == ["scatter", "timeline", "memory"] and empty_charts(page) == []
     assert "first 16 of 32 micro-batches" in page  # m from global batch / (dp * micro-batch)
-    for page in (
-        R.render({}),
-        R.render({"model": "x", "stages": [{}], "search": {"points": [{}]}}),
-        R.render({"pp": 2, "num_micro_batches": 3, "baselines": [{"name": "b"}], "search": {"wall_s": {}}}),
-    ):
-        assert page.endswith("</html>\n")
-        svgs(page)
+    assert group(cs["scatter"], "scatter-bounds") is None and "optimistic" not in page
+    assert len(marks(cs["scatter"], "scatter-chosen")) == 1  # the point marked best
+    assert len(marks(cs["memory"], "memory-total")) == 4 and "memory-params" not in page
+    assert "memory-hbm" not in page and "HBM capacity" not in page  # no accelerator, no HBM
+    if CHROMIUM:
+        path = tmp_path / "missing.html"
+        path.write_text(page, encoding="utf-8")
+        assert inspect(path, tmp_path).problems == []
+
+    page = R.render({})
+    assert page.endswith("</html>\n") and "<svg" not in page
+    assert "No evaluated points." in page and "No pipeline plan." in page and "No stages." in page
+    page = R.render({"model": "x", "stages": [{}], "search": {"points": [{}]}})
+    assert "<svg" not in page and "No evaluated points." in page and "No memory figures." in page
+    page = R.render({"pp": 2, "num_micro_batches": 3, "baselines": [{"name": "b"}], "search": {"wall_s": {}}})
+    assert list(charts(page)) == ["timeline"] and empty_charts(page) == []  # 1 s per stage
+    assert len(marks(charts(page)["timeline"], "timeline-forward")) == 2 * 3
+    assert "<td>b</td>" in page
 
 
-def test_deterministic(tmp_path):
+def test_deterministic(pages, tmp_path):
     d = synthetic(multi=True)
-    a = R.render(d)
+    a = pages["multi"]
     assert R.render(copy.deepcopy(d)) == a
     out = tmp_path / "r.html"
     R.write(out, d)
     assert out.read_bytes() == a.encode("utf-8")
+    # another process (another hash seed, a fresh matplotlib) writes the same bytes
+    other = tmp_path / "other.html"
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from test_report import synthetic; "
+        "from phaze.search import report as R; R.write(sys.argv[2], synthetic(multi=True))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(other)], check=True, env=env)
+    assert other.read_bytes() == out.read_bytes()
     with pytest.raises(PhazeError, match="cannot write"):
         R.write(tmp_path / "missing" / "r.html", d)
+
+
+# ---------------------------------------------------------------------------------------------
+# In a browser
+# ---------------------------------------------------------------------------------------------
+
+
+@needs_browser
+@pytest.mark.parametrize("name", ["single", "real"])
+def test_opens_in_a_browser(pages, name, tmp_path):
+    path = tmp_path / f"{name}.html"
+    path.write_text(pages[name], encoding="utf-8")
+    opened = inspect(path, tmp_path)
+    assert opened.problems == []
+    assert [c["label"] for c in opened.probe["charts"]] == [
+        "throughput vs chip area",
+        "pipeline timeline",
+        "memory per stage",
+    ]
+
+
+@needs_browser
+def test_the_browser_check_fails_on_a_broken_page(monkeypatch, tmp_path):
+    """One page, three faults, each found: an empty scatter plot (axes and labels, no data), a
+    JavaScript error, and a timeline whose bars a stylesheet hides (in the SVG, not on screen)."""
+
+    def empty_scatter(mpl, *args):
+        fig = R._figure(mpl, R.WIDTH_IN, 4.4)
+        ax = R._axes(fig)
+        ax.set_xlabel("Chip area (mm²)")
+        ax.set_ylabel("Throughput (samples/s)")
+        return fig
+
+    monkeypatch.setattr(R, "_draw_scatter", empty_scatter)
+    page = R.render(synthetic())
+    assert empty_charts(page) == ["scatter"]  # the SVG check sees the empty plot
+    page = page.replace("</body>", "<script>undefinedFunction();</script>\n</body>")
+    page = page.replace("</style>", "#timeline-forward,#timeline-backward{display:none}\n</style>")
+    assert empty_charts(page) == ["scatter"]  # the hidden bars are still in the SVG
+    path = tmp_path / "broken.html"
+    path.write_text(page, encoding="utf-8")
+    found = "\n".join(inspect(path, tmp_path).problems)
+    assert "Uncaught ReferenceError: undefinedFunction is not defined" in found
+    assert "chart scatter: its plot area shows no data" in found
+    assert "chart timeline: its plot area shows no data" in found
+    assert "chart memory" not in found

@@ -1,6 +1,7 @@
 """An HTML report of one search: a single self-contained page from the JSON of ``phazec --json``.
 
-The page (no external resources, no JavaScript; plots are inline SVG written here) shows:
+The page (no external resources, no JavaScript; the charts are inline SVG drawn by matplotlib)
+shows:
 
 1. a header: the model(s), devices, global batch, the chosen accelerator and placement plan;
 2. throughput against area of every exactly evaluated architecture (``search.points``), the
@@ -17,14 +18,25 @@ stage; the timeline splits it 1/3 forward, 2/3 backward (illustrative only) and 
 communication. Without stage times, every stage takes ``time_per_batch_s / (m + pp - 1)``.
 Points with a missing, non-finite or non-positive throughput or area are infeasible: they are
 left off the plot and the front. Every field may be missing; the section then says so or is left
-out. Output is deterministic: same input, same bytes.
+out.
+
+The charts are matplotlib figures rendered by its SVG backend alone (no pyplot, no global state:
+the style is a context around each figure), with glyphs as paths (DejaVu Sans, shipped with
+matplotlib: the page needs no font), ``svg.hashsalt`` fixed and no date in the metadata, so the
+output is deterministic: same input (and matplotlib version), same bytes. Each chart's SVG ids
+are prefixed with its name (``scatter-``, ``timeline-``, ``memory-``), so the ids of the page are
+unique; the data of a chart are groups with fixed ids (``scatter-evaluated``, ``timeline-forward``,
+``memory-params``, ...), which the tests read. matplotlib is imported only when a chart is drawn.
 """
 
 from __future__ import annotations
 
 import html
+import io
 import math
 import numbers
+import re
+import types
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -36,13 +48,44 @@ MAX_TIMELINE_MB = 16
 MEMORY_KINDS = ("params", "grads", "optimizer", "activations", "workspace")
 MEMORY_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f")
 FWD_COLOUR, BWD_COLOUR = "#4e79a7", "#f28e2b"
+POINT_COLOUR, FRONT_COLOUR, BOUND_COLOUR, BASELINE_COLOUR = "#4e79a7", "#e15759", "#bababa", "#59a14f"
+BASELINE_MARKERS = ("s", "^", "v", "P", "X", "<", ">", "h")
+#: The HBM line is drawn when the fullest stage uses at least this share of it (else it would
+#: flatten the bars to nothing; the caption then gives the capacity).
+HBM_LINE_MIN_SHARE = 0.05
+#: Figure width (inches; 72 pt each, 96 CSS px) of the wide charts.
+WIDTH_IN = 10.0
+
+#: The charts' style, applied over matplotlib's defaults (not the user's matplotlibrc).
+STYLE = {
+    "font.family": "DejaVu Sans",
+    "font.size": 9.0,
+    "axes.labelsize": 9.5,
+    "axes.titlesize": 10.0,
+    "xtick.labelsize": 8.5,
+    "ytick.labelsize": 8.5,
+    "legend.fontsize": 8.5,
+    "legend.frameon": False,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.edgecolor": "#555555",
+    "axes.grid": True,
+    "axes.axisbelow": True,
+    "grid.color": "#e4e4e4",
+    "grid.linewidth": 0.7,
+    "svg.fonttype": "path",
+    "svg.hashsalt": "phaze-report",
+    "svg.image_inline": True,
+}
+#: No date, creator or licence in the SVG metadata (nothing that changes, nothing external).
+SVG_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:2em}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px}
 td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}
 .bar{display:inline-block;height:.8em;background:#4e79a7}.cap,.empty{color:#555;font-size:.9em}
-svg{display:block;margin:.5em 0}svg text{font-size:11px;font-family:sans-serif}"""
+svg.chart{display:block;margin:.5em 0;max-width:100%;height:auto}"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,92 +238,244 @@ def one_f_one_b(
     return sorted(out, key=lambda o: (o[0], o[3]))
 
 
-def nice_ticks(lo: float, hi: float, n: int = 6) -> list[float]:
-    """About ``n`` round tick values (1, 2, 5 × 10^k steps) covering [lo, hi]."""
-    if not hi > lo:
-        hi = lo + (abs(lo) or 1.0)
-    raw = (hi - lo) / max(n - 1, 1)
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(s * mag for s in (1, 2, 2.5, 5, 10) if s * mag >= raw)
-    first = math.floor(lo / step + 1e-9)
-    last = math.ceil(hi / step - 1e-9)
-    return [round(k * step, 12) for k in range(first, last + 1)]
-
-
 # ---------------------------------------------------------------------------------------------
-# SVG helpers
+# Charts (matplotlib, SVG backend only)
 # ---------------------------------------------------------------------------------------------
 
 
-class Frame:
-    """A plot area: data ranges ``xt``/``yt`` (tick lists, whose ends are the range) mapped to a
-    ``w``×``h`` pixel box at margins ``left``/``top`` inside the SVG."""
+def _mpl() -> Any:
+    """The parts of matplotlib the charts use (imported on first use), or a PhazeError saying how
+    to get it. Nothing global is touched: no pyplot, no backend switch."""
+    try:
+        import matplotlib.style
+        from matplotlib import collections, lines, patches, ticker
+        from matplotlib.backends.backend_svg import FigureCanvasSVG
+        from matplotlib.figure import Figure
+    except ImportError as e:  # pragma: no cover - matplotlib is a dependency of the report
+        raise PhazeError(f"the report draws its charts with matplotlib: pip install matplotlib ({e})") from e
+    return types.SimpleNamespace(
+        style=matplotlib.style,
+        collections=collections,
+        lines=lines,
+        patches=patches,
+        ticker=ticker,
+        Figure=Figure,
+        FigureCanvasSVG=FigureCanvasSVG,
+    )
 
-    def __init__(
-        self,
-        xt: list[float],
-        yt: list[float],
-        w: int = 640,
-        h: int = 360,
-        left: int = 70,
-        top: int = 20,
-        bottom: int = 45,
-        right: int = 20,
-    ):
-        self.xt, self.yt, self.w, self.h, self.left, self.top = xt, yt, w, h, left, top
-        self.width, self.height = left + w + right, top + h + bottom
 
-    def sx(self, x: float) -> float:
-        return self.left + (x - self.xt[0]) / ((self.xt[-1] - self.xt[0]) or 1) * self.w
+def _figure(mpl: Any, w: float, h: float) -> Any:
+    """A figure with constrained layout, on an SVG canvas of its own."""
+    fig = mpl.Figure(figsize=(w, h), layout="constrained")
+    mpl.FigureCanvasSVG(fig)
+    return fig
 
-    def sy(self, y: float) -> float:
-        return self.top + self.h - (y - self.yt[0]) / ((self.yt[-1] - self.yt[0]) or 1) * self.h
 
-    def open(self, label: str) -> str:
-        return (
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" height="{self.height}"'
-            f' viewBox="0 0 {self.width} {self.height}" role="img" aria-label="{esc(label)}">'
+def _axes(fig: Any) -> Any:
+    """The figure's one axes; its background is the group ``plot-area`` (where the data are)."""
+    ax = fig.add_subplot()
+    ax.patch.set_gid("plot-area")
+    return ax
+
+
+def _svg(mpl: Any, fig: Any, name: str, label: str) -> str:
+    """``fig`` as inline SVG markup: no XML prologue, ids prefixed with ``name`` (unique in the
+    page), sized by its viewBox (CSS scales it down on narrow windows), labelled for a reader."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", pad_inches=0.06, metadata=SVG_METADATA)
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg") :]
+    svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{name}-{m[1]}"', svg)
+    svg = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{name}-{m[1]}"', svg)
+    svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{name}-{m[1]})", svg)
+    svg = svg.replace('<style type="text/css">*{', '<style type="text/css">svg.chart *{')  # not the page's
+    return svg.replace("<svg ", f'<svg class="chart" role="img" aria-label="{esc(label)}" ', 1).rstrip() + "\n"
+
+
+def _chart(draw: Any, name: str, label: str, *args: Any) -> str:
+    """``draw(mpl, *args)`` (which returns a figure) under the report's style, as inline SVG."""
+    mpl = _mpl()
+    with mpl.style.context(["default", STYLE]):
+        return _svg(mpl, draw(mpl, *args), name, label)
+
+
+def _ticks(mpl: Any, scale: float = 1.0) -> Any:
+    """A tick formatter: the value divided by ``scale``, as :func:`fmt` writes it."""
+    return mpl.ticker.FuncFormatter(lambda v, _pos: fmt(0 if abs(v) < 1e-12 * scale else v / scale))
+
+
+def si_prefix(top: float) -> tuple[str, float]:
+    """The SI prefix (and its factor) for an axis of seconds reaching ``top``: s, ms, µs or ns."""
+    for prefix, scale in (("", 1.0), ("m", 1e-3), ("µ", 1e-6)):
+        if top >= scale:
+            return prefix, scale
+    return "n", 1e-9
+
+
+def _rects(mpl: Any, ax: Any, boxes: Sequence[tuple[float, float, float, float]], colour: str, gid: str) -> None:
+    """Rectangles ``(x0, x1, y0, y1)`` in one collection (one SVG group, id ``gid``)."""
+    verts = [[(x0, y0), (x1, y0), (x1, y1), (x0, y1)] for x0, x1, y0, y1 in boxes]
+    coll = mpl.collections.PolyCollection(verts, facecolors=colour, edgecolors="white", linewidths=0.4)
+    coll.set_gid(gid)
+    ax.add_collection(coll)
+
+
+def _legend_right(ax: Any, handles: Sequence[Any] | None = None) -> None:
+    """The legend outside the axes, on the right (constrained layout makes room for it)."""
+    kw = {"handles": handles} if handles is not None else {}
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kw)
+
+
+def _draw_scatter(mpl: Any, pts, bounds, front, base, chosen) -> Any:
+    fig = _figure(mpl, WIDTH_IN, 4.4)
+    ax = _axes(fig)
+    every = pts + bounds + [(a, t) for _, a, t in base] + ([chosen] if chosen else [])
+    xs, ys = [p[0] for p in every], [p[1] for p in every]
+    pad = 0.03 * ((max(xs) - min(xs)) or max(xs))
+    x_lo, x_hi = max(min(xs) - pad, 0.0), max(xs) + pad
+    if chosen:
+        ax.scatter(
+            *chosen,
+            s=90,
+            marker="D",
+            c="#000000",
+            edgecolors="white",
+            linewidths=0.8,
+            zorder=6,
+            label="chosen",
+            gid="chosen",
         )
-
-    def axes(self, xlabel: str, ylabel: str, xticks: bool = True, yticks: bool = True) -> str:
-        """Frame, grid lines and tick labels (of the axes asked for) and axis titles."""
-        L, T, W, H = self.left, self.top, self.w, self.h
-        out = [f'<rect x="{L}" y="{T}" width="{W}" height="{H}" fill="none" stroke="#888"/>']
-        for x in self.xt if xticks else []:
-            px = self.sx(x)
-            out.append(
-                f'<line x1="{px:.1f}" y1="{T}" x2="{px:.1f}" y2="{T + H}" stroke="#eee"/>'
-                f'<text x="{px:.1f}" y="{T + H + 14}" text-anchor="middle">{esc(fmt(x))}</text>'
-            )
-        for y in self.yt if yticks else []:
-            py = self.sy(y)
-            out.append(
-                f'<line x1="{L}" y1="{py:.1f}" x2="{L + W}" y2="{py:.1f}" stroke="#eee"/>'
-                f'<text x="{L - 4}" y="{py + 4:.1f}" text-anchor="end">{esc(fmt(y))}</text>'
-            )
-        out.append(f'<text x="{L + W / 2:.1f}" y="{T + H + 34}" text-anchor="middle">{esc(xlabel)}</text>')
-        out.append(
-            f'<text transform="translate(14 {T + H / 2:.1f}) rotate(-90)" text-anchor="middle">{esc(ylabel)}</text>'
+    if front:
+        fx = [a for a, _ in front] + [x_hi]
+        fy = [t for _, t in front] + [front[-1][1]]
+        ax.step(fx, fy, where="post", color=FRONT_COLOUR, lw=1.6, zorder=4, label="Pareto front", gid="front-line")
+        ax.scatter(
+            [a for a, _ in front],
+            [t for _, t in front],
+            s=30,
+            c=FRONT_COLOUR,
+            edgecolors="white",
+            linewidths=0.8,
+            zorder=5,
+            gid="front",
         )
-        return "\n".join(out)
-
-
-def circles(frame: Frame, xy: Iterable[tuple[float, float]], r: float, style: str) -> str:
-    """A group of circles sharing one style (coordinates rounded to 0.1 px)."""
-    body = "".join(f'<circle cx="{frame.sx(x):.1f}" cy="{frame.sy(y):.1f}" r="{r}"/>' for x, y in xy)
-    return f"<g {style}>{body}</g>"
-
-
-def legend(x: float, y: float, items: Sequence[tuple[str, str]]) -> str:
-    """Colour swatches with labels in a row starting at (x, y)."""
-    out = []
-    for label, colour in items:
-        out.append(
-            f'<rect x="{x:.0f}" y="{y - 9:.0f}" width="10" height="10" fill="{colour}"/>'
-            f'<text x="{x + 14:.0f}" y="{y:.0f}">{esc(label)}</text>'
+    if pts:
+        ax.scatter(
+            [a for a, _ in pts],
+            [t for _, t in pts],
+            s=12,
+            c=POINT_COLOUR,
+            alpha=0.5,
+            linewidths=0,
+            zorder=3,
+            label="evaluated exactly",
+            gid="evaluated",
         )
-        x += 24 + 7 * len(label)
-    return "".join(out)
+    if bounds:
+        ax.scatter(
+            [a for a, _ in bounds],
+            [t for _, t in bounds],
+            s=7,
+            c=BOUND_COLOUR,
+            linewidths=0,
+            zorder=2,
+            label="bound of a pruned candidate",
+            gid="bounds",
+        )
+    for j, (name, a, t) in enumerate(base):
+        ax.scatter(
+            [a],
+            [t],
+            s=48,
+            marker=BASELINE_MARKERS[j % len(BASELINE_MARKERS)],
+            c=BASELINE_COLOUR,
+            edgecolors="#1d4d16",
+            linewidths=0.7,
+            zorder=5,
+            label=f"baseline: {name}",
+            gid=f"baseline-{j}",
+        )
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(0, max(ys) * 1.06)
+    ax.set_xlabel("Chip area (mm²)")
+    ax.set_ylabel("Throughput (samples/s)")
+    ax.xaxis.set_major_formatter(_ticks(mpl))
+    ax.yaxis.set_major_formatter(_ticks(mpl))
+    _legend_right(ax)
+    return fig
+
+
+def _draw_timeline(mpl: Any, pp: int, ops) -> Any:
+    row_in = min(0.32, max(0.06, 3.2 / pp))
+    fig = _figure(mpl, WIDTH_IN, max(1.7, 0.95 + row_in * pp))
+    ax = _axes(fig)
+    t_end = max(o[4] for o in ops)
+    prefix, scale = si_prefix(t_end)
+    for kind, colour, gid in (("F", FWD_COLOUR, "forward"), ("B", BWD_COLOUR, "backward")):
+        boxes = [(s, e, k - 0.4, k + 0.4) for k, kd, _i, s, e in ops if kd == kind]
+        _rects(mpl, ax, boxes, colour, gid)
+    # micro-batch numbers in the bars wide and tall enough for them (axes about 80 % of the width)
+    pt_per_s = 0.8 * WIDTH_IN * 72 / t_end
+    if row_in * 72 * 0.8 >= 9:
+        for k, _kind, i, s, e in ops:
+            if (e - s) * pt_per_s >= 4 + 5 * len(str(i)):
+                ax.text(
+                    (s + e) / 2,
+                    k,
+                    str(i),
+                    ha="center",
+                    va="center",
+                    color="white",
+                    fontsize=7,
+                    clip_on=True,
+                    in_layout=False,
+                )
+    ax.set_xlim(0, t_end * 1.005)
+    ax.set_ylim(pp - 0.5, -0.5)
+    ax.yaxis.set_major_locator(mpl.ticker.FixedLocator(range(0, pp, math.ceil(pp / 16))))
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel(f"Time ({prefix}s)")
+    ax.set_ylabel("Pipeline stage")
+    ax.xaxis.set_major_formatter(_ticks(mpl, scale))
+    ax.yaxis.set_major_formatter(_ticks(mpl))
+    patch = mpl.patches.Patch
+    _legend_right(ax, [patch(facecolor=FWD_COLOUR, label="forward"), patch(facecolor=BWD_COLOUR, label="backward")])
+    return fig
+
+
+def _draw_memory(mpl: Any, bars, kinds, colours, unit: tuple[str, int], hbm: float | None) -> Any:
+    n = len(bars)
+    fig = _figure(mpl, min(WIDTH_IN, max(6.5, 3.0 + 0.32 * n)), 3.8)
+    ax = _axes(fig)
+    name, size = unit
+    acc = [0.0] * n
+    for q, (kind, colour) in enumerate(zip(kinds, colours)):
+        boxes = []
+        for j, b in enumerate(bars):
+            v = b[q] if q < len(b) else 0.0
+            if v > 0:
+                boxes.append((j - 0.35, j + 0.35, acc[j] / size, (acc[j] + v) / size))
+            acc[j] += v
+        _rects(mpl, ax, boxes, colour, kind)
+    top = max(acc)
+    handles = [mpl.patches.Patch(facecolor=c, label=k) for k, c in zip(kinds, colours)][::-1]
+    if hbm:
+        ax.axhline(hbm / size, color="#000000", lw=1.1, ls=(0, (6, 3)), zorder=4, gid="hbm")
+        handles.append(
+            mpl.lines.Line2D([], [], color="#000000", lw=1.1, ls=(0, (6, 3)), label=f"HBM capacity ({fmt_bytes(hbm)})")
+        )
+        top = max(top, hbm)
+    pad = max(0.1, (3 - n) / 2)
+    ax.set_xlim(-0.5 - pad, n - 0.5 + pad)
+    ax.set_ylim(0, (top / size) * 1.08 or 1)
+    ax.xaxis.set_major_locator(mpl.ticker.FixedLocator(range(0, n, math.ceil(n / 24))))
+    ax.grid(axis="x", visible=False)
+    ax.set_xlabel("Pipeline stage")
+    ax.set_ylabel(f"Memory ({name})")
+    ax.xaxis.set_major_formatter(_ticks(mpl))
+    ax.yaxis.set_major_formatter(_ticks(mpl))
+    _legend_right(ax, handles)
+    return fig
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,58 +522,19 @@ def _scatter(d: dict) -> str:
         chosen = next((_xy(p) for p in raw if isinstance(p, dict) and p.get("best")), (None, None))
     base = [(str(b.get("name", "?")), *_xy(b)) for b in d.get("baselines") or []]
     base = [(n, a, t) for n, a, t in base if a and t and a > 0 and t > 0]
-    extra = ([chosen] if None not in chosen else []) + [(a, t) for _, a, t in base]
-    every = pts + bounds + extra
-    if not every:
+    picked = chosen if None not in chosen and chosen[0] > 0 and chosen[1] > 0 else None
+    if not (pts or bounds or base or picked):
         return '<h2>Throughput vs area</h2>\n<p class="empty">No evaluated points.</p>'
-    xs, ys = [p[0] for p in every], [p[1] for p in every]
-    pad = 0.02 * ((max(xs) - min(xs)) or max(xs))
-    fr = Frame(nice_ticks(max(min(xs) - pad, 0.0), max(xs) + pad), nice_ticks(0, max(ys) * 1.05))
-    out = [
-        "<h2>Throughput vs area</h2>",
-        fr.open("throughput vs area"),
-        fr.axes("area (mm²)", "throughput (samples/s)"),
-    ]
-    if bounds:
-        out.append(circles(fr, bounds, 1.5, 'fill="#ccc"'))
-    out.append(circles(fr, pts, 2, 'fill="#4e79a7" fill-opacity="0.5"'))
     front = [pts[i] for i in pareto_front(pts)]
-    if front:
-        path = (
-            f"M{fr.sx(front[0][0]):.1f},{fr.sy(front[0][1]):.1f}"
-            + "".join(f"H{fr.sx(a):.1f}V{fr.sy(t):.1f}" for a, t in front[1:])
-            + f"H{fr.sx(fr.xt[-1]):.1f}"
-        )
-        out.append(f'<path d="{path}" fill="none" stroke="#e15759" stroke-width="1.5"/>')
-        out.append(circles(fr, front, 3.5, 'class="pareto" fill="#e15759" stroke="#fff"'))
-    for name, a, t in base:
-        x, y = fr.sx(a), fr.sy(t)
-        out.append(
-            f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="#59a14f"/>'
-            f'<text x="{x + 7:.1f}" y="{y + 4:.1f}">{esc(name)}</text>'
-        )
-    if None not in chosen:
-        x, y = fr.sx(chosen[0]), fr.sy(chosen[1])
-        out.append(
-            f'<path d="M{x:.1f},{y - 7:.1f}l6,7l-6,7l-6,-7z" fill="#000"/>'
-            f'<text x="{x + 8:.1f}" y="{y - 6:.1f}" font-weight="bold">chosen</text>'
-        )
-    out.append(
-        legend(
-            fr.left + 8,
-            fr.top + 14,
-            [("evaluated", "#4e79a7"), ("Pareto front", "#e15759"), ("baseline", "#59a14f"), ("chosen", "#000")]
-            + ([("bound (pruned)", "#ccc")] if bounds else []),
-        )
-    )
-    out.append("</svg>")
-    out.append(
-        f'<p class="cap">{fmt(len(pts))} evaluated architectures, {fmt(len(front))} on the '
+    svg = _chart(_draw_scatter, "scatter", "throughput vs chip area", pts, bounds, front, base, picked)
+    return (
+        "<h2>Throughput vs area</h2>\n"
+        + svg
+        + f'<p class="cap">{fmt(len(pts))} evaluated architectures, {fmt(len(front))} on the '
         f"Pareto front (max throughput, min area)"
         + (f"; {fmt(len(bounds))} optimistic bounds of pruned candidates in grey" if bounds else "")
         + ".</p>"
     )
-    return "\n".join(out)
 
 
 def _timeline(d: dict) -> str:
@@ -401,38 +557,20 @@ def _timeline(d: dict) -> str:
         for o in one_f_one_b(pp, min(m, shown + pp), [t / 3 for t in times], [2 * t / 3 for t in times])
         if o[2] < shown
     ]
-    t_end = max(o[4] for o in ops)
-    row = max(6, min(24, 480 // pp))
-    fr = Frame(nice_ticks(0, t_end), [0, pp], w=800, h=row * pp, left=70, top=24, right=20)
-    out = [
-        "<h2>Pipeline timeline (1F1B)</h2>",
-        fr.open("pipeline timeline"),
-        fr.axes("time (s)", "stage", yticks=False),
-    ]
-    step = max(1, math.ceil(12 / row))
-    for k in range(0, pp, step):
-        out.append(f'<text x="{fr.left - 4}" y="{fr.sy(pp - k - 0.5) + 4:.1f}" text-anchor="end">{k}</text>')
-    for k, kind, i, s, e in ops:
-        x0, x1, y = fr.sx(s), fr.sx(e), fr.sy(pp - k)
-        out.append(
-            f'<rect x="{x0:.1f}" y="{y + 1:.1f}" width="{max(x1 - x0 - 0.5, 0.5):.1f}" '
-            f'height="{row - 2}" fill="{FWD_COLOUR if kind == "F" else BWD_COLOUR}"/>'
-        )
-        if x1 - x0 >= 12 and row >= 12:
-            out.append(
-                f'<text x="{(x0 + x1) / 2:.1f}" y="{y + row / 2 + 4:.1f}" text-anchor="middle" fill="#fff">{i}</text>'
-            )
-    out.append(legend(fr.left, 14, [("forward", FWD_COLOUR), ("backward", BWD_COLOUR)]))
-    out.append("</svg>")
+    if not max(o[4] for o in ops) > 0:
+        return '<h2>Pipeline timeline</h2>\n<p class="empty">The stages take no time.</p>'
     note = (
         f" Only the first {shown} of {fmt(m)} micro-batches are drawn (the gaps are the later ones)."
         if m > shown
         else ""
     )
-    return "\n".join(out) + (
-        f'\n<p class="cap">{fmt(pp)} stages, {fmt(m)} micro-batches. A stage\'s time is its forward '
-        f"plus backward time per micro-batch; the 1/3 forward, 2/3 backward split shown is "
-        f"illustrative, and communication is not drawn.{note}</p>"
+    return (
+        "<h2>Pipeline timeline (1F1B)</h2>\n"
+        + _chart(_draw_timeline, "timeline", "pipeline timeline", pp, ops)
+        + f'<p class="cap">{fmt(pp)} stage{"s" if pp > 1 else ""}, {fmt(m)} micro-batch{"es" if m > 1 else ""}; '
+        f"the numbers are the micro-batches. "
+        f"A stage's time is its forward plus backward time per micro-batch; the 1/3 forward, 2/3 "
+        f"backward split shown is illustrative, and communication is not drawn.{note}</p>"
     )
 
 
@@ -447,38 +585,30 @@ def _memory(d: dict) -> str:
     for s in stages:
         mem = s.get("memory")
         if isinstance(mem, dict) and mem:
-            bars.append([(_num(mem.get(k)) or 0.0) / GIB for k in MEMORY_KINDS])
+            bars.append([_num(mem.get(k)) or 0.0 for k in MEMORY_KINDS])
         else:
-            bars.append([(_num(s.get("memory_bytes")) or 0.0) / GIB])
+            bars.append([_num(s.get("memory_bytes")) or 0.0])
     if not bars:
         return '<h2>Memory per stage</h2>\n<p class="empty">No stages.</p>'
+    split = any(len(b) > 1 for b in bars)
+    kinds, colours = (MEMORY_KINDS, MEMORY_COLOURS) if split else (("total",), (POINT_COLOUR,))
     hbm = _num((d.get("accelerator") or {}).get("hbm_bytes"))
-    top = max([sum(b) for b in bars] + ([hbm / GIB] if hbm else []))
-    n = len(bars)
-    fr = Frame([0, n], nice_ticks(0, top * 1.05), w=max(200, min(800, 40 * n)), top=28)
-    out = ["<h2>Memory per stage</h2>", fr.open("memory per stage"), fr.axes("stage", "memory (GiB)", xticks=False)]
-    bw = fr.w / n * 0.7
-    for j, b in enumerate(bars):
-        x, acc = fr.sx(j + 0.15), 0.0
-        for v, colour in zip(b, MEMORY_COLOURS if len(b) > 1 else ("#888",)):
-            if v > 0:
-                out.append(
-                    f'<rect x="{x:.1f}" y="{fr.sy(acc + v):.1f}" width="{bw:.1f}" '
-                    f'height="{fr.sy(acc) - fr.sy(acc + v):.1f}" fill="{colour}"/>'
-                )
-            acc += v
-        if n <= 32 or j % math.ceil(n / 32) == 0:
-            out.append(f'<text x="{fr.sx(j + 0.5):.1f}" y="{fr.top + fr.h + 14}" text-anchor="middle">{j}</text>')
+    hbm = hbm if hbm and hbm > 0 else None
+    used = max(sum(b) for b in bars)
+    on_chart = hbm if hbm and used >= HBM_LINE_MIN_SHARE * hbm else None
+    unit = ("GiB", GIB) if max(used, on_chart or 0) >= GIB else ("MiB", MIB)
+    out = ["<h2>Memory per stage</h2>"]
+    if used > 0:
+        out.append(_chart(_draw_memory, "memory", "memory per stage", bars, kinds, colours, unit, on_chart).rstrip())
+    else:
+        out.append('<p class="empty">No memory figures.</p>')
     if hbm:
-        y = fr.sy(hbm / GIB)
-        out.append(
-            f'<line x1="{fr.left}" y1="{y:.1f}" x2="{fr.left + fr.w}" y2="{y:.1f}" stroke="#000" '
-            f'stroke-dasharray="6 3"/><text x="{fr.left + fr.w - 4}" y="{y - 4:.1f}" '
-            f'text-anchor="end">HBM {esc(fmt(hbm / GIB))} GiB</text>'
+        where = (
+            "the dashed line"
+            if on_chart
+            else f"off the scale: the fullest stage uses {fmt(100 * used / hbm)} % of it, so it is not drawn"
         )
-    kinds = MEMORY_KINDS if any(len(b) > 1 for b in bars) else ("total",)
-    out.append(legend(fr.left, 16, list(zip(kinds, MEMORY_COLOURS if len(kinds) > 1 else ("#888",)))))
-    out.append("</svg>")
+        out.append(f'<p class="cap">HBM capacity {esc(fmt_bytes(hbm))} ({where}).</p>')
     rows = [
         (
             str(j),
