@@ -253,13 +253,13 @@ class Evaluator:
         return float(plan["throughput_samples_per_s"]) if result.get("feasible") and plan else 0.0
 
     def dp_bounds(
-        self, cands: Candidates, task_id: int, task: ModelTask, s: int, pairs: Sequence[tuple[int, int]]
+        self, cands: Candidates, task_id: int, task: ModelTask, setting_idx: int, pairs: Sequence[tuple[int, int]]
     ) -> np.ndarray:
         """Stage 2: the DP's throughput on lower-bound times for each ``(config, hbm)`` pair."""
         t0 = time.perf_counter()
-        setting = task.settings[s]
+        setting = task.settings[setting_idx]
         lb = self.lower_bounds(cands, setting)
-        keys = [(id(cands), task_id, s, lb[:, c].tobytes(), h) for c, h in pairs]
+        keys = [(id(cands), task_id, setting_idx, lb[:, c].tobytes(), h) for c, h in pairs]
         todo = {}
         for k, (c, h) in zip(keys, pairs):
             if k not in self._dp_memo and k not in todo:
@@ -296,28 +296,54 @@ class Evaluator:
         """Exact group makespans of each ``(setting, config)``; the schedules the cache lacks are
         solved through the backend, each distinct canonical problem once."""
         t0 = time.perf_counter()
+        limits = self._cache_limits()
+        out: list[np.ndarray | None] = [None] * len(jobs)
+        wanted, pending = self._group_problems(cands, jobs, limits, out)
+        self.counts["schedules_cached"] += len({p.key() for _, _, p in wanted}) - len(pending)
+        if pending:
+            self._solve_and_store(list(pending.values()), limits)
+        makespans: dict[int, np.ndarray] = {}
+        for j, g, canon in wanted:
+            arr = makespans.setdefault(j, np.zeros(len(jobs[j][0].groups)))
+            arr[g] = self.cache.lookup(canon, limits).makespan
+        for j, arr in makespans.items():
+            setting, config = jobs[j]
+            self._exact_ms[(id(cands), id(setting), config)] = arr
+            out[j] = arr
+        self.timers["schedule"] += time.perf_counter() - t0
+        return out  # type: ignore[return-value]
+
+    def _cache_limits(self):
+        """The cache's key for this search's solver limits (a schedule is reused only under the
+        limits that made it)."""
         lim = self.limits
-        limits = self.cache.limits(lim.time_limit, lim.gap_limit, lim.node_limit, lim.max_binaries)
-        out: list[np.ndarray | None] = []
-        pending: dict[str, sched.Problem] = {}
+        return self.cache.limits(lim.time_limit, lim.gap_limit, lim.node_limit, lim.max_binaries)
+
+    def _group_problems(
+        self, cands: Candidates, jobs: Sequence[tuple[Setting, int]], limits, out: list[np.ndarray | None]
+    ) -> tuple[list[tuple[int, int, sched.Problem]], dict[str, sched.Problem]]:
+        """The canonical schedule problem of every priced group of each job whose makespans are
+        not memoized (those that are go straight into ``out``): ``(wanted, pending)``, where
+        ``wanted`` lists ``(job, group, problem)`` and ``pending`` the distinct problems the
+        cache lacks.  Latencies are estimated once per setting for all its configs."""
         wanted: list[tuple[int, int, sched.Problem]] = []
+        pending: dict[str, sched.Problem] = {}
         by_setting: dict[int, list[int]] = {}
-        for j, (setting, c) in enumerate(jobs):
+        for j, (setting, _config) in enumerate(jobs):
             by_setting.setdefault(id(setting), []).append(j)
-            out.append(None)
         for idxs in by_setting.values():
             setting = jobs[idxs[0]][0]
-            cs = [jobs[j][1] for j in idxs]
-            lat = estimate_space(setting.table, cands.configs[cs], cands.template, cache=None)
+            configs = [jobs[j][1] for j in idxs]
+            lat = estimate_space(setting.table, cands.configs[configs], cands.template, cache=None)
             needed = setting.priced_groups()
             for col, j in enumerate(idxs):
-                key = (id(cands), id(setting), cs[col])
+                key = (id(cands), id(setting), configs[col])
                 if key in self._exact_ms:
                     out[j] = self._exact_ms[key]
                     continue
                 cores = {
-                    "tensor": int(cands.configs["num_tc"][cs[col]]),
-                    "vector": int(cands.configs["num_vc"][cs[col]]),
+                    "tensor": int(cands.configs["num_tc"][configs[col]]),
+                    "vector": int(cands.configs["num_vc"][configs[col]]),
                     "network": 1,
                 }
                 for g in needed:
@@ -325,55 +351,52 @@ class Evaluator:
                     wanted.append((j, g, canon))
                     if self.cache.lookup(canon, limits) is None:
                         pending.setdefault(canon.key(), canon)
-        self.counts["schedules_cached"] += len({p.key() for _, _, p in wanted}) - len(pending)
-        if pending:
-            problems = list(pending.values())
-            items = [(p, lim) for p in problems]
-            results = (
-                self.backend.map(_solve_one, items) if self.backend is not None else [_solve_one(a) for a in items]
-            )
-            for p, r in zip(problems, results):
-                self.cache.store(p, r, limits)
-            self.counts["schedules_solved"] += len(problems)
-        ms: dict[int, np.ndarray] = {}
-        for j, g, canon in wanted:
-            arr = ms.setdefault(j, np.zeros(len(jobs[j][0].groups)))
-            arr[g] = self.cache.lookup(canon, limits).makespan
-        for j, arr in ms.items():
-            setting, c = jobs[j]
-            self._exact_ms[(id(cands), id(setting), c)] = arr
-            out[j] = arr
-        self.timers["schedule"] += time.perf_counter() - t0
-        return out  # type: ignore[return-value]
+        return wanted, pending
+
+    def _solve_and_store(self, problems: list[sched.Problem], limits) -> None:
+        """Solve ``problems`` through the backend (in-process without one) and cache them."""
+        items = [(p, self.limits) for p in problems]
+        results = self.backend.map(_solve_one, items) if self.backend is not None else [_solve_one(a) for a in items]
+        for p, r in zip(problems, results):
+            self.cache.store(p, r, limits)
+        self.counts["schedules_solved"] += len(problems)
 
     def exact(
         self, cands: Candidates, tasks: Sequence[ModelTask], jobs: Sequence[tuple[int, int, int, int]]
     ) -> list[tuple[float, dict]]:
         """Exact throughput and DP result of each ``(task, setting, config, hbm)``."""
-        ms = self.makespans(cands, [(tasks[m].settings[s], c) for m, s, c, _ in jobs])
+        makespans = self.makespans(cands, [(tasks[m].settings[s], c) for m, s, c, _ in jobs])
         t0 = time.perf_counter()
         by_task: dict[int, list[int]] = {}
         for j, (m, _, _, _) in enumerate(jobs):
             by_task.setdefault(m, []).append(j)
         out: list[tuple[float, dict] | None] = [None] * len(jobs)
         for m, idxs in by_task.items():
-            problems = [self.problem(cands, tasks[m].settings[jobs[j][1]], ms[j], jobs[j][3]) for j in idxs]
-            for j, r in zip(idxs, self.place(problems, tasks[m].fixed)):
-                out[j] = (self.throughput(r), r)
+            problems = [self.problem(cands, tasks[m].settings[jobs[j][1]], makespans[j], jobs[j][3]) for j in idxs]
+            for j, dp_result in zip(idxs, self.place(problems, tasks[m].fixed)):
+                out[j] = (self.throughput(dp_result), dp_result)
             self.counts["dp_exact_solves"] += len(idxs)
         self.timers["dp_exact"] += time.perf_counter() - t0
         return out  # type: ignore[return-value]
 
 
-def _setting_order(task: ModelTask, s: int) -> tuple[int, int]:
-    st = task.settings[s]
-    return (st.micro_batch, st.tp)
+def _setting_order(task: ModelTask, setting_idx: int) -> tuple[int, int]:
+    """A model's tie-break between settings of equal throughput: the smaller micro-batch, then
+    the smaller TP width."""
+    setting = task.settings[setting_idx]
+    return (setting.micro_batch, setting.tp)
+
+
+#: An exact job: ``(model index, setting index, config index, HBM bytes)``, as :meth:`Evaluator.exact` takes it.
+ExactJob = tuple[int, int, int, int]
+#: One model's exactly priced setting: ``(setting index, throughput, DP result)``.
+PricedSetting = tuple[int, float, dict | None]
 
 
 def search(
     cands: Candidates,
     tasks: Sequence[ModelTask],
-    ev: Evaluator,
+    evaluator: Evaluator,
     *,
     prune: bool = True,
     progress: Progress | None = None,
@@ -381,140 +404,263 @@ def search(
 ) -> Result:
     """The best architecture of ``cands`` for ``tasks`` (see the module docstring).
     ``prune=False`` evaluates every architecture exactly (plain enumeration, for tests)."""
-    progress = progress or Progress()
-    t_start = time.perf_counter()
-    M = len(tasks)
-    C, H = len(cands.configs), len(cands.hbm)
-    usable = [task.usable() for task in tasks]
-    # Stage 1: work bounds, [task][setting] -> [C]; per architecture: mean of per-model maxima.
-    progress.start(f"{label}: bounds", sum(len(u) for u in usable))
-    wb: list[dict[int, np.ndarray]] = []
-    for m, task in enumerate(tasks):
-        wb.append({})
-        for s in usable[m]:
-            wb[m][s] = ev.work_bound(cands, task.settings[s])
-            progress.advance()
-    progress.stop()
-    per_model = np.stack(
-        [np.max(np.stack([wb[m][s] for s in usable[m]]), axis=0) if usable[m] else np.zeros(C) for m in range(M)]
-    )
-    ub1 = per_model.mean(axis=0)  # [C], the same for every HBM option
-    area = np.asarray(cands.configs["area_um2"], dtype=np.float64)  # NaN outside the area model
-    area_key = np.where(np.isfinite(area), area, np.inf)
-    arch = [(c, h) for c in range(C) for h in range(H)]
-    # Visit order: best bound first, then the tie-break order of the answer.
-    order = sorted(range(len(arch)), key=lambda a: (-ub1[arch[a][0]], area_key[arch[a][0]], arch[a][1], arch[a][0]))
+    return _BranchAndBound(cands, tasks, evaluator, prune, progress or Progress(), label).run()
 
-    best: Evaluated | None = None
-    evaluated: list[Evaluated] = []
-    pruned = {"work_bound": 0, "dp_bound": 0, "exact": 0}
-    heap: list[tuple[float, int, int]] = []  # (-stage-2 bound, rank, arch index)
-    ub2_of: dict[int, np.ndarray] = {}  # arch -> [M, S] stage-2 bounds per model and setting
-    rank = {a: r for r, a in enumerate(order)}
-    pos = 0
 
-    def incumbent() -> float:
-        return best.score if best is not None else -np.inf
+class _BranchAndBound:
+    """One search: the state shared by its stages (the incumbent, the queue of architectures
+    waiting for an exact evaluation, the pruning counts), with one method per stage.
 
-    def key(e: Evaluated) -> tuple:
-        return (-e.score, area_key[e.config], e.hbm, e.config)
+    An *architecture* is an index into :attr:`archs`, a ``(config index, HBM index)`` pair; a
+    *score bound* is an upper bound on its score (the mean over models of each model's best
+    setting)."""
 
-    progress.start(f"{label}: architectures", len(arch))
-    while True:
-        next1 = ub1[arch[order[pos]][0]] if pos < len(order) else -np.inf
-        next2 = -heap[0][0] if heap else -np.inf
-        if max(next1, next2) == -np.inf or (prune and best is not None and max(next1, next2) < incumbent() * (1 - TOL)):
-            break
-        if next1 >= next2 and pos < len(order):
-            # Stage 2 on the next block of architectures by stage-1 bound.
-            block = order[pos : pos + BOUND_BATCH]
-            pos += len(block)
-            ub2 = np.zeros((len(block), M))
-            detail = {}
-            for m, task in enumerate(tasks):
-                cols = []
-                for s in usable[m]:
-                    cols.append(ev.dp_bounds(cands, m, task, s, [(arch[a][0], cands.hbm[arch[a][1]]) for a in block]))
-                per = np.stack(cols, axis=1) if cols else np.zeros((len(block), 0))
-                detail[m] = per
-                ub2[:, m] = per.max(axis=1) if cols else 0.0
-            score2 = ub2.mean(axis=1)
-            for i, a in enumerate(block):
-                if prune and best is not None and score2[i] < incumbent() * (1 - TOL):
-                    pruned["dp_bound"] += 1
-                    progress.advance()
-                    continue
-                ub2_of[a] = [detail[m][i] for m in range(M)]
-                heapq.heappush(heap, (-score2[i], rank[a], a))
-            continue
-        # Stage 3: exact, on the best few architectures by stage-2 bound.
-        batch = []
-        while heap and len(batch) < EXACT_BATCH:
-            negb, _, a = heapq.heappop(heap)
-            if prune and best is not None and -negb < incumbent() * (1 - TOL):
-                pruned["dp_bound"] += 1
-                progress.advance()
+    def __init__(
+        self,
+        cands: Candidates,
+        tasks: Sequence[ModelTask],
+        evaluator: Evaluator,
+        prune: bool,
+        progress: Progress,
+        label: str,
+    ):
+        self.cands = cands
+        self.tasks = tasks
+        self.evaluator = evaluator
+        self.prune = prune
+        self.progress = progress
+        self.label = label
+        self.n_models = len(tasks)
+        self.usable = [task.usable() for task in tasks]
+        self.n_settings = sum(len(u) for u in self.usable)
+        self.archs = [(c, h) for c in range(len(cands.configs)) for h in range(len(cands.hbm))]
+        self.area = np.asarray(cands.configs["area_um2"], dtype=np.float64)  # NaN outside the area model
+        #: The area as a sort key: a chip outside the area model sorts after every modelled one.
+        self.area_key = np.where(np.isfinite(self.area), self.area, np.inf)
+        self.best: Evaluated | None = None
+        self.evaluated: list[Evaluated] = []
+        self.pruned = {"work_bound": 0, "dp_bound": 0, "exact": 0}
+        #: Architectures past the DP bound, best first: ``(-DP score bound, visit rank, arch)``.
+        self.queue: list[tuple[float, int, int]] = []
+        #: arch -> per model, its DP bounds (one per usable setting), while it is queued.
+        self.dp_bounds_of: dict[int, list[np.ndarray]] = {}
+        # Set by run(): the work bound of each config, the visit order, how far it has got.
+        self.work_bound = np.zeros(0)
+        self.order: list[int] = []
+        self.rank: dict[int, int] = {}
+        self.visited = 0
+
+    def run(self) -> Result:
+        """Stage 1 on every candidate, then stages 2 and 3 interleaved, best bound first, until
+        no bound left can beat the incumbent."""
+        t_start = time.perf_counter()
+        self.work_bound = self.work_bound_of_configs()
+        self.order = self.visit_order()
+        self.rank = {a: r for r, a in enumerate(self.order)}
+        self.progress.start(f"{self.label}: architectures", len(self.archs))
+        while (stage := self.next_stage()) is not None:
+            if stage == "dp_bound":
+                self.dp_bound_next_block()
+            else:
+                self.evaluate_exactly(self.pop_exact_batch())
+        self.count_unvisited_as_pruned()
+        self.progress.stop()
+        self.evaluated.sort(key=lambda e: (e.config, e.hbm))
+        return Result(self.best, self.evaluated, self.statistics(time.perf_counter() - t_start))
+
+    # -- the incumbent ----------------------------------------------------------------------------
+
+    def incumbent(self) -> float:
+        """The best score found so far (-inf before the first)."""
+        return self.best.score if self.best is not None else -np.inf
+
+    def below_incumbent(self, bound: float) -> bool:
+        """Whether a score bound proves an architecture cannot win (never without pruning or an
+        incumbent; the tolerance keeps ties, see :data:`TOL`)."""
+        return self.prune and self.best is not None and bound < self.incumbent() * (1 - TOL)
+
+    def answer_key(self, evaluated: Evaluated) -> tuple:
+        """The order of the answer: the higher score, then the smaller area, HBM, config index."""
+        return (-evaluated.score, self.area_key[evaluated.config], evaluated.hbm, evaluated.config)
+
+    # -- stage 1: the work bound ------------------------------------------------------------------
+
+    def work_bound_of_configs(self) -> np.ndarray:
+        """Stage 1 on every candidate at once: ``[configs]`` score bounds, the mean over models of
+        each model's best work bound over its settings.  It does not depend on the HBM (the work
+        bound ignores memory), so one value serves every HBM option of a config."""
+        self.progress.start(f"{self.label}: bounds", self.n_settings)
+        per_setting: list[dict[int, np.ndarray]] = []  # [model][setting] -> [configs]
+        for m, task in enumerate(self.tasks):
+            per_setting.append({})
+            for s in self.usable[m]:
+                per_setting[m][s] = self.evaluator.work_bound(self.cands, task.settings[s])
+                self.progress.advance()
+        self.progress.stop()
+        n_configs = len(self.cands.configs)
+        per_model = np.stack(
+            [
+                np.max(np.stack([per_setting[m][s] for s in self.usable[m]]), axis=0)
+                if self.usable[m]
+                else np.zeros(n_configs)
+                for m in range(self.n_models)
+            ]
+        )
+        return per_model.mean(axis=0)
+
+    def visit_order(self) -> list[int]:
+        """Every architecture, best work bound first, then in the tie-break order of the answer,
+        so that the first exact evaluations are the likeliest winners."""
+        archs, work_bound, area_key = self.archs, self.work_bound, self.area_key
+        return sorted(
+            range(len(archs)),
+            key=lambda a: (-work_bound[archs[a][0]], area_key[archs[a][0]], archs[a][1], archs[a][0]),
+        )
+
+    # -- choosing the next stage ------------------------------------------------------------------
+
+    def next_stage(self) -> str | None:
+        """``"dp_bound"`` when the best unvisited work bound is at least the best queued DP bound,
+        ``"exact"`` when a queued architecture comes first, None when neither can beat the
+        incumbent (or nothing is left): the search is over."""
+        next_unvisited = (
+            self.work_bound[self.archs[self.order[self.visited]][0]] if self.visited < len(self.order) else -np.inf
+        )
+        next_queued = -self.queue[0][0] if self.queue else -np.inf
+        best_left = max(next_unvisited, next_queued)
+        if best_left == -np.inf or self.below_incumbent(best_left):
+            return None
+        if next_unvisited >= next_queued and self.visited < len(self.order):
+            return "dp_bound"
+        return "exact"
+
+    # -- stage 2: the DP bound --------------------------------------------------------------------
+
+    def dp_bound_next_block(self) -> None:
+        """Stage 2 on the next :data:`BOUND_BATCH` architectures of the visit order: the DP on
+        lower-bound times for each setting; an architecture whose score bound cannot beat the
+        incumbent is pruned, the others are queued for stage 3 by that bound."""
+        block = self.order[self.visited : self.visited + BOUND_BATCH]
+        self.visited += len(block)
+        pairs = [(self.archs[a][0], self.cands.hbm[self.archs[a][1]]) for a in block]
+        model_bound = np.zeros((len(block), self.n_models))  # best setting's bound per model
+        per_setting: dict[int, np.ndarray] = {}  # model -> [block, usable settings]
+        for m, task in enumerate(self.tasks):
+            cols = [self.evaluator.dp_bounds(self.cands, m, task, s, pairs) for s in self.usable[m]]
+            per_setting[m] = np.stack(cols, axis=1) if cols else np.zeros((len(block), 0))
+            model_bound[:, m] = per_setting[m].max(axis=1) if cols else 0.0
+        score_bound = model_bound.mean(axis=1)
+        for i, a in enumerate(block):
+            if self.below_incumbent(score_bound[i]):
+                self.pruned["dp_bound"] += 1
+                self.progress.advance()
+                continue
+            self.dp_bounds_of[a] = [per_setting[m][i] for m in range(self.n_models)]
+            heapq.heappush(self.queue, (-score_bound[i], self.rank[a], a))
+
+    # -- stage 3: exact ---------------------------------------------------------------------------
+
+    def pop_exact_batch(self) -> list[int]:
+        """Up to :data:`EXACT_BATCH` queued architectures, best DP bound first; those that the
+        incumbent has overtaken since they were queued are pruned on the way."""
+        batch: list[int] = []
+        while self.queue and len(batch) < EXACT_BATCH:
+            neg_bound, _, a = heapq.heappop(self.queue)
+            if self.below_incumbent(-neg_bound):
+                self.pruned["dp_bound"] += 1
+                self.progress.advance()
                 continue
             batch.append(a)
-        if not batch:
-            continue
-        inc = incumbent()
-        jobs, owner = [], []
+        return batch
+
+    def exact_jobs(self, batch: list[int]) -> tuple[list[ExactJob], list[int], dict[int, list[float]]]:
+        """The settings of ``batch`` worth scheduling exactly: ``(jobs, the architecture of each
+        job, per architecture and model the best DP bound of the settings skipped)``.
+
+        A setting is skipped when nothing fits (memory does not depend on the chip's speed) or
+        when even its DP bound, with every other model at its best bound, cannot lift the
+        architecture to the incumbent; :meth:`accept` checks afterwards that no skipped setting
+        could have beaten the model's choice."""
+        incumbent = self.incumbent()
+        n_models = self.n_models
+        jobs: list[ExactJob] = []
+        owner: list[int] = []
         skipped: dict[int, list[float]] = {}
         for a in batch:
-            c, h = arch[a]
-            bounds = ub2_of.pop(a)
+            c, h = self.archs[a]
+            bounds = self.dp_bounds_of.pop(a)
             best_ub = [float(b.max()) if len(b) else 0.0 for b in bounds]
-            skipped[a] = [0.0] * M
-            for m in range(M):
-                # Settings that cannot lift this architecture to the incumbent are skipped.
+            skipped[a] = [0.0] * n_models
+            for m in range(n_models):
                 others = sum(best_ub) - best_ub[m]
-                need = (M * inc - others) * (1 - TOL) if prune and best is not None else -np.inf
-                for k, s in enumerate(usable[m]):
+                need = (n_models * incumbent - others) * (1 - TOL) if self.prune and self.best is not None else -np.inf
+                for k, s in enumerate(self.usable[m]):
                     if bounds[m][k] <= 0:
-                        continue  # nothing fits (memory does not depend on the chip's speed)
+                        continue
                     if bounds[m][k] >= need:
-                        jobs.append((m, s, c, cands.hbm[h]))
+                        jobs.append((m, s, c, self.cands.hbm[h]))
                         owner.append(a)
                     else:
                         skipped[a][m] = max(skipped[a][m], float(bounds[m][k]))
-        results = ev.exact(cands, tasks, jobs)
-        per_arch: dict[int, list[list[tuple[int, float, dict]]]] = {a: [[] for _ in range(M)] for a in batch}
-        for (m, s, _, _), a, (thr, r) in zip(jobs, owner, results):
-            per_arch[a][m].append((s, thr, r))
-        for a in batch:
-            c, h = arch[a]
-            chosen = []
-            for m in range(M):
-                opts = [o for o in per_arch[a][m] if o[1] > 0]
-                if opts:
-                    s, thr, r = min(opts, key=lambda o: (-o[1],) + _setting_order(tasks[m], o[0]))
-                    chosen.append((s, thr, r))
-                else:
-                    chosen.append((-1, 0.0, None))
-            score = sum(x[1] for x in chosen) / M
-            e = Evaluated(c, cands.hbm[h], score, float(area[c]), chosen)
-            # The score is exact when no skipped setting could have beaten a model's choice;
-            # otherwise the architecture provably scores below the incumbent (see search()).
-            if all(skipped[a][m] <= chosen[m][1] * (1 + TOL) for m in range(M)):
-                evaluated.append(e)
-                if score > 0 and (best is None or key(e) < key(best)):
-                    best = e
+        return jobs, owner, skipped
+
+    def best_settings(self, priced: list[list[PricedSetting]]) -> list[PricedSetting]:
+        """Per model, its best exactly priced setting (ties: :func:`_setting_order`), or
+        ``(-1, 0.0, None)`` when none fits."""
+        chosen: list[PricedSetting] = []
+        for m in range(self.n_models):
+            fits = [o for o in priced[m] if o[1] > 0]
+            if fits:
+                chosen.append(min(fits, key=lambda o: (-o[1],) + _setting_order(self.tasks[m], o[0])))
             else:
-                pruned["exact"] += 1
-            progress.advance()
-    remaining = len(order) - pos
-    pruned["work_bound"] += remaining
-    pruned["dp_bound"] += len(heap)
-    progress.advance(remaining + len(heap))
-    progress.stop()
-    evaluated.sort(key=lambda e: (e.config, e.hbm))
-    stats = {
-        "candidates": len(arch) * sum(len(u) for u in usable),
-        "architectures": len(arch),
-        "settings": sum(len(u) for u in usable),
-        "pruned": pruned,
-        "evaluated": len(evaluated),
-        "wall_s": time.perf_counter() - t_start,
-    }
-    return Result(best, evaluated, stats)
+                chosen.append((-1, 0.0, None))
+        return chosen
+
+    def evaluate_exactly(self, batch: list[int]) -> None:
+        """Stage 3 on ``batch``: schedule and place its settings exactly, score each architecture
+        and keep it (as the incumbent when it beats it)."""
+        if not batch:
+            return
+        jobs, owner, skipped = self.exact_jobs(batch)
+        results = self.evaluator.exact(self.cands, self.tasks, jobs)
+        priced: dict[int, list[list[PricedSetting]]] = {a: [[] for _ in range(self.n_models)] for a in batch}
+        for (m, s, _, _), a, (thr, dp_result) in zip(jobs, owner, results):
+            priced[a][m].append((s, thr, dp_result))
+        for a in batch:
+            c, h = self.archs[a]
+            chosen = self.best_settings(priced[a])
+            score = sum(x[1] for x in chosen) / self.n_models
+            self.accept(Evaluated(c, self.cands.hbm[h], score, float(self.area[c]), chosen), skipped[a])
+            self.progress.advance()
+
+    def accept(self, evaluated: Evaluated, skipped: list[float]) -> None:
+        """Keep an exactly evaluated architecture.  Its score is exact when no skipped setting
+        could have beaten a model's choice; otherwise the architecture provably scores below the
+        incumbent (see :meth:`exact_jobs`) and counts as pruned at the exact stage."""
+        if all(skipped[m] <= evaluated.best[m][1] * (1 + TOL) for m in range(self.n_models)):
+            self.evaluated.append(evaluated)
+            if evaluated.score > 0 and (self.best is None or self.answer_key(evaluated) < self.answer_key(self.best)):
+                self.best = evaluated
+        else:
+            self.pruned["exact"] += 1
+
+    # -- the end ----------------------------------------------------------------------------------
+
+    def count_unvisited_as_pruned(self) -> None:
+        """Architectures never reached count as pruned by the bound that stopped them: the work
+        bound for those never visited, the DP bound for those still queued."""
+        remaining = len(self.order) - self.visited
+        self.pruned["work_bound"] += remaining
+        self.pruned["dp_bound"] += len(self.queue)
+        self.progress.advance(remaining + len(self.queue))
+
+    def statistics(self, wall_s: float) -> dict[str, Any]:
+        """The search's counts (the JSON's ``search`` object starts with them)."""
+        return {
+            "candidates": len(self.archs) * self.n_settings,
+            "architectures": len(self.archs),
+            "settings": self.n_settings,
+            "pruned": self.pruned,
+            "evaluated": len(self.evaluated),
+            "wall_s": wall_s,
+        }
