@@ -10,9 +10,9 @@ Provenance: these are the 22 nm estimates (Accelergy) behind the paper's public 
 reproduces every one of the 29,360 rows of its ``cores.json`` (the reference list of valid
 configurations, with areas) to within 1e-7 µm² (the float rounding of its printed values).
 The two per-unit constants were recovered from those rows by least squares as exactly
-``760.041386`` µm² per PE and ``759.823853`` µm² per vector lane (DESIGN.md §4 rounds them to
+``760.041386`` µm² per PE and ``759.823853`` µm² per vector lane (docs/design.md §4.2; rounded to
 760.0414 and 759.8239; with the rounded values the areas drift by up to 13 µm², 6e-8 relative).
-The tables are as in DESIGN.md §4, and the least-squares fit reproduces them to ~1e-9 relative.
+The tables are as in docs/design.md §4.2, and the least-squares fit reproduces them to ~1e-9 relative.
 
 The TPUv4-like chip (8 tensor cores of 128 × 128, 2 vector cores of width 128, 128 MiB global
 buffer) is 278,826,676.31216 µm² = 278.83 mm²: the paper's area budget.

@@ -57,7 +57,7 @@ def test_area_terms() -> None:
 
 
 def test_design_rounded_constants_are_close() -> None:
-    # DESIGN.md quotes 760.0414 and 759.8239; the exact constants differ by < 1e-7 relative.
+    # docs/design.md §4.2 gives them rounded, 760.0414 and 759.8239; the exact constants differ by < 1e-7 relative.
     for n_pe in (4, 65536, 4096 * 65536):
         assert abs(760.0414 - area.PE_AREA_UM2) * n_pe / (760.0414 * n_pe) < 1e-7
 

@@ -12,7 +12,7 @@ from typing import Any
 
 POLICIES = ("none", "selective", "full")
 
-#: The paper's "expert" placements as (PP, DP, TP) (DESIGN.md §5), by model name.
+#: The paper's "expert" placements as (PP, DP, TP) (docs/design.md §6.4), by model name.
 EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
     "opt-350m": (12, 85, 1),
     "bert-large": (8, 128, 1),

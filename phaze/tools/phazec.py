@@ -124,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
     s = p.add_argument_group("architecture search (no --hw)")
     s.add_argument(
-        "--space", metavar="FILE.toml", help="architecture space (default: the paper's, DESIGN.md section 4)"
+        "--space", metavar="FILE.toml", help="architecture space (default: the paper's, docs/design.md §4.3)"
     )
     s.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report of the search")
     s.add_argument(
