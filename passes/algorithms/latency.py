@@ -78,7 +78,6 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Union
 
 import numpy as np
 
@@ -188,7 +187,7 @@ class ViewDesc:
     unit = "none"
 
 
-OpDesc = Union[MatmulDesc, VectorDesc, CollectiveDesc, ViewDesc]
+OpDesc = MatmulDesc | VectorDesc | CollectiveDesc | ViewDesc
 
 
 @dataclass(frozen=True)
@@ -538,7 +537,7 @@ def estimate_space(
     base_key = (configs_key(configs), fx) if cache is not None else None
 
     def cached(i: int) -> bool:
-        if cache is None:
+        if cache is None or base_key is None:
             return False
         row = cache.get((table.descs[i], *base_key))
         if row is None:
@@ -547,7 +546,7 @@ def estimate_space(
         return True
 
     def store(i: int) -> None:
-        if cache is not None:
+        if cache is not None and base_key is not None:
             cache.put(
                 (table.descs[i], *base_key), (one[i].copy(), split[i].copy(), bound[i].copy(), bound_one[i].copy())
             )
@@ -565,8 +564,9 @@ def estimate_space(
                 store(int(i))
     for i in table.rows["network"]:
         d = table.descs[int(i)]
-        s, _ = network.collective_s(d.kind, d.nbytes, d.group_size, fx.levels)
-        one[i] = split[i] = s
+        assert isinstance(d, CollectiveDesc)  # the "network" rows are the collectives
+        seconds, _ = network.collective_s(d.kind, d.nbytes, d.group_size, fx.levels)
+        one[i] = split[i] = seconds
         bound[i] = bound_one[i] = _NETWORK
     for i in table.rows["none"]:
         one[i] = split[i] = 0.0

@@ -41,9 +41,16 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 
 
 class LevelLike(Protocol):
-    group_size: int
-    bandwidth_Bps: float
-    latency_s: float
+    """What the formulas read from a network level (read-only: frozen dataclasses qualify)."""
+
+    @property
+    def group_size(self) -> int: ...
+
+    @property
+    def bandwidth_Bps(self) -> float: ...
+
+    @property
+    def latency_s(self) -> float: ...
 
 
 @dataclass(frozen=True)
