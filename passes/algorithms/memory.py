@@ -163,7 +163,7 @@ def stage_bytes(layers: Sequence[LayerMemory], in_flight: int, policy: str = "no
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r}: expected one of {', '.join(POLICIES)}")
     return (
-        sum(l.static_bytes for l in layers)
-        + in_flight * sum(l.saved(policy) for l in layers)
-        + max((l.workspace(policy) for l in layers), default=0)
+        sum(layer.static_bytes for layer in layers)
+        + in_flight * sum(layer.saved(policy) for layer in layers)
+        + max((layer.workspace(policy) for layer in layers), default=0)
     )
