@@ -1,4 +1,4 @@
-"""The MILP of a prepared problem (DESIGN §5): variables, four families of rows, the warm
+"""The MILP of a prepared problem (docs/design.md §5.6): variables, four families of rows, the warm
 start's values, and a solution's discrete choices decoded back into start times.
 
 Time is scaled so that the warm start's makespan ``UB`` is :data:`SCALE` units (the *horizon*).
