@@ -29,7 +29,7 @@ def scheduled_layers(module: ModuleOp, pass_name: str, limits: dict, cache: sche
 @dataclass(frozen=True)
 class ScheduleOpsPass(SolverOptions):
     """Minimize the makespan of each layer's forward, backward and optimizer ops on the
-    module's accelerator (``passes/algorithms/schedule.py``: a MILP solved by SCIP, warm started
+    module's accelerator (``passes/algorithms/schedule/``: a MILP solved by SCIP, warm started
     from a list schedule; each op on one core or split over all cores of its unit; ops the
     graph leaves unordered may overlap on different cores).  Structurally identical layers are
     solved once (through the schedule cache, keyed by the ops' latencies, edges and core counts).

@@ -1,6 +1,6 @@
 """Trace one training step of a model into an aten-level torch.fx graph, without weights.
 
-How (measured in ``shared/TOOLCHAIN-NOTES.md``): the model is built on ``meta``, then inside a
+How (docs/design.md §2): the model is built on ``meta``, then inside a
 ``FakeTensorMode`` it is given fake storage (``to_empty``) and its shared weights re-tied; then
 ``make_fx`` traces a function that runs the forward through ``torch.func.functional_call``, the
 loss, and ``torch.autograd.grad`` with respect to every parameter.  That records the *real*
@@ -138,7 +138,8 @@ def _describe_trace_failure(exc: BaseException, spec: ModelSpec) -> str:
         for f in frames
         if not f.filename.startswith(torch_dir) and not f.filename.startswith(here) and "contextlib" not in f.filename
     ]
-    frame = (user or lib or frames[-1:] or [None])[-1]
+    candidates = user or lib or frames[-1:]
+    frame = candidates[-1] if candidates else None
     where = ""
     if frame is not None:
         where = f" at {Path(frame.filename).name}:{frame.lineno}"
@@ -203,8 +204,9 @@ def trace_model(
     with FakeTensorMode(allow_non_fake_inputs=True):
         model.to_empty(device="cpu")
         # to_empty() unties shared embeddings; re-tie them so a tied weight stays one parameter.
-        if hasattr(model, "tie_weights"):
-            model.tie_weights()
+        tie_weights = getattr(model, "tie_weights", None)  # (a method of transformers' models)
+        if tie_weights is not None:
+            tie_weights()
         params = dict(model.named_parameters())
         buffers = dict(model.named_buffers())
         try:

@@ -1,4 +1,4 @@
-//! The warm start of phaze's operator scheduling (`passes/algorithms/schedule.py`): the
+//! The warm start of phaze's operator scheduling (`passes/algorithms/schedule/warm_start.py`): the
 //! heuristics that give SCIP its first schedule, and the answer when the MILP is too large.
 //!
 //! A problem ([`Instance`]) is a DAG of ops that take time, each with one or two *modes*
