@@ -82,6 +82,13 @@ def tensor_bytes(t: Attribute) -> int:
     return numel(t) * element_bytes(t.element_type)
 
 
+def tensor_type(v: SSAValue) -> TensorType:
+    """The tensor type of a value (every operand and result of a ``phaze`` compute op is one)."""
+    t = v.type
+    assert isinstance(t, TensorType), t
+    return t
+
+
 def _bytes_of(values: Sequence[SSAValue]) -> int:
     return sum(tensor_bytes(v.type) for v in values)
 
@@ -101,7 +108,7 @@ class ComputeOp(IRDLOperation):
     """
 
     def iteration_space(self) -> tuple[int, ...]:
-        return tuple(self.results[0].type.get_shape()) if self.results else ()
+        return tuple(tensor_type(self.results[0]).get_shape()) if self.results else ()
 
     def flops(self) -> int:
         return 0
@@ -144,7 +151,7 @@ class MatmulOp(ComputeOp):
     def mnk(self) -> tuple[tuple[int, ...], int, int, int]:
         """``(batch_shape, M, N, K)`` of the product."""
         out = self.result.type.get_shape()
-        k = self.lhs.type.get_shape()[-1]
+        k = tensor_type(self.lhs).get_shape()[-1]
         return tuple(out[:-2]), out[-2], out[-1], k
 
     def iteration_space(self) -> tuple[int, ...]:
@@ -157,7 +164,7 @@ class MatmulOp(ComputeOp):
         return math.prod(batch) * (2 * m * n * k + bias)
 
     def verify_(self) -> None:
-        a, b, r = (v.type.get_shape() for v in (self.lhs, self.rhs, self.result))
+        a, b, r = (tensor_type(v).get_shape() for v in (self.lhs, self.rhs, self.result))
         if len(a) < 2 or len(b) < 2:
             raise VerifyException(f"'phaze.matmul' op operands must have rank >= 2, got {len(a)} and {len(b)}")
         if a[-1] != b[-2]:
@@ -267,14 +274,14 @@ class ReductionOp(ComputeOp):
     assembly_format = "$kind $inputs `dims` $dims `aten` $aten attr-dict `:` functional-type($inputs, $results_)"
 
     def iteration_space(self) -> tuple[int, ...]:
-        return tuple(self.inputs[0].type.get_shape())
+        return tuple(tensor_type(self.inputs[0]).get_shape())
 
     def flops(self) -> int:
         return sum(numel(v.type) for v in self.inputs)
 
     def verify_(self) -> None:
         _check_kind(self, self.kind.data, REDUCTION_KINDS)
-        rank = self.inputs[0].type.get_num_dims() if self.inputs else 0
+        rank = tensor_type(self.inputs[0]).get_num_dims() if self.inputs else 0
         for d in self.dims.get_values():
             if not -rank <= d < max(rank, 1):
                 raise VerifyException(f"'phaze.reduction' op dim {d} is out of range for rank {rank}")
@@ -344,7 +351,7 @@ class NormOp(ComputeOp):
     )
 
     def iteration_space(self) -> tuple[int, ...]:
-        return tuple(self.inputs[0].type.get_shape())
+        return tuple(tensor_type(self.inputs[0]).get_shape())
 
     def flops(self) -> int:
         # forward: mean, variance, normalize, scale, shift (~8/elem); backward about twice that.
@@ -364,7 +371,7 @@ class EmbeddingOp(ComputeOp):
 
     Syntax::
 
-        %e = phaze.embedding "lookup" %table, %ids : (tensor<50257x1600xf16>, tensor<1x1024xi64>) -> tensor<1x1024x1600xf16>
+        %e = phaze.embedding "lookup" %wte, %ids : (tensor<50257x768xf16>, tensor<1x1024xi64>) -> tensor<1x1024x768xf16>
     """
 
     name = "phaze.embedding"
@@ -497,7 +504,7 @@ class OptimizerUpdateOp(ComputeOp):
 
     Syntax::
 
-        %w2 = phaze.optimizer_update "adam" %w, %gw state_bytes 12 : (tensor<64x32xf16>, tensor<64x32xf16>) -> tensor<64x32xf16>
+        %w2 = phaze.optimizer_update "adam" %w, %gw state_bytes 12 : (tensor<64xf16>, tensor<64xf16>) -> tensor<64xf16>
     """
 
     name = "phaze.optimizer_update"
@@ -534,7 +541,8 @@ class OptimizerUpdateOp(ComputeOp):
         _check_kind(self, self.kind.data, tuple(OPTIMIZER_KINDS))
         if self.param.type != self.grad.type:
             raise VerifyException(
-                f"'phaze.optimizer_update' op gradient type {self.grad.type} differs from parameter type {self.param.type}"
+                f"'phaze.optimizer_update' op gradient type {self.grad.type} differs from "
+                f"parameter type {self.param.type}"
             )
 
 
@@ -575,7 +583,7 @@ class AcceleratorOp(IRDLOperation):
     assembly_format = "$sym_name $spec attr-dict"
 
 
-PHAZE_OPS = [
+PHAZE_OPS: list[type[Operation]] = [
     MatmulOp,
     ElementwiseOp,
     ReductionOp,
@@ -632,6 +640,7 @@ __all__ = [
     "element_bytes",
     "numel",
     "tensor_bytes",
+    "tensor_type",
     "int_attr",
     "IntegerType",
 ]

@@ -325,18 +325,19 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
         return add(
             ph.LayoutOp.build(
                 operands=[[x]],
-                result_types=[[TensorType(x.type.element_type, shape)]],
+                result_types=[[TensorType(ph.tensor_type(x).element_type, shape)]],
                 properties={"kind": StringAttr(kind), "aten": StringAttr("attention")},
             )
         )
 
     def transpose(x: SSAValue) -> SSAValue:
-        shape = list(x.type.get_shape())
+        shape = list(ph.tensor_type(x).get_shape())
         return layout("transpose", x, shape[:-2] + [shape[-1], shape[-2]])
 
     def matmul(a: SSAValue, b: SSAValue) -> SSAValue:
-        shape = list(a.type.get_shape())[:-1] + [b.type.get_shape()[-1]]
-        return add(ph.MatmulOp(a, b, TensorType(a.type.element_type, shape)))
+        a_type = ph.tensor_type(a)
+        shape = list(a_type.get_shape())[:-1] + [ph.tensor_type(b).get_shape()[-1]]
+        return add(ph.MatmulOp(a, b, TensorType(a_type.element_type, shape)))
 
     def softmax(kind: str, *xs: SSAValue) -> SSAValue:
         return add(
@@ -348,17 +349,18 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
         )
 
     grad_out, (q, k, v) = (ins[0], ins[1:4]) if backward else (None, ins[:3])
-    q_shape = list(q.type.get_shape())
-    heads, kv_heads = q_shape[-3], k.type.get_shape()[-3]
+    q_shape = list(ph.tensor_type(q).get_shape())
+    heads, kv_heads = q_shape[-3], ph.tensor_type(k).get_shape()[-3]
     if kv_heads != heads:  # grouped-query attention
-        k = layout("repeat", k, q_shape[:-1] + [k.type.get_shape()[-1]])
-        v = layout("repeat", v, q_shape[:-1] + [v.type.get_shape()[-1]])
+        k = layout("repeat", k, q_shape[:-1] + [ph.tensor_type(k).get_shape()[-1]])
+        v = layout("repeat", v, q_shape[:-1] + [ph.tensor_type(v).get_shape()[-1]])
     if not backward:
-        p = softmax("softmax", matmul(q, transpose(k)))
+        scores = matmul(q, transpose(k))
+        p = softmax("softmax", scores)
         out = matmul(p, v)
         lse = add(
             ph.ReductionOp.build(
-                operands=[[p.owner.operands[0]]],
+                operands=[[scores]],
                 result_types=[[rtypes[1]]],
                 properties={
                     "kind": StringAttr("sum"),
@@ -370,6 +372,7 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
         return ops, [out, lse][: len(rtypes)]
     # The kernel reads the saved output and log-sum-exp: P is rebuilt from S and lse, and
     # D = rowsum(dout * out) enters the softmax gradient.
+    assert grad_out is not None  # set when backward
     out, lse = ins[4], ins[5]
     p = softmax("softmax", matmul(q, transpose(k)), lse)
     prod = add(
