@@ -1,6 +1,7 @@
 """Open an HTML report in a real headless browser (Debian's ``chromium``) and say what a reader
 would find wrong with it: a console error, a resource the page tries to load, a chart that is not
-laid out, or a chart whose plot area shows no data in the screenshot.
+laid out, a chart with something cut off at its edge, or a chart whose plot area shows no data in
+the screenshot.
 
 How it looks: the page is copied with a small probe script at the top of ``<head>`` (the report
 itself has no script). The probe records uncaught errors, ``console.error`` calls and failed
@@ -11,7 +12,9 @@ browser's console on stderr (``--enable-logging=stderr --v=0``: every message of
 ``CONSOLE`` line). In the screenshot, each chart's plot area (the SVG group ``NAME-plot-area``,
 scaled from the SVG's viewBox to the laid-out size, less 2 px inside the frame) must hold ink:
 pixels that are coloured or darker than the light grey grid. Only data are drawn there (the
-legends are outside the axes, the ticks and labels around them), so an empty plot has none.
+legends are outside the axes, the ticks and labels around them), so an empty plot has none. And
+each chart's outer 2 px must have no ink: the charts are saved with a blank margin around all they
+draw (``bbox_inches="tight"``), so ink there is something cut off (a legend, a label).
 
 Used by tests/test_report.py; any test that has a report file can call :func:`inspect`.
 """
@@ -136,6 +139,9 @@ def inspect(path: Path, workdir: Path) -> Opened:
         if box["w"] < 100 or box["h"] < 60:
             bad.append(f"chart {name} is laid out {box['w']:.0f}×{box['h']:.0f} px")
             continue
+        edge = _edge_ink(img, box)
+        if edge:
+            bad.append(f"chart {name}: ink on its {edge} edge (something is cut off)")
         sx, sy = box["w"] / vw, box["h"] / vh
         crop = (box["x"] + x0 * sx + 2, box["y"] + y0 * sy + 2, box["x"] + x1 * sx - 2, box["y"] + y1 * sy - 2)
         if crop[3] > img.height:
@@ -147,6 +153,22 @@ def inspect(path: Path, workdir: Path) -> Opened:
     if ink_share(img) < MIN_PAGE_INK:
         bad.append(f"the screenshot is blank ({100 * ink_share(img):.3f} % ink)")
     return opened
+
+
+def _edge_ink(img, box: dict) -> str | None:
+    """The first edge of the laid-out chart ``box`` with ink within 2 px of it: the charts are
+    saved with a blank margin all round, so ink there is a label, legend or mark cut off."""
+    x0, y0 = round(box["x"]) + 1, round(box["y"]) + 1
+    x1, y1 = int(box["x"] + box["w"]) - 1, int(box["y"] + box["h"]) - 1
+    if y1 > img.height:
+        return None  # below the screenshot: reported as such
+    strips = {
+        "top": (x0, y0, x1, y0 + 2),
+        "bottom": (x0, y1 - 2, x1, y1),
+        "left": (x0, y0, x0 + 2, y1),
+        "right": (x1 - 2, y0, x1, y1),
+    }
+    return next((side for side, c in strips.items() if ink_share(img.crop(c)) > 0), None)
 
 
 def ink_share(img) -> float:

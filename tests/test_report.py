@@ -564,8 +564,9 @@ def test_opens_in_a_browser(pages, name, tmp_path):
 
 @needs_browser
 def test_the_browser_check_fails_on_a_broken_page(monkeypatch, tmp_path):
-    """One page, three faults, each found: an empty scatter plot (axes and labels, no data), a
-    JavaScript error, and a timeline whose bars a stylesheet hides (in the SVG, not on screen)."""
+    """One page, four faults, each found: an empty scatter plot (axes and labels, no data), a
+    JavaScript error, a timeline whose bars a stylesheet hides (in the SVG, not on screen), and a
+    memory chart cut at 60 % of its width (its legend clipped, as the hand-written SVG did)."""
 
     def empty_scatter(mpl, *args):
         fig = R._figure(mpl, R.WIDTH_IN, 4.4)
@@ -580,10 +581,16 @@ def test_the_browser_check_fails_on_a_broken_page(monkeypatch, tmp_path):
     page = page.replace("</body>", "<script>undefinedFunction();</script>\n</body>")
     page = page.replace("</style>", "#timeline-forward,#timeline-backward{display:none}\n</style>")
     assert empty_charts(page) == ["scatter"]  # the hidden bars are still in the SVG
+    i = page.index('aria-label="memory per stage"')
+    w, h = re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', page[i:]).groups()
+    cut = f"{0.6 * float(w):.6f}"
+    head = re.sub(r'width="[\d.]+pt"', f'width="{cut}pt"', page[i:], count=1)
+    page = page[:i] + head.replace(f'viewBox="0 0 {w} {h}"', f'viewBox="0 0 {cut} {h}"', 1)
     path = tmp_path / "broken.html"
     path.write_text(page, encoding="utf-8")
     found = "\n".join(inspect(path, tmp_path).problems)
     assert "Uncaught ReferenceError: undefinedFunction is not defined" in found
     assert "chart scatter: its plot area shows no data" in found
     assert "chart timeline: its plot area shows no data" in found
-    assert "chart memory" not in found
+    assert "chart memory: ink on its right edge (something is cut off)" in found
+    assert "chart memory: its plot area" not in found and "chart scatter: ink" not in found

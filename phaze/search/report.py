@@ -38,7 +38,7 @@ import numbers
 import re
 import types
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from phaze_ir.errors import PhazeError
 
@@ -208,8 +208,8 @@ def one_f_one_b(
     one time for all stages or one per stage. Stage k runs min(pp-k-1, m) warm-up forwards, then
     alternates forward and backward, then drains the backwards; F(k,i) starts after F(k-1,i),
     B(k,i) after B(k+1,i), and each op after the stage's previous one."""
-    f = [float(fwd)] * pp if isinstance(fwd, numbers.Real) else [float(x) for x in fwd]
-    b = [float(bwd)] * pp if isinstance(bwd, numbers.Real) else [float(x) for x in bwd]
+    f = [float(fwd)] * pp if isinstance(fwd, numbers.Real) else [float(x) for x in cast(Sequence[float], fwd)]
+    b = [float(bwd)] * pp if isinstance(bwd, numbers.Real) else [float(x) for x in cast(Sequence[float], bwd)]
     orders = []
     for k in range(pp):
         w = min(pp - k - 1, m)
@@ -522,7 +522,8 @@ def _scatter(d: dict) -> str:
         chosen = next((_xy(p) for p in raw if isinstance(p, dict) and p.get("best")), (None, None))
     base = [(str(b.get("name", "?")), *_xy(b)) for b in d.get("baselines") or []]
     base = [(n, a, t) for n, a, t in base if a and t and a > 0 and t > 0]
-    picked = chosen if None not in chosen and chosen[0] > 0 and chosen[1] > 0 else None
+    ca, ct = chosen
+    picked = (ca, ct) if ca is not None and ct is not None and ca > 0 and ct > 0 else None
     if not (pts or bounds or base or picked):
         return '<h2>Throughput vs area</h2>\n<p class="empty">No evaluated points.</p>'
     front = [pts[i] for i in pareto_front(pts)]
@@ -550,11 +551,12 @@ def _timeline(d: dict) -> str:
     if len(times) != pp or None in times:
         t = _num(d.get("time_per_batch_s"))
         times = [t / (m + pp - 1) if t else 1.0] * pp
+    stage_t = cast(list[float], times)  # no None left
     shown = min(m, MAX_TIMELINE_MB)
     # Ops of micro-batches < shown depend only on micro-batches < shown + pp: same start times.
     ops = [
         o
-        for o in one_f_one_b(pp, min(m, shown + pp), [t / 3 for t in times], [2 * t / 3 for t in times])
+        for o in one_f_one_b(pp, min(m, shown + pp), [t / 3 for t in stage_t], [2 * t / 3 for t in stage_t])
         if o[2] < shown
     ]
     if not max(o[4] for o in ops) > 0:
@@ -568,7 +570,7 @@ def _timeline(d: dict) -> str:
         "<h2>Pipeline timeline (1F1B)</h2>\n"
         + _chart(_draw_timeline, "timeline", "pipeline timeline", pp, ops)
         + f'<p class="cap">{fmt(pp)} stage{"s" if pp > 1 else ""}, {fmt(m)} micro-batch{"es" if m > 1 else ""}; '
-        f"the numbers are the micro-batches. "
+        f"bars wide enough for it are numbered by micro-batch. "
         f"A stage's time is its forward plus backward time per micro-batch; the 1/3 forward, 2/3 "
         f"backward split shown is illustrative, and communication is not drawn.{note}</p>"
     )
@@ -648,7 +650,7 @@ def _baselines(d: dict) -> str:
                 accel_summary(acc),
                 plan,
                 t if ok else _n("—"),
-                _n(f"{fmt(ours / t)}×" if ok and ours else "—"),
+                _n(f"{fmt(ours / t)}×" if ok and ours and t else "—"),
                 str(b.get("note") or ""),
             )
         )
