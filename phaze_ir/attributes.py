@@ -63,7 +63,9 @@ def _to_attr(value: FieldValue) -> Attribute:
         raise TypeError("record fields do not take bool; use 0/1 or a string")
     if isinstance(value, int):
         if abs(value).bit_length() > MAX_INT_BITS:
-            raise ValueError(f"record integer field out of range: {abs(value).bit_length()} bits > {MAX_INT_BITS}")
+            raise ValueError(
+                f"record integers hold at most {MAX_INT_BITS} bits; this one has {abs(value).bit_length()}"
+            )
         return IntAttr(int(value))
     if isinstance(value, float):
         return FloatData(float(value))
@@ -144,14 +146,22 @@ class RecordAttr(ParametrizedAttribute):
         """One string, integer or float field value, checked against the field's declared type.
         A float field also reads MLIR's hex form of a float's bits (``0x7FF0000000000000``)."""
         declared = _field_types(cls).get(key)
+        token = parser._current_token
         text = parser.parse_optional_str_literal()
+        if text is None and (raw := parser.parse_optional_bytes_literal()) is not None:
+            # xDSL lexes a string whose escapes spell non-ASCII bytes (the printer's "\C3\A9"
+            # for "é") as bytes: they are the UTF-8 of the text.
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                parser.raise_error(f"field '{key}' of {cls.name}: the string is not valid UTF-8", token.span)
         if text is not None:
             if declared not in (None, StringAttr):
                 parser.raise_error(f"field '{key}' of {cls.name} takes a number, not a string")
             return StringAttr(text)
         if declared is StringAttr:
             parser.raise_error(f"field '{key}' of {cls.name} takes a string literal")
-        token = parser._current_token  # its spelling tells hex bits from a decimal
+        token = parser._current_token  # the number's spelling tells hex bits from a decimal
         hex_literal = token.text[:2] in ("0x", "0X")
         number = parser.parse_number(context_msg=f" (field '{key}' of {cls.name})")
         if declared is FloatData:
