@@ -543,6 +543,15 @@ def test_deterministic(pages, tmp_path):
         R.write(tmp_path / "missing" / "r.html", d)
 
 
+def test_without_matplotlib(monkeypatch, tmp_path):
+    """matplotlib is needed only for the charts: without it, a PhazeError that says so (a page
+    with no chart still renders)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert "No evaluated points." in R.render({})
+    with pytest.raises(PhazeError, match="pip install matplotlib"):
+        R.write(tmp_path / "r.html", synthetic())
+
+
 # ---------------------------------------------------------------------------------------------
 # In a browser
 # ---------------------------------------------------------------------------------------------

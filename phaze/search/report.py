@@ -251,7 +251,7 @@ def _mpl() -> Any:
         from matplotlib import collections, lines, patches, ticker
         from matplotlib.backends.backend_svg import FigureCanvasSVG
         from matplotlib.figure import Figure
-    except ImportError as e:  # pragma: no cover - matplotlib is a dependency of the report
+    except ImportError as e:
         raise PhazeError(f"the report draws its charts with matplotlib: pip install matplotlib ({e})") from e
     return types.SimpleNamespace(
         style=matplotlib.style,
