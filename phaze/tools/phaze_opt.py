@@ -8,6 +8,7 @@ available too; that is how users add their own passes.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -73,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ValueError,
     ) as e:
         if debug:
+            os.environ["PHAZE_DEBUG"] = "1"  # phaze's universe hook then keeps the traceback too
             raise
         if isinstance(e, ParseError):
             # As MLIR's tools: `file:line:col: error: message`, then a short excerpt and a caret.
