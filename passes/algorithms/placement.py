@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from passes.algorithms import _phaze_rs
+
 POLICIES = ("none", "selective", "full")
 
 #: The paper's "expert" placements as (PP, DP, TP) (docs/design.md §6.4), by model name.
@@ -44,7 +46,7 @@ class LayerNumbers:
     workspace_bytes: int
     boundary_bytes: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> _phaze_rs.LayerDict:
         return {
             "fwd_s": self.fwd_s,
             "bwd_s": self.bwd_s,
@@ -63,12 +65,12 @@ def problem(
     *,
     devices: int,
     hbm_bytes: int,
-    levels: list[dict[str, Any]],
+    levels: list[_phaze_rs.LevelDict],
     global_batch: int,
     micro_batch: int,
     tp: int,
     dp_overlap: bool = False,
-) -> dict[str, Any]:
+) -> _phaze_rs.ProblemDict:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``."""
     if devices < 1:
         raise PlacementError(f"devices = {devices}: expected a positive integer")
@@ -86,7 +88,7 @@ def problem(
     }
 
 
-def network_levels(network: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def network_levels(network: list[dict[str, Any]]) -> list[_phaze_rs.LevelDict]:
     """The accelerator's network levels (``Accelerator.to_dict()["network"]``) as DP levels."""
     return [
         {
@@ -122,6 +124,6 @@ def parse_placement(text: str, model: str) -> tuple[int, int, int] | None:
     return pp, dp, tp
 
 
-def binding_message(result: dict[str, Any]) -> str:
+def binding_message(result: _phaze_rs.ResultDict) -> str:
     """The constraints that make a result infeasible, joined ('' when feasible)."""
     return "; ".join(v["message"] for v in result.get("violations", []))
