@@ -20,11 +20,23 @@ import hashlib
 import os
 import pickle
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from phaze.search import engine as E
+from phaze.search.engine import (
+    Candidates,
+    Evaluated,
+    Evaluator,
+    ModelTask,
+    Params,
+    Progress,
+    Result,
+    SolverLimits,
+    search,
+)
 from phaze_ir.errors import PhazeError
 
 BASELINE_CHIP = "tpuv4"
@@ -41,7 +53,7 @@ class SearchOptions:
     backend: str = "local"
     address: str | None = None
     cache_dir: str | None = None  # None: nothing kept on disk
-    limits: E.SolverLimits = field(default_factory=E.SolverLimits)
+    limits: SolverLimits = field(default_factory=SolverLimits)
     baselines: bool = True
     prune: bool = True
 
@@ -60,21 +72,21 @@ def _source_digest() -> str:
 def _prepare_worker(args: tuple[str, int, tuple[int, ...], Any]) -> list:
     from phaze.search.setting import prepare_settings
 
-    path, b, tps, opts = args
-    return prepare_settings(path, b, tps, opts)
+    path, micro_batch, tps, opts = args
+    return prepare_settings(path, micro_batch, tps, opts)
 
 
 def prepare(paths: list[str], opts, tps: tuple[int, ...], sopts: SearchOptions, backend, log) -> list[list]:
     """Settings of every model (``[model][setting]``, micro-batch-major), from the cache where
     it has them."""
     digest = _source_digest()
-    items, keys, where = [], [], []
+    items, files, where = [], [], []
     out: list[list] = [[None] * len(opts.micro_batches) for _ in paths]
     for m, path in enumerate(paths):
         data = Path(path).read_bytes()
-        for k, b in enumerate(opts.micro_batches):
+        for k, micro_batch in enumerate(opts.micro_batches):
             h = hashlib.sha256(data)
-            h.update(repr((digest, b, tps, opts.seq_len, opts.dtype, opts.optimizer, opts.strict)).encode())
+            h.update(repr((digest, micro_batch, tps, opts.seq_len, opts.dtype, opts.optimizer, opts.strict)).encode())
             key = h.hexdigest()[:32]
             file = Path(sopts.cache_dir, "settings", key + ".pkl") if sopts.cache_dir else None
             if file is not None and file.exists():
@@ -83,15 +95,15 @@ def prepare(paths: list[str], opts, tps: tuple[int, ...], sopts: SearchOptions, 
                     continue
                 except Exception:
                     pass
-            items.append((path, b, tps, opts))
-            keys.append(file)
+            items.append((path, micro_batch, tps, opts))
+            files.append(file)
             where.append((m, k))
     if items:
         log(
             f"preparing {len(items)} model setting(s) (trace at each micro-batch, shard at TP {tps})"
             + (f" on {backend.jobs} {backend.name} worker(s)" if backend.jobs > 1 else "")
         )
-        for (m, k), file, settings in zip(where, keys, backend.map(_prepare_worker, items)):
+        for (m, k), file, settings in zip(where, files, backend.map(_prepare_worker, items)):
             out[m][k] = settings
             if file is not None:
                 file.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +113,9 @@ def prepare(paths: list[str], opts, tps: tuple[int, ...], sopts: SearchOptions, 
     return [[s for group in per_model for s in group] for per_model in out]
 
 
-def _baseline_record(name: str, res: E.Result | None, cands: E.Candidates | None, tasks, note: str = "") -> dict:
+def _baseline_record(name: str, res: Result | None, cands: Candidates | None, tasks, note: str = "") -> dict:
+    """The JSON record of a baseline (or of the co-optimized answer): its chip, throughput and
+    placement, or zeros and a note saying why there is none."""
     rec = {
         "name": name,
         "throughput_samples_per_s": 0.0,
@@ -118,30 +132,30 @@ def _baseline_record(name: str, res: E.Result | None, cands: E.Candidates | None
         if not note:
             rec["note"] = "no placement fits"
         return rec
-    b = res.best
-    acc = cands.make(b.config, b.hbm)
-    s, thr, r = b.best[0]
-    plan = r["plan"]
-    d = acc.to_dict()
-    d["hbm_bytes"] = b.hbm
+    winner = res.best
+    acc = cands.make(winner.config, winner.hbm)
+    _, _, dp_result = winner.best[0]
+    plan = dp_result["plan"]
+    chip = acc.to_dict()
+    chip["hbm_bytes"] = winner.hbm
     area = acc.modeled_area_um2 if acc.modeled_area_um2 is not None else acc.area_um2
-    d["area_mm2"] = area / 1e6 if area is not None else None
+    chip["area_mm2"] = area / 1e6 if area is not None else None
     rec.update(
-        throughput_samples_per_s=b.score,
-        accelerator=d,
+        throughput_samples_per_s=winner.score,
+        accelerator=chip,
         dp=plan["dp"],
         pp=plan["pp"],
         tp=plan["tp"],
         micro_batch_size=plan["micro_batch"],
-        area_mm2=d["area_mm2"],
-        hbm_bytes=b.hbm,
+        area_mm2=chip["area_mm2"],
+        hbm_bytes=winner.hbm,
     )
     if len(tasks) > 1:
-        rec["per_model"] = [{"model": t.name, "throughput_samples_per_s": x[1]} for t, x in zip(tasks, b.best)]
+        rec["per_model"] = [{"model": t.name, "throughput_samples_per_s": x[1]} for t, x in zip(tasks, winner.best)]
     return rec
 
 
-def _why_not(res: E.Result, ev: E.Evaluator, cands: E.Candidates, tasks) -> str:
+def _why_not(res: Result, ev: Evaluator, cands: Candidates, tasks) -> str:
     """'' when ``res`` found a chip; else why the first model that fits nowhere does not fit
     (on the largest HBM; "no placement fits" when the DP gives no reason)."""
     if res.best is not None:
@@ -158,38 +172,56 @@ def _memory_breakdown(module) -> list[dict[str, int]]:
     activations, workspace (bytes; they add up to the stage's ``memory_bytes``)."""
     stages = [s.as_dict() for s in module.attributes["phaze.stages"].data]
     mem = {r["index"]: r for r in (a.as_dict() for a in module.attributes["phaze.layer_memory"].data)}
-    rc = {r["index"]: r for r in (a.as_dict() for a in module.attributes["phaze.layer_recompute"].data)}
+    recompute = {r["index"]: r for r in (a.as_dict() for a in module.attributes["phaze.layer_recompute"].data)}
     out = []
-    for s in stages:
-        layers = range(s["first_layer"], s["last_layer"] + 1)
+    for stage in stages:
+        layers = range(stage["first_layer"], stage["last_layer"] + 1)
         params = sum(mem[i]["param_bytes"] for i in layers)
         grads = sum(mem[i]["grad_bytes"] for i in layers)
         opt = sum(mem[i]["optimizer_bytes"] for i in layers)
-        acts = s["in_flight"] * sum(rc[i][f"{s['recompute']}_bytes"] for i in layers)
+        acts = stage["in_flight"] * sum(recompute[i][f"{stage['recompute']}_bytes"] for i in layers)
         out.append(
             {
                 "params": params,
                 "grads": grads,
                 "optimizer": opt,
                 "activations": acts,
-                "workspace": max(0, s["memory_bytes"] - params - grads - opt - acts),
+                "workspace": max(0, stage["memory_bytes"] - params - grads - opt - acts),
             }
         )
     return out
 
 
-def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress | None = None):
-    """The whole search; returns ``(module, json_dict)``."""
-    from passes.algorithms import schedule as sched
+@contextmanager
+def _timed(walls: dict[str, float], phase: str) -> Iterator[None]:
+    """Record the wall time of a phase in ``walls`` (the JSON's ``search.wall_s``)."""
+    t0 = time.perf_counter()
+    yield
+    walls[phase] = time.perf_counter() - t0
+
+
+@dataclass
+class _Inputs:
+    """The checked inputs of a search: the space, the models' names, per model the placement
+    given with ``--placement`` (None: searched) and the paper's expert one (None: unknown), and
+    the TP widths to prepare."""
+
+    space: Any
+    names: list[str]
+    fixed: list[tuple[int, int, int] | None]
+    experts: list[tuple[int, int, int] | None]
+    tps: tuple[int, ...]
+
+
+def _read_inputs(paths: list[str], opts, sopts: SearchOptions) -> _Inputs:
+    """Load the space and the model files and check them, before anything slow (a wrong
+    argument is a one-line error, not one after the preparation)."""
     from passes.algorithms.arch_space import load_space, paper_space
     from passes.algorithms.placement import EXPERT_PLACEMENTS, PlacementError, parse_placement
     from phaze import driver
-    from phaze.search.backend import make_backend
     from phaze_ir.frontend import load_model_file
     from phaze_ir.hardware import HardwareError
 
-    t_all = time.perf_counter()
-    walls: dict[str, float] = {}
     if opts.emit != "plan":
         raise PhazeError("the architecture search writes a plan: give --hw to stop at an earlier stage")
     try:
@@ -205,115 +237,139 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
     except PlacementError as e:
         raise PhazeError(f"--placement: {e}") from e
     experts = [EXPERT_PLACEMENTS.get(n) for n in names]
+    # Besides the widths searched, those of the given placements and of the experts' baselines.
     tps = tuple(opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
     extra = {f[2] for f in fixed if f} | {x[2] for x in experts if x and sopts.baselines}
-    tps = tuple(sorted(set(tps) | extra))
-    log(
-        f"space '{space.spec.name}': {len(space):,} chips x {len(space.hbm_options)} HBM options; "
-        f"micro-batch {list(opts.micro_batches)}, TP {list(tps)}; {opts.devices} devices, "
-        f"global batch {opts.global_batch}"
-    )
+    return _Inputs(space, names, fixed, experts, tuple(sorted(set(tps) | extra)))
 
-    with make_backend(sopts.backend, sopts.jobs, sopts.address) as backend:
-        t0 = time.perf_counter()
-        settings = prepare(paths, opts, tps, sopts, backend, log)
-        walls["prepare"] = time.perf_counter() - t0
-        cache = sched.ScheduleCache(Path(sopts.cache_dir, "schedules") if sopts.cache_dir else None)
-        params = E.Params(opts.devices, opts.global_batch, opts.dp_overlap)
-        ev = E.Evaluator(params, sopts.limits, cache, backend)
-        cands = E.Candidates.of_space(space)
-        chip = driver.load_accelerator(BASELINE_CHIP)
-        chip_cands = E.Candidates.of_accelerator(chip)
-        allowed = set(opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
 
-        def tasks_for(placements):
-            out = []
-            for n, ss, f in zip(names, settings, placements):
-                keep = [s for s in ss if (f is not None and s.tp == f[2]) or (f is None and s.tp in allowed)]
-                out.append(E.ModelTask(n, keep, f))
-            return out
+def _tasks_for(names: list[str], settings: list[list], placements: list, allowed: set[int]) -> list[ModelTask]:
+    """One task per model under ``placements`` (None: searched, on the TP widths ``allowed``; a
+    placement: the settings of its TP width)."""
+    out = []
+    for name, model_settings, placement in zip(names, settings, placements):
+        keep = [
+            s
+            for s in model_settings
+            if (placement is not None and s.tp == placement[2]) or (placement is None and s.tp in allowed)
+        ]
+        out.append(ModelTask(name, keep, placement))
+    return out
 
-        baselines: dict[str, dict] = {}
-        t0 = time.perf_counter()
-        if sopts.baselines:
-            if all(experts):
-                exp_tasks = tasks_for(experts)
-                res = E.search(chip_cands, exp_tasks, ev, progress=progress, label="tpuv4+expert")
-                baselines["tpuv4+expert"] = _baseline_record(
-                    "tpuv4+expert", res, chip_cands, exp_tasks, _why_not(res, ev, chip_cands, exp_tasks)
-                )
-            else:
-                missing = ", ".join(n for n, x in zip(names, experts) if not x)
-                for b in ("tpuv4+expert", "decoupled"):
-                    baselines[b] = _baseline_record(b, None, None, [], f"no expert placement known for {missing}")
-            ph_tasks = tasks_for([None] * len(names))
-            res = E.search(chip_cands, ph_tasks, ev, progress=progress, label="tpuv4+phaze")
-            baselines["tpuv4+phaze"] = _baseline_record(
-                "tpuv4+phaze", res, chip_cands, ph_tasks, _why_not(res, ev, chip_cands, ph_tasks)
-            )
-            if all(experts):
-                res = E.search(cands, exp_tasks, ev, prune=sopts.prune, progress=progress, label="decoupled")
-                baselines["decoupled"] = _baseline_record(
-                    "decoupled", res, cands, exp_tasks, _why_not(res, ev, cands, exp_tasks)
-                )
-        walls["baselines"] = time.perf_counter() - t0
 
-        t0 = time.perf_counter()
-        tasks = tasks_for(fixed)
-        result = E.search(cands, tasks, ev, prune=sopts.prune, progress=progress, label="search")
-        own: list[E.Result] = []
-        if len(tasks) > 1:
-            for t in tasks:
-                own.append(E.search(cands, [t], ev, prune=sopts.prune, progress=progress, label=f"{t.name} alone"))
-        walls["search"] = time.perf_counter() - t0
-    if result.best is None:
-        raise PhazeError(
-            "no chip of the space fits a placement of "
-            + ", ".join(names)
-            + f" on {opts.devices} devices: {_why_not(result, ev, cands, tasks)}"
+def _run_baselines(
+    inputs: _Inputs,
+    tasks_for: Callable[[list], list[ModelTask]],
+    ev: Evaluator,
+    cands: Candidates,
+    chip_cands: Candidates,
+    sopts: SearchOptions,
+    progress: Progress | None,
+) -> dict[str, dict]:
+    """The baselines' records: the TPUv4-like chip with the expert placement and with the
+    searched one, and the decoupled search (the space's best chip under the expert placement).
+    They run before the co-optimized search, in this order, on the same evaluator: the schedules
+    they solve are the search's to reuse, and the evaluator's counts depend on the order."""
+    names, experts = inputs.names, inputs.experts
+    baselines: dict[str, dict] = {}
+    if all(experts):
+        exp_tasks = tasks_for(experts)
+        res = search(chip_cands, exp_tasks, ev, progress=progress, label="tpuv4+expert")
+        baselines["tpuv4+expert"] = _baseline_record(
+            "tpuv4+expert", res, chip_cands, exp_tasks, _why_not(res, ev, chip_cands, exp_tasks)
         )
-    best = result.best
-    baselines["co-optimized"] = _baseline_record("co-optimized", result, cands, tasks)
+    else:
+        missing = ", ".join(n for n, x in zip(names, experts) if not x)
+        for name in ("tpuv4+expert", "decoupled"):
+            baselines[name] = _baseline_record(name, None, None, [], f"no expert placement known for {missing}")
+    ph_tasks = tasks_for([None] * len(names))
+    res = search(chip_cands, ph_tasks, ev, progress=progress, label="tpuv4+phaze")
+    baselines["tpuv4+phaze"] = _baseline_record(
+        "tpuv4+phaze", res, chip_cands, ph_tasks, _why_not(res, ev, chip_cands, ph_tasks)
+    )
+    if all(experts):
+        res = search(cands, exp_tasks, ev, prune=sopts.prune, progress=progress, label="decoupled")
+        baselines["decoupled"] = _baseline_record(
+            "decoupled", res, cands, exp_tasks, _why_not(res, ev, cands, exp_tasks)
+        )
+    return baselines
+
+
+def _co_optimize(
+    cands: Candidates, tasks: list[ModelTask], ev: Evaluator, sopts: SearchOptions, progress: Progress | None
+) -> tuple[Result, list[Result]]:
+    """The search proper, and with several models each model's own best (for the loss each
+    model takes on the common chip)."""
+    result = search(cands, tasks, ev, prune=sopts.prune, progress=progress, label="search")
+    own: list[Result] = []
+    if len(tasks) > 1:
+        for t in tasks:
+            own.append(search(cands, [t], ev, prune=sopts.prune, progress=progress, label=f"{t.name} alone"))
+    return result, own
+
+
+def _add_speedups(baselines: dict[str, dict], best: Evaluated) -> None:
+    """Each baseline's ``speedup``: the co-optimized score over its throughput (None for 0)."""
     for name in BASELINES:
         rec = baselines.get(name)
         if rec is not None:
             thr = rec["throughput_samples_per_s"]
             rec["speedup"] = best.score / thr if thr else None
 
-    # The winner through the IR pipeline, same limits and cache: the plan file's numbers.
-    t0 = time.perf_counter()
-    acc = cands.make(best.config, best.hbm)
-    lim = sopts.limits
-    popts = replace(
+
+def _winner_options(opts, limits: SolverLimits, cache):
+    """The driver's options for recompiling the winner: the search's solver limits and its
+    schedule cache, handed over so that the winner's layer schedules (solved already) are
+    looked up, not solved again.  The micro-batch and TP width are set per model."""
+    return replace(
         opts,
-        schedule_time_limit=lim.time_limit,
-        schedule_gap=lim.gap_limit,
-        schedule_nodes=lim.node_limit or 0,
-        schedule_max_binaries=lim.max_binaries or 0,
+        schedule_time_limit=limits.time_limit,
+        schedule_gap=limits.gap_limit,
+        schedule_nodes=limits.node_limit or 0,
+        schedule_max_binaries=limits.max_binaries or 0,
         micro_batches=(1,),
         tp_widths=None,
-        schedule_cache=cache,  # the search's schedules: the winner's layers are solved already
+        schedule_cache=cache,
     )
+
+
+def _compile_winner(
+    paths: list[str], names: list[str], tasks: list[ModelTask], best: Evaluated, acc, wopts, log
+) -> list:
+    """Each model's plan module on the winning chip, through the IR pipeline (``phazec --hw``)
+    at the setting the search chose: the plan file's numbers come from the passes, and each
+    must equal the search's figure."""
+    from phaze import driver
+
     modules = []
     for m, path in enumerate(paths):
-        s, thr, _ = best.best[m]
-        st = tasks[m].settings[s]
-        log(f"compiling the plan of {names[m]} on {acc.name} (micro-batch {st.micro_batch}, TP {st.tp})")
-        mopts = replace(popts, micro_batches=(st.micro_batch,), tp_widths=(st.tp,))
+        setting_idx, thr, _ = best.best[m]
+        setting = tasks[m].settings[setting_idx]
+        log(f"compiling the plan of {names[m]} on {acc.name} (micro-batch {setting.micro_batch}, TP {setting.tp})")
+        mopts = replace(wopts, micro_batches=(setting.micro_batch,), tp_widths=(setting.tp,))
         module, _ = driver.compile_model(path, mopts, lambda msg: None, accelerator=acc)
-        got = driver.plan_record(module).get("throughput_samples_per_s", 0.0)
-        if abs(got - thr) > 1e-9 * max(thr, 1.0):
-            raise PhazeError(
-                f"internal error: the plan of {names[m]} gives {got} samples/s, "
-                f"the search {thr}; please report this"
-            )
+        _check_plan_matches_search(names[m], driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)
         modules.append(module)
-    walls["plan"] = time.perf_counter() - t0
-    walls["total"] = time.perf_counter() - t_all
-    walls.update({k: v for k, v in ev.timers.items()})
+    return modules
 
-    search_stats = dict(result.stats)
-    search_stats.update(
+
+def _check_plan_matches_search(name: str, got: float, thr: float) -> None:
+    """The compiled plan's throughput must be the search's (same schedules, same DP): a
+    difference is a bug, never the user's input."""
+    if abs(got - thr) > 1e-9 * max(thr, 1.0):
+        raise PhazeError(
+            f"internal error: the plan of {name} gives {got} samples/s, the search {thr}; please report this"
+        )
+
+
+def _search_statistics(
+    result: Result, space, walls: dict[str, float], ev: Evaluator, cands: Candidates, limits: SolverLimits
+) -> dict[str, Any]:
+    """The JSON's ``search`` object: the search's counts, then the space, the wall times, the
+    evaluator's counts, every architecture evaluated exactly (the report's scatter plot) and
+    the solver limits."""
+    stats = dict(result.stats)
+    stats.update(
         space=space.spec.name,
         wall_s=walls,
         evaluator=ev.counts,
@@ -323,29 +379,91 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: E.Progress 
                 "throughput_samples_per_s": e.score,
                 "hbm_bytes": e.hbm,
                 "label": cands.make(e.config, e.hbm).name,
-                "best": e is best,
+                "best": e is result.best,
             }
             for e in result.evaluated
         ],
         solver={
-            "time_limit_s": lim.time_limit,
-            "gap_limit": lim.gap_limit,
-            "node_limit": lim.node_limit,
-            "max_binaries": lim.max_binaries,
-            "seed": lim.seed,
+            "time_limit_s": limits.time_limit,
+            "gap_limit": limits.gap_limit,
+            "node_limit": limits.node_limit,
+            "max_binaries": limits.max_binaries,
+            "seed": limits.seed,
         },
     )
+    return stats
+
+
+def _models_detail(names: list[str], best: Evaluated, own: list[Result]) -> list[dict]:
+    """With several models: each model's throughput on the common chip, on its own best chip,
+    and the loss between the two."""
+    return [
+        {
+            "model": n,
+            "throughput_samples_per_s": best.best[m][1],
+            "own_best_samples_per_s": own[m].best.score if own[m].best else 0.0,
+            "loss": 1 - best.best[m][1] / own[m].best.score if own[m].best and own[m].best.score else None,
+        }
+        for m, n in enumerate(names)
+    ]
+
+
+def run(paths: list[str], opts, sopts: SearchOptions, log, progress: Progress | None = None):
+    """The whole search; returns ``(module, json_dict)``: the phases of the module docstring,
+    each timed into ``search.wall_s`` (with the evaluator's own timers after them)."""
+    from passes.algorithms import schedule as sched
+    from phaze import driver
+    from phaze.search.backend import make_backend
+
+    t_all = time.perf_counter()
+    walls: dict[str, float] = {}
+    inputs = _read_inputs(paths, opts, sopts)
+    space, names = inputs.space, inputs.names
+    log(
+        f"space '{space.spec.name}': {len(space):,} chips x {len(space.hbm_options)} HBM options; "
+        f"micro-batch {list(opts.micro_batches)}, TP {list(inputs.tps)}; {opts.devices} devices, "
+        f"global batch {opts.global_batch}"
+    )
+
+    with make_backend(sopts.backend, sopts.jobs, sopts.address) as backend:
+        with _timed(walls, "prepare"):
+            settings = prepare(paths, opts, inputs.tps, sopts, backend, log)
+        cache = sched.ScheduleCache(Path(sopts.cache_dir, "schedules") if sopts.cache_dir else None)
+        ev = Evaluator(Params(opts.devices, opts.global_batch, opts.dp_overlap), sopts.limits, cache, backend)
+        cands = Candidates.of_space(space)
+        chip_cands = Candidates.of_accelerator(driver.load_accelerator(BASELINE_CHIP))
+        allowed = set(opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
+
+        def tasks_for(placements: list) -> list[ModelTask]:
+            return _tasks_for(names, settings, placements, allowed)
+
+        with _timed(walls, "baselines"):
+            baselines = (
+                _run_baselines(inputs, tasks_for, ev, cands, chip_cands, sopts, progress) if sopts.baselines else {}
+            )
+        with _timed(walls, "search"):
+            tasks = tasks_for(inputs.fixed)
+            result, own = _co_optimize(cands, tasks, ev, sopts, progress)
+    if result.best is None:
+        raise PhazeError(
+            "no chip of the space fits a placement of "
+            + ", ".join(names)
+            + f" on {opts.devices} devices: {_why_not(result, ev, cands, tasks)}"
+        )
+    best = result.best
+    baselines["co-optimized"] = _baseline_record("co-optimized", result, cands, tasks)
+    _add_speedups(baselines, best)
+
+    with _timed(walls, "plan"):
+        acc = cands.make(best.config, best.hbm)
+        modules = _compile_winner(paths, names, tasks, best, acc, _winner_options(opts, sopts.limits, cache), log)
+    walls["total"] = time.perf_counter() - t_all
+    walls.update(ev.timers)
+
+    search_stats = _search_statistics(result, space, walls, ev, cands, sopts.limits)
     module, data = _assemble(modules, names, [baselines[b] for b in BASELINES if b in baselines], search_stats)
     if len(tasks) > 1:
-        data["models_detail"] = [
-            {
-                "model": n,
-                "throughput_samples_per_s": best.best[m][1],
-                "own_best_samples_per_s": own[m].best.score if own[m].best else 0.0,
-                "loss": 1 - best.best[m][1] / own[m].best.score if own[m].best and own[m].best.score else None,
-            }
-            for m, n in enumerate(names)
-        ]
+        data["models_detail"] = _models_detail(names, best, own)
     return module, data
 
 
@@ -360,26 +478,26 @@ def _assemble(modules, names, baselines, stats):
     attr = ArrayAttr(
         [
             BaselineAttr.make(
-                label=b["name"],
-                throughput_samples_per_s=float(b["throughput_samples_per_s"]),
-                dp=b["dp"],
-                pp=b["pp"],
-                tp=b["tp"],
-                micro_batch_size=b["micro_batch_size"],
-                accelerator=(b["accelerator"] or {}).get("name", ""),
-                area_um2=float((b["area_mm2"] or 0.0) * 1e6),
-                hbm_bytes=int(b["hbm_bytes"]),
-                note=b["note"],
+                label=rec["name"],
+                throughput_samples_per_s=float(rec["throughput_samples_per_s"]),
+                dp=rec["dp"],
+                pp=rec["pp"],
+                tp=rec["tp"],
+                micro_batch_size=rec["micro_batch_size"],
+                accelerator=(rec["accelerator"] or {}).get("name", ""),
+                area_um2=float((rec["area_mm2"] or 0.0) * 1e6),
+                hbm_bytes=int(rec["hbm_bytes"]),
+                note=rec["note"],
             )
-            for b in baselines
+            for rec in baselines
         ]
     )
     plans = []
     for module in modules:
         p = driver.plan_json(module, [])
         p.pop("candidates", None)
-        for st, mem in zip(p["stages"], _memory_breakdown(module)):
-            st["memory"] = mem
+        for stage, mem in zip(p["stages"], _memory_breakdown(module)):
+            stage["memory"] = mem
         plans.append(p)
     if len(modules) == 1:
         module = modules[0]
