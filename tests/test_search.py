@@ -29,8 +29,14 @@ def search(tmp_path, name: str, *extra: str, cache: bool = False, base=BASE):
 
 
 @pytest.fixture(scope="module")
-def pruned(tmp_path_factory):
-    return search(tmp_path_factory.mktemp("search"), "pruned", "--report", "REPORT")
+def pruned_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("search")
+
+
+@pytest.fixture(scope="module")
+def pruned(pruned_dir):
+    """The search over the small space, with baselines and a report (``pruned_dir/pruned``)."""
+    return search(pruned_dir, "pruned", "--report", "REPORT")
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +74,10 @@ def test_no_baseline_beats_the_search_and_speedups_recompute(pruned):
     assert plan["throughput_samples_per_s"] == data["throughput_samples_per_s"]
     recs = {b.get("label"): b.as_dict() for b in module.attributes["phaze.baselines"].data}
     assert set(recs) == {"tpuv4+expert", "tpuv4+phaze", "decoupled", "co-optimized"}
+    # The tiny model has no expert placement, so the TPUv4 chip with the searched placement is
+    # the one baseline with a throughput (and a speed-up to recompute).
+    thr = {b["name"]: b["throughput_samples_per_s"] for b in data["baselines"]}
+    assert thr["tpuv4+phaze"] > 0 and thr["tpuv4+expert"] == thr["decoupled"] == 0
     for b in data["baselines"]:
         assert b["throughput_samples_per_s"] <= data["throughput_samples_per_s"] * (1 + 1e-12)
         assert recs[b["name"]]["throughput_samples_per_s"] == b["throughput_samples_per_s"]
@@ -111,18 +121,30 @@ def test_tpuv4_baseline_recomputes_with_phazec_hw(pruned, tmp_path):
     assert again["throughput_samples_per_s"] == b["throughput_samples_per_s"]
 
 
-def test_search_json_and_report(pruned, tmp_path):
+def test_search_json_and_report(pruned, pruned_dir):
     text, data, stderr = pruned
     st = data["search"]
     assert st["candidates"] == st["architectures"] * st["settings"]
     assert set(st["pruned"]) == {"work_bound", "dp_bound", "exact"}
-    for phase in ("prepare", "baselines", "search", "plan", "total", "estimate", "schedule", "dp_bound"):
-        assert st["wall_s"][phase] >= 0
+    assert sum(st["pruned"].values()) + st["evaluated"] == st["architectures"]
+    assert len(st["points"]) == st["evaluated"] and sum(p["best"] for p in st["points"]) == 1
+    # Wall times: the phases in order, then the evaluator's timers; the phases happen one after
+    # the other within the total, and the evaluator works only during the baselines and search.
+    walls = st["wall_s"]
+    phases, timers = ["prepare", "baselines", "search", "plan"], ["estimate", "dp_bound", "schedule", "dp_exact"]
+    assert list(walls) == [*phases, "total", *timers]
+    assert all(v >= 0 for v in walls.values())
+    assert sum(walls[p] for p in phases) <= walls["total"]
+    assert sum(walls[t] for t in timers) <= walls["baselines"] + walls["search"] + 1e-9
+    assert st["evaluator"]["schedules_solved"] > 0 and st["evaluator"]["dp_exact_solves"] > 0
+    assert [b["name"] for b in data["baselines"]] == ["tpuv4+expert", "tpuv4+phaze", "decoupled", "co-optimized"]
     for b in data["baselines"]:
         assert set(b) >= {"name", "throughput_samples_per_s", "accelerator", "dp", "pp", "tp", "micro_batch_size"}
     assert "phaze.accelerator" in text and data["accelerator"]["area_mm2"] <= 80.0
-    assert all(sum(s["memory"].values()) == s["memory_bytes"] for s in data["stages"])
+    assert data["stages"] and all(sum(s["memory"].values()) == s["memory_bytes"] for s in data["stages"])
     assert "baselines:" in stderr  # the answer is shown even with -q
+    report = (pruned_dir / "pruned" / "report.html").read_text()
+    assert report.startswith("<!DOCTYPE html>") and data["accelerator"]["name"] in report
 
 
 def test_same_bytes_with_two_processes_and_a_resumed_cache(tiny_pruned, tmp_path):
@@ -133,7 +155,8 @@ def test_same_bytes_with_two_processes_and_a_resumed_cache(tiny_pruned, tmp_path
     # A second run finds every setting and schedule in the cache: same bytes, nothing solved.
     resumed, data, _ = search(tmp_path, "resumed", "--no-baselines", cache=True, base=tiny)
     assert resumed == text
-    assert data["search"]["evaluator"]["schedules_solved"] == 0
+    counts = data["search"]["evaluator"]
+    assert counts["schedules_solved"] == 0 and counts["schedules_cached"] > 0
 
 
 def test_same_bytes_on_ray(tiny_pruned, tmp_path):
@@ -165,6 +188,7 @@ def test_common_chip_for_two_models(tmp_path):
     assert r.returncode == 0, r.stderr
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["models"] == ["tiny-gpt2", "tiny-llama"] and len(data["plans"]) == 2
+    assert [d["model"] for d in data["models_detail"]] == data["models"]
     for d in data["models_detail"]:
         assert 0 <= d["loss"] < 1 and d["throughput_samples_per_s"] <= d["own_best_samples_per_s"] * (1 + 1e-12)
     mean = sum(d["throughput_samples_per_s"] for d in data["models_detail"]) / 2
