@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 
 from passes.algorithms import schedule as sched
 from passes.algorithms.memory import STATE_BYTES_PER_ELEMENT, layer_memory
@@ -16,7 +16,13 @@ from passes.graph_view import arg_role, build_graph, read_layers, step_function
 from passes.solver_options import SolverOptions
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import LayerMemoryAttr, LayerRecomputeAttr, LayerScheduleAttr
+from phaze_ir.attributes import (
+    LayerMemoryAttr,
+    LayerRecomputeAttr,
+    LayerScheduleAttr,
+    RecomputePolicy,
+    RecomputePolicyAttr,
+)
 from phaze_ir.errors import PhazeError
 
 
@@ -52,7 +58,7 @@ class InsertRecomputePass(SolverOptions):
     """Price activation recomputation per layer (``passes/algorithms/recompute.py``) and the
     layers' memory (``passes/algorithms/memory.py``).
 
-    Writes ``phaze.recompute = "selective"`` on the forward ops that selective recompute re-runs
+    Writes ``phaze.recompute = #phaze<recompute_policy selective>`` on the forward ops that selective recompute re-runs
     in backward (each attention core: ``Q·Kᵀ``, scaling and mask, softmax, dropout, ``·V``,
     found by structure), and on the module ``phaze.layer_recompute`` (per layer:
     ``#phaze.layer_recompute`` with the bytes stashed per micro-batch under none / selective / full
@@ -103,7 +109,7 @@ class InsertRecomputePass(SolverOptions):
             o.attributes.pop(keys.RECOMPUTE, None)
         for rc in recompute:
             for i in rc.selective_ops:
-                ops[i].attributes[keys.RECOMPUTE] = StringAttr("selective")
+                ops[i].attributes[keys.RECOMPUTE] = RecomputePolicyAttr(RecomputePolicy.SELECTIVE)
         op.attributes[keys.LAYER_RECOMPUTE] = ArrayAttr(
             [
                 LayerRecomputeAttr.make(

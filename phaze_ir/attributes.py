@@ -4,7 +4,7 @@ Analysis results live in *discardable* attributes with the ``phaze.`` prefix (ML
 for facts that passes add and that other tools may ignore).  Structured results use
 :class:`RecordAttr`, a parametrized attribute printed with named fields::
 
-    #phaze.layer_info<index = 3, kind = "block", module = "transformer.h.2", same_as = 1, ...>
+    #phaze.layer_info<index = 3, kind = block, module = "transformer.h.2", same_as = 1, ...>
 
 Field values are Python ``int``, ``float`` or ``str`` (stored as ``IntAttr``, ``FloatData``
 and ``StringAttr``), which keeps the syntax short, readable and exactly round-trippable.
@@ -21,12 +21,112 @@ from functools import cache
 from typing import ClassVar, get_type_hints
 
 from xdsl.dialects.builtin import FloatData, IntAttr, StringAttr
-from xdsl.ir import Attribute, ParametrizedAttribute
+from xdsl.dialects.utils import EnumAttribute
+from xdsl.ir import Attribute, ParametrizedAttribute, SpacedOpaqueSyntaxAttribute
 from xdsl.irdl import irdl_attr_definition
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
+from xdsl.utils.str_enum import StrEnum
 
 FieldValue = int | float | str
+
+
+# --------------------------------------------------------------------------------------------
+# Enums: the fields and markers that take one of a fixed set of words
+# --------------------------------------------------------------------------------------------
+
+
+class LayerKind(StrEnum):
+    PROLOGUE = "prologue"
+    BLOCK = "block"
+    HEAD = "head"
+
+
+class Unit(StrEnum):
+    TENSOR = "tensor"
+    VECTOR = "vector"
+    NETWORK = "network"
+    NONE = "none"
+
+
+class Bound(StrEnum):
+    COMPUTE = "compute"
+    GLB = "glb"
+    HBM = "hbm"
+    NETWORK = "network"
+    NONE = "none"
+
+
+class ScheduleStatus(StrEnum):
+    OPTIMAL = "optimal"
+    GAPLIMIT = "gaplimit"
+    NODELIMIT = "nodelimit"
+    TIMELIMIT = "timelimit"
+    HEURISTIC = "heuristic"
+
+
+class RecomputePolicy(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class YesNo(StrEnum):
+    YES = "yes"
+    NO = "no"
+
+
+@irdl_attr_definition
+class LayerKindAttr(EnumAttribute[LayerKind], SpacedOpaqueSyntaxAttribute):
+    """What a layer is: ``#phaze<layer_kind block>``."""
+
+    name = "phaze.layer_kind"
+
+
+@irdl_attr_definition
+class UnitAttr(EnumAttribute[Unit], SpacedOpaqueSyntaxAttribute):
+    """The unit an op runs on: ``#phaze<unit tensor>``."""
+
+    name = "phaze.unit"
+
+
+@irdl_attr_definition
+class BoundAttr(EnumAttribute[Bound], SpacedOpaqueSyntaxAttribute):
+    """What bounds an op's latency: ``#phaze<bound hbm>``."""
+
+    name = "phaze.bound"
+
+
+@irdl_attr_definition
+class ScheduleStatusAttr(EnumAttribute[ScheduleStatus], SpacedOpaqueSyntaxAttribute):
+    """How a layer schedule's solve ended: ``#phaze<schedule_status optimal>``."""
+
+    name = "phaze.schedule_status"
+
+
+@irdl_attr_definition
+class RecomputePolicyAttr(EnumAttribute[RecomputePolicy], SpacedOpaqueSyntaxAttribute):
+    """A recompute policy: ``#phaze<recompute_policy selective>`` (also the ``phaze.recompute``
+    marker on the forward ops that selective recompute re-runs)."""
+
+    name = "phaze.recompute_policy"
+
+
+@irdl_attr_definition
+class YesNoAttr(EnumAttribute[YesNo], SpacedOpaqueSyntaxAttribute):
+    """A yes/no field: ``#phaze<yes_no yes>``."""
+
+    name = "phaze.yes_no"
+
+
+ENUM_ATTRS: tuple[type[EnumAttribute], ...] = (
+    LayerKindAttr,
+    UnitAttr,
+    BoundAttr,
+    ScheduleStatusAttr,
+    RecomputePolicyAttr,
+    YesNoAttr,
+)
 
 
 MAX_INT_BITS = 4096
@@ -87,6 +187,8 @@ def _field_types(cls: type) -> dict[str, type]:
 
 
 def _from_attr(attr: Attribute) -> FieldValue:
+    if isinstance(attr, EnumAttribute):
+        return str(attr.data.value)
     if isinstance(attr, IntAttr):
         return attr.data
     if isinstance(attr, FloatData):
@@ -100,8 +202,10 @@ class RecordAttr(ParametrizedAttribute):
     """Base of attributes that are a fixed list of named scalar fields.
 
     Subclasses declare ``FIELDS`` (names in print order) and one IRDL parameter per field, each
-    annotated ``IntAttr | FloatData | StringAttr`` as appropriate.  Build them with
-    :meth:`make` from keyword values and read them with :meth:`get` or :meth:`as_dict`.
+    annotated ``IntAttr``, ``FloatData``, ``StringAttr`` or one of the enum attributes above (a
+    field that takes one of a fixed set of words: printed bare, ``unit = tensor``, and refused
+    when it is not one of them).  Build them with :meth:`make` from keyword values and read
+    them with :meth:`get` or :meth:`as_dict` (an enum field reads as its word, a ``str``).
     Floats are printed by :func:`format_float`, which round-trips them bit for bit.
     """
 
@@ -114,7 +218,25 @@ class RecordAttr(ParametrizedAttribute):
         extra = [k for k in values if k not in cls.FIELDS]
         if missing or extra:
             raise TypeError(f"{cls.name}: missing fields {missing}, unknown fields {extra}")
-        return cls(*(_to_attr(values[f]) for f in cls.FIELDS))
+        enums = cls.enum_fields()
+        return cls(*(cls._enum_attr(f, values[f]) if f in enums else _to_attr(values[f]) for f in cls.FIELDS))
+
+    @classmethod
+    @cache
+    def enum_fields(cls) -> dict[str, type[EnumAttribute]]:
+        """The fields that are enum attributes, with their attribute class."""
+        hints = get_type_hints(cls)
+        return {
+            f: hint for f in cls.FIELDS if isinstance(hint := hints.get(f), type) and issubclass(hint, EnumAttribute)
+        }
+
+    @classmethod
+    def _enum_attr(cls, field: str, value: FieldValue) -> EnumAttribute:
+        kind = cls.enum_fields()[field]
+        words = [str(e.value) for e in kind.enum_type]
+        if not isinstance(value, str) or value not in words:
+            raise ValueError(f"{cls.name}: {field} = {value!r} is not one of {', '.join(words)}")
+        return kind(kind.enum_type(value))
 
     def get(self, field: str) -> FieldValue:
         """The Python value of one field."""
@@ -133,6 +255,13 @@ class RecordAttr(ParametrizedAttribute):
             if key not in cls.FIELDS:
                 parser.raise_error(f"unknown field '{key}' of {cls.name}; expected one of {', '.join(cls.FIELDS)}")
             parser.parse_punctuation("=")
+            if key in cls.enum_fields():
+                word = parser.parse_optional_str_literal() or parser.parse_identifier(f" (a word for {key})")
+                try:
+                    values[key] = cls._enum_attr(key, word)
+                except ValueError as e:
+                    parser.raise_error(str(e))
+                return
             values[key] = cls._parse_value(parser, key)
 
         parser.parse_comma_separated_list(parser.Delimiter.ANGLE, parse_field)
@@ -187,7 +316,9 @@ class RecordAttr(ParametrizedAttribute):
             key, attr = item
             printer.print_string(f"{key} = ")
             value = _from_attr(attr)
-            if isinstance(value, str):
+            if isinstance(attr, EnumAttribute):
+                printer.print_string(str(attr.data.value))
+            elif isinstance(value, str):
                 printer.print_string_literal(value)
             elif isinstance(value, float):
                 printer.print_string(format_float(value))
@@ -204,7 +335,7 @@ class LayerInfoAttr(RecordAttr):
 
     Syntax::
 
-        #phaze.layer_info<index = 1, kind = "block", module = "transformer.h.0", same_as = 1,
+        #phaze.layer_info<index = 1, kind = block, module = "transformer.h.0", same_as = 1,
                      param_bytes = 63, saved_bytes = 4096, boundary_bytes = 512,
                      grad_boundary_bytes = 512, fwd_flops = 1, bwd_flops = 2, opt_flops = 0,
                      num_ops = 120>
@@ -244,7 +375,7 @@ class LayerInfoAttr(RecordAttr):
     )
 
     index: IntAttr
-    kind: StringAttr
+    kind: LayerKindAttr
     module: StringAttr
     same_as: IntAttr
     param_bytes: IntAttr
@@ -313,7 +444,7 @@ class LatencyAttr(RecordAttr):
 
     Syntax::
 
-        #phaze.latency<one_s = 1.6e-05, split_s = 2.1e-06, unit = "tensor", bound = "compute">
+        #phaze.latency<one_s = 1.6e-05, split_s = 2.1e-06, unit = tensor, bound = compute>
 
     - ``one_s``: seconds on ONE core of its unit; ``split_s``: seconds split over ALL cores of
       its unit (equal for collectives and views).
@@ -328,8 +459,8 @@ class LatencyAttr(RecordAttr):
 
     one_s: FloatData
     split_s: FloatData
-    unit: StringAttr
-    bound: StringAttr
+    unit: UnitAttr
+    bound: BoundAttr
 
 
 @irdl_attr_definition
@@ -358,7 +489,7 @@ class LayerLatencyAttr(RecordAttr):
 @irdl_attr_definition
 class SchedAttr(RecordAttr):
     """Where ``phaze-schedule-ops`` places an op in its layer's schedule (the model is in
-    ``passes/algorithms/schedule.py``).
+    ``passes/algorithms/schedule/``).
 
     Syntax::
 
@@ -386,12 +517,13 @@ class LayerScheduleAttr(RecordAttr):
     Syntax::
 
         #phaze.layer_schedule<index = 1, fwd_s = 0.028, bwd_s = 0.056, opt_s = 0.001,
-                              status = "optimal", gap = 0.0>
+                              status = optimal, gap = 0.0>
 
     - ``fwd_s``/``bwd_s``: makespans of the layer's forward and backward ops, per micro-batch;
       ``opt_s``: of its optimizer ops (once per batch), in seconds.
-    - ``status``: the weakest of the three solves: ``"optimal"``, ``"timelimit"`` (the time
-      limit stopped the solver; the best schedule found is kept) or ``"heuristic"``.
+    - ``status``: the weakest of the three solves: ``optimal``, ``gaplimit`` (stopped at the
+      gap limit), ``nodelimit`` (at the node limit), ``timelimit`` (at the time limit; the best
+      schedule found is kept) or ``heuristic`` (the warm start: the MILP was not run or failed).
     - ``gap``: the largest proven relative gap ``(makespan − lower bound) / makespan``.
     """
 
@@ -402,7 +534,7 @@ class LayerScheduleAttr(RecordAttr):
     fwd_s: FloatData
     bwd_s: FloatData
     opt_s: FloatData
-    status: StringAttr
+    status: ScheduleStatusAttr
     gap: FloatData
 
 
@@ -491,7 +623,7 @@ class PlanAttr(RecordAttr):
         #phaze.plan<devices = 1024, global_batch = 4096, dp = 32, pp = 8, tp = 4,
                     micro_batch_size = 1, num_micro_batches = 128, time_per_batch_s = 12.5,
                     throughput_samples_per_s = 327.7, max_memory_bytes = 30000000000,
-                    devices_used = 1024, placement = "phaze", feasible = "yes", binding = "">
+                    devices_used = 1024, placement = "phaze", feasible = yes, binding = "">
 
     - ``dp``/``pp``/``tp``: data-parallel replicas, pipeline stages, tensor-parallel width;
       ``devices_used = dp·pp·tp ≤ devices``.
@@ -532,7 +664,7 @@ class PlanAttr(RecordAttr):
     max_memory_bytes: IntAttr
     devices_used: IntAttr
     placement: StringAttr
-    feasible: StringAttr
+    feasible: YesNoAttr
     binding: StringAttr
 
 
@@ -543,7 +675,7 @@ class StageInfoAttr(RecordAttr):
     Syntax::
 
         #phaze.stage_info<index = 0, first_layer = 0, last_layer = 12, devices = 4, time_s = 0.09,
-                     memory_bytes = 30000000000, recompute = "selective", in_flight = 8,
+                     memory_bytes = 30000000000, recompute = selective, in_flight = 8,
                      exposed_dp_s = 0.2>
 
     - ``first_layer``/``last_layer``: the layer indices (``phaze.layer``) it holds, inclusive.
@@ -574,7 +706,7 @@ class StageInfoAttr(RecordAttr):
     devices: IntAttr
     time_s: FloatData
     memory_bytes: IntAttr
-    recompute: StringAttr
+    recompute: RecomputePolicyAttr
     in_flight: IntAttr
     exposed_dp_s: FloatData
 

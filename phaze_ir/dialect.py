@@ -40,6 +40,7 @@ from xdsl.traits import SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
 from phaze_ir.attributes import (
+    ENUM_ATTRS,
     BaselineAttr,
     LatencyAttr,
     LayerInfoAttr,
@@ -612,6 +613,7 @@ Phaze = Dialect(
         PlanAttr,
         StageInfoAttr,
         BaselineAttr,
+        *ENUM_ATTRS,
     ],
 )
 """The ``phaze`` dialect (ops and attributes)."""

@@ -78,7 +78,7 @@ LAYER_SCHEDULE = Key(
 RECOMPUTE = Key(
     "phaze.recompute",
     "op",
-    "#phaze<recompute selective>: re-run in backward under selective recompute",
+    "#phaze<recompute_policy selective>: re-run in backward under selective recompute",
     "phaze-insert-recompute",
 )
 LAYER_RECOMPUTE = Key(

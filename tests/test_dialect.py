@@ -71,7 +71,8 @@ def test_verifier_messages(body, message):
 
 def test_optimizer_update_counts_state():
     text = module_with(
-        '    %u = phaze.optimizer_update "adam" %w, %g state_bytes 12 : (tensor<64x32xf16>, tensor<64x32xf16>) -> tensor<64x32xf16>',
+        '    %u = phaze.optimizer_update "adam" %w, %g state_bytes 12 : '
+        "(tensor<64x32xf16>, tensor<64x32xf16>) -> tensor<64x32xf16>",
         "%w: tensor<64x32xf16>, %g: tensor<64x32xf16>",
     )
     op = next(o for o in parse_module(text).walk() if isinstance(o, ph.OptimizerUpdateOp))
@@ -112,7 +113,7 @@ def test_layer_attr_round_trips():
 
     m = ModuleOp([], attributes={"phaze.layers": ArrayAttr([attr])})
     text = print_module(m)
-    assert '#phaze.layer_info<index = 2, kind = "block", module = "m.h.1", same_as = 1' in text
+    assert '#phaze.layer_info<index = 2, kind = block, module = "m.h.1", same_as = 1' in text
     assert print_module(parse_module(text)) == text
 
 
@@ -125,3 +126,21 @@ def test_tensor_bytes_and_element_types():
     assert ph.tensor_bytes(t(4, 4)) == 32
     assert ph.tensor_bytes(t(4, dtype=Float32Type())) == 16
     assert ph.numel(t()) == 1
+
+
+def test_enum_fields_take_only_their_words():
+    """A kind, unit, bound, status, policy or yes/no field is an enum attribute: printed bare,
+    refused when it is not one of its words, whether built in Python or parsed."""
+    from xdsl.utils.exceptions import ParseError
+
+    from phaze_ir.attributes import LatencyAttr
+
+    attr = LatencyAttr.make(one_s=1.0, split_s=0.5, unit="vector", bound="hbm")
+    assert attr.get("unit") == "vector" and type(attr.get("unit")) is str
+    with pytest.raises(ValueError, match="unit = 'gpu' is not one of tensor, vector, network, none"):
+        LatencyAttr.make(one_s=1.0, split_s=0.5, unit="gpu", bound="hbm")
+    text = "builtin.module attributes {x = #phaze.latency<one_s = 1.0, split_s = 0.5, unit = gpu, bound = hbm>} {\n}\n"
+    with pytest.raises(ParseError, match="unit = 'gpu' is not one of"):
+        parse_module(text)
+    good = parse_module(text.replace("gpu", "tensor"))
+    assert "unit = tensor, bound = hbm" in print_module(good)

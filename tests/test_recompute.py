@@ -22,6 +22,7 @@ from passes.algorithms.recompute import analyze_recompute, attention_cores
 from passes.graph_view import build_graph, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
+from phaze_ir.attributes import RecomputePolicy, RecomputePolicyAttr
 from phaze_ir.ir import parse_module
 
 # (batch, sequence, hidden, heads) of the tiny models as traced here.  Tiny GPT-2 runs at
@@ -42,7 +43,7 @@ def _analyzed(path: str, emit: str = "training", seq_len: int | None = None):
     module = parse_module(compiled(path, emit) if seq_len is None else _compiled_seq(path, seq_len))
     graph, ops = build_graph(step_function(module))
     layer_of = [o.attributes[keys.LAYER].value.data for o in ops]
-    layers = [l.as_dict() for l in module.attributes[keys.LAYERS].data]
+    layers = [layer.as_dict() for layer in module.attributes[keys.LAYERS].data]
     return module, graph, ops, layer_of, layers, analyze_recompute(graph, layer_of)
 
 
@@ -59,18 +60,18 @@ def _score_bytes(ops, layer: int, b: int, heads: int, s: int) -> int:
 
 
 def _check_policies(ops, layers, rcs, b, s, h, heads, elem=2):
-    blocks = [l for l in layers if l["kind"] == "block"]
+    blocks = [layer for layer in layers if layer["kind"] == "block"]
     assert blocks
-    for l, rc in zip(layers, rcs):
-        assert rc.none_bytes == l["saved_bytes"]
-        assert rc.full_bytes <= rc.none_bytes or l["kind"] != "block"
-        if l["kind"] != "block":
+    for layer, rc in zip(layers, rcs):
+        assert rc.none_bytes == layer["saved_bytes"]
+        assert rc.full_bytes <= rc.none_bytes or layer["kind"] != "block"
+        if layer["kind"] != "block":
             assert not rc.selective_ops and rc.selective_bytes == rc.none_bytes
             continue
         # Full: only the layer's input, the hidden state from the layer before.
-        assert rc.full_bytes == layers[l["index"] - 1]["boundary_bytes"]
+        assert rc.full_bytes == layers[layer["index"] - 1]["boundary_bytes"]
         # Selective: the saving is exactly the saved attention scores.
-        scores = _score_bytes(ops, l["index"], b, heads, s)
+        scores = _score_bytes(ops, layer["index"], b, heads, s)
         assert scores > 0
         assert rc.none_bytes - rc.selective_bytes == scores
     return blocks
@@ -81,16 +82,16 @@ def test_policies_on_tiny_models(name):
     b, s, h, heads = TINY[name]
     _, graph, ops, layer_of, layers, rcs = _analyzed(str(MODELS / f"{name}.py"), seq_len=s)
     _check_policies(ops, layers, rcs, b, s, h, heads)
-    for l, rc in zip(layers, rcs):
-        if l["kind"] == "block":
+    for layer, rc in zip(layers, rcs):
+        if layer["kind"] == "block":
             # GPT-2's block input is the hidden state alone (b·s·h fp16); Llama's also carries
             # the attention mask, which depends on the input ids.
             assert rc.full_bytes >= b * s * h * 2
             names = {ops[i].name for i in rc.selective_ops}
             assert {"phaze.matmul", "phaze.softmax"} <= names
             assert sum(ops[i].name == "phaze.matmul" for i in rc.selective_ops) == 2
-            assert all(graph.ops[i].phase == "fwd" and layer_of[i] == l["index"] for i in rc.selective_ops)
-    assert next(rc for l, rc in zip(layers, rcs) if l["kind"] == "block").full_bytes == (
+            assert all(graph.ops[i].phase == "fwd" and layer_of[i] == layer["index"] for i in rc.selective_ops)
+    assert next(rc for layer, rc in zip(layers, rcs) if layer["kind"] == "block").full_bytes == (
         b * s * h * 2 if name == "tiny_gpt2" else b * s * h * 2 + b * s * s * 2
     )
 
@@ -189,7 +190,9 @@ def test_pass_marks_the_core_and_annotates_the_module():
     assert 0 < recs[1]["selective_s"] < recs[1]["full_s"]
     assert recs[0]["selective_s"] == 0.0
     assert mems[1]["optimizer_bytes"] == 2 * mems[1]["param_bytes"]  # SGD: 4 bytes per fp16 element
-    marked = [o for o in module.walk() if o.attributes.get("phaze.recompute") == StringAttr("selective")]
+    marked = [
+        o for o in module.walk() if o.attributes.get(keys.RECOMPUTE) == RecomputePolicyAttr(RecomputePolicy.SELECTIVE)
+    ]
     assert len(marked) == 24 and all(o.attributes["phaze.phase"] == StringAttr("fwd") for o in marked)
     text = print_module(module)
     assert print_module(parse_module(text)) == text

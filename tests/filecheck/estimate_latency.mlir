@@ -32,12 +32,12 @@ builtin.module attributes {phaze.target = @acc} {
 }
 
 // CHECK: builtin.module attributes {phaze.target = @acc, phaze.layer_latency = [#phaze.layer_latency<index = 0, fwd_s = 4.3e-07, bwd_s = 3.2e-07, opt_s = 0.0>, #phaze.layer_latency<index = 1, fwd_s = 3.024e-05, bwd_s = 0.0, opt_s = 3.0480000000000003e-06>]}
-// CHECK: %a = phaze.matmul {{.*}}phaze.tile = #phaze.tile<{{.*}}>, phaze.latency = #phaze.latency<one_s = 9.2e-08, split_s = 4.6e-08, unit = "tensor", bound = "compute">
-// CHECK: %e = phaze.elementwise {{.*}}phaze.latency = #phaze.latency<one_s = 3.84e-07, split_s = 3.84e-07, unit = "vector", bound = "hbm">
-// CHECK: %p = phaze.softmax {{.*}}phaze.latency = #phaze.latency<one_s = 6.4e-07, split_s = 3.2e-07, unit = "vector", bound = "compute">
-// CHECK: %t = phaze.layout {{.*}}phaze.latency = #phaze.latency<one_s = 0.0, split_s = 0.0, unit = "none", bound = "none">
-// CHECK: %r = phaze.collective {{.*}}phaze.latency = #phaze.latency<one_s = 9.072e-06, split_s = 9.072e-06, unit = "network", bound = "network">
-// CHECK: %g = phaze.collective {{.*}}phaze.latency = #phaze.latency<one_s = 2.1167999999999998e-05, split_s = 2.1167999999999998e-05, unit = "network", bound = "network">
-// CHECK: %n = phaze.collective {{.*}}phaze.latency = #phaze.latency<one_s = 3.0480000000000003e-06, split_s = 3.0480000000000003e-06, unit = "network", bound = "network">
+// CHECK: %a = phaze.matmul {{.*}}phaze.tile = #phaze.tile<{{.*}}>, phaze.latency = #phaze.latency<one_s = 9.2e-08, split_s = 4.6e-08, unit = tensor, bound = compute>
+// CHECK: %e = phaze.elementwise {{.*}}phaze.latency = #phaze.latency<one_s = 3.84e-07, split_s = 3.84e-07, unit = vector, bound = hbm>
+// CHECK: %p = phaze.softmax {{.*}}phaze.latency = #phaze.latency<one_s = 6.4e-07, split_s = 3.2e-07, unit = vector, bound = compute>
+// CHECK: %t = phaze.layout {{.*}}phaze.latency = #phaze.latency<one_s = 0.0, split_s = 0.0, unit = none, bound = none>
+// CHECK: %r = phaze.collective {{.*}}phaze.latency = #phaze.latency<one_s = 9.072e-06, split_s = 9.072e-06, unit = network, bound = network>
+// CHECK: %g = phaze.collective {{.*}}phaze.latency = #phaze.latency<one_s = 2.1167999999999998e-05, split_s = 2.1167999999999998e-05, unit = network, bound = network>
+// CHECK: %n = phaze.collective {{.*}}phaze.latency = #phaze.latency<one_s = 3.0480000000000003e-06, split_s = 3.0480000000000003e-06, unit = network, bound = network>
 
 // NOTILE: 'phaze.matmul' op requires 'phaze.tile'; run phaze-tile-pe-array first
