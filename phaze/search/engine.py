@@ -305,7 +305,9 @@ class Evaluator:
         makespans: dict[int, np.ndarray] = {}
         for j, g, canon in wanted:
             arr = makespans.setdefault(j, np.zeros(len(jobs[j][0].groups)))
-            arr[g] = self.cache.lookup(canon, limits).makespan
+            schedule = self.cache.lookup(canon, limits)
+            assert schedule is not None  # cached or solved and stored above
+            arr[g] = schedule.makespan
         for j, arr in makespans.items():
             setting, config = jobs[j]
             self._exact_ms[(id(cands), id(setting), config)] = arr

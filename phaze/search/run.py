@@ -133,8 +133,12 @@ def _baseline_record(name: str, res: Result | None, cands: Candidates | None, ta
             rec["note"] = "no placement fits"
         return rec
     winner = res.best
+    assert cands is not None  # a result comes with its candidates
     acc = cands.make(winner.config, winner.hbm)
     _, _, dp_result = winner.best[0]
+    # The record shows the first model's placement; it must fit on the winner (not checked before
+    # either: with several models, a winner on which the first fits nowhere would fail here).
+    assert dp_result is not None
     plan = dp_result["plan"]
     chip = acc.to_dict()
     chip["hbm_bytes"] = winner.hbm
@@ -397,15 +401,19 @@ def _search_statistics(
 def _models_detail(names: list[str], best: Evaluated, own: list[Result]) -> list[dict]:
     """With several models: each model's throughput on the common chip, on its own best chip,
     and the loss between the two."""
-    return [
-        {
-            "model": n,
-            "throughput_samples_per_s": best.best[m][1],
-            "own_best_samples_per_s": own[m].best.score if own[m].best else 0.0,
-            "loss": 1 - best.best[m][1] / own[m].best.score if own[m].best and own[m].best.score else None,
-        }
-        for m, n in enumerate(names)
-    ]
+    details = []
+    for m, name in enumerate(names):
+        on_common = best.best[m][1]
+        own_best = own[m].best
+        details.append(
+            {
+                "model": name,
+                "throughput_samples_per_s": on_common,
+                "own_best_samples_per_s": own_best.score if own_best else 0.0,
+                "loss": 1 - on_common / own_best.score if own_best and own_best.score else None,
+            }
+        )
+    return details
 
 
 def run(paths: list[str], opts, sopts: SearchOptions, log, progress: Progress | None = None):
