@@ -63,7 +63,7 @@ class MLIRParseError(PhazeError, ParseError):
         return text
 
 
-def _excerpt(span: Span) -> tuple[str, str]:
+def _excerpt(span: Span[str] | Span[bytes]) -> tuple[str, str]:
     content = span.input.content
     start = span.input.get_start_of_line(span.start)
     end = span.input.get_end_of_line(span.start)
@@ -71,17 +71,16 @@ def _excerpt(span: Span) -> tuple[str, str]:
     lo = max(start, span.start - half)
     hi = min(end, max(span.start + 1, lo + EXCERPT_CHARS))
     lo = max(start, min(lo, hi - EXCERPT_CHARS))
-    piece = content[lo:hi]
-    before = content[lo : span.start]
-    if isinstance(piece, bytes):
-        # Cut bytes may split a UTF-8 sequence: shown with replacement characters, display only.
-        piece = piece.decode("utf-8", "replace")
-        before = before.decode("utf-8", "replace")
-    piece = _printable(piece.rstrip("\r"))
-    before = _printable(before)
+    # Cut bytes may split a UTF-8 sequence: shown with replacement characters, display only.
+    piece = _printable(_text(content[lo:hi]).rstrip("\r"))
+    before = _printable(_text(content[lo : span.start]))
     prefix = "..." if lo > start else ""
     suffix = "..." if hi < end else ""
     return f"{prefix}{piece}{suffix}", " " * (len(prefix) + len(before)) + "^"
+
+
+def _text(chunk: str | bytes) -> str:
+    return chunk.decode("utf-8", "replace") if isinstance(chunk, bytes) else chunk
 
 
 def _printable(text: str) -> str:
@@ -122,7 +121,10 @@ def parse_text(
     """Parse MLIR text (not verified); a syntax error raises :class:`MLIRParseError`, an empty
     input (only whitespace and comments) too, with a message that says so."""
     if _is_blank(text):
-        span = Span(0, 0, Input(text, name))
+        # One constructor call per content type: a Span holds str or bytes, not a mix.
+        span: Span[str] | Span[bytes] = (
+            Span(0, 0, Input(text, name)) if isinstance(text, str) else Span(0, 0, Input(text, name))
+        )
         raise MLIRParseError(span, "empty input: expected an MLIR module (the file holds no operation)")
     try:
         return Parser(ctx or make_context(), text, name).parse_module(allow_implicit_module)

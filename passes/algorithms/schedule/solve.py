@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 from passes.algorithms.schedule.milp import (
     FLOOR,
@@ -132,7 +133,9 @@ def solve_with_cvxpy(
         block_of[i] = (1, a)
     int_vars = cp.Variable(len(int_idx), integer=True) if int_idx else None
     cont_vars = cp.Variable(len(con_idx)) if con_idx else None
-    rows_i, rows_c = ([], [], []), ([], [], [])
+    # (row, column, coefficient) triplets of the integer and the continuous block
+    rows_i: tuple[list[int], list[int], list[float]] = ([], [], [])
+    rows_c: tuple[list[int], list[int], list[float]] = ([], [], [])
     lo_list, hi_list = [], []
     for r, (idx, coef, lo, hi) in enumerate(milp.rows):
         for v, c in zip(idx, coef):
@@ -144,7 +147,7 @@ def solve_with_cvxpy(
         lo_list.append(lo)
         hi_list.append(hi)
     num_rows = len(milp.rows)
-    expr = 0
+    expr: Any = 0
     if int_vars is not None:
         expr = expr + sp.csr_matrix((rows_i[2], (rows_i[0], rows_i[1])), shape=(num_rows, len(int_idx))) @ int_vars
     if cont_vars is not None:
@@ -164,7 +167,10 @@ def solve_with_cvxpy(
         upper = np.array([milp.upper[i] for i in idx])
         cons += [block_vars >= lower, block_vars <= upper]
     block, a = block_of[milp.objective]
-    obj_var = (int_vars if block == 0 else cont_vars)[a]
+    vars_of_block = {0: int_vars, 1: cont_vars}
+    obj_block = vars_of_block[block]
+    assert obj_block is not None  # the objective's block holds it
+    obj_var = obj_block[a]
     cvx_problem = cp.Problem(cp.Minimize(obj_var), cons)
     cvx_problem.solve(
         solver=cp.SCIP,
@@ -183,7 +189,9 @@ def solve_with_cvxpy(
         values = [0.0] * n
         for i in range(n):
             block, a = block_of[i]
-            values[i] = float((int_vars if block == 0 else cont_vars).value[a])
+            block_vars = vars_of_block[block]
+            assert block_vars is not None and block_vars.value is not None
+            values[i] = float(block_vars.value[a])
     return status, values, dual, None
 
 
