@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES, MODELS, run_tool
+from report_browser import CHROMIUM, inspect
 
 TINY = str(MODELS / "tiny_gpt2.py")
 SMALL = str(EXAMPLES / "spaces" / "small.toml")
@@ -63,6 +64,17 @@ def test_pruned_search_equals_plain_enumeration(tiny_pruned, tmp_path):
     assert best == got["throughput_samples_per_s"]
     assert got["search"]["evaluated"] < st["evaluated"]
     assert sum(got["search"]["pruned"].values()) + got["search"]["evaluated"] == got["search"]["architectures"]
+
+
+def test_dp_overlap_search_equals_plain_enumeration(tmp_path):
+    """With the DP all-reduce hidden behind backward the DP bound is skipped (it bounds nothing
+    there); the search is still exact."""
+    base = ["--space", TINY_SPACE, *COMMON, "--dp-overlap", "--no-baselines"]
+    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=base)
+    _, got, _ = search(tmp_path, "pruned", base=base)
+    assert got["accelerator"] == plain["accelerator"]
+    assert got["throughput_samples_per_s"] == plain["throughput_samples_per_s"]
+    assert got["search"]["evaluator"]["dp_bound_solves"] == 0
 
 
 def test_no_baseline_beats_the_search_and_speedups_recompute(pruned):
@@ -145,6 +157,13 @@ def test_search_json_and_report(pruned, pruned_dir):
     assert "baselines:" in stderr  # the answer is shown even with -q
     report = (pruned_dir / "pruned" / "report.html").read_text()
     assert report.startswith("<!DOCTYPE html>") and data["accelerator"]["name"] in report
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH: the report is not opened")
+def test_the_search_report_opens_in_a_browser(pruned, pruned_dir, tmp_path):
+    """The report a real search writes, as a person sees it: no console error, every chart laid
+    out, nothing cut off, data in every plot area (tests/report_browser.py)."""
+    assert inspect(pruned_dir / "pruned" / "report.html", tmp_path).problems == []
 
 
 def test_same_bytes_with_two_processes_and_a_resumed_cache(tiny_pruned, tmp_path):

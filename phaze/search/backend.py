@@ -20,6 +20,7 @@ local Ray instance gets the parent's ``sys.path``; a remote cluster needs phaze 
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import pickle
@@ -113,7 +114,7 @@ class LocalBackend(Backend):
 
     def __init__(self, jobs: int):
         self.jobs = jobs
-        self._pool = None
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
 
     def map(self, fn: Callable, items: Sequence) -> list:
         """Run the chunks on the pool; 0 or 1 item runs in-process (starting workers costs more)."""
@@ -121,7 +122,6 @@ class LocalBackend(Backend):
         if len(items) <= 1:
             return super().map(fn, items)
         if self._pool is None:
-            import concurrent.futures
             import multiprocessing
 
             self._pool = concurrent.futures.ProcessPoolExecutor(
@@ -180,9 +180,9 @@ class RayBackend(Backend):
         except ImportError:
             raise PhazeError("--backend ray needs Ray: pip install 'phaze[ray]'") from None
         self.jobs, self._ray, self._owned = jobs, ray, False
-        local = address in (None, "local")
+        local = address is None or address == "local"
         threads = dict.fromkeys(_THREAD_VARS, "1")  # one math thread per task, as in the local pool
-        if not local:
+        if address is not None and not local:
             _probe(address)
         if ray.is_initialized():  # someone in this process already connected: share, never shut down
             pass
@@ -218,7 +218,7 @@ class RayBackend(Backend):
             except Exception as e:
                 # Ray's message is generic ("Failed to connect"); the root cause, whose message may
                 # embed a traceback, ends with the reason (e.g. a missing auth token).
-                root = e
+                root: BaseException = e
                 while root.__cause__ is not None:
                     root = root.__cause__
                 why = (str(e).strip().splitlines() or [type(e).__name__])[0]

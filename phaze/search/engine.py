@@ -19,7 +19,10 @@ bounds on the throughput):
    ``b·N / (t·Σ_layers (fwd_lb + bwd_lb))`` (every micro-batch crosses every layer on a group of
    ``t`` of the ``N`` devices), with ``*_lb`` :func:`~passes.algorithms.schedule_bounds.group_lower_bound`;
 2. **DP bound**: the Rust DP run on those lower-bound times, for each setting and HBM capacity
-   (identical bound vectors are solved once);
+   (identical bound vectors are solved once).  Skipped with ``dp_overlap``: when the DP
+   all-reduce hides behind a stage's backward, a shorter backward exposes more of it, so the DP
+   is not monotone in the layer times and its value on lower bounds bounds nothing (random
+   problems show it); the work bound, which counts no communication, still holds;
 3. **exact**: the settings whose DP bound can still matter are scheduled and placed exactly.
 
 Architectures are visited best bound first, so the incumbent rises fast and the search stops
@@ -38,10 +41,11 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.algorithms import schedule as sched
 from passes.algorithms.latency import estimate_space
@@ -135,7 +139,7 @@ class Evaluated:
     hbm: int
     score: float
     area_um2: float
-    best: list[tuple[int, float, dict | None]]
+    best: list[tuple[int, float, _phaze_rs.ResultDict | None]]
 
 
 @dataclass
@@ -148,14 +152,27 @@ class Result:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-class Progress:
-    """Progress callbacks (the CLI shows them with rich; the default does nothing)."""
+class Progress(Protocol):
+    """Progress callbacks (the CLI shows them with rich; :class:`NoProgress` does nothing)."""
 
     def start(self, description: str, total: int) -> None: ...
 
     def advance(self, n: int = 1) -> None: ...
 
     def stop(self) -> None: ...
+
+
+class NoProgress:
+    """The :class:`Progress` that shows nothing."""
+
+    def start(self, description: str, total: int) -> None:
+        pass
+
+    def advance(self, n: int = 1) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
 
 
 def _solve_one(args: tuple[sched.Problem, SolverLimits]) -> sched.Schedule:
@@ -197,10 +214,10 @@ class Evaluator:
         if key not in self._lb:
             t0 = time.perf_counter()
             lat = estimate_space(setting.table, cands.configs, cands.template, cache=None)
-            cores = {
+            cores: dict[str, np.ndarray | int] = {
                 "tensor": cands.configs["num_tc"].astype(np.float64),
                 "vector": cands.configs["num_vc"].astype(np.float64),
-                "network": 1.0,
+                "network": 1,
             }
             lb = np.zeros((len(setting.groups), len(cands.configs)))
             for g in setting.priced_groups():
@@ -223,7 +240,7 @@ class Evaluator:
         with np.errstate(divide="ignore"):
             return np.where(total > 0, setting.micro_batch * self.params.devices / (setting.tp * total), np.inf)
 
-    def problem(self, cands: Candidates, setting: Setting, makespans: np.ndarray, hbm: int) -> dict:
+    def problem(self, cands: Candidates, setting: Setting, makespans: np.ndarray, hbm: int) -> _phaze_rs.ProblemDict:
         """The DP problem of ``setting`` with group makespans ``makespans`` and HBM ``hbm``."""
         levels = self._levels.get(id(cands))
         if levels is None:
@@ -239,23 +256,26 @@ class Evaluator:
             dp_overlap=self.params.dp_overlap,
         )
 
-    def place(self, problems: list[dict], fixed: tuple[int, int, int] | None) -> list[dict]:
+    def place(
+        self, problems: list[_phaze_rs.ProblemDict], fixed: tuple[int, int, int] | None
+    ) -> list[_phaze_rs.ResultDict]:
         """Run the DP (or evaluate the fixed placement) on each problem."""
-        from passes.algorithms import _phaze_rs
-
         if fixed is None:
             return _phaze_rs.solve_placement_batch(problems)
         return [_phaze_rs.evaluate_placement(p, fixed[0], fixed[1]) for p in problems]
 
     @staticmethod
-    def throughput(result: dict) -> float:
+    def throughput(result: _phaze_rs.ResultDict) -> float:
         plan = result.get("plan")
         return float(plan["throughput_samples_per_s"]) if result.get("feasible") and plan else 0.0
 
     def dp_bounds(
         self, cands: Candidates, task_id: int, task: ModelTask, setting_idx: int, pairs: Sequence[tuple[int, int]]
     ) -> np.ndarray:
-        """Stage 2: the DP's throughput on lower-bound times for each ``(config, hbm)`` pair."""
+        """Stage 2: the DP's throughput on lower-bound times for each ``(config, hbm)`` pair
+        (no bound, ``inf``, with ``dp_overlap``: see the module docstring)."""
+        if self.params.dp_overlap:
+            return np.full(len(pairs), np.inf)
         t0 = time.perf_counter()
         setting = task.settings[setting_idx]
         lb = self.lower_bounds(cands, setting)
@@ -313,7 +333,9 @@ class Evaluator:
             self._exact_ms[(id(cands), id(setting), config)] = arr
             out[j] = arr
         self.timers["schedule"] += time.perf_counter() - t0
-        return out  # type: ignore[return-value]
+        done = [arr for arr in out if arr is not None]
+        assert len(done) == len(jobs)  # every job was cached or has just been solved
+        return done
 
     def _cache_limits(self):
         """The cache's key for this search's solver limits (a schedule is reused only under the
@@ -365,21 +387,21 @@ class Evaluator:
 
     def exact(
         self, cands: Candidates, tasks: Sequence[ModelTask], jobs: Sequence[tuple[int, int, int, int]]
-    ) -> list[tuple[float, dict]]:
+    ) -> list[tuple[float, _phaze_rs.ResultDict]]:
         """Exact throughput and DP result of each ``(task, setting, config, hbm)``."""
         makespans = self.makespans(cands, [(tasks[m].settings[s], c) for m, s, c, _ in jobs])
         t0 = time.perf_counter()
         by_task: dict[int, list[int]] = {}
         for j, (m, _, _, _) in enumerate(jobs):
             by_task.setdefault(m, []).append(j)
-        out: list[tuple[float, dict] | None] = [None] * len(jobs)
+        out: dict[int, tuple[float, _phaze_rs.ResultDict]] = {}
         for m, idxs in by_task.items():
             problems = [self.problem(cands, tasks[m].settings[jobs[j][1]], makespans[j], jobs[j][3]) for j in idxs]
             for j, dp_result in zip(idxs, self.place(problems, tasks[m].fixed)):
                 out[j] = (self.throughput(dp_result), dp_result)
             self.counts["dp_exact_solves"] += len(idxs)
         self.timers["dp_exact"] += time.perf_counter() - t0
-        return out  # type: ignore[return-value]
+        return [out[j] for j in range(len(jobs))]
 
 
 def _setting_order(task: ModelTask, setting_idx: int) -> tuple[int, int]:
@@ -392,7 +414,7 @@ def _setting_order(task: ModelTask, setting_idx: int) -> tuple[int, int]:
 #: An exact job: ``(model index, setting index, config index, HBM bytes)``, as :meth:`Evaluator.exact` takes it.
 ExactJob = tuple[int, int, int, int]
 #: One model's exactly priced setting: ``(setting index, throughput, DP result)``.
-PricedSetting = tuple[int, float, dict | None]
+PricedSetting = tuple[int, float, "_phaze_rs.ResultDict | None"]  # the stub's type, named lazily
 
 
 def search(
@@ -406,7 +428,7 @@ def search(
 ) -> Result:
     """The best architecture of ``cands`` for ``tasks`` (see the module docstring).
     ``prune=False`` evaluates every architecture exactly (plain enumeration, for tests)."""
-    return _BranchAndBound(cands, tasks, evaluator, prune, progress or Progress(), label).run()
+    return _BranchAndBound(cands, tasks, evaluator, prune, progress or NoProgress(), label).run()
 
 
 class _BranchAndBound:

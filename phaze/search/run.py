@@ -135,11 +135,10 @@ def _baseline_record(name: str, res: Result | None, cands: Candidates | None, ta
     winner = res.best
     assert cands is not None  # a result comes with its candidates
     acc = cands.make(winner.config, winner.hbm)
-    _, _, dp_result = winner.best[0]
-    # The record shows the first model's placement; it must fit on the winner (not checked before
-    # either: with several models, a winner on which the first fits nowhere would fail here).
-    assert dp_result is not None
-    plan = dp_result["plan"]
+    # The record shows the placement of the first model that fits on the winner (with several
+    # models, one may fit nowhere on it: its throughput is 0 in the mean).
+    plans = [dp_result["plan"] for _, _, dp_result in winner.best if dp_result is not None]
+    plan = next((p for p in plans if p is not None), None)
     chip = acc.to_dict()
     chip["hbm_bytes"] = winner.hbm
     area = acc.modeled_area_um2 if acc.modeled_area_um2 is not None else acc.area_um2
@@ -147,10 +146,10 @@ def _baseline_record(name: str, res: Result | None, cands: Candidates | None, ta
     rec.update(
         throughput_samples_per_s=winner.score,
         accelerator=chip,
-        dp=plan["dp"],
-        pp=plan["pp"],
-        tp=plan["tp"],
-        micro_batch_size=plan["micro_batch"],
+        dp=plan["dp"] if plan else 0,
+        pp=plan["pp"] if plan else 0,
+        tp=plan["tp"] if plan else 0,
+        micro_batch_size=plan["micro_batch"] if plan else 0,
         area_mm2=chip["area_mm2"],
         hbm_bytes=winner.hbm,
     )
