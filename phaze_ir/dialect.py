@@ -53,6 +53,7 @@ from phaze_ir.attributes import (
     StageInfoAttr,
     TileAttr,
 )
+from phaze_ir.op_kinds import VIEW_KINDS
 
 # The discardable attribute keys are declared in phaze_ir/keys.py.
 PHASES = ("fwd", "bwd", "opt")
@@ -394,23 +395,6 @@ class EmbeddingOp(ComputeOp):
         _check_kind(self, self.kind.data, EMBEDDING_KINDS)
 
 
-VIEW_KINDS = (
-    "view",
-    "reshape",
-    "transpose",
-    "permute",
-    "expand",
-    "squeeze",
-    "unsqueeze",
-    "slice",
-    "select",
-    "alias",
-    "split",
-    "unbind",
-    "as_strided",
-    "detach",
-    "diagonal",
-)
 COPY_KINDS = (
     "clone",
     "cat",

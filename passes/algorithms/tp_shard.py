@@ -73,6 +73,8 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from phaze_ir import op_kinds
+
 
 class ShardError(Exception):
     """A width the model cannot be sharded with (one-line message)."""
@@ -94,25 +96,7 @@ VOCAB = -1  # origin of splits that come from the vocabulary-parallel embedding
 # The sharding state of a value: a split, replicated (``R``), partial (``P``) or pending.
 State = Split | str | None
 
-VIEW_KINDS = frozenset(
-    (
-        "view",
-        "reshape",
-        "transpose",
-        "permute",
-        "expand",
-        "squeeze",
-        "unsqueeze",
-        "slice",
-        "select",
-        "alias",
-        "split",
-        "unbind",
-        "as_strided",
-        "detach",
-        "diagonal",
-    )
-)
+VIEW_KINDS = frozenset(op_kinds.VIEW_KINDS)
 _CHAIN_KINDS = frozenset(
     ("view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "alias", "detach", "clone", "expand")
 )
