@@ -3,8 +3,10 @@ holds and who writes it.
 
 MLIR's convention: what a pass learns about the IR goes in a *discardable* attribute with the
 dialect's prefix, which later passes read and other tools may ignore.  Each key has exactly one
-meaning and one writer (the importer of ``phazec``, or one pass); a pass that finds a key it
-needs missing says so in the MLIR way, naming the op and the pass to run first::
+meaning and one writer (the importer of ``phazec``, or one pass; a pass that creates an op
+gives it the provenance keys of the op it stands for, ``phaze.phase`` and ``phaze.module``); a
+pass that finds a key it needs missing says so in the MLIR way, naming the op and the pass to
+run first::
 
     'phaze.matmul' op requires 'phaze.tile'; run phaze-tile-pe-array first
 

@@ -39,3 +39,23 @@ def test_an_import_against_the_direction_is_caught(tmp_path):
     assert "phaze_ir.sneaky -> passes.mark_saved" in r.stdout
     assert "passes.algorithms.sneaky -> xdsl (l.1)" in r.stdout
     assert "passes.group_layers is not allowed to import passes.mark_saved" in r.stdout
+
+
+def test_every_phaze_key_is_named_through_phaze_ir_keys():
+    """No ``phaze.*`` attribute key is spelled out as a string where attributes are read or
+    written: each goes through its declaration in phaze_ir/keys.py (one meaning, one writer)."""
+    import re
+
+    from phaze_ir import keys
+
+    spelled = re.compile(r"""attributes(?:\.get|\.pop)?[\[(]\s*["']phaze\.|["']phaze\.[a-z_]+["']\s*:""")
+    found = []
+    for package in ("phaze_ir", "passes", "phaze"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.name == "keys.py":
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if spelled.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert found == []
+    assert len({str(k) for k in keys.ALL_KEYS}) == len(keys.ALL_KEYS)  # no key declared twice

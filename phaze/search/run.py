@@ -37,6 +37,8 @@ from phaze.search.engine import (
     SolverLimits,
     search,
 )
+from phaze_ir import keys
+from phaze_ir.attributes import LayerMemoryAttr, LayerRecomputeAttr, StageInfoAttr
 from phaze_ir.errors import PhazeError
 
 BASELINE_CHIP = "tpuv4"
@@ -173,12 +175,16 @@ def _why_not(res: Result, ev: Evaluator, cands: Candidates, tasks) -> str:
 def _memory_breakdown(module) -> list[dict[str, int]]:
     """Per stage of the module's plan: parameters, gradients, optimizer state, stashed
     activations, workspace (bytes; they add up to the stage's ``memory_bytes``)."""
-    stages = [s.as_dict() for s in module.attributes["phaze.stages"].data]
-    mem = {r["index"]: r for r in (a.as_dict() for a in module.attributes["phaze.layer_memory"].data)}
-    recompute = {r["index"]: r for r in (a.as_dict() for a in module.attributes["phaze.layer_recompute"].data)}
+
+    def by_index(key: keys.Key, kind) -> dict:
+        return {r["index"]: r for r in (a.as_dict() for a in keys.require_records(module, key, kind))}
+
+    stages = [s.as_dict() for s in keys.require_records(module, keys.STAGES, StageInfoAttr)]
+    mem = by_index(keys.LAYER_MEMORY, LayerMemoryAttr)
+    recompute = by_index(keys.LAYER_RECOMPUTE, LayerRecomputeAttr)
     out = []
     for stage in stages:
-        layers = range(stage["first_layer"], stage["last_layer"] + 1)
+        layers = range(int(stage["first_layer"]), int(stage["last_layer"]) + 1)
         params = sum(mem[i]["param_bytes"] for i in layers)
         grads = sum(mem[i]["grad_bytes"] for i in layers)
         opt = sum(mem[i]["optimizer_bytes"] for i in layers)
@@ -508,14 +514,14 @@ def _assemble(modules, names, baselines, stats):
         plans.append(p)
     if len(modules) == 1:
         module = modules[0]
-        module.attributes["phaze.baselines"] = attr
+        module.attributes[keys.BASELINES] = attr
         data = dict(plans[0])
     else:
         for mod, n in zip(modules, names):
             mod.sym_name = StringAttr(n.replace("-", "_").replace(".", "_"))
         module = ModuleOp(
             list(modules),
-            attributes={"phaze.baselines": attr, "phaze.models": ArrayAttr([StringAttr(n) for n in names])},
+            attributes={keys.BASELINES: attr, keys.MODELS: ArrayAttr([StringAttr(n) for n in names])},
         )
         data = {k: v for k, v in plans[0].items() if k != "model"}
         data["models"] = names
