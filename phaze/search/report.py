@@ -40,6 +40,7 @@ import types
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
+from phaze.outputs import write_atomically
 from phaze_ir.errors import PhazeError
 
 GIB = 1 << 30
@@ -735,9 +736,6 @@ def render(data: dict) -> str:
 
 
 def write(path: Any, data: dict) -> None:
-    """Write :func:`render` of ``data`` to ``path`` (UTF-8); a PhazeError if it cannot."""
-    try:
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write(render(data))
-    except OSError as e:
-        raise PhazeError(f"{path}: cannot write: {e.strerror or e}") from e
+    """Write :func:`render` of ``data`` to ``path`` (UTF-8, atomically: a failed write leaves
+    the previous file); a PhazeError if it cannot."""
+    write_atomically(path, render(data))

@@ -8,6 +8,7 @@ available too; that is how users add their own passes.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -16,8 +17,19 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from passes import ALL_PASSES
+from phaze.outputs import refuse_clashes, write_atomically
 from phaze_ir.errors import PhazeError
 from phaze_ir.ir import MLIRParseError, parse_text
+
+
+class _BufferedOutput(io.StringIO):
+    """An output stream that keeps what was written when xDSL's driver closes it."""
+
+    text = ""
+
+    def close(self) -> None:
+        self.text = self.getvalue()
+        super().close()
 
 
 class PhazeOptMain(xDSLOptMain):
@@ -49,6 +61,22 @@ class PhazeOptMain(xDSLOptMain):
             )
 
         self.available_frontends["mlir"] = parse_mlir
+
+    def prepare_output(self):
+        # The output is kept in memory and written (atomically) only after the whole run has
+        # succeeded: `phaze-opt x.mlir -o x.mlir` must not truncate its own input before reading
+        # it, and a failed run must leave the previous output file as it was.
+        if self.args.output_file is None:
+            return super().prepare_output()
+        refuse_clashes([("the input file", self.args.input_file)], [("-o", self.args.output_file)])
+        self._buffered = _BufferedOutput()
+        return self._buffered
+
+    def run(self):
+        self._buffered: _BufferedOutput | None = None
+        super().run()
+        if self._buffered is not None:
+            write_atomically(self.args.output_file, self._buffered.text)
 
     def output_resulting_program(self, prog):
         # One trailing newline, as phazec writes: `phaze-opt f.mlir` reproduces f.mlir byte for byte.

@@ -20,11 +20,13 @@ error and exit status 1; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from phaze.driver import STAGES
+from phaze.outputs import refuse_clashes, write_atomically
 from phaze_ir.errors import PhazeError
 
 if TYPE_CHECKING:
@@ -285,7 +287,6 @@ class RichProgress:
 def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
     """Run the pipeline the arguments ask for; return the printed module and, when no placement
     fits, the message saying which constraint binds (the JSON plan is written when asked)."""
-    import json
 
     from phaze import driver
     from phaze_ir.ir import print_module
@@ -303,12 +304,7 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
         else:
             log("plan:\n" + driver.summary(module))
         if args.json:
-            try:
-                with open(args.json, "w") as f:
-                    json.dump(driver.plan_json(module, candidates), f, indent=2, sort_keys=False)
-                    f.write("\n")
-            except OSError as e:
-                raise PhazeError(f"{args.json}: cannot write: {e.strerror}") from e
+            _write_json(args.json, driver.plan_json(module, candidates))
             log(f"wrote {args.json}")
     return print_module(module, generic=args.print_op_generic), failure
 
@@ -316,12 +312,16 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
 def _write_json(path: str, data) -> None:
     import json
 
-    try:
-        with open(path, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=False)
-            f.write("\n")
-    except OSError as e:
-        raise PhazeError(f"{path}: cannot write: {e.strerror}") from e
+    write_atomically(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def refuse_output_clashes(args: argparse.Namespace) -> None:
+    """Before any work: no output may be an input (a model file, a hardware or space file) or
+    another output of the run."""
+    inputs = [("the model file", m) for m in args.models] + [("the --space file", args.space)]
+    if args.hw and os.path.exists(args.hw):  # a file, not a preset name
+        inputs.append(("the --hw file", args.hw))
+    refuse_clashes(inputs, [("-o", args.output), ("--json", args.json), ("--report", args.report)])
 
 
 def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
@@ -378,15 +378,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"phazec: {msg}", file=sys.stderr, flush=True)
 
     try:
+        refuse_output_clashes(args)
         text, failure = compile_model(args, log)
         if args.output == "-":
             sys.stdout.write(text)
         else:
-            try:
-                with open(args.output, "w") as f:
-                    f.write(text)
-            except OSError as e:
-                raise PhazeError(f"{args.output}: cannot write: {e.strerror}") from e
+            write_atomically(args.output, text)
             log(f"wrote {args.output}")
         if failure:
             raise PhazeError(failure)

@@ -1,0 +1,70 @@
+"""Writing what phaze produces without ever losing what was there.
+
+Every output file goes to a temporary file beside it and is renamed into place only once it is
+complete (a rename within a directory is atomic), so a run that fails or is stopped part-way, a
+full disk included, leaves the previous file as it was.  And a run whose output would be one of
+its own inputs, or two of whose outputs are the same file, is refused before any work.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+
+from phaze_ir.errors import PhazeError
+
+STDOUT = "-"
+
+
+def write_atomically(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` by way of a temporary file in the
+    same directory, renamed into place once complete; a :class:`PhazeError` when it cannot be,
+    and then ``path`` is untouched."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if os.path.exists(path):  # keep the permissions of the file it replaces
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise PhazeError(f"{path}: cannot write: {e.strerror or e}") from e
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def refuse_clashes(inputs: Iterable[tuple[str, str | None]], outputs: Iterable[tuple[str, str | None]]) -> None:
+    """Refuse, in one line, an output (``(flag, path)``; ``None`` or ``-`` for none) that is one
+    of the inputs (``(what it is, path)``, e.g. ``("the model file", "m.py")``) or the same file
+    as another output: writing it would destroy what the run reads, or what it wrote a moment
+    before."""
+
+    def same(a: str, b: str) -> bool:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+        return os.path.realpath(a) == os.path.realpath(b)
+
+    given_inputs = [(flag, p) for flag, p in inputs if p and p != STDOUT]
+    seen: list[tuple[str, str]] = []
+    for flag, path in outputs:
+        if not path or path == STDOUT:
+            continue
+        for what, in_path in given_inputs:
+            if same(path, in_path):
+                raise PhazeError(f"{flag} {path} is {what}: refusing to overwrite it")
+        for out_flag, out_path in seen:
+            if same(path, out_path):
+                raise PhazeError(f"{flag} {path} is also {out_flag}: give each output its own file")
+        seen.append((flag, path))
