@@ -20,6 +20,7 @@ error and exit status 1; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -175,9 +176,37 @@ def searching(args: argparse.Namespace) -> bool:
     return args.hw is None and args.emit == "plan"
 
 
+#: The numeric flags, by what they must be: checked before any work (a bad one is said once).
+POSITIVE_INTS = ("micro_batch", "tp", "seq_len", "devices", "global_batch", "jobs")
+COUNTS = ("solver_nodes", "solver_max_binaries")  # 0: no limit
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Every number of the command line in its range (finite, positive, a gap below 1)."""
+
+    def flag(dest: str) -> str:
+        return "--" + dest.replace("_", "-")
+
+    for dest in POSITIVE_INTS:
+        value = getattr(args, dest, None)
+        if value is not None and value < 1:
+            raise PhazeError(f"{flag(dest)} {value}: expected a positive integer")
+    for dest in COUNTS:
+        value = getattr(args, dest, None)
+        if value is not None and value < 0:
+            raise PhazeError(f"{flag(dest)} {value}: expected a number >= 0 (0: no limit)")
+    limit = args.solver_time_limit
+    if limit is not None and not (math.isfinite(limit) and limit > 0):
+        raise PhazeError(f"--solver-time-limit {limit}: expected a positive, finite number of seconds")
+    if not (math.isfinite(args.solver_gap) and 0 <= args.solver_gap < 1):
+        raise PhazeError(f"--solver-gap {args.solver_gap}: expected a relative gap in [0, 1)")
+
+
 def options(args: argparse.Namespace):
-    """The driver options of parsed command-line arguments."""
+    """The driver options of parsed command-line arguments (checked: :func:`check_numbers`)."""
     from phaze.driver import DEFAULT_MICRO_BATCHES, Options
+
+    check_numbers(args)
 
     if args.json and args.emit != "plan":
         raise PhazeError("--json needs the plan stage (--emit plan)")
@@ -191,8 +220,6 @@ def options(args: argparse.Namespace):
     time_limit = args.solver_time_limit if args.solver_time_limit is not None else (60.0 if search else 10.0)
     nodes = args.solver_nodes if args.solver_nodes is not None else (1 if search else 0)
     max_bin = args.solver_max_binaries if args.solver_max_binaries is not None else (2000 if search else 0)
-    if nodes < 0 or max_bin < 0:
-        raise PhazeError("--solver-nodes / --solver-max-binaries: expected a number >= 0 (0: no limit)")
     return Options(
         emit=args.emit,
         micro_batches=(args.micro_batch,) if args.micro_batch is not None else DEFAULT_MICRO_BATCHES,
