@@ -238,10 +238,15 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
         return best[1], candidates
     if fallback is not None:
         return fallback, candidates  # nothing fits: the module says which constraint binds
-    raise PhazeError(
-        "no micro-batch size and TP width could be compiled: "
-        + "; ".join(f"b={c.micro_batch} t={c.tp}: {c.note}" for c in candidates)
-    )
+    raise PhazeError("no micro-batch size and TP width could be compiled: " + _notes_once(candidates))
+
+
+def _notes_once(candidates: list[Candidate]) -> str:
+    """Why each candidate failed, each reason said once with the points it holds for."""
+    points: dict[str, list[str]] = {}
+    for c in candidates:
+        points.setdefault(c.note, []).append(f"b={c.micro_batch} t={c.tp}")
+    return "; ".join(f"{', '.join(where)}: {note}" for note, where in points.items())
 
 
 def plan_json(module: ModuleOp, candidates: list[Candidate]) -> dict[str, Any]:
