@@ -13,3 +13,10 @@ from xdsl.utils.exceptions import DiagnosticException
 
 class PhazeError(DiagnosticException):
     """A clear, one-line problem with the user's input."""
+
+
+class PhazeWarning(UserWarning):
+    """Something the user should know that does not stop the compilation (an op phaze does not
+    price, a parameter without gradient).  Issued with :func:`warnings.warn`, so that a message
+    that recurs (the plan sweep imports the model once per point) is shown once; phaze's tools
+    print it as ``<tool>: warning: <message>``."""

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import BrokenExecutor
 from typing import Any
 
+from phaze.messages import show_warnings_as
 from phaze_ir.errors import PhazeError
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -85,6 +86,7 @@ def _init_worker() -> None:
         os.environ[var] = "1"
     if "torch" in sys.modules:  # imported by the spawned __main__ before the environment was set
         sys.modules["torch"].set_num_threads(1)
+    show_warnings_as("phazec")
 
 
 class Backend:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from phaze.driver import STAGES
+from phaze.messages import show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze_ir.errors import PhazeError
 
@@ -398,6 +399,7 @@ def baseline_table(data) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     quiet = args.quiet
+    show_warnings_as("phazec")
 
     def log(msg: str) -> None:
         # The plan summary is shown even with -q: it is the answer, not progress.

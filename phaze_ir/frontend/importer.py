@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import operator
 import re
-import sys
+import warnings
 from collections import Counter
 from typing import Any
 
@@ -39,7 +39,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.errors import PhazeError
+from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.frontend import aten_map as amap
 from phaze_ir.frontend.trace import TracedGraph
 
@@ -292,10 +292,11 @@ class _Importer:
                     fname, fn_type, Region(block), arg_attrs=ArrayAttr(arg_attrs), res_attrs=ArrayAttr(res_attrs)
                 )
         for aten, count in sorted(self.unknown.items()):
-            print(
-                f"phaze: warning: unknown aten op {aten} ({count}x, first in module "
+            warnings.warn(
+                f"unknown aten op {aten} ({count}x, first in module "
                 f"'{self.unknown_where[aten]}') imported as phaze.opaque",
-                file=sys.stderr,
+                PhazeWarning,
+                stacklevel=2,
             )
         attrs: dict[str, Attribute] = {
             keys.MODEL: StringAttr(traced.model_name),

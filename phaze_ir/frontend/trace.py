@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import sys
 import time
 import traceback
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phaze_ir.errors import PhazeError
+from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.frontend.loader import ModelSpec
 
 DTYPES = ("float16", "bfloat16", "float32", "model")
@@ -279,7 +279,7 @@ def trace_model(
     grad_names = [n for n, ok in zip(requires_grad, grad_flags) if ok]
     no_grad = [n for n, ok in zip(requires_grad, grad_flags) if not ok]
     if no_grad:
-        print(f"phaze: warning: {len(no_grad)} parameter(s) receive no gradient, e.g. {no_grad[0]}", file=sys.stderr)
+        warnings.warn(f"{len(no_grad)} parameter(s) receive no gradient, e.g. {no_grad[0]}", PhazeWarning, stacklevel=2)
 
     # Forward module of each autograd sequence number (the first forward node that carries it).
     seq_module: dict[int, str] = {}
