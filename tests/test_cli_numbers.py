@@ -17,7 +17,7 @@ TINY = str(MODELS / "tiny_gpt2.py")
         ("--micro-batch", "-2", "--micro-batch -2: expected a positive integer"),
         ("--tp", "0", "--tp 0: expected a positive integer"),
         ("--seq-len", "0", "--seq-len 0: expected a positive integer"),
-        ("-j", "0", "--jobs 0: expected a positive integer"),
+        ("-j", "0", "-j/--jobs 0: expected a positive integer"),
         ("--solver-nodes", "-1", "--solver-nodes -1: expected a number >= 0"),
         ("--solver-max-binaries", "-5", "--solver-max-binaries -5: expected a number >= 0"),
         ("--solver-time-limit", "nan", "--solver-time-limit nan: expected a positive, finite number"),

@@ -186,7 +186,7 @@ def check_numbers(args: argparse.Namespace) -> None:
     """Every number of the command line in its range (finite, positive, a gap below 1)."""
 
     def flag(dest: str) -> str:
-        return "--" + dest.replace("_", "-")
+        return "-j/--jobs" if dest == "jobs" else "--" + dest.replace("_", "-")
 
     for dest in POSITIVE_INTS:
         value = getattr(args, dest, None)
