@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.algorithms.latency import MatmulDesc, OpLatency, estimate_matmul, estimate_op, layer_totals
@@ -64,9 +64,8 @@ class EstimateLatencyPass(ModulePass):
             )
             layer = o.attributes.get(keys.LAYER)
             if isinstance(layer, IntegerAttr):
-                phase = o.attributes.get(keys.PHASE)
                 layers.append(layer.value.data)
-                phases.append(phase.data if isinstance(phase, StringAttr) else "fwd")
+                phases.append(keys.string_of(o, keys.PHASE, "fwd"))
                 seconds.append(lat.split_s)
         op.attributes.pop(keys.LAYER_LATENCY, None)
         if layers:

@@ -60,10 +60,9 @@ def build_graph(fn: func.FuncOp, require_phase: bool = True) -> tuple[Graph, lis
         phase = op.attributes.get(keys.PHASE)
         if require_phase and not isinstance(phase, StringAttr):
             raise PhazeError(f"'{op.name}' op has no '{keys.PHASE}' attribute; import the model with phazec first")
-        module = op.attributes.get(keys.MODULE)
         index = graph.add_op(
-            phase.data if isinstance(phase, StringAttr) else "fwd",
-            module.data if isinstance(module, StringAttr) else "",
+            keys.string_of(op, keys.PHASE, "fwd"),
+            keys.string_of(op, keys.MODULE),
             [ids[o] for o in op.operands],
             [ph.tensor_bytes(r.type) for r in op.results],
             flops=op.flops() if isinstance(op, ph.ComputeOp) else 0,

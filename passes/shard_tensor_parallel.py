@@ -30,11 +30,6 @@ from phaze_ir.attributes import LayerInfoAttr
 from phaze_ir.errors import PhazeError
 
 
-def _str_attr(op: Operation, key: str) -> str:
-    a = op.attributes.get(key)
-    return a.data if isinstance(a, StringAttr) else ""
-
-
 def _layers(module: ModuleOp, fn: func.FuncOp, ops: list[Operation]) -> tuple[list[int], list[tuple[str, str]]]:
     """Layer of every op and (kind, module) of every layer: from ``phaze-group-layers``'s
     attributes when present, else from its algorithm."""
@@ -56,8 +51,7 @@ def build_tgraph(module: ModuleOp, fn: func.FuncOp) -> tuple[TGraph, list[SSAVal
     if not isinstance(ret, func.ReturnOp):
         raise PhazeError("phaze-shard-tensor-parallel: the step function does not end with func.return")
     layer_of, layers = _layers(module, fn, ops[:-1])
-    mb = module.attributes.get(keys.MICRO_BATCH_SIZE)
-    g = TGraph(layers=layers, micro_batch=mb.value.data if isinstance(mb, IntegerAttr) else 1)
+    g = TGraph(layers=layers, micro_batch=keys.int_of(module, keys.MICRO_BATCH_SIZE, 1))
     values: list[SSAValue] = []
     ids: dict[SSAValue, int] = {}
     params: dict[str, int] = {}
@@ -92,9 +86,9 @@ def build_tgraph(module: ModuleOp, fn: func.FuncOp) -> tuple[TGraph, list[SSAVal
                 tuple(dims.get_values()) if isinstance(dims, DenseArrayBase) else (),
                 dim.value.data if isinstance(dim, IntegerAttr) else 0,
                 nrank.value.data if isinstance(nrank, IntegerAttr) else 1,
-                _str_attr(op, keys.PHASE) or "fwd",
+                keys.string_of(op, keys.PHASE) or "fwd",
                 layer_of[index],
-                _str_attr(op, keys.MODULE),
+                keys.string_of(op, keys.MODULE),
             )
         )
     roles, rparams = [], []

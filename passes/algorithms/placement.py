@@ -12,8 +12,6 @@ from typing import Any
 
 from passes.algorithms import _phaze_rs
 
-POLICIES = ("none", "selective", "full")
-
 #: The paper's "expert" placements as (PP, DP, TP) (docs/design.md §6.4), by model name.
 EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
     "opt-350m": (12, 85, 1),
