@@ -267,11 +267,39 @@ def search_options(args: argparse.Namespace, opts):
         jobs=jobs,
         backend=args.backend,
         address=args.address,
-        cache_dir=cache,
+        cache_dir=usable_cache_dir(cache),
         limits=limits,
         baselines=not args.no_baselines,
         prune=not args.no_prune,
     )
+
+
+def usable_cache_dir(path: str | None) -> str | None:
+    """``path`` if the search can keep its cache there (a directory that exists or can be made,
+    and can be written), else None after one warning line: a cache only saves time, so the run
+    goes on without one."""
+    import tempfile
+    import warnings
+
+    from phaze_ir.errors import PhazeWarning
+
+    if path is None:
+        return None
+    try:
+        if os.path.exists(path) and not os.path.isdir(path):
+            reason = "it is not a directory"
+        else:
+            os.makedirs(path, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".phaze-probe.", dir=path)
+            os.close(fd)
+            os.unlink(probe)
+            return path
+    except OSError as e:
+        reason = e.strerror or str(e)
+    warnings.warn(
+        f"cache directory {path} is not usable ({reason}); running without a cache", PhazeWarning, stacklevel=2
+    )
+    return None
 
 
 class RichProgress:
