@@ -104,6 +104,9 @@ try:  # numpy is a dependency of the package, but this module does not need it o
 except ImportError:  # pragma: no cover
     np_bool = bool
 
+#: The largest integer a hardware field may hold: the IR stores integers as signed 64-bit.
+I64_MAX = 2**63 - 1
+
 # kind -> what the message says is expected
 _EXPECTED = {
     "pos_int": "a positive integer",
@@ -151,6 +154,7 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
     if value is None and optional:
         return None
     expected = _EXPECTED[base]
+    raw = value  # as written, for the message
     if base == "name":
         if not isinstance(value, str):
             raise _fail(source, path, value, expected + _type_hint(value))
@@ -171,6 +175,8 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
             value = int(value)
         if value <= 0:
             raise _fail(source, path, value, expected)
+        if value > I64_MAX:  # the IR keeps every integer field as an i64
+            raise _fail(source, path, raw, f"{expected} at most {I64_MAX} (2^63 - 1: the IR stores it as i64)")
         return int(value)
     if base == "pos_float":
         if value <= 0:

@@ -59,6 +59,7 @@ import numpy as np
 from phaze_ir import area as area_model
 from phaze_ir.hardware import (
     HBM,
+    I64_MAX,
     Accelerator,
     GiB,
     GlobalBuffer,
@@ -256,6 +257,13 @@ class ArchSpace:
         keep &= lower_ok
 
         flat = np.flatnonzero(keep)  # C order: lexicographic over the axes, num_tc outermost
+        if len(flat) == 0:
+            lo = spec.lower_fraction * budget
+            raise ArchSpaceError(
+                f"no candidate satisfies the area rule {lo / 1e6:.4g} mm^2 <= area <= {budget / 1e6:.4g} mm^2 "
+                f"(the grid's areas run from {area.min() / 1e6:.4g} to {area.max() / 1e6:.4g} mm^2)",
+                source=src,
+            )
         index = np.unravel_index(flat, keep.shape)
         configs = np.empty(len(flat), dtype=CONFIG_DTYPE)
         configs["num_tc"] = np.asarray(spec.num_tc, dtype=np.int64)[index[0]]
@@ -510,6 +518,8 @@ def _axis(value: Any, path: str, src: str, *, unit_scale: int = 1, allow_fractio
         scaled = v * unit_scale
         if scaled != int(scaled):
             raise _err(src, where, v, f"a whole number of bytes ({what} times {unit_scale})")
+        if scaled > I64_MAX:  # the IR keeps sizes as i64
+            raise _err(src, where, v, f"{what} at most {I64_MAX // unit_scale} (the IR stores sizes in bytes as i64)")
         return int(scaled)
 
     if isinstance(value, dict):
