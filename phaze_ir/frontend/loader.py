@@ -88,6 +88,9 @@ def load_model_file(path: str | os.PathLike) -> ModelSpec:
         raise PhazeError(f"{p.name}:{e.lineno}:{e.offset}: syntax error: {e.msg}") from e
     except Exception as e:  # the user's module raised while importing
         raise PhazeError(f"{_user_frame(e, p)}error while importing the model file: {type(e).__name__}: {e}") from e
+    except SystemExit as e:  # phaze would exit with the model's status and say nothing
+        where = _user_frame(e, p)
+        raise PhazeError(f"{where}the model file called sys.exit({e.code!r}) while being imported") from None
     finally:
         sys.path.remove(str(p.parent))
     get_model = getattr(module, "get_model", None)

@@ -75,7 +75,22 @@ def _transformers_meta_patches() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _module_stack_hooks(model) -> Iterator[None]:
+def _quiet_fake_tensor_log() -> Iterator[None]:
+    """torch logs a failing meta kernel with its whole traceback (18 lines) before raising; the
+    exception itself becomes phaze's one-line error, so the log is only noise."""
+    import logging
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+@contextlib.contextmanager
+def _module_stack_hooks(model) -> Iterator[list[tuple[str, str]]]:
     """Record the module path of every forward node in ``meta["nn_module_stack"]``."""
     import torch
     import torch.fx.traceback as fxt
@@ -101,7 +116,7 @@ def _module_stack_hooks(model) -> Iterator[None]:
     h1 = torch.nn.modules.module.register_module_forward_pre_hook(pre)
     h2 = torch.nn.modules.module.register_module_forward_hook(post)
     try:
-        yield
+        yield stack  # after a failure it still holds the modules the failing op was called in
     finally:
         h1.remove()
         h2.remove()
@@ -125,24 +140,25 @@ def _default_loss(output: Any):
     return loss
 
 
-def _describe_trace_failure(exc: BaseException, spec: ModelSpec) -> str:
-    """One line: what went wrong and the source line (user code first, then library code)."""
+def _describe_trace_failure(exc: BaseException, spec: ModelSpec, modules: list[tuple[str, str]]) -> str:
+    """One line: what went wrong, the source line (user code first, then library code; torch's
+    own frames and generated code say nothing to the user) and the module it happened in
+    (``modules``: the module stack at the failure, innermost last)."""
     import torch
 
     torch_dir = str(Path(torch.__file__).parent)
     here = str(Path(__file__).parent.parent)
     frames = traceback.extract_tb(exc.__traceback__)
     user = [f for f in frames if Path(f.filename) == spec.path]
-    lib = [
-        f
-        for f in frames
-        if not f.filename.startswith(torch_dir) and not f.filename.startswith(here) and "contextlib" not in f.filename
-    ]
-    candidates = user or lib or frames[-1:]
+    lib = [f for f in frames if not f.filename.startswith((torch_dir, here, "<")) and "contextlib" not in f.filename]
+    candidates = user or lib
     frame = candidates[-1] if candidates else None
     where = ""
+    if modules:
+        path, kind = modules[-1]
+        where = f" in module '{path or '<root>'}' ({kind})"
     if frame is not None:
-        where = f" at {Path(frame.filename).name}:{frame.lineno}"
+        where += f" at {Path(frame.filename).name}:{frame.lineno}"
         if frame.line:
             where += f": `{frame.line.strip()}`"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -156,6 +172,35 @@ def _describe_trace_failure(exc: BaseException, spec: ModelSpec) -> str:
     if data_dependent:
         return f"cannot trace {spec.path.name}: data-dependent control flow (a tensor's value decides what runs){where}"
     return f"cannot trace {spec.path.name}{where}: {type(exc).__name__}: {text}"
+
+
+#: Config fields (transformers) that give the longest sequence a model is built for.
+_POSITION_FIELDS = ("n_positions", "max_position_embeddings")
+
+
+def _check_positions(model, spec: ModelSpec, seq_len: int | None) -> None:
+    """A sequence longer than the model's learned position table would index past it on a GPU
+    (on meta tensors nothing checks it): refuse it.  Models with rotary positions have no table;
+    beyond their configured length they get a warning."""
+    import torch
+
+    config = getattr(model, "config", None)
+    if seq_len is None or config is None:
+        return
+    for name in _POSITION_FIELDS:
+        limit = getattr(config, name, None)
+        if isinstance(limit, int) and limit > 0:
+            break
+    else:
+        return
+    if seq_len <= limit:
+        return
+    # A learned table: an embedding with that many rows (OPT's keeps 2 more, its position offset).
+    learned = any(isinstance(m, torch.nn.Embedding) and m.num_embeddings in (limit, limit + 2) for m in model.modules())
+    what = f"{spec.path.name}: sequence length {seq_len} is beyond the model's {name} = {limit}"
+    if learned:
+        raise PhazeError(what + " (its learned position table has no rows for the positions after it)")
+    warnings.warn(what + " (no position table, but the model is not configured for it)", PhazeWarning, stacklevel=3)
 
 
 def _torch_dtype(name: str):
@@ -192,10 +237,11 @@ def trace_model(
             model = spec.get_model()
     except PhazeError:
         raise
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # SystemExit: a sys.exit() in the user's code
         raise PhazeError(f"{spec.path.name}: get_model() failed: {type(e).__name__}: {e}") from e
     if not isinstance(model, torch.nn.Module):
         raise PhazeError(f"{spec.path.name}: get_model() returned {type(model).__name__}, expected a torch.nn.Module")
+    _check_positions(model, spec, seq_len if seq_len is not None else spec.seq_len)
     if dtype != "model":
         model = model.to(_torch_dtype(dtype))
     model.train()
@@ -213,7 +259,7 @@ def trace_model(
             args, kwargs = spec.inputs(micro_batch_size, seq_len)
         except PhazeError:
             raise
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             raise PhazeError(f"{spec.path.name}: get_inputs() failed: {type(e).__name__}: {e}") from e
 
         if dtype != "model":
@@ -239,6 +285,12 @@ def trace_model(
         pnames, bnames = list(params), list(buffers)
         n_p, n_b = len(pnames), len(bnames)
         requires_grad = [n for n in pnames if params[n].requires_grad]
+        if training and not requires_grad:
+            raise PhazeError(
+                f"{spec.path.name}: the model has no trainable parameters "
+                + (f"(all {n_p} have requires_grad=False)" if n_p else "(it has none)")
+                + ": there is no training step to compile"
+            )
         outputs_info: dict[str, Any] = {}
 
         def step(*flat):
@@ -254,7 +306,9 @@ def trace_model(
             if not training:
                 return (loss,)
             if loss.grad_fn is None:
-                raise PhazeError("the loss does not depend on any parameter that requires a gradient")
+                raise PhazeError(
+                    f"{spec.path.name}: the loss does not depend on any parameter that requires a gradient"
+                )
             fxt.current_meta["custom"] = {"phaze_phase": "bwd"}
             setup_stacktrace_preservation_hooks([loss.grad_fn])
             grads = torch.autograd.grad(loss, [p[n] for n in requires_grad], allow_unused=True)
@@ -262,13 +316,21 @@ def trace_model(
             return (loss, *[g for g in grads if g is not None])
 
         flat_inputs = [params[n] for n in pnames] + [buffers[n] for n in bnames] + [t for _, t in tensor_inputs]
+        modules: list[tuple[str, str]] = []
         try:
-            with _transformers_meta_patches(), _module_stack_hooks(model), fxt.preserve_node_meta():
+            with (
+                _transformers_meta_patches(),
+                _module_stack_hooks(model) as modules,
+                fxt.preserve_node_meta(),
+                _quiet_fake_tensor_log(),
+            ):
                 gm = make_fx(step)(*flat_inputs)
         except PhazeError:
             raise
+        except SystemExit as e:
+            raise PhazeError(f"{spec.path.name}: the model called sys.exit({e.code!r}) while being traced") from None
         except Exception as e:
-            raise PhazeError(_describe_trace_failure(e, spec)) from e
+            raise PhazeError(_describe_trace_failure(e, spec, modules)) from e
         finally:
             fxt.current_meta.pop("custom", None)
 
