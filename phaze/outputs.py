@@ -3,7 +3,8 @@
 Every output file goes to a temporary file beside it and is renamed into place only once it is
 complete (a rename within a directory is atomic), so a run that fails or is stopped part-way, a
 full disk included, leaves the previous file as it was.  And a run whose output would be one of
-its own inputs, or two of whose outputs are the same file, is refused before any work.
+its own inputs, or two of whose outputs are the same file, or one of whose outputs cannot be
+written, is refused before any work.
 """
 
 from __future__ import annotations
@@ -68,3 +69,15 @@ def refuse_clashes(inputs: Iterable[tuple[str, str | None]], outputs: Iterable[t
             if same(path, out_path):
                 raise PhazeError(f"{flag} {path} is also {out_flag}: give each output its own file")
         seen.append((flag, path))
+        _check_writable(flag, path)
+
+
+def _check_writable(flag: str, path: str) -> None:
+    """An output that cannot be written is said before the run's work, not after it."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise PhazeError(f"{flag} {path}: is a directory, expected a file name")
+    if not os.path.isdir(directory):
+        raise PhazeError(f"{flag} {path}: cannot write: no directory {directory}")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PhazeError(f"{flag} {path}: cannot write: the directory {directory} is not writable")

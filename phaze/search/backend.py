@@ -21,27 +21,45 @@ local Ray instance gets the parent's ``sys.path``; a remote cluster needs phaze 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import os
 import pickle
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import BrokenExecutor
 from typing import Any
 
 from phaze.messages import show_warnings_as
-from phaze_ir.errors import PhazeError
+from phaze_ir.errors import PhazeError, PhazeWarning
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def _run_chunk(fn: Callable, chunk: Sequence) -> tuple[bool, Any]:
-    """Run ``fn`` over one chunk in a worker: ``(True, results)`` or ``(False, exception)``.
+def _run_chunk(fn: Callable, chunk: Sequence) -> tuple[bool, Any, list[tuple[type[Warning], str]]]:
+    """Run ``fn`` over one chunk in a worker: ``(True, results, warned)`` or ``(False, exception,
+    warned)``, ``warned`` being the phaze warnings issued meanwhile.
 
     Errors come back as values, not raised, so that the parent re-raises them unchanged: a raised
     exception would reach the caller wrapped by concurrent.futures or Ray (with a remote traceback
     in its message), and one that does not survive pickling would turn into a pickling error.
+    Phaze's warnings come back too, for the parent to say each once: every worker would
+    otherwise say what the others say (the same model imported in each).
     """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PhazeWarning)
+        ok, value = _run(fn, chunk)
+    warned: list[tuple[type[Warning], str]] = []
+    for w in caught:
+        if issubclass(w.category, PhazeWarning):
+            warned.append((w.category, str(w.message)))
+        else:  # not phaze's: shown here, as it would have been
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return ok, value, warned
+
+
+def _run(fn: Callable, chunk: Sequence) -> tuple[bool, Any]:
     try:
         return True, [fn(item) for item in chunk]
     except Exception as e:
@@ -59,10 +77,13 @@ def _run_chunk(fn: Callable, chunk: Sequence) -> tuple[bool, Any]:
             return False, RuntimeError(f"{type(e).__name__}: {e}")
 
 
-def _unwrap(results: Iterable[tuple[bool, Any]]) -> list:
-    """Concatenate chunk results in order, raising the first error (deterministically)."""
+def _unwrap(results: Iterable[tuple[bool, Any, list[tuple[type[Warning], str]]]]) -> list:
+    """Concatenate chunk results in order, raising the first error (deterministically); the
+    workers' warnings are issued here, where the usual filter says each message once."""
     out: list = []
-    for ok, value in results:
+    for ok, value, warned in results:
+        for category, message in warned:
+            warnings.warn(message, category, stacklevel=2)
         if not ok:
             raise value
         out.extend(value)
@@ -87,6 +108,24 @@ def _init_worker() -> None:
     if "torch" in sys.modules:  # imported by the spawned __main__ before the environment was set
         sys.modules["torch"].set_num_threads(1)
     show_warnings_as("phazec")
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT while worker processes start: they inherit an ignored SIGINT across exec and
+    never see the terminal's Ctrl-C (a worker interrupted before its initializer ran would print
+    a traceback).  The parent keeps its own handler outside this block."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Backend:
@@ -129,7 +168,8 @@ class LocalBackend(Backend):
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
             )
-        futures = [self._pool.submit(_run_chunk, fn, chunk) for chunk in _chunks(items, self.jobs)]
+        with _sigint_ignored():  # workers start here: a Ctrl-C now must not reach them half-started
+            futures = [self._pool.submit(_run_chunk, fn, chunk) for chunk in _chunks(items, self.jobs)]
         try:
             return _unwrap(f.result() for f in futures)
         except BaseException as e:
@@ -142,14 +182,16 @@ class LocalBackend(Backend):
                 f.cancel()
 
     def _abort(self) -> None:
-        """Drop the pool without waiting: running chunks may take tens of seconds."""
+        """Drop the pool without letting running chunks finish (they may take tens of seconds)."""
         pool, self._pool = self._pool, None
         if pool is None:
             return
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for p in processes:  # shutdown() would still let running chunks finish
+        # Kill the workers first, then join the pool: its manager thread sees them die and fails
+        # the pending futures itself.  (Cancelling them first makes Python 3.11's manager thread
+        # raise InvalidStateError on a cancelled future and print it at exit.)
+        for p in list((getattr(pool, "_processes", None) or {}).values()):
             p.terminate()
+        pool.shutdown(wait=True)
 
     def close(self) -> None:
         """Shut the pool down, waiting for its workers to exit."""

@@ -97,8 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ParseError,
         DiagnosticException,
         ArgSpecParseError,
-        FileNotFoundError,
-        IsADirectoryError,
+        OSError,
         ValueError,
     ) as e:
         if debug:
@@ -110,10 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(error, file=sys.stderr)
             return 1
         message = str(e).strip()
-        if isinstance(e, (FileNotFoundError, IsADirectoryError)):
+        if isinstance(e, OSError) and e.filename:
             message = f"{e.filename}: {e.strerror}"
         print(f"phaze-opt: error: {message}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("phaze-opt: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 
