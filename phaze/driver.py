@@ -26,7 +26,7 @@ from typing import Any
 from xdsl.dialects.builtin import ModuleOp
 
 from phaze_ir import keys
-from phaze_ir.attributes import PlanAttr, StageInfoAttr
+from phaze_ir.attributes import PlanAttr, StageInfoAttr, UnpricedOpAttr
 from phaze_ir.errors import PhazeError
 
 STAGES = ("ir", "training", "sharded", "tiled", "latency", "scheduled", "recompute", "plan")
@@ -165,7 +165,7 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
     to the smaller micro-batch, then the smaller TP width) and every point of the sweep.
     ``accelerator``: the chip (default: ``opts.hw``)."""
     from passes.algorithms.placement import PlacementError, parse_placement
-    from phaze_ir.frontend import load_model_file, trace_model
+    from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
 
     if opts.emit not in STAGES:
         raise PhazeError(f"unknown stage '{opts.emit}'; expected one of {', '.join(STAGES)}")
@@ -205,6 +205,8 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
             start = time.perf_counter()
             try:
                 module = compile_module(traced, stage, t, opts, accelerator)
+            except UnknownOpError:
+                raise  # the model's, not this point's: every point would say it again
             except PhazeError as e:
                 if not sweep:
                     raise
@@ -242,11 +244,19 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
 
 
 def _notes_once(candidates: list[Candidate]) -> str:
-    """Why each candidate failed, each reason said once with the points it holds for."""
+    """Why each candidate failed, each reason said once with the points it holds for (or just
+    the reason, when it holds for all of them)."""
     points: dict[str, list[str]] = {}
     for c in candidates:
         points.setdefault(c.note, []).append(f"b={c.micro_batch} t={c.tp}")
+    if len(points) == 1 and len(candidates) > 1:
+        return f"{next(iter(points))} (at every point)"
     return "; ".join(f"{', '.join(where)}: {note}" for note, where in points.items())
+
+
+def unpriced_ops(module: ModuleOp) -> list[dict[str, Any]]:
+    """``phaze.warnings`` as JSON: the opaque ops the plan does not price (empty when none)."""
+    return [{"kind": "unpriced-op", **r.as_dict()} for r in keys.records_of(module, keys.WARNINGS, UnpricedOpAttr)]
 
 
 def plan_json(module: ModuleOp, candidates: list[Candidate]) -> dict[str, Any]:
@@ -291,6 +301,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate]) -> dict[str, Any]:
             }
             for s in stages
         ],
+        "warnings": unpriced_ops(module),
         "candidates": [
             {
                 "micro_batch_size": c.micro_batch,

@@ -389,6 +389,35 @@ class LayerInfoAttr(RecordAttr):
 
 
 @irdl_attr_definition
+class UnpricedOpAttr(RecordAttr):
+    """Ops of one aten kind that the importer kept as ``phaze.opaque`` (module attribute
+    ``phaze.warnings``): the cost model prices them only by the bytes they move, so a plan of a
+    model where they are heavy understates its time, and says so.
+
+    Syntax::
+
+        #phaze.unpriced_op<aten = "aten.convolution.default", count = 2, module = "conv1",
+                           flops = 75497472, bytes = 1589248, flops_share = 0.93>
+
+    - ``count``: how many of them in the step; ``module``: where the first one is called.
+    - ``flops``: their FLOPs per micro-batch (torch's own formulas,
+      ``torch.utils.flop_counter``), -1 when torch knows no formula for the op.
+    - ``bytes``: the bytes of their operands and results.
+    - ``flops_share``: ``flops`` over the step's FLOPs as torch counts them, -1 when unknown.
+    """
+
+    name = "phaze.unpriced_op"
+    FIELDS = ("aten", "count", "module", "flops", "bytes", "flops_share")
+
+    aten: StringAttr
+    count: IntAttr
+    module: StringAttr
+    flops: IntAttr
+    bytes: IntAttr
+    flops_share: FloatData
+
+
+@irdl_attr_definition
 class TileAttr(RecordAttr):
     """How ``phaze-tile-pe-array`` tiles a ``phaze.matmul`` onto the accelerator's tensor cores
     (weight-stationary: K along the depth ``pe_y``, N along the width ``pe_x``, M streamed;

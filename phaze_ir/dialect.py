@@ -52,6 +52,7 @@ from phaze_ir.attributes import (
     SchedAttr,
     StageInfoAttr,
     TileAttr,
+    UnpricedOpAttr,
 )
 from phaze_ir.op_kinds import VIEW_KINDS
 
@@ -597,6 +598,7 @@ Phaze = Dialect(
         PlanAttr,
         StageInfoAttr,
         BaselineAttr,
+        UnpricedOpAttr,
         *ENUM_ATTRS,
     ],
 )

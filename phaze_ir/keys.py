@@ -51,6 +51,9 @@ class Key(str):
 MODEL = Key("phaze.model", "module", "string: the model's name", IMPORTER)
 MICRO_BATCH_SIZE = Key("phaze.micro_batch_size", "module", "i64: samples per micro-batch traced", IMPORTER)
 SEQ_LEN = Key("phaze.seq_len", "module", "i64: sequence length traced", IMPORTER)
+WARNINGS = Key(
+    "phaze.warnings", "module", "array of #phaze.unpriced_op: opaque ops the cost model does not price", IMPORTER
+)
 MODULE = Key("phaze.module", "op", "string: the torch module path the op came from", IMPORTER)
 PHASE = Key("phaze.phase", "op", "string: fwd, bwd or opt", IMPORTER)
 PARAM = Key("phaze.param", "argument", "string: the parameter's name", IMPORTER)

@@ -36,9 +36,9 @@ def test_bad_numbers_fail_before_any_work(flag, value, says, mode):
 
 
 def test_a_width_the_model_refuses_is_said_once():
-    """--tp 3 on a 4-head model fails at every micro-batch size for one reason: said once, with
-    the points it holds for."""
+    """--tp 3 on a 4-head model fails at every micro-batch size for one reason: said once."""
     r = run_tool("phazec", TINY, "--hw", "tpuv4", "--tp", "3", "-q")
     assert r.returncode == 1
     assert r.stderr.count("does not divide the 4 attention heads") == 1, r.stderr
-    assert "b=1 t=3, b=2 t=3, b=4 t=3, b=8 t=3: phaze-shard-tensor-parallel: width 3" in r.stderr
+    assert "could be compiled: phaze-shard-tensor-parallel: width 3" in r.stderr
+    assert r.stderr.strip().endswith("(at every point)"), r.stderr

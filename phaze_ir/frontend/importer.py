@@ -39,6 +39,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from phaze_ir import dialect as ph
 from phaze_ir import keys
+from phaze_ir.attributes import UnpricedOpAttr
 from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.frontend import aten_map as amap
 from phaze_ir.frontend.trace import TracedGraph
@@ -86,6 +87,11 @@ def _name(text: str) -> str:
     return text if text and not text[0].isdigit() else "v" + text
 
 
+class UnknownOpError(PhazeError):
+    """An aten op with no semantics under ``--strict``: a property of the model, not of one
+    micro-batch size or TP width (a sweep stops at the first, instead of trying every point)."""
+
+
 class _Importer:
     def __init__(self, traced: TracedGraph, strict: bool):
         self.traced = traced
@@ -93,6 +99,8 @@ class _Importer:
         self.values: dict[Any, list[tuple[int, SSAValue]] | SSAValue] = {}
         self.unknown: Counter[str] = Counter()
         self.unknown_where: dict[str, str] = {}
+        self.unknown_flops: dict[str, int | None] = {}  # None: torch has no FLOP formula for it
+        self.unknown_bytes: Counter[str] = Counter()
 
     # -- provenance --------------------------------------------------------------------------
     def provenance(self, node) -> tuple[str, str]:
@@ -209,12 +217,16 @@ class _Importer:
         # No semantics known: keep the op, opaque, and say so.
         module, _ = self.provenance(node)
         if self.strict:
-            raise PhazeError(
+            raise UnknownOpError(
                 f"unknown aten op {aten.data} (from module '{module or '<root>'}'); "
                 "add it to phaze_ir/frontend/aten_map.py or drop --strict"
             )
         self.unknown[aten.data] += 1
         self.unknown_where.setdefault(aten.data, module or "<root>")
+        flops = _torch_flops(node)
+        before = self.unknown_flops.get(aten.data, 0)
+        self.unknown_flops[aten.data] = None if flops is None or before is None else before + flops
+        self.unknown_bytes[aten.data] += _node_bytes(node)
         return ph.OpaqueOp.build(operands=[ins], result_types=[rtypes], properties={"aten": aten})
 
     # -- driver ------------------------------------------------------------------------------
@@ -291,20 +303,77 @@ class _Importer:
                 fn = func.FuncOp(
                     fname, fn_type, Region(block), arg_attrs=ArrayAttr(arg_attrs), res_attrs=ArrayAttr(res_attrs)
                 )
-        for aten, count in sorted(self.unknown.items()):
-            warnings.warn(
-                f"unknown aten op {aten} ({count}x, first in module "
-                f"'{self.unknown_where[aten]}') imported as phaze.opaque",
-                PhazeWarning,
-                stacklevel=2,
-            )
         attrs: dict[str, Attribute] = {
             keys.MODEL: StringAttr(traced.model_name),
             keys.MICRO_BATCH_SIZE: IntegerAttr(traced.micro_batch_size, i64),
         }
         if traced.seq_len is not None:
             attrs[keys.SEQ_LEN] = IntegerAttr(traced.seq_len, i64)
+        if self.unknown:
+            attrs[keys.WARNINGS] = ArrayAttr(self.unpriced(graph))
         return ModuleOp([fn], attributes=attrs)
+
+    def unpriced(self, graph) -> list[UnpricedOpAttr]:
+        """The opaque ops as ``phaze.warnings`` records, each also said once as a warning: the
+        plan prices them by their bytes only, so it must say how much work that leaves out."""
+        step_flops = sum(_torch_flops(n) or 0 for n in graph.nodes if n.op == "call_function")
+        records = []
+        for aten, count in sorted(self.unknown.items()):
+            flops = self.unknown_flops[aten]
+            share = flops / step_flops if flops is not None and step_flops > 0 else -1.0
+            # Said once however many micro-batch sizes are traced: no figure that scales with it here.
+            if flops is None:
+                work = "torch knows no FLOP formula for it"
+            else:
+                work = f"{share:.0%} of the step's FLOPs unpriced" if share >= 0 else "its FLOPs unpriced"
+            warnings.warn(
+                f"unknown aten op {aten} ({count}x, first in module '{self.unknown_where[aten]}') imported as "
+                f"phaze.opaque and priced by the bytes it moves only ({work}); the plan understates its time "
+                "(--strict refuses such a model)",
+                PhazeWarning,
+                stacklevel=3,
+            )
+            records.append(
+                UnpricedOpAttr.make(
+                    aten=aten,
+                    count=count,
+                    module=self.unknown_where[aten],
+                    flops=-1 if flops is None else flops,
+                    bytes=self.unknown_bytes[aten],
+                    flops_share=share,
+                )
+            )
+        return records
+
+
+def _torch_flops(node) -> int | None:
+    """FLOPs of an aten call by torch's own formulas (``torch.utils.flop_counter``), from the
+    traced shapes; None when torch has no formula for the op (it then counts it as 0)."""
+    from torch.fx.node import Node, map_aggregate
+    from torch.utils.flop_counter import flop_registry
+
+    formula = flop_registry.get(getattr(node.target, "overloadpacket", None))
+    if formula is None:
+        return None
+
+    def val(a):
+        return a.meta.get("val") if isinstance(a, Node) else a
+
+    try:
+        return int(formula(*map_aggregate(node.args, val), **map_aggregate(node.kwargs, val), out_val=node.meta["val"]))
+    except Exception:  # a formula that cannot read these arguments: no count rather than a wrong one
+        return None
+
+
+def _node_bytes(node) -> int:
+    """Bytes of an aten call's tensor operands and results."""
+    from torch.fx.node import Node
+
+    total = sum(t.numel() * t.element_size() for _, t in _tensors_of(node.meta.get("val")))
+    for a in node.all_input_nodes:
+        if isinstance(a, Node):
+            total += sum(t.numel() * t.element_size() for _, t in _tensors_of(a.meta.get("val")))
+    return total
 
 
 def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
