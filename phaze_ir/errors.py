@@ -10,13 +10,10 @@ escaping the tools is a bug in phaze and keeps its traceback.
 
 from xdsl.utils.exceptions import DiagnosticException
 
+from phaze_ir.warning import PhazeWarning
+
+__all__ = ["PhazeError", "PhazeWarning"]
+
 
 class PhazeError(DiagnosticException):
     """A clear, one-line problem with the user's input."""
-
-
-class PhazeWarning(UserWarning):
-    """Something the user should know that does not stop the compilation (an op phaze does not
-    price, a parameter without gradient).  Issued with :func:`warnings.warn`, so that a message
-    that recurs (the plan sweep imports the model once per point) is shown once; phaze's tools
-    print it as ``<tool>: warning: <message>``."""
