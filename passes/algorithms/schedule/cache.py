@@ -1,13 +1,127 @@
 """Schedules by problem, in memory and optionally on disk: identical layers, and the same layer
-of another architecture candidate, are solved once."""
+of another architecture candidate, are solved once.
+
+On disk, one file per problem (``<key>.json``, :mod:`passes.algorithms.cache_file`: format
+``phaze-schedule``, :data:`VERSION`, the problem's key as input hash, a content hash).  A file is
+data that whoever can write the directory may have changed, so an entry read from it is used
+only once it is checked against the problem it is looked up for (:func:`check_entry`): the
+hashes, the schema, a valid schedule of that problem (:func:`~.problem.check_schedule`), its
+makespan, and its bounds against the critical path and the energetic (work) bound recomputed
+from the problem.  An entry that fails is ignored with a one-line :class:`~phaze_ir.warning.PhazeWarning`
+naming the file and the reason, solved again and overwritten.  What stays unchecked: a valid
+schedule that is slower than the solver's and says so consistently (only solving again tells).
+"""
 
 from __future__ import annotations
 
-import json
+import math
 import os
+import warnings
+from dataclasses import fields
+from typing import Any
 
-from passes.algorithms.schedule.problem import Problem, Schedule
+from passes.algorithms.cache_file import BadEntry, StaleEntry, read_entry, write_entry
+from passes.algorithms.schedule.prepared import lower_bounds
+from passes.algorithms.schedule.problem import Problem, Schedule, check_schedule
 from passes.algorithms.schedule.solve import SOLVER_REVISION, solve
+from phaze_ir.warning import PhazeWarning
+
+#: The on-disk entry's format name and version (version 1: the unchecked files before).
+FORMAT = "phaze-schedule"
+VERSION = 2
+#: What a schedule's ``status`` and ``method`` may be (see :class:`~.problem.Schedule`).
+STATUSES = ("optimal", "gaplimit", "nodelimit", "timelimit", "heuristic")
+METHODS = ("ilp", "list", "trivial")
+_LIMIT_KEYS = ("time_limit", "gap_limit", "node_limit", "max_binaries", "revision")
+_REL = 1e-9
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= _REL * max(abs(a), abs(b), 1e-300)
+
+
+def _schedule_of(d: Any, n: int) -> Schedule:
+    """The :class:`Schedule` of a payload's ``schedule`` for a problem of ``n`` ops, or
+    :class:`BadEntry` if it does not have the schema (types, lengths, known names)."""
+    names = [f.name for f in fields(Schedule)]
+    if not isinstance(d, dict) or sorted(d) != sorted(names):
+        raise BadEntry(f"has a schedule without exactly the fields {', '.join(names)}")
+    for k in ("start", "end", "cores", "split"):
+        if not isinstance(d[k], list) or len(d[k]) != n:
+            raise BadEntry(f"has {k} that is not a list of {n} values (one per op)")
+    if not all(_number(x) for x in d["start"] + d["end"]):
+        raise BadEntry("has start or end times that are not finite numbers")
+    if not all(_int(c) and c >= 0 for c in d["cores"]) or not all(isinstance(b, bool) for b in d["split"]):
+        raise BadEntry("has core counts that are not counts or split flags that are not booleans")
+    for k in ("makespan", "gap", "lower_bound", "cp_bound", "work_bound", "list_makespan", "solve_s"):
+        if not _number(d[k]) or d[k] < 0:
+            raise BadEntry(f"has a {k} that is not a finite number >= 0")
+    if d["status"] not in STATUSES:
+        raise BadEntry(f"has a status {d['status']!r} not one of {', '.join(STATUSES)}")
+    if d["method"] not in METHODS:
+        raise BadEntry(f"has a method {d['method']!r} not one of {', '.join(METHODS)}")
+    if not _int(d["num_binaries"]) or d["num_binaries"] < 0:
+        raise BadEntry("has a num_binaries that is not a count")
+    if d["warm_start_accepted"] not in (None, True, False):
+        raise BadEntry("has a warm_start_accepted that is not a boolean or null")
+    return Schedule.from_json(d)
+
+
+def _limits_of(d: Any) -> tuple:
+    if not isinstance(d, dict) or sorted(d) != sorted((*_LIMIT_KEYS, "schedule")):
+        raise BadEntry(f"has not exactly the fields {', '.join(_LIMIT_KEYS)}, schedule")
+    if not (_number(d["time_limit"]) or d["time_limit"] is None) or not _number(d["gap_limit"]):
+        raise BadEntry("has a time or gap limit that is not a number")
+    for k in ("node_limit", "max_binaries"):
+        if d[k] is not None and not _int(d[k]):
+            raise BadEntry(f"has a {k} that is not an integer or null")
+    if not _int(d["revision"]):
+        raise BadEntry("has a solver revision that is not an integer")
+    time_limit = math.inf if d["time_limit"] is None else d["time_limit"]  # JSON has no infinity
+    return ScheduleCache.limits(time_limit, *(d[k] for k in _LIMIT_KEYS[1:]))
+
+
+def check_entry(problem: Problem, schedule: Schedule) -> str | None:
+    """Why ``schedule`` cannot be what :func:`solve` returned for ``problem`` (None when it can):
+    a schedule that breaks the problem's rules, a makespan that is not its last end, bounds that
+    are not the problem's own (critical path, work bound) or that a valid schedule could not
+    have (a makespan below them, a lower bound above the makespan), a gap that does not follow."""
+    errors = check_schedule(problem, schedule.start, schedule.end, schedule.cores)
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return f"is not a valid schedule of its problem: {errors[0]}{more}"
+    caps = problem.core_count
+    for i, (o, c, sp) in enumerate(zip(problem.ops, schedule.cores, schedule.split)):
+        if sp != (c > 1) or (sp and c != caps.get(o.unit)):
+            return f"has op {i} split={sp} on {c} core(s)"
+    makespan = max(schedule.end, default=0.0)
+    if not _close(schedule.makespan, makespan):
+        return f"has a makespan {schedule.makespan!r} that is not its last end {makespan!r}"
+    cp, work = lower_bounds(problem)
+    if not (_close(schedule.cp_bound, cp) and _close(schedule.work_bound, work)):
+        return (
+            f"has bounds (critical path {schedule.cp_bound!r}, work {schedule.work_bound!r}) that are "
+            f"not its problem's ({cp!r}, {work!r})"
+        )
+    bound = max(cp, work)
+    if makespan < bound * (1 - _REL):
+        return f"has a makespan {makespan!r} below its problem's lower bound {bound!r}"
+    if not (bound * (1 - _REL) <= schedule.lower_bound <= makespan * (1 + _REL)):
+        return f"has a lower bound {schedule.lower_bound!r} not between {bound!r} and its makespan {makespan!r}"
+    if makespan > schedule.list_makespan * (1 + _REL):
+        return f"has a makespan {makespan!r} above its warm start's {schedule.list_makespan!r}"
+    gap = (makespan - schedule.lower_bound) / makespan if makespan > 0 else 0.0
+    if abs(schedule.gap - gap) > 1e-9:
+        return f"has a gap {schedule.gap!r} that does not follow from its makespan and lower bound ({gap!r})"
+    return None
 
 
 class ScheduleCache:
@@ -54,32 +168,48 @@ class ScheduleCache:
             int(revision),
         )
 
-    def _entry(self, key: str) -> tuple[Schedule, tuple] | None:
+    def _path(self, key: str) -> str:
+        assert self.directory is not None
+        return os.path.join(self.directory, key + ".json")
+
+    def _entry(self, canonical: Problem) -> tuple[Schedule, tuple] | None:
+        key = canonical.key()
         entry = self._mem.get(key)
         if entry is None and self.directory is not None:
-            path = os.path.join(self.directory, key + ".json")
+            path = self._path(key)
             if os.path.exists(path):
                 try:
-                    with open(path) as fh:
-                        data = json.load(fh)
-                    entry = (
-                        Schedule.from_json(data["schedule"]),
-                        self.limits(
-                            data["time_limit"],
-                            data["gap_limit"],
-                            data.get("node_limit"),
-                            data.get("max_binaries"),
-                            data.get("revision", 1),
-                        ),
+                    entry = self._read(path, canonical)
+                except StaleEntry:
+                    # One line for all of them: a cache from before a format change holds many.
+                    warnings.warn(
+                        f"schedule cache {self.directory}: entries of another format version are "
+                        "ignored and solved again",
+                        PhazeWarning,
+                        stacklevel=2,
                     )
-                except (OSError, ValueError, KeyError, TypeError):
-                    return None  # a torn or foreign file: solve again and overwrite it
+                    return None
+                except BadEntry as e:
+                    warnings.warn(f"schedule cache entry {path} {e}: ignored, solved again", PhazeWarning, stacklevel=2)
+                    return None
                 self._mem[key] = entry
         return entry
 
+    @staticmethod
+    def _read(path: str, canonical: Problem) -> tuple[Schedule, tuple]:
+        """The entry of file ``path`` for ``canonical``, checked (:func:`check_entry`), or
+        :class:`BadEntry` saying why it cannot be used."""
+        payload = read_entry(path, FORMAT, VERSION, canonical.key())
+        limits = _limits_of(payload)
+        schedule = _schedule_of(payload["schedule"], len(canonical.ops))
+        why = check_entry(canonical, schedule)
+        if why is not None:
+            raise BadEntry(why)
+        return schedule, limits
+
     def lookup(self, canonical: Problem, limits: tuple) -> Schedule | None:
         """The cached schedule of a canonical problem under ``limits`` (:meth:`limits`)."""
-        entry = self._entry(canonical.key())
+        entry = self._entry(canonical)
         if entry is not None and (entry[0].status == "optimal" or entry[1] == limits):
             return entry[0]
         return None
@@ -100,22 +230,25 @@ class ScheduleCache:
         key = canonical.key()
         self._mem[key] = (schedule, limits)
         if self.directory is not None:
-            os.makedirs(self.directory, exist_ok=True)
-            tmp = os.path.join(self.directory, f".{key}.{os.getpid()}.tmp")
             time_limit, gap_limit, node_limit, max_binaries, revision = limits
-            with open(tmp, "w") as fh:
-                json.dump(
-                    {
-                        "time_limit": time_limit,
-                        "gap_limit": gap_limit,
-                        "node_limit": node_limit,
-                        "max_binaries": max_binaries,
-                        "revision": revision,
-                        "schedule": schedule.to_json(),
-                    },
-                    fh,
+            payload = {
+                "time_limit": time_limit if math.isfinite(time_limit) else None,
+                "gap_limit": gap_limit,
+                "node_limit": node_limit,
+                "max_binaries": max_binaries,
+                "revision": revision,
+                "schedule": schedule.to_json(),
+            }
+            try:
+                write_entry(self._path(key), FORMAT, VERSION, key, payload)
+            except OSError as e:
+                warnings.warn(
+                    f"schedule cache directory {self.directory} is not usable ({e.strerror or e}); "
+                    "schedules are kept in memory only",
+                    PhazeWarning,
+                    stacklevel=2,
                 )
-            os.replace(tmp, os.path.join(self.directory, key + ".json"))
+                self.directory = None
 
     def put(
         self,

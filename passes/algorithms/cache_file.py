@@ -1,0 +1,114 @@
+"""The on-disk entries of phaze's caches (the search's settings, the schedules): plain JSON, never
+code, each checked before it is used.
+
+A file is one JSON object::
+
+    {"format": "phaze-schedule", "version": 2,
+     "input_hash": "<sha256 of what the entry was computed from>",
+     "content_hash": "<sha256 of the canonical JSON of payload>",
+     "payload": ...}
+
+The canonical JSON is :func:`canonical_json` (sorted keys, no spaces, no NaN or infinity): the
+payload read back from the file gives the same text, so its hash is recomputed on load.
+:func:`read_entry` returns the payload only when the format, the version, the input hash (the
+caller's, for what it is looking up) and the content hash all agree; otherwise it raises
+:class:`BadEntry` with the reason (:class:`StaleEntry` for a file of another format version, as
+an older phaze leaves behind).  What the payload must hold is the caller's check
+(:meth:`~passes.algorithms.schedule.cache.ScheduleCache.lookup`, ``Setting.from_json``): an entry
+whose hashes agree may still have been written with doctored numbers by whoever can write the
+directory, so the callers check the numbers against what they are for.
+
+:func:`write_entry` writes atomically (a temporary file in the same directory, renamed into
+place), so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from typing import Any
+
+_KEYS = {"format", "version", "input_hash", "content_hash", "payload"}
+
+
+class BadEntry(ValueError):
+    """A cache file that is not to be used (the message says why, in a few words)."""
+
+
+class StaleEntry(BadEntry):
+    """A cache file of another format version (or the unversioned layout before it)."""
+
+
+def canonical_json(payload: Any) -> str:
+    """The one JSON text of ``payload`` that its hash is taken over."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def content_hash(payload: Any) -> str:
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a cache entry may hold")
+
+
+def read_entry(path: str | os.PathLike[str], fmt: str, version: int, input_hash: str) -> Any:
+    """The payload of the cache file ``path`` if it is a ``fmt`` file of ``version`` for
+    ``input_hash`` whose content hash holds; :class:`BadEntry` (or :class:`StaleEntry`) with
+    the reason otherwise."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as e:
+        raise BadEntry(f"cannot be read ({e.strerror or e})") from e
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise BadEntry("is not JSON") from e
+    if not isinstance(data, dict):
+        raise BadEntry("is not a JSON object")
+    if "format" not in data and "version" not in data:
+        raise StaleEntry("has no format version (written by an older phaze)")
+    if data.get("format") != fmt:
+        raise BadEntry(f"is not a {fmt} file")
+    if data.get("version") != version:
+        raise StaleEntry(f"is of version {data.get('version')!r}, not {version}")
+    if set(data) != _KEYS:
+        raise BadEntry(f"has keys {sorted(data)}, expected {sorted(_KEYS)}")
+    if data["input_hash"] != input_hash:
+        raise BadEntry("was computed from other inputs (its input hash differs)")
+    if not isinstance(data["content_hash"], str) or data["content_hash"] != content_hash(data["payload"]):
+        raise BadEntry("does not match its content hash")
+    return data["payload"]
+
+
+def write_entry(path: str | os.PathLike[str], fmt: str, version: int, input_hash: str, payload: Any) -> None:
+    """Write ``payload`` as a ``fmt`` cache file at ``path``, atomically (``OSError`` when the
+    directory cannot be written; ``path`` is then untouched)."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    text = json.dumps(
+        {
+            "format": fmt,
+            "version": version,
+            "input_hash": input_hash,
+            "content_hash": content_hash(payload),
+            "payload": payload,
+        },
+        allow_nan=False,
+    )
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        umask = os.umask(0)  # mkstemp's file is private: give it the mode open() would have
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
