@@ -76,7 +76,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
 import numpy as np
@@ -92,6 +92,9 @@ __all__ = [
     "CollectiveDesc",
     "ViewDesc",
     "OpDesc",
+    "DESC_KINDS",
+    "desc_to_json",
+    "desc_from_json",
     "OpLatency",
     "FixedParams",
     "OpTable",
@@ -188,6 +191,49 @@ class ViewDesc:
 
 
 OpDesc = MatmulDesc | VectorDesc | CollectiveDesc | ViewDesc
+
+#: The name of each kind of description in JSON (:func:`desc_to_json`).
+DESC_KINDS: dict[str, type] = {
+    "matmul": MatmulDesc,
+    "vector": VectorDesc,
+    "collective": CollectiveDesc,
+    "view": ViewDesc,
+}
+
+
+def desc_to_json(d: OpDesc) -> dict:
+    """``d`` as plain JSON data: ``{"desc": "matmul", field: value, ...}`` (every field)."""
+    name = next(k for k, cls in DESC_KINDS.items() if type(d) is cls)
+    return {"desc": name, **{f.name: getattr(d, f.name) for f in fields(d)}}
+
+
+def desc_from_json(data: object) -> OpDesc:
+    """The description :func:`desc_to_json` wrote, checked: its kind, exactly its fields, each of
+    its type (counts and sizes are integers >= 0, a collective's kind is one of
+    :data:`~passes.algorithms.network.COLLECTIVES` and its group holds a device); a
+    ``ValueError`` saying what is wrong otherwise."""
+    if not isinstance(data, dict) or data.get("desc") not in DESC_KINDS:
+        raise ValueError(f"not an op description (desc one of {', '.join(DESC_KINDS)})")
+    name = data["desc"]
+    cls = DESC_KINDS[name]
+    names = [f.name for f in fields(cls)]
+    if sorted(data) != sorted(["desc", *names]):
+        raise ValueError(f"a {name} description has the fields {', '.join(names) or 'none'}, not {sorted(data)}")
+    for f in fields(cls):
+        v = data[f.name]
+        kind = str(f.type)  # the annotation's text (this module's annotations are postponed)
+        if kind == "bool":
+            ok = isinstance(v, bool)
+        elif kind == "str":
+            ok = isinstance(v, str)
+        else:
+            ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        if not ok:
+            expected = {"bool": "a boolean", "str": "a string"}.get(kind, "an integer >= 0")
+            raise ValueError(f"{name} {f.name} = {v!r}: expected {expected}")
+    if cls is CollectiveDesc and (data["kind"] not in network.COLLECTIVES or data["group_size"] < 1):
+        raise ValueError(f"collective {data['kind']!r} over {data['group_size']}: not a collective phaze prices")
+    return cls(**{n: data[n] for n in names})
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ the crate docs of ``rust/phaze-dp``.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,43 @@ class LayerNumbers:
             "workspace_bytes": self.workspace_bytes,
             "boundary_bytes": self.boundary_bytes,
         }
+
+    @classmethod
+    def from_json(cls, data: object) -> LayerNumbers:
+        """The numbers :meth:`as_dict` wrote (as JSON), checked: exactly its keys, the times
+        finite numbers >= 0, the byte counts integers >= 0, three of each per recompute policy;
+        a ``ValueError`` saying what is wrong otherwise."""
+        names = ("fwd_s", "bwd_s", "recompute_s", "saved_bytes", *_BYTE_FIELDS)
+        if not isinstance(data, dict) or sorted(data) != sorted(names):
+            raise ValueError(f"layer numbers have the fields {', '.join(names)}")
+
+        def seconds(v: object) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+        def count(v: object) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+        for name, ok in (("recompute_s", seconds), ("saved_bytes", count)):
+            v = data[name]
+            if not (isinstance(v, list) and len(v) == 3 and all(ok(x) for x in v)):
+                raise ValueError(f"layer {name} = {v!r}: expected three " + ("times" if ok is seconds else "counts"))
+        for name in ("fwd_s", "bwd_s"):
+            if not seconds(data[name]):
+                raise ValueError(f"layer {name} = {data[name]!r}: expected a time >= 0")
+        for name in _BYTE_FIELDS:
+            if not count(data[name]):
+                raise ValueError(f"layer {name} = {data[name]!r}: expected a count >= 0")
+        rs, sb = data["recompute_s"], data["saved_bytes"]
+        return cls(
+            fwd_s=float(data["fwd_s"]),
+            bwd_s=float(data["bwd_s"]),
+            recompute_s=(float(rs[0]), float(rs[1]), float(rs[2])),
+            saved_bytes=(sb[0], sb[1], sb[2]),
+            **{name: data[name] for name in _BYTE_FIELDS},
+        )
+
+
+_BYTE_FIELDS = ("param_bytes", "grad_bytes", "optimizer_bytes", "workspace_bytes", "boundary_bytes")
 
 
 def problem(

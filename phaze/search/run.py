@@ -5,7 +5,8 @@ Phases (each timed, with a progress bar unless ``-q``):
 
 1. **prepare**: each model traced once per micro-batch size and sharded for each TP width
    (:mod:`phaze.search.setting`), in parallel over the backend, cached on disk by the model
-   file's bytes, the options and phaze's own source;
+   file's bytes, the options and phaze's own source (as checked JSON, never a pickle: see
+   :func:`prepare`);
 2. **baselines**: the TPUv4-like chip with the expert placement and with the searched one, and
    the decoupled search (the best chip under the expert placement);
 3. **search**: the co-optimized search over the space (:mod:`phaze.search.engine`), and with
@@ -17,15 +18,15 @@ Phases (each timed, with a progress bar unless ``-q``):
 from __future__ import annotations
 
 import hashlib
-import os
-import pickle
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from passes.algorithms.cache_file import BadEntry, read_entry, write_entry
 from phaze.search.engine import (
     Candidates,
     Evaluated,
@@ -39,7 +40,7 @@ from phaze.search.engine import (
 )
 from phaze_ir import keys
 from phaze_ir.attributes import LayerMemoryAttr, LayerRecomputeAttr, StageInfoAttr
-from phaze_ir.errors import PhazeError
+from phaze_ir.errors import PhazeError, PhazeWarning
 
 BASELINE_CHIP = "tpuv4"
 #: Names of the baselines, in report order.
@@ -60,11 +61,16 @@ class SearchOptions:
     prune: bool = True
 
 
+#: The settings cache's file format (:mod:`passes.algorithms.cache_file`) and its version.
+SETTINGS_FORMAT = "phaze-settings"
+SETTINGS_VERSION = 1
+
+
 def _source_digest() -> str:
     """A digest of phaze's Python sources: a cached setting is reused only by the code that made it."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parents[2]
-    for pkg in ("phaze_ir", "passes"):
+    for pkg in ("phaze_ir", "passes", "phaze"):
         for p in sorted((root / pkg).rglob("*.py")):
             h.update(str(p.relative_to(root)).encode())
             h.update(p.read_bytes())
@@ -78,9 +84,47 @@ def _prepare_worker(args: tuple[str, int, tuple[int, ...], Any]) -> list:
     return prepare_settings(path, micro_batch, tps, opts)
 
 
+def _cached_settings(file: Path, input_hash: str, micro_batch: int, tps: tuple[int, ...]) -> list | None:
+    """The settings kept in ``file`` for ``input_hash`` (a model at ``micro_batch``, sharded for
+    some of ``tps``), or None when there is no such file or it fails a check (the format, the
+    version, the hashes, the schema: then one warning says which and why)."""
+    from phaze.search.setting import Setting
+
+    if not file.exists():
+        return None
+    try:
+        payload = read_entry(file, SETTINGS_FORMAT, SETTINGS_VERSION, input_hash)
+        if not isinstance(payload, list) or not payload:
+            raise BadEntry("does not hold a list of settings")
+        try:
+            settings = [Setting.from_json(s) for s in payload]
+        except ValueError as e:
+            raise BadEntry(f"does not hold valid settings ({e})") from None
+        if any(s.micro_batch != micro_batch or s.tp not in tps for s in settings):
+            raise BadEntry(f"holds settings of another micro-batch or TP width than {micro_batch} and {tps}")
+    except BadEntry as e:
+        warnings.warn(f"settings cache entry {file} {e}: ignored, prepared again", PhazeWarning, stacklevel=2)
+        return None
+    return settings
+
+
+def _keep_settings(file: Path, input_hash: str, settings: list) -> bool:
+    """Write ``settings`` to ``file``; False (after a warning) when the directory is not usable."""
+    try:
+        write_entry(file, SETTINGS_FORMAT, SETTINGS_VERSION, input_hash, [s.to_json() for s in settings])
+    except OSError as e:
+        warnings.warn(
+            f"cache directory {file.parent} is not usable ({e.strerror or e}); prepared settings are not kept",
+            PhazeWarning,
+            stacklevel=2,
+        )
+        return False
+    return True
+
+
 def prepare(paths: list[str], opts, tps: tuple[int, ...], sopts: SearchOptions, backend, log) -> list[list]:
     """Settings of every model (``[model][setting]``, micro-batch-major), from the cache where
-    it has them."""
+    it has them (``<cache>/settings/<key>.json``, checked before use: never code)."""
     digest = _source_digest()
     items, files, where = [], [], []
     out: list[list] = [[None] * len(opts.micro_batches) for _ in paths]
@@ -89,29 +133,26 @@ def prepare(paths: list[str], opts, tps: tuple[int, ...], sopts: SearchOptions, 
         for k, micro_batch in enumerate(opts.micro_batches):
             h = hashlib.sha256(data)
             h.update(repr((digest, micro_batch, tps, opts.seq_len, opts.dtype, opts.optimizer, opts.strict)).encode())
-            key = h.hexdigest()[:32]
-            file = Path(sopts.cache_dir, "settings", key + ".pkl") if sopts.cache_dir else None
-            if file is not None and file.exists():
-                try:
-                    out[m][k] = pickle.loads(file.read_bytes())
+            input_hash = h.hexdigest()
+            file = Path(sopts.cache_dir, "settings", input_hash[:32] + ".json") if sopts.cache_dir else None
+            if file is not None:
+                cached = _cached_settings(file, input_hash, micro_batch, tps)
+                if cached is not None:
+                    out[m][k] = cached
                     continue
-                except Exception:
-                    pass
             items.append((path, micro_batch, tps, opts))
-            files.append(file)
+            files.append((file, input_hash))
             where.append((m, k))
     if items:
         log(
             f"preparing {len(items)} model setting(s) (trace at each micro-batch, shard at TP {tps})"
             + (f" on {backend.jobs} {backend.name} worker(s)" if backend.jobs > 1 else "")
         )
-        for (m, k), file, settings in zip(where, files, backend.map(_prepare_worker, items)):
+        keep = True
+        for (m, k), (file, input_hash), settings in zip(where, files, backend.map(_prepare_worker, items)):
             out[m][k] = settings
-            if file is not None:
-                file.parent.mkdir(parents=True, exist_ok=True)
-                tmp = file.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_bytes(pickle.dumps(settings))
-                os.replace(tmp, file)
+            if file is not None and keep:
+                keep = _keep_settings(file, input_hash, settings)
     return [[s for group in per_model for s in group] for per_model in out]
 
 

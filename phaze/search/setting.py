@@ -12,12 +12,14 @@ and is redone here over many candidates without the IR:
   (a transformer's blocks share theirs);
 - per layer, what the placement DP needs that no accelerator changes (memory, boundary bytes).
 
-A :class:`Setting` is picklable (no xDSL objects), so worker processes and Ray can price it; it is
-also what the search's on-disk cache keeps per (model, micro-batch, TP).
+A :class:`Setting` is picklable (no xDSL objects), so worker processes and Ray can price it.
+The search's on-disk cache keeps it per (model, micro-batch, TP) as plain JSON, never as a
+pickle (:meth:`Setting.to_json`; :meth:`Setting.from_json` checks what it reads).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from passes.algorithms import schedule as sched
-from passes.algorithms.latency import OpTable
+from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
 from passes.algorithms.placement import LayerNumbers
 from phaze_ir import keys
 
@@ -68,6 +70,53 @@ class Setting:
     def __post_init__(self) -> None:
         self.units = self.table.units
 
+    def to_json(self) -> dict[str, Any]:
+        """The setting as plain JSON data (:meth:`from_json` reads it back to an equal setting:
+        the same descriptions, groups, layers and numbers, floats exactly)."""
+        return {
+            "model": self.model,
+            "micro_batch": self.micro_batch,
+            "tp": self.tp,
+            "prepare_s": self.prepare_s,
+            "table": [desc_to_json(d) for d in self.table.descs],
+            "groups": [{"rows": list(g.rows), "edges": [list(e) for e in g.edges]} for g in self.groups],
+            "layers": [
+                {
+                    "fwd": lr.fwd,
+                    "bwd": lr.bwd,
+                    "opt": lr.opt,
+                    "selective": lr.selective,
+                    "numbers": lr.numbers.as_dict(),
+                }
+                for lr in self.layers
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Setting:
+        """The setting :meth:`to_json` wrote, checked: the schema (keys, types, signs) and that
+        every reference points into what exists (a group's rows into the op table, its edges
+        between two of its ops, a layer's groups into the groups); a ``ValueError`` saying what
+        is wrong otherwise."""
+        keys_ = ("model", "micro_batch", "tp", "prepare_s", "table", "groups", "layers")
+        if not isinstance(data, dict) or sorted(data) != sorted(keys_):
+            raise ValueError(f"a setting has the fields {', '.join(keys_)}")
+        if not isinstance(data["model"], str):
+            raise ValueError("the model name is not a string")
+        for k in ("micro_batch", "tp"):
+            if not _int(data[k]) or data[k] < 1:
+                raise ValueError(f"{k} = {data[k]!r}: expected an integer >= 1")
+        p = data["prepare_s"]
+        if not (isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) and p >= 0):
+            raise ValueError(f"prepare_s = {p!r}: expected a time >= 0")
+        for k in ("table", "groups", "layers"):
+            if not isinstance(data[k], list):
+                raise ValueError(f"{k} is not a list")
+        table = OpTable([desc_from_json(d) for d in data["table"]])
+        groups = [_group_from_json(g, len(table), i) for i, g in enumerate(data["groups"])]
+        layers = [_layer_from_json(lr, len(groups), i) for i, lr in enumerate(data["layers"])]
+        return cls(data["model"], data["micro_batch"], data["tp"], table, groups, layers, float(p))
+
     def priced_groups(self) -> list[int]:
         """The groups whose makespans the DP reads (forward, backward, selective recompute; the
         optimizer step is not in the DP), sorted."""
@@ -94,6 +143,46 @@ class Setting:
             bwd = float(makespan[lr.bwd]) if lr.bwd >= 0 else 0.0
             out.append(replace(lr.numbers, fwd_s=fwd, bwd_s=bwd, recompute_s=(0.0, sel, fwd)))
         return out
+
+
+def _int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _group_from_json(data: object, rows: int, i: int) -> Group:
+    if not isinstance(data, dict) or sorted(data) != ["edges", "rows"]:
+        raise ValueError(f"group {i}: expected the fields rows, edges")
+    r, e = data["rows"], data["edges"]
+    if not (isinstance(r, list) and all(_int(x) and 0 <= x < rows for x in r)):
+        raise ValueError(f"group {i}: its rows are not rows of the {rows}-op table")
+    n = len(r)
+    if not (
+        isinstance(e, list)
+        and all(
+            isinstance(p, list) and len(p) == 2 and all(_int(x) and 0 <= x < n for x in p) and p[0] != p[1] for p in e
+        )
+    ):
+        raise ValueError(f"group {i}: its edges are not pairs of two of its {n} ops")
+    edges = tuple((p[0], p[1]) for p in e)
+    try:
+        sched.Problem.make([sched.Op("none", 0.0, 0.0)] * n, edges, {})  # raises on a cycle
+    except ValueError as err:
+        raise ValueError(f"group {i}: {err}") from None
+    return Group(tuple(r), edges)
+
+
+def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
+    names = ("fwd", "bwd", "opt", "selective", "numbers")
+    if not isinstance(data, dict) or sorted(data) != sorted(names):
+        raise ValueError(f"layer {i}: expected the fields {', '.join(names)}")
+    for k in names[:4]:
+        if not (_int(data[k]) and -1 <= data[k] < groups):
+            raise ValueError(f"layer {i}: its {k} group {data[k]!r} is not -1 or one of the {groups} groups")
+    try:
+        numbers = LayerNumbers.from_json(data["numbers"])
+    except ValueError as err:
+        raise ValueError(f"layer {i}: {err}") from None
+    return LayerRef(data["fwd"], data["bwd"], data["opt"], data["selective"], numbers)
 
 
 def setting_from_module(module, model: str, micro_batch: int, tp: int) -> Setting:
