@@ -516,10 +516,10 @@ def _axis(value: Any, path: str, src: str, *, unit_scale: int = 1, allow_fractio
         if not ok:
             raise _err(src, where, v, what)
         scaled = v * unit_scale
+        if scaled > I64_MAX:  # the IR keeps sizes as i64 (and inf is not a size)
+            raise _err(src, where, v, f"{what} at most {I64_MAX // unit_scale} (the IR stores sizes in bytes as i64)")
         if scaled != int(scaled):
             raise _err(src, where, v, f"a whole number of bytes ({what} times {unit_scale})")
-        if scaled > I64_MAX:  # the IR keeps sizes as i64
-            raise _err(src, where, v, f"{what} at most {I64_MAX // unit_scale} (the IR stores sizes in bytes as i64)")
         return int(scaled)
 
     if isinstance(value, dict):

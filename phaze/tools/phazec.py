@@ -180,6 +180,9 @@ def searching(args: argparse.Namespace) -> bool:
 #: The numeric flags, by what they must be: checked before any work (a bad one is said once).
 POSITIVE_INTS = ("micro_batch", "tp", "seq_len", "devices", "global_batch", "jobs")
 COUNTS = ("solver_nodes", "solver_max_binaries")  # 0: no limit
+#: The largest any of them may be: a 32-bit int, as Megatron-LM and torchtitan take these flags
+#: (far beyond any real run; a larger one would overflow the DP's or torch's sizes instead).
+MAX_INT = 2**31 - 1
 
 
 def check_numbers(args: argparse.Namespace) -> None:
@@ -190,12 +193,12 @@ def check_numbers(args: argparse.Namespace) -> None:
 
     for dest in POSITIVE_INTS:
         value = getattr(args, dest, None)
-        if value is not None and value < 1:
-            raise PhazeError(f"{flag(dest)} {value}: expected a positive integer")
+        if value is not None and not 1 <= value <= MAX_INT:
+            raise PhazeError(f"{flag(dest)} {value}: expected a positive integer up to {MAX_INT}")
     for dest in COUNTS:
         value = getattr(args, dest, None)
-        if value is not None and value < 0:
-            raise PhazeError(f"{flag(dest)} {value}: expected a number >= 0 (0: no limit)")
+        if value is not None and not 0 <= value <= MAX_INT:
+            raise PhazeError(f"{flag(dest)} {value}: expected a number from 0 (no limit) to {MAX_INT}")
     limit = args.solver_time_limit
     if limit is not None and not (math.isfinite(limit) and limit > 0):
         raise PhazeError(f"--solver-time-limit {limit}: expected a positive, finite number of seconds")
