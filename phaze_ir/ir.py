@@ -13,6 +13,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import MultipleSpansParseError, ParseError
 from xdsl.utils.lexer import Input, Span
+from xdsl.utils.mlir_lexer import MLIRTokenKind, StringLiteral
 
 from phaze_ir.dialect import Phaze
 from phaze_ir.errors import PhazeError
@@ -115,6 +116,24 @@ def _message(error: ParseError) -> str:
     return msg
 
 
+class _Parser(Parser):
+    """xDSL's parser, reading back the strings phaze prints.  MLIR prints a string's non-ASCII
+    bytes as escapes (``"\\C3\\BC"`` for ``ü``); xDSL 0.74 lexes a literal with such escapes as
+    bytes, so a module path or model name with a non-ASCII letter would not parse back as the
+    string it was.  A literal whose bytes are UTF-8 is a string here, as it is in MLIR."""
+
+    def parse_optional_str_literal(self) -> str | None:
+        text = super().parse_optional_str_literal()
+        if text is not None or self._current_token.kind != MLIRTokenKind.BYTES_LIT:
+            return text
+        try:
+            text = StringLiteral.from_span(self._current_token.span).bytes_contents.decode("utf-8")
+        except UnicodeDecodeError:
+            return None  # bytes indeed (a BytesAttr)
+        self._consume_token(MLIRTokenKind.BYTES_LIT)
+        return text
+
+
 def parse_text(
     text: str | bytes, name: str = "<input>", ctx: Context | None = None, allow_implicit_module: bool = True
 ) -> ModuleOp:
@@ -127,7 +146,7 @@ def parse_text(
         )
         raise MLIRParseError(span, "empty input: expected an MLIR module (the file holds no operation)")
     try:
-        return Parser(ctx or make_context(), text, name).parse_module(allow_implicit_module)
+        return _Parser(ctx or make_context(), text, name).parse_module(allow_implicit_module)
     except MLIRParseError:
         raise
     except ParseError as e:

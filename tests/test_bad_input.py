@@ -269,3 +269,59 @@ def test_ctrl_c_during_a_parallel_search_says_one_line(tmp_path):
     assert proc.returncode == 130, "".join(seen) + rest
     assert rest.strip() == "phazec: interrupted", rest
     assert not (tmp_path / "o.mlir").exists()
+
+
+# -- names beyond ASCII ------------------------------------------------------------------------
+
+UNICODE = """
+import torch
+NAME = "modèle-ü"
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.schicht_ü = torch.nn.ModuleList(torch.nn.Linear(64, 64) for _ in range(2))
+        self.kopf = torch.nn.Linear(64, 10)
+    def forward(self, x):
+        for layer in self.schicht_ü:
+            x = torch.relu(layer(x))
+        return self.kopf(x).sum()
+def get_model():
+    return Net()
+def get_inputs(b):
+    return (torch.zeros(b, 64),)
+"""
+
+
+def test_a_plan_with_non_ascii_names_parses_back(tmp_path):
+    """MLIR prints a string's non-ASCII bytes as escapes; the plan must still read back as the
+    same strings (xDSL alone would read them as bytes, and the records would not parse)."""
+    plan = tmp_path / "plan.mlir"
+    r = run_tool("phazec", write(tmp_path, "net.py", UNICODE), "--hw", "a100", "-o", str(plan), "-q")
+    assert r.returncode == 0, r.stderr
+    text = plan.read_text()
+    assert 'phaze.model = "mod\\C3\\A8le-\\C3\\BC"' in text and 'module = "schicht_\\C3\\BC.0"' in text
+    again = run_tool("phaze-opt", str(plan))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == text
+    from phaze_ir import keys
+    from phaze_ir.ir import parse_module
+
+    assert keys.string_of(parse_module(text), keys.MODEL) == "modèle-ü"
+
+
+def test_a_searched_plan_says_what_it_does_not_price(tmp_path):
+    """The search prices the settings in worker processes: each warning still said once, and
+    the JSON of the searched plan has the same records as a fixed-chip plan's."""
+    js = tmp_path / "s.json"
+    space = str(EXAMPLES / "spaces" / "small.toml")
+    out = ["-o", str(tmp_path / "s.mlir"), "--json", str(js)]
+    r = run_tool("phazec", CNN, "--space", space, *out, "-j", "2", "--no-cache")
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warned) == 2, r.stderr
+    assert {w["aten"] for w in json.loads(js.read_text())["warnings"]} == {
+        "aten.convolution.default",
+        "aten.convolution_backward.default",
+    }
+    strict = run_tool("phazec", CNN, "--space", space, "-o", str(tmp_path / "t.mlir"), "--strict", "--no-cache")
+    assert one_error(strict).startswith("phazec: error: unknown aten op aten.convolution.default")

@@ -44,7 +44,9 @@ from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.frontend import aten_map as amap
 from phaze_ir.frontend.trace import TracedGraph
 
-_NAME_OK = re.compile(r"[^\w$.-]")
+# What MLIR allows in an SSA name (ASCII only: Python's \w would let `ü` through, which no MLIR
+# parser reads back).
+_NAME_OK = re.compile(r"[^A-Za-z0-9_$.-]")
 
 
 def _element_type(dtype) -> Attribute:
