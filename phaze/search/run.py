@@ -567,6 +567,7 @@ def _assemble(modules, names, baselines, stats):
         data = {k: v for k, v in plans[0].items() if k != "model"}
         data["models"] = names
         data["plans"] = plans
+        data["warnings"] = [{**w, "model": n} for p, n in zip(plans, names) for w in p["warnings"]]
     data["baselines"] = baselines
     data["search"] = stats
     return module, data

@@ -242,7 +242,7 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
     sharded for is left out (its reason is in the exception's message when none is left)."""
     from phaze.driver import compile_module
     from phaze_ir.errors import PhazeError
-    from phaze_ir.frontend import load_model_file, trace_model
+    from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
 
     spec = load_model_file(model_path)
     t0 = time.perf_counter()
@@ -254,6 +254,8 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
         t1 = time.perf_counter()
         try:
             module = compile_module(traced, "sharded", t, opts)
+        except UnknownOpError:
+            raise  # the model's (--strict), not this width's
         except PhazeError as e:
             errors.append(f"TP {t}: {e}")
             continue
