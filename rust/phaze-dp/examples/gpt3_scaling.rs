@@ -82,6 +82,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         tp: 8,
         dp_overlap: true,
         max_stages: None,
+        recompute: None,
     }
 }
 

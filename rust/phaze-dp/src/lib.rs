@@ -32,6 +32,11 @@
 //!
 //! **Objective.** `time per batch = (m + p − 1) · max_k T_k + max_k E_k`, minimized.
 //!
+//! **Recompute setting.** `recompute: None` (`"auto"`) lets each stage take any of the three
+//! policies; `Some(r)` (a user's `--recompute none|selective|full`) allows only r, in every
+//! stage: the search, the memory check and the infeasibility report then see r alone, so a
+//! fixed setting is priced exactly as it is run (a memory violation names it).
+//!
 //! **Tie-break.** Objectives within a relative 1e-12 of the optimum count as equal (they
 //! differ only by rounding). Among them: fewer devices d·p·t, then fewer stages p, then the
 //! lexicographically smallest split (the sequence of stage last layers: earlier cuts first),
@@ -62,6 +67,7 @@
 //!     layers: vec![layer; 4], devices: 8, hbm_bytes: 1 << 30,
 //!     levels: vec![NetLevel { group_size: 8, bandwidth_bps: 1e11, latency_s: 1e-6 }],
 //!     global_batch: 64, micro_batch: 1, tp: 1, dp_overlap: true, max_stages: None,
+//!     recompute: None,
 //! };
 //! let plan = solve(&prob).plan().cloned().expect("fits");
 //! assert!(plan.devices_used <= 8);

@@ -29,6 +29,23 @@ impl Recompute {
         self as usize
     }
 
+    /// The policy of a lower-case name (`"none"`, `"selective"`, `"full"`), if any.
+    pub fn from_name(name: &str) -> Option<Recompute> {
+        Self::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+
+    /// A recompute setting as users give it: `"auto"` lets the search choose per stage
+    /// (`None`), a policy's name fixes that policy for every stage (see
+    /// [`Problem::recompute`]). Anything else is an input error naming the words.
+    pub fn setting(name: &str) -> Result<Option<Recompute>, InputError> {
+        if name == "auto" {
+            return Ok(None);
+        }
+        Self::from_name(name).map(Some).ok_or_else(|| InputError {
+            message: format!("recompute must be one of auto, none, selective, full, got {name:?}"),
+        })
+    }
+
     /// Lower-case name used across the Python boundary: `"none"`, `"selective"`, `"full"`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -98,6 +115,10 @@ pub struct Problem {
     pub dp_overlap: bool,
     /// Upper bound on the number of pipeline stages, if any.
     pub max_stages: Option<usize>,
+    /// The recompute policy of every stage, as a user fixes it (`--recompute full`), or `None`
+    /// to let the search choose the best policy per stage (`"auto"`). A fixed policy is the
+    /// only one the search, the memory check and the infeasibility report consider.
+    pub recompute: Option<Recompute>,
 }
 
 /// A problem that cannot even be posed (NaN times, zero devices, no layers, ...).
@@ -170,6 +191,16 @@ impl Problem {
             return err("max_stages must be >= 1 when given".into());
         }
         Ok(())
+    }
+
+    /// The indices of the policies a stage may use: all three, or the fixed one.
+    pub fn policies(&self) -> &'static [usize] {
+        match self.recompute {
+            None => &[0, 1, 2],
+            Some(Recompute::None) => &[0],
+            Some(Recompute::Selective) => &[1],
+            Some(Recompute::Full) => &[2],
+        }
     }
 
     /// Index of the network level that a group of `g` contiguously placed devices uses: the

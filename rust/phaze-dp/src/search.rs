@@ -95,6 +95,8 @@ struct Ctx<'p, 'a> {
     /// each side of a boundary after layer l (activation one way, its gradient back).
     cut: Vec<f64>,
     dp_level: usize,
+    /// The policies a stage may use ([`Problem::policies`]): all three, or the fixed one.
+    policies: &'static [usize],
 }
 
 impl<'p, 'a> Ctx<'p, 'a> {
@@ -114,6 +116,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
             hbm,
             cut,
             dp_level: prob.level_for(d * pp_group),
+            policies: prob.policies(),
         }
     }
 
@@ -142,12 +145,12 @@ impl<'p, 'a> Ctx<'p, 'a> {
             .saturating_add(a.workspace_bytes)
     }
 
-    /// The fastest policy whose memory fits with `f` micro-batches in flight (ties: lower
-    /// index). The fastest fitting policy is always optimal: the policy changes only T_k.
+    /// The fastest allowed policy whose memory fits with `f` micro-batches in flight (ties:
+    /// lower index). The fastest fitting policy is always optimal: the policy changes only T_k.
     #[inline]
     fn fastest_fit(&self, a: &RangeSums, f: u64) -> Option<usize> {
         let mut best: Option<usize> = None;
-        for r in 0..3 {
+        for &r in self.policies {
             if self.mem(a, f, r) <= self.hbm
                 && best.is_none_or(|b| a.recompute_s[r] < a.recompute_s[b])
             {
@@ -157,9 +160,13 @@ impl<'p, 'a> Ctx<'p, 'a> {
         best
     }
 
-    /// The smallest memory any policy gives.
+    /// The smallest memory any allowed policy gives.
     fn min_mem(&self, a: &RangeSums, f: u64) -> u64 {
-        (0..3).map(|r| self.mem(a, f, r)).min().unwrap()
+        self.policies
+            .iter()
+            .map(|&r| self.mem(a, f, r))
+            .min()
+            .unwrap()
     }
 
     /// T_k of layers i..=j under policy r. The summation order is fixed (see module docs).
@@ -409,7 +416,7 @@ fn lower_policies(ctx: &Ctx, stages: &mut [StageChoice], p: usize, bound: f64) {
             .map(|(_, s)| s.time_s)
             .fold(0.0f64, f64::max);
         let s = &stages[k];
-        for policy in 0..3 {
+        for &policy in ctx.policies {
             if policy == s.policy {
                 break; // the current (fastest) policy is within bound by construction
             }
@@ -465,7 +472,7 @@ fn assemble_plan(ctx: &Ctx, chosen: &[StageChoice], p: usize) -> Plan {
 }
 
 /// G[s][i]: the least possible largest-stage memory of a suffix from layer i cut into s
-/// stages (policy per stage = the one with least memory). Flat, indexed s * n + i.
+/// stages (policy per stage = the allowed one with least memory). Flat, indexed s * n + i.
 fn min_max_memory(ctx: &Ctx, s_max: usize) -> Vec<u64> {
     let prep = ctx.prep;
     let n = prep.n;
@@ -554,6 +561,12 @@ fn classes(prob: &Problem, d: u64, pmax: usize) -> Vec<(u64, Vec<usize>)> {
         .collect()
 }
 
+/// `, recompute = POLICY` when the problem fixes the policy (for memory messages), else ''.
+fn fixed_policy(prob: &Problem) -> String {
+    prob.recompute
+        .map_or_else(String::new, |r| format!(", recompute = {}", r.as_str()))
+}
+
 /// Why every option of the problem is infeasible, given that batch and devices are fine:
 /// the least largest-stage memory over every allowed (d, p).
 fn memory_violation(prep: &Prepared) -> Violation {
@@ -583,8 +596,10 @@ fn memory_violation(prep: &Prepared) -> Violation {
         kind: ViolationKind::Memory,
         message: format!(
             "memory: no placement fits: the least memory any option needs is {needed} bytes \
-             per device on its largest stage (d = {d}, p = {p}, t = {}), but HBM is {} bytes",
-            prob.tp, prob.hbm_bytes
+             per device on its largest stage (d = {d}, p = {p}, t = {}{}), but HBM is {} bytes",
+            prob.tp,
+            fixed_policy(prob),
+            prob.hbm_bytes
         ),
         needed_bytes: Some(needed),
         dp: Some(d),
@@ -733,7 +748,8 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
                 kind: ViolationKind::Memory,
                 message: format!(
                     "memory: the largest stage needs at least {needed} bytes per device \
-                     (d = {dp}, p = {pp}, t = {t}), but HBM is {} bytes",
+                     (d = {dp}, p = {pp}, t = {t}{}), but HBM is {} bytes",
+                    fixed_policy(prob),
                     prob.hbm_bytes
                 ),
                 needed_bytes: Some(needed),

@@ -5,7 +5,9 @@
 //! and so d powers of two), so every float operation in both codes is exact: the optimum and
 //! the whole documented tie-break can be compared with `==`.
 
-use phaze_dp::{evaluate_fixed, solve, Layer, NetLevel, Plan, Problem, Solution, ViolationKind};
+use phaze_dp::{
+    evaluate_fixed, solve, Layer, NetLevel, Plan, Problem, Recompute, Solution, ViolationKind,
+};
 
 struct Rng(u64);
 impl Rng {
@@ -72,6 +74,12 @@ fn random_problem(rng: &mut Rng) -> Problem {
             Some(1 + rng.below(n as u64) as usize)
         } else {
             None
+        },
+        // Half auto, half one fixed policy.
+        recompute: if rng.below(2) == 0 {
+            None
+        } else {
+            Recompute::from_index(rng.below(3) as usize)
         },
     }
 }
@@ -143,7 +151,7 @@ fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Ve
 type Key = (f64, u64, usize, Vec<usize>, Vec<usize>);
 
 /// Best plan for one (d, p) under a memory cap by the documented order, and the least max
-/// memory of any plan for it.
+/// memory of any plan for it. Every stage takes any policy, or the problem's fixed one.
 fn brute_dp(prob: &Problem, d: u64, p: usize, hbm: u64) -> (Option<Key>, u64) {
     let n = prob.layers.len();
     let mut best: Option<Key> = None;
@@ -164,6 +172,12 @@ fn brute_dp(prob: &Problem, d: u64, p: usize, hbm: u64) -> (Option<Key>, u64) {
             let pol: Vec<usize> = (0..p)
                 .map(|k| code / 3usize.pow((p - 1 - k) as u32) % 3)
                 .collect();
+            if prob
+                .recompute
+                .is_some_and(|r| pol.iter().any(|&x| x != r.index()))
+            {
+                continue;
+            }
             let (obj, mem, _) = price(prob, d, ends, &pol);
             least_mem = least_mem.min(mem);
             if mem > hbm {

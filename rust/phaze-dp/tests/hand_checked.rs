@@ -32,6 +32,7 @@ fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
         tp: 1,
         dp_overlap: false,
         max_stages: None,
+        recompute: None,
     }
 }
 
@@ -342,4 +343,60 @@ fn solve_many_keeps_order() {
     for (p, s) in probs.iter().zip(&sols) {
         assert_eq!(*s, solve(p));
     }
+}
+
+#[test]
+fn a_fixed_recompute_setting_is_the_only_policy() {
+    // The layer of `memory_forces_recompute`: stash 100/50/10 bytes, extra 0/0.5/1 s.
+    let mut l = layer();
+    l.saved_bytes = [100, 50, 10];
+    l.recompute_s = [0.0, 0.5, 1.0];
+    let mut prob = problem(vec![l], 1, 1);
+    prob.hbm_bytes = 1000; // everything fits: auto takes none (3 s)
+    assert_eq!(feasible(solve(&prob)).stages[0].recompute, Recompute::None);
+    // Fixed full: full although none fits and is faster; 3 + 1 = 4 s, 10 bytes.
+    prob.recompute = Some(Recompute::Full);
+    let plan = feasible(solve(&prob));
+    assert_eq!(plan.stages[0].recompute, Recompute::Full);
+    assert!(close(plan.time_per_batch_s, 4.0));
+    assert_eq!(plan.stages[0].memory_bytes, 10);
+    let ev = evaluate_fixed(&prob, 1, 1).unwrap();
+    assert_eq!(ev.plan.unwrap().stages[0].recompute, Recompute::Full);
+    // Fixed none with HBM 60: auto would take selective; none does not fit, and the report
+    // needs none's 100 bytes (not selective's 50) and names the setting.
+    prob.hbm_bytes = 60;
+    prob.recompute = Some(Recompute::None);
+    match solve(&prob) {
+        Solution::Infeasible(v) => {
+            assert_eq!(v.kind, ViolationKind::Memory);
+            assert_eq!(v.needed_bytes, Some(100));
+            assert!(v.message.contains("recompute = none"), "{}", v.message);
+        }
+        s => panic!("{s:?}"),
+    }
+    let ev = evaluate_fixed(&prob, 1, 1).unwrap();
+    assert!(!ev.feasible);
+    assert_eq!(ev.violations[0].needed_bytes, Some(100));
+    assert!(ev.violations[0].message.contains("recompute = none"));
+    assert_eq!(ev.plan.unwrap().stages[0].recompute, Recompute::None);
+    // Auto: no mention of a setting.
+    prob.recompute = None;
+    prob.hbm_bytes = 5;
+    match solve(&prob) {
+        Solution::Infeasible(v) => assert!(!v.message.contains("recompute"), "{}", v.message),
+        s => panic!("{s:?}"),
+    }
+}
+
+#[test]
+fn recompute_settings_by_name() {
+    assert_eq!(Recompute::setting("auto"), Ok(None));
+    for r in Recompute::ALL {
+        assert_eq!(Recompute::setting(r.as_str()), Ok(Some(r)));
+    }
+    let e = Recompute::setting("most").unwrap_err();
+    assert_eq!(
+        e.message,
+        "recompute must be one of auto, none, selective, full, got \"most\""
+    );
 }
