@@ -19,6 +19,13 @@ import numpy as np
 POLICIES = ("none", "selective", "full")
 
 
+def policies(problem: dict) -> tuple[int, ...]:
+    """The policy indices a stage may take: all three under ``recompute`` "auto" (or none
+    given), else the fixed one."""
+    setting = problem.get("recompute") or "auto"
+    return tuple(range(3)) if setting == "auto" else (POLICIES.index(setting),)
+
+
 def level_for(levels: list[dict], g: int) -> int:
     """Innermost level whose group_size >= g, else the last one."""
     for i, lv in enumerate(levels):
@@ -117,7 +124,7 @@ def plans(problem: dict, d: int, p: int, hbm: int | None = None):
     st = Stages(problem, d, p)
     for ends in splits(st.L, p):
         firsts = (0,) + tuple(e + 1 for e in ends[:-1])
-        for pols in itertools.product(range(3), repeat=p):
+        for pols in itertools.product(policies(problem), repeat=p):
             times = [st.time(i, j, r) for i, j, r in zip(firsts, ends, pols)]
             mems = [st.memory(i, j, r, k) for k, (i, j, r) in enumerate(zip(firsts, ends, pols))]
             exps = [st.exposed(i, j) for i, j in zip(firsts, ends)]
@@ -152,18 +159,21 @@ class Optimum:
 def best_of(problem: dict, d: int, p: int, hbm: int | None = None) -> tuple[Priced | None, int]:
     """Fastest fitting plan of (d, p) and the least max-stage memory of any plan of it.
 
-    Same enumeration as `plans` (every split, every policy per stage), with the 3^p policy
+    Same enumeration as `plans` (every split, every allowed policy per stage), with the policy
     combinations of a split evaluated at once as a numpy array (max is exact, and the final
     multiply-add is the same IEEE operation as the scalar one).
     """
     hbm = problem["hbm_bytes"] if hbm is None else hbm
     st = Stages(problem, d, p)
+    allowed_pols = policies(problem)
     best, best_time, least = None, math.inf, None
     for ends in splits(st.L, p):
         firsts = (0,) + tuple(e + 1 for e in ends[:-1])
         rows = list(zip(firsts, ends))
-        t_rows = [np.array([st.time(i, j, r) for r in range(3)]) for i, j in rows]
-        m_rows = [np.array([st.memory(i, j, r, k) for r in range(3)], dtype=object) for k, (i, j) in enumerate(rows)]
+        t_rows = [np.array([st.time(i, j, r) for r in allowed_pols]) for i, j in rows]
+        m_rows = [
+            np.array([st.memory(i, j, r, k) for r in allowed_pols], dtype=object) for k, (i, j) in enumerate(rows)
+        ]
         max_t = functools.reduce(np.maximum.outer, t_rows)
         max_m = functools.reduce(np.maximum.outer, m_rows)
         max_e = max(st.exposed(i, j) for i, j in rows)
@@ -174,7 +184,7 @@ def best_of(problem: dict, d: int, p: int, hbm: int | None = None) -> tuple[Pric
         flat = int(np.argmin(masked))
         if masked.flat[flat] < best_time:
             best_time = float(masked.flat[flat])
-            pols = tuple(int(x) for x in np.unravel_index(flat, (3,) * p))
+            pols = tuple(allowed_pols[int(x)] for x in np.unravel_index(flat, (len(allowed_pols),) * p))
             best = Priced(d, p, ends, pols, best_time)
     return best, least
 

@@ -11,6 +11,8 @@ solving.
 from typing import Literal, NotRequired, TypedDict
 
 Policy = Literal["none", "selective", "full"]
+#: "auto": each stage takes the fastest policy that fits; a policy: every stage uses it.
+RecomputeSetting = Literal["auto", "none", "selective", "full"]
 ViolationKind = Literal["batch", "devices", "stages", "memory"]
 
 class LayerDict(TypedDict):
@@ -44,6 +46,9 @@ class ProblemDict(TypedDict):
     tp: int  # t
     dp_overlap: bool  # the DP all-reduce hides behind the stage's backward
     max_stages: NotRequired[int | None]
+    # Default "auto" (or None); a policy restricts every stage to it, in the search, the memory
+    # check and the infeasibility report (whose message then says "recompute = POLICY").
+    recompute: NotRequired[RecomputeSetting | None]
 
 class StageDict(TypedDict):
     first_layer: int

@@ -24,8 +24,22 @@ EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
 }
 
 
+#: The recompute settings a user may give (``--recompute``): ``auto`` lets the DP choose each
+#: stage's policy, a policy fixes it for every stage (docs/design.md §6.4).
+RECOMPUTE_SETTINGS: tuple[_phaze_rs.RecomputeSetting, ...] = ("auto", "none", "selective", "full")
+
+
 class PlacementError(ValueError):
     """A bad placement option (its message is one line, for the user)."""
+
+
+def parse_recompute(text: str) -> _phaze_rs.RecomputeSetting:
+    """A recompute setting, checked: one of :data:`RECOMPUTE_SETTINGS` (the Rust DP checks it
+    again; this says it to the user before any work)."""
+    for setting in RECOMPUTE_SETTINGS:
+        if text == setting:
+            return setting
+    raise PlacementError(f"recompute '{text}': expected one of {', '.join(RECOMPUTE_SETTINGS)}")
 
 
 @dataclass(frozen=True)
@@ -106,12 +120,15 @@ def problem(
     micro_batch: int,
     tp: int,
     dp_overlap: bool = False,
+    recompute: str = "auto",
 ) -> _phaze_rs.ProblemDict:
-    """The problem dict of ``solve_placement`` / ``evaluate_placement``."""
+    """The problem dict of ``solve_placement`` / ``evaluate_placement``; ``recompute``: ``auto``
+    (each stage's policy chosen by the DP) or the policy every stage uses."""
     if devices < 1:
         raise PlacementError(f"devices = {devices}: expected a positive integer")
     if global_batch < 1:
         raise PlacementError(f"global batch = {global_batch}: expected a positive integer")
+    setting = parse_recompute(recompute)
     return {
         "layers": [layer.as_dict() for layer in layers],
         "devices": devices,
@@ -121,6 +138,7 @@ def problem(
         "micro_batch": micro_batch,
         "tp": tp,
         "dp_overlap": dp_overlap,
+        "recompute": setting,
     }
 
 

@@ -6,7 +6,7 @@
 //! silently ignored). A missing key raises `KeyError`, a bad value `ValueError`, both naming
 //! where it is (`problem.layers[3].fwd_s`): [`located`] restates the derive's error chain.
 
-use phaze_dp::{Evaluation, Layer, NetLevel, Plan, Problem, Solution, Violation};
+use phaze_dp::{Evaluation, Layer, NetLevel, Plan, Problem, Recompute, Solution, Violation};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList};
@@ -84,6 +84,22 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Flag {
     type Error = PyErr;
     fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         v.extract::<bool>().map(Flag).map_err(|_| bad("a bool", &v))
+    }
+}
+
+/// A recompute setting: `"auto"` (None) or a policy's name; the words are the core's
+/// ([`Recompute::setting`]).
+struct RecomputeSetting(Option<Recompute>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for RecomputeSetting {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let name: String = v
+            .extract()
+            .map_err(|_| bad("a string (auto, none, selective, full)", &v))?;
+        Recompute::setting(&name)
+            .map(RecomputeSetting)
+            .map_err(|e| PyValueError::new_err(e.message))
     }
 }
 
@@ -274,6 +290,8 @@ struct ProblemInput {
     dp_overlap: Flag,
     #[pyo3(item, default)]
     max_stages: Option<Count>,
+    #[pyo3(item, default)]
+    recompute: Option<RecomputeSetting>,
 }
 
 impl Keys for ProblemInput {
@@ -287,6 +305,7 @@ impl Keys for ProblemInput {
         "tp",
         "dp_overlap",
         "max_stages",
+        "recompute",
     ];
 }
 
@@ -330,6 +349,7 @@ impl From<ProblemInput> for Problem {
             max_stages: p
                 .max_stages
                 .map(|c| usize::try_from(c.0).unwrap_or(usize::MAX)),
+            recompute: p.recompute.and_then(|r| r.0),
         }
     }
 }
