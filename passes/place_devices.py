@@ -67,9 +67,10 @@ def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
 
 
 def build_problem(
-    module: ModuleOp, devices: int, global_batch: int, dp_overlap: bool, pass_name: str
+    module: ModuleOp, devices: int, global_batch: int, dp_overlap: bool, pass_name: str, recompute: str = "auto"
 ) -> _phaze_rs.ProblemDict:
-    """The DP problem of a module annotated by the cost passes."""
+    """The DP problem of a module annotated by the cost passes (``recompute``: ``auto`` or the
+    policy of every stage)."""
     layers = layer_numbers(module, pass_name)
     acc = module_accelerator(module, pass_name)
     spec = acc.to_dict()
@@ -83,6 +84,7 @@ def build_problem(
             micro_batch=keys.int_of(module, keys.MICRO_BATCH_SIZE, 1),
             tp=keys.int_of(module, keys.TP_WIDTH, 1),
             dp_overlap=dp_overlap,
+            recompute=recompute,
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
@@ -178,7 +180,10 @@ class PlaceDevicesPass(ModulePass):
     ``placement`` (``phaze`` to search, ``expert`` for the paper's placement of this model, or
     ``expert:PP,DP,TP`` to evaluate a fixed one: an infeasible fixed placement is still written,
     with ``feasible = "no"`` and the binding constraint), ``dp_overlap`` (hide the DP gradient
-    all-reduce behind the stage's backward).  Requires the cost annotations of
+    all-reduce behind the stage's backward), ``recompute`` (``auto``, the default: each stage's
+    policy chosen by the DP; ``none``, ``selective`` or ``full``: every stage uses that policy,
+    as ``expert:PP,DP,TP`` fixes the degrees; when it does not fit, the plan is written with
+    ``feasible = "no"`` and the memory constraint).  Requires the cost annotations of
     ``phaze-schedule-ops`` and ``phaze-insert-recompute`` and a ``phaze.accelerator``.
     """
 
@@ -187,13 +192,15 @@ class PlaceDevicesPass(ModulePass):
     global_batch: int = 4096
     placement: str = "phaze"
     dp_overlap: bool = False
+    recompute: str = "auto"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         try:
             fixed = pl.parse_placement(self.placement, keys.string_of(op, keys.MODEL))
+            recompute = pl.parse_recompute(self.recompute)
         except pl.PlacementError as e:
             raise PhazeError(f"{self.name}: {e}") from e
-        problem = build_problem(op, self.devices, self.global_batch, self.dp_overlap, self.name)
+        problem = build_problem(op, self.devices, self.global_batch, self.dp_overlap, self.name, recompute)
         result = solve(problem, fixed)
         label = "phaze" if fixed is None else "expert:{},{},{}".format(*fixed)
         write_plan(op, problem, result, label)

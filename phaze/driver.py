@@ -52,6 +52,9 @@ class Options:
     global_batch: int = 4096
     placement: str = "phaze"
     dp_overlap: bool = False
+    #: ``auto``: the DP chooses each stage's recompute policy; ``none``, ``selective``, ``full``:
+    #: every stage uses that one (``phaze-place-devices{recompute=...}``).
+    recompute: str = "auto"
     strict: bool = False
     # SCIP stops a layer's schedule at 0.5 % proven gap or after 10 s (the gap limit makes the
     # plan sweep several times faster than proving optimality, and deterministic in practice).
@@ -95,7 +98,7 @@ def pipeline(stage: str, tp: int, opts: Options) -> str:
         overlap = "true" if opts.dp_overlap else "false"
         passes.append(
             f"phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} "
-            f'placement="{opts.placement}" dp_overlap={overlap}}}'
+            f'placement="{opts.placement}" dp_overlap={overlap} recompute="{opts.recompute}"}}'
         )
     return ",".join(passes)
 
@@ -164,7 +167,7 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
     TP widths and return the module of the best feasible plan (the highest throughput; ties go
     to the smaller micro-batch, then the smaller TP width) and every point of the sweep.
     ``accelerator``: the chip (default: ``opts.hw``)."""
-    from passes.algorithms.placement import PlacementError, parse_placement
+    from passes.algorithms.placement import PlacementError, parse_placement, parse_recompute
     from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
 
     if opts.emit not in STAGES:
@@ -175,6 +178,10 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
     for t in opts.tp_widths or ():
         if t < 1:
             raise PhazeError(f"--tp {t}: expected a positive integer")
+    try:
+        parse_recompute(opts.recompute)
+    except PlacementError as e:
+        raise PhazeError(f"--recompute: {e}") from e
     stage = opts.emit
     opts = replace(opts, schedule_cache=schedule_cache(opts))
     if accelerator is None and STAGES.index(stage) >= STAGES.index("tiled"):
@@ -259,8 +266,9 @@ def unpriced_ops(module: ModuleOp) -> list[dict[str, Any]]:
     return [{"kind": "unpriced-op", **r.as_dict()} for r in keys.records_of(module, keys.WARNINGS, UnpricedOpAttr)]
 
 
-def plan_json(module: ModuleOp, candidates: list[Candidate]) -> dict[str, Any]:
-    """The plan as JSON (the schema is in README.md, "The plan as JSON")."""
+def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "auto") -> dict[str, Any]:
+    """The plan as JSON (the schema is in README.md, "The plan as JSON"); ``recompute``: the
+    setting it was placed under (``Options.recompute``; each stage's policy is in its stage)."""
     from phaze_ir.hardware_ir import module_accelerator
 
     plan = plan_record(module)
@@ -286,6 +294,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate]) -> dict[str, Any]:
         "devices_used": plan["devices_used"],
         "max_memory_bytes": plan["max_memory_bytes"],
         "placement": plan["placement"],
+        "recompute": recompute,
         "feasible": plan["feasible"] == "yes",
         "binding": plan["binding"],
         "accelerator": accelerator,

@@ -96,6 +96,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dp-overlap", action="store_true", help="hide the DP gradient all-reduce behind backward")
     p.add_argument(
+        "--recompute",
+        default="auto",
+        choices=("auto", "none", "selective", "full"),
+        help="activation recompute: auto (default) lets the placement choose per stage; none, selective "
+        "or full fixes it for every stage, to price a run as it is run",
+    )
+    p.add_argument(
         "--solver-time-limit",
         type=float,
         default=None,
@@ -236,6 +243,7 @@ def options(args: argparse.Namespace):
         global_batch=args.global_batch,
         placement=args.placement,
         dp_overlap=args.dp_overlap,
+        recompute=args.recompute,
         strict=args.strict,
         schedule_time_limit=time_limit,
         schedule_gap=args.solver_gap,
@@ -363,7 +371,7 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
         else:
             log("plan:\n" + driver.summary(module))
         if args.json:
-            _write_json(args.json, driver.plan_json(module, candidates))
+            _write_json(args.json, driver.plan_json(module, candidates, opts.recompute))
             log(f"wrote {args.json}")
     return print_module(module, generic=args.print_op_generic), failure
 
