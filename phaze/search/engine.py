@@ -19,10 +19,12 @@ bounds on the throughput):
    ``b·N / (t·Σ_layers (fwd_lb + bwd_lb))`` (every micro-batch crosses every layer on a group of
    ``t`` of the ``N`` devices), with ``*_lb`` :func:`~passes.algorithms.schedule_bounds.group_lower_bound`;
 2. **DP bound**: the Rust DP run on those lower-bound times, for each setting and HBM capacity
-   (identical bound vectors are solved once).  Skipped with ``dp_overlap``: when the DP
-   all-reduce hides behind a stage's backward, a shorter backward exposes more of it, so the DP
-   is not monotone in the layer times and its value on lower bounds bounds nothing (random
-   problems show it); the work bound, which counts no communication, still holds;
+   (identical bound vectors are solved once), under the same recompute setting as the exact
+   DP (a fixed policy restricts both alike: the same feasible set, each plan's time monotone).
+   Skipped with ``dp_overlap``: when the DP all-reduce hides behind a stage's backward, a
+   shorter backward exposes more of it, so the DP is not monotone in the layer times and its
+   value on lower bounds bounds nothing (random problems show it); the work bound, which counts
+   no communication nor recompute, still holds;
 3. **exact**: the settings whose DP bound can still matter are scheduled and placed exactly.
 
 Architectures are visited best bound first, so the incumbent rises fast and the search stops
@@ -123,11 +125,13 @@ class ModelTask:
 
 @dataclass
 class Params:
-    """The cluster and the training step."""
+    """The cluster and the training step; ``recompute``: ``auto`` (the DP picks each stage's
+    policy) or the policy of every stage."""
 
     devices: int
     global_batch: int
     dp_overlap: bool = False
+    recompute: str = "auto"
 
 
 @dataclass
@@ -254,6 +258,7 @@ class Evaluator:
             micro_batch=setting.micro_batch,
             tp=setting.tp,
             dp_overlap=self.params.dp_overlap,
+            recompute=self.params.recompute,
         )
 
     def place(

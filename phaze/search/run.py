@@ -267,7 +267,7 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions) -> _Inputs:
     """Load the space and the model files and check them, before anything slow (a wrong
     argument is a one-line error, not one after the preparation)."""
     from passes.algorithms.arch_space import load_space, paper_space
-    from passes.algorithms.placement import EXPERT_PLACEMENTS, PlacementError, parse_placement
+    from passes.algorithms.placement import EXPERT_PLACEMENTS, PlacementError, parse_placement, parse_recompute
     from phaze import driver
     from phaze_ir.frontend import load_model_file
     from phaze_ir.hardware import HardwareError
@@ -286,6 +286,10 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions) -> _Inputs:
         fixed = [parse_placement(opts.placement, n) for n in names]
     except PlacementError as e:
         raise PhazeError(f"--placement: {e}") from e
+    try:
+        parse_recompute(opts.recompute)
+    except PlacementError as e:
+        raise PhazeError(f"--recompute: {e}") from e
     experts = [EXPERT_PLACEMENTS.get(n) for n in names]
     # Besides the widths searched, those of the given placements and of the experts' baselines.
     tps = tuple(opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
@@ -476,14 +480,16 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: Progress | 
     log(
         f"space '{space.spec.name}': {len(space):,} chips x {len(space.hbm_options)} HBM options; "
         f"micro-batch {list(opts.micro_batches)}, TP {list(inputs.tps)}; {opts.devices} devices, "
-        f"global batch {opts.global_batch}"
+        f"global batch {opts.global_batch}" + (f"; recompute {opts.recompute}" if opts.recompute != "auto" else "")
     )
 
     with make_backend(sopts.backend, sopts.jobs, sopts.address) as backend:
         with _timed(walls, "prepare"):
             settings = prepare(paths, opts, inputs.tps, sopts, backend, log)
         cache = sched.ScheduleCache(Path(sopts.cache_dir, "schedules") if sopts.cache_dir else None)
-        ev = Evaluator(Params(opts.devices, opts.global_batch, opts.dp_overlap), sopts.limits, cache, backend)
+        ev = Evaluator(
+            Params(opts.devices, opts.global_batch, opts.dp_overlap, opts.recompute), sopts.limits, cache, backend
+        )
         cands = Candidates.of_space(space)
         chip_cands = Candidates.of_accelerator(driver.load_accelerator(BASELINE_CHIP))
         allowed = set(opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
@@ -515,15 +521,18 @@ def run(paths: list[str], opts, sopts: SearchOptions, log, progress: Progress | 
     walls.update(ev.timers)
 
     search_stats = _search_statistics(result, space, walls, ev, cands, sopts.limits)
-    module, data = _assemble(modules, names, [baselines[b] for b in BASELINES if b in baselines], search_stats)
+    module, data = _assemble(
+        modules, names, [baselines[b] for b in BASELINES if b in baselines], search_stats, opts.recompute
+    )
     if len(tasks) > 1:
         data["models_detail"] = _models_detail(names, best, own)
     return module, data
 
 
-def _assemble(modules, names, baselines, stats):
+def _assemble(modules, names, baselines, stats, recompute: str = "auto"):
     """The output module (one model: its plan module; several: a module holding the chip's plan
-    module of each model) with ``phaze.baselines``, and the JSON."""
+    module of each model) with ``phaze.baselines``, and the JSON (``recompute``: the setting
+    the plans were placed under)."""
     from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 
     from phaze import driver
@@ -548,7 +557,7 @@ def _assemble(modules, names, baselines, stats):
     )
     plans = []
     for module in modules:
-        p = driver.plan_json(module, [])
+        p = driver.plan_json(module, [], recompute)
         p.pop("candidates", None)
         for stage, mem in zip(p["stages"], _memory_breakdown(module)):
             stage["memory"] = mem
