@@ -1,0 +1,204 @@
+"""``phaze-validate``: compare phaze's predicted time per batch with measured training runs.
+
+``phaze-validate RUNS.csv --hw a100`` reads a CSV of measured GPT runs (the columns of the
+vTrain authors' measurements: GPUs, global batch, micro batch, hidden size, attention heads,
+layers, sequence length, TP, DP, PP, iteration time in ms; optional vocabulary, dtype and
+split), prices each run at exactly its placement with the full IR pipeline on the given
+hardware (``phaze/validate.py``), and prints per run the predicted and measured time and the
+signed error, then per split (dev, holdout: a seeded fifth held apart) the median and p90 of
+|error| and the worst runs.  ``--json FILE`` writes all of it.
+
+Bad input (a missing file or column, an inconsistent row, a bad option) gets a one-line error
+and exit status 1; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+
+from phaze.messages import show_warnings_as
+from phaze.outputs import refuse_clashes, write_atomically
+from phaze_ir.errors import PhazeError
+
+MAX_INT = 2**31 - 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    from phaze import validate as v
+
+    p = argparse.ArgumentParser(
+        prog="phaze-validate",
+        description="Price measured training runs (a CSV) with phaze and report the errors.",
+    )
+    p.add_argument("csv", metavar="RUNS.csv", help="measured runs, one per line (README: 'Validating the cost model')")
+    p.add_argument(
+        "--hw", required=True, metavar="NAME|FILE", help="the hardware: a preset (a100, h100, tpuv4) or a TOML file"
+    )
+    p.add_argument("--json", metavar="FILE", help="also write every run, the summaries and the timing as JSON")
+    p.add_argument(
+        "--split",
+        default="all",
+        choices=("all", "dev", "holdout"),
+        help="price only this part of the runs (default: all)",
+    )
+    p.add_argument(
+        "--holdout",
+        type=float,
+        default=v.DEFAULT_HOLDOUT,
+        metavar="F",
+        help="fraction of the runs held apart, never to calibrate on (default 0.2; a 'split' column overrides)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=v.DEFAULT_SEED, metavar="N", help="seed of the held-apart draw (default 0)"
+    )
+    p.add_argument(
+        "--rows",
+        metavar="LIST",
+        help="price only these rows (1 is the first run): e.g. '1-20,35'; the summaries cover them only",
+    )
+    p.add_argument(
+        "--recompute",
+        default=v.DEFAULT_RECOMPUTE,
+        choices=("auto", "none", "selective", "full"),
+        help="activation recompute of the runs (default full, as the vTrain runs; auto lets the placement choose)",
+    )
+    p.add_argument("--worst", type=int, default=5, metavar="N", help="worst runs shown per split (default 5)")
+    p.add_argument("--summary-only", action="store_true", help="print the summaries, not every run")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes (default: the CPUs of this machine; 1 runs in-process)",
+    )
+    p.add_argument("--backend", default="local", choices=("local", "ray"), help="local processes (default) or Ray")
+    p.add_argument("--address", default=None, metavar="ADDR", help="Ray cluster address (default: a local instance)")
+    p.add_argument(
+        "--cache",
+        default=None,
+        metavar="DIR",
+        help="keep layer schedules in this directory, shared by the workers and later runs (default: in memory)",
+    )
+    p.add_argument(
+        "--solver-time-limit", type=float, default=10.0, metavar="S", help="SCIP seconds per layer schedule (10)"
+    )
+    p.add_argument(
+        "--solver-nodes", type=int, default=0, metavar="N", help="SCIP nodes per layer schedule (0: no limit)"
+    )
+    p.add_argument(
+        "--solver-max-binaries", type=int, default=0, metavar="N", help="largest layer MILP solved (0: no limit)"
+    )
+    p.add_argument("--solver-gap", type=float, default=0.005, metavar="G", help="relative gap to stop at (0.005)")
+    p.add_argument("--strict", action="store_true", help="unknown aten ops are errors, not phaze.opaque")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    return p
+
+
+def parse_rows(spec: str, count: int) -> set[int]:
+    """The rows of ``--rows`` ('1-20,35'), each in 1..count."""
+    rows: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            a = int(lo)
+            b = int(hi) if sep else a
+        except ValueError:
+            raise PhazeError(f"--rows {spec}: expected row numbers and ranges, e.g. '1-20,35'") from None
+        if not 1 <= a <= b <= count:
+            raise PhazeError(f"--rows {spec}: '{part}' is not within the file's rows 1-{count}")
+        rows.update(range(a, b + 1))
+    return rows
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Every number of the command line in its range, before any work."""
+    if args.jobs is not None and not 1 <= args.jobs <= MAX_INT:
+        raise PhazeError(f"-j/--jobs {args.jobs}: expected a positive integer up to {MAX_INT}")
+    if not (math.isfinite(args.holdout) and 0 <= args.holdout <= 1):
+        raise PhazeError(f"--holdout {args.holdout}: expected a fraction in [0, 1]")
+    if args.worst < 0:
+        raise PhazeError(f"--worst {args.worst}: expected a count from 0")
+    for flag, value in (("--solver-nodes", args.solver_nodes), ("--solver-max-binaries", args.solver_max_binaries)):
+        if not 0 <= value <= MAX_INT:
+            raise PhazeError(f"{flag} {value}: expected a number from 0 (no limit) to {MAX_INT}")
+    if not (math.isfinite(args.solver_time_limit) and args.solver_time_limit > 0):
+        raise PhazeError(f"--solver-time-limit {args.solver_time_limit}: expected a positive, finite number of seconds")
+    if not (math.isfinite(args.solver_gap) and 0 <= args.solver_gap < 1):
+        raise PhazeError(f"--solver-gap {args.solver_gap}: expected a relative gap in [0, 1)")
+
+
+def run(args: argparse.Namespace, log) -> str:
+    """Validate as the arguments ask; the text report (the JSON is written when asked)."""
+    from phaze import validate as v
+
+    check_numbers(args)
+    inputs = [("the runs file", args.csv)]
+    if os.path.exists(args.hw):
+        inputs.append(("the --hw file", args.hw))
+    refuse_clashes(inputs, [("--json", args.json)])
+    runs = v.assign_splits(v.read_runs(args.csv), args.holdout, args.seed)
+    if args.rows:
+        chosen = parse_rows(args.rows, len(runs))
+        runs = [r for r in runs if r.row in chosen]
+    if args.split != "all":
+        runs = [r for r in runs if r.split == args.split]
+    if not runs:
+        raise PhazeError(f"{args.csv}: no runs in the {args.split} split")
+    if args.cache:
+        os.makedirs(args.cache, exist_ok=True)
+    settings = v.Settings(
+        hw=args.hw,
+        recompute=args.recompute,
+        schedule_time_limit=args.solver_time_limit,
+        schedule_gap=args.solver_gap,
+        schedule_nodes=args.solver_nodes,
+        schedule_max_binaries=args.solver_max_binaries,
+        strict=args.strict,
+        cache_dir=os.path.abspath(args.cache) if args.cache else None,
+        quiet=args.quiet,
+    )
+    jobs = args.jobs if args.jobs is not None else max(1, len(os.sched_getaffinity(0)))
+    priced, timing = v.validate(runs, settings, jobs, args.backend, args.address, log)
+    result = v.Validation(runs, priced, settings, args.csv, args.holdout, args.seed, timing)
+    log(
+        f"priced {len(runs)} runs in {timing['wall_s']:.1f} s ({timing['traces']} traces, "
+        f"{timing['compilations']} compilations; CPU s: trace {timing['trace_s']:.1f}, compile "
+        f"{timing['compile_s']:.1f}, place {timing['place_s']:.1f})"
+    )
+    if args.json:
+        write_atomically(args.json, json.dumps(result.to_json(args.worst), indent=2) + "\n")
+        log(f"wrote {args.json}")
+    return v.report_text(result, args.worst, per_run=not args.summary_only)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    show_warnings_as("phaze-validate")
+
+    def log(msg: str) -> None:
+        if not args.quiet:
+            print(f"phaze-validate: {msg}", file=sys.stderr, flush=True)
+
+    try:
+        sys.stdout.write(run(args, log))
+    except PhazeError as e:
+        if args.debug:
+            raise
+        print(f"phaze-validate: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("phaze-validate: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,768 @@
+"""Validation of the cost model against measured training runs (``phaze-validate``).
+
+A CSV of measured runs (one GPT training configuration and its measured time per iteration a
+row; the columns are those of the vTrain authors' measurements, :data:`COLUMNS`) is priced run
+by run: each GPT is built from its shape on the meta device (:func:`model_file_text`, a model
+file like ``examples/gpt2_xl.py``), traced, compiled through the IR pipeline on the given
+hardware (``phazec --hw``'s passes) and placed at exactly the run's placement
+(``phaze-place-devices{placement="expert:PP,DP,TP"}``, the run's devices and global batch);
+the predicted time per batch is compared with the measured one.
+
+Work is shared as far as the runs allow, so that 1,440 runs take minutes:
+
+* one trace per (shape, micro-batch) (a trace has concrete shapes, so not fewer): every TP
+  width and every run of that shape and micro-batch uses it;
+* the TP-independent passes (``phazec --emit training``) run once per trace, and the rest of the
+  pipeline up to ``recompute`` once per (shape, micro-batch, TP) on a copy;
+* only ``phaze-place-devices`` runs per run (it reads nothing of what it writes, so it is
+  applied in turn to the one module, not to copies);
+* the shapes that differ only in their number of layers go to the same worker, whose schedule
+  cache (``passes.algorithms.schedule.ScheduleCache``) then solves their identical blocks once;
+  independent groups run in parallel on a :func:`phaze.search.backend.make_backend` backend.
+
+The held-apart part (:func:`assign_splits`): a fixed fraction of the runs (default a fifth),
+chosen by a seeded hash of each run's values, never depends on the order of the rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from phaze_ir.errors import PhazeError
+
+Log = Callable[[str], None]
+
+#: The columns a run needs: field name -> header (as the vTrain files spell them; matched
+#: without case and surrounding blanks, a UTF-8 byte-order mark stripped).
+COLUMNS = {
+    "gpus": "# GPUs",
+    "global_batch": "global batch",
+    "micro_batch": "micro batch",
+    "hidden": "hidden size",
+    "heads": "attention heads",
+    "layers": "# layers",
+    "seq_len": "sequence length",
+    "tp": "tensor parallelism",
+    "dp": "data parallelism",
+    "pp": "pipeline parallelism",
+    "measured_ms": "iteration time (ms)",
+}
+#: Optional columns: the tokenizer's vocabulary (padded as Megatron pads it, see
+#: :data:`VOCAB_MULTIPLE`), the training precision, and a given split (``dev`` or ``holdout``).
+OPTIONAL_COLUMNS = {"vocabulary": "vocabulary", "dtype": "dtype", "split": "split"}
+#: Megatron's GPT-2 BPE vocabulary, the default of Megatron's GPT (and of the vTrain runs).
+DEFAULT_VOCABULARY = 50257
+#: Megatron pads the vocabulary to a multiple of ``make-vocab-size-divisible-by`` (128) x TP.
+#: The model is built with the vocabulary padded to 128; ``phaze-shard-tensor-parallel`` pads
+#: it further to a multiple of 128 x TP (its ``vocab_multiple``), so every TP width gets
+#: Megatron's padded size (50,304 at TP 1, 50,432 at TP 2, 50,688 at TP 4, 51,200 at TP 8).
+VOCAB_MULTIPLE = 128
+DTYPES = ("float16", "bfloat16", "float32")
+SPLITS = ("dev", "holdout")
+DEFAULT_HOLDOUT = 0.2
+DEFAULT_SEED = 0
+#: The recompute of the runs priced (the vTrain runs checkpoint every layer's activations).
+DEFAULT_RECOMPUTE = "full"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A GPT as Megatron builds it: learned positions, GELU MLP of 4h, tied embeddings."""
+
+    hidden: int
+    heads: int
+    layers: int
+    seq_len: int
+    vocabulary: int = DEFAULT_VOCABULARY
+    dtype: str = "float16"
+
+    @property
+    def name(self) -> str:
+        name = f"gpt-h{self.hidden}-a{self.heads}-l{self.layers}-s{self.seq_len}"
+        if self.vocabulary != DEFAULT_VOCABULARY:
+            name += f"-v{self.vocabulary}"
+        return name + ("" if self.dtype == "float16" else f"-{self.dtype}")
+
+    @property
+    def padded_vocabulary(self) -> int:
+        """The vocabulary the model is built with (padded to :data:`VOCAB_MULTIPLE`)."""
+        return -(-self.vocabulary // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
+    @property
+    def family(self) -> tuple:
+        """What the shape shares with the shapes that only have more or fewer layers (their
+        blocks are the same layer: the same schedules)."""
+        return (self.hidden, self.heads, self.seq_len, self.vocabulary, self.dtype)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run (a data row of the CSV)."""
+
+    row: int  #: 1 for the first data row
+    line: int  #: its line in the file (the header is line 1)
+    gpus: int
+    global_batch: int
+    micro_batch: int
+    hidden: int
+    heads: int
+    layers: int
+    seq_len: int
+    tp: int
+    dp: int
+    pp: int
+    measured_ms: float
+    vocabulary: int = DEFAULT_VOCABULARY
+    dtype: str = "float16"
+    split: str = ""  #: "dev" or "holdout" (given in the file, or by :func:`assign_splits`)
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.hidden, self.heads, self.layers, self.seq_len, self.vocabulary, self.dtype)
+
+    @property
+    def placement(self) -> str:
+        return f"expert:{self.pp},{self.dp},{self.tp}"
+
+    @property
+    def measured_s(self) -> float:
+        return self.measured_ms / 1e3
+
+    def identity(self) -> str:
+        """The run's values, as the split hashes them (not its position in the file)."""
+        return ",".join(
+            str(v)
+            for v in (
+                self.gpus,
+                self.global_batch,
+                self.micro_batch,
+                self.hidden,
+                self.heads,
+                self.layers,
+                self.seq_len,
+                self.tp,
+                self.dp,
+                self.pp,
+                repr(float(self.measured_ms)),
+                self.vocabulary,
+                self.dtype,
+            )
+        )
+
+
+# ------------------------------------------------------------------------------------------
+# Reading the CSV
+# ------------------------------------------------------------------------------------------
+
+
+def _norm(header: str) -> str:
+    return " ".join(header.replace("\ufeff", "").strip().lower().split())
+
+
+def read_runs(path: str | os.PathLike[str]) -> list[Run]:
+    """The runs of a CSV file (see :data:`COLUMNS`), each checked; a missing column or an
+    inconsistent row is a :class:`PhazeError` of one line naming it."""
+    name = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise PhazeError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise PhazeError(f"{name}: is a directory, expected a CSV file") from None
+    except UnicodeDecodeError as e:
+        raise PhazeError(f"{name}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise PhazeError(f"{name}: cannot read: {e.strerror or e}") from None
+    return parse_runs(text, name)
+
+
+def parse_runs(text: str, name: str = "<csv>") -> list[Run]:
+    """The runs of CSV text (:func:`read_runs`)."""
+    reader = csv.reader(io.StringIO(text.lstrip("\ufeff")))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise PhazeError(f"{name}: empty file, expected a header line and one run per line") from None
+    except csv.Error as e:
+        raise PhazeError(f"{name}:1: not CSV: {e}") from None
+    index = {_norm(h): i for i, h in enumerate(header)}
+    columns: dict[str, int] = {}
+    for fld, head in COLUMNS.items():
+        if _norm(head) not in index:
+            raise PhazeError(
+                f"{name}: no column '{head}' (a run needs: " + ", ".join(f"'{h}'" for h in COLUMNS.values()) + ")"
+            )
+        columns[fld] = index[_norm(head)]
+    for fld, head in OPTIONAL_COLUMNS.items():
+        if _norm(head) in index:
+            columns[fld] = index[_norm(head)]
+    runs: list[Run] = []
+    try:
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue
+            runs.append(_run(row, columns, len(runs) + 1, reader.line_num, name))
+    except csv.Error as e:
+        raise PhazeError(f"{name}:{reader.line_num}: not CSV: {e}") from None
+    if not runs:
+        raise PhazeError(f"{name}: no runs (a header line and no data rows)")
+    if "split" in columns:
+        unset = [r.row for r in runs if not r.split]
+        if unset:
+            raise PhazeError(f"{name}: row {unset[0]}: the split column is empty (give dev or holdout on every row)")
+    return runs
+
+
+def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) -> Run:
+    where = f"{name}:{line}: row {n}"
+
+    def cell(fld: str) -> str:
+        i = columns[fld]
+        if i >= len(row) or not row[i].strip():
+            head = COLUMNS.get(fld) or OPTIONAL_COLUMNS[fld]
+            raise PhazeError(f"{where}: no value for '{head}'")
+        return row[i].strip()
+
+    def positive_int(fld: str) -> int:
+        text = cell(fld)
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value == int(value) and 1 <= value <= 2**31 - 1):
+            raise PhazeError(f"{where}: '{COLUMNS[fld]}' is {text!r}, expected a positive integer")
+        return int(value)
+
+    ints = {fld: positive_int(fld) for fld in COLUMNS if fld != "measured_ms"}
+    text = cell("measured_ms")
+    try:
+        ms = float(text)
+    except ValueError:
+        ms = math.nan
+    if not (math.isfinite(ms) and ms > 0):
+        raise PhazeError(f"{where}: '{COLUMNS['measured_ms']}' is {text!r}, expected a positive number of milliseconds")
+    vocabulary, dtype, split = DEFAULT_VOCABULARY, "float16", ""
+    if "vocabulary" in columns and columns["vocabulary"] < len(row) and row[columns["vocabulary"]].strip():
+        text = row[columns["vocabulary"]].strip()
+        if not text.isdigit() or int(text) < 1:
+            raise PhazeError(f"{where}: 'vocabulary' is {text!r}, expected a positive integer")
+        vocabulary = int(text)
+    if "dtype" in columns and columns["dtype"] < len(row) and row[columns["dtype"]].strip():
+        dtype = row[columns["dtype"]].strip().lower()
+        dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}.get(dtype, dtype)
+        if dtype not in DTYPES:
+            raise PhazeError(f"{where}: 'dtype' is {dtype!r}, expected one of {', '.join(DTYPES)}")
+    if "split" in columns and columns["split"] < len(row) and row[columns["split"]].strip():
+        split = row[columns["split"]].strip().lower()
+        if split not in SPLITS:
+            raise PhazeError(f"{where}: 'split' is {split!r}, expected dev or holdout")
+    run = Run(n, line, **ints, measured_ms=ms, vocabulary=vocabulary, dtype=dtype, split=split)
+    _check_consistent(run, where)
+    return run
+
+
+def _check_consistent(r: Run, where: str) -> None:
+    """What Megatron would refuse to run, or what contradicts itself."""
+    if r.gpus != r.tp * r.dp * r.pp:
+        raise PhazeError(f"{where}: {r.gpus} GPUs but TP x DP x PP = {r.tp} x {r.dp} x {r.pp} = {r.tp * r.dp * r.pp}")
+    if r.global_batch % (r.micro_batch * r.dp):
+        raise PhazeError(
+            f"{where}: global batch {r.global_batch} is not a multiple of micro batch x DP = "
+            f"{r.micro_batch} x {r.dp} = {r.micro_batch * r.dp}"
+        )
+    if r.hidden % r.heads:
+        raise PhazeError(f"{where}: hidden size {r.hidden} is not a multiple of the {r.heads} attention heads")
+    if r.heads % r.tp:
+        raise PhazeError(f"{where}: {r.heads} attention heads cannot be split over TP {r.tp}")
+    if r.pp > r.layers:
+        raise PhazeError(f"{where}: {r.pp} pipeline stages for {r.layers} layers")
+
+
+def assign_splits(runs: Sequence[Run], fraction: float = DEFAULT_HOLDOUT, seed: int = DEFAULT_SEED) -> list[Run]:
+    """The runs with their split: the ``round(fraction * n)`` runs of smallest
+    ``sha256("phaze-validate/<seed>/<values>")`` (ties, i.e. duplicate rows, by row) are
+    ``holdout``, the others ``dev``.  It depends on the runs' values only, never on the order
+    of the rows; runs whose split the file gives keep it (then nothing is drawn)."""
+    if not 0 <= fraction <= 1:
+        raise PhazeError(f"--holdout {fraction}: expected a fraction in [0, 1]")
+    if runs and all(r.split for r in runs):
+        return list(runs)
+
+    def key(r: Run) -> tuple[str, int]:
+        return hashlib.sha256(f"phaze-validate/{seed}/{r.identity()}".encode()).hexdigest(), r.row
+
+    held = {r.row for r in sorted(runs, key=key)[: round(fraction * len(runs))]}
+    return [replace(r, split="holdout" if r.row in held else "dev") for r in runs]
+
+
+# ------------------------------------------------------------------------------------------
+# The models
+# ------------------------------------------------------------------------------------------
+
+
+def model_file_text(shape: Shape) -> str:
+    """A phaze model file (README "A model file") of the GPT of ``shape``, as Megatron-LM builds
+    it: learned positions (``n_positions`` = the sequence), pre-LN blocks with a GELU MLP of 4h,
+    dropout 0.1 (Megatron's hidden and attention dropout), the word embedding tied to the LM
+    head, the vocabulary padded to :data:`VOCAB_MULTIPLE`.  ``phazec MODEL.py --hw ...
+    --placement expert:PP,DP,TP`` on it prices a run as ``phaze-validate`` does."""
+    return f'''"""{shape.name}: Megatron-LM's GPT (hidden {shape.hidden}, {shape.heads} heads, {shape.layers} layers,
+sequence {shape.seq_len}, vocabulary {shape.vocabulary} padded to {shape.padded_vocabulary}), written by phaze-validate.
+Built from its configuration on the meta device: no weights, no downloads."""
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+NAME = "{shape.name}"
+SEQ_LEN = {shape.seq_len}
+
+
+def config() -> GPT2Config:
+    return GPT2Config(
+        vocab_size={shape.padded_vocabulary},
+        n_positions={shape.seq_len},
+        n_embd={shape.hidden},
+        n_layer={shape.layers},
+        n_head={shape.heads},
+        activation_function="gelu",
+        resid_pdrop=0.1,
+        embd_pdrop=0.1,
+        attn_pdrop=0.1,
+        attn_implementation="eager",
+    )
+
+
+def get_model() -> torch.nn.Module:
+    return GPT2LMHeadModel(config())
+
+
+def get_inputs(micro_batch_size: int, seq_len: int = SEQ_LEN):
+    ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
+    return {{"input_ids": ids, "labels": ids}}
+'''
+
+
+def write_model_file(shape: Shape, directory: str | os.PathLike[str]) -> str:
+    """Write the model file of ``shape`` into ``directory`` (``<name>.py``); its path."""
+    path = os.path.join(os.fspath(directory), shape.name.replace(".", "_") + ".py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(model_file_text(shape))
+    return path
+
+
+# ------------------------------------------------------------------------------------------
+# Pricing
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How runs are priced (phazec --hw's defaults for the solver)."""
+
+    hw: str
+    recompute: str = DEFAULT_RECOMPUTE
+    optimizer: str = "adam"
+    schedule_time_limit: float = 10.0
+    schedule_gap: float = 0.005
+    schedule_nodes: int = 0
+    schedule_max_binaries: int = 0
+    strict: bool = False
+    cache_dir: str | None = None
+    quiet: bool = False
+    #: The loaded ``hw`` (:func:`validate` loads it once: every run is priced on the same chip,
+    #: even if the file changes meanwhile).
+    accelerator: Any = field(default=None, compare=False)
+
+    def options(self, run: Run | None = None):
+        """The driver's options (for the placement pass: those of ``run``)."""
+        from phaze.driver import Options
+
+        opts = Options(
+            hw=self.hw,
+            dtype=run.dtype if run else "float16",
+            optimizer=self.optimizer,
+            strict=self.strict,
+            schedule_time_limit=self.schedule_time_limit,
+            schedule_gap=self.schedule_gap,
+            schedule_nodes=self.schedule_nodes,
+            schedule_max_binaries=self.schedule_max_binaries,
+            recompute=self.recompute,
+        )
+        if run is not None:
+            opts = replace(opts, devices=run.gpus, global_batch=run.global_batch, placement=run.placement)
+        return opts
+
+
+@dataclass
+class Priced:
+    """What phaze predicts for one run."""
+
+    row: int
+    predicted_s: float | None  #: None: not feasible, or not priced
+    feasible: bool
+    note: str = ""  #: the binding constraint, or why the run could not be priced
+    memory_bytes: int = 0  #: the plan's largest memory per device
+    recompute: str = ""  #: the stages' recompute policies
+
+
+@dataclass
+class Job:
+    """The runs of one (shape, micro-batch): one trace."""
+
+    shape: Shape
+    micro_batch: int
+    runs: tuple[Run, ...]
+
+    @property
+    def tps(self) -> list[int]:
+        return sorted({r.tp for r in self.runs})
+
+    def cost(self) -> float:
+        """A guess of its work, for balancing: the IR is about proportional to the layers; a
+        trace costs about what half a compilation does."""
+        return self.shape.layers * (0.5 + len(self.tps)) + 0.01 * len(self.runs)
+
+
+@dataclass
+class JobResult:
+    priced: list[Priced]
+    trace_s: float = 0.0
+    compile_s: float = 0.0
+    place_s: float = 0.0
+    compiles: int = 0
+
+
+def jobs_of(runs: Sequence[Run]) -> list[Job]:
+    """One job per (shape, micro-batch), in order of first appearance."""
+    groups: dict[tuple[Shape, int], list[Run]] = {}
+    for r in runs:
+        groups.setdefault((r.shape, r.micro_batch), []).append(r)
+    return [Job(s, b, tuple(rs)) for (s, b), rs in groups.items()]
+
+
+def bundles_of(jobs: Sequence[Job], workers: int) -> list[list[Job]]:
+    """The jobs as at most ``4 * workers`` bundles (one task each on the backend, which then does
+    not chunk them), largest first: the jobs of one shape family (equal but for the layers) and
+    micro-batch stay in one bundle, so that one worker's schedule cache solves their identical
+    blocks once; families are spread over the bundles largest first (LPT)."""
+    families: dict[tuple, list[Job]] = {}
+    for j in jobs:
+        families.setdefault((j.shape.family, j.micro_batch), []).append(j)
+    fams = sorted(families.values(), key=lambda js: -sum(j.cost() for j in js))
+    if workers <= 1:
+        return [[j for fam in fams for j in sorted(fam, key=lambda j: j.shape.layers)]]
+    n = min(len(fams), 4 * workers)
+    bundles: list[list[Job]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for fam in fams:
+        k = load.index(min(load))
+        bundles[k] += sorted(fam, key=lambda j: j.shape.layers)
+        load[k] += sum(j.cost() for j in fam)
+    order = sorted(range(n), key=lambda k: -load[k])
+    return [bundles[k] for k in order if bundles[k]]
+
+
+_CACHES: dict[str | None, Any] = {}
+
+
+def _cache(directory: str | None):
+    """This process's schedule cache (one per directory; None: in memory)."""
+    from passes.algorithms.schedule import ScheduleCache
+
+    if directory not in _CACHES:
+        _CACHES[directory] = ScheduleCache(directory)
+    return _CACHES[directory]
+
+
+def price_bundle(work: tuple[Settings, list[Job]]) -> list[JobResult]:
+    """Price the jobs of a bundle, in this process (a backend's work item)."""
+    settings, jobs = work
+    return [price_job(job, settings) for job in jobs]
+
+
+def _say(settings: Settings, msg: str) -> None:
+    if not settings.quiet:
+        print(f"phaze-validate: {msg}", file=sys.stderr, flush=True)
+
+
+def price_job(job: Job, settings: Settings) -> JobResult:
+    """Trace the job's model once, compile it once per TP width, place each run."""
+    import tempfile
+
+    from xdsl.passes import PassPipeline
+
+    from passes import ALL_PASSES
+    from passes.solver_options import SolverOptions
+    from phaze.driver import load_accelerator, pipeline, plan_record
+    from phaze_ir import keys
+    from phaze_ir.attributes import StageInfoAttr
+    from phaze_ir.frontend import import_graph, load_model_file, trace_model
+    from phaze_ir.hardware_ir import set_accelerator
+    from phaze_ir.ir import make_context
+
+    opts = replace(settings.options(job.runs[0]), schedule_cache=_cache(settings.cache_dir))
+    accelerator = settings.accelerator if settings.accelerator is not None else load_accelerator(settings.hw)
+    ctx = make_context()
+    out = JobResult([])
+    label = f"{job.shape.name} b={job.micro_batch}"
+
+    def passes(stage: str, tp: int, o=opts) -> tuple:
+        parsed = PassPipeline.parse_spec(ALL_PASSES, pipeline(stage, tp, o)).passes
+        return tuple(replace(p, cache=o.schedule_cache) if isinstance(p, SolverOptions) else p for p in parsed)
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="phaze-validate-") as tmp:
+        spec = load_model_file(write_model_file(job.shape, tmp))
+        traced = trace_model(spec, job.micro_batch, job.shape.seq_len, training=True, dtype=job.shape.dtype)
+    out.trace_s = time.perf_counter() - start
+
+    # The TP-independent part of the pipeline (phazec --emit training), once for every width.
+    start = time.perf_counter()
+    base = import_graph(traced, strict=settings.strict)
+    del traced
+    training = passes("training", 1)
+    PassPipeline(training).apply(ctx, base)
+    out.compile_s += time.perf_counter() - start
+    _say(settings, f"{label}: traced and imported in {out.trace_s + out.compile_s:.1f} s")
+
+    tps = job.tps
+    for k, tp in enumerate(tps):
+        runs = [r for r in job.runs if r.tp == tp]
+        start = time.perf_counter()
+        module = base if k == len(tps) - 1 else base.clone()
+        try:
+            set_accelerator(module, accelerator)
+            full = passes("recompute", tp)
+            # (each stage's pipeline extends the one before: the training passes are done)
+            assert [p.name for p in full[: len(training)]] == [p.name for p in training]
+            PassPipeline(full[len(training) :]).apply(ctx, module)
+            module.verify()
+        except PhazeError as e:
+            out.priced += [Priced(r.row, None, False, f"not priced: {e}") for r in runs]
+            _say(settings, f"{label}, TP {tp}: not priced: {e}")
+            continue
+        finally:
+            out.compile_s += time.perf_counter() - start
+            out.compiles += 1
+        compiled = time.perf_counter() - start
+        start = time.perf_counter()
+        for r in runs:
+            # phaze-place-devices reads only the cost passes' annotations and overwrites what it
+            # writes (phaze.plan, phaze.stages, phaze.stage): each run is placed on the one
+            # module, as on a fresh copy of it.
+            place = passes("plan", tp, settings.options(r))[-1]
+            PassPipeline((place,)).apply(ctx, module)
+            plan = plan_record(module)
+            feasible = plan.get("feasible") == "yes"
+            stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
+            out.priced.append(
+                Priced(
+                    r.row,
+                    float(plan["time_per_batch_s"]) if feasible else None,
+                    feasible,
+                    "" if feasible else str(plan.get("binding", "")),
+                    int(plan.get("max_memory_bytes", 0)),
+                    ",".join(sorted({str(s["recompute"]) for s in stages})),
+                )
+            )
+        placed = time.perf_counter() - start
+        out.place_s += placed
+        _say(settings, f"{label}, TP {tp}: compiled in {compiled:.1f} s, {len(runs)} run(s) placed in {placed:.2f} s")
+        del module
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# The validation
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Validation:
+    """Every run with its prediction, the summaries and the time spent."""
+
+    runs: list[Run]
+    priced: dict[int, Priced]
+    settings: Settings
+    source: str = ""
+    holdout: float = DEFAULT_HOLDOUT
+    seed: int = DEFAULT_SEED
+    timing: dict[str, Any] = field(default_factory=dict)
+
+    def error(self, r: Run) -> float | None:
+        """predicted / measured - 1 (None when the run has no prediction)."""
+        p = self.priced.get(r.row)
+        if p is None or p.predicted_s is None:
+            return None
+        return p.predicted_s / r.measured_s - 1
+
+    def summary(self, split: str, worst: int = 5) -> dict[str, Any]:
+        """Count, median and p90 of |error|, mean signed error and the worst runs of ``split``
+        (``dev``, ``holdout`` or ``all``)."""
+        import numpy as np
+
+        runs = [r for r in self.runs if split == "all" or r.split == split]
+        errors = [(r, e) for r in runs if (e := self.error(r)) is not None]
+        abs_e = np.array([abs(e) for _, e in errors])
+        worst_runs = sorted(errors, key=lambda x: (-abs(x[1]), x[0].row))[:worst]
+        return {
+            "runs": len(runs),
+            "priced": len(errors),
+            "not_priced": len(runs) - len(errors),
+            "median_abs_error": float(np.median(abs_e)) if errors else None,
+            "p90_abs_error": float(np.percentile(abs_e, 90)) if errors else None,
+            "mean_error": float(np.mean([e for _, e in errors])) if errors else None,
+            "worst": [r.row for r, _ in worst_runs],
+        }
+
+    def run_record(self, r: Run) -> dict[str, Any]:
+        p = self.priced.get(r.row)
+        return {
+            "row": r.row,
+            "line": r.line,
+            "split": r.split,
+            "model": r.shape.name,
+            "gpus": r.gpus,
+            "global_batch": r.global_batch,
+            "micro_batch": r.micro_batch,
+            "hidden": r.hidden,
+            "heads": r.heads,
+            "layers": r.layers,
+            "seq_len": r.seq_len,
+            "vocabulary": r.vocabulary,
+            "dtype": r.dtype,
+            "tp": r.tp,
+            "dp": r.dp,
+            "pp": r.pp,
+            "placement": r.placement,
+            "measured_s": r.measured_s,
+            "predicted_s": p.predicted_s if p else None,
+            "error": self.error(r),
+            "feasible": bool(p and p.feasible),
+            "note": p.note if p else "not priced",
+            "memory_bytes": p.memory_bytes if p else 0,
+            "recompute": p.recompute if p else "",
+        }
+
+    def to_json(self, worst: int = 5) -> dict[str, Any]:
+        """Everything, for machines (the schema is in README.md, "Validating the cost model")."""
+        return {
+            "csv": self.source,
+            "hw": self.settings.hw,
+            "recompute": self.settings.recompute,
+            "holdout_fraction": self.holdout,
+            "seed": self.seed,
+            "runs": [self.run_record(r) for r in self.runs],
+            "summary": {s: self.summary(s, worst) for s in ("dev", "holdout", "all")},
+            "not_priced": [
+                {"row": r.row, "split": r.split, "note": self.priced[r.row].note if r.row in self.priced else ""}
+                for r in self.runs
+                if self.error(r) is None
+            ],
+            "timing": self.timing,
+        }
+
+
+def validate(
+    runs: Sequence[Run],
+    settings: Settings,
+    jobs: int = 1,
+    backend: str = "local",
+    address: str | None = None,
+    log: Log = lambda msg: None,
+) -> tuple[dict[int, Priced], dict[str, Any]]:
+    """Price every run (see the module docstring); the predictions by row and the timing."""
+    from phaze.driver import load_accelerator
+    from phaze.search.backend import make_backend
+
+    if settings.accelerator is None:  # a bad hardware file is said before any work
+        settings = replace(settings, accelerator=load_accelerator(settings.hw))
+    start = time.perf_counter()
+    job_list = jobs_of(runs)
+    tps = sum(len(j.tps) for j in job_list)
+    log(
+        f"{len(runs)} runs: {len({j.shape for j in job_list})} shapes, {len(job_list)} traces "
+        f"(shape, micro-batch), {tps} compilations (shape, micro-batch, TP) on {settings.hw}"
+    )
+    with make_backend(backend, jobs, address) as be:
+        bundles = bundles_of(job_list, be.jobs)
+        results = be.map(price_bundle, [(settings, b) for b in bundles])
+    priced: dict[int, Priced] = {}
+    timing: dict[str, Any] = {"traces": len(job_list), "compilations": tps, "placements": len(runs), "jobs": jobs}
+    totals = {"trace_s": 0.0, "compile_s": 0.0, "place_s": 0.0}
+    for bundle in results:
+        for res in bundle:
+            for p in res.priced:
+                priced[p.row] = p
+            totals["trace_s"] += res.trace_s
+            totals["compile_s"] += res.compile_s
+            totals["place_s"] += res.place_s
+    timing.update(totals)  # CPU seconds summed over the workers
+    timing["wall_s"] = time.perf_counter() - start
+    return priced, timing
+
+
+# ------------------------------------------------------------------------------------------
+# Text output
+# ------------------------------------------------------------------------------------------
+
+
+def _pct(e: float | None) -> str:
+    return "-" if e is None else f"{e * 100:+.1f}%"
+
+
+def _abs_pct(e: float | None) -> str:
+    return "-" if e is None else f"{e * 100:.1f}%"
+
+
+RUN_HEADER = (
+    f"{'row':>5} {'split':<7} {'model':<28} {'GPUs':>5} {'batch':>6} {'b':>3} {'PP':>3} {'DP':>4} {'TP':>3} "
+    f"{'predicted_s':>12} {'measured_s':>11} {'error':>8}"
+)
+
+
+def run_line(v: Validation, r: Run) -> str:
+    p = v.priced.get(r.row)
+    pred = f"{p.predicted_s:12.4f}" if p and p.predicted_s is not None else f"{'-':>12}"
+    return (
+        f"{r.row:>5} {r.split:<7} {r.shape.name:<28} {r.gpus:>5} {r.global_batch:>6} {r.micro_batch:>3} "
+        f"{r.pp:>3} {r.dp:>4} {r.tp:>3} {pred} {r.measured_s:>11.4f} {_pct(v.error(r)):>8}"
+    )
+
+
+def report_text(v: Validation, worst: int = 5, per_run: bool = True) -> str:
+    """What ``phaze-validate`` prints: every run, then the runs without a prediction (with the
+    binding constraint), then per split the summary and its worst runs."""
+    lines: list[str] = []
+    if per_run:
+        lines += [RUN_HEADER] + [run_line(v, r) for r in v.runs] + [""]
+    missing = [r for r in v.runs if v.error(r) is None]
+    if missing:
+        lines.append(f"not priced ({len(missing)}; not in the figures below):")
+        for r in missing:
+            p = v.priced.get(r.row)
+            note = p.note if p else "-"
+            lines.append(f"{r.row:>5} {r.split:<7} {r.shape.name} {r.placement} b={r.micro_batch}: {note}")
+        lines.append("")
+    by_row = {r.row: r for r in v.runs}
+    lines.append(f"{'split':<8} {'runs':>5} {'priced':>6} {'median |e|':>10} {'p90 |e|':>8} {'mean e':>8}")
+    summaries = {s: v.summary(s, worst) for s in ("dev", "holdout", "all")}
+    for s, m in summaries.items():
+        lines.append(
+            f"{s:<8} {m['runs']:>5} {m['priced']:>6} {_abs_pct(m['median_abs_error']):>10} "
+            f"{_abs_pct(m['p90_abs_error']):>8} {_pct(m['mean_error']):>8}"
+        )
+    for s in ("dev", "holdout"):
+        if summaries[s]["worst"]:
+            lines += ["", f"worst {s} runs:", RUN_HEADER] + [run_line(v, by_row[row]) for row in summaries[s]["worst"]]
+    return "\n".join(lines) + "\n"
