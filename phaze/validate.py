@@ -691,8 +691,9 @@ def validate(
     job_list = jobs_of(runs)
     tps = sum(len(j.tps) for j in job_list)
     log(
-        f"{len(runs)} runs: {len({j.shape for j in job_list})} shapes, {len(job_list)} traces "
-        f"(shape, micro-batch), {tps} compilations (shape, micro-batch, TP) on {settings.hw}"
+        f"{count(len(runs), 'run')}: {count(len({j.shape for j in job_list}), 'shape')}, "
+        f"{count(len(job_list), 'trace')} (shape, micro-batch), {count(tps, 'compilation')} "
+        f"(shape, micro-batch, TP) on {settings.hw}"
     )
     with make_backend(backend, jobs, address) as be:
         bundles = bundles_of(job_list, be.jobs)
@@ -715,6 +716,11 @@ def validate(
 # ------------------------------------------------------------------------------------------
 # Text output
 # ------------------------------------------------------------------------------------------
+
+
+def count(n: int, noun: str) -> str:
+    """``1 run``, ``2 runs``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _pct(e: float | None) -> str:

@@ -169,9 +169,9 @@ def run(args: argparse.Namespace, log) -> str:
     priced, timing = v.validate(runs, settings, jobs, args.backend, args.address, log)
     result = v.Validation(runs, priced, settings, args.csv, args.holdout, args.seed, timing)
     log(
-        f"priced {len(runs)} runs in {timing['wall_s']:.1f} s ({timing['traces']} traces, "
-        f"{timing['compilations']} compilations; CPU s: trace {timing['trace_s']:.1f}, compile "
-        f"{timing['compile_s']:.1f}, place {timing['place_s']:.1f})"
+        f"priced {v.count(len(runs), 'run')} in {timing['wall_s']:.1f} s ({v.count(timing['traces'], 'trace')}, "
+        f"{v.count(timing['compilations'], 'compilation')}; seconds summed over the workers: trace "
+        f"{timing['trace_s']:.1f}, compile {timing['compile_s']:.1f}, place {timing['place_s']:.1f})"
     )
     if args.json:
         write_atomically(args.json, json.dumps(result.to_json(args.worst), indent=2) + "\n")
