@@ -4,7 +4,7 @@ a worker, and the error summary per split.
 
     python benchmarks/validate_vtrain.py [RUNS.csv] [--hw a100] [-j 2] [--rows LIST] [--json FILE]
 
-Default: ``../shared/reference/vtrain/ground_truth_single.csv`` (1,440 runs on one node of 8
+Default: ``data/vtrain/ground_truth_single.csv`` (1,440 runs on one node of 8
 A100s) beside the checkout, on the ``a100`` preset, with as many workers as CPUs.  Nothing is
 cached between runs: every figure is from a cold start (in-memory schedule caches only).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-DEFAULT = ROOT.parent / "shared" / "reference" / "vtrain" / "ground_truth_single.csv"
+DEFAULT = ROOT / "data" / "vtrain" / "ground_truth_single.csv"
 
 
 def main() -> None:

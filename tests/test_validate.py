@@ -22,7 +22,7 @@ from phaze import validate as v
 from phaze_ir.errors import PhazeError
 
 SAMPLE = ROOT / "tests" / "data" / "vtrain_single_sample.csv"
-VTRAIN = Path(os.environ.get("PHAZE_VTRAIN", ROOT.parent / "shared" / "reference" / "vtrain"))
+VTRAIN = ROOT / "data" / "vtrain"
 HEADER = (
     "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
     "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)"
@@ -170,7 +170,6 @@ def test_the_split_is_a_seeded_fifth_independent_of_the_order_of_the_rows():
     assert [r.row for r in given if r.split == "holdout"] == [4]
 
 
-@pytest.mark.skipif(not (VTRAIN / "ground_truth_single.csv").exists(), reason="no ../shared/reference/vtrain here")
 def test_the_vtrain_files_read_and_split():
     single = v.assign_splits(v.read_runs(VTRAIN / "ground_truth_single.csv"))
     multi = v.assign_splits(v.read_runs(VTRAIN / "ground_truth_multi.csv"))
@@ -288,3 +287,10 @@ def test_runs_without_a_prediction_are_listed_with_the_binding_constraint():
     assert data["summary"]["dev"]["priced"] == 7 and data["summary"]["dev"]["not_priced"] == 1
     assert data["summary"]["all"]["median_abs_error"] == pytest.approx(0.1)
     assert data["runs"][2]["predicted_s"] is None and data["runs"][2]["error"] is None
+
+
+def test_phazec_validate_is_phaze_validate():
+    from conftest import run_tool
+
+    r = run_tool("phazec", "validate", "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: phaze-validate"), r.stderr

@@ -436,6 +436,11 @@ def baseline_table(data) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["validate"]:  # `phazec validate ...` is `phaze-validate ...`
+        from phaze.tools import phaze_validate
+
+        return phaze_validate.main(argv[1:])
     args = _parser().parse_args(argv)
     quiet = args.quiet
     show_warnings_as("phazec")

@@ -107,6 +107,10 @@ def solve_with_scip(
         accepted = bool(model.addSol(sol, free=True))
     model.optimize()
     status = model.getStatus()
+    if status == "userinterrupt":
+        # SCIP catches Ctrl-C while it solves (Python's handler never sees it) and only stops
+        # this solve: pass the interrupt on, or the run would go on to the next one.
+        raise KeyboardInterrupt
     values = None
     if model.getNSols() > 0:
         best = model.getBestSol()
