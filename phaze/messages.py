@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable
 
-from phaze_ir.errors import PhazeWarning
+from phaze_ir.errors import PhazeError, PhazeWarning
 
 
 def show_warnings_as(tool: str) -> None:
@@ -24,3 +25,20 @@ def show_warnings_as(tool: str) -> None:
             previous(message, category, filename, lineno, file, line)
 
     warnings.showwarning = show
+
+
+def exit_status(tool: str, debug: bool, body: Callable[[], object]) -> int:
+    """Run a tool's ``body`` and say how it ended: 0; a :class:`PhazeError` as one line
+    ``<tool>: error: ...`` and 1 (``debug``: raised, with its traceback); Ctrl-C as
+    ``<tool>: interrupted`` and 130."""
+    try:
+        body()
+    except PhazeError as e:
+        if debug:
+            raise
+        print(f"{tool}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{tool}: interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -134,7 +134,8 @@ FLAG_VALUES = st.one_of(
 def test_any_value_of_any_numeric_flag(flag, value, capsys):
     """Refused by argparse (exit status 2, one usage line) or by the check (one line), or
     accepted and then in range for everything downstream (i32 sizes, finite limits)."""
-    from phaze.tools.phazec import MAX_INT, _parser, check_numbers
+    from phaze.tools.flags import MAX_INT
+    from phaze.tools.phazec import _parser, check_numbers
     from phaze_ir.errors import PhazeError
 
     try:

@@ -21,11 +21,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from phaze.messages import show_warnings_as
+from phaze.messages import exit_status, show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
+from phaze.tools.flags import check_positive_ints, check_solver_limits
 from phaze_ir.errors import PhazeError
-
-MAX_INT = 2**31 - 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,19 +119,12 @@ def parse_rows(spec: str, count: int) -> set[int]:
 
 def check_numbers(args: argparse.Namespace) -> None:
     """Every number of the command line in its range, before any work."""
-    if args.jobs is not None and not 1 <= args.jobs <= MAX_INT:
-        raise PhazeError(f"-j/--jobs {args.jobs}: expected a positive integer up to {MAX_INT}")
+    check_positive_ints(args, ("jobs",))
     if not (math.isfinite(args.holdout) and 0 <= args.holdout <= 1):
         raise PhazeError(f"--holdout {args.holdout}: expected a fraction in [0, 1]")
     if args.worst < 0:
         raise PhazeError(f"--worst {args.worst}: expected a count from 0")
-    for flag, value in (("--solver-nodes", args.solver_nodes), ("--solver-max-binaries", args.solver_max_binaries)):
-        if not 0 <= value <= MAX_INT:
-            raise PhazeError(f"{flag} {value}: expected a number from 0 (no limit) to {MAX_INT}")
-    if not (math.isfinite(args.solver_time_limit) and args.solver_time_limit > 0):
-        raise PhazeError(f"--solver-time-limit {args.solver_time_limit}: expected a positive, finite number of seconds")
-    if not (math.isfinite(args.solver_gap) and 0 <= args.solver_gap < 1):
-        raise PhazeError(f"--solver-gap {args.solver_gap}: expected a relative gap in [0, 1)")
+    check_solver_limits(args)
 
 
 def run(args: argparse.Namespace, log) -> str:
@@ -187,17 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.quiet:
             print(f"phaze-validate: {msg}", file=sys.stderr, flush=True)
 
-    try:
-        sys.stdout.write(run(args, log))
-    except PhazeError as e:
-        if args.debug:
-            raise
-        print(f"phaze-validate: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("phaze-validate: interrupted", file=sys.stderr)
-        return 130
-    return 0
+    return exit_status("phaze-validate", args.debug, lambda: sys.stdout.write(run(args, log)))
 
 
 if __name__ == "__main__":

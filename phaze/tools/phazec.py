@@ -20,15 +20,15 @@ error and exit status 1; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from phaze.driver import STAGES
-from phaze.messages import show_warnings_as
+from phaze.messages import exit_status, show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
+from phaze.tools.flags import check_positive_ints, check_solver_limits
 from phaze_ir.errors import PhazeError
 
 if TYPE_CHECKING:
@@ -184,33 +184,14 @@ def searching(args: argparse.Namespace) -> bool:
     return args.hw is None and args.emit == "plan"
 
 
-#: The numeric flags, by what they must be: checked before any work (a bad one is said once).
+#: The numeric flags that must be positive (the solver's limits are checked apart).
 POSITIVE_INTS = ("micro_batch", "tp", "seq_len", "devices", "global_batch", "jobs")
-COUNTS = ("solver_nodes", "solver_max_binaries")  # 0: no limit
-#: The largest any of them may be: a 32-bit int, as Megatron-LM and torchtitan take these flags
-#: (far beyond any real run; a larger one would overflow the DP's or torch's sizes instead).
-MAX_INT = 2**31 - 1
 
 
 def check_numbers(args: argparse.Namespace) -> None:
     """Every number of the command line in its range (finite, positive, a gap below 1)."""
-
-    def flag(dest: str) -> str:
-        return "-j/--jobs" if dest == "jobs" else "--" + dest.replace("_", "-")
-
-    for dest in POSITIVE_INTS:
-        value = getattr(args, dest, None)
-        if value is not None and not 1 <= value <= MAX_INT:
-            raise PhazeError(f"{flag(dest)} {value}: expected a positive integer up to {MAX_INT}")
-    for dest in COUNTS:
-        value = getattr(args, dest, None)
-        if value is not None and not 0 <= value <= MAX_INT:
-            raise PhazeError(f"{flag(dest)} {value}: expected a number from 0 (no limit) to {MAX_INT}")
-    limit = args.solver_time_limit
-    if limit is not None and not (math.isfinite(limit) and limit > 0):
-        raise PhazeError(f"--solver-time-limit {limit}: expected a positive, finite number of seconds")
-    if not (math.isfinite(args.solver_gap) and 0 <= args.solver_gap < 1):
-        raise PhazeError(f"--solver-gap {args.solver_gap}: expected a relative gap in [0, 1)")
+    check_positive_ints(args, POSITIVE_INTS)
+    check_solver_limits(args)
 
 
 def options(args: argparse.Namespace):
@@ -450,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not quiet or msg.startswith(("plan:", "baselines:")):
             print(f"phazec: {msg}", file=sys.stderr, flush=True)
 
-    try:
+    def body() -> None:
         refuse_output_clashes(args)
         text, failure = compile_model(args, log)
         if args.output == "-":
@@ -460,15 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"wrote {args.output}")
         if failure:
             raise PhazeError(failure)
-    except PhazeError as e:
-        if args.debug:
-            raise
-        print(f"phazec: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("phazec: interrupted", file=sys.stderr)
-        return 130
-    return 0
+
+    return exit_status("phazec", args.debug, body)
 
 
 if __name__ == "__main__":
