@@ -369,13 +369,8 @@ def _torch_flops(node) -> int | None:
 
 def _node_bytes(node) -> int:
     """Bytes of an aten call's tensor operands and results."""
-    from torch.fx.node import Node
-
-    total = sum(t.numel() * t.element_size() for _, t in _tensors_of(node.meta.get("val")))
-    for a in node.all_input_nodes:
-        if isinstance(a, Node):
-            total += sum(t.numel() * t.element_size() for _, t in _tensors_of(a.meta.get("val")))
-    return total
+    values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    return sum(t.numel() * t.element_size() for v in values for _, t in _tensors_of(v))
 
 
 def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
