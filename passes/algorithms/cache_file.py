@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
-from typing import Any
+from typing import Any, TypeGuard
 
 _KEYS = {"format", "version", "input_hash", "content_hash", "payload"}
 
@@ -39,6 +40,16 @@ class BadEntry(ValueError):
 
 class StaleEntry(BadEntry):
     """A cache file of another format version (or the unversioned layout before it)."""
+
+
+def is_int(x: object) -> TypeGuard[int]:
+    """A JSON integer (not a boolean, which Python counts as one)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_number(x: object) -> TypeGuard[int | float]:
+    """A finite JSON number, integer or not (not a boolean)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def canonical_json(payload: Any) -> str:

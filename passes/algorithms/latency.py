@@ -82,6 +82,7 @@ from functools import lru_cache
 import numpy as np
 
 from passes.algorithms import network
+from passes.algorithms.cache_file import is_int
 from passes.algorithms.tiling import ScalarTiling, tile_gemm, tile_gemm_scalar
 
 __all__ = [
@@ -227,7 +228,7 @@ def desc_from_json(data: object) -> OpDesc:
         elif kind == "str":
             ok = isinstance(v, str)
         else:
-            ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            ok = is_int(v) and v >= 0
         if not ok:
             expected = {"bool": "a boolean", "str": "a string"}.get(kind, "an integer >= 0")
             raise ValueError(f"{name} {f.name} = {v!r}: expected {expected}")

@@ -6,12 +6,12 @@ the crate docs of ``rust/phaze-dp``.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from passes.algorithms import _phaze_rs
+from passes.algorithms.cache_file import is_int, is_number
 
 #: The paper's "expert" placements as (PP, DP, TP) (docs/design.md §6.4), by model name.
 EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
@@ -82,10 +82,10 @@ class LayerNumbers:
             raise ValueError(f"layer numbers have the fields {', '.join(names)}")
 
         def seconds(v: object) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            return is_number(v) and v >= 0
 
         def count(v: object) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            return is_int(v) and v >= 0
 
         for name, ok in (("recompute_s", seconds), ("saved_bytes", count)):
             v = data[name]

@@ -19,7 +19,6 @@ pickle (:meth:`Setting.to_json`; :meth:`Setting.from_json` checks what it reads)
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from passes.algorithms import schedule as sched
+from passes.algorithms.cache_file import is_int, is_number
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
 from passes.algorithms.placement import LayerNumbers
 from phaze_ir import keys
@@ -104,10 +104,10 @@ class Setting:
         if not isinstance(data["model"], str):
             raise ValueError("the model name is not a string")
         for k in ("micro_batch", "tp"):
-            if not _int(data[k]) or data[k] < 1:
+            if not is_int(data[k]) or data[k] < 1:
                 raise ValueError(f"{k} = {data[k]!r}: expected an integer >= 1")
         p = data["prepare_s"]
-        if not (isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) and p >= 0):
+        if not (is_number(p) and p >= 0):
             raise ValueError(f"prepare_s = {p!r}: expected a time >= 0")
         for k in ("table", "groups", "layers"):
             if not isinstance(data[k], list):
@@ -145,21 +145,17 @@ class Setting:
         return out
 
 
-def _int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _group_from_json(data: object, rows: int, i: int) -> Group:
     if not isinstance(data, dict) or sorted(data) != ["edges", "rows"]:
         raise ValueError(f"group {i}: expected the fields rows, edges")
     r, e = data["rows"], data["edges"]
-    if not (isinstance(r, list) and all(_int(x) and 0 <= x < rows for x in r)):
+    if not (isinstance(r, list) and all(is_int(x) and 0 <= x < rows for x in r)):
         raise ValueError(f"group {i}: its rows are not rows of the {rows}-op table")
     n = len(r)
     if not (
         isinstance(e, list)
         and all(
-            isinstance(p, list) and len(p) == 2 and all(_int(x) and 0 <= x < n for x in p) and p[0] != p[1] for p in e
+            isinstance(p, list) and len(p) == 2 and all(is_int(x) and 0 <= x < n for x in p) and p[0] != p[1] for p in e
         )
     ):
         raise ValueError(f"group {i}: its edges are not pairs of two of its {n} ops")
@@ -176,7 +172,7 @@ def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
     if not isinstance(data, dict) or sorted(data) != sorted(names):
         raise ValueError(f"layer {i}: expected the fields {', '.join(names)}")
     for k in names[:4]:
-        if not (_int(data[k]) and -1 <= data[k] < groups):
+        if not (is_int(data[k]) and -1 <= data[k] < groups):
             raise ValueError(f"layer {i}: its {k} group {data[k]!r} is not -1 or one of the {groups} groups")
     try:
         numbers = LayerNumbers.from_json(data["numbers"])

@@ -20,7 +20,7 @@ import warnings
 from dataclasses import fields
 from typing import Any
 
-from passes.algorithms.cache_file import BadEntry, StaleEntry, read_entry, write_entry
+from passes.algorithms.cache_file import BadEntry, StaleEntry, is_int, is_number, read_entry, write_entry
 from passes.algorithms.schedule.prepared import lower_bounds
 from passes.algorithms.schedule.problem import Problem, Schedule, check_schedule
 from passes.algorithms.schedule.solve import SOLVER_REVISION, solve
@@ -36,14 +36,6 @@ _LIMIT_KEYS = ("time_limit", "gap_limit", "node_limit", "max_binaries", "revisio
 _REL = 1e-9
 
 
-def _number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= _REL * max(abs(a), abs(b), 1e-300)
 
@@ -57,18 +49,18 @@ def _schedule_of(d: Any, n: int) -> Schedule:
     for k in ("start", "end", "cores", "split"):
         if not isinstance(d[k], list) or len(d[k]) != n:
             raise BadEntry(f"has {k} that is not a list of {n} values (one per op)")
-    if not all(_number(x) for x in d["start"] + d["end"]):
+    if not all(is_number(x) for x in d["start"] + d["end"]):
         raise BadEntry("has start or end times that are not finite numbers")
-    if not all(_int(c) and c >= 0 for c in d["cores"]) or not all(isinstance(b, bool) for b in d["split"]):
+    if not all(is_int(c) and c >= 0 for c in d["cores"]) or not all(isinstance(b, bool) for b in d["split"]):
         raise BadEntry("has core counts that are not counts or split flags that are not booleans")
     for k in ("makespan", "gap", "lower_bound", "cp_bound", "work_bound", "list_makespan", "solve_s"):
-        if not _number(d[k]) or d[k] < 0:
+        if not is_number(d[k]) or d[k] < 0:
             raise BadEntry(f"has a {k} that is not a finite number >= 0")
     if d["status"] not in STATUSES:
         raise BadEntry(f"has a status {d['status']!r} not one of {', '.join(STATUSES)}")
     if d["method"] not in METHODS:
         raise BadEntry(f"has a method {d['method']!r} not one of {', '.join(METHODS)}")
-    if not _int(d["num_binaries"]) or d["num_binaries"] < 0:
+    if not is_int(d["num_binaries"]) or d["num_binaries"] < 0:
         raise BadEntry("has a num_binaries that is not a count")
     if d["warm_start_accepted"] not in (None, True, False):
         raise BadEntry("has a warm_start_accepted that is not a boolean or null")
@@ -78,12 +70,12 @@ def _schedule_of(d: Any, n: int) -> Schedule:
 def _limits_of(d: Any) -> tuple:
     if not isinstance(d, dict) or sorted(d) != sorted((*_LIMIT_KEYS, "schedule")):
         raise BadEntry(f"has not exactly the fields {', '.join(_LIMIT_KEYS)}, schedule")
-    if not (_number(d["time_limit"]) or d["time_limit"] is None) or not _number(d["gap_limit"]):
+    if not (is_number(d["time_limit"]) or d["time_limit"] is None) or not is_number(d["gap_limit"]):
         raise BadEntry("has a time or gap limit that is not a number")
     for k in ("node_limit", "max_binaries"):
-        if d[k] is not None and not _int(d[k]):
+        if d[k] is not None and not is_int(d[k]):
             raise BadEntry(f"has a {k} that is not an integer or null")
-    if not _int(d["revision"]):
+    if not is_int(d["revision"]):
         raise BadEntry("has a solver revision that is not an integer")
     time_limit = math.inf if d["time_limit"] is None else d["time_limit"]  # JSON has no infinity
     return ScheduleCache.limits(time_limit, *(d[k] for k in _LIMIT_KEYS[1:]))
