@@ -163,6 +163,14 @@ def read_latencies(ops: list[Operation]) -> list[sched.Op]:
     return out
 
 
+def serial_dispatch_s(module: ModuleOp, pass_name: str) -> float | None:
+    """``None`` when the module's accelerator runs ops side by side (the ideal model); the
+    host's seconds per issued op when it runs them one at a time (``[calibration] execution =
+    "serial"``, a GPU)."""
+    cal = module_accelerator(module, pass_name).calibration
+    return cal.host_dispatch_s if cal is not None and cal.serial else None
+
+
 def core_counts(module: ModuleOp, pass_name: str) -> dict[str, int]:
     """Cores per unit kind of the module's accelerator (the network is one shared link)."""
     acc = module_accelerator(module, pass_name)

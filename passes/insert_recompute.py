@@ -11,7 +11,7 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 from passes.algorithms import schedule as sched
 from passes.algorithms.memory import STATE_BYTES_PER_ELEMENT, layer_memory
 from passes.algorithms.recompute import analyze_recompute
-from passes.cost_view import core_counts, read_latencies
+from passes.cost_view import core_counts, read_latencies, serial_dispatch_s
 from passes.graph_view import arg_role, build_graph, read_layers, step_function
 from passes.solver_options import SolverOptions
 from phaze_ir import dialect as ph
@@ -90,6 +90,7 @@ class InsertRecomputePass(SolverOptions):
         graph, ops, layer_of, recompute, memory = static_costs(op, self.optimizer, self.name)
         latency = read_latencies(ops)
         cores = core_counts(op, self.name)
+        serial = serial_dispatch_s(op, self.name)
         missing = sorted(set(layer_of) - set(fwd_s))
         if missing:
             raise PhazeError(
@@ -101,7 +102,10 @@ class InsertRecomputePass(SolverOptions):
         for rc in recompute:
             if rc.selective_ops:
                 problem = sched.group_problem(graph, rc.selective_ops, latency, cores)
-                selective_s.append(cache.solve(problem, **limits).makespan)
+                if serial is not None:
+                    selective_s.append(sched.serial_schedule(problem, serial).makespan)
+                else:
+                    selective_s.append(cache.solve(problem, **limits).makespan)
             else:
                 selective_s.append(0.0)
 

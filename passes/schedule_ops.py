@@ -8,7 +8,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 
 from passes.algorithms import schedule as sched
-from passes.cost_view import core_counts, read_latencies
+from passes.cost_view import core_counts, read_latencies, serial_dispatch_s
 from passes.graph_view import build_graph, read_layers, step_function
 from passes.solver_options import SolverOptions
 from phaze_ir import keys
@@ -22,7 +22,8 @@ def scheduled_layers(module: ModuleOp, pass_name: str, limits: dict, cache: sche
     cores = core_counts(module, pass_name)
     latency = read_latencies(ops)
     layer_of = read_layers(ops)
-    layers = sched.schedule_layers(graph, layer_of, latency, cores, cache=cache, **limits)
+    serial = serial_dispatch_s(module, pass_name)
+    layers = sched.schedule_layers(graph, layer_of, latency, cores, cache=cache, serial_dispatch_s=serial, **limits)
     return graph, ops, layer_of, latency, cores, layers
 
 
@@ -46,6 +47,9 @@ class ScheduleOpsPass(SolverOptions):
     clock, gives the same schedules on any machine), ``max_binaries`` (a MILP with more binaries
     keeps its warm start instead; default 0, no limit), ``seed`` (SCIP's random seed).  The
     optimizer step is a group of its own (once per batch), not folded into the backward.
+    On a chip whose hardware says ``[calibration] execution = "serial"`` (a GPU), each layer's
+    ops run one after the other, each on all cores of its unit, as the host issues them: no
+    solver.
     """
 
     name = "phaze-schedule-ops"

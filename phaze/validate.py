@@ -497,15 +497,57 @@ def _say(settings: Settings, msg: str) -> None:
 
 def price_job(job: Job, settings: Settings) -> JobResult:
     """Trace the job's model once, compile it once per TP width, place each run."""
+    from xdsl.passes import PassPipeline
+
+    from phaze.driver import plan_record
+    from phaze_ir import keys
+    from phaze_ir.attributes import StageInfoAttr
+
+    out = JobResult([])
+    for tp, runs, module, passes, ctx in compiled_modules(job, settings, out):
+        if isinstance(module, PhazeError):
+            out.priced += [Priced(r.row, None, False, f"not priced: {module}") for r in runs]
+            continue
+        start = time.perf_counter()
+        for r in runs:
+            # phaze-place-devices reads only the cost passes' annotations and overwrites what it
+            # writes (phaze.plan, phaze.stages, phaze.stage): each run is placed on the one
+            # module, as on a fresh copy of it.
+            place = passes("plan", tp, settings.options(r))[-1]
+            PassPipeline((place,)).apply(ctx, module)
+            plan = plan_record(module)
+            feasible = plan.get("feasible") == "yes"
+            stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
+            out.priced.append(
+                Priced(
+                    r.row,
+                    float(plan["time_per_batch_s"]) if feasible else None,
+                    feasible,
+                    "" if feasible else str(plan.get("binding", "")),
+                    int(plan.get("max_memory_bytes", 0)),
+                    ",".join(sorted({str(s["recompute"]) for s in stages})),
+                )
+            )
+        placed = time.perf_counter() - start
+        out.place_s += placed
+        _say(settings, f"{job.shape.name} b={job.micro_batch}, TP {tp}: {len(runs)} run(s) placed in {placed:.2f} s")
+    return out
+
+
+def compiled_modules(job: Job, settings: Settings, out: JobResult):
+    """Trace the job's model once and compile it once per TP width through the cost passes
+    (``phazec --emit recompute``), on ``settings``' accelerator: yields ``(tp, runs of that
+    width, module or the PhazeError that stopped its compilation, passes, context)`` per width,
+    ``passes(stage, tp, options)`` giving a stage's passes (for the placement); the trace and
+    compile seconds go into ``out``.  Each module is handed out before the next is made: keep
+    from it what you need."""
     import tempfile
 
     from xdsl.passes import PassPipeline
 
     from passes import ALL_PASSES
     from passes.solver_options import SolverOptions
-    from phaze.driver import load_accelerator, pipeline, plan_record
-    from phaze_ir import keys
-    from phaze_ir.attributes import StageInfoAttr
+    from phaze.driver import load_accelerator, pipeline
     from phaze_ir.frontend import import_graph, load_model_file, trace_model
     from phaze_ir.hardware_ir import set_accelerator
     from phaze_ir.ir import make_context
@@ -513,7 +555,6 @@ def price_job(job: Job, settings: Settings) -> JobResult:
     opts = replace(settings.options(job.runs[0]), schedule_cache=_cache(settings.cache_dir))
     accelerator = settings.accelerator if settings.accelerator is not None else load_accelerator(settings.hw)
     ctx = make_context()
-    out = JobResult([])
     label = f"{job.shape.name} b={job.micro_batch}"
 
     def passes(stage: str, tp: int, o=opts) -> tuple:
@@ -540,6 +581,7 @@ def price_job(job: Job, settings: Settings) -> JobResult:
         runs = [r for r in job.runs if r.tp == tp]
         start = time.perf_counter()
         module = base if k == len(tps) - 1 else base.clone()
+        error = None
         try:
             set_accelerator(module, accelerator)
             full = passes("recompute", tp)
@@ -548,38 +590,17 @@ def price_job(job: Job, settings: Settings) -> JobResult:
             PassPipeline(full[len(training) :]).apply(ctx, module)
             module.verify()
         except PhazeError as e:
-            out.priced += [Priced(r.row, None, False, f"not priced: {e}") for r in runs]
-            _say(settings, f"{label}, TP {tp}: not priced: {e}")
-            continue
-        finally:
-            out.compile_s += time.perf_counter() - start
-            out.compiles += 1
+            error = e
         compiled = time.perf_counter() - start
-        start = time.perf_counter()
-        for r in runs:
-            # phaze-place-devices reads only the cost passes' annotations and overwrites what it
-            # writes (phaze.plan, phaze.stages, phaze.stage): each run is placed on the one
-            # module, as on a fresh copy of it.
-            place = passes("plan", tp, settings.options(r))[-1]
-            PassPipeline((place,)).apply(ctx, module)
-            plan = plan_record(module)
-            feasible = plan.get("feasible") == "yes"
-            stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
-            out.priced.append(
-                Priced(
-                    r.row,
-                    float(plan["time_per_batch_s"]) if feasible else None,
-                    feasible,
-                    "" if feasible else str(plan.get("binding", "")),
-                    int(plan.get("max_memory_bytes", 0)),
-                    ",".join(sorted({str(s["recompute"]) for s in stages})),
-                )
-            )
-        placed = time.perf_counter() - start
-        out.place_s += placed
-        _say(settings, f"{label}, TP {tp}: compiled in {compiled:.1f} s, {len(runs)} run(s) placed in {placed:.2f} s")
+        out.compile_s += compiled
+        out.compiles += 1
+        if error is not None:
+            _say(settings, f"{label}, TP {tp}: not priced: {error}")
+            yield tp, runs, error, passes, ctx
+            continue
+        _say(settings, f"{label}, TP {tp}: compiled in {compiled:.1f} s")
+        yield tp, runs, module, passes, ctx
         del module
-    return out
 
 
 # ------------------------------------------------------------------------------------------

@@ -54,6 +54,8 @@ __all__ = [
     "GlobalBuffer",
     "HBM",
     "NetworkLevel",
+    "Calibration",
+    "EXECUTION_MODES",
     "Accelerator",
     "load_hardware",
     "loads_toml",
@@ -104,6 +106,12 @@ try:  # numpy is a dependency of the package, but this module does not need it o
 except ImportError:  # pragma: no cover
     np_bool = bool
 
+#: How a chip runs the ops of a layer (``[calibration] execution``): ``concurrent``, the paper's
+#: model (ops the dataflow leaves unordered may run side by side on different cores), or
+#: ``serial`` (one kernel at a time on the whole chip, as a GPU runs a training framework's single
+#: stream).
+EXECUTION_MODES = ("concurrent", "serial")
+
 #: The largest integer a hardware field may hold: the IR stores integers as signed 64-bit.
 I64_MAX = 2**63 - 1
 
@@ -112,7 +120,9 @@ _EXPECTED = {
     "pos_int": "a positive integer",
     "pos_float": "a positive number",
     "nonneg_float": "a non-negative number",
+    "fraction": "a number in (0, 1]",
     "name": "a non-empty string",
+    "execution": "one of " + ", ".join(f'"{m}"' for m in EXECUTION_MODES),
 }
 
 
@@ -155,6 +165,10 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
         return None
     expected = _EXPECTED[base]
     raw = value  # as written, for the message
+    if base == "execution":
+        if value not in EXECUTION_MODES:
+            raise _fail(source, path, value, expected)
+        return value
     if base == "name":
         if not isinstance(value, str):
             raise _fail(source, path, value, expected + _type_hint(value))
@@ -186,6 +200,10 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
         if value < 0:
             raise _fail(source, path, value, expected)
         return float(value)
+    if base == "fraction":
+        if not 0 < value <= 1:
+            raise _fail(source, path, value, expected)
+        return float(value)
     raise AssertionError(kind)  # pragma: no cover
 
 
@@ -205,7 +223,7 @@ def _validate_fields(obj: Any) -> None:
         scalars = tuple(
             (f.name, f.metadata["kind"])
             for f in dataclasses.fields(cls)
-            if f.metadata.get("kind") not in ("table", "levels")
+            if f.metadata.get("kind") not in ("table", "opt_table", "levels")
         )
         _SCALAR_FIELDS[cls] = scalars
     for name, kind in scalars:
@@ -327,11 +345,67 @@ class NetworkLevel:
         _validate_fields(self)
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """What a real chip achieves below the ideal model (the optional ``[calibration]`` table).
+
+    Without it a chip is priced by the ideal model (the paper's: every unit at its peak, ops
+    overlapping where the dataflow allows); the architecture search's chips have none.  A
+    description of a real chip (``a100``, ``h100``) states here what was measured or fitted, each
+    number with its source in the file (docs/validation.md):
+
+    Attributes:
+        execution: ``"concurrent"`` (default) or ``"serial"``: one op at a time, each split over
+            all cores of its unit (a GPU running a framework's one CUDA stream).
+        kernel_overhead_s: seconds added to every op that computes (GEMMs and vector ops; not
+            views, not collectives): the kernel's launch latency, prologue and tail on the chip.
+        host_dispatch_s: with serial execution, the host issues one op (one kernel or
+            collective) every ``host_dispatch_s`` seconds (a framework's Python and launch
+            cost), ahead of the chip: an op starts once it is issued and the op before it has
+            ended, so short ops wait for the host and long ones hide it.
+        tensor_efficiency: achieved fraction of the tensor cores' peak on a GEMM whose tiles
+            fill every wave (the rest of the gap is wave quantisation, below).
+        memory_efficiency: achieved fraction of the HBM bandwidth.
+        wave_tile_m, wave_tile_n, wave_units: wave quantisation of a GEMM split over the chip
+            (all three or none): its output is cut into ``wave_tile_m × wave_tile_n`` tiles,
+            dealt to ``wave_units`` units (a GPU's SMs) in waves; a GEMM split over the chip
+            takes as long as its waves of full tiles (instead of the PE-array tiling's cycles).
+    """
+
+    execution: str = _spec("execution", "concurrent or serial op execution", default="concurrent")
+    kernel_overhead_s: float = _spec("nonneg_float", "time added to every computing op (s)", default=0.0)
+    host_dispatch_s: float = _spec("nonneg_float", "host time to issue one op, serial execution (s)", default=0.0)
+    tensor_efficiency: float = _spec("fraction", "achieved fraction of peak tensor FLOP/s", default=1.0)
+    memory_efficiency: float = _spec("fraction", "achieved fraction of HBM bandwidth", default=1.0)
+    wave_tile_m: int | None = _spec("opt_pos_int", "GEMM output tile rows (wave quantisation)", default=None)
+    wave_tile_n: int | None = _spec("opt_pos_int", "GEMM output tile columns (wave quantisation)", default=None)
+    wave_units: int | None = _spec("opt_pos_int", "units the tiles are dealt to (a GPU's SMs)", default=None)
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+        wave = (self.wave_tile_m, self.wave_tile_n, self.wave_units)
+        if any(v is None for v in wave) and any(v is not None for v in wave):
+            raise HardwareError(
+                "wave_tile_m, wave_tile_n and wave_units: expected all three or none",
+                source="Calibration",
+                key_path="calibration",
+            )
+
+    @property
+    def serial(self) -> bool:
+        return self.execution == "serial"
+
+    @property
+    def waves(self) -> bool:
+        return self.wave_units is not None
+
+
 _TABLES: dict[str, type] = {
     "tensor_cores": TensorCores,
     "vector_cores": VectorCores,
     "global_buffer": GlobalBuffer,
     "hbm": HBM,
+    "calibration": Calibration,
 }
 
 
@@ -348,6 +422,8 @@ class Accelerator:
         hbm: the off-chip memory, see :class:`HBM`.
         bytes_per_element: bytes of one tensor element at the training precision (2 for fp16).
         network: the network levels, innermost first, see :class:`NetworkLevel`.
+        calibration: optional, what the real chip achieves below the ideal model, see
+            :class:`Calibration` (``None``: the ideal model).
         power_w: optional chip power, in watts (informative; nothing derives from it).
         cost_usd: optional chip cost, in US dollars (informative).
         area_mm2: optional chip area as given (e.g. a datasheet die size), in mm².  When the
@@ -368,6 +444,7 @@ class Accelerator:
     power_w: float | None = _spec("opt_pos_float", "chip power (W)", default=None)
     cost_usd: float | None = _spec("opt_pos_float", "chip cost (USD)", default=None)
     area_mm2: float | None = _spec("opt_pos_float", "given chip area (mm^2)", default=None)
+    calibration: Calibration | None = _spec("opt_table", "what the real chip achieves", default=None)
 
     # Top-level scalar keys first, then tables, then the network array: the order of to_dict()
     # and of the TOML files (TOML needs the scalars before the first table).
@@ -382,6 +459,7 @@ class Accelerator:
         "vector_cores",
         "global_buffer",
         "hbm",
+        "calibration",
         "network",
     )
 
@@ -389,6 +467,8 @@ class Accelerator:
         _validate_fields(self)
         for key, cls in _TABLES.items():
             value = getattr(self, key)
+            if value is None and key == "calibration":
+                continue
             if not isinstance(value, cls):
                 raise HardwareError(f"{key} = {value!r}: expected a {cls.__name__}", source="Accelerator", key_path=key)
         levels = tuple(self.network) if isinstance(self.network, (list, tuple)) else self.network
@@ -470,7 +550,8 @@ class Accelerator:
             if value is None:
                 continue
             if key in _TABLES:
-                out[key] = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+                table = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+                out[key] = {k: v for k, v in table.items() if v is not None}
             elif key == "network":
                 out[key] = [{f.name: getattr(lv, f.name) for f in dataclasses.fields(lv)} for lv in value]
             else:
@@ -498,7 +579,7 @@ class Accelerator:
                     raise _missing(kind, path, source, _TABLES.get(f.name))
                 continue
             value = data[f.name]
-            if kind == "table":
+            if kind in ("table", "opt_table"):
                 kwargs[f.name] = _parse_table(_TABLES[f.name], value, path, source)
             elif kind == "levels":
                 kwargs[f.name] = _parse_levels(value, path, source)

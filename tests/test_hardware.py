@@ -268,7 +268,7 @@ MUTATIONS = [
         "bytes_per_element = 2",
         "bytes_per_element = 2\nzzz = 1",
         "bad.toml: unknown key 'zzz' (known keys: name, clock_hz, tensor_cores, vector_cores, "
-        "global_buffer, hbm, bytes_per_element, network, power_w, cost_usd, area_mm2)",
+        "global_buffer, hbm, bytes_per_element, network, power_w, cost_usd, area_mm2, calibration)",
     ),
     (
         "group size does not grow",

@@ -59,6 +59,15 @@ send/recv), identical to the placement DP's Rust formulas; ``one_s == split_s``.
 
 Views (``phaze.layout`` of a view kind) cost 0.
 
+A calibrated chip (the hardware's optional ``[calibration]`` table, :class:`~phaze_ir.hardware.
+Calibration`; real GPUs) is priced by the same rooflines with what it achieves: the tensor
+compute time over ``tensor_efficiency`` (with wave quantisation, when given: a GEMM split over
+the chip takes its waves of ``wave_tile_m × wave_tile_n`` output tiles over ``wave_units``
+units, as a GPU's GEMM library deals tiles to SMs, instead of the PE-array tiling's cycles),
+the HBM bandwidth times ``memory_efficiency``, and ``kernel_overhead_s``
+added to every GEMM and vector op.  Only :func:`estimate_op` prices calibrated chips; the
+vectorized model is the ideal one (an architecture space's chips have no calibration).
+
 API
 ---
 - :func:`estimate_op` (one description, one :class:`~phaze_ir.hardware.Accelerator`) ->
@@ -293,14 +302,43 @@ def _glb_matmul_bytes(d: MatmulDesc, t: ScalarTiling, sharers: int) -> int:
 def estimate_matmul(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> OpLatency:
     """Latency of a GEMM on ``acc``'s tensor cores (``tiling`` if already computed)."""
     tc = acc.tensor_cores
+    cal = acc.calibration
     t = tiling or tile_gemm_scalar(d.batch, d.m, d.n, d.k, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes)
     clock = acc.clock_hz
     glb_bw = acc.global_buffer.bandwidth_Bps
-    hbm_s = hbm_matmul_bytes(d, acc.global_buffer.bytes) / acc.hbm.bandwidth_Bps
-    one_s, bound_one = _roofline(t.cycles_one / clock, _glb_matmul_bytes(d, t, 1) / glb_bw, hbm_s)
+    hbm_s = hbm_matmul_bytes(d, acc.global_buffer.bytes) / _hbm_Bps(acc)
+    compute_one, compute_split = t.cycles_one / clock, t.cycles_split / clock
+    if cal is not None:
+        if cal.waves:  # a GPU's GEMM library deals output tiles to SMs: not the PE-array tiling
+            compute_split = _wave_s(d, acc)
+        compute_one /= cal.tensor_efficiency
+        compute_split /= cal.tensor_efficiency
+    one_s, bound_one = _roofline(compute_one, _glb_matmul_bytes(d, t, 1) / glb_bw, hbm_s)
     sharers = min(tc.count, t.tiles_n)
-    split_s, bound = _roofline(t.cycles_split / clock, _glb_matmul_bytes(d, t, sharers) / glb_bw, hbm_s)
-    return OpLatency(one_s, split_s, "tensor", bound, bound_one, tiling=t)
+    split_s, bound = _roofline(compute_split, _glb_matmul_bytes(d, t, sharers) / glb_bw, hbm_s)
+    overhead = _overhead_s(acc)
+    return OpLatency(one_s + overhead, split_s + overhead, "tensor", bound, bound_one, tiling=t)
+
+
+def _hbm_Bps(acc) -> float:
+    """The HBM bandwidth ops achieve: the peak, times the calibrated efficiency if any."""
+    cal = acc.calibration
+    return acc.hbm.bandwidth_Bps * (1.0 if cal is None else cal.memory_efficiency)
+
+
+def _overhead_s(acc) -> float:
+    """The calibrated time added to every computing op (0 on an ideal chip)."""
+    return 0.0 if acc.calibration is None else acc.calibration.kernel_overhead_s
+
+
+def _wave_s(d: MatmulDesc, acc) -> float:
+    """Seconds of a GEMM split over the chip in waves of output tiles (the ``[calibration]``
+    wave quantisation): ``batch · ceil(M / tile_m) · ceil(N / tile_n)`` tiles dealt to
+    ``wave_units`` units, each wave as long as one full tile at a unit's share of the peak."""
+    cal = acc.calibration
+    tiles = d.batch * (-(-d.m // cal.wave_tile_m)) * (-(-d.n // cal.wave_tile_n))
+    waves = -(-tiles // cal.wave_units)
+    return waves * 2.0 * cal.wave_tile_m * cal.wave_tile_n * d.k * cal.wave_units / acc.peak_tensor_flops
 
 
 def _vector_traffic(d: VectorDesc, buffer_bytes: int) -> int:
@@ -312,10 +350,11 @@ def _estimate_vector(d: VectorDesc, acc) -> OpLatency:
     vc = acc.vector_cores
     clock = acc.clock_hz
     glb_s = _vector_traffic(d, vc.buffer_bytes) / acc.global_buffer.bandwidth_Bps
-    hbm_s = _vector_traffic(d, acc.global_buffer.bytes) / acc.hbm.bandwidth_Bps
+    hbm_s = _vector_traffic(d, acc.global_buffer.bytes) / _hbm_Bps(acc)
     one_s, bound_one = _roofline((-(-d.work // vc.width)) / clock, glb_s, hbm_s)
     split_s, bound = _roofline((-(-d.work // (vc.width * vc.count))) / clock, glb_s, hbm_s)
-    return OpLatency(one_s, split_s, "vector", bound, bound_one)
+    overhead = _overhead_s(acc)
+    return OpLatency(one_s + overhead, split_s + overhead, "vector", bound, bound_one)
 
 
 @lru_cache(maxsize=65536)
@@ -353,6 +392,9 @@ class FixedParams:
         """From an :class:`~phaze_ir.hardware.Accelerator` (a space's template) or a FixedParams."""
         if isinstance(hw, FixedParams):
             return hw
+        if getattr(hw, "calibration", None) is not None:
+            # The vectorized model is the ideal one: a calibrated chip is priced by estimate_op.
+            raise ValueError(f"{hw.name}: an architecture space's template has no [calibration]")
         return cls(
             clock_hz=float(hw.clock_hz),
             glb_bandwidth_Bps=float(hw.global_buffer.bandwidth_Bps),

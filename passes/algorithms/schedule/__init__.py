@@ -15,6 +15,8 @@ idea:
   disjunctive order, core capacity by antichains or resource flows), its warm-start values and
   the decoding of a solution;
 - :mod:`.solve`: :func:`solve` (SCIP through pyscipopt, or cvxpy) and :data:`SOLVER_REVISION`;
+- :mod:`.serial`: :func:`serial_schedule`, the exact schedule of a chip that runs one op at a
+  time (a GPU's stream), no solver;
 - :mod:`.layers`: the groups of a training step (layer × phase) and :func:`schedule_layers`;
 - :mod:`.cache`: :class:`ScheduleCache` (in memory and on disk), handed to whoever solves.
 """
@@ -31,6 +33,7 @@ from passes.algorithms.schedule.layers import (
 from passes.algorithms.schedule.milp import ENERGY_CUTS, FLOOR, MAX_ANTICHAIN_STEPS, MAX_ANTICHAINS
 from passes.algorithms.schedule.prepared import lower_bounds
 from passes.algorithms.schedule.problem import UNITS, Op, Problem, Schedule, check_schedule
+from passes.algorithms.schedule.serial import serial_schedule
 from passes.algorithms.schedule.solve import SOLVER_REVISION, solve
 from passes.algorithms.schedule.warm_start import LOCAL_SEARCH_BASE, LOCAL_SEARCH_PER_OP, list_schedule
 
@@ -56,5 +59,6 @@ __all__ = [
     "lower_bounds",
     "phase_groups",
     "schedule_layers",
+    "serial_schedule",
     "solve",
 ]

@@ -31,7 +31,7 @@ FORMAT = "phaze-schedule"
 VERSION = 2
 #: What a schedule's ``status`` and ``method`` may be (see :class:`~.problem.Schedule`).
 STATUSES = ("optimal", "gaplimit", "nodelimit", "timelimit", "heuristic")
-METHODS = ("ilp", "list", "trivial")
+METHODS = ("ilp", "list", "trivial", "serial")
 _LIMIT_KEYS = ("time_limit", "gap_limit", "node_limit", "max_binaries", "revision")
 _REL = 1e-9
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from passes.algorithms.graph import Graph
 from passes.algorithms.schedule.cache import ScheduleCache
 from passes.algorithms.schedule.problem import Op, Problem, Schedule
+from passes.algorithms.schedule.serial import serial_schedule
 
 PHASE_GROUPS = ("fwd", "bwd", "opt")
 _STATUS_RANK = {"optimal": 0, "gaplimit": 1, "nodelimit": 2, "timelimit": 3, "heuristic": 4}
@@ -89,14 +90,20 @@ def schedule_layers(
     gap_limit: float = 0.0,
     node_limit: int | None = None,
     max_binaries: int | None = None,
+    serial_dispatch_s: float | None = None,
 ) -> list[LayerSchedule]:
     """Schedule every layer's forward, backward and optimizer ops (``latency[i]`` of op ``i``;
     ``layer_of[i]`` its layer).  Identical layers (and any repeated problem) are solved once
-    through ``cache``."""
+    through ``cache``.  ``serial_dispatch_s`` (not None): the chip runs one op at a time, issued by
+    the host every that many seconds (:func:`serial_schedule`; no solver, no cache)."""
     groups = phase_groups(graph, layer_of)
     out: dict[int, LayerSchedule] = {}
     for (layer, phase), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], PHASE_GROUPS.index(kv[0][1]))):
         problem = group_problem(graph, ids, latency, cores)
+        if serial_dispatch_s is not None:
+            schedule = serial_schedule(problem, serial_dispatch_s)
+            out.setdefault(layer, LayerSchedule(layer, {})).groups[phase] = (ids, schedule)
+            continue
         schedule = cache.solve(
             problem,
             time_limit=time_limit,

@@ -125,7 +125,8 @@ class Schedule:
     - ``lower_bound``: the best proven bound (SCIP's dual bound, the critical path, the work
       bound); ``cp_bound``, ``work_bound``: the two combinatorial bounds; ``list_makespan``:
       the warm start's makespan; ``method``: ``"ilp"``, ``"list"`` (the list schedule was proven
-      optimal by the bounds) or ``"trivial"`` (no op takes time).
+      optimal by the bounds), ``"trivial"`` (no op takes time) or ``"serial"`` (a chip that runs one
+      op at a time: :mod:`.serial`; its bounds are its makespan).
     - ``num_binaries``/``solve_s``: size of the MILP and wall time of :func:`solve`.
     """
 
