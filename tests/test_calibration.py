@@ -26,7 +26,9 @@ from phaze_ir.hardware import Calibration, HardwareError, dumps_toml, load_hardw
 
 #: The a100 description without its calibration: the ideal model of that chip.
 A100 = dataclasses.replace(load_hardware("a100"), calibration=None)
-GEMM = MatmulDesc(batch=1, m=4096, n=4096, k=4096, a_elem=2, b_elem=2, c_elem=2, a_bytes=2 * 4096**2, b_bytes=2 * 4096**2)
+GEMM = MatmulDesc(
+    batch=1, m=4096, n=4096, k=4096, a_elem=2, b_elem=2, c_elem=2, a_bytes=2 * 4096**2, b_bytes=2 * 4096**2
+)
 NORM = VectorDesc(work=8 * 2**20, read_bytes=2**24, write_bytes=2**24, passes=2, row_bytes=2048)
 ALLREDUCE = CollectiveDesc(kind="all_reduce", group_size=8, nbytes=2**26)
 
@@ -48,8 +50,16 @@ def test_a_neutral_table_prices_as_the_ideal_model():
 def test_round_trips_through_toml_and_the_ir():
     from phaze_ir.hardware_ir import from_attr, to_attr
 
-    acc = calibrated(execution="serial", kernel_overhead_s=3e-6, host_dispatch_s=2e-5, tensor_efficiency=0.7,
-                     memory_efficiency=0.9, wave_tile_m=64, wave_tile_n=64, wave_units=108)
+    acc = calibrated(
+        execution="serial",
+        kernel_overhead_s=3e-6,
+        host_dispatch_s=2e-5,
+        tensor_efficiency=0.7,
+        memory_efficiency=0.9,
+        wave_tile_m=64,
+        wave_tile_n=64,
+        wave_units=108,
+    )
     assert loads_toml(dumps_toml(acc)) == acc
     assert type(acc).from_dict(from_attr(to_attr(acc.to_dict()))) == acc
     assert "calibration" not in A100.to_dict()
@@ -164,8 +174,16 @@ def test_phazec_on_a_serial_chip(tmp_path):
     args = [str(EXAMPLES / "mlp.py"), "--micro-batch", "4", "--tp", "1", "--devices", "8", "--global-batch", "64", "-q"]
     outs = {}
     for name, chip in (("ideal", str(ideal)), ("serial", str(hw))):
-        r = run_tool("phazec", *args, "--hw", chip, "-o", str(tmp_path / f"{name}.mlir"),
-                     "--json", str(tmp_path / f"{name}.json"))
+        r = run_tool(
+            "phazec",
+            *args,
+            "--hw",
+            chip,
+            "-o",
+            str(tmp_path / f"{name}.mlir"),
+            "--json",
+            str(tmp_path / f"{name}.json"),
+        )
         assert r.returncode == 0, r.stderr
         outs[name] = (tmp_path / f"{name}.mlir").read_text(), json.loads((tmp_path / f"{name}.json").read_text())
     mlir, plan = outs["serial"]
