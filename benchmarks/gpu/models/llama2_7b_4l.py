@@ -1,0 +1,37 @@
+"""Four layers of Llama-2-7B (hidden 4096, 32 heads, MLP 11008, vocabulary 32,000; 0.9 B
+parameters), sequence length 4096: the full model's layer shapes, few enough layers for its
+training step to fit one 80 GB GPU.
+
+Built from its configuration on the meta device: no weights, no downloads.  One of the models
+whose single-GPU training step ``benchmarks/gpu/train_step.py`` measures and
+``benchmarks/gpu/price_train_step.py`` prices (data/h100/README.md).
+"""
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+NAME = "llama2-7b-4l"
+SEQ_LEN = 4096
+
+
+def config() -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=4,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-5,
+        attn_implementation="eager",
+    )
+
+
+def get_model() -> torch.nn.Module:
+    return LlamaForCausalLM(config())
+
+
+def get_inputs(micro_batch_size: int, seq_len: int = SEQ_LEN):
+    ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
+    return {"input_ids": ids, "labels": ids}
