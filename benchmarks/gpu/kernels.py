@@ -157,25 +157,36 @@ def measure_attention(path: str) -> None:
         w = csv.writer(f)
         w.writerow(["example", "batch", "heads", "seq", "head_dim", "impl", "pass", "time_s"])
         for name, b, hh, s, d in cases:
-            q, k, v = (torch.randn(b, hh, s, d, device="cuda", dtype=DTYPE, requires_grad=True) for _ in range(3))
-            go = torch.randn(b, hh, s, d, device="cuda", dtype=DTYPE)
+            for impl, pas, t in attention_times(b, hh, s, d):
+                w.writerow([name, b, hh, s, d, impl, pas, f"{t:.6e}"])
+            torch.cuda.empty_cache()
 
-            def unfused():
-                p = torch.softmax((q @ k.transpose(-1, -2)) * d**-0.5, dim=-1)
-                return p @ v
 
-            def fused():
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+def attention_times(b: int, hh: int, s: int, d: int) -> list[tuple[str, str, float]]:
+    """(impl, pass, seconds) of one attention shape; NaN where it does not fit."""
+    q, k, v = (torch.randn(b, hh, s, d, device="cuda", dtype=DTYPE, requires_grad=True) for _ in range(3))
+    go = torch.randn(b, hh, s, d, device="cuda", dtype=DTYPE)
 
-            for impl, fn in (("unfused", unfused), ("fused", fused)):
-                for pas in ("fwd", "fwd+bwd"):
-                    try:
-                        t = event_time(lambda: fn() if pas == "fwd" else torch.autograd.grad(fn(), (q, k, v), go))
-                    except torch.OutOfMemoryError:
-                        t = float("nan")
-                    torch.cuda.empty_cache()
-                    w.writerow([name, b, hh, s, d, impl, pas, f"{t:.6e}"])
-            del q, k, v, go
+    def unfused():
+        p = torch.softmax((q @ k.transpose(-1, -2)) * d**-0.5, dim=-1)
+        return p @ v
+
+    def fused():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    out = []
+    for impl, fn in (("unfused", unfused), ("fused", fused)):
+        for pas in ("fwd", "fwd+bwd"):
+
+            def call(fn=fn, pas=pas):
+                return fn() if pas == "fwd" else torch.autograd.grad(fn(), (q, k, v), go)
+
+            try:
+                t = event_time(call)
+            except torch.OutOfMemoryError:
+                t = float("nan")
+            out.append((impl, pas, t))
+    return out
 
 
 def event_time(fn, min_s: float = 0.02) -> float:
@@ -223,7 +234,7 @@ def measure_memory_bound(path: str) -> None:
                     tuple(torch.randn(n, device="cuda", dtype=DTYPE) for _ in range(3))
                     for _ in range(copies_for(nbytes))
                 ]
-                calls = [(lambda s=sets[j % len(sets)]: fn(*s)) for j in range(REPEAT)]
+                calls = [(lambda s=s, fn=fn: fn(*s)) for s in (sets[j % len(sets)] for j in range(REPEAT))]
                 t = graph_time(calls)
                 w.writerow([op, n, nbytes, f"{t:.6e}", f"{nbytes / t / 1e9:.1f}"])
                 del sets, calls

@@ -173,7 +173,8 @@ def main(out: str) -> None:
                     w.writerow([row.get(c, "") for c in cols])
                     f.flush()
                     print(
-                        f"{mod.NAME} b={b} {attention} {recompute}: {row.get('step_s')} ({time.perf_counter() - t0:.1f} s)",
+                        f"{mod.NAME} b={b} {attention} {recompute}: {row.get('step_s')}",
+                        f"({time.perf_counter() - t0:.1f} s)",
                         flush=True,
                     )
 
