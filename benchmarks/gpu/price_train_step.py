@@ -1,0 +1,293 @@
+"""Price with phaze, on the calibrated ``h100`` preset, the single-GPU training steps measured in
+``data/h100/train_step.csv`` (``benchmarks/gpu/train_step.py``; data/h100/README.md), and print
+predicted against measured.
+
+    python benchmarks/gpu/price_train_step.py [--csv data/h100/train_step.csv] [--hw h100]
+
+Every measured row with eager attention (what phaze traces: softmax(QKᵀ)V as separate ops) is
+priced as ``phazec MODEL.py --hw h100 --placement expert:1,1,1 --devices 1 --global-batch B
+--micro-batch B --recompute none|full --dtype bfloat16`` prices it (one GPU, one micro-batch of
+the whole batch), with the work shared: one trace and one compilation per (model, micro-batch),
+then the placement once per recompute policy (as ``phaze-validate`` does).  The predicted step
+is the plan's time per batch plus phaze's optimizer step (the layers' scheduled ``opt_s``): the
+plan leaves the optimizer out (docs/design.md §6.1), the measured step runs it.
+
+The primary comparison is with ``kernel_s``, the step's summed GPU kernel time (the profiler's):
+phaze prices the chip's work, one kernel after the other.  ``step_s`` (wall time between CUDA
+events) is also host time: eager PyTorch issues each of a step's 1,000-8,000 kernels from Python
+(~8 us each for a tiny op, ``overhead.csv``; more with autograd and module code), so a small
+step waits for the host (``step_s`` several times ``kernel_s``), which the calibration's
+``host_dispatch_s`` would model and the h100 preset leaves at 0.
+
+What else differs (the measured step is torch AMP, phaze's is a bf16 step):
+* torch's AMP keeps fp32 weights and gradients and casts the weights to bf16 for each GEMM every
+  step (extra cast kernels); softmax, layer norm and the loss run in fp32 under autocast; phaze
+  traces every tensor in bf16 with an fp32 master copy in the optimizer;
+* fused AdamW is a handful of multi-tensor kernels; phaze prices its optimizer ops over the
+  parameters;
+* peak memory: torch's is the caching allocator's peak of allocated bytes in a step (weights,
+  grads, AdamW moments, activations, the autocast weight casts, workspaces), phaze's the plan's
+  ``max_memory_bytes`` (its memory model of weights, optimizer state and saved activations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+#: The model file of each model name of train_step.csv (benchmarks/gpu/train_step.py's MODELS).
+MODEL_FILES = {
+    "gpt2-small": HERE / "models" / "gpt2_small.py",
+    "gpt2-medium": HERE / "models" / "gpt2_medium.py",
+    "gpt2-xl": ROOT / "examples" / "gpt2_xl.py",
+    "llama-1b": HERE / "models" / "llama_1b.py",
+    "llama2-7b-4l": HERE / "models" / "llama2_7b_4l.py",
+}
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Measured:
+    model: str
+    micro_batch: int
+    recompute: str
+    step_s: float
+    kernel_s: float
+    kernels: int
+    peak_memory_bytes: int
+
+
+@dataclass(frozen=True)
+class Predicted:
+    plan_s: float | None  #: the plan's time per batch (None: the plan does not fit)
+    opt_s: float  #: the optimizer step's scheduled seconds (phaze.layer_schedule opt_s, summed)
+    memory_bytes: int
+    note: str = ""
+    ops: int = 0  #: the step's priced ops that take time (without recompute)
+    by_kind: tuple[tuple[str, float], ...] = ()  #: seconds per op kind (without recompute)
+
+    @property
+    def step_s(self) -> float | None:
+        """The whole step: the plan's time per batch and the optimizer step, which the plan
+        leaves out (docs/design.md §6.1) and the measured step contains."""
+        return None if self.plan_s is None else self.plan_s + self.opt_s
+
+
+def read_measured(path: str | os.PathLike[str]) -> list[Measured]:
+    """The eager-attention rows of train_step.csv that have a measurement (not ``oom``)."""
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["attention"] != "eager":
+                continue
+            try:
+                step_s = float(r["step_s"])
+            except ValueError:  # oom, error
+                continue
+            out.append(
+                Measured(
+                    r["model"],
+                    int(r["micro_batch"]),
+                    r["recompute"],
+                    step_s,
+                    float(r["kernel_s"]),
+                    int(r["kernels"]),
+                    int(r["peak_memory_bytes"]),
+                )
+            )
+    return out
+
+
+def _kind(op) -> str:
+    """The op's kind in the breakdown: its phaze op name (matmul, elementwise, softmax, norm,
+    layout (copies), reduction, embedding, optimizer_update, ...)."""
+    return op.name.removeprefix("phaze.")
+
+
+def _breakdown(module, acc) -> tuple[int, dict[str, float]]:
+    """(ops that take time, seconds per kind) of the module's step, one op after the other."""
+    from passes.algorithms.latency import ViewDesc, estimate_op
+    from passes.cost_view import Describer
+
+    describe = Describer()
+    ops, by_kind = 0, defaultdict(float)
+    for op in module.walk():
+        _, desc = describe(op)
+        if desc is None or isinstance(desc, ViewDesc):
+            continue
+        s = estimate_op(desc, acc).split_s
+        if s > 0:
+            ops += 1
+            by_kind[_kind(op)] += s
+    return ops, dict(by_kind)
+
+
+def price(measured: list[Measured], hw: str = "h100", log=print) -> dict[tuple[str, int, str], Predicted]:
+    """phaze's prediction of every (model, micro-batch, recompute) of ``measured``."""
+    from xdsl.passes import PassPipeline
+
+    from passes import ALL_PASSES
+    from passes.algorithms.schedule import ScheduleCache
+    from passes.solver_options import SolverOptions
+    from phaze.driver import Options, load_accelerator, pipeline, plan_record
+    from phaze_ir import keys
+    from phaze_ir.attributes import LayerScheduleAttr
+    from phaze_ir.frontend import import_graph, load_model_file, trace_model
+    from phaze_ir.hardware_ir import set_accelerator
+    from phaze_ir.ir import make_context
+
+    acc = load_accelerator(hw)
+    cache = ScheduleCache(None)  # in memory, shared: equal blocks are solved once
+    base_opts = Options(
+        hw=hw, dtype="bfloat16", optimizer="adam", devices=1, placement="expert:1,1,1", schedule_cache=cache
+    )
+
+    def passes(stage: str, o: Options) -> tuple:
+        parsed = PassPipeline.parse_spec(ALL_PASSES, pipeline(stage, 1, o)).passes
+        return tuple(replace(p, cache=cache) if isinstance(p, SolverOptions) else p for p in parsed)
+
+    groups: dict[tuple[str, int], list[str]] = {}
+    for m in measured:
+        groups.setdefault((m.model, m.micro_batch), [])
+        if m.recompute not in groups[(m.model, m.micro_batch)]:
+            groups[(m.model, m.micro_batch)].append(m.recompute)
+    out: dict[tuple[str, int, str], Predicted] = {}
+    for (model, b), policies in groups.items():
+        start = time.perf_counter()
+        spec = load_model_file(MODEL_FILES[model])
+        traced = trace_model(spec, b, None, training=True, dtype="bfloat16")
+        module = import_graph(traced)
+        del traced
+        ctx = make_context()
+        training = passes("training", base_opts)
+        PassPipeline(training).apply(ctx, module)
+        set_accelerator(module, acc)
+        full = passes("recompute", base_opts)
+        PassPipeline(full[len(training) :]).apply(ctx, module)
+        ops, by_kind = _breakdown(module, acc)
+        opt_s = sum(r.as_dict()["opt_s"] for r in keys.records_of(module, keys.LAYER_SCHEDULE, LayerScheduleAttr))
+        for policy in policies:
+            opts = replace(base_opts, global_batch=b, recompute=policy)
+            PassPipeline((passes("plan", opts)[-1],)).apply(ctx, module)
+            plan = plan_record(module)
+            feasible = plan.get("feasible") == "yes"
+            out[(model, b, policy)] = Predicted(
+                float(plan["time_per_batch_s"]) if feasible else None,
+                opt_s,
+                int(plan.get("max_memory_bytes", 0)),
+                "" if feasible else str(plan.get("binding", "")),
+                ops,
+                tuple(sorted(by_kind.items())),
+            )
+        log(f"  {model} b={b}: {', '.join(policies)} priced in {time.perf_counter() - start:.1f} s")
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return f"{'-':>7}" if x is None else f"{100 * x:+6.1f}%"
+
+
+def _stats(name: str, e) -> str:
+    e = np.asarray(e, dtype=float)
+    if not len(e):
+        return f"{name:<36} -"
+    a = np.abs(e)
+    return (
+        f"{name:<36} n {len(a):>2}  median |err| {100 * np.median(a):5.1f} %  p90 "
+        f"{100 * np.percentile(a, 90):5.1f} %  mean signed {100 * np.mean(e):+6.1f} %"
+    )
+
+
+def report(measured: list[Measured], predicted: dict[tuple[str, int, str], Predicted]) -> str:
+    """The table (one row per measured step), the summaries, and phaze's time per op kind."""
+    lines = [
+        "predicted = the plan's time per batch + the optimizer step (phaze's opt_s); errors are "
+        "predicted / measured - 1",
+        f"{'model':<13}{'b':>3} {'recompute':<9}{'step_s':>9}{'kernel_s':>9}{'predicted':>10}{'(opt)':>8}"
+        f"{'vs step':>9}{'vs kernel':>10}{'kernels':>8}{'ops':>6}{'mem GiB':>8}{'pred':>7}{'vs mem':>8}",
+    ]
+    rows = []  # (measured, predicted) of the feasible plans
+    e_mem = []
+    for m in measured:
+        p = predicted[(m.model, m.micro_batch, m.recompute)]
+        em = p.memory_bytes / m.peak_memory_bytes - 1
+        e_mem.append(em)
+        lead = f"{m.model:<13}{m.micro_batch:>3} {m.recompute:<9}{m.step_s:9.4f}{m.kernel_s:9.4f}"
+        if p.step_s is None:
+            lines.append(f"{lead}  not priced: {p.note}")
+            continue
+        rows.append((m, p))
+        lines.append(
+            f"{lead}{p.step_s:10.4f}{p.opt_s:8.4f}{_pct(p.step_s / m.step_s - 1):>9}"
+            f"{_pct(p.step_s / m.kernel_s - 1):>10}{m.kernels:>8}{p.ops:>6}"
+            f"{m.peak_memory_bytes / GIB:8.2f}{p.memory_bytes / GIB:7.2f}{_pct(em):>8}"
+        )
+    pred = np.array([p.step_s for _, p in rows])
+    plan = np.array([p.plan_s for _, p in rows])
+    kern = np.array([m.kernel_s for m, _ in rows])
+    step = np.array([m.step_s for m, _ in rows])
+    host = step > 1.2 * kern  # the host-bound steps
+    none = np.array([m.recompute == "none" for m, _ in rows])
+    ek, es = pred / kern - 1, pred / step - 1
+    lines += [
+        "",
+        _stats("vs kernel_s (GPU busy time)", ek),
+        _stats("  recompute none", ek[none]),
+        _stats("  recompute full", ek[~none]),
+        _stats("  the plan alone (no optimizer)", plan / kern - 1),
+        _stats("vs step_s (wall time)", es),
+        _stats("  GPU-bound steps", es[~host]),
+        _stats("  host-bound steps", es[host]),
+        _stats("peak memory", e_mem),
+        f"(host-bound: step_s > 1.2 x kernel_s: {int(host.sum())} of {len(host)} steps)",
+    ]
+    if host.any():
+        ops = np.array([p.ops for _, p in rows])
+        kernels = np.array([m.kernels for m, _ in rows])
+        per_op = step[host] / ops[host] * 1e6
+        per_kernel = step[host] / kernels[host] * 1e6
+        lines.append(
+            f"host-bound steps: step_s / phaze's ops {per_op.min():.0f}-{per_op.max():.0f} us "
+            f"(median {np.median(per_op):.0f}), step_s / CUDA kernels {per_kernel.min():.0f}-"
+            f"{per_kernel.max():.0f} us (median {np.median(per_kernel):.0f}): the host's time per op"
+        )
+    lines += ["", "phaze's seconds per op kind, one step without recompute (share):"]
+    seen = set()
+    for m, p in rows:
+        if (m.model, m.micro_batch) in seen or m.recompute != "none" or not p.by_kind:
+            continue
+        seen.add((m.model, m.micro_batch))
+        total = sum(t for _, t in p.by_kind)
+        parts = "  ".join(f"{k} {t * 1e3:.1f} ms ({100 * t / total:.0f}%)" for k, t in p.by_kind if t >= 0.005 * total)
+        lines.append(f"  {m.model:<13}{m.micro_batch:>3}: {parts}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--csv", default=str(ROOT / "data" / "h100" / "train_step.csv"))
+    p.add_argument("--hw", default="h100")
+    args = p.parse_args()
+    measured = read_measured(args.csv)
+    start = time.perf_counter()
+    print(f"pricing {len(measured)} measured steps (eager attention) on {args.hw}:", file=sys.stderr)
+    predicted = price(measured, args.hw, log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(f"priced in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    print(report(measured, predicted))
+
+
+if __name__ == "__main__":
+    main()
