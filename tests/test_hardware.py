@@ -97,6 +97,7 @@ def test_preset_round_trips(name: str) -> None:
         "vector_cores",
         "global_buffer",
         "hbm",
+        *(["calibration"] if acc.calibration is not None else []),
         "network",
     ]
     assert list(d["tensor_cores"]) == ["count", "pe_x", "pe_y", "buffer_bytes"]
