@@ -34,10 +34,17 @@ def level_for(levels: list[dict], g: int) -> int:
     return len(levels) - 1
 
 
-def ring_allreduce(levels: list[dict], nbytes: float, g: int, lv: int) -> float:
+def ring_allreduce(levels: list[dict], nbytes: float, g: int, lv: int, stride: int = 1) -> float:
+    """Ring over g devices whose consecutive members lie `stride` apart, on level lv.  Rail-aware:
+    k = max(1, min(g, inner // stride)) members in each group of the level below drive k of its
+    links at once, so bw = min(k · bw_lv, bw_{lv−1}) when lv > 0 and k > 1."""
     if g <= 1:
         return 0.0
     bw, lat = levels[lv]["bandwidth_Bps"], levels[lv]["latency_s"]
+    if lv > 0:
+        k = max(1, min(g, levels[lv - 1]["group_size"] // stride))
+        if k > 1:
+            bw = min(k * bw, levels[lv - 1]["bandwidth_Bps"])
     return 2.0 * (g - 1) / g * nbytes / bw + 2.0 * (g - 1) * lat
 
 
@@ -106,7 +113,9 @@ class Stages:
         key = (i, j)
         if key not in self._exp:
             ls = self.layers[i : j + 1]
-            ar = ring_allreduce(self.pr["levels"], float(sum(x["grad_bytes"] for x in ls)), self.d, self.dp_lv)
+            grad = float(sum(x["grad_bytes"] for x in ls))
+            # Device order TP, PP, DP: a DP group's members lie p·t apart.
+            ar = ring_allreduce(self.pr["levels"], grad, self.d, self.dp_lv, self.p * self.pr["tp"])
             bwd = sum(x["bwd_s"] for x in ls)
             self._exp[key] = max(0.0, ar - bwd) if self.pr["dp_overlap"] else ar
         return self._exp[key]

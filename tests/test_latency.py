@@ -363,6 +363,40 @@ def test_all_reduce_is_bit_identical_to_the_rust_dp(d, nbytes):
     assert got == mine
 
 
+@pytest.mark.parametrize(
+    ("d", "p", "t"),
+    [(2, 1, 2), (2, 1, 4), (4, 1, 2), (8, 1, 2), (8, 2, 1), (3, 3, 1), (4, 3, 1), (16, 1, 2), (16, 2, 2), (5, 1, 8)]
+    + [(2, 1, 8), (4, 1, 4), (4, 2, 4), (32, 1, 4), (9, 2, 2), (2, 3, 16), (64, 1, 16), (2, 1, 1024)],
+)
+@pytest.mark.parametrize("nbytes", [1, 12345, 7 * 10**9])
+def test_strided_all_reduce_is_bit_identical_to_the_rust_dp(d, p, t, nbytes):
+    rs = _rust()
+    # p stages of one layer each, TP t, d replicas: the device order is TP, PP, DP, so a DP
+    # group's members lie p·t apart and span d·p·t devices; with several members inside one
+    # group of the level below (per_inner > 1) the ring is rail-aware.
+    problem = _problem([_layer(grad_bytes=nbytes) for _ in range(p)], d * p * t, d)
+    problem["tp"] = t
+    ev = rs.evaluate_placement(problem, p, d)
+    assert ev["feasible"], ev["violations"]
+    index, ring = network.group_level(LEVELS, d, p * t)
+    assert index == network.level_for(LEVELS, d * p * t)
+    mine = network.ring_all_reduce_s(nbytes, d, ring)
+    assert [s["dp_allreduce_s"] for s in ev["plan"]["stages"]] == [mine] * p
+
+
+def test_the_equivalence_cases_span_levels_with_several_members_per_inner_group():
+    # The cases above do exercise the rail rule: groups on level > 0 with per_inner 1 and > 1.
+    seen = set()
+    for d, p, t in [(8, 1, 2), (8, 2, 1), (4, 3, 1), (16, 2, 2), (2, 1, 8), (4, 1, 4), (2, 3, 16), (64, 1, 16)]:
+        index = network.level_for(LEVELS, d * p * t)
+        if index > 0:
+            seen.add(network.per_inner(d, p * t, LEVELS[index - 1].group_size))
+    assert 1 in seen and max(seen) >= 4
+    for d in (8, 32, 33, 1024):  # the contiguous cases of the first test
+        index = network.level_for(LEVELS, d)
+        assert index > 0 and network.per_inner(d, 1, LEVELS[index - 1].group_size) > 1
+
+
 @pytest.mark.parametrize("devices", [2, 4, 5, 64, 2048])
 @pytest.mark.parametrize("nbytes", [1, 999_999, 3 * 10**9])
 def test_send_recv_is_bit_identical_to_the_rust_dp(devices, nbytes):

@@ -12,9 +12,14 @@
 //!
 //! **Network (α–β).** A group of g devices placed contiguously uses the innermost level
 //! whose `group_size >= g` (the last level if none). On level ℓ, a ring all-reduce of n bytes
-//! over g devices takes `2(g−1)/g · n / bw_ℓ + 2(g−1) · lat_ℓ` (0 when g = 1) and a
-//! point-to-point transfer `lat_ℓ + n / bw_ℓ`. Pipeline neighbours use the level of g = p·t
-//! (the whole replica; conservative), the DP all-reduce that of g = d·p·t.
+//! over g devices takes `2(g−1)/g · n / bw + 2(g−1) · lat_ℓ` (0 when g = 1) and a
+//! point-to-point transfer `lat_ℓ + n / bw_ℓ`. The ring's `bw` is rail-aware
+//! ([`Problem::ring_bandwidth_bps`]): on ℓ > 0, with k = max(1, min(g, inner / s)) of the
+//! group's members inside one group of level ℓ−1 (`inner` its group size, s the stride between
+//! consecutive members), `bw = min(k · bw_ℓ, bw_ℓ−1)` (NCCL's channels over one NIC per GPU);
+//! else `bw_ℓ`. Devices are ordered TP, then PP, then DP: pipeline neighbours use the level of
+//! g = p·t (the whole replica; conservative), the DP all-reduce, over d devices p·t apart, that
+//! of d·p·t.
 //!
 //! **Feasible options.** b·d divides B, with m = B/(b·d) micro-batches per replica;
 //! d·p·t <= N; 1 <= p <= L (and <= `max_stages`).
@@ -52,7 +57,8 @@
 //! (max T, max E) over the suffix's splits; the front of a cell weakly dominates every split
 //! of its suffix, and the objective is monotone in both, so the optimum is exact. Cells whose
 //! lower bound (m + s − 1)·T + E exceeds the best objective found so far are dropped. One run
-//! per d and per network class of p (the p that share a p2p level and a DP level) costs
+//! per d and per network class of p (the p that share a p2p level, a DP level and a DP ring
+//! bandwidth) costs
 //! O(p_max · L² · front); fronts stay tiny (at most 4 points on the GPT-3 benchmark, most cells
 //! empty after pruning): about 1 ms for 98 layers on 1,024 devices, 5 ms for 200 layers on
 //! 16,384 (`benchmarks/bench_placement_dp.py`). The winning plan is rebuilt from the fronts

@@ -1,5 +1,10 @@
 //! Inputs of the placement search (layers, network, setup), their validation, and the α–β
 //! network formulas. Everything is SI: seconds, bytes, bytes per second.
+//!
+//! The network formulas ([`Problem::level_for`], [`Problem::ring_bandwidth_bps`],
+//! [`Problem::ring_allreduce_s`], [`Problem::p2p_s`]) are written operation for operation like
+//! `passes/algorithms/network.py` (`level_for`, `ring_bandwidth_Bps`, `ring_all_reduce_s`,
+//! `send_recv_s`), so that Python and Rust give bit-identical floats; change both together.
 
 /// Activation-recomputation policy of a pipeline stage.
 ///
@@ -204,7 +209,8 @@ impl Problem {
     }
 
     /// Index of the network level that a group of `g` contiguously placed devices uses: the
-    /// innermost level whose `group_size >= g`, else the last (outermost) level.
+    /// innermost level whose `group_size >= g`, else the last (outermost) level. A group whose
+    /// members lie a stride `s` apart is asked with its span, `g · s` (the DP: `d · p · t`).
     pub fn level_for(&self, g: u64) -> usize {
         self.levels
             .iter()
@@ -212,20 +218,128 @@ impl Problem {
             .unwrap_or(self.levels.len() - 1)
     }
 
-    /// Ring all-reduce of `bytes` over `g` devices on `level`:
-    /// `2(g−1)/g · bytes / bw + 2(g−1) · lat`, and 0 when `g <= 1`.
-    pub fn ring_allreduce_s(&self, bytes: f64, g: u64, level: usize) -> f64 {
+    /// Per-device bandwidth (bytes/s) of a ring over a group of `g` devices on `level`, whose
+    /// consecutive members lie `stride` devices apart (contiguous: 1; `stride >= 1`).
+    ///
+    /// Rail-aware: at a level `i > 0`, a group with `k = per_inner(g, stride,
+    /// levels[i−1].group_size)` members inside each group of the level below drives `k` of
+    /// that group's links to level `i` at once (NCCL runs one ring per channel, the channels
+    /// over different NICs: one NIC per GPU on DGX A100 / H100), so the ring's bandwidth is
+    /// `min(k · bw_i, bw_{i−1})`, capped by the inner level's own bandwidth. At level 0, or
+    /// with `k = 1`, it is `bw_i` itself. Assumes no contention between groups that share
+    /// links (the groups of a placement together use at most one link per device).
+    pub fn ring_bandwidth_bps(&self, g: u64, level: usize, stride: u64) -> f64 {
+        let lv = &self.levels[level];
+        if level == 0 {
+            return lv.bandwidth_bps;
+        }
+        let below = &self.levels[level - 1];
+        let k = per_inner(g, stride, below.group_size);
+        if k <= 1 {
+            lv.bandwidth_bps
+        } else {
+            (k as f64 * lv.bandwidth_bps).min(below.bandwidth_bps)
+        }
+    }
+
+    /// Ring all-reduce of `bytes` over `g` devices on `level`, consecutive members `stride`
+    /// apart: `2(g−1)/g · bytes / bw + 2(g−1) · lat`, with `bw` =
+    /// [`Problem::ring_bandwidth_bps`] and `lat` the level's; 0 when `g <= 1`.
+    pub fn ring_allreduce_s(&self, bytes: f64, g: u64, level: usize, stride: u64) -> f64 {
         if g <= 1 {
             return 0.0;
         }
         let lv = &self.levels[level];
+        let bw = self.ring_bandwidth_bps(g, level, stride);
         let gf = g as f64;
-        2.0 * (gf - 1.0) / gf * bytes / lv.bandwidth_bps + 2.0 * (gf - 1.0) * lv.latency_s
+        2.0 * (gf - 1.0) / gf * bytes / bw + 2.0 * (gf - 1.0) * lv.latency_s
     }
 
     /// Point-to-point transfer of `bytes` on `level`: `lat + bytes / bw`.
     pub fn p2p_s(&self, bytes: f64, level: usize) -> f64 {
         let lv = &self.levels[level];
         lv.latency_s + bytes / lv.bandwidth_bps
+    }
+}
+
+/// Members of a group of `g` devices, consecutive members `stride` devices apart, that fall
+/// inside one group of `inner` devices of the level below: `max(1, min(g, inner / stride))`
+/// (integer division; 1 when `stride >= inner`). `stride` must be >= 1.
+fn per_inner(g: u64, stride: u64, inner: u64) -> u64 {
+    (inner / stride).min(g).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a100() -> Problem {
+        let level = |group_size, bandwidth_bps, latency_s| NetLevel {
+            group_size,
+            bandwidth_bps,
+            latency_s,
+        };
+        Problem {
+            layers: vec![Layer::default()],
+            devices: 32,
+            hbm_bytes: 1 << 40,
+            levels: vec![level(8, 216.5e9, 6.34e-6), level(4096, 25e9, 5e-6)],
+            global_batch: 1,
+            micro_batch: 1,
+            tp: 1,
+            dp_overlap: false,
+            max_stages: None,
+            recompute: None,
+        }
+    }
+
+    #[test]
+    fn per_inner_counts_the_members_inside_one_inner_group() {
+        assert_eq!(per_inner(16, 1, 8), 8);
+        assert_eq!(per_inner(4, 1, 8), 4);
+        assert_eq!(per_inner(4, 2, 8), 4);
+        assert_eq!(per_inner(8, 2, 8), 4);
+        assert_eq!(per_inner(8, 3, 8), 2);
+        assert_eq!(per_inner(2, 8, 8), 1);
+        assert_eq!(per_inner(2, 16, 8), 1);
+        assert_eq!(per_inner(1, 1, 8), 1);
+    }
+
+    #[test]
+    fn ring_bandwidth_on_the_a100_levels() {
+        let prob = a100();
+        // TP 16 over 2 nodes (contiguous): 8 NICs per node, min(8 · 25e9, 216.5e9) = 200e9.
+        assert_eq!(prob.level_for(16), 1);
+        assert_eq!(prob.ring_bandwidth_bps(16, 1, 1), 200e9);
+        // A DP group of one GPU per node (t = 8): one NIC, 25e9.
+        assert_eq!(prob.ring_bandwidth_bps(2, 1, 8), 25e9);
+        assert_eq!(prob.ring_bandwidth_bps(4, 1, 16), 25e9);
+        // Two per node: 50e9.
+        assert_eq!(prob.ring_bandwidth_bps(8, 1, 4), 50e9);
+        // Level 0: its own bandwidth, whatever the stride.
+        assert_eq!(prob.ring_bandwidth_bps(8, 0, 1), 216.5e9);
+        assert_eq!(prob.ring_bandwidth_bps(2, 0, 4), 216.5e9);
+        // The all-reduce uses it, and nothing changes on level 0.
+        let n = 1e9;
+        assert_eq!(
+            prob.ring_allreduce_s(n, 16, 1, 1),
+            2.0 * 15.0 / 16.0 * n / 200e9 + 2.0 * 15.0 * 5e-6
+        );
+        assert_eq!(
+            prob.ring_allreduce_s(n, 8, 0, 1),
+            2.0 * 7.0 / 8.0 * n / 216.5e9 + 2.0 * 7.0 * 6.34e-6
+        );
+        assert_eq!(prob.ring_allreduce_s(n, 1, 1, 1), 0.0);
+    }
+
+    #[test]
+    fn the_cap_is_the_inner_levels_bandwidth() {
+        let mut prob = a100();
+        prob.levels[0].bandwidth_bps = 150e9;
+        assert_eq!(prob.ring_bandwidth_bps(16, 1, 1), 150e9);
+        assert_eq!(prob.ring_bandwidth_bps(8, 1, 2), 100e9);
+        // k = 1 is the level's own bandwidth even when the inner level is slower.
+        prob.levels[0].bandwidth_bps = 1e9;
+        assert_eq!(prob.ring_bandwidth_bps(2, 1, 8), 25e9);
     }
 }

@@ -95,12 +95,17 @@ struct Ctx<'p, 'a> {
     /// each side of a boundary after layer l (activation one way, its gradient back).
     cut: Vec<f64>,
     dp_level: usize,
+    /// Devices between consecutive members of a DP group: p·t. The device order is TP
+    /// innermost, then PP, then DP (a replica's p·t devices are contiguous; the p2p level is
+    /// that of p·t, the DP level that of d·p·t), so a DP group's members lie p·t apart.
+    dp_stride: u64,
     /// The policies a stage may use ([`Problem::policies`]): all three, or the fixed one.
     policies: &'static [usize],
 }
 
 impl<'p, 'a> Ctx<'p, 'a> {
-    /// `pp_group` is p·t (the pipeline replica), which picks the p2p level.
+    /// `pp_group` is p·t (the pipeline replica), which picks the p2p level and is the stride
+    /// of a DP group (whose level is that of d·p·t).
     fn new(prep: &'p Prepared<'a>, d: u64, pp_group: u64, hbm: u64) -> Self {
         let prob = prep.prob;
         let pp_level = prob.level_for(pp_group);
@@ -116,6 +121,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
             hbm,
             cut,
             dp_level: prob.level_for(d * pp_group),
+            dp_stride: pp_group,
             policies: prob.policies(),
         }
     }
@@ -178,7 +184,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
     fn allreduce(&self, a: &RangeSums) -> f64 {
         self.prep
             .prob
-            .ring_allreduce_s(a.grad_bytes as f64, self.d, self.dp_level)
+            .ring_allreduce_s(a.grad_bytes as f64, self.d, self.dp_level, self.dp_stride)
     }
 
     /// E_k: the DP all-reduce, less what hides behind the stage's backward when overlapped.
@@ -534,20 +540,24 @@ fn p_max(prob: &Problem, d: u64) -> usize {
     pm
 }
 
-/// Groups p = 1..=pmax by the network levels they use (p2p level of p·t, DP level of d·p·t);
-/// one DP run serves a whole group. p = 1 has no p2p, so it joins p = 2's group when it can.
+/// Groups p = 1..=pmax by the network they use (p2p level of p·t; DP level of d·p·t and the
+/// DP ring's bandwidth, which depends on p through the stride p·t of a DP group); one DP run
+/// serves a whole group. p = 1 has no p2p, so it joins p = 2's group when it can.
 fn classes(prob: &Problem, d: u64, pmax: usize) -> Vec<(u64, Vec<usize>)> {
     let t = prob.tp;
-    let key = |p: usize| {
+    // (p2p level, DP level, DP ring bandwidth's bits).
+    type Key = (usize, usize, u64);
+    let key = |p: usize| -> Key {
         let pp = prob.level_for(p.max(2) as u64 * t);
-        let dpl = if d > 1 {
-            prob.level_for(d * p as u64 * t)
+        if d > 1 {
+            let pt = p as u64 * t;
+            let level = prob.level_for(d * pt);
+            (pp, level, prob.ring_bandwidth_bps(d, level, pt).to_bits())
         } else {
-            0
-        };
-        (pp, dpl)
+            (pp, 0, 0)
+        }
     };
-    let mut out: Vec<((usize, usize), u64, Vec<usize>)> = Vec::new();
+    let mut out: Vec<(Key, u64, Vec<usize>)> = Vec::new();
     for p in 1..=pmax {
         let k = key(p);
         match out.iter_mut().find(|(kk, _, _)| *kk == k) {
@@ -555,7 +565,8 @@ fn classes(prob: &Problem, d: u64, pmax: usize) -> Vec<(u64, Vec<usize>)> {
             None => out.push((k, p as u64 * t, vec![p])),
         }
     }
-    // Representative p·t of a group: the largest p (all p in it share both levels).
+    // Representative p·t of a group: the largest p (all p in it share both levels and the
+    // DP bandwidth).
     out.into_iter()
         .map(|(_, _, ps)| (*ps.last().unwrap() as u64 * t, ps))
         .collect()

@@ -96,13 +96,23 @@ fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Ve
             .position(|l| l.group_size >= g)
             .unwrap_or(prob.levels.len() - 1)
     };
-    let ring = |bytes: f64, g: u64, l: usize| {
+    // Ring over g devices, consecutive members `stride` apart, on level l. Rail-aware: with k
+    // members inside each group of the level below, the ring drives k of its links at once,
+    // up to that level's own bandwidth.
+    let ring = |bytes: f64, g: u64, l: usize, stride: u64| {
         if g <= 1 {
             0.0
         } else {
             let lv = &prob.levels[l];
-            2.0 * (g - 1) as f64 / g as f64 * bytes / lv.bandwidth_bps
-                + 2.0 * (g - 1) as f64 * lv.latency_s
+            let mut bw = lv.bandwidth_bps;
+            if l > 0 {
+                let below = &prob.levels[l - 1];
+                let k = std::cmp::max(1, std::cmp::min(g, below.group_size / stride));
+                if k > 1 {
+                    bw = f64::min(k as f64 * bw, below.bandwidth_bps);
+                }
+            }
+            2.0 * (g - 1) as f64 / g as f64 * bytes / bw + 2.0 * (g - 1) as f64 * lv.latency_s
         }
     };
     let pp_l = lvl(p as u64 * t);
@@ -132,7 +142,7 @@ fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Ve
         }
         let f = ((p - k) as u64).min(m);
         let mem = fixed + f * saved + ws;
-        let ar = ring(grad as f64, d, dp_l);
+        let ar = ring(grad as f64, d, dp_l, p as u64 * t);
         let e = if prob.dp_overlap {
             (ar - bwd).max(0.0)
         } else {

@@ -400,3 +400,42 @@ fn recompute_settings_by_name() {
         "recompute must be one of auto, none, selective, full, got \"most\""
     );
 }
+
+/// The a100 preset's levels: nodes of 8 GPUs (216.5e9 B/s, 6.34 µs), the cluster over one
+/// 25e9 B/s NIC per GPU (5 µs).
+fn a100_levels() -> Vec<NetLevel> {
+    vec![level(8, 216.5e9, 6.34e-6), level(4096, 25e9, 5e-6)]
+}
+
+#[test]
+fn dp_all_reduce_is_rail_aware() {
+    // One stage per layer, 1e9 gradient bytes per layer, 32 GPUs in 4 nodes of 8. The device
+    // order is TP, then PP, then DP: a DP group's members lie p·t apart, so k = min(d, 8 / (p·t))
+    // of them share a node and drive k NICs: bw = min(k · 25e9, 216.5e9).
+    let ar = |d: u64, p: usize, t: u64, levels: Vec<NetLevel>| {
+        let mut l = layer();
+        l.grad_bytes = 1_000_000_000;
+        let mut prob = problem(vec![l; p], 32, d);
+        prob.tp = t;
+        prob.levels = levels;
+        let ev = evaluate_fixed(&prob, p, d).unwrap();
+        assert!(ev.feasible, "{:?}", ev.violations);
+        ev.plan.unwrap().stages[0].dp_allreduce_s
+    };
+    let expect = |d: f64, bw: f64, lat: f64| 2.0 * (d - 1.0) / d * 1e9 / bw + 2.0 * (d - 1.0) * lat;
+    // t = 8: one GPU per node, one NIC: 25e9.
+    assert_eq!(ar(4, 1, 8, a100_levels()), expect(4.0, 25e9, 5e-6));
+    // t = 4: two per node: 50e9.
+    assert_eq!(ar(8, 1, 4, a100_levels()), expect(8.0, 50e9, 5e-6));
+    // t = 1, p = 2: stride 2, four per node: 100e9.
+    assert_eq!(ar(16, 2, 1, a100_levels()), expect(16.0, 100e9, 5e-6));
+    // t = 1, p = 1: eight per node: 200e9 (below NVLink's 216.5e9).
+    assert_eq!(ar(16, 1, 1, a100_levels()), expect(16.0, 200e9, 5e-6));
+    // t = 1, p = 3: stride 3, two per node (8 / 3); d·p·t = 30 <= 32.
+    assert_eq!(ar(10, 3, 1, a100_levels()), expect(10.0, 50e9, 5e-6));
+    // Inside a node: the node level, unchanged.
+    assert_eq!(ar(8, 1, 1, a100_levels()), expect(8.0, 216.5e9, 6.34e-6));
+    // Capped by the inner level: 8 · 25e9 > 150e9.
+    let slow_node = vec![level(8, 150e9, 6.34e-6), level(4096, 25e9, 5e-6)];
+    assert_eq!(ar(16, 1, 1, slow_node), expect(16.0, 150e9, 5e-6));
+}
