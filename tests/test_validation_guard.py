@@ -1,0 +1,51 @@
+"""The regression guard of the calibration (issue 14 item 5; docs/validation.md): a fixed
+subset of vTrain's development runs (data/vtrain/ground_truth_single.csv: hidden 1024, 16
+layers, micro-batch 1 and 4, TP 1 to 8, PP 1 to 8, one run per (TP, micro-batch, PP)) priced
+with the calibrated ``a100`` description.  It fails when the subset's median or p90 |error|
+grows past what the calibration reached (plus a small margin), so a change of the cost model
+cannot silently undo the calibration; a change that improves it should lower the bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from phaze.validate import Settings, assign_splits, read_runs, validate
+
+ROWS = (5, 30, 38, 76, 133, 154, 194, 220, 222, 230, 253, 408, 667, 697, 864, 1177, 1386, 1426)
+#: What the subset reaches with the calibrated a100 (docs/validation.md), and the bounds.
+MEDIAN_BOUND = 0.07  # reached: 5.3 %
+P90_BOUND = 0.23  # reached: 20.2 %
+
+
+def subset(rows) -> list:
+    return [r for r in assign_splits(read_runs(ROOT / "data" / "vtrain" / "ground_truth_single.csv")) if r.row in rows]
+
+
+@pytest.fixture(scope="module")
+def errors() -> np.ndarray:
+    runs = subset(ROWS)
+    assert sorted(r.row for r in runs) == sorted(ROWS) and {r.split for r in runs} == {"dev"}
+    priced, _ = validate(runs, Settings(hw="a100", quiet=True), jobs=1)
+    return np.array([priced[r.row].predicted_s / r.measured_s - 1 for r in runs])
+
+
+def test_the_subset_stays_calibrated(errors):
+    assert np.median(np.abs(errors)) <= MEDIAN_BOUND, np.round(errors, 3)
+    assert np.percentile(np.abs(errors), 90) <= P90_BOUND, np.round(errors, 3)
+
+
+def test_the_ideal_model_fails_the_guard():
+    """The guard can fail: the same runs on the a100 without its calibration miss it."""
+    import dataclasses
+
+    from phaze_ir.hardware import load_hardware
+
+    runs = [
+        r for r in assign_splits(read_runs(ROOT / "data" / "vtrain" / "ground_truth_single.csv")) if r.row in ROWS[:6]
+    ]
+    ideal = dataclasses.replace(load_hardware("a100"), calibration=None)
+    priced, _ = validate(runs, Settings(hw="a100", accelerator=ideal, quiet=True), jobs=1)
+    e = np.abs([priced[r.row].predicted_s / r.measured_s - 1 for r in runs])
+    assert np.median(e) > MEDIAN_BOUND
