@@ -673,6 +673,11 @@ def _check_network(levels: tuple[NetworkLevel, ...], source: str | None, path: s
 # --------------------------------------------------------------------------------------------
 
 
+def _quoted(name: str) -> str:
+    """``'name'``, with control characters escaped (a message stays one line)."""
+    return "'" + json.dumps(name, ensure_ascii=False)[1:-1] + "'"
+
+
 def preset_names() -> list[str]:
     """Names of the hardware presets shipped with the package, sorted."""
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
@@ -686,7 +691,7 @@ def preset_path(name: str) -> Path:
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise HardwareError(
-            f"unknown hardware preset '{name}'{hint}; known presets: {', '.join(known)} "
+            f"unknown hardware preset {_quoted(name)}{hint}; known presets: {', '.join(known)} "
             "(or give the path of a .toml file)"
         )
     return path

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -472,7 +473,7 @@ def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return f'"{value}"'
+        return json.dumps(value, ensure_ascii=False)  # escaped: a message stays one line
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k} = {_show(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
