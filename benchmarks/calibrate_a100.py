@@ -40,7 +40,7 @@ sys.path.insert(0, ROOT)
 
 from passes.algorithms import _phaze_rs  # noqa: E402
 from passes.algorithms.latency import ViewDesc, estimate_op  # noqa: E402
-from passes.algorithms.schedule import phase_groups  # noqa: E402
+from passes.algorithms.schedule import phase_groups, serial_times  # noqa: E402
 from passes.cost_view import Describer  # noqa: E402
 from passes.graph_view import build_graph, read_layers, step_function  # noqa: E402
 from passes.place_devices import build_problem  # noqa: E402
@@ -76,16 +76,6 @@ def extract(work) -> list[dict]:
     return out
 
 
-def serial_makespan(durations: np.ndarray, dispatch_s: float) -> float:
-    """The makespan of ``passes.algorithms.schedule.serial`` for these op durations."""
-    t, issued = 0.0, 0
-    for d in durations:
-        if d > 0:
-            issued += 1
-            t = max(t, issued * dispatch_s) + d
-    return t
-
-
 class Fit:
     """The development runs, ready to be priced at any calibration: ``items`` as :func:`extract`
     gives them, in file order, ``sizes`` the number of runs of each file."""
@@ -113,7 +103,7 @@ class Fit:
         lat = np.array([estimate_op(d, acc).split_s for d in self.descs])
         out = []
         for groups, runs in self.items:
-            span = {key: serial_makespan(lat[ids], cal.host_dispatch_s) for key, ids in groups.items()}
+            span = {key: serial_times(lat[ids].tolist(), cal.host_dispatch_s)[1] for key, ids in groups.items()}
             for _, _, pp, dp, problem in runs:
                 layers = [dict(x) for x in problem["layers"]]
                 for i, layer in enumerate(layers):

@@ -102,10 +102,7 @@ class InsertRecomputePass(SolverOptions):
         for rc in recompute:
             if rc.selective_ops:
                 problem = sched.group_problem(graph, rc.selective_ops, latency, cores)
-                if serial is not None:
-                    selective_s.append(sched.serial_schedule(problem, serial).makespan)
-                else:
-                    selective_s.append(cache.solve(problem, **limits).makespan)
+                selective_s.append(sched.schedule_group(problem, cache, serial, **limits).makespan)
             else:
                 selective_s.append(0.0)
 

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from passes.algorithms.latency import MatmulDesc, _glb_matmul_bytes, estimate_op, hbm_matmul_bytes  # noqa: E402
+from passes.algorithms.latency import MatmulDesc, _glb_matmul_bytes, estimate_op, hbm_matmul_bytes, wave_s  # noqa: E402
 from passes.algorithms.tiling import tile_gemm_scalar  # noqa: E402
 from phaze_ir.hardware import load_hardware  # noqa: E402
 
@@ -185,15 +185,13 @@ def gemm_terms(g: Gemms, acc) -> GemmTerms:
     return GemmTerms(np.array(glb), np.array(hbm, dtype=np.float64), g.time_s, g.batch, g.m, g.n, g.k)
 
 
-def wave_s(terms: GemmTerms, tile_m: int, tile_n: int, units: int, peak_flops: float) -> np.ndarray:
-    """Seconds of the GEMMs' waves of full output tiles at the tensor peak (latency._wave_s)."""
-    tiles = terms.batch * -(-terms.m // tile_m) * -(-terms.n // tile_n)
-    waves = -(-tiles // units)
-    return waves * 2.0 * tile_m * tile_n * terms.k.astype(np.float64) * units / peak_flops
+def waves_s(terms: GemmTerms, tile_m: int, tile_n: int, units: int, peak_flops: float) -> np.ndarray:
+    """Seconds of the GEMMs' waves of full output tiles at the tensor peak (latency.wave_s)."""
+    return wave_s(terms.batch, terms.m, terms.n, terms.k, tile_m, tile_n, units, peak_flops)
 
 
 def predict_gemm(terms: GemmTerms, cal: Calibration, acc) -> np.ndarray:
-    compute = wave_s(terms, cal.tile_m, cal.tile_n, cal.units, acc.peak_tensor_flops) / cal.tensor_efficiency
+    compute = waves_s(terms, cal.tile_m, cal.tile_n, cal.units, acc.peak_tensor_flops) / cal.tensor_efficiency
     hbm = terms.hbm_bytes / (acc.hbm.bandwidth_Bps * cal.memory_efficiency)
     return np.maximum(np.maximum(compute, terms.glb_s), hbm) + cal.kernel_overhead_s
 
@@ -234,7 +232,7 @@ def _fit_e_o(compute1: np.ndarray, floor: np.ndarray, t: np.ndarray, grid: np.nd
 
 def fit_gemm(terms: GemmTerms, tile: tuple[int, int], units: int, memory_efficiency: float, acc):
     """(tensor_efficiency, kernel_overhead_s, mean |error|) of one wave tile."""
-    compute1 = wave_s(terms, tile[0], tile[1], units, acc.peak_tensor_flops)
+    compute1 = waves_s(terms, tile[0], tile[1], units, acc.peak_tensor_flops)
     floor = np.maximum(terms.glb_s, terms.hbm_bytes / (acc.hbm.bandwidth_Bps * memory_efficiency))
     e, _, _ = _fit_e_o(compute1, floor, terms.time_s, np.round(np.arange(0.300, 1.0005, 0.001), 6))
     fine = np.round(np.arange(e - 0.002, e + 0.002 + 5e-7, 1e-5), 8)

@@ -116,6 +116,7 @@ __all__ = [
     "config_of",
     "layer_totals",
     "hbm_matmul_bytes",
+    "wave_s",
 ]
 
 #: Bound labels; :attr:`SpaceLatency.bound` holds indices into this tuple.
@@ -333,12 +334,19 @@ def _overhead_s(acc) -> float:
 
 def _wave_s(d: MatmulDesc, acc) -> float:
     """Seconds of a GEMM split over the chip in waves of output tiles (the ``[calibration]``
-    wave quantisation): ``batch · ceil(M / tile_m) · ceil(N / tile_n)`` tiles dealt to
-    ``wave_units`` units, each wave as long as one full tile at a unit's share of the peak."""
+    wave quantisation, :func:`wave_s`)."""
     cal = acc.calibration
-    tiles = d.batch * (-(-d.m // cal.wave_tile_m)) * (-(-d.n // cal.wave_tile_n))
-    waves = -(-tiles // cal.wave_units)
-    return waves * 2.0 * cal.wave_tile_m * cal.wave_tile_n * d.k * cal.wave_units / acc.peak_tensor_flops
+    return wave_s(d.batch, d.m, d.n, d.k, cal.wave_tile_m, cal.wave_tile_n, cal.wave_units, acc.peak_tensor_flops)
+
+
+def wave_s(batch, m, n, k, tile_m: int, tile_n: int, units: int, peak_flops: float):
+    """Seconds of GEMMs in waves of full output tiles: ``batch · ceil(M / tile_m) · ceil(N /
+    tile_n)`` tiles dealt to ``units`` units, each wave as long as one full tile at a unit's
+    share of ``peak_flops``.  Integers, or numpy integer arrays of GEMMs (element by element,
+    the same floats: ``benchmarks/gpu/fit_h100.py`` fits with it)."""
+    tiles = batch * (-(-m // tile_m)) * (-(-n // tile_n))
+    waves = -(-tiles // units)
+    return waves * 2.0 * tile_m * tile_n * k * units / peak_flops
 
 
 def _vector_traffic(d: VectorDesc, buffer_bytes: int) -> int:

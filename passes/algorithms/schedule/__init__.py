@@ -28,12 +28,13 @@ from passes.algorithms.schedule.layers import (
     group_edges,
     group_problem,
     phase_groups,
+    schedule_group,
     schedule_layers,
 )
 from passes.algorithms.schedule.milp import ENERGY_CUTS, FLOOR, MAX_ANTICHAIN_STEPS, MAX_ANTICHAINS
 from passes.algorithms.schedule.prepared import lower_bounds
 from passes.algorithms.schedule.problem import UNITS, Op, Problem, Schedule, check_schedule
-from passes.algorithms.schedule.serial import serial_schedule
+from passes.algorithms.schedule.serial import serial_schedule, serial_times
 from passes.algorithms.schedule.solve import SOLVER_REVISION, solve
 from passes.algorithms.schedule.warm_start import LOCAL_SEARCH_BASE, LOCAL_SEARCH_PER_OP, list_schedule
 
@@ -58,7 +59,9 @@ __all__ = [
     "list_schedule",
     "lower_bounds",
     "phase_groups",
+    "schedule_group",
     "schedule_layers",
     "serial_schedule",
+    "serial_times",
     "solve",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from passes.algorithms.graph import Graph
 from passes.algorithms.schedule.cache import ScheduleCache
@@ -79,6 +80,15 @@ class LayerSchedule:
         }
 
 
+def schedule_group(problem: Problem, cache: ScheduleCache, serial_dispatch_s: float | None, **limits: Any) -> Schedule:
+    """One group's schedule: solved through ``cache`` (``limits`` as :meth:`ScheduleCache.solve`
+    takes them), or, when ``serial_dispatch_s`` is not None (a chip that runs one op at a time,
+    issued by the host every that many seconds), :func:`serial_schedule` (no solver, no cache)."""
+    if serial_dispatch_s is not None:
+        return serial_schedule(problem, serial_dispatch_s)
+    return cache.solve(problem, **limits)
+
+
 def schedule_layers(
     graph: Graph,
     layer_of: Sequence[int],
@@ -100,12 +110,10 @@ def schedule_layers(
     out: dict[int, LayerSchedule] = {}
     for (layer, phase), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], PHASE_GROUPS.index(kv[0][1]))):
         problem = group_problem(graph, ids, latency, cores)
-        if serial_dispatch_s is not None:
-            schedule = serial_schedule(problem, serial_dispatch_s)
-            out.setdefault(layer, LayerSchedule(layer, {})).groups[phase] = (ids, schedule)
-            continue
-        schedule = cache.solve(
+        schedule = schedule_group(
             problem,
+            cache,
+            serial_dispatch_s,
             time_limit=time_limit,
             seed=seed,
             gap_limit=gap_limit,
