@@ -67,13 +67,22 @@ def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
 
 
 def build_problem(
-    module: ModuleOp, devices: int, global_batch: int, dp_overlap: bool, pass_name: str, recompute: str = "auto"
+    module: ModuleOp,
+    devices: int,
+    global_batch: int,
+    dp_overlap: bool,
+    pass_name: str,
+    recompute: str = "auto",
+    zero: str = "0",
+    pipeline_schedule: str = "1f1b",
 ) -> _phaze_rs.ProblemDict:
     """The DP problem of a module annotated by the cost passes (``recompute``: ``auto`` or the
-    policy of every stage)."""
+    policy of every stage; ``zero``: ``auto`` or a ZeRO stage; ``pipeline_schedule``:
+    ``auto``, ``1f1b`` or ``interleaved:V``)."""
     layers = layer_numbers(module, pass_name)
     acc = module_accelerator(module, pass_name)
     spec = acc.to_dict()
+    kinds = [str(r["kind"]) for r in _records(module, keys.LAYERS, LayerInfoAttr)]
     try:
         return pl.problem(
             layers,
@@ -85,6 +94,9 @@ def build_problem(
             tp=keys.int_of(module, keys.TP_WIDTH, 1),
             dp_overlap=dp_overlap,
             recompute=recompute,
+            zero=zero,
+            pipeline_schedule=pipeline_schedule,
+            blocks=pl.block_range(kinds),
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
@@ -114,6 +126,8 @@ def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_
             dp=0,
             pp=0,
             tp=problem["tp"],
+            virtual_stages=0,
+            zero=0,
             micro_batch_size=problem["micro_batch"],
             num_micro_batches=0,
             time_per_batch_s=0.0,
@@ -132,6 +146,8 @@ def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_
         dp=plan["dp"],
         pp=plan["pp"],
         tp=plan["tp"],
+        virtual_stages=plan["virtual_stages"],
+        zero=plan["zero"],
         micro_batch_size=plan["micro_batch"],
         num_micro_batches=plan["num_micro_batches"],
         time_per_batch_s=float(plan["time_per_batch_s"]),
@@ -147,6 +163,7 @@ def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_
         [
             StageInfoAttr.make(
                 index=k,
+                rank=s["rank"],
                 first_layer=s["first_layer"],
                 last_layer=s["last_layer"],
                 devices=s["devices"],
@@ -183,7 +200,10 @@ class PlaceDevicesPass(ModulePass):
     all-reduce behind the stage's backward), ``recompute`` (``auto``, the default: each stage's
     policy chosen by the DP; ``none``, ``selective`` or ``full``: every stage uses that policy,
     as ``expert:PP,DP,TP`` fixes the degrees; when it does not fit, the plan is written with
-    ``feasible = "no"`` and the memory constraint).  Requires the cost annotations of
+    ``feasible = "no"`` and the memory constraint), ``zero`` (``0``, the default, plain data
+    parallelism; ``1``/``2``/``3`` a fixed ZeRO stage; ``auto``: the DP chooses),
+    ``pipeline_schedule`` (``1f1b``, the default; ``interleaved:V``, Megatron's interleaved
+    1F1B with V model chunks per device; ``auto``: the DP chooses).  Requires the cost annotations of
     ``phaze-schedule-ops`` and ``phaze-insert-recompute`` and a ``phaze.accelerator``.
     """
 
@@ -193,14 +213,27 @@ class PlaceDevicesPass(ModulePass):
     placement: str = "phaze"
     dp_overlap: bool = False
     recompute: str = "auto"
+    zero: str = "0"
+    pipeline_schedule: str = "1f1b"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         try:
             fixed = pl.parse_placement(self.placement, keys.string_of(op, keys.MODEL))
             recompute = pl.parse_recompute(self.recompute)
+            pl.parse_zero(self.zero)
+            pl.parse_pipeline_schedule(self.pipeline_schedule)
         except pl.PlacementError as e:
             raise PhazeError(f"{self.name}: {e}") from e
-        problem = build_problem(op, self.devices, self.global_batch, self.dp_overlap, self.name, recompute)
+        problem = build_problem(
+            op,
+            self.devices,
+            self.global_batch,
+            self.dp_overlap,
+            self.name,
+            recompute,
+            zero=self.zero,
+            pipeline_schedule=self.pipeline_schedule,
+        )
         result = solve(problem, fixed)
         label = "phaze" if fixed is None else "expert:{},{},{}".format(*fixed)
         write_plan(op, problem, result, label)

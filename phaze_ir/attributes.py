@@ -650,14 +650,20 @@ class PlanAttr(RecordAttr):
     Syntax::
 
         #phaze.plan<devices = 1024, global_batch = 4096, dp = 32, pp = 8, tp = 4,
+                    virtual_stages = 1, zero = 0,
                     micro_batch_size = 1, num_micro_batches = 128, time_per_batch_s = 12.5,
                     throughput_samples_per_s = 327.7, max_memory_bytes = 30000000000,
                     devices_used = 1024, placement = "phaze", feasible = yes, binding = "">
 
     - ``dp``/``pp``/``tp``: data-parallel replicas, pipeline stages, tensor-parallel width;
       ``devices_used = dp·pp·tp ≤ devices``.
+    - ``virtual_stages``: model chunks per pipeline rank, ``v``: 1 is plain 1F1B, ``v >= 2``
+      Megatron's interleaved 1F1B (``phaze.stages`` then lists the ``p·v`` chunks).
+    - ``zero``: how the DP group shares the training state: 0 plain data parallelism, 1 the
+      optimizer state sharded (Megatron's distributed optimizer), 2 and the gradients, 3 and
+      the parameters (FSDP).
     - ``num_micro_batches``: micro-batches per replica per batch, ``global_batch / (micro_batch_size·dp)``.
-    - ``time_per_batch_s``: 1F1B time, ``(m + p − 1)·max stage time + exposed DP all-reduce``.
+    - ``time_per_batch_s``: ``(m + (p − 1)/v)·max stage time + exposed DP collectives``.
     - ``placement``: ``"phaze"`` (searched) or ``"expert:PP,DP,TP"`` (evaluated as given).
     - ``feasible``: ``"yes"`` or ``"no"``; ``binding``: when not feasible, the constraint that
       binds (e.g. ``"memory: ..."``), else empty.
@@ -670,6 +676,8 @@ class PlanAttr(RecordAttr):
         "dp",
         "pp",
         "tp",
+        "virtual_stages",
+        "zero",
         "micro_batch_size",
         "num_micro_batches",
         "time_per_batch_s",
@@ -686,6 +694,8 @@ class PlanAttr(RecordAttr):
     dp: IntAttr
     pp: IntAttr
     tp: IntAttr
+    virtual_stages: IntAttr
+    zero: IntAttr
     micro_batch_size: IntAttr
     num_micro_batches: IntAttr
     time_per_batch_s: FloatData
@@ -699,26 +709,33 @@ class PlanAttr(RecordAttr):
 
 @irdl_attr_definition
 class StageInfoAttr(RecordAttr):
-    """One pipeline stage of ``phaze.plan`` (module attribute ``phaze.stages``).
+    """One pipeline stage of ``phaze.plan`` (module attribute ``phaze.stages``): under plain
+    1F1B the layers of one pipeline rank, under interleaved 1F1B one model chunk.
 
     Syntax::
 
-        #phaze.stage_info<index = 0, first_layer = 0, last_layer = 12, devices = 4, time_s = 0.09,
+        #phaze.stage_info<index = 0, rank = 0, first_layer = 0, last_layer = 12, devices = 4, time_s = 0.09,
                      memory_bytes = 30000000000, recompute = selective, in_flight = 8,
                      exposed_dp_s = 0.2>
 
+    - ``rank``: the pipeline rank that runs it (``index`` under 1F1B, ``index mod pp`` under
+      interleaving); ``time_s``, ``memory_bytes``, ``recompute``, ``in_flight`` and
+      ``exposed_dp_s`` are that rank's.
     - ``first_layer``/``last_layer``: the layer indices (``phaze.layer``) it holds, inclusive.
     - ``devices``: devices per replica of the stage (the TP width).
     - ``time_s``: forward + backward (+ recompute) + TP and boundary transfers per micro-batch.
-    - ``memory_bytes``: per device: weights, gradients, optimizer state, ``in_flight``
-      micro-batches of stashed activations under 1F1B, workspace.
+    - ``memory_bytes``: per device: weights, gradients, optimizer state (each divided over the
+      DP group where ``zero`` shards it), ``in_flight`` micro-batches of stashed activations
+      (chunk-micro-batches under interleaving), workspace.
     - ``recompute``: ``"none"``, ``"selective"`` or ``"full"``.
-    - ``exposed_dp_s``: the stage's data-parallel gradient all-reduce not hidden by compute.
+    - ``exposed_dp_s``: the stage's once-per-step data-parallel collectives (the gradient
+      all-reduce, or ZeRO's reduce-scatter and all-gather) not hidden by compute.
     """
 
     name = "phaze.stage_info"
     FIELDS = (
         "index",
+        "rank",
         "first_layer",
         "last_layer",
         "devices",
@@ -730,6 +747,7 @@ class StageInfoAttr(RecordAttr):
     )
 
     index: IntAttr
+    rank: IntAttr
     first_layer: IntAttr
     last_layer: IntAttr
     devices: IntAttr

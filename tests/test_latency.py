@@ -349,6 +349,8 @@ def _problem(layers, devices, dp) -> dict:
         "micro_batch": 1,
         "tp": 1,
         "dp_overlap": False,
+        "zero": "0",
+        "virtual_stages": 1,
     }
 
 
@@ -359,7 +361,7 @@ def test_all_reduce_is_bit_identical_to_the_rust_dp(d, nbytes):
     # One layer, one stage, d data-parallel replicas: the stage's DP all-reduce is a ring
     # all-reduce of the gradient bytes over d devices on level_for(d).
     ev = rs.evaluate_placement(_problem([_layer(grad_bytes=nbytes)], d, d), 1, d)
-    got = ev["plan"]["stages"][0]["dp_allreduce_s"]
+    got = ev["plan"]["stages"][0]["dp_comm_s"]
     mine, _ = network.collective_s("all_reduce", nbytes, d, LEVELS)
     assert got == mine
 
@@ -382,7 +384,7 @@ def test_strided_all_reduce_is_bit_identical_to_the_rust_dp(d, p, t, nbytes):
     index, ring = network.group_level(LEVELS, d, p * t)
     assert index == network.level_for(LEVELS, d * p * t)
     mine = network.ring_all_reduce_s(nbytes, d, ring)
-    assert [s["dp_allreduce_s"] for s in ev["plan"]["stages"]] == [mine] * p
+    assert [s["dp_comm_s"] for s in ev["plan"]["stages"]] == [mine] * p
 
 
 def test_the_equivalence_cases_span_levels_with_several_members_per_inner_group():

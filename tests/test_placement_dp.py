@@ -29,6 +29,8 @@ REL = 1e-9
 PLAN_KEYS = {
     "dp",
     "pp",
+    "virtual_stages",
+    "zero",
     "tp",
     "micro_batch",
     "num_micro_batches",
@@ -42,6 +44,7 @@ PLAN_KEYS = {
     "stages",
 }
 STAGE_KEYS = {
+    "rank",
     "first_layer",
     "last_layer",
     "devices",
@@ -49,7 +52,7 @@ STAGE_KEYS = {
     "memory_bytes",
     "recompute",
     "in_flight",
-    "dp_allreduce_s",
+    "dp_comm_s",
     "exposed_dp_s",
 }
 VIOLATION_KEYS = {"kind", "message", "needed_bytes", "dp", "pp"}
@@ -121,6 +124,10 @@ def make_problem(draw) -> dict:
         "tp": draw.choice([1, 1, 2, 4, 8]),
         "dp_overlap": draw.int(0, 1) == 1,
         "max_stages": None if draw.int(0, 2) else draw.int(1, L),
+        # The oracle prices the paper's space (plain DP, plain 1F1B); the ZeRO stages and
+        # interleaving are checked against rust/phaze-dp/tests/brute_force_settings.rs.
+        "zero": "0",
+        "virtual_stages": 1,
     }
 
 
@@ -271,6 +278,8 @@ def small_problem(**over) -> dict:
         "micro_batch": 1,
         "tp": 1,
         "dp_overlap": True,
+        "zero": "0",
+        "virtual_stages": 1,
     }
     p.update(over)
     return p

@@ -13,6 +13,8 @@ from typing import Literal, NotRequired, TypedDict
 Policy = Literal["none", "selective", "full"]
 #: "auto": each stage takes the fastest policy that fits; a policy: every stage uses it.
 RecomputeSetting = Literal["auto", "none", "selective", "full"]
+#: "auto": the DP chooses the ZeRO stage; "0".."3": that stage.
+ZeroSetting = Literal["auto", "0", "1", "2", "3"]
 ViolationKind = Literal["batch", "devices", "stages", "memory"]
 
 class LayerDict(TypedDict):
@@ -49,26 +51,37 @@ class ProblemDict(TypedDict):
     # Default "auto" (or None); a policy restricts every stage to it, in the search, the memory
     # check and the infeasibility report (whose message then says "recompute = POLICY").
     recompute: NotRequired[RecomputeSetting | None]
+    # Default "auto" (or None): the DP chooses the ZeRO stage; "0".."3" fixes it.
+    zero: NotRequired[ZeroSetting | None]
+    # Model chunks per pipeline rank: None (default) lets the DP choose 1 or an interleaving,
+    # 1 is plain 1F1B, v >= 2 interleaved 1F1B with v chunks.
+    virtual_stages: NotRequired[int | None]
+    # [first layer, count] of the repeated blocks (interleaving splits them evenly over the
+    # p * v chunks; the layers before join chunk 0, those after the last chunk). None: all.
+    blocks: NotRequired[list[int] | None]
 
 class StageDict(TypedDict):
+    rank: int  # the pipeline rank running it (index mod pp); the numbers below are the rank's
     first_layer: int
     last_layer: int  # inclusive
     devices: int  # t
     time_s: float  # T_k per micro-batch, including p2p
     memory_bytes: int  # per device
     recompute: Policy
-    in_flight: int  # micro-batches stashed under 1F1B: min(p - k, m)
-    dp_allreduce_s: float  # AR_k
+    in_flight: int  # micro-batches stashed under 1F1B: min(p - k, m); chunk units if interleaved
+    dp_comm_s: float  # DP collectives per step before overlap (all-reduce or ZeRO's)
     exposed_dp_s: float  # E_k
 
 class PlanDict(TypedDict):
     dp: int
     pp: int
+    virtual_stages: int  # v chunks per rank (1: plain 1F1B)
+    zero: int  # ZeRO stage 0..3
     tp: int
     micro_batch: int
     num_micro_batches: int  # m = B / (b * d)
     global_batch: int
-    time_per_batch_s: float  # (m + p - 1) * max T_k + max E_k
+    time_per_batch_s: float  # (m + (p - 1) / v) * max T_k + max E_k
     throughput_samples_per_s: float  # B / time_per_batch_s
     devices_used: int  # d * p * t
     max_stage_time_s: float

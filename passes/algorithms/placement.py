@@ -29,6 +29,12 @@ EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
 RECOMPUTE_SETTINGS: tuple[_phaze_rs.RecomputeSetting, ...] = ("auto", "none", "selective", "full")
 
 
+#: The ZeRO settings a user may give (``--zero``): ``auto`` lets the DP choose, a stage fixes it.
+ZERO_SETTINGS: tuple[_phaze_rs.ZeroSetting, ...] = ("auto", "0", "1", "2", "3")
+
+_SCHEDULE = re.compile(r"^(auto|1f1b|interleaved:([1-9][0-9]*))$")
+
+
 class PlacementError(ValueError):
     """A bad placement option (its message is one line, for the user)."""
 
@@ -40,6 +46,43 @@ def parse_recompute(text: str) -> _phaze_rs.RecomputeSetting:
         if text == setting:
             return setting
     raise PlacementError(f"recompute '{text}': expected one of {', '.join(RECOMPUTE_SETTINGS)}")
+
+
+def parse_zero(text: str) -> _phaze_rs.ZeroSetting:
+    """A ZeRO setting, checked: one of :data:`ZERO_SETTINGS`."""
+    for setting in ZERO_SETTINGS:
+        if text == setting:
+            return setting
+    raise PlacementError(f"zero '{text}': expected one of {', '.join(ZERO_SETTINGS)}")
+
+
+def parse_pipeline_schedule(text: str) -> int | None:
+    """A pipeline schedule setting as the DP's ``virtual_stages``: ``auto`` -> None (the DP
+    chooses 1F1B or an interleaving), ``1f1b`` -> 1, ``interleaved:V`` -> V (V >= 2)."""
+    m = _SCHEDULE.match(text)
+    if not m:
+        raise PlacementError(
+            f"pipeline schedule '{text}': expected auto, 1f1b or interleaved:V (V >= 2 chunks per device)"
+        )
+    if m.group(1) == "auto":
+        return None
+    if m.group(1) == "1f1b":
+        return 1
+    v = int(m.group(2))
+    if v < 2:
+        raise PlacementError(f"pipeline schedule '{text}': interleaved needs V >= 2 chunks per device (1 is 1f1b)")
+    return v
+
+
+def block_range(kinds: list[str]) -> tuple[int, int] | None:
+    """(first layer, count) of the ``block`` layers (``phaze.layer_info`` kinds), which must be
+    contiguous; None when there are none (then interleaving splits every layer)."""
+    idx = [i for i, k in enumerate(kinds) if k == "block"]
+    if not idx:
+        return None
+    if idx != list(range(idx[0], idx[-1] + 1)):
+        raise PlacementError(f"the block layers {idx} are not contiguous")
+    return idx[0], len(idx)
 
 
 @dataclass(frozen=True)
@@ -121,14 +164,22 @@ def problem(
     tp: int,
     dp_overlap: bool = False,
     recompute: str = "auto",
+    zero: str = "0",
+    pipeline_schedule: str = "1f1b",
+    blocks: tuple[int, int] | None = None,
 ) -> _phaze_rs.ProblemDict:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``; ``recompute``: ``auto``
-    (each stage's policy chosen by the DP) or the policy every stage uses."""
+    (each stage's policy chosen by the DP) or the policy every stage uses; ``zero``: ``auto``
+    or the ZeRO stage; ``pipeline_schedule``: ``auto``, ``1f1b`` or ``interleaved:V``;
+    ``blocks``: (first layer, count) of the repeated blocks that interleaving splits evenly.
+    The defaults are the paper's placement space (plain DP, plain 1F1B)."""
     if devices < 1:
         raise PlacementError(f"devices = {devices}: expected a positive integer")
     if global_batch < 1:
         raise PlacementError(f"global batch = {global_batch}: expected a positive integer")
     setting = parse_recompute(recompute)
+    zero_setting = parse_zero(zero)
+    virtual_stages = parse_pipeline_schedule(pipeline_schedule)
     return {
         "layers": [layer.as_dict() for layer in layers],
         "devices": devices,
@@ -139,6 +190,9 @@ def problem(
         "tp": tp,
         "dp_overlap": dp_overlap,
         "recompute": setting,
+        "zero": zero_setting,
+        "virtual_stages": virtual_stages,
+        "blocks": list(blocks) if blocks is not None else None,
     }
 
 

@@ -83,6 +83,9 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         dp_overlap: true,
         max_stages: None,
         recompute: None,
+        zero: None,
+        virtual_stages: None,
+        blocks: Some((1, blocks)),
     }
 }
 

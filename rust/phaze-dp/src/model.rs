@@ -61,6 +61,60 @@ impl Recompute {
     }
 }
 
+/// How the data-parallel group shares the training state (ZeRO stage; Rajbhandari et al. 2020).
+///
+/// The discriminant is the stage number, and the order of the tie-break "lower stage first".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Zero {
+    /// Plain data parallelism: every replica holds everything; one gradient all-reduce per step.
+    Off = 0,
+    /// Optimizer state sharded over the DP group (Megatron's distributed optimizer): gradients
+    /// reduce-scattered and parameters all-gathered once per step.
+    Optimizer = 1,
+    /// Optimizer state and gradients sharded: the gradients cannot be accumulated unsharded,
+    /// so they are reduce-scattered after every micro-batch; parameters all-gathered per step.
+    Gradients = 2,
+    /// Everything sharded (FSDP): each micro-batch all-gathers the parameters in forward and
+    /// again in backward and reduce-scatters the gradients; two layers' full parameters are
+    /// held while they run (the current one and the one prefetched).
+    Parameters = 3,
+}
+
+impl Zero {
+    /// All stages, in order.
+    pub const ALL: [Zero; 4] = [
+        Zero::Off,
+        Zero::Optimizer,
+        Zero::Gradients,
+        Zero::Parameters,
+    ];
+
+    /// The stage number 0..=3.
+    pub fn stage(self) -> u8 {
+        self as u8
+    }
+
+    /// The ZeRO stage of a number, if it is one.
+    pub fn from_stage(z: u8) -> Option<Zero> {
+        Self::ALL.get(usize::from(z)).copied()
+    }
+
+    /// A sharding setting as users give it: `"auto"` lets the search choose (`None`), `"0"` to
+    /// `"3"` fix the stage. Anything else is an input error naming the words.
+    pub fn setting(name: &str) -> Result<Option<Zero>, InputError> {
+        if name == "auto" {
+            return Ok(None);
+        }
+        name.parse::<u8>()
+            .ok()
+            .and_then(Zero::from_stage)
+            .map(Some)
+            .ok_or_else(|| InputError {
+                message: format!("zero must be one of auto, 0, 1, 2, 3, got {name:?}"),
+            })
+    }
+}
+
 /// One layer (prologue, a transformer block, the head), priced for ONE micro-batch at the
 /// problem's micro-batch size and TP width, on one device of its TP group. Its TP collectives
 /// are ops of the layer: their time is in `fwd_s` and `bwd_s`.
@@ -124,6 +178,17 @@ pub struct Problem {
     /// to let the search choose the best policy per stage (`"auto"`). A fixed policy is the
     /// only one the search, the memory check and the infeasibility report consider.
     pub recompute: Option<Recompute>,
+    /// The ZeRO stage of the plan as a user fixes it (`--zero 1`), or `None` to let the search
+    /// choose (`"auto"`).
+    pub zero: Option<Zero>,
+    /// Model chunks per pipeline device as a user fixes them: `Some(1)` is plain 1F1B,
+    /// `Some(v)` with v >= 2 Megatron's interleaved 1F1B with v chunks; `None` lets the search
+    /// choose among 1 and every v the layer count allows (`"auto"`).
+    pub virtual_stages: Option<u64>,
+    /// The repeated blocks, as (first layer, count); the layers before them (embeddings) go to
+    /// the first model chunk and those after (head) to the last one under interleaving, which
+    /// splits the blocks evenly over the p·v chunks. `None`: every layer is a block.
+    pub blocks: Option<(usize, usize)>,
 }
 
 /// A problem that cannot even be posed (NaN times, zero devices, no layers, ...).
@@ -195,6 +260,17 @@ impl Problem {
         if self.max_stages == Some(0) {
             return err("max_stages must be >= 1 when given".into());
         }
+        if self.virtual_stages == Some(0) {
+            return err("virtual_stages must be >= 1 when given".into());
+        }
+        if let Some((first, count)) = self.blocks {
+            if count == 0 || first.saturating_add(count) > self.layers.len() {
+                return err(format!(
+                    "blocks ({first}, {count}) must be a non-empty range of the {} layers",
+                    self.layers.len()
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -206,6 +282,22 @@ impl Problem {
             Some(Recompute::Selective) => &[1],
             Some(Recompute::Full) => &[2],
         }
+    }
+
+    /// The ZeRO stages the search may use: all four, or the fixed one.
+    pub fn zero_stages(&self) -> &'static [Zero] {
+        match self.zero {
+            None => &Zero::ALL,
+            Some(Zero::Off) => &Zero::ALL[0..1],
+            Some(Zero::Optimizer) => &Zero::ALL[1..2],
+            Some(Zero::Gradients) => &Zero::ALL[2..3],
+            Some(Zero::Parameters) => &Zero::ALL[3..4],
+        }
+    }
+
+    /// The blocks as (first layer, count): [`Problem::blocks`], or every layer.
+    pub fn block_range(&self) -> (usize, usize) {
+        self.blocks.unwrap_or((0, self.layers.len()))
     }
 
     /// Index of the network level that a group of `g` contiguously placed devices uses: the
@@ -255,6 +347,19 @@ impl Problem {
         2.0 * (gf - 1.0) / gf * bytes / bw + 2.0 * (gf - 1.0) * lv.latency_s
     }
 
+    /// Ring reduce-scatter (or all-gather: the same ring, the same cost) of `bytes` (the full,
+    /// unsharded size) over `g` devices: `(g−1)/g · bytes / bw + (g−1) · lat`, half a ring
+    /// all-reduce; 0 when `g <= 1`. Same `bw` as [`Problem::ring_allreduce_s`].
+    pub fn ring_reduce_scatter_s(&self, bytes: f64, g: u64, level: usize, stride: u64) -> f64 {
+        if g <= 1 {
+            return 0.0;
+        }
+        let lv = &self.levels[level];
+        let bw = self.ring_bandwidth_bps(g, level, stride);
+        let gf = g as f64;
+        (gf - 1.0) / gf * bytes / bw + (gf - 1.0) * lv.latency_s
+    }
+
     /// Point-to-point transfer of `bytes` on `level`: `lat + bytes / bw`.
     pub fn p2p_s(&self, bytes: f64, level: usize) -> f64 {
         let lv = &self.levels[level];
@@ -290,6 +395,9 @@ mod tests {
             dp_overlap: false,
             max_stages: None,
             recompute: None,
+            zero: None,
+            virtual_stages: None,
+            blocks: None,
         }
     }
 

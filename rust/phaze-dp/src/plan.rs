@@ -1,10 +1,14 @@
 //! Outputs of the placement search: plans, stages, and why something does not fit.
 
-use crate::model::Recompute;
+use crate::model::{Recompute, Zero};
 
-/// One pipeline stage of a plan.
+/// One pipeline stage of a plan: under plain 1F1B the layers of one pipeline device, under
+/// interleaved 1F1B one model chunk (a device holds v of them: chunks k, k + p, k + 2p, ...).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stage {
+    /// The pipeline rank (device) that runs it: its index under 1F1B, `index mod p` under
+    /// interleaving. Time, memory, policy, in-flight count and DP numbers are the rank's.
+    pub rank: usize,
     /// First layer of the stage (inclusive, 0-based).
     pub first_layer: usize,
     /// Last layer of the stage (inclusive).
@@ -17,11 +21,14 @@ pub struct Stage {
     pub memory_bytes: u64,
     /// Recompute policy of the stage.
     pub recompute: Recompute,
-    /// Micro-batches whose activations the stage holds at once under 1F1B: min(p − k, m).
+    /// Micro-batches whose activations the stage holds at once under 1F1B: min(p − k, m);
+    /// under interleaving, chunk-micro-batches (units of one chunk's stash) of its rank.
     pub in_flight: u64,
-    /// Full DP gradient all-reduce time of the stage, AR_k (s).
-    pub dp_allreduce_s: f64,
-    /// Exposed part of it, E_k (s): AR_k, or max(0, AR_k − Σ bwd_s) when overlapped.
+    /// The stage's DP collectives per step before any overlap (s): the gradient all-reduce
+    /// (ZeRO 0), or the ZeRO reduce-scatters and all-gathers (per-micro-batch ones m times).
+    pub dp_comm_s: f64,
+    /// What of the once-per-step DP collectives is exposed, E_k (s); per-micro-batch ones are
+    /// in `time_s`.
     pub exposed_dp_s: f64,
 }
 
@@ -30,8 +37,12 @@ pub struct Stage {
 pub struct Plan {
     /// DP degree d (pipeline replicas).
     pub dp: u64,
-    /// Pipeline stages p.
+    /// Pipeline stages p (pipeline ranks; each holds `virtual_stages` model chunks).
     pub pp: usize,
+    /// Model chunks per pipeline rank, v: 1 for plain 1F1B, >= 2 for interleaved 1F1B.
+    pub virtual_stages: u64,
+    /// How the DP group shares weights, gradients and optimizer state.
+    pub zero: Zero,
     /// TP width t (devices per stage).
     pub tp: u64,
     /// Micro-batch size b.
@@ -40,7 +51,7 @@ pub struct Plan {
     pub num_micro_batches: u64,
     /// Global batch B.
     pub global_batch: u64,
-    /// (m + p − 1) · max_k T_k + max_k E_k (s).
+    /// (m + (p − 1)/v) · max_k T_k + max_k E_k (s).
     pub time_per_batch_s: f64,
     /// B / time_per_batch_s (samples/s; infinite when the time is 0).
     pub throughput_samples_per_s: f64,

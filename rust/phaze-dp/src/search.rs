@@ -7,7 +7,7 @@
 //!   can therefore test `objective <= bound` against the DP's own numbers without slack.
 //! * Memory is integer bytes (saturating), so feasibility never depends on rounding.
 
-use crate::model::{Layer, Problem, Recompute};
+use crate::model::{Layer, Problem, Recompute, Zero};
 use crate::plan::{Evaluation, Plan, Solution, Stage, Violation, ViolationKind};
 
 /// Objectives within this relative distance of the optimum count as ties (they differ only
@@ -23,12 +23,18 @@ fn tie_bound(best: f64) -> f64 {
 struct RangeSums {
     /// Σ (fwd_s + bwd_s).
     compute_s: f64,
+    /// Σ fwd_s (what a ZeRO parameter all-gather can hide behind).
+    fwd_s: f64,
     /// Σ recompute_s[r] per policy.
     recompute_s: [f64; 3],
     /// Σ bwd_s (what a DP all-reduce can hide behind).
     bwd_s: f64,
-    /// Σ (param + grad + optimizer) bytes.
-    fixed_bytes: u64,
+    /// Σ param_bytes.
+    param_bytes: u64,
+    /// max param_bytes (ZeRO-3 holds two layers' full parameters at once).
+    max_param_bytes: u64,
+    /// Σ optimizer_bytes.
+    optimizer_bytes: u64,
     /// Σ saved_bytes[r] per policy.
     saved_bytes: [u64; 3],
     /// max workspace_bytes.
@@ -41,16 +47,15 @@ impl RangeSums {
     #[inline]
     fn push(&mut self, l: &Layer) {
         self.compute_s += l.fwd_s + l.bwd_s;
+        self.fwd_s += l.fwd_s;
         for r in 0..3 {
             self.recompute_s[r] += l.recompute_s[r];
             self.saved_bytes[r] = self.saved_bytes[r].saturating_add(l.saved_bytes[r]);
         }
         self.bwd_s += l.bwd_s;
-        self.fixed_bytes = self
-            .fixed_bytes
-            .saturating_add(l.param_bytes)
-            .saturating_add(l.grad_bytes)
-            .saturating_add(l.optimizer_bytes);
+        self.param_bytes = self.param_bytes.saturating_add(l.param_bytes);
+        self.max_param_bytes = self.max_param_bytes.max(l.param_bytes);
+        self.optimizer_bytes = self.optimizer_bytes.saturating_add(l.optimizer_bytes);
         self.workspace_bytes = self.workspace_bytes.max(l.workspace_bytes);
         self.grad_bytes = self.grad_bytes.saturating_add(l.grad_bytes);
     }
@@ -85,10 +90,12 @@ impl<'a> Prepared<'a> {
     }
 }
 
-/// Everything that is fixed for one (d, network class of p, HBM): the DP's cost model.
+/// Everything that is fixed for one (d, network class of p, HBM, ZeRO stage): the DP's cost
+/// model.
 struct Ctx<'p, 'a> {
     prep: &'p Prepared<'a>,
     d: u64,
+    zero: Zero,
     m: u64,
     hbm: u64,
     /// cut[l] = 2 · p2p(boundary_bytes[l]) on the pipeline level: the cost a stage pays on
@@ -106,7 +113,7 @@ struct Ctx<'p, 'a> {
 impl<'p, 'a> Ctx<'p, 'a> {
     /// `pp_group` is p·t (the pipeline replica), which picks the p2p level and is the stride
     /// of a DP group (whose level is that of d·p·t).
-    fn new(prep: &'p Prepared<'a>, d: u64, pp_group: u64, hbm: u64) -> Self {
+    fn new(prep: &'p Prepared<'a>, d: u64, pp_group: u64, hbm: u64, zero: Zero) -> Self {
         let prob = prep.prob;
         let pp_level = prob.level_for(pp_group);
         let cut = prob
@@ -117,6 +124,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
         Ctx {
             prep,
             d,
+            zero,
             m: prob.global_batch / (prob.micro_batch * d),
             hbm,
             cut,
@@ -144,10 +152,39 @@ impl<'p, 'a> Ctx<'p, 'a> {
         }
     }
 
+    /// Weights, gradients and optimizer state per device, each divided over the DP group
+    /// (rounded up) where the ZeRO stage shards it, plus ZeRO-3's two gathered layers.
+    #[inline]
+    fn state_bytes(&self, a: &RangeSums) -> u64 {
+        let z = self.zero.stage();
+        let shard = |bytes: u64, sharded: bool| {
+            if sharded {
+                bytes.div_ceil(self.d)
+            } else {
+                bytes
+            }
+        };
+        let gathered = if z >= 3 && self.d > 1 {
+            a.max_param_bytes.saturating_mul(2)
+        } else {
+            0
+        };
+        shard(a.param_bytes, z >= 3)
+            .saturating_add(shard(a.grad_bytes, z >= 2))
+            .saturating_add(shard(a.optimizer_bytes, z >= 1))
+            .saturating_add(gathered)
+    }
+
     #[inline]
     fn mem(&self, a: &RangeSums, f: u64, r: usize) -> u64 {
-        a.fixed_bytes
-            .saturating_add(f.saturating_mul(a.saved_bytes[r]))
+        self.stash_mem(a, f.saturating_mul(a.saved_bytes[r]))
+    }
+
+    /// Memory with `stash` bytes of activations in flight.
+    #[inline]
+    fn stash_mem(&self, a: &RangeSums, stash: u64) -> u64 {
+        self.state_bytes(a)
+            .saturating_add(stash)
             .saturating_add(a.workspace_bytes)
     }
 
@@ -178,7 +215,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// T_k of layers i..=j under policy r. The summation order is fixed (see module docs).
     #[inline]
     fn stage_time(&self, a: &RangeSums, r: usize, i: usize, j: usize) -> f64 {
-        ((a.compute_s + a.recompute_s[r]) + self.p2p_in(i)) + self.p2p_out(j)
+        (((a.compute_s + a.recompute_s[r]) + self.p2p_in(i)) + self.p2p_out(j)) + self.mb_comm(a)
     }
 
     fn allreduce(&self, a: &RangeSums) -> f64 {
@@ -187,14 +224,68 @@ impl<'p, 'a> Ctx<'p, 'a> {
             .ring_allreduce_s(a.grad_bytes as f64, self.d, self.dp_level, self.dp_stride)
     }
 
-    /// E_k: the DP all-reduce, less what hides behind the stage's backward when overlapped.
+    /// A reduce-scatter or all-gather of `bytes` over the DP group.
+    fn half_ring(&self, bytes: u64) -> f64 {
+        self.prep
+            .prob
+            .ring_reduce_scatter_s(bytes as f64, self.d, self.dp_level, self.dp_stride)
+    }
+
+    /// `c`, less what hides behind `behind` seconds of compute when `dp_overlap`.
+    #[inline]
+    fn unhidden(&self, c: f64, behind: f64) -> f64 {
+        if self.prep.prob.dp_overlap {
+            (c - behind).max(0.0)
+        } else {
+            c
+        }
+    }
+
+    /// The DP collectives every micro-batch pays in the stage (ZeRO-2: the gradients'
+    /// reduce-scatter, behind the backward; ZeRO-3: the parameters' all-gather behind the
+    /// forward, again with the reduce-scatter behind the backward); 0 for ZeRO 0 and 1.
+    #[inline]
+    fn mb_comm(&self, a: &RangeSums) -> f64 {
+        match self.zero {
+            Zero::Off | Zero::Optimizer => 0.0,
+            Zero::Gradients => self.unhidden(self.half_ring(a.grad_bytes), a.bwd_s),
+            Zero::Parameters => {
+                let ag = self.half_ring(a.param_bytes);
+                let rs = self.half_ring(a.grad_bytes);
+                self.unhidden(ag, a.fwd_s) + self.unhidden(ag + rs, a.bwd_s)
+            }
+        }
+    }
+
+    /// E_k: the DP collectives paid once per step, less what hides behind the stage's last
+    /// backward (the gradients) and first forward (the parameters) when overlapped: ZeRO-0 the
+    /// gradient all-reduce; ZeRO-1 its reduce-scatter and the parameters' all-gather; ZeRO-2
+    /// the all-gather; ZeRO-3 nothing (its collectives are per micro-batch, [`Ctx::mb_comm`]).
     #[inline]
     fn exposed(&self, a: &RangeSums) -> f64 {
-        let ar = self.allreduce(a);
-        if self.prep.prob.dp_overlap {
-            (ar - a.bwd_s).max(0.0)
-        } else {
-            ar
+        match self.zero {
+            Zero::Off => self.unhidden(self.allreduce(a), a.bwd_s),
+            Zero::Optimizer => {
+                self.unhidden(self.half_ring(a.grad_bytes), a.bwd_s)
+                    + self.unhidden(self.half_ring(a.param_bytes), a.fwd_s)
+            }
+            Zero::Gradients => self.unhidden(self.half_ring(a.param_bytes), a.fwd_s),
+            Zero::Parameters => 0.0,
+        }
+    }
+
+    /// The stage's DP collective time per step before any overlap (per-micro-batch ones
+    /// counted m times).
+    fn dp_comm(&self, a: &RangeSums) -> f64 {
+        let m = self.m as f64;
+        match self.zero {
+            Zero::Off => self.allreduce(a),
+            Zero::Optimizer => self.half_ring(a.grad_bytes) + self.half_ring(a.param_bytes),
+            Zero::Gradients => m * self.half_ring(a.grad_bytes) + self.half_ring(a.param_bytes),
+            Zero::Parameters => {
+                let ag = self.half_ring(a.param_bytes);
+                m * (ag + ag + self.half_ring(a.grad_bytes))
+            }
         }
     }
 
@@ -288,6 +379,7 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, fronts: &mut SuffixFronts) {
             let t_lb = a.compute_s + t_in;
             let t_out = ctx.p2p_out(j);
             let e = ctx.exposed(&a);
+            let mb = ctx.mb_comm(&a);
             let mut alive = false;
             for s in 2..=s_top {
                 // Memory grows with s (more in flight): once nothing fits, stop.
@@ -299,7 +391,7 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, fronts: &mut SuffixFronts) {
                     break;
                 }
                 alive = true;
-                let t = ((a.compute_s + a.recompute_s[r]) + t_in) + t_out;
+                let t = (((a.compute_s + a.recompute_s[r]) + t_in) + t_out) + mb;
                 let (start, len) = idx[(s - 1) * n + j + 1];
                 for &(ts, es) in &arena[start as usize..(start + len) as usize] {
                     let (ct, ce) = (t.max(ts), e.max(es));
@@ -445,7 +537,9 @@ fn assemble_plan(ctx: &Ctx, chosen: &[StageChoice], p: usize) -> Plan {
     let prob = ctx.prep.prob;
     let stages: Vec<Stage> = chosen
         .iter()
-        .map(|s| Stage {
+        .enumerate()
+        .map(|(k, s)| Stage {
+            rank: k,
             first_layer: s.first,
             last_layer: s.last,
             devices: prob.tp,
@@ -453,7 +547,7 @@ fn assemble_plan(ctx: &Ctx, chosen: &[StageChoice], p: usize) -> Plan {
             memory_bytes: ctx.mem(&s.sums, s.in_flight, s.policy),
             recompute: Recompute::from_index(s.policy).unwrap(),
             in_flight: s.in_flight,
-            dp_allreduce_s: ctx.allreduce(&s.sums),
+            dp_comm_s: ctx.dp_comm(&s.sums),
             exposed_dp_s: s.exposed_s,
         })
         .collect();
@@ -463,6 +557,8 @@ fn assemble_plan(ctx: &Ctx, chosen: &[StageChoice], p: usize) -> Plan {
     Plan {
         dp: ctx.d,
         pp: p,
+        virtual_stages: 1,
+        zero: ctx.zero,
         tp: prob.tp,
         micro_batch: prob.micro_batch,
         num_micro_batches: ctx.m,
@@ -572,49 +668,356 @@ fn classes(prob: &Problem, d: u64, pmax: usize) -> Vec<(u64, Vec<usize>)> {
         .collect()
 }
 
-/// `, recompute = POLICY` when the problem fixes the policy (for memory messages), else ''.
-fn fixed_policy(prob: &Problem) -> String {
-    prob.recompute
-        .map_or_else(String::new, |r| format!(", recompute = {}", r.as_str()))
+/// The settings a user fixed, for memory messages: `, recompute = full, zero = 1,
+/// interleaved:3`, or '' when everything is left to the search.
+fn fixed_settings(prob: &Problem) -> String {
+    let mut out = String::new();
+    if let Some(r) = prob.recompute {
+        out.push_str(&format!(", recompute = {}", r.as_str()));
+    }
+    if let Some(z) = prob.zero {
+        out.push_str(&format!(", zero = {}", z.stage()));
+    }
+    match prob.virtual_stages {
+        Some(1) => out.push_str(", 1f1b"),
+        Some(v) => out.push_str(&format!(", interleaved:{v}")),
+        None => {}
+    }
+    out
 }
 
+/// The ZeRO stages worth trying at DP degree d: at d = 1 nothing is sharded and every stage
+/// prices exactly like the first allowed one, which the tie-break prefers, so only that one.
+fn zero_options(prob: &Problem, d: u64) -> &'static [Zero] {
+    let all = prob.zero_stages();
+    if d == 1 {
+        &all[..1]
+    } else {
+        all
+    }
+}
+
+// ---- interleaved 1F1B -----------------------------------------------------------------------
+//
+// Megatron-LM's interleaved schedule (Narayanan et al., SC'21, §2.2): the blocks are split
+// evenly into p·v model chunks, chunk c on pipeline rank c mod p; the layers before the blocks
+// (embeddings) join chunk 0 and the layers after them (head) the last chunk. The split is fixed
+// by (p, v), so there is no split to search: each (d, p, v, ZeRO stage) is priced directly.
+
+/// Whether v >= 2 chunks per rank are possible at p stages and m micro-batches: p >= 2, p·v
+/// divides the block count, and p divides m (Megatron-LM requires it of the interleaved schedule).
+fn interleave_allowed(prob: &Problem, p: usize, v: u64, m: u64) -> bool {
+    let (_, blocks) = prob.block_range();
+    v >= 2 && p >= 2 && (blocks as u64).is_multiple_of(p as u64 * v) && m.is_multiple_of(p as u64)
+}
+
+/// The chunk counts v >= 2 to try at (p, m): the fixed one if it is allowed, or with the search
+/// choosing, every allowed one; none for plain 1F1B.
+fn interleave_options(prob: &Problem, p: usize, m: u64) -> Vec<u64> {
+    let (_, blocks) = prob.block_range();
+    match prob.virtual_stages {
+        Some(v) if interleave_allowed(prob, p, v, m) => vec![v],
+        Some(_) => Vec::new(),
+        None => (2..=(blocks / p.max(1)) as u64)
+            .filter(|&v| interleave_allowed(prob, p, v, m))
+            .collect(),
+    }
+}
+
+/// The layers (first, last) of chunk c of the p·v chunks.
+fn chunk_layers(prob: &Problem, p: usize, v: u64, c: usize) -> (usize, usize) {
+    let (first, blocks) = prob.block_range();
+    let chunks = p * v as usize;
+    let per = blocks / chunks;
+    let lo = if c == 0 { 0 } else { first + c * per };
+    let hi = if c + 1 == chunks {
+        prob.layers.len() - 1
+    } else {
+        first + (c + 1) * per - 1
+    };
+    (lo, hi)
+}
+
+/// One pipeline rank under interleaving: the sums over the layers of its v chunks, their
+/// boundary transfers, and its peak stash per policy.
+struct Rank {
+    sums: RangeSums,
+    p2p_s: f64,
+    stash: [u64; 3],
+    in_flight: u64,
+}
+
+/// The p ranks at (p, v), with the peak stash of Megatron-LM's interleaved schedule
+/// (`forward_backward_pipelining_with_interleaving`). Rank k runs U = v·m forward units
+/// (chunk-micro-batches) and U backward units: forward unit u is on its chunk
+/// `(u mod p·v) / p`, backward unit u on chunk `v − 1 − (u mod p·v) / p`. It first runs
+/// `W = min(2(p − k − 1) + (v − 1)·p, U)` forwards (the warm-up), then alternates one forward
+/// (unit W + i) and one backward (unit i). The stash after the forward of step i is
+/// `Σ_{u <= W+i} saved(fwd chunk) − Σ_{u < i} saved(bwd chunk)`; both sequences repeat every
+/// p·v units with the same sums, so the peak is reached within one period of steps. With equal
+/// chunks it is `(1 + (p − 1)/(p·v))` times the plain 1F1B stash of the first rank
+/// (Korthikanti et al. 2022, §4.2.3); with unequal ones (the embedding and head chunks) it is
+/// computed exactly.
+fn ranks(ctx: &Ctx, p: usize, v: u64) -> Vec<Rank> {
+    let prep = ctx.prep;
+    let pu = p as u64;
+    (0..p)
+        .map(|k| {
+            let mut sums = RangeSums::default();
+            let mut p2p_s = 0.0;
+            let mut chunk_saved = Vec::with_capacity(v as usize);
+            for j in 0..v as usize {
+                let (lo, hi) = chunk_layers(prep.prob, p, v, k + j * p);
+                chunk_saved.push(prep.range(lo, hi).saved_bytes);
+                for l in lo..=hi {
+                    prep.push(&mut sums, l);
+                }
+                p2p_s += ctx.p2p_in(lo) + ctx.p2p_out(hi);
+            }
+            let units = v * ctx.m;
+            let warmup = (2 * (pu - 1 - k as u64) + (v - 1) * pu).min(units);
+            let fwd_chunk = |u: u64| ((u % (pu * v)) / pu) as usize;
+            let bwd_chunk = |u: u64| (v - 1 - (u % (pu * v)) / pu) as usize;
+            let mut stash = [0u64; 3];
+            for r in 0..3 {
+                // i128: the running stash goes up and down; its peak is what is kept.
+                let mut now: i128 = 0;
+                for u in 0..warmup {
+                    now += i128::from(chunk_saved[fwd_chunk(u)][r]);
+                }
+                let mut peak = now;
+                for i in 0..(units - warmup).min(pu * v) {
+                    now += i128::from(chunk_saved[fwd_chunk(warmup + i)][r]);
+                    peak = peak.max(now);
+                    now -= i128::from(chunk_saved[bwd_chunk(i)][r]);
+                }
+                stash[r] = u64::try_from(peak).unwrap_or(u64::MAX);
+            }
+            Rank {
+                sums,
+                p2p_s,
+                stash,
+                in_flight: (warmup + 1).min(units),
+            }
+        })
+        .collect()
+}
+
+impl Rank {
+    /// Time per micro-batch under policy r: its chunks' compute and recompute, their boundary
+    /// transfers (v× those of one stage), and the per-micro-batch DP collectives.
+    fn time(&self, ctx: &Ctx, r: usize) -> f64 {
+        ((self.sums.compute_s + self.sums.recompute_s[r]) + self.p2p_s) + ctx.mb_comm(&self.sums)
+    }
+
+    fn mem(&self, ctx: &Ctx, r: usize) -> u64 {
+        ctx.stash_mem(&self.sums, self.stash[r])
+    }
+}
+
+/// The interleaved plan at (ctx's d and ZeRO stage, p, v): each rank at its fastest policy that
+/// fits, then, rank by rank, the lowest policy index that keeps the objective within `bound`
+/// (as [`lower_policies`]; `None`: the tie bound of this option's own optimum). Time per batch `(m + (p − 1)/v) · max_k T_k + max_k E_k`
+/// (the bubble of Narayanan et al. 2021: (p − 1)/v of a rank's time per micro-batch). `Err`
+/// with the least memory the largest rank needs when some rank fits no policy.
+fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<Plan, u64> {
+    let prob = ctx.prep.prob;
+    let rs = ranks(ctx, p, v);
+    let needed = rs
+        .iter()
+        .map(|rk| ctx.policies.iter().map(|&r| rk.mem(ctx, r)).min().unwrap())
+        .max()
+        .unwrap_or(0);
+    if needed > ctx.hbm {
+        return Err(needed);
+    }
+    let mut policy: Vec<usize> = rs
+        .iter()
+        .map(|rk| {
+            let mut best: Option<usize> = None;
+            for &r in ctx.policies {
+                if rk.mem(ctx, r) <= ctx.hbm
+                    && best.is_none_or(|b| rk.sums.recompute_s[r] < rk.sums.recompute_s[b])
+                {
+                    best = Some(r);
+                }
+            }
+            best.expect("a policy fits: needed <= hbm")
+        })
+        .collect();
+    let factor = ctx.m as f64 + (p - 1) as f64 / v as f64;
+    let exposed: Vec<f64> = rs.iter().map(|rk| ctx.exposed(&rk.sums)).collect();
+    let max_e = exposed.iter().copied().fold(0.0f64, f64::max);
+    let mut times: Vec<f64> = rs
+        .iter()
+        .zip(&policy)
+        .map(|(rk, &r)| rk.time(ctx, r))
+        .collect();
+    let bound = bound.unwrap_or_else(|| {
+        tie_bound(factor * times.iter().copied().fold(0.0f64, f64::max) + max_e)
+    });
+    for k in 0..p {
+        let rest_t = (0..p)
+            .filter(|&q| q != k)
+            .map(|q| times[q])
+            .fold(0.0f64, f64::max);
+        for &r in ctx.policies {
+            if r == policy[k] {
+                break;
+            }
+            let t = rs[k].time(ctx, r);
+            if rs[k].mem(ctx, r) <= ctx.hbm && factor * rest_t.max(t) + max_e <= bound {
+                policy[k] = r;
+                times[k] = t;
+                break;
+            }
+        }
+    }
+    let max_t = times.iter().copied().fold(0.0f64, f64::max);
+    let time = factor * max_t + max_e;
+    let stages: Vec<Stage> = (0..p * v as usize)
+        .map(|c| {
+            let k = c % p;
+            let (first_layer, last_layer) = chunk_layers(prob, p, v, c);
+            Stage {
+                rank: k,
+                first_layer,
+                last_layer,
+                devices: prob.tp,
+                time_s: times[k],
+                memory_bytes: rs[k].mem(ctx, policy[k]),
+                recompute: Recompute::from_index(policy[k]).unwrap(),
+                in_flight: rs[k].in_flight,
+                dp_comm_s: ctx.dp_comm(&rs[k].sums),
+                exposed_dp_s: exposed[k],
+            }
+        })
+        .collect();
+    Ok(Plan {
+        dp: ctx.d,
+        pp: p,
+        virtual_stages: v,
+        zero: ctx.zero,
+        tp: prob.tp,
+        micro_batch: prob.micro_batch,
+        num_micro_batches: ctx.m,
+        global_batch: prob.global_batch,
+        time_per_batch_s: time,
+        throughput_samples_per_s: prob.global_batch as f64 / time,
+        devices_used: ctx.d * p as u64 * prob.tp,
+        max_stage_time_s: max_t,
+        max_exposed_dp_s: max_e,
+        max_memory_bytes: stages.iter().map(|s| s.memory_bytes).max().unwrap_or(0),
+        stages,
+    })
+}
+
+/// Why interleaving with a fixed v is impossible at (p, m), in words.
+fn interleave_refusal(prob: &Problem, p: usize, v: u64, m: u64) -> String {
+    let (_, blocks) = prob.block_range();
+    format!(
+        "stages: interleaved:{v} needs p >= 2 stages, p·v dividing the {blocks} blocks and p \
+         dividing the m micro-batches; got p = {p}, p·v = {}, m = {m}",
+        p as u64 * v
+    )
+}
+
+// ---- the searches ---------------------------------------------------------------------------
+
 /// Why every option of the problem is infeasible, given that batch and devices are fine:
-/// the least largest-stage memory over every allowed (d, p).
+/// the least largest-stage memory over every allowed (d, p), each at its least-memory ZeRO
+/// stage (and, with a fixed v >= 2, under that interleaving).
 fn memory_violation(prep: &Prepared) -> Violation {
     let prob = prep.prob;
     let mut best: Option<(u64, u64, usize)> = None; // (bytes, d, p)
+    let mut consider = |v: u64, d: u64, p: usize| {
+        let better = match best {
+            None => true,
+            Some((bv, bd, bp)) => (v, d * p as u64, p) < (bv, bd * bp as u64, bp),
+        };
+        if better {
+            best = Some((v, d, p));
+        }
+    };
+    let plain = prob.virtual_stages.is_none_or(|v| v == 1);
     for d in dp_degrees(prob) {
         let pmax = p_max(prob, d);
         if pmax == 0 {
             continue;
         }
-        // Memory does not depend on the network: one table per d serves every p.
-        let ctx = Ctx::new(prep, d, prob.tp, prob.hbm_bytes);
-        let g = min_max_memory(&ctx, pmax);
-        for p in 1..=pmax {
-            let v = g[p * prep.n];
-            let better = match best {
-                None => true,
-                Some((bv, bd, bp)) => (v, d * p as u64, p) < (bv, bd * bp as u64, bp),
-            };
-            if better {
-                best = Some((v, d, p));
+        let z = *zero_options(prob, d).last().unwrap();
+        if plain {
+            // Memory does not depend on the network: one table per d serves every p.
+            let ctx = Ctx::new(prep, d, prob.tp, prob.hbm_bytes, z);
+            let g = min_max_memory(&ctx, pmax);
+            for p in 1..=pmax {
+                consider(g[p * prep.n], d, p);
+            }
+        } else {
+            let m = prob.global_batch / (prob.micro_batch * d);
+            for p in 2..=pmax {
+                for v in interleave_options(prob, p, m) {
+                    let ctx = Ctx::new(prep, d, p as u64 * prob.tp, 0, z);
+                    if let Err(needed) = interleaved_plan(&ctx, p, v, None) {
+                        consider(needed, d, p);
+                    }
+                }
             }
         }
     }
-    let (needed, d, p) = best.expect("d = 1, p = 1 is always allowed here");
+    let Some((needed, d, p)) = best else {
+        let v = prob.virtual_stages.unwrap_or(1);
+        return Violation::new(
+            ViolationKind::Stages,
+            format!(
+                "stages: no (d, p) allows interleaved:{v}: it needs p >= 2 stages, p·v dividing \
+                 the {} blocks and p dividing the micro-batches per replica",
+                prob.block_range().1
+            ),
+        );
+    };
     Violation {
         kind: ViolationKind::Memory,
         message: format!(
             "memory: no placement fits: the least memory any option needs is {needed} bytes \
              per device on its largest stage (d = {d}, p = {p}, t = {}{}), but HBM is {} bytes",
             prob.tp,
-            fixed_policy(prob),
+            fixed_settings(prob),
             prob.hbm_bytes
         ),
         needed_bytes: Some(needed),
         dp: Some(d),
         pp: Some(p),
+    }
+}
+
+/// A priced option of the search: DP degree, stages, chunks per rank, ZeRO stage, objective.
+#[derive(Clone, Copy)]
+struct Option5 {
+    d: u64,
+    p: usize,
+    v: u64,
+    z: Zero,
+    value: f64,
+}
+
+impl Option5 {
+    /// The tie-break among options within [`TIE_REL`] of the optimum: fewer devices, fewer
+    /// stages, fewer chunks per rank, lower ZeRO stage.
+    fn tie_key(&self) -> (u64, usize, u64, Zero) {
+        (self.d * self.p as u64, self.p, self.v, self.z)
+    }
+}
+
+/// The plan of an option (its split and policies rebuilt with the lexicographic tie-break).
+fn plan_of(prep: &Prepared, o: Option5, bound: f64, fronts: &mut SuffixFronts) -> Plan {
+    let prob = prep.prob;
+    let ctx = Ctx::new(prep, o.d, o.p as u64 * prob.tp, prob.hbm_bytes, o.z);
+    if o.v == 1 {
+        run_dp(&ctx, o.p, bound, fronts);
+        reconstruct(&ctx, fronts, o.p, bound)
+    } else {
+        interleaved_plan(&ctx, o.p, o.v, Some(bound)).expect("the option fitted when it was priced")
     }
 }
 
@@ -640,45 +1043,73 @@ pub fn solve(prob: &Problem) -> Solution {
         ));
     }
     let prep = Prepared::new(prob);
+    // Every layer runs on exactly one rank, so max_k T_k >= Σ compute / p: a lower bound that
+    // skips interleaved options that cannot win.
+    let total_compute = prep.range(0, prep.n - 1).compute_s;
+    let plain = prob.virtual_stages.is_none_or(|v| v == 1);
     let mut fronts = SuffixFronts::default();
     let mut best = f64::INFINITY;
-    let mut results: Vec<(u64, usize, f64)> = Vec::new(); // (d, p, objective)
-                                                          // Largest d first: its tables are the smallest (p <= N / (d·t)) and it gives an incumbent
-                                                          // that prunes the expensive small-d runs.
+    let mut options: Vec<Option5> = Vec::new();
+    let bound_now = |best: f64| {
+        if best.is_finite() {
+            tie_bound(best)
+        } else {
+            f64::INFINITY
+        }
+    };
+    // Largest d first: its tables are the smallest (p <= N / (d·t)) and it gives an incumbent
+    // that prunes the expensive small-d runs.
     for d in dp_degrees(prob).into_iter().rev() {
         let pmax = p_max(prob, d);
         if pmax == 0 {
             continue;
         }
-        for (group, ps) in classes(prob, d, pmax) {
-            let ctx = Ctx::new(&prep, d, group, prob.hbm_bytes);
-            let bound = if best.is_finite() {
-                tie_bound(best)
-            } else {
-                f64::INFINITY
-            };
-            run_dp(&ctx, *ps.last().unwrap(), bound, &mut fronts);
-            for &p in &ps {
-                if let Some(v) = best_value(&ctx, &fronts, p) {
-                    results.push((d, p, v));
-                    best = best.min(v);
+        let m = prob.global_batch / (prob.micro_batch * d);
+        for &z in zero_options(prob, d) {
+            if plain {
+                for (group, ps) in classes(prob, d, pmax) {
+                    let ctx = Ctx::new(&prep, d, group, prob.hbm_bytes, z);
+                    run_dp(&ctx, *ps.last().unwrap(), bound_now(best), &mut fronts);
+                    for &p in &ps {
+                        if let Some(value) = best_value(&ctx, &fronts, p) {
+                            options.push(Option5 {
+                                d,
+                                p,
+                                v: 1,
+                                z,
+                                value,
+                            });
+                            best = best.min(value);
+                        }
+                    }
+                }
+            }
+            for p in 2..=pmax {
+                for v in interleave_options(prob, p, m) {
+                    let factor = m as f64 + (p - 1) as f64 / v as f64;
+                    if factor * (total_compute / p as f64) > bound_now(best) {
+                        continue;
+                    }
+                    let ctx = Ctx::new(&prep, d, p as u64 * prob.tp, prob.hbm_bytes, z);
+                    if let Ok(plan) = interleaved_plan(&ctx, p, v, None) {
+                        let value = plan.time_per_batch_s;
+                        options.push(Option5 { d, p, v, z, value });
+                        best = best.min(value);
+                    }
                 }
             }
         }
     }
-    if results.is_empty() {
+    if options.is_empty() {
         return Solution::Infeasible(memory_violation(&prep));
     }
-    // Tie-break among options within TIE_REL of the optimum: fewer devices, then fewer stages.
     let bound = tie_bound(best);
-    let &(d, p, _) = results
+    let chosen = *options
         .iter()
-        .filter(|r| r.2 <= bound)
-        .min_by_key(|&&(d, p, _)| (d * p as u64, p))
+        .filter(|o| o.value <= bound)
+        .min_by_key(|o| o.tie_key())
         .unwrap();
-    let ctx = Ctx::new(&prep, d, p as u64 * prob.tp, prob.hbm_bytes);
-    run_dp(&ctx, p, bound, &mut fronts);
-    Solution::Feasible(reconstruct(&ctx, &fronts, p, bound))
+    Solution::Feasible(plan_of(&prep, chosen, bound, &mut fronts))
 }
 
 /// Solves many problems in parallel (rayon); answers are in input order.
@@ -687,11 +1118,12 @@ pub fn solve_many(problems: &[Problem]) -> Vec<Solution> {
     problems.par_iter().map(solve).collect()
 }
 
-/// Evaluates a fixed placement: `pp` stages and DP degree `dp` (the split and the policies
-/// are still chosen optimally). Reports every violated constraint, and still returns the
-/// numbers where they exist: for a memory violation, the plan that needs the least memory
-/// (fastest among those), with the bytes it needs. Errors only on a malformed problem or
-/// `pp`/`dp` of 0.
+/// Evaluates a fixed placement: `pp` stages and DP degree `dp` (the split, the policies, and
+/// the ZeRO stage and chunks per rank the problem leaves open are still chosen optimally).
+/// Reports every violated constraint, and still returns the numbers where they exist: for a
+/// memory violation, the plan that needs the least memory (fastest among those, at the
+/// least-memory ZeRO stage allowed), with the bytes it needs. Errors only on a malformed
+/// problem or `pp`/`dp` of 0.
 pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, crate::InputError> {
     prob.validate()?;
     if pp == 0 || dp == 0 {
@@ -738,7 +1170,22 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
             ),
         ));
     }
-    if pp > n || !divisible || used.is_none() {
+    let m = if divisible {
+        prob.global_batch / (prob.micro_batch * dp)
+    } else {
+        0
+    };
+    let mut unchunkable = false;
+    if let Some(v) = prob.virtual_stages.filter(|&v| v >= 2) {
+        if divisible && !interleave_allowed(prob, pp, v, m) {
+            unchunkable = true;
+            violations.push(Violation::new(
+                ViolationKind::Stages,
+                interleave_refusal(prob, pp, v, m),
+            ));
+        }
+    }
+    if pp > n || !divisible || used.is_none() || unchunkable {
         return Ok(Evaluation {
             feasible: false,
             violations,
@@ -748,30 +1195,76 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
     let prep = Prepared::new(prob);
     let mut fronts = SuffixFronts::default();
     let group = pp as u64 * t;
-    let ctx = Ctx::new(&prep, dp, group, prob.hbm_bytes);
-    run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
-    let plan = match best_value(&ctx, &fronts, pp) {
-        Some(v) => reconstruct(&ctx, &fronts, pp, tie_bound(v)),
-        None => {
-            // Least largest-stage memory for this (d, p); then the fastest plan within it.
-            let needed = min_max_memory(&ctx, pp)[pp * n];
-            violations.push(Violation {
-                kind: ViolationKind::Memory,
-                message: format!(
-                    "memory: the largest stage needs at least {needed} bytes per device \
-                     (d = {dp}, p = {pp}, t = {t}{}), but HBM is {} bytes",
-                    fixed_policy(prob),
-                    prob.hbm_bytes
-                ),
-                needed_bytes: Some(needed),
-                dp: Some(dp),
-                pp: Some(pp),
-            });
-            let ctx = Ctx::new(&prep, dp, group, needed);
+    let zs = zero_options(prob, dp);
+    let vs: Vec<u64> = match prob.virtual_stages {
+        Some(v) => vec![v],
+        None => std::iter::once(1)
+            .chain(interleave_options(prob, pp, m))
+            .collect(),
+    };
+    // Every (v, z) that fits, priced; then the tie-break of `solve` among them.
+    let mut options: Vec<Option5> = Vec::new();
+    for &v in &vs {
+        for &z in zs {
+            let ctx = Ctx::new(&prep, dp, group, prob.hbm_bytes, z);
+            let value = if v == 1 {
+                run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
+                best_value(&ctx, &fronts, pp)
+            } else {
+                interleaved_plan(&ctx, pp, v, None)
+                    .ok()
+                    .map(|p| p.time_per_batch_s)
+            };
+            if let Some(value) = value {
+                options.push(Option5 {
+                    d: dp,
+                    p: pp,
+                    v,
+                    z,
+                    value,
+                });
+            }
+        }
+    }
+    let plan = if let Some(best) = options.iter().map(|o| o.value).min_by(f64::total_cmp) {
+        let bound = tie_bound(best);
+        let chosen = *options
+            .iter()
+            .filter(|o| o.value <= bound)
+            .min_by_key(|o| o.tie_key())
+            .unwrap();
+        plan_of(&prep, chosen, bound, &mut fronts)
+    } else {
+        // Least largest-stage memory for this (d, p) at the least-memory ZeRO stage and the
+        // first chunk count allowed; then the fastest plan within it.
+        let z = *zs.last().unwrap();
+        let v = vs[0];
+        let ctx = Ctx::new(&prep, dp, group, prob.hbm_bytes, z);
+        let needed = if v == 1 {
+            min_max_memory(&ctx, pp)[pp * n]
+        } else {
+            interleaved_plan(&ctx, pp, v, None).expect_err("no option fitted")
+        };
+        violations.push(Violation {
+            kind: ViolationKind::Memory,
+            message: format!(
+                "memory: the largest stage needs at least {needed} bytes per device \
+                 (d = {dp}, p = {pp}, t = {t}{}), but HBM is {} bytes",
+                fixed_settings(prob),
+                prob.hbm_bytes
+            ),
+            needed_bytes: Some(needed),
+            dp: Some(dp),
+            pp: Some(pp),
+        });
+        let ctx = Ctx::new(&prep, dp, group, needed, z);
+        if v == 1 {
             run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
-            let v =
+            let value =
                 best_value(&ctx, &fronts, pp).expect("the least-memory plan fits its own memory");
-            reconstruct(&ctx, &fronts, pp, tie_bound(v))
+            reconstruct(&ctx, &fronts, pp, tie_bound(value))
+        } else {
+            interleaved_plan(&ctx, pp, v, None).expect("the least-memory plan fits its own memory")
         }
     };
     Ok(Evaluation {

@@ -6,33 +6,11 @@
 //! the whole documented tie-break can be compared with `==`.
 
 use phaze_dp::{
-    evaluate_fixed, solve, Layer, NetLevel, Plan, Problem, Recompute, Solution, ViolationKind,
+    evaluate_fixed, solve, Layer, NetLevel, Plan, Problem, Recompute, Solution, ViolationKind, Zero,
 };
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn time(&mut self) -> f64 {
-        // 0, or a multiple of 1/64 below 8 s.
-        if self.below(5) == 0 {
-            0.0
-        } else {
-            self.below(512) as f64 / 64.0
-        }
-    }
-    fn pow2(&mut self, max_exp: u64) -> u64 {
-        1 << self.below(max_exp + 1)
-    }
-}
+mod common;
+use common::Rng;
 
 fn random_problem(rng: &mut Rng) -> Problem {
     let n = 1 + rng.below(6) as usize;
@@ -81,6 +59,9 @@ fn random_problem(rng: &mut Rng) -> Problem {
         } else {
             Recompute::from_index(rng.below(3) as usize)
         },
+        zero: Some(Zero::Off),
+        virtual_stages: Some(1),
+        blocks: None,
     }
 }
 

@@ -1,7 +1,8 @@
 //! Small cases whose answers are worked out by hand in the comments.
 
 use phaze_dp::{
-    evaluate_fixed, solve, solve_many, Layer, NetLevel, Problem, Recompute, Solution, ViolationKind,
+    evaluate_fixed, solve, solve_many, Layer, NetLevel, Problem, Recompute, Solution,
+    ViolationKind, Zero,
 };
 
 /// fwd 1 s, bwd 2 s, nothing else: c = 3 s per layer.
@@ -33,6 +34,9 @@ fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
         dp_overlap: false,
         max_stages: None,
         recompute: None,
+        zero: Some(Zero::Off),
+        virtual_stages: Some(1),
+        blocks: None,
     }
 }
 
@@ -231,7 +235,7 @@ fn overlap_on_and_off() {
     let plan = feasible(solve(&prob));
     assert_eq!(plan.dp, 2);
     assert!(close(plan.time_per_batch_s, 4.2));
-    assert!(close(plan.stages[0].dp_allreduce_s, 1.2) && close(plan.stages[0].exposed_dp_s, 1.2));
+    assert!(close(plan.stages[0].dp_comm_s, 1.2) && close(plan.stages[0].exposed_dp_s, 1.2));
     prob.dp_overlap = true;
     let plan = feasible(solve(&prob));
     assert_eq!(plan.dp, 2);
@@ -420,7 +424,7 @@ fn dp_all_reduce_is_rail_aware() {
         prob.levels = levels;
         let ev = evaluate_fixed(&prob, p, d).unwrap();
         assert!(ev.feasible, "{:?}", ev.violations);
-        ev.plan.unwrap().stages[0].dp_allreduce_s
+        ev.plan.unwrap().stages[0].dp_comm_s
     };
     let expect = |d: f64, bw: f64, lat: f64| 2.0 * (d - 1.0) / d * 1e9 / bw + 2.0 * (d - 1.0) * lat;
     // t = 8: one GPU per node, one NIC: 25e9.

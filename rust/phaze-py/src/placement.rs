@@ -6,7 +6,7 @@
 //! silently ignored). A missing key raises `KeyError`, a bad value `ValueError`, both naming
 //! where it is (`problem.layers[3].fwd_s`): [`located`] restates the derive's error chain.
 
-use phaze_dp::{Evaluation, Layer, NetLevel, Plan, Problem, Recompute, Solution, Violation};
+use phaze_dp::{Evaluation, Layer, NetLevel, Plan, Problem, Recompute, Solution, Violation, Zero};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList};
@@ -100,6 +100,39 @@ impl<'a, 'py> FromPyObject<'a, 'py> for RecomputeSetting {
         Recompute::setting(&name)
             .map(RecomputeSetting)
             .map_err(|e| PyValueError::new_err(e.message))
+    }
+}
+
+/// A ZeRO setting: `"auto"` (None) or `"0"`..`"3"`; the words are the core's ([`Zero::setting`]).
+struct ZeroSetting(Option<Zero>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for ZeroSetting {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let name: String = v
+            .extract()
+            .map_err(|_| bad("a string (auto, 0, 1, 2, 3)", &v))?;
+        Zero::setting(&name)
+            .map(ZeroSetting)
+            .map_err(|e| PyValueError::new_err(e.message))
+    }
+}
+
+/// The blocks as `[first layer, count]`.
+struct BlockRange((usize, usize));
+
+impl<'a, 'py> FromPyObject<'a, 'py> for BlockRange {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        const WHAT: &str = "a list [first layer, count]";
+        let pair = items::<Count>(&v, WHAT)?;
+        match pair.as_slice() {
+            [first, count] => Ok(BlockRange((
+                usize::try_from(first.0).unwrap_or(usize::MAX),
+                usize::try_from(count.0).unwrap_or(usize::MAX),
+            ))),
+            _ => Err(bad(WHAT, &v)),
+        }
     }
 }
 
@@ -292,6 +325,12 @@ struct ProblemInput {
     max_stages: Option<Count>,
     #[pyo3(item, default)]
     recompute: Option<RecomputeSetting>,
+    #[pyo3(item, default)]
+    zero: Option<ZeroSetting>,
+    #[pyo3(item, default)]
+    virtual_stages: Option<Count>,
+    #[pyo3(item, default)]
+    blocks: Option<BlockRange>,
 }
 
 impl Keys for ProblemInput {
@@ -306,6 +345,9 @@ impl Keys for ProblemInput {
         "dp_overlap",
         "max_stages",
         "recompute",
+        "zero",
+        "virtual_stages",
+        "blocks",
     ];
 }
 
@@ -350,6 +392,9 @@ impl From<ProblemInput> for Problem {
                 .max_stages
                 .map(|c| usize::try_from(c.0).unwrap_or(usize::MAX)),
             recompute: p.recompute.and_then(|r| r.0),
+            zero: p.zero.and_then(|z| z.0),
+            virtual_stages: p.virtual_stages.map(|c| c.0),
+            blocks: p.blocks.map(|b| b.0),
         }
     }
 }
@@ -376,6 +421,8 @@ fn plan_dict<'py>(py: Python<'py>, p: &Plan) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("dp", p.dp)?;
     d.set_item("pp", p.pp)?;
+    d.set_item("virtual_stages", p.virtual_stages)?;
+    d.set_item("zero", p.zero.stage())?;
     d.set_item("tp", p.tp)?;
     d.set_item("micro_batch", p.micro_batch)?;
     d.set_item("num_micro_batches", p.num_micro_batches)?;
@@ -389,6 +436,7 @@ fn plan_dict<'py>(py: Python<'py>, p: &Plan) -> PyResult<Bound<'py, PyDict>> {
     let stages = PyList::empty(py);
     for s in &p.stages {
         let sd = PyDict::new(py);
+        sd.set_item("rank", s.rank)?;
         sd.set_item("first_layer", s.first_layer)?;
         sd.set_item("last_layer", s.last_layer)?;
         sd.set_item("devices", s.devices)?;
@@ -396,7 +444,7 @@ fn plan_dict<'py>(py: Python<'py>, p: &Plan) -> PyResult<Bound<'py, PyDict>> {
         sd.set_item("memory_bytes", s.memory_bytes)?;
         sd.set_item("recompute", s.recompute.as_str())?;
         sd.set_item("in_flight", s.in_flight)?;
-        sd.set_item("dp_allreduce_s", s.dp_allreduce_s)?;
+        sd.set_item("dp_comm_s", s.dp_comm_s)?;
         sd.set_item("exposed_dp_s", s.exposed_dp_s)?;
         stages.append(sd)?;
     }
