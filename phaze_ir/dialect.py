@@ -256,7 +256,22 @@ class ElementwiseOp(ComputeOp):
         _check_kind(self, self.kind.data, tuple(ELEMENTWISE_KINDS))
 
 
-REDUCTION_KINDS = ("sum", "mean", "max", "min", "prod", "argmax", "var", "norm", "nll_loss", "any", "all")
+REDUCTION_KINDS = (
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "prod",
+    "argmax",
+    "var",
+    "norm",
+    "nll_loss",
+    "any",
+    "all",
+    "topk",
+    "sort",
+    "histc",
+)
 
 
 @irdl_op_definition

@@ -18,4 +18,9 @@ VIEW_KINDS = (
     "as_strided",
     "detach",
     "diagonal",
+    # A convolution's operand unfolded into GEMM rows (im2col) and a GEMM result folded back into
+    # an image (col2im): implicit GEMM never materializes them, so they cost nothing and alias
+    # their operand (docs/design.md §2, §5.3).
+    "im2col",
+    "col2im",
 )

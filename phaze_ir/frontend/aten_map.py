@@ -86,6 +86,7 @@ ELEMENTWISE: dict[str, str] = {
     "rand_like": "random",
     "randn_like": "random",
     "uniform": "random",
+    "floor_divide": "div",
     "native_dropout_backward": "dropout",
     "nll_loss_backward": "nll_loss_grad",
 }
@@ -185,6 +186,15 @@ FUSED_ATTENTION = {
     "_scaled_dot_product_cudnn_attention",
     "_scaled_dot_product_cudnn_attention_backward",
 }
+# GEMMs that are expanded into views and phaze.matmul (see importer._grouped_mm, _convolution):
+# a grouped GEMM over experts as a batched matmul with per-expert weights, a convolution as an
+# implicit GEMM per group.
+GROUPED_MM = {"_grouped_mm"}
+CONVOLUTION = {"convolution", "_convolution"}
+CONVOLUTION_BACKWARD = {"convolution_backward"}
+# Selections along one dim (MoE routing: top-k experts, sort by expert, tokens per expert):
+# phaze.reduction of that kind over that dim (histc over every element).
+SELECTION = {"topk": "topk", "sort": "sort", "histc": "histc"}
 # Dropout that torch keeps as one op: treated as elementwise (mask generation and scaling).
 DROPOUT = {"native_dropout": "dropout"}
 

@@ -10,6 +10,7 @@ SSA names come from the fx node names.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 import warnings
@@ -103,6 +104,8 @@ class _Importer:
         self.unknown_where: dict[str, str] = {}
         self.unknown_flops: dict[str, int | None] = {}  # None: torch has no FLOP formula for it
         self.unknown_bytes: Counter[str] = Counter()
+        #: expert counts of grouped GEMMs whose rows do not divide evenly -> first module
+        self.uneven: dict[int, str] = {}
 
     # -- provenance --------------------------------------------------------------------------
     def provenance(self, node) -> tuple[str, str]:
@@ -208,6 +211,27 @@ class _Importer:
             return [mask, out], [out.results[0], mask.results[0]]
         if packet in amap.FUSED_ATTENTION:
             return _attention(ins, rtypes, backward=packet.endswith("_backward"))
+        if packet in amap.GROUPED_MM:
+            grouped = _grouped_mm(node, ins, rtypes, aten.data)
+            if grouped is not None:
+                experts, rows = _grouped_split(ins, rtypes)
+                if rows % experts:
+                    self.uneven.setdefault(experts, self.provenance(node)[0] or "<root>")
+                return grouped
+        if packet in amap.CONVOLUTION:
+            return _convolution(node, ins, rtypes, aten.data)
+        if packet in amap.CONVOLUTION_BACKWARD:
+            return _convolution_backward(node, ins, rtypes, aten.data)
+        if packet in amap.SELECTION:
+            return ph.ReductionOp.build(
+                operands=[ins[:1]],
+                result_types=[rtypes],
+                properties={
+                    "kind": kind(amap.SELECTION[packet]),
+                    "aten": aten,
+                    "dims": DenseArrayBase.from_list(i64, _selection_dims(packet, node)),
+                },
+            )
         if packet in amap.ELEMENTWISE and len(rtypes) == 1:
             return ph.ElementwiseOp.build(
                 operands=[ins], result_types=rtypes, properties={"kind": kind(amap.ELEMENTWISE[packet]), "aten": aten}
@@ -313,6 +337,16 @@ class _Importer:
             attrs[keys.SEQ_LEN] = IntegerAttr(traced.seq_len, i64)
         if self.unknown:
             attrs[keys.WARNINGS] = ArrayAttr(self.unpriced(graph))
+        for experts, module in sorted(self.uneven.items()):
+            # No figure that scales with the micro-batch: said once however many are traced.
+            warnings.warn(
+                f"aten._grouped_mm (first in module '{module}'): the routed tokens do not divide evenly over "
+                f"the {experts} experts, so each grouped GEMM is priced as two batched GEMMs (experts with "
+                "one row more, the rest), whose sliced expert weights tensor parallelism keeps replicated: "
+                "with --tp > 1 those GEMMs are not split",
+                PhazeWarning,
+                stacklevel=3,
+            )
         return ModuleOp([fn], attributes=attrs)
 
     def unpriced(self, graph) -> list[UnpricedOpAttr]:
@@ -479,6 +513,298 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
                 )
             )
     return ops, grads
+
+
+def _selection_dims(packet: str, node) -> list[int]:
+    """The dim a ``topk``/``sort`` selects along (``histc``: every element)."""
+    if packet == "histc":
+        return []
+    args = node.args
+    at = 2 if packet == "topk" else 1  # topk(x, k, dim=-1, ...), sort(x, dim=-1, ...)
+    dim = args[at] if len(args) > at else node.kwargs.get("dim", -1)
+    return [dim if isinstance(dim, int) and not isinstance(dim, bool) else -1]
+
+
+class _Expansion:
+    """Builds the phaze ops one aten op expands into (views, matmuls, copies), each keeping the
+    aten name of the op it comes from."""
+
+    def __init__(self, aten: str):
+        self.ops: list[Operation] = []
+        self.aten = StringAttr(aten)
+
+    def add(self, op: Operation) -> SSAValue:
+        self.ops.append(op)
+        return op.results[0]
+
+    @staticmethod
+    def shape(x: SSAValue) -> list[int]:
+        return list(ph.tensor_type(x).get_shape())
+
+    def layout(self, kind: str, xs: list[SSAValue], shape: list[int]) -> SSAValue:
+        elem = ph.tensor_type(xs[0]).element_type
+        return self.add(
+            ph.LayoutOp.build(
+                operands=[xs],
+                result_types=[[TensorType(elem, shape)]],
+                properties={"kind": StringAttr(kind), "aten": self.aten},
+            )
+        )
+
+    def view(self, x: SSAValue, shape: list[int]) -> SSAValue:
+        return x if self.shape(x) == list(shape) else self.layout("view", [x], list(shape))
+
+    def permute(self, x: SSAValue, perm: tuple[int, ...]) -> SSAValue:
+        if perm == tuple(range(len(perm))):
+            return x
+        shape = self.shape(x)
+        return self.layout("permute", [x], [shape[p] for p in perm])
+
+    def transpose(self, x: SSAValue) -> SSAValue:
+        shape = self.shape(x)
+        return self.layout("transpose", [x], shape[:-2] + [shape[-1], shape[-2]])
+
+    def slice(self, x: SSAValue, dim: int, start: int, stop: int) -> SSAValue:
+        shape = self.shape(x)
+        if (start, stop) == (0, shape[dim]):
+            return x
+        shape[dim] = stop - start
+        return self.layout("slice", [x], shape)
+
+    def cat(self, xs: list[SSAValue], dim: int) -> SSAValue:
+        if len(xs) == 1:
+            return xs[0]
+        shape = self.shape(xs[0])
+        shape[dim] = sum(self.shape(x)[dim] for x in xs)
+        return self.layout("cat", xs, shape)
+
+    def zeros(self, shape: list[int], elem: Attribute) -> SSAValue:
+        return self.add(
+            ph.ElementwiseOp.build(
+                operands=[[]],
+                result_types=[TensorType(elem, shape)],
+                properties={"kind": StringAttr("fill"), "aten": self.aten},
+            )
+        )
+
+    def matmul(self, a: SSAValue, b: SSAValue, elem: Attribute, bias: SSAValue | None = None) -> SSAValue:
+        sa, sb = self.shape(a), self.shape(b)
+        batch = sa[:-2] if len(sa) >= len(sb) else sb[:-2]
+        return self.add(ph.MatmulOp(a, b, TensorType(elem, [*batch, sa[-2], sb[-1]]), bias=bias))
+
+
+def _even_groups(total: int, groups: int) -> list[tuple[int, int, int, int]]:
+    """``total`` rows spread as evenly as possible over ``groups`` experts: the first
+    ``total % groups`` take one row more.  Each part is ``(first expert, experts, first row,
+    rows per expert)``; a part with no expert is left out."""
+    q, r = divmod(total, groups)
+    parts = [(0, r, 0, q + 1), (r, groups - r, r * (q + 1), q)]
+    return [p for p in parts if p[1] > 0]
+
+
+def _grouped_split(ins: list[SSAValue], rtypes: list[TensorType]) -> tuple[int, int]:
+    """``(experts, rows split over them)`` of an expanded ``_grouped_mm`` (rows: the grouped dim)."""
+    sa, sb = ph.tensor_type(ins[0]).get_shape(), ph.tensor_type(ins[1]).get_shape()
+    if len(sa) == 2 and len(sb) == 3:
+        return sb[0], sa[0]
+    if len(sa) == 2 and len(sb) == 2:
+        return rtypes[0].get_shape()[0], sa[1]
+    if len(sa) == 3 and len(sb) == 2:
+        return sa[0], sb[1]
+    return 1, 0
+
+
+def _grouped_mm(node, ins: list[SSAValue], rtypes: list[TensorType], aten: str):
+    """``aten._grouped_mm(A, B, offs)``, a GEMM per expert over a ragged split of the tokens, as
+    batched ``phaze.matmul`` with per-expert weights.
+
+    The split (``offs``) is data: on fake tensors it is unknown, so the routed rows are priced as
+    spread evenly over the experts (``⌊T/E⌋`` or ``⌈T/E⌉`` each, :func:`_even_groups`): one
+    batched matmul over the experts with equal rows, two when ``E`` does not divide ``T`` (their
+    results concatenated).  FLOPs are exactly ``2·T·K·N`` in total whatever the split.  Forms:
+
+    - ``A [T, K] × B [E, K, N] -> [T, N]`` (forward, input gradient): rows of A grouped;
+    - ``A [M, T] × B [T, N] -> [E, M, N]`` (weight gradient): the contracted dim grouped;
+    - ``A [E, M, K] × B [K, N] -> [M, N]``: columns of B grouped;
+    - ``A [E, M, K] × B [E, K, N] -> [E, M, N]``: a plain batched matmul.
+
+    None (the op stays opaque) for a bias or a form not listed."""
+    bias = node.args[3] if len(node.args) > 3 else node.kwargs.get("bias")
+    if bias is not None or len(ins) < 2 or len(rtypes) != 1:
+        return None
+    a, b = ins[0], ins[1]
+    e = _Expansion(aten)
+    sa, sb, out = e.shape(a), e.shape(b), list(rtypes[0].get_shape())
+    elem = rtypes[0].element_type
+    if len(sa) == 3 and len(sb) == 3:
+        return ph.MatmulOp(a, b, rtypes[0])
+    if len(sa) == 2 and len(sb) == 3:  # rows of A grouped
+        experts, k, n = sb
+        pieces = []
+        for e0, ne, s0, rows in _even_groups(sa[0], experts):
+            if rows == 0:
+                continue
+            lhs = e.view(e.slice(a, 0, s0, s0 + ne * rows), [ne, rows, k])
+            part = e.matmul(lhs, e.slice(b, 0, e0, e0 + ne), elem)
+            pieces.append(e.view(part, [ne * rows, n]))
+        result = e.cat(pieces, 0)
+    elif len(sa) == 2 and len(sb) == 2 and len(out) == 3:  # the contracted dim grouped
+        experts, m, n = out
+        pieces = []
+        for _e0, ne, s0, rows in _even_groups(sa[1], experts):
+            if rows == 0:
+                pieces.append(e.zeros([ne, m, n], elem))  # experts without tokens: a zero gradient
+                continue
+            lhs = e.permute(e.view(e.slice(a, 1, s0, s0 + ne * rows), [m, ne, rows]), (1, 0, 2))
+            rhs = e.view(e.slice(b, 0, s0, s0 + ne * rows), [ne, rows, n])
+            pieces.append(e.matmul(lhs, rhs, elem))
+        result = e.cat(pieces, 0)
+    elif len(sa) == 3 and len(sb) == 2:  # columns of B grouped
+        experts, m, k = sa
+        pieces = []
+        for e0, ne, s0, cols in _even_groups(sb[1], experts):
+            if cols == 0:
+                continue
+            rhs = e.permute(e.view(e.slice(b, 1, s0, s0 + ne * cols), [k, ne, cols]), (1, 0, 2))
+            part = e.matmul(e.slice(a, 0, e0, e0 + ne), rhs, elem)
+            pieces.append(e.view(e.permute(part, (1, 0, 2)), [m, ne * cols]))
+        result = e.cat(pieces, 1)
+    else:
+        return None
+    if e.shape(result) != out:
+        raise AssertionError(f"{aten}: expanded to shape {e.shape(result)}, expected {out}")
+    return e.ops, [result]
+
+
+class _ConvGemm:
+    """A convolution as implicit GEMMs (docs/design.md §2).
+
+    Every convolution, transposed or not, relates an image ``D [N, G·c_d, *S_d]`` that windows
+    slide over, an image ``P [N, G·c_p, *S_p]`` with one pixel per window position, and a weight
+    ``w [G·c_p, c_d, *k]`` (a plain convolution: D is the input, P the output; a transposed one:
+    the other way round).  With ``M = N·∏S_p``, ``K = c_d·∏k`` and per group ``g``:
+
+    1. ``P = im2col(D) · W``         ``[M, K] × [K, c_p]``
+    2. ``D = col2im(P · Wᵀ)``        ``[M, c_p] × [c_p, K]``
+    3. ``dW = im2col(D)ᵀ · P``       ``[K, M] × [M, c_p]``
+
+    each ``2·G·M·K·c_p`` FLOPs, a batched ``phaze.matmul`` over the G groups.  A plain
+    convolution's forward is (1), its input gradient (2), its weight gradient (3); a transposed
+    one's forward is (2), its input gradient (1).  ``im2col``/``col2im`` are views: implicit GEMM
+    reads the image in place, it never writes the unfolded matrix."""
+
+    def __init__(self, e: _Expansion, w_shape: list[int], groups: int, d_shape: list[int], p_shape: list[int]):
+        self.e, self.g = e, groups
+        self.w_shape, self.d_shape, self.p_shape = w_shape, d_shape, p_shape
+        self.c_p = w_shape[0] // groups
+        self.k = math.prod(w_shape[1:])  # c_d · ∏k
+        self.n = p_shape[0]
+        self.pixels = math.prod(p_shape[2:])
+        self.m = self.n * self.pixels
+
+    def unfolded(self, d: SSAValue) -> SSAValue:
+        return self.e.layout("im2col", [d], [self.g, self.m, self.k])
+
+    def rows(self, p: SSAValue) -> SSAValue:
+        """``P [N, G·c_p, *S_p]`` as GEMM rows ``[G, M, c_p]`` (implicit GEMM indexes it so)."""
+        e = self.e
+        x = e.view(p, [self.n, self.g, self.c_p, self.pixels])
+        return e.view(e.permute(x, (1, 0, 3, 2)), [self.g, self.m, self.c_p])
+
+    def image(self, rows: SSAValue) -> SSAValue:
+        """GEMM rows ``[G, M, c_p]`` written as the image ``P``."""
+        e = self.e
+        x = e.view(rows, [self.g, self.n, self.pixels, self.c_p])
+        return e.view(e.permute(x, (1, 0, 3, 2)), self.p_shape)
+
+    def weight(self, w: SSAValue) -> SSAValue:
+        """``w`` as ``[G, c_p, K]`` (``Wᵀ`` per group)."""
+        return self.e.view(w, [self.g, self.c_p, self.k])
+
+    def product1(self, d: SSAValue, w: SSAValue, elem: Attribute, bias: SSAValue | None = None) -> SSAValue:
+        b = self.e.view(bias, [self.g, 1, self.c_p]) if bias is not None else None
+        return self.image(self.e.matmul(self.unfolded(d), self.e.transpose(self.weight(w)), elem, bias=b))
+
+    def product2(self, p: SSAValue, w: SSAValue, elem: Attribute) -> SSAValue:
+        cols = self.e.matmul(self.rows(p), self.weight(w), elem)
+        return self.e.layout("col2im", [cols], self.d_shape)
+
+    def product3(self, d: SSAValue, p: SSAValue, elem: Attribute) -> SSAValue:
+        e = self.e
+        dw = e.matmul(e.transpose(self.unfolded(d)), self.rows(p), elem)
+        return e.view(e.transpose(dw), self.w_shape)
+
+
+def _conv_args(node, first: int) -> tuple[bool, int]:
+    """``(transposed, groups)`` of a convolution call whose ``stride`` argument is at ``first``
+    (``stride, padding, dilation, transposed, output_padding, groups`` follow in that order)."""
+    args = node.args
+    return bool(args[first + 3]), int(args[first + 5])
+
+
+def _convolution(node, ins: list[SSAValue], rtypes: list[TensorType], aten: str):
+    """``aten.convolution(x, w, bias, stride, padding, dilation, transposed, output_padding,
+    groups)`` as an implicit GEMM (:class:`_ConvGemm`); the bias is the matmul's (a plain
+    convolution) or an add after the col2im (a transposed one)."""
+    transposed, groups = _conv_args(node, 3)
+    x, w = ins[0], ins[1]
+    bias = ins[2] if node.args[2] is not None and len(ins) > 2 else None
+    e = _Expansion(aten)
+    out = list(rtypes[0].get_shape())
+    elem = rtypes[0].element_type
+    if not transposed:
+        conv = _ConvGemm(e, e.shape(w), groups, e.shape(x), out)
+        return e.ops, [conv.product1(x, w, elem, bias)]
+    conv = _ConvGemm(e, e.shape(w), groups, out, e.shape(x))
+    y = conv.product2(x, w, elem)
+    if bias is not None:
+        b = e.view(bias, [out[1]] + [1] * (len(out) - 2))
+        y = e.add(
+            ph.ElementwiseOp.build(
+                operands=[[y, b]], result_types=[rtypes[0]], properties={"kind": StringAttr("add"), "aten": e.aten}
+            )
+        )
+    return e.ops, [y]
+
+
+def _convolution_backward(node, ins: list[SSAValue], rtypes: list[TensorType], aten: str):
+    """``aten.convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation, transposed,
+    output_padding, groups, output_mask) -> (dx, dw, db)``: the input and weight gradients as
+    implicit GEMMs (:class:`_ConvGemm`), the bias gradient as a sum of ``dy``; only the
+    gradients of ``output_mask``."""
+    transposed, groups = _conv_args(node, 4)
+    dy, x, w = ins[0], ins[1], ins[2]
+    e = _Expansion(aten)
+    if transposed:
+        conv = _ConvGemm(e, e.shape(w), groups, e.shape(dy), e.shape(x))
+    else:
+        conv = _ConvGemm(e, e.shape(w), groups, e.shape(x), e.shape(dy))
+    outs: list[SSAValue] = []
+    for (index, _), rtype in zip(_tensors_of(node.meta.get("val")), rtypes):
+        elem = rtype.element_type
+        if index == 0:
+            outs.append(conv.product1(dy, w, elem) if transposed else conv.product2(dy, w, elem))
+        elif index == 1:
+            outs.append(conv.product3(dy, x, elem) if transposed else conv.product3(x, dy, elem))
+        else:
+            dims = [d for d in range(len(e.shape(dy))) if d != 1]
+            outs.append(
+                e.add(
+                    ph.ReductionOp.build(
+                        operands=[[dy]],
+                        result_types=[[rtype]],
+                        properties={
+                            "kind": StringAttr("sum"),
+                            "aten": e.aten,
+                            "dims": DenseArrayBase.from_list(i64, dims),
+                        },
+                    )
+                )
+            )
+    for v, rtype in zip(outs, rtypes):
+        if v.type != rtype:
+            raise AssertionError(f"{aten}: expanded to {v.type}, expected {rtype}")
+    return e.ops, outs
 
 
 def import_graph(traced: TracedGraph, strict: bool = False) -> ModuleOp:

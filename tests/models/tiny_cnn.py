@@ -1,5 +1,5 @@
-"""A two-convolution CNN: phaze has no semantics for aten.convolution, so its heavy ops are
-imported as phaze.opaque (the honest-plan tests use it)."""
+"""A two-convolution CNN: its convolutions become implicit GEMMs (phaze.matmul over im2col views,
+tests/test_moe_conv.py)."""
 
 import torch
 from torch import nn

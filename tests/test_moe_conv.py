@@ -1,0 +1,313 @@
+"""Expert GEMMs (``aten._grouped_mm``) and convolutions as ``phaze.matmul``: FLOPs, shapes,
+tensor parallelism and a plan (docs/design.md §2, §5.3)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+import re
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, MODELS
+
+from passes.graph_view import step_function
+from phaze_ir import dialect as ph
+from phaze_ir.errors import PhazeWarning
+from phaze_ir.frontend import aten_map as amap
+from phaze_ir.frontend import import_graph, load_model_file, trace_model
+from phaze_ir.frontend.importer import _torch_flops
+
+MIXTRAL = """
+import torch
+from transformers import MixtralConfig, MixtralForCausalLM
+
+NAME = "tiny-mixtral"
+SEQ_LEN = {seq}
+
+
+def get_model():
+    return MixtralForCausalLM(
+        MixtralConfig(
+            vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+            max_position_embeddings=64, attn_implementation="eager",
+        )
+    )
+
+
+def get_inputs(b, seq_len=SEQ_LEN):
+    ids = torch.zeros(b, seq_len, dtype=torch.long)
+    return {{"input_ids": ids, "labels": ids}}
+"""
+
+CONV = """
+import torch
+from torch import nn
+
+NAME = "conv"
+
+
+def get_model():
+    return nn.Sequential({first}, nn.ReLU(), {second})
+
+
+def get_inputs(b):
+    return (torch.zeros(b, {shape}),)
+"""
+
+
+@functools.cache
+def _model_file(text: str) -> Path:
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="phaze-moe-conv-"))
+    p = d / "model.py"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+@functools.cache
+def _traced(text: str, micro_batch: int = 1):
+    return trace_model(load_model_file(_model_file(text)), micro_batch)
+
+
+def _import(traced):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = import_graph(traced, strict=True)  # no phaze.opaque: every op has semantics
+    module.verify()
+    return module, [str(w.message) for w in caught if issubclass(w.category, PhazeWarning)]
+
+
+def _gemm_flops(module) -> int:
+    """2·M·N·K per product of every phaze.matmul (its bias add left out, as torch counts)."""
+    total = 0
+    for op in module.walk():
+        if isinstance(op, ph.MatmulOp):
+            batch, m, n, k = op.mnk()
+            total += 2 * math.prod(batch) * m * n * k
+    return total
+
+
+def _shape(node_or_value) -> tuple[int, ...]:
+    val = node_or_value.meta["val"] if hasattr(node_or_value, "meta") else node_or_value
+    return tuple(val.shape)
+
+
+def _grouped_mm_flops(graph) -> int:
+    """2·(rows)·K·N of every _grouped_mm call, from its operand shapes alone."""
+    total = 0
+    for n in graph.nodes:
+        if n.op == "call_function" and amap.packet_name(n.target) == "_grouped_mm":
+            a, b = _shape(n.args[0]), _shape(n.args[1])
+            if len(a) == 2 and len(b) == 3:  # [T, K] x [E, K, N]
+                total += 2 * a[0] * a[1] * b[2]
+            elif len(a) == 2 and len(b) == 2:  # [M, T] x [T, N] -> [E, M, N]
+                total += 2 * a[0] * a[1] * b[1]
+            else:
+                raise AssertionError(f"unexpected _grouped_mm form {a} x {b}")
+    return total
+
+
+# -- grouped GEMMs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seq", [32, 31])
+def test_grouped_mm_is_a_matmul_over_experts_with_exact_flops(seq):
+    """2·T·K·N per expert GEMM, exactly, whether the experts divide the routed rows (seq 32:
+    64 rows over 4 experts) or not (seq 31: 62 rows, priced as 16+16+15+15); every other GEMM
+    as torch counts it; the routing ops (topk, sort, histc, floor_divide) are not opaque."""
+    traced = _traced(MIXTRAL.format(seq=seq))
+    graph = traced.graph_module.graph
+    module, said = _import(traced)
+    grouped = _grouped_mm_flops(graph)
+    others = sum(_torch_flops(n) or 0 for n in graph.nodes if n.op == "call_function")
+    assert grouped > 0 and _gemm_flops(module) == others + grouped
+    # Forward expert GEMMs: a batch of per-expert weights, the routed rows spread evenly.
+    fn = step_function(module)
+    expert = [
+        o
+        for o in fn.body.block.ops
+        if isinstance(o, ph.MatmulOp)
+        and o.attributes["phaze.phase"].data == "fwd"
+        and o.attributes["phaze.module"].data == "model.layers.0.mlp.experts"
+    ]
+    shapes = sorted((ph.tensor_type(o.lhs).get_shape(), ph.tensor_type(o.rhs).get_shape()) for o in expert)
+    rows = 2 * seq  # top-2
+    if rows % 4 == 0:
+        assert shapes == [((4, 16, 64), (4, 64, 192)), ((4, 16, 96), (4, 96, 64))]
+        assert not said
+    else:
+        # 62 rows: experts 0-1 take 16, experts 2-3 take 15.
+        assert shapes == [
+            ((2, 15, 64), (2, 64, 192)),
+            ((2, 15, 96), (2, 96, 64)),
+            ((2, 16, 64), (2, 64, 192)),
+            ((2, 16, 96), (2, 96, 64)),
+        ]
+        assert len(said) == 1 and "do not divide evenly over the 4 experts" in said[0] and "--tp > 1" in said[0]
+
+
+#: One setting, the root node of each schedule: a plan in seconds.
+FAST = ("--tp", "1", "--micro-batch", "2", "--solver-nodes", "1")
+
+
+@functools.cache
+def _compile(path: Path, *flags: str) -> str:
+    from phaze.tools.phazec import _parser, compile_model
+
+    args = _parser().parse_args([str(path), *flags, "-q"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PhazeWarning)
+        text, failure = compile_model(args, lambda msg: None)
+    assert failure is None, failure
+    return text
+
+
+def _params(text: str) -> dict[str, tuple[int, ...]]:
+    found = re.findall(r"tensor<([0-9x]+)x[a-z0-9]+> \{phaze\.param = \"([^\"]+)\"\}", text)
+    return {name: tuple(int(d) for d in dims.split("x")) for dims, name in found}
+
+
+def test_tensor_parallel_splits_experts_like_megatron():
+    """At TP 2 the expert weights split as Megatron splits experts: the fused gate/up weight
+    [E, 2I, H] along its output (2I: the column GEMM's N), the down weight [E, H, I] along its
+    input (I: the row GEMM's K); one all-reduce of the expert output forward, one backward; the
+    router stays whole. With uneven rows the experts stay replicated (and the frontend said so)."""
+    from phaze_ir.ir import parse_module
+
+    even = _model_file(MIXTRAL.format(seq=32))
+    before = _params(_compile(even, "--emit", "training", "--micro-batch", "1"))
+    text = _compile(even, "--emit", "sharded", "--tp", "2", "--micro-batch", "1")
+    after = _params(text)
+    up, down, gate = (f"model.layers.0.mlp.{w}" for w in ("experts.gate_up_proj", "experts.down_proj", "gate.weight"))
+    assert before[up] == (4, 192, 64) and after[up] == (4, 96, 64)
+    assert before[down] == (4, 64, 96) and after[down] == (4, 64, 48)
+    assert after[gate] == before[gate]
+    reduces = re.findall(r'"all_reduce" %\S+ group_size 2 \{phaze.phase = "(\w+)", phaze.module = "([^"]+)"', text)
+    assert reduces.count(("fwd", "model.layers.0.mlp.experts")) == 1
+    assert reduces.count(("bwd", "model.layers.0.mlp.experts")) == 1
+    module = parse_module(text)
+    fn = step_function(module)
+    expert_flops = sum(
+        o.flops()
+        for o in fn.body.block.ops
+        if isinstance(o, ph.MatmulOp) and o.attributes["phaze.module"].data.endswith("mlp.experts")
+    )
+    whole = parse_module(_compile(even, "--emit", "training", "--micro-batch", "1"))
+    whole_flops = sum(
+        o.flops()
+        for o in step_function(whole).body.block.ops
+        if isinstance(o, ph.MatmulOp) and o.attributes["phaze.module"].data.endswith("mlp.experts")
+    )
+    assert expert_flops * 2 == whole_flops
+    uneven = _model_file(MIXTRAL.format(seq=31))
+    shard = _params(_compile(uneven, "--emit", "sharded", "--tp", "2", "--micro-batch", "1"))
+    assert shard[up] == (4, 192, 64) and shard[down] == (4, 64, 96)
+
+
+def test_tiny_mixtral_plan():
+    text = _compile(_model_file(MIXTRAL.format(seq=32)), "--hw", "a100", "--devices", "4", "--global-batch", "8", *FAST)
+    assert "phaze.plan" in text and "phaze.warnings" not in text and "feasible = yes" in text
+
+
+def test_mixtral_8x7b_example_flops_at_reduced_depth():
+    """examples/mixtral_8x7b.py at 2 layers and sequence 256: every GEMM FLOP of the step equals
+    the closed form (3x the forward: q/k/v/o, router, top-2 of the 3 expert matrices, attention
+    scores and values, LM head)."""
+    spec = importlib.util.spec_from_file_location("mixtral_8x7b", EXAMPLES / "mixtral_8x7b.py")
+    assert spec and spec.loader
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    cfg = example.config()
+    assert (cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers) == (4096, 14336, 32)
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.num_local_experts) == (32, 8, 8)
+    assert (cfg.num_experts_per_tok, cfg.vocab_size, example.SEQ_LEN) == (2, 32000, 4096)
+    p = _model_file(
+        f"""
+        import importlib.util
+        import torch
+        from transformers import MixtralForCausalLM
+
+        spec = importlib.util.spec_from_file_location("mixtral_8x7b", {str(EXAMPLES / "mixtral_8x7b.py")!r})
+        example = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(example)
+        NAME = "mixtral-2-layers"
+        SEQ_LEN = 256
+        get_inputs = example.get_inputs
+
+
+        def get_model():
+            return MixtralForCausalLM(example.config(num_hidden_layers=2))
+        """
+    )
+    module, said = _import(trace_model(load_model_file(p), 1, seq_len=256))
+    assert not said
+    s, h, kv, f, e, k, v, layers = 256, 4096, 1024, 14336, 8, 2, 32000, 2
+    fwd = layers * (2 * s * (2 * h * h + 2 * h * kv) + 2 * s * h * e + 2 * s * k * 3 * h * f + 4 * s * s * h)
+    fwd += 2 * s * h * v
+    assert _gemm_flops(module) == 3 * fwd
+
+
+# -- convolutions ----------------------------------------------------------------------------------
+
+CONVS = {
+    # (first, second, input shape, groups of each): stride, padding, dilation, bias, groups, transposed
+    "conv2d": ("nn.Conv2d(3, 16, 3, stride=2, padding=1)", "nn.Conv2d(16, 8, 3, padding=1)", "3, 16, 16", (1, 1)),
+    "grouped": (
+        "nn.Conv2d(4, 16, 3, padding=1, groups=2)",
+        "nn.Conv2d(16, 8, 1, groups=4, bias=False)",
+        "4, 8, 8",
+        (2, 4),
+    ),
+    "transposed": (
+        "nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2)",
+        "nn.ConvTranspose2d(6, 4, 2, stride=2)",
+        "8, 5, 5",
+        (2, 1),
+    ),
+    "conv1d": ("nn.Conv1d(4, 8, 5, dilation=2)", "nn.Conv1d(8, 8, 3, padding=1)", "4, 40", (1, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_convolution_is_an_implicit_gemm_with_torchs_flops(name):
+    """Forward and input gradient as torch.utils.flop_counter counts them; the weight gradient of
+    a grouped convolution is 1/groups of torch's count (torch's formula drops the groups there:
+    it counts every input channel against every output channel)."""
+    first, second, shape, groups = CONVS[name]
+    traced = _traced(CONV.format(first=first, second=second, shape=shape), 2)
+    graph = traced.graph_module.graph
+    module, _ = _import(traced)
+    overcount = 0
+    convs = [n for n in graph.nodes if n.op == "call_function" and amap.packet_name(n.target) == "convolution"]
+    assert len(convs) == 2
+    for n in graph.nodes:
+        if n.op == "call_function" and amap.packet_name(n.target) == "convolution_backward":
+            g = n.args[9]
+            dy, x, w = (_shape(a) for a in n.args[:3])
+            transposed = n.args[7]
+            image = x if transposed else dy  # the image with one pixel per window position
+            true_wgrad = 2 * image[0] * math.prod(image[2:]) * math.prod(w)
+            if n.args[10][1]:
+                overcount += (g - 1) * true_wgrad
+    assert [c.args[8] for c in convs] == list(groups)
+    torch_total = sum(_torch_flops(n) or 0 for n in graph.nodes if n.op == "call_function")
+    assert _gemm_flops(module) == torch_total - overcount
+    assert (overcount > 0) == (max(groups) > 1)
+    # No im2col is materialized: every unfolded operand is a view.
+    layouts = [o for o in module.walk() if isinstance(o, ph.LayoutOp) and o.kind.data in ("im2col", "col2im")]
+    assert layouts and all(o.is_view and o.bytes_read() == 0 for o in layouts)
+
+
+def test_cnn_plan_prices_its_convolutions():
+    """The CNN that used to be the example of an unpriced model: every op priced, each conv's
+    GEMMs tiled."""
+    text = _compile(MODELS / "tiny_cnn.py", "--hw", "a100", *FAST)
+    assert "phaze.warnings" not in text and "phaze.opaque" not in text
+    convs = re.findall(r"phaze\.matmul[^\n]*phaze\.module = \"conv[12]\"[^\n]*", text)
+    assert len(convs) == 2 + 2 + 1 and all("phaze.tile" in c for c in convs)  # fwd 2, wgrad 2, dgrad 1
