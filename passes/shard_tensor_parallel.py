@@ -15,9 +15,10 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     StringAttr,
     TensorType,
+    UnitAttr,
     i64,
 )
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
@@ -51,7 +52,11 @@ def build_tgraph(module: ModuleOp, fn: func.FuncOp) -> tuple[TGraph, list[SSAVal
     if not isinstance(ret, func.ReturnOp):
         raise PhazeError("phaze-shard-tensor-parallel: the step function does not end with func.return")
     layer_of, layers = _layers(module, fn, ops[:-1])
-    g = TGraph(layers=layers, micro_batch=keys.int_of(module, keys.MICRO_BATCH_SIZE, 1))
+    g = TGraph(
+        layers=layers,
+        micro_batch=keys.int_of(module, keys.MICRO_BATCH_SIZE, 1),
+        seq_len=keys.int_of(module, keys.SEQ_LEN, 0),
+    )
     values: list[SSAValue] = []
     ids: dict[SSAValue, int] = {}
     params: dict[str, int] = {}
@@ -149,20 +154,89 @@ def _provenance(src: Operation, new: Operation) -> None:
             new.attributes[key] = src.attributes[key]
 
 
-def _all_reduce(value: SSAValue, width: int, src: Operation) -> ph.CollectiveOp:
+_SUFFIX = {"all_reduce": "ar", "reduce_scatter": "rs", "all_gather": "ag"}
+
+
+def _collective(
+    kind: str, value: SSAValue, width: int, src: Operation, shape: tuple[int, ...] | None = None
+) -> ph.CollectiveOp:
+    """A ``phaze.collective`` of ``kind`` over ``width`` devices on ``value``, with the result
+    shape ``shape`` (default: ``value``'s) and the provenance of ``src``."""
+    assert isinstance(value.type, TensorType)
+    rtype = value.type if shape is None else TensorType(value.type.element_type, shape)
     op = ph.CollectiveOp.build(
         operands=[value],
-        result_types=[value.type],
-        properties={"kind": StringAttr("all_reduce"), "group_size": IntegerAttr(width, i64)},
+        result_types=[rtype],
+        properties={"kind": StringAttr(kind), "group_size": IntegerAttr(width, i64)},
     )
     _provenance(src, op)
     if value.name_hint:
-        op.result.name_hint = f"{value.name_hint}_ar"
+        op.result.name_hint = f"{value.name_hint}_{_SUFFIX[kind]}"
     return op
 
 
-def apply_plan(fn: func.FuncOp, plan: ShardPlan, values: list[SSAValue], ops: list[Operation]) -> None:
-    """Rewrite ``fn`` as ``plan`` says: local types, all-reduces, softmax statistics."""
+def _all_reduce(value: SSAValue, width: int, src: Operation) -> ph.CollectiveOp:
+    return _collective("all_reduce", value, width, src)
+
+
+def _apply_gathers(
+    block: Block,
+    plan: ShardPlan,
+    graph: TGraph,
+    values: list[SSAValue],
+    scattered: dict[int, SSAValue],
+    ops: list[Operation],
+) -> list[Operation]:
+    """Insert the all-gathers of sequence parallelism (whole shape) and re-run the views between
+    a gathered storage and its readers on the whole value.  Returns the views this may have left
+    without users."""
+    orphans: list[Operation] = []
+    for ga in plan.gathers:
+        at = ops[ga.before_op]
+        src = scattered[ga.value] if ga.reduced else values[ga.value]
+        new = _collective("all_gather", src, plan.width, at, graph.values[ga.value].shape)
+        block.insert_op_before(new, at)
+        last: Operation = new
+        clones: dict[tuple[int, ...], SSAValue] = {(): new.result}
+        for j, k, chain in ga.uses:
+            for n in range(1, len(chain) + 1):
+                if chain[:n] in clones:
+                    continue
+                view = ops[chain[n - 1]]
+                res = view.results[0]
+                assert isinstance(view, ph.LayoutOp) and isinstance(res.type, TensorType)
+                whole = graph.values[graph.ops[chain[n - 1]].results[0]].shape
+                clone = ph.LayoutOp.build(
+                    operands=[[clones[chain[: n - 1]]]],
+                    result_types=[[TensorType(res.type.element_type, whole)]],
+                    properties=dict(view.properties),
+                    attributes=dict(view.attributes),
+                )
+                _provenance(at, clone)
+                if res.name_hint:
+                    clone.results[0].name_hint = f"{res.name_hint}_ag"
+                block.insert_op_after(clone, last)
+                last = clone
+                clones[chain[:n]] = clone.results[0]
+            ops[j].operands[k] = clones[chain]
+            orphans.extend(ops[p] for p in reversed(chain))
+    return orphans
+
+
+def _erase_unused(orphans: list[Operation]) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for view in orphans:
+            if view.parent is not None and all(not r.uses for r in view.results):
+                view.detach()
+                view.erase()
+                changed = True
+
+
+def apply_plan(fn: func.FuncOp, plan: ShardPlan, graph: TGraph, values: list[SSAValue], ops: list[Operation]) -> None:
+    """Rewrite ``fn`` as ``plan`` says: local types, all-reduces (reduce-scatters and
+    all-gathers under sequence parallelism), softmax statistics."""
     values = list(values)
     for vid, shape in sorted(plan.shapes.items()):
         v = values[vid]
@@ -170,13 +244,26 @@ def apply_plan(fn: func.FuncOp, plan: ShardPlan, values: list[SSAValue], ops: li
         values[vid] = Rewriter.replace_value_with_new_type(v, TensorType(v.type.element_type, shape))
     block = fn.body.block
     last_after: dict[int, Operation] = {}
+    scattered: dict[int, SSAValue] = {}
     for red in plan.all_reduces:
         producer = ops[red.after_op]
-        new = _all_reduce(values[red.value], plan.width, ops[red.source_op])
-        block.insert_op_after(new, last_after.get(red.after_op, producer))
-        last_after[red.after_op] = new
+        if red.scatter is None:
+            new = _all_reduce(values[red.value], plan.width, ops[red.source_op])
+        else:
+            new = _collective("reduce_scatter", values[red.value], plan.width, ops[red.source_op], red.scatter_shape)
+            scattered[red.value] = new.result
+        if red.per_step:
+            first = ops[min(j for j, _ in red.uses)]
+            new.attributes[keys.PHASE] = StringAttr("opt")
+            if keys.MODULE in first.attributes:
+                new.attributes[keys.MODULE] = first.attributes[keys.MODULE]
+            block.insert_op_before(new, first)
+        else:
+            block.insert_op_after(new, last_after.get(red.after_op, producer))
+            last_after[red.after_op] = new
         for j, k in red.uses:
             ops[j].operands[k] = new.result
+    orphans = _apply_gathers(block, plan, graph, values, scattered, ops)
     for stat in plan.stats:
         at = ops[stat.before_op]
         v = values[stat.value]
@@ -195,6 +282,7 @@ def apply_plan(fn: func.FuncOp, plan: ShardPlan, values: list[SSAValue], ops: li
             stat_op.results[0].name_hint = f"{v.name_hint}_{stat.kind}"
         block.insert_op_before(stat_op, at)
         block.insert_op_before(_all_reduce(stat_op.results[0], plan.width, at), at)
+    _erase_unused(orphans)
     ret = block.last_op
     assert isinstance(ret, func.ReturnOp)
     fn.function_type = FunctionType.from_lists([a.type for a in block.args], [o.type for o in ret.operands])
@@ -218,11 +306,23 @@ class ShardTensorParallelPass(ModulePass):
     ``phaze.tp_width``.  A collective's bytes are its operand's type.
     ``width=1`` changes nothing but ``phaze.tp_width``.  A width that does not divide the
     attention heads or a column-parallel linear's output size is refused.
+
+    ``sequence_parallel=true`` (Megatron-SP, Korthikanti et al. 2022): what lies between a
+    row-parallel output and the next column-parallel input (dropout, residual adds, norms) runs
+    on ``s/width`` tokens per device: each partial activation is reduce-scattered
+    (``phaze.collective "reduce_scatter"``) instead of all-reduced, and the column-parallel
+    GEMMs (and any other op that needs the whole) read an ``"all_gather"``; in backward the
+    mirror (all-gather of the output gradient before the row-parallel GEMMs, reduce-scatter of
+    the column-parallel input gradient) plus the re-gather of each column-parallel input for its
+    weight gradient, so that only the split input is saved.  Needs ``phaze.seq_len`` on the
+    module, divisible by the width.  At a width above 1 the module gets
+    ``phaze.sequence_parallel``.
     """
 
     name = "phaze-shard-tensor-parallel"
     width: int = 1
     vocab_multiple: int = 128
+    sequence_parallel: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.width < 1:
@@ -235,10 +335,10 @@ class ShardTensorParallelPass(ModulePass):
         if self.width > 1:
             graph, values, ops = build_tgraph(op, fn)
             try:
-                plan = shard(graph, self.width, self.vocab_multiple)
+                plan = shard(graph, self.width, self.vocab_multiple, self.sequence_parallel)
             except ShardError as e:
                 raise PhazeError(f"{self.name}: {e}") from None
-            apply_plan(fn, plan, values, ops)
+            apply_plan(fn, plan, graph, values, ops)
             # What phaze-mark-saved and phaze-group-layers wrote counted the whole step's bytes
             # and FLOPs: drop it; the pipeline runs those passes again on the sharded step.
             for o in fn.body.block.ops:
@@ -246,3 +346,5 @@ class ShardTensorParallelPass(ModulePass):
                 o.attributes.pop(keys.LAYER, None)
             op.attributes.pop(keys.LAYERS, None)
         op.attributes[keys.TP_WIDTH] = ph.int_attr(self.width)
+        if self.sequence_parallel and self.width > 1:
+            op.attributes[keys.SEQUENCE_PARALLEL] = UnitAttr()

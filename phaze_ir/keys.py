@@ -70,6 +70,12 @@ SAVED_BYTES = Key("phaze.saved_bytes", "op", "i64: bytes of its results autograd
 LAYER = Key("phaze.layer", "op", "i64: index of the op's layer", "phaze-group-layers")
 LAYERS = Key("phaze.layers", "module", "array of #phaze.layer_info, one per layer", "phaze-group-layers")
 TP_WIDTH = Key("phaze.tp_width", "module", "i64: tensor-parallel width sharded for", "phaze-shard-tensor-parallel")
+SEQUENCE_PARALLEL = Key(
+    "phaze.sequence_parallel",
+    "module",
+    "unit: sharded with Megatron sequence parallelism (reduce-scatter / all-gather around the GEMMs)",
+    "phaze-shard-tensor-parallel",
+)
 TARGET = Key("phaze.target", "module", "symbol: the phaze.accelerator targeted", "phazec --hw NAME|FILE")
 TILE = Key("phaze.tile", "op", "#phaze.tile: a GEMM's tiling onto the PE arrays", "phaze-tile-pe-array")
 LATENCY = Key("phaze.latency", "op", "#phaze.latency: seconds on one core and split", "phaze-estimate-latency")

@@ -47,28 +47,36 @@ def _facts(module) -> dict:
     mm = Counter()
     coll = Counter()
     coll_bytes = Counter()
+    kinds = Counter()  # (layer, phase, kind) -> count
+    ops = []  # (layer, phase, kind, bytes of the full tensor) of every collective
     for op in fn.body.block.ops:
         layer = op.attributes[keys.LAYER].value.data if keys.LAYER in op.attributes else -1
         if isinstance(op, ph.MatmulOp):
             mm[layer] += op.flops()
         elif isinstance(op, ph.CollectiveOp):
-            assert op.kind.data == "all_reduce"
             phase = op.attributes[keys.PHASE].data
-            coll[layer, phase] += 1
-            coll_bytes[layer, phase] += ph.tensor_bytes(op.input.type)
+            kinds[layer, phase, op.kind.data] += 1
+            ops.append(
+                (layer, phase, op.kind.data, max(ph.tensor_bytes(op.input.type), ph.tensor_bytes(op.result.type)))
+            )
+            if op.kind.data == "all_reduce":
+                coll[layer, phase] += 1
+                coll_bytes[layer, phase] += ph.tensor_bytes(op.input.type)
     layers = [r.as_dict() for r in module.attributes[keys.LAYERS].data]
     return {
         "mm": mm,
         "mm_total": sum(mm.values()),
         "coll": coll,
         "coll_bytes": coll_bytes,
+        "kinds": kinds,
+        "collectives": ops,
         "layers": layers,
         "arg_bytes": sum(ph.tensor_bytes(a.type) for a in fn.body.block.args),
     }
 
 
 @functools.cache
-def sharded(path: str, width: int, micro_batch: int = 1):
+def sharded(path: str, width: int, micro_batch: int = 1, sequence_parallel: bool = False):
     """(facts before, facts after, sharded module, seconds of the pass) of a model file."""
     import time
 
@@ -76,7 +84,7 @@ def sharded(path: str, width: int, micro_batch: int = 1):
     module = parse_module(text)
     before = _facts(module)
     t0 = time.perf_counter()
-    ShardTensorParallelPass(width=width).apply(None, module)
+    ShardTensorParallelPass(width=width, sequence_parallel=sequence_parallel).apply(None, module)
     seconds = time.perf_counter() - t0
     # As the fixed pipeline does: one device's saved bytes and layers, counted again.
     MarkSavedPass().apply(None, module)
@@ -344,3 +352,217 @@ def test_width_must_divide_a_column_output():
     g, _ = _mlp_graph(2)
     with pytest.raises(ShardError, match="width 3 does not divide the output size 8"):
         shard(g, 3)
+
+
+# --------------------------------------------------------------------------------------------
+# Sequence parallelism (Megatron-SP, Korthikanti et al. 2022)
+# --------------------------------------------------------------------------------------------
+
+
+def _collective_s(facts, layer: int, phase: str, levels) -> float:
+    from passes.algorithms.network import collective_s
+
+    return sum(
+        collective_s(kind, nbytes, 8, levels)[0]
+        for lay, ph_, kind, nbytes in facts["collectives"]
+        if lay == layer and ph_ == phase
+    )
+
+
+def test_gpt3_width8_sequence_parallel_collectives():
+    """Each block: the forward's two all-reduces become reduce-scatter + all-gather pairs (same
+    bytes, same time on the a100 network); the backward mirrors them and re-gathers the two
+    column-parallel inputs for their weight gradients (1.5x the backward bytes: Megatron-SP's
+    re-gather, which it overlaps with the input-gradient GEMM).  The norm and row-parallel bias
+    gradients are all-reduced once per step (phase opt)."""
+    from phaze_ir.hardware import load_hardware
+
+    _, tp, _, _ = sharded(GPT3, 8)
+    before, sp, module, seconds = sharded(GPT3, 8, 1, True)
+    assert keys.SEQUENCE_PARALLEL in module.attributes
+    assert sp["mm_total"] == tp["mm_total"]
+    levels = load_hardware("a100").network
+    blocks = _blocks(sp)
+    assert len(blocks) == 96
+    hidden_bytes = 1 * 2048 * 12288 * 2
+    for b in blocks:
+        k = sp["kinds"]
+        assert (k[b, "fwd", "reduce_scatter"], k[b, "fwd", "all_gather"], k[b, "fwd", "all_reduce"]) == (2, 2, 0)
+        assert (k[b, "bwd", "reduce_scatter"], k[b, "bwd", "all_gather"], k[b, "bwd", "all_reduce"]) == (2, 4, 0)
+        assert all(n == hidden_bytes for lay, _, _, n in sp["collectives"] if lay == b)
+    b = blocks[0]
+    fwd_tp, fwd_sp = _collective_s(tp, b, "fwd", levels), _collective_s(sp, b, "fwd", levels)
+    assert fwd_sp == pytest.approx(fwd_tp, rel=1e-12)
+    assert _collective_s(sp, b, "bwd", levels) == pytest.approx(1.5 * _collective_s(tp, b, "bwd", levels), rel=1e-12)
+    # Prologue: the embedding's partial output reduce-scattered; backward, its gradient gathered
+    # for the two embedding gradients.  Head: the final norm's output gathered for the LM head.
+    prologue, head = 0, len(sp["layers"]) - 1
+    assert (sp["kinds"][prologue, "fwd", "reduce_scatter"], sp["kinds"][prologue, "bwd", "all_gather"]) == (1, 1)
+    assert sp["kinds"][head, "fwd", "all_gather"] == 1 and sp["kinds"][head, "fwd", "all_reduce"] == 3
+    assert sp["kinds"][head, "bwd", "reduce_scatter"] == 1
+    # Per step: 4 norm vectors and 2 row-parallel biases per block, the final norm's 2.
+    assert sp["kinds"][head, "opt", "all_reduce"] == 6 * 96 + 2
+    assert sum(n for lay, ph_, _, n in sp["collectives"] if ph_ == "opt") == (6 * 96 + 2) * 12288 * 2
+    # Saved activations of a block: the regions outside the GEMMs shrink by 8.
+    for b in blocks:
+        assert sp["layers"][b]["saved_bytes"] < tp["layers"][b]["saved_bytes"]
+    print(f"\nGPT-3 175B, width 8, sequence parallel: pass {seconds:.2f} s")
+
+
+@pytest.mark.parametrize("model", ["tiny_gpt2", "tiny_llama"])
+@pytest.mark.parametrize("width", [2, 4])
+def test_tiny_models_sequence_parallel(model, width):
+    before, tp, _, _ = sharded(str(MODELS / f"{model}.py"), width)
+    _, sp, module, _ = sharded(str(MODELS / f"{model}.py"), width, 1, True)
+    assert sp["mm_total"] == tp["mm_total"]
+    for b in _blocks(sp):
+        k = sp["kinds"]
+        assert (k[b, "fwd", "reduce_scatter"], k[b, "fwd", "all_gather"], k[b, "fwd", "all_reduce"]) == (2, 2, 0)
+        # (Llama's q, k and v projections read three views of one normed tensor: one gather)
+        assert (k[b, "bwd", "reduce_scatter"], k[b, "bwd", "all_gather"], k[b, "bwd", "all_reduce"]) == (2, 4, 0)
+        assert sp["layers"][b]["saved_bytes"] < tp["layers"][b]["saved_bytes"]
+        assert sp["layers"][b]["param_bytes"] == tp["layers"][b]["param_bytes"]
+    text = print_module(module)
+    assert print_module(parse_module(text)) == text
+    assert "phaze.sequence_parallel" in text
+
+
+def test_sequence_parallel_llama2_7b():
+    _, sp, _, _ = sharded(str(EXAMPLES / "llama2_7b.py"), 2, 1, True)
+    for b in _blocks(sp):
+        k = sp["kinds"]
+        assert (k[b, "fwd", "reduce_scatter"], k[b, "fwd", "all_gather"]) == (2, 2)
+        assert (k[b, "bwd", "reduce_scatter"], k[b, "bwd", "all_gather"]) == (2, 4)
+
+
+def test_sequence_parallel_deterministic_and_width_one():
+    text = compiled(str(MODELS / "tiny_llama.py"))
+    outs = []
+    for _ in range(2):
+        module = parse_module(text)
+        ShardTensorParallelPass(width=2, sequence_parallel=True).apply(None, module)
+        outs.append(print_module(module))
+    assert outs[0] == outs[1]
+    module = parse_module(text)
+    ShardTensorParallelPass(width=1, sequence_parallel=True).apply(None, module)
+    assert keys.SEQUENCE_PARALLEL not in module.attributes  # nothing to split over
+
+
+def test_sequence_parallel_needs_a_sequence_it_can_split():
+    module = parse_module(compiled(str(MODELS / "tiny_gpt2.py")))
+    del module.attributes[keys.SEQ_LEN]
+    with pytest.raises(PhazeError, match="sequence parallelism needs the sequence length traced"):
+        ShardTensorParallelPass(width=2, sequence_parallel=True).apply(None, module)
+    g, _ = _mlp_graph(2)
+    g.seq_len = 3
+    with pytest.raises(ShardError, match="width 2 does not divide the sequence length 3"):
+        shard(g, 2, sequence_parallel=True)
+
+
+def test_sequence_parallel_algorithm():
+    # x -> column -> gelu -> row -> norm -> sum, 4 tokens: the row output is reduce-scattered
+    # (split along the tokens), the norm runs on 2 tokens, the loss is a partial sum.
+    g, mms = _mlp_graph(2)
+    g.seq_len = 4
+    plan = shard(g, 2, sequence_parallel=True)
+    assert plan.sequence_parallel and plan.column == [mms[0]] and plan.row == [mms[1]]
+    rs = [a for a in plan.all_reduces if a.scatter is not None]
+    assert [a.value for a in rs] == [g.ops[mms[1]].results[0]]
+    assert rs[0].scatter == Split(0, 2) and rs[0].scatter_shape == (2, 8)
+    norm = next(op for op in g.ops if op.name == "norm")
+    assert plan.shapes[norm.results[0]] == (2, 8)
+    assert not plan.gathers
+
+
+# --------------------------------------------------------------------------------------------
+# Grouped-query attention
+# --------------------------------------------------------------------------------------------
+
+_GQA = """
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+NAME = "tiny-gqa"
+SEQ_LEN = 32
+
+
+def get_model():
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=176,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            attn_implementation="eager",
+        )
+    )
+
+
+def get_inputs(micro_batch_size, seq_len=SEQ_LEN):
+    ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
+    return {"input_ids": ids, "labels": ids}
+"""
+
+# Llama-2-70B's layer (examples/llama2_70b.py) at 2 layers: the per-layer sharding does not
+# depend on the depth.
+_LLAMA70B_2 = f"""
+import sys
+
+sys.path.insert(0, {str(EXAMPLES)!r})
+from llama2_70b import LlamaForCausalLM, config as _config, get_inputs, NAME, SEQ_LEN  # noqa: E402
+
+
+def get_model():
+    c = _config()
+    c.num_hidden_layers = 2
+    return LlamaForCausalLM(c)
+"""
+
+
+@pytest.fixture(scope="module")
+def gqa_path(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("gqa") / "tiny_gqa.py"
+    path.write_text(_GQA)
+    return str(path)
+
+
+def test_gqa_refuses_a_width_that_does_not_divide_the_kv_heads(gqa_path):
+    module = parse_module(compiled(gqa_path))
+    with pytest.raises(PhazeError) as e:
+        ShardTensorParallelPass(width=4).apply(None, module)
+    assert str(e.value) == (
+        "phaze-shard-tensor-parallel: width 4 does not divide the 2 key/value heads of layer 1 "
+        "(model.layers.0) (grouped-query attention, 4 query heads); Megatron requires it"
+    )
+
+
+def test_gqa_shards_when_the_width_divides_the_kv_heads(gqa_path):
+    before, after, module, _ = sharded(gqa_path, 2)
+    _check_blocks(before, after, 2, param_tol=0.05)
+
+
+def test_llama2_70b_width8_shards_qkvo(tmp_path):
+    path = tmp_path / "llama2_70b_2.py"
+    path.write_text(_LLAMA70B_2)
+    before, after, module, _ = sharded(str(path), 8)
+    _check_blocks(before, after, 8)
+    fn = step_function(module)
+    shapes = {a.name_hint: a.type.get_shape() for a in fn.body.block.args}
+    p = "model.layers.0."
+    # q and o: 64 heads of 128 -> 8 per device; k and v: 8 key/value heads -> 1 per device.
+    assert shapes[p + "self_attn.q_proj.weight"] == (1024, 8192)
+    assert shapes[p + "self_attn.k_proj.weight"] == (128, 8192)
+    assert shapes[p + "self_attn.v_proj.weight"] == (128, 8192)
+    assert shapes[p + "self_attn.o_proj.weight"] == (8192, 1024)
+    assert shapes[p + "mlp.gate_proj.weight"] == (28672 // 8, 8192)
+    assert shapes[p + "mlp.down_proj.weight"] == (8192, 28672 // 8)
+    # The attention scores: 8 heads per device.
+    scores = [
+        op.result.type.get_shape()
+        for op in fn.body.block.ops
+        if isinstance(op, ph.SoftmaxOp) and op.attributes[keys.PHASE].data == "fwd"
+    ]
+    assert scores[0] == (1, 8, 4096, 4096)

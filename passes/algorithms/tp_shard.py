@@ -92,6 +92,7 @@ R = None  # replicated
 P = "P"  # partial sum
 _PENDING = "U"  # a parameter (or a view of one) whose sharding is not decided yet
 VOCAB = -1  # origin of splits that come from the vocabulary-parallel embedding
+SEQ = -2  # origin of sequence-parallel splits (a reduce-scatter's result and what follows from it)
 
 # The sharding state of a value: a split, replicated (``R``), partial (``P``) or pending.
 State = Split | str | None
@@ -139,12 +140,15 @@ class TOp:
 
 @dataclass
 class TGraph:
-    """Values and ops of one step in program order, and the (kind, module) of every layer."""
+    """Values and ops of one step in program order, the (kind, module) of every layer, the
+    micro-batch size and sequence length traced (``seq_len`` 0: unknown; sequence parallelism
+    needs it)."""
 
     values: list[TValue] = field(default_factory=list)
     ops: list[TOp] = field(default_factory=list)
     layers: list[tuple[str, str]] = field(default_factory=list)
     micro_batch: int = 1
+    seq_len: int = 0
 
     def add_value(self, shape, role: str = "", producer: int = -1) -> int:
         self.values.append(TValue(tuple(shape), role, producer))
@@ -163,12 +167,39 @@ class AllReduce:
     producer); the operands ``uses`` (op index, operand index) read the reduced value.
     ``source_op`` is the op that made the value partial (a row-parallel GEMM, the input-gradient
     GEMM of a column-parallel one, a vocabulary-parallel lookup; the latest one when partials
-    are summed): the all-reduce takes its phase, layer and module."""
+    are summed): the all-reduce takes its phase, layer and module.  With ``scatter`` set it is a
+    reduce-scatter (sequence parallelism) whose result is split so, of local shape
+    ``scatter_shape``.  ``per_step``: the gradient of a replicated parameter that sequence
+    parallelism leaves partial (norm weights, row-parallel biases: each device saw its tokens),
+    reduced once per step as Megatron does (gradients accumulate over the micro-batches first):
+    inserted just before its first reader (the optimizer update), in the ``opt`` phase."""
 
     value: int
     after_op: int
     source_op: int
     uses: list[tuple[int, int]] = field(default_factory=list)
+    scatter: Split | None = None
+    scatter_shape: tuple[int, ...] = ()
+    per_step: bool = False
+
+
+@dataclass
+class Gather:
+    """All-gather (sequence parallelism) of ``value``, a value split along the sequence (or,
+    when ``reduced``, the reduce-scatter of the partial ``value``), to its whole shape, inserted
+    just before op ``before_op``: the first consumer in ``phase`` that needs it whole (a GEMM, an
+    embedding gradient, ...); the all-gather takes that op's phase, layer and module.  One per
+    value and phase: a forward value read by backward GEMMs is gathered again in the backward
+    (Megatron-SP keeps the split input and re-gathers it for the weight gradient).  ``uses``:
+    (op index, operand index, chain), ``chain`` the single-operand views (op indices) from
+    ``value`` to that operand, re-run on the gathered value (``q``, ``k`` and ``v`` projections
+    reading three views of one normed tensor share one all-gather)."""
+
+    value: int
+    reduced: bool
+    phase: str
+    before_op: int
+    uses: list[tuple[int, int, tuple[int, ...]]] = field(default_factory=list)
 
 
 @dataclass
@@ -189,7 +220,9 @@ class ShardPlan:
     """What one device runs: ``shapes`` (local shape of every value whose shape changes),
     ``states`` (the sharding state of every value), the all-reduces and softmax statistics to
     insert, the linears made column- and row-parallel (op indices), the vocabulary-parallel
-    embedding tables (value ids), the linears demoted to replicated and the rounds it took."""
+    embedding tables (value ids), the linears demoted to replicated and the rounds it took;
+    under sequence parallelism the all-gathers too (``all_reduces`` then holds reduce-scatters
+    as well)."""
 
     width: int
     shapes: dict[int, tuple[int, ...]]
@@ -203,6 +236,8 @@ class ShardPlan:
     padded_vocab_size: int
     demoted: list[int]
     rounds: int
+    gathers: list[Gather] = field(default_factory=list)
+    sequence_parallel: bool = False
 
 
 class _NoMap(Exception):
@@ -343,6 +378,31 @@ class _Structure:
                     self.linear_param[i] = root
         self._find_vocab(vocab_multiple)
         self._check_heads()
+        # Parameter gradients (and what they are views or casts of): all-reduced, never
+        # reduce-scattered along a sequence they do not have.
+        self.param_grads: set[int] = set()
+        for op in g.ops:
+            grads = []
+            if op.name == "optimizer_update" and len(op.operands) > 1:
+                grads.append(op.operands[1])
+            elif op.name == "return":
+                grads += [
+                    v
+                    for k, v in enumerate(op.operands)
+                    if k < len(op.result_roles) and op.result_roles[k] in ("grad", "updated")
+                ]
+            for v in grads:
+                while v not in self.param_grads:
+                    self.param_grads.add(v)
+                    p = g.values[v].producer
+                    if p < 0:
+                        break
+                    src = g.ops[p]
+                    if len(src.operands) != 1 or not (
+                        src.name == "layout" or (src.name == "elementwise" and src.kind in ("convert", "copy"))
+                    ):
+                        break
+                    v = src.operands[0]
         # Embedding gradients -> the table of the lookup with the same indices.
         self.emb_grad_table: dict[int, int] = {}
         lookups: dict[int, list[int]] = {}
@@ -355,6 +415,26 @@ class _Structure:
                     if g.values[table].shape == g.values[op.results[0]].shape:
                         self.emb_grad_table[i] = table
                         break
+
+    def seq_split(self, shape: tuple[int, ...]) -> Split | None:
+        """The sequence-parallel split of an activation of ``shape`` whose leading dims are the
+        ``b·s`` tokens (``[b, s, h]``, ``[b·s, h]``, ...): the factor ``t`` sits ``s/t`` tokens
+        deep in the token index (batch-major), so ``[b, s, h]`` splits its dim 1 and ``[b·s, h]``
+        its dim 0 as ``[b, t, s/t]``.  ``None`` for anything else."""
+        b, s, t = max(self.g.micro_batch, 1), self.g.seq_len, self.t
+        if not s or s % t or len(shape) < 2:
+            return None
+        acc = 1
+        for k in range(len(shape) - 1):
+            acc *= shape[k]
+            if acc >= b * s:
+                break
+        if acc != b * s:
+            return None
+        try:
+            return reshape_split((b, s, math.prod(shape) // (b * s)), shape, Split(1, s // t), t)
+        except _NoMap:
+            return None
 
     def is_chain_op(self, op: TOp) -> bool:
         return op.name == "layout" and op.kind in _CHAIN_KINDS and len(op.operands) == 1 and len(op.results) == 1
@@ -447,9 +527,11 @@ class _Structure:
         self.vocab_pad = self.padded_vocab - self.vocab_size
 
     def _check_heads(self) -> None:
-        """Refuse a width that does not divide the attention heads of a block: the batch of a
-        forward matmul of two activations in a block is micro-batch x heads."""
+        """Refuse a width that does not divide the attention heads of a block (the batch of a
+        forward matmul of two activations in a block is micro-batch x heads) or its key/value
+        heads (grouped-query attention)."""
         g = self.g
+        attention: dict[int, tuple[int, int]] = {}  # layer -> (heads, head dim) of its Q·Kᵀ
         for op in g.ops:
             if op.name != "matmul" or op.phase != "fwd" or (self.block_layers and op.layer not in self.block_layers):
                 continue
@@ -464,6 +546,23 @@ class _Structure:
                 raise ShardError(
                     f"width {self.t} does not divide the {heads} attention heads of {self.layer_name(op.layer)}"
                 )
+            attention.setdefault(op.layer, (heads, g.values[op.operands[0]].shape[-1]))
+        # Grouped-query attention: the key/value projections are linears of the block whose
+        # output is fewer heads of the same head dim (kv < heads, kv | heads).  Megatron-LM
+        # requires the key/value heads (num_query_groups) to be divisible by the width; so does
+        # phaze (it would otherwise demote the whole attention to replicated).
+        for i in sorted(self.linear_param):
+            op = g.ops[i]
+            if op.layer not in attention:
+                continue
+            heads, head_dim = attention[op.layer]
+            n = g.values[op.results[0]].shape[-1]
+            if head_dim and n % head_dim == 0 and 0 < (kv := n // head_dim) < heads and heads % kv == 0:
+                if kv % self.t:
+                    raise ShardError(
+                        f"width {self.t} does not divide the {kv} key/value heads of {self.layer_name(op.layer)} "
+                        f"(grouped-query attention, {heads} query heads); Megatron requires it"
+                    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -472,9 +571,11 @@ class _Structure:
 
 
 class _Round:
-    def __init__(self, s: _Structure, candidates: set[int], vocab: bool):
+    def __init__(self, s: _Structure, candidates: set[int], vocab: bool, sp: bool = False):
         self.s, self.g, self.t = s, s.g, s.t
-        self.candidates, self.vocab = candidates, vocab
+        self.candidates, self.vocab, self.sp = candidates, vocab, sp
+        self.gathers: dict[tuple[int, bool, str], Gather] = {}
+        self.gathered: set[tuple[int, int]] = set()
         g = self.g
         self.st: list = [_PENDING if v.role == "param" else R for v in g.values]
         self.origin: list[frozenset] = [frozenset()] * len(g.values)
@@ -524,11 +625,63 @@ class _Round:
             self.source[v] = self.cur if source is None else source
 
     def trigger(self, *values: int) -> None:
+        """The splits of ``values`` cannot go on: their column-parallel linears (origins) are
+        demoted; a sequence-parallel split is all-gathered for the current op instead."""
         for v in values:
             o = self.origin[v]
             if not o:
                 raise AssertionError(f"split value {v} has no origin")
-            self.triggers |= o
+            if SEQ in o:
+                op = self.g.ops[self.cur]
+                ks = [k for k, u in enumerate(op.operands) if u == v]
+                if not ks:
+                    raise AssertionError(f"sequence-parallel value {v} is not an operand of op {self.cur}")
+                for k in ks:
+                    self.gather(self.cur, k)
+            self.triggers |= o - {SEQ}
+
+    def give_up(self, origin: frozenset, values) -> None:
+        """A split of ``origin`` meets what it cannot take (a whole operand along its dim, a
+        bias): sequence-parallel ``values`` are gathered, other origins demoted."""
+        if SEQ in origin:
+            for v in values:
+                if SEQ in self.origin[v]:
+                    self.trigger(v)
+        self.triggers |= origin - {SEQ}
+
+    def is_seq(self, v: int) -> bool:
+        return SEQ in self.origin[v]
+
+    def gather(self, i: int, k: int) -> None:
+        """Operand ``k`` of op ``i``, split along the sequence, is read whole: an all-gather (one
+        per storage and phase, see :class:`Gather`)."""
+        if (i, k) in self.gathered:
+            return
+        self.gathered.add((i, k))
+        g = self.g
+        v = g.ops[i].operands[k]
+        red = self.reductions.get(v)
+        chain: list[int] = []
+        if self.st[v] == P and red is not None and red.scatter is not None:
+            root, reduced = v, True
+            if (i, k) in red.uses:
+                red.uses.remove((i, k))
+        else:
+            root, reduced = v, False
+            while (p := g.values[root].producer) >= 0:
+                op = g.ops[p]
+                if not (op.name == "layout" and op.kind in VIEW_KINDS and len(op.operands) == len(op.results) == 1):
+                    break
+                u = op.operands[0]
+                if not (isinstance(self.st[u], Split) and self.is_seq(u)):
+                    break
+                chain.append(p)
+                root = u
+        phase = g.ops[i].phase
+        ga = self.gathers.get((root, reduced, phase))
+        if ga is None:
+            ga = self.gathers[root, reduced, phase] = Gather(root, reduced, phase, i)
+        ga.uses.append((i, k, tuple(reversed(chain))))
 
     def decide(self, v: int, desired, origin: frozenset) -> bool:
         """Fix the sharding of the parameter that ``v`` is a view of so that ``v`` gets
@@ -573,13 +726,28 @@ class _Round:
             self.must[v] = must
         return self.must[v]
 
-    def reduce(self, i: int, k: int) -> None:
+    def reduce(self, i: int, k: int) -> State:
+        """Reduce the partial operand ``k`` of op ``i``: an all-reduce (the op reads it
+        replicated), or under sequence parallelism a reduce-scatter of an activation (the op
+        reads it split along the sequence; the state returned)."""
         v = self.g.ops[i].operands[k]
         red = self.reductions.get(v)
         if red is None:
-            red = self.reductions[v] = AllReduce(v, self.g.values[v].producer, self.source[v])
+            scatter = None
+            if self.sp and v not in self.s.param_grads:
+                scatter = self.s.seq_split(self.shape(v))
+            red = self.reductions[v] = AllReduce(
+                v,
+                self.g.values[v].producer,
+                self.source[v],
+                scatter=scatter,
+                per_step=self.sp and v in self.s.param_grads,
+            )
+            if scatter is not None:
+                self.origin[v] = frozenset((SEQ,))
         if (i, k) not in red.uses:
             red.uses.append((i, k))
+        return red.scatter if red.scatter is not None else R
 
     def read(self, i: int, k: int):
         """State of operand ``k`` of op ``i`` as the op sees it (a partial value that must be
@@ -587,7 +755,14 @@ class _Round:
         v = self.g.ops[i].operands[k]
         s = self.get(v)
         if s == P and self.needs_reduce(v):
-            self.reduce(i, k)
+            return self.reduce(i, k)
+        return s
+
+    def read_whole_seq(self, i: int, k: int):
+        """:meth:`read`, with a sequence-parallel split gathered (GEMMs read whole activations)."""
+        s = self.read(i, k)
+        if isinstance(s, Split) and self.is_seq(self.g.ops[i].operands[k]):
+            self.gather(i, k)
             return R
         return s
 
@@ -598,7 +773,8 @@ class _Round:
         if s is _PENDING:
             self.decide(v, R, frozenset())
         elif s == P:
-            self.reduce(i, k)
+            if self.reduce(i, k) is not R:
+                self.gather(i, k)
         elif isinstance(s, Split):
             self.trigger(v)
 
@@ -624,7 +800,7 @@ class _Round:
         out_v = op.results[0]
         r = len(self.shape(out_v))
         if i in self.s.linear_param and self.get(rhs) is _PENDING:
-            sl = self.read(i, 0)
+            sl = self.read_whole_seq(i, 0)
             if isinstance(sl, Split) and sl.dim == a - 1:
                 if self.decide(rhs, Split(b - 2, sl.inner, sl.pad), self.origin[lhs]):
                     self.row.append(i)
@@ -641,7 +817,7 @@ class _Round:
                     self.column.append(i)
             else:
                 self.decide(rhs, R, frozenset())
-        sl, sr = self.read(i, 0), self.read(i, 1)
+        sl, sr = self.read_whole_seq(i, 0), self.read_whole_seq(i, 1)
         for k, s in ((0, sl), (1, sr)):
             if s is _PENDING or s == P:
                 self.need_whole(i, k, s)
@@ -649,7 +825,7 @@ class _Round:
         sr = sr if isinstance(sr, Split) else R
         out: State
         out, parts, bad = R, [], False
-        origin = self.origin[lhs] | self.origin[rhs]
+        origin = (self.origin[lhs] | self.origin[rhs]) - {SEQ}
         if sl is not R:
             if sl.dim == a - 1:
                 if sr is not R and sr.dim == b - 2 and (sr.inner, sr.pad) == (sl.inner, sl.pad):
@@ -720,8 +896,13 @@ class _Round:
         out_v = op.results[0]
         if op.kind in _SHAPE_ONLY:
             s = self.get(op.operands[0]) if op.operands else R
+            origin = self.origin[op.operands[0]] if op.operands else frozenset()
+            if s == P and self.sp and op.operands[0] not in self.s.param_grads:
+                # (a dropout mask drawn for a partial value: the shape of its reduce-scatter)
+                s = self.s.seq_split(self.shape(op.operands[0])) or R
+                origin = frozenset((SEQ,))
             if isinstance(s, Split) and len(self.shape(op.operands[0])) == len(self.shape(out_v)):
-                self.set(out_v, s, self.origin[op.operands[0]])
+                self.set(out_v, s, origin)
             else:
                 self.set(out_v, R)
             return
@@ -749,8 +930,7 @@ class _Round:
                 return
             for k, s in enumerate(states):
                 if s == P:
-                    self.need_whole(i, k, s)
-                    states[k] = R
+                    states[k] = self.reduce(i, k)
         r = len(self.shape(out_v))
         parts = {}
         for k, s in enumerate(states):
@@ -774,12 +954,14 @@ class _Round:
                     self.decide(v, R, frozenset())
                 else:
                     assert isinstance(out, Split)  # not whole: j >= 0, so out is a split
-                    if not self.decide(v, Split(j, out.inner, out.pad), origin):
-                        self.triggers.update(origin)
+                    if SEQ in origin or not self.decide(v, Split(j, out.inner, out.pad), origin):
+                        if SEQ in origin:
+                            self.decide(v, R, frozenset())
+                        self.give_up(origin, parts.values())
                         out = R
             elif not whole:
                 # A replicated operand meets a split one along a full dim: would need a slice.
-                self.triggers.update(origin)
+                self.give_up(origin, parts.values())
                 out = R
         self.set(out_v, out, origin)
 
@@ -843,7 +1025,9 @@ class _Round:
     def _op_softmax(self, i: int, op: TOp) -> None:
         states = [self.read(i, k) for k in range(len(op.operands))]
         for k, s in enumerate(states):
-            if s == P or s is _PENDING:
+            if s == P:
+                states[k] = self.reduce(i, k)
+            elif s is _PENDING:
                 self.need_whole(i, k, s)
                 states[k] = R
         splits = {s for s in states if isinstance(s, Split)}
@@ -858,6 +1042,10 @@ class _Round:
             return
         s = splits.pop()
         rank = len(self.shape(out_v))
+        if op.dim % rank == s.dim and any(self.is_seq(v) for v in vs):
+            self.trigger(*vs)  # no distributed softmax over the sequence: gathered
+            self.set(out_v, R)
+            return
         if op.dim % rank == s.dim:
             x = op.operands[0]
             if op.kind in ("softmax", "log_softmax"):
@@ -875,7 +1063,9 @@ class _Round:
         grad = op.kind.endswith("_grad")
         states = [self.read(i, k) for k in range(len(op.operands))]
         for k, s in enumerate(states):
-            if s == P or s is _PENDING:
+            if s == P:
+                states[k] = self.reduce(i, k)
+            elif s is _PENDING:
                 self.need_whole(i, k, s)
                 states[k] = R
         x = op.operands[1] if grad and len(op.operands) > 1 else op.operands[0]
@@ -950,8 +1140,7 @@ class _Round:
                 for rv in op.results:
                     self.set(rv, P, source=self.source[v])
                 return
-            self.need_whole(i, 0, s)
-            s = R
+            s = self.reduce(i, 0)
         if s is R:
             for rv in op.results:
                 self.set(rv, R)
@@ -1008,7 +1197,9 @@ class _Round:
         live = [k for k, v in enumerate(op.operands) if math.prod(self.shape(v)) > 0]
         states = {k: self.read(i, k) for k in live}
         for k, s in states.items():
-            if s == P or s is _PENDING:
+            if s == P:
+                states[k] = self.reduce(i, k)
+            elif s is _PENDING:
                 self.need_whole(i, k, s)
                 states[k] = R
         splits = [s for s in states.values() if isinstance(s, Split)]
@@ -1087,13 +1278,30 @@ class _Round:
 # ------------------------------------------------------------------------------------------
 
 
-def shard(graph: TGraph, width: int, vocab_multiple: int = 128) -> ShardPlan:
+def _local(shape: tuple[int, ...], st: Split, width: int) -> tuple[int, ...]:
+    n = shape[st.dim] + st.pad
+    if n % width or n // width % st.inner:
+        raise AssertionError(f"a value of shape {shape} cannot take split {st}")
+    out = list(shape)
+    out[st.dim] = n // width
+    return tuple(out)
+
+
+def shard(graph: TGraph, width: int, vocab_multiple: int = 128, sequence_parallel: bool = False) -> ShardPlan:
     """Shard ``graph`` over a tensor-parallel group of ``width`` devices (see the module
-    docstring).  Raises :class:`ShardError` for a width the model cannot take."""
+    docstring); with ``sequence_parallel``, Megatron's sequence parallelism on top.  Raises
+    :class:`ShardError` for a width the model cannot take."""
     if width < 1:
         raise ShardError(f"width {width}: expected a positive integer")
     if width == 1:
         return ShardPlan(1, {}, [R] * len(graph.values), [], [], [], [], [], 0, 0, [], 0)
+    if sequence_parallel:
+        if graph.seq_len < 1:
+            raise ShardError("sequence parallelism needs the sequence length traced (phaze.seq_len)")
+        if graph.seq_len % width:
+            raise ShardError(
+                f"width {width} does not divide the sequence length {graph.seq_len} (sequence parallelism)"
+            )
     s = _Structure(graph, width, vocab_multiple)
     # Column-parallel candidates: the linears of the blocks (every forward linear when the step
     # has no repeated blocks, e.g. a single-block toy) and the LM head.
@@ -1105,7 +1313,7 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128) -> ShardPlan:
     rounds = 0
     while True:
         rounds += 1
-        rnd = _Round(s, candidates if vocab else candidates - s.lm_heads, vocab)
+        rnd = _Round(s, candidates if vocab else candidates - s.lm_heads, vocab, sequence_parallel)
         rnd.run()
         if not rnd.triggers:
             break
@@ -1125,13 +1333,11 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128) -> ShardPlan:
             st = R
         states.append(st)
         if isinstance(st, Split):
-            n = val.shape[st.dim] + st.pad
-            if n % width or n // width % st.inner:
-                raise AssertionError(f"value {v} of shape {val.shape} cannot take split {st}")
-            shape = list(val.shape)
-            shape[st.dim] = n // width
-            shapes[v] = tuple(shape)
+            shapes[v] = _local(val.shape, st, width)
     all_reduces = sorted(rnd.reductions.values(), key=lambda a: a.value)
+    for red in all_reduces:
+        if red.scatter is not None:
+            red.scatter_shape = _local(graph.values[red.value].shape, red.scatter, width)
     return ShardPlan(
         width=width,
         shapes=shapes,
@@ -1147,4 +1353,6 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128) -> ShardPlan:
         padded_vocab_size=s.padded_vocab if vocab else 0,
         demoted=sorted(demoted),
         rounds=rounds,
+        gathers=sorted(rnd.gathers.values(), key=lambda a: (a.before_op, a.value, a.reduced)),
+        sequence_parallel=sequence_parallel,
     )
