@@ -59,6 +59,15 @@ a scalar in place of Megatron's all-reduce of the ``[tokens]`` target logits.  T
 (``log_softmax_grad`` of an ``nll_loss_grad``) is local, as in Megatron's fused kernel; any
 other softmax gradient over a split dim all-reduces one ``[rows]`` sum.
 
+**Sequence parallelism** (``sequence_parallel``, Megatron-SP): a partial activation whose
+leading dims are the ``b·s`` tokens is reduce-scattered instead (:class:`AllReduce` with
+``scatter``), to a split along the sequence (origin :data:`SEQ`) that dropout, residual adds and
+norms carry on ``s/t`` tokens; where such a value meets an op that needs it whole (a GEMM, an
+embedding gradient) it is all-gathered (:class:`Gather`: one per storage and phase, so backward
+GEMMs re-gather the split input they read instead of saving the whole one).  Gradients of
+replicated parameters made partial by the split (norms, row-parallel biases) are all-reduced
+once per step, before the optimizer.  A sequence split never demotes a linear.
+
 When a split value reaches an op that cannot take it (a norm over the split dim, a function
 result, a mismatch), the column-parallel linear (or the vocabulary split) it came from is
 demoted to replicated and the propagation runs again; e.g. the last of an odd number of
