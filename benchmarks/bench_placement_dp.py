@@ -7,8 +7,10 @@ t = 8, fp16 with mixed-precision Adam on a 150 TFLOP/s-effective, 80 GB device; 
     python benchmarks/bench_placement_dp.py
 
 Prints the time of one solve (median of repeats, conversion included) as the cluster grows
-to 16,384 devices and the model to 200 layers, the batch entry point's throughput, and a check
-that the GIL is released while solving.
+to 16,384 devices and the model to 200 layers, in the paper's placement space (plain DP, plain
+1F1B) and in the full one (the ZeRO stage and the interleaving searched too, ``auto``), with
+the ratio of the two; the batch entry point's throughput, and a check that the GIL is released
+while solving.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ except ImportError:  # not installed: use the checkout (the .so built in place b
 TARGET_MS = 20.0  # one solve, 98 layers, N = 1024, t = 8
 
 
-def gpt3_problem(blocks: int = 96, devices: int = 1024) -> dict:
+def gpt3_problem(blocks: int = 96, devices: int = 1024, full_space: bool = False) -> dict:
+    """``full_space``: the DP also chooses the ZeRO stage and 1F1B or an interleaving."""
     s, h, v, t = 2048.0, 12288.0, 50257.0, 8
     flops = 150e12
     block_fwd = 24 * s * h * h * (1 + s / (6 * h)) / t / flops
@@ -85,6 +88,9 @@ def gpt3_problem(blocks: int = 96, devices: int = 1024) -> dict:
         "tp": 8,
         "dp_overlap": True,
         "max_stages": None,
+        "zero": "auto" if full_space else "0",
+        "virtual_stages": None if full_space else 1,
+        "blocks": [1, blocks],
     }
 
 
@@ -100,21 +106,30 @@ def time_solve(problem: dict, repeats: int = 7) -> tuple[float, dict]:
 
 def main() -> None:
     print(
-        f"{'layers':>6} {'N':>6} {'solve ms':>9} {'d':>4} {'p':>4} {'dev':>6} "
+        f"{'layers':>6} {'N':>6} {'space':>5} {'solve ms':>9} {'d':>4} {'p':>4} {'v':>3} {'ZeRO':>4} {'dev':>6} "
         f"{'s/batch':>8} {'samples/s':>10}  recompute"
     )
     headline = None
+    ratios = []
     for blocks in (96, 198):
         for n in (1024, 2048, 4096, 8192, 16384):
-            ms, res = time_solve(gpt3_problem(blocks, n))
-            plan = res["plan"]
-            pols = sorted({s["recompute"] for s in plan["stages"]})
-            print(
-                f"{blocks + 2:>6} {n:>6} {ms:>9.2f} {plan['dp']:>4} {plan['pp']:>4} {plan['devices_used']:>6} "
-                f"{plan['time_per_batch_s']:>8.2f} {plan['throughput_samples_per_s']:>10.1f}  {','.join(pols)}"
-            )
-            if (blocks, n) == (96, 1024):
-                headline = ms
+            paper_ms = 0.0
+            for full in (False, True):
+                ms, res = time_solve(gpt3_problem(blocks, n, full))
+                plan = res["plan"]
+                pols = sorted({s["recompute"] for s in plan["stages"]})
+                print(
+                    f"{blocks + 2:>6} {n:>6} {'full' if full else 'paper':>5} {ms:>9.2f} {plan['dp']:>4} "
+                    f"{plan['pp']:>4} {plan['virtual_stages']:>3} {plan['zero']:>4} {plan['devices_used']:>6} "
+                    f"{plan['time_per_batch_s']:>8.2f} {plan['throughput_samples_per_s']:>10.1f}  {','.join(pols)}"
+                )
+                if full:
+                    ratios.append(ms / paper_ms)
+                else:
+                    paper_ms = ms
+                if (blocks, n, full) == (96, 1024, False):
+                    headline = ms
+    print(f"full space / paper space solve time: median {statistics.median(ratios):.2f}x, max {max(ratios):.2f}x")
 
     prob = gpt3_problem(96, 1024)
     batch = [gpt3_problem(96, 1024) for _ in range(32)]

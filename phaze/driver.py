@@ -55,6 +55,16 @@ class Options:
     #: ``auto``: the DP chooses each stage's recompute policy; ``none``, ``selective``, ``full``:
     #: every stage uses that one (``phaze-place-devices{recompute=...}``).
     recompute: str = "auto"
+    #: ``0`` (default: plain data parallelism, the paper's space), ``1``/``2``/``3`` a fixed
+    #: ZeRO stage, ``auto``: the DP chooses (``phaze-place-devices{zero=...}``).
+    zero: str = "0"
+    #: ``1f1b`` (default), ``interleaved:V`` (Megatron's interleaved 1F1B, V chunks per
+    #: device), ``auto``: the DP chooses (``phaze-place-devices{pipeline_schedule=...}``).
+    pipeline_schedule: str = "1f1b"
+    #: ``off`` (default), ``on`` (Megatron sequence parallelism at every TP width > 1),
+    #: ``auto``: both are compiled and the faster plan is kept
+    #: (``phaze-shard-tensor-parallel{sequence_parallel=...}``).
+    sequence_parallel: str = "off"
     strict: bool = False
     # SCIP stops a layer's schedule at 0.5 % proven gap or after 10 s (the gap limit makes the
     # plan sweep several times faster than proving optimality, and deterministic in practice).
@@ -71,15 +81,21 @@ class Options:
     schedule_cache: Any = field(default=None, compare=False, repr=False)
 
 
-def pipeline(stage: str, tp: int, opts: Options) -> str:
+#: The settings of ``--sequence-parallel``.
+SEQUENCE_PARALLEL_SETTINGS = ("auto", "on", "off")
+
+
+def pipeline(stage: str, tp: int, opts: Options, sequence_parallel: bool = False) -> str:
     """The pass pipeline that takes an imported module to ``stage`` (the accelerator op is
-    added by :func:`compile_module` before ``phaze-tile-pe-array``)."""
+    added by :func:`compile_module` before ``phaze-tile-pe-array``); ``sequence_parallel``:
+    shard with Megatron's sequence parallelism (only at ``tp > 1``)."""
     k = STAGES.index(stage)
     passes = []
     if k >= STAGES.index("training"):
         passes += [f"phaze-insert-optimizer{{optimizer={opts.optimizer}}}", "phaze-mark-saved", "phaze-group-layers"]
     if k >= STAGES.index("sharded"):
-        passes.append(f"phaze-shard-tensor-parallel{{width={tp}}}")
+        sp = " sequence_parallel=true" if sequence_parallel and tp > 1 else ""
+        passes.append(f"phaze-shard-tensor-parallel{{width={tp}{sp}}}")
         if tp > 1:  # sharding drops the saved bytes and layers of the whole step: count one device's
             passes += ["phaze-mark-saved", "phaze-group-layers"]
     if k >= STAGES.index("tiled"):
@@ -98,7 +114,8 @@ def pipeline(stage: str, tp: int, opts: Options) -> str:
         overlap = "true" if opts.dp_overlap else "false"
         passes.append(
             f"phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} "
-            f'placement="{opts.placement}" dp_overlap={overlap} recompute="{opts.recompute}"}}'
+            f'placement="{opts.placement}" dp_overlap={overlap} recompute="{opts.recompute}" '
+            f'zero="{opts.zero}" pipeline_schedule="{opts.pipeline_schedule}"}}'
         )
     return ",".join(passes)
 
@@ -122,7 +139,9 @@ def schedule_cache(opts: Options):
     return sched.ScheduleCache(os.environ.get("PHAZE_SCHEDULE_CACHE") or None)
 
 
-def compile_module(traced, stage: str, tp: int, opts: Options, accelerator=None) -> ModuleOp:
+def compile_module(
+    traced, stage: str, tp: int, opts: Options, accelerator=None, sequence_parallel: bool = False
+) -> ModuleOp:
     """Import a traced step and run the pipeline up to ``stage``; the scheduling passes solve
     through ``opts.schedule_cache`` (:func:`compile_model` sets it; None: each its own)."""
     from xdsl.passes import PassPipeline
@@ -136,7 +155,7 @@ def compile_module(traced, stage: str, tp: int, opts: Options, accelerator=None)
     module = import_graph(traced, strict=opts.strict)
     if STAGES.index(stage) >= STAGES.index("tiled"):
         set_accelerator(module, accelerator if accelerator is not None else load_accelerator(opts.hw))
-    spec = pipeline(stage, tp, opts)
+    spec = pipeline(stage, tp, opts, sequence_parallel)
     if spec:
         parsed = PassPipeline.parse_spec(ALL_PASSES, spec).passes
         with_cache = tuple(replace(p, cache=opts.schedule_cache) if isinstance(p, SolverOptions) else p for p in parsed)
@@ -147,13 +166,14 @@ def compile_module(traced, stage: str, tp: int, opts: Options, accelerator=None)
 
 @dataclass
 class Candidate:
-    """One (micro-batch, TP width) point of the plan sweep."""
+    """One (micro-batch, TP width, sequence parallelism) point of the plan sweep."""
 
     micro_batch: int
     tp: int
     throughput: float = 0.0
     plan: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    sequence_parallel: bool = False
 
 
 def plan_record(module: ModuleOp) -> dict[str, Any]:
@@ -167,7 +187,13 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
     TP widths and return the module of the best feasible plan (the highest throughput; ties go
     to the smaller micro-batch, then the smaller TP width) and every point of the sweep.
     ``accelerator``: the chip (default: ``opts.hw``)."""
-    from passes.algorithms.placement import PlacementError, parse_placement, parse_recompute
+    from passes.algorithms.placement import (
+        PlacementError,
+        parse_pipeline_schedule,
+        parse_placement,
+        parse_recompute,
+        parse_zero,
+    )
     from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
 
     if opts.emit not in STAGES:
@@ -178,10 +204,19 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
     for t in opts.tp_widths or ():
         if t < 1:
             raise PhazeError(f"--tp {t}: expected a positive integer")
-    try:
-        parse_recompute(opts.recompute)
-    except PlacementError as e:
-        raise PhazeError(f"--recompute: {e}") from e
+    for flag, parse, value in (
+        ("--recompute", parse_recompute, opts.recompute),
+        ("--zero", parse_zero, opts.zero),
+        ("--pipeline-schedule", parse_pipeline_schedule, opts.pipeline_schedule),
+    ):
+        try:
+            parse(value)
+        except PlacementError as e:
+            raise PhazeError(f"{flag}: {e}") from e
+    if opts.sequence_parallel not in SEQUENCE_PARALLEL_SETTINGS:
+        raise PhazeError(
+            f"--sequence-parallel '{opts.sequence_parallel}': expected one of {', '.join(SEQUENCE_PARALLEL_SETTINGS)}"
+        )
     stage = opts.emit
     opts = replace(opts, schedule_cache=schedule_cache(opts))
     if accelerator is None and STAGES.index(stage) >= STAGES.index("tiled"):
@@ -208,17 +243,18 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
         )
         traced = trace_model(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
         log(f"traced {len(traced.graph_module.graph.nodes)} aten nodes in {traced.trace_seconds:.1f} s")
-        for t in tp_widths:
+        for t, sp in ((w, sp) for w in tp_widths for sp in _sequence_parallel_options(opts, w)):
             start = time.perf_counter()
+            where = f"micro-batch {b}, TP {t}" + (", SP" if sp else "")
             try:
-                module = compile_module(traced, stage, t, opts, accelerator)
+                module = compile_module(traced, stage, t, opts, accelerator, sp)
             except UnknownOpError:
                 raise  # the model's, not this point's: every point would say it again
             except PhazeError as e:
                 if not sweep:
                     raise
-                candidates.append(Candidate(b, t, note=str(e)))
-                log(f"micro-batch {b}, TP {t}: skipped: {e}")
+                candidates.append(Candidate(b, t, note=str(e), sequence_parallel=sp))
+                log(f"{where}: skipped: {e}")
                 continue
             if not sweep:
                 log(f"built {sum(1 for _ in module.walk())} ops in {time.perf_counter() - start:.1f} s")
@@ -231,23 +267,32 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
                 plan["throughput_samples_per_s"] if feasible else 0.0,
                 plan,
                 "" if feasible else plan.get("binding", ""),
+                sp,
             )
             candidates.append(cand)
             if feasible:
                 log(
-                    f"micro-batch {b}, TP {t}: {cand.throughput:,.1f} samples/s "
+                    f"{where}: {cand.throughput:,.1f} samples/s "
                     f"(DP {plan['dp']}, PP {plan['pp']}) [{time.perf_counter() - start:.1f} s]"
                 )
                 if best is None or cand.throughput > best[0]:
                     best = (cand.throughput, module)
             else:
-                log(f"micro-batch {b}, TP {t}: does not fit: {cand.note}")
+                log(f"{where}: does not fit: {cand.note}")
                 fallback = fallback or module
     if best is not None:
         return best[1], candidates
     if fallback is not None:
         return fallback, candidates  # nothing fits: the module says which constraint binds
     raise PhazeError("no micro-batch size and TP width could be compiled: " + _notes_once(candidates))
+
+
+def _sequence_parallel_options(opts: Options, tp: int) -> tuple[bool, ...]:
+    """Whether to compile width ``tp`` without and/or with sequence parallelism: SP needs
+    ``tp > 1``; ``auto`` compiles both (without first: it wins ties)."""
+    if tp == 1 or opts.sequence_parallel == "off":
+        return (False,)
+    return (True,) if opts.sequence_parallel == "on" else (False, True)
 
 
 def _notes_once(candidates: list[Candidate]) -> str:
@@ -268,7 +313,9 @@ def unpriced_ops(module: ModuleOp) -> list[dict[str, Any]]:
 
 def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "auto") -> dict[str, Any]:
     """The plan as JSON (the schema is in README.md, "The plan as JSON"); ``recompute``: the
-    setting it was placed under (``Options.recompute``; each stage's policy is in its stage)."""
+    setting it was placed under (``Options.recompute``; each stage's policy is in its stage).
+    Under interleaved 1F1B (``virtual_stages`` > 1) ``stages`` lists the model chunks, each
+    with the ``rank`` that runs it and that rank's numbers."""
     from phaze_ir.hardware_ir import module_accelerator
 
     plan = plan_record(module)
@@ -287,6 +334,9 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
         "dp": plan["dp"],
         "pp": plan["pp"],
         "tp": plan["tp"],
+        "sequence_parallel": keys.SEQUENCE_PARALLEL in module.attributes,
+        "virtual_stages": plan["virtual_stages"],
+        "zero": plan["zero"],
         "micro_batch_size": plan["micro_batch_size"],
         "num_micro_batches": plan["num_micro_batches"],
         "time_per_batch_s": plan["time_per_batch_s"],
@@ -300,6 +350,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
         "accelerator": accelerator,
         "stages": [
             {
+                "rank": s["rank"],
                 "layers": [s["first_layer"], s["last_layer"]],
                 "devices": s["devices"],
                 "time_s": s["time_s"],
@@ -315,6 +366,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
             {
                 "micro_batch_size": c.micro_batch,
                 "tp": c.tp,
+                "sequence_parallel": c.sequence_parallel,
                 "throughput_samples_per_s": c.throughput,
                 "note": c.note,
             }
@@ -331,12 +383,16 @@ def summary(module: ModuleOp) -> str:
     stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
     recompute = ",".join(sorted({str(s["recompute"]) for s in stages}))
     mem = max(int(s["memory_bytes"]) for s in stages) / 2**30
+    v = int(plan["virtual_stages"])
+    schedule = "1f1b" if v == 1 else f"interleaved:{v}"
+    sp = "on" if keys.SEQUENCE_PARALLEL in module.attributes else "off"
     head = (
-        f"{'DP':>5} {'PP':>4} {'TP':>4} {'micro-batch':>11} {'recompute':>14} {'s/batch':>10} "
-        f"{'samples/s':>11} {'GiB/device':>11}"
+        f"{'DP':>5} {'PP':>4} {'TP':>4} {'SP':>3} {'schedule':>13} {'ZeRO':>4} {'micro-batch':>11} "
+        f"{'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>11}"
     )
     row = (
-        f"{plan['dp']:>5} {plan['pp']:>4} {plan['tp']:>4} {plan['micro_batch_size']:>11} {recompute:>14} "
+        f"{plan['dp']:>5} {plan['pp']:>4} {plan['tp']:>4} {sp:>3} {schedule:>13} {plan['zero']:>4} "
+        f"{plan['micro_batch_size']:>11} {recompute:>14} "
         f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>11.2f}"
     )
     return head + "\n" + row

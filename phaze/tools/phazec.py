@@ -103,6 +103,26 @@ def _parser() -> argparse.ArgumentParser:
         "or full fixes it for every stage, to price a run as it is run",
     )
     p.add_argument(
+        "--sequence-parallel",
+        default="off",
+        choices=("auto", "on", "off"),
+        help="Megatron sequence parallelism at TP > 1: off (default), on, or auto (compile both, keep the faster)",
+    )
+    p.add_argument(
+        "--pipeline-schedule",
+        default="1f1b",
+        metavar="auto|1f1b|interleaved:V",
+        help="1f1b (default); interleaved:V, Megatron's interleaved 1F1B with V model chunks per device; "
+        "auto lets the placement choose",
+    )
+    p.add_argument(
+        "--zero",
+        default="0",
+        choices=("auto", "0", "1", "2", "3"),
+        help="sharding over data parallelism: 0 (default) plain; 1 optimizer state (Megatron's distributed "
+        "optimizer); 2 and gradients; 3 and parameters (FSDP); auto lets the placement choose",
+    )
+    p.add_argument(
         "--solver-time-limit",
         type=float,
         default=None,
@@ -209,6 +229,18 @@ def options(args: argparse.Namespace):
             if given:
                 raise PhazeError(f"{flag} is for the architecture search; drop --hw (and --emit)")
     search = searching(args)
+    if search:
+        # The search's bounds and its cache are built for the paper's placement space.
+        for flag, given, default in (
+            ("--sequence-parallel", args.sequence_parallel, "off"),
+            ("--pipeline-schedule", args.pipeline_schedule, "1f1b"),
+            ("--zero", args.zero, "0"),
+        ):
+            if given != default:
+                raise PhazeError(
+                    f"{flag} {given}: the architecture search explores the paper's placement space "
+                    f"({flag} {default}); give --hw CHIP to place on one chip with it"
+                )
     time_limit = args.solver_time_limit if args.solver_time_limit is not None else (60.0 if search else 10.0)
     nodes = args.solver_nodes if args.solver_nodes is not None else (1 if search else 0)
     max_bin = args.solver_max_binaries if args.solver_max_binaries is not None else (2000 if search else 0)
@@ -225,6 +257,9 @@ def options(args: argparse.Namespace):
         placement=args.placement,
         dp_overlap=args.dp_overlap,
         recompute=args.recompute,
+        zero=args.zero,
+        pipeline_schedule=args.pipeline_schedule,
+        sequence_parallel=args.sequence_parallel,
         strict=args.strict,
         schedule_time_limit=time_limit,
         schedule_gap=args.solver_gap,
