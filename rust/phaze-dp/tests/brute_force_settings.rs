@@ -1,0 +1,504 @@
+//! Cross-check of the ZeRO stages and interleaved 1F1B against exhaustive enumeration: every
+//! d, p, ZeRO stage, chunk count v, split (v = 1) and policy per rank, priced with this file's
+//! own copy of the formulas (crate docs), including a step-by-step simulation of Megatron's
+//! interleaved schedule for the stash.
+//!
+//! Numbers are dyadic as in `brute_force.rs`, except the interleaved bubble (p − 1)/v for odd
+//! v: so objectives are compared within the crate's tie tolerance, and the option chosen among
+//! ties by the documented order (fewer devices, fewer stages, fewer chunks, lower ZeRO stage,
+//! then the split, then the policies).
+
+mod common;
+use common::Rng;
+
+use phaze_dp::{
+    evaluate_fixed, solve, Layer, NetLevel, Plan, Problem, Recompute, Solution, ViolationKind, Zero,
+};
+
+const TIE_REL: f64 = 1e-12;
+
+fn random_problem(rng: &mut Rng) -> Problem {
+    // Half of them: a prologue, 4 blocks and a head, which p = 2, v = 2 can interleave.
+    let n = if rng.below(2) == 0 {
+        6
+    } else {
+        1 + rng.below(7) as usize
+    };
+    let layers: Vec<Layer> = (0..n)
+        .map(|_| Layer {
+            fwd_s: rng.time(),
+            bwd_s: rng.time(),
+            recompute_s: [rng.time() / 4.0, rng.time(), rng.time()],
+            saved_bytes: [rng.below(64), rng.below(64), rng.below(64)],
+            param_bytes: rng.below(64),
+            grad_bytes: rng.below(64),
+            optimizer_bytes: rng.below(128),
+            workspace_bytes: rng.below(32),
+            boundary_bytes: rng.below(64),
+        })
+        .collect();
+    let mut levels = Vec::new();
+    let mut g = 1u64;
+    for _ in 0..1 + rng.below(3) {
+        g *= 1 << (1 + rng.below(2));
+        levels.push(NetLevel {
+            group_size: g,
+            bandwidth_bps: (1u64 << rng.below(8)) as f64,
+            latency_s: rng.below(8) as f64 / 64.0,
+        });
+    }
+    // A prologue and a head around the blocks, or only blocks.
+    let blocks = if n == 6 && rng.below(4) != 0 {
+        Some((1, 4))
+    } else if n >= 3 && rng.below(2) == 0 {
+        Some((1, n - 2))
+    } else {
+        None
+    };
+    Problem {
+        layers,
+        devices: 1 + rng.below(32),
+        hbm_bytes: 50 + rng.below(700),
+        levels,
+        global_batch: rng.pow2(5),
+        micro_batch: rng.pow2(1),
+        tp: rng.pow2(1),
+        dp_overlap: rng.below(2) == 0,
+        max_stages: None,
+        recompute: if rng.below(2) == 0 {
+            None
+        } else {
+            Recompute::from_index(rng.below(3) as usize)
+        },
+        zero: if rng.below(2) == 0 {
+            None
+        } else {
+            Zero::from_stage(rng.below(4) as u8)
+        },
+        virtual_stages: match rng.below(4) {
+            0 | 1 => None,
+            2 => Some(1),
+            _ => Some(2 + rng.below(2)),
+        },
+        blocks,
+    }
+}
+
+/// The layers (first, last) of each of the p·v chunks.
+fn chunks(prob: &Problem, p: usize, v: usize) -> Vec<(usize, usize)> {
+    let n = prob.layers.len();
+    let (first, count) = prob.blocks.unwrap_or((0, n));
+    let per = count / (p * v);
+    (0..p * v)
+        .map(|c| {
+            let lo = if c == 0 { 0 } else { first + c * per };
+            let hi = if c == p * v - 1 {
+                n - 1
+            } else {
+                first + (c + 1) * per - 1
+            };
+            (lo, hi)
+        })
+        .collect()
+}
+
+/// Peak stash of rank k by simulating Megatron-LM's interleaved schedule unit by unit:
+/// `warmup` forwards, then forward/backward pairs, then the remaining backwards.
+fn simulated_stash(p: usize, v: usize, k: usize, m: u64, saved: &[u64]) -> (u64, u64) {
+    let units = v as u64 * m;
+    let warmup = ((2 * (p - k - 1) + (v - 1) * p) as u64).min(units);
+    let chunk = |u: u64, forward: bool| {
+        let c = ((u % (p * v) as u64) / p as u64) as usize;
+        if forward {
+            c
+        } else {
+            v - 1 - c
+        }
+    };
+    let (mut now, mut peak, mut count, mut peak_count) = (0i128, 0i128, 0u64, 0u64);
+    let forward = |u: u64, now: &mut i128, count: &mut u64| {
+        *now += saved[chunk(u, true)] as i128;
+        *count += 1;
+    };
+    for u in 0..warmup {
+        forward(u, &mut now, &mut count);
+        peak = peak.max(now);
+        peak_count = peak_count.max(count);
+    }
+    for i in 0..units - warmup {
+        forward(warmup + i, &mut now, &mut count);
+        peak = peak.max(now);
+        peak_count = peak_count.max(count);
+        now -= saved[chunk(i, false)] as i128;
+        count -= 1;
+    }
+    (peak as u64, peak_count)
+}
+
+/// One priced option: objective, max memory, per-rank times, and its tie-break key.
+struct Priced {
+    obj: f64,
+    mem: u64,
+    times: Vec<f64>,
+    key: (u64, usize, usize, u8, Vec<usize>, Vec<usize>),
+}
+
+/// Prices one explicit plan: d, ZeRO stage z, v chunks per rank over `ends` (the last layer of
+/// each stage, v = 1, or each chunk, v >= 2), and `pol` per rank.
+fn price(prob: &Problem, d: u64, z: u8, v: usize, ends: &[usize], pol: &[usize]) -> Priced {
+    let p = pol.len();
+    let n = prob.layers.len();
+    let t = prob.tp;
+    let m = prob.global_batch / (prob.micro_batch * d);
+    let lvl = |g: u64| {
+        prob.levels
+            .iter()
+            .position(|l| l.group_size >= g)
+            .unwrap_or(prob.levels.len() - 1)
+    };
+    let dp_l = lvl(d * p as u64 * t);
+    let stride = p as u64 * t;
+    // Ring bandwidth of the DP group (rail-aware, as in brute_force.rs).
+    let bw = {
+        let lv = &prob.levels[dp_l];
+        let mut bw = lv.bandwidth_bps;
+        if dp_l > 0 {
+            let below = &prob.levels[dp_l - 1];
+            let k = std::cmp::max(1, std::cmp::min(d, below.group_size / stride));
+            if k > 1 {
+                bw = f64::min(k as f64 * bw, below.bandwidth_bps);
+            }
+        }
+        bw
+    };
+    let lat = prob.levels[dp_l].latency_s;
+    let g = d as f64;
+    let all_reduce = |bytes: u64| {
+        if d <= 1 {
+            0.0
+        } else {
+            2.0 * (g - 1.0) / g * bytes as f64 / bw + 2.0 * (g - 1.0) * lat
+        }
+    };
+    let half = |bytes: u64| {
+        if d <= 1 {
+            0.0
+        } else {
+            (g - 1.0) / g * bytes as f64 / bw + (g - 1.0) * lat
+        }
+    };
+    let hide = |c: f64, behind: f64| {
+        if prob.dp_overlap {
+            (c - behind).max(0.0)
+        } else {
+            c
+        }
+    };
+    let pp_l = lvl(p as u64 * t);
+    let p2p =
+        |bytes: u64| prob.levels[pp_l].latency_s + bytes as f64 / prob.levels[pp_l].bandwidth_bps;
+    // Layers of each rank, and the first/last layer of each of its stages or chunks.
+    let mut pieces: Vec<Vec<(usize, usize)>> = vec![Vec::new(); p];
+    let mut first = 0;
+    for (c, &e) in ends.iter().enumerate() {
+        pieces[c % p].push((first, e));
+        first = e + 1;
+    }
+    assert_eq!(first, n);
+    let (mut max_t, mut max_e, mut max_mem) = (0.0f64, 0.0f64, 0u64);
+    let mut times = Vec::new();
+    for k in 0..p {
+        let r = pol[k];
+        let (mut compute, mut rec, mut fwd, mut bwd, mut link) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        let (mut pb, mut gb, mut ob, mut maxp, mut ws) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut saved_per_chunk = Vec::new();
+        for &(lo, hi) in &pieces[k] {
+            let mut saved = 0;
+            for l in &prob.layers[lo..=hi] {
+                compute += l.fwd_s + l.bwd_s;
+                rec += l.recompute_s[r];
+                fwd += l.fwd_s;
+                bwd += l.bwd_s;
+                pb += l.param_bytes;
+                gb += l.grad_bytes;
+                ob += l.optimizer_bytes;
+                maxp = maxp.max(l.param_bytes);
+                ws = ws.max(l.workspace_bytes);
+                saved += l.saved_bytes[r];
+            }
+            saved_per_chunk.push(saved);
+            if lo > 0 {
+                link += 2.0 * p2p(prob.layers[lo - 1].boundary_bytes);
+            }
+            if hi < n - 1 {
+                link += 2.0 * p2p(prob.layers[hi].boundary_bytes);
+            }
+        }
+        let mb = match z {
+            0 | 1 => 0.0,
+            2 => hide(half(gb), bwd),
+            _ => hide(half(pb), fwd) + hide(half(pb) + half(gb), bwd),
+        };
+        let e = match z {
+            0 => hide(all_reduce(gb), bwd),
+            1 => hide(half(gb), bwd) + hide(half(pb), fwd),
+            2 => hide(half(pb), fwd),
+            _ => 0.0,
+        };
+        let time = compute + rec + link + mb;
+        let sh = |x: u64, on: bool| if on { x.div_ceil(d) } else { x };
+        let state = sh(pb, z >= 3)
+            + sh(gb, z >= 2)
+            + sh(ob, z >= 1)
+            + if z >= 3 && d > 1 { 2 * maxp } else { 0 };
+        let stash = if v == 1 {
+            ((p - k) as u64).min(m) * saved_per_chunk[0]
+        } else {
+            simulated_stash(p, v, k, m, &saved_per_chunk).0
+        };
+        let mem = state + stash + ws;
+        max_t = max_t.max(time);
+        max_e = max_e.max(e);
+        max_mem = max_mem.max(mem);
+        times.push(time);
+    }
+    let factor = m as f64 + (p - 1) as f64 / v as f64;
+    Priced {
+        obj: factor * max_t + max_e,
+        mem: max_mem,
+        times,
+        key: (d * p as u64 * t, p, v, z, ends.to_vec(), pol.to_vec()),
+    }
+}
+
+/// The ZeRO stages, chunk counts and policies a problem allows.
+fn zero_stages(prob: &Problem) -> Vec<u8> {
+    match prob.zero {
+        None => vec![0, 1, 2, 3],
+        Some(z) => vec![z.stage()],
+    }
+}
+
+fn policies(prob: &Problem) -> Vec<usize> {
+    match prob.recompute {
+        None => vec![0, 1, 2],
+        Some(r) => vec![r.index()],
+    }
+}
+
+/// Every plan of (d, p) the problem allows, priced.
+fn all_plans(prob: &Problem, d: u64, p: usize) -> Vec<Priced> {
+    let n = prob.layers.len();
+    let m = prob.global_batch / (prob.micro_batch * d);
+    let blocks = prob.blocks.map_or(n, |b| b.1);
+    let mut vs = Vec::new();
+    if prob.virtual_stages.is_none_or(|v| v == 1) {
+        vs.push(1);
+    }
+    for v in 2..=n {
+        let ok = p >= 2 && blocks.is_multiple_of(p * v) && m.is_multiple_of(p as u64);
+        if ok && prob.virtual_stages.is_none_or(|x| x == v as u64) {
+            vs.push(v);
+        }
+    }
+    let pols = policies(prob);
+    let mut out = Vec::new();
+    for &v in &vs {
+        let splits: Vec<Vec<usize>> = if v == 1 {
+            let mut all = Vec::new();
+            for mask in 0u32..(1 << (n - 1)) {
+                if mask.count_ones() as usize == p - 1 {
+                    let mut ends: Vec<usize> = (0..n - 1).filter(|g| mask >> g & 1 == 1).collect();
+                    ends.push(n - 1);
+                    all.push(ends);
+                }
+            }
+            all
+        } else {
+            vec![chunks(prob, p, v).iter().map(|c| c.1).collect()]
+        };
+        for ends in &splits {
+            for code in 0..pols.len().pow(p as u32) {
+                let pol: Vec<usize> = (0..p)
+                    .map(|k| pols[code / pols.len().pow((p - 1 - k) as u32) % pols.len()])
+                    .collect();
+                for &z in &zero_stages(prob) {
+                    out.push(price(prob, d, z, v, ends, &pol));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The documented choice among fitting plans: least objective, then, within the tie
+/// tolerance, the smallest key.
+fn choose(plans: &[Priced], hbm: u64) -> Option<&Priced> {
+    let best = plans
+        .iter()
+        .filter(|x| x.mem <= hbm)
+        .map(|x| x.obj)
+        .min_by(f64::total_cmp)?;
+    let bound = best + best.abs() * TIE_REL;
+    plans
+        .iter()
+        .filter(|x| x.mem <= hbm && x.obj <= bound)
+        .min_by(|a, b| a.key.cmp(&b.key))
+}
+
+fn key_of(plan: &Plan) -> (u64, usize, usize, u8, Vec<usize>, Vec<usize>) {
+    let p = plan.pp;
+    (
+        plan.devices_used,
+        p,
+        plan.virtual_stages as usize,
+        plan.zero.stage(),
+        plan.stages.iter().map(|s| s.last_layer).collect(),
+        plan.stages[..p]
+            .iter()
+            .map(|s| s.recompute.index())
+            .collect(),
+    )
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1e-9)
+}
+
+fn check_plan(plan: &Plan, want: &Priced, case: usize) {
+    assert_eq!(key_of(plan), want.key, "case {case}");
+    assert!(close(plan.time_per_batch_s, want.obj), "case {case}");
+    assert_eq!(plan.max_memory_bytes, want.mem, "case {case}");
+    let times: Vec<f64> = plan.stages[..plan.pp].iter().map(|s| s.time_s).collect();
+    assert!(
+        times.iter().zip(&want.times).all(|(a, b)| close(*a, *b)),
+        "case {case}"
+    );
+    // Each chunk reports its rank's numbers.
+    for (c, s) in plan.stages.iter().enumerate() {
+        assert_eq!(s.rank, c % plan.pp, "case {case}");
+    }
+}
+
+#[test]
+fn settings_equal_brute_force() {
+    let mut rng = Rng(0x51_7cc1_b727_220a);
+    let (mut feasible, mut interleaved, mut sharded, mut infeasible) = (0, 0, 0, 0);
+    for case in 0..1500 {
+        let prob = random_problem(&mut rng);
+        let got = solve(&prob);
+        let b = prob.micro_batch;
+        let n = prob.layers.len();
+        if !prob.global_batch.is_multiple_of(b) || prob.tp > prob.devices {
+            assert!(matches!(got, Solution::Infeasible(_)), "case {case}");
+            continue;
+        }
+        let mut plans = Vec::new();
+        let q = prob.global_batch / b;
+        for d in (1..=q).filter(|&d| q.is_multiple_of(d)) {
+            for p in 1..=n {
+                if d * p as u64 * prob.tp <= prob.devices {
+                    plans.extend(all_plans(&prob, d, p));
+                }
+            }
+        }
+        match (got, choose(&plans, prob.hbm_bytes)) {
+            (Solution::Feasible(plan), Some(want)) => {
+                feasible += 1;
+                interleaved += usize::from(plan.virtual_stages > 1);
+                sharded += usize::from(plan.zero != Zero::Off);
+                check_plan(&plan, want, case);
+            }
+            (Solution::Infeasible(v), None) => {
+                infeasible += 1;
+                if plans.is_empty() {
+                    assert_eq!(v.kind, ViolationKind::Stages, "case {case}");
+                } else {
+                    assert_eq!(v.kind, ViolationKind::Memory, "case {case}");
+                }
+            }
+            (got, want) => panic!(
+                "case {case}: solve {got:?} vs brute force {:?}\n{prob:?}",
+                want.map(|w| (w.obj, w.key.clone()))
+            ),
+        }
+    }
+    eprintln!("feasible {feasible} (interleaved {interleaved}, ZeRO > 0 {sharded}), infeasible {infeasible}");
+    assert!(
+        feasible > 400 && interleaved > 40 && sharded > 40 && infeasible > 100,
+        "feasible {feasible}, interleaved {interleaved}, sharded {sharded}, infeasible {infeasible}"
+    );
+}
+
+#[test]
+fn evaluate_fixed_with_settings_equals_brute_force() {
+    let mut rng = Rng(0x2f1e_9d3c_4b5a_6978);
+    let mut checked = 0;
+    for case in 0..800 {
+        let prob = random_problem(&mut rng);
+        let n = prob.layers.len();
+        let p = 1 + rng.below(n as u64) as usize;
+        let d = rng.pow2(3);
+        let ev = evaluate_fixed(&prob, p, d).unwrap();
+        if !prob.global_batch.is_multiple_of(prob.micro_batch * d) {
+            assert!(ev.plan.is_none());
+            continue;
+        }
+        let plans = all_plans(&prob, d, p);
+        if plans.is_empty() {
+            // Only a fixed interleaving that (p, m, blocks) does not allow leaves nothing.
+            assert!(ev.plan.is_none(), "case {case}");
+            assert!(ev
+                .violations
+                .iter()
+                .any(|v| v.kind == ViolationKind::Stages));
+            continue;
+        }
+        let plan = ev.plan.as_ref().unwrap();
+        checked += 1;
+        match choose(&plans, prob.hbm_bytes) {
+            Some(want) => {
+                assert!(
+                    !ev.violations
+                        .iter()
+                        .any(|v| v.kind == ViolationKind::Memory),
+                    "case {case}"
+                );
+                check_plan(plan, want, case);
+            }
+            None => {
+                let v = ev
+                    .violations
+                    .iter()
+                    .find(|v| v.kind == ViolationKind::Memory)
+                    .unwrap();
+                // The least memory at the least-memory ZeRO stage and the first chunk count.
+                let zmax = *zero_stages(&prob).last().unwrap();
+                let vfirst = plans.iter().map(|x| x.key.2).min().unwrap();
+                let least = plans
+                    .iter()
+                    .filter(|x| x.key.3 == zmax && x.key.2 == vfirst)
+                    .map(|x| x.mem)
+                    .min()
+                    .unwrap();
+                assert_eq!(v.needed_bytes, Some(least), "case {case}");
+                assert!(plan.max_memory_bytes <= least, "case {case}");
+            }
+        }
+    }
+    assert!(checked > 300, "checked {checked}");
+}
+
+#[test]
+fn the_simulated_stash_matches_the_closed_form_for_equal_chunks() {
+    // Korthikanti et al. 2022, §4.2.3: rank 0 holds (1 + (p−1)/(p·v)) · p micro-batches of a
+    // plain stage's stash, i.e. p·v + p − 1 chunk-micro-batches, when m is large enough.
+    for p in 2..6 {
+        for v in 2..5 {
+            let saved = vec![1u64; v];
+            let (bytes, count) = simulated_stash(p, v, 0, 64, &saved);
+            assert_eq!(count, (p * v + p - 1) as u64);
+            assert_eq!(bytes, (p * v + p - 1) as u64);
+        }
+    }
+}
