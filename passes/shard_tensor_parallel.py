@@ -3,6 +3,7 @@ tensor parallelism."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -29,6 +30,7 @@ from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import LayerInfoAttr
 from phaze_ir.errors import PhazeError
+from phaze_ir.warning import PhazeWarning
 
 
 def _layers(module: ModuleOp, fn: func.FuncOp, ops: list[Operation]) -> tuple[list[int], list[tuple[str, str]]]:
@@ -338,6 +340,8 @@ class ShardTensorParallelPass(ModulePass):
                 plan = shard(graph, self.width, self.vocab_multiple, self.sequence_parallel)
             except ShardError as e:
                 raise PhazeError(f"{self.name}: {e}") from None
+            for note in plan.warnings:
+                warnings.warn(note, PhazeWarning, stacklevel=2)
             apply_plan(fn, plan, graph, values, ops)
             # What phaze-mark-saved and phaze-group-layers wrote counted the whole step's bytes
             # and FLOPs: drop it; the pipeline runs those passes again on the sharded step.

@@ -566,3 +566,59 @@ def test_llama2_70b_width8_shards_qkvo(tmp_path):
         if isinstance(op, ph.SoftmaxOp) and op.attributes[keys.PHASE].data == "fwd"
     ]
     assert scores[0] == (1, 8, 4096, 4096)
+
+
+# --------------------------------------------------------------------------------------------
+# Linears that stay replicated are said
+# --------------------------------------------------------------------------------------------
+
+_T5 = """
+import torch
+from transformers import T5Config, T5ForConditionalGeneration
+
+NAME = "tiny-t5"
+SEQ_LEN = 16
+
+
+def get_model():
+    return T5ForConditionalGeneration(
+        T5Config(
+            vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
+            decoder_start_token_id=0,
+        )
+    )
+
+
+def get_inputs(micro_batch_size, seq_len=SEQ_LEN):
+    ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
+    return {"input_ids": ids, "labels": ids}
+"""
+
+
+def test_t5_replicated_linears_are_said(tmp_path):
+    """T5: the layer grouping takes the decoder's blocks as the blocks, so the encoder's are
+    the prologue and its linears stay whole; the decoder's attention linears are demoted (the
+    frontend imports ``aten._safe_softmax`` as an opaque op, which needs its input whole).  Both
+    are said in one warning line each instead of silently."""
+    from phaze_ir.warning import PhazeWarning
+
+    path = tmp_path / "tiny_t5.py"
+    path.write_text(_T5)
+    module = parse_module(compiled(str(path)))
+    with pytest.warns(PhazeWarning) as record:
+        ShardTensorParallelPass(width=2).apply(None, module)
+    messages = [str(r.message) for r in record if issubclass(r.category, PhazeWarning)]
+    assert any("linears of the blocks replicated (first: decoder.block.0." in m for m in messages), messages
+    assert any("linears outside the repeated blocks replicated" in m and "encoder.block.0." in m for m in messages)
+
+
+def test_no_warning_on_the_examples():
+    import warnings
+
+    from phaze_ir.warning import PhazeWarning
+
+    for name in ("mlp", "opt_350m"):
+        module = parse_module(compiled(str(EXAMPLES / f"{name}.py")))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PhazeWarning)
+            ShardTensorParallelPass(width=2).apply(None, module)

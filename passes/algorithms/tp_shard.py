@@ -247,6 +247,7 @@ class ShardPlan:
     rounds: int
     gathers: list[Gather] = field(default_factory=list)
     sequence_parallel: bool = False
+    warnings: list[str] = field(default_factory=list)
 
 
 class _NoMap(Exception):
@@ -1287,6 +1288,45 @@ class _Round:
 # ------------------------------------------------------------------------------------------
 
 
+#: Share of the forward linears' FLOPs outside the blocks above which their staying replicated
+#: is said (an MLP's input and output layers weigh less).
+OUTSIDE_SHARE = 0.1
+
+
+def _replicated_linears(s: _Structure, sharded: set[int], demoted: list[int]) -> list[str]:
+    """One-line notes on linears that stay replicated where Megatron would shard them: block
+    linears demoted (an op of the block cannot take the split, e.g. an unpriced one) and a
+    large share of linear FLOPs outside the blocks (e.g. a T5 encoder, whose blocks the layer
+    grouping counts as prologue when it takes the decoder's as the blocks)."""
+    g, t = s.g, s.t
+    notes = []
+    in_blocks = [i for i in demoted if g.ops[i].layer in s.block_layers]
+    if in_blocks:
+        op = g.ops[in_blocks[0]]
+        total = sum(1 for i in s.linear_param if g.ops[i].layer in s.block_layers)
+        notes.append(
+            f"tensor parallelism (width {t}) keeps {len(in_blocks)} of the {total} linears of the blocks "
+            f"replicated (first: {op.module or '?'} in {s.layer_name(op.layer)}): an op between them cannot "
+            "take the split; their FLOPs are not divided"
+        )
+
+    def flops(i: int) -> int:
+        op = g.ops[i]
+        return 2 * math.prod(g.values[op.results[0]].shape) * g.values[op.operands[0]].shape[-1]
+
+    outside = [i for i in sorted(s.linear_param) if g.ops[i].layer not in s.block_layers and i not in sharded]
+    total_flops = sum(flops(i) for i in s.linear_param)
+    share = sum(flops(i) for i in outside) / total_flops if total_flops else 0.0
+    if s.block_layers and share > OUTSIDE_SHARE:
+        op = g.ops[outside[0]]
+        notes.append(
+            f"tensor parallelism (width {t}) keeps {len(outside)} linears outside the repeated blocks "
+            f"replicated, {100 * share:.0f} % of the linear FLOPs (first: {op.module or '?'} in "
+            f"{s.layer_name(op.layer)}): only linears of the blocks are sharded"
+        )
+    return notes
+
+
 def _local(shape: tuple[int, ...], st: Split, width: int) -> tuple[int, ...]:
     n = shape[st.dim] + st.pad
     if n % width or n // width % st.inner:
@@ -1344,6 +1384,7 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128, sequence_paralle
         if isinstance(st, Split):
             shapes[v] = _local(val.shape, st, width)
     all_reduces = sorted(rnd.reductions.values(), key=lambda a: a.value)
+    notes = _replicated_linears(s, set(rnd.column) | set(rnd.row), demoted)
     for red in all_reduces:
         if red.scatter is not None:
             red.scatter_shape = _local(graph.values[red.value].shape, red.scatter, width)
@@ -1364,4 +1405,5 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128, sequence_paralle
         rounds=rounds,
         gathers=sorted(rnd.gathers.values(), key=lambda a: (a.before_op, a.value, a.reduced)),
         sequence_parallel=sequence_parallel,
+        warnings=notes,
     )
