@@ -153,6 +153,14 @@ def _parser() -> argparse.ArgumentParser:
         help="stop a layer's schedule at this proven relative gap (default 0.005)",
     )
     p.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
+    p.add_argument(
+        "--export",
+        nargs=2,
+        action="append",
+        metavar=("{megatron,torchtitan}", "FILE"),
+        help="also write the plan as that framework's command-line arguments, one per line (with --hw; "
+        "may be given for each target; docs/launch.md)",
+    )
     s = p.add_argument_group("architecture search (no --hw)")
     s.add_argument(
         "--space", metavar="FILE.toml", help="architecture space (default: the paper's, docs/design.md §4.3)"
@@ -386,6 +394,11 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
             failure = binding if "no placement fits" in binding else f"no placement fits: {binding}"
         else:
             log("plan:\n" + driver.summary(module))
+        if args.export:  # every export is rendered (or refused) before any output is written
+            from phaze.export import model_facts, write_exports
+
+            plan_dict = driver.plan_json(module, candidates, opts.recompute)
+            write_exports(args.export, plan_dict, model_facts(module, opts), log)
         if args.json:
             _write_json(args.json, driver.plan_json(module, candidates, opts.recompute))
             log(f"wrote {args.json}")
@@ -404,7 +417,10 @@ def refuse_output_clashes(args: argparse.Namespace) -> None:
     inputs = [("the model file", m) for m in args.models] + [("the --space file", args.space)]
     if args.hw and os.path.exists(args.hw):  # a file, not a preset name
         inputs.append(("the --hw file", args.hw))
-    refuse_clashes(inputs, [("-o", args.output), ("--json", args.json), ("--report", args.report)])
+    from phaze.export import export_outputs
+
+    outputs = [("-o", args.output), ("--json", args.json), ("--report", args.report)]
+    refuse_clashes(inputs, outputs + export_outputs(args))
 
 
 def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:

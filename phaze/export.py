@@ -1,0 +1,462 @@
+"""Plans you can launch: a plan as the command-line arguments of Megatron-LM or torchtitan.
+
+``phazec MODEL.py --hw CHIP --export megatron FILE --export torchtitan FILE`` writes, next to the
+plan, the arguments that make either framework run it: parallel degrees, pipeline schedule and
+split, sequence parallelism, recompute, micro- and global batch, optimizer sharding, precision.
+What each target cannot express exactly is refused for that target in one line (a
+:class:`PhazeError`), never approximated.  The rules and their reasons are in
+docs/launch.md; ``tests/test_export.py`` loads what is written through the real consumers
+(torchtitan's ``ConfigManager``, megatron-core's config dataclasses and Megatron-LM's flag list).
+
+An export file holds **one command-line argument per line** (``--flag=value`` or a bare
+``--flag``), nothing else: ``mapfile -t ARGS < FILE`` and ``"${ARGS[@]}"`` pass it to a launcher
+unchanged (a Megatron pipeline layout holds ``*`` and ``|``, which an unquoted ``$(cat FILE)``
+would expand).
+
+The functions here are pure (a plan dict, as ``phaze/driver.py`` ``plan_json`` writes it, and the
+:class:`ModelFacts` of the traced model, to text) except :func:`write_exports`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from phaze_ir.errors import PhazeError
+
+TARGETS = ("megatron", "torchtitan")
+
+# Sources the mapping relies on (docs/launch.md cites them):
+#: Megatron-LM's argument parser, read for the flags below (tests/data/megatron_training_flags.txt).
+MEGATRON_LM = (
+    "https://github.com/NVIDIA/Megatron-LM/blob/d98e8a64ddf34856e74b24714e3bedb2f5a39553/megatron/training/arguments.py"
+)
+#: torchtitan 0.3.0 (PyPI): torchtitan/config/configs.py, torchtitan/distributed/pipeline_parallel.py.
+TORCHTITAN = "torchtitan==0.3.0"
+
+#: Every Megatron-LM flag :func:`megatron_args` can write (checked against Megatron-LM's parser:
+#: tests/data/megatron_training_flags.txt, made by tests/data/megatron_training_flags.py).
+MEGATRON_FLAGS = (
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--pipeline-model-parallel-layout",
+    "--sequence-parallel",
+    "--expert-model-parallel-size",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--num-layers",
+    "--seq-length",
+    "--recompute-granularity",
+    "--recompute-method",
+    "--recompute-num-layers",
+    "--use-distributed-optimizer",
+    "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy",
+    "--ckpt-format",
+    "--overlap-grad-reduce",
+    "--fp16",
+    "--bf16",
+    "--optimizer",
+)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What an export needs to know of the model and the run beyond the plan dict: the kind of
+    every layer in order (``prologue``, ``block``, ``head``: ``phaze.layers``), the sequence
+    length traced, and phazec's ``--dtype``, ``--optimizer`` and ``--dp-overlap``."""
+
+    layer_kinds: tuple[str, ...]
+    seq_len: int | None = None
+    dtype: str = "float16"
+    optimizer: str = "adam"
+    dp_overlap: bool = False
+
+    @property
+    def num_blocks(self) -> int:
+        return sum(1 for k in self.layer_kinds if k == "block")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The plan's parallel settings, checked for an export (one line each when not)."""
+
+    dp: int
+    pp: int
+    tp: int
+    micro_batch: int
+    num_micro_batches: int
+    global_batch: int
+    devices_used: int
+    sequence_parallel: bool
+    virtual_stages: int
+    zero: int
+    expert_parallel: int
+    recompute: str
+    #: transformer blocks of each pipeline chunk (model chunk) in layer order: ``pp`` of them,
+    #: ``pp * virtual_stages`` under interleaving; chunk ``i`` runs on pipeline rank ``i % pp``.
+    chunk_blocks: tuple[int, ...]
+
+
+def _int(plan: dict[str, Any], key: str, target: str) -> int:
+    value = plan.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PhazeError(f"--export {target}: the plan's {key} is {value!r}, not a positive integer")
+    return value
+
+
+def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
+    """The checked settings of ``plan`` (``plan_json``'s dict) for ``target``."""
+    if not plan.get("feasible"):
+        why = plan.get("binding") or "infeasible"
+        raise PhazeError(f"--export {target}: the plan is not feasible ({why}); there is nothing to launch")
+    dp, pp, tp = _int(plan, "dp", target), _int(plan, "pp", target), _int(plan, "tp", target)
+    b, m = _int(plan, "micro_batch_size", target), _int(plan, "num_micro_batches", target)
+    gb = _int(plan, "global_batch", target)
+    # Fallbacks for keys plan_json gained with issue 13: a plan without them is plain 1F1B
+    # without sequence parallelism, ZeRO or expert parallelism. sequence_parallel, virtual_stages
+    # and zero are in plan_json now; expert_parallel is not yet. Remove each once plan_json has it.
+    sp = bool(plan.get("sequence_parallel", False))
+    v = int(plan.get("virtual_stages", 1))
+    zero = int(plan.get("zero", 0))
+    ep = int(plan.get("expert_parallel", 1))
+    devices_used = int(plan.get("devices_used", dp * pp * tp))
+    if dp * b * m != gb:
+        raise PhazeError(
+            f"--export {target}: the global batch {gb} is not DP {dp} x micro-batch {b} x {m} micro-batches"
+        )
+    if devices_used != dp * pp * tp:
+        raise PhazeError(f"--export {target}: the plan uses {devices_used} devices, not DP x PP x TP = {dp * pp * tp}")
+    if zero not in (0, 1, 2, 3):
+        raise PhazeError(f"--export {target}: ZeRO stage {zero} is not 0, 1, 2 or 3")
+    if v < 1 or ep < 1:
+        raise PhazeError(f"--export {target}: virtual_stages {v} and expert_parallel {ep} must be positive")
+    if v > 1 and pp == 1:
+        raise PhazeError(f"--export {target}: interleaved 1F1B ({v} chunks per device) needs pipeline parallelism")
+    return Settings(
+        dp=dp,
+        pp=pp,
+        tp=tp,
+        micro_batch=b,
+        num_micro_batches=m,
+        global_batch=gb,
+        devices_used=devices_used,
+        sequence_parallel=sp,
+        virtual_stages=v,
+        zero=zero,
+        expert_parallel=ep,
+        recompute=_one_recompute(plan, target),
+        chunk_blocks=_chunk_blocks(plan, facts, pp, v, target),
+    )
+
+
+def _one_recompute(plan: dict[str, Any], target: str) -> str:
+    """The recompute policy of every stage: both targets set one for the whole model."""
+    policies = sorted({str(s.get("recompute")) for s in plan.get("stages", [])})
+    if len(policies) != 1:
+        raise PhazeError(
+            f"--export {target}: the stages use different recompute policies ({', '.join(policies)}) and "
+            f"{target} sets one for every stage; compile with --recompute none|selective|full"
+        )
+    (policy,) = policies
+    if policy not in ("none", "selective", "full"):
+        raise PhazeError(f"--export {target}: unknown recompute policy {policy!r}")
+    return policy
+
+
+def _chunk_blocks(plan: dict[str, Any], facts: ModelFacts, pp: int, v: int, target: str) -> tuple[int, ...]:
+    """Transformer blocks per pipeline chunk, in layer order, with every chunk where both targets
+    put it (chunk ``i`` on pipeline rank ``i % pp``), the embedding (prologue) on the first and
+    the head on the last; a one-line refusal otherwise."""
+    kinds = facts.layer_kinds
+    for i, kind in enumerate(kinds):
+        allowed = {"block"} | ({"prologue"} if i == 0 else set()) | ({"head"} if i == len(kinds) - 1 else set())
+        if kind not in allowed:
+            raise PhazeError(
+                f"--export {target}: layer {i} is a {kind}; an export needs the embedding (prologue), "
+                "transformer blocks, then the head"
+            )
+    if facts.num_blocks == 0:
+        raise PhazeError(f"--export {target}: the model has no transformer block (phaze.layers)")
+    stages = plan.get("stages", [])
+    if len(stages) != pp * v:
+        raise PhazeError(f"--export {target}: the plan lists {len(stages)} stages, not PP x chunks = {pp * v}")
+    chunks = []
+    expect_first = 0
+    for i, stage in enumerate(stages):
+        first, last = (int(x) for x in stage["layers"])
+        if first != expect_first or last < first or last >= len(kinds):
+            raise PhazeError(
+                f"--export {target}: stage {i} holds layers {first}..{last}; "
+                f"the stages must cover layers 0..{len(kinds) - 1} in order"
+            )
+        rank = stage.get("rank", i % pp)
+        if rank != i % pp:
+            raise PhazeError(
+                f"--export {target}: chunk {i} runs on pipeline rank {rank}; {target} runs chunk i on rank i mod {pp}"
+            )
+        chunks.append(sum(1 for k in kinds[first : last + 1] if k == "block"))
+        expect_first = last + 1
+    if expect_first != len(kinds):
+        raise PhazeError(f"--export {target}: the stages end at layer {expect_first - 1} of {len(kinds) - 1}")
+    return tuple(chunks)
+
+
+# --- Megatron-LM ----------------------------------------------------------------------------
+
+
+def megatron_layout(chunk_blocks: Sequence[int]) -> str:
+    """Megatron-LM's ``--pipeline-model-parallel-layout`` of a split: one ``|``-separated entry per
+    chunk (virtual stage), ``E`` the embedding on the first, ``L`` the loss (head) on the last,
+    ``t*n`` its ``n`` transformer layers; e.g. ``Et*3|t*4|t*4|t*3L``."""
+    parts = []
+    for i, n in enumerate(chunk_blocks):
+        layers = "" if n == 0 else "t" if n == 1 else f"t*{n}"
+        parts.append(("E" if i == 0 else "") + layers + ("L" if i == len(chunk_blocks) - 1 else ""))
+    return "|".join(parts)
+
+
+def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
+    """Megatron-LM (``pretrain_gpt.py``) arguments of the plan, one per list item.
+
+    The model's own flags (``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
+    the tokenizer and data) are the user's: phaze writes ``--num-layers`` and ``--seq-length``,
+    which it knows from the traced model, and every parallel, batch, recompute, optimizer and
+    precision setting."""
+    s = settings(plan, facts, "megatron")
+    args = [
+        f"--tensor-model-parallel-size={s.tp}",
+        f"--pipeline-model-parallel-size={s.pp}",
+    ]
+    chunks = s.chunk_blocks
+    if len(set(chunks)) != 1:
+        # Megatron's default split is even; any other (per chunk, embedding and loss included)
+        # is exact as a layout, which also sets the virtual stages (one entry per chunk).
+        args.append(f"--pipeline-model-parallel-layout={megatron_layout(chunks)}")
+    elif s.virtual_stages > 1:
+        args.append(f"--num-virtual-stages-per-pipeline-rank={s.virtual_stages}")
+    if s.sequence_parallel and s.tp > 1:  # Megatron-LM drops SP at TP 1 (it shards nothing)
+        args.append("--sequence-parallel")
+    if s.expert_parallel > 1:
+        args.append(f"--expert-model-parallel-size={s.expert_parallel}")
+    args += [
+        f"--micro-batch-size={s.micro_batch}",
+        f"--global-batch-size={s.global_batch}",
+        f"--num-layers={facts.num_blocks}",
+    ]
+    if facts.seq_len:
+        args.append(f"--seq-length={facts.seq_len}")
+    if s.recompute == "full":
+        # phaze's full recompute stashes each block's input and re-runs the block: Megatron's
+        # uniform method over groups of one layer.
+        args += ["--recompute-granularity=full", "--recompute-method=uniform", "--recompute-num-layers=1"]
+    elif s.recompute == "selective":
+        args.append("--recompute-granularity=selective")  # the attention core (core_attn), as phaze's
+    if s.zero >= 1:
+        args.append("--use-distributed-optimizer")
+    if s.zero >= 2:
+        # ZeRO-2 and ZeRO-3 are Megatron-FSDP's optim_grads and optim_grads_params strategies
+        # (docs/user-guide/features/megatron_fsdp.md), which need its checkpoint format.
+        strategy = "optim_grads" if s.zero == 2 else "optim_grads_params"
+        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy={strategy}", "--ckpt-format=fsdp_dtensor"]
+    if facts.dp_overlap and s.dp > 1:
+        args.append("--overlap-grad-reduce")
+    if facts.dtype == "float16":
+        args.append("--fp16")
+    elif facts.dtype == "bfloat16":
+        args.append("--bf16")
+    if facts.optimizer == "sgd":
+        args.append("--optimizer=sgd")
+    return args
+
+
+# --- torchtitan -----------------------------------------------------------------------------
+
+
+def torchtitan_stage_blocks(
+    num_stages: int, num_layers: int, input_weight: int, output_weight: int
+) -> list[int] | None:
+    """Transformer layers per pipeline stage as torchtitan 0.3.0 splits them
+    (``_generate_llm_fqn_per_model_part`` in torchtitan/distributed/pipeline_parallel.py: the
+    embedding counts as ``input_weight`` layers, the head as ``output_weight``, the sum is spread
+    evenly, the first stages taking the remainder); None where torchtitan refuses the split.
+    tests/test_export.py compares it with torchtitan's own function."""
+    if num_stages == 1:
+        return [num_layers]
+    effective = num_layers + input_weight + output_weight
+    if num_stages > effective:
+        return None
+    per_stage, extra = divmod(effective, num_stages)
+    if per_stage == 0 or input_weight > per_stage or output_weight > per_stage:
+        return None
+    counts = []
+    current = 0
+    for i in range(num_stages):
+        n = per_stage + (1 if i < extra else 0)
+        if i == 0:
+            n -= input_weight
+        elif i == num_stages - 1:
+            n -= output_weight
+        n = max(0, min(n, num_layers - current))
+        counts.append(n)
+        current += n
+    return counts
+
+
+def torchtitan_split(chunk_blocks: Sequence[int], interleaved: bool) -> tuple[int, int, int | None] | None:
+    """``(first_stage_less_layers, last_stage_less_layers, layers_per_stage)`` with which torchtitan
+    splits its layers exactly as ``chunk_blocks`` (the fewest weights that do), or None if none
+    does. ``layers_per_stage`` is None for a single-stage schedule (one chunk per rank); an
+    interleaved schedule sets it so that torchtitan makes ``len(chunk_blocks)`` stages."""
+    num_stages, num_layers = len(chunk_blocks), sum(chunk_blocks)
+    target = list(chunk_blocks)
+    weights = sorted(
+        ((i, o) for i in range(num_layers + 1) for o in range(num_layers + 1)), key=lambda w: (w[0] + w[1], w)
+    )
+    for i, o in weights:
+        if torchtitan_stage_blocks(num_stages, num_layers, i, o) != target:
+            continue
+        if not interleaved:
+            return i, o, None
+        effective = num_layers + i + o
+        per_stage = math.ceil(effective / num_stages)
+        if math.ceil(effective / per_stage) == num_stages:
+            return i, o, per_stage
+    return None
+
+
+def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
+    """torchtitan 0.3.0 (``torchtitan.train``) arguments of the plan, one per list item; the run
+    also needs ``--module M --config F`` (the model), which is the user's.
+
+    The activation-checkpoint subcommand is the last item: tyro reads what follows it as its
+    options, so a user's own flags go before the file's."""
+    target = "torchtitan"
+    s = settings(plan, facts, target)
+    if s.zero in (1, 2):
+        raise PhazeError(
+            f"--export torchtitan: ZeRO-{s.zero} shards the optimizer state{' and gradients' if s.zero == 2 else ''} "
+            "but not the parameters; torchtitan shards all three (FSDP, ZeRO-3) or none: compile with --zero 0 or 3"
+        )
+    if facts.optimizer != "adam":
+        raise PhazeError(
+            f"--export torchtitan: torchtitan 0.3.0 has no {facts.optimizer} optimizer (Adam, AdamW, DistMuon)"
+        )
+    replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
+    p = "--parallelism."
+    args = [
+        f"{p}data_parallel_replicate_degree={replicate}",
+        f"{p}data_parallel_shard_degree={shard}",
+        f"{p}tensor_parallel_degree={s.tp}",
+        # torchtitan's SP is on by default and only acts with TP: written both ways.
+        f"{p}{'' if s.sequence_parallel and s.tp > 1 else 'no-'}enable_sequence_parallel",
+        f"{p}context_parallel_degree=1",
+        f"{p}expert_parallel_degree={s.expert_parallel}",
+        f"{p}pipeline_parallel_degree={s.pp}",
+    ]
+    if s.zero == 3:
+        # phaze's ZeRO-3 gathers each layer's parameters in forward and again in backward;
+        # torchtitan's default keeps them gathered from forward to backward under PP.
+        args.append(f"{p}fsdp_reshard_after_forward=always")
+    if s.pp > 1:
+        interleaved = s.virtual_stages > 1
+        split = torchtitan_split(s.chunk_blocks, interleaved)
+        if split is None:
+            raise PhazeError(
+                f"--export torchtitan: torchtitan cannot split the {sum(s.chunk_blocks)} blocks as the plan does "
+                f"({', '.join(map(str, s.chunk_blocks))} per chunk)"
+            )
+        first_less, last_less, per_stage = split
+        args += [
+            f"{p}pipeline_parallel_schedule={'Interleaved1F1B' if interleaved else '1F1B'}",
+            f"{p}pipeline_parallel_microbatch_size={s.micro_batch}",
+            f"{p}pipeline_parallel_first_stage_less_layers={first_less}",
+            f"{p}pipeline_parallel_last_stage_less_layers={last_less}",
+            f"{p}pipeline_parallel_layers_per_stage={per_stage}",
+            f"{p}module_fqns_per_model_part=None",
+            "--training.disable_cuda_graphs",  # torchtitan refuses CUDA graphs under PP
+            # Under PP a rank's batch is cut into micro-batches; without it, accumulated.
+            f"--training.local_batch_size={s.micro_batch * s.num_micro_batches}",
+        ]
+    else:
+        args.append(f"--training.local_batch_size={s.micro_batch}")
+    args.append(f"--training.global_batch_size={s.global_batch}")
+    if facts.seq_len:
+        args.append(f"--training.seq_len={facts.seq_len}")
+    if facts.dtype in ("float16", "bfloat16", "float32"):
+        # Mixed precision with fp32 master weights, as phaze's Adam; torchtitan has no fp16: its
+        # bf16 moves the same bytes at the same tensor-core rate on a100 and h100.
+        mixed = "float32" if facts.dtype == "float32" else "bfloat16"
+        args += ["--training.dtype=float32", f"--training.mixed_precision_param={mixed}"]
+    # phaze's selective recompute is Megatron's (the attention core). torchtitan's attention is a
+    # fused SDPA kernel that keeps no s x s tensor and recomputes it in backward: that is what the
+    # selective policy buys, so it runs without checkpointing. torchtitan's own "selective" is a
+    # per-op policy (saves every other matmul) that phaze does not price.
+    args.append(f"activation-checkpoint:{'full' if s.recompute == 'full' else 'none'}")
+    return args
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def render(target: str, plan: dict[str, Any], facts: ModelFacts) -> str:
+    """The text of one export file: one argument per line."""
+    if target == "megatron":
+        args = megatron_args(plan, facts)
+    elif target == "torchtitan":
+        args = torchtitan_args(plan, facts)
+    else:
+        raise PhazeError(f"--export {target}: unknown target (choose from {', '.join(TARGETS)})")
+    return "".join(a + "\n" for a in args)
+
+
+def export_outputs(args) -> list[tuple[str, str]]:
+    """``(flag, path)`` of each of phazec's ``--export TARGET FILE`` (its ``refuse_clashes`` checks
+    them with its other outputs), after checking each target and file name, before any work."""
+    requests = getattr(args, "export", None) or []
+    if requests and (args.hw is None or args.emit != "plan"):
+        raise PhazeError(
+            "--export needs a plan for one accelerator (--hw CHIP, --emit plan): a searched chip cannot be launched"
+        )
+    outputs = []
+    for target, path in requests:
+        if target not in TARGETS:
+            raise PhazeError(f"--export {target}: unknown target (choose from {', '.join(TARGETS)})")
+        if path in ("", "-"):
+            raise PhazeError(f"--export {target} needs a file name (not stdout)")
+        outputs.append((f"--export {target}", path))
+    return outputs
+
+
+def model_facts(module, opts) -> ModelFacts:
+    """The :class:`ModelFacts` of a compiled module and phazec's driver options."""
+    from phaze_ir import keys
+    from phaze_ir.attributes import LayerInfoAttr
+
+    layers = keys.records_of(module, keys.LAYERS, LayerInfoAttr)
+    seq_len = keys.int_of(module, keys.SEQ_LEN, 0)
+    return ModelFacts(
+        layer_kinds=tuple(str(layer.as_dict()["kind"]) for layer in layers),
+        seq_len=seq_len or None,
+        dtype=opts.dtype,
+        optimizer=opts.optimizer,
+        dp_overlap=opts.dp_overlap,
+    )
+
+
+def write_exports(requests: Sequence[Sequence[str]] | None, plan: dict[str, Any], facts: ModelFacts, log) -> None:
+    """Write every ``--export TARGET FILE`` of a feasible plan: all are rendered (and any refusal
+    raised) before the first is written, each atomically. An infeasible plan writes none (phazec
+    then exits 1 saying which constraint binds)."""
+    from phaze.outputs import write_atomically
+
+    if requests and not plan.get("feasible"):
+        log("--export: nothing written, no placement fits")
+        return
+    texts = [(target, path, render(target, plan, facts)) for target, path in requests or []]
+    for target, path, text in texts:
+        write_atomically(path, text)
+        log(f"wrote {path} ({target} arguments)")

@@ -1,0 +1,422 @@
+"""``phazec --export``: a plan as Megatron-LM and torchtitan arguments, loaded by the real consumers.
+
+torchtitan: the exported arguments go through torchtitan 0.3.0's own ``ConfigManager`` (which
+rejects an unknown flag and checks combinations), its ``ParallelDims`` (the degrees multiply to
+the plan's devices) and its pipeline split functions (each chunk gets the plan's blocks).
+
+Megatron-LM: its training package (``megatron/training/arguments.py``) is not on PyPI, so every
+flag is checked against Megatron-LM's own parser as recorded in
+``tests/data/megatron_training_flags.txt`` (name, action, type, choices; made by
+``tests/data/megatron_training_flags.py`` from a Megatron-LM checkout, whose ``--check`` also runs
+Megatron-LM's ``validate_args`` on export files), then mapped to megatron-core 0.16.1's config
+dataclasses, built on CPU so that megatron-core validates the combination, as
+``core_transformer_config_from_args`` does.
+
+Both consumers are installed by ``.ci/run`` (torchtitan with ``--no-deps``); without them those
+checks are skipped and say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import MODELS, run_tool
+
+from phaze.export import (
+    MEGATRON_FLAGS,
+    ModelFacts,
+    megatron_args,
+    megatron_layout,
+    settings,
+    torchtitan_args,
+    torchtitan_split,
+    torchtitan_stage_blocks,
+)
+from phaze_ir.errors import PhazeError
+
+DATA = Path(__file__).resolve().parent / "data"
+
+# megatron-core warns about settings of the models the test makes up (no TE, MoE sizes): not ours.
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:megatron")
+
+
+def facts(blocks: int, **kw) -> ModelFacts:
+    kinds = ("prologue",) + ("block",) * blocks + ("head",)
+    return ModelFacts(layer_kinds=kinds, seq_len=kw.pop("seq_len", 1024), **kw)
+
+
+def plan(
+    chunks: list[int],
+    dp: int = 2,
+    pp: int = 2,
+    tp: int = 2,
+    b: int = 2,
+    m: int = 4,
+    recompute: str | list[str] = "none",
+    **extra,
+) -> dict:
+    """A plan dict as ``plan_json`` writes it, with ``chunks`` blocks per pipeline chunk (prologue
+    on the first, head on the last)."""
+    stages, first = [], 0
+    for i, n in enumerate(chunks):
+        last = first + n + (1 if i == 0 else 0) + (1 if i == len(chunks) - 1 else 0) - 1
+        policy = recompute[i] if isinstance(recompute, list) else recompute
+        stages.append({"rank": i % pp, "layers": [first, last], "recompute": policy})
+        first = last + 1
+    return {
+        "feasible": True,
+        "binding": "",
+        "dp": dp,
+        "pp": pp,
+        "tp": tp,
+        "micro_batch_size": b,
+        "num_micro_batches": m,
+        "global_batch": dp * b * m,
+        "devices_used": dp * pp * tp,
+        "stages": stages,
+        **extra,
+    }
+
+
+# --- the consumers ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def titan():
+    pytest.importorskip("torchtitan.config", reason="torchtitan 0.3.0 is installed by .ci/run (--no-deps)")
+    from torchtitan.config import ConfigManager
+    from torchtitan.distributed import pipeline_parallel
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    logging.getLogger("torchtitan").setLevel(logging.ERROR)
+    return SimpleNamespace(ConfigManager=ConfigManager, pp=pipeline_parallel, ParallelDims=ParallelDims)
+
+
+@pytest.fixture(scope="module")
+def mcore():
+    pytest.importorskip("megatron.core", reason="megatron-core 0.16.1 is in the dev extra")
+    import torch
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer import TransformerConfig
+
+    return SimpleNamespace(torch=torch, TC=TransformerConfig, DDP=DistributedDataParallelConfig, Opt=OptimizerConfig)
+
+
+def titan_check(titan, lines: list[str], p: dict, f: ModelFacts) -> None:
+    """Parse with torchtitan and compare every field phaze sets with the plan."""
+    s = settings(p, f, "torchtitan")
+    c = titan.ConfigManager().parse_args(["--module", "llama3", "--config", "llama3_debugmodel", *lines])
+    par, tr = c.parallelism, c.training
+    replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
+    assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (replicate, shard)
+    assert (par.tensor_parallel_degree, par.pipeline_parallel_degree) == (s.tp, s.pp)
+    assert (par.context_parallel_degree, par.expert_parallel_degree) == (1, s.expert_parallel)
+    assert par.enable_sequence_parallel == (s.sequence_parallel and s.tp > 1)
+    assert tr.global_batch_size == s.global_batch and tr.seq_len == f.seq_len
+    dims = titan.ParallelDims.from_config(par, world_size=s.devices_used)  # degrees x = world size
+    assert dims.pp == s.pp and dims.tp == s.tp
+    if s.pp > 1:
+        assert par.pipeline_parallel_schedule == ("Interleaved1F1B" if s.virtual_stages > 1 else "1F1B")
+        assert par.pipeline_parallel_microbatch_size == s.micro_batch
+        assert tr.local_batch_size == s.micro_batch * s.num_micro_batches
+        # torchtitan's own split: as many stages as the plan's chunks, each with its blocks.
+        model = SimpleNamespace(layers=[None] * f.num_blocks)
+        stages, layers, inw, outw = titan.pp._get_pipeline_metadata(dims, par, model)
+        assert stages == s.pp * s.virtual_stages
+        parts = titan.pp._generate_llm_fqn_per_model_part(stages, layers, inw, outw)
+        assert [sum(n.startswith("layers.") for n in part) for part in parts] == list(s.chunk_blocks)
+        assert "tok_embeddings" in parts[0] and "lm_head" in parts[-1]
+    else:
+        assert tr.local_batch_size == s.micro_batch  # the rest by gradient accumulation
+        assert tr.global_batch_size == s.micro_batch * s.num_micro_batches * s.dp
+    ac = type(c.activation_checkpoint).__qualname__
+    assert ac == ("FullAC.Config" if s.recompute == "full" else "NoneType")
+
+
+def megatron_flag_table() -> dict[str, tuple[str, str, dict[str, str]]]:
+    rows = {}
+    for line in (DATA / "megatron_training_flags.txt").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        flag, dest, action, *rest = line.split()
+        rows[flag] = (dest, action, dict(r.split("=", 1) for r in rest))
+    return rows
+
+
+#: Megatron-LM flags that are no field of megatron-core's config dataclasses (checked apart).
+MEGATRON_TRAINING_ONLY = {
+    "micro_batch_size",
+    "global_batch_size",
+    "seq_length",
+    "num_virtual_stages_per_pipeline_rank",
+    "ckpt_format",
+}
+
+
+def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
+    """Each line a flag of Megatron-LM's parser with a valid value; the values built into
+    megatron-core's configs (which validate them) and compared with the plan."""
+    s = settings(p, f, "megatron")
+    table = megatron_flag_table()
+    ns: dict[str, object] = {}
+    for line in lines:
+        flag, eq, value = line.partition("=")
+        assert flag in table, f"{flag} is not in Megatron-LM's parser (tests/data/megatron_training_flags.txt)"
+        dest, action, opts = table[flag]
+        if action == "store_true":
+            assert not eq, line
+            ns[dest] = True
+            continue
+        assert action == "store" and eq, line
+        if "choices" in opts:
+            assert value in opts["choices"].split(","), line
+        ns[dest] = int(value) if opts.get("type") == "int" else value
+    fields = {cls: {fl.name for fl in dataclasses.fields(cls)} for cls in (mcore.TC, mcore.DDP, mcore.Opt)}
+    unplaced = set(ns) - MEGATRON_TRAINING_ONLY - set().union(*fields.values())
+    assert not unplaced, f"flags with no megatron-core field: {unplaced}"
+    # As Megatron-LM's validate_args and core_transformer_config_from_args make the configs:
+    tc_kw = {k: v for k, v in ns.items() if k in fields[mcore.TC]}
+    torch = mcore.torch
+    tc_kw["pipeline_dtype"] = torch.half if ns.get("fp16") else torch.bfloat16 if ns.get("bf16") else torch.float32
+    if "num_virtual_stages_per_pipeline_rank" in ns:
+        tc_kw["virtual_pipeline_model_parallel_size"] = ns["num_virtual_stages_per_pipeline_rank"]
+    # The model flags a user adds: --hidden-size, --num-attention-heads; for MoE --num-experts and
+    # --disable-bias-linear (Mixtral's experts have no bias; Megatron's biased experts need ETP 1).
+    heads = 4 * s.tp
+    experts = {"num_moe_experts": 4 * s.expert_parallel, "add_bias_linear": False} if s.expert_parallel > 1 else {}
+    tc = mcore.TC(hidden_size=16 * heads, num_attention_heads=heads, **experts, **tc_kw)
+    ddp = mcore.DDP(**{k: v for k, v in ns.items() if k in fields[mcore.DDP]})
+    opt = mcore.Opt(**{k: v for k, v in ns.items() if k in fields[mcore.Opt]})
+
+    assert (tc.tensor_model_parallel_size, tc.pipeline_model_parallel_size) == (s.tp, s.pp)
+    assert (tc.virtual_pipeline_model_parallel_size or 1) == s.virtual_stages
+    assert tc.sequence_parallel == (s.sequence_parallel and s.tp > 1)
+    assert tc.expert_model_parallel_size == s.expert_parallel
+    assert tc.num_layers == f.num_blocks and ns["seq_length"] == f.seq_len
+    assert tc.recompute_granularity == {"none": None, "selective": "selective", "full": "full"}[s.recompute]
+    if s.recompute == "full":
+        assert (tc.recompute_method, tc.recompute_num_layers) == ("uniform", 1)
+    assert ns["micro_batch_size"] == s.micro_batch and ns["global_batch_size"] == s.global_batch
+    assert s.global_batch % (s.micro_batch * s.dp) == 0  # Megatron's micro-batch count per replica
+    assert ddp.use_distributed_optimizer == opt.use_distributed_optimizer == (s.zero >= 1)
+    assert ddp.use_megatron_fsdp == (s.zero >= 2)
+    if s.zero >= 2:
+        assert ddp.data_parallel_sharding_strategy == ("optim_grads" if s.zero == 2 else "optim_grads_params")
+        assert ns["ckpt_format"] == "fsdp_dtensor"
+    assert (tc.fp16, tc.bf16, opt.optimizer) == (f.dtype == "float16", f.dtype == "bfloat16", f.optimizer)
+    # The split: Megatron's even one, or the layout megatron-core parsed, chunk i on rank i mod p.
+    layout = tc.pipeline_model_parallel_layout
+    if layout is None:
+        assert f.num_blocks % (s.pp * s.virtual_stages) == 0  # Megatron-LM's validate_args
+        got = [f.num_blocks // (s.pp * s.virtual_stages)] * (s.pp * s.virtual_stages)
+    else:
+        decoder = type(layout.layout[0][0][0]).decoder
+        got = [layout.layout[i % s.pp][i // s.pp].count(decoder) for i in range(s.pp * s.virtual_stages)]
+    assert got == list(s.chunk_blocks)
+
+
+# --- end to end ---------------------------------------------------------------------------------
+
+
+def test_phazec_exports_load_in_torchtitan_and_megatron(tmp_path, titan, mcore):
+    """``phazec --hw a100 ... --export megatron F --export torchtitan G`` on a 4-block GPT-2 with
+    interleaved 1F1B, sequence parallelism, ZeRO-3 and full recompute: both files hold the plan of
+    the JSON, and both consumers take them."""
+    model = tmp_path / "tiny_gpt2_4.py"
+    model.write_text((MODELS / "tiny_gpt2.py").read_text().replace("n_layer=2", "n_layer=4"))
+    out = {name: tmp_path / name for name in ("plan.json", "plan.megatron", "plan.titan", "plan.mlir")}
+    r = run_tool(
+        "phazec", str(model), "--hw", "a100", "--devices", "16", "--global-batch", "32",
+        "--micro-batch", "2", "--tp", "2", "--placement", "expert:2,4,2", "--recompute", "full",
+        "--sequence-parallel", "on", "--zero", "3", "--pipeline-schedule", "interleaved:2",
+        "--export", "megatron", str(out["plan.megatron"]), "--export", "torchtitan", str(out["plan.titan"]),
+        "--json", str(out["plan.json"]), "-o", str(out["plan.mlir"]),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {out['plan.megatron']} (megatron arguments)" in r.stderr
+    p = json.loads(out["plan.json"].read_text())
+    assert (p["virtual_stages"], p["zero"], p["sequence_parallel"]) == (2, 3, True)
+    f = facts(4, seq_len=16)  # 4 blocks, sequence 16, phazec's default float16 Adam
+    m_lines, t_lines = out["plan.megatron"].read_text().splitlines(), out["plan.titan"].read_text().splitlines()
+    assert m_lines == megatron_args(p, f) and t_lines == torchtitan_args(p, f)
+    assert "--num-virtual-stages-per-pipeline-rank=2" in m_lines and "--sequence-parallel" in m_lines
+    megatron_check(mcore, m_lines, p, f)
+    titan_check(titan, t_lines, p, f)
+
+
+def test_a_refused_export_writes_nothing(tmp_path):
+    """A plan torchtitan cannot run (ZeRO-1): one line, exit 1, and no output is written."""
+    exp, js, mlir = tmp_path / "plan.titan", tmp_path / "plan.json", tmp_path / "plan.mlir"
+    r = run_tool(
+        "phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--devices", "8", "--global-batch", "16",
+        "--micro-batch", "2", "--tp", "1", "--placement", "expert:1,8,1", "--zero", "1",
+        "--export", "torchtitan", str(exp), "--json", str(js), "-o", str(mlir),
+    )  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "phazec: error: --export torchtitan: ZeRO-1 shards the optimizer state but not the parameters" in r.stderr
+    assert not exp.exists() and not js.exists() and not mlir.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--export", "megatron", "x.args"], "--export needs a plan for one accelerator (--hw CHIP"),
+        (["--hw", "a100", "--export", "deepspeed", "x.args"], "--export deepspeed: unknown target"),
+        (["--hw", "a100", "--export", "megatron", "-"], "--export megatron needs a file name"),
+        (["--hw", "a100", "--json", "{tmp}/p", "--export", "megatron", "{tmp}/p"], "is also --json"),
+        (["--hw", "a100", "--export", "torchtitan", "MODEL"], "is the model file"),
+    ],
+)
+def test_export_paths_and_targets_are_checked_before_any_work(tmp_path, args, message):
+    model = str(MODELS / "tiny_gpt2.py")
+    args = [a.replace("{tmp}", str(tmp_path)).replace("MODEL", model) for a in args]
+    r = run_tool("phazec", model, *args, "-q")
+    assert r.returncode == 1 and message in r.stderr and "traced" not in r.stderr
+
+
+# --- every dimension, through both consumers ---------------------------------------------------------
+
+CASES = {
+    # name: (plan, facts)
+    "pp1-dp8-accumulation": (plan([6], dp=8, pp=1, tp=1, b=1, m=4), facts(6)),
+    "1f1b-even-sp-selective-zero0": (
+        plan([4, 4, 4, 4], pp=4, recompute="selective", sequence_parallel=True),
+        facts(16),
+    ),
+    "1f1b-uneven-full-bf16": (plan([3, 5, 5, 3], pp=4, recompute="full"), facts(16, dtype="bfloat16")),
+    "1f1b-empty-first-stage": (plan([0, 4, 4], pp=3, tp=1), facts(8, dtype="float32")),
+    "interleaved-even-zero3-sp": (
+        plan([2, 2, 2, 2, 2, 2], pp=2, sequence_parallel=True, virtual_stages=3, zero=3),
+        facts(12),
+    ),
+    "interleaved-uneven-zero3": (plan([1, 2, 2, 2, 2, 1], pp=3, virtual_stages=2, zero=3, tp=1), facts(10)),
+    "tp4-ep2-sp-zero3-full": (
+        plan([8, 8], pp=2, tp=4, recompute="full", expert_parallel=2, zero=3, sequence_parallel=True),
+        facts(16),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_export_matrix_loads_in_both(name, titan, mcore):
+    p, f = CASES[name]
+    megatron_check(mcore, megatron_args(p, f), p, f)
+    titan_check(titan, torchtitan_args(p, f), p, f)
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_megatron_zero_1_and_2(zero, mcore):
+    """ZeRO-1: the distributed optimizer; ZeRO-2: Megatron-FSDP's optim_grads."""
+    p, f = plan([4, 4], zero=zero, recompute="selective"), facts(8, optimizer="sgd")
+    args = megatron_args(p, f)
+    assert "--use-distributed-optimizer" in args and ("--use-megatron-fsdp" in args) == (zero == 2)
+    megatron_check(mcore, args, p, f)
+
+
+def test_megatron_layout_string():
+    assert megatron_layout([3, 4, 4, 3]) == "Et*3|t*4|t*4|t*3L"
+    assert megatron_layout([0, 1, 2]) == "E|t|t*2L"
+    assert megatron_layout([5]) == "Et*5L"
+
+
+def test_every_flag_phaze_writes_is_in_megatron_lms_parser():
+    table = megatron_flag_table()
+    assert set(MEGATRON_FLAGS) == set(table)
+    header = (DATA / "megatron_training_flags.txt").read_text()
+    assert "github.com/NVIDIA/Megatron-LM/blob/d98e8a64ddf34856e74b24714e3bedb2f5a39553" in header
+
+
+def test_torchtitan_split_is_torchtitans(titan):
+    """phaze's copy of torchtitan's pipeline split gives torchtitan's answer (or its refusal)."""
+    for stages in (1, 2, 3, 4, 6):
+        for layers in (2, 5, 8, 12):
+            for inw in range(3):
+                for outw in range(3):
+                    try:
+                        parts = titan.pp._generate_llm_fqn_per_model_part(stages, layers, inw, outw)
+                        theirs = [sum(n.startswith("layers.") for n in part) for part in parts]
+                    except ValueError:
+                        theirs = None
+                    assert torchtitan_stage_blocks(stages, layers, inw, outw) == theirs, (stages, layers, inw, outw)
+
+
+def test_default_keys_when_absent():
+    """A plan from before sequence parallelism, interleaving and ZeRO: plain 1F1B, no SP, ZeRO-0."""
+    s = settings(plan([4, 4]), facts(8), "megatron")
+    assert (s.sequence_parallel, s.virtual_stages, s.zero, s.expert_parallel) == (False, 1, 0, 1)
+
+
+# --- refusals, one line each ---------------------------------------------------------------------------
+
+REFUSED = [
+    ("both", plan([4, 4], feasible=False, binding="memory"), facts(8), "the plan is not feasible (memory)"),
+    ("both", plan([4, 4], recompute=["full", "none"]), facts(8), "different recompute policies (full, none)"),
+    ("both", plan([8], pp=1, virtual_stages=2), facts(8), "interleaved 1F1B (2 chunks per device) needs pipeline"),
+    ("both", {**plan([4, 4]), "global_batch": 33}, facts(8), "the global batch 33 is not DP 2 x micro-batch 2 x 4"),
+    ("both", {**plan([4, 4]), "devices_used": 16}, facts(8), "the plan uses 16 devices, not DP x PP x TP = 8"),
+    ("both", plan([2, 2, 2, 2], virtual_stages=2, pp=2), facts(8), None),  # accepted: a control
+    (
+        "both",
+        {
+            **plan([2, 2, 2, 2], virtual_stages=2),
+            "stages": [
+                {**st, "rank": r} for st, r in zip(plan([2, 2, 2, 2], virtual_stages=2)["stages"], [0, 0, 1, 1])
+            ],
+        },
+        facts(8),
+        "chunk 1 runs on pipeline rank 0",
+    ),  # fmt: skip
+    ("both", plan([4, 4]), ModelFacts(layer_kinds=("prologue", "head", "block", "head")), "layer 1 is a head"),
+    ("both", plan([3, 4]), facts(8), "the stages end at layer 8 of 9"),
+    ("torchtitan", plan([4, 4], zero=1), facts(8), "ZeRO-1 shards the optimizer state but not the parameters"),
+    ("torchtitan", plan([4, 4], zero=2), facts(8), "ZeRO-2 shards the optimizer state and gradients"),
+    ("torchtitan", plan([4, 4]), facts(8, optimizer="sgd"), "torchtitan 0.3.0 has no sgd optimizer"),
+    ("torchtitan", plan([1, 3, 4], pp=3), facts(8), "torchtitan cannot split the 8 blocks as the plan does (1, 3, 4"),
+]
+
+
+@pytest.mark.parametrize(("target", "p", "f", "message"), REFUSED)
+def test_refusals_are_one_line(target, p, f, message):
+    for fn, name in ((megatron_args, "megatron"), (torchtitan_args, "torchtitan")):
+        if target not in ("both", name):
+            continue
+        if message is None:
+            fn(p, f)
+            continue
+        with pytest.raises(PhazeError) as e:
+            fn(p, f)
+        text = str(e.value)
+        assert "\n" not in text and text.startswith(f"--export {name}: ") and message in text, text
+
+
+def test_megatron_takes_splits_torchtitan_cannot():
+    """Megatron's layout is exact for any contiguous split; torchtitan's weights are not."""
+    p, f = plan([1, 3, 4], pp=3), facts(8)
+    assert "--pipeline-model-parallel-layout=Et|t*3|t*4L" in megatron_args(p, f)
+    assert torchtitan_split([1, 3, 4], interleaved=False) is None
+    assert torchtitan_split([1, 6, 1], interleaved=False) == (5, 4, None)  # embedding as 5 layers, head as 4
+
+
+@pytest.mark.skipif(not os.environ.get("MEGATRON_LM"), reason="set MEGATRON_LM to a Megatron-LM checkout")
+def test_megatron_lm_validates_the_exports(tmp_path):
+    """With a Megatron-LM checkout (``MEGATRON_LM``): its own parser and validate_args take the
+    exports of the matrix (tests/data/megatron_training_flags.py --check)."""
+    import subprocess
+    import sys
+
+    for name, (p, f) in CASES.items():
+        path = tmp_path / f"{name}.args"
+        path.write_text("".join(a + "\n" for a in megatron_args(p, f)))
+        r = subprocess.run(
+            [sys.executable, str(DATA / "megatron_training_flags.py"), os.environ["MEGATRON_LM"], "--check",
+             str(path), "--world-size", str(p["devices_used"])],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 0 and "validated by Megatron-LM" in r.stdout, r.stderr[-2000:]
