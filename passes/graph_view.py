@@ -46,10 +46,25 @@ def op_signature(op: Operation) -> str:
     return f"{op.name}|{props}|{','.join(str(r.type) for r in op.results)}"
 
 
+def _is_dropout_mask(op: Operation, masks: set[SSAValue]) -> bool:
+    """Whether ``op`` makes a dropout mask: a Bernoulli draw, or the draw scaled by a constant
+    (``div_``/``mul`` whose only operands are masks).  The trace decomposes ``native_dropout``
+    into these ops on the activation's dtype, but eager PyTorch (``native_dropout``) and
+    Megatron's fused kernels keep the mask as one byte per element: the graph counts it so."""
+    if not isinstance(op, ph.ElementwiseOp):
+        return False
+    kind = op.kind.data
+    if kind == "random":
+        return op.aten.data.startswith("aten.bernoulli")
+    return kind in ("div", "mul") and bool(op.operands) and all(o in masks for o in op.operands)
+
+
 def build_graph(fn: func.FuncOp, require_phase: bool = True) -> tuple[Graph, list[Operation]]:
-    """The light graph of ``fn`` and its ops (index i of the graph is ``ops[i]``)."""
+    """The light graph of ``fn`` and its ops (index i of the graph is ``ops[i]``).  A dropout
+    mask counts one byte per element (:func:`_is_dropout_mask`)."""
     graph = Graph()
     ids: dict[SSAValue, int] = {}
+    masks: set[SSAValue] = set()
     for i, arg in enumerate(fn.body.block.args):
         role, name = arg_role(fn, i)
         ids[arg] = graph.add_value(ph.tensor_bytes(arg.type), role=role, name=name, is_float=_is_float(arg.type))
@@ -60,11 +75,14 @@ def build_graph(fn: func.FuncOp, require_phase: bool = True) -> tuple[Graph, lis
         phase = op.attributes.get(keys.PHASE)
         if require_phase and not isinstance(phase, StringAttr):
             raise PhazeError(f"'{op.name}' op has no '{keys.PHASE}' attribute; import the model with phazec first")
+        is_mask = _is_dropout_mask(op, masks)
+        if is_mask:
+            masks.update(op.results)
         index = graph.add_op(
             keys.string_of(op, keys.PHASE, "fwd"),
             keys.string_of(op, keys.MODULE),
             [ids[o] for o in op.operands],
-            [ph.tensor_bytes(r.type) for r in op.results],
+            [ph.numel(r.type) if is_mask else ph.tensor_bytes(r.type) for r in op.results],
             flops=op.flops() if isinstance(op, ph.ComputeOp) else 0,
             signature=op_signature(op),
             view=isinstance(op, ph.LayoutOp) and op.is_view,
