@@ -622,3 +622,16 @@ def test_no_warning_on_the_examples():
         with warnings.catch_warnings():
             warnings.simplefilter("error", PhazeWarning)
             ShardTensorParallelPass(width=2).apply(None, module)
+
+
+def test_a_vocabulary_parallel_head_is_not_said_replicated():
+    """The LM head of a tied GPT-2 is sharded over the vocabulary (not a column/row linear):
+    no warning about it."""
+    import warnings
+
+    from phaze_ir.warning import PhazeWarning
+
+    module = parse_module(compiled(str(MODELS / "tiny_gpt2.py")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PhazeWarning)
+        ShardTensorParallelPass(width=2).apply(None, module)

@@ -1384,7 +1384,9 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128, sequence_paralle
         if isinstance(st, Split):
             shapes[v] = _local(val.shape, st, width)
     all_reduces = sorted(rnd.reductions.values(), key=lambda a: a.value)
-    notes = _replicated_linears(s, set(rnd.column) | set(rnd.row), demoted)
+    # The LM head is sharded too when the vocabulary split survived (vocabulary-parallel).
+    vocab_parallel = s.lm_heads if vocab else set()
+    notes = _replicated_linears(s, set(rnd.column) | set(rnd.row) | vocab_parallel, demoted)
     for red in all_reduces:
         if red.scatter is not None:
             red.scatter_shape = _local(graph.values[red.value].shape, red.scatter, width)
