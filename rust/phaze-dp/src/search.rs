@@ -551,13 +551,20 @@ fn assemble_plan(ctx: &Ctx, chosen: &[StageChoice], p: usize) -> Plan {
             exposed_dp_s: s.exposed_s,
         })
         .collect();
+    plan_of_stages(ctx, p, 1, ctx.factor(p), stages)
+}
+
+/// The plan of `stages` (of p ranks with v chunks each), its time per batch
+/// `factor · max T + max E` (`factor`: the schedule's, m + p − 1 or m + (p − 1)/v).
+fn plan_of_stages(ctx: &Ctx, p: usize, v: u64, factor: f64, stages: Vec<Stage>) -> Plan {
+    let prob = ctx.prep.prob;
     let max_t = stages.iter().map(|s| s.time_s).fold(0.0, f64::max);
     let max_e = stages.iter().map(|s| s.exposed_dp_s).fold(0.0, f64::max);
-    let time = ctx.factor(p) * max_t + max_e;
+    let time = factor * max_t + max_e;
     Plan {
         dp: ctx.d,
         pp: p,
-        virtual_stages: 1,
+        virtual_stages: v,
         zero: ctx.zero,
         tp: prob.tp,
         micro_batch: prob.micro_batch,
@@ -873,8 +880,6 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
             }
         }
     }
-    let max_t = times.iter().copied().fold(0.0f64, f64::max);
-    let time = factor * max_t + max_e;
     let stages: Vec<Stage> = (0..p * v as usize)
         .map(|c| {
             let k = c % p;
@@ -893,23 +898,7 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
             }
         })
         .collect();
-    Ok(Plan {
-        dp: ctx.d,
-        pp: p,
-        virtual_stages: v,
-        zero: ctx.zero,
-        tp: prob.tp,
-        micro_batch: prob.micro_batch,
-        num_micro_batches: ctx.m,
-        global_batch: prob.global_batch,
-        time_per_batch_s: time,
-        throughput_samples_per_s: prob.global_batch as f64 / time,
-        devices_used: ctx.d * p as u64 * prob.tp,
-        max_stage_time_s: max_t,
-        max_exposed_dp_s: max_e,
-        max_memory_bytes: stages.iter().map(|s| s.memory_bytes).max().unwrap_or(0),
-        stages,
-    })
+    Ok(plan_of_stages(ctx, p, v, factor, stages))
 }
 
 /// Why interleaving with a fixed v is impossible at (p, m), in words.

@@ -9,11 +9,9 @@
 //! then the split, then the policies).
 
 mod common;
-use common::Rng;
+use common::{random_layers, random_levels, Rng};
 
-use phaze_dp::{
-    evaluate_fixed, solve, Layer, NetLevel, Plan, Problem, Recompute, Solution, ViolationKind, Zero,
-};
+use phaze_dp::{evaluate_fixed, solve, Plan, Problem, Recompute, Solution, ViolationKind, Zero};
 
 const TIE_REL: f64 = 1e-12;
 
@@ -24,29 +22,8 @@ fn random_problem(rng: &mut Rng) -> Problem {
     } else {
         1 + rng.below(7) as usize
     };
-    let layers: Vec<Layer> = (0..n)
-        .map(|_| Layer {
-            fwd_s: rng.time(),
-            bwd_s: rng.time(),
-            recompute_s: [rng.time() / 4.0, rng.time(), rng.time()],
-            saved_bytes: [rng.below(64), rng.below(64), rng.below(64)],
-            param_bytes: rng.below(64),
-            grad_bytes: rng.below(64),
-            optimizer_bytes: rng.below(128),
-            workspace_bytes: rng.below(32),
-            boundary_bytes: rng.below(64),
-        })
-        .collect();
-    let mut levels = Vec::new();
-    let mut g = 1u64;
-    for _ in 0..1 + rng.below(3) {
-        g *= 1 << (1 + rng.below(2));
-        levels.push(NetLevel {
-            group_size: g,
-            bandwidth_bps: (1u64 << rng.below(8)) as f64,
-            latency_s: rng.below(8) as f64 / 64.0,
-        });
-    }
+    let layers = random_layers(rng, n, 128);
+    let levels = random_levels(rng);
     // A prologue and a head around the blocks, or only blocks.
     let blocks = if n == 6 && rng.below(4) != 0 {
         Some((1, 4))

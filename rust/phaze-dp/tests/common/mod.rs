@@ -1,4 +1,6 @@
-//! What the brute-force tests share: a seeded generator.
+//! What the brute-force tests share: a seeded generator and random layers and networks.
+
+use phaze_dp::{Layer, NetLevel};
 
 /// xorshift64*: deterministic, seeded per test.
 pub struct Rng(pub u64);
@@ -24,4 +26,37 @@ impl Rng {
     pub fn pow2(&mut self, max_exp: u64) -> u64 {
         1 << self.below(max_exp + 1)
     }
+}
+
+/// `n` random layers: times in 1/64 s, byte counts below 64 (optimizer state below
+/// `optimizer_below`).
+pub fn random_layers(rng: &mut Rng, n: usize, optimizer_below: u64) -> Vec<Layer> {
+    (0..n)
+        .map(|_| Layer {
+            fwd_s: rng.time(),
+            bwd_s: rng.time(),
+            recompute_s: [rng.time() / 4.0, rng.time(), rng.time()],
+            saved_bytes: [rng.below(64), rng.below(64), rng.below(64)],
+            param_bytes: rng.below(64),
+            grad_bytes: rng.below(64),
+            optimizer_bytes: rng.below(optimizer_below),
+            workspace_bytes: rng.below(32),
+            boundary_bytes: rng.below(64),
+        })
+        .collect()
+}
+
+/// One to three network levels, groups growing by 2 or 4, power-of-two bandwidths.
+pub fn random_levels(rng: &mut Rng) -> Vec<NetLevel> {
+    let mut levels = Vec::new();
+    let mut g = 1u64;
+    for _ in 0..1 + rng.below(3) {
+        g *= 1 << (1 + rng.below(2));
+        levels.push(NetLevel {
+            group_size: g,
+            bandwidth_bps: (1u64 << rng.below(8)) as f64,
+            latency_s: rng.below(8) as f64 / 64.0,
+        });
+    }
+    levels
 }
