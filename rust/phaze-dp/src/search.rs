@@ -192,11 +192,16 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// lower index). The fastest fitting policy is always optimal: the policy changes only T_k.
     #[inline]
     fn fastest_fit(&self, a: &RangeSums, f: u64) -> Option<usize> {
+        self.fastest_policy(&a.recompute_s, |r| self.mem(a, f, r))
+    }
+
+    /// The allowed policy with the least `recompute_s` whose memory `mem(r)` fits (ties:
+    /// lower index): a stage's ([`Ctx::fastest_fit`]) or an interleaved rank's.
+    #[inline]
+    fn fastest_policy(&self, recompute_s: &[f64; 3], mem: impl Fn(usize) -> u64) -> Option<usize> {
         let mut best: Option<usize> = None;
         for &r in self.policies {
-            if self.mem(a, f, r) <= self.hbm
-                && best.is_none_or(|b| a.recompute_s[r] < a.recompute_s[b])
-            {
+            if mem(r) <= self.hbm && best.is_none_or(|b| recompute_s[r] < recompute_s[b]) {
                 best = Some(r);
             }
         }
@@ -504,28 +509,52 @@ fn choose_split(ctx: &Ctx, fronts: &SuffixFronts, p: usize, bound: f64) -> Vec<S
 /// with the other stages at their current policy (the later ones still at their fastest: the
 /// most permissive completion).
 fn lower_policies(ctx: &Ctx, stages: &mut [StageChoice], p: usize, bound: f64) {
-    let k_obj = ctx.factor(p);
     let max_e = stages.iter().map(|s| s.exposed_s).fold(0.0f64, f64::max);
-    for k in 0..stages.len() {
-        let rest_t = stages
-            .iter()
-            .enumerate()
-            .filter(|&(q, _)| q != k)
-            .map(|(_, s)| s.time_s)
+    let mut policy: Vec<usize> = stages.iter().map(|s| s.policy).collect();
+    let mut times: Vec<f64> = stages.iter().map(|s| s.time_s).collect();
+    lower_to_bound(
+        ctx,
+        (ctx.factor(p), max_e, bound),
+        &mut policy,
+        &mut times,
+        |k, r| ctx.stage_time(&stages[k].sums, r, stages[k].first, stages[k].last),
+        |k, r| ctx.mem(&stages[k].sums, stages[k].in_flight, r) <= ctx.hbm,
+    );
+    for (s, (r, t)) in stages.iter_mut().zip(policy.into_iter().zip(times)) {
+        s.policy = r;
+        s.time_s = t;
+    }
+}
+
+/// Stage by stage (or rank by rank), the lowest allowed policy index that fits (`fits(k, r)`)
+/// and keeps `factor · max_k T_k + max_e` within `bound`, with the other stages at their
+/// current policy: the earlier ones already lowered, the later ones still at their fastest
+/// (the most permissive completion), which yields the lexicographically smallest policies.
+/// `time(k, r)` is stage k's time under r; `policy` and `times` start at the fastest fitting.
+fn lower_to_bound(
+    ctx: &Ctx,
+    (factor, max_e, bound): (f64, f64, f64),
+    policy: &mut [usize],
+    times: &mut [f64],
+    time: impl Fn(usize, usize) -> f64,
+    fits: impl Fn(usize, usize) -> bool,
+) {
+    for k in 0..policy.len() {
+        let rest_t = (0..times.len())
+            .filter(|&q| q != k)
+            .map(|q| times[q])
             .fold(0.0f64, f64::max);
-        let s = &stages[k];
-        for &policy in ctx.policies {
-            if policy == s.policy {
+        for &r in ctx.policies {
+            if r == policy[k] {
                 break; // the current (fastest) policy is within bound by construction
             }
-            if ctx.mem(&s.sums, s.in_flight, policy) > ctx.hbm {
+            if !fits(k, r) {
                 continue;
             }
-            let t = ctx.stage_time(&s.sums, policy, s.first, s.last);
-            if k_obj * rest_t.max(t) + max_e <= bound {
-                let s = &mut stages[k];
-                s.policy = policy;
-                s.time_s = t;
+            let t = time(k, r);
+            if factor * rest_t.max(t) + max_e <= bound {
+                policy[k] = r;
+                times[k] = t;
                 break;
             }
         }
@@ -841,15 +870,8 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
     let mut policy: Vec<usize> = rs
         .iter()
         .map(|rk| {
-            let mut best: Option<usize> = None;
-            for &r in ctx.policies {
-                if rk.mem(ctx, r) <= ctx.hbm
-                    && best.is_none_or(|b| rk.sums.recompute_s[r] < rk.sums.recompute_s[b])
-                {
-                    best = Some(r);
-                }
-            }
-            best.expect("a policy fits: needed <= hbm")
+            ctx.fastest_policy(&rk.sums.recompute_s, |r| rk.mem(ctx, r))
+                .expect("a policy fits: needed <= hbm")
         })
         .collect();
     let factor = ctx.m as f64 + (p - 1) as f64 / v as f64;
@@ -863,23 +885,14 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
     let bound = bound.unwrap_or_else(|| {
         tie_bound(factor * times.iter().copied().fold(0.0f64, f64::max) + max_e)
     });
-    for k in 0..p {
-        let rest_t = (0..p)
-            .filter(|&q| q != k)
-            .map(|q| times[q])
-            .fold(0.0f64, f64::max);
-        for &r in ctx.policies {
-            if r == policy[k] {
-                break;
-            }
-            let t = rs[k].time(ctx, r);
-            if rs[k].mem(ctx, r) <= ctx.hbm && factor * rest_t.max(t) + max_e <= bound {
-                policy[k] = r;
-                times[k] = t;
-                break;
-            }
-        }
-    }
+    lower_to_bound(
+        ctx,
+        (factor, max_e, bound),
+        &mut policy,
+        &mut times,
+        |k, r| rs[k].time(ctx, r),
+        |k, r| rs[k].mem(ctx, r) <= ctx.hbm,
+    );
     let stages: Vec<Stage> = (0..p * v as usize)
         .map(|c| {
             let k = c % p;

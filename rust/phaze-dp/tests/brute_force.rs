@@ -8,7 +8,7 @@
 use phaze_dp::{evaluate_fixed, solve, Plan, Problem, Recompute, Solution, ViolationKind, Zero};
 
 mod common;
-use common::{random_layers, random_levels, Rng};
+use common::{level_for, random_layers, random_levels, ring_bandwidth, Rng};
 
 fn random_problem(rng: &mut Rng) -> Problem {
     let n = 1 + rng.below(6) as usize;
@@ -48,28 +48,14 @@ fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Ve
     let n = prob.layers.len();
     let t = prob.tp;
     let m = prob.global_batch / (prob.micro_batch * d);
-    let lvl = |g: u64| {
-        prob.levels
-            .iter()
-            .position(|l| l.group_size >= g)
-            .unwrap_or(prob.levels.len() - 1)
-    };
-    // Ring over g devices, consecutive members `stride` apart, on level l. Rail-aware: with k
-    // members inside each group of the level below, the ring drives k of its links at once,
-    // up to that level's own bandwidth.
+    let lvl = |g: u64| level_for(prob, g);
+    // Ring over g devices, consecutive members `stride` apart, on level l.
     let ring = |bytes: f64, g: u64, l: usize, stride: u64| {
         if g <= 1 {
             0.0
         } else {
             let lv = &prob.levels[l];
-            let mut bw = lv.bandwidth_bps;
-            if l > 0 {
-                let below = &prob.levels[l - 1];
-                let k = std::cmp::max(1, std::cmp::min(g, below.group_size / stride));
-                if k > 1 {
-                    bw = f64::min(k as f64 * bw, below.bandwidth_bps);
-                }
-            }
+            let bw = ring_bandwidth(prob, g, l, stride);
             2.0 * (g - 1) as f64 / g as f64 * bytes / bw + 2.0 * (g - 1) as f64 * lv.latency_s
         }
     };

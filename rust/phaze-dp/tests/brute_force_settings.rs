@@ -9,7 +9,7 @@
 //! then the split, then the policies).
 
 mod common;
-use common::{random_layers, random_levels, Rng};
+use common::{level_for, random_layers, random_levels, ring_bandwidth, Rng};
 
 use phaze_dp::{evaluate_fixed, solve, Plan, Problem, Recompute, Solution, ViolationKind, Zero};
 
@@ -127,27 +127,10 @@ fn price(prob: &Problem, d: u64, z: u8, v: usize, ends: &[usize], pol: &[usize])
     let n = prob.layers.len();
     let t = prob.tp;
     let m = prob.global_batch / (prob.micro_batch * d);
-    let lvl = |g: u64| {
-        prob.levels
-            .iter()
-            .position(|l| l.group_size >= g)
-            .unwrap_or(prob.levels.len() - 1)
-    };
+    let lvl = |g: u64| level_for(prob, g);
     let dp_l = lvl(d * p as u64 * t);
-    let stride = p as u64 * t;
-    // Ring bandwidth of the DP group (rail-aware, as in brute_force.rs).
-    let bw = {
-        let lv = &prob.levels[dp_l];
-        let mut bw = lv.bandwidth_bps;
-        if dp_l > 0 {
-            let below = &prob.levels[dp_l - 1];
-            let k = std::cmp::max(1, std::cmp::min(d, below.group_size / stride));
-            if k > 1 {
-                bw = f64::min(k as f64 * bw, below.bandwidth_bps);
-            }
-        }
-        bw
-    };
+    // Ring bandwidth of the DP group, its members p·t apart.
+    let bw = ring_bandwidth(prob, d, dp_l, p as u64 * t);
     let lat = prob.levels[dp_l].latency_s;
     let g = d as f64;
     let all_reduce = |bytes: u64| {

@@ -1,6 +1,6 @@
 //! What the brute-force tests share: a seeded generator and random layers and networks.
 
-use phaze_dp::{Layer, NetLevel};
+use phaze_dp::{Layer, NetLevel, Problem};
 
 /// xorshift64*: deterministic, seeded per test.
 pub struct Rng(pub u64);
@@ -59,4 +59,27 @@ pub fn random_levels(rng: &mut Rng) -> Vec<NetLevel> {
         });
     }
     levels
+}
+
+/// The innermost level whose group holds `g` devices, else the last one.
+pub fn level_for(prob: &Problem, g: u64) -> usize {
+    prob.levels
+        .iter()
+        .position(|l| l.group_size >= g)
+        .unwrap_or(prob.levels.len() - 1)
+}
+
+/// Per-device bandwidth of a ring over `g` devices, consecutive members `stride` apart, on
+/// level `l`. Rail-aware: with k members inside each group of the level below, the ring drives
+/// k of its links at once, up to that level's own bandwidth.
+pub fn ring_bandwidth(prob: &Problem, g: u64, l: usize, stride: u64) -> f64 {
+    let mut bw = prob.levels[l].bandwidth_bps;
+    if l > 0 {
+        let below = &prob.levels[l - 1];
+        let k = std::cmp::max(1, std::cmp::min(g, below.group_size / stride));
+        if k > 1 {
+            bw = f64::min(k as f64 * bw, below.bandwidth_bps);
+        }
+    }
+    bw
 }
