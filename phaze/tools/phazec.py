@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from phaze.driver import STAGES
+from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, Options
 from phaze.messages import exit_status, show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze.tools.flags import check_positive_ints, check_solver_limits
@@ -104,20 +104,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--sequence-parallel",
-        default="off",
-        choices=("auto", "on", "off"),
+        default=Options.sequence_parallel,
+        choices=SEQUENCE_PARALLEL_SETTINGS,
         help="Megatron sequence parallelism at TP > 1: off (default), on, or auto (compile both, keep the faster)",
     )
     p.add_argument(
         "--pipeline-schedule",
-        default="1f1b",
+        default=Options.pipeline_schedule,
         metavar="auto|1f1b|interleaved:V",
         help="1f1b (default); interleaved:V, Megatron's interleaved 1F1B with V model chunks per device; "
         "auto lets the placement choose",
     )
     p.add_argument(
         "--zero",
-        default="0",
+        default=Options.zero,
         choices=("auto", "0", "1", "2", "3"),
         help="sharding over data parallelism: 0 (default) plain; 1 optimizer state (Megatron's distributed "
         "optimizer); 2 and gradients; 3 and parameters (FSDP); auto lets the placement choose",
@@ -224,7 +224,7 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 def options(args: argparse.Namespace):
     """The driver options of parsed command-line arguments (checked: :func:`check_numbers`)."""
-    from phaze.driver import DEFAULT_MICRO_BATCHES, Options
+    from phaze.driver import DEFAULT_MICRO_BATCHES
 
     check_numbers(args)
 
@@ -240,9 +240,9 @@ def options(args: argparse.Namespace):
     if search:
         # The search's bounds and its cache are built for the paper's placement space.
         for flag, given, default in (
-            ("--sequence-parallel", args.sequence_parallel, "off"),
-            ("--pipeline-schedule", args.pipeline_schedule, "1f1b"),
-            ("--zero", args.zero, "0"),
+            ("--sequence-parallel", args.sequence_parallel, Options.sequence_parallel),
+            ("--pipeline-schedule", args.pipeline_schedule, Options.pipeline_schedule),
+            ("--zero", args.zero, Options.zero),
         ):
             if given != default:
                 raise PhazeError(
