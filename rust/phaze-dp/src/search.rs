@@ -859,11 +859,7 @@ impl Rank {
 fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<Plan, u64> {
     let prob = ctx.prep.prob;
     let rs = ranks(ctx, p, v);
-    let needed = rs
-        .iter()
-        .map(|rk| ctx.policies.iter().map(|&r| rk.mem(ctx, r)).min().unwrap())
-        .max()
-        .unwrap_or(0);
+    let needed = least_memory(ctx, &rs);
     if needed > ctx.hbm {
         return Err(needed);
     }
@@ -914,6 +910,14 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
     Ok(plan_of_stages(ctx, p, v, factor, stages))
 }
 
+/// The least memory the largest of the ranks needs, each at its least-memory allowed policy.
+fn least_memory(ctx: &Ctx, rs: &[Rank]) -> u64 {
+    rs.iter()
+        .map(|rk| ctx.policies.iter().map(|&r| rk.mem(ctx, r)).min().unwrap())
+        .max()
+        .unwrap_or(0)
+}
+
 /// Why interleaving with a fixed v is impossible at (p, m), in words.
 fn interleave_refusal(prob: &Problem, p: usize, v: u64, m: u64) -> String {
     let (_, blocks) = prob.block_range();
@@ -959,10 +963,8 @@ fn memory_violation(prep: &Prepared) -> Violation {
             let m = prob.global_batch / (prob.micro_batch * d);
             for p in 2..=pmax {
                 for v in interleave_options(prob, p, m) {
-                    let ctx = Ctx::new(prep, d, p as u64 * prob.tp, 0, z);
-                    if let Err(needed) = interleaved_plan(&ctx, p, v, None) {
-                        consider(needed, d, p);
-                    }
+                    let ctx = Ctx::new(prep, d, p as u64 * prob.tp, prob.hbm_bytes, z);
+                    consider(least_memory(&ctx, &ranks(&ctx, p, v)), d, p);
                 }
             }
         }
