@@ -116,12 +116,11 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
     dp, pp, tp = _int(plan, "dp", target), _int(plan, "pp", target), _int(plan, "tp", target)
     b, m = _int(plan, "micro_batch_size", target), _int(plan, "num_micro_batches", target)
     gb = _int(plan, "global_batch", target)
-    # Fallbacks for keys plan_json gained with issue 13: a plan without them is plain 1F1B
-    # without sequence parallelism, ZeRO or expert parallelism. sequence_parallel, virtual_stages
-    # and zero are in plan_json now; expert_parallel is not yet. Remove each once plan_json has it.
-    sp = bool(plan.get("sequence_parallel", False))
-    v = int(plan.get("virtual_stages", 1))
-    zero = int(plan.get("zero", 0))
+    sp = bool(plan["sequence_parallel"])
+    v = int(plan["virtual_stages"])
+    zero = int(plan["zero"])
+    # plan_json has no expert_parallel yet (phaze has no expert-parallel dimension): a plan
+    # without it uses none. Read it directly once plan_json writes it.
     ep = int(plan.get("expert_parallel", 1))
     devices_used = int(plan.get("devices_used", dp * pp * tp))
     if dp * b * m != gb:

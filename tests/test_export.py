@@ -79,6 +79,9 @@ def plan(
         "num_micro_batches": m,
         "global_batch": dp * b * m,
         "devices_used": dp * pp * tp,
+        "sequence_parallel": False,
+        "virtual_stages": 1,
+        "zero": 0,
         "stages": stages,
         **extra,
     }
@@ -347,8 +350,8 @@ def test_torchtitan_split_is_torchtitans(titan):
                     assert torchtitan_stage_blocks(stages, layers, inw, outw) == theirs, (stages, layers, inw, outw)
 
 
-def test_default_keys_when_absent():
-    """A plan from before sequence parallelism, interleaving and ZeRO: plain 1F1B, no SP, ZeRO-0."""
+def test_expert_parallel_defaults_to_none():
+    """plan_json has no expert_parallel yet: a plan without it exports no expert parallelism."""
     s = settings(plan([4, 4]), facts(8), "megatron")
     assert (s.sequence_parallel, s.virtual_stages, s.zero, s.expert_parallel) == (False, 1, 0, 1)
 
