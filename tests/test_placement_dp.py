@@ -50,11 +50,13 @@ STAGE_KEYS = {
     "devices",
     "time_s",
     "memory_bytes",
+    "memory",
     "recompute",
     "in_flight",
     "dp_comm_s",
     "exposed_dp_s",
 }
+MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "workspace")
 VIOLATION_KEYS = {"kind", "message", "needed_bytes", "dp", "pp"}
 
 
@@ -147,6 +149,8 @@ def check_plan(problem: dict, plan: dict) -> None:
         assert b["first_layer"] == a["last_layer"] + 1
     for s in stages:
         assert set(s) == STAGE_KEYS
+        # the memory by part, as the DP counts it: the parts are the memory
+        assert tuple(s["memory"]) == MEMORY_PARTS and sum(s["memory"].values()) == s["memory_bytes"]
         assert s["first_layer"] <= s["last_layer"] and s["devices"] == t
     assert d * p * t == plan["devices_used"] <= problem["devices"]
     B, b = problem["global_batch"], problem["micro_batch"]

@@ -60,6 +60,16 @@ class ProblemDict(TypedDict):
     # p * v chunks; the layers before join chunk 0, those after the last chunk). None: all.
     blocks: NotRequired[list[int] | None]
 
+class MemoryDict(TypedDict):
+    """A stage's (its rank's) bytes per device by part, as the DP counts them: the parts add up
+    to its memory_bytes; state parts are already divided over the DP group where ZeRO shards them."""
+
+    params: int  # ZeRO-3: 1/d of them plus two gathered layers
+    grads: int  # 1/d from ZeRO-2
+    optimizer: int  # 1/d from ZeRO-1
+    activations: int  # the stash at the schedule's peak
+    workspace: int  # the largest layer's transient bytes
+
 class StageDict(TypedDict):
     rank: int  # the pipeline rank running it (index mod pp); the numbers below are the rank's
     first_layer: int
@@ -67,6 +77,7 @@ class StageDict(TypedDict):
     devices: int  # t
     time_s: float  # T_k per micro-batch, including p2p
     memory_bytes: int  # per device
+    memory: MemoryDict  # memory_bytes by part
     recompute: Policy
     in_flight: int  # micro-batches stashed under 1F1B: min(p - k, m); chunk units if interleaved
     dp_comm_s: float  # DP collectives per step before overlap (all-reduce or ZeRO's)

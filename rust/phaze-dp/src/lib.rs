@@ -86,5 +86,5 @@ mod plan;
 mod search;
 
 pub use model::{InputError, Layer, NetLevel, Problem, Recompute, Zero};
-pub use plan::{Evaluation, Plan, Solution, Stage, Violation, ViolationKind};
+pub use plan::{Evaluation, MemoryParts, Plan, Solution, Stage, Violation, ViolationKind};
 pub use search::{evaluate_fixed, solve, solve_many};

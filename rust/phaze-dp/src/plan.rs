@@ -19,6 +19,9 @@ pub struct Stage {
     pub time_s: f64,
     /// Peak bytes per device: weights + grads + optimizer + in_flight · stash + workspace.
     pub memory_bytes: u64,
+    /// `memory_bytes` by part; `memory.total() == memory_bytes` (the DP computes the one from
+    /// the other).
+    pub memory: MemoryParts,
     /// Recompute policy of the stage.
     pub recompute: Recompute,
     /// Micro-batches whose activations the stage holds at once under 1F1B: min(p − k, m);
@@ -30,6 +33,39 @@ pub struct Stage {
     /// What of the once-per-step DP collectives is exposed, E_k (s); per-micro-batch ones are
     /// in `time_s`.
     pub exposed_dp_s: f64,
+}
+
+/// What a stage's (under interleaving: its rank's) bytes per device are made of, as the DP
+/// counts them: each state part already divided over the DP group where the ZeRO stage shards
+/// it. [`MemoryParts::total`] is the memory the DP checks against HBM and reports as
+/// `memory_bytes`, so a breakdown can never disagree with the figure it explains.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryParts {
+    /// Parameters: Σ param_bytes, ⌈/d⌉ under ZeRO-3, which also holds two layers' gathered
+    /// parameters (the layer running and the one prefetched).
+    pub params: u64,
+    /// Gradients: Σ grad_bytes, ⌈/d⌉ from ZeRO-2.
+    pub grads: u64,
+    /// Optimizer state: Σ optimizer_bytes, ⌈/d⌉ from ZeRO-1.
+    pub optimizer: u64,
+    /// The activations stashed at the schedule's peak: in_flight · Σ saved_bytes[policy] under
+    /// 1F1B, the simulated peak of the interleaved schedule otherwise.
+    pub activations: u64,
+    /// The largest transient working set of one layer: max workspace_bytes.
+    pub workspace: u64,
+}
+
+impl MemoryParts {
+    /// The bytes per device: the parts' sum, saturating at `u64::MAX` (for non-negative parts a
+    /// saturating sum is min(sum, MAX) in any order).
+    #[inline]
+    pub fn total(&self) -> u64 {
+        self.params
+            .saturating_add(self.grads)
+            .saturating_add(self.optimizer)
+            .saturating_add(self.activations)
+            .saturating_add(self.workspace)
+    }
 }
 
 /// A placement: DP degree, pipeline stages and their recompute policies, with its cost.

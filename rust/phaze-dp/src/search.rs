@@ -8,7 +8,7 @@
 //! * Memory is integer bytes (saturating), so feasibility never depends on rounding.
 
 use crate::model::{Layer, Problem, Recompute, Zero};
-use crate::plan::{Evaluation, Plan, Solution, Stage, Violation, ViolationKind};
+use crate::plan::{Evaluation, MemoryParts, Plan, Solution, Stage, Violation, ViolationKind};
 
 /// Objectives within this relative distance of the optimum count as ties (they differ only
 /// by the rounding of sums taken in different orders); ties are broken as documented.
@@ -152,10 +152,13 @@ impl<'p, 'a> Ctx<'p, 'a> {
         }
     }
 
-    /// Weights, gradients and optimizer state per device, each divided over the DP group
-    /// (rounded up) where the ZeRO stage shards it, plus ZeRO-3's two gathered layers.
+    /// The bytes per device of layers `a` with `stash` bytes of activations in flight, by part:
+    /// weights, gradients and optimizer state, each divided over the DP group (rounded up)
+    /// where the ZeRO stage shards it (ZeRO-3's parameters with its two gathered layers), the
+    /// stash, and the largest workspace. The one formula of a stage's memory: the DP's
+    /// feasibility checks take its total ([`Ctx::stash_mem`]), the plan reports both.
     #[inline]
-    fn state_bytes(&self, a: &RangeSums) -> u64 {
+    fn parts(&self, a: &RangeSums, stash: u64) -> MemoryParts {
         let z = self.zero.stage();
         let shard = |bytes: u64, sharded: bool| {
             if sharded {
@@ -169,23 +172,30 @@ impl<'p, 'a> Ctx<'p, 'a> {
         } else {
             0
         };
-        shard(a.param_bytes, z >= 3)
-            .saturating_add(shard(a.grad_bytes, z >= 2))
-            .saturating_add(shard(a.optimizer_bytes, z >= 1))
-            .saturating_add(gathered)
+        MemoryParts {
+            params: shard(a.param_bytes, z >= 3).saturating_add(gathered),
+            grads: shard(a.grad_bytes, z >= 2),
+            optimizer: shard(a.optimizer_bytes, z >= 1),
+            activations: stash,
+            workspace: a.workspace_bytes,
+        }
+    }
+
+    /// [`Ctx::parts`] with `f` micro-batches of policy r's stash in flight (1F1B).
+    #[inline]
+    fn mem_parts(&self, a: &RangeSums, f: u64, r: usize) -> MemoryParts {
+        self.parts(a, f.saturating_mul(a.saved_bytes[r]))
     }
 
     #[inline]
     fn mem(&self, a: &RangeSums, f: u64, r: usize) -> u64 {
-        self.stash_mem(a, f.saturating_mul(a.saved_bytes[r]))
+        self.mem_parts(a, f, r).total()
     }
 
     /// Memory with `stash` bytes of activations in flight.
     #[inline]
     fn stash_mem(&self, a: &RangeSums, stash: u64) -> u64 {
-        self.state_bytes(a)
-            .saturating_add(stash)
-            .saturating_add(a.workspace_bytes)
+        self.parts(a, stash).total()
     }
 
     /// The fastest allowed policy whose memory fits with `f` micro-batches in flight (ties:
@@ -567,17 +577,21 @@ fn assemble_plan(ctx: &Ctx, chosen: &[StageChoice], p: usize) -> Plan {
     let stages: Vec<Stage> = chosen
         .iter()
         .enumerate()
-        .map(|(k, s)| Stage {
-            rank: k,
-            first_layer: s.first,
-            last_layer: s.last,
-            devices: prob.tp,
-            time_s: s.time_s,
-            memory_bytes: ctx.mem(&s.sums, s.in_flight, s.policy),
-            recompute: Recompute::from_index(s.policy).unwrap(),
-            in_flight: s.in_flight,
-            dp_comm_s: ctx.dp_comm(&s.sums),
-            exposed_dp_s: s.exposed_s,
+        .map(|(k, s)| {
+            let memory = ctx.mem_parts(&s.sums, s.in_flight, s.policy);
+            Stage {
+                rank: k,
+                first_layer: s.first,
+                last_layer: s.last,
+                devices: prob.tp,
+                time_s: s.time_s,
+                memory_bytes: memory.total(),
+                memory,
+                recompute: Recompute::from_index(s.policy).unwrap(),
+                in_flight: s.in_flight,
+                dp_comm_s: ctx.dp_comm(&s.sums),
+                exposed_dp_s: s.exposed_s,
+            }
         })
         .collect();
     plan_of_stages(ctx, p, 1, ctx.factor(p), stages)
@@ -849,6 +863,11 @@ impl Rank {
     fn mem(&self, ctx: &Ctx, r: usize) -> u64 {
         ctx.stash_mem(&self.sums, self.stash[r])
     }
+
+    /// [`Rank::mem`] by part: the rank's v chunks together, with the schedule's peak stash.
+    fn mem_parts(&self, ctx: &Ctx, r: usize) -> MemoryParts {
+        ctx.parts(&self.sums, self.stash[r])
+    }
 }
 
 /// The interleaved plan at (ctx's d and ZeRO stage, p, v): each rank at its fastest policy that
@@ -893,13 +912,15 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
         .map(|c| {
             let k = c % p;
             let (first_layer, last_layer) = chunk_layers(prob, p, v, c);
+            let memory = rs[k].mem_parts(ctx, policy[k]);
             Stage {
                 rank: k,
                 first_layer,
                 last_layer,
                 devices: prob.tp,
                 time_s: times[k],
-                memory_bytes: rs[k].mem(ctx, policy[k]),
+                memory_bytes: memory.total(),
+                memory,
                 recompute: Recompute::from_index(policy[k]).unwrap(),
                 in_flight: rs[k].in_flight,
                 dp_comm_s: ctx.dp_comm(&rs[k].sums),

@@ -442,6 +442,13 @@ fn plan_dict<'py>(py: Python<'py>, p: &Plan) -> PyResult<Bound<'py, PyDict>> {
         sd.set_item("devices", s.devices)?;
         sd.set_item("time_s", s.time_s)?;
         sd.set_item("memory_bytes", s.memory_bytes)?;
+        let parts = PyDict::new(py);
+        parts.set_item("params", s.memory.params)?;
+        parts.set_item("grads", s.memory.grads)?;
+        parts.set_item("optimizer", s.memory.optimizer)?;
+        parts.set_item("activations", s.memory.activations)?;
+        parts.set_item("workspace", s.memory.workspace)?;
+        sd.set_item("memory", parts)?;
         sd.set_item("recompute", s.recompute.as_str())?;
         sd.set_item("in_flight", s.in_flight)?;
         sd.set_item("dp_comm_s", s.dp_comm_s)?;

@@ -1,0 +1,192 @@
+//! Each stage's memory by part (`Stage::memory`): the parts add up to `memory_bytes` in every
+//! plan (each ZeRO stage, plain and interleaved 1F1B, solved and fixed), each part is what its
+//! own formula gives from the plan's layers, and ZeRO-1 divides exactly the optimizer part by
+//! the DP degree.
+
+#[allow(dead_code)] // the helpers the other tests use
+mod common;
+use common::{random_layers, random_levels, Rng};
+
+use phaze_dp::{
+    evaluate_fixed, solve, Layer, MemoryParts, NetLevel, Plan, Problem, Recompute, Zero,
+};
+
+/// A random problem with a prologue, 4 blocks and a head (so p = 2 can interleave 2 chunks),
+/// at ZeRO stage `zero` and chunk count `v`, with HBM large enough that most options fit.
+fn random_problem(rng: &mut Rng, zero: Zero, v: Option<u64>) -> Problem {
+    Problem {
+        layers: random_layers(rng, 6, 128),
+        devices: 4 << rng.below(3),
+        hbm_bytes: 400 + rng.below(2000),
+        levels: random_levels(rng),
+        global_batch: 8 << rng.below(2),
+        micro_batch: 1,
+        tp: 1,
+        dp_overlap: rng.below(2) == 0,
+        max_stages: None,
+        recompute: None,
+        zero: Some(zero),
+        virtual_stages: v,
+        blocks: Some((1, 4)),
+    }
+}
+
+/// The layers of each rank: a stage's under 1F1B, the union of its v chunks' when interleaved.
+fn rank_layers(plan: &Plan) -> Vec<Vec<usize>> {
+    let mut out = vec![Vec::new(); plan.pp];
+    for s in &plan.stages {
+        out[s.rank].extend(s.first_layer..=s.last_layer);
+    }
+    out
+}
+
+/// Checks every stage of `plan` against the problem: the parts add up to `memory_bytes`, the
+/// state parts are the rank's layer sums sharded as its ZeRO stage says, the workspace is the
+/// largest layer's, and under 1F1B the activations are `in_flight` stashes of the stage's policy.
+/// Returns how many stages it checked.
+fn check(prob: &Problem, plan: &Plan) -> usize {
+    let d = plan.dp;
+    let z = plan.zero.stage();
+    let layers = rank_layers(plan);
+    assert_eq!(
+        plan.max_memory_bytes,
+        plan.stages.iter().map(|s| s.memory.total()).max().unwrap()
+    );
+    for s in &plan.stages {
+        let m = &s.memory;
+        assert_eq!(m.total(), s.memory_bytes, "{plan:?}");
+        let ls: Vec<&Layer> = layers[s.rank].iter().map(|&l| &prob.layers[l]).collect();
+        let sum = |f: fn(&Layer) -> u64| ls.iter().map(|l| f(l)).sum::<u64>();
+        let shard = |x: u64, on: bool| if on { x.div_ceil(d) } else { x };
+        let gathered = if z >= 3 && d > 1 {
+            2 * ls.iter().map(|l| l.param_bytes).max().unwrap()
+        } else {
+            0
+        };
+        assert_eq!(m.params, shard(sum(|l| l.param_bytes), z >= 3) + gathered);
+        assert_eq!(m.grads, shard(sum(|l| l.grad_bytes), z >= 2));
+        assert_eq!(m.optimizer, shard(sum(|l| l.optimizer_bytes), z >= 1));
+        assert_eq!(
+            m.workspace,
+            ls.iter().map(|l| l.workspace_bytes).max().unwrap()
+        );
+        let r = s.recompute.index();
+        if plan.virtual_stages == 1 {
+            assert_eq!(
+                m.activations,
+                s.in_flight * ls.iter().map(|l| l.saved_bytes[r]).sum::<u64>()
+            );
+        }
+    }
+    // The chunks of one rank report that rank's memory.
+    for a in &plan.stages {
+        for b in plan.stages.iter().filter(|b| b.rank == a.rank) {
+            assert_eq!(a.memory, b.memory);
+        }
+    }
+    plan.stages.len()
+}
+
+#[test]
+fn the_parts_add_up_to_memory_bytes_in_every_setting() {
+    let mut rng = Rng(0x6d65_6d5f_7061_7274);
+    let mut checked = [[0usize; 2]; 4];
+    for _ in 0..300 {
+        for z in 0..4u8 {
+            for (vi, v) in [Some(1), Some(2)].into_iter().enumerate() {
+                let prob = random_problem(&mut rng, Zero::from_stage(z).unwrap(), v);
+                if let Some(plan) = solve(&prob).plan() {
+                    checked[z as usize][vi] += check(&prob, plan);
+                }
+                // A fixed placement, also when it does not fit (the least-memory plan).
+                if let Ok(e) = evaluate_fixed(&prob, 2, 2) {
+                    if let Some(plan) = &e.plan {
+                        checked[z as usize][vi] += check(&prob, plan);
+                    }
+                }
+            }
+        }
+    }
+    // Every ZeRO stage under both schedules was seen many times.
+    assert!(checked.iter().flatten().all(|&c| c >= 100), "{checked:?}");
+}
+
+/// Two equal blocks' worth of state per layer, at DP 4, PP 2, fixed recompute none.
+fn sharded_problem(zero: Zero, v: u64) -> Problem {
+    let block = Layer {
+        fwd_s: 1.0,
+        bwd_s: 2.0,
+        saved_bytes: [40, 20, 10],
+        param_bytes: 100,
+        grad_bytes: 100,
+        optimizer_bytes: 1203, // not a multiple of d = 4: the shard is rounded up
+        workspace_bytes: 7,
+        boundary_bytes: 5,
+        ..Default::default()
+    };
+    Problem {
+        layers: vec![block; 8],
+        devices: 8,
+        hbm_bytes: u64::MAX,
+        levels: vec![NetLevel {
+            group_size: 8,
+            bandwidth_bps: 1e9,
+            latency_s: 1e-6,
+        }],
+        global_batch: 16,
+        micro_batch: 1,
+        tp: 1,
+        dp_overlap: false,
+        max_stages: None,
+        recompute: Some(Recompute::None),
+        zero: Some(zero),
+        virtual_stages: Some(v),
+        blocks: Some((0, 8)),
+    }
+}
+
+fn fixed_plan(zero: Zero, v: u64) -> Plan {
+    let e = evaluate_fixed(&sharded_problem(zero, v), 2, 4).unwrap();
+    assert!(e.feasible, "{:?}", e.violations);
+    e.plan.unwrap()
+}
+
+#[test]
+fn zero_1_divides_the_optimizer_part_by_the_dp_degree() {
+    for v in [1, 2] {
+        let (plain, sharded) = (fixed_plan(Zero::Off, v), fixed_plan(Zero::Optimizer, v));
+        assert_eq!((plain.dp, sharded.dp, sharded.virtual_stages), (4, 4, v));
+        assert_eq!(plain.stages.len(), sharded.stages.len());
+        for (a, b) in plain.stages.iter().zip(&sharded.stages) {
+            // Each rank holds 4 layers (one stage of 4, or two chunks of 2): 4 · 1203 bytes of
+            // optimizer state, of which ZeRO-1 keeps ⌈4812 / 4⌉.
+            assert_eq!(a.memory.optimizer, 4 * 1203);
+            assert_eq!(b.memory.optimizer, (4u64 * 1203).div_ceil(4));
+            // Nothing else moves.
+            let rest = |m: &MemoryParts| MemoryParts { optimizer: 0, ..*m };
+            assert_eq!(rest(&a.memory), rest(&b.memory));
+            assert_eq!(a.memory_bytes - b.memory_bytes, 4 * 1203 - 1203);
+        }
+    }
+}
+
+#[test]
+fn interleaved_activations_are_the_schedules_peak_stash() {
+    // Equal chunks of 2 blocks (40 bytes each per micro-batch): the peak stash of a rank is its
+    // in-flight chunk-micro-batches times one chunk's stash; rank 0 runs 2(p − 1) + (v − 1)p = 4
+    // warm-up forwards, then one more before its first backward.
+    let plan = fixed_plan(Zero::Off, 2);
+    let ranks: Vec<(u64, u64)> = plan
+        .stages
+        .iter()
+        .map(|s| (s.in_flight, s.memory.activations))
+        .collect();
+    assert_eq!(ranks, [(5, 5 * 80), (3, 3 * 80), (5, 5 * 80), (3, 3 * 80)]);
+    // ZeRO-3 at d = 4: a quarter of each state part, and two gathered layers' parameters.
+    let z3 = fixed_plan(Zero::Parameters, 2);
+    let m = z3.stages[0].memory;
+    assert_eq!(
+        (m.params, m.grads, m.optimizer),
+        (400 / 4 + 2 * 100, 400 / 4, (4u64 * 1203).div_ceil(4))
+    );
+}
