@@ -334,12 +334,19 @@ class NetworkLevel:
         bandwidth_Bps: bandwidth one device can send to the others of its group at this level,
             per direction, in bytes per second (the β of an α–β model is ``1 / bandwidth_Bps``).
         latency_s: per-message (per-step) latency at this level, in seconds (the α).
+        uplink_Bps: optional; the most one group of the level below sends into this level at
+            once, all its devices together, per direction, in bytes per second (a node's NICs
+            together: 4 x 200 Gb/s HDR = 100e9).  Absent: only ``bandwidth_Bps`` per device
+            limits it.  Not allowed on the innermost level (nothing lies below it).
     """
 
     name: str = _spec("name", "label of the level")
     group_size: int = _spec("pos_int", "devices per group at this level")
     bandwidth_Bps: float = _spec("pos_float", "per-device, per-direction bandwidth (bytes/s)")
     latency_s: float = _spec("nonneg_float", "per-message latency (s)")
+    uplink_Bps: float | None = _spec(
+        "opt_pos_float", "bandwidth out of one group of the level below, its devices together (bytes/s)", default=None
+    )
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -553,7 +560,10 @@ class Accelerator:
                 table = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
                 out[key] = {k: v for k, v in table.items() if v is not None}
             elif key == "network":
-                out[key] = [{f.name: getattr(lv, f.name) for f in dataclasses.fields(lv)} for lv in value]
+                out[key] = [
+                    {f.name: getattr(lv, f.name) for f in dataclasses.fields(lv) if getattr(lv, f.name) is not None}
+                    for lv in value
+                ]
             else:
                 out[key] = value
         return out
@@ -656,6 +666,13 @@ def _check_network(levels: tuple[NetworkLevel, ...], source: str | None, path: s
             raise _fail(source, f"{path}[{i}].name", level.name, "a name not used by another level")
         seen.add(level.name)
         if i == 0:
+            if level.uplink_Bps is not None:
+                raise _fail(
+                    source,
+                    f"{path}[0].uplink_Bps",
+                    level.uplink_Bps,
+                    "no value: the innermost level has no level below it to leave",
+                )
             continue
         inner = levels[i - 1].group_size
         if level.group_size <= inner or level.group_size % inner:

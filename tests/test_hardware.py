@@ -188,6 +188,12 @@ def test_direct_construction_is_validated() -> None:
     acc = load_hardware("tpuv4")
     with pytest.raises(HardwareError, match=r"network\[1\]\.group_size = 2"):
         dataclasses.replace(acc, network=[NetworkLevel("a", 4, 1e9, 0), NetworkLevel("b", 2, 1e9, 0)])
+    # A node uplink belongs to an outer level; the innermost has nothing below it to leave.
+    with pytest.raises(HardwareError, match=r"network\[0\]\.uplink_Bps = 1e11: expected no value"):
+        dataclasses.replace(acc, network=[NetworkLevel("a", 4, 1e9, 0, 100e9), NetworkLevel("b", 8, 1e9, 0)])
+    up = dataclasses.replace(acc, network=[NetworkLevel("a", 4, 1e9, 0), NetworkLevel("b", 8, 1e9, 0, 2e9)])
+    assert Accelerator.from_dict(up.to_dict()) == up and up.to_dict()["network"][1]["uplink_Bps"] == 2e9
+    assert "uplink_Bps" not in up.to_dict()["network"][0]
     # A list of levels is accepted and stored as a tuple (the dataclass stays hashable).
     acc2 = dataclasses.replace(acc, network=list(acc.network))
     assert acc2 == acc and hash(acc2) == hash(acc)

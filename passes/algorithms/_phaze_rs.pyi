@@ -37,6 +37,7 @@ class LevelDict(TypedDict):
     group_size: int
     bandwidth_Bps: float  # per link, bytes/s
     latency_s: float
+    uplink_Bps: NotRequired[float]  # out of one group of the level below, all its devices (bytes/s)
 
 class ProblemDict(TypedDict):
     layers: list[LayerDict]  # topological order: prologue, blocks, head

@@ -11,7 +11,9 @@ same way, operation for operation, so that Python and Rust give bit-identical fl
   ``i = 0`` the level's own ``bandwidth_Bps``; at ``i > 0``, with ``k`` = the group's members
   inside one group of level ``i − 1`` = ``max(1, min(g, inner // s))`` (``inner`` =
   ``levels[i−1].group_size``; contiguous groups, ``s = 1``: ``min(g, inner)``), it is
-  ``min(k · bw_i, bw_{i−1})``, and ``bw_i`` itself when ``k = 1``;
+  ``min(k · bw_i, bw_{i−1})``, and ``bw_i`` itself when ``k = 1``; a level with an ``uplink``
+  (the most one inner group sends into it at once, e.g. a node's NICs together) caps it
+  further: ``min(…, uplink_i)``;
 - ring all-reduce of ``n`` bytes: ``2(g−1)/g · n / bw + 2(g−1) · lat`` (0 when ``g <= 1``);
 - point-to-point (``send_recv``) of ``n`` bytes: ``lat + n / bw`` with the level's own ``bw``.
 
@@ -74,6 +76,9 @@ class LevelLike(Protocol):
     @property
     def latency_s(self) -> float: ...
 
+    @property
+    def uplink_Bps(self) -> float | None: ...
+
 
 @dataclass(frozen=True)
 class Level:
@@ -82,6 +87,7 @@ class Level:
     group_size: int
     bandwidth_Bps: float
     latency_s: float
+    uplink_Bps: float | None = None
 
 
 def level_for(levels: Sequence[LevelLike], g: int) -> int:
@@ -108,15 +114,14 @@ def ring_bandwidth_Bps(levels: Sequence[LevelLike], index: int, g: int, stride: 
     """Rail-aware per-device bandwidth (bytes/s) of a ring over ``g`` devices, consecutive
     members ``stride`` apart, on ``levels[index]`` (module docstring; as
     ``Problem::ring_bandwidth_bps`` in Rust): the level's own at index 0 or with one member per
-    inner group, else ``min(k · bw_index, bw_{index−1})``."""
+    inner group, else ``min(k · bw_index, bw_{index−1})``; either capped by the level's ``uplink_Bps``."""
     level = levels[index]
     if index == 0:
         return level.bandwidth_Bps
     below = levels[index - 1]
     k = per_inner(g, stride, below.group_size)
-    if k <= 1:
-        return level.bandwidth_Bps
-    return min(float(k) * level.bandwidth_Bps, below.bandwidth_Bps)
+    bw = level.bandwidth_Bps if k <= 1 else min(float(k) * level.bandwidth_Bps, below.bandwidth_Bps)
+    return bw if level.uplink_Bps is None else min(bw, level.uplink_Bps)
 
 
 def group_level(levels: Sequence[LevelLike], g: int, stride: int = 1) -> tuple[int, Level]:
@@ -126,7 +131,8 @@ def group_level(levels: Sequence[LevelLike], g: int, stride: int = 1) -> tuple[i
     ring formulas below take that level."""
     index = level_for(levels, g * stride)
     level = levels[index]
-    return index, Level(level.group_size, ring_bandwidth_Bps(levels, index, g, stride), level.latency_s)
+    bandwidth = ring_bandwidth_Bps(levels, index, g, stride)
+    return index, Level(level.group_size, bandwidth, level.latency_s, level.uplink_Bps)
 
 
 def ring_all_reduce_s(nbytes: float, g: int, level: LevelLike) -> float:

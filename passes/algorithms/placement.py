@@ -197,15 +197,19 @@ def problem(
 
 
 def network_levels(network: list[dict[str, Any]]) -> list[_phaze_rs.LevelDict]:
-    """The accelerator's network levels (``Accelerator.to_dict()["network"]``) as DP levels."""
-    return [
-        {
+    """The accelerator's network levels (``Accelerator.to_dict()["network"]``) as DP levels
+    (``uplink_Bps`` only where the level has one)."""
+    out: list[_phaze_rs.LevelDict] = []
+    for level in network:
+        lv: _phaze_rs.LevelDict = {
             "group_size": int(level["group_size"]),
             "bandwidth_Bps": float(level["bandwidth_Bps"]),
             "latency_s": float(level["latency_s"]),
         }
-        for level in network
-    ]
+        if level.get("uplink_Bps") is not None:
+            lv["uplink_Bps"] = float(level["uplink_Bps"])
+        out.append(lv)
+    return out
 
 
 _EXPERT = re.compile(r"^expert(?::(\d+),(\d+),(\d+))?$")

@@ -17,7 +17,7 @@
 //! ([`Problem::ring_bandwidth_bps`]): on ℓ > 0, with k = max(1, min(g, inner / s)) of the
 //! group's members inside one group of level ℓ−1 (`inner` its group size, s the stride between
 //! consecutive members), `bw = min(k · bw_ℓ, bw_ℓ−1)` (NCCL's channels over one NIC per GPU);
-//! else `bw_ℓ`. Devices are ordered TP, then PP, then DP: pipeline neighbours use the level of
+//! else `bw_ℓ`; a level's `uplink_bps` (a node's NICs together) caps either. Devices are ordered TP, then PP, then DP: pipeline neighbours use the level of
 //! g = p·t (the whole replica; conservative), the DP all-reduce, over d devices p·t apart, that
 //! of d·p·t.
 //!
@@ -71,7 +71,7 @@
 //!                     saved_bytes: [1 << 20, 1 << 19, 1 << 10], ..Default::default() };
 //! let prob = Problem {
 //!     layers: vec![layer; 4], devices: 8, hbm_bytes: 1 << 30,
-//!     levels: vec![NetLevel { group_size: 8, bandwidth_bps: 1e11, latency_s: 1e-6 }],
+//!     levels: vec![NetLevel { group_size: 8, bandwidth_bps: 1e11, latency_s: 1e-6, uplink_bps: None }],
 //!     global_batch: 64, micro_batch: 1, tp: 1, dp_overlap: true, max_stages: None,
 //!     recompute: None, zero: None, virtual_stages: None, blocks: None,
 //! };

@@ -151,6 +151,10 @@ pub struct NetLevel {
     pub bandwidth_bps: f64,
     /// Per-message latency (s).
     pub latency_s: f64,
+    /// The most one group of the level below sends into this level at once, all its devices
+    /// together (bytes/s; a node's NICs together); `None`: no cap beyond the links'.
+    /// `uplink_Bps` in the Python dicts.
+    pub uplink_bps: Option<f64>,
 }
 
 /// A placement problem: the priced layers, the cluster and the training setup.
@@ -318,8 +322,10 @@ impl Problem {
     /// that group's links to level `i` at once (NCCL runs one ring per channel, the channels
     /// over different NICs: one NIC per GPU on DGX A100 / H100), so the ring's bandwidth is
     /// `min(k · bw_i, bw_{i−1})`, capped by the inner level's own bandwidth. At level 0, or
-    /// with `k = 1`, it is `bw_i` itself. Assumes no contention between groups that share
-    /// links (the groups of a placement together use at most one link per device).
+    /// with `k = 1`, it is `bw_i` itself. A level with an uplink caps either: `min(…,
+    /// uplink_i)` (a node whose NICs together send less than 8 links' worth). Assumes no
+    /// contention between groups that share links (the groups of a placement together use at
+    /// most one link per device).
     pub fn ring_bandwidth_bps(&self, g: u64, level: usize, stride: u64) -> f64 {
         let lv = &self.levels[level];
         if level == 0 {
@@ -327,11 +333,12 @@ impl Problem {
         }
         let below = &self.levels[level - 1];
         let k = per_inner(g, stride, below.group_size);
-        if k <= 1 {
+        let bw = if k <= 1 {
             lv.bandwidth_bps
         } else {
             (k as f64 * lv.bandwidth_bps).min(below.bandwidth_bps)
-        }
+        };
+        lv.uplink_bps.map_or(bw, |up| bw.min(up))
     }
 
     /// Ring all-reduce of `bytes` over `g` devices on `level`, consecutive members `stride`
@@ -383,6 +390,7 @@ mod tests {
             group_size,
             bandwidth_bps,
             latency_s,
+            uplink_bps: None,
         };
         Problem {
             layers: vec![Layer::default()],
@@ -424,6 +432,12 @@ mod tests {
         assert_eq!(prob.ring_bandwidth_bps(4, 1, 16), 25e9);
         // Two per node: 50e9.
         assert_eq!(prob.ring_bandwidth_bps(8, 1, 4), 50e9);
+        // A node uplink of 100e9 (4 NICs' worth) caps TP 16, not one or two NICs.
+        let mut capped = a100();
+        capped.levels[1].uplink_bps = Some(100e9);
+        assert_eq!(capped.ring_bandwidth_bps(16, 1, 1), 100e9);
+        assert_eq!(capped.ring_bandwidth_bps(2, 1, 8), 25e9);
+        assert_eq!(capped.ring_bandwidth_bps(8, 1, 4), 50e9);
         // Level 0: its own bandwidth, whatever the stride.
         assert_eq!(prob.ring_bandwidth_bps(8, 0, 1), 216.5e9);
         assert_eq!(prob.ring_bandwidth_bps(2, 0, 4), 216.5e9);

@@ -297,10 +297,13 @@ struct LevelInput {
     bandwidth_Bps: Real,
     #[pyo3(item)]
     latency_s: Real,
+    #[pyo3(item, default)]
+    uplink_Bps: Option<Real>,
 }
 
 impl Keys for LevelInput {
-    const KEYS: &'static [&'static str] = &["group_size", "bandwidth_Bps", "latency_s"];
+    const KEYS: &'static [&'static str] =
+        &["group_size", "bandwidth_Bps", "latency_s", "uplink_Bps"];
 }
 
 #[derive(FromPyObject)]
@@ -373,6 +376,7 @@ impl From<LevelInput> for NetLevel {
             group_size: l.group_size.0,
             bandwidth_bps: l.bandwidth_Bps.0,
             latency_s: l.latency_s.0,
+            uplink_bps: l.uplink_Bps.map(|x| x.0),
         }
     }
 }

@@ -50,12 +50,18 @@ pub fn random_layers(rng: &mut Rng, n: usize, optimizer_below: u64) -> Vec<Layer
 pub fn random_levels(rng: &mut Rng) -> Vec<NetLevel> {
     let mut levels = Vec::new();
     let mut g = 1u64;
-    for _ in 0..1 + rng.below(3) {
+    for i in 0..1 + rng.below(3) {
         g *= 1 << (1 + rng.below(2));
+        let bandwidth_bps = (1u64 << rng.below(8)) as f64;
+        // An outer level of 2, 8, 32 ... devices has an uplink of one to four links' worth
+        // (from the sizes, not the generator: the instances drawn stay those of before).
+        let uplink_bps =
+            (i > 0 && g % 3 == 2).then(|| bandwidth_bps * (1 + g.trailing_zeros() % 4) as f64);
         levels.push(NetLevel {
             group_size: g,
-            bandwidth_bps: (1u64 << rng.below(8)) as f64,
+            bandwidth_bps,
             latency_s: rng.below(8) as f64 / 64.0,
+            uplink_bps,
         });
     }
     levels
@@ -71,7 +77,7 @@ pub fn level_for(prob: &Problem, g: u64) -> usize {
 
 /// Per-device bandwidth of a ring over `g` devices, consecutive members `stride` apart, on
 /// level `l`. Rail-aware: with k members inside each group of the level below, the ring drives
-/// k of its links at once, up to that level's own bandwidth.
+/// k of its links at once, up to that level's own bandwidth and the level's uplink.
 pub fn ring_bandwidth(prob: &Problem, g: u64, l: usize, stride: u64) -> f64 {
     let mut bw = prob.levels[l].bandwidth_bps;
     if l > 0 {
@@ -79,6 +85,9 @@ pub fn ring_bandwidth(prob: &Problem, g: u64, l: usize, stride: u64) -> f64 {
         let k = std::cmp::max(1, std::cmp::min(g, below.group_size / stride));
         if k > 1 {
             bw = f64::min(k as f64 * bw, below.bandwidth_bps);
+        }
+        if let Some(up) = prob.levels[l].uplink_bps {
+            bw = f64::min(bw, up);
         }
     }
     bw
