@@ -35,6 +35,15 @@ DEFAULT_TP_WIDTHS = (1, 2, 4, 8)
 
 Log = Callable[[str], None]
 
+#: The JSON's ``stages[].memory`` parts, by the ``#phaze.stage_info`` field each is read from.
+MEMORY_PARTS = {
+    "params": "param_bytes",
+    "grads": "grad_bytes",
+    "optimizer": "optimizer_bytes",
+    "activations": "activation_bytes",
+    "workspace": "workspace_bytes",
+}
+
 
 @dataclass
 class Options:
@@ -315,7 +324,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
     """The plan as JSON (the schema is in README.md, "The plan as JSON"); ``recompute``: the
     setting it was placed under (``Options.recompute``; each stage's policy is in its stage).
     Under interleaved 1F1B (``virtual_stages`` > 1) ``stages`` lists the model chunks, each
-    with the ``rank`` that runs it and that rank's numbers."""
+    with the ``rank`` that runs it and that rank's numbers, its ``memory`` by part included."""
     from phaze_ir.hardware_ir import module_accelerator
 
     plan = plan_record(module)
@@ -355,6 +364,8 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
                 "devices": s["devices"],
                 "time_s": s["time_s"],
                 "memory_bytes": s["memory_bytes"],
+                # memory_bytes by part, as the DP counts it (the parts add up to it)
+                "memory": {part: s[field] for part, field in MEMORY_PARTS.items()},
                 "recompute": s["recompute"],
                 "in_flight": s["in_flight"],
                 "exposed_dp_s": s["exposed_dp_s"],

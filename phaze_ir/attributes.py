@@ -715,7 +715,9 @@ class StageInfoAttr(RecordAttr):
     Syntax::
 
         #phaze.stage_info<index = 0, rank = 0, first_layer = 0, last_layer = 12, devices = 4, time_s = 0.09,
-                     memory_bytes = 30000000000, recompute = selective, in_flight = 8,
+                     memory_bytes = 30000000000, param_bytes = 3000000000, grad_bytes = 3000000000,
+                     optimizer_bytes = 18000000000, activation_bytes = 5000000000,
+                     workspace_bytes = 1000000000, recompute = selective, in_flight = 8,
                      exposed_dp_s = 0.2>
 
     - ``rank``: the pipeline rank that runs it (``index`` under 1F1B, ``index mod pp`` under
@@ -727,6 +729,10 @@ class StageInfoAttr(RecordAttr):
     - ``memory_bytes``: per device: weights, gradients, optimizer state (each divided over the
       DP group where ``zero`` shards it), ``in_flight`` micro-batches of stashed activations
       (chunk-micro-batches under interleaving), workspace.
+    - ``param_bytes``, ``grad_bytes``, ``optimizer_bytes``, ``activation_bytes``,
+      ``workspace_bytes``: ``memory_bytes`` by part, as the placement DP counts it (they add
+      up to it): the state parts already sharded (ZeRO-3's parameters with its two gathered
+      layers), the activations the schedule's peak stash.
     - ``recompute``: ``"none"``, ``"selective"`` or ``"full"``.
     - ``exposed_dp_s``: the stage's once-per-step data-parallel collectives (the gradient
       all-reduce, or ZeRO's reduce-scatter and all-gather) not hidden by compute.
@@ -741,6 +747,11 @@ class StageInfoAttr(RecordAttr):
         "devices",
         "time_s",
         "memory_bytes",
+        "param_bytes",
+        "grad_bytes",
+        "optimizer_bytes",
+        "activation_bytes",
+        "workspace_bytes",
         "recompute",
         "in_flight",
         "exposed_dp_s",
@@ -753,6 +764,11 @@ class StageInfoAttr(RecordAttr):
     devices: IntAttr
     time_s: FloatData
     memory_bytes: IntAttr
+    param_bytes: IntAttr
+    grad_bytes: IntAttr
+    optimizer_bytes: IntAttr
+    activation_bytes: IntAttr
+    workspace_bytes: IntAttr
     recompute: RecomputePolicyAttr
     in_flight: IntAttr
     exposed_dp_s: FloatData

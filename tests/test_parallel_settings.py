@@ -53,6 +53,13 @@ def test_zero_divides_the_sharded_state_by_the_dp_degree(zero):
         layers = keys.records_of(parse_module(text), keys.LAYER_MEMORY, LayerMemoryAttr)
         saved -= 2 * max(int(r.as_dict()["param_bytes"]) for r in layers)
     assert s0["memory_bytes"] - s["memory_bytes"] == saved
+    # The stage's record says where: its parts add up to its memory, each sharded part is the
+    # layers' sum over d (rounded up), and the activations and workspace do not move.
+    parts = ("param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "workspace_bytes")
+    assert sum(s[f] for f in parts) == s["memory_bytes"] and sum(s0[f] for f in parts) == s0["memory_bytes"]
+    for field, from_stage in (("optimizer_bytes", 1), ("grad_bytes", 2)):
+        assert (s0[field], s[field]) == (sums[field], math.ceil(sums[field] / 8) if zero >= from_stage else sums[field])
+    assert (s["activation_bytes"], s["workspace_bytes"]) == (s0["activation_bytes"], s0["workspace_bytes"])
     # ZeRO-1 moves the same bytes as the all-reduce (a reduce-scatter and an all-gather);
     # ZeRO-2 and 3 pay per micro-batch, so they are no faster.
     if zero == 1:

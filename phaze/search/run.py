@@ -39,7 +39,6 @@ from phaze.search.engine import (
     search,
 )
 from phaze_ir import keys
-from phaze_ir.attributes import LayerMemoryAttr, LayerRecomputeAttr, StageInfoAttr
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 BASELINE_CHIP = "tpuv4"
@@ -211,35 +210,6 @@ def _why_not(res: Result, ev: Evaluator, cands: Candidates, tasks) -> str:
         if why:
             return (f"{t.name}: " if len(tasks) > 1 else "") + why
     return "no placement fits"
-
-
-def _memory_breakdown(module) -> list[dict[str, int]]:
-    """Per stage of the module's plan: parameters, gradients, optimizer state, stashed
-    activations, workspace (bytes; they add up to the stage's ``memory_bytes``)."""
-
-    def by_index(key: keys.Key, kind) -> dict:
-        return {r["index"]: r for r in (a.as_dict() for a in keys.require_records(module, key, kind))}
-
-    stages = [s.as_dict() for s in keys.require_records(module, keys.STAGES, StageInfoAttr)]
-    mem = by_index(keys.LAYER_MEMORY, LayerMemoryAttr)
-    recompute = by_index(keys.LAYER_RECOMPUTE, LayerRecomputeAttr)
-    out = []
-    for stage in stages:
-        layers = range(int(stage["first_layer"]), int(stage["last_layer"]) + 1)
-        params = sum(mem[i]["param_bytes"] for i in layers)
-        grads = sum(mem[i]["grad_bytes"] for i in layers)
-        opt = sum(mem[i]["optimizer_bytes"] for i in layers)
-        acts = stage["in_flight"] * sum(recompute[i][f"{stage['recompute']}_bytes"] for i in layers)
-        out.append(
-            {
-                "params": params,
-                "grads": grads,
-                "optimizer": opt,
-                "activations": acts,
-                "workspace": max(0, stage["memory_bytes"] - params - grads - opt - acts),
-            }
-        )
-    return out
 
 
 @contextmanager
@@ -559,8 +529,6 @@ def _assemble(modules, names, baselines, stats, recompute: str = "auto"):
     for module in modules:
         p = driver.plan_json(module, [], recompute)
         p.pop("candidates", None)
-        for stage, mem in zip(p["stages"], _memory_breakdown(module)):
-            stage["memory"] = mem
         plans.append(p)
     if len(modules) == 1:
         module = modules[0]
