@@ -219,7 +219,8 @@ def drawn(svg: ET.Element, gids: list[str]) -> bool:
 DATA = {
     "scatter": ["scatter-evaluated", "scatter-front", "scatter-front-line", "scatter-bounds", "scatter-chosen"]
     + [f"scatter-baseline-{j}" for j in range(8)],
-    "timeline": ["timeline-forward", "timeline-backward"],
+    "timeline": ["timeline-forward", "timeline-backward"]
+    + [f"timeline-{kind}-{j}" for kind in ("forward", "backward") for j in range(8)],
     "memory": ["memory-hbm", "memory-total"] + [f"memory-{k}" for k in R.MEMORY_KINDS],
 }
 
@@ -327,6 +328,82 @@ def test_1f1b_prefix_is_exact():
         full = {o[:3]: o[3:] for o in R.one_f_one_b(pp, 60, f, b) if o[2] < 16}
         cut = {o[:3]: o[3:] for o in R.one_f_one_b(pp, 16 + pp, f, b) if o[2] < 16}
         assert cut == full
+
+
+def check_interleaved(pp, v, m, f, b):
+    """The ops of the interleaved schedule: every (chunk, micro-batch) once each way, its
+    dependencies, each rank's order as Megatron-LM runs it, one op at a time."""
+    n = pp * v
+    ops = R.interleaved_1f1b(pp, v, m, f, b)
+    f = [f] * n if isinstance(f, (int, float)) else f
+    b = [b] * n if isinstance(b, (int, float)) else b
+    assert len(ops) == 2 * n * m
+    at = {(c, kind, i): (k, s, e) for k, kind, i, s, e, c in ops}
+    assert len(at) == len(ops)
+    for (c, kind, i), (k, s, e) in at.items():
+        assert k == c % pp  # chunk c on rank c mod pp
+        assert e == pytest.approx(s + (f[c] if kind == "F" else b[c]))
+        if kind == "F" and c > 0:
+            assert s >= at[(c - 1, "F", i)][2] - 1e-12
+        if kind == "B":
+            assert s >= at[(c, "F", i)][2] - 1e-12
+            if c < n - 1:
+                assert s >= at[(c + 1, "B", i)][2] - 1e-12
+    for k in range(pp):
+        row = [o for o in ops if o[0] == k]
+        assert all(x[4] <= y[3] + 1e-12 for x, y in zip(row, row[1:]))
+        fwd = [o for o in row if o[1] == "F"]
+        bwd = [o for o in row if o[1] == "B"]
+        # the q-th forward is on the rank's chunk (q // pp) % v, its micro-batches in groups of
+        # pp (the last group smaller when pp does not divide m); the backwards in the same
+        # order, chunks reversed
+        if m % pp == 0:
+            units = [((q // pp) % v, (q // n) * pp + q % pp) for q in range(m * v)]
+        else:
+            units = [(j, i) for g in range(0, m, pp) for j in range(v) for i in range(g, min(g + pp, m))]
+        assert [(o[5] // pp, o[2]) for o in fwd] == units
+        assert [(o[5] // pp, o[2]) for o in bwd] == [(v - 1 - j, i) for j, i in units]
+        # (pp − k − 1)·2 + (v − 1)·pp warm-up forwards, then one forward, one backward, ...
+        w = min((pp - k - 1) * 2 + (v - 1) * pp, m * v)
+        kinds = [o[1] for o in row]
+        assert kinds[:w] == ["F"] * w
+        assert kinds[w : 2 * m * v - w] == ["F", "B"] * (m * v - w)
+    return ops
+
+
+@pytest.mark.parametrize(
+    "pp,v,m", [(2, 2, 2), (2, 2, 16), (2, 4, 4), (3, 2, 9), (4, 2, 4), (4, 3, 8), (4, 4, 32), (8, 2, 16), (2, 1, 6)]
+)
+def test_interleaved_makespan_is_the_dps(pp, v, m):
+    """With equal chunks (a rank's time T = v·(f + b) per micro-batch), the schedule ends at
+    (m + (pp − 1)/v)·T: the time per batch the placement DP prices (docs/design.md §6.6)."""
+    for f, b in ((1.0, 2.0), (1.0, 1.0), (0.5, 1.5)):
+        ops = check_interleaved(pp, v, m, f, b)
+        assert max(o[4] for o in ops) == pytest.approx((m + (pp - 1) / v) * v * (f + b), rel=1e-12)
+
+
+def test_interleaved_unequal_chunks():
+    rng = random.Random(3)
+    f = [rng.uniform(0.5, 2) for _ in range(8)]
+    check_interleaved(4, 2, 8, f, [2 * x for x in f])
+    check_interleaved(2, 2, 5, 1.0, 2.0)  # pp does not divide m: a smaller last group
+
+
+def test_interleaved_prefix_is_exact():
+    """The timeline schedules only enough micro-batches for the first 16 (report.py
+    _interleaved_timeline): their ops must start exactly when they do in the full schedule."""
+    rng = random.Random(6)
+    for pp, v in ((2, 2), (2, 4), (3, 3), (4, 2), (8, 2), (7, 4)):
+        f = [rng.uniform(0.5, 2) for _ in range(pp * v)]
+        b = [2 * x * rng.uniform(0.8, 1.2) for x in f]
+        m = 16 * pp
+        d = {"pp": pp, "virtual_stages": v, "num_micro_batches": m, "stages": [{"rank": c % pp} for c in range(pp * v)]}
+        full = {(o[5], o[1], o[2]): o[3] for o in R.interleaved_1f1b(pp, v, m, f, b) if o[2] < 16}
+        warmup = 2 * (pp - 1) + (v - 1) * pp
+        enough = min(m, pp * -(-(16 + -(-warmup // v)) // pp) + pp)  # as the report cuts it
+        cut = {(o[5], o[1], o[2]): o[3] for o in R.interleaved_1f1b(pp, v, enough, f, b) if o[2] < 16}
+        assert cut == full and enough < m
+        assert R._virtual_stages(d) == v
 
 
 # ---------------------------------------------------------------------------------------------
@@ -543,6 +620,147 @@ def test_deterministic(pages, tmp_path):
         R.write(tmp_path / "missing" / "r.html", d)
 
 
+# ---------------------------------------------------------------------------------------------
+# The report of one plan (phazec --hw ... --report)
+# ---------------------------------------------------------------------------------------------
+
+DEEP = Path(__file__).parent / "models" / "tiny_gpt2_deep.py"
+
+
+@pytest.fixture(scope="module")
+def plan_reports(tmp_path_factory) -> dict[int, tuple[dict, str, str]]:
+    """The deep tiny GPT-2 placed by phazec on 8 A100s as DP 4, PP 2, interleaved:2 (four chunks
+    of two blocks), under ZeRO 0 and ZeRO 1: per ZeRO stage, the JSON, the report and the plan
+    file, each written by phazec (in-process: two compiles, seconds each)."""
+    from phaze.tools import phazec
+
+    out = tmp_path_factory.mktemp("plan-reports")
+    reports = {}
+    for zero in (0, 1):
+        stem = out / f"zero{zero}"
+        argv = [str(DEEP), "--hw", "a100", "--micro-batch", "1", "--tp", "1", "--devices", "8"]
+        argv += ["--global-batch", "64", "--placement", "expert:2,4,1", "--pipeline-schedule", "interleaved:2"]
+        argv += ["--zero", str(zero), "-o", f"{stem}.mlir", "--json", f"{stem}.json", "--report", f"{stem}.html", "-q"]
+        assert phazec.main(argv) == 0
+        data = json.loads(Path(f"{stem}.json").read_text())
+        reports[zero] = (data, Path(f"{stem}.html").read_text(encoding="utf-8"), Path(f"{stem}.mlir").read_text())
+    return reports
+
+
+def test_plan_report_page(plan_reports):
+    data, page, _ = plan_reports[1]
+    assert R.is_plan(data) and (data["pp"], data["virtual_stages"], data["dp"], data["zero"]) == (2, 2, 4, 1)
+    cs = charts(page)
+    assert list(cs) == ["timeline", "memory"] and empty_charts(page) == []  # no scatter in a plan
+    assert [svg.get("aria-label") for svg in cs.values()] == ["pipeline timeline", "memory per rank"]
+    assert "<h1>phaze plan: tiny-gpt2-deep</h1>" in page
+    assert "DP 4, PP 2, TP 1, SP off, schedule interleaved:2, ZeRO 1, micro-batch 1, micro-batches 16" in page
+    assert "<th>Placement</th><td>expert:2,4,1</td>" in page and "Baselines" not in page
+    assert "<h2>Candidates</h2>" in page and "<td>chosen</td>" in page
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids))
+    # the chunk table: four chunks on ranks 0, 1, 0, 1, each with its rank's numbers
+    table = page[page.index("<table><tr><th>chunk</th>") :]
+    rows = re.findall(r"<tr>(.*?)</tr>", table[: table.index("</table>")], flags=re.S)[1:]
+    assert [re.findall(r"<td[^>]*>(.*?)</td>", r)[:3] for r in rows] == [
+        ["0", "0", "[0, 2]"],
+        ["1", "1", "[3, 4]"],
+        ["2", "0", "[5, 6]"],
+        ["3", "1", "[7, 9]"],
+    ]
+
+
+def test_plan_timeline_draws_the_interleaved_schedule(plan_reports):
+    """Two rows (the ranks), the ops of each of a rank's two chunks in a group of their own, where
+    Megatron-LM's interleaved schedule puts them, each chunk taking half its rank's time."""
+    data, page, _ = plan_reports[1]
+    pp, v, m = data["pp"], data["virtual_stages"], data["num_micro_batches"]
+    svg = charts(page)["timeline"]
+    chunk_t = [s["time_s"] / v for s in data["stages"]]
+    ops = R.interleaved_1f1b(pp, v, m, [t / 3 for t in chunk_t], [2 * t / 3 for t in chunk_t])
+    groups = {
+        (kind, j): marks(svg, f"timeline-{name}-{j}")
+        for kind, name in (("F", "forward"), ("B", "backward"))
+        for j in range(v)
+    }
+    assert marks(svg, "timeline-forward") == []  # the plain schedule's groups are not used
+    boxes = [b for g in groups.values() for b in g]
+    rows = sorted({round((b[1] + b[3]) / 2, 3) for b in boxes})
+    assert len(rows) == pp and len(boxes) == 2 * pp * v * m
+    (x0, _, x1, _), op = groups[("F", 0)][0], next(o for o in ops if o[1] == "F" and o[5] == 0)
+    scale, origin = (x1 - x0) / (op[4] - op[3]), min(b[0] for b in boxes)
+    for (kind, j), drawn_boxes in groups.items():
+        # each chunk's ops on both ranks, m of them on each
+        got = sorted((rows.index(round((b[1] + b[3]) / 2, 3)), round((b[0] - origin) / scale, 9)) for b in drawn_boxes)
+        want = sorted((k, round(s, 9)) for k, kd, _i, s, _e, c in ops if kd == kind and c // pp == j)
+        assert [k for k, _ in got] == [k for k, _ in want] == sorted([0] * m + [1] * m)
+        assert [t for _, t in got] == pytest.approx([t for _, t in want], rel=1e-4, abs=1e-6)
+    assert texts(page) >= {"forward, chunk 0", "forward, chunk 1", "backward, chunk 1", "Pipeline rank", "Time (ms)"}
+    assert "Megatron-LM's interleaved 1F1B schedule: 2 ranks, 2 model chunks each" in page
+
+
+def test_plan_memory_shows_what_zero_shards(plan_reports):
+    """One bar per rank, stacked by part as the DP counts them; ZeRO-1 divides the optimizer
+    state by the DP degree and moves nothing else, and the caption says so."""
+    d = plan_reports[0][0]["dp"]
+    heights = {}
+    for zero, (data, page, _) in plan_reports.items():
+        svg = charts(page)["memory"]
+        bars = {k: sorted(marks(svg, f"memory-{k}")) for k in R.MEMORY_KINDS}
+        assert all(len(b) == data["pp"] for b in bars.values())  # ranks, not chunks
+        ranks = [s["memory"] for s in data["stages"][: data["pp"]]]
+        for k in R.MEMORY_KINDS:  # each part as tall as its bytes, against the parameters
+            for bar, par, mem in zip(bars[k], bars["params"], ranks):
+                ratio = (bar[3] - bar[1]) / (par[3] - par[1])
+                assert ratio == pytest.approx(mem[k] / mem["params"], rel=1e-4)
+        assert all(sum(s["memory"].values()) == s["memory_bytes"] for s in data["stages"])
+        heights[zero] = ranks
+    for plain, sharded in zip(heights[0], heights[1]):
+        assert sharded["optimizer"] == -(-plain["optimizer"] // d)
+        assert {k: v for k, v in sharded.items() if k != "optimizer"} == {
+            k: v for k, v in plain.items() if k != "optimizer"
+        }
+    assert (
+        "Optimizer state sharded over the 4 data-parallel replicas (ZeRO-1): each device holds 1/4 of it."
+        in plan_reports[1][1]
+    )
+    assert "Nothing is sharded over the 4 data-parallel replicas (ZeRO-0)" in plan_reports[0][1]
+
+
+def test_zero_captions():
+    assert R._zero_caption({"zero": 2, "dp": 8}) == (
+        "Optimizer state and gradients sharded over the 8 data-parallel replicas (ZeRO-2): each device holds 1/8 of it."
+    )
+    assert "parameters sharded" in R._zero_caption({"zero": 3, "dp": 2}) and "two layers gathered" in R._zero_caption(
+        {"zero": 3, "dp": 2}
+    )
+    assert "there is 1: nothing is divided" in R._zero_caption({"zero": 1, "dp": 1})
+    assert R._zero_caption({"dp": 8}) == R._zero_caption({"zero": 1}) == ""  # an older JSON: nothing said
+
+
+def test_plan_report_is_deterministic_and_the_plan_round_trips(plan_reports):
+    """phazec's report is the rendering of its JSON (same bytes); the plan file, with each
+    stage's memory parts, prints back as it was parsed."""
+    from phaze_ir.ir import parse_module, print_module
+
+    for data, page, mlir in plan_reports.values():
+        assert R.render(copy.deepcopy(data)) == page
+        assert print_module(parse_module(mlir)) == mlir
+        parts = re.findall(
+            r"memory_bytes = (\d+), param_bytes = (\d+), grad_bytes = (\d+), optimizer_bytes = (\d+), "
+            r"activation_bytes = (\d+), workspace_bytes = (\d+)",
+            mlir,
+        )
+        assert len(parts) == 4 and all(int(t) == sum(map(int, rest)) for t, *rest in parts)
+
+
+def test_report_needs_the_plan_stage(capsys):
+    from phaze.tools import phazec
+
+    assert phazec.main([str(DEEP), "--hw", "a100", "--emit", "recompute", "--report", "r.html"]) == 1
+    assert "--report needs the plan stage (--emit plan)" in capsys.readouterr().err
+
+
 def test_without_matplotlib(monkeypatch, tmp_path):
     """matplotlib is needed only for the charts: without it, a PhazeError that says so (a page
     with no chart still renders)."""
@@ -555,6 +773,15 @@ def test_without_matplotlib(monkeypatch, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # In a browser
 # ---------------------------------------------------------------------------------------------
+
+
+@needs_browser
+def test_plan_report_opens_in_a_browser(plan_reports, tmp_path):
+    path = tmp_path / "plan.html"
+    path.write_text(plan_reports[1][1], encoding="utf-8")
+    opened = inspect(path, tmp_path)
+    assert opened.problems == []
+    assert [c["label"] for c in opened.probe["charts"]] == ["pipeline timeline", "memory per rank"]
 
 
 @needs_browser

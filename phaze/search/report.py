@@ -1,21 +1,31 @@
-"""An HTML report of one search: a single self-contained page from the JSON of ``phazec --json``.
+"""An HTML report of one search, or of one plan: a single self-contained page from the JSON of
+``phazec --json``.
 
-The page (no external resources, no JavaScript; the charts are inline SVG drawn by matplotlib)
-shows:
+The page of a search (no external resources, no JavaScript; the charts are inline SVG drawn by
+matplotlib) shows:
 
 1. a header: the model(s), devices, global batch, the chosen accelerator and placement plan;
 2. throughput against area of every exactly evaluated architecture (``search.points``), the
    optimistic bounds of pruned candidates (``search.bound_points``) in light grey, the Pareto
    front (max throughput, min area) as a step line, the chosen design and the baselines;
-3. the 1F1B pipeline timeline of the chosen plan (Megatron's non-interleaved schedule);
-4. the memory of each stage, stacked by kind, against the HBM capacity;
+3. the pipeline timeline of the chosen plan: Megatron's 1F1B schedule, or its interleaved one
+   when the plan has ``virtual_stages`` v > 1 (one row per rank, the ops coloured by chunk);
+4. the memory of each stage (of each rank when interleaved), stacked by kind, against the HBM
+   capacity, with what the plan's ZeRO stage shards;
 5. the baselines with the chosen plan's speed-up over each;
 6. search statistics: the space, candidates pruned per stage, wall time per phase;
 7. in multi-model mode, each model's throughput on the common chip against its own best.
 
+The page of a plan (``phazec --hw CHIP --report``: the JSON has ``candidates`` and no ``search``)
+has the header (with sequence parallelism, the schedule, ZeRO, recompute and, when it does not
+fit, the binding constraint), the timeline, the memory and the micro-batch sizes and TP widths
+tried; a plan has no scatter, baselines or statistics.
+
 Assumptions: a stage's ``time_s`` is the forward plus backward time of one micro-batch on that
-stage; the timeline splits it 1/3 forward, 2/3 backward (illustrative only) and ignores
-communication. Without stage times, every stage takes ``time_per_batch_s / (m + pp - 1)``.
+stage (on its rank, under interleaving: the DP prices ranks, so each of a rank's v chunks is
+drawn taking 1/v of it); the timeline splits it 1/3 forward, 2/3 backward (illustrative only)
+and ignores communication. Without stage times, every stage takes ``time_per_batch_s / (m + pp
+- 1)`` (``/ (m + (pp - 1) / v)`` per rank when interleaved).
 Points with a missing, non-finite or non-positive throughput or area are infeasible: they are
 left off the plot and the front. Every field may be missing; the section then says so or is left
 out.
@@ -26,7 +36,8 @@ matplotlib: the page needs no font), ``svg.hashsalt`` fixed and no date in the m
 output is deterministic: same input (and matplotlib version), same bytes. Each chart's SVG ids
 are prefixed with its name (``scatter-``, ``timeline-``, ``memory-``), so the ids of the page are
 unique; the data of a chart are groups with fixed ids (``scatter-evaluated``, ``timeline-forward``,
-``memory-params``, ...), which the tests read. matplotlib is imported only when a chart is drawn.
+``timeline-forward-1`` for chunk 1 of an interleaved plan, ``memory-params``, ...), which the tests
+read. matplotlib is imported only when a chart is drawn.
 """
 
 from __future__ import annotations
@@ -46,9 +57,14 @@ from phaze_ir.errors import PhazeError
 GIB = 1 << 30
 MIB = 1 << 20
 MAX_TIMELINE_MB = 16
+#: What each ZeRO stage divides over the data-parallel replicas (docs/design.md §6.5).
+ZERO_SHARDS = {1: "optimizer state", 2: "optimizer state and gradients", 3: "optimizer state, gradients and parameters"}
 MEMORY_KINDS = ("params", "grads", "optimizer", "activations", "workspace")
 MEMORY_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f")
 FWD_COLOUR, BWD_COLOUR = "#4e79a7", "#f28e2b"
+#: How far towards white the last of a rank's chunks is drawn (the first in the full colour):
+#: light enough to tell apart, coloured enough to count as ink (tests/report_browser.py).
+CHUNK_LIGHTEN = 0.55
 POINT_COLOUR, FRONT_COLOUR, BOUND_COLOUR, BASELINE_COLOUR = "#4e79a7", "#e15759", "#bababa", "#59a14f"
 BASELINE_MARKERS = ("s", "^", "v", "P", "X", "<", ">", "h")
 #: The HBM line is drawn when the fullest stage uses at least this share of it (else it would
@@ -239,6 +255,63 @@ def one_f_one_b(
     return sorted(out, key=lambda o: (o[0], o[3]))
 
 
+def interleaved_1f1b(
+    pp: int, v: int, m: int, fwd: float | Sequence[float], bwd: float | Sequence[float]
+) -> list[tuple[int, str, int, float, float, int]]:
+    """Megatron-LM's interleaved 1F1B schedule (``forward_backward_pipelining_with_interleaving``)
+    of ``m`` micro-batches on ``pp`` ranks with ``v`` model chunks each, as ``(rank, "F"|"B",
+    micro_batch, start, end, chunk)`` sorted by (rank, start). Chunk c of the pp·v runs on rank
+    c mod pp; ``fwd``/``bwd`` are one time for all chunks or one per chunk (by c).
+
+    Each rank runs m·v forward units (a chunk on a micro-batch) in groups of pp micro-batches:
+    the group's pp micro-batches on the rank's chunk 0, then on its chunk 1, ..., so the k-th
+    forward is on the rank's chunk ``(k // pp) % v`` (when pp divides m, as Megatron requires;
+    otherwise the last group is smaller). Its backward units run in the same order with the
+    chunks reversed (the last chunk's gradients come first). Rank k runs ``min((pp − k − 1)·2 +
+    (v − 1)·pp, m·v)`` warm-up forwards, then alternates one forward and one backward, then
+    drains the backwards. F(c, i) starts after F(c − 1, i) (on rank (c − 1) mod pp), B(c, i)
+    after B(c + 1, i) (the last chunk's after its own forward), each op after its rank's previous
+    one. With equal chunks the makespan is (m + (pp − 1)/v)·v·(f + b): the bubble of Narayanan et
+    al. (2021) that the placement DP prices."""
+    n = pp * v
+    f = [float(fwd)] * n if isinstance(fwd, numbers.Real) else [float(x) for x in cast(Sequence[float], fwd)]
+    b = [float(bwd)] * n if isinstance(bwd, numbers.Real) else [float(x) for x in cast(Sequence[float], bwd)]
+    # (rank-local chunk, micro-batch) of each forward unit, in the order every rank runs them.
+    units = [(j, i) for g in range(0, m, pp) for j in range(v) for i in range(g, min(g + pp, m))]
+    total = len(units)
+    orders = []
+    for k in range(pp):
+        fw = [("F", j * pp + k, i) for j, i in units]
+        bw = [("B", (v - 1 - j) * pp + k, i) for j, i in units]
+        w = min((pp - k - 1) * 2 + (v - 1) * pp, total)
+        seq = fw[:w]
+        for q in range(total - w):
+            seq += [fw[w + q], bw[q]]
+        orders.append(seq + bw[total - w :])
+    end: dict[tuple[str, int, int], float] = {}
+    pos, free = [0] * pp, [0.0] * pp
+    out = []
+    progress = True
+    while progress:
+        progress = False
+        for k in range(pp):
+            while pos[k] < len(orders[k]):
+                kind, c, i = orders[k][pos[k]]
+                if kind == "F":
+                    dep = ("F", c - 1, i) if c > 0 else None
+                else:
+                    dep = ("B", c + 1, i) if c < n - 1 else ("F", c, i)
+                if dep is not None and dep not in end:
+                    break
+                start = max(free[k], end[dep] if dep is not None else 0.0)
+                free[k] = end[(kind, c, i)] = start + (f[c] if kind == "F" else b[c])
+                out.append((k, kind, i, start, free[k], c))
+                pos[k] += 1
+                progress = True
+    assert all(pos[k] == len(orders[k]) for k in range(pp)), "interleaved 1F1B deadlock"
+    return sorted(out, key=lambda o: (o[0], o[3]))
+
+
 # ---------------------------------------------------------------------------------------------
 # Charts (matplotlib, SVG backend only)
 # ---------------------------------------------------------------------------------------------
@@ -406,19 +479,43 @@ def _draw_scatter(mpl: Any, pts, bounds, front, base, chosen) -> Any:
     return fig
 
 
-def _draw_timeline(mpl: Any, pp: int, ops) -> Any:
+def _lighter(colour: str, share: float) -> str:
+    """``colour`` (``#rrggbb``) mixed with white, ``share`` of the way."""
+    rgb = [int(colour[q : q + 2], 16) for q in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + share * (255 - c)):02x}" for c in rgb)
+
+
+def _draw_timeline(mpl: Any, pp: int, ops, v: int = 1) -> Any:
+    """The ops of :func:`one_f_one_b` (``v`` = 1: one group per direction) or of
+    :func:`interleaved_1f1b` (one group per direction and rank-local chunk, the later chunks in
+    lighter shades, so the interleaving shows)."""
     row_in = min(0.32, max(0.06, 3.2 / pp))
     fig = _figure(mpl, WIDTH_IN, max(1.7, 0.95 + row_in * pp))
     ax = _axes(fig)
     t_end = max(o[4] for o in ops)
     prefix, scale = si_prefix(t_end)
-    for kind, colour, gid in (("F", FWD_COLOUR, "forward"), ("B", BWD_COLOUR, "backward")):
-        boxes = [(s, e, k - 0.4, k + 0.4) for k, kd, _i, s, e in ops if kd == kind]
+    # (kind, rank-local chunk or None, colour, gid, legend label)
+    series: list[tuple[str, int | None, str, str, str]] = [
+        ("F", None, FWD_COLOUR, "forward", "forward"),
+        ("B", None, BWD_COLOUR, "backward", "backward"),
+    ]
+    if v > 1:
+        shade = [CHUNK_LIGHTEN * j / (v - 1) for j in range(v)]
+        series = [
+            (kind, j, _lighter(base, shade[j]), f"{name}-{j}", f"{name}, chunk {j}")
+            for kind, base, name in (("F", FWD_COLOUR, "forward"), ("B", BWD_COLOUR, "backward"))
+            for j in range(v)
+        ]
+    for kind, j, colour, gid, _label in series:
+        boxes = [(o[3], o[4], o[0] - 0.4, o[0] + 0.4) for o in ops if o[1] == kind and (j is None or o[5] // pp == j)]
         _rects(mpl, ax, boxes, colour, gid)
-    # micro-batch numbers in the bars wide and tall enough for them (axes about 80 % of the width)
+    # micro-batch numbers in the bars wide and tall enough for them (axes about 80 % of the width),
+    # dark on the light shades of the later chunks
     pt_per_s = 0.8 * WIDTH_IN * 72 / t_end
     if row_in * 72 * 0.8 >= 9:
-        for k, _kind, i, s, e in ops:
+        for o in ops:
+            k, i, s, e = o[0], o[2], o[3], o[4]
+            light = v > 1 and CHUNK_LIGHTEN * (o[5] // pp) / (v - 1) > 0.3
             if (e - s) * pt_per_s >= 4 + 5 * len(str(i)):
                 ax.text(
                     (s + e) / 2,
@@ -426,7 +523,7 @@ def _draw_timeline(mpl: Any, pp: int, ops) -> Any:
                     str(i),
                     ha="center",
                     va="center",
-                    color="white",
+                    color="#222222" if light else "white",
                     fontsize=7,
                     clip_on=True,
                     in_layout=False,
@@ -436,15 +533,17 @@ def _draw_timeline(mpl: Any, pp: int, ops) -> Any:
     ax.yaxis.set_major_locator(mpl.ticker.FixedLocator(range(0, pp, math.ceil(pp / 16))))
     ax.grid(axis="y", visible=False)
     ax.set_xlabel(f"Time ({prefix}s)")
-    ax.set_ylabel("Pipeline stage")
+    ax.set_ylabel("Pipeline rank" if v > 1 else "Pipeline stage")
     ax.xaxis.set_major_formatter(_ticks(mpl, scale))
     ax.yaxis.set_major_formatter(_ticks(mpl))
     patch = mpl.patches.Patch
-    _legend_right(ax, [patch(facecolor=FWD_COLOUR, label="forward"), patch(facecolor=BWD_COLOUR, label="backward")])
+    _legend_right(ax, [patch(facecolor=colour, label=label) for _k, _j, colour, _g, label in series])
     return fig
 
 
-def _draw_memory(mpl: Any, bars, kinds, colours, unit: tuple[str, int], hbm: float | None) -> Any:
+def _draw_memory(
+    mpl: Any, bars, kinds, colours, unit: tuple[str, int], hbm: float | None, axis: str = "Pipeline stage"
+) -> Any:
     n = len(bars)
     fig = _figure(mpl, min(WIDTH_IN, max(6.5, 3.0 + 0.32 * n)), 3.8)
     ax = _axes(fig)
@@ -471,7 +570,7 @@ def _draw_memory(mpl: Any, bars, kinds, colours, unit: tuple[str, int], hbm: flo
     ax.set_ylim(0, (top / size) * 1.08 or 1)
     ax.xaxis.set_major_locator(mpl.ticker.FixedLocator(range(0, n, math.ceil(n / 24))))
     ax.grid(axis="x", visible=False)
-    ax.set_xlabel("Pipeline stage")
+    ax.set_xlabel(axis)
     ax.set_ylabel(f"Memory ({name})")
     ax.xaxis.set_major_formatter(_ticks(mpl))
     ax.yaxis.set_major_formatter(_ticks(mpl))
@@ -488,13 +587,25 @@ def _unit(x: Any, unit: str) -> str:
     return "—" if _num(x) is None else f"{fmt(x)} {unit}"
 
 
-def _header(d: dict) -> str:
+def _schedule(d: dict) -> str | None:
+    """The pipeline schedule as phazec's ``--pipeline-schedule`` writes it (None: not said)."""
+    v = d.get("virtual_stages")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        return None
+    return "1f1b" if v == 1 else f"interleaved:{v}"
+
+
+def _header(d: dict, title: str = "search") -> str:
     models = d.get("models") or ([d["model"]] if d.get("model") else [])
     acc = d.get("accelerator") or {}
+    sp = d.get("sequence_parallel")
     plan = [
         ("DP", d.get("dp")),
         ("PP", d.get("pp")),
         ("TP", d.get("tp")),
+        ("SP", None if sp is None else ("on" if sp else "off")),
+        ("schedule", _schedule(d)),
+        ("ZeRO", d.get("zero")),
         ("micro-batch", d.get("micro_batch_size")),
         ("micro-batches", d.get("num_micro_batches")),
     ]
@@ -505,12 +616,46 @@ def _header(d: dict) -> str:
         ("Global batch", fmt(d.get("global_batch"))),
         ("Accelerator", (f"{acc['name']}: " if acc.get("name") else "") + accel_summary(acc)),
         ("Plan", plan_txt),
+    ]
+    if title == "plan":
+        policies = sorted({str(s.get("recompute")) for s in d.get("stages") or [] if s.get("recompute")})
+        setting = str(d.get("recompute") or "—")
+        rows += [
+            ("Placement", str(d.get("placement") or "—")),
+            ("Recompute", setting + (f" ({', '.join(policies)})" if setting == "auto" and policies else "")),
+        ]
+        if d.get("feasible") is False:
+            rows.append(("Fits", f"no: {d.get('binding') or 'no placement fits'}"))
+    rows += [
         ("Throughput", _unit(d.get("throughput_samples_per_s"), "samples/s")),
         ("Time per batch", _unit(d.get("time_per_batch_s"), "s")),
         ("Max memory", fmt_bytes(d.get("max_memory_bytes"))),
     ]
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
-    return f"<h1>phaze search: {esc(', '.join(map(str, models)) or 'report')}</h1>\n<table>{body}</table>"
+    return f"<h1>phaze {title}: {esc(', '.join(map(str, models)) or 'report')}</h1>\n<table>{body}</table>"
+
+
+def _candidates(d: dict) -> str:
+    """The micro-batch sizes and TP widths the plan stage tried (a plan's ``candidates``)."""
+    cands = d.get("candidates") or []
+    if not cands:
+        return ""
+    chosen = (d.get("micro_batch_size"), d.get("tp"), bool(d.get("sequence_parallel")))
+    rows = []
+    for c in cands:
+        t = _num(c.get("throughput_samples_per_s"))
+        point = (c.get("micro_batch_size"), c.get("tp"), bool(c.get("sequence_parallel")))
+        rows.append(
+            (
+                c.get("micro_batch_size"),
+                c.get("tp"),
+                "on" if c.get("sequence_parallel") else "off",
+                t if t else _n("—"),
+                "chosen" if d.get("feasible") is not False and point == chosen else "",
+                str(c.get("note") or ""),
+            )
+        )
+    return "<h2>Candidates</h2>\n" + _table(["micro-batch", "TP", "SP", "throughput (samples/s)", "", "note"], rows)
 
 
 def _scatter(d: dict) -> str:
@@ -539,6 +684,19 @@ def _scatter(d: dict) -> str:
     )
 
 
+def _virtual_stages(d: dict) -> int:
+    """The plan's chunks per rank v: 1 (plain 1F1B) unless ``virtual_stages`` > 1 and the stages
+    are the pp·v chunks, chunk c on rank c mod pp (else the stages are drawn as they are)."""
+    v = d.get("virtual_stages")
+    pp = d.get("pp")
+    if not (isinstance(v, int) and isinstance(pp, int) and v > 1 and pp > 1):
+        return 1
+    stages = d.get("stages") or []
+    if len(stages) != pp * v or any(s.get("rank", c % pp) != c % pp for c, s in enumerate(stages)):
+        return 1
+    return v
+
+
 def _timeline(d: dict) -> str:
     stages = d.get("stages") or []
     pp = int(d.get("pp") or len(stages) or 0)
@@ -548,6 +706,9 @@ def _timeline(d: dict) -> str:
     m = int(m or 0)
     if pp <= 0 or m <= 0:
         return '<h2>Pipeline timeline</h2>\n<p class="empty">No pipeline plan.</p>'
+    v = _virtual_stages(d)
+    if v > 1:
+        return _interleaved_timeline(d, stages, pp, v, m)
     times = [_num(s.get("time_s")) for s in stages]
     if len(times) != pp or None in times:
         t = _num(d.get("time_per_batch_s"))
@@ -570,10 +731,48 @@ def _timeline(d: dict) -> str:
     return (
         "<h2>Pipeline timeline (1F1B)</h2>\n"
         + _chart(_draw_timeline, "timeline", "pipeline timeline", pp, ops)
-        + f'<p class="cap">{fmt(pp)} stage{"s" if pp > 1 else ""}, {fmt(m)} micro-batch{"es" if m > 1 else ""}; '
+        + '<p class="cap">Megatron-LM\'s 1F1B schedule (not interleaved): '
+        f"{fmt(pp)} stage{'s' if pp > 1 else ''}, {fmt(m)} micro-batch{'es' if m > 1 else ''}; "
         f"bars wide enough for it are numbered by micro-batch. "
         f"A stage's time is its forward plus backward time per micro-batch; the 1/3 forward, 2/3 "
         f"backward split shown is illustrative, and communication is not drawn.{note}</p>"
+    )
+
+
+def _interleaved_timeline(d: dict, stages: list[dict], pp: int, v: int, m: int) -> str:
+    """The timeline of an interleaved plan: one row per rank, each chunk of a rank taking 1/v of
+    the rank's time per micro-batch (the stage entries of a rank's chunks carry its time)."""
+    times = [_num(s.get("time_s")) for s in stages]
+    if None in times:
+        t = _num(d.get("time_per_batch_s"))
+        times = [t / (m + (pp - 1) / v) if t else 1.0] * (pp * v)
+    chunk_t = [cast(float, t) / v for t in times]
+    shown = min(m, MAX_TIMELINE_MB)
+    # The ops of micro-batches < shown come before the backward of the last of them, which
+    # runs in the steady state once (shown + warm-up / v) micro-batches exist; rounded up to
+    # whole groups of pp (the order is by groups), plus one group, they start as in the full
+    # schedule (tests/test_report.py checks it).
+    warmup = 2 * (pp - 1) + (v - 1) * pp
+    enough = min(m, pp * math.ceil((shown + math.ceil(warmup / v)) / pp) + pp)
+    fwd, bwd = [t / 3 for t in chunk_t], [2 * t / 3 for t in chunk_t]
+    ops = [o for o in interleaved_1f1b(pp, v, enough, fwd, bwd) if o[2] < shown]
+    if not max(o[4] for o in ops) > 0:
+        return '<h2>Pipeline timeline</h2>\n<p class="empty">The stages take no time.</p>'
+    note = (
+        f" Only the first {shown} of {fmt(m)} micro-batches are drawn (the gaps are the later ones)."
+        if m > shown
+        else ""
+    )
+    return (
+        f"<h2>Pipeline timeline (interleaved 1F1B, {v} chunks per rank)</h2>\n"
+        + _chart(_draw_timeline, "timeline", "pipeline timeline", pp, ops, v)
+        + f'<p class="cap">Megatron-LM\'s interleaved 1F1B schedule: {fmt(pp)} ranks, {fmt(v)} model chunks '
+        f"each (chunk j of rank k is model chunk j·{fmt(pp)} + k, later chunks lighter), {fmt(m)} "
+        f"micro-batch{'es' if m > 1 else ''}; bars wide enough for it are numbered by micro-batch. "
+        f"A rank's time is its forward plus backward time per micro-batch; each of its chunks is drawn "
+        f"taking 1/{fmt(v)} of it, split 1/3 forward, 2/3 backward (illustrative), and communication is "
+        f"not drawn. The pipeline bubble is ({fmt(pp)} − 1)/{fmt(v)} of a rank's time per micro-batch, as "
+        f"the plan prices it.{note}</p>"
     )
 
 
@@ -582,17 +781,44 @@ def _layers(x: Any) -> str:
     return "[" + ", ".join(map(fmt, x)) + "]" if isinstance(x, list) else fmt(x)
 
 
+def _zero_caption(d: dict) -> str:
+    """What the plan's ZeRO stage shards over its data-parallel replicas, in words ('' when the
+    JSON does not say)."""
+    z, dp = d.get("zero"), d.get("dp")
+    if not isinstance(z, int) or isinstance(z, bool) or not isinstance(dp, int) or dp < 1:
+        return ""
+    replicas = f"{fmt(dp)} data-parallel replica{'s' if dp > 1 else ''}"
+    if z not in ZERO_SHARDS:
+        return (
+            f"Nothing is sharded over the {replicas} (ZeRO-0): each holds all of its parameters, "
+            "gradients and optimizer state."
+        )
+    what = ZERO_SHARDS[z]
+    if dp == 1:
+        return f"ZeRO-{z} shards the {what} over the data-parallel replicas, but there is 1: nothing is divided."
+    gathered = "; the parameters include the two layers gathered at a time" if z >= 3 else ""
+    return (
+        f"{what[0].upper()}{what[1:]} sharded over the {replicas} (ZeRO-{z}): each device holds "
+        f"1/{fmt(dp)} of it{gathered}."
+    )
+
+
 def _memory(d: dict) -> str:
     stages = d.get("stages") or []
+    pp = d.get("pp")
+    v = _virtual_stages(d)
+    # Under interleaving a rank's chunks carry the rank's memory: one bar per rank.
+    per_rank = stages[: cast(int, pp)] if v > 1 else stages
+    what = "rank" if v > 1 else "stage"
     bars = []
-    for s in stages:
+    for s in per_rank:
         mem = s.get("memory")
         if isinstance(mem, dict) and mem:
             bars.append([_num(mem.get(k)) or 0.0 for k in MEMORY_KINDS])
         else:
             bars.append([_num(s.get("memory_bytes")) or 0.0])
     if not bars:
-        return '<h2>Memory per stage</h2>\n<p class="empty">No stages.</p>'
+        return f'<h2>Memory per {what}</h2>\n<p class="empty">No stages.</p>'
     split = any(len(b) > 1 for b in bars)
     kinds, colours = (MEMORY_KINDS, MEMORY_COLOURS) if split else (("total",), (POINT_COLOUR,))
     hbm = _num((d.get("accelerator") or {}).get("hbm_bytes"))
@@ -600,21 +826,35 @@ def _memory(d: dict) -> str:
     used = max(sum(b) for b in bars)
     on_chart = hbm if hbm and used >= HBM_LINE_MIN_SHARE * hbm else None
     unit = ("GiB", GIB) if max(used, on_chart or 0) >= GIB else ("MiB", MIB)
-    out = ["<h2>Memory per stage</h2>"]
+    out = [f"<h2>Memory per {what}</h2>"]
     if used > 0:
-        out.append(_chart(_draw_memory, "memory", "memory per stage", bars, kinds, colours, unit, on_chart).rstrip())
+        label = f"memory per {what}"
+        axis = f"Pipeline {what}"
+        out.append(_chart(_draw_memory, "memory", label, bars, kinds, colours, unit, on_chart, axis).rstrip())
     else:
         out.append('<p class="empty">No memory figures.</p>')
+    caps = []
     if hbm:
         where = (
             "the dashed line"
             if on_chart
-            else f"off the scale: the fullest stage uses {fmt(100 * used / hbm)} % of it, so it is not drawn"
+            else f"off the scale: the fullest {what} uses {fmt(100 * used / hbm)} % of it, so it is not drawn"
         )
-        out.append(f'<p class="cap">HBM capacity {esc(fmt_bytes(hbm))} ({where}).</p>')
+        caps.append(f"HBM capacity {esc(fmt_bytes(hbm))} ({where}).")
+    if v > 1:
+        caps.append(
+            f"A rank holds its {fmt(v)} chunks; its activations are the interleaved schedule's peak "
+            f"stash (the table's in flight counts chunk-micro-batches)."
+        )
+    if zero := _zero_caption(d):
+        caps.append(esc(zero))
+    if caps:
+        out.append(f'<p class="cap">{" ".join(caps)}</p>')
+    head = ["stage", "layers", "devices", "recompute", "in flight", "memory", "time (s)", "exposed DP (s)"]
     rows = [
         (
             str(j),
+            *([str(s.get("rank", "—"))] if v > 1 else []),
             _layers(s.get("layers")),
             s.get("devices"),
             str(s.get("recompute") or "—"),
@@ -625,11 +865,9 @@ def _memory(d: dict) -> str:
         )
         for j, s in enumerate(stages)
     ]
-    return (
-        "\n".join(out)
-        + "\n"
-        + _table(["stage", "layers", "devices", "recompute", "in flight", "memory", "time (s)", "exposed DP (s)"], rows)
-    )
+    if v > 1:  # the rows are chunks; the numbers are their rank's
+        head = ["chunk", "rank", *head[1:]]
+    return "\n".join(out) + "\n" + _table(head, rows)
 
 
 def _baselines(d: dict) -> str:
@@ -715,18 +953,28 @@ def _models(d: dict) -> str:
     )
 
 
+def is_plan(data: dict) -> bool:
+    """Whether ``data`` is the JSON of one plan (``phazec --hw``: it lists the ``candidates`` it
+    tried and has no ``search``), not of an architecture search."""
+    return "candidates" in data and "search" not in data
+
+
 def render(data: dict) -> str:
-    """The report of one search (the JSON of ``phazec --json``) as one self-contained HTML page."""
+    """The report of one search, or of one plan (:func:`is_plan`), from the JSON of ``phazec
+    --json``, as one self-contained HTML page."""
     title = ", ".join(map(str, data.get("models") or [data.get("model") or "search"]))
-    parts = [
-        _header(data),
-        _scatter(data),
-        _timeline(data),
-        _memory(data),
-        _baselines(data),
-        _stats(data),
-        _models(data),
-    ]
+    if is_plan(data):
+        parts = [_header(data, "plan"), _timeline(data), _memory(data), _candidates(data)]
+    else:
+        parts = [
+            _header(data),
+            _scatter(data),
+            _timeline(data),
+            _memory(data),
+            _baselines(data),
+            _stats(data),
+            _models(data),
+        ]
     body = "\n".join(p for p in parts if p)
     return (
         f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

@@ -10,7 +10,8 @@ finds one chip for several models (best mean throughput).
 
 ``phazec MODEL.py --hw CHIP`` compiles for one given accelerator instead: the training step is
 sharded, priced on it, scheduled, given recompute options and placed on ``--devices``
-accelerators by the exact DP for each micro-batch size and TP width; the best plan is written.
+accelerators by the exact DP for each micro-batch size and TP width; the best plan is written
+(``--report``: with its pipeline timeline and memory as an HTML page).
 ``--emit STAGE`` stops earlier (the stages are listed in ``phaze/driver.py``).
 
 Bad input (a missing or broken model file, an untraceable model, a bad option) gets a one-line
@@ -154,6 +155,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
     p.add_argument(
+        "--report",
+        metavar="FILE.html",
+        help="also write a self-contained HTML report (plan stage): of the search, or with --hw of the plan "
+        "(its pipeline timeline and memory per stage)",
+    )
+    p.add_argument(
         "--export",
         nargs=2,
         action="append",
@@ -165,7 +172,6 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--space", metavar="FILE.toml", help="architecture space (default: the paper's, docs/design.md §4.3)"
     )
-    s.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report of the search")
     s.add_argument(
         "-j",
         "--jobs",
@@ -228,12 +234,13 @@ def options(args: argparse.Namespace):
 
     check_numbers(args)
 
-    if args.json and args.emit != "plan":
-        raise PhazeError("--json needs the plan stage (--emit plan)")
+    for flag, given in (("--json", args.json), ("--report", args.report)):
+        if given and args.emit != "plan":
+            raise PhazeError(f"{flag} needs the plan stage (--emit plan)")
     if len(args.models) > 1 and not searching(args):
         raise PhazeError("several models need the architecture search (no --hw, --emit plan)")
     if not searching(args):
-        for flag, given in (("--space", args.space), ("--report", args.report), ("--address", args.address)):
+        for flag, given in (("--space", args.space), ("--address", args.address)):
             if given:
                 raise PhazeError(f"{flag} is for the architecture search; drop --hw (and --emit)")
     search = searching(args)
@@ -399,9 +406,16 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
 
             plan_dict = driver.plan_json(module, candidates, opts.recompute)
             write_exports(args.export, plan_dict, model_facts(module, opts), log)
-        if args.json:
-            _write_json(args.json, driver.plan_json(module, candidates, opts.recompute))
-            log(f"wrote {args.json}")
+        if args.json or args.report:
+            data = driver.plan_json(module, candidates, opts.recompute)
+            if args.json:
+                _write_json(args.json, data)
+                log(f"wrote {args.json}")
+            if args.report:  # also of a plan that does not fit: its header says what binds
+                from phaze.search import report
+
+                report.write(args.report, data)
+                log(f"wrote {args.report}")
     return print_module(module, generic=args.print_op_generic), failure
 
 
