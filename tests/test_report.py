@@ -727,6 +727,33 @@ def test_plan_memory_shows_what_zero_shards(plan_reports):
     assert "Nothing is sharded over the 4 data-parallel replicas (ZeRO-0)" in plan_reports[0][1]
 
 
+def test_plan_pages_of_plain_and_infeasible_plans():
+    """A plan under plain 1F1B is drawn as the search's chosen plan is (one group per direction,
+    one bar per stage); a plan that does not fit says what binds, with no charts."""
+    d = synthetic()
+    del d["search"], d["baselines"]
+    d.update(candidates=[{"micro_batch_size": 2, "tp": 4, "throughput_samples_per_s": 505.2, "note": ""}], zero=0)
+    d.update(virtual_stages=1, sequence_parallel=True, placement="phaze", recompute="auto", feasible=True)
+    page = R.render(d)
+    assert R.is_plan(d) and list(charts(page)) == ["timeline", "memory"] and empty_charts(page) == []
+    assert charts(page)["timeline"].get("aria-label") == "pipeline timeline"
+    assert charts(page)["memory"].get("aria-label") == "memory per stage"
+    assert len(marks(charts(page)["timeline"], "timeline-forward")) == 4 * 16
+    assert "SP on, schedule 1f1b, ZeRO 0" in page and "Recompute</th><td>auto (selective)" in page
+    assert "Nothing is sharded over the 64 data-parallel replicas (ZeRO-0)" in page
+    bad = {
+        "model": "m",
+        "pp": 0,
+        "stages": [],
+        "feasible": False,
+        "binding": "memory: no placement fits",
+        "candidates": [{"micro_batch_size": 1, "tp": 1, "throughput_samples_per_s": 0.0, "note": "memory: ..."}],
+    }
+    page = R.render(bad)
+    assert "<svg" not in page and "<th>Fits</th><td>no: memory: no placement fits</td>" in page
+    assert "No pipeline plan." in page and "chosen" not in page
+
+
 def test_zero_captions():
     assert R._zero_caption({"zero": 2, "dp": 8}) == (
         "Optimizer state and gradients sharded over the 8 data-parallel replicas (ZeRO-2): each device holds 1/8 of it."
