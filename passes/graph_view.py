@@ -59,15 +59,34 @@ def _is_dropout_mask(op: Operation, masks: set[SSAValue]) -> bool:
     return kind in ("div", "mul") and bool(op.operands) and all(o in masks for o in op.operands)
 
 
+def _expert_gemm_experts(op: Operation, graph: Graph, ids: dict[SSAValue, int], params: dict[int, SSAValue]) -> int:
+    """The experts of an expert GEMM, 0 for any other op: a ``phaze.matmul`` whose right
+    operand is batched (rank 3) and a view of a parameter (the per-expert weights of an MoE
+    layer, ``aten._grouped_mm`` expanded by the importer); the parameter's leading dimension."""
+    if not isinstance(op, ph.MatmulOp) or len(op.operands) < 2:
+        return 0
+    rhs = op.operands[1]
+    if len(ph.tensor_type(rhs).get_shape()) != 3:
+        return 0
+    param = params.get(graph.storage(ids[rhs]))
+    if param is None:
+        return 0
+    shape = ph.tensor_type(param).get_shape()
+    return shape[0] if len(shape) == 3 else 0
+
+
 def build_graph(fn: func.FuncOp, require_phase: bool = True) -> tuple[Graph, list[Operation]]:
     """The light graph of ``fn`` and its ops (index i of the graph is ``ops[i]``).  A dropout
     mask counts one byte per element (:func:`_is_dropout_mask`)."""
     graph = Graph()
     ids: dict[SSAValue, int] = {}
     masks: set[SSAValue] = set()
+    params: dict[int, SSAValue] = {}
     for i, arg in enumerate(fn.body.block.args):
         role, name = arg_role(fn, i)
         ids[arg] = graph.add_value(ph.tensor_bytes(arg.type), role=role, name=name, is_float=_is_float(arg.type))
+        if role == "param":
+            params[ids[arg]] = arg
     ops: list[Operation] = []
     for op in fn.body.block.ops:
         if isinstance(op, func.ReturnOp):
@@ -75,6 +94,7 @@ def build_graph(fn: func.FuncOp, require_phase: bool = True) -> tuple[Graph, lis
         phase = op.attributes.get(keys.PHASE)
         if require_phase and not isinstance(phase, StringAttr):
             raise PhazeError(f"'{op.name}' op has no '{keys.PHASE}' attribute; import the model with phazec first")
+        experts = _expert_gemm_experts(op, graph, ids, params)
         is_mask = _is_dropout_mask(op, masks)
         if is_mask:
             masks.update(op.results)
@@ -87,6 +107,7 @@ def build_graph(fn: func.FuncOp, require_phase: bool = True) -> tuple[Graph, lis
             signature=op_signature(op),
             view=isinstance(op, ph.LayoutOp) and op.is_view,
             result_float=[_is_float(r.type) for r in op.results],
+            experts=experts,
         )
         for r, v in zip(op.results, graph.ops[index].results):
             ids[r] = v

@@ -61,6 +61,11 @@ def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
                 optimizer_bytes=m["optimizer_bytes"],
                 workspace_bytes=m["workspace_bytes"],
                 boundary_bytes=layer["boundary_bytes"],
+                experts=layer["experts"],
+                expert_param_bytes=m["expert_param_bytes"],
+                expert_grad_bytes=m["expert_param_bytes"],  # gradients as the weights (mixed precision)
+                expert_optimizer_bytes=m["expert_optimizer_bytes"],
+                dispatch_bytes=layer["dispatch_bytes"],
             )
         )
     return out
@@ -75,10 +80,11 @@ def build_problem(
     recompute: str = "auto",
     zero: str = "0",
     pipeline_schedule: str = "1f1b",
+    expert_parallel: str = "1",
 ) -> _phaze_rs.ProblemDict:
     """The DP problem of a module annotated by the cost passes (``recompute``: ``auto`` or the
     policy of every stage; ``zero``: ``auto`` or a ZeRO stage; ``pipeline_schedule``:
-    ``auto``, ``1f1b`` or ``interleaved:V``)."""
+    ``auto``, ``1f1b`` or ``interleaved:V``; ``expert_parallel``: ``auto`` or the EP degree)."""
     layers = layer_numbers(module, pass_name)
     acc = module_accelerator(module, pass_name)
     spec = acc.to_dict()
@@ -97,6 +103,7 @@ def build_problem(
             zero=zero,
             pipeline_schedule=pipeline_schedule,
             blocks=pl.block_range(kinds),
+            expert_parallel=expert_parallel,
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
@@ -128,6 +135,7 @@ def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_
             tp=problem["tp"],
             virtual_stages=0,
             zero=0,
+            expert_parallel=0,
             micro_batch_size=problem["micro_batch"],
             num_micro_batches=0,
             time_per_batch_s=0.0,
@@ -148,6 +156,7 @@ def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_
         tp=plan["tp"],
         virtual_stages=plan["virtual_stages"],
         zero=plan["zero"],
+        expert_parallel=plan["expert_parallel"],
         micro_batch_size=plan["micro_batch"],
         num_micro_batches=plan["num_micro_batches"],
         time_per_batch_s=float(plan["time_per_batch_s"]),
@@ -208,7 +217,9 @@ class PlaceDevicesPass(ModulePass):
     ``feasible = "no"`` and the memory constraint), ``zero`` (``0``, the default, plain data
     parallelism; ``1``/``2``/``3`` a fixed ZeRO stage; ``auto``: the DP chooses),
     ``pipeline_schedule`` (``1f1b``, the default; ``interleaved:V``, Megatron's interleaved
-    1F1B with V model chunks per device; ``auto``: the DP chooses).  Requires the cost annotations of
+    1F1B with V model chunks per device; ``auto``: the DP chooses), ``expert_parallel`` (``1``,
+    the default: every replica holds every expert; ``E``: an MoE model's experts split over E
+    replicas; ``auto``: the DP chooses).  Requires the cost annotations of
     ``phaze-schedule-ops`` and ``phaze-insert-recompute`` and a ``phaze.accelerator``.
     """
 
@@ -220,6 +231,7 @@ class PlaceDevicesPass(ModulePass):
     recompute: str = "auto"
     zero: str = "0"
     pipeline_schedule: str = "1f1b"
+    expert_parallel: str = "1"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         try:
@@ -227,6 +239,7 @@ class PlaceDevicesPass(ModulePass):
             recompute = pl.parse_recompute(self.recompute)
             pl.parse_zero(self.zero)
             pl.parse_pipeline_schedule(self.pipeline_schedule)
+            pl.parse_expert_parallel(self.expert_parallel)
         except pl.PlacementError as e:
             raise PhazeError(f"{self.name}: {e}") from e
         problem = build_problem(
@@ -238,6 +251,7 @@ class PlaceDevicesPass(ModulePass):
             recompute,
             zero=self.zero,
             pipeline_schedule=self.pipeline_schedule,
+            expert_parallel=self.expert_parallel,
         )
         result = solve(problem, fixed)
         label = "phaze" if fixed is None else "expert:{},{},{}".format(*fixed)

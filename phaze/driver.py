@@ -70,6 +70,10 @@ class Options:
     #: ``1f1b`` (default), ``interleaved:V`` (Megatron's interleaved 1F1B, V chunks per
     #: device), ``auto``: the DP chooses (``phaze-place-devices{pipeline_schedule=...}``).
     pipeline_schedule: str = "1f1b"
+    #: ``1`` (default: every replica holds every expert, the paper's space), ``E`` an MoE
+    #: model's experts split over E data-parallel replicas, ``auto``: the DP chooses
+    #: (``phaze-place-devices{expert_parallel=...}``).
+    expert_parallel: str = "1"
     #: ``off`` (default), ``on`` (Megatron sequence parallelism at every TP width > 1),
     #: ``auto``: both are compiled and the faster plan is kept
     #: (``phaze-shard-tensor-parallel{sequence_parallel=...}``).
@@ -124,7 +128,8 @@ def pipeline(stage: str, tp: int, opts: Options, sequence_parallel: bool = False
         passes.append(
             f"phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} "
             f'placement="{opts.placement}" dp_overlap={overlap} recompute="{opts.recompute}" '
-            f'zero="{opts.zero}" pipeline_schedule="{opts.pipeline_schedule}"}}'
+            f'zero="{opts.zero}" pipeline_schedule="{opts.pipeline_schedule}" '
+            f'expert_parallel="{opts.expert_parallel}"}}'
         )
     return ",".join(passes)
 
@@ -198,6 +203,7 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
     ``accelerator``: the chip (default: ``opts.hw``)."""
     from passes.algorithms.placement import (
         PlacementError,
+        parse_expert_parallel,
         parse_pipeline_schedule,
         parse_placement,
         parse_recompute,
@@ -217,6 +223,7 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
         ("--recompute", parse_recompute, opts.recompute),
         ("--zero", parse_zero, opts.zero),
         ("--pipeline-schedule", parse_pipeline_schedule, opts.pipeline_schedule),
+        ("--expert-parallel", parse_expert_parallel, opts.expert_parallel),
     ):
         try:
             parse(value)
@@ -346,6 +353,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
         "sequence_parallel": keys.SEQUENCE_PARALLEL in module.attributes,
         "virtual_stages": plan["virtual_stages"],
         "zero": plan["zero"],
+        "expert_parallel": plan["expert_parallel"],
         "micro_batch_size": plan["micro_batch_size"],
         "num_micro_batches": plan["num_micro_batches"],
         "time_per_batch_s": plan["time_per_batch_s"],
@@ -398,11 +406,12 @@ def summary(module: ModuleOp) -> str:
     schedule = "1f1b" if v == 1 else f"interleaved:{v}"
     sp = "on" if keys.SEQUENCE_PARALLEL in module.attributes else "off"
     head = (
-        f"{'DP':>5} {'PP':>4} {'TP':>4} {'SP':>3} {'schedule':>13} {'ZeRO':>4} {'micro-batch':>11} "
+        f"{'DP':>5} {'PP':>4} {'TP':>4} {'SP':>3} {'schedule':>13} {'ZeRO':>4} {'EP':>3} {'micro-batch':>11} "
         f"{'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>11}"
     )
     row = (
         f"{plan['dp']:>5} {plan['pp']:>4} {plan['tp']:>4} {sp:>3} {schedule:>13} {plan['zero']:>4} "
+        f"{plan['expert_parallel']:>3} "
         f"{plan['micro_batch_size']:>11} {recompute:>14} "
         f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>11.2f}"
     )

@@ -119,9 +119,7 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
     sp = bool(plan["sequence_parallel"])
     v = int(plan["virtual_stages"])
     zero = int(plan["zero"])
-    # plan_json has no expert_parallel yet (phaze has no expert-parallel dimension): a plan
-    # without it uses none. Read it directly once plan_json writes it.
-    ep = int(plan.get("expert_parallel", 1))
+    ep = int(plan["expert_parallel"])
     devices_used = int(plan.get("devices_used", dp * pp * tp))
     if dp * b * m != gb:
         raise PhazeError(
@@ -240,6 +238,12 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
     if s.sequence_parallel and s.tp > 1:  # Megatron-LM drops SP at TP 1 (it shards nothing)
         args.append("--sequence-parallel")
     if s.expert_parallel > 1:
+        if s.tp > 1 and not s.sequence_parallel:
+            raise PhazeError(
+                "--export megatron: expert parallelism with tensor parallelism needs sequence parallelism in "
+                "Megatron-LM (its token dispatcher splits the tokens over the TP ranks): compile with "
+                "--sequence-parallel on"
+            )
         args.append(f"--expert-model-parallel-size={s.expert_parallel}")
     args += [
         f"--micro-batch-size={s.micro_batch}",

@@ -338,7 +338,7 @@ class LayerInfoAttr(RecordAttr):
         #phaze.layer_info<index = 1, kind = block, module = "transformer.h.0", same_as = 1,
                      param_bytes = 63, saved_bytes = 4096, boundary_bytes = 512,
                      grad_boundary_bytes = 512, fwd_flops = 1, bwd_flops = 2, opt_flops = 0,
-                     num_ops = 120>
+                     num_ops = 120, experts = 0, dispatch_bytes = 0>
 
     - ``index``: position in execution order (0 = prologue).
     - ``kind``: ``"prologue"`` (embeddings and input handling), ``"block"`` (one child of the
@@ -356,6 +356,11 @@ class LayerInfoAttr(RecordAttr):
     - ``grad_boundary_bytes``: gradient bytes crossing the same cut in backward.
     - ``fwd_flops``/``bwd_flops``/``opt_flops``: FLOPs per phase.
     - ``num_ops``: number of ops in the layer.
+    - ``experts``: the experts of an MoE layer (the leading dimension of its per-expert weights,
+      read by its expert GEMMs); 0 in a dense layer.
+    - ``dispatch_bytes``: the bytes of the tokens one forward of the layer routes to its experts
+      (the left operand of its first expert GEMM: routed rows x hidden size), what expert
+      parallelism's all-to-all dispatches (and the combine brings back); 0 in a dense layer.
     """
 
     name = "phaze.layer_info"
@@ -372,6 +377,8 @@ class LayerInfoAttr(RecordAttr):
         "bwd_flops",
         "opt_flops",
         "num_ops",
+        "experts",
+        "dispatch_bytes",
     )
 
     index: IntAttr
@@ -386,6 +393,8 @@ class LayerInfoAttr(RecordAttr):
     bwd_flops: IntAttr
     opt_flops: IntAttr
     num_ops: IntAttr
+    experts: IntAttr
+    dispatch_bytes: IntAttr
 
 
 @irdl_attr_definition
@@ -606,10 +615,14 @@ class LayerMemoryAttr(RecordAttr):
         #phaze.layer_memory<index = 1, param_bytes = 404750336, grad_bytes = 404750336,
                             optimizer_bytes = 2428502016, saved_none_bytes = 3986718720,
                             saved_selective_bytes = 765460480, saved_full_bytes = 33554432,
-                            workspace_bytes = 2147483648, recompute_workspace_bytes = 6100000000>
+                            workspace_bytes = 2147483648, recompute_workspace_bytes = 6100000000,
+                            expert_param_bytes = 0, expert_optimizer_bytes = 0>
 
     - ``param_bytes``/``grad_bytes``: weights the layer's forward reads and their gradients;
       ``optimizer_bytes``: their optimizer state (e.g. fp32 master copy and Adam moments).
+    - ``expert_param_bytes``/``expert_optimizer_bytes``: the part of ``param_bytes`` (and of the
+      gradients) and of ``optimizer_bytes`` that is an MoE layer's per-expert weights, which
+      expert parallelism divides over its group (0 in a dense layer).
     - ``saved_*_bytes``: activations stashed per micro-batch under each recompute policy (as in
       ``#phaze.layer_recompute``).
     - ``workspace_bytes``: the largest transient live set while the layer's forward or backward
@@ -629,6 +642,8 @@ class LayerMemoryAttr(RecordAttr):
         "saved_full_bytes",
         "workspace_bytes",
         "recompute_workspace_bytes",
+        "expert_param_bytes",
+        "expert_optimizer_bytes",
     )
 
     index: IntAttr
@@ -640,6 +655,8 @@ class LayerMemoryAttr(RecordAttr):
     saved_full_bytes: IntAttr
     workspace_bytes: IntAttr
     recompute_workspace_bytes: IntAttr
+    expert_param_bytes: IntAttr
+    expert_optimizer_bytes: IntAttr
 
 
 @irdl_attr_definition
@@ -650,7 +667,7 @@ class PlanAttr(RecordAttr):
     Syntax::
 
         #phaze.plan<devices = 1024, global_batch = 4096, dp = 32, pp = 8, tp = 4,
-                    virtual_stages = 1, zero = 0,
+                    virtual_stages = 1, zero = 0, expert_parallel = 1,
                     micro_batch_size = 1, num_micro_batches = 128, time_per_batch_s = 12.5,
                     throughput_samples_per_s = 327.7, max_memory_bytes = 30000000000,
                     devices_used = 1024, placement = "phaze", feasible = yes, binding = "">
@@ -662,6 +679,9 @@ class PlanAttr(RecordAttr):
     - ``zero``: how the DP group shares the training state: 0 plain data parallelism, 1 the
       optimizer state sharded (Megatron's distributed optimizer), 2 and the gradients, 3 and
       the parameters (FSDP).
+    - ``expert_parallel``: the EP degree e: each MoE layer's experts split over e consecutive
+      data-parallel replicas, tokens dispatched to them and combined back by all-to-alls (1:
+      every replica holds every expert; a dense model).
     - ``num_micro_batches``: micro-batches per replica per batch, ``global_batch / (micro_batch_size·dp)``.
     - ``time_per_batch_s``: ``(m + (p − 1)/v)·max stage time + exposed DP collectives``.
     - ``placement``: ``"phaze"`` (searched) or ``"expert:PP,DP,TP"`` (evaluated as given).
@@ -678,6 +698,7 @@ class PlanAttr(RecordAttr):
         "tp",
         "virtual_stages",
         "zero",
+        "expert_parallel",
         "micro_batch_size",
         "num_micro_batches",
         "time_per_batch_s",
@@ -696,6 +717,7 @@ class PlanAttr(RecordAttr):
     tp: IntAttr
     virtual_stages: IntAttr
     zero: IntAttr
+    expert_parallel: IntAttr
     micro_batch_size: IntAttr
     num_micro_batches: IntAttr
     time_per_batch_s: FloatData

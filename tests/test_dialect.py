@@ -107,6 +107,8 @@ def test_layer_attr_round_trips():
         bwd_flops=10,
         opt_flops=1,
         num_ops=7,
+        experts=8,
+        dispatch_bytes=4096,
     )
     assert attr.get("module") == "m.h.1" and attr.as_dict()["bwd_flops"] == 10
     from xdsl.dialects.builtin import ArrayAttr, ModuleOp
@@ -114,6 +116,7 @@ def test_layer_attr_round_trips():
     m = ModuleOp([], attributes={"phaze.layers": ArrayAttr([attr])})
     text = print_module(m)
     assert '#phaze.layer_info<index = 2, kind = block, module = "m.h.1", same_as = 1' in text
+    assert "num_ops = 7, experts = 8, dispatch_bytes = 4096>" in text
     assert print_module(parse_module(text)) == text
 
 

@@ -82,6 +82,7 @@ def plan(
         "sequence_parallel": False,
         "virtual_stages": 1,
         "zero": 0,
+        "expert_parallel": 1,
         "stages": stages,
         **extra,
     }
@@ -350,10 +351,15 @@ def test_torchtitan_split_is_torchtitans(titan):
                     assert torchtitan_stage_blocks(stages, layers, inw, outw) == theirs, (stages, layers, inw, outw)
 
 
-def test_expert_parallel_defaults_to_none():
-    """plan_json has no expert_parallel yet: a plan without it exports no expert parallelism."""
-    s = settings(plan([4, 4]), facts(8), "megatron")
-    assert (s.sequence_parallel, s.virtual_stages, s.zero, s.expert_parallel) == (False, 1, 0, 1)
+def test_expert_parallel_with_tensor_parallel_needs_sequence_parallel_for_megatron():
+    """Megatron-LM asserts sequence parallelism when EP and TP are both > 1 (its MoE token
+    dispatcher splits the tokens over the TP ranks); phaze refuses such a plan for it."""
+    bad = plan([4, 4], expert_parallel=2)
+    with pytest.raises(PhazeError, match="expert parallelism with tensor parallelism needs sequence parallelism"):
+        megatron_args(bad, facts(8))
+    ok = megatron_args({**bad, "sequence_parallel": True}, facts(8))
+    assert "--expert-model-parallel-size=2" in ok and "--sequence-parallel" in ok
+    assert "--expert-model-parallel-size=2" in megatron_args(plan([4, 4], tp=1, expert_parallel=2), facts(8))
 
 
 # --- refusals, one line each ---------------------------------------------------------------------------

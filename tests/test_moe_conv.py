@@ -215,6 +215,69 @@ def test_tiny_mixtral_plan():
     assert "phaze.plan" in text and "phaze.warnings" not in text and "feasible = yes" in text
 
 
+def _plan_json(tmp_path: Path, name: str, *flags: str) -> dict:
+    import json
+
+    out = tmp_path / f"{name}.json"
+    _compile(_model_file(MIXTRAL.format(seq=32)), "--hw", "a100", *FAST, *flags, "--json", str(out))
+    return json.loads(out.read_text())
+
+
+def test_expert_parallelism_splits_the_experts_and_pays_all_to_alls(tmp_path):
+    """The tiny Mixtral (2 MoE blocks, 4 experts) on 4 A100s as 4 replicas: EP 2 halves each
+    block's expert weights, gradients and optimizer state (ZeRO-1 then shards the experts' half
+    over the 2 replicas holding them, the rest over all 4), and its time adds the MoE blocks'
+    all-to-alls (2 forward, 2 backward per micro-batch); the IR's layer records carry the
+    experts and the dispatched bytes (micro-batch 2 x 32 tokens x top-2 = 128 routed rows x 64
+    hidden x 2 bytes)."""
+    from phaze_ir.ir import parse_module
+
+    fixed = ("--devices", "4", "--global-batch", "8", "--placement", "expert:1,4,1", "--zero", "1")
+    one = _plan_json(tmp_path, "ep1", *fixed, "--expert-parallel", "1")
+    two = _plan_json(tmp_path, "ep2", *fixed, "--expert-parallel", "2")
+    assert (one["expert_parallel"], two["expert_parallel"]) == (1, 2)
+    text = _compile(_model_file(MIXTRAL.format(seq=32)), "--hw", "a100", *FAST, *fixed, "--expert-parallel", "2")
+    module = parse_module(text)
+    layers = [a.as_dict() for a in module.attributes["phaze.layers"].data]
+    memory = [a.as_dict() for a in module.attributes["phaze.layer_memory"].data]
+    blocks = [la for la in layers if la["kind"] == "block"]
+    assert [(la["experts"], la["dispatch_bytes"]) for la in blocks] == [(4, 128 * 64 * 2)] * 2
+    assert all(la["experts"] == 0 and la["dispatch_bytes"] == 0 for la in layers if la["kind"] != "block")
+    expert_params = sum(m["expert_param_bytes"] for m in memory)
+    expert_state = sum(m["expert_optimizer_bytes"] for m in memory)
+    # gate_up [4, 192, 64] and down [4, 64, 96] per block, 2 bytes each; Adam keeps 12 per element.
+    assert expert_params == 2 * (4 * 192 * 64 + 4 * 64 * 96) * 2 and expert_state == 6 * expert_params
+    (s1,), (s2,) = one["stages"], two["stages"]
+    total_params = s1["memory"]["params"]
+    assert s2["memory"]["params"] == total_params - expert_params + expert_params // 2
+    assert s2["memory"]["grads"] == s1["memory"]["grads"] - expert_params // 2
+    dense_state = sum(m["optimizer_bytes"] for m in memory) - expert_state
+    assert s1["memory"]["optimizer"] == -(-(dense_state + expert_state) // 4)
+    assert s2["memory"]["optimizer"] == -(-dense_state // 4) + -(-(expert_state // 2) // 2)
+    assert two["time_per_batch_s"] > one["time_per_batch_s"]
+
+
+def test_expert_parallelism_is_refused_where_it_cannot_be(tmp_path):
+    from phaze.tools.phazec import _parser, compile_model
+
+    cases = [
+        (MIXTRAL.format(seq=32), ("--expert-parallel", "3"), "expert_parallel = 3 must divide the 4 experts"),
+        (MIXTRAL.format(seq=32), ("--expert-parallel", "many"), "--expert-parallel: expert parallel 'many'"),
+        (MIXTRAL.format(seq=32), ("--expert-parallel", "4", "--placement", "expert:1,2,1"), "does not divide d = 2"),
+    ]
+    for model, flags, said in cases:
+        args = _parser().parse_args(
+            [str(_model_file(model)), "--hw", "a100", "--devices", "4", "--global-batch", "8", *FAST, *flags, "-q"]
+        )
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PhazeWarning)
+                _, failure = compile_model(args, lambda msg: None)
+        except Exception as e:  # a PhazeError before any work
+            failure = str(e)
+        assert failure is not None and said in str(failure), (flags, failure)
+
+
 def test_mixtral_8x7b_example_flops_at_reduced_depth():
     """examples/mixtral_8x7b.py at 2 layers and sequence 256: every GEMM FLOP of the step equals
     the closed form (3x the forward: q/k/v/o, router, top-2 of the 3 expert matrices, attention

@@ -31,6 +31,7 @@ PLAN_KEYS = {
     "pp",
     "virtual_stages",
     "zero",
+    "expert_parallel",
     "tp",
     "micro_batch",
     "num_micro_batches",

@@ -30,6 +30,14 @@ class LayerDict(TypedDict):
     optimizer_bytes: int
     workspace_bytes: int  # peak transient bytes while the layer runs
     boundary_bytes: int  # activation bytes sent to the next layer per micro-batch
+    # An MoE layer (all default 0, a dense layer): its experts, the parts of the bytes above
+    # that are the experts' (divided by expert parallelism), the bytes of the tokens one
+    # forward dispatches to them (an all-to-all each way per forward and per backward).
+    experts: NotRequired[int]
+    expert_param_bytes: NotRequired[int]
+    expert_grad_bytes: NotRequired[int]
+    expert_optimizer_bytes: NotRequired[int]
+    dispatch_bytes: NotRequired[int]
 
 class LevelDict(TypedDict):
     """A network level, innermost first; the last level is the whole cluster."""
@@ -60,6 +68,9 @@ class ProblemDict(TypedDict):
     # [first layer, count] of the repeated blocks (interleaving splits them evenly over the
     # p * v chunks; the layers before join chunk 0, those after the last chunk). None: all.
     blocks: NotRequired[list[int] | None]
+    # The expert-parallel degree e (must divide the experts): None (default) lets the DP choose
+    # among the e dividing both d and the experts; 1 keeps every expert on every replica.
+    expert_parallel: NotRequired[int | None]
 
 class MemoryDict(TypedDict):
     """A stage's (its rank's) bytes per device by part, as the DP counts them: the parts add up
@@ -89,6 +100,7 @@ class PlanDict(TypedDict):
     pp: int
     virtual_stages: int  # v chunks per rank (1: plain 1F1B)
     zero: int  # ZeRO stage 0..3
+    expert_parallel: int  # EP degree e (1: every replica holds every expert)
     tp: int
     micro_batch: int
     num_micro_batches: int  # m = B / (b * d)

@@ -27,7 +27,10 @@ class Value:
 class OpNode:
     """One op: its phase (``fwd``/``bwd``/``opt``), source module path, operand and result value
     ids, FLOPs, and a ``signature`` that is equal for ops that do the same thing on the same
-    types (op name, properties, result types, phase; not the provenance)."""
+    types (op name, properties, result types, phase; not the provenance).  ``experts`` > 0
+    marks an expert GEMM: a matmul whose right operand is a batch of per-expert parameter
+    weights (an MoE layer's ``aten._grouped_mm``), ``experts`` being that parameter's leading
+    dimension."""
 
     phase: str
     module: str
@@ -35,6 +38,7 @@ class OpNode:
     results: list[int]
     flops: int = 0
     signature: str = ""
+    experts: int = 0
 
 
 @dataclass
@@ -66,6 +70,7 @@ class Graph:
         signature: str = "",
         view: bool = False,
         result_float: list[bool] | None = None,
+        experts: int = 0,
     ) -> int:
         """Append an op; its results are new values (views alias their first operand)."""
         index = len(self.ops)
@@ -74,7 +79,7 @@ class Graph:
             self.add_value(b, index, view_of=operands[0] if view and operands else None, is_float=f)
             for b, f in zip(result_bytes, floats)
         ]
-        self.ops.append(OpNode(phase, module, list(operands), results, flops, signature))
+        self.ops.append(OpNode(phase, module, list(operands), results, flops, signature, experts))
         return index
 
     def storage(self, value: int) -> int:
@@ -106,3 +111,8 @@ class Graph:
             for r in op.results:
                 dep[r] = d
         return [d and v.is_float for d, v in zip(dep, self.values)]
+
+    def expert_params(self, ops: list[int]) -> set[int]:
+        """The parameter storages that the expert GEMMs among ``ops`` read as their per-expert
+        weights (right operands)."""
+        return {self.storage(self.ops[i].operands[1]) for i in ops if self.ops[i].experts}

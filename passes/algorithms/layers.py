@@ -34,6 +34,8 @@ class LayerInfo:
     bwd_flops: int
     opt_flops: int
     num_ops: int
+    experts: int
+    dispatch_bytes: int
 
 
 def _indexed_children(path: str) -> list[tuple[str, int, str]]:
@@ -231,6 +233,18 @@ def analyze_layers(graph: Graph) -> tuple[list[int], list[LayerInfo]]:
         boundary.append(acc_f)
         grad_boundary.append(acc_b)
 
+    # MoE layers: the experts of their expert GEMMs, and the tokens one forward routes to them
+    # (what expert parallelism's all-to-all dispatches, and the combine brings back): the left
+    # operand of the layer's first forward expert GEMM (the routed rows x the hidden size).
+    experts = [0] * n_layers
+    dispatch = [0] * n_layers
+    for i, op in enumerate(graph.ops):
+        if op.experts and op.phase == "fwd":
+            layer = layer_of[i]
+            if not experts[layer]:
+                dispatch[layer] = graph.values[graph.storage(op.operands[0])].nbytes
+            experts[layer] = max(experts[layer], op.experts)
+
     hashes = [_layer_hash(graph, layer_of, layer, ops_of[layer]) for layer in range(n_layers)]
     first_with: dict[str, int] = {}
     infos = []
@@ -250,6 +264,8 @@ def analyze_layers(graph: Graph) -> tuple[list[int], list[LayerInfo]]:
                 bwd_flops=flops["bwd"][layer],
                 opt_flops=flops["opt"][layer],
                 num_ops=len(ops_of[layer]),
+                experts=experts[layer],
+                dispatch_bytes=dispatch[layer],
             )
         )
     return layer_of, infos

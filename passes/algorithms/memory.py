@@ -10,6 +10,9 @@ Per layer (bytes):
   optimizer state, read from the ``phaze.optimizer_update`` ops (``state_bytes`` per element:
   12 for mixed-precision Adam, fp32 master weight and two moments; 4 for SGD's fp32 master), or
   given per optimizer kind.
+- ``expert_param_bytes``, ``expert_optimizer_bytes``: the part of ``param_bytes`` (and of the
+  gradients) and of ``optimizer_bytes`` that is per-expert weights of an MoE layer (read by its
+  expert GEMMs): what expert parallelism divides over its group.
 - ``saved_{none,selective,full}_bytes``: activations stashed per micro-batch under each recompute
   policy (:mod:`passes.algorithms.recompute`).  Under 1F1B stage ``k`` of ``p`` holds
   ``min(p − k, m)`` micro-batches of them.
@@ -51,6 +54,8 @@ class LayerMemory:
     saved_full_bytes: int
     workspace_bytes: int
     recompute_workspace_bytes: int
+    expert_param_bytes: int = 0
+    expert_optimizer_bytes: int = 0
     fwd_peak_bytes: int = 0
     bwd_peak_bytes: int = 0
 
@@ -82,6 +87,8 @@ class LayerMemory:
                 "saved_full_bytes",
                 "workspace_bytes",
                 "recompute_workspace_bytes",
+                "expert_param_bytes",
+                "expert_optimizer_bytes",
             )
         }
 
@@ -136,6 +143,7 @@ def layer_memory(
     for layer in range(n_layers):
         rc = recompute[layer]
         pbytes = sum(graph.values[s].nbytes for s in params[layer])
+        experts = graph.expert_params(phase_ops.get((layer, "fwd"), [])) & params[layer]
         stash = rc.none_storages
         fwd_peak = _peak(graph, phase_ops.get((layer, "fwd"), []), stash, readers)
         bwd_peak = _peak(graph, phase_ops.get((layer, "bwd"), []), grads, readers)
@@ -150,6 +158,8 @@ def layer_memory(
                 saved_full_bytes=rc.full_bytes,
                 workspace_bytes=max(fwd_peak, bwd_peak),
                 recompute_workspace_bytes=max(fwd_peak, bwd_peak + rc.none_bytes - rc.full_bytes),
+                expert_param_bytes=sum(graph.values[s].nbytes for s in experts),
+                expert_optimizer_bytes=sum(state_bytes.get(s, 0) for s in experts),
                 fwd_peak_bytes=fwd_peak,
                 bwd_peak_bytes=bwd_peak,
             )

@@ -56,6 +56,16 @@ def parse_zero(text: str) -> _phaze_rs.ZeroSetting:
     raise PlacementError(f"zero '{text}': expected one of {', '.join(ZERO_SETTINGS)}")
 
 
+def parse_expert_parallel(text: str) -> int | None:
+    """An expert-parallel setting as the DP's ``expert_parallel``: ``auto`` -> None (the DP
+    chooses among the degrees that divide both d and the experts), ``E`` -> E (>= 1)."""
+    if text == "auto":
+        return None
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise PlacementError(f"expert parallel '{text}': expected auto or a degree >= 1")
+
+
 def parse_pipeline_schedule(text: str) -> int | None:
     """A pipeline schedule setting as the DP's ``virtual_stages``: ``auto`` -> None (the DP
     chooses 1F1B or an interleaving), ``1f1b`` -> 1, ``interleaved:V`` -> V (V >= 2)."""
@@ -101,6 +111,13 @@ class LayerNumbers:
     optimizer_bytes: int
     workspace_bytes: int
     boundary_bytes: int
+    # An MoE layer's experts and the parts of the bytes above that are theirs, and the tokens
+    # one forward dispatches to them (what expert parallelism divides and moves); 0 when dense.
+    experts: int = 0
+    expert_param_bytes: int = 0
+    expert_grad_bytes: int = 0
+    expert_optimizer_bytes: int = 0
+    dispatch_bytes: int = 0
 
     def as_dict(self) -> _phaze_rs.LayerDict:
         return {
@@ -113,14 +130,22 @@ class LayerNumbers:
             "optimizer_bytes": self.optimizer_bytes,
             "workspace_bytes": self.workspace_bytes,
             "boundary_bytes": self.boundary_bytes,
+            "experts": self.experts,
+            "expert_param_bytes": self.expert_param_bytes,
+            "expert_grad_bytes": self.expert_grad_bytes,
+            "expert_optimizer_bytes": self.expert_optimizer_bytes,
+            "dispatch_bytes": self.dispatch_bytes,
         }
 
     @classmethod
     def from_json(cls, data: object) -> LayerNumbers:
-        """The numbers :meth:`as_dict` wrote (as JSON), checked: exactly its keys, the times
-        finite numbers >= 0, the byte counts integers >= 0, three of each per recompute policy;
-        a ``ValueError`` saying what is wrong otherwise."""
+        """The numbers :meth:`as_dict` wrote (as JSON), checked: exactly its keys (the expert
+        ones may be missing, as a dense layer written before them), the times finite numbers
+        >= 0, the byte counts integers >= 0, three of each per recompute policy; a
+        ``ValueError`` saying what is wrong otherwise."""
         names = ("fwd_s", "bwd_s", "recompute_s", "saved_bytes", *_BYTE_FIELDS)
+        if isinstance(data, dict) and not any(k in data for k in _EXPERT_FIELDS):
+            data = {**data, **dict.fromkeys(_EXPERT_FIELDS, 0)}
         if not isinstance(data, dict) or sorted(data) != sorted(names):
             raise ValueError(f"layer numbers have the fields {', '.join(names)}")
 
@@ -150,7 +175,8 @@ class LayerNumbers:
         )
 
 
-_BYTE_FIELDS = ("param_bytes", "grad_bytes", "optimizer_bytes", "workspace_bytes", "boundary_bytes")
+_EXPERT_FIELDS = ("experts", "expert_param_bytes", "expert_grad_bytes", "expert_optimizer_bytes", "dispatch_bytes")
+_BYTE_FIELDS = ("param_bytes", "grad_bytes", "optimizer_bytes", "workspace_bytes", "boundary_bytes", *_EXPERT_FIELDS)
 
 
 def problem(
@@ -167,12 +193,14 @@ def problem(
     zero: str = "0",
     pipeline_schedule: str = "1f1b",
     blocks: tuple[int, int] | None = None,
+    expert_parallel: str = "1",
 ) -> _phaze_rs.ProblemDict:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``; ``recompute``: ``auto``
     (each stage's policy chosen by the DP) or the policy every stage uses; ``zero``: ``auto``
     or the ZeRO stage; ``pipeline_schedule``: ``auto``, ``1f1b`` or ``interleaved:V``;
-    ``blocks``: (first layer, count) of the repeated blocks that interleaving splits evenly.
-    The defaults are the paper's placement space (plain DP, plain 1F1B)."""
+    ``blocks``: (first layer, count) of the repeated blocks that interleaving splits evenly;
+    ``expert_parallel``: ``auto`` or the EP degree. The defaults are the paper's placement
+    space (plain DP, plain 1F1B, every replica holding every expert)."""
     if devices < 1:
         raise PlacementError(f"devices = {devices}: expected a positive integer")
     if global_batch < 1:
@@ -180,6 +208,7 @@ def problem(
     setting = parse_recompute(recompute)
     zero_setting = parse_zero(zero)
     virtual_stages = parse_pipeline_schedule(pipeline_schedule)
+    ep = parse_expert_parallel(expert_parallel)
     return {
         "layers": [layer.as_dict() for layer in layers],
         "devices": devices,
@@ -193,6 +222,7 @@ def problem(
         "zero": zero_setting,
         "virtual_stages": virtual_stages,
         "blocks": list(blocks) if blocks is not None else None,
+        "expert_parallel": ep,
     }
 
 

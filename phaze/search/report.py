@@ -606,6 +606,7 @@ def _header(d: dict, title: str = "search") -> str:
         ("SP", None if sp is None else ("on" if sp else "off")),
         ("schedule", _schedule(d)),
         ("ZeRO", d.get("zero")),
+        ("EP", d.get("expert_parallel")),
         ("micro-batch", d.get("micro_batch_size")),
         ("micro-batches", d.get("num_micro_batches")),
     ]

@@ -124,6 +124,13 @@ def _parser() -> argparse.ArgumentParser:
         "optimizer); 2 and gradients; 3 and parameters (FSDP); auto lets the placement choose",
     )
     p.add_argument(
+        "--expert-parallel",
+        default=Options.expert_parallel,
+        metavar="auto|E",
+        help="expert parallelism of an MoE model: 1 (default) every data-parallel replica holds every expert; "
+        "E splits the experts over E replicas (all-to-all dispatch and combine); auto lets the placement choose",
+    )
+    p.add_argument(
         "--solver-time-limit",
         type=float,
         default=None,
@@ -250,6 +257,7 @@ def options(args: argparse.Namespace):
             ("--sequence-parallel", args.sequence_parallel, Options.sequence_parallel),
             ("--pipeline-schedule", args.pipeline_schedule, Options.pipeline_schedule),
             ("--zero", args.zero, Options.zero),
+            ("--expert-parallel", args.expert_parallel, Options.expert_parallel),
         ):
             if given != default:
                 raise PhazeError(
@@ -274,6 +282,7 @@ def options(args: argparse.Namespace):
         recompute=args.recompute,
         zero=args.zero,
         pipeline_schedule=args.pipeline_schedule,
+        expert_parallel=args.expert_parallel,
         sequence_parallel=args.sequence_parallel,
         strict=args.strict,
         schedule_time_limit=time_limit,

@@ -5,7 +5,7 @@
 // Every op of the dialect prints in its custom form and parses back, directly and from the
 // generic form.
 
-builtin.module attributes {phaze.layers = [#phaze.layer_info<index = 0, kind = block, module = "h.0", same_as = 0, param_bytes = 1, saved_bytes = 2, boundary_bytes = 3, grad_boundary_bytes = 3, fwd_flops = 5, bwd_flops = 10, opt_flops = 7, num_ops = 8>]} {
+builtin.module attributes {phaze.layers = [#phaze.layer_info<index = 0, kind = block, module = "h.0", same_as = 0, param_bytes = 1, saved_bytes = 2, boundary_bytes = 3, grad_boundary_bytes = 3, fwd_flops = 5, bwd_flops = 10, opt_flops = 7, num_ops = 8, experts = 0, dispatch_bytes = 0>]} {
   phaze.accelerator @acc {clock_hz = 1.050000e+09 : f64}
   func.func @train_step(%x: tensor<8x64xf16> {phaze.input = "x"}, %w: tensor<64x32xf16> {phaze.param = "w"}, %b: tensor<32xf16> {phaze.param = "b"}, %ids: tensor<8xi64> {phaze.input = "ids"}) -> (tensor<f32> {phaze.loss}) {
     %y = phaze.matmul %x, %w, %b {phaze.phase = "fwd"} : (tensor<8x64xf16>, tensor<64x32xf16>, tensor<32xf16>) -> tensor<8x32xf16>
@@ -24,7 +24,7 @@ builtin.module attributes {phaze.layers = [#phaze.layer_info<index = 0, kind = b
   }
 }
 
-// CHECK: builtin.module attributes {phaze.layers = [#phaze.layer_info<index = 0, kind = block, module = "h.0", same_as = 0, param_bytes = 1, saved_bytes = 2, boundary_bytes = 3, grad_boundary_bytes = 3, fwd_flops = 5, bwd_flops = 10, opt_flops = 7, num_ops = 8>]} {
+// CHECK: builtin.module attributes {phaze.layers = [#phaze.layer_info<index = 0, kind = block, module = "h.0", same_as = 0, param_bytes = 1, saved_bytes = 2, boundary_bytes = 3, grad_boundary_bytes = 3, fwd_flops = 5, bwd_flops = 10, opt_flops = 7, num_ops = 8, experts = 0, dispatch_bytes = 0>]} {
 // CHECK-NEXT: phaze.accelerator @acc {clock_hz = 1.050000e+09 : f64}
 // CHECK: %y = phaze.matmul %x, %w, %b {phaze.phase = "fwd"} : (tensor<8x64xf16>, tensor<64x32xf16>, tensor<32xf16>) -> tensor<8x32xf16>
 // CHECK-NEXT: %z = phaze.elementwise "gelu" %y aten "aten.gelu.default" : (tensor<8x32xf16>) -> tensor<8x32xf16>

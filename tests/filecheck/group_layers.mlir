@@ -19,9 +19,9 @@ builtin.module {
   }
 }
 
-// CHECK: phaze.layers = [#phaze.layer_info<index = 0, kind = block, module = "blocks.0", same_as = 0, param_bytes = 32, saved_bytes = 16, boundary_bytes = 16, grad_boundary_bytes = 16, fwd_flops = 64, bwd_flops = 64, opt_flops = 0, num_ops = 3>,
-// CHECK-SAME: #phaze.layer_info<index = 1, kind = block, module = "blocks.1", same_as = 1, param_bytes = 32, saved_bytes = 16, boundary_bytes = 16, grad_boundary_bytes = 16, fwd_flops = 64, bwd_flops = 128, opt_flops = 0, num_ops = 5>,
-// CHECK-SAME: #phaze.layer_info<index = 2, kind = head, module = "", same_as = 2, param_bytes = 0, saved_bytes = 0, boundary_bytes = 0, grad_boundary_bytes = 0, fwd_flops = 8, bwd_flops = 0, opt_flops = 0, num_ops = 2>]
+// CHECK: phaze.layers = [#phaze.layer_info<index = 0, kind = block, module = "blocks.0", same_as = 0, param_bytes = 32, saved_bytes = 16, boundary_bytes = 16, grad_boundary_bytes = 16, fwd_flops = 64, bwd_flops = 64, opt_flops = 0, num_ops = 3, experts = 0, dispatch_bytes = 0>,
+// CHECK-SAME: #phaze.layer_info<index = 1, kind = block, module = "blocks.1", same_as = 1, param_bytes = 32, saved_bytes = 16, boundary_bytes = 16, grad_boundary_bytes = 16, fwd_flops = 64, bwd_flops = 128, opt_flops = 0, num_ops = 5, experts = 0, dispatch_bytes = 0>,
+// CHECK-SAME: #phaze.layer_info<index = 2, kind = head, module = "", same_as = 2, param_bytes = 0, saved_bytes = 0, boundary_bytes = 0, grad_boundary_bytes = 0, fwd_flops = 8, bwd_flops = 0, opt_flops = 0, num_ops = 2, experts = 0, dispatch_bytes = 0>]
 // CHECK: %h0 = phaze.matmul {{.*}} phaze.layer = 0 : i64
 // CHECK: %h1 = phaze.matmul {{.*}} phaze.layer = 1 : i64
 // CHECK: %loss = phaze.reduction {{.*}} phaze.layer = 2 : i64

@@ -29,6 +29,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         optimizer_bytes: (12.0 * block_params) as u64,
         workspace_bytes: (4.0 * act) as u64,
         boundary_bytes: act as u64,
+        ..Default::default()
     };
     let emb_params = v * h / t;
     let prologue = Layer {
@@ -41,6 +42,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         optimizer_bytes: (12.0 * emb_params) as u64,
         workspace_bytes: act as u64,
         boundary_bytes: act as u64,
+        ..Default::default()
     };
     let head_fwd = 2.0 * s * h * v / t / flops;
     let head = Layer {
@@ -57,6 +59,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         optimizer_bytes: (12.0 * emb_params) as u64,
         workspace_bytes: (s * v / t * 4.0) as u64,
         boundary_bytes: 0,
+        ..Default::default()
     };
     let mut layers = vec![prologue];
     layers.extend(std::iter::repeat_n(block, blocks));
@@ -88,6 +91,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         zero: None,
         virtual_stages: None,
         blocks: Some((1, blocks)),
+        expert_parallel: Some(1),
     }
 }
 

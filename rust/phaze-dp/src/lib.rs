@@ -73,7 +73,7 @@
 //!     layers: vec![layer; 4], devices: 8, hbm_bytes: 1 << 30,
 //!     levels: vec![NetLevel { group_size: 8, bandwidth_bps: 1e11, latency_s: 1e-6, uplink_bps: None }],
 //!     global_batch: 64, micro_batch: 1, tp: 1, dp_overlap: true, max_stages: None,
-//!     recompute: None, zero: None, virtual_stages: None, blocks: None,
+//!     recompute: None, zero: None, virtual_stages: None, blocks: None, expert_parallel: None,
 //! };
 //! let plan = solve(&prob).plan().cloned().expect("fits");
 //! assert!(plan.devices_used <= 8);

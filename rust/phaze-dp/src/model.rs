@@ -140,6 +140,20 @@ pub struct Layer {
     /// Activation bytes sent to the next layer per micro-batch; the same size comes back as
     /// the gradient in backward. Paid only when a stage boundary falls after this layer.
     pub boundary_bytes: u64,
+    /// Experts of an MoE layer (its per-expert weights' count); 0 in a dense layer.
+    pub experts: u64,
+    /// The part of `param_bytes` that is per-expert weights: expert parallelism (EP e) divides
+    /// it by e and the data-parallel collectives of it run over the d/e replicas that hold
+    /// the same experts.
+    pub expert_param_bytes: u64,
+    /// The part of `grad_bytes` that is the experts' gradients.
+    pub expert_grad_bytes: u64,
+    /// The part of `optimizer_bytes` that is the experts' state.
+    pub expert_optimizer_bytes: u64,
+    /// Bytes of the tokens one forward routes to the experts, per micro-batch on one device:
+    /// under EP each forward moves them in two all-to-alls over the EP group (dispatch and
+    /// combine), each backward in two more, and a full recompute's forward in two again.
+    pub dispatch_bytes: u64,
 }
 
 /// One level of the cluster network (a node's fabric, the scale-out network, ...).
@@ -193,6 +207,11 @@ pub struct Problem {
     /// the first model chunk and those after (head) to the last one under interleaving, which
     /// splits the blocks evenly over the p·v chunks. `None`: every layer is a block.
     pub blocks: Option<(usize, usize)>,
+    /// The expert-parallel degree e as a user fixes it (`Some(1)`: every replica holds every
+    /// expert), or `None` to let the search choose among the e that divide both d and the
+    /// experts (`"auto"`). The EP group is e consecutive DP replicas (Megatron-LM carves it out
+    /// of the data-parallel group).
+    pub expert_parallel: Option<u64>,
 }
 
 /// A problem that cannot even be posed (NaN times, zero devices, no layers, ...).
@@ -267,6 +286,32 @@ impl Problem {
         if self.virtual_stages == Some(0) {
             return err("virtual_stages must be >= 1 when given".into());
         }
+        if let Some(e) = self.expert_parallel {
+            let experts = self.experts();
+            if e == 0 {
+                return err("expert_parallel must be >= 1 when given".into());
+            }
+            if e > 1 && experts == 0 {
+                return err(format!(
+                    "expert_parallel = {e}: the model has no experts (no MoE layer)"
+                ));
+            }
+            if e > 1 && !experts.is_multiple_of(e) {
+                return err(format!(
+                    "expert_parallel = {e} must divide the {experts} experts"
+                ));
+            }
+        }
+        for (i, l) in self.layers.iter().enumerate() {
+            if l.expert_param_bytes > l.param_bytes
+                || l.expert_grad_bytes > l.grad_bytes
+                || l.expert_optimizer_bytes > l.optimizer_bytes
+            {
+                return err(format!(
+                    "layers[{i}]: the experts' bytes must be part of the layer's (expert_param_bytes <= param_bytes, ...)"
+                ));
+            }
+        }
         if let Some((first, count)) = self.blocks {
             if count == 0 || first.saturating_add(count) > self.layers.len() {
                 return err(format!(
@@ -296,6 +341,31 @@ impl Problem {
             Some(Zero::Optimizer) => &Zero::ALL[1..2],
             Some(Zero::Gradients) => &Zero::ALL[2..3],
             Some(Zero::Parameters) => &Zero::ALL[3..4],
+        }
+    }
+
+    /// The experts of the model's MoE layers (the most of any layer); 0 for a dense model.
+    pub fn experts(&self) -> u64 {
+        self.layers.iter().map(|l| l.experts).max().unwrap_or(0)
+    }
+
+    /// The expert-parallel degrees the search may use at DP degree d: the fixed one where it
+    /// divides d, or every e that divides both d and the experts (1 for a dense model).
+    pub fn expert_parallel_degrees(&self, d: u64) -> Vec<u64> {
+        match self.expert_parallel {
+            Some(e) => {
+                if d.is_multiple_of(e) {
+                    vec![e]
+                } else {
+                    Vec::new()
+                }
+            }
+            None => {
+                let experts = self.experts().max(1);
+                (1..=d.min(experts))
+                    .filter(|&e| d.is_multiple_of(e) && experts.is_multiple_of(e))
+                    .collect()
+            }
         }
     }
 
@@ -367,6 +437,22 @@ impl Problem {
         (gf - 1.0) / gf * bytes / bw + (gf - 1.0) * lv.latency_s
     }
 
+    /// All-to-all of `bytes` per device over `g` devices on `level` (expert parallelism's
+    /// dispatch or combine), consecutive members `stride` apart: each device keeps 1/g of its
+    /// bytes and exchanges the rest with the g − 1 others, `(g−1)/g · bytes / bw + (g−1) ·
+    /// lat` with the rail-aware `bw` ([`Problem::ring_bandwidth_bps`]), the same bytes and
+    /// steps as a ring reduce-scatter; 0 when `g <= 1`. `count` such collectives (one per MoE
+    /// layer, `bytes` their total) pay the latency `count` times.
+    pub fn all_to_all_s(&self, bytes: f64, count: u64, g: u64, level: usize, stride: u64) -> f64 {
+        if g <= 1 || count == 0 {
+            return 0.0;
+        }
+        let lv = &self.levels[level];
+        let bw = self.ring_bandwidth_bps(g, level, stride);
+        let gf = g as f64;
+        (gf - 1.0) / gf * bytes / bw + count as f64 * (gf - 1.0) * lv.latency_s
+    }
+
     /// Point-to-point transfer of `bytes` on `level`: `lat + bytes / bw`.
     pub fn p2p_s(&self, bytes: f64, level: usize) -> f64 {
         let lv = &self.levels[level];
@@ -405,6 +491,7 @@ mod tests {
             recompute: None,
             zero: None,
             virtual_stages: None,
+            expert_parallel: None,
             blocks: None,
         }
     }

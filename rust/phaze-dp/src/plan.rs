@@ -79,6 +79,9 @@ pub struct Plan {
     pub virtual_stages: u64,
     /// How the DP group shares weights, gradients and optimizer state.
     pub zero: Zero,
+    /// Expert-parallel degree e: each MoE layer's experts are split over e consecutive DP
+    /// replicas (1: every replica holds them all).
+    pub expert_parallel: u64,
     /// TP width t (devices per stage).
     pub tp: u64,
     /// Micro-batch size b.

@@ -41,6 +41,14 @@ struct RangeSums {
     workspace_bytes: u64,
     /// Σ grad_bytes.
     grad_bytes: u64,
+    /// Σ expert_param_bytes, Σ expert_grad_bytes, Σ expert_optimizer_bytes: the parts of the
+    /// sums above that expert parallelism divides.
+    expert_param_bytes: u64,
+    expert_grad_bytes: u64,
+    expert_optimizer_bytes: u64,
+    /// Σ dispatch_bytes and the MoE layers that dispatch (each pays its all-to-alls' latency).
+    dispatch_bytes: u64,
+    moe_layers: u64,
 }
 
 impl RangeSums {
@@ -58,6 +66,13 @@ impl RangeSums {
         self.optimizer_bytes = self.optimizer_bytes.saturating_add(l.optimizer_bytes);
         self.workspace_bytes = self.workspace_bytes.max(l.workspace_bytes);
         self.grad_bytes = self.grad_bytes.saturating_add(l.grad_bytes);
+        self.expert_param_bytes = self.expert_param_bytes.saturating_add(l.expert_param_bytes);
+        self.expert_grad_bytes = self.expert_grad_bytes.saturating_add(l.expert_grad_bytes);
+        self.expert_optimizer_bytes = self
+            .expert_optimizer_bytes
+            .saturating_add(l.expert_optimizer_bytes);
+        self.dispatch_bytes = self.dispatch_bytes.saturating_add(l.dispatch_bytes);
+        self.moe_layers += u64::from(l.dispatch_bytes > 0);
     }
 }
 
@@ -90,12 +105,37 @@ impl<'a> Prepared<'a> {
     }
 }
 
-/// Everything that is fixed for one (d, network class of p, HBM, ZeRO stage): the DP's cost
-/// model.
+/// How a stage's state is divided over the data-parallel replicas: the ZeRO stage and the
+/// expert-parallel degree e (e consecutive replicas hold 1/e of the experts each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Shard {
+    z: Zero,
+    e: u64,
+}
+
+/// The (ZeRO stage, EP degree) pairs worth trying at DP degree d, least memory last (the
+/// highest ZeRO stage with the largest e). At d = 1 nothing is sharded and every ZeRO stage
+/// prices exactly like the first allowed one, which the tie-break prefers, so only that one.
+fn shard_options(prob: &Problem, d: u64) -> Vec<Shard> {
+    let all = prob.zero_stages();
+    let zs = if d == 1 { &all[..1] } else { all };
+    let es = prob.expert_parallel_degrees(d);
+    zs.iter()
+        .flat_map(|&z| es.iter().map(move |&e| Shard { z, e }))
+        .collect()
+}
+
+/// Everything that is fixed for one (d, network class of p, HBM, ZeRO stage, EP degree): the
+/// DP's cost model.
 struct Ctx<'p, 'a> {
     prep: &'p Prepared<'a>,
     d: u64,
     zero: Zero,
+    /// Expert-parallel degree e: the EP group is e consecutive DP replicas (`dp_stride`
+    /// apart, on the level of e·p·t); the replicas holding the same experts, d/e of them, lie
+    /// e·p·t apart (on the DP level).
+    e: u64,
+    ep_level: usize,
     m: u64,
     hbm: u64,
     /// cut[l] = 2 · p2p(boundary_bytes[l]) on the pipeline level: the cost a stage pays on
@@ -113,7 +153,7 @@ struct Ctx<'p, 'a> {
 impl<'p, 'a> Ctx<'p, 'a> {
     /// `pp_group` is p·t (the pipeline replica), which picks the p2p level and is the stride
     /// of a DP group (whose level is that of d·p·t).
-    fn new(prep: &'p Prepared<'a>, d: u64, pp_group: u64, hbm: u64, zero: Zero) -> Self {
+    fn new(prep: &'p Prepared<'a>, d: u64, pp_group: u64, hbm: u64, shard: Shard) -> Self {
         let prob = prep.prob;
         let pp_level = prob.level_for(pp_group);
         let cut = prob
@@ -124,7 +164,9 @@ impl<'p, 'a> Ctx<'p, 'a> {
         Ctx {
             prep,
             d,
-            zero,
+            zero: shard.z,
+            e: shard.e,
+            ep_level: prob.level_for(shard.e * pp_group),
             m: prob.global_batch / (prob.micro_batch * d),
             hbm,
             cut,
@@ -160,22 +202,28 @@ impl<'p, 'a> Ctx<'p, 'a> {
     #[inline]
     fn parts(&self, a: &RangeSums, stash: u64) -> MemoryParts {
         let z = self.zero.stage();
-        let shard = |bytes: u64, sharded: bool| {
-            if sharded {
-                bytes.div_ceil(self.d)
+        // Under EP the experts' part is 1/e per device, and ZeRO shards it over the d/e
+        // replicas that hold the same experts; the rest over all d.
+        let shard = |bytes: u64, experts: u64, sharded: bool| {
+            let over = |x: u64, g: u64| if sharded { x.div_ceil(g) } else { x };
+            if self.e == 1 {
+                over(bytes, self.d)
             } else {
-                bytes
+                over(bytes - experts, self.d)
+                    .saturating_add(over(experts.div_ceil(self.e), self.d / self.e))
             }
         };
+        // ZeRO-3's two gathered layers: whole layers, experts included (an upper bound under
+        // EP, where a layer gathers only its 1/e of the experts).
         let gathered = if z >= 3 && self.d > 1 {
             a.max_param_bytes.saturating_mul(2)
         } else {
             0
         };
         MemoryParts {
-            params: shard(a.param_bytes, z >= 3).saturating_add(gathered),
-            grads: shard(a.grad_bytes, z >= 2),
-            optimizer: shard(a.optimizer_bytes, z >= 1),
+            params: shard(a.param_bytes, a.expert_param_bytes, z >= 3).saturating_add(gathered),
+            grads: shard(a.grad_bytes, a.expert_grad_bytes, z >= 2),
+            optimizer: shard(a.optimizer_bytes, a.expert_optimizer_bytes, z >= 1),
             activations: stash,
             workspace: a.workspace_bytes,
         }
@@ -202,7 +250,28 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// lower index). The fastest fitting policy is always optimal: the policy changes only T_k.
     #[inline]
     fn fastest_fit(&self, a: &RangeSums, f: u64) -> Option<usize> {
-        self.fastest_policy(&a.recompute_s, |r| self.mem(a, f, r))
+        self.fastest_policy(&self.recompute(a), |r| self.mem(a, f, r))
+    }
+
+    /// Extra time per micro-batch of each recompute policy: the layers' `recompute_s`, and
+    /// under EP full recompute's second forward pays its dispatch and combine again.
+    #[inline]
+    fn recompute(&self, a: &RangeSums) -> [f64; 3] {
+        let mut r = a.recompute_s;
+        r[2] += 2.0 * self.all_to_all(a);
+        r
+    }
+
+    /// One all-to-all of every MoE layer of `a` over the EP group (0 without EP).
+    #[inline]
+    fn all_to_all(&self, a: &RangeSums) -> f64 {
+        self.prep.prob.all_to_all_s(
+            a.dispatch_bytes as f64,
+            a.moe_layers,
+            self.e,
+            self.ep_level,
+            self.dp_stride,
+        )
     }
 
     /// The allowed policy with the least `recompute_s` whose memory `mem(r)` fits (ties:
@@ -230,20 +299,46 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// T_k of layers i..=j under policy r. The summation order is fixed (see module docs).
     #[inline]
     fn stage_time(&self, a: &RangeSums, r: usize, i: usize, j: usize) -> f64 {
-        (((a.compute_s + a.recompute_s[r]) + self.p2p_in(i)) + self.p2p_out(j)) + self.mb_comm(a)
+        (((a.compute_s + self.recompute(a)[r]) + self.p2p_in(i)) + self.p2p_out(j))
+            + self.mb_comm(a)
     }
 
+    /// The gradients' all-reduce over the DP group; under EP the experts' (1/e of them per
+    /// device) over the d/e replicas holding the same experts, e·p·t apart.
     fn allreduce(&self, a: &RangeSums) -> f64 {
-        self.prep
-            .prob
-            .ring_allreduce_s(a.grad_bytes as f64, self.d, self.dp_level, self.dp_stride)
+        let prob = self.prep.prob;
+        let ring = |bytes: u64, g: u64, stride: u64| {
+            prob.ring_allreduce_s(bytes as f64, g, self.dp_level, stride)
+        };
+        if self.e == 1 {
+            ring(a.grad_bytes, self.d, self.dp_stride)
+        } else {
+            ring(a.grad_bytes - a.expert_grad_bytes, self.d, self.dp_stride)
+                + ring(
+                    a.expert_grad_bytes.div_ceil(self.e),
+                    self.d / self.e,
+                    self.e * self.dp_stride,
+                )
+        }
     }
 
-    /// A reduce-scatter or all-gather of `bytes` over the DP group.
-    fn half_ring(&self, bytes: u64) -> f64 {
-        self.prep
-            .prob
-            .ring_reduce_scatter_s(bytes as f64, self.d, self.dp_level, self.dp_stride)
+    /// A reduce-scatter or all-gather over the DP group of `bytes`, of which `experts` are
+    /// the experts' (under EP: 1/e of them over the d/e replicas holding the same experts).
+    fn half_ring(&self, bytes: u64, experts: u64) -> f64 {
+        let prob = self.prep.prob;
+        let ring = |bytes: u64, g: u64, stride: u64| {
+            prob.ring_reduce_scatter_s(bytes as f64, g, self.dp_level, stride)
+        };
+        if self.e == 1 {
+            ring(bytes, self.d, self.dp_stride)
+        } else {
+            ring(bytes - experts, self.d, self.dp_stride)
+                + ring(
+                    experts.div_ceil(self.e),
+                    self.d / self.e,
+                    self.e * self.dp_stride,
+                )
+        }
     }
 
     /// `c`, less what hides behind `behind` seconds of compute when `dp_overlap`.
@@ -256,20 +351,33 @@ impl<'p, 'a> Ctx<'p, 'a> {
         }
     }
 
-    /// The DP collectives every micro-batch pays in the stage (ZeRO-2: the gradients'
-    /// reduce-scatter, behind the backward; ZeRO-3: the parameters' all-gather behind the
-    /// forward, again with the reduce-scatter behind the backward); 0 for ZeRO 0 and 1.
+    /// The collectives every micro-batch pays in the stage: ZeRO-2's gradient reduce-scatter,
+    /// behind the backward; ZeRO-3's parameter all-gather behind the forward, again with the
+    /// reduce-scatter behind the backward (none for ZeRO 0 and 1); and under EP the MoE
+    /// layers' dispatch and combine all-to-alls, two in forward and two in backward, which
+    /// nothing hides (the expert GEMMs wait for them).
     #[inline]
     fn mb_comm(&self, a: &RangeSums) -> f64 {
-        match self.zero {
+        let zero = match self.zero {
             Zero::Off | Zero::Optimizer => 0.0,
-            Zero::Gradients => self.unhidden(self.half_ring(a.grad_bytes), a.bwd_s),
+            Zero::Gradients => self.unhidden(self.grads_half_ring(a), a.bwd_s),
             Zero::Parameters => {
-                let ag = self.half_ring(a.param_bytes);
-                let rs = self.half_ring(a.grad_bytes);
+                let ag = self.params_half_ring(a);
+                let rs = self.grads_half_ring(a);
                 self.unhidden(ag, a.fwd_s) + self.unhidden(ag + rs, a.bwd_s)
             }
-        }
+        };
+        zero + 4.0 * self.all_to_all(a)
+    }
+
+    #[inline]
+    fn grads_half_ring(&self, a: &RangeSums) -> f64 {
+        self.half_ring(a.grad_bytes, a.expert_grad_bytes)
+    }
+
+    #[inline]
+    fn params_half_ring(&self, a: &RangeSums) -> f64 {
+        self.half_ring(a.param_bytes, a.expert_param_bytes)
     }
 
     /// E_k: the DP collectives paid once per step, less what hides behind the stage's last
@@ -281,10 +389,10 @@ impl<'p, 'a> Ctx<'p, 'a> {
         match self.zero {
             Zero::Off => self.unhidden(self.allreduce(a), a.bwd_s),
             Zero::Optimizer => {
-                self.unhidden(self.half_ring(a.grad_bytes), a.bwd_s)
-                    + self.unhidden(self.half_ring(a.param_bytes), a.fwd_s)
+                self.unhidden(self.grads_half_ring(a), a.bwd_s)
+                    + self.unhidden(self.params_half_ring(a), a.fwd_s)
             }
-            Zero::Gradients => self.unhidden(self.half_ring(a.param_bytes), a.fwd_s),
+            Zero::Gradients => self.unhidden(self.params_half_ring(a), a.fwd_s),
             Zero::Parameters => 0.0,
         }
     }
@@ -295,11 +403,11 @@ impl<'p, 'a> Ctx<'p, 'a> {
         let m = self.m as f64;
         match self.zero {
             Zero::Off => self.allreduce(a),
-            Zero::Optimizer => self.half_ring(a.grad_bytes) + self.half_ring(a.param_bytes),
-            Zero::Gradients => m * self.half_ring(a.grad_bytes) + self.half_ring(a.param_bytes),
+            Zero::Optimizer => self.grads_half_ring(a) + self.params_half_ring(a),
+            Zero::Gradients => m * self.grads_half_ring(a) + self.params_half_ring(a),
             Zero::Parameters => {
-                let ag = self.half_ring(a.param_bytes);
-                m * (ag + ag + self.half_ring(a.grad_bytes))
+                let ag = self.params_half_ring(a);
+                m * (ag + ag + self.grads_half_ring(a))
             }
         }
     }
@@ -395,6 +503,7 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, fronts: &mut SuffixFronts) {
             let t_out = ctx.p2p_out(j);
             let e = ctx.exposed(&a);
             let mb = ctx.mb_comm(&a);
+            let rc = ctx.recompute(&a);
             let mut alive = false;
             for s in 2..=s_top {
                 // Memory grows with s (more in flight): once nothing fits, stop.
@@ -406,7 +515,7 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, fronts: &mut SuffixFronts) {
                     break;
                 }
                 alive = true;
-                let t = (((a.compute_s + a.recompute_s[r]) + t_in) + t_out) + mb;
+                let t = (((a.compute_s + rc[r]) + t_in) + t_out) + mb;
                 let (start, len) = idx[(s - 1) * n + j + 1];
                 for &(ts, es) in &arena[start as usize..(start + len) as usize] {
                     let (ct, ce) = (t.max(ts), e.max(es));
@@ -609,6 +718,7 @@ fn plan_of_stages(ctx: &Ctx, p: usize, v: u64, factor: f64, stages: Vec<Stage>) 
         pp: p,
         virtual_stages: v,
         zero: ctx.zero,
+        expert_parallel: ctx.e,
         tp: prob.tp,
         micro_batch: prob.micro_batch,
         num_micro_batches: ctx.m,
@@ -687,20 +797,30 @@ fn p_max(prob: &Problem, d: u64) -> usize {
 }
 
 /// Groups p = 1..=pmax by the network they use (p2p level of p·t; DP level of d·p·t and the
-/// DP ring's bandwidth, which depends on p through the stride p·t of a DP group); one DP run
-/// serves a whole group. p = 1 has no p2p, so it joins p = 2's group when it can.
-fn classes(prob: &Problem, d: u64, pmax: usize) -> Vec<(u64, Vec<usize>)> {
+/// DP ring's bandwidth, which depends on p through the stride p·t of a DP group; under EP e
+/// also the all-to-all's level and bandwidth and the experts' DP ring's); one DP run serves a
+/// whole group. p = 1 has no p2p, so it joins p = 2's group when it can.
+fn classes(prob: &Problem, d: u64, e: u64, pmax: usize) -> Vec<(u64, Vec<usize>)> {
     let t = prob.tp;
-    // (p2p level, DP level, DP ring bandwidth's bits).
-    type Key = (usize, usize, u64);
+    // (p2p level, DP level, DP ring bandwidth's bits, EP level, all-to-all and experts' DP
+    // ring bandwidths' bits).
+    type Key = (usize, usize, u64, usize, u64, u64);
     let key = |p: usize| -> Key {
         let pp = prob.level_for(p.max(2) as u64 * t);
-        if d > 1 {
-            let pt = p as u64 * t;
+        let pt = p as u64 * t;
+        let (level, bw) = if d > 1 {
             let level = prob.level_for(d * pt);
-            (pp, level, prob.ring_bandwidth_bps(d, level, pt).to_bits())
+            (level, prob.ring_bandwidth_bps(d, level, pt).to_bits())
         } else {
-            (pp, 0, 0)
+            (0, 0)
+        };
+        if e > 1 {
+            let ep = prob.level_for(e * pt);
+            let a2a = prob.ring_bandwidth_bps(e, ep, pt).to_bits();
+            let experts = prob.ring_bandwidth_bps(d / e, level, e * pt).to_bits();
+            (pp, level, bw, ep, a2a, experts)
+        } else {
+            (pp, level, bw, 0, 0, 0)
         }
     };
     let mut out: Vec<(Key, u64, Vec<usize>)> = Vec::new();
@@ -733,18 +853,10 @@ fn fixed_settings(prob: &Problem) -> String {
         Some(v) => out.push_str(&format!(", interleaved:{v}")),
         None => {}
     }
-    out
-}
-
-/// The ZeRO stages worth trying at DP degree d: at d = 1 nothing is sharded and every stage
-/// prices exactly like the first allowed one, which the tie-break prefers, so only that one.
-fn zero_options(prob: &Problem, d: u64) -> &'static [Zero] {
-    let all = prob.zero_stages();
-    if d == 1 {
-        &all[..1]
-    } else {
-        all
+    if let Some(e) = prob.expert_parallel.filter(|&e| e > 1) {
+        out.push_str(&format!(", expert parallel = {e}"));
     }
+    out
 }
 
 // ---- interleaved 1F1B -----------------------------------------------------------------------
@@ -857,7 +969,8 @@ impl Rank {
     /// Time per micro-batch under policy r: its chunks' compute and recompute, their boundary
     /// transfers (v× those of one stage), and the per-micro-batch DP collectives.
     fn time(&self, ctx: &Ctx, r: usize) -> f64 {
-        ((self.sums.compute_s + self.sums.recompute_s[r]) + self.p2p_s) + ctx.mb_comm(&self.sums)
+        ((self.sums.compute_s + ctx.recompute(&self.sums)[r]) + self.p2p_s)
+            + ctx.mb_comm(&self.sums)
     }
 
     fn mem(&self, ctx: &Ctx, r: usize) -> u64 {
@@ -885,7 +998,7 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
     let mut policy: Vec<usize> = rs
         .iter()
         .map(|rk| {
-            ctx.fastest_policy(&rk.sums.recompute_s, |r| rk.mem(ctx, r))
+            ctx.fastest_policy(&ctx.recompute(&rk.sums), |r| rk.mem(ctx, r))
                 .expect("a policy fits: needed <= hbm")
         })
         .collect();
@@ -972,10 +1085,12 @@ fn memory_violation(prep: &Prepared) -> Violation {
         if pmax == 0 {
             continue;
         }
-        let z = *zero_options(prob, d).last().unwrap();
+        let Some(&least) = shard_options(prob, d).last() else {
+            continue; // a fixed EP degree that does not divide d
+        };
         if plain {
             // Memory does not depend on the network: one table per d serves every p.
-            let ctx = Ctx::new(prep, d, prob.tp, prob.hbm_bytes, z);
+            let ctx = Ctx::new(prep, d, prob.tp, prob.hbm_bytes, least);
             let g = min_max_memory(&ctx, pmax);
             for p in 1..=pmax {
                 consider(g[p * prep.n], d, p);
@@ -984,7 +1099,7 @@ fn memory_violation(prep: &Prepared) -> Violation {
             let m = prob.global_batch / (prob.micro_batch * d);
             for p in 2..=pmax {
                 for v in interleave_options(prob, p, m) {
-                    let ctx = Ctx::new(prep, d, p as u64 * prob.tp, prob.hbm_bytes, z);
+                    let ctx = Ctx::new(prep, d, p as u64 * prob.tp, prob.hbm_bytes, least);
                     consider(least_memory(&ctx, &ranks(&ctx, p, v)), d, p);
                 }
             }
@@ -1016,28 +1131,29 @@ fn memory_violation(prep: &Prepared) -> Violation {
     }
 }
 
-/// A priced option of the search: DP degree, stages, chunks per rank, ZeRO stage, objective.
+/// A priced option of the search: DP degree, stages, chunks per rank, ZeRO stage and EP
+/// degree, objective.
 #[derive(Clone, Copy)]
 struct Option5 {
     d: u64,
     p: usize,
     v: u64,
-    z: Zero,
+    shard: Shard,
     value: f64,
 }
 
 impl Option5 {
     /// The tie-break among options within [`TIE_REL`] of the optimum: fewer devices, fewer
-    /// stages, fewer chunks per rank, lower ZeRO stage.
-    fn tie_key(&self) -> (u64, usize, u64, Zero) {
-        (self.d * self.p as u64, self.p, self.v, self.z)
+    /// stages, fewer chunks per rank, lower ZeRO stage, smaller EP degree.
+    fn tie_key(&self) -> (u64, usize, u64, Shard) {
+        (self.d * self.p as u64, self.p, self.v, self.shard)
     }
 }
 
 /// The plan of an option (its split and policies rebuilt with the lexicographic tie-break).
 fn plan_of(prep: &Prepared, o: Option5, bound: f64, fronts: &mut SuffixFronts) -> Plan {
     let prob = prep.prob;
-    let ctx = Ctx::new(prep, o.d, o.p as u64 * prob.tp, prob.hbm_bytes, o.z);
+    let ctx = Ctx::new(prep, o.d, o.p as u64 * prob.tp, prob.hbm_bytes, o.shard);
     if o.v == 1 {
         run_dp(&ctx, o.p, bound, fronts);
         reconstruct(&ctx, fronts, o.p, bound)
@@ -1090,10 +1206,10 @@ pub fn solve(prob: &Problem) -> Solution {
             continue;
         }
         let m = prob.global_batch / (prob.micro_batch * d);
-        for &z in zero_options(prob, d) {
+        for shard in shard_options(prob, d) {
             if plain {
-                for (group, ps) in classes(prob, d, pmax) {
-                    let ctx = Ctx::new(&prep, d, group, prob.hbm_bytes, z);
+                for (group, ps) in classes(prob, d, shard.e, pmax) {
+                    let ctx = Ctx::new(&prep, d, group, prob.hbm_bytes, shard);
                     run_dp(&ctx, *ps.last().unwrap(), bound_now(best), &mut fronts);
                     for &p in &ps {
                         if let Some(value) = best_value(&ctx, &fronts, p) {
@@ -1101,7 +1217,7 @@ pub fn solve(prob: &Problem) -> Solution {
                                 d,
                                 p,
                                 v: 1,
-                                z,
+                                shard,
                                 value,
                             });
                             best = best.min(value);
@@ -1115,10 +1231,16 @@ pub fn solve(prob: &Problem) -> Solution {
                     if factor * (total_compute / p as f64) > bound_now(best) {
                         continue;
                     }
-                    let ctx = Ctx::new(&prep, d, p as u64 * prob.tp, prob.hbm_bytes, z);
+                    let ctx = Ctx::new(&prep, d, p as u64 * prob.tp, prob.hbm_bytes, shard);
                     if let Ok(plan) = interleaved_plan(&ctx, p, v, None) {
                         let value = plan.time_per_batch_s;
-                        options.push(Option5 { d, p, v, z, value });
+                        options.push(Option5 {
+                            d,
+                            p,
+                            v,
+                            shard,
+                            value,
+                        });
                         best = best.min(value);
                     }
                 }
@@ -1126,6 +1248,18 @@ pub fn solve(prob: &Problem) -> Solution {
         }
     }
     if options.is_empty() {
+        if let Some(e) = prob
+            .expert_parallel
+            .filter(|&e| !dp_degrees(prob).iter().any(|d| d.is_multiple_of(e)))
+        {
+            return Solution::Infeasible(Violation::new(
+                ViolationKind::Devices,
+                format!(
+                    "devices: expert parallel e = {e} needs a DP degree d that e divides (the EP \
+                     group is e of the d replicas); no allowed d is"
+                ),
+            ));
+        }
         return Solution::Infeasible(memory_violation(&prep));
     }
     let bound = tie_bound(best);
@@ -1220,7 +1354,22 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
     let prep = Prepared::new(prob);
     let mut fronts = SuffixFronts::default();
     let group = pp as u64 * t;
-    let zs = zero_options(prob, dp);
+    let shards = shard_options(prob, dp);
+    if shards.is_empty() {
+        let e = prob.expert_parallel.unwrap_or(1);
+        violations.push(Violation::new(
+            ViolationKind::Devices,
+            format!(
+                "devices: expert parallel e = {e} does not divide d = {dp} (the EP group is e of \
+                 the d replicas)"
+            ),
+        ));
+        return Ok(Evaluation {
+            feasible: false,
+            violations,
+            plan: None,
+        });
+    }
     let vs: Vec<u64> = match prob.virtual_stages {
         Some(v) => vec![v],
         None => std::iter::once(1)
@@ -1230,8 +1379,8 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
     // Every (v, z) that fits, priced; then the tie-break of `solve` among them.
     let mut options: Vec<Option5> = Vec::new();
     for &v in &vs {
-        for &z in zs {
-            let ctx = Ctx::new(&prep, dp, group, prob.hbm_bytes, z);
+        for &shard in &shards {
+            let ctx = Ctx::new(&prep, dp, group, prob.hbm_bytes, shard);
             let value = if v == 1 {
                 run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
                 best_value(&ctx, &fronts, pp)
@@ -1245,7 +1394,7 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
                     d: dp,
                     p: pp,
                     v,
-                    z,
+                    shard,
                     value,
                 });
             }
@@ -1262,9 +1411,9 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
     } else {
         // Least largest-stage memory for this (d, p) at the least-memory ZeRO stage and the
         // first chunk count allowed; then the fastest plan within it.
-        let z = *zs.last().unwrap();
+        let least = *shards.last().unwrap();
         let v = vs[0];
-        let ctx = Ctx::new(&prep, dp, group, prob.hbm_bytes, z);
+        let ctx = Ctx::new(&prep, dp, group, prob.hbm_bytes, least);
         let needed = if v == 1 {
             min_max_memory(&ctx, pp)[pp * n]
         } else {
@@ -1282,7 +1431,7 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
             dp: Some(dp),
             pp: Some(pp),
         });
-        let ctx = Ctx::new(&prep, dp, group, needed, z);
+        let ctx = Ctx::new(&prep, dp, group, needed, least);
         if v == 1 {
             run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
             let value =

@@ -39,6 +39,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         zero: Some(Zero::Off),
         virtual_stages: Some(1),
         blocks: None,
+        expert_parallel: Some(1),
     }
 }
 

@@ -1,12 +1,12 @@
-//! Cross-check of the ZeRO stages and interleaved 1F1B against exhaustive enumeration: every
-//! d, p, ZeRO stage, chunk count v, split (v = 1) and policy per rank, priced with this file's
-//! own copy of the formulas (crate docs), including a step-by-step simulation of Megatron's
-//! interleaved schedule for the stash.
+//! Cross-check of the ZeRO stages, expert parallelism and interleaved 1F1B against exhaustive
+//! enumeration: every d, p, ZeRO stage, EP degree e, chunk count v, split (v = 1) and policy
+//! per rank, priced with this file's own copy of the formulas (crate docs), including a
+//! step-by-step simulation of Megatron's interleaved schedule for the stash.
 //!
 //! Numbers are dyadic as in `brute_force.rs`, except the interleaved bubble (p − 1)/v for odd
 //! v: so objectives are compared within the crate's tie tolerance, and the option chosen among
 //! ties by the documented order (fewer devices, fewer stages, fewer chunks, lower ZeRO stage,
-//! then the split, then the policies).
+//! smaller EP degree, then the split, then the policies).
 
 mod common;
 use common::{level_for, random_layers, random_levels, ring_bandwidth, Rng};
@@ -22,8 +22,30 @@ fn random_problem(rng: &mut Rng) -> Problem {
     } else {
         1 + rng.below(7) as usize
     };
-    let layers = random_layers(rng, n, 128);
+    let mut layers = random_layers(rng, n, 128);
     let levels = random_levels(rng);
+    // Half of the problems are MoE models (2 or 4 experts in some layers), drawn from a
+    // generator of their own so that the rest of each instance is as before.
+    let mut moe = Rng(rng.0 ^ 0x6d6f_655f_6d6f_6465);
+    let experts = [0, 0, 2, 4][moe.below(4) as usize];
+    if experts > 0 {
+        for l in &mut layers {
+            if moe.below(2) == 0 {
+                l.experts = experts;
+                l.expert_param_bytes = moe.below(l.param_bytes + 1);
+                l.expert_grad_bytes = moe.below(l.grad_bytes + 1);
+                l.expert_optimizer_bytes = moe.below(l.optimizer_bytes + 1);
+                l.dispatch_bytes = moe.below(64);
+            }
+        }
+    }
+    let experts = layers.iter().map(|l| l.experts).max().unwrap_or(0);
+    let expert_parallel = match moe.below(4) {
+        0 | 1 => None,
+        2 => Some(1),
+        _ if experts > 0 => Some(1 << (1 + moe.below(if experts == 4 { 2 } else { 1 }))),
+        _ => Some(1),
+    };
     // A prologue and a head around the blocks, or only blocks.
     let blocks = if n == 6 && rng.below(4) != 0 {
         Some((1, 4))
@@ -58,6 +80,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
             _ => Some(2 + rng.below(2)),
         },
         blocks,
+        expert_parallel,
     }
 }
 
@@ -117,12 +140,16 @@ struct Priced {
     obj: f64,
     mem: u64,
     times: Vec<f64>,
-    key: (u64, usize, usize, u8, Vec<usize>, Vec<usize>),
+    key: Key,
 }
 
-/// Prices one explicit plan: d, ZeRO stage z, v chunks per rank over `ends` (the last layer of
-/// each stage, v = 1, or each chunk, v >= 2), and `pol` per rank.
-fn price(prob: &Problem, d: u64, z: u8, v: usize, ends: &[usize], pol: &[usize]) -> Priced {
+/// The tie-break order: devices, stages, chunks, ZeRO stage, EP degree, split, policies.
+type Key = (u64, usize, usize, u8, u64, Vec<usize>, Vec<usize>);
+
+/// Prices one explicit plan: d, ZeRO stage z, EP degree e, v chunks per rank over `ends` (the
+/// last layer of each stage, v = 1, or each chunk, v >= 2), and `pol` per rank.
+#[allow(clippy::too_many_arguments)]
+fn price(prob: &Problem, d: u64, z: u8, e: u64, v: usize, ends: &[usize], pol: &[usize]) -> Priced {
     let p = pol.len();
     let n = prob.layers.len();
     let t = prob.tp;
@@ -133,19 +160,57 @@ fn price(prob: &Problem, d: u64, z: u8, v: usize, ends: &[usize], pol: &[usize])
     let bw = ring_bandwidth(prob, d, dp_l, p as u64 * t);
     let lat = prob.levels[dp_l].latency_s;
     let g = d as f64;
-    let all_reduce = |bytes: u64| {
+    let dense_all_reduce = |bytes: u64| {
         if d <= 1 {
             0.0
         } else {
             2.0 * (g - 1.0) / g * bytes as f64 / bw + 2.0 * (g - 1.0) * lat
         }
     };
-    let half = |bytes: u64| {
+    let dense_half = |bytes: u64| {
         if d <= 1 {
             0.0
         } else {
             (g - 1.0) / g * bytes as f64 / bw + (g - 1.0) * lat
         }
+    };
+    // Under EP the experts' 1/e runs over the d/e replicas holding them, e·p·t apart.
+    let ge = (d / e) as f64;
+    let bw_e = ring_bandwidth(prob, d / e, dp_l, e * p as u64 * t);
+    let expert_all_reduce = |bytes: u64| {
+        if d / e <= 1 {
+            0.0
+        } else {
+            2.0 * (ge - 1.0) / ge * bytes.div_ceil(e) as f64 / bw_e + 2.0 * (ge - 1.0) * lat
+        }
+    };
+    let expert_half = |bytes: u64| {
+        if d / e <= 1 {
+            0.0
+        } else {
+            (ge - 1.0) / ge * bytes.div_ceil(e) as f64 / bw_e + (ge - 1.0) * lat
+        }
+    };
+    let all_reduce = |bytes: u64, experts: u64| {
+        if e == 1 {
+            dense_all_reduce(bytes)
+        } else {
+            dense_all_reduce(bytes - experts) + expert_all_reduce(experts)
+        }
+    };
+    let half = |bytes: u64, experts: u64| {
+        if e == 1 {
+            dense_half(bytes)
+        } else {
+            dense_half(bytes - experts) + expert_half(experts)
+        }
+    };
+    // One MoE layer's all-to-all over the EP group: e consecutive replicas, p·t apart.
+    let ep_l = lvl(e * p as u64 * t);
+    let bw_a2a = ring_bandwidth(prob, e, ep_l, p as u64 * t);
+    let a2a = |bytes: u64| {
+        let ef = e as f64;
+        (ef - 1.0) / ef * bytes as f64 / bw_a2a + (ef - 1.0) * prob.levels[ep_l].latency_s
     };
     let hide = |c: f64, behind: f64| {
         if prob.dp_overlap {
@@ -171,6 +236,7 @@ fn price(prob: &Problem, d: u64, z: u8, v: usize, ends: &[usize], pol: &[usize])
         let r = pol[k];
         let (mut compute, mut rec, mut fwd, mut bwd, mut link) = (0.0, 0.0, 0.0, 0.0, 0.0);
         let (mut pb, mut gb, mut ob, mut maxp, mut ws) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let (mut epb, mut egb, mut eob, mut alltoall) = (0u64, 0u64, 0u64, 0.0f64);
         let mut saved_per_chunk = Vec::new();
         for &(lo, hi) in &pieces[k] {
             let mut saved = 0;
@@ -185,6 +251,12 @@ fn price(prob: &Problem, d: u64, z: u8, v: usize, ends: &[usize], pol: &[usize])
                 maxp = maxp.max(l.param_bytes);
                 ws = ws.max(l.workspace_bytes);
                 saved += l.saved_bytes[r];
+                epb += l.expert_param_bytes;
+                egb += l.expert_grad_bytes;
+                eob += l.expert_optimizer_bytes;
+                if e > 1 && l.dispatch_bytes > 0 {
+                    alltoall += a2a(l.dispatch_bytes);
+                }
             }
             saved_per_chunk.push(saved);
             if lo > 0 {
@@ -194,22 +266,31 @@ fn price(prob: &Problem, d: u64, z: u8, v: usize, ends: &[usize], pol: &[usize])
                 link += 2.0 * p2p(prob.layers[hi].boundary_bytes);
             }
         }
+        // Dispatch and combine in forward and backward, and again in a full recompute.
         let mb = match z {
             0 | 1 => 0.0,
-            2 => hide(half(gb), bwd),
-            _ => hide(half(pb), fwd) + hide(half(pb) + half(gb), bwd),
-        };
-        let e = match z {
-            0 => hide(all_reduce(gb), bwd),
-            1 => hide(half(gb), bwd) + hide(half(pb), fwd),
-            2 => hide(half(pb), fwd),
+            2 => hide(half(gb, egb), bwd),
+            _ => hide(half(pb, epb), fwd) + hide(half(pb, epb) + half(gb, egb), bwd),
+        } + 4.0 * alltoall;
+        let rec = rec + if r == 2 { 2.0 * alltoall } else { 0.0 };
+        let exposed = match z {
+            0 => hide(all_reduce(gb, egb), bwd),
+            1 => hide(half(gb, egb), bwd) + hide(half(pb, epb), fwd),
+            2 => hide(half(pb, epb), fwd),
             _ => 0.0,
         };
         let time = compute + rec + link + mb;
-        let sh = |x: u64, on: bool| if on { x.div_ceil(d) } else { x };
-        let state = sh(pb, z >= 3)
-            + sh(gb, z >= 2)
-            + sh(ob, z >= 1)
+        let sh = |x: u64, experts: u64, on: bool| {
+            let over = |y: u64, g: u64| if on { y.div_ceil(g) } else { y };
+            if e == 1 {
+                over(x, d)
+            } else {
+                over(x - experts, d) + over(experts.div_ceil(e), d / e)
+            }
+        };
+        let state = sh(pb, epb, z >= 3)
+            + sh(gb, egb, z >= 2)
+            + sh(ob, eob, z >= 1)
             + if z >= 3 && d > 1 { 2 * maxp } else { 0 };
         let stash = if v == 1 {
             ((p - k) as u64).min(m) * saved_per_chunk[0]
@@ -218,7 +299,7 @@ fn price(prob: &Problem, d: u64, z: u8, v: usize, ends: &[usize], pol: &[usize])
         };
         let mem = state + stash + ws;
         max_t = max_t.max(time);
-        max_e = max_e.max(e);
+        max_e = max_e.max(exposed);
         max_mem = max_mem.max(mem);
         times.push(time);
     }
@@ -227,7 +308,7 @@ fn price(prob: &Problem, d: u64, z: u8, v: usize, ends: &[usize], pol: &[usize])
         obj: factor * max_t + max_e,
         mem: max_mem,
         times,
-        key: (d * p as u64 * t, p, v, z, ends.to_vec(), pol.to_vec()),
+        key: (d * p as u64 * t, p, v, z, e, ends.to_vec(), pol.to_vec()),
     }
 }
 
@@ -236,6 +317,24 @@ fn zero_stages(prob: &Problem) -> Vec<u8> {
     match prob.zero {
         None => vec![0, 1, 2, 3],
         Some(z) => vec![z.stage()],
+    }
+}
+
+/// The EP degrees allowed at d: the fixed one if it divides d, else every e dividing d and the
+/// experts.
+fn expert_degrees(prob: &Problem, d: u64) -> Vec<u64> {
+    let experts = prob
+        .layers
+        .iter()
+        .map(|l| l.experts)
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    match prob.expert_parallel {
+        Some(e) => [e].into_iter().filter(|&e| d.is_multiple_of(e)).collect(),
+        None => (1..=d.min(experts))
+            .filter(|&e| d.is_multiple_of(e) && experts.is_multiple_of(e))
+            .collect(),
     }
 }
 
@@ -283,7 +382,9 @@ fn all_plans(prob: &Problem, d: u64, p: usize) -> Vec<Priced> {
                     .map(|k| pols[code / pols.len().pow((p - 1 - k) as u32) % pols.len()])
                     .collect();
                 for &z in &zero_stages(prob) {
-                    out.push(price(prob, d, z, v, ends, &pol));
+                    for &e in &expert_degrees(prob, d) {
+                        out.push(price(prob, d, z, e, v, ends, &pol));
+                    }
                 }
             }
         }
@@ -306,13 +407,14 @@ fn choose(plans: &[Priced], hbm: u64) -> Option<&Priced> {
         .min_by(|a, b| a.key.cmp(&b.key))
 }
 
-fn key_of(plan: &Plan) -> (u64, usize, usize, u8, Vec<usize>, Vec<usize>) {
+fn key_of(plan: &Plan) -> Key {
     let p = plan.pp;
     (
         plan.devices_used,
         p,
         plan.virtual_stages as usize,
         plan.zero.stage(),
+        plan.expert_parallel,
         plan.stages.iter().map(|s| s.last_layer).collect(),
         plan.stages[..p]
             .iter()
@@ -344,7 +446,8 @@ fn check_plan(plan: &Plan, want: &Priced, case: usize) {
 fn settings_equal_brute_force() {
     let mut rng = Rng(0x51_7cc1_b727_220a);
     let (mut feasible, mut interleaved, mut sharded, mut infeasible) = (0, 0, 0, 0);
-    for case in 0..1500 {
+    let mut expert_parallel = 0;
+    for case in 0..2000 {
         let prob = random_problem(&mut rng);
         let got = solve(&prob);
         let b = prob.micro_batch;
@@ -367,12 +470,17 @@ fn settings_equal_brute_force() {
                 feasible += 1;
                 interleaved += usize::from(plan.virtual_stages > 1);
                 sharded += usize::from(plan.zero != Zero::Off);
+                expert_parallel += usize::from(plan.expert_parallel > 1);
                 check_plan(&plan, want, case);
             }
             (Solution::Infeasible(v), None) => {
                 infeasible += 1;
                 if plans.is_empty() {
-                    assert_eq!(v.kind, ViolationKind::Stages, "case {case}");
+                    // No (d, p) allows the fixed interleaving, or the fixed EP degree.
+                    assert!(
+                        matches!(v.kind, ViolationKind::Stages | ViolationKind::Devices),
+                        "case {case}"
+                    );
                 } else {
                     assert_eq!(v.kind, ViolationKind::Memory, "case {case}");
                 }
@@ -383,10 +491,18 @@ fn settings_equal_brute_force() {
             ),
         }
     }
-    eprintln!("feasible {feasible} (interleaved {interleaved}, ZeRO > 0 {sharded}), infeasible {infeasible}");
+    eprintln!(
+        "feasible {feasible} (interleaved {interleaved}, ZeRO > 0 {sharded}, EP > 1 \
+         {expert_parallel}), infeasible {infeasible}"
+    );
     assert!(
-        feasible > 400 && interleaved > 40 && sharded > 40 && infeasible > 100,
-        "feasible {feasible}, interleaved {interleaved}, sharded {sharded}, infeasible {infeasible}"
+        feasible > 400
+            && interleaved > 40
+            && sharded > 40
+            && expert_parallel > 40
+            && infeasible > 100,
+        "feasible {feasible}, interleaved {interleaved}, sharded {sharded}, EP {expert_parallel}, \
+         infeasible {infeasible}"
     );
 }
 
@@ -406,12 +522,13 @@ fn evaluate_fixed_with_settings_equals_brute_force() {
         }
         let plans = all_plans(&prob, d, p);
         if plans.is_empty() {
-            // Only a fixed interleaving that (p, m, blocks) does not allow leaves nothing.
+            // Only a fixed interleaving that (p, m, blocks) does not allow, or a fixed EP
+            // degree that d does not allow, leaves nothing.
             assert!(ev.plan.is_none(), "case {case}");
             assert!(ev
                 .violations
                 .iter()
-                .any(|v| v.kind == ViolationKind::Stages));
+                .any(|v| matches!(v.kind, ViolationKind::Stages | ViolationKind::Devices)));
             continue;
         }
         let plan = ev.plan.as_ref().unwrap();
@@ -432,12 +549,15 @@ fn evaluate_fixed_with_settings_equals_brute_force() {
                     .iter()
                     .find(|v| v.kind == ViolationKind::Memory)
                     .unwrap();
-                // The least memory at the least-memory ZeRO stage and the first chunk count.
+                // The least memory at the least-memory ZeRO stage and EP degree and the first
+                // chunk count.
                 let zmax = *zero_stages(&prob).last().unwrap();
+                let zmax = if d == 1 { zero_stages(&prob)[0] } else { zmax };
+                let emax = *expert_degrees(&prob, d).last().unwrap();
                 let vfirst = plans.iter().map(|x| x.key.2).min().unwrap();
                 let least = plans
                     .iter()
-                    .filter(|x| x.key.3 == zmax && x.key.2 == vfirst)
+                    .filter(|x| x.key.3 == zmax && x.key.4 == emax && x.key.2 == vfirst)
                     .map(|x| x.mem)
                     .min()
                     .unwrap();

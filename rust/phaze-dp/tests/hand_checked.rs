@@ -38,6 +38,7 @@ fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
         zero: Some(Zero::Off),
         virtual_stages: Some(1),
         blocks: None,
+        expert_parallel: Some(1),
     }
 }
 

@@ -28,6 +28,7 @@ fn random_problem(rng: &mut Rng, zero: Zero, v: Option<u64>) -> Problem {
         zero: Some(zero),
         virtual_stages: v,
         blocks: Some((1, 4)),
+        expert_parallel: Some(1),
     }
 }
 
@@ -143,6 +144,7 @@ fn sharded_problem(zero: Zero, v: u64) -> Problem {
         zero: Some(zero),
         virtual_stages: Some(v),
         blocks: Some((0, 8)),
+        expert_parallel: Some(1),
     }
 }
 

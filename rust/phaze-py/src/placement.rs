@@ -272,6 +272,16 @@ struct LayerInput {
     workspace_bytes: Bytes,
     #[pyo3(item)]
     boundary_bytes: Bytes,
+    #[pyo3(item, default)]
+    experts: Option<Count>,
+    #[pyo3(item, default)]
+    expert_param_bytes: Option<Bytes>,
+    #[pyo3(item, default)]
+    expert_grad_bytes: Option<Bytes>,
+    #[pyo3(item, default)]
+    expert_optimizer_bytes: Option<Bytes>,
+    #[pyo3(item, default)]
+    dispatch_bytes: Option<Bytes>,
 }
 
 impl Keys for LayerInput {
@@ -285,6 +295,11 @@ impl Keys for LayerInput {
         "optimizer_bytes",
         "workspace_bytes",
         "boundary_bytes",
+        "experts",
+        "expert_param_bytes",
+        "expert_grad_bytes",
+        "expert_optimizer_bytes",
+        "dispatch_bytes",
     ];
 }
 
@@ -333,6 +348,8 @@ struct ProblemInput {
     #[pyo3(item, default)]
     virtual_stages: Option<Count>,
     #[pyo3(item, default)]
+    expert_parallel: Option<Count>,
+    #[pyo3(item, default)]
     blocks: Option<BlockRange>,
 }
 
@@ -351,6 +368,7 @@ impl Keys for ProblemInput {
         "zero",
         "virtual_stages",
         "blocks",
+        "expert_parallel",
     ];
 }
 
@@ -366,6 +384,11 @@ impl From<LayerInput> for Layer {
             optimizer_bytes: l.optimizer_bytes.0,
             workspace_bytes: l.workspace_bytes.0,
             boundary_bytes: l.boundary_bytes.0,
+            experts: l.experts.map_or(0, |c| c.0),
+            expert_param_bytes: l.expert_param_bytes.map_or(0, |b| b.0),
+            expert_grad_bytes: l.expert_grad_bytes.map_or(0, |b| b.0),
+            expert_optimizer_bytes: l.expert_optimizer_bytes.map_or(0, |b| b.0),
+            dispatch_bytes: l.dispatch_bytes.map_or(0, |b| b.0),
         }
     }
 }
@@ -399,6 +422,7 @@ impl From<ProblemInput> for Problem {
             zero: p.zero.and_then(|z| z.0),
             virtual_stages: p.virtual_stages.map(|c| c.0),
             blocks: p.blocks.map(|b| b.0),
+            expert_parallel: p.expert_parallel.map(|c| c.0),
         }
     }
 }
@@ -427,6 +451,7 @@ fn plan_dict<'py>(py: Python<'py>, p: &Plan) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("pp", p.pp)?;
     d.set_item("virtual_stages", p.virtual_stages)?;
     d.set_item("zero", p.zero.stage())?;
+    d.set_item("expert_parallel", p.expert_parallel)?;
     d.set_item("tp", p.tp)?;
     d.set_item("micro_batch", p.micro_batch)?;
     d.set_item("num_micro_batches", p.num_micro_batches)?;

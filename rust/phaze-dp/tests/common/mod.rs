@@ -42,6 +42,7 @@ pub fn random_layers(rng: &mut Rng, n: usize, optimizer_below: u64) -> Vec<Layer
             optimizer_bytes: rng.below(optimizer_below),
             workspace_bytes: rng.below(32),
             boundary_bytes: rng.below(64),
+            ..Default::default()
         })
         .collect()
 }
