@@ -45,6 +45,8 @@ MEGATRON_FLAGS = (
     "--pipeline-model-parallel-layout",
     "--sequence-parallel",
     "--expert-model-parallel-size",
+    "--moe-expert-capacity-factor",
+    "--moe-pad-expert-input-to-capacity",
     "--micro-batch-size",
     "--global-batch-size",
     "--num-layers",
@@ -95,6 +97,8 @@ class Settings:
     virtual_stages: int
     zero: int
     expert_parallel: int
+    #: the MoE capacity factor the expert GEMMs were padded to; None: dropless
+    capacity_factor: float | None
     recompute: str
     #: transformer blocks of each pipeline chunk (model chunk) in layer order: ``pp`` of them,
     #: ``pp * virtual_stages`` under interleaving; chunk ``i`` runs on pipeline rank ``i % pp``.
@@ -133,6 +137,14 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
         raise PhazeError(f"--export {target}: virtual_stages {v} and expert_parallel {ep} must be positive")
     if v > 1 and pp == 1:
         raise PhazeError(f"--export {target}: interleaved 1F1B ({v} chunks per device) needs pipeline parallelism")
+    capacity = plan.get("capacity_factor")
+    if capacity is not None and (
+        isinstance(capacity, bool)
+        or not isinstance(capacity, (int, float))
+        or not math.isfinite(capacity)
+        or capacity < 1
+    ):
+        raise PhazeError(f"--export {target}: the plan's capacity_factor is {capacity!r}, not a number >= 1")
     return Settings(
         dp=dp,
         pp=pp,
@@ -145,6 +157,7 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
         virtual_stages=v,
         zero=zero,
         expert_parallel=ep,
+        capacity_factor=None if capacity is None else float(capacity),
         recompute=_one_recompute(plan, target),
         chunk_blocks=_chunk_blocks(plan, facts, pp, v, target),
     )
@@ -245,6 +258,9 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
                 "--sequence-parallel on"
             )
         args.append(f"--expert-model-parallel-size={s.expert_parallel}")
+    if s.capacity_factor is not None:
+        # Padded to capacity, not merely capped: every expert runs exactly C rows, as priced.
+        args += [f"--moe-expert-capacity-factor={s.capacity_factor!r}", "--moe-pad-expert-input-to-capacity"]
     args += [
         f"--micro-batch-size={s.micro_batch}",
         f"--global-batch-size={s.global_batch}",
@@ -347,6 +363,12 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
     if facts.optimizer != "adam":
         raise PhazeError(
             f"--export torchtitan: torchtitan 0.3.0 has no {facts.optimizer} optimizer (Adam, AdamW, DistMuon)"
+        )
+    if s.capacity_factor is not None:
+        raise PhazeError(
+            f"--export torchtitan: the plan pads the experts to capacity factor {s.capacity_factor:g}; torchtitan "
+            "0.3.0's MoE is dropless (HybridEP's non_blocking_capacity_factor bounds a receive buffer, it does not "
+            "pad each expert): compile without --capacity-factor"
         )
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
     p = "--parallelism."

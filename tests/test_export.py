@@ -181,7 +181,7 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
         assert action == "store" and eq, line
         if "choices" in opts:
             assert value in opts["choices"].split(","), line
-        ns[dest] = int(value) if opts.get("type") == "int" else value
+        ns[dest] = {"int": int, "float": float}.get(opts.get("type", ""), str)(value)
     fields = {cls: {fl.name for fl in dataclasses.fields(cls)} for cls in (mcore.TC, mcore.DDP, mcore.Opt)}
     unplaced = set(ns) - MEGATRON_TRAINING_ONLY - set().union(*fields.values())
     assert not unplaced, f"flags with no megatron-core field: {unplaced}"
@@ -194,7 +194,8 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
     # The model flags a user adds: --hidden-size, --num-attention-heads; for MoE --num-experts and
     # --disable-bias-linear (Mixtral's experts have no bias; Megatron's biased experts need ETP 1).
     heads = 4 * s.tp
-    experts = {"num_moe_experts": 4 * s.expert_parallel, "add_bias_linear": False} if s.expert_parallel > 1 else {}
+    moe = s.expert_parallel > 1 or s.capacity_factor is not None
+    experts = {"num_moe_experts": 4 * s.expert_parallel, "add_bias_linear": False} if moe else {}
     tc = mcore.TC(hidden_size=16 * heads, num_attention_heads=heads, **experts, **tc_kw)
     ddp = mcore.DDP(**{k: v for k, v in ns.items() if k in fields[mcore.DDP]})
     opt = mcore.Opt(**{k: v for k, v in ns.items() if k in fields[mcore.Opt]})
@@ -203,6 +204,8 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
     assert (tc.virtual_pipeline_model_parallel_size or 1) == s.virtual_stages
     assert tc.sequence_parallel == (s.sequence_parallel and s.tp > 1)
     assert tc.expert_model_parallel_size == s.expert_parallel
+    assert tc.moe_expert_capacity_factor == s.capacity_factor
+    assert tc.moe_pad_expert_input_to_capacity == (s.capacity_factor is not None)
     assert tc.num_layers == f.num_blocks and ns["seq_length"] == f.seq_len
     assert tc.recompute_granularity == {"none": None, "selective": "selective", "full": "full"}[s.recompute]
     if s.recompute == "full":
@@ -306,6 +309,11 @@ CASES = {
         facts(16),
     ),
 }
+#: Megatron-LM only: torchtitan 0.3.0 refuses a capacity factor (REFUSED).
+MEGATRON_CASES = {
+    "ep2-capacity-factor": (plan([4, 4], tp=1, expert_parallel=2, capacity_factor=1.25), facts(8)),
+    "capacity-factor-no-ep": (plan([4, 4], tp=2, sequence_parallel=True, capacity_factor=1.0), facts(8)),
+}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -313,6 +321,18 @@ def test_export_matrix_loads_in_both(name, titan, mcore):
     p, f = CASES[name]
     megatron_check(mcore, megatron_args(p, f), p, f)
     titan_check(titan, torchtitan_args(p, f), p, f)
+
+
+@pytest.mark.parametrize("name", list(MEGATRON_CASES))
+def test_megatron_capacity_factor(name, mcore):
+    """A plan padded to an MoE capacity factor: Megatron-LM's capacity factor with its experts'
+    input padded to capacity (so every expert runs the rows priced), through megatron-core."""
+    p, f = MEGATRON_CASES[name]
+    args = megatron_args(p, f)
+    factor = p["capacity_factor"]
+    assert f"--moe-expert-capacity-factor={factor!r}" in args and "--moe-pad-expert-input-to-capacity" in args
+    megatron_check(mcore, args, p, f)
+    assert not any("capacity" in a for a in megatron_args({**p, "capacity_factor": None}, f))
 
 
 @pytest.mark.parametrize("zero", [1, 2])
@@ -388,6 +408,8 @@ REFUSED = [
     ("torchtitan", plan([4, 4], zero=2), facts(8), "ZeRO-2 shards the optimizer state and gradients"),
     ("torchtitan", plan([4, 4]), facts(8, optimizer="sgd"), "torchtitan 0.3.0 has no sgd optimizer"),
     ("torchtitan", plan([1, 3, 4], pp=3), facts(8), "torchtitan cannot split the 8 blocks as the plan does (1, 3, 4"),
+    ("torchtitan", plan([4, 4], capacity_factor=1.25), facts(8), "pads the experts to capacity factor 1.25"),
+    ("both", plan([4, 4], capacity_factor=0.5), facts(8), "the plan's capacity_factor is 0.5, not a number >= 1"),
 ]
 
 
@@ -420,7 +442,7 @@ def test_megatron_lm_validates_the_exports(tmp_path):
     import subprocess
     import sys
 
-    for name, (p, f) in CASES.items():
+    for name, (p, f) in {**CASES, **MEGATRON_CASES}.items():
         path = tmp_path / f"{name}.args"
         path.write_text("".join(a + "\n" for a in megatron_args(p, f)))
         r = subprocess.run(

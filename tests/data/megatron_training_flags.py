@@ -10,7 +10,7 @@ parser. Run against a checkout of https://github.com/NVIDIA/Megatron-LM::
 
 ``--check`` parses each export file (one argument per line), plus the model flags a user adds
 (``--hidden-size``, ``--num-attention-heads``, ``--max-position-embeddings``; ``--num-experts`` and
-``--disable-bias-linear`` with expert parallelism), with Megatron-LM's
+``--disable-bias-linear`` with expert parallelism or a capacity factor), with Megatron-LM's
 parser and runs its ``validate_args`` for ``N`` GPUs (the plan's ``devices_used``) on this machine:
 the GPU's architecture is taken as Ampere (``validate_args`` asks the GPU) and
 ``CUDA_DEVICE_MAX_CONNECTIONS`` is set as Megatron-LM asks a launch to (1 with TP, unset with
@@ -52,7 +52,7 @@ def check(parser: argparse.ArgumentParser, path: Path, world_size: int) -> str:
     else:
         os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     model = ["--hidden-size=64", "--num-attention-heads=4", "--max-position-embeddings=4096"]
-    if any(line.startswith("--expert-model-parallel-size") for line in lines):
+    if any(line.startswith(("--expert-model-parallel-size", "--moe-expert-capacity-factor")) for line in lines):
         model += ["--num-experts=16", "--disable-bias-linear"]
     ns = parser.parse_args(lines + model)
     ns._is_global_batch_size_explicitly_specified = True
