@@ -74,6 +74,11 @@ class Options:
     #: model's experts split over E data-parallel replicas, ``auto``: the DP chooses
     #: (``phaze-place-devices{expert_parallel=...}``).
     expert_parallel: str = "1"
+    #: None (default: dropless experts, every routed row and no more), or F >= 1: every expert
+    #: GEMM runs on its experts' capacity ``ceil(T/E * F)`` rows, padded with zeros, as
+    #: Megatron-LM's ``--moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity``
+    #: (the importer pads, ``phaze.capacity_factor``; docs/design.md §2).
+    capacity_factor: float | None = None
     #: ``off`` (default), ``on`` (Megatron sequence parallelism at every TP width > 1),
     #: ``auto``: both are compiled and the faster plan is kept
     #: (``phaze-shard-tensor-parallel{sequence_parallel=...}``).
@@ -166,7 +171,7 @@ def compile_module(
     from phaze_ir.hardware_ir import set_accelerator
     from phaze_ir.ir import make_context
 
-    module = import_graph(traced, strict=opts.strict)
+    module = import_graph(traced, strict=opts.strict, capacity_factor=opts.capacity_factor)
     if STAGES.index(stage) >= STAGES.index("tiled"):
         set_accelerator(module, accelerator if accelerator is not None else load_accelerator(opts.hw))
     spec = pipeline(stage, tp, opts, sequence_parallel)
@@ -210,6 +215,7 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
         parse_zero,
     )
     from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
+    from phaze_ir.frontend.importer import check_capacity_factor
 
     if opts.emit not in STAGES:
         raise PhazeError(f"unknown stage '{opts.emit}'; expected one of {', '.join(STAGES)}")
@@ -233,6 +239,7 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
         raise PhazeError(
             f"--sequence-parallel '{opts.sequence_parallel}': expected one of {', '.join(SEQUENCE_PARALLEL_SETTINGS)}"
         )
+    check_capacity_factor(opts.capacity_factor)
     stage = opts.emit
     opts = replace(opts, schedule_cache=schedule_cache(opts))
     if accelerator is None and STAGES.index(stage) >= STAGES.index("tiled"):
@@ -322,6 +329,15 @@ def _notes_once(candidates: list[Candidate]) -> str:
     return "; ".join(f"{', '.join(where)}: {note}" for note, where in points.items())
 
 
+def capacity_factor(module: ModuleOp) -> float | None:
+    """The MoE capacity factor the module's expert GEMMs were padded to (``phaze.capacity_factor``),
+    None when they were not (dropless, or no experts)."""
+    from xdsl.dialects.builtin import FloatAttr
+
+    attr = module.attributes.get(keys.CAPACITY_FACTOR)
+    return float(attr.value.data) if isinstance(attr, FloatAttr) else None
+
+
 def unpriced_ops(module: ModuleOp) -> list[dict[str, Any]]:
     """``phaze.warnings`` as JSON: the opaque ops the plan does not price (empty when none)."""
     return [{"kind": "unpriced-op", **r.as_dict()} for r in keys.records_of(module, keys.WARNINGS, UnpricedOpAttr)]
@@ -354,6 +370,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
         "virtual_stages": plan["virtual_stages"],
         "zero": plan["zero"],
         "expert_parallel": plan["expert_parallel"],
+        "capacity_factor": capacity_factor(module),
         "micro_batch_size": plan["micro_batch_size"],
         "num_micro_batches": plan["num_micro_batches"],
         "time_per_batch_s": plan["time_per_batch_s"],

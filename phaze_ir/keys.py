@@ -51,6 +51,12 @@ class Key(str):
 MODEL = Key("phaze.model", "module", "string: the model's name", IMPORTER)
 MICRO_BATCH_SIZE = Key("phaze.micro_batch_size", "module", "i64: samples per micro-batch traced", IMPORTER)
 SEQ_LEN = Key("phaze.seq_len", "module", "i64: sequence length traced", IMPORTER)
+CAPACITY_FACTOR = Key(
+    "phaze.capacity_factor",
+    "module",
+    "f64: the MoE capacity factor the expert GEMMs are padded to (absent: dropless)",
+    IMPORTER,
+)
 WARNINGS = Key(
     "phaze.warnings", "module", "array of #phaze.unpriced_op: opaque ops the cost model does not price", IMPORTER
 )

@@ -29,6 +29,8 @@ TINY = str(MODELS / "tiny_gpt2.py")
         ("--solver-time-limit", "0", "--solver-time-limit 0.0: expected a positive, finite number"),
         ("--solver-gap", "nan", "--solver-gap nan: expected a relative gap in [0, 1)"),
         ("--solver-gap", "1", "--solver-gap 1.0: expected a relative gap in [0, 1)"),
+        ("--capacity-factor", "0.5", "--capacity-factor 0.5: expected a finite number >= 1 (below 1 the experts"),
+        ("--capacity-factor", "nan", "--capacity-factor nan: expected a finite number >= 1"),
     ],
 )
 @pytest.mark.parametrize("mode", [["--hw", "tpuv4"], []], ids=["hw", "search"])

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES, MODELS
+from xdsl.ir import Attribute
 
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
-from phaze_ir.errors import PhazeWarning
+from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.frontend import aten_map as amap
 from phaze_ir.frontend import import_graph, load_model_file, trace_model
 from phaze_ir.frontend.importer import _torch_flops
@@ -75,10 +76,11 @@ def _traced(text: str, micro_batch: int = 1):
     return trace_model(load_model_file(_model_file(text)), micro_batch)
 
 
-def _import(traced):
+def _import(traced, capacity_factor: float | None = None):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        module = import_graph(traced, strict=True)  # no phaze.opaque: every op has semantics
+        # strict: no phaze.opaque, every op has semantics
+        module = import_graph(traced, strict=True, capacity_factor=capacity_factor)
     module.verify()
     return module, [str(w.message) for w in caught if issubclass(w.category, PhazeWarning)]
 
@@ -276,6 +278,157 @@ def test_expert_parallelism_is_refused_where_it_cannot_be(tmp_path):
         except Exception as e:  # a PhazeError before any work
             failure = str(e)
         assert failure is not None and said in str(failure), (flags, failure)
+
+
+# -- capacity factor -------------------------------------------------------------------------------
+
+
+def _expert_gemms(module) -> list[ph.MatmulOp]:
+    return [
+        o
+        for o in step_function(module).body.block.ops
+        if isinstance(o, ph.MatmulOp) and o.attributes["phaze.module"].data.endswith("mlp.experts")
+    ]
+
+
+def _grouped_results(module) -> dict[str, Attribute]:
+    """The type of every value an aten._grouped_mm node stands for, by its fx name."""
+    return {
+        r.name_hint: r.type
+        for o in step_function(module).body.block.ops
+        for r in o.results
+        if r.name_hint and r.name_hint.startswith("_grouped_mm")
+    }
+
+
+def test_capacity_factor_pads_every_expert_gemm_to_capacity():
+    """F = 1.25, 64 routed rows (32 tokens x top-2) over 4 experts: every expert processes
+    C = ceil(1.25 x 64 / 4) = 20 rows. Each expert GEMM, forward, input gradient and weight
+    gradient, is one batched GEMM over the 4 experts with 20 rows (M, or K for the weight
+    gradient): 2·E·C·K·N FLOPs, 80/64 of the dropless ones; the grouped results keep their
+    shapes; the weight gradients read the forward's padded input; the module records F."""
+    traced = _traced(MIXTRAL.format(seq=32))
+    dropless, _ = _import(traced)
+    padded, said = _import(traced, capacity_factor=1.25)
+    assert not said
+    experts, rows = 4, 64
+    cap = math.ceil(1.25 * rows / experts)
+    assert cap == 20
+    gemms = _expert_gemms(padded)
+    assert len(gemms) == len(_expert_gemms(dropless)) == 2 * 2 * 3  # 2 blocks x 2 GEMMs x fwd/dgrad/wgrad
+    for o in gemms:
+        batch, m, n, k = o.mnk()
+        assert tuple(batch) == (experts,) and cap in (m, k), (batch, m, n, k)
+        assert o.flops() == 2 * experts * cap * k * n if m == cap else 2 * experts * m * cap * n
+    grouped = sum(o.flops() for o in _expert_gemms(dropless))
+    assert sum(o.flops() for o in gemms) * rows == grouped * experts * cap
+    assert _gemm_flops(padded) - _gemm_flops(dropless) == grouped * (experts * cap - rows) // rows
+    assert _grouped_results(padded) == _grouped_results(dropless) and _grouped_results(padded)
+    # The weight gradients' right operand is the forward's padded input (a 'pad' op in forward).
+    for o in gemms:
+        if o.attributes["phaze.phase"].data == "bwd" and ph.tensor_type(o.rhs).get_shape()[1] == cap:
+            src = o.rhs.owner
+            assert isinstance(src, ph.LayoutOp) and src.kind.data == "pad"
+            assert src.attributes["phaze.phase"].data == "fwd"
+    assert padded.attributes["phaze.capacity_factor"].value.data == 1.25
+    assert "phaze.capacity_factor" not in dropless.attributes
+
+
+@pytest.mark.parametrize("seq", [32, 31])
+def test_capacity_factor_1_is_dropless_where_the_experts_divide_the_rows(seq):
+    """F = 1 at 64 rows over 4 experts is the dropless IR, op for op; at 62 rows it pads the two
+    15-row experts to 16: one batched GEMM over all 4 experts (whose whole weights tensor
+    parallelism can split), no warning about uneven rows."""
+    from phaze_ir.ir import print_module
+
+    traced = _traced(MIXTRAL.format(seq=seq))
+    dropless, _ = _import(traced)
+    one, said = _import(traced, capacity_factor=1.0)
+    assert not said and one.attributes["phaze.capacity_factor"].value.data == 1.0
+    if seq == 32:
+        assert print_module(step_function(one)) == print_module(step_function(dropless))
+        return
+    fwd = sorted(
+        (ph.tensor_type(o.lhs).get_shape(), ph.tensor_type(o.rhs).get_shape())
+        for o in _expert_gemms(one)
+        if o.attributes["phaze.phase"].data == "fwd" and o.attributes["phaze.module"].data.startswith("model.layers.0")
+    )
+    assert fwd == [((4, 16, 64), (4, 64, 192)), ((4, 16, 96), (4, 96, 64))]
+    assert _grouped_results(one) == _grouped_results(dropless)
+
+
+def test_capacity_factor_dispatches_and_saves_the_padded_rows():
+    """The all-to-alls of expert parallelism carry the padded rows: each MoE block's
+    dispatch_bytes is E·C rows x hidden (4 x 20 x 64 x 2 bytes), E·C/T of the dropless; the
+    padded forward inputs are what backward saves."""
+    from phaze_ir.ir import parse_module
+
+    even = _model_file(MIXTRAL.format(seq=32))
+    flags = ("--emit", "training", "--micro-batch", "1")
+    layers = {}
+    for name, extra in (("dropless", ()), ("padded", ("--capacity-factor", "1.25"))):
+        module = parse_module(_compile(even, *flags, *extra))
+        layers[name] = [a.as_dict() for a in module.attributes["phaze.layers"].data if a.as_dict()["kind"] == "block"]
+    assert [la["dispatch_bytes"] for la in layers["dropless"]] == [64 * 64 * 2] * 2
+    assert [la["dispatch_bytes"] for la in layers["padded"]] == [4 * 20 * 64 * 2] * 2
+    text = _compile(even, *flags, "--capacity-factor", "1.25")
+    pads = [
+        line
+        for line in text.splitlines()
+        if '"pad"' in line and "aten._grouped_mm" in line and 'phaze.phase = "fwd"' in line
+    ]
+    saved_pads = [m.group(1) for m in (re.search(r"phaze\.saved_bytes = (\d+)", line) for line in pads) if m]
+    # the two GEMMs' padded inputs of each block: [4, 20, 64] and [4, 20, 96], 2 bytes each
+    assert sorted(int(b) for b in saved_pads) == sorted([4 * 20 * 64 * 2, 4 * 20 * 96 * 2] * 2)
+
+
+def test_capacity_factor_plan_json_and_megatron_export(tmp_path):
+    """At micro-batch 2 (128 routed rows, C = 40) with EP 2: the padded plan is slower (more
+    GEMM work, larger all-to-alls), says its factor in the JSON, and exports Megatron-LM's
+    capacity factor with the experts' input padded to capacity."""
+    fixed = ("--devices", "4", "--global-batch", "8", "--placement", "expert:1,4,1", "--expert-parallel", "2")
+    dropless = _plan_json(tmp_path, "dropless", *fixed)
+    megatron = tmp_path / "plan.megatron"
+    padded = _plan_json(tmp_path, "padded", *fixed, "--capacity-factor", "1.25", "--export", "megatron", str(megatron))
+    assert dropless["capacity_factor"] is None and padded["capacity_factor"] == 1.25
+    assert padded["time_per_batch_s"] > dropless["time_per_batch_s"]
+    lines = megatron.read_text().splitlines()
+    assert "--moe-expert-capacity-factor=1.25" in lines and "--moe-pad-expert-input-to-capacity" in lines
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--hw", "a100", "--capacity-factor", "0.5"), "--capacity-factor 0.5: expected a finite number >= 1"),
+        (("--hw", "a100", "--capacity-factor", "nan"), "--capacity-factor nan: expected a finite number >= 1"),
+        (("--hw", "a100", "--capacity-factor", "inf"), "--capacity-factor inf: expected a finite number >= 1"),
+        (("--capacity-factor", "1.5"), "--capacity-factor 1.5: the architecture search explores"),
+        (
+            ("--hw", "a100", "--capacity-factor", "1.5", "--export", "torchtitan", "{tmp}/t"),
+            "--export torchtitan: the plan pads the experts to capacity factor 1.5",
+        ),
+    ],
+)
+def test_capacity_factor_is_refused_where_it_cannot_be(tmp_path, flags, said):
+    from phaze.tools.phazec import _parser, compile_model
+
+    model = str(_model_file(MIXTRAL.format(seq=32)))
+    args = _parser().parse_args(
+        [model, "--devices", "4", "--global-batch", "8", *FAST, *(f.format(tmp=tmp_path) for f in flags), "-q"]
+    )
+    with pytest.raises(PhazeError) as e, warnings.catch_warnings():
+        warnings.simplefilter("ignore", PhazeWarning)
+        compile_model(args, lambda msg: None)
+    assert said in str(e.value) and "\n" not in str(e.value), str(e.value)
+    if "torchtitan" in said:
+        assert not (tmp_path / "t").exists()
+
+
+def test_capacity_factor_on_a_dense_model_warns_and_records_nothing():
+    first, second, shape, _ = CONVS["conv2d"]
+    module, said = _import(_traced(CONV.format(first=first, second=second, shape=shape), 2), capacity_factor=2.0)
+    assert "phaze.capacity_factor" not in module.attributes
+    assert len(said) == 1 and "has no expert GEMMs" in said[0] and "not recorded" in said[0]
 
 
 def test_mixtral_8x7b_example_flops_at_reduced_depth():

@@ -131,6 +131,15 @@ def _parser() -> argparse.ArgumentParser:
         "E splits the experts over E replicas (all-to-all dispatch and combine); auto lets the placement choose",
     )
     p.add_argument(
+        "--capacity-factor",
+        type=float,
+        default=Options.capacity_factor,
+        metavar="F",
+        help="MoE expert capacity factor, F >= 1: every expert processes ceil(F x routed rows / experts) rows, "
+        "padded with zeros (Megatron-LM's --moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity); "
+        "default: none, dropless",
+    )
+    p.add_argument(
         "--solver-time-limit",
         type=float,
         default=None,
@@ -238,8 +247,10 @@ def check_numbers(args: argparse.Namespace) -> None:
 def options(args: argparse.Namespace):
     """The driver options of parsed command-line arguments (checked: :func:`check_numbers`)."""
     from phaze.driver import DEFAULT_MICRO_BATCHES
+    from phaze_ir.frontend.importer import check_capacity_factor
 
     check_numbers(args)
+    check_capacity_factor(args.capacity_factor)
 
     for flag, given in (("--json", args.json), ("--report", args.report)):
         if given and args.emit != "plan":
@@ -258,11 +269,13 @@ def options(args: argparse.Namespace):
             ("--pipeline-schedule", args.pipeline_schedule, Options.pipeline_schedule),
             ("--zero", args.zero, Options.zero),
             ("--expert-parallel", args.expert_parallel, Options.expert_parallel),
+            ("--capacity-factor", args.capacity_factor, Options.capacity_factor),
         ):
             if given != default:
+                paper = f"{flag} {default}" if default is not None else f"no {flag}"
                 raise PhazeError(
                     f"{flag} {given}: the architecture search explores the paper's placement space "
-                    f"({flag} {default}); give --hw CHIP to place on one chip with it"
+                    f"({paper}); give --hw CHIP to place on one chip with it"
                 )
     time_limit = args.solver_time_limit if args.solver_time_limit is not None else (60.0 if search else 10.0)
     nodes = args.solver_nodes if args.solver_nodes is not None else (1 if search else 0)
@@ -283,6 +296,7 @@ def options(args: argparse.Namespace):
         zero=args.zero,
         pipeline_schedule=args.pipeline_schedule,
         expert_parallel=args.expert_parallel,
+        capacity_factor=args.capacity_factor,
         sequence_parallel=args.sequence_parallel,
         strict=args.strict,
         schedule_time_limit=time_limit,

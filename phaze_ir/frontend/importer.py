@@ -26,6 +26,7 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    FloatAttr,
     FunctionType,
     IntegerAttr,
     IntegerType,
@@ -95,10 +96,48 @@ class UnknownOpError(PhazeError):
     micro-batch size or TP width (a sweep stops at the first, instead of trying every point)."""
 
 
+def check_capacity_factor(factor: float | None) -> float | None:
+    """``factor`` as a float (None: no capacity factor, dropless experts), or a one-line
+    :class:`PhazeError` when it is not a finite number of at least 1.
+
+    Below 1 an expert's capacity is less than the rows balanced routing gives it, so Megatron-LM
+    drops routed tokens: a different model is trained (fewer token-expert products), and with
+    every expert equally loaded phaze would price a fixed share of every expert's tokens away,
+    where real routing drops only what overflows the busiest experts.  Refused rather than
+    priced (docs/design.md §2)."""
+    if factor is None:
+        return None
+    try:
+        value = float(factor)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(factor, bool) or not math.isfinite(value) or value < 1:
+        raise PhazeError(
+            f"--capacity-factor {factor}: expected a finite number >= 1 (below 1 the experts drop routed tokens, "
+            "a different model that phaze does not price)"
+        )
+    return value
+
+
+def expert_capacity(rows: int, experts: int, factor: float) -> int:
+    """Rows each expert processes under capacity factor ``factor`` when ``rows`` routed rows
+    (tokens x top-k) go to ``experts`` experts: Megatron-LM's ``get_capacity``
+    (megatron/core/transformer/moe/moe_utils.py), ``ceil(rows / experts * factor)``, computed
+    as it computes it so that both round alike."""
+    return math.ceil((rows / experts) * factor)
+
+
 class _Importer:
-    def __init__(self, traced: TracedGraph, strict: bool):
+    def __init__(self, traced: TracedGraph, strict: bool, capacity_factor: float | None = None):
         self.traced = traced
         self.strict = strict
+        self.capacity_factor = check_capacity_factor(capacity_factor)
+        #: (grouped operand [T, K], experts) -> its rows padded to the experts' capacity
+        #: [E, C, K]: the forward's padded expert input is what the weight gradient reads (and so
+        #: what autograd saves), as Megatron-LM's padded GEMM input is.
+        self.padded: dict[tuple[SSAValue, int], SSAValue] = {}
+        #: expert GEMMs (aten._grouped_mm) expanded
+        self.grouped = 0
         self.values: dict[Any, list[tuple[int, SSAValue]] | SSAValue] = {}
         self.unknown: Counter[str] = Counter()
         self.unknown_where: dict[str, str] = {}
@@ -212,10 +251,11 @@ class _Importer:
         if packet in amap.FUSED_ATTENTION:
             return _attention(ins, rtypes, backward=packet.endswith("_backward"))
         if packet in amap.GROUPED_MM:
-            grouped = _grouped_mm(node, ins, rtypes, aten.data)
+            grouped = _grouped_mm(node, ins, rtypes, aten.data, self.capacity_factor, self.padded)
             if grouped is not None:
+                self.grouped += 1
                 experts, rows = _grouped_split(ins, rtypes)
-                if rows % experts:
+                if rows % experts and self.capacity_factor is None:  # padded, the experts stay one GEMM
                     self.uneven.setdefault(experts, self.provenance(node)[0] or "<root>")
                 return grouped
         if packet in amap.CONVOLUTION:
@@ -337,6 +377,18 @@ class _Importer:
             attrs[keys.SEQ_LEN] = IntegerAttr(traced.seq_len, i64)
         if self.unknown:
             attrs[keys.WARNINGS] = ArrayAttr(self.unpriced(graph))
+        if self.capacity_factor is not None:
+            if self.grouped:
+                attrs[keys.CAPACITY_FACTOR] = FloatAttr(self.capacity_factor, Float64Type())
+            else:
+                # Not recorded: nothing was padded, and a plan (or an export) must not claim a
+                # capacity factor that a dense model does not have.
+                warnings.warn(
+                    f"--capacity-factor {self.capacity_factor:g}: the model has no expert GEMMs "
+                    "(aten._grouped_mm); the capacity factor changes nothing and is not recorded",
+                    PhazeWarning,
+                    stacklevel=3,
+                )
         for experts, module in sorted(self.uneven.items()):
             # No figure that scales with the micro-batch: said once however many are traced.
             warnings.warn(
@@ -578,6 +630,15 @@ class _Expansion:
         shape[dim] = sum(self.shape(x)[dim] for x in xs)
         return self.layout("cat", xs, shape)
 
+    def pad(self, x: SSAValue, dim: int, size: int) -> SSAValue:
+        """``x`` padded with zeros along ``dim`` to ``size`` (a copy, as Megatron-LM writes its
+        padded expert input)."""
+        shape = self.shape(x)
+        if shape[dim] == size:
+            return x
+        shape[dim] = size
+        return self.layout("pad", [x], shape)
+
     def zeros(self, shape: list[int], elem: Attribute) -> SSAValue:
         return self.add(
             ph.ElementwiseOp.build(
@@ -614,7 +675,64 @@ def _grouped_split(ins: list[SSAValue], rtypes: list[TensorType]) -> tuple[int, 
     return 1, 0
 
 
-def _grouped_mm(node, ins: list[SSAValue], rtypes: list[TensorType], aten: str):
+def _capacity(rows: int, experts: int, factor: float | None) -> int | None:
+    """Rows per expert when the experts are padded to capacity under ``factor``; None when they
+    are not (no factor, or a capacity that is exactly the even split: the dropless IR)."""
+    if factor is None:
+        return None
+    cap = expert_capacity(rows, experts, factor)
+    return None if rows % experts == 0 and cap == rows // experts else cap
+
+
+def _padded_rows(e: _Expansion, x: SSAValue, experts: int, cap: int) -> SSAValue:
+    """``x [T, K]``, its rows spread evenly over the experts (:func:`_even_groups`), as
+    ``[E, C, K]``: each expert's rows padded with zeros to its capacity ``C``."""
+    total, k = e.shape(x)
+    elem = ph.tensor_type(x).element_type
+    pieces = []
+    for _e0, ne, s0, rows in _even_groups(total, experts):
+        if rows == 0:  # fewer routed rows than experts: these experts get padding only
+            pieces.append(e.zeros([ne, cap, k], elem))
+            continue
+        part = e.view(e.slice(x, 0, s0, s0 + ne * rows), [ne, rows, k])
+        pieces.append(e.pad(part, 1, cap))
+    return e.cat(pieces, 0)
+
+
+def _real_rows(e: _Expansion, y: SSAValue, total: int) -> SSAValue:
+    """The ``total`` real rows ``[T, N]`` of a padded expert GEMM's result ``y [E, C, N]`` (the
+    inverse of :func:`_padded_rows`: the padding's rows dropped)."""
+    experts, _cap, n = e.shape(y)
+    pieces = []
+    for e0, ne, _s0, rows in _even_groups(total, experts):
+        if rows:
+            pieces.append(e.view(e.slice(e.slice(y, 0, e0, e0 + ne), 1, 0, rows), [ne * rows, n]))
+    return e.cat(pieces, 0)
+
+
+def _padded_cols(e: _Expansion, x: SSAValue, experts: int, cap: int) -> SSAValue:
+    """``x [M, T]``, its columns spread evenly over the experts, as ``[E, M, C]`` (each expert's
+    columns padded with zeros to its capacity)."""
+    m, total = e.shape(x)
+    elem = ph.tensor_type(x).element_type
+    pieces = []
+    for _e0, ne, s0, cols in _even_groups(total, experts):
+        if cols == 0:
+            pieces.append(e.zeros([ne, m, cap], elem))
+            continue
+        part = e.permute(e.view(e.slice(x, 1, s0, s0 + ne * cols), [m, ne, cols]), (1, 0, 2))
+        pieces.append(e.pad(part, 2, cap))
+    return e.cat(pieces, 0)
+
+
+def _grouped_mm(
+    node,
+    ins: list[SSAValue],
+    rtypes: list[TensorType],
+    aten: str,
+    capacity_factor: float | None = None,
+    padded: dict[tuple[SSAValue, int], SSAValue] | None = None,
+):
     """``aten._grouped_mm(A, B, offs)``, a GEMM per expert over a ragged split of the tokens, as
     batched ``phaze.matmul`` with per-expert weights.
 
@@ -628,6 +746,14 @@ def _grouped_mm(node, ins: list[SSAValue], rtypes: list[TensorType], aten: str):
     - ``A [E, M, K] × B [K, N] -> [M, N]``: columns of B grouped;
     - ``A [E, M, K] × B [E, K, N] -> [E, M, N]``: a plain batched matmul.
 
+    With a ``capacity_factor`` F (Megatron-LM's ``--moe-expert-capacity-factor F
+    --moe-pad-expert-input-to-capacity``) every expert processes exactly its capacity
+    ``C = ⌈T/E·F⌉`` rows: the grouped operand is padded with zeros to ``[E, C, ·]`` (a ``pad``
+    copy per expert part), one batched matmul runs over all E experts (``2·E·C·K·N`` FLOPs), and
+    a grouped result takes its T real rows back.  A grouped operand padded once is reused
+    (``padded``): the weight gradient reads the forward's padded input, which autograd so saves.
+    F that gives ``C = T/E`` exactly leaves the dropless IR unchanged.
+
     None (the op stays opaque) for a bias or a form not listed."""
     bias = node.args[3] if len(node.args) > 3 else node.kwargs.get("bias")
     if bias is not None or len(ins) < 2 or len(rtypes) != 1:
@@ -636,39 +762,65 @@ def _grouped_mm(node, ins: list[SSAValue], rtypes: list[TensorType], aten: str):
     e = _Expansion(aten)
     sa, sb, out = e.shape(a), e.shape(b), list(rtypes[0].get_shape())
     elem = rtypes[0].element_type
+    cache: dict[tuple[SSAValue, int], SSAValue] = padded if padded is not None else {}
+
+    def rows_padded(x: SSAValue, experts: int, cap: int) -> SSAValue:
+        if (x, experts) not in cache:
+            cache[x, experts] = _padded_rows(e, x, experts, cap)
+        return cache[x, experts]
+
     if len(sa) == 3 and len(sb) == 3:
         return ph.MatmulOp(a, b, rtypes[0])
     if len(sa) == 2 and len(sb) == 3:  # rows of A grouped
         experts, k, n = sb
-        pieces = []
-        for e0, ne, s0, rows in _even_groups(sa[0], experts):
-            if rows == 0:
-                continue
-            lhs = e.view(e.slice(a, 0, s0, s0 + ne * rows), [ne, rows, k])
-            part = e.matmul(lhs, e.slice(b, 0, e0, e0 + ne), elem)
-            pieces.append(e.view(part, [ne * rows, n]))
-        result = e.cat(pieces, 0)
+        cap = _capacity(sa[0], experts, capacity_factor)
+        if cap is not None:
+            result = _real_rows(e, e.matmul(rows_padded(a, experts, cap), b, elem), sa[0])
+        else:
+            pieces = []
+            for e0, ne, s0, rows in _even_groups(sa[0], experts):
+                if rows == 0:
+                    continue
+                lhs = e.view(e.slice(a, 0, s0, s0 + ne * rows), [ne, rows, k])
+                part = e.matmul(lhs, e.slice(b, 0, e0, e0 + ne), elem)
+                pieces.append(e.view(part, [ne * rows, n]))
+            result = e.cat(pieces, 0)
     elif len(sa) == 2 and len(sb) == 2 and len(out) == 3:  # the contracted dim grouped
         experts, m, n = out
-        pieces = []
-        for _e0, ne, s0, rows in _even_groups(sa[1], experts):
-            if rows == 0:
-                pieces.append(e.zeros([ne, m, n], elem))  # experts without tokens: a zero gradient
-                continue
-            lhs = e.permute(e.view(e.slice(a, 1, s0, s0 + ne * rows), [m, ne, rows]), (1, 0, 2))
-            rhs = e.view(e.slice(b, 0, s0, s0 + ne * rows), [ne, rows, n])
-            pieces.append(e.matmul(lhs, rhs, elem))
-        result = e.cat(pieces, 0)
+        cap = _capacity(sa[1], experts, capacity_factor)
+        if cap is not None:  # the padding rows are zeros: they add nothing to the gradient
+            result = e.matmul(_padded_cols(e, a, experts, cap), rows_padded(b, experts, cap), elem)
+        else:
+            pieces = []
+            for _e0, ne, s0, rows in _even_groups(sa[1], experts):
+                if rows == 0:
+                    pieces.append(e.zeros([ne, m, n], elem))  # experts without tokens: a zero gradient
+                    continue
+                lhs = e.permute(e.view(e.slice(a, 1, s0, s0 + ne * rows), [m, ne, rows]), (1, 0, 2))
+                rhs = e.view(e.slice(b, 0, s0, s0 + ne * rows), [ne, rows, n])
+                pieces.append(e.matmul(lhs, rhs, elem))
+            result = e.cat(pieces, 0)
     elif len(sa) == 3 and len(sb) == 2:  # columns of B grouped
         experts, m, k = sa
-        pieces = []
-        for e0, ne, s0, cols in _even_groups(sb[1], experts):
-            if cols == 0:
-                continue
-            rhs = e.permute(e.view(e.slice(b, 1, s0, s0 + ne * cols), [k, ne, cols]), (1, 0, 2))
-            part = e.matmul(e.slice(a, 0, e0, e0 + ne), rhs, elem)
-            pieces.append(e.view(e.permute(part, (1, 0, 2)), [m, ne * cols]))
-        result = e.cat(pieces, 1)
+        cap = _capacity(sb[1], experts, capacity_factor)
+        if cap is not None:
+            # [E, M, C] -> the real columns of each expert part, back as [M, T]
+            part = e.matmul(a, _padded_cols(e, b, experts, cap), elem)
+            pieces = []
+            for e0, ne, _s0, cols in _even_groups(sb[1], experts):
+                if cols:
+                    real = e.slice(e.slice(part, 0, e0, e0 + ne), 2, 0, cols)
+                    pieces.append(e.view(e.permute(real, (1, 0, 2)), [m, ne * cols]))
+            result = e.cat(pieces, 1)
+        else:
+            pieces = []
+            for e0, ne, s0, cols in _even_groups(sb[1], experts):
+                if cols == 0:
+                    continue
+                rhs = e.permute(e.view(e.slice(b, 1, s0, s0 + ne * cols), [k, ne, cols]), (1, 0, 2))
+                part = e.matmul(e.slice(a, 0, e0, e0 + ne), rhs, elem)
+                pieces.append(e.view(e.permute(part, (1, 0, 2)), [m, ne * cols]))
+            result = e.cat(pieces, 1)
     else:
         return None
     if e.shape(result) != out:
@@ -807,7 +959,8 @@ def _convolution_backward(node, ins: list[SSAValue], rtypes: list[TensorType], a
     return e.ops, outs
 
 
-def import_graph(traced: TracedGraph, strict: bool = False) -> ModuleOp:
+def import_graph(traced: TracedGraph, strict: bool = False, capacity_factor: float | None = None) -> ModuleOp:
     """Build the ``phaze`` module of a traced step.  ``strict`` turns unknown aten ops into
-    errors instead of opaque ops."""
-    return _Importer(traced, strict).run()
+    errors instead of opaque ops; ``capacity_factor`` (None: dropless) pads every expert GEMM to
+    the experts' capacity (:func:`_grouped_mm`) and is recorded as ``phaze.capacity_factor``."""
+    return _Importer(traced, strict, capacity_factor).run()
