@@ -47,6 +47,7 @@ MEGATRON_FLAGS = (
     "--expert-model-parallel-size",
     "--moe-expert-capacity-factor",
     "--moe-pad-expert-input-to-capacity",
+    "--moe-token-dispatcher-type",
     "--micro-batch-size",
     "--global-batch-size",
     "--num-layers",
@@ -257,7 +258,9 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
                 "Megatron-LM (its token dispatcher splits the tokens over the TP ranks): compile with "
                 "--sequence-parallel on"
             )
-        args.append(f"--expert-model-parallel-size={s.expert_parallel}")
+        # phaze prices the all-to-all dispatcher (Megatron-LM's default gathers every token
+        # on every EP rank instead).
+        args += [f"--expert-model-parallel-size={s.expert_parallel}", "--moe-token-dispatcher-type=alltoall"]
     if s.capacity_factor is not None:
         # Padded to capacity, not merely capped: every expert runs exactly C rows, as priced.
         args += [f"--moe-expert-capacity-factor={s.capacity_factor!r}", "--moe-pad-expert-input-to-capacity"]
