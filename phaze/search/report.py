@@ -234,24 +234,46 @@ def one_f_one_b(
         for j in range(m - w):
             seq += [("F", w + j), ("B", j)]
         orders.append(seq + [("B", i) for i in range(m - w, m)])
-    end: dict[tuple[int, str, int], float] = {}
-    pos, free = [0] * pp, [0.0] * pp
+
+    def after(op: tuple[str, int, int]) -> tuple[str, int, int] | None:
+        kind, k, i = op  # the op's (kind, stage, micro-batch)
+        dep = ("F", k - 1, i) if kind == "F" else ("B", k + 1, i)
+        return dep if 0 <= dep[1] < pp else None
+
+    ops = _replay([[(kind, k, i) for kind, i in seq] for k, seq in enumerate(orders)], after, f, b, "1F1B")
+    return [(k, kind, i, start, end) for k, kind, i, start, end, _ in ops]
+
+
+def _replay(
+    orders: list[list[tuple[str, int, int]]],
+    after: Any,
+    f: list[float],
+    b: list[float],
+    name: str,
+) -> list[tuple[int, str, int, float, float, int]]:
+    """Run each rank's ``orders`` (ops ``(kind, piece, micro_batch)``, piece: the stage or chunk
+    whose ``f``/``b`` time it takes) in turn, each op starting when its rank is free and the op
+    ``after(op)`` names (None: nothing) has ended; ``(rank, kind, micro_batch, start, end,
+    piece)`` sorted by (rank, start)."""
+    end: dict[tuple[str, int, int], float] = {}
+    pos, free = [0] * len(orders), [0.0] * len(orders)
     out = []
     progress = True
     while progress:
         progress = False
-        for k in range(pp):
-            while pos[k] < len(orders[k]):
-                kind, i = orders[k][pos[k]]
-                dep = (k - 1, "F", i) if kind == "F" else (k + 1, "B", i)
-                if 0 <= dep[0] < pp and dep not in end:
+        for k, order in enumerate(orders):
+            while pos[k] < len(order):
+                op = order[pos[k]]
+                dep = after(op)
+                if dep is not None and dep not in end:
                     break
-                start = max(free[k], end.get(dep, 0.0))
-                free[k] = end[(k, kind, i)] = start + (f[k] if kind == "F" else b[k])
-                out.append((k, kind, i, start, free[k]))
+                kind, c, i = op
+                start = max(free[k], end[dep] if dep is not None else 0.0)
+                free[k] = end[op] = start + (f[c] if kind == "F" else b[c])
+                out.append((k, kind, i, start, free[k], c))
                 pos[k] += 1
                 progress = True
-    assert all(pos[k] == len(orders[k]) for k in range(pp)), "1F1B deadlock"
+    assert all(pos[k] == len(order) for k, order in enumerate(orders)), f"{name} deadlock"
     return sorted(out, key=lambda o: (o[0], o[3]))
 
 
@@ -288,28 +310,14 @@ def interleaved_1f1b(
         for q in range(total - w):
             seq += [fw[w + q], bw[q]]
         orders.append(seq + bw[total - w :])
-    end: dict[tuple[str, int, int], float] = {}
-    pos, free = [0] * pp, [0.0] * pp
-    out = []
-    progress = True
-    while progress:
-        progress = False
-        for k in range(pp):
-            while pos[k] < len(orders[k]):
-                kind, c, i = orders[k][pos[k]]
-                if kind == "F":
-                    dep = ("F", c - 1, i) if c > 0 else None
-                else:
-                    dep = ("B", c + 1, i) if c < n - 1 else ("F", c, i)
-                if dep is not None and dep not in end:
-                    break
-                start = max(free[k], end[dep] if dep is not None else 0.0)
-                free[k] = end[(kind, c, i)] = start + (f[c] if kind == "F" else b[c])
-                out.append((k, kind, i, start, free[k], c))
-                pos[k] += 1
-                progress = True
-    assert all(pos[k] == len(orders[k]) for k in range(pp)), "interleaved 1F1B deadlock"
-    return sorted(out, key=lambda o: (o[0], o[3]))
+
+    def after(op: tuple[str, int, int]) -> tuple[str, int, int] | None:
+        kind, c, i = op  # the op's (kind, chunk, micro-batch)
+        if kind == "F":
+            return ("F", c - 1, i) if c > 0 else None
+        return ("B", c + 1, i) if c < n - 1 else ("F", c, i)
+
+    return _replay(orders, after, f, b, "interleaved 1F1B")
 
 
 # ---------------------------------------------------------------------------------------------
