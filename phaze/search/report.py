@@ -731,12 +731,8 @@ def _timeline(d: dict) -> str:
         if o[2] < shown
     ]
     if not max(o[4] for o in ops) > 0:
-        return '<h2>Pipeline timeline</h2>\n<p class="empty">The stages take no time.</p>'
-    note = (
-        f" Only the first {shown} of {fmt(m)} micro-batches are drawn (the gaps are the later ones)."
-        if m > shown
-        else ""
-    )
+        return NO_TIME
+    note = _partly_drawn(shown, m)
     return (
         "<h2>Pipeline timeline (1F1B)</h2>\n"
         + _chart(_draw_timeline, "timeline", "pipeline timeline", pp, ops)
@@ -746,6 +742,17 @@ def _timeline(d: dict) -> str:
         f"A stage's time is its forward plus backward time per micro-batch; the 1/3 forward, 2/3 "
         f"backward split shown is illustrative, and communication is not drawn.{note}</p>"
     )
+
+
+#: The timeline section when every stage takes no time.
+NO_TIME = '<h2>Pipeline timeline</h2>\n<p class="empty">The stages take no time.</p>'
+
+
+def _partly_drawn(shown: int, m: int) -> str:
+    """The caption's note when only the first ``shown`` of ``m`` micro-batches are drawn."""
+    if m <= shown:
+        return ""
+    return f" Only the first {shown} of {fmt(m)} micro-batches are drawn (the gaps are the later ones)."
 
 
 def _interleaved_timeline(d: dict, stages: list[dict], pp: int, v: int, m: int) -> str:
@@ -766,12 +773,8 @@ def _interleaved_timeline(d: dict, stages: list[dict], pp: int, v: int, m: int) 
     fwd, bwd = [t / 3 for t in chunk_t], [2 * t / 3 for t in chunk_t]
     ops = [o for o in interleaved_1f1b(pp, v, enough, fwd, bwd) if o[2] < shown]
     if not max(o[4] for o in ops) > 0:
-        return '<h2>Pipeline timeline</h2>\n<p class="empty">The stages take no time.</p>'
-    note = (
-        f" Only the first {shown} of {fmt(m)} micro-batches are drawn (the gaps are the later ones)."
-        if m > shown
-        else ""
-    )
+        return NO_TIME
+    note = _partly_drawn(shown, m)
     return (
         f"<h2>Pipeline timeline (interleaved 1F1B, {v} chunks per rank)</h2>\n"
         + _chart(_draw_timeline, "timeline", "pipeline timeline", pp, ops, v)
