@@ -57,8 +57,18 @@ COLUMNS = {
     "measured_ms": "iteration time (ms)",
 }
 #: Optional columns: the tokenizer's vocabulary (padded as Megatron pads it, see
-#: :data:`VOCAB_MULTIPLE`), the training precision, and a given split (``dev`` or ``holdout``).
-OPTIONAL_COLUMNS = {"vocabulary": "vocabulary", "dtype": "dtype", "split": "split"}
+#: :data:`VOCAB_MULTIPLE`), the training precision, a given split (``dev`` or ``holdout``), and
+#: how the run was run where it differs from the vTrain runs: its recompute (``none``,
+#: ``selective``, ``full``; default ``--recompute``), sequence parallelism (``on``/``off``,
+#: default ``off``) and pipeline schedule (``1f1b``, default, or ``interleaved:V``).
+OPTIONAL_COLUMNS = {
+    "vocabulary": "vocabulary",
+    "dtype": "dtype",
+    "split": "split",
+    "recompute": "recompute",
+    "sequence_parallel": "sequence parallelism",
+    "pipeline_schedule": "pipeline schedule",
+}
 #: Megatron's GPT-2 BPE vocabulary, the default of Megatron's GPT (and of the vTrain runs).
 DEFAULT_VOCABULARY = 50257
 #: Megatron pads the vocabulary to a multiple of ``make-vocab-size-divisible-by`` (128) x TP.
@@ -124,6 +134,9 @@ class Run:
     vocabulary: int = DEFAULT_VOCABULARY
     dtype: str = "float16"
     split: str = ""  #: "dev" or "holdout" (given in the file, or by :func:`assign_splits`)
+    recompute: str = ""  #: the run's recompute policy ('': the validation's ``--recompute``)
+    sequence_parallel: bool = False
+    pipeline_schedule: str = "1f1b"
 
     @property
     def shape(self) -> Shape:
@@ -155,6 +168,10 @@ class Run:
                 repr(float(self.measured_ms)),
                 self.vocabulary,
                 self.dtype,
+                # (the defaults add nothing: the vTrain runs' identities, and so the split, stay)
+                *([self.recompute] if self.recompute else []),
+                *(["sp"] if self.sequence_parallel else []),
+                *([self.pipeline_schedule] if self.pipeline_schedule != "1f1b" else []),
             )
         )
 
@@ -243,7 +260,7 @@ def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) 
             raise PhazeError(f"{where}: '{COLUMNS[fld]}' is {text!r}, expected a positive integer")
         return int(value)
 
-    ints = {fld: positive_int(fld) for fld in COLUMNS if fld != "measured_ms"}
+    ints: dict[str, Any] = {fld: positive_int(fld) for fld in COLUMNS if fld != "measured_ms"}
     text = cell("measured_ms")
     try:
         ms = float(text)
@@ -266,9 +283,48 @@ def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) 
         split = row[columns["split"]].strip().lower()
         if split not in SPLITS:
             raise PhazeError(f"{where}: 'split' is {split!r}, expected dev or holdout")
-    run = Run(n, line, **ints, measured_ms=ms, vocabulary=vocabulary, dtype=dtype, split=split)
+    recompute, sequence_parallel, schedule = _how_run(row, columns, where)
+    run = Run(
+        n,
+        line,
+        **ints,
+        measured_ms=ms,
+        vocabulary=vocabulary,
+        dtype=dtype,
+        split=split,
+        recompute=recompute,
+        sequence_parallel=sequence_parallel,
+        pipeline_schedule=schedule,
+    )
     _check_consistent(run, where)
     return run
+
+
+def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, bool, str]:
+    """The run's recompute ('' when not given), sequence parallelism and pipeline schedule."""
+    from passes.algorithms.placement import RECOMPUTE_SETTINGS, PlacementError, parse_pipeline_schedule
+
+    def given(fld: str) -> str | None:
+        i = columns.get(fld)
+        return row[i].strip().lower() if i is not None and i < len(row) and row[i].strip() else None
+
+    recompute, sequence_parallel, schedule = "", False, "1f1b"
+    if (text := given("recompute")) is not None:
+        if text not in RECOMPUTE_SETTINGS[1:]:
+            raise PhazeError(f"{where}: 'recompute' is {text!r}, expected none, selective or full")
+        recompute = text
+    if (text := given("sequence_parallel")) is not None:
+        if text not in ("on", "off"):
+            raise PhazeError(f"{where}: 'sequence parallelism' is {text!r}, expected on or off")
+        sequence_parallel = text == "on"
+    if (text := given("pipeline_schedule")) is not None:
+        try:
+            if parse_pipeline_schedule(text) is None:
+                raise PlacementError("auto is not how a run was run")
+        except PlacementError as e:
+            raise PhazeError(f"{where}: 'pipeline schedule' is {text!r}: expected 1f1b or interleaved:V ({e})") from e
+        schedule = text
+    return recompute, sequence_parallel, schedule
 
 
 def _check_consistent(r: Run, where: str) -> None:
@@ -399,7 +455,14 @@ class Settings:
             recompute=self.recompute,
         )
         if run is not None:
-            opts = replace(opts, devices=run.gpus, global_batch=run.global_batch, placement=run.placement)
+            opts = replace(
+                opts,
+                devices=run.gpus,
+                global_batch=run.global_batch,
+                placement=run.placement,
+                recompute=run.recompute or self.recompute,
+                pipeline_schedule=run.pipeline_schedule,
+            )
         return opts
 
 
@@ -424,8 +487,9 @@ class Job:
     runs: tuple[Run, ...]
 
     @property
-    def tps(self) -> list[int]:
-        return sorted({r.tp for r in self.runs})
+    def tps(self) -> list[tuple[int, bool]]:
+        """The (TP width, sequence parallelism) pairs of its runs: one compilation each."""
+        return sorted({(r.tp, r.sequence_parallel) for r in self.runs})
 
     def cost(self) -> float:
         """A guess of its work, for balancing: the IR is about proportional to the layers; a
@@ -530,7 +594,8 @@ def price_job(job: Job, settings: Settings) -> JobResult:
             )
         placed = time.perf_counter() - start
         out.place_s += placed
-        _say(settings, f"{job.shape.name} b={job.micro_batch}, TP {tp}: {len(runs)} run(s) placed in {placed:.2f} s")
+        width = f"TP {tp}" + (" + SP" if runs and runs[0].sequence_parallel else "")
+        _say(settings, f"{job.shape.name} b={job.micro_batch}, {width}: {len(runs)} run(s) placed in {placed:.2f} s")
     return out
 
 
@@ -557,8 +622,8 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     ctx = make_context()
     label = f"{job.shape.name} b={job.micro_batch}"
 
-    def passes(stage: str, tp: int, o=opts) -> tuple:
-        parsed = PassPipeline.parse_spec(ALL_PASSES, pipeline(stage, tp, o)).passes
+    def passes(stage: str, tp: int, o=opts, sequence_parallel: bool = False) -> tuple:
+        parsed = PassPipeline.parse_spec(ALL_PASSES, pipeline(stage, tp, o, sequence_parallel)).passes
         return tuple(replace(p, cache=o.schedule_cache) if isinstance(p, SolverOptions) else p for p in parsed)
 
     start = time.perf_counter()
@@ -577,14 +642,14 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     _say(settings, f"{label}: traced and imported in {out.trace_s + out.compile_s:.1f} s")
 
     tps = job.tps
-    for k, tp in enumerate(tps):
-        runs = [r for r in job.runs if r.tp == tp]
+    for k, (tp, sp) in enumerate(tps):
+        runs = [r for r in job.runs if (r.tp, r.sequence_parallel) == (tp, sp)]
         start = time.perf_counter()
         module = base if k == len(tps) - 1 else base.clone()
         error = None
         try:
             set_accelerator(module, accelerator)
-            full = passes("recompute", tp)
+            full = passes("recompute", tp, sequence_parallel=sp)
             # (each stage's pipeline extends the one before: the training passes are done)
             assert [p.name for p in full[: len(training)]] == [p.name for p in training]
             PassPipeline(full[len(training) :]).apply(ctx, module)
@@ -594,11 +659,12 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
         compiled = time.perf_counter() - start
         out.compile_s += compiled
         out.compiles += 1
+        width = f"TP {tp}" + (" + SP" if sp else "")
         if error is not None:
-            _say(settings, f"{label}, TP {tp}: not priced: {error}")
+            _say(settings, f"{label}, {width}: not priced: {error}")
             yield tp, runs, error, passes, ctx
             continue
-        _say(settings, f"{label}, TP {tp}: compiled in {compiled:.1f} s")
+        _say(settings, f"{label}, {width}: compiled in {compiled:.1f} s")
         yield tp, runs, module, passes, ctx
         del module
 
@@ -673,6 +739,8 @@ class Validation:
             "note": p.note if p else "not priced",
             "memory_bytes": p.memory_bytes if p else 0,
             "recompute": p.recompute if p else "",
+            "sequence_parallel": r.sequence_parallel,
+            "pipeline_schedule": r.pipeline_schedule,
         }
 
     def to_json(self, worst: int = 5) -> dict[str, Any]:

@@ -72,6 +72,41 @@ def test_the_multi_node_header_with_its_extra_column_and_the_optional_columns():
     assert (b.vocabulary, b.dtype, b.shape.padded_vocabulary) == (50257, "float16", 50304)
 
 
+def test_how_a_run_was_run_is_read_and_the_defaults_keep_the_split():
+    """recompute, sequence parallelism and pipeline schedule: optional, per run; a run written
+    with the defaults is the run without the columns (same identity, so the same split)."""
+    row = "8,32,4,1024,16,24,1024,2,2,2,219.7"
+    plain, given, defaults = v.parse_runs(
+        HEADER + ",recompute,sequence parallelism,pipeline schedule\n"
+        f"{row},,,\n{row},Selective,ON,interleaved:3\n{row},,off,1f1b\n",
+        "h.csv",
+    )
+    assert (plain.recompute, plain.sequence_parallel, plain.pipeline_schedule) == ("", False, "1f1b")
+    assert (given.recompute, given.sequence_parallel, given.pipeline_schedule) == ("selective", True, "interleaved:3")
+    (bare,) = v.parse_runs(HEADER + "\n" + row, "b.csv")
+    assert plain.identity() == defaults.identity() == bare.identity() != given.identity()
+    opts = v.Settings(hw="a100").options(given)
+    assert (opts.recompute, opts.pipeline_schedule) == ("selective", "interleaved:3")
+    assert v.Settings(hw="a100").options(plain).recompute == "full"
+    (job,) = v.jobs_of([plain, given])
+    assert job.tps == [(2, False), (2, True)]  # one compilation with SP, one without
+
+
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        ("recompute", "auto", "'recompute' is 'auto', expected none, selective or full"),
+        ("sequence parallelism", "yes", "'sequence parallelism' is 'yes', expected on or off"),
+        ("pipeline schedule", "interleaved:1", "'pipeline schedule' is 'interleaved:1'"),
+        ("pipeline schedule", "auto", "'pipeline schedule' is 'auto'"),
+    ],
+)
+def test_a_bad_run_setting_is_one_line(column, value, message):
+    with pytest.raises(PhazeError) as e:
+        v.parse_runs(f"{HEADER},{column}\n8,32,4,1024,16,24,1024,2,2,2,219.7,{value}", "t.csv")
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
 def test_the_model_file_is_megatrons_gpt(tmp_path):
     from phaze_ir.frontend import load_model_file
 
@@ -272,6 +307,30 @@ def test_each_prediction_is_phazecs_plan_for_the_same_run(validated, tmp_path):
     plan = json.loads(out.read_text())
     assert plan["time_per_batch_s"] == run["predicted_s"]
     assert plan["max_memory_bytes"] == run["memory_bytes"]
+
+
+def test_a_run_with_its_own_settings_is_phazecs_plan_with_those_flags(tmp_path):
+    """A run with sequence parallelism, selective recompute and 2 model chunks per device is
+    priced as phazec prices the same run with --sequence-parallel on --recompute selective
+    --pipeline-schedule interleaved:2 (12 layers over PP 2, TP 2)."""
+    from phaze.tools import phazec
+
+    csv = tmp_path / "runs.csv"
+    csv.write_text(
+        HEADER + ",recompute,sequence parallelism,pipeline schedule\n"
+        "4,8,1,1024,16,12,1024,2,1,2,100,selective,on,interleaved:2\n"
+    )
+    (run,) = v.read_runs(csv)
+    result = v.validate([run], v.Settings(hw="a100", quiet=True, schedule_nodes=1), jobs=1)[0]
+    model = v.write_model_file(run.shape, tmp_path)
+    out = tmp_path / "plan.json"
+    args = [model, "--hw", "a100", "--placement", "expert:2,1,2", "--devices", "4", "--global-batch", "8"]
+    args += ["--micro-batch", "1", "--tp", "2", "--recompute", "selective", "--sequence-parallel", "on"]
+    args += ["--pipeline-schedule", "interleaved:2", "--solver-nodes", "1", "--json", str(out), "-q"]
+    assert phazec.main([*args, "-o", str(tmp_path / "plan.mlir")]) == 0
+    plan = json.loads(out.read_text())
+    assert (plan["sequence_parallel"], plan["virtual_stages"]) == (True, 2)
+    assert result[run.row].predicted_s == plan["time_per_batch_s"]
 
 
 def test_runs_without_a_prediction_are_listed_with_the_binding_constraint():
