@@ -303,40 +303,37 @@ impl<'p, 'a> Ctx<'p, 'a> {
             + self.mb_comm(a)
     }
 
-    /// The gradients' all-reduce over the DP group; under EP the experts' (1/e of them per
-    /// device) over the d/e replicas holding the same experts, e·p·t apart.
+    /// The gradients' all-reduce over the DP group (see [`Ctx::over_dp`]).
     fn allreduce(&self, a: &RangeSums) -> f64 {
-        let prob = self.prep.prob;
-        let ring = |bytes: u64, g: u64, stride: u64| {
-            prob.ring_allreduce_s(bytes as f64, g, self.dp_level, stride)
-        };
-        if self.e == 1 {
-            ring(a.grad_bytes, self.d, self.dp_stride)
-        } else {
-            ring(a.grad_bytes - a.expert_grad_bytes, self.d, self.dp_stride)
-                + ring(
-                    a.expert_grad_bytes.div_ceil(self.e),
-                    self.d / self.e,
-                    self.e * self.dp_stride,
-                )
-        }
+        self.over_dp(a.grad_bytes, a.expert_grad_bytes, Problem::ring_allreduce_s)
     }
 
     /// A reduce-scatter or all-gather over the DP group of `bytes`, of which `experts` are
-    /// the experts' (under EP: 1/e of them over the d/e replicas holding the same experts).
+    /// the experts' (see [`Ctx::over_dp`]).
     fn half_ring(&self, bytes: u64, experts: u64) -> f64 {
-        let prob = self.prep.prob;
-        let ring = |bytes: u64, g: u64, stride: u64| {
-            prob.ring_reduce_scatter_s(bytes as f64, g, self.dp_level, stride)
-        };
+        self.over_dp(bytes, experts, Problem::ring_reduce_scatter_s)
+    }
+
+    /// A DP collective `ring` (bytes, group, level, stride) of `bytes`, of which `experts` are
+    /// the experts': over the d replicas, p·t apart; under EP the experts' 1/e per device
+    /// separately, over the d/e replicas holding the same experts, e·p·t apart.
+    fn over_dp(
+        &self,
+        bytes: u64,
+        experts: u64,
+        ring: fn(&Problem, f64, u64, usize, u64) -> f64,
+    ) -> f64 {
+        let (prob, level, stride) = (self.prep.prob, self.dp_level, self.dp_stride);
         if self.e == 1 {
-            ring(bytes, self.d, self.dp_stride)
+            ring(prob, bytes as f64, self.d, level, stride)
         } else {
-            ring(bytes - experts, self.d, self.dp_stride)
+            ring(prob, (bytes - experts) as f64, self.d, level, stride)
                 + ring(
-                    experts.div_ceil(self.e),
+                    prob,
+                    experts.div_ceil(self.e) as f64,
                     self.d / self.e,
-                    self.e * self.dp_stride,
+                    level,
+                    self.e * stride,
                 )
         }
     }
