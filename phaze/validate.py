@@ -269,18 +269,17 @@ def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) 
     if not (math.isfinite(ms) and ms > 0):
         raise PhazeError(f"{where}: '{COLUMNS['measured_ms']}' is {text!r}, expected a positive number of milliseconds")
     vocabulary, dtype, split = DEFAULT_VOCABULARY, "float16", ""
-    if "vocabulary" in columns and columns["vocabulary"] < len(row) and row[columns["vocabulary"]].strip():
-        text = row[columns["vocabulary"]].strip()
-        if not text.isdigit() or int(text) < 1:
-            raise PhazeError(f"{where}: 'vocabulary' is {text!r}, expected a positive integer")
-        vocabulary = int(text)
-    if "dtype" in columns and columns["dtype"] < len(row) and row[columns["dtype"]].strip():
-        dtype = row[columns["dtype"]].strip().lower()
+    if (value := _optional_cell(row, columns, "vocabulary")) is not None:
+        if not value.isdigit() or int(value) < 1:
+            raise PhazeError(f"{where}: 'vocabulary' is {value!r}, expected a positive integer")
+        vocabulary = int(value)
+    if (value := _optional_cell(row, columns, "dtype")) is not None:
+        dtype = value.lower()
         dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}.get(dtype, dtype)
         if dtype not in DTYPES:
             raise PhazeError(f"{where}: 'dtype' is {dtype!r}, expected one of {', '.join(DTYPES)}")
-    if "split" in columns and columns["split"] < len(row) and row[columns["split"]].strip():
-        split = row[columns["split"]].strip().lower()
+    if (value := _optional_cell(row, columns, "split")) is not None:
+        split = value.lower()
         if split not in SPLITS:
             raise PhazeError(f"{where}: 'split' is {split!r}, expected dev or holdout")
     recompute, sequence_parallel, schedule = _how_run(row, columns, where)
@@ -300,13 +299,20 @@ def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) 
     return run
 
 
+def _optional_cell(row: list[str], columns: dict[str, int], fld: str) -> str | None:
+    """The stripped value of optional column ``fld`` in ``row``; None when the file has no such
+    column or the cell is empty."""
+    i = columns.get(fld)
+    return row[i].strip() if i is not None and i < len(row) and row[i].strip() else None
+
+
 def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, bool, str]:
     """The run's recompute ('' when not given), sequence parallelism and pipeline schedule."""
     from passes.algorithms.placement import RECOMPUTE_SETTINGS, PlacementError, parse_pipeline_schedule
 
     def given(fld: str) -> str | None:
-        i = columns.get(fld)
-        return row[i].strip().lower() if i is not None and i < len(row) and row[i].strip() else None
+        text = _optional_cell(row, columns, fld)
+        return None if text is None else text.lower()
 
     recompute, sequence_parallel, schedule = "", False, "1f1b"
     if (text := given("recompute")) is not None:
