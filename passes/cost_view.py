@@ -32,9 +32,9 @@ REDUCTION_PASSES = {"var": 2}
 def op_signature(op: Operation) -> str:
     """What an op computes, without where it is: name, properties, operand and result types.
     Ops with equal signatures have equal descriptions and latencies."""
-    props = ",".join(f"{k}={v}" for k, v in sorted(op.properties.items()))
-    operands = ",".join(str(o.type) for o in op.operands)
-    results = ",".join(str(r.type) for r in op.results)
+    props = ",".join(f"{k}={ph.attr_text(v)}" for k, v in sorted(op.properties.items()))
+    operands = ",".join(ph.attr_text(o.type) for o in op.operands)
+    results = ",".join(ph.attr_text(r.type) for r in op.results)
     return f"{op.name}|{props}|{operands}|{results}"
 
 

@@ -42,8 +42,8 @@ def _is_float(t) -> bool:
 
 def op_signature(op: Operation) -> str:
     """What an op does, without where it came from: name, properties and result types."""
-    props = ",".join(f"{k}={v}" for k, v in sorted(op.properties.items()))
-    return f"{op.name}|{props}|{','.join(str(r.type) for r in op.results)}"
+    props = ",".join(f"{k}={ph.attr_text(v)}" for k, v in sorted(op.properties.items()))
+    return f"{op.name}|{props}|{','.join(ph.attr_text(r.type) for r in op.results)}"
 
 
 def _is_dropout_mask(op: Operation, masks: set[SSAValue]) -> bool:

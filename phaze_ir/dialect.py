@@ -10,6 +10,7 @@ discardable ``phaze.*`` attributes, each declared once in ``phaze_ir/keys.py`` w
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -63,6 +64,14 @@ PHASES = ("fwd", "bwd", "opt")
 # --------------------------------------------------------------------------------------------
 # Tensor helpers
 # --------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def attr_text(attr: Attribute) -> str:
+    """An attribute or type as MLIR text, memoized: the passes name ops by their properties
+    and types (op signatures), and printing the same ``tensor<...>`` for every op of every
+    layer was a third of a pipeline's time; attributes are immutable and hash by value."""
+    return str(attr)
 
 
 def element_bytes(element_type: Attribute) -> int:
@@ -620,8 +629,10 @@ Phaze = Dialect(
 """The ``phaze`` dialect (ops and attributes)."""
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def int_attr(value: int) -> IntegerAttr:
-    """An ``i64`` integer attribute (the type used for ``phaze.*`` integer annotations)."""
+    """An ``i64`` integer attribute (the type used for ``phaze.*`` integer annotations); one
+    object per value (attributes are immutable; the passes write tens of thousands)."""
     return IntegerAttr(value, i64)
 
 

@@ -14,8 +14,9 @@ def saved_storages(graph: Graph, consumers: set[int] | None = None) -> set[int]:
     """Storage value ids that backward ops (all of them, or those in ``consumers``) read and
     that forward ops produced or the step's inputs provide."""
     saved: set[int] = set()
-    for i, op in enumerate(graph.ops):
-        if op.phase != "bwd" or (consumers is not None and i not in consumers):
+    for i in range(len(graph.ops)) if consumers is None else consumers:
+        op = graph.ops[i]
+        if op.phase != "bwd":
             continue
         for v in op.operands:
             s = graph.storage(v)

@@ -10,6 +10,7 @@ SSA names come from the fx node names.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
@@ -51,6 +52,7 @@ from phaze_ir.frontend.trace import TracedGraph
 _NAME_OK = re.compile(r"[^A-Za-z0-9_$.-]")
 
 
+@functools.cache
 def _element_type(dtype) -> Attribute:
     import torch
 
@@ -72,7 +74,14 @@ def _element_type(dtype) -> Attribute:
 
 
 def _tensor_type(val) -> TensorType:
-    return TensorType(_element_type(val.dtype), [int(s) for s in val.shape])
+    return _tensor_type_of(val.dtype, tuple(int(s) for s in val.shape))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _tensor_type_of(dtype, shape: tuple[int, ...]) -> TensorType:
+    """One ``TensorType`` per (dtype, shape): building and verifying one per fx value was a
+    third of an import (types are immutable, so sharing them changes nothing)."""
+    return TensorType(_element_type(dtype), list(shape))
 
 
 def _tensors_of(val) -> list[tuple[int, Any]]:
