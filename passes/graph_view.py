@@ -75,9 +75,11 @@ def _expert_gemm_experts(op: Operation, graph: Graph, ids: dict[SSAValue, int], 
     return shape[0] if len(shape) == 3 else 0
 
 
-def build_graph(fn: func.FuncOp, require_phase: bool = True) -> tuple[Graph, list[Operation]]:
+def build_graph(fn: func.FuncOp, require_phase: bool = True, signatures: bool = True) -> tuple[Graph, list[Operation]]:
     """The light graph of ``fn`` and its ops (index i of the graph is ``ops[i]``).  A dropout
-    mask counts one byte per element (:func:`_is_dropout_mask`)."""
+    mask counts one byte per element (:func:`_is_dropout_mask`).  ``signatures=False`` leaves
+    every op's ``signature`` empty, for callers that neither group layers nor read op kinds
+    (naming every op is a fifth of the build)."""
     graph = Graph()
     ids: dict[SSAValue, int] = {}
     masks: set[SSAValue] = set()
@@ -104,7 +106,7 @@ def build_graph(fn: func.FuncOp, require_phase: bool = True) -> tuple[Graph, lis
             [ids[o] for o in op.operands],
             [ph.numel(r.type) if is_mask else ph.tensor_bytes(r.type) for r in op.results],
             flops=op.flops() if isinstance(op, ph.ComputeOp) else 0,
-            signature=op_signature(op),
+            signature=op_signature(op) if signatures else "",
             view=isinstance(op, ph.LayoutOp) and op.is_view,
             result_float=[_is_float(r.type) for r in op.results],
             experts=experts,

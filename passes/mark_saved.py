@@ -26,7 +26,7 @@ class MarkSavedPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         fn = step_function(op)
-        graph, ops = build_graph(fn)
+        graph, ops = build_graph(fn, signatures=False)
         if not any(o.phase == "bwd" for o in graph.ops):
             raise PhazeError(f"{self.name}: the step has no backward ops; import it with phazec --emit training")
         for o in ops:

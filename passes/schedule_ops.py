@@ -18,7 +18,7 @@ from phaze_ir.attributes import LayerScheduleAttr, SchedAttr
 def scheduled_layers(module: ModuleOp, pass_name: str, limits: dict, cache: sched.ScheduleCache):
     """The step's graph and ops, and the schedules of its layers (see ``schedule_layers``)."""
     fn = step_function(module)
-    graph, ops = build_graph(fn)
+    graph, ops = build_graph(fn, signatures=False)
     cores = core_counts(module, pass_name)
     latency = read_latencies(ops)
     layer_of = read_layers(ops)

@@ -198,6 +198,17 @@ def _from_attr(attr: Attribute) -> FieldValue:
     raise TypeError(f"unsupported record field attribute {attr}")
 
 
+@cache
+def _enum_words(kind: type[EnumAttribute]) -> tuple[str, ...]:
+    return tuple(str(e.value) for e in kind.enum_type)
+
+
+@cache
+def _enum_word_attr(kind: type[EnumAttribute], word: str) -> EnumAttribute:
+    """One attribute per (enum, word): records are written for every op of a step."""
+    return kind(kind.enum_type(word))
+
+
 class RecordAttr(ParametrizedAttribute):
     """Base of attributes that are a fixed list of named scalar fields.
 
@@ -233,10 +244,10 @@ class RecordAttr(ParametrizedAttribute):
     @classmethod
     def _enum_attr(cls, field: str, value: FieldValue) -> EnumAttribute:
         kind = cls.enum_fields()[field]
-        words = [str(e.value) for e in kind.enum_type]
+        words = _enum_words(kind)
         if not isinstance(value, str) or value not in words:
             raise ValueError(f"{cls.name}: {field} = {value!r} is not one of {', '.join(words)}")
-        return kind(kind.enum_type(value))
+        return _enum_word_attr(kind, value)
 
     def get(self, field: str) -> FieldValue:
         """The Python value of one field."""
