@@ -105,32 +105,37 @@ class Options:
 SEQUENCE_PARALLEL_SETTINGS = ("auto", "on", "off")
 
 
-def pipeline(stage: str, tp: int, opts: Options, sequence_parallel: bool = False) -> str:
-    """The pass pipeline that takes an imported module to ``stage`` (the accelerator op is
-    added by :func:`compile_module` before ``phaze-tile-pe-array``); ``sequence_parallel``:
-    shard with Megatron's sequence parallelism (only at ``tp > 1``)."""
-    k = STAGES.index(stage)
+def pipeline(stage: str, tp: int, opts: Options, sequence_parallel: bool = False, start: str = "ir") -> str:
+    """The pass pipeline that takes a module at stage ``start`` (default: just imported) to
+    ``stage`` (the accelerator op is added by :func:`import_step` before
+    ``phaze-tile-pe-array``); ``sequence_parallel``: shard with Megatron's sequence
+    parallelism (only at ``tp > 1``)."""
+    first, k = STAGES.index(start) + 1, STAGES.index(stage)
+
+    def runs(s: str) -> bool:
+        return first <= STAGES.index(s) <= k
+
     passes = []
-    if k >= STAGES.index("training"):
+    if runs("training"):
         passes += [f"phaze-insert-optimizer{{optimizer={opts.optimizer}}}", "phaze-mark-saved", "phaze-group-layers"]
-    if k >= STAGES.index("sharded"):
+    if runs("sharded"):
         sp = " sequence_parallel=true" if sequence_parallel and tp > 1 else ""
         passes.append(f"phaze-shard-tensor-parallel{{width={tp}{sp}}}")
         if tp > 1:  # sharding drops the saved bytes and layers of the whole step: count one device's
             passes += ["phaze-mark-saved", "phaze-group-layers"]
-    if k >= STAGES.index("tiled"):
+    if runs("tiled"):
         passes.append("phaze-tile-pe-array")
-    if k >= STAGES.index("latency"):
+    if runs("latency"):
         passes.append("phaze-estimate-latency")
     solver = (
         f"time_limit={opts.schedule_time_limit} gap_limit={opts.schedule_gap} "
         f"node_limit={opts.schedule_nodes} max_binaries={opts.schedule_max_binaries}"
     )
-    if k >= STAGES.index("scheduled"):
+    if runs("scheduled"):
         passes.append(f"phaze-schedule-ops{{{solver}}}")
-    if k >= STAGES.index("recompute"):
+    if runs("recompute"):
         passes.append(f"phaze-insert-recompute{{{solver}}}")
-    if k >= STAGES.index("plan"):
+    if runs("plan"):
         overlap = "true" if opts.dp_overlap else "false"
         passes.append(
             f"phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} "
@@ -166,7 +171,24 @@ def compile_module(
     """Import a traced step and run the pipeline up to ``stage``; the scheduling passes solve
     through ``opts.schedule_cache`` (:func:`compile_model` sets it; None: each its own)."""
     with few_collections():
-        return _compile_module(traced, stage, tp, opts, accelerator, sequence_parallel)
+        if STAGES.index(stage) < STAGES.index("tiled"):
+            accelerator = None
+        elif accelerator is None:
+            accelerator = load_accelerator(opts.hw)
+        module = import_step(traced, opts, accelerator)
+        return compile_from(module, "ir", stage, tp, opts, sequence_parallel)
+
+
+def import_step(traced, opts: Options, accelerator=None) -> ModuleOp:
+    """The traced step imported into the ``phaze`` dialect, targeting ``accelerator`` (None:
+    no target yet)."""
+    from phaze_ir.frontend import import_graph
+    from phaze_ir.hardware_ir import set_accelerator
+
+    module = import_graph(traced, strict=opts.strict, capacity_factor=opts.capacity_factor)
+    if accelerator is not None:
+        set_accelerator(module, accelerator)
+    return module
 
 
 #: Allocations between young-generation collections while IR is built (Python's default: 700).
@@ -188,24 +210,35 @@ def few_collections():
         gc.set_threshold(*before)
 
 
-def _compile_module(traced, stage: str, tp: int, opts: Options, accelerator, sequence_parallel: bool) -> ModuleOp:
+def compile_from(
+    module: ModuleOp,
+    start: str,
+    stage: str,
+    tp: int,
+    opts: Options,
+    sequence_parallel: bool = False,
+    verify: bool = True,
+) -> ModuleOp:
+    """Run the pipeline on ``module``, which is at stage ``start``, up to ``stage`` (in place;
+    returned for convenience); from ``tiled`` on it needs its accelerator
+    (:func:`import_step`).  ``verify=False`` skips verifying the result (the sweep verifies
+    only the module it returns: verifying is a seventh of a point's time)."""
     from xdsl.passes import PassPipeline
 
     from passes import ALL_PASSES
     from passes.solver_options import SolverOptions
-    from phaze_ir.frontend import import_graph
-    from phaze_ir.hardware_ir import set_accelerator
     from phaze_ir.ir import make_context
 
-    module = import_graph(traced, strict=opts.strict, capacity_factor=opts.capacity_factor)
-    if STAGES.index(stage) >= STAGES.index("tiled"):
-        set_accelerator(module, accelerator if accelerator is not None else load_accelerator(opts.hw))
-    spec = pipeline(stage, tp, opts, sequence_parallel)
-    if spec:
-        parsed = PassPipeline.parse_spec(ALL_PASSES, spec).passes
-        with_cache = tuple(replace(p, cache=opts.schedule_cache) if isinstance(p, SolverOptions) else p for p in parsed)
-        PassPipeline(with_cache).apply(make_context(), module)
-    module.verify()
+    with few_collections():
+        spec = pipeline(stage, tp, opts, sequence_parallel, start)
+        if spec:
+            parsed = PassPipeline.parse_spec(ALL_PASSES, spec).passes
+            with_cache = tuple(
+                replace(p, cache=opts.schedule_cache) if isinstance(p, SolverOptions) else p for p in parsed
+            )
+            PassPipeline(with_cache).apply(make_context(), module)
+        if verify:
+            module.verify()
     return module
 
 
@@ -227,11 +260,18 @@ def plan_record(module: ModuleOp) -> dict[str, Any]:
     return attr.as_dict() if isinstance(attr, PlanAttr) else {}
 
 
-def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) -> tuple[ModuleOp, list[Candidate]]:
+def compile_model(
+    model_path: str, opts: Options, log: Log, accelerator=None, seconds: dict[str, float] | None = None
+) -> tuple[ModuleOp, list[Candidate]]:
     """Compile a model file to ``opts.emit``.  For the plan stage, sweep micro-batch sizes and
     TP widths and return the module of the best feasible plan (the highest throughput; ties go
     to the smaller micro-batch, then the smaller TP width) and every point of the sweep.
-    ``accelerator``: the chip (default: ``opts.hw``)."""
+    ``accelerator``: the chip (default: ``opts.hw``).  ``seconds``, when given, gets the wall
+    time spent per phase added to it: ``trace``, ``import`` (import and training passes shared
+    by a micro-batch's points) and ``points`` (the rest of the pipeline, every point)."""
+    seconds = {} if seconds is None else seconds
+    for phase in ("trace", "import", "points"):
+        seconds.setdefault(phase, 0.0)
     from passes.algorithms.placement import (
         PlacementError,
         parse_expert_parallel,
@@ -290,13 +330,31 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
             + (f", seq {opts.seq_len or spec.seq_len}" if (opts.seq_len or spec.seq_len) else "")
             + ")"
         )
+        start = time.perf_counter()
         traced = trace_model(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
+        seconds["trace"] += time.perf_counter() - start
         log(f"traced {len(traced.graph_module.graph.nodes)} aten nodes in {traced.trace_seconds:.1f} s")
-        for t, sp in ((w, sp) for w in tp_widths for sp in _sequence_parallel_options(opts, w)):
+        points = [(w, sp) for w in tp_widths for sp in _sequence_parallel_options(opts, w)]
+        # The training step before sharding is the same at every TP width: import it and run
+        # the training passes once per micro-batch, and give each point a copy.
+        shared: ModuleOp | None = None
+        if len(points) > 1 and STAGES.index(stage) > STAGES.index("training"):
+            start = time.perf_counter()
+            try:
+                with few_collections():
+                    imported = import_step(traced, opts, accelerator)
+                    shared = compile_from(imported, "ir", "training", 1, opts)
+            except PhazeError:
+                shared = None  # each point says why itself
+            seconds["import"] += time.perf_counter() - start
+        for t, sp in points:
             start = time.perf_counter()
             where = f"micro-batch {b}, TP {t}" + (", SP" if sp else "")
             try:
-                module = compile_module(traced, stage, t, opts, accelerator, sp)
+                if shared is not None:
+                    module = compile_from(shared.clone(), "training", stage, t, opts, sp, verify=not sweep)
+                else:
+                    module = compile_module(traced, stage, t, opts, accelerator, sp)
             except UnknownOpError:
                 raise  # the model's, not this point's: every point would say it again
             except PhazeError as e:
@@ -305,6 +363,8 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
                 candidates.append(Candidate(b, t, note=str(e), sequence_parallel=sp))
                 log(f"{where}: skipped: {e}")
                 continue
+            finally:
+                seconds["points"] += time.perf_counter() - start
             if not sweep:
                 log(f"built {sum(1 for _ in module.walk())} ops in {time.perf_counter() - start:.1f} s")
                 return module, candidates
@@ -330,8 +390,10 @@ def compile_model(model_path: str, opts: Options, log: Log, accelerator=None) ->
                 log(f"{where}: does not fit: {cand.note}")
                 fallback = fallback or module
     if best is not None:
+        best[1].verify()
         return best[1], candidates
     if fallback is not None:
+        fallback.verify()
         return fallback, candidates  # nothing fits: the module says which constraint binds
     raise PhazeError("no micro-batch size and TP width could be compiled: " + _notes_once(candidates))
 

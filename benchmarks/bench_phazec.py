@@ -1,0 +1,81 @@
+"""``phazec MODEL.py --hw HW`` timed by phase: the whole plan sweep (micro-batch 1, 2, 4, 8 x
+TP 1, 2, 4, 8) and one fixed placement, each cold (a new model: nothing traced or scheduled
+in this process) and warm (the same question asked again in the same process).
+
+    python benchmarks/bench_phazec.py [--model examples/gpt3_175b.py] [--hw a100]
+                                      [--devices 1024] [--global-batch 4096]
+                                      [--placement expert:8,1,8 --micro-batch 1]
+
+Printed per run: wall time, and its split into tracing, the import and training passes a
+micro-batch's points share, and the rest of the pipeline over every point (sharding, tiling,
+latencies, SCIP schedules, recompute, the placement DP); then the peak resident memory.
+Targets (issue 15, this 2-core machine): the GPT-3 175B sweep on a100 <= 60 s cold; one fixed
+placement of a new GPT shape <= 10 s cold, <= 1 s when its shape was traced before; <= 4 GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
+
+
+def _run(label: str, model: str, opts) -> None:
+    from phaze import driver
+
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    module, candidates = driver.compile_model(model, opts, lambda msg: None, seconds=seconds)
+    wall = time.perf_counter() - start
+    plan = driver.plan_record(module)
+    what = (
+        f"DP {plan['dp']} PP {plan['pp']} TP {plan['tp']} b {plan['micro_batch_size']}: "
+        f"{plan['throughput_samples_per_s']:.6g} samples/s"
+        if plan.get("feasible") == "yes"
+        else "no feasible plan"
+    )
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items())
+    print(f"{label:<24} {wall:7.1f} s  ({parts}; {len(candidates)} points)  {what}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=str(REPO / "examples" / "gpt3_175b.py"))
+    p.add_argument("--hw", default="a100")
+    p.add_argument("--devices", type=int, default=1024)
+    p.add_argument("--global-batch", type=int, default=4096)
+    p.add_argument("--placement", default="expert:8,1,8", help="the fixed placement timed (PP,DP,TP)")
+    p.add_argument("--micro-batch", type=int, default=1, help="micro-batch of the fixed placement")
+    p.add_argument("--devices-fixed", type=int, default=64, help="devices of the fixed placement")
+    p.add_argument("--global-batch-fixed", type=int, default=64, help="global batch of the fixed placement")
+    args = p.parse_args()
+
+    from passes.algorithms.schedule import ScheduleCache
+    from phaze import driver
+
+    cache = ScheduleCache(None)  # in memory, shared by the runs: a warm run reuses the schedules
+    sweep = driver.Options(hw=args.hw, devices=args.devices, global_batch=args.global_batch, schedule_cache=cache)
+    fixed = driver.Options(
+        schedule_cache=cache,
+        hw=args.hw,
+        devices=args.devices_fixed,
+        global_batch=args.global_batch_fixed,
+        placement=args.placement,
+        micro_batches=(args.micro_batch,),
+    )
+    print(f"model: {Path(args.model).name}  hw: {args.hw}")
+    _run("fixed placement, cold", args.model, fixed)
+    _run("fixed placement, warm", args.model, fixed)
+    _run("phazec --hw sweep", args.model, sweep)
+    _run("phazec --hw sweep, warm", args.model, sweep)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"peak resident memory: {peak:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()
