@@ -284,7 +284,9 @@ class Evaluator:
         t0 = time.perf_counter()
         setting = task.settings[setting_idx]
         lb = self.lower_bounds(cands, setting)
-        keys = [(id(cands), task_id, setting_idx, lb[:, c].tobytes(), h) for c, h in pairs]
+        # The placement is part of the key: the baselines evaluate the expert one on the same
+        # candidates and settings, and its value bounds nothing for a searched placement.
+        keys = [(id(cands), task_id, task.fixed, setting_idx, lb[:, c].tobytes(), h) for c, h in pairs]
         todo = {}
         for k, (c, h) in zip(keys, pairs):
             if k not in self._dp_memo and k not in todo:
