@@ -618,9 +618,8 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
 
     from passes import ALL_PASSES
     from passes.solver_options import SolverOptions
-    from phaze.driver import load_accelerator, pipeline
-    from phaze_ir.frontend import import_graph, load_model_file, trace_model
-    from phaze_ir.hardware_ir import set_accelerator
+    from phaze.driver import compile_from, import_step, load_accelerator, pipeline
+    from phaze_ir.frontend import load_model_file, trace_model
     from phaze_ir.ir import make_context
 
     opts = replace(settings.options(job.runs[0]), schedule_cache=_cache(settings.cache_dir))
@@ -640,10 +639,8 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
 
     # The TP-independent part of the pipeline (phazec --emit training), once for every width.
     start = time.perf_counter()
-    base = import_graph(traced, strict=settings.strict)
+    base = compile_from(import_step(traced, opts, accelerator), "ir", "training", 1, opts)
     del traced
-    training = passes("training", 1)
-    PassPipeline(training).apply(ctx, base)
     out.compile_s += time.perf_counter() - start
     _say(settings, f"{label}: traced and imported in {out.trace_s + out.compile_s:.1f} s")
 
@@ -654,12 +651,7 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
         module = base if k == len(tps) - 1 else base.clone()
         error = None
         try:
-            set_accelerator(module, accelerator)
-            full = passes("recompute", tp, sequence_parallel=sp)
-            # (each stage's pipeline extends the one before: the training passes are done)
-            assert [p.name for p in full[: len(training)]] == [p.name for p in training]
-            PassPipeline(full[len(training) :]).apply(ctx, module)
-            module.verify()
+            compile_from(module, "training", "recompute", tp, opts, sp)
         except PhazeError as e:
             error = e
         compiled = time.perf_counter() - start
