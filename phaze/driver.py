@@ -520,4 +520,6 @@ def summary(module: ModuleOp) -> str:
         f"{plan['micro_batch_size']:>11} {recompute:>14} "
         f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>11.2f}"
     )
-    return head + "\n" + row
+    factor = capacity_factor(module)
+    note = "" if factor is None else f"\nexpert GEMMs padded to capacity factor {factor:g}"
+    return head + "\n" + row + note
