@@ -59,8 +59,12 @@ def clean(tmp_path_factory):
 
 
 def copy_cache(clean, tmp_path: Path) -> Path:
+    """The clean run's settings and schedules, without its stage entries (``stages/``: the
+    answer, the search, the plan...), so that a run reads the settings and schedules again.
+    tests/test_search_warm.py checks the stage entries."""
     cache = tmp_path / "cache"
-    shutil.copytree(clean[3], cache)
+    for part in ("settings", "schedules"):
+        shutil.copytree(clean[3] / part, cache / part)
     return cache
 
 

@@ -61,6 +61,10 @@ TOL = 1e-9
 #: depend on the number of workers).
 BOUND_BATCH = 256
 EXACT_BATCH = 8
+#: The evaluator's timers (seconds) and counts, in the JSON's order (``search.wall_s`` after the
+#: phases, ``search.evaluator``).
+TIMERS = ("estimate", "dp_bound", "schedule", "dp_exact")
+COUNTS = ("dp_bound_solves", "schedules_solved", "schedules_cached", "dp_exact_solves")
 
 
 @dataclass(frozen=True)
@@ -203,8 +207,8 @@ class Evaluator:
         self.limits = limits
         self.cache = cache
         self.backend = backend
-        self.timers = {"estimate": 0.0, "dp_bound": 0.0, "schedule": 0.0, "dp_exact": 0.0}
-        self.counts = {"dp_bound_solves": 0, "schedules_solved": 0, "schedules_cached": 0, "dp_exact_solves": 0}
+        self.timers = dict.fromkeys(TIMERS, 0.0)
+        self.counts = dict.fromkeys(COUNTS, 0)
         self._lb: dict[tuple[int, int], np.ndarray] = {}
         self._dp_memo: dict[tuple, float] = {}
         self._exact_ms: dict[tuple[int, int, int], np.ndarray] = {}

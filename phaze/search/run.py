@@ -13,23 +13,31 @@ Phases (each timed, with a progress bar unless ``-q``):
    several models each model's own best (for the loss of the common chip);
 4. **plan**: the winner compiled through the IR pipeline (``phazec --hw`` on that chip, same
    solver limits and schedule cache), checked against the search's figure.
+
+Each stage's result is also kept in the cache directory by its inputs
+(:mod:`phaze.search.warm`): a rerun computes only the stages whose inputs changed, and one with
+nothing changed reads the answer (:func:`answer`) without importing a model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from passes.algorithms.cache_file import BadEntry, read_entry, write_entry
+from passes.algorithms.cache_file import BadEntry, is_int, is_number, read_entry, write_entry
+from phaze.search import warm
 from phaze.search.engine import (
+    COUNTS,
+    TIMERS,
     Candidates,
-    Evaluated,
     Evaluator,
     ModelTask,
     Params,
@@ -38,12 +46,15 @@ from phaze.search.engine import (
     SolverLimits,
     search,
 )
+from phaze.search.warm import StageCache, need
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 BASELINE_CHIP = "tpuv4"
 #: Names of the baselines, in report order.
 BASELINES = ("tpuv4+expert", "tpuv4+phaze", "decoupled", "co-optimized")
+#: The phases of a search, in the order of the JSON's ``search.wall_s``.
+PHASES = ("prepare", "baselines", "search", "plan")
 
 
 @dataclass
@@ -63,17 +74,6 @@ class SearchOptions:
 #: The settings cache's file format (:mod:`passes.algorithms.cache_file`) and its version.
 SETTINGS_FORMAT = "phaze-settings"
 SETTINGS_VERSION = 1
-
-
-def _source_digest() -> str:
-    """A digest of phaze's Python sources: a cached setting is reused only by the code that made it."""
-    h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[2]
-    for pkg in ("phaze_ir", "passes", "phaze"):
-        for p in sorted((root / pkg).rglob("*.py")):
-            h.update(str(p.relative_to(root)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def _prepare_worker(args: tuple[str, int, tuple[int, ...], Any]) -> list:
@@ -124,7 +124,7 @@ def _keep_settings(file: Path, input_hash: str, settings: list) -> bool:
 def prepare(paths: list[str], opts, tps: tuple[int, ...], sopts: SearchOptions, backend, log) -> list[list]:
     """Settings of every model (``[model][setting]``, micro-batch-major), from the cache where
     it has them (``<cache>/settings/<key>.json``, checked before use: never code)."""
-    digest = _source_digest()
+    digest = warm.environment_digest()
     items, files, where = [], [], []
     out: list[list] = [[None] * len(opts.micro_batches) for _ in paths]
     for m, path in enumerate(paths):
@@ -221,25 +221,74 @@ def _timed(walls: dict[str, float], phase: str) -> Iterator[None]:
 
 
 @dataclass
+class _Keys:
+    """What the stage cache's keys are made of (:mod:`phaze.search.warm`): the SHA-256 of each
+    model file's bytes, the driver's options and the solver limits (their ``repr``), and digests
+    of the space and of the baselines' chip."""
+
+    models: tuple[str, ...]
+    opts: str
+    limits: str
+    space: str
+    chip: str
+
+    def common(self, *more: object) -> tuple:
+        """The parts of every search stage's key (the models, the options, the limits), and ``more``."""
+        return (self.models, self.opts, self.limits, *more)
+
+
+@dataclass
 class _Inputs:
     """The checked inputs of a search: the space, the models' names, per model the placement
-    given with ``--placement`` (None: searched) and the paper's expert one (None: unknown), and
-    the TP widths to prepare."""
+    given with ``--placement`` (None: searched) and the paper's expert one (None: unknown), the
+    TP widths to prepare, and what the stage cache keys on."""
 
     space: Any
     names: list[str]
     fixed: list[tuple[int, int, int] | None]
     experts: list[tuple[int, int, int] | None]
     tps: tuple[int, ...]
+    keys: _Keys
 
 
-def _read_inputs(paths: list[str], opts, sopts: SearchOptions) -> _Inputs:
+def _space_digest(space) -> str:
+    """A digest of everything a space gives the search: its spec (template chip included), its
+    candidates and its HBM options."""
+    h = hashlib.sha256(repr((space.spec, tuple(space.hbm_options))).encode())
+    h.update(space.configs.tobytes())
+    return h.hexdigest()
+
+
+def _model_names(paths: list[str], stages: StageCache) -> tuple[list[str], tuple[str, ...]]:
+    """Each model's name and the digest of its file's bytes.  The name comes from the stage cache
+    when it has the file's bytes; else the file is imported (torch with it: seconds), and a file
+    that cannot be read or imported is the loader's one-line error."""
+    from phaze_ir.frontend import load_model_file
+
+    names, digests = [], []
+    for path in paths:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            load_model_file(path)  # its one-line error: no such file, a directory...
+            raise PhazeError(f"{path}: cannot be read ({e.strerror or e})") from None
+        file_digest = warm.digest(data)
+        key = stages.key("model", file_digest)
+        name = stages.load("model", key, warm.check_name)
+        if name is None:
+            name = load_model_file(path).name
+            stages.keep("model", key, {"name": name})
+        names.append(name)
+        digests.append(file_digest)
+    return names, tuple(digests)
+
+
+def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: StageCache) -> _Inputs:
     """Load the space and the model files and check them, before anything slow (a wrong
     argument is a one-line error, not one after the preparation)."""
     from passes.algorithms.arch_space import load_space, paper_space
     from passes.algorithms.placement import EXPERT_PLACEMENTS, PlacementError, parse_placement, parse_recompute
     from phaze import driver
-    from phaze_ir.frontend import load_model_file
     from phaze_ir.hardware import HardwareError
 
     if opts.emit != "plan":
@@ -248,8 +297,7 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions) -> _Inputs:
         space = load_space(sopts.space) if sopts.space else paper_space()
     except HardwareError as e:
         raise PhazeError(str(e)) from e
-    specs = [load_model_file(p) for p in paths]
-    names = [s.name for s in specs]
+    names, digests = _model_names(paths, stages)
     if len(set(names)) != len(names):
         raise PhazeError(f"the same model twice: {', '.join(names)}")
     try:
@@ -264,7 +312,9 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions) -> _Inputs:
     # Besides the widths searched, those of the given placements and of the experts' baselines.
     tps = tuple(opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
     extra = {f[2] for f in fixed if f} | {x[2] for x in experts if x and sopts.baselines}
-    return _Inputs(space, names, fixed, experts, tuple(sorted(set(tps) | extra)))
+    chip = repr(driver.load_accelerator(BASELINE_CHIP))
+    keys = _Keys(digests, repr(opts), repr(sopts.limits), _space_digest(space), warm.digest(chip))
+    return _Inputs(space, names, fixed, experts, tuple(sorted(set(tps) | extra)), keys)
 
 
 def _tasks_for(names: list[str], settings: list[list], placements: list, allowed: set[int]) -> list[ModelTask]:
@@ -281,42 +331,116 @@ def _tasks_for(names: list[str], settings: list[list], placements: list, allowed
     return out
 
 
+class _Work:
+    """What computing a stage needs, made when a stage first needs it: the backend (workers,
+    a Ray instance), the settings (the models traced), the evaluator.  A rerun that finds every
+    stage in the cache makes none of them."""
+
+    def __init__(self, paths: list[str], opts, inputs: _Inputs, sopts: SearchOptions, schedules, log) -> None:
+        self.paths, self.opts, self.inputs, self.sopts = paths, opts, inputs, sopts
+        self.schedules, self.log = schedules, log
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> _Work:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    @cached_property
+    def backend(self):
+        from phaze.search.backend import make_backend
+
+        sopts = self.sopts
+        return self._stack.enter_context(make_backend(sopts.backend, sopts.jobs, sopts.address))
+
+    @cached_property
+    def settings(self) -> list[list]:
+        return prepare(self.paths, self.opts, self.inputs.tps, self.sopts, self.backend, self.log)
+
+    @cached_property
+    def evaluator(self) -> Evaluator:
+        opts = self.opts
+        params = Params(opts.devices, opts.global_batch, opts.dp_overlap, opts.recompute)
+        return Evaluator(params, self.sopts.limits, self.schedules, self.backend)
+
+    @cached_property
+    def chip_cands(self) -> Candidates:
+        from phaze import driver
+
+        return Candidates.of_accelerator(driver.load_accelerator(BASELINE_CHIP))
+
+    def tasks_for(self, placements: list) -> list[ModelTask]:
+        from phaze import driver
+
+        allowed = set(self.opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
+        return _tasks_for(self.inputs.names, self.settings, placements, allowed)
+
+    def counted(self, compute):
+        """``compute()`` and the evaluator's counts it cost."""
+        before = dict(self.evaluator.counts)
+        out = compute()
+        return out, {k: self.evaluator.counts[k] - before[k] for k in COUNTS}
+
+
+def _check_baseline(payload: Any) -> tuple[dict, dict[str, int]]:
+    """A ``baseline`` stage entry: ``(record, counts)``."""
+    d = warm.fields(payload, ("record", "counts"), "a baseline")
+    return warm.check_record(d["record"]), warm.check_counts(d["counts"], COUNTS)
+
+
+def _baseline_plan(inputs: _Inputs, sopts: SearchOptions, stages: StageCache) -> list[tuple[str, str]]:
+    """The baselines to search, in order, with their stage keys: the TPUv4-like chip with the
+    expert placement (unless a model has none) and with the searched one, then the decoupled
+    search (the space's best chip under the expert placement, pruned as the search is)."""
+    k = inputs.keys
+    out = []
+    if all(inputs.experts):
+        out.append(("tpuv4+expert", stages.key("baseline", "tpuv4+expert", *k.common(k.chip))))
+    out.append(("tpuv4+phaze", stages.key("baseline", "tpuv4+phaze", *k.common(k.chip))))
+    if all(inputs.experts):
+        out.append(("decoupled", stages.key("baseline", "decoupled", *k.common(k.space, sopts.prune))))
+    return out
+
+
 def _run_baselines(
     inputs: _Inputs,
-    tasks_for: Callable[[list], list[ModelTask]],
-    ev: Evaluator,
+    work: _Work,
     cands: Candidates,
-    chip_cands: Candidates,
-    sopts: SearchOptions,
+    cached: dict[str, tuple[dict, dict[str, int]] | None],
+    keys: dict[str, str],
+    stages: StageCache,
     progress: Progress | None,
-) -> dict[str, dict]:
-    """The baselines' records: the TPUv4-like chip with the expert placement and with the
-    searched one, and the decoupled search (the space's best chip under the expert placement).
-    They run before the co-optimized search, in this order, on the same evaluator: the schedules
-    they solve are the search's to reuse, and the evaluator's counts depend on the order."""
+) -> tuple[dict[str, dict], list[dict[str, int]]]:
+    """The baselines' records and the evaluator's counts of each: read from the stage cache
+    (``cached``) or searched, in :func:`_baseline_plan`'s order, on the same evaluator (the
+    schedules they solve are the search's to reuse, and the evaluator's counts depend on the
+    order), and kept."""
     names, experts = inputs.names, inputs.experts
     baselines: dict[str, dict] = {}
-    if all(experts):
-        exp_tasks = tasks_for(experts)
-        res = search(chip_cands, exp_tasks, ev, progress=progress, label="tpuv4+expert")
-        baselines["tpuv4+expert"] = _baseline_record(
-            "tpuv4+expert", res, chip_cands, exp_tasks, _why_not(res, ev, chip_cands, exp_tasks)
-        )
-    else:
+    counts: list[dict[str, int]] = []
+    if not all(experts):
         missing = ", ".join(n for n, x in zip(names, experts) if not x)
         for name in ("tpuv4+expert", "decoupled"):
             baselines[name] = _baseline_record(name, None, None, [], f"no expert placement known for {missing}")
-    ph_tasks = tasks_for([None] * len(names))
-    res = search(chip_cands, ph_tasks, ev, progress=progress, label="tpuv4+phaze")
-    baselines["tpuv4+phaze"] = _baseline_record(
-        "tpuv4+phaze", res, chip_cands, ph_tasks, _why_not(res, ev, chip_cands, ph_tasks)
-    )
-    if all(experts):
-        res = search(cands, exp_tasks, ev, prune=sopts.prune, progress=progress, label="decoupled")
-        baselines["decoupled"] = _baseline_record(
-            "decoupled", res, cands, exp_tasks, _why_not(res, ev, cands, exp_tasks)
-        )
-    return baselines
+    for name, key in keys.items():
+        hit = cached[name]
+        if hit is None:
+            placements = [None] * len(names) if name == "tpuv4+phaze" else experts
+            on = work.chip_cands if name.startswith("tpuv4") else cands
+            prune = work.sopts.prune if name == "decoupled" else True
+
+            def compute(on=on, placements=placements, prune=prune, name=name) -> dict:
+                tasks = work.tasks_for(placements)
+                res = search(on, tasks, work.evaluator, prune=prune, progress=progress, label=name)
+                return _baseline_record(name, res, on, tasks, _why_not(res, work.evaluator, on, tasks))
+
+            rec, delta = work.counted(compute)
+            stages.keep("baseline", key, {"record": rec, "counts": delta})
+            hit = rec, delta
+        baselines[name] = hit[0]
+        counts.append(hit[1])
+    return baselines, counts
 
 
 def _co_optimize(
@@ -332,13 +456,73 @@ def _co_optimize(
     return result, own
 
 
-def _add_speedups(baselines: dict[str, dict], best: Evaluated) -> None:
-    """Each baseline's ``speedup``: the co-optimized score over its throughput (None for 0)."""
+def _search_stage(
+    inputs: _Inputs, work: _Work, cands: Candidates, sopts: SearchOptions, progress: Progress | None
+) -> dict:
+    """The co-optimized search as the stage cache keeps it (:func:`_check_search`): its record,
+    the winner (config and HBM, score, per model ``[micro-batch, TP width, throughput]``), the
+    JSON's ``search`` object (wall times and counts to be filled in), the per-model detail (None
+    with one model) and the evaluator's counts it cost.  No chip fitting is the one-line error."""
+    names = inputs.names
+
+    def compute() -> tuple[Result, list[Result], list[ModelTask]]:
+        tasks = work.tasks_for(inputs.fixed)
+        return (*_co_optimize(cands, tasks, work.evaluator, sopts, progress), tasks)
+
+    (result, own, tasks), counts = work.counted(compute)
+    if result.best is None:
+        raise PhazeError(
+            "no chip of the space fits a placement of "
+            + ", ".join(names)
+            + f" on {work.opts.devices} devices: {_why_not(result, work.evaluator, cands, tasks)}"
+        )
+    best = result.best
+    winner_settings = []
+    for m in range(len(names)):
+        setting_idx, thr, _ = best.best[m]
+        setting = tasks[m].settings[setting_idx]
+        winner_settings.append([setting.micro_batch, setting.tp, thr])
+    return {
+        "record": _baseline_record("co-optimized", result, cands, tasks),
+        "winner": {"config": best.config, "hbm": best.hbm, "score": best.score, "settings": winner_settings},
+        "stats": _search_statistics(result, inputs.space, cands, sopts.limits),
+        "models_detail": _models_detail(names, [x[1] for x in best.best], own) if len(names) > 1 else None,
+        "counts": counts,
+    }
+
+
+def _check_search(inputs: _Inputs, opts) -> Any:
+    """The check of a ``search`` stage entry (:func:`_search_stage`) for these inputs: the
+    winner a candidate of the space, one setting per model among those searched."""
+
+    def check(payload: Any) -> dict:
+        d = warm.fields(payload, ("record", "winner", "stats", "models_detail", "counts"), "a search")
+        warm.check_record(d["record"])
+        warm.check_stats(d["stats"])
+        warm.check_counts(d["counts"], COUNTS)
+        w = warm.fields(d["winner"], ("config", "hbm", "score", "settings"), "a winner")
+        need(is_int(w["config"]) and 0 <= w["config"] < len(inputs.space.configs), "a candidate of the space")
+        need(is_int(w["hbm"]) and w["hbm"] in inputs.space.hbm_options, "an HBM option of the space")
+        need(is_number(w["score"]) and w["score"] > 0, "a winner that fits")
+        settings = w["settings"]
+        need(isinstance(settings, list) and len(settings) == len(inputs.names), "one setting per model")
+        for s in settings:
+            need(isinstance(s, list) and len(s) == 3, "settings [micro-batch, TP width, throughput]")
+            need(s[0] in opts.micro_batches and s[1] in inputs.tps and is_number(s[2]), "a setting searched")
+        detail = d["models_detail"]
+        need((detail is None) == (len(inputs.names) == 1) and (detail is None or isinstance(detail, list)), "details")
+        return d
+
+    return check
+
+
+def _add_speedups(baselines: dict[str, dict], score: float) -> None:
+    """Each baseline's ``speedup``: the co-optimized ``score`` over its throughput (None for 0)."""
     for name in BASELINES:
         rec = baselines.get(name)
         if rec is not None:
             thr = rec["throughput_samples_per_s"]
-            rec["speedup"] = best.score / thr if thr else None
+            rec["speedup"] = score / thr if thr else None
 
 
 def _winner_options(opts, limits: SolverLimits, cache):
@@ -357,24 +541,59 @@ def _winner_options(opts, limits: SolverLimits, cache):
     )
 
 
-def _compile_winner(
-    paths: list[str], names: list[str], tasks: list[ModelTask], best: Evaluated, acc, wopts, log
-) -> list:
+def _check_plan(payload: Any) -> str:
+    """A ``plan`` stage entry: a plan module's MLIR text."""
+    d = warm.fields(payload, ("text",), "a plan")
+    need(isinstance(d["text"], str), "a plan's text")
+    return d["text"]
+
+
+def _compile_winner(paths: list[str], inputs: _Inputs, winner: dict, acc, wopts, stages: StageCache, log) -> list:
     """Each model's plan module on the winning chip, through the IR pipeline (``phazec --hw``)
-    at the setting the search chose: the plan file's numbers come from the passes, and each
-    must equal the search's figure."""
+    at the setting the search chose, or parsed from the stage cache (kept by the model file,
+    the options and the chip): the plan file's numbers come from the passes, and each must
+    equal the search's figure."""
     from phaze import driver
+    from phaze_ir.ir import print_module
 
     modules = []
+    chip = repr(acc)
     for m, path in enumerate(paths):
-        setting_idx, thr, _ = best.best[m]
-        setting = tasks[m].settings[setting_idx]
-        log(f"compiling the plan of {names[m]} on {acc.name} (micro-batch {setting.micro_batch}, TP {setting.tp})")
-        mopts = replace(wopts, micro_batches=(setting.micro_batch,), tp_widths=(setting.tp,))
-        module, _ = driver.compile_model(path, mopts, lambda msg: None, accelerator=acc)
-        _check_plan_matches_search(names[m], driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)
+        micro_batch, tp, thr = winner["settings"][m]
+        name = inputs.names[m]
+        mopts = replace(wopts, micro_batches=(micro_batch,), tp_widths=(tp,))
+        key = stages.key("plan", inputs.keys.models[m], repr(mopts), chip)
+        text = stages.load("plan", key, _check_plan)
+        module = _cached_plan(text, name, thr, stages.file("plan", key)) if text is not None else None
+        if module is not None:
+            log(f"the plan of {name} on {acc.name} is in the cache")
+        else:
+            log(f"compiling the plan of {name} on {acc.name} (micro-batch {micro_batch}, TP {tp})")
+            module, _ = driver.compile_model(path, mopts, lambda msg: None, accelerator=acc)
+            _check_plan_matches_search(name, driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)
+            stages.keep("plan", key, {"text": print_module(module)})
         modules.append(module)
     return modules
+
+
+def _cached_plan(text: str, name: str, thr: float, file):
+    """The plan module of a ``plan`` stage entry, parsed and verified, if it gives the search's
+    throughput ``thr``; else None after one warning (it is compiled again)."""
+    from phaze import driver
+    from phaze_ir.ir import parse_module
+
+    try:
+        module = parse_module(text, str(file))
+        _check_plan_matches_search(name, driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)
+    except Exception as e:  # anything the text makes the parser, the verifier or the plan raise
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        warnings.warn(
+            f"search cache entry {file} does not hold the plan of {name} ({why}): ignored, computed again",
+            PhazeWarning,
+            stacklevel=2,
+        )
+        return None
+    return module
 
 
 def _check_plan_matches_search(name: str, got: float, thr: float) -> None:
@@ -386,17 +605,15 @@ def _check_plan_matches_search(name: str, got: float, thr: float) -> None:
         )
 
 
-def _search_statistics(
-    result: Result, space, walls: dict[str, float], ev: Evaluator, cands: Candidates, limits: SolverLimits
-) -> dict[str, Any]:
-    """The JSON's ``search`` object: the search's counts, then the space, the wall times, the
-    evaluator's counts, every architecture evaluated exactly (the report's scatter plot) and
-    the solver limits."""
+def _search_statistics(result: Result, space, cands: Candidates, limits: SolverLimits) -> dict[str, Any]:
+    """The JSON's ``search`` object: the search's counts, then the space, the wall times and the
+    evaluator's counts (None here: :func:`run` fills them in), every architecture evaluated
+    exactly (the report's scatter plot) and the solver limits."""
     stats = dict(result.stats)
     stats.update(
         space=space.spec.name,
-        wall_s=walls,
-        evaluator=ev.counts,
+        wall_s=None,
+        evaluator=None,
         points=[
             {
                 "area_mm2": e.area_um2 / 1e6,
@@ -418,85 +635,135 @@ def _search_statistics(
     return stats
 
 
-def _models_detail(names: list[str], best: Evaluated, own: list[Result]) -> list[dict]:
+def _models_detail(names: list[str], on_common: list[float], own: list[Result]) -> list[dict]:
     """With several models: each model's throughput on the common chip, on its own best chip,
     and the loss between the two."""
     details = []
     for m, name in enumerate(names):
-        on_common = best.best[m][1]
         own_best = own[m].best
         details.append(
             {
                 "model": name,
-                "throughput_samples_per_s": on_common,
+                "throughput_samples_per_s": on_common[m],
                 "own_best_samples_per_s": own_best.score if own_best else 0.0,
-                "loss": 1 - on_common / own_best.score if own_best and own_best.score else None,
+                "loss": 1 - on_common[m] / own_best.score if own_best and own_best.score else None,
             }
         )
     return details
 
 
-def run(paths: list[str], opts, sopts: SearchOptions, log, progress: Progress | None = None):
+def run(
+    paths: list[str],
+    opts,
+    sopts: SearchOptions,
+    log,
+    progress: Progress | None = None,
+    *,
+    stages: StageCache | None = None,
+    inputs: _Inputs | None = None,
+):
     """The whole search; returns ``(module, json_dict)``: the phases of the module docstring,
-    each timed into ``search.wall_s`` (with the evaluator's own timers after them)."""
+    each timed into ``search.wall_s`` (with the evaluator's own timers after them).  A stage
+    whose inputs the stage cache (``stages``; default: that of ``sopts.cache_dir``) has seen is
+    read from it, not computed."""
     from passes.algorithms import schedule as sched
-    from phaze import driver
-    from phaze.search.backend import make_backend
 
     t_all = time.perf_counter()
     walls: dict[str, float] = {}
-    inputs = _read_inputs(paths, opts, sopts)
-    space, names = inputs.space, inputs.names
+    stages = stages if stages is not None else StageCache.of(sopts.cache_dir)
+    inputs = inputs if inputs is not None else _read_inputs(paths, opts, sopts, stages)
+    space, names, k = inputs.space, inputs.names, inputs.keys
     log(
         f"space '{space.spec.name}': {len(space):,} chips x {len(space.hbm_options)} HBM options; "
         f"micro-batch {list(opts.micro_batches)}, TP {list(inputs.tps)}; {opts.devices} devices, "
         f"global batch {opts.global_batch}" + (f"; recompute {opts.recompute}" if opts.recompute != "auto" else "")
     )
-
-    with make_backend(sopts.backend, sopts.jobs, sopts.address) as backend:
+    cands = Candidates.of_space(space)
+    # What the cache holds decides what is computed (nothing is prepared when nothing is).
+    baseline_keys = dict(_baseline_plan(inputs, sopts, stages)) if sopts.baselines else {}
+    cached = {name: stages.load("baseline", key, _check_baseline) for name, key in baseline_keys.items()}
+    search_key = stages.key("search", *k.common(k.space, sopts.prune))
+    found = stages.load("search", search_key, _check_search(inputs, opts))
+    for name, hit in cached.items():
+        if hit is not None:
+            log(f"baseline {name} is in the cache")
+    if found is not None:
+        log("the search's result is in the cache")
+    schedules = sched.ScheduleCache(Path(sopts.cache_dir, "schedules") if sopts.cache_dir else None)
+    with _Work(paths, opts, inputs, sopts, schedules, log) as work:
         with _timed(walls, "prepare"):
-            settings = prepare(paths, opts, inputs.tps, sopts, backend, log)
-        cache = sched.ScheduleCache(Path(sopts.cache_dir, "schedules") if sopts.cache_dir else None)
-        ev = Evaluator(
-            Params(opts.devices, opts.global_batch, opts.dp_overlap, opts.recompute), sopts.limits, cache, backend
-        )
-        cands = Candidates.of_space(space)
-        chip_cands = Candidates.of_accelerator(driver.load_accelerator(BASELINE_CHIP))
-        allowed = set(opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
-
-        def tasks_for(placements: list) -> list[ModelTask]:
-            return _tasks_for(names, settings, placements, allowed)
-
+            if found is None or any(hit is None for hit in cached.values()):
+                work.settings  # noqa: B018 (prepared here, so that the phase's time is its own)
         with _timed(walls, "baselines"):
-            baselines = (
-                _run_baselines(inputs, tasks_for, ev, cands, chip_cands, sopts, progress) if sopts.baselines else {}
-            )
+            baselines, counts = _run_baselines(inputs, work, cands, cached, baseline_keys, stages, progress)
         with _timed(walls, "search"):
-            tasks = tasks_for(inputs.fixed)
-            result, own = _co_optimize(cands, tasks, ev, sopts, progress)
-    if result.best is None:
-        raise PhazeError(
-            "no chip of the space fits a placement of "
-            + ", ".join(names)
-            + f" on {opts.devices} devices: {_why_not(result, ev, cands, tasks)}"
-        )
-    best = result.best
-    baselines["co-optimized"] = _baseline_record("co-optimized", result, cands, tasks)
-    _add_speedups(baselines, best)
+            if found is None:
+                found = _search_stage(inputs, work, cands, sopts, progress)
+                stages.keep("search", search_key, found)
+        timers = dict(work.evaluator.timers) if "evaluator" in work.__dict__ else dict.fromkeys(TIMERS, 0.0)
+    counts.append(found["counts"])
+    baselines["co-optimized"] = found["record"]
+    winner = found["winner"]
+    _add_speedups(baselines, winner["score"])
 
     with _timed(walls, "plan"):
-        acc = cands.make(best.config, best.hbm)
-        modules = _compile_winner(paths, names, tasks, best, acc, _winner_options(opts, sopts.limits, cache), log)
+        acc = cands.make(winner["config"], winner["hbm"])
+        wopts = _winner_options(opts, sopts.limits, schedules)
+        modules = _compile_winner(paths, inputs, winner, acc, wopts, stages, log)
     walls["total"] = time.perf_counter() - t_all
-    walls.update(ev.timers)
+    walls.update(timers)
 
-    search_stats = _search_statistics(result, space, walls, ev, cands, sopts.limits)
-    module, data = _assemble(
-        modules, names, [baselines[b] for b in BASELINES if b in baselines], search_stats, opts.recompute
-    )
-    if len(tasks) > 1:
-        data["models_detail"] = _models_detail(names, best, own)
+    stats = dict(found["stats"])
+    stats["wall_s"] = walls
+    stats["evaluator"] = {c: sum(d[c] for d in counts) for c in COUNTS}
+    module, data = _assemble(modules, names, [baselines[b] for b in BASELINES if b in baselines], stats, opts.recompute)
+    if found["models_detail"] is not None:
+        data["models_detail"] = found["models_detail"]
     return module, data
+
+
+def _check_answer(payload: Any) -> tuple[str, dict]:
+    """An ``answer`` stage entry: ``(the output module's text, the JSON)``, the JSON's wall times
+    left out."""
+    d = warm.fields(payload, ("text", "data"), "an answer")
+    need(isinstance(d["text"], str), "the output's text")
+    data = warm.fields(d["data"], ("baselines", "search"), "the JSON")
+    need(isinstance(data["baselines"], list), "the baselines")
+    for rec in data["baselines"]:
+        warm.check_record(rec)
+    need(warm.check_stats(data["search"])["wall_s"] is None, "an answer without wall times")
+    return d["text"], data
+
+
+def answer(
+    paths: list[str], opts, sopts: SearchOptions, log, progress: Progress | None = None, *, generic: bool = False
+) -> tuple[str, dict]:
+    """The search's output, ``(the module printed, in the generic form if asked, the JSON)``: from
+    the stage cache when it holds the answer for these inputs (no model imported, nothing
+    computed: only ``search.wall_s`` is this run's), else :func:`run`'s, kept for next time."""
+    from phaze_ir.ir import print_module
+
+    t0 = time.perf_counter()
+    stages = StageCache.of(sopts.cache_dir)
+    inputs = _read_inputs(paths, opts, sopts, stages)
+    k = inputs.keys
+    key = stages.key("answer", *k.common(k.space, k.chip, sopts.baselines, sopts.prune, generic))
+    hit = stages.load("answer", key, _check_answer)
+    if hit is not None:
+        text, data = hit
+        log("the answer is in the cache: nothing to compute")
+        walls = dict.fromkeys(PHASES, 0.0)
+        walls["total"] = time.perf_counter() - t0
+        walls.update(dict.fromkeys(TIMERS, 0.0))
+        data["search"]["wall_s"] = walls
+        return text, data
+    module, data = run(paths, opts, sopts, log, progress, stages=stages, inputs=inputs)
+    text = print_module(module, generic=generic)
+    walls = data["search"]["wall_s"]
+    data["search"]["wall_s"] = None
+    stages.keep("answer", key, {"text": text, "data": data})
+    data["search"]["wall_s"] = walls
+    return text, data
 
 
 def _assemble(modules, names, baselines, stats, recompute: str = "auto"):

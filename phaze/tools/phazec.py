@@ -463,13 +463,12 @@ def refuse_output_clashes(args: argparse.Namespace) -> None:
 def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
     """The architecture search (no ``--hw``)."""
     from phaze.search import report
-    from phaze.search.run import run
-    from phaze_ir.ir import print_module
+    from phaze.search.run import answer
 
     sopts = search_options(args, opts)
     progress = RichProgress() if not args.quiet else None
     try:
-        module, data = run(args.models, opts, sopts, log, progress)
+        text, data = answer(args.models, opts, sopts, log, progress, generic=args.print_op_generic)
     finally:
         if progress is not None:
             progress.close()
@@ -487,7 +486,7 @@ def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
     if args.report:
         report.write(args.report, data)
         log(f"wrote {args.report}")
-    return print_module(module, generic=args.print_op_generic), None
+    return text, None
 
 
 def baseline_table(data) -> str:
