@@ -11,8 +11,9 @@ training step traced once by ``make_fx(tracing_mode="symbolic")`` with the micro
 sequence length as symbols (every other size static), then bound to each size >= 2 (the sizes
 substituted into the shapes and the size arguments, the SymInt arithmetic dropped, the nodes
 renamed as a concrete trace names them).  ``--check`` also imports both and says whether the
-printed IR is byte-identical to the concrete trace's.  Two settings make it so for every example
-(both are set here, neither is the default of make_fx):
+printed IR is byte-identical to the concrete trace's.  Two settings make it so on every model
+tried (the test models, small configurations of each example's class, GPT-3 175B itself), both
+set here and neither make_fx's default:
 
 - the symbols are bounded (2 <= size <= 2**31): unbounded, ``x[:, :]`` keeps an
   ``aten.slice(x, 1, 0, INT64_MAX)`` that a concrete trace drops (``size <= INT64_MAX`` is not
