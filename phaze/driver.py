@@ -191,6 +191,20 @@ def import_step(traced, opts: Options, accelerator=None) -> ModuleOp:
     return module
 
 
+def training_step(traced, opts: Options, accelerator=None) -> ModuleOp:
+    """The traced step imported (targeting ``accelerator``, None: no target yet) and through
+    the training passes: what every TP width of one micro-batch shares.  Compile each width
+    from its own :func:`copy_for` it (``compile_from(copy, "training", ...)``)."""
+    with few_collections():
+        return compile_from(import_step(traced, opts, accelerator), "ir", "training", 1, opts)
+
+
+def copy_for(module: ModuleOp, k: int, n: int) -> ModuleOp:
+    """The module the ``k``-th of ``n`` compilations from ``module`` runs on: a copy, and
+    ``module`` itself for the last (nothing needs it after)."""
+    return module if k == n - 1 else module.clone()
+
+
 #: Allocations between young-generation collections while IR is built (Python's default: 700).
 #: A pipeline allocates millions of small, long-lived objects (ops, attributes, graph nodes);
 #: at the default every pass paid for collections that free nothing, a third of a point's time
@@ -341,18 +355,17 @@ def compile_model(
         if len(points) > 1 and STAGES.index(stage) > STAGES.index("training"):
             start = time.perf_counter()
             try:
-                with few_collections():
-                    imported = import_step(traced, opts, accelerator)
-                    shared = compile_from(imported, "ir", "training", 1, opts)
+                shared = training_step(traced, opts, accelerator)
             except PhazeError:
                 shared = None  # each point says why itself
             seconds["import"] += time.perf_counter() - start
-        for t, sp in points:
+        for k, (t, sp) in enumerate(points):
             start = time.perf_counter()
             where = f"micro-batch {b}, TP {t}" + (", SP" if sp else "")
             try:
                 if shared is not None:
-                    module = compile_from(shared.clone(), "training", stage, t, opts, sp, verify=not sweep)
+                    step = copy_for(shared, k, len(points))
+                    module = compile_from(step, "training", stage, t, opts, sp, verify=not sweep)
                 else:
                     module = compile_module(traced, stage, t, opts, accelerator, sp)
             except UnknownOpError:

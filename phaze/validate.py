@@ -618,7 +618,7 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
 
     from passes import ALL_PASSES
     from passes.solver_options import SolverOptions
-    from phaze.driver import compile_from, import_step, load_accelerator, pipeline
+    from phaze.driver import compile_from, copy_for, load_accelerator, pipeline, training_step
     from phaze_ir.frontend import load_model_file, trace_model
     from phaze_ir.ir import make_context
 
@@ -639,7 +639,7 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
 
     # The TP-independent part of the pipeline (phazec --emit training), once for every width.
     start = time.perf_counter()
-    base = compile_from(import_step(traced, opts, accelerator), "ir", "training", 1, opts)
+    base = training_step(traced, opts, accelerator)
     del traced
     out.compile_s += time.perf_counter() - start
     _say(settings, f"{label}: traced and imported in {out.trace_s + out.compile_s:.1f} s")
@@ -648,7 +648,7 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     for k, (tp, sp) in enumerate(tps):
         runs = [r for r in job.runs if (r.tp, r.sequence_parallel) == (tp, sp)]
         start = time.perf_counter()
-        module = base if k == len(tps) - 1 else base.clone()
+        module = copy_for(base, k, len(tps))
         error = None
         try:
             compile_from(module, "training", "recompute", tp, opts, sp)

@@ -236,7 +236,7 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
     """Trace ``model_path`` at ``micro_batch`` once and make a :class:`Setting` per TP width
     (``opts``: the driver's :class:`~phaze.driver.Options`).  A TP width the model cannot be
     sharded for is left out (its reason is in the exception's message when none is left)."""
-    from phaze.driver import compile_from, import_step
+    from phaze.driver import compile_from, copy_for, training_step
     from phaze_ir.errors import PhazeError
     from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
 
@@ -245,7 +245,7 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
     traced = trace_model(spec, micro_batch, opts.seq_len, training=True, dtype=opts.dtype)
     # The training step is the same at every TP width: import it once, copy it per width.
     try:
-        training = compile_from(import_step(traced, opts), "ir", "training", 1, opts)
+        training = training_step(traced, opts)
     except UnknownOpError:
         raise  # the model's (--strict)
     except PhazeError as e:
@@ -256,8 +256,7 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
     for k, t in enumerate(tps):
         t1 = time.perf_counter()
         try:
-            step = training if k == len(tps) - 1 else training.clone()
-            module = compile_from(step, "training", "sharded", t, opts)
+            module = compile_from(copy_for(training, k, len(tps)), "training", "sharded", t, opts)
         except UnknownOpError:
             raise  # the model's (--strict), not this width's
         except PhazeError as e:
