@@ -4,6 +4,7 @@ with no ``--hw`` (the paper's space, HBM {32, 64, 80} GiB, micro-batch {1, 2, 4,
 
     python benchmarks/bench_search.py [--model examples/llama2_7b.py] [-j 2] [--space FILE]
                                       [--cache DIR] [--seq-len N] [--no-warm]
+                                      [--dims paper|practice|both]
 
 Targets (issue 6): under 10 minutes and 6 GB peak memory on the 2-core development machine for
 Llama-2-7B (seq 4096), GPT-2 XL, BERT-large and OPT-350m, from a cold cache.  Printed: wall time
@@ -15,6 +16,12 @@ Then (unless ``--no-warm``) the same search again from the cache the first run f
 user reruns it: ``phazec`` in a new process, timed from start to exit (target, issue 15: a few
 seconds), with its wall time per phase and whether its plan and JSON (wall times apart) are the
 first run's bytes.
+
+``--dims`` picks the placement space: ``paper`` (default; DP × 1F1B PP × TP, micro-batch,
+recompute), ``practice`` (also what practitioners set, left to the search: sequence
+parallelism, ZeRO 0-3 and the interleaved schedule, ``--sequence-parallel auto --zero auto
+--pipeline-schedule auto``), or ``both``: the two searches cold, one after the other, and the
+ratio of their wall times (issue 13: at most 2x).
 """
 
 from __future__ import annotations
@@ -42,8 +49,27 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=None)
     p.add_argument("--backend", default="local")
     p.add_argument("--no-warm", action="store_true", help="do not rerun the search from the warm cache")
+    p.add_argument("--dims", choices=("paper", "practice", "both"), default="paper", help="the placement space")
     args = p.parse_args()
+    runs = ("paper", "practice") if args.dims == "both" else (args.dims,)
+    if args.cache and len(runs) > 1:
+        sys.exit("--dims both times two cold searches: leave out --cache")
+    walls = {dims: bench(args, dims) for dims in runs}
+    if len(runs) > 1:
+        ratio = walls["practice"] / walls["paper"]
+        print(
+            f"placement space: paper {walls['paper']:.1f} s, practice (+SP, ZeRO, interleaved) "
+            f"{walls['practice']:.1f} s cold: {ratio:.2f}x"
+        )
 
+
+#: The search flags of each placement space (``--dims``).
+DIMS = {"paper": [], "practice": ["--sequence-parallel", "auto", "--zero", "auto", "--pipeline-schedule", "auto"]}
+
+
+def bench(args: argparse.Namespace, dims: str) -> float:
+    """One cold search (and its warm rerun unless ``--no-warm``) with the placement space
+    ``dims``, its figures printed; returns its wall time."""
     from phaze.tools.phazec import main as phazec
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,6 +88,7 @@ def main() -> None:
             "--backend",
             args.backend,
             "-q",
+            *DIMS[dims],
         ]
         if args.space:
             argv += ["--space", args.space]
@@ -78,9 +105,10 @@ def main() -> None:
     w = st["wall_s"]
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
-    print(f"model: {data['model']}  space: {st['space']}  jobs: {args.jobs}")
+    print(f"model: {data['model']}  space: {st['space']}  placement space: {dims}  jobs: {args.jobs}")
     print(
         f"answer: {data['accelerator']['name']}  DP {data['dp']} PP {data['pp']} TP {data['tp']} "
+        f"SP {'on' if data['sequence_parallel'] else 'off'} v {data['virtual_stages']} ZeRO {data['zero']} "
         f"b {data['micro_batch_size']}: {data['throughput_samples_per_s']:.6g} samples/s"
     )
     for b in data["baselines"]:
@@ -99,12 +127,13 @@ def main() -> None:
     print(f"solver: {st['evaluator']}")
     print(f"peak RSS: this process {own:.2f} GiB, largest worker {kids:.2f} GiB")
     if warm is not None:
-        wall, walls, same = warm
+        warm_wall, walls, same = warm
         print(
-            f"warm rerun: {wall:.1f} s (a new phazec process, start to exit); "
+            f"warm rerun: {warm_wall:.1f} s (a new phazec process, start to exit); "
             + ", ".join(f"{k} {v:.2f} s" for k, v in walls.items() if k in ("prepare", "baselines", "search", "plan"))
             + f", total in the search {walls['total']:.2f} s; same plan and JSON as the first run: {same}"
         )
+    return wall
 
 
 def rerun(argv: list[str], tmp: Path, first: dict) -> tuple[float, dict, str]:

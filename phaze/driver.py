@@ -274,27 +274,16 @@ def plan_record(module: ModuleOp) -> dict[str, Any]:
     return attr.as_dict() if isinstance(attr, PlanAttr) else {}
 
 
-def compile_model(
-    model_path: str, opts: Options, log: Log, accelerator=None, seconds: dict[str, float] | None = None
-) -> tuple[ModuleOp, list[Candidate]]:
-    """Compile a model file to ``opts.emit``.  For the plan stage, sweep micro-batch sizes and
-    TP widths and return the module of the best feasible plan (the highest throughput; ties go
-    to the smaller micro-batch, then the smaller TP width) and every point of the sweep.
-    ``accelerator``: the chip (default: ``opts.hw``).  ``seconds``, when given, gets the wall
-    time spent per phase added to it: ``trace``, ``import`` (import and training passes shared
-    by a micro-batch's points) and ``points`` (the rest of the pipeline, every point)."""
-    seconds = {} if seconds is None else seconds
-    for phase in ("trace", "import", "points"):
-        seconds.setdefault(phase, 0.0)
+def check_options(opts: Options) -> None:
+    """The one-line error of an option out of range (stage, sizes, placement settings), before
+    anything slow; ``phazec --hw`` and the architecture search both check through here."""
     from passes.algorithms.placement import (
         PlacementError,
         parse_expert_parallel,
         parse_pipeline_schedule,
-        parse_placement,
         parse_recompute,
         parse_zero,
     )
-    from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
     from phaze_ir.frontend.importer import check_capacity_factor
 
     if opts.emit not in STAGES:
@@ -320,6 +309,24 @@ def compile_model(
             f"--sequence-parallel '{opts.sequence_parallel}': expected one of {', '.join(SEQUENCE_PARALLEL_SETTINGS)}"
         )
     check_capacity_factor(opts.capacity_factor)
+
+
+def compile_model(
+    model_path: str, opts: Options, log: Log, accelerator=None, seconds: dict[str, float] | None = None
+) -> tuple[ModuleOp, list[Candidate]]:
+    """Compile a model file to ``opts.emit``.  For the plan stage, sweep micro-batch sizes and
+    TP widths and return the module of the best feasible plan (the highest throughput; ties go
+    to the smaller micro-batch, then the smaller TP width) and every point of the sweep.
+    ``accelerator``: the chip (default: ``opts.hw``).  ``seconds``, when given, gets the wall
+    time spent per phase added to it: ``trace``, ``import`` (import and training passes shared
+    by a micro-batch's points) and ``points`` (the rest of the pipeline, every point)."""
+    seconds = {} if seconds is None else seconds
+    for phase in ("trace", "import", "points"):
+        seconds.setdefault(phase, 0.0)
+    from passes.algorithms.placement import PlacementError, parse_placement
+    from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
+
+    check_options(opts)
     stage = opts.emit
     opts = replace(opts, schedule_cache=schedule_cache(opts))
     if accelerator is None and STAGES.index(stage) >= STAGES.index("tiled"):
@@ -348,7 +355,7 @@ def compile_model(
         traced = trace_model(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
         seconds["trace"] += time.perf_counter() - start
         log(f"traced {len(traced.graph_module.graph.nodes)} aten nodes in {traced.trace_seconds:.1f} s")
-        points = [(w, sp) for w in tp_widths for sp in _sequence_parallel_options(opts, w)]
+        points = [(w, sp) for w in tp_widths for sp in sequence_parallel_options(opts, w)]
         # The training step before sharding is the same at every TP width: import it and run
         # the training passes once per micro-batch, and give each point a copy.
         shared: ModuleOp | None = None
@@ -411,7 +418,7 @@ def compile_model(
     raise PhazeError("no micro-batch size and TP width could be compiled: " + _notes_once(candidates))
 
 
-def _sequence_parallel_options(opts: Options, tp: int) -> tuple[bool, ...]:
+def sequence_parallel_options(opts: Options, tp: int) -> tuple[bool, ...]:
     """Whether to compile width ``tp`` without and/or with sequence parallelism: SP needs
     ``tp > 1``; ``auto`` compiles both (without first: it wins ties)."""
     if tp == 1 or opts.sequence_parallel == "off":

@@ -147,7 +147,13 @@ def test_bad_schedule_is_one_line(flag, value, message):
     assert message in r.stderr
 
 
-def test_search_refuses_the_new_settings():
-    r = run_tool("phazec", TINY, "--zero", "1")
+def test_search_refuses_expert_parallelism_and_bad_settings():
+    """The search takes SP, the schedule and ZeRO (tests/test_search.py), not expert
+    parallelism (its settings hold no expert numbers); a bad value is the same one-line error
+    as with --hw, before anything is traced."""
+    r = run_tool("phazec", TINY, "--expert-parallel", "2")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
-    assert "--zero 1: the architecture search explores the paper's placement space" in r.stderr
+    assert "--expert-parallel 2: the architecture search does not place experts" in r.stderr
+    r = run_tool("phazec", TINY, "--no-cache", "--pipeline-schedule", "interleaved:1")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "--pipeline-schedule: pipeline schedule 'interleaved:1': interleaved needs V >= 2" in r.stderr

@@ -19,11 +19,11 @@ COMMON = ["--devices", "64", "--global-batch", "64", "--micro-batch", "8", "--tp
 BASE = ["--space", SMALL, *COMMON]
 
 
-def search(tmp_path, name: str, *extra: str, cache: bool = False, base=BASE):
+def search(tmp_path, name: str, *extra: str, cache: bool = False, base=BASE, model: str = TINY):
     out = tmp_path / name
     out.mkdir()
     extra = tuple(str(out / "report.html") if e == "REPORT" else e for e in extra)
-    args = [TINY, *base, "-o", str(out / "plan.mlir"), "--json", str(out / "plan.json"), "-q", *extra]
+    args = [model, *base, "-o", str(out / "plan.mlir"), "--json", str(out / "plan.json"), "-q", *extra]
     args += ["--cache", str(tmp_path / "cache")] if cache else ["--no-cache"]
     r = run_tool("phazec", *args)
     assert r.returncode == 0, r.stderr
@@ -273,3 +273,40 @@ def test_the_dp_bound_of_a_fixed_placement_is_not_reused_for_a_searched_one():
     alone = evaluator().dp_bounds(cands, 0, searched, 0, pairs)
     assert (after == alone).all()
     assert (alone >= expert).all() and (alone > expert).any()  # the two placements differ here
+
+
+DEEP = str(MODELS / "tiny_gpt2_deep.py")
+#: The placement settings practitioners set, all left to the search (issue 13).
+NEW_DIMS = ["--sequence-parallel", "auto", "--zero", "auto", "--pipeline-schedule", "auto"]
+
+
+def test_search_with_the_new_dimensions_equals_plain_enumeration(tmp_path):
+    """Sequence parallelism as a setting (TP 2 with and without), ZeRO and the interleaved
+    schedule in the DP: the bounds still hold (a shorter layer never slows a plan), so pruning
+    finds what enumeration finds; the winner's plan recompiles to the search's figure."""
+    base = ["--space", TINY_SPACE, "--devices", "8", "--global-batch", "8", "--micro-batch", "1", "--tp", "2"]
+    base += ["--seq-len", "64"]
+    base += [*NEW_DIMS, "--no-baselines"]
+    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=base, model=DEEP)
+    _, got, _ = search(tmp_path, "pruned", base=base, model=DEEP)
+    assert got["accelerator"] == plain["accelerator"]
+    assert got["throughput_samples_per_s"] == plain["throughput_samples_per_s"]
+    assert got["search"]["settings"] == 2  # TP 2 without and with sequence parallelism
+    best = max(p["throughput_samples_per_s"] for p in plain["search"]["points"])
+    assert best == got["throughput_samples_per_s"]
+
+
+def test_search_chooses_the_interleaved_schedule(tmp_path):
+    """At a fixed PP 2 × DP 4 with 2 micro-batches per replica (a bubble as long as the work)
+    and sequences long enough for the work to outweigh the extra point-to-point messages, the
+    search's DP picks the interleaved schedule over plain 1F1B; the baselines' table and
+    the plan say so."""
+    base = ["--space", TINY_SPACE, "--devices", "8", "--global-batch", "8", "--micro-batch", "1"]
+    base += ["--seq-len", "64"]
+    base += ["--placement", "expert:2,4,1", "--no-baselines"]
+    _, plain, _ = search(tmp_path, "1f1b", base=base, model=DEEP)
+    _, got, _ = search(tmp_path, "auto", "--pipeline-schedule", "auto", "--zero", "auto", base=base, model=DEEP)
+    assert plain["virtual_stages"] == 1 and got["virtual_stages"] >= 2
+    assert got["throughput_samples_per_s"] > plain["throughput_samples_per_s"]
+    co = next(b for b in got["baselines"] if b["name"] == "co-optimized")
+    assert (co["virtual_stages"], co["sequence_parallel"]) == (got["virtual_stages"], False)

@@ -130,12 +130,16 @@ class ModelTask:
 @dataclass
 class Params:
     """The cluster and the training step; ``recompute``: ``auto`` (the DP picks each stage's
-    policy) or the policy of every stage."""
+    policy) or the policy of every stage; ``zero``: ``auto`` (the DP picks) or a ZeRO stage;
+    ``pipeline_schedule``: ``auto`` (the DP picks), ``1f1b`` or ``interleaved:V``.  The defaults
+    are the paper's placement space."""
 
     devices: int
     global_batch: int
     dp_overlap: bool = False
     recompute: str = "auto"
+    zero: str = "0"
+    pipeline_schedule: str = "1f1b"
 
 
 @dataclass
@@ -263,6 +267,9 @@ class Evaluator:
             tp=setting.tp,
             dp_overlap=self.params.dp_overlap,
             recompute=self.params.recompute,
+            zero=self.params.zero,
+            pipeline_schedule=self.params.pipeline_schedule,
+            blocks=setting.blocks,
         )
 
     def place(
@@ -415,15 +422,17 @@ class Evaluator:
         return [out[j] for j in range(len(jobs))]
 
 
-def _setting_order(task: ModelTask, setting_idx: int) -> tuple[int, int]:
+def _setting_order(task: ModelTask, setting_idx: int) -> tuple[int, int, bool]:
     """A model's tie-break between settings of equal throughput: the smaller micro-batch, then
-    the smaller TP width."""
+    the smaller TP width, then without sequence parallelism (as ``phazec --hw`` breaks them)."""
     setting = task.settings[setting_idx]
-    return (setting.micro_batch, setting.tp)
+    return (setting.micro_batch, setting.tp, setting.sequence_parallel)
 
 
 #: An exact job: ``(model index, setting index, config index, HBM bytes)``, as :meth:`Evaluator.exact` takes it.
 ExactJob = tuple[int, int, int, int]
+#: A setting waiting for the second exact round: ``(architecture, model index, setting index, DP bound)``.
+PendingJob = tuple[int, int, int, float]
 #: One model's exactly priced setting: ``(setting index, throughput, DP result)``.
 PricedSetting = tuple[int, float, "_phaze_rs.ResultDict | None"]  # the stub's type, named lazily
 
@@ -608,9 +617,13 @@ class _BranchAndBound:
             batch.append(a)
         return batch
 
-    def exact_jobs(self, batch: list[int]) -> tuple[list[ExactJob], list[int], dict[int, list[float]]]:
-        """The settings of ``batch`` worth scheduling exactly: ``(jobs, the architecture of each
-        job, per architecture and model the best DP bound of the settings skipped)``.
+    def exact_jobs(
+        self, batch: list[int]
+    ) -> tuple[list[ExactJob], list[int], list[PendingJob], dict[int, list[float]]]:
+        """The settings of ``batch`` worth scheduling exactly, in two rounds: ``(first, the
+        architecture of each first job, the rest, per architecture and model the best DP bound
+        of the settings skipped)``.  The first round is, per architecture and model, the setting
+        of the highest DP bound; the rest waits for its exact value (:meth:`evaluate_exactly`).
 
         A setting is skipped when nothing fits (memory does not depend on the chip's speed) or
         when even its DP bound, with every other model at its best bound, cannot lift the
@@ -618,8 +631,9 @@ class _BranchAndBound:
         could have beaten the model's choice."""
         incumbent = self.incumbent()
         n_models = self.n_models
-        jobs: list[ExactJob] = []
+        first: list[ExactJob] = []
         owner: list[int] = []
+        rest: list[PendingJob] = []
         skipped: dict[int, list[float]] = {}
         for a in batch:
             c, h = self.archs[a]
@@ -629,15 +643,22 @@ class _BranchAndBound:
             for m in range(n_models):
                 others = sum(best_ub) - best_ub[m]
                 need = (n_models * incumbent - others) * (1 - TOL) if self.prune and self.best is not None else -np.inf
+                worth: list[tuple[float, int]] = []
                 for k, s in enumerate(self.usable[m]):
                     if bounds[m][k] <= 0:
                         continue
                     if bounds[m][k] >= need:
-                        jobs.append((m, s, c, self.cands.hbm[h]))
-                        owner.append(a)
+                        worth.append((float(bounds[m][k]), s))
                     else:
                         skipped[a][m] = max(skipped[a][m], float(bounds[m][k]))
-        return jobs, owner, skipped
+                if not worth:
+                    continue
+                # The likeliest best first (ties: the model's tie-break order).
+                worth.sort(key=lambda x: (-x[0],) + _setting_order(self.tasks[m], x[1]))
+                first.append((m, worth[0][1], c, self.cands.hbm[h]))
+                owner.append(a)
+                rest += [(a, m, s, bound) for bound, s in worth[1:]]
+        return first, owner, rest, skipped
 
     def best_settings(self, priced: list[list[PricedSetting]]) -> list[PricedSetting]:
         """Per model, its best exactly priced setting (ties: :func:`_setting_order`), or
@@ -653,20 +674,38 @@ class _BranchAndBound:
 
     def evaluate_exactly(self, batch: list[int]) -> None:
         """Stage 3 on ``batch``: schedule and place its settings exactly, score each architecture
-        and keep it (as the incumbent when it beats it)."""
+        and keep it (as the incumbent when it beats it).  Two rounds: each architecture's
+        best-bound setting per model, then only the settings whose DP bound can still reach
+        (or tie) the best exact throughput the first round found for that model (a bound below
+        it proves the setting loses; it counts as skipped, so :meth:`accept` keeps the score
+        exact)."""
         if not batch:
             return
-        jobs, owner, skipped = self.exact_jobs(batch)
-        results = self.evaluator.exact(self.cands, self.tasks, jobs)
+        first, owner, rest, skipped = self.exact_jobs(batch)
         priced: dict[int, list[list[PricedSetting]]] = {a: [[] for _ in range(self.n_models)] for a in batch}
-        for (m, s, _, _), a, (thr, dp_result) in zip(jobs, owner, results):
-            priced[a][m].append((s, thr, dp_result))
+        self.price(first, owner, priced)
+        second: list[ExactJob] = []
+        owner = []
+        for a, m, s, bound in rest:
+            found = max((o[1] for o in priced[a][m]), default=0.0)
+            if not self.prune or bound >= found * (1 - TOL):
+                c, h = self.archs[a]
+                second.append((m, s, c, self.cands.hbm[h]))
+                owner.append(a)
+            else:
+                skipped[a][m] = max(skipped[a][m], bound)
+        self.price(second, owner, priced)
         for a in batch:
             c, h = self.archs[a]
             chosen = self.best_settings(priced[a])
             score = sum(x[1] for x in chosen) / self.n_models
             self.accept(Evaluated(c, self.cands.hbm[h], score, float(self.area[c]), chosen), skipped[a])
             self.progress.advance()
+
+    def price(self, jobs: list[ExactJob], owner: list[int], priced: dict[int, list[list[PricedSetting]]]) -> None:
+        """Price ``jobs`` exactly (``owner``: each one's architecture) into ``priced``."""
+        for (m, s, _, _), a, (thr, dp_result) in zip(jobs, owner, self.evaluator.exact(self.cands, self.tasks, jobs)):
+            priced[a][m].append((s, thr, dp_result))
 
     def accept(self, evaluated: Evaluated, skipped: list[float]) -> None:
         """Keep an exactly evaluated architecture.  Its score is exact when no skipped setting

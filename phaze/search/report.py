@@ -896,6 +896,13 @@ def _baselines(d: dict) -> str:
         for k in ("area_mm2", "hbm_bytes"):
             acc.setdefault(k, b.get(k))
         plan = "/".join(fmt(b.get(k)) for k in ("dp", "pp", "tp", "micro_batch_size"))
+        # What practitioners set beside the degrees, where the plan sets it (older JSON: absent).
+        extra = [
+            "SP" if b.get("sequence_parallel") else "",
+            f"v {b['virtual_stages']}" if (b.get("virtual_stages") or 1) > 1 else "",
+            f"ZeRO-{b['zero']}" if b.get("zero") else "",
+        ]
+        plan += "".join(f", {x}" for x in extra if x)
         rows.append(
             (
                 str(b.get("name", "?")),
@@ -907,7 +914,14 @@ def _baselines(d: dict) -> str:
             )
         )
     return "<h2>Baselines</h2>\n" + _table(
-        ["baseline", "accelerator", "DP/PP/TP/micro-batch", "throughput (samples/s)", "speed-up of chosen", "note"],
+        [
+            "baseline",
+            "accelerator",
+            "DP/PP/TP/micro-batch (SP, chunks v, ZeRO)",
+            "throughput (samples/s)",
+            "speed-up of chosen",
+            "note",
+        ],
         rows,
     )
 

@@ -73,7 +73,7 @@ class SearchOptions:
 
 #: The settings cache's file format (:mod:`passes.algorithms.cache_file`) and its version.
 SETTINGS_FORMAT = "phaze-settings"
-SETTINGS_VERSION = 1
+SETTINGS_VERSION = 2  # 2: sequence parallelism and the repeated blocks
 
 
 def _prepare_worker(args: tuple[str, int, tuple[int, ...], Any]) -> list:
@@ -131,7 +131,8 @@ def prepare(paths: list[str], opts, tps: tuple[int, ...], sopts: SearchOptions, 
         data = Path(path).read_bytes()
         for k, micro_batch in enumerate(opts.micro_batches):
             h = hashlib.sha256(data)
-            h.update(repr((digest, micro_batch, tps, opts.seq_len, opts.dtype, opts.optimizer, opts.strict)).encode())
+            inputs = (digest, micro_batch, tps, opts.seq_len, opts.dtype, opts.optimizer, opts.strict)
+            h.update(repr((*inputs, opts.sequence_parallel)).encode())
             input_hash = h.hexdigest()
             file = Path(sopts.cache_dir, "settings", input_hash[:32] + ".json") if sopts.cache_dir else None
             if file is not None:
@@ -166,6 +167,9 @@ def _baseline_record(name: str, res: Result | None, cands: Candidates | None, ta
         "pp": 0,
         "tp": 0,
         "micro_batch_size": 0,
+        "sequence_parallel": False,
+        "virtual_stages": 0,
+        "zero": 0,
         "area_mm2": None,
         "hbm_bytes": 0,
         "note": note,
@@ -179,8 +183,12 @@ def _baseline_record(name: str, res: Result | None, cands: Candidates | None, ta
     acc = cands.make(winner.config, winner.hbm)
     # The record shows the placement of the first model that fits on the winner (with several
     # models, one may fit nowhere on it: its throughput is 0 in the mean).
-    plans = [dp_result["plan"] for _, _, dp_result in winner.best if dp_result is not None]
-    plan = next((p for p in plans if p is not None), None)
+    chosen = [
+        (tasks[m].settings[s], dp_result["plan"])
+        for m, (s, _, dp_result) in enumerate(winner.best)
+        if dp_result is not None and dp_result["plan"] is not None
+    ]
+    setting, plan = chosen[0] if chosen else (None, None)
     chip = acc.to_dict()
     chip["hbm_bytes"] = winner.hbm
     area = acc.modeled_area_um2 if acc.modeled_area_um2 is not None else acc.area_um2
@@ -192,6 +200,9 @@ def _baseline_record(name: str, res: Result | None, cands: Candidates | None, ta
         pp=plan["pp"] if plan else 0,
         tp=plan["tp"] if plan else 0,
         micro_batch_size=plan["micro_batch"] if plan else 0,
+        sequence_parallel=setting.sequence_parallel if setting else False,
+        virtual_stages=plan["virtual_stages"] if plan else 0,
+        zero=plan["zero"] if plan else 0,
         area_mm2=chip["area_mm2"],
         hbm_bytes=winner.hbm,
     )
@@ -287,12 +298,13 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: StageCach
     """Load the space and the model files and check them, before anything slow (a wrong
     argument is a one-line error, not one after the preparation)."""
     from passes.algorithms.arch_space import load_space, paper_space
-    from passes.algorithms.placement import EXPERT_PLACEMENTS, PlacementError, parse_placement, parse_recompute
+    from passes.algorithms.placement import EXPERT_PLACEMENTS, PlacementError, parse_placement
     from phaze import driver
     from phaze_ir.hardware import HardwareError
 
     if opts.emit != "plan":
         raise PhazeError("the architecture search writes a plan: give --hw to stop at an earlier stage")
+    driver.check_options(opts)
     try:
         space = load_space(sopts.space) if sopts.space else paper_space()
     except HardwareError as e:
@@ -304,10 +316,6 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: StageCach
         fixed = [parse_placement(opts.placement, n) for n in names]
     except PlacementError as e:
         raise PhazeError(f"--placement: {e}") from e
-    try:
-        parse_recompute(opts.recompute)
-    except PlacementError as e:
-        raise PhazeError(f"--recompute: {e}") from e
     experts = [EXPERT_PLACEMENTS.get(n) for n in names]
     # Besides the widths searched, those of the given placements and of the experts' baselines.
     tps = tuple(opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
@@ -361,7 +369,9 @@ class _Work:
     @cached_property
     def evaluator(self) -> Evaluator:
         opts = self.opts
-        params = Params(opts.devices, opts.global_batch, opts.dp_overlap, opts.recompute)
+        params = Params(
+            opts.devices, opts.global_batch, opts.dp_overlap, opts.recompute, opts.zero, opts.pipeline_schedule
+        )
         return Evaluator(params, self.sopts.limits, self.schedules, self.backend)
 
     @cached_property
@@ -460,7 +470,8 @@ def _search_stage(
     inputs: _Inputs, work: _Work, cands: Candidates, sopts: SearchOptions, progress: Progress | None
 ) -> dict:
     """The co-optimized search as the stage cache keeps it (:func:`_check_search`): its record,
-    the winner (config and HBM, score, per model ``[micro-batch, TP width, throughput]``), the
+    the winner (config and HBM, score, per model ``[micro-batch, TP width, sequence parallel,
+    throughput]``), the
     JSON's ``search`` object (wall times and counts to be filled in), the per-model detail (None
     with one model) and the evaluator's counts it cost.  No chip fitting is the one-line error."""
     names = inputs.names
@@ -481,7 +492,7 @@ def _search_stage(
     for m in range(len(names)):
         setting_idx, thr, _ = best.best[m]
         setting = tasks[m].settings[setting_idx]
-        winner_settings.append([setting.micro_batch, setting.tp, thr])
+        winner_settings.append([setting.micro_batch, setting.tp, setting.sequence_parallel, thr])
     return {
         "record": _baseline_record("co-optimized", result, cands, tasks),
         "winner": {"config": best.config, "hbm": best.hbm, "score": best.score, "settings": winner_settings},
@@ -507,8 +518,11 @@ def _check_search(inputs: _Inputs, opts) -> Any:
         settings = w["settings"]
         need(isinstance(settings, list) and len(settings) == len(inputs.names), "one setting per model")
         for s in settings:
-            need(isinstance(s, list) and len(s) == 3, "settings [micro-batch, TP width, throughput]")
-            need(s[0] in opts.micro_batches and s[1] in inputs.tps and is_number(s[2]), "a setting searched")
+            need(isinstance(s, list) and len(s) == 4, "settings [micro-batch, TP width, sequence parallel, throughput]")
+            need(
+                s[0] in opts.micro_batches and s[1] in inputs.tps and isinstance(s[2], bool) and is_number(s[3]),
+                "a setting searched",
+            )
         detail = d["models_detail"]
         need((detail is None) == (len(inputs.names) == 1) and (detail is None or isinstance(detail, list)), "details")
         return d
@@ -559,16 +573,18 @@ def _compile_winner(paths: list[str], inputs: _Inputs, winner: dict, acc, wopts,
     modules = []
     chip = repr(acc)
     for m, path in enumerate(paths):
-        micro_batch, tp, thr = winner["settings"][m]
+        micro_batch, tp, sp, thr = winner["settings"][m]
         name = inputs.names[m]
-        mopts = replace(wopts, micro_batches=(micro_batch,), tp_widths=(tp,))
+        sp_setting = "on" if sp else "off"
+        mopts = replace(wopts, micro_batches=(micro_batch,), tp_widths=(tp,), sequence_parallel=sp_setting)
         key = stages.key("plan", inputs.keys.models[m], repr(mopts), chip)
         text = stages.load("plan", key, _check_plan)
         module = _cached_plan(text, name, thr, stages.file("plan", key)) if text is not None else None
         if module is not None:
             log(f"the plan of {name} on {acc.name} is in the cache")
         else:
-            log(f"compiling the plan of {name} on {acc.name} (micro-batch {micro_batch}, TP {tp})")
+            where = f"micro-batch {micro_batch}, TP {tp}" + (", SP" if sp else "")
+            log(f"compiling the plan of {name} on {acc.name} ({where})")
             module, _ = driver.compile_model(path, mopts, lambda msg: None, accelerator=acc)
             _check_plan_matches_search(name, driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)
             stages.keep("plan", key, {"text": print_module(module)})

@@ -28,7 +28,7 @@ import numpy as np
 from passes.algorithms import schedule as sched
 from passes.algorithms.cache_file import is_int, is_number
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
-from passes.algorithms.placement import LayerNumbers
+from passes.algorithms.placement import LayerNumbers, block_range
 from phaze_ir import keys
 
 
@@ -56,7 +56,10 @@ class LayerRef:
 
 @dataclass
 class Setting:
-    """A model at micro-batch ``micro_batch`` and TP width ``tp`` (see the module docstring)."""
+    """A model at micro-batch ``micro_batch`` and TP width ``tp``, sharded with Megatron's
+    sequence parallelism when ``sequence_parallel`` (see the module docstring); ``blocks``:
+    (first layer, count) of its repeated blocks, which an interleaved schedule splits evenly
+    (None: none)."""
 
     model: str
     micro_batch: int
@@ -65,6 +68,8 @@ class Setting:
     groups: list[Group]
     layers: list[LayerRef]
     prepare_s: float = 0.0
+    sequence_parallel: bool = False
+    blocks: tuple[int, int] | None = None
     units: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -77,6 +82,8 @@ class Setting:
             "model": self.model,
             "micro_batch": self.micro_batch,
             "tp": self.tp,
+            "sequence_parallel": self.sequence_parallel,
+            "blocks": list(self.blocks) if self.blocks is not None else None,
             "prepare_s": self.prepare_s,
             "table": [desc_to_json(d) for d in self.table.descs],
             "groups": [{"rows": list(g.rows), "edges": [list(e) for e in g.edges]} for g in self.groups],
@@ -98,7 +105,7 @@ class Setting:
         every reference points into what exists (a group's rows into the op table, its edges
         between two of its ops, a layer's groups into the groups); a ``ValueError`` saying what
         is wrong otherwise."""
-        keys_ = ("model", "micro_batch", "tp", "prepare_s", "table", "groups", "layers")
+        keys_ = ("model", "micro_batch", "tp", "sequence_parallel", "blocks", "prepare_s", "table", "groups", "layers")
         if not isinstance(data, dict) or sorted(data) != sorted(keys_):
             raise ValueError(f"a setting has the fields {', '.join(keys_)}")
         if not isinstance(data["model"], str):
@@ -106,6 +113,17 @@ class Setting:
         for k in ("micro_batch", "tp"):
             if not is_int(data[k]) or data[k] < 1:
                 raise ValueError(f"{k} = {data[k]!r}: expected an integer >= 1")
+        if not isinstance(data["sequence_parallel"], bool):
+            raise ValueError(f"sequence_parallel = {data['sequence_parallel']!r}: expected true or false")
+        blocks = data["blocks"]
+        if blocks is not None and not (
+            isinstance(blocks, list)
+            and len(blocks) == 2
+            and all(is_int(x) for x in blocks)
+            and blocks[0] >= 0
+            and blocks[1] >= 1
+        ):
+            raise ValueError(f"blocks = {blocks!r}: expected null or [first layer >= 0, count >= 1]")
         p = data["prepare_s"]
         if not (is_number(p) and p >= 0):
             raise ValueError(f"prepare_s = {p!r}: expected a time >= 0")
@@ -115,7 +133,19 @@ class Setting:
         table = OpTable([desc_from_json(d) for d in data["table"]])
         groups = [_group_from_json(g, len(table), i) for i, g in enumerate(data["groups"])]
         layers = [_layer_from_json(lr, len(groups), i) for i, lr in enumerate(data["layers"])]
-        return cls(data["model"], data["micro_batch"], data["tp"], table, groups, layers, float(p))
+        if blocks is not None and blocks[0] + blocks[1] > len(layers):
+            raise ValueError(f"blocks = {blocks!r}: past the {len(layers)} layers")
+        return cls(
+            data["model"],
+            data["micro_batch"],
+            data["tp"],
+            table,
+            groups,
+            layers,
+            float(p),
+            data["sequence_parallel"],
+            (blocks[0], blocks[1]) if blocks is not None else None,
+        )
 
     def priced_groups(self) -> list[int]:
         """The groups whose makespans the DP reads (forward, backward, selective recompute; the
@@ -181,9 +211,10 @@ def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
     return LayerRef(data["fwd"], data["bwd"], data["opt"], data["selective"], numbers)
 
 
-def setting_from_module(module, model: str, micro_batch: int, tp: int) -> Setting:
-    """Reduce a module sharded by ``phaze-shard-tensor-parallel`` to a :class:`Setting` (the
-    optimizer state is read from its ``phaze.optimizer_update`` ops, as the pipeline does)."""
+def setting_from_module(module, model: str, micro_batch: int, tp: int, sequence_parallel: bool = False) -> Setting:
+    """Reduce a module sharded by ``phaze-shard-tensor-parallel`` (with sequence parallelism
+    when ``sequence_parallel``) to a :class:`Setting` (the optimizer state is read from its
+    ``phaze.optimizer_update`` ops, as the pipeline does)."""
     from passes.cost_view import op_table
     from passes.insert_recompute import static_costs
 
@@ -229,14 +260,16 @@ def setting_from_module(module, model: str, micro_batch: int, tp: int) -> Settin
                 ),
             )
         )
-    return Setting(model, micro_batch, tp, table, groups, layers)
+    blocks = block_range([str(la["kind"]) for la in layers_attr])
+    return Setting(model, micro_batch, tp, table, groups, layers, 0.0, sequence_parallel, blocks)
 
 
 def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any) -> list[Setting]:
-    """Trace ``model_path`` at ``micro_batch`` once and make a :class:`Setting` per TP width
-    (``opts``: the driver's :class:`~phaze.driver.Options`).  A TP width the model cannot be
+    """Trace ``model_path`` at ``micro_batch`` once and make a :class:`Setting` per TP width,
+    and per width > 1 without and/or with sequence parallelism as ``opts.sequence_parallel``
+    says (``opts``: the driver's :class:`~phaze.driver.Options`).  A point the model cannot be
     sharded for is left out (its reason is in the exception's message when none is left)."""
-    from phaze.driver import compile_from, copy_for, training_step
+    from phaze.driver import compile_from, copy_for, sequence_parallel_options, training_step
     from phaze_ir.errors import PhazeError
     from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
 
@@ -251,19 +284,20 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
     except PhazeError as e:
         raise PhazeError(f"{spec.name} at micro-batch {micro_batch}: {e}") from e
     trace_s = time.perf_counter() - t0
+    points = [(t, sp) for t in tps for sp in sequence_parallel_options(opts, t)]
     out = []
     errors = []
-    for k, t in enumerate(tps):
+    for k, (t, sp) in enumerate(points):
         t1 = time.perf_counter()
         try:
-            module = compile_from(copy_for(training, k, len(tps)), "training", "sharded", t, opts)
+            module = compile_from(copy_for(training, k, len(points)), "training", "sharded", t, opts, sp)
         except UnknownOpError:
             raise  # the model's (--strict), not this width's
         except PhazeError as e:
-            errors.append(f"TP {t}: {e}")
+            errors.append(f"TP {t}{' SP' if sp else ''}: {e}")
             continue
-        s = setting_from_module(module, spec.name, micro_batch, t)
-        s.prepare_s = time.perf_counter() - t1 + trace_s / len(tps)
+        s = setting_from_module(module, spec.name, micro_batch, t, sp)
+        s.prepare_s = time.perf_counter() - t1 + trace_s / len(points)
         out.append(s)
     if not out:
         raise PhazeError(f"{spec.name} at micro-batch {micro_batch}: " + "; ".join(errors))

@@ -180,7 +180,19 @@ def check_counts(x: Any, keys: tuple[str, ...]) -> dict[str, int]:
     return x
 
 
-_RECORD = ("name", "throughput_samples_per_s", "accelerator", "dp", "pp", "tp", "micro_batch_size", "note")
+_RECORD = (
+    "name",
+    "throughput_samples_per_s",
+    "accelerator",
+    "dp",
+    "pp",
+    "tp",
+    "micro_batch_size",
+    "sequence_parallel",
+    "virtual_stages",
+    "zero",
+    "note",
+)
 
 
 def check_record(x: Any) -> dict:
@@ -189,7 +201,9 @@ def check_record(x: Any) -> dict:
     rec = fields(x, _RECORD, "a baseline record")
     need(isinstance(rec["name"], str) and isinstance(rec["note"], str), "a baseline record's name and note")
     need(is_number(rec["throughput_samples_per_s"]) and rec["throughput_samples_per_s"] >= 0, "a throughput >= 0")
-    need(all(is_int(rec[k]) and rec[k] >= 0 for k in ("dp", "pp", "tp", "micro_batch_size")), "degrees >= 0")
+    degrees = ("dp", "pp", "tp", "micro_batch_size", "virtual_stages", "zero")
+    need(all(is_int(rec[k]) and rec[k] >= 0 for k in degrees), "degrees >= 0")
+    need(isinstance(rec["sequence_parallel"], bool), "sequence parallelism true or false")
     acc = rec["accelerator"]
     need(acc is None or (isinstance(acc, dict) and isinstance(acc.get("name"), str)), "a chip with a name")
     sp = rec.get("speedup")

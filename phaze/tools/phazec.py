@@ -263,19 +263,16 @@ def options(args: argparse.Namespace):
                 raise PhazeError(f"{flag} is for the architecture search; drop --hw (and --emit)")
     search = searching(args)
     if search:
-        # The search's bounds and its cache are built for the paper's placement space.
+        # The search's settings hold no expert numbers: MoE placement needs one chip.
         for flag, given, default in (
-            ("--sequence-parallel", args.sequence_parallel, Options.sequence_parallel),
-            ("--pipeline-schedule", args.pipeline_schedule, Options.pipeline_schedule),
-            ("--zero", args.zero, Options.zero),
             ("--expert-parallel", args.expert_parallel, Options.expert_parallel),
             ("--capacity-factor", args.capacity_factor, Options.capacity_factor),
         ):
             if given != default:
                 paper = f"{flag} {default}" if default is not None else f"no {flag}"
                 raise PhazeError(
-                    f"{flag} {given}: the architecture search explores the paper's placement space "
-                    f"({paper}); give --hw CHIP to place on one chip with it"
+                    f"{flag} {given}: the architecture search does not place experts ({paper}); "
+                    "give --hw CHIP to place on one chip with it"
                 )
     time_limit = args.solver_time_limit if args.solver_time_limit is not None else (60.0 if search else 10.0)
     nodes = args.solver_nodes if args.solver_nodes is not None else (1 if search else 0)
@@ -491,13 +488,17 @@ def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
 
 def baseline_table(data) -> str:
     """The baselines as a short text table (the plan summary of a search)."""
-    rows = [f"{'baseline':<14} {'samples/s':>11} {'speed-up':>9}  {'DP':>5} {'PP':>4} {'TP':>3} {'b':>2}  chip"]
+    rows = [
+        f"{'baseline':<14} {'samples/s':>11} {'speed-up':>9}  {'DP':>5} {'PP':>4} {'TP':>3} {'SP':>3} {'v':>2} "
+        f"{'ZeRO':>4} {'b':>2}  chip"
+    ]
     for b in data["baselines"]:
         thr = b["throughput_samples_per_s"]
-        sp = f"{b['speedup']:.3f}x" if b.get("speedup") else "-"
+        speedup = f"{b['speedup']:.3f}x" if b.get("speedup") else "-"
         chip = (b["accelerator"] or {}).get("name", "") if b["accelerator"] else b["note"]
         rows.append(
-            f"{b['name']:<14} {thr:>11.5g} {sp:>9}  {b['dp']:>5} {b['pp']:>4} {b['tp']:>3} "
+            f"{b['name']:<14} {thr:>11.5g} {speedup:>9}  {b['dp']:>5} {b['pp']:>4} {b['tp']:>3} "
+            f"{'on' if b['sequence_parallel'] else 'off':>3} {b['virtual_stages']:>2} {b['zero']:>4} "
             f"{b['micro_batch_size']:>2}  {chip}"
         )
     return "\n".join(rows)
