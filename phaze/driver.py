@@ -21,7 +21,7 @@ import contextlib
 import gc
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -355,7 +355,7 @@ def compile_model(
         traced = trace_model(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
         seconds["trace"] += time.perf_counter() - start
         log(f"traced {len(traced.graph_module.graph.nodes)} aten nodes in {traced.trace_seconds:.1f} s")
-        points = [(w, sp) for w in tp_widths for sp in sequence_parallel_options(opts, w)]
+        points = tp_points(opts, tp_widths)
         # The training step before sharding is the same at every TP width: import it and run
         # the training passes once per micro-batch, and give each point a copy.
         shared: ModuleOp | None = None
@@ -418,12 +418,20 @@ def compile_model(
     raise PhazeError("no micro-batch size and TP width could be compiled: " + _notes_once(candidates))
 
 
-def sequence_parallel_options(opts: Options, tp: int) -> tuple[bool, ...]:
-    """Whether to compile width ``tp`` without and/or with sequence parallelism: SP needs
-    ``tp > 1``; ``auto`` compiles both (without first: it wins ties)."""
-    if tp == 1 or opts.sequence_parallel == "off":
-        return (False,)
-    return (True,) if opts.sequence_parallel == "on" else (False, True)
+def tp_points(opts: Options, tp_widths: Sequence[int]) -> list[tuple[int, bool]]:
+    """The ``(TP width, sequence parallel)`` points to compile for ``tp_widths``, in the order
+    that breaks ties: each width without and/or with sequence parallelism as
+    ``opts.sequence_parallel`` says (SP needs ``tp > 1``; ``auto`` compiles both, without
+    first)."""
+    points = []
+    for tp in tp_widths:
+        if tp == 1 or opts.sequence_parallel == "off":
+            points.append((tp, False))
+        elif opts.sequence_parallel == "on":
+            points.append((tp, True))
+        else:
+            points += [(tp, False), (tp, True)]
+    return points
 
 
 def _notes_once(candidates: list[Candidate]) -> str:

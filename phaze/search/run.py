@@ -131,8 +131,8 @@ def prepare(paths: list[str], opts, tps: tuple[int, ...], sopts: SearchOptions, 
         data = Path(path).read_bytes()
         for k, micro_batch in enumerate(opts.micro_batches):
             h = hashlib.sha256(data)
-            inputs = (digest, micro_batch, tps, opts.seq_len, opts.dtype, opts.optimizer, opts.strict)
-            h.update(repr((*inputs, opts.sequence_parallel)).encode())
+            traced_as = (micro_batch, opts.seq_len, opts.dtype, opts.optimizer, opts.strict)
+            h.update(repr((digest, tps, opts.sequence_parallel, *traced_as)).encode())
             input_hash = h.hexdigest()
             file = Path(sopts.cache_dir, "settings", input_hash[:32] + ".json") if sopts.cache_dir else None
             if file is not None:

@@ -269,7 +269,7 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
     and per width > 1 without and/or with sequence parallelism as ``opts.sequence_parallel``
     says (``opts``: the driver's :class:`~phaze.driver.Options`).  A point the model cannot be
     sharded for is left out (its reason is in the exception's message when none is left)."""
-    from phaze.driver import compile_from, copy_for, sequence_parallel_options, training_step
+    from phaze.driver import compile_from, copy_for, tp_points, training_step
     from phaze_ir.errors import PhazeError
     from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
 
@@ -284,7 +284,7 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
     except PhazeError as e:
         raise PhazeError(f"{spec.name} at micro-batch {micro_batch}: {e}") from e
     trace_s = time.perf_counter() - t0
-    points = [(t, sp) for t in tps for sp in sequence_parallel_options(opts, t)]
+    points = tp_points(opts, tps)
     out = []
     errors = []
     for k, (t, sp) in enumerate(points):
