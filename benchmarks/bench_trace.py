@@ -124,26 +124,15 @@ def symbolic_trace(spec: ModelSpec, micro_batch: int, seq_len: int | None, dtype
             args, kwargs = spec.inputs(b, s)
         else:
             args, kwargs = spec.inputs(b)
-        if dtype != "model":
-
-            def cast(v):
-                return v.to(tr._torch_dtype(dtype)) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-
-            args = tuple(cast(a) for a in args)
-            kwargs = {k: cast(v) for k, v in kwargs.items()}
+        args, kwargs = tr.cast_inputs(args, kwargs, dtype)
         inputs = [a for a in args if isinstance(a, torch.Tensor)] + [
             v for v in kwargs.values() if isinstance(v, torch.Tensor)
         ]
         pnames, bnames = list(params), list(buffers)
-        n_p, n_b = len(pnames), len(bnames)
         requires_grad = [n for n in pnames if params[n].requires_grad]
 
         def step(*flat):
-            p = dict(zip(pnames, flat[:n_p]))
-            bufs = dict(zip(bnames, flat[n_p : n_p + n_b]))
-            it = iter(flat[n_p + n_b :])
-            call_args = tuple(next(it) if isinstance(a, torch.Tensor) else a for a in args)
-            call_kwargs = {k: (next(it) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+            p, bufs, call_args, call_kwargs = tr.unflatten_step_inputs(flat, pnames, bnames, args, kwargs)
             loss = loss_fn(torch.func.functional_call(model, {**p, **bufs}, call_args, call_kwargs))
             fxt.current_meta["custom"] = {"phaze_phase": "bwd"}
             setup_stacktrace_preservation_hooks([loss.grad_fn])

@@ -22,7 +22,7 @@ import inspect
 import time
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,6 +209,35 @@ def _torch_dtype(name: str):
     return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
 
 
+def cast_inputs(args: tuple, kwargs: dict, dtype: str) -> tuple[tuple, dict]:
+    """The model's inputs with floating tensors in the training precision ``dtype`` (as
+    autocast-free fp16 training feeds them; ``"model"``: as given)."""
+    import torch
+
+    if dtype == "model":
+        return args, kwargs
+
+    def cast(v):
+        return v.to(_torch_dtype(dtype)) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+    return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
+
+
+def unflatten_step_inputs(
+    flat: Sequence[Any], pnames: list[str], bnames: list[str], args: tuple, kwargs: dict
+) -> tuple[dict, dict, tuple, dict]:
+    """A traced step's flat inputs (the parameters, the buffers, then the tensors of the call
+    in order) back as ``(parameters, buffers, args, kwargs)`` of the call, its non-tensor
+    arguments as given."""
+    import torch
+
+    n_p, n_b = len(pnames), len(bnames)
+    it = iter(flat[n_p + n_b :])
+    call_args = tuple(next(it) if isinstance(a, torch.Tensor) else a for a in args)
+    call_kwargs = {k: (next(it) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    return dict(zip(pnames, flat[:n_p])), dict(zip(bnames, flat[n_p : n_p + n_b])), call_args, call_kwargs
+
+
 def trace_model(
     spec: ModelSpec,
     micro_batch_size: int = 1,
@@ -262,13 +291,7 @@ def trace_model(
         except (Exception, SystemExit) as e:
             raise PhazeError(f"{spec.path.name}: get_inputs() failed: {type(e).__name__}: {e}") from e
 
-        if dtype != "model":
-            # Floating inputs take the training precision too (as autocast-free fp16 training does).
-            def cast(v):
-                return v.to(_torch_dtype(dtype)) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-
-            args = tuple(cast(a) for a in args)
-            kwargs = {k: cast(v) for k, v in kwargs.items()}
+        args, kwargs = cast_inputs(args, kwargs, dtype)
 
         # Name positional inputs after the forward's parameters where possible.
         try:
@@ -283,7 +306,7 @@ def trace_model(
             if isinstance(v, torch.Tensor):
                 tensor_inputs.append((k, v))
         pnames, bnames = list(params), list(buffers)
-        n_p, n_b = len(pnames), len(bnames)
+        n_p = len(pnames)
         requires_grad = [n for n in pnames if params[n].requires_grad]
         if training and not requires_grad:
             raise PhazeError(
@@ -294,11 +317,7 @@ def trace_model(
         outputs_info: dict[str, Any] = {}
 
         def step(*flat):
-            p = dict(zip(pnames, flat[:n_p]))
-            b = dict(zip(bnames, flat[n_p : n_p + n_b]))
-            it = iter(flat[n_p + n_b :])
-            call_args = tuple(next(it) if isinstance(a, torch.Tensor) else a for a in args)
-            call_kwargs = {k: (next(it) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+            p, b, call_args, call_kwargs = unflatten_step_inputs(flat, pnames, bnames, args, kwargs)
             out = torch.func.functional_call(model, {**p, **b}, call_args, call_kwargs)
             loss = loss_fn(out)
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
