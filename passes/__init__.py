@@ -45,6 +45,18 @@ def _estimate_latency():
     return EstimateLatencyPass
 
 
+def _estimate_energy():
+    from passes.estimate_energy import EstimateEnergyPass
+
+    return EstimateEnergyPass
+
+
+def _estimate_power():
+    from passes.estimate_power import EstimatePowerPass
+
+    return EstimatePowerPass
+
+
 def _schedule_ops():
     from passes.schedule_ops import ScheduleOpsPass
 
@@ -64,7 +76,9 @@ def _place_devices():
 
 
 ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "phaze-estimate-energy": _estimate_energy,
     "phaze-estimate-latency": _estimate_latency,
+    "phaze-estimate-power": _estimate_power,
     "phaze-group-layers": _group_layers,
     "phaze-insert-optimizer": _insert_optimizer,
     "phaze-insert-recompute": _insert_recompute,

@@ -105,11 +105,14 @@ class Options:
 SEQUENCE_PARALLEL_SETTINGS = ("auto", "on", "off")
 
 
-def pipeline(stage: str, tp: int, opts: Options, sequence_parallel: bool = False, start: str = "ir") -> str:
+def pipeline(
+    stage: str, tp: int, opts: Options, sequence_parallel: bool = False, start: str = "ir", energy: bool = False
+) -> str:
     """The pass pipeline that takes a module at stage ``start`` (default: just imported) to
     ``stage`` (the accelerator op is added by :func:`import_step` before
     ``phaze-tile-pe-array``); ``sequence_parallel``: shard with Megatron's sequence
-    parallelism (only at ``tp > 1``)."""
+    parallelism (only at ``tp > 1``); ``energy``: price energy and power too (the
+    accelerator has an ``[energy]`` table)."""
     first, k = STAGES.index(start) + 1, STAGES.index(stage)
 
     def runs(s: str) -> bool:
@@ -127,6 +130,8 @@ def pipeline(stage: str, tp: int, opts: Options, sequence_parallel: bool = False
         passes.append("phaze-tile-pe-array")
     if runs("latency"):
         passes.append("phaze-estimate-latency")
+        if energy:
+            passes.append("phaze-estimate-energy")
     solver = (
         f"time_limit={opts.schedule_time_limit} gap_limit={opts.schedule_gap} "
         f"node_limit={opts.schedule_nodes} max_binaries={opts.schedule_max_binaries}"
@@ -143,6 +148,8 @@ def pipeline(stage: str, tp: int, opts: Options, sequence_parallel: bool = False
             f'zero="{opts.zero}" pipeline_schedule="{opts.pipeline_schedule}" '
             f'expert_parallel="{opts.expert_parallel}"}}'
         )
+        if energy:
+            passes.append("phaze-estimate-power")
     return ",".join(passes)
 
 
@@ -244,7 +251,7 @@ def compile_from(
     from phaze_ir.ir import make_context
 
     with few_collections():
-        spec = pipeline(stage, tp, opts, sequence_parallel, start)
+        spec = pipeline(stage, tp, opts, sequence_parallel, start, energy=_prices_energy(module, stage))
         if spec:
             parsed = PassPipeline.parse_spec(ALL_PASSES, spec).passes
             with_cache = tuple(
@@ -254,6 +261,19 @@ def compile_from(
         if verify:
             module.verify()
     return module
+
+
+def _prices_energy(module: ModuleOp, stage: str) -> bool:
+    """Whether the pipeline to ``stage`` prices energy: from the latency stage on, when the
+    module's accelerator has an ``[energy]`` table."""
+    from phaze_ir.dialect import AcceleratorOp
+    from phaze_ir.hardware_ir import module_accelerator
+
+    if STAGES.index(stage) < STAGES.index("latency"):
+        return False
+    if not any(isinstance(op, AcceleratorOp) for op in module.ops):
+        return False
+    return module_accelerator(module, "phazec").energy is not None
 
 
 @dataclass
@@ -513,6 +533,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
             }
             for s in stages
         ],
+        "power": power_json(module, plan, acc.power_w),
         "warnings": unpriced_ops(module),
         "candidates": [
             {
@@ -525,6 +546,36 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
             for c in candidates
         ],
     }
+
+
+def power_json(module: ModuleOp, plan: dict[str, Any], published_w: float | None) -> dict[str, Any] | None:
+    """The plan's ``phaze.power`` as JSON, with the energy per token and the chip's published
+    power (``power_w``, its TDP) beside the predicted one; None when the step was not priced
+    in energy (a chip without an ``[energy]`` table, or an infeasible plan)."""
+    from phaze_ir.attributes import PowerAttr
+
+    attr = module.attributes.get(keys.POWER)
+    if not isinstance(attr, PowerAttr):
+        return None
+    out: dict[str, Any] = dict(attr.as_dict())
+    seq = keys.int_of(module, keys.SEQ_LEN, 0)  # 0: a model without a sequence
+    out["energy_per_token_j"] = float(out["step_energy_j"]) / (int(plan["global_batch"]) * seq) if seq else None
+    out["published_power_w"] = published_w
+    return out
+
+
+def power_line(module: ModuleOp) -> str:
+    """One line of the plan's power for stderr ("" when not priced)."""
+    from phaze_ir.attributes import PowerAttr
+
+    attr = module.attributes.get(keys.POWER)
+    if not isinstance(attr, PowerAttr):
+        return ""
+    p = {k: float(v) for k, v in attr.as_dict().items()}
+    return (
+        f"power: {p['chip_power_w']:.1f} W per chip ({p['static_power_w']:.1f} W static), "
+        f"{p['step_energy_j'] / 1e3:.4g} kJ per step, {p['energy_per_sample_j']:.4g} J per sample"
+    )
 
 
 def summary(module: ModuleOp) -> str:
@@ -550,4 +601,5 @@ def summary(module: ModuleOp) -> str:
     )
     factor = capacity_factor(module)
     note = "" if factor is None else f"\nexpert GEMMs padded to capacity factor {factor:g}"
-    return head + "\n" + row + note
+    power = power_line(module)
+    return head + "\n" + row + note + ("\n" + power if power else "")

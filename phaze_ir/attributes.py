@@ -536,6 +536,60 @@ class LayerLatencyAttr(RecordAttr):
 
 
 @irdl_attr_definition
+class EnergyAttr(RecordAttr):
+    """An op's energy on the module's accelerator, from ``phaze-estimate-energy`` (the model is
+    in ``passes/algorithms/energy.py``): joules of one execution on one device, by where they go.
+
+    Syntax::
+
+        #phaze.energy<compute_j = 0.012, core_buffer_j = 0.009, global_buffer_j = 0.0004,
+                      hbm_j = 0.0011, network_j = 0.0>
+
+    - ``compute_j``: the MACs of the PE arrays or the vector lanes' operations;
+    - ``core_buffer_j``/``global_buffer_j``/``hbm_j``: the bytes each memory level moves;
+    - ``network_j``: the bytes a collective sends over the network.
+    """
+
+    name = "phaze.energy"
+    FIELDS = ("compute_j", "core_buffer_j", "global_buffer_j", "hbm_j", "network_j")
+
+    compute_j: FloatData
+    core_buffer_j: FloatData
+    global_buffer_j: FloatData
+    hbm_j: FloatData
+    network_j: FloatData
+
+
+@irdl_attr_definition
+class LayerEnergyAttr(RecordAttr):
+    """Per-layer energy on one device (module attribute ``phaze.layer_energy``, one per layer
+    index of ``phaze.layer``), from ``phaze-estimate-energy``.
+
+    Syntax::
+
+        #phaze.layer_energy<index = 1, fwd_j = 0.21, bwd_j = 0.43, opt_j = 0.02,
+                            selective_j = 0.03, full_j = 0.21, network_j = 0.01>
+
+    - ``fwd_j``/``bwd_j``: the layer's ops of that phase, per micro-batch; ``opt_j``: its
+      optimizer ops, per step.
+    - ``selective_j``/``full_j``: what recomputing the layer spends per micro-batch under that
+      policy (the attention core again; the whole forward again).
+    - ``network_j``: the network part of ``fwd_j + bwd_j`` (its tensor-parallel collectives).
+    """
+
+    name = "phaze.layer_energy"
+    FIELDS = ("index", "fwd_j", "bwd_j", "opt_j", "selective_j", "full_j", "network_j")
+
+    index: IntAttr
+    fwd_j: FloatData
+    bwd_j: FloatData
+    opt_j: FloatData
+    selective_j: FloatData
+    full_j: FloatData
+    network_j: FloatData
+
+
+@irdl_attr_definition
 class SchedAttr(RecordAttr):
     """Where ``phaze-schedule-ops`` places an op in its layer's schedule (the model is in
     ``passes/algorithms/schedule/``).
@@ -805,6 +859,45 @@ class StageInfoAttr(RecordAttr):
     recompute: RecomputePolicyAttr
     in_flight: IntAttr
     exposed_dp_s: FloatData
+
+
+@irdl_attr_definition
+class PowerAttr(RecordAttr):
+    """Energy and power of one training step under ``phaze.plan`` (module attribute
+    ``phaze.power``), from ``phaze-estimate-power`` (the model is in
+    ``passes/algorithms/energy.py``, ``plan_power``).
+
+    Syntax::
+
+        #phaze.power<step_energy_j = 1.2e6, chip_power_w = 312.5, mean_chip_power_w = 301.2,
+                     static_power_w = 58.0, network_energy_j = 2.0e4, energy_per_sample_j = 290.0>
+
+    - ``step_energy_j``: every device's energy over one step (``phaze.plan``'s time per batch),
+      static power and network included.
+    - ``chip_power_w``: the busiest device's average power over the step: its chip's dynamic
+      energy (compute, buffers, HBM) over the step's time plus the die's static power;
+      ``mean_chip_power_w``: the same averaged over the pipeline ranks.
+    - ``static_power_w``: one die's static power (``static_w_per_mm2 · area``).
+    - ``network_energy_j``: the network's share of ``step_energy_j`` (not in the chip's power).
+    - ``energy_per_sample_j``: ``step_energy_j`` over the global batch.
+    """
+
+    name = "phaze.power"
+    FIELDS = (
+        "step_energy_j",
+        "chip_power_w",
+        "mean_chip_power_w",
+        "static_power_w",
+        "network_energy_j",
+        "energy_per_sample_j",
+    )
+
+    step_energy_j: FloatData
+    chip_power_w: FloatData
+    mean_chip_power_w: FloatData
+    static_power_w: FloatData
+    network_energy_j: FloatData
+    energy_per_sample_j: FloatData
 
 
 @irdl_attr_definition

@@ -123,6 +123,7 @@ _EXPECTED = {
     "fraction": "a number in (0, 1]",
     "name": "a non-empty string",
     "execution": "one of " + ", ".join(f'"{m}"' for m in EXECUTION_MODES),
+    "size_table": "a table of capacities in bytes (positive integers) to positive numbers",
 }
 
 
@@ -169,6 +170,8 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
         if value not in EXECUTION_MODES:
             raise _fail(source, path, value, expected)
         return value
+    if base == "size_table":
+        return _check_size_table(value, path, source)
     if base == "name":
         if not isinstance(value, str):
             raise _fail(source, path, value, expected + _type_hint(value))
@@ -205,6 +208,26 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
             raise _fail(source, path, value, expected)
         return float(value)
     raise AssertionError(kind)  # pragma: no cover
+
+
+def _check_size_table(value: Any, path: str, source: str | None) -> tuple[tuple[int, float], ...]:
+    """A ``{bytes = number}`` table (TOML keys are strings of digits; a tuple of pairs as
+    :class:`Energy` holds it is accepted too) as pairs in increasing capacity."""
+    pairs = value.items() if isinstance(value, dict) else value
+    if not isinstance(pairs, (list, tuple)) and not isinstance(value, dict):
+        raise _fail(source, path, value, _EXPECTED["size_table"] + _type_hint(value))
+    out: dict[int, float] = {}
+    for entry in pairs:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+            raise _fail(source, path, value, _EXPECTED["size_table"])
+        key, number = entry
+        text = str(key)
+        if isinstance(key, bool) or not text.isdigit() or int(text) <= 0:
+            raise _fail(source, f"{path}.{text}", key, "a capacity in bytes (a positive integer key)")
+        out[int(text)] = _check("pos_float", number, f"{path}.{text}", source)
+    if not out:
+        raise _fail(source, path, value, _EXPECTED["size_table"] + " (at least one entry)")
+    return tuple(sorted(out.items()))
 
 
 def _spec(kind: str, doc: str, **kw: Any) -> Any:
@@ -338,6 +361,9 @@ class NetworkLevel:
             once, all its devices together, per direction, in bytes per second (a node's NICs
             together: 4 x 200 Gb/s HDR = 100e9).  Absent: only ``bandwidth_Bps`` per device
             limits it.  Not allowed on the innermost level (nothing lies below it).
+        energy_j_per_byte: optional; energy to move one byte from a device to another at this
+            level (links, switches, NICs), in joules.  Absent: the level's traffic is not priced
+            in energy.
     """
 
     name: str = _spec("name", "label of the level")
@@ -347,6 +373,7 @@ class NetworkLevel:
     uplink_Bps: float | None = _spec(
         "opt_pos_float", "bandwidth out of one group of the level below, its devices together (bytes/s)", default=None
     )
+    energy_j_per_byte: float | None = _spec("opt_nonneg_float", "energy per byte sent (J/B)", default=None)
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -407,13 +434,50 @@ class Calibration:
         return self.wave_units is not None
 
 
+@dataclass(frozen=True)
+class Energy:
+    """What the chip spends per action, and at rest (the optional ``[energy]`` table).
+
+    Dynamic energy is counted from the same tiling and traffic the latency model counts
+    (``passes/algorithms/energy.py``): the multiply-accumulates a GEMM's PE arrays issue, the
+    vector lanes' operations, the bytes each memory level moves.  Static power is the die's
+    leakage, proportional to its area.  Every number is data with its source beside it in the
+    hardware file (docs/design.md §5.9); a chip without this table has no energy or power.
+
+    Attributes:
+        mac_j: one multiply-accumulate on a tensor-core PE at the training precision
+            (the multiply and the fp32 accumulation), in joules.
+        vector_op_j: one vector-lane operation, in joules.
+        sram_j_per_byte: energy per byte read or written in an SRAM, by the SRAM's capacity:
+            ``((bytes, joules_per_byte), ...)`` in increasing capacity (TOML: a table
+            ``{ 8192 = 0.94e-12, 1048576 = 1.75e-12 }``).  A buffer between two capacities is
+            interpolated linearly in log2 of its size; one outside takes the nearest entry.
+            Prices the per-core buffers and the global buffer by their sizes.
+        hbm_j_per_byte: one byte moved between HBM and the chip, in joules.
+        static_w_per_mm2: static (leakage) power per mm² of die, in watts.
+    """
+
+    mac_j: float = _spec("pos_float", "energy of one tensor-core MAC (J)")
+    vector_op_j: float = _spec("pos_float", "energy of one vector-lane operation (J)")
+    sram_j_per_byte: tuple[tuple[int, float], ...] = _spec("size_table", "SRAM energy per byte by capacity (J/B)")
+    hbm_j_per_byte: float = _spec("pos_float", "energy per byte of HBM traffic (J/B)")
+    static_w_per_mm2: float = _spec("nonneg_float", "static power per mm^2 of die (W/mm^2)")
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+
+
 _TABLES: dict[str, type] = {
     "tensor_cores": TensorCores,
     "vector_cores": VectorCores,
     "global_buffer": GlobalBuffer,
     "hbm": HBM,
     "calibration": Calibration,
+    "energy": Energy,
 }
+
+#: The tables a description may leave out.
+_OPTIONAL_TABLES = ("calibration", "energy")
 
 
 @dataclass(frozen=True)
@@ -431,7 +495,10 @@ class Accelerator:
         network: the network levels, innermost first, see :class:`NetworkLevel`.
         calibration: optional, what the real chip achieves below the ideal model, see
             :class:`Calibration` (``None``: the ideal model).
-        power_w: optional chip power, in watts (informative; nothing derives from it).
+        energy: optional, energy per action and static power, see :class:`Energy` (``None``:
+            no energy or power is priced).
+        power_w: optional published chip power (TDP), in watts; what the plan's predicted
+            power is reported against (nothing derives from it).
         cost_usd: optional chip cost, in US dollars (informative).
         area_mm2: optional chip area as given (e.g. a datasheet die size), in mm².  When the
             configuration is within the area model's domain, :attr:`area_um2` uses the model
@@ -452,6 +519,7 @@ class Accelerator:
     cost_usd: float | None = _spec("opt_pos_float", "chip cost (USD)", default=None)
     area_mm2: float | None = _spec("opt_pos_float", "given chip area (mm^2)", default=None)
     calibration: Calibration | None = _spec("opt_table", "what the real chip achieves", default=None)
+    energy: Energy | None = _spec("opt_table", "energy per action and static power", default=None)
 
     # Top-level scalar keys first, then tables, then the network array: the order of to_dict()
     # and of the TOML files (TOML needs the scalars before the first table).
@@ -467,6 +535,7 @@ class Accelerator:
         "global_buffer",
         "hbm",
         "calibration",
+        "energy",
         "network",
     )
 
@@ -474,7 +543,7 @@ class Accelerator:
         _validate_fields(self)
         for key, cls in _TABLES.items():
             value = getattr(self, key)
-            if value is None and key == "calibration":
+            if value is None and key in _OPTIONAL_TABLES:
                 continue
             if not isinstance(value, cls):
                 raise HardwareError(f"{key} = {value!r}: expected a {cls.__name__}", source="Accelerator", key_path=key)
@@ -557,7 +626,7 @@ class Accelerator:
             if value is None:
                 continue
             if key in _TABLES:
-                table = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+                table = {f.name: _plain(getattr(value, f.name), f) for f in dataclasses.fields(value)}
                 out[key] = {k: v for k, v in table.items() if v is not None}
             elif key == "network":
                 out[key] = [
@@ -596,6 +665,13 @@ class Accelerator:
             else:
                 kwargs[f.name] = _check(kind, value, path, source)
         return cls(**kwargs)
+
+
+def _plain(value: Any, f: dataclasses.Field) -> Any:
+    """A table field as plain data: a size table as ``{"bytes": number}``."""
+    if f.metadata.get("kind") == "size_table":
+        return {str(size): number for size, number in value}
+    return value
 
 
 def default_tc_buffer_bytes(pe_x: int, pe_y: int) -> int:
@@ -767,6 +843,8 @@ def _toml_value(value: Any) -> str:
         return f"{value:_}" if abs(value) >= 10_000 else str(value)
     if isinstance(value, float):
         return _fmt_float(value)
+    if isinstance(value, dict):  # an inline table (a size table: its keys are digits, bare keys)
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
     raise TypeError(value)  # pragma: no cover
 
 

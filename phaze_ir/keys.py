@@ -88,6 +88,15 @@ LATENCY = Key("phaze.latency", "op", "#phaze.latency: seconds on one core and sp
 LAYER_LATENCY = Key(
     "phaze.layer_latency", "module", "array of #phaze.layer_latency: serial sums per layer", "phaze-estimate-latency"
 )
+ENERGY = Key(
+    "phaze.energy", "op", "#phaze.energy: joules of one execution on one device, by part", "phaze-estimate-energy"
+)
+LAYER_ENERGY = Key(
+    "phaze.layer_energy",
+    "module",
+    "array of #phaze.layer_energy: joules per layer and phase, and of its recomputation",
+    "phaze-estimate-energy",
+)
 SCHED = Key("phaze.sched", "op", "#phaze.sched: start, end and cores in its layer's schedule", "phaze-schedule-ops")
 LAYER_SCHEDULE = Key(
     "phaze.layer_schedule", "module", "array of #phaze.layer_schedule: makespans per layer", "phaze-schedule-ops"
@@ -109,6 +118,7 @@ LAYER_MEMORY = Key(
 )
 PLAN = Key("phaze.plan", "module", "#phaze.plan: the placement and its time per batch", "phaze-place-devices")
 STAGES = Key("phaze.stages", "module", "array of #phaze.stage_info, one per pipeline stage", "phaze-place-devices")
+POWER = Key("phaze.power", "module", "#phaze.power: the step's energy and the chip's power", "phaze-estimate-power")
 STAGE = Key("phaze.stage", "op", "i64: index of the op's pipeline stage", "phaze-place-devices")
 
 # -- written by the architecture search (phaze/search) ------------------------------------------

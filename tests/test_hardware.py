@@ -275,7 +275,7 @@ MUTATIONS = [
         "bytes_per_element = 2",
         "bytes_per_element = 2\nzzz = 1",
         "bad.toml: unknown key 'zzz' (known keys: name, clock_hz, tensor_cores, vector_cores, "
-        "global_buffer, hbm, bytes_per_element, network, power_w, cost_usd, area_mm2, calibration)",
+        "global_buffer, hbm, bytes_per_element, network, power_w, cost_usd, area_mm2, calibration, energy)",
     ),
     (
         "group size does not grow",

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from passes.algorithms.latency import MatmulDesc, _glb_matmul_bytes, estimate_op, hbm_matmul_bytes, wave_s  # noqa: E402
+from passes.algorithms.latency import MatmulDesc, estimate_op, glb_matmul_bytes, hbm_matmul_bytes, wave_s  # noqa: E402
 from passes.algorithms.tiling import tile_gemm_scalar  # noqa: E402
 from phaze_ir.hardware import load_hardware  # noqa: E402
 
@@ -180,7 +180,7 @@ def gemm_terms(g: Gemms, acc) -> GemmTerms:
     for b, m, n, k, rb in zip(g.batch.tolist(), g.m.tolist(), g.n.tolist(), g.k.tolist(), g.rhs_batched.tolist()):
         d = _desc(b, m, n, k, rb)
         t = tile_gemm_scalar(b, m, n, k, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes)
-        glb.append(_glb_matmul_bytes(d, t, min(tc.count, t.tiles_n)) / acc.global_buffer.bandwidth_Bps)
+        glb.append(glb_matmul_bytes(d, t, min(tc.count, t.tiles_n)) / acc.global_buffer.bandwidth_Bps)
         hbm.append(hbm_matmul_bytes(d, acc.global_buffer.bytes))
     return GemmTerms(np.array(glb), np.array(hbm, dtype=np.float64), g.time_s, g.batch, g.m, g.n, g.k)
 

@@ -116,6 +116,8 @@ __all__ = [
     "config_of",
     "layer_totals",
     "hbm_matmul_bytes",
+    "glb_matmul_bytes",
+    "vector_traffic",
     "wave_s",
 ]
 
@@ -294,7 +296,10 @@ def hbm_matmul_bytes(d: MatmulDesc, glb_bytes: int) -> int:
     return max(compulsory, problems * min(keep_b, keep_a) + d.bias_bytes)
 
 
-def _glb_matmul_bytes(d: MatmulDesc, t: ScalarTiling, sharers: int) -> int:
+def glb_matmul_bytes(d: MatmulDesc, t: ScalarTiling, sharers: int) -> int:
+    """Bytes a GEMM moves between the global buffer and the cores (module docstring): ``A``
+    streamed once per group of ``sharers`` weight columns, ``B`` loaded once per M block,
+    ``C`` written and the bias read once."""
     a_stream = d.batch * d.m * d.k * d.a_elem
     b_loads = d.batch * t.tiles_m * d.k * d.n * d.b_elem
     return a_stream * (-(-t.tiles_n // sharers)) + b_loads + d.c_bytes + d.bias_bytes
@@ -314,9 +319,9 @@ def estimate_matmul(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> O
             compute_split = _wave_s(d, acc)
         compute_one /= cal.tensor_efficiency
         compute_split /= cal.tensor_efficiency
-    one_s, bound_one = _roofline(compute_one, _glb_matmul_bytes(d, t, 1) / glb_bw, hbm_s)
+    one_s, bound_one = _roofline(compute_one, glb_matmul_bytes(d, t, 1) / glb_bw, hbm_s)
     sharers = min(tc.count, t.tiles_n)
-    split_s, bound = _roofline(compute_split, _glb_matmul_bytes(d, t, sharers) / glb_bw, hbm_s)
+    split_s, bound = _roofline(compute_split, glb_matmul_bytes(d, t, sharers) / glb_bw, hbm_s)
     overhead = _overhead_s(acc)
     return OpLatency(one_s + overhead, split_s + overhead, "tensor", bound, bound_one, tiling=t)
 
@@ -349,7 +354,9 @@ def wave_s(batch, m, n, k, tile_m: int, tile_n: int, units: int, peak_flops: flo
     return waves * 2.0 * tile_m * tile_n * k * units / peak_flops
 
 
-def _vector_traffic(d: VectorDesc, buffer_bytes: int) -> int:
+def vector_traffic(d: VectorDesc, buffer_bytes: int) -> int:
+    """Bytes a vector op moves into a buffer of ``buffer_bytes`` from the level below: its
+    reads (once per pass when one reduced row does not fit half the buffer) and writes."""
     reads = d.read_bytes * d.passes if d.passes > 1 and d.row_bytes > buffer_bytes // 2 else d.read_bytes
     return reads + d.write_bytes
 
@@ -357,8 +364,8 @@ def _vector_traffic(d: VectorDesc, buffer_bytes: int) -> int:
 def _estimate_vector(d: VectorDesc, acc) -> OpLatency:
     vc = acc.vector_cores
     clock = acc.clock_hz
-    glb_s = _vector_traffic(d, vc.buffer_bytes) / acc.global_buffer.bandwidth_Bps
-    hbm_s = _vector_traffic(d, acc.global_buffer.bytes) / _hbm_Bps(acc)
+    glb_s = vector_traffic(d, vc.buffer_bytes) / acc.global_buffer.bandwidth_Bps
+    hbm_s = vector_traffic(d, acc.global_buffer.bytes) / _hbm_Bps(acc)
     one_s, bound_one = _roofline((-(-d.work // vc.width)) / clock, glb_s, hbm_s)
     split_s, bound = _roofline((-(-d.work // (vc.width * vc.count))) / clock, glb_s, hbm_s)
     overhead = _overhead_s(acc)

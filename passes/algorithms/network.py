@@ -162,6 +162,20 @@ def send_recv_s(nbytes: float, level: LevelLike) -> float:
     return level.latency_s + float(nbytes) / level.bandwidth_Bps
 
 
+def bytes_sent(kind: str, nbytes: float, g: int) -> float:
+    """Bytes one device sends in a collective of ``kind`` over ``g`` devices on a ring (the
+    traffic of the time formulas above): ``2(g−1)/g · n`` for an all-reduce, ``(g−1)/g · n``
+    for an all-gather or a reduce-scatter, ``n`` for a send/recv; 0 when ``g <= 1``."""
+    if kind not in COLLECTIVES:
+        raise ValueError(f"unknown collective kind {kind!r}; expected one of {', '.join(COLLECTIVES)}")
+    if g <= 1:
+        return 0.0
+    if kind == "send_recv":
+        return float(nbytes)
+    share = (g - 1.0) / g * float(nbytes)
+    return 2.0 * share if kind == "all_reduce" else share
+
+
 def collective_s(kind: str, nbytes: float, g: int, levels: Sequence[LevelLike]) -> tuple[float, int]:
     """(seconds, level index) of one collective of ``kind`` over ``g`` contiguous devices (the
     IR's tensor-parallel groups).  ``nbytes`` is the full tensor (the larger of input and

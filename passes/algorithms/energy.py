@@ -1,0 +1,295 @@
+"""Energy of every op on one accelerator, and the power of a training step's plan.
+
+Pure Python (no xDSL).  An op comes in as the description the latency model prices
+(:mod:`passes.algorithms.latency`: :class:`MatmulDesc`, :class:`VectorDesc`,
+:class:`CollectiveDesc`, :class:`ViewDesc`) and goes out as the joules one execution spends on one
+device, by where they go (:class:`OpEnergy`).  The counts are the latency model's, each times the
+chip's energy per action (its ``[energy]`` table, :class:`phaze_ir.hardware.Energy`):
+
+GEMMs (tensor cores), as the op runs split over the chip (the tiling's ``tiles`` of
+``tiles_k`` passes, module docstring of :mod:`passes.algorithms.tiling`):
+
+- **compute**: the MACs the PE arrays issue, padding included (a padded PE is clocked as any
+  other): ``tiles · tiles_k · m_block · pe_x · pe_y``, times ``mac_j``;
+- **core buffer**: per pass, the ``m_block × pe_y`` streamed elements of ``A`` and the
+  ``pe_y × pe_x`` weights of ``B``, each written into the core's buffer on arrival and read out
+  into the array (twice their bytes), and the ``m_block × pe_x`` fp32 partial sums, written and
+  read back once per pass; times the SRAM energy per byte at the core buffer's size;
+- **global buffer**: the bytes the latency model counts between the global buffer and the cores
+  (:func:`~passes.algorithms.latency.glb_matmul_bytes`, with the split run's broadcast of ``A``),
+  times the SRAM energy per byte at the global buffer's size;
+- **HBM**: the bytes the latency model counts between HBM and the global buffer
+  (:func:`~passes.algorithms.latency.hbm_matmul_bytes`).
+
+Vector ops: ``work`` lane operations times ``vector_op_j``; the bytes the latency model moves into
+a core's buffer (:func:`~passes.algorithms.latency.vector_traffic`) count once at the core buffer
+and once at the global buffer, those it moves from HBM at HBM.
+
+SRAM energy per byte by size (:func:`sram_j_per_byte`): the ``sram_j_per_byte`` table of the
+``[energy]`` table, linear in log2 of the capacity between its entries (an access's energy grows
+with the array's wires, about with the log of its size over this range: 7.5, 8.5 and 14 pJ per
+64-bit read for 8 KiB, 32 KiB and 1 MiB at 7 nm), the nearest entry outside them.
+
+Collectives: the bytes one device sends (:func:`~passes.algorithms.network.bytes_sent`) times the
+``energy_j_per_byte`` of the network level that carries them (0 when the level has none), and
+the same bytes read from and written to HBM (the data sent is read, the data received written).
+
+Views cost nothing.
+
+Power of a plan (:func:`plan_power`): each device of a pipeline stage runs its layers'
+forward and backward ``m`` times per step (``m`` micro-batches), their recomputation under the
+stage's policy, and the optimizer once (over its ``1/d`` shard under ZeRO ≥ 1); the
+gradients of its layers go once through the data-parallel collective.  A device's energy per
+step over the step's time, plus the die's static power (``static_w_per_mm2 · area``), is its
+average power; the chip's power is the busiest device's.  Network energy is counted in the
+step's energy but not in the chip's power: links, switches and NICs lie outside the chip's
+power budget (its TDP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from passes.algorithms import network
+from passes.algorithms.latency import (
+    CollectiveDesc,
+    MatmulDesc,
+    OpDesc,
+    VectorDesc,
+    ViewDesc,
+    glb_matmul_bytes,
+    hbm_matmul_bytes,
+    vector_traffic,
+)
+from passes.algorithms.tiling import ACC_BYTES, ScalarTiling, tile_gemm_scalar
+
+__all__ = [
+    "ENERGY_PARTS",
+    "OpEnergy",
+    "LayerEnergy",
+    "StageWork",
+    "PlanPower",
+    "estimate_energy",
+    "sram_j_per_byte",
+    "layer_energies",
+    "plan_power",
+]
+
+#: Where an op's energy goes, in the order of :class:`OpEnergy`'s fields.
+ENERGY_PARTS = ("compute_j", "core_buffer_j", "global_buffer_j", "hbm_j", "network_j")
+
+
+@dataclass(frozen=True)
+class OpEnergy:
+    """Joules one execution of an op spends on one device, by where they go."""
+
+    compute_j: float = 0.0
+    core_buffer_j: float = 0.0
+    global_buffer_j: float = 0.0
+    hbm_j: float = 0.0
+    network_j: float = 0.0
+
+    @property
+    def total_j(self) -> float:
+        return self.compute_j + self.core_buffer_j + self.global_buffer_j + self.hbm_j + self.network_j
+
+    @property
+    def chip_j(self) -> float:
+        """What the chip and its HBM spend (everything but the network)."""
+        return self.compute_j + self.core_buffer_j + self.global_buffer_j + self.hbm_j
+
+
+def sram_j_per_byte(table, capacity):
+    """Energy per byte of an SRAM of ``capacity`` bytes (a number or a numpy array) from an
+    ``[energy]`` ``sram_j_per_byte`` table (``((bytes, J/B), ...)``, increasing): linear in
+    log2 of the capacity between entries, the nearest entry outside them."""
+    sizes = np.log2(np.array([size for size, _ in table], dtype=np.float64))
+    values = np.array([j for _, j in table], dtype=np.float64)
+    out = np.interp(np.log2(np.asarray(capacity, dtype=np.float64)), sizes, values)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def _matmul(d: MatmulDesc, acc, t: ScalarTiling) -> OpEnergy:
+    e = acc.energy
+    tc = acc.tensor_cores
+    passes = t.tiles * t.tiles_k
+    macs = passes * t.m_block * t.pe_x * t.pe_y
+    streamed = passes * (t.m_block * t.pe_y * d.a_elem + t.pe_y * t.pe_x * d.b_elem)
+    partial_sums = passes * t.m_block * t.pe_x * ACC_BYTES
+    core_bytes = 2 * streamed + 2 * partial_sums
+    glb_bytes = glb_matmul_bytes(d, t, min(tc.count, t.tiles_n))
+    hbm_bytes = hbm_matmul_bytes(d, acc.global_buffer.bytes)
+    return OpEnergy(
+        compute_j=macs * e.mac_j,
+        core_buffer_j=core_bytes * sram_j_per_byte(e.sram_j_per_byte, tc.buffer_bytes),
+        global_buffer_j=glb_bytes * sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes),
+        hbm_j=hbm_bytes * e.hbm_j_per_byte,
+    )
+
+
+def _vector(d: VectorDesc, acc) -> OpEnergy:
+    e = acc.energy
+    glb_bytes = vector_traffic(d, acc.vector_cores.buffer_bytes)
+    return OpEnergy(
+        compute_j=d.work * e.vector_op_j,
+        core_buffer_j=glb_bytes * sram_j_per_byte(e.sram_j_per_byte, acc.vector_cores.buffer_bytes),
+        global_buffer_j=glb_bytes * sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes),
+        hbm_j=vector_traffic(d, acc.global_buffer.bytes) * e.hbm_j_per_byte,
+    )
+
+
+def collective_energy(kind: str, nbytes: float, g: int, acc, span: int | None = None) -> OpEnergy:
+    """One device's energy in a collective of ``kind`` over ``g`` devices moving ``nbytes``
+    (the full tensor, as :func:`passes.algorithms.network.collective_s` takes it); ``span``:
+    how many consecutive devices the group spans (``g`` for a contiguous group), which picks
+    the network level that carries it."""
+    sent = network.bytes_sent(kind, nbytes, g)
+    level = acc.network[network.level_for(acc.network, span or g)]
+    per_byte = level.energy_j_per_byte or 0.0
+    return OpEnergy(network_j=sent * per_byte, hbm_j=2.0 * sent * acc.energy.hbm_j_per_byte)
+
+
+@lru_cache(maxsize=65536)
+def _cached(d: OpDesc, acc) -> OpEnergy:
+    if isinstance(d, MatmulDesc):
+        tc = acc.tensor_cores
+        t = tile_gemm_scalar(d.batch, d.m, d.n, d.k, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes)
+        return _matmul(d, acc, t)
+    if isinstance(d, VectorDesc):
+        return _vector(d, acc)
+    if isinstance(d, CollectiveDesc):
+        return collective_energy(d.kind, d.nbytes, d.group_size, acc)
+    if isinstance(d, ViewDesc):
+        return OpEnergy()
+    raise TypeError(f"not an op description: {d!r}")
+
+
+def estimate_energy(d: OpDesc, acc, tiling: ScalarTiling | None = None) -> OpEnergy:
+    """Energy of one execution of op ``d`` on ``acc`` (which must have an ``[energy]`` table);
+    a GEMM's ``tiling`` if already computed (``phaze.tile``), else tiled here.  Cached by
+    (description, accelerator) when no tiling is given."""
+    if acc.energy is None:
+        raise ValueError(f"hardware {acc.name!r} has no [energy] table")
+    if tiling is not None and isinstance(d, MatmulDesc):
+        return _matmul(d, acc, tiling)
+    return _cached(d, acc)
+
+
+@dataclass(frozen=True)
+class LayerEnergy:
+    """Joules of one layer on one device: its ops of each phase (``fwd_j`` and ``bwd_j`` per
+    micro-batch, ``opt_j`` per step), what recomputing it spends per micro-batch under each
+    policy (``selective_j``: the attention core again; ``full_j``: the whole forward again),
+    and ``network_j``, the network part of ``fwd_j + bwd_j``."""
+
+    index: int
+    fwd_j: float = 0.0
+    bwd_j: float = 0.0
+    opt_j: float = 0.0
+    selective_j: float = 0.0
+    full_j: float = 0.0
+    network_j: float = 0.0
+
+
+def layer_energies(
+    layer_of: Sequence[int],
+    phase_of: Sequence[str],
+    energies: Sequence[OpEnergy],
+    selective_ops: Mapping[int, Sequence[int]],
+) -> list[LayerEnergy]:
+    """Per-layer sums of the ops' ``energies`` (op ``i`` in layer ``layer_of[i]``, phase
+    ``phase_of[i]``: ``fwd``, ``bwd`` or ``opt``); ``selective_ops[layer]``: the op indices a
+    selective recompute runs again.  Layers in index order."""
+    sums: dict[int, dict[str, float]] = {}
+    for layer, phase, e in zip(layer_of, phase_of, energies, strict=True):
+        per = sums.setdefault(layer, {"fwd": 0.0, "bwd": 0.0, "opt": 0.0, "network": 0.0})
+        per[phase] += e.total_j
+        if phase != "opt":
+            per["network"] += e.network_j
+    out = []
+    for layer in sorted(sums):
+        per = sums[layer]
+        selective = float(sum(energies[i].total_j for i in selective_ops.get(layer, ())))
+        out.append(LayerEnergy(layer, per["fwd"], per["bwd"], per["opt"], selective, per["fwd"], per["network"]))
+    return out
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """What one device of a pipeline stage (one rank's model chunk) runs per step: its
+    ``layers`` (indices), ``recompute`` policy (``none``, ``selective`` or ``full``), and its
+    data-parallel gradient collective's energy (``dp``)."""
+
+    rank: int
+    layers: tuple[int, ...]
+    recompute: str
+    dp: OpEnergy = OpEnergy()
+
+
+@dataclass(frozen=True)
+class PlanPower:
+    """Energy and power of one training step under a plan (all in SI units).
+
+    ``step_energy_j``: every device's energy over the step, static included;
+    ``chip_power_w``: the busiest device's average power over the step (chip and HBM, static
+    included, network excluded); ``mean_chip_power_w``: the devices' mean; ``static_power_w``:
+    one die's static power; ``network_energy_j``: the step's network share of
+    ``step_energy_j``."""
+
+    step_energy_j: float
+    chip_power_w: float
+    mean_chip_power_w: float
+    static_power_w: float
+    network_energy_j: float
+
+
+def plan_power(
+    layers: Mapping[int, LayerEnergy],
+    stages: Sequence[StageWork],
+    *,
+    devices_per_stage: int,
+    micro_batches: int,
+    zero_shards: int,
+    step_s: float,
+    static_w: float,
+) -> PlanPower:
+    """The plan's :class:`PlanPower`.  ``stages``: one entry per model chunk (a rank with
+    ``v`` chunks has ``v`` entries; they add up per rank); ``devices_per_stage``: devices of one
+    rank (TP × DP); ``micro_batches``: m; ``zero_shards``: what the optimizer step is divided by
+    (d under ZeRO ≥ 1, else 1); ``step_s``: the step's time; ``static_w``: one die's static
+    power.  The network energy of the layers and of the stages' ``dp`` collectives is kept
+    out of the chip's power."""
+    if step_s <= 0:
+        raise ValueError(f"step time {step_s} s: expected a positive time")
+    chip: dict[int, float] = {}
+    net: dict[int, float] = {}
+    for s in stages:
+        recompute = 0.0
+        work = 0.0
+        opt = 0.0
+        links = s.dp.network_j
+        for i in s.layers:
+            le = layers.get(i)
+            if le is None:
+                continue
+            work += le.fwd_j + le.bwd_j
+            opt += le.opt_j
+            recompute += {"none": 0.0, "selective": le.selective_j, "full": le.full_j}[s.recompute]
+            links += micro_batches * le.network_j
+        total = micro_batches * (work + recompute) + opt / zero_shards + s.dp.total_j
+        chip[s.rank] = chip.get(s.rank, 0.0) + total - links
+        net[s.rank] = net.get(s.rank, 0.0) + links
+    powers = [chip[r] / step_s + static_w for r in chip]
+    network_j = devices_per_stage * sum(net.values())
+    step_j = devices_per_stage * sum(chip.values()) + network_j + devices_per_stage * len(chip) * static_w * step_s
+    return PlanPower(
+        step_energy_j=step_j,
+        chip_power_w=max(powers),
+        mean_chip_power_w=sum(powers) / len(powers),
+        static_power_w=static_w,
+        network_energy_j=network_j,
+    )

@@ -1,0 +1,89 @@
+"""``phaze-estimate-energy``: every op's energy on the module's accelerator, and each layer's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp
+from xdsl.passes import ModulePass
+
+from passes.algorithms.energy import OpEnergy, estimate_energy, layer_energies
+from passes.algorithms.recompute import attention_cores
+from passes.algorithms.tiling import ScalarTiling
+from passes.cost_view import Describer
+from passes.graph_view import build_graph, read_layers, step_function
+from phaze_ir import dialect as ph
+from phaze_ir import keys
+from phaze_ir.attributes import EnergyAttr, LayerEnergyAttr, TileAttr
+from phaze_ir.errors import PhazeError
+from phaze_ir.hardware_ir import module_accelerator
+
+
+@dataclass(frozen=True)
+class EstimateEnergyPass(ModulePass):
+    """Give every compute op and collective a ``phaze.energy`` record (joules of one execution
+    on one device, by where they go; ``passes/algorithms/energy.py``) on the module's
+    accelerator, and the module a ``phaze.layer_energy`` list (per layer: its forward and
+    backward per micro-batch, its optimizer per step, its recomputation under each policy).
+
+    Requires the accelerator, its ``[energy]`` table, the layers (``phaze-group-layers``) and,
+    on every ``phaze.matmul``, its ``phaze.tile`` (read, as ``phaze-estimate-latency`` reads
+    it).  A module whose accelerator has no ``[energy]`` table is refused with the reason.
+    """
+
+    name = "phaze-estimate-energy"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        acc = module_accelerator(op, self.name)
+        if acc.energy is None:
+            raise PhazeError(
+                f"{self.name}: hardware '{acc.name}' has no [energy] table (energy per MAC, per byte "
+                "of each memory level, static power per mm^2); add one to price energy and power"
+            )
+        graph, ops = build_graph(step_function(op))
+        layer_of = read_layers(ops)
+        describe = Describer()
+        priced: dict[str, OpEnergy] = {}
+        energies: list[OpEnergy] = []
+        for o in ops:
+            sig, desc = describe(o)
+            if desc is None:
+                energies.append(OpEnergy())
+                continue
+            e = priced.get(sig)
+            if e is None:
+                tiling = None
+                if isinstance(o, ph.MatmulOp):
+                    tile = keys.require(o, keys.TILE, TileAttr)
+                    tiling = ScalarTiling(**tile.as_dict())  # type: ignore[arg-type]  # the record's fields
+                e = estimate_energy(desc, acc, tiling)
+                priced[sig] = e
+            energies.append(e)
+            o.attributes[keys.ENERGY] = EnergyAttr.make(
+                compute_j=e.compute_j,
+                core_buffer_j=e.core_buffer_j,
+                global_buffer_j=e.global_buffer_j,
+                hbm_j=e.hbm_j,
+                network_j=e.network_j,
+            )
+        phases = [g.phase for g in graph.ops]
+        fwd: dict[int, list[int]] = {}
+        for i, (layer, phase) in enumerate(zip(layer_of, phases, strict=True)):
+            if phase == "fwd":
+                fwd.setdefault(layer, []).append(i)
+        selective = {layer: [i for core in attention_cores(graph, f) for i in core] for layer, f in fwd.items()}
+        op.attributes[keys.LAYER_ENERGY] = ArrayAttr(
+            [
+                LayerEnergyAttr.make(
+                    index=le.index,
+                    fwd_j=le.fwd_j,
+                    bwd_j=le.bwd_j,
+                    opt_j=le.opt_j,
+                    selective_j=le.selective_j,
+                    full_j=le.full_j,
+                    network_j=le.network_j,
+                )
+                for le in layer_energies(layer_of, phases, energies, selective)
+            ]
+        )

@@ -1,0 +1,85 @@
+"""``phaze-estimate-power``: the energy of a training step under the plan, and the chip's power."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from passes.algorithms.energy import LayerEnergy, StageWork, collective_energy, plan_power
+from phaze_ir import keys
+from phaze_ir.attributes import LayerEnergyAttr, LayerMemoryAttr, PlanAttr, PowerAttr, StageInfoAttr
+from phaze_ir.errors import PhazeError
+from phaze_ir.hardware_ir import module_accelerator
+
+
+@dataclass(frozen=True)
+class EstimatePowerPass(ModulePass):
+    """Give the module a ``phaze.power`` record: the energy of one training step under
+    ``phaze.plan`` (every device, static power and network included), the chip's average
+    power over the step (the busiest pipeline rank's), one die's static power, the network's
+    share, the energy per sample (the model is ``plan_power`` in
+    ``passes/algorithms/energy.py``).
+
+    Requires ``phaze.plan`` and ``phaze.stages`` (``phaze-place-devices``),
+    ``phaze.layer_energy`` (``phaze-estimate-energy``) and ``phaze.layer_memory``
+    (``phaze-insert-recompute``: the gradient bytes the data-parallel collective moves).  An
+    infeasible plan gets no record.
+    """
+
+    name = "phaze-estimate-power"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        op.attributes.pop(keys.POWER, None)
+        plan_attr = keys.require(op, keys.PLAN, PlanAttr)
+        plan = plan_attr.as_dict()
+        if plan["feasible"] != "yes":
+            return
+        acc = module_accelerator(op, self.name)
+        assert acc.energy is not None  # phaze-estimate-energy refuses a chip without one
+        area = acc.area_um2
+        if area is None and acc.energy.static_w_per_mm2 > 0:
+            raise PhazeError(
+                f"{self.name}: hardware '{acc.name}' has no area (give area_mm2) to price its static power"
+            )
+        static_w = 0.0 if area is None else acc.energy.static_w_per_mm2 * area / 1e6
+        layers: dict[int, LayerEnergy] = {}
+        for a in keys.require_records(op, keys.LAYER_ENERGY, LayerEnergyAttr):
+            r = a.as_dict()
+            parts = {k: float(r[k]) for k in LayerEnergyAttr.FIELDS if k != "index"}
+            layers[int(r["index"])] = LayerEnergy(int(r["index"]), **parts)
+        grads: dict[int, int] = {}
+        for m in keys.require_records(op, keys.LAYER_MEMORY, LayerMemoryAttr):
+            r = m.as_dict()
+            grads[int(r["index"])] = int(r["grad_bytes"])
+        dp, pp, tp, zero = (int(plan[k]) for k in ("dp", "pp", "tp", "zero"))
+        # The DP group of one device: d devices a stride of tp·pp apart (TP innermost, then PP,
+        # then DP, as the placement DP lays replicas out), on the level that holds its span.
+        stages = []
+        for s in keys.require_records(op, keys.STAGES, StageInfoAttr):
+            info = s.as_dict()
+            ids = tuple(range(int(info["first_layer"]), int(info["last_layer"]) + 1))
+            grad_bytes = sum(grads.get(i, 0) for i in ids)
+            # ZeRO 1-2: reduce-scatter + all-gather, the bytes of one all-reduce; ZeRO-3 gathers
+            # the parameters again for the backward: half as much more.
+            dp_energy = collective_energy("all_reduce", grad_bytes * (1.5 if zero == 3 else 1.0), dp, acc, dp * tp * pp)
+            stages.append(StageWork(int(info["rank"]), ids, str(info["recompute"]), dp_energy))
+        power = plan_power(
+            layers,
+            stages,
+            devices_per_stage=dp * tp,
+            micro_batches=int(plan["num_micro_batches"]),
+            zero_shards=dp if zero >= 1 else 1,
+            step_s=float(plan["time_per_batch_s"]),
+            static_w=static_w,
+        )
+        op.attributes[keys.POWER] = PowerAttr.make(
+            step_energy_j=power.step_energy_j,
+            chip_power_w=power.chip_power_w,
+            mean_chip_power_w=power.mean_chip_power_w,
+            static_power_w=power.static_power_w,
+            network_energy_j=power.network_energy_j,
+            energy_per_sample_j=power.step_energy_j / int(plan["global_batch"]),
+        )
