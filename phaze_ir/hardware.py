@@ -455,6 +455,10 @@ class Energy:
             Prices the per-core buffers and the global buffer by their sizes.
         hbm_j_per_byte: one byte moved between HBM and the chip, in joules.
         static_w_per_mm2: static (leakage) power per mm² of die, in watts.
+        accumulator_j_per_byte: optional; one byte of partial sums written to or read from the
+            tensor cores' accumulators, in joules.  Absent: they are SRAM of the per-core
+            buffer's size (a systolic array's accumulator memory).  0 where ``mac_j`` already
+            counts them (a GPU's measured MMA energy, whose accumulators are registers).
     """
 
     mac_j: float = _spec("pos_float", "energy of one tensor-core MAC (J)")
@@ -462,6 +466,9 @@ class Energy:
     sram_j_per_byte: tuple[tuple[int, float], ...] = _spec("size_table", "SRAM energy per byte by capacity (J/B)")
     hbm_j_per_byte: float = _spec("pos_float", "energy per byte of HBM traffic (J/B)")
     static_w_per_mm2: float = _spec("nonneg_float", "static power per mm^2 of die (W/mm^2)")
+    accumulator_j_per_byte: float | None = _spec(
+        "opt_nonneg_float", "energy per byte of partial sums in the accumulators (J/B)", default=None
+    )
 
     def __post_init__(self) -> None:
         _validate_fields(self)

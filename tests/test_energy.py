@@ -189,3 +189,18 @@ def test_a_chip_without_an_energy_table_has_no_power(tmp_path):
     res = run_tool("phaze-opt", str(tmp_path / "plan.mlir"), "-p", "phaze-estimate-energy")
     assert res.returncode != 0
     assert "phaze-estimate-energy: hardware 'tpuv4' has no [energy] table" in res.stderr
+
+
+@pytest.mark.parametrize("hw", ["a100", "tpuv4"])
+def test_gemm_bound_power_is_within_20_percent_of_published(hw, tmp_path):
+    """Issue 16's check: the preset's predicted power on a GEMM-bound step (a wide MLP, one
+    device) against its published power (A100 SXM4 TDP 400 W; TPUv4 measured maximum 192 W).
+    ``benchmarks/power_check.py`` prints the same figures with their breakdown."""
+    out = tmp_path / "plan.json"
+    model = Path(__file__).resolve().parents[1] / "benchmarks" / "models" / "wide_mlp.py"
+    args = [str(model), "--hw", hw, "--devices", "1", "--global-batch", "8192", "--micro-batch", "8192"]
+    res = run_tool("phazec", *args, "--tp", "1", "--json", str(out), "-o", str(tmp_path / "plan.mlir"))
+    assert res.returncode == 0, res.stderr
+    power = json.loads(out.read_text())["power"]
+    assert power["published_power_w"] == {"a100": 400, "tpuv4": 192}[hw]
+    assert abs(power["chip_power_w"] / power["published_power_w"] - 1) < 0.20

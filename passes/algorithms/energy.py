@@ -13,8 +13,9 @@ GEMMs (tensor cores), as the op runs split over the chip (the tiling's ``tiles``
   other): ``tiles · tiles_k · m_block · pe_x · pe_y``, times ``mac_j``;
 - **core buffer**: per pass, the ``m_block × pe_y`` streamed elements of ``A`` and the
   ``pe_y × pe_x`` weights of ``B``, each written into the core's buffer on arrival and read out
-  into the array (twice their bytes), and the ``m_block × pe_x`` fp32 partial sums, written and
-  read back once per pass; times the SRAM energy per byte at the core buffer's size;
+  into the array (twice their bytes), times the SRAM energy per byte at the core buffer's size;
+  and the ``m_block × pe_x`` fp32 partial sums, written to the accumulators and read back once
+  per pass, times ``accumulator_j_per_byte`` (absent: the core buffer's SRAM energy);
 - **global buffer**: the bytes the latency model counts between the global buffer and the cores
   (:func:`~passes.algorithms.latency.glb_matmul_bytes`, with the split run's broadcast of ``A``),
   times the SRAM energy per byte at the global buffer's size;
@@ -120,12 +121,13 @@ def _matmul(d: MatmulDesc, acc, t: ScalarTiling) -> OpEnergy:
     macs = passes * t.m_block * t.pe_x * t.pe_y
     streamed = passes * (t.m_block * t.pe_y * d.a_elem + t.pe_y * t.pe_x * d.b_elem)
     partial_sums = passes * t.m_block * t.pe_x * ACC_BYTES
-    core_bytes = 2 * streamed + 2 * partial_sums
+    per_byte = sram_j_per_byte(e.sram_j_per_byte, tc.buffer_bytes)
+    per_acc_byte = per_byte if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
     glb_bytes = glb_matmul_bytes(d, t, min(tc.count, t.tiles_n))
     hbm_bytes = hbm_matmul_bytes(d, acc.global_buffer.bytes)
     return OpEnergy(
         compute_j=macs * e.mac_j,
-        core_buffer_j=core_bytes * sram_j_per_byte(e.sram_j_per_byte, tc.buffer_bytes),
+        core_buffer_j=2 * streamed * per_byte + 2 * partial_sums * per_acc_byte,
         global_buffer_j=glb_bytes * sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes),
         hbm_j=hbm_bytes * e.hbm_j_per_byte,
     )
