@@ -87,7 +87,8 @@ def main() -> int:
                         "dynamic_w_by_part": plan["dynamic_w_by_part"],
                     }
                 )
-    print(f"{'chip':<7}{'workload':<24}{'predicted W':>12}{'published W':>12}{'error':>8}{'GEMM time':>10}  dynamic W by part")
+    head = f"{'chip':<7}{'workload':<24}{'predicted W':>12}{'published W':>12}{'error':>8}{'GEMM time':>10}"
+    print(head + "  dynamic W by part")
     for r in rows:
         parts = ", ".join(f"{k.removesuffix('_j')} {v:.0f}" for k, v in r["dynamic_w_by_part"].items())
         print(

@@ -81,6 +81,9 @@ class Options:
     #: Megatron-LM's ``--moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity``
     #: (the importer pads, ``phaze.capacity_factor``; docs/design.md §2).
     capacity_factor: float | None = None
+    #: None (default: no cap), or W > 0: the sweep keeps only plans whose predicted chip power
+    #: (``phaze.power``'s ``chip_power_w``) is at most W watts; needs an ``[energy]`` table.
+    power_cap_w: float | None = None
     #: ``off`` (default), ``on`` (Megatron sequence parallelism at every TP width > 1),
     #: ``auto``: both are compiled and the faster plan is kept
     #: (``phaze-shard-tensor-parallel{sequence_parallel=...}``).
@@ -351,6 +354,9 @@ def compile_model(
     opts = replace(opts, schedule_cache=schedule_cache(opts))
     if accelerator is None and STAGES.index(stage) >= STAGES.index("tiled"):
         accelerator = load_accelerator(opts.hw)
+    if opts.power_cap_w is not None and (accelerator is None or accelerator.energy is None):
+        name = accelerator.name if accelerator is not None else opts.hw
+        raise PhazeError(f"--power-cap: hardware '{name}' has no [energy] table, so its plans have no predicted power")
     spec = load_model_file(model_path)
     try:
         fixed = parse_placement(opts.placement, spec.name)
@@ -410,14 +416,11 @@ def compile_model(
                 return module, candidates
             plan = plan_record(module)
             feasible = plan.get("feasible") == "yes"
-            cand = Candidate(
-                b,
-                t,
-                plan["throughput_samples_per_s"] if feasible else 0.0,
-                plan,
-                "" if feasible else plan.get("binding", ""),
-                sp,
-            )
+            note = "" if feasible else plan.get("binding", "")
+            over = over_power_cap(module, opts.power_cap_w)
+            if feasible and over:
+                feasible, note = False, over
+            cand = Candidate(b, t, plan["throughput_samples_per_s"] if feasible else 0.0, plan, note, sp)
             candidates.append(cand)
             if feasible:
                 log(
@@ -426,16 +429,31 @@ def compile_model(
                 )
                 if best is None or cand.throughput > best[0]:
                     best = (cand.throughput, module)
+            elif over:
+                log(f"{where}: {over}")
             else:
                 log(f"{where}: does not fit: {cand.note}")
                 fallback = fallback or module
     if best is not None:
         best[1].verify()
         return best[1], candidates
+    if opts.power_cap_w is not None and any(c.note.startswith("power ") for c in candidates):
+        raise PhazeError(f"no plan meets --power-cap {opts.power_cap_w:g} W: " + _notes_once(candidates))
     if fallback is not None:
         fallback.verify()
         return fallback, candidates  # nothing fits: the module says which constraint binds
     raise PhazeError("no micro-batch size and TP width could be compiled: " + _notes_once(candidates))
+
+
+def over_power_cap(module: ModuleOp, cap_w: float | None) -> str:
+    """Why a plan's predicted chip power breaks ``cap_w`` ("" when it does not, or no cap)."""
+    from phaze_ir.attributes import PowerAttr
+
+    attr = module.attributes.get(keys.POWER)
+    if cap_w is None or not isinstance(attr, PowerAttr):
+        return ""
+    power = float(attr.as_dict()["chip_power_w"])
+    return f"power {power:.1f} W per chip over the cap of {cap_w:g} W" if power > cap_w else ""
 
 
 def tp_points(opts: Options, tp_widths: Sequence[int]) -> list[tuple[int, bool]]:

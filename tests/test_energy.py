@@ -204,3 +204,31 @@ def test_gemm_bound_power_is_within_20_percent_of_published(hw, tmp_path):
     power = json.loads(out.read_text())["power"]
     assert power["published_power_w"] == {"a100": 400, "tpuv4": 192}[hw]
     assert abs(power["chip_power_w"] / power["published_power_w"] - 1) < 0.20
+
+
+def test_power_cap_keeps_the_plans_under_it(tmp_path):
+    hw = tmp_path / "chip.toml"
+    hw.write_text(dumps_toml(TPU))
+    plan, _ = _phazec_json(tmp_path, str(hw))
+    power = plan["power"]["chip_power_w"]
+    capped, _ = _phazec_json(tmp_path, str(hw), "--power-cap", f"{power * 1.01:.6g}")
+    assert capped["power"]["chip_power_w"] == power
+    res = run_tool(
+        "phazec",
+        str(MODELS / "tiny_gpt2.py"),
+        *("--hw", str(hw), "--devices", "1", "--global-batch", "4", "--micro-batch", "2", "--tp", "1"),
+        *("--power-cap", f"{power * 0.99:.6g}", "-o", str(tmp_path / "x.mlir")),
+    )
+    assert res.returncode != 0
+    assert (
+        f"no plan meets --power-cap {power * 0.99:.6g} W: b=2 t=1: power {power:.1f} W per chip over the cap"
+        in res.stderr
+    )
+    assert not (tmp_path / "x.mlir").exists()
+    for args, message in (
+        (("--hw", "h100"), "--power-cap: hardware 'h100' has no [energy] table"),
+        ((), "--power-cap: the architecture search does not price power yet"),
+        (("--hw", str(hw), "--emit", "latency"), "--power-cap needs the plan stage"),
+    ):
+        res = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), *args, "--power-cap", "100", "-o", str(tmp_path / "y"))
+        assert res.returncode != 0 and message in res.stderr, res.stderr

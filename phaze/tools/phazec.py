@@ -21,6 +21,7 @@ error and exit status 1; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -140,6 +141,14 @@ def _parser() -> argparse.ArgumentParser:
         "default: none, dropless",
     )
     p.add_argument(
+        "--power-cap",
+        type=float,
+        default=None,
+        metavar="W",
+        help="with --hw: keep only plans whose predicted chip power (phaze.power's chip_power_w, the busiest "
+        "device's average over the step) is at most W watts; needs a chip with an [energy] table",
+    )
+    p.add_argument(
         "--solver-time-limit",
         type=float,
         default=None,
@@ -252,7 +261,7 @@ def options(args: argparse.Namespace):
     check_numbers(args)
     check_capacity_factor(args.capacity_factor)
 
-    for flag, given in (("--json", args.json), ("--report", args.report)):
+    for flag, given in (("--json", args.json), ("--report", args.report), ("--power-cap", args.power_cap)):
         if given and args.emit != "plan":
             raise PhazeError(f"{flag} needs the plan stage (--emit plan)")
     if len(args.models) > 1 and not searching(args):
@@ -262,6 +271,14 @@ def options(args: argparse.Namespace):
             if given:
                 raise PhazeError(f"{flag} is for the architecture search; drop --hw (and --emit)")
     search = searching(args)
+    if args.power_cap is not None:
+        if not (math.isfinite(args.power_cap) and args.power_cap > 0):
+            raise PhazeError(f"--power-cap {args.power_cap:g}: expected a positive number of watts")
+        if search:
+            raise PhazeError(
+                "--power-cap: the architecture search does not price power yet; give --hw CHIP "
+                "to cap the power of one chip's plans"
+            )
     if search:
         # The search's settings hold no expert numbers: MoE placement needs one chip.
         for flag, given, default in (
@@ -294,6 +311,7 @@ def options(args: argparse.Namespace):
         pipeline_schedule=args.pipeline_schedule,
         expert_parallel=args.expert_parallel,
         capacity_factor=args.capacity_factor,
+        power_cap_w=args.power_cap,
         sequence_parallel=args.sequence_parallel,
         strict=args.strict,
         schedule_time_limit=time_limit,
