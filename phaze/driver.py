@@ -552,6 +552,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
             for s in stages
         ],
         "power": power_json(module, plan, acc.power_w),
+        **cost_json(module, plan, acc),
         "warnings": unpriced_ops(module),
         "candidates": [
             {
@@ -580,6 +581,45 @@ def power_json(module: ModuleOp, plan: dict[str, Any], published_w: float | None
     out["energy_per_token_j"] = float(out["step_energy_j"]) / (int(plan["global_batch"]) * seq) if seq else None
     out["published_power_w"] = published_w
     return out
+
+
+def cost_json(module: ModuleOp, plan: dict[str, Any], acc) -> dict[str, Any]:
+    """The plan's ``cost`` and ``carbon`` (``passes/algorithms/cost.py``), each None when the
+    hardware lacks what prices it (``[manufacturing]``; ``[deployment]`` and ``[energy]`` for
+    the step's carbon) or the plan is infeasible."""
+    from passes.algorithms.cost import plan_cost
+    from phaze_ir.attributes import PowerAttr
+
+    if plan.get("feasible") != "yes":
+        return {"cost": None, "carbon": None}
+    attr = module.attributes.get(keys.POWER)
+    energy = float(attr.as_dict()["step_energy_j"]) if isinstance(attr, PowerAttr) else None
+    step_s = float(plan["time_per_batch_s"])
+    c = plan_cost(acc, int(plan["devices_used"]), step_s, energy)
+    if c is None:
+        return {"cost": None, "carbon": None}
+    cost = {
+        "die_usd": c.die_usd,
+        "die_yield": c.die_yield,
+        "chip_usd": c.chip_usd,
+        "cluster_usd": c.cluster_usd,
+        "samples_per_s_per_kusd": float(plan["throughput_samples_per_s"]) / (c.cluster_usd / 1e3),
+    }
+    carbon: dict[str, Any] | None = None
+    if c.embodied_kgco2e_per_step is not None:
+        samples = int(plan["global_batch"])
+        seq = keys.int_of(module, keys.SEQ_LEN, 0)
+        operational = c.operational_kgco2e_per_step
+        total = c.embodied_kgco2e_per_step + (operational or 0.0) if operational is not None else None
+        carbon = {
+            "embodied_kgco2e_per_chip": c.embodied_kgco2e_per_chip,
+            "embodied_kgco2e_per_step": c.embodied_kgco2e_per_step,
+            "operational_kgco2e_per_step": operational,
+            "kgco2e_per_step": total,
+            "kgco2e_per_sample": total / samples if total is not None else None,
+            "kgco2e_per_token": total / (samples * seq) if total is not None and seq else None,
+        }
+    return {"cost": cost, "carbon": carbon}
 
 
 def power_line(module: ModuleOp) -> str:
@@ -619,5 +659,23 @@ def summary(module: ModuleOp) -> str:
     )
     factor = capacity_factor(module)
     note = "" if factor is None else f"\nexpert GEMMs padded to capacity factor {factor:g}"
-    power = power_line(module)
-    return head + "\n" + row + note + ("\n" + power if power else "")
+    lines = [line for line in (power_line(module), cost_line(module, plan)) if line]
+    return head + "\n" + row + note + "".join("\n" + line for line in lines)
+
+
+def cost_line(module: ModuleOp, plan: dict[str, Any]) -> str:
+    """One line of the plan's cost and carbon for stderr ("" when not priced)."""
+    from phaze_ir.hardware_ir import module_accelerator
+
+    priced = cost_json(module, plan, module_accelerator(module, "phazec"))
+    cost, carbon = priced["cost"], priced["carbon"]
+    if cost is None:
+        return ""
+    line = (
+        f"cost to make: ${cost['chip_usd']:,.0f} per chip (die ${cost['die_usd']:,.0f} at "
+        f"{cost['die_yield']:.1%} yield), ${cost['cluster_usd']:,.0f} for the cluster"
+    )
+    if carbon is not None and carbon["kgco2e_per_step"] is not None:
+        share = carbon["embodied_kgco2e_per_step"] / carbon["kgco2e_per_step"]
+        line += f"; {carbon['kgco2e_per_step'] * 1e3:.4g} g CO2e per step ({share:.1%} embodied)"
+    return line

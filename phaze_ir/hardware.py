@@ -474,6 +474,56 @@ class Energy:
         _validate_fields(self)
 
 
+@dataclass(frozen=True)
+class Manufacturing:
+    """What making the chip costs, in money and carbon (the optional ``[manufacturing]``
+    table; the model is ``passes/algorithms/cost.py``, docs/design.md §5.10).
+
+    Attributes:
+        wafer_usd: the foundry's price of one wafer at the chip's node, US dollars.
+        wafer_diameter_mm: the wafer's diameter, mm.
+        edge_loss_mm: the unusable ring at the wafer's edge, mm.
+        defect_density_per_mm2: defects per mm² (D0).
+        yield_clustering: the clustering α of the negative binomial yield ``(1 + D0·A/α)^(−α)``.
+        hbm_usd_per_byte: the HBM's price per byte, US dollars.
+        die_kgco2e_per_mm2: embodied carbon of a mm² of processed wafer, kg CO2e.
+        hbm_kgco2e_per_byte: embodied carbon of a byte of HBM, kg CO2e.
+        package_kgco2e: embodied carbon of the chip's package, kg CO2e.
+    """
+
+    wafer_usd: float = _spec("pos_float", "price of one wafer (USD)")
+    wafer_diameter_mm: float = _spec("pos_float", "wafer diameter (mm)")
+    edge_loss_mm: float = _spec("nonneg_float", "unusable wafer edge (mm)")
+    defect_density_per_mm2: float = _spec("nonneg_float", "defects per mm^2")
+    yield_clustering: float = _spec("pos_float", "negative binomial clustering alpha")
+    hbm_usd_per_byte: float = _spec("nonneg_float", "HBM price per byte (USD)")
+    die_kgco2e_per_mm2: float = _spec("nonneg_float", "embodied carbon per mm^2 of wafer (kg CO2e)")
+    hbm_kgco2e_per_byte: float = _spec("nonneg_float", "embodied carbon per byte of HBM (kg CO2e)")
+    package_kgco2e: float = _spec("nonneg_float", "embodied carbon of the package (kg CO2e)")
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where the cluster runs (the optional ``[deployment]`` table): what turns a step's
+    energy into operational carbon and spreads the chips' embodied carbon over their life.
+
+    Attributes:
+        pue: the data centre's power usage effectiveness (facility energy over IT energy).
+        grid_kgco2e_per_j: the grid's carbon intensity, kg CO2e per joule (g/kWh ÷ 3.6e9).
+        lifetime_s: the chips' service life, seconds.
+    """
+
+    pue: float = _spec("pos_float", "power usage effectiveness")
+    grid_kgco2e_per_j: float = _spec("nonneg_float", "grid carbon intensity (kg CO2e/J)")
+    lifetime_s: float = _spec("pos_float", "service life (s)")
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+
+
 _TABLES: dict[str, type] = {
     "tensor_cores": TensorCores,
     "vector_cores": VectorCores,
@@ -481,10 +531,12 @@ _TABLES: dict[str, type] = {
     "hbm": HBM,
     "calibration": Calibration,
     "energy": Energy,
+    "manufacturing": Manufacturing,
+    "deployment": Deployment,
 }
 
 #: The tables a description may leave out.
-_OPTIONAL_TABLES = ("calibration", "energy")
+_OPTIONAL_TABLES = ("calibration", "energy", "manufacturing", "deployment")
 
 
 @dataclass(frozen=True)
@@ -504,6 +556,8 @@ class Accelerator:
             :class:`Calibration` (``None``: the ideal model).
         energy: optional, energy per action and static power, see :class:`Energy` (``None``:
             no energy or power is priced).
+        manufacturing: optional, die cost and embodied carbon, see :class:`Manufacturing`.
+        deployment: optional, PUE, grid carbon and service life, see :class:`Deployment`.
         power_w: optional published chip power (TDP), in watts; what the plan's predicted
             power is reported against (nothing derives from it).
         cost_usd: optional chip cost, in US dollars (informative).
@@ -527,6 +581,8 @@ class Accelerator:
     area_mm2: float | None = _spec("opt_pos_float", "given chip area (mm^2)", default=None)
     calibration: Calibration | None = _spec("opt_table", "what the real chip achieves", default=None)
     energy: Energy | None = _spec("opt_table", "energy per action and static power", default=None)
+    manufacturing: Manufacturing | None = _spec("opt_table", "die cost and embodied carbon", default=None)
+    deployment: Deployment | None = _spec("opt_table", "PUE, grid carbon, service life", default=None)
 
     # Top-level scalar keys first, then tables, then the network array: the order of to_dict()
     # and of the TOML files (TOML needs the scalars before the first table).
@@ -543,6 +599,8 @@ class Accelerator:
         "hbm",
         "calibration",
         "energy",
+        "manufacturing",
+        "deployment",
         "network",
     )
 

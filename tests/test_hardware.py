@@ -98,6 +98,8 @@ def test_preset_round_trips(name: str) -> None:
         "global_buffer",
         "hbm",
         *(["calibration"] if acc.calibration is not None else []),
+        *(["energy"] if acc.energy is not None else []),
+        *(["manufacturing", "deployment"] if acc.manufacturing is not None else []),
         "network",
     ]
     assert list(d["tensor_cores"]) == ["count", "pe_x", "pe_y", "buffer_bytes"]
@@ -275,7 +277,8 @@ MUTATIONS = [
         "bytes_per_element = 2",
         "bytes_per_element = 2\nzzz = 1",
         "bad.toml: unknown key 'zzz' (known keys: name, clock_hz, tensor_cores, vector_cores, "
-        "global_buffer, hbm, bytes_per_element, network, power_w, cost_usd, area_mm2, calibration, energy)",
+        "global_buffer, hbm, bytes_per_element, network, power_w, cost_usd, area_mm2, calibration, energy, "
+        "manufacturing, deployment)",
     ),
     (
         "group size does not grow",
