@@ -313,7 +313,9 @@ class ArchSpace:
     def accelerator(self, i: int, hbm_bytes: int | None = None) -> Accelerator:
         """Candidate ``i`` as a full :class:`Accelerator`: its cores and global buffer, per-core
         buffers as the area model assumes, HBM of ``hbm_bytes`` (default: the first option), the
-        rest from the template.  Power, cost and given area are not carried over."""
+        rest from the template: its energy per action, manufacturing and deployment data too
+        (they describe the technology and the data centre, not one chip).  Power, cost and given
+        area are not carried over."""
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"candidate {i} out of range for a space of {n}")
@@ -341,6 +343,9 @@ class ArchSpace:
             hbm=HBM(bytes=hbm, bandwidth_Bps=t.hbm.bandwidth_Bps),
             bytes_per_element=t.bytes_per_element,
             network=t.network,
+            energy=t.energy,
+            manufacturing=t.manufacturing,
+            deployment=t.deployment,
         )
 
     def find(
