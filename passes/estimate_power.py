@@ -8,7 +8,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from passes.algorithms.energy import LayerEnergy, StageWork, collective_energy, plan_power
+from passes.algorithms.energy import LayerEnergy, plan_power, stage_works
 from phaze_ir import keys
 from phaze_ir.attributes import LayerEnergyAttr, LayerMemoryAttr, PlanAttr, PowerAttr, StageInfoAttr
 from phaze_ir.errors import PhazeError
@@ -55,17 +55,8 @@ class EstimatePowerPass(ModulePass):
             r = m.as_dict()
             grads[int(r["index"])] = int(r["grad_bytes"])
         dp, pp, tp, zero = (int(plan[k]) for k in ("dp", "pp", "tp", "zero"))
-        # The DP group of one device: d devices a stride of tp·pp apart (TP innermost, then PP,
-        # then DP, as the placement DP lays replicas out), on the level that holds its span.
-        stages = []
-        for s in keys.require_records(op, keys.STAGES, StageInfoAttr):
-            info = s.as_dict()
-            ids = tuple(range(int(info["first_layer"]), int(info["last_layer"]) + 1))
-            grad_bytes = sum(grads.get(i, 0) for i in ids)
-            # ZeRO 1-2: reduce-scatter + all-gather, the bytes of one all-reduce; ZeRO-3 gathers
-            # the parameters again for the backward: half as much more.
-            dp_energy = collective_energy("all_reduce", grad_bytes * (1.5 if zero == 3 else 1.0), dp, acc, dp * tp * pp)
-            stages.append(StageWork(int(info["rank"]), ids, str(info["recompute"]), dp_energy))
+        records = [s.as_dict() for s in keys.require_records(op, keys.STAGES, StageInfoAttr)]
+        stages = stage_works(records, grads, dp=dp, tp=tp, pp=pp, zero=zero, acc=acc)
         power = plan_power(
             layers,
             stages,

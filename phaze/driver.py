@@ -81,6 +81,9 @@ class Options:
     #: Megatron-LM's ``--moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity``
     #: (the importer pads, ``phaze.capacity_factor``; docs/design.md §2).
     capacity_factor: float | None = None
+    #: What the architecture search maximizes (``phaze.search.objective.OBJECTIVES``):
+    #: ``throughput`` (default), ``perf-per-watt``, ``perf-per-dollar``, ``energy``, ``carbon``.
+    objective: str = "throughput"
     #: None (default: no cap), or W > 0: the sweep keeps only plans whose predicted chip power
     #: (``phaze.power``'s ``chip_power_w``) is at most W watts; needs an ``[energy]`` table.
     power_cap_w: float | None = None

@@ -227,8 +227,55 @@ def test_power_cap_keeps_the_plans_under_it(tmp_path):
     assert not (tmp_path / "x.mlir").exists()
     for args, message in (
         (("--hw", "h100"), "--power-cap: hardware 'h100' has no [energy] table"),
-        ((), "--power-cap: the architecture search does not price power yet"),
         (("--hw", str(hw), "--emit", "latency"), "--power-cap needs the plan stage"),
     ):
         res = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), *args, "--power-cap", "100", "-o", str(tmp_path / "y"))
         assert res.returncode != 0 and message in res.stderr, res.stderr
+
+
+def test_energy_over_a_space_equals_the_scalar_model():
+    """``energy_space`` (every op on every candidate at once, what the search's objectives
+    price) against ``estimate_energy`` on each candidate's accelerator."""
+    import random
+
+    from passes.algorithms.arch_space import paper_space
+    from passes.algorithms.energy import energy_space
+    from passes.algorithms.latency import OpTable
+
+    space = paper_space()
+    rng = random.Random(0)
+    picked = sorted(rng.sample(range(len(space.configs)), 40))
+    descs: list = [
+        MatmulDesc(
+            batch=rng.choice([1, 4]),
+            m=rng.choice([1, 7, 512, 4096]),
+            n=rng.choice([16, 130, 1024]),
+            k=rng.choice([64, 768, 5000]),
+            a_elem=2,
+            b_elem=2,
+            c_elem=2,
+            a_bytes=1000,
+            b_bytes=2000,
+            bias_bytes=rng.choice([0, 64]),
+            rhs_batched=rng.choice([True, False]),
+        )
+        for _ in range(30)
+    ]
+    descs += [
+        VectorDesc(
+            work=rng.randint(1, 10**6),
+            read_bytes=rng.randint(1, 10**7),
+            write_bytes=rng.randint(1, 10**6),
+            passes=rng.choice([1, 2, 3]),
+            row_bytes=rng.choice([0, 1000, 10**6]),
+        )
+        for _ in range(30)
+    ]
+    descs += [CollectiveDesc("all_reduce", 8, 10**6), ViewDesc()]
+    chip, net = energy_space(OpTable(descs), space.configs[picked], space.spec.template)
+    for j, c in enumerate(picked):
+        acc = space.accelerator(c)
+        for i, d in enumerate(descs):
+            e = estimate_energy(d, acc)
+            assert chip[i, j] == pytest.approx(e.chip_j, rel=1e-12, abs=0.0)
+            assert net[i, j] == e.network_j

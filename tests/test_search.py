@@ -4,6 +4,7 @@ is the same bytes whatever the backend."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -310,3 +311,63 @@ def test_search_chooses_the_interleaved_schedule(tmp_path):
     assert got["throughput_samples_per_s"] > plain["throughput_samples_per_s"]
     co = next(b for b in got["baselines"] if b["name"] == "co-optimized")
     assert (co["virtual_stages"], co["sequence_parallel"]) == (got["virtual_stages"], False)
+
+
+@pytest.mark.parametrize("objective", ["perf-per-watt", "perf-per-dollar", "energy", "carbon"])
+def test_search_for_every_objective_equals_plain_enumeration(objective, tmp_path):
+    """Under each objective the bounds (``phaze/search/objective.py``) hold, so pruning finds
+    what enumeration finds, ties included; the winner's plan, recompiled through the pipeline,
+    gives the search's value (checked for the objectives the plan's JSON prices directly)."""
+    base = ["--space", TINY_SPACE, "--devices", "8", "--global-batch", "16", "--micro-batch", "2"]
+    base += ["--objective", objective, "--no-baselines"]
+    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=base)
+    _, got, _ = search(tmp_path, "pruned", base=base)
+    assert got["search"]["objective"] == objective
+    assert got["accelerator"] == plain["accelerator"]
+    assert got["throughput_samples_per_s"] == plain["throughput_samples_per_s"]
+    best = max(p["score"] for p in plain["search"]["points"])
+    (winner,) = [p for p in got["search"]["points"] if p["best"]]
+    assert winner["score"] == best
+    assert got["search"]["pruned"]["work_bound"] + got["search"]["pruned"]["dp_bound"] > 0  # the bounds prune
+    n, thr, power = got["devices_used"], got["throughput_samples_per_s"], got["power"]
+    if objective == "perf-per-watt":
+        assert winner["score"] == pytest.approx(thr / (n * power["chip_power_w"]), rel=1e-9)
+    if objective == "energy":
+        assert winner["score"] == pytest.approx(16 / power["step_energy_j"], rel=1e-9)
+    if objective == "perf-per-dollar":
+        assert winner["score"] == pytest.approx(thr / got["cost"]["cluster_usd"], rel=1e-9)
+    if objective == "carbon":
+        assert winner["score"] == pytest.approx(1 / got["carbon"]["kgco2e_per_sample"], rel=1e-9)
+
+
+def test_objective_needs_its_tables_and_the_search(tmp_path):
+    bare = tmp_path / "bare.toml"
+    bare.write_text(
+        Path(TINY_SPACE).read_text().replace('hardware = "tpuv4"', f'hardware = "{tmp_path / "chip.toml"}"')
+    )
+    from phaze_ir.hardware import dumps_toml, load_hardware
+
+    chip = load_hardware("tpuv4")
+    (tmp_path / "chip.toml").write_text(dumps_toml(dataclasses.replace(chip, energy=None)))
+    r = run_tool("phazec", TINY, "--space", str(bare), "--objective", "energy", "-o", str(tmp_path / "p.mlir"))
+    assert r.returncode != 0
+    assert "--objective energy needs a [energy] table in the hardware of the space" in r.stderr
+    r = run_tool("phazec", TINY, "--hw", "a100", "--objective", "carbon", "-o", str(tmp_path / "p.mlir"))
+    assert r.returncode != 0 and "--objective carbon is for the architecture search" in r.stderr
+
+
+def test_search_under_a_power_cap_equals_plain_enumeration(tmp_path):
+    """A power cap turns the chips whose plans draw more into misfits: the search still finds
+    what enumeration finds, and the chip it picks draws at most the cap."""
+    base = ["--space", TINY_SPACE, "--devices", "8", "--global-batch", "16", "--micro-batch", "2", "--no-baselines"]
+    _, free, _ = search(tmp_path, "free", base=base)
+    cap = 0.95 * free["power"]["chip_power_w"]
+    capped = [*base, "--power-cap", f"{cap:.6g}"]
+    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=capped)
+    _, got, _ = search(tmp_path, "pruned", base=capped)
+    assert got["accelerator"] == plain["accelerator"] != free["accelerator"]
+    assert got["throughput_samples_per_s"] == plain["throughput_samples_per_s"] < free["throughput_samples_per_s"]
+    assert got["power"]["chip_power_w"] <= cap
+    assert got["search"]["evaluator"]["over_power_cap"] > 0
+    r = run_tool("phazec", TINY, *base, "--power-cap", "1", "--no-cache", "-o", str(tmp_path / "none.mlir"))
+    assert r.returncode != 0 and "draws more than --power-cap 1 W per chip" in r.stderr, r.stderr

@@ -29,17 +29,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["PlanCost", "dies_per_wafer", "die_yield", "plan_cost"]
+__all__ = ["PlanCost", "chip_usd", "dies_per_wafer", "die_yield", "embodied_kgco2e", "plan_cost"]
 
 
-def dies_per_wafer(die_mm2: float, wafer_diameter_mm: float, edge_loss_mm: float) -> float:
-    """Whole dies of ``die_mm2`` on a wafer (not rounded): ``π (d/2 − e)² / A − π (d − 2e) / √(2A)``."""
+def dies_per_wafer(die_mm2, wafer_diameter_mm: float, edge_loss_mm: float):
+    """Whole dies of ``die_mm2`` on a wafer (not rounded): ``π (d/2 − e)² / A − π (d − 2e) / √(2A)``
+    (a number, or numpy arrays element by element)."""
     usable = wafer_diameter_mm - 2.0 * edge_loss_mm
-    return math.pi * (usable / 2.0) ** 2 / die_mm2 - math.pi * usable / math.sqrt(2.0 * die_mm2)
+    return math.pi * (usable / 2.0) ** 2 / die_mm2 - math.pi * usable / (2.0 * die_mm2) ** 0.5
 
 
-def die_yield(die_mm2: float, defects_per_mm2: float, clustering: float) -> float:
-    """The fraction of good dies, negative binomial ``(1 + D0·A/α)^(−α)``."""
+def die_yield(die_mm2, defects_per_mm2: float, clustering: float):
+    """The fraction of good dies, negative binomial ``(1 + D0·A/α)^(−α)`` (numbers or arrays)."""
     return (1.0 + defects_per_mm2 * die_mm2 / clustering) ** (-clustering)
 
 
@@ -61,6 +62,20 @@ class PlanCost:
     operational_kgco2e_per_step: float | None
 
 
+def chip_usd(mf, die_mm2, hbm_bytes):
+    """A chip's cost to make: a good die (``wafer_usd / (dies per wafer · yield)``) and its HBM;
+    ``mf`` a :class:`phaze_ir.hardware.Manufacturing` (numbers or numpy arrays)."""
+    good = die_yield(die_mm2, mf.defect_density_per_mm2, mf.yield_clustering)
+    dies = dies_per_wafer(die_mm2, mf.wafer_diameter_mm, mf.edge_loss_mm)
+    return mf.wafer_usd / (dies * good) + mf.hbm_usd_per_byte * hbm_bytes
+
+
+def embodied_kgco2e(mf, die_mm2, hbm_bytes):
+    """A chip's embodied carbon: its die's wafer area over the yield, its HBM, its package."""
+    good = die_yield(die_mm2, mf.defect_density_per_mm2, mf.yield_clustering)
+    return mf.die_kgco2e_per_mm2 * die_mm2 / good + mf.hbm_kgco2e_per_byte * hbm_bytes + mf.package_kgco2e
+
+
 def plan_cost(acc, devices_used: int, step_s: float, step_energy_j: float | None) -> PlanCost | None:
     """The :class:`PlanCost` of a plan on ``acc`` using ``devices_used`` chips, a step of
     ``step_s`` seconds and ``step_energy_j`` joules (None: not priced in energy); None when the
@@ -75,8 +90,8 @@ def plan_cost(acc, devices_used: int, step_s: float, step_energy_j: float | None
         raise ValueError(f"a die of {area:.1f} mm^2 does not fit a {mf.wafer_diameter_mm:g} mm wafer")
     good = die_yield(area, mf.defect_density_per_mm2, mf.yield_clustering)
     die_usd = mf.wafer_usd / (dies * good)
-    chip_usd = die_usd + mf.hbm_usd_per_byte * acc.hbm.bytes
-    embodied = mf.die_kgco2e_per_mm2 * area / good + mf.hbm_kgco2e_per_byte * acc.hbm.bytes + mf.package_kgco2e
+    chip = chip_usd(mf, area, acc.hbm.bytes)
+    embodied = embodied_kgco2e(mf, area, acc.hbm.bytes)
     dep = acc.deployment
     embodied_step = operational_step = None
     if dep is not None:
@@ -85,8 +100,8 @@ def plan_cost(acc, devices_used: int, step_s: float, step_energy_j: float | None
             operational_step = step_energy_j * dep.pue * dep.grid_kgco2e_per_j
     return PlanCost(
         die_usd=die_usd,
-        chip_usd=chip_usd,
-        cluster_usd=devices_used * chip_usd,
+        chip_usd=chip,
+        cluster_usd=devices_used * chip,
         die_yield=good,
         embodied_kgco2e_per_chip=embodied,
         embodied_kgco2e_per_step=embodied_step,

@@ -57,14 +57,18 @@ import numpy as np
 
 from passes.algorithms import network
 from passes.algorithms.latency import (
+    CONFIG_FIELDS,
     CollectiveDesc,
     MatmulDesc,
     OpDesc,
+    OpTable,
     VectorDesc,
     ViewDesc,
     glb_matmul_bytes,
     hbm_matmul_bytes,
+    matmul_traffic_space,
     vector_traffic,
+    vector_traffic_space,
 )
 from passes.algorithms.tiling import ACC_BYTES, ScalarTiling, tile_gemm_scalar
 
@@ -75,9 +79,11 @@ __all__ = [
     "StageWork",
     "PlanPower",
     "estimate_energy",
+    "energy_space",
     "sram_j_per_byte",
     "layer_energies",
     "plan_power",
+    "stage_works",
 ]
 
 #: Where an op's energy goes, in the order of :class:`OpEnergy`'s fields.
@@ -181,6 +187,53 @@ def estimate_energy(d: OpDesc, acc, tiling: ScalarTiling | None = None) -> OpEne
     return _cached(d, acc)
 
 
+def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """``(chip_j, network_j)``, each ``[ops × configs]``: the energy of one execution of every
+    op of ``table`` on every row of ``configs`` (an architecture space's structured array),
+    with the ``[energy]`` table and network of ``template``, the network part apart.  Equal
+    to :func:`estimate_energy` on each configuration to rounding (tested); GEMMs ``chunk`` at
+    a time."""
+    e = template.energy
+    if e is None:
+        raise ValueError(f"hardware {template.name!r} has no [energy] table")
+    configs = np.asarray(configs)
+    chip = np.zeros((len(table), configs.shape[0]))
+    net = np.zeros_like(chip)
+    cfg = {f: np.ascontiguousarray(configs[f], dtype=np.int64)[None, :] for f in CONFIG_FIELDS}
+    glb_j = sram_j_per_byte(e.sram_j_per_byte, cfg["glb_bytes"])
+    tc_j = sram_j_per_byte(e.sram_j_per_byte, cfg["tc_buffer_bytes"])
+    acc_j = tc_j if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
+    vc_j = sram_j_per_byte(e.sram_j_per_byte, cfg["vc_buffer_bytes"])
+    rows = table.rows["tensor"]
+    for s in range(0, len(rows), chunk):
+        sel = np.arange(s, min(s + chunk, len(rows)))
+        cols = {f: v[sel][:, None] for f, v in table.cols["tensor"].items()}
+        t, hbm_bytes, _, glb_split = matmul_traffic_space(cols, cfg)
+        passes = t.tiles * t.tiles_k
+        pe_x, pe_y = cfg["width"], cfg["depth"]
+        macs = (passes * t.m_block).astype(np.float64) * pe_x * pe_y
+        streamed = passes * (t.m_block * pe_y * cols["a_elem"] + pe_y * pe_x * cols["b_elem"])
+        partial_sums = passes * t.m_block * pe_x * ACC_BYTES
+        chip[rows[sel]] = (
+            macs * e.mac_j
+            + (2 * streamed * tc_j + 2 * partial_sums * acc_j)
+            + glb_split * glb_j
+            + hbm_bytes * e.hbm_j_per_byte
+        )
+    rows = table.rows["vector"]
+    if len(rows):
+        cols = {f: v[:, None] for f, v in table.cols["vector"].items()}
+        core_bytes, hbm_bytes = vector_traffic_space(cols, cfg)
+        buffers = core_bytes * vc_j + core_bytes * glb_j
+        chip[rows] = cols["work"] * e.vector_op_j + buffers + hbm_bytes * e.hbm_j_per_byte
+    for i in table.rows["network"]:
+        d = table.descs[int(i)]
+        assert isinstance(d, CollectiveDesc)  # the "network" rows are the collectives
+        op = collective_energy(d.kind, d.nbytes, d.group_size, template)
+        chip[i], net[i] = op.chip_j, op.network_j
+    return chip, net
+
+
 @dataclass(frozen=True)
 class LayerEnergy:
     """Joules of one layer on one device: its ops of each phase (``fwd_j`` and ``bwd_j`` per
@@ -230,6 +283,25 @@ class StageWork:
     layers: tuple[int, ...]
     recompute: str
     dp: OpEnergy = OpEnergy()
+
+
+def stage_works(
+    stages: Sequence[Mapping], grad_bytes: Mapping[int, int], *, dp: int, tp: int, pp: int, zero: int, acc
+) -> list[StageWork]:
+    """The :class:`StageWork` of each of a plan's ``stages`` (records with ``rank``,
+    ``first_layer``, ``last_layer``, ``recompute``): its layers, policy, and the energy of its
+    gradients' data-parallel collective on ``acc``: an all-reduce of the layers' ``grad_bytes``
+    over the ``dp`` devices a stride of ``tp · pp`` apart (TP innermost, then PP, then DP, as
+    the placement DP lays replicas out), carried by the level that holds their span.  ZeRO 1-2's
+    reduce-scatter and all-gather move the same bytes; ZeRO-3 gathers the parameters again for
+    the backward: half as much more."""
+    out = []
+    for s in stages:
+        ids = tuple(range(int(s["first_layer"]), int(s["last_layer"]) + 1))
+        moved = sum(grad_bytes.get(i, 0) for i in ids) * (1.5 if zero == 3 else 1.0)
+        dp_energy = collective_energy("all_reduce", moved, dp, acc, dp * tp * pp)
+        out.append(StageWork(int(s["rank"]), ids, str(s["recompute"]), dp_energy))
+    return out
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,9 @@ __all__ = [
     "hbm_matmul_bytes",
     "glb_matmul_bytes",
     "vector_traffic",
+    "matmul_traffic_space",
+    "vector_traffic_space",
+    "CONFIG_FIELDS",
     "wave_s",
 ]
 
@@ -513,8 +516,10 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
-def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: FixedParams):
-    """[u, C] arrays for a chunk of GEMMs (columns are [u, 1], configs [1, C])."""
+def matmul_traffic_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray]):
+    """The tiling and traffic of a chunk of GEMMs on configurations ([u, 1] columns, [1, C]
+    configs): ``(tiling, hbm_bytes, glb_one_bytes, glb_split_bytes)``, [u, C] each (the
+    vectorized :func:`hbm_matmul_bytes` and :func:`glb_matmul_bytes`, on one core and split)."""
     batch, m, n, k = cols["batch"], cols["m"], cols["n"], cols["k"]
     a_elem, b_elem, c_elem = cols["a_elem"], cols["b_elem"], cols["c_elem"]
     bias, rhs_batched = cols["bias_bytes"], cols["rhs_batched"].astype(bool)
@@ -531,27 +536,39 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
     keep_a = a1 + b1 * _cdiv(a1, half) + c1
     blocked = np.maximum(compulsory, problems * np.minimum(keep_b, keep_a) + bias)
     hbm_bytes = np.where(a1 + b1 + c1 <= glb, compulsory, blocked)
-    hbm_s = hbm_bytes / fx.hbm_bandwidth_Bps
     # GLB <-> cores
     a_stream = batch * m * k * a_elem
     rest = batch * t.tiles_m * k * n * b_elem + c_bytes + bias
-    glb_one_s = (a_stream * t.tiles_n + rest) / fx.glb_bandwidth_Bps
     sharers = np.minimum(cfg["num_tc"], t.tiles_n)
-    glb_split_s = (a_stream * _cdiv(t.tiles_n, sharers) + rest) / fx.glb_bandwidth_Bps
-    one, bound_one = _roofline_v(t.cycles_one / fx.clock_hz, glb_one_s, hbm_s)
-    split, bound = _roofline_v(t.cycles_split / fx.clock_hz, glb_split_s, hbm_s)
+    return t, hbm_bytes, a_stream * t.tiles_n + rest, a_stream * _cdiv(t.tiles_n, sharers) + rest
+
+
+def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: FixedParams):
+    """[u, C] arrays for a chunk of GEMMs (columns are [u, 1], configs [1, C])."""
+    t, hbm_bytes, glb_one, glb_split = matmul_traffic_space(cols, cfg)
+    hbm_s = hbm_bytes / fx.hbm_bandwidth_Bps
+    one, bound_one = _roofline_v(t.cycles_one / fx.clock_hz, glb_one / fx.glb_bandwidth_Bps, hbm_s)
+    split, bound = _roofline_v(t.cycles_split / fx.clock_hz, glb_split / fx.glb_bandwidth_Bps, hbm_s)
     return one, split, bound, bound_one
 
 
-def _vector_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: FixedParams):
-    work, read, write = cols["work"], cols["read_bytes"], cols["write_bytes"]
+def vector_traffic_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray]):
+    """The traffic of a chunk of vector ops on configurations: ``(core_bytes, hbm_bytes)``,
+    [u, C] each (the vectorized :func:`vector_traffic` into a vector core's buffer and into
+    the global buffer)."""
+    read, write = cols["read_bytes"], cols["write_bytes"]
     passes, row = cols["passes"], cols["row_bytes"]
     multi = passes > 1
     core_reads = np.where(multi & (row > cfg["vc_buffer_bytes"] // 2), read * passes, read)
-    glb_s = (core_reads + write) / fx.glb_bandwidth_Bps
     hbm_reads = np.where(multi & (row > cfg["glb_bytes"] // 2), read * passes, read)
-    hbm_s = (hbm_reads + write) / fx.hbm_bandwidth_Bps
-    width = cfg["width_vc"]
+    return core_reads + write, hbm_reads + write
+
+
+def _vector_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: FixedParams):
+    core_bytes, hbm_bytes = vector_traffic_space(cols, cfg)
+    glb_s = core_bytes / fx.glb_bandwidth_Bps
+    hbm_s = hbm_bytes / fx.hbm_bandwidth_Bps
+    work, width = cols["work"], cfg["width_vc"]
     one, bound_one = _roofline_v(_cdiv(work, width) / fx.clock_hz, glb_s, hbm_s)
     split, bound = _roofline_v(_cdiv(work, width * cfg["num_vc"]) / fx.clock_hz, glb_s, hbm_s)
     return one, split, bound, bound_one
@@ -602,13 +619,13 @@ class LatencyCache:
 #: The cache :func:`estimate_space` uses unless given another (``cache=None`` disables caching).
 DEFAULT_CACHE = LatencyCache()
 
-_CONFIG_FIELDS = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes", "tc_buffer_bytes", "vc_buffer_bytes")
+CONFIG_FIELDS = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes", "tc_buffer_bytes", "vc_buffer_bytes")
 
 
 def configs_key(configs: np.ndarray) -> str:
     """A digest identifying a configs array by content (the fields the latency model reads)."""
     h = hashlib.blake2b(digest_size=16)
-    for f in _CONFIG_FIELDS:
+    for f in CONFIG_FIELDS:
         h.update(np.ascontiguousarray(configs[f], dtype=np.int64).tobytes())
     return h.hexdigest()
 
@@ -639,7 +656,7 @@ def estimate_space(
     split = np.empty((U, C), dtype=np.float64)
     bound = np.empty((U, C), dtype=np.uint8)
     bound_one = np.empty((U, C), dtype=np.uint8)
-    cfg = {f: np.ascontiguousarray(configs[f], dtype=np.int64)[None, :] for f in _CONFIG_FIELDS}
+    cfg = {f: np.ascontiguousarray(configs[f], dtype=np.int64)[None, :] for f in CONFIG_FIELDS}
     base_key = (configs_key(configs), fx) if cache is not None else None
 
     def cached(i: int) -> bool:

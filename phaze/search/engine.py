@@ -52,6 +52,7 @@ from passes.algorithms import placement as pl
 from passes.algorithms import schedule as sched
 from passes.algorithms.latency import estimate_space
 from passes.algorithms.schedule_bounds import group_lower_bound
+from phaze.search.objective import Objective
 from phaze.search.setting import Setting
 
 #: Relative tolerance when comparing a bound with the incumbent (bounds and exact values are
@@ -64,7 +65,7 @@ EXACT_BATCH = 8
 #: The evaluator's timers (seconds) and counts, in the JSON's order (``search.wall_s`` after the
 #: phases, ``search.evaluator``).
 TIMERS = ("estimate", "dp_bound", "schedule", "dp_exact")
-COUNTS = ("dp_bound_solves", "schedules_solved", "schedules_cached", "dp_exact_solves")
+COUNTS = ("dp_bound_solves", "schedules_solved", "schedules_cached", "dp_exact_solves", "over_power_cap")
 
 
 @dataclass(frozen=True)
@@ -140,18 +141,26 @@ class Params:
     recompute: str = "auto"
     zero: str = "0"
     pipeline_schedule: str = "1f1b"
+    #: What the search maximizes (:data:`phaze.search.objective.OBJECTIVES`).
+    objective: str = "throughput"
+    #: None, or the most a chip may draw (W): a setting whose plan's chip power is above it
+    #: scores 0 (the plan the DP finds, the fastest; a slower one under the cap is not sought).
+    power_cap_w: float | None = None
 
 
 @dataclass
 class Evaluated:
     """One exactly evaluated architecture: per model, the best setting (index into the model's
-    settings, -1 if nothing fits) with its throughput and DP result."""
+    settings, -1 if nothing fits) with its objective value and DP result; ``score``, the mean
+    of the models' objective values; ``throughput``, the mean of their throughputs (the score
+    itself under the throughput objective)."""
 
     config: int
     hbm: int
     score: float
     area_um2: float
     best: list[tuple[int, float, _phaze_rs.ResultDict | None]]
+    throughput: float = 0.0
 
 
 @dataclass
@@ -217,6 +226,15 @@ class Evaluator:
         self._dp_memo: dict[tuple, float] = {}
         self._exact_ms: dict[tuple[int, int, int], np.ndarray] = {}
         self._levels: dict[int, list] = {}
+        self._objectives: dict[int, Objective] = {}
+
+    def objective(self, cands: Candidates) -> Objective:
+        """The search's objective on ``cands`` (built once per candidates)."""
+        obj = self._objectives.get(id(cands))
+        if obj is None:
+            obj = Objective(self.params.objective, cands, self.params.global_batch, self.params.power_cap_w is not None)
+            self._objectives[id(cands)] = obj
+        return obj
 
     # -- bounds -----------------------------------------------------------------------------------
 
@@ -241,14 +259,28 @@ class Evaluator:
             self.timers["estimate"] += time.perf_counter() - t0
         return self._lb[key]
 
-    def work_bound(self, cands: Candidates, setting: Setting) -> np.ndarray:
-        """Stage 1: ``[configs]`` upper bounds on the setting's throughput (samples/s)."""
+    def total_lb(self, cands: Candidates, setting: Setting) -> np.ndarray:
+        """``[configs]`` lower bounds on one micro-batch's forward and backward time summed over
+        the layers (seconds)."""
         lb = self.lower_bounds(cands, setting)
         total = np.zeros(lb.shape[1])
         for lr in setting.layers:
             for g in (lr.fwd, lr.bwd):
                 if g >= 0:
                     total += lb[g]
+        return total
+
+    def work_bound(self, cands: Candidates, setting: Setting) -> np.ndarray:
+        """Stage 1: ``[configs]`` upper bounds on the setting's objective (throughput:
+        samples/s; the others: :meth:`Objective.bound`, at the smallest HBM option)."""
+        total = self.total_lb(cands, setting)
+        obj = self.objective(cands)
+        if not obj.throughput:
+            t0 = time.perf_counter()
+            with np.errstate(divide="ignore"):
+                out = np.where(total > 0, obj.bound(setting, total, np.arange(len(total)), min(cands.hbm)), np.inf)
+            self.timers["estimate"] += time.perf_counter() - t0
+            return out
         with np.errstate(divide="ignore"):
             return np.where(total > 0, setting.micro_batch * self.params.devices / (setting.tp * total), np.inf)
 
@@ -289,7 +321,17 @@ class Evaluator:
         self, cands: Candidates, task_id: int, task: ModelTask, setting_idx: int, pairs: Sequence[tuple[int, int]]
     ) -> np.ndarray:
         """Stage 2: the DP's throughput on lower-bound times for each ``(config, hbm)`` pair
-        (no bound, ``inf``, with ``dp_overlap``: see the module docstring)."""
+        (no bound, ``inf``, with ``dp_overlap``: see the module docstring).  Under another
+        objective, its bound at the pair's HBM (:meth:`Objective.bound`: the DP bounds time,
+        not energy or cost)."""
+        obj = self.objective(cands)
+        if not obj.throughput:
+            setting = task.settings[setting_idx]
+            configs = np.asarray([c for c, _ in pairs], dtype=np.int64)
+            hbm = np.asarray([h for _, h in pairs], dtype=np.float64)
+            total = self.total_lb(cands, setting)[configs]
+            with np.errstate(divide="ignore"):
+                return np.where(total > 0, obj.bound(setting, total, configs, hbm), np.inf)
         if self.params.dp_overlap:
             return np.full(len(pairs), np.inf)
         t0 = time.perf_counter()
@@ -406,7 +448,8 @@ class Evaluator:
     def exact(
         self, cands: Candidates, tasks: Sequence[ModelTask], jobs: Sequence[tuple[int, int, int, int]]
     ) -> list[tuple[float, _phaze_rs.ResultDict]]:
-        """Exact throughput and DP result of each ``(task, setting, config, hbm)``."""
+        """Exact objective value (throughput by default) and DP result of each ``(task,
+        setting, config, hbm)``."""
         makespans = self.makespans(cands, [(tasks[m].settings[s], c) for m, s, c, _ in jobs])
         t0 = time.perf_counter()
         by_task: dict[int, list[int]] = {}
@@ -415,8 +458,16 @@ class Evaluator:
         out: dict[int, tuple[float, _phaze_rs.ResultDict]] = {}
         for m, idxs in by_task.items():
             problems = [self.problem(cands, tasks[m].settings[jobs[j][1]], makespans[j], jobs[j][3]) for j in idxs]
+            obj = self.objective(cands)
+            cap = self.params.power_cap_w
             for j, dp_result in zip(idxs, self.place(problems, tasks[m].fixed)):
-                out[j] = (self.throughput(dp_result), dp_result)
+                _, s, c, h = jobs[j]
+                setting = tasks[m].settings[s]
+                score = obj.score(setting, c, h, dp_result)
+                if cap is not None and score > 0 and obj.plan_power(setting, c, dp_result["plan"]).chip_power_w > cap:
+                    score = 0.0  # over the power cap: as if it did not fit
+                    self.counts["over_power_cap"] += 1
+                out[j] = (score, dp_result)
             self.counts["dp_exact_solves"] += len(idxs)
         self.timers["dp_exact"] += time.perf_counter() - t0
         return [out[j] for j in range(len(jobs))]
@@ -699,7 +750,9 @@ class _BranchAndBound:
             c, h = self.archs[a]
             chosen = self.best_settings(priced[a])
             score = sum(x[1] for x in chosen) / self.n_models
-            self.accept(Evaluated(c, self.cands.hbm[h], score, float(self.area[c]), chosen), skipped[a])
+            throughput = sum(self.evaluator.throughput(x[2]) for x in chosen if x[2] is not None) / self.n_models
+            evaluated = Evaluated(c, self.cands.hbm[h], score, float(self.area[c]), chosen, throughput)
+            self.accept(evaluated, skipped[a])
             self.progress.advance()
 
     def price(self, jobs: list[ExactJob], owner: list[int], priced: dict[int, list[list[PricedSetting]]]) -> None:

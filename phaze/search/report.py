@@ -641,6 +641,25 @@ def _header(d: dict, title: str = "search") -> str:
         ("Time per batch", _unit(d.get("time_per_batch_s"), "s")),
         ("Max memory", fmt_bytes(d.get("max_memory_bytes"))),
     ]
+    search = d.get("search") or {}
+    if search.get("objective") not in (None, "throughput"):
+        best = [p for p in search.get("points") or [] if p.get("best")]
+        score = _num(best[0].get("score")) if best else None
+        rows.append(("Objective", f"{search['objective']}: {_unit(score, str(search.get('objective_unit', '')))}"))
+    power, cost, carbon = d.get("power") or {}, d.get("cost") or {}, d.get("carbon") or {}
+    if power:
+        rows.append(
+            (
+                "Power",
+                f"{_unit(power.get('chip_power_w'), 'W')} per chip, {_unit(power.get('step_energy_j'), 'J')} per step",
+            )
+        )
+    if cost:
+        rows.append(
+            ("Cost to make", f"{_unit(cost.get('chip_usd'), 'USD')} per chip, {_unit(cost.get('cluster_usd'), 'USD')}")
+        )
+    if carbon and carbon.get("kgco2e_per_step") is not None:
+        rows.append(("Carbon", f"{_unit(carbon.get('kgco2e_per_step'), 'kg CO2e')} per step"))
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f"<h1>phaze {title}: {esc(', '.join(map(str, models)) or 'report')}</h1>\n<table>{body}</table>"
 
@@ -887,10 +906,14 @@ def _baselines(d: dict) -> str:
     bl = d.get("baselines") or []
     if not bl:
         return ""
-    ours = _num(d.get("throughput_samples_per_s"))
+    objective = (d.get("search") or {}).get("objective") or "throughput"
+    other = objective != "throughput"
+    key = "score" if other else "throughput_samples_per_s"
+    ours = next((_num(b.get(key)) for b in bl if b.get("name") == "co-optimized"), None)
+    ours = ours if other else _num(d.get("throughput_samples_per_s"))
     rows = []
     for b in bl:
-        t = _num(b.get("throughput_samples_per_s"))
+        t = _num(b.get(key))
         ok = t is not None and t > 0
         acc = dict(b.get("accelerator") or {})
         for k in ("area_mm2", "hbm_bytes"):
@@ -918,8 +941,8 @@ def _baselines(d: dict) -> str:
             "baseline",
             "accelerator",
             "DP/PP/TP/micro-batch (SP, chunks v, ZeRO)",
-            "throughput (samples/s)",
-            "speed-up of chosen",
+            f"{objective} ({(d.get('search') or {}).get('objective_unit', '')})" if other else "throughput (samples/s)",
+            "gain of chosen" if other else "speed-up of chosen",
             "note",
         ],
         rows,

@@ -46,6 +46,7 @@ from phaze.search.engine import (
     SolverLimits,
     search,
 )
+from phaze.search.objective import UNITS, check_tables
 from phaze.search.warm import StageCache, need
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError, PhazeWarning
@@ -162,6 +163,7 @@ def _baseline_record(name: str, res: Result | None, cands: Candidates | None, ta
     rec = {
         "name": name,
         "throughput_samples_per_s": 0.0,
+        "score": 0.0,
         "accelerator": None,
         "dp": 0,
         "pp": 0,
@@ -194,7 +196,8 @@ def _baseline_record(name: str, res: Result | None, cands: Candidates | None, ta
     area = acc.modeled_area_um2 if acc.modeled_area_um2 is not None else acc.area_um2
     chip["area_mm2"] = area / 1e6 if area is not None else None
     rec.update(
-        throughput_samples_per_s=winner.score,
+        throughput_samples_per_s=winner.throughput,
+        score=winner.score,
         accelerator=chip,
         dp=plan["dp"] if plan else 0,
         pp=plan["pp"] if plan else 0,
@@ -207,7 +210,10 @@ def _baseline_record(name: str, res: Result | None, cands: Candidates | None, ta
         hbm_bytes=winner.hbm,
     )
     if len(tasks) > 1:
-        rec["per_model"] = [{"model": t.name, "throughput_samples_per_s": x[1]} for t, x in zip(tasks, winner.best)]
+        rec["per_model"] = [
+            {"model": t.name, "throughput_samples_per_s": Evaluator.throughput(x[2]) if x[2] else 0.0, "score": x[1]}
+            for t, x in zip(tasks, winner.best)
+        ]
     return rec
 
 
@@ -220,6 +226,8 @@ def _why_not(res: Result, ev: Evaluator, cands: Candidates, tasks) -> str:
         why = ev.why_not(cands, t)
         if why:
             return (f"{t.name}: " if len(tasks) > 1 else "") + why
+    if ev.params.power_cap_w is not None and ev.counts["over_power_cap"]:
+        return f"every plan that fits draws more than --power-cap {ev.params.power_cap_w:g} W per chip"
     return "no placement fits"
 
 
@@ -309,6 +317,12 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: StageCach
         space = load_space(sopts.space) if sopts.space else paper_space()
     except HardwareError as e:
         raise PhazeError(str(e)) from e
+    try:
+        check_tables(
+            opts.objective, space.spec.template, f"the space '{space.spec.name}'", opts.power_cap_w is not None
+        )
+    except ValueError as e:
+        raise PhazeError(str(e)) from e
     names, digests = _model_names(paths, stages)
     if len(set(names)) != len(names):
         raise PhazeError(f"the same model twice: {', '.join(names)}")
@@ -370,7 +384,14 @@ class _Work:
     def evaluator(self) -> Evaluator:
         opts = self.opts
         params = Params(
-            opts.devices, opts.global_batch, opts.dp_overlap, opts.recompute, opts.zero, opts.pipeline_schedule
+            opts.devices,
+            opts.global_batch,
+            opts.dp_overlap,
+            opts.recompute,
+            opts.zero,
+            opts.pipeline_schedule,
+            opts.objective,
+            opts.power_cap_w,
         )
         return Evaluator(params, self.sopts.limits, self.schedules, self.backend)
 
@@ -490,14 +511,17 @@ def _search_stage(
     best = result.best
     winner_settings = []
     for m in range(len(names)):
-        setting_idx, thr, _ = best.best[m]
+        setting_idx, _, dp_result = best.best[m]
+        thr = Evaluator.throughput(dp_result) if dp_result else 0.0
         setting = tasks[m].settings[setting_idx]
         winner_settings.append([setting.micro_batch, setting.tp, setting.sequence_parallel, thr])
     return {
         "record": _baseline_record("co-optimized", result, cands, tasks),
         "winner": {"config": best.config, "hbm": best.hbm, "score": best.score, "settings": winner_settings},
-        "stats": _search_statistics(result, inputs.space, cands, sopts.limits),
-        "models_detail": _models_detail(names, [x[1] for x in best.best], own) if len(names) > 1 else None,
+        "stats": _search_statistics(result, inputs.space, cands, sopts.limits, work.opts.objective),
+        "models_detail": _models_detail(names, [Evaluator.throughput(x[2]) if x[2] else 0.0 for x in best.best], own)
+        if len(names) > 1
+        else None,
         "counts": counts,
     }
 
@@ -531,12 +555,13 @@ def _check_search(inputs: _Inputs, opts) -> Any:
 
 
 def _add_speedups(baselines: dict[str, dict], score: float) -> None:
-    """Each baseline's ``speedup``: the co-optimized ``score`` over its throughput (None for 0)."""
+    """Each baseline's ``speedup``: the co-optimized ``score`` over its own (the objective's
+    values: throughputs under the default objective; None for 0)."""
     for name in BASELINES:
         rec = baselines.get(name)
         if rec is not None:
-            thr = rec["throughput_samples_per_s"]
-            rec["speedup"] = score / thr if thr else None
+            theirs = rec["score"]
+            rec["speedup"] = score / theirs if theirs else None
 
 
 def _winner_options(opts, limits: SolverLimits, cache):
@@ -621,19 +646,24 @@ def _check_plan_matches_search(name: str, got: float, thr: float) -> None:
         )
 
 
-def _search_statistics(result: Result, space, cands: Candidates, limits: SolverLimits) -> dict[str, Any]:
+def _search_statistics(
+    result: Result, space, cands: Candidates, limits: SolverLimits, objective: str
+) -> dict[str, Any]:
     """The JSON's ``search`` object: the search's counts, then the space, the wall times and the
     evaluator's counts (None here: :func:`run` fills them in), every architecture evaluated
     exactly (the report's scatter plot) and the solver limits."""
     stats = dict(result.stats)
     stats.update(
+        objective=objective,
+        objective_unit=UNITS[objective],
         space=space.spec.name,
         wall_s=None,
         evaluator=None,
         points=[
             {
                 "area_mm2": e.area_um2 / 1e6,
-                "throughput_samples_per_s": e.score,
+                "throughput_samples_per_s": e.throughput,
+                "score": e.score,
                 "hbm_bytes": e.hbm,
                 "label": cands.make(e.config, e.hbm).name,
                 "best": e is result.best,
@@ -661,8 +691,8 @@ def _models_detail(names: list[str], on_common: list[float], own: list[Result]) 
             {
                 "model": name,
                 "throughput_samples_per_s": on_common[m],
-                "own_best_samples_per_s": own_best.score if own_best else 0.0,
-                "loss": 1 - on_common[m] / own_best.score if own_best and own_best.score else None,
+                "own_best_samples_per_s": own_best.throughput if own_best else 0.0,
+                "loss": 1 - on_common[m] / own_best.throughput if own_best and own_best.throughput else None,
             }
         )
     return details

@@ -183,6 +183,7 @@ def check_counts(x: Any, keys: tuple[str, ...]) -> dict[str, int]:
 _RECORD = (
     "name",
     "throughput_samples_per_s",
+    "score",
     "accelerator",
     "dp",
     "pp",
@@ -201,6 +202,7 @@ def check_record(x: Any) -> dict:
     rec = fields(x, _RECORD, "a baseline record")
     need(isinstance(rec["name"], str) and isinstance(rec["note"], str), "a baseline record's name and note")
     need(is_number(rec["throughput_samples_per_s"]) and rec["throughput_samples_per_s"] >= 0, "a throughput >= 0")
+    need(is_number(rec["score"]) and rec["score"] >= 0, "a score >= 0")
     degrees = ("dp", "pp", "tp", "micro_batch_size", "virtual_stages", "zero")
     need(all(is_int(rec[k]) and rec[k] >= 0 for k in degrees), "degrees >= 0")
     need(isinstance(rec["sequence_parallel"], bool), "sequence parallelism true or false")

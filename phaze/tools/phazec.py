@@ -141,12 +141,22 @@ def _parser() -> argparse.ArgumentParser:
         "default: none, dropless",
     )
     p.add_argument(
+        "--objective",
+        default=Options.objective,
+        choices=("throughput", "perf-per-watt", "perf-per-dollar", "energy", "carbon"),
+        help="what the architecture search maximizes: throughput (default, samples/s), perf-per-watt "
+        "(samples/s per W of the chips at the plan's power), perf-per-dollar (samples/s per USD of the chips' "
+        "cost to make), energy (samples per joule), carbon (samples per kg CO2e, operational and embodied); "
+        "the space's template needs the tables that price it",
+    )
+    p.add_argument(
         "--power-cap",
         type=float,
         default=None,
         metavar="W",
-        help="with --hw: keep only plans whose predicted chip power (phaze.power's chip_power_w, the busiest "
-        "device's average over the step) is at most W watts; needs a chip with an [energy] table",
+        help="keep only plans whose predicted chip power (phaze.power's chip_power_w, the busiest device's "
+        "average over the step) is at most W watts: with --hw the sweep's points, in the search each "
+        "chip's settings; needs a chip (or a space template) with an [energy] table",
     )
     p.add_argument(
         "--solver-time-limit",
@@ -274,11 +284,11 @@ def options(args: argparse.Namespace):
     if args.power_cap is not None:
         if not (math.isfinite(args.power_cap) and args.power_cap > 0):
             raise PhazeError(f"--power-cap {args.power_cap:g}: expected a positive number of watts")
-        if search:
-            raise PhazeError(
-                "--power-cap: the architecture search does not price power yet; give --hw CHIP "
-                "to cap the power of one chip's plans"
-            )
+    if not search and args.objective != Options.objective:
+        raise PhazeError(
+            f"--objective {args.objective} is for the architecture search (drop --hw); "
+            "with --hw the sweep keeps the fastest plan"
+        )
     if search:
         # The search's settings hold no expert numbers: MoE placement needs one chip.
         for flag, given, default in (
@@ -312,6 +322,7 @@ def options(args: argparse.Namespace):
         expert_parallel=args.expert_parallel,
         capacity_factor=args.capacity_factor,
         power_cap_w=args.power_cap,
+        objective=args.objective,
         sequence_parallel=args.sequence_parallel,
         strict=args.strict,
         schedule_time_limit=time_limit,
@@ -505,17 +516,22 @@ def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
 
 
 def baseline_table(data) -> str:
-    """The baselines as a short text table (the plan summary of a search)."""
+    """The baselines as a short text table (the plan summary of a search); under an objective
+    other than throughput, a column of its values, and the gain is in it."""
+    objective = (data.get("search") or {}).get("objective", "throughput")
+    other = objective != "throughput"
+    score_head = f" {objective:>15}" if other else ""
     rows = [
-        f"{'baseline':<14} {'samples/s':>11} {'speed-up':>9}  {'DP':>5} {'PP':>4} {'TP':>3} {'SP':>3} {'v':>2} "
-        f"{'ZeRO':>4} {'b':>2}  chip"
+        f"{'baseline':<14} {'samples/s':>11}{score_head} {'gain' if other else 'speed-up':>9}  {'DP':>5} {'PP':>4} "
+        f"{'TP':>3} {'SP':>3} {'v':>2} {'ZeRO':>4} {'b':>2}  chip"
     ]
     for b in data["baselines"]:
         thr = b["throughput_samples_per_s"]
+        score = f" {b['score']:>15.5g}" if other else ""
         speedup = f"{b['speedup']:.3f}x" if b.get("speedup") else "-"
         chip = (b["accelerator"] or {}).get("name", "") if b["accelerator"] else b["note"]
         rows.append(
-            f"{b['name']:<14} {thr:>11.5g} {speedup:>9}  {b['dp']:>5} {b['pp']:>4} {b['tp']:>3} "
+            f"{b['name']:<14} {thr:>11.5g}{score} {speedup:>9}  {b['dp']:>5} {b['pp']:>4} {b['tp']:>3} "
             f"{'on' if b['sequence_parallel'] else 'off':>3} {b['virtual_stages']:>2} {b['zero']:>4} "
             f"{b['micro_batch_size']:>2}  {chip}"
         )

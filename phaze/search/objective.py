@@ -1,0 +1,200 @@
+"""What the architecture search maximizes (``--objective``), exactly and as an upper bound.
+
+Every objective is "more is better", per model, on the plan the placement DP finds for a
+setting (the fastest: the DP maximizes throughput, and the objective ranks the chips by that
+plan).  With ``B`` the global batch, ``T`` the plan's time per batch, ``n`` its devices,
+``E`` its step energy (every device, static and network included; :func:`plan_power`),
+``P`` the chip's power at the plan (the busiest rank's), ``$`` a chip's cost to make and ``C``
+its embodied carbon over a life ``L``:
+
+=================  ======================================  =====================
+objective          exact                                   unit
+=================  ======================================  =====================
+throughput         ``B / T``                               samples/s
+perf-per-watt      ``B / T / (n · P)``                     samples/s per W
+perf-per-dollar    ``B / T / (n · $)``                     samples/s per USD
+energy             ``B / E``                               samples per J
+carbon             ``B / (E · pue · grid + n · C · T / L)``  samples per kg CO2e
+=================  ======================================  =====================
+
+**Bounds.**  Each non-throughput objective is ``B / (α · E' + β · n · T)`` for some energy
+``E'`` of the step and constants ``α, β ≥ 0`` of the chip.  Whatever the placement:
+
+- ``n · T ≥ W = (B/b) · t · Σ_layers (fwd_lb + bwd_lb)``, the device-seconds of the work
+  bound (``T ≥ m · Σ_k T_k / p`` with ``n = d · p · t`` and ``m = B / (b · d)``;
+  ``docs/design.md`` §7.2), and
+- the devices spend at least ``(B/b) · t`` times each layer's forward and backward energy per
+  micro-batch (recomputation, the optimizer and the data-parallel collectives only add), and
+  ``n · P · T`` at least that (chip part) plus ``n · T`` times the static power;
+
+so ``B / (α · E_lb + β · W)`` bounds the objective from above, for every placement.  The search
+uses it at its first stage and, for these objectives, at the second too (the DP on
+lower-bound times bounds the time, not the energy), and prunes only below it: the answer is
+plain enumeration's (``tests/test_search.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from passes.algorithms.cost import chip_usd, embodied_kgco2e
+from passes.algorithms.energy import LayerEnergy, energy_space, plan_power, stage_works
+
+__all__ = ["OBJECTIVES", "UNITS", "Objective", "check_tables"]
+
+OBJECTIVES = ("throughput", "perf-per-watt", "perf-per-dollar", "energy", "carbon")
+UNITS = {
+    "throughput": "samples/s",
+    "perf-per-watt": "samples/s/W",
+    "perf-per-dollar": "samples/s/USD",
+    "energy": "samples/J",
+    "carbon": "samples/kgCO2e",
+}
+#: What each objective needs of the hardware description.
+_NEEDS = {
+    "throughput": (),
+    "perf-per-watt": ("energy",),
+    "perf-per-dollar": ("manufacturing",),
+    "energy": ("energy",),
+    "carbon": ("energy", "manufacturing", "deployment"),
+}
+
+
+def check_tables(name: str, template, where: str, power_cap: bool = False) -> None:
+    """ValueError naming the table the hardware ``template`` (of ``where``) lacks for objective
+    ``name`` (and for a power cap, ``[energy]``), or for an unknown objective."""
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; expected one of {', '.join(OBJECTIVES)}")
+    if power_cap and template.energy is None:
+        raise ValueError(
+            f"--power-cap needs an [energy] table in the hardware of {where} (its template '{template.name}' has none)"
+        )
+    for table in _NEEDS[name]:
+        if getattr(template, table) is None:
+            raise ValueError(
+                f"--objective {name} needs a [{table}] table in the hardware of {where} "
+                f"(its template '{template.name}' has none)"
+            )
+
+
+class Objective:
+    """One objective on one set of candidates (``cands``: the search's
+    :class:`~phaze.search.engine.Candidates`; ``global_batch``: B).  Per setting it prices the
+    layers' energy on every candidate once (:func:`energy_space`), cached."""
+
+    def __init__(self, name: str, cands: Any, global_batch: int, power_cap: bool = False):
+        template = cands.template
+        check_tables(name, template, f"'{cands.name}'", power_cap)
+        self.name = name
+        self.cands = cands
+        self.global_batch = global_batch
+        area = np.asarray(cands.configs["area_um2"], dtype=np.float64)
+        if template.area_um2 is not None:  # one chip outside the area model: its given area
+            area = np.where(np.isfinite(area), area, template.area_um2)
+        self.area_mm2 = area / 1e6
+        e = template.energy
+        self.static_w = np.nan_to_num(self.area_mm2 * e.static_w_per_mm2) if e is not None else 0.0
+        self._layers: dict[int, tuple[np.ndarray, ...]] = {}
+
+    @property
+    def throughput(self) -> bool:
+        return self.name == "throughput"
+
+    # -- per setting: the layers' energy on every candidate ---------------------------------------
+
+    def layers(self, setting) -> tuple[np.ndarray, ...]:
+        """``(fwd, bwd, opt, selective, network)``, each ``[layers × configs]`` joules on one
+        device (``network``: the network part of forward and backward)."""
+        key = id(setting)
+        if key not in self._layers:
+            chip, net = energy_space(setting.table, self.cands.configs, self.cands.template)
+            total = chip + net
+            n_layers, n_configs = len(setting.layers), len(self.cands.configs)
+            out = np.zeros((5, n_layers, n_configs))
+            for i, lr in enumerate(setting.layers):
+                for part, g in enumerate((lr.fwd, lr.bwd, lr.opt, lr.selective)):
+                    if g >= 0:
+                        out[part, i] = total[list(setting.groups[g].rows)].sum(axis=0)
+                for g in (lr.fwd, lr.bwd):
+                    if g >= 0:
+                        out[4, i] += net[list(setting.groups[g].rows)].sum(axis=0)
+            self._layers[key] = tuple(out)
+        return self._layers[key]
+
+    def _per_chip(self, configs, hbm):
+        """``($, C)`` per chip of ``configs`` with ``hbm`` bytes of HBM."""
+        mf = self.cands.template.manufacturing
+        area = self.area_mm2[configs]
+        return chip_usd(mf, area, hbm), embodied_kgco2e(mf, area, hbm)
+
+    # -- the bound --------------------------------------------------------------------------------
+
+    def bound(self, setting, total_lb: np.ndarray, configs, hbm) -> np.ndarray:
+        """Upper bounds on the objective of ``setting`` on ``configs`` (indices) with ``hbm``
+        bytes of HBM (a number or one per config), from ``total_lb``, their lower bounds on
+        one micro-batch's forward and backward time summed over the layers (seconds)."""
+        configs = np.asarray(configs)
+        k = self.global_batch / setting.micro_batch * setting.tp
+        work = k * total_lb
+        fwd, bwd, _, _, network = self.layers(setting)
+        e_all = k * (fwd[:, configs] + bwd[:, configs]).sum(axis=0)
+        static = np.broadcast_to(self.static_w, self.area_mm2.shape)[configs] * work
+        with np.errstate(divide="ignore"):
+            if self.name == "perf-per-watt":
+                return self.global_batch / (e_all - k * network[:, configs].sum(axis=0) + static)
+            if self.name == "energy":
+                return self.global_batch / (e_all + static)
+            usd, carbon = self._per_chip(configs, hbm)
+            if self.name == "perf-per-dollar":
+                return self.global_batch / (usd * work)
+            dep = self.cands.template.deployment
+            operational = (e_all + static) * dep.pue * dep.grid_kgco2e_per_j
+            return self.global_batch / (operational + carbon * work / dep.lifetime_s)
+
+    # -- the exact value --------------------------------------------------------------------------
+
+    def score(self, setting, config: int, hbm: int, result) -> float:
+        """The objective of the plan ``result`` (the DP's) of ``setting`` on ``config`` with
+        ``hbm`` bytes of HBM; 0 when nothing fits."""
+        plan = result.get("plan") if result.get("feasible") else None
+        if not plan:
+            return 0.0
+        thr = float(plan["throughput_samples_per_s"])
+        if self.throughput:
+            return thr
+        n, step_s = int(plan["devices_used"]), float(plan["time_per_batch_s"])
+        if self.name == "perf-per-dollar":
+            usd, _ = self._per_chip(np.asarray([config]), hbm)
+            return thr / (n * float(usd[0]))
+        power = self.plan_power(setting, config, plan)
+        if self.name == "perf-per-watt":
+            return thr / (n * power.chip_power_w)
+        if self.name == "energy":
+            return self.global_batch / power.step_energy_j
+        _, carbon = self._per_chip(np.asarray([config]), hbm)
+        dep = self.cands.template.deployment
+        embodied = n * float(carbon[0]) * step_s / dep.lifetime_s
+        return self.global_batch / (power.step_energy_j * dep.pue * dep.grid_kgco2e_per_j + embodied)
+
+    def plan_power(self, setting, config: int, plan):
+        """:func:`plan_power` of a DP plan of ``setting`` on ``config``."""
+        fwd, bwd, opt, selective, network = (a[:, config] for a in self.layers(setting))
+        layers = {
+            i: LayerEnergy(i, fwd[i], bwd[i], opt[i], selective[i], fwd[i], network[i])
+            for i in range(len(setting.layers))
+        }
+        dp, pp, tp, zero = int(plan["dp"]), int(plan["pp"]), int(plan["tp"]), int(plan["zero"])
+        grads = {i: lr.numbers.grad_bytes for i, lr in enumerate(setting.layers)}
+        stages = stage_works(plan["stages"], grads, dp=dp, tp=tp, pp=pp, zero=zero, acc=self.cands.template)
+        static = float(np.broadcast_to(self.static_w, self.area_mm2.shape)[config])
+        return plan_power(
+            layers,
+            stages,
+            devices_per_stage=dp * tp,
+            micro_batches=int(plan["num_micro_batches"]),
+            zero_shards=dp if zero >= 1 else 1,
+            step_s=float(plan["time_per_batch_s"]),
+            static_w=static,
+        )
