@@ -663,7 +663,7 @@ def summary(module: ModuleOp) -> str:
     factor = capacity_factor(module)
     note = "" if factor is None else f"\nexpert GEMMs padded to capacity factor {factor:g}"
     lines = [line for line in (power_line(module), cost_line(module, plan)) if line]
-    return head + "\n" + row + note + "".join("\n" + line for line in lines)
+    return head + "\n" + row + "".join("\n" + line for line in lines) + note
 
 
 def cost_line(module: ModuleOp, plan: dict[str, Any]) -> str:
