@@ -8,7 +8,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from passes.algorithms.energy import LayerEnergy, plan_power, stage_works
+from passes.algorithms.energy import LayerEnergy, power_of_plan
 from phaze_ir import keys
 from phaze_ir.attributes import LayerEnergyAttr, LayerMemoryAttr, PlanAttr, PowerAttr, StageInfoAttr
 from phaze_ir.errors import PhazeError
@@ -54,18 +54,8 @@ class EstimatePowerPass(ModulePass):
         for m in keys.require_records(op, keys.LAYER_MEMORY, LayerMemoryAttr):
             r = m.as_dict()
             grads[int(r["index"])] = int(r["grad_bytes"])
-        dp, pp, tp, zero = (int(plan[k]) for k in ("dp", "pp", "tp", "zero"))
         records = [s.as_dict() for s in keys.require_records(op, keys.STAGES, StageInfoAttr)]
-        stages = stage_works(records, grads, dp=dp, tp=tp, pp=pp, zero=zero, acc=acc)
-        power = plan_power(
-            layers,
-            stages,
-            devices_per_stage=dp * tp,
-            micro_batches=int(plan["num_micro_batches"]),
-            zero_shards=dp if zero >= 1 else 1,
-            step_s=float(plan["time_per_batch_s"]),
-            static_w=static_w,
-        )
+        power = power_of_plan(plan, records, layers, grads, acc, static_w)
         op.attributes[keys.POWER] = PowerAttr.make(
             step_energy_j=power.step_energy_j,
             chip_power_w=power.chip_power_w,

@@ -83,6 +83,7 @@ __all__ = [
     "sram_j_per_byte",
     "layer_energies",
     "plan_power",
+    "power_of_plan",
     "stage_works",
 ]
 
@@ -366,4 +367,29 @@ def plan_power(
         mean_chip_power_w=sum(powers) / len(powers),
         static_power_w=static_w,
         network_energy_j=network_j,
+    )
+
+
+def power_of_plan(
+    plan: Mapping,
+    stages: Sequence[Mapping],
+    layers: Mapping[int, LayerEnergy],
+    grad_bytes: Mapping[int, int],
+    acc,
+    static_w: float,
+) -> PlanPower:
+    """:func:`plan_power` of a placement ``plan`` (a record with ``dp``, ``pp``, ``tp``,
+    ``zero``, ``num_micro_batches``, ``time_per_batch_s``) and its ``stages`` records, on
+    ``acc``: each stage's work from :func:`stage_works`, the optimizer divided over the DP
+    group under ZeRO >= 1."""
+    dp, pp, tp, zero = (int(plan[k]) for k in ("dp", "pp", "tp", "zero"))
+    works = stage_works(stages, grad_bytes, dp=dp, tp=tp, pp=pp, zero=zero, acc=acc)
+    return plan_power(
+        layers,
+        works,
+        devices_per_stage=dp * tp,
+        micro_batches=int(plan["num_micro_batches"]),
+        zero_shards=dp if zero >= 1 else 1,
+        step_s=float(plan["time_per_batch_s"]),
+        static_w=static_w,
     )

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from passes.algorithms.cost import chip_usd, embodied_kgco2e
-from passes.algorithms.energy import LayerEnergy, energy_space, plan_power, stage_works
+from passes.algorithms.energy import LayerEnergy, energy_space, power_of_plan
 
 __all__ = ["OBJECTIVES", "UNITS", "Objective", "check_tables"]
 
@@ -185,16 +185,6 @@ class Objective:
             i: LayerEnergy(i, fwd[i], bwd[i], opt[i], selective[i], fwd[i], network[i])
             for i in range(len(setting.layers))
         }
-        dp, pp, tp, zero = int(plan["dp"]), int(plan["pp"]), int(plan["tp"]), int(plan["zero"])
         grads = {i: lr.numbers.grad_bytes for i, lr in enumerate(setting.layers)}
-        stages = stage_works(plan["stages"], grads, dp=dp, tp=tp, pp=pp, zero=zero, acc=self.cands.template)
         static = float(np.broadcast_to(self.static_w, self.area_mm2.shape)[config])
-        return plan_power(
-            layers,
-            stages,
-            devices_per_stage=dp * tp,
-            micro_batches=int(plan["num_micro_batches"]),
-            zero_shards=dp if zero >= 1 else 1,
-            step_s=float(plan["time_per_batch_s"]),
-            static_w=static,
-        )
+        return power_of_plan(plan, plan["stages"], layers, grads, self.cands.template, static)
