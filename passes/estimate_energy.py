@@ -44,29 +44,24 @@ class EstimateEnergyPass(ModulePass):
         graph, ops = build_graph(step_function(op))
         layer_of = read_layers(ops)
         describe = Describer()
-        priced: dict[str, OpEnergy] = {}
+        # Ops with equal signatures are priced once and share one record (attributes are immutable).
+        priced: dict[str, tuple[OpEnergy, EnergyAttr]] = {}
         energies: list[OpEnergy] = []
         for o in ops:
             sig, desc = describe(o)
             if desc is None:
                 energies.append(OpEnergy())
                 continue
-            e = priced.get(sig)
-            if e is None:
+            if sig not in priced:
                 tiling = None
                 if isinstance(o, ph.MatmulOp):
                     tile = keys.require(o, keys.TILE, TileAttr)
                     tiling = ScalarTiling(**tile.as_dict())  # type: ignore[arg-type]  # the record's fields
                 e = estimate_energy(desc, acc, tiling)
-                priced[sig] = e
+                priced[sig] = (e, EnergyAttr.make(**vars(e)))
+            e, record = priced[sig]
             energies.append(e)
-            o.attributes[keys.ENERGY] = EnergyAttr.make(
-                compute_j=e.compute_j,
-                core_buffer_j=e.core_buffer_j,
-                global_buffer_j=e.global_buffer_j,
-                hbm_j=e.hbm_j,
-                network_j=e.network_j,
-            )
+            o.attributes[keys.ENERGY] = record
         phases = [g.phase for g in graph.ops]
         fwd: dict[int, list[int]] = {}
         for i, (layer, phase) in enumerate(zip(layer_of, phases, strict=True)):
@@ -74,16 +69,5 @@ class EstimateEnergyPass(ModulePass):
                 fwd.setdefault(layer, []).append(i)
         selective = {layer: [i for core in attention_cores(graph, f) for i in core] for layer, f in fwd.items()}
         op.attributes[keys.LAYER_ENERGY] = ArrayAttr(
-            [
-                LayerEnergyAttr.make(
-                    index=le.index,
-                    fwd_j=le.fwd_j,
-                    bwd_j=le.bwd_j,
-                    opt_j=le.opt_j,
-                    selective_j=le.selective_j,
-                    full_j=le.full_j,
-                    network_j=le.network_j,
-                )
-                for le in layer_energies(layer_of, phases, energies, selective)
-            ]
+            [LayerEnergyAttr.make(**vars(le)) for le in layer_energies(layer_of, phases, energies, selective)]
         )

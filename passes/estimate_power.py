@@ -56,11 +56,5 @@ class EstimatePowerPass(ModulePass):
             grads[int(r["index"])] = int(r["grad_bytes"])
         records = [s.as_dict() for s in keys.require_records(op, keys.STAGES, StageInfoAttr)]
         power = power_of_plan(plan, records, layers, grads, acc, static_w)
-        op.attributes[keys.POWER] = PowerAttr.make(
-            step_energy_j=power.step_energy_j,
-            chip_power_w=power.chip_power_w,
-            mean_chip_power_w=power.mean_chip_power_w,
-            static_power_w=power.static_power_w,
-            network_energy_j=power.network_energy_j,
-            energy_per_sample_j=power.step_energy_j / int(plan["global_batch"]),
-        )
+        per_sample = power.step_energy_j / int(plan["global_batch"])
+        op.attributes[keys.POWER] = PowerAttr.make(**vars(power), energy_per_sample_j=per_sample)
