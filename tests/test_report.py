@@ -278,6 +278,41 @@ def test_pareto_front_brute_force():
         assert [pts[i][0] for i in got] == sorted(pts[i][0] for i in got)
 
 
+def test_front_of_three_axes_brute_force():
+    """phaze.search.pareto.front_indices (the JSON's throughput-power-area front) against the
+    definition, with ties and duplicates; rows with a missing coordinate are never on it."""
+    from phaze.search.pareto import front_indices
+
+    rng = random.Random(3)
+    for _ in range(100):
+        rows = [tuple(rng.randint(1, 5) for _ in range(3)) for _ in range(rng.randint(1, 25))]
+        want = [
+            i
+            for i, r in enumerate(rows)
+            if not any(all(x <= y for x, y in zip(q, r)) and any(x < y for x, y in zip(q, r)) for q in rows)
+        ]
+        got = front_indices(rows)
+        assert sorted(got) == want
+        assert [rows[i] for i in got] == sorted(rows[i] for i in got)
+    assert front_indices([(1.0, None, 2.0), (2.0, 2.0, float("inf")), (3.0, 3.0, 3.0)]) == [2]
+
+
+def test_the_power_chart_draws_points_with_power():
+    """With ``power_w`` on the points, the page has a throughput-power chart with its front;
+    without, none."""
+    d = synthetic()
+    assert "Throughput vs power" not in R.render(d)
+    for i, p in enumerate(d["search"]["points"]):
+        p["power_w"] = 50.0 + (i * 37) % 41
+    page = R.render(d)
+    assert "<h2>Throughput vs power</h2>" in page
+    svg = charts(page)["power"]
+    pts = [p for p in d["search"]["points"] if p["throughput_samples_per_s"] > 0]
+    assert len(marks(svg, "power-evaluated")) == len(pts)
+    front = R.pareto_front([(p["power_w"], p["throughput_samples_per_s"]) for p in pts])
+    assert len(marks(svg, "power-front")) == len(front) > 0
+
+
 def check_1f1b(pp, m, f, b):
     ops = R.one_f_one_b(pp, m, f, b)
     f = [f] * pp if isinstance(f, (int, float)) else f

@@ -369,5 +369,19 @@ def test_search_under_a_power_cap_equals_plain_enumeration(tmp_path):
     assert got["throughput_samples_per_s"] == plain["throughput_samples_per_s"] < free["throughput_samples_per_s"]
     assert got["power"]["chip_power_w"] <= cap
     assert got["search"]["evaluator"]["over_power_cap"] > 0
+    # Every point carries its chip power; the winner's is its recompiled plan's.
+    (winner,) = [p for p in free["search"]["points"] if p["best"]]
+    assert winner["power_w"] == pytest.approx(free["power"]["chip_power_w"], rel=1e-9)
+    # The throughput-power-area front of the plain enumeration (every architecture): by definition.
+    pts, front = plain["search"]["points"], plain["search"]["pareto_front"]
+    assert front["axes"] == ["throughput_samples_per_s", "power_w", "area_mm2"]
+    rows = [(-p["throughput_samples_per_s"], p["power_w"], p["area_mm2"]) for p in pts]
+    want = [
+        i
+        for i, r in enumerate(rows)
+        if pts[i]["throughput_samples_per_s"] > 0
+        and not any(all(x <= y for x, y in zip(q, r)) and q != r for j, q in enumerate(rows) if pts[j]["power_w"])
+    ]
+    assert sorted(front["points"]) == want and len(want) > 1
     r = run_tool("phazec", TINY, *base, "--power-cap", "1", "--no-cache", "-o", str(tmp_path / "none.mlir"))
     assert r.returncode != 0 and "draws more than --power-cap 1 W per chip" in r.stderr, r.stderr

@@ -153,7 +153,9 @@ class Evaluated:
     """One exactly evaluated architecture: per model, the best setting (index into the model's
     settings, -1 if nothing fits) with its objective value and DP result; ``score``, the mean
     of the models' objective values; ``throughput``, the mean of their throughputs (the score
-    itself under the throughput objective)."""
+    itself under the throughput objective); ``power_w``, the mean of the chip's power at the
+    models' plans (:meth:`Evaluator.chip_power`; None when the chip has no ``[energy]`` table
+    or nothing fits)."""
 
     config: int
     hbm: int
@@ -161,6 +163,7 @@ class Evaluated:
     area_um2: float
     best: list[tuple[int, float, _phaze_rs.ResultDict | None]]
     throughput: float = 0.0
+    power_w: float | None = None
 
 
 @dataclass
@@ -235,6 +238,23 @@ class Evaluator:
             obj = Objective(self.params.objective, cands, self.params.global_batch, self.params.power_cap_w is not None)
             self._objectives[id(cands)] = obj
         return obj
+
+    def chip_power(self, cands: Candidates, settings: Sequence[Setting | None], config: int, results) -> float | None:
+        """The mean over models of the chip's power (W, the busiest device's average over the
+        step) at each model's plan ``results[m]`` of ``settings[m]`` on ``config``; None when
+        the template has no ``[energy]`` table or no model has a plan.  It is what the
+        throughput-power front of the JSON and the report is drawn from."""
+        if cands.template.energy is None:
+            return None
+        obj = self.objective(cands)
+        t0 = time.perf_counter()
+        watts = [
+            obj.plan_power(setting, config, r["plan"]).chip_power_w
+            for setting, r in zip(settings, results)
+            if setting is not None and r is not None and r.get("feasible") and r.get("plan")
+        ]
+        self.timers["estimate"] += time.perf_counter() - t0
+        return sum(watts) / len(watts) if watts else None
 
     # -- bounds -----------------------------------------------------------------------------------
 
@@ -751,7 +771,9 @@ class _BranchAndBound:
             chosen = self.best_settings(priced[a])
             score = sum(x[1] for x in chosen) / self.n_models
             throughput = sum(self.evaluator.throughput(x[2]) for x in chosen if x[2] is not None) / self.n_models
-            evaluated = Evaluated(c, self.cands.hbm[h], score, float(self.area[c]), chosen, throughput)
+            settings = [self.tasks[m].settings[s] if s >= 0 else None for m, (s, _, _) in enumerate(chosen)]
+            power = self.evaluator.chip_power(self.cands, settings, c, [x[2] for x in chosen])
+            evaluated = Evaluated(c, self.cands.hbm[h], score, float(self.area[c]), chosen, throughput, power)
             self.accept(evaluated, skipped[a])
             self.progress.advance()
 

@@ -7,7 +7,8 @@ matplotlib) shows:
 1. a header: the model(s), devices, global batch, the chosen accelerator and placement plan;
 2. throughput against area of every exactly evaluated architecture (``search.points``), the
    optimistic bounds of pruned candidates (``search.bound_points``) in light grey, the Pareto
-   front (max throughput, min area) as a step line, the chosen design and the baselines;
+   front (max throughput, min area) as a step line, the chosen design and the baselines; and,
+   when the points carry ``power_w``, throughput against chip power with its front;
 3. the pipeline timeline of the chosen plan: Megatron's 1F1B schedule, or its interleaved one
    when the plan has ``virtual_stages`` v > 1 (one row per rank, the ops coloured by chunk);
 4. the memory of each stage (of each rank when interleaved), stacked by kind, against the HBM
@@ -52,6 +53,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from phaze.outputs import write_atomically
+from phaze.search.pareto import front_indices
 from phaze_ir.errors import PhazeError
 
 GIB = 1 << 30
@@ -202,19 +204,14 @@ def pareto_front(points: Sequence[Any]) -> list[int]:
     exact duplicates of a front point are all on it. ``points`` are dicts with ``area_mm2`` and
     ``throughput_samples_per_s`` or ``(area, throughput)`` pairs; infeasible ones (missing,
     non-finite or non-positive) are never on the front."""
-    keyed = []
-    for i, p in enumerate(points):
+    rows: list[tuple[float | None, ...]] = []
+    for p in points:
         a, t = _xy(p)
         if a is not None and t is not None and a > 0 and t > 0:
-            keyed.append((a, -t, i))
-    keyed.sort()
-    front, best_t, best_a = [], -math.inf, None
-    for a, neg_t, i in keyed:
-        t = -neg_t
-        if t > best_t or (t == best_t and a == best_a):
-            front.append(i)
-            best_t, best_a = t, a
-    return front
+            rows.append((a, -t))
+        else:
+            rows.append((None,))
+    return front_indices(rows)
 
 
 def one_f_one_b(
@@ -408,7 +405,7 @@ def _legend_right(ax: Any, handles: Sequence[Any] | None = None) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kw)
 
 
-def _draw_scatter(mpl: Any, pts, bounds, front, base, chosen) -> Any:
+def _draw_scatter(mpl: Any, pts, bounds, front, base, chosen, xlabel: str = "Chip area (mm²)") -> Any:
     fig = _figure(mpl, WIDTH_IN, 4.4)
     ax = _axes(fig)
     every = pts + bounds + [(a, t) for _, a, t in base] + ([chosen] if chosen else [])
@@ -479,7 +476,7 @@ def _draw_scatter(mpl: Any, pts, bounds, front, base, chosen) -> Any:
         )
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(0, max(ys) * 1.06)
-    ax.set_xlabel("Chip area (mm²)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("Throughput (samples/s)")
     ax.xaxis.set_major_formatter(_ticks(mpl))
     ax.yaxis.set_major_formatter(_ticks(mpl))
@@ -710,6 +707,33 @@ def _scatter(d: dict) -> str:
         f"Pareto front (max throughput, min area)"
         + (f"; {fmt(len(bounds))} optimistic bounds of pruned candidates in grey" if bounds else "")
         + ".</p>"
+    )
+
+
+def _power_scatter(d: dict) -> str:
+    """Throughput against the chip's power at its plan (``power_w`` of ``search.points``: the
+    search priced power, its template has an ``[energy]`` table), with its Pareto front (max
+    throughput, min power); empty when no point has a power."""
+    raw = (d.get("search") or {}).get("points") or []
+    pts, chosen = [], None
+    for p in raw:
+        if not isinstance(p, dict):
+            continue
+        w, t = _num(p.get("power_w")), _num(p.get("throughput_samples_per_s"))
+        if w and t and w > 0 and t > 0:
+            pts.append((w, t))
+            if p.get("best"):
+                chosen = (w, t)
+    if not pts:
+        return ""
+    front = [pts[i] for i in pareto_front(pts)]
+    svg = _chart(_draw_scatter, "power", "throughput vs chip power", pts, [], front, [], chosen, "Chip power (W)")
+    return (
+        "<h2>Throughput vs power</h2>\n"
+        + svg
+        + f'<p class="cap">{fmt(len(pts))} evaluated architectures, {fmt(len(front))} on the '
+        "Pareto front (max throughput, min chip power: the busiest device's average over the "
+        "step at the plan the search found for the chip).</p>"
     )
 
 
@@ -1019,6 +1043,7 @@ def render(data: dict) -> str:
         parts = [
             _header(data),
             _scatter(data),
+            _power_scatter(data),
             _timeline(data),
             _memory(data),
             _baselines(data),

@@ -47,6 +47,7 @@ from phaze.search.engine import (
     search,
 )
 from phaze.search.objective import UNITS, check_tables
+from phaze.search.pareto import front_indices
 from phaze.search.warm import StageCache, need
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError, PhazeWarning
@@ -653,23 +654,27 @@ def _search_statistics(
     evaluator's counts (None here: :func:`run` fills them in), every architecture evaluated
     exactly (the report's scatter plot) and the solver limits."""
     stats = dict(result.stats)
+    points = []
+    for e in result.evaluated:
+        point = {
+            "area_mm2": e.area_um2 / 1e6,
+            "throughput_samples_per_s": e.throughput,
+            "score": e.score,
+            "hbm_bytes": e.hbm,
+            "label": cands.make(e.config, e.hbm).name,
+            "best": e is result.best,
+        }
+        if cands.template.energy is not None:
+            point["power_w"] = e.power_w
+        points.append(point)
     stats.update(
         objective=objective,
         objective_unit=UNITS[objective],
         space=space.spec.name,
         wall_s=None,
         evaluator=None,
-        points=[
-            {
-                "area_mm2": e.area_um2 / 1e6,
-                "throughput_samples_per_s": e.throughput,
-                "score": e.score,
-                "hbm_bytes": e.hbm,
-                "label": cands.make(e.config, e.hbm).name,
-                "best": e is result.best,
-            }
-            for e in result.evaluated
-        ],
+        points=points,
+        pareto_front=_pareto_front(points),
         solver={
             "time_limit_s": limits.time_limit,
             "gap_limit": limits.gap_limit,
@@ -679,6 +684,23 @@ def _search_statistics(
         },
     )
     return stats
+
+
+def _pareto_front(points: list[dict]) -> dict[str, Any]:
+    """The JSON's ``search.pareto_front``: the indices of ``points`` on the Pareto front of
+    (max throughput, min chip power, min area) (without power when the chips have no
+    ``[energy]`` table); a point that fits nothing is never on it.  It is the front of the
+    architectures evaluated exactly: a pruned one could lie on the true front, so only a
+    ``--no-prune`` search gives the front of the whole space."""
+    axes = [("throughput_samples_per_s", "max")]
+    if points and "power_w" in points[0]:
+        axes.append(("power_w", "min"))
+    axes.append(("area_mm2", "min"))
+    rows = [
+        tuple(-p[k] if sense == "max" else p[k] for k, sense in axes) if p["throughput_samples_per_s"] > 0 else (None,)
+        for p in points
+    ]
+    return {"axes": [k for k, _ in axes], "senses": [s for _, s in axes], "points": front_indices(rows)}
 
 
 def _models_detail(names: list[str], on_common: list[float], own: list[Result]) -> list[dict]:
