@@ -1,7 +1,13 @@
 """Fit the A100 node level (NVLink/NVSwitch) on vTrain's measured NCCL all-reduce times and
-print the fit, the preset's constants and the error of each per GPU count and message size.
+print the fits, the presets' constants and their bus-bandwidth errors per GPU count and
+message size.
 
     python benchmarks/fit_nccl_a100.py [--data data/vtrain/nccl_allreduce_a100]
+
+Two descriptions of the same node: ``a100`` (one ring for every size, ``fit_level``) and
+``a100_nccl`` (two protocols, the faster taken, ``fit_protocols``; docs/design.md §5.5).  The
+error is nccl-tests' bus bandwidth's, ``busbw = algbw · 2(g−1)/g``: predicted over measured,
+minus 1 (= measured time over predicted time, minus 1).
 """
 
 from __future__ import annotations
@@ -11,19 +17,37 @@ from pathlib import Path
 
 import numpy as np
 
-from passes.algorithms.network import Level
-from phaze.calibration.nccl_fit import fit_level, load_nccl_tables, relative_errors
+from passes.algorithms.network import levels_of
+from phaze.calibration.nccl_fit import Measurement, busbw_errors, fit_level, fit_protocols, load_nccl_tables
 from phaze_ir.hardware import load_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
+MiB = 2**20
+#: Message-size ranges of the error table, [low, high) in MiB.
+RANGES = ((1, 8), (8, 64), (64, 1025), (1, 1025))
 
 
 def summary(name: str, errors: np.ndarray) -> str:
     a = np.abs(errors)
     return (
-        f"{name:<28} median |err| {100 * np.median(a):5.1f} %  p90 {100 * np.percentile(a, 90):5.1f} %  "
-        f"max {100 * a.max():5.1f} %  mean signed {100 * errors.mean():+5.1f} %"
+        f"{name:<34} median |err| {100 * np.median(a):5.1f} %  p90 {100 * np.percentile(a, 90):5.1f} %  "
+        f"max {100 * a.max():5.1f} %  over 15 %: {int((a > 0.15).sum())} of {a.size}"
     )
+
+
+def table(data: list[Measurement], errors: np.ndarray) -> None:
+    """|busbw error| median / p90 / max per GPU count and size range."""
+    print("GPUs " + "".join(f"{f'{lo}-{hi - 1} MiB':>22}" for lo, hi in RANGES))
+    g = np.array([d.devices for d in data])
+    n = np.array([d.nbytes for d in data])
+    a = np.abs(errors)
+    for devices in sorted(set(g.tolist())):
+        cells = []
+        for lo, hi in RANGES:
+            k = (g == devices) & (n >= lo * MiB) & (n < hi * MiB)
+            cells.append(f"{100 * np.median(a[k]):6.1f}/{100 * np.percentile(a[k], 90):5.1f}/{100 * a[k].max():5.1f}")
+        print(f"{devices:>4} " + "".join(f"{c:>22}" for c in cells))
+    print("     (median / p90 / max |error| in %)")
 
 
 def main() -> None:
@@ -31,25 +55,41 @@ def main() -> None:
     p.add_argument("--data", default=str(ROOT / "data" / "vtrain" / "nccl_allreduce_a100"))
     args = p.parse_args()
     data = load_nccl_tables(args.data)
+    print(f"{len(data)} measurements, 2-8 GPUs, 1 MiB - 1 GiB")
+
     fit = fit_level(data)
     node = load_hardware("a100").network[0]
-    preset = Level(node.group_size, node.bandwidth_Bps, node.latency_s)
-    fitted = Level(node.group_size, fit.bandwidth_Bps, fit.latency_s)
-    print(f"{len(data)} measurements, 2-8 GPUs, 1 MiB - 1 GiB")
-    print(f"fit:    bandwidth_Bps = {fit.bandwidth_Bps:.4g}, latency_s = {fit.latency_s:.4g}")
-    print(f"preset: bandwidth_Bps = {preset.bandwidth_Bps:.4g}, latency_s = {preset.latency_s:.4g}")
-    print(summary("preset a100 node level", relative_errors(data, preset)))
-    print(summary("fit", relative_errors(data, fitted)))
-    sizes = (2**20, 2**24, 2**27, 2**30)
-    print("\nsigned error of the preset, by GPUs (rows) and message size (columns):")
-    print("GPUs " + "".join(f"{s >> 20:>10} MiB" for s in sizes))
-    errs = relative_errors(data, preset)
-    for g in sorted({d.devices for d in data}):
-        cells = []
-        for s in sizes:
-            k = [i for i, d in enumerate(data) if d.devices == g and d.nbytes == s]
-            cells.append(f"{100 * errs[k[0]]:>+13.1f}%" if k else " " * 14)
-        print(f"{g:>4} " + "".join(cells))
+    print("\none ring (a100's node level):")
+    print(f"  fit:    bandwidth_Bps = {fit.bandwidth_Bps:.4g}, latency_s = {fit.latency_s:.4g}")
+    print(f"  preset: bandwidth_Bps = {node.bandwidth_Bps:.4g}, latency_s = {node.latency_s:.4g}")
+
+    print("\nprotocols (a100_nccl's node level; the faster of the two):")
+    fits = fit_protocols(data)
+    preset = load_hardware("a100_nccl").network[0].protocols or ()
+    for f, q in zip(fits, preset, strict=True):
+        print(
+            f"  fit    {q.name:<7} base_s = {f.base_s:.4g}, latency_s = {f.latency_s:.4g}, "
+            f"bandwidth_Bps = {f.bandwidth_Bps:.4g}, shard_Bps = {f.shard_Bps:.4g} "
+            f"(the faster for {f.measurements})"
+        )
+        print(
+            f"  preset {q.name:<7} base_s = {q.base_s:.4g}, latency_s = {q.latency_s:.4g}, "
+            f"bandwidth_Bps = {q.bandwidth_Bps:.4g}, shard_Bps = {q.shard_Bps:.4g}"
+        )
+
+    print("\nbus bandwidth error, predicted over measured:")
+    errors = {name: busbw_errors(data, list(levels_of(load_hardware(name).network))) for name in ("a100", "a100_nccl")}
+    for name, e in errors.items():
+        print(summary(f"preset {name}", e))
+    for name, e in errors.items():
+        print(f"\n{name}:")
+        table(data, e)
+    worst = np.argsort(-np.abs(errors["a100_nccl"]))[:12]
+    print("\na100_nccl's largest errors (GPUs, MiB, measured busbw GB/s, error):")
+    for i in sorted(worst.tolist(), key=lambda i: (data[i].devices, data[i].nbytes)):
+        d = data[i]
+        busbw = d.nbytes / d.time_s * 2 * (d.devices - 1) / d.devices
+        print(f"  {d.devices} {d.nbytes // MiB:>5} {busbw / 1e9:7.1f} {100 * errors['a100_nccl'][i]:+6.1f} %")
 
 
 if __name__ == "__main__":

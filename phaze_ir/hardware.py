@@ -54,6 +54,8 @@ __all__ = [
     "GlobalBuffer",
     "HBM",
     "NetworkLevel",
+    "NetworkProtocol",
+    "TOPOLOGIES",
     "Calibration",
     "EXECUTION_MODES",
     "Accelerator",
@@ -112,6 +114,10 @@ except ImportError:  # pragma: no cover
 #: stream).
 EXECUTION_MODES = ("concurrent", "serial")
 
+#: The topologies a ``[[network]]`` level may have (``topology``; absent is ``"switch"``):
+#: docs/design.md §5.5.
+TOPOLOGIES = ("switch", "torus", "fat_tree")
+
 #: The largest integer a hardware field may hold: the IR stores integers as signed 64-bit.
 I64_MAX = 2**63 - 1
 
@@ -124,6 +130,9 @@ _EXPECTED = {
     "name": "a non-empty string",
     "execution": "one of " + ", ".join(f'"{m}"' for m in EXECUTION_MODES),
     "size_table": "a table of capacities in bytes (positive integers) to positive numbers",
+    "topology": "one of " + ", ".join(f'"{t}"' for t in TOPOLOGIES),
+    "dims": "an array of 2 or 3 positive integers (the torus's dimensions, the first fastest)",
+    "ratio": "a number >= 1",
 }
 
 
@@ -136,6 +145,8 @@ def _show(value: Any) -> str:
     if isinstance(value, dict):
         return "{...} (a table)"
     if isinstance(value, (list, tuple)):
+        if value and len(value) <= 8 and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
+            return "[" + ", ".join(_show(v) for v in value) + "]"  # e.g. a torus's dimensions
         return "[...] (an array)"
     if isinstance(value, float):
         return _fmt_float(value)
@@ -172,6 +183,18 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
         return value
     if base == "size_table":
         return _check_size_table(value, path, source)
+    if base == "topology":
+        if value not in TOPOLOGIES:
+            raise _fail(source, path, value, expected)
+        return value
+    if base == "dims":
+        ok = isinstance(value, (list, tuple)) and len(value) in (2, 3)
+        if ok:
+            try:
+                return tuple(_check("pos_int", v, path, source) for v in value)
+            except HardwareError:
+                pass
+        raise _fail(source, path, value, expected)
     if base == "name":
         if not isinstance(value, str):
             raise _fail(source, path, value, expected + _type_hint(value))
@@ -201,6 +224,10 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
         return float(value)
     if base == "nonneg_float":
         if value < 0:
+            raise _fail(source, path, value, expected)
+        return float(value)
+    if base == "ratio":
+        if value < 1:
             raise _fail(source, path, value, expected)
         return float(value)
     if base == "fraction":
@@ -246,7 +273,7 @@ def _validate_fields(obj: Any) -> None:
         scalars = tuple(
             (f.name, f.metadata["kind"])
             for f in dataclasses.fields(cls)
-            if f.metadata.get("kind") not in ("table", "opt_table", "levels")
+            if f.metadata.get("kind") not in ("table", "opt_table", "levels", "protocols")
         )
         _SCALAR_FIELDS[cls] = scalars
     for name, kind in scalars:
@@ -343,6 +370,33 @@ class HBM:
 
 
 @dataclass(frozen=True)
+class NetworkProtocol:
+    """One protocol of a level's ring collectives (``[[network.protocols]]``, innermost level
+    only; docs/design.md §5.5): a ring all-reduce of ``n`` bytes over ``g`` devices costs the
+    least over the level's protocols of ``base_s + 2(g−1)·latency_s + 2(g−1)/g · n /
+    bandwidth_Bps [+ n/g / shard_Bps]`` (NCCL's LL, LL128 and Simple trade latency for
+    bandwidth this way).
+
+    Attributes:
+        name: label (``"ll128"``, ``"simple"``), unique within the level.
+        bandwidth_Bps: per-device, per-direction bandwidth of the ring (bytes/s).
+        latency_s: per ring step (s).
+        base_s: per collective, whatever its size (launch, pipeline fill) (s).
+        shard_Bps: optional; a pass over a device's own ``n/g`` bytes that does not overlap
+            the ring (bytes/s).
+    """
+
+    name: str = _spec("name", "label of the protocol")
+    bandwidth_Bps: float = _spec("pos_float", "per-device, per-direction ring bandwidth (bytes/s)")
+    latency_s: float = _spec("nonneg_float", "per ring step (s)")
+    base_s: float = _spec("nonneg_float", "per collective (s)", default=0.0)
+    shard_Bps: float | None = _spec("opt_pos_float", "pass over a device's own shard (bytes/s)", default=None)
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+
+
+@dataclass(frozen=True)
 class NetworkLevel:
     """One level of the cluster network (levels are listed innermost first).
 
@@ -364,6 +418,18 @@ class NetworkLevel:
         energy_j_per_byte: optional; energy to move one byte from a device to another at this
             level (links, switches, NICs), in joules.  Absent: the level's traffic is not priced
             in energy.
+        topology: optional; ``"switch"`` (absent: the same), ``"torus"`` or ``"fat_tree"``
+            (docs/design.md §5.5).  On a torus ``bandwidth_Bps`` is one link's, per direction.
+        torus_dims: with a torus, its 2 or 3 dimensions, the first fastest in device order:
+            in devices (their product is ``group_size``), or on a torus level above a torus
+            level in inner tori (their product times the inner ``group_size``).
+        leaf_size: with a fat tree, the devices under one leaf switch (a multiple of the inner
+            level's ``group_size`` dividing this level's).
+        oversubscription: with a fat tree, a leaf's down-link over its up-link bandwidth
+            (>= 1): a ring that leaves its leaf runs at ``1/oversubscription`` of the rate.
+        protocols: optional, innermost switch level only; the ring collectives' protocols
+            (:class:`NetworkProtocol`), which then price them instead of ``bandwidth_Bps`` and
+            ``latency_s`` (these still price point-to-point transfers and cap the rails above).
     """
 
     name: str = _spec("name", "label of the level")
@@ -374,9 +440,19 @@ class NetworkLevel:
         "opt_pos_float", "bandwidth out of one group of the level below, its devices together (bytes/s)", default=None
     )
     energy_j_per_byte: float | None = _spec("opt_nonneg_float", "energy per byte sent (J/B)", default=None)
+    topology: str | None = _spec("opt_topology", "switch, torus or fat_tree", default=None)
+    torus_dims: tuple[int, ...] | None = _spec("opt_dims", "torus dimensions, the first fastest", default=None)
+    leaf_size: int | None = _spec("opt_pos_int", "devices under one leaf switch (fat tree)", default=None)
+    oversubscription: float | None = _spec("opt_ratio", "leaf down-link over up-link bandwidth", default=None)
+    protocols: tuple[NetworkProtocol, ...] | None = _spec("protocols", "ring protocols", default=None)
 
     def __post_init__(self) -> None:
         _validate_fields(self)
+        if self.protocols is not None:
+            items = tuple(self.protocols) if isinstance(self.protocols, (list, tuple)) else self.protocols
+            if not isinstance(items, tuple) or not items or not all(isinstance(p, NetworkProtocol) for p in items):
+                raise _fail("NetworkLevel", "protocols", self.protocols, "one or more NetworkProtocol")
+            object.__setattr__(self, "protocols", items)
 
 
 @dataclass(frozen=True)
@@ -694,10 +770,7 @@ class Accelerator:
                 table = {f.name: _plain(getattr(value, f.name), f) for f in dataclasses.fields(value)}
                 out[key] = {k: v for k, v in table.items() if v is not None}
             elif key == "network":
-                out[key] = [
-                    {f.name: getattr(lv, f.name) for f in dataclasses.fields(lv) if getattr(lv, f.name) is not None}
-                    for lv in value
-                ]
+                out[key] = [_level_dict(lv) for lv in value]
             else:
                 out[key] = value
         return out
@@ -730,6 +803,25 @@ class Accelerator:
             else:
                 kwargs[f.name] = _check(kind, value, path, source)
         return cls(**kwargs)
+
+
+def _level_dict(level: NetworkLevel) -> dict[str, Any]:
+    """A network level as plain data (fields that are ``None`` left out; the torus's dimensions
+    and the protocols as lists)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(level):
+        value = getattr(level, f.name)
+        if value is None:
+            continue
+        if f.name == "torus_dims":
+            value = list(value)
+        elif f.name == "protocols":
+            value = [
+                {g.name: getattr(p, g.name) for g in dataclasses.fields(p) if getattr(p, g.name) is not None}
+                for p in value
+            ]
+        out[f.name] = value
+    return out
 
 
 def _plain(value: Any, f: dataclasses.Field) -> Any:
@@ -786,8 +878,22 @@ def _parse_table(cls: type, value: Any, path: str, source: str | None) -> Any:
             if f.default is dataclasses.MISSING:
                 raise _missing(f.metadata["kind"], fpath, source)
             continue
+        if f.metadata["kind"] == "protocols":
+            kwargs[f.name] = _parse_protocols(value[f.name], fpath, source)
+            continue
         kwargs[f.name] = _check(f.metadata["kind"], value[f.name], fpath, source)
     return cls(**kwargs)
+
+
+def _parse_protocols(value: Any, path: str, source: str | None) -> tuple[NetworkProtocol, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise _fail(source, path, value, "one or more [[network.protocols]] tables (an array of tables)")
+    protocols = tuple(_parse_table(NetworkProtocol, p, f"{path}[{i}]", source) for i, p in enumerate(value))
+    names = [p.name for p in protocols]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise _fail(source, f"{path}[{i}].name", name, "a name not used by another protocol of the level")
+    return protocols
 
 
 def _parse_levels(value: Any, path: str, source: str | None) -> tuple[NetworkLevel, ...]:
@@ -806,6 +912,7 @@ def _check_network(levels: tuple[NetworkLevel, ...], source: str | None, path: s
         if level.name in seen:
             raise _fail(source, f"{path}[{i}].name", level.name, "a name not used by another level")
         seen.add(level.name)
+        _check_topology(levels, i, source, path)
         if i == 0:
             if level.uplink_Bps is not None:
                 raise _fail(
@@ -823,6 +930,66 @@ def _check_network(levels: tuple[NetworkLevel, ...], source: str | None, path: s
                 level.group_size,
                 f"a multiple of {path}[{i - 1}].group_size = {inner} larger than it "
                 "(levels go innermost first, each made of whole groups of the one before)",
+            )
+
+
+def _check_topology(levels: tuple[NetworkLevel, ...], i: int, source: str | None, path: str) -> None:
+    """A level's topology and the keys that go with it (docs/design.md §5.5)."""
+    level = levels[i]
+    at = f"{path}[{i}]"
+    topology = level.topology or "switch"
+    inner = levels[i - 1] if i > 0 else None
+    for key, needs in (("torus_dims", "torus"), ("leaf_size", "fat_tree"), ("oversubscription", "fat_tree")):
+        value = getattr(level, key)
+        if value is not None and topology != needs:
+            raise _fail(source, f"{at}.{key}", value, f'no value: it goes with topology = "{needs}"')
+        if value is None and topology == needs:
+            kind = {"torus_dims": "dims", "leaf_size": "pos_int", "oversubscription": "ratio"}[key]
+            raise _missing(kind, f"{at}.{key}", source)
+    if level.protocols is not None and (i > 0 or topology != "switch"):
+        raise _fail(
+            source,
+            f"{at}.protocols",
+            level.protocols,
+            "no value: protocols are fitted inside one group of the innermost level (a switch)",
+        )
+    if topology == "torus":
+        dims = level.torus_dims
+        assert dims is not None
+        product = math.prod(dims)
+        if inner is not None and (inner.topology or "switch") == "torus":
+            inner_dims = inner.torus_dims
+            assert inner_dims is not None
+            if len(inner_dims) != len(dims):
+                raise _fail(
+                    source,
+                    f"{at}.torus_dims",
+                    dims,
+                    f"{len(inner_dims)} dimensions, as the inner torus {path}[{i - 1}].torus_dims",
+                )
+            product *= inner.group_size
+            what = f"dimensions in inner tori whose product times {path}[{i - 1}].group_size = {inner.group_size}"
+        elif inner is not None:
+            raise _fail(
+                source,
+                f"{at}.topology",
+                level.topology,
+                "a torus only as the innermost level or on a torus level (its dimensions count devices or inner tori)",
+            )
+        else:
+            what = "dimensions whose product"
+        if product != level.group_size:
+            raise _fail(source, f"{at}.torus_dims", list(dims), f"{what} is group_size = {level.group_size}")
+    if topology == "fat_tree":
+        leaf = level.leaf_size
+        assert leaf is not None
+        below = inner.group_size if inner is not None else 1
+        if leaf % below or level.group_size % leaf:
+            raise _fail(
+                source,
+                f"{at}.leaf_size",
+                leaf,
+                f"a multiple of the inner group ({below} devices) that divides group_size = {level.group_size}",
             )
 
 
@@ -908,6 +1075,8 @@ def _toml_value(value: Any) -> str:
         return f"{value:_}" if abs(value) >= 10_000 else str(value)
     if isinstance(value, float):
         return _fmt_float(value)
+    if isinstance(value, list):  # the torus's dimensions
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):  # an inline table (a size table: its keys are digits, bare keys)
         return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
     raise TypeError(value)  # pragma: no cover
@@ -948,5 +1117,8 @@ def dumps_toml(acc: Accelerator) -> str:
     for level in data["network"]:
         lines.append("")
         lines.append("[[network]]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in level.items())
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in level.items() if k != "protocols")
+        for protocol in level.get("protocols", ()):
+            lines.append("[[network.protocols]]")
+            lines.extend(f"{k} = {_toml_value(v)}" for k, v in protocol.items())
     return "\n".join(lines) + "\n"

@@ -39,6 +39,14 @@ class LayerDict(TypedDict):
     expert_optimizer_bytes: NotRequired[int]
     dispatch_bytes: NotRequired[int]
 
+class ProtocolDict(TypedDict):
+    """One protocol of the innermost level's ring collectives (docs/design.md §5.5)."""
+
+    bandwidth_Bps: float
+    latency_s: float  # per ring step
+    base_s: float  # per collective
+    shard_Bps: NotRequired[float]  # the un-overlapped pass over a device's n/g bytes
+
 class LevelDict(TypedDict):
     """A network level, innermost first; the last level is the whole cluster."""
 
@@ -46,6 +54,11 @@ class LevelDict(TypedDict):
     bandwidth_Bps: float  # per link, bytes/s
     latency_s: float
     uplink_Bps: NotRequired[float]  # out of one group of the level below, all its devices (bytes/s)
+    topology: NotRequired[str]  # "switch" (absent), "torus", "fat_tree"
+    torus_dims: NotRequired[list[int]]  # with a torus: 2 or 3 dimensions, the first fastest
+    leaf_size: NotRequired[int]  # with a fat tree: devices under one leaf
+    oversubscription: NotRequired[float]  # with a fat tree: >= 1
+    protocols: NotRequired[list[ProtocolDict]]  # innermost level only
 
 class ProblemDict(TypedDict):
     layers: list[LayerDict]  # topological order: prologue, blocks, head

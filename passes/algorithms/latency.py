@@ -417,9 +417,7 @@ class FixedParams:
             clock_hz=float(hw.clock_hz),
             glb_bandwidth_Bps=float(hw.global_buffer.bandwidth_Bps),
             hbm_bandwidth_Bps=float(hw.hbm.bandwidth_Bps),
-            levels=tuple(
-                network.Level(lv.group_size, lv.bandwidth_Bps, lv.latency_s, lv.uplink_Bps) for lv in hw.network
-            ),
+            levels=network.levels_of(hw.network),
         )
 
 

@@ -27,6 +27,29 @@ Added here (the DP has no use for them), in the same form:
 latency (s).  A level is anything with ``group_size``, ``bandwidth_Bps`` and ``latency_s``
 (:class:`phaze_ir.hardware.NetworkLevel` or :class:`Level`).
 
+Topologies and protocols (``docs/design.md`` §5.5), each a field of a level, absent on the
+levels above, which stay as they were bit for bit:
+
+- ``topology = "switch"`` (or absent): the rail-aware rings above.  The a100/h100 presets'
+  inner levels are *switched NVLink domains* (every GPU one hop from every other through
+  NVSwitch) and their outer levels *rail-optimised GPU pods* (one NIC per GPU, ``k`` rails).
+- ``topology = "fat_tree"``: the same rings; a group whose span ``g · s`` exceeds
+  ``leaf_size`` crosses leaf switches and its bandwidth is divided by ``oversubscription``
+  (the leaves' down-links over their up-links).
+- ``topology = "torus"``: :func:`torus_rings` cuts the group into per-dimension rings of
+  lengths ``c_j`` (device order: the first dimension fastest; a torus on a torus level counts
+  the inner tori's dimensions first, then its own, per axis).  The all-reduce runs the
+  dimensions concurrently (the data split over them, each part reduce-scattered dimension by
+  dimension, then all-gathered back), so a device's ``2(g−1)/g · n`` bytes leave on ``L``
+  links at once, ``L = Σ_j`` 2 for a closed ring of more than 2 (both directions) or 1 for an
+  open line or a pair, and the latency is paid per step of every dimension's ring:
+  ``2(g−1)/g · n / (L · bw) + 2 · Σ_j (c_j − 1) · lat``.
+- ``protocols`` (innermost level only): NCCL-like protocols, each its own α–β with a fixed
+  ``base_s`` and an optional un-overlapped pass over a device's shard (``n/g`` at
+  ``shard_Bps``); a ring all-reduce costs the least of them
+  (``base + 2(g−1)·lat_p + 2(g−1)/g · n / bw_p [+ n/g / shard_p]``), its halves
+  ``base + (g−1)·lat_p + (g−1)/g · n / bw_p [+ n/g / shard_p]``.
+
 Why rail-aware: NCCL splits a collective over several channels, one ring each, and on a node
 with one NIC per GPU (DGX A100: 8 × 200 Gb/s HDR InfiniBand ConnectX-6, one per GPU, DGX A100
 datasheet; DGX H100: 8 × 400 Gb/s NDR) the channels' cross-node hops leave through different
@@ -42,13 +65,21 @@ collectives, whose groups are contiguous (``s = 1``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol as _Interface
 
 __all__ = [
     "COLLECTIVES",
+    "TOPOLOGIES",
     "Level",
+    "Protocol",
+    "levels_of",
+    "torus_rings",
+    "ring_steps",
+    "all_reduce_s",
+    "half_ring_s",
     "level_for",
     "per_inner",
     "ring_bandwidth_Bps",
@@ -63,8 +94,11 @@ __all__ = [
 #: The collective kinds priced here (those of ``phaze.collective``).
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 
+#: The topologies a level may have (``topology``; absent is ``"switch"``).
+TOPOLOGIES = ("switch", "torus", "fat_tree")
 
-class LevelLike(Protocol):
+
+class LevelLike(_Interface):
     """What the formulas read from a network level (read-only: frozen dataclasses qualify)."""
 
     @property
@@ -79,15 +113,94 @@ class LevelLike(Protocol):
     @property
     def uplink_Bps(self) -> float | None: ...
 
+    @property
+    def topology(self) -> str | None: ...
+
+    @property
+    def torus_dims(self) -> tuple[int, ...] | None: ...
+
+    @property
+    def leaf_size(self) -> int | None: ...
+
+    @property
+    def oversubscription(self) -> float | None: ...
+
+    @property
+    def protocols(self) -> Sequence[ProtocolLike] | None: ...
+
+
+class ProtocolLike(_Interface):
+    """What the formulas read from a level's protocol."""
+
+    @property
+    def bandwidth_Bps(self) -> float: ...
+
+    @property
+    def latency_s(self) -> float: ...
+
+    @property
+    def base_s(self) -> float: ...
+
+    @property
+    def shard_Bps(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One protocol of a level's ring collectives (module docstring): a fixed ``base_s`` per
+    collective, ``latency_s`` per ring step, ``bandwidth_Bps`` per device and direction, and an
+    optional ``shard_Bps`` for the pass over a device's own ``n/g`` bytes."""
+
+    bandwidth_Bps: float
+    latency_s: float
+    base_s: float = 0.0
+    shard_Bps: float | None = None
+
 
 @dataclass(frozen=True)
 class Level:
-    """One network level (innermost first in a sequence)."""
+    """One network level (innermost first in a sequence).  ``topology`` ``None`` is a switch;
+    ``torus_dims`` with a torus; ``leaf_size`` and ``oversubscription`` with a fat tree;
+    ``protocols`` (innermost level only) price its ring collectives instead of
+    ``bandwidth_Bps`` and ``latency_s``."""
 
     group_size: int
     bandwidth_Bps: float
     latency_s: float
     uplink_Bps: float | None = None
+    topology: str | None = None
+    torus_dims: tuple[int, ...] | None = None
+    leaf_size: int | None = None
+    oversubscription: float | None = None
+    protocols: tuple[Protocol, ...] | None = None
+
+
+def levels_of(network: Sequence[LevelLike]) -> tuple[Level, ...]:
+    """:class:`Level` copies of a description's levels (``Accelerator.network``), every
+    field the formulas read kept."""
+    out = []
+    for lv in network:
+        protocols = lv.protocols
+        out.append(
+            Level(
+                int(lv.group_size),
+                float(lv.bandwidth_Bps),
+                float(lv.latency_s),
+                lv.uplink_Bps,
+                lv.topology,
+                lv.torus_dims,
+                lv.leaf_size,
+                lv.oversubscription,
+                None
+                if protocols is None
+                else tuple(Protocol(p.bandwidth_Bps, p.latency_s, p.base_s, p.shard_Bps) for p in protocols),
+            )
+        )
+    return tuple(out)
+
+
+def _topology(level: LevelLike) -> str:
+    return level.topology or "switch"
 
 
 def level_for(levels: Sequence[LevelLike], g: int) -> int:
@@ -116,12 +229,125 @@ def ring_bandwidth_Bps(levels: Sequence[LevelLike], index: int, g: int, stride: 
     ``Problem::ring_bandwidth_bps`` in Rust): the level's own at index 0 or with one member per
     inner group, else ``min(k · bw_index, bw_{index−1})``; either capped by the level's ``uplink_Bps``."""
     level = levels[index]
+    topology = _topology(level)
+    if topology == "torus":
+        _, links = torus_rings(levels, index, g, stride)
+        return float(max(1, links)) * level.bandwidth_Bps
     if index == 0:
-        return level.bandwidth_Bps
-    below = levels[index - 1]
-    k = per_inner(g, stride, below.group_size)
-    bw = level.bandwidth_Bps if k <= 1 else min(float(k) * level.bandwidth_Bps, below.bandwidth_Bps)
-    return bw if level.uplink_Bps is None else min(bw, level.uplink_Bps)
+        bw = level.bandwidth_Bps
+    else:
+        below = levels[index - 1]
+        k = per_inner(g, stride, below.group_size)
+        bw = level.bandwidth_Bps if k <= 1 else min(float(k) * level.bandwidth_Bps, below.bandwidth_Bps)
+        bw = bw if level.uplink_Bps is None else min(bw, level.uplink_Bps)
+    if topology == "fat_tree" and level.leaf_size is not None and g * stride > level.leaf_size:
+        bw = bw / (level.oversubscription or 1.0)
+    return bw
+
+
+def torus_rings(levels: Sequence[LevelLike], index: int, g: int, stride: int = 1) -> tuple[list[int], int]:
+    """(ring length per axis, links ``L``) of a group of ``g`` devices, consecutive members
+    ``stride`` apart, on the torus level ``levels[index]`` (as ``Problem::torus_rings`` in
+    Rust).  The device order runs the digits of a mixed radix, fastest first: the level's
+    ``torus_dims`` (in devices), or, on a torus level above a torus level, the inner torus's
+    dimensions then the level's own (in inner tori), axis by axis.  The stride skips whole
+    digits (or part of one); the group takes ``min(rest, radix // pos)`` along each digit
+    after it, the rest rounded up (a group that is no sub-block is priced as the block that
+    holds it).  An axis's ring is closed when it fills the axis of the inner torus (the
+    wraparound, or the inner tori's circuit switches, close it) or the level's own, open
+    otherwise; ``L`` adds 2 for a closed ring longer than 2 (both directions) and 1 for an open
+    one or a pair."""
+    level = levels[index]
+    dims = list(level.torus_dims or ())
+    axes = len(dims)
+    inner: list[int] = []
+    if index > 0 and _topology(levels[index - 1]) == "torus":
+        inner = list(levels[index - 1].torus_dims or ())
+    radices = inner + dims
+    counts = [1] * len(radices)
+    pos = stride
+    rest = g
+    for i, radix in enumerate(radices):
+        if rest <= 1:
+            break
+        if pos >= radix:
+            pos = pos // radix
+            continue
+        take = min(rest, radix // pos)
+        counts[i] = take
+        rest = (rest + take - 1) // take
+        pos = 1
+    if rest > 1:
+        counts[-1] = counts[-1] * rest
+    lengths = []
+    links = 0
+    for j in range(axes):
+        if inner:
+            c = counts[j] * counts[axes + j]
+            closed = counts[j] == inner[j] or counts[axes + j] == dims[j]
+        else:
+            c = counts[j]
+            closed = c == dims[j]
+        lengths.append(c)
+        if c > 1:
+            links += 2 if closed and c > 2 else 1
+    return lengths, links
+
+
+def ring_steps(levels: Sequence[LevelLike], index: int, g: int, stride: int = 1) -> int:
+    """Steps of one half (reduce-scatter or all-gather) of a ring collective over ``g``
+    devices on ``levels[index]``: ``g − 1``, or ``Σ_j (c_j − 1)`` on a torus (as
+    ``Problem::ring_steps`` in Rust)."""
+    if _topology(levels[index]) == "torus":
+        lengths, _ = torus_rings(levels, index, g, stride)
+        return sum(c - 1 for c in lengths)
+    return g - 1
+
+
+def all_reduce_s(levels: Sequence[LevelLike], nbytes: float, g: int, stride: int = 1) -> float:
+    """All-reduce of ``n`` bytes over ``g`` devices, consecutive members ``stride`` apart, on
+    the level of the span ``g · stride`` (module docstring; as ``Problem::ring_allreduce_s``
+    in Rust): the least of the level's protocols, or ``2(g−1)/g · n / bw + 2 · steps · lat``
+    with :func:`ring_bandwidth_Bps` and :func:`ring_steps`; 0 when ``g <= 1``."""
+    if g <= 1:
+        return 0.0
+    index = level_for(levels, g * stride)
+    level = levels[index]
+    gf = float(g)
+    protocols = level.protocols
+    if protocols:
+        best = math.inf
+        for p in protocols:
+            t = p.base_s + 2.0 * (gf - 1.0) * p.latency_s + 2.0 * (gf - 1.0) / gf * float(nbytes) / p.bandwidth_Bps
+            if p.shard_Bps is not None:
+                t = t + float(nbytes) / gf / p.shard_Bps
+            best = min(best, t)
+        return best
+    bw = ring_bandwidth_Bps(levels, index, g, stride)
+    steps = float(ring_steps(levels, index, g, stride))
+    return 2.0 * (gf - 1.0) / gf * float(nbytes) / bw + 2.0 * steps * level.latency_s
+
+
+def half_ring_s(levels: Sequence[LevelLike], nbytes: float, g: int, stride: int = 1) -> float:
+    """Reduce-scatter (or all-gather) whose full tensor is ``n`` bytes, as :func:`all_reduce_s`
+    with half its traffic and steps (as ``Problem::ring_reduce_scatter_s`` in Rust)."""
+    if g <= 1:
+        return 0.0
+    index = level_for(levels, g * stride)
+    level = levels[index]
+    gf = float(g)
+    protocols = level.protocols
+    if protocols:
+        best = math.inf
+        for p in protocols:
+            t = p.base_s + (gf - 1.0) * p.latency_s + (gf - 1.0) / gf * float(nbytes) / p.bandwidth_Bps
+            if p.shard_Bps is not None:
+                t = t + float(nbytes) / gf / p.shard_Bps
+            best = min(best, t)
+        return best
+    bw = ring_bandwidth_Bps(levels, index, g, stride)
+    steps = float(ring_steps(levels, index, g, stride))
+    return (gf - 1.0) / gf * float(nbytes) / bw + steps * level.latency_s
 
 
 def group_level(levels: Sequence[LevelLike], g: int, stride: int = 1) -> tuple[int, Level]:
@@ -188,7 +414,6 @@ def collective_s(kind: str, nbytes: float, g: int, levels: Sequence[LevelLike]) 
         return 0.0, index
     if kind == "send_recv":
         return send_recv_s(nbytes, levels[index]), index
-    _, ring = group_level(levels, g)
     if kind == "all_reduce":
-        return ring_all_reduce_s(nbytes, g, ring), index
-    return all_gather_s(nbytes, g, ring), index
+        return all_reduce_s(levels, nbytes, g), index
+    return half_ring_s(levels, nbytes, g), index

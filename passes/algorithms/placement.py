@@ -228,7 +228,7 @@ def problem(
 
 def network_levels(network: list[dict[str, Any]]) -> list[_phaze_rs.LevelDict]:
     """The accelerator's network levels (``Accelerator.to_dict()["network"]``) as DP levels
-    (``uplink_Bps`` only where the level has one)."""
+    (``uplink_Bps``, the topology's keys and the protocols only where the level has them)."""
     out: list[_phaze_rs.LevelDict] = []
     for level in network:
         lv: _phaze_rs.LevelDict = {
@@ -238,6 +238,26 @@ def network_levels(network: list[dict[str, Any]]) -> list[_phaze_rs.LevelDict]:
         }
         if level.get("uplink_Bps") is not None:
             lv["uplink_Bps"] = float(level["uplink_Bps"])
+        if level.get("topology") is not None:
+            lv["topology"] = str(level["topology"])
+        if level.get("torus_dims") is not None:
+            lv["torus_dims"] = [int(x) for x in level["torus_dims"]]
+        if level.get("leaf_size") is not None:
+            lv["leaf_size"] = int(level["leaf_size"])
+        if level.get("oversubscription") is not None:
+            lv["oversubscription"] = float(level["oversubscription"])
+        if level.get("protocols") is not None:
+            protocols: list[_phaze_rs.ProtocolDict] = []
+            for p in level["protocols"]:
+                proto: _phaze_rs.ProtocolDict = {
+                    "bandwidth_Bps": float(p["bandwidth_Bps"]),
+                    "latency_s": float(p["latency_s"]),
+                    "base_s": float(p.get("base_s", 0.0)),
+                }
+                if p.get("shard_Bps") is not None:
+                    proto["shard_Bps"] = float(p["shard_Bps"])
+                protocols.append(proto)
+            lv["protocols"] = protocols
         out.append(lv)
     return out
 

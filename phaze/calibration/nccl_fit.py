@@ -1,5 +1,10 @@
 """Fit one network level's α–β constants on measured NCCL all-reduce times.
 
+Two fits: :func:`fit_level`, one ring for every size (the ``a100`` preset's ``node`` level), and
+:func:`fit_protocols`, the level's protocols (``[[network.protocols]]``, the ``a100_nccl``
+preset; docs/design.md §5.5): NCCL runs small and large messages with different protocols
+(LL128, Simple), each its own α–β, and the all-reduce takes the faster.
+
 phaze prices a ring all-reduce of ``n`` bytes over ``g`` devices as
 ``2(g−1)/g · n / bw + 2(g−1) · lat`` (:func:`passes.algorithms.network.ring_all_reduce_s`, the
 same formula as the placement DP's).  Both unknowns enter linearly (``1/bw`` and ``lat``), so the
@@ -20,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from passes.algorithms.network import Level, ring_all_reduce_s
+from passes.algorithms.network import Level, LevelLike, all_reduce_s, ring_all_reduce_s
 
 
 @dataclass(frozen=True)
@@ -66,3 +71,73 @@ def fit_level(data: list[Measurement]) -> Fit:
 def relative_errors(data: list[Measurement], level: Level) -> np.ndarray:
     """``predicted / measured − 1`` of each measurement, by phaze's own formula."""
     return np.array([ring_all_reduce_s(d.nbytes, d.devices, level) / d.time_s - 1 for d in data])
+
+
+@dataclass(frozen=True)
+class ProtocolFit:
+    """One protocol's constants (the keys of ``[[network.protocols]]``) and how many
+    measurements it is the faster for."""
+
+    base_s: float
+    latency_s: float
+    bandwidth_Bps: float
+    shard_Bps: float
+    measurements: int
+
+
+def _columns(data: list[Measurement]) -> tuple[np.ndarray, np.ndarray]:
+    """The protocol formula's terms, one column per unknown (``base_s``, ``latency_s``,
+    ``1/bandwidth_Bps``, ``1/shard_Bps``), and the measured times."""
+    g = np.array([d.devices for d in data], dtype=float)
+    n = np.array([d.nbytes for d in data], dtype=float)
+    t = np.array([d.time_s for d in data])
+    return np.stack([np.ones_like(g), 2 * (g - 1), 2 * (g - 1) / g * n, n / g], axis=1), t
+
+
+def fit_protocols(data: list[Measurement], split_bytes: int = 32 * 2**20, rounds: int = 200) -> list[ProtocolFit]:
+    """Two protocols' constants, smaller messages' first: least squares on the relative
+    error, alternated with the assignment of each measurement to the protocol that prices it
+    faster (the all-reduce takes the least), from a first split at ``split_bytes``.  When the
+    assignment comes back to one seen before (a measurement at the crossing flips), the
+    cycle's assignment of least squared error is kept.  Every constant must come out positive."""
+    cols, t = _columns(data)
+    scaled = cols / t[:, None]
+
+    def solve(mask: np.ndarray) -> np.ndarray:
+        x, *_ = np.linalg.lstsq(scaled[mask], np.ones(int(mask.sum())), rcond=None)
+        return x
+
+    n = np.array([d.nbytes for d in data])
+    mask = n < split_bytes
+    seen: list[bytes] = []
+    states: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = []
+    for _ in range(rounds):
+        key = np.packbits(mask).tobytes()
+        x0, x1 = solve(mask), solve(~mask)
+        p0, p1 = cols @ x0, cols @ x1
+        sse = float(np.sum((np.minimum(p0, p1) / t - 1) ** 2))
+        if key in seen:
+            states = states[seen.index(key) :]
+            break
+        seen.append(key)
+        states.append((sse, mask, x0, x1))
+        mask = p0 <= p1
+    _, mask, x0, x1 = min(states, key=lambda s: s[0])
+    out = []
+    for x, m in ((x0, mask), (x1, ~mask)):
+        if not np.all(x > 0):
+            raise ValueError(f"the protocol fit gave a non-positive constant: {x}")
+        out.append(ProtocolFit(float(x[0]), float(x[1]), float(1 / x[2]), float(1 / x[3]), int(m.sum())))
+    return out
+
+
+def time_errors(data: list[Measurement], levels: list[LevelLike]) -> np.ndarray:
+    """``predicted / measured − 1`` of each all-reduce time on ``levels`` (as phaze prices a
+    group of ``g`` devices there: protocols, topology and all)."""
+    return np.array([all_reduce_s(levels, d.nbytes, d.devices) / d.time_s - 1 for d in data])
+
+
+def busbw_errors(data: list[Measurement], levels: list[LevelLike]) -> np.ndarray:
+    """``predicted / measured − 1`` of each all-reduce's bus bandwidth (nccl-tests' ``busbw =
+    algbw · 2(g−1)/g``, ``algbw = n / t``): ``measured time / predicted time − 1``."""
+    return np.array([d.time_s / all_reduce_s(levels, d.nbytes, d.devices) - 1 for d in data])

@@ -73,13 +73,13 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
                 group_size: 8,
                 bandwidth_bps: 300e9,
                 latency_s: 5e-6,
-                uplink_bps: None,
+                ..NetLevel::default()
             },
             NetLevel {
                 group_size: devices,
                 bandwidth_bps: 25e9,
                 latency_s: 10e-6,
-                uplink_bps: None,
+                ..NetLevel::default()
             },
         ],
         global_batch: 4096,

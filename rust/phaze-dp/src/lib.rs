@@ -71,7 +71,7 @@
 //!                     saved_bytes: [1 << 20, 1 << 19, 1 << 10], ..Default::default() };
 //! let prob = Problem {
 //!     layers: vec![layer; 4], devices: 8, hbm_bytes: 1 << 30,
-//!     levels: vec![NetLevel { group_size: 8, bandwidth_bps: 1e11, latency_s: 1e-6, uplink_bps: None }],
+//!     levels: vec![NetLevel { group_size: 8, bandwidth_bps: 1e11, latency_s: 1e-6, ..NetLevel::default() }],
 //!     global_batch: 64, micro_batch: 1, tp: 1, dp_overlap: true, max_stages: None,
 //!     recompute: None, zero: None, virtual_stages: None, blocks: None, expert_parallel: None,
 //! };
@@ -85,6 +85,6 @@ mod model;
 mod plan;
 mod search;
 
-pub use model::{InputError, Layer, NetLevel, Problem, Recompute, Zero};
+pub use model::{InputError, Layer, NetLevel, Problem, Protocol, Recompute, Topology, Zero};
 pub use plan::{Evaluation, MemoryParts, Plan, Solution, Stage, Violation, ViolationKind};
 pub use search::{evaluate_fixed, solve, solve_many};

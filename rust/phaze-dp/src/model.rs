@@ -156,8 +156,44 @@ pub struct Layer {
     pub dispatch_bytes: u64,
 }
 
+/// One protocol of the innermost level's ring collectives (NCCL's LL128 or Simple, say): a
+/// ring all-reduce costs the least over the level's protocols of `base_s + 2(g−1)·latency_s +
+/// 2(g−1)/g · bytes / bandwidth_bps [+ bytes/g / shard_bps]` (see [`Problem::ring_allreduce_s`]).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Protocol {
+    /// Per-device, per-direction bandwidth of the ring (bytes/s).
+    pub bandwidth_bps: f64,
+    /// Per ring step (s).
+    pub latency_s: f64,
+    /// Per collective, whatever its size (s).
+    pub base_s: f64,
+    /// The pass over a device's own `bytes/g` that does not overlap the ring (bytes/s), if any.
+    pub shard_bps: Option<f64>,
+}
+
+/// How a level's devices are connected (docs/design.md §5.5).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum Topology {
+    /// Every device one hop from every other (a switched NVLink domain; a rail-optimised pod
+    /// above one): the rail-aware rings of [`Problem::ring_bandwidth_bps`].
+    #[default]
+    Switch,
+    /// A 2-D or 3-D torus with wraparound links, the first dimension fastest in device order:
+    /// in devices, or on a torus level above a torus level in inner tori. `bandwidth_bps` is
+    /// one link's, per direction.
+    Torus(Vec<u64>),
+    /// A switch level whose leaves hold `leaf_size` devices: a ring that leaves its leaf runs
+    /// at `1 / oversubscription` of the rate.
+    FatTree {
+        /// Devices under one leaf switch.
+        leaf_size: u64,
+        /// A leaf's down-link over its up-link bandwidth (>= 1).
+        oversubscription: f64,
+    },
+}
+
 /// One level of the cluster network (a node's fabric, the scale-out network, ...).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct NetLevel {
     /// Devices that share this level (e.g. 8 per node); the last level is the whole cluster.
     pub group_size: u64,
@@ -169,6 +205,11 @@ pub struct NetLevel {
     /// together (bytes/s; a node's NICs together); `None`: no cap beyond the links'.
     /// `uplink_Bps` in the Python dicts.
     pub uplink_bps: Option<f64>,
+    /// How the level's devices are connected; [`Topology::Switch`] by default.
+    pub topology: Topology,
+    /// The ring collectives' protocols (innermost level only); empty: `bandwidth_bps` and
+    /// `latency_s` price them.
+    pub protocols: Vec<Protocol>,
 }
 
 /// A placement problem: the priced layers, the cluster and the training setup.
@@ -269,6 +310,7 @@ impl Problem {
                 ));
             }
             check_time(&format!("levels[{i}].latency_s"), lv.latency_s)?;
+            self.validate_topology(i)?;
         }
         for (name, v) in [
             ("devices", self.devices),
@@ -321,6 +363,74 @@ impl Problem {
             }
         }
         Ok(())
+    }
+
+    /// A level's topology and protocols (as `phaze_ir/hardware.py` checks them).
+    fn validate_topology(&self, i: usize) -> Result<(), InputError> {
+        let lv = &self.levels[i];
+        if !lv.protocols.is_empty() && (i > 0 || lv.topology != Topology::Switch) {
+            return err(format!(
+                "levels[{i}].protocols: only the innermost level, a switch, has protocols"
+            ));
+        }
+        for (j, p) in lv.protocols.iter().enumerate() {
+            let shard_ok = p.shard_bps.is_none_or(|x| x.is_finite() && x > 0.0);
+            if !(p.bandwidth_bps.is_finite() && p.bandwidth_bps > 0.0 && shard_ok) {
+                return err(format!(
+                    "levels[{i}].protocols[{j}]: bandwidths must be finite and > 0"
+                ));
+            }
+            check_time(
+                &format!("levels[{i}].protocols[{j}].latency_s"),
+                p.latency_s,
+            )?;
+            check_time(&format!("levels[{i}].protocols[{j}].base_s"), p.base_s)?;
+        }
+        match &lv.topology {
+            Topology::Switch => Ok(()),
+            Topology::FatTree {
+                leaf_size,
+                oversubscription,
+            } => {
+                if !(oversubscription.is_finite() && *oversubscription >= 1.0) {
+                    return err(format!("levels[{i}].oversubscription must be >= 1"));
+                }
+                if *leaf_size == 0 || !lv.group_size.is_multiple_of(*leaf_size) {
+                    return err(format!(
+                        "levels[{i}].leaf_size must divide group_size = {}",
+                        lv.group_size
+                    ));
+                }
+                Ok(())
+            }
+            Topology::Torus(dims) => {
+                if !(2..=3).contains(&dims.len()) || dims.contains(&0) {
+                    return err(format!(
+                        "levels[{i}].torus_dims must be 2 or 3 positive integers"
+                    ));
+                }
+                let mut product: u64 = dims.iter().product();
+                if i > 0 {
+                    match &self.levels[i - 1].topology {
+                        Topology::Torus(inner) if inner.len() == dims.len() => {
+                            product = product.saturating_mul(self.levels[i - 1].group_size);
+                        }
+                        _ => {
+                            return err(format!(
+                                "levels[{i}]: a torus only as the innermost level or on a torus level of as many dimensions"
+                            ));
+                        }
+                    }
+                }
+                if product != lv.group_size {
+                    return err(format!(
+                        "levels[{i}].torus_dims: their product must make group_size = {}",
+                        lv.group_size
+                    ));
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The indices of the policies a stage may use: all three, or the fixed one.
@@ -396,45 +506,166 @@ impl Problem {
     /// uplink_i)` (a node whose NICs together send less than 8 links' worth). Assumes no
     /// contention between groups that share links (the groups of a placement together use at
     /// most one link per device).
+    ///
+    /// On a torus level it is `L · bw` with the links `L` of [`Problem::torus_rings`]; on a
+    /// fat tree a ring whose span `g · stride` exceeds a leaf is divided by the
+    /// oversubscription.
     pub fn ring_bandwidth_bps(&self, g: u64, level: usize, stride: u64) -> f64 {
         let lv = &self.levels[level];
-        if level == 0 {
-            return lv.bandwidth_bps;
+        if let Topology::Torus(_) = lv.topology {
+            let (_, _, links) = self.torus_rings(g, level, stride);
+            return links.max(1) as f64 * lv.bandwidth_bps;
         }
-        let below = &self.levels[level - 1];
-        let k = per_inner(g, stride, below.group_size);
-        let bw = if k <= 1 {
+        let bw = if level == 0 {
             lv.bandwidth_bps
         } else {
-            (k as f64 * lv.bandwidth_bps).min(below.bandwidth_bps)
+            let below = &self.levels[level - 1];
+            let k = per_inner(g, stride, below.group_size);
+            let bw = if k <= 1 {
+                lv.bandwidth_bps
+            } else {
+                (k as f64 * lv.bandwidth_bps).min(below.bandwidth_bps)
+            };
+            lv.uplink_bps.map_or(bw, |up| bw.min(up))
         };
-        lv.uplink_bps.map_or(bw, |up| bw.min(up))
+        match lv.topology {
+            Topology::FatTree {
+                leaf_size,
+                oversubscription,
+            } if g.saturating_mul(stride) > leaf_size => bw / oversubscription,
+            _ => bw,
+        }
+    }
+
+    /// (ring length per axis, axes, links `L`) of a group of `g` devices, consecutive members
+    /// `stride` apart, on the torus `level` (as `torus_rings` in
+    /// `passes/algorithms/network.py`). The device order runs a mixed radix, fastest first:
+    /// the level's dimensions, or on a torus above a torus the inner torus's dimensions then
+    /// the level's own. The stride skips whole digits (or part of one); the group takes
+    /// `min(rest, radix / pos)` along each digit after it, the rest rounded up. An axis's ring
+    /// is closed when it fills the inner torus's axis or the level's own; `L` adds 2 for a
+    /// closed ring longer than 2 and 1 for an open one or a pair. Not a torus: no rings.
+    pub fn torus_rings(&self, g: u64, level: usize, stride: u64) -> ([u64; 3], usize, u64) {
+        let Topology::Torus(dims) = &self.levels[level].topology else {
+            return ([1; 3], 0, 0);
+        };
+        let axes = dims.len();
+        let inner: &[u64] = match level.checked_sub(1).map(|i| &self.levels[i].topology) {
+            Some(Topology::Torus(inner)) => inner,
+            _ => &[],
+        };
+        let mut radices = [1u64; 6];
+        let n = inner.len() + axes;
+        radices[..inner.len()].copy_from_slice(inner);
+        radices[inner.len()..n].copy_from_slice(dims);
+        let mut counts = [1u64; 6];
+        let mut pos = stride;
+        let mut rest = g;
+        for i in 0..n {
+            if rest <= 1 {
+                break;
+            }
+            let radix = radices[i];
+            if pos >= radix {
+                pos /= radix;
+                continue;
+            }
+            let take = rest.min(radix / pos);
+            counts[i] = take;
+            rest = rest.div_ceil(take);
+            pos = 1;
+        }
+        if rest > 1 {
+            counts[n - 1] *= rest;
+        }
+        let mut lengths = [1u64; 3];
+        let mut links = 0;
+        for j in 0..axes {
+            let (c, closed) = if inner.is_empty() {
+                (counts[j], counts[j] == dims[j])
+            } else {
+                (
+                    counts[j] * counts[axes + j],
+                    counts[j] == inner[j] || counts[axes + j] == dims[j],
+                )
+            };
+            lengths[j] = c;
+            if c > 1 {
+                links += if closed && c > 2 { 2 } else { 1 };
+            }
+        }
+        (lengths, axes, links)
+    }
+
+    /// Steps of one half of a ring collective over `g` devices on `level`: `g − 1`, or
+    /// `Σ_j (c_j − 1)` over a torus's rings (as `ring_steps` in Python).
+    pub fn ring_steps(&self, g: u64, level: usize, stride: u64) -> u64 {
+        if let Topology::Torus(_) = self.levels[level].topology {
+            let (lengths, axes, _) = self.torus_rings(g, level, stride);
+            return lengths[..axes].iter().map(|c| c - 1).sum();
+        }
+        g.saturating_sub(1)
+    }
+
+    /// What a DP ring's cost depends on besides the bytes, the group and the level: its
+    /// bandwidth's bits and its steps (the search's classes of p).
+    pub fn ring_key(&self, g: u64, level: usize, stride: u64) -> (u64, u64) {
+        (
+            self.ring_bandwidth_bps(g, level, stride).to_bits(),
+            self.ring_steps(g, level, stride),
+        )
     }
 
     /// Ring all-reduce of `bytes` over `g` devices on `level`, consecutive members `stride`
-    /// apart: `2(g−1)/g · bytes / bw + 2(g−1) · lat`, with `bw` =
-    /// [`Problem::ring_bandwidth_bps`] and `lat` the level's; 0 when `g <= 1`.
+    /// apart: `2(g−1)/g · bytes / bw + 2 · steps · lat`, with `bw` =
+    /// [`Problem::ring_bandwidth_bps`], `steps` = [`Problem::ring_steps`] (`g − 1` but on a
+    /// torus) and `lat` the level's; on a level with protocols the least over them of `base +
+    /// 2(g−1)·lat_p + 2(g−1)/g · bytes / bw_p [+ bytes/g / shard_p]`; 0 when `g <= 1`.
     pub fn ring_allreduce_s(&self, bytes: f64, g: u64, level: usize, stride: u64) -> f64 {
         if g <= 1 {
             return 0.0;
         }
         let lv = &self.levels[level];
-        let bw = self.ring_bandwidth_bps(g, level, stride);
         let gf = g as f64;
-        2.0 * (gf - 1.0) / gf * bytes / bw + 2.0 * (gf - 1.0) * lv.latency_s
+        if !lv.protocols.is_empty() {
+            return lv.protocols.iter().fold(f64::INFINITY, |best, p| {
+                let mut t = p.base_s
+                    + 2.0 * (gf - 1.0) * p.latency_s
+                    + 2.0 * (gf - 1.0) / gf * bytes / p.bandwidth_bps;
+                if let Some(shard) = p.shard_bps {
+                    t += bytes / gf / shard;
+                }
+                best.min(t)
+            });
+        }
+        let bw = self.ring_bandwidth_bps(g, level, stride);
+        let steps = self.ring_steps(g, level, stride) as f64;
+        2.0 * (gf - 1.0) / gf * bytes / bw + 2.0 * steps * lv.latency_s
     }
 
     /// Ring reduce-scatter (or all-gather: the same ring, the same cost) of `bytes` (the full,
-    /// unsharded size) over `g` devices: `(g−1)/g · bytes / bw + (g−1) · lat`, half a ring
-    /// all-reduce; 0 when `g <= 1`. Same `bw` as [`Problem::ring_allreduce_s`].
+    /// unsharded size) over `g` devices: `(g−1)/g · bytes / bw + steps · lat`, half a ring
+    /// all-reduce (with protocols, each protocol's half); 0 when `g <= 1`. Same `bw` and
+    /// steps as [`Problem::ring_allreduce_s`].
     pub fn ring_reduce_scatter_s(&self, bytes: f64, g: u64, level: usize, stride: u64) -> f64 {
         if g <= 1 {
             return 0.0;
         }
         let lv = &self.levels[level];
-        let bw = self.ring_bandwidth_bps(g, level, stride);
         let gf = g as f64;
-        (gf - 1.0) / gf * bytes / bw + (gf - 1.0) * lv.latency_s
+        if !lv.protocols.is_empty() {
+            return lv.protocols.iter().fold(f64::INFINITY, |best, p| {
+                let mut t =
+                    p.base_s + (gf - 1.0) * p.latency_s + (gf - 1.0) / gf * bytes / p.bandwidth_bps;
+                if let Some(shard) = p.shard_bps {
+                    t += bytes / gf / shard;
+                }
+                best.min(t)
+            });
+        }
+        let bw = self.ring_bandwidth_bps(g, level, stride);
+        let steps = self.ring_steps(g, level, stride) as f64;
+        (gf - 1.0) / gf * bytes / bw + steps * lv.latency_s
     }
 
     /// All-to-all of `bytes` per device over `g` devices on `level` (expert parallelism's
@@ -476,7 +707,7 @@ mod tests {
             group_size,
             bandwidth_bps,
             latency_s,
-            uplink_bps: None,
+            ..NetLevel::default()
         };
         Problem {
             layers: vec![Layer::default()],
@@ -550,5 +781,81 @@ mod tests {
         // k = 1 is the level's own bandwidth even when the inner level is slower.
         prob.levels[0].bandwidth_bps = 1e9;
         assert_eq!(prob.ring_bandwidth_bps(2, 1, 8), 25e9);
+    }
+
+    fn tpuv4_torus() -> Problem {
+        let torus = |group_size, latency_s| NetLevel {
+            group_size,
+            bandwidth_bps: 50e9,
+            latency_s,
+            topology: Topology::Torus(vec![4, 4, 4]),
+            ..NetLevel::default()
+        };
+        Problem {
+            levels: vec![torus(64, 1e-6), torus(4096, 2e-6)],
+            devices: 4096,
+            ..a100()
+        }
+    }
+
+    #[test]
+    fn torus_rings_grow_with_the_dimensions_used() {
+        let prob = tpuv4_torus();
+        assert!(prob.validate().is_ok());
+        // (g, stride) -> (lengths, links), as tests/test_network_topology.py checks in Python.
+        assert_eq!(prob.torus_rings(2, 0, 1), ([2, 1, 1], 3, 1));
+        assert_eq!(prob.torus_rings(4, 0, 1), ([4, 1, 1], 3, 2));
+        assert_eq!(prob.torus_rings(64, 0, 1), ([4, 4, 4], 3, 6));
+        assert_eq!(prob.torus_rings(8, 0, 8), ([1, 2, 4], 3, 3));
+        assert_eq!(prob.torus_rings(128, 1, 1), ([8, 4, 4], 3, 6));
+        assert_eq!(prob.torus_rings(64, 1, 64), ([4, 4, 4], 3, 6));
+        assert_eq!(prob.ring_bandwidth_bps(64, 0, 1), 300e9);
+        assert_eq!(prob.ring_steps(64, 0, 1), 9);
+        let n = 1e9;
+        assert_eq!(
+            prob.ring_allreduce_s(n, 64, 0, 1),
+            2.0 * 63.0 / 64.0 * n / 300e9 + 2.0 * 9.0 * 1e-6
+        );
+        // A torus level above a switch is not posed.
+        let mut bad = tpuv4_torus();
+        bad.levels[0].topology = Topology::Switch;
+        assert!(bad.validate().unwrap_err().message.contains("torus"));
+        let mut bad = tpuv4_torus();
+        bad.levels[0].topology = Topology::Torus(vec![4, 4, 5]);
+        assert!(bad.validate().unwrap_err().message.contains("torus_dims"));
+    }
+
+    #[test]
+    fn fat_tree_and_protocols() {
+        let mut prob = a100();
+        prob.levels[1].topology = Topology::FatTree {
+            leaf_size: 32,
+            oversubscription: 2.0,
+        };
+        assert!(prob.validate().is_ok());
+        assert_eq!(prob.ring_bandwidth_bps(16, 1, 1), 200e9);
+        assert_eq!(prob.ring_bandwidth_bps(64, 1, 1), 100e9);
+        assert_eq!(prob.ring_bandwidth_bps(2, 1, 32), 12.5e9);
+        let small = Protocol {
+            bandwidth_bps: 200e9,
+            latency_s: 2e-6,
+            base_s: 30e-6,
+            shard_bps: Some(500e9),
+        };
+        let large = Protocol {
+            bandwidth_bps: 240e9,
+            latency_s: 3e-6,
+            base_s: 120e-6,
+            shard_bps: None,
+        };
+        prob.levels[0].protocols = vec![small, large];
+        assert!(prob.validate().is_ok());
+        let n = 1048576.0;
+        let a = 30e-6 + 2.0 * 7.0 * 2e-6 + 2.0 * 7.0 / 8.0 * n / 200e9 + n / 8.0 / 500e9;
+        let b = 120e-6 + 2.0 * 7.0 * 3e-6 + 2.0 * 7.0 / 8.0 * n / 240e9;
+        assert_eq!(prob.ring_allreduce_s(n, 8, 0, 1), a.min(b));
+        // Protocols only on the innermost level.
+        prob.levels[1].protocols = prob.levels[0].protocols.clone();
+        assert!(prob.validate().unwrap_err().message.contains("protocols"));
     }
 }

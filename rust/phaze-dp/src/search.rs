@@ -799,25 +799,25 @@ fn p_max(prob: &Problem, d: u64) -> usize {
 /// whole group. p = 1 has no p2p, so it joins p = 2's group when it can.
 fn classes(prob: &Problem, d: u64, e: u64, pmax: usize) -> Vec<(u64, Vec<usize>)> {
     let t = prob.tp;
-    // (p2p level, DP level, DP ring bandwidth's bits, EP level, all-to-all and experts' DP
-    // ring bandwidths' bits).
-    type Key = (usize, usize, u64, usize, u64, u64);
+    // (p2p level, DP level, DP ring's key, EP level, all-to-all's and experts' DP ring's keys;
+    // a ring's key is its bandwidth's bits and its steps, `Problem::ring_key`).
+    type Key = (usize, usize, (u64, u64), usize, (u64, u64), (u64, u64));
     let key = |p: usize| -> Key {
         let pp = prob.level_for(p.max(2) as u64 * t);
         let pt = p as u64 * t;
         let (level, bw) = if d > 1 {
             let level = prob.level_for(d * pt);
-            (level, prob.ring_bandwidth_bps(d, level, pt).to_bits())
+            (level, prob.ring_key(d, level, pt))
         } else {
-            (0, 0)
+            (0, (0, 0))
         };
         if e > 1 {
             let ep = prob.level_for(e * pt);
-            let a2a = prob.ring_bandwidth_bps(e, ep, pt).to_bits();
-            let experts = prob.ring_bandwidth_bps(d / e, level, e * pt).to_bits();
+            let a2a = prob.ring_key(e, ep, pt);
+            let experts = prob.ring_key(d / e, level, e * pt);
             (pp, level, bw, ep, a2a, experts)
         } else {
-            (pp, level, bw, 0, 0, 0)
+            (pp, level, bw, 0, (0, 0), (0, 0))
         }
     };
     let mut out: Vec<(Key, u64, Vec<usize>)> = Vec::new();

@@ -19,7 +19,7 @@ fn level(group_size: u64, bandwidth_bps: f64, latency_s: f64) -> NetLevel {
         group_size,
         bandwidth_bps,
         latency_s,
-        uplink_bps: None,
+        ..NetLevel::default()
     }
 }
 

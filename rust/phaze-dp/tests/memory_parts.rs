@@ -133,7 +133,7 @@ fn sharded_problem(zero: Zero, v: u64) -> Problem {
             group_size: 8,
             bandwidth_bps: 1e9,
             latency_s: 1e-6,
-            uplink_bps: None,
+            ..NetLevel::default()
         }],
         global_batch: 16,
         micro_batch: 1,

@@ -6,7 +6,10 @@
 //! silently ignored). A missing key raises `KeyError`, a bad value `ValueError`, both naming
 //! where it is (`problem.layers[3].fwd_s`): [`located`] restates the derive's error chain.
 
-use phaze_dp::{Evaluation, Layer, NetLevel, Plan, Problem, Recompute, Solution, Violation, Zero};
+use phaze_dp::{
+    Evaluation, Layer, NetLevel, Plan, Problem, Protocol, Recompute, Solution, Topology, Violation,
+    Zero,
+};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList};
@@ -303,6 +306,39 @@ impl Keys for LayerInput {
     ];
 }
 
+/// A topology's name: `"switch"`, `"torus"` or `"fat_tree"`.
+struct TopologyName(String);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for TopologyName {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        const WHAT: &str = "a string (switch, torus, fat_tree)";
+        let name: String = v.extract().map_err(|_| bad(WHAT, &v))?;
+        if ["switch", "torus", "fat_tree"].contains(&name.as_str()) {
+            Ok(TopologyName(name))
+        } else {
+            Err(bad(WHAT, &v))
+        }
+    }
+}
+
+#[derive(FromPyObject)]
+#[allow(non_snake_case)] // the keys are `*_Bps` (bytes, not bits, per second)
+struct ProtocolInput {
+    #[pyo3(item)]
+    bandwidth_Bps: Real,
+    #[pyo3(item)]
+    latency_s: Real,
+    #[pyo3(item, default)]
+    base_s: Option<Real>,
+    #[pyo3(item, default)]
+    shard_Bps: Option<Real>,
+}
+
+impl Keys for ProtocolInput {
+    const KEYS: &'static [&'static str] = &["bandwidth_Bps", "latency_s", "base_s", "shard_Bps"];
+}
+
 #[derive(FromPyObject)]
 #[allow(non_snake_case)] // the key is `bandwidth_Bps` (bytes, not bits, per second)
 struct LevelInput {
@@ -314,11 +350,30 @@ struct LevelInput {
     latency_s: Real,
     #[pyo3(item, default)]
     uplink_Bps: Option<Real>,
+    #[pyo3(item, default)]
+    topology: Option<TopologyName>,
+    #[pyo3(item, default)]
+    torus_dims: Option<Items<Count>>,
+    #[pyo3(item, default)]
+    leaf_size: Option<Count>,
+    #[pyo3(item, default)]
+    oversubscription: Option<Real>,
+    #[pyo3(item, default)]
+    protocols: Option<Items<Dict<ProtocolInput>>>,
 }
 
 impl Keys for LevelInput {
-    const KEYS: &'static [&'static str] =
-        &["group_size", "bandwidth_Bps", "latency_s", "uplink_Bps"];
+    const KEYS: &'static [&'static str] = &[
+        "group_size",
+        "bandwidth_Bps",
+        "latency_s",
+        "uplink_Bps",
+        "topology",
+        "torus_dims",
+        "leaf_size",
+        "oversubscription",
+        "protocols",
+    ];
 }
 
 #[derive(FromPyObject)]
@@ -400,6 +455,32 @@ impl From<LevelInput> for NetLevel {
             bandwidth_bps: l.bandwidth_Bps.0,
             latency_s: l.latency_s.0,
             uplink_bps: l.uplink_Bps.map(|x| x.0),
+            // Missing keys of a topology become values `Problem::validate` rejects.
+            topology: match l.topology.as_ref().map(|t| t.0.as_str()) {
+                Some("torus") => Topology::Torus(
+                    l.torus_dims
+                        .map(|d| d.0.into_iter().map(|c| c.0).collect())
+                        .unwrap_or_default(),
+                ),
+                Some("fat_tree") => Topology::FatTree {
+                    leaf_size: l.leaf_size.map_or(0, |c| c.0),
+                    oversubscription: l.oversubscription.map_or(0.0, |r| r.0),
+                },
+                _ => Topology::Switch,
+            },
+            protocols: l
+                .protocols
+                .map(|ps| {
+                    ps.0.into_iter()
+                        .map(|p| Protocol {
+                            bandwidth_bps: p.0.bandwidth_Bps.0,
+                            latency_s: p.0.latency_s.0,
+                            base_s: p.0.base_s.map_or(0.0, |x| x.0),
+                            shard_bps: p.0.shard_Bps.map(|x| x.0),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 }

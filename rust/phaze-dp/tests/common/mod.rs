@@ -63,6 +63,7 @@ pub fn random_levels(rng: &mut Rng) -> Vec<NetLevel> {
             bandwidth_bps,
             latency_s: rng.below(8) as f64 / 64.0,
             uplink_bps,
+            ..NetLevel::default()
         });
     }
     levels
