@@ -1038,6 +1038,10 @@ def load_hardware(name_or_path: str | os.PathLike[str]) -> Accelerator:
 
 
 def _load_file(path: Path, source: str) -> Accelerator:
+    return Accelerator.from_dict(_read_with_base(path, source, ()), source=source)
+
+
+def _read_toml_file(path: Path, source: str) -> dict[str, Any]:
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
@@ -1048,7 +1052,36 @@ def _load_file(path: Path, source: str) -> Accelerator:
         raise HardwareError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", source=source) from None
     except OSError as exc:
         raise HardwareError(f"cannot read: {exc.strerror}", source=source) from None
-    return loads_toml(text, source=source)
+    return parse_toml(text, source)
+
+
+def _read_with_base(path: Path, source: str, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """The TOML of ``path`` as a plain dict, on top of its ``base`` when it names one.
+
+    ``base = "a100"`` (a preset, or a TOML path relative to the file) starts the description
+    from that one: each top-level key the file gives (``name``, a table such as ``[energy]``,
+    the whole ``[[network]]`` list) replaces the base's, the rest is the base's.  So a variant
+    of a chip (the same die on another network, say) is written once, without copying it."""
+    data = _read_toml_file(path, source)
+    if "base" not in data:
+        return data
+    base = data.pop("base")
+    if not isinstance(base, str) or not base:
+        raise HardwareError(
+            f"base = {_show(base)}: expected a preset name or a TOML path", source=source, key_path="base"
+        )
+    if "name" not in data:
+        raise HardwareError("a description with a base needs its own 'name'", source=source, key_path="name")
+    if _looks_like_path(base):
+        base_path, base_source = (path.parent / base), str(path.parent / base)
+    else:
+        base_path = preset_path(base)
+        base_source = base_path.name
+    if base_path.resolve() in seen + (path.resolve(),):
+        raise HardwareError(
+            f"base = {_quoted(base)}: a description cannot be its own base", source=source, key_path="base"
+        )
+    return {**_read_with_base(base_path, base_source, seen + (path.resolve(),)), **data}
 
 
 def parse_toml(text: str, source: str, error: type[HardwareError] = HardwareError) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,39 @@ def test_examples_hw_links_to_presets(name: str) -> None:
     assert (REPO / "examples" / "hw" / f"{name}.toml").read_bytes() == (
         REPO / "phaze_ir" / "hw_presets" / f"{name}.toml"
     ).read_bytes()
+
+
+def test_a_description_with_a_base(tmp_path: Path) -> None:
+    """``base = PRESET|PATH``: the file's top-level keys replace the base's, the rest is the
+    base's (a chip on another network, written once); a base of a base works; a base must not
+    lead back to the file, and the file must name itself."""
+    (tmp_path / "slow.toml").write_text(
+        'base = "a100"\nname = "a100-slow"\n[[network]]\nname = "flat"\ngroup_size = 4096\n'
+        "bandwidth_Bps = 1e9\nlatency_s = 1e-5\n"
+    )
+    slow = load_hardware(tmp_path / "slow.toml")
+    a100 = load_hardware("a100")
+    assert slow.network == (NetworkLevel("flat", 4096, 1e9, 1e-5),)
+    assert dataclasses.replace(slow, name="a100", network=a100.network) == a100
+    (tmp_path / "hot.toml").write_text('base = "slow.toml"\nname = "hot"\nclock_hz = 2e9\n')
+    hot = load_hardware(tmp_path / "hot.toml")
+    assert (hot.name, hot.clock_hz, hot.network) == ("hot", 2e9, slow.network)
+    assert hot.calibration == a100.calibration
+    for text, message in [
+        ('base = "a100"\n', "a description with a base needs its own 'name'"),
+        ('base = "a1000"\nname = "x"\n', "unknown hardware preset 'a1000' (did you mean 'a100'?)"),
+        ('base = 3\nname = "x"\n', "base = 3: expected a preset name or a TOML path"),
+        ('base = "me.toml"\nname = "x"\n', "a description cannot be its own base"),
+        ('base = "nothing.toml"\nname = "x"\n', "no such file"),
+    ]:
+        (tmp_path / "me.toml").write_text(text)
+        with pytest.raises(HardwareError, match=re.escape(message)):
+            load_hardware(tmp_path / "me.toml")
+    # The presets built on a base: tpuv4's die on its torus, a100 with NCCL's protocols.
+    tpuv4 = load_hardware("tpuv4")
+    torus = load_hardware("tpuv4_torus")
+    assert dataclasses.replace(torus, name="tpuv4", network=tpuv4.network) == tpuv4
+    assert [lv.topology for lv in torus.network] == ["torus", "torus"]
 
 
 def test_paper_network_example() -> None:
