@@ -87,7 +87,7 @@ def test_no_baseline_beats_the_search_and_speedups_recompute(pruned):
     plan = module.attributes["phaze.plan"].as_dict()
     assert plan["throughput_samples_per_s"] == data["throughput_samples_per_s"]
     recs = {b.get("label"): b.as_dict() for b in module.attributes["phaze.baselines"].data}
-    assert set(recs) == {"tpuv4+expert", "tpuv4+phaze", "decoupled", "co-optimized"}
+    assert set(recs) == {"tpuv4+expert", "tpuv4+phaze", "tpuv4-torus+phaze", "decoupled", "co-optimized"}
     # The tiny model has no expert placement, so the TPUv4 chip with the searched placement is
     # the one baseline with a throughput (and a speed-up to recompute).
     thr = {b["name"]: b["throughput_samples_per_s"] for b in data["baselines"]}
@@ -102,14 +102,18 @@ def test_no_baseline_beats_the_search_and_speedups_recompute(pruned):
     assert recs["co-optimized"]["throughput_samples_per_s"] == plan["throughput_samples_per_s"]
 
 
-def test_tpuv4_baseline_recomputes_with_phazec_hw(pruned, tmp_path):
+@pytest.mark.parametrize(("name", "hw"), [("tpuv4+phaze", "tpuv4"), ("tpuv4-torus+phaze", "tpuv4_torus")])
+def test_tpuv4_baseline_recomputes_with_phazec_hw(pruned, tmp_path, name, hw):
+    """The TPUv4 baselines, on the flat network and on the torus, are what ``phazec --hw``
+    gives on those presets."""
     _, data, _ = pruned
-    b = next(b for b in data["baselines"] if b["name"] == "tpuv4+phaze")
+    b = next(b for b in data["baselines"] if b["name"] == name)
+    assert b["accelerator"]["name"] == hw
     r = run_tool(
         "phazec",
         TINY,
         "--hw",
-        "tpuv4",
+        hw,
         "--devices",
         "64",
         "--global-batch",
@@ -151,7 +155,8 @@ def test_search_json_and_report(pruned, pruned_dir):
     assert sum(walls[p] for p in phases) <= walls["total"]
     assert sum(walls[t] for t in timers) <= walls["baselines"] + walls["search"] + 1e-9
     assert st["evaluator"]["schedules_solved"] > 0 and st["evaluator"]["dp_exact_solves"] > 0
-    assert [b["name"] for b in data["baselines"]] == ["tpuv4+expert", "tpuv4+phaze", "decoupled", "co-optimized"]
+    names = ["tpuv4+expert", "tpuv4+phaze", "tpuv4-torus+phaze", "decoupled", "co-optimized"]
+    assert [b["name"] for b in data["baselines"]] == names
     for b in data["baselines"]:
         assert set(b) >= {"name", "throughput_samples_per_s", "accelerator", "dp", "pp", "tp", "micro_batch_size"}
     assert "phaze.accelerator" in text and data["accelerator"]["area_mm2"] <= 80.0

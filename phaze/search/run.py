@@ -53,8 +53,10 @@ from phaze_ir import keys
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 BASELINE_CHIP = "tpuv4"
+#: The same chip on TPU v4's 3-D torus (docs/design.md §5.5), reported beside the flat one.
+TORUS_CHIP = "tpuv4_torus"
 #: Names of the baselines, in report order.
-BASELINES = ("tpuv4+expert", "tpuv4+phaze", "decoupled", "co-optimized")
+BASELINES = ("tpuv4+expert", "tpuv4+phaze", "tpuv4-torus+phaze", "decoupled", "co-optimized")
 #: The phases of a search, in the order of the JSON's ``search.wall_s``.
 PHASES = ("prepare", "baselines", "search", "plan")
 
@@ -244,13 +246,14 @@ def _timed(walls: dict[str, float], phase: str) -> Iterator[None]:
 class _Keys:
     """What the stage cache's keys are made of (:mod:`phaze.search.warm`): the SHA-256 of each
     model file's bytes, the driver's options and the solver limits (their ``repr``), and digests
-    of the space and of the baselines' chip."""
+    of the space, of the baselines' chip and of that chip on its torus."""
 
     models: tuple[str, ...]
     opts: str
     limits: str
     space: str
     chip: str
+    torus: str
 
     def common(self, *more: object) -> tuple:
         """The parts of every search stage's key (the models, the options, the limits), and ``more``."""
@@ -336,7 +339,8 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: StageCach
     tps = tuple(opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
     extra = {f[2] for f in fixed if f} | {x[2] for x in experts if x and sopts.baselines}
     chip = repr(driver.load_accelerator(BASELINE_CHIP))
-    keys = _Keys(digests, repr(opts), repr(sopts.limits), _space_digest(space), warm.digest(chip))
+    torus = repr(driver.load_accelerator(TORUS_CHIP))
+    keys = _Keys(digests, repr(opts), repr(sopts.limits), _space_digest(space), warm.digest(chip), warm.digest(torus))
     return _Inputs(space, names, fixed, experts, tuple(sorted(set(tps) | extra)), keys)
 
 
@@ -402,6 +406,12 @@ class _Work:
 
         return Candidates.of_accelerator(driver.load_accelerator(BASELINE_CHIP))
 
+    @cached_property
+    def torus_cands(self) -> Candidates:
+        from phaze import driver
+
+        return Candidates.of_accelerator(driver.load_accelerator(TORUS_CHIP))
+
     def tasks_for(self, placements: list) -> list[ModelTask]:
         from phaze import driver
 
@@ -423,13 +433,15 @@ def _check_baseline(payload: Any) -> tuple[dict, dict[str, int]]:
 
 def _baseline_plan(inputs: _Inputs, sopts: SearchOptions, stages: StageCache) -> list[tuple[str, str]]:
     """The baselines to search, in order, with their stage keys: the TPUv4-like chip with the
-    expert placement (unless a model has none) and with the searched one, then the decoupled
-    search (the space's best chip under the expert placement, pruned as the search is)."""
+    expert placement (unless a model has none) and with the searched one, on its flat network
+    and on its torus, then the decoupled search (the space's best chip under the expert
+    placement, pruned as the search is)."""
     k = inputs.keys
     out = []
     if all(inputs.experts):
         out.append(("tpuv4+expert", stages.key("baseline", "tpuv4+expert", *k.common(k.chip))))
     out.append(("tpuv4+phaze", stages.key("baseline", "tpuv4+phaze", *k.common(k.chip))))
+    out.append(("tpuv4-torus+phaze", stages.key("baseline", "tpuv4-torus+phaze", *k.common(k.torus))))
     if all(inputs.experts):
         out.append(("decoupled", stages.key("baseline", "decoupled", *k.common(k.space, sopts.prune))))
     return out
@@ -458,8 +470,13 @@ def _run_baselines(
     for name, key in keys.items():
         hit = cached[name]
         if hit is None:
-            placements = [None] * len(names) if name == "tpuv4+phaze" else experts
-            on = work.chip_cands if name.startswith("tpuv4") else cands
+            placements = [None] * len(names) if name.endswith("+phaze") else experts
+            if name == "tpuv4-torus+phaze":
+                on = work.torus_cands
+            elif name.startswith("tpuv4"):
+                on = work.chip_cands
+            else:
+                on = cands
             prune = work.sopts.prune if name == "decoupled" else True
 
             def compute(on=on, placements=placements, prune=prune, name=name) -> dict:
