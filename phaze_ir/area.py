@@ -4,7 +4,7 @@
 
 with W × D the tensor-core PE array, Wv the vector width, b_tc = max(1 KiB, 16·W·D) bytes and
 b_vc = max(1 KiB, 16·Wv) bytes the per-core buffers (16 B per PE or lane, at least 1 KiB), g the
-global-buffer size, ``SRAM`` and ``GLB`` the tables below.
+global-buffer size, ``SRAM`` and ``GLB`` tables by capacity.
 
 Provenance: these are the 22 nm estimates (Accelergy) behind the paper's public code; the model
 reproduces every one of the 29,360 rows of its ``cores.json`` (the reference list of valid
@@ -12,7 +12,7 @@ configurations, with areas) to within 1e-7 µm² (the float rounding of its prin
 The two per-unit constants were recovered from those rows by least squares as exactly
 ``760.041386`` µm² per PE and ``759.823853`` µm² per vector lane (docs/design.md §4.2; rounded to
 760.0414 and 759.8239; with the rounded values the areas drift by up to 13 µm², 6e-8 relative).
-The tables are as in docs/design.md §4.2, and the least-squares fit reproduces them to ~1e-9 relative.
+The numbers live in ``area_22nm.toml`` beside this file, each with its source (docs/design.md §4.2).
 
 The TPUv4-like chip (8 tensor cores of 128 × 128, 2 vector cores of width 128, 128 MiB global
 buffer) is 278,826,676.31216 µm² = 278.83 mm²: the paper's area budget.
@@ -22,10 +22,12 @@ Everything takes numpy arrays (or scalars, broadcast together) and is pure: no x
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import tomllib
 
 __all__ = [
     "AreaModelError",
@@ -48,41 +50,33 @@ __all__ = [
 KiB = 1024
 MiB = 1024**2
 
+#: The model's numbers, with their sources: a TOML file beside this one.
+AREA_TABLE = Path(__file__).with_name("area_22nm.toml")
+
+
+def _load_table(path: Path) -> dict[str, Any]:
+    with path.open("rb") as f:
+        data = tomllib.load(f)
+    return {
+        **data,
+        "sram_um2": {int(k): float(v) for k, v in data["sram_um2"].items()},
+        "glb_um2": {int(k): float(v) for k, v in data["glb_um2"].items()},
+    }
+
+
+_TABLE = _load_table(AREA_TABLE)
 #: Area of one tensor-core processing element (a MAC with its registers), µm².
-PE_AREA_UM2 = 760.041386
+PE_AREA_UM2: float = float(_TABLE["pe_um2"])
 #: Area of one vector-core lane, µm².
-VC_LANE_AREA_UM2 = 759.823853
-
+VC_LANE_AREA_UM2: float = float(_TABLE["lane_um2"])
 #: Per-core buffer (the reference's "L2") SRAM area by capacity: bytes -> µm².
-SRAM_AREA_UM2: dict[int, float] = {
-    1 * KiB: 6_133.98,
-    2 * KiB: 8_248.43,
-    4 * KiB: 12_610.5,
-    8 * KiB: 22_139.9,
-    16 * KiB: 38_583.0,
-    32 * KiB: 63_338.4,
-    64 * KiB: 115_579.0,
-    128 * KiB: 204_764.0,
-    256 * KiB: 446_565.0,
-    512 * KiB: 897_890.0,
-    1024 * KiB: 1_634_130.0,
-}
-
+SRAM_AREA_UM2: dict[int, float] = _TABLE["sram_um2"]
 #: Global-buffer SRAM area by capacity: bytes -> µm².
-GLB_AREA_UM2: dict[int, float] = {
-    2 * MiB: 3_338_220.0,
-    4 * MiB: 6_078_640.0,
-    8 * MiB: 11_952_400.0,
-    16 * MiB: 23_745_200.0,
-    32 * MiB: 46_750_900.0,
-    64 * MiB: 88_605_700.0,
-    128 * MiB: 175_423_000.0,
-}
-
+GLB_AREA_UM2: dict[int, float] = _TABLE["glb_um2"]
 #: Bytes of per-core buffer per PE (tensor core) or per lane (vector core).
-BUFFER_BYTES_PER_UNIT = 16
+BUFFER_BYTES_PER_UNIT: int = int(_TABLE["buffer_bytes_per_unit"])
 #: Smallest per-core buffer, bytes.
-MIN_CORE_BUFFER_BYTES = 1 * KiB
+MIN_CORE_BUFFER_BYTES: int = int(_TABLE["min_core_buffer_bytes"])
 
 _SRAM_KEYS = np.array(sorted(SRAM_AREA_UM2), dtype=np.int64)
 _SRAM_VALS = np.array([SRAM_AREA_UM2[k] for k in sorted(SRAM_AREA_UM2)], dtype=np.float64)
