@@ -4,8 +4,10 @@ message size.
 
     python benchmarks/fit_nccl_a100.py [--data data/vtrain/nccl_allreduce_a100]
 
-Two descriptions of the same node: ``a100`` (one ring for every size, ``fit_level``) and
-``a100_nccl`` (two protocols, the faster taken, ``fit_protocols``; docs/design.md §5.5).  The
+Two descriptions of the same node: one ring for every size (``fit_level``: the ``a100`` node
+level's own bandwidth and latency, which price point-to-point transfers and cap the rails) and
+the two protocols of its ``[[network.protocols]]``, the faster taken (``fit_protocols``;
+docs/design.md §5.5), which price its ring collectives.  The
 error is nccl-tests' bus bandwidth's, ``busbw = algbw · 2(g−1)/g``: predicted over measured,
 minus 1 (= measured time over predicted time, minus 1).
 """
@@ -13,6 +15,7 @@ minus 1 (= measured time over predicted time, minus 1).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -59,13 +62,14 @@ def main() -> None:
 
     fit = fit_level(data)
     node = load_hardware("a100").network[0]
-    print("\none ring (a100's node level):")
+    print("\none ring (a100's node level, bandwidth_Bps and latency_s):")
     print(f"  fit:    bandwidth_Bps = {fit.bandwidth_Bps:.4g}, latency_s = {fit.latency_s:.4g}")
     print(f"  preset: bandwidth_Bps = {node.bandwidth_Bps:.4g}, latency_s = {node.latency_s:.4g}")
 
-    print("\nprotocols (a100_nccl's node level; the faster of the two):")
+    print("\nprotocols (a100's node level; the faster of the two):")
     fits = fit_protocols(data)
-    preset = load_hardware("a100_nccl").network[0].protocols or ()
+    a100 = load_hardware("a100")
+    preset = a100.network[0].protocols or ()
     for f, q in zip(fits, preset, strict=True):
         print(
             f"  fit    {q.name:<7} base_s = {f.base_s:.4g}, latency_s = {f.latency_s:.4g}, "
@@ -78,18 +82,22 @@ def main() -> None:
         )
 
     print("\nbus bandwidth error, predicted over measured:")
-    errors = {name: busbw_errors(data, list(levels_of(load_hardware(name).network))) for name in ("a100", "a100_nccl")}
+    one_ring = (dataclasses.replace(a100.network[0], protocols=None), *a100.network[1:])
+    errors = {
+        "one ring": busbw_errors(data, list(levels_of(one_ring))),
+        "a100 (protocols)": busbw_errors(data, list(levels_of(a100.network))),
+    }
     for name, e in errors.items():
         print(summary(f"preset {name}", e))
     for name, e in errors.items():
         print(f"\n{name}:")
         table(data, e)
-    worst = np.argsort(-np.abs(errors["a100_nccl"]))[:12]
-    print("\na100_nccl's largest errors (GPUs, MiB, measured busbw GB/s, error):")
+    worst = np.argsort(-np.abs(errors["a100 (protocols)"]))[:12]
+    print("\na100's largest errors (GPUs, MiB, measured busbw GB/s, error):")
     for i in sorted(worst.tolist(), key=lambda i: (data[i].devices, data[i].nbytes)):
         d = data[i]
         busbw = d.nbytes / d.time_s * 2 * (d.devices - 1) / d.devices
-        print(f"  {d.devices} {d.nbytes // MiB:>5} {busbw / 1e9:7.1f} {100 * errors['a100_nccl'][i]:+6.1f} %")
+        print(f"  {d.devices} {d.nbytes // MiB:>5} {busbw / 1e9:7.1f} {100 * errors['a100 (protocols)'][i]:+6.1f} %")
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ def test_preset_round_trips(name: str) -> None:
         "network",
     ]
     assert list(d["tensor_cores"]) == ["count", "pe_x", "pe_y", "buffer_bytes"]
-    assert list(d["network"][0]) == ["name", "group_size", "bandwidth_Bps", "latency_s"]
+    assert list(d["network"][0])[:4] == ["name", "group_size", "bandwidth_Bps", "latency_s"]
     # Types are normalised, so that the dict (and an IR attribute made from it) is canonical.
     assert isinstance(d["clock_hz"], float) and isinstance(d["hbm"]["bytes"], int)
 

@@ -52,14 +52,14 @@ def test_the_fit_recovers_known_constants():
     assert math.isclose(fit.latency_s, 7e-6, rel_tol=1e-9)
 
 
-# ---- the protocols of a100_nccl's node level (docs/design.md §5.5) ---------------------------
+# ---- the protocols of a100's node level (docs/design.md §5.5) --------------------------------
 
 
-def test_the_nccl_preset_holds_the_protocol_fit():
+def test_the_preset_holds_the_protocol_fit():
     from phaze.calibration.nccl_fit import fit_protocols
 
     fits = fit_protocols(load_nccl_tables(DATA))
-    protocols = load_hardware("a100_nccl").network[0].protocols
+    protocols = load_hardware("a100").network[0].protocols
     assert protocols is not None and [p.name for p in protocols] == ["ll128", "simple"]
     for fit, p in zip(fits, protocols, strict=True):
         for key in ("base_s", "latency_s", "bandwidth_Bps", "shard_Bps"):
@@ -68,15 +68,7 @@ def test_the_nccl_preset_holds_the_protocol_fit():
     assert protocols[0].base_s < protocols[1].base_s and protocols[0].bandwidth_Bps < protocols[1].bandwidth_Bps
 
 
-def test_the_nccl_preset_is_a100_but_for_the_node_protocols():
-    import dataclasses
-
-    a100, nccl = load_hardware("a100"), load_hardware("a100_nccl")
-    node = dataclasses.replace(nccl.network[0], protocols=None)
-    assert dataclasses.replace(nccl, name="a100", network=(node, *nccl.network[1:])) == a100
-
-
-def test_the_nccl_preset_meets_the_bus_bandwidth():
+def test_the_preset_meets_the_bus_bandwidth():
     """nccl-tests' bus bandwidth within 15 % for all but 9 of the 7,168 measurements; those 9
     (1-3 MiB on 3, 4 and 8 GPUs, 16-23 MiB on 7 and 8) are where NCCL's tuner jumps: at 8 GPUs
     1 to 5 MiB take the same 92-96 us, and 23 -> 24 MiB falls from 306 to 264 us."""
@@ -84,7 +76,8 @@ def test_the_nccl_preset_meets_the_bus_bandwidth():
     from phaze.calibration.nccl_fit import busbw_errors
 
     data = load_nccl_tables(DATA)
-    errors = np.abs(busbw_errors(data, list(levels_of(load_hardware("a100_nccl").network))))
+    a100 = load_hardware("a100")
+    errors = np.abs(busbw_errors(data, list(levels_of(a100.network))))
     assert np.median(errors) < 0.01 and np.percentile(errors, 90) < 0.03
     over = {(d.devices, d.nbytes >> 20) for d, e in zip(data, errors, strict=True) if e > 0.15}
     assert len(over) <= 9 and errors.max() < 0.21, sorted(over)
@@ -92,8 +85,11 @@ def test_the_nccl_preset_meets_the_bus_bandwidth():
     # From 64 MiB up (gradient all-reduces) within 7 % on every GPU count, 2 included.
     large = np.array([d.nbytes >= 64 * 2**20 for d in data])
     assert errors[large].max() < 0.07
-    # The one-ring a100 misses 427 of them, up to 155 % (2 GPUs, 1 MiB).
-    one_ring = np.abs(busbw_errors(data, list(levels_of(load_hardware("a100").network))))
+    # One ring (the node level without its protocols) misses 427 of them, up to 155 % (2 GPUs, 1 MiB).
+    import dataclasses
+
+    ring = (dataclasses.replace(a100.network[0], protocols=None), *a100.network[1:])
+    one_ring = np.abs(busbw_errors(data, list(levels_of(ring))))
     assert (one_ring > 0.15).sum() > 400
 
 

@@ -169,7 +169,7 @@ def test_bad_topologies_are_named(levels, message):
     assert str(info.value).startswith(message), str(info.value)
 
 
-@pytest.mark.parametrize("name", ["tpuv4_torus", "a100_nccl"])
+@pytest.mark.parametrize("name", ["tpuv4_torus", "a100"])
 def test_presets_round_trip(name):
     acc = load_hardware(name)
     assert loads_toml(dumps_toml(acc)) == acc and Accelerator.from_dict(acc.to_dict()) == acc
@@ -212,7 +212,7 @@ def _layer(grad_bytes: int) -> dict:
 
 NETWORKS = {
     "tpuv4_torus": load_hardware("tpuv4_torus").to_dict()["network"],
-    "a100_nccl": load_hardware("a100_nccl").to_dict()["network"],
+    "a100": load_hardware("a100").to_dict()["network"],
     "fat_tree": [
         {"name": "node", "group_size": 8, "bandwidth_Bps": 216.5e9, "latency_s": 6.34e-6},
         {

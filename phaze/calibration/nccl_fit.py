@@ -1,8 +1,8 @@
 """Fit one network level's α–β constants on measured NCCL all-reduce times.
 
-Two fits: :func:`fit_level`, one ring for every size (the ``a100`` preset's ``node`` level), and
-:func:`fit_protocols`, the level's protocols (``[[network.protocols]]``, the ``a100_nccl``
-preset; docs/design.md §5.5): NCCL runs small and large messages with different protocols
+Two fits of the ``a100`` preset's ``node`` level: :func:`fit_level`, one ring for every size
+(its own ``bandwidth_Bps`` and ``latency_s``), and :func:`fit_protocols`, its protocols
+(``[[network.protocols]]``; docs/design.md §5.5): NCCL runs small and large messages with different protocols
 (LL128, Simple), each its own α–β, and the all-reduce takes the faster.
 
 phaze prices a ring all-reduce of ``n`` bytes over ``g`` devices as
