@@ -521,9 +521,10 @@ def baseline_table(data) -> str:
     objective = (data.get("search") or {}).get("objective", "throughput")
     other = objective != "throughput"
     score_head = f" {objective:>15}" if other else ""
+    width = max([14, *(len(b["name"]) for b in data["baselines"])])
     rows = [
-        f"{'baseline':<14} {'samples/s':>11}{score_head} {'gain' if other else 'speed-up':>9}  {'DP':>5} {'PP':>4} "
-        f"{'TP':>3} {'SP':>3} {'v':>2} {'ZeRO':>4} {'b':>2}  chip"
+        f"{'baseline':<{width}} {'samples/s':>11}{score_head} {'gain' if other else 'speed-up':>9}  "
+        f"{'DP':>5} {'PP':>4} {'TP':>3} {'SP':>3} {'v':>2} {'ZeRO':>4} {'b':>2}  chip"
     ]
     for b in data["baselines"]:
         thr = b["throughput_samples_per_s"]
@@ -531,7 +532,7 @@ def baseline_table(data) -> str:
         speedup = f"{b['speedup']:.3f}x" if b.get("speedup") else "-"
         chip = (b["accelerator"] or {}).get("name", "") if b["accelerator"] else b["note"]
         rows.append(
-            f"{b['name']:<14} {thr:>11.5g}{score} {speedup:>9}  {b['dp']:>5} {b['pp']:>4} {b['tp']:>3} "
+            f"{b['name']:<{width}} {thr:>11.5g}{score} {speedup:>9}  {b['dp']:>5} {b['pp']:>4} {b['tp']:>3} "
             f"{'on' if b['sequence_parallel'] else 'off':>3} {b['virtual_stages']:>2} {b['zero']:>4} "
             f"{b['micro_batch_size']:>2}  {chip}"
         )
