@@ -371,17 +371,21 @@ def _collective_s(facts, layer: int, phase: str, levels) -> float:
 
 def test_gpt3_width8_sequence_parallel_collectives():
     """Each block: the forward's two all-reduces become reduce-scatter + all-gather pairs (same
-    bytes, same time on the a100 network); the backward mirrors them and re-gathers the two
-    column-parallel inputs for their weight gradients (1.5x the backward bytes: Megatron-SP's
-    re-gather, which it overlaps with the input-gradient GEMM).  The norm and row-parallel bias
-    gradients are all-reduced once per step (phase opt)."""
+    bytes, same time on one ring; on the a100's NCCL protocols the pair pays a second
+    collective's fixed time); the backward mirrors them and re-gathers the two column-parallel
+    inputs for their weight gradients (1.5x the backward bytes: Megatron-SP's re-gather, which
+    it overlaps with the input-gradient GEMM).  The norm and row-parallel bias gradients are
+    all-reduced once per step (phase opt)."""
+    import dataclasses
+
     from phaze_ir.hardware import load_hardware
 
     _, tp, _, _ = sharded(GPT3, 8)
     before, sp, module, seconds = sharded(GPT3, 8, 1, True)
     assert keys.SEQUENCE_PARALLEL in module.attributes
     assert sp["mm_total"] == tp["mm_total"]
-    levels = load_hardware("a100").network
+    a100 = load_hardware("a100").network
+    levels = (dataclasses.replace(a100[0], protocols=None), *a100[1:])  # one ring
     blocks = _blocks(sp)
     assert len(blocks) == 96
     hidden_bytes = 1 * 2048 * 12288 * 2
@@ -394,6 +398,11 @@ def test_gpt3_width8_sequence_parallel_collectives():
     fwd_tp, fwd_sp = _collective_s(tp, b, "fwd", levels), _collective_s(sp, b, "fwd", levels)
     assert fwd_sp == pytest.approx(fwd_tp, rel=1e-12)
     assert _collective_s(sp, b, "bwd", levels) == pytest.approx(1.5 * _collective_s(tp, b, "bwd", levels), rel=1e-12)
+    # With the protocols, each of the pair's two collectives has its own fixed time (base_s):
+    # dearer than the one all-reduce by at most that fixed time per pair.
+    fwd_tp, fwd_sp = _collective_s(tp, b, "fwd", a100), _collective_s(sp, b, "fwd", a100)
+    most_fixed = max(p.base_s for p in a100[0].protocols or ())
+    assert fwd_tp < fwd_sp <= fwd_tp + 2 * (most_fixed + hidden_bytes / 8 / min(p.shard_Bps for p in a100[0].protocols))
     # Prologue: the embedding's partial output reduce-scattered; backward, its gradient gathered
     # for the two embedding gradients.  Head: the final norm's output gathered for the LM head.
     prologue, head = 0, len(sp["layers"]) - 1
