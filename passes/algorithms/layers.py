@@ -119,7 +119,10 @@ def assign_layers(graph: Graph) -> tuple[list[int], list[tuple[str, str]]]:
         if op.phase != "bwd":
             continue
         b = _block_of(op.module, container) if container is not None else None
-        labels = module_labels.get(op.module, set())
+        # The root module ('') holds no layer of its own: its forward ops are the loss (or a
+        # step run outside any submodule), its backward ones the loss's gradient and the adds
+        # autograd inserts to accumulate a gradient, which run inside a block's backward.
+        labels = module_labels.get(op.module, set()) if op.module else set()
         if b is not None:
             label[i] = ("block", b)
         elif len(labels) == 1:
@@ -136,10 +139,13 @@ def assign_layers(graph: Graph) -> tuple[list[int], list[tuple[str, str]]]:
             s = graph.storage(v)
             if graph.values[s].producer < 0:
                 first_use.setdefault(s, label[i])
+    # An optimizer-phase op on a gradient, not a parameter (sequence parallelism's all-reduce
+    # of a norm's weight gradient), follows the layer whose backward made that gradient.
     for i, op in enumerate(graph.ops):
         if op.phase == "opt":
             param = graph.storage(op.operands[0]) if op.operands else -1
-            label[i] = first_use.get(param, head)
+            made_by = graph.values[param].producer if param >= 0 else -1
+            label[i] = first_use.get(param) or (label[made_by] if made_by >= 0 else None) or head
         elif label[i] is None:
             label[i] = head
 

@@ -264,41 +264,118 @@ def setting_from_module(module, model: str, micro_batch: int, tp: int, sequence_
     return Setting(model, micro_batch, tp, table, groups, layers, 0.0, sequence_parallel, blocks)
 
 
+def deepened(setting: Setting, blocks: int) -> Setting:
+    """``setting`` of a model cut to its first few (at least 3) repeated blocks, for the model
+    with ``blocks`` of them: the first block, the middle one ``blocks - 2`` times, the last.
+    Every middle block of such a step is priced alike (the same groups, the same numbers), so
+    this is the full model's setting when the model's blocks run the same code, which
+    :func:`prepare_settings` checks before it relies on it."""
+    if setting.blocks is None or setting.blocks[1] < 3 or blocks < 3:
+        raise ValueError(f"cannot deepen a setting with blocks {setting.blocks} to {blocks}")
+    first, count = setting.blocks
+    layers = setting.layers
+    head = [replace(lr) for lr in layers[: first + 1]]
+    middle = [replace(layers[first + 1]) for _ in range(blocks - 2)]
+    tail = [replace(lr) for lr in layers[first + count - 1 :]]
+    return replace(setting, layers=head + middle + tail, blocks=(first, blocks))
+
+
+def _same(a: Setting, b: Setting) -> bool:
+    """Equal settings, apart from the time it took to prepare them."""
+    return replace(a, prepare_s=0.0).to_json() == replace(b, prepare_s=0.0).to_json()
+
+
+#: Blocks of the cut models traced by :func:`prepare_settings`: the first, the middle and the
+#: last block are what a deepened setting is made of; one more is its check.
+CUT_BLOCKS = (3, 4)
+
+
 def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any) -> list[Setting]:
-    """Trace ``model_path`` at ``micro_batch`` once and make a :class:`Setting` per TP width,
-    and per width > 1 without and/or with sequence parallelism as ``opts.sequence_parallel``
-    says (``opts``: the driver's :class:`~phaze.driver.Options`).  A point the model cannot be
-    sharded for is left out (its reason is in the exception's message when none is left)."""
-    from phaze.driver import compile_from, copy_for, tp_points, training_step
+    """The :class:`Setting` of ``model_path`` at ``micro_batch`` per TP width, and per width
+    > 1 without and/or with sequence parallelism as ``opts.sequence_parallel`` says (``opts``:
+    the driver's :class:`~phaze.driver.Options`).  A point the model cannot be sharded for is
+    left out (its reason is in the exception's message when none is left); see
+    :func:`prepare_points`."""
     from phaze_ir.errors import PhazeError
-    from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
+
+    settings, errors, name = prepare_points(model_path, micro_batch, tps, opts)
+    if not settings:
+        raise PhazeError(
+            f"{name} at micro-batch {micro_batch}: "
+            + "; ".join(f"TP {t}{' SP' if sp else ''}: {e}" for t, sp, e in errors)
+        )
+    return settings
+
+
+def prepare_points(
+    model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any
+) -> tuple[list[Setting], list[tuple[int, bool, str]], str]:
+    """``(settings, errors, model name)``: the settings of the points the model can be sharded
+    for (:func:`prepare_settings`) and ``(tp, sequence parallel, why not)`` of the others.
+
+    A model with more than 4 repeated blocks that run the same code is traced cut to 3 and to 4
+    of them and its settings :func:`deepened` from the 3-block ones, when that gives the 4-block
+    ones exactly (every field, floats bit for bit) at every point; otherwise it is traced whole.
+    Tracing and importing scale with the blocks, so GPT-3 175B's 96 cost as 7 (design §2)."""
+    from phaze_ir.frontend import load_model_file, trace_model
 
     spec = load_model_file(model_path)
     t0 = time.perf_counter()
-    traced = trace_model(spec, micro_batch, opts.seq_len, training=True, dtype=opts.dtype)
+
+    def traced(max_blocks: int | None):
+        return trace_model(spec, micro_batch, opts.seq_len, training=True, dtype=opts.dtype, max_blocks=max_blocks)
+
+    def timed(out: tuple[list[Setting], list[tuple[int, bool, str]]]):
+        for s in out[0]:
+            s.prepare_s = (time.perf_counter() - t0) / len(out[0])
+        return out[0], out[1], spec.name
+
+    cut = traced(CUT_BLOCKS[0])
+    if cut.blocks is not None and cut.blocks[1] > CUT_BLOCKS[1]:
+        three, errors = _settings_of(cut, spec.name, micro_batch, tps, opts)
+        four, errors4 = _settings_of(traced(CUT_BLOCKS[1]), spec.name, micro_batch, tps, opts)
+        if (
+            errors == errors4
+            and len(three) == len(four)
+            and all(
+                (a.tp, a.sequence_parallel) == (b.tp, b.sequence_parallel)
+                and a.blocks is not None
+                and a.blocks[1] == CUT_BLOCKS[0]
+                and _same(deepened(a, CUT_BLOCKS[1]), b)
+                for a, b in zip(three, four)
+            )
+        ):
+            return timed(([deepened(s, cut.blocks[1]) for s in three], errors))
+        cut = traced(None)
+    return timed(_settings_of(cut, spec.name, micro_batch, tps, opts))
+
+
+def _settings_of(
+    traced, name: str, micro_batch: int, tps: tuple[int, ...], opts: Any
+) -> tuple[list[Setting], list[tuple[int, bool, str]]]:
+    """The settings of one traced step at every TP point it can be sharded for, and why not
+    at the others (see :func:`prepare_points`)."""
+    from phaze.driver import compile_from, copy_for, tp_points, training_step
+    from phaze_ir.errors import PhazeError
+    from phaze_ir.frontend import UnknownOpError
+
     # The training step is the same at every TP width: import it once, copy it per width.
     try:
         training = training_step(traced, opts)
     except UnknownOpError:
         raise  # the model's (--strict)
     except PhazeError as e:
-        raise PhazeError(f"{spec.name} at micro-batch {micro_batch}: {e}") from e
-    trace_s = time.perf_counter() - t0
+        raise PhazeError(f"{name} at micro-batch {micro_batch}: {e}") from e
     points = tp_points(opts, tps)
     out = []
     errors = []
     for k, (t, sp) in enumerate(points):
-        t1 = time.perf_counter()
         try:
             module = compile_from(copy_for(training, k, len(points)), "training", "sharded", t, opts, sp)
         except UnknownOpError:
             raise  # the model's (--strict), not this width's
         except PhazeError as e:
-            errors.append(f"TP {t}{' SP' if sp else ''}: {e}")
+            errors.append((t, sp, str(e)))
             continue
-        s = setting_from_module(module, spec.name, micro_batch, t, sp)
-        s.prepare_s = time.perf_counter() - t1 + trace_s / len(points)
-        out.append(s)
-    if not out:
-        raise PhazeError(f"{spec.name} at micro-batch {micro_batch}: " + "; ".join(errors))
-    return out
+        out.append(setting_from_module(module, name, micro_batch, t, sp))
+    return out, errors

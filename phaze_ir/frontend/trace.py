@@ -51,6 +51,9 @@ class TracedGraph:
     #: forward module path of each autograd sequence number
     seq_module: dict[int, str] = field(default_factory=dict)
     trace_seconds: float = 0.0
+    #: (blocks traced, blocks the model has) of its repeated blocks when ``trace_model`` was
+    #: asked for fewer (``max_blocks``) and cut the model's block list short; None otherwise
+    blocks: tuple[int, int] | None = None
 
 
 @contextlib.contextmanager
@@ -203,6 +206,52 @@ def _check_positions(model, spec: ModelSpec, seq_len: int | None) -> None:
     warnings.warn(what + " (no position table, but the model is not configured for it)", PhazeWarning, stacklevel=3)
 
 
+def _plain_attributes(block) -> list[tuple[str, str, Any]]:
+    """Every plain (number, string, bool, None, tuple) attribute of ``block`` and its
+    submodules: what, besides the parameters' shapes, can make one block run other code than
+    another (e.g. a sliding window on some layers only)."""
+    out = []
+    for path, m in block.named_modules():
+        for k, v in sorted(vars(m).items()):
+            if k.startswith("_") or k == "training":
+                continue
+            if v is None or isinstance(v, (bool, int, float, str, tuple)):
+                out.append((path, k, v))
+    return out
+
+
+def uniform_blocks(model) -> tuple[Any, str, int] | None:
+    """``(parent, attribute, count)`` of the model's list of repeated blocks: the
+    ``nn.ModuleList`` with the most children (at least 2) that all have the same class, the
+    same module tree, the same parameter shapes and the same plain attributes, except an integer
+    that equals the block's own index (``layer_idx``); None when the model has no such list.
+    Only such blocks run the same code, so that a model cut to its first few of them traces
+    the same graph for each (``trace_model``'s ``max_blocks``)."""
+    import torch
+
+    best = None
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if not isinstance(child, torch.nn.ModuleList) or len(child) < 2:
+                continue
+            if best is not None and len(child) <= best[2]:
+                continue
+            blocks = list(child)
+
+            def structure(b):
+                shapes = [(n, tuple(t.shape), t.dtype, t.requires_grad) for n, t in b.named_parameters()]
+                bufs = [(n, tuple(t.shape), t.dtype) for n, t in b.named_buffers()]
+                return type(b), repr(b), shapes, bufs, [(p, k) for p, k, _ in _plain_attributes(b)]
+
+            if any(structure(b) != structure(blocks[0]) for b in blocks[1:]):
+                continue
+            # Each attribute the same in every block, or every block's own index.
+            values = zip(*([v for _, _, v in _plain_attributes(b)] for b in blocks))
+            if all(all(v == vs[0] for v in vs) or list(vs) == list(range(len(blocks))) for vs in values):
+                best = (parent, name, len(blocks))
+    return best
+
+
 def _torch_dtype(name: str):
     import torch
 
@@ -244,9 +293,15 @@ def trace_model(
     seq_len: int | None = None,
     training: bool = True,
     dtype: str = "float16",
+    max_blocks: int | None = None,
 ) -> TracedGraph:
     """Trace ``spec``'s model on fake tensors: forward + loss, and with ``training`` also the
-    backward (gradients of every parameter)."""
+    backward (gradients of every parameter).
+
+    ``max_blocks``: when the model has more than that many repeated blocks that run the same
+    code (:func:`uniform_blocks`), trace it cut to its first ``max_blocks`` of them (the
+    result's ``blocks`` says so): a step whose every block is one of first, middle or last can
+    be priced from it at any depth (``phaze/search/setting.py``, docs/design.md §2)."""
     if micro_batch_size < 1:
         raise PhazeError(f"--micro-batch {micro_batch_size}: expected a positive integer")
     if seq_len is not None and seq_len < 1:
@@ -271,6 +326,15 @@ def trace_model(
     if not isinstance(model, torch.nn.Module):
         raise PhazeError(f"{spec.path.name}: get_model() returned {type(model).__name__}, expected a torch.nn.Module")
     _check_positions(model, spec, seq_len if seq_len is not None else spec.seq_len)
+    blocks = None
+    if max_blocks is not None:
+        if max_blocks < 1:
+            raise PhazeError(f"max_blocks = {max_blocks}: expected a positive integer")
+        found = uniform_blocks(model)
+        if found is not None and found[2] > max_blocks:
+            parent, attr, count = found
+            setattr(parent, attr, torch.nn.ModuleList(list(getattr(parent, attr))[:max_blocks]))
+            blocks = (max_blocks, count)
     if dtype != "model":
         model = model.to(_torch_dtype(dtype))
     model.train()
@@ -382,4 +446,5 @@ def trace_model(
         no_grad_params=no_grad,
         seq_module=seq_module,
         trace_seconds=time.perf_counter() - start,
+        blocks=blocks,
     )
