@@ -6,9 +6,12 @@ in this process) and warm (the same question asked again in the same process).
                                       [--devices 1024] [--global-batch 4096]
                                       [--placement expert:8,1,8 --micro-batch 1]
 
-Printed per run: wall time, and its split into tracing, the import and training passes a
-micro-batch's points share, and the rest of the pipeline over every point (sharding, tiling,
-latencies, SCIP schedules, recompute, the placement DP); then the peak resident memory.
+Printed per run: wall time and its split.  The sweep (``phaze/search/sweep.py``): ``settings``
+(the model cut to 3 and 4 blocks traced, imported and sharded per micro-batch), ``points``
+(every point's schedules and DP), ``winner`` (the best point traced whole and compiled through
+the pipeline).  One point (``driver.compile_model``): tracing, import, and the pipeline
+(sharding, tiling, latencies, SCIP schedules, recompute, the placement DP).  Then the peak
+resident memory.
 Targets (issue 15, this 2-core machine): the GPT-3 175B sweep on a100 <= 60 s cold; one fixed
 placement of a new GPT shape <= 10 s cold, <= 1 s when its shape was traced before; <= 4 GiB.
 """
@@ -27,10 +30,11 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 def _run(label: str, model: str, opts) -> None:
     from phaze import driver
+    from phaze.search import sweep
 
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    module, candidates = driver.compile_model(model, opts, lambda msg: None, seconds=seconds)
+    module, candidates = sweep.compile_plan(model, opts, lambda msg: None, seconds=seconds)
     wall = time.perf_counter() - start
     plan = driver.plan_record(module)
     what = (

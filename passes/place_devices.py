@@ -113,13 +113,10 @@ def solve(problem: _phaze_rs.ProblemDict, fixed: tuple[int, int, int] | None) ->
     """Run the Rust DP: the optimum, or the evaluation of a fixed (PP, DP, TP)."""
     if fixed is None:
         return _phaze_rs.solve_placement(problem)
-    pp, dp, tp = fixed
-    if tp != problem["tp"]:
-        raise PhazeError(
-            f"placement expert:{pp},{dp},{tp} has TP {tp} but the module is sharded "
-            f"for TP {problem['tp']}; compile with --tp {tp}"
-        )
-    return _phaze_rs.evaluate_placement(problem, pp, dp)
+    mismatch = pl.fixed_tp_mismatch(fixed, problem["tp"])
+    if mismatch:
+        raise PhazeError(mismatch)
+    return _phaze_rs.evaluate_placement(problem, fixed[0], fixed[1])
 
 
 def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_rs.ResultDict, placement: str) -> None:

@@ -357,9 +357,7 @@ def compile_model(
     opts = replace(opts, schedule_cache=schedule_cache(opts))
     if accelerator is None and STAGES.index(stage) >= STAGES.index("tiled"):
         accelerator = load_accelerator(opts.hw)
-    if opts.power_cap_w is not None and (accelerator is None or accelerator.energy is None):
-        name = accelerator.name if accelerator is not None else opts.hw
-        raise PhazeError(f"--power-cap: hardware '{name}' has no [energy] table, so its plans have no predicted power")
+    check_power_cap(opts, accelerator)
     spec = load_model_file(model_path)
     try:
         fixed = parse_placement(opts.placement, spec.name)
@@ -441,11 +439,18 @@ def compile_model(
         best[1].verify()
         return best[1], candidates
     if opts.power_cap_w is not None and any(c.note.startswith("power ") for c in candidates):
-        raise PhazeError(f"no plan meets --power-cap {opts.power_cap_w:g} W: " + _notes_once(candidates))
+        raise PhazeError(f"no plan meets --power-cap {opts.power_cap_w:g} W: " + notes_once(candidates))
     if fallback is not None:
         fallback.verify()
         return fallback, candidates  # nothing fits: the module says which constraint binds
-    raise PhazeError("no micro-batch size and TP width could be compiled: " + _notes_once(candidates))
+    raise PhazeError("no micro-batch size and TP width could be compiled: " + notes_once(candidates))
+
+
+def check_power_cap(opts: Options, accelerator) -> None:
+    """Refuse ``--power-cap`` on a chip (None: not loaded) without an ``[energy]`` table."""
+    if opts.power_cap_w is not None and (accelerator is None or accelerator.energy is None):
+        name = accelerator.name if accelerator is not None else opts.hw
+        raise PhazeError(f"--power-cap: hardware '{name}' has no [energy] table, so its plans have no predicted power")
 
 
 def over_power_cap(module: ModuleOp, cap_w: float | None) -> str:
@@ -475,7 +480,7 @@ def tp_points(opts: Options, tp_widths: Sequence[int]) -> list[tuple[int, bool]]
     return points
 
 
-def _notes_once(candidates: list[Candidate]) -> str:
+def notes_once(candidates: list[Candidate]) -> str:
     """Why each candidate failed, each reason said once with the points it holds for (or just
     the reason, when it holds for all of them)."""
     points: dict[str, list[str]] = {}

@@ -286,6 +286,15 @@ def parse_placement(text: str, model: str) -> tuple[int, int, int] | None:
     return pp, dp, tp
 
 
+def fixed_tp_mismatch(fixed: tuple[int, int, int], tp: int) -> str:
+    """Why the fixed placement ``(pp, dp, tp)`` cannot place a step sharded for TP ``tp`` (""
+    when it can)."""
+    pp, dp, t = fixed
+    if t == tp:
+        return ""
+    return f"placement expert:{pp},{dp},{t} has TP {t} but the module is sharded for TP {tp}; compile with --tp {t}"
+
+
 def binding_message(result: _phaze_rs.ResultDict) -> str:
     """The constraints that make a result infeasible, joined ('' when feasible)."""
     return "; ".join(v["message"] for v in result.get("violations", []))

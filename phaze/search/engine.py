@@ -50,7 +50,7 @@ import numpy as np
 from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.algorithms import schedule as sched
-from passes.algorithms.latency import estimate_space
+from passes.algorithms.latency import estimate_op, estimate_space
 from passes.algorithms.schedule_bounds import group_lower_bound
 from phaze.search.objective import Objective
 from phaze.search.setting import Setting
@@ -435,10 +435,15 @@ class Evaluator:
         by_setting: dict[int, list[int]] = {}
         for j, (setting, _config) in enumerate(jobs):
             by_setting.setdefault(id(setting), []).append(j)
+        calibration = getattr(cands.template, "calibration", None)
         for idxs in by_setting.values():
             setting = jobs[idxs[0]][0]
             configs = [jobs[j][1] for j in idxs]
-            lat = estimate_space(setting.table, cands.configs[configs], cands.template, cache=None)
+            if calibration is None:
+                lat = estimate_space(setting.table, cands.configs[configs], cands.template, cache=None)
+                one, split = lat.one, lat.split
+            else:
+                one, split = _one_chip_latencies(setting, cands, len(configs))
             needed = setting.priced_groups()
             for col, j in enumerate(idxs):
                 key = (id(cands), id(setting), configs[col])
@@ -450,8 +455,17 @@ class Evaluator:
                     "vector": int(cands.configs["num_vc"][configs[col]]),
                     "network": 1,
                 }
+                if calibration is not None and calibration.serial:
+                    # One op at a time, issued by the host (phaze-schedule-ops does the same):
+                    # no solver, no cache, the problem in program order as the IR has it.
+                    arr = np.zeros(len(setting.groups))
+                    for g in needed:
+                        problem = setting.group_problem(g, one[:, col], split[:, col], cores)
+                        arr[g] = sched.serial_schedule(problem, calibration.host_dispatch_s).makespan
+                    self._exact_ms[key] = out[j] = arr
+                    continue
                 for g in needed:
-                    canon = setting.group_problem(g, lat.one[:, col], lat.split[:, col], cores).canonical()
+                    canon = setting.group_problem(g, one[:, col], split[:, col], cores).canonical()
                     wanted.append((j, g, canon))
                     if self.cache.lookup(canon, limits) is None:
                         pending.setdefault(canon.key(), canon)
@@ -491,6 +505,19 @@ class Evaluator:
             self.counts["dp_exact_solves"] += len(idxs)
         self.timers["dp_exact"] += time.perf_counter() - t0
         return [out[j] for j in range(len(jobs))]
+
+
+def _one_chip_latencies(setting: Setting, cands: Candidates, columns: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(one, split)``, ``[rows × columns]`` seconds of the setting's op table on a calibrated
+    chip (a GPU: kernel efficiencies and launch costs, which the vectorized model of a space
+    does not have), priced op by op as ``phaze-estimate-latency`` prices them; the chip is
+    ``cands``' only one, so every column is the same."""
+    if len(cands.configs) != 1:
+        raise ValueError(f"{cands.name}: a calibrated chip is priced alone, not as a space")
+    rows = [estimate_op(d, cands.template) for d in setting.table.descs]
+    one = np.repeat(np.asarray([r.one_s for r in rows], dtype=np.float64)[:, None], columns, axis=1)
+    split = np.repeat(np.asarray([r.split_s for r in rows], dtype=np.float64)[:, None], columns, axis=1)
+    return one, split
 
 
 def _setting_order(task: ModelTask, setting_idx: int) -> tuple[int, int, bool]:

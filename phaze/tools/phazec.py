@@ -441,7 +441,9 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
     opts = options(args)
     if searching(args):
         return _search(args, opts, log)
-    module, candidates = driver.compile_model(args.models[0], opts, log)
+    from phaze.search import sweep
+
+    module, candidates = sweep.compile_plan(args.models[0], opts, log)
     failure = None
     if opts.emit == "plan":
         plan = driver.plan_record(module)

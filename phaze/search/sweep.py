@@ -1,0 +1,187 @@
+"""``phazec --hw``'s plan sweep priced from the search's settings, then the best point compiled.
+
+The sweep (micro-batch 1, 2, 4, 8 × TP 1, 2, 4, 8, with or without sequence parallelism) asks
+one question per point: the throughput of the best placement on one chip.  The IR pipeline
+answers it for the whole model at every point (``driver.compile_model``); the search answers
+it from a :class:`~phaze.search.setting.Setting` (op table, scheduling groups, per-layer
+numbers), which the model cut to 3 and 4 blocks gives (design §2), with the same schedules
+(the same canonical problems, through the same cache) and the same DP.  So here every point is
+priced from its setting on the :class:`~phaze.search.engine.Evaluator`, and only the best
+point is compiled through the IR pipeline from the whole model; its throughput must equal the
+settings' (relative 1e-9), as the search's winner must (design §7.5).
+
+What the settings do not cover is compiled point by point as before
+(``driver.compile_model``): a stage before ``plan``, a sweep of one point (its compilation is
+all there is to do), expert parallelism and a capacity factor (the search places no experts),
+a micro-batch whose step cannot be imported, and, should it ever happen, a best point whose
+compiled throughput is not the settings' (said in one warning line).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import replace
+
+from xdsl.dialects.builtin import ModuleOp
+
+from phaze import driver
+from phaze.driver import Candidate, Options
+from phaze_ir.errors import PhazeError, PhazeWarning
+
+#: Relative difference allowed between the settings' throughput and the compiled plan's.
+AGREE = 1e-9
+
+
+def why_compiled_point_by_point(opts: Options) -> str:
+    """Why the sweep of ``opts`` cannot be priced from settings ("" when it can)."""
+    if opts.emit != "plan":
+        return f"--emit {opts.emit}"
+    if opts.expert_parallel != Options.expert_parallel:
+        return "--expert-parallel"
+    if opts.capacity_factor is not None:
+        return "--capacity-factor"
+    return ""
+
+
+def compile_plan(
+    model_path: str, opts: Options, log, accelerator=None, seconds: dict[str, float] | None = None
+) -> tuple:
+    """What ``driver.compile_model`` returns (the best point's module, every point of the
+    sweep), with the points priced from settings (see the module docstring).  ``seconds`` gets
+    ``settings`` (cut traces, import and sharding), ``points`` (schedules and DP of every
+    point) and ``winner`` (the best point compiled from the whole model)."""
+    if why_compiled_point_by_point(opts):
+        return driver.compile_model(model_path, opts, log, accelerator, seconds)
+    from passes.algorithms.placement import PlacementError, binding_message, fixed_tp_mismatch, parse_placement
+    from phaze.search.engine import Candidates, Evaluator, ModelTask, Params, SolverLimits
+    from phaze.search.setting import prepare_points
+    from phaze_ir.frontend import load_model_file
+
+    driver.check_options(opts)
+    opts = replace(opts, schedule_cache=driver.schedule_cache(opts))
+    acc = accelerator if accelerator is not None else driver.load_accelerator(opts.hw)
+    driver.check_power_cap(opts, acc)
+    spec = load_model_file(model_path)
+    try:
+        fixed = parse_placement(opts.placement, spec.name)
+    except PlacementError as e:
+        raise PhazeError(f"--placement: {e}") from e
+    tp_widths = opts.tp_widths or ((fixed[2],) if fixed is not None else driver.DEFAULT_TP_WIDTHS)
+    if len(opts.micro_batches) * len(driver.tp_points(opts, tp_widths)) == 1:
+        # One point: its compilation is all there is to do (the cut traces would be extra).
+        return driver.compile_model(model_path, opts, log, accelerator, seconds)
+    seconds = {} if seconds is None else seconds
+    for phase in ("settings", "points", "winner"):
+        seconds.setdefault(phase, 0.0)
+
+    # Every point, in the order of driver.compile_model (the order that breaks ties).
+    points: list[tuple[int, int, bool, int | None, str]] = []  # (b, tp, sp, setting index, error)
+    settings = []
+    for b in opts.micro_batches:
+        log(f"pricing {spec.name} at micro-batch {b} from its settings (the model cut to 3 and 4 blocks)")
+        start = time.perf_counter()
+        try:
+            ready, errors, _ = prepare_points(model_path, b, tp_widths, opts)
+        except PhazeError as e:
+            log(f"micro-batch {b}: {e}; compiling every point through the pipeline")
+            return driver.compile_model(model_path, opts, log, accelerator, seconds)
+        finally:
+            seconds["settings"] += time.perf_counter() - start
+        by_point = {(s.tp, s.sequence_parallel): s for s in ready}
+        why = {(t, sp): e for t, sp, e in errors}
+        if fixed is not None:  # a point of another TP width than the placement's is not placed
+            for r in ready:
+                if fixed_tp_mismatch(fixed, r.tp):
+                    why[r.tp, r.sequence_parallel] = fixed_tp_mismatch(fixed, r.tp)
+                    del by_point[r.tp, r.sequence_parallel]
+        for t, sp in driver.tp_points(opts, tp_widths):
+            setting = by_point.get((t, sp))
+            if setting is not None:
+                settings.append(setting)
+            points.append((b, t, sp, len(settings) - 1 if setting is not None else None, why.get((t, sp), "")))
+
+    start = time.perf_counter()
+    limits = SolverLimits(
+        time_limit=opts.schedule_time_limit,
+        gap_limit=opts.schedule_gap,
+        node_limit=opts.schedule_nodes or None,
+        max_binaries=opts.schedule_max_binaries or None,
+    )
+    params = Params(
+        opts.devices,
+        opts.global_batch,
+        opts.dp_overlap,
+        opts.recompute,
+        opts.zero,
+        opts.pipeline_schedule,
+        "throughput",
+        opts.power_cap_w,
+    )
+    evaluator = Evaluator(params, limits, opts.schedule_cache)
+    cands = Candidates.of_accelerator(acc)
+    task = ModelTask(spec.name, settings, fixed)
+    jobs = [(0, k, 0, acc.hbm.bytes) for k in range(len(settings))]
+    priced = evaluator.exact(cands, [task], jobs) if settings else []
+    seconds["points"] += time.perf_counter() - start
+
+    candidates: list[Candidate] = []
+    best: Candidate | None = None
+    first_unfit: Candidate | None = None
+    objective = evaluator.objective(cands)
+    for b, t, sp, k, error in points:
+        where = f"micro-batch {b}, TP {t}" + (", SP" if sp else "")
+        if k is None:
+            candidates.append(Candidate(b, t, note=error, sequence_parallel=sp))
+            log(f"{where}: skipped: {error}")
+            continue
+        score, result = priced[k]
+        plan = result.get("plan")
+        if result.get("feasible") and plan and score > 0:
+            cand = Candidate(b, t, evaluator.throughput(result), {}, "", sp)
+            log(f"{where}: {cand.throughput:,.1f} samples/s (DP {plan['dp']}, PP {plan['pp']})")
+            if best is None or cand.throughput > best.throughput:
+                best = cand
+        elif result.get("feasible") and plan:  # over the power cap
+            power = objective.plan_power(settings[k], 0, plan).chip_power_w
+            cand = Candidate(b, t, 0.0, {}, f"power {power:.1f} W per chip over the cap of {opts.power_cap_w:g} W", sp)
+            log(f"{where}: {cand.note}")
+        else:
+            cand = Candidate(b, t, 0.0, {}, binding_message(result), sp)
+            log(f"{where}: does not fit: {cand.note}")
+            first_unfit = first_unfit or cand
+        candidates.append(cand)
+
+    if best is None and opts.power_cap_w is not None and any(c.note.startswith("power ") for c in candidates):
+        raise PhazeError(f"no plan meets --power-cap {opts.power_cap_w:g} W: " + driver.notes_once(candidates))
+    chosen = best or first_unfit
+    if chosen is None:
+        raise PhazeError("no micro-batch size and TP width could be compiled: " + driver.notes_once(candidates))
+    module = _compile_point(spec, chosen, opts, acc, log, seconds)
+    compiled = driver.plan_record(module)
+    got = float(compiled.get("throughput_samples_per_s", 0.0)) if compiled.get("feasible") == "yes" else 0.0
+    if abs(got - chosen.throughput) > AGREE * max(abs(got), abs(chosen.throughput)):
+        warnings.warn(
+            f"micro-batch {chosen.micro_batch}, TP {chosen.tp}: the settings price {chosen.throughput:.9g} samples/s, "
+            f"the compiled plan {got:.9g}; compiling every point through the pipeline",
+            PhazeWarning,
+            stacklevel=2,
+        )
+        return driver.compile_model(model_path, opts, log, accelerator, seconds)
+    return module, candidates
+
+
+def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> ModuleOp:
+    """``point`` compiled from the whole model through the pipeline to its plan (its schedules
+    are the settings', from the cache)."""
+    from phaze_ir.frontend import trace_model
+
+    where = f"micro-batch {point.micro_batch}, TP {point.tp}" + (", SP" if point.sequence_parallel else "")
+    log(f"compiling the best point ({where}) from the whole model")
+    start = time.perf_counter()
+    traced = trace_model(spec, point.micro_batch, opts.seq_len, training=True, dtype=opts.dtype)
+    module = driver.compile_module(traced, "plan", point.tp, opts, acc, point.sequence_parallel)
+    module.verify()
+    seconds["winner"] += time.perf_counter() - start
+    log(f"built {sum(1 for _ in module.walk())} ops in {time.perf_counter() - start:.1f} s")
+    return module

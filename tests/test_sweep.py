@@ -1,0 +1,75 @@
+"""``phazec --hw``'s sweep priced from settings (phaze/search/sweep.py) against the sweep that
+compiles every point through the IR pipeline (``driver.compile_model``): the same module, byte
+for byte, and the same points (throughputs, notes), on an ideal chip and on the calibrated,
+serial a100; when nothing fits; under a power cap."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import MODELS
+
+from phaze import driver
+from phaze.search import sweep
+from phaze_ir.errors import PhazeError
+from phaze_ir.ir import print_module
+
+DEEP = str(MODELS / "tiny_gpt2_deep.py")
+
+
+def _both(opts: driver.Options):
+    out = []
+    for compile_ in (sweep.compile_plan, driver.compile_model):
+        try:
+            module, cands = compile_(DEEP, opts, lambda msg: None)
+        except PhazeError as e:
+            out.append(str(e))
+            continue
+        points = [(c.micro_batch, c.tp, c.sequence_parallel, c.throughput, c.note) for c in cands]
+        out.append((print_module(module), points))
+    return out
+
+
+def _opts(**kw) -> driver.Options:
+    return driver.Options(micro_batches=(1, 2), tp_widths=(1, 2), sequence_parallel="auto", **kw)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"hw": "tpuv4", "devices": 8, "global_batch": 64},  # ideal chip: SCIP schedules through the cache
+        {"hw": "a100", "devices": 8, "global_batch": 8},  # calibrated, serial: ops priced one by one
+        # A fixed placement: at TP 1 it cannot divide the batch (8 over 3 replicas), so nothing
+        # fits and the module says why; at TP 2 it does not apply (the placement's TP is 1).
+        {"hw": "a100", "devices": 3, "global_batch": 8, "placement": "expert:1,3,1"},
+    ],
+)
+def test_the_settings_sweep_equals_the_pipelines(kw):
+    fast, slow = _both(_opts(**kw))
+    assert fast[0] == slow[0]  # the module
+    assert fast[1] == slow[1]  # every point: throughput and note
+    assert any(p[3] > 0 for p in fast[1]) == ("placement" not in kw)
+
+
+def test_the_settings_sweep_under_a_power_cap():
+    """A cap that no point meets gives the same error; one between the points' powers the same
+    plan (the a100's tiny-model powers are about 113.6-113.7 W)."""
+    low, high = _opts(hw="a100", devices=8, global_batch=64, power_cap_w=60.0), None
+    fast, slow = _both(low)
+    assert isinstance(fast, str) and fast == slow and "no plan meets --power-cap 60 W" in fast
+    high = _opts(hw="a100", devices=8, global_batch=64, power_cap_w=113.65)
+    fast, slow = _both(high)
+    assert fast == slow and any("over the cap" in p[4] for p in fast[1]) and any(p[3] > 0 for p in fast[1])
+
+
+def test_what_the_settings_do_not_cover_is_compiled_point_by_point(monkeypatch):
+    """A stage before the plan, one point, expert parallelism, a capacity factor: the pipeline's
+    sweep itself."""
+    assert sweep.why_compiled_point_by_point(driver.Options(emit="recompute")) == "--emit recompute"
+    assert sweep.why_compiled_point_by_point(driver.Options(expert_parallel="auto")) == "--expert-parallel"
+    assert sweep.why_compiled_point_by_point(driver.Options(capacity_factor=1.5)) == "--capacity-factor"
+    assert sweep.why_compiled_point_by_point(driver.Options()) == ""
+    calls = []
+    monkeypatch.setattr(driver, "compile_model", lambda *a, **k: calls.append(a) or ("module", []))
+    one = driver.Options(hw="tpuv4", micro_batches=(1,), tp_widths=(2,), devices=8, global_batch=8)
+    assert sweep.compile_plan(DEEP, one, lambda msg: None) == ("module", [])
+    assert len(calls) == 1
