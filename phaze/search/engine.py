@@ -372,6 +372,21 @@ class Evaluator:
         self.timers["dp_bound"] += time.perf_counter() - t0
         return np.asarray([self._dp_memo[k] for k in keys])
 
+    def first_chip_result(self, cands: Candidates, task: ModelTask, s: int) -> _phaze_rs.ResultDict:
+        """The DP's result for setting ``s`` of ``task`` on the first chip with the largest HBM,
+        at lower-bound times.  Whether a placement fits (memory, batch, devices, stages) does
+        not depend on the chip's speed, only on its HBM: infeasible here is infeasible on every
+        chip of ``cands``."""
+        setting = task.settings[s]
+        lb = self.lower_bounds(cands, setting)[:, 0]
+        return self.place([self.problem(cands, setting, lb, max(cands.hbm))], task.fixed)[0]
+
+    def fits_somewhere(self, cands: Candidates, task: ModelTask) -> list[int]:
+        """The usable settings of ``task`` that fit on some chip of ``cands``
+        (:meth:`first_chip_result`): a search need not bound or price the others (they score 0
+        everywhere; e.g. the expert placement's data parallelism not dividing the batch)."""
+        return [s for s in task.usable() if self.first_chip_result(cands, task, s).get("feasible")]
+
     def why_not(self, cands: Candidates, task: ModelTask) -> str:
         """Why no setting of ``task`` fits on ``cands`` ('' when one does on its first chip): the
         DP's binding constraint at the first setting (the others are named), on the first chip
@@ -380,8 +395,7 @@ class Evaluator:
         failed: list[tuple[str, str]] = []
         for s in task.usable():
             setting = task.settings[s]
-            lb = self.lower_bounds(cands, setting)[:, 0]
-            r = self.place([self.problem(cands, setting, lb, max(cands.hbm))], task.fixed)[0]
+            r = self.first_chip_result(cands, task, s)
             if r.get("feasible"):
                 return ""
             failed.append((f"b {setting.micro_batch} TP {setting.tp}", pl.binding_message(r) or "infeasible"))
@@ -573,7 +587,7 @@ class _BranchAndBound:
         self.progress = progress
         self.label = label
         self.n_models = len(tasks)
-        self.usable = [task.usable() for task in tasks]
+        self.usable = [evaluator.fits_somewhere(cands, task) for task in tasks]
         self.n_settings = sum(len(u) for u in self.usable)
         self.archs = [(c, h) for c in range(len(cands.configs)) for h in range(len(cands.hbm))]
         self.area = np.asarray(cands.configs["area_um2"], dtype=np.float64)  # NaN outside the area model
