@@ -290,9 +290,10 @@ class Evaluator:
                     total += lb[g]
         return total
 
-    def work_bound(self, cands: Candidates, setting: Setting) -> np.ndarray:
+    def work_bound(self, cands: Candidates, setting: Setting, fixed: tuple[int, int, int] | None = None) -> np.ndarray:
         """Stage 1: ``[configs]`` upper bounds on the setting's objective (throughput:
-        samples/s; the others: :meth:`Objective.bound`, at the smallest HBM option)."""
+        samples/s, :meth:`least_time`; the others: :meth:`Objective.bound`, at the smallest HBM
+        option); ``fixed``: the task's fixed placement (None: searched)."""
         total = self.total_lb(cands, setting)
         obj = self.objective(cands)
         if not obj.throughput:
@@ -301,8 +302,46 @@ class Evaluator:
                 out = np.where(total > 0, obj.bound(setting, total, np.arange(len(total)), min(cands.hbm)), np.inf)
             self.timers["estimate"] += time.perf_counter() - t0
             return out
+        least = self.least_time(cands, setting, fixed)
         with np.errstate(divide="ignore"):
-            return np.where(total > 0, setting.micro_batch * self.params.devices / (setting.tp * total), np.inf)
+            return np.where(least > 0, self.params.global_batch / least, np.inf)
+
+    def least_time(self, cands: Candidates, setting: Setting, fixed: tuple[int, int, int] | None) -> np.ndarray:
+        """``[configs]`` lower bounds on the time per batch (s): the least, over the pipeline
+        depths p the DP may choose (``fixed``: its own) with the most data parallelism d that
+        divides the batch, of ``(m + (p − 1)/v) · max(Σ T / p, max T)``, where m = B / (b·d)
+        micro-batches, v the chunks per device (1 for 1F1B; the bubble counts nothing under
+        ``auto``), Σ T the layers' lower-bound forward and backward times and max T the
+        heaviest layer's: the DP's time is ``(m + (p − 1)/v) · max_k T_k`` plus communication,
+        and a stage holds at least 1/p of the work and at least one whole layer.  ``inf`` when no
+        (p, d) divides the batch (the setting fits nowhere, see :meth:`fits_somewhere`)."""
+        total = self.total_lb(cands, setting)
+        lb = self.lower_bounds(cands, setting)
+        heaviest = np.zeros_like(total)
+        for lr in setting.layers:
+            layer = np.zeros_like(total)
+            for g in (lr.fwd, lr.bwd):
+                if g >= 0:
+                    layer += lb[g]
+            heaviest = np.maximum(heaviest, layer)
+        B, N, b, t = self.params.global_batch, self.params.devices, setting.micro_batch, setting.tp
+        v = pl.parse_pipeline_schedule(self.params.pipeline_schedule)
+        bubble = 0.0 if v is None else 1.0 / v
+        if fixed is not None:
+            options = [(fixed[0], fixed[1])]
+        else:
+            options = []
+            for p in range(1, len(setting.layers) + 1):
+                d = next((d for d in range(N // (p * t), 0, -1) if B % (b * d) == 0), 0)
+                if d:
+                    options.append((p, d))
+        least = np.full_like(total, np.inf)
+        for p, d in options:
+            if d < 1 or B % (b * d):
+                continue
+            m = B // (b * d)
+            least = np.minimum(least, (m + (p - 1) * bubble) * np.maximum(total / p, heaviest))
+        return least
 
     def problem(self, cands: Candidates, setting: Setting, makespans: np.ndarray, hbm: int) -> _phaze_rs.ProblemDict:
         """The DP problem of ``setting`` with group makespans ``makespans`` and HBM ``hbm``."""
@@ -602,6 +641,8 @@ class _BranchAndBound:
         self.dp_bounds_of: dict[int, list[np.ndarray]] = {}
         # Set by run(): the work bound of each config, the visit order, how far it has got.
         self.work_bound = np.zeros(0)
+        #: [model][setting] -> [configs]: each setting's work bound (set by run()).
+        self.setting_work_bound: list[dict[int, np.ndarray]] = []
         self.order: list[int] = []
         self.rank: dict[int, int] = {}
         self.visited = 0
@@ -646,11 +687,11 @@ class _BranchAndBound:
         each model's best work bound over its settings.  It does not depend on the HBM (the work
         bound ignores memory), so one value serves every HBM option of a config."""
         self.progress.start(f"{self.label}: bounds", self.n_settings)
-        per_setting: list[dict[int, np.ndarray]] = []  # [model][setting] -> [configs]
+        per_setting = self.setting_work_bound
         for m, task in enumerate(self.tasks):
             per_setting.append({})
             for s in self.usable[m]:
-                per_setting[m][s] = self.evaluator.work_bound(self.cands, task.settings[s])
+                per_setting[m][s] = self.evaluator.work_bound(self.cands, task.settings[s], task.fixed)
                 self.progress.advance()
         self.progress.stop()
         n_configs = len(self.cands.configs)
@@ -701,8 +742,8 @@ class _BranchAndBound:
         pairs = [(self.archs[a][0], self.cands.hbm[self.archs[a][1]]) for a in block]
         model_bound = np.zeros((len(block), self.n_models))  # best setting's bound per model
         per_setting: dict[int, np.ndarray] = {}  # model -> [block, usable settings]
-        for m, task in enumerate(self.tasks):
-            cols = [self.evaluator.dp_bounds(self.cands, m, task, s, pairs) for s in self.usable[m]]
+        for m in range(self.n_models):
+            cols = [self.setting_dp_bounds(m, s, pairs) for s in self.usable[m]]
             per_setting[m] = np.stack(cols, axis=1) if cols else np.zeros((len(block), 0))
             model_bound[:, m] = per_setting[m].max(axis=1) if cols else 0.0
         score_bound = model_bound.mean(axis=1)
@@ -713,6 +754,28 @@ class _BranchAndBound:
                 continue
             self.dp_bounds_of[a] = [per_setting[m][i] for m in range(self.n_models)]
             heapq.heappush(self.queue, (-score_bound[i], self.rank[a], a))
+
+    def setting_dp_bounds(self, m: int, s: int, pairs: list[tuple[int, int]]) -> np.ndarray:
+        """Model ``m``'s setting ``s``'s score bounds on ``pairs``: the DP bound, except where
+        the setting's work bound already shows it cannot lift the architecture to the
+        incumbent, even with every other model at its best work bound: there the work bound
+        (itself an upper bound, and the DP is not run).  Such a setting is skipped by the exact
+        stage and kept in its check (:meth:`exact_jobs`, :meth:`accept`) all the same."""
+        work = np.asarray([self.setting_work_bound[m][s][c] for c, _ in pairs], dtype=np.float64)
+        live = np.ones(len(pairs), dtype=bool)
+        if self.prune and self.best is not None and self.evaluator.objective(self.cands).throughput:
+            configs = [c for c, _ in pairs]
+            best_work = np.zeros((self.n_models, len(pairs)))
+            for k in range(self.n_models):
+                for bound in self.setting_work_bound[k].values():
+                    best_work[k] = np.maximum(best_work[k], bound[configs])
+            others = best_work.sum(axis=0) - best_work[m]
+            live = work >= (self.n_models * self.incumbent() - others) * (1 - TOL)
+        out = work.copy()
+        idx = np.flatnonzero(live)
+        if len(idx):
+            out[idx] = self.evaluator.dp_bounds(self.cands, m, self.tasks[m], s, [pairs[i] for i in idx])
+        return out
 
     # -- stage 3: exact ---------------------------------------------------------------------------
 
