@@ -82,6 +82,16 @@ class SolverLimits:
     max_binaries: int | None = 2000
     seed: int = 0
 
+    @classmethod
+    def of_options(cls, opts: Any) -> SolverLimits:
+        """The limits of the driver's :class:`~phaze.driver.Options` (0: no limit)."""
+        return cls(
+            time_limit=opts.schedule_time_limit,
+            gap_limit=opts.schedule_gap,
+            node_limit=opts.schedule_nodes or None,
+            max_binaries=opts.schedule_max_binaries or None,
+        )
+
 
 @dataclass
 class Candidates:
@@ -146,6 +156,20 @@ class Params:
     #: None, or the most a chip may draw (W): a setting whose plan's chip power is above it
     #: scores 0 (the plan the DP finds, the fastest; a slower one under the cap is not sought).
     power_cap_w: float | None = None
+
+    @classmethod
+    def of_options(cls, opts: Any, objective: str | None = None) -> Params:
+        """From the driver's :class:`~phaze.driver.Options` (``objective``: instead of theirs)."""
+        return cls(
+            opts.devices,
+            opts.global_batch,
+            opts.dp_overlap,
+            opts.recompute,
+            opts.zero,
+            opts.pipeline_schedule,
+            objective or opts.objective,
+            opts.power_cap_w,
+        )
 
 
 @dataclass

@@ -387,18 +387,7 @@ class _Work:
 
     @cached_property
     def evaluator(self) -> Evaluator:
-        opts = self.opts
-        params = Params(
-            opts.devices,
-            opts.global_batch,
-            opts.dp_overlap,
-            opts.recompute,
-            opts.zero,
-            opts.pipeline_schedule,
-            opts.objective,
-            opts.power_cap_w,
-        )
-        return Evaluator(params, self.sopts.limits, self.schedules, self.backend)
+        return Evaluator(Params.of_options(self.opts), self.sopts.limits, self.schedules, self.backend)
 
     @cached_property
     def chip_cands(self) -> Candidates:

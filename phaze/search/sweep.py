@@ -102,23 +102,7 @@ def compile_plan(
             points.append((b, t, sp, len(settings) - 1 if setting is not None else None, why.get((t, sp), "")))
 
     start = time.perf_counter()
-    limits = SolverLimits(
-        time_limit=opts.schedule_time_limit,
-        gap_limit=opts.schedule_gap,
-        node_limit=opts.schedule_nodes or None,
-        max_binaries=opts.schedule_max_binaries or None,
-    )
-    params = Params(
-        opts.devices,
-        opts.global_batch,
-        opts.dp_overlap,
-        opts.recompute,
-        opts.zero,
-        opts.pipeline_schedule,
-        "throughput",
-        opts.power_cap_w,
-    )
-    evaluator = Evaluator(params, limits, opts.schedule_cache)
+    evaluator = Evaluator(Params.of_options(opts, "throughput"), SolverLimits.of_options(opts), opts.schedule_cache)
     cands = Candidates.of_accelerator(acc)
     task = ModelTask(spec.name, settings, fixed)
     jobs = [(0, k, 0, acc.hbm.bytes) for k in range(len(settings))]

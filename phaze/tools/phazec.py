@@ -346,12 +346,7 @@ def search_options(args: argparse.Namespace, opts):
     else:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         cache = os.path.join(base, "phaze")
-    limits = SolverLimits(
-        time_limit=opts.schedule_time_limit,
-        gap_limit=opts.schedule_gap,
-        node_limit=opts.schedule_nodes or None,
-        max_binaries=opts.schedule_max_binaries or None,
-    )
+    limits = SolverLimits.of_options(opts)
     jobs = args.jobs if args.jobs is not None else max(1, len(os.sched_getaffinity(0)))
     return SearchOptions(
         space=args.space,
