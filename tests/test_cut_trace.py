@@ -208,6 +208,21 @@ def test_a_block_treated_apart_is_traced_whole(tmp_path, monkeypatch):
         assert len(got) == 1 and st._same(got[0], whole[0])
 
 
+def test_four_blocks_are_traced_whole(monkeypatch):
+    """A model of 4 blocks (examples/mlp.py) has no middle block to repeat beyond the 4-block
+    check: its 3-block cut is not used, the whole model is traced (the first fresh-clone CI of
+    the cut priced the MLP from 3 of its 4 blocks: the search's figure and its plan's parted)."""
+    from conftest import EXAMPLES
+
+    model = str(EXAMPLES / "mlp.py")
+    calls = _counting_traces(monkeypatch)
+    got = st.prepare_settings(model, 8, (1,), Options())
+    assert calls == [3, None]
+    monkeypatch.undo()
+    whole = _whole(model, 8, (1,), Options())
+    assert len(got) == 1 and st._same(got[0], whole[0]) and got[0].blocks == (1, 4)
+
+
 def test_deepened_refuses_a_setting_it_cannot_deepen():
     s = st.prepare_settings(str(MODELS / "tiny_gpt2.py"), 1, (1,), Options())[0]
     with pytest.raises(ValueError, match="cannot deepen"):

@@ -331,7 +331,9 @@ def prepare_points(
         return out[0], out[1], spec.name
 
     cut = traced(CUT_BLOCKS[0])
-    if cut.blocks is not None and cut.blocks[1] > CUT_BLOCKS[1]:
+    if cut.blocks is None:  # nothing was cut: the whole model
+        return timed(_settings_of(cut, spec.name, micro_batch, tps, opts))
+    if cut.blocks[1] > CUT_BLOCKS[1]:
         three, errors = _settings_of(cut, spec.name, micro_batch, tps, opts)
         four, errors4 = _settings_of(traced(CUT_BLOCKS[1]), spec.name, micro_batch, tps, opts)
         if (
@@ -346,8 +348,7 @@ def prepare_points(
             )
         ):
             return timed(([deepened(s, cut.blocks[1]) for s in three], errors))
-        cut = traced(None)
-    return timed(_settings_of(cut, spec.name, micro_batch, tps, opts))
+    return timed(_settings_of(traced(None), spec.name, micro_batch, tps, opts))
 
 
 def _settings_of(
