@@ -461,7 +461,12 @@ def over_power_cap(module: ModuleOp, cap_w: float | None) -> str:
     if cap_w is None or not isinstance(attr, PowerAttr):
         return ""
     power = float(attr.as_dict()["chip_power_w"])
-    return f"power {power:.1f} W per chip over the cap of {cap_w:g} W" if power > cap_w else ""
+    return over_cap_note(power, cap_w) if power > cap_w else ""
+
+
+def over_cap_note(power_w: float, cap_w: float) -> str:
+    """A point's note when its plan's chip power is over ``--power-cap``."""
+    return f"power {power_w:.1f} W per chip over the cap of {cap_w:g} W"
 
 
 def tp_points(opts: Options, tp_widths: Sequence[int]) -> list[tuple[int, bool]]:

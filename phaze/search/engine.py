@@ -766,8 +766,9 @@ class _BranchAndBound:
         pairs = [(self.archs[a][0], self.cands.hbm[self.archs[a][1]]) for a in block]
         model_bound = np.zeros((len(block), self.n_models))  # best setting's bound per model
         per_setting: dict[int, np.ndarray] = {}  # model -> [block, usable settings]
+        need = self.needed_bounds([c for c, _ in pairs])
         for m in range(self.n_models):
-            cols = [self.setting_dp_bounds(m, s, pairs) for s in self.usable[m]]
+            cols = [self.setting_dp_bounds(m, s, pairs, need[m]) for s in self.usable[m]]
             per_setting[m] = np.stack(cols, axis=1) if cols else np.zeros((len(block), 0))
             model_bound[:, m] = per_setting[m].max(axis=1) if cols else 0.0
         score_bound = model_bound.mean(axis=1)
@@ -779,24 +780,28 @@ class _BranchAndBound:
             self.dp_bounds_of[a] = [per_setting[m][i] for m in range(self.n_models)]
             heapq.heappush(self.queue, (-score_bound[i], self.rank[a], a))
 
-    def setting_dp_bounds(self, m: int, s: int, pairs: list[tuple[int, int]]) -> np.ndarray:
+    def needed_bounds(self, configs: list[int]) -> np.ndarray:
+        """``[models, configs]``: the least score bound each model's setting must reach on each
+        config to lift it to the incumbent, every other model at its best work bound there
+        (``-inf``, nothing needed, without pruning, an incumbent or the throughput objective)."""
+        need = np.full((self.n_models, len(configs)), -np.inf)
+        if not (self.prune and self.best is not None and self.evaluator.objective(self.cands).throughput):
+            return need
+        best_work = np.zeros((self.n_models, len(configs)))
+        for k in range(self.n_models):
+            for bound in self.setting_work_bound[k].values():
+                best_work[k] = np.maximum(best_work[k], bound[configs])
+        others = best_work.sum(axis=0) - best_work
+        return (self.n_models * self.incumbent() - others) * (1 - TOL)
+
+    def setting_dp_bounds(self, m: int, s: int, pairs: list[tuple[int, int]], need: np.ndarray) -> np.ndarray:
         """Model ``m``'s setting ``s``'s score bounds on ``pairs``: the DP bound, except where
-        the setting's work bound already shows it cannot lift the architecture to the
-        incumbent, even with every other model at its best work bound: there the work bound
-        (itself an upper bound, and the DP is not run).  Such a setting is skipped by the exact
-        stage and kept in its check (:meth:`exact_jobs`, :meth:`accept`) all the same."""
-        work = np.asarray([self.setting_work_bound[m][s][c] for c, _ in pairs], dtype=np.float64)
-        live = np.ones(len(pairs), dtype=bool)
-        if self.prune and self.best is not None and self.evaluator.objective(self.cands).throughput:
-            configs = [c for c, _ in pairs]
-            best_work = np.zeros((self.n_models, len(pairs)))
-            for k in range(self.n_models):
-                for bound in self.setting_work_bound[k].values():
-                    best_work[k] = np.maximum(best_work[k], bound[configs])
-            others = best_work.sum(axis=0) - best_work[m]
-            live = work >= (self.n_models * self.incumbent() - others) * (1 - TOL)
-        out = work.copy()
-        idx = np.flatnonzero(live)
+        the setting's work bound is below ``need`` (:meth:`needed_bounds`): it cannot lift the
+        architecture to the incumbent, and the work bound (itself an upper bound) stands in, the
+        DP not run.  Such a setting is skipped by the exact stage and kept in its check
+        (:meth:`exact_jobs`, :meth:`accept`) all the same."""
+        out = np.asarray([self.setting_work_bound[m][s][c] for c, _ in pairs], dtype=np.float64)
+        idx = np.flatnonzero(out >= need)
         if len(idx):
             out[idx] = self.evaluator.dp_bounds(self.cands, m, self.tasks[m], s, [pairs[i] for i in idx])
         return out

@@ -128,7 +128,8 @@ def compile_plan(
                 best = cand
         elif result.get("feasible") and plan:  # over the power cap
             power = objective.plan_power(settings[k], 0, plan).chip_power_w
-            cand = Candidate(b, t, 0.0, {}, f"power {power:.1f} W per chip over the cap of {opts.power_cap_w:g} W", sp)
+            assert opts.power_cap_w is not None  # the only way a feasible plan scores 0
+            cand = Candidate(b, t, 0.0, {}, driver.over_cap_note(power, opts.power_cap_w), sp)
             log(f"{where}: {cand.note}")
         else:
             cand = Candidate(b, t, 0.0, {}, binding_message(result), sp)
