@@ -81,10 +81,12 @@ def build_problem(
     zero: str = "0",
     pipeline_schedule: str = "1f1b",
     expert_parallel: str = "1",
+    rank_order: str = "auto",
 ) -> _phaze_rs.ProblemDict:
     """The DP problem of a module annotated by the cost passes (``recompute``: ``auto`` or the
     policy of every stage; ``zero``: ``auto`` or a ZeRO stage; ``pipeline_schedule``:
-    ``auto``, ``1f1b`` or ``interleaved:V``; ``expert_parallel``: ``auto`` or the EP degree)."""
+    ``auto``, ``1f1b`` or ``interleaved:V``; ``expert_parallel``: ``auto`` or the EP degree;
+    ``rank_order``: ``auto``, ``tp-dp-pp`` or ``tp-pp-dp``)."""
     layers = layer_numbers(module, pass_name)
     acc = module_accelerator(module, pass_name)
     spec = acc.to_dict()
@@ -104,6 +106,7 @@ def build_problem(
             pipeline_schedule=pipeline_schedule,
             blocks=pl.block_range(kinds),
             expert_parallel=expert_parallel,
+            rank_order=rank_order,
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
@@ -133,6 +136,7 @@ def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_
             virtual_stages=0,
             zero=0,
             expert_parallel=0,
+            rank_order="",
             micro_batch_size=problem["micro_batch"],
             num_micro_batches=0,
             time_per_batch_s=0.0,
@@ -154,6 +158,7 @@ def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_
         virtual_stages=plan["virtual_stages"],
         zero=plan["zero"],
         expert_parallel=plan["expert_parallel"],
+        rank_order=plan["rank_order"],
         micro_batch_size=plan["micro_batch"],
         num_micro_batches=plan["num_micro_batches"],
         time_per_batch_s=float(plan["time_per_batch_s"]),
@@ -216,7 +221,10 @@ class PlaceDevicesPass(ModulePass):
     ``pipeline_schedule`` (``1f1b``, the default; ``interleaved:V``, Megatron's interleaved
     1F1B with V model chunks per device; ``auto``: the DP chooses), ``expert_parallel`` (``1``,
     the default: every replica holds every expert; ``E``: an MoE model's experts split over E
-    replicas; ``auto``: the DP chooses).  Requires the cost annotations of
+    replicas; ``auto``: the DP chooses), ``rank_order`` (how devices are numbered into
+    groups, TP innermost: ``auto``, the default, lets the DP choose per option; ``tp-dp-pp``,
+    pipeline outermost, as Megatron-LM and torchtitan number them by default; ``tp-pp-dp``,
+    data parallelism outermost, Megatron-LM's ``--use-tp-pp-dp-mapping``).  Requires the cost annotations of
     ``phaze-schedule-ops`` and ``phaze-insert-recompute`` and a ``phaze.accelerator``.
     """
 
@@ -229,6 +237,7 @@ class PlaceDevicesPass(ModulePass):
     zero: str = "0"
     pipeline_schedule: str = "1f1b"
     expert_parallel: str = "1"
+    rank_order: str = "auto"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         try:
@@ -237,6 +246,7 @@ class PlaceDevicesPass(ModulePass):
             pl.parse_zero(self.zero)
             pl.parse_pipeline_schedule(self.pipeline_schedule)
             pl.parse_expert_parallel(self.expert_parallel)
+            pl.parse_rank_order(self.rank_order)
         except pl.PlacementError as e:
             raise PhazeError(f"{self.name}: {e}") from e
         problem = build_problem(
@@ -249,6 +259,7 @@ class PlaceDevicesPass(ModulePass):
             zero=self.zero,
             pipeline_schedule=self.pipeline_schedule,
             expert_parallel=self.expert_parallel,
+            rank_order=self.rank_order,
         )
         result = solve(problem, fixed)
         label = "phaze" if fixed is None else "expert:{},{},{}".format(*fixed)

@@ -76,6 +76,11 @@ class Options:
     #: model's experts split over E data-parallel replicas, ``auto``: the DP chooses
     #: (``phaze-place-devices{expert_parallel=...}``).
     expert_parallel: str = "1"
+    #: How devices are numbered into TP, PP and DP groups, TP innermost (docs/design.md §5.5):
+    #: ``auto`` (default: the DP chooses per option), ``tp-dp-pp`` (pipeline outermost, as
+    #: Megatron-LM and torchtitan number them by default), ``tp-pp-dp`` (data parallelism
+    #: outermost, Megatron-LM's ``--use-tp-pp-dp-mapping``) (``phaze-place-devices{rank_order=...}``).
+    rank_order: str = "auto"
     #: None (default: dropless experts, every routed row and no more), or F >= 1: every expert
     #: GEMM runs on its experts' capacity ``ceil(T/E * F)`` rows, padded with zeros, as
     #: Megatron-LM's ``--moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity``
@@ -152,7 +157,7 @@ def pipeline(
             f"phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} "
             f'placement="{opts.placement}" dp_overlap={overlap} recompute="{opts.recompute}" '
             f'zero="{opts.zero}" pipeline_schedule="{opts.pipeline_schedule}" '
-            f'expert_parallel="{opts.expert_parallel}"}}'
+            f'expert_parallel="{opts.expert_parallel}" rank_order="{opts.rank_order}"}}'
         )
         if energy:
             passes.append("phaze-estimate-power")
@@ -307,6 +312,7 @@ def check_options(opts: Options) -> None:
         PlacementError,
         parse_expert_parallel,
         parse_pipeline_schedule,
+        parse_rank_order,
         parse_recompute,
         parse_zero,
     )
@@ -325,6 +331,7 @@ def check_options(opts: Options) -> None:
         ("--zero", parse_zero, opts.zero),
         ("--pipeline-schedule", parse_pipeline_schedule, opts.pipeline_schedule),
         ("--expert-parallel", parse_expert_parallel, opts.expert_parallel),
+        ("--rank-order", parse_rank_order, opts.rank_order),
     ):
         try:
             parse(value)
@@ -537,6 +544,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
         "virtual_stages": plan["virtual_stages"],
         "zero": plan["zero"],
         "expert_parallel": plan["expert_parallel"],
+        "rank_order": plan["rank_order"],
         "capacity_factor": capacity_factor(module),
         "micro_batch_size": plan["micro_batch_size"],
         "num_micro_batches": plan["num_micro_batches"],
@@ -661,12 +669,12 @@ def summary(module: ModuleOp) -> str:
     schedule = "1f1b" if v == 1 else f"interleaved:{v}"
     sp = "on" if keys.SEQUENCE_PARALLEL in module.attributes else "off"
     head = (
-        f"{'DP':>5} {'PP':>4} {'TP':>4} {'SP':>3} {'schedule':>13} {'ZeRO':>4} {'EP':>3} {'micro-batch':>11} "
-        f"{'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>11}"
+        f"{'DP':>5} {'PP':>4} {'TP':>4} {'SP':>3} {'schedule':>13} {'ZeRO':>4} {'EP':>3} {'ranks':>8} "
+        f"{'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>11}"
     )
     row = (
         f"{plan['dp']:>5} {plan['pp']:>4} {plan['tp']:>4} {sp:>3} {schedule:>13} {plan['zero']:>4} "
-        f"{plan['expert_parallel']:>3} "
+        f"{plan['expert_parallel']:>3} {plan['rank_order']:>8} "
         f"{plan['micro_batch_size']:>11} {recompute:>14} "
         f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>11.2f}"
     )

@@ -28,6 +28,20 @@ from phaze_ir.errors import PhazeError
 
 TARGETS = ("megatron", "torchtitan")
 
+#: The device numberings a plan may have (``phaze.plan``'s ``rank_order``, docs/design.md §5.5):
+#: Megatron-LM's default and ``--use-tp-pp-dp-mapping``; torchtitan runs the first only.
+RANK_ORDERS = ("tp-dp-pp", "tp-pp-dp")
+
+
+def pipeline_outermost_only(exports: list[tuple[str, str]] | None, expert_parallel: str) -> bool:
+    """Whether the plan must number its devices ``tp-dp-pp`` to be launched by every export
+    asked for: torchtitan's device mesh is (pp, dp, tp) whatever it is told, and Megatron-LM's
+    ``--use-tp-pp-dp-mapping`` puts expert parallelism inside the pipeline, not inside data
+    parallelism as phaze prices it."""
+    targets = {target for target, _ in exports or ()}
+    return "torchtitan" in targets or ("megatron" in targets and expert_parallel != "1")
+
+
 # Sources the mapping relies on (docs/launch.md cites them):
 #: Megatron-LM's argument parser, read for the flags below (tests/data/megatron_training_flags.txt).
 MEGATRON_LM = (
@@ -60,6 +74,7 @@ MEGATRON_FLAGS = (
     "--data-parallel-sharding-strategy",
     "--ckpt-format",
     "--overlap-grad-reduce",
+    "--use-tp-pp-dp-mapping",
     "--fp16",
     "--bf16",
     "--optimizer",
@@ -98,6 +113,9 @@ class Settings:
     virtual_stages: int
     zero: int
     expert_parallel: int
+    #: how the plan numbers the devices into groups (``tp-dp-pp`` or ``tp-pp-dp``): the same
+    #: numbering when ``dp`` or ``pp`` is 1
+    rank_order: str
     #: the MoE capacity factor the expert GEMMs were padded to; None: dropless
     capacity_factor: float | None
     recompute: str
@@ -138,6 +156,9 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
         raise PhazeError(f"--export {target}: virtual_stages {v} and expert_parallel {ep} must be positive")
     if v > 1 and pp == 1:
         raise PhazeError(f"--export {target}: interleaved 1F1B ({v} chunks per device) needs pipeline parallelism")
+    order = plan.get("rank_order")
+    if order not in RANK_ORDERS:
+        raise PhazeError(f"--export {target}: the plan's rank_order is {order!r}, not one of {', '.join(RANK_ORDERS)}")
     capacity = plan.get("capacity_factor")
     if capacity is not None and (
         isinstance(capacity, bool)
@@ -158,6 +179,7 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
         virtual_stages=v,
         zero=zero,
         expert_parallel=ep,
+        rank_order=order,
         capacity_factor=None if capacity is None else float(capacity),
         recompute=_one_recompute(plan, target),
         chunk_blocks=_chunk_blocks(plan, facts, pp, v, target),
@@ -286,6 +308,15 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy={strategy}", "--ckpt-format=fsdp_dtensor"]
     if facts.dp_overlap and s.dp > 1:
         args.append("--overlap-grad-reduce")
+    if s.rank_order == "tp-pp-dp" and s.dp > 1 and s.pp > 1:
+        if s.expert_parallel > 1:
+            raise PhazeError(
+                "--export megatron: the plan numbers devices tp-pp-dp, and Megatron-LM's --use-tp-pp-dp-mapping "
+                "puts expert parallelism inside the pipeline, not inside data parallelism as phaze priced it: "
+                "compile with --rank-order tp-dp-pp"
+            )
+        # Megatron-LM's default numbering is tp-cp-ep-dp-pp (pipeline outermost).
+        args.append("--use-tp-pp-dp-mapping")
     if facts.dtype == "float16":
         args.append("--fp16")
     elif facts.dtype == "bfloat16":
@@ -366,6 +397,11 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
     if facts.optimizer != "adam":
         raise PhazeError(
             f"--export torchtitan: torchtitan 0.3.0 has no {facts.optimizer} optimizer (Adam, AdamW, DistMuon)"
+        )
+    if s.rank_order == "tp-pp-dp" and s.dp > 1 and s.pp > 1:
+        raise PhazeError(
+            "--export torchtitan: the plan numbers devices tp-pp-dp (data parallelism outermost); torchtitan's "
+            "device mesh is pp, dp, tp (pipeline outermost): compile with --rank-order tp-dp-pp"
         )
     if s.capacity_factor is not None:
         raise PhazeError(

@@ -60,7 +60,10 @@ COLUMNS = {
 #: :data:`VOCAB_MULTIPLE`), the training precision, a given split (``dev`` or ``holdout``), and
 #: how the run was run where it differs from the vTrain runs: its recompute (``none``,
 #: ``selective``, ``full``; default ``--recompute``), sequence parallelism (``on``/``off``,
-#: default ``off``) and pipeline schedule (``1f1b``, default, or ``interleaved:V``).
+#: default ``off``), pipeline schedule (``1f1b``, default, or ``interleaved:V``) and rank order
+#: (how the devices were numbered into groups: ``tp-dp-pp``, the default, pipeline outermost as
+#: Megatron-LM, torchtitan and Megatron-DeepSpeed's topology (the vTrain runs) number them, or
+#: ``tp-pp-dp``, Megatron-LM's ``--use-tp-pp-dp-mapping``).
 OPTIONAL_COLUMNS = {
     "vocabulary": "vocabulary",
     "dtype": "dtype",
@@ -68,7 +71,10 @@ OPTIONAL_COLUMNS = {
     "recompute": "recompute",
     "sequence_parallel": "sequence parallelism",
     "pipeline_schedule": "pipeline schedule",
+    "rank_order": "rank order",
 }
+#: How a run's devices were numbered when the file does not say (see OPTIONAL_COLUMNS).
+DEFAULT_RANK_ORDER = "tp-dp-pp"
 #: Megatron's GPT-2 BPE vocabulary, the default of Megatron's GPT (and of the vTrain runs).
 DEFAULT_VOCABULARY = 50257
 #: Megatron pads the vocabulary to a multiple of ``make-vocab-size-divisible-by`` (128) x TP.
@@ -137,6 +143,7 @@ class Run:
     recompute: str = ""  #: the run's recompute policy ('': the validation's ``--recompute``)
     sequence_parallel: bool = False
     pipeline_schedule: str = "1f1b"
+    rank_order: str = DEFAULT_RANK_ORDER
 
     @property
     def shape(self) -> Shape:
@@ -172,6 +179,7 @@ class Run:
                 *([self.recompute] if self.recompute else []),
                 *(["sp"] if self.sequence_parallel else []),
                 *([self.pipeline_schedule] if self.pipeline_schedule != "1f1b" else []),
+                *([self.rank_order] if self.rank_order != DEFAULT_RANK_ORDER else []),
             )
         )
 
@@ -282,7 +290,7 @@ def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) 
         split = value.lower()
         if split not in SPLITS:
             raise PhazeError(f"{where}: 'split' is {split!r}, expected dev or holdout")
-    recompute, sequence_parallel, schedule = _how_run(row, columns, where)
+    recompute, sequence_parallel, schedule, order = _how_run(row, columns, where)
     run = Run(
         n,
         line,
@@ -294,6 +302,7 @@ def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) 
         recompute=recompute,
         sequence_parallel=sequence_parallel,
         pipeline_schedule=schedule,
+        rank_order=order,
     )
     _check_consistent(run, where)
     return run
@@ -306,9 +315,15 @@ def _optional_cell(row: list[str], columns: dict[str, int], fld: str) -> str | N
     return row[i].strip() if i is not None and i < len(row) and row[i].strip() else None
 
 
-def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, bool, str]:
-    """The run's recompute ('' when not given), sequence parallelism and pipeline schedule."""
-    from passes.algorithms.placement import RECOMPUTE_SETTINGS, PlacementError, parse_pipeline_schedule
+def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, bool, str, str]:
+    """The run's recompute ('' when not given), sequence parallelism, pipeline schedule and
+    rank order."""
+    from passes.algorithms.placement import (
+        RANK_ORDER_SETTINGS,
+        RECOMPUTE_SETTINGS,
+        PlacementError,
+        parse_pipeline_schedule,
+    )
 
     def given(fld: str) -> str | None:
         text = _optional_cell(row, columns, fld)
@@ -330,7 +345,12 @@ def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, 
         except PlacementError as e:
             raise PhazeError(f"{where}: 'pipeline schedule' is {text!r}: expected 1f1b or interleaved:V ({e})") from e
         schedule = text
-    return recompute, sequence_parallel, schedule
+    order = DEFAULT_RANK_ORDER
+    if (text := given("rank_order")) is not None:
+        if text not in RANK_ORDER_SETTINGS[1:]:
+            raise PhazeError(f"{where}: 'rank order' is {text!r}, expected {' or '.join(RANK_ORDER_SETTINGS[1:])}")
+        order = text
+    return recompute, sequence_parallel, schedule, order
 
 
 def _check_consistent(r: Run, where: str) -> None:
@@ -468,6 +488,7 @@ class Settings:
                 placement=run.placement,
                 recompute=run.recompute or self.recompute,
                 pipeline_schedule=run.pipeline_schedule,
+                rank_order=run.rank_order,
             )
         return opts
 
@@ -739,6 +760,7 @@ class Validation:
             "recompute": p.recompute if p else "",
             "sequence_parallel": r.sequence_parallel,
             "pipeline_schedule": r.pipeline_schedule,
+            "rank_order": r.rank_order,
         }
 
     def to_json(self, worst: int = 5) -> dict[str, Any]:

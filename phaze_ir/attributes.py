@@ -732,7 +732,7 @@ class PlanAttr(RecordAttr):
     Syntax::
 
         #phaze.plan<devices = 1024, global_batch = 4096, dp = 32, pp = 8, tp = 4,
-                    virtual_stages = 1, zero = 0, expert_parallel = 1,
+                    virtual_stages = 1, zero = 0, expert_parallel = 1, rank_order = "tp-dp-pp",
                     micro_batch_size = 1, num_micro_batches = 128, time_per_batch_s = 12.5,
                     throughput_samples_per_s = 327.7, max_memory_bytes = 30000000000,
                     devices_used = 1024, placement = "phaze", feasible = yes, binding = "">
@@ -747,6 +747,10 @@ class PlanAttr(RecordAttr):
     - ``expert_parallel``: the EP degree e: each MoE layer's experts split over e consecutive
       data-parallel replicas, tokens dispatched to them and combined back by all-to-alls (1:
       every replica holds every expert; a dense model).
+    - ``rank_order``: how the devices are numbered into groups, TP innermost: ``"tp-dp-pp"``
+      (pipeline outermost: Megatron-LM's and torchtitan's default) or ``"tp-pp-dp"`` (data
+      parallelism outermost: Megatron-LM's ``--use-tp-pp-dp-mapping``); it decides which
+      network level each group's collectives cross. Empty when no plan fits.
     - ``num_micro_batches``: micro-batches per replica per batch, ``global_batch / (micro_batch_size·dp)``.
     - ``time_per_batch_s``: ``(m + (p − 1)/v)·max stage time + exposed DP collectives``.
     - ``placement``: ``"phaze"`` (searched) or ``"expert:PP,DP,TP"`` (evaluated as given).
@@ -764,6 +768,7 @@ class PlanAttr(RecordAttr):
         "virtual_stages",
         "zero",
         "expert_parallel",
+        "rank_order",
         "micro_batch_size",
         "num_micro_batches",
         "time_per_batch_s",
@@ -783,6 +788,7 @@ class PlanAttr(RecordAttr):
     virtual_stages: IntAttr
     zero: IntAttr
     expert_parallel: IntAttr
+    rank_order: StringAttr
     micro_batch_size: IntAttr
     num_micro_batches: IntAttr
     time_per_batch_s: FloatData

@@ -26,6 +26,16 @@ def policies(problem: dict) -> tuple[int, ...]:
     return tuple(range(3)) if setting == "auto" else (POLICIES.index(setting),)
 
 
+ORDERS = ("tp-dp-pp", "tp-pp-dp")
+
+
+def orders(problem: dict) -> tuple[str, ...]:
+    """The rank orders a plan may use: both under ``rank_order`` "auto" (or none given), else
+    the fixed one."""
+    setting = problem.get("rank_order") or "auto"
+    return ORDERS if setting == "auto" else (setting,)
+
+
 def level_for(levels: list[dict], g: int) -> int:
     """Innermost level whose group_size >= g, else the last one."""
     for i, lv in enumerate(levels):
@@ -73,7 +83,7 @@ class Priced:
 class Stages:
     """Per-(d, p) stage costs of a problem, memoized by (first, last, policy[, in flight])."""
 
-    def __init__(self, problem: dict, d: int, p: int):
+    def __init__(self, problem: dict, d: int, p: int, order: str = "tp-pp-dp"):
         self.pr = problem
         self.layers = problem["layers"]
         self.L = len(self.layers)
@@ -81,8 +91,11 @@ class Stages:
         self.m = problem["global_batch"] // (problem["micro_batch"] * d)
         levels = problem["levels"]
         t = problem["tp"]
-        self.pp_lv = level_for(levels, p * t)
-        self.dp_lv = level_for(levels, d * p * t)
+        # tp-pp-dp: a replica's p·t devices are contiguous, a DP group's members p·t apart;
+        # tp-dp-pp: a DP group's members t apart, pipeline neighbours d·t apart.
+        self.stride = p * t if order == "tp-pp-dp" else t
+        self.pp_lv = level_for(levels, p * t if order == "tp-pp-dp" else d * p * t)
+        self.dp_lv = level_for(levels, d * self.stride)
         self._time: dict = {}
         self._mem: dict = {}
         self._exp: dict = {}
@@ -114,8 +127,7 @@ class Stages:
         if key not in self._exp:
             ls = self.layers[i : j + 1]
             grad = float(sum(x["grad_bytes"] for x in ls))
-            # Device order TP, PP, DP: a DP group's members lie p·t apart.
-            ar = ring_allreduce(self.pr["levels"], grad, self.d, self.dp_lv, self.p * self.pr["tp"])
+            ar = ring_allreduce(self.pr["levels"], grad, self.d, self.dp_lv, self.stride)
             bwd = sum(x["bwd_s"] for x in ls)
             self._exp[key] = max(0.0, ar - bwd) if self.pr["dp_overlap"] else ar
         return self._exp[key]
@@ -173,8 +185,18 @@ def best_of(problem: dict, d: int, p: int, hbm: int | None = None) -> tuple[Pric
     multiply-add is the same IEEE operation as the scalar one).
     """
     hbm = problem["hbm_bytes"] if hbm is None else hbm
-    st = Stages(problem, d, p)
-    allowed_pols = policies(problem)
+    best, best_time, least = None, math.inf, None
+    for order in orders(problem):
+        b, lm = _best_of_order(Stages(problem, d, p, order), policies(problem), hbm)
+        least = lm if least is None else min(least, lm)
+        if b is not None and b.time < best_time:
+            best, best_time = b, b.time
+    return best, least
+
+
+def _best_of_order(st: Stages, allowed_pols: tuple[int, ...], hbm: int) -> tuple[Priced | None, int]:
+    """`best_of` under one rank order."""
+    d, p = st.d, st.p
     best, best_time, least = None, math.inf, None
     for ends in splits(st.L, p):
         firsts = (0,) + tuple(e + 1 for e in ends[:-1])
@@ -249,7 +271,7 @@ def price_plan(problem: dict, plan: dict) -> Priced:
     """Prices a plan dict returned by the binding, from scratch."""
     stages = plan["stages"]
     d, p = plan["dp"], plan["pp"]
-    st = Stages(problem, d, p)
+    st = Stages(problem, d, p, plan["rank_order"])
     firsts = tuple(s["first_layer"] for s in stages)
     ends = tuple(s["last_layer"] for s in stages)
     pols = tuple(POLICIES.index(s["recompute"]) for s in stages)

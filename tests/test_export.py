@@ -83,6 +83,7 @@ def plan(
         "virtual_stages": 1,
         "zero": 0,
         "expert_parallel": 1,
+        "rank_order": "tp-dp-pp",
         "stages": stages,
         **extra,
     }
@@ -108,9 +109,12 @@ def mcore():
     import torch
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.parallel_state import RankGenerator
     from megatron.core.transformer import TransformerConfig
 
-    return SimpleNamespace(torch=torch, TC=TransformerConfig, DDP=DistributedDataParallelConfig, Opt=OptimizerConfig)
+    return SimpleNamespace(
+        torch=torch, TC=TransformerConfig, DDP=DistributedDataParallelConfig, Opt=OptimizerConfig, Ranks=RankGenerator
+    )
 
 
 def titan_check(titan, lines: list[str], p: dict, f: ModelFacts) -> None:
@@ -161,6 +165,7 @@ MEGATRON_TRAINING_ONLY = {
     "seq_length",
     "num_virtual_stages_per_pipeline_rank",
     "ckpt_format",
+    "use_tp_pp_dp_mapping",
 }
 
 
@@ -227,6 +232,13 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
         decoder = type(layout.layout[0][0][0]).decoder
         got = [layout.layout[i % s.pp][i // s.pp].count(decoder) for i in range(s.pp * s.virtual_stages)]
     assert got == list(s.chunk_blocks)
+    # The device numbering: megatron-core's own rank generator, with the order Megatron-LM's
+    # initialize.py gives it, puts a DP group's members and pipeline neighbours as phaze priced.
+    order = "tp-cp-ep-pp-dp" if ns.get("use_tp_pp_dp_mapping") else "tp-cp-ep-dp-pp"
+    ranks = mcore.Ranks(tp=s.tp, ep=1, dp=s.dp, pp=s.pp, cp=1, order=order)
+    dp_stride, pp_stride = (s.tp, s.tp * s.dp) if s.rank_order == "tp-dp-pp" else (s.tp * s.pp, s.tp)
+    assert ranks.get_ranks("dp")[0] == [k * dp_stride for k in range(s.dp)]
+    assert ranks.get_ranks("pp")[0] == [k * pp_stride for k in range(s.pp)]
 
 
 # --- end to end ---------------------------------------------------------------------------------
@@ -250,6 +262,7 @@ def test_phazec_exports_load_in_torchtitan_and_megatron(tmp_path, titan, mcore):
     assert f"wrote {out['plan.megatron']} (megatron arguments)" in r.stderr
     p = json.loads(out["plan.json"].read_text())
     assert (p["virtual_stages"], p["zero"], p["sequence_parallel"]) == (2, 3, True)
+    assert p["rank_order"] == "tp-dp-pp"  # --rank-order auto narrowed: torchtitan's mesh is (pp, dp, tp)
     f = facts(4, seq_len=16)  # 4 blocks, sequence 16, phazec's default float16 Adam
     m_lines, t_lines = out["plan.megatron"].read_text().splitlines(), out["plan.titan"].read_text().splitlines()
     assert m_lines == megatron_args(p, f) and t_lines == torchtitan_args(p, f)
@@ -321,6 +334,21 @@ def test_export_matrix_loads_in_both(name, titan, mcore):
     p, f = CASES[name]
     megatron_check(mcore, megatron_args(p, f), p, f)
     titan_check(titan, torchtitan_args(p, f), p, f)
+
+
+def test_megatron_numbers_devices_as_priced(mcore):
+    """A plan numbered tp-pp-dp (data parallelism outermost) gets Megatron-LM's
+    --use-tp-pp-dp-mapping, and megatron-core's rank generator then puts the DP groups and the
+    pipelines where phaze priced them (megatron_check); one numbered tp-dp-pp, or where the two
+    are one (DP or PP of 1), gets no flag."""
+    p, f = plan([4, 4], dp=2, pp=2, tp=2, rank_order="tp-pp-dp"), facts(8)
+    args = megatron_args(p, f)
+    assert "--use-tp-pp-dp-mapping" in args
+    megatron_check(mcore, args, p, f)
+    for other in (plan([4, 4], dp=2, pp=2, tp=2), plan([8], dp=2, pp=1, rank_order="tp-pp-dp")):
+        args = megatron_args(other, f)
+        assert "--use-tp-pp-dp-mapping" not in args
+        megatron_check(mcore, args, other, f)
 
 
 @pytest.mark.parametrize("name", list(MEGATRON_CASES))
@@ -405,6 +433,15 @@ REFUSED = [
     ("both", plan([4, 4]), ModelFacts(layer_kinds=("prologue", "head", "block", "head")), "layer 1 is a head"),
     ("both", plan([3, 4]), facts(8), "the stages end at layer 8 of 9"),
     ("torchtitan", plan([4, 4], zero=1), facts(8), "ZeRO-1 shards the optimizer state but not the parameters"),
+    ("torchtitan", plan([4, 4], rank_order="tp-pp-dp"), facts(8), "torchtitan's device mesh is pp, dp, tp"),
+    ("torchtitan", plan([8], pp=1, rank_order="tp-pp-dp"), facts(8), None),  # one numbering at PP 1
+    (
+        "megatron",
+        plan([4, 4], tp=1, expert_parallel=2, rank_order="tp-pp-dp"),
+        facts(8),
+        "--use-tp-pp-dp-mapping puts expert parallelism inside the pipeline",
+    ),
+    ("both", {**plan([4, 4]), "rank_order": "pp-dp-tp"}, facts(8), "the plan's rank_order is 'pp-dp-tp'"),
     ("torchtitan", plan([4, 4], zero=2), facts(8), "ZeRO-2 shards the optimizer state and gradients"),
     ("torchtitan", plan([4, 4]), facts(8, optimizer="sgd"), "torchtitan 0.3.0 has no sgd optimizer"),
     ("torchtitan", plan([1, 3, 4], pp=3), facts(8), "torchtitan cannot split the 8 blocks as the plan does (1, 3, 4"),
@@ -442,7 +479,8 @@ def test_megatron_lm_validates_the_exports(tmp_path):
     import subprocess
     import sys
 
-    for name, (p, f) in {**CASES, **MEGATRON_CASES}.items():
+    numbered = {"tp-pp-dp-mapping": (plan([4, 4], dp=2, pp=2, tp=2, rank_order="tp-pp-dp"), facts(8))}
+    for name, (p, f) in {**CASES, **MEGATRON_CASES, **numbered}.items():
         path = tmp_path / f"{name}.args"
         path.write_text("".join(a + "\n" for a in megatron_args(p, f)))
         r = subprocess.run(

@@ -372,17 +372,21 @@ def test_all_reduce_is_bit_identical_to_the_rust_dp(d, nbytes):
     + [(2, 1, 8), (4, 1, 4), (4, 2, 4), (32, 1, 4), (9, 2, 2), (2, 3, 16), (64, 1, 16), (2, 1, 1024)],
 )
 @pytest.mark.parametrize("nbytes", [1, 12345, 7 * 10**9])
-def test_strided_all_reduce_is_bit_identical_to_the_rust_dp(d, p, t, nbytes):
+@pytest.mark.parametrize("order", ["tp-pp-dp", "tp-dp-pp"])
+def test_strided_all_reduce_is_bit_identical_to_the_rust_dp(d, p, t, nbytes, order):
     rs = _rust()
-    # p stages of one layer each, TP t, d replicas: the device order is TP, PP, DP, so a DP
-    # group's members lie p·t apart and span d·p·t devices; with several members inside one
-    # group of the level below (per_inner > 1) the ring is rail-aware.
+    # p stages of one layer each, TP t, d replicas: numbered TP, PP, DP, a DP group's members
+    # lie p·t apart and span d·p·t devices; numbered TP, DP, PP, t apart over d·t devices. With
+    # several members inside one group of the level below (per_inner > 1) the ring is rail-aware.
     problem = _problem([_layer(grad_bytes=nbytes) for _ in range(p)], d * p * t, d)
     problem["tp"] = t
+    problem["rank_order"] = order
     ev = rs.evaluate_placement(problem, p, d)
     assert ev["feasible"], ev["violations"]
-    index, ring = network.group_level(LEVELS, d, p * t)
-    assert index == network.level_for(LEVELS, d * p * t)
+    assert ev["plan"]["rank_order"] == order
+    stride = p * t if order == "tp-pp-dp" else t
+    index, ring = network.group_level(LEVELS, d, stride)
+    assert index == network.level_for(LEVELS, d * stride)
     mine = network.ring_all_reduce_s(nbytes, d, ring)
     assert [s["dp_comm_s"] for s in ev["plan"]["stages"]] == [mine] * p
 
@@ -402,16 +406,19 @@ def test_the_equivalence_cases_span_levels_with_several_members_per_inner_group(
 
 @pytest.mark.parametrize("devices", [2, 4, 5, 64, 2048])
 @pytest.mark.parametrize("nbytes", [1, 999_999, 3 * 10**9])
-def test_send_recv_is_bit_identical_to_the_rust_dp(devices, nbytes):
+@pytest.mark.parametrize("order", ["tp-pp-dp", "tp-dp-pp"])
+def test_send_recv_is_bit_identical_to_the_rust_dp(devices, nbytes, order):
     rs = _rust()
     # Two layers in two stages, replicated devices/2 times: stage 0 pays 2 p2p transfers of its
-    # boundary bytes (activation out, gradient back) on the level of the pipeline (p*t = 2).
-    ev = rs.evaluate_placement(
-        _problem([_layer(boundary_bytes=nbytes), _layer()], devices, devices // 2), 2, devices // 2
-    )
+    # boundary bytes (activation out, gradient back) on the level of the pipeline: numbered
+    # TP, PP, DP that of p*t = 2; numbered TP, DP, PP (neighbours d*t apart) that of all d*p*t.
+    problem = _problem([_layer(boundary_bytes=nbytes), _layer()], devices, devices // 2)
+    problem["rank_order"] = order
+    ev = rs.evaluate_placement(problem, 2, devices // 2)
     got = ev["plan"]["stages"][0]["time_s"]
-    mine, level = network.collective_s("send_recv", nbytes, 2, LEVELS)
-    assert level == 0 and got == 0.0 + 2.0 * mine
+    span = 2 if order == "tp-pp-dp" else 2 * (devices // 2)
+    mine, level = network.collective_s("send_recv", nbytes, span, LEVELS)
+    assert level == network.level_for(LEVELS, span) and got == 0.0 + 2.0 * mine
 
 
 # ---- layer totals ---------------------------------------------------------------------------------

@@ -160,3 +160,26 @@ def test_place_devices_requires_the_cost_passes(tmp_path):
 def test_bad_placement_option():
     r = run_tool("phazec", TINY, "--hw", "tpuv4", "--placement", "expert:1,2")
     assert r.returncode == 1 and "expected 'phaze', 'expert' or 'expert:PP,DP,TP'" in r.stderr
+
+
+def test_rank_order_auto_keeps_the_faster_numbering(tmp_path):
+    """On the a100 (nodes of 8 GPUs) with PP 2, DP 8, TP 1 the two numberings put the DP
+    all-reduce and the pipeline transfers on different levels, so they price differently;
+    ``--rank-order auto`` (the default) writes the faster one and its name."""
+    got = {}
+    for order in ("auto", "tp-dp-pp", "tp-pp-dp"):
+        out = tmp_path / f"{order}.json"
+        r = run_tool(
+            "phazec", TINY, "--hw", "a100", "--micro-batch", "1", "--devices", "16", "--global-batch", "32",
+            "--placement", "expert:2,8,1", "--rank-order", order, "-o", str(tmp_path / f"{order}.mlir"),
+            "--json", str(out), "-q",
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        got[order] = json.loads(out.read_text())
+        check_plan(got[order])
+    fixed = {o: got[o]["time_per_batch_s"] for o in ("tp-dp-pp", "tp-pp-dp")}
+    assert fixed["tp-dp-pp"] != fixed["tp-pp-dp"]
+    assert got["tp-pp-dp"]["rank_order"] == "tp-pp-dp" and got["tp-dp-pp"]["rank_order"] == "tp-dp-pp"
+    faster = min(fixed, key=fixed.__getitem__)
+    assert got["auto"]["rank_order"] == faster and got["auto"]["time_per_batch_s"] == fixed[faster]
+    assert f'rank_order = "{faster}"' in (tmp_path / "auto.mlir").read_text()

@@ -32,6 +32,7 @@ PLAN_KEYS = {
     "virtual_stages",
     "zero",
     "expert_parallel",
+    "rank_order",
     "tp",
     "micro_batch",
     "num_micro_batches",

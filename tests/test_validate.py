@@ -73,20 +73,22 @@ def test_the_multi_node_header_with_its_extra_column_and_the_optional_columns():
 
 
 def test_how_a_run_was_run_is_read_and_the_defaults_keep_the_split():
-    """recompute, sequence parallelism and pipeline schedule: optional, per run; a run written
-    with the defaults is the run without the columns (same identity, so the same split)."""
+    """recompute, sequence parallelism, pipeline schedule and rank order: optional, per run; a
+    run written with the defaults is the run without the columns (same identity, so the same
+    split)."""
     row = "8,32,4,1024,16,24,1024,2,2,2,219.7"
     plain, given, defaults = v.parse_runs(
-        HEADER + ",recompute,sequence parallelism,pipeline schedule\n"
-        f"{row},,,\n{row},Selective,ON,interleaved:3\n{row},,off,1f1b\n",
+        HEADER + ",recompute,sequence parallelism,pipeline schedule,rank order\n"
+        f"{row},,,,\n{row},Selective,ON,interleaved:3,TP-PP-DP\n{row},,off,1f1b,tp-dp-pp\n",
         "h.csv",
     )
     assert (plain.recompute, plain.sequence_parallel, plain.pipeline_schedule) == ("", False, "1f1b")
     assert (given.recompute, given.sequence_parallel, given.pipeline_schedule) == ("selective", True, "interleaved:3")
+    assert (plain.rank_order, given.rank_order, defaults.rank_order) == ("tp-dp-pp", "tp-pp-dp", "tp-dp-pp")
     (bare,) = v.parse_runs(HEADER + "\n" + row, "b.csv")
     assert plain.identity() == defaults.identity() == bare.identity() != given.identity()
     opts = v.Settings(hw="a100").options(given)
-    assert (opts.recompute, opts.pipeline_schedule) == ("selective", "interleaved:3")
+    assert (opts.recompute, opts.pipeline_schedule, opts.rank_order) == ("selective", "interleaved:3", "tp-pp-dp")
     assert v.Settings(hw="a100").options(plain).recompute == "full"
     (job,) = v.jobs_of([plain, given])
     assert job.tps == [(2, False), (2, True)]  # one compilation with SP, one without
@@ -99,6 +101,8 @@ def test_how_a_run_was_run_is_read_and_the_defaults_keep_the_split():
         ("sequence parallelism", "yes", "'sequence parallelism' is 'yes', expected on or off"),
         ("pipeline schedule", "interleaved:1", "'pipeline schedule' is 'interleaved:1'"),
         ("pipeline schedule", "auto", "'pipeline schedule' is 'auto'"),
+        ("rank order", "auto", "'rank order' is 'auto', expected tp-dp-pp or tp-pp-dp"),
+        ("rank order", "pp-dp-tp", "'rank order' is 'pp-dp-tp'"),
     ],
 )
 def test_a_bad_run_setting_is_one_line(column, value, message):
@@ -301,10 +305,11 @@ def test_each_prediction_is_phazecs_plan_for_the_same_run(validated, tmp_path):
     model = v.write_model_file(v.Shape(run["hidden"], run["heads"], run["layers"], run["seq_len"]), tmp_path)
     out = tmp_path / "plan.json"
     args = [model, "--hw", "a100", "--placement", run["placement"], "--devices", "8", "--global-batch", "64"]
-    args += ["--micro-batch", "1", "--tp", "2", "--recompute", "full", "--json", str(out), "-q"]
-    args += ["-o", str(tmp_path / "plan.mlir")]
+    args += ["--micro-batch", "1", "--tp", "2", "--recompute", "full", "--rank-order", "tp-dp-pp"]
+    args += ["--json", str(out), "-q", "-o", str(tmp_path / "plan.mlir")]
     assert phazec.main(args) == 0
     plan = json.loads(out.read_text())
+    assert run["rank_order"] == plan["rank_order"] == "tp-dp-pp"  # Megatron-DeepSpeed's numbering
     assert plan["time_per_batch_s"] == run["predicted_s"]
     assert plan["max_memory_bytes"] == run["memory_bytes"]
 

@@ -15,6 +15,8 @@ Policy = Literal["none", "selective", "full"]
 RecomputeSetting = Literal["auto", "none", "selective", "full"]
 #: "auto": the DP chooses the ZeRO stage; "0".."3": that stage.
 ZeroSetting = Literal["auto", "0", "1", "2", "3"]
+RankOrder = Literal["tp-dp-pp", "tp-pp-dp"]
+RankOrderSetting = Literal["auto", "tp-dp-pp", "tp-pp-dp"]
 ViolationKind = Literal["batch", "devices", "stages", "memory"]
 
 class LayerDict(TypedDict):
@@ -84,6 +86,9 @@ class ProblemDict(TypedDict):
     # The expert-parallel degree e (must divide the experts): None (default) lets the DP choose
     # among the e dividing both d and the experts; 1 keeps every expert on every replica.
     expert_parallel: NotRequired[int | None]
+    # How devices are numbered into groups, TP innermost: "tp-dp-pp" (PP outermost: the
+    # launchers' default), "tp-pp-dp" (DP outermost), or "auto"/None (default): the DP chooses.
+    rank_order: NotRequired[RankOrderSetting | None]
 
 class MemoryDict(TypedDict):
     """A stage's (its rank's) bytes per device by part, as the DP counts them: the parts add up
@@ -114,6 +119,7 @@ class PlanDict(TypedDict):
     virtual_stages: int  # v chunks per rank (1: plain 1F1B)
     zero: int  # ZeRO stage 0..3
     expert_parallel: int  # EP degree e (1: every replica holds every expert)
+    rank_order: RankOrder  # how devices are numbered into TP, DP and PP groups
     tp: int
     micro_batch: int
     num_micro_batches: int  # m = B / (b * d)

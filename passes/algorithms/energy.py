@@ -287,20 +287,30 @@ class StageWork:
 
 
 def stage_works(
-    stages: Sequence[Mapping], grad_bytes: Mapping[int, int], *, dp: int, tp: int, pp: int, zero: int, acc
+    stages: Sequence[Mapping],
+    grad_bytes: Mapping[int, int],
+    *,
+    dp: int,
+    tp: int,
+    pp: int,
+    zero: int,
+    rank_order: str,
+    acc,
 ) -> list[StageWork]:
     """The :class:`StageWork` of each of a plan's ``stages`` (records with ``rank``,
     ``first_layer``, ``last_layer``, ``recompute``): its layers, policy, and the energy of its
     gradients' data-parallel collective on ``acc``: an all-reduce of the layers' ``grad_bytes``
-    over the ``dp`` devices a stride of ``tp · pp`` apart (TP innermost, then PP, then DP, as
-    the placement DP lays replicas out), carried by the level that holds their span.  ZeRO 1-2's
+    over the ``dp`` devices a stride of ``tp`` (``rank_order`` ``tp-dp-pp``) or ``tp · pp``
+    (``tp-pp-dp``) apart, as the placement DP numbers them (docs/design.md §5.5), carried by
+    the level that holds their span.  ZeRO 1-2's
     reduce-scatter and all-gather move the same bytes; ZeRO-3 gathers the parameters again for
     the backward: half as much more."""
+    stride = {"tp-dp-pp": tp, "tp-pp-dp": tp * pp}[rank_order]
     out = []
     for s in stages:
         ids = tuple(range(int(s["first_layer"]), int(s["last_layer"]) + 1))
         moved = sum(grad_bytes.get(i, 0) for i in ids) * (1.5 if zero == 3 else 1.0)
-        dp_energy = collective_energy("all_reduce", moved, dp, acc, dp * tp * pp)
+        dp_energy = collective_energy("all_reduce", moved, dp, acc, dp * stride)
         out.append(StageWork(int(s["rank"]), ids, str(s["recompute"]), dp_energy))
     return out
 
@@ -379,11 +389,11 @@ def power_of_plan(
     static_w: float,
 ) -> PlanPower:
     """:func:`plan_power` of a placement ``plan`` (a record with ``dp``, ``pp``, ``tp``,
-    ``zero``, ``num_micro_batches``, ``time_per_batch_s``) and its ``stages`` records, on
+    ``zero``, ``rank_order``, ``num_micro_batches``, ``time_per_batch_s``) and its ``stages`` records, on
     ``acc``: each stage's work from :func:`stage_works`, the optimizer divided over the DP
     group under ZeRO >= 1."""
     dp, pp, tp, zero = (int(plan[k]) for k in ("dp", "pp", "tp", "zero"))
-    works = stage_works(stages, grad_bytes, dp=dp, tp=tp, pp=pp, zero=zero, acc=acc)
+    works = stage_works(stages, grad_bytes, dp=dp, tp=tp, pp=pp, zero=zero, rank_order=str(plan["rank_order"]), acc=acc)
     return plan_power(
         layers,
         works,

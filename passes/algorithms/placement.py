@@ -31,6 +31,10 @@ RECOMPUTE_SETTINGS: tuple[_phaze_rs.RecomputeSetting, ...] = ("auto", "none", "s
 
 #: The ZeRO settings a user may give (``--zero``): ``auto`` lets the DP choose, a stage fixes it.
 ZERO_SETTINGS: tuple[_phaze_rs.ZeroSetting, ...] = ("auto", "0", "1", "2", "3")
+#: How devices are numbered into groups, TP innermost (docs/design.md §5.5): ``tp-dp-pp``
+#: (pipeline outermost: Megatron-LM's, torchtitan's and Megatron-DeepSpeed's default),
+#: ``tp-pp-dp`` (data parallelism outermost: Megatron-LM's ``--use-tp-pp-dp-mapping``).
+RANK_ORDER_SETTINGS: tuple[_phaze_rs.RankOrderSetting, ...] = ("auto", "tp-dp-pp", "tp-pp-dp")
 
 _SCHEDULE = re.compile(r"^(auto|1f1b|interleaved:([1-9][0-9]*))$")
 
@@ -54,6 +58,15 @@ def parse_zero(text: str) -> _phaze_rs.ZeroSetting:
         if text == setting:
             return setting
     raise PlacementError(f"zero '{text}': expected one of {', '.join(ZERO_SETTINGS)}")
+
+
+def parse_rank_order(text: str) -> _phaze_rs.RankOrderSetting:
+    """A rank-order setting, checked: one of :data:`RANK_ORDER_SETTINGS` (``auto``: the DP
+    chooses per option)."""
+    for setting in RANK_ORDER_SETTINGS:
+        if text == setting:
+            return setting
+    raise PlacementError(f"rank order '{text}': expected one of {', '.join(RANK_ORDER_SETTINGS)}")
 
 
 def parse_expert_parallel(text: str) -> int | None:
@@ -194,13 +207,16 @@ def problem(
     pipeline_schedule: str = "1f1b",
     blocks: tuple[int, int] | None = None,
     expert_parallel: str = "1",
+    rank_order: str = "auto",
 ) -> _phaze_rs.ProblemDict:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``; ``recompute``: ``auto``
     (each stage's policy chosen by the DP) or the policy every stage uses; ``zero``: ``auto``
     or the ZeRO stage; ``pipeline_schedule``: ``auto``, ``1f1b`` or ``interleaved:V``;
     ``blocks``: (first layer, count) of the repeated blocks that interleaving splits evenly;
-    ``expert_parallel``: ``auto`` or the EP degree. The defaults are the paper's placement
-    space (plain DP, plain 1F1B, every replica holding every expert)."""
+    ``expert_parallel``: ``auto`` or the EP degree; ``rank_order``: ``auto`` (the DP
+    chooses), ``tp-dp-pp`` or ``tp-pp-dp``. The defaults are the paper's placement space
+    (plain DP, plain 1F1B, every replica holding every expert) with the device numbering
+    chosen, as a launcher can be told either (Megatron-LM's ``--use-tp-pp-dp-mapping``)."""
     if devices < 1:
         raise PlacementError(f"devices = {devices}: expected a positive integer")
     if global_batch < 1:
@@ -209,6 +225,7 @@ def problem(
     zero_setting = parse_zero(zero)
     virtual_stages = parse_pipeline_schedule(pipeline_schedule)
     ep = parse_expert_parallel(expert_parallel)
+    order = parse_rank_order(rank_order)
     return {
         "layers": [layer.as_dict() for layer in layers],
         "devices": devices,
@@ -223,6 +240,7 @@ def problem(
         "virtual_stages": virtual_stages,
         "blocks": list(blocks) if blocks is not None else None,
         "expert_parallel": ep,
+        "rank_order": order,
     }
 
 

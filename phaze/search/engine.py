@@ -142,8 +142,9 @@ class ModelTask:
 class Params:
     """The cluster and the training step; ``recompute``: ``auto`` (the DP picks each stage's
     policy) or the policy of every stage; ``zero``: ``auto`` (the DP picks) or a ZeRO stage;
-    ``pipeline_schedule``: ``auto`` (the DP picks), ``1f1b`` or ``interleaved:V``.  The defaults
-    are the paper's placement space."""
+    ``pipeline_schedule``: ``auto`` (the DP picks), ``1f1b`` or ``interleaved:V``;
+    ``rank_order``: ``auto`` (the DP picks), ``tp-dp-pp`` or ``tp-pp-dp``.  The defaults are
+    the paper's placement space, with the device numbering chosen."""
 
     devices: int
     global_batch: int
@@ -156,6 +157,7 @@ class Params:
     #: None, or the most a chip may draw (W): a setting whose plan's chip power is above it
     #: scores 0 (the plan the DP finds, the fastest; a slower one under the cap is not sought).
     power_cap_w: float | None = None
+    rank_order: str = "auto"
 
     @classmethod
     def of_options(cls, opts: Any, objective: str | None = None) -> Params:
@@ -169,6 +171,7 @@ class Params:
             opts.pipeline_schedule,
             objective or opts.objective,
             opts.power_cap_w,
+            opts.rank_order,
         )
 
 
@@ -385,6 +388,7 @@ class Evaluator:
             zero=self.params.zero,
             pipeline_schedule=self.params.pipeline_schedule,
             blocks=setting.blocks,
+            rank_order=self.params.rank_order,
         )
 
     def place(

@@ -175,6 +175,7 @@ def _baseline_record(name: str, res: Result | None, cands: Candidates | None, ta
         "sequence_parallel": False,
         "virtual_stages": 0,
         "zero": 0,
+        "rank_order": "",
         "area_mm2": None,
         "hbm_bytes": 0,
         "note": note,
@@ -209,6 +210,7 @@ def _baseline_record(name: str, res: Result | None, cands: Candidates | None, ta
         sequence_parallel=setting.sequence_parallel if setting else False,
         virtual_stages=plan["virtual_stages"] if plan else 0,
         zero=plan["zero"] if plan else 0,
+        rank_order=plan["rank_order"] if plan else "",
         area_mm2=chip["area_mm2"],
         hbm_bytes=winner.hbm,
     )

@@ -132,6 +132,15 @@ def _parser() -> argparse.ArgumentParser:
         "E splits the experts over E replicas (all-to-all dispatch and combine); auto lets the placement choose",
     )
     p.add_argument(
+        "--rank-order",
+        default=Options.rank_order,
+        choices=("auto", "tp-dp-pp", "tp-pp-dp"),
+        help="how devices are numbered into groups, TP innermost: auto (default) lets the placement choose; "
+        "tp-dp-pp, pipeline outermost (Megatron-LM's and torchtitan's default); tp-pp-dp, data parallelism "
+        "outermost (Megatron-LM's --use-tp-pp-dp-mapping). An --export torchtitan (or megatron with expert "
+        "parallelism) makes auto tp-dp-pp",
+    )
+    p.add_argument(
         "--capacity-factor",
         type=float,
         default=Options.capacity_factor,
@@ -263,6 +272,16 @@ def check_numbers(args: argparse.Namespace) -> None:
     check_solver_limits(args)
 
 
+def rank_order(args: argparse.Namespace) -> str:
+    """``--rank-order``, with ``auto`` narrowed to ``tp-dp-pp`` where an export asked for can
+    launch no other numbering (:func:`phaze.export.pipeline_outermost_only`)."""
+    from phaze.export import pipeline_outermost_only
+
+    if args.rank_order == "auto" and pipeline_outermost_only(args.export, args.expert_parallel):
+        return "tp-dp-pp"
+    return str(args.rank_order)
+
+
 def options(args: argparse.Namespace):
     """The driver options of parsed command-line arguments (checked: :func:`check_numbers`)."""
     from phaze.driver import DEFAULT_MICRO_BATCHES
@@ -320,6 +339,7 @@ def options(args: argparse.Namespace):
         zero=args.zero,
         pipeline_schedule=args.pipeline_schedule,
         expert_parallel=args.expert_parallel,
+        rank_order=rank_order(args),
         capacity_factor=args.capacity_factor,
         power_cap_w=args.power_cap,
         objective=args.objective,

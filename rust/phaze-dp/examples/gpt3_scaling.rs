@@ -3,7 +3,7 @@
 //! (The Python benchmark `benchmarks/bench_placement_dp.py` measures the same through the
 //! binding.)
 
-use phaze_dp::{solve, solve_many, Layer, NetLevel, Problem};
+use phaze_dp::{solve, solve_many, Layer, NetLevel, Problem, RankOrder};
 use std::time::Instant;
 
 /// GPT-3 175B-like numbers at s = 2048, h = 12288, b = 1, t = 8, fp16 with mixed-precision
@@ -92,6 +92,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         virtual_stages: None,
         blocks: Some((1, blocks)),
         expert_parallel: Some(1),
+        rank_order: Some(RankOrder::TpPpDp),
     }
 }
 

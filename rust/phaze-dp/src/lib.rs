@@ -17,9 +17,11 @@
 //! ([`Problem::ring_bandwidth_bps`]): on ℓ > 0, with k = max(1, min(g, inner / s)) of the
 //! group's members inside one group of level ℓ−1 (`inner` its group size, s the stride between
 //! consecutive members), `bw = min(k · bw_ℓ, bw_ℓ−1)` (NCCL's channels over one NIC per GPU);
-//! else `bw_ℓ`; a level's `uplink_bps` (a node's NICs together) caps either. Devices are ordered TP, then PP, then DP: pipeline neighbours use the level of
-//! g = p·t (the whole replica; conservative), the DP all-reduce, over d devices p·t apart, that
-//! of d·p·t.
+//! else `bw_ℓ`; a level's `uplink_bps` (a node's NICs together) caps either. Devices are
+//! numbered TP innermost, then by the [`RankOrder`] (fixed, or chosen per option): `tp-dp-pp`
+//! (the launchers' default) puts a DP group's members t apart (the level of d·t) and pipeline
+//! neighbours on the level of d·p·t; `tp-pp-dp` puts pipeline neighbours on the level of p·t
+//! (the whole replica; conservative) and the DP group's members p·t apart (level d·p·t).
 //!
 //! **Feasible options.** b·d divides B, with m = B/(b·d) micro-batches per replica;
 //! d·p·t <= N; 1 <= p <= L (and <= `max_stages`).
@@ -43,8 +45,9 @@
 //! fixed setting is priced exactly as it is run (a memory violation names it).
 //!
 //! **Tie-break.** Objectives within a relative 1e-12 of the optimum count as equal (they
-//! differ only by rounding). Among them: fewer devices d·p·t, then fewer stages p, then the
-//! lexicographically smallest split (the sequence of stage last layers: earlier cuts first),
+//! differ only by rounding). Among them: fewer devices d·p·t, then fewer stages p, then fewer
+//! chunks per rank, the lower ZeRO stage, the smaller EP degree, rank order `tp-dp-pp` before
+//! `tp-pp-dp`, then the lexicographically smallest split (the sequence of stage last layers: earlier cuts first),
 //! then the lexicographically smallest sequence of policy indices (none < selective < full).
 //!
 //! ## Why it is exact, and how fast
@@ -74,6 +77,7 @@
 //!     levels: vec![NetLevel { group_size: 8, bandwidth_bps: 1e11, latency_s: 1e-6, ..NetLevel::default() }],
 //!     global_batch: 64, micro_batch: 1, tp: 1, dp_overlap: true, max_stages: None,
 //!     recompute: None, zero: None, virtual_stages: None, blocks: None, expert_parallel: None,
+//!     rank_order: None,
 //! };
 //! let plan = solve(&prob).plan().cloned().expect("fits");
 //! assert!(plan.devices_used <= 8);
@@ -85,6 +89,8 @@ mod model;
 mod plan;
 mod search;
 
-pub use model::{InputError, Layer, NetLevel, Problem, Protocol, Recompute, Topology, Zero};
+pub use model::{
+    InputError, Layer, NetLevel, Problem, Protocol, RankOrder, Recompute, Topology, Zero,
+};
 pub use plan::{Evaluation, MemoryParts, Plan, Solution, Stage, Violation, ViolationKind};
 pub use search::{evaluate_fixed, solve, solve_many};

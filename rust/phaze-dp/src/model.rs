@@ -115,6 +115,63 @@ impl Zero {
     }
 }
 
+/// How the cluster's devices are numbered into TP, PP and DP groups: which groups are
+/// contiguous decides which network level each collective crosses. TP is innermost in both.
+///
+/// The variant order is the tie-break's: the launchers' default first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RankOrder {
+    /// TP, then DP, then PP outermost: Megatron-LM's default (`tp-cp-ep-dp-pp`), torchtitan's
+    /// device mesh (`pp, dp, tp`) and Megatron-DeepSpeed's topology (`pipe, data, model`). A DP
+    /// group's members lie t apart (level of d·t); pipeline neighbours d·t apart (level of
+    /// d·p·t).
+    TpDpPp,
+    /// TP, then PP, then DP outermost: Megatron-LM's `--use-tp-pp-dp-mapping`. A pipeline
+    /// replica's p·t devices are contiguous (neighbours on the level of p·t); a DP group's
+    /// members lie p·t apart (level of d·p·t).
+    TpPpDp,
+}
+
+impl RankOrder {
+    /// Both orders, in tie-break order.
+    pub const ALL: [RankOrder; 2] = [RankOrder::TpDpPp, RankOrder::TpPpDp];
+
+    /// The order's name as users write it: `tp-dp-pp` or `tp-pp-dp`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RankOrder::TpDpPp => "tp-dp-pp",
+            RankOrder::TpPpDp => "tp-pp-dp",
+        }
+    }
+
+    /// An order as users give it: `"auto"` lets the search choose (`None`), `"tp-dp-pp"` and
+    /// `"tp-pp-dp"` fix it. Anything else is an input error naming the words.
+    pub fn setting(name: &str) -> Result<Option<RankOrder>, InputError> {
+        if name == "auto" {
+            return Ok(None);
+        }
+        Self::ALL
+            .into_iter()
+            .find(|o| o.name() == name)
+            .map(Some)
+            .ok_or_else(|| InputError {
+                message: format!(
+                    "rank_order must be one of auto, tp-dp-pp, tp-pp-dp, got {name:?}"
+                ),
+            })
+    }
+
+    /// (devices between consecutive DP-group members, span of the pipeline's neighbours'
+    /// level) at DP degree d, p stages, TP width t: the DP group's level is that of d times
+    /// the stride, its EP groups' that of e times it.
+    pub fn strides(self, d: u64, p: u64, t: u64) -> (u64, u64) {
+        match self {
+            RankOrder::TpDpPp => (t, p * d * t),
+            RankOrder::TpPpDp => (p * t, p * t),
+        }
+    }
+}
+
 /// One layer (prologue, a transformer block, the head), priced for ONE micro-batch at the
 /// problem's micro-batch size and TP width, on one device of its TP group. Its TP collectives
 /// are ops of the layer: their time is in `fwd_s` and `bwd_s`.
@@ -253,6 +310,9 @@ pub struct Problem {
     /// experts (`"auto"`). The EP group is e consecutive DP replicas (Megatron-LM carves it out
     /// of the data-parallel group).
     pub expert_parallel: Option<u64>,
+    /// How devices are numbered into groups ([`RankOrder`]) as a user fixes it, or `None` to
+    /// let the search choose per option (`"auto"`).
+    pub rank_order: Option<RankOrder>,
 }
 
 /// A problem that cannot even be posed (NaN times, zero devices, no layers, ...).
@@ -451,6 +511,15 @@ impl Problem {
             Some(Zero::Optimizer) => &Zero::ALL[1..2],
             Some(Zero::Gradients) => &Zero::ALL[2..3],
             Some(Zero::Parameters) => &Zero::ALL[3..4],
+        }
+    }
+
+    /// The rank orders the search may use: both, or the fixed one.
+    pub fn rank_orders(&self) -> &'static [RankOrder] {
+        match self.rank_order {
+            None => &RankOrder::ALL,
+            Some(RankOrder::TpDpPp) => &RankOrder::ALL[0..1],
+            Some(RankOrder::TpPpDp) => &RankOrder::ALL[1..2],
         }
     }
 
@@ -724,6 +793,7 @@ mod tests {
             virtual_stages: None,
             expert_parallel: None,
             blocks: None,
+            rank_order: None,
         }
     }
 

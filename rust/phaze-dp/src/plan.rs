@@ -1,6 +1,6 @@
 //! Outputs of the placement search: plans, stages, and why something does not fit.
 
-use crate::model::{Recompute, Zero};
+use crate::model::{RankOrder, Recompute, Zero};
 
 /// One pipeline stage of a plan: under plain 1F1B the layers of one pipeline device, under
 /// interleaved 1F1B one model chunk (a device holds v of them: chunks k, k + p, k + 2p, ...).
@@ -82,6 +82,9 @@ pub struct Plan {
     /// Expert-parallel degree e: each MoE layer's experts are split over e consecutive DP
     /// replicas (1: every replica holds them all).
     pub expert_parallel: u64,
+    /// How the devices are numbered into TP, PP and DP groups (which groups the network
+    /// prices as contiguous).
+    pub rank_order: RankOrder,
     /// TP width t (devices per stage).
     pub tp: u64,
     /// Micro-batch size b.

@@ -7,7 +7,7 @@
 //!   can therefore test `objective <= bound` against the DP's own numbers without slack.
 //! * Memory is integer bytes (saturating), so feasibility never depends on rounding.
 
-use crate::model::{Layer, Problem, Recompute, Zero};
+use crate::model::{Layer, Problem, RankOrder, Recompute, Zero};
 use crate::plan::{Evaluation, MemoryParts, Plan, Solution, Stage, Violation, ViolationKind};
 
 /// Objectives within this relative distance of the optimum count as ties (they differ only
@@ -106,23 +106,36 @@ impl<'a> Prepared<'a> {
 }
 
 /// How a stage's state is divided over the data-parallel replicas: the ZeRO stage and the
-/// expert-parallel degree e (e consecutive replicas hold 1/e of the experts each).
+/// expert-parallel degree e (e consecutive replicas hold 1/e of the experts each); and how
+/// the devices are numbered into groups (the rank order), which places the DP group on the
+/// network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Shard {
     z: Zero,
     e: u64,
+    o: RankOrder,
 }
 
-/// The (ZeRO stage, EP degree) pairs worth trying at DP degree d, least memory last (the
-/// highest ZeRO stage with the largest e). At d = 1 nothing is sharded and every ZeRO stage
-/// prices exactly like the first allowed one, which the tie-break prefers, so only that one.
+/// The (ZeRO stage, EP degree, rank order) triples worth trying at DP degree d, least memory
+/// last (the highest ZeRO stage with the largest e; memory does not depend on the order). At
+/// d = 1 nothing is sharded and every ZeRO stage prices exactly like the first allowed one,
+/// which the tie-break prefers, so only that one; nor do the rank orders differ there (one
+/// replica: its pipeline neighbours are t apart in both), so only the first allowed.
 fn shard_options(prob: &Problem, d: u64) -> Vec<Shard> {
     let all = prob.zero_stages();
     let zs = if d == 1 { &all[..1] } else { all };
+    let orders = prob.rank_orders();
+    let os = if d == 1 { &orders[..1] } else { orders };
     let es = prob.expert_parallel_degrees(d);
-    zs.iter()
-        .flat_map(|&z| es.iter().map(move |&e| Shard { z, e }))
-        .collect()
+    let mut out = Vec::with_capacity(zs.len() * es.len() * os.len());
+    for &z in zs {
+        for &e in &es {
+            for &o in os {
+                out.push(Shard { z, e, o });
+            }
+        }
+    }
+    out
 }
 
 /// Everything that is fixed for one (d, network class of p, HBM, ZeRO stage, EP degree): the
@@ -132,9 +145,11 @@ struct Ctx<'p, 'a> {
     d: u64,
     zero: Zero,
     /// Expert-parallel degree e: the EP group is e consecutive DP replicas (`dp_stride`
-    /// apart, on the level of e·p·t); the replicas holding the same experts, d/e of them, lie
-    /// e·p·t apart (on the DP level).
+    /// apart, on the level of e·stride); the replicas holding the same experts, d/e of them,
+    /// lie e·stride apart (on the DP level).
     e: u64,
+    /// How devices are numbered into groups (decides `dp_stride` and the levels).
+    order: RankOrder,
     ep_level: usize,
     m: u64,
     hbm: u64,
@@ -142,20 +157,22 @@ struct Ctx<'p, 'a> {
     /// each side of a boundary after layer l (activation one way, its gradient back).
     cut: Vec<f64>,
     dp_level: usize,
-    /// Devices between consecutive members of a DP group: p·t. The device order is TP
-    /// innermost, then PP, then DP (a replica's p·t devices are contiguous; the p2p level is
-    /// that of p·t, the DP level that of d·p·t), so a DP group's members lie p·t apart.
+    /// Devices between consecutive members of a DP group ([`RankOrder::strides`]): t when
+    /// PP is outermost (`tp-dp-pp`: the DP level is that of d·t, the p2p level that of
+    /// d·p·t), p·t when DP is (`tp-pp-dp`: a replica's p·t devices are contiguous, the p2p
+    /// level is that of p·t, the DP level that of d·p·t).
     dp_stride: u64,
     /// The policies a stage may use ([`Problem::policies`]): all three, or the fixed one.
     policies: &'static [usize],
 }
 
 impl<'p, 'a> Ctx<'p, 'a> {
-    /// `pp_group` is p·t (the pipeline replica), which picks the p2p level and is the stride
-    /// of a DP group (whose level is that of d·p·t).
-    fn new(prep: &'p Prepared<'a>, d: u64, pp_group: u64, hbm: u64, shard: Shard) -> Self {
+    /// `p` stages (a network class's representative): with the rank order it picks the p2p
+    /// level and the DP group's stride and level.
+    fn new(prep: &'p Prepared<'a>, d: u64, p: usize, hbm: u64, shard: Shard) -> Self {
         let prob = prep.prob;
-        let pp_level = prob.level_for(pp_group);
+        let (stride, pp_span) = shard.o.strides(d, p as u64, prob.tp);
+        let pp_level = prob.level_for(pp_span);
         let cut = prob
             .layers
             .iter()
@@ -166,12 +183,13 @@ impl<'p, 'a> Ctx<'p, 'a> {
             d,
             zero: shard.z,
             e: shard.e,
-            ep_level: prob.level_for(shard.e * pp_group),
+            order: shard.o,
+            ep_level: prob.level_for(shard.e * stride),
             m: prob.global_batch / (prob.micro_batch * d),
             hbm,
             cut,
-            dp_level: prob.level_for(d * pp_group),
-            dp_stride: pp_group,
+            dp_level: prob.level_for(d * stride),
+            dp_stride: stride,
             policies: prob.policies(),
         }
     }
@@ -315,8 +333,8 @@ impl<'p, 'a> Ctx<'p, 'a> {
     }
 
     /// A DP collective `ring` (bytes, group, level, stride) of `bytes`, of which `experts` are
-    /// the experts': over the d replicas, p·t apart; under EP the experts' 1/e per device
-    /// separately, over the d/e replicas holding the same experts, e·p·t apart.
+    /// the experts': over the d replicas, `dp_stride` apart; under EP the experts' 1/e per
+    /// device separately, over the d/e replicas holding the same experts, e·`dp_stride` apart.
     fn over_dp(
         &self,
         bytes: u64,
@@ -716,6 +734,7 @@ fn plan_of_stages(ctx: &Ctx, p: usize, v: u64, factor: f64, stages: Vec<Stage>) 
         virtual_stages: v,
         zero: ctx.zero,
         expert_parallel: ctx.e,
+        rank_order: ctx.order,
         tp: prob.tp,
         micro_batch: prob.micro_batch,
         num_micro_batches: ctx.m,
@@ -793,45 +812,45 @@ fn p_max(prob: &Problem, d: u64) -> usize {
     pm
 }
 
-/// Groups p = 1..=pmax by the network they use (p2p level of p·t; DP level of d·p·t and the
-/// DP ring's bandwidth, which depends on p through the stride p·t of a DP group; under EP e
-/// also the all-to-all's level and bandwidth and the experts' DP ring's); one DP run serves a
-/// whole group. p = 1 has no p2p, so it joins p = 2's group when it can.
-fn classes(prob: &Problem, d: u64, e: u64, pmax: usize) -> Vec<(u64, Vec<usize>)> {
-    let t = prob.tp;
+/// Groups p = 1..=pmax by the network they use under the shard's rank order (p2p level;
+/// DP level and the DP ring's bandwidth, which depend on p through the DP group's stride or
+/// not at all, [`RankOrder::strides`]; under EP e also the all-to-all's level and bandwidth
+/// and the experts' DP ring's); one DP run serves a whole group, priced at its largest p (all
+/// p in it share every level and bandwidth). p = 1 has no p2p, so it joins p = 2's group
+/// when it can.
+fn classes(prob: &Problem, d: u64, shard: Shard, pmax: usize) -> Vec<(usize, Vec<usize>)> {
+    let (t, e) = (prob.tp, shard.e);
     // (p2p level, DP level, DP ring's key, EP level, all-to-all's and experts' DP ring's keys;
     // a ring's key is its bandwidth's bits and its steps, `Problem::ring_key`).
     type Key = (usize, usize, (u64, u64), usize, (u64, u64), (u64, u64));
     let key = |p: usize| -> Key {
-        let pp = prob.level_for(p.max(2) as u64 * t);
-        let pt = p as u64 * t;
+        let pp = prob.level_for(shard.o.strides(d, p.max(2) as u64, t).1);
+        let (stride, _) = shard.o.strides(d, p as u64, t);
         let (level, bw) = if d > 1 {
-            let level = prob.level_for(d * pt);
-            (level, prob.ring_key(d, level, pt))
+            let level = prob.level_for(d * stride);
+            (level, prob.ring_key(d, level, stride))
         } else {
             (0, (0, 0))
         };
         if e > 1 {
-            let ep = prob.level_for(e * pt);
-            let a2a = prob.ring_key(e, ep, pt);
-            let experts = prob.ring_key(d / e, level, e * pt);
+            let ep = prob.level_for(e * stride);
+            let a2a = prob.ring_key(e, ep, stride);
+            let experts = prob.ring_key(d / e, level, e * stride);
             (pp, level, bw, ep, a2a, experts)
         } else {
             (pp, level, bw, 0, (0, 0), (0, 0))
         }
     };
-    let mut out: Vec<(Key, u64, Vec<usize>)> = Vec::new();
+    let mut out: Vec<(Key, Vec<usize>)> = Vec::new();
     for p in 1..=pmax {
         let k = key(p);
-        match out.iter_mut().find(|(kk, _, _)| *kk == k) {
-            Some((_, _, ps)) => ps.push(p),
-            None => out.push((k, p as u64 * t, vec![p])),
+        match out.iter_mut().find(|(kk, _)| *kk == k) {
+            Some((_, ps)) => ps.push(p),
+            None => out.push((k, vec![p])),
         }
     }
-    // Representative p·t of a group: the largest p (all p in it share both levels and the
-    // DP bandwidth).
     out.into_iter()
-        .map(|(_, _, ps)| (*ps.last().unwrap() as u64 * t, ps))
+        .map(|(_, ps)| (*ps.last().unwrap(), ps))
         .collect()
 }
 
@@ -1087,7 +1106,7 @@ fn memory_violation(prep: &Prepared) -> Violation {
         };
         if plain {
             // Memory does not depend on the network: one table per d serves every p.
-            let ctx = Ctx::new(prep, d, prob.tp, prob.hbm_bytes, least);
+            let ctx = Ctx::new(prep, d, 1, prob.hbm_bytes, least);
             let g = min_max_memory(&ctx, pmax);
             for p in 1..=pmax {
                 consider(g[p * prep.n], d, p);
@@ -1096,7 +1115,7 @@ fn memory_violation(prep: &Prepared) -> Violation {
             let m = prob.global_batch / (prob.micro_batch * d);
             for p in 2..=pmax {
                 for v in interleave_options(prob, p, m) {
-                    let ctx = Ctx::new(prep, d, p as u64 * prob.tp, prob.hbm_bytes, least);
+                    let ctx = Ctx::new(prep, d, p, prob.hbm_bytes, least);
                     consider(least_memory(&ctx, &ranks(&ctx, p, v)), d, p);
                 }
             }
@@ -1150,7 +1169,7 @@ impl Option5 {
 /// The plan of an option (its split and policies rebuilt with the lexicographic tie-break).
 fn plan_of(prep: &Prepared, o: Option5, bound: f64, fronts: &mut SuffixFronts) -> Plan {
     let prob = prep.prob;
-    let ctx = Ctx::new(prep, o.d, o.p as u64 * prob.tp, prob.hbm_bytes, o.shard);
+    let ctx = Ctx::new(prep, o.d, o.p, prob.hbm_bytes, o.shard);
     if o.v == 1 {
         run_dp(&ctx, o.p, bound, fronts);
         reconstruct(&ctx, fronts, o.p, bound)
@@ -1205,8 +1224,8 @@ pub fn solve(prob: &Problem) -> Solution {
         let m = prob.global_batch / (prob.micro_batch * d);
         for shard in shard_options(prob, d) {
             if plain {
-                for (group, ps) in classes(prob, d, shard.e, pmax) {
-                    let ctx = Ctx::new(&prep, d, group, prob.hbm_bytes, shard);
+                for (rep_p, ps) in classes(prob, d, shard, pmax) {
+                    let ctx = Ctx::new(&prep, d, rep_p, prob.hbm_bytes, shard);
                     run_dp(&ctx, *ps.last().unwrap(), bound_now(best), &mut fronts);
                     for &p in &ps {
                         if let Some(value) = best_value(&ctx, &fronts, p) {
@@ -1228,7 +1247,7 @@ pub fn solve(prob: &Problem) -> Solution {
                     if factor * (total_compute / p as f64) > bound_now(best) {
                         continue;
                     }
-                    let ctx = Ctx::new(&prep, d, p as u64 * prob.tp, prob.hbm_bytes, shard);
+                    let ctx = Ctx::new(&prep, d, p, prob.hbm_bytes, shard);
                     if let Ok(plan) = interleaved_plan(&ctx, p, v, None) {
                         let value = plan.time_per_batch_s;
                         options.push(Option5 {
@@ -1350,7 +1369,6 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
     }
     let prep = Prepared::new(prob);
     let mut fronts = SuffixFronts::default();
-    let group = pp as u64 * t;
     let shards = shard_options(prob, dp);
     if shards.is_empty() {
         let e = prob.expert_parallel.unwrap_or(1);
@@ -1377,7 +1395,7 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
     let mut options: Vec<Option5> = Vec::new();
     for &v in &vs {
         for &shard in &shards {
-            let ctx = Ctx::new(&prep, dp, group, prob.hbm_bytes, shard);
+            let ctx = Ctx::new(&prep, dp, pp, prob.hbm_bytes, shard);
             let value = if v == 1 {
                 run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
                 best_value(&ctx, &fronts, pp)
@@ -1408,9 +1426,13 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
     } else {
         // Least largest-stage memory for this (d, p) at the least-memory ZeRO stage and the
         // first chunk count allowed; then the fastest plan within it.
-        let least = *shards.last().unwrap();
+        // (The order does not change memory: the preferred one.)
+        let least = Shard {
+            o: shards[0].o,
+            ..*shards.last().unwrap()
+        };
         let v = vs[0];
-        let ctx = Ctx::new(&prep, dp, group, prob.hbm_bytes, least);
+        let ctx = Ctx::new(&prep, dp, pp, prob.hbm_bytes, least);
         let needed = if v == 1 {
             min_max_memory(&ctx, pp)[pp * n]
         } else {
@@ -1428,11 +1450,28 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
             dp: Some(dp),
             pp: Some(pp),
         });
-        let ctx = Ctx::new(&prep, dp, group, needed, least);
+        // The fastest within it over the rank orders allowed (the first on a tie).
+        let mut chosen: Option<(f64, Shard)> = None;
+        for &o in prob.rank_orders() {
+            let shard = Shard { o, ..least };
+            let ctx = Ctx::new(&prep, dp, pp, needed, shard);
+            let value = if v == 1 {
+                run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
+                best_value(&ctx, &fronts, pp)
+            } else {
+                interleaved_plan(&ctx, pp, v, None)
+                    .ok()
+                    .map(|p| p.time_per_batch_s)
+            }
+            .expect("the least-memory plan fits its own memory");
+            if chosen.is_none_or(|(best, _)| value < best) {
+                chosen = Some((value, shard));
+            }
+        }
+        let (value, shard) = chosen.expect("at least one order");
+        let ctx = Ctx::new(&prep, dp, pp, needed, shard);
         if v == 1 {
             run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
-            let value =
-                best_value(&ctx, &fronts, pp).expect("the least-memory plan fits its own memory");
             reconstruct(&ctx, &fronts, pp, tie_bound(value))
         } else {
             interleaved_plan(&ctx, pp, v, None).expect("the least-memory plan fits its own memory")

@@ -5,7 +5,9 @@
 //! and so d powers of two), so every float operation in both codes is exact: the optimum and
 //! the whole documented tie-break can be compared with `==`.
 
-use phaze_dp::{evaluate_fixed, solve, Plan, Problem, Recompute, Solution, ViolationKind, Zero};
+use phaze_dp::{
+    evaluate_fixed, solve, Plan, Problem, RankOrder, Recompute, Solution, ViolationKind, Zero,
+};
 
 mod common;
 use common::{level_for, random_layers, random_levels, ring_bandwidth, Rng};
@@ -40,6 +42,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         virtual_stages: Some(1),
         blocks: None,
         expert_parallel: Some(1),
+        rank_order: Some(RankOrder::TpPpDp),
     }
 }
 

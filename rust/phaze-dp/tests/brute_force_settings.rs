@@ -11,7 +11,9 @@
 mod common;
 use common::{level_for, random_layers, random_levels, ring_bandwidth, Rng};
 
-use phaze_dp::{evaluate_fixed, solve, Plan, Problem, Recompute, Solution, ViolationKind, Zero};
+use phaze_dp::{
+    evaluate_fixed, solve, Plan, Problem, RankOrder, Recompute, Solution, ViolationKind, Zero,
+};
 
 const TIE_REL: f64 = 1e-12;
 
@@ -39,6 +41,10 @@ fn random_problem(rng: &mut Rng) -> Problem {
             }
         }
     }
+    // The rank order: auto for half, fixed for the rest (a generator of its own again).
+    let mut ord = Rng(rng.0 ^ 0x7261_6e6b_5f6f_7264);
+    let rank_order =
+        [None, None, Some(RankOrder::TpDpPp), Some(RankOrder::TpPpDp)][ord.below(4) as usize];
     let experts = layers.iter().map(|l| l.experts).max().unwrap_or(0);
     let expert_parallel = match moe.below(4) {
         0 | 1 => None,
@@ -81,6 +87,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         },
         blocks,
         expert_parallel,
+        rank_order,
     }
 }
 
@@ -143,21 +150,36 @@ struct Priced {
     key: Key,
 }
 
-/// The tie-break order: devices, stages, chunks, ZeRO stage, EP degree, split, policies.
-type Key = (u64, usize, usize, u8, u64, Vec<usize>, Vec<usize>);
+/// The tie-break order: devices, stages, chunks, ZeRO stage, EP degree, rank order (tp-dp-pp
+/// first), split, policies.
+type Key = (u64, usize, usize, u8, u64, u8, Vec<usize>, Vec<usize>);
 
-/// Prices one explicit plan: d, ZeRO stage z, EP degree e, v chunks per rank over `ends` (the
-/// last layer of each stage, v = 1, or each chunk, v >= 2), and `pol` per rank.
+/// Prices one explicit plan: d, ZeRO stage z, EP degree e, rank order o (0: tp-dp-pp, 1:
+/// tp-pp-dp), v chunks per rank over `ends` (the last layer of each stage, v = 1, or each
+/// chunk, v >= 2), and `pol` per rank.
 #[allow(clippy::too_many_arguments)]
-fn price(prob: &Problem, d: u64, z: u8, e: u64, v: usize, ends: &[usize], pol: &[usize]) -> Priced {
+fn price(
+    prob: &Problem,
+    d: u64,
+    z: u8,
+    e: u64,
+    o: u8,
+    v: usize,
+    ends: &[usize],
+    pol: &[usize],
+) -> Priced {
     let p = pol.len();
     let n = prob.layers.len();
     let t = prob.tp;
     let m = prob.global_batch / (prob.micro_batch * d);
     let lvl = |g: u64| level_for(prob, g);
-    let dp_l = lvl(d * p as u64 * t);
-    // Ring bandwidth of the DP group, its members p·t apart.
-    let bw = ring_bandwidth(prob, d, dp_l, p as u64 * t);
+    // tp-dp-pp: DP members t apart, pipeline neighbours d·t apart (the level of the d·p·t
+    // devices); tp-pp-dp: pipeline neighbours t apart in a replica of p·t, DP members p·t apart.
+    let pt = p as u64 * t;
+    let (stride, pp_span) = if o == 0 { (t, d * pt) } else { (pt, pt) };
+    let dp_l = lvl(d * stride);
+    // Ring bandwidth of the DP group, its members `stride` apart.
+    let bw = ring_bandwidth(prob, d, dp_l, stride);
     let lat = prob.levels[dp_l].latency_s;
     let g = d as f64;
     let dense_all_reduce = |bytes: u64| {
@@ -174,9 +196,9 @@ fn price(prob: &Problem, d: u64, z: u8, e: u64, v: usize, ends: &[usize], pol: &
             (g - 1.0) / g * bytes as f64 / bw + (g - 1.0) * lat
         }
     };
-    // Under EP the experts' 1/e runs over the d/e replicas holding them, e·p·t apart.
+    // Under EP the experts' 1/e runs over the d/e replicas holding them, e·stride apart.
     let ge = (d / e) as f64;
-    let bw_e = ring_bandwidth(prob, d / e, dp_l, e * p as u64 * t);
+    let bw_e = ring_bandwidth(prob, d / e, dp_l, e * stride);
     let expert_all_reduce = |bytes: u64| {
         if d / e <= 1 {
             0.0
@@ -205,9 +227,9 @@ fn price(prob: &Problem, d: u64, z: u8, e: u64, v: usize, ends: &[usize], pol: &
             dense_half(bytes - experts) + expert_half(experts)
         }
     };
-    // One MoE layer's all-to-all over the EP group: e consecutive replicas, p·t apart.
-    let ep_l = lvl(e * p as u64 * t);
-    let bw_a2a = ring_bandwidth(prob, e, ep_l, p as u64 * t);
+    // One MoE layer's all-to-all over the EP group: e consecutive replicas, `stride` apart.
+    let ep_l = lvl(e * stride);
+    let bw_a2a = ring_bandwidth(prob, e, ep_l, stride);
     let a2a = |bytes: u64| {
         let ef = e as f64;
         (ef - 1.0) / ef * bytes as f64 / bw_a2a + (ef - 1.0) * prob.levels[ep_l].latency_s
@@ -219,7 +241,7 @@ fn price(prob: &Problem, d: u64, z: u8, e: u64, v: usize, ends: &[usize], pol: &
             c
         }
     };
-    let pp_l = lvl(p as u64 * t);
+    let pp_l = lvl(pp_span);
     let p2p =
         |bytes: u64| prob.levels[pp_l].latency_s + bytes as f64 / prob.levels[pp_l].bandwidth_bps;
     // Layers of each rank, and the first/last layer of each of its stages or chunks.
@@ -308,7 +330,7 @@ fn price(prob: &Problem, d: u64, z: u8, e: u64, v: usize, ends: &[usize], pol: &
         obj: factor * max_t + max_e,
         mem: max_mem,
         times,
-        key: (d * p as u64 * t, p, v, z, e, ends.to_vec(), pol.to_vec()),
+        key: (d * p as u64 * t, p, v, z, e, o, ends.to_vec(), pol.to_vec()),
     }
 }
 
@@ -335,6 +357,15 @@ fn expert_degrees(prob: &Problem, d: u64) -> Vec<u64> {
         None => (1..=d.min(experts))
             .filter(|&e| d.is_multiple_of(e) && experts.is_multiple_of(e))
             .collect(),
+    }
+}
+
+/// The rank orders allowed (0: tp-dp-pp, 1: tp-pp-dp).
+fn rank_orders(prob: &Problem) -> Vec<u8> {
+    match prob.rank_order {
+        None => vec![0, 1],
+        Some(RankOrder::TpDpPp) => vec![0],
+        Some(RankOrder::TpPpDp) => vec![1],
     }
 }
 
@@ -383,7 +414,9 @@ fn all_plans(prob: &Problem, d: u64, p: usize) -> Vec<Priced> {
                     .collect();
                 for &z in &zero_stages(prob) {
                     for &e in &expert_degrees(prob, d) {
-                        out.push(price(prob, d, z, e, v, ends, &pol));
+                        for &o in &rank_orders(prob) {
+                            out.push(price(prob, d, z, e, o, v, ends, &pol));
+                        }
                     }
                 }
             }
@@ -415,6 +448,10 @@ fn key_of(plan: &Plan) -> Key {
         plan.virtual_stages as usize,
         plan.zero.stage(),
         plan.expert_parallel,
+        match plan.rank_order {
+            RankOrder::TpDpPp => 0,
+            RankOrder::TpPpDp => 1,
+        },
         plan.stages.iter().map(|s| s.last_layer).collect(),
         plan.stages[..p]
             .iter()

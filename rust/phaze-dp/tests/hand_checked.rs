@@ -1,7 +1,7 @@
 //! Small cases whose answers are worked out by hand in the comments.
 
 use phaze_dp::{
-    evaluate_fixed, solve, solve_many, Layer, NetLevel, Problem, Recompute, Solution,
+    evaluate_fixed, solve, solve_many, Layer, NetLevel, Problem, RankOrder, Recompute, Solution,
     ViolationKind, Zero,
 };
 
@@ -39,6 +39,7 @@ fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
         virtual_stages: Some(1),
         blocks: None,
         expert_parallel: Some(1),
+        rank_order: Some(RankOrder::TpPpDp),
     }
 }
 
@@ -444,4 +445,49 @@ fn dp_all_reduce_is_rail_aware() {
     // Capped by the inner level: 8 · 25e9 > 150e9.
     let slow_node = vec![level(8, 150e9, 6.34e-6), level(4096, 25e9, 5e-6)];
     assert_eq!(ar(16, 1, 1, slow_node), expect(16.0, 150e9, 5e-6));
+}
+
+#[test]
+fn rank_order_places_dp_and_pipeline_groups() {
+    // 1e9 gradient bytes and 1e9 boundary bytes per layer, t = 1, on the a100 levels (nodes of
+    // 8). d = 4, p = 4: 16 GPUs in 2 nodes.
+    let run = |order: RankOrder| {
+        let mut l = layer();
+        l.grad_bytes = 1_000_000_000;
+        l.boundary_bytes = 1_000_000_000;
+        let mut prob = problem(vec![l; 4], 16, 4);
+        prob.levels = a100_levels();
+        prob.rank_order = Some(order);
+        let ev = evaluate_fixed(&prob, 4, 4).unwrap();
+        assert!(ev.feasible, "{:?}", ev.violations);
+        let plan = ev.plan.unwrap();
+        assert_eq!(plan.rank_order, order);
+        plan
+    };
+    let expect = |d: f64, bw: f64, lat: f64| 2.0 * (d - 1.0) / d * 1e9 / bw + 2.0 * (d - 1.0) * lat;
+    // tp-dp-pp (Megatron-LM's default): the DP group is 4 contiguous GPUs in a node.
+    let pp_out = run(RankOrder::TpDpPp);
+    assert_eq!(pp_out.stages[0].dp_comm_s, expect(4.0, 216.5e9, 6.34e-6));
+    // ... and pipeline neighbours lie 4 apart: stages 1 and 2 straddle the nodes, so every
+    // transfer is priced on the cluster level (the slowest pair sets the pace).
+    let p2p_cluster = 5e-6 + 1e9 / 25e9;
+    assert_eq!(
+        pp_out.stages[1].time_s,
+        (3.0 + 2.0 * p2p_cluster) + 2.0 * p2p_cluster
+    );
+    // tp-pp-dp: a replica's 4 GPUs are contiguous (p2p on NVLink); the DP group's members lie
+    // 4 apart, two per node: two NICs, 50e9.
+    let dp_out = run(RankOrder::TpPpDp);
+    assert_eq!(dp_out.stages[0].dp_comm_s, expect(4.0, 50e9, 5e-6));
+    let p2p_node = 6.34e-6 + 1e9 / 216.5e9;
+    assert_eq!(
+        dp_out.stages[1].time_s,
+        (3.0 + 2.0 * p2p_node) + 2.0 * p2p_node
+    );
+    // The names users write.
+    assert_eq!(RankOrder::setting("auto"), Ok(None));
+    for o in RankOrder::ALL {
+        assert_eq!(RankOrder::setting(o.name()), Ok(Some(o)));
+    }
+    assert!(RankOrder::setting("pp-dp-tp").is_err());
 }

@@ -8,7 +8,7 @@ mod common;
 use common::{random_layers, random_levels, Rng};
 
 use phaze_dp::{
-    evaluate_fixed, solve, Layer, MemoryParts, NetLevel, Plan, Problem, Recompute, Zero,
+    evaluate_fixed, solve, Layer, MemoryParts, NetLevel, Plan, Problem, RankOrder, Recompute, Zero,
 };
 
 /// A random problem with a prologue, 4 blocks and a head (so p = 2 can interleave 2 chunks),
@@ -29,6 +29,7 @@ fn random_problem(rng: &mut Rng, zero: Zero, v: Option<u64>) -> Problem {
         virtual_stages: v,
         blocks: Some((1, 4)),
         expert_parallel: Some(1),
+        rank_order: Some(RankOrder::TpPpDp),
     }
 }
 
@@ -145,6 +146,7 @@ fn sharded_problem(zero: Zero, v: u64) -> Problem {
         virtual_stages: Some(v),
         blocks: Some((0, 8)),
         expert_parallel: Some(1),
+        rank_order: Some(RankOrder::TpPpDp),
     }
 }
 

@@ -7,8 +7,8 @@
 //! where it is (`problem.layers[3].fwd_s`): [`located`] restates the derive's error chain.
 
 use phaze_dp::{
-    Evaluation, Layer, NetLevel, Plan, Problem, Protocol, Recompute, Solution, Topology, Violation,
-    Zero,
+    Evaluation, Layer, NetLevel, Plan, Problem, Protocol, RankOrder, Recompute, Solution, Topology,
+    Violation, Zero,
 };
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -117,6 +117,21 @@ impl<'a, 'py> FromPyObject<'a, 'py> for ZeroSetting {
             .map_err(|_| bad("a string (auto, 0, 1, 2, 3)", &v))?;
         Zero::setting(&name)
             .map(ZeroSetting)
+            .map_err(|e| PyValueError::new_err(e.message))
+    }
+}
+
+/// A rank order as users write it (`auto`, `tp-dp-pp`, `tp-pp-dp`).
+struct RankOrderSetting(Option<RankOrder>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for RankOrderSetting {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let name: String = v
+            .extract()
+            .map_err(|_| bad("a string (auto, tp-dp-pp, tp-pp-dp)", &v))?;
+        RankOrder::setting(&name)
+            .map(RankOrderSetting)
             .map_err(|e| PyValueError::new_err(e.message))
     }
 }
@@ -406,6 +421,8 @@ struct ProblemInput {
     expert_parallel: Option<Count>,
     #[pyo3(item, default)]
     blocks: Option<BlockRange>,
+    #[pyo3(item, default)]
+    rank_order: Option<RankOrderSetting>,
 }
 
 impl Keys for ProblemInput {
@@ -424,6 +441,7 @@ impl Keys for ProblemInput {
         "virtual_stages",
         "blocks",
         "expert_parallel",
+        "rank_order",
     ];
 }
 
@@ -504,6 +522,7 @@ impl From<ProblemInput> for Problem {
             virtual_stages: p.virtual_stages.map(|c| c.0),
             blocks: p.blocks.map(|b| b.0),
             expert_parallel: p.expert_parallel.map(|c| c.0),
+            rank_order: p.rank_order.and_then(|o| o.0),
         }
     }
 }
@@ -533,6 +552,7 @@ fn plan_dict<'py>(py: Python<'py>, p: &Plan) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("virtual_stages", p.virtual_stages)?;
     d.set_item("zero", p.zero.stage())?;
     d.set_item("expert_parallel", p.expert_parallel)?;
+    d.set_item("rank_order", p.rank_order.name())?;
     d.set_item("tp", p.tp)?;
     d.set_item("micro_batch", p.micro_batch)?;
     d.set_item("num_micro_batches", p.num_micro_batches)?;
