@@ -294,7 +294,6 @@ class Candidate:
     micro_batch: int
     tp: int
     throughput: float = 0.0
-    plan: dict[str, Any] = field(default_factory=dict)
     note: str = ""
     sequence_parallel: bool = False
 
@@ -344,6 +343,39 @@ def check_options(opts: Options) -> None:
     check_capacity_factor(opts.capacity_factor)
 
 
+@dataclass(frozen=True)
+class Compilation:
+    """What every compilation of a model file starts from (:func:`start_compilation`): the
+    options checked, with their schedule cache; the chip (None before the ``tiled`` stage); the
+    model file; its fixed placement (None: searched); the TP widths to try."""
+
+    opts: Options
+    accelerator: Any
+    spec: Any
+    fixed: tuple[int, int, int] | None
+    tp_widths: tuple[int, ...]
+
+
+def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compilation:
+    """Check ``opts`` and load what a compilation of ``model_path`` needs, each error in one line
+    before anything slow (``compile_model`` and ``phazec --hw``'s settings sweep start here)."""
+    from passes.algorithms.placement import PlacementError, parse_placement
+    from phaze_ir.frontend import load_model_file
+
+    check_options(opts)
+    opts = replace(opts, schedule_cache=schedule_cache(opts))
+    if accelerator is None and STAGES.index(opts.emit) >= STAGES.index("tiled"):
+        accelerator = load_accelerator(opts.hw)
+    check_power_cap(opts, accelerator)
+    spec = load_model_file(model_path)
+    try:
+        fixed = parse_placement(opts.placement, spec.name)
+    except PlacementError as e:
+        raise PhazeError(f"--placement: {e}") from e
+    tp_widths = tuple(opts.tp_widths or ((fixed[2],) if fixed is not None else DEFAULT_TP_WIDTHS))
+    return Compilation(opts, accelerator, spec, fixed, tp_widths)
+
+
 def compile_model(
     model_path: str, opts: Options, log: Log, accelerator=None, seconds: dict[str, float] | None = None
 ) -> tuple[ModuleOp, list[Candidate]]:
@@ -356,21 +388,11 @@ def compile_model(
     seconds = {} if seconds is None else seconds
     for phase in ("trace", "import", "points"):
         seconds.setdefault(phase, 0.0)
-    from passes.algorithms.placement import PlacementError, parse_placement
-    from phaze_ir.frontend import UnknownOpError, load_model_file, trace_model
+    from phaze_ir.frontend import UnknownOpError, trace_model
 
-    check_options(opts)
+    begun = start_compilation(model_path, opts, accelerator)
+    opts, accelerator, spec, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.tp_widths
     stage = opts.emit
-    opts = replace(opts, schedule_cache=schedule_cache(opts))
-    if accelerator is None and STAGES.index(stage) >= STAGES.index("tiled"):
-        accelerator = load_accelerator(opts.hw)
-    check_power_cap(opts, accelerator)
-    spec = load_model_file(model_path)
-    try:
-        fixed = parse_placement(opts.placement, spec.name)
-    except PlacementError as e:
-        raise PhazeError(f"--placement: {e}") from e
-    tp_widths = opts.tp_widths or ((fixed[2],) if fixed is not None else DEFAULT_TP_WIDTHS)
     training = STAGES.index(stage) >= STAGES.index("training")
     sweep = stage == "plan"
     micro_batches = opts.micro_batches if sweep else opts.micro_batches[:1]
@@ -428,7 +450,7 @@ def compile_model(
             over = over_power_cap(module, opts.power_cap_w)
             if feasible and over:
                 feasible, note = False, over
-            cand = Candidate(b, t, plan["throughput_samples_per_s"] if feasible else 0.0, plan, note, sp)
+            cand = Candidate(b, t, plan["throughput_samples_per_s"] if feasible else 0.0, note, sp)
             candidates.append(cand)
             if feasible:
                 log(

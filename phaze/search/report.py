@@ -612,6 +612,7 @@ def _header(d: dict, title: str = "search") -> str:
         ("schedule", _schedule(d)),
         ("ZeRO", d.get("zero")),
         ("EP", d.get("expert_parallel")),
+        ("ranks", d.get("rank_order") or None),  # how devices are numbered into groups
         ("capacity factor", d.get("capacity_factor")),  # None (dropless, or no experts): left out
         ("micro-batch", d.get("micro_batch_size")),
         ("micro-batches", d.get("num_micro_batches")),

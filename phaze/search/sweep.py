@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import replace
 
 from xdsl.dialects.builtin import ModuleOp
 
@@ -53,21 +52,12 @@ def compile_plan(
     point) and ``winner`` (the best point compiled from the whole model)."""
     if why_compiled_point_by_point(opts):
         return driver.compile_model(model_path, opts, log, accelerator, seconds)
-    from passes.algorithms.placement import PlacementError, binding_message, fixed_tp_mismatch, parse_placement
+    from passes.algorithms.placement import binding_message, fixed_tp_mismatch
     from phaze.search.engine import Candidates, Evaluator, ModelTask, Params, SolverLimits
     from phaze.search.setting import prepare_points
-    from phaze_ir.frontend import load_model_file
 
-    driver.check_options(opts)
-    opts = replace(opts, schedule_cache=driver.schedule_cache(opts))
-    acc = accelerator if accelerator is not None else driver.load_accelerator(opts.hw)
-    driver.check_power_cap(opts, acc)
-    spec = load_model_file(model_path)
-    try:
-        fixed = parse_placement(opts.placement, spec.name)
-    except PlacementError as e:
-        raise PhazeError(f"--placement: {e}") from e
-    tp_widths = opts.tp_widths or ((fixed[2],) if fixed is not None else driver.DEFAULT_TP_WIDTHS)
+    begun = driver.start_compilation(model_path, opts, accelerator)
+    opts, acc, spec, fixed, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.fixed, begun.tp_widths
     if len(opts.micro_batches) * len(driver.tp_points(opts, tp_widths)) == 1:
         # One point: its compilation is all there is to do (the cut traces would be extra).
         return driver.compile_model(model_path, opts, log, accelerator, seconds)
@@ -122,17 +112,17 @@ def compile_plan(
         score, result = priced[k]
         plan = result.get("plan")
         if result.get("feasible") and plan and score > 0:
-            cand = Candidate(b, t, evaluator.throughput(result), {}, "", sp)
+            cand = Candidate(b, t, evaluator.throughput(result), "", sp)
             log(f"{where}: {cand.throughput:,.1f} samples/s (DP {plan['dp']}, PP {plan['pp']})")
             if best is None or cand.throughput > best.throughput:
                 best = cand
         elif result.get("feasible") and plan:  # over the power cap
             power = objective.plan_power(settings[k], 0, plan).chip_power_w
             assert opts.power_cap_w is not None  # the only way a feasible plan scores 0
-            cand = Candidate(b, t, 0.0, {}, driver.over_cap_note(power, opts.power_cap_w), sp)
+            cand = Candidate(b, t, 0.0, driver.over_cap_note(power, opts.power_cap_w), sp)
             log(f"{where}: {cand.note}")
         else:
-            cand = Candidate(b, t, 0.0, {}, binding_message(result), sp)
+            cand = Candidate(b, t, 0.0, binding_message(result), sp)
             log(f"{where}: does not fit: {cand.note}")
             first_unfit = first_unfit or cand
         candidates.append(cand)
