@@ -1293,6 +1293,19 @@ pub fn solve_many(problems: &[Problem]) -> Vec<Solution> {
     problems.par_iter().map(solve).collect()
 }
 
+/// The least time per batch of `p` stages with `v` chunks per rank under `ctx` (None: nothing
+/// fits its HBM).
+fn fixed_value(ctx: &Ctx, p: usize, v: u64, fronts: &mut SuffixFronts) -> Option<f64> {
+    if v == 1 {
+        run_dp(ctx, p, f64::INFINITY, fronts);
+        best_value(ctx, fronts, p)
+    } else {
+        interleaved_plan(ctx, p, v, None)
+            .ok()
+            .map(|plan| plan.time_per_batch_s)
+    }
+}
+
 /// Evaluates a fixed placement: `pp` stages and DP degree `dp` (the split, the policies, and
 /// the ZeRO stage and chunks per rank the problem leaves open are still chosen optimally).
 /// Reports every violated constraint, and still returns the numbers where they exist: for a
@@ -1396,14 +1409,7 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
     for &v in &vs {
         for &shard in &shards {
             let ctx = Ctx::new(&prep, dp, pp, prob.hbm_bytes, shard);
-            let value = if v == 1 {
-                run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
-                best_value(&ctx, &fronts, pp)
-            } else {
-                interleaved_plan(&ctx, pp, v, None)
-                    .ok()
-                    .map(|p| p.time_per_batch_s)
-            };
+            let value = fixed_value(&ctx, pp, v, &mut fronts);
             if let Some(value) = value {
                 options.push(Option5 {
                     d: dp,
@@ -1455,15 +1461,8 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
         for &o in prob.rank_orders() {
             let shard = Shard { o, ..least };
             let ctx = Ctx::new(&prep, dp, pp, needed, shard);
-            let value = if v == 1 {
-                run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
-                best_value(&ctx, &fronts, pp)
-            } else {
-                interleaved_plan(&ctx, pp, v, None)
-                    .ok()
-                    .map(|p| p.time_per_batch_s)
-            }
-            .expect("the least-memory plan fits its own memory");
+            let value = fixed_value(&ctx, pp, v, &mut fronts)
+                .expect("the least-memory plan fits its own memory");
             if chosen.is_none_or(|(best, _)| value < best) {
                 chosen = Some((value, shard));
             }
