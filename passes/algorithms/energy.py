@@ -121,23 +121,41 @@ def sram_j_per_byte(table, capacity):
     return float(out) if np.ndim(out) == 0 else out
 
 
+def _gemm_parts(e, t, pe_x, pe_y, a_elem, b_elem, glb_bytes, hbm_bytes, tc_j, glb_j):
+    """(compute, core buffer, global buffer, HBM) joules of GEMMs tiled as ``t`` on ``pe_x ×
+    pe_y`` arrays, scalars or numpy arrays alike (one op, or ops × configurations): every pass
+    of a tile through the array does ``m_block · pe_x · pe_y`` MACs, streams its A rows and B
+    tile through the core buffer (written and read: twice) and writes and reads ``m_block ·
+    pe_x`` partial sums. The one formula of :func:`estimate_energy` and :func:`energy_space`."""
+    passes = t.tiles * t.tiles_k
+    macs = np.multiply(passes * t.m_block, pe_x * pe_y, dtype=np.float64)
+    streamed = passes * (t.m_block * pe_y * a_elem + pe_y * pe_x * b_elem)
+    partial_sums = passes * t.m_block * pe_x * ACC_BYTES
+    acc_j = tc_j if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
+    return (
+        macs * e.mac_j,
+        2 * streamed * tc_j + 2 * partial_sums * acc_j,
+        glb_bytes * glb_j,
+        hbm_bytes * e.hbm_j_per_byte,
+    )
+
+
 def _matmul(d: MatmulDesc, acc, t: ScalarTiling) -> OpEnergy:
     e = acc.energy
     tc = acc.tensor_cores
-    passes = t.tiles * t.tiles_k
-    macs = passes * t.m_block * t.pe_x * t.pe_y
-    streamed = passes * (t.m_block * t.pe_y * d.a_elem + t.pe_y * t.pe_x * d.b_elem)
-    partial_sums = passes * t.m_block * t.pe_x * ACC_BYTES
-    per_byte = sram_j_per_byte(e.sram_j_per_byte, tc.buffer_bytes)
-    per_acc_byte = per_byte if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
-    glb_bytes = glb_matmul_bytes(d, t, min(tc.count, t.tiles_n))
-    hbm_bytes = hbm_matmul_bytes(d, acc.global_buffer.bytes)
-    return OpEnergy(
-        compute_j=macs * e.mac_j,
-        core_buffer_j=2 * streamed * per_byte + 2 * partial_sums * per_acc_byte,
-        global_buffer_j=glb_bytes * sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes),
-        hbm_j=hbm_bytes * e.hbm_j_per_byte,
+    compute, core, glb, hbm = _gemm_parts(
+        e,
+        t,
+        t.pe_x,
+        t.pe_y,
+        d.a_elem,
+        d.b_elem,
+        glb_matmul_bytes(d, t, min(tc.count, t.tiles_n)),
+        hbm_matmul_bytes(d, acc.global_buffer.bytes),
+        sram_j_per_byte(e.sram_j_per_byte, tc.buffer_bytes),
+        sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes),
     )
+    return OpEnergy(compute_j=float(compute), core_buffer_j=float(core), global_buffer_j=float(glb), hbm_j=float(hbm))
 
 
 def _vector(d: VectorDesc, acc) -> OpEnergy:
@@ -203,24 +221,16 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
     cfg = {f: np.ascontiguousarray(configs[f], dtype=np.int64)[None, :] for f in CONFIG_FIELDS}
     glb_j = sram_j_per_byte(e.sram_j_per_byte, cfg["glb_bytes"])
     tc_j = sram_j_per_byte(e.sram_j_per_byte, cfg["tc_buffer_bytes"])
-    acc_j = tc_j if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
     vc_j = sram_j_per_byte(e.sram_j_per_byte, cfg["vc_buffer_bytes"])
     rows = table.rows["tensor"]
     for s in range(0, len(rows), chunk):
         sel = np.arange(s, min(s + chunk, len(rows)))
         cols = {f: v[sel][:, None] for f, v in table.cols["tensor"].items()}
         t, hbm_bytes, _, glb_split = matmul_traffic_space(cols, cfg)
-        passes = t.tiles * t.tiles_k
-        pe_x, pe_y = cfg["width"], cfg["depth"]
-        macs = (passes * t.m_block).astype(np.float64) * pe_x * pe_y
-        streamed = passes * (t.m_block * pe_y * cols["a_elem"] + pe_y * pe_x * cols["b_elem"])
-        partial_sums = passes * t.m_block * pe_x * ACC_BYTES
-        chip[rows[sel]] = (
-            macs * e.mac_j
-            + (2 * streamed * tc_j + 2 * partial_sums * acc_j)
-            + glb_split * glb_j
-            + hbm_bytes * e.hbm_j_per_byte
+        compute, core, glb, hbm = _gemm_parts(
+            e, t, cfg["width"], cfg["depth"], cols["a_elem"], cols["b_elem"], glb_split, hbm_bytes, tc_j, glb_j
         )
+        chip[rows[sel]] = compute + core + glb + hbm
     rows = table.rows["vector"]
     if len(rows):
         cols = {f: v[:, None] for f, v in table.cols["vector"].items()}
