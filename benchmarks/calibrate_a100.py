@@ -68,8 +68,25 @@ def extract(work) -> list[dict]:
             d = describe(o)[1]
             descs.append(ViewDesc() if d is None else d)
         groups = phase_groups(graph, read_layers(ops))
+        # Priced as phaze-validate prices the run: full recompute (the vTrain runs'), its
+        # pipeline schedule and its rank order (Megatron-DeepSpeed numbered them tp-dp-pp).
         problems = [
-            (r.row, r.measured_s, r.pp, r.dp, build_problem(module, r.gpus, r.global_batch, False, "fit", "full"))
+            (
+                r.row,
+                r.measured_s,
+                r.pp,
+                r.dp,
+                build_problem(
+                    module,
+                    r.gpus,
+                    r.global_batch,
+                    False,
+                    "fit",
+                    "full",
+                    pipeline_schedule=r.pipeline_schedule,
+                    rank_order=r.rank_order,
+                ),
+            )
             for r in runs
         ]
         out.append({"descs": descs, "groups": groups, "runs": problems})
