@@ -953,6 +953,13 @@ def _check_topology(levels: tuple[NetworkLevel, ...], i: int, source: str | None
             level.protocols,
             "no value: protocols are fitted inside one group of the innermost level (a switch)",
         )
+    if topology == "torus" and level.uplink_Bps is not None:
+        raise _fail(
+            source,
+            f"{at}.uplink_Bps",
+            level.uplink_Bps,
+            "no value: a torus has no uplink (its chips' own links carry every transfer)",
+        )
     if topology == "torus":
         dims = level.torus_dims
         assert dims is not None

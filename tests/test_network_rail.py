@@ -64,16 +64,22 @@ def test_single_node_groups_are_unchanged(g, kind):
 
 def test_the_uplink_caps_a_node_with_fewer_nics_than_gpus():
     """The a100 preset's cluster level (the measured runs' nodes send 800 Gb/s in all): TP 16
-    rings at 100e9, not eight NICs' 200e9; one or two members per node keep their NICs."""
+    rings at 100e9, not eight NICs' 200e9. Groups that leave a node at once share its uplink:
+    with k members per node, 8 / k groups, each ``100e9 · k / 8``."""
     from phaze_ir.hardware import load_hardware
 
     levels = load_hardware("a100").network
     assert levels[1].uplink_Bps == 100e9 and levels[0].uplink_Bps is None
     assert network.ring_bandwidth_Bps(levels, 1, 16) == 100e9
-    assert network.ring_bandwidth_Bps(levels, 1, 8, stride=4) == 50e9
-    assert network.ring_bandwidth_Bps(levels, 1, 4, stride=8) == 25e9
+    # TP 4: a DP group has 2 members per node (two NICs, 50e9), 4 such groups share 100e9.
+    assert network.ring_bandwidth_Bps(levels, 1, 8, stride=4) == 25e9
+    # TP 8: one member per node (one NIC, 25e9), 8 groups share 100e9.
+    assert network.ring_bandwidth_Bps(levels, 1, 4, stride=8) == 12.5e9
     capped = (NODE, network.Level(4096, 25e9, 5e-6, uplink_Bps=60e9))
-    assert [network.ring_bandwidth_Bps(capped, 1, 16, s) for s in (1, 2, 4, 8)] == [60e9, 60e9, 50e9, 25e9]
+    shares = [network.ring_bandwidth_Bps(capped, 1, 16, s) for s in (1, 2, 4, 8)]
+    assert shares == [60e9, 60e9 * 4 / 8, 60e9 * 2 / 8, 60e9 / 8]
+    # Without an uplink nothing is shared: the rails alone.
+    assert [network.ring_bandwidth_Bps(A100, 1, 16, s) for s in (1, 2, 4, 8)] == [200e9, 100e9, 50e9, 25e9]
 
 
 def test_the_inner_level_caps_the_rails():

@@ -141,6 +141,13 @@ def _toml(*levels: str) -> str:
         ),
         (
             (
+                LEVEL.format(name="c", g=64) + 'topology = "torus"\ntorus_dims = [4, 4, 4]\n',
+                LEVEL.format(name="p", g=4096) + 'topology = "torus"\ntorus_dims = [4, 4, 4]\nuplink_Bps = 1e11\n',
+            ),
+            "x.toml: network[1].uplink_Bps = 1e11: expected no value: a torus has no uplink",
+        ),
+        (
+            (
                 LEVEL.format(name="n", g=8),
                 LEVEL.format(name="p", g=64) + 'topology = "fat_tree"\nleaf_size = 12\noversubscription = 2\n',
             ),
@@ -259,6 +266,38 @@ def test_the_dp_all_reduce_is_bit_identical(net, d, p, t, nbytes):
     ev1 = rs.evaluate_placement({**problem, "zero": "1"}, p, d)
     half = network.half_ring_s(levels, nbytes, d, p * t) + network.half_ring_s(levels, 0, d, p * t)
     assert [s["dp_comm_s"] for s in ev1["plan"]["stages"]] == [half] * p
+
+
+@pytest.mark.parametrize("net", sorted(NETWORKS))
+@pytest.mark.parametrize("rank_order", ["tp-dp-pp", "tp-pp-dp"])
+@pytest.mark.parametrize(("d", "p", "t"), [(2, 2, 1), (4, 2, 2), (2, 4, 4), (8, 2, 8), (1, 16, 1)])
+def test_the_pipeline_transfer_is_bit_identical(net, rank_order, d, p, t):
+    """Stage 0's time, with no compute, is its two transfers to stage 1 (activation, gradient),
+    priced on the level of the pipeline's span (the rank order's) at that level's bandwidth."""
+    rs = _rust()
+    spec = NETWORKS[net]
+    nbytes = 12345678
+    layer = {**_layer(0), "fwd_s": 0.0, "bwd_s": 0.0, "boundary_bytes": nbytes}
+    problem = {
+        "layers": [layer] * p,
+        "devices": d * p * t,
+        "hbm_bytes": 10**15,
+        "levels": network_levels(spec),
+        "global_batch": d,
+        "micro_batch": 1,
+        "tp": t,
+        "dp_overlap": False,
+        "zero": "0",
+        "virtual_stages": 1,
+        "rank_order": rank_order,
+    }
+    ev = rs.evaluate_placement(problem, p, d)
+    assert ev["feasible"], ev["violations"]
+    levels = network.levels_of(Accelerator.from_dict({**load_hardware("tpuv4").to_dict(), "network": spec}).network)
+    stride = d * t if rank_order == "tp-dp-pp" else t
+    index = network.level_for(levels, p * stride)
+    mine = network.send_recv_s(nbytes, levels[index])
+    assert ev["plan"]["stages"][0]["time_s"] == 2.0 * mine
 
 
 def test_the_dp_rejects_a_torus_without_dimensions():

@@ -13,9 +13,12 @@ same way, operation for operation, so that Python and Rust give bit-identical fl
   ``levels[i−1].group_size``; contiguous groups, ``s = 1``: ``min(g, inner)``), it is
   ``min(k · bw_i, bw_{i−1})``, and ``bw_i`` itself when ``k = 1``; a level with an ``uplink``
   (the most one inner group sends into it at once, e.g. a node's NICs together) caps it
-  further: ``min(…, uplink_i)``;
+  further by the group's share: ``min(…, uplink_i · k / inner)`` (the groups of one kind, a
+  placement's DP or EP groups, run at once and cover every device, so the ``inner / k`` with
+  members in one node share its uplink evenly: contention);
 - ring all-reduce of ``n`` bytes: ``2(g−1)/g · n / bw + 2(g−1) · lat`` (0 when ``g <= 1``);
-- point-to-point (``send_recv``) of ``n`` bytes: ``lat + n / bw`` with the level's own ``bw``.
+- point-to-point (``send_recv``) of ``n`` bytes: ``lat + n / bw`` with the level's own ``bw``
+  (not shared: see below).
 
 Added here (the DP has no use for them), in the same form:
 
@@ -54,13 +57,15 @@ Why rail-aware: NCCL splits a collective over several channels, one ring each, a
 with one NIC per GPU (DGX A100: 8 × 200 Gb/s HDR InfiniBand ConnectX-6, one per GPU, DGX A100
 datasheet; DGX H100: 8 × 400 Gb/s NDR) the channels' cross-node hops leave through different
 NICs ("rail-optimised").  A group with ``k`` members in each node therefore moves ``k`` NICs'
-worth of data across nodes at once: on the a100 preset a TP group of 16 GPUs over 2 nodes rings
-at ``min(8 × 25e9, 216.5e9) = 200e9`` B/s, not one NIC's 25e9; a DP group of one GPU per node
-(TP 8 inside it) is held to its one NIC, 25e9.  Still assumed: the device order puts TP
-innermost (then PP, then DP, as the placement DP lays replicas out); groups that share links do
-not contend (the concurrent groups of a placement together use at most one NIC per GPU);
-point-to-point transfers are unchanged.  :func:`collective_s` prices the IR's tensor-parallel
-collectives, whose groups are contiguous (``s = 1``).
+worth of data across nodes at once, up to the node's uplink: on the a100 preset (25e9 per NIC,
+a node's 100e9 uplink) a TP group of 16 GPUs over 2 nodes rings at ``min(8 × 25e9, 216.5e9,
+100e9) = 100e9`` B/s, not one NIC's 25e9.  Groups that run at once share the uplink: with TP 8
+inside each node, the node's 8 GPUs are in 8 DP groups and each rings at ``100e9 / 8 =
+12.5e9`` (one NIC, 25e9, without the uplink).  Still assumed: rail links are not shared (one NIC
+per device), the groups of one kind run at the same time (a placement's DP all-reduces after
+the pipeline's flush), groups of different kinds do not overlap, and a pipeline's
+point-to-point transfers keep their NIC (docs/design.md §5.5 says why).  :func:`collective_s`
+prices the IR's tensor-parallel collectives, whose groups are contiguous (``s = 1``).
 """
 
 from __future__ import annotations
@@ -227,7 +232,8 @@ def ring_bandwidth_Bps(levels: Sequence[LevelLike], index: int, g: int, stride: 
     """Rail-aware per-device bandwidth (bytes/s) of a ring over ``g`` devices, consecutive
     members ``stride`` apart, on ``levels[index]`` (module docstring; as
     ``Problem::ring_bandwidth_bps`` in Rust): the level's own at index 0 or with one member per
-    inner group, else ``min(k · bw_index, bw_{index−1})``; either capped by the level's ``uplink_Bps``."""
+    inner group, else ``min(k · bw_index, bw_{index−1})``; either capped by the group's share of
+    the level's ``uplink_Bps``, ``uplink · k / inner``."""
     level = levels[index]
     topology = _topology(level)
     if topology == "torus":
@@ -239,7 +245,7 @@ def ring_bandwidth_Bps(levels: Sequence[LevelLike], index: int, g: int, stride: 
         below = levels[index - 1]
         k = per_inner(g, stride, below.group_size)
         bw = level.bandwidth_Bps if k <= 1 else min(float(k) * level.bandwidth_Bps, below.bandwidth_Bps)
-        bw = bw if level.uplink_Bps is None else min(bw, level.uplink_Bps)
+        bw = bw if level.uplink_Bps is None else min(bw, level.uplink_Bps * float(k) / float(below.group_size))
     if topology == "fat_tree" and level.leaf_size is not None and g * stride > level.leaf_size:
         bw = bw / (level.oversubscription or 1.0)
     return bw

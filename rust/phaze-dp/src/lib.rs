@@ -17,7 +17,8 @@
 //! ([`Problem::ring_bandwidth_bps`]): on ℓ > 0, with k = max(1, min(g, inner / s)) of the
 //! group's members inside one group of level ℓ−1 (`inner` its group size, s the stride between
 //! consecutive members), `bw = min(k · bw_ℓ, bw_ℓ−1)` (NCCL's channels over one NIC per GPU);
-//! else `bw_ℓ`; a level's `uplink_bps` (a node's NICs together) caps either. Devices are
+//! else `bw_ℓ`; a level's `uplink_bps` (a node's NICs together) caps either by the group's
+//! share, `uplink · k / inner` (the groups of one kind run at once and share it). Devices are
 //! numbered TP innermost, then by the [`RankOrder`] (fixed, or chosen per option): `tp-dp-pp`
 //! (the launchers' default) puts a DP group's members t apart (the level of d·t) and pipeline
 //! neighbours on the level of d·p·t; `tp-pp-dp` puts pipeline neighbours on the level of p·t

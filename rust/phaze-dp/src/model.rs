@@ -161,13 +161,13 @@ impl RankOrder {
             })
     }
 
-    /// (devices between consecutive DP-group members, span of the pipeline's neighbours'
-    /// level) at DP degree d, p stages, TP width t: the DP group's level is that of d times
-    /// the stride, its EP groups' that of e times it.
+    /// (devices between consecutive DP-group members, devices between pipeline neighbours) at
+    /// DP degree d, p stages, TP width t: the DP group's level is that of d times the first,
+    /// its EP groups' that of e times it, the pipeline's that of p times the second.
     pub fn strides(self, d: u64, p: u64, t: u64) -> (u64, u64) {
         match self {
-            RankOrder::TpDpPp => (t, p * d * t),
-            RankOrder::TpPpDp => (p * t, p * t),
+            RankOrder::TpDpPp => (t, d * t),
+            RankOrder::TpPpDp => (p * t, t),
         }
     }
 }
@@ -464,6 +464,11 @@ impl Problem {
                 Ok(())
             }
             Topology::Torus(dims) => {
+                if lv.uplink_bps.is_some() {
+                    return err(format!(
+                        "levels[{i}].uplink_Bps: a torus has no uplink (its chips' own links carry every transfer)"
+                    ));
+                }
                 if !(2..=3).contains(&dims.len()) || dims.contains(&0) {
                     return err(format!(
                         "levels[{i}].torus_dims must be 2 or 3 positive integers"
@@ -571,10 +576,12 @@ impl Problem {
     /// that group's links to level `i` at once (NCCL runs one ring per channel, the channels
     /// over different NICs: one NIC per GPU on DGX A100 / H100), so the ring's bandwidth is
     /// `min(k · bw_i, bw_{i−1})`, capped by the inner level's own bandwidth. At level 0, or
-    /// with `k = 1`, it is `bw_i` itself. A level with an uplink caps either: `min(…,
-    /// uplink_i)` (a node whose NICs together send less than 8 links' worth). Assumes no
-    /// contention between groups that share links (the groups of a placement together use at
-    /// most one link per device).
+    /// with `k = 1`, it is `bw_i` itself. A level with an uplink (what one inner group, a
+    /// node, sends into it at once: its NICs together) caps either by the group's share of
+    /// it, `uplink_i · k / inner`: the groups of one kind (a placement's DP groups, its EP
+    /// groups) run at once and cover every device, so the `inner / k` of them with members in
+    /// one node share its uplink evenly (contention). Rail links are not shared (one NIC per
+    /// device; `k` of them per group).
     ///
     /// On a torus level it is `L · bw` with the links `L` of [`Problem::torus_rings`]; on a
     /// fat tree a ring whose span `g · stride` exceeds a leaf is divided by the
@@ -583,7 +590,7 @@ impl Problem {
         let lv = &self.levels[level];
         if let Topology::Torus(_) = lv.topology {
             let (_, _, links) = self.torus_rings(g, level, stride);
-            return links.max(1) as f64 * lv.bandwidth_bps;
+            return links.iter().sum::<u64>().max(1) as f64 * lv.bandwidth_bps;
         }
         let bw = if level == 0 {
             lv.bandwidth_bps
@@ -595,7 +602,8 @@ impl Problem {
             } else {
                 (k as f64 * lv.bandwidth_bps).min(below.bandwidth_bps)
             };
-            lv.uplink_bps.map_or(bw, |up| bw.min(up))
+            lv.uplink_bps
+                .map_or(bw, |up| bw.min(up * k as f64 / below.group_size as f64))
         };
         match lv.topology {
             Topology::FatTree {
@@ -606,17 +614,18 @@ impl Problem {
         }
     }
 
-    /// (ring length per axis, axes, links `L`) of a group of `g` devices, consecutive members
+    /// (ring length per axis, axes, links per axis) of a group of `g` devices, consecutive members
     /// `stride` apart, on the torus `level` (as `torus_rings` in
     /// `passes/algorithms/network.py`). The device order runs a mixed radix, fastest first:
     /// the level's dimensions, or on a torus above a torus the inner torus's dimensions then
     /// the level's own. The stride skips whole digits (or part of one); the group takes
     /// `min(rest, radix / pos)` along each digit after it, the rest rounded up. An axis's ring
-    /// is closed when it fills the inner torus's axis or the level's own; `L` adds 2 for a
-    /// closed ring longer than 2 and 1 for an open one or a pair. Not a torus: no rings.
-    pub fn torus_rings(&self, g: u64, level: usize, stride: u64) -> ([u64; 3], usize, u64) {
+    /// is closed when it fills the inner torus's axis or the level's own; an axis has 2 links
+    /// per device for a closed ring longer than 2 and 1 for an open one or a pair (their sum
+    /// is the all-reduce's `L`). Not a torus: no rings.
+    pub fn torus_rings(&self, g: u64, level: usize, stride: u64) -> ([u64; 3], usize, [u64; 3]) {
         let Topology::Torus(dims) = &self.levels[level].topology else {
-            return ([1; 3], 0, 0);
+            return ([1; 3], 0, [0; 3]);
         };
         let axes = dims.len();
         let inner: &[u64] = match level.checked_sub(1).map(|i| &self.levels[i].topology) {
@@ -648,7 +657,7 @@ impl Problem {
             counts[n - 1] *= rest;
         }
         let mut lengths = [1u64; 3];
-        let mut links = 0;
+        let mut links = [0u64; 3];
         for j in 0..axes {
             let (c, closed) = if inner.is_empty() {
                 (counts[j], counts[j] == dims[j])
@@ -660,7 +669,7 @@ impl Problem {
             };
             lengths[j] = c;
             if c > 1 {
-                links += if closed && c > 2 { 2 } else { 1 };
+                links[j] = if closed && c > 2 { 2 } else { 1 };
             }
         }
         (lengths, axes, links)
@@ -743,17 +752,45 @@ impl Problem {
     /// lat` with the rail-aware `bw` ([`Problem::ring_bandwidth_bps`]), the same bytes and
     /// steps as a ring reduce-scatter; 0 when `g <= 1`. `count` such collectives (one per MoE
     /// layer, `bytes` their total) pay the latency `count` times.
+    ///
+    /// On a torus the bytes travel several hops ([`Problem::torus_all_to_all_time`]), so the
+    /// byte term is the busiest axis's links, not the reduce-scatter's.
     pub fn all_to_all_s(&self, bytes: f64, count: u64, g: u64, level: usize, stride: u64) -> f64 {
         if g <= 1 || count == 0 {
             return 0.0;
         }
         let lv = &self.levels[level];
-        let bw = self.ring_bandwidth_bps(g, level, stride);
         let gf = g as f64;
-        (gf - 1.0) / gf * bytes / bw + count as f64 * (gf - 1.0) * lv.latency_s
+        let latency = count as f64 * (gf - 1.0) * lv.latency_s;
+        if let Topology::Torus(_) = lv.topology {
+            return bytes * self.torus_all_to_all_time(g, level, stride) / lv.bandwidth_bps
+                + latency;
+        }
+        let bw = self.ring_bandwidth_bps(g, level, stride);
+        (gf - 1.0) / gf * bytes / bw + latency
     }
 
-    /// Point-to-point transfer of `bytes` on `level`: `lat + bytes / bw`.
+    /// Link time of a torus all-to-all, in units of `bytes / bw`: the busiest axis's
+    /// `⌊c²/4⌋ / (c · links)`. Dimension-ordered routing sends a device's bytes for each of
+    /// the c positions along an axis over the shortest path; on a closed ring of c the
+    /// `Σ_x min(x, c − x) = ⌊c²/4⌋` hop-bytes per device spread evenly over its 2 links, on
+    /// an open line (or a pair) the middle link carries `⌊c/2⌋ · ⌈c/2⌉ / c = ⌊c²/4⌋ / c` of
+    /// them (the bisection bound). The axes run at once. A ring of c ≥ 3 takes `c / 8` or
+    /// `c / 4` where the reduce-scatter takes `(c−1)/c / links`: slower by about the mean hop
+    /// count.
+    pub fn torus_all_to_all_time(&self, g: u64, level: usize, stride: u64) -> f64 {
+        let (lengths, axes, links) = self.torus_rings(g, level, stride);
+        (0..axes)
+            .filter(|&j| lengths[j] > 1)
+            .map(|j| {
+                let c = lengths[j];
+                (c * c / 4) as f64 / (c * links[j]) as f64
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// Point-to-point transfer of `bytes` on `level`: `lat + bytes / bw` (the level's own
+    /// bandwidth: one NIC or link per device, not shared; docs/design.md §5.5).
     pub fn p2p_s(&self, bytes: f64, level: usize) -> f64 {
         let lv = &self.levels[level];
         lv.latency_s + bytes / lv.bandwidth_bps
@@ -820,12 +857,13 @@ mod tests {
         assert_eq!(prob.ring_bandwidth_bps(4, 1, 16), 25e9);
         // Two per node: 50e9.
         assert_eq!(prob.ring_bandwidth_bps(8, 1, 4), 50e9);
-        // A node uplink of 100e9 (4 NICs' worth) caps TP 16, not one or two NICs.
+        // A node uplink of 100e9 (4 NICs' worth) caps TP 16; DP groups share it: with t = 8
+        // eight groups leave every node at once (12.5e9 each), with t = 4 four (25e9 each).
         let mut capped = a100();
         capped.levels[1].uplink_bps = Some(100e9);
         assert_eq!(capped.ring_bandwidth_bps(16, 1, 1), 100e9);
-        assert_eq!(capped.ring_bandwidth_bps(2, 1, 8), 25e9);
-        assert_eq!(capped.ring_bandwidth_bps(8, 1, 4), 50e9);
+        assert_eq!(capped.ring_bandwidth_bps(2, 1, 8), 12.5e9);
+        assert_eq!(capped.ring_bandwidth_bps(8, 1, 4), 25e9);
         // Level 0: its own bandwidth, whatever the stride.
         assert_eq!(prob.ring_bandwidth_bps(8, 0, 1), 216.5e9);
         assert_eq!(prob.ring_bandwidth_bps(2, 0, 4), 216.5e9);
@@ -873,13 +911,30 @@ mod tests {
         let prob = tpuv4_torus();
         assert!(prob.validate().is_ok());
         // (g, stride) -> (lengths, links), as tests/test_network_topology.py checks in Python.
-        assert_eq!(prob.torus_rings(2, 0, 1), ([2, 1, 1], 3, 1));
-        assert_eq!(prob.torus_rings(4, 0, 1), ([4, 1, 1], 3, 2));
-        assert_eq!(prob.torus_rings(64, 0, 1), ([4, 4, 4], 3, 6));
-        assert_eq!(prob.torus_rings(8, 0, 8), ([1, 2, 4], 3, 3));
-        assert_eq!(prob.torus_rings(128, 1, 1), ([8, 4, 4], 3, 6));
-        assert_eq!(prob.torus_rings(64, 1, 64), ([4, 4, 4], 3, 6));
+        assert_eq!(prob.torus_rings(2, 0, 1), ([2, 1, 1], 3, [1, 0, 0]));
+        assert_eq!(prob.torus_rings(4, 0, 1), ([4, 1, 1], 3, [2, 0, 0]));
+        assert_eq!(prob.torus_rings(64, 0, 1), ([4, 4, 4], 3, [2, 2, 2]));
+        assert_eq!(prob.torus_rings(8, 0, 8), ([1, 2, 4], 3, [0, 1, 2]));
+        assert_eq!(prob.torus_rings(128, 1, 1), ([8, 4, 4], 3, [2, 2, 2]));
+        assert_eq!(prob.torus_rings(64, 1, 64), ([4, 4, 4], 3, [2, 2, 2]));
         assert_eq!(prob.ring_bandwidth_bps(64, 0, 1), 300e9);
+        // All-to-all: a pair is one link, n/2 each way; a closed ring of 4, 4/(4·2) = 1/2 of
+        // n/bw (the reduce-scatter on its 2 links: 3/8); a 4x4x4 cube, each axis 1/2 at once
+        // (the reduce-scatter on 6 links: 63/64/6); an open line of 2 and one of 4
+        // (stride 8: 2 on the second axis, 4 on the third, closed): max(1/2, 1/2).
+        assert_eq!(prob.torus_all_to_all_time(2, 0, 1), 0.5);
+        assert_eq!(prob.torus_all_to_all_time(4, 0, 1), 0.5);
+        assert_eq!(prob.torus_all_to_all_time(64, 0, 1), 0.5);
+        assert_eq!(prob.torus_all_to_all_time(8, 0, 8), 0.5);
+        // 8 chips along the first axis across two cubes (closed by the circuit switches):
+        // 16/(8·2) = 1.
+        assert_eq!(prob.torus_all_to_all_time(128, 1, 1), 1.0);
+        let n = 1e9;
+        assert_eq!(
+            prob.all_to_all_s(n, 3, 64, 0, 1),
+            n * 0.5 / 50e9 + 3.0 * 63.0 * 1e-6
+        );
+        assert_eq!(prob.all_to_all_s(n, 3, 1, 0, 1), 0.0);
         assert_eq!(prob.ring_steps(64, 0, 1), 9);
         let n = 1e9;
         assert_eq!(
@@ -890,6 +945,9 @@ mod tests {
         let mut bad = tpuv4_torus();
         bad.levels[0].topology = Topology::Switch;
         assert!(bad.validate().unwrap_err().message.contains("torus"));
+        let mut bad = tpuv4_torus();
+        bad.levels[1].uplink_bps = Some(1e9);
+        assert!(bad.validate().unwrap_err().message.contains("uplink"));
         let mut bad = tpuv4_torus();
         bad.levels[0].topology = Topology::Torus(vec![4, 4, 5]);
         assert!(bad.validate().unwrap_err().message.contains("torus_dims"));

@@ -171,8 +171,8 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// level and the DP group's stride and level.
     fn new(prep: &'p Prepared<'a>, d: u64, p: usize, hbm: u64, shard: Shard) -> Self {
         let prob = prep.prob;
-        let (stride, pp_span) = shard.o.strides(d, p as u64, prob.tp);
-        let pp_level = prob.level_for(pp_span);
+        let (stride, pp_stride) = shard.o.strides(d, p as u64, prob.tp);
+        let pp_level = prob.level_for(p as u64 * pp_stride);
         let cut = prob
             .layers
             .iter()
@@ -824,7 +824,8 @@ fn classes(prob: &Problem, d: u64, shard: Shard, pmax: usize) -> Vec<(usize, Vec
     // a ring's key is its bandwidth's bits and its steps, `Problem::ring_key`).
     type Key = (usize, usize, (u64, u64), usize, (u64, u64), (u64, u64));
     let key = |p: usize| -> Key {
-        let pp = prob.level_for(shard.o.strides(d, p.max(2) as u64, t).1);
+        let q = p.max(2) as u64;
+        let pp = prob.level_for(q * shard.o.strides(d, q, t).1);
         let (stride, _) = shard.o.strides(d, p as u64, t);
         let (level, bw) = if d > 1 {
             let level = prob.level_for(d * stride);

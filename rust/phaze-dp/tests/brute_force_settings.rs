@@ -176,7 +176,8 @@ fn price(
     // tp-dp-pp: DP members t apart, pipeline neighbours d·t apart (the level of the d·p·t
     // devices); tp-pp-dp: pipeline neighbours t apart in a replica of p·t, DP members p·t apart.
     let pt = p as u64 * t;
-    let (stride, pp_span) = if o == 0 { (t, d * pt) } else { (pt, pt) };
+    let (stride, pp_stride) = if o == 0 { (t, d * t) } else { (pt, t) };
+    let pp_span = p as u64 * pp_stride;
     let dp_l = lvl(d * stride);
     // Ring bandwidth of the DP group, its members `stride` apart.
     let bw = ring_bandwidth(prob, d, dp_l, stride);

@@ -451,12 +451,13 @@ fn dp_all_reduce_is_rail_aware() {
 fn rank_order_places_dp_and_pipeline_groups() {
     // 1e9 gradient bytes and 1e9 boundary bytes per layer, t = 1, on the a100 levels (nodes of
     // 8). d = 4, p = 4: 16 GPUs in 2 nodes.
-    let run = |order: RankOrder| {
+    let run_on = |order: RankOrder, uplink_bps: Option<f64>| {
         let mut l = layer();
         l.grad_bytes = 1_000_000_000;
         l.boundary_bytes = 1_000_000_000;
         let mut prob = problem(vec![l; 4], 16, 4);
         prob.levels = a100_levels();
+        prob.levels[1].uplink_bps = uplink_bps;
         prob.rank_order = Some(order);
         let ev = evaluate_fixed(&prob, 4, 4).unwrap();
         assert!(ev.feasible, "{:?}", ev.violations);
@@ -464,6 +465,7 @@ fn rank_order_places_dp_and_pipeline_groups() {
         assert_eq!(plan.rank_order, order);
         plan
     };
+    let run = |order: RankOrder| run_on(order, None);
     let expect = |d: f64, bw: f64, lat: f64| 2.0 * (d - 1.0) / d * 1e9 / bw + 2.0 * (d - 1.0) * lat;
     // tp-dp-pp (Megatron-LM's default): the DP group is 4 contiguous GPUs in a node.
     let pp_out = run(RankOrder::TpDpPp);
@@ -484,6 +486,17 @@ fn rank_order_places_dp_and_pipeline_groups() {
         dp_out.stages[1].time_s,
         (3.0 + 2.0 * p2p_node) + 2.0 * p2p_node
     );
+    // With a node uplink of 50e9 the DP groups that leave a node share it. tp-dp-pp: the
+    // pipeline's transfers keep their NICs (not shared).
+    let pp_out = run_on(RankOrder::TpDpPp, Some(50e9));
+    assert_eq!(
+        pp_out.stages[1].time_s,
+        (3.0 + 2.0 * p2p_cluster) + 2.0 * p2p_cluster
+    );
+    // tp-pp-dp: the node's 8 GPUs are in 4 DP groups (2 members each, two NICs, 50e9
+    // without the uplink), which share its 50e9: 12.5e9 each.
+    let dp_out = run_on(RankOrder::TpPpDp, Some(50e9));
+    assert_eq!(dp_out.stages[0].dp_comm_s, expect(4.0, 12.5e9, 5e-6));
     // The names users write.
     assert_eq!(RankOrder::setting("auto"), Ok(None));
     for o in RankOrder::ALL {

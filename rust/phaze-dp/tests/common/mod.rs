@@ -79,7 +79,8 @@ pub fn level_for(prob: &Problem, g: u64) -> usize {
 
 /// Per-device bandwidth of a ring over `g` devices, consecutive members `stride` apart, on
 /// level `l`. Rail-aware: with k members inside each group of the level below, the ring drives
-/// k of its links at once, up to that level's own bandwidth and the level's uplink.
+/// k of its links at once, up to that level's own bandwidth and the group's share of the
+/// level's uplink.
 pub fn ring_bandwidth(prob: &Problem, g: u64, l: usize, stride: u64) -> f64 {
     let mut bw = prob.levels[l].bandwidth_bps;
     if l > 0 {
@@ -88,8 +89,9 @@ pub fn ring_bandwidth(prob: &Problem, g: u64, l: usize, stride: u64) -> f64 {
         if k > 1 {
             bw = f64::min(k as f64 * bw, below.bandwidth_bps);
         }
+        // The node's uplink, shared by the inner / k groups with members in it.
         if let Some(up) = prob.levels[l].uplink_bps {
-            bw = f64::min(bw, up);
+            bw = f64::min(bw, up * k as f64 / below.group_size as f64);
         }
     }
     bw
