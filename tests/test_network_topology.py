@@ -217,6 +217,23 @@ def _layer(grad_bytes: int) -> dict:
     }
 
 
+def _problem(spec: list[dict], layers: list[dict], d: int, t: int) -> dict:
+    """A fixed-placement problem of ``layers`` (one stage each) at DP ``d``, TP ``t`` on the
+    network ``spec``: plain 1F1B, no ZeRO, one micro-batch per replica."""
+    return {
+        "layers": layers,
+        "devices": d * len(layers) * t,
+        "hbm_bytes": 10**15,
+        "levels": network_levels(spec),
+        "global_batch": d,
+        "micro_batch": 1,
+        "tp": t,
+        "dp_overlap": False,
+        "zero": "0",
+        "virtual_stages": 1,
+    }
+
+
 NETWORKS = {
     "tpuv4_torus": load_hardware("tpuv4_torus").to_dict()["network"],
     "a100": load_hardware("a100").to_dict()["network"],
@@ -244,18 +261,7 @@ NETWORKS = {
 def test_the_dp_all_reduce_is_bit_identical(net, d, p, t, nbytes):
     rs = _rust()
     spec = NETWORKS[net]
-    problem = {
-        "layers": [_layer(nbytes) for _ in range(p)],
-        "devices": d * p * t,
-        "hbm_bytes": 10**15,
-        "levels": network_levels(spec),
-        "global_batch": d,
-        "micro_batch": 1,
-        "tp": t,
-        "dp_overlap": False,
-        "zero": "0",
-        "virtual_stages": 1,
-    }
+    problem = _problem(spec, [_layer(nbytes) for _ in range(p)], d, t)
     ev = rs.evaluate_placement(problem, p, d)
     assert ev["feasible"], ev["violations"]
     levels = network.levels_of(Accelerator.from_dict({**load_hardware("tpuv4").to_dict(), "network": spec}).network)
@@ -278,20 +284,7 @@ def test_the_pipeline_transfer_is_bit_identical(net, rank_order, d, p, t):
     spec = NETWORKS[net]
     nbytes = 12345678
     layer = {**_layer(0), "fwd_s": 0.0, "bwd_s": 0.0, "boundary_bytes": nbytes}
-    problem = {
-        "layers": [layer] * p,
-        "devices": d * p * t,
-        "hbm_bytes": 10**15,
-        "levels": network_levels(spec),
-        "global_batch": d,
-        "micro_batch": 1,
-        "tp": t,
-        "dp_overlap": False,
-        "zero": "0",
-        "virtual_stages": 1,
-        "rank_order": rank_order,
-    }
-    ev = rs.evaluate_placement(problem, p, d)
+    ev = rs.evaluate_placement({**_problem(spec, [layer] * p, d, t), "rank_order": rank_order}, p, d)
     assert ev["feasible"], ev["violations"]
     levels = network.levels_of(Accelerator.from_dict({**load_hardware("tpuv4").to_dict(), "network": spec}).network)
     stride = d * t if rank_order == "tp-dp-pp" else t
