@@ -24,13 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from passes.algorithms.placement import RANK_ORDER_SETTINGS
 from phaze_ir.errors import PhazeError
 
 TARGETS = ("megatron", "torchtitan")
 
 #: The device numberings a plan may have (``phaze.plan``'s ``rank_order``, docs/design.md §5.5):
 #: Megatron-LM's default and ``--use-tp-pp-dp-mapping``; torchtitan runs the first only.
-RANK_ORDERS = ("tp-dp-pp", "tp-pp-dp")
+RANK_ORDERS = RANK_ORDER_SETTINGS[1:]
 
 
 def pipeline_outermost_only(exports: list[tuple[str, str]] | None, expert_parallel: str) -> bool:
