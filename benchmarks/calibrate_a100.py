@@ -69,7 +69,8 @@ def extract(work) -> list[dict]:
             descs.append(ViewDesc() if d is None else d)
         groups = phase_groups(graph, read_layers(ops))
         # Priced as phaze-validate prices the run: full recompute (the vTrain runs'), its
-        # pipeline schedule and its rank order (Megatron-DeepSpeed numbered them tp-dp-pp).
+        # pipeline schedule, rank order (Megatron-DeepSpeed numbered them tp-dp-pp) and
+        # pipeline transfers (split over the TP group by DeepSpeed's pipeline engine).
         problems = [
             (
                 r.row,
@@ -85,6 +86,7 @@ def extract(work) -> list[dict]:
                     "full",
                     pipeline_schedule=r.pipeline_schedule,
                     rank_order=r.rank_order,
+                    pipeline_transfer=r.pipeline_transfer,
                 ),
             )
             for r in runs

@@ -82,11 +82,14 @@ def build_problem(
     pipeline_schedule: str = "1f1b",
     expert_parallel: str = "1",
     rank_order: str = "auto",
+    pipeline_transfer: str = "whole",
 ) -> _phaze_rs.ProblemDict:
     """The DP problem of a module annotated by the cost passes (``recompute``: ``auto`` or the
     policy of every stage; ``zero``: ``auto`` or a ZeRO stage; ``pipeline_schedule``:
     ``auto``, ``1f1b`` or ``interleaved:V``; ``expert_parallel``: ``auto`` or the EP degree;
-    ``rank_order``: ``auto``, ``tp-dp-pp`` or ``tp-pp-dp``)."""
+    ``rank_order``: ``auto``, ``tp-dp-pp`` or ``tp-pp-dp``; ``pipeline_transfer``: ``whole``
+    or ``split``, which a module sharded with sequence parallelism ignores: its boundary
+    values are sharded over the TP group already, and each rank sends its own)."""
     layers = layer_numbers(module, pass_name)
     acc = module_accelerator(module, pass_name)
     spec = acc.to_dict()
@@ -107,6 +110,7 @@ def build_problem(
             blocks=pl.block_range(kinds),
             expert_parallel=expert_parallel,
             rank_order=rank_order,
+            pipeline_transfer="whole" if keys.SEQUENCE_PARALLEL in module.attributes else pipeline_transfer,
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
@@ -224,7 +228,10 @@ class PlaceDevicesPass(ModulePass):
     replicas; ``auto``: the DP chooses), ``rank_order`` (how devices are numbered into
     groups, TP innermost: ``auto``, the default, lets the DP choose per option; ``tp-dp-pp``,
     pipeline outermost, as Megatron-LM and torchtitan number them by default; ``tp-pp-dp``,
-    data parallelism outermost, Megatron-LM's ``--use-tp-pp-dp-mapping``).  Requires the cost annotations of
+    data parallelism outermost, Megatron-LM's ``--use-tp-pp-dp-mapping``), ``pipeline_transfer``
+    (``whole``, the default: every TP rank sends a stage boundary's values, as Megatron-LM
+    does; ``split``: each sends 1/t and the receiving TP group all-gathers them, as DeepSpeed's
+    pipeline engine does; no effect under sequence parallelism).  Requires the cost annotations of
     ``phaze-schedule-ops`` and ``phaze-insert-recompute`` and a ``phaze.accelerator``.
     """
 
@@ -238,6 +245,7 @@ class PlaceDevicesPass(ModulePass):
     pipeline_schedule: str = "1f1b"
     expert_parallel: str = "1"
     rank_order: str = "auto"
+    pipeline_transfer: str = "whole"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         try:
@@ -247,6 +255,7 @@ class PlaceDevicesPass(ModulePass):
             pl.parse_pipeline_schedule(self.pipeline_schedule)
             pl.parse_expert_parallel(self.expert_parallel)
             pl.parse_rank_order(self.rank_order)
+            pl.parse_pipeline_transfer(self.pipeline_transfer)
         except pl.PlacementError as e:
             raise PhazeError(f"{self.name}: {e}") from e
         problem = build_problem(
@@ -260,6 +269,7 @@ class PlaceDevicesPass(ModulePass):
             pipeline_schedule=self.pipeline_schedule,
             expert_parallel=self.expert_parallel,
             rank_order=self.rank_order,
+            pipeline_transfer=self.pipeline_transfer,
         )
         result = solve(problem, fixed)
         label = "phaze" if fixed is None else "expert:{},{},{}".format(*fixed)

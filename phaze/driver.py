@@ -81,6 +81,10 @@ class Options:
     #: Megatron-LM and torchtitan number them by default), ``tp-pp-dp`` (data parallelism
     #: outermost, Megatron-LM's ``--use-tp-pp-dp-mapping``) (``phaze-place-devices{rank_order=...}``).
     rank_order: str = "auto"
+    #: How a pipeline transfer crosses a stage boundary (``phaze-place-devices{pipeline_transfer=...}``):
+    #: ``whole`` (default: every TP rank sends it, Megatron-LM) or ``split`` (1/t each, gathered
+    #: by the receiving TP group: DeepSpeed's pipeline engine; what phaze-validate prices).
+    pipeline_transfer: str = "whole"
     #: None (default: dropless experts, every routed row and no more), or F >= 1: every expert
     #: GEMM runs on its experts' capacity ``ceil(T/E * F)`` rows, padded with zeros, as
     #: Megatron-LM's ``--moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity``
@@ -157,7 +161,8 @@ def pipeline(
             f"phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} "
             f'placement="{opts.placement}" dp_overlap={overlap} recompute="{opts.recompute}" '
             f'zero="{opts.zero}" pipeline_schedule="{opts.pipeline_schedule}" '
-            f'expert_parallel="{opts.expert_parallel}" rank_order="{opts.rank_order}"}}'
+            f'expert_parallel="{opts.expert_parallel}" rank_order="{opts.rank_order}" '
+            f'pipeline_transfer="{opts.pipeline_transfer}"}}'
         )
         if energy:
             passes.append("phaze-estimate-power")
@@ -311,6 +316,7 @@ def check_options(opts: Options) -> None:
         PlacementError,
         parse_expert_parallel,
         parse_pipeline_schedule,
+        parse_pipeline_transfer,
         parse_rank_order,
         parse_recompute,
         parse_zero,
@@ -331,6 +337,7 @@ def check_options(opts: Options) -> None:
         ("--pipeline-schedule", parse_pipeline_schedule, opts.pipeline_schedule),
         ("--expert-parallel", parse_expert_parallel, opts.expert_parallel),
         ("--rank-order", parse_rank_order, opts.rank_order),
+        ("pipeline transfer", parse_pipeline_transfer, opts.pipeline_transfer),
     ):
         try:
             parse(value)

@@ -63,7 +63,10 @@ COLUMNS = {
 #: default ``off``), pipeline schedule (``1f1b``, default, or ``interleaved:V``) and rank order
 #: (how the devices were numbered into groups: ``tp-dp-pp``, the default, pipeline outermost as
 #: Megatron-LM, torchtitan and Megatron-DeepSpeed's topology (the vTrain runs) number them, or
-#: ``tp-pp-dp``, Megatron-LM's ``--use-tp-pp-dp-mapping``).
+#: ``tp-pp-dp``, Megatron-LM's ``--use-tp-pp-dp-mapping``) and pipeline transfer (``split``, the
+#: default: each TP rank sends 1/t of a stage boundary's values and the next stage's TP group
+#: all-gathers them, as Megatron-DeepSpeed's pipeline engine (the vTrain runs) and Megatron-LM
+#: before sequence parallelism (its scatter-gather) ran them; ``whole``: every rank sends all).
 OPTIONAL_COLUMNS = {
     "vocabulary": "vocabulary",
     "dtype": "dtype",
@@ -72,9 +75,12 @@ OPTIONAL_COLUMNS = {
     "sequence_parallel": "sequence parallelism",
     "pipeline_schedule": "pipeline schedule",
     "rank_order": "rank order",
+    "pipeline_transfer": "pipeline transfer",
 }
 #: How a run's devices were numbered when the file does not say (see OPTIONAL_COLUMNS).
 DEFAULT_RANK_ORDER = "tp-dp-pp"
+#: How a run's pipeline transfers crossed a stage boundary when the file does not say.
+DEFAULT_PIPELINE_TRANSFER = "split"
 #: Megatron's GPT-2 BPE vocabulary, the default of Megatron's GPT (and of the vTrain runs).
 DEFAULT_VOCABULARY = 50257
 #: Megatron pads the vocabulary to a multiple of ``make-vocab-size-divisible-by`` (128) x TP.
@@ -144,6 +150,7 @@ class Run:
     sequence_parallel: bool = False
     pipeline_schedule: str = "1f1b"
     rank_order: str = DEFAULT_RANK_ORDER
+    pipeline_transfer: str = DEFAULT_PIPELINE_TRANSFER
 
     @property
     def shape(self) -> Shape:
@@ -180,6 +187,7 @@ class Run:
                 *(["sp"] if self.sequence_parallel else []),
                 *([self.pipeline_schedule] if self.pipeline_schedule != "1f1b" else []),
                 *([self.rank_order] if self.rank_order != DEFAULT_RANK_ORDER else []),
+                *([self.pipeline_transfer] if self.pipeline_transfer != DEFAULT_PIPELINE_TRANSFER else []),
             )
         )
 
@@ -290,7 +298,7 @@ def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) 
         split = value.lower()
         if split not in SPLITS:
             raise PhazeError(f"{where}: 'split' is {split!r}, expected dev or holdout")
-    recompute, sequence_parallel, schedule, order = _how_run(row, columns, where)
+    recompute, sequence_parallel, schedule, order, transfer = _how_run(row, columns, where)
     run = Run(
         n,
         line,
@@ -303,6 +311,7 @@ def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) 
         sequence_parallel=sequence_parallel,
         pipeline_schedule=schedule,
         rank_order=order,
+        pipeline_transfer=transfer,
     )
     _check_consistent(run, where)
     return run
@@ -315,10 +324,11 @@ def _optional_cell(row: list[str], columns: dict[str, int], fld: str) -> str | N
     return row[i].strip() if i is not None and i < len(row) and row[i].strip() else None
 
 
-def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, bool, str, str]:
-    """The run's recompute ('' when not given), sequence parallelism, pipeline schedule and
-    rank order."""
+def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, bool, str, str, str]:
+    """The run's recompute ('' when not given), sequence parallelism, pipeline schedule, rank
+    order and pipeline transfer."""
     from passes.algorithms.placement import (
+        PIPELINE_TRANSFERS,
         RANK_ORDER_SETTINGS,
         RECOMPUTE_SETTINGS,
         PlacementError,
@@ -350,7 +360,12 @@ def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, 
         if text not in RANK_ORDER_SETTINGS[1:]:
             raise PhazeError(f"{where}: 'rank order' is {text!r}, expected {' or '.join(RANK_ORDER_SETTINGS[1:])}")
         order = text
-    return recompute, sequence_parallel, schedule, order
+    transfer = DEFAULT_PIPELINE_TRANSFER
+    if (text := given("pipeline_transfer")) is not None:
+        if text not in PIPELINE_TRANSFERS:
+            raise PhazeError(f"{where}: 'pipeline transfer' is {text!r}, expected {' or '.join(PIPELINE_TRANSFERS)}")
+        transfer = text
+    return recompute, sequence_parallel, schedule, order, transfer
 
 
 def _check_consistent(r: Run, where: str) -> None:
@@ -489,6 +504,7 @@ class Settings:
                 recompute=run.recompute or self.recompute,
                 pipeline_schedule=run.pipeline_schedule,
                 rank_order=run.rank_order,
+                pipeline_transfer=run.pipeline_transfer,
             )
         return opts
 
@@ -761,6 +777,7 @@ class Validation:
             "sequence_parallel": r.sequence_parallel,
             "pipeline_schedule": r.pipeline_schedule,
             "rank_order": r.rank_order,
+            "pipeline_transfer": r.pipeline_transfer,
         }
 
     def to_json(self, worst: int = 5) -> dict[str, Any]:

@@ -82,6 +82,19 @@ def test_the_uplink_caps_a_node_with_fewer_nics_than_gpus():
     assert [network.ring_bandwidth_Bps(A100, 1, 16, s) for s in (1, 2, 4, 8)] == [200e9, 100e9, 50e9, 25e9]
 
 
+def test_pipeline_transfers_share_the_uplink():
+    """min(stride, 8) GPUs of a node send to the next stage at once: each gets the uplink over
+    them, at most its own NIC."""
+    from phaze_ir.hardware import load_hardware
+
+    levels = load_hardware("a100").network
+    assert network.p2p_bandwidth_Bps(levels, 1, 8) == network.p2p_bandwidth_Bps(levels, 1, 64) == 12.5e9
+    assert network.p2p_bandwidth_Bps(levels, 1, 4) == 25e9
+    assert network.p2p_bandwidth_Bps(levels, 1, 1) == 25e9
+    assert network.p2p_bandwidth_Bps(levels, 0, 8) == levels[0].bandwidth_Bps
+    assert network.p2p_bandwidth_Bps(A100, 1, 8) == 25e9
+
+
 def test_the_inner_level_caps_the_rails():
     slow = (network.Level(8, 150e9, 6.34e-6), CLUSTER)
     assert network.ring_bandwidth_Bps(slow, 1, 16) == 150e9

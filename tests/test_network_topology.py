@@ -276,20 +276,27 @@ def test_the_dp_all_reduce_is_bit_identical(net, d, p, t, nbytes):
 
 @pytest.mark.parametrize("net", sorted(NETWORKS))
 @pytest.mark.parametrize("rank_order", ["tp-dp-pp", "tp-pp-dp"])
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize(("d", "p", "t"), [(2, 2, 1), (4, 2, 2), (2, 4, 4), (8, 2, 8), (1, 16, 1)])
-def test_the_pipeline_transfer_is_bit_identical(net, rank_order, d, p, t):
+def test_the_pipeline_transfer_is_bit_identical(net, rank_order, split, d, p, t):
     """Stage 0's time, with no compute, is its two transfers to stage 1 (activation, gradient),
-    priced on the level of the pipeline's span (the rank order's) at that level's bandwidth."""
+    priced on the level of the pipeline's span (the rank order's) with the node uplink's share
+    (p2p_bandwidth_Bps); split over the TP group, 1/t each and the TP group's all-gather."""
     rs = _rust()
     spec = NETWORKS[net]
     nbytes = 12345678
     layer = {**_layer(0), "fwd_s": 0.0, "bwd_s": 0.0, "boundary_bytes": nbytes}
-    ev = rs.evaluate_placement({**_problem(spec, [layer] * p, d, t), "rank_order": rank_order}, p, d)
+    problem = {**_problem(spec, [layer] * p, d, t), "rank_order": rank_order, "pipeline_split": split}
+    ev = rs.evaluate_placement(problem, p, d)
     assert ev["feasible"], ev["violations"]
     levels = network.levels_of(Accelerator.from_dict({**load_hardware("tpuv4").to_dict(), "network": spec}).network)
     stride = d * t if rank_order == "tp-dp-pp" else t
     index = network.level_for(levels, p * stride)
-    mine = network.send_recv_s(nbytes, levels[index])
+    bw = network.p2p_bandwidth_Bps(levels, index, stride)
+    if split and t > 1:
+        mine = (levels[index].latency_s + nbytes / t / bw) + network.half_ring_s(levels, nbytes, t)
+    else:
+        mine = levels[index].latency_s + nbytes / bw
     assert ev["plan"]["stages"][0]["time_s"] == 2.0 * mine
 
 

@@ -314,6 +314,27 @@ def test_each_prediction_is_phazecs_plan_for_the_same_run(validated, tmp_path):
     assert plan["max_memory_bytes"] == run["memory_bytes"]
 
 
+def test_a_pipelined_run_is_phazecs_plan_with_split_transfers(validated, tmp_path):
+    """Row 5 (8 GPUs, PP 2, DP 2, TP 2): its stage boundary is crossed as DeepSpeed's pipeline
+    engine crosses it, 1/t per TP rank then gathered (--pipeline-transfer split); whole
+    transfers price it otherwise."""
+    from phaze.tools import phazec
+
+    _, data, _ = validated
+    run = data["runs"][4]
+    assert (run["placement"], run["pipeline_transfer"]) == ("expert:2,2,2", "split")
+    model = v.write_model_file(v.Shape(run["hidden"], run["heads"], run["layers"], run["seq_len"]), tmp_path)
+    args = [model, "--hw", "a100", "--placement", run["placement"], "--devices", "8", "--global-batch", "4"]
+    args += ["--micro-batch", "1", "--tp", "2", "--recompute", "full", "--rank-order", "tp-dp-pp", "-q"]
+    times = {}
+    for transfer in ("split", "whole"):
+        out = tmp_path / f"{transfer}.json"
+        argv = [*args, "--pipeline-transfer", transfer, "--json", str(out), "-o", str(tmp_path / "plan.mlir")]
+        assert phazec.main(argv) == 0
+        times[transfer] = json.loads(out.read_text())["time_per_batch_s"]
+    assert times["split"] == run["predicted_s"] and times["whole"] != times["split"]
+
+
 def test_a_run_with_its_own_settings_is_phazecs_plan_with_those_flags(tmp_path):
     """A run with sequence parallelism, selective recompute and 2 model chunks per device is
     priced as phazec prices the same run with --sequence-parallel on --recompute selective

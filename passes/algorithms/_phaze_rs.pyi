@@ -89,6 +89,9 @@ class ProblemDict(TypedDict):
     # How devices are numbered into groups, TP innermost: "tp-dp-pp" (PP outermost: the
     # launchers' default), "tp-pp-dp" (DP outermost), or "auto"/None (default): the DP chooses.
     rank_order: NotRequired[RankOrderSetting | None]
+    # Each TP rank sends 1/t of a pipeline transfer and the receiving TP group all-gathers it
+    # (DeepSpeed's partitioned pipeline); False (default): every rank sends it whole.
+    pipeline_split: NotRequired[bool]
 
 class MemoryDict(TypedDict):
     """A stage's (its rank's) bytes per device by part, as the DP counts them: the parts add up

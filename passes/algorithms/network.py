@@ -17,8 +17,10 @@ same way, operation for operation, so that Python and Rust give bit-identical fl
   placement's DP or EP groups, run at once and cover every device, so the ``inner / k`` with
   members in one node share its uplink evenly: contention);
 - ring all-reduce of ``n`` bytes: ``2(g−1)/g · n / bw + 2(g−1) · lat`` (0 when ``g <= 1``);
-- point-to-point (``send_recv``) of ``n`` bytes: ``lat + n / bw`` with the level's own ``bw``
-  (not shared: see below).
+- point-to-point (``send_recv``) of ``n`` bytes: ``lat + n / bw`` with the level's own ``bw``;
+  a pipeline's transfers between neighbours ``s`` devices apart on a level ``i > 0`` with an
+  uplink get at most ``uplink_i / min(s, inner)`` (:func:`p2p_bandwidth_Bps`: that many devices
+  of a node send across at once).
 
 Added here (the DP has no use for them), in the same form:
 
@@ -63,8 +65,7 @@ a node's 100e9 uplink) a TP group of 16 GPUs over 2 nodes rings at ``min(8 × 25
 inside each node, the node's 8 GPUs are in 8 DP groups and each rings at ``100e9 / 8 =
 12.5e9`` (one NIC, 25e9, without the uplink).  Still assumed: rail links are not shared (one NIC
 per device), the groups of one kind run at the same time (a placement's DP all-reduces after
-the pipeline's flush), groups of different kinds do not overlap, and a pipeline's
-point-to-point transfers keep their NIC (docs/design.md §5.5 says why).  :func:`collective_s`
+the pipeline's flush), and groups of different kinds do not overlap.  :func:`collective_s`
 prices the IR's tensor-parallel collectives, whose groups are contiguous (``s = 1``).
 """
 
@@ -88,6 +89,7 @@ __all__ = [
     "level_for",
     "per_inner",
     "ring_bandwidth_Bps",
+    "p2p_bandwidth_Bps",
     "group_level",
     "ring_all_reduce_s",
     "all_gather_s",
@@ -387,6 +389,18 @@ def all_gather_s(nbytes: float, g: int, level: LevelLike) -> float:
 def reduce_scatter_s(nbytes: float, g: int, level: LevelLike) -> float:
     """Ring reduce-scatter whose *input* is ``n`` bytes: the same cost as an all-gather of ``n``."""
     return all_gather_s(nbytes, g, level)
+
+
+def p2p_bandwidth_Bps(levels: Sequence[LevelLike], index: int, stride: int) -> float:
+    """Per-device bandwidth (bytes/s) of a pipeline's point-to-point transfers on
+    ``levels[index]``, neighbours ``stride`` devices apart (as ``Problem::p2p_bandwidth_bps``
+    in Rust): the level's own, at most ``uplink / min(stride, inner)`` on a level with an
+    uplink (that many devices of one inner group send across at once)."""
+    level = levels[index]
+    if index == 0 or level.uplink_Bps is None:
+        return level.bandwidth_Bps
+    senders = max(1, min(stride, levels[index - 1].group_size))
+    return min(level.bandwidth_Bps, level.uplink_Bps / float(senders))
 
 
 def send_recv_s(nbytes: float, level: LevelLike) -> float:

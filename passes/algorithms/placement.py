@@ -36,6 +36,19 @@ ZERO_SETTINGS: tuple[_phaze_rs.ZeroSetting, ...] = ("auto", "0", "1", "2", "3")
 #: ``tp-pp-dp`` (data parallelism outermost: Megatron-LM's ``--use-tp-pp-dp-mapping``).
 RANK_ORDER_SETTINGS: tuple[_phaze_rs.RankOrderSetting, ...] = ("auto", "tp-dp-pp", "tp-pp-dp")
 
+#: How a pipeline transfer crosses a stage boundary: ``whole`` (every TP rank sends all of it,
+#: Megatron-LM today) or ``split`` (each TP rank sends 1/t, the receiving TP group all-gathers:
+#: DeepSpeed's pipeline engine, Megatron-LM's scatter-gather before sequence parallelism).
+PIPELINE_TRANSFERS = ("whole", "split")
+
+
+def parse_pipeline_transfer(text: str) -> bool:
+    """Whether a ``pipeline_transfer`` setting splits the transfers over the TP group."""
+    if text not in PIPELINE_TRANSFERS:
+        raise PlacementError(f"pipeline transfer '{text}': expected one of {', '.join(PIPELINE_TRANSFERS)}")
+    return text == "split"
+
+
 _SCHEDULE = re.compile(r"^(auto|1f1b|interleaved:([1-9][0-9]*))$")
 
 
@@ -208,13 +221,15 @@ def problem(
     blocks: tuple[int, int] | None = None,
     expert_parallel: str = "1",
     rank_order: str = "auto",
+    pipeline_transfer: str = "whole",
 ) -> _phaze_rs.ProblemDict:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``; ``recompute``: ``auto``
     (each stage's policy chosen by the DP) or the policy every stage uses; ``zero``: ``auto``
     or the ZeRO stage; ``pipeline_schedule``: ``auto``, ``1f1b`` or ``interleaved:V``;
     ``blocks``: (first layer, count) of the repeated blocks that interleaving splits evenly;
     ``expert_parallel``: ``auto`` or the EP degree; ``rank_order``: ``auto`` (the DP
-    chooses), ``tp-dp-pp`` or ``tp-pp-dp``. The defaults are the paper's placement space
+    chooses), ``tp-dp-pp`` or ``tp-pp-dp``; ``pipeline_transfer``: ``whole`` or ``split``
+    (:data:`PIPELINE_TRANSFERS`). The defaults are the paper's placement space
     (plain DP, plain 1F1B, every replica holding every expert) with the device numbering
     chosen, as a launcher can be told either (Megatron-LM's ``--use-tp-pp-dp-mapping``)."""
     if devices < 1:
@@ -226,6 +241,7 @@ def problem(
     virtual_stages = parse_pipeline_schedule(pipeline_schedule)
     ep = parse_expert_parallel(expert_parallel)
     order = parse_rank_order(rank_order)
+    split = parse_pipeline_transfer(pipeline_transfer)
     return {
         "layers": [layer.as_dict() for layer in layers],
         "devices": devices,
@@ -241,6 +257,7 @@ def problem(
         "blocks": list(blocks) if blocks is not None else None,
         "expert_parallel": ep,
         "rank_order": order,
+        "pipeline_split": split,
     }
 
 

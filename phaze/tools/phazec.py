@@ -141,6 +141,15 @@ def _parser() -> argparse.ArgumentParser:
         "parallelism) makes auto tp-dp-pp",
     )
     p.add_argument(
+        "--pipeline-transfer",
+        default=Options.pipeline_transfer,
+        choices=("whole", "split"),
+        help="how a pipeline transfer crosses a stage boundary: whole (default) every TP rank sends the "
+        "boundary's values (Megatron-LM); split, each sends 1/t and the next stage's TP group all-gathers "
+        "them (DeepSpeed's pipeline engine, Megatron-DeepSpeed; what phaze-validate prices). No effect "
+        "under sequence parallelism",
+    )
+    p.add_argument(
         "--capacity-factor",
         type=float,
         default=Options.capacity_factor,
@@ -340,6 +349,7 @@ def options(args: argparse.Namespace):
         pipeline_schedule=args.pipeline_schedule,
         expert_parallel=args.expert_parallel,
         rank_order=rank_order(args),
+        pipeline_transfer=args.pipeline_transfer,
         capacity_factor=args.capacity_factor,
         power_cap_w=args.power_cap,
         objective=args.objective,

@@ -93,6 +93,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         blocks: Some((1, blocks)),
         expert_parallel: Some(1),
         rank_order: Some(RankOrder::TpPpDp),
+        pipeline_split: false,
     }
 }
 

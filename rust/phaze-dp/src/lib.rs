@@ -30,7 +30,10 @@
 //! **Stage k** (0-based) with layers i..=j and policy r:
 //! * time `T_k = Σ_l (fwd_s + bwd_s + recompute_s[r]) + p2p`, where p2p is
 //!   `2 · p2p(boundary_bytes[i−1])` if k > 0 (receive the activation, send its gradient
-//!   back) plus `2 · p2p(boundary_bytes[j])` if k < p−1;
+//!   back) plus `2 · p2p(boundary_bytes[j])` if k < p−1; a transfer is
+//!   [`Problem::pipeline_transfer_s`]: whole, or split over the TP group
+//!   ([`Problem::pipeline_split`]: 1/t per rank, then the receivers' all-gather), at most the
+//!   node uplink's share of the GPUs that send at once ([`Problem::p2p_bandwidth_bps`]);
 //! * memory `Σ_l (param + grad + optimizer) + min(p − k, m) · Σ_l saved_bytes[r] +
 //!   max_l workspace_bytes`, which must be <= `hbm_bytes` (1F1B: stage k holds
 //!   min(p − k, m) micro-batches in flight);
@@ -79,6 +82,7 @@
 //!     global_batch: 64, micro_batch: 1, tp: 1, dp_overlap: true, max_stages: None,
 //!     recompute: None, zero: None, virtual_stages: None, blocks: None, expert_parallel: None,
 //!     rank_order: None,
+//!     pipeline_split: false,
 //! };
 //! let plan = solve(&prob).plan().cloned().expect("fits");
 //! assert!(plan.devices_used <= 8);

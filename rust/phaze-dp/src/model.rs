@@ -313,6 +313,11 @@ pub struct Problem {
     /// How devices are numbered into groups ([`RankOrder`]) as a user fixes it, or `None` to
     /// let the search choose per option (`"auto"`).
     pub rank_order: Option<RankOrder>,
+    /// Whether a pipeline transfer is split over the TP group: each of the t ranks sends 1/t of
+    /// the boundary bytes and the receiving TP group all-gathers them (DeepSpeed's pipeline
+    /// engine, `pipe_partitioned`; Megatron-LM's scatter-gather before sequence parallelism),
+    /// instead of every rank sending them whole (Megatron-LM today). Meaningless at t = 1.
+    pub pipeline_split: bool,
 }
 
 /// A problem that cannot even be posed (NaN times, zero devices, no layers, ...).
@@ -789,11 +794,40 @@ impl Problem {
             .fold(0.0, f64::max)
     }
 
-    /// Point-to-point transfer of `bytes` on `level`: `lat + bytes / bw` (the level's own
-    /// bandwidth: one NIC or link per device, not shared; docs/design.md §5.5).
-    pub fn p2p_s(&self, bytes: f64, level: usize) -> f64 {
+    /// Per-device bandwidth of the pipeline's point-to-point transfers on `level`, neighbours
+    /// `stride` devices apart: the level's own, and on a level with an uplink at most
+    /// `uplink_i / senders`, where `senders = min(stride, inner)` devices of one inner group
+    /// (a node) send across it at once (every pair of a stage boundary transfers at the same
+    /// time in 1F1B's steady state: they share the node's uplink).
+    pub fn p2p_bandwidth_bps(&self, level: usize, stride: u64) -> f64 {
         let lv = &self.levels[level];
-        lv.latency_s + bytes / lv.bandwidth_bps
+        match (level.checked_sub(1), lv.uplink_bps) {
+            (Some(below), Some(up)) => {
+                let senders = stride.min(self.levels[below].group_size).max(1);
+                lv.bandwidth_bps.min(up / senders as f64)
+            }
+            _ => lv.bandwidth_bps,
+        }
+    }
+
+    /// Point-to-point transfer of `bytes` on `level` between pipeline neighbours `stride`
+    /// devices apart: `lat + bytes / bw` with [`Problem::p2p_bandwidth_bps`].
+    pub fn p2p_s(&self, bytes: f64, level: usize, stride: u64) -> f64 {
+        self.levels[level].latency_s + bytes / self.p2p_bandwidth_bps(level, stride)
+    }
+
+    /// One pipeline transfer of a boundary of `bytes` (per rank, as the layer counts it) on
+    /// `level`, neighbours `stride` apart: [`Problem::p2p_s`] of them whole, or, split over
+    /// the TP group ([`Problem::pipeline_split`], t > 1), of 1/t of them plus the receiving TP
+    /// group's all-gather of the whole (a ring on the level of t).
+    pub fn pipeline_transfer_s(&self, bytes: f64, level: usize, stride: u64) -> f64 {
+        let t = self.tp;
+        if self.pipeline_split && t > 1 {
+            self.p2p_s(bytes / t as f64, level, stride)
+                + self.ring_reduce_scatter_s(bytes, t, self.level_for(t), 1)
+        } else {
+            self.p2p_s(bytes, level, stride)
+        }
     }
 }
 
@@ -831,6 +865,7 @@ mod tests {
             expert_parallel: None,
             blocks: None,
             rank_order: None,
+            pipeline_split: false,
         }
     }
 
@@ -864,6 +899,23 @@ mod tests {
         assert_eq!(capped.ring_bandwidth_bps(16, 1, 1), 100e9);
         assert_eq!(capped.ring_bandwidth_bps(2, 1, 8), 12.5e9);
         assert_eq!(capped.ring_bandwidth_bps(8, 1, 4), 25e9);
+        // Pipeline transfers: all 8 GPUs of a node send across at once when neighbours are
+        // 8 or more apart (12.5e9 each), 2 of them when they are 2 apart (its NIC, 25e9).
+        assert_eq!(capped.p2p_bandwidth_bps(1, 8), 12.5e9);
+        assert_eq!(capped.p2p_bandwidth_bps(1, 32), 12.5e9);
+        assert_eq!(capped.p2p_bandwidth_bps(1, 2), 25e9);
+        assert_eq!(prob.p2p_bandwidth_bps(1, 8), 25e9);
+        assert_eq!(capped.p2p_bandwidth_bps(0, 8), 216.5e9);
+        // Split over a TP group of 8: an eighth each, then the node's all-gather.
+        capped.tp = 8;
+        capped.pipeline_split = true;
+        let n = 8e8;
+        assert_eq!(
+            capped.pipeline_transfer_s(n, 1, 64),
+            (5e-6 + n / 8.0 / 12.5e9) + capped.ring_reduce_scatter_s(n, 8, 0, 1)
+        );
+        capped.pipeline_split = false;
+        assert_eq!(capped.pipeline_transfer_s(n, 1, 64), 5e-6 + n / 12.5e9);
         // Level 0: its own bandwidth, whatever the stride.
         assert_eq!(prob.ring_bandwidth_bps(8, 0, 1), 216.5e9);
         assert_eq!(prob.ring_bandwidth_bps(2, 0, 4), 216.5e9);

@@ -176,7 +176,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
         let cut = prob
             .layers
             .iter()
-            .map(|l| 2.0 * prob.p2p_s(l.boundary_bytes as f64, pp_level))
+            .map(|l| 2.0 * prob.pipeline_transfer_s(l.boundary_bytes as f64, pp_level, pp_stride))
             .collect();
         Ctx {
             prep,
@@ -820,12 +820,25 @@ fn p_max(prob: &Problem, d: u64) -> usize {
 /// when it can.
 fn classes(prob: &Problem, d: u64, shard: Shard, pmax: usize) -> Vec<(usize, Vec<usize>)> {
     let (t, e) = (prob.tp, shard.e);
-    // (p2p level, DP level, DP ring's key, EP level, all-to-all's and experts' DP ring's keys;
-    // a ring's key is its bandwidth's bits and its steps, `Problem::ring_key`).
-    type Key = (usize, usize, (u64, u64), usize, (u64, u64), (u64, u64));
+    // ((p2p level, its bandwidth's bits), DP level, DP ring's key, EP level, all-to-all's and
+    // experts' DP ring's keys; a ring's key is its bandwidth's bits and its steps,
+    // `Problem::ring_key`).
+    type Key = (
+        (usize, u64),
+        usize,
+        (u64, u64),
+        usize,
+        (u64, u64),
+        (u64, u64),
+    );
     let key = |p: usize| -> Key {
         let q = p.max(2) as u64;
-        let pp = prob.level_for(q * shard.o.strides(d, q, t).1);
+        let pp_stride = shard.o.strides(d, q, t).1;
+        let pp_level = prob.level_for(q * pp_stride);
+        let pp = (
+            pp_level,
+            prob.p2p_bandwidth_bps(pp_level, pp_stride).to_bits(),
+        );
         let (stride, _) = shard.o.strides(d, p as u64, t);
         let (level, bw) = if d > 1 {
             let level = prob.level_for(d * stride);

@@ -10,7 +10,7 @@ use phaze_dp::{
 };
 
 mod common;
-use common::{level_for, random_layers, random_levels, ring_bandwidth, Rng};
+use common::{level_for, p2p_bandwidth, random_layers, random_levels, ring_bandwidth, Rng};
 
 fn random_problem(rng: &mut Rng) -> Problem {
     let n = 1 + rng.below(6) as usize;
@@ -43,6 +43,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         blocks: None,
         expert_parallel: Some(1),
         rank_order: Some(RankOrder::TpPpDp),
+        pipeline_split: false,
     }
 }
 
@@ -65,8 +66,9 @@ fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Ve
     };
     let pp_l = lvl(p as u64 * t);
     let dp_l = lvl(d * p as u64 * t);
-    let p2p =
-        |bytes: u64| prob.levels[pp_l].latency_s + bytes as f64 / prob.levels[pp_l].bandwidth_bps;
+    // tp-pp-dp: pipeline neighbours t apart; whole transfers.
+    let p2p_bw = p2p_bandwidth(prob, pp_l, t);
+    let p2p = |bytes: u64| prob.levels[pp_l].latency_s + bytes as f64 / p2p_bw;
     let (mut max_t, mut max_e, mut max_mem) = (0.0f64, 0.0f64, 0u64);
     let mut times = Vec::new();
     let mut first = 0;

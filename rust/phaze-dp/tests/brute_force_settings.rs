@@ -9,7 +9,7 @@
 //! smaller EP degree, then the split, then the policies).
 
 mod common;
-use common::{level_for, random_layers, random_levels, ring_bandwidth, Rng};
+use common::{level_for, p2p_bandwidth, random_layers, random_levels, ring_bandwidth, Rng};
 
 use phaze_dp::{
     evaluate_fixed, solve, Plan, Problem, RankOrder, Recompute, Solution, ViolationKind, Zero,
@@ -88,6 +88,8 @@ fn random_problem(rng: &mut Rng) -> Problem {
         blocks,
         expert_parallel,
         rank_order,
+        // Drawn last: the instances drawn before stay those of before.
+        pipeline_split: rng.below(2) == 0,
     }
 }
 
@@ -243,8 +245,20 @@ fn price(
         }
     };
     let pp_l = lvl(pp_span);
-    let p2p =
-        |bytes: u64| prob.levels[pp_l].latency_s + bytes as f64 / prob.levels[pp_l].bandwidth_bps;
+    // A pipeline transfer: whole, or split over the TP group (1/t each, then the receiving
+    // group's ring all-gather on the level of t); the node's uplink shared by the senders.
+    let p2p_bw = p2p_bandwidth(prob, pp_l, pp_stride);
+    let tp_l = lvl(t);
+    let bw_t = ring_bandwidth(prob, t, tp_l, 1);
+    let tf = t as f64;
+    let p2p = |bytes: u64| {
+        if prob.pipeline_split && t > 1 {
+            (prob.levels[pp_l].latency_s + bytes as f64 / tf / p2p_bw)
+                + ((tf - 1.0) / tf * bytes as f64 / bw_t + (tf - 1.0) * prob.levels[tp_l].latency_s)
+        } else {
+            prob.levels[pp_l].latency_s + bytes as f64 / p2p_bw
+        }
+    };
     // Layers of each rank, and the first/last layer of each of its stages or chunks.
     let mut pieces: Vec<Vec<(usize, usize)>> = vec![Vec::new(); p];
     let mut first = 0;

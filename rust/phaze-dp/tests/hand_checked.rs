@@ -40,6 +40,7 @@ fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
         blocks: None,
         expert_parallel: Some(1),
         rank_order: Some(RankOrder::TpPpDp),
+        pipeline_split: false,
     }
 }
 
@@ -486,12 +487,13 @@ fn rank_order_places_dp_and_pipeline_groups() {
         dp_out.stages[1].time_s,
         (3.0 + 2.0 * p2p_node) + 2.0 * p2p_node
     );
-    // With a node uplink of 50e9 the DP groups that leave a node share it. tp-dp-pp: the
-    // pipeline's transfers keep their NICs (not shared).
+    // With a node uplink of 50e9 the groups that leave a node share it. tp-dp-pp: the 4
+    // GPUs of the boundary stage send across at once, 50e9 / 4 each (below a NIC's 25e9).
+    let p2p_shared = 5e-6 + 1e9 / 12.5e9;
     let pp_out = run_on(RankOrder::TpDpPp, Some(50e9));
     assert_eq!(
         pp_out.stages[1].time_s,
-        (3.0 + 2.0 * p2p_cluster) + 2.0 * p2p_cluster
+        (3.0 + 2.0 * p2p_shared) + 2.0 * p2p_shared
     );
     // tp-pp-dp: the node's 8 GPUs are in 4 DP groups (2 members each, two NICs, 50e9
     // without the uplink), which share its 50e9: 12.5e9 each.

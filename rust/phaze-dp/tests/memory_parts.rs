@@ -30,6 +30,7 @@ fn random_problem(rng: &mut Rng, zero: Zero, v: Option<u64>) -> Problem {
         blocks: Some((1, 4)),
         expert_parallel: Some(1),
         rank_order: Some(RankOrder::TpPpDp),
+        pipeline_split: false,
     }
 }
 
@@ -147,6 +148,7 @@ fn sharded_problem(zero: Zero, v: u64) -> Problem {
         blocks: Some((0, 8)),
         expert_parallel: Some(1),
         rank_order: Some(RankOrder::TpPpDp),
+        pipeline_split: false,
     }
 }
 

@@ -423,6 +423,8 @@ struct ProblemInput {
     blocks: Option<BlockRange>,
     #[pyo3(item, default)]
     rank_order: Option<RankOrderSetting>,
+    #[pyo3(item, default)]
+    pipeline_split: Option<Flag>,
 }
 
 impl Keys for ProblemInput {
@@ -442,6 +444,7 @@ impl Keys for ProblemInput {
         "blocks",
         "expert_parallel",
         "rank_order",
+        "pipeline_split",
     ];
 }
 
@@ -523,6 +526,7 @@ impl From<ProblemInput> for Problem {
             blocks: p.blocks.map(|b| b.0),
             expert_parallel: p.expert_parallel.map(|c| c.0),
             rank_order: p.rank_order.and_then(|o| o.0),
+            pipeline_split: p.pipeline_split.is_some_and(|f| f.0),
         }
     }
 }

@@ -96,3 +96,17 @@ pub fn ring_bandwidth(prob: &Problem, g: u64, l: usize, stride: u64) -> f64 {
     }
     bw
 }
+
+/// Per-device bandwidth of a pipeline transfer on level `l`, neighbours `stride` apart: the
+/// level's own, at most the uplink over the min(stride, inner) devices of a node that send at
+/// once.
+pub fn p2p_bandwidth(prob: &Problem, l: usize, stride: u64) -> f64 {
+    let bw = prob.levels[l].bandwidth_bps;
+    match prob.levels[l].uplink_bps {
+        Some(up) if l > 0 => {
+            let senders = std::cmp::max(1, std::cmp::min(stride, prob.levels[l - 1].group_size));
+            f64::min(bw, up / senders as f64)
+        }
+        _ => bw,
+    }
+}
