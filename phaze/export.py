@@ -24,14 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from passes.algorithms.placement import RANK_ORDER_SETTINGS
 from phaze_ir.errors import PhazeError
 
 TARGETS = ("megatron", "torchtitan")
-
-#: The device numberings a plan may have (``phaze.plan``'s ``rank_order``, docs/design.md §5.5):
-#: Megatron-LM's default and ``--use-tp-pp-dp-mapping``; torchtitan runs the first only.
-RANK_ORDERS = RANK_ORDER_SETTINGS[1:]
 
 
 def pipeline_outermost_only(exports: list[tuple[str, str]] | None, expert_parallel: str) -> bool:
@@ -164,9 +159,15 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
         raise PhazeError(f"--export {target}: virtual_stages {v} and expert_parallel {ep} must be positive")
     if v > 1 and pp == 1:
         raise PhazeError(f"--export {target}: interleaved 1F1B ({v} chunks per device) needs pipeline parallelism")
+    # The numberings a plan may have (the placement's settings less auto, docs/design.md §5.5):
+    # Megatron-LM's default and --use-tp-pp-dp-mapping; torchtitan runs the first only. Imported
+    # here: phazec checks its --export outputs through this module before anything slow.
+    from passes.algorithms.placement import RANK_ORDER_SETTINGS
+
     order = plan.get("rank_order")
-    if order not in RANK_ORDERS:
-        raise PhazeError(f"--export {target}: the plan's rank_order is {order!r}, not one of {', '.join(RANK_ORDERS)}")
+    orders = RANK_ORDER_SETTINGS[1:]
+    if order not in orders:
+        raise PhazeError(f"--export {target}: the plan's rank_order is {order!r}, not one of {', '.join(orders)}")
     capacity = plan.get("capacity_factor")
     if capacity is not None and (
         isinstance(capacity, bool)
