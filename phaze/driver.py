@@ -337,7 +337,7 @@ def check_options(opts: Options) -> None:
         ("--pipeline-schedule", parse_pipeline_schedule, opts.pipeline_schedule),
         ("--expert-parallel", parse_expert_parallel, opts.expert_parallel),
         ("--rank-order", parse_rank_order, opts.rank_order),
-        ("pipeline transfer", parse_pipeline_transfer, opts.pipeline_transfer),
+        ("--pipeline-transfer", parse_pipeline_transfer, opts.pipeline_transfer),
     ):
         try:
             parse(value)
