@@ -1,7 +1,7 @@
 """What tracing a model costs per micro-batch size, and what tracing it once symbolically would.
 
     python benchmarks/bench_trace.py [MODEL.py] [--micro-batches 1,2,4,8] [--seq-len N]
-                                     [--symbolic [--check]]
+                                     [--symbolic [--check]] [--deepen [--check]]
 
 Without ``--symbolic``: the time of ``trace_model`` at each micro-batch size, as ``phazec``
 traces them (one concrete ``make_fx`` trace per size), and the peak RSS.
@@ -25,6 +25,10 @@ set here and neither make_fx's default:
   ``aten.native_dropout`` instead of ``empty_like``/``bernoulli_``/``div_``/``mul``, and
   ``matmul`` ends in ``aten.view`` instead of ``aten._unsafe_view``).
 
+With ``--deepen``: the time of ``trace_step`` (``phaze_ir/frontend/deepen.py``: the model traced
+cut to 5 and 6 blocks, the 5-block step deepened to all of them, as phazec traces a whole model)
+at each size; ``--check`` says whether its IR is byte-identical to the whole trace's.
+
 Micro-batch 1 is not bound: a transformer traced at 1 has another graph (a size-1 dim makes a
 tensor contiguous, so ``reshape`` skips a ``clone``), which a trace at a size >= 2 cannot show.
 """
@@ -46,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from phaze.driver import few_collections  # noqa: E402
-from phaze_ir.frontend import import_graph, load_model_file, trace_model  # noqa: E402
+from phaze_ir.frontend import import_graph, load_model_file, trace_model, trace_step  # noqa: E402
 from phaze_ir.frontend import trace as tr  # noqa: E402
 from phaze_ir.frontend.loader import ModelSpec  # noqa: E402
 from phaze_ir.ir import print_module  # noqa: E402
@@ -226,7 +230,8 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=None)
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--symbolic", action="store_true", help="also trace once symbolically and bind each size")
-    ap.add_argument("--check", action="store_true", help="compare the bound IR with the concrete trace's")
+    ap.add_argument("--deepen", action="store_true", help="also trace each size cut to 5 blocks and deepen it")
+    ap.add_argument("--check", action="store_true", help="compare the bound (deepened) IR with the concrete trace's")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     spec = load_model_file(a.model)
@@ -244,6 +249,19 @@ def main() -> None:
         if a.check:
             concrete[b] = traced
         del traced
+    if a.deepen:
+        print("trace_step: cut to 5 and 6 blocks, deepened (as phazec traces a whole model)")
+        for b in sizes:
+            start = time.perf_counter()
+            traced = trace_step(spec, b, a.seq_len, training=True, dtype=a.dtype)
+            line = f"  micro-batch {b}: {time.perf_counter() - start:6.1f} s  " + (
+                f"(deepened from {traced.deepened_from} blocks)" if traced.deepened_from else "(traced whole)"
+            )
+            if a.check:
+                same = print_module(import_graph(traced)) == print_module(import_graph(concrete[b]))
+                line += ", IR " + ("byte-identical to the whole trace's" if same else "DIFFERS from the whole trace's")
+            print(line + f", peak RSS {peak_gib():.2f} GiB")
+            del traced
     if not a.symbolic:
         return
     bound_sizes = [b for b in sizes if b >= 2]

@@ -395,7 +395,7 @@ def compile_model(
     seconds = {} if seconds is None else seconds
     for phase in ("trace", "import", "points"):
         seconds.setdefault(phase, 0.0)
-    from phaze_ir.frontend import UnknownOpError, trace_model
+    from phaze_ir.frontend import UnknownOpError, trace_step
 
     begun = start_compilation(model_path, opts, accelerator)
     opts, accelerator, spec, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.tp_widths
@@ -415,9 +415,9 @@ def compile_model(
             + ")"
         )
         start = time.perf_counter()
-        traced = trace_model(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
+        traced = trace_step(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
         seconds["trace"] += time.perf_counter() - start
-        log(f"traced {len(traced.graph_module.graph.nodes)} aten nodes in {traced.trace_seconds:.1f} s")
+        log(traced_line(traced))
         points = tp_points(opts, tp_widths)
         # The training step before sharding is the same at every TP width: import it and run
         # the training passes once per micro-batch, and give each point a copy.
@@ -480,6 +480,12 @@ def compile_model(
         fallback.verify()
         return fallback, candidates  # nothing fits: the module says which constraint binds
     raise PhazeError("no micro-batch size and TP width could be compiled: " + notes_once(candidates))
+
+
+def traced_line(traced) -> str:
+    """What the log says of a traced step: its nodes, its time, how it was traced."""
+    how = f" (deepened from {traced.deepened_from} blocks)" if traced.deepened_from else ""
+    return f"traced {len(traced.graph_module.graph.nodes)} aten nodes in {traced.trace_seconds:.1f} s{how}"
 
 
 def check_power_cap(opts: Options, accelerator) -> None:

@@ -656,7 +656,7 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     from passes import ALL_PASSES
     from passes.solver_options import SolverOptions
     from phaze.driver import compile_from, copy_for, load_accelerator, pipeline, training_step
-    from phaze_ir.frontend import load_model_file, trace_model
+    from phaze_ir.frontend import load_model_file, trace_step
     from phaze_ir.ir import make_context
 
     opts = replace(settings.options(job.runs[0]), schedule_cache=_cache(settings.cache_dir))
@@ -671,7 +671,7 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="phaze-validate-") as tmp:
         spec = load_model_file(write_model_file(job.shape, tmp))
-        traced = trace_model(spec, job.micro_batch, job.shape.seq_len, training=True, dtype=job.shape.dtype)
+        traced = trace_step(spec, job.micro_batch, job.shape.seq_len, training=True, dtype=job.shape.dtype)
     out.trace_s = time.perf_counter() - start
 
     # The TP-independent part of the pipeline (phazec --emit training), once for every width.

@@ -149,12 +149,13 @@ def compile_plan(
 def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> ModuleOp:
     """``point`` compiled from the whole model through the pipeline to its plan (its schedules
     are the settings', from the cache)."""
-    from phaze_ir.frontend import trace_model
+    from phaze_ir.frontend import trace_step
 
     where = f"micro-batch {point.micro_batch}, TP {point.tp}" + (", SP" if point.sequence_parallel else "")
     log(f"compiling the best point ({where}) from the whole model")
     start = time.perf_counter()
-    traced = trace_model(spec, point.micro_batch, opts.seq_len, training=True, dtype=opts.dtype)
+    traced = trace_step(spec, point.micro_batch, opts.seq_len, training=True, dtype=opts.dtype)
+    log(driver.traced_line(traced))
     module = driver.compile_module(traced, "plan", point.tp, opts, acc, point.sequence_parallel)
     module.verify()
     seconds["winner"] += time.perf_counter() - start

@@ -157,13 +157,7 @@ class _Importer:
 
     # -- provenance --------------------------------------------------------------------------
     def provenance(self, node) -> tuple[str, str]:
-        phase = "bwd" if node.meta.get("custom", {}).get("phaze_phase") == "bwd" else "fwd"
-        if phase == "fwd":
-            stack = node.meta.get("nn_module_stack")
-            module = list(stack)[-1] if stack else ""
-        else:
-            module = self.traced.seq_module.get(node.meta.get("seq_nr"), "")
-        return module, phase
+        return provenance(self.traced, node)
 
     # -- operands ----------------------------------------------------------------------------
     def value_of(self, arg) -> SSAValue | None:
@@ -441,6 +435,18 @@ class _Importer:
                 )
             )
         return records
+
+
+def provenance(traced: TracedGraph, node) -> tuple[str, str]:
+    """``(module path, "fwd" | "bwd")`` of a traced node: a forward node's innermost module, a
+    backward node's through its autograd sequence number (``trace.py``)."""
+    phase = "bwd" if node.meta.get("custom", {}).get("phaze_phase") == "bwd" else "fwd"
+    if phase == "fwd":
+        stack = node.meta.get("nn_module_stack")
+        module = list(stack)[-1] if stack else ""
+    else:
+        module = traced.seq_module.get(node.meta.get("seq_nr"), "")
+    return module, phase
 
 
 def _torch_flops(node) -> int | None:

@@ -54,6 +54,12 @@ class TracedGraph:
     #: (blocks traced, blocks the model has) of its repeated blocks when ``trace_model`` was
     #: asked for fewer (``max_blocks``) and cut the model's block list short; None otherwise
     blocks: tuple[int, int] | None = None
+    #: module path of the model's list of repeated blocks (``uniform_blocks``), e.g.
+    #: ``transformer.h``; "" when it has none or ``max_blocks`` was not asked
+    block_path: str = ""
+    #: blocks of the cut trace this step was deepened from (``deepen.trace_step``); None
+    #: when it was traced as it is
+    deepened_from: int | None = None
 
 
 @contextlib.contextmanager
@@ -327,12 +333,15 @@ def trace_model(
         raise PhazeError(f"{spec.path.name}: get_model() returned {type(model).__name__}, expected a torch.nn.Module")
     _check_positions(model, spec, seq_len if seq_len is not None else spec.seq_len)
     blocks = None
+    block_path = ""
     if max_blocks is not None:
         if max_blocks < 1:
             raise PhazeError(f"max_blocks = {max_blocks}: expected a positive integer")
         found = uniform_blocks(model)
         if found is not None and found[2] > max_blocks:
             parent, attr, count = found
+            owner = next(path for path, m in model.named_modules() if m is parent)
+            block_path = f"{owner}.{attr}" if owner else attr
             setattr(parent, attr, torch.nn.ModuleList(list(getattr(parent, attr))[:max_blocks]))
             blocks = (max_blocks, count)
     if dtype != "model":
@@ -447,4 +456,5 @@ def trace_model(
         seq_module=seq_module,
         trace_seconds=time.perf_counter() - start,
         blocks=blocks,
+        block_path=block_path,
     )

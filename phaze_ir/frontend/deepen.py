@@ -1,0 +1,421 @@
+"""A training step traced from a model cut to 5 of its repeated blocks, deepened to all of them.
+
+Why: tracing costs time in proportion to the blocks (GPT-3 175B's 96: 25-40 s on the 2-core
+machine), while the blocks of a model whose blocks run the same code (``uniform_blocks``)
+trace to the same nodes.  So the model is traced cut to 5 blocks, ``first, 1, template,
+3, last``, and the template block's nodes, forward and backward, are copied once per extra
+block; the other blocks are kept and renumbered (``last`` becomes block ``N - 1``).  The
+result is the graph the whole model traces to: the same nodes in the same order, the same
+names (given by torch.fx's own namer, in the same order), the same module paths, parameter
+names and constants; what the importer reads of it is checked against a real trace of 6
+blocks before it is relied on (:func:`trace_whole`), and the examples' IR bytes against
+their whole traces (``tests/test_deepen.py``).
+
+How a copy finds its operands: a node of block ``j`` that reads a node of block ``j'`` reads,
+in block ``k``'s copy, the node at the same position of block ``k + j' - j``; blocks 1, 2
+and 3 must look alike node by node (operation, operands relative to their block, shapes) for
+that to hold, and a block read across more than one block away must be one the copy has
+(else: None, and the model is traced whole).  The layout asked of the cut step: outside
+nodes, then the blocks' forward in order, outside nodes (the head and loss and their
+backward), the blocks' backward in reverse order, outside nodes; unlabelled nodes (autograd's
+gradient adds) belong to the block around them.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+import re
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from phaze_ir.frontend.trace import TracedGraph
+
+#: Blocks of the cut trace: first, a middle block on either side of the template, last.
+CUT = 5
+#: The cut trace's block copied for every block added.
+TEMPLATE = 2
+#: torch.fx's split of a node name into its base and counter (``torch.fx.graph._name_regex``).
+_NAME = re.compile(r"^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$")
+#: make_fx's names of the constants it lifts out of the step, numbered as they are met.
+_CONSTANT = re.compile(r"^_tensor_constant(\d+)$")
+
+
+class _CannotDeepen(Exception):
+    """The cut step is not laid out as :func:`deepen` needs (the message says where)."""
+
+
+@dataclass
+class _Segment:
+    """Consecutive nodes of one region: outside every block (``block`` None) or one block's."""
+
+    kind: str  # "param", "buffer", "input", "fwd", "bwd"
+    block: int | None
+    nodes: list[Any]
+
+
+def _shapes(v: Any) -> Any:
+    """Shapes, element types and strides of a node's value (tensors, nested), else its repr."""
+    import torch
+
+    if isinstance(v, torch.Tensor):
+        return (tuple(v.shape), v.dtype, tuple(v.stride()))
+    if isinstance(v, (tuple, list)):
+        return tuple(_shapes(x) for x in v)
+    return repr(v)
+
+
+def _block_of(path: str, prefix: str) -> int | None:
+    if not path.startswith(prefix):
+        return None
+    head = path[len(prefix) :].split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _renamed(path: str, prefix: str, j: int, k: int) -> str:
+    """``path`` of block ``j`` as block ``k``'s (unchanged when it is not in block ``j``)."""
+    old = f"{prefix}{j}"
+    if j == k or not (path == old or path.startswith(old + ".")):
+        return path
+    return f"{prefix}{k}{path[len(old) :]}"
+
+
+def _labels(cut: TracedGraph, prefix: str) -> tuple[list[_Segment], list[_Segment], Any]:
+    """The cut step split into segments: its placeholders', its body's, and its output node."""
+    nodes = list(cut.graph_module.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    if len(placeholders) != len(cut.placeholders):
+        raise _CannotDeepen("placeholder bookkeeping out of sync with the graph")
+    output = nodes[-1]
+    if output.op != "output":
+        raise _CannotDeepen("the graph does not end in its output")
+
+    def runs(items: list[tuple[str, int | None, Any]]) -> list[_Segment]:
+        # Unlabelled nodes between two nodes of one block are that block's.
+        labels = [b for _, b, _ in items]
+        known = [i for i, b in enumerate(labels) if b is not None]
+        for a, b in zip(known, known[1:]):
+            if labels[a] == labels[b] and items[a][0] == items[b][0]:
+                for i in range(a + 1, b):
+                    if items[i][0] == items[a][0]:
+                        labels[i] = labels[a]
+        out: list[_Segment] = []
+        for (kind, _, node), label in zip(items, labels):
+            if out and out[-1].kind == kind and out[-1].block == label:
+                out[-1].nodes.append(node)
+            else:
+                out.append(_Segment(kind, label, [node]))
+        # Unlabelled nodes between two neighbouring blocks (the gradient adds of the residual
+        # stream between two blocks' backward) are the block's before them.
+        merged: list[_Segment] = []
+        for i, seg in enumerate(out):
+            before, after = (out[i - 1] if i else None), (out[i + 1] if i + 1 < len(out) else None)
+            if (
+                seg.block is None
+                and before is not None
+                and after is not None
+                and before.block is not None
+                and after.block is not None
+                and before.kind == seg.kind == after.kind
+                and abs(before.block - after.block) == 1
+            ):
+                merged[-1].nodes.extend(seg.nodes)
+            else:
+                merged.append(seg)
+        return merged
+
+    heads = [(role, _block_of(name, prefix), n) for n, (role, name) in zip(placeholders, cut.placeholders)]
+    body: list[tuple[str, int | None, Any]] = []
+    label_of: dict[Any, int | None] = {}
+    for n in nodes:
+        if n.op in ("placeholder", "output"):
+            continue
+        phase = "bwd" if n.meta.get("custom", {}).get("phaze_phase") == "bwd" else "fwd"
+        if n.op == "call_function" and n.target is operator.getitem and n.args[0] in label_of:
+            label = label_of[n.args[0]]
+        elif phase == "fwd":
+            stack = n.meta.get("nn_module_stack")
+            label = _block_of(list(stack)[-1], prefix) if stack else None
+        else:
+            label = _block_of(cut.seq_module.get(n.meta.get("seq_nr"), ""), prefix)
+        label_of[n] = label
+        body.append((phase, label, n))
+    return runs(heads), runs(body), output
+
+
+def _check_layout(segments: list[_Segment], where: str) -> None:
+    """Blocks appear as whole runs 0..4 (or 4..0), each once per run, between outside nodes."""
+    blocks = [s.block for s in segments if s.block is not None]
+    ascending = list(range(CUT))
+    descending = ascending[::-1]
+    i = 0
+    while i < len(blocks):
+        if blocks[i : i + CUT] not in (ascending, descending):
+            raise _CannotDeepen(f"{where}: blocks in the order {blocks}, expected runs of 0..{CUT - 1}")
+        i += CUT
+    for a, b in zip(segments, segments[1:]):
+        if a.block is not None and b.block is not None and abs(a.block - b.block) != 1:
+            raise _CannotDeepen(f"{where}: block {a.block} followed by block {b.block}")
+
+
+def deepen(cut: TracedGraph, blocks: int) -> TracedGraph:
+    """``cut`` (a step traced with ``max_blocks = CUT``) as the step of the model with
+    ``blocks`` of its repeated blocks.  Raises :class:`ValueError` saying why when the cut
+    step is not laid out as the module docstring says."""
+    start = time.perf_counter()
+    if cut.blocks is None or cut.blocks[0] != CUT or not cut.block_path:
+        raise ValueError(f"deepen needs a step traced cut to {CUT} blocks (got blocks {cut.blocks})")
+    if blocks < CUT:
+        raise ValueError(f"cannot deepen {CUT} blocks to {blocks}")
+    try:
+        return _deepen(cut, blocks, start)
+    except _CannotDeepen as e:
+        raise ValueError(str(e)) from None
+
+
+def _src(k: int, blocks: int) -> int:
+    """The cut step's block that block ``k`` of the deepened step is a copy of."""
+    if k <= 1:
+        return k
+    if k >= blocks - 2:
+        return k - blocks + CUT
+    return TEMPLATE
+
+
+def _alike(j: int, k: int) -> bool:
+    """Blocks ``j`` and ``k`` of the cut step are interchangeable: equal or both middle ones."""
+    return j == k or (1 <= j <= CUT - 2 and 1 <= k <= CUT - 2)
+
+
+def _deepen(cut: TracedGraph, blocks: int, start: float) -> TracedGraph:
+    import torch
+    from torch.fx.node import map_arg
+
+    prefix = cut.block_path + "."
+    heads, body, output = _labels(cut, prefix)
+    _check_layout(heads, "placeholders")
+    _check_layout(body, "step")
+
+    # Each run of blocks (the placeholders' parameters and buffers, the forward, the
+    # backward): its segments by block, and where each node of a block sits in it.
+    runs: list[dict[int, _Segment]] = []
+    for segments in (heads, body):
+        blocks_of = [s for s in segments if s.block is not None]
+        runs.extend({s.block: s for s in blocks_of[i : i + CUT]} for i in range(0, len(blocks_of), CUT))  # type: ignore[misc]
+    place: dict[Any, tuple[int, int, int]] = {}  # node -> (run, block, position)
+    for r, run in enumerate(runs):
+        for j, seg in run.items():
+            for i, n in enumerate(seg.nodes):
+                place[n] = (r, j, i)
+
+    def signature(n: Any, j: int) -> tuple:
+        def arg(a: Any) -> Any:
+            if a in place:
+                r, jj, i = place[a]
+                return ("block", r, jj - j, i)
+            return ("node", a.name)
+
+        return (
+            n.op,
+            n.target if n.op not in ("get_attr", "placeholder") else n.op,
+            repr(map_arg((n.args, n.kwargs), arg)),
+            _shapes(n.meta.get("val")),
+            n.meta.get("custom", {}).get("phaze_phase"),
+        )
+
+    # The middle blocks must look alike node by node, so that a copy of the template can
+    # stand beside any of them.
+    for run in runs:
+        middle = [run[j] for j in range(1, CUT - 1)]
+        if len({len(s.nodes) for s in middle}) != 1:
+            raise _CannotDeepen(f"middle blocks of {len(middle[0].nodes)}, ... nodes: not alike")
+        for nodes in zip(*(s.nodes for s in middle)):
+            sigs = {signature(n, j) for n, j in zip(nodes, range(1, CUT - 1))}
+            if len(sigs) != 1:
+                raise _CannotDeepen(f"the middle blocks differ at {nodes[0].name}")
+
+    seq_of: dict[tuple[int, Any], int] = {}
+    next_seq = max([*cut.seq_module, 0]) + 1
+    seq_module = dict(cut.seq_module)
+
+    def fresh_seq(k: int, s: Any) -> Any:
+        nonlocal next_seq
+        if (k, s) not in seq_of:
+            seq_of[k, s] = next_seq
+            if s in cut.seq_module:
+                seq_module[next_seq] = _renamed(cut.seq_module[s], prefix, _src(k, blocks), k)
+            next_seq += 1
+        return seq_of[k, s]
+
+    # The deepened step's nodes in order: (cut node, block k or None).
+    order: list[tuple[Any, int | None]] = []
+
+    def expand(segments: list[_Segment]) -> None:
+        run: list[_Segment] = []
+        for s in segments:
+            if s.block is None:
+                order.extend((n, None) for n in s.nodes)
+                continue
+            run.append(s)
+            if len(run) == CUT:
+                ks = range(blocks) if run[0].block == 0 else range(blocks - 1, -1, -1)
+                segs = {x.block: x for x in run}
+                for k in ks:
+                    order.extend((n, k) for n in segs[_src(k, blocks)].nodes)
+                run = []
+
+    expand(heads)
+    expand(body)
+
+    graph = torch.fx.Graph()
+    new: dict[tuple[Any, int | None], Any] = {}
+    constants: dict[str, Any] = {}
+    placeholders: list[Any] = []
+
+    def resolve(a: Any, k: int | None) -> Any:
+        if a not in place:
+            return new[a, None]
+        r, j_ref, i = place[a]
+        kk: int
+        if k is None:  # an outside node reading a block: the first two and last two are kept
+            if j_ref <= 1:
+                kk = j_ref
+            elif j_ref >= CUT - 2:
+                kk = blocks - CUT + j_ref
+            else:
+                raise _CannotDeepen(f"{a.name} of the template block is read outside the blocks")
+        else:
+            kk = k + j_ref - _src(k, blocks)
+            if not 0 <= kk < blocks or not _alike(_src(kk, blocks), j_ref):
+                raise _CannotDeepen(f"a block reads {a.name} of block {j_ref}, which a copy does not have")
+        target = runs[r][_src(kk, blocks)].nodes[i]
+        return new[target, kk]
+
+    for n, k in order:
+        src = _src(k, blocks) if k is not None else None
+
+        def operand(a: Any, k: int | None = k) -> Any:
+            return resolve(a, k)
+
+        args = map_arg(n.args, operand)
+        kwargs = map_arg(n.kwargs, operand)
+        target = n.target
+        if n.op == "get_attr":
+            m = _CONSTANT.match(str(target))
+            if m is None:
+                raise _CannotDeepen(f"constant {target}: not a constant make_fx lifted")
+            target = f"_tensor_constant{len(constants)}"
+            constants[target] = getattr(cut.graph_module, str(n.target))
+        if n.op == "placeholder":  # make_fx's names: arg<position>_1
+            target = name = f"arg{len(placeholders)}_1"
+            placeholders.append(n)
+        elif n.op == "get_attr":
+            name = str(target)
+        else:
+            match = _NAME.match(n.name)
+            name = match.group(1) if match else n.name
+        node = graph.create_node(n.op, target, args, kwargs, name, n.type)
+        meta = n.meta
+        if k is not None and src is not None and src != k:
+            meta = copy.copy(n.meta)
+            stack = meta.get("nn_module_stack")
+            if stack:
+                meta["nn_module_stack"] = {
+                    _renamed(p, prefix, src, k): (_renamed(v[0], prefix, src, k), v[1]) for p, v in stack.items()
+                }
+            if meta.get("seq_nr") is not None:
+                meta["seq_nr"] = fresh_seq(k, meta["seq_nr"])
+        node.meta = meta
+        new[n, k] = node
+
+    # The output: the loss, then each parameter's gradient in the parameters' order.
+    outs = output.args[0]
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    grad_of = dict(zip(cut.grad_names, outs[1:]))
+    roles: list[tuple[str, str]] = []
+    grads: list[Any] = []
+    grad_names: list[str] = []
+    role_of = dict(zip((n for n in cut.graph_module.graph.nodes if n.op == "placeholder"), cut.placeholders))
+    no_grad: list[str] = []
+    for n, k in order:
+        if n.op != "placeholder":
+            continue
+        role, name = role_of[n]
+        renamed = _renamed(name, prefix, _src(k, blocks), k) if k is not None else name
+        roles.append((role, renamed))
+        if name in grad_of:
+            grads.append(resolve(grad_of[name], k))
+            grad_names.append(renamed)
+        if name in cut.no_grad_params:
+            no_grad.append(renamed)
+    outputs = [resolve(o, None) for o in outs[:1]] + grads if cut.training else [resolve(o, None) for o in outs]
+    graph.output(tuple(outputs)).meta = output.meta
+    gm = torch.fx.GraphModule(constants, graph)
+    return replace(
+        cut,
+        graph_module=gm,
+        placeholders=roles,
+        grad_names=grad_names,
+        no_grad_params=no_grad,
+        seq_module=seq_module,
+        trace_seconds=cut.trace_seconds + time.perf_counter() - start,
+        blocks=None,
+        block_path="",
+    )
+
+
+def importer_view(traced: TracedGraph) -> list[Any]:
+    """What the importer reads of ``traced``: every node's operation, name, target, operands,
+    shapes, phase and module, and the placeholders' and gradients' names.  Two steps with
+    equal views import to the same IR."""
+    from torch.fx.node import map_arg
+
+    from phaze_ir.frontend.importer import provenance
+
+    view: list[Any] = [traced.placeholders, traced.grad_names, traced.no_grad_params, traced.training]
+    for n in traced.graph_module.graph.nodes:
+        module, phase = provenance(traced, n)
+        view.append(
+            (
+                n.op,
+                n.name,
+                str(n.target),
+                repr(map_arg((n.args, n.kwargs), lambda a: a.name)),
+                _shapes(n.meta.get("val")),
+                phase,
+                module,
+            )
+        )
+    return view
+
+
+def trace_step(
+    spec: Any, micro_batch_size: int = 1, seq_len: int | None = None, training: bool = True, dtype: str = "float16"
+) -> TracedGraph:
+    """The whole model's step, as :func:`~phaze_ir.frontend.trace.trace_model` traces it, in
+    the time of a few blocks: a model with more than ``CUT + 1`` repeated blocks that run the
+    same code is traced cut to ``CUT`` and to ``CUT + 1`` of them, and when the first
+    :func:`deepen`\\ ed to ``CUT + 1`` blocks is what the second traced (:func:`importer_view`),
+    it is deepened to all of them; otherwise the model is traced whole (its result says which:
+    ``deepened_from``)."""
+    from phaze_ir.frontend.trace import trace_model
+
+    def traced(max_blocks: int | None) -> TracedGraph:
+        return trace_model(spec, micro_batch_size, seq_len, training=training, dtype=dtype, max_blocks=max_blocks)
+
+    start = time.perf_counter()
+    cut = traced(CUT)
+    if cut.blocks is None:  # nothing to cut: this is the whole model
+        return cut
+    total = cut.blocks[1]
+    if total > CUT + 1:
+        check = traced(CUT + 1)
+        try:
+            same = importer_view(deepen(cut, CUT + 1)) == importer_view(check)
+        except ValueError:
+            same = False
+        if same:
+            step = deepen(cut, total)
+            return replace(step, trace_seconds=time.perf_counter() - start, deepened_from=CUT)
+    return traced(None)
