@@ -37,7 +37,9 @@ DTYPES = ("float16", "bfloat16", "float32", "model")
 class TracedGraph:
     """A traced step and what the importer needs to know about its placeholders."""
 
-    graph_module: Any  # torch.fx.GraphModule
+    #: a torch.fx.GraphModule; a deepened step's is a ``deepen.StepGraph`` (its ``graph`` and
+    #: its constants as attributes: what the importer reads)
+    graph_module: Any
     model_name: str
     training: bool
     micro_batch_size: int
