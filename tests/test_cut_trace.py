@@ -148,7 +148,7 @@ class Block(torch.nn.Module):
 class Model(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.blocks = torch.nn.ModuleList(Block(i, {window}) for i in range(6))
+        self.blocks = torch.nn.ModuleList(Block(i, {window}) for i in range({blocks}))
         self.head = torch.nn.Linear(32, 1)
 
     def forward(self, x):
@@ -172,9 +172,10 @@ def loss_fn(out):
 """
 
 
-def _special(tmp_path, name: str, window: str, special: int) -> str:
+def _special(tmp_path, name: str, window: str, special: int, blocks: int = 6) -> str:
+    """A model of ``blocks`` alike blocks whose forward does something after block ``special``."""
     path = tmp_path / f"{name}.py"
-    path.write_text(textwrap.dedent(_SPECIAL.format(name=name, window=window, special=special)))
+    path.write_text(textwrap.dedent(_SPECIAL.format(name=name, window=window, special=special, blocks=blocks)))
     return str(path)
 
 

@@ -5,11 +5,9 @@ model traced wherever the cut step is not what its blocks repeat."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 from conftest import EXAMPLES, MODELS
-from test_cut_trace import _HEAD, _MODELS
+from test_cut_trace import _HEAD, _MODELS, _special
 
 from phaze_ir.frontend import import_graph, load_model_file, trace_model, trace_step
 from phaze_ir.frontend.deepen import CUT, deepen
@@ -53,57 +51,13 @@ def test_every_example_deepens_to_its_whole_trace(example):
     _same_as_whole(str(EXAMPLES / f"{example}.py"), 1)
 
 
-_SPECIAL = """
-import torch
-
-NAME = "{name}"
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(32, 32)
-
-    def forward(self, x):
-        return x + torch.relu(self.fc(x))
-
-
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = torch.nn.ModuleList(Block() for _ in range(9))
-        self.head = torch.nn.Linear(32, 1)
-
-    def forward(self, x):
-        for i, block in enumerate(self.blocks):
-            x = block(x)
-            if i == {special}:
-                x = x * 2 + 1
-        return self.head(x).sum()
-
-
-def get_model():
-    return Model()
-
-
-def get_inputs(micro_batch_size, seq_len=None):
-    return (torch.zeros(micro_batch_size, 32),)
-
-
-def loss_fn(out):
-    return out
-"""
-
-
 @pytest.mark.parametrize("special", [-1, 0, 2, 3, 5])
 def test_a_block_treated_apart_is_traced_whole(tmp_path, special):
     """A forward that does something after one block only: after block 0, 2 or 3 the cut's
     middle blocks differ (after block 0, its backward sits between the backward of blocks 1
     and 0: block 1's), after block 5 the 6-block check differs, so the model is traced whole
     (and its IR is right); with no block apart (-1) it is deepened."""
-    path = tmp_path / f"apart{special}.py"
-    path.write_text(textwrap.dedent(_SPECIAL.format(name=f"apart{special}", special=special)))
-    spec = load_model_file(str(path))
+    spec = load_model_file(_special(tmp_path, f"apart{special}", "8", special, blocks=9))
     got = trace_step(spec, 2)
     assert got.deepened_from == (CUT if special == -1 else None)
     assert _ir(got) == _ir(trace_model(spec, 2))
