@@ -48,7 +48,7 @@ pub struct MemoryParts {
     pub grads: u64,
     /// Optimizer state: Σ optimizer_bytes, ⌈/d⌉ from ZeRO-1.
     pub optimizer: u64,
-    /// The activations stashed at the schedule's peak: in_flight · Σ saved_bytes[policy] under
+    /// The activations stashed at the schedule's peak: in_flight · Σ `saved_bytes[policy]` under
     /// 1F1B, the simulated peak of the interleaved schedule otherwise.
     pub activations: u64,
     /// The largest transient working set of one layer: max workspace_bytes.
