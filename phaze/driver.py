@@ -580,6 +580,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
         "zero": plan["zero"],
         "expert_parallel": plan["expert_parallel"],
         "rank_order": plan["rank_order"],
+        "pipeline_transfer": plan["pipeline_transfer"],
         "capacity_factor": capacity_factor(module),
         "micro_batch_size": plan["micro_batch_size"],
         "num_micro_batches": plan["num_micro_batches"],

@@ -81,15 +81,13 @@ MEGATRON_FLAGS = (
 class ModelFacts:
     """What an export needs to know of the model and the run beyond the plan dict: the kind of
     every layer in order (``prologue``, ``block``, ``head``: ``phaze.layers``), the sequence
-    length traced, and phazec's ``--dtype``, ``--optimizer``, ``--dp-overlap`` and
-    ``--pipeline-transfer``."""
+    length traced, and phazec's ``--dtype``, ``--optimizer`` and ``--dp-overlap``."""
 
     layer_kinds: tuple[str, ...]
     seq_len: int | None = None
     dtype: str = "float16"
     optimizer: str = "adam"
     dp_overlap: bool = False
-    pipeline_transfer: str = "whole"
 
     @property
     def num_blocks(self) -> int:
@@ -138,7 +136,7 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
     b, m = _int(plan, "micro_batch_size", target), _int(plan, "num_micro_batches", target)
     gb = _int(plan, "global_batch", target)
     sp = bool(plan["sequence_parallel"])
-    if facts.pipeline_transfer == "split" and tp > 1 and pp > 1 and not sp:
+    if plan.get("pipeline_transfer") == "split" and tp > 1 and pp > 1 and not sp:
         raise PhazeError(
             f"--export {target}: the plan splits its pipeline transfers over the TP group (--pipeline-transfer "
             f"split, DeepSpeed's pipeline engine); {target} sends them whole: price it with --pipeline-transfer whole"
@@ -517,7 +515,6 @@ def model_facts(module, opts) -> ModelFacts:
         dtype=opts.dtype,
         optimizer=opts.optimizer,
         dp_overlap=opts.dp_overlap,
-        pipeline_transfer=opts.pipeline_transfer,
     )
 
 

@@ -733,7 +733,7 @@ class PlanAttr(RecordAttr):
 
         #phaze.plan<devices = 1024, global_batch = 4096, dp = 32, pp = 8, tp = 4,
                     virtual_stages = 1, zero = 0, expert_parallel = 1, rank_order = "tp-dp-pp",
-                    micro_batch_size = 1, num_micro_batches = 128, time_per_batch_s = 12.5,
+                    pipeline_transfer = "whole", micro_batch_size = 1, num_micro_batches = 128, time_per_batch_s = 12.5,
                     throughput_samples_per_s = 327.7, max_memory_bytes = 30000000000,
                     devices_used = 1024, placement = "phaze", feasible = yes, binding = "">
 
@@ -751,6 +751,11 @@ class PlanAttr(RecordAttr):
       (pipeline outermost: Megatron-LM's and torchtitan's default) or ``"tp-pp-dp"`` (data
       parallelism outermost: Megatron-LM's ``--use-tp-pp-dp-mapping``); it decides which
       network level each group's collectives cross. Empty when no plan fits.
+    - ``pipeline_transfer``: how the plan priced a boundary's activation between two pipeline
+      stages: ``"whole"`` (every TP rank sends it: Megatron-LM, torchtitan) or ``"split"``
+      (each rank sends 1/t, the next stage's TP group all-gathers it: DeepSpeed's pipeline
+      engine). Under sequence parallelism the boundary is already sharded: ``"whole"``. Empty
+      when no plan fits.
     - ``num_micro_batches``: micro-batches per replica per batch, ``global_batch / (micro_batch_size·dp)``.
     - ``time_per_batch_s``: ``(m + (p − 1)/v)·max stage time + exposed DP collectives``.
     - ``placement``: ``"phaze"`` (searched) or ``"expert:PP,DP,TP"`` (evaluated as given).
@@ -769,6 +774,7 @@ class PlanAttr(RecordAttr):
         "zero",
         "expert_parallel",
         "rank_order",
+        "pipeline_transfer",
         "micro_batch_size",
         "num_micro_batches",
         "time_per_batch_s",
@@ -789,6 +795,7 @@ class PlanAttr(RecordAttr):
     zero: IntAttr
     expert_parallel: IntAttr
     rank_order: StringAttr
+    pipeline_transfer: StringAttr
     micro_batch_size: IntAttr
     num_micro_batches: IntAttr
     time_per_batch_s: FloatData

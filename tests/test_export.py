@@ -84,6 +84,7 @@ def plan(
         "zero": 0,
         "expert_parallel": 1,
         "rank_order": "tp-dp-pp",
+        "pipeline_transfer": "whole",
         "stages": stages,
         **extra,
     }
@@ -447,13 +448,8 @@ REFUSED = [
     ("torchtitan", plan([1, 3, 4], pp=3), facts(8), "torchtitan cannot split the 8 blocks as the plan does (1, 3, 4"),
     ("torchtitan", plan([4, 4], capacity_factor=1.25), facts(8), "pads the experts to capacity factor 1.25"),
     ("both", plan([4, 4], capacity_factor=0.5), facts(8), "the plan's capacity_factor is 0.5, not a number >= 1"),
-    (
-        "both",
-        plan([4, 4]),
-        ModelFacts(layer_kinds=facts(8).layer_kinds, pipeline_transfer="split"),
-        "splits its pipeline transfers over the TP group",
-    ),
-    ("both", plan([8], pp=1), ModelFacts(layer_kinds=facts(8).layer_kinds, pipeline_transfer="split"), None),
+    ("both", plan([4, 4], pipeline_transfer="split"), facts(8), "splits its pipeline transfers over the TP group"),
+    ("both", plan([8], pp=1, pipeline_transfer="split"), facts(8), None),
 ]
 
 

@@ -328,10 +328,13 @@ def test_a_pipelined_run_is_phazecs_plan_with_split_transfers(validated, tmp_pat
     args += ["--micro-batch", "1", "--tp", "2", "--recompute", "full", "--rank-order", "tp-dp-pp", "-q"]
     times = {}
     for transfer in ("split", "whole"):
-        out = tmp_path / f"{transfer}.json"
-        argv = [*args, "--pipeline-transfer", transfer, "--json", str(out), "-o", str(tmp_path / "plan.mlir")]
+        out, mlir = tmp_path / f"{transfer}.json", tmp_path / f"{transfer}.mlir"
+        argv = [*args, "--pipeline-transfer", transfer, "--json", str(out), "-o", str(mlir)]
         assert phazec.main(argv) == 0
-        times[transfer] = json.loads(out.read_text())["time_per_batch_s"]
+        plan = json.loads(out.read_text())
+        times[transfer] = plan["time_per_batch_s"]
+        # The plan says how it priced its transfers, in the IR and in the JSON.
+        assert plan["pipeline_transfer"] == transfer and f'pipeline_transfer = "{transfer}"' in mlir.read_text()
     assert times["split"] == run["predicted_s"] and times["whole"] != times["split"]
 
 
