@@ -10,7 +10,10 @@ from conftest import EXAMPLES, MODELS
 from test_cut_trace import _HEAD, _MODELS, _special
 
 from phaze_ir.frontend import import_graph, load_model_file, trace_model, trace_step
-from phaze_ir.frontend.deepen import CUT, deepen
+from phaze_ir.frontend.deepen import CUT, DEEPEN_FROM, deepen
+
+#: A small GPT-2 (the examples' GPT-2 XL and GPT-3 175B class) for ``_HEAD``.
+_GPT2 = ("GPT2Config", "GPT2LMHeadModel", "vocab_size=256, n_embd=64, n_layer=6, n_head=4, n_positions=64")
 
 
 def _ir(traced) -> str:
@@ -28,18 +31,27 @@ def _same_as_whole(model: str, micro_batch: int, seq_len: int | None = None) -> 
 
 @pytest.mark.parametrize("name", ["gpt2", *_MODELS])
 def test_a_deepened_step_is_the_whole_models(tmp_path, name):
-    """Small models of each family, 9 blocks (4 copies of the template), micro-batch 1 (a
+    """Small models of each family, 12 blocks (7 copies of the template), micro-batch 1 (a
     size-1 dim: another graph) and 2."""
-    if name == "gpt2":
-        model = str(MODELS / "tiny_gpt2_deep.py")
-    else:
-        cfg, cls, args, inputs = _MODELS[name]
-        path = tmp_path / f"{name}.py"
-        args = args.replace("num_hidden_layers=6", "num_hidden_layers=9")
-        path.write_text(_HEAD.format(cfg=cfg, cls=cls, name=f"tiny-{name}", args=args, inputs=inputs))
-        model = str(path)
+    cfg, cls, args, inputs = (*_GPT2, _MODELS["llama"][3]) if name == "gpt2" else _MODELS[name]
+    path = tmp_path / f"{name}.py"
+    args = args.replace("num_hidden_layers=6", f"num_hidden_layers={DEEPEN_FROM}")
+    args = args.replace("n_layer=6", f"n_layer={DEEPEN_FROM}")
+    path.write_text(_HEAD.format(cfg=cfg, cls=cls, name=f"tiny-{name}", args=args, inputs=inputs))
     for micro_batch in (1, 2):
-        _same_as_whole(model, micro_batch)
+        _same_as_whole(str(path), micro_batch)
+
+
+def test_a_model_of_few_blocks_is_traced_whole(tmp_path, monkeypatch):
+    """Below ``DEEPEN_FROM`` blocks the two cut traces would cost what the whole one does: one
+    cut trace (which finds the blocks), then the whole model."""
+    import phaze_ir.frontend.trace as tr
+
+    calls = []
+    real = tr.trace_model
+    monkeypatch.setattr(tr, "trace_model", lambda *a, **kw: calls.append(kw.get("max_blocks")) or real(*a, **kw))
+    got = trace_step(load_model_file(str(MODELS / "tiny_gpt2_deep.py")), 1)
+    assert calls == [CUT, None] and got.deepened_from is None
 
 
 @pytest.mark.parametrize(
@@ -57,7 +69,7 @@ def test_a_block_treated_apart_is_traced_whole(tmp_path, special):
     middle blocks differ (after block 0, its backward sits between the backward of blocks 1
     and 0: block 1's), after block 5 the 6-block check differs, so the model is traced whole
     (and its IR is right); with no block apart (-1) it is deepened."""
-    spec = load_model_file(_special(tmp_path, f"apart{special}", "8", special, blocks=9))
+    spec = load_model_file(_special(tmp_path, f"apart{special}", "8", special, blocks=DEEPEN_FROM))
     got = trace_step(spec, 2)
     assert got.deepened_from == (CUT if special == -1 else None)
     assert _ir(got) == _ir(trace_model(spec, 2))

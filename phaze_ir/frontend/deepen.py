@@ -36,6 +36,9 @@ from phaze_ir.frontend.trace import TracedGraph
 CUT = 5
 #: The cut trace's block copied for every block added.
 TEMPLATE = 2
+#: Fewest blocks a model is deepened for: the cut traces (``CUT`` and ``CUT + 1`` blocks) cost
+#: about what a whole trace of ``2 * CUT + 1`` does.
+DEEPEN_FROM = 2 * CUT + 2
 #: torch.fx's split of a node name into its base and counter (``torch.fx.graph._name_regex``).
 _NAME = re.compile(r"^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$")
 #: make_fx's names of the constants it lifts out of the step, numbered as they are met.
@@ -405,8 +408,8 @@ def trace_step(
     spec: Any, micro_batch_size: int = 1, seq_len: int | None = None, training: bool = True, dtype: str = "float16"
 ) -> TracedGraph:
     """The whole model's step, as :func:`~phaze_ir.frontend.trace.trace_model` traces it, in
-    the time of a few blocks: a model with more than ``CUT + 1`` repeated blocks that run the
-    same code is traced cut to ``CUT`` and to ``CUT + 1`` of them, and when the first
+    the time of a few blocks: a model with at least ``DEEPEN_FROM`` repeated blocks that run
+    the same code is traced cut to ``CUT`` and to ``CUT + 1`` of them, and when the first
     :func:`deepen`\\ ed to ``CUT + 1`` blocks is what the second traced (:func:`importer_view`),
     it is deepened to all of them; otherwise the model is traced whole (its result says which:
     ``deepened_from``)."""
@@ -420,7 +423,7 @@ def trace_step(
     if cut.blocks is None:  # nothing to cut: this is the whole model
         return cut
     total = cut.blocks[1]
-    if total > CUT + 1:
+    if total >= DEEPEN_FROM:
         check = traced(CUT + 1)
         try:
             same = importer_view(deepen(cut, CUT + 1)) == importer_view(check)
