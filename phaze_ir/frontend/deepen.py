@@ -1,24 +1,25 @@
 """A training step traced from a model cut to 5 of its repeated blocks, deepened to all of them.
 
-Why: tracing costs time in proportion to the blocks (GPT-3 175B's 96: 25-40 s on the 2-core
-machine), while the blocks of a model whose blocks run the same code (``uniform_blocks``)
+Why: tracing costs time in proportion to the blocks (GPT-3 175B's 96: 15 s on the 2-core
+machine, quiet), while the blocks of a model whose blocks run the same code (``uniform_blocks``)
 trace to the same nodes.  So the model is traced cut to 5 blocks, ``first, 1, template,
 3, last``, and the template block's nodes, forward and backward, are copied once per extra
 block; the other blocks are kept and renumbered (``last`` becomes block ``N - 1``).  The
 result is the graph the whole model traces to: the same nodes in the same order, the same
 names (given by torch.fx's own namer, in the same order), the same module paths, parameter
 names and constants; what the importer reads of it is checked against a real trace of 6
-blocks before it is relied on (:func:`trace_whole`), and the examples' IR bytes against
+blocks before it is relied on (:func:`trace_step`), and the examples' IR bytes against
 their whole traces (``tests/test_deepen.py``).
 
 How a copy finds its operands: a node of block ``j`` that reads a node of block ``j'`` reads,
 in block ``k``'s copy, the node at the same position of block ``k + j' - j``; blocks 1, 2
 and 3 must look alike node by node (operation, operands relative to their block, shapes) for
 that to hold, and a block read across more than one block away must be one the copy has
-(else: None, and the model is traced whole).  The layout asked of the cut step: outside
-nodes, then the blocks' forward in order, outside nodes (the head and loss and their
-backward), the blocks' backward in reverse order, outside nodes; unlabelled nodes (autograd's
-gradient adds) belong to the block around them.
+(else :func:`deepen` raises, and the model is traced whole).  The layout asked of the cut
+step: outside nodes, then the blocks' forward in order, outside nodes (the head and loss and
+their backward), the blocks' backward in reverse order, outside nodes; an unlabelled node
+(autograd's gradient adds carry no module) belongs to the block around it, or, between two
+blocks' backward (the residual stream's add), to the block before it.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ _CONSTANT = re.compile(r"^_tensor_constant(\d+)$")
 class StepGraph:
     """A deepened step's graph and the constants its ``get_attr`` nodes name: what the importer
     reads of a ``torch.fx.GraphModule``.  (A GraphModule generates and compiles Python code
-    for its whole graph, 1.5 s of GPT-3 175B's 2.3 s deepening, and nothing runs it.)"""
+    for its whole graph, about 1 s for GPT-3 175B, and nothing runs it.)"""
 
     def __init__(self, graph: Any, constants: dict[str, Any]):
         self.graph = graph
@@ -97,6 +98,8 @@ def _renamed(path: str, prefix: str, j: int, k: int) -> str:
 
 def _labels(cut: TracedGraph, prefix: str) -> tuple[list[_Segment], list[_Segment], Any]:
     """The cut step split into segments: its placeholders', its body's, and its output node."""
+    from phaze_ir.frontend.importer import provenance
+
     nodes = list(cut.graph_module.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     if len(placeholders) != len(cut.placeholders):
@@ -145,14 +148,11 @@ def _labels(cut: TracedGraph, prefix: str) -> tuple[list[_Segment], list[_Segmen
     for n in nodes:
         if n.op in ("placeholder", "output"):
             continue
-        phase = "bwd" if n.meta.get("custom", {}).get("phaze_phase") == "bwd" else "fwd"
+        module, phase = provenance(cut, n)
         if n.op == "call_function" and n.target is operator.getitem and n.args[0] in label_of:
-            label = label_of[n.args[0]]
-        elif phase == "fwd":
-            stack = n.meta.get("nn_module_stack")
-            label = _block_of(list(stack)[-1], prefix) if stack else None
+            label = label_of[n.args[0]]  # the block of the op whose result it picks
         else:
-            label = _block_of(cut.seq_module.get(n.meta.get("seq_nr"), ""), prefix)
+            label = _block_of(module, prefix)
         label_of[n] = label
         body.append((phase, label, n))
     return runs(heads), runs(body), output
