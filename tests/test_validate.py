@@ -245,7 +245,7 @@ def validated(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("validate") / "v.json"
     traced: list[tuple[str, int]] = []
-    original = frontend.trace_model
+    original = frontend.trace_step  # one whole step per (shape, micro-batch), deepened or not
 
     def counting(spec, micro_batch_size=1, *args, **kwargs):
         traced.append((spec.name, micro_batch_size))
@@ -254,13 +254,13 @@ def validated(tmp_path_factory):
     import io
     from contextlib import redirect_stdout
 
-    frontend.trace_model = counting
+    frontend.trace_step = counting
     buf = io.StringIO()
     try:
         with redirect_stdout(buf):
             rc = phaze_validate.main([str(SAMPLE), "--hw", "a100", "-j", "1", "-q", "--json", str(out)])
     finally:
-        frontend.trace_model = original
+        frontend.trace_step = original
     assert rc == 0
     return buf.getvalue(), json.loads(out.read_text()), traced
 
