@@ -262,25 +262,20 @@ def _deepen(cut: TracedGraph, blocks: int, start: float) -> TracedGraph:
             next_seq += 1
         return seq_of[k, s]
 
-    # The deepened step's nodes in order: (cut node, block k or None).
+    # The deepened step's nodes in order: (cut node, block k or None); each run of blocks
+    # (``runs``, in the same order) in place of its last segment.
     order: list[tuple[Any, int | None]] = []
-
-    def expand(segments: list[_Segment]) -> None:
-        run: list[_Segment] = []
-        for s in segments:
-            if s.block is None:
-                order.extend((n, None) for n in s.nodes)
-                continue
-            run.append(s)
-            if len(run) == CUT:
-                ks = range(blocks) if run[0].block == 0 else range(blocks - 1, -1, -1)
-                segs = {x.block: x for x in run}
-                for k in ks:
-                    order.extend((n, k) for n in segs[_src(k, blocks)].nodes)
-                run = []
-
-    expand(heads)
-    expand(body)
+    met = 0  # block segments met
+    for s in (*heads, *body):
+        if s.block is None:
+            order.extend((n, None) for n in s.nodes)
+            continue
+        met += 1
+        if met % CUT == 0:
+            run = runs[met // CUT - 1]
+            ks = range(blocks) if s.block == CUT - 1 else range(blocks - 1, -1, -1)
+            for b in ks:
+                order.extend((n, b) for n in run[_src(b, blocks)].nodes)
 
     graph = torch.fx.Graph()
     new: dict[tuple[Any, int | None], Any] = {}
@@ -315,17 +310,14 @@ def _deepen(cut: TracedGraph, blocks: int, start: float) -> TracedGraph:
         args = map_arg(n.args, operand)
         kwargs = map_arg(n.kwargs, operand)
         target = n.target
-        if n.op == "get_attr":
-            m = _CONSTANT.match(str(target))
-            if m is None:
-                raise _CannotDeepen(f"constant {target}: not a constant make_fx lifted")
-            target = f"_tensor_constant{len(constants)}"
-            constants[target] = getattr(cut.graph_module, str(n.target))
         if n.op == "placeholder":  # make_fx's names: arg<position>_1
             target = name = f"arg{len(placeholders)}_1"
             placeholders.append(n)
-        elif n.op == "get_attr":
-            name = str(target)
+        elif n.op == "get_attr":  # renumbered in order, named after their target
+            if _CONSTANT.match(str(target)) is None:
+                raise _CannotDeepen(f"constant {target}: not a constant make_fx lifted")
+            target = name = f"_tensor_constant{len(constants)}"
+            constants[target] = getattr(cut.graph_module, str(n.target))
         else:
             match = _NAME.match(n.name)
             name = match.group(1) if match else n.name
