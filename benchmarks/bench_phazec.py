@@ -1,17 +1,21 @@
 """``phazec MODEL.py --hw HW`` timed by phase: the whole plan sweep (micro-batch 1, 2, 4, 8 x
 TP 1, 2, 4, 8) and one fixed placement, each cold (a new model: nothing traced or scheduled
-in this process) and warm (the same question asked again in the same process).
+in this process) and warm (the same question asked again in the same process: the schedules
+are in memory, everything else is done again); then each as a user runs it, a new ``phazec``
+process writing the plan file, from an empty cache and again from the cache it filled (the
+answer read from one file: ``phaze/search/hw_answer.py``), with whether the two plan files are
+the same bytes.
 
     python benchmarks/bench_phazec.py [--model examples/gpt3_175b.py] [--hw a100]
                                       [--devices 1024] [--global-batch 4096]
                                       [--placement expert:8,1,8 --micro-batch 1]
 
-Printed per run: wall time and its split.  The sweep (``phaze/search/sweep.py``): ``settings``
-(the model cut to 3 and 4 blocks traced, imported and sharded per micro-batch), ``points``
-(every point's schedules and DP), ``winner`` (the best point traced whole and compiled through
-the pipeline).  One point (``driver.compile_model``): tracing, import, and the pipeline
+Printed per in-process run: wall time and its split.  The sweep (``phaze/search/sweep.py``):
+``settings`` (the model cut to 3 and 4 blocks traced, imported and sharded per micro-batch),
+``points`` (every point's schedules and DP), ``winner`` (the best point traced and compiled
+through the pipeline).  One point (``driver.compile_model``): tracing, import, and the pipeline
 (sharding, tiling, latencies, SCIP schedules, recompute, the placement DP).  Then the peak
-resident memory.
+resident memory (of this process; the ``phazec`` processes' own peaks are printed beside them).
 Targets (issue 15, this 2-core machine): the GPT-3 175B sweep on a100 <= 60 s cold; one fixed
 placement of a new GPT shape <= 10 s cold, <= 1 s when its shape was traced before; <= 4 GiB.
 """
@@ -19,8 +23,11 @@ placement of a new GPT shape <= 10 s cold, <= 1 s when its shape was traced befo
 from __future__ import annotations
 
 import argparse
+import os
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,6 +52,20 @@ def _run(label: str, model: str, opts) -> None:
     )
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items())
     print(f"{label:<24} {wall:7.1f} s  ({parts}; {len(candidates)} points)  {what}")
+
+
+def _process(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak resident GiB of a ``phazec`` process (it must succeed)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stderr=err)
+        _, status, rusage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{err.read()}")
+    return wall, rusage.ru_maxrss / 2**20
 
 
 def main() -> None:
@@ -77,6 +98,20 @@ def main() -> None:
     _run("fixed placement, warm", args.model, fixed)
     _run("phazec --hw sweep", args.model, sweep)
     _run("phazec --hw sweep, warm", args.model, sweep)
+    point = ["--devices", str(args.devices_fixed), "--global-batch", str(args.global_batch_fixed)]
+    point += ["--placement", args.placement, "--micro-batch", str(args.micro_batch)]
+    everything = ["--devices", str(args.devices), "--global-batch", str(args.global_batch)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, flags in (("fixed placement", point), ("sweep", everything)):
+            cache = Path(tmp, label.replace(" ", "-"))
+            plans = []
+            for run in ("empty cache", "warm cache"):
+                plans.append(Path(tmp, f"{cache.name}-{len(plans)}.mlir"))
+                cmd = [sys.executable, "-m", "phaze.tools.phazec", args.model, "--hw", args.hw, *flags]
+                cmd += ["--cache", str(cache), "-o", str(plans[-1]), "-q"]
+                wall, peak = _process(cmd)
+                same = "" if len(plans) == 1 else f", the same bytes: {plans[0].read_bytes() == plans[1].read_bytes()}"
+                print(f"phazec process, {label}, {run}: {wall:7.1f} s (peak {peak:.2f} GiB{same})")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"peak resident memory: {peak:.2f} GiB")
 

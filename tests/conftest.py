@@ -18,6 +18,13 @@ MODELS = Path(__file__).resolve().parent / "models"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory, monkeypatch):
+    """Each test's own empty default cache (phazec keeps answers, settings and schedules there):
+    a test never reads what another test, or the user, left."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
 @functools.cache
 def compiled(model_path: str, emit: str = "training", micro_batch: int = 1) -> str:
     """The printed module of ``phazec MODEL --emit EMIT`` (in-process, cached)."""

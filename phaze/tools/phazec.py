@@ -221,6 +221,15 @@ def _parser() -> argparse.ArgumentParser:
         help="also write the plan as that framework's command-line arguments, one per line (with --hw; "
         "may be given for each target; docs/launch.md)",
     )
+    p.add_argument(
+        "--cache",
+        default=None,
+        metavar="DIR",
+        help="cache of prepared models, layer schedules and answers: the same question asked again is "
+        "answered from it, an interrupted search resumes from it (default $XDG_CACHE_HOME/phaze or "
+        "~/.cache/phaze)",
+    )
+    p.add_argument("--no-cache", action="store_true", help="keep nothing on disk, read nothing from it")
     s = p.add_argument_group("architecture search (no --hw)")
     s.add_argument(
         "--space", metavar="FILE.toml", help="architecture space (default: the paper's, docs/design.md §4.3)"
@@ -245,14 +254,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ADDR",
         help="Ray cluster address (default: start a local Ray instance with -j CPUs)",
     )
-    s.add_argument(
-        "--cache",
-        default=None,
-        metavar="DIR",
-        help="cache of prepared models and layer schedules; an interrupted search resumes from it "
-        "(default $XDG_CACHE_HOME/phaze or ~/.cache/phaze)",
-    )
-    s.add_argument("--no-cache", action="store_true", help="keep nothing on disk")
     s.add_argument("--no-baselines", action="store_true", help="skip the baselines")
     s.add_argument(
         "--no-prune",
@@ -369,13 +370,6 @@ def search_options(args: argparse.Namespace, opts):
     from phaze.search.engine import SolverLimits
     from phaze.search.run import SearchOptions
 
-    if args.no_cache:
-        cache = None
-    elif args.cache:
-        cache = args.cache
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        cache = os.path.join(base, "phaze")
     limits = SolverLimits.of_options(opts)
     jobs = args.jobs if args.jobs is not None else max(1, len(os.sched_getaffinity(0)))
     return SearchOptions(
@@ -383,11 +377,22 @@ def search_options(args: argparse.Namespace, opts):
         jobs=jobs,
         backend=args.backend,
         address=args.address,
-        cache_dir=usable_cache_dir(cache),
+        cache_dir=cache_dir(args),
         limits=limits,
         baselines=not args.no_baselines,
         prune=not args.no_prune,
     )
+
+
+def cache_dir(args: argparse.Namespace) -> str | None:
+    """The cache directory of the run (``--cache``; default ``$XDG_CACHE_HOME/phaze`` or
+    ``~/.cache/phaze``; None with ``--no-cache`` or when it cannot be used)."""
+    if args.no_cache:
+        return None
+    if args.cache:
+        return usable_cache_dir(args.cache)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return usable_cache_dir(os.path.join(base, "phaze"))
 
 
 def usable_cache_dir(path: str | None) -> str | None:
@@ -460,39 +465,35 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
     """Run the pipeline the arguments ask for; return the printed module and, when no placement
     fits, the message saying which constraint binds (the JSON plan is written when asked)."""
 
-    from phaze import driver
-    from phaze_ir.ir import print_module
-
     opts = options(args)
     if searching(args):
         return _search(args, opts, log)
-    from phaze.search import sweep
+    from phaze.search import hw_answer
 
-    module, candidates = sweep.compile_plan(args.models[0], opts, log)
-    failure = None
-    if opts.emit == "plan":
-        plan = driver.plan_record(module)
-        if plan.get("feasible") != "yes":
-            binding = plan.get("binding", "")
-            failure = binding if "no placement fits" in binding else f"no placement fits: {binding}"
-        else:
-            log("plan:\n" + driver.summary(module))
+    result = hw_answer.answer(args.models[0], opts, cache_dir(args), log, generic=args.print_op_generic)
+    if result.plan is not None:
+        if result.summary:
+            log("plan:\n" + result.summary)
         if args.export:  # every export is rendered (or refused) before any output is written
-            from phaze.export import model_facts, write_exports
+            from phaze.export import ModelFacts, write_exports
 
-            plan_dict = driver.plan_json(module, candidates, opts.recompute)
-            write_exports(args.export, plan_dict, model_facts(module, opts), log)
-        if args.json or args.report:
-            data = driver.plan_json(module, candidates, opts.recompute)
-            if args.json:
-                _write_json(args.json, data)
-                log(f"wrote {args.json}")
-            if args.report:  # also of a plan that does not fit: its header says what binds
-                from phaze.search import report
+            facts = ModelFacts(
+                layer_kinds=tuple(result.layer_kinds),
+                seq_len=result.seq_len,
+                dtype=opts.dtype,
+                optimizer=opts.optimizer,
+                dp_overlap=opts.dp_overlap,
+            )
+            write_exports(args.export, result.plan, facts, log)
+        if args.json:
+            _write_json(args.json, result.plan)
+            log(f"wrote {args.json}")
+        if args.report:  # also of a plan that does not fit: its header says what binds
+            from phaze.search import report
 
-                report.write(args.report, data)
-                log(f"wrote {args.report}")
-    return print_module(module, generic=args.print_op_generic), failure
+            report.write(args.report, result.plan)
+            log(f"wrote {args.report}")
+    return result.text, hw_answer.failure(result)
 
 
 def _write_json(path: str, data) -> None:

@@ -1,0 +1,168 @@
+"""``phazec --hw``'s output, kept in the stage cache: asking the same question again answers it
+without tracing, compiling or printing anything.
+
+One compilation for one chip (``phazec MODEL --hw CHIP``: the sweep of
+:func:`phaze.search.sweep.compile_plan`, a fixed placement, or an earlier ``--emit`` stage) ends
+in an :class:`Answer`: the module printed, the plan as JSON (plan stage), its summary for
+stderr, what an export needs of the model besides the plan, and the phaze warnings said while
+compiling.  That answer is an ``hw-answer`` entry of the search's stage cache
+(:mod:`phaze.search.warm`: ``<cache>/stages/hw-answer/<key>.json``, checked on load, never
+code), keyed by the environment digest (phaze's sources, the Rust extension, the packages'
+versions), the model file's bytes, the driver's options (their ``repr``), the chip's data and
+the printed form.  A hit reads one file: no model imported, nor torch; its warnings are said
+again.  The schedules a compilation solves go to ``<cache>/schedules`` (the search's; or
+``$PHAZE_SCHEDULE_CACHE`` when set), so a new question on a chip asked about before skips the
+layers already scheduled.
+
+What the key cannot see: files a model file imports besides itself (as for the search's
+entries); ``--cache``/``--no-cache`` say where the cache is or that there is none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from phaze import driver
+from phaze.driver import Options
+from phaze.search import warm
+from phaze.search.warm import StageCache, need
+from phaze_ir.errors import PhazeWarning
+
+#: The stage cache's kind of entry this module keeps.
+KIND = "hw-answer"
+
+
+@dataclass
+class Answer:
+    """What ``phazec --hw`` writes and says of one compilation."""
+
+    #: The output module printed (the generic form when asked).
+    text: str
+    #: ``driver.plan_json`` of the plan (None before the plan stage).
+    plan: dict[str, Any] | None = None
+    #: ``driver.summary`` of the plan ("" when there is no feasible plan).
+    summary: str = ""
+    #: Each layer's kind in order and the sequence length traced (``phaze.export.ModelFacts``).
+    layer_kinds: list[str] = field(default_factory=list)
+    seq_len: int | None = None
+    #: The phaze warnings said while compiling, in order (said again on a cache hit).
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "plan": self.plan,
+            "summary": self.summary,
+            "layer_kinds": self.layer_kinds,
+            "seq_len": self.seq_len,
+            "warnings": self.warnings,
+        }
+
+
+def check_answer(payload: Any) -> Answer:
+    """An ``hw-answer`` entry's payload as an :class:`Answer` (:class:`BadEntry` when it does not
+    hold one)."""
+    d = warm.fields(payload, ("text", "plan", "summary", "layer_kinds", "seq_len", "warnings"), "an answer")
+    need(isinstance(d["text"], str) and d["text"] != "", "the output's text")
+    need(d["plan"] is None or isinstance(d["plan"], dict), "the plan as JSON")
+    if d["plan"] is not None:
+        warm.fields(d["plan"], ("feasible", "binding", "candidates"), "the plan as JSON")
+    need(isinstance(d["summary"], str), "the plan's summary")
+    need(isinstance(d["layer_kinds"], list) and all(isinstance(k, str) for k in d["layer_kinds"]), "layer kinds")
+    need(d["seq_len"] is None or (warm.is_int(d["seq_len"]) and d["seq_len"] > 0), "a sequence length")
+    need(isinstance(d["warnings"], list) and all(isinstance(w, str) for w in d["warnings"]), "warnings")
+    return Answer(d["text"], d["plan"], d["summary"], d["layer_kinds"], d["seq_len"], d["warnings"])
+
+
+def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generic: bool = False) -> Answer:
+    """The answer of ``phazec MODEL --hw`` under ``opts``: from the stage cache under
+    ``cache_dir`` when it holds one for these inputs, else compiled (and kept there; None: no
+    cache).  Errors are never kept: a question that failed fails again, the same way."""
+    stages = StageCache.of(cache_dir)
+    key = _key(model_path, opts, stages, generic)
+    hit = stages.load(KIND, key, check_answer) if key is not None else None
+    if hit is not None:
+        log(f"the answer is in the cache ({cache_dir}): nothing compiled (--no-cache compiles it again)")
+        for message in hit.warnings:
+            warnings.warn(message, PhazeWarning, stacklevel=2)
+        return hit
+    if cache_dir is not None and opts.schedule_cache is None and not os.environ.get("PHAZE_SCHEDULE_CACHE"):
+        from passes.algorithms.schedule import ScheduleCache
+
+        opts = replace(opts, schedule_cache=ScheduleCache(Path(cache_dir, "schedules")))
+    with _phaze_warnings_said() as said:
+        result = _compile(model_path, opts, log, generic)
+    result.warnings = said
+    if key is not None:
+        stages.keep(KIND, key, result.to_json())
+    return result
+
+
+def _key(model_path: str, opts: Options, stages: StageCache, generic: bool) -> str | None:
+    """The entry's key (None without a cache directory: nothing to look up).  Reading the model
+    file's bytes is all a hit costs of the model; a file that cannot be read is the loader's
+    one-line error, as without a cache."""
+    if stages.directory is None:
+        return None
+    driver.check_options(opts)
+    try:
+        data = Path(model_path).read_bytes()
+    except OSError:
+        return None  # the compilation says why, in its own words
+    chip = ""
+    if driver.STAGES.index(opts.emit) >= driver.STAGES.index("tiled"):
+        chip = warm.digest(repr(driver.load_accelerator(opts.hw)))
+    return stages.key(KIND, warm.digest(data), repr(opts), chip, generic)
+
+
+def _compile(model_path: str, opts: Options, log, generic: bool) -> Answer:
+    """Compile the model (:func:`phaze.search.sweep.compile_plan`) and print its module."""
+    from phaze.export import model_facts
+    from phaze.search import sweep
+    from phaze_ir.ir import print_module
+
+    module, candidates = sweep.compile_plan(model_path, opts, log)
+    plan = driver.plan_json(module, candidates, opts.recompute) if opts.emit == "plan" else None
+    facts = model_facts(module, opts)
+    return Answer(
+        text=print_module(module, generic=generic),
+        plan=plan,
+        summary=driver.summary(module) if plan is not None else "",
+        layer_kinds=list(facts.layer_kinds),
+        seq_len=facts.seq_len,
+    )
+
+
+@contextlib.contextmanager
+def _phaze_warnings_said() -> Iterator[list[str]]:
+    """The phaze warnings said inside the block, each once, as they are shown (every warning is
+    still shown as before).  Inside, every phaze warning is shown (``always``): Python's
+    once-per-line filter would hide one said by an earlier compilation in this process from
+    this answer; ``phaze.messages.show_warnings_as`` says each message once anyway."""
+    said: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", PhazeWarning)
+        previous = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, PhazeWarning) and str(message) not in said:
+                said.append(str(message))
+            previous(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield said
+
+
+def failure(result: Answer) -> str | None:
+    """The message phazec exits 1 with when the answer's plan does not fit (None when it does,
+    or before the plan stage)."""
+    if result.plan is None or result.plan["feasible"]:
+        return None
+    binding = result.plan["binding"]
+    return binding if "no placement fits" in binding else f"no placement fits: {binding}"

@@ -1,0 +1,170 @@
+"""``phazec --hw``'s answers kept in the cache (``phaze/search/hw_answer.py``): the same question
+asked again is answered from one file, with the same bytes in every output and the same
+warnings; any input that changes (an option, the chip's data, the model file, the printed
+form) asks again; a broken entry is said and computed again; ``--no-cache`` keeps nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import MODELS, ROOT, run_tool
+
+from passes.algorithms.cache_file import read_entry
+from phaze import driver
+from phaze.search import hw_answer, warm
+from phaze_ir.errors import PhazeWarning
+
+GPT2 = str(MODELS / "tiny_gpt2.py")
+OPAQUE = str(MODELS / "tiny_opaque.py")
+# One point (micro-batch 1, TP 1) on 8 A100s: a compilation of a second or two.
+POINT = ["--hw", "a100", "--micro-batch", "1", "--tp", "1", "--devices", "8", "--global-batch", "8"]
+HIT = "the answer is in the cache"
+
+
+def _outputs(d: Path) -> list[str]:
+    return ["-o", str(d / "plan.mlir"), "--json", str(d / "plan.json"), "--report", str(d / "plan.html")]
+
+
+def test_the_same_question_is_answered_from_the_cache_byte_for_byte(tmp_path):
+    cache = tmp_path / "cache"
+    runs = {}
+    for run in ("cold", "warm"):
+        d = tmp_path / run
+        d.mkdir()
+        exports = ["--export", "megatron", str(d / "megatron.args"), "--export", "torchtitan", str(d / "titan.args")]
+        r = run_tool("phazec", GPT2, *POINT, "--cache", str(cache), *_outputs(d), *exports)
+        assert r.returncode == 0, r.stderr
+        runs[run] = (d, r.stderr)
+    (cold, cold_err), (hot, hot_err) = runs["cold"], runs["warm"]
+    assert HIT not in cold_err and "traced" in cold_err
+    assert HIT in hot_err and "traced" not in hot_err
+    for name in ("plan.mlir", "plan.json", "plan.html", "megatron.args", "titan.args"):
+        assert (hot / name).read_bytes() == (cold / name).read_bytes(), name
+    # The summary is said again, the same lines.
+    summary = [line for line in cold_err.splitlines() if not line.startswith("phazec:")]
+    assert summary and summary == [line for line in hot_err.splitlines() if not line.startswith("phazec:")]
+    assert json.loads((hot / "plan.json").read_text())["feasible"] is True
+    # One entry, plain JSON: the printed module is in it.
+    (entry,) = (cache / "stages" / hw_answer.KIND).iterdir()
+    assert "module" in json.loads(entry.read_text())["payload"]["text"]
+
+
+def test_a_hit_imports_no_model_nor_torch_and_says_the_warnings_again(tmp_path):
+    """The warnings of the compilation (here: an op phaze has no semantics for) are said on a hit
+    too, once each; the hit reads one file (no torch, no model import)."""
+    cache = tmp_path / "cache"
+    args = [OPAQUE, *POINT, "--dtype", "float32", "--cache", str(cache), "-o", str(tmp_path / "plan.mlir")]
+    cold = run_tool("phazec", *args)
+    assert cold.returncode == 0, cold.stderr
+    code = (
+        "import sys; from phaze.tools.phazec import main; rc = main(sys.argv[1:]); "
+        "print(rc, 'torch' in sys.modules, any(m.startswith('transformers') for m in sys.modules))"
+    )
+    env = {"PYTHONPATH": str(ROOT)}
+    hot = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert hot.stdout.split() == ["0", "False", "False"], hot.stderr
+    assert HIT in hot.stderr
+    said = [line for line in cold.stderr.splitlines() if "warning:" in line]
+    assert any("unknown aten op" in line for line in said)
+    assert said == [line for line in hot.stderr.splitlines() if "warning:" in line]
+
+
+def _ask(cache: Path, opts: driver.Options, model: str = GPT2, generic: bool = False) -> tuple[str, list[str]]:
+    logged: list[str] = []
+    result = hw_answer.answer(model, opts, str(cache), logged.append, generic=generic)
+    return result.text, logged
+
+
+def _hit(logged: list[str]) -> bool:
+    return any(HIT in line for line in logged)
+
+
+def test_every_input_is_in_the_key(tmp_path):
+    cache = tmp_path / "cache"
+    opts = driver.Options(hw="a100", micro_batches=(1,), tp_widths=(1,), devices=8, global_batch=8)
+    text, logged = _ask(cache, opts)
+    assert not _hit(logged)
+    again, logged = _ask(cache, opts)
+    assert _hit(logged) and again == text
+    # An option: another question.
+    other, logged = _ask(cache, driver.Options(**{**opts.__dict__, "devices": 16}))
+    assert not _hit(logged) and other != text
+    # The printed form.
+    generic, logged = _ask(cache, opts, generic=True)
+    assert not _hit(logged) and generic != text and '"builtin.module"' in generic
+    # The chip's data, under the same file name.
+    chip = tmp_path / "chip.toml"
+    preset = (ROOT / "phaze_ir" / "hw_presets" / "a100.toml").read_text()
+    chip.write_text(preset)
+    mine = driver.Options(**{**opts.__dict__, "hw": str(chip)})
+    _, logged = _ask(cache, mine)
+    assert not _hit(logged)
+    _, logged = _ask(cache, mine)
+    assert _hit(logged)
+    chip.write_text("# a comment more: the same chip\n" + preset)
+    _, logged = _ask(cache, mine)
+    assert _hit(logged)
+    chip.write_text(preset.replace("power_w = 400", "power_w = 350", 1))
+    _, logged = _ask(cache, mine)
+    assert not _hit(logged)
+    # The model file's bytes.
+    model = tmp_path / "model.py"
+    model.write_text(Path(GPT2).read_text())
+    _ask(cache, opts, str(model))
+    _, logged = _ask(cache, opts, str(model))
+    assert _hit(logged)
+    model.write_text(Path(GPT2).read_text() + "\n# edited\n")
+    _, logged = _ask(cache, opts, str(model))
+    assert not _hit(logged)
+
+
+def test_a_broken_entry_is_said_and_computed_again(tmp_path):
+    cache = tmp_path / "cache"
+    opts = driver.Options(hw="a100", micro_batches=(1,), tp_widths=(1,), devices=8, global_batch=8)
+    text, _ = _ask(cache, opts)
+    (entry,) = (cache / "stages" / hw_answer.KIND).iterdir()
+    kept = json.loads(entry.read_text())
+    kept["payload"]["text"] = kept["payload"]["text"].replace("phaze.plan", "phaze.plan ", 1)  # its hash breaks
+    entry.write_text(json.dumps(kept))
+    with pytest.warns(PhazeWarning, match="does not match its content hash: ignored, computed again"):
+        again, logged = _ask(cache, opts)
+    assert not _hit(logged) and again == text
+    # Computed again, kept again, and it checks.
+    assert read_entry(entry, warm.STAGE_FORMAT, warm.STAGE_VERSION, kept["input_hash"])["text"] == text
+    _, logged = _ask(cache, opts)
+    assert _hit(logged)
+
+
+def test_an_error_is_not_kept_a_plan_that_does_not_fit_is(tmp_path):
+    cache = tmp_path / "cache"
+    broken = tmp_path / "broken.py"
+    broken.write_text(
+        Path(GPT2).read_text().replace("def get_model():", "def get_model():\n    raise ValueError('no')")
+    )
+    for _ in range(2):  # failed twice, the same way: nothing was kept in between
+        r = run_tool("phazec", str(broken), *POINT, "--cache", str(cache), "-o", str(tmp_path / "x.mlir"))
+        assert r.returncode == 1 and HIT not in r.stderr and "error:" in r.stderr, r.stderr
+    assert not (cache / "stages" / hw_answer.KIND).exists()
+    # A plan that does not fit is an answer: kept, and said again with the same exit status.
+    unfit = [*POINT[:-1], "4", "--placement", "expert:1,8,1"]  # DP 8 cannot split 4 samples
+    errs = []
+    for _ in range(2):
+        r = run_tool("phazec", GPT2, *unfit, "--cache", str(cache), "-o", str(tmp_path / "y.mlir"))
+        assert r.returncode == 1
+        errs.append(r.stderr)
+    assert HIT not in errs[0] and HIT in errs[1]
+    assert errs[0].splitlines()[-1] == errs[1].splitlines()[-1] and "no placement fits" in errs[1]
+
+
+def test_no_cache_keeps_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
+    for _ in range(2):
+        r = run_tool("phazec", GPT2, *POINT, "--no-cache", "-o", str(tmp_path / "y.mlir"))
+        assert r.returncode == 0 and HIT not in r.stderr, r.stderr
+    assert not (tmp_path / "home").exists()
+    r = run_tool("phazec", GPT2, *POINT, "-o", str(tmp_path / "y.mlir"))  # the default cache
+    assert (tmp_path / "home" / "phaze" / "stages" / hw_answer.KIND).is_dir()
