@@ -4,7 +4,8 @@ in this process) and warm (the same question asked again in the same process: th
 are in memory, everything else is done again); then each as a user runs it, a new ``phazec``
 process writing the plan file, from an empty cache and again from the cache it filled (the
 answer read from one file: ``phaze/search/hw_answer.py``), with whether the two plan files are
-the same bytes.
+the same bytes, and a third asking another question (twice the global batch) of that cache:
+the sweep's settings are read from it, the rest is compiled again.
 
     python benchmarks/bench_phazec.py [--model examples/gpt3_175b.py] [--hw a100]
                                       [--devices 1024] [--global-batch 4096]
@@ -83,19 +84,22 @@ def main() -> None:
     print(f"model: {Path(args.model).name}  hw: {args.hw}")
     # The processes first, while this one is small: a child's peak counts the pages it shares
     # with its parent until it runs Python afresh.
-    point = ["--devices", str(args.devices_fixed), "--global-batch", str(args.global_batch_fixed)]
-    point += ["--placement", args.placement, "--micro-batch", str(args.micro_batch)]
-    everything = ["--devices", str(args.devices), "--global-batch", str(args.global_batch)]
+    point = ["--devices", str(args.devices_fixed), "--placement", args.placement]
+    point += ["--micro-batch", str(args.micro_batch)]
     with tempfile.TemporaryDirectory() as tmp:
-        for label, flags in (("fixed placement", point), ("sweep", everything)):
+        for label, flags, batch in (
+            ("fixed placement", point, args.global_batch_fixed),
+            ("sweep", ["--devices", str(args.devices)], args.global_batch),
+        ):
             cache = Path(tmp, label.replace(" ", "-"))
-            plans = []
-            for run in ("empty cache", "warm cache"):
+            plans: list[Path] = []
+            # The third run asks another question (twice the batch) from the cache the first filled.
+            for run, b in (("empty cache", batch), ("warm cache", batch), ("warm cache, 2x the batch", 2 * batch)):
                 plans.append(Path(tmp, f"{cache.name}-{len(plans)}.mlir"))
                 cmd = [sys.executable, "-m", "phaze.tools.phazec", args.model, "--hw", args.hw, *flags]
-                cmd += ["--cache", str(cache), "-o", str(plans[-1]), "-q"]
+                cmd += ["--global-batch", str(b), "--cache", str(cache), "-o", str(plans[-1]), "-q"]
                 wall, peak = _process(cmd)
-                same = "" if len(plans) == 1 else f", the same bytes: {plans[0].read_bytes() == plans[1].read_bytes()}"
+                same = "" if len(plans) != 2 else f", the same bytes: {plans[0].read_bytes() == plans[1].read_bytes()}"
                 print(f"phazec process, {label}, {run}: {wall:7.1f} s (peak {peak:.2f} GiB{same})")
     from passes.algorithms.schedule import ScheduleCache
     from phaze import driver

@@ -168,3 +168,21 @@ def test_no_cache_keeps_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "home").exists()
     r = run_tool("phazec", GPT2, *POINT, "-o", str(tmp_path / "y.mlir"))  # the default cache
     assert (tmp_path / "home" / "phaze" / "stages" / hw_answer.KIND).is_dir()
+
+
+def test_a_new_question_on_the_same_model_reads_the_sweeps_settings(tmp_path):
+    """The settings of a sweep (per micro-batch) do not depend on the chip, the devices or the
+    batch: another such question reads them, and its answer is the one computed without a
+    cache, byte for byte."""
+    cache = tmp_path / "cache"
+    sweep = driver.Options(hw="a100", micro_batches=(1, 2), tp_widths=(1, 2), devices=8, global_batch=16)
+    _, logged = _ask(cache, sweep)
+    assert sum("(the model cut to 3 and 4 blocks)" in line for line in logged) == 2
+    other = driver.Options(**{**sweep.__dict__, "hw": "h100", "devices": 16})
+    text, logged = _ask(cache, other)
+    assert not _hit(logged) and sum("from its settings (in the cache)" in line for line in logged) == 2
+    assert not any("cut to 3 and 4 blocks" in line for line in logged)
+    assert text == hw_answer.answer(GPT2, other, None, lambda _: None).text
+    # Another optimizer is another training step: prepared again.
+    _, logged = _ask(cache, driver.Options(**{**sweep.__dict__, "optimizer": "sgd"}))
+    assert sum("(the model cut to 3 and 4 blocks)" in line for line in logged) == 2

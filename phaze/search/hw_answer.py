@@ -10,9 +10,12 @@ compiling.  That answer is an ``hw-answer`` entry of the search's stage cache
 code), keyed by the environment digest (phaze's sources, the Rust extension, the packages'
 versions), the model file's bytes, the driver's options (their ``repr``), the chip's data and
 the printed form.  A hit reads one file: no model imported, nor torch; its warnings are said
-again.  The schedules a compilation solves go to ``<cache>/schedules`` (the search's; or
-``$PHAZE_SCHEDULE_CACHE`` when set), so a new question on a chip asked about before skips the
-layers already scheduled.
+again.  A sweep's settings (the model cut to 3 and 4 blocks, per micro-batch: they do not
+depend on the chip, the devices or the batch) are kept as ``sweep-settings`` entries
+(:func:`phaze.search.sweep.prepared`), and the schedules a compilation solves go to
+``<cache>/schedules`` (the search's; or ``$PHAZE_SCHEDULE_CACHE`` when set): a new question on
+the same model (another chip, devices, batch) reads its settings, and on a chip asked about
+before skips the layers already scheduled.
 
 What the key cannot see: files a model file imports besides itself (as for the search's
 entries); ``--cache``/``--no-cache`` say where the cache is or that there is none.
@@ -97,7 +100,7 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
 
         opts = replace(opts, schedule_cache=ScheduleCache(Path(cache_dir, "schedules")))
     with _phaze_warnings_said() as said:
-        result = _compile(model_path, opts, log, generic)
+        result = _compile(model_path, opts, log, generic, stages)
     result.warnings = said
     if key is not None:
         stages.keep(KIND, key, result.to_json())
@@ -121,13 +124,14 @@ def _key(model_path: str, opts: Options, stages: StageCache, generic: bool) -> s
     return stages.key(KIND, warm.digest(data), repr(opts), chip, generic)
 
 
-def _compile(model_path: str, opts: Options, log, generic: bool) -> Answer:
-    """Compile the model (:func:`phaze.search.sweep.compile_plan`) and print its module."""
+def _compile(model_path: str, opts: Options, log, generic: bool, stages: StageCache) -> Answer:
+    """Compile the model (:func:`phaze.search.sweep.compile_plan`, its settings kept in
+    ``stages``) and print its module."""
     from phaze.export import model_facts
     from phaze.search import sweep
     from phaze_ir.ir import print_module
 
-    module, candidates = sweep.compile_plan(model_path, opts, log)
+    module, candidates = sweep.compile_plan(model_path, opts, log, stages=stages)
     plan = driver.plan_json(module, candidates, opts.recompute) if opts.emit == "plan" else None
     facts = model_facts(module, opts)
     return Answer(

@@ -21,15 +21,24 @@ from __future__ import annotations
 
 import time
 import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
 from phaze import driver
 from phaze.driver import Candidate, Options
+from phaze.search import warm
+from phaze.search.warm import StageCache, need
 from phaze_ir.errors import PhazeError, PhazeWarning
+
+if TYPE_CHECKING:
+    from phaze.search.setting import Setting
 
 #: Relative difference allowed between the settings' throughput and the compiled plan's.
 AGREE = 1e-9
+#: The stage cache's kind of entry holding one micro-batch's settings (:func:`prepared`).
+SETTINGS_KIND = "sweep-settings"
 
 
 def why_compiled_point_by_point(opts: Options) -> str:
@@ -44,17 +53,22 @@ def why_compiled_point_by_point(opts: Options) -> str:
 
 
 def compile_plan(
-    model_path: str, opts: Options, log, accelerator=None, seconds: dict[str, float] | None = None
+    model_path: str,
+    opts: Options,
+    log,
+    accelerator=None,
+    seconds: dict[str, float] | None = None,
+    stages: StageCache | None = None,
 ) -> tuple:
     """What ``driver.compile_model`` returns (the best point's module, every point of the
     sweep), with the points priced from settings (see the module docstring).  ``seconds`` gets
     ``settings`` (cut traces, import and sharding), ``points`` (schedules and DP of every
-    point) and ``winner`` (the best point compiled from the whole model)."""
+    point) and ``winner`` (the best point compiled from the whole model).  ``stages``: where
+    each micro-batch's settings are kept and looked up (:func:`prepared`; None: nowhere)."""
     if why_compiled_point_by_point(opts):
         return driver.compile_model(model_path, opts, log, accelerator, seconds)
     from passes.algorithms.placement import binding_message, fixed_tp_mismatch
     from phaze.search.engine import Candidates, Evaluator, ModelTask, Params, SolverLimits
-    from phaze.search.setting import prepare_points
 
     begun = driver.start_compilation(model_path, opts, accelerator)
     opts, acc, spec, fixed, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.fixed, begun.tp_widths
@@ -69,10 +83,9 @@ def compile_plan(
     points: list[tuple[int, int, bool, int | None, str]] = []  # (b, tp, sp, setting index, error)
     settings = []
     for b in opts.micro_batches:
-        log(f"pricing {spec.name} at micro-batch {b} from its settings (the model cut to 3 and 4 blocks)")
         start = time.perf_counter()
         try:
-            ready, errors, _ = prepare_points(model_path, b, tp_widths, opts)
+            ready, errors = prepared(model_path, b, tp_widths, opts, stages, spec.name, log)
         except PhazeError as e:
             log(f"micro-batch {b}: {e}; compiling every point through the pipeline")
             return driver.compile_model(model_path, opts, log, accelerator, seconds)
@@ -161,3 +174,52 @@ def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> 
     seconds["winner"] += time.perf_counter() - start
     log(f"built {sum(1 for _ in module.walk())} ops in {time.perf_counter() - start:.1f} s")
     return module
+
+
+def prepared(
+    model_path: str, b: int, tps: tuple[int, ...], opts: Options, stages: StageCache | None, name: str, log
+) -> tuple[list[Setting], list[tuple[int, bool, str]]]:
+    """``prepare_points``'s settings of micro-batch ``b`` and why each other point has none, from
+    ``stages`` when it has them (a ``sweep-settings`` entry: :mod:`phaze.search.warm`), else
+    prepared and kept there.  They depend on the model file's bytes, the micro-batch, the TP
+    widths and what tracing, importing and sharding read of the options (sequence parallelism,
+    the sequence length, the dtype, the optimizer, ``--strict``), not on the chip, the devices
+    or the batch: another question on the same model reads them."""
+    from phaze.search.setting import prepare_points
+
+    key = None
+    if stages is not None and stages.directory is not None:
+        traced_as = (b, opts.seq_len, opts.dtype, opts.optimizer, opts.strict, opts.capacity_factor)
+        model = warm.digest(Path(model_path).read_bytes())
+        key = stages.key(SETTINGS_KIND, model, tps, opts.sequence_parallel, traced_as)
+        hit = stages.load(SETTINGS_KIND, key, lambda payload: _check_prepared(payload, b, tps))
+        if hit is not None:
+            log(f"pricing {name} at micro-batch {b} from its settings (in the cache)")
+            return hit
+    log(f"pricing {name} at micro-batch {b} from its settings (the model cut to 3 and 4 blocks)")
+    ready, errors, _ = prepare_points(model_path, b, tps, opts)
+    if key is not None and stages is not None:
+        payload = {"settings": [s.to_json() for s in ready], "errors": [[t, sp, e] for t, sp, e in errors]}
+        stages.keep(SETTINGS_KIND, key, payload)
+    return ready, errors
+
+
+def _check_prepared(payload: Any, b: int, tps: tuple[int, ...]) -> tuple[list[Setting], list[tuple[int, bool, str]]]:
+    """A ``sweep-settings`` payload: settings of micro-batch ``b`` at widths of ``tps``, and
+    ``(tp, sequence parallel, why not)`` of the other points."""
+    from passes.algorithms.cache_file import BadEntry
+    from phaze.search.setting import Setting
+
+    d = warm.fields(payload, ("settings", "errors"), "settings")
+    need(isinstance(d["settings"], list) and isinstance(d["errors"], list), "settings")
+    try:
+        settings = [Setting.from_json(x) for x in d["settings"]]
+    except ValueError as e:
+        raise BadEntry(f"does not hold valid settings ({e})") from None
+    need(all(s.micro_batch == b and s.tp in tps for s in settings), f"settings of micro-batch {b} at TP {tps}")
+    errors = []
+    for item in d["errors"]:
+        ok = isinstance(item, list) and len(item) == 3 and warm.is_int(item[0]) and item[0] in tps
+        need(ok and isinstance(item[1], bool) and isinstance(item[2], str), "(TP, SP, why not) of each other point")
+        errors.append((item[0], item[1], item[2]))
+    return settings, errors
