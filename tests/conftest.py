@@ -7,6 +7,7 @@ import functools
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ EXAMPLES = ROOT / "examples"
 MODELS = Path(__file__).resolve().parent / "models"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Module- and session-scoped fixtures run before ``own_cache``: they too get a cache of this
+# session only, never the user's ~/.cache/phaze (phazec keeps answers there by default).
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="phaze-tests-cache-")
 
 
 @pytest.fixture(autouse=True)
