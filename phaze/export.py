@@ -509,9 +509,15 @@ def model_facts(module, opts) -> ModelFacts:
 
     layers = keys.records_of(module, keys.LAYERS, LayerInfoAttr)
     seq_len = keys.int_of(module, keys.SEQ_LEN, 0)
+    return facts_of([str(layer.as_dict()["kind"]) for layer in layers], seq_len or None, opts)
+
+
+def facts_of(layer_kinds: Sequence[str], seq_len: int | None, opts) -> ModelFacts:
+    """The :class:`ModelFacts` of a model's layer kinds and traced sequence length (a compiled
+    module's, or those kept with a cached answer) and phazec's driver options."""
     return ModelFacts(
-        layer_kinds=tuple(str(layer.as_dict()["kind"]) for layer in layers),
-        seq_len=seq_len or None,
+        layer_kinds=tuple(layer_kinds),
+        seq_len=seq_len,
         dtype=opts.dtype,
         optimizer=opts.optimizer,
         dp_overlap=opts.dp_overlap,

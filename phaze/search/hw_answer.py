@@ -27,7 +27,7 @@ import contextlib
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +56,6 @@ class Answer:
     seq_len: int | None = None
     #: The phaze warnings said while compiling, in order (said again on a cache hit).
     warnings: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "plan": self.plan,
-            "summary": self.summary,
-            "layer_kinds": self.layer_kinds,
-            "seq_len": self.seq_len,
-            "warnings": self.warnings,
-        }
 
 
 def check_answer(payload: Any) -> Answer:
@@ -103,7 +93,7 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
         result = _compile(model_path, opts, log, generic, stages)
     result.warnings = said
     if key is not None:
-        stages.keep(KIND, key, result.to_json())
+        stages.keep(KIND, key, asdict(result))
     return result
 
 

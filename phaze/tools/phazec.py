@@ -475,16 +475,9 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
         if result.summary:
             log("plan:\n" + result.summary)
         if args.export:  # every export is rendered (or refused) before any output is written
-            from phaze.export import ModelFacts, write_exports
+            from phaze.export import facts_of, write_exports
 
-            facts = ModelFacts(
-                layer_kinds=tuple(result.layer_kinds),
-                seq_len=result.seq_len,
-                dtype=opts.dtype,
-                optimizer=opts.optimizer,
-                dp_overlap=opts.dp_overlap,
-            )
-            write_exports(args.export, result.plan, facts, log)
+            write_exports(args.export, result.plan, facts_of(result.layer_kinds, result.seq_len, opts), log)
         if args.json:
             _write_json(args.json, result.plan)
             log(f"wrote {args.json}")
