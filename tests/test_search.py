@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import EXAMPLES, MODELS, run_tool
 from report_browser import CHROMIUM, inspect
@@ -143,7 +144,7 @@ def test_search_json_and_report(pruned, pruned_dir):
     text, data, stderr = pruned
     st = data["search"]
     assert st["candidates"] == st["architectures"] * st["settings"]
-    assert set(st["pruned"]) == {"work_bound", "dp_bound", "exact"}
+    assert set(st["pruned"]) == {"work_bound", "dp_bound", "refined_bound", "exact"}
     assert sum(st["pruned"].values()) + st["evaluated"] == st["architectures"]
     assert len(st["points"]) == st["evaluated"] and sum(p["best"] for p in st["points"]) == 1
     # Wall times: the phases in order, then the evaluator's timers; the phases happen one after
@@ -279,6 +280,61 @@ def test_the_dp_bound_of_a_fixed_placement_is_not_reused_for_a_searched_one():
     alone = evaluator().dp_bounds(cands, 0, searched, 0, pairs)
     assert (after == alone).all()
     assert (alone >= expert).all() and (alone > expert).any()  # the two placements differ here
+
+
+def test_refined_bounds_lie_between_the_vectorized_bounds_and_the_makespans():
+    """The refined lower bounds the search checks before scheduling an architecture (each
+    layer's own combinatorial bound, or its known makespan) are never below the vectorized
+    bounds nor above the makespans SCIP's schedules give, and are tighter somewhere."""
+    from passes.algorithms.arch_space import load_space
+    from passes.algorithms.schedule import ScheduleCache
+    from phaze.driver import Options
+    from phaze.search.engine import Candidates, Evaluator, Params, SolverLimits
+    from phaze.search.setting import prepare_settings
+
+    (setting,) = prepare_settings(TINY, 8, (1,), Options(micro_batches=(8,), tp_widths=(1,)))
+    cands = Candidates.of_space(load_space(SMALL))
+    configs = list(range(0, len(cands.configs), max(1, len(cands.configs) // 12)))
+    ev = Evaluator(Params(64, 64), SolverLimits(), ScheduleCache(None))
+    vectorized = ev.lower_bounds(cands, setting)[:, configs]
+    refined = ev.refined_lower_bounds(cands, setting, configs)
+    exact = np.stack(ev.makespans(cands, [(setting, c) for c in configs]), axis=1)
+    priced = setting.priced_groups()
+    assert (refined[priced] >= vectorized[priced]).all()
+    assert (refined[priced] <= exact[priced] * (1 + 1e-9)).all()
+    assert (refined[priced] > vectorized[priced] * (1 + 1e-6)).any()
+    # Once scheduled, a layer's bound is its makespan.
+    assert (ev.refined_lower_bounds(cands, setting, configs)[priced] == exact[priced]).all()
+
+
+def test_the_refined_bound_prunes_and_keeps_the_answer(tmp_path, monkeypatch):
+    """Stage 3 (the refined bound) prunes architectures of the small space and spares their
+    schedules; the answer is the one found with it replaced by the stage-2 bounds, byte for
+    byte (plan and answer)."""
+    from phaze.search.engine import Evaluator
+    from phaze.tools import phazec
+
+    def run(name: str) -> tuple[str, dict]:
+        out = tmp_path / name
+        out.mkdir()
+        args = [TINY, *BASE, "--no-baselines", "-o", str(out / "plan.mlir"), "--json", str(out / "plan.json")]
+        assert phazec.main([*args, "--no-cache", "-q"]) == 0
+        return (out / "plan.mlir").read_text(), json.loads((out / "plan.json").read_text())
+
+    text, got = run("refined")
+
+    def stage_2_bounds(self, cands, setting, configs):
+        return self.lower_bounds(cands, setting)[:, list(configs)]
+
+    monkeypatch.setattr(Evaluator, "refined_lower_bounds", stage_2_bounds)
+    plain_text, plain = run("stage-2 bounds")
+    assert text == plain_text
+    answer = ("accelerator", "throughput_samples_per_s", "dp", "pp", "tp", "micro_batch_size", "stages")
+    assert {k: got[k] for k in answer} == {k: plain[k] for k in answer}
+    assert got["search"]["pruned"]["refined_bound"] > 0
+    solved = got["search"]["evaluator"]["schedules_solved"], plain["search"]["evaluator"]["schedules_solved"]
+    assert solved[0] < solved[1], solved
+    assert got["search"]["evaluated"] < plain["search"]["evaluated"]
 
 
 DEEP = str(MODELS / "tiny_gpt2_deep.py")
