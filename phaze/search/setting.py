@@ -161,7 +161,8 @@ class Setting:
         ``phaze-schedule-ops`` builds from the IR on that candidate (so they share cache
         entries)."""
         grp = self.groups[g]
-        ops = [sched.Op(self.units[r], float(one[r]), float(split[r])) for r in grp.rows]
+        rows = list(grp.rows)
+        ops = [sched.Op(self.units[r], a, b) for r, a, b in zip(rows, one[rows].tolist(), split[rows].tolist())]
         return sched.Problem.make(ops, grp.edges, cores)
 
     def layer_numbers(self, makespan: np.ndarray) -> list[LayerNumbers]:

@@ -11,6 +11,7 @@ makespan.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import math
@@ -52,15 +53,15 @@ class Problem:
     ) -> Problem:
         ops_t = tuple(o if isinstance(o, Op) else Op(*o) for o in ops)
         n = len(ops_t)
-        es = tuple(sorted({(int(i), int(j)) for i, j in edges}))
-        for i, j in es:
-            if not (0 <= i < n and 0 <= j < n) or i == j:
-                raise ValueError(f"edge ({i}, {j}) is not between two distinct ops of {n}")
+        graph = edges if isinstance(edges, tuple) else tuple((int(i), int(j)) for i, j in edges)
+        try:
+            es = _checked_edges(n, graph)
+        except TypeError:  # a tuple of unhashable pairs (lists): checked without the memo
+            es = _checked_edges.__wrapped__(n, graph)
         for k, c in cores.items():
             if k not in UNITS or k == "none" or not isinstance(c, int) or c < 1:
                 raise ValueError(f"cores[{k!r}] = {c!r}: expected a unit kind and a count >= 1")
         problem = cls(ops_t, es, tuple(sorted(cores.items())))
-        problem.topological_order()  # raises on a cycle
         for o in ops_t:
             if o.unit != "none" and o.unit not in cores and min(o.one, o.split) > 0:
                 raise ValueError(f"no core count for unit {o.unit!r}")
@@ -110,6 +111,19 @@ class Problem:
         if len(order) != n:
             raise ValueError("the op graph has a cycle")
         return order
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_edges(n: int, edges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """``edges`` between ``n`` ops, sorted and without repeats, checked (ends in range and
+    distinct, no cycle; else :class:`ValueError`): :meth:`Problem.make`'s graph, done once
+    per graph, since the architecture search makes a layer's problem on many chips."""
+    es = tuple(sorted({(int(i), int(j)) for i, j in edges}))
+    for i, j in es:
+        if not (0 <= i < n and 0 <= j < n) or i == j:
+            raise ValueError(f"edge ({i}, {j}) is not between two distinct ops of {n}")
+    Problem(tuple(Op("none", 0.0, 0.0) for _ in range(n)), es, ()).topological_order()  # raises on a cycle
+    return es
 
 
 @dataclass(frozen=True)
