@@ -867,7 +867,7 @@ class _BranchAndBound:
             out[idx] = self.evaluator.dp_bounds(self.cands, m, self.tasks[m], s, [pairs[i] for i in idx])
         return out
 
-    # -- stage 3: exact ---------------------------------------------------------------------------
+    # -- stages 3 and 4: the refined bound, exact ------------------------------------------------
 
     def pop_exact_batch(self) -> list[int]:
         """Up to :data:`EXACT_BATCH` queued architectures, best bound first, each with its
@@ -880,7 +880,7 @@ class _BranchAndBound:
                 neg_bound, _, a = heapq.heappop(self.queue)
                 if self.below_incumbent(-neg_bound):
                     self.drop(a)
-                elif a in self.refined:
+                elif a in self.refined or not self.refining():
                     batch.append(a)
                 else:
                     fresh.append(a)
@@ -895,23 +895,24 @@ class _BranchAndBound:
         del self.dp_bounds_of[a]
         self.progress.advance()
 
-    def refine(self, archs: list[int]) -> None:
-        """Stage 2½ on ``archs`` (popped from the queue): the DP bound again on
-        :meth:`Evaluator.refined_lower_bounds`, each layer's own combinatorial bound or its known
-        makespan, for the settings :meth:`exact_jobs` would schedule (the others keep their
-        bound); each architecture is pruned when its refined score bound cannot beat the
-        incumbent, else queued again by it.  Only where pruning can happen: the refined bounds
-        cost milliseconds a layer, the schedules they may spare tenths of a second."""
-        if not archs:
-            return
-        todo: dict[tuple[int, int], list[int]] = {}  # (model, setting) -> archs
+    def refining(self) -> bool:
+        """Whether stage 3 can prune: pruning is on, there is an incumbent, and the DP bounds
+        something (not the throughput under ``dp_overlap``)."""
         ev = self.evaluator
         bounds_something = not (ev.params.dp_overlap and ev.objective(self.cands).throughput)
-        if self.prune and self.best is not None and bounds_something:
-            for a in archs:
-                bounds = self.dp_bounds_of[a]
-                for m, s in self.worth_settings(bounds):
-                    todo.setdefault((m, s), []).append(a)
+        return self.prune and self.best is not None and bounds_something
+
+    def refine(self, archs: list[int]) -> None:
+        """Stage 3 on ``archs`` (popped from the queue, :meth:`refining`): the DP bound again
+        on :meth:`Evaluator.refined_lower_bounds`, each layer's own combinatorial bound or its
+        known makespan, for the settings :meth:`exact_jobs` would schedule (the others keep
+        their bound); each architecture is pruned when its refined score bound cannot beat the
+        incumbent, else queued again by it.  The refined bounds cost milliseconds a layer, the
+        schedules they may spare tenths of a second."""
+        todo: dict[tuple[int, int], list[int]] = {}  # (model, setting) -> archs
+        for a in archs:
+            for m, s in self.worth_settings(self.dp_bounds_of[a]):
+                todo.setdefault((m, s), []).append(a)
         for (m, s), owners in todo.items():
             k = self.usable[m].index(s)
             pairs = [(self.archs[a][0], self.cands.hbm[self.archs[a][1]]) for a in owners]
