@@ -137,7 +137,7 @@ def synthetic(multi: bool = False) -> dict:
             "candidates": 1409280,
             "architectures": 88080,
             "settings": 16,
-            "pruned": {"work_bound": 1300000, "dp_bound": 100000, "exact": 120},
+            "pruned": {"work_bound": 82000, "dp_bound": 5800, "refined_bound": 100, "exact": 20},
             "evaluated": 160,
             "wall_s": {"prepare": 80.1, "estimate": 3.2, "bounds": 20.5, "schedule": 150.2, "dp": 12.0, "total": 270.0},
             "points": points,
@@ -597,8 +597,11 @@ def test_stats_and_multi_model(pages):
     assert "gpt2-xl, llama2-7b" in page
     assert "Models on the common chip" in page
     assert "3 %" in page and "0 %" in page  # given loss, and computed one
-    assert "92.25 %" in page  # work_bound / candidates
-    assert "1,300,000" in page and "9,280" in page  # pruned, remaining after dp_bound
+    # Architectures pruned per stage: of the 88,080, and those left after each stage (the
+    # evaluated ones after the last).
+    assert "Architectures pruned per stage" in page and "refined bound" in page
+    assert "93.1 %" in page and "6.585 %" in page  # work bound, DP bound
+    assert "82,000" in page and "6,080" in page and "280" in page and "160" in page
     assert list(charts(page)) == ["scatter", "timeline", "memory"] and empty_charts(page) == []
     # the wall-time bars: the longest phase (total, 270 s) 100 px, the others in proportion
     assert 'style="width:100px"' in page and 'style="width:56px"' in page  # schedule: 150.2 s

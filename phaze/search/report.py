@@ -14,7 +14,7 @@ matplotlib) shows:
 4. the memory of each stage (of each rank when interleaved), stacked by kind, against the HBM
    capacity, with what the plan's ZeRO stage shards;
 5. the baselines with the chosen plan's speed-up over each;
-6. search statistics: the space, candidates pruned per stage, wall time per phase;
+6. search statistics: the space, architectures pruned per stage, wall time per phase;
 7. in multi-model mode, each model's throughput on the common chip against its own best.
 
 The page of a plan (``phazec --hw CHIP --report``: the JSON has ``candidates`` and no ``search``)
@@ -989,19 +989,25 @@ def _stats(d: dict) -> str:
     out = ["<h2>Search statistics</h2>", _table(["", "value"], rows)]
     pruned = s.get("pruned") or {}
     if pruned:
-        left, prow = cand, []
+        # The stages prune architectures (each with all its settings): their counts and the
+        # evaluated ones add up to the architectures, not to the candidates.
+        archs = _num(s.get("architectures"))
+        left, prow = archs, []
         for k, v in pruned.items():
             v = _num(v) or 0
             left = left - v if left is not None else None
             prow.append(
                 (
-                    str(k),
+                    str(k).replace("_", " "),
                     int(v) if float(v).is_integer() else v,
-                    _n(f"{fmt(100 * v / cand)} %" if cand else "—"),
+                    _n(f"{fmt(100 * v / archs)} %" if archs else "—"),
                     int(left) if left is not None and left >= 0 else _n("—"),
                 )
             )
-        out.append("<h3>Pruned per stage</h3>\n" + _table(["stage", "pruned", "% of candidates", "remaining"], prow))
+        out.append(
+            "<h3>Architectures pruned per stage</h3>\n"
+            + _table(["stage", "pruned", "% of architectures", "remaining"], prow)
+        )
     if wall:
         peak = max(wall.values()) or 1
         wrow = [
