@@ -84,33 +84,44 @@ class Problem:
         return self if cores == self.cores else Problem(self.ops, self.edges, cores)
 
     def key(self) -> str:
-        """A hash of everything that determines the optimum (floats exactly, via ``hex``)."""
-        h = hashlib.sha256()
-        h.update(repr(self.cores).encode())
-        h.update(";".join(f"{o.unit},{float(o.one).hex()},{float(o.split).hex()}" for o in self.ops).encode())
-        h.update(repr(self.edges).encode())
-        return h.hexdigest()
+        """A hash of everything that determines the optimum (floats exactly, via ``hex``).
+        Computed once per problem and kept on it (the search looks a problem up, queues it and
+        stores it, each by key; the problem is frozen, so the key cannot go stale)."""
+        key = self.__dict__.get("_key")
+        if key is None:
+            h = hashlib.sha256()
+            h.update(repr(self.cores).encode())
+            h.update(";".join(f"{o.unit},{float(o.one).hex()},{float(o.split).hex()}" for o in self.ops).encode())
+            h.update(repr(self.edges).encode())
+            key = h.hexdigest()
+            object.__setattr__(self, "_key", key)
+        return key
 
     def topological_order(self) -> list[int]:
-        n = len(self.ops)
-        succ: list[list[int]] = [[] for _ in range(n)]
-        indeg = [0] * n
-        for i, j in self.edges:
-            succ[i].append(j)
-            indeg[j] += 1
-        ready = [i for i in range(n) if indeg[i] == 0]
-        heapq.heapify(ready)
-        order = []
-        while ready:
-            i = heapq.heappop(ready)
-            order.append(i)
-            for j in succ[i]:
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    heapq.heappush(ready, j)
-        if len(order) != n:
-            raise ValueError("the op graph has a cycle")
-        return order
+        return _topological_order(len(self.ops), self.edges)
+
+
+def _topological_order(n: int, edges: Iterable[tuple[int, int]]) -> list[int]:
+    """The ops ``0 .. n-1`` in a topological order of ``edges`` (the smallest ready op first);
+    :class:`ValueError` on a cycle."""
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for i, j in edges:
+        succ[i].append(j)
+        indeg[j] += 1
+    ready = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) != n:
+        raise ValueError("the op graph has a cycle")
+    return order
 
 
 @functools.lru_cache(maxsize=4096)
@@ -122,7 +133,7 @@ def _checked_edges(n: int, edges: tuple[tuple[int, int], ...]) -> tuple[tuple[in
     for i, j in es:
         if not (0 <= i < n and 0 <= j < n) or i == j:
             raise ValueError(f"edge ({i}, {j}) is not between two distinct ops of {n}")
-    Problem(tuple(Op("none", 0.0, 0.0) for _ in range(n)), es, ()).topological_order()  # raises on a cycle
+    _topological_order(n, es)  # raises on a cycle
     return es
 
 
