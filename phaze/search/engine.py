@@ -911,8 +911,9 @@ class _BranchAndBound:
         schedules they may spare tenths of a second."""
         todo: dict[tuple[int, int], list[int]] = {}  # (model, setting) -> archs
         for a in archs:
-            for m, s in self.worth_settings(self.dp_bounds_of[a]):
-                todo.setdefault((m, s), []).append(a)
+            for m in range(self.n_models):
+                for _, s in self.worth(self.dp_bounds_of[a], m)[0]:
+                    todo.setdefault((m, s), []).append(a)
         for (m, s), owners in todo.items():
             k = self.usable[m].index(s)
             pairs = [(self.archs[a][0], self.cands.hbm[self.archs[a][1]]) for a in owners]
@@ -930,24 +931,27 @@ class _BranchAndBound:
             else:
                 heapq.heappush(self.queue, (-bound, self.rank[a], a))
 
-    def worth_settings(self, bounds: list[np.ndarray]) -> list[tuple[int, int]]:
-        """``(model, setting)`` of the settings whose DP bound (``bounds``, an architecture's),
-        with every other model at its best bound, can lift the architecture to the incumbent
-        (all that fit, without pruning or an incumbent)."""
-        best_ub = [float(b.max()) if len(b) else 0.0 for b in bounds]
-        out = []
-        for m in range(self.n_models):
-            need = self.need(best_ub, m)
-            out += [(m, s) for k, s in enumerate(self.usable[m]) if bounds[m][k] > 0 and bounds[m][k] >= need]
-        return out
-
-    def need(self, best_ub: list[float], m: int) -> float:
-        """The least score model ``m`` must reach on an architecture whose models' best bounds
-        are ``best_ub`` for it to reach the incumbent (``-inf`` without pruning or one)."""
-        if not (self.prune and self.best is not None):
-            return -np.inf
-        others = sum(best_ub) - best_ub[m]
-        return (self.n_models * self.incumbent() - others) * (1 - TOL)
+    def worth(self, bounds: list[np.ndarray], m: int) -> tuple[list[tuple[float, int]], float]:
+        """Model ``m``'s settings on an architecture whose DP bounds are ``bounds`` (per model,
+        one per usable setting), split: ``(worth, skipped)``, ``worth`` the ``(bound, setting)``
+        of those that fit and whose bound, with every other model at its best bound, can lift
+        the architecture to the incumbent (all that fit, without pruning or an incumbent), and
+        ``skipped`` the best bound of the other ones that fit (0.0 if none)."""
+        need = -np.inf
+        if self.prune and self.best is not None:
+            best = [float(b.max()) if len(b) else 0.0 for b in bounds]
+            need = (self.n_models * self.incumbent() - (sum(best) - best[m])) * (1 - TOL)
+        worth: list[tuple[float, int]] = []
+        skipped = 0.0
+        for k, s in enumerate(self.usable[m]):
+            bound = float(bounds[m][k])
+            if bound <= 0:
+                continue
+            if bound >= need:
+                worth.append((bound, s))
+            else:
+                skipped = max(skipped, bound)
+        return worth, skipped
 
     def exact_jobs(
         self, batch: list[int]
@@ -970,18 +974,9 @@ class _BranchAndBound:
             c, h = self.archs[a]
             bounds = self.dp_bounds_of.pop(a)
             self.refined.discard(a)
-            best_ub = [float(b.max()) if len(b) else 0.0 for b in bounds]
             skipped[a] = [0.0] * n_models
             for m in range(n_models):
-                need = self.need(best_ub, m)
-                worth: list[tuple[float, int]] = []
-                for k, s in enumerate(self.usable[m]):
-                    if bounds[m][k] <= 0:
-                        continue
-                    if bounds[m][k] >= need:
-                        worth.append((float(bounds[m][k]), s))
-                    else:
-                        skipped[a][m] = max(skipped[a][m], float(bounds[m][k]))
+                worth, skipped[a][m] = self.worth(bounds, m)
                 if not worth:
                     continue
                 # The likeliest best first (ties: the model's tie-break order).
