@@ -19,7 +19,9 @@ MODELS = Path(__file__).resolve().parent / "models"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Module- and session-scoped fixtures run before ``own_cache``: they too get a cache of this
 # session only, never the user's ~/.cache/phaze (phazec keeps answers there by default).
-os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="phaze-tests-cache-")
+# Removed when the session's interpreter exits (a bare mkdtemp left one behind per run).
+_SESSION_CACHE = tempfile.TemporaryDirectory(prefix="phaze-tests-cache-")
+os.environ["XDG_CACHE_HOME"] = _SESSION_CACHE.name
 
 
 @pytest.fixture(autouse=True)
