@@ -1,7 +1,7 @@
 """``phazec --hw``'s answers kept in the cache (``phaze/search/hw_answer.py``): the same question
 asked again is answered from one file, with the same bytes in every output and the same
-warnings; any input that changes (an option, the chip's data, the model file, the printed
-form) asks again; a broken entry is said and computed again; ``--no-cache`` keeps nothing."""
+warnings; any input that changes (an option, the chip's data, the model file or a helper it
+imports, the printed form) asks again; a broken entry is said and computed again; ``--no-cache`` keeps nothing."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from conftest import MODELS, ROOT, run_tool
 from passes.algorithms.cache_file import read_entry
 from phaze import driver
 from phaze.search import hw_answer, warm
-from phaze_ir.errors import PhazeWarning
+from phaze_ir.errors import PhazeError, PhazeWarning
 
 GPT2 = str(MODELS / "tiny_gpt2.py")
 OPAQUE = str(MODELS / "tiny_opaque.py")
@@ -120,6 +120,60 @@ def test_every_input_is_in_the_key(tmp_path):
     model.write_text(Path(GPT2).read_text() + "\n# edited\n")
     _, logged = _ask(cache, opts, str(model))
     assert not _hit(logged)
+
+
+def _model_with_a_helper(d: Path, hidden: int) -> str:
+    """examples/mlp.py with its width read from ``helper.py`` beside it."""
+    d.mkdir(exist_ok=True)
+    text = (ROOT / "examples" / "mlp.py").read_text()
+    assert "\nHIDDEN = 256\n" in text
+    (d / "model.py").write_text(text.replace("\nHIDDEN = 256\n", "\nfrom helper import HIDDEN\n"))
+    (d / "helper.py").write_text(f"HIDDEN = {hidden}\n")
+    return str(d / "model.py")
+
+
+def test_a_helper_the_model_imports_is_in_the_key(tmp_path):
+    """Editing a file the model file imports asks again (it answered the old model's question
+    before); the same helper is a hit; a helper gone is the model's own import error."""
+    cache = tmp_path / "cache"
+    opts = driver.Options(hw="a100", micro_batches=(1,), tp_widths=(1,), devices=8, global_batch=8)
+    model = _model_with_a_helper(tmp_path / "m", 256)
+    narrow, logged = _ask(cache, opts, model)
+    assert not _hit(logged)
+    _, logged = _ask(cache, opts, model)
+    assert _hit(logged)
+    _model_with_a_helper(tmp_path / "m", 320)
+    wide, logged = _ask(cache, opts, model)
+    assert not _hit(logged) and "tensor<320xf16>" in wide and "tensor<320xf16>" not in narrow
+    again, logged = _ask(cache, opts, model)
+    assert _hit(logged) and again == wide
+    (tmp_path / "m" / "helper.py").unlink()
+    with pytest.raises(PhazeError, match="helper"):
+        _ask(cache, opts, model)
+
+
+def test_model_key_reads_the_helpers_from_the_cache(tmp_path, monkeypatch):
+    """The ``model`` entry lists the helpers with their digests: while they are unchanged the
+    key costs no import; the key changes with a helper's bytes."""
+    import phaze_ir.frontend as frontend
+
+    stages = warm.StageCache.of(str(tmp_path / "cache"))
+    model = _model_with_a_helper(tmp_path / "m", 256)
+    first = warm.model_key(model, stages)
+    assert first.name == "mlp"
+    (entry,) = (tmp_path / "cache" / "stages" / "model").iterdir()
+    sources = json.loads(entry.read_text())["payload"]["sources"]
+    assert str((tmp_path / "m" / "helper.py").resolve()) in [p for p, _ in sources]
+
+    def no_import(path):
+        raise AssertionError("the model was imported")
+
+    monkeypatch.setattr(frontend, "load_model_file", no_import)
+    assert warm.model_key(model, stages) == first
+    monkeypatch.undo()
+    _model_with_a_helper(tmp_path / "m", 512)
+    second = warm.model_key(model, stages)
+    assert second.name == "mlp" and second.digest != first.digest
 
 
 def test_a_broken_entry_is_said_and_computed_again(tmp_path):

@@ -8,7 +8,8 @@ stderr, what an export needs of the model besides the plan, and the phaze warnin
 compiling.  That answer is an ``hw-answer`` entry of the search's stage cache
 (:mod:`phaze.search.warm`: ``<cache>/stages/hw-answer/<key>.json``, checked on load, never
 code), keyed by the environment digest (phaze's sources, the Rust extension, the packages'
-versions), the model file's bytes, the driver's options (their ``repr``), the chip's data and
+versions), the model (:func:`phaze.search.warm.model_key`: the file's bytes and those of the
+helpers it imports), the driver's options (their ``repr``), the chip's data and
 the printed form.  A hit reads one file: no model imported, nor torch; its warnings are said
 again.  A sweep's settings (the model cut to 3 and 4 blocks, per micro-batch: they do not
 depend on the chip, the devices or the batch) are kept as ``sweep-settings`` entries
@@ -17,8 +18,9 @@ depend on the chip, the devices or the batch) are kept as ``sweep-settings`` ent
 the same model (another chip, devices, batch) reads its settings, and on a chip asked about
 before skips the layers already scheduled.
 
-What the key cannot see: files a model file imports besides itself (as for the search's
-entries); ``--cache``/``--no-cache`` say where the cache is or that there is none.
+What the key cannot see: files a model file reads, and modules it imports only inside a function
+(as for the search's entries); ``--cache``/``--no-cache`` say where the cache is or that there is
+none.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from phaze import driver
 from phaze.driver import Options
 from phaze.search import warm
 from phaze.search.warm import StageCache, need
-from phaze_ir.errors import PhazeWarning
+from phaze_ir.errors import PhazeError, PhazeWarning
 
 #: The stage cache's kind of entry this module keeps.
 KIND = "hw-answer"
@@ -99,19 +101,19 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
 
 def _key(model_path: str, opts: Options, stages: StageCache, generic: bool) -> str | None:
     """The entry's key (None without a cache directory: nothing to look up).  Reading the model
-    file's bytes is all a hit costs of the model; a file that cannot be read is the loader's
-    one-line error, as without a cache."""
+    file's bytes and its helpers' is all a hit costs of the model; a file that cannot be read or
+    imported is the loader's one-line error, as without a cache."""
     if stages.directory is None:
         return None
     driver.check_options(opts)
     try:
-        data = Path(model_path).read_bytes()
-    except OSError:
+        model = warm.model_key(model_path, stages).digest
+    except PhazeError:
         return None  # the compilation says why, in its own words
     chip = ""
     if driver.STAGES.index(opts.emit) >= driver.STAGES.index("tiled"):
         chip = warm.digest(repr(driver.load_accelerator(opts.hw)))
-    return stages.key(KIND, warm.digest(data), repr(opts), chip, generic)
+    return stages.key(KIND, model, repr(opts), chip, generic)
 
 
 def _compile(model_path: str, opts: Options, log, generic: bool, stages: StageCache) -> Answer:

@@ -125,16 +125,18 @@ def _keep_settings(file: Path, input_hash: str, settings: list) -> bool:
     return True
 
 
-def prepare(paths: list[str], opts, tps: tuple[int, ...], sopts: SearchOptions, backend, log) -> list[list]:
+def prepare(
+    paths: list[str], models: tuple[str, ...], opts, tps: tuple[int, ...], sopts: SearchOptions, backend, log
+) -> list[list]:
     """Settings of every model (``[model][setting]``, micro-batch-major), from the cache where
-    it has them (``<cache>/settings/<key>.json``, checked before use: never code)."""
+    it has them (``<cache>/settings/<key>.json``, checked before use: never code); ``models``:
+    each model's digest (:func:`phaze.search.warm.model_key`)."""
     digest = warm.environment_digest()
     items, files, where = [], [], []
     out: list[list] = [[None] * len(opts.micro_batches) for _ in paths]
     for m, path in enumerate(paths):
-        data = Path(path).read_bytes()
         for k, micro_batch in enumerate(opts.micro_batches):
-            h = hashlib.sha256(data)
+            h = hashlib.sha256(models[m].encode())
             traced_as = (micro_batch, opts.seq_len, opts.dtype, opts.optimizer, opts.strict)
             h.update(repr((digest, tps, opts.sequence_parallel, *traced_as)).encode())
             input_hash = h.hexdigest()
@@ -285,27 +287,10 @@ def _space_digest(space) -> str:
 
 
 def _model_names(paths: list[str], stages: StageCache) -> tuple[list[str], tuple[str, ...]]:
-    """Each model's name and the digest of its file's bytes.  The name comes from the stage cache
-    when it has the file's bytes; else the file is imported (torch with it: seconds), and a file
-    that cannot be read or imported is the loader's one-line error."""
-    from phaze_ir.frontend import load_model_file
-
-    names, digests = [], []
-    for path in paths:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as e:
-            load_model_file(path)  # its one-line error: no such file, a directory...
-            raise PhazeError(f"{path}: cannot be read ({e.strerror or e})") from None
-        file_digest = warm.digest(data)
-        key = stages.key("model", file_digest)
-        name = stages.load("model", key, warm.check_name)
-        if name is None:
-            name = load_model_file(path).name
-            stages.keep("model", key, {"name": name})
-        names.append(name)
-        digests.append(file_digest)
-    return names, tuple(digests)
+    """Each model's name and its digest (:func:`phaze.search.warm.model_key`: the file's bytes
+    and those of the helpers it imports)."""
+    keys = [warm.model_key(path, stages) for path in paths]
+    return [k.name for k in keys], tuple(k.digest for k in keys)
 
 
 def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: StageCache) -> _Inputs:
@@ -385,7 +370,9 @@ class _Work:
 
     @cached_property
     def settings(self) -> list[list]:
-        return prepare(self.paths, self.opts, self.inputs.tps, self.sopts, self.backend, self.log)
+        return prepare(
+            self.paths, self.inputs.keys.models, self.opts, self.inputs.tps, self.sopts, self.backend, self.log
+        )
 
     @cached_property
     def evaluator(self) -> Evaluator:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
@@ -180,7 +179,7 @@ def prepared(
 ) -> tuple[list[Setting], list[tuple[int, bool, str]]]:
     """``prepare_points``'s settings of micro-batch ``b`` and why each other point has none, from
     ``stages`` when it has them (a ``sweep-settings`` entry: :mod:`phaze.search.warm`), else
-    prepared and kept there.  They depend on the model file's bytes, the micro-batch, the TP
+    prepared and kept there.  They depend on the model (its file and the helpers it imports), the micro-batch, the TP
     widths and what tracing, importing and sharding read of the options (sequence parallelism,
     the sequence length, the dtype, the optimizer, ``--strict``), not on the chip, the devices
     or the batch: another question on the same model reads them."""
@@ -189,7 +188,7 @@ def prepared(
     key = None
     if stages is not None and stages.directory is not None:
         traced_as = (b, opts.seq_len, opts.dtype, opts.optimizer, opts.strict, opts.capacity_factor)
-        model = warm.digest(Path(model_path).read_bytes())
+        model = warm.model_key(model_path, stages).digest
         key = stages.key(SETTINGS_KIND, model, tps, opts.sequence_parallel, traced_as)
         hit = stages.load(SETTINGS_KIND, key, lambda payload: _check_prepared(payload, b, tps))
         if hit is not None:

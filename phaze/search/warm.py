@@ -9,14 +9,19 @@ each stage's result under ``stages/<kind>/<key>.json``, one
 checked on load: never code), keyed by a SHA-256 of :func:`environment_digest` and everything
 the result depends on:
 
-- ``model``: a model file's bytes -> its name (a warm rerun imports no model, nor torch);
-- ``baseline``: the models' bytes, the driver's options (their ``repr``), the solver limits, the
+- ``model``: a model file's bytes -> its name and its *sources*, the other files of the user's
+  its import loaded (helpers beside it), each with the digest of its bytes then (a warm rerun
+  imports no model, nor torch, while those files are unchanged).  Every other key holds the
+  model's :func:`model_key` digest: the model file's bytes and its sources' paths and bytes, so
+  that editing a helper the model imports is a new question (files it *reads*, and modules it
+  imports only inside a function, are not seen: ``--no-cache`` asks afresh);
+- ``baseline``: the models' digests, the driver's options (their ``repr``), the solver limits, the
   chip searched (the TPUv4-like one; the space and pruning for ``decoupled``) -> the baseline's
   JSON record and the evaluator's counts it cost;
 - ``search``: the same on the space, with pruning -> the co-optimized record, the statistics,
   the winner (chip, each model's micro-batch, TP width and throughput), the per-model detail
   and the counts;
-- ``plan``: one model's bytes, the options at the winner's setting and the winner chip -> its
+- ``plan``: one model's digest, the options at the winner's setting and the winner chip -> its
   plan module as MLIR text;
 - ``answer``: all of the above, the baselines and pruning flags and the printed form (generic
   or not) -> the output module's text and the JSON without its wall times.
@@ -48,7 +53,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from passes.algorithms.cache_file import BadEntry, is_int, is_number, read_entry, write_entry
-from phaze_ir.errors import PhazeWarning
+from phaze_ir.errors import PhazeError, PhazeWarning
 
 #: The stage entries' file format and its version (in every key too: entries of another version
 #: are never looked up).
@@ -150,6 +155,47 @@ class StageCache:
             )
 
 
+@dataclass(frozen=True)
+class ModelKey:
+    """A model file as the cache keys it: its name and the digest of its bytes and of its
+    sources' paths and bytes."""
+
+    name: str
+    digest: str
+
+
+def _file_digest(path: str) -> str:
+    """The digest of a file's bytes ("" when it cannot be read: a deleted helper is a change)."""
+    try:
+        return digest(Path(path).read_bytes())
+    except OSError:
+        return ""
+
+
+def model_key(path: str, stages: StageCache) -> ModelKey:
+    """The model file ``path`` as the cache keys it (see the module docstring).  Its ``model``
+    entry gives its name and sources while every source still has the bytes it had; otherwise
+    the file is imported (torch with it: seconds) and the entry written anew.  A file that cannot
+    be read or imported is the loader's one-line error."""
+    from phaze_ir.frontend import load_model_file
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        load_model_file(path)  # its one-line error: no such file, a directory...
+        raise PhazeError(f"{path}: cannot be read ({e.strerror or e})") from None
+    file_digest = digest(data)
+    key = stages.key("model", file_digest)
+    hit = stages.load("model", key, check_model)
+    if hit is not None and all(_file_digest(p) == d for p, d in hit[1]):
+        name, sources = hit
+    else:
+        spec = load_model_file(path)
+        name, sources = spec.name, [(str(f), _file_digest(str(f))) for f in spec.sources]
+        stages.keep("model", key, {"name": name, "sources": [list(x) for x in sources]})
+    return ModelKey(name, digest(repr((file_digest, sources))))
+
+
 # -- what the payloads must hold ------------------------------------------------------------------
 
 
@@ -166,11 +212,15 @@ def fields(x: object, keys: tuple[str, ...], what: str) -> dict:
     return x
 
 
-def check_name(payload: Any) -> str:
-    """A ``model`` payload: the model's name."""
-    d = fields(payload, ("name",), "a model name")
+def check_model(payload: Any) -> tuple[str, list[tuple[str, str]]]:
+    """A ``model`` payload: the model's name and its sources ``(path, digest of its bytes)``."""
+    d = fields(payload, ("name", "sources"), "a model name and its sources")
     need(isinstance(d["name"], str) and d["name"] != "", "a model name")
-    return d["name"]
+    sources = d["sources"]
+    need(isinstance(sources, list), "the model's sources")
+    ok = all(isinstance(x, list) and len(x) == 2 and all(isinstance(v, str) for v in x) for x in sources)
+    need(ok, "(path, digest) of each source")
+    return d["name"], [(x[0], x[1]) for x in sources]
 
 
 def check_counts(x: Any, keys: tuple[str, ...]) -> dict[str, int]:

@@ -10,6 +10,10 @@ The contract of a model file:
 - optional ``NAME`` (str) and ``SEQ_LEN`` (int);
 - optional ``loss_fn(output)`` mapping the model's output to a scalar loss (by default the
   output's ``.loss``, else the output itself when it is a scalar, else its sum).
+
+A model file may import helpers that sit beside it (or any module of the user's). The files of
+those modules are the model's *sources* (:attr:`ModelSpec.sources`): what a cached answer about
+the model must be keyed on besides the model file itself (:mod:`phaze.search.warm`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import sysconfig
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +44,9 @@ class ModelSpec:
     seq_len: int | None
     loss_fn: Callable[[Any], Any] | None
     takes_seq_len: bool
+    #: The other Python files of the user's that importing the model file loaded, sorted (see
+    #: :func:`user_sources`).
+    sources: tuple[Path, ...] = ()
 
     def inputs(self, micro_batch_size: int, seq_len: int | None = None) -> tuple[tuple, dict]:
         """The example inputs as ``(args, kwargs)``."""
@@ -80,7 +88,9 @@ def load_model_file(path: str | os.PathLike) -> ModelSpec:
     if spec is None or spec.loader is None:
         raise PhazeError(f"{path}: cannot be imported as a Python file")
     module: ModuleType = importlib.util.module_from_spec(spec)
-    # Model files may import helpers that sit beside them.
+    # Model files may import helpers that sit beside them: as they are on disk now, not as an
+    # earlier model file of this process imported them.
+    _forget_modules_under(p.parent)
     sys.path.insert(0, str(p.parent))
     try:
         spec.loader.exec_module(module)
@@ -112,4 +122,46 @@ def load_model_file(path: str | os.PathLike) -> ModelSpec:
         seq_len=seq_len,
         loss_fn=getattr(module, "loss_fn", None),
         takes_seq_len=len(params) >= 2,
+        sources=tuple(f for f in user_sources() if f != p),
     )
+
+
+def _installed_roots() -> tuple[Path, ...]:
+    """Where code that is not the user's lives: the standard library, the installed packages
+    and phaze's own packages (the cache keys on those by version and source digest)."""
+    paths = sysconfig.get_paths()
+    kinds = ("stdlib", "platstdlib", "purelib", "platlib", "scripts")
+    roots = {Path(paths[k]).resolve() for k in kinds if k in paths}
+    phaze_root = Path(__file__).resolve().parents[2]
+    roots |= {phaze_root / pkg for pkg in ("phaze_ir", "passes", "phaze")}
+    return tuple(sorted(roots))
+
+
+def _forget_modules_under(directory: Path) -> None:
+    """Drop the user's modules loaded from ``directory`` (or below) from ``sys.modules``, so that a
+    model file importing them gets them as they are now (phaze's own modules are never dropped)."""
+    roots = _installed_roots()
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and file:
+            path = Path(file).resolve()
+            if path.is_relative_to(directory) and not any(path.is_relative_to(r) for r in roots):
+                del sys.modules[name]
+
+
+def user_sources() -> list[Path]:
+    """The files of the modules loaded in this process that are the user's: neither the standard
+    library, nor an installed package, nor phaze.  After a model file is imported, these include
+    every helper it imported at module level (directly or not, loaded now or before); a superset
+    at worst (another model file's helpers), which only makes a cached answer recomputed more
+    often.  Modules imported inside a function (``get_model``) are not loaded yet and not seen."""
+    roots = _installed_roots()
+    out = set()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str) or not file:
+            continue
+        path = Path(file).resolve()
+        if path.is_file() and not any(path.is_relative_to(r) for r in roots):
+            out.add(path)
+    return sorted(out)
