@@ -16,7 +16,16 @@ import pytest
 from conftest import MODELS, compiled
 
 from passes.algorithms import schedule as S
-from passes.algorithms.schedule import Op, Problem, ScheduleCache, check_schedule, list_schedule, lower_bounds, solve
+from passes.algorithms.schedule import (
+    Op,
+    Problem,
+    ScheduleCache,
+    check_schedule,
+    list_schedule,
+    lower_bounds,
+    makespan_lower_bound,
+    solve,
+)
 from passes.algorithms.schedule.milp import cliques
 
 # ---------------------------------------------------------------------------------------------
@@ -216,6 +225,40 @@ def test_lower_bounds_are_the_critical_path_and_the_work():
     assert work == pytest.approx(4.0)  # (min(8, 4*2) + min(8, 4*3)) / 4
     s = solve(p)
     assert s.makespan >= max(cp, work) - 1e-12 and s.makespan <= s.list_makespan + 1e-12
+
+
+def test_an_op_too_long_for_one_core_in_its_window_is_charged_split():
+    """After a 3 s vector chain, two GEMMs on 4 tensor cores: each is cheaper in core-seconds on
+    one core (1.6 and 1.5 core-s against 4 x 0.2 and 4 x 0.7) but too long for one core in the
+    time the chain leaves, so both run split, one after the other.  The energetic bound lets
+    them overlap on single cores; the forced-split bound is the optimum."""
+    ops = [("vector", 3.0, 3.0), ("tensor", 1.6, 0.2), ("tensor", 1.5, 0.7)]
+    p = Problem.make(ops, [(0, 1), (0, 2)], {"tensor": 4, "vector": 1})
+    assert max(lower_bounds(p)) == pytest.approx(3.7)  # the chain, then the longer GEMM split
+    optimum = brute_force(p)
+    assert optimum == pytest.approx(3.9)
+    assert solve(p).makespan == pytest.approx(optimum)
+    assert makespan_lower_bound(p) == pytest.approx(optimum, rel=1e-6)
+    assert makespan_lower_bound(p) <= optimum
+
+
+def test_makespan_lower_bound_is_a_bound_and_tighter_than_the_plain_ones():
+    """On seeded random DAGs (every core count, mode and density of the MILP's oracle cases and
+    longer ops of two scales): never above the exhaustive optimum, never below the critical path
+    and the energetic bound, and strictly above both somewhere."""
+    rng = random.Random(11)
+    tighter = 0
+    for case in range(120):
+        p = random_problem(rng, rng.randint(2, 8))
+        if case % 2:  # some ops far longer on one core than split: forcing bites
+            ops = [Op(o.unit, o.one * 6, o.split) if o.unit == "tensor" else o for o in p.ops]
+            p = Problem.make(ops, p.edges, p.core_count)
+        bound = makespan_lower_bound(p)
+        plain = max(lower_bounds(p))
+        optimum = brute_force(p, list_schedule(p).makespan)
+        assert plain - 1e-12 <= bound <= optimum * (1 + 1e-9), p
+        tighter += bound > plain * (1 + 1e-6)
+    assert tighter >= 10
 
 
 def test_time_limit_keeps_the_best_schedule_and_its_gap():

@@ -321,10 +321,10 @@ class Evaluator:
         """``[groups, len(configs)]``: :meth:`lower_bounds` on ``configs``, tightened group by
         group: the makespan itself where the group's schedule is known (memoized or cached),
         else the larger of the vectorized bound and the problem's own combinatorial bound
-        (:func:`~passes.algorithms.schedule.lower_bounds`: the energetic bound at every head and
-        tail threshold, not only the smallest; Llama-2-7B's layers: 1.6 % tighter at the
-        median, 4 % at the 90th percentile).  Milliseconds per problem against SCIP's tenths of
-        a second, so the search runs it on an architecture before scheduling it
+        (:func:`~passes.algorithms.schedule.makespan_lower_bound`: the energetic bound at every
+        head and tail threshold, not only the smallest, and with the ops too long for one core
+        in their window charged split).  A millisecond per problem against SCIP's tenths of a
+        second, so the search runs it on an architecture before scheduling it
         (:meth:`_BranchAndBound.refine`).  A calibrated chip keeps the vectorized bounds."""
         lb = self.lower_bounds(cands, setting)[:, list(configs)].copy()
         if getattr(cands.template, "calibration", None) is not None:
@@ -347,7 +347,7 @@ class Evaluator:
                 key = canon.key()
                 bound = self._problem_lb.get(key)
                 if bound is None:
-                    bound = self._problem_lb[key] = max(sched.lower_bounds(canon))
+                    bound = self._problem_lb[key] = sched.makespan_lower_bound(canon)
                 lb[g, col] = max(lb[g, col], bound)
         self.timers["estimate"] += time.perf_counter() - t0
         return lb

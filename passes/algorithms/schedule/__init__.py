@@ -9,6 +9,8 @@ idea:
 - :mod:`.prepared`: the problem as the solvers see it (ops that take time, the transitive
   reduction, heads and tails), the combinatorial lower bounds, and a schedule of those ops back
   as a :class:`Schedule` of the problem;
+- :mod:`.forced_split`: :func:`makespan_lower_bound`, the combinatorial bounds with the ops
+  too long for one core in their window charged split (the search's refined bound);
 - :mod:`.warm_start`: the list schedules and the local search (in Rust, ``rust/phaze-sched``):
   the upper bound, SCIP's first incumbent and the fallback;
 - :mod:`.milp`: the MILP (its variables and its four families of rows: precedence, energetic,
@@ -22,6 +24,7 @@ idea:
 """
 
 from passes.algorithms.schedule.cache import ScheduleCache
+from passes.algorithms.schedule.forced_split import makespan_lower_bound
 from passes.algorithms.schedule.layers import (
     PHASE_GROUPS,
     LayerSchedule,
@@ -58,6 +61,7 @@ __all__ = [
     "group_problem",
     "list_schedule",
     "lower_bounds",
+    "makespan_lower_bound",
     "phase_groups",
     "schedule_group",
     "schedule_layers",
