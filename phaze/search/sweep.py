@@ -179,10 +179,10 @@ def prepared(
 ) -> tuple[list[Setting], list[tuple[int, bool, str]]]:
     """``prepare_points``'s settings of micro-batch ``b`` and why each other point has none, from
     ``stages`` when it has them (a ``sweep-settings`` entry: :mod:`phaze.search.warm`), else
-    prepared and kept there.  They depend on the model (its file and the helpers it imports), the micro-batch, the TP
-    widths and what tracing, importing and sharding read of the options (sequence parallelism,
-    the sequence length, the dtype, the optimizer, ``--strict``), not on the chip, the devices
-    or the batch: another question on the same model reads them."""
+    prepared and kept there.  They depend on the model (its file and the helpers it imports),
+    the micro-batch, the TP widths and what tracing, importing and sharding read of the options
+    (sequence parallelism, the sequence length, the dtype, the optimizer, ``--strict``), not on
+    the chip, the devices or the batch: another question on the same model reads them."""
     from phaze.search.setting import prepare_points
 
     key = None
