@@ -261,6 +261,29 @@ def test_makespan_lower_bound_is_a_bound_and_tighter_than_the_plain_ones():
     assert tighter >= 10
 
 
+def test_raised_windows_hold_every_schedule():
+    """Heads and tails raised by the work of ancestors and descendants are never below the plain
+    ones, raise some, and every op of a solved schedule (and of the list schedule) starts at or
+    after its raised head and ends at or before the makespan less its raised tail."""
+    from passes.algorithms.schedule.prepared import prepare
+    from passes.algorithms.schedule.windows import raise_windows
+
+    rng = random.Random(5)
+    raised = 0
+    for _ in range(80):
+        p = random_problem(rng, rng.randint(3, 8))
+        plain = prepare(p)
+        prep = raise_windows(plain)
+        for k in range(len(prep.real)):
+            assert prep.head[k] >= plain.head[k] and prep.tail[k] >= plain.tail[k]
+        raised += any(a > b + 1e-12 for a, b in zip(prep.head + prep.tail, plain.head + plain.tail))
+        for s in (solve(p, time_limit=20), list_schedule(p)):
+            for k, i in enumerate(prep.real):
+                assert s.start[i] >= prep.head[k] - 1e-9, (p, k)
+                assert s.end[i] <= s.makespan - prep.tail[k] + 1e-9, (p, k)
+    assert raised >= 10
+
+
 def test_time_limit_keeps_the_best_schedule_and_its_gap():
     # A partition problem: 40 independent single-mode ops of integer length on 2 cores with an
     # odd total; the work bound is not attainable and SCIP cannot prove that in 0.2 s.

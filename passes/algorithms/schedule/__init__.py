@@ -9,8 +9,9 @@ idea:
 - :mod:`.prepared`: the problem as the solvers see it (ops that take time, the transitive
   reduction, heads and tails), the combinatorial lower bounds, and a schedule of those ops back
   as a :class:`Schedule` of the problem;
-- :mod:`.forced_split`: :func:`makespan_lower_bound`, the combinatorial bounds with the ops
-  too long for one core in their window charged split (the search's refined bound);
+- :mod:`.windows`: heads and tails raised by the work of each op's ancestors and descendants;
+- :mod:`.forced_split`: :func:`makespan_lower_bound`, the combinatorial bounds on those windows
+  with the ops too long for one core in theirs charged split (the search's refined bound);
 - :mod:`.warm_start`: the list schedules and the local search (in Rust, ``rust/phaze-sched``):
   the upper bound, SCIP's first incumbent and the fallback;
 - :mod:`.milp`: the MILP (its variables and its four families of rows: precedence, energetic,

@@ -32,6 +32,7 @@ import numpy as np
 
 from passes.algorithms.schedule.prepared import Prepared, combinatorial_bounds, prepare
 from passes.algorithms.schedule.problem import Problem
+from passes.algorithms.schedule.windows import raise_windows
 
 #: Bisection stops when the interval is this small relative to its end.
 RELATIVE_TOLERANCE = 1e-7
@@ -110,8 +111,9 @@ def forced_split_bound(prep: Prepared, lower: float) -> float:
 
 
 def makespan_lower_bound(problem: Problem) -> float:
-    """The strongest of phaze's combinatorial bounds on ``problem``'s least makespan: the
-    critical path, the energetic bound at every head and tail threshold, and the forced-split
-    bound (seconds)."""
-    prep = prepare(problem)
+    """The strongest of phaze's combinatorial bounds on ``problem``'s least makespan (seconds):
+    the critical path, the energetic bound at every head and tail threshold and the forced-split
+    bound, all on the windows raised by the work of each op's ancestors and descendants
+    (:func:`~.windows.raise_windows`)."""
+    prep = raise_windows(prepare(problem))
     return forced_split_bound(prep, max(combinatorial_bounds(prep)))
