@@ -12,9 +12,9 @@ with ``w_i = min(one_i / C, split_i)`` the least time op ``i`` takes of the whol
 topological order raises every head (an op's ancestors come first, their heads final), one in
 reverse order every tail.  Every schedule keeps each op in its raised window, so every bound
 computed from heads and tails (critical path, energetic, forced split) stays valid and gets
-tighter: on the schedules of Llama-2-7B's search, the forced-split bound on raised windows is a
-median 0.2 % under the makespan found (1.5 % on plain ones), 1.3 % at the 75th percentile
-(2.9 %).
+tighter: on the 576 schedules Llama-2-7B's search solved before these bounds, the forced-split
+bound on raised windows is a median 0.2 % under the makespan found (1.5 % on plain windows),
+1.4 % at the 75th percentile (3.1 %), 3.0 % at the 90th (5.3 %).
 """
 
 from __future__ import annotations
