@@ -32,7 +32,7 @@ import numpy as np
 
 from passes.algorithms.schedule.prepared import Prepared, combinatorial_bounds, prepare
 from passes.algorithms.schedule.problem import Problem
-from passes.algorithms.schedule.windows import raise_windows
+from passes.algorithms.schedule.windows import least_kind_time, raise_windows
 
 #: Bisection stops when the interval is this small relative to its end.
 RELATIVE_TOLERANCE = 1e-7
@@ -43,18 +43,16 @@ MAX_STEPS = 60
 class _Kind:
     """One unit kind's ops as the test of a makespan ``T`` needs them."""
 
-    def __init__(self, prep: Prepared, members: list[int]) -> None:
+    def __init__(self, prep: Prepared, members: list[int], least: np.ndarray) -> None:
         head = np.array([prep.head[k] for k in members])
         tail = np.array([prep.tail[k] for k in members])
-        cores = prep.cap[members[0]]
-        pmin = np.array([prep.pmin[k] for k in members])
-        if cores == 1:
-            self.free = self.forced = pmin
+        self.free = least[members]  # least_kind_time: the op's least share of the kind
+        if prep.cap[members[0]] == 1:
+            self.forced = self.free
             self.threshold = np.full(len(members), -np.inf)  # nothing to force
         else:
             one = np.array([prep.modes[k][0][0] for k in members])
             split = np.array([prep.modes[k][1][0] if len(prep.modes[k]) > 1 else np.inf for k in members])
-            self.free = np.minimum(one / cores, split)
             # An op without a split mode whose one-core time does not fit is below the critical
             # path, which the bisection starts above: charging it its free share is still valid.
             self.forced = np.where(np.isfinite(split), split, self.free)
@@ -84,8 +82,9 @@ def forced_split_bound(prep: Prepared, lower: float) -> float:
     # A kind where no op can be forced at a makespan >= lower charges every op its least
     # core-seconds there: the energetic bound, which ``lower`` is at least.  Only the others can
     # refute a makespan (most problems have none: nothing to build).
+    least = least_kind_time(prep)
     kinds = [
-        _Kind(prep, members)
+        _Kind(prep, members, least)
         for _, members in sorted(by_kind.items())
         if any(len(prep.modes[k]) > 1 and prep.head[k] + prep.tail[k] + prep.modes[k][0][0] > lower for k in members)
     ]

@@ -26,8 +26,9 @@ import numpy as np
 from passes.algorithms.schedule.prepared import Prepared, bit_indices
 
 
-def _least_kind_time(prep: Prepared) -> np.ndarray:
-    """Per real op, the least time it holds the whole of its kind (``w_i`` above)."""
+def least_kind_time(prep: Prepared) -> np.ndarray:
+    """Per real op, the least time it holds the whole of its kind (``w_i`` above): its least
+    core-seconds over the kind's cores, or its shortest duration on a one-core kind."""
     out = np.empty(len(prep.real))
     for k, i in enumerate(prep.real):
         op, cores = prep.problem.ops[i], prep.cap[k]
@@ -65,7 +66,7 @@ def raise_windows(prep: Prepared) -> Prepared:
     m = len(prep.real)
     if m == 0:
         return prep
-    w = _least_kind_time(prep)
+    w = least_kind_time(prep)
     kinds = sorted(set(prep.kind))
     kind = np.array([kinds.index(x) for x in prep.kind])
     ancestors = [np.array(bit_indices(prep.reach[k]), dtype=np.int64) for k in range(m)]
