@@ -321,10 +321,11 @@ class Evaluator:
         """``[groups, len(configs)]``: :meth:`lower_bounds` on ``configs``, tightened group by
         group: the makespan itself where the group's schedule is known (memoized or cached),
         else the larger of the vectorized bound and the problem's own combinatorial bound
-        (:func:`~passes.algorithms.schedule.makespan_lower_bound`: the energetic bound at every
-        head and tail threshold, not only the smallest, and with the ops too long for one core
-        in their window charged split).  A millisecond per problem against SCIP's tenths of a
-        second, so the search runs it on an architecture before scheduling it
+        (:func:`~passes.algorithms.schedule.makespan_lower_bound`: on each op's window raised
+        by the work of its ancestors and descendants, the energetic bound at every head and
+        tail threshold, not only the smallest, and with the ops too long for one core in their
+        window charged split).  2-6 ms per problem against SCIP's tenths of a second, so the
+        search runs it on an architecture before scheduling it
         (:meth:`_BranchAndBound.refine`).  A calibrated chip keeps the vectorized bounds."""
         lb = self.lower_bounds(cands, setting)[:, list(configs)].copy()
         if getattr(cands.template, "calibration", None) is not None:
