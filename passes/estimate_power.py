@@ -38,7 +38,11 @@ class EstimatePowerPass(ModulePass):
         if plan["feasible"] != "yes":
             return
         acc = module_accelerator(op, self.name)
-        assert acc.energy is not None  # phaze-estimate-energy refuses a chip without one
+        if acc.energy is None:  # reached when the pass is run by hand on such a chip's plan
+            raise PhazeError(
+                f"{self.name}: hardware '{acc.name}' has no [energy] table (energy per MAC, per byte "
+                "of each memory level, static power per mm^2); add one to price energy and power"
+            )
         area = acc.area_um2
         if area is None and acc.energy.static_w_per_mm2 > 0:
             raise PhazeError(

@@ -189,6 +189,10 @@ def test_a_chip_without_an_energy_table_has_no_power(tmp_path):
     res = run_tool("phaze-opt", str(tmp_path / "plan.mlir"), "-p", "phaze-estimate-energy")
     assert res.returncode != 0
     assert "phaze-estimate-energy: hardware 'tpuv4' has no [energy] table" in res.stderr
+    # The power pass run by hand on that plan says so too (it once failed an assertion).
+    res = run_tool("phaze-opt", str(tmp_path / "plan.mlir"), "-p", "phaze-estimate-power")
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert "phaze-estimate-power: hardware 'tpuv4' has no [energy] table" in res.stderr
 
 
 @pytest.mark.parametrize("hw", ["a100", "tpuv4"])
