@@ -56,6 +56,7 @@ __all__ = [
     "NetworkLevel",
     "NetworkProtocol",
     "TOPOLOGIES",
+    "PROTOCOL_ALGORITHMS",
     "Calibration",
     "EXECUTION_MODES",
     "Accelerator",
@@ -118,6 +119,10 @@ EXECUTION_MODES = ("concurrent", "serial")
 #: docs/design.md §5.5.
 TOPOLOGIES = ("switch", "torus", "fat_tree")
 
+#: The algorithms a ``[[network.protocols]]`` entry may run (``algorithm``; absent is ``"ring"``):
+#: ``nvls`` is NVLink SHARP, an all-reduce reduced inside the NVSwitch (docs/design.md §5.5).
+PROTOCOL_ALGORITHMS = ("ring", "nvls")
+
 #: The largest integer a hardware field may hold: the IR stores integers as signed 64-bit.
 I64_MAX = 2**63 - 1
 
@@ -131,6 +136,7 @@ _EXPECTED = {
     "execution": "one of " + ", ".join(f'"{m}"' for m in EXECUTION_MODES),
     "size_table": "a table of capacities in bytes (positive integers) to positive numbers",
     "topology": "one of " + ", ".join(f'"{t}"' for t in TOPOLOGIES),
+    "algorithm": "one of " + ", ".join(f'"{a}"' for a in PROTOCOL_ALGORITHMS),
     "dims": "an array of 2 or 3 positive integers (the torus's dimensions, the first fastest)",
     "ratio": "a number >= 1",
 }
@@ -185,6 +191,10 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
         return _check_size_table(value, path, source)
     if base == "topology":
         if value not in TOPOLOGIES:
+            raise _fail(source, path, value, expected)
+        return value
+    if base == "algorithm":
+        if value not in PROTOCOL_ALGORITHMS:
             raise _fail(source, path, value, expected)
         return value
     if base == "dims":
@@ -371,26 +381,33 @@ class HBM:
 
 @dataclass(frozen=True)
 class NetworkProtocol:
-    """One protocol of a level's ring collectives (``[[network.protocols]]``, innermost level
-    only; docs/design.md §5.5): a ring all-reduce of ``n`` bytes over ``g`` devices costs the
-    least over the level's protocols of ``base_s + 2(g−1)·latency_s + 2(g−1)/g · n /
-    bandwidth_Bps [+ n/g / shard_Bps]`` (NCCL's LL, LL128 and Simple trade latency for
-    bandwidth this way).
+    """One protocol of a level's collectives (``[[network.protocols]]``, innermost level only;
+    docs/design.md §5.5): an all-reduce of ``n`` bytes over ``g`` devices costs the least over
+    the level's protocols of ``base_s + 2(g−1)·latency_s + 2(g−1)/g · n / bandwidth_Bps [+ n/g /
+    shard_Bps]`` (a ring: NCCL's LL, LL128 and Simple trade latency for bandwidth this way) or,
+    with ``algorithm = "nvls"``, ``base_s + 2·latency_s + n / bandwidth_Bps [+ n/g /
+    shard_Bps]`` (NVLink SHARP: each device sends its ``n`` bytes into the switch, which reduces
+    them, and takes the sum back, whatever ``g``); reduce-scatters and all-gathers cost the
+    least over the ring protocols of their half.
 
     Attributes:
         name: label (``"ll128"``, ``"simple"``), unique within the level.
-        bandwidth_Bps: per-device, per-direction bandwidth of the ring (bytes/s).
-        latency_s: per ring step (s).
+        bandwidth_Bps: per-device, per-direction bandwidth (bytes/s): the ring's, or with
+            ``nvls`` the all-reduce's algorithm bandwidth (``n`` over its time).
+        latency_s: per ring step, or per switch pass with ``nvls`` (s).
         base_s: per collective, whatever its size (launch, pipeline fill) (s).
         shard_Bps: optional; a pass over a device's own ``n/g`` bytes that does not overlap
             the ring (bytes/s).
+        algorithm: optional; ``"ring"`` (absent: the same) or ``"nvls"`` (all-reduces only;
+            a level needs at least one ring protocol for its other collectives).
     """
 
     name: str = _spec("name", "label of the protocol")
-    bandwidth_Bps: float = _spec("pos_float", "per-device, per-direction ring bandwidth (bytes/s)")
-    latency_s: float = _spec("nonneg_float", "per ring step (s)")
+    bandwidth_Bps: float = _spec("pos_float", "per-device, per-direction bandwidth (bytes/s)")
+    latency_s: float = _spec("nonneg_float", "per ring step or switch pass (s)")
     base_s: float = _spec("nonneg_float", "per collective (s)", default=0.0)
     shard_Bps: float | None = _spec("opt_pos_float", "pass over a device's own shard (bytes/s)", default=None)
+    algorithm: str | None = _spec("opt_algorithm", "ring (absent) or nvls", default=None)
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -952,6 +969,14 @@ def _check_topology(levels: tuple[NetworkLevel, ...], i: int, source: str | None
             f"{at}.protocols",
             level.protocols,
             "no value: protocols are fitted inside one group of the innermost level (a switch)",
+        )
+    if level.protocols is not None and all(p.algorithm == "nvls" for p in level.protocols):
+        raise _fail(
+            source,
+            f"{at}.protocols",
+            level.protocols,
+            'at least one ring protocol (no algorithm, or algorithm = "ring"): NVLink SHARP '
+            "prices all-reduces only, a ring the reduce-scatters and all-gathers",
         )
     if topology == "torus" and level.uplink_Bps is not None:
         raise _fail(

@@ -109,25 +109,34 @@ def test_the_protocol_fit_recovers_known_constants():
 
 
 def test_the_h100_node_against_published_nccl():
-    """The h100 preset's node level (the datasheet's 450 GB/s, one ring) against NCCL's own
-    figures for 8 H100s (data/published/nccl_h100.csv): its all-reduce within 15 % of the NVLink
-    SHARP all-reduce NCCL runs by default (447 against ~480 GB/s: -7 %); its reduce-scatter and
-    all-gather, priced on the same ring, +21 % against NCCL's ring (447 against 370 GB/s): the line rate
-    without NCCL's protocol overhead (docs/validation.md says so)."""
+    """The h100 preset's node level against NCCL's own figures for 8 H100s
+    (data/published/nccl_h100.csv): its NVLS protocol prices the NVLink SHARP all-reduce NCCL runs
+    by default (~480 GB/s bus bandwidth), its ring protocol the reduce-scatter and all-gather
+    (~370 GB/s), each within 1 % at 1 GiB (the assumed latencies).  As one ring at the line rate,
+    before the protocols, they were -7 % and +21 % (docs/validation.md)."""
     import csv
+    import dataclasses
 
     from passes.algorithms import network
 
-    levels = network.levels_of(load_hardware("h100").network)
+    h100 = load_hardware("h100")
     rows = [r for r in csv.reader((ROOT / "data" / "published" / "nccl_h100.csv").open()) if not r[0].startswith("#")]
     assert len(rows) == 3
-    errors = {}
-    for gpus, kind, _algorithm, nbytes, busbw_gbps, _source in rows:
-        g, n = int(gpus), float(nbytes)
-        seconds, level = network.collective_s(kind, n, g, levels)
-        assert level == 0
-        # nccl-tests' bus bandwidth: the all-reduce moves 2(g-1)/g of n per GPU, the others (g-1)/g.
-        factor = 2.0 * (g - 1) / g if kind == "all_reduce" else (g - 1) / g
-        errors[kind] = factor * n / seconds / (float(busbw_gbps) * 1e9) - 1.0
-    assert abs(errors["all_reduce"]) < 0.15 and round(errors["all_reduce"], 3) == -0.069
-    assert round(errors["all_gather"], 3) == round(errors["reduce_scatter"], 3) == 0.208
+
+    def errors(levels) -> dict[str, float]:
+        out = {}
+        for gpus, kind, _algorithm, nbytes, busbw_gbps, _source in rows:
+            g, n = int(gpus), float(nbytes)
+            seconds, level = network.collective_s(kind, n, g, levels)
+            assert level == 0
+            # nccl-tests' bus bandwidth: the all-reduce moves 2(g-1)/g of n per GPU, the others (g-1)/g.
+            factor = 2.0 * (g - 1) / g if kind == "all_reduce" else (g - 1) / g
+            out[kind] = factor * n / seconds / (float(busbw_gbps) * 1e9) - 1.0
+        return out
+
+    now = errors(network.levels_of(h100.network))
+    assert all(abs(e) < 0.01 for e in now.values()), now
+    one_ring = (dataclasses.replace(h100.network[0], protocols=None), *h100.network[1:])
+    before = errors(network.levels_of(one_ring))
+    assert round(before["all_reduce"], 3) == -0.069
+    assert round(before["all_gather"], 3) == round(before["reduce_scatter"], 3) == 0.208

@@ -92,6 +92,22 @@ def test_protocols_take_the_least():
     assert network.all_reduce_s([level], 2**20, 1) == 0.0
 
 
+def test_nvls_prices_all_reduces_only():
+    """NVLink SHARP: two passes through the switch and n bytes each way whatever g, so it wins
+    the all-reduce on 8 GPUs and loses it on 2 (where a ring sends n too, at more bandwidth);
+    reduce-scatters and all-gathers take the ring."""
+    ring, nvls = network.Protocol(370e9, 2e-6), network.Protocol(275e9, 2e-6, algorithm="nvls")
+    level = network.Level(8, 450e9, 2e-6, protocols=(ring, nvls))
+    n = 2**30
+    assert network.all_reduce_s([level], n, 8) == 2.0 * 2e-6 + n / 275e9
+    assert network.all_reduce_s([level], n, 2) == 2.0 * 1.0 * 2e-6 + 2.0 * 1.0 / 2.0 * n / 370e9
+    assert network.half_ring_s([level], n, 8) == 7.0 * 2e-6 + 7.0 / 8.0 * n / 370e9
+    assert network.collective_s("all_gather", n, 8, [level]) == (network.half_ring_s([level], n, 8), 0)
+    # Without the NVLS protocol, the ring's all-reduce: 14 steps and 7/4 n.
+    alone = network.Level(8, 450e9, 2e-6, protocols=(ring,))
+    assert network.all_reduce_s([alone], n, 8) == 14.0 * 2e-6 + 2.0 * 7.0 / 8.0 * n / 370e9
+
+
 # ---- the TOML keys --------------------------------------------------------------------------
 
 BASE = dumps_toml(load_hardware("tpuv4")).split("[[network]]")[0]
@@ -168,6 +184,20 @@ def _toml(*levels: str) -> str:
             ),
             "x.toml: network[1].protocols = [...] (an array): expected no value: protocols are fitted inside one",
         ),
+        (
+            (
+                LEVEL.format(name="n", g=8)
+                + "[[network.protocols]]\nname = 'a'\nbandwidth_Bps = 1e9\nlatency_s = 0\nalgorithm = 'tree'\n",
+            ),
+            'x.toml: network[0].protocols[0].algorithm = "tree": expected one of "ring", "nvls"',
+        ),
+        (
+            (
+                LEVEL.format(name="n", g=8)
+                + "[[network.protocols]]\nname = 'a'\nbandwidth_Bps = 1e9\nlatency_s = 0\nalgorithm = 'nvls'\n",
+            ),
+            "x.toml: network[0].protocols = [...] (an array): expected at least one ring protocol",
+        ),
     ],
 )
 def test_bad_topologies_are_named(levels, message):
@@ -176,7 +206,7 @@ def test_bad_topologies_are_named(levels, message):
     assert str(info.value).startswith(message), str(info.value)
 
 
-@pytest.mark.parametrize("name", ["tpuv4_torus", "a100"])
+@pytest.mark.parametrize("name", ["tpuv4_torus", "a100", "h100"])
 def test_presets_round_trip(name):
     acc = load_hardware(name)
     assert loads_toml(dumps_toml(acc)) == acc and Accelerator.from_dict(acc.to_dict()) == acc
@@ -237,6 +267,7 @@ def _problem(spec: list[dict], layers: list[dict], d: int, t: int) -> dict:
 NETWORKS = {
     "tpuv4_torus": load_hardware("tpuv4_torus").to_dict()["network"],
     "a100": load_hardware("a100").to_dict()["network"],
+    "h100": load_hardware("h100").to_dict()["network"],  # a ring and an NVLS protocol
     "fat_tree": [
         {"name": "node", "group_size": 8, "bandwidth_Bps": 216.5e9, "latency_s": 6.34e-6},
         {

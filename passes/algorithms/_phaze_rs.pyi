@@ -42,12 +42,13 @@ class LayerDict(TypedDict):
     dispatch_bytes: NotRequired[int]
 
 class ProtocolDict(TypedDict):
-    """One protocol of the innermost level's ring collectives (docs/design.md §5.5)."""
+    """One protocol of the innermost level's collectives (docs/design.md §5.5)."""
 
     bandwidth_Bps: float
     latency_s: float  # per ring step
     base_s: float  # per collective
     shard_Bps: NotRequired[float]  # the un-overlapped pass over a device's n/g bytes
+    algorithm: NotRequired[str]  # "ring" (absent: the same) or "nvls": NVLink SHARP, all-reduces only
 
 class LevelDict(TypedDict):
     """A network level, innermost first; the last level is the whole cluster."""

@@ -51,8 +51,11 @@ levels above, which stay as they were bit for bit:
   ``2(g−1)/g · n / (L · bw) + 2 · Σ_j (c_j − 1) · lat``.
 - ``protocols`` (innermost level only): NCCL-like protocols, each its own α–β with a fixed
   ``base_s`` and an optional un-overlapped pass over a device's shard (``n/g`` at
-  ``shard_Bps``); a ring all-reduce costs the least of them
-  (``base + 2(g−1)·lat_p + 2(g−1)/g · n / bw_p [+ n/g / shard_p]``), its halves
+  ``shard_Bps``); an all-reduce costs the least of them, a ring protocol's
+  ``base + 2(g−1)·lat_p + 2(g−1)/g · n / bw_p [+ n/g / shard_p]`` and an NVLink SHARP one's
+  (``algorithm = "nvls"``: every device sends its ``n`` bytes into the NVSwitch, which reduces
+  them and multicasts the sum back) ``base + 2·lat_p + n / bw_p [+ n/g / shard_p]``; the
+  halves (reduce-scatter, all-gather) the least over the ring protocols of
   ``base + (g−1)·lat_p + (g−1)/g · n / bw_p [+ n/g / shard_p]``.
 
 Why rail-aware: NCCL splits a collective over several channels, one ring each, and on a node
@@ -151,17 +154,27 @@ class ProtocolLike(_Interface):
     @property
     def shard_Bps(self) -> float | None: ...
 
+    @property
+    def algorithm(self) -> str | None: ...
+
 
 @dataclass(frozen=True)
 class Protocol:
-    """One protocol of a level's ring collectives (module docstring): a fixed ``base_s`` per
-    collective, ``latency_s`` per ring step, ``bandwidth_Bps`` per device and direction, and an
-    optional ``shard_Bps`` for the pass over a device's own ``n/g`` bytes."""
+    """One protocol of a level's collectives (module docstring): a fixed ``base_s`` per
+    collective, ``latency_s`` per ring step (per switch pass with NVLS), ``bandwidth_Bps`` per
+    device and direction, an optional ``shard_Bps`` for the pass over a device's own ``n/g``
+    bytes, and its ``algorithm``: ``None`` or ``"ring"``, or ``"nvls"`` (all-reduces only)."""
 
     bandwidth_Bps: float
     latency_s: float
     base_s: float = 0.0
     shard_Bps: float | None = None
+    algorithm: str | None = None
+
+
+def _nvls(p: ProtocolLike) -> bool:
+    """Whether ``p`` is NVLink SHARP (an all-reduce reduced in the switch), not a ring."""
+    return p.algorithm == "nvls"
 
 
 @dataclass(frozen=True)
@@ -200,7 +213,9 @@ def levels_of(network: Sequence[LevelLike]) -> tuple[Level, ...]:
                 lv.oversubscription,
                 None
                 if protocols is None
-                else tuple(Protocol(p.bandwidth_Bps, p.latency_s, p.base_s, p.shard_Bps) for p in protocols),
+                else tuple(
+                    Protocol(p.bandwidth_Bps, p.latency_s, p.base_s, p.shard_Bps, p.algorithm) for p in protocols
+                ),
             )
         )
     return tuple(out)
@@ -326,7 +341,10 @@ def all_reduce_s(levels: Sequence[LevelLike], nbytes: float, g: int, stride: int
     if protocols:
         best = math.inf
         for p in protocols:
-            t = p.base_s + 2.0 * (gf - 1.0) * p.latency_s + 2.0 * (gf - 1.0) / gf * float(nbytes) / p.bandwidth_Bps
+            if _nvls(p):
+                t = p.base_s + 2.0 * p.latency_s + float(nbytes) / p.bandwidth_Bps
+            else:
+                t = p.base_s + 2.0 * (gf - 1.0) * p.latency_s + 2.0 * (gf - 1.0) / gf * float(nbytes) / p.bandwidth_Bps
             if p.shard_Bps is not None:
                 t = t + float(nbytes) / gf / p.shard_Bps
             best = min(best, t)
@@ -348,6 +366,8 @@ def half_ring_s(levels: Sequence[LevelLike], nbytes: float, g: int, stride: int 
     if protocols:
         best = math.inf
         for p in protocols:
+            if _nvls(p):  # NVLink SHARP reduces all-reduces only
+                continue
             t = p.base_s + (gf - 1.0) * p.latency_s + (gf - 1.0) / gf * float(nbytes) / p.bandwidth_Bps
             if p.shard_Bps is not None:
                 t = t + float(nbytes) / gf / p.shard_Bps

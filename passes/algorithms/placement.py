@@ -291,6 +291,8 @@ def network_levels(network: list[dict[str, Any]]) -> list[_phaze_rs.LevelDict]:
                 }
                 if p.get("shard_Bps") is not None:
                     proto["shard_Bps"] = float(p["shard_Bps"])
+                if p.get("algorithm") is not None:
+                    proto["algorithm"] = str(p["algorithm"])
                 protocols.append(proto)
             lv["protocols"] = protocols
         out.append(lv)

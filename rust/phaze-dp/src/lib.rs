@@ -95,7 +95,7 @@ mod plan;
 mod search;
 
 pub use model::{
-    InputError, Layer, NetLevel, Problem, Protocol, RankOrder, Recompute, Topology, Zero,
+    Algorithm, InputError, Layer, NetLevel, Problem, Protocol, RankOrder, Recompute, Topology, Zero,
 };
 pub use plan::{Evaluation, MemoryParts, Plan, Solution, Stage, Violation, ViolationKind};
 pub use search::{evaluate_fixed, solve, solve_many};

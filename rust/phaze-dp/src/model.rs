@@ -213,19 +213,34 @@ pub struct Layer {
     pub dispatch_bytes: u64,
 }
 
-/// One protocol of the innermost level's ring collectives (NCCL's LL128 or Simple, say): a
-/// ring all-reduce costs the least over the level's protocols of `base_s + 2(g−1)·latency_s +
-/// 2(g−1)/g · bytes / bandwidth_bps [+ bytes/g / shard_bps]` (see [`Problem::ring_allreduce_s`]).
+/// How a protocol moves an all-reduce (docs/design.md §5.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Algorithm {
+    /// A ring: `2(g−1)/g · bytes` leave each device in `2(g−1)` steps.
+    #[default]
+    Ring,
+    /// NVLink SHARP: each device sends its `bytes` into the NVSwitch, which reduces them and
+    /// multicasts the sum back, in two passes whatever `g`; all-reduces only.
+    Nvls,
+}
+
+/// One protocol of the innermost level's collectives (NCCL's LL128 or Simple, say): an
+/// all-reduce costs the least over the level's protocols of `base_s + 2(g−1)·latency_s +
+/// 2(g−1)/g · bytes / bandwidth_bps [+ bytes/g / shard_bps]` for a ring, `base_s +
+/// 2·latency_s + bytes / bandwidth_bps [+ bytes/g / shard_bps]` for NVLS (see
+/// [`Problem::ring_allreduce_s`]); reduce-scatters and all-gathers the ring protocols' halves.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Protocol {
-    /// Per-device, per-direction bandwidth of the ring (bytes/s).
+    /// Per-device, per-direction bandwidth (bytes/s): the ring's, or NVLS's algorithm bandwidth.
     pub bandwidth_bps: f64,
-    /// Per ring step (s).
+    /// Per ring step, or per switch pass with NVLS (s).
     pub latency_s: f64,
     /// Per collective, whatever its size (s).
     pub base_s: f64,
     /// The pass over a device's own `bytes/g` that does not overlap the ring (bytes/s), if any.
     pub shard_bps: Option<f64>,
+    /// A ring, or NVLink SHARP (all-reduces only).
+    pub algorithm: Algorithm,
 }
 
 /// How a level's devices are connected (docs/design.md §5.5).
@@ -450,6 +465,11 @@ impl Problem {
                 p.latency_s,
             )?;
             check_time(&format!("levels[{i}].protocols[{j}].base_s"), p.base_s)?;
+        }
+        if !lv.protocols.is_empty() && lv.protocols.iter().all(|p| p.algorithm == Algorithm::Nvls) {
+            return err(format!(
+                "levels[{i}].protocols: at least one ring protocol (NVLS prices all-reduces only)"
+            ));
         }
         match &lv.topology {
             Topology::Switch => Ok(()),
@@ -703,7 +723,8 @@ impl Problem {
     /// apart: `2(g−1)/g · bytes / bw + 2 · steps · lat`, with `bw` =
     /// [`Problem::ring_bandwidth_bps`], `steps` = [`Problem::ring_steps`] (`g − 1` but on a
     /// torus) and `lat` the level's; on a level with protocols the least over them of `base +
-    /// 2(g−1)·lat_p + 2(g−1)/g · bytes / bw_p [+ bytes/g / shard_p]`; 0 when `g <= 1`.
+    /// 2(g−1)·lat_p + 2(g−1)/g · bytes / bw_p [+ bytes/g / shard_p]` (a ring) or `base +
+    /// 2·lat_p + bytes / bw_p [+ bytes/g / shard_p]` (NVLS); 0 when `g <= 1`.
     pub fn ring_allreduce_s(&self, bytes: f64, g: u64, level: usize, stride: u64) -> f64 {
         if g <= 1 {
             return 0.0;
@@ -712,9 +733,14 @@ impl Problem {
         let gf = g as f64;
         if !lv.protocols.is_empty() {
             return lv.protocols.iter().fold(f64::INFINITY, |best, p| {
-                let mut t = p.base_s
-                    + 2.0 * (gf - 1.0) * p.latency_s
-                    + 2.0 * (gf - 1.0) / gf * bytes / p.bandwidth_bps;
+                let mut t = match p.algorithm {
+                    Algorithm::Nvls => p.base_s + 2.0 * p.latency_s + bytes / p.bandwidth_bps,
+                    Algorithm::Ring => {
+                        p.base_s
+                            + 2.0 * (gf - 1.0) * p.latency_s
+                            + 2.0 * (gf - 1.0) / gf * bytes / p.bandwidth_bps
+                    }
+                };
                 if let Some(shard) = p.shard_bps {
                     t += bytes / gf / shard;
                 }
@@ -728,7 +754,7 @@ impl Problem {
 
     /// Ring reduce-scatter (or all-gather: the same ring, the same cost) of `bytes` (the full,
     /// unsharded size) over `g` devices: `(g−1)/g · bytes / bw + steps · lat`, half a ring
-    /// all-reduce (with protocols, each protocol's half); 0 when `g <= 1`. Same `bw` and
+    /// all-reduce (with protocols, each ring protocol's half); 0 when `g <= 1`. Same `bw` and
     /// steps as [`Problem::ring_allreduce_s`].
     pub fn ring_reduce_scatter_s(&self, bytes: f64, g: u64, level: usize, stride: u64) -> f64 {
         if g <= 1 {
@@ -737,7 +763,11 @@ impl Problem {
         let lv = &self.levels[level];
         let gf = g as f64;
         if !lv.protocols.is_empty() {
-            return lv.protocols.iter().fold(f64::INFINITY, |best, p| {
+            let rings = lv
+                .protocols
+                .iter()
+                .filter(|p| p.algorithm == Algorithm::Ring);
+            return rings.fold(f64::INFINITY, |best, p| {
                 let mut t =
                     p.base_s + (gf - 1.0) * p.latency_s + (gf - 1.0) / gf * bytes / p.bandwidth_bps;
                 if let Some(shard) = p.shard_bps {
@@ -1021,12 +1051,14 @@ mod tests {
             latency_s: 2e-6,
             base_s: 30e-6,
             shard_bps: Some(500e9),
+            algorithm: Algorithm::Ring,
         };
         let large = Protocol {
             bandwidth_bps: 240e9,
             latency_s: 3e-6,
             base_s: 120e-6,
             shard_bps: None,
+            algorithm: Algorithm::Ring,
         };
         prob.levels[0].protocols = vec![small, large];
         assert!(prob.validate().is_ok());
@@ -1037,5 +1069,40 @@ mod tests {
         // Protocols only on the innermost level.
         prob.levels[1].protocols = prob.levels[0].protocols.clone();
         assert!(prob.validate().unwrap_err().message.contains("protocols"));
+    }
+
+    #[test]
+    fn nvls_prices_all_reduces_only() {
+        let mut prob = a100();
+        let ring = Protocol {
+            bandwidth_bps: 370e9,
+            latency_s: 2e-6,
+            ..Protocol::default()
+        };
+        let nvls = Protocol {
+            bandwidth_bps: 275e9,
+            latency_s: 2e-6,
+            algorithm: Algorithm::Nvls,
+            ..Protocol::default()
+        };
+        prob.levels[0].protocols = vec![nvls.clone()];
+        assert!(prob
+            .validate()
+            .unwrap_err()
+            .message
+            .contains("ring protocol"));
+        prob.levels[0].protocols = vec![ring, nvls];
+        assert!(prob.validate().is_ok());
+        let n = 1073741824.0;
+        // 8 GPUs: the switch's two passes beat the ring's 14 steps and 7/4 of the bytes.
+        assert_eq!(prob.ring_allreduce_s(n, 8, 0, 1), 2.0 * 2e-6 + n / 275e9);
+        // 2 GPUs: the ring sends n, as NVLS does, at more bandwidth.
+        let ring2 = 2.0 * 2e-6 + 2.0 * 1.0 / 2.0 * n / 370e9;
+        assert_eq!(prob.ring_allreduce_s(n, 2, 0, 1), ring2);
+        // Reduce-scatters run on the ring whatever NVLS would cost.
+        assert_eq!(
+            prob.ring_reduce_scatter_s(n, 8, 0, 1),
+            7.0 * 2e-6 + 7.0 / 8.0 * n / 370e9
+        );
     }
 }

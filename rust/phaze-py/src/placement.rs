@@ -7,8 +7,8 @@
 //! where it is (`problem.layers[3].fwd_s`): [`located`] restates the derive's error chain.
 
 use phaze_dp::{
-    Evaluation, Layer, NetLevel, Plan, Problem, Protocol, RankOrder, Recompute, Solution, Topology,
-    Violation, Zero,
+    Algorithm, Evaluation, Layer, NetLevel, Plan, Problem, Protocol, RankOrder, Recompute,
+    Solution, Topology, Violation, Zero,
 };
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -337,6 +337,20 @@ impl<'a, 'py> FromPyObject<'a, 'py> for TopologyName {
     }
 }
 
+struct AlgorithmName(Algorithm);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for AlgorithmName {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        const WHAT: &str = "a string (ring, nvls)";
+        match v.extract::<String>().map_err(|_| bad(WHAT, &v))?.as_str() {
+            "ring" => Ok(AlgorithmName(Algorithm::Ring)),
+            "nvls" => Ok(AlgorithmName(Algorithm::Nvls)),
+            _ => Err(bad(WHAT, &v)),
+        }
+    }
+}
+
 #[derive(FromPyObject)]
 #[allow(non_snake_case)] // the keys are `*_Bps` (bytes, not bits, per second)
 struct ProtocolInput {
@@ -348,10 +362,18 @@ struct ProtocolInput {
     base_s: Option<Real>,
     #[pyo3(item, default)]
     shard_Bps: Option<Real>,
+    #[pyo3(item, default)]
+    algorithm: Option<AlgorithmName>,
 }
 
 impl Keys for ProtocolInput {
-    const KEYS: &'static [&'static str] = &["bandwidth_Bps", "latency_s", "base_s", "shard_Bps"];
+    const KEYS: &'static [&'static str] = &[
+        "bandwidth_Bps",
+        "latency_s",
+        "base_s",
+        "shard_Bps",
+        "algorithm",
+    ];
 }
 
 #[derive(FromPyObject)]
@@ -498,6 +520,7 @@ impl From<LevelInput> for NetLevel {
                             latency_s: p.0.latency_s.0,
                             base_s: p.0.base_s.map_or(0.0, |x| x.0),
                             shard_bps: p.0.shard_Bps.map(|x| x.0),
+                            algorithm: p.0.algorithm.map_or(Algorithm::Ring, |a| a.0),
                         })
                         .collect()
                 })
