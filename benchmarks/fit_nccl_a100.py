@@ -1,6 +1,7 @@
 """Fit the A100 node level (NVLink/NVSwitch) on vTrain's measured NCCL all-reduce times and
 print the fits, the presets' constants and their bus-bandwidth errors per GPU count and
-message size.
+message size; then the h100 preset's node against NCCL's published figures for 8 H100s
+(``data/published/nccl_h100.csv``) and its bus bandwidth from 1 MiB to 1 GiB.
 
     python benchmarks/fit_nccl_a100.py [--data data/vtrain/nccl_allreduce_a100]
 
@@ -20,8 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
-from passes.algorithms.network import levels_of
-from phaze.calibration.nccl_fit import Measurement, busbw_errors, fit_level, fit_protocols, load_nccl_tables
+from passes.algorithms.network import collective_s, levels_of
+from phaze.calibration.nccl_fit import (
+    Measurement,
+    busbw_errors,
+    fit_level,
+    fit_protocols,
+    load_nccl_tables,
+    load_published,
+    published_busbw_error,
+)
 from phaze_ir.hardware import load_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,6 +107,29 @@ def main() -> None:
         d = data[i]
         busbw = d.nbytes / d.time_s * 2 * (d.devices - 1) / d.devices
         print(f"  {d.devices} {d.nbytes // MiB:>5} {busbw / 1e9:7.1f} {100 * errors['a100 (protocols)'][i]:+6.1f} %")
+    h100_node()
+
+
+def h100_node() -> None:
+    """The h100 preset's node level (its NVLS and ring protocols) and the line rate as one ring,
+    against the published figures, then its predicted bus bandwidth by size on 8 GPUs."""
+    h100 = load_hardware("h100")
+    now = list(levels_of(h100.network))
+    one_ring = list(levels_of((dataclasses.replace(h100.network[0], protocols=None), *h100.network[1:])))
+    print("\nh100's node against NCCL's published bus bandwidth (data/published/nccl_h100.csv):")
+    for r in load_published(ROOT / "data" / "published" / "nccl_h100.csv"):
+        print(
+            f"  {r.devices} GPUs {r.collective:<15} ({r.algorithm}) {r.nbytes // MiB:>5} MiB: published "
+            f"{r.busbw_Bps / 1e9:5.0f} GB/s, h100 {100 * published_busbw_error(r, now):+5.1f} %, "
+            f"one ring at the line rate {100 * published_busbw_error(r, one_ring):+5.1f} %"
+        )
+    print("h100's predicted bus bandwidth on 8 GPUs (GB/s; no published sweep to compare):")
+    print("    MiB  all_reduce  all_gather")
+    for mib in (1, 4, 16, 64, 256, 1024):
+        n = float(mib * MiB)
+        ar, _ = collective_s("all_reduce", n, 8, now)
+        ag, _ = collective_s("all_gather", n, 8, now)
+        print(f"  {mib:>5} {2 * 7 / 8 * n / ar / 1e9:11.1f} {7 / 8 * n / ag / 1e9:11.1f}")
 
 
 if __name__ == "__main__":

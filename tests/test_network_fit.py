@@ -114,25 +114,18 @@ def test_the_h100_node_against_published_nccl():
     by default (~480 GB/s bus bandwidth), its ring protocol the reduce-scatter and all-gather
     (~370 GB/s), each within 1 % at 1 GiB (the assumed latencies).  As one ring at the line rate,
     before the protocols, they were -7 % and +21 % (docs/validation.md)."""
-    import csv
     import dataclasses
 
     from passes.algorithms import network
+    from phaze.calibration.nccl_fit import load_published, published_busbw_error
 
     h100 = load_hardware("h100")
-    rows = [r for r in csv.reader((ROOT / "data" / "published" / "nccl_h100.csv").open()) if not r[0].startswith("#")]
-    assert len(rows) == 3
+    rows = load_published(ROOT / "data" / "published" / "nccl_h100.csv")
+    assert [(r.devices, r.collective) for r in rows] == [(8, "all_reduce"), (8, "all_gather"), (8, "reduce_scatter")]
 
     def errors(levels) -> dict[str, float]:
-        out = {}
-        for gpus, kind, _algorithm, nbytes, busbw_gbps, _source in rows:
-            g, n = int(gpus), float(nbytes)
-            seconds, level = network.collective_s(kind, n, g, levels)
-            assert level == 0
-            # nccl-tests' bus bandwidth: the all-reduce moves 2(g-1)/g of n per GPU, the others (g-1)/g.
-            factor = 2.0 * (g - 1) / g if kind == "all_reduce" else (g - 1) / g
-            out[kind] = factor * n / seconds / (float(busbw_gbps) * 1e9) - 1.0
-        return out
+        assert all(network.collective_s(r.collective, r.nbytes, r.devices, levels)[1] == 0 for r in rows)
+        return {r.collective: published_busbw_error(r, list(levels)) for r in rows}
 
     now = errors(network.levels_of(h100.network))
     assert all(abs(e) < 0.01 for e in now.values()), now

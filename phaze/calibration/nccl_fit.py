@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from passes.algorithms.network import Level, LevelLike, all_reduce_s, ring_all_reduce_s
+from passes.algorithms.network import Level, LevelLike, all_reduce_s, collective_s, ring_all_reduce_s
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,20 @@ class Measurement:
     devices: int
     nbytes: int
     time_s: float
+
+
+@dataclass(frozen=True)
+class PublishedBusBandwidth:
+    """One published NCCL figure (a row of ``data/published/nccl_h100.csv``): the bus bandwidth
+    (bytes/s) of ``collective`` over ``devices`` GPUs at ``nbytes``, as NCCL ran it
+    (``algorithm``), and where it was published."""
+
+    devices: int
+    collective: str
+    algorithm: str
+    nbytes: int
+    busbw_Bps: float
+    source: str
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,26 @@ def load_nccl_tables(directory: str | Path) -> list[Measurement]:
         for row in rows[1:]:
             out.append(Measurement(g, int(row[0]), (float(row[3]) + float(row[5])) / 2 * 1e-9))
     return out
+
+
+def load_published(path: str | Path) -> list[PublishedBusBandwidth]:
+    """The rows of a published bus-bandwidth table (``gpus, collective, nccl algorithm, bytes,
+    bus bandwidth (GB/s), source``; lines starting with ``#`` are comments)."""
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.reader(fh) if r and not r[0].startswith("#")]
+    return [
+        PublishedBusBandwidth(int(g), kind, algo, int(n), float(bw) * 1e9, src) for g, kind, algo, n, bw, src in rows
+    ]
+
+
+def published_busbw_error(row: PublishedBusBandwidth, levels: list[LevelLike]) -> float:
+    """``predicted / published − 1`` of ``row``'s bus bandwidth as phaze prices its collective
+    on ``levels`` (nccl-tests' ``busbw``: ``n / t`` times ``2(g−1)/g`` for an all-reduce,
+    ``(g−1)/g`` for the others)."""
+    g, n = row.devices, float(row.nbytes)
+    seconds, _ = collective_s(row.collective, n, g, levels)
+    factor = 2.0 * (g - 1) / g if row.collective == "all_reduce" else (g - 1) / g
+    return factor * n / seconds / row.busbw_Bps - 1.0
 
 
 def fit_level(data: list[Measurement]) -> Fit:
