@@ -20,6 +20,10 @@ directory, so the callers check the numbers against what they are for.
 
 :func:`write_entry` writes atomically (a temporary file in the same directory, renamed into
 place), so a reader never sees half a file.
+
+A cache only grows as it is written, so :func:`trim` keeps a directory of entries under a size,
+removing the least recently used first: an entry's modification time is when it was written or
+last read back whole (:func:`read_entry` touches it), so what a user keeps asking stays.
 """
 
 from __future__ import annotations
@@ -92,7 +96,43 @@ def read_entry(path: str | os.PathLike[str], fmt: str, version: int, input_hash:
         raise BadEntry("was computed from other inputs (its input hash differs)")
     if not isinstance(data["content_hash"], str) or data["content_hash"] != content_hash(data["payload"]):
         raise BadEntry("does not match its content hash")
+    try:  # used now: the last to go when the directory is trimmed (a read-only cache stays as it is)
+        os.utime(path)
+    except OSError:
+        pass
     return data["payload"]
+
+
+def trim(directory: str | os.PathLike[str], max_bytes: int) -> tuple[int, int]:
+    """Remove the least recently used entries (``*.json`` files, oldest modification time
+    first, then by path) under ``directory`` until what is left holds at most ``max_bytes``;
+    returns (files removed, bytes removed).  Files that vanish meanwhile (another process
+    trimming) are skipped; nothing else in the directory is touched."""
+    entries: list[tuple[float, str, int]] = []
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            if not name.endswith(".json") or name.startswith("."):  # ".x.json.<random>.tmp": being written
+                continue
+            path = os.path.join(root, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            entries.append((st.st_mtime, path, st.st_size))
+    total = sum(size for _, _, size in entries)
+    removed = freed = 0
+    for _, path, size in sorted(entries):
+        if total <= max_bytes:
+            break
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        else:
+            removed += 1
+            freed += size
+        total -= size
+    return removed, freed
 
 
 def write_entry(path: str | os.PathLike[str], fmt: str, version: int, input_hash: str, payload: Any) -> None:

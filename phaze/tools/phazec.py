@@ -230,6 +230,14 @@ def _parser() -> argparse.ArgumentParser:
         "~/.cache/phaze)",
     )
     p.add_argument("--no-cache", action="store_true", help="keep nothing on disk, read nothing from it")
+    p.add_argument(
+        "--cache-limit",
+        type=cache_size,
+        default=DEFAULT_CACHE_LIMIT,
+        metavar="SIZE",
+        help="after the run, remove the least recently used cache entries until the cache holds at most "
+        "SIZE (bytes, or with a unit: 500MB, 4GiB; 0: no limit; default 4GiB)",
+    )
     s = p.add_argument_group("architecture search (no --hw)")
     s.add_argument(
         "--space", metavar="FILE.toml", help="architecture space (default: the paper's, docs/design.md §4.3)"
@@ -384,15 +392,66 @@ def search_options(args: argparse.Namespace, opts):
     )
 
 
+#: The cache's size after a run, unless ``--cache-limit`` says otherwise (bytes): room for a
+#: hundred-odd GPT-3 175B answers (each keeps its 11 MB plan twice) or thousands of smaller ones.
+DEFAULT_CACHE_LIMIT = 4 * 2**30
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_SIZE_UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
+
+
+def cache_size(text: str) -> int:
+    """``--cache-limit``'s value in bytes: a number with an optional unit (B, kB, MB, GB, TB or
+    KiB, MiB, GiB, TiB, any case); 0 is no limit."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).upper() if m else ""
+    if m is None or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 4GiB, 500MB or 0 (no limit)")
+    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+
+
+def trim_cache(args: argparse.Namespace, log) -> None:
+    """Keep the run's cache directory under ``--cache-limit``: its least recently used entries
+    go first (``passes.algorithms.cache_file.trim``), said in one line."""
+    if args.no_cache or args.cache_limit <= 0:
+        return
+    directory = cache_path(args)
+    if not os.path.isdir(directory):
+        return
+    from passes.algorithms.cache_file import trim
+
+    removed, freed = trim(directory, args.cache_limit)
+    if removed:
+        log(
+            f"cache: removed the {removed} least recently used entries ({_size_text(freed)}) to keep "
+            f"{directory} under {_size_text(args.cache_limit)} (--cache-limit)"
+        )
+
+
+def _size_text(n: int) -> str:
+    """``n`` bytes in the largest binary unit that keeps a number >= 1 (1.5 MiB)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
 def cache_dir(args: argparse.Namespace) -> str | None:
     """The cache directory of the run (``--cache``; default ``$XDG_CACHE_HOME/phaze`` or
     ``~/.cache/phaze``; None with ``--no-cache`` or when it cannot be used)."""
     if args.no_cache:
         return None
+    return usable_cache_dir(cache_path(args))
+
+
+def cache_path(args: argparse.Namespace) -> str:
+    """``--cache``, or the default ``$XDG_CACHE_HOME/phaze`` or ``~/.cache/phaze``."""
     if args.cache:
-        return usable_cache_dir(args.cache)
+        return args.cache
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return usable_cache_dir(os.path.join(base, "phaze"))
+    return os.path.join(base, "phaze")
 
 
 def usable_cache_dir(path: str | None) -> str | None:
@@ -583,6 +642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             write_atomically(args.output, text)
             log(f"wrote {args.output}")
+        trim_cache(args, log)
         if failure:
             raise PhazeError(failure)
 
