@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from conftest import ROOT
 
 from passes.algorithms.network import Level
@@ -112,7 +113,7 @@ def test_the_h100_node_against_published_nccl():
     """The h100 preset's node level against NCCL's own figures for 8 H100s
     (data/published/nccl_h100.csv): its NVLS protocol prices the NVLink SHARP all-reduce NCCL runs
     by default (~480 GB/s bus bandwidth), its ring protocol the reduce-scatter and all-gather
-    (~370 GB/s), each within 1 % at 1 GiB (the assumed latencies).  As one ring at the line rate,
+    (~370 GB/s), each within 1.5 % at 1 GiB (NCCL's tuning model's latencies).  As one ring at the line rate,
     before the protocols, they were -7 % and +21 % (docs/validation.md)."""
     import dataclasses
 
@@ -127,8 +128,14 @@ def test_the_h100_node_against_published_nccl():
         assert all(network.collective_s(r.collective, r.nbytes, r.devices, levels)[1] == 0 for r in rows)
         return {r.collective: published_busbw_error(r, list(levels)) for r in rows}
 
-    now = errors(network.levels_of(h100.network))
-    assert all(abs(e) < 0.01 for e in now.values()), now
+    levels = network.levels_of(h100.network)
+    now = errors(levels)
+    assert all(abs(e) < 0.015 for e in now.values()), now
+    # Small messages follow NCCL's tuning model: 1 MiB on 8 GPUs runs NCCL's LL ring (6.6 us, 14
+    # steps of 0.6 us, 7/4 MiB at 141 GB/s), not NVLS (25 us before a byte moves).
+    n = float(2**20)
+    ll = 6.6e-6 + 14 * 0.6e-6 + 2.0 * 7.0 / 8.0 * n / 141e9
+    assert network.collective_s("all_reduce", n, 8, levels)[0] == pytest.approx(ll, rel=1e-12)
     one_ring = (dataclasses.replace(h100.network[0], protocols=None), *h100.network[1:])
     before = errors(network.levels_of(one_ring))
     assert round(before["all_reduce"], 3) == -0.069
