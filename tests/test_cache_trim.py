@@ -44,12 +44,19 @@ def test_only_entries_are_touched(tmp_path):
     _entry(tmp_path / "old.json", "old", 1e9)
     other = tmp_path / "notes.txt"
     other.write_text("not an entry\n" * 1000)
+    # A user's own JSON in a directory given as --cache: older than the entry, never removed.
+    mine = tmp_path / "results" / "mine.json"
+    mine.parent.mkdir()
+    mine.write_text('{"format": "mine", "rows": [1, 2, 3]}' * 100)
+    os.utime(mine, (1.0, 1.0))
     writing = tmp_path / ".new.json.abc123.tmp"  # write_entry's temporary file, being written
     writing.write_text("{" * 5000)
     os.utime(other, (1.0, 1.0))  # older than the entry: still not an entry
     size = (tmp_path / "old.json").stat().st_size
     assert trim(tmp_path, 0) == (1, size)
-    assert other.exists() and writing.exists() and not (tmp_path / "old.json").exists()
+    assert other.exists() and writing.exists() and mine.exists() and not (tmp_path / "old.json").exists()
+    with pytest.raises(ValueError, match="expected a name starting with 'phaze-'"):
+        write_entry(tmp_path / "x.json", "mine", 1, "k", {})
 
 
 @pytest.mark.parametrize(

@@ -103,11 +103,26 @@ def read_entry(path: str | os.PathLike[str], fmt: str, version: int, input_hash:
     return data["payload"]
 
 
+#: How every entry file begins (:func:`write_entry` writes ``format`` first, and every phaze
+#: format is named ``phaze-...``): :func:`trim` removes no other file, whatever directory it is
+#: pointed at.
+_ENTRY_HEAD = b'{"format": "phaze-'
+
+
+def _is_entry(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(_ENTRY_HEAD)) == _ENTRY_HEAD
+    except OSError:
+        return False
+
+
 def trim(directory: str | os.PathLike[str], max_bytes: int) -> tuple[int, int]:
-    """Remove the least recently used entries (``*.json`` files, oldest modification time
-    first, then by path) under ``directory`` until what is left holds at most ``max_bytes``;
-    returns (files removed, bytes removed).  Files that vanish meanwhile (another process
-    trimming) are skipped; nothing else in the directory is touched."""
+    """Remove the least recently used entries (``*.json`` files written by :func:`write_entry`,
+    oldest modification time first, then by path) under ``directory`` until the entries left
+    hold at most ``max_bytes``; returns (files removed, bytes removed).  Nothing else is ever
+    removed (a user's own JSON files in a directory given as ``--cache`` included); files that
+    vanish meanwhile (another process trimming) are skipped."""
     entries: list[tuple[float, str, int]] = []
     for root, _dirs, files in os.walk(directory):
         for name in files:
@@ -118,7 +133,8 @@ def trim(directory: str | os.PathLike[str], max_bytes: int) -> tuple[int, int]:
                 st = os.stat(path)
             except OSError:
                 continue
-            entries.append((st.st_mtime, path, st.st_size))
+            if _is_entry(path):
+                entries.append((st.st_mtime, path, st.st_size))
     total = sum(size for _, _, size in entries)
     removed = freed = 0
     for _, path, size in sorted(entries):
@@ -137,7 +153,10 @@ def trim(directory: str | os.PathLike[str], max_bytes: int) -> tuple[int, int]:
 
 def write_entry(path: str | os.PathLike[str], fmt: str, version: int, input_hash: str, payload: Any) -> None:
     """Write ``payload`` as a ``fmt`` cache file at ``path``, atomically (``OSError`` when the
-    directory cannot be written; ``path`` is then untouched)."""
+    directory cannot be written; ``path`` is then untouched).  ``fmt`` is named ``phaze-...``
+    (what :func:`trim` recognises an entry by)."""
+    if not fmt.startswith("phaze-"):
+        raise ValueError(f"cache entry format {fmt!r}: expected a name starting with 'phaze-'")
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
