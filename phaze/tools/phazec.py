@@ -392,8 +392,9 @@ def search_options(args: argparse.Namespace, opts):
     )
 
 
-#: The cache's size after a run, unless ``--cache-limit`` says otherwise (bytes): room for a
-#: hundred-odd GPT-3 175B answers (each keeps its 11 MB plan twice) or thousands of smaller ones.
+#: The cache's size after a run, unless ``--cache-limit`` says otherwise (bytes): room for a few
+#: hundred GPT-3 175B answers (each keeps its 11 MB plan; a search's keeps it twice, as its plan
+#: stage and its answer) or thousands of smaller ones.
 DEFAULT_CACHE_LIMIT = 4 * 2**30
 
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
