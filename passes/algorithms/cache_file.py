@@ -123,18 +123,22 @@ def trim(directory: str | os.PathLike[str], max_bytes: int) -> tuple[int, int]:
     hold at most ``max_bytes``; returns (files removed, bytes removed).  Nothing else is ever
     removed (a user's own JSON files in a directory given as ``--cache`` included); files that
     vanish meanwhile (another process trimming) are skipped."""
-    entries: list[tuple[float, str, int]] = []
+    candidates: list[tuple[float, str, int]] = []
     for root, _dirs, files in os.walk(directory):
         for name in files:
-            if not name.endswith(".json") or name.startswith("."):  # ".x.json.<random>.tmp": being written
+            if not name.endswith(".json") or name.startswith("."):  # write_entry's names only
                 continue
             path = os.path.join(root, name)
             try:
                 st = os.stat(path)
             except OSError:
                 continue
-            if _is_entry(path):
-                entries.append((st.st_mtime, path, st.st_size))
+            candidates.append((st.st_mtime, path, st.st_size))
+    # Entries are some of these files: when all of them fit, so do the entries, and no file is
+    # opened (the usual run, far under the limit, only lists the directory).
+    if sum(size for _, _, size in candidates) <= max_bytes:
+        return 0, 0
+    entries = [c for c in candidates if _is_entry(c[1])]
     total = sum(size for _, _, size in entries)
     removed = freed = 0
     for _, path, size in sorted(entries):
