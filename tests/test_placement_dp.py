@@ -205,6 +205,12 @@ def test_single_and_batch_agree():
     assert rs.solve_placement_batch(problems) == [rs.solve_placement(p) for p in problems]
 
 
+def test_single_and_batch_evaluate_agree():
+    problems = [make_problem(RandomDraw(20_000 + s)) for s in range(50)]
+    for pp, dp in ((1, 1), (2, 1), (2, 4)):
+        assert rs.evaluate_placement_batch(problems, pp, dp) == [rs.evaluate_placement(p, pp, dp) for p in problems]
+
+
 def test_evaluate_matches_brute_force():
     for seed in range(2000):
         draw = RandomDraw(50_000 + seed)
@@ -369,3 +375,9 @@ def test_batch_errors_name_the_problem():
 def test_evaluate_rejects_zero():
     with pytest.raises(ValueError, match="pp and dp"):
         rs.evaluate_placement(small_problem(), 0, 1)
+    with pytest.raises(ValueError, match="pp and dp"):
+        rs.evaluate_placement_batch([small_problem()], 1, 0)
+    bad = small_problem()
+    bad["layers"][0].pop("fwd_s")
+    with pytest.raises(KeyError, match=r"problems\[1\]"):
+        rs.evaluate_placement_batch([small_problem(), bad], 1, 1)

@@ -73,3 +73,25 @@ def test_what_the_settings_do_not_cover_is_compiled_point_by_point(monkeypatch):
     one = driver.Options(hw="tpuv4", micro_batches=(1,), tp_widths=(2,), devices=8, global_batch=8)
     assert sweep.compile_plan(DEEP, one, lambda msg: None) == ("module", [])
     assert len(calls) == 1
+
+
+def test_layer_dicts_are_the_layers_numbers_with_their_times():
+    """``Setting.layer_dicts``: each layer's ``as_dict`` with its groups' makespans as its times,
+    one dict shared by the layers that are the same (the repeated blocks)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from phaze.search.setting import prepare_points
+
+    (setting, *_), _, _ = prepare_points(DEEP, 1, (1,), driver.Options())
+    makespan = np.arange(1.0, len(setting.groups) + 1.0) / 1e3
+    got = setting.layer_dicts(makespan)
+
+    def want(lr):
+        fwd, bwd, sel = (float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.selective))
+        return replace(lr.numbers, fwd_s=fwd, bwd_s=bwd, recompute_s=(0.0, sel, fwd)).as_dict()
+
+    assert got == [want(lr) for lr in setting.layers]
+    assert len({id(d) for d in got}) < len(got)  # the blocks share one
+    assert setting.layer_dicts(makespan * 2)[1]["fwd_s"] == 2 * got[1]["fwd_s"]  # made anew per makespans

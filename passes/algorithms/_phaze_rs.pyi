@@ -163,6 +163,9 @@ def solve_placement_batch(problems: list[ProblemDict]) -> list[ResultDict]:
 def evaluate_placement(problem: ProblemDict, pp: int, dp: int) -> ResultDict:
     """A fixed pp and dp (best split and policies): every violated constraint and the numbers."""
 
+def evaluate_placement_batch(problems: list[ProblemDict], pp: int, dp: int) -> list[ResultDict]:
+    """`evaluate_placement` of one pp and dp over many problems, in parallel; results in input order."""
+
 # The scheduling warm start (rust/phaze-sched). An instance is (kind, caps, modes, preds): each
 # op's unit kind (an index into caps), the cores of each kind, each op's [(duration_s,
 # cores_held), ...] (one core first, split second) and its predecessors (topological order).

@@ -7,6 +7,7 @@ the crate docs of ``rust/phaze-dp``.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,7 +207,7 @@ _BYTE_FIELDS = ("param_bytes", "grad_bytes", "optimizer_bytes", "workspace_bytes
 
 
 def problem(
-    layers: list[LayerNumbers],
+    layers: Sequence[LayerNumbers | _phaze_rs.LayerDict],
     *,
     devices: int,
     hbm_bytes: int,
@@ -231,7 +232,8 @@ def problem(
     chooses), ``tp-dp-pp`` or ``tp-pp-dp``; ``pipeline_transfer``: ``whole`` or ``split``
     (:data:`PIPELINE_TRANSFERS`). The defaults are the paper's placement space
     (plain DP, plain 1F1B, every replica holding every expert) with the device numbering
-    chosen, as a launcher can be told either (Megatron-LM's ``--use-tp-pp-dp-mapping``)."""
+    chosen, as a launcher can be told either (Megatron-LM's ``--use-tp-pp-dp-mapping``).
+    A layer may be given as its ``as_dict()`` already (the search's ``Setting.layer_dicts``)."""
     if devices < 1:
         raise PlacementError(f"devices = {devices}: expected a positive integer")
     if global_batch < 1:
@@ -243,7 +245,7 @@ def problem(
     order = parse_rank_order(rank_order)
     split = parse_pipeline_transfer(pipeline_transfer)
     return {
-        "layers": [layer.as_dict() for layer in layers],
+        "layers": [layer.as_dict() if isinstance(layer, LayerNumbers) else layer for layer in layers],
         "devices": devices,
         "hbm_bytes": hbm_bytes,
         "levels": levels,

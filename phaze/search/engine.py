@@ -412,7 +412,7 @@ class Evaluator:
         if levels is None:
             levels = self._levels[id(cands)] = pl.network_levels(cands.template.to_dict()["network"])
         return pl.problem(
-            setting.layer_numbers(makespans),
+            setting.layer_dicts(makespans),
             devices=self.params.devices,
             hbm_bytes=hbm,
             levels=levels,
@@ -433,7 +433,7 @@ class Evaluator:
         """Run the DP (or evaluate the fixed placement) on each problem."""
         if fixed is None:
             return _phaze_rs.solve_placement_batch(problems)
-        return [_phaze_rs.evaluate_placement(p, fixed[0], fixed[1]) for p in problems]
+        return _phaze_rs.evaluate_placement_batch(problems, fixed[0], fixed[1])
 
     @staticmethod
     def throughput(result: _phaze_rs.ResultDict) -> float:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from passes.algorithms import _phaze_rs
 from passes.algorithms import schedule as sched
 from passes.algorithms.cache_file import is_int, is_number
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
@@ -45,7 +46,7 @@ class Group:
 class LayerRef:
     """One layer: the groups of its forward, backward, optimizer ops and of its selective
     recompute (-1 when it has none), and what the DP needs of it that no accelerator changes
-    (``numbers``, its times left at 0: :meth:`Setting.layer_numbers` fills them in)."""
+    (``numbers``, its times left at 0: :meth:`Setting.layer_dicts` fills them in)."""
 
     fwd: int
     bwd: int
@@ -71,6 +72,8 @@ class Setting:
     sequence_parallel: bool = False
     blocks: tuple[int, int] | None = None
     units: tuple[str, ...] = field(init=False)
+    #: :meth:`layer_dicts`' distinct layers and each layer's index among them (made on first use).
+    _distinct: tuple[list[LayerRef], list[int]] | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.units = self.table.units
@@ -165,15 +168,35 @@ class Setting:
         ops = [sched.Op(self.units[r], a, b) for r, a, b in zip(rows, one[rows].tolist(), split[rows].tolist())]
         return sched.Problem.make(ops, grp.edges, cores)
 
-    def layer_numbers(self, makespan: np.ndarray) -> list[LayerNumbers]:
-        """The DP's layers given each group's makespan (``makespan[g]``, seconds)."""
-        out = []
-        for lr in self.layers:
-            fwd = float(makespan[lr.fwd]) if lr.fwd >= 0 else 0.0
-            sel = float(makespan[lr.selective]) if lr.selective >= 0 else 0.0
-            bwd = float(makespan[lr.bwd]) if lr.bwd >= 0 else 0.0
-            out.append(replace(lr.numbers, fwd_s=fwd, bwd_s=bwd, recompute_s=(0.0, sel, fwd)))
-        return out
+    def layer_dicts(self, makespan: np.ndarray) -> list[_phaze_rs.LayerDict]:
+        """The DP's layers (``LayerNumbers.as_dict``) given each group's makespan
+        (``makespan[g]``, seconds), made once per distinct layer: a model's repeated blocks
+        (the same groups, the same numbers) share one dict object, so do not change one in
+        place.  The search builds a problem per (setting, candidate) pair, tens of thousands of
+        them; building every layer's dict anew was a sixth of its main process's time."""
+        if self._distinct is None:
+            firsts: dict[tuple, int] = {}
+            of_layer = []
+            for lr in self.layers:
+                same = (lr.fwd, lr.bwd, lr.selective, lr.numbers)
+                of_layer.append(firsts.setdefault(same, len(firsts)))
+            self._distinct = ([self.layers[of_layer.index(k)] for k in range(len(firsts))], of_layer)
+        distinct, of_layer = self._distinct
+        dicts = []
+        for lr in distinct:
+            fwd, bwd, sel = _layer_times(lr, makespan)
+            d = lr.numbers.as_dict()
+            d["fwd_s"], d["bwd_s"], d["recompute_s"] = fwd, bwd, [0.0, sel, fwd]
+            dicts.append(d)
+        return [dicts[k] for k in of_layer]
+
+
+def _layer_times(lr: LayerRef, makespan: np.ndarray) -> tuple[float, float, float]:
+    """A layer's forward, backward and selective recompute seconds (0 without that group)."""
+    fwd = float(makespan[lr.fwd]) if lr.fwd >= 0 else 0.0
+    bwd = float(makespan[lr.bwd]) if lr.bwd >= 0 else 0.0
+    sel = float(makespan[lr.selective]) if lr.selective >= 0 else 0.0
+    return fwd, bwd, sel
 
 
 def _group_from_json(data: object, rows: int, i: int) -> Group:

@@ -98,4 +98,4 @@ pub use model::{
     Algorithm, InputError, Layer, NetLevel, Problem, Protocol, RankOrder, Recompute, Topology, Zero,
 };
 pub use plan::{Evaluation, MemoryParts, Plan, Solution, Stage, Violation, ViolationKind};
-pub use search::{evaluate_fixed, solve, solve_many};
+pub use search::{evaluate_fixed, evaluate_many, solve, solve_many};

@@ -1307,6 +1307,21 @@ pub fn solve_many(problems: &[Problem]) -> Vec<Solution> {
     problems.par_iter().map(solve).collect()
 }
 
+/// Evaluates one fixed placement (`pp` stages, DP degree `dp`) on many problems in parallel
+/// (rayon); answers are in input order. A baseline prices the same placement on every
+/// candidate chip: tens of thousands of problems per search.
+pub fn evaluate_many(
+    problems: &[Problem],
+    pp: usize,
+    dp: u64,
+) -> Vec<Result<Evaluation, crate::InputError>> {
+    use rayon::prelude::*;
+    problems
+        .par_iter()
+        .map(|p| evaluate_fixed(p, pp, dp))
+        .collect()
+}
+
 /// The least time per batch of `p` stages with `v` chunks per rank under `ctx` (None: nothing
 /// fits its HBM).
 fn fixed_value(ctx: &Ctx, p: usize, v: u64, fronts: &mut SuffixFronts) -> Option<f64> {

@@ -712,10 +712,41 @@ fn evaluate_placement<'py>(
     evaluation_dict(py, &ev)
 }
 
+/// `evaluate_placement` of one (pp, dp) over many problems, in parallel (rayon), in input order.
+#[pyfunction]
+fn evaluate_placement_batch<'py>(
+    py: Python<'py>,
+    problems: &Bound<'py, PyAny>,
+    pp: i64,
+    dp: i64,
+) -> PyResult<Bound<'py, PyList>> {
+    let inputs = items::<Dict<ProblemInput>>(problems, "a list of problem dicts")
+        .map_err(|e| located(py, e, "problems"))?;
+    let probs = inputs
+        .into_iter()
+        .enumerate()
+        .map(|(i, Dict(input))| validated(input, &format!("problems[{i}]")))
+        .collect::<PyResult<Vec<_>>>()?;
+    if pp < 1 || dp < 1 {
+        return Err(PyValueError::new_err(format!(
+            "pp and dp must be >= 1, got pp = {pp}, dp = {dp}"
+        )));
+    }
+    let (pp, dp) = (usize::try_from(pp).unwrap_or(usize::MAX), dp as u64);
+    let evs = py.detach(|| phaze_dp::evaluate_many(&probs, pp, dp));
+    let out = PyList::empty(py);
+    for ev in evs {
+        let ev = ev.map_err(|e| PyValueError::new_err(e.message))?;
+        out.append(evaluation_dict(py, &ev)?)?;
+    }
+    Ok(out)
+}
+
 /// Adds the placement functions to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(solve_placement, m)?)?;
     m.add_function(wrap_pyfunction!(solve_placement_batch, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate_placement, m)?)?;
+    m.add_function(wrap_pyfunction!(evaluate_placement_batch, m)?)?;
     Ok(())
 }
