@@ -282,6 +282,27 @@ def test_the_dp_bound_of_a_fixed_placement_is_not_reused_for_a_searched_one():
     assert (alone >= expert).all() and (alone > expert).any()  # the two placements differ here
 
 
+def test_lower_bounds_on_the_workers_are_the_same_floats():
+    """A search computes its settings' vectorized bounds on the workers (the paper's space: 29,360
+    chips): bit for bit those of the main process."""
+    from passes.algorithms.arch_space import paper_space
+    from passes.algorithms.schedule import ScheduleCache
+    from phaze.driver import Options
+    from phaze.search.backend import make_backend
+    from phaze.search.engine import Candidates, Evaluator, Params, SolverLimits
+    from phaze.search.setting import prepare_settings
+
+    settings = prepare_settings(TINY, 8, (1, 2), Options(micro_batches=(8,), tp_widths=(1, 2)))
+    cands = Candidates.of_space(paper_space())
+    here = Evaluator(Params(64, 64), SolverLimits(), ScheduleCache(None))
+    with make_backend("local", 2) as backend:
+        there = Evaluator(Params(64, 64), SolverLimits(), ScheduleCache(None), backend)
+        there.prepare_lower_bounds(cands, settings)
+    assert len(there._lb) == len(settings) == 2
+    for s in settings:
+        assert np.array_equal(there.lower_bounds(cands, s), here.lower_bounds(cands, s))
+
+
 def test_refined_bounds_lie_between_the_vectorized_bounds_and_the_makespans():
     """The refined lower bounds the search checks before scheduling an architecture (each
     layer's own combinatorial bound, or its known makespan) are never below the vectorized

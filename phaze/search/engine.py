@@ -66,6 +66,9 @@ TOL = 1e-9
 #: depend on the number of workers).
 BOUND_BATCH = 256
 EXACT_BATCH = 8
+#: From this many chips on, the settings' vectorized lower bounds are computed on the workers
+#: (:meth:`Evaluator.prepare_lower_bounds`); below, shipping a setting costs more than its bounds.
+PARALLEL_BOUNDS_CONFIGS = 1000
 #: The evaluator's timers (seconds) and counts, in the JSON's order (``search.wall_s`` after the
 #: phases, ``search.evaluator``).
 TIMERS = ("estimate", "dp_bound", "schedule", "dp_exact")
@@ -296,21 +299,23 @@ class Evaluator:
         key = (id(cands), id(setting))
         if key not in self._lb:
             t0 = time.perf_counter()
-            lat = estimate_space(setting.table, cands.configs, cands.template, cache=None)
-            cores: dict[str, np.ndarray | int] = {
-                "tensor": cands.configs["num_tc"].astype(np.float64),
-                "vector": cands.configs["num_vc"].astype(np.float64),
-                "network": 1,
-            }
-            lb = np.zeros((len(setting.groups), len(cands.configs)))
-            for g in setting.priced_groups():
-                rows = list(setting.groups[g].rows)
-                lb[g] = group_lower_bound(
-                    setting.group_units(g), setting.groups[g].edges, lat.one[rows], lat.split[rows], cores
-                )
-            self._lb[key] = lb
+            self._lb[key] = _lower_bounds((setting, cands.configs, cands.template))
             self.timers["estimate"] += time.perf_counter() - t0
         return self._lb[key]
+
+    def prepare_lower_bounds(self, cands: Candidates, settings: Sequence[Setting]) -> None:
+        """:meth:`lower_bounds` of each of ``settings`` not known yet, computed on the backend's
+        workers at once (the same function, so the same floats): a search needs them for every
+        setting before anything else, tenths of a second each on a space's tens of thousands of
+        chips, while the workers have nothing else to do.  In-process without a backend, for a
+        few chips, or for one setting (shipping them would cost more)."""
+        todo = list({id(s): s for s in settings if (id(cands), id(s)) not in self._lb}.values())
+        if self.backend is None or len(todo) < 2 or len(cands.configs) < PARALLEL_BOUNDS_CONFIGS:
+            return
+        t0 = time.perf_counter()
+        for s, lb in zip(todo, self.backend.map(_lower_bounds, [(s, cands.configs, cands.template) for s in todo])):
+            self._lb[(id(cands), id(s))] = lb
+        self.timers["estimate"] += time.perf_counter() - t0
 
     def total_lb(self, cands: Candidates, setting: Setting) -> np.ndarray:
         """``[configs]`` lower bounds on one micro-batch's forward and backward time summed over
@@ -628,6 +633,25 @@ class Evaluator:
         return [out[j] for j in range(len(jobs))]
 
 
+def _lower_bounds(args: tuple[Setting, np.ndarray, Any]) -> np.ndarray:
+    """``[groups, configs]`` lower bounds on every priced group's makespan of a setting on the
+    chips ``configs`` of ``template`` (:meth:`Evaluator.lower_bounds`; a worker's entry point
+    too, :meth:`Evaluator.prepare_lower_bounds`)."""
+    setting, configs, template = args
+    lat = estimate_space(setting.table, configs, template, cache=None)
+    cores: dict[str, np.ndarray | int] = {
+        "tensor": configs["num_tc"].astype(np.float64),
+        "vector": configs["num_vc"].astype(np.float64),
+        "network": 1,
+    }
+    lb = np.zeros((len(setting.groups), len(configs)))
+    for g in setting.priced_groups():
+        rows = list(setting.groups[g].rows)
+        grp = setting.groups[g]
+        lb[g] = group_lower_bound(setting.group_units(g), grp.edges, lat.one[rows], lat.split[rows], cores)
+    return lb
+
+
 def _cores(cands: Candidates, config: int) -> dict[str, int]:
     """The core count of each unit kind of chip ``config`` (one network link)."""
     configs = cands.configs
@@ -710,6 +734,7 @@ class _BranchAndBound:
         self.progress = progress
         self.label = label
         self.n_models = len(tasks)
+        evaluator.prepare_lower_bounds(cands, [s for task in tasks for s in (task.settings[i] for i in task.usable())])
         self.usable = [evaluator.fits_somewhere(cands, task) for task in tasks]
         self.n_settings = sum(len(u) for u in self.usable)
         self.archs = [(c, h) for c in range(len(cands.configs)) for h in range(len(cands.hbm))]
