@@ -192,3 +192,24 @@ def print_module(module: ModuleOp, generic: bool = False) -> str:
     _Printer(stream=out, print_generic_format=generic).print_op(module)
     out.write("\n")
     return out.getvalue()
+
+
+def print_module_from(text: str, module: ModuleOp, added: str) -> str:
+    """``print_module(module)``, given ``text``: ``module`` printed (custom form) before its
+    attribute ``added`` was set.  Only the header (the module's attributes) is printed again,
+    not the body, which the attribute does not change: the search's output is its winner's plan
+    with ``phaze.baselines`` added, and printing GPT-3 175B's plan takes seconds.  Printed in
+    full when ``text`` does not begin with that header."""
+    before = {k: v for k, v in module.attributes.items() if k != added}
+    old, new = _header(module, before), _header(module, module.attributes)
+    if added not in module.attributes or not text.startswith(old + " {\n"):
+        return print_module(module)
+    return new + text[len(old) :]
+
+
+def _header(module: ModuleOp, attributes) -> str:
+    """What ``print_module`` writes of ``module`` with ``attributes`` before its body: its name
+    and attributes (printed from an empty module holding them)."""
+    empty = ModuleOp([], attributes=dict(attributes))
+    empty.sym_name = module.sym_name
+    return print_module(empty).removesuffix(" {\n}\n")

@@ -48,6 +48,14 @@ def thread_vars(_x: int) -> tuple:
     return tuple(os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"))
 
 
+def worker_state(_x: int) -> tuple:
+    """Whether torch was imported before the item (by the fork server), and its threads."""
+    preloaded = "torch" in sys.modules
+    import torch
+
+    return preloaded, torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+
+
 @pytest.fixture(scope="module")
 def pool():
     with make_backend("local", jobs=2) as backend:
@@ -152,6 +160,32 @@ def test_ctrl_c_does_not_hang():
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert out == "interrupted\n" and proc.returncode == 0
+
+
+FORK_SERVER = r"""
+import os, sys
+from phaze.search.backend import make_backend, start_fork_server
+from test_backend import worker_state
+if __name__ == "__main__":
+    start_fork_server(["torch", "no_such_module"])
+    print(os.environ.get("OMP_NUM_THREADS"), "torch" in sys.modules)
+    with make_backend("local", jobs=2) as backend:
+        print(sorted(set(backend.map(worker_state, range(4)))), sorted(backend.map(abs, [-2, -1])))
+"""
+
+
+def test_workers_fork_from_a_server_that_imported_torch():
+    """A cold search's workers fork from a server that imported torch with one math thread
+    (a module that is not installed is left out); the parent's environment and modules stay
+    its own."""
+    root = Path(__file__).resolve().parent.parent
+    path = os.pathsep.join([str(root), str(root / "tests"), os.environ.get("PYTHONPATH", "")])
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    r = subprocess.run(
+        [sys.executable, "-c", FORK_SERVER], env={**env, "PYTHONPATH": path}, cwd=root, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["None False", "[(True, 1, '1')] [1, 2]"]
 
 
 @pytest.mark.parametrize(

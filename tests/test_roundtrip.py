@@ -259,3 +259,17 @@ def test_main_command_output_reads_back_byte_for_byte(tmp_path):
     assert back.returncode == 0, back.stderr[-3000:]
     assert back.stdout == text
     print(f"phazec search {search_s:.1f} s, phaze-opt {time.perf_counter() - start - search_s:.1f} s")
+
+
+def test_print_module_from_prints_only_the_new_header():
+    """``print_module_from``: a module printed, then given one more attribute, prints as the text
+    with its header printed again (what the search writes: its winner's plan with the
+    baselines); a text of another module is printed in full."""
+    module = ModuleOp([FuncOp("f", ([], []), Region(Block([ReturnOp()])))], {"phaze.model": StringAttr("m")})
+    text = print_module(module)
+    module.attributes["phaze.baselines"] = ArrayAttr([StringAttr("a } {")])
+    assert ir.print_module_from(text, module, "phaze.baselines") == print_module(module)
+    other = "builtin.module {\n}\n"
+    assert ir.print_module_from(other, module, "phaze.baselines") == print_module(module)
+    module.sym_name = StringAttr("named")
+    assert ir.print_module_from(text, module, "phaze.baselines") == print_module(module)

@@ -5,8 +5,10 @@ prepares model settings (tens of seconds each); :func:`make_backend` returns a :
 whose ``map(fn, items)`` runs ``fn`` over the items and returns the results in input order.
 
 * **Spawn, not fork.** The parent has torch imported; forking a process that owns torch's (and
-  OpenMP's) threads can deadlock the child, so local workers start fresh interpreters. Each worker
-  is limited to one BLAS/OpenMP thread: N single-threaded workers on N cores, not N x N threads.
+  OpenMP's) threads can deadlock the child, so local workers start fresh interpreters, or are
+  forked from a fork server that imported torch single-threaded before anything ran
+  (:func:`start_fork_server`, a cold search's). Each worker is limited to one BLAS/OpenMP
+  thread: N single-threaded workers on N cores, not N x N threads.
 * **Chunks.** One task per item would cost a pickle round trip (or a Ray task) per 10 ms solve;
   items go out in chunks, a few per worker, so that the overhead is amortised while a slow chunk
   still cannot leave the other workers idle for long.
@@ -148,8 +150,44 @@ class Backend:
         self.close()
 
 
+#: The modules the fork server was started with (:func:`start_fork_server`), None until then.
+_fork_server_modules: tuple[str, ...] | None = None
+
+
+def start_fork_server(modules: Sequence[str]) -> None:
+    """Start now, in the background, a process that imports ``modules`` and then forks this
+    process's local workers (Python's ``forkserver``), instead of spawning each afresh.
+
+    A cold search prepares its settings on the workers, and each spawned worker spent about 5 s
+    importing torch and transformers before its first item, after the main process had spent as
+    long importing them for itself; a server started before the main process imports them does
+    it once, on the other core, meanwhile.  The server imports with one math thread
+    (``_THREAD_VARS``, set for it alone), so that it forks from a single thread, and holds no
+    torch state but its modules: forking it is as safe as spawning.  Started at most once per
+    process; later pools fork from it too."""
+    global _fork_server_modules
+    if _fork_server_modules is not None:
+        return
+    import multiprocessing
+    import multiprocessing.forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(modules))
+    saved = {var: os.environ.get(var) for var in _THREAD_VARS}
+    os.environ.update(dict.fromkeys(_THREAD_VARS, "1"))
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+    _fork_server_modules = tuple(modules)
+
+
 class LocalBackend(Backend):
-    """A ``spawn`` process pool of ``jobs`` workers, started on first use and reused."""
+    """A process pool of ``jobs`` workers, started on first use and reused: spawned, or forked
+    from the fork server when this process started one (:func:`start_fork_server`)."""
 
     name = "local"
 
@@ -166,7 +204,9 @@ class LocalBackend(Backend):
             import multiprocessing
 
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
+                max_workers=self.jobs,
+                mp_context=multiprocessing.get_context("spawn" if _fork_server_modules is None else "forkserver"),
+                initializer=_init_worker,
             )
         with _sigint_ignored():  # workers start here: a Ctrl-C now must not reach them half-started
             futures = [self._pool.submit(_run_chunk, fn, chunk) for chunk in _chunks(items, self.jobs)]

@@ -57,6 +57,9 @@ BASELINE_CHIP = "tpuv4"
 TORUS_CHIP = "tpuv4_torus"
 #: Names of the baselines, in report order.
 BASELINES = ("tpuv4+expert", "tpuv4+phaze", "tpuv4-torus+phaze", "decoupled", "co-optimized")
+#: What a cold search's workers import before preparing settings (``start_fork_server``: once, in
+#: the server they fork from; a module that is not installed is left out).
+WORKER_MODULES = ("torch", "transformers.modeling_utils")
 #: The phases of a search, in the order of the JSON's ``search.wall_s``.
 PHASES = ("prepare", "baselines", "search", "plan")
 
@@ -583,15 +586,17 @@ def _check_plan(payload: Any) -> str:
     return d["text"]
 
 
-def _compile_winner(paths: list[str], inputs: _Inputs, winner: dict, acc, wopts, stages: StageCache, log) -> list:
+def _compile_winner(
+    paths: list[str], inputs: _Inputs, winner: dict, acc, wopts, stages: StageCache, log
+) -> tuple[list, list[str]]:
     """Each model's plan module on the winning chip, through the IR pipeline (``phazec --hw``)
     at the setting the search chose, or parsed from the stage cache (kept by the model file,
     the options and the chip): the plan file's numbers come from the passes, and each must
-    equal the search's figure."""
+    equal the search's figure.  With each module, its text (printed, or the entry's)."""
     from phaze import driver
     from phaze_ir.ir import print_module
 
-    modules = []
+    modules, texts = [], []
     chip = repr(acc)
     for m, path in enumerate(paths):
         micro_batch, tp, sp, thr = winner["settings"][m]
@@ -608,9 +613,12 @@ def _compile_winner(paths: list[str], inputs: _Inputs, winner: dict, acc, wopts,
             log(f"compiling the plan of {name} on {acc.name} ({where})")
             module, _ = driver.compile_model(path, mopts, lambda msg: None, accelerator=acc)
             _check_plan_matches_search(name, driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)
-            stages.keep("plan", key, {"text": print_module(module)})
+            text = print_module(module)
+            stages.keep("plan", key, {"text": text})
+        assert text is not None  # the entry's, or the module's printed
         modules.append(module)
-    return modules
+        texts.append(text)
+    return modules, texts
 
 
 def _cached_plan(text: str, name: str, thr: float, file):
@@ -724,12 +732,15 @@ def run(
     *,
     stages: StageCache | None = None,
     inputs: _Inputs | None = None,
-):
-    """The whole search; returns ``(module, json_dict)``: the phases of the module docstring,
+    generic: bool = False,
+) -> tuple[str, dict]:
+    """The whole search; returns ``(the output module printed, json_dict)`` (``generic``: in
+    MLIR's generic op form): the phases of the module docstring,
     each timed into ``search.wall_s`` (with the evaluator's own timers after them).  A stage
     whose inputs the stage cache (``stages``; default: that of ``sopts.cache_dir``) has seen is
     read from it, not computed."""
     from passes.algorithms import schedule as sched
+    from phaze_ir.ir import print_module, print_module_from
 
     t_all = time.perf_counter()
     walls: dict[str, float] = {}
@@ -772,7 +783,7 @@ def run(
     with _timed(walls, "plan"):
         acc = cands.make(winner["config"], winner["hbm"])
         wopts = _winner_options(opts, sopts.limits, schedules)
-        modules = _compile_winner(paths, inputs, winner, acc, wopts, stages, log)
+        modules, texts = _compile_winner(paths, inputs, winner, acc, wopts, stages, log)
     walls["total"] = time.perf_counter() - t_all
     walls.update(timers)
 
@@ -782,7 +793,9 @@ def run(
     module, data = _assemble(modules, names, [baselines[b] for b in BASELINES if b in baselines], stats, opts.recompute)
     if found["models_detail"] is not None:
         data["models_detail"] = found["models_detail"]
-    return module, data
+    if len(modules) == 1 and not generic:  # the winner's plan with phaze.baselines: its body printed once
+        return print_module_from(texts[0], module, keys.BASELINES), data
+    return print_module(module, generic=generic), data
 
 
 def _check_answer(payload: Any) -> tuple[str, dict]:
@@ -804,10 +817,14 @@ def answer(
     """The search's output, ``(the module printed, in the generic form if asked, the JSON)``: from
     the stage cache when it holds the answer for these inputs (no model imported, nothing
     computed: only ``search.wall_s`` is this run's), else :func:`run`'s, kept for next time."""
-    from phaze_ir.ir import print_module
-
     t0 = time.perf_counter()
     stages = StageCache.of(sopts.cache_dir)
+    if sopts.backend == "local" and sopts.jobs > 1 and not all(warm.model_known(p, stages) for p in paths):
+        # A model the cache has not seen: it is imported now (torch with it), and its settings
+        # will be prepared on the workers, which fork from a server importing torch meanwhile.
+        from phaze.search.backend import start_fork_server
+
+        start_fork_server(WORKER_MODULES)
     inputs = _read_inputs(paths, opts, sopts, stages)
     k = inputs.keys
     key = stages.key("answer", *k.common(k.space, k.chip, sopts.baselines, sopts.prune, generic))
@@ -820,8 +837,7 @@ def answer(
         walls.update(dict.fromkeys(TIMERS, 0.0))
         data["search"]["wall_s"] = walls
         return text, data
-    module, data = run(paths, opts, sopts, log, progress, stages=stages, inputs=inputs)
-    text = print_module(module, generic=generic)
+    text, data = run(paths, opts, sopts, log, progress, stages=stages, inputs=inputs, generic=generic)
     walls = data["search"]["wall_s"]
     data["search"]["wall_s"] = None
     stages.keep("answer", key, {"text": text, "data": data})

@@ -185,15 +185,31 @@ def model_key(path: str, stages: StageCache) -> ModelKey:
         load_model_file(path)  # its one-line error: no such file, a directory...
         raise PhazeError(f"{path}: cannot be read ({e.strerror or e})") from None
     file_digest = digest(data)
-    key = stages.key("model", file_digest)
-    hit = stages.load("model", key, check_model)
-    if hit is not None and all(_file_digest(p) == d for p, d in hit[1]):
+    hit = _model_entry(file_digest, stages)
+    if hit is not None:
         name, sources = hit
     else:
         spec = load_model_file(path)
         name, sources = spec.name, [(str(f), _file_digest(str(f))) for f in spec.sources]
-        stages.keep("model", key, {"name": name, "sources": [list(x) for x in sources]})
+        stages.keep("model", stages.key("model", file_digest), {"name": name, "sources": [list(x) for x in sources]})
     return ModelKey(name, digest(repr((file_digest, sources))))
+
+
+def _model_entry(file_digest: str, stages: StageCache) -> tuple[str, list[tuple[str, str]]] | None:
+    """The ``model`` entry of a model file of digest ``file_digest`` while every source it names
+    still has the bytes it had (None otherwise)."""
+    hit = stages.load("model", stages.key("model", file_digest), check_model)
+    return hit if hit is not None and all(_file_digest(p) == d for p, d in hit[1]) else None
+
+
+def model_known(path: str, stages: StageCache) -> bool:
+    """Whether :func:`model_key` can key ``path`` from its ``model`` entry, without importing the
+    file (False when the file cannot be read: the import says why)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return False
+    return _model_entry(digest(data), stages) is not None
 
 
 # -- what the payloads must hold ------------------------------------------------------------------
