@@ -282,9 +282,12 @@ def test_the_dp_bound_of_a_fixed_placement_is_not_reused_for_a_searched_one():
     assert (alone >= expert).all() and (alone > expert).any()  # the two placements differ here
 
 
-def test_lower_bounds_on_the_workers_are_the_same_floats():
+@pytest.mark.parametrize("kind", ["local", "ray"])
+def test_lower_bounds_on_the_workers_are_the_same_floats(kind):
     """A search computes its settings' vectorized bounds on the workers (the paper's space: 29,360
-    chips): bit for bit those of the main process."""
+    chips), local or Ray: bit for bit those of the main process."""
+    if kind == "ray":
+        pytest.importorskip("ray")
     from passes.algorithms.arch_space import paper_space
     from passes.algorithms.schedule import ScheduleCache
     from phaze.driver import Options
@@ -295,7 +298,7 @@ def test_lower_bounds_on_the_workers_are_the_same_floats():
     settings = prepare_settings(TINY, 8, (1, 2), Options(micro_batches=(8,), tp_widths=(1, 2)))
     cands = Candidates.of_space(paper_space())
     here = Evaluator(Params(64, 64), SolverLimits(), ScheduleCache(None))
-    with make_backend("local", 2) as backend:
+    with make_backend(kind, 2) as backend:
         there = Evaluator(Params(64, 64), SolverLimits(), ScheduleCache(None), backend)
         there.prepare_lower_bounds(cands, settings)
     assert len(there._lb) == len(settings) == 2
