@@ -176,6 +176,8 @@ def start_fork_server(modules: Sequence[str]) -> None:
     os.environ.update(dict.fromkeys(_THREAD_VARS, "1"))
     try:
         multiprocessing.forkserver.ensure_running()
+    except OSError:  # no server (e.g. no Unix sockets here): the workers are spawned, as before
+        return
     finally:
         for var, value in saved.items():
             if value is None:
