@@ -12,7 +12,7 @@ import pytest
 from conftest import MODELS, run_tool
 
 from passes.algorithms.cache_file import read_entry, trim, write_entry
-from phaze.tools.phazec import DEFAULT_CACHE_LIMIT, cache_size
+from phaze.tools.flags import DEFAULT_CACHE_LIMIT, cache_size
 
 FMT, VERSION = "phaze-test", 1
 

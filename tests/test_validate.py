@@ -382,3 +382,17 @@ def test_phazec_validate_is_phaze_validate():
 
     r = run_tool("phazec", "validate", "--help")
     assert r.returncode == 0 and r.stdout.startswith("usage: phaze-validate"), r.stderr
+
+
+def test_the_schedule_cache_is_kept_under_its_limit(tmp_path):
+    """``--cache DIR`` keeps the runs' schedules there; ``--cache-limit`` trims it after the run,
+    as phazec trims its own (least recently used entries first), and says so."""
+    cache = tmp_path / "schedules"
+    # tpuv4: an ideal chip, its layers scheduled by SCIP (the calibrated GPUs keep no schedules).
+    one = (str(SAMPLE), "--hw", "tpuv4", "-j", "1", "--rows", "1", "--cache", str(cache))
+    kept = run_validate(*one)
+    assert kept.returncode == 0, kept.stderr
+    assert list(cache.rglob("*.json")) and "least recently used" not in kept.stderr
+    trimmed = run_validate(*one, "--cache-limit", "1")
+    assert trimmed.returncode == 0, trimmed.stderr
+    assert not list(cache.rglob("*.json")) and "under 1 B (--cache-limit)" in trimmed.stderr

@@ -1,5 +1,6 @@
 """Checks of the numbers on a tool's command line, shared by ``phazec`` and ``phaze-validate``:
-each is done before any work, and a bad number is one line naming its flag."""
+each is done before any work, and a bad number is one line naming its flag; and their cache's
+size (``--cache-limit``), kept after the run."""
 
 from __future__ import annotations
 
@@ -42,3 +43,49 @@ def check_solver_limits(args: argparse.Namespace) -> None:
         raise PhazeError(f"--solver-time-limit {limit}: expected a positive, finite number of seconds")
     if not (math.isfinite(args.solver_gap) and 0 <= args.solver_gap < 1):
         raise PhazeError(f"--solver-gap {args.solver_gap}: expected a relative gap in [0, 1)")
+
+
+#: A cache's size after a run, unless ``--cache-limit`` says otherwise (bytes): room for a few
+#: hundred GPT-3 175B answers (each keeps its 11 MB plan; a search's keeps it twice, as its plan
+#: stage and its answer) or thousands of smaller ones.
+DEFAULT_CACHE_LIMIT = 4 * 2**30
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_SIZE_UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
+
+
+def cache_size(text: str) -> int:
+    """``--cache-limit``'s value in bytes: a number with an optional unit (B, kB, MB, GB, TB or
+    KiB, MiB, GiB, TiB, any case); 0 is no limit."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).upper() if m else ""
+    if m is None or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 4GiB, 500MB or 0 (no limit)")
+    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+
+
+def trim_cache_dir(directory: str, limit: int, log) -> None:
+    """Keep ``directory`` (a cache) under ``limit`` bytes (0: no limit) after a run: its least
+    recently used entries go first (``passes.algorithms.cache_file.trim``), said in one line."""
+    import os
+
+    if limit <= 0 or not os.path.isdir(directory):
+        return
+    from passes.algorithms.cache_file import trim
+
+    removed, freed = trim(directory, limit)
+    if removed:
+        log(
+            f"cache: removed the {removed} least recently used entries ({_size_text(freed)}) to keep "
+            f"{directory} under {_size_text(limit)} (--cache-limit)"
+        )
+
+
+def _size_text(n: int) -> str:
+    """``n`` bytes in the largest binary unit that keeps a number >= 1 (1.5 MiB)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"

@@ -23,7 +23,13 @@ from collections.abc import Sequence
 
 from phaze.messages import exit_status, show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
-from phaze.tools.flags import check_positive_ints, check_solver_limits
+from phaze.tools.flags import (
+    DEFAULT_CACHE_LIMIT,
+    cache_size,
+    check_positive_ints,
+    check_solver_limits,
+    trim_cache_dir,
+)
 from phaze_ir.errors import PhazeError
 
 
@@ -83,6 +89,14 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="keep layer schedules in this directory, shared by the workers and later runs (default: in memory)",
+    )
+    p.add_argument(
+        "--cache-limit",
+        type=cache_size,
+        default=DEFAULT_CACHE_LIMIT,
+        metavar="SIZE",
+        help="after the run, remove the least recently used entries of --cache DIR until it holds at most "
+        "SIZE (bytes, or with a unit: 500MB, 4GiB; 0: no limit; default 4GiB)",
     )
     p.add_argument(
         "--solver-time-limit", type=float, default=10.0, metavar="S", help="SCIP seconds per layer schedule (10)"
@@ -168,6 +182,8 @@ def run(args: argparse.Namespace, log) -> str:
     if args.json:
         write_atomically(args.json, json.dumps(result.to_json(args.worst), indent=2) + "\n")
         log(f"wrote {args.json}")
+    if args.cache:
+        trim_cache_dir(args.cache, args.cache_limit, log)
     return v.report_text(result, args.worst, per_run=not args.summary_only)
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, Options
 from phaze.messages import exit_status, show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
-from phaze.tools.flags import check_positive_ints, check_solver_limits
+from phaze.tools.flags import DEFAULT_CACHE_LIMIT, cache_size, check_positive_ints, check_solver_limits, trim_cache_dir
 from phaze_ir.errors import PhazeError
 
 if TYPE_CHECKING:
@@ -392,51 +392,10 @@ def search_options(args: argparse.Namespace, opts):
     )
 
 
-#: The cache's size after a run, unless ``--cache-limit`` says otherwise (bytes): room for a few
-#: hundred GPT-3 175B answers (each keeps its 11 MB plan; a search's keeps it twice, as its plan
-#: stage and its answer) or thousands of smaller ones.
-DEFAULT_CACHE_LIMIT = 4 * 2**30
-
-_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_SIZE_UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
-
-
-def cache_size(text: str) -> int:
-    """``--cache-limit``'s value in bytes: a number with an optional unit (B, kB, MB, GB, TB or
-    KiB, MiB, GiB, TiB, any case); 0 is no limit."""
-    import re
-
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
-    unit = m.group(2).upper() if m else ""
-    if m is None or unit not in _SIZE_UNITS:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 4GiB, 500MB or 0 (no limit)")
-    return int(float(m.group(1)) * _SIZE_UNITS[unit])
-
-
 def trim_cache(args: argparse.Namespace, log) -> None:
-    """Keep the run's cache directory under ``--cache-limit``: its least recently used entries
-    go first (``passes.algorithms.cache_file.trim``), said in one line."""
-    if args.no_cache or args.cache_limit <= 0:
-        return
-    directory = cache_path(args)
-    if not os.path.isdir(directory):
-        return
-    from passes.algorithms.cache_file import trim
-
-    removed, freed = trim(directory, args.cache_limit)
-    if removed:
-        log(
-            f"cache: removed the {removed} least recently used entries ({_size_text(freed)}) to keep "
-            f"{directory} under {_size_text(args.cache_limit)} (--cache-limit)"
-        )
-
-
-def _size_text(n: int) -> str:
-    """``n`` bytes in the largest binary unit that keeps a number >= 1 (1.5 MiB)."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+    """Keep the run's cache directory under ``--cache-limit`` (:func:`phaze.tools.flags.trim_cache_dir`)."""
+    if not args.no_cache:
+        trim_cache_dir(cache_path(args), args.cache_limit, log)
 
 
 def cache_dir(args: argparse.Namespace) -> str | None:
