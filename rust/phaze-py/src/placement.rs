@@ -570,6 +570,27 @@ fn read_problem(v: &Bound<'_, PyAny>) -> PyResult<Problem> {
     validated(input, "problem")
 }
 
+/// A list of problem dicts, each checked (an error names `problems[i]`).
+fn read_problems(py: Python<'_>, problems: &Bound<'_, PyAny>) -> PyResult<Vec<Problem>> {
+    let inputs = items::<Dict<ProblemInput>>(problems, "a list of problem dicts")
+        .map_err(|e| located(py, e, "problems"))?;
+    inputs
+        .into_iter()
+        .enumerate()
+        .map(|(i, Dict(input))| validated(input, &format!("problems[{i}]")))
+        .collect()
+}
+
+/// A fixed placement's pipeline and data-parallel degrees, each at least 1.
+fn fixed_degrees(pp: i64, dp: i64) -> PyResult<(usize, u64)> {
+    if pp < 1 || dp < 1 {
+        return Err(PyValueError::new_err(format!(
+            "pp and dp must be >= 1, got pp = {pp}, dp = {dp}"
+        )));
+    }
+    Ok((usize::try_from(pp).unwrap_or(usize::MAX), dp as u64))
+}
+
 // ---- the answers ---------------------------------------------------------------------------
 
 fn plan_dict<'py>(py: Python<'py>, p: &Plan) -> PyResult<Bound<'py, PyDict>> {
@@ -676,13 +697,7 @@ fn solve_placement_batch<'py>(
     py: Python<'py>,
     problems: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let inputs = items::<Dict<ProblemInput>>(problems, "a list of problem dicts")
-        .map_err(|e| located(py, e, "problems"))?;
-    let probs = inputs
-        .into_iter()
-        .enumerate()
-        .map(|(i, Dict(input))| validated(input, &format!("problems[{i}]")))
-        .collect::<PyResult<Vec<_>>>()?;
+    let probs = read_problems(py, problems)?;
     let sols = py.detach(|| phaze_dp::solve_many(&probs));
     let out = PyList::empty(py);
     for s in &sols {
@@ -700,12 +715,7 @@ fn evaluate_placement<'py>(
     dp: i64,
 ) -> PyResult<Bound<'py, PyDict>> {
     let prob = read_problem(problem)?;
-    if pp < 1 || dp < 1 {
-        return Err(PyValueError::new_err(format!(
-            "pp and dp must be >= 1, got pp = {pp}, dp = {dp}"
-        )));
-    }
-    let (pp, dp) = (usize::try_from(pp).unwrap_or(usize::MAX), dp as u64);
+    let (pp, dp) = fixed_degrees(pp, dp)?;
     let ev = py
         .detach(|| phaze_dp::evaluate_fixed(&prob, pp, dp))
         .map_err(|e| PyValueError::new_err(e.message))?;
@@ -720,19 +730,8 @@ fn evaluate_placement_batch<'py>(
     pp: i64,
     dp: i64,
 ) -> PyResult<Bound<'py, PyList>> {
-    let inputs = items::<Dict<ProblemInput>>(problems, "a list of problem dicts")
-        .map_err(|e| located(py, e, "problems"))?;
-    let probs = inputs
-        .into_iter()
-        .enumerate()
-        .map(|(i, Dict(input))| validated(input, &format!("problems[{i}]")))
-        .collect::<PyResult<Vec<_>>>()?;
-    if pp < 1 || dp < 1 {
-        return Err(PyValueError::new_err(format!(
-            "pp and dp must be >= 1, got pp = {pp}, dp = {dp}"
-        )));
-    }
-    let (pp, dp) = (usize::try_from(pp).unwrap_or(usize::MAX), dp as u64);
+    let probs = read_problems(py, problems)?;
+    let (pp, dp) = fixed_degrees(pp, dp)?;
     let evs = py.detach(|| phaze_dp::evaluate_many(&probs, pp, dp));
     let out = PyList::empty(py);
     for ev in evs {
