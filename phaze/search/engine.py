@@ -646,8 +646,8 @@ def _lower_bounds(args: tuple[Setting, np.ndarray, Any]) -> np.ndarray:
     }
     lb = np.zeros((len(setting.groups), len(configs)))
     for g in setting.priced_groups():
-        rows = list(setting.groups[g].rows)
         grp = setting.groups[g]
+        rows = list(grp.rows)
         lb[g] = group_lower_bound(setting.group_units(g), grp.edges, lat.one[rows], lat.split[rows], cores)
     return lb
 

@@ -184,19 +184,11 @@ class Setting:
         distinct, of_layer = self._distinct
         dicts = []
         for lr in distinct:
-            fwd, bwd, sel = _layer_times(lr, makespan)
+            fwd, bwd, sel = (float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.selective))
             d = lr.numbers.as_dict()
             d["fwd_s"], d["bwd_s"], d["recompute_s"] = fwd, bwd, [0.0, sel, fwd]
             dicts.append(d)
         return [dicts[k] for k in of_layer]
-
-
-def _layer_times(lr: LayerRef, makespan: np.ndarray) -> tuple[float, float, float]:
-    """A layer's forward, backward and selective recompute seconds (0 without that group)."""
-    fwd = float(makespan[lr.fwd]) if lr.fwd >= 0 else 0.0
-    bwd = float(makespan[lr.bwd]) if lr.bwd >= 0 else 0.0
-    sel = float(makespan[lr.selective]) if lr.selective >= 0 else 0.0
-    return fwd, bwd, sel
 
 
 def _group_from_json(data: object, rows: int, i: int) -> Group:

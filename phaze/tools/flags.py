@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import re
 from collections.abc import Iterable
 
 from phaze_ir.errors import PhazeError
@@ -57,8 +59,6 @@ _SIZE_UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
 def cache_size(text: str) -> int:
     """``--cache-limit``'s value in bytes: a number with an optional unit (B, kB, MB, GB, TB or
     KiB, MiB, GiB, TiB, any case); 0 is no limit."""
-    import re
-
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
     unit = m.group(2).upper() if m else ""
     if m is None or unit not in _SIZE_UNITS:
@@ -69,8 +69,6 @@ def cache_size(text: str) -> int:
 def trim_cache_dir(directory: str, limit: int, log) -> None:
     """Keep ``directory`` (a cache) under ``limit`` bytes (0: no limit) after a run: its least
     recently used entries go first (``passes.algorithms.cache_file.trim``), said in one line."""
-    import os
-
     if limit <= 0 or not os.path.isdir(directory):
         return
     from passes.algorithms.cache_file import trim
