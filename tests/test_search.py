@@ -470,3 +470,17 @@ def test_search_under_a_power_cap_equals_plain_enumeration(tmp_path):
     assert sorted(front["points"]) == want and len(want) > 1
     r = run_tool("phazec", TINY, *base, "--power-cap", "1", "--no-cache", "-o", str(tmp_path / "none.mlir"))
     assert r.returncode != 0 and "draws more than --power-cap 1 W per chip" in r.stderr, r.stderr
+
+
+def test_search_prices_split_pipeline_transfers(tmp_path):
+    """``--pipeline-transfer split`` (DeepSpeed's pipeline engine) is how the search prices a
+    pipelined plan too: the winner recompiles through phaze-place-devices to the search's
+    figure (the check that fails loudly otherwise), and the plan says it priced split transfers,
+    slower than whole ones at this fixed PP 2 x DP 2 x TP 2."""
+    base = ["--space", TINY_SPACE, "--devices", "8", "--global-batch", "8", "--micro-batch", "1"]
+    base += ["--seq-len", "64", "--placement", "expert:2,2,2", "--no-baselines"]
+    _, whole, _ = search(tmp_path, "whole", base=base, model=DEEP)
+    _, split, _ = search(tmp_path, "split", "--pipeline-transfer", "split", base=base, model=DEEP)
+    assert (whole["pipeline_transfer"], split["pipeline_transfer"]) == ("whole", "split")
+    assert (split["pp"], split["dp"], split["tp"]) == (2, 2, 2)
+    assert split["throughput_samples_per_s"] < whole["throughput_samples_per_s"]

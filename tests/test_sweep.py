@@ -5,12 +5,14 @@ serial a100; when nothing fits; under a power cap."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from conftest import MODELS
 
 from phaze import driver
 from phaze.search import sweep
-from phaze_ir.errors import PhazeError
+from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.ir import print_module
 
 DEEP = str(MODELS / "tiny_gpt2_deep.py")
@@ -20,7 +22,10 @@ def _both(opts: driver.Options):
     out = []
     for compile_ in (sweep.compile_plan, driver.compile_model):
         try:
-            module, cands = compile_(DEEP, opts, lambda msg: None)
+            with warnings.catch_warnings():
+                # the settings' best point must be the compiled one's: no fallback to the pipelines
+                warnings.simplefilter("error", PhazeWarning)
+                module, cands = compile_(DEEP, opts, lambda msg: None)
         except PhazeError as e:
             out.append(str(e))
             continue
@@ -41,13 +46,32 @@ def _opts(**kw) -> driver.Options:
         # A fixed placement: at TP 1 it cannot divide the batch (8 over 3 replicas), so nothing
         # fits and the module says why; at TP 2 it does not apply (the placement's TP is 1).
         {"hw": "a100", "devices": 3, "global_batch": 8, "placement": "expert:1,3,1"},
+        # Pipelined at TP 2, the boundary values split over the TP group (DeepSpeed's engine):
+        # the settings must price the transfers as phaze-place-devices does (SP: its own shard).
+        {"hw": "a100", "devices": 8, "global_batch": 8, "placement": "expert:2,2,2", "pipeline_transfer": "split"},
     ],
 )
 def test_the_settings_sweep_equals_the_pipelines(kw):
     fast, slow = _both(_opts(**kw))
     assert fast[0] == slow[0]  # the module
     assert fast[1] == slow[1]  # every point: throughput and note
-    assert any(p[3] > 0 for p in fast[1]) == ("placement" not in kw)
+    assert any(p[3] > 0 for p in fast[1]) == ("placement" not in kw or "pipeline_transfer" in kw)
+
+
+def test_split_pipeline_transfers_are_priced_in_the_settings_sweep():
+    """``--pipeline-transfer split`` changes the pipelined plan's throughput without sequence
+    parallelism (one TP rank's 1/t crosses, then an all-gather) and not with it; the settings'
+    points are the pipelines' in both (the parametrized test above compares the modules)."""
+    points = {}
+    for transfer in ("whole", "split"):
+        opts = _opts(hw="a100", devices=8, global_batch=8, placement="expert:2,2,2", pipeline_transfer=transfer)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PhazeWarning)  # the settings priced it as compiled
+            _, cands = sweep.compile_plan(DEEP, opts, lambda msg: None)
+        points[transfer] = {(c.micro_batch, c.sequence_parallel): c.throughput for c in cands if c.tp == 2}
+    for (b, sp), whole in points["whole"].items():
+        assert whole > 0
+        assert (points["split"][b, sp] == whole) == sp, (b, sp)
 
 
 def test_the_settings_sweep_under_a_power_cap():

@@ -150,8 +150,10 @@ class Params:
     """The cluster and the training step; ``recompute``: ``auto`` (the DP picks each stage's
     policy) or the policy of every stage; ``zero``: ``auto`` (the DP picks) or a ZeRO stage;
     ``pipeline_schedule``: ``auto`` (the DP picks), ``1f1b`` or ``interleaved:V``;
-    ``rank_order``: ``auto`` (the DP picks), ``tp-dp-pp`` or ``tp-pp-dp``.  The defaults are
-    the paper's placement space, with the device numbering chosen."""
+    ``rank_order``: ``auto`` (the DP picks), ``tp-dp-pp`` or ``tp-pp-dp``;
+    ``pipeline_transfer``: ``whole`` or ``split`` (how the launcher sends a stage boundary's
+    values; a setting sharded with sequence parallelism sends its own shard either way).  The
+    defaults are the paper's placement space, with the device numbering chosen."""
 
     devices: int
     global_batch: int
@@ -165,6 +167,7 @@ class Params:
     #: scores 0 (the plan the DP finds, the fastest; a slower one under the cap is not sought).
     power_cap_w: float | None = None
     rank_order: str = "auto"
+    pipeline_transfer: str = "whole"
 
     @classmethod
     def of_options(cls, opts: Any, objective: str | None = None) -> Params:
@@ -179,6 +182,7 @@ class Params:
             objective or opts.objective,
             opts.power_cap_w,
             opts.rank_order,
+            opts.pipeline_transfer,
         )
 
 
@@ -430,6 +434,8 @@ class Evaluator:
             pipeline_schedule=self.params.pipeline_schedule,
             blocks=setting.blocks,
             rank_order=self.params.rank_order,
+            # as phaze-place-devices: under sequence parallelism each rank sends its own shard
+            pipeline_transfer="whole" if setting.sequence_parallel else self.params.pipeline_transfer,
         )
 
     def place(
