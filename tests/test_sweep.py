@@ -49,6 +49,10 @@ def _opts(**kw) -> driver.Options:
         # Pipelined at TP 2, the boundary values split over the TP group (DeepSpeed's engine):
         # the settings must price the transfers as phaze-place-devices does (SP: its own shard).
         {"hw": "a100", "devices": 8, "global_batch": 8, "placement": "expert:2,2,2", "pipeline_transfer": "split"},
+        # The placement pass's other options, each priced by the settings as by the pass.
+        {"hw": "a100", "devices": 8, "global_batch": 16, "recompute": "selective", "zero": "auto"},
+        {"hw": "a100", "devices": 8, "global_batch": 16, "pipeline_schedule": "auto", "rank_order": "tp-pp-dp"},
+        {"hw": "h100", "devices": 16, "global_batch": 32, "dp_overlap": True},  # two nodes, NVLS
     ],
 )
 def test_the_settings_sweep_equals_the_pipelines(kw):
