@@ -3,7 +3,9 @@ and the recompute policy per stage, and write the plan into the IR."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp
@@ -198,14 +200,17 @@ def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_
             for k, s in enumerate(stages)
         ]
     )
-    stage_of = {}
-    for k, s in enumerate(stages):
-        for layer in range(s["first_layer"], s["last_layer"] + 1):
-            stage_of[layer] = k
+    stage_of = stage_of_layers(stages)
     for op in step_function(module).body.block.ops:
         layer = op.attributes.get(keys.LAYER)
         if isinstance(layer, IntegerAttr) and layer.value.data in stage_of:
             op.attributes[keys.STAGE] = ph.int_attr(stage_of[layer.value.data])
+
+
+def stage_of_layers(stages: Sequence[Mapping[str, Any]]) -> dict[int, int]:
+    """Each layer's stage (its index in ``stages``, each with ``first_layer`` and ``last_layer``:
+    the DP's stages or ``phaze.stages``' records): the ``phaze.stage`` of the layer's ops."""
+    return {layer: k for k, s in enumerate(stages) for layer in range(s["first_layer"], s["last_layer"] + 1)}
 
 
 @dataclass(frozen=True)

@@ -189,17 +189,24 @@ def schedule_cache(opts: Options):
 
 
 def compile_module(
-    traced, stage: str, tp: int, opts: Options, accelerator=None, sequence_parallel: bool = False
+    traced,
+    stage: str,
+    tp: int,
+    opts: Options,
+    accelerator=None,
+    sequence_parallel: bool = False,
+    verify: bool = True,
 ) -> ModuleOp:
     """Import a traced step and run the pipeline up to ``stage``; the scheduling passes solve
-    through ``opts.schedule_cache`` (:func:`compile_model` sets it; None: each its own)."""
+    through ``opts.schedule_cache`` (:func:`compile_model` sets it; None: each its own).
+    ``verify=False``: as :func:`compile_from`'s."""
     with few_collections():
         if STAGES.index(stage) < STAGES.index("tiled"):
             accelerator = None
         elif accelerator is None:
             accelerator = load_accelerator(opts.hw)
         module = import_step(traced, opts, accelerator)
-        return compile_from(module, "ir", stage, tp, opts, sequence_parallel)
+        return compile_from(module, "ir", stage, tp, opts, sequence_parallel, verify)
 
 
 def import_step(traced, opts: Options, accelerator=None) -> ModuleOp:
@@ -379,8 +386,12 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
         fixed = parse_placement(opts.placement, spec.name)
     except PlacementError as e:
         raise PhazeError(f"--placement: {e}") from e
-    tp_widths = tuple(opts.tp_widths or ((fixed[2],) if fixed is not None else DEFAULT_TP_WIDTHS))
-    return Compilation(opts, accelerator, spec, fixed, tp_widths)
+    return Compilation(opts, accelerator, spec, fixed, tp_widths_of(opts, fixed))
+
+
+def tp_widths_of(opts: Options, fixed: tuple[int, int, int] | None) -> tuple[int, ...]:
+    """The TP widths a compilation tries: ``--tp``'s, else the fixed placement's, else all."""
+    return tuple(opts.tp_widths or ((fixed[2],) if fixed is not None else DEFAULT_TP_WIDTHS))
 
 
 def compile_model(
@@ -437,7 +448,8 @@ def compile_model(
                     step = copy_for(shared, k, len(points))
                     module = compile_from(step, "training", stage, t, opts, sp, verify=not sweep)
                 else:
-                    module = compile_module(traced, stage, t, opts, accelerator, sp)
+                    # (a plan is verified once, when chosen)
+                    module = compile_module(traced, stage, t, opts, accelerator, sp, verify=not sweep)
             except UnknownOpError:
                 raise  # the model's, not this point's: every point would say it again
             except PhazeError as e:
@@ -451,29 +463,47 @@ def compile_model(
             if not sweep:
                 log(f"built {sum(1 for _ in module.walk())} ops in {time.perf_counter() - start:.1f} s")
                 return module, candidates
-            plan = plan_record(module)
-            feasible = plan.get("feasible") == "yes"
-            note = "" if feasible else plan.get("binding", "")
-            over = over_power_cap(module, opts.power_cap_w)
-            if feasible and over:
-                feasible, note = False, over
-            cand = Candidate(b, t, plan["throughput_samples_per_s"] if feasible else 0.0, note, sp)
+            cand, unfit = judge_point(module, b, t, sp, opts, log, f" [{time.perf_counter() - start:.1f} s]")
             candidates.append(cand)
-            if feasible:
-                log(
-                    f"{where}: {cand.throughput:,.1f} samples/s "
-                    f"(DP {plan['dp']}, PP {plan['pp']}) [{time.perf_counter() - start:.1f} s]"
-                )
-                if best is None or cand.throughput > best[0]:
-                    best = (cand.throughput, module)
-            elif over:
-                log(f"{where}: {over}")
-            else:
-                log(f"{where}: does not fit: {cand.note}")
+            if cand.throughput > 0 and (best is None or cand.throughput > best[0]):
+                best = (cand.throughput, module)
+            if unfit:
                 fallback = fallback or module
+    return chosen_point(best[1] if best is not None else None, fallback, candidates, opts)
+
+
+def judge_point(
+    module: ModuleOp, b: int, t: int, sp: bool, opts: Options, log: Log, took: str = ""
+) -> tuple[Candidate, bool]:
+    """The sweep's :class:`Candidate` of one placed point (its throughput 0 when its plan does not
+    fit or draws more than ``--power-cap``), said in one line (``took`` after it), and whether
+    its plan does not fit (its module then says which constraint binds; over the cap: False)."""
+    where = f"micro-batch {b}, TP {t}" + (", SP" if sp else "")
+    plan = plan_record(module)
+    feasible = plan.get("feasible") == "yes"
+    note = "" if feasible else plan.get("binding", "")
+    over = over_power_cap(module, opts.power_cap_w)
+    if feasible and over:
+        feasible, note = False, over
+    cand = Candidate(b, t, plan["throughput_samples_per_s"] if feasible else 0.0, note, sp)
+    if feasible:
+        log(f"{where}: {cand.throughput:,.1f} samples/s (DP {plan['dp']}, PP {plan['pp']}){took}")
+    elif over:
+        log(f"{where}: {over}")
+    else:
+        log(f"{where}: does not fit: {cand.note}")
+    return cand, not feasible and not over
+
+
+def chosen_point(
+    best: ModuleOp | None, fallback: ModuleOp | None, candidates: list[Candidate], opts: Options
+) -> tuple[ModuleOp, list[Candidate]]:
+    """What the sweep returns (verified): the best point's module, else the first that does not
+    fit (its plan says which constraint binds); an error when every point is over the power cap
+    or none compiled."""
     if best is not None:
-        best[1].verify()
-        return best[1], candidates
+        best.verify()
+        return best, candidates
     if opts.power_cap_w is not None and any(c.note.startswith("power ") for c in candidates):
         raise PhazeError(f"no plan meets --power-cap {opts.power_cap_w:g} W: " + notes_once(candidates))
     if fallback is not None:

@@ -207,6 +207,12 @@ def print_module_from(text: str, module: ModuleOp, added: str) -> str:
     return new + text[len(old) :]
 
 
+def module_header(module: ModuleOp) -> str:
+    """What :func:`print_module` writes of ``module`` (custom form) before `` {`` and its body:
+    its name and attributes."""
+    return _header(module, module.attributes)
+
+
 def _header(module: ModuleOp, attributes) -> str:
     """What ``print_module`` writes of ``module`` with ``attributes`` before its body: its name
     and attributes (printed from an empty module holding them)."""

@@ -16,7 +16,10 @@ depend on the chip, the devices or the batch) are kept as ``sweep-settings`` ent
 (:func:`phaze.search.sweep.prepared`), and the schedules a compilation solves go to
 ``<cache>/schedules`` (the search's; or ``$PHAZE_SCHEDULE_CACHE`` when set): a new question on
 the same model (another chip, devices, batch) reads its settings, and on a chip asked about
-before skips the layers already scheduled.
+before skips the layers already scheduled.  A point compiled before (micro-batch, TP width,
+sequence parallelism) is placed again from its ``plan-template`` entry
+(:mod:`phaze.search.plan_template`) instead of being compiled: a question of one point (a fixed
+placement) imports no model, nor torch.
 
 What the key cannot see: files a model file reads, and modules it imports only inside a function
 (as for the search's entries); ``--cache``/``--no-cache`` say where the cache is or that there is
@@ -35,7 +38,7 @@ from typing import Any
 
 from phaze import driver
 from phaze.driver import Options
-from phaze.search import warm
+from phaze.search import plan_template, warm
 from phaze.search.warm import StageCache, need
 from phaze_ir.errors import PhazeError, PhazeWarning
 
@@ -80,7 +83,8 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
     ``cache_dir`` when it holds one for these inputs, else compiled (and kept there; None: no
     cache).  Errors are never kept: a question that failed fails again, the same way."""
     stages = StageCache.of(cache_dir)
-    key = _key(model_path, opts, stages, generic)
+    inputs = _inputs(model_path, opts, stages)
+    key = stages.key(KIND, inputs.model.digest, repr(opts), inputs.chip, generic) if inputs is not None else None
     hit = stages.load(KIND, key, check_answer) if key is not None else None
     if hit is not None:
         log(f"the answer is in the cache ({cache_dir}): nothing compiled (--no-cache compiles it again)")
@@ -91,48 +95,100 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
         from passes.algorithms.schedule import ScheduleCache
 
         opts = replace(opts, schedule_cache=ScheduleCache(Path(cache_dir, "schedules")))
+    templates = None
+    if inputs is not None and opts.emit == "plan" and not generic:
+        templates = plan_template.Templates(stages, inputs.model.digest, inputs.chip, opts)
     with _phaze_warnings_said() as said:
-        result = _compile(model_path, opts, log, generic, stages)
+        result = _compile(model_path, opts, log, generic, stages, templates, inputs.model.name if inputs else "", said)
     result.warnings = said
     if key is not None:
         stages.keep(KIND, key, asdict(result))
     return result
 
 
-def _key(model_path: str, opts: Options, stages: StageCache, generic: bool) -> str | None:
-    """The entry's key (None without a cache directory: nothing to look up).  Reading the model
-    file's bytes and its helpers' is all a hit costs of the model; a file that cannot be read or
-    imported is the loader's one-line error, as without a cache."""
+@dataclass(frozen=True)
+class _Inputs:
+    """What the cache keys a question's model and chip by."""
+
+    model: warm.ModelKey
+    chip: str  #: the chip's data digest ("" before the tiled stage)
+
+
+def _inputs(model_path: str, opts: Options, stages: StageCache) -> _Inputs | None:
+    """The model's key and the chip's digest (None without a cache directory: nothing to look
+    up).  Reading the model file's bytes and its helpers' is all a hit costs of the model; a
+    file that cannot be read or imported is the loader's one-line error, as without a cache."""
     if stages.directory is None:
         return None
     driver.check_options(opts)
     try:
-        model = warm.model_key(model_path, stages).digest
+        model = warm.model_key(model_path, stages)
     except PhazeError:
         return None  # the compilation says why, in its own words
     chip = ""
     if driver.STAGES.index(opts.emit) >= driver.STAGES.index("tiled"):
         chip = warm.digest(repr(driver.load_accelerator(opts.hw)))
-    return stages.key(KIND, model, repr(opts), chip, generic)
+    return _Inputs(model, chip)
 
 
-def _compile(model_path: str, opts: Options, log, generic: bool, stages: StageCache) -> Answer:
+def _compile(
+    model_path: str,
+    opts: Options,
+    log,
+    generic: bool,
+    stages: StageCache,
+    templates: plan_template.Templates | None,
+    name: str,
+    said: list[str],
+) -> Answer:
     """Compile the model (:func:`phaze.search.sweep.compile_plan`, its settings kept in
-    ``stages``) and print its module."""
+    ``stages``; a point compiled before is placed from its template in ``templates``) and
+    print its module; the template of a plan compiled here is kept (``said``: the warnings of
+    its compilation)."""
     from phaze.export import model_facts
     from phaze.search import sweep
-    from phaze_ir.ir import print_module
 
-    module, candidates = sweep.compile_plan(model_path, opts, log, stages=stages)
+    got = _one_point_from_template(opts, name, templates, log) if templates is not None else None
+    module, candidates = got or sweep.compile_plan(model_path, opts, log, stages=stages, templates=templates)
     plan = driver.plan_json(module, candidates, opts.recompute) if opts.emit == "plan" else None
     facts = model_facts(module, opts)
+    if templates is not None:
+        text = templates.text(module)
+        templates.keep(module, text, said)
+    else:
+        from phaze_ir.ir import print_module
+
+        text = print_module(module, generic=generic)
     return Answer(
-        text=print_module(module, generic=generic),
+        text=text,
         plan=plan,
         summary=driver.summary(module) if plan is not None else "",
         layer_kinds=list(facts.layer_kinds),
         seq_len=facts.seq_len,
     )
+
+
+def _one_point_from_template(opts: Options, name: str, templates: plan_template.Templates, log) -> tuple | None:
+    """What ``compile_plan`` returns for a question of one point (one micro-batch, one TP width,
+    sequence parallelism fixed) whose point was compiled before: placed from its template, with
+    no model imported (None otherwise)."""
+    from passes.algorithms.placement import PlacementError, parse_placement
+
+    try:
+        fixed = parse_placement(opts.placement, name)
+    except PlacementError:
+        return None  # the compilation says why
+    points = driver.tp_points(opts, driver.tp_widths_of(opts, fixed))
+    if len(opts.micro_batches) != 1 or len(points) != 1 or (fixed is not None and fixed[2] != points[0][0]):
+        return None
+    (t, sp), b = points[0], opts.micro_batches[0]
+    driver.check_power_cap(opts, driver.load_accelerator(opts.hw))
+    placed = templates.placed(plan_template.Point(b, t, sp))
+    if placed is None:
+        return None
+    log(f"placing {name} at micro-batch {b}, TP {t}{', SP' if sp else ''} from its compiled plan (in the cache)")
+    cand, unfit = driver.judge_point(placed, b, t, sp, opts, log)
+    return driver.chosen_point(placed if cand.throughput > 0 else None, placed if unfit else None, [cand], opts)
 
 
 @contextlib.contextmanager

@@ -28,10 +28,12 @@ from xdsl.dialects.builtin import ModuleOp
 from phaze import driver
 from phaze.driver import Candidate, Options
 from phaze.search import warm
+from phaze.search.plan_template import Point
 from phaze.search.warm import StageCache, need
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 if TYPE_CHECKING:
+    from phaze.search.plan_template import Templates
     from phaze.search.setting import Setting
 
 #: Relative difference allowed between the settings' throughput and the compiled plan's.
@@ -58,12 +60,15 @@ def compile_plan(
     accelerator=None,
     seconds: dict[str, float] | None = None,
     stages: StageCache | None = None,
+    templates: Templates | None = None,
 ) -> tuple:
     """What ``driver.compile_model`` returns (the best point's module, every point of the
     sweep), with the points priced from settings (see the module docstring).  ``seconds`` gets
     ``settings`` (cut traces, import and sharding), ``points`` (schedules and DP of every
     point) and ``winner`` (the best point compiled from the whole model).  ``stages``: where
-    each micro-batch's settings are kept and looked up (:func:`prepared`; None: nowhere)."""
+    each micro-batch's settings are kept and looked up (:func:`prepared`; None: nowhere).
+    ``templates``: where the best point is placed from its template when it was compiled
+    before (:mod:`phaze.search.plan_template`: then the module is its placed skeleton)."""
     if why_compiled_point_by_point(opts):
         return driver.compile_model(model_path, opts, log, accelerator, seconds)
     from passes.algorithms.placement import binding_message, fixed_tp_mismatch
@@ -144,7 +149,13 @@ def compile_plan(
     chosen = best or first_unfit
     if chosen is None:
         raise PhazeError("no micro-batch size and TP width could be compiled: " + driver.notes_once(candidates))
-    module = _compile_point(spec, chosen, opts, acc, log, seconds)
+    point = Point(chosen.micro_batch, chosen.tp, chosen.sequence_parallel)
+    module = templates.placed(point) if templates is not None else None
+    if module is not None:
+        where = f"micro-batch {point.micro_batch}, TP {point.tp}" + (", SP" if point.sequence_parallel else "")
+        log(f"placing the best point ({where}) from its compiled plan (in the cache)")
+    else:
+        module = _compile_point(spec, chosen, opts, acc, log, seconds)
     compiled = driver.plan_record(module)
     got = float(compiled.get("throughput_samples_per_s", 0.0)) if compiled.get("feasible") == "yes" else 0.0
     if abs(got - chosen.throughput) > AGREE * max(abs(got), abs(chosen.throughput)):

@@ -1,0 +1,223 @@
+"""A compiled point's plan text, placed again without compiling (``plan-template`` entries).
+
+``phazec MODEL --hw CHIP`` ends in a plan module: the training step of one point (micro-batch,
+TP width, sequence parallelism) through the whole pipeline, then ``phaze-place-devices`` (and
+``phaze-estimate-power``) for the devices, batch and placement options.  Those last passes read
+only the module's attributes (the layers' numbers, the chip) and write three module attributes
+(``phaze.plan``, ``phaze.stages``, ``phaze.power``) and each op's ``phaze.stage``: nothing else of
+the printed module depends on the placement.  So once a point is compiled, another question on
+it (more devices, another batch, a fixed placement, ZeRO, a rank order...) needs neither the
+model, nor torch, nor the pipeline: a :class:`PlanTemplate` keeps
+
+- ``skeleton``: MLIR text of a module with the compiled module's attributes and its accelerator
+  and an empty step function, on which the placement passes run as on the whole module (they
+  overwrite what they write, in place: the attributes keep their order);
+- ``body``: the printed plan after its header line, each op's ``phaze.stage = K : i64`` written
+  as a marker of the op's ``phaze.layer``.
+
+The answer's text is the placed skeleton's header (:func:`phaze_ir.ir.module_header`) and the
+body with each marker made the stage that holds its layer (:func:`place_devices.stage_of_layers`,
+as ``phaze-place-devices`` writes it), or dropped when no stage holds it (a plan that does not
+fit writes none).  A template is kept only when it gives back, byte for byte, the text it was
+made from (placed again under the same options), and only from a plan that fits (its ops carry
+their stages).  Printed in the custom form only (``--print-op-generic`` prints the module's
+attributes after its body: compiled as before).
+
+Its key: the environment digest (every stage entry's), the model's digest (its file and the
+helpers it imports), the chip's data, the point and every option the pipeline before the
+placement reads (sequence length, dtype, optimizer, ``--strict``, the capacity factor, the
+solver's limits): never the placement's own options.  GPT-3 175B's plan is 11 MB: a template
+costs as much space as the answer it came from; ``--cache-limit`` trims both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType, ModuleOp
+
+from phaze import driver
+from phaze.driver import Options
+from phaze.search import warm
+from phaze.search.warm import StageCache, need
+
+#: The stage cache's kind of entry this module keeps.
+KIND = "plan-template"
+
+#: An op's stage as printed, and as the body keeps it (a NUL never appears in printed MLIR:
+#: strings escape it), the layer's index between two NULs.
+_STAGE = re.compile(r", phaze\.stage = \d+ : i64")
+_LAYER = re.compile(r"phaze\.layer = (\d+) : i64")
+_MARKED = re.compile(", phaze\\.stage = \x00(\\d+)\x00 : i64")
+
+
+@dataclass
+class PlanTemplate:
+    """What a compiled, placed point's plan is made of again (see the module docstring)."""
+
+    skeleton: str
+    body: str
+    #: The phaze warnings the compilation said (said again when the template is used).
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Point:
+    """A point of the sweep: micro-batch, TP width, sequence parallelism."""
+
+    micro_batch: int
+    tp: int
+    sequence_parallel: bool
+
+
+def key(stages: StageCache, model_digest: str, chip_digest: str, opts: Options, point: Point) -> str:
+    """The key of ``point``'s template (see the module docstring)."""
+    before_placement = (
+        opts.seq_len,
+        opts.dtype,
+        opts.optimizer,
+        opts.strict,
+        opts.capacity_factor,
+        opts.schedule_time_limit,
+        opts.schedule_gap,
+        opts.schedule_nodes,
+        opts.schedule_max_binaries,
+    )
+    where = (point.micro_batch, point.tp, point.sequence_parallel)
+    return stages.key(KIND, model_digest, chip_digest, where, before_placement)
+
+
+def point_of(module: ModuleOp) -> Point:
+    """The point a compiled module is of."""
+    from phaze_ir import keys
+
+    return Point(
+        keys.int_of(module, keys.MICRO_BATCH_SIZE, 1),
+        keys.int_of(module, keys.TP_WIDTH, 1),
+        keys.SEQUENCE_PARALLEL in module.attributes,
+    )
+
+
+def make(module: ModuleOp, text: str, opts: Options, said: list[str]) -> PlanTemplate | None:
+    """The template of a placed plan ``module`` printed as ``text`` (custom form) under ``opts``;
+    None when its plan does not fit or the template does not give ``text`` back."""
+    from passes.graph_view import step_function
+    from phaze_ir.dialect import AcceleratorOp
+    from phaze_ir.ir import module_header, print_module
+
+    if driver.plan_record(module).get("feasible") != "yes":
+        return None
+    header = module_header(module) + " {\n"
+    if not text.startswith(header):
+        return None
+    lines = text[len(header) :].split("\n")
+    for i, line in enumerate(lines):
+        if ", phaze.stage = " in line:
+            layer = _LAYER.search(line)
+            marked, n = _STAGE.subn(f", phaze.stage = \x00{layer.group(1) if layer else ''}\x00 : i64", line)
+            if layer is None or n != 1:
+                return None
+            lines[i] = marked
+    fn = step_function(module)
+    shell = func.FuncOp(fn.sym_name.data, FunctionType.from_lists([], []))
+    shell.body.block.add_op(func.ReturnOp())
+    ops = [op.clone() for op in module.ops if isinstance(op, AcceleratorOp)] + [shell]
+    skeleton = ModuleOp(ops, attributes=dict(module.attributes))
+    template = PlanTemplate(print_module(skeleton), "\n".join(lines), list(said))
+    placed = place(template, opts, point_of(module))
+    return template if placed is not None and text_of(template, placed) == text else None
+
+
+def place(template: PlanTemplate, opts: Options, point: Point) -> ModuleOp | None:
+    """The template's skeleton placed under ``opts`` (``phaze-place-devices`` and, on a chip with
+    an ``[energy]`` table, ``phaze-estimate-power``): a module whose attributes are the plan's, as
+    compiling the point would give them; None when the skeleton does not parse."""
+    from phaze_ir.errors import PhazeError
+    from phaze_ir.ir import parse_module
+
+    try:
+        skeleton = parse_module(template.skeleton, "<plan template>")
+    except PhazeError:
+        return None
+    return driver.compile_from(skeleton, "recompute", "plan", point.tp, opts, point.sequence_parallel)
+
+
+def text_of(template: PlanTemplate, placed: ModuleOp) -> str:
+    """The printed plan of the placed skeleton ``placed``: what ``print_module`` gives of the
+    whole module placed so."""
+    from passes.place_devices import stage_of_layers
+    from phaze_ir import keys
+    from phaze_ir.attributes import StageInfoAttr
+    from phaze_ir.ir import module_header
+
+    stage_of = stage_of_layers([s.as_dict() for s in keys.records_of(placed, keys.STAGES, StageInfoAttr)])
+
+    def stage(m: re.Match) -> str:
+        k = stage_of.get(int(m.group(1)))  # None: no stage holds the layer (a plan that does not fit)
+        return "" if k is None else f", phaze.stage = {k} : i64"
+
+    return module_header(placed) + " {\n" + _MARKED.sub(stage, template.body)
+
+
+def check(payload: Any) -> PlanTemplate:
+    """A ``plan-template`` entry's payload as a :class:`PlanTemplate` (:class:`BadEntry` when it
+    does not hold one)."""
+    d = warm.fields(payload, ("skeleton", "body", "warnings"), "a plan template")
+    need(isinstance(d["skeleton"], str) and d["skeleton"].startswith("builtin.module"), "a skeleton module")
+    need(isinstance(d["body"], str) and d["body"] != "", "a plan's body")
+    need(isinstance(d["warnings"], list) and all(isinstance(w, str) for w in d["warnings"]), "warnings")
+    return PlanTemplate(d["skeleton"], d["body"], d["warnings"])
+
+
+class Templates:
+    """The plan templates of one model on one chip under one question's options, in a stage
+    cache: :meth:`placed` a point from its template, :meth:`text` the printed plan of a module
+    (from its template when it is a placed skeleton), :meth:`keep` a compiled plan's template."""
+
+    def __init__(self, stages: StageCache, model_digest: str, chip_digest: str, opts: Options):
+        self.stages, self.model_digest, self.chip_digest, self.opts = stages, model_digest, chip_digest, opts
+        self._used: dict[int, tuple[ModuleOp, PlanTemplate]] = {}
+
+    def _key(self, point: Point) -> str:
+        return key(self.stages, self.model_digest, self.chip_digest, self.opts, point)
+
+    def placed(self, point: Point) -> ModuleOp | None:
+        """``point`` placed under the options from its template (its compilation's warnings said
+        again); None when the cache has none."""
+        import warnings
+
+        from phaze_ir.errors import PhazeWarning
+
+        template = self.stages.load(KIND, self._key(point), check)
+        if template is None:
+            return None
+        module = place(template, self.opts, point)
+        if module is None:
+            return None
+        for message in template.warnings:
+            warnings.warn(message, PhazeWarning, stacklevel=2)
+        self._used[id(module)] = (module, template)
+        return module
+
+    def text(self, module: ModuleOp, generic: bool = False) -> str:
+        """``print_module(module, generic)``, from the template when ``module`` is a skeleton
+        :meth:`placed` gave."""
+        from phaze_ir.ir import print_module
+
+        used = self._used.get(id(module))
+        if used is not None and used[0] is module and not generic:
+            return text_of(used[1], module)
+        return print_module(module, generic=generic)
+
+    def keep(self, module: ModuleOp, text: str, said: list[str]) -> None:
+        """Keep the template of the compiled plan ``module`` printed (custom form) as ``text``,
+        ``said`` the phaze warnings of its compilation (nothing when it is a placed skeleton, or
+        no template gives ``text`` back)."""
+        if id(module) in self._used:
+            return
+        template = make(module, text, self.opts, said)
+        if template is not None:
+            self.stages.keep(KIND, self._key(point_of(module)), vars(template))
