@@ -107,7 +107,9 @@ def test_a_warm_rerun_is_the_cold_run_without_computing_anything(cold, tmp_path)
     "drop, read, computed",
     [
         (("answer",), ["baseline tpuv4+phaze is in", "the search's result is in", "the plan of tiny-gpt2"], []),
-        (("answer", "plan"), ["baseline tpuv4+phaze is in", "the search's result is in"], ["compiling the plan"]),
+        # The plan from its template (phaze/search/plan_template.py), then compiled without one.
+        (("answer", "plan"), ["the search's result is in", "placed from its compiled plan"], []),
+        (("answer", "plan", "plan-template"), ["the search's result is in"], ["compiling the plan"]),
         (("answer", "search"), ["baseline tpuv4+phaze is in", "the plan of tiny-gpt2"], ["search: architectures"]),
         (("answer", "baseline", "model"), ["the search's result is in"], ["tpuv4+phaze: architectures"]),
     ],
@@ -148,7 +150,8 @@ def test_the_printed_form_is_part_of_the_answer(cold, tmp_path):
     [
         # The placement's inputs: every stage but the model's name (and the settings, which
         # the settings cache keeps: they do not depend on the batch).
-        (["--global-batch", "128"], [], ["tpuv4+phaze: architectures", "compiling the plan"]),
+        # The winner's plan is placed from its template when the same chip and point win.
+        (["--global-batch", "128"], [], ["tpuv4+phaze: architectures", "placed from its compiled plan"]),
         # The solver limits: the schedules too.
         (["--solver-gap", "0.01"], [], ["compiling the plan"]),
         # Pruning changes the search's statistics, not the answer: the plan is read.
@@ -247,6 +250,16 @@ def _no_name(p):
     p["name"] = ""
 
 
+def _no_skeleton(p):
+    p["skeleton"] = "builtin.module {\n  nonsense\n"
+
+
+def _other_layer_time(p):
+    """A layer's scheduled forward time (what the placement reads) changed."""
+    at = p["skeleton"].index("fwd_s = ", p["skeleton"].index("#phaze.layer_schedule<")) + len("fwd_s = ")
+    p["skeleton"] = p["skeleton"][:at] + "1.0" + p["skeleton"][p["skeleton"].index(",", at) :]
+
+
 @pytest.mark.parametrize(
     "kind, doctor",
     [
@@ -260,11 +273,14 @@ def _no_name(p):
         ("plan", _payload(_not_a_module, "does not hold the plan of tiny-gpt2 (")),
         ("plan", _payload(_other_throughput, "does not hold the plan of tiny-gpt2 (internal error: the plan")),
         ("model", _payload(_no_name, "does not hold a model name")),
+        ("plan-template", _payload(_no_skeleton, "does not hold a skeleton module (")),
+        ("plan-template", _payload(_other_layer_time, "does not hold the plan of tiny-gpt2 (internal error: the plan")),
     ],
 )
 def test_a_bad_stage_entry_is_said_and_computed_again(cold, tmp_path, kind, doctor):
     run, _ = cold
-    drop = {"answer": (), "search": ("answer",), "plan": ("answer",), "model": ()}[kind]
+    drops = {"answer": (), "search": ("answer",), "plan": ("answer", "plan-template"), "model": ()}
+    drop = drops.get(kind, ("answer",))
     cache = copy(cold, tmp_path, *drop)
     file = entry(cache, kind)
     reason = doctor(file)

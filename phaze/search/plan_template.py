@@ -106,7 +106,8 @@ def make(module: ModuleOp, text: str, opts: Options, said: list[str]) -> PlanTem
     None when its plan does not fit or the template does not give ``text`` back."""
     from passes.graph_view import step_function
     from phaze_ir.dialect import AcceleratorOp
-    from phaze_ir.ir import module_header, print_module
+    from phaze_ir.errors import PhazeError
+    from phaze_ir.ir import module_header, parse_module, print_module
 
     if driver.plan_record(module).get("feasible") != "yes":
         return None
@@ -125,23 +126,19 @@ def make(module: ModuleOp, text: str, opts: Options, said: list[str]) -> PlanTem
     shell = func.FuncOp(fn.sym_name.data, FunctionType.from_lists([], []))
     shell.body.block.add_op(func.ReturnOp())
     ops = [op.clone() for op in module.ops if isinstance(op, AcceleratorOp)] + [shell]
-    skeleton = ModuleOp(ops, attributes=dict(module.attributes))
-    template = PlanTemplate(print_module(skeleton), "\n".join(lines), list(said))
-    placed = place(template, opts, point_of(module))
-    return template if placed is not None and text_of(template, placed) == text else None
-
-
-def place(template: PlanTemplate, opts: Options, point: Point) -> ModuleOp | None:
-    """The template's skeleton placed under ``opts`` (``phaze-place-devices`` and, on a chip with
-    an ``[energy]`` table, ``phaze-estimate-power``): a module whose attributes are the plan's, as
-    compiling the point would give them; None when the skeleton does not parse."""
-    from phaze_ir.errors import PhazeError
-    from phaze_ir.ir import parse_module
-
-    try:
-        skeleton = parse_module(template.skeleton, "<plan template>")
+    skeleton = print_module(ModuleOp(ops, attributes=dict(module.attributes)))
+    template = PlanTemplate(skeleton, "\n".join(lines), said)
+    try:  # as a later question reads it back
+        placed = place(parse_module(template.skeleton, "<plan template>"), opts, point_of(module))
     except PhazeError:
         return None
+    return template if text_of(template, placed) == text else None
+
+
+def place(skeleton: ModuleOp, opts: Options, point: Point) -> ModuleOp:
+    """The template's parsed skeleton placed under ``opts`` (``phaze-place-devices`` and, on a
+    chip with an ``[energy]`` table, ``phaze-estimate-power``), in place: a module whose
+    attributes are the plan's, as compiling the point would give them."""
     return driver.compile_from(skeleton, "recompute", "plan", point.tp, opts, point.sequence_parallel)
 
 
@@ -162,14 +159,22 @@ def text_of(template: PlanTemplate, placed: ModuleOp) -> str:
     return module_header(placed) + " {\n" + _MARKED.sub(stage, template.body)
 
 
-def check(payload: Any) -> PlanTemplate:
-    """A ``plan-template`` entry's payload as a :class:`PlanTemplate` (:class:`BadEntry` when it
-    does not hold one)."""
+def check(payload: Any) -> tuple[PlanTemplate, ModuleOp]:
+    """A ``plan-template`` entry's payload as a :class:`PlanTemplate` and its skeleton parsed
+    (:class:`BadEntry` when it does not hold them)."""
+    from passes.algorithms.cache_file import BadEntry
+    from phaze_ir.errors import PhazeError
+    from phaze_ir.ir import parse_module
+
     d = warm.fields(payload, ("skeleton", "body", "warnings"), "a plan template")
-    need(isinstance(d["skeleton"], str) and d["skeleton"].startswith("builtin.module"), "a skeleton module")
+    need(isinstance(d["skeleton"], str), "a skeleton module")
     need(isinstance(d["body"], str) and d["body"] != "", "a plan's body")
     need(isinstance(d["warnings"], list) and all(isinstance(w, str) for w in d["warnings"]), "warnings")
-    return PlanTemplate(d["skeleton"], d["body"], d["warnings"])
+    try:
+        skeleton = parse_module(d["skeleton"], "<plan template>")
+    except PhazeError as e:
+        raise BadEntry(f"does not hold a skeleton module ({str(e).splitlines()[0]})") from None
+    return PlanTemplate(d["skeleton"], d["body"], d["warnings"]), skeleton
 
 
 class Templates:
@@ -191,12 +196,11 @@ class Templates:
 
         from phaze_ir.errors import PhazeWarning
 
-        template = self.stages.load(KIND, self._key(point), check)
-        if template is None:
+        hit = self.stages.load(KIND, self._key(point), check)
+        if hit is None:
             return None
-        module = place(template, self.opts, point)
-        if module is None:
-            return None
+        template, module = hit
+        place(module, self.opts, point)
         for message in template.warnings:
             warnings.warn(message, PhazeWarning, stacklevel=2)
         self._used[id(module)] = (module, template)
@@ -218,6 +222,18 @@ class Templates:
         no template gives ``text`` back)."""
         if id(module) in self._used:
             return
-        template = make(module, text, self.opts, said)
+        template = make(module, text, self.opts, list(said))
         if template is not None:
             self.stages.keep(KIND, self._key(point_of(module)), vars(template))
+
+    def reject(self, module: ModuleOp, why: str) -> None:
+        """Say that the template ``module`` was placed from does not hold its plan (``why``): the
+        caller computes it again."""
+        import warnings
+
+        from phaze_ir.errors import PhazeWarning
+
+        self._used.pop(id(module), None)
+        file = self.stages.file(KIND, self._key(point_of(module)))
+        message = f"search cache entry {file} does not hold {why}: ignored, computed again"
+        warnings.warn(message, PhazeWarning, stacklevel=2)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from passes.algorithms.cache_file import BadEntry, is_int, is_number, read_entry, write_entry
-from phaze.search import warm
+from phaze.search import plan_template, warm
 from phaze.search.engine import (
     COUNTS,
     TIMERS,
@@ -587,12 +587,15 @@ def _check_plan(payload: Any) -> str:
 
 
 def _compile_winner(
-    paths: list[str], inputs: _Inputs, winner: dict, acc, wopts, stages: StageCache, log
+    paths: list[str], inputs: _Inputs, winner: dict, acc, wopts, stages: StageCache, log, templated: bool = False
 ) -> tuple[list, list[str]]:
     """Each model's plan module on the winning chip, through the IR pipeline (``phazec --hw``)
     at the setting the search chose, or parsed from the stage cache (kept by the model file,
     the options and the chip): the plan file's numbers come from the passes, and each must
-    equal the search's figure.  With each module, its text (printed, or the entry's)."""
+    equal the search's figure.  With each module, its text (printed, or the entry's).
+    ``templated`` (one model, printed in the custom form): a point compiled before on that chip
+    is placed from its template (:mod:`phaze.search.plan_template`; the module is then its
+    placed skeleton), and a compiled one leaves its template."""
     from phaze import driver
     from phaze_ir.ir import print_module
 
@@ -603,6 +606,20 @@ def _compile_winner(
         name = inputs.names[m]
         sp_setting = "on" if sp else "off"
         mopts = replace(wopts, micro_batches=(micro_batch,), tp_widths=(tp,), sequence_parallel=sp_setting)
+        templates = None
+        if templated and stages.directory is not None:
+            templates = plan_template.Templates(stages, inputs.keys.models[m], warm.digest(chip), mopts)
+        module = templates.placed(plan_template.Point(micro_batch, tp, sp)) if templates is not None else None
+        if module is not None and templates is not None:
+            try:
+                _check_plan_matches_search(name, driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)
+            except PhazeError as e:
+                templates.reject(module, f"the plan of {name} ({e})")
+            else:
+                log(f"the plan of {name} on {acc.name} is placed from its compiled plan (in the cache)")
+                modules.append(module)
+                texts.append(templates.text(module))
+                continue
         key = stages.key("plan", inputs.keys.models[m], repr(mopts), chip)
         text = stages.load("plan", key, _check_plan)
         module = _cached_plan(text, name, thr, stages.file("plan", key)) if text is not None else None
@@ -615,6 +632,8 @@ def _compile_winner(
             _check_plan_matches_search(name, driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)
             text = print_module(module)
             stages.keep("plan", key, {"text": text})
+            if templates is not None:
+                templates.keep(module, text, [])
         assert text is not None  # the entry's, or the module's printed
         modules.append(module)
         texts.append(text)
@@ -783,7 +802,8 @@ def run(
     with _timed(walls, "plan"):
         acc = cands.make(winner["config"], winner["hbm"])
         wopts = _winner_options(opts, sopts.limits, schedules)
-        modules, texts = _compile_winner(paths, inputs, winner, acc, wopts, stages, log)
+        templated = len(paths) == 1 and not generic
+        modules, texts = _compile_winner(paths, inputs, winner, acc, wopts, stages, log, templated)
     walls["total"] = time.perf_counter() - t_all
     walls.update(timers)
 
