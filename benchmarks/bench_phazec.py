@@ -5,7 +5,11 @@ are in memory, everything else is done again); then each as a user runs it, a ne
 process writing the plan file, from an empty cache and again from the cache it filled (the
 answer read from one file: ``phaze/search/hw_answer.py``), with whether the two plan files are
 the same bytes, and a third asking another question (twice the global batch) of that cache:
-the sweep's settings are read from it, the rest is compiled again.
+the sweep's settings are read from it, and a point compiled before (the fixed placement's, the
+sweep's best when the same point wins) is placed from its template
+(``phaze/search/plan_template.py``) instead of compiled.  The fixed placement is asked a fourth
+time, on twice the devices with twice its data parallelism, and that plan is compared with one
+compiled without a cache.
 
     python benchmarks/bench_phazec.py [--model examples/gpt3_175b.py] [--hw a100]
                                       [--devices 1024] [--global-batch 4096]
@@ -86,6 +90,9 @@ def main() -> None:
     # with its parent until it runs Python afresh.
     point = ["--devices", str(args.devices_fixed), "--placement", args.placement]
     point += ["--micro-batch", str(args.micro_batch)]
+    pp, dp, tp = (int(x) for x in args.placement.split(":")[1].split(","))
+    wider = ["--devices", str(2 * args.devices_fixed), "--placement", f"expert:{pp},{2 * dp},{tp}"]
+    wider += ["--micro-batch", str(args.micro_batch), "--global-batch", str(2 * args.global_batch_fixed)]
     with tempfile.TemporaryDirectory() as tmp:
         for label, flags, batch in (
             ("fixed placement", point, args.global_batch_fixed),
@@ -101,6 +108,16 @@ def main() -> None:
                 wall, peak = _process(cmd)
                 same = "" if len(plans) != 2 else f", the same bytes: {plans[0].read_bytes() == plans[1].read_bytes()}"
                 print(f"phazec process, {label}, {run}: {wall:7.1f} s (peak {peak:.2f} GiB{same})")
+            if label == "fixed placement":
+                placed, compiled = Path(tmp, "wider-placed.mlir"), Path(tmp, "wider-compiled.mlir")
+                base = [sys.executable, "-m", "phaze.tools.phazec", args.model, "--hw", args.hw, *wider, "-q"]
+                wall, peak = _process([*base, "--cache", str(cache), "-o", str(placed)])
+                _process([*base, "--no-cache", "-o", str(compiled)])
+                same = placed.read_bytes() == compiled.read_bytes()
+                print(
+                    f"phazec process, {label}, warm cache, expert:{pp},{2 * dp},{tp} on 2x the devices: "
+                    f"{wall:7.1f} s (peak {peak:.2f} GiB, the bytes compiled without a cache: {same})"
+                )
     from passes.algorithms.schedule import ScheduleCache
     from phaze import driver
 
