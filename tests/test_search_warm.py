@@ -256,8 +256,8 @@ def _no_skeleton(p):
 
 def _other_layer_time(p):
     """A layer's scheduled forward time (what the placement reads) changed."""
-    at = p["skeleton"].index("fwd_s = ", p["skeleton"].index("#phaze.layer_schedule<")) + len("fwd_s = ")
-    p["skeleton"] = p["skeleton"][:at] + "1.0" + p["skeleton"][p["skeleton"].index(",", at) :]
+    (layers,) = [fields for name, kind, fields in p["records"] if kind == "phaze.layer_schedule"]
+    layers[0]["fwd_s"] = 1.0
 
 
 @pytest.mark.parametrize(

@@ -101,7 +101,7 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
     with _phaze_warnings_said() as said:
         result = _compile(model_path, opts, log, generic, stages, templates, inputs.model.name if inputs else "", said)
     result.warnings = said
-    if key is not None:
+    if key is not None and not (templates is not None and templates.placed_any):
         stages.keep(KIND, key, asdict(result))
     return result
 

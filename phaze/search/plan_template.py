@@ -9,9 +9,11 @@ the printed module depends on the placement.  So once a point is compiled, anoth
 it (more devices, another batch, a fixed placement, ZeRO, a rank order...) needs neither the
 model, nor torch, nor the pipeline: a :class:`PlanTemplate` keeps
 
-- ``skeleton``: MLIR text of a module with the compiled module's attributes and its accelerator
-  and an empty step function, on which the placement passes run as on the whole module (they
-  overwrite what they write, in place: the attributes keep their order);
+- ``skeleton``: a module with the compiled module's attributes and its accelerator and an empty
+  step function, on which the placement passes run as on the whole module (they overwrite what
+  they write, in place: the attributes keep their order); kept as MLIR text but for its record
+  attributes (the layers' numbers, most of it), kept as JSON fields and built directly, which
+  takes a fraction of parsing them (GPT-3 175B: 133 KB of records, 0.3 s to parse);
 - ``body``: the printed plan after its header line, each op's ``phaze.stage = K : i64`` written
   as a marker of the op's ``phaze.layer``.
 
@@ -27,22 +29,29 @@ Its key: the environment digest (every stage entry's), the model's digest (its f
 helpers it imports), the chip's data, the point and every option the pipeline before the
 placement reads (sequence length, dtype, optimizer, ``--strict``, the capacity factor, the
 solver's limits): never the placement's own options.  GPT-3 175B's plan is 11 MB: a template
-costs as much space as the answer it came from; ``--cache-limit`` trims both.
+costs as much space as the answer it came from; ``--cache-limit`` trims both.  An answer placed
+from a template is not kept as an answer of its own (``hw_answer``): it is one template away.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 
+from passes.algorithms.cache_file import BadEntry
 from phaze import driver
 from phaze.driver import Options
 from phaze.search import warm
 from phaze.search.warm import StageCache, need
+
+if TYPE_CHECKING:
+    from phaze_ir.attributes import RecordAttr
 
 #: The stage cache's kind of entry this module keeps.
 KIND = "plan-template"
@@ -58,10 +67,17 @@ _MARKED = re.compile(", phaze\\.stage = \x00(\\d+)\x00 : i64")
 class PlanTemplate:
     """What a compiled, placed point's plan is made of again (see the module docstring)."""
 
+    #: The skeleton module as MLIR text, without its record attributes (below).
     skeleton: str
     body: str
     #: The phaze warnings the compilation said (said again when the template is used).
     warnings: list[str] = field(default_factory=list)
+    #: The skeleton's attributes that are records or arrays of records (the layers' numbers,
+    #: most of its text), as ``[name, record kind, fields or a list of fields]`` in their
+    #: order: built with ``make`` in a fraction of the time parsing them takes.
+    records: list[list[Any]] = field(default_factory=list)
+    #: The skeleton's attribute names in order (printed so).
+    order: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -107,7 +123,7 @@ def make(module: ModuleOp, text: str, opts: Options, said: list[str]) -> PlanTem
     from passes.graph_view import step_function
     from phaze_ir.dialect import AcceleratorOp
     from phaze_ir.errors import PhazeError
-    from phaze_ir.ir import module_header, parse_module, print_module
+    from phaze_ir.ir import module_header, print_module
 
     if driver.plan_record(module).get("feasible") != "yes":
         return None
@@ -126,13 +142,44 @@ def make(module: ModuleOp, text: str, opts: Options, said: list[str]) -> PlanTem
     shell = func.FuncOp(fn.sym_name.data, FunctionType.from_lists([], []))
     shell.body.block.add_op(func.ReturnOp())
     ops = [op.clone() for op in module.ops if isinstance(op, AcceleratorOp)] + [shell]
-    skeleton = print_module(ModuleOp(ops, attributes=dict(module.attributes)))
-    template = PlanTemplate(skeleton, "\n".join(lines), said)
+    records = [[name, *_record_fields(attr)] for name, attr in module.attributes.items() if _record_fields(attr)]
+    plain = {name: attr for name, attr in module.attributes.items() if not _record_fields(attr)}
+    skeleton = print_module(ModuleOp(ops, attributes=plain))
+    template = PlanTemplate(skeleton, "\n".join(lines), said, records, list(module.attributes))
     try:  # as a later question reads it back
-        placed = place(parse_module(template.skeleton, "<plan template>"), opts, point_of(module))
-    except PhazeError:
+        placed = place(check(json.loads(json.dumps(vars(template))))[1], opts, point_of(module))
+    except (PhazeError, BadEntry):
         return None
     return template if text_of(template, placed) == text else None
+
+
+def _record_fields(attr: Any) -> list[Any]:
+    """``[kind, fields]`` of a record attribute, ``[kind, [fields, ...]]`` of a non-empty array of
+    records of one kind, ``[]`` for any other attribute."""
+    from xdsl.dialects.builtin import ArrayAttr
+
+    from phaze_ir.attributes import RecordAttr
+
+    if isinstance(attr, RecordAttr):
+        return [attr.name, attr.as_dict()]
+    items = attr.data if isinstance(attr, ArrayAttr) else ()
+    if items and all(isinstance(a, RecordAttr) and a.name == items[0].name for a in items):
+        return [items[0].name, [a.as_dict() for a in items]]
+    return []
+
+
+@functools.cache
+def _record_kinds() -> dict[str, type[RecordAttr]]:
+    """The record attribute classes by name."""
+    from phaze_ir.attributes import RecordAttr
+
+    kinds: dict[str, type[RecordAttr]] = {}
+    todo = list(RecordAttr.__subclasses__())
+    while todo:
+        kind = todo.pop()
+        kinds[kind.name] = kind
+        todo += kind.__subclasses__()
+    return kinds
 
 
 def place(skeleton: ModuleOp, opts: Options, point: Point) -> ModuleOp:
@@ -162,19 +209,37 @@ def text_of(template: PlanTemplate, placed: ModuleOp) -> str:
 def check(payload: Any) -> tuple[PlanTemplate, ModuleOp]:
     """A ``plan-template`` entry's payload as a :class:`PlanTemplate` and its skeleton parsed
     (:class:`BadEntry` when it does not hold them)."""
-    from passes.algorithms.cache_file import BadEntry
+    from xdsl.dialects.builtin import ArrayAttr
+
     from phaze_ir.errors import PhazeError
     from phaze_ir.ir import parse_module
 
-    d = warm.fields(payload, ("skeleton", "body", "warnings"), "a plan template")
+    d = warm.fields(payload, ("skeleton", "body", "warnings", "records", "order"), "a plan template")
     need(isinstance(d["skeleton"], str), "a skeleton module")
     need(isinstance(d["body"], str) and d["body"] != "", "a plan's body")
     need(isinstance(d["warnings"], list) and all(isinstance(w, str) for w in d["warnings"]), "warnings")
+    need(isinstance(d["order"], list) and all(isinstance(n, str) for n in d["order"]), "the attributes' order")
+    records = d["records"]
+    need(isinstance(records, list) and all(isinstance(r, list) and len(r) == 3 for r in records), "records")
     try:
         skeleton = parse_module(d["skeleton"], "<plan template>")
     except PhazeError as e:
         raise BadEntry(f"does not hold a skeleton module ({str(e).splitlines()[0]})") from None
-    return PlanTemplate(d["skeleton"], d["body"], d["warnings"]), skeleton
+    attributes = dict(skeleton.attributes)
+    for name, kind, fields in records:
+        cls = _record_kinds().get(kind) if isinstance(kind, str) else None
+        need(isinstance(name, str) and cls is not None, f"a record kind ({kind!r})")
+        assert cls is not None
+        try:
+            if isinstance(fields, list):
+                attributes[name] = ArrayAttr([cls.make(**f) for f in fields])
+            else:
+                attributes[name] = cls.make(**fields)
+        except (TypeError, ValueError) as e:
+            raise BadEntry(f"does not hold {kind} records ({e})") from None
+    need(sorted(attributes) == sorted(d["order"]), "the skeleton's attributes")
+    skeleton.attributes = {name: attributes[name] for name in d["order"]}
+    return PlanTemplate(d["skeleton"], d["body"], d["warnings"], records, d["order"]), skeleton
 
 
 class Templates:
@@ -205,6 +270,12 @@ class Templates:
             warnings.warn(message, PhazeWarning, stacklevel=2)
         self._used[id(module)] = (module, template)
         return module
+
+    @property
+    def placed_any(self) -> bool:
+        """Whether :meth:`placed` gave a module (the answer is then one template away: not worth
+        keeping as an answer of its own, the size of its plan)."""
+        return bool(self._used)
 
     def text(self, module: ModuleOp, generic: bool = False) -> str:
         """``print_module(module, generic)``, from the template when ``module`` is a skeleton
