@@ -76,9 +76,12 @@ def test_a_placement_from_the_template_imports_no_model_nor_torch(cache, tmp_pat
         "import sys; from phaze.tools.phazec import main; rc = main(sys.argv[1:]); "
         "print(rc, 'torch' in sys.modules, any(m.startswith('transformers') for m in sys.modules))"
     )
+    answers = sorted((cache / "stages" / hw_answer.KIND).glob("*.json"))
     run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT)
     assert run.stdout.split() == ["0", "False", "False"], run.stderr
     assert PLACED in run.stderr
+    # An answer one template away is not kept again (each would be the size of its plan).
+    assert sorted((cache / "stages" / hw_answer.KIND).glob("*.json")) == answers
 
 
 def test_the_best_point_of_a_sweep_is_placed_from_its_template(tmp_path):
