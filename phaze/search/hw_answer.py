@@ -101,7 +101,11 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
     with _phaze_warnings_said() as said:
         result = _compile(model_path, opts, log, generic, stages, templates, inputs.model.name if inputs else "", said)
     result.warnings = said
-    if key is not None and not (templates is not None and templates.placed_any):
+    # An answer placed from a template is one template away: kept only to replace a broken entry
+    # of its own (said above), which would otherwise be said again at every question.
+    file = stages.file(KIND, key) if key is not None else None
+    placed = templates is not None and templates.placed_any
+    if key is not None and (not placed or (file is not None and file.exists())):
         stages.keep(KIND, key, asdict(result))
     return result
 
