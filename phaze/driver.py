@@ -442,7 +442,7 @@ def compile_model(
             seconds["import"] += time.perf_counter() - start
         for k, (t, sp) in enumerate(points):
             start = time.perf_counter()
-            where = f"micro-batch {b}, TP {t}" + (", SP" if sp else "")
+            where = point_label(b, t, sp)
             try:
                 if shared is not None:
                     step = copy_for(shared, k, len(points))
@@ -472,13 +472,18 @@ def compile_model(
     return chosen_point(best[1] if best is not None else None, fallback, candidates, opts)
 
 
+def point_label(b: int, t: int, sp: bool) -> str:
+    """How a point of the sweep is named in messages: ``micro-batch 2, TP 4, SP``."""
+    return f"micro-batch {b}, TP {t}" + (", SP" if sp else "")
+
+
 def judge_point(
     module: ModuleOp, b: int, t: int, sp: bool, opts: Options, log: Log, took: str = ""
 ) -> tuple[Candidate, bool]:
     """The sweep's :class:`Candidate` of one placed point (its throughput 0 when its plan does not
     fit or draws more than ``--power-cap``), said in one line (``took`` after it), and whether
     its plan does not fit (its module then says which constraint binds; over the cap: False)."""
-    where = f"micro-batch {b}, TP {t}" + (", SP" if sp else "")
+    where = point_label(b, t, sp)
     plan = plan_record(module)
     feasible = plan.get("feasible") == "yes"
     note = "" if feasible else plan.get("binding", "")

@@ -99,7 +99,7 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
     if inputs is not None and opts.emit == "plan" and not generic:
         templates = plan_template.Templates(stages, inputs.model.digest, inputs.chip, opts)
     with _phaze_warnings_said() as said:
-        result = _compile(model_path, opts, log, generic, stages, templates, inputs.model.name if inputs else "", said)
+        result = _compile(model_path, opts, log, generic, stages, templates, inputs, said)
     result.warnings = said
     # An answer placed from a template is one template away: kept only to replace a broken entry
     # of its own (said above), which would otherwise be said again at every question.
@@ -116,6 +116,7 @@ class _Inputs:
 
     model: warm.ModelKey
     chip: str  #: the chip's data digest ("" before the tiled stage)
+    accelerator: Any = None  #: the chip (None before the tiled stage)
 
 
 def _inputs(model_path: str, opts: Options, stages: StageCache) -> _Inputs | None:
@@ -129,10 +130,10 @@ def _inputs(model_path: str, opts: Options, stages: StageCache) -> _Inputs | Non
         model = warm.model_key(model_path, stages)
     except PhazeError:
         return None  # the compilation says why, in its own words
-    chip = ""
-    if driver.STAGES.index(opts.emit) >= driver.STAGES.index("tiled"):
-        chip = warm.digest(repr(driver.load_accelerator(opts.hw)))
-    return _Inputs(model, chip)
+    if driver.STAGES.index(opts.emit) < driver.STAGES.index("tiled"):
+        return _Inputs(model, "")
+    accelerator = driver.load_accelerator(opts.hw)
+    return _Inputs(model, warm.digest(repr(accelerator)), accelerator)
 
 
 def _compile(
@@ -142,7 +143,7 @@ def _compile(
     generic: bool,
     stages: StageCache,
     templates: plan_template.Templates | None,
-    name: str,
+    inputs: _Inputs | None,
     said: list[str],
 ) -> Answer:
     """Compile the model (:func:`phaze.search.sweep.compile_plan`, its settings kept in
@@ -152,7 +153,9 @@ def _compile(
     from phaze.export import model_facts
     from phaze.search import sweep
 
-    got = _one_point_from_template(opts, name, templates, log) if templates is not None else None
+    got = None
+    if templates is not None and inputs is not None:
+        got = _one_point_from_template(opts, inputs, templates, log)
     module, candidates = got or sweep.compile_plan(model_path, opts, log, stages=stages, templates=templates)
     plan = driver.plan_json(module, candidates, opts.recompute) if opts.emit == "plan" else None
     facts = model_facts(module, opts)
@@ -172,12 +175,13 @@ def _compile(
     )
 
 
-def _one_point_from_template(opts: Options, name: str, templates: plan_template.Templates, log) -> tuple | None:
+def _one_point_from_template(opts: Options, inputs: _Inputs, templates: plan_template.Templates, log) -> tuple | None:
     """What ``compile_plan`` returns for a question of one point (one micro-batch, one TP width,
     sequence parallelism fixed) whose point was compiled before: placed from its template, with
     no model imported (None otherwise)."""
     from passes.algorithms.placement import PlacementError, parse_placement
 
+    name = inputs.model.name
     try:
         fixed = parse_placement(opts.placement, name)
     except PlacementError:
@@ -186,11 +190,11 @@ def _one_point_from_template(opts: Options, name: str, templates: plan_template.
     if len(opts.micro_batches) != 1 or len(points) != 1 or (fixed is not None and fixed[2] != points[0][0]):
         return None
     (t, sp), b = points[0], opts.micro_batches[0]
-    driver.check_power_cap(opts, driver.load_accelerator(opts.hw))
+    driver.check_power_cap(opts, inputs.accelerator)
     placed = templates.placed(plan_template.Point(b, t, sp))
     if placed is None:
         return None
-    log(f"placing {name} at micro-batch {b}, TP {t}{', SP' if sp else ''} from its compiled plan (in the cache)")
+    log(f"placing {name} at {driver.point_label(b, t, sp)} from its compiled plan (in the cache)")
     cand, unfit = driver.judge_point(placed, b, t, sp, opts, log)
     return driver.chosen_point(placed if cand.throughput > 0 else None, placed if unfit else None, [cand], opts)
 

@@ -142,8 +142,9 @@ def make(module: ModuleOp, text: str, opts: Options, said: list[str]) -> PlanTem
     shell = func.FuncOp(fn.sym_name.data, FunctionType.from_lists([], []))
     shell.body.block.add_op(func.ReturnOp())
     ops = [op.clone() for op in module.ops if isinstance(op, AcceleratorOp)] + [shell]
-    records = [[name, *_record_fields(attr)] for name, attr in module.attributes.items() if _record_fields(attr)]
-    plain = {name: attr for name, attr in module.attributes.items() if not _record_fields(attr)}
+    fields = {name: _record_fields(attr) for name, attr in module.attributes.items()}
+    records = [[name, *f] for name, f in fields.items() if f]
+    plain = {name: attr for name, attr in module.attributes.items() if not fields[name]}
     skeleton = print_module(ModuleOp(ops, attributes=plain))
     template = PlanTemplate(skeleton, "\n".join(lines), said, records, list(module.attributes))
     try:  # as a later question reads it back
@@ -277,15 +278,15 @@ class Templates:
         keeping as an answer of its own, the size of its plan)."""
         return bool(self._used)
 
-    def text(self, module: ModuleOp, generic: bool = False) -> str:
-        """``print_module(module, generic)``, from the template when ``module`` is a skeleton
-        :meth:`placed` gave."""
+    def text(self, module: ModuleOp) -> str:
+        """``print_module(module)`` (custom form), from the template when ``module`` is a
+        skeleton :meth:`placed` gave."""
         from phaze_ir.ir import print_module
 
         used = self._used.get(id(module))
-        if used is not None and used[0] is module and not generic:
+        if used is not None and used[0] is module:
             return text_of(used[1], module)
-        return print_module(module, generic=generic)
+        return print_module(module)
 
     def keep(self, module: ModuleOp, text: str, said: list[str]) -> None:
         """Keep the template of the compiled plan ``module`` printed (custom form) as ``text``,

@@ -626,7 +626,7 @@ def _compile_winner(
         if module is not None:
             log(f"the plan of {name} on {acc.name} is in the cache")
         else:
-            where = f"micro-batch {micro_batch}, TP {tp}" + (", SP" if sp else "")
+            where = driver.point_label(micro_batch, tp, sp)
             log(f"compiling the plan of {name} on {acc.name} ({where})")
             module, _ = driver.compile_model(path, mopts, lambda msg: None, accelerator=acc)
             _check_plan_matches_search(name, driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)

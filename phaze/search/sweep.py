@@ -121,7 +121,7 @@ def compile_plan(
     first_unfit: Candidate | None = None
     objective = evaluator.objective(cands)
     for b, t, sp, k, error in points:
-        where = f"micro-batch {b}, TP {t}" + (", SP" if sp else "")
+        where = driver.point_label(b, t, sp)
         if k is None:
             candidates.append(Candidate(b, t, note=error, sequence_parallel=sp))
             log(f"{where}: skipped: {error}")
@@ -152,7 +152,7 @@ def compile_plan(
     point = Point(chosen.micro_batch, chosen.tp, chosen.sequence_parallel)
     module = templates.placed(point) if templates is not None else None
     if module is not None:
-        where = f"micro-batch {point.micro_batch}, TP {point.tp}" + (", SP" if point.sequence_parallel else "")
+        where = driver.point_label(point.micro_batch, point.tp, point.sequence_parallel)
         log(f"placing the best point ({where}) from its compiled plan (in the cache)")
     else:
         module = _compile_point(spec, chosen, opts, acc, log, seconds)
@@ -174,7 +174,7 @@ def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> 
     are the settings', from the cache)."""
     from phaze_ir.frontend import trace_step
 
-    where = f"micro-batch {point.micro_batch}, TP {point.tp}" + (", SP" if point.sequence_parallel else "")
+    where = driver.point_label(point.micro_batch, point.tp, point.sequence_parallel)
     log(f"compiling the best point ({where}) from the whole model")
     start = time.perf_counter()
     traced = trace_step(spec, point.micro_batch, opts.seq_len, training=True, dtype=opts.dtype)
