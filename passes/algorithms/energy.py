@@ -75,6 +75,8 @@ from passes.algorithms.tiling import ACC_BYTES, ScalarTiling, tile_gemm_scalar
 __all__ = [
     "ENERGY_PARTS",
     "OpEnergy",
+    "OpActions",
+    "op_actions",
     "LayerEnergy",
     "StageWork",
     "PlanPower",
@@ -140,11 +142,57 @@ def _gemm_parts(e, t, pe_x, pe_y, a_elem, b_elem, glb_bytes, hbm_bytes, tc_j, gl
     )
 
 
-def _matmul(d: MatmulDesc, acc, t: ScalarTiling) -> OpEnergy:
-    e = acc.energy
+@dataclass(frozen=True)
+class OpActions:
+    """What one execution of a GEMM or vector op does on one device that costs energy: the
+    counts an ``[energy]`` table's per-action energies multiply (:func:`op_actions`).  Kept apart
+    so that a calibration fits those energies on the very counts phaze prices
+    (``benchmarks/gpu/fit_h100_energy.py``)."""
+
+    macs: float = 0.0  #: MACs the PE arrays issue, padding included
+    vector_ops: float = 0.0  #: vector-lane operations
+    core_buffer_bytes: float = 0.0  #: bytes written to and read from a core's buffer
+    accumulator_bytes: float = 0.0  #: fp32 partial sums written to and read from the accumulators
+    global_buffer_bytes: float = 0.0  #: bytes between the global buffer and the cores
+    hbm_bytes: float = 0.0  #: bytes between HBM and the global buffer
+
+    def energy(self, acc) -> OpEnergy:
+        """These actions priced with ``acc``'s ``[energy]`` table."""
+        e = acc.energy
+        core_j = sram_j_per_byte(e.sram_j_per_byte, _core_buffer_bytes(self, acc))
+        acc_j = core_j if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
+        return OpEnergy(
+            compute_j=float(self.macs * e.mac_j + self.vector_ops * e.vector_op_j),
+            core_buffer_j=float(self.core_buffer_bytes * core_j + self.accumulator_bytes * acc_j),
+            global_buffer_j=float(
+                self.global_buffer_bytes * sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
+            ),
+            hbm_j=float(self.hbm_bytes * e.hbm_j_per_byte),
+        )
+
+
+def _core_buffer_bytes(a: OpActions, acc) -> int:
+    """The size of the core buffer ``a``'s bytes pass through: a tensor core's for a GEMM (it
+    issues MACs), a vector core's otherwise."""
+    return acc.tensor_cores.buffer_bytes if a.macs else acc.vector_cores.buffer_bytes
+
+
+def op_actions(d: MatmulDesc | VectorDesc, acc, tiling: ScalarTiling | None = None) -> OpActions:
+    """The actions of one execution of ``d`` on ``acc`` (a GEMM as it runs split over the chip,
+    tiled as ``tiling`` or here); needs no ``[energy]`` table."""
+    if isinstance(d, VectorDesc):
+        glb_bytes = vector_traffic(d, acc.vector_cores.buffer_bytes)
+        return OpActions(
+            vector_ops=d.work,
+            core_buffer_bytes=glb_bytes,
+            global_buffer_bytes=glb_bytes,
+            hbm_bytes=vector_traffic(d, acc.global_buffer.bytes),
+        )
     tc = acc.tensor_cores
-    compute, core, glb, hbm = _gemm_parts(
-        e,
+    t = tiling or tile_gemm_scalar(d.batch, d.m, d.n, d.k, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes)
+    unit = _UnitEnergy()
+    macs, streamed, glb, hbm = _gemm_parts(
+        unit,
         t,
         t.pe_x,
         t.pe_y,
@@ -152,21 +200,26 @@ def _matmul(d: MatmulDesc, acc, t: ScalarTiling) -> OpEnergy:
         d.b_elem,
         glb_matmul_bytes(d, t, min(tc.count, t.tiles_n)),
         hbm_matmul_bytes(d, acc.global_buffer.bytes),
-        sram_j_per_byte(e.sram_j_per_byte, tc.buffer_bytes),
-        sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes),
+        1.0,
+        1.0,
     )
-    return OpEnergy(compute_j=float(compute), core_buffer_j=float(core), global_buffer_j=float(glb), hbm_j=float(hbm))
+    passes = t.tiles * t.tiles_k
+    return OpActions(
+        macs=float(macs),
+        core_buffer_bytes=float(streamed),
+        accumulator_bytes=float(2 * passes * t.m_block * t.pe_x * ACC_BYTES),
+        global_buffer_bytes=float(glb),
+        hbm_bytes=float(hbm),
+    )
 
 
-def _vector(d: VectorDesc, acc) -> OpEnergy:
-    e = acc.energy
-    glb_bytes = vector_traffic(d, acc.vector_cores.buffer_bytes)
-    return OpEnergy(
-        compute_j=d.work * e.vector_op_j,
-        core_buffer_j=glb_bytes * sram_j_per_byte(e.sram_j_per_byte, acc.vector_cores.buffer_bytes),
-        global_buffer_j=glb_bytes * sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes),
-        hbm_j=vector_traffic(d, acc.global_buffer.bytes) * e.hbm_j_per_byte,
-    )
+@dataclass(frozen=True)
+class _UnitEnergy:
+    """Per-action energies of 1 (the accumulators' 0): :func:`_gemm_parts` then gives counts."""
+
+    mac_j: float = 1.0
+    hbm_j_per_byte: float = 1.0
+    accumulator_j_per_byte: float = 0.0
 
 
 def collective_energy(kind: str, nbytes: float, g: int, acc, span: int | None = None) -> OpEnergy:
@@ -182,12 +235,8 @@ def collective_energy(kind: str, nbytes: float, g: int, acc, span: int | None = 
 
 @lru_cache(maxsize=65536)
 def _cached(d: OpDesc, acc) -> OpEnergy:
-    if isinstance(d, MatmulDesc):
-        tc = acc.tensor_cores
-        t = tile_gemm_scalar(d.batch, d.m, d.n, d.k, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes)
-        return _matmul(d, acc, t)
-    if isinstance(d, VectorDesc):
-        return _vector(d, acc)
+    if isinstance(d, (MatmulDesc, VectorDesc)):
+        return op_actions(d, acc).energy(acc)
     if isinstance(d, CollectiveDesc):
         return collective_energy(d.kind, d.nbytes, d.group_size, acc)
     if isinstance(d, ViewDesc):
@@ -202,7 +251,7 @@ def estimate_energy(d: OpDesc, acc, tiling: ScalarTiling | None = None) -> OpEne
     if acc.energy is None:
         raise ValueError(f"hardware {acc.name!r} has no [energy] table")
     if tiling is not None and isinstance(d, MatmulDesc):
-        return _matmul(d, acc, tiling)
+        return op_actions(d, acc, tiling).energy(acc)
     return _cached(d, acc)
 
 
