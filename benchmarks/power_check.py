@@ -65,7 +65,7 @@ def price(model: Path, micro_batch: int, hw: str, tmp: Path) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--hw", nargs="+", default=["a100", "tpuv4"], help="presets (default: a100 tpuv4)")
+    ap.add_argument("--hw", nargs="+", default=["a100", "tpuv4", "h100"], help="presets (default: a100 tpuv4 h100)")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     rows = []

@@ -721,11 +721,19 @@ def power_line(module: ModuleOp) -> str:
     attr = module.attributes.get(keys.POWER)
     if not isinstance(attr, PowerAttr):
         return ""
+    from phaze_ir.hardware_ir import module_accelerator
+
     p = {k: float(v) for k, v in attr.as_dict().items()}
-    return (
+    line = (
         f"power: {p['chip_power_w']:.1f} W per chip ({p['static_power_w']:.1f} W static), "
         f"{p['step_energy_j'] / 1e3:.4g} kJ per step, {p['energy_per_sample_j']:.4g} J per sample"
     )
+    limit = module_accelerator(module, "phazec").power_w
+    if limit is not None and p["chip_power_w"] > limit:
+        # A chip drawing more than its power limit lowers its clocks (the H100's GEMMs run at
+        # 1335-1500 MHz under 700 W, data/h100/power.csv): the priced time does not.
+        line += f"\n  above the chip's {limit:g} W power limit: it would lower its clocks, so this time is optimistic"
+    return line
 
 
 def summary(module: ModuleOp) -> str:

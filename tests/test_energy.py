@@ -172,12 +172,21 @@ def test_phazec_prices_the_power_of_a_plan(tmp_path):
     assert power["energy_per_sample_j"] == pytest.approx(power["step_energy_j"] / 4, rel=1e-12)
     assert power["energy_per_token_j"] == pytest.approx(power["step_energy_j"] / (4 * 16), rel=1e-12)  # SEQ_LEN 16
     assert power["published_power_w"] == 192
+    assert "power limit" not in stderr  # below it
     text = (tmp_path / "plan.mlir").read_text()
     assert "#phaze.energy<compute_j = " in text and "#phaze.layer_energy<index = 0" in text
     assert "phaze.power = #phaze.power<step_energy_j = " in text
     # The IR reads back through phaze-opt unchanged.
     res = run_tool("phaze-opt", str(tmp_path / "plan.mlir"))
     assert res.returncode == 0 and res.stdout == text
+
+
+def test_a_plan_above_the_chips_power_limit_says_its_time_is_optimistic(tmp_path):
+    hw = tmp_path / "chip.toml"
+    hw.write_text(dumps_toml(dataclasses.replace(TPU, power_w=1.0)))
+    plan, stderr = _phazec_json(tmp_path, str(hw))
+    assert plan["power"]["chip_power_w"] > plan["power"]["published_power_w"] == 1.0
+    assert "above the chip's 1 W power limit: it would lower its clocks, so this time is optimistic" in stderr
 
 
 def test_a_chip_without_an_energy_table_has_no_power(tmp_path):
@@ -195,10 +204,11 @@ def test_a_chip_without_an_energy_table_has_no_power(tmp_path):
     assert "phaze-estimate-power: hardware 'tpuv4' has no [energy] table" in res.stderr
 
 
-@pytest.mark.parametrize("hw", ["a100", "tpuv4"])
+@pytest.mark.parametrize("hw", ["a100", "tpuv4", "h100"])
 def test_gemm_bound_power_is_within_20_percent_of_published(hw, tmp_path):
     """Issue 16's check: the preset's predicted power on a GEMM-bound step (a wide MLP, one
-    device) against its published power (A100 SXM4 TDP 400 W; TPUv4 measured maximum 192 W).
+    device) against its published power (A100 SXM4 TDP 400 W; TPUv4 measured maximum 192 W;
+    H100 SXM5 700 W, the limit its GEMMs were measured running at, data/h100/power.csv).
     ``benchmarks/power_check.py`` prints the same figures with their breakdown."""
     out = tmp_path / "plan.json"
     model = Path(__file__).resolve().parents[1] / "benchmarks" / "models" / "wide_mlp.py"
@@ -206,7 +216,7 @@ def test_gemm_bound_power_is_within_20_percent_of_published(hw, tmp_path):
     res = run_tool("phazec", *args, "--tp", "1", "--json", str(out), "-o", str(tmp_path / "plan.mlir"))
     assert res.returncode == 0, res.stderr
     power = json.loads(out.read_text())["power"]
-    assert power["published_power_w"] == {"a100": 400, "tpuv4": 192}[hw]
+    assert power["published_power_w"] == {"a100": 400, "tpuv4": 192, "h100": 700}[hw]
     assert abs(power["chip_power_w"] / power["published_power_w"] - 1) < 0.20
 
 
@@ -229,8 +239,10 @@ def test_power_cap_keeps_the_plans_under_it(tmp_path):
         in res.stderr
     )
     assert not (tmp_path / "x.mlir").exists()
+    bare = tmp_path / "bare.toml"
+    bare.write_text(dumps_toml(dataclasses.replace(TPU, energy=None)))
     for args, message in (
-        (("--hw", "h100"), "--power-cap: hardware 'h100' has no [energy] table"),
+        (("--hw", str(bare)), "--power-cap: hardware 'tpuv4' has no [energy] table"),
         (("--hw", str(hw), "--emit", "latency"), "--power-cap needs the plan stage"),
     ):
         res = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), *args, "--power-cap", "100", "-o", str(tmp_path / "y"))
