@@ -60,8 +60,9 @@ def copies_for(nbytes: int) -> int:
     return max(1, min(REPEAT, math.ceil(2 * l2_bytes() / max(nbytes, 1))))
 
 
-def graph_time(calls) -> float:
-    """Seconds per call of ``calls`` (a list of REPEAT zero-argument callables), GPU time."""
+def capture(calls) -> torch.cuda.CUDAGraph:
+    """``calls`` (zero-argument callables) warmed up on a side stream, captured into a CUDA
+    graph, and replayed once."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -75,6 +76,12 @@ def graph_time(calls) -> float:
             c()
     g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def graph_time(calls) -> float:
+    """Seconds per call of ``calls`` (a list of REPEAT zero-argument callables), GPU time."""
+    g = capture(calls)
     times = []
     for _ in range(TRIALS):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -226,19 +226,9 @@ def sustained(run_once, nvml: NVML, sampler: Sampler) -> dict:
 
 def graph_runner(calls: list) -> callable:
     """A function replaying a CUDA graph of ``calls`` enough times for about BATCH_S."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for c in calls[:3]:
-            c()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
-    g.replay()
-    torch.cuda.synchronize()
+    from kernels import capture
+
+    g = capture(calls)
     t0 = time.perf_counter()
     g.replay()
     torch.cuda.synchronize()

@@ -30,14 +30,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-#: the model file of each model name (train_step.py's models)
-MODEL_FILES = {
-    "gpt2-small": HERE / "models" / "gpt2_small.py",
-    "gpt2-medium": HERE / "models" / "gpt2_medium.py",
-    "gpt2-xl": ROOT / "examples" / "gpt2_xl.py",
-    "llama-1b": HERE / "models" / "llama_1b.py",
-    "llama2-7b-4l": HERE / "models" / "llama2_7b_4l.py",
-}
+if str(HERE) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(HERE))
+
+from price_train_step import MODEL_FILES  # noqa: E402  (the model file of each model name)
 
 
 def measured_steps(path: Path) -> list[dict]:
