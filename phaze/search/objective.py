@@ -30,7 +30,7 @@ carbon             ``B / (E · pue · grid + n · C · T / L)``  samples per kg 
 so ``B / (α · E_lb + β · W)`` bounds the objective from above, for every placement.  The search
 uses it at its first stage and, for these objectives, at the second too (the DP on
 lower-bound times bounds the time, not the energy), and prunes only below it: the answer is
-plain enumeration's (``tests/test_search.py``).
+plain enumeration's (``tests/test_search_options.py``).
 """
 
 from __future__ import annotations
