@@ -142,12 +142,11 @@ def fit(data: Path = DATA, acc=None) -> EnergyFit:
     rows = load(Path(data) / "power.csv")
     (idle,) = [r for r in rows if r.kind == "idle"]
     static_w = idle.power_w
-    core_j = _core_buffer_j_per_byte(acc)
     fitted = [r for r in rows if r.kind == "gemm" or r.kind.startswith("memory")]
     acts = [actions(r, acc) for r in fitted]
     x = np.array([_columns(a) for a in acts])
     # the core buffers at the preset's SRAM figure; the accumulators are registers (0 J/B)
-    fixed = np.array([a.core_buffer_bytes * _core_j(a, acc, core_j) for a in acts])
+    fixed = np.array([a.energy(acc).core_buffer_j for a in acts])
     measured = np.array([r.energy_j for r in fitted])
     dynamic = measured - static_w * np.array([r.time_s for r in fitted]) - fixed
     w = 1.0 / measured
@@ -156,25 +155,12 @@ def fit(data: Path = DATA, acc=None) -> EnergyFit:
     return EnergyFit(
         static_w=static_w,
         static_w_per_mm2=static_w / acc.area_mm2,
-        core_buffer_j_per_byte=core_j[0],
+        core_buffer_j_per_byte=sram_j_per_byte(acc.energy.sram_j_per_byte, acc.tensor_cores.buffer_bytes),
         values=dict(zip(FITTED, coef.tolist(), strict=True)),
         rows=fitted,
         predicted_j=predicted,
         measured_j=measured,
     )
-
-
-def _core_buffer_j_per_byte(acc) -> tuple[float, float]:
-    """(tensor core's, vector core's) buffer energy per byte from the preset's SRAM table."""
-    table = acc.energy.sram_j_per_byte
-    return (
-        sram_j_per_byte(table, acc.tensor_cores.buffer_bytes),
-        sram_j_per_byte(table, acc.vector_cores.buffer_bytes),
-    )
-
-
-def _core_j(a: OpActions, acc, core_j: tuple[float, float]) -> float:
-    return core_j[0] if a.macs else core_j[1]
 
 
 def spread(data: Path = DATA) -> list[tuple[str, float, float]]:

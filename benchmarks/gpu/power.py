@@ -41,6 +41,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+from kernels import capture, copies_for, l2_bytes  # noqa: E402  (kernels.py's graphs and L2 copies)
+
 WARMUP_S = 1.5  #: sustained run before the window (power and clocks settle)
 WINDOW_S = 4.0  #: the measured window (NVML's energy counter moves every few ms)
 SAMPLE_S = 0.02  #: sampler period
@@ -226,8 +228,6 @@ def sustained(run_once, nvml: NVML, sampler: Sampler) -> dict:
 
 def graph_runner(calls: list) -> callable:
     """A function replaying a CUDA graph of ``calls`` enough times for about BATCH_S."""
-    from kernels import capture
-
     g = capture(calls)
     t0 = time.perf_counter()
     g.replay()
@@ -243,13 +243,9 @@ def graph_runner(calls: list) -> callable:
     return run_once
 
 
-def l2_bytes() -> int:
-    return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20))
-
-
 def gemm_calls(m: int, n: int, k: int) -> list:
     per_set = 2 * (m * k + k * n + m * n)
-    sets = max(1, min(20, math.ceil(2 * l2_bytes() / per_set)))
+    sets = copies_for(per_set)
     ops = [
         (
             torch.randn(m, k, device="cuda", dtype=DTYPE),
@@ -263,7 +259,7 @@ def gemm_calls(m: int, n: int, k: int) -> list:
 
 def memory_calls(op: str, elements: int, where: str) -> list:
     per_set = BYTES_PER_ELEMENT[op] * elements
-    sets = 1 if where == "l2" else max(1, min(20, math.ceil(2 * l2_bytes() / per_set)))
+    sets = 1 if where == "l2" else copies_for(per_set)
     calls = []
     for _ in range(sets):
         x = torch.randn(elements, device="cuda", dtype=DTYPE)
