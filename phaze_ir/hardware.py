@@ -139,6 +139,7 @@ _EXPECTED = {
     "algorithm": "one of " + ", ".join(f'"{a}"' for a in PROTOCOL_ALGORITHMS),
     "dims": "an array of 2 or 3 positive integers (the torus's dimensions, the first fastest)",
     "ratio": "a number >= 1",
+    "bool": "true or false",
 }
 
 
@@ -197,6 +198,10 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
         if value not in PROTOCOL_ALGORITHMS:
             raise _fail(source, path, value, expected)
         return value
+    if base == "bool":
+        if not isinstance(value, (bool, np_bool)):
+            raise _fail(source, path, value, expected)
+        return bool(value)
     if base == "dims":
         ok = isinstance(value, (list, tuple)) and len(value) in (2, 3)
         if ok:
@@ -447,6 +452,10 @@ class NetworkLevel:
         protocols: optional, innermost switch level only; the ring collectives' protocols
             (:class:`NetworkProtocol`), which then price them instead of ``bandwidth_Bps`` and
             ``latency_s`` (these still price point-to-point transfers and cap the rails above).
+        tree: optional, a switch or fat-tree level above the innermost only; ``true``: its
+            all-reduces may also run as NCCL's tree (a chain inside each group of the level
+            below, a binary tree across them), and cost the less of ring and tree
+            (docs/design.md §5.5).  Absent (or ``false``): rings only.
     """
 
     name: str = _spec("name", "label of the level")
@@ -462,6 +471,7 @@ class NetworkLevel:
     leaf_size: int | None = _spec("opt_pos_int", "devices under one leaf switch (fat tree)", default=None)
     oversubscription: float | None = _spec("opt_ratio", "leaf down-link over up-link bandwidth", default=None)
     protocols: tuple[NetworkProtocol, ...] | None = _spec("protocols", "ring protocols", default=None)
+    tree: bool | None = _spec("opt_bool", "all-reduces may also run as NCCL's tree", default=None)
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -978,6 +988,14 @@ def _check_topology(levels: tuple[NetworkLevel, ...], i: int, source: str | None
             'at least one ring protocol (no algorithm, or algorithm = "ring"): NVLink SHARP '
             "prices all-reduces only, a ring the reduce-scatters and all-gathers",
         )
+    if level.tree and (i == 0 or topology == "torus"):
+        raise _fail(
+            source,
+            f"{at}.tree",
+            level.tree,
+            "no value: NCCL's tree crosses the groups of the level below (not on the innermost level) "
+            "through switches (not on a torus)",
+        )
     if topology == "torus" and level.uplink_Bps is not None:
         raise _fail(
             source,
@@ -1132,7 +1150,7 @@ def loads_toml(text: str, source: str = "<string>") -> Accelerator:
 
 
 def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):  # pragma: no cover - no boolean fields today
+    if isinstance(value, bool):  # a level's tree
         return "true" if value else "false"
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string

@@ -62,6 +62,7 @@ class LevelDict(TypedDict):
     leaf_size: NotRequired[int]  # with a fat tree: devices under one leaf
     oversubscription: NotRequired[float]  # with a fat tree: >= 1
     protocols: NotRequired[list[ProtocolDict]]  # innermost level only
+    tree: NotRequired[bool]  # above the innermost, not a torus: all-reduces may run as NCCL's tree
 
 class ProblemDict(TypedDict):
     layers: list[LayerDict]  # topological order: prologue, blocks, head

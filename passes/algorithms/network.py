@@ -16,7 +16,8 @@ same way, operation for operation, so that Python and Rust give bit-identical fl
   further by the group's share: ``min(…, uplink_i · k / inner)`` (the groups of one kind, a
   placement's DP or EP groups, run at once and cover every device, so the ``inner / k`` with
   members in one node share its uplink evenly: contention);
-- ring all-reduce of ``n`` bytes: ``2(g−1)/g · n / bw + 2(g−1) · lat`` (0 when ``g <= 1``);
+- ring all-reduce of ``n`` bytes: ``2(g−1)/g · n / bw + 2(g−1) · lat`` (0 when ``g <= 1``; a
+  level with ``tree`` may run it as NCCL's tree instead, below);
 - point-to-point (``send_recv``) of ``n`` bytes: ``lat + n / bw`` with the level's own ``bw``;
   a pipeline's transfers between neighbours ``s`` devices apart on a level ``i > 0`` with an
   uplink get at most ``uplink_i / min(s, inner)`` (:func:`p2p_bandwidth_Bps`: that many devices
@@ -57,6 +58,15 @@ levels above, which stay as they were bit for bit:
   them and multicasts the sum back) ``base + 2·lat_p + n / bw_p [+ n/g / shard_p]``; the
   halves (reduce-scatter, all-gather) the least over the ring protocols of
   ``base + (g−1)·lat_p + (g−1)/g · n / bw_p [+ n/g / shard_p]``.
+- ``tree = true`` (a switch or fat-tree level ``i > 0`` only; opt-in): an all-reduce there may
+  also run as NCCL's tree (a chain through the group's ``k`` members inside each inner group, a
+  double binary tree across the ``m = ⌈g / k⌉`` inner groups, pipelined) and costs the less of
+  the ring and ``2 · n / bw + 2 · (k − 1) · lat_{i−1} + 2 · ⌈log2 m⌉ · lat_i``
+  (:func:`tree_all_reduce_s`), with the same rail-aware ``bw``: NCCL's own tuning model
+  (``src/graph/tuning.cc``: the tree's algorithm bandwidth is half its bus bandwidth, its
+  latency ``2 · ((k−1) · lat_intra + log2(nodes) · lat_inter)``), which its tuner uses to pick
+  the tree for small and medium messages over many nodes (the ring's latency grows with ``g``,
+  the tree's with ``log2 m``).  Reduce-scatters, all-gathers and all-to-alls stay rings.
 
 Why rail-aware: NCCL splits a collective over several channels, one ring each, and on a node
 with one NIC per GPU (DGX A100: 8 × 200 Gb/s HDR InfiniBand ConnectX-6, one per GPU, DGX A100
@@ -88,6 +98,8 @@ __all__ = [
     "torus_rings",
     "ring_steps",
     "all_reduce_s",
+    "tree_steps",
+    "tree_all_reduce_s",
     "half_ring_s",
     "level_for",
     "per_inner",
@@ -138,6 +150,9 @@ class LevelLike(_Interface):
     @property
     def protocols(self) -> Sequence[ProtocolLike] | None: ...
 
+    @property
+    def tree(self) -> bool | None: ...
+
 
 class ProtocolLike(_Interface):
     """What the formulas read from a level's protocol."""
@@ -182,7 +197,8 @@ class Level:
     """One network level (innermost first in a sequence).  ``topology`` ``None`` is a switch;
     ``torus_dims`` with a torus; ``leaf_size`` and ``oversubscription`` with a fat tree;
     ``protocols`` (innermost level only) price its ring collectives instead of
-    ``bandwidth_Bps`` and ``latency_s``."""
+    ``bandwidth_Bps`` and ``latency_s``; ``tree`` (a level above the innermost) lets its
+    all-reduces run as NCCL's tree when that is faster."""
 
     group_size: int
     bandwidth_Bps: float
@@ -193,6 +209,7 @@ class Level:
     leaf_size: int | None = None
     oversubscription: float | None = None
     protocols: tuple[Protocol, ...] | None = None
+    tree: bool = False
 
 
 def levels_of(network: Sequence[LevelLike]) -> tuple[Level, ...]:
@@ -216,6 +233,7 @@ def levels_of(network: Sequence[LevelLike]) -> tuple[Level, ...]:
                 else tuple(
                     Protocol(p.bandwidth_Bps, p.latency_s, p.base_s, p.shard_Bps, p.algorithm) for p in protocols
                 ),
+                bool(lv.tree),
             )
         )
     return tuple(out)
@@ -331,7 +349,8 @@ def all_reduce_s(levels: Sequence[LevelLike], nbytes: float, g: int, stride: int
     """All-reduce of ``n`` bytes over ``g`` devices, consecutive members ``stride`` apart, on
     the level of the span ``g · stride`` (module docstring; as ``Problem::ring_allreduce_s``
     in Rust): the least of the level's protocols, or ``2(g−1)/g · n / bw + 2 · steps · lat``
-    with :func:`ring_bandwidth_Bps` and :func:`ring_steps`; 0 when ``g <= 1``."""
+    with :func:`ring_bandwidth_Bps` and :func:`ring_steps`, or on a level with ``tree`` the
+    less of that and :func:`tree_all_reduce_s`; 0 when ``g <= 1``."""
     if g <= 1:
         return 0.0
     index = level_for(levels, g * stride)
@@ -351,7 +370,35 @@ def all_reduce_s(levels: Sequence[LevelLike], nbytes: float, g: int, stride: int
         return best
     bw = ring_bandwidth_Bps(levels, index, g, stride)
     steps = float(ring_steps(levels, index, g, stride))
-    return 2.0 * (gf - 1.0) / gf * float(nbytes) / bw + 2.0 * steps * level.latency_s
+    ring = 2.0 * (gf - 1.0) / gf * float(nbytes) / bw + 2.0 * steps * level.latency_s
+    if index > 0 and level.tree:
+        return min(ring, tree_all_reduce_s(levels, index, nbytes, g, stride, bw))
+    return ring
+
+
+def tree_steps(levels: Sequence[LevelLike], index: int, g: int, stride: int = 1) -> tuple[int, int]:
+    """(steps of the chain inside an inner group, depth of the tree across them) of NCCL's tree
+    all-reduce over ``g`` devices, consecutive members ``stride`` apart, on ``levels[index]``
+    (``index > 0``; as ``Problem::tree_steps`` in Rust): ``k − 1`` with ``k`` =
+    :func:`per_inner` members per inner group, and ``⌈log2 m⌉`` over the ``m = ⌈g / k⌉`` inner
+    groups spanned."""
+    k = per_inner(g, stride, levels[index - 1].group_size)
+    m = (g + k - 1) // k
+    return k - 1, (m - 1).bit_length()
+
+
+def tree_all_reduce_s(levels: Sequence[LevelLike], index: int, nbytes: float, g: int, stride: int, bw: float) -> float:
+    """NCCL's tree all-reduce of ``n`` bytes over ``g`` devices on ``levels[index]`` (``index >
+    0``; module docstring): ``2 · n / bw + 2 · (k − 1) · lat_{index−1} + 2 · ⌈log2 m⌉ ·
+    lat_index`` with :func:`tree_steps` and ``bw`` the rail-aware ring bandwidth (as
+    ``Problem::tree_allreduce_s`` in Rust).  The inner level's ``latency_s`` is taken even
+    where protocols price its own rings."""
+    chain, depth = tree_steps(levels, index, g, stride)
+    return (
+        2.0 * float(nbytes) / bw
+        + 2.0 * float(chain) * levels[index - 1].latency_s
+        + 2.0 * float(depth) * levels[index].latency_s
+    )
 
 
 def half_ring_s(levels: Sequence[LevelLike], nbytes: float, g: int, stride: int = 1) -> float:

@@ -265,7 +265,8 @@ def problem(
 
 def network_levels(network: list[dict[str, Any]]) -> list[_phaze_rs.LevelDict]:
     """The accelerator's network levels (``Accelerator.to_dict()["network"]``) as DP levels
-    (``uplink_Bps``, the topology's keys and the protocols only where the level has them)."""
+    (``uplink_Bps``, the topology's keys, the protocols and ``tree`` only where the level has
+    them)."""
     out: list[_phaze_rs.LevelDict] = []
     for level in network:
         lv: _phaze_rs.LevelDict = {
@@ -297,6 +298,8 @@ def network_levels(network: list[dict[str, Any]]) -> list[_phaze_rs.LevelDict]:
                     proto["algorithm"] = str(p["algorithm"])
                 protocols.append(proto)
             lv["protocols"] = protocols
+        if level.get("tree"):
+            lv["tree"] = True
         out.append(lv)
     return out
 

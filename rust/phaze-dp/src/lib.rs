@@ -95,7 +95,8 @@ mod plan;
 mod search;
 
 pub use model::{
-    Algorithm, InputError, Layer, NetLevel, Problem, Protocol, RankOrder, Recompute, Topology, Zero,
+    Algorithm, InputError, Layer, NetLevel, Problem, Protocol, RankOrder, Recompute, RingKey,
+    Topology, Zero,
 };
 pub use plan::{Evaluation, MemoryParts, Plan, Solution, Stage, Violation, ViolationKind};
 pub use search::{evaluate_fixed, evaluate_many, solve, solve_many};

@@ -264,6 +264,11 @@ pub enum Topology {
     },
 }
 
+/// What a ring's cost depends on besides the bytes, the group and the level
+/// ([`Problem::ring_key`]): its bandwidth's bits, its steps, and the tree's chain and depth
+/// on a level with `tree` ((0, 0) without).
+pub type RingKey = (u64, u64, u64, u64);
+
 /// One level of the cluster network (a node's fabric, the scale-out network, ...).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct NetLevel {
@@ -282,6 +287,10 @@ pub struct NetLevel {
     /// The ring collectives' protocols (innermost level only); empty: `bandwidth_bps` and
     /// `latency_s` price them.
     pub protocols: Vec<Protocol>,
+    /// Whether an all-reduce on this level (above the innermost, not a torus) may also run as
+    /// NCCL's tree, at the less of ring and tree ([`Problem::tree_allreduce_s`]); false by
+    /// default: rings only.
+    pub tree: bool,
 }
 
 /// A placement problem: the priced layers, the cluster and the training setup.
@@ -465,6 +474,11 @@ impl Problem {
                 p.latency_s,
             )?;
             check_time(&format!("levels[{i}].protocols[{j}].base_s"), p.base_s)?;
+        }
+        if lv.tree && (i == 0 || matches!(lv.topology, Topology::Torus(_))) {
+            return err(format!(
+                "levels[{i}].tree: NCCL's tree only on a switch or fat-tree level above the innermost"
+            ));
         }
         if !lv.protocols.is_empty() && lv.protocols.iter().all(|p| p.algorithm == Algorithm::Nvls) {
             return err(format!(
@@ -711,12 +725,46 @@ impl Problem {
     }
 
     /// What a DP ring's cost depends on besides the bytes, the group and the level: its
-    /// bandwidth's bits and its steps (the search's classes of p).
-    pub fn ring_key(&self, g: u64, level: usize, stride: u64) -> (u64, u64) {
+    /// bandwidth's bits, its steps and, on a level with `tree`, the tree's chain and depth
+    /// ([`Problem::tree_steps`]; (0, 0) without: nothing changes there). The search's classes
+    /// of p: two strides with the same ring bandwidth and steps may span a different number of
+    /// inner groups, so a different tree.
+    pub fn ring_key(&self, g: u64, level: usize, stride: u64) -> RingKey {
+        let (chain, depth) = if level > 0 && self.levels[level].tree {
+            self.tree_steps(g, level, stride)
+        } else {
+            (0, 0)
+        };
         (
             self.ring_bandwidth_bps(g, level, stride).to_bits(),
             self.ring_steps(g, level, stride),
+            chain,
+            depth,
         )
+    }
+
+    /// (steps of the chain inside an inner group, depth of the tree across them) of NCCL's
+    /// tree all-reduce over `g` devices, consecutive members `stride` apart, on `level > 0`
+    /// (as `tree_steps` in Python): `k − 1` with `k = per_inner(g, stride, inner)` members per
+    /// group of the level below, and `⌈log2 m⌉` over the `m = ⌈g / k⌉` inner groups spanned.
+    pub fn tree_steps(&self, g: u64, level: usize, stride: u64) -> (u64, u64) {
+        let k = per_inner(g, stride, self.levels[level - 1].group_size);
+        let m = g.div_ceil(k);
+        // ⌈log2 m⌉ in integers: the bit length of m − 1 (0 for m = 1), as Python's bit_length.
+        (k - 1, u64::from(u64::BITS - (m - 1).leading_zeros()))
+    }
+
+    /// NCCL's tree all-reduce of `bytes` over `g` devices on `level > 0` at the ring's
+    /// bandwidth `bw`: `2 · bytes / bw + 2 · (k − 1) · lat_{level−1} + 2 · ⌈log2 m⌉ · lat_level`
+    /// ([`Problem::tree_steps`]). NCCL's tuning model (`src/graph/tuning.cc`): the tree's
+    /// algorithm bandwidth is half its bus bandwidth, its latency `2 · ((k−1) · intra +
+    /// log2(nodes) · inter)`. The inner level's `latency_s` is taken even where protocols price
+    /// its rings. Written as `tree_all_reduce_s` in Python, operation for operation.
+    pub fn tree_allreduce_s(&self, bytes: f64, g: u64, level: usize, stride: u64, bw: f64) -> f64 {
+        let (chain, depth) = self.tree_steps(g, level, stride);
+        2.0 * bytes / bw
+            + 2.0 * chain as f64 * self.levels[level - 1].latency_s
+            + 2.0 * depth as f64 * self.levels[level].latency_s
     }
 
     /// Ring all-reduce of `bytes` over `g` devices on `level`, consecutive members `stride`
@@ -724,7 +772,8 @@ impl Problem {
     /// [`Problem::ring_bandwidth_bps`], `steps` = [`Problem::ring_steps`] (`g − 1` but on a
     /// torus) and `lat` the level's; on a level with protocols the least over them of `base +
     /// 2(g−1)·lat_p + 2(g−1)/g · bytes / bw_p [+ bytes/g / shard_p]` (a ring) or `base +
-    /// 2·lat_p + bytes / bw_p [+ bytes/g / shard_p]` (NVLS); 0 when `g <= 1`.
+    /// 2·lat_p + bytes / bw_p [+ bytes/g / shard_p]` (NVLS); on a level with `tree` the less
+    /// of the ring and [`Problem::tree_allreduce_s`]; 0 when `g <= 1`.
     pub fn ring_allreduce_s(&self, bytes: f64, g: u64, level: usize, stride: u64) -> f64 {
         if g <= 1 {
             return 0.0;
@@ -749,7 +798,11 @@ impl Problem {
         }
         let bw = self.ring_bandwidth_bps(g, level, stride);
         let steps = self.ring_steps(g, level, stride) as f64;
-        2.0 * (gf - 1.0) / gf * bytes / bw + 2.0 * steps * lv.latency_s
+        let ring = 2.0 * (gf - 1.0) / gf * bytes / bw + 2.0 * steps * lv.latency_s;
+        if level > 0 && lv.tree {
+            return ring.min(self.tree_allreduce_s(bytes, g, level, stride, bw));
+        }
+        ring
     }
 
     /// Ring reduce-scatter (or all-gather: the same ring, the same cost) of `bytes` (the full,
@@ -1104,5 +1157,60 @@ mod tests {
             prob.ring_reduce_scatter_s(n, 8, 0, 1),
             7.0 * 2e-6 + 7.0 / 8.0 * n / 370e9
         );
+    }
+
+    #[test]
+    fn the_tree_all_reduce_takes_the_less_of_ring_and_tree() {
+        let mut prob = a100();
+        // 16 nodes, one GPU each (stride 8): k = 1, m = 16, a chain of 0 steps, depth 4.
+        let ring = |n: f64| 2.0 * 15.0 / 16.0 * n / 25e9 + 2.0 * 15.0 * 5e-6;
+        let tree = |n: f64| 2.0 * n / 25e9 + 2.0 * 0.0 * 6.34e-6 + 2.0 * 4.0 * 5e-6;
+        let (small, large) = (1e3, 1e9);
+        // Without `tree`, rings only (as before).
+        assert_eq!(prob.ring_allreduce_s(small, 16, 1, 8), ring(small));
+        assert_eq!(prob.ring_key(16, 1, 8), (25e9f64.to_bits(), 15, 0, 0));
+        prob.levels[1].tree = true;
+        assert!(prob.validate().is_ok());
+        assert_eq!(prob.tree_steps(16, 1, 8), (0, 4));
+        // Small messages: the tree's 8 latencies beat the ring's 30.
+        assert!(tree(small) < ring(small));
+        assert_eq!(prob.ring_allreduce_s(small, 16, 1, 8), tree(small));
+        // Large ones: the ring's 2·15/16 · n beats the tree's 2 · n.
+        assert!(ring(large) < tree(large));
+        assert_eq!(prob.ring_allreduce_s(large, 16, 1, 8), ring(large));
+        // Contiguous 64 GPUs: k = 8 (a chain of 7 NVLink steps), m = 8 nodes (depth 3); 24
+        // GPUs: 3 nodes, depth ⌈log2 3⌉ = 2; 5 nodes one GPU each: depth 3; one node: 0.
+        assert_eq!(prob.tree_steps(64, 1, 1), (7, 3));
+        assert_eq!(prob.tree_steps(24, 1, 1), (7, 2));
+        assert_eq!(prob.tree_steps(5, 1, 8), (0, 3));
+        assert_eq!(prob.tree_steps(8, 1, 1), (7, 0));
+        assert_eq!(
+            prob.ring_allreduce_s(small, 64, 1, 1),
+            2.0 * small / 200e9 + 2.0 * 7.0 * 6.34e-6 + 2.0 * 3.0 * 5e-6
+        );
+        // The search's classes: with the node capping the rails at 100e9, 16 GPUs 1 or 2 apart
+        // ring alike (100e9, 15 steps) but run different trees (k = 8, m = 2 against k = 4,
+        // m = 4), so their keys differ with `tree` and only then.
+        prob.levels[0].bandwidth_bps = 100e9;
+        assert_eq!(prob.tree_steps(16, 1, 1), (7, 1));
+        assert_eq!(prob.tree_steps(16, 1, 2), (3, 2));
+        assert_ne!(prob.ring_key(16, 1, 1), prob.ring_key(16, 1, 2));
+        prob.levels[1].tree = false;
+        assert_eq!(prob.ring_key(16, 1, 1), prob.ring_key(16, 1, 2));
+        // Not on the innermost level, nor on a torus.
+        let mut inner = a100();
+        inner.levels[0].tree = true;
+        assert!(inner
+            .validate()
+            .unwrap_err()
+            .message
+            .contains("levels[0].tree"));
+        let mut torus = tpuv4_torus();
+        torus.levels[1].tree = true;
+        assert!(torus
+            .validate()
+            .unwrap_err()
+            .message
+            .contains("levels[1].tree"));
     }
 }

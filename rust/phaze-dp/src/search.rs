@@ -7,7 +7,7 @@
 //!   can therefore test `objective <= bound` against the DP's own numbers without slack.
 //! * Memory is integer bytes (saturating), so feasibility never depends on rounding.
 
-use crate::model::{Layer, Problem, RankOrder, Recompute, Zero};
+use crate::model::{Layer, Problem, RankOrder, Recompute, RingKey, Zero};
 use crate::plan::{Evaluation, MemoryParts, Plan, Solution, Stage, Violation, ViolationKind};
 
 /// Objectives within this relative distance of the optimum count as ties (they differ only
@@ -821,16 +821,9 @@ fn p_max(prob: &Problem, d: u64) -> usize {
 fn classes(prob: &Problem, d: u64, shard: Shard, pmax: usize) -> Vec<(usize, Vec<usize>)> {
     let (t, e) = (prob.tp, shard.e);
     // ((p2p level, its bandwidth's bits), DP level, DP ring's key, EP level, all-to-all's and
-    // experts' DP ring's keys; a ring's key is its bandwidth's bits and its steps,
-    // `Problem::ring_key`).
-    type Key = (
-        (usize, u64),
-        usize,
-        (u64, u64),
-        usize,
-        (u64, u64),
-        (u64, u64),
-    );
+    // experts' DP ring's keys; a ring's key is its bandwidth's bits, its steps and, on a level
+    // with `tree`, the tree's chain and depth, `Problem::ring_key`).
+    type Key = ((usize, u64), usize, RingKey, usize, RingKey, RingKey);
     let key = |p: usize| -> Key {
         let q = p.max(2) as u64;
         let pp_stride = shard.o.strides(d, q, t).1;
@@ -844,7 +837,7 @@ fn classes(prob: &Problem, d: u64, shard: Shard, pmax: usize) -> Vec<(usize, Vec
             let level = prob.level_for(d * stride);
             (level, prob.ring_key(d, level, stride))
         } else {
-            (0, (0, 0))
+            (0, (0, 0, 0, 0))
         };
         if e > 1 {
             let ep = prob.level_for(e * stride);
@@ -852,7 +845,7 @@ fn classes(prob: &Problem, d: u64, shard: Shard, pmax: usize) -> Vec<(usize, Vec
             let experts = prob.ring_key(d / e, level, e * stride);
             (pp, level, bw, ep, a2a, experts)
         } else {
-            (pp, level, bw, 0, (0, 0), (0, 0))
+            (pp, level, bw, 0, (0, 0, 0, 0), (0, 0, 0, 0))
         }
     };
     let mut out: Vec<(Key, Vec<usize>)> = Vec::new();

@@ -506,3 +506,54 @@ fn rank_order_places_dp_and_pipeline_groups() {
     }
     assert!(RankOrder::setting("pp-dp-tp").is_err());
 }
+
+/// NCCL's tree on the cluster level: the search's classes of p must tell the trees apart.
+#[test]
+fn the_search_tells_trees_apart() {
+    // 4 layers of 8 + 8 bytes, HBM for 2 of them: p >= 2. d = 8, m = 1: p = 2 and 4 take 12 s
+    // of compute (p = 3, 2 + 1 + 1 layers, 18 s); the DP all-reduce and the pipeline's
+    // transfers (1 ms each) decide. tp-pp-dp puts the DP group's members p apart: nodes of 8
+    // hold k = 4 of them at p = 2 (m = 2 nodes), k = 2 at p = 3 and 4 (m = 4); the rails cap
+    // at the node's 2e9 either way and the ring has 7 steps either way (14 ms of latency), so
+    // only the tree tells them apart: p = 2 pays 2·3 node and 2·1 cluster latencies (8 ms),
+    // p = 3 and 4 2·1 and 2·2 (6 ms). With p = 2 in p = 4's class (a key without the tree)
+    // the search priced p = 2 with p = 4's tree and found no plan to rebuild.
+    let mut l = layer();
+    l.param_bytes = 8;
+    l.grad_bytes = 8;
+    let mut prob = problem(vec![l; 4], 32, 8);
+    prob.hbm_bytes = 40;
+    prob.levels = vec![
+        level(8, 2e9, 1e-3),
+        NetLevel {
+            tree: true,
+            ..level(4096, 1e9, 1e-3)
+        },
+    ];
+    // A stage's gradients: 8 bytes per layer.
+    let tree = |s: &phaze_dp::Stage, chain: f64, depth: f64| {
+        let n = 8.0 * (s.last_layer - s.first_layer + 1) as f64;
+        2.0 * n / 2e9 + 2.0 * chain * 1e-3 + 2.0 * depth * 1e-3
+    };
+    let plan = feasible(solve(&prob));
+    assert_eq!((plan.dp, plan.pp), (8, 2));
+    for s in &plan.stages {
+        assert_eq!(s.dp_comm_s, tree(s, 3.0, 1.0));
+    }
+    for p in 2..=4 {
+        let fixed = evaluate_fixed(&prob, p, 8).unwrap().plan.unwrap();
+        let (chain, depth) = if p == 2 { (3.0, 1.0) } else { (1.0, 2.0) };
+        for s in &fixed.stages {
+            assert_eq!(s.dp_comm_s, tree(s, chain, depth));
+        }
+        assert!(plan.time_per_batch_s <= fixed.time_per_batch_s);
+    }
+    assert_eq!(
+        plan.time_per_batch_s,
+        evaluate_fixed(&prob, 2, 8)
+            .unwrap()
+            .plan
+            .unwrap()
+            .time_per_batch_s
+    );
+}

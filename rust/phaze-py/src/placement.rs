@@ -397,6 +397,8 @@ struct LevelInput {
     oversubscription: Option<Real>,
     #[pyo3(item, default)]
     protocols: Option<Items<Dict<ProtocolInput>>>,
+    #[pyo3(item, default)]
+    tree: Option<Flag>,
 }
 
 impl Keys for LevelInput {
@@ -410,6 +412,7 @@ impl Keys for LevelInput {
         "leaf_size",
         "oversubscription",
         "protocols",
+        "tree",
     ];
 }
 
@@ -525,6 +528,7 @@ impl From<LevelInput> for NetLevel {
                         .collect()
                 })
                 .unwrap_or_default(),
+            tree: l.tree.is_some_and(|f| f.0),
         }
     }
 }
