@@ -724,9 +724,10 @@ def power_line(module: ModuleOp) -> str:
     from phaze_ir.hardware_ir import module_accelerator
 
     p = {k: float(v) for k, v in attr.as_dict().items()}
+    network = f" ({p['network_energy_j'] / 1e3:.4g} kJ of it the network's)" if p["network_energy_j"] > 0 else ""
     line = (
         f"power: {p['chip_power_w']:.1f} W per chip ({p['static_power_w']:.1f} W static), "
-        f"{p['step_energy_j'] / 1e3:.4g} kJ per step, {p['energy_per_sample_j']:.4g} J per sample"
+        f"{p['step_energy_j'] / 1e3:.4g} kJ per step{network}, {p['energy_per_sample_j']:.4g} J per sample"
     )
     limit = module_accelerator(module, "phazec").power_w
     if limit is not None and p["chip_power_w"] > limit:

@@ -440,6 +440,11 @@ class NetworkLevel:
         energy_j_per_byte: optional; energy to move one byte from a device to another at this
             level (links, switches, NICs), in joules.  Absent: the level's traffic is not priced
             in energy.
+        power_w_per_device: optional; what this level's network draws per device attached to
+            it, in watts: its share of the NICs, optics and switch ports (their datasheet
+            power, which hardly depends on the traffic: links stay up and switches powered
+            whether or not bytes flow).  A plan pays it on every level it reaches (more devices
+            than one group of the level below) for its whole step.  Absent: 0.
         topology: optional; ``"switch"`` (absent: the same), ``"torus"`` or ``"fat_tree"``
             (docs/design.md §5.5).  On a torus ``bandwidth_Bps`` is one link's, per direction.
         torus_dims: with a torus, its 2 or 3 dimensions, the first fastest in device order:
@@ -466,6 +471,9 @@ class NetworkLevel:
         "opt_pos_float", "bandwidth out of one group of the level below, its devices together (bytes/s)", default=None
     )
     energy_j_per_byte: float | None = _spec("opt_nonneg_float", "energy per byte sent (J/B)", default=None)
+    power_w_per_device: float | None = _spec(
+        "opt_nonneg_float", "the level's network power per device attached (W)", default=None
+    )
     topology: str | None = _spec("opt_topology", "switch, torus or fat_tree", default=None)
     torus_dims: tuple[int, ...] | None = _spec("opt_dims", "torus dimensions, the first fastest", default=None)
     leaf_size: int | None = _spec("opt_pos_int", "devices under one leaf switch (fat tree)", default=None)

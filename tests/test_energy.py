@@ -17,6 +17,7 @@ from passes.algorithms.energy import (
     StageWork,
     collective_energy,
     estimate_energy,
+    network_power_w,
     plan_power,
     sram_j_per_byte,
 )
@@ -187,6 +188,41 @@ def test_a_plan_above_the_chips_power_limit_says_its_time_is_optimistic(tmp_path
     plan, stderr = _phazec_json(tmp_path, str(hw))
     assert plan["power"]["chip_power_w"] > plan["power"]["published_power_w"] == 1.0
     assert "above the chip's 1 W power limit: it would lower its clocks, so this time is optimistic" in stderr
+
+
+def test_network_power_is_paid_on_the_levels_a_plan_reaches():
+    node = NetworkLevel("node", 8, 1e11, 1e-6)
+    cluster = NetworkLevel("cluster", 64, 1e10, 1e-6, power_w_per_device=24.0)
+    levels = [dataclasses.replace(node, power_w_per_device=2.0), cluster]
+    assert [network_power_w(levels, n) for n in (1, 2, 8, 9, 64, 128)] == [0.0, 2.0, 2.0, 26.0, 26.0, 26.0]
+    assert network_power_w([node, cluster], 8) == 0.0  # absent: 0
+    with pytest.raises(HardwareError, match=r"power_w_per_device = -1: expected a non-negative number"):
+        NetworkLevel("a", 4, 1e9, 0.0, power_w_per_device=-1)
+    layers = {0: LayerEnergy(0, fwd_j=1.0, bwd_j=2.0, opt_j=0.0, selective_j=0.0, full_j=1.0)}
+    work = [StageWork(0, (0,), "none")]
+    kw = dict(devices_per_stage=4, micro_batches=2, zero_shards=1, step_s=2.0, static_w=10.0)
+    bare, wired = plan_power(layers, work, **kw), plan_power(layers, work, **kw, network_w=24.0)
+    # The network's power over the step, every device: in the step's energy, not in the chip's power.
+    assert wired.network_energy_j == bare.network_energy_j + 4 * 24.0 * 2.0
+    assert wired.step_energy_j == bare.step_energy_j + 4 * 24.0 * 2.0
+    assert wired.chip_power_w == bare.chip_power_w
+
+
+def test_a100_plans_across_nodes_pay_the_cluster_networks_power(tmp_path):
+    """The a100 preset's cluster level draws 24 W per GPU (its optics): a plan on two nodes pays
+    it for the whole step, a plan inside one node does not (no level has an energy per byte)."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    inside, _ = _phazec_json(
+        tmp_path / "one", "a100", "--devices", "8", "--global-batch", "16", "--placement", "expert:1,8,1"
+    )
+    across, stderr = _phazec_json(
+        tmp_path / "two", "a100", "--devices", "16", "--global-batch", "32", "--placement", "expert:1,16,1"
+    )
+    assert inside["power"]["network_energy_j"] == 0.0
+    step_s = across["time_per_batch_s"]
+    assert across["power"]["network_energy_j"] == pytest.approx(16 * 24.0 * step_s, rel=1e-12)
+    assert "kJ of it the network's" in stderr
 
 
 def test_a_chip_without_an_energy_table_has_no_power(tmp_path):

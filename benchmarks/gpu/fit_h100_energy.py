@@ -102,7 +102,7 @@ def gemm_actions(workload: str, acc) -> OpActions:
 
 def memory_actions(workload: str, acc) -> OpActions:
     """``OP_WHERE_ELEMENTS``: the kernel's phaze op (:data:`KERNEL_IR`), its actions on ``acc``."""
-    op, _where, elements = workload.rsplit("_", 2)
+    op, where, elements = workload.rsplit("_", 2)
     rows = int(elements) // 1024
     body, signature = KERNEL_IR[op]
     types = {"T": f"tensor<{rows}x1024xbf16>", "S": f"tensor<{rows}x1xf32>"}
@@ -115,7 +115,7 @@ def memory_actions(workload: str, acc) -> OpActions:
     a = op_actions(vector_desc(next(iter(func.body.ops))), acc)
     # phaze has every vector op read and write HBM (a training step's tensors are larger than
     # the L2); a kernel run on L2-resident operands moves nothing there, and measures the L2
-    return replace(a, hbm_bytes=0.0) if _where == "l2" else a
+    return replace(a, hbm_bytes=0.0) if where == "l2" else a
 
 
 def actions(row: Row, acc) -> OpActions:

@@ -44,7 +44,10 @@ gradients of its layers go once through the data-parallel collective.  A device'
 step over the step's time, plus the die's static power (``static_w_per_mm2 · area``), is its
 average power; the chip's power is the busiest device's.  Network energy is counted in the
 step's energy but not in the chip's power: links, switches and NICs lie outside the chip's
-power budget (its TDP).
+power budget (its TDP).  Besides the bytes it carries, the network draws its own power for the
+whole step (:func:`network_power_w`: the ``power_w_per_device`` of every level the plan
+reaches), because NICs, optics and switches draw about their datasheet power whether or not
+bytes flow.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ __all__ = [
     "energy_space",
     "sram_j_per_byte",
     "layer_energies",
+    "network_power_w",
     "plan_power",
     "power_of_plan",
     "stage_works",
@@ -391,6 +395,21 @@ class PlanPower:
     network_energy_j: float
 
 
+def network_power_w(levels: Sequence, devices: int) -> float:
+    """What the network draws per device for a plan of ``devices`` devices (W): the
+    ``power_w_per_device`` of every level the plan reaches, the innermost when it has more
+    than one device, each level above when it has more devices than one group of the level
+    below (a plan inside one node pays no NIC or InfiniBand switch)."""
+    total = 0.0
+    below = 1
+    for level in levels:
+        if devices <= below:
+            break
+        total += level.power_w_per_device or 0.0
+        below = level.group_size
+    return total
+
+
 def plan_power(
     layers: Mapping[int, LayerEnergy],
     stages: Sequence[StageWork],
@@ -400,13 +419,15 @@ def plan_power(
     zero_shards: int,
     step_s: float,
     static_w: float,
+    network_w: float = 0.0,
 ) -> PlanPower:
     """The plan's :class:`PlanPower`.  ``stages``: one entry per model chunk (a rank with
     ``v`` chunks has ``v`` entries; they add up per rank); ``devices_per_stage``: devices of one
     rank (TP × DP); ``micro_batches``: m; ``zero_shards``: what the optimizer step is divided by
     (d under ZeRO ≥ 1, else 1); ``step_s``: the step's time; ``static_w``: one die's static
-    power.  The network energy of the layers and of the stages' ``dp`` collectives is kept
-    out of the chip's power."""
+    power; ``network_w``: the network's own power per device (:func:`network_power_w`).  The
+    network energy of the layers, of the stages' ``dp`` collectives and the network's own
+    power over the step are kept out of the chip's power."""
     if step_s <= 0:
         raise ValueError(f"step time {step_s} s: expected a positive time")
     chip: dict[int, float] = {}
@@ -428,8 +449,9 @@ def plan_power(
         chip[s.rank] = chip.get(s.rank, 0.0) + total - links
         net[s.rank] = net.get(s.rank, 0.0) + links
     powers = [chip[r] / step_s + static_w for r in chip]
-    network_j = devices_per_stage * sum(net.values())
-    step_j = devices_per_stage * sum(chip.values()) + network_j + devices_per_stage * len(chip) * static_w * step_s
+    devices = devices_per_stage * len(chip)
+    network_j = devices_per_stage * sum(net.values()) + devices * network_w * step_s
+    step_j = devices_per_stage * sum(chip.values()) + network_j + devices * static_w * step_s
     return PlanPower(
         step_energy_j=step_j,
         chip_power_w=max(powers),
@@ -461,4 +483,5 @@ def power_of_plan(
         zero_shards=dp if zero >= 1 else 1,
         step_s=float(plan["time_per_batch_s"]),
         static_w=static_w,
+        network_w=network_power_w(acc.network, dp * pp * tp),
     )
