@@ -1,7 +1,8 @@
 """The hardware description in the IR: ``phaze.accelerator @acc {...}``.
 
 The op's ``spec`` is :meth:`phaze_ir.hardware.Accelerator.to_dict` as a dictionary attribute
-(nested dicts, lists as arrays, ints as ``i64``, floats as ``f64``), so every ``.mlir`` file
+(nested dicts, lists as arrays, booleans as ``true``/``false`` (``i1``), ints as ``i64``, floats
+as ``f64``), so every ``.mlir`` file
 carries the chip it was compiled for and reads it back exactly.
 """
 
@@ -18,6 +19,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     StringAttr,
     SymbolRefAttr,
+    i1,
     i64,
 )
 from xdsl.ir import Attribute
@@ -30,8 +32,8 @@ from phaze_ir.hardware import Accelerator, HardwareError
 
 def to_attr(value: Any) -> Attribute:
     """A plain JSON-like value as an attribute."""
-    if isinstance(value, bool):
-        raise TypeError("booleans are not used in hardware descriptions")
+    if isinstance(value, bool):  # before int: a bool is an int to Python
+        return IntegerAttr(int(value), i1)
     if isinstance(value, int):
         return IntegerAttr(value, i64)
     if isinstance(value, float):
@@ -48,7 +50,7 @@ def to_attr(value: Any) -> Attribute:
 def from_attr(attr: Attribute) -> Any:
     """The inverse of :func:`to_attr`."""
     if isinstance(attr, IntegerAttr):
-        return attr.value.data
+        return bool(attr.value.data) if attr.type == i1 else attr.value.data
     if isinstance(attr, FloatAttr):
         return attr.value.data
     if isinstance(attr, StringAttr):
