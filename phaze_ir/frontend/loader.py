@@ -18,6 +18,7 @@ the model must be keyed on besides the model file itself (:mod:`phaze.search.war
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import os
@@ -126,6 +127,13 @@ def load_model_file(path: str | os.PathLike) -> ModelSpec:
     )
 
 
+@functools.cache
+def _resolved(file: str) -> Path:
+    """``Path(file).resolve()``, once per file name: both scans below resolve every module of
+    ``sys.modules`` (thousands with torch), which was a second of every model load."""
+    return Path(file).resolve()
+
+
 def _installed_roots() -> tuple[Path, ...]:
     """Where code that is not the user's lives: the standard library, the installed packages
     and phaze's own packages (the cache keys on those by version and source digest)."""
@@ -144,7 +152,7 @@ def _forget_modules_under(directory: Path) -> None:
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
         if isinstance(file, str) and file:
-            path = Path(file).resolve()
+            path = _resolved(file)
             if path.is_relative_to(directory) and not any(path.is_relative_to(r) for r in roots):
                 del sys.modules[name]
 
@@ -161,7 +169,7 @@ def user_sources() -> list[Path]:
         file = getattr(module, "__file__", None)
         if not isinstance(file, str) or not file:
             continue
-        path = Path(file).resolve()
+        path = _resolved(file)
         if path.is_file() and not any(path.is_relative_to(r) for r in roots):
             out.add(path)
     return sorted(out)
