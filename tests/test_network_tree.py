@@ -12,6 +12,7 @@ import pytest
 from passes.algorithms import network
 from passes.algorithms.placement import network_levels
 from phaze_ir.hardware import Accelerator, HardwareError, dumps_toml, load_hardware, loads_toml
+from tests.test_network_topology import _layer, _problem, _rust
 
 # The a100 preset's levels without its protocols: nodes of 8 GPUs (216.5e9 B/s, 6.34 us per
 # step), the cluster over one NIC per GPU (25e9 B/s, 5 us); the cluster may run trees.
@@ -147,24 +148,6 @@ def test_bad_trees_are_named(levels, message):
 # ---- the placement DP prices it as Python does, bit for bit ---------------------------------
 
 
-def _rust():
-    return pytest.importorskip("passes.algorithms._phaze_rs")
-
-
-def _layer(grad_bytes: int) -> dict:
-    return {
-        "fwd_s": 1e-3,
-        "bwd_s": 2e-3,
-        "recompute_s": [0.0, 0.0, 0.0],
-        "saved_bytes": [0, 0, 0],
-        "param_bytes": 0,
-        "grad_bytes": grad_bytes,
-        "optimizer_bytes": 0,
-        "workspace_bytes": 0,
-        "boundary_bytes": 0,
-    }
-
-
 NODE_SPEC = {"name": "node", "group_size": 8, "bandwidth_Bps": 216.5e9, "latency_s": 6.34e-6}
 CLUSTER_SPEC = {"name": "cluster", "group_size": 4096, "bandwidth_Bps": 25e9, "latency_s": 5e-6, "tree": True}
 NETWORKS = {
@@ -186,19 +169,7 @@ NETWORKS = {
 def test_the_dp_all_reduce_is_bit_identical(net, rank_order, d, p, t, nbytes):
     rs = _rust()
     spec = NETWORKS[net]
-    problem = {
-        "layers": [_layer(nbytes) for _ in range(p)],
-        "devices": d * p * t,
-        "hbm_bytes": 10**15,
-        "levels": network_levels(spec),
-        "global_batch": d,
-        "micro_batch": 1,
-        "tp": t,
-        "dp_overlap": False,
-        "zero": "0",
-        "virtual_stages": 1,
-        "rank_order": rank_order,
-    }
+    problem = {**_problem(spec, [_layer(nbytes) for _ in range(p)], d, t), "rank_order": rank_order}
     assert problem["levels"][1]["tree"] is True
     ev = rs.evaluate_placement(problem, p, d)
     assert ev["feasible"], ev["violations"]
