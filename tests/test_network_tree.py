@@ -187,34 +187,31 @@ def test_the_dp_all_reduce_is_bit_identical(net, rank_order, d, p, t, nbytes):
 
 def test_the_dp_rejects_a_tree_on_the_innermost_level():
     rs = _rust()
-    problem = {
-        "layers": [_layer(1)],
-        "devices": 4,
-        "hbm_bytes": 10**15,
-        "levels": [{"group_size": 4, "bandwidth_Bps": 1e9, "latency_s": 0.0, "tree": True}],
-        "global_batch": 1,
-        "micro_batch": 1,
-        "tp": 1,
-        "dp_overlap": False,
-    }
+    level = {"group_size": 4, "bandwidth_Bps": 1e9, "latency_s": 0.0, "tree": True}
     with pytest.raises(ValueError, match="tree"):
-        rs.solve_placement(problem)
+        rs.solve_placement(_problem([level], [_layer(1)], 1, 1))
 
 
 def test_a_chip_with_trees_compiles_and_its_plan_reads_back(tmp_path):
-    """End to end: phazec on an a100 whose cluster level runs trees writes ``tree = true`` into
-    the plan's accelerator, and phaze-opt reads the plan back to the same bytes."""
+    """End to end: phazec on the a100 preset, whose cluster level runs trees, writes ``tree =
+    true`` into the plan's accelerator, and phaze-opt reads the plan back to the same bytes."""
     from tests.conftest import MODELS, run_tool
 
-    a100 = load_hardware("a100")
-    network = (a100.network[0], dataclasses.replace(a100.network[1], tree=True))
-    hw = tmp_path / "a100_tree.toml"
-    hw.write_text(dumps_toml(dataclasses.replace(a100, network=network)))
+    assert load_hardware("a100").network[1].tree is True
     plan = tmp_path / "plan.mlir"
-    args = ["--devices", "16", "--global-batch", "32", "--micro-batch", "2", "--tp", "1"]
-    res = run_tool(
-        "phazec", str(MODELS / "tiny_gpt2.py"), "--hw", str(hw), *args, "--placement", "expert:1,16,1", "-o", str(plan)
-    )
+    args = [
+        "--devices",
+        "16",
+        "--global-batch",
+        "32",
+        "--micro-batch",
+        "2",
+        "--tp",
+        "1",
+        "--placement",
+        "expert:1,16,1",
+    ]
+    res = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "a100", *args, "-o", str(plan))
     assert res.returncode == 0, res.stderr
     text = plan.read_text()
     assert "tree = true" in text
