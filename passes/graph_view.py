@@ -6,6 +6,8 @@ make it from the IR and keep the op list to write results back.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, TensorType
 from xdsl.ir import Operation, SSAValue
@@ -75,11 +77,67 @@ def _expert_gemm_experts(op: Operation, graph: Graph, ids: dict[SSAValue, int], 
     return shape[0] if len(shape) == 3 else 0
 
 
+#: The attribute of a ``func.func`` that keeps its last graph (:func:`build_graph`): on the op
+#: itself, so that the graph lives and dies with the function (a module-level table would keep
+#: every compiled module alive) and a clone starts without one.
+_KEPT = "_phaze_graph_view"
+
+
+@dataclass
+class _Kept:
+    """A graph built from ``fn`` and what it was built from (:func:`_inputs`), kept pinned so
+    that no identity in ``ids`` can be reused by a new object while the entry lives."""
+
+    inputs: list[object]
+    ids: list[int]
+    graph: Graph
+    ops: list[Operation]
+    phased: bool  # every op had a phaze.phase
+    signed: bool  # the graph's ops carry their signatures
+
+
+def _inputs(fn: func.FuncOp) -> list[object]:
+    """Every IR object the graph of ``fn`` is made from, in order: the argument attributes and
+    types, and each op with its operands, results, result types, phase and module attributes
+    and properties (names and values).  IR attributes are immutable, so an unchanged list of
+    identities is an unchanged graph; any pass that rewrites, adds, removes, reorders or
+    retypes an op, or gives it another phase, module or property, changes it."""
+    block = fn.body.block
+    inputs: list[object] = [fn.arg_attrs, *block.args, *(a.type for a in block.args)]
+    add = inputs.extend
+    for op in block.ops:
+        attrs, props, results = op.attributes, op.properties, op.results
+        add((op, attrs.get(keys.PHASE), attrs.get(keys.MODULE), *op.operands, *results))
+        add((*[r.type for r in results], *props, *props.values()))
+    return inputs
+
+
 def build_graph(fn: func.FuncOp, require_phase: bool = True, signatures: bool = True) -> tuple[Graph, list[Operation]]:
     """The light graph of ``fn`` and its ops (index i of the graph is ``ops[i]``).  A dropout
-    mask counts one byte per element (:func:`_is_dropout_mask`).  ``signatures=False`` leaves
-    every op's ``signature`` empty, for callers that neither group layers nor read op kinds
-    (naming every op is a fifth of the build)."""
+    mask counts one byte per element (:func:`_is_dropout_mask`).  ``signatures=False`` may
+    leave every op's ``signature`` empty, for callers that neither group layers nor read op
+    kinds (naming every op is a fifth of the build).
+
+    The graph is kept on ``fn`` and given again while nothing it was built from changed (a
+    pipeline asks for it eight times, and most passes only write attributes it does not read:
+    a third of GPT-3 175B's pipeline went to building it again).  So it is shared: read it,
+    do not change it."""
+    inputs = _inputs(fn)
+    ids = list(map(id, inputs))
+    kept = getattr(fn, _KEPT, None)
+    if isinstance(kept, _Kept) and kept.ids == ids and (kept.phased or not require_phase):
+        if signatures and not kept.signed:
+            for node, op in zip(kept.graph.ops, kept.ops):
+                node.signature = op_signature(op)
+            kept.signed = True
+        return kept.graph, kept.ops
+    graph, ops, phased = _build(fn, require_phase, signatures)
+    setattr(fn, _KEPT, _Kept(inputs, ids, graph, ops, phased, signatures))
+    return graph, ops
+
+
+def _build(fn: func.FuncOp, require_phase: bool, signatures: bool) -> tuple[Graph, list[Operation], bool]:
+    """:func:`build_graph` from scratch, and whether every op had a phase."""
     graph = Graph()
     ids: dict[SSAValue, int] = {}
     masks: set[SSAValue] = set()
@@ -90,12 +148,15 @@ def build_graph(fn: func.FuncOp, require_phase: bool = True, signatures: bool = 
         if role == "param":
             params[ids[arg]] = arg
     ops: list[Operation] = []
+    phased = True
     for op in fn.body.block.ops:
         if isinstance(op, func.ReturnOp):
             continue
         phase = op.attributes.get(keys.PHASE)
-        if require_phase and not isinstance(phase, StringAttr):
-            raise PhazeError(f"'{op.name}' op has no '{keys.PHASE}' attribute; import the model with phazec first")
+        if not isinstance(phase, StringAttr):
+            if require_phase:
+                raise PhazeError(f"'{op.name}' op has no '{keys.PHASE}' attribute; import the model with phazec first")
+            phased = False
         experts = _expert_gemm_experts(op, graph, ids, params)
         is_mask = _is_dropout_mask(op, masks)
         if is_mask:
@@ -114,7 +175,7 @@ def build_graph(fn: func.FuncOp, require_phase: bool = True, signatures: bool = 
         for r, v in zip(op.results, graph.ops[index].results):
             ids[r] = v
         ops.append(op)
-    return graph, ops
+    return graph, ops, phased
 
 
 def read_layers(ops: list[Operation]) -> list[int]:
