@@ -323,21 +323,25 @@ class RecordAttr(ParametrizedAttribute):
         return IntAttr(number)
 
     def print_parameters(self, printer: Printer) -> None:
-        def print_field(item: tuple[str, Attribute]) -> None:
-            key, attr = item
-            printer.print_string(f"{key} = ")
-            value = _from_attr(attr)
+        # The fields are joined into one piece of text for the printer: an op carries three
+        # records (latency, energy, schedule), and field by field through the printer's lists
+        # was a third of printing a plan.  A string field goes through the printer's literal.
+        text = "<"
+        for i, (key, attr) in enumerate(zip(self.FIELDS, self.parameters)):
+            text += f"{', ' if i else ''}{key} = "
             if isinstance(attr, EnumAttribute):
-                printer.print_string(str(attr.data.value))
-            elif isinstance(value, str):
-                printer.print_string_literal(value)
-            elif isinstance(value, float):
-                printer.print_string(format_float(value))
+                text += str(attr.data.value)
+            elif isinstance(attr, FloatData):
+                text += format_float(attr.data)
+            elif isinstance(attr, IntAttr):
+                text += str(attr.data)
+            elif isinstance(attr, StringAttr):
+                printer.print_string(text)
+                printer.print_string_literal(attr.data)
+                text = ""
             else:
-                printer.print_string(str(value))
-
-        with printer.in_angle_brackets():
-            printer.print_list(zip(self.FIELDS, self.parameters), print_field)
+                raise TypeError(f"unsupported record field attribute {attr}")
+        printer.print_string(text + ">")
 
 
 @irdl_attr_definition

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Attribute
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import MultipleSpansParseError, ParseError
@@ -168,6 +169,12 @@ _ESCAPED = tuple(
 )
 
 
+#: Attributes printed once per module, their text copied after: they repeat on most ops (an
+#: op's phase and module, its layer and stage, its tensor types), hash cheaply, hold no newline,
+#: and equal ones print alike (xDSL compares attributes by value).
+_PRINTED_ONCE = (builtin.StringAttr, builtin.IntegerAttr, builtin.TensorType)
+
+
 class _Printer(Printer):
     """xDSL's printer (pinned in pyproject.toml), faster where it prints most: a string literal
     goes to the stream in one piece (xDSL's ``print_bytes_literal`` prints it a character at a
@@ -184,6 +191,23 @@ class _Printer(Printer):
 
     def print_bytes_literal(self, bytestring: bytes) -> None:
         self.print_string('"' + "".join([_ESCAPED[b] for b in bytestring]) + '"')
+
+    def print_attribute(self, attribute: Attribute) -> None:
+        if type(attribute) not in _PRINTED_ONCE:
+            super().print_attribute(attribute)
+            return
+        texts: dict[Attribute, str] = self.__dict__.setdefault("_texts", {})
+        text = texts.get(attribute)
+        if text is None:
+            stream, self.stream = self.stream, io.StringIO()
+            column = self._current_column
+            try:
+                super().print_attribute(attribute)
+                text = self.stream.getvalue()
+            finally:
+                self.stream, self._current_column = stream, column
+            texts[attribute] = text
+        self.print_string(text)
 
 
 def print_module(module: ModuleOp, generic: bool = False) -> str:
