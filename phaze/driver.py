@@ -394,6 +394,10 @@ def tp_widths_of(opts: Options, fixed: tuple[int, int, int] | None) -> tuple[int
     return tuple(opts.tp_widths or ((fixed[2],) if fixed is not None else DEFAULT_TP_WIDTHS))
 
 
+class _NotTheWholeStep(Exception):
+    """A deepened step's check trace, run beside its compilation, disagreed with it."""
+
+
 def compile_model(
     model_path: str, opts: Options, log: Log, accelerator=None, seconds: dict[str, float] | None = None
 ) -> tuple[ModuleOp, list[Candidate]]:
@@ -402,11 +406,26 @@ def compile_model(
     to the smaller micro-batch, then the smaller TP width) and every point of the sweep.
     ``accelerator``: the chip (default: ``opts.hw``).  ``seconds``, when given, gets the wall
     time spent per phase added to it: ``trace``, ``import`` (import and training passes shared
-    by a micro-batch's points) and ``points`` (the rest of the pipeline, every point)."""
+    by a micro-batch's points) and ``points`` (the rest of the pipeline, every point).
+
+    A deepened step is compiled while its check trace runs beside it
+    (``trace_step_checked_later``), and each micro-batch's points are kept only once the check
+    agreed; when it does not (a model whose blocks trace alike five at a time but not six),
+    the compilation starts again from steps traced as ``trace_step`` traces them."""
     seconds = {} if seconds is None else seconds
     for phase in ("trace", "import", "points"):
         seconds.setdefault(phase, 0.0)
-    from phaze_ir.frontend import UnknownOpError, trace_step
+    try:
+        return _compile_model(model_path, opts, log, accelerator, seconds, check_later=True)
+    except _NotTheWholeStep:
+        log("the deepened step is not what the model traces to: compiling again from a whole trace")
+        return _compile_model(model_path, opts, log, accelerator, seconds, check_later=False)
+
+
+def _compile_model(
+    model_path: str, opts: Options, log: Log, accelerator, seconds: dict[str, float], check_later: bool
+) -> tuple[ModuleOp, list[Candidate]]:
+    from phaze_ir.frontend import UnknownOpError, trace_step, trace_step_checked_later
 
     begun = start_compilation(model_path, opts, accelerator)
     opts, accelerator, spec, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.tp_widths
@@ -426,7 +445,10 @@ def compile_model(
             + ")"
         )
         start = time.perf_counter()
-        traced = trace_step(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
+        if check_later:
+            traced, holds = trace_step_checked_later(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
+        else:
+            traced, holds = trace_step(spec, b, opts.seq_len, training=training, dtype=opts.dtype), _holds
         seconds["trace"] += time.perf_counter() - start
         log(traced_line(traced))
         points = tp_points(opts, tp_widths)
@@ -451,9 +473,11 @@ def compile_model(
                     # (a plan is verified once, when chosen)
                     module = compile_module(traced, stage, t, opts, accelerator, sp, verify=not sweep)
             except UnknownOpError:
+                _confirm(holds)
                 raise  # the model's, not this point's: every point would say it again
             except PhazeError as e:
                 if not sweep:
+                    _confirm(holds)
                     raise
                 candidates.append(Candidate(b, t, note=str(e), sequence_parallel=sp))
                 log(f"{where}: skipped: {e}")
@@ -461,6 +485,7 @@ def compile_model(
             finally:
                 seconds["points"] += time.perf_counter() - start
             if not sweep:
+                _confirm(holds)
                 log(f"built {sum(1 for _ in module.walk())} ops in {time.perf_counter() - start:.1f} s")
                 return module, candidates
             cand, unfit = judge_point(module, b, t, sp, opts, log, f" [{time.perf_counter() - start:.1f} s]")
@@ -469,7 +494,18 @@ def compile_model(
                 best = (cand.throughput, module)
             if unfit:
                 fallback = fallback or module
+        _confirm(holds)
     return chosen_point(best[1] if best is not None else None, fallback, candidates, opts)
+
+
+def _holds() -> bool:
+    return True
+
+
+def _confirm(holds: Callable[[], bool]) -> None:
+    """Go on only when the step compiled was the whole model's (waiting for its check)."""
+    if not holds():
+        raise _NotTheWholeStep
 
 
 def point_label(b: int, t: int, sp: bool) -> str:

@@ -9,7 +9,7 @@ import pytest
 from conftest import EXAMPLES, MODELS
 from test_cut_trace import _HEAD, _MODELS, _special
 
-from phaze_ir.frontend import import_graph, load_model_file, trace_model, trace_step
+from phaze_ir.frontend import import_graph, load_model_file, trace_model, trace_step, trace_step_checked_later
 from phaze_ir.frontend.deepen import CUT, DEEPEN_FROM, deepen
 
 #: A small GPT-2 (the examples' GPT-2 XL and GPT-3 175B class) for ``_HEAD``.
@@ -81,3 +81,74 @@ def test_deepen_refuses_a_step_not_cut_to_five_blocks():
         deepen(trace_model(spec, 1, max_blocks=3), 8)
     with pytest.raises(ValueError, match="cut to 5 blocks"):
         deepen(trace_model(spec, 1), 8)
+
+
+#: In a new process (whose autograd has not run: a child forked after it has cannot run it),
+#: the step of the model file argv[1] traced with its check beside it: prints whether the check
+#: held, the blocks this process traced itself, and the step's IR.
+_BESIDE = """
+import sys
+import phaze_ir.frontend.trace as tr
+from phaze_ir.frontend import import_graph, load_model_file, trace_step_checked_later
+calls = []
+real = tr.trace_model
+tr.trace_model = lambda *a, **kw: calls.append(kw.get("max_blocks")) or real(*a, **kw)
+step, holds = trace_step_checked_later(load_model_file(sys.argv[1]), 2)
+print(holds(), calls, step.deepened_from)
+print(import_graph(step))
+"""
+
+
+def _beside(model: str) -> tuple[str, str]:
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = subprocess.run(
+        [sys.executable, "-c", _BESIDE, model], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    said, _, ir = out.partition("\n")
+    return said, ir
+
+
+@pytest.mark.parametrize("special", [-1, 5])
+def test_the_check_runs_beside_in_a_child(tmp_path, special):
+    """In a process new to autograd the check trace runs in a forked child: this process traces
+    only the cut, and the child's answer decides; a model it refutes (something after block
+    5 only) says so, and its step is the deepened one, for the caller to trace again."""
+    path = _special(tmp_path, f"apart{special}", "8", special, blocks=DEEPEN_FROM)
+    said, ir = _beside(path)
+    assert said == f"{special == -1} [{CUT}] {CUT}"
+    whole = _ir(trace_model(load_model_file(path), 2))
+    assert (ir.strip() == whole.strip()) == (special == -1)
+
+
+def test_a_check_no_child_can_run_is_traced_here(tmp_path, monkeypatch):
+    """After autograd ran in this process (every trace runs it) a forked child cannot trace;
+    the check is traced here instead, with the same answers."""
+    import phaze_ir.frontend.trace as tr
+
+    trace_model(load_model_file(str(MODELS / "tiny_gpt2.py")), 1)  # autograd has run here
+    calls: list = []
+    real = tr.trace_model
+    monkeypatch.setattr(tr, "trace_model", lambda *a, **kw: calls.append(kw.get("max_blocks")) or real(*a, **kw))
+    for special, holds_then in ((-1, True), (5, False)):
+        spec = load_model_file(_special(tmp_path, f"apart{special}", "8", special, blocks=DEEPEN_FROM))
+        calls.clear()
+        step, holds = trace_step_checked_later(spec, 2)
+        assert holds() is holds_then and calls == [CUT, CUT + 1] and step.deepened_from == CUT
+
+
+def test_compile_model_starts_again_when_the_check_refutes(tmp_path):
+    """The driver compiles a deepened step while its check runs, and keeps the result only
+    when the check agrees: a refuted step is compiled again from the whole trace, and says so."""
+    from phaze import driver
+    from phaze_ir.ir import print_module
+
+    path = _special(tmp_path, "apart5", "8", 5, blocks=DEEPEN_FROM)
+    said: list[str] = []
+    module, _ = driver.compile_model(path, driver.Options(emit="training", micro_batches=(2,)), said.append)
+    assert any("compiling again from a whole trace" in m for m in said)
+    whole = driver.compile_module(trace_model(load_model_file(path), 2), "training", 1, driver.Options(emit="training"))
+    assert print_module(module) == print_module(whole)

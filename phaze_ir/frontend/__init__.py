@@ -1,8 +1,17 @@
 """The frontend: a ``MODEL.py`` file -> a traced torch.fx graph -> the ``phaze`` dialect."""
 
-from phaze_ir.frontend.deepen import trace_step
+from phaze_ir.frontend.deepen import trace_step, trace_step_checked_later
 from phaze_ir.frontend.importer import UnknownOpError, import_graph
 from phaze_ir.frontend.loader import ModelSpec, load_model_file
 from phaze_ir.frontend.trace import TracedGraph, trace_model
 
-__all__ = ["ModelSpec", "load_model_file", "TracedGraph", "trace_model", "trace_step", "import_graph", "UnknownOpError"]
+__all__ = [
+    "ModelSpec",
+    "load_model_file",
+    "TracedGraph",
+    "trace_model",
+    "trace_step",
+    "trace_step_checked_later",
+    "import_graph",
+    "UnknownOpError",
+]

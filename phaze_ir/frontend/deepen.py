@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import copy
 import operator
+import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -405,23 +407,135 @@ def trace_step(
     :func:`deepen`\\ ed to ``CUT + 1`` blocks is what the second traced (:func:`importer_view`),
     it is deepened to all of them; otherwise the model is traced whole (its result says which:
     ``deepened_from``)."""
+    step, holds = _deepened(spec, micro_batch_size, seq_len, training, dtype, background=False)
+    if holds():
+        return step
+    return _traced(spec, micro_batch_size, seq_len, training, dtype, None)
+
+
+def trace_step_checked_later(
+    spec: Any, micro_batch_size: int = 1, seq_len: int | None = None, training: bool = True, dtype: str = "float16"
+) -> tuple[TracedGraph, Callable[[], bool]]:
+    """:func:`trace_step` without waiting for its check: the step, deepened when the model's
+    blocks allow it, and a call that says (waiting for it) whether the check trace of
+    ``CUT + 1`` blocks agreed.  The check runs meanwhile in a forked child process (see
+    :class:`_CheckTrace` for when it cannot; it is then traced when asked), so a compilation
+    that goes on importing and compiling the step hides it: it is a third of a deepened trace's
+    time.  When the call says False the step is not the whole model's, and the caller asks
+    :func:`trace_step` (which will trace the model whole)."""
+    return _deepened(spec, micro_batch_size, seq_len, training, dtype, background=True)
+
+
+def _traced(
+    spec: Any, micro_batch_size: int, seq_len: int | None, training: bool, dtype: str, max_blocks: int | None
+) -> TracedGraph:
     from phaze_ir.frontend.trace import trace_model
 
-    def traced(max_blocks: int | None) -> TracedGraph:
-        return trace_model(spec, micro_batch_size, seq_len, training=training, dtype=dtype, max_blocks=max_blocks)
+    return trace_model(spec, micro_batch_size, seq_len, training=training, dtype=dtype, max_blocks=max_blocks)
 
+
+def _holds() -> bool:
+    return True
+
+
+def _deepened(
+    spec: Any, micro_batch_size: int, seq_len: int | None, training: bool, dtype: str, background: bool
+) -> tuple[TracedGraph, Callable[[], bool]]:
+    """The step, cut to ``CUT`` blocks and deepened when the model has enough of them (else
+    traced whole), and whether it holds: False only when the check trace disagreed with the
+    deepened step (see :func:`trace_step_checked_later`)."""
     start = time.perf_counter()
-    cut = traced(CUT)
+    check = _CheckTrace(lambda: _traced(spec, micro_batch_size, seq_len, training, dtype, CUT + 1))
+    if background:
+        # Before the cut trace: a child forked after its parent ran autograd cannot run it.
+        check.start_beside()
+    cut = _traced(spec, micro_batch_size, seq_len, training, dtype, CUT)
     if cut.blocks is None:  # nothing to cut: this is the whole model
-        return cut
-    total = cut.blocks[1]
-    if total >= DEEPEN_FROM:
-        check = traced(CUT + 1)
-        try:
-            same = importer_view(deepen(cut, CUT + 1)) == importer_view(check)
-        except ValueError:
-            same = False
-        if same:
-            step = deepen(cut, total)
-            return replace(step, trace_seconds=time.perf_counter() - start, deepened_from=CUT)
-    return traced(None)
+        check.cancel()
+        return cut, _holds
+    if cut.blocks[1] < DEEPEN_FROM:
+        check.cancel()
+        return _traced(spec, micro_batch_size, seq_len, training, dtype, None), _holds
+    if not background:
+        check.view()  # traced before the deepening, as it always was
+    try:
+        expected = importer_view(deepen(cut, CUT + 1))
+    except ValueError:
+        check.cancel()
+        return _traced(spec, micro_batch_size, seq_len, training, dtype, None), _holds
+    step = replace(deepen(cut, cut.blocks[1]), trace_seconds=time.perf_counter() - start, deepened_from=CUT)
+    return step, lambda: check.view() == expected
+
+
+class _CheckTrace:
+    """The :func:`importer_view` of the check trace (``trace``), traced when :meth:`view` is
+    first asked, or traced meanwhile in a forked child process (:meth:`start_beside`) whose
+    answer :meth:`view` waits for.  When the child could not trace (autograd refuses to run in
+    a child forked after its parent ran it: a process that compiled before) or none was forked
+    (no fork on the platform, or other threads running), the view is traced here, as without a
+    child; so an error of the check trace is
+    raised here, as it always was."""
+
+    def __init__(self, trace: Callable[[], TracedGraph]):
+        self._trace = trace
+        self._view: list[Any] | None = None
+        self._answer: Any = None
+        self._child: Any = None
+
+    def start_beside(self) -> None:
+        import multiprocessing
+        import threading
+
+        # A forked child has only the forking thread: a lock another thread held (a search
+        # backend's client, a test runner's channel) stays held in it.  Then the check is
+        # traced here.
+        if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+            return
+        # fork: the child has the model and torch already (a spawned one would import them
+        # again, seconds), and needs nothing pickled but its answer.
+        context = multiprocessing.get_context("fork")
+        self._answer, sent = context.Pipe(duplex=False)
+        self._child = context.Process(target=_send_view, args=(self._trace, sent), daemon=True)
+        self._child.start()
+        sent.close()
+
+    def view(self) -> list[Any]:
+        if self._answer is not None:
+            try:
+                answer = self._answer.recv()
+            except (EOFError, OSError):
+                answer = None
+            self.cancel()
+            if answer is not None:
+                self._view = answer[0]
+        if self._view is None:
+            self._view = importer_view(self._trace())
+        return self._view
+
+    def cancel(self) -> None:
+        """Stop the child, if any (its answer is no longer needed, or was received)."""
+        if self._answer is not None:
+            self._answer.close()
+            self._answer = None
+        if self._child is not None:
+            self._child.terminate()
+            self._child.join()
+            self._child = None
+
+
+def _send_view(trace: Callable[[], TracedGraph], sent: Any) -> None:
+    """In the child: trace, and send ``(view,)``, or None when tracing failed (the parent then
+    traces it itself).  Silent: what tracing says (a library's warnings) the parent's own trace
+    says too; Ctrl-C is the parent's to handle."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    try:
+        answer: tuple[list[Any]] | None = (importer_view(trace()),)
+    except BaseException:  # the parent traces it again and says why
+        answer = None
+    sent.send(answer)
+    sent.close()
