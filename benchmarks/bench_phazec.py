@@ -15,7 +15,8 @@ compiled without a cache.
                                       [--devices 1024] [--global-batch 4096]
                                       [--placement expert:8,1,8 --micro-batch 1]
 
-Printed per in-process run: wall time and its split.  The sweep (``phaze/search/sweep.py``):
+Printed per in-process run (after the model file's first import, timed apart: torch and
+transformers, seconds that a process pays once): wall time and its split.  The sweep (``phaze/search/sweep.py``):
 ``settings`` (the model cut to 3 and 4 blocks traced, imported and sharded per micro-batch),
 ``points`` (every point's schedules and DP), ``winner`` (the best point traced and compiled
 through the pipeline).  One point (``driver.compile_model``): tracing, import, and the pipeline
@@ -131,6 +132,13 @@ def main() -> None:
         placement=args.placement,
         micro_batches=(args.micro_batch,),
     )
+    # The libraries the model file imports (torch, transformers) are imported first and timed
+    # apart: a process pays them once (a phazec process above, each time), then every model.
+    from phaze_ir.frontend import load_model_file
+
+    start = time.perf_counter()
+    load_model_file(args.model)
+    print(f"{'importing the model file':<24} {time.perf_counter() - start:7.1f} s  (torch and its libraries)")
     _run("fixed placement, cold", args.model, fixed)
     _run("fixed placement, warm", args.model, fixed)
     _run("phazec --hw sweep", args.model, sweep)

@@ -448,7 +448,7 @@ def _compile_model(
         if check_later:
             traced, holds = trace_step_checked_later(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
         else:
-            traced, holds = trace_step(spec, b, opts.seq_len, training=training, dtype=opts.dtype), _holds
+            traced, holds = trace_step(spec, b, opts.seq_len, training=training, dtype=opts.dtype), (lambda: True)
         seconds["trace"] += time.perf_counter() - start
         log(traced_line(traced))
         points = tp_points(opts, tp_widths)
@@ -496,10 +496,6 @@ def _compile_model(
                 fallback = fallback or module
         _confirm(holds)
     return chosen_point(best[1] if best is not None else None, fallback, candidates, opts)
-
-
-def _holds() -> bool:
-    return True
 
 
 def _confirm(holds: Callable[[], bool]) -> None:
