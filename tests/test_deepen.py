@@ -83,11 +83,16 @@ def test_deepen_refuses_a_step_not_cut_to_five_blocks():
         deepen(trace_model(spec, 1), 8)
 
 
-#: In a new process (whose autograd has not run: a child forked after it has cannot run it),
-#: the step of the model file argv[1] traced with its check beside it: prints whether the check
-#: held, the blocks this process traced itself, and the step's IR.
+#: In a new process (whose autograd has not run, unless argv[2] asks: a child forked after it
+#: has cannot run it), the step of the model file argv[1] traced with its check beside it:
+#: prints whether the check held, the blocks this process traced itself, and the step's IR.
 _BESIDE = """
 import sys
+import torch
+if sys.argv[2:] == ["after-autograd"]:  # a gradient this process traced, not through phaze
+    from torch.fx.experimental.proxy_tensor import make_fx
+    x = torch.ones(2, requires_grad=True)
+    make_fx(lambda x: torch.autograd.grad((x * x).sum(), [x]), tracing_mode="fake")(x)
 import phaze_ir.frontend.trace as tr
 from phaze_ir.frontend import import_graph, load_model_file, trace_step_checked_later
 calls = []
@@ -99,14 +104,14 @@ print(import_graph(step))
 """
 
 
-def _beside(model: str) -> tuple[str, str]:
+def _beside(model: str, *flags: str) -> tuple[str, str]:
     import subprocess
     import sys
 
     from conftest import ROOT
 
     out = subprocess.run(
-        [sys.executable, "-c", _BESIDE, model], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-c", _BESIDE, model, *flags], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
     said, _, ir = out.partition("\n")
     return said, ir
@@ -124,12 +129,29 @@ def test_the_check_runs_beside_in_a_child(tmp_path, special):
     assert (ir.strip() == whole.strip()) == (special == -1)
 
 
-def test_a_check_no_child_can_run_is_traced_here(tmp_path, monkeypatch):
-    """After autograd ran in this process (every trace runs it) a forked child cannot trace;
-    the check is traced here instead, with the same answers."""
+def test_a_child_that_cannot_trace_leaves_the_check_here(tmp_path):
+    """A child forked after this process ran autograd outside phaze's traces cannot trace (torch
+    refuses); the check is then traced here, with the same answers."""
+    for special in (-1, 5):
+        path = _special(tmp_path, f"apart{special}", "8", special, blocks=DEEPEN_FROM)
+        said, _ = _beside(path, "after-autograd")
+        assert said == f"{special == -1} [{CUT}, {CUT + 1}] {CUT}"
+
+
+def test_no_child_after_a_trace_here(tmp_path, monkeypatch):
+    """After a training step was traced in this process no child is forked (it could not run
+    autograd); the check is traced here, with the same answers."""
+    import threading
+
     import phaze_ir.frontend.trace as tr
+    from phaze_ir.frontend.deepen import _CheckTrace
 
     trace_model(load_model_file(str(MODELS / "tiny_gpt2.py")), 1)  # autograd has run here
+    assert tr.autograd_ran()
+    monkeypatch.setattr(threading, "active_count", lambda: 1)  # as if alone (a test runner has threads)
+    check = _CheckTrace(lambda: trace_model(load_model_file(str(MODELS / "tiny_gpt2.py")), 1))
+    check.start_beside()
+    assert check._child is None
     calls: list = []
     real = tr.trace_model
     monkeypatch.setattr(tr, "trace_model", lambda *a, **kw: calls.append(kw.get("max_blocks")) or real(*a, **kw))

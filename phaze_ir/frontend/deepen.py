@@ -470,10 +470,10 @@ def _deepened(
 class _CheckTrace:
     """The :func:`importer_view` of the check trace (``trace``), traced when :meth:`view` is
     first asked, or traced meanwhile in a forked child process (:meth:`start_beside`) whose
-    answer :meth:`view` waits for.  When the child could not trace (autograd refuses to run in
-    a child forked after its parent ran it: a process that compiled before) or none was forked
-    (no fork on the platform, or other threads running), the view is traced here, as without a
-    child; so an error of the check trace is
+    answer :meth:`view` waits for.  When none was forked (no fork on the platform, other
+    threads running, or this process traced a training step before: autograd refuses to run in
+    a child forked after its parent ran it) or the child could not trace, the view is traced
+    here, as without a child; so an error of the check trace is
     raised here, as it always was."""
 
     def __init__(self, trace: Callable[[], TracedGraph]):
@@ -486,10 +486,12 @@ class _CheckTrace:
         import multiprocessing
         import threading
 
+        from phaze_ir.frontend.trace import autograd_ran
+
         # A forked child has only the forking thread: a lock another thread held (a search
-        # backend's client, a test runner's channel) stays held in it.  Then the check is
-        # traced here.
-        if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+        # backend's client, a test runner's channel) stays held in it; and it cannot run
+        # autograd once this process has.  Then the check is traced here.
+        if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1 or autograd_ran():
             return
         # fork: the child has the model and torch already (a spawned one would import them
         # again, seconds), and needs nothing pickled but its answer.

@@ -295,6 +295,17 @@ def unflatten_step_inputs(
     return dict(zip(pnames, flat[:n_p])), dict(zip(bnames, flat[n_p : n_p + n_b])), call_args, call_kwargs
 
 
+#: Whether this process has run autograd (a training trace): torch refuses to run it in a child
+#: forked after that ("Unable to handle autograd's threading in combination with fork-based
+#: multiprocessing"), so ``deepen`` forks its check trace only before.
+_autograd_ran = False
+
+
+def autograd_ran() -> bool:
+    """Whether a training step was traced in this process (see ``_autograd_ran``)."""
+    return _autograd_ran
+
+
 def trace_model(
     spec: ModelSpec,
     micro_batch_size: int = 1,
@@ -403,6 +414,8 @@ def trace_model(
                 raise PhazeError(
                     f"{spec.path.name}: the loss does not depend on any parameter that requires a gradient"
                 )
+            global _autograd_ran
+            _autograd_ran = True
             fxt.current_meta["custom"] = {"phaze_phase": "bwd"}
             setup_stacktrace_preservation_hooks([loss.grad_fn])
             grads = torch.autograd.grad(loss, [p[n] for n in requires_grad], allow_unused=True)
