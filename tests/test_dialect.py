@@ -147,3 +147,23 @@ def test_enum_fields_take_only_their_words():
         parse_module(text)
     good = parse_module(text.replace("gpu", "tensor"))
     assert "unit = tensor, bound = hbm" in print_module(good)
+
+
+def test_equal_records_are_one_attribute_and_signed_zeros_two():
+    """RecordAttr.make gives equal values the same attribute, tells -0.0 from 0.0 (which print
+    apart), an int from a float, and still refuses what it refused before it kept any."""
+    from phaze_ir.attributes import SchedAttr
+
+    a = SchedAttr.make(start_s=0.0, end_s=1.5, cores=2)
+    assert SchedAttr.make(cores=2, start_s=0.0, end_s=1.5) == a
+    assert SchedAttr.make(start_s=0.0, end_s=1.5, cores=2) is a
+    negative = SchedAttr.make(start_s=-0.0, end_s=1.5, cores=2)
+    assert negative is not a and str(negative) != str(a) and "-0.0" in str(negative)
+    with pytest.raises(TypeError, match="bool"):
+        SchedAttr.make(start_s=0.0, end_s=1.5, cores=True)
+    with pytest.raises(TypeError, match="unsupported record field value"):
+        SchedAttr.make(start_s=0.0, end_s=1.5, cores=[2])
+    with pytest.raises(VerifyException):
+        SchedAttr.make(start_s=0.0, end_s=1.5, cores=2.0)
+    with pytest.raises(TypeError, match="missing fields"):
+        SchedAttr.make(start_s=0.0, end_s=1.5)
