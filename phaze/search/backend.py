@@ -116,18 +116,22 @@ def _init_worker() -> None:
 def _sigint_ignored() -> Iterator[None]:
     """Ignore SIGINT while worker processes start: they inherit an ignored SIGINT across exec and
     never see the terminal's Ctrl-C (a worker interrupted before its initializer ran would print
-    a traceback).  The parent keeps its own handler outside this block."""
+    a traceback).  The parent keeps its own handler outside this block, and a Ctrl-C that came
+    inside it is not lost: SIGINT is also blocked meanwhile (a blocked signal stays pending even
+    while ignored), so it reaches the parent's handler when the block ends."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 class Backend:
