@@ -26,6 +26,7 @@ from xdsl.ir import Attribute, ParametrizedAttribute, SpacedOpaqueSyntaxAttribut
 from xdsl.irdl import irdl_attr_definition
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
+from xdsl.utils.bitwise_casts import convert_f64_to_u64
 from xdsl.utils.str_enum import StrEnum
 
 FieldValue = int | float | str
@@ -215,11 +216,6 @@ MADE_RECORDS = 65_536
 _MADE: dict[tuple, RecordAttr] = {}
 
 
-def _float_bits(value: float) -> bytes:
-    """A float as its IEEE-754 bits: -0.0 and 0.0 are equal floats but print apart."""
-    return struct.pack(">d", value)
-
-
 class RecordAttr(ParametrizedAttribute):
     """Base of attributes that are a fixed list of named scalar fields.
 
@@ -238,9 +234,11 @@ class RecordAttr(ParametrizedAttribute):
         """Build the attribute from keyword values; every declared field is required.  Equal
         values give the same attribute (attributes are immutable): the records of an op repeat
         over a model's alike layers (GPT-3 175B's pipeline: 33,662 records, 1,022 distinct),
-        and building one verifies each of its fields."""
+        and building one verifies each of its fields.  A float is keyed by its bits, as xDSL
+        compares ``FloatData``: -0.0 and 0.0 are equal floats but print apart."""
         try:
-            key = (cls, *((k, type(v), _float_bits(v) if isinstance(v, float) else v) for k, v in values.items()))
+            bits = convert_f64_to_u64
+            key = (cls, *((k, type(v), bits(v) if isinstance(v, float) else v) for k, v in values.items()))
             made = _MADE.get(key)
         except TypeError:  # a value that cannot be a key cannot be a field either: say why
             return cls._build(values)
