@@ -69,6 +69,19 @@ def compile_plan(
     each micro-batch's settings are kept and looked up (:func:`prepared`; None: nowhere).
     ``templates``: where the best point is placed from its template when it was compiled
     before (:mod:`phaze.search.plan_template`: then the module is its placed skeleton)."""
+    with driver.few_collections():  # its cut traces allocate as a compilation does
+        return _compile_plan(model_path, opts, log, accelerator, seconds, stages, templates)
+
+
+def _compile_plan(
+    model_path: str,
+    opts: Options,
+    log,
+    accelerator,
+    seconds: dict[str, float] | None,
+    stages: StageCache | None,
+    templates: Templates | None,
+) -> tuple:
     if why_compiled_point_by_point(opts):
         return driver.compile_model(model_path, opts, log, accelerator, seconds)
     from passes.algorithms.placement import binding_message, fixed_tp_mismatch
