@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 from dataclasses import dataclass
+from functools import partial
 
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
@@ -16,6 +17,7 @@ from xdsl.utils.exceptions import MultipleSpansParseError, ParseError
 from xdsl.utils.lexer import Input, Span
 from xdsl.utils.mlir_lexer import MLIRTokenKind, StringLiteral
 
+from phaze_ir.attributes import RecordAttr
 from phaze_ir.dialect import Phaze
 from phaze_ir.errors import PhazeError
 
@@ -179,8 +181,10 @@ class _Printer(Printer):
     """xDSL's printer (pinned in pyproject.toml), faster where it prints most: a string literal
     goes to the stream in one piece (xDSL's ``print_bytes_literal`` prints it a character at a
     time: GPT-3 175B's plan, 2.5 million calls), and a piece without a newline is written to
-    the stream as is (xDSL's ``print_string`` goes through ``print()``).  GPT-3 175B's plan
-    prints in 2.9 s instead of 4.5 s; the same bytes (``tests/test_roundtrip.py``)."""
+    the stream as is (xDSL's ``print_string`` goes through ``print()``); attributes that repeat
+    are printed once per module and their text copied (:meth:`_once`), and an op's attribute
+    dictionary is joined into one piece where its entries are such.  GPT-3 175B's plan prints
+    in about 1.5 s instead of 4.5 s; the same bytes (``tests/test_roundtrip.py``)."""
 
     def print_string(self, text: str, *, indent: int | None = None) -> None:
         if "\n" in text or self.stream is None:
@@ -192,22 +196,65 @@ class _Printer(Printer):
     def print_bytes_literal(self, bytestring: bytes) -> None:
         self.print_string('"' + "".join([_ESCAPED[b] for b in bytestring]) + '"')
 
+    def _captured(self, print_it) -> str:
+        """What ``print_it()`` prints, as text instead of on the stream."""
+        stream, self.stream = self.stream, io.StringIO()
+        column = self._current_column
+        try:
+            print_it()
+            return self.stream.getvalue()
+        finally:
+            self.stream, self._current_column = stream, column
+
+    def _once(self, attribute: Attribute) -> str | None:
+        """``attribute``'s text, printed the first time it is met, when it is one printed once:
+        one of ``_PRINTED_ONCE`` (by value), or a phaze record (by identity: records are made
+        once per value, ``RecordAttr.make``, and xDSL hashes one field by field); else None."""
+        kind = type(attribute)
+        if kind in _PRINTED_ONCE:
+            key: object = attribute
+        elif issubclass(kind, RecordAttr):
+            key = id(attribute)  # (the attribute is kept beside its text: no other takes its id)
+        else:
+            return None
+        texts: dict[object, tuple[Attribute, str]] = self.__dict__.setdefault("_texts", {})
+        entry = texts.get(key)
+        if entry is None:
+            entry = texts[key] = (attribute, self._captured(partial(super().print_attribute, attribute)))
+        return entry[1]
+
     def print_attribute(self, attribute: Attribute) -> None:
-        if type(attribute) not in _PRINTED_ONCE:
-            super().print_attribute(attribute)
-            return
-        texts: dict[Attribute, str] = self.__dict__.setdefault("_texts", {})
-        text = texts.get(attribute)
+        text = self._once(attribute)
         if text is None:
-            stream, self.stream = self.stream, io.StringIO()
-            column = self._current_column
-            try:
-                super().print_attribute(attribute)
-                text = self.stream.getvalue()
-            finally:
-                self.stream, self._current_column = stream, column
-            texts[attribute] = text
-        self.print_string(text)
+            super().print_attribute(attribute)
+        else:
+            self.print_string(text)
+
+    def print_attr_dict(self, attr_dict) -> None:
+        # xDSL's prints each entry piece by piece (name, " = ", value, ", "): a plan's ops carry
+        # about ten entries each.  Here the names' and the repeated values' texts are joined
+        # and printed as one piece; another value is printed by print_attribute where it falls.
+        names: dict[str, str] = self.__dict__.setdefault("_names", {})
+        pieces = ["{"]
+        for i, (name, attribute) in enumerate(attr_dict.items()):
+            if i:
+                pieces.append(", ")
+            key = names.get(name)
+            if key is None:
+                key = names[name] = self._captured(partial(self.print_identifier_or_string_literal, name))
+            pieces.append(key)
+            if isinstance(attribute, builtin.UnitAttr):
+                continue
+            pieces.append(" = ")
+            text = self._once(attribute)
+            if text is None:
+                self.print_string("".join(pieces))
+                pieces = []
+                self.print_attribute(attribute)
+            else:
+                pieces.append(text)
+        pieces.append("}")
+        self.print_string("".join(pieces))
 
 
 def print_module(module: ModuleOp, generic: bool = False) -> str:

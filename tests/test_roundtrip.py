@@ -22,7 +22,21 @@ import pytest
 from conftest import EXAMPLES, run_tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from xdsl.dialects.builtin import ArrayAttr, FloatData, IntAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    FloatAttr,
+    FloatData,
+    IntAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    f16,
+    f64,
+    i64,
+)
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.dialects.utils import EnumAttribute
 from xdsl.ir import Block, Region
@@ -141,6 +155,46 @@ def test_string_literals_print_as_xdsls_printer_prints_them(strings):
         text = print_module(module, generic=generic)
         assert text == xdsl_printed(module, generic)
         assert [a.data for a in parse_module(text).attributes.values()] == strings
+
+
+def _xdsl_printed(module: ModuleOp, generic: bool) -> str:
+    from xdsl.printer import Printer
+
+    out = io.StringIO()
+    Printer(stream=out, print_generic_format=generic).print_op(module)
+    return out.getvalue() + "\n"
+
+
+@given(data=st.data())
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+def test_attribute_dictionaries_print_as_xdsls_printer_prints_them(data):
+    """phaze prints an attribute dictionary as one piece and copies the text of an attribute
+    it printed before (strings, integers, tensor types by value; records by identity): the
+    same bytes as xDSL's printer, whatever the names (quoted or bare), the values (unit, a
+    value printed piece by piece, a record repeated as the same object or as an equal other,
+    another record of its kind)
+    and their order, on ops and nested in arrays and dictionaries."""
+    cls = data.draw(st.sampled_from(RECORDS))
+    record, other = data.draw(records(cls)), data.draw(records(cls))
+    equal = cls(*record.parameters)  # equal, another object
+    pool = [
+        UnitAttr(),
+        StringAttr("fwd"),
+        StringAttr('a "b"\n'),
+        IntegerAttr(3, i64),
+        FloatAttr(0.5, f64),
+        TensorType(f16, [2, 3]),
+        record,
+        equal,
+        other,
+        ArrayAttr([record, equal, other, StringAttr("fwd")]),
+        DictionaryAttr({"a b": UnitAttr(), "c": record}),
+    ]
+    names = st.lists(st.text(min_size=1, max_size=6) | st.sampled_from(["phaze.layer", "a-b", "_x"]), unique=True)
+    ops = [ModuleOp([], attributes={n: data.draw(st.sampled_from(pool)) for n in data.draw(names)}) for _ in range(3)]
+    module = ModuleOp(ops, attributes={n: data.draw(st.sampled_from(pool)) for n in data.draw(names)})
+    for generic in (False, True):
+        assert print_module(module, generic=generic) == _xdsl_printed(module, generic)
 
 
 def test_every_byte_is_escaped_as_xdsl_escapes_it():
