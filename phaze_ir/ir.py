@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, TypeVar
 
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, TypeAttribute
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import MultipleSpansParseError, ParseError
@@ -119,11 +121,55 @@ def _message(error: ParseError) -> str:
     return msg
 
 
+#: Spellings a plan repeats by the ten thousand (an op's records, its tensor types, its layer
+#: and stage), read once per parse (``_Parser._read_once``): a record from ``#phaze.`` to its
+#: ``>`` (no bracket inside but in a string literal), a static tensor type, an ``i64`` integer
+#: (whole: not the start of a longer type's name).
+_READ_ONCE = re.compile(
+    r'#phaze\.[a-z_]+<(?:[^<>"]|"(?:[^"\\]|\\.)*")*>|tensor<(?:[0-9]+x)*[a-z][a-z0-9]*>|-?[0-9]+ : i64(?![\w$.])'
+)
+
+_Read = TypeVar("_Read")
+
+
 class _Parser(Parser):
     """xDSL's parser, reading back the strings phaze prints.  MLIR prints a string's non-ASCII
     bytes as escapes (``"\\C3\\BC"`` for ``ü``); xDSL 0.74 lexes a literal with such escapes as
     bytes, so a module path or model name with a non-ASCII letter would not parse back as the
-    string it was.  A literal whose bytes are UTF-8 is a string here, as it is in MLIR."""
+    string it was.  A literal whose bytes are UTF-8 is a string here, as it is in MLIR.
+
+    And faster on a plan: xDSL lexes every attribute and type token by token (GPT-3 175B's
+    11 MB plan: 28 s), while a plan spells the same few thousand of them over and over; the
+    second time a spelling is met, the attribute read the first time is given again."""
+
+    def parse_optional_attribute(self) -> Attribute | None:
+        return self._read_once(super().parse_optional_attribute)
+
+    def parse_optional_type(self) -> TypeAttribute | None:
+        return self._read_once(super().parse_optional_type)
+
+    def _read_once(self, read: Callable[[], _Read]) -> _Read:
+        """What ``read()`` reads at the current token, given again without reading when this
+        parser read the same spelling (one ``_READ_ONCE`` matches there) before."""
+        content = self.lexer.input.content
+        start = self._current_token.span.start
+        spelled = _READ_ONCE.match(content, start) if isinstance(content, str) else None
+        if spelled is None:
+            return read()
+        known: dict[tuple[object, str], Any] = self.__dict__.setdefault("_known", {})
+        key = (getattr(read, "__func__", read), spelled.group())  # an attribute's and a type's apart
+        value = known.get(key)
+        if value is not None:
+            self._resume_from(spelled.end())
+            return value
+        value = read()
+        # Kept when what was read is exactly the text matched: it ends where the match ends
+        # and only blanks are between it and the next token (a comment can hold a '>'), so the
+        # value is that text's (attributes and types read the same wherever they stand).
+        end, following = spelled.end(), self._current_token.span.start
+        if value is not None and following >= end and not content[end:following].strip():
+            known[key] = value
+        return value
 
     def parse_optional_str_literal(self) -> str | None:
         text = super().parse_optional_str_literal()

@@ -327,3 +327,32 @@ def test_print_module_from_prints_only_the_new_header():
     assert ir.print_module_from(other, module, "phaze.baselines") == print_module(module)
     module.sym_name = StringAttr("named")
     assert ir.print_module_from(text, module, "phaze.baselines") == print_module(module)
+
+
+def test_spellings_read_once_parse_as_xdsls_parser_reads_them():
+    """phaze's parser gives a record, a tensor type or an ``i64`` integer it read before again
+    when it meets the same spelling (``phaze_ir.ir._Parser._read_once``); what it reads must be
+    what xDSL's own parser reads, also where a comment inside a record holds a ``>`` and two
+    records begin alike up to it, where a string field holds brackets and quotes, and where
+    an integer's type goes on past ``i64``."""
+    from xdsl.parser import Parser
+
+    records = [
+        f"#phaze.latency<one_s = 1.0, // x > y\n split_s = {s}, unit = tensor, bound = hbm>"
+        for s in ("2.0", "3.0", "2.0")
+    ]
+    strings = [
+        f'#phaze.layer_info<index = {i}, kind = block, module = "a>b\\"<c", same_as = 1, '
+        + "param_bytes = 1, saved_bytes = 2, boundary_bytes = 3, grad_boundary_bytes = 4, fwd_flops = 5, "
+        + "bwd_flops = 6, opt_flops = 7, num_ops = 8, experts = 0, dispatch_bytes = 0>"
+        for i in (1, 2, 1)
+    ]
+    entries = [*records, *strings, "1 : i64", "1 : i64", "2 : i64", "-1 : i64", "1 : i640", "1 : i64"]
+    body = ",\n  ".join(f"a{i} = {e}" for i, e in enumerate(entries))
+    types = "(tensor<2x3xf16>, tensor<2x3xf16>, tensor<2x3xf32>, tensor<2x3xf16>) -> ()"
+    inner = f"builtin.module attributes {{a = tensor<2x3xf16>, t = {types}}} {{\n  }}"
+    text = f"builtin.module attributes {{{body}}} {{\n  {inner}\n}}\n"
+    ours = print_module(ir.parse_text(text))
+    theirs = print_module(Parser(ir.make_context(), text).parse_module())
+    assert ours == theirs
+    assert "split_s = 3.0" in ours and "index = 2" in ours and "1 : i640" in ours
