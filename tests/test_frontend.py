@@ -95,6 +95,17 @@ def test_tiny_gpt2_training_graph(tiny_gpt2_module):
     assert len(grads) == n_params
 
 
+def test_the_imported_step_verifies():
+    """The importer builds its ops without IRDL's check of each argument at construction
+    (``importer._op``): each op of every kind it builds so must still be what its
+    definition asks (operands, results, properties)."""
+    spec = load_model_file(MODELS / "tiny_gpt2.py")
+    module = import_graph(trace_model(spec, 2))
+    kinds = {type(o) for o in module.walk()}
+    assert {ph.ElementwiseOp, ph.LayoutOp, ph.ReductionOp, ph.SoftmaxOp, ph.NormOp, ph.EmbeddingOp} <= kinds
+    module.verify()
+
+
 def test_forward_only_import_has_no_backward():
     spec = load_model_file(MODELS / "tiny_gpt2.py")
     module = import_graph(trace_model(spec, 2, training=False))
@@ -140,6 +151,7 @@ def test_unknown_op_is_opaque_with_warning_and_strict_errors(tmp_path, capsys):
     assert any(re.search(pattern, str(w.message)) for w in caught)
     opaque = [o for o in module.walk() if isinstance(o, ph.OpaqueOp)]
     assert opaque and opaque[0].aten.data.startswith("aten.i0")
+    module.verify()
     with pytest.raises(PhazeError, match="unknown aten op aten.i0"):
         import_graph(traced, strict=True)
     # The plan sweep imports the model at every micro-batch size: phazec says it once.

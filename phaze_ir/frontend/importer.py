@@ -16,7 +16,8 @@ import operator
 import re
 import warnings
 from collections import Counter
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
@@ -47,6 +48,8 @@ from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.frontend import aten_map as amap
 from phaze_ir.frontend.trace import TracedGraph
 
+_Op = TypeVar("_Op", bound=Operation)
+
 # What MLIR allows in an SSA name (ASCII only: Python's \w would let `ü` through, which no MLIR
 # parser reads back).
 _NAME_OK = re.compile(r"[^A-Za-z0-9_$.-]")
@@ -71,6 +74,18 @@ def _element_type(dtype) -> Attribute:
     if dtype not in table:
         raise PhazeError(f"unsupported tensor dtype {dtype}")
     return table[dtype]
+
+
+def _op(
+    cls: type[_Op], operands: Sequence[SSAValue], result_types: Sequence[Attribute], properties: dict[str, Attribute]
+) -> _Op:
+    """``cls.build(...)`` of an op with at most one variadic operand list and one variadic
+    result list (so the flat lists are its segments), without IRDL's check of each argument
+    against the op's definition at construction: that check was half of the import (GPT-3
+    175B: 15,000 ops).  What it checks, the module's verification checks after the pipeline,
+    as it does every compilation's (``tests/test_frontend.py`` verifies what the import
+    builds)."""
+    return cls.create(operands=operands, result_types=result_types, properties=properties)
 
 
 def _tensor_type(val) -> TensorType:
@@ -206,22 +221,27 @@ class _Importer:
             return ph.MatmulOp(ins[0], ins[1], rtypes[0])
         if packet in amap.SOFTMAX:
             dim = args[2] if packet.endswith("_backward_data") else args[1]
-            return ph.SoftmaxOp.build(
-                operands=[ins],
+            return _op(
+                ph.SoftmaxOp,
+                operands=ins,
                 result_types=rtypes[:1],
                 properties={"kind": kind(amap.SOFTMAX[packet]), "dim": IntegerAttr(int(dim), i64)},
             )
         if packet in amap.NORM:
             shape_arg = args[2] if packet.endswith("_backward") else (args[1] if len(args) > 1 else [])
             rank = len(shape_arg) if isinstance(shape_arg, (list, tuple)) else 1
-            return ph.NormOp.build(
-                operands=[ins],
-                result_types=[rtypes],
+            return _op(
+                ph.NormOp,
+                operands=ins,
+                result_types=rtypes,
                 properties={"kind": kind(amap.NORM[packet]), "normalized_rank": IntegerAttr(rank, i64)},
             )
         if packet in amap.EMBEDDING:
-            return ph.EmbeddingOp.build(
-                operands=[ins[:2]], result_types=rtypes[:1], properties={"kind": kind(amap.EMBEDDING[packet])}
+            return _op(
+                ph.EmbeddingOp,
+                operands=ins[:2],
+                result_types=rtypes[:1],
+                properties={"kind": kind(amap.EMBEDDING[packet])},
             )
         if packet in amap.REDUCTION:
             dims: list[int] = []
@@ -231,9 +251,10 @@ class _Importer:
                     dims = [d]
                 elif isinstance(d, (list, tuple)) and all(isinstance(x, int) for x in d):
                     dims = list(d)
-            return ph.ReductionOp.build(
-                operands=[ins[:1] if packet != "nll_loss_forward" else ins],
-                result_types=[rtypes],
+            return _op(
+                ph.ReductionOp,
+                operands=ins[:1] if packet != "nll_loss_forward" else ins,
+                result_types=rtypes,
                 properties={
                     "kind": kind(amap.REDUCTION[packet]),
                     "aten": aten,
@@ -242,11 +263,15 @@ class _Importer:
             )
         if packet in amap.DROPOUT:
             # native_dropout(x) -> (y, mask): a random mask, then the masked scaling.
-            mask = ph.ElementwiseOp.build(
-                operands=[ins[:1]], result_types=[rtypes[1]], properties={"kind": kind("random"), "aten": aten}
+            mask = _op(
+                ph.ElementwiseOp,
+                operands=ins[:1],
+                result_types=[rtypes[1]],
+                properties={"kind": kind("random"), "aten": aten},
             )
-            out = ph.ElementwiseOp.build(
-                operands=[[ins[0], mask.results[0]]],
+            out = _op(
+                ph.ElementwiseOp,
+                operands=[ins[0], mask.results[0]],
                 result_types=[rtypes[0]],
                 properties={"kind": kind("dropout"), "aten": aten},
             )
@@ -266,9 +291,10 @@ class _Importer:
         if packet in amap.CONVOLUTION_BACKWARD:
             return _convolution_backward(node, ins, rtypes, aten.data)
         if packet in amap.SELECTION:
-            return ph.ReductionOp.build(
-                operands=[ins[:1]],
-                result_types=[rtypes],
+            return _op(
+                ph.ReductionOp,
+                operands=ins[:1],
+                result_types=rtypes,
                 properties={
                     "kind": kind(amap.SELECTION[packet]),
                     "aten": aten,
@@ -276,12 +302,18 @@ class _Importer:
                 },
             )
         if packet in amap.ELEMENTWISE and len(rtypes) == 1:
-            return ph.ElementwiseOp.build(
-                operands=[ins], result_types=rtypes, properties={"kind": kind(amap.ELEMENTWISE[packet]), "aten": aten}
+            return _op(
+                ph.ElementwiseOp,
+                operands=ins,
+                result_types=rtypes,
+                properties={"kind": kind(amap.ELEMENTWISE[packet]), "aten": aten},
             )
         if packet in amap.LAYOUT:
-            return ph.LayoutOp.build(
-                operands=[ins], result_types=[rtypes], properties={"kind": kind(amap.LAYOUT[packet]), "aten": aten}
+            return _op(
+                ph.LayoutOp,
+                operands=ins,
+                result_types=rtypes,
+                properties={"kind": kind(amap.LAYOUT[packet]), "aten": aten},
             )
         # No semantics known: keep the op, opaque, and say so.
         module, _ = self.provenance(node)
@@ -296,7 +328,7 @@ class _Importer:
         before = self.unknown_flops.get(aten.data, 0)
         self.unknown_flops[aten.data] = None if flops is None or before is None else before + flops
         self.unknown_bytes[aten.data] += _node_bytes(node)
-        return ph.OpaqueOp.build(operands=[ins], result_types=[rtypes], properties={"aten": aten})
+        return _op(ph.OpaqueOp, operands=ins, result_types=rtypes, properties={"aten": aten})
 
     # -- driver ------------------------------------------------------------------------------
     def run(self) -> ModuleOp:
