@@ -9,7 +9,7 @@ the sweep's settings are read from it, and a point compiled before (the fixed pl
 sweep's best when the same point wins) is placed from its template
 (``phaze/search/plan_template.py``) instead of compiled.  The fixed placement is asked a fourth
 time, on twice the devices with twice its data parallelism, and that plan is compared with one
-compiled without a cache.
+compiled without a cache; its first plan is read back by ``phaze-opt`` and printed again.
 
     python benchmarks/bench_phazec.py [--model examples/gpt3_175b.py] [--hw a100]
                                       [--devices 1024] [--global-batch 4096]
@@ -118,6 +118,15 @@ def main() -> None:
                 print(
                     f"phazec process, {label}, warm cache, expert:{pp},{2 * dp},{tp} on 2x the devices: "
                     f"{wall:7.1f} s (peak {peak:.2f} GiB, the bytes compiled without a cache: {same})"
+                )
+                # The plan read back and printed again: what a user's own passes start from.
+                back = Path(tmp, "read-back.mlir")
+                wall, peak = _process([sys.executable, "-m", "phaze.tools.phaze_opt", str(plans[0]), "-o", str(back)])
+                same = back.read_bytes() == plans[0].read_bytes()
+                size = plans[0].stat().st_size / 1e6
+                print(
+                    f"phaze-opt process, the {label}'s {size:.1f} MB plan: {wall:7.1f} s "
+                    f"(peak {peak:.2f} GiB, the same bytes: {same})"
                 )
     from passes.algorithms.schedule import ScheduleCache
     from phaze import driver
