@@ -118,7 +118,10 @@ def _sigint_ignored() -> Iterator[None]:
     never see the terminal's Ctrl-C (a worker interrupted before its initializer ran would print
     a traceback).  The parent keeps its own handler outside this block, and a Ctrl-C that came
     inside it is not lost: SIGINT is also blocked meanwhile (a blocked signal stays pending even
-    while ignored), so it reaches the parent's handler when the block ends."""
+    while ignored), so it reaches the parent's handler when the block ends.  The mask is this
+    thread's: the pool's threads, started inside the block, inherit it; a thread started before
+    it with SIGINT unblocked (``phazec`` starts none; torch's tracing leaves none) could take a
+    Ctrl-C meanwhile and drop it."""
     import signal
     import threading
 
