@@ -120,8 +120,8 @@ def _sigint_ignored() -> Iterator[None]:
     inside it is not lost: SIGINT is also blocked meanwhile (a blocked signal stays pending even
     while ignored), so it reaches the parent's handler when the block ends.  The mask is this
     thread's: the pool's threads, started inside the block, inherit it; a thread started before
-    it with SIGINT unblocked (``phazec`` starts none; torch's tracing leaves none) could take a
-    Ctrl-C meanwhile and drop it."""
+    it with SIGINT unblocked could take a Ctrl-C meanwhile and drop it (torch's native threads,
+    once a model was traced in this process: a second Ctrl-C then stops the search)."""
     import signal
     import threading
 
