@@ -296,7 +296,7 @@ class _Printer(Printer):
             if text is None:
                 self.print_string("".join(pieces))
                 pieces = []
-                self.print_attribute(attribute)
+                super().print_attribute(attribute)  # (not printed once: no need to ask again)
             else:
                 pieces.append(text)
         pieces.append("}")

@@ -138,31 +138,25 @@ def test_record_round_trips(cls, data):
     assert print_module(parse_module(print_module(module, generic=True))) == print_module(module)
 
 
-@given(st.lists(st.text(alphabet=st.characters(codec="utf-8"), max_size=40), min_size=1, max_size=4))
-@settings(max_examples=50, deadline=None, derandomize=True)
-def test_string_literals_print_as_xdsls_printer_prints_them(strings):
-    """phaze prints a string literal in one piece (``phaze_ir.ir._Printer``); xDSL's printer a
-    character at a time: the same bytes, in both forms, and they read back."""
-    from xdsl.printer import Printer
-
-    def xdsl_printed(module: ModuleOp, generic: bool) -> str:
-        out = io.StringIO()
-        Printer(stream=out, print_generic_format=generic).print_op(module)
-        return out.getvalue() + "\n"
-
-    module = ModuleOp([], attributes={f"s{i}": StringAttr(t) for i, t in enumerate(strings)})
-    for generic in (False, True):
-        text = print_module(module, generic=generic)
-        assert text == xdsl_printed(module, generic)
-        assert [a.data for a in parse_module(text).attributes.values()] == strings
-
-
 def _xdsl_printed(module: ModuleOp, generic: bool) -> str:
+    """``module`` as xDSL's own printer prints it (phaze's ``print_module`` adds a newline)."""
     from xdsl.printer import Printer
 
     out = io.StringIO()
     Printer(stream=out, print_generic_format=generic).print_op(module)
     return out.getvalue() + "\n"
+
+
+@given(st.lists(st.text(alphabet=st.characters(codec="utf-8"), max_size=40), min_size=1, max_size=4))
+@settings(max_examples=50, deadline=None, derandomize=True)
+def test_string_literals_print_as_xdsls_printer_prints_them(strings):
+    """phaze prints a string literal in one piece (``phaze_ir.ir._Printer``); xDSL's printer a
+    character at a time: the same bytes, in both forms, and they read back."""
+    module = ModuleOp([], attributes={f"s{i}": StringAttr(t) for i, t in enumerate(strings)})
+    for generic in (False, True):
+        text = print_module(module, generic=generic)
+        assert text == _xdsl_printed(module, generic)
+        assert [a.data for a in parse_module(text).attributes.values()] == strings
 
 
 @given(data=st.data())
@@ -172,8 +166,7 @@ def test_attribute_dictionaries_print_as_xdsls_printer_prints_them(data):
     it printed before (strings, integers, tensor types by value; records by identity): the
     same bytes as xDSL's printer, whatever the names (quoted or bare), the values (unit, a
     value printed piece by piece, a record repeated as the same object or as an equal other,
-    another record of its kind)
-    and their order, on ops and nested in arrays and dictionaries."""
+    another record of its kind) and their order, on ops and nested in arrays and dictionaries."""
     cls = data.draw(st.sampled_from(RECORDS))
     record, other = data.draw(records(cls)), data.draw(records(cls))
     equal = cls(*record.parameters)  # equal, another object
