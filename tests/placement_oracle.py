@@ -2,7 +2,9 @@
 
 Enumerates every DP degree d, stage count p, contiguous split and recompute policy per stage,
 and prices each plan with the formulas of ``rust/phaze-dp`` (crate docs), written here
-independently and literally. Exponential: for instances of a handful of layers only.
+independently and literally: ``(m + p − 1) · max T + max E + max O``, O a stage's optimizer
+step (plain data parallelism: all of its layers' ``opt_s``). Exponential: for instances of a
+handful of layers only.
 
 Problems are the dicts that ``passes.algorithms._phaze_rs.solve_placement`` takes.
 """
@@ -74,6 +76,7 @@ class Priced:
     stage_times: list[float] = field(default_factory=list)
     stage_memory: list[int] = field(default_factory=list)
     stage_exposed: list[float] = field(default_factory=list)
+    stage_optimizer: list[float] = field(default_factory=list)
 
     @property
     def max_memory(self) -> int:
@@ -99,6 +102,7 @@ class Stages:
         self._time: dict = {}
         self._mem: dict = {}
         self._exp: dict = {}
+        self._opt: dict = {}
 
     def time(self, i: int, j: int, r: int) -> float:
         key = (i, j, r)
@@ -132,6 +136,14 @@ class Stages:
             self._exp[key] = max(0.0, ar - bwd) if self.pr["dp_overlap"] else ar
         return self._exp[key]
 
+    def optimizer(self, i: int, j: int) -> float:
+        """The stage's optimizer step after the flush: its layers' ``opt_s`` (0 when not given),
+        all of it on each device under plain data parallelism."""
+        key = (i, j)
+        if key not in self._opt:
+            self._opt[key] = sum(x.get("opt_s", 0.0) for x in self.layers[i : j + 1])
+        return self._opt[key]
+
 
 def splits(L: int, p: int):
     """Every contiguous split of L layers into p stages, as tuples of stage last layers."""
@@ -149,8 +161,9 @@ def plans(problem: dict, d: int, p: int, hbm: int | None = None):
             times = [st.time(i, j, r) for i, j, r in zip(firsts, ends, pols)]
             mems = [st.memory(i, j, r, k) for k, (i, j, r) in enumerate(zip(firsts, ends, pols))]
             exps = [st.exposed(i, j) for i, j in zip(firsts, ends)]
-            time = (st.m + p - 1) * max(times) + max(exps)
-            yield Priced(d, p, ends, pols, time, times, mems, exps), max(mems) <= hbm
+            opts = [st.optimizer(i, j) for i, j in zip(firsts, ends)]
+            time = (st.m + p - 1) * max(times) + max(exps) + max(opts)
+            yield Priced(d, p, ends, pols, time, times, mems, exps, opts), max(mems) <= hbm
 
 
 def allowed(problem: dict):
@@ -208,7 +221,8 @@ def _best_of_order(st: Stages, allowed_pols: tuple[int, ...], hbm: int) -> tuple
         max_t = functools.reduce(np.maximum.outer, t_rows)
         max_m = functools.reduce(np.maximum.outer, m_rows)
         max_e = max(st.exposed(i, j) for i, j in rows)
-        time = (st.m + p - 1) * max_t + max_e
+        max_o = max(st.optimizer(i, j) for i, j in rows)
+        time = (st.m + p - 1) * max_t + max_e + max_o
         lm = min(np.ravel(max_m))
         least = lm if least is None else min(least, lm)
         masked = np.where(max_m <= hbm, time, np.inf).astype(float)
@@ -278,5 +292,6 @@ def price_plan(problem: dict, plan: dict) -> Priced:
     times = [st.time(i, j, r) for i, j, r in zip(firsts, ends, pols)]
     mems = [st.memory(i, j, r, k) for k, (i, j, r) in enumerate(zip(firsts, ends, pols))]
     exps = [st.exposed(i, j) for i, j in zip(firsts, ends)]
-    time = (st.m + p - 1) * max(times) + max(exps)
-    return Priced(d, p, ends, pols, time, times, mems, exps)
+    opts = [st.optimizer(i, j) for i, j in zip(firsts, ends)]
+    time = (st.m + p - 1) * max(times) + max(exps) + max(opts)
+    return Priced(d, p, ends, pols, time, times, mems, exps, opts)

@@ -42,6 +42,7 @@ PLAN_KEYS = {
     "devices_used",
     "max_stage_time_s",
     "max_exposed_dp_s",
+    "max_optimizer_s",
     "max_memory_bytes",
     "stages",
 }
@@ -51,14 +52,17 @@ STAGE_KEYS = {
     "last_layer",
     "devices",
     "time_s",
+    "time_parts",
     "memory_bytes",
     "memory",
     "recompute",
     "in_flight",
     "dp_comm_s",
     "exposed_dp_s",
+    "optimizer_s",
 }
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "workspace")
+TIME_PARTS = ("compute_s", "recompute_s", "pp_comm_s", "zero_comm_s", "ep_comm_s")
 VIOLATION_KEYS = {"kind", "message", "needed_bytes", "dp", "pp"}
 
 
@@ -86,6 +90,9 @@ def make_problem(draw) -> dict:
     def t(scale: float) -> float:
         return 0.0 if zero() else draw.float(0.0, scale)
 
+    # The optimizer step: none, as much as a stage's time per micro-batch, or ten times it.
+    opt_scale = draw.choice([0.0, 3e-2, 3e-1])
+
     layers = []
     for _ in range(L):
         layers.append(
@@ -100,6 +107,7 @@ def make_problem(draw) -> dict:
                 "optimizer_bytes": draw.int(0, 4000),
                 "workspace_bytes": draw.int(0, 1000),
                 "boundary_bytes": draw.int(0, 1000),
+                "opt_s": t(opt_scale),
             }
         )
     N = draw.int(1, 64)
@@ -153,6 +161,8 @@ def check_plan(problem: dict, plan: dict) -> None:
         assert set(s) == STAGE_KEYS
         # the memory by part, as the DP counts it: the parts are the memory
         assert tuple(s["memory"]) == MEMORY_PARTS and sum(s["memory"].values()) == s["memory_bytes"]
+        # the time by part: they add up to the stage's time
+        assert tuple(s["time_parts"]) == TIME_PARTS and close(sum(s["time_parts"].values()), s["time_s"])
         assert s["first_layer"] <= s["last_layer"] and s["devices"] == t
     assert d * p * t == plan["devices_used"] <= problem["devices"]
     B, b = problem["global_batch"], problem["micro_batch"]
@@ -164,6 +174,8 @@ def check_plan(problem: dict, plan: dict) -> None:
     assert max(priced.stage_memory) <= problem["hbm_bytes"]
     assert all(close(x, s["time_s"]) for x, s in zip(priced.stage_times, stages))
     assert all(close(x, s["exposed_dp_s"]) for x, s in zip(priced.stage_exposed, stages))
+    assert all(close(x, s["optimizer_s"]) for x, s in zip(priced.stage_optimizer, stages))
+    assert close(max(priced.stage_optimizer), plan["max_optimizer_s"])
     assert close(priced.time, plan["time_per_batch_s"])
 
 

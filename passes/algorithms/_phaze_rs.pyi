@@ -26,6 +26,10 @@ class LayerDict(TypedDict):
     fwd_s: float
     bwd_s: float
     recompute_s: list[float]  # [none, selective, full]: extra time per micro-batch
+    # The optimizer step (default 0): once per batch after the flush, all of the layer's state
+    # on one device (ZeRO >= 1 divides it by d); of it, the experts' part (EP divides it by e).
+    opt_s: NotRequired[float]
+    expert_opt_s: NotRequired[float]
     saved_bytes: list[int]  # [none, selective, full]: activation bytes stashed per micro-batch
     param_bytes: int  # per device, after TP sharding
     grad_bytes: int
@@ -105,18 +109,27 @@ class MemoryDict(TypedDict):
     activations: int  # the stash at the schedule's peak
     workspace: int  # the largest layer's transient bytes
 
+class TimePartsDict(TypedDict):
+    compute_s: float  # sum of the layers' fwd_s + bwd_s (their TP collectives included)
+    recompute_s: float  # the policy's extra work
+    pp_comm_s: float  # the stage-boundary transfers
+    zero_comm_s: float  # ZeRO-2/3's per-micro-batch DP collectives not hidden
+    ep_comm_s: float  # EP's all-to-alls (a full recompute's again)
+
 class StageDict(TypedDict):
     rank: int  # the pipeline rank running it (index mod pp); the numbers below are the rank's
     first_layer: int
     last_layer: int  # inclusive
     devices: int  # t
     time_s: float  # T_k per micro-batch, including p2p
+    time_parts: TimePartsDict  # time_s by part (they add up to it but for rounding)
     memory_bytes: int  # per device
     memory: MemoryDict  # memory_bytes by part
     recompute: Policy
     in_flight: int  # micro-batches stashed under 1F1B: min(p - k, m); chunk units if interleaved
     dp_comm_s: float  # DP collectives per step before overlap (all-reduce or ZeRO's)
     exposed_dp_s: float  # E_k
+    optimizer_s: float  # O_k: the optimizer step after the flush (1/d of it under ZeRO >= 1)
 
 class PlanDict(TypedDict):
     dp: int
@@ -129,11 +142,12 @@ class PlanDict(TypedDict):
     micro_batch: int
     num_micro_batches: int  # m = B / (b * d)
     global_batch: int
-    time_per_batch_s: float  # (m + (p - 1) / v) * max T_k + max E_k
+    time_per_batch_s: float  # (m + (p - 1) / v) * max T_k + max E_k + max O_k
     throughput_samples_per_s: float  # B / time_per_batch_s
     devices_used: int  # d * p * t
     max_stage_time_s: float
     max_exposed_dp_s: float
+    max_optimizer_s: float
     max_memory_bytes: int
     stages: list[StageDict]
 

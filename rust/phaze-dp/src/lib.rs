@@ -39,9 +39,16 @@
 //!   min(p − k, m) micro-batches in flight);
 //! * DP all-reduce `AR_k` = ring all-reduce of `Σ_l grad_bytes` over d devices on the DP
 //!   level; exposed `E_k = AR_k`, or `max(0, AR_k − Σ_l bwd_s)` with `dp_overlap` (hidden
-//!   behind the stage's last backward).
+//!   behind the stage's last backward);
+//! * optimizer step `O_k = Σ_l opt_s`, once per batch after the flush; ZeRO >= 1 divides it
+//!   by d (each replica updates its 1/d of the state), and without ZeRO expert parallelism
+//!   divides the experts' part `Σ_l expert_opt_s` by e.
 //!
-//! **Objective.** `time per batch = (m + p − 1) · max_k T_k + max_k E_k`, minimized.
+//! **Objective.** `time per batch = (m + p − 1) · max_k T_k + max_k E_k + max_k O_k`,
+//! minimized: the pipeline with its bubble, then the gradients' collectives, then the
+//! optimizer step. The stages update apart but not before every stage's gradients are reduced
+//! (the global gradient norm and the mixed-precision overflow check of the step are
+//! all-reduces over every rank), hence the maximum of each rather than of their sum.
 //!
 //! **Recompute setting.** `recompute: None` (`"auto"`) lets each stage take any of the three
 //! policies; `Some(r)` (a user's `--recompute none|selective|full`) allows only r, in every
@@ -59,11 +66,12 @@
 //! Index stages from the end: a stage with s − 1 stages after it holds min(s, m) micro-batches,
 //! whatever p is, so one table over (first layer i of a suffix, stages s in it) serves every p
 //! for a given d. For a fixed stage range the fastest policy that fits memory is optimal (the
-//! policy changes only T_k; E_k does not depend on it), so there is no policy dimension. The
-//! objective couples max T and max E, so each table cell keeps the Pareto front of
-//! (max T, max E) over the suffix's splits; the front of a cell weakly dominates every split
-//! of its suffix, and the objective is monotone in both, so the optimum is exact. Cells whose
-//! lower bound (m + s − 1)·T + E exceeds the best objective found so far are dropped. One run
+//! policy changes only T_k; E_k and O_k do not depend on it), so there is no policy
+//! dimension. The objective couples max T, max E and max O, so each table cell keeps the
+//! Pareto front of (max T, max E, max O) over the suffix's splits; the front of a cell weakly
+//! dominates every split of its suffix, and the objective is monotone in all three, so the
+//! optimum is exact. Cells whose lower bound (m + s − 1)·T + E + O exceeds the best objective
+//! found so far are dropped. One run
 //! per d and per network class of p (the p that share a p2p level, a DP level and a DP ring
 //! bandwidth) costs
 //! O(p_max · L² · front); fronts stay tiny (at most 4 points on the GPT-3 benchmark, most cells
@@ -98,5 +106,7 @@ pub use model::{
     Algorithm, InputError, Layer, NetLevel, Problem, Protocol, RankOrder, Recompute, RingKey,
     Topology, Zero,
 };
-pub use plan::{Evaluation, MemoryParts, Plan, Solution, Stage, Violation, ViolationKind};
+pub use plan::{
+    Evaluation, MemoryParts, Plan, Solution, Stage, TimeParts, Violation, ViolationKind,
+};
 pub use search::{evaluate_fixed, evaluate_many, solve, solve_many};

@@ -183,6 +183,13 @@ pub struct Layer {
     pub bwd_s: f64,
     /// Extra time per micro-batch under each recompute policy (none, selective, full) (s).
     pub recompute_s: [f64; 3],
+    /// The layer's optimizer step (s): once per batch, after the pipeline flush, updating all
+    /// of the layer's state held by one device of its TP group (the scheduled makespan of its
+    /// optimizer ops). ZeRO >= 1 divides it over the d replicas (each updates its 1/d of the
+    /// state); expert parallelism divides its experts' part, `expert_opt_s`, over e.
+    pub opt_s: f64,
+    /// The part of `opt_s` that updates the experts' state (0 in a dense layer).
+    pub expert_opt_s: f64,
     /// Activation bytes stashed per micro-batch under each policy (none, selective, full).
     /// Usually non-increasing, which the search does not assume.
     pub saved_bytes: [u64; 3],
@@ -381,6 +388,14 @@ impl Problem {
         for (i, l) in self.layers.iter().enumerate() {
             check_time(&format!("layers[{i}].fwd_s"), l.fwd_s)?;
             check_time(&format!("layers[{i}].bwd_s"), l.bwd_s)?;
+            check_time(&format!("layers[{i}].opt_s"), l.opt_s)?;
+            check_time(&format!("layers[{i}].expert_opt_s"), l.expert_opt_s)?;
+            if l.expert_opt_s > l.opt_s {
+                return err(format!(
+                    "layers[{i}]: expert_opt_s ({}) must be part of opt_s ({})",
+                    l.expert_opt_s, l.opt_s
+                ));
+            }
             for (r, v) in l.recompute_s.iter().enumerate() {
                 check_time(&format!("layers[{i}].recompute_s[{r}]"), *v)?;
             }

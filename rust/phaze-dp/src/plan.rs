@@ -15,8 +15,11 @@ pub struct Stage {
     pub last_layer: usize,
     /// Devices of the stage (its TP group, t).
     pub devices: u64,
-    /// Stage time T_k per micro-batch (s): fwd + bwd + recompute + p2p.
+    /// Stage time T_k per micro-batch (s): fwd + bwd + recompute + p2p + the per-micro-batch
+    /// ZeRO and EP collectives.
     pub time_s: f64,
+    /// `time_s` by part (they add up to it, but for rounding).
+    pub time_parts: TimeParts,
     /// Peak bytes per device: weights + grads + optimizer + in_flight · stash + workspace.
     pub memory_bytes: u64,
     /// `memory_bytes` by part; `memory.total() == memory_bytes` (the DP computes the one from
@@ -33,6 +36,35 @@ pub struct Stage {
     /// What of the once-per-step DP collectives is exposed, E_k (s); per-micro-batch ones are
     /// in `time_s`.
     pub exposed_dp_s: f64,
+    /// The optimizer step O_k once per batch after the flush (s): the layers' `opt_s`, 1/d of
+    /// it from ZeRO-1 on (each replica updates its shard), the experts' part 1/e under EP.
+    pub optimizer_s: f64,
+}
+
+/// What a stage's (under interleaving: its rank's) time per micro-batch is made of, as the DP
+/// adds it up: [`TimeParts::total`] is its `time_s` but for the rounding of the sum's order.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TimeParts {
+    /// Σ (fwd_s + bwd_s) of its layers: their scheduled work, the TP collectives inside them
+    /// included.
+    pub compute_s: f64,
+    /// Σ recompute_s[policy]: the recompute's extra work.
+    pub recompute_s: f64,
+    /// The stage-boundary transfers: activations in and out, their gradients back.
+    pub pp_comm_s: f64,
+    /// ZeRO-2/3's per-micro-batch DP collectives, what of them is not hidden.
+    pub zero_comm_s: f64,
+    /// EP's all-to-alls: dispatch and combine in forward and backward, and again in a full
+    /// recompute's forward.
+    pub ep_comm_s: f64,
+}
+
+impl TimeParts {
+    /// The parts' sum.
+    #[inline]
+    pub fn total(&self) -> f64 {
+        self.compute_s + self.recompute_s + self.pp_comm_s + self.zero_comm_s + self.ep_comm_s
+    }
 }
 
 /// What a stage's (under interleaving: its rank's) bytes per device are made of, as the DP
@@ -93,7 +125,8 @@ pub struct Plan {
     pub num_micro_batches: u64,
     /// Global batch B.
     pub global_batch: u64,
-    /// (m + (p − 1)/v) · max_k T_k + max_k E_k (s).
+    /// (m + (p − 1)/v) · max_k T_k + max_k E_k + max_k O_k (s): the pipeline (its bubble
+    /// included), then the exposed once-per-step DP collectives, then the optimizer step.
     pub time_per_batch_s: f64,
     /// B / time_per_batch_s (samples/s; infinite when the time is 0).
     pub throughput_samples_per_s: f64,
@@ -103,6 +136,8 @@ pub struct Plan {
     pub max_stage_time_s: f64,
     /// max_k E_k (s).
     pub max_exposed_dp_s: f64,
+    /// max_k O_k (s).
+    pub max_optimizer_s: f64,
     /// max_k memory (bytes per device).
     pub max_memory_bytes: u64,
     /// The stages, first to last.

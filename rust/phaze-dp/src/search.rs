@@ -8,7 +8,9 @@
 //! * Memory is integer bytes (saturating), so feasibility never depends on rounding.
 
 use crate::model::{Layer, Problem, RankOrder, Recompute, RingKey, Zero};
-use crate::plan::{Evaluation, MemoryParts, Plan, Solution, Stage, Violation, ViolationKind};
+use crate::plan::{
+    Evaluation, MemoryParts, Plan, Solution, Stage, TimeParts, Violation, ViolationKind,
+};
 
 /// Objectives within this relative distance of the optimum count as ties (they differ only
 /// by the rounding of sums taken in different orders); ties are broken as documented.
@@ -16,6 +18,15 @@ pub(crate) const TIE_REL: f64 = 1e-12;
 
 fn tie_bound(best: f64) -> f64 {
     best + best.abs() * TIE_REL
+}
+
+/// The time per batch of a schedule factor (m + p − 1, or m + (p − 1)/v), the largest stage
+/// time per micro-batch, the largest exposed once-per-step DP collectives and the largest
+/// optimizer step: `factor · t + e + o`, summed in this order everywhere (the DP, the
+/// reconstruction and the plan), so they compare the same floats.
+#[inline]
+fn objective(factor: f64, t: f64, e: f64, o: f64) -> f64 {
+    factor * t + e + o
 }
 
 /// Running sums over a contiguous range of layers (a candidate stage).
@@ -29,6 +40,9 @@ struct RangeSums {
     recompute_s: [f64; 3],
     /// Σ bwd_s (what a DP all-reduce can hide behind).
     bwd_s: f64,
+    /// Σ opt_s, and of it Σ expert_opt_s (what expert parallelism divides).
+    opt_s: f64,
+    expert_opt_s: f64,
     /// Σ param_bytes.
     param_bytes: u64,
     /// max param_bytes (ZeRO-3 holds two layers' full parameters at once).
@@ -61,6 +75,8 @@ impl RangeSums {
             self.saved_bytes[r] = self.saved_bytes[r].saturating_add(l.saved_bytes[r]);
         }
         self.bwd_s += l.bwd_s;
+        self.opt_s += l.opt_s;
+        self.expert_opt_s += l.expert_opt_s;
         self.param_bytes = self.param_bytes.saturating_add(l.param_bytes);
         self.max_param_bytes = self.max_param_bytes.max(l.param_bytes);
         self.optimizer_bytes = self.optimizer_bytes.saturating_add(l.optimizer_bytes);
@@ -366,14 +382,20 @@ impl<'p, 'a> Ctx<'p, 'a> {
         }
     }
 
-    /// The collectives every micro-batch pays in the stage: ZeRO-2's gradient reduce-scatter,
-    /// behind the backward; ZeRO-3's parameter all-gather behind the forward, again with the
-    /// reduce-scatter behind the backward (none for ZeRO 0 and 1); and under EP the MoE
-    /// layers' dispatch and combine all-to-alls, two in forward and two in backward, which
-    /// nothing hides (the expert GEMMs wait for them).
+    /// The collectives every micro-batch pays in the stage: ZeRO's ([`Ctx::zero_mb`]) and
+    /// under EP the MoE layers' dispatch and combine all-to-alls, two in forward and two in
+    /// backward, which nothing hides (the expert GEMMs wait for them).
     #[inline]
     fn mb_comm(&self, a: &RangeSums) -> f64 {
-        let zero = match self.zero {
+        self.zero_mb(a) + 4.0 * self.all_to_all(a)
+    }
+
+    /// ZeRO's per-micro-batch collectives, what of them is not hidden: ZeRO-2's gradient
+    /// reduce-scatter, behind the backward; ZeRO-3's parameter all-gather behind the forward,
+    /// again with the reduce-scatter behind the backward (none for ZeRO 0 and 1).
+    #[inline]
+    fn zero_mb(&self, a: &RangeSums) -> f64 {
+        match self.zero {
             Zero::Off | Zero::Optimizer => 0.0,
             Zero::Gradients => self.unhidden(self.grads_half_ring(a), a.bwd_s),
             Zero::Parameters => {
@@ -381,8 +403,37 @@ impl<'p, 'a> Ctx<'p, 'a> {
                 let rs = self.grads_half_ring(a);
                 self.unhidden(ag, a.fwd_s) + self.unhidden(ag + rs, a.bwd_s)
             }
-        };
-        zero + 4.0 * self.all_to_all(a)
+        }
+    }
+
+    /// A stage's (or an interleaved rank's) time per micro-batch under policy r by part, with
+    /// `p2p_s` its boundary transfers: they add up to its time ([`Ctx::stage_time`],
+    /// [`Rank::time`]) but for rounding. EP's all-to-alls are their own part, those a full
+    /// recompute's second forward pays included.
+    fn time_parts(&self, a: &RangeSums, r: usize, p2p_s: f64) -> TimeParts {
+        let a2a = self.all_to_all(a);
+        TimeParts {
+            compute_s: a.compute_s,
+            recompute_s: a.recompute_s[r],
+            pp_comm_s: p2p_s,
+            zero_comm_s: self.zero_mb(a),
+            ep_comm_s: 4.0 * a2a + if r == 2 { 2.0 * a2a } else { 0.0 },
+        }
+    }
+
+    /// O_k: the stage's optimizer step, once per batch after the flush, on one device: its
+    /// layers' `opt_s`; from ZeRO-1 on each of the d replicas updates 1/d of the state
+    /// (experts' included: 1/e of them over the d/e replicas that hold them is 1/d too);
+    /// without ZeRO, EP leaves each device 1/e of the experts' update.
+    #[inline]
+    fn optimizer(&self, a: &RangeSums) -> f64 {
+        if self.zero >= Zero::Optimizer {
+            a.opt_s / self.d as f64
+        } else if self.e > 1 {
+            (a.opt_s - a.expert_opt_s).max(0.0) + a.expert_opt_s / self.e as f64
+        } else {
+            a.opt_s
+        }
     }
 
     #[inline]
@@ -434,14 +485,17 @@ impl<'p, 'a> Ctx<'p, 'a> {
     }
 }
 
-/// Pareto fronts F[s][i] of (max T, max E) over suffixes that start at layer i and are cut
-/// into s stages, in one arena. Buffers are reused between DP runs.
+/// A point of a front: (max T, max E, max O) of a suffix's stages.
+type Point = (f64, f64, f64);
+
+/// Pareto fronts F[s][i] of (max T, max E, max O) over suffixes that start at layer i and are
+/// cut into s stages, in one arena. Buffers are reused between DP runs.
 #[derive(Default)]
 struct SuffixFronts {
     n: usize,
     idx: Vec<(u32, u32)>,
-    arena: Vec<(f64, f64)>,
-    scratch: Vec<Vec<(f64, f64)>>,
+    arena: Vec<Point>,
+    scratch: Vec<Vec<Point>>,
 }
 
 impl SuffixFronts {
@@ -455,23 +509,26 @@ impl SuffixFronts {
         }
     }
 
-    fn front(&self, s: usize, i: usize) -> &[(f64, f64)] {
+    fn front(&self, s: usize, i: usize) -> &[Point] {
         let (start, len) = self.idx[s * self.n + i];
         &self.arena[start as usize..(start + len) as usize]
     }
 }
 
-/// Adds (t, e) to a Pareto front (minimizing both), unless a member weakly dominates it.
+/// Adds (t, e, o) to a Pareto front (minimizing all three), unless a member weakly dominates it.
 #[inline]
-fn insert(front: &mut Vec<(f64, f64)>, t: f64, e: f64) {
-    if front.iter().any(|&(ft, fe)| ft <= t && fe <= e) {
+fn insert(front: &mut Vec<Point>, (t, e, o): Point) {
+    if front
+        .iter()
+        .any(|&(ft, fe, fo)| ft <= t && fe <= e && fo <= o)
+    {
         return;
     }
-    front.retain(|&(ft, fe)| !(t <= ft && e <= fe));
-    front.push((t, e));
+    front.retain(|&(ft, fe, fo)| !(t <= ft && e <= fe && o <= fo));
+    front.push((t, e, o));
 }
 
-/// Fills F[s][i] for s = 1..=s_max. Entries whose lower bound (m + s − 1)·T + E exceeds
+/// Fills F[s][i] for s = 1..=s_max. Entries whose lower bound (m + s − 1)·T + E + O exceeds
 /// `bound` are dropped: every completion to p ≥ s stages costs at least that much.
 fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, fronts: &mut SuffixFronts) {
     let prep = ctx.prep;
@@ -491,8 +548,9 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, fronts: &mut SuffixFronts) {
         if let Some(r) = ctx.fastest_fit(&a, 1) {
             let t = ctx.stage_time(&a, r, i, n - 1);
             let e = ctx.exposed(&a);
-            if ctx.factor(1) * t + e <= bound {
-                arena.push((t, e));
+            let o = ctx.optimizer(&a);
+            if objective(ctx.factor(1), t, e, o) <= bound {
+                arena.push((t, e, o));
             }
         }
         idx[n + i] = (start, arena.len() as u32 - start);
@@ -513,10 +571,12 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, fronts: &mut SuffixFronts) {
             if s_top < 2 {
                 break;
             }
-            // Lower bound of this stage's time for every policy and every longer range.
+            // Lower bound of this stage's time for every policy and every longer range; its
+            // optimizer step only grows with the range too.
             let t_lb = a.compute_s + t_in;
             let t_out = ctx.p2p_out(j);
             let e = ctx.exposed(&a);
+            let o = ctx.optimizer(&a);
             let mb = ctx.mb_comm(&a);
             let rc = ctx.recompute(&a);
             let mut alive = false;
@@ -526,16 +586,16 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, fronts: &mut SuffixFronts) {
                     break;
                 };
                 let k = ctx.factor(s);
-                if k * t_lb > bound {
+                if k * t_lb + o > bound {
                     break;
                 }
                 alive = true;
                 let t = (((a.compute_s + rc[r]) + t_in) + t_out) + mb;
                 let (start, len) = idx[(s - 1) * n + j + 1];
-                for &(ts, es) in &arena[start as usize..(start + len) as usize] {
-                    let (ct, ce) = (t.max(ts), e.max(es));
-                    if k * ct + ce <= bound {
-                        insert(&mut scratch[s], ct, ce);
+                for &(ts, es, os) in &arena[start as usize..(start + len) as usize] {
+                    let c = (t.max(ts), e.max(es), o.max(os));
+                    if objective(k, c.0, c.1, c.2) <= bound {
+                        insert(&mut scratch[s], c);
                     }
                 }
             }
@@ -559,12 +619,13 @@ fn best_value(ctx: &Ctx, fronts: &SuffixFronts, p: usize) -> Option<f64> {
     fronts
         .front(p, 0)
         .iter()
-        .map(|&(t, e)| k * t + e)
+        .map(|&(t, e, o)| objective(k, t, e, o))
         .min_by(f64::total_cmp)
 }
 
 /// One stage of a plan being rebuilt: layers `first..=last`, their sums, the micro-batches in
-/// flight, the recompute policy, and the stage's time and exposed DP all-reduce.
+/// flight, the recompute policy, and the stage's time, exposed DP all-reduce and optimizer
+/// step.
 struct StageChoice {
     first: usize,
     last: usize,
@@ -573,6 +634,7 @@ struct StageChoice {
     policy: usize,
     time_s: f64,
     exposed_s: f64,
+    optimizer_s: f64,
 }
 
 /// Rebuilds the lexicographically smallest plan with objective <= bound from filled fronts
@@ -590,8 +652,8 @@ fn choose_split(ctx: &Ctx, fronts: &SuffixFronts, p: usize, bound: f64) -> Vec<S
     let n = prep.n;
     let k_obj = ctx.factor(p);
     let mut stages: Vec<StageChoice> = Vec::with_capacity(p);
-    // The largest stage time and exposed all-reduce of the stages chosen so far.
-    let (mut max_t, mut max_e) = (0.0f64, 0.0f64);
+    // The largest stage time, exposed all-reduce and optimizer step of the stages chosen so far.
+    let (mut max_t, mut max_e, mut max_o) = (0.0f64, 0.0f64, 0.0f64);
     let mut first = 0;
     for k in 0..p {
         let s = p - k;
@@ -608,14 +670,14 @@ fn choose_split(ctx: &Ctx, fronts: &SuffixFronts, p: usize, bound: f64) -> Vec<S
             };
             let t = ctx.stage_time(&sums, policy, first, last);
             let e = ctx.exposed(&sums);
-            let (ct, ce) = (max_t.max(t), max_e.max(e));
+            let o = ctx.optimizer(&sums);
+            let (ct, ce, co) = (max_t.max(t), max_e.max(e), max_o.max(o));
             let completes = if s == 1 {
-                k_obj * ct + ce <= bound
+                objective(k_obj, ct, ce, co) <= bound
             } else {
-                fronts
-                    .front(s - 1, last + 1)
-                    .iter()
-                    .any(|&(ts, es)| k_obj * ct.max(ts) + ce.max(es) <= bound)
+                fronts.front(s - 1, last + 1).iter().any(|&(ts, es, os)| {
+                    objective(k_obj, ct.max(ts), ce.max(es), co.max(os)) <= bound
+                })
             };
             if completes {
                 chosen = Some(StageChoice {
@@ -626,6 +688,7 @@ fn choose_split(ctx: &Ctx, fronts: &SuffixFronts, p: usize, bound: f64) -> Vec<S
                     policy,
                     time_s: t,
                     exposed_s: e,
+                    optimizer_s: o,
                 });
                 break;
             }
@@ -633,6 +696,7 @@ fn choose_split(ctx: &Ctx, fronts: &SuffixFronts, p: usize, bound: f64) -> Vec<S
         let c = chosen.expect("phaze-dp: reconstruction found no stage the DP promised");
         max_t = max_t.max(c.time_s);
         max_e = max_e.max(c.exposed_s);
+        max_o = max_o.max(c.optimizer_s);
         first = c.last + 1;
         stages.push(c);
     }
@@ -644,11 +708,12 @@ fn choose_split(ctx: &Ctx, fronts: &SuffixFronts, p: usize, bound: f64) -> Vec<S
 /// most permissive completion).
 fn lower_policies(ctx: &Ctx, stages: &mut [StageChoice], p: usize, bound: f64) {
     let max_e = stages.iter().map(|s| s.exposed_s).fold(0.0f64, f64::max);
+    let max_o = stages.iter().map(|s| s.optimizer_s).fold(0.0f64, f64::max);
     let mut policy: Vec<usize> = stages.iter().map(|s| s.policy).collect();
     let mut times: Vec<f64> = stages.iter().map(|s| s.time_s).collect();
     lower_to_bound(
         ctx,
-        (ctx.factor(p), max_e, bound),
+        (ctx.factor(p), max_e, max_o, bound),
         &mut policy,
         &mut times,
         |k, r| ctx.stage_time(&stages[k].sums, r, stages[k].first, stages[k].last),
@@ -661,13 +726,14 @@ fn lower_policies(ctx: &Ctx, stages: &mut [StageChoice], p: usize, bound: f64) {
 }
 
 /// Stage by stage (or rank by rank), the lowest allowed policy index that fits (`fits(k, r)`)
-/// and keeps `factor · max_k T_k + max_e` within `bound`, with the other stages at their
+/// and keeps `factor · max_k T_k + max_e + max_o` within `bound` (the policy changes neither
+/// E nor O), with the other stages at their
 /// current policy: the earlier ones already lowered, the later ones still at their fastest
 /// (the most permissive completion), which yields the lexicographically smallest policies.
 /// `time(k, r)` is stage k's time under r; `policy` and `times` start at the fastest fitting.
 fn lower_to_bound(
     ctx: &Ctx,
-    (factor, max_e, bound): (f64, f64, f64),
+    (factor, max_e, max_o, bound): (f64, f64, f64, f64),
     policy: &mut [usize],
     times: &mut [f64],
     time: impl Fn(usize, usize) -> f64,
@@ -686,7 +752,7 @@ fn lower_to_bound(
                 continue;
             }
             let t = time(k, r);
-            if factor * rest_t.max(t) + max_e <= bound {
+            if objective(factor, rest_t.max(t), max_e, max_o) <= bound {
                 policy[k] = r;
                 times[k] = t;
                 break;
@@ -703,18 +769,21 @@ fn assemble_plan(ctx: &Ctx, chosen: &[StageChoice], p: usize) -> Plan {
         .enumerate()
         .map(|(k, s)| {
             let memory = ctx.mem_parts(&s.sums, s.in_flight, s.policy);
+            let p2p = ctx.p2p_in(s.first) + ctx.p2p_out(s.last);
             Stage {
                 rank: k,
                 first_layer: s.first,
                 last_layer: s.last,
                 devices: prob.tp,
                 time_s: s.time_s,
+                time_parts: ctx.time_parts(&s.sums, s.policy, p2p),
                 memory_bytes: memory.total(),
                 memory,
                 recompute: Recompute::from_index(s.policy).unwrap(),
                 in_flight: s.in_flight,
                 dp_comm_s: ctx.dp_comm(&s.sums),
                 exposed_dp_s: s.exposed_s,
+                optimizer_s: s.optimizer_s,
             }
         })
         .collect();
@@ -722,12 +791,13 @@ fn assemble_plan(ctx: &Ctx, chosen: &[StageChoice], p: usize) -> Plan {
 }
 
 /// The plan of `stages` (of p ranks with v chunks each), its time per batch
-/// `factor · max T + max E` (`factor`: the schedule's, m + p − 1 or m + (p − 1)/v).
+/// `factor · max T + max E + max O` (`factor`: the schedule's, m + p − 1 or m + (p − 1)/v).
 fn plan_of_stages(ctx: &Ctx, p: usize, v: u64, factor: f64, stages: Vec<Stage>) -> Plan {
     let prob = ctx.prep.prob;
     let max_t = stages.iter().map(|s| s.time_s).fold(0.0, f64::max);
     let max_e = stages.iter().map(|s| s.exposed_dp_s).fold(0.0, f64::max);
-    let time = factor * max_t + max_e;
+    let max_o = stages.iter().map(|s| s.optimizer_s).fold(0.0, f64::max);
+    let time = objective(factor, max_t, max_e, max_o);
     Plan {
         dp: ctx.d,
         pp: p,
@@ -744,6 +814,7 @@ fn plan_of_stages(ctx: &Ctx, p: usize, v: u64, factor: f64, stages: Vec<Stage>) 
         devices_used: ctx.d * p as u64 * prob.tp,
         max_stage_time_s: max_t,
         max_exposed_dp_s: max_e,
+        max_optimizer_s: max_o,
         max_memory_bytes: stages.iter().map(|s| s.memory_bytes).max().unwrap_or(0),
         stages,
     }
@@ -1008,7 +1079,7 @@ impl Rank {
 
 /// The interleaved plan at (ctx's d and ZeRO stage, p, v): each rank at its fastest policy that
 /// fits, then, rank by rank, the lowest policy index that keeps the objective within `bound`
-/// (as [`lower_policies`]; `None`: the tie bound of this option's own optimum). Time per batch `(m + (p − 1)/v) · max_k T_k + max_k E_k`
+/// (as [`lower_policies`]; `None`: the tie bound of this option's own optimum). Time per batch `(m + (p − 1)/v) · max_k T_k + max_k E_k + max_k O_k`
 /// (the bubble of Narayanan et al. 2021: (p − 1)/v of a rank's time per micro-batch). `Err`
 /// with the least memory the largest rank needs when some rank fits no policy.
 fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<Plan, u64> {
@@ -1028,17 +1099,20 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
     let factor = ctx.m as f64 + (p - 1) as f64 / v as f64;
     let exposed: Vec<f64> = rs.iter().map(|rk| ctx.exposed(&rk.sums)).collect();
     let max_e = exposed.iter().copied().fold(0.0f64, f64::max);
+    let optimizer: Vec<f64> = rs.iter().map(|rk| ctx.optimizer(&rk.sums)).collect();
+    let max_o = optimizer.iter().copied().fold(0.0f64, f64::max);
     let mut times: Vec<f64> = rs
         .iter()
         .zip(&policy)
         .map(|(rk, &r)| rk.time(ctx, r))
         .collect();
     let bound = bound.unwrap_or_else(|| {
-        tie_bound(factor * times.iter().copied().fold(0.0f64, f64::max) + max_e)
+        let max_t = times.iter().copied().fold(0.0f64, f64::max);
+        tie_bound(objective(factor, max_t, max_e, max_o))
     });
     lower_to_bound(
         ctx,
-        (factor, max_e, bound),
+        (factor, max_e, max_o, bound),
         &mut policy,
         &mut times,
         |k, r| rs[k].time(ctx, r),
@@ -1055,12 +1129,14 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
                 last_layer,
                 devices: prob.tp,
                 time_s: times[k],
+                time_parts: ctx.time_parts(&rs[k].sums, policy[k], rs[k].p2p_s),
                 memory_bytes: memory.total(),
                 memory,
                 recompute: Recompute::from_index(policy[k]).unwrap(),
                 in_flight: rs[k].in_flight,
                 dp_comm_s: ctx.dp_comm(&rs[k].sums),
                 exposed_dp_s: exposed[k],
+                optimizer_s: optimizer[k],
             }
         })
         .collect();

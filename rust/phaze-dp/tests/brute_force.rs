@@ -1,5 +1,5 @@
 //! Cross-check against exhaustive enumeration (every d, p, split and policy per stage) with
-//! its own copy of the formulas.
+//! its own copy of the formulas, the optimizer step after the flush included.
 //!
 //! Every number is dyadic and small (times in 1/64 s, bandwidths powers of two, batch, b, t
 //! and so d powers of two), so every float operation in both codes is exact: the optimum and
@@ -14,7 +14,15 @@ use common::{level_for, p2p_bandwidth, random_layers, random_levels, ring_bandwi
 
 fn random_problem(rng: &mut Rng) -> Problem {
     let n = 1 + rng.below(6) as usize;
-    let layers = random_layers(rng, n, 64);
+    let mut layers = random_layers(rng, n, 64);
+    // The optimizer steps, from a generator of their own (the rest of each instance is as
+    // before): none in a third of the problems, in the others up to 8 s or up to 64 s a layer,
+    // as much as a stage's time per micro-batch or the whole pipeline's.
+    let mut opt = Rng(rng.0 ^ 0x6f70_745f_7374_6570);
+    let scale = [0.0, 1.0, 8.0][opt.below(3) as usize];
+    for l in &mut layers {
+        l.opt_s = opt.time() * scale;
+    }
     let devices = 1 + rng.below(32);
     let levels = random_levels(rng);
     Problem {
@@ -69,15 +77,18 @@ fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Ve
     // tp-pp-dp: pipeline neighbours t apart; whole transfers.
     let p2p_bw = p2p_bandwidth(prob, pp_l, t);
     let p2p = |bytes: u64| prob.levels[pp_l].latency_s + bytes as f64 / p2p_bw;
-    let (mut max_t, mut max_e, mut max_mem) = (0.0f64, 0.0f64, 0u64);
+    let (mut max_t, mut max_e, mut max_o, mut max_mem) = (0.0f64, 0.0f64, 0.0f64, 0u64);
     let mut times = Vec::new();
     let mut first = 0;
     for k in 0..p {
         let (i, j, r) = (first, ends[k], pol[k]);
         let mut time = 0.0;
         let (mut fixed, mut saved, mut ws, mut grad, mut bwd) = (0u64, 0u64, 0u64, 0u64, 0.0);
+        // The stage's optimizer step, once per batch (no ZeRO, no experts here: all of it).
+        let mut opt = 0.0;
         for l in &prob.layers[i..=j] {
             time += l.fwd_s + l.bwd_s + l.recompute_s[r];
+            opt += l.opt_s;
             fixed += l.param_bytes + l.grad_bytes + l.optimizer_bytes;
             saved += l.saved_bytes[r];
             ws = ws.max(l.workspace_bytes);
@@ -100,12 +111,17 @@ fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Ve
         };
         max_t = max_t.max(time);
         max_e = max_e.max(e);
+        max_o = max_o.max(opt);
         max_mem = max_mem.max(mem);
         times.push(time);
         first = j + 1;
     }
     assert_eq!(first, n);
-    ((m + p as u64 - 1) as f64 * max_t + max_e, max_mem, times)
+    (
+        (m + p as u64 - 1) as f64 * max_t + max_e + max_o,
+        max_mem,
+        times,
+    )
 }
 
 type Key = (f64, u64, usize, Vec<usize>, Vec<usize>);
@@ -227,6 +243,22 @@ fn dp_equals_brute_force_including_tie_break() {
                     times,
                     plan.stages.iter().map(|s| s.time_s).collect::<Vec<_>>()
                 );
+                // The parts of a stage's time add up to it (dyadic: exactly), and each stage's
+                // optimizer step is its layers' (no ZeRO, no experts).
+                for s in &plan.stages {
+                    assert_eq!(s.time_parts.total(), s.time_s, "case {case}");
+                    let opt: f64 = prob.layers[s.first_layer..=s.last_layer]
+                        .iter()
+                        .map(|l| l.opt_s)
+                        .sum();
+                    assert_eq!(s.optimizer_s, opt, "case {case}");
+                }
+                let max_o = plan
+                    .stages
+                    .iter()
+                    .map(|s| s.optimizer_s)
+                    .fold(0.0, f64::max);
+                assert_eq!(plan.max_optimizer_s, max_o, "case {case}");
             }
             (Solution::Infeasible(v), None) => {
                 memory += 1;

@@ -41,6 +41,16 @@ fn random_problem(rng: &mut Rng) -> Problem {
             }
         }
     }
+    // The optimizer steps (a generator of their own again): none in a third of the problems,
+    // up to 8 s or 64 s a layer in the others; an MoE layer's experts' part none, half or all.
+    let mut opt = Rng(rng.0 ^ 0x6f70_745f_7374_6570);
+    let scale = [0.0, 1.0, 8.0][opt.below(3) as usize];
+    for l in &mut layers {
+        l.opt_s = opt.time() * scale;
+        if l.experts > 0 {
+            l.expert_opt_s = l.opt_s * [0.0, 0.5, 1.0][opt.below(3) as usize];
+        }
+    }
     // The rank order: auto for half, fixed for the rest (a generator of its own again).
     let mut ord = Rng(rng.0 ^ 0x7261_6e6b_5f6f_7264);
     let rank_order =
@@ -144,11 +154,13 @@ fn simulated_stash(p: usize, v: usize, k: usize, m: u64, saved: &[u64]) -> (u64,
     (peak as u64, peak_count)
 }
 
-/// One priced option: objective, max memory, per-rank times, and its tie-break key.
+/// One priced option: objective, max memory, per-rank times and optimizer steps, and its
+/// tie-break key.
 struct Priced {
     obj: f64,
     mem: u64,
     times: Vec<f64>,
+    opts: Vec<f64>,
     key: Key,
 }
 
@@ -267,11 +279,12 @@ fn price(
         first = e + 1;
     }
     assert_eq!(first, n);
-    let (mut max_t, mut max_e, mut max_mem) = (0.0f64, 0.0f64, 0u64);
-    let mut times = Vec::new();
+    let (mut max_t, mut max_e, mut max_o, mut max_mem) = (0.0f64, 0.0f64, 0.0f64, 0u64);
+    let (mut times, mut opts) = (Vec::new(), Vec::new());
     for k in 0..p {
         let r = pol[k];
         let (mut compute, mut rec, mut fwd, mut bwd, mut link) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        let (mut opt, mut expert_opt) = (0.0f64, 0.0f64);
         let (mut pb, mut gb, mut ob, mut maxp, mut ws) = (0u64, 0u64, 0u64, 0u64, 0u64);
         let (mut epb, mut egb, mut eob, mut alltoall) = (0u64, 0u64, 0u64, 0.0f64);
         let mut saved_per_chunk = Vec::new();
@@ -280,6 +293,8 @@ fn price(
             for l in &prob.layers[lo..=hi] {
                 compute += l.fwd_s + l.bwd_s;
                 rec += l.recompute_s[r];
+                opt += l.opt_s;
+                expert_opt += l.expert_opt_s;
                 fwd += l.fwd_s;
                 bwd += l.bwd_s;
                 pb += l.param_bytes;
@@ -317,6 +332,14 @@ fn price(
             _ => 0.0,
         };
         let time = compute + rec + link + mb;
+        // The optimizer step after the flush: each replica updates 1/d of the state from
+        // ZeRO-1 on (the experts' 1/e over their d/e replicas: 1/d too); without ZeRO, a
+        // device updates all of the dense state and 1/e of the experts'.
+        let optimizer = if z >= 1 {
+            opt / d as f64
+        } else {
+            (opt - expert_opt) + expert_opt / e as f64
+        };
         let sh = |x: u64, experts: u64, on: bool| {
             let over = |y: u64, g: u64| if on { y.div_ceil(g) } else { y };
             if e == 1 {
@@ -337,14 +360,17 @@ fn price(
         let mem = state + stash + ws;
         max_t = max_t.max(time);
         max_e = max_e.max(exposed);
+        max_o = max_o.max(optimizer);
         max_mem = max_mem.max(mem);
         times.push(time);
+        opts.push(optimizer);
     }
     let factor = m as f64 + (p - 1) as f64 / v as f64;
     Priced {
-        obj: factor * max_t + max_e,
+        obj: factor * max_t + max_e + max_o,
         mem: max_mem,
         times,
+        opts,
         key: (d * p as u64 * t, p, v, z, e, o, ends.to_vec(), pol.to_vec()),
     }
 }
@@ -488,6 +514,21 @@ fn check_plan(plan: &Plan, want: &Priced, case: usize) {
         times.iter().zip(&want.times).all(|(a, b)| close(*a, *b)),
         "case {case}"
     );
+    let opts: Vec<f64> = plan.stages[..plan.pp]
+        .iter()
+        .map(|s| s.optimizer_s)
+        .collect();
+    assert!(
+        opts.iter().zip(&want.opts).all(|(a, b)| close(*a, *b)),
+        "case {case}: optimizer steps {opts:?}, want {:?}",
+        want.opts
+    );
+    let max_o = want.opts.iter().copied().fold(0.0, f64::max);
+    assert!(close(plan.max_optimizer_s, max_o), "case {case}");
+    // A stage's time by part adds up to its time.
+    for s in &plan.stages {
+        assert!(close(s.time_parts.total(), s.time_s), "case {case}");
+    }
     // Each chunk reports its rank's numbers.
     for (c, s) in plan.stages.iter().enumerate() {
         assert_eq!(s.rank, c % plan.pp, "case {case}");

@@ -557,3 +557,46 @@ fn the_search_tells_trees_apart() {
             .time_per_batch_s
     );
 }
+
+#[test]
+fn the_optimizer_step_follows_the_flush() {
+    // Four layers of c = 3 s with an optimizer step of 4 s each, N = 4, B = 4, no gradient
+    // bytes (a DP all-reduce over g costs its latency, 2(g − 1) · 0.1 s):
+    //   d=1,p=1: m = 4, 4 · 12 + 16 = 64
+    //   d=1,p=2: T = 6 + 2·0.1 = 6.2, (4 + 1) · 6.2 + 8 = 39
+    //   d=1,p=4: T = 3.4 (a middle stage: p2p in and out), (4 + 3) · 3.4 + 4 = 27.8
+    //   d=2,p=2: m = 2, (2 + 1) · 6.2 + 0.2 + 8 = 26.8
+    //   d=4,p=1: m = 1, 12 + 0.6 + 16 = 28.6: every replica steps the whole model
+    //   d=2,p=1: m = 2, 24 + 0.2 + 16 = 40.2
+    // Without the optimizer step d = 4 would win (12.6 against 18.8).
+    let mut l = layer();
+    l.opt_s = 4.0;
+    let mut prob = problem(vec![l; 4], 4, 4);
+    let plan = feasible(solve(&prob));
+    assert_eq!((plan.dp, plan.pp), (2, 2));
+    assert!(
+        close(plan.time_per_batch_s, 26.8),
+        "{}",
+        plan.time_per_batch_s
+    );
+    assert!(close(plan.max_optimizer_s, 8.0));
+    assert!(plan.stages.iter().all(|s| close(s.optimizer_s, 8.0)));
+    // ZeRO-1 splits the optimizer step over the d replicas: d = 4, p = 1 updates 16 / 4 = 4 s
+    // of it on each device, after a reduce-scatter and before an all-gather of 3 · 0.1 s
+    // each: 12 + 0.6 + 4 = 16.6, the best (d = 2, p = 2: 18.6 + 0.2 + 8 / 2 = 22.8).
+    prob.zero = Some(Zero::Optimizer);
+    let plan = feasible(solve(&prob));
+    assert_eq!((plan.dp, plan.pp, plan.zero), (4, 1, Zero::Optimizer));
+    assert!(
+        close(plan.time_per_batch_s, 16.6),
+        "{}",
+        plan.time_per_batch_s
+    );
+    assert!(close(plan.stages[0].optimizer_s, 4.0));
+    // The stage's time by part: all of it compute here.
+    let parts = plan.stages[0].time_parts;
+    assert_eq!(
+        (parts.compute_s, parts.recompute_s, parts.pp_comm_s),
+        (12.0, 0.0, 0.0)
+    );
+}

@@ -278,6 +278,10 @@ struct LayerInput {
     bwd_s: Real,
     #[pyo3(item)]
     recompute_s: PerPolicy<Real>,
+    #[pyo3(item, default)]
+    opt_s: Option<Real>,
+    #[pyo3(item, default)]
+    expert_opt_s: Option<Real>,
     #[pyo3(item)]
     saved_bytes: PerPolicy<Bytes>,
     #[pyo3(item)]
@@ -307,6 +311,8 @@ impl Keys for LayerInput {
         "fwd_s",
         "bwd_s",
         "recompute_s",
+        "opt_s",
+        "expert_opt_s",
         "saved_bytes",
         "param_bytes",
         "grad_bytes",
@@ -479,6 +485,8 @@ impl From<LayerInput> for Layer {
             fwd_s: l.fwd_s.0,
             bwd_s: l.bwd_s.0,
             recompute_s: l.recompute_s.0.map(|x| x.0),
+            opt_s: l.opt_s.map_or(0.0, |x| x.0),
+            expert_opt_s: l.expert_opt_s.map_or(0.0, |x| x.0),
             saved_bytes: l.saved_bytes.0.map(|x| x.0),
             param_bytes: l.param_bytes.0,
             grad_bytes: l.grad_bytes.0,
@@ -614,6 +622,7 @@ fn plan_dict<'py>(py: Python<'py>, p: &Plan) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("devices_used", p.devices_used)?;
     d.set_item("max_stage_time_s", p.max_stage_time_s)?;
     d.set_item("max_exposed_dp_s", p.max_exposed_dp_s)?;
+    d.set_item("max_optimizer_s", p.max_optimizer_s)?;
     d.set_item("max_memory_bytes", p.max_memory_bytes)?;
     let stages = PyList::empty(py);
     for s in &p.stages {
@@ -623,6 +632,13 @@ fn plan_dict<'py>(py: Python<'py>, p: &Plan) -> PyResult<Bound<'py, PyDict>> {
         sd.set_item("last_layer", s.last_layer)?;
         sd.set_item("devices", s.devices)?;
         sd.set_item("time_s", s.time_s)?;
+        let time = PyDict::new(py);
+        time.set_item("compute_s", s.time_parts.compute_s)?;
+        time.set_item("recompute_s", s.time_parts.recompute_s)?;
+        time.set_item("pp_comm_s", s.time_parts.pp_comm_s)?;
+        time.set_item("zero_comm_s", s.time_parts.zero_comm_s)?;
+        time.set_item("ep_comm_s", s.time_parts.ep_comm_s)?;
+        sd.set_item("time_parts", time)?;
         sd.set_item("memory_bytes", s.memory_bytes)?;
         let parts = PyDict::new(py);
         parts.set_item("params", s.memory.params)?;
@@ -635,6 +651,7 @@ fn plan_dict<'py>(py: Python<'py>, p: &Plan) -> PyResult<Bound<'py, PyDict>> {
         sd.set_item("in_flight", s.in_flight)?;
         sd.set_item("dp_comm_s", s.dp_comm_s)?;
         sd.set_item("exposed_dp_s", s.exposed_dp_s)?;
+        sd.set_item("optimizer_s", s.optimizer_s)?;
         stages.append(sd)?;
     }
     d.set_item("stages", stages)?;
