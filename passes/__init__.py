@@ -33,6 +33,12 @@ def _shard_tensor_parallel():
     return ShardTensorParallelPass
 
 
+def _form_kernels():
+    from passes.form_kernels import FormKernelsPass
+
+    return FormKernelsPass
+
+
 def _tile_pe_array():
     from passes.tile_pe_array import TilePEArrayPass
 
@@ -79,6 +85,7 @@ ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "phaze-estimate-energy": _estimate_energy,
     "phaze-estimate-latency": _estimate_latency,
     "phaze-estimate-power": _estimate_power,
+    "phaze-form-kernels": _form_kernels,
     "phaze-group-layers": _group_layers,
     "phaze-insert-optimizer": _insert_optimizer,
     "phaze-insert-recompute": _insert_recompute,

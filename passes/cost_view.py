@@ -16,10 +16,18 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation
 
 from passes.algorithms import schedule as sched
-from passes.algorithms.latency import CollectiveDesc, MatmulDesc, OpDesc, OpTable, VectorDesc, ViewDesc
+from passes.algorithms.latency import (
+    CollectiveDesc,
+    MatmulDesc,
+    OpDesc,
+    OpTable,
+    VectorDesc,
+    ViewDesc,
+    causal_fraction,
+)
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import LatencyAttr
+from phaze_ir.attributes import KernelAttr, LatencyAttr
 from phaze_ir.hardware_ir import module_accelerator
 
 #: Passes over the input of multi-pass vector ops (softmax: max, exp-sum, normalize; its
@@ -30,12 +38,30 @@ REDUCTION_PASSES = {"var": 2}
 
 
 def op_signature(op: Operation) -> str:
-    """What an op computes, without where it is: name, properties, operand and result types.
+    """What an op computes, without where it is: name, properties, operand and result types,
+    and its ``phaze.kernel`` record but for the kernel's id (what of its traffic stays on chip).
     Ops with equal signatures have equal descriptions and latencies."""
     props = ",".join(f"{k}={ph.attr_text(v)}" for k, v in sorted(op.properties.items()))
     operands = ",".join(ph.attr_text(o.type) for o in op.operands)
     results = ",".join(ph.attr_text(r.type) for r in op.results)
-    return f"{op.name}|{props}|{operands}|{results}"
+    kernel = _kernel(op)
+    fused = "" if kernel is None else "|{launch},{onchip_read},{onchip_written},{causal}".format(**kernel)
+    return f"{op.name}|{props}|{operands}|{results}{fused}"
+
+
+def _kernel(op: Operation) -> dict | None:
+    """The op's ``phaze.kernel`` record as a dict (``phaze-form-kernels``), None without one."""
+    k = op.attributes.get(keys.KERNEL)
+    return k.as_dict() if isinstance(k, KernelAttr) else None
+
+
+def _scores_side(op: Operation) -> int:
+    """s when the op's largest tensor is ``[..., s, s]`` (attention scores), 0 else."""
+    types = [v.type for v in (*op.operands, *op.results) if isinstance(v.type, TensorType)]
+    if not types:
+        return 0
+    shape = _shape(max(types, key=ph.numel))
+    return shape[-1] if len(shape) >= 2 and shape[-1] == shape[-2] > 1 else 0
 
 
 def _shape(t) -> tuple[int, ...]:
@@ -55,6 +81,10 @@ def _row_bytes(op: Operation, shape: tuple[int, ...], row_elems: int) -> int:
 def vector_desc(op: ph.ComputeOp) -> VectorDesc:
     out_elems = sum(ph.numel(r.type) for r in op.results if isinstance(r.type, TensorType))
     work = max(op.flops(), out_elems)
+    kernel = _kernel(op) or {"launch": 1, "onchip_read": 0, "onchip_written": 0, "causal": 0}
+    scores = _scores_side(op)
+    if kernel["causal"] and scores:  # a causal kernel skips the upper triangle
+        work = math.ceil(work * float(causal_fraction(scores, scores, scores)))
     passes, row = 1, 0
     if isinstance(op, ph.SoftmaxOp) and op.inputs:
         shape = _shape(op.result.type)
@@ -74,10 +104,11 @@ def vector_desc(op: ph.ComputeOp) -> VectorDesc:
         row = _row_bytes(op, shape, math.prod(shape[d] for d in reduced))
     return VectorDesc(
         work=work,
-        read_bytes=op.bytes_read(),
-        write_bytes=op.bytes_written(),
+        read_bytes=max(0, op.bytes_read() - kernel["onchip_read"]),
+        write_bytes=max(0, op.bytes_written() - kernel["onchip_written"]),
         passes=passes,
         row_bytes=row if passes > 1 else 0,
+        launches=kernel["launch"],
     )
 
 
@@ -85,6 +116,7 @@ def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
     batch_shape, m, n, k = op.mnk()
     lhs, rhs, result = op.lhs.type, op.rhs.type, op.result.type
     assert isinstance(lhs, TensorType) and isinstance(rhs, TensorType) and isinstance(result, TensorType)
+    kernel = _kernel(op) or {"launch": 1, "onchip_read": 0, "onchip_written": 0, "causal": 0}
     return MatmulDesc(
         batch=math.prod(batch_shape),
         m=m,
@@ -97,6 +129,9 @@ def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
         b_bytes=ph.tensor_bytes(rhs),
         bias_bytes=ph.tensor_bytes(op.bias.type) if op.bias is not None else 0,
         rhs_batched=math.prod(rhs.get_shape()[:-2]) > 1,
+        onchip_bytes=kernel["onchip_read"] + kernel["onchip_written"],
+        causal=bool(kernel["causal"]),
+        launches=kernel["launch"],
     )
 
 

@@ -55,7 +55,9 @@ class InsertOptimizerPass(ModulePass):
         for grad, pname in grads:
             if pname not in params:
                 raise PhazeError(f"{self.name}: gradient of '{pname}' has no matching parameter argument")
-            upd = ph.OptimizerUpdateOp(self.optimizer, params[pname], grad, state_bytes)
+            # an fp32 parameter (mixed precision by autocast) is its own master weight
+            fp32 = ph.element_bytes(ph.tensor_type(params[pname]).element_type) == 4
+            upd = ph.OptimizerUpdateOp(self.optimizer, params[pname], grad, state_bytes - (4 if fp32 else 0))
             upd.attributes[keys.PHASE] = StringAttr("opt")
             upd.attributes[keys.MODULE] = StringAttr(pname.rpartition(".")[0])
             upd.result.name_hint = "updated"

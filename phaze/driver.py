@@ -117,6 +117,11 @@ class Options:
 
 
 #: The settings of ``--sequence-parallel``.
+    #: Whose kernels the step runs as (``phaze-form-kernels{runtime=...}``, rules and sources in
+    #: ``passes/algorithms/kernels.py``): ``ops`` (default: every op its own kernel, attention
+    #: as its matmul/softmax ops), ``eager`` (PyTorch eager: flash attention, fused AdamW),
+    #: ``inductor`` (``torch.compile``'s fusion), ``megatron`` (Megatron-LM's fused kernels).
+    kernels: str = "ops"
 SEQUENCE_PARALLEL_SETTINGS = ("auto", "on", "off")
 
 
@@ -159,6 +164,8 @@ def pipeline(
         overlap = "true" if opts.dp_overlap else "false"
         passes.append(
             f"phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} "
+        if opts.kernels != "ops":
+            passes.append(f"phaze-form-kernels{{runtime={opts.kernels}}}")
             f'placement="{opts.placement}" dp_overlap={overlap} recompute="{opts.recompute}" '
             f'zero="{opts.zero}" pipeline_schedule="{opts.pipeline_schedule}" '
             f'expert_parallel="{opts.expert_parallel}" rank_order="{opts.rank_order}" '

@@ -44,6 +44,7 @@ from phaze_ir.attributes import (
     ENUM_ATTRS,
     BaselineAttr,
     EnergyAttr,
+    KernelAttr,
     LatencyAttr,
     LayerEnergyAttr,
     LayerInfoAttr,
@@ -616,6 +617,7 @@ Phaze = Dialect(
     [
         LayerInfoAttr,
         TileAttr,
+        KernelAttr,
         LatencyAttr,
         LayerLatencyAttr,
         EnergyAttr,

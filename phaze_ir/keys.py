@@ -67,6 +67,13 @@ BUFFER = Key("phaze.buffer", "argument", "string: the buffer's name", IMPORTER)
 INPUT = Key("phaze.input", "argument", "string: the input's name", IMPORTER)
 GRAD = Key("phaze.grad", "result", "string: the parameter this result is the gradient of", IMPORTER)
 LOSS = Key("phaze.loss", "result", "unit: this result is the loss", IMPORTER)
+FUSED = Key(
+    "phaze.fused",
+    "op",
+    "string: the aten op (its traced node) that this op is part of, when aten runs that op as one "
+    "kernel (fused attention, dropout); a causal attention's ends in ' causal'",
+    IMPORTER,
+)
 #: The key of each role a step function's argument can have.
 ARG_ROLES = {"param": PARAM, "buffer": BUFFER, "input": INPUT}
 
@@ -88,6 +95,10 @@ LATENCY = Key("phaze.latency", "op", "#phaze.latency: seconds on one core and sp
 LAYER_LATENCY = Key(
     "phaze.layer_latency", "module", "array of #phaze.layer_latency: serial sums per layer", "phaze-estimate-latency"
 )
+KERNELS = Key(
+    "phaze.kernels", "module", "string: the runtime whose kernels the ops are grouped into", "phaze-form-kernels"
+)
+KERNEL = Key("phaze.kernel", "op", "#phaze.kernel: the kernel the op runs in", "phaze-form-kernels")
 ENERGY = Key(
     "phaze.energy", "op", "#phaze.energy: joules of one execution on one device, by part", "phaze-estimate-energy"
 )

@@ -173,7 +173,7 @@ def random_desc(rng: random.Random):
     logu = lambda lo, hi: int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))  # noqa: E731
     if kind == "mm":
         batch = rng.choice([1, 1, 4, 32])
-        return gemm(
+        d = gemm(
             batch,
             logu(1, 16384),
             logu(1, 16384),
@@ -182,6 +182,10 @@ def random_desc(rng: random.Random):
             rhs_batched=batch > 1 and rng.random() < 0.5,
             bias=rng.random() < 0.3,
         )
+        if rng.random() < 0.3:  # inside a fused kernel (phaze.kernel): some traffic on chip, maybe causal
+            onchip = rng.randrange(1, d.a_bytes + d.b_bytes + d.c_bytes + 1)
+            d = dataclasses.replace(d, onchip_bytes=onchip, causal=rng.random() < 0.5, launches=rng.choice([0, 1]))
+        return d
     if kind == "vec":
         passes = rng.choice([1, 1, 2, 3])
         return VectorDesc(

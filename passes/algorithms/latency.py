@@ -159,6 +159,14 @@ class MatmulDesc:
     b_bytes: int
     bias_bytes: int = 0
     rhs_batched: bool = False
+    #: bytes of the compulsory traffic (operands read, result written) that stay on chip inside
+    #: a fused kernel (``phaze.kernel``): such a GEMM's HBM traffic is the rest, unblocked
+    onchip_bytes: int = 0
+    #: part of a causal attention kernel: only the lower triangle of the s x s scores is
+    #: computed, ``(s + 1) / 2s`` of the work (s: the longest of M, N, K)
+    causal: bool = False
+    #: kernel launches the GEMM pays (0 inside a kernel another op launches)
+    launches: int = 1
 
     unit = "tensor"
 
@@ -183,6 +191,9 @@ class VectorDesc:
     write_bytes: int
     passes: int = 1
     row_bytes: int = 0
+    #: kernel launches the op pays (0 inside a kernel another op launches; a multi-tensor
+    #: optimizer op may launch several)
+    launches: int = 1
 
     unit = "vector"
 
@@ -283,8 +294,17 @@ def _roofline(compute_s: float, glb_s: float, hbm_s: float) -> tuple[float, str]
     return best, label
 
 
+def causal_fraction(m, n, k):
+    """The share of a causal attention GEMM's work that its kernel computes: ``(s + 1) / 2s``
+    of the s x s scores' blocks, s the longest of M, N, K (integers or numpy arrays)."""
+    s = np.maximum(np.maximum(m, n), k)
+    return (s + 1) / (2.0 * s)
+
+
 def hbm_matmul_bytes(d: MatmulDesc, glb_bytes: int) -> int:
     """HBM traffic of a GEMM with a global buffer of ``glb_bytes`` (see the module docstring)."""
+    if d.onchip_bytes > 0:  # inside a fused kernel, which tiles to keep its working set on chip
+        return max(0, d.a_bytes + d.b_bytes + d.c_bytes + d.bias_bytes - d.onchip_bytes)
     problems = d.batch if d.rhs_batched else 1
     rows = d.m if d.rhs_batched else d.batch * d.m
     a1 = rows * d.k * d.a_elem
@@ -322,10 +342,13 @@ def estimate_matmul(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> O
             compute_split = _wave_s(d, acc)
         compute_one /= cal.tensor_efficiency
         compute_split /= cal.tensor_efficiency
+    if d.causal:
+        frac = float(causal_fraction(d.m, d.n, d.k))
+        compute_one, compute_split = compute_one * frac, compute_split * frac
     one_s, bound_one = _roofline(compute_one, glb_matmul_bytes(d, t, 1) / glb_bw, hbm_s)
     sharers = min(tc.count, t.tiles_n)
     split_s, bound = _roofline(compute_split, glb_matmul_bytes(d, t, sharers) / glb_bw, hbm_s)
-    overhead = _overhead_s(acc)
+    overhead = _overhead_s(acc) * d.launches
     return OpLatency(one_s + overhead, split_s + overhead, "tensor", bound, bound_one, tiling=t)
 
 
@@ -371,7 +394,7 @@ def _estimate_vector(d: VectorDesc, acc) -> OpLatency:
     hbm_s = vector_traffic(d, acc.global_buffer.bytes) / _hbm_Bps(acc)
     one_s, bound_one = _roofline((-(-d.work // vc.width)) / clock, glb_s, hbm_s)
     split_s, bound = _roofline((-(-d.work // (vc.width * vc.count))) / clock, glb_s, hbm_s)
-    overhead = _overhead_s(acc)
+    overhead = _overhead_s(acc) * d.launches
     return OpLatency(one_s + overhead, split_s + overhead, "vector", bound, bound_one)
 
 
@@ -437,7 +460,21 @@ def config_of(acc) -> np.ndarray:
     return row
 
 
-_MM_FIELDS = ("batch", "m", "n", "k", "a_elem", "b_elem", "c_elem", "a_bytes", "b_bytes", "bias_bytes", "rhs_batched")
+_MM_FIELDS = (
+    "batch",
+    "m",
+    "n",
+    "k",
+    "a_elem",
+    "b_elem",
+    "c_elem",
+    "a_bytes",
+    "b_bytes",
+    "bias_bytes",
+    "rhs_batched",
+    "onchip_bytes",
+    "causal",
+)
 _VEC_FIELDS = ("work", "read_bytes", "write_bytes", "passes", "row_bytes")
 
 
@@ -534,6 +571,8 @@ def matmul_traffic_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray]
     keep_a = a1 + b1 * _cdiv(a1, half) + c1
     blocked = np.maximum(compulsory, problems * np.minimum(keep_b, keep_a) + bias)
     hbm_bytes = np.where(a1 + b1 + c1 <= glb, compulsory, blocked)
+    onchip = cols["onchip_bytes"]
+    hbm_bytes = np.where(onchip > 0, np.maximum(0, compulsory - onchip), hbm_bytes)
     # GLB <-> cores
     a_stream = batch * m * k * a_elem
     rest = batch * t.tiles_m * k * n * b_elem + c_bytes + bias
@@ -545,8 +584,14 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
     """[u, C] arrays for a chunk of GEMMs (columns are [u, 1], configs [1, C])."""
     t, hbm_bytes, glb_one, glb_split = matmul_traffic_space(cols, cfg)
     hbm_s = hbm_bytes / fx.hbm_bandwidth_Bps
-    one, bound_one = _roofline_v(t.cycles_one / fx.clock_hz, glb_one / fx.glb_bandwidth_Bps, hbm_s)
-    split, bound = _roofline_v(t.cycles_split / fx.clock_hz, glb_split / fx.glb_bandwidth_Bps, hbm_s)
+    compute_one, compute_split = t.cycles_one / fx.clock_hz, t.cycles_split / fx.clock_hz
+    causal = cols["causal"].astype(bool)
+    if causal.any():
+        frac = causal_fraction(cols["m"], cols["n"], cols["k"])
+        compute_one = np.where(causal, compute_one * frac, compute_one)
+        compute_split = np.where(causal, compute_split * frac, compute_split)
+    one, bound_one = _roofline_v(compute_one, glb_one / fx.glb_bandwidth_Bps, hbm_s)
+    split, bound = _roofline_v(compute_split, glb_split / fx.glb_bandwidth_Bps, hbm_s)
     return one, split, bound, bound_one
 
 

@@ -94,6 +94,7 @@ def key(stages: StageCache, model_digest: str, chip_digest: str, opts: Options, 
     before_placement = (
         opts.seq_len,
         opts.dtype,
+        opts.kernels,
         opts.optimizer,
         opts.strict,
         opts.capacity_factor,

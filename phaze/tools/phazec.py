@@ -70,8 +70,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dtype",
         default="float16",
-        choices=("float16", "bfloat16", "float32", "model"),
-        help="training precision of weights and activations (default float16; 'model' keeps the model's)",
+        choices=("float16", "bfloat16", "float32", "amp-bfloat16", "amp-float16", "model"),
+        help="training precision of weights and activations (default float16; amp-bfloat16, amp-float16: "
+        "torch.autocast's mixed precision, fp32 weights and gradients; 'model' keeps the model's)",
+    )
+    p.add_argument(
+        "--kernels",
+        default="ops",
+        choices=("ops", "eager", "inductor", "megatron"),
+        help="the runtime whose kernels the step is priced as (with --hw): ops (default: every op its own "
+        "kernel), eager (PyTorch eager: flash attention, fused AdamW), inductor (torch.compile's fusion), "
+        "megatron (Megatron-LM's fused kernels)",
     )
     p.add_argument(
         "--optimizer",
@@ -347,6 +356,7 @@ def options(args: argparse.Namespace):
         tp_widths=(args.tp,) if args.tp is not None else None,
         seq_len=args.seq_len,
         dtype=args.dtype,
+        kernels=args.kernels,
         optimizer=args.optimizer,
         hw=args.hw or "tpuv4",
         devices=args.devices,

@@ -69,6 +69,8 @@ def _element_type(dtype) -> Attribute:
         torch.int16: IntegerType(16),
         torch.int8: IntegerType(8),
         torch.uint8: IntegerType(8, Signedness.UNSIGNED),
+        # the random seed and offset a CUDA flash or memory-efficient attention kernel returns
+        torch.uint64: IntegerType(64, Signedness.UNSIGNED),
         torch.bool: IntegerType(1),
     }
     if dtype not in table:
@@ -277,7 +279,9 @@ class _Importer:
             )
             return [mask, out], [out.results[0], mask.results[0]]
         if packet in amap.FUSED_ATTENTION:
-            return _attention(ins, rtypes, backward=packet.endswith("_backward"))
+            backward = packet.endswith("_backward")
+            # cuDNN's backward reads out and logsumexp before its other tensors; the others last
+            return _attention(ins[:6] if backward and "cudnn" in packet else ins, rtypes, backward)
         if packet in amap.GROUPED_MM:
             grouped = _grouped_mm(node, ins, rtypes, aten.data, self.capacity_factor, self.padded)
             if grouped is not None:
@@ -359,9 +363,12 @@ class _Importer:
                 built = self.build(node)
                 ops, res = built if isinstance(built, tuple) else ([built], list(built.results))
                 module, phase = self.provenance(node)
+                fused = _fused_name(node) if len(ops) > 1 else None
                 for op in ops:
                     op.attributes[keys.MODULE] = StringAttr(module)
                     op.attributes[keys.PHASE] = StringAttr(phase)
+                    if fused is not None:
+                        op.attributes[keys.FUSED] = fused
                     block.add_op(op)
                 val = node.meta.get("val")
                 tensors = _tensors_of(val)
@@ -573,7 +580,7 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
     # The kernel reads the saved output and log-sum-exp: P is rebuilt from S and lse, and
     # D = rowsum(dout * out) enters the softmax gradient.
     assert grad_out is not None  # set when backward
-    out, lse = ins[4], ins[5]
+    out, lse = ins[-2], ins[-1]  # after the additive mask, when the memory-efficient kernel has one
     p = softmax("softmax", matmul(q, transpose(k)), lse)
     prod = add(
         ph.ElementwiseOp.build(
@@ -612,6 +619,32 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
                 )
             )
     return ops, grads
+
+
+#: Where a fused attention op has ``is_causal`` among its positional arguments (aten's schemas).
+_CAUSAL_ARG = {
+    "_scaled_dot_product_flash_attention": 4,
+    "_scaled_dot_product_flash_attention_backward": 11,
+    "_scaled_dot_product_flash_attention_for_cpu": 4,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": 7,
+    "_scaled_dot_product_efficient_attention": 6,
+    "_scaled_dot_product_efficient_attention_backward": 11,
+    "_scaled_dot_product_cudnn_attention": 6,
+    "_scaled_dot_product_cudnn_attention_backward": 14,
+}
+
+
+def _fused_name(node) -> StringAttr | None:
+    """``phaze.fused`` of the ops an aten op expands into when aten runs it as one kernel (fused
+    attention, dropout): the traced node's name, `` causal`` added for a causal attention."""
+    packet = amap.packet_name(node.target)
+    if packet not in amap.FUSED_ATTENTION and packet not in amap.DROPOUT:
+        return None
+    at = _CAUSAL_ARG.get(packet)
+    causal = node.kwargs.get("is_causal", False)
+    if at is not None and len(node.args) > at:
+        causal = node.args[at]
+    return StringAttr(node.name + (" causal" if causal is True else ""))
 
 
 def _selection_dims(packet: str, node) -> list[int]:

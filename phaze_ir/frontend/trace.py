@@ -29,8 +29,16 @@ from typing import Any
 
 from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.frontend.loader import ModelSpec
+from phaze_ir.frontend.sdpa import sdpa_as_on_gpu
 
-DTYPES = ("float16", "bfloat16", "float32", "model")
+DTYPES = ("float16", "bfloat16", "float32", "amp-bfloat16", "amp-float16", "model")
+#: Mixed precision as ``torch.autocast`` runs it: fp32 weights, each GEMM on 16-bit casts of its
+#: operands, softmax, norms and the loss in fp32, fp32 gradients (the Hugging Face Trainer's
+#: ``bf16=True``/``fp16=True``).  Traced under CPU autocast (the tensors are fake CPU tensors),
+#: whose op lists match CUDA's for GEMMs (lower precision) and norms, softmax, losses (fp32);
+#: CUDA also runs a few pointwise ops in fp32 that CPU autocast leaves in 16 bits (``pow``,
+#: ``exp``, ``log``, ``rsqrt``: ``aten/src/ATen/autocast_mode.cpp``).
+AMP_DTYPES = {"amp-bfloat16": "bfloat16", "amp-float16": "float16"}
 
 
 @dataclass
@@ -271,7 +279,7 @@ def cast_inputs(args: tuple, kwargs: dict, dtype: str) -> tuple[tuple, dict]:
     autocast-free fp16 training feeds them; ``"model"``: as given)."""
     import torch
 
-    if dtype == "model":
+    if dtype == "model" or dtype in AMP_DTYPES:  # autocast casts inside the step
         return args, kwargs
 
     def cast(v):
@@ -357,7 +365,9 @@ def trace_model(
             block_path = f"{owner}.{attr}" if owner else attr
             setattr(parent, attr, torch.nn.ModuleList(list(getattr(parent, attr))[:max_blocks]))
             blocks = (max_blocks, count)
-    if dtype != "model":
+    if dtype in AMP_DTYPES:
+        model = model.float()
+    elif dtype != "model":
         model = model.to(_torch_dtype(dtype))
     model.train()
     loss_fn = spec.loss_fn or _default_loss
@@ -401,11 +411,17 @@ def trace_model(
                 + ": there is no training step to compile"
             )
         outputs_info: dict[str, Any] = {}
+        autocast = (
+            torch.autocast("cpu", dtype=_torch_dtype(AMP_DTYPES[dtype]))
+            if dtype in AMP_DTYPES
+            else contextlib.nullcontext()
+        )
 
         def step(*flat):
             p, b, call_args, call_kwargs = unflatten_step_inputs(flat, pnames, bnames, args, kwargs)
-            out = torch.func.functional_call(model, {**p, **b}, call_args, call_kwargs)
-            loss = loss_fn(out)
+            with autocast:
+                out = torch.func.functional_call(model, {**p, **b}, call_args, call_kwargs)
+                loss = loss_fn(out)
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 raise PhazeError("the loss must be a scalar tensor; define loss_fn(output) in the model file")
             if not training:
@@ -427,6 +443,7 @@ def trace_model(
         try:
             with (
                 _transformers_meta_patches(),
+                sdpa_as_on_gpu(),
                 _module_stack_hooks(model) as modules,
                 fxt.preserve_node_meta(),
                 _quiet_fake_tensor_log(),

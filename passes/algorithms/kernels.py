@@ -1,0 +1,283 @@
+"""Which ops of a training step run together as one GPU kernel, for a named runtime.
+
+Pure Python (no xDSL): ``passes/form_kernels.py`` reads the IR into :class:`KOp` records and
+writes back one :class:`Kernel` per op.  A kernel's time is priced from the bytes that cross its
+boundary and the work inside it (``passes/algorithms/latency.py``): an op of a kernel reads from
+HBM only what no earlier op of its kernel made or read, writes to HBM only what is used outside
+its kernel, and only the op that launches the kernel pays the launch cost.
+
+Runtimes (``RUNTIMES``), each from the source of the version named (docs/design.md §5.11):
+
+``ops``
+    Every op its own kernel, even what aten runs as one (fused attention priced as its
+    matmul/softmax expansion with every intermediate in HBM): phaze's model before kernels were
+    formed, kept to compare.
+
+``eager``
+    PyTorch eager (torch 2.15): one kernel per aten op.  What aten runs as one kernel but phaze
+    expands into several ops (``phaze.fused``: FlashAttention or memory-efficient attention
+    forward and backward, dropout with its mask) is one kernel whose s x s scores never reach
+    HBM.  The fused AdamW step (``torch.optim.AdamW(fused=True)``: ``_fused_adamw_``) is one
+    multi-tensor kernel per chunk list: ``multi_tensor_apply_for_fused_optimizer<4>`` in
+    ``aten/src/ATen/native/cuda/MultiTensorApply.cuh`` deals 65,536-element chunks of at most 36
+    tensors and 320 blocks to one launch (``depth_to_max_tensors``, ``depth_to_max_blocks``,
+    ``kChunkSize``).
+
+``inductor``
+    ``torch.compile`` (Inductor, torch 2.15): GEMMs, collectives, fused attention and the
+    embedding's backward scatter stay library kernels; pointwise and reduction ops fuse, in
+    program order, with a producer's kernel (vertical) or with a kernel that reads the same
+    input (horizontal) when their iteration sizes agree, as ``SIMDScheduling.can_fuse``
+    (``torch/_inductor/codegen/simd.py``) allows: two pointwise ops of equal numel, two
+    reductions of equal ``(numel, rnumel)``, a pointwise op of ``numel * rnumel`` elements (a
+    prologue) or of ``numel`` elements (an epilogue) with a reduction; at most
+    ``max_fusion_size = 64`` ops (``torch/_inductor/config.py``); never a fusion that would make
+    a cycle (``Scheduler.will_fusion_create_cycle``): here a kernel only takes an op whose other
+    inputs were all made before the kernel's first op.  Views are free (index arithmetic).  The
+    optimizer step is not compiled (the model is): it runs as in ``eager``.
+
+``megatron``
+    Megatron-LM with Transformer Engine (megatron-core 0.16, ``megatron/core/fusions/``): its
+    fused kernels join chains of pointwise ops (``fused_bias_gelu``, ``fused_bias_swiglu``,
+    ``fused_bias_dropout``: bias, activation, dropout and residual add as one kernel) and a
+    softmax with the pointwise ops before it (``fused_softmax``: scale, mask, softmax); norms are
+    one kernel each (``fused_layer_norm``, TE's RMSNorm); attention and the optimizer as in
+    ``eager`` (flash attention, ``FusedAdam``, a multi-tensor kernel like torch's).  Reductions
+    never fuse with each other and there is no horizontal fusion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RUNTIMES = ("ops", "eager", "inductor", "megatron")
+
+#: torch's multi-tensor apply for the fused Adam(W) step (MultiTensorApply.cuh, depth 4: params,
+#: grads, exp_avg, exp_avg_sq): elements per chunk (one CUDA block each), tensors and blocks per launch.
+ADAM_CHUNK_ELEMENTS = 65_536
+ADAM_MAX_TENSORS = 36
+ADAM_MAX_BLOCKS = 320
+#: Inductor's largest fusion (``torch._inductor.config.max_fusion_size``).
+MAX_FUSION_SIZE = 64
+
+#: What an op is to kernel formation.
+KINDS = ("view", "pointwise", "reduction", "library", "optimizer")
+
+
+@dataclass(frozen=True)
+class KOp:
+    """One op: its ``kind`` (:data:`KINDS`; ``library``: a kernel of its own that nothing fuses
+    into, e.g. a GEMM or a collective), ``phase``, operand and result value ids, ``numel`` (a
+    pointwise op's result elements, a reduction's output elements), ``rnumel`` (a reduction's
+    elements reduced into each output; 1 else), ``fused`` (the aten op it is part of when aten
+    runs that op as one kernel, "" else), ``causal`` (part of a causal attention kernel),
+    for the optimizer ``param_elements`` (the elements it updates), and ``softmax``."""
+
+    kind: str
+    phase: str
+    operands: tuple[int, ...]
+    results: tuple[int, ...]
+    numel: int = 1
+    rnumel: int = 1
+    fused: str = ""
+    causal: bool = False
+    param_elements: int = 0
+    #: a softmax (Megatron fuses the pointwise ops before a softmax only)
+    softmax: bool = False
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """An op's kernel: its ``id``, how many launches the op accounts for (``launch``: 1 on a
+    kernel's first op, 0 on the others; a multi-tensor optimizer op may start several), the bytes
+    of its reads and writes that stay on chip, and whether it is part of a causal attention."""
+
+    id: int
+    launch: int
+    onchip_read: int
+    onchip_written: int
+    causal: bool = False
+
+
+@dataclass
+class StepValues:
+    """The step's values as kernel formation needs them: ``nbytes[v]``, ``view_of[v]`` (the
+    value a view aliases, None else) and ``outputs`` (values the step returns)."""
+
+    nbytes: list[int]
+    view_of: list[int | None]
+    outputs: frozenset[int]
+
+    def root(self, v: int) -> int:
+        while (w := self.view_of[v]) is not None:
+            v = w
+        return v
+
+
+def form_kernels(ops: list[KOp], values: StepValues, runtime: str) -> list[Kernel | None]:
+    """One :class:`Kernel` per op (None for views), in ``runtime``'s kernels."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
+    if runtime == "ops":
+        group = [i if o.kind != "view" else -1 for i, o in enumerate(ops)]
+    elif runtime == "eager":
+        group = _eager_groups(ops)
+    else:
+        group = _fused_groups(ops, values, horizontal=runtime == "inductor", reductions=runtime == "inductor")
+    launches = _launches(ops, group, optimizer_chunks=runtime != "ops")
+    return _boundaries(ops, values, group, launches)
+
+
+def _eager_groups(ops: list[KOp]) -> list[int]:
+    """Kernel of each op (-1: a view, no kernel): its own, or its ``fused`` aten op's."""
+    first: dict[str, int] = {}
+    group = []
+    for i, o in enumerate(ops):
+        if o.kind == "view":
+            group.append(-1)
+        elif o.fused:
+            group.append(first.setdefault(o.fused, i))
+        else:
+            group.append(i)
+    return group
+
+
+@dataclass
+class _Open:
+    """A kernel being formed: its first op, its ops' count, its iteration group and the values
+    its ops read (roots)."""
+
+    start: int
+    size: int
+    numel: int
+    rnumel: int
+    reads: set[int]
+
+
+def _fits(k: _Open, o: KOp, reductions: bool) -> tuple[int, int] | None:
+    """The kernel's iteration group after taking ``o``, or None when the sizes do not fuse
+    (``SIMDScheduling.can_fuse``; without ``reductions``, Megatron's fused kernels: pointwise
+    chains, and a softmax-like reduction after them)."""
+    if k.size >= MAX_FUSION_SIZE:
+        return None
+    o_red = o.kind == "reduction"
+    k_red = k.rnumel > 1
+    if not o_red and not k_red:
+        return (k.numel, 1) if o.numel == k.numel else None
+    if o_red and k_red:
+        return (k.numel, k.rnumel) if reductions and (o.numel, o.rnumel) == (k.numel, k.rnumel) else None
+    if o_red:  # a pointwise kernel as the reduction's prologue (Megatron: a softmax's only)
+        prologue = reductions or o.softmax
+        return (o.numel, o.rnumel) if prologue and k.numel == o.numel * o.rnumel else None
+    if not reductions:  # Megatron: nothing fuses after a reduction
+        return None
+    return (k.numel, k.rnumel) if o.numel in (k.numel * k.rnumel, k.numel) else None
+
+
+def _fused_groups(ops: list[KOp], values: StepValues, horizontal: bool, reductions: bool) -> list[int]:
+    """Inductor's (``horizontal``, ``reductions``) or Megatron's fusion, greedily in program
+    order (module docstring)."""
+    group = _eager_groups(ops)
+    producer: dict[int, int] = {}
+    for i, o in enumerate(ops):
+        for r in o.results:
+            producer[r] = i
+    kernels: dict[int, _Open] = {}
+    readers: dict[int, list[int]] = {}  # root value -> open kernels that read it
+    for i, o in enumerate(ops):
+        if o.kind not in ("pointwise", "reduction") or o.fused:
+            continue
+        roots = [values.root(v) for v in o.operands]
+        made = [group[producer[r]] for r in roots if r in producer and group[producer[r]] >= 0]
+        candidates = [g for g in made if g in kernels]
+        if horizontal:
+            candidates += [g for r in roots for g in readers.get(r, []) if g in kernels and g not in candidates]
+        chosen = None
+        for g in candidates:
+            k = kernels[g]
+            if ops[g].phase != o.phase:
+                continue
+            # every input made inside the kernel or before it began (no cycle through another kernel)
+            if any(r in producer and group[producer[r]] != g and producer[r] > k.start for r in roots):
+                continue
+            fit = _fits(k, o, reductions)
+            if fit is not None:
+                chosen = (g, fit)
+                break
+        if chosen is None:
+            kernels[i] = _Open(i, 1, o.numel, o.rnumel, set(roots))
+            for r in roots:
+                readers.setdefault(r, []).append(i)
+            continue
+        g, (numel, rnumel) = chosen
+        k = kernels[g]
+        group[i] = g
+        k.size, k.numel, k.rnumel = k.size + 1, numel, rnumel
+        for r in roots:
+            if r not in k.reads:
+                k.reads.add(r)
+                readers.setdefault(r, []).append(g)
+    return group
+
+
+def _launches(ops: list[KOp], group: list[int], optimizer_chunks: bool) -> list[int]:
+    """Launches each op accounts for: 1 on a kernel's first op; the optimizer's multi-tensor
+    kernels as ``MultiTensorApply.cuh`` deals the parameters' chunks to launches."""
+    out = [0] * len(ops)
+    seen: set[int] = set()
+    tensors = blocks = 0
+    for i, o in enumerate(ops):
+        if o.kind == "optimizer" and optimizer_chunks:
+            chunks = max(1, -(-o.param_elements // ADAM_CHUNK_ELEMENTS))
+            tensors += 1
+            for c in range(chunks):
+                blocks += 1
+                if blocks == ADAM_MAX_BLOCKS or (c == chunks - 1 and tensors == ADAM_MAX_TENSORS):
+                    out[i] += 1
+                    blocks = 0
+                    tensors = 0 if c == chunks - 1 else 1
+            continue
+        if group[i] >= 0 and group[i] not in seen:
+            seen.add(group[i])
+            out[i] = 1
+    if optimizer_chunks and blocks > 0:  # the last, partly filled launch
+        last = max(i for i, o in enumerate(ops) if o.kind == "optimizer")
+        out[last] += 1
+    return out
+
+
+def _boundaries(ops: list[KOp], values: StepValues, group: list[int], launches: list[int]) -> list[Kernel | None]:
+    """Each op's on-chip reads and writes in its kernel (module docstring)."""
+    # the kernels that use each root value (an op reading a view of it uses it)
+    users: dict[int, set[int]] = {}
+    for i, o in enumerate(ops):
+        g = group[i] if group[i] >= 0 else -1 - i  # a view's users are its readers: followed below
+        if g < 0:
+            continue
+        for v in o.operands:
+            users.setdefault(values.root(v), set()).add(g)
+    producer_group: dict[int, int] = {}
+    for i, o in enumerate(ops):
+        if group[i] >= 0:
+            for r in o.results:
+                producer_group[r] = group[i]
+    read_by: dict[int, set[int]] = {}  # kernel -> roots it has read from HBM
+    out: list[Kernel | None] = []
+    for i, o in enumerate(ops):
+        g = group[i]
+        if g < 0:
+            out.append(None)
+            continue
+        seen = read_by.setdefault(g, set())
+        onchip_read = 0
+        for v in dict.fromkeys(o.operands):
+            r = values.root(v)
+            if producer_group.get(r) == g or r in seen:
+                onchip_read += values.nbytes[v]
+            else:
+                seen.add(r)
+        onchip_written = sum(
+            values.nbytes[r] for r in o.results if r not in values.outputs and users.get(r, set()) <= {g} and r in users
+        )
+        out.append(Kernel(g, launches[i], onchip_read, onchip_written, o.causal))
+    return out

@@ -1,0 +1,127 @@
+"""``phaze-form-kernels``: group the step's ops into the kernels a named runtime launches."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from passes.algorithms.kernels import RUNTIMES, KOp, StepValues, form_kernels
+from passes.graph_view import step_function
+from phaze_ir import dialect as ph
+from phaze_ir import keys
+from phaze_ir.attributes import KernelAttr
+from phaze_ir.errors import PhazeError
+
+#: Reduction kinds that are not loops Inductor or Megatron fuse (sorts and selections).
+_LIBRARY_REDUCTIONS = ("topk", "sort", "histc", "argmax")
+
+
+def _numel(v: SSAValue) -> int:
+    return ph.numel(v.type) if isinstance(v.type, TensorType) else 1
+
+
+def _reduction(total: int, out: int) -> tuple[int, int]:
+    """``(numel, rnumel)`` of a reduction of ``total`` elements into ``out``."""
+    out = max(1, out)
+    return out, max(1, total // out)
+
+
+def kop(o: Operation, ids: dict[SSAValue, int]) -> KOp:
+    """What kernel formation needs of one op (``passes/algorithms/kernels.py``)."""
+    phase = keys.string_of(o, keys.PHASE, "fwd")
+    fused = keys.string_of(o, keys.FUSED, "")
+    base = KOp(
+        "library",
+        phase,
+        tuple(ids[v] for v in o.operands),
+        tuple(ids[r] for r in o.results),
+        fused=fused,
+        causal=fused.endswith(" causal"),
+    )
+    out_numel = max((_numel(r) for r in o.results), default=1)
+    if isinstance(o, ph.LayoutOp):
+        return replace(base, kind="view" if o.is_view else "pointwise", numel=out_numel)
+    if isinstance(o, ph.ElementwiseOp):
+        return replace(base, kind="pointwise", numel=out_numel)
+    if isinstance(o, ph.EmbeddingOp):
+        return replace(base, kind="pointwise" if o.kind.data == "lookup" else "library", numel=out_numel)
+    if isinstance(o, ph.ReductionOp) and o.inputs and o.kind.data not in _LIBRARY_REDUCTIONS:
+        numel, rnumel = _reduction(_numel(o.inputs[0]), _numel(o.results[0]))
+        return replace(base, kind="reduction" if rnumel > 1 else "pointwise", numel=numel, rnumel=rnumel)
+    if isinstance(o, ph.SoftmaxOp) and o.inputs:
+        shape = list(ph.tensor_type(o.inputs[0]).get_shape())
+        row = shape[o.dim.value.data % len(shape)] if shape else 1
+        numel, rnumel = _reduction(_numel(o.inputs[0]), _numel(o.inputs[0]) // max(1, row))
+        return replace(base, kind="reduction", numel=numel, rnumel=rnumel, softmax=o.kind.data == "softmax")
+    if isinstance(o, ph.NormOp) and o.inputs:
+        shape = list(ph.tensor_type(o.inputs[0]).get_shape())
+        rank = o.normalized_rank.value.data
+        row = math.prod(shape[len(shape) - rank :]) if rank > 0 else 1
+        numel, rnumel = _reduction(_numel(o.inputs[0]), _numel(o.inputs[0]) // max(1, row))
+        return replace(base, kind="reduction", numel=numel, rnumel=rnumel)
+    if isinstance(o, ph.OptimizerUpdateOp):
+        return replace(base, kind="optimizer", param_elements=_numel(o.param))
+    return base
+
+
+@dataclass(frozen=True)
+class FormKernelsPass(ModulePass):
+    """Give every op a ``phaze.kernel`` record: the kernel it runs in when ``runtime`` runs the
+    step (``ops``, ``eager``, ``inductor`` or ``megatron``; rules and sources in
+    ``passes/algorithms/kernels.py``), with the bytes of its reads and writes that stay on chip
+    and the launches it accounts for; the module gets ``phaze.kernels = runtime``.
+    ``phaze-estimate-latency`` prices the ops by these records.  Views get none (they launch
+    nothing).  Run after the step is complete (optimizer, sharding), before the latency.
+    """
+
+    name = "phaze-form-kernels"
+    runtime: str = "eager"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.runtime not in RUNTIMES:
+            raise PhazeError(f"{self.name}: runtime={self.runtime}: expected one of {', '.join(RUNTIMES)}")
+        fn = step_function(op)
+        ids: dict[SSAValue, int] = {}
+        nbytes: list[int] = []
+        view_of: list[int | None] = []
+
+        def add(v: SSAValue, alias: int | None) -> None:
+            ids[v] = len(nbytes)
+            nbytes.append(ph.tensor_bytes(v.type) if isinstance(v.type, TensorType) else 0)
+            view_of.append(alias)
+
+        for a in fn.body.block.args:
+            add(a, None)
+        ops: list[Operation] = []
+        kops: list[KOp] = []
+        outputs: set[int] = set()
+        for o in fn.body.block.ops:
+            if isinstance(o, func.ReturnOp):
+                outputs.update(ids[v] for v in o.operands)
+                continue
+            if not isinstance(o, ph.ComputeOp):
+                continue
+            view = isinstance(o, ph.LayoutOp) and o.is_view and bool(o.operands)
+            for r in o.results:
+                add(r, ids[o.operands[0]] if view else None)
+            ops.append(o)
+            kops.append(kop(o, ids))
+        kernels = form_kernels(kops, StepValues(nbytes, view_of, frozenset(outputs)), self.runtime)
+        for o, k in zip(ops, kernels):
+            if k is None:
+                o.attributes.pop(keys.KERNEL, None)
+                continue
+            o.attributes[keys.KERNEL] = KernelAttr.make(
+                id=k.id,
+                launch=k.launch,
+                onchip_read=k.onchip_read,
+                onchip_written=k.onchip_written,
+                causal=int(k.causal),
+            )
+        op.attributes[keys.KERNELS] = StringAttr(self.runtime)

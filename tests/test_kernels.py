@@ -1,0 +1,181 @@
+"""Kernels as a runtime forms them (``passes/algorithms/kernels.py``, ``phaze-form-kernels``),
+SDPA traced as a GPU runs it, and autocast's mixed precision."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from passes.algorithms.kernels import (
+    ADAM_CHUNK_ELEMENTS,
+    ADAM_MAX_BLOCKS,
+    ADAM_MAX_TENSORS,
+    MAX_FUSION_SIZE,
+    KOp,
+    StepValues,
+    form_kernels,
+)
+
+MODELS = Path(__file__).parent / "models"
+
+
+class _Step:
+    """A hand-made step: values of ``nbytes`` bytes, ops appended in program order."""
+
+    def __init__(self, n_args: int = 1, nbytes: int = 64):
+        self.nbytes = [nbytes] * n_args
+        self.view_of: list[int | None] = [None] * n_args
+        self.ops: list[KOp] = []
+
+    def op(self, kind: str, *operands: int, numel: int = 32, rnumel: int = 1, view: bool = False, **kw) -> int:
+        """A new op of ``kind`` reading ``operands``; its one result's value id."""
+        v = len(self.nbytes)
+        self.nbytes.append(64 if rnumel == 1 else 64 // rnumel)
+        self.view_of.append(operands[0] if view else None)
+        self.ops.append(KOp(kind, "fwd", tuple(operands), (v,), numel=numel, rnumel=rnumel, **kw))
+        return v
+
+    def form(self, runtime: str, outputs: tuple[int, ...] = ()):
+        return form_kernels(self.ops, StepValues(self.nbytes, self.view_of, frozenset(outputs)), runtime)
+
+
+def test_eager_is_one_kernel_per_op_but_what_aten_fuses():
+    s = _Step()
+    a = s.op("pointwise", 0)
+    b = s.op("library", a, fused="attn")
+    c = s.op("reduction", b, numel=4, rnumel=8, fused="attn")
+    v = s.op("view", c, view=True)
+    s.op("pointwise", v, numel=4)
+    ks = s.form("eager")
+    assert [k.id if k else None for k in ks] == [0, 1, 1, None, 4]
+    assert [k.launch if k else None for k in ks] == [1, 1, 0, None, 1]
+    # a's result leaves its kernel; b's is made and used inside the attention kernel
+    assert ks[0].onchip_written == 0 and ks[1].onchip_written == 64 and ks[2].onchip_read == 64
+
+
+def test_inductor_fuses_pointwise_chains_and_reductions_of_the_same_size():
+    s = _Step()
+    a = s.op("pointwise", 0)
+    b = s.op("pointwise", a)
+    r = s.op("reduction", b, numel=4, rnumel=8, softmax=True)  # prologue: 32 == 4 * 8
+    e = s.op("pointwise", r, numel=4)  # epilogue over the reduced size
+    other = s.op("reduction", e, numel=2, rnumel=2)  # another size: a kernel of its own
+    ks = s.form("inductor", outputs=(other,))
+    assert [k.id for k in ks] == [0, 0, 0, 0, 4]
+    assert [k.launch for k in ks] == [1, 0, 0, 0, 1]
+    assert ks[0].onchip_written == 64 and ks[1].onchip_read == 64 and ks[3].onchip_written == 0
+    # Megatron: the pointwise chain and the softmax after it (fused scale-mask-softmax), nothing
+    # after a reduction, and no pointwise prologue of another reduction
+    assert [k.id for k in s.form("megatron", outputs=(other,))] == [0, 0, 0, 3, 4]
+
+
+def test_inductor_never_fuses_into_a_cycle_through_a_gemm():
+    s = _Step()
+    a = s.op("pointwise", 0)
+    g = s.op("library", a)  # a GEMM reading a
+    s.op("pointwise", a, g)  # reads a (a's kernel) and the GEMM's result, made after a's kernel began
+    ks = s.form("inductor")
+    assert ks[2].id != ks[0].id
+
+
+def test_inductor_horizontal_fusion_of_ops_reading_one_input():
+    s = _Step()
+    s.op("pointwise", 0)
+    s.op("pointwise", 0)
+    ks = s.form("inductor")
+    assert ks[0].id == ks[1].id and ks[1].onchip_read == 64  # the input read once
+    assert [k.id for k in s.form("megatron")] == [0, 1]  # Megatron: no horizontal fusion
+
+
+def test_inductor_fusion_stops_at_its_largest_size():
+    s = _Step()
+    v = 0
+    for _ in range(2 * MAX_FUSION_SIZE + 1):
+        v = s.op("pointwise", v)
+    ks = s.form("inductor")
+    assert len({k.id for k in ks}) == 3 and sum(k.launch for k in ks) == 3
+
+
+def _adam_launches(sizes: list[int]) -> int:
+    s = _Step()
+    for n in sizes:
+        s.ops.append(KOp("optimizer", "opt", (0,), (), param_elements=n))
+    return sum(k.launch for k in s.form("eager"))
+
+
+def test_fused_adam_launches_follow_multi_tensor_apply():
+    assert _adam_launches([10] * ADAM_MAX_TENSORS) == 1
+    assert _adam_launches([10] * (ADAM_MAX_TENSORS + 1)) == 2
+    assert _adam_launches([10] * 100) == 3  # 36 + 36 + 28 tensors
+    # one tensor of 2 x 320 chunks: two full launches, nothing left
+    assert _adam_launches([2 * ADAM_MAX_BLOCKS * ADAM_CHUNK_ELEMENTS]) == 2
+    assert _adam_launches([2 * ADAM_MAX_BLOCKS * ADAM_CHUNK_ELEMENTS + 1]) == 3
+    # ops: one kernel per parameter
+    s = _Step()
+    for _ in range(100):
+        s.ops.append(KOp("optimizer", "opt", (0,), (), param_elements=10))
+    assert sum(k.launch for k in s.form("ops")) == 100
+
+
+def test_unknown_runtime_is_refused():
+    with pytest.raises(ValueError, match="expected one of ops, eager, inductor, megatron"):
+        _Step().form("xla")
+
+
+# ---- end to end ------------------------------------------------------------------------------
+
+
+@functools.cache
+def _plan(model: str, kernels: str, dtype: str = "bfloat16") -> tuple[dict, str]:
+    """phazec's JSON and plan text of a tiny model on one h100 (in-process, cached)."""
+    import json
+
+    from phaze.tools.phazec import _parser, compile_model
+
+    args = _parser().parse_args(
+        [str(MODELS / model), "--hw", "h100", "--devices", "1", "--placement", "expert:1,1,1", "--global-batch", "2"]
+        + ["--micro-batch", "2", "--tp", "1", "--recompute", "none", "--dtype", dtype, "--kernels", kernels, "-q"]
+    )
+    text, failure = compile_model(args, lambda msg: None)
+    assert failure is None, failure
+    from phaze.driver import plan_json  # noqa: F401  (the JSON is what phazec --json writes)
+    from phaze_ir.ir import parse_module
+
+    module = parse_module(text)
+    plan = json.loads(json.dumps(module.attributes["phaze.plan"].as_dict()))
+    return plan, text
+
+
+def test_sdpa_traces_as_flash_attention_with_no_score_tensor_in_hbm():
+    _, text = _plan("tiny_llama_sdpa.py", "eager")
+    lines = [line for line in text.splitlines() if "phaze.fused" in line]
+    assert lines, "the fused attention ops carry phaze.fused"
+    kernels = {
+        line.split("phaze.kernel = #phaze.kernel<id = ")[1].split(",")[0] for line in lines if "phaze.kernel" in line
+    }
+    # two layers, one forward and one backward attention kernel each
+    assert len(kernels) == 4
+    launches = sum(" launch = 1," in line for line in lines)
+    assert launches == 4
+    assert all("causal = 1" in line for line in lines if "phaze.kernel" in line)
+
+
+@pytest.mark.parametrize("model", ["tiny_llama_sdpa.py", "tiny_gpt2.py"])
+def test_fewer_kernels_price_a_faster_step_with_the_same_memory(model):
+    plans = {k: _plan(model, k)[0] for k in ("ops", "eager", "inductor")}
+    times = {k: p["time_per_batch_s"] for k, p in plans.items()}
+    assert times["inductor"] < times["eager"] < times["ops"], times
+    assert len({p["max_memory_bytes"] for p in plans.values()}) == 1
+
+
+def test_autocast_keeps_fp32_weights_and_gradients_and_16_bit_gemms():
+    _, text = _plan("tiny_llama_sdpa.py", "eager", "amp-bfloat16")
+    matmuls = [line for line in text.splitlines() if "= phaze.matmul" in line]
+    assert matmuls and all(line.rstrip().endswith("bf16>") for line in matmuls)
+    updates = [line for line in text.splitlines() if "phaze.optimizer_update" in line]
+    # fp32 weights are their own master copy: Adam keeps its two fp32 moments only
+    assert updates and all("state_bytes 8 " in line and "xf32>" in line for line in updates)
+    norms = [line for line in text.splitlines() if "phaze.norm" in line or "phaze.softmax" in line]
+    assert any("f32>" in line for line in norms)
