@@ -35,8 +35,8 @@ def _records(module: ModuleOp, key: keys.Key, kind: type[RecordAttr]) -> list[di
 
 def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
     """Per-layer numbers from the annotations of the earlier passes: ``phaze.layers``,
-    ``phaze.layer_schedule`` (scheduled makespans), ``phaze.layer_recompute`` and
-    ``phaze.layer_memory``."""
+    ``phaze.layer_schedule`` (scheduled makespans: forward and backward per micro-batch, the
+    optimizer step once per batch), ``phaze.layer_recompute`` and ``phaze.layer_memory``."""
     layers = _records(module, keys.LAYERS, LayerInfoAttr)
     schedule = _records(module, keys.LAYER_SCHEDULE, LayerScheduleAttr)
     recompute = _records(module, keys.LAYER_RECOMPUTE, LayerRecomputeAttr)
@@ -68,6 +68,8 @@ def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
                 expert_grad_bytes=m["expert_param_bytes"],  # gradients as the weights (mixed precision)
                 expert_optimizer_bytes=m["expert_optimizer_bytes"],
                 dispatch_bytes=layer["dispatch_bytes"],
+                opt_s=s["opt_s"],
+                expert_opt_s=pl.expert_opt_s(s["opt_s"], m["optimizer_bytes"], m["expert_optimizer_bytes"]),
             )
         )
     return out
@@ -187,6 +189,11 @@ def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_
                 last_layer=s["last_layer"],
                 devices=s["devices"],
                 time_s=float(s["time_s"]),
+                compute_s=float(s["time_parts"]["compute_s"]),
+                recompute_s=float(s["time_parts"]["recompute_s"]),
+                pp_comm_s=float(s["time_parts"]["pp_comm_s"]),
+                zero_comm_s=float(s["time_parts"]["zero_comm_s"]),
+                ep_comm_s=float(s["time_parts"]["ep_comm_s"]),
                 memory_bytes=s["memory_bytes"],
                 param_bytes=s["memory"]["params"],
                 grad_bytes=s["memory"]["grads"],
@@ -196,6 +203,7 @@ def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_
                 recompute=s["recompute"],
                 in_flight=s["in_flight"],
                 exposed_dp_s=float(s["exposed_dp_s"]),
+                optimizer_s=float(s["optimizer_s"]),
             )
             for k, s in enumerate(stages)
         ]

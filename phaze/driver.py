@@ -46,6 +46,23 @@ MEMORY_PARTS = {
     "workspace": "workspace_bytes",
 }
 
+#: A stage's time per micro-batch by part (``#phaze.stage_info``'s fields, the JSON's
+#: ``stages[].time_parts``): they add up to its ``time_s``.
+TIME_PARTS = ("compute_s", "recompute_s", "pp_comm_s", "zero_comm_s", "ep_comm_s")
+
+#: The plan's time per batch by part (the JSON's ``breakdown_s``, :func:`time_breakdown`), in
+#: the order a step runs them; they add up to ``time_per_batch_s``.
+BREAKDOWN_PARTS = (
+    "compute_s",
+    "tp_comm_s",
+    "recompute_s",
+    "pp_comm_s",
+    "ep_comm_s",
+    "bubble_s",
+    "dp_comm_s",
+    "optimizer_s",
+)
+
 
 @dataclass
 class Options:
@@ -629,6 +646,75 @@ def unpriced_ops(module: ModuleOp) -> list[dict[str, Any]]:
     return [{"kind": "unpriced-op", **r.as_dict()} for r in keys.records_of(module, keys.WARNINGS, UnpricedOpAttr)]
 
 
+def time_breakdown(module: ModuleOp) -> dict[str, float] | None:
+    """The plan's time per batch by part (:data:`BREAKDOWN_PARTS`, seconds; None when the plan
+    has no stages), from ``phaze.plan``, ``phaze.stages`` and ``phaze.layer_schedule``.  The
+    time is ``(m + (p − 1)/v) · T + E + O`` (docs/design.md §6.2), T the slowest rank's time per
+    micro-batch, E the largest exposed once-per-step DP collectives, O the largest optimizer
+    step; the parts split it so that they add up to it (but for rounding):
+
+    - ``compute_s``, ``recompute_s``, ``pp_comm_s``, ``ep_comm_s``: m times the slowest rank's
+      scheduled forward and backward work (without its TP collectives), its recompute, its
+      boundary transfers, its expert all-to-alls;
+    - ``tp_comm_s``: m times the TP collectives of that rank's layers that their schedules do
+      not hide behind compute (``phaze.layer_schedule``'s ``tp_comm_s``, inside their
+      ``fwd_s + bwd_s``: split out of the compute);
+    - ``bubble_s``: ``(p − 1)/v · T``, the pipeline's fill and drain;
+    - ``dp_comm_s``: m times ZeRO-2/3's per-micro-batch collectives of that rank, plus E;
+    - ``optimizer_s``: O, the optimizer step after the flush."""
+    from phaze_ir.attributes import LayerScheduleAttr
+
+    plan = plan_record(module)
+    stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
+    if not plan or not stages:
+        return None
+    m = int(plan["num_micro_batches"])
+    p, v = int(plan["pp"]), int(plan["virtual_stages"])
+    times = [float(s["time_s"]) for s in stages]
+    slowest = stages[times.index(max(times))]
+    # The rank's layers: its stage's, or under interleaving its v chunks'.
+    layers = {
+        i
+        for s in stages
+        if s["rank"] == slowest["rank"]
+        for i in range(int(s["first_layer"]), int(s["last_layer"]) + 1)
+    }
+    records = keys.records_of(module, keys.LAYER_SCHEDULE, LayerScheduleAttr)
+    tp = sum(float(r.as_dict()["tp_comm_s"]) for r in records if int(r.as_dict()["index"]) in layers)
+    compute = float(slowest["compute_s"])
+    tp = min(tp, compute)
+    return {
+        "compute_s": m * (compute - tp),
+        "tp_comm_s": m * tp,
+        "recompute_s": m * float(slowest["recompute_s"]),
+        "pp_comm_s": m * float(slowest["pp_comm_s"]),
+        "ep_comm_s": m * float(slowest["ep_comm_s"]),
+        "bubble_s": (p - 1) / v * max(times),
+        "dp_comm_s": m * float(slowest["zero_comm_s"]) + max(float(s["exposed_dp_s"]) for s in stages),
+        "optimizer_s": max(float(s["optimizer_s"]) for s in stages),
+    }
+
+
+def breakdown_line(breakdown: dict[str, float], time_s: float) -> str:
+    """The time per batch and its non-zero parts, as one line for stderr."""
+    names = {
+        "compute_s": "compute",
+        "tp_comm_s": "TP comm",
+        "recompute_s": "recompute",
+        "pp_comm_s": "PP comm",
+        "ep_comm_s": "EP comm",
+        "bubble_s": "bubble",
+        "dp_comm_s": "DP comm",
+        "optimizer_s": "optimizer",
+    }
+    shown = [
+        f"{names[part]} {v:.4g} ({v / time_s:.1%})"
+        for part in BREAKDOWN_PARTS
+        if (v := breakdown[part]) > 0 and time_s > 0
+    ]
+    return f"time per batch {time_s:.4g} s = " + (" + ".join(shown) if shown else "0")
+
+
 def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "auto") -> dict[str, Any]:
     """The plan as JSON (the schema is in README.md, "The plan as JSON"); ``recompute``: the
     setting it was placed under (``Options.recompute``; each stage's policy is in its stage).
@@ -662,6 +748,8 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
         "micro_batch_size": plan["micro_batch_size"],
         "num_micro_batches": plan["num_micro_batches"],
         "time_per_batch_s": plan["time_per_batch_s"],
+        # the time per batch by part (they add up to it; None when no plan has numbers)
+        "breakdown_s": time_breakdown(module),
         "throughput_samples_per_s": plan["throughput_samples_per_s"],
         "devices_used": plan["devices_used"],
         "max_memory_bytes": plan["max_memory_bytes"],
@@ -676,12 +764,15 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
                 "layers": [s["first_layer"], s["last_layer"]],
                 "devices": s["devices"],
                 "time_s": s["time_s"],
+                # time_s by part, as the DP adds it up
+                "time_parts": {part: s[part] for part in TIME_PARTS},
                 "memory_bytes": s["memory_bytes"],
                 # memory_bytes by part, as the DP counts it (the parts add up to it)
                 "memory": {part: s[field] for part, field in MEMORY_PARTS.items()},
                 "recompute": s["recompute"],
                 "in_flight": s["in_flight"],
                 "exposed_dp_s": s["exposed_dp_s"],
+                "optimizer_s": s["optimizer_s"],
             }
             for s in stages
         ],
@@ -802,7 +893,9 @@ def summary(module: ModuleOp) -> str:
     )
     factor = capacity_factor(module)
     note = "" if factor is None else f"\nexpert GEMMs padded to capacity factor {factor:g}"
-    lines = [line for line in (power_line(module), cost_line(module, plan)) if line]
+    breakdown = time_breakdown(module)
+    parts = breakdown_line(breakdown, float(plan["time_per_batch_s"])) if breakdown is not None else ""
+    lines = [line for line in (parts, power_line(module), cost_line(module, plan)) if line]
     return head + "\n" + row + "".join("\n" + line for line in lines) + note
 
 

@@ -678,10 +678,12 @@ class LayerScheduleAttr(RecordAttr):
     Syntax::
 
         #phaze.layer_schedule<index = 1, fwd_s = 0.028, bwd_s = 0.056, opt_s = 0.001,
-                              status = optimal, gap = 0.0>
+                              tp_comm_s = 0.004, status = optimal, gap = 0.0>
 
     - ``fwd_s``/``bwd_s``: makespans of the layer's forward and backward ops, per micro-batch;
       ``opt_s``: of its optimizer ops (once per batch), in seconds.
+    - ``tp_comm_s``: of ``fwd_s + bwd_s``, the seconds in which a collective runs and nothing
+      else does: the layer's TP collectives that its schedules do not hide behind compute.
     - ``status``: the weakest of the three solves: ``optimal``, ``gaplimit`` (stopped at the
       gap limit), ``nodelimit`` (at the node limit), ``timelimit`` (at the time limit; the best
       schedule found is kept) or ``heuristic`` (the warm start: the MILP was not run or failed).
@@ -689,12 +691,13 @@ class LayerScheduleAttr(RecordAttr):
     """
 
     name = "phaze.layer_schedule"
-    FIELDS = ("index", "fwd_s", "bwd_s", "opt_s", "status", "gap")
+    FIELDS = ("index", "fwd_s", "bwd_s", "opt_s", "tp_comm_s", "status", "gap")
 
     index: IntAttr
     fwd_s: FloatData
     bwd_s: FloatData
     opt_s: FloatData
+    tp_comm_s: FloatData
     status: ScheduleStatusAttr
     gap: FloatData
 
@@ -815,7 +818,10 @@ class PlanAttr(RecordAttr):
       engine). Under sequence parallelism the boundary is already sharded: ``"whole"``. Empty
       when no plan fits.
     - ``num_micro_batches``: micro-batches per replica per batch, ``global_batch / (micro_batch_size·dp)``.
-    - ``time_per_batch_s``: ``(m + (p − 1)/v)·max stage time + exposed DP collectives``.
+    - ``time_per_batch_s``: ``(m + (p − 1)/v)·max stage time + max exposed DP collectives +
+      max optimizer step`` (``phaze.stages``' ``time_s``, ``exposed_dp_s``, ``optimizer_s``):
+      the pipeline with its bubble, then the gradients' collectives, then the optimizer step,
+      as a measured iteration runs them.
     - ``placement``: ``"phaze"`` (searched) or ``"expert:PP,DP,TP"`` (evaluated as given).
     - ``feasible``: ``"yes"`` or ``"no"``; ``binding``: when not feasible, the constraint that
       binds (e.g. ``"memory: ..."``), else empty.
@@ -873,17 +879,23 @@ class StageInfoAttr(RecordAttr):
     Syntax::
 
         #phaze.stage_info<index = 0, rank = 0, first_layer = 0, last_layer = 12, devices = 4, time_s = 0.09,
-                     memory_bytes = 30000000000, param_bytes = 3000000000, grad_bytes = 3000000000,
-                     optimizer_bytes = 18000000000, activation_bytes = 5000000000,
-                     workspace_bytes = 1000000000, recompute = selective, in_flight = 8,
-                     exposed_dp_s = 0.2>
+                     compute_s = 0.08, recompute_s = 0.006, pp_comm_s = 0.004, zero_comm_s = 0.0,
+                     ep_comm_s = 0.0, memory_bytes = 30000000000, param_bytes = 3000000000,
+                     grad_bytes = 3000000000, optimizer_bytes = 18000000000,
+                     activation_bytes = 5000000000, workspace_bytes = 1000000000,
+                     recompute = selective, in_flight = 8, exposed_dp_s = 0.2, optimizer_s = 0.01>
 
     - ``rank``: the pipeline rank that runs it (``index`` under 1F1B, ``index mod pp`` under
-      interleaving); ``time_s``, ``memory_bytes``, ``recompute``, ``in_flight`` and
-      ``exposed_dp_s`` are that rank's.
+      interleaving); ``time_s`` and its parts, ``memory_bytes``, ``recompute``, ``in_flight``,
+      ``exposed_dp_s`` and ``optimizer_s`` are that rank's.
     - ``first_layer``/``last_layer``: the layer indices (``phaze.layer``) it holds, inclusive.
     - ``devices``: devices per replica of the stage (the TP width).
     - ``time_s``: forward + backward (+ recompute) + TP and boundary transfers per micro-batch.
+    - ``compute_s``, ``recompute_s``, ``pp_comm_s``, ``zero_comm_s``, ``ep_comm_s``: ``time_s``
+      by part, as the placement DP adds it up (they add up to it but for rounding): the
+      layers' scheduled forward and backward (their TP collectives inside), the recompute's
+      extra work, the boundary transfers, ZeRO-2/3's per-micro-batch collectives not hidden,
+      expert parallelism's all-to-alls.
     - ``memory_bytes``: per device: weights, gradients, optimizer state (each divided over the
       DP group where ``zero`` shards it), ``in_flight`` micro-batches of stashed activations
       (chunk-micro-batches under interleaving), workspace.
@@ -894,6 +906,8 @@ class StageInfoAttr(RecordAttr):
     - ``recompute``: ``"none"``, ``"selective"`` or ``"full"``.
     - ``exposed_dp_s``: the stage's once-per-step data-parallel collectives (the gradient
       all-reduce, or ZeRO's reduce-scatter and all-gather) not hidden by compute.
+    - ``optimizer_s``: the stage's optimizer step after the flush, on one device: its layers'
+      ``opt_s``, 1/dp of it when ``zero`` >= 1 shards the state.
     """
 
     name = "phaze.stage_info"
@@ -904,6 +918,11 @@ class StageInfoAttr(RecordAttr):
         "last_layer",
         "devices",
         "time_s",
+        "compute_s",
+        "recompute_s",
+        "pp_comm_s",
+        "zero_comm_s",
+        "ep_comm_s",
         "memory_bytes",
         "param_bytes",
         "grad_bytes",
@@ -913,6 +932,7 @@ class StageInfoAttr(RecordAttr):
         "recompute",
         "in_flight",
         "exposed_dp_s",
+        "optimizer_s",
     )
 
     index: IntAttr
@@ -921,6 +941,11 @@ class StageInfoAttr(RecordAttr):
     last_layer: IntAttr
     devices: IntAttr
     time_s: FloatData
+    compute_s: FloatData
+    recompute_s: FloatData
+    pp_comm_s: FloatData
+    zero_comm_s: FloatData
+    ep_comm_s: FloatData
     memory_bytes: IntAttr
     param_bytes: IntAttr
     grad_bytes: IntAttr
@@ -930,6 +955,7 @@ class StageInfoAttr(RecordAttr):
     recompute: RecomputePolicyAttr
     in_flight: IntAttr
     exposed_dp_s: FloatData
+    optimizer_s: FloatData
 
 
 @irdl_attr_definition

@@ -23,8 +23,17 @@ def check_plan(plan: dict) -> None:
     assert all(a["layers"][1] + 1 == b["layers"][0] for a, b in zip(stages, stages[1:]))
     m, p = plan["num_micro_batches"], plan["pp"]
     assert m * plan["micro_batch_size"] * plan["dp"] == plan["global_batch"]
-    expected = (m + p - 1) * max(s["time_s"] for s in stages) + max(s["exposed_dp_s"] for s in stages)
+    expected = (
+        (m + p - 1) * max(s["time_s"] for s in stages)
+        + max(s["exposed_dp_s"] for s in stages)
+        + max(s["optimizer_s"] for s in stages)
+    )
     assert plan["time_per_batch_s"] == pytest.approx(expected, rel=1e-9)
+    # the breakdown of the time per batch adds up to it, and each stage's time parts to its time
+    assert sum(plan["breakdown_s"].values()) == pytest.approx(plan["time_per_batch_s"], rel=1e-9)
+    assert all(v >= 0 for v in plan["breakdown_s"].values())
+    for s in stages:
+        assert sum(s["time_parts"].values()) == pytest.approx(s["time_s"], rel=1e-9)
     assert plan["throughput_samples_per_s"] == pytest.approx(plan["global_batch"] / plan["time_per_batch_s"], rel=1e-9)
 
 

@@ -127,7 +127,9 @@ class LayerNumbers:
     """What the DP needs of one layer, for one micro-batch at the traced micro-batch size and TP
     width (see ``LayerDict`` in ``passes/algorithms/_phaze_rs.pyi``).  The TP all-reduces are ops
     of the layer (``phaze.collective``), priced by the latency pass and placed by the scheduler:
-    they are in ``fwd_s``/``bwd_s``."""
+    they are in ``fwd_s``/``bwd_s``.  ``opt_s`` is the layer's optimizer step, once per batch
+    (the scheduled makespan of its optimizer ops, ``phaze.layer_schedule``), and
+    ``expert_opt_s`` the part of it that updates the experts' state (:func:`expert_opt_s`)."""
 
     fwd_s: float
     bwd_s: float
@@ -145,12 +147,16 @@ class LayerNumbers:
     expert_grad_bytes: int = 0
     expert_optimizer_bytes: int = 0
     dispatch_bytes: int = 0
+    opt_s: float = 0.0
+    expert_opt_s: float = 0.0
 
     def as_dict(self) -> _phaze_rs.LayerDict:
         return {
             "fwd_s": self.fwd_s,
             "bwd_s": self.bwd_s,
             "recompute_s": list(self.recompute_s),
+            "opt_s": self.opt_s,
+            "expert_opt_s": self.expert_opt_s,
             "saved_bytes": list(self.saved_bytes),
             "param_bytes": self.param_bytes,
             "grad_bytes": self.grad_bytes,
@@ -168,9 +174,9 @@ class LayerNumbers:
     def from_json(cls, data: object) -> LayerNumbers:
         """The numbers :meth:`as_dict` wrote (as JSON), checked: exactly its keys (the expert
         ones may be missing, as a dense layer written before them), the times finite numbers
-        >= 0, the byte counts integers >= 0, three of each per recompute policy; a
-        ``ValueError`` saying what is wrong otherwise."""
-        names = ("fwd_s", "bwd_s", "recompute_s", "saved_bytes", *_BYTE_FIELDS)
+        >= 0 (the experts' optimizer step part of the layer's), the byte counts integers >= 0,
+        three of each per recompute policy; a ``ValueError`` saying what is wrong otherwise."""
+        names = ("fwd_s", "bwd_s", "recompute_s", *_OPT_FIELDS, "saved_bytes", *_BYTE_FIELDS)
         if isinstance(data, dict) and not any(k in data for k in _EXPERT_FIELDS):
             data = {**data, **dict.fromkeys(_EXPERT_FIELDS, 0)}
         if not isinstance(data, dict) or sorted(data) != sorted(names):
@@ -186,9 +192,11 @@ class LayerNumbers:
             v = data[name]
             if not (isinstance(v, list) and len(v) == 3 and all(ok(x) for x in v)):
                 raise ValueError(f"layer {name} = {v!r}: expected three " + ("times" if ok is seconds else "counts"))
-        for name in ("fwd_s", "bwd_s"):
+        for name in ("fwd_s", "bwd_s", *_OPT_FIELDS):
             if not seconds(data[name]):
                 raise ValueError(f"layer {name} = {data[name]!r}: expected a time >= 0")
+        if data["expert_opt_s"] > data["opt_s"]:
+            raise ValueError(f"layer expert_opt_s = {data['expert_opt_s']!r}: more than its opt_s")
         for name in _BYTE_FIELDS:
             if not count(data[name]):
                 raise ValueError(f"layer {name} = {data[name]!r}: expected a count >= 0")
@@ -199,9 +207,22 @@ class LayerNumbers:
             recompute_s=(float(rs[0]), float(rs[1]), float(rs[2])),
             saved_bytes=(sb[0], sb[1], sb[2]),
             **{name: data[name] for name in _BYTE_FIELDS},
+            opt_s=float(data["opt_s"]),
+            expert_opt_s=float(data["expert_opt_s"]),
         )
 
 
+def expert_opt_s(opt_s: float, optimizer_bytes: int, expert_optimizer_bytes: int) -> float:
+    """The part of a layer's optimizer step ``opt_s`` that updates its experts' state: its
+    share of the layer's optimizer state (``expert_optimizer_bytes`` of ``optimizer_bytes``).
+    The update reads and writes each byte of the state once (memory bound), so its time goes
+    with the bytes; 0 in a dense layer."""
+    if expert_optimizer_bytes <= 0 or optimizer_bytes <= 0:
+        return 0.0
+    return min(opt_s, opt_s * expert_optimizer_bytes / optimizer_bytes)
+
+
+_OPT_FIELDS = ("opt_s", "expert_opt_s")
 _EXPERT_FIELDS = ("experts", "expert_param_bytes", "expert_grad_bytes", "expert_optimizer_bytes", "dispatch_bytes")
 _BYTE_FIELDS = ("param_bytes", "grad_bytes", "optimizer_bytes", "workspace_bytes", "boundary_bytes", *_EXPERT_FIELDS)
 

@@ -29,7 +29,7 @@ from passes.algorithms import _phaze_rs
 from passes.algorithms import schedule as sched
 from passes.algorithms.cache_file import is_int, is_number
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
-from passes.algorithms.placement import LayerNumbers, block_range
+from passes.algorithms.placement import LayerNumbers, block_range, expert_opt_s
 from phaze_ir import keys
 
 
@@ -151,9 +151,9 @@ class Setting:
         )
 
     def priced_groups(self) -> list[int]:
-        """The groups whose makespans the DP reads (forward, backward, selective recompute; the
-        optimizer step is not in the DP), sorted."""
-        return sorted({g for lr in self.layers for g in (lr.fwd, lr.bwd, lr.selective) if g >= 0})
+        """The groups whose makespans the DP reads (forward, backward, the optimizer step,
+        selective recompute), sorted."""
+        return sorted({g for lr in self.layers for g in (lr.fwd, lr.bwd, lr.opt, lr.selective) if g >= 0})
 
     def group_units(self, g: int) -> tuple[str, ...]:
         return tuple(self.units[r] for r in self.groups[g].rows)
@@ -184,9 +184,11 @@ class Setting:
         distinct, of_layer = self._distinct
         dicts = []
         for lr in distinct:
-            fwd, bwd, sel = (float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.selective))
+            fwd, bwd, opt, sel = (float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.opt, lr.selective))
             d = lr.numbers.as_dict()
             d["fwd_s"], d["bwd_s"], d["recompute_s"] = fwd, bwd, [0.0, sel, fwd]
+            n = lr.numbers
+            d["opt_s"], d["expert_opt_s"] = opt, expert_opt_s(opt, n.optimizer_bytes, n.expert_optimizer_bytes)
             dicts.append(d)
         return [dicts[k] for k in of_layer]
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from passes.algorithms.graph import Graph
@@ -47,14 +47,45 @@ def group_problem(
     return Problem.make([latency[i] for i in op_ids], group_edges(graph, op_ids), cores)
 
 
+def network_alone_s(units: Sequence[str], start: Sequence[float], end: Sequence[float]) -> float:
+    """The seconds of a schedule in which a ``network`` op (a collective) runs and no other op
+    does: the collectives the schedule does not hide behind compute.  ``units[i]`` is op
+    ``i``'s unit kind, ``start``/``end`` its times."""
+    net = sorted((a, b) for u, a, b in zip(units, start, end) if u == "network" and b > a)
+    if not net:
+        return 0.0
+    busy = sorted((a, b) for u, a, b in zip(units, start, end) if u not in ("network", "none") and b > a)
+    # The union of the compute intervals, merged.
+    merged: list[list[float]] = []
+    for a, b in busy:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    total, reach = 0.0, -float("inf")
+    for a, b in net:
+        a = max(a, reach)  # the part an earlier collective already counted
+        if b <= a:
+            continue
+        reach = b
+        alone = b - a
+        for c, d in merged:
+            if d > a and c < b:
+                alone -= min(b, d) - max(a, c)
+        total += alone
+    return total
+
+
 @dataclass
 class LayerSchedule:
     """The schedules of one layer: ``groups[phase] = (op ids, Schedule)`` for ``fwd`` and
     ``bwd`` (per micro-batch) and ``opt`` (the optimizer step, once per batch: a group of its
-    own, not folded into the backward)."""
+    own, not folded into the backward); ``alone[phase]``: the seconds of that phase's makespan
+    in which only collectives run (:func:`network_alone_s`)."""
 
     index: int
     groups: dict[str, tuple[list[int], Schedule]]
+    alone: dict[str, float] = field(default_factory=dict)
 
     def makespan(self, phase: str) -> float:
         g = self.groups.get(phase)
@@ -75,6 +106,7 @@ class LayerSchedule:
             "fwd_s": self.makespan("fwd"),
             "bwd_s": self.makespan("bwd"),
             "opt_s": self.makespan("opt"),
+            "tp_comm_s": self.alone.get("fwd", 0.0) + self.alone.get("bwd", 0.0),
             "status": self.status,
             "gap": self.gap,
         }
@@ -120,5 +152,7 @@ def schedule_layers(
             node_limit=node_limit,
             max_binaries=max_binaries,
         )
-        out.setdefault(layer, LayerSchedule(layer, {})).groups[phase] = (ids, schedule)
+        entry = out.setdefault(layer, LayerSchedule(layer, {}))
+        entry.groups[phase] = (ids, schedule)
+        entry.alone[phase] = network_alone_s([o.unit for o in problem.ops], schedule.start, schedule.end)
     return [out[k] for k in sorted(out)]
