@@ -38,6 +38,13 @@ def _gpu_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     own dispatch should trace it."""
     import torch
 
+    if torch.is_autocast_enabled("cpu"):
+        # SDPA is on autocast's lower-precision list (CUDA's as CPU's, autocast_mode.cpp): it
+        # would cast its floating inputs to the autocast dtype below this interception.
+        low = torch.get_autocast_dtype("cpu")
+        query, key, value = (t.to(low) if t.is_floating_point() else t for t in (query, key, value))
+        if attn_mask is not None and attn_mask.is_floating_point():
+            attn_mask = attn_mask.to(low)
     head_dim = query.shape[-1]
     grouped = key.shape[-3] != query.shape[-3]
     low_precision = query.dtype in (torch.float16, torch.bfloat16)
