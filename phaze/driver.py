@@ -28,7 +28,7 @@ from typing import Any
 from xdsl.dialects.builtin import ModuleOp
 
 from phaze_ir import keys
-from phaze_ir.attributes import PlanAttr, StageInfoAttr, UnpricedOpAttr
+from phaze_ir.attributes import PlanAttr, RecordAttr, ReplicatedLinearsAttr, StageInfoAttr, UnpricedOpAttr
 from phaze_ir.errors import PhazeError
 
 STAGES = ("ir", "training", "sharded", "tiled", "latency", "scheduled", "recompute", "plan")
@@ -642,8 +642,14 @@ def capacity_factor(module: ModuleOp) -> float | None:
 
 
 def unpriced_ops(module: ModuleOp) -> list[dict[str, Any]]:
-    """``phaze.warnings`` as JSON: the opaque ops the plan does not price (empty when none)."""
-    return [{"kind": "unpriced-op", **r.as_dict()} for r in keys.records_of(module, keys.WARNINGS, UnpricedOpAttr)]
+    """``phaze.warnings`` as JSON: the opaque ops the plan does not price (``unpriced-op``) and
+    the linears tensor parallelism keeps replicated (``replicated-linears``); empty when none."""
+    kinds = {UnpricedOpAttr: "unpriced-op", ReplicatedLinearsAttr: "replicated-linears"}
+    return [
+        {"kind": kinds[type(r)], **r.as_dict()}
+        for r in keys.records_of(module, keys.WARNINGS, RecordAttr)
+        if type(r) in kinds
+    ]
 
 
 def time_breakdown(module: ModuleOp) -> dict[str, float] | None:

@@ -439,6 +439,37 @@ class LayerInfoAttr(RecordAttr):
 
 
 @irdl_attr_definition
+class ReplicatedLinearsAttr(RecordAttr):
+    """Linears that ``phaze-shard-tensor-parallel`` keeps replicated where Megatron would shard
+    them (module attribute ``phaze.warnings``, beside the importer's ``#phaze.unpriced_op``):
+    their FLOPs are not divided over the tensor-parallel group, so the plan says so.
+
+    Syntax::
+
+        #phaze.replicated_linears<reason = "kv_heads", width = 4, count = 4, total = 14,
+                                  module = "model.layers.0.self_attn.k_proj", flops_share = 0.06>
+
+    - ``reason``: ``kv_heads`` (the key/value projections of grouped-query attention with fewer
+      key/value heads than the width, docs/design.md §5.2), ``demoted`` (linears of the blocks
+      that an op between them keeps from splitting) or ``outside_blocks`` (forward linears
+      outside the repeated blocks that hold more than 10 % of the linear FLOPs).
+    - ``width``: the tensor-parallel width; ``count``: how many linears; ``total``: the linears
+      of the blocks (all forward linears for ``outside_blocks``); ``module``: the first one.
+    - ``flops_share``: their share of the forward linears' FLOPs.
+    """
+
+    name = "phaze.replicated_linears"
+    FIELDS = ("reason", "width", "count", "total", "module", "flops_share")
+
+    reason: StringAttr
+    width: IntAttr
+    count: IntAttr
+    total: IntAttr
+    module: StringAttr
+    flops_share: FloatData
+
+
+@irdl_attr_definition
 class UnpricedOpAttr(RecordAttr):
     """Ops of one aten kind that the importer kept as ``phaze.opaque`` (module attribute
     ``phaze.warnings``): the cost model prices them only by the bytes they move, so a plan of a

@@ -54,6 +54,7 @@ from phaze_ir.attributes import (
     LayerScheduleAttr,
     PlanAttr,
     PowerAttr,
+    ReplicatedLinearsAttr,
     SchedAttr,
     StageInfoAttr,
     TileAttr,
@@ -631,6 +632,7 @@ Phaze = Dialect(
         PowerAttr,
         BaselineAttr,
         UnpricedOpAttr,
+        ReplicatedLinearsAttr,
         *ENUM_ATTRS,
     ],
 )

@@ -58,7 +58,12 @@ CAPACITY_FACTOR = Key(
     IMPORTER,
 )
 WARNINGS = Key(
-    "phaze.warnings", "module", "array of #phaze.unpriced_op: opaque ops the cost model does not price", IMPORTER
+    "phaze.warnings",
+    "module",
+    "array of what the plan leaves out: #phaze.unpriced_op (opaque ops the cost model does not price, "
+    "the importer's) and #phaze.replicated_linears (linears tensor parallelism keeps replicated, "
+    "phaze-shard-tensor-parallel's)",
+    IMPORTER + " and phaze-shard-tensor-parallel",
 )
 MODULE = Key("phaze.module", "op", "string: the torch module path the op came from", IMPORTER)
 PHASE = Key("phaze.phase", "op", "string: fwd, bwd or opt", IMPORTER)
