@@ -28,7 +28,7 @@ from passes.algorithms.tp_shard import ShardError, ShardPlan, TGraph, TOp, shard
 from passes.graph_view import arg_role, build_graph, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import LayerInfoAttr
+from phaze_ir.attributes import LayerInfoAttr, ReplicatedLinearsAttr
 from phaze_ir.errors import PhazeError
 from phaze_ir.warning import PhazeWarning
 
@@ -266,6 +266,22 @@ def apply_plan(fn: func.FuncOp, plan: ShardPlan, graph: TGraph, values: list[SSA
         for j, k in red.uses:
             ops[j].operands[k] = new.result
     orphans = _apply_gathers(block, plan, graph, values, scattered, ops)
+    for pad in plan.pads:
+        v = values[pad.value]
+        assert isinstance(v.type, TensorType)
+        producer = ops[pad.after_op]
+        padded = ph.LayoutOp.build(
+            operands=[[v]],
+            result_types=[[TensorType(v.type.element_type, graph.values[pad.value].shape)]],
+            properties={"kind": StringAttr("zero_pad"), "aten": StringAttr("aten.slice_backward.default")},
+        )
+        _provenance(producer, padded)
+        if v.name_hint:
+            padded.results[0].name_hint = f"{v.name_hint}_pad"
+        block.insert_op_after(padded, last_after.get(pad.after_op, producer))
+        last_after[pad.after_op] = padded
+        for j, k in pad.uses:
+            ops[j].operands[k] = padded.results[0]
     for stat in plan.stats:
         at = ops[stat.before_op]
         v = values[stat.value]
@@ -288,6 +304,29 @@ def apply_plan(fn: func.FuncOp, plan: ShardPlan, graph: TGraph, values: list[SSA
     ret = block.last_op
     assert isinstance(ret, func.ReturnOp)
     fn.function_type = FunctionType.from_lists([a.type for a in block.args], [o.type for o in ret.operands])
+
+
+def _say_replicated(module: ModuleOp, plan: ShardPlan) -> None:
+    """The linears left replicated where Megatron would shard them: one warning line each, and
+    one ``#phaze.replicated_linears`` record each in the module's ``phaze.warnings`` (after the
+    importer's records), which the plan's JSON lists."""
+    records = []
+    for note in plan.replicated:
+        warnings.warn(note.message, PhazeWarning, stacklevel=3)
+        records.append(
+            ReplicatedLinearsAttr.make(
+                reason=note.reason,
+                width=plan.width,
+                count=note.count,
+                total=note.total,
+                module=note.module,
+                flops_share=note.flops_share,
+            )
+        )
+    if records:
+        before = module.attributes.get(keys.WARNINGS)
+        kept = list(before.data) if isinstance(before, ArrayAttr) else []
+        module.attributes[keys.WARNINGS] = ArrayAttr(kept + records)
 
 
 @dataclass(frozen=True)
@@ -340,8 +379,7 @@ class ShardTensorParallelPass(ModulePass):
                 plan = shard(graph, self.width, self.vocab_multiple, self.sequence_parallel)
             except ShardError as e:
                 raise PhazeError(f"{self.name}: {e}") from None
-            for note in plan.warnings:
-                warnings.warn(note, PhazeWarning, stacklevel=2)
+            _say_replicated(op, plan)
             apply_plan(fn, plan, graph, values, ops)
             # What phaze-mark-saved and phaze-group-layers wrote counted the whole step's bytes
             # and FLOPs: drop it; the pipeline runs those passes again on the sharded step.

@@ -540,19 +540,261 @@ def gqa_path(tmp_path_factory) -> str:
     return str(path)
 
 
-def test_gqa_refuses_a_width_that_does_not_divide_the_kv_heads(gqa_path):
-    module = parse_module(compiled(gqa_path))
-    with pytest.raises(PhazeError) as e:
-        ShardTensorParallelPass(width=4).apply(None, module)
-    assert str(e.value) == (
-        "phaze-shard-tensor-parallel: width 4 does not divide the 2 key/value heads of layer 1 "
-        "(model.layers.0) (grouped-query attention, 4 query heads); Megatron requires it"
-    )
-
-
 def test_gqa_shards_when_the_width_divides_the_kv_heads(gqa_path):
     before, after, module, _ = sharded(gqa_path, 2)
     _check_blocks(before, after, 2, param_tol=0.05)
+
+
+# Grouped-query attention with SDPA (transformers' default): a Llama and a Qwen2 (q, k and v
+# projections with biases) of 2 blocks, hidden 256, 8 query heads of 32, built from their
+# configurations (no download).  SDPA traces as the fused kernel, which the importer expands
+# with a ``repeat`` of K and V; the eager ``tiny_gqa`` above has transformers' own ``repeat_kv``
+# (expand, copy, view) instead.
+_GQA_SDPA = """
+import torch
+from transformers import {config}, {model}
+
+NAME = "gqa-{kind}-kv{kv}"
+SEQ_LEN = 32
+
+
+def get_model():
+    return {model}(
+        {config}(
+            vocab_size=256,
+            hidden_size=256,
+            intermediate_size=512,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads={kv},
+            max_position_embeddings=64,
+            attn_implementation="sdpa",
+        )
+    )
+
+
+def get_inputs(micro_batch_size, seq_len=SEQ_LEN):
+    ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
+    return {{"input_ids": ids, "labels": ids}}
+"""
+_GQA_KINDS = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}
+
+# The block linears as Megatron shards them: (weight, dim split) of column- and row-parallel ones.
+_COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
+_ROW = ("self_attn.o_proj", "mlp.down_proj")
+PHASES = ("fwd", "bwd", "opt")
+
+
+@pytest.fixture(scope="module")
+def gqa_sdpa(tmp_path_factory):
+    """The path of the SDPA model ``(kind, kv)``."""
+    root = tmp_path_factory.mktemp("gqa_sdpa")
+
+    def path(kind: str, kv: int) -> str:
+        config, model = _GQA_KINDS[kind]
+        p = root / f"gqa_{kind}_kv{kv}.py"
+        if not p.exists():
+            p.write_text(_GQA_SDPA.format(config=config, model=model, kind=kind, kv=kv))
+        return str(p)
+
+    return path
+
+
+def _args(module) -> dict[str, tuple[int, ...]]:
+    return {a.name_hint: a.type.get_shape() for a in step_function(module).body.block.args}
+
+
+def _layer_params(before: dict, after: dict, block: int) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(whole, local) shape of every parameter of block ``block``, by its name in the block."""
+    p = f"model.layers.{block}."
+    return {k[len(p) :]: (before[k], after[k]) for k in before if k.startswith(p)}
+
+
+def _per_block_collectives(after) -> dict[tuple[int, str], Counter]:
+    """(block, phase) -> collectives of each kind."""
+    out: dict[tuple[int, str], Counter] = {(b, phase): Counter() for b in _blocks(after) for phase in PHASES}
+    for (layer, phase, kind), n in after["kinds"].items():
+        if (layer, phase) in out:
+            out[layer, phase][kind] += n
+    return out
+
+
+def _said(path: str, width: int) -> tuple[list[str], str]:
+    """The PhazeWarnings the pass says on ``path`` at ``width``, and the module it prints."""
+    import warnings
+
+    from phaze_ir.warning import PhazeWarning
+
+    module = parse_module(compiled(path))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        ShardTensorParallelPass(width=width).apply(None, module)
+    return [str(r.message) for r in record if issubclass(r.category, PhazeWarning)], print_module(module)
+
+
+@pytest.mark.parametrize(
+    "kind, kv, width",
+    [("llama", 4, 2), ("llama", 4, 4), ("qwen2", 4, 2), ("qwen2", 4, 4), ("qwen2", 2, 2)],
+)
+def test_gqa_sdpa_shards_every_block_linear(gqa_sdpa, kind, kv, width):
+    """Width dividing the key/value heads: q, k, v, gate and up column-parallel, o and down
+    row-parallel (their biases with them), ``kv/width`` key/value heads and ``8/width`` query
+    heads per device, the importer's repeat of K and V local; Megatron's 2 all-reduces per block
+    forward and 2 backward, FLOPs and parameters 1/width.  (Before the grouped-query rules the
+    repeat could not take the split and left q, k, v and o replicated.)"""
+    path = gqa_sdpa(kind, kv)
+    text = compiled(path)
+    assert 'phaze.layout "repeat"' in text and 'aten "attention"' in text  # the importer's repeat
+    before, after, module, _ = sharded(path, width)
+    _check_blocks(before, after, width, param_tol=0.01)
+    whole = _args(parse_module(text))
+    local = _args(module)
+    per_block = _per_block_collectives(after)
+    for b in _blocks(after):
+        assert per_block[b, "fwd"] == Counter(all_reduce=2) and per_block[b, "bwd"] == Counter(all_reduce=2)
+    for block in (0, 1):
+        params = _layer_params(whole, local, block)
+        for name in _COLUMN:
+            (rows, cols), shape = params[f"{name}.weight"]
+            assert shape == (rows // width, cols), (name, shape)
+            if kind == "qwen2" and name.startswith("self_attn"):
+                assert params[f"{name}.bias"][1] == (rows // width,)
+        for name in _ROW:
+            (rows, cols), shape = params[f"{name}.weight"]
+            assert shape == (rows, cols // width), (name, shape)
+        assert params["self_attn.k_proj.weight"][1][0] == kv // width * 32  # kv/width heads of 32
+    fn = step_function(module)
+    scores = [
+        op.result.type.get_shape()
+        for op in fn.body.block.ops
+        if isinstance(op, ph.SoftmaxOp) and op.attributes[keys.PHASE].data == "fwd"
+    ]
+    assert scores and all(s[1] == 8 // width for s in scores[:2]), scores
+    said, printed = _said(path, width)
+    assert said == [] and "phaze.replicated_linears" not in printed
+
+
+def _check_kv_replicated(path: str, width: int, kv: int, heads: int, head_dim: int, bias: bool) -> str:
+    """Fewer key/value heads than devices: k and v projections whole, every other block linear
+    split as Megatron splits it, ``heads/width`` query heads per device, 2 all-reduces per block
+    forward and 4 backward (Megatron's 2 and the gradients of the replicated K and V, each of
+    their output's size), said in a warning and a ``phaze.warnings`` record.  Returns the
+    printed module."""
+    before, after, module, _ = sharded(path, width)
+    whole, local = _args(parse_module(compiled(path))), _args(module)
+    for block in (0, 1):
+        params = _layer_params(whole, local, block)
+        for name in ("self_attn.k_proj", "self_attn.v_proj"):
+            w, shape = params[f"{name}.weight"]
+            assert shape == w and w[0] == kv * head_dim, (name, shape)
+            if bias:
+                assert params[f"{name}.bias"][1] == (kv * head_dim,)
+        for name in ("self_attn.q_proj", "mlp.gate_proj", "mlp.up_proj"):
+            (rows, cols), shape = params[f"{name}.weight"]
+            assert shape == (rows // width, cols), (name, shape)
+        for name in _ROW:
+            (rows, cols), shape = params[f"{name}.weight"]
+            assert shape == (rows, cols // width), (name, shape)
+    kv_bytes = 2 * 32 * kv * head_dim  # one micro-batch of 32 tokens, fp16
+    for b in _blocks(after):
+        assert after["coll"][b, "fwd"] == 2 and after["coll"][b, "bwd"] == 4, after["coll"]
+        small = sorted(n for layer, phase, k, n in after["collectives"] if (layer, phase) == (b, "bwd"))[:2]
+        assert small == [kv_bytes, kv_bytes], small
+    fn = step_function(module)
+    scores = [
+        op.result.type.get_shape()
+        for op in fn.body.block.ops
+        if isinstance(op, ph.SoftmaxOp) and op.attributes[keys.PHASE].data == "fwd"
+    ]
+    assert scores and all(s[1] == heads // width for s in scores[:2]), scores
+    said, printed = _said(path, width)
+    assert len(said) == 1 and said[0].startswith(
+        f"tensor parallelism (width {width}) keeps the 4 key/value projections of grouped-query attention "
+        f"replicated (first: model.layers.0.self_attn.k_proj in layer 1 (model.layers.0)): {kv} key/value heads "
+        f"for {width} devices"
+    ), said
+    assert (
+        f'phaze.warnings = [#phaze.replicated_linears<reason = "kv_heads", width = {width}, count = 4, total = 14, '
+        'module = "model.layers.0.self_attn.k_proj", flops_share = '
+    ) in printed
+    return printed
+
+
+def test_gqa_sdpa_fewer_kv_heads_than_devices_replicates_k_and_v(gqa_sdpa):
+    """Qwen2 with 2 key/value heads at width 4: Megatron-core keeps one key/value head per
+    device, shared by 2 devices; phaze keeps the k and v projections (and biases) replicated
+    and repeats K and V into each device's 2 query heads, and says so."""
+    _check_kv_replicated(gqa_sdpa("qwen2", 2), 4, kv=2, heads=8, head_dim=32, bias=True)
+
+
+def test_gqa_repeat_kv_fewer_kv_heads_than_devices(gqa_path):
+    """transformers' ``repeat_kv`` (eager ``tiny_gqa``: 4 query heads, 2 key/value heads) at
+    width 4: the view of the repeated heads' gradient into ``[b, kv, groups, s, d]`` cannot
+    carry the split, so it reads it zero-padded and the sum over the groups is partial."""
+    text = compiled(gqa_path)
+    assert 'phaze.layout "expand"' in text and 'phaze.layout "repeat"' not in text  # transformers' repeat_kv
+    printed = _check_kv_replicated(gqa_path, 4, kv=2, heads=4, head_dim=16, bias=False)
+    assert printed.count('phaze.layout "zero_pad" %') - text.count('phaze.layout "zero_pad" %') == 4  # K, V per block
+
+
+def test_gqa_replicated_kv_reaches_the_plan_json(gqa_sdpa):
+    from phaze.driver import unpriced_ops
+
+    _, _, module, _ = sharded(gqa_sdpa("qwen2", 2), 4)
+    (record,) = unpriced_ops(module)
+    assert record == {
+        "kind": "replicated-linears",
+        "reason": "kv_heads",
+        "width": 4,
+        "count": 4,
+        "total": 14,
+        "module": "model.layers.0.self_attn.k_proj",
+        # forward linear FLOPs in units of 2·tokens·256: k and v 64 each, q and o 256, the MLP's
+        # three 512, per block; the LM head 256
+        "flops_share": pytest.approx(2 * (64 + 64) / (2 * (2 * 64 + 2 * 256 + 3 * 512) + 256), rel=1e-12),
+    }
+
+
+_GQA_REFUSED = """
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+NAME = "tiny-gqa-kv3"
+SEQ_LEN = 16
+
+
+def get_model():
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=128,
+            hidden_size=96,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=6,
+            num_key_value_heads=3,
+            max_position_embeddings=32,
+        )
+    )
+
+
+def get_inputs(micro_batch_size, seq_len=SEQ_LEN):
+    ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
+    return {"input_ids": ids, "labels": ids}
+"""
+
+
+def test_gqa_refuses_a_width_megatron_refuses(tmp_path):
+    """3 key/value heads at width 2: neither divides the other (Megatron-core's
+    TransformerConfig raises a ValueError)."""
+    path = tmp_path / "tiny_gqa_kv3.py"
+    path.write_text(_GQA_REFUSED)
+    module = parse_module(compiled(str(path)))
+    with pytest.raises(PhazeError) as e:
+        ShardTensorParallelPass(width=2).apply(None, module)
+    assert str(e.value) == (
+        "phaze-shard-tensor-parallel: width 2 neither divides nor is a multiple of the 3 key/value heads of "
+        "layer 1 (model.layers.0) (grouped-query attention, 6 query heads); Megatron requires one or the other"
+    )
 
 
 def test_llama2_70b_width8_shards_qkvo(tmp_path):
@@ -608,19 +850,18 @@ def get_inputs(micro_batch_size, seq_len=SEQ_LEN):
 
 def test_t5_replicated_linears_are_said(tmp_path):
     """T5: the layer grouping takes the decoder's blocks as the blocks, so the encoder's are
-    the prologue and its linears stay whole; the decoder's attention linears are demoted (the
-    frontend imports ``aten._safe_softmax`` as an opaque op, which needs its input whole).  Both
-    are said in one warning line each instead of silently."""
-    from phaze_ir.warning import PhazeWarning
-
+    the prologue and its linears stay whole: said in one warning line and one
+    ``#phaze.replicated_linears`` record instead of silently.  (The decoder's attention, SDPA
+    traced as the fused kernel with T5's position bias, shards: its linears are not demoted.
+    They were while SDPA traced as the CPU's math path, whose ``aten._safe_softmax`` the
+    frontend imported as an opaque op.)"""
     path = tmp_path / "tiny_t5.py"
     path.write_text(_T5)
-    module = parse_module(compiled(str(path)))
-    with pytest.warns(PhazeWarning) as record:
-        ShardTensorParallelPass(width=2).apply(None, module)
-    messages = [str(r.message) for r in record if issubclass(r.category, PhazeWarning)]
-    assert any("linears of the blocks replicated (first: decoder.block.0." in m for m in messages), messages
-    assert any("linears outside the repeated blocks replicated" in m and "encoder.block.0." in m for m in messages)
+    messages, printed = _said(str(path), 2)
+    assert len(messages) == 1, messages
+    assert "linears outside the repeated blocks replicated" in messages[0] and "encoder.block.0." in messages[0]
+    assert '#phaze.replicated_linears<reason = "outside_blocks", width = 2, count = 12, ' in printed
+    assert 'reason = "demoted"' not in printed
 
 
 def test_no_warning_on_the_examples():

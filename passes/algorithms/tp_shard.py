@@ -42,9 +42,10 @@ partial.
 
 A partial value is all-reduced (one ``all_reduce`` of its full shape, right after the op that
 yields it) as soon as it meets a consumer that needs it whole.  Only views and ``add``/``sub``
-keep a value partial: partials add up, and a replicated addend is added by one device only, so
-the gradients that q, k and v projections send to their shared input (and the residual
-gradient they are accumulated into) are all-reduced once, Megatron's ``f`` operator; likewise a
+keep a value partial (and sums, of a zero-padded split: :class:`Pad`): partials add up, and a
+replicated addend is added by one device only, so the gradients that q, k and v projections
+send to their shared input (and the residual gradient they are accumulated into) are
+all-reduced once, Megatron's ``f`` operator; likewise a
 block output may be all-reduced just after the residual add instead of just before it (same
 bytes).  The all-reduce takes the phase, layer and module of the GEMM that made the value
 partial.  This gives Megatron's two all-reduces per transformer block in the forward (after
@@ -68,11 +69,27 @@ GEMMs re-gather the split input they read instead of saving the whole one).  Gra
 replicated parameters made partial by the split (norms, row-parallel biases) are all-reduced
 once per step, before the optimizer.  A sequence split never demotes a linear.
 
+**Grouped-query attention** (``kv`` key/value heads for ``heads`` query heads): the repeat of
+K and V over the query heads, the importer's ``repeat`` in a fused attention kernel
+(``aten = "attention"``, ``repeat_interleave``) or transformers' ``repeat_kv`` (expand, copy,
+view), carries a split of the key/value heads to the query heads they serve (a head-split
+repeat is a local repeat of the local heads), and the backward's sum of the repeated heads'
+gradients back to the key/value heads is local.  A width that divides ``kv`` splits the K and V
+projections column-parallel (``kv/t`` heads per device).  A width that is a multiple of ``kv``
+(fewer key/value heads than devices) keeps the K and V projections replicated and repeats the
+whole K and V into each device's own query heads only (the repeat is then the origin of that
+split); the backward sum is then partial (a device holds part of one group; transformers' view
+of the gradient, which cannot carry the split, reads it zero-padded: :class:`Pad`) and
+all-reduced before the projections' backward GEMMs.  Megatron-core takes only those two cases;
+any other width is refused (docs/design.md §5.2 compares with what Megatron does).
+
 When a split value reaches an op that cannot take it (a norm over the split dim, a function
-result, a mismatch), the column-parallel linear (or the vocabulary split) it came from is
-demoted to replicated and the propagation runs again; e.g. the last of an odd number of
-linears that feed a norm stays replicated.  Widths that do not divide the attention heads or the
-output size of a column-parallel linear are refused with a :class:`ShardError`.
+result, a mismatch), the column-parallel linear (or the vocabulary split, or the local repeat)
+it came from is demoted to replicated and the propagation runs again; e.g. the last of an odd
+number of linears that feed a norm stays replicated.  Widths that do not divide the attention
+heads or the output size of a column-parallel linear are refused with a :class:`ShardError`.
+Linears that stay replicated where Megatron would shard them are reported
+(:class:`Replicated`).
 """
 
 from __future__ import annotations
@@ -212,6 +229,18 @@ class Gather:
 
 
 @dataclass
+class Pad:
+    """``value``, split, zero-padded to its whole shape right after op ``after_op`` (its
+    producer): a partial sum, read by the operands ``uses`` (op index, operand index).  Where a
+    split cannot pass a view that only sums read (the gradient of transformers' ``repeat_kv``
+    when devices share a key/value head), so the sums' results are partial and all-reduced."""
+
+    value: int
+    after_op: int
+    uses: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
 class SoftmaxStat:
     """A local ``kind`` (``max``/``sum``) reduction of ``value`` over ``dim`` (result shape
     ``shape``) and an all-reduce of it, inserted before op ``before_op`` (a softmax over a split
@@ -222,6 +251,25 @@ class SoftmaxStat:
     dim: int
     kind: str
     shape: tuple[int, ...]
+
+
+@dataclass
+class Replicated:
+    """Linears that stay replicated where Megatron would shard them, said in one line
+    (``message``): ``reason`` ``kv_heads`` (the key/value projections of grouped-query
+    attention with fewer key/value heads than the width), ``demoted`` (block linears an op
+    between them kept from splitting) or ``outside_blocks`` (forward linears outside the blocks
+    holding more than :data:`OUTSIDE_SHARE` of the linear FLOPs); ``count`` of them out of
+    ``total`` (the linears of the blocks, all of them in a step without blocks; all forward
+    linears for ``outside_blocks``), the
+    ``module`` of the first, and the share of the forward linears' FLOPs they hold."""
+
+    reason: str
+    count: int
+    total: int
+    module: str
+    flops_share: float
+    message: str
 
 
 @dataclass
@@ -247,7 +295,10 @@ class ShardPlan:
     rounds: int
     gathers: list[Gather] = field(default_factory=list)
     sequence_parallel: bool = False
-    warnings: list[str] = field(default_factory=list)
+    replicated: list[Replicated] = field(default_factory=list)
+    pads: list[Pad] = field(default_factory=list)
+    #: The key/value projections kept replicated (fewer key/value heads than the width).
+    kv_replicated: list[int] = field(default_factory=list)
 
 
 class _NoMap(Exception):
@@ -347,6 +398,10 @@ def map_view(kind: str, aten: str, src, dst, sp: Split, t: int) -> Split:
         return reshape_split(src, dst, sp, t)
     if kind in ("transpose", "permute"):
         return permute_split(src, dst, sp, kind, aten)
+    if kind == "repeat" and aten == "attention" and _repeated_dim(src, dst) == sp.dim and not sp.pad:
+        # The importer's grouped-query repeat (repeat_interleave): each of a device's key/value
+        # heads becomes its query heads' copies, on the same device.
+        return Split(sp.dim, sp.inner * (dst[sp.dim] // src[sp.dim]), 0)
     if kind == "expand":
         off = len(dst) - len(src)
         if dst[sp.dim + off] != src[sp.dim]:
@@ -388,6 +443,7 @@ class _Structure:
                     self.linear_param[i] = root
         self._find_vocab(vocab_multiple)
         self._check_heads()
+        self._find_head_repeats()
         # Parameter gradients (and what they are views or casts of): all-reduced, never
         # reduce-scattered along a sequence they do not have.
         self.param_grads: set[int] = set()
@@ -538,9 +594,14 @@ class _Structure:
 
     def _check_heads(self) -> None:
         """Refuse a width that does not divide the attention heads of a block (the batch of a
-        forward matmul of two activations in a block is micro-batch x heads) or its key/value
-        heads (grouped-query attention)."""
+        forward matmul of two activations in a block is micro-batch x heads), or that neither
+        divides nor is a multiple of its key/value heads (grouped-query attention); find the
+        key/value projections that stay replicated (fewer key/value heads than the width)."""
         g = self.g
+        #: key/value projection (a linear op) -> (key/value heads, query heads), grouped-query
+        #: attention only; those of :attr:`kv_replicated` stay replicated.
+        self.kv_linears: dict[int, tuple[int, int]] = {}
+        self.kv_replicated: set[int] = set()
         attention: dict[int, tuple[int, int]] = {}  # layer -> (heads, head dim) of its Q·Kᵀ
         for op in g.ops:
             if op.name != "matmul" or op.phase != "fwd" or (self.block_layers and op.layer not in self.block_layers):
@@ -558,9 +619,12 @@ class _Structure:
                 )
             attention.setdefault(op.layer, (heads, g.values[op.operands[0]].shape[-1]))
         # Grouped-query attention: the key/value projections are linears of the block whose
-        # output is fewer heads of the same head dim (kv < heads, kv | heads).  Megatron-LM
-        # requires the key/value heads (num_query_groups) to be divisible by the width; so does
-        # phaze (it would otherwise demote the whole attention to replicated).
+        # output is fewer heads of the same head dim (kv < heads, kv | heads).  Megatron-core
+        # (megatron/core/transformer/transformer_config.py) takes a width that divides the
+        # key/value heads (num_query_groups) or is a multiple of them, and refuses any other;
+        # so does phaze.  With fewer key/value heads than the width (transformer/attention.py:
+        # num_query_groups < world_size), each device needs one key/value head that other
+        # devices need too: phaze keeps those projections replicated (docs/design.md §5.2).
         for i in sorted(self.linear_param):
             op = g.ops[i]
             if op.layer not in attention:
@@ -568,11 +632,66 @@ class _Structure:
             heads, head_dim = attention[op.layer]
             n = g.values[op.results[0]].shape[-1]
             if head_dim and n % head_dim == 0 and 0 < (kv := n // head_dim) < heads and heads % kv == 0:
-                if kv % self.t:
+                if kv % self.t and self.t % kv:
                     raise ShardError(
-                        f"width {self.t} does not divide the {kv} key/value heads of {self.layer_name(op.layer)} "
-                        f"(grouped-query attention, {heads} query heads); Megatron requires it"
+                        f"width {self.t} neither divides nor is a multiple of the {kv} key/value heads of "
+                        f"{self.layer_name(op.layer)} (grouped-query attention, {heads} query heads); Megatron "
+                        "requires one or the other"
                     )
+                self.kv_linears[i] = (kv, heads)
+                if kv < self.t:
+                    self.kv_replicated.add(i)
+
+    def _find_head_repeats(self) -> None:
+        """The ops of the blocks that repeat key/value heads over the query heads (grouped-query
+        attention), op -> the dim of its result that holds the repeated heads: the importer's
+        ``repeat`` in a fused attention kernel's forward and backward (``aten = "attention"``,
+        each head repeated in place: ``repeat_interleave``) and transformers' ``repeat_kv``, a view that
+        merges the heads with the dim an ``expand`` broadcast after them
+        (``x[:, :, None].expand(b, kv, g, s, d).reshape(b, kv * g, s, d)``, through a copy).
+        A replicated key/value tensor is repeated locally into the query heads of the device."""
+        g = self.g
+        self.head_repeats: dict[int, int] = {}
+        for i, op in enumerate(g.ops):
+            if op.name != "layout" or len(op.operands) != 1 or len(op.results) != 1:
+                continue
+            if self.block_layers and op.layer not in self.block_layers:
+                continue
+            src, dst = g.values[op.operands[0]].shape, g.values[op.results[0]].shape
+            if op.kind == "repeat" and op.aten == "attention":
+                d = _repeated_dim(src, dst)
+                if d is not None:
+                    self.head_repeats[i] = d
+            elif op.kind in ("view", "reshape"):
+                v = op.operands[0]
+                while (
+                    (p := g.values[v].producer) >= 0
+                    and g.ops[p].name == "layout"
+                    and g.ops[p].kind in ("clone", "alias")
+                ):
+                    v = g.ops[p].operands[0]
+                p = g.values[v].producer
+                if p < 0 or g.ops[p].name != "layout" or g.ops[p].kind != "expand":
+                    continue
+                before, after = g.values[g.ops[p].operands[0]].shape, g.values[v].shape
+                if len(before) != len(after) or len(after) != len(dst) + 1:
+                    continue
+                for e in range(len(after) - 1):
+                    # heads at e, a broadcast dim at e + 1 merged into them
+                    merged = after[:e] + (after[e] * after[e + 1],) + after[e + 2 :]
+                    if before[e + 1] == 1 < after[e + 1] and before[e] == after[e] and merged == dst:
+                        self.head_repeats[i] = e
+                        break
+
+
+def _repeated_dim(src, dst) -> int | None:
+    """The one dim along which ``dst`` repeats ``src`` a whole number of times (None if none)."""
+    if len(src) != len(dst):
+        return None
+    diff = [d for d in range(len(src)) if src[d] != dst[d]]
+    if len(diff) != 1 or not src[diff[0]] or dst[diff[0]] % src[diff[0]]:
+        return None
+    return diff[0]
 
 
 # ------------------------------------------------------------------------------------------
@@ -581,9 +700,16 @@ class _Structure:
 
 
 class _Round:
-    def __init__(self, s: _Structure, candidates: set[int], vocab: bool, sp: bool = False):
+    def __init__(
+        self, s: _Structure, candidates: set[int], vocab: bool, sp: bool = False, repeats: set[int] | None = None
+    ):
         self.s, self.g, self.t = s, s.g, s.t
         self.candidates, self.vocab, self.sp = candidates, vocab, sp
+        # Head repeats that may repeat a replicated key/value tensor into the device's query
+        # heads only (the origin of that split is the repeat op; see _Structure._find_head_repeats).
+        self.repeats = set(s.head_repeats) if repeats is None else repeats
+        self.pads: dict[int, Pad] = {}
+        self.padded: set[int] = set()  # partial values that are views of a Pad (sums keep them partial)
         self.gathers: dict[tuple[int, bool, str], Gather] = {}
         self.gathered: set[tuple[int, int]] = set()
         g = self.g
@@ -731,6 +857,8 @@ class _Round:
                     continue
                 if op.name == "elementwise" and op.kind in _SHAPE_ONLY | {"add", "sub"}:
                     continue
+                if op.name == "reduction" and op.kind in _SUMS and len(op.operands) == 1 and v in self.padded:
+                    continue  # a sum of a zero-padded split (a partial sum) is partial
                 must = True
                 break
             self.must[v] = must
@@ -994,15 +1122,32 @@ class _Round:
         s = self.read(i, 0)
         for k in range(1, len(op.operands)):
             self.need_whole(i, k)
+        v = op.operands[0]
+        if s == P and op.kind in _SUMS and len(op.operands) == 1 and v in self.padded:
+            for rv in op.results:
+                self.set(rv, P, source=self.source[v])
+            return
         if not isinstance(s, Split):
             self.need_whole(i, 0, s)
             for rv in op.results:
                 self.set(rv, R)
             return
-        v = op.operands[0]
         rank = len(self.shape(v))
         dims = sorted({d % rank for d in op.dims}) if op.dims else list(range(rank))
         if s.dim in dims:
+            out = self.shape(op.results[0])
+            if op.kind in _SUMS and dims == [s.dim] and len(out) == rank and out[s.dim] > 1:
+                # A sum of groups of consecutive rows that keeps the dim: the importer's sum of
+                # the repeated heads' gradients back to the key/value heads (``aten = "attention"``).
+                group = self.shape(v)[s.dim] // out[s.dim]
+                if s.inner % group == 0:  # a device's heads are whole groups: local
+                    self.set(op.results[0], Split(s.dim, s.inner // group, 0), self.origin[v])
+                    return
+                if group % s.inner:  # groups cut across devices unevenly
+                    self.trigger(v)
+                    self.set(op.results[0], R)
+                    return
+                # (else a device's heads lie inside one group, which other devices share: partial)
             if op.kind in _SUMS:
                 for rv in op.results:
                     self.set(rv, P)
@@ -1149,9 +1294,17 @@ class _Round:
             if op.kind in VIEW_KINDS or op.kind == "clone":
                 for rv in op.results:
                     self.set(rv, P, source=self.source[v])
+                    if v in self.padded:
+                        self.padded.add(rv)
                 return
             s = self.reduce(i, 0)
         if s is R:
+            d = self.s.head_repeats.get(i) if i in self.repeats else None
+            if d is not None and (n := self.shape(op.results[0])[d]) % self.t == 0:
+                # A replicated key/value tensor repeated into the query heads: each device makes
+                # the copies its own query heads read (Megatron's layout when kv < width).
+                self.set(op.results[0], Split(d, n // self.t), frozenset((i,)))
+                return
             for rv in op.results:
                 self.set(rv, R)
             return
@@ -1163,9 +1316,44 @@ class _Round:
             for rv in op.results:
                 self.set(rv, map_view(op.kind, op.aten, src, self.shape(rv), s, self.t), self.origin[v])
         except _NoMap:
+            if (
+                op.kind in ("view", "reshape")
+                and not s.pad
+                and not self.is_seq(v)
+                and self.g.values[v].producer >= 0
+                and self._summed_only(op.results[0])
+            ):
+                # A view the split cannot pass (a gradient of transformers' repeat_kv with fewer
+                # key/value heads than devices: [b, heads, s, d] -> [b, kv, groups, s, d]) that
+                # only sums read: the split is zero-padded into a partial sum.
+                self.pad(i, 0)
+                self.set(op.results[0], P, source=i)
+                self.padded.add(op.results[0])
+                return
             self.trigger(v)
             for rv in op.results:
                 self.set(rv, R)
+
+    def _summed_only(self, v: int) -> bool:
+        """Is ``v`` read only by sums (through views)?"""
+        uses = self.s.consumers[v]
+        for j, _k in uses:
+            op = self.g.ops[j]
+            if op.name == "reduction" and op.kind in _SUMS:
+                continue
+            if op.name == "layout" and op.kind in VIEW_KINDS and len(op.operands) == len(op.results) == 1:
+                if self._summed_only(op.results[0]):
+                    continue
+            return False
+        return bool(uses)
+
+    def pad(self, i: int, k: int) -> None:
+        """Operand ``k`` of op ``i``, split, is read zero-padded to its whole shape: a partial sum."""
+        v = self.g.ops[i].operands[k]
+        pad = self.pads.get(v)
+        if pad is None:
+            pad = self.pads[v] = Pad(v, self.g.values[v].producer)
+        pad.uses.append((i, k))
 
     def _split(self, i: int, op: TOp, s: Split) -> None:
         v = op.operands[0]
@@ -1293,36 +1481,74 @@ class _Round:
 OUTSIDE_SHARE = 0.1
 
 
-def _replicated_linears(s: _Structure, sharded: set[int], demoted: list[int]) -> list[str]:
-    """One-line notes on linears that stay replicated where Megatron would shard them: block
-    linears demoted (an op of the block cannot take the split, e.g. an unpriced one) and a
-    large share of linear FLOPs outside the blocks (e.g. a T5 encoder, whose blocks the layer
-    grouping counts as prologue when it takes the decoder's as the blocks)."""
+def _replicated_linears(s: _Structure, sharded: set[int], demoted: list[int]) -> list[Replicated]:
+    """Linears that stay replicated where Megatron would shard them: the key/value projections
+    of grouped-query attention with fewer key/value heads than the width, block linears demoted
+    (an op of the block cannot take the split, e.g. an unpriced one) and a large share of linear
+    FLOPs outside the blocks (e.g. a T5 encoder, whose blocks the layer grouping counts as
+    prologue when it takes the decoder's as the blocks)."""
     g, t = s.g, s.t
     notes = []
-    in_blocks = [i for i in demoted if g.ops[i].layer in s.block_layers]
-    if in_blocks:
-        op = g.ops[in_blocks[0]]
-        total = sum(1 for i in s.linear_param if g.ops[i].layer in s.block_layers)
-        notes.append(
-            f"tensor parallelism (width {t}) keeps {len(in_blocks)} of the {total} linears of the blocks "
-            f"replicated (first: {op.module or '?'} in {s.layer_name(op.layer)}): an op between them cannot "
-            "take the split; their FLOPs are not divided"
-        )
 
     def flops(i: int) -> int:
         op = g.ops[i]
         return 2 * math.prod(g.values[op.results[0]].shape) * g.values[op.operands[0]].shape[-1]
 
-    outside = [i for i in sorted(s.linear_param) if g.ops[i].layer not in s.block_layers and i not in sharded]
     total_flops = sum(flops(i) for i in s.linear_param)
-    share = sum(flops(i) for i in outside) / total_flops if total_flops else 0.0
-    if s.block_layers and share > OUTSIDE_SHARE:
+
+    def share(ops) -> float:
+        return sum(flops(i) for i in ops) / total_flops if total_flops else 0.0
+
+    # (every forward linear of a step without repeated blocks, as shard() takes them)
+    block_linears = sum(1 for i in s.linear_param if g.ops[i].layer in s.block_layers or not s.block_layers)
+    kv = sorted(i for i in s.kv_replicated if i not in sharded)
+    if kv:
+        op = g.ops[kv[0]]
+        heads, q_heads = s.kv_linears[kv[0]]
+        notes.append(
+            Replicated(
+                "kv_heads",
+                len(kv),
+                block_linears,
+                op.module or "?",
+                share(kv),
+                f"tensor parallelism (width {t}) keeps the {len(kv)} key/value projections of grouped-query "
+                f"attention replicated (first: {op.module or '?'} in {s.layer_name(op.layer)}): {heads} key/value "
+                f"heads for {t} devices, each device computes every key/value head and repeats the one that its "
+                f"query heads ({q_heads // t} of {q_heads}) read; their FLOPs ({100 * share(kv):.0f} % of the linear "
+                "FLOPs) are not divided, and the backward all-reduces their output gradients (Megatron-core instead "
+                "splits the fused QKV GEMM and all-gathers its output)",
+            )
+        )
+    in_blocks = [i for i in demoted if g.ops[i].layer in s.block_layers]
+    if in_blocks:
+        op = g.ops[in_blocks[0]]
+        notes.append(
+            Replicated(
+                "demoted",
+                len(in_blocks),
+                block_linears,
+                op.module or "?",
+                share(in_blocks),
+                f"tensor parallelism (width {t}) keeps {len(in_blocks)} of the {block_linears} linears of the "
+                f"blocks replicated (first: {op.module or '?'} in {s.layer_name(op.layer)}): an op between them "
+                "cannot take the split; their FLOPs are not divided",
+            )
+        )
+    outside = [i for i in sorted(s.linear_param) if g.ops[i].layer not in s.block_layers and i not in sharded]
+    if s.block_layers and share(outside) > OUTSIDE_SHARE:
         op = g.ops[outside[0]]
         notes.append(
-            f"tensor parallelism (width {t}) keeps {len(outside)} linears outside the repeated blocks "
-            f"replicated, {100 * share:.0f} % of the linear FLOPs (first: {op.module or '?'} in "
-            f"{s.layer_name(op.layer)}): only linears of the blocks are sharded"
+            Replicated(
+                "outside_blocks",
+                len(outside),
+                len(s.linear_param),
+                op.module or "?",
+                share(outside),
+                f"tensor parallelism (width {t}) keeps {len(outside)} linears outside the repeated blocks "
+                f"replicated, {100 * share(outside):.0f} % of the linear FLOPs (first: {op.module or '?'} in "
+                f"{s.layer_name(op.layer)}): only linears of the blocks are sharded",
+            )
         )
     return notes
 
@@ -1354,19 +1580,22 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128, sequence_paralle
     s = _Structure(graph, width, vocab_multiple)
     # Column-parallel candidates: the linears of the blocks (every forward linear when the step
     # has no repeated blocks, e.g. a single-block toy) and the LM head.
-    candidates = {i for i in s.linear_param if graph.ops[i].layer in s.block_layers or not s.block_layers} | set(
-        s.lm_heads
-    )
+    # The key/value projections of grouped-query attention with fewer key/value heads than
+    # devices stay replicated (_Structure._check_heads).
+    candidates = {
+        i for i in s.linear_param if graph.ops[i].layer in s.block_layers or not s.block_layers
+    } - s.kv_replicated | set(s.lm_heads)
+    repeats = set(s.head_repeats)
     vocab = bool(s.word_lookups)
     demoted: list[int] = []
     rounds = 0
     while True:
         rounds += 1
-        rnd = _Round(s, candidates if vocab else candidates - s.lm_heads, vocab, sequence_parallel)
+        rnd = _Round(s, candidates if vocab else candidates - s.lm_heads, vocab, sequence_parallel, repeats)
         rnd.run()
         if not rnd.triggers:
             break
-        if rounds > len(candidates) + 2:
+        if rounds > len(candidates) + len(s.head_repeats) + 2:
             raise AssertionError("tensor-parallel propagation does not settle")
         if VOCAB in rnd.triggers:
             vocab = False
@@ -1374,6 +1603,7 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128, sequence_paralle
             if o in candidates:
                 candidates.discard(o)
                 demoted.append(o)
+            repeats.discard(o)  # a local repeat whose split cannot go on: repeated whole
     shapes: dict[int, tuple[int, ...]] = {}
     states = []
     for v, val in enumerate(graph.values):
@@ -1407,5 +1637,7 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128, sequence_paralle
         rounds=rounds,
         gathers=sorted(rnd.gathers.values(), key=lambda a: (a.before_op, a.value, a.reduced)),
         sequence_parallel=sequence_parallel,
-        warnings=notes,
+        replicated=notes,
+        pads=sorted(rnd.pads.values(), key=lambda p: p.value),
+        kv_replicated=sorted(s.kv_replicated),
     )
