@@ -346,7 +346,12 @@ class ShardTensorParallelPass(ModulePass):
     for one device's bytes and FLOPs (the fixed pipeline does).  The module gets
     ``phaze.tp_width``.  A collective's bytes are its operand's type.
     ``width=1`` changes nothing but ``phaze.tp_width``.  A width that does not divide the
-    attention heads or a column-parallel linear's output size is refused.
+    attention heads or a column-parallel linear's output size is refused, and so is one that
+    neither divides nor is a multiple of the key/value heads of grouped-query attention (as
+    Megatron-core refuses it); with fewer key/value heads than the width the k and v
+    projections stay replicated (docs/design.md §5.2).  Linears left replicated where Megatron
+    would shard them are said (``PhazeWarning``) and recorded as ``#phaze.replicated_linears``
+    in the module's ``phaze.warnings``.
 
     ``sequence_parallel=true`` (Megatron-SP, Korthikanti et al. 2022): what lies between a
     row-parallel output and the next column-parallel input (dropout, residual adds, norms) runs
