@@ -28,16 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from phaze_ir.errors import PhazeError, PhazeWarning
+from phaze_ir.frontend.gpu_dispatch import as_on_cuda
 from phaze_ir.frontend.loader import ModelSpec
-from phaze_ir.frontend.sdpa import sdpa_as_on_gpu
 
 DTYPES = ("float16", "bfloat16", "float32", "amp-bfloat16", "amp-float16", "model")
 #: Mixed precision as ``torch.autocast`` runs it: fp32 weights, each GEMM on 16-bit casts of its
 #: operands, softmax, norms and the loss in fp32, fp32 gradients (the Hugging Face Trainer's
 #: ``bf16=True``/``fp16=True``).  Traced under CPU autocast (the tensors are fake CPU tensors),
-#: whose op lists match CUDA's for GEMMs (lower precision) and norms, softmax, losses (fp32);
-#: CUDA also runs a few pointwise ops in fp32 that CPU autocast leaves in 16 bits (``pow``,
-#: ``exp``, ``log``, ``rsqrt``: ``aten/src/ATen/autocast_mode.cpp``).
+#: whose lower-precision list matches CUDA's for GEMMs; CUDA runs more ops in fp32 than CPU
+#: autocast does (norms, softmax, sums, ``pow``, ``exp``): ``gpu_dispatch.as_on_cuda`` applies
+#: CUDA's lists while tracing.
 AMP_DTYPES = {"amp-bfloat16": "bfloat16", "amp-float16": "float16"}
 
 
@@ -443,7 +443,7 @@ def trace_model(
         try:
             with (
                 _transformers_meta_patches(),
-                sdpa_as_on_gpu(),
+                as_on_cuda(),
                 _module_stack_hooks(model) as modules,
                 fxt.preserve_node_meta(),
                 _quiet_fake_tensor_log(),
