@@ -511,6 +511,9 @@ class Calibration:
         tensor_efficiency: achieved fraction of the tensor cores' peak on a GEMM whose tiles
             fill every wave (the rest of the gap is wave quantisation, below).
         memory_efficiency: achieved fraction of the HBM bandwidth.
+        misaligned_gemm_efficiency: the fraction of its time a GEMM achieves when one of its
+            dimensions is not a multiple of 16 bytes (the GEMM library cannot use its fast,
+            aligned kernels: a vocabulary of 50,257 or 30,522 in the LM head).
         wave_tile_m, wave_tile_n, wave_units: wave quantisation of a GEMM split over the chip
             (all three or none): its output is cut into ``wave_tile_m × wave_tile_n`` tiles,
             dealt to ``wave_units`` units (a GPU's SMs) in waves; a GEMM split over the chip
@@ -522,6 +525,9 @@ class Calibration:
     host_dispatch_s: float = _spec("nonneg_float", "host time to issue one op, serial execution (s)", default=0.0)
     tensor_efficiency: float = _spec("fraction", "achieved fraction of peak tensor FLOP/s", default=1.0)
     memory_efficiency: float = _spec("fraction", "achieved fraction of HBM bandwidth", default=1.0)
+    misaligned_gemm_efficiency: float = _spec(
+        "fraction", "fraction of its speed a GEMM keeps with a dimension not a multiple of 16 bytes", default=1.0
+    )
     wave_tile_m: int | None = _spec("opt_pos_int", "GEMM output tile rows (wave quantisation)", default=None)
     wave_tile_n: int | None = _spec("opt_pos_int", "GEMM output tile columns (wave quantisation)", default=None)
     wave_units: int | None = _spec("opt_pos_int", "units the tiles are dealt to (a GPU's SMs)", default=None)

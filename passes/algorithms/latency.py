@@ -294,6 +294,13 @@ def _roofline(compute_s: float, glb_s: float, hbm_s: float) -> tuple[float, str]
     return best, label
 
 
+def misaligned(d: MatmulDesc) -> bool:
+    """Whether one of the GEMM's dimensions is not a multiple of 16 bytes of its operands (the
+    alignment cuBLAS's fast Hopper and Ampere kernels need of every leading dimension)."""
+    elem = max(d.a_elem, d.b_elem)
+    return any(x * elem % 16 for x in (d.m, d.n, d.k))
+
+
 def causal_fraction(m, n, k):
     """The share of a causal attention GEMM's work that its kernel computes: ``(s + 1) / 2s``
     of the s x s scores' blocks, s the longest of M, N, K (integers or numpy arrays)."""
@@ -342,6 +349,9 @@ def estimate_matmul(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> O
             compute_split = _wave_s(d, acc)
         compute_one /= cal.tensor_efficiency
         compute_split /= cal.tensor_efficiency
+        if misaligned(d):
+            compute_one /= cal.misaligned_gemm_efficiency
+            compute_split /= cal.misaligned_gemm_efficiency
     if d.causal:
         frac = float(causal_fraction(d.m, d.n, d.k))
         compute_one, compute_split = compute_one * frac, compute_split * frac
