@@ -179,3 +179,30 @@ def test_autocast_keeps_fp32_weights_and_gradients_and_16_bit_gemms():
     assert updates and all("state_bytes 8 " in line and "xf32>" in line for line in updates)
     norms = [line for line in text.splitlines() if "phaze.norm" in line or "phaze.softmax" in line]
     assert any("f32>" in line for line in norms)
+
+
+def test_autocast_runs_as_cuda_runs_it():
+    """CPU autocast keeps pow, softmax, sums and norms in 16 bits; CUDA's lists run them in fp32
+    (autocast_mode.cpp), and the trace follows CUDA's."""
+    import torch
+    import torch.nn.functional as F
+
+    from phaze_ir.frontend.gpu_dispatch import as_on_cuda
+
+    x = torch.ones(4, 8, dtype=torch.bfloat16)
+    calls = {
+        "pow": lambda: torch.pow(x, 3.0),
+        "operator": lambda: x**2,
+        "softmax": lambda: F.softmax(x, -1),
+        "sum": lambda: x.sum(-1),
+        "layer_norm": lambda: F.layer_norm(x, (8,)),
+        "exp": lambda: x.exp(),
+    }
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert {k: f().dtype for k, f in calls.items()} == dict.fromkeys(calls, torch.bfloat16)  # the CPU's
+        with as_on_cuda():
+            assert {k: f().dtype for k, f in calls.items()} == dict.fromkeys(calls, torch.float32)
+            assert (x @ x.T.float()).dtype == torch.bfloat16  # GEMMs stay in 16 bits
+            assert x.sum(-1, dtype=torch.bfloat16).dtype == torch.bfloat16  # an explicit dtype is kept
+    with as_on_cuda():  # without autocast nothing changes
+        assert torch.pow(x, 3.0).dtype == torch.bfloat16
