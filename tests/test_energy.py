@@ -243,12 +243,14 @@ def test_a_chip_without_an_energy_table_has_no_power(tmp_path):
 @pytest.mark.parametrize("hw", ["a100", "tpuv4", "h100"])
 def test_gemm_bound_power_is_within_20_percent_of_published(hw, tmp_path):
     """Issue 16's check: the preset's predicted power on a GEMM-bound step (a wide MLP, one
-    device) against its published power (A100 SXM4 TDP 400 W; TPUv4 measured maximum 192 W;
-    H100 SXM5 700 W, the limit its GEMMs were measured running at, data/h100/power.csv).
-    ``benchmarks/power_check.py`` prints the same figures with their breakdown."""
+    device, 8 micro-batches a step: with one, the optimizer step, memory-bound, would be up to
+    a fifth of the step's time) against its published power (A100 SXM4 TDP 400 W; TPUv4
+    measured maximum 192 W; H100 SXM5 700 W, the limit its GEMMs were measured running at,
+    data/h100/power.csv).  ``benchmarks/power_check.py`` prints the same figures with their
+    breakdown."""
     out = tmp_path / "plan.json"
     model = Path(__file__).resolve().parents[1] / "benchmarks" / "models" / "wide_mlp.py"
-    args = [str(model), "--hw", hw, "--devices", "1", "--global-batch", "8192", "--micro-batch", "8192"]
+    args = [str(model), "--hw", hw, "--devices", "1", "--global-batch", "65536", "--micro-batch", "8192"]
     res = run_tool("phazec", *args, "--tp", "1", "--json", str(out), "-o", str(tmp_path / "plan.mlir"))
     assert res.returncode == 0, res.stderr
     power = json.loads(out.read_text())["power"]

@@ -9,8 +9,8 @@ priced as ``phazec MODEL.py --hw h100 --placement expert:1,1,1 --devices 1 --glo
 --micro-batch B --recompute none|full --dtype bfloat16`` prices it (one GPU, one micro-batch of
 the whole batch), with the work shared: one trace and one compilation per (model, micro-batch),
 then the placement once per recompute policy (as ``phaze-validate`` does).  The predicted step
-is the plan's time per batch plus phaze's optimizer step (the layers' scheduled ``opt_s``): the
-plan leaves the optimizer out (docs/design.md §6.1), the measured step runs it.
+is the plan's time per batch, which ends with the optimizer step as the measured step does (the
+layers' scheduled ``opt_s``, the plan's ``breakdown_s`` ``optimizer_s``; docs/design.md §6.2).
 
 The primary comparison is with ``kernel_s``, the step's summed GPU kernel time (the profiler's):
 phaze prices the chip's work, one kernel after the other.  ``step_s`` (wall time between CUDA
@@ -72,8 +72,8 @@ class Measured:
 
 @dataclass(frozen=True)
 class Predicted:
-    plan_s: float | None  #: the plan's time per batch (None: the plan does not fit)
-    opt_s: float  #: the optimizer step's scheduled seconds (phaze.layer_schedule opt_s, summed)
+    plan_s: float | None  #: the plan's time per batch, its optimizer step included (None: it does not fit)
+    opt_s: float  #: of it, the optimizer step (the plan's breakdown_s optimizer_s; 0 when it does not fit)
     memory_bytes: int
     note: str = ""
     ops: int = 0  #: the step's priced ops that take time (without recompute)
@@ -81,9 +81,9 @@ class Predicted:
 
     @property
     def step_s(self) -> float | None:
-        """The whole step: the plan's time per batch and the optimizer step, which the plan
-        leaves out (docs/design.md §6.1) and the measured step contains."""
-        return None if self.plan_s is None else self.plan_s + self.opt_s
+        """The whole step, as the measured one: the plan's time per batch (which ends with the
+        optimizer step)."""
+        return self.plan_s
 
 
 def read_measured(path: str | os.PathLike[str]) -> list[Measured]:
@@ -123,7 +123,7 @@ def _breakdown(module, acc) -> tuple[int, dict[str, float]]:
     from passes.cost_view import Describer
 
     describe = Describer()
-    ops, by_kind = 0, defaultdict(float)
+    ops, by_kind = 0, defaultdict[str, float](float)
     for op in module.walk():
         _, desc = describe(op)
         if desc is None or isinstance(desc, ViewDesc):
@@ -142,9 +142,7 @@ def price(measured: list[Measured], hw: str = "h100", log=print) -> dict[tuple[s
     from passes import ALL_PASSES
     from passes.algorithms.schedule import ScheduleCache
     from passes.solver_options import SolverOptions
-    from phaze.driver import Options, load_accelerator, pipeline, plan_record
-    from phaze_ir import keys
-    from phaze_ir.attributes import LayerScheduleAttr
+    from phaze.driver import Options, load_accelerator, pipeline, plan_record, time_breakdown
     from phaze_ir.frontend import import_graph, load_model_file, trace_model
     from phaze_ir.hardware_ir import set_accelerator
     from phaze_ir.ir import make_context
@@ -178,15 +176,15 @@ def price(measured: list[Measured], hw: str = "h100", log=print) -> dict[tuple[s
         full = passes("recompute", base_opts)
         PassPipeline(full[len(training) :]).apply(ctx, module)
         ops, by_kind = _breakdown(module, acc)
-        opt_s = sum(r.as_dict()["opt_s"] for r in keys.records_of(module, keys.LAYER_SCHEDULE, LayerScheduleAttr))
         for policy in policies:
             opts = replace(base_opts, global_batch=b, recompute=policy)
             PassPipeline((passes("plan", opts)[-1],)).apply(ctx, module)
             plan = plan_record(module)
             feasible = plan.get("feasible") == "yes"
+            parts = time_breakdown(module) if feasible else None
             out[(model, b, policy)] = Predicted(
                 float(plan["time_per_batch_s"]) if feasible else None,
-                opt_s,
+                parts["optimizer_s"] if parts is not None else 0.0,
                 int(plan.get("max_memory_bytes", 0)),
                 "" if feasible else str(plan.get("binding", "")),
                 ops,
@@ -214,8 +212,7 @@ def _stats(name: str, e) -> str:
 def report(measured: list[Measured], predicted: dict[tuple[str, int, str], Predicted]) -> str:
     """The table (one row per measured step), the summaries, and phaze's time per op kind."""
     lines = [
-        "predicted = the plan's time per batch + the optimizer step (phaze's opt_s); errors are "
-        "predicted / measured - 1",
+        "predicted = the plan's time per batch, the optimizer step (opt) included; errors are predicted / measured - 1",
         f"{'model':<13}{'b':>3} {'recompute':<9}{'step_s':>9}{'kernel_s':>9}{'predicted':>10}{'(opt)':>8}"
         f"{'vs step':>9}{'vs kernel':>10}{'kernels':>8}{'ops':>6}{'mem GiB':>8}{'pred':>7}{'vs mem':>8}",
     ]
@@ -236,7 +233,7 @@ def report(measured: list[Measured], predicted: dict[tuple[str, int, str], Predi
             f"{m.peak_memory_bytes / GIB:8.2f}{p.memory_bytes / GIB:7.2f}{_pct(em):>8}"
         )
     pred = np.array([p.step_s for _, p in rows])
-    plan = np.array([p.plan_s for _, p in rows])
+    without_opt = pred - np.array([p.opt_s for _, p in rows])
     kern = np.array([m.kernel_s for m, _ in rows])
     step = np.array([m.step_s for m, _ in rows])
     host = step > 1.2 * kern  # the host-bound steps
@@ -247,7 +244,7 @@ def report(measured: list[Measured], predicted: dict[tuple[str, int, str], Predi
         _stats("vs kernel_s (GPU busy time)", ek),
         _stats("  recompute none", ek[none]),
         _stats("  recompute full", ek[~none]),
-        _stats("  the plan alone (no optimizer)", plan / kern - 1),
+        _stats("  without the optimizer step", without_opt / kern - 1),
         _stats("vs step_s (wall time)", es),
         _stats("  GPU-bound steps", es[~host]),
         _stats("  host-bound steps", es[host]),
