@@ -1,8 +1,9 @@
 """Speed of the exact placement DP (rust/phaze-dp) through the Python binding.
 
 A GPT-3 175B-like problem: prologue, N identical blocks, head; s = 2048, h = 12288, b = 1,
-t = 8, fp16 with mixed-precision Adam on a 150 TFLOP/s-effective, 80 GB device; nodes of 8 at
-300 GB/s and 5 us, the scale-out network at 25 GB/s and 10 us; B = 4096; all d and p searched.
+t = 8, fp16 with mixed-precision Adam on a 150 TFLOP/s-effective, 80 GB device whose optimizer
+step streams 28 bytes per parameter at 2 TB/s; nodes of 8 at 300 GB/s and 5 us, the scale-out
+network at 25 GB/s and 10 us; B = 4096; all d and p searched.
 
     python benchmarks/bench_placement_dp.py
 
@@ -34,6 +35,9 @@ def gpt3_problem(blocks: int = 96, devices: int = 1024, full_space: bool = False
     """``full_space``: the DP also chooses the ZeRO stage and 1F1B or an interleaving."""
     s, h, v, t = 2048.0, 12288.0, 50257.0, 8
     flops = 150e12
+    # Adam's step, memory bound: fp16 gradient in, fp32 master and two moments in and out,
+    # fp16 weight out: 2 + 3·4·2 + 2 = 28 bytes per parameter at 2 TB/s.
+    opt_s_per_param = 28 / 2e12
     block_fwd = 24 * s * h * h * (1 + s / (6 * h)) / t / flops
     block_params = 12 * h * h / t
     act = int(s * h * 2)  # one fp16 activation of a block's input
@@ -49,6 +53,7 @@ def gpt3_problem(blocks: int = 96, devices: int = 1024, full_space: bool = False
         "optimizer_bytes": int(12 * block_params),  # fp32 master + two Adam moments
         "workspace_bytes": 4 * act,
         "boundary_bytes": act,
+        "opt_s": block_params * opt_s_per_param,
     }
     emb_params = v * h / t
     prologue = {
@@ -61,6 +66,7 @@ def gpt3_problem(blocks: int = 96, devices: int = 1024, full_space: bool = False
         "optimizer_bytes": int(12 * emb_params),
         "workspace_bytes": act,
         "boundary_bytes": act,
+        "opt_s": emb_params * opt_s_per_param,
     }
     head_fwd = 2 * s * h * v / t / flops
     logits = int(s * v / t * 4)
@@ -74,6 +80,7 @@ def gpt3_problem(blocks: int = 96, devices: int = 1024, full_space: bool = False
         "optimizer_bytes": int(12 * emb_params),
         "workspace_bytes": logits,
         "boundary_bytes": 0,
+        "opt_s": emb_params * opt_s_per_param,
     }
     return {
         "layers": [prologue] + [dict(block) for _ in range(blocks)] + [head],
