@@ -13,7 +13,9 @@ Work is shared as far as the runs allow, so that 1,440 runs take minutes:
 * one trace per (shape, micro-batch) (a trace has concrete shapes, so not fewer): every TP
   width and every run of that shape and micro-batch uses it;
 * the TP-independent passes (``phazec --emit training``) run once per trace, and the rest of the
-  pipeline up to ``recompute`` once per (shape, micro-batch, TP) on a copy;
+  pipeline up to ``recompute`` once per (shape, micro-batch, TP, sequence parallelism, kernels)
+  on a copy (the kernels, ``phazec --kernels``: the file's ``kernels`` column, else the
+  validation's; runs priced as two runtimes share their trace);
 * only ``phaze-place-devices`` runs per run (it reads nothing of what it writes, so it is
   applied in turn to the one module, not to copies);
 * the shapes that differ only in their number of layers go to the same worker, whose schedule
@@ -66,7 +68,9 @@ COLUMNS = {
 #: ``tp-pp-dp``, Megatron-LM's ``--use-tp-pp-dp-mapping``) and pipeline transfer (``split``, the
 #: default: each TP rank sends 1/t of a stage boundary's values and the next stage's TP group
 #: all-gathers them, as Megatron-DeepSpeed's pipeline engine (the vTrain runs) and Megatron-LM
-#: before sequence parallelism (its scatter-gather) ran them; ``whole``: every rank sends all).
+#: before sequence parallelism (its scatter-gather) ran them; ``whole``: every rank sends all),
+#: and the runtime whose kernels it ran (``kernels``: ``ops``, ``eager``, ``inductor``,
+#: ``megatron``, as ``phazec --kernels``; default the validation's ``--kernels``).
 OPTIONAL_COLUMNS = {
     "vocabulary": "vocabulary",
     "dtype": "dtype",
@@ -76,6 +80,7 @@ OPTIONAL_COLUMNS = {
     "pipeline_schedule": "pipeline schedule",
     "rank_order": "rank order",
     "pipeline_transfer": "pipeline transfer",
+    "kernels": "kernels",
 }
 #: How a run's devices were numbered when the file does not say (see OPTIONAL_COLUMNS).
 DEFAULT_RANK_ORDER = "tp-dp-pp"
@@ -94,6 +99,12 @@ DEFAULT_HOLDOUT = 0.2
 DEFAULT_SEED = 0
 #: The recompute of the runs priced (the vTrain runs checkpoint every layer's activations).
 DEFAULT_RECOMPUTE = "full"
+#: The runtimes whose kernels a run can be priced as (``phazec --kernels``; the rules are
+#: ``passes.algorithms.kernels.RUNTIMES``, which the tests hold this to).
+KERNELS = ("ops", "eager", "inductor", "megatron")
+#: The runtime of the runs when neither the file nor ``--kernels`` says (``phazec``'s default:
+#: every op its own kernel).
+DEFAULT_KERNELS = "ops"
 
 
 @dataclass(frozen=True)
@@ -151,6 +162,8 @@ class Run:
     pipeline_schedule: str = "1f1b"
     rank_order: str = DEFAULT_RANK_ORDER
     pipeline_transfer: str = DEFAULT_PIPELINE_TRANSFER
+    #: the runtime whose kernels price the run ('': the validation's ``--kernels``)
+    kernels: str = ""
 
     @property
     def shape(self) -> Shape:
@@ -165,7 +178,9 @@ class Run:
         return self.measured_ms / 1e3
 
     def identity(self) -> str:
-        """The run's values, as the split hashes them (not its position in the file)."""
+        """The run's values, as the split hashes them (not its position in the file).  The
+        kernels are not among them: they say how phaze prices the run, as ``--hw`` does, and a
+        run priced as another runtime's kernels is held apart or not as before."""
         return ",".join(
             str(v)
             for v in (
@@ -298,7 +313,7 @@ def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) 
         split = value.lower()
         if split not in SPLITS:
             raise PhazeError(f"{where}: 'split' is {split!r}, expected dev or holdout")
-    recompute, sequence_parallel, schedule, order, transfer = _how_run(row, columns, where)
+    recompute, sequence_parallel, schedule, order, transfer, kernels = _how_run(row, columns, where)
     run = Run(
         n,
         line,
@@ -312,6 +327,7 @@ def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) 
         pipeline_schedule=schedule,
         rank_order=order,
         pipeline_transfer=transfer,
+        kernels=kernels,
     )
     _check_consistent(run, where)
     return run
@@ -324,9 +340,9 @@ def _optional_cell(row: list[str], columns: dict[str, int], fld: str) -> str | N
     return row[i].strip() if i is not None and i < len(row) and row[i].strip() else None
 
 
-def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, bool, str, str, str]:
+def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, bool, str, str, str, str]:
     """The run's recompute ('' when not given), sequence parallelism, pipeline schedule, rank
-    order and pipeline transfer."""
+    order, pipeline transfer and kernels ('' when not given)."""
     from passes.algorithms.placement import (
         PIPELINE_TRANSFERS,
         RANK_ORDER_SETTINGS,
@@ -365,7 +381,12 @@ def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, 
         if text not in PIPELINE_TRANSFERS:
             raise PhazeError(f"{where}: 'pipeline transfer' is {text!r}, expected {' or '.join(PIPELINE_TRANSFERS)}")
         transfer = text
-    return recompute, sequence_parallel, schedule, order, transfer
+    kernels = ""
+    if (text := given("kernels")) is not None:
+        if text not in KERNELS:
+            raise PhazeError(f"{where}: 'kernels' is {text!r}, expected {', '.join(KERNELS[:-1])} or {KERNELS[-1]}")
+        kernels = text
+    return recompute, sequence_parallel, schedule, order, transfer, kernels
 
 
 def _check_consistent(r: Run, where: str) -> None:
@@ -468,6 +489,8 @@ class Settings:
 
     hw: str
     recompute: str = DEFAULT_RECOMPUTE
+    #: the runtime whose kernels price a run whose file does not say (``--kernels``)
+    kernels: str = DEFAULT_KERNELS
     optimizer: str = "adam"
     schedule_time_limit: float = 10.0
     schedule_gap: float = 0.005
@@ -494,6 +517,7 @@ class Settings:
             schedule_nodes=self.schedule_nodes,
             schedule_max_binaries=self.schedule_max_binaries,
             recompute=self.recompute,
+            kernels=self.kernels,
         )
         if run is not None:
             opts = replace(
@@ -505,8 +529,13 @@ class Settings:
                 pipeline_schedule=run.pipeline_schedule,
                 rank_order=run.rank_order,
                 pipeline_transfer=run.pipeline_transfer,
+                kernels=self.kernels_of(run),
             )
         return opts
+
+    def kernels_of(self, run: Run) -> str:
+        """The runtime whose kernels price ``run``: the file's, else ``--kernels``."""
+        return run.kernels or self.kernels
 
 
 @dataclass
@@ -530,14 +559,16 @@ class Job:
     runs: tuple[Run, ...]
 
     @property
-    def tps(self) -> list[tuple[int, bool]]:
-        """The (TP width, sequence parallelism) pairs of its runs: one compilation each."""
-        return sorted({(r.tp, r.sequence_parallel) for r in self.runs})
+    def compilations(self) -> list[tuple[int, bool, str]]:
+        """The (TP width, sequence parallelism, kernels) of its runs: one compilation each (the
+        trace and the TP-independent passes do not depend on them; a run's kernels as it has
+        them, '' for the validation's: :func:`validate` gives every run its own first)."""
+        return sorted({(r.tp, r.sequence_parallel, r.kernels) for r in self.runs})
 
     def cost(self) -> float:
         """A guess of its work, for balancing: the IR is about proportional to the layers; a
         trace costs about what half a compilation does."""
-        return self.shape.layers * (0.5 + len(self.tps)) + 0.01 * len(self.runs)
+        return self.shape.layers * (0.5 + len(self.compilations)) + 0.01 * len(self.runs)
 
 
 @dataclass
@@ -611,7 +642,7 @@ def price_job(job: Job, settings: Settings) -> JobResult:
     from phaze_ir.attributes import StageInfoAttr
 
     out = JobResult([])
-    for tp, runs, module, passes, ctx in compiled_modules(job, settings, out):
+    for (tp, sp, kernels), runs, module, passes, ctx in compiled_modules(job, settings, out):
         if isinstance(module, PhazeError):
             out.priced += [Priced(r.row, None, False, f"not priced: {module}") for r in runs]
             continue
@@ -637,18 +668,25 @@ def price_job(job: Job, settings: Settings) -> JobResult:
             )
         placed = time.perf_counter() - start
         out.place_s += placed
-        width = f"TP {tp}" + (" + SP" if runs and runs[0].sequence_parallel else "")
-        _say(settings, f"{job.shape.name} b={job.micro_batch}, {width}: {len(runs)} run(s) placed in {placed:.2f} s")
+        label = f"{job.shape.name} b={job.micro_batch}, {_width(tp, sp, kernels)}"
+        _say(settings, f"{label}: {len(runs)} run(s) placed in {placed:.2f} s")
     return out
 
 
+def _width(tp: int, sp: bool, kernels: str) -> str:
+    """``TP 2 + SP, megatron kernels``: a compilation, for the progress messages."""
+    return f"TP {tp}" + (" + SP" if sp else "") + ("" if kernels == "ops" else f", {kernels} kernels")
+
+
 def compiled_modules(job: Job, settings: Settings, out: JobResult):
-    """Trace the job's model once and compile it once per TP width through the cost passes
-    (``phazec --emit recompute``), on ``settings``' accelerator: yields ``(tp, runs of that
-    width, module or the PhazeError that stopped its compilation, passes, context)`` per width,
-    ``passes(stage, tp, options)`` giving a stage's passes (for the placement); the trace and
-    compile seconds go into ``out``.  Each module is handed out before the next is made: keep
-    from it what you need."""
+    """Trace the job's model once and compile it once per (TP width, sequence parallelism,
+    kernels) through the cost passes (``phazec --emit recompute``), on ``settings``'
+    accelerator: yields ``((tp, sp, kernels), the runs compiled so, module or the PhazeError
+    that stopped its compilation, passes, context)`` per compilation (``kernels`` the runtime
+    it was compiled for: a run's own, else ``settings.kernels``), ``passes(stage, tp,
+    options)`` giving a stage's passes (for the placement); the trace and compile seconds go
+    into ``out``.  Each module is handed out before the next is made: keep from it what you
+    need."""
     import tempfile
 
     from xdsl.passes import PassPipeline
@@ -681,26 +719,27 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     out.compile_s += time.perf_counter() - start
     _say(settings, f"{label}: traced and imported in {out.trace_s + out.compile_s:.1f} s")
 
-    tps = job.tps
-    for k, (tp, sp) in enumerate(tps):
-        runs = [r for r in job.runs if (r.tp, r.sequence_parallel) == (tp, sp)]
+    compilations = job.compilations
+    for k, (tp, sp, given) in enumerate(compilations):
+        runs = [r for r in job.runs if (r.tp, r.sequence_parallel, r.kernels) == (tp, sp, given)]
+        kernels = given or settings.kernels
         start = time.perf_counter()
-        module = copy_for(base, k, len(tps))
+        module = copy_for(base, k, len(compilations))
         error = None
         try:
-            compile_from(module, "training", "recompute", tp, opts, sp)
+            compile_from(module, "training", "recompute", tp, replace(opts, kernels=kernels), sp)
         except PhazeError as e:
             error = e
         compiled = time.perf_counter() - start
         out.compile_s += compiled
         out.compiles += 1
-        width = f"TP {tp}" + (" + SP" if sp else "")
+        width = _width(tp, sp, kernels)
         if error is not None:
             _say(settings, f"{label}, {width}: not priced: {error}")
-            yield tp, runs, error, passes, ctx
+            yield (tp, sp, kernels), runs, error, passes, ctx
             continue
         _say(settings, f"{label}, {width}: compiled in {compiled:.1f} s")
-        yield tp, runs, module, passes, ctx
+        yield (tp, sp, kernels), runs, module, passes, ctx
         del module
 
 
@@ -778,6 +817,7 @@ class Validation:
             "pipeline_schedule": r.pipeline_schedule,
             "rank_order": r.rank_order,
             "pipeline_transfer": r.pipeline_transfer,
+            "kernels": self.settings.kernels_of(r),
         }
 
     def to_json(self, worst: int = 5) -> dict[str, Any]:
@@ -786,6 +826,7 @@ class Validation:
             "csv": self.source,
             "hw": self.settings.hw,
             "recompute": self.settings.recompute,
+            "kernels": self.settings.kernels,
             "holdout_fraction": self.holdout,
             "seed": self.seed,
             "runs": [self.run_record(r) for r in self.runs],
@@ -813,19 +854,23 @@ def validate(
 
     if settings.accelerator is None:  # a bad hardware file is said before any work
         settings = replace(settings, accelerator=load_accelerator(settings.hw))
+    if settings.kernels not in KERNELS:
+        raise PhazeError(f"--kernels {settings.kernels}: expected one of {', '.join(KERNELS)}")
     start = time.perf_counter()
-    job_list = jobs_of(runs)
-    tps = sum(len(j.tps) for j in job_list)
+    # Every run with its own kernels: a run that names the flag's runtime and one that names
+    # none are one compilation.
+    job_list = jobs_of([replace(r, kernels=settings.kernels_of(r)) for r in runs])
+    compiles = sum(len(j.compilations) for j in job_list)
     log(
         f"{count(len(runs), 'run')}: {count(len({j.shape for j in job_list}), 'shape')}, "
-        f"{count(len(job_list), 'trace')} (shape, micro-batch), {count(tps, 'compilation')} "
-        f"(shape, micro-batch, TP) on {settings.hw}"
+        f"{count(len(job_list), 'trace')} (shape, micro-batch), {count(compiles, 'compilation')} "
+        f"(shape, micro-batch, TP, kernels) on {settings.hw}"
     )
     with make_backend(backend, jobs, address) as be:
         bundles = bundles_of(job_list, be.jobs)
         results = be.map(price_bundle, [(settings, b) for b in bundles])
     priced: dict[int, Priced] = {}
-    timing: dict[str, Any] = {"traces": len(job_list), "compilations": tps, "placements": len(runs), "jobs": jobs}
+    timing: dict[str, Any] = {"traces": len(job_list), "compilations": compiles, "placements": len(runs), "jobs": jobs}
     totals = {"trace_s": 0.0, "compile_s": 0.0, "place_s": 0.0}
     for bundle in results:
         for res in bundle:

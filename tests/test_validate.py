@@ -91,7 +91,26 @@ def test_how_a_run_was_run_is_read_and_the_defaults_keep_the_split():
     assert (opts.recompute, opts.pipeline_schedule, opts.rank_order) == ("selective", "interleaved:3", "tp-pp-dp")
     assert v.Settings(hw="a100").options(plain).recompute == "full"
     (job,) = v.jobs_of([plain, given])
-    assert job.tps == [(2, False), (2, True)]  # one compilation with SP, one without
+    assert job.compilations == [(2, False, ""), (2, True, "")]  # one compilation with SP, one without
+
+
+def test_the_kernels_are_read_per_run_and_the_column_wins_over_the_flag():
+    """A ``kernels`` column names the runtime of its rows (an empty cell: the flag's); it is how
+    phaze prices a run, not what the run was, so it leaves the split as it was; runs of one
+    shape and micro-batch share their trace, one compilation per runtime."""
+    from passes.algorithms.kernels import RUNTIMES
+
+    assert v.KERNELS == RUNTIMES and v.DEFAULT_KERNELS == "ops"
+    row = "8,32,4,1024,16,24,1024,2,2,2,219.7"
+    named, empty, ops = v.parse_runs(f"{HEADER},Kernels\n{row},Megatron\n{row},\n{row},ops\n", "k.csv")
+    assert (named.kernels, empty.kernels, ops.kernels) == ("megatron", "", "ops")
+    (bare,) = v.parse_runs(HEADER + "\n" + row, "b.csv")
+    assert named.identity() == empty.identity() == ops.identity() == bare.identity()
+    flag = v.Settings(hw="a100", kernels="eager")
+    assert [flag.options(r).kernels for r in (named, empty, ops)] == ["megatron", "eager", "ops"]
+    assert v.Settings(hw="a100").options(empty).kernels == "ops" and flag.options().kernels == "eager"
+    (job,) = v.jobs_of([named, empty, ops])
+    assert job.compilations == [(2, False, ""), (2, False, "megatron"), (2, False, "ops")]
 
 
 @pytest.mark.parametrize(
@@ -103,6 +122,8 @@ def test_how_a_run_was_run_is_read_and_the_defaults_keep_the_split():
         ("pipeline schedule", "auto", "'pipeline schedule' is 'auto'"),
         ("rank order", "auto", "'rank order' is 'auto', expected tp-dp-pp or tp-pp-dp"),
         ("rank order", "pp-dp-tp", "'rank order' is 'pp-dp-tp'"),
+        ("kernels", "fused", "row 1: 'kernels' is 'fused', expected ops, eager, inductor or megatron"),
+        ("kernels", "auto", "row 1: 'kernels' is 'auto', expected ops, eager, inductor or megatron"),
     ],
 )
 def test_a_bad_run_setting_is_one_line(column, value, message):
@@ -166,6 +187,14 @@ def test_the_tool_refuses_a_bad_csv_in_one_line(tmp_path):
     assert r.returncode == 1 and r.stdout == ""
     assert len(r.stderr.splitlines()) == 1
     assert r.stderr.startswith(f"phaze-validate: error: {bad}: no column '# layers' (a run needs: '# GPUs', ")
+    # A bad runtime in a row is said before anything is traced, whatever --kernels says.
+    bad.write_text(
+        f"{HEADER},kernels\n8,32,4,1024,16,24,1024,2,2,2,219.7,megatron\n8,32,4,1024,16,24,1024,2,2,2,1,tvm\n"
+    )
+    r = run_validate(str(bad), "--hw", "a100", "--kernels", "megatron")
+    assert r.returncode == 1 and r.stdout == "" and len(r.stderr.splitlines()) == 1
+    said = f"{bad}:3: row 2: 'kernels' is 'tvm', expected ops, eager, inductor or megatron"
+    assert r.stderr == f"phaze-validate: error: {said}\n"
     for args, message in [
         ((str(tmp_path / "none.csv"), "--hw", "a100"), "none.csv: no such file"),
         ((str(SAMPLE), "--hw", "nochip"), "nochip"),
@@ -218,7 +247,7 @@ def test_the_vtrain_files_read_and_split():
     for runs, shapes, traces, compilations in ((single, 8, 32, 128), (multi, 4, 22, 61)):
         jobs = v.jobs_of(runs)
         assert len({j.shape for j in jobs}) == shapes and len(jobs) == traces
-        assert sum(len(j.tps) for j in jobs) == compilations
+        assert sum(len(j.compilations) for j in jobs) == compilations
 
 
 def test_bundles_keep_a_shape_family_together_and_spread_the_work():
@@ -277,6 +306,7 @@ def test_the_report_and_its_json(validated):
     text, data, _ = validated
     assert data["hw"] == "a100" and data["holdout_fraction"] == 0.2 and data["seed"] == 0
     assert data["recompute"] == "full" and {r["recompute"] for r in data["runs"]} == {"full"}
+    assert data["kernels"] == "ops" and {r["kernels"] for r in data["runs"]} == {"ops"}
     assert [r["row"] for r in data["runs"]] == list(range(1, 11))
     for r in data["runs"]:
         assert r["feasible"] and r["predicted_s"] > 0
@@ -360,6 +390,34 @@ def test_a_run_with_its_own_settings_is_phazecs_plan_with_those_flags(tmp_path):
     plan = json.loads(out.read_text())
     assert (plan["sequence_parallel"], plan["virtual_stages"]) == (True, 2)
     assert result[run.row].predicted_s == plan["time_per_batch_s"]
+
+
+def test_a_runs_kernels_are_phazecs_and_one_runtime_is_compiled_once(validated, tmp_path):
+    """Row 4 of the sample three times: as Megatron's kernels (the column), as the flag's (an
+    empty cell, --kernels megatron: the same compilation) and as ops (the column over the flag:
+    the sample's price, without kernels).  Megatron's is phazec --kernels megatron's plan."""
+    from phaze.tools import phazec
+
+    _, data, _ = validated
+    row = "8,64,1,1024,16,12,1024,2,4,1,700.42027"
+    csv = tmp_path / "runs.csv"
+    csv.write_text(f"{HEADER},kernels\n{row},megatron\n{row},\n{row},ops\n")
+    runs = v.read_runs(csv)
+    settings = v.Settings(hw="a100", quiet=True, kernels="megatron")
+    priced, timing = v.validate(runs, settings, jobs=1)
+    assert (timing["traces"], timing["compilations"], timing["placements"]) == (1, 2, 3)
+    megatron, flag, ops = (priced[r].predicted_s for r in (1, 2, 3))
+    assert megatron == flag and ops == data["runs"][3]["predicted_s"] and megatron < ops
+    record = v.Validation(runs, priced, settings).to_json()
+    assert record["kernels"] == "megatron"
+    assert [r["kernels"] for r in record["runs"]] == ["megatron", "megatron", "ops"]
+    model = v.write_model_file(runs[0].shape, tmp_path)
+    out = tmp_path / "plan.json"
+    args = [model, "--hw", "a100", "--placement", "expert:1,4,2", "--devices", "8", "--global-batch", "64"]
+    args += ["--micro-batch", "1", "--tp", "2", "--recompute", "full", "--rank-order", "tp-dp-pp"]
+    args += ["--pipeline-transfer", "split", "--kernels", "megatron", "--json", str(out), "-q"]
+    assert phazec.main([*args, "-o", str(tmp_path / "plan.mlir")]) == 0
+    assert json.loads(out.read_text())["time_per_batch_s"] == megatron
 
 
 def test_runs_without_a_prediction_are_listed_with_the_binding_constraint():

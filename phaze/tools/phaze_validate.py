@@ -2,9 +2,10 @@
 
 ``phaze-validate RUNS.csv --hw a100`` reads a CSV of measured GPT runs (the columns of the
 vTrain authors' measurements: GPUs, global batch, micro batch, hidden size, attention heads,
-layers, sequence length, TP, DP, PP, iteration time in ms; optional vocabulary, dtype and
-split), prices each run at exactly its placement with the full IR pipeline on the given
-hardware (``phaze/validate.py``), and prints per run the predicted and measured time and the
+layers, sequence length, TP, DP, PP, iteration time in ms; optional vocabulary, dtype, split
+and how a run was run), prices each run at exactly its placement with the full IR pipeline on
+the given hardware and as the given runtime's kernels (``--kernels``, or a ``kernels`` column;
+``phaze/validate.py``), and prints per run the predicted and measured time and the
 signed error, then per split (dev, holdout: a seeded fifth held apart) the median and p90 of
 |error| and the worst runs.  ``--json FILE`` writes all of it.
 
@@ -71,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
         default=v.DEFAULT_RECOMPUTE,
         choices=("auto", "none", "selective", "full"),
         help="activation recompute of the runs (default full, as the vTrain runs; auto lets the placement choose)",
+    )
+    p.add_argument(
+        "--kernels",
+        default=v.DEFAULT_KERNELS,
+        choices=v.KERNELS,
+        help="the runtime whose kernels the runs are priced as, as phazec --kernels (default ops: every op its "
+        "own kernel; megatron: Megatron-LM's fused kernels, as the vTrain runs ran); a 'kernels' column "
+        "decides for its rows",
     )
     p.add_argument("--worst", type=int, default=5, metavar="N", help="worst runs shown per split (default 5)")
     p.add_argument("--summary-only", action="store_true", help="print the summaries, not every run")
@@ -163,6 +172,7 @@ def run(args: argparse.Namespace, log) -> str:
     settings = v.Settings(
         hw=args.hw,
         recompute=args.recompute,
+        kernels=args.kernels,
         schedule_time_limit=args.solver_time_limit,
         schedule_gap=args.solver_gap,
         schedule_nodes=args.solver_nodes,
