@@ -4,13 +4,17 @@ predicted against measured.
 
     python benchmarks/gpu/price_train_step.py [--csv data/h100/train_step.csv] [--hw h100]
 
-Every measured row with eager attention (what phaze traces: softmax(QKᵀ)V as separate ops) is
-priced as ``phazec MODEL.py --hw h100 --placement expert:1,1,1 --devices 1 --global-batch B
---micro-batch B --recompute none|full --dtype bfloat16`` prices it (one GPU, one micro-batch of
-the whole batch), with the work shared: one trace and one compilation per (model, micro-batch),
-then the placement once per recompute policy (as ``phaze-validate`` does).  The predicted step
-is the plan's time per batch, which ends with the optimizer step as the measured step does (the
-layers' scheduled ``opt_s``, the plan's ``breakdown_s`` ``optimizer_s``; docs/design.md §6.2).
+Every measured row (eager attention: softmax(QKᵀ)V as separate kernels; ``sdpa``: PyTorch's
+fused attention) is priced as ``phazec MODEL.py --hw h100 --placement expert:1,1,1 --devices 1
+--global-batch B --micro-batch B --recompute none|full --dtype amp-bfloat16 --kernels eager``
+prices it (one GPU, one micro-batch of the whole batch; the model file's attention switched to
+the row's with transformers' ``set_attn_implementation``), with the work shared: one trace and
+one compilation per (model, micro-batch, attention), then the placement once per recompute
+policy (as ``phaze-validate`` does).  ``--kernels`` and ``--dtype`` price the same rows as
+another runtime or precision would (``--kernels ops --dtype bfloat16``: phaze's model before
+kernels and autocast were modelled).  The predicted step is the plan's time per batch, which
+ends with the optimizer step as the measured step does (the layers' scheduled ``opt_s``, the
+plan's ``breakdown_s`` ``optimizer_s``; docs/design.md §6.2).
 
 The primary comparison is with ``kernel_s``, the step's summed GPU kernel time (the profiler's):
 phaze prices the chip's work, one kernel after the other.  ``step_s`` (wall time between CUDA
@@ -19,12 +23,7 @@ events) is also host time: eager PyTorch issues each of a step's 1,000-8,000 ker
 step waits for the host (``step_s`` several times ``kernel_s``), which the calibration's
 ``host_dispatch_s`` would model and the h100 preset leaves at 0.
 
-What else differs (the measured step is torch AMP, phaze's is a bf16 step):
-* torch's AMP keeps fp32 weights and gradients and casts the weights to bf16 for each GEMM every
-  step (extra cast kernels); softmax, layer norm and the loss run in fp32 under autocast; phaze
-  traces every tensor in bf16 with an fp32 master copy in the optimizer;
-* fused AdamW is a handful of multi-tensor kernels; phaze prices its optimizer ops over the
-  parameters;
+What else differs:
 * peak memory: torch's is the caching allocator's peak of allocated bytes in a step (weights,
   grads, AdamW moments, activations, the autocast weight casts, workspaces), phaze's the plan's
   ``max_memory_bytes`` (its memory model of weights, optimizer state and saved activations).
@@ -63,6 +62,7 @@ GIB = 2**30
 class Measured:
     model: str
     micro_batch: int
+    attention: str
     recompute: str
     step_s: float
     kernel_s: float
@@ -87,12 +87,10 @@ class Predicted:
 
 
 def read_measured(path: str | os.PathLike[str]) -> list[Measured]:
-    """The eager-attention rows of train_step.csv that have a measurement (not ``oom``)."""
+    """The rows of train_step.csv that have a measurement (not ``oom``)."""
     out = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            if r["attention"] != "eager":
-                continue
             try:
                 step_s = float(r["step_s"])
             except ValueError:  # oom, error
@@ -101,6 +99,7 @@ def read_measured(path: str | os.PathLike[str]) -> list[Measured]:
                 Measured(
                     r["model"],
                     int(r["micro_batch"]),
+                    r["attention"],
                     r["recompute"],
                     step_s,
                     float(r["kernel_s"]),
@@ -135,8 +134,22 @@ def _breakdown(module, acc) -> tuple[int, dict[str, float]]:
     return ops, dict(by_kind)
 
 
-def price(measured: list[Measured], hw: str = "h100", log=print) -> dict[tuple[str, int, str], Predicted]:
-    """phaze's prediction of every (model, micro-batch, recompute) of ``measured``."""
+def with_attention(spec, attention: str):
+    """``spec`` whose model runs ``attention`` (transformers' ``set_attn_implementation``)."""
+    build = spec.get_model
+
+    def get_model():
+        model = build()
+        model.set_attn_implementation(attention)
+        return model
+
+    return replace(spec, get_model=get_model)
+
+
+def price(
+    measured: list[Measured], hw: str = "h100", kernels: str = "eager", dtype: str = "amp-bfloat16", log=print
+) -> dict[tuple[str, int, str, str], Predicted]:
+    """phaze's prediction of every (model, micro-batch, attention, recompute) of ``measured``."""
     from xdsl.passes import PassPipeline
 
     from passes import ALL_PASSES
@@ -150,23 +163,23 @@ def price(measured: list[Measured], hw: str = "h100", log=print) -> dict[tuple[s
     acc = load_accelerator(hw)
     cache = ScheduleCache(None)  # in memory, shared: equal blocks are solved once
     base_opts = Options(
-        hw=hw, dtype="bfloat16", optimizer="adam", devices=1, placement="expert:1,1,1", schedule_cache=cache
+        hw=hw, dtype=dtype, kernels=kernels, optimizer="adam", devices=1, placement="expert:1,1,1", schedule_cache=cache
     )
 
     def passes(stage: str, o: Options) -> tuple:
         parsed = PassPipeline.parse_spec(ALL_PASSES, pipeline(stage, 1, o)).passes
         return tuple(replace(p, cache=cache) if isinstance(p, SolverOptions) else p for p in parsed)
 
-    groups: dict[tuple[str, int], list[str]] = {}
+    groups: dict[tuple[str, int, str], list[str]] = {}
     for m in measured:
-        groups.setdefault((m.model, m.micro_batch), [])
-        if m.recompute not in groups[(m.model, m.micro_batch)]:
-            groups[(m.model, m.micro_batch)].append(m.recompute)
-    out: dict[tuple[str, int, str], Predicted] = {}
-    for (model, b), policies in groups.items():
+        policies = groups.setdefault((m.model, m.micro_batch, m.attention), [])
+        if m.recompute not in policies:
+            policies.append(m.recompute)
+    out: dict[tuple[str, int, str, str], Predicted] = {}
+    for (model, b, attention), policies in groups.items():
         start = time.perf_counter()
-        spec = load_model_file(MODEL_FILES[model])
-        traced = trace_model(spec, b, None, training=True, dtype="bfloat16")
+        spec = with_attention(load_model_file(MODEL_FILES[model]), attention)
+        traced = trace_model(spec, b, None, training=True, dtype=dtype)
         module = import_graph(traced)
         del traced
         ctx = make_context()
@@ -182,7 +195,7 @@ def price(measured: list[Measured], hw: str = "h100", log=print) -> dict[tuple[s
             plan = plan_record(module)
             feasible = plan.get("feasible") == "yes"
             parts = time_breakdown(module) if feasible else None
-            out[(model, b, policy)] = Predicted(
+            out[(model, b, attention, policy)] = Predicted(
                 float(plan["time_per_batch_s"]) if feasible else None,
                 parts["optimizer_s"] if parts is not None else 0.0,
                 int(plan.get("max_memory_bytes", 0)),
@@ -190,7 +203,7 @@ def price(measured: list[Measured], hw: str = "h100", log=print) -> dict[tuple[s
                 ops,
                 tuple(sorted(by_kind.items())),
             )
-        log(f"  {model} b={b}: {', '.join(policies)} priced in {time.perf_counter() - start:.1f} s")
+        log(f"  {model} b={b} {attention}: {', '.join(policies)} priced in {time.perf_counter() - start:.1f} s")
     return out
 
 
@@ -209,20 +222,20 @@ def _stats(name: str, e) -> str:
     )
 
 
-def report(measured: list[Measured], predicted: dict[tuple[str, int, str], Predicted]) -> str:
+def report(measured: list[Measured], predicted: dict[tuple[str, int, str, str], Predicted]) -> str:
     """The table (one row per measured step), the summaries, and phaze's time per op kind."""
     lines = [
         "predicted = the plan's time per batch, the optimizer step (opt) included; errors are predicted / measured - 1",
-        f"{'model':<13}{'b':>3} {'recompute':<9}{'step_s':>9}{'kernel_s':>9}{'predicted':>10}{'(opt)':>8}"
+        f"{'model':<13}{'b':>3} {'attn':<6}{'recompute':<9}{'step_s':>9}{'kernel_s':>9}{'predicted':>10}{'(opt)':>8}"
         f"{'vs step':>9}{'vs kernel':>10}{'kernels':>8}{'ops':>6}{'mem GiB':>8}{'pred':>7}{'vs mem':>8}",
     ]
     rows = []  # (measured, predicted) of the feasible plans
     e_mem = []
     for m in measured:
-        p = predicted[(m.model, m.micro_batch, m.recompute)]
+        p = predicted[(m.model, m.micro_batch, m.attention, m.recompute)]
         em = p.memory_bytes / m.peak_memory_bytes - 1
         e_mem.append(em)
-        lead = f"{m.model:<13}{m.micro_batch:>3} {m.recompute:<9}{m.step_s:9.4f}{m.kernel_s:9.4f}"
+        lead = f"{m.model:<13}{m.micro_batch:>3} {m.attention:<6}{m.recompute:<9}{m.step_s:9.4f}{m.kernel_s:9.4f}"
         if p.step_s is None:
             lines.append(f"{lead}  not priced: {p.note}")
             continue
@@ -238,10 +251,15 @@ def report(measured: list[Measured], predicted: dict[tuple[str, int, str], Predi
     step = np.array([m.step_s for m, _ in rows])
     host = step > 1.2 * kern  # the host-bound steps
     none = np.array([m.recompute == "none" for m, _ in rows])
+    sdpa = np.array([m.attention == "sdpa" for m, _ in rows])
+    mem_sdpa = np.array([m.attention == "sdpa" for m in measured])
+    e_mem_a = np.asarray(e_mem)
     ek, es = pred / kern - 1, pred / step - 1
     lines += [
         "",
         _stats("vs kernel_s (GPU busy time)", ek),
+        _stats("  eager attention", ek[~sdpa]),
+        _stats("  sdpa attention", ek[sdpa]),
         _stats("  recompute none", ek[none]),
         _stats("  recompute full", ek[~none]),
         _stats("  without the optimizer step", without_opt / kern - 1),
@@ -249,6 +267,8 @@ def report(measured: list[Measured], predicted: dict[tuple[str, int, str], Predi
         _stats("  GPU-bound steps", es[~host]),
         _stats("  host-bound steps", es[host]),
         _stats("peak memory", e_mem),
+        _stats("  eager attention", e_mem_a[~mem_sdpa]),
+        _stats("  sdpa attention", e_mem_a[mem_sdpa]),
         f"(host-bound: step_s > 1.2 x kernel_s: {int(host.sum())} of {len(host)} steps)",
     ]
     if host.any():
@@ -264,12 +284,12 @@ def report(measured: list[Measured], predicted: dict[tuple[str, int, str], Predi
     lines += ["", "phaze's seconds per op kind, one step without recompute (share):"]
     seen = set()
     for m, p in rows:
-        if (m.model, m.micro_batch) in seen or m.recompute != "none" or not p.by_kind:
+        if (m.model, m.micro_batch, m.attention) in seen or m.recompute != "none" or not p.by_kind:
             continue
-        seen.add((m.model, m.micro_batch))
+        seen.add((m.model, m.micro_batch, m.attention))
         total = sum(t for _, t in p.by_kind)
         parts = "  ".join(f"{k} {t * 1e3:.1f} ms ({100 * t / total:.0f}%)" for k, t in p.by_kind if t >= 0.005 * total)
-        lines.append(f"  {m.model:<13}{m.micro_batch:>3}: {parts}")
+        lines.append(f"  {m.model:<13}{m.micro_batch:>3} {m.attention:<6}: {parts}")
     return "\n".join(lines)
 
 
@@ -277,11 +297,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--csv", default=str(ROOT / "data" / "h100" / "train_step.csv"))
     p.add_argument("--hw", default="h100")
+    p.add_argument("--kernels", default="eager", choices=("ops", "eager", "inductor", "megatron"))
+    p.add_argument("--dtype", default="amp-bfloat16", help="phazec --dtype (default amp-bfloat16, as measured)")
+    p.add_argument("--attention", choices=("eager", "sdpa"), help="only the rows of this attention")
     args = p.parse_args()
-    measured = read_measured(args.csv)
+    measured = [m for m in read_measured(args.csv) if args.attention in (None, m.attention)]
     start = time.perf_counter()
-    print(f"pricing {len(measured)} measured steps (eager attention) on {args.hw}:", file=sys.stderr)
-    predicted = price(measured, args.hw, log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(
+        f"pricing {len(measured)} measured steps on {args.hw} (--kernels {args.kernels} --dtype {args.dtype}):",
+        file=sys.stderr,
+    )
+    predicted = price(measured, args.hw, args.kernels, args.dtype, log=lambda s: print(s, file=sys.stderr, flush=True))
     print(f"priced in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     print(report(measured, predicted))
 
