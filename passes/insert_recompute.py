@@ -6,10 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.ir import Operation, SSAValue
 
 from passes.algorithms import schedule as sched
+from passes.algorithms.graph import Graph
 from passes.algorithms.memory import STATE_BYTES_PER_ELEMENT, layer_memory
+from passes.algorithms.partition import Partition, min_cut_partition
 from passes.algorithms.recompute import analyze_recompute
 from passes.cost_view import core_counts, read_latencies, serial_dispatch_s
 from passes.graph_view import arg_role, build_graph, read_layers, step_function
@@ -26,6 +30,28 @@ from phaze_ir.attributes import (
 from phaze_ir.errors import PhazeError
 
 
+def compiled_partition(module: ModuleOp, fn: func.FuncOp, graph: Graph, ops: list[Operation]) -> Partition | None:
+    """What AOTAutograd's min-cut partitioner saves of a step whose kernels are Inductor's
+    (``phaze.kernels = "inductor"``, written by ``phaze-form-kernels``); None for any other
+    runtime (eager autograd's saved tensors)."""
+    runtime = module.attributes.get(keys.KERNELS)
+    if not isinstance(runtime, StringAttr) or runtime.data != "inductor":
+        return None
+    ids: dict[SSAValue, int] = {a: i for i, a in enumerate(fn.body.block.args)}
+    for o, node in zip(ops, graph.ops):
+        ids.update(zip(o.results, node.results))
+    ret = fn.body.block.last_op
+    losses: list[int] = []
+    grads: list[int] = []
+    if isinstance(ret, func.ReturnOp) and fn.res_attrs is not None:
+        for v, attrs in zip(ret.operands, fn.res_attrs.data):
+            if v in ids and keys.LOSS in attrs.data:
+                losses.append(ids[v])
+            elif v in ids and keys.GRAD in attrs.data:
+                grads.append(ids[v])
+    return min_cut_partition(graph, losses or None, grads or None)
+
+
 def static_costs(module: ModuleOp, optimizer: str, pass_name: str):
     """What of the recompute and memory analysis does not depend on the accelerator:
     ``(graph, ops, layer_of, recompute, memory)`` with the :class:`LayerRecompute` and
@@ -34,7 +60,7 @@ def static_costs(module: ModuleOp, optimizer: str, pass_name: str):
     fn = step_function(module)
     graph, ops = build_graph(fn)
     layer_of = read_layers(ops)
-    recompute = analyze_recompute(graph, layer_of)
+    recompute = analyze_recompute(graph, layer_of, compiled_partition(module, fn, graph, ops))
     # Optimizer state per parameter (value ids of the parameter arguments).
     state: dict[int, int] = {}
     if optimizer:
@@ -64,7 +90,10 @@ class InsertRecomputePass(SolverOptions):
     ``#phaze.layer_recompute`` with the bytes stashed per micro-batch under none / selective / full
     recompute and the extra forward time of selective and full: the scheduled makespan of the
     attention cores, of the whole forward) and ``phaze.layer_memory`` (``#phaze.layer_memory``:
-    parameters, gradients, optimizer state, stashes, workspace).
+    parameters, gradients, optimizer state, stashes, workspace).  A step whose kernels are
+    Inductor's (``phaze.kernels = "inductor"``) stashes with no recompute what
+    ``torch.compile``'s min-cut partitioner saves (``passes/algorithms/partition.py``), not
+    what eager autograd saves.
 
     Requires ``phaze-schedule-ops`` (``phaze.layer_schedule``; the attention cores are scheduled
     here, through the schedule cache handed in, as ``phaze-schedule-ops`` does).  Options:

@@ -167,7 +167,10 @@ def test_fewer_kernels_price_a_faster_step_with_the_same_memory(model):
     plans = {k: _plan(model, k)[0] for k in ("ops", "eager", "inductor")}
     times = {k: p["time_per_batch_s"] for k, p in plans.items()}
     assert times["inductor"] < times["eager"] < times["ops"], times
-    assert len({p["max_memory_bytes"] for p in plans.values()}) == 1
+    memory = {k: p["max_memory_bytes"] for k, p in plans.items()}
+    # what autograd saves, either way; a compiled step keeps what the min-cut partitioner
+    # keeps (tests/test_partition.py)
+    assert memory["ops"] == memory["eager"] and memory["inductor"] < memory["eager"], memory
 
 
 def test_autocast_keeps_fp32_weights_and_gradients_and_16_bit_gemms():

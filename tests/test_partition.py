@@ -1,10 +1,11 @@
 """What a compiled step saves for its backward: AOTAutograd's min-cut partitioner as
-``passes/algorithms/partition.py`` models it, on hand-made graphs and against torch's own
-partitioner."""
+``passes/algorithms/partition.py`` models it, on hand-made graphs, against torch's own
+partitioner, and through the pipeline (``phazec --kernels inductor``)."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -344,6 +345,27 @@ def test_the_same_saved_bytes_as_torchs_own_partitioner(tmp_path):
     # torch saves the log-softmax's two statistics (amax, log-sum) apart: phaze as one node
     assert sum(ours) == sum(theirs)
     assert sorted(b for b in ours if b >= 1024) == [b for b in theirs if b >= 1024]
+
+
+def _records(text: str, key: str) -> list[dict[str, int]]:
+    line = next(line for line in text.splitlines() if f"{key} = [" in line)
+    body = line.split(f"{key} = [", 1)[1].split("]", 1)[0]
+    return [dict((k, int(v)) for k, v in re.findall(r"(\w+) = (\d+)\b", rec)) for rec in body.split("#")[1:]]
+
+
+def test_a_compiled_gpt2_step_keeps_less_than_eager_and_eager_keeps_what_autograd_saves():
+    from test_kernels import _plan
+
+    eager, eager_text = _plan("tiny_gpt2.py", "eager", "amp-bfloat16")
+    compiled, compiled_text = _plan("tiny_gpt2.py", "inductor", "amp-bfloat16")
+    assert compiled["max_memory_bytes"] < eager["max_memory_bytes"]
+    autograd = [r["saved_bytes"] for r in _records(eager_text, "phaze.layers")]
+    assert autograd == [r["saved_bytes"] for r in _records(compiled_text, "phaze.layers")]
+    eager_none = [r["none_bytes"] for r in _records(eager_text, "phaze.layer_recompute")]
+    compiled_none = [r["none_bytes"] for r in _records(compiled_text, "phaze.layer_recompute")]
+    assert eager_none == autograd  # eager: what autograd saves, as before
+    assert all(c <= e for c, e in zip(compiled_none, eager_none))
+    assert compiled_none[1] < 0.7 * eager_none[1]  # a block: GELU's and softmax's intermediates rerun
 
 
 def test_the_min_cut_is_networkxs():

@@ -4,7 +4,12 @@ Pure code (no xDSL); ``phaze-insert-recompute`` runs it on the IR's light graph.
 
 - **none**: keep everything autograd saves for the layer's backward (the forward tensors its
   backward ops read, resolved to storage through views, each counted once; what
-  ``#phaze.layer_info``'s ``saved_bytes`` counts).
+  ``#phaze.layer_info``'s ``saved_bytes`` counts).  Given a
+  :class:`~passes.algorithms.partition.Partition` (a step compiled by ``torch.compile``, whose
+  kernels are Inductor's), what AOTAutograd's min-cut partitioner keeps for it instead
+  (:func:`passes.algorithms.partition.layer_saved`: the saved values its backward reaches
+  through the forward ops it reruns); selective starts from that set, full is the same either
+  way (the layer's input and what its backward reads from outside the layer).
 - **selective** (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
   Models", 2022): recompute the attention core in backward and keep the rest.  The core is found
   by structure, not by names: a softmax between two batched matmuls whose operands are both
@@ -30,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from passes.algorithms.graph import Graph
+from passes.algorithms.partition import Partition, layer_saved
 from passes.algorithms.saved import saved_storages
 
 POLICIES = ("none", "selective", "full")
@@ -62,6 +68,8 @@ class LayerRecompute:
     none_storages: set[int] = field(default_factory=set)
     selective_storages: set[int] = field(default_factory=set)
     full_storages: set[int] = field(default_factory=set)
+    #: under a partition: the forward ops the layer's backward reruns with no recompute policy
+    none_recomputed: list[int] = field(default_factory=list)
 
     def saved_bytes(self) -> list[int]:
         """``[none, selective, full]``, the order of the placement DP."""
@@ -125,8 +133,11 @@ def attention_cores(graph: Graph, fwd_ops: Sequence[int]) -> list[list[int]]:
     return cores
 
 
-def analyze_recompute(graph: Graph, layer_of: Sequence[int]) -> list[LayerRecompute]:
-    """The three policies of every layer (see the module docstring)."""
+def analyze_recompute(
+    graph: Graph, layer_of: Sequence[int], partition: Partition | None = None
+) -> list[LayerRecompute]:
+    """The three policies of every layer (see the module docstring); ``partition``: what a
+    compiled step saves (None: eager autograd)."""
     n_layers = max(layer_of, default=-1) + 1
     fwd: list[list[int]] = [[] for _ in range(n_layers)]
     bwd: list[set[int]] = [set() for _ in range(n_layers)]
@@ -140,9 +151,15 @@ def analyze_recompute(graph: Graph, layer_of: Sequence[int]) -> list[LayerRecomp
     def nbytes(storages: set[int]) -> int:
         return sum(graph.values[s].nbytes for s in storages)
 
+    compiled = layer_saved(graph, partition, layer_of) if partition is not None else None
     out = []
     for layer in range(n_layers):
-        none = saved_storages(graph, bwd[layer])
+        # Statistics a partition saves that are not values (a softmax's), op -> bytes.
+        stats: dict[int, int] = {}
+        autograd = saved_storages(graph, bwd[layer])
+        none = autograd
+        if compiled is not None:
+            none, stats = compiled[layer].storages, compiled[layer].stats
         own = {r for i in fwd[layer] for r in graph.ops[i].results}
         # Full: the data-dependent inputs of the forward, plus whatever else from outside the
         # layer its backward reads (parameters are not activations).
@@ -155,7 +172,7 @@ def analyze_recompute(graph: Graph, layer_of: Sequence[int]) -> list[LayerRecomp
                     continue
                 if val.producer >= 0 or val.role == "input":
                     inputs.add(s)
-        full = inputs | {s for s in none if s not in own}
+        full = inputs | {s for s in autograd if s not in own}
         # Selective: the attention cores' saved outputs go; what the cores read joins.
         core_ops = sorted(i for core in attention_cores(graph, fwd[layer]) for i in core)
         core_out = {r for i in core_ops for r in graph.ops[i].results}
@@ -173,14 +190,15 @@ def analyze_recompute(graph: Graph, layer_of: Sequence[int]) -> list[LayerRecomp
         out.append(
             LayerRecompute(
                 index=layer,
-                none_bytes=nbytes(none),
-                selective_bytes=nbytes(selective),
+                none_bytes=nbytes(none) + sum(stats.values()),
+                selective_bytes=nbytes(selective) + sum(b for i, b in stats.items() if i not in core_set),
                 full_bytes=nbytes(full),
                 selective_ops=core_ops,
                 fwd_ops=list(fwd[layer]),
                 none_storages=none,
                 selective_storages=selective,
                 full_storages=full,
+                none_recomputed=sorted(compiled[layer].recomputed) if compiled is not None else [],
             )
         )
     return out
