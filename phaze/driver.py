@@ -117,6 +117,11 @@ class Options:
     #: ``auto``: both are compiled and the faster plan is kept
     #: (``phaze-shard-tensor-parallel{sequence_parallel=...}``).
     sequence_parallel: str = "off"
+    #: Whose kernels the step runs as (``phaze-form-kernels{runtime=...}``, rules and sources in
+    #: ``passes/algorithms/kernels.py``): ``ops`` (default: every op its own kernel, attention
+    #: as its matmul/softmax ops), ``eager`` (PyTorch eager: flash attention, fused AdamW),
+    #: ``inductor`` (``torch.compile``'s fusion), ``megatron`` (Megatron-LM's fused kernels).
+    kernels: str = "ops"
     strict: bool = False
     # SCIP stops a layer's schedule at 0.5 % proven gap or after 10 s (the gap limit makes the
     # plan sweep several times faster than proving optimality, and deterministic in practice).
@@ -134,11 +139,6 @@ class Options:
 
 
 #: The settings of ``--sequence-parallel``.
-    #: Whose kernels the step runs as (``phaze-form-kernels{runtime=...}``, rules and sources in
-    #: ``passes/algorithms/kernels.py``): ``ops`` (default: every op its own kernel, attention
-    #: as its matmul/softmax ops), ``eager`` (PyTorch eager: flash attention, fused AdamW),
-    #: ``inductor`` (``torch.compile``'s fusion), ``megatron`` (Megatron-LM's fused kernels).
-    kernels: str = "ops"
 SEQUENCE_PARALLEL_SETTINGS = ("auto", "on", "off")
 
 
@@ -164,6 +164,8 @@ def pipeline(
         if tp > 1:  # sharding drops the saved bytes and layers of the whole step: count one device's
             passes += ["phaze-mark-saved", "phaze-group-layers"]
     if runs("tiled"):
+        if opts.kernels != "ops":
+            passes.append(f"phaze-form-kernels{{runtime={opts.kernels}}}")
         passes.append("phaze-tile-pe-array")
     if runs("latency"):
         passes.append("phaze-estimate-latency")
@@ -181,8 +183,6 @@ def pipeline(
         overlap = "true" if opts.dp_overlap else "false"
         passes.append(
             f"phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} "
-        if opts.kernels != "ops":
-            passes.append(f"phaze-form-kernels{{runtime={opts.kernels}}}")
             f'placement="{opts.placement}" dp_overlap={overlap} recompute="{opts.recompute}" '
             f'zero="{opts.zero}" pipeline_schedule="{opts.pipeline_schedule}" '
             f'expert_parallel="{opts.expert_parallel}" rank_order="{opts.rank_order}" '

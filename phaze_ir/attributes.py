@@ -499,6 +499,34 @@ class UnpricedOpAttr(RecordAttr):
 
 
 @irdl_attr_definition
+class KernelAttr(RecordAttr):
+    """The kernel an op runs in, as the module's runtime forms them (``phaze-form-kernels``; the
+    rules are in ``passes/algorithms/kernels.py``).
+
+    Syntax::
+
+        #phaze.kernel<id = 12, launch = 1, onchip_read = 0, onchip_written = 6291456, causal = 0>
+
+    - ``id``: the kernel's index in the step (ops with equal ids are one kernel).
+    - ``launch``: 1 on the op that launches the kernel (it pays the kernel's launch cost), 0 on
+      the others.
+    - ``onchip_read``/``onchip_written``: bytes of what the op reads and writes that stay on chip
+      (made and used inside its kernel, or read once already by it), so do not cross HBM.
+    - ``causal``: 1 when the op is part of a causal fused attention kernel, which computes only
+      the lower triangle of the s x s scores (half the work).
+    """
+
+    name = "phaze.kernel"
+    FIELDS = ("id", "launch", "onchip_read", "onchip_written", "causal")
+
+    id: IntAttr
+    launch: IntAttr
+    onchip_read: IntAttr
+    onchip_written: IntAttr
+    causal: IntAttr
+
+
+@irdl_attr_definition
 class TileAttr(RecordAttr):
     """How ``phaze-tile-pe-array`` tiles a ``phaze.matmul`` onto the accelerator's tensor cores
     (weight-stationary: K along the depth ``pe_y``, N along the width ``pe_x``, M streamed;
@@ -529,34 +557,6 @@ class TileAttr(RecordAttr):
         "tiles_k",
         "tiles",
         "cores",
-@irdl_attr_definition
-class KernelAttr(RecordAttr):
-    """The kernel an op runs in, as the module's runtime forms them (``phaze-form-kernels``; the
-    rules are in ``passes/algorithms/kernels.py``).
-
-    Syntax::
-
-        #phaze.kernel<id = 12, launch = 1, onchip_read = 0, onchip_written = 6291456, causal = 0>
-
-    - ``id``: the kernel's index in the step (ops with equal ids are one kernel).
-    - ``launch``: 1 on the op that launches the kernel (it pays the kernel's launch cost), 0 on
-      the others.
-    - ``onchip_read``/``onchip_written``: bytes of what the op reads and writes that stay on chip
-      (made and used inside its kernel, or read once already by it), so do not cross HBM.
-    - ``causal``: 1 when the op is part of a causal fused attention kernel, which computes only
-      the lower triangle of the s x s scores (half the work).
-    """
-
-    name = "phaze.kernel"
-    FIELDS = ("id", "launch", "onchip_read", "onchip_written", "causal")
-
-    id: IntAttr
-    launch: IntAttr
-    onchip_read: IntAttr
-    onchip_written: IntAttr
-    causal: IntAttr
-
-
         "utilization",
         "cycles_one",
         "cycles_split",

@@ -67,11 +67,6 @@ WARNINGS = Key(
 )
 MODULE = Key("phaze.module", "op", "string: the torch module path the op came from", IMPORTER)
 PHASE = Key("phaze.phase", "op", "string: fwd, bwd or opt", IMPORTER)
-PARAM = Key("phaze.param", "argument", "string: the parameter's name", IMPORTER)
-BUFFER = Key("phaze.buffer", "argument", "string: the buffer's name", IMPORTER)
-INPUT = Key("phaze.input", "argument", "string: the input's name", IMPORTER)
-GRAD = Key("phaze.grad", "result", "string: the parameter this result is the gradient of", IMPORTER)
-LOSS = Key("phaze.loss", "result", "unit: this result is the loss", IMPORTER)
 FUSED = Key(
     "phaze.fused",
     "op",
@@ -79,6 +74,11 @@ FUSED = Key(
     "kernel (fused attention, dropout); a causal attention's ends in ' causal'",
     IMPORTER,
 )
+PARAM = Key("phaze.param", "argument", "string: the parameter's name", IMPORTER)
+BUFFER = Key("phaze.buffer", "argument", "string: the buffer's name", IMPORTER)
+INPUT = Key("phaze.input", "argument", "string: the input's name", IMPORTER)
+GRAD = Key("phaze.grad", "result", "string: the parameter this result is the gradient of", IMPORTER)
+LOSS = Key("phaze.loss", "result", "unit: this result is the loss", IMPORTER)
 #: The key of each role a step function's argument can have.
 ARG_ROLES = {"param": PARAM, "buffer": BUFFER, "input": INPUT}
 
@@ -95,15 +95,15 @@ SEQUENCE_PARALLEL = Key(
     "phaze-shard-tensor-parallel",
 )
 TARGET = Key("phaze.target", "module", "symbol: the phaze.accelerator targeted", "phazec --hw NAME|FILE")
+KERNELS = Key(
+    "phaze.kernels", "module", "string: the runtime whose kernels the ops are grouped into", "phaze-form-kernels"
+)
+KERNEL = Key("phaze.kernel", "op", "#phaze.kernel: the kernel the op runs in", "phaze-form-kernels")
 TILE = Key("phaze.tile", "op", "#phaze.tile: a GEMM's tiling onto the PE arrays", "phaze-tile-pe-array")
 LATENCY = Key("phaze.latency", "op", "#phaze.latency: seconds on one core and split", "phaze-estimate-latency")
 LAYER_LATENCY = Key(
     "phaze.layer_latency", "module", "array of #phaze.layer_latency: serial sums per layer", "phaze-estimate-latency"
 )
-KERNELS = Key(
-    "phaze.kernels", "module", "string: the runtime whose kernels the ops are grouped into", "phaze-form-kernels"
-)
-KERNEL = Key("phaze.kernel", "op", "#phaze.kernel: the kernel the op runs in", "phaze-form-kernels")
 ENERGY = Key(
     "phaze.energy", "op", "#phaze.energy: joules of one execution on one device, by part", "phaze-estimate-energy"
 )
