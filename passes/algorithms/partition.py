@@ -111,6 +111,9 @@ _BANNED_REDUCTION_ATEN = frozenset({"cumsum", "prod"})
 #: Layout copies on the allowlist after Inductor's decompositions (``clone``; ``index_select``
 #: -> ``index``; ``gather``; ``roll`` -> ``iota``/``fmod``/``index``; ``tril`` -> ``where``).
 _RECOMPUTED_COPIES = frozenset({"clone", "index", "gather", "roll", "tril", "triu"})
+#: The phaze ops the classes below name (``op.name``).
+_MATMUL, _NORM, _SOFTMAX = "phaze.matmul", "phaze.norm", "phaze.softmax"
+_REDUCTION, _ELEMENTWISE, _LAYOUT = "phaze.reduction", "phaze.elementwise", "phaze.layout"
 #: Aten ops phaze expands into several ops that torch runs as one compute-intensive node.
 _COMPUTE_ATEN = frozenset({"attention", "convolution", "convolution_backward"})
 
@@ -150,12 +153,12 @@ def op_class(graph: Graph, i: int) -> OpClass:
     view = bool(op.results) and graph.values[op.results[0]].view_of is not None
     if view:
         return OpClass(VIEW)
-    if aten in _COMPUTE_ATEN or name == "phaze.matmul":
+    if aten in _COMPUTE_ATEN or name == _MATMUL:
         return OpClass(COMPUTE)
-    if name == "phaze.norm":
+    if name == _NORM:
         stats = len(op.results) - 1 if not kind.endswith("_grad") else 0
         return OpClass(RECOMPUTE, stats_results=max(0, stats))
-    if name == "phaze.softmax":
+    if name == _SOFTMAX:
         if kind in ("softmax", "log_softmax"):
             shapes = _TENSOR.findall(types)
             shape = _shape(shapes[0]) if shapes else ()
@@ -165,14 +168,14 @@ def op_class(graph: Graph, i: int) -> OpClass:
                 rows = math.prod(shape) // max(1, shape[dim])
                 return OpClass(RECOMPUTE, stats_bytes=2 * STAT_BYTES * rows)
         return OpClass(RECOMPUTE)
-    if name == "phaze.reduction":
+    if name == _REDUCTION:
         banned = kind in _BANNED_REDUCTIONS or aten in _BANNED_REDUCTION_ATEN
         return OpClass(OTHER if banned else RECOMPUTE)
-    if name == "phaze.elementwise":
+    if name == _ELEMENTWISE:
         if kind == "random":
             return OpClass(RANDOM)
         return OpClass(OTHER if aten in _BANNED_ELEMENTWISE else RECOMPUTE)
-    if name == "phaze.layout":
+    if name == _LAYOUT:
         if kind in _RECOMPUTED_COPIES:
             return OpClass(RECOMPUTE)
         if kind in ("cat", "stack"):
