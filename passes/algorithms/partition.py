@@ -69,6 +69,9 @@ set (:func:`layer_saved`) is what its backward ops read, through the values reco
 down to saved values.  Granularity differs from torch's: phaze's ops are aten ops before
 decomposition (a layer norm is one node, Inductor's graph has eight), so ``dist`` and the
 100-node chain limit count phaze's nodes; the weights' ties may break otherwise than torch's.
+Not modelled: activation-checkpointing tags (``must_recompute``), an
+``activation_memory_budget`` below 1 (its knapsack), the total-weight and other 0-d values a
+multi-result op yields beside what the loss depends on (unclaimed here, saved by torch).
 """
 
 from __future__ import annotations
