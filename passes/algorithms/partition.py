@@ -209,9 +209,6 @@ class Partition:
         """The op that computes ``node`` (-1 for an argument)."""
         return node - self.n_values if node >= self.n_values else graph.values[node].producer
 
-    def node_bytes(self, graph: Graph, node: int) -> int:
-        return self.stats_bytes[node - self.n_values] if node >= self.n_values else graph.values[node].nbytes
-
 
 @dataclass
 class LayerSaved:
