@@ -104,8 +104,9 @@ def test_what_the_settings_do_not_cover_is_compiled_point_by_point(monkeypatch):
 
 
 def test_layer_dicts_are_the_layers_numbers_with_their_times():
-    """``Setting.layer_dicts``: each layer's ``as_dict`` with its groups' makespans as its times,
-    one dict shared by the layers that are the same (the repeated blocks)."""
+    """``Setting.layer_dicts``: each layer's ``as_dict`` with its groups' makespans as its times
+    (the optimizer step's too: ``opt_s``), one dict shared by the layers that are the same (the
+    repeated blocks)."""
     from dataclasses import replace
 
     import numpy as np
@@ -117,9 +118,10 @@ def test_layer_dicts_are_the_layers_numbers_with_their_times():
     got = setting.layer_dicts(makespan)
 
     def want(lr):
-        fwd, bwd, sel = (float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.selective))
-        return replace(lr.numbers, fwd_s=fwd, bwd_s=bwd, recompute_s=(0.0, sel, fwd)).as_dict()
+        fwd, bwd, opt, sel = (float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.opt, lr.selective))
+        return replace(lr.numbers, fwd_s=fwd, bwd_s=bwd, recompute_s=(0.0, sel, fwd), opt_s=opt).as_dict()
 
     assert got == [want(lr) for lr in setting.layers]
+    assert all(d["opt_s"] > 0 for d in got)  # every layer has parameters to update
     assert len({id(d) for d in got}) < len(got)  # the blocks share one
     assert setting.layer_dicts(makespan * 2)[1]["fwd_s"] == 2 * got[1]["fwd_s"]  # made anew per makespans
