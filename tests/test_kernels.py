@@ -209,3 +209,14 @@ def test_autocast_runs_as_cuda_runs_it():
             assert x.sum(-1, dtype=torch.bfloat16).dtype == torch.bfloat16  # an explicit dtype is kept
     with as_on_cuda():  # without autocast nothing changes
         assert torch.pow(x, 3.0).dtype == torch.bfloat16
+
+
+def test_bert_with_sdpa_and_a_padding_mask_has_no_opaque_op():
+    """A mask sends SDPA to the memory-efficient kernel as on a GPU (not the CPU's math path with
+    its _safe_softmax); every op is priced."""
+    from tests.conftest import compiled
+
+    text = compiled(str(MODELS / "tiny_bert_sdpa.py"))
+    assert "phaze.opaque" not in text
+    assert 'phaze.fused = "_scaled_dot_product_efficient_attention"' in text
+    assert "_safe_softmax" not in text

@@ -157,6 +157,8 @@ MATMUL = {"mm", "bmm", "addmm", "baddbmm"}
 SOFTMAX = {
     "_softmax": "softmax",
     "softmax": "softmax",
+    # SDPA's math path (a fully masked row gives 0, not NaN): the same softmax for pricing
+    "_safe_softmax": "softmax",
     "_log_softmax": "log_softmax",
     "log_softmax": "log_softmax",
     "_softmax_backward_data": "softmax_grad",
