@@ -214,7 +214,7 @@ def test_autocast_runs_as_cuda_runs_it():
 def test_bert_with_sdpa_and_a_padding_mask_has_no_opaque_op():
     """A mask sends SDPA to the memory-efficient kernel as on a GPU (not the CPU's math path with
     its _safe_softmax); every op is priced."""
-    from tests.conftest import compiled
+    from conftest import compiled
 
     text = compiled(str(MODELS / "tiny_bert_sdpa.py"))
     assert "phaze.opaque" not in text
