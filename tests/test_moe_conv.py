@@ -257,6 +257,12 @@ def test_expert_parallelism_splits_the_experts_and_pays_all_to_alls(tmp_path):
     assert s1["memory"]["optimizer"] == -(-(dense_state + expert_state) // 4)
     assert s2["memory"]["optimizer"] == -(-dense_state // 4) + -(-(expert_state // 2) // 2)
     assert two["time_per_batch_s"] > one["time_per_batch_s"]
+    # The time by part: EP 2 pays the all-to-alls, EP 1 none; under ZeRO-1 both update 1/4 of
+    # the optimizer state (EP 2's experts: their half over the 2 replicas holding them).
+    for plan in (one, two):
+        assert sum(plan["breakdown_s"].values()) == pytest.approx(plan["time_per_batch_s"], rel=1e-9)
+    assert one["breakdown_s"]["ep_comm_s"] == 0 < two["breakdown_s"]["ep_comm_s"]
+    assert two["breakdown_s"]["optimizer_s"] == pytest.approx(one["breakdown_s"]["optimizer_s"], rel=1e-12)
 
 
 def test_expert_parallelism_is_refused_where_it_cannot_be(tmp_path):
