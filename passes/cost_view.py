@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 from xdsl.ir import Operation
 
 from passes.algorithms import schedule as sched
+from passes.algorithms.kernels import TORCH_GROUPED_MM
 from passes.algorithms.latency import (
     CollectiveDesc,
     MatmulDesc,
@@ -117,6 +118,7 @@ def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
     lhs, rhs, result = op.lhs.type, op.rhs.type, op.result.type
     assert isinstance(lhs, TensorType) and isinstance(rhs, TensorType) and isinstance(result, TensorType)
     kernel = _kernel(op) or {"launch": 1, "onchip_read": 0, "onchip_written": 0, "causal": 0}
+    fp32 = ph.element_bytes(lhs.element_type) == 4 and ph.element_bytes(rhs.element_type) == 4
     return MatmulDesc(
         batch=math.prod(batch_shape),
         m=m,
@@ -132,7 +134,19 @@ def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
         onchip_bytes=kernel["onchip_read"] + kernel["onchip_written"],
         causal=bool(kernel["causal"]),
         launches=kernel["launch"],
+        fp32=fp32 and _runtime(op) in TORCH_GROUPED_MM,
+        # launched once per expert: torch's grouped GEMM fallback, after its host sync
+        syncs=1 if kernel["launch"] > 1 else 0,
     )
+
+
+def _runtime(op: Operation) -> str:
+    """The runtime the op's module forms kernels for (``phaze.kernels``), "ops" without one."""
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, ModuleOp):
+        parent = parent.parent_op()
+    kernels = parent.attributes.get(keys.KERNELS) if parent is not None else None
+    return kernels.data if isinstance(kernels, StringAttr) else "ops"
 
 
 def describe_op(op: Operation) -> OpDesc | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import BFloat16Type, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
@@ -17,9 +17,33 @@ from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import KernelAttr
 from phaze_ir.errors import PhazeError
+from phaze_ir.hardware_ir import module_accelerator
+
+bf16_type = BFloat16Type()
 
 #: Reduction kinds that are not loops Inductor or Megatron fuse (sorts and selections).
 _LIBRARY_REDUCTIONS = ("topk", "sort", "histc", "argmax")
+#: The aten name (overload aside) the importer gives the views and copies an expert GEMM expands into.
+_GROUPED_MM = "aten._grouped_mm"
+
+
+def _grouped_source(v: SSAValue) -> SSAValue | None:
+    """The operand of an ``aten._grouped_mm`` that ``v`` was cut from by the importer's
+    expansion (its views and copies keep that aten name), None when ``v`` is not."""
+    found = None
+    while isinstance(v.owner, ph.LayoutOp) and v.owner.aten.data.startswith(_GROUPED_MM) and v.owner.operands:
+        v = v.owner.operands[0]
+        found = v
+    return found
+
+
+def grouped_key(o: ph.MatmulOp, ids: dict[SSAValue, int]) -> str:
+    """The ``aten._grouped_mm`` an expert GEMM is part of, as the ids of the two values it was
+    expanded from ("" for any other matmul): the parts of one uneven split share it."""
+    sources = [_grouped_source(v) for v in (o.lhs, o.rhs)]
+    if all(s is None for s in sources):
+        return ""
+    return ",".join(str(ids[s if s is not None else v]) for s, v in zip(sources, (o.lhs, o.rhs)))
 
 
 def _numel(v: SSAValue) -> int:
@@ -67,6 +91,11 @@ def kop(o: Operation, ids: dict[SSAValue, int]) -> KOp:
         return replace(base, kind="reduction", numel=numel, rnumel=rnumel)
     if isinstance(o, ph.OptimizerUpdateOp):
         return replace(base, kind="optimizer", param_elements=_numel(o.param))
+    if isinstance(o, ph.MatmulOp) and (key := grouped_key(o, ids)):
+        batch, _m, _n, _k = o.mnk()
+        types = (o.lhs.type, o.rhs.type, o.result.type)
+        bf16 = all(isinstance(t, TensorType) and t.element_type == bf16_type for t in types)
+        return replace(base, grouped=key, experts=math.prod(batch), bf16=bf16)
     return base
 
 
@@ -75,7 +104,9 @@ class FormKernelsPass(ModulePass):
     """Give every op a ``phaze.kernel`` record: the kernel it runs in when ``runtime`` runs the
     step (``ops``, ``eager``, ``inductor`` or ``megatron``; rules and sources in
     ``passes/algorithms/kernels.py``), with the bytes of its reads and writes that stay on chip
-    and the launches it accounts for; the module gets ``phaze.kernels = runtime``.
+    and the launches it accounts for; the module gets ``phaze.kernels = runtime``.  Expert GEMMs
+    are launched as torch launches them on the module's accelerator (its compute capability;
+    one grouped kernel when the module has no accelerator).
     ``phaze-estimate-latency`` prices the ops by these records.  Views get none (they launch
     nothing).  Run after the step is complete (optimizer, sharding), before the latency.
     """
@@ -112,7 +143,9 @@ class FormKernelsPass(ModulePass):
                 add(r, ids[o.operands[0]] if view else None)
             ops.append(o)
             kops.append(kop(o, ids))
-        kernels = form_kernels(kops, StepValues(nbytes, view_of, frozenset(outputs)), self.runtime)
+        kernels = form_kernels(
+            kops, StepValues(nbytes, view_of, frozenset(outputs)), self.runtime, _compute_capability(op, self.name)
+        )
         for o, k in zip(ops, kernels):
             if k is None:
                 o.attributes.pop(keys.KERNEL, None)
@@ -125,3 +158,13 @@ class FormKernelsPass(ModulePass):
                 causal=int(k.causal),
             )
         op.attributes[keys.KERNELS] = StringAttr(self.runtime)
+
+
+def _compute_capability(module: ModuleOp, pass_name: str) -> float | None:
+    """The module's accelerator's CUDA compute capability (``[calibration]``), None without an
+    accelerator or without that figure."""
+    try:
+        acc = module_accelerator(module, pass_name)
+    except PhazeError:
+        return None
+    return None if acc.calibration is None else acc.calibration.compute_capability

@@ -518,6 +518,17 @@ class Calibration:
             (all three or none): its output is cut into ``wave_tile_m × wave_tile_n`` tiles,
             dealt to ``wave_units`` units (a GPU's SMs) in waves; a GEMM split over the chip
             takes as long as its waves of full tiles (instead of the PE-array tiling's cycles).
+        compute_capability: optional; the CUDA compute capability (9.0: Hopper, 8.0: A100).
+            Where torch's kernels depend on it (a bf16 grouped GEMM is one CUTLASS kernel on
+            9.x and 10.x only, ``passes/algorithms/kernels.py``).  Absent: not a CUDA GPU, every
+            grouped GEMM is one kernel.
+        fp32_gemm_flops: optional; the IEEE fp32 peak (FLOP/s) of the CUDA cores, where PyTorch
+            runs an fp32 GEMM by default (TF32 off).  Under ``--kernels eager|inductor`` an fp32
+            GEMM's compute time is scaled by ``peak tensor / fp32_gemm_flops``.  Absent: fp32
+            GEMMs are priced at the tensor cores' rate.
+        host_sync_s: optional; the seconds the chip idles at one device-to-host
+            synchronization (a grouped GEMM's fallback copies its offsets to the host: the copy's
+            latency while the queue is empty).  Absent: 0.
     """
 
     execution: str = _spec("execution", "concurrent or serial op execution", default="concurrent")
@@ -531,6 +542,9 @@ class Calibration:
     wave_tile_m: int | None = _spec("opt_pos_int", "GEMM output tile rows (wave quantisation)", default=None)
     wave_tile_n: int | None = _spec("opt_pos_int", "GEMM output tile columns (wave quantisation)", default=None)
     wave_units: int | None = _spec("opt_pos_int", "units the tiles are dealt to (a GPU's SMs)", default=None)
+    compute_capability: float | None = _spec("opt_pos_float", "CUDA compute capability (9.0: Hopper)", default=None)
+    fp32_gemm_flops: float | None = _spec("opt_pos_float", "fp32 GEMM peak of the CUDA cores (FLOP/s)", default=None)
+    host_sync_s: float | None = _spec("opt_nonneg_float", "chip idle per device-to-host sync (s)", default=None)
 
     def __post_init__(self) -> None:
         _validate_fields(self)

@@ -547,3 +547,189 @@ def test_cnn_plan_prices_its_convolutions():
     assert "phaze.warnings" not in text and "phaze.opaque" not in text
     convs = re.findall(r"phaze\.matmul[^\n]*phaze\.module = \"conv[12]\"[^\n]*", text)
     assert len(convs) == 2 + 2 + 1 and all("phaze.tile" in c for c in convs)  # fwd 2, wgrad 2, dgrad 1
+
+
+# -- expert GEMMs and routing as the runtime launches them (docs/design.md §5.11) ------------------
+
+#: The issue's single-GPU H100 step, stopped at the latencies.
+H100_STEP = ("--hw", "h100", "--devices", "1", "--placement", "expert:1,1,1", "--global-batch", "2",
+             "--micro-batch", "2", "--tp", "1", "--recompute", "none", "--emit", "latency")  # fmt: skip
+
+
+def _priced(kernels: str, dtype: str):
+    from phaze_ir.ir import parse_module
+
+    text = _compile(_model_file(MIXTRAL.format(seq=32)), *H100_STEP, "--kernels", kernels, "--dtype", dtype)
+    return parse_module(text)
+
+
+def _latency(op) -> dict:
+    return op.attributes["phaze.latency"].as_dict()
+
+
+def test_grouped_gemm_is_one_kernel_only_in_bf16_on_hopper_and_blackwell():
+    """torch 2.15's _grouped_mm_cuda: one CUTLASS kernel when A, B and the result are bf16 on
+    compute capability 9.x or 10.x, else one GEMM per expert; a chip with none (not a CUDA GPU)
+    runs one kernel."""
+    from passes.algorithms.kernels import grouped_mm_one_kernel
+
+    assert grouped_mm_one_kernel(True, 9.0) and grouped_mm_one_kernel(True, 10.0)
+    assert not grouped_mm_one_kernel(True, 8.0) and not grouped_mm_one_kernel(True, 12.0)
+    assert not grouped_mm_one_kernel(False, 9.0)  # fp16 and fp32 take the fallback
+    assert grouped_mm_one_kernel(False, None)
+
+
+def test_grouped_launches_by_runtime():
+    """The two parts of one uneven split share one grouped kernel, or launch one GEMM per expert
+    each; megatron and ops launch every part once, as before."""
+    from passes.algorithms.kernels import KOp, StepValues, form_kernels
+
+    parts = [
+        KOp("library", "fwd", (0, 1), (2,), grouped="0,1", experts=3, bf16=True),
+        KOp("library", "fwd", (0, 1), (3,), grouped="0,1", experts=1, bf16=True),
+        KOp("library", "fwd", (0, 1), (4,)),
+    ]
+    values = StepValues([64] * 5, [None] * 5, frozenset({2, 3, 4}))
+
+    def launches(runtime: str, cc: float | None) -> list[int]:
+        return [k.launch for k in form_kernels(parts, values, runtime, cc) if k is not None]
+
+    assert launches("eager", 9.0) == [1, 0, 1]
+    assert launches("eager", 8.0) == launches("inductor", 8.0) == [3, 1, 1]
+    assert launches("megatron", 8.0) == launches("ops", 8.0) == [1, 1, 1]
+
+
+def test_amp_expert_gemms_launch_one_fp32_gemm_per_expert():
+    """Under autocast transformers' expert GEMMs read the fp32 weights (F.grouped_mm is not on
+    autocast's list), so on an H100 torch runs each as E fp32 GEMMs (CUDA cores) after one host
+    sync; in bf16 as one grouped kernel.  The AMP step is slower by what the fp32 rate, the extra
+    launches and the syncs say, GEMM by GEMM; ``ops`` prices the same GEMMs as before."""
+    from passes.algorithms.latency import wave_s
+    from phaze_ir.hardware import load_hardware
+
+    acc = load_hardware("h100")
+    cal = acc.calibration
+    assert cal.compute_capability == 9.0 and cal.fp32_gemm_flops == 66.9e12 and cal.host_sync_s == 6e-6
+    amp, bf16 = (_expert_gemms(_priced("eager", d)) for d in ("amp-bfloat16", "bfloat16"))
+    assert len(amp) == len(bf16) == 12  # 2 blocks x (2 forward + 4 backward), T = 128 rows over E = 4
+    slower = acc.peak_tensor_flops / cal.fp32_gemm_flops
+    assert slower > 14
+    extra = 0.0
+    for a, b in zip(amp, bf16):
+        batch, m, n, k = a.mnk()
+        experts = math.prod(batch)
+        assert experts == 4 and a.lhs.type.element_type.bitwidth == 32
+        assert a.attributes["phaze.kernel"].as_dict()["launch"] == experts
+        assert b.attributes["phaze.kernel"].as_dict()["launch"] == 1
+        lat = _latency(a)
+        assert lat["bound"] == "compute"
+        # one wave of 64x64 tiles per expert's GEMM, at the fp32 rate, E launches and one sync
+        compute = experts * wave_s(1, m, n, k, 64, 64, 132, acc.peak_tensor_flops) / cal.tensor_efficiency * slower
+        assert lat["split_s"] == pytest.approx(compute + experts * cal.kernel_overhead_s + cal.host_sync_s, rel=1e-12)
+        extra += lat["split_s"] - _latency(b)["split_s"]
+    assert extra > 12 * (3 * cal.kernel_overhead_s + cal.host_sync_s)
+    # ops: one kernel per op at the tensor rate, the fp32 operands as before
+    from passes.cost_view import matmul_desc
+
+    for o in _expert_gemms(_priced("ops", "amp-bfloat16")):
+        batch, m, n, k = o.mnk()
+        desc = matmul_desc(o)
+        assert "phaze.kernel" not in o.attributes and (desc.launches, desc.fp32, desc.syncs) == (1, False, 0)
+        compute = wave_s(math.prod(batch), m, n, k, 64, 64, 132, acc.peak_tensor_flops) / cal.tensor_efficiency
+        assert _latency(o)["split_s"] >= compute + cal.kernel_overhead_s
+        if _latency(o)["bound"] == "compute":
+            assert _latency(o)["split_s"] == pytest.approx(compute + cal.kernel_overhead_s, rel=1e-12)
+
+
+def test_amp_step_is_slower_than_bf16_under_eager_and_inductor_only_by_the_expert_gemms(tmp_path):
+    """The whole step: under eager and inductor the AMP step pays the experts' fp32 GEMMs; a
+    chip without the figures (compute capability, fp32 rate) prices them as one grouped kernel
+    at the tensor rate."""
+    import json
+
+    def step(kernels: str, dtype: str, hw: str = "h100") -> float:
+        out = tmp_path / f"{kernels}-{dtype}-{hw.replace('/', '_')}.json"
+        flags = [f if f != "h100" else hw for f in H100_STEP[:-2]]
+        model = _model_file(MIXTRAL.format(seq=32))
+        _compile(model, *flags, "--kernels", kernels, "--dtype", dtype, "--json", str(out))
+        return json.loads(out.read_text())["time_per_batch_s"]
+
+    expert_s = {
+        k: sum(_latency(o)["split_s"] for o in _expert_gemms(_priced(k, "amp-bfloat16"))) for k in ("eager", "inductor")
+    }
+    for k in ("eager", "inductor"):
+        # the expert GEMMs alone are 12 x (4 launches + a sync) of at least 3.9 us
+        assert expert_s[k] > 12 * (4 * 3.877e-6 + 6e-6)
+        assert step(k, "amp-bfloat16") > step(k, "bfloat16")
+    # the same H100 without the three figures: one grouped kernel, at the tensor rate
+    text = (Path(__file__).parents[1] / "phaze_ir" / "hw_presets" / "h100.toml").read_text()
+    bare = tmp_path / "h100_bare.toml"
+    bare.write_text(re.sub(r"(?m)^(compute_capability|fp32_gemm_flops|host_sync_s) = .*$", "", text))
+    assert step("eager", "amp-bfloat16", str(bare)) < step("eager", "amp-bfloat16")
+
+
+@pytest.mark.parametrize("kernels", ["eager", "inductor"])
+def test_routing_ops_are_priced_kernels(kernels):
+    """The router's top-k, the sort by expert, the histogram and cumulative sum of tokens per
+    expert, the gather of the routed rows and its backward scatter, the inverse permutation:
+    every op of the MoE block has semantics (the trace is imported strict elsewhere) and a
+    positive latency, sorts and selections each a library kernel of their own."""
+    module = _priced(kernels, "amp-bfloat16")
+    seen: set[str] = set()
+    for o in step_function(module).body.block.ops:
+        aten = o.properties.get("aten")
+        name = aten.data.split(".")[1] if aten is not None and aten.data.startswith("aten.") else ""
+        if name in ("topk", "sort", "histc", "cumsum", "index", "index_put", "index_put_", "scatter"):
+            seen.add(name)
+            assert not isinstance(o, ph.OpaqueOp)
+            kernel = o.attributes["phaze.kernel"].as_dict()
+            lat = _latency(o)
+            assert lat["split_s"] > 0, (name, lat)
+            if name in ("topk", "sort", "histc"):
+                assert kernel["launch"] == 1 and lat["split_s"] >= 3.877e-6, (name, kernel)
+    assert {"topk", "sort", "histc", "cumsum", "index", "index_put"} <= seen, seen
+
+
+def test_uneven_split_is_one_grouped_kernel_or_one_gemm_per_expert():
+    """31 tokens x top-2 over 4 experts: each grouped GEMM is two batched parts (2 experts of 16
+    rows, 2 of 15); in bf16 on the h100 one kernel launched by the first part, in AMP (fp32) each
+    part launches one GEMM per expert it holds."""
+    from phaze_ir.ir import parse_module
+
+    model = _model_file(MIXTRAL.format(seq=31))
+    flags = [f if f != "2" else "1" for f in H100_STEP]  # micro-batch and global batch 1
+    for dtype, expected in (("bfloat16", [1, 0]), ("amp-bfloat16", [2, 2])):
+        gemms = _expert_gemms(parse_module(_compile(model, *flags, "--kernels", "eager", "--dtype", dtype)))
+        launches = [o.attributes["phaze.kernel"].as_dict()["launch"] for o in gemms]
+        assert len(launches) == 24 and launches == expected * 12, (dtype, launches)
+
+
+def test_fp32_rate_launches_and_syncs_need_the_chips_figures():
+    """An fp32 GEMM is slower by peak / fp32_gemm_flops where the chip has that figure and as
+    fast as a 16-bit one where it has not; launched per product it is quantised per kernel; a
+    sync costs host_sync_s (0 without it); an ideal chip (no calibration) prices all alike."""
+    import dataclasses
+
+    from passes.algorithms.latency import MatmulDesc, estimate_matmul
+    from phaze_ir.hardware import load_hardware
+
+    h100 = load_hardware("h100")
+    cal = h100.calibration
+    bare = dataclasses.replace(h100, calibration=dataclasses.replace(cal, fp32_gemm_flops=None, host_sync_s=None))
+    ideal = dataclasses.replace(h100, calibration=None)
+    d = MatmulDesc(batch=8, m=8448, n=4096, k=4096, a_elem=4, b_elem=4, c_elem=4,
+                   a_bytes=8 * 8448 * 4096 * 4, b_bytes=8 * 4096 * 4096 * 4)  # fmt: skip
+    fp32 = dataclasses.replace(d, fp32=True)
+    overhead = cal.kernel_overhead_s
+    slow, fast = estimate_matmul(fp32, h100).split_s, estimate_matmul(d, h100).split_s
+    assert slow - overhead == pytest.approx((fast - overhead) * h100.peak_tensor_flops / 66.9e12, rel=1e-12)
+    assert estimate_matmul(fp32, bare).split_s == fast
+    assert estimate_matmul(fp32, ideal) == estimate_matmul(d, ideal)
+    # a product of 8448 x 4096 is 132 x 64 tiles of 64 x 64, 64 full waves on 132 SMs: none to merge
+    apart = dataclasses.replace(d, launches=8, syncs=1)
+    assert estimate_matmul(apart, h100).split_s == pytest.approx(fast + 7 * overhead + cal.host_sync_s, rel=1e-12)
+    assert estimate_matmul(apart, bare).split_s == pytest.approx(fast + 7 * overhead, rel=1e-12)
+    small = dataclasses.replace(d, m=64, n=64, a_bytes=8 * 64 * 4096 * 4, b_bytes=8 * 4096 * 64 * 4)
+    # 8 one-tile products: one wave together, eight launched apart
+    together = estimate_matmul(small, h100)
+    assert estimate_matmul(dataclasses.replace(small, launches=8), h100).split_s > together.split_s + 7 * overhead

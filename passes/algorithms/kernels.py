@@ -44,6 +44,19 @@ Runtimes (``RUNTIMES``), each from the source of the version named (docs/design.
     one kernel each (``fused_layer_norm``, TE's RMSNorm); attention and the optimizer as in
     ``eager`` (flash attention, ``FusedAdam``, a multi-tensor kernel like torch's).  Reductions
     never fuse with each other and there is no horizontal fusion.
+
+Expert GEMMs (one ``aten._grouped_mm``, which the importer expands into batched matmuls over the
+experts, docs/design.md §2) under ``eager`` and ``inductor`` are launched as torch 2.15 runs them
+(``_grouped_mm_cuda`` in ``aten/src/ATen/native/cuda/GroupedBlas.cpp``): when its operands and
+result are bf16 on a chip of compute capability 9.x or 10.x (``_scaled_mm_allowed_device(sm90_only,
+sm100_only)``) one CUTLASS grouped kernel (``bf16bf16_grouped_mm``, no host sync); otherwise
+``_grouped_mm_fallback`` (``aten/src/ATen/native/GroupedMMUtils.h``): the offsets copied to the
+host (``offs.cpu()``, a device-to-host synchronization) and one ``mm_out`` per expert, E kernels.
+Under ``torch.compile`` the same holds: transformers 5.24 calls ``F.grouped_mm`` for bf16 weights
+and its own ``transformers::grouped_mm_fallback`` custom op (a loop of ``torch.mm`` after one
+``offs.tolist()``) otherwise (``integrations/moe.py``, ``_can_use_grouped_mm``).  A chip with no
+compute capability (not a CUDA GPU) runs a grouped GEMM as one kernel.  ``megatron`` runs
+Transformer Engine's grouped GEMM, one kernel; ``ops`` one kernel per op as ever.
 """
 
 from __future__ import annotations
@@ -51,6 +64,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RUNTIMES = ("ops", "eager", "inductor", "megatron")
+#: Runtimes that launch expert GEMMs as torch's ``_grouped_mm`` does (module docstring).
+TORCH_GROUPED_MM = ("eager", "inductor")
+#: Major compute capabilities whose bf16 grouped GEMM torch 2.15 runs as one CUTLASS kernel
+#: (``_scaled_mm_allowed_device(/*sm90_only*/true, /*sm100_only*/true)`` in ``GroupedBlas.cpp``).
+GROUPED_MM_ONE_KERNEL_MAJORS = (9, 10)
 
 #: torch's multi-tensor apply for the fused Adam(W) step (MultiTensorApply.cuh, depth 4: params,
 #: grads, exp_avg, exp_avg_sq): elements per chunk (one CUDA block each), tensors and blocks per launch.
@@ -84,6 +102,11 @@ class KOp:
     param_elements: int = 0
     #: a softmax (Megatron fuses the pointwise ops before a softmax only)
     softmax: bool = False
+    #: an expert GEMM: the key of the ``aten._grouped_mm`` it is part of ("" else), the experts
+    #: whose products it computes, and whether its operands and result are all bf16
+    grouped: str = ""
+    experts: int = 0
+    bf16: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,8 +137,20 @@ class StepValues:
         return v
 
 
-def form_kernels(ops: list[KOp], values: StepValues, runtime: str) -> list[Kernel | None]:
-    """One :class:`Kernel` per op (None for views), in ``runtime``'s kernels."""
+def grouped_mm_one_kernel(bf16: bool, compute_capability: float | None) -> bool:
+    """Whether torch runs a grouped GEMM as one kernel (else one per expert after a host sync):
+    bf16 on a chip of compute capability 9.x or 10.x; always on a chip with none (not a CUDA
+    GPU, e.g. an ideal chip: priced as one batched GEMM)."""
+    if compute_capability is None:
+        return True
+    return bf16 and int(compute_capability) in GROUPED_MM_ONE_KERNEL_MAJORS
+
+
+def form_kernels(
+    ops: list[KOp], values: StepValues, runtime: str, compute_capability: float | None = None
+) -> list[Kernel | None]:
+    """One :class:`Kernel` per op (None for views), in ``runtime``'s kernels; expert GEMMs
+    launched as torch launches them on a chip of ``compute_capability`` (module docstring)."""
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
     if runtime == "ops":
@@ -125,7 +160,24 @@ def form_kernels(ops: list[KOp], values: StepValues, runtime: str) -> list[Kerne
     else:
         group = _fused_groups(ops, values, horizontal=runtime == "inductor", reductions=runtime == "inductor")
     launches = _launches(ops, group, optimizer_chunks=runtime != "ops")
+    if runtime in TORCH_GROUPED_MM:
+        _grouped_launches(ops, launches, compute_capability)
     return _boundaries(ops, values, group, launches)
+
+
+def _grouped_launches(ops: list[KOp], launches: list[int], compute_capability: float | None) -> None:
+    """Expert GEMMs' launches as torch launches them: one grouped kernel for the whole
+    ``aten._grouped_mm`` (its first part launches it; a split the experts do not divide evenly
+    is two parts), or one kernel per expert."""
+    seen: set[str] = set()
+    for i, o in enumerate(ops):
+        if not o.grouped:
+            continue
+        if grouped_mm_one_kernel(o.bf16, compute_capability):
+            launches[i] = 0 if o.grouped in seen else 1
+        else:
+            launches[i] = max(1, o.experts)
+        seen.add(o.grouped)
 
 
 def _eager_groups(ops: list[KOp]) -> list[int]:

@@ -165,8 +165,16 @@ class MatmulDesc:
     #: part of a causal attention kernel: only the lower triangle of the s x s scores is
     #: computed, ``(s + 1) / 2s`` of the work (s: the longest of M, N, K)
     causal: bool = False
-    #: kernel launches the GEMM pays (0 inside a kernel another op launches)
+    #: kernel launches the GEMM pays (0 inside a kernel another op launches); more than 1: its
+    #: batch's products run as that many kernels one after another (a grouped GEMM's per-expert
+    #: fallback), each quantised into its own waves
     launches: int = 1
+    #: an IEEE fp32 GEMM run where PyTorch runs it by default, on the CUDA cores (TF32 off):
+    #: priced at the chip's ``fp32_gemm_flops`` when it has one
+    fp32: bool = False
+    #: device-to-host synchronizations the GEMM makes (a grouped GEMM's fallback reads its
+    #: offsets on the host), each ``host_sync_s`` of the chip idle
+    syncs: int = 0
 
     unit = "tensor"
 
@@ -349,6 +357,10 @@ def estimate_matmul(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> O
             compute_split = _wave_s(d, acc)
         compute_one /= cal.tensor_efficiency
         compute_split /= cal.tensor_efficiency
+        if d.fp32 and cal.fp32_gemm_flops is not None:  # CUDA cores, not tensor cores
+            slower = acc.peak_tensor_flops / cal.fp32_gemm_flops
+            compute_one *= slower
+            compute_split *= slower
         if misaligned(d):
             compute_one /= cal.misaligned_gemm_efficiency
             compute_split /= cal.misaligned_gemm_efficiency
@@ -359,6 +371,8 @@ def estimate_matmul(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> O
     sharers = min(tc.count, t.tiles_n)
     split_s, bound = _roofline(compute_split, glb_matmul_bytes(d, t, sharers) / glb_bw, hbm_s)
     overhead = _overhead_s(acc) * d.launches
+    if d.syncs and cal is not None and cal.host_sync_s is not None:
+        overhead += cal.host_sync_s * d.syncs
     return OpLatency(one_s + overhead, split_s + overhead, "tensor", bound, bound_one, tiling=t)
 
 
@@ -375,9 +389,13 @@ def _overhead_s(acc) -> float:
 
 def _wave_s(d: MatmulDesc, acc) -> float:
     """Seconds of a GEMM split over the chip in waves of output tiles (the ``[calibration]``
-    wave quantisation, :func:`wave_s`)."""
+    wave quantisation, :func:`wave_s`); a GEMM launched as several kernels (``launches`` > 1)
+    is quantised per kernel, each ``ceil(batch / launches)`` products."""
     cal = acc.calibration
-    return wave_s(d.batch, d.m, d.n, d.k, cal.wave_tile_m, cal.wave_tile_n, cal.wave_units, acc.peak_tensor_flops)
+    kernels = max(1, min(d.launches, d.batch))
+    per = -(-d.batch // kernels)
+    one = wave_s(per, d.m, d.n, d.k, cal.wave_tile_m, cal.wave_tile_n, cal.wave_units, acc.peak_tensor_flops)
+    return one * kernels
 
 
 def wave_s(batch, m, n, k, tile_m: int, tile_n: int, units: int, peak_flops: float):
