@@ -4,7 +4,10 @@ routing, vocabulary 32000), sequence length 4096.
 Built from its published configuration on the meta device: no weights, no downloads. The expert
 GEMMs (``aten._grouped_mm``) become batched ``phaze.matmul`` over the experts; the tokens each
 expert gets are data, unknown on meta tensors, so the routed tokens are priced as spread evenly
-over the experts (docs/design.md §2). Experts are not placed on separate devices (no expert
+over the experts (docs/design.md §2). Under ``--kernels eager|inductor`` they are launched as
+torch runs ``_grouped_mm`` (§5.11): one grouped kernel in bf16 on an H100, one GEMM per expert
+otherwise; under ``--dtype amp-bfloat16`` transformers' experts read the fp32 weights, so their
+GEMMs run in fp32 on the CUDA cores. Experts are not placed on separate devices (no expert
 parallelism): each device holds every expert, or its tensor-parallel share of every expert.
 """
 
