@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
 from passes.algorithms import _phaze_rs
@@ -115,9 +115,17 @@ def build_problem(
             expert_parallel=expert_parallel,
             rank_order=rank_order,
             pipeline_transfer="whole" if keys.SEQUENCE_PARALLEL in module.attributes else pipeline_transfer,
+            grads_freed=frees_grads(module),
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
+
+
+def frees_grads(module: ModuleOp) -> bool:
+    """Whether the runtime whose kernels the module is priced as (``phaze.kernels``) frees the
+    gradients after each step (:data:`placement.GRADS_FREED_RUNTIMES`)."""
+    runtime = module.attributes.get(keys.KERNELS)
+    return isinstance(runtime, StringAttr) and runtime.data in pl.GRADS_FREED_RUNTIMES
 
 
 def solve(problem: _phaze_rs.ProblemDict, fixed: tuple[int, int, int] | None) -> _phaze_rs.ResultDict:

@@ -163,14 +163,16 @@ def test_sdpa_traces_as_flash_attention_with_no_score_tensor_in_hbm():
 
 
 @pytest.mark.parametrize("model", ["tiny_llama_sdpa.py", "tiny_gpt2.py"])
-def test_fewer_kernels_price_a_faster_step_with_the_same_memory(model):
+def test_fewer_kernels_price_a_faster_step_in_less_memory(model):
     plans = {k: _plan(model, k)[0] for k in ("ops", "eager", "inductor")}
     times = {k: p["time_per_batch_s"] for k, p in plans.items()}
     assert times["inductor"] < times["eager"] < times["ops"], times
     memory = {k: p["max_memory_bytes"] for k, p in plans.items()}
-    # what autograd saves, either way; a compiled step keeps what the min-cut partitioner
-    # keeps (tests/test_partition.py)
-    assert memory["ops"] == memory["eager"] and memory["inductor"] < memory["eager"], memory
+    # One micro-batch per step: eager PyTorch makes the gradients during the backward and frees
+    # them after the step, so they overlap the activations only in part (the DP's rule is
+    # checked by hand and by brute force in rust/phaze-dp/tests); a compiled step also keeps
+    # only what the min-cut partitioner keeps (tests/test_partition.py)
+    assert memory["inductor"] < memory["eager"] < memory["ops"], memory
 
 
 def test_autocast_keeps_fp32_weights_and_gradients_and_16_bit_gemms():

@@ -98,6 +98,11 @@ class ProblemDict(TypedDict):
     # Each TP rank sends 1/t of a pipeline transfer and the receiving TP group all-gathers it
     # (DeepSpeed's partitioned pipeline); False (default): every rank sends it whole.
     pipeline_split: NotRequired[bool]
+    # The runtime allocates each layer's gradients in its backward and frees them after the
+    # optimizer step (PyTorch's zero_grad(set_to_none=True)): with one micro-batch per step, no
+    # ZeRO-2/3 and no EP, a stage's peak is that of its activations and gradients held together
+    # during the backward. False (default): the gradients are held for the whole step.
+    grads_freed: NotRequired[bool]
 
 class MemoryDict(TypedDict):
     """A stage's (its rank's) bytes per device by part, as the DP counts them: the parts add up

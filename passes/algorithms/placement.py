@@ -43,6 +43,17 @@ RANK_ORDER_SETTINGS: tuple[_phaze_rs.RankOrderSetting, ...] = ("auto", "tp-dp-pp
 PIPELINE_TRANSFERS = ("whole", "split")
 
 
+#: The runtimes (``phaze.kernels``) whose training loop frees the gradients after each step, so
+#: that the first micro-batch's backward allocates them layer by layer: PyTorch's
+#: ``Optimizer.zero_grad`` and ``Module.zero_grad`` default to ``set_to_none=True`` (torch 2.15,
+#: torch/optim/optimizer.py, torch/nn/modules/module.py), which the Hugging Face Trainer's and
+#: torchtitan's loops call, compiled or not, and ``AccumulateGrad`` keeps the first gradient it
+#: is given (torch/csrc/autograd/functions/accumulate_grad.h). Megatron-LM allocates one
+#: gradient buffer for the whole run and zeroes it (megatron/core/distributed/
+#: param_and_grad_buffer.py), and ``ops`` is the paper's model: both hold every gradient.
+GRADS_FREED_RUNTIMES = frozenset({"eager", "inductor"})
+
+
 def parse_pipeline_transfer(text: str) -> bool:
     """Whether a ``pipeline_transfer`` setting splits the transfers over the TP group."""
     if text not in PIPELINE_TRANSFERS:
@@ -244,6 +255,7 @@ def problem(
     expert_parallel: str = "1",
     rank_order: str = "auto",
     pipeline_transfer: str = "whole",
+    grads_freed: bool = False,
 ) -> _phaze_rs.ProblemDict:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``; ``recompute``: ``auto``
     (each stage's policy chosen by the DP) or the policy every stage uses; ``zero``: ``auto``
@@ -251,8 +263,9 @@ def problem(
     ``blocks``: (first layer, count) of the repeated blocks that interleaving splits evenly;
     ``expert_parallel``: ``auto`` or the EP degree; ``rank_order``: ``auto`` (the DP
     chooses), ``tp-dp-pp`` or ``tp-pp-dp``; ``pipeline_transfer``: ``whole`` or ``split``
-    (:data:`PIPELINE_TRANSFERS`). The defaults are the paper's placement space
-    (plain DP, plain 1F1B, every replica holding every expert) with the device numbering
+    (:data:`PIPELINE_TRANSFERS`); ``grads_freed``: the runtime allocates each layer's gradients
+    in its backward and frees them after the step (``_phaze_rs.ProblemDict``). The defaults are
+    the paper's placement space (plain DP, plain 1F1B, every replica holding every expert) with the device numbering
     chosen, as a launcher can be told either (Megatron-LM's ``--use-tp-pp-dp-mapping``).
     A layer may be given as its ``as_dict()`` already (the search's ``Setting.layer_dicts``)."""
     if devices < 1:
@@ -281,6 +294,7 @@ def problem(
         "expert_parallel": ep,
         "rank_order": order,
         "pipeline_split": split,
+        "grads_freed": grads_freed,
     }
 
 

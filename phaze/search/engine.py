@@ -436,6 +436,7 @@ class Evaluator:
             rank_order=self.params.rank_order,
             # as phaze-place-devices: under sequence parallelism each rank sends its own shard
             pipeline_transfer="whole" if setting.sequence_parallel else self.params.pipeline_transfer,
+            grads_freed=setting.grads_freed,
         )
 
     def place(

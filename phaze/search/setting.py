@@ -71,6 +71,8 @@ class Setting:
     prepare_s: float = 0.0
     sequence_parallel: bool = False
     blocks: tuple[int, int] | None = None
+    #: the runtime frees the gradients after each step (``placement.GRADS_FREED_RUNTIMES``)
+    grads_freed: bool = False
     units: tuple[str, ...] = field(init=False)
     #: :meth:`layer_dicts`' distinct layers and each layer's index among them (made on first use).
     _distinct: tuple[list[LayerRef], list[int]] | None = field(init=False, default=None, repr=False, compare=False)
@@ -87,6 +89,7 @@ class Setting:
             "tp": self.tp,
             "sequence_parallel": self.sequence_parallel,
             "blocks": list(self.blocks) if self.blocks is not None else None,
+            "grads_freed": self.grads_freed,
             "prepare_s": self.prepare_s,
             "table": [desc_to_json(d) for d in self.table.descs],
             "groups": [{"rows": list(g.rows), "edges": [list(e) for e in g.edges]} for g in self.groups],
@@ -108,7 +111,18 @@ class Setting:
         every reference points into what exists (a group's rows into the op table, its edges
         between two of its ops, a layer's groups into the groups); a ``ValueError`` saying what
         is wrong otherwise."""
-        keys_ = ("model", "micro_batch", "tp", "sequence_parallel", "blocks", "prepare_s", "table", "groups", "layers")
+        keys_ = (
+            "model",
+            "micro_batch",
+            "tp",
+            "sequence_parallel",
+            "blocks",
+            "grads_freed",
+            "prepare_s",
+            "table",
+            "groups",
+            "layers",
+        )
         if not isinstance(data, dict) or sorted(data) != sorted(keys_):
             raise ValueError(f"a setting has the fields {', '.join(keys_)}")
         if not isinstance(data["model"], str):
@@ -116,8 +130,9 @@ class Setting:
         for k in ("micro_batch", "tp"):
             if not is_int(data[k]) or data[k] < 1:
                 raise ValueError(f"{k} = {data[k]!r}: expected an integer >= 1")
-        if not isinstance(data["sequence_parallel"], bool):
-            raise ValueError(f"sequence_parallel = {data['sequence_parallel']!r}: expected true or false")
+        for k in ("sequence_parallel", "grads_freed"):
+            if not isinstance(data[k], bool):
+                raise ValueError(f"{k} = {data[k]!r}: expected true or false")
         blocks = data["blocks"]
         if blocks is not None and not (
             isinstance(blocks, list)
@@ -148,6 +163,7 @@ class Setting:
             float(p),
             data["sequence_parallel"],
             (blocks[0], blocks[1]) if blocks is not None else None,
+            data["grads_freed"],
         )
 
     def priced_groups(self) -> list[int]:
@@ -235,6 +251,7 @@ def setting_from_module(module, model: str, micro_batch: int, tp: int, sequence_
     ``phaze.optimizer_update`` ops, as the pipeline does)."""
     from passes.cost_view import op_table
     from passes.insert_recompute import static_costs
+    from passes.place_devices import frees_grads
 
     name = "phaze-search"
     table, row_of, priced_ops, _ = op_table(module)
@@ -279,7 +296,7 @@ def setting_from_module(module, model: str, micro_batch: int, tp: int, sequence_
             )
         )
     blocks = block_range([str(la["kind"]) for la in layers_attr])
-    return Setting(model, micro_batch, tp, table, groups, layers, 0.0, sequence_parallel, blocks)
+    return Setting(model, micro_batch, tp, table, groups, layers, 0.0, sequence_parallel, blocks, frees_grads(module))
 
 
 def deepened(setting: Setting, blocks: int) -> Setting:

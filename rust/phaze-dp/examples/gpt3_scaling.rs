@@ -94,6 +94,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         expert_parallel: Some(1),
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
+        grads_freed: false,
     }
 }
 

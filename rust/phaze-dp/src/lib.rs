@@ -90,7 +90,7 @@
 //!     global_batch: 64, micro_batch: 1, tp: 1, dp_overlap: true, max_stages: None,
 //!     recompute: None, zero: None, virtual_stages: None, blocks: None, expert_parallel: None,
 //!     rank_order: None,
-//!     pipeline_split: false,
+//!     pipeline_split: false, grads_freed: false,
 //! };
 //! let plan = solve(&prob).plan().cloned().expect("fits");
 //! assert!(plan.devices_used <= 8);

@@ -349,6 +349,15 @@ pub struct Problem {
     /// engine, `pipe_partitioned`; Megatron-LM's scatter-gather before sequence parallelism),
     /// instead of every rank sending them whole (Megatron-LM today). Meaningless at t = 1.
     pub pipeline_split: bool,
+    /// Whether the runtime allocates a layer's gradients during its backward and frees them all
+    /// after the optimizer step (PyTorch's `zero_grad(set_to_none=True)`, eager and compiled
+    /// training loops), instead of holding them in a buffer for the whole run (Megatron-LM's
+    /// and DeepSpeed's gradient buffers). With one micro-batch per step (m = 1), gradients
+    /// unsharded (ZeRO below 2) and every replica holding every expert, a stage then holds
+    /// only the gradients of the layers whose backward has run next to the activations of
+    /// those whose backward has not: its peak is max over its layers k of
+    /// Σ_{i..k} saved + Σ_{k..j} grad, not the two sums added ([`crate::MemoryParts::grads`]).
+    pub grads_freed: bool,
 }
 
 /// A problem that cannot even be posed (NaN times, zero devices, no layers, ...).
@@ -964,6 +973,7 @@ mod tests {
             blocks: None,
             rank_order: None,
             pipeline_split: false,
+            grads_freed: false,
         }
     }
 

@@ -76,7 +76,9 @@ pub struct MemoryParts {
     /// Parameters: Σ param_bytes, ⌈/d⌉ under ZeRO-3, which also holds two layers' gathered
     /// parameters (the layer running and the one prefetched).
     pub params: u64,
-    /// Gradients: Σ grad_bytes, ⌈/d⌉ from ZeRO-2.
+    /// Gradients: Σ grad_bytes, ⌈/d⌉ from ZeRO-2. When the runtime frees them after each
+    /// one-micro-batch step ([`crate::Problem::grads_freed`]), those alive at the backward's
+    /// peak of activations plus gradients: that peak less the stash.
     pub grads: u64,
     /// Optimizer state: Σ optimizer_bytes, ⌈/d⌉ from ZeRO-1.
     pub optimizer: u64,

@@ -53,6 +53,10 @@ struct RangeSums {
     saved_bytes: [u64; 3],
     /// max workspace_bytes.
     workspace_bytes: u64,
+    /// Per policy, max over the range's layers k of Σ_{i..k} saved_bytes + Σ_{k..j} grad_bytes:
+    /// the activations and gradients held together during the backward when a layer's
+    /// gradients are allocated by its backward ([`Problem::grads_freed`]).
+    grads_peak: [u64; 3],
     /// Σ grad_bytes.
     grad_bytes: u64,
     /// Σ expert_param_bytes, Σ expert_grad_bytes, Σ expert_optimizer_bytes: the parts of the
@@ -73,6 +77,11 @@ impl RangeSums {
         for r in 0..3 {
             self.recompute_s[r] += l.recompute_s[r];
             self.saved_bytes[r] = self.saved_bytes[r].saturating_add(l.saved_bytes[r]);
+            // The new last layer k = j: all the activations and its own gradients; every
+            // earlier k also holds its gradients.
+            self.grads_peak[r] = self.grads_peak[r]
+                .max(self.saved_bytes[r])
+                .saturating_add(l.grad_bytes);
         }
         self.bwd_s += l.bwd_s;
         self.opt_s += l.opt_s;
@@ -180,6 +189,10 @@ struct Ctx<'p, 'a> {
     dp_stride: u64,
     /// The policies a stage may use ([`Problem::policies`]): all three, or the fixed one.
     policies: &'static [usize],
+    /// Whether a 1F1B stage holds only the gradients whose backward has run
+    /// ([`Problem::grads_freed`] with m = 1, no ZeRO-2/3 and no EP: the gradients whole, freed
+    /// after each step).
+    grads_freed: bool,
 }
 
 impl<'p, 'a> Ctx<'p, 'a> {
@@ -194,6 +207,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
             .iter()
             .map(|l| 2.0 * prob.pipeline_transfer_s(l.boundary_bytes as f64, pp_level, pp_stride))
             .collect();
+        let m = prob.global_batch / (prob.micro_batch * d);
         Ctx {
             prep,
             d,
@@ -201,12 +215,13 @@ impl<'p, 'a> Ctx<'p, 'a> {
             e: shard.e,
             order: shard.o,
             ep_level: prob.level_for(shard.e * stride),
-            m: prob.global_batch / (prob.micro_batch * d),
+            m,
             hbm,
             cut,
             dp_level: prob.level_for(d * stride),
             dp_stride: stride,
             policies: prob.policies(),
+            grads_freed: prob.grads_freed && m == 1 && shard.z.stage() < 2 && shard.e == 1,
         }
     }
 
@@ -263,10 +278,17 @@ impl<'p, 'a> Ctx<'p, 'a> {
         }
     }
 
-    /// [`Ctx::parts`] with `f` micro-batches of policy r's stash in flight (1F1B).
+    /// [`Ctx::parts`] with `f` micro-batches of policy r's stash in flight (1F1B). When the
+    /// gradients are freed after each step and a step is one micro-batch ([`Ctx::grads_freed`];
+    /// then f = 1), the gradients counted are those alive at the backward's peak of
+    /// activations plus gradients ([`RangeSums::grads_peak`]), so the parts add up to it.
     #[inline]
     fn mem_parts(&self, a: &RangeSums, f: u64, r: usize) -> MemoryParts {
-        self.parts(a, f.saturating_mul(a.saved_bytes[r]))
+        let mut parts = self.parts(a, f.saturating_mul(a.saved_bytes[r]));
+        if self.grads_freed {
+            parts.grads = a.grads_peak[r].saturating_sub(a.saved_bytes[r]);
+        }
+        parts
     }
 
     #[inline]

@@ -52,6 +52,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         expert_parallel: Some(1),
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
+        grads_freed: false,
     }
 }
 

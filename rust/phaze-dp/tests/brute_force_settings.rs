@@ -100,6 +100,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         rank_order,
         // Drawn last: the instances drawn before stay those of before.
         pipeline_split: rng.below(2) == 0,
+        grads_freed: rng.below(2) == 0,
     }
 }
 
@@ -357,7 +358,23 @@ fn price(
         } else {
             simulated_stash(p, v, k, m, &saved_per_chunk).0
         };
-        let mem = state + stash + ws;
+        let mut mem = state + stash + ws;
+        if prob.grads_freed && m == 1 && z < 2 && e == 1 && v == 1 {
+            // Gradients made by the backward, freed after the step: while layer l's backward
+            // runs, the activations of the stage's layers up to l and the gradients of l and
+            // the layers after it.
+            let (lo, hi) = pieces[k][0];
+            let ls = &prob.layers[lo..=hi];
+            let peak = (0..ls.len())
+                .map(|c| {
+                    let held: u64 = ls[..=c].iter().map(|l| l.saved_bytes[r]).sum();
+                    let made: u64 = ls[c..].iter().map(|l| l.grad_bytes).sum();
+                    held + made
+                })
+                .max()
+                .unwrap();
+            mem = mem - gb - stash + peak;
+        }
         max_t = max_t.max(time);
         max_e = max_e.max(exposed);
         max_o = max_o.max(optimizer);

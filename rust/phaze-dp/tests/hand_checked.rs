@@ -41,6 +41,7 @@ fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
         expert_parallel: Some(1),
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
+        grads_freed: false,
     }
 }
 

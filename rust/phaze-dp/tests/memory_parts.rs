@@ -31,6 +31,7 @@ fn random_problem(rng: &mut Rng, zero: Zero, v: Option<u64>) -> Problem {
         expert_parallel: Some(1),
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
+        grads_freed: false,
     }
 }
 
@@ -149,6 +150,7 @@ fn sharded_problem(zero: Zero, v: u64) -> Problem {
         expert_parallel: Some(1),
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
+        grads_freed: false,
     }
 }
 
@@ -196,4 +198,65 @@ fn interleaved_activations_are_the_schedules_peak_stash() {
         (m.params, m.grads, m.optimizer),
         (400 / 4 + 2 * 100, 400 / 4, (4u64 * 1203).div_ceil(4))
     );
+}
+
+#[test]
+fn freed_gradients_overlap_the_activations_of_a_one_micro_batch_step() {
+    // Three layers on one device, one micro-batch per step: (saved, grad) = (50, 10), (30, 20),
+    // (5, 40). While layer k's backward runs, layers 0..=k's activations and k..'s gradients
+    // are held: k = 0: 50 + 70 = 120, k = 1: 80 + 60 = 140, k = 2: 85 + 40 = 125; the peak is
+    // 140 where holding both whole would be 85 + 70 = 155.
+    let layer = |saved: u64, grad: u64| Layer {
+        fwd_s: 1.0,
+        bwd_s: 2.0,
+        saved_bytes: [saved, saved, saved],
+        param_bytes: 3,
+        grad_bytes: grad,
+        optimizer_bytes: 6,
+        workspace_bytes: 1,
+        ..Default::default()
+    };
+    let mut prob = Problem {
+        layers: vec![layer(50, 10), layer(30, 20), layer(5, 40)],
+        devices: 1,
+        hbm_bytes: u64::MAX,
+        levels: vec![NetLevel {
+            group_size: 8,
+            bandwidth_bps: 1e9,
+            latency_s: 1e-6,
+            ..NetLevel::default()
+        }],
+        global_batch: 1,
+        micro_batch: 1,
+        tp: 1,
+        dp_overlap: false,
+        max_stages: None,
+        recompute: Some(Recompute::None),
+        zero: None,
+        virtual_stages: Some(1),
+        blocks: None,
+        expert_parallel: Some(1),
+        rank_order: None,
+        pipeline_split: false,
+        grads_freed: true,
+    };
+    let state = 3 * 3 + 3 * 6 + 1;
+    let m = evaluate_fixed(&prob, 1, 1).unwrap().plan.unwrap().stages[0].memory;
+    // The activations stashed whole, and the gradients alive at the peak (140 − 85).
+    assert_eq!((m.activations, m.grads), (85, 55));
+    assert_eq!(m.total(), state + 140);
+    // Two micro-batches per step: the first one's gradients are held through the second's
+    // backward, so both are counted whole; so too when the runtime keeps a gradient buffer.
+    prob.global_batch = 2;
+    let two = evaluate_fixed(&prob, 1, 1).unwrap().plan.unwrap().stages[0].memory;
+    assert_eq!((two.activations, two.grads), (85, 70));
+    prob.global_batch = 1;
+    prob.grads_freed = false;
+    let kept = evaluate_fixed(&prob, 1, 1).unwrap().plan.unwrap().stages[0].memory;
+    assert_eq!(kept.total(), state + 155);
+    // HBM between the two: the DP fits the step only when the gradients are freed.
+    prob.hbm_bytes = state + 150;
+    assert!(solve(&prob).plan().is_none());
+    prob.grads_freed = true;
+    assert_eq!(solve(&prob).plan().unwrap().max_memory_bytes, state + 140);
 }

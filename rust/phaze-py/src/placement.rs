@@ -456,6 +456,8 @@ struct ProblemInput {
     rank_order: Option<RankOrderSetting>,
     #[pyo3(item, default)]
     pipeline_split: Option<Flag>,
+    #[pyo3(item, default)]
+    grads_freed: Option<Flag>,
 }
 
 impl Keys for ProblemInput {
@@ -476,6 +478,7 @@ impl Keys for ProblemInput {
         "expert_parallel",
         "rank_order",
         "pipeline_split",
+        "grads_freed",
     ];
 }
 
@@ -562,6 +565,7 @@ impl From<ProblemInput> for Problem {
             expert_parallel: p.expert_parallel.map(|c| c.0),
             rank_order: p.rank_order.and_then(|o| o.0),
             pipeline_split: p.pipeline_split.is_some_and(|f| f.0),
+            grads_freed: p.grads_freed.is_some_and(|f| f.0),
         }
     }
 }
