@@ -599,6 +599,17 @@ def test_grouped_launches_by_runtime():
     assert launches("megatron", 8.0) == launches("ops", 8.0) == [1, 1, 1]
 
 
+def test_autocast_leaves_grouped_mm_alone_on_cuda_as_on_cpu():
+    """phaze traces under CPU autocast; the expert GEMMs stay fp32 under AMP only because neither
+    CUDA's nor the CPU's autocast has a kernel for aten::_grouped_mm (torch 2.15): if a torch
+    adds one, the AMP expert GEMMs become 16-bit on the GPU and this model is wrong."""
+    import torch
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    assert has("aten::mm", "AutocastCUDA") and has("aten::mm", "AutocastCPU")
+    assert not has("aten::_grouped_mm", "AutocastCUDA") and not has("aten::_grouped_mm", "AutocastCPU")
+
+
 def test_amp_expert_gemms_launch_one_fp32_gemm_per_expert():
     """Under autocast transformers' expert GEMMs read the fp32 weights (F.grouped_mm is not on
     autocast's list), so on an H100 torch runs each as E fp32 GEMMs (CUDA cores) after one host
