@@ -94,7 +94,11 @@ def read_entry(path: str | os.PathLike[str], fmt: str, version: int, input_hash:
         raise BadEntry(f"has keys {sorted(data)}, expected {sorted(_KEYS)}")
     if data["input_hash"] != input_hash:
         raise BadEntry("was computed from other inputs (its input hash differs)")
-    if not isinstance(data["content_hash"], str) or data["content_hash"] != content_hash(data["payload"]):
+    try:  # a number JSON reads as infinity (1e999) has no canonical text
+        computed = content_hash(data["payload"])
+    except (ValueError, RecursionError) as e:
+        raise BadEntry("holds a number out of range or nesting too deep") from e
+    if not isinstance(data["content_hash"], str) or data["content_hash"] != computed:
         raise BadEntry("does not match its content hash")
     try:  # used now: the last to go when the directory is trimmed (a read-only cache stays as it is)
         os.utime(path)

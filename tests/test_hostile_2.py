@@ -1,0 +1,40 @@
+"""The second hostile pass (issue 44): input that once ended in a traceback, a hang or a silent
+wrong answer now gives one line (or, in a cache, a warning and a recomputation)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+from passes.algorithms import schedule as S
+from phaze_ir.errors import PhazeWarning
+
+# -- the cache ------------------------------------------------------------------------------------
+
+
+def _schedule_entry(tmp_path: Path) -> tuple[S.Problem, Path]:
+    """A schedule solved into the cache ``tmp_path``: its problem and its entry file."""
+    p = S.Problem.make([("tensor", 4.0, 1.5), ("vector", 2.0, 1.0)], [(0, 1)], {"tensor": 1, "vector": 1})
+    S.ScheduleCache(tmp_path).solve(p)
+    return p, tmp_path / f"{p.canonical().key()}.json"
+
+
+def _lookup(directory: Path, problem: S.Problem) -> tuple[S.Schedule | None, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = S.ScheduleCache(directory).get(problem)
+    return got, [str(w.message) for w in caught if issubclass(w.category, PhazeWarning)]
+
+
+def test_a_cache_entry_holding_an_infinite_number_is_ignored(tmp_path):
+    p, file = _schedule_entry(tmp_path)
+    text = file.read_text()
+    entry = json.loads(text)
+    makespan = entry["payload"]["schedule"]["makespan"]
+    file.write_text(text.replace(f'"makespan": {json.dumps(makespan)}', '"makespan": 1e999', 1))
+    assert "1e999" in file.read_text()
+    assert _lookup(tmp_path, p) == (
+        None,
+        [f"schedule cache entry {file} holds a number out of range or nesting too deep: ignored, solved again"],
+    )
