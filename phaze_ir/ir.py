@@ -194,12 +194,15 @@ def parse_text(
             Span(0, 0, Input(text, name)) if isinstance(text, str) else Span(0, 0, Input(text, name))
         )
         raise MLIRParseError(span, "empty input: expected an MLIR module (the file holds no operation)")
+    parser = _Parser(ctx or make_context(), text, name)
     try:
-        return _Parser(ctx or make_context(), text, name).parse_module(allow_implicit_module)
+        return parser.parse_module(allow_implicit_module)
     except MLIRParseError:
         raise
     except ParseError as e:
         raise MLIRParseError(e.span, _message(e)) from None
+    except RecursionError:  # xDSL's parser recurses once per bracket or region
+        raise MLIRParseError(parser._current_token.span, "nested too deeply for the parser") from None
 
 
 def parse_module(text: str | bytes, name: str = "<input>") -> ModuleOp:

@@ -7,6 +7,8 @@ import json
 import warnings
 from pathlib import Path
 
+import pytest
+
 from passes.algorithms import schedule as S
 from phaze_ir.errors import PhazeWarning
 
@@ -37,4 +39,28 @@ def test_a_cache_entry_holding_an_infinite_number_is_ignored(tmp_path):
     assert _lookup(tmp_path, p) == (
         None,
         [f"schedule cache entry {file} holds a number out of range or nesting too deep: ignored, solved again"],
+    )
+
+
+# -- deep nesting ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"builtin.module"() ({ %0 = "test.op"() {a = ' + "[" * 400 + "]" * 400 + "} : () -> i32 }) : () -> ()\n",
+        '"builtin.module"() ({\n' + '"test.op"() ({\n' * 400 + "}) : () -> ()\n" * 400 + "}) : () -> ()\n",
+    ],
+    ids=["attributes", "regions"],
+)
+def test_mlir_nested_too_deeply_is_one_error(tmp_path, capsys, text):
+    from phaze.tools import phaze_opt
+
+    file = tmp_path / "deep.mlir"
+    file.write_text(text)
+    assert phaze_opt.main([str(file)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "RecursionError" not in err
+    assert err.splitlines()[0].startswith(f"{file}:") and err.splitlines()[0].endswith(
+        ": error: nested too deeply for the parser"
     )
