@@ -1169,6 +1169,8 @@ def parse_toml(text: str, source: str, error: type[HardwareError] = HardwareErro
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise error(f"TOML syntax error: {exc}", source=source) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise error("arrays or inline tables nested too deeply", source=source) from None
 
 
 def loads_toml(text: str, source: str = "<string>") -> Accelerator:

@@ -64,3 +64,16 @@ def test_mlir_nested_too_deeply_is_one_error(tmp_path, capsys, text):
     assert err.splitlines()[0].startswith(f"{file}:") and err.splitlines()[0].endswith(
         ": error: nested too deeply for the parser"
     )
+
+
+@pytest.mark.parametrize(
+    "value", ["[" * 2000 + "]" * 2000, "{a = " * 2000 + "1" + "}" * 2000], ids=["arrays", "tables"]
+)
+def test_a_hardware_toml_nested_too_deeply_is_one_error(tmp_path, value):
+    from phaze_ir.hardware import HardwareError, load_hardware
+
+    file = tmp_path / "deep.toml"
+    file.write_text(f"name = {value}\n")
+    with pytest.raises(HardwareError) as e:
+        load_hardware(str(file))
+    assert str(e.value) == f"{file}: arrays or inline tables nested too deeply"
