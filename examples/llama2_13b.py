@@ -1,0 +1,35 @@
+"""Llama-2-13B (40 layers, hidden 5120, 40 heads, MLP 13824), sequence length 4096.
+
+Built from its configuration on the meta device: no weights, no downloads.  Attention is eager, as in the
+other examples; benchmarks/price_published.py switches it to SDPA (transformers'
+``set_attn_implementation``), as the published runs ran.
+"""
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+NAME = "llama2-13b"
+SEQ_LEN = 4096
+
+
+def config() -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=32000,
+        hidden_size=5120,
+        intermediate_size=13824,
+        num_hidden_layers=40,
+        num_attention_heads=40,
+        num_key_value_heads=40,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-5,
+        attn_implementation="eager",
+    )
+
+
+def get_model() -> torch.nn.Module:
+    return LlamaForCausalLM(config())
+
+
+def get_inputs(micro_batch_size: int, seq_len: int = SEQ_LEN):
+    ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
+    return {"input_ids": ids, "labels": ids}

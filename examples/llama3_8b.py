@@ -1,0 +1,37 @@
+"""Llama-3-8B (32 layers, hidden 4096, 32 heads, 8 key/value heads: grouped-query attention,
+MLP 14336, vocabulary 128,256), sequence length 8192.
+
+Built from its configuration on the meta device: no weights, no downloads.  Attention is eager, as in the
+other examples; benchmarks/price_published.py switches it to SDPA (transformers'
+``set_attn_implementation``), as the published runs ran.
+"""
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+NAME = "llama3-8b"
+SEQ_LEN = 8192
+
+
+def config() -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=8192,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        attn_implementation="eager",
+    )
+
+
+def get_model() -> torch.nn.Module:
+    return LlamaForCausalLM(config())
+
+
+def get_inputs(micro_batch_size: int, seq_len: int = SEQ_LEN):
+    ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
+    return {"input_ids": ids, "labels": ids}
