@@ -1,0 +1,474 @@
+"""Price the published multi-GPU training runs of ``data/published/multi_gpu_runs.csv`` with
+``phazec`` as they ran, and print measured against priced.
+
+    python benchmarks/price_published.py [--csv data/published/multi_gpu_runs.csv] [-j N]
+        [--only ID,ID] [--json OUT.json] [--cache DIR]
+
+Every row is one ``phazec MODEL.py --hw HW --devices N --placement expert:PP,DP,TP --tp TP
+--micro-batch b --global-batch B --seq-len s --zero Z --recompute R --dtype D --kernels K ...
+--json F`` (:func:`phazec_flags` maps a row to its flags; ``data/published/README.md`` says what
+each column is and where each number comes from):
+
+* the FSDP runs (IBM's fms-fsdp and torchtitan, Llama models with SDPA on A100 80 GB): ZeRO-3
+  over every GPU with the gradients' and parameters' collectives overlapped (``--zero 3
+  --dp-overlap``), FSDP's bf16 mixed precision (``param_dtype`` bf16: every op runs in bf16, the
+  sharded fp32 state is the optimizer's) as ``--dtype bfloat16``, PyTorch eager's kernels with
+  flash attention (``--kernels eager``; the model file's attention switched to SDPA with
+  transformers' ``set_attn_implementation``, as :func:`model_file` writes it);
+* the Megatron-LM runs (Korthikanti et al. 2022 on Selene): the GPT that ``phaze-validate``
+  builds for them (:func:`phaze.validate.write_model_file`), TP 8 and PP as run, sequence
+  parallelism, selective or full recompute and the interleaved schedule as run, pipeline
+  transfers split over the TP group, Megatron's fused kernels (``--kernels megatron``).
+
+The measured figure is a step time (``s/iteration``) or a throughput (``tokens/s/gpu``, turned into
+the step time ``global batch x sequence / (tokens/s/gpu x GPUs)``); the error is priced / measured
+- 1 of the step time (a positive error: phaze is slow).  A row whose plan does not fit in the
+chip's HBM is *refused* (phazec exits 1 naming the memory).  Rows marked ``exact`` in the
+``as_run`` column are run as phaze can express them; the others say what differs (HSDP priced as
+FSDP over every GPU, torchtitan's selective layer / op checkpointing priced as Megatron's
+selective recompute), and the summary is printed for all rows and for the exact ones.
+
+phazec runs once per row, in its own process (``-j`` at a time), with a shared ``--cache``: the
+same model at the same micro-batch and TP is traced and its layers scheduled once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+DEFAULT_CSV = ROOT / "data" / "published" / "multi_gpu_runs.csv"
+EXAMPLES = ROOT / "examples"
+GIB = 2**30
+
+#: The columns every row must fill (``published_mfu``, ``peak_memory_gib`` may be empty).
+REQUIRED = (
+    "id",
+    "group",
+    "model",
+    "hw",
+    "gpus",
+    "sharding",
+    "zero",
+    "tp",
+    "pp",
+    "dp",
+    "global_batch",
+    "micro_batch",
+    "seq_len",
+    "precision",
+    "recompute",
+    "sequence_parallel",
+    "pipeline_schedule",
+    "attention",
+    "compile",
+    "kernels",
+    "measured",
+    "measured_unit",
+    "as_run",
+    "source",
+    "where",
+    "date",
+)
+#: phazec's --dtype of each published precision.
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "amp-bf16": "amp-bfloat16", "amp-fp16": "amp-float16"}
+#: phazec's --recompute of each activation checkpointing as run (torchtitan's selective layer
+#: and op policies have no phaze equivalent: Megatron's selective recompute stands for them).
+RECOMPUTE = {
+    "none": "none",
+    "full": "full",
+    "selective": "selective",
+    "selective-layer": "selective",
+    "selective-op": "selective",
+}
+UNITS = ("tokens/s/gpu", "s/iteration")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published run."""
+
+    id: str
+    group: str  #: fsdp or megatron
+    model: str  #: an examples/ model file's stem, or gpt:hH-aA-lL-vV (Megatron's GPT)
+    hw: str
+    gpus: int
+    sharding: str
+    zero: int
+    tp: int
+    pp: int
+    dp: int
+    global_batch: int
+    micro_batch: int
+    seq_len: int
+    precision: str
+    recompute: str
+    sequence_parallel: str
+    pipeline_schedule: str
+    attention: str
+    compile: str
+    kernels: str
+    measured: float
+    measured_unit: str
+    as_run: str
+    source: str
+    where: str
+    date: str
+    published_mfu: float | None = None
+    peak_memory_gib: float | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.as_run == "exact"
+
+    @property
+    def measured_step_s(self) -> float:
+        """The measured time of one training step (a global batch)."""
+        if self.measured_unit == "s/iteration":
+            return self.measured
+        return self.global_batch * self.seq_len / (self.measured * self.gpus)
+
+    def tokens_per_s_per_gpu(self, step_s: float) -> float:
+        return self.global_batch * self.seq_len / (step_s * self.gpus)
+
+
+def _int(d: dict[str, str], k: str, where: str) -> int:
+    try:
+        return int(d[k])
+    except ValueError as e:
+        raise ValueError(f"{where}: {k} is {d[k]!r}, expected an integer") from e
+
+
+def _float_or_none(text: str) -> float | None:
+    return float(text) if text.strip() else None
+
+
+def parse_row(d: dict[str, str], where: str) -> Row:
+    """A CSV row as a :class:`Row`; ValueError says what is wrong with it."""
+    missing = [k for k in REQUIRED if not (d.get(k) or "").strip()]
+    if missing:
+        raise ValueError(f"{where}: empty {', '.join(missing)}")
+    ints = {k: _int(d, k, where) for k in ("gpus", "zero", "tp", "pp", "dp", "global_batch", "micro_batch", "seq_len")}
+    r = Row(
+        id=d["id"].strip(),
+        group=d["group"].strip(),
+        model=d["model"].strip(),
+        hw=d["hw"].strip(),
+        sharding=d["sharding"].strip(),
+        precision=d["precision"].strip(),
+        recompute=d["recompute"].strip(),
+        sequence_parallel=d["sequence_parallel"].strip(),
+        pipeline_schedule=d["pipeline_schedule"].strip(),
+        attention=d["attention"].strip(),
+        compile=d["compile"].strip(),
+        kernels=d["kernels"].strip(),
+        measured=float(d["measured"]),
+        measured_unit=d["measured_unit"].strip(),
+        as_run=d["as_run"].strip(),
+        source=d["source"].strip(),
+        where=d["where"].strip(),
+        date=d["date"].strip(),
+        published_mfu=_float_or_none(d.get("published_mfu") or ""),
+        peak_memory_gib=_float_or_none(d.get("peak_memory_gib") or ""),
+        **ints,
+    )
+    if r.gpus != r.tp * r.pp * r.dp:
+        raise ValueError(f"{where}: {r.gpus} GPUs but TP x PP x DP = {r.tp * r.pp * r.dp}")
+    if r.global_batch % (r.micro_batch * r.dp):
+        raise ValueError(f"{where}: global batch {r.global_batch} is not a multiple of micro-batch x DP")
+    if r.precision not in DTYPES:
+        raise ValueError(f"{where}: precision {r.precision!r}, expected one of {', '.join(DTYPES)}")
+    if r.recompute not in RECOMPUTE:
+        raise ValueError(f"{where}: recompute {r.recompute!r}, expected one of {', '.join(RECOMPUTE)}")
+    if r.measured_unit not in UNITS:
+        raise ValueError(f"{where}: measured_unit {r.measured_unit!r}, expected one of {', '.join(UNITS)}")
+    if r.sequence_parallel not in ("on", "off"):
+        raise ValueError(f"{where}: sequence_parallel {r.sequence_parallel!r}, expected on or off")
+    return r
+
+
+def read_rows(path: str | os.PathLike[str] = DEFAULT_CSV) -> list[Row]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return [parse_row(d, f"{path}:{i + 2}") for i, d in enumerate(csv.DictReader(f))]
+
+
+def gpt_shape(model: str):
+    """The :class:`phaze.validate.Shape` of ``gpt:hH-aA-lL-vV`` at sequence ``s`` (see :func:`model_file`)."""
+    from phaze.validate import Shape
+
+    parts = dict((p[0], int(p[1:])) for p in model.split(":", 1)[1].split("-"))
+    return Shape(hidden=parts["h"], heads=parts["a"], layers=parts["l"], seq_len=0, vocabulary=parts["v"])
+
+
+def phazec_flags(r: Row) -> list[str]:
+    """phazec's flags that price ``r`` as it ran (the model file and output flags apart)."""
+    flags = [
+        "--hw",
+        r.hw,
+        "--devices",
+        str(r.gpus),
+        "--placement",
+        f"expert:{r.pp},{r.dp},{r.tp}",
+        "--tp",
+        str(r.tp),
+        "--micro-batch",
+        str(r.micro_batch),
+        "--global-batch",
+        str(r.global_batch),
+        "--seq-len",
+        str(r.seq_len),
+        "--zero",
+        str(r.zero),
+        "--recompute",
+        RECOMPUTE[r.recompute],
+        "--dtype",
+        DTYPES[r.precision],
+        "--kernels",
+        r.kernels,
+        "--sequence-parallel",
+        r.sequence_parallel,
+        "--pipeline-schedule",
+        r.pipeline_schedule,
+        "--rank-order",
+        "tp-dp-pp",
+    ]
+    if r.zero == 3:
+        flags.append("--dp-overlap")  # FSDP prefetches the all-gathers and overlaps the reduce-scatters
+    if r.group == "megatron":
+        flags += ["--pipeline-transfer", "split"]  # as phaze-validate prices these runs
+    return flags
+
+
+_WRAPPER = '''"""{stem} with transformers' {attention!r} attention (written by benchmarks/price_published.py)."""
+
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("_published_base", {path!r})
+_base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+
+NAME = _base.NAME + "-{attention}"
+SEQ_LEN = _base.SEQ_LEN
+get_inputs = _base.get_inputs
+
+
+def get_model():
+    model = _base.get_model()
+    model.set_attn_implementation({attention!r})
+    return model
+'''
+
+
+def model_file(r: Row, directory: str | os.PathLike[str]) -> str:
+    """The model file that ``r`` is priced on: Megatron's GPT (``gpt:...``, as phaze-validate
+    writes it), or ``examples/<model>.py`` with its attention switched to the run's (``sdpa``)."""
+    from phaze.validate import Shape, write_model_file
+
+    if r.model.startswith("gpt:"):
+        s = gpt_shape(r.model)
+        return write_model_file(Shape(s.hidden, s.heads, s.layers, r.seq_len, s.vocabulary), directory)
+    base = EXAMPLES / f"{r.model}.py"
+    if not base.is_file():
+        raise FileNotFoundError(f"{r.id}: no model file {base}")
+    if r.attention == "eager":
+        return str(base)
+    path = Path(directory) / f"{r.model}_{r.attention}.py"
+    path.write_text(_WRAPPER.format(stem=r.model, attention=r.attention, path=str(base)), encoding="utf-8")
+    return str(path)
+
+
+@dataclass
+class Priced:
+    row: Row
+    command: list[str]
+    seconds: float = 0.0  #: phazec's wall time
+    step_s: float | None = None  #: the plan's time per batch (None: refused or failed)
+    memory_bytes: int = 0
+    hbm_bytes: int = 0
+    feasible: bool = False
+    message: str = ""  #: phazec's last stderr line when it refused or failed
+    breakdown: dict[str, float] = field(default_factory=dict)
+    memory_parts: dict[str, int] = field(default_factory=dict)  #: the largest stage's memory by part
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def error(self) -> float | None:
+        return None if self.step_s is None else self.step_s / self.row.measured_step_s - 1
+
+
+def price(r: Row, directory: str, cache: str | None) -> Priced:
+    """Run phazec on ``r``; what it priced."""
+    own = os.path.join(directory, r.id)  # a folder per row: rows priced at once write no file twice
+    os.makedirs(own, exist_ok=True)
+    out = os.path.join(own, "plan.json")
+    cmd = [sys.executable, "-m", "phaze.tools.phazec", model_file(r, own), *phazec_flags(r)]
+    cmd += ["--json", out, "-o", os.devnull, "-q"]
+    cmd += ["--cache", cache] if cache else ["--no-cache"]
+    p = Priced(r, cmd)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    p.seconds = time.perf_counter() - start
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    p.message = lines[-1] if lines else f"exit status {proc.returncode}"
+    if not os.path.exists(out):
+        return p
+    with open(out, encoding="utf-8") as f:
+        plan = json.load(f)
+    p.feasible = bool(plan.get("feasible"))
+    p.memory_bytes = int(plan.get("max_memory_bytes") or 0)
+    p.hbm_bytes = int(plan.get("accelerator", {}).get("hbm_bytes") or 0)
+    p.warnings = [str(w) for w in plan.get("warnings") or []]
+    stages = plan.get("stages") or []
+    if stages:
+        top = max(stages, key=lambda s: s.get("memory_bytes", 0))
+        p.memory_parts = {k: int(v) for k, v in (top.get("memory") or {}).items()}
+    if p.feasible:
+        p.step_s = float(plan["time_per_batch_s"])
+        p.breakdown = {k: float(v) for k, v in (plan.get("breakdown_s") or {}).items()}
+        p.message = ""
+    return p
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f} %"
+
+
+def summary(priced: list[Priced]) -> dict[str, float | int | None]:
+    errs = [p.error for p in priced if p.error is not None]
+    worst = max(errs, key=abs) if errs else None
+    return {
+        "rows": len(priced),
+        "priced": len(errs),
+        "refused": sum(1 for p in priced if p.step_s is None),
+        "median_abs_error": statistics.median(abs(e) for e in errs) if errs else None,
+        "worst_error": worst,
+        "mean_error": statistics.fmean(errs) if errs else None,
+    }
+
+
+def report(priced: list[Priced]) -> str:
+    lines = [
+        "step time: measured (from the published figure) and priced (the plan's time per batch); "
+        "error = priced / measured - 1",
+        f"{'id':<20}{'GPUs':>5} {'PP,DP,TP':<9}{'b':>3}{'rec':>5} {'kern':<9}{'measured':>9}{'priced':>9}"
+        f"{'error':>9}{'tok/s/GPU':>10}{'priced':>8}{'GiB':>7}{'HBM':>5}  as run",
+    ]
+    for p in priced:
+        r = p.row
+        lead = (
+            f"{r.id:<20}{r.gpus:>5} {f'{r.pp},{r.dp},{r.tp}':<9}{r.micro_batch:>3}{RECOMPUTE[r.recompute][:4]:>5} "
+            f"{r.kernels:<9}{r.measured_step_s:9.3f}"
+        )
+        tps = r.global_batch * r.seq_len / (r.measured_step_s * r.gpus)
+        mem = f"{p.memory_bytes / GIB:7.1f}{p.hbm_bytes / GIB:5.0f}" if p.memory_bytes else f"{'-':>7}{'-':>5}"
+        note = "" if r.exact else f"  ({r.as_run})"
+        if p.step_s is None:
+            lines.append(f"{lead}{'refused' if p.memory_bytes else 'failed':>9}{'':>9}{tps:10.0f}{'':>8}{mem}{note}")
+            lines.append(f"{'':<20}  {p.message}")
+            continue
+        lines.append(
+            f"{lead}{p.step_s:9.3f}{_pct(p.error):>9}{tps:10.0f}{r.tokens_per_s_per_gpu(p.step_s):8.0f}{mem}"
+            f"  {'exact' if r.exact else ''}{note}"
+        )
+    lines += ["", "priced step by part (breakdown_s, seconds):"]
+    for p in priced:
+        if p.breakdown:
+            parts = "  ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in p.breakdown.items() if v > 0)
+            lines.append(f"  {p.row.id:<20}{parts}")
+    lines += ["", "priced memory of the largest stage by part (GiB; HBM: the chip's):"]
+    for p in priced:
+        if p.memory_parts:
+            parts = "  ".join(f"{k} {v / GIB:.1f}" for k, v in p.memory_parts.items())
+            lines.append(f"  {p.row.id:<20}{parts}  = {p.memory_bytes / GIB:.1f} of {p.hbm_bytes / GIB:.0f}")
+    lines += ["", "summary (|error| of the step time; refused: the plan needs more than the chip's HBM):"]
+    for group in dict.fromkeys(p.row.group for p in priced):
+        for label, sel in (("all rows", lambda p: True), ("exact rows", lambda p: p.row.exact)):
+            s = summary([p for p in priced if p.row.group == group and sel(p)])
+            if not s["rows"]:
+                continue
+            med = "-" if s["median_abs_error"] is None else f"{100 * s['median_abs_error']:.1f} %"
+            lines.append(
+                f"  {group:<9}{label:<11} rows {s['rows']:>2}  priced {s['priced']:>2}  refused {s['refused']}  "
+                f"median |error| {med}  worst {_pct(s['worst_error'])}  mean {_pct(s['mean_error'])}"
+            )
+    warned = {w for p in priced for w in p.warnings}
+    if warned:
+        lines += ["", "phazec's warnings:"] + [f"  {w}" for w in sorted(warned)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--csv", default=str(DEFAULT_CSV))
+    ap.add_argument("--only", default="", help="comma-separated row ids (default: every row)")
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="phazec processes at a time (default 1)")
+    ap.add_argument("--cache", default=None, help="phazec --cache DIR (default: phazec's own cache)")
+    ap.add_argument("--no-cache", action="store_true", help="phazec --no-cache")
+    ap.add_argument("--json", default=None, help="also write the rows and summaries as JSON")
+    ap.add_argument("--show-commands", action="store_true", help="print each phazec command line")
+    ap.add_argument("--keep", default=None, metavar="DIR", help="keep each row's model file and plan JSON in DIR/<id>/")
+    args = ap.parse_args(argv)
+
+    rows = read_rows(args.csv)
+    if args.only:
+        wanted = set(args.only.split(","))
+        rows = [r for r in rows if r.id in wanted]
+    cache = None if args.no_cache else (args.cache or os.path.join(os.path.expanduser("~"), ".cache", "phaze"))
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="phaze-published-") as tmp:
+        where = args.keep or tmp
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            priced = list(pool.map(lambda r: price(r, where, cache), rows))
+    for p in priced:
+        state = "refused" if p.step_s is None and p.memory_bytes else ("failed" if p.step_s is None else "priced")
+        print(f"{p.row.id}: {state} in {p.seconds:.0f} s", file=sys.stderr)
+        if args.show_commands:
+            print("  " + " ".join(p.command[1:]), file=sys.stderr)
+    print(report(priced))
+    print(f"\n({len(priced)} rows in {time.perf_counter() - start:.0f} s)")
+    if args.json:
+        out = {
+            "rows": [
+                {
+                    "id": p.row.id,
+                    "group": p.row.group,
+                    "exact": p.row.exact,
+                    "measured_step_s": p.row.measured_step_s,
+                    "priced_step_s": p.step_s,
+                    "error": p.error,
+                    "memory_bytes": p.memory_bytes,
+                    "hbm_bytes": p.hbm_bytes,
+                    "feasible": p.feasible,
+                    "message": p.message,
+                    "breakdown_s": p.breakdown,
+                    "memory_parts_bytes": p.memory_parts,
+                    "command": " ".join(p.command[1:]),
+                }
+                for p in priced
+            ],
+            "summary": {
+                g: summary([p for p in priced if p.row.group == g]) for g in dict.fromkeys(r.group for r in rows)
+            },
+        }
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The published multi-GPU runs (data/published/multi_gpu_runs.csv) and the benchmark that prices
+them (benchmarks/price_published.py): the file parses, every row says where its numbers are, and
+a row maps to the phazec flags that price it as it ran.  Nothing here runs phazec."""
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CSV = ROOT / "data" / "published" / "multi_gpu_runs.csv"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("price_published", ROOT / "benchmarks" / "price_published.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["price_published"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+pp = _load()
+
+
+def _flag(flags, name):
+    return flags[flags.index(name) + 1]
+
+
+def test_the_file_parses_and_every_row_has_a_source():
+    rows = pp.read_rows(CSV)
+    assert len(rows) == 18
+    assert {r.group for r in rows} == {"fsdp", "megatron"}
+    assert len({r.id for r in rows}) == len(rows)
+    for r in rows:
+        assert r.source.startswith(("https://", "Korthikanti")), r.id
+        assert r.where and r.date, r.id
+        assert r.measured > 0 and r.measured_step_s > 0
+        if r.model.startswith("gpt:"):
+            pp.gpt_shape(r.model)
+        else:
+            assert (ROOT / "examples" / f"{r.model}.py").is_file(), r.id
+    with open(CSV, newline="", encoding="utf-8") as f:
+        assert set(pp.REQUIRED) <= set(next(csv.reader(f)))
+
+
+def test_tokens_per_second_become_the_step_time():
+    r = {x.id: x for x in pp.read_rows(CSV)}["fms-7b"]
+    # 256 sequences of 4096 tokens over 128 GPUs at 3760 tokens/s each
+    assert r.measured_step_s == pytest.approx(256 * 4096 / (3760 * 128))
+    assert r.tokens_per_s_per_gpu(r.measured_step_s) == pytest.approx(3760)
+
+
+def test_an_fsdp_row_maps_to_zero3_with_overlap_eager_kernels_and_bf16():
+    r = {x.id: x for x in pp.read_rows(CSV)}["fms-70b"]
+    f = pp.phazec_flags(r)
+    assert _flag(f, "--hw") == "a100"
+    assert _flag(f, "--devices") == "128"
+    assert _flag(f, "--placement") == "expert:1,128,1"
+    assert _flag(f, "--tp") == "1"
+    assert _flag(f, "--micro-batch") == "6"
+    assert _flag(f, "--global-batch") == "768"
+    assert _flag(f, "--seq-len") == "4096"
+    assert _flag(f, "--zero") == "3"
+    assert "--dp-overlap" in f
+    assert _flag(f, "--recompute") == "full"
+    assert _flag(f, "--dtype") == "bfloat16"
+    assert _flag(f, "--kernels") == "eager"
+    assert "--pipeline-transfer" not in f
+
+
+def test_torchtitans_selective_checkpointing_is_priced_as_selective_and_not_exact():
+    rows = {x.id: x for x in pp.read_rows(CSV)}
+    for rid in ("tt-l3-8b-sel-layer", "tt-l3-8b-sel-op", "tt-l2-70b-sel-op"):
+        assert _flag(pp.phazec_flags(rows[rid]), "--recompute") == "selective"
+        assert not rows[rid].exact
+    assert rows["tt-l2-70b-full"].exact
+
+
+def test_a_megatron_row_maps_to_its_parallelism_and_megatron_kernels():
+    r = {x.id: x for x in pp.read_rows(CSV)}["k22-175b-sp-sel"]
+    f = pp.phazec_flags(r)
+    assert _flag(f, "--placement") == "expert:8,1,8"
+    assert _flag(f, "--tp") == "8"
+    assert _flag(f, "--zero") == "0"
+    assert "--dp-overlap" not in f
+    assert _flag(f, "--recompute") == "selective"
+    assert _flag(f, "--sequence-parallel") == "on"
+    assert _flag(f, "--pipeline-schedule") == "interleaved:3"
+    assert _flag(f, "--pipeline-transfer") == "split"
+    assert _flag(f, "--kernels") == "megatron"
+    assert _flag(f, "--dtype") == "float16"
+    assert r.measured_step_s == 13.75
+
+
+def test_model_files(tmp_path):
+    rows = {x.id: x for x in pp.read_rows(CSV)}
+    sdpa = Path(pp.model_file(rows["tt-l3-70b-full"], tmp_path))
+    text = sdpa.read_text()
+    assert "set_attn_implementation('sdpa')" in text and "llama3_70b.py" in text
+    gpt = Path(pp.model_file(rows["k22-22b-full"], tmp_path))
+    assert "n_embd=6144" in gpt.read_text() and "n_positions=2048" in gpt.read_text()
+
+
+def test_a_bad_row_is_refused():
+    d = {k: "1" for k in pp.REQUIRED}
+    d.update(precision="bf16", recompute="none", measured_unit="tokens/s/gpu", sequence_parallel="off", gpus="4")
+    with pytest.raises(ValueError, match="TP x PP x DP"):
+        pp.parse_row(d, "row")
+    d.update(gpus="1", source="")
+    with pytest.raises(ValueError, match="empty source"):
+        pp.parse_row(d, "row")
