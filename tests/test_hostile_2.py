@@ -77,3 +77,35 @@ def test_a_hardware_toml_nested_too_deeply_is_one_error(tmp_path, value):
     with pytest.raises(HardwareError) as e:
         load_hardware(str(file))
     assert str(e.value) == f"{file}: arrays or inline tables nested too deeply"
+
+
+# -- options the model cannot take ----------------------------------------------------------------
+
+
+def _layers(experts: int) -> list:
+    from passes.algorithms.placement import LayerNumbers
+
+    dense = LayerNumbers(1e-3, 2e-3, (0.0, 0.0, 0.0), (8, 8, 8), 64, 64, 128, 0, 16)
+    moe = LayerNumbers(1e-3, 2e-3, (0.0, 0.0, 0.0), (8, 8, 8), 64, 64, 128, 0, 16, experts, 32, 32, 64, 8)
+    return [dense, moe] if experts else [dense, dense]
+
+
+@pytest.mark.parametrize(
+    ("experts", "why"),
+    [
+        (0, "expert parallel 2: the model has no experts (no MoE layer); expected 1 or auto"),
+        (3, "expert parallel 2: expected a degree that divides the model's 3 experts"),
+    ],
+)
+def test_expert_parallel_the_model_cannot_take_is_a_placement_error(experts, why):
+    from passes.algorithms import placement as pl
+
+    def problem(ep: str):
+        return pl.problem(_layers(experts), devices=8, hbm_bytes=1 << 30, levels=[], global_batch=8, micro_batch=1,
+                          tp=1, dp_overlap=False, expert_parallel=ep)  # fmt: skip
+
+    with pytest.raises(pl.PlacementError) as e:
+        problem("2")
+    assert str(e.value) == why
+    problem("1")
+    problem("auto")

@@ -269,7 +269,11 @@ def test_expert_parallelism_is_refused_where_it_cannot_be(tmp_path):
     from phaze.tools.phazec import _parser, compile_model
 
     cases = [
-        (MIXTRAL.format(seq=32), ("--expert-parallel", "3"), "expert_parallel = 3 must divide the 4 experts"),
+        (
+            MIXTRAL.format(seq=32),
+            ("--expert-parallel", "3"),
+            "expert parallel 3: expected a degree that divides the model's 4 experts",
+        ),
         (MIXTRAL.format(seq=32), ("--expert-parallel", "many"), "--expert-parallel: expert parallel 'many'"),
         (MIXTRAL.format(seq=32), ("--expert-parallel", "4", "--placement", "expert:1,2,1"), "does not divide d = 2"),
     ]

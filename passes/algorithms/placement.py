@@ -278,8 +278,14 @@ def problem(
     ep = parse_expert_parallel(expert_parallel)
     order = parse_rank_order(rank_order)
     split = parse_pipeline_transfer(pipeline_transfer)
+    layer_dicts = [layer.as_dict() if isinstance(layer, LayerNumbers) else layer for layer in layers]
+    experts = max((int(layer["experts"]) for layer in layer_dicts), default=0)
+    if ep is not None and ep > 1 and experts == 0:
+        raise PlacementError(f"expert parallel {ep}: the model has no experts (no MoE layer); expected 1 or auto")
+    if ep is not None and ep > 1 and experts % ep:
+        raise PlacementError(f"expert parallel {ep}: expected a degree that divides the model's {experts} experts")
     return {
-        "layers": [layer.as_dict() if isinstance(layer, LayerNumbers) else layer for layer in layers],
+        "layers": layer_dicts,
         "devices": devices,
         "hbm_bytes": hbm_bytes,
         "levels": levels,
