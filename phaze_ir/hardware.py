@@ -46,6 +46,7 @@ from typing import Any, ClassVar
 import tomllib
 
 from phaze_ir import area
+from phaze_ir.files import RefusedFile, read_regular
 
 __all__ = [
     "HardwareError",
@@ -74,6 +75,8 @@ __all__ = [
 KiB = 1024
 MiB = 1024**2
 GiB = 1024**3
+#: The largest TOML file read (a hardware description or a space): the presets are about 10 kB.
+TOML_LIMIT = 1 * MiB
 
 # The presets are package data: ``Path(__file__).parent`` is ``<repo>/phaze_ir`` in an editable
 # install (maturin's editable mode puts the repository root on sys.path) and
@@ -1121,11 +1124,11 @@ def _load_file(path: Path, source: str) -> Accelerator:
 
 def _read_toml_file(path: Path, source: str) -> dict[str, Any]:
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_regular(path, TOML_LIMIT, "TOML file").decode("utf-8")
     except FileNotFoundError:
         raise HardwareError("no such file", source=source) from None
-    except IsADirectoryError:
-        raise HardwareError("is a directory, expected a TOML file", source=source) from None
+    except RefusedFile as exc:
+        raise HardwareError(str(exc.strerror), source=source) from None
     except UnicodeDecodeError as exc:
         raise HardwareError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", source=source) from None
     except OSError as exc:

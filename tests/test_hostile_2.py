@@ -3,13 +3,17 @@ wrong answer now gives one line (or, in a cache, a warning and a recomputation).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import warnings
 from pathlib import Path
 
 import pytest
 
 from passes.algorithms import schedule as S
+from passes.algorithms.cache_file import BadEntry, read_entry
 from phaze_ir.errors import PhazeWarning
 
 # -- the cache ------------------------------------------------------------------------------------
@@ -109,3 +113,67 @@ def test_expert_parallel_the_model_cannot_take_is_a_placement_error(experts, why
     assert str(e.value) == why
     problem("1")
     problem("auto")
+
+
+# -- files that are not regular files, or too large -----------------------------------------------
+
+
+def _fifo(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    os.mkfifo(path)  # opened for reading, blocks until a writer comes: it must not be opened so
+    return path
+
+
+@contextlib.contextmanager
+def _within(seconds: float):
+    """A hang (a FIFO opened for reading) fails the test instead of stopping the suite."""
+
+    def stop(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "large"])
+def test_hardware_and_space_files_that_would_hang_or_fill_memory_are_refused(tmp_path, kind):
+    from passes.algorithms.arch_space import ArchSpaceError, load_space
+    from phaze_ir.hardware import HardwareError, load_hardware
+
+    if kind == "fifo":  # as /dev/zero (endless) and /dev/urandom: not a regular file
+        path = str(_fifo(tmp_path, "hw.toml"))
+        why = f"{path}: is not a regular file, expected a TOML file"
+    else:
+        path = str(tmp_path / "hw.toml")
+        with open(path, "wb") as f:
+            os.truncate(f.fileno(), 2 << 20)  # sparse, as the next one: no disk used
+        why = f"{path}: holds 2 MiB, more than the 1 MiB a TOML file may hold"
+    with _within(10), pytest.raises(HardwareError) as e:
+        load_hardware(path)
+    assert str(e.value) == why
+    with _within(10), pytest.raises(ArchSpaceError) as e2:
+        load_space(path)
+    assert str(e2.value) == why
+
+
+@pytest.mark.parametrize("kind", ["fifo", "large"])
+def test_a_cache_entry_that_would_hang_or_fill_memory_is_ignored(tmp_path, kind):
+    p, file = _schedule_entry(tmp_path)
+    file.unlink()
+    if kind == "fifo":
+        _fifo(tmp_path, file.name)
+        why = "is not a regular file, expected a cache entry"
+    else:
+        with open(file, "wb") as f:
+            os.truncate(f.fileno(), 257 << 20)  # sparse: no disk used (2 GB would be read whole)
+        why = "holds 257 MiB, more than the 256 MiB a cache entry may hold"
+    with _within(10):
+        got = _lookup(tmp_path, p)
+    assert got == (None, [f"schedule cache entry {file} cannot be read ({why}): ignored, solved again"])
+    with _within(10), pytest.raises(BadEntry):
+        read_entry(file, S.cache.FORMAT, S.cache.VERSION, p.canonical().key())

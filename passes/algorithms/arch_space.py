@@ -58,9 +58,11 @@ from typing import Any
 import numpy as np
 
 from phaze_ir import area as area_model
+from phaze_ir.files import RefusedFile, read_regular
 from phaze_ir.hardware import (
     HBM,
     I64_MAX,
+    TOML_LIMIT,
     Accelerator,
     GiB,
     GlobalBuffer,
@@ -684,11 +686,13 @@ def load_space(path: str | os.PathLike[str]) -> ArchSpace:
     """Load a space file (TOML, see the module docstring) and generate its candidates."""
     p = Path(path)
     try:
-        text = p.read_bytes().decode("utf-8")
+        text = read_regular(p, TOML_LIMIT, "TOML file").decode("utf-8")
     except FileNotFoundError:
         raise ArchSpaceError("no such file", source=str(path)) from None
-    except IsADirectoryError:
-        raise ArchSpaceError("is a directory, expected a TOML file", source=str(path)) from None
+    except RefusedFile as exc:
+        raise ArchSpaceError(str(exc.strerror), source=str(path)) from None
     except UnicodeDecodeError as exc:
         raise ArchSpaceError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(path)) from None
+    except OSError as exc:
+        raise ArchSpaceError(f"cannot read: {exc.strerror}", source=str(path)) from None
     return loads_space(text, source=str(path), base_dir=p.parent)

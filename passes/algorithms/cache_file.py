@@ -32,10 +32,18 @@ import hashlib
 import json
 import math
 import os
+import stat
 import tempfile
 from typing import Any, TypeGuard
 
+from phaze_ir.files import read_regular
+
 _KEYS = {"format", "version", "input_hash", "content_hash", "payload"}
+
+
+#: The largest entry read back: a plan template of GPT-3 175B is about 12 MB; a file much
+#: larger than any entry phaze writes is not read whole into memory to find that out.
+ENTRY_LIMIT = 256 << 20
 
 
 class BadEntry(ValueError):
@@ -74,8 +82,7 @@ def read_entry(path: str | os.PathLike[str], fmt: str, version: int, input_hash:
     ``input_hash`` whose content hash holds; :class:`BadEntry` (or :class:`StaleEntry`) with
     the reason otherwise."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        raw = read_regular(path, ENTRY_LIMIT, "cache entry")
     except OSError as e:
         raise BadEntry(f"cannot be read ({e.strerror or e})") from e
     try:
@@ -136,6 +143,8 @@ def trim(directory: str | os.PathLike[str], max_bytes: int) -> tuple[int, int]:
             try:
                 st = os.stat(path)
             except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block the open of _is_entry
                 continue
             candidates.append((st.st_mtime, path, st.st_size))
     # Entries are some of these files: when all of them fit, so do the entries, and no file is

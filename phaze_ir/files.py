@@ -1,0 +1,59 @@
+"""Reading an input file without hanging or running out of memory.
+
+A path given as a hardware description, a space or a cache entry may be anything the file
+system holds: a FIFO (opening it blocks until a writer comes), ``/dev/zero`` (endless), a
+device, or a regular file of several GB.  :func:`read_regular` reads only a regular file of at
+most ``limit`` bytes, and says in a :class:`RefusedFile` why it will not read anything else,
+before reading it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+
+class RefusedFile(OSError):
+    """A file :func:`read_regular` will not read: not a regular file, or too large (its
+    ``strerror`` says which, as a phrase that follows the file's name)."""
+
+
+def read_regular(path: str | os.PathLike[str], limit: int, kind: str = "file") -> bytes:
+    """The bytes of the regular file ``path``; a :class:`RefusedFile` when it is not a regular
+    file (``kind`` names what was expected there, e.g. ``"TOML file"``) or holds more than
+    ``limit`` bytes (an :class:`OSError` when it cannot be opened).  The file is opened
+    non-blocking, so a FIFO is refused, not waited on."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise RefusedFile(errno.EISDIR, f"is a directory, expected a {kind}", os.fspath(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile(errno.EINVAL, f"is not a regular file, expected a {kind}", os.fspath(path))
+        if st.st_size > limit:
+            raise RefusedFile(errno.EFBIG, _too_large(st.st_size, limit, kind), os.fspath(path))
+        chunks = []
+        size = 0
+        while size <= limit:  # the file may grow while it is read: never past the limit
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise RefusedFile(errno.EFBIG, _too_large(size, limit, kind), os.fspath(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _too_large(size: int, limit: int, kind: str) -> str:
+    return f"holds {_bytes(size)}, more than the {_bytes(limit)} a {kind} may hold"
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"
