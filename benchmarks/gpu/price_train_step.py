@@ -10,7 +10,10 @@ fused attention) is priced as ``phazec MODEL.py --hw h100 --placement expert:1,1
 prices it (one GPU, one micro-batch of the whole batch; the model file's attention switched to
 the row's with transformers' ``set_attn_implementation``), with the work shared: one trace and
 one compilation per (model, micro-batch, attention), then the placement once per recompute
-policy (as ``phaze-validate`` does).  ``--kernels`` and ``--dtype`` price the same rows as
+policy (as ``phaze-validate`` does).  Rows of ``train_step_runtimes.py``'s CSV (``--csv
+OUT/train_step_runtimes.csv``) carry their ``precision`` (``bf16``: ``--dtype bfloat16``) and
+``compiled`` (``inductor``: ``--kernels inductor``), and are priced so.  ``--kernels`` and
+``--dtype`` price the same rows as
 another runtime or precision would (``--kernels ops --dtype bfloat16``: phaze's model before
 kernels and autocast were modelled).  The predicted step is the plan's time per batch, which
 ends with the optimizer step as the measured step does (the layers' scheduled ``opt_s``, the
@@ -54,7 +57,14 @@ MODEL_FILES = {
     "gpt2-xl": ROOT / "examples" / "gpt2_xl.py",
     "llama-1b": HERE / "models" / "llama_1b.py",
     "llama2-7b-4l": HERE / "models" / "llama2_7b_4l.py",
+    # benchmarks/gpu/train_step_runtimes.py's
+    "llama3-1b-8k": HERE / "models" / "llama3_1b_8k.py",
+    "moe-small": HERE / "models" / "moe_small.py",
+    "bert-large": ROOT / "examples" / "bert_large.py",
+    "opt-350m": ROOT / "examples" / "opt_350m.py",
 }
+#: phazec's --dtype of each measured precision (the CSV's ``precision``)
+DTYPES = {"amp-bf16": "amp-bfloat16", "bf16": "bfloat16"}
 GIB = 2**30
 
 
@@ -68,6 +78,12 @@ class Measured:
     kernel_s: float
     kernels: int
     peak_memory_bytes: int
+    precision: str = "amp-bf16"  #: ``amp-bf16`` (autocast) or ``bf16`` (the model cast to bf16)
+    compiled: str = "none"  #: ``inductor``: the step ran under torch.compile
+
+    @property
+    def key(self) -> tuple[str, int, str, str, str, str]:
+        return (self.model, self.micro_batch, self.attention, self.recompute, self.precision, self.compiled)
 
 
 @dataclass(frozen=True)
@@ -105,6 +121,9 @@ def read_measured(path: str | os.PathLike[str]) -> list[Measured]:
                     float(r["kernel_s"]),
                     int(r["kernels"]),
                     int(r["peak_memory_bytes"]),
+                    # train_step_runtimes.py's columns (train_step.py measured AMP, uncompiled)
+                    r.get("precision") or "amp-bf16",
+                    r.get("compiled") or "none",
                 )
             )
     return out
@@ -147,9 +166,11 @@ def with_attention(spec, attention: str):
 
 
 def price(
-    measured: list[Measured], hw: str = "h100", kernels: str = "eager", dtype: str = "amp-bfloat16", log=print
-) -> dict[tuple[str, int, str, str], Predicted]:
-    """phaze's prediction of every (model, micro-batch, attention, recompute) of ``measured``."""
+    measured: list[Measured], hw: str = "h100", kernels: str = "eager", dtype: str | None = None, log=print
+) -> dict[tuple[str, int, str, str, str, str], Predicted]:
+    """phaze's prediction of every measured step (:attr:`Measured.key`): as ``kernels`` says, and
+    a compiled step (``compiled = inductor``) as Inductor's; at ``dtype``, or when None at the
+    row's precision (:data:`DTYPES`)."""
     from xdsl.passes import PassPipeline
 
     from passes import ALL_PASSES
@@ -162,24 +183,31 @@ def price(
 
     acc = load_accelerator(hw)
     cache = ScheduleCache(None)  # in memory, shared: equal blocks are solved once
-    base_opts = Options(
-        hw=hw, dtype=dtype, kernels=kernels, optimizer="adam", devices=1, placement="expert:1,1,1", schedule_cache=cache
-    )
 
     def passes(stage: str, o: Options) -> tuple:
         parsed = PassPipeline.parse_spec(ALL_PASSES, pipeline(stage, 1, o)).passes
         return tuple(replace(p, cache=cache) if isinstance(p, SolverOptions) else p for p in parsed)
 
-    groups: dict[tuple[str, int, str], list[str]] = {}
+    groups: dict[tuple[str, int, str, str, str], list[str]] = {}
     for m in measured:
-        policies = groups.setdefault((m.model, m.micro_batch, m.attention), [])
+        policies = groups.setdefault((m.model, m.micro_batch, m.attention, m.precision, m.compiled), [])
         if m.recompute not in policies:
             policies.append(m.recompute)
-    out: dict[tuple[str, int, str, str], Predicted] = {}
-    for (model, b, attention), policies in groups.items():
+    out: dict[tuple[str, int, str, str, str, str], Predicted] = {}
+    for (model, b, attention, precision, compiled), policies in groups.items():
         start = time.perf_counter()
+        row_dtype = dtype or DTYPES[precision]
+        base_opts = Options(
+            hw=hw,
+            dtype=row_dtype,
+            kernels="inductor" if compiled == "inductor" else kernels,
+            optimizer="adam",
+            devices=1,
+            placement="expert:1,1,1",
+            schedule_cache=cache,
+        )
         spec = with_attention(load_model_file(MODEL_FILES[model]), attention)
-        traced = trace_model(spec, b, None, training=True, dtype=dtype)
+        traced = trace_model(spec, b, None, training=True, dtype=row_dtype)
         module = import_graph(traced)
         del traced
         ctx = make_context()
@@ -195,7 +223,7 @@ def price(
             plan = plan_record(module)
             feasible = plan.get("feasible") == "yes"
             parts = time_breakdown(module) if feasible else None
-            out[(model, b, attention, policy)] = Predicted(
+            out[(model, b, attention, policy, precision, compiled)] = Predicted(
                 float(plan["time_per_batch_s"]) if feasible else None,
                 parts["optimizer_s"] if parts is not None else 0.0,
                 int(plan.get("max_memory_bytes", 0)),
@@ -203,7 +231,8 @@ def price(
                 ops,
                 tuple(sorted(by_kind.items())),
             )
-        log(f"  {model} b={b} {attention}: {', '.join(policies)} priced in {time.perf_counter() - start:.1f} s")
+        what = f"{attention} {precision}" + (" compiled" if compiled == "inductor" else "")
+        log(f"  {model} b={b} {what}: {', '.join(policies)} priced in {time.perf_counter() - start:.1f} s")
     return out
 
 
@@ -222,7 +251,7 @@ def _stats(name: str, e) -> str:
     )
 
 
-def report(measured: list[Measured], predicted: dict[tuple[str, int, str, str], Predicted]) -> str:
+def report(measured: list[Measured], predicted: dict[tuple[str, int, str, str, str, str], Predicted]) -> str:
     """The table (one row per measured step), the summaries, and phaze's time per op kind."""
     lines = [
         "predicted = the plan's time per batch, the optimizer step (opt) included; errors are predicted / measured - 1",
@@ -232,7 +261,7 @@ def report(measured: list[Measured], predicted: dict[tuple[str, int, str, str], 
     rows = []  # (measured, predicted) of the feasible plans
     e_mem = []
     for m in measured:
-        p = predicted[(m.model, m.micro_batch, m.attention, m.recompute)]
+        p = predicted[m.key]
         em = p.memory_bytes / m.peak_memory_bytes - 1
         e_mem.append(em)
         lead = f"{m.model:<13}{m.micro_batch:>3} {m.attention:<6}{m.recompute:<9}{m.step_s:9.4f}{m.kernel_s:9.4f}"
@@ -298,13 +327,18 @@ def main() -> None:
     p.add_argument("--csv", default=str(ROOT / "data" / "h100" / "train_step.csv"))
     p.add_argument("--hw", default="h100")
     p.add_argument("--kernels", default="eager", choices=("ops", "eager", "inductor", "megatron"))
-    p.add_argument("--dtype", default="amp-bfloat16", help="phazec --dtype (default amp-bfloat16, as measured)")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="phazec --dtype of every row (default: each row's measured precision, amp-bf16 as amp-bfloat16)",
+    )
     p.add_argument("--attention", choices=("eager", "sdpa"), help="only the rows of this attention")
     args = p.parse_args()
     measured = [m for m in read_measured(args.csv) if args.attention in (None, m.attention)]
     start = time.perf_counter()
     print(
-        f"pricing {len(measured)} measured steps on {args.hw} (--kernels {args.kernels} --dtype {args.dtype}):",
+        f"pricing {len(measured)} measured steps on {args.hw} (--kernels {args.kernels}, compiled rows inductor; "
+        f"--dtype {args.dtype or 'as measured'}):",
         file=sys.stderr,
     )
     predicted = price(measured, args.hw, args.kernels, args.dtype, log=lambda s: print(s, file=sys.stderr, flush=True))
