@@ -13,8 +13,8 @@ An export file holds **one command-line argument per line** (``--flag=value`` or
 unchanged (a Megatron pipeline layout holds ``*`` and ``|``, which an unquoted ``$(cat FILE)``
 would expand).
 
-The functions here are pure (a plan dict, as ``phaze/driver.py`` ``plan_json`` writes it, and the
-:class:`ModelFacts` of the traced model, to text) except :func:`write_exports`.
+The functions here are pure: a plan dict, as ``phaze/driver.py`` ``plan_json`` writes it, and the
+:class:`ModelFacts` of the traced model, to text (phazec writes the files with its other outputs).
 """
 
 from __future__ import annotations
@@ -524,16 +524,13 @@ def facts_of(layer_kinds: Sequence[str], seq_len: int | None, opts) -> ModelFact
     )
 
 
-def write_exports(requests: Sequence[Sequence[str]] | None, plan: dict[str, Any], facts: ModelFacts, log) -> None:
-    """Write every ``--export TARGET FILE`` of a feasible plan: all are rendered (and any refusal
-    raised) before the first is written, each atomically. An infeasible plan writes none (phazec
-    then exits 1 saying which constraint binds)."""
-    from phaze.outputs import write_atomically
-
+def export_files(
+    requests: Sequence[Sequence[str]] | None, plan: dict[str, Any], facts: ModelFacts, log
+) -> list[tuple[str, str, str]]:
+    """``(path, text, what it is)`` of every ``--export TARGET FILE`` of a feasible plan, all
+    rendered (and any refusal raised) before any is written. An infeasible plan exports none
+    (phazec then exits 1 saying which constraint binds)."""
     if requests and not plan.get("feasible"):
         log("--export: nothing written, no placement fits")
-        return
-    texts = [(target, path, render(target, plan, facts)) for target, path in requests or []]
-    for target, path, text in texts:
-        write_atomically(path, text)
-        log(f"wrote {path} ({target} arguments)")
+        return []
+    return [(path, render(target, plan, facts), f"{target} arguments") for target, path in requests or []]

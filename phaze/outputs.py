@@ -2,16 +2,17 @@
 
 Every output file goes to a temporary file beside it and is renamed into place only once it is
 complete (a rename within a directory is atomic), so a run that fails or is stopped part-way, a
-full disk included, leaves the previous file as it was.  And a run whose output would be one of
-its own inputs, or two of whose outputs are the same file, or one of whose outputs cannot be
-written, is refused before any work.
+full disk included, leaves the previous file as it was; a run's several outputs are renamed
+only once all of them are complete, so they land together or not at all.  And a run whose
+output would be one of its own inputs, or two of whose outputs are the same file, or one of
+whose outputs cannot be written, is refused before any work.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from phaze_ir.errors import PhazeError
 
@@ -22,11 +23,41 @@ def write_atomically(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` by way of a temporary file in the
     same directory, renamed into place once complete; a :class:`PhazeError` when it cannot be,
     and then ``path`` is untouched."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = None
+    write_together([(path, text)])
+
+
+def write_together(files: Sequence[tuple[str | os.PathLike[str], str]]) -> None:
+    """Write each ``(path, text)`` (UTF-8, ``\\n`` newlines) as one transaction: every text goes
+    to a temporary file beside its path first, and only once all are complete are they renamed
+    into place; a :class:`PhazeError` when one cannot be written, and then no path is touched."""
+    staged: list[tuple[str, str]] = []  # (temporary file, path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        for path, text in files:
+            path = os.fspath(path)
+            try:
+                staged.append((_staged(path, text), path))
+            except OSError as e:
+                raise PhazeError(f"{path}: cannot write: {e.strerror or e}") from e
+        for k, (tmp, path) in enumerate(staged):
+            try:
+                os.replace(tmp, path)
+            except OSError as e:
+                written = ", ".join(p for _, p in staged[:k])
+                raise PhazeError(
+                    f"{path}: cannot write: {e.strerror or e}" + (f" (written: {written})" if written else "")
+                ) from e
+    finally:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+def _staged(path: str, text: str) -> str:
+    """A complete temporary file beside ``path`` holding ``text``, with the permissions
+    ``path`` has (or a new file would get); none left behind when it cannot be made."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
             f.flush()
@@ -37,13 +68,10 @@ def write_atomically(path: str | os.PathLike[str], text: str) -> None:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
-        raise PhazeError(f"{path}: cannot write: {e.strerror or e}") from e
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
 
 
 def refuse_clashes(inputs: Iterable[tuple[str, str | None]], outputs: Iterable[tuple[str, str | None]]) -> None:

@@ -177,3 +177,39 @@ def test_a_cache_entry_that_would_hang_or_fill_memory_is_ignored(tmp_path, kind)
     assert got == (None, [f"schedule cache entry {file} cannot be read ({why}): ignored, solved again"])
     with _within(10), pytest.raises(BadEntry):
         read_entry(file, S.cache.FORMAT, S.cache.VERSION, p.canonical().key())
+
+
+# -- outputs land together, or not at all ---------------------------------------------------------
+
+
+def test_outputs_are_written_together_or_not_at_all(tmp_path):
+    from phaze.outputs import write_together
+    from phaze_ir.errors import PhazeError
+
+    plan, js, report = tmp_path / "plan.mlir", tmp_path / "plan.json", tmp_path / "gone" / "report.html"
+    plan.write_text("the old plan\n")
+    js.write_text("the old JSON\n")
+    with pytest.raises(PhazeError, match=r"report\.html: cannot write: No such file or directory"):
+        write_together([(plan, "new plan\n"), (js, "new JSON\n"), (report, "new report\n")])
+    assert (plan.read_text(), js.read_text()) == ("the old plan\n", "the old JSON\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "plan.mlir"]  # no temporary left
+    write_together([(plan, "new plan\n"), (js, "new JSON\n")])
+    assert (plan.read_text(), js.read_text()) == ("new plan\n", "new JSON\n")
+
+
+def test_a_plan_that_does_not_fit_changes_no_output_unless_asked(tmp_path):
+    from conftest import MODELS, run_tool
+
+    plan, js = tmp_path / "plan.mlir", tmp_path / "plan.json"
+    plan.write_text("the old plan\n")
+    js.write_text("the old JSON\n")
+    args = [str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--devices", "8", "--global-batch", "4"]
+    args += ["--micro-batch", "1", "--tp", "1", "--placement", "expert:1,8,1", "-o", str(plan), "--json", str(js)]
+    r = run_tool("phazec", *args, "-q")  # DP 8 cannot split 4 samples
+    assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("phazec: error: ") and "no placement fits" in r.stderr
+    assert r.stderr.rstrip().endswith(f"; nothing written to {plan}, {js} (--write-infeasible writes it)")
+    assert (plan.read_text(), js.read_text()) == ("the old plan\n", "the old JSON\n")
+    r = run_tool("phazec", *args, "-q", "--write-infeasible")
+    assert r.returncode == 1 and "nothing written" not in r.stderr, r.stderr
+    assert "feasible = no" in plan.read_text() and json.loads(js.read_text())["feasible"] is False

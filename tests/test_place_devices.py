@@ -147,6 +147,7 @@ def test_nothing_fits_names_the_binding_constraint(tmp_path):
         str(tmp_path / "p.mlir"),
         "--json",
         str(tmp_path / "p.json"),
+        "--write-infeasible",
     )
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "phazec: error: memory: no placement fits" in r.stderr

@@ -182,7 +182,8 @@ def test_phazec_none_that_does_not_fit_names_memory(tmp_path):
     _, auto = phazec(tmp_path, "auto", *args)
     assert auto["feasible"] and {s["recompute"] for s in auto["stages"]} != {"none"}
     out = tmp_path / "none"
-    r = run_tool("phazec", *args, "--recompute", "none", "-o", f"{out}.mlir", "--json", f"{out}.json")
+    flags = ["--recompute", "none", "-o", f"{out}.mlir", "--json", f"{out}.json", "--write-infeasible"]
+    r = run_tool("phazec", *args, *flags)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("phazec: error: memory: no placement fits") and "recompute = none" in r.stderr
     none = json.loads(out.with_suffix(".json").read_text())

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, Options
 from phaze.messages import exit_status, show_warnings_as
-from phaze.outputs import refuse_clashes, write_atomically
+from phaze.outputs import refuse_clashes, write_together
 from phaze.tools.flags import DEFAULT_CACHE_LIMIT, cache_size, check_positive_ints, check_solver_limits, trim_cache_dir
 from phaze_ir.errors import PhazeError
 
@@ -229,6 +229,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar=("{megatron,torchtitan}", "FILE"),
         help="also write the plan as that framework's command-line arguments, one per line (with --hw; "
         "may be given for each target; docs/launch.md)",
+    )
+    p.add_argument(
+        "--write-infeasible",
+        action="store_true",
+        help="when no placement fits, still write the plan (-o, --json, --report), which says which constraint "
+        "binds; without it such a run changes no file",
     )
     p.add_argument(
         "--cache",
@@ -492,36 +498,55 @@ class RichProgress:
 
 def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
     """Run the pipeline the arguments ask for; return the printed module and, when no placement
-    fits, the message saying which constraint binds (the JSON plan is written when asked)."""
+    fits, the message saying which constraint binds (``--json``, ``--report`` and ``--export``
+    are written, together, when asked)."""
+    text, failure, files = compiled(args, log)
+    _write(files, log)
+    return text, failure
 
+
+#: An output of a run: its path, its text and what it is (said when it is written).
+Output = tuple[str, str, str]
+
+
+def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Output]]:
+    """:func:`compile_model` without writing: the printed module, the failure, and the files
+    ``--json``, ``--report`` and ``--export`` ask for (not yet written)."""
     opts = options(args)
     if searching(args):
         return _search(args, opts, log)
     from phaze.search import hw_answer
 
     result = hw_answer.answer(args.models[0], opts, cache_dir(args), log, generic=args.print_op_generic)
+    files: list[Output] = []
     if result.plan is not None:
         if result.summary:
             log("plan:\n" + result.summary)
         if args.export:  # every export is rendered (or refused) before any output is written
-            from phaze.export import facts_of, write_exports
+            from phaze.export import export_files, facts_of
 
-            write_exports(args.export, result.plan, facts_of(result.layer_kinds, result.seq_len, opts), log)
+            facts = facts_of(result.layer_kinds, result.seq_len, opts)
+            files += export_files(args.export, result.plan, facts, log)
         if args.json:
-            _write_json(args.json, result.plan)
-            log(f"wrote {args.json}")
+            files.append((args.json, _json_text(result.plan), "the plan's JSON"))
         if args.report:  # also of a plan that does not fit: its header says what binds
             from phaze.search import report
 
-            report.write(args.report, result.plan)
-            log(f"wrote {args.report}")
-    return result.text, hw_answer.failure(result)
+            files.append((args.report, report.render(result.plan), "the report"))
+    return result.text, hw_answer.failure(result), files
 
 
-def _write_json(path: str, data) -> None:
+def _json_text(data) -> str:
     import json
 
-    write_atomically(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    return json.dumps(data, indent=2, sort_keys=False) + "\n"
+
+
+def _write(files: list[Output], log) -> None:
+    """Write ``files`` together (all or none, :func:`phaze.outputs.write_together`), saying each."""
+    write_together([(path, text) for path, text, _ in files])
+    for path, _, what in files:
+        log(f"wrote {path} ({what})")
 
 
 def refuse_output_clashes(args: argparse.Namespace) -> None:
@@ -536,7 +561,7 @@ def refuse_output_clashes(args: argparse.Namespace) -> None:
     refuse_clashes(inputs, outputs + export_outputs(args))
 
 
-def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
+def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None, list[Output]]:
     """The architecture search (no ``--hw``)."""
     from phaze.search import report
     from phaze.search.run import answer
@@ -556,13 +581,12 @@ def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None]:
         + ", ".join(f"{v:,} by {k.replace('_', ' ')}" for k, v in st["pruned"].items())
         + f"; {st['evaluated']:,} evaluated exactly; {st['wall_s']['total']:.1f} s"
     )
+    files: list[Output] = []
     if args.json:
-        _write_json(args.json, data)
-        log(f"wrote {args.json}")
+        files.append((args.json, _json_text(data), "the search's JSON"))
     if args.report:
-        report.write(args.report, data)
-        log(f"wrote {args.report}")
-    return text, None
+        files.append((args.report, report.render(data), "the report"))
+    return text, None, files
 
 
 def baseline_table(data) -> str:
@@ -606,12 +630,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> None:
         refuse_output_clashes(args)
-        text, failure = compile_model(args, log)
+        text, failure, files = compiled(args, log)
+        if args.output != "-":
+            files.insert(0, (args.output, text, "the plan" if args.emit == "plan" else "the module"))
+        if failure and files and not args.write_infeasible:
+            trim_cache(args, log)
+            written = ", ".join(path for path, _, _ in files)
+            raise PhazeError(f"{failure}; nothing written to {written} (--write-infeasible writes it)")
+        _write(files, log)
         if args.output == "-":
             sys.stdout.write(text)
-        else:
-            write_atomically(args.output, text)
-            log(f"wrote {args.output}")
         trim_cache(args, log)
         if failure:
             raise PhazeError(failure)
