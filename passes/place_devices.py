@@ -62,6 +62,7 @@ def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
                 grad_bytes=m["grad_bytes"],
                 optimizer_bytes=m["optimizer_bytes"],
                 workspace_bytes=m["workspace_bytes"],
+                recompute_workspace_bytes=m["recompute_workspace_bytes"],
                 boundary_bytes=layer["boundary_bytes"],
                 experts=layer["experts"],
                 expert_param_bytes=m["expert_param_bytes"],
@@ -106,7 +107,7 @@ def build_problem(
             levels=pl.network_levels(spec["network"]),
             global_batch=global_batch,
             micro_batch=keys.int_of(module, keys.MICRO_BATCH_SIZE, 1),
-            tp=keys.int_of(module, keys.TP_WIDTH, 1),
+            tp=tp_width(module, pass_name),
             dp_overlap=dp_overlap,
             recompute=recompute,
             zero=zero,
@@ -119,6 +120,22 @@ def build_problem(
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
+
+
+def tp_width(module: ModuleOp, pass_name: str) -> int:
+    """``phaze.tp_width``, checked against how the step is sharded: every collective
+    ``phaze-shard-tensor-parallel`` inserted spans ``width`` devices, and a width above 1 has
+    some (a width edited in a plan would price the step as another width than its ops')."""
+    width = keys.int_of(module, keys.TP_WIDTH, 1)
+    ops = step_function(module).body.block.ops
+    groups = sorted({o.group_size.value.data for o in ops if isinstance(o, ph.CollectiveOp)})
+    if any(g != width for g in groups) or (width > 1 and not groups):
+        spans = f"collectives of group size {', '.join(map(str, groups))}" if groups else "no collective"
+        raise PhazeError(
+            f"{pass_name}: phaze.tp_width = {width} is not how the step is sharded (it has {spans}); "
+            f"expected the width phaze-shard-tensor-parallel wrote"
+        )
+    return width
 
 
 def frees_grads(module: ModuleOp) -> bool:

@@ -178,9 +178,14 @@ def string_of(op: Operation, key: Key, default: str = "") -> str:
 
 
 def int_of(op: Operation, key: Key, default: int) -> int:
-    """The integer ``op`` holds under ``key`` (``default`` when absent or not an integer)."""
+    """The positive integer ``op`` holds under ``key`` (a count: a width, a size); ``default``
+    when absent, and a :class:`PhazeError` when it holds anything else (``"one"``, ``0``)."""
     attr = op.attributes.get(key)
-    return attr.value.data if isinstance(attr, IntegerAttr) else default
+    if attr is None:
+        return default
+    if not isinstance(attr, IntegerAttr) or isinstance(attr.value.data, bool) or attr.value.data < 1:
+        raise PhazeError(f"'{op.name}' op {key} = {attr}: expected a positive integer")
+    return attr.value.data
 
 
 def records_of(op: Operation, key: Key, kind: type[AttributeT]) -> list[AttributeT]:

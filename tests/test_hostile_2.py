@@ -213,3 +213,32 @@ def test_a_plan_that_does_not_fit_changes_no_output_unless_asked(tmp_path):
     r = run_tool("phazec", *args, "-q", "--write-infeasible")
     assert r.returncode == 1 and "nothing written" not in r.stderr, r.stderr
     assert "feasible = no" in plan.read_text() and json.loads(js.read_text())["feasible"] is False
+
+
+# -- a plan whose attributes contradict its ops ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("width", "why"),
+    [
+        ("1 : i64", None),
+        ("8 : i64", "phaze.tp_width = 8 is not how the step is sharded (it has no collective)"),
+        ('"one"', "'builtin.module' op phaze.tp_width = \"one\": expected a positive integer"),
+        ("0 : i64", "'builtin.module' op phaze.tp_width = 0 : i64: expected a positive integer"),
+    ],
+)
+def test_place_devices_refuses_a_tp_width_that_is_not_the_sharding(tmp_path, capsys, width, why):
+    from conftest import MODELS, compiled
+
+    from phaze.tools import phaze_opt
+
+    text = compiled(str(MODELS / "tiny_gpt2.py"), "recompute")
+    assert text.count("phaze.tp_width = 1 : i64") == 1
+    file = tmp_path / "edited.mlir"
+    file.write_text(text.replace("phaze.tp_width = 1 : i64", f"phaze.tp_width = {width}"))
+    status = phaze_opt.main([str(file), "-p", "phaze-place-devices{devices=8 global_batch=8}"])
+    out, err = capsys.readouterr()
+    if why is None:
+        assert status == 0 and "tp = 1," in out, err
+    else:
+        assert status == 1 and err.count("\n") == 1 and why in err, err
