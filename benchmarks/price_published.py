@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -215,8 +217,9 @@ def gpt_shape(model: str):
     return Shape(hidden=parts["h"], heads=parts["a"], layers=parts["l"], seq_len=0, vocabulary=parts["v"])
 
 
-def phazec_flags(r: Row) -> list[str]:
-    """phazec's flags that price ``r`` as it ran (the model file and output flags apart)."""
+def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
+    """phazec's flags that price ``r`` as it ran (the model file and output flags apart);
+    ``dp_overlap=False`` leaves FSDP's collectives exposed (a bound, not how the runs ran)."""
     flags = [
         "--hw",
         r.hw,
@@ -247,7 +250,7 @@ def phazec_flags(r: Row) -> list[str]:
         "--rank-order",
         "tp-dp-pp",
     ]
-    if r.zero == 3:
+    if r.zero == 3 and dp_overlap:
         flags.append("--dp-overlap")  # FSDP prefetches the all-gathers and overlaps the reduce-scatters
     if r.group == "megatron":
         flags += ["--pipeline-transfer", "split"]  # as phaze-validate prices these runs
@@ -311,21 +314,38 @@ class Priced:
         return None if self.step_s is None else self.step_s / self.row.measured_step_s - 1
 
 
-def price(r: Row, directory: str, cache: str | None) -> Priced:
+@functools.cache
+def _writes_infeasible() -> bool:
+    """Whether this phazec takes --write-infeasible (then a refused plan's JSON, with its memory by
+    part, is written too)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "phaze.tools.phazec", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    return "--write-infeasible" in proc.stdout
+
+
+def price(r: Row, directory: str, cache: str | None, dp_overlap: bool = True) -> Priced:
     """Run phazec on ``r``; what it priced."""
     own = os.path.join(directory, r.id)  # a folder per row: rows priced at once write no file twice
     os.makedirs(own, exist_ok=True)
     out = os.path.join(own, "plan.json")
-    cmd = [sys.executable, "-m", "phaze.tools.phazec", model_file(r, own), *phazec_flags(r)]
+    cmd = [sys.executable, "-m", "phaze.tools.phazec", model_file(r, own), *phazec_flags(r, dp_overlap)]
     cmd += ["--json", out, "-o", os.devnull, "-q"]
     cmd += ["--cache", cache] if cache else ["--no-cache"]
+    cmd += ["--write-infeasible"] if _writes_infeasible() else []
     p = Priced(r, cmd)
+    if os.path.exists(out):
+        os.remove(out)  # a plan of an earlier run (--keep) is not this one's
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     p.seconds = time.perf_counter() - start
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     p.message = lines[-1] if lines else f"exit status {proc.returncode}"
     if not os.path.exists(out):
+        # refused without a plan written: the bytes the plan needs and the HBM, from the message
+        m = re.search(r"needs at least (\d+) bytes per device.*HBM is (\d+) bytes", p.message)
+        if m:
+            p.memory_bytes, p.hbm_bytes = int(m.group(1)), int(m.group(2))
         return p
     with open(out, encoding="utf-8") as f:
         plan = json.load(f)
@@ -421,6 +441,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cache", action="store_true", help="phazec --no-cache")
     ap.add_argument("--json", default=None, help="also write the rows and summaries as JSON")
     ap.add_argument("--show-commands", action="store_true", help="print each phazec command line")
+    ap.add_argument(
+        "--no-dp-overlap",
+        action="store_true",
+        help="price FSDP's collectives exposed, not overlapped with compute (a bound, not as run)",
+    )
     ap.add_argument("--keep", default=None, metavar="DIR", help="keep each row's model file and plan JSON in DIR/<id>/")
     args = ap.parse_args(argv)
 
@@ -433,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="phaze-published-") as tmp:
         where = args.keep or tmp
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            priced = list(pool.map(lambda r: price(r, where, cache), rows))
+            priced = list(pool.map(lambda r: price(r, where, cache, not args.no_dp_overlap), rows))
     for p in priced:
         state = "refused" if p.step_s is None and p.memory_bytes else ("failed" if p.step_s is None else "priced")
         print(f"{p.row.id}: {state} in {p.seconds:.0f} s", file=sys.stderr)

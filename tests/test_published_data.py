@@ -68,6 +68,7 @@ def test_an_fsdp_row_maps_to_zero3_with_overlap_eager_kernels_and_bf16():
     assert _flag(f, "--dtype") == "bfloat16"
     assert _flag(f, "--kernels") == "eager"
     assert "--pipeline-transfer" not in f
+    assert "--dp-overlap" not in pp.phazec_flags(r, dp_overlap=False)  # the bound with FSDP's collectives exposed
 
 
 def test_torchtitans_selective_checkpointing_is_priced_as_selective_and_not_exact():
