@@ -27,6 +27,7 @@ from xdsl.irdl import irdl_attr_definition
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.bitwise_casts import convert_f64_to_u64
+from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
 FieldValue = int | float | str
@@ -131,6 +132,7 @@ ENUM_ATTRS: tuple[type[EnumAttribute], ...] = (
 
 
 MAX_INT_BITS = 4096
+I64_MAX = 2**63 - 1
 """Record integers are arbitrary precision up to this many bits (sign apart): far beyond any
 count of bytes, FLOPs or cycles, and well inside what Python prints and reads back in decimal."""
 
@@ -228,6 +230,10 @@ class RecordAttr(ParametrizedAttribute):
     """
 
     FIELDS: ClassVar[tuple[str, ...]] = ()
+    #: The values a number field may hold, where its writer bounds them (an i64 of the
+    #: placement DP, a count): ``(least, most)``, a float field also finite.  Read back from
+    #: text, a field out of its range is a parse error at the field.
+    RANGES: ClassVar[dict[str, tuple[float, float]]] = {}
 
     @classmethod
     def make(cls, **values: FieldValue):
@@ -299,13 +305,37 @@ class RecordAttr(ParametrizedAttribute):
                 except ValueError as e:
                     parser.raise_error(str(e))
                 return
+            token = parser._current_token
             values[key] = cls._parse_value(parser, key)
+            wrong = cls._out_of_range(key, values[key])
+            if wrong:
+                parser.raise_error(f"field {wrong}", token.span)
 
         parser.parse_comma_separated_list(parser.Delimiter.ANGLE, parse_field)
         missing = [f for f in cls.FIELDS if f not in values]
         if missing:
             parser.raise_error(f"{cls.name} is missing field(s) {', '.join(missing)}")
         return [values[f] for f in cls.FIELDS]
+
+    @classmethod
+    def _out_of_range(cls, key: str, value: Attribute) -> str | None:
+        """What is wrong with field ``key`` holding ``value`` (its :attr:`RANGES`), or None."""
+        if key not in cls.RANGES or not isinstance(value, (IntAttr, FloatData)):
+            return None
+        least, most = cls.RANGES[key]
+        number = value.data
+        if least <= number <= most and math.isfinite(number):
+            return None
+        shown = number if isinstance(value, IntAttr) else format_float(number)
+        expected = f"from {least} to {most}" if most < math.inf else f">= {least}"
+        kind = "an integer" if isinstance(value, IntAttr) else "a finite number"
+        return f"'{key}' of {cls.name} = {shown}: expected {kind} {expected}"
+
+    def verify(self) -> None:
+        for key, value in zip(self.FIELDS, self.parameters):
+            wrong = self._out_of_range(key, value)
+            if wrong:
+                raise VerifyException(wrong)
 
     @classmethod
     def _parse_value(cls, parser: AttrParser, key: str) -> Attribute:
@@ -900,6 +930,14 @@ class PlanAttr(RecordAttr):
     placement: StringAttr
     feasible: YesNoAttr
     binding: StringAttr
+
+    RANGES = {
+        **{f: (1, I64_MAX) for f in ("devices", "global_batch", "micro_batch_size")},
+        **{f: (0, I64_MAX) for f in ("dp", "pp", "tp", "virtual_stages", "expert_parallel", "num_micro_batches")},
+        **{f: (0, I64_MAX) for f in ("max_memory_bytes", "devices_used")},
+        "zero": (0, 3),
+        **{f: (0, math.inf) for f in ("time_per_batch_s", "throughput_samples_per_s")},
+    }
 
 
 @irdl_attr_definition

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, StringAttr, SymbolRefAttr
 from xdsl.ir import Attribute, Operation
 
 from phaze_ir.errors import PhazeError
 
-__all__ = ["ALL_KEYS", "Key", "int_of", "records_of", "require", "require_records", "string_of"]
+__all__ = ["ALL_KEYS", "Key", "check_module", "int_of", "records_of", "require", "require_records", "string_of"]
 
 IMPORTER = "phazec (its importer)"
 
@@ -186,6 +186,34 @@ def int_of(op: Operation, key: Key, default: int) -> int:
     if not isinstance(attr, IntegerAttr) or isinstance(attr.value.data, bool) or attr.value.data < 1:
         raise PhazeError(f"'{op.name}' op {key} = {attr}: expected a positive integer")
     return attr.value.data
+
+
+def check_module(module: Operation) -> None:
+    """A :class:`PhazeError` when a module key holds what it is not declared to (its
+    ``holds``): an ``i64`` key something else than a positive integer (an f64, ``"one"``), an
+    ``f64`` key no float, a ``string`` key no string, ``phaze.target`` no op of the module."""
+    for key in ALL_KEYS:
+        attr = module.attributes.get(key)
+        if key.on != "module" or attr is None:
+            continue
+        kind = key.holds.split(":")[0]
+        if kind == "i64":
+            int_of(module, key, 1)
+        elif (kind == "f64" and not isinstance(attr, FloatAttr)) or (
+            kind == "string" and not isinstance(attr, StringAttr)
+        ):
+            raise PhazeError(
+                f"'{module.name}' op {key} = {attr}: expected {'a float' if kind == 'f64' else 'a string'}"
+            )
+        elif kind == "symbol":
+            ops = module.regions[0].ops if module.regions else ()
+            names = [op.properties.get("sym_name") or op.attributes.get("sym_name") for op in ops]
+            if (
+                not isinstance(attr, SymbolRefAttr)
+                or attr.nested_references.data
+                or StringAttr(attr.root_reference.data) not in names
+            ):
+                raise PhazeError(f"'{module.name}' op {key} = {attr}: expected the symbol of an op of the module")
 
 
 def records_of(op: Operation, key: Key, kind: type[AttributeT]) -> list[AttributeT]:

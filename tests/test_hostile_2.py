@@ -242,3 +242,64 @@ def test_place_devices_refuses_a_tp_width_that_is_not_the_sharding(tmp_path, cap
         assert status == 0 and "tp = 1," in out, err
     else:
         assert status == 1 and err.count("\n") == 1 and why in err, err
+
+
+@pytest.fixture(scope="module")
+def tiny_plan() -> str:
+    """The plan of the tiny GPT-2 on 8 A100s (in-process, cached across tests)."""
+    from conftest import MODELS
+
+    from phaze.tools.phazec import _parser, compile_model
+
+    args = [str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--devices", "8", "--global-batch", "8"]
+    args += ["--micro-batch", "1", "--tp", "1", "--no-cache", "-q"]
+    text, failure = compile_model(_parser().parse_args(args), lambda msg: None)
+    assert failure is None
+    return text
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        (", dp = 8,", ", dp = -8,", ":1:{}: error: field 'dp' of phaze.plan = -8: expected an integer from 0 to"),
+        (
+            "max_memory_bytes = ",
+            "max_memory_bytes = 100000000000000000000000",
+            ":1:{}: error: field 'max_memory_bytes' of phaze.plan = 100000000000000000000000: expected an integer",
+        ),
+        (
+            "phaze.micro_batch_size = 1 : i64",
+            "phaze.micro_batch_size = 1.5 : f64",
+            "phaze-opt: error: 'builtin.module' op phaze.micro_batch_size = 1.500000e+00 : f64: "
+            "expected a positive integer",
+        ),
+        (
+            "phaze.target = @acc",
+            "phaze.target = @nope",
+            "phaze-opt: error: 'builtin.module' op phaze.target = @nope: expected the symbol of an op of the module",
+        ),
+    ],
+    ids=["negative", "beyond-i64", "f64", "no-symbol"],
+)
+def test_phaze_opt_refuses_a_plan_whose_attributes_are_out_of_range(tmp_path, capsys, tiny_plan, old, new, why):
+    import re
+
+    from phaze.tools import phaze_opt
+
+    assert tiny_plan.count(old) == 1
+    if old == "max_memory_bytes = ":
+        text = re.sub(r"max_memory_bytes = \d+", new, tiny_plan, count=1)
+    else:
+        text = tiny_plan.replace(old, new)
+    file = tmp_path / "plan.mlir"
+    file.write_text(text)
+    assert phaze_opt.main([str(file)]) == 1
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    if why.startswith(":1:"):  # a parse error at the field: file:line:col, an excerpt and a caret
+        assert first.startswith(f"{file}:1:") and why.split("{}")[1] in first, err
+    else:
+        assert first == why, err
+    assert "Traceback" not in err
+    file.write_text(tiny_plan)
+    assert phaze_opt.main([str(file)]) == 0

@@ -86,10 +86,21 @@ def _field_strategy(hint: type) -> st.SearchStrategy:
     return {IntAttr: INTS, FloatData: FLOATS, StringAttr: STRINGS}[hint]
 
 
+def _ranged(hint: type, least: float, most: float) -> st.SearchStrategy:
+    """Values of a field bounded by its class's ``RANGES`` (the record refuses others)."""
+    if hint is IntAttr:
+        return st.one_of(st.integers(int(least), int(min(most, 2**63 - 1))), st.sampled_from([int(least)]))
+    return st.floats(least, most, allow_infinity=False, allow_nan=False)
+
+
 def records(cls: type[RecordAttr]) -> st.SearchStrategy[RecordAttr]:
-    """Instances of ``cls`` with arbitrary values of each field's declared type."""
+    """Instances of ``cls`` with arbitrary values of each field's declared type (within the
+    field's range, where the class bounds it)."""
     hints = typing.get_type_hints(cls)
-    return st.fixed_dictionaries({f: _field_strategy(hints[f]) for f in cls.FIELDS}).map(lambda v: cls.make(**v))
+    fields = {
+        f: _ranged(hints[f], *cls.RANGES[f]) if f in cls.RANGES else _field_strategy(hints[f]) for f in cls.FIELDS
+    }
+    return st.fixed_dictionaries(fields).map(lambda v: cls.make(**v))
 
 
 def _module(attrs: list[RecordAttr]) -> ModuleOp:

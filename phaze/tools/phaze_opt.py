@@ -18,6 +18,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from passes import ALL_PASSES
 from phaze.outputs import refuse_clashes, write_atomically
+from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 from phaze_ir.ir import MLIRParseError, parse_text
 
@@ -56,9 +57,11 @@ class PhazeOptMain(xDSLOptMain):
         def parse_mlir(stream):
             # phaze's parser: a syntax error names file:line:col with a short excerpt, never a
             # whole (possibly multi-MB) line, and an empty file says so.
-            return parse_text(
+            module = parse_text(
                 stream.read(), self.get_input_name(), self.ctx, allow_implicit_module=not self.args.no_implicit_module
             )
+            keys.check_module(module)  # what the dialect's attributes cannot say: a module key's type
+            return module
 
         self.available_frontends["mlir"] = parse_mlir
 
