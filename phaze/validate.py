@@ -244,6 +244,10 @@ def parse_runs(text: str, name: str = "<csv>") -> list[Run]:
     except csv.Error as e:
         raise PhazeError(f"{name}:1: not CSV: {e}") from None
     index = {_norm(h): i for i, h in enumerate(header)}
+    for head in (*COLUMNS.values(), *OPTIONAL_COLUMNS.values()):
+        at = [i + 1 for i, h in enumerate(header) if _norm(h) == _norm(head)]
+        if len(at) > 1:
+            raise PhazeError(f"{name}:1: column '{head}' is given {len(at)} times (columns {at}): expected once")
     columns: dict[str, int] = {}
     for fld, head in COLUMNS.items():
         if _norm(head) not in index:
@@ -259,6 +263,11 @@ def parse_runs(text: str, name: str = "<csv>") -> list[Run]:
         for row in reader:
             if not any(cell.strip() for cell in row):
                 continue
+            if any(cell.strip() for cell in row[len(header) :]):  # a cell no column names
+                raise PhazeError(
+                    f"{name}:{reader.line_num}: row {len(runs) + 1} has {len(row)} cells, "
+                    f"expected at most the header's {len(header)}"
+                )
             runs.append(_run(row, columns, len(runs) + 1, reader.line_num, name))
     except csv.Error as e:
         raise PhazeError(f"{name}:{reader.line_num}: not CSV: {e}") from None

@@ -303,3 +303,32 @@ def test_phaze_opt_refuses_a_plan_whose_attributes_are_out_of_range(tmp_path, ca
     assert "Traceback" not in err
     file.write_text(tiny_plan)
     assert phaze_opt.main([str(file)]) == 0
+
+
+# -- phaze-validate's CSV -------------------------------------------------------------------------
+
+_HEAD = "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
+_HEAD += "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)"
+_ROW = "8,4,1,1024,16,16,1024,1,2,4,77.2"
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (
+            _HEAD + ",# layers\n" + _ROW + ",12\n",
+            "v.csv:1: column '# layers' is given 2 times (columns [6, 12]): expected once",
+        ),
+        (_HEAD + "\n" + _ROW + ",12,bf16\n", "v.csv:2: row 1 has 13 cells, expected at most the header's 11"),
+    ],
+    ids=["duplicated-column", "extra-cells"],
+)
+def test_validate_refuses_a_csv_whose_cells_are_ambiguous(text, why):
+    from phaze import validate
+    from phaze_ir.errors import PhazeError
+
+    with pytest.raises(PhazeError) as e:
+        validate.parse_runs(text, "v.csv")
+    assert str(e.value) == why
+    (run,) = validate.parse_runs(_HEAD + "\n" + _ROW + ",\n", "v.csv")  # an empty trailing cell is no cell
+    assert run.layers == 16
