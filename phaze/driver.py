@@ -348,6 +348,7 @@ def check_options(opts: Options) -> None:
         parse_expert_parallel,
         parse_pipeline_schedule,
         parse_pipeline_transfer,
+        parse_placement,
         parse_rank_order,
         parse_recompute,
         parse_zero,
@@ -379,6 +380,26 @@ def check_options(opts: Options) -> None:
             f"--sequence-parallel '{opts.sequence_parallel}': expected one of {', '.join(SEQUENCE_PARALLEL_SETTINGS)}"
         )
     check_capacity_factor(opts.capacity_factor)
+    if opts.placement.startswith("expert:"):  # its degrees are known without the model
+        try:
+            check_placement_devices(parse_placement(opts.placement, ""), opts.devices)
+        except PlacementError as e:
+            raise PhazeError(f"--placement: {e}") from e
+    if opts.emit == "plan" and all(opts.global_batch % b for b in opts.micro_batches):
+        sizes = ", ".join(map(str, opts.micro_batches))
+        raise PhazeError(
+            f"--global-batch {opts.global_batch} is not a multiple of the micro-batch size ({sizes}): "
+            "expected a micro-batch size that divides the global batch"
+        )
+
+
+def check_placement_devices(fixed: tuple[int, int, int] | None, devices: int) -> None:
+    """A fixed placement (PP, DP, TP) that needs more devices than the run has is refused."""
+    if fixed is not None and fixed[0] * fixed[1] * fixed[2] > devices:
+        pp, dp, tp = fixed
+        raise PhazeError(
+            f"--placement expert:{pp},{dp},{tp} needs {pp * dp * tp} devices: expected at most --devices {devices}"
+        )
 
 
 @dataclass(frozen=True)
@@ -410,6 +431,7 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
         fixed = parse_placement(opts.placement, spec.name)
     except PlacementError as e:
         raise PhazeError(f"--placement: {e}") from e
+    check_placement_devices(fixed, opts.devices)
     return Compilation(opts, accelerator, spec, fixed, tp_widths_of(opts, fixed))
 
 

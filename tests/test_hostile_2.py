@@ -332,3 +332,33 @@ def test_validate_refuses_a_csv_whose_cells_are_ambiguous(text, why):
     assert str(e.value) == why
     (run,) = validate.parse_runs(_HEAD + "\n" + _ROW + ",\n", "v.csv")  # an empty trailing cell is no cell
     assert run.layers == 16
+
+
+# -- refused before any work ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [
+        (
+            ["--micro-batch", "3", "--global-batch", "64"],
+            "--global-batch 64 is not a multiple of the micro-batch size (3): "
+            "expected a micro-batch size that divides the global batch",
+        ),
+        (
+            ["--placement", "expert:2,2,2", "--devices", "4"],
+            "--placement expert:2,2,2 needs 8 devices: expected at most --devices 4",
+        ),
+    ],
+    ids=["batch", "placement"],
+)
+def test_options_the_run_cannot_take_are_refused_before_the_model_is_loaded(tmp_path, flags, why):
+    from phaze.tools.phazec import _parser, compile_model
+    from phaze_ir.errors import PhazeError
+
+    model = tmp_path / "never_imported.py"
+    model.write_text("raise SystemExit('the model was imported')\n")
+    args = _parser().parse_args([str(model), "--hw", "a100", *flags, "-o", str(tmp_path / "p.mlir"), "-q"])
+    with pytest.raises(PhazeError) as e:
+        compile_model(args, lambda msg: None)
+    assert str(e.value) == why
