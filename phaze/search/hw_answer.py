@@ -29,6 +29,7 @@ none.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import warnings
 from collections.abc import Iterator
@@ -36,10 +37,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from passes.algorithms.cache_file import BadEntry
 from phaze import driver
 from phaze.driver import Options
 from phaze.search import plan_template, warm
 from phaze.search.warm import StageCache, need
+from phaze_ir.attributes import format_float
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 #: The stage cache's kind of entry this module keeps.
@@ -71,11 +74,39 @@ def check_answer(payload: Any) -> Answer:
     need(d["plan"] is None or isinstance(d["plan"], dict), "the plan as JSON")
     if d["plan"] is not None:
         warm.fields(d["plan"], ("feasible", "binding", "candidates"), "the plan as JSON")
+        if d["plan"]["feasible"]:
+            _check_plan_numbers(d["plan"], d["text"])
     need(isinstance(d["summary"], str), "the plan's summary")
     need(isinstance(d["layer_kinds"], list) and all(isinstance(k, str) for k in d["layer_kinds"]), "layer kinds")
     need(d["seq_len"] is None or (warm.is_int(d["seq_len"]) and d["seq_len"] > 0), "a sequence length")
     need(isinstance(d["warnings"], list) and all(isinstance(w, str) for w in d["warnings"]), "warnings")
     return Answer(d["text"], d["plan"], d["summary"], d["layer_kinds"], d["seq_len"], d["warnings"])
+
+
+def _check_plan_numbers(plan: dict, text: str) -> None:
+    """A feasible plan's numbers agree with one another and with the module's text (:class:`BadEntry`
+    otherwise): an entry whose hashes were recomputed after its numbers were edited is not served."""
+    counts = ("devices", "global_batch", "dp", "pp", "tp", "micro_batch_size", "num_micro_batches", "devices_used")
+    need(all(warm.is_int(plan.get(k)) and plan[k] > 0 for k in counts), "the plan's degrees and batch sizes > 0")
+    need(
+        plan["dp"] * plan["pp"] * plan["tp"] == plan["devices_used"] <= plan["devices"],
+        "a plan whose devices are dp x pp x tp, at most the cluster's",
+    )
+    need(
+        plan["micro_batch_size"] * plan["num_micro_batches"] * plan["dp"] == plan["global_batch"],
+        "a plan whose micro-batches make up the global batch",
+    )
+    time, thr = plan.get("time_per_batch_s"), plan.get("throughput_samples_per_s")
+    if not (warm.is_number(time) and warm.is_number(thr) and time > 0 and thr > 0):
+        raise BadEntry("does not hold a time per batch and throughput > 0")
+    need(math.isclose(thr * time, plan["global_batch"], rel_tol=1e-9), "a throughput that is the batch over its time")
+    acc = plan.get("accelerator")
+    hbm = acc.get("hbm") if isinstance(acc, dict) else None
+    most = hbm.get("bytes") if isinstance(hbm, dict) else None
+    memory = plan.get("max_memory_bytes")
+    need(warm.is_int(most) and warm.is_int(memory) and 0 <= memory <= most, "memory within the chip's HBM")
+    said = (f"throughput_samples_per_s = {format_float(thr)},", f"global_batch = {plan['global_batch']},")
+    need(all(s in text for s in said), "the module's plan (its text and its JSON differ)")
 
 
 def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generic: bool = False) -> Answer:
