@@ -396,15 +396,7 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
     options, so a user's own flags go before the file's."""
     target = "torchtitan"
     s = settings(plan, facts, target)
-    if s.zero in (1, 2):
-        raise PhazeError(
-            f"--export torchtitan: ZeRO-{s.zero} shards the optimizer state{' and gradients' if s.zero == 2 else ''} "
-            "but not the parameters; torchtitan shards all three (FSDP, ZeRO-3) or none: compile with --zero 0 or 3"
-        )
-    if facts.optimizer != "adam":
-        raise PhazeError(
-            f"--export torchtitan: torchtitan 0.3.0 has no {facts.optimizer} optimizer (Adam, AdamW, DistMuon)"
-        )
+    _torchtitan_can_run(s.zero, facts.optimizer)
     if s.rank_order == "tp-pp-dp" and s.dp > 1 and s.pp > 1:
         raise PhazeError(
             "--export torchtitan: the plan numbers devices tp-pp-dp (data parallelism outermost); torchtitan's "
@@ -484,6 +476,18 @@ def render(target: str, plan: dict[str, Any], facts: ModelFacts) -> str:
     return "".join(a + "\n" for a in args)
 
 
+def _torchtitan_can_run(zero: int, optimizer: str) -> None:
+    """torchtitan's refusal of a ZeRO stage or an optimizer it has not (known from the options,
+    before any work, when they fix them)."""
+    if zero in (1, 2):
+        raise PhazeError(
+            f"--export torchtitan: ZeRO-{zero} shards the optimizer state{' and gradients' if zero == 2 else ''} "
+            "but not the parameters; torchtitan shards all three (FSDP, ZeRO-3) or none: compile with --zero 0 or 3"
+        )
+    if optimizer != "adam":
+        raise PhazeError(f"--export torchtitan: torchtitan 0.3.0 has no {optimizer} optimizer (Adam, AdamW, DistMuon)")
+
+
 def export_outputs(args) -> list[tuple[str, str]]:
     """``(flag, path)`` of each of phazec's ``--export TARGET FILE`` (its ``refuse_clashes`` checks
     them with its other outputs), after checking each target and file name, before any work."""
@@ -498,6 +502,9 @@ def export_outputs(args) -> list[tuple[str, str]]:
             raise PhazeError(f"--export {target}: unknown target (choose from {', '.join(TARGETS)})")
         if path in ("", "-"):
             raise PhazeError(f"--export {target} needs a file name (not stdout)")
+        if target == "torchtitan":
+            zero = str(getattr(args, "zero", "0"))
+            _torchtitan_can_run(int(zero) if zero.isdigit() else 0, getattr(args, "optimizer", "adam"))
         outputs.append((f"--export {target}", path))
     return outputs
 

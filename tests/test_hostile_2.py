@@ -402,3 +402,23 @@ def test_options_the_run_cannot_take_are_refused_before_the_model_is_loaded(tmp_
     with pytest.raises(PhazeError) as e:
         compile_model(args, lambda msg: None)
     assert str(e.value) == why
+
+
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [
+        (["--zero", "1"], "--export torchtitan: ZeRO-1 shards the optimizer state but not the parameters"),
+        (["--optimizer", "sgd"], "--export torchtitan: torchtitan 0.3.0 has no sgd optimizer"),
+    ],
+    ids=["zero-1", "sgd"],
+)
+def test_an_export_the_options_rule_out_is_refused_before_the_model_is_loaded(tmp_path, capsys, flags, why):
+    from phaze.tools import phazec
+
+    model = tmp_path / "never_imported.py"
+    model.write_text("raise SystemExit('the model was imported')\n")
+    args = [str(model), "--hw", "a100", *flags, "--export", "torchtitan", str(tmp_path / "t.args")]
+    assert phazec.main([*args, "-o", str(tmp_path / "p.mlir"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"phazec: error: {why}") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["never_imported.py"]
