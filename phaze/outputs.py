@@ -109,3 +109,11 @@ def _check_writable(flag: str, path: str) -> None:
         raise PhazeError(f"{flag} {path}: cannot write: no directory {directory}")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise PhazeError(f"{flag} {path}: cannot write: the directory {directory} is not writable")
+    try:  # what os.access cannot tell (a read-only or pseudo file system, such as /proc, as root)
+        fd, probe = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise PhazeError(
+            f"{flag} {path}: cannot write: the directory {directory} takes no new file ({e.strerror})"
+        ) from e
+    os.close(fd)
+    os.unlink(probe)

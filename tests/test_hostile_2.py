@@ -422,3 +422,16 @@ def test_an_export_the_options_rule_out_is_refused_before_the_model_is_loaded(tm
     err = capsys.readouterr().err
     assert err.startswith(f"phazec: error: {why}") and err.count("\n") == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["never_imported.py"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_an_output_on_a_file_system_that_takes_no_file_is_refused_before_any_work(tmp_path, capsys):
+    from phaze.tools import phazec
+
+    model = tmp_path / "never_imported.py"
+    model.write_text("raise SystemExit('the model was imported')\n")
+    assert phazec.main([str(model), "--hw", "a100", "-o", "/proc/version", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert err == "phazec: error: -o /proc/version: cannot write: the directory /proc takes no new file " + (
+        "(No such file or directory)\n"
+    )
