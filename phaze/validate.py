@@ -40,8 +40,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from phaze_ir.errors import PhazeError
+from phaze_ir.files import RefusedFile, read_regular
 
 Log = Callable[[str], None]
+
+#: The largest CSV file read: 100,000 runs are about 6 MB.
+CSV_LIMIT = 64 << 20
 
 #: The columns a run needs: field name -> header (as the vTrain files spell them; matched
 #: without case and surrounding blanks, a UTF-8 byte-order mark stripped).
@@ -221,12 +225,11 @@ def read_runs(path: str | os.PathLike[str]) -> list[Run]:
     inconsistent row is a :class:`PhazeError` of one line naming it."""
     name = os.fspath(path)
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            text = f.read()
+        text = read_regular(path, CSV_LIMIT, "CSV file").decode("utf-8-sig")
     except FileNotFoundError:
         raise PhazeError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise PhazeError(f"{name}: is a directory, expected a CSV file") from None
+    except RefusedFile as e:
+        raise PhazeError(f"{name}: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise PhazeError(f"{name}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:

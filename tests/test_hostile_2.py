@@ -435,3 +435,13 @@ def test_an_output_on_a_file_system_that_takes_no_file_is_refused_before_any_wor
     assert err == "phazec: error: -o /proc/version: cannot write: the directory /proc takes no new file " + (
         "(No such file or directory)\n"
     )
+
+
+def test_validate_refuses_a_csv_that_is_not_a_regular_file(tmp_path):
+    from phaze import validate
+    from phaze_ir.errors import PhazeError
+
+    fifo = _fifo(tmp_path, "runs.csv")
+    with _within(10), pytest.raises(PhazeError) as e:
+        validate.read_runs(fifo)
+    assert str(e.value) == f"{fifo}: is not a regular file, expected a CSV file"
