@@ -445,3 +445,12 @@ def test_validate_refuses_a_csv_that_is_not_a_regular_file(tmp_path):
     with _within(10), pytest.raises(PhazeError) as e:
         validate.read_runs(fifo)
     assert str(e.value) == f"{fifo}: is not a regular file, expected a CSV file"
+
+
+def test_phaze_opt_refuses_an_input_that_is_not_a_regular_file(tmp_path, capsys):
+    from phaze.tools import phaze_opt
+
+    fifo = _fifo(tmp_path, "in.mlir")
+    with _within(10):
+        assert phaze_opt.main([str(fifo)]) == 1
+    assert capsys.readouterr().err == f"phaze-opt: error: {fifo}: is not a regular file, expected a .mlir file\n"

@@ -20,6 +20,7 @@ from passes import ALL_PASSES
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError
+from phaze_ir.files import read_regular
 from phaze_ir.ir import MLIRParseError, parse_text
 
 
@@ -64,6 +65,14 @@ class PhazeOptMain(xDSLOptMain):
             return module
 
         self.available_frontends["mlir"] = parse_mlir
+
+    def get_input_stream(self):
+        # Only a regular file, of a bounded size, opened without blocking: a FIFO or /dev/zero
+        # as the input is one line, not a hang or a read until memory runs out.
+        if self.args.input_file is None:
+            return super().get_input_stream()
+        data = read_regular(self.args.input_file, 1 << 30, ".mlir file")
+        return io.BytesIO(data), os.path.splitext(self.args.input_file)[1].replace(".", "")
 
     def prepare_output(self):
         # The output is kept in memory and written (atomically) only after the whole run has
