@@ -2,13 +2,14 @@
 the time per phase (trace, compile, place: seconds summed over the workers), the peak memory of
 a worker, and the error summary per split, for each runtime's kernels asked for.
 
-    python benchmarks/validate_vtrain.py [RUNS.csv ...] [--hw a100] [--kernels megatron[,ops,...]]
+    python benchmarks/validate_vtrain.py [RUNS.csv ...] [--hw a100] [--kernels ops[,megatron,...]]
                                          [-j 2] [--rows LIST] [--json FILE]
 
 Default: ``data/vtrain/ground_truth_single.csv`` (1,440 runs on one node of 8
-A100s) beside the checkout, on the ``a100`` preset, priced as Megatron's fused kernels (the
-vTrain runs are Megatron-DeepSpeed's; ``--kernels``, as ``phaze-validate --kernels``), with as
-many workers as CPUs.  Several runtimes (``--kernels ops,megatron``) price every run as each,
+A100s) beside the checkout, on the ``a100`` preset, priced as ``phaze-validate`` prices them by
+default, every op its own kernel (the preset's calibration is that fit; ``--kernels megatron``
+prices them as Megatron-DeepSpeed ran them, as ``phaze-validate --kernels``), with as many
+workers as CPUs.  Several runtimes (``--kernels ops,megatron``) price every run as each,
 in one validation (each run shape traced once, compiled once per runtime), and the end is a
 Markdown table of the figures per file, runtime and part (docs/validation.md's).  Nothing is
 cached between runs: every figure is from a cold start (in-memory schedule caches only).
@@ -38,10 +39,10 @@ def main() -> None:
     p.add_argument("--hw", default="a100")
     p.add_argument(
         "--kernels",
-        default="megatron",
+        default="ops",
         metavar="LIST",
         help="the runtimes whose kernels price the runs, comma-separated, of "
-        f"{', '.join(v.KERNELS)} (default megatron, as the vTrain runs ran)",
+        f"{', '.join(v.KERNELS)} (default ops, the a100 preset's fit; megatron: as the vTrain runs ran)",
     )
     p.add_argument("-j", "--jobs", type=int, default=max(1, len(os.sched_getaffinity(0))))
     p.add_argument("--rows", default=None, help="only these rows, e.g. '1-100'")
