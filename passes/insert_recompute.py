@@ -21,6 +21,7 @@ from passes.solver_options import SolverOptions
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import (
+    KernelAttr,
     LayerMemoryAttr,
     LayerRecomputeAttr,
     LayerScheduleAttr,
@@ -76,7 +77,10 @@ def static_costs(module: ModuleOp, optimizer: str, pass_name: str):
             for i, arg in enumerate(fn.body.block.args):
                 if arg_role(fn, i)[0] == "param":
                     state[i] = STATE_BYTES_PER_ELEMENT["adam"] * ph.numel(arg.type)
-    return graph, ops, layer_of, recompute, layer_memory(graph, layer_of, recompute, state)
+    kernel_of = [k.id.data if isinstance(k := o.attributes.get(keys.KERNEL), KernelAttr) else None for o in ops]
+    formed = any(k is not None for k in kernel_of)
+    memory = layer_memory(graph, layer_of, recompute, state, kernel_of if formed else None)
+    return graph, ops, layer_of, recompute, memory
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,12 @@ class Stages:
         if key not in self._mem:
             ls = self.layers[i : j + 1]
             fixed = sum(x["param_bytes"] + x["grad_bytes"] + x["optimizer_bytes"] for x in ls)
-            self._mem[key] = fixed + f * sum(x["saved_bytes"][r] for x in ls) + max(x["workspace_bytes"] for x in ls)
+            # under full recompute the re-run forward's activations are live during the backward
+            ws = max(
+                max(x["workspace_bytes"], x.get("recompute_workspace_bytes", 0)) if r == 2 else x["workspace_bytes"]
+                for x in ls
+            )
+            self._mem[key] = fixed + f * sum(x["saved_bytes"][r] for x in ls) + ws
         return self._mem[key]
 
     def exposed(self, i: int, j: int) -> float:

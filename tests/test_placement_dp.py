@@ -108,6 +108,7 @@ def make_problem(draw) -> dict:
                 "workspace_bytes": draw.int(0, 1000),
                 "boundary_bytes": draw.int(0, 1000),
                 "opt_s": t(opt_scale),
+                "recompute_workspace_bytes": draw.int(0, 1500),
             }
         )
     N = draw.int(1, 64)

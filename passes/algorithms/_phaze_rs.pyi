@@ -35,6 +35,9 @@ class LayerDict(TypedDict):
     grad_bytes: int
     optimizer_bytes: int
     workspace_bytes: int  # peak transient bytes while the layer runs
+    # ... while its backward runs after its forward was re-run (full recompute: a stage holds
+    # the larger of the two; default 0: workspace_bytes)
+    recompute_workspace_bytes: NotRequired[int]
     boundary_bytes: int  # activation bytes sent to the next layer per micro-batch
     # An MoE layer (all default 0, a dense layer): its experts, the parts of the bytes above
     # that are the experts' (divided by expert parallelism), the bytes of the tokens one

@@ -20,7 +20,9 @@ Per layer (bytes):
   runs: tensors its ops produce that are neither stashed for backward nor parameter gradients,
   live from their producer to their last reader within the phase (to the phase's end when a
   later layer reads them), in program order.  Inputs from other layers are counted by whoever
-  holds them (the stash, or the previous layer's workspace).
+  holds them (the stash, or the previous layer's workspace).  A tensor one fused kernel makes
+  and only it reads (``kernel_of``, ``phaze-form-kernels``: flash attention's scores and
+  probabilities, an Inductor kernel's intermediates) never reaches HBM and is not counted.
 - ``recompute_workspace_bytes``: the same bound when the layer's forward is re-run for its
   backward: ``max(fwd_peak, bwd_peak + saved_none − saved_full)`` (the rematerialized
   activations are live while its backward runs), an upper bound for every policy.
@@ -117,11 +119,37 @@ def _peak(graph: Graph, ops: Sequence[int], excluded: set[int], readers: Mapping
     return peak
 
 
+def kernel_internal(graph: Graph, kernel_of: Sequence[int | None], readers: Mapping[int, list[int]]) -> set[int]:
+    """The storages a fused kernel writes and only its own ops read (views aside): kept on chip,
+    never allocated in HBM.  ``kernel_of[i]``: op ``i``'s kernel id (None: no kernel record)."""
+    out = set()
+    for i, op in enumerate(graph.ops):
+        k = kernel_of[i]
+        if k is None:
+            continue
+        for r in op.results:
+            if graph.storage(r) != r:
+                continue
+            users = [j for j in readers.get(r, ()) if not _is_view(graph, j)]
+            if users and all(kernel_of[j] == k for j in users):
+                out.add(r)
+    return out
+
+
+def _is_view(graph: Graph, i: int) -> bool:
+    return any(graph.values[r].view_of is not None for r in graph.ops[i].results)
+
+
 def layer_memory(
-    graph: Graph, layer_of: Sequence[int], recompute: Sequence[LayerRecompute], state_bytes: Mapping[int, int]
+    graph: Graph,
+    layer_of: Sequence[int],
+    recompute: Sequence[LayerRecompute],
+    state_bytes: Mapping[int, int],
+    kernel_of: Sequence[int | None] | None = None,
 ) -> list[LayerMemory]:
     """Every layer's memory.  ``state_bytes[p]``: optimizer-state bytes of parameter ``p`` (a
-    value id, the storage of a ``param`` argument); parameters missing from it have none."""
+    value id, the storage of a ``param`` argument); parameters missing from it have none.
+    ``kernel_of``: each op's kernel id when the kernels were formed (:func:`kernel_internal`)."""
     n_layers = len(recompute)
     params: list[set[int]] = [set() for _ in range(n_layers)]
     phase_ops: dict[tuple[int, str], list[int]] = {}
@@ -139,14 +167,15 @@ def layer_memory(
                     params[layer_of[i]].add(s)
         elif op.phase == "opt" and len(op.operands) >= 2:
             grads.add(graph.storage(op.operands[1]))  # the gradient the update reads
+    on_chip = kernel_internal(graph, kernel_of, readers) if kernel_of is not None else set()
     out = []
     for layer in range(n_layers):
         rc = recompute[layer]
         pbytes = sum(graph.values[s].nbytes for s in params[layer])
         experts = graph.expert_params(phase_ops.get((layer, "fwd"), [])) & params[layer]
         stash = rc.none_storages
-        fwd_peak = _peak(graph, phase_ops.get((layer, "fwd"), []), stash, readers)
-        bwd_peak = _peak(graph, phase_ops.get((layer, "bwd"), []), grads, readers)
+        fwd_peak = _peak(graph, phase_ops.get((layer, "fwd"), []), stash | on_chip, readers)
+        bwd_peak = _peak(graph, phase_ops.get((layer, "bwd"), []), grads | on_chip, readers)
         out.append(
             LayerMemory(
                 index=layer,

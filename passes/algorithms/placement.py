@@ -160,6 +160,9 @@ class LayerNumbers:
     dispatch_bytes: int = 0
     opt_s: float = 0.0
     expert_opt_s: float = 0.0
+    #: peak transient bytes while the backward runs after the forward was re-run (full
+    #: recompute): ``memory.LayerMemory.recompute_workspace_bytes``
+    recompute_workspace_bytes: int = 0
 
     def as_dict(self) -> _phaze_rs.LayerDict:
         return {
@@ -173,6 +176,7 @@ class LayerNumbers:
             "grad_bytes": self.grad_bytes,
             "optimizer_bytes": self.optimizer_bytes,
             "workspace_bytes": self.workspace_bytes,
+            "recompute_workspace_bytes": self.recompute_workspace_bytes,
             "boundary_bytes": self.boundary_bytes,
             "experts": self.experts,
             "expert_param_bytes": self.expert_param_bytes,
@@ -235,7 +239,15 @@ def expert_opt_s(opt_s: float, optimizer_bytes: int, expert_optimizer_bytes: int
 
 _OPT_FIELDS = ("opt_s", "expert_opt_s")
 _EXPERT_FIELDS = ("experts", "expert_param_bytes", "expert_grad_bytes", "expert_optimizer_bytes", "dispatch_bytes")
-_BYTE_FIELDS = ("param_bytes", "grad_bytes", "optimizer_bytes", "workspace_bytes", "boundary_bytes", *_EXPERT_FIELDS)
+_BYTE_FIELDS = (
+    "param_bytes",
+    "grad_bytes",
+    "optimizer_bytes",
+    "workspace_bytes",
+    "recompute_workspace_bytes",
+    "boundary_bytes",
+    *_EXPERT_FIELDS,
+)
 
 
 def problem(

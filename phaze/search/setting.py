@@ -291,6 +291,7 @@ def setting_from_module(module, model: str, micro_batch: int, tp: int, sequence_
                     grad_bytes=mem.grad_bytes,
                     optimizer_bytes=mem.optimizer_bytes,
                     workspace_bytes=mem.record()["workspace_bytes"],
+                    recompute_workspace_bytes=mem.record()["recompute_workspace_bytes"],
                     boundary_bytes=la["boundary_bytes"],
                 ),
             )

@@ -35,8 +35,10 @@
 //!   ([`Problem::pipeline_split`]: 1/t per rank, then the receivers' all-gather), at most the
 //!   node uplink's share of the GPUs that send at once ([`Problem::p2p_bandwidth_bps`]);
 //! * memory `Σ_l (param + grad + optimizer) + min(p − k, m) · Σ_l saved_bytes[r] +
-//!   max_l workspace_bytes`, which must be <= `hbm_bytes` (1F1B: stage k holds
-//!   min(p − k, m) micro-batches in flight);
+//!   max_l workspace[r]`, which must be <= `hbm_bytes` (1F1B: stage k holds
+//!   min(p − k, m) micro-batches in flight; the workspace under full recompute also holds the
+//!   re-run forward's activations, [`Layer::recompute_workspace_bytes`]; a runtime that frees the
+//!   gradients overlaps them with the activations, [`Problem::grads_freed`]);
 //! * DP all-reduce `AR_k` = ring all-reduce of `Σ_l grad_bytes` over d devices on the DP
 //!   level; exposed `E_k = AR_k`, or `max(0, AR_k − Σ_l bwd_s)` with `dp_overlap` (hidden
 //!   behind the stage's last backward);

@@ -201,6 +201,12 @@ pub struct Layer {
     pub optimizer_bytes: u64,
     /// Peak transient bytes while the layer runs (only the largest in a stage counts).
     pub workspace_bytes: u64,
+    /// Peak transient bytes while the layer's backward runs after its forward was re-run
+    /// (full recompute: the rematerialized activations are live beside the stash); what a
+    /// stage under full recompute holds is the larger of this and `workspace_bytes` (0: the
+    /// same as `workspace_bytes`). Selective recompute's rematerialized tensors are not
+    /// counted: the field bounds them from above only, by full's.
+    pub recompute_workspace_bytes: u64,
     /// Activation bytes sent to the next layer per micro-batch; the same size comes back as
     /// the gradient in backward. Paid only when a stage boundary falls after this layer.
     pub boundary_bytes: u64,

@@ -51,8 +51,9 @@ struct RangeSums {
     optimizer_bytes: u64,
     /// Σ saved_bytes[r] per policy.
     saved_bytes: [u64; 3],
-    /// max workspace_bytes.
-    workspace_bytes: u64,
+    /// max workspace_bytes per policy: none's and selective's, and under full recompute the
+    /// larger of it and the layer's recompute_workspace_bytes.
+    workspace_bytes: [u64; 3],
     /// Per policy, max over the range's layers k of Σ_{i..k} saved_bytes + Σ_{k..j} grad_bytes:
     /// the activations and gradients held together during the backward when a layer's
     /// gradients are allocated by its backward ([`Problem::grads_freed`]).
@@ -89,7 +90,12 @@ impl RangeSums {
         self.param_bytes = self.param_bytes.saturating_add(l.param_bytes);
         self.max_param_bytes = self.max_param_bytes.max(l.param_bytes);
         self.optimizer_bytes = self.optimizer_bytes.saturating_add(l.optimizer_bytes);
-        self.workspace_bytes = self.workspace_bytes.max(l.workspace_bytes);
+        let remat = l.workspace_bytes.max(l.recompute_workspace_bytes);
+        self.workspace_bytes = [
+            self.workspace_bytes[0].max(l.workspace_bytes),
+            self.workspace_bytes[1].max(l.workspace_bytes),
+            self.workspace_bytes[2].max(remat),
+        ];
         self.grad_bytes = self.grad_bytes.saturating_add(l.grad_bytes);
         self.expert_param_bytes = self.expert_param_bytes.saturating_add(l.expert_param_bytes);
         self.expert_grad_bytes = self.expert_grad_bytes.saturating_add(l.expert_grad_bytes);
@@ -249,7 +255,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// stash, and the largest workspace. The one formula of a stage's memory: the DP's
     /// feasibility checks take its total ([`Ctx::stash_mem`]), the plan reports both.
     #[inline]
-    fn parts(&self, a: &RangeSums, stash: u64) -> MemoryParts {
+    fn parts(&self, a: &RangeSums, stash: u64, r: usize) -> MemoryParts {
         let z = self.zero.stage();
         // Under EP the experts' part is 1/e per device, and ZeRO shards it over the d/e
         // replicas that hold the same experts; the rest over all d.
@@ -274,7 +280,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
             grads: shard(a.grad_bytes, a.expert_grad_bytes, z >= 2),
             optimizer: shard(a.optimizer_bytes, a.expert_optimizer_bytes, z >= 1),
             activations: stash,
-            workspace: a.workspace_bytes,
+            workspace: a.workspace_bytes[r],
         }
     }
 
@@ -284,7 +290,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// activations plus gradients ([`RangeSums::grads_peak`]), so the parts add up to it.
     #[inline]
     fn mem_parts(&self, a: &RangeSums, f: u64, r: usize) -> MemoryParts {
-        let mut parts = self.parts(a, f.saturating_mul(a.saved_bytes[r]));
+        let mut parts = self.parts(a, f.saturating_mul(a.saved_bytes[r]), r);
         if self.grads_freed {
             parts.grads = a.grads_peak[r].saturating_sub(a.saved_bytes[r]);
         }
@@ -298,8 +304,8 @@ impl<'p, 'a> Ctx<'p, 'a> {
 
     /// Memory with `stash` bytes of activations in flight.
     #[inline]
-    fn stash_mem(&self, a: &RangeSums, stash: u64) -> u64 {
-        self.parts(a, stash).total()
+    fn stash_mem(&self, a: &RangeSums, stash: u64, r: usize) -> u64 {
+        self.parts(a, stash, r).total()
     }
 
     /// The fastest allowed policy whose memory fits with `f` micro-batches in flight (ties:
@@ -1090,12 +1096,12 @@ impl Rank {
     }
 
     fn mem(&self, ctx: &Ctx, r: usize) -> u64 {
-        ctx.stash_mem(&self.sums, self.stash[r])
+        ctx.stash_mem(&self.sums, self.stash[r], r)
     }
 
     /// [`Rank::mem`] by part: the rank's v chunks together, with the schedule's peak stash.
     fn mem_parts(&self, ctx: &Ctx, r: usize) -> MemoryParts {
-        ctx.parts(&self.sums, self.stash[r])
+        ctx.parts(&self.sums, self.stash[r], r)
     }
 }
 

@@ -92,7 +92,12 @@ fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Ve
             opt += l.opt_s;
             fixed += l.param_bytes + l.grad_bytes + l.optimizer_bytes;
             saved += l.saved_bytes[r];
-            ws = ws.max(l.workspace_bytes);
+            // Under full recompute the re-run forward's activations are live in the backward.
+            ws = ws.max(if r == 2 {
+                l.workspace_bytes.max(l.recompute_workspace_bytes)
+            } else {
+                l.workspace_bytes
+            });
             grad += l.grad_bytes;
             bwd += l.bwd_s;
         }

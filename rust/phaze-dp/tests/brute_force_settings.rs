@@ -302,7 +302,12 @@ fn price(
                 gb += l.grad_bytes;
                 ob += l.optimizer_bytes;
                 maxp = maxp.max(l.param_bytes);
-                ws = ws.max(l.workspace_bytes);
+                // Under full recompute the re-run forward's activations are live in the backward.
+                ws = ws.max(if r == 2 {
+                    l.workspace_bytes.max(l.recompute_workspace_bytes)
+                } else {
+                    l.workspace_bytes
+                });
                 saved += l.saved_bytes[r];
                 epb += l.expert_param_bytes;
                 egb += l.expert_grad_bytes;

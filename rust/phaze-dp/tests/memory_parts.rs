@@ -70,11 +70,18 @@ fn check(prob: &Problem, plan: &Plan) -> usize {
         assert_eq!(m.params, shard(sum(|l| l.param_bytes), z >= 3) + gathered);
         assert_eq!(m.grads, shard(sum(|l| l.grad_bytes), z >= 2));
         assert_eq!(m.optimizer, shard(sum(|l| l.optimizer_bytes), z >= 1));
+        let r = s.recompute.index();
         assert_eq!(
             m.workspace,
-            ls.iter().map(|l| l.workspace_bytes).max().unwrap()
+            ls.iter()
+                .map(|l| if r == 2 {
+                    l.workspace_bytes.max(l.recompute_workspace_bytes)
+                } else {
+                    l.workspace_bytes
+                })
+                .max()
+                .unwrap()
         );
-        let r = s.recompute.index();
         if plan.virtual_stages == 1 {
             assert_eq!(
                 m.activations,

@@ -292,6 +292,8 @@ struct LayerInput {
     optimizer_bytes: Bytes,
     #[pyo3(item)]
     workspace_bytes: Bytes,
+    #[pyo3(item, default)]
+    recompute_workspace_bytes: Option<Bytes>,
     #[pyo3(item)]
     boundary_bytes: Bytes,
     #[pyo3(item, default)]
@@ -318,6 +320,7 @@ impl Keys for LayerInput {
         "grad_bytes",
         "optimizer_bytes",
         "workspace_bytes",
+        "recompute_workspace_bytes",
         "boundary_bytes",
         "experts",
         "expert_param_bytes",
@@ -495,6 +498,7 @@ impl From<LayerInput> for Layer {
             grad_bytes: l.grad_bytes.0,
             optimizer_bytes: l.optimizer_bytes.0,
             workspace_bytes: l.workspace_bytes.0,
+            recompute_workspace_bytes: l.recompute_workspace_bytes.map_or(0, |b| b.0),
             boundary_bytes: l.boundary_bytes.0,
             experts: l.experts.map_or(0, |c| c.0),
             expert_param_bytes: l.expert_param_bytes.map_or(0, |b| b.0),

@@ -31,7 +31,10 @@ impl Rng {
 /// `n` random layers: times in 1/64 s, byte counts below 64 (optimizer state below
 /// `optimizer_below`).
 pub fn random_layers(rng: &mut Rng, n: usize, optimizer_below: u64) -> Vec<Layer> {
-    (0..n)
+    // The recompute workspaces from a generator of their own: the instances drawn stay those
+    // of before.
+    let mut remat = Rng(rng.0 ^ 0x7265_6d61_745f_7773);
+    let mut layers: Vec<Layer> = (0..n)
         .map(|_| Layer {
             fwd_s: rng.time(),
             bwd_s: rng.time(),
@@ -44,7 +47,11 @@ pub fn random_layers(rng: &mut Rng, n: usize, optimizer_below: u64) -> Vec<Layer
             boundary_bytes: rng.below(64),
             ..Default::default()
         })
-        .collect()
+        .collect();
+    for l in &mut layers {
+        l.recompute_workspace_bytes = remat.below(48);
+    }
+    layers
 }
 
 /// One to three network levels, groups growing by 2 or 4, power-of-two bandwidths.
