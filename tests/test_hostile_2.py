@@ -454,3 +454,17 @@ def test_phaze_opt_refuses_an_input_that_is_not_a_regular_file(tmp_path, capsys)
     with _within(10):
         assert phaze_opt.main([str(fifo)]) == 1
     assert capsys.readouterr().err == f"phaze-opt: error: {fifo}: is not a regular file, expected a .mlir file\n"
+
+
+def test_a_stage_entry_whose_check_reads_past_its_payload_is_ignored(tmp_path):
+    from phaze.search.warm import StageCache
+
+    stages = StageCache.of(str(tmp_path))
+    key = stages.key("probe", "a question")
+    stages.keep("probe", key, {"answer": 42})  # hashes right, shape not what the reader expects
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert stages.load("probe", key, lambda payload: payload["answers"][0]) is None
+    (said,) = [str(w.message) for w in caught if issubclass(w.category, PhazeWarning)]
+    assert said.endswith("does not hold what it must (KeyError: 'answers'): ignored, computed again"), said
+    assert stages.load("probe", key, lambda payload: payload["answer"]) == 42

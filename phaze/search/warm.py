@@ -132,8 +132,10 @@ class StageCache:
             return None
         try:
             return check(read_entry(file, STAGE_FORMAT, STAGE_VERSION, key))
-        except BadEntry as e:
-            warnings.warn(f"search cache entry {file} {e}: ignored, computed again", PhazeWarning, stacklevel=2)
+        except (BadEntry, LookupError, TypeError, AttributeError, ArithmeticError) as e:
+            # a payload of the right hashes but the wrong shape, where a check reads past what it holds
+            why = e if isinstance(e, BadEntry) else f"does not hold what it must ({type(e).__name__}: {e})"
+            warnings.warn(f"search cache entry {file} {why}: ignored, computed again", PhazeWarning, stacklevel=2)
             return None
 
     def keep(self, kind: str, key: str, payload: Any) -> None:
