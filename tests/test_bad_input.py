@@ -121,6 +121,12 @@ def test_a_model_file_that_exits_while_imported(tmp_path):
     assert line == "phazec: error: exits.py:3: the model file called sys.exit(3) while being imported"
 
 
+def test_a_model_file_raising_a_base_exception_of_its_own(tmp_path):
+    model = write(tmp_path, "base.py", "class Stop(BaseException):\n    pass\n\n\nraise Stop('no')\n")
+    line = one_error(run_tool("phazec", model, "--hw", "a100"))
+    assert line == "phazec: error: base.py:5: error while importing the model file: Stop: no"
+
+
 def test_a_model_that_exits_in_get_model(tmp_path):
     exits = FROZEN.replace("    m = torch", "    import sys; sys.exit('bye')\n    m = torch")
     model = write(tmp_path, "exits.py", exits)

@@ -102,6 +102,11 @@ def load_model_file(path: str | os.PathLike) -> ModelSpec:
     except SystemExit as e:  # phaze would exit with the model's status and say nothing
         where = _user_frame(e, p)
         raise PhazeError(f"{where}the model file called sys.exit({e.code!r}) while being imported") from None
+    except KeyboardInterrupt:  # the user's Ctrl-C stays one
+        raise
+    except BaseException as e:  # a BaseException subclass of the model's own: one line, not a traceback
+        where = _user_frame(e, p)
+        raise PhazeError(f"{where}error while importing the model file: {type(e).__name__}: {e}") from None
     finally:
         sys.path.remove(str(p.parent))
     get_model = getattr(module, "get_model", None)
