@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xdsl.context import Context
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
@@ -125,9 +126,14 @@ def build_problem(
 def tp_width(module: ModuleOp, pass_name: str) -> int:
     """``phaze.tp_width``, checked against how the step is sharded: every collective
     ``phaze-shard-tensor-parallel`` inserted spans ``width`` devices, and a width above 1 has
-    some (a width edited in a plan would price the step as another width than its ops')."""
+    some (a width edited in a plan would price the step as another width than its ops').  A step
+    function holding nothing but its return is a plan template's skeleton
+    (``phaze/search/plan_template.py``): the layers' numbers it is placed from were checked when
+    the template was made, and it has no ops to check against."""
     width = keys.int_of(module, keys.TP_WIDTH, 1)
-    ops = step_function(module).body.block.ops
+    ops = list(step_function(module).body.block.ops)
+    if len(ops) == 1 and isinstance(ops[0], func.ReturnOp):
+        return width
     groups = sorted({o.group_size.value.data for o in ops if isinstance(o, ph.CollectiveOp)})
     if any(g != width for g in groups) or (width > 1 and not groups):
         spans = f"collectives of group size {', '.join(map(str, groups))}" if groups else "no collective"

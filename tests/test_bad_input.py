@@ -196,7 +196,7 @@ def test_phaze_opt_output_in_a_missing_directory(tmp_path):
 
 def test_phaze_opt_on_a_directory():
     line = one_error(run_tool("phaze-opt", str(ROOT / "tests")), "phaze-opt")
-    assert line == f"phaze-opt: error: {ROOT / 'tests'}: Is a directory"
+    assert line == f"phaze-opt: error: {ROOT / 'tests'}: is a directory, expected a .mlir file"
 
 
 # -- honest plans: what the cost model does not price is said -----------------------------------

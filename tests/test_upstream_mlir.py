@@ -106,7 +106,8 @@ def test_upstream_mlir_reads_each_stage(emit, tmp_path):
 
 
 def _extreme(cls: type[RecordAttr], variant: int) -> RecordAttr:
-    """An instance of ``cls`` whose fields hold extreme values of their declared types."""
+    """An instance of ``cls`` whose fields hold extreme values of their declared types (within
+    the range a bounded field's verifier allows)."""
     floats = [math.inf, -math.inf, math.nan, -0.0, 5e-324, 1.7976931348623157e308, 8e-08, 1e22]
     ints = [2**200, -(2**63), 0, 2**64 + 1]
     strings = ['say "hi" \\ back', "é漢\U0001f600", "a>b}{", "\x00\n\t", "x" * 3000]
@@ -119,6 +120,10 @@ def _extreme(cls: type[RecordAttr], variant: int) -> RecordAttr:
             values[f] = words[k % len(words)]
         else:
             pool = {IntAttr: ints, FloatData: floats, StringAttr: strings}[hint]
+            if f in cls.RANGES:  # a bounded field: the extremes its verifier lets through
+                least, most = cls.RANGES[f]
+                top = most if most < math.inf else 1.7976931348623157e308
+                pool = [least, top] if hint is IntAttr else [float(least), 5e-324, float(top), 1e22]
             values[f] = pool[k % len(pool)]
     return cls.make(**values)
 
