@@ -20,12 +20,18 @@ COMMON = ["--devices", "64", "--global-batch", "64", "--micro-batch", "8", "--tp
 BASE = ["--space", SMALL, *COMMON]
 
 
-def search(tmp_path, name: str, *extra: str, cache: bool = False, base=BASE, model: str = TINY):
+def search(tmp_path, name: str, *extra: str, cache: bool | Path = False, base=BASE, model: str = TINY):
+    """``phazec`` on ``model`` with ``base`` and ``extra`` into ``tmp_path/name``: its plan text,
+    JSON and stderr.  ``cache``: False for none, True for ``tmp_path/cache``, or a cache folder
+    shared between tests (what it holds never changes an answer, only how soon it comes)."""
     out = tmp_path / name
     out.mkdir()
     extra = tuple(str(out / "report.html") if e == "REPORT" else e for e in extra)
     args = [model, *base, "-o", str(out / "plan.mlir"), "--json", str(out / "plan.json"), "-q", *extra]
-    args += ["--cache", str(tmp_path / "cache")] if cache else ["--no-cache"]
+    if cache is False:
+        args += ["--no-cache"]
+    else:
+        args += ["--cache", str(tmp_path / "cache" if cache is True else cache)]
     r = run_tool("phazec", *args)
     assert r.returncode == 0, r.stderr
     return (out / "plan.mlir").read_text(), json.loads((out / "plan.json").read_text()), r.stderr
@@ -72,8 +78,8 @@ def test_dp_overlap_search_equals_plain_enumeration(tmp_path):
     """With the DP all-reduce hidden behind backward the DP bound is skipped (it bounds nothing
     there); the search is still exact."""
     base = ["--space", TINY_SPACE, *COMMON, "--dp-overlap", "--no-baselines"]
-    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=base)
-    _, got, _ = search(tmp_path, "pruned", base=base)
+    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=base, cache=True)
+    _, got, _ = search(tmp_path, "pruned", base=base, cache=True)  # the stages priced once
     assert got["accelerator"] == plain["accelerator"]
     assert got["throughput_samples_per_s"] == plain["throughput_samples_per_s"]
     assert got["search"]["evaluator"]["dp_bound_solves"] == 0

@@ -17,15 +17,23 @@ DEEP = str(MODELS / "tiny_gpt2_deep.py")
 NEW_DIMS = ["--sequence-parallel", "auto", "--zero", "auto", "--pipeline-schedule", "auto"]
 
 
-def test_search_with_the_new_dimensions_equals_plain_enumeration(tmp_path):
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory) -> Path:
+    """One cache for this file's searches over the tiny space at 8 devices: an enumeration and
+    its pruned search, or the searches of two objectives, price the same stages (only what
+    is made of them differs), so each stage is priced once."""
+    return tmp_path_factory.mktemp("objectives") / "cache"
+
+
+def test_search_with_the_new_dimensions_equals_plain_enumeration(tmp_path, shared_cache):
     """Sequence parallelism as a setting (TP 2 with and without), ZeRO and the interleaved
     schedule in the DP: the bounds still hold (a shorter layer never slows a plan), so pruning
     finds what enumeration finds; the winner's plan recompiles to the search's figure."""
     base = ["--space", TINY_SPACE, "--devices", "8", "--global-batch", "8", "--micro-batch", "1", "--tp", "2"]
     base += ["--seq-len", "64"]
     base += [*NEW_DIMS, "--no-baselines"]
-    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=base, model=DEEP)
-    _, got, _ = search(tmp_path, "pruned", base=base, model=DEEP)
+    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=base, model=DEEP, cache=shared_cache)
+    _, got, _ = search(tmp_path, "pruned", base=base, model=DEEP, cache=shared_cache)
     assert got["accelerator"] == plain["accelerator"]
     assert got["throughput_samples_per_s"] == plain["throughput_samples_per_s"]
     assert got["search"]["settings"] == 2  # TP 2 without and with sequence parallelism
@@ -33,7 +41,7 @@ def test_search_with_the_new_dimensions_equals_plain_enumeration(tmp_path):
     assert best == got["throughput_samples_per_s"]
 
 
-def test_search_chooses_the_interleaved_schedule(tmp_path):
+def test_search_chooses_the_interleaved_schedule(tmp_path, shared_cache):
     """At a fixed PP 2 × DP 4 with 2 micro-batches per replica (a bubble as long as the work)
     and sequences long enough for the work to outweigh the extra point-to-point messages, the
     search's DP picks the interleaved schedule over plain 1F1B; the baselines' table and
@@ -41,8 +49,10 @@ def test_search_chooses_the_interleaved_schedule(tmp_path):
     base = ["--space", TINY_SPACE, "--devices", "8", "--global-batch", "8", "--micro-batch", "1"]
     base += ["--seq-len", "64"]
     base += ["--placement", "expert:2,4,1", "--no-baselines"]
-    _, plain, _ = search(tmp_path, "1f1b", base=base, model=DEEP)
-    _, got, _ = search(tmp_path, "auto", "--pipeline-schedule", "auto", "--zero", "auto", base=base, model=DEEP)
+    _, plain, _ = search(tmp_path, "1f1b", base=base, model=DEEP, cache=shared_cache)
+    _, got, _ = search(
+        tmp_path, "auto", "--pipeline-schedule", "auto", "--zero", "auto", base=base, model=DEEP, cache=shared_cache
+    )
     assert plain["virtual_stages"] == 1 and got["virtual_stages"] >= 2
     assert got["throughput_samples_per_s"] > plain["throughput_samples_per_s"]
     co = next(b for b in got["baselines"] if b["name"] == "co-optimized")
@@ -50,14 +60,14 @@ def test_search_chooses_the_interleaved_schedule(tmp_path):
 
 
 @pytest.mark.parametrize("objective", ["perf-per-watt", "perf-per-dollar", "energy", "carbon"])
-def test_search_for_every_objective_equals_plain_enumeration(objective, tmp_path):
+def test_search_for_every_objective_equals_plain_enumeration(objective, tmp_path, shared_cache):
     """Under each objective the bounds (``phaze/search/objective.py``) hold, so pruning finds
     what enumeration finds, ties included; the winner's plan, recompiled through the pipeline,
     gives the search's value (checked for the objectives the plan's JSON prices directly)."""
     base = ["--space", TINY_SPACE, "--devices", "8", "--global-batch", "16", "--micro-batch", "2"]
     base += ["--objective", objective, "--no-baselines"]
-    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=base)
-    _, got, _ = search(tmp_path, "pruned", base=base)
+    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=base, cache=shared_cache)
+    _, got, _ = search(tmp_path, "pruned", base=base, cache=shared_cache)
     assert got["search"]["objective"] == objective
     assert got["accelerator"] == plain["accelerator"]
     assert got["throughput_samples_per_s"] == plain["throughput_samples_per_s"]
@@ -92,15 +102,15 @@ def test_objective_needs_its_tables_and_the_search(tmp_path):
     assert r.returncode != 0 and "--objective carbon is for the architecture search" in r.stderr
 
 
-def test_search_under_a_power_cap_equals_plain_enumeration(tmp_path):
+def test_search_under_a_power_cap_equals_plain_enumeration(tmp_path, shared_cache):
     """A power cap turns the chips whose plans draw more into misfits: the search still finds
     what enumeration finds, and the chip it picks draws at most the cap."""
     base = ["--space", TINY_SPACE, "--devices", "8", "--global-batch", "16", "--micro-batch", "2", "--no-baselines"]
-    _, free, _ = search(tmp_path, "free", base=base)
+    _, free, _ = search(tmp_path, "free", base=base, cache=shared_cache)
     cap = 0.95 * free["power"]["chip_power_w"]
     capped = [*base, "--power-cap", f"{cap:.6g}"]
-    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=capped)
-    _, got, _ = search(tmp_path, "pruned", base=capped)
+    _, plain, _ = search(tmp_path, "plain", "--no-prune", base=capped, cache=shared_cache)
+    _, got, _ = search(tmp_path, "pruned", base=capped, cache=shared_cache)
     assert got["accelerator"] == plain["accelerator"] != free["accelerator"]
     assert got["throughput_samples_per_s"] == plain["throughput_samples_per_s"] < free["throughput_samples_per_s"]
     assert got["power"]["chip_power_w"] <= cap
@@ -123,15 +133,15 @@ def test_search_under_a_power_cap_equals_plain_enumeration(tmp_path):
     assert r.returncode != 0 and "draws more than --power-cap 1 W per chip" in r.stderr, r.stderr
 
 
-def test_search_prices_split_pipeline_transfers(tmp_path):
+def test_search_prices_split_pipeline_transfers(tmp_path, shared_cache):
     """``--pipeline-transfer split`` (DeepSpeed's pipeline engine) is how the search prices a
     pipelined plan too: the winner recompiles through phaze-place-devices to the search's
     figure (the check that fails loudly otherwise), and the plan says it priced split transfers,
     slower than whole ones at this fixed PP 2 x DP 2 x TP 2."""
     base = ["--space", TINY_SPACE, "--devices", "8", "--global-batch", "8", "--micro-batch", "1"]
     base += ["--seq-len", "64", "--placement", "expert:2,2,2", "--no-baselines"]
-    _, whole, _ = search(tmp_path, "whole", base=base, model=DEEP)
-    _, split, _ = search(tmp_path, "split", "--pipeline-transfer", "split", base=base, model=DEEP)
+    _, whole, _ = search(tmp_path, "whole", base=base, model=DEEP, cache=shared_cache)
+    _, split, _ = search(tmp_path, "split", "--pipeline-transfer", "split", base=base, model=DEEP, cache=shared_cache)
     assert (whole["pipeline_transfer"], split["pipeline_transfer"]) == ("whole", "split")
     assert (split["pp"], split["dp"], split["tp"]) == (2, 2, 2)
     assert split["throughput_samples_per_s"] < whole["throughput_samples_per_s"]
