@@ -7,3 +7,10 @@ micro-batch and TP (``phaze/driver.py``), the architecture search with its basel
 It sits above both other packages: it imports ``phaze_ir`` (the IR) and ``passes`` (the passes
 and their algorithms); neither imports it (``[tool.importlinter]`` in ``pyproject.toml``).
 """
+
+from importlib import metadata as _metadata
+
+try:
+    __version__ = _metadata.version("phaze")
+except _metadata.PackageNotFoundError:  # run from a checkout that was never installed
+    __version__ = "unknown"

@@ -468,3 +468,44 @@ def test_a_stage_entry_whose_check_reads_past_its_payload_is_ignored(tmp_path):
     (said,) = [str(w.message) for w in caught if issubclass(w.category, PhazeWarning)]
     assert said.endswith("does not hold what it must (KeyError: 'answers'): ignored, computed again"), said
     assert stages.load("probe", key, lambda payload: payload["answer"]) == 42
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "flags", "why"),
+    [
+        ("phazec", ["--devices", "nan"], "argument --devices: invalid int value: 'nan'"),
+        ("phazec", ["--devices", "8.5"], "argument --devices: invalid int value: '8.5'"),
+        (
+            "phazec",
+            ["--cache-limit", "-1GiB"],
+            "argument --cache-limit: '-1GiB': expected a size such as 4GiB, 500MB or 0 (no limit)",
+        ),
+        ("phazec", ["--cache", "D", "--no-cache"], "argument --no-cache: not allowed with argument --cache"),
+        ("phaze-validate", ["--holdout", "-x"], "argument --holdout: invalid float value: '-x'"),
+    ],
+    ids=["nan", "fraction", "negative-size", "cache-and-none", "validate"],
+)
+def test_a_bad_command_line_is_one_line_naming_the_flag(capsys, tool, flags, why):
+    """argparse's 22-line usage dump is one line; a value beginning with '-' reaches its flag's
+    own check (not "expected one argument"); --cache with --no-cache is refused."""
+    from phaze.tools import phaze_validate, phazec
+
+    main = {"phazec": phazec.main, "phaze-validate": phaze_validate.main}[tool]
+    first = ["never_imported.py", "--hw", "a100"] if tool == "phazec" else ["runs.csv", "--hw", "a100"]
+    with pytest.raises(SystemExit) as e:
+        main([*first, *flags])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == f"{tool}: error: {why} ({tool} --help lists the options)\n"
+
+
+@pytest.mark.parametrize("tool", ["phazec", "phaze-validate"])
+def test_version_needs_no_model(capsys, tool):
+    from phaze import __version__
+    from phaze.tools import phaze_validate, phazec
+
+    with pytest.raises(SystemExit) as e:
+        {"phazec": phazec.main, "phaze-validate": phaze_validate.main}[tool](["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out == f"{tool} {__version__}\n"

@@ -20,6 +20,51 @@ MAX_INT = 2**31 - 1
 SOLVER_COUNTS = ("solver_nodes", "solver_max_binaries")
 
 
+class ToolParser(argparse.ArgumentParser):
+    """argparse as phaze's tools use it: a bad command line is one line naming what is wrong
+    (``phazec: error: argument --devices: invalid int value: 'nan' (phazec --help lists the
+    options)``), not the usage dump; a value that begins with ``-`` (``--cache-limit -1GiB``)
+    reaches its flag's own check instead of being read as an unknown flag; ``--version``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        from phaze import __version__
+
+        self.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        import sys
+
+        return super().parse_known_args(self._values_glued(list(sys.argv[1:] if args is None else args)), namespace)
+
+    def _values_glued(self, argv: list[str]) -> list[str]:
+        """``--flag -x`` as ``--flag=-x`` where ``--flag`` takes one value and ``-x`` is not a
+        flag of this tool: argparse would otherwise say "expected one argument"."""
+        takes_one = {
+            s for a in self._actions if a.option_strings and a.nargs is None and a.const is None for s in a.option_strings
+        }
+        takes_one = {s for s in takes_one if s.startswith("--")}
+        flags = {s for a in self._actions for s in a.option_strings}
+        out: list[str] = []
+        i = 0
+        while i < len(argv):
+            word = argv[i]
+            if word == "--":
+                out += argv[i:]
+                break
+            follows = argv[i + 1] if i + 1 < len(argv) else None
+            if word in takes_one and follows is not None and follows.startswith("-") and follows.split("=")[0] not in flags:
+                out.append(f"{word}={follows}")
+                i += 2
+                continue
+            out.append(word)
+            i += 1
+        return out
+
+
 def flag_name(dest: str) -> str:
     """The flag of an argparse destination, as the user may have typed it."""
     return "-j/--jobs" if dest == "jobs" else "--" + dest.replace("_", "-")

@@ -26,6 +26,7 @@ from phaze.messages import exit_status, show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze.tools.flags import (
     DEFAULT_CACHE_LIMIT,
+    ToolParser,
     cache_size,
     check_positive_ints,
     check_solver_limits,
@@ -37,7 +38,7 @@ from phaze_ir.errors import PhazeError
 def _parser() -> argparse.ArgumentParser:
     from phaze import validate as v
 
-    p = argparse.ArgumentParser(
+    p = ToolParser(
         prog="phaze-validate",
         description="Price measured training runs (a CSV) with phaze and report the errors.",
     )

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, Options
 from phaze.messages import exit_status, show_warnings_as
 from phaze.outputs import refuse_clashes, write_together
-from phaze.tools.flags import DEFAULT_CACHE_LIMIT, cache_size, check_positive_ints, check_solver_limits, trim_cache_dir
+from phaze.tools.flags import DEFAULT_CACHE_LIMIT, ToolParser, cache_size, check_positive_ints, check_solver_limits, trim_cache_dir
 from phaze_ir.errors import PhazeError
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ToolParser(
         prog="phazec",
         description="Compile a PyTorch model file into a phaze plan (MLIR).",
     )
@@ -236,7 +236,8 @@ def _parser() -> argparse.ArgumentParser:
         help="when no placement fits, still write the plan (-o, --json, --report), which says which constraint "
         "binds; without it such a run changes no file",
     )
-    p.add_argument(
+    cache = p.add_mutually_exclusive_group()  # --cache D --no-cache: which one was meant?
+    cache.add_argument(
         "--cache",
         default=None,
         metavar="DIR",
@@ -244,7 +245,7 @@ def _parser() -> argparse.ArgumentParser:
         "answered from it, an interrupted search resumes from it (default $XDG_CACHE_HOME/phaze or "
         "~/.cache/phaze)",
     )
-    p.add_argument("--no-cache", action="store_true", help="keep nothing on disk, read nothing from it")
+    cache.add_argument("--no-cache", action="store_true", help="keep nothing on disk, read nothing from it")
     p.add_argument(
         "--cache-limit",
         type=cache_size,
