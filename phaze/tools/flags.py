@@ -32,10 +32,10 @@ class ToolParser(argparse.ArgumentParser):
 
         self.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(self, args=None, namespace=None):
         import sys
 
         return super().parse_known_args(self._values_glued(list(sys.argv[1:] if args is None else args)), namespace)
@@ -43,10 +43,8 @@ class ToolParser(argparse.ArgumentParser):
     def _values_glued(self, argv: list[str]) -> list[str]:
         """``--flag -x`` as ``--flag=-x`` where ``--flag`` takes one value and ``-x`` is not a
         flag of this tool: argparse would otherwise say "expected one argument"."""
-        takes_one = {
-            s for a in self._actions if a.option_strings and a.nargs is None and a.const is None for s in a.option_strings
-        }
-        takes_one = {s for s in takes_one if s.startswith("--")}
+        one_value = [a for a in self._actions if a.option_strings and a.nargs is None and a.const is None]
+        takes_one = {s for a in one_value for s in a.option_strings if s.startswith("--")}
         flags = {s for a in self._actions for s in a.option_strings}
         out: list[str] = []
         i = 0
@@ -56,7 +54,8 @@ class ToolParser(argparse.ArgumentParser):
                 out += argv[i:]
                 break
             follows = argv[i + 1] if i + 1 < len(argv) else None
-            if word in takes_one and follows is not None and follows.startswith("-") and follows.split("=")[0] not in flags:
+            dashed = follows is not None and follows.startswith("-") and follows.split("=")[0] not in flags
+            if word in takes_one and dashed:
                 out.append(f"{word}={follows}")
                 i += 2
                 continue

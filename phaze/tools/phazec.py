@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING
 from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, Options
 from phaze.messages import exit_status, show_warnings_as
 from phaze.outputs import refuse_clashes, write_together
-from phaze.tools.flags import DEFAULT_CACHE_LIMIT, ToolParser, cache_size, check_positive_ints, check_solver_limits, trim_cache_dir
+from phaze.tools.flags import (
+    DEFAULT_CACHE_LIMIT,
+    ToolParser,
+    cache_size,
+    check_positive_ints,
+    check_solver_limits,
+    trim_cache_dir,
+)
 from phaze_ir.errors import PhazeError
 
 if TYPE_CHECKING:
