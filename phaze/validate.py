@@ -22,6 +22,10 @@ Work is shared as far as the runs allow, so that 1,440 runs take minutes:
   cache (``passes.algorithms.schedule.ScheduleCache``) then solves their identical blocks once;
   independent groups run in parallel on a :func:`phaze.search.backend.make_backend` backend.
 
+A row with a value beyond its physical plausibility bound (:data:`COLUMN_BOUNDS`,
+:data:`MAX_STEP_BYTES`) is refused alone (:attr:`Run.refused`), before anything is traced: it is
+reported among the runs not priced, the others are priced.
+
 The held-apart part (:func:`assign_splits`): a fixed fraction of the runs (default a fifth),
 chosen by a seeded hash of each run's values, never depends on the order of the rows.
 """
@@ -110,6 +114,46 @@ KERNELS = ("ops", "eager", "inductor", "megatron")
 #: every op its own kernel).
 DEFAULT_KERNELS = "ops"
 
+# The physical plausibility bounds of a row.  A value beyond one is no run that ever was or could
+# be (each bound is ten or more times the largest run known), and past them the model cannot be
+# built or priced (tensor sizes overflow torch's and the IR's 64-bit integers, the IR grows with
+# the layers): such a row is refused before anything is traced, the others are priced.
+#: GPUs of a run, and so its TP, DP and PP (each divides them): 2^20, ten times the largest GPU
+#: clusters built (about 100,000 GPUs in 2024).
+MAX_GPUS = 2**20
+#: Sequences of a global batch (and of a micro-batch): 2^24, 256 times the largest published
+#: (65,536 sequences: LAMB's BERT, You et al. 2019).
+MAX_BATCH = 2**24
+#: Hidden size: 2^20, 40 times the widest GPT trained (25,600: Megatron-LM's 1T-parameter GPT);
+#: the attention heads likewise (a head has at least one channel).
+MAX_HIDDEN = 2**20
+#: Layers: 2^12, four times the deepest Transformer trained (1,000: DeepNet, Wang et al. 2022).
+MAX_LAYERS = 2**12
+#: Sequence length: 2^24 tokens, above the longest contexts trained (about 10 million).
+MAX_SEQ_LEN = 2**24
+#: Vocabulary: 2^22, 16 times the largest tokenizers (256,000: Gemma's).
+MAX_VOCABULARY = 2**22
+#: The bound of each integer column (the vocabulary's is :data:`MAX_VOCABULARY`).
+COLUMN_BOUNDS = {
+    "gpus": MAX_GPUS,
+    "global_batch": MAX_BATCH,
+    "micro_batch": MAX_BATCH,
+    "hidden": MAX_HIDDEN,
+    "heads": MAX_HIDDEN,
+    "layers": MAX_LAYERS,
+    "seq_len": MAX_SEQ_LEN,
+    "tp": MAX_GPUS,
+    "dp": MAX_GPUS,
+    "pp": MAX_GPUS,
+}
+#: The most memory a run's step may need (:func:`step_bytes`): the HBM of :data:`MAX_GPUS`
+#: accelerators of 256 GB each (an H200 has 141 GB, the largest parts about 288 GB), 2.7e17 B.
+#: A step that needs more fits on no cluster built or near it, and below it phaze's memory counts
+#: (64-bit integers in the IR, up to 9.2e18 B; they come within a few times of the estimate)
+#: keep a margin of 34 times.  Each column can be within its bound and the step still absurd:
+#: 4,096 heads over a sequence of 2^24 tokens are 2^60 attention scores a layer.
+MAX_STEP_BYTES = MAX_GPUS * 256 * 10**9
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -168,6 +212,9 @@ class Run:
     pipeline_transfer: str = DEFAULT_PIPELINE_TRANSFER
     #: the runtime whose kernels price the run ('': the validation's ``--kernels``)
     kernels: str = ""
+    #: why the row is not priced ('': it is): a value beyond its plausibility bound
+    #: (:data:`COLUMN_BOUNDS`, :data:`MAX_STEP_BYTES`), said as the row's column and bound
+    refused: str = ""
 
     @property
     def shape(self) -> Shape:
@@ -180,6 +227,10 @@ class Run:
     @property
     def measured_s(self) -> float:
         return self.measured_ms / 1e3
+
+    def where(self, name: str) -> str:
+        """``runs.csv:3: row 2``: where the run is in file ``name``."""
+        return f"{name}:{self.line}: row {self.row}"
 
     def identity(self) -> str:
         """The run's values, as the split hashes them (not its position in the file).  The
@@ -283,39 +334,54 @@ def parse_runs(text: str, name: str = "<csv>") -> list[Run]:
     return runs
 
 
-def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) -> Run:
-    where = f"{name}:{line}: row {n}"
+def _cell(row: list[str], columns: dict[str, int], fld: str, where: str) -> str:
+    i = columns[fld]
+    if i >= len(row) or not row[i].strip():
+        head = COLUMNS.get(fld) or OPTIONAL_COLUMNS[fld]
+        raise PhazeError(f"{where}: no value for '{head}'")
+    return row[i].strip()
 
-    def cell(fld: str) -> str:
-        i = columns[fld]
-        if i >= len(row) or not row[i].strip():
-            head = COLUMNS.get(fld) or OPTIONAL_COLUMNS[fld]
-            raise PhazeError(f"{where}: no value for '{head}'")
-        return row[i].strip()
 
-    def positive_int(fld: str) -> int:
-        text = cell(fld)
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and value == int(value) and 1 <= value <= 2**31 - 1):
-            raise PhazeError(f"{where}: '{COLUMNS[fld]}' is {text!r}, expected a positive integer")
-        return int(value)
-
-    ints: dict[str, Any] = {fld: positive_int(fld) for fld in COLUMNS if fld != "measured_ms"}
-    text = cell("measured_ms")
+def _measured_ms(row: list[str], columns: dict[str, int], where: str) -> float:
+    text = _cell(row, columns, "measured_ms", where)
     try:
         ms = float(text)
     except ValueError:
         ms = math.nan
     if not (math.isfinite(ms) and ms > 0):
-        raise PhazeError(f"{where}: '{COLUMNS['measured_ms']}' is {text!r}, expected a positive number of milliseconds")
+        raise PhazeError(
+            f"{where}: '{COLUMNS['measured_ms']}' is {text!r}, expected a positive number of milliseconds "
+            f"up to {sys.float_info.max:.1e}"
+        )
+    return ms
+
+
+def _positive_int(text: str, head: str, bound: int, where: str) -> tuple[int, str]:
+    """The positive integer ``text`` of column ``head``, and why its row is refused when it is
+    beyond ``bound`` ('' when not); a cell that is no positive integer is a PhazeError (the
+    file is not what it says)."""
+    expected = f"'{head}' is {text!r}, expected a positive integer up to {bound}"
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value == int(value) and value >= 1):
+        raise PhazeError(f"{where}: {expected}")
+    return int(value), (expected if value > bound else "")
+
+
+def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) -> Run:
+    where = f"{name}:{line}: row {n}"
+    ints: dict[str, Any] = {}
+    refusals: list[str] = []
+    for fld, bound in COLUMN_BOUNDS.items():
+        ints[fld], refused = _positive_int(_cell(row, columns, fld, where), COLUMNS[fld], bound, where)
+        refusals.append(refused)
+    ms = _measured_ms(row, columns, where)
     vocabulary, dtype, split = DEFAULT_VOCABULARY, "float16", ""
     if (value := _optional_cell(row, columns, "vocabulary")) is not None:
-        if not value.isdigit() or int(value) < 1:
-            raise PhazeError(f"{where}: 'vocabulary' is {value!r}, expected a positive integer")
-        vocabulary = int(value)
+        vocabulary, refused = _positive_int(value, OPTIONAL_COLUMNS["vocabulary"], MAX_VOCABULARY, where)
+        refusals.append(refused)
     if (value := _optional_cell(row, columns, "dtype")) is not None:
         dtype = value.lower()
         dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}.get(dtype, dtype)
@@ -342,7 +408,35 @@ def _run(row: list[str], columns: dict[str, int], n: int, line: int, name: str) 
         kernels=kernels,
     )
     _check_consistent(run, where)
-    return run
+    refused = next((r for r in refusals if r), "")
+    if not refused and (need := step_bytes(run)) > MAX_STEP_BYTES:
+        refused = (
+            f"the step of hidden size {run.hidden}, {run.heads} attention heads, {run.layers} layers, sequence "
+            f"length {run.seq_len} and micro batch {run.micro_batch} needs about {si_bytes(need)}, expected at most "
+            f"{si_bytes(MAX_STEP_BYTES)} (the memory of {MAX_GPUS} GPUs of 256 GB)"
+        )
+    return replace(run, refused=refused) if refused else run
+
+
+def step_bytes(r: Run) -> int:
+    """About the memory of ``r``'s training step, unsharded, in bytes: the weights with their
+    gradients and Adam's states (16 bytes a parameter: 16-bit weights and gradients, 32-bit
+    master weights and two moments; ZeRO, Rajbhandari et al. 2020) and one micro-batch's
+    activations without recompute (s·b·h·(34 + 5·a·s/h) bytes a layer at 16 bits: Korthikanti
+    et al. 2022, eq. 1; the 32-bit logits and their loss, 6 bytes each).  Python's integers: the
+    absurd rows it is for overflow no 64-bit count."""
+    h, a, s, b, v = r.hidden, r.heads, r.seq_len, r.micro_batch, r.shape.padded_vocabulary
+    parameters = 12 * r.layers * h * h + (v + s) * h
+    activations = r.layers * s * b * (34 * h + 5 * a * s) + 6 * s * b * v
+    return 16 * parameters + activations * (2 if r.dtype == "float32" else 1)
+
+
+def si_bytes(n: float) -> str:
+    """``2.68e17`` bytes as ``268 PB``: three significant digits, SI prefixes (decimal)."""
+    for power, prefix in ((24, "Y"), (21, "Z"), (18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k")):
+        if n >= 10**power:
+            return f"{n / 10**power:.3g} {prefix}B"
+    return f"{n:.0f} B"
 
 
 def _optional_cell(row: list[str], columns: dict[str, int], fld: str) -> str | None:
@@ -871,18 +965,30 @@ def validate(
     start = time.perf_counter()
     # Every run with its own kernels: a run that names the flag's runtime and one that names
     # none are one compilation.
-    job_list = jobs_of([replace(r, kernels=settings.kernels_of(r)) for r in runs])
+    placed = [r for r in runs if not r.refused]
+    job_list = jobs_of([replace(r, kernels=settings.kernels_of(r)) for r in placed])
     compiles = sum(len(j.compilations) for j in job_list)
+    refused = len(runs) - len(placed)
     log(
-        f"{count(len(runs), 'run')}: {count(len({j.shape for j in job_list}), 'shape')}, "
+        f"{count(len(runs), 'run')}"
+        + (f", {refused} refused" if refused else "")
+        + f": {count(len({j.shape for j in job_list}), 'shape')}, "
         f"{count(len(job_list), 'trace')} (shape, micro-batch), {count(compiles, 'compilation')} "
         f"(shape, micro-batch, TP, kernels) on {settings.hw}"
     )
-    with make_backend(backend, jobs, address) as be:
-        bundles = bundles_of(job_list, be.jobs)
-        results = be.map(price_bundle, [(settings, b) for b in bundles])
+    results = []
+    if job_list:
+        with make_backend(backend, jobs, address) as be:
+            bundles = bundles_of(job_list, be.jobs)
+            results = be.map(price_bundle, [(settings, b) for b in bundles])
     priced: dict[int, Priced] = {}
-    timing: dict[str, Any] = {"traces": len(job_list), "compilations": compiles, "placements": len(runs), "jobs": jobs}
+    timing: dict[str, Any] = {
+        "traces": len(job_list),
+        "compilations": compiles,
+        "placements": len(placed),
+        "refused": refused,
+        "jobs": jobs,
+    }
     totals = {"trace_s": 0.0, "compile_s": 0.0, "place_s": 0.0}
     for bundle in results:
         for res in bundle:
@@ -891,6 +997,9 @@ def validate(
             totals["trace_s"] += res.trace_s
             totals["compile_s"] += res.compile_s
             totals["place_s"] += res.place_s
+    for r in runs:
+        if r.refused:
+            priced[r.row] = Priced(r.row, None, False, f"refused: {r.refused}")
     timing.update(totals)  # CPU seconds summed over the workers
     timing["wall_s"] = time.perf_counter() - start
     return priced, timing

@@ -10,7 +10,10 @@ signed error, then per split (dev, holdout: a seeded fifth held apart) the media
 |error| and the worst runs.  ``--json FILE`` writes all of it.
 
 Bad input (a missing file or column, an inconsistent row, a bad option) gets a one-line error
-and exit status 1; ``--debug`` shows the traceback.
+and exit status 1; ``--debug`` shows the traceback.  A row with a value beyond its physical
+plausibility bound (``phaze/validate.py``, ``COLUMN_BOUNDS``) is refused alone, before anything
+is traced: one line on stderr names its row, column and bound, the other rows are priced and
+reported (the refused ones among the runs not priced), and the exit status is 3.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ from phaze.tools.flags import (
     trim_cache_dir,
 )
 from phaze_ir.errors import PhazeError
+
+#: The exit status when the report is complete but rows were refused (1 is an error, 2 a bad
+#: command line).
+REFUSED_ROWS_STATUS = 3
+#: Refused rows said on stderr one by one; the rest are counted (all are in the report).
+SHOWN_REFUSALS = 10
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -151,8 +160,9 @@ def check_numbers(args: argparse.Namespace) -> None:
     check_solver_limits(args)
 
 
-def run(args: argparse.Namespace, log) -> str:
-    """Validate as the arguments ask; the text report (the JSON is written when asked)."""
+def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
+    """Validate as the arguments ask; the text report (the JSON is written when asked).  The
+    runs refused (see the module docstring) are said on stderr, and appended to ``refused``."""
     from phaze import validate as v
 
     check_numbers(args)
@@ -168,6 +178,14 @@ def run(args: argparse.Namespace, log) -> str:
         runs = [r for r in runs if r.split == args.split]
     if not runs:
         raise PhazeError(f"{args.csv}: no runs in the {args.split} split")
+    rejected = [r for r in runs if r.refused]
+    for r in rejected[:SHOWN_REFUSALS]:  # even with -q: they are why the exit status is 3
+        print(f"phaze-validate: {r.where(args.csv)}: {r.refused} (refused; the other rows are priced)", file=sys.stderr)
+    if len(rejected) > SHOWN_REFUSALS:
+        more = len(rejected) - SHOWN_REFUSALS
+        print(f"phaze-validate: and {more} more rows refused (the report lists them)", file=sys.stderr)
+    if refused is not None:
+        refused += rejected
     if args.cache:
         os.makedirs(args.cache, exist_ok=True)
     settings = v.Settings(
@@ -186,7 +204,8 @@ def run(args: argparse.Namespace, log) -> str:
     priced, timing = v.validate(runs, settings, jobs, args.backend, args.address, log)
     result = v.Validation(runs, priced, settings, args.csv, args.holdout, args.seed, timing)
     log(
-        f"priced {v.count(len(runs), 'run')} in {timing['wall_s']:.1f} s ({v.count(timing['traces'], 'trace')}, "
+        f"priced {v.count(timing['placements'], 'run')} in {timing['wall_s']:.1f} s "
+        f"({v.count(timing['traces'], 'trace')}, "
         f"{v.count(timing['compilations'], 'compilation')}; seconds summed over the workers: trace "
         f"{timing['trace_s']:.1f}, compile {timing['compile_s']:.1f}, place {timing['place_s']:.1f})"
     )
@@ -206,7 +225,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.quiet:
             print(f"phaze-validate: {msg}", file=sys.stderr, flush=True)
 
-    return exit_status("phaze-validate", args.debug, lambda: sys.stdout.write(run(args, log)))
+    refused: list = []
+    status = exit_status("phaze-validate", args.debug, lambda: sys.stdout.write(run(args, log, refused)))
+    if status == 0 and refused:
+        from phaze.validate import count
+
+        said = f"{count(len(refused), 'row')} refused, not priced (exit status {REFUSED_ROWS_STATUS})"
+        print(f"phaze-validate: {said}", file=sys.stderr)
+        return REFUSED_ROWS_STATUS
+    return status
 
 
 if __name__ == "__main__":
