@@ -1,7 +1,8 @@
-"""``phaze-validate`` on hostile CSVs (issue 44, the second hostile pass): a row with a value
-beyond its physical plausibility bound is refused alone, before anything is traced, in one line
-naming its row, column and bound, while the other rows are priced (exit status 3); every bound a
-message states is the true one; the messages name the CSV's columns, never Python's names.
+"""``phaze-validate`` on hostile CSVs (issue 44, the second hostile pass): 20,000 identical runs
+are read once and priced once; a row with a value beyond its physical plausibility bound is
+refused alone, before anything is traced, in one line naming its row, column and bound, while
+the other rows are priced (exit status 3); every bound a message states is the true one; the
+messages name the CSV's columns, never Python's names.
 
 The runs are a tiny GPT (hidden 64, 2 heads, 2 layers, sequence 32, vocabulary 128) on one GPU,
 with a one-node solver limit: a trace costs about a second once torch is loaded."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import fields
 
 import pytest
 from conftest import ROOT
@@ -59,6 +61,68 @@ def counted(monkeypatch):
     monkeypatch.setattr(frontend, "trace_step", counting_trace)
     monkeypatch.setattr(driver, "plan_record", counting_plan)
     return traced, placed
+
+
+# ------------------------------------------------------------------------------------------
+# 1. Identical runs are read once and priced once
+# ------------------------------------------------------------------------------------------
+
+
+def test_20000_identical_runs_are_read_once_and_priced_once(counted, monkeypatch):
+    """20,000 rows of one run (three measured times) and one row of another: two rows read and
+    checked, one trace, two placements; every row reported, each with its own error, and the
+    shared price is the one the run gets alone."""
+    traced, placed = counted
+    checked: list[int] = []
+    run = v._run
+
+    def counting_run(row, columns, n, line, name):
+        checked.append(n)
+        return run(row, columns, n, line, name)
+
+    monkeypatch.setattr(v, "_run", counting_run)
+    text = HEADER + "\n" + "".join(f"{TINY},{10 + k % 3},128\n" for k in range(20_000)) + f"{OTHER},30,128\n"
+    runs = v.assign_splits(v.parse_runs(text, "same.csv"))
+    assert checked == [1, 20_001]  # the first of the 20,000 and the other run
+    assert len(runs) == 20_001 and runs[19_999].measured_ms == 10 + 19_999 % 3 and runs[-1].line == 20_002
+    assert [r.split for r in runs].count("holdout") == round(0.2 * 20_001)
+
+    priced, timing = v.validate(runs, SETTINGS, jobs=1)
+    assert traced == [("gpt-h64-a2-l2-s32-v128", 1)] and len(placed) == 2
+    assert (timing["traces"], timing["compilations"], timing["placements"]) == (1, 1, 20_001)
+    assert (timing["distinct_runs"], timing["refused"]) == (2, 0)
+    assert sorted(priced) == list(range(1, 20_002)) and all(priced[r].row == r for r in priced)
+    tiny = priced[1].predicted_s
+    assert tiny and all(priced[r].predicted_s == tiny for r in range(1, 20_001))
+    assert priced[20_001].predicted_s != tiny  # the other run: its own price
+
+    data = v.Validation(runs, priced, SETTINGS).to_json()
+    assert [r["row"] for r in data["runs"]] == list(range(1, 20_002))
+    assert data["runs"][1]["error"] == pytest.approx(tiny / 0.011 - 1)
+    assert data["summary"]["all"]["priced"] == 20_001 and data["not_priced"] == []
+
+    alone, _ = v.validate(v.parse_runs(f"{HEADER}\n{TINY},10,128\n{OTHER},30,128\n", "alone.csv"), SETTINGS, jobs=1)
+    assert (alone[1].predicted_s, alone[2].predicted_s) == (tiny, priced[20_001].predicted_s)
+    assert (alone[1].memory_bytes, alone[1].recompute) == (priced[17].memory_bytes, priced[17].recompute)
+
+
+def test_what_prices_a_run_is_every_column_but_its_row_time_and_split():
+    """Runs equal but for their row, line, measured time and split share a price; a run naming
+    the flag's recompute or kernels and one naming none too; any other field tells them apart
+    (a field added to Run later is in the key unless it is declared not to price)."""
+    (run,) = v.parse_runs(f"{HEADER},recompute,kernels\n{TINY},10,128,,\n", "k.csv")
+    key = v.pricing_key(run, SETTINGS)
+    same = v._with(run, row=9, line=12, measured_ms=99.0, split="holdout")
+    assert v.pricing_key(same, SETTINGS) == key
+    assert v.pricing_key(v._with(run, recompute=SETTINGS.recompute, kernels=SETTINGS.kernels), SETTINGS) == key
+    changed = {"dtype": "bfloat16", "pipeline_schedule": "interleaved:2", "rank_order": "tp-pp-dp"}
+    changed |= {"pipeline_transfer": "whole", "sequence_parallel": True, "recompute": "none", "kernels": "megatron"}
+    for f in fields(v.Run):
+        if f.name in {"row", "line", "measured_ms", "split", "refused"}:
+            continue
+        other = changed.get(f.name, getattr(run, f.name) + 1 if isinstance(getattr(run, f.name), int) else None)
+        assert other is not None, f.name
+        assert v.pricing_key(v._with(run, **{f.name: other}), SETTINGS) != key, f.name
 
 
 # ------------------------------------------------------------------------------------------

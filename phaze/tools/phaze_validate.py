@@ -204,8 +204,9 @@ def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
     priced, timing = v.validate(runs, settings, jobs, args.backend, args.address, log)
     result = v.Validation(runs, priced, settings, args.csv, args.holdout, args.seed, timing)
     log(
-        f"priced {v.count(timing['placements'], 'run')} in {timing['wall_s']:.1f} s "
-        f"({v.count(timing['traces'], 'trace')}, "
+        f"priced {v.count(timing['placements'], 'run')} in {timing['wall_s']:.1f} s ("
+        + (f"{timing['distinct_runs']} distinct, " if timing["distinct_runs"] < timing["placements"] else "")
+        + f"{v.count(timing['traces'], 'trace')}, "
         f"{v.count(timing['compilations'], 'compilation')}; seconds summed over the workers: trace "
         f"{timing['trace_s']:.1f}, compile {timing['compile_s']:.1f}, place {timing['place_s']:.1f})"
     )
