@@ -837,20 +837,28 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
         parsed = PassPipeline.parse_spec(ALL_PASSES, pipeline(stage, tp, o, sequence_parallel)).passes
         return tuple(replace(p, cache=o.schedule_cache) if isinstance(p, SolverOptions) else p for p in parsed)
 
+    compilations = job.compilations
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="phaze-validate-") as tmp:
-        spec = load_model_file(write_model_file(job.shape, tmp))
-        traced = trace_step(spec, job.micro_batch, job.shape.seq_len, training=True, dtype=job.shape.dtype)
-    out.trace_s = time.perf_counter() - start
-
-    # The TP-independent part of the pipeline (phazec --emit training), once for every width.
-    start = time.perf_counter()
-    base = training_step(traced, opts, accelerator)
-    del traced
-    out.compile_s += time.perf_counter() - start
+    try:
+        with tempfile.TemporaryDirectory(prefix="phaze-validate-") as tmp:
+            spec = load_model_file(write_model_file(job.shape, tmp))
+            traced = trace_step(spec, job.micro_batch, job.shape.seq_len, training=True, dtype=job.shape.dtype)
+        out.trace_s = time.perf_counter() - start
+        # The TP-independent part of the pipeline (phazec --emit training), once for every width.
+        start = time.perf_counter()
+        base = training_step(traced, opts, accelerator)
+        del traced
+        out.compile_s += time.perf_counter() - start
+    except PhazeError as e:
+        # A model that cannot be built or traced leaves its runs unpriced, each with the reason,
+        # as a compilation that fails does: the other runs are priced.
+        _say(settings, f"{label}: not priced: {e}")
+        for tp, sp, given in compilations:
+            runs = [r for r in job.runs if (r.tp, r.sequence_parallel, r.kernels) == (tp, sp, given)]
+            yield (tp, sp, given or settings.kernels), runs, e, passes, ctx
+        return
     _say(settings, f"{label}: traced and imported in {out.trace_s + out.compile_s:.1f} s")
 
-    compilations = job.compilations
     for k, (tp, sp, given) in enumerate(compilations):
         runs = [r for r in job.runs if (r.tp, r.sequence_parallel, r.kernels) == (tp, sp, given)]
         kernels = given or settings.kernels

@@ -230,6 +230,31 @@ def test_a_file_of_refused_rows_only_is_reported_without_pricing(counted, tmp_pa
     assert "not priced (12; not in the figures below):" in stdout
 
 
+def test_a_model_that_fails_to_trace_leaves_its_runs_unpriced_and_the_others_priced(counted, monkeypatch):
+    """Past the row checks, a model that cannot be traced is its runs' note (as a compilation
+    that fails is), not the end of the validation."""
+    from phaze_ir import frontend
+
+    traced, _ = counted
+    trace_step = frontend.trace_step
+
+    def failing(spec, micro_batch_size=1, *args, **kwargs):
+        if spec.name.startswith("gpt-h128"):
+            raise PhazeError(f"cannot trace {spec.name}: out of luck")
+        return trace_step(spec, micro_batch_size, *args, **kwargs)
+
+    monkeypatch.setattr(frontend, "trace_step", failing)
+    runs = v.parse_runs(
+        f"{HEADER}\n1,2,1,128,2,2,32,1,1,1,10,128\n{TINY},10,128\n1,4,1,128,2,2,32,1,1,1,9,128\n", "t.csv"
+    )
+    priced, timing = v.validate(runs, SETTINGS, jobs=1)
+    assert priced[2].predicted_s and priced[2].feasible
+    for row in (1, 3):
+        assert priced[row].predicted_s is None
+        assert priced[row].note == "not priced: cannot trace gpt-h128-a2-l2-s32-v128: out of luck"
+    assert traced == [("gpt-h64-a2-l2-s32-v128", 1)] and timing["traces"] == 2  # the other raised at once
+
+
 # ------------------------------------------------------------------------------------------
 # 3, 4. Every message states its true bound, in the user's words
 # ------------------------------------------------------------------------------------------
