@@ -11,6 +11,7 @@ whose outputs cannot be written, is refused before any work.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 
@@ -117,3 +118,34 @@ def _check_writable(flag: str, path: str) -> None:
         ) from e
     os.close(fd)
     os.unlink(probe)
+    if _unreplaceable(path):
+        raise PhazeError(f"{flag} {path}: cannot write: the file is immutable or append-only (lsattr shows it)")
+
+
+#: Linux's FS_IOC_GETFLAGS request and its immutable and append-only flags (linux/fs.h,
+#: ``_IOR('f', 1, long)`` on a 64-bit kernel): a file so marked cannot be replaced, not even by
+#: root, and no permission bit or probe file in its directory tells it.
+_FS_IOC_GETFLAGS = 0x80086601
+_FS_NO_REPLACE_FLAGS = 0x00000010 | 0x00000020  # FS_IMMUTABLE_FL | FS_APPEND_FL
+
+
+def _unreplaceable(path: str) -> bool:
+    """Whether the existing file ``path`` is marked immutable or append-only (False where the
+    file system or the platform cannot say)."""
+    if not sys.platform.startswith("linux") or not os.path.isfile(path):
+        return False
+    import array
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        flags = array.array("l", [0])
+        fcntl.ioctl(fd, _FS_IOC_GETFLAGS, flags, True)
+    except OSError:  # a file system without these flags
+        return False
+    finally:
+        os.close(fd)
+    return bool(flags[0] & _FS_NO_REPLACE_FLAGS)

@@ -509,3 +509,27 @@ def test_version_needs_no_model(capsys, tool):
     with pytest.raises(SystemExit) as e:
         {"phazec": phazec.main, "phaze-validate": phaze_validate.main}[tool](["--version"])
     assert e.value.code == 0 and capsys.readouterr().out == f"{tool} {__version__}\n"
+
+
+def test_an_output_marked_immutable_is_refused_before_any_work(tmp_path, capsys):
+    """``chattr +i`` on the plan file: no permission bit or probe file says that it cannot be
+    replaced (not even by root), so the flag is read before the model is imported."""
+    import shutil
+    import subprocess
+
+    from phaze.tools import phazec
+
+    plan = tmp_path / "plan.mlir"
+    plan.write_text("the plan of yesterday\n")
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(plan)]).returncode != 0:
+        pytest.skip("chattr +i is not possible here (not root, or a file system without the flag)")
+    try:
+        model = tmp_path / "never_imported.py"
+        model.write_text("raise SystemExit('the model was imported')\n")
+        assert phazec.main([str(model), "--hw", "a100", "-o", str(plan), "-q"]) == 1
+        err = capsys.readouterr().err
+        why = "cannot write: the file is immutable or append-only (lsattr shows it)"
+        assert err == f"phazec: error: -o {plan}: {why}\n"
+        assert plan.read_text() == "the plan of yesterday\n"
+    finally:
+        subprocess.run(["chattr", "-i", str(plan)])
