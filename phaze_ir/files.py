@@ -5,13 +5,48 @@ system holds: a FIFO (opening it blocks until a writer comes), ``/dev/zero`` (en
 device, or a regular file of several GB.  :func:`read_regular` reads only a regular file of at
 most ``limit`` bytes, and says in a :class:`RefusedFile` why it will not read anything else,
 before reading it.
+
+And :func:`excerpt`, how an error message quotes what it read: a name, a key or a value the user
+wrote may be megabytes long (one line of a file, a flag), and a message echoes at most a short
+excerpt of it.  (Here, not in :mod:`phaze_ir.errors`: the hardware loader and ``passes.algorithms``
+use it too, and they import no xDSL.)
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
+
+#: The most characters of the user's input an error message quotes: enough to recognise a name
+#: or a value, short enough that a message stays one readable line (a terminal's width).
+EXCERPT_CHARS = 80
+
+#: The most characters of a message written by code that is not phaze's (xDSL's parser, a model
+#: file's exception) after :func:`shorten` has cut its long words: many short words quoted from
+#: the input (a list of 100,000 undefined names) are cut here.
+MESSAGE_CHARS = 1000
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` as an error message quotes it: whole when it has at most ``limit`` characters,
+    else its first ``limit`` characters and "…" (which says that it was cut)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+_LONG_WORD = re.compile(r"\S{" + str(EXCERPT_CHARS + 1) + ",}")
+
+
+def shorten(message: str) -> str:
+    """A message that may quote the input whole (xDSL's ``Operation <name> is not registered``),
+    its quotes cut: each run of more than ``EXCERPT_CHARS`` non-blank characters as
+    :func:`excerpt` cuts it (but one holding "…", an excerpt already, with its quotes and
+    punctuation), then the whole to at most ``MESSAGE_CHARS`` characters."""
+    if len(message) <= EXCERPT_CHARS:
+        return message
+    cut = _LONG_WORD.sub(lambda m: m.group() if "…" in m.group() else excerpt(m.group()), message)
+    return excerpt(cut, MESSAGE_CHARS)
 
 
 class RefusedFile(OSError):

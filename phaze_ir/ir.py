@@ -22,6 +22,7 @@ from xdsl.utils.mlir_lexer import MLIRTokenKind, StringLiteral
 from phaze_ir.attributes import RecordAttr
 from phaze_ir.dialect import Phaze
 from phaze_ir.errors import PhazeError
+from phaze_ir.files import shorten
 
 EXCERPT_CHARS = 160
 """Most characters of source shown around a parse error's column (one line, with a caret
@@ -46,7 +47,8 @@ class MLIRParseError(PhazeError, ParseError):
                                                    ^
 
     The excerpt is the error's line cut to at most ``EXCERPT_CHARS`` characters around the
-    column (``...`` marks the cuts), so that an error in a line of several MB stays short.  It is
+    column (``...`` marks the cuts), so that an error in a line of several MB stays short; what
+    the message quotes of the input is cut too (:func:`phaze_ir.files.shorten`).  It is
     an xDSL ``ParseError`` (its ``span`` and ``msg``; xDSL's tools move the span for
     ``--split-input-file``) and a :class:`PhazeError` (the tools print it without a traceback).
     """
@@ -63,7 +65,9 @@ class MLIRParseError(PhazeError, ParseError):
 
     def __str__(self) -> str:
         line, caret = self.excerpt()
-        text = f"{self.location}: error: {self.msg}"
+        # xDSL's messages quote what they could not read whole (``Operation <name> is not
+        # registered``, ``undefined symbol alias '<name>'``): a name of 2 MB is cut there too.
+        text = f"{self.location}: error: {shorten(self.msg)}"
         if line.strip() and not _is_blank(self.span.input.content):
             text += f"\n{line}\n{caret}"
         return text

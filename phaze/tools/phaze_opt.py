@@ -20,7 +20,7 @@ from passes import ALL_PASSES
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError
-from phaze_ir.files import read_regular
+from phaze_ir.files import read_regular, shorten
 from phaze_ir.ir import MLIRParseError, parse_text
 
 
@@ -121,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(error, file=sys.stderr)
             return 1
         message = str(e).strip()
+        if not isinstance(e, PhazeError):
+            # xDSL's messages (a verifier's, a pass option's) quote the input whole: cut them.
+            # phaze's own quote excerpts already, and may name a file whose path is long.
+            message = shorten(message)
         if isinstance(e, OSError) and e.filename:
             message = f"{e.filename}: {e.strerror}"
         print(f"phaze-opt: error: {message}", file=sys.stderr)
