@@ -39,6 +39,8 @@ import json
 import math
 import numbers
 import os
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -46,10 +48,12 @@ from typing import Any, ClassVar
 import tomllib
 
 from phaze_ir import area
-from phaze_ir.files import RefusedFile, read_regular
+from phaze_ir.files import EXCERPT_CHARS, RefusedFile, excerpt, read_regular, shorten
 
 __all__ = [
     "HardwareError",
+    "Bound",
+    "field_bound",
     "TensorCores",
     "VectorCores",
     "GlobalBuffer",
@@ -77,6 +81,8 @@ MiB = 1024**2
 GiB = 1024**3
 #: The largest TOML file read (a hardware description or a space): the presets are about 10 kB.
 TOML_LIMIT = 1 * MiB
+#: The longest file name Linux takes (PATH_MAX): a longer "source" names no real file.
+PATH_MAX = 4096
 
 # The presets are package data: ``Path(__file__).parent`` is ``<repo>/phaze_ir`` in an editable
 # install (maturin's editable mode puts the repository root on sys.path) and
@@ -96,6 +102,12 @@ class HardwareError(ValueError):
     """
 
     def __init__(self, message: str, *, source: str | None = None, key_path: str | None = None):
+        # What the message quotes of the input (a key, a value, a name) is cut where it is
+        # built (:func:`_show`); cut here too for what others build (a space's errors).  The
+        # source is the file as the user named it: cut only beyond any real file name's length.
+        message = shorten(message)
+        if source is not None and len(source) > PATH_MAX:
+            source = excerpt(source)
         self.source = source
         self.key_path = key_path
         self.detail = message
@@ -129,6 +141,102 @@ PROTOCOL_ALGORITHMS = ("ring", "nvls")
 #: The largest integer a hardware field may hold: the IR stores integers as signed 64-bit.
 I64_MAX = 2**63 - 1
 
+
+@dataclass(frozen=True)
+class Bound:
+    """The most a field may be: ``value``, with ``why`` (a phrase the refusal quotes)."""
+
+    value: float
+    why: str
+
+    def text(self) -> str:
+        return str(self.value) if isinstance(self.value, int) else _fmt_float(self.value)
+
+
+# Plausibility bounds.  A value beyond what any real chip, memory or network reaches by a wide
+# margin is a typo or a hostile input, not a design (pe_x = 2^63 - 1 was accepted and priced at
+# 2.7e15 W per chip): it is refused, naming the field, its value and the bound.  Each bound is
+# the largest real figure (its source beside it) times a generous factor, so that no design
+# phaze could be asked about, today's or a bolder one, is refused; a bound never changes a value.
+#: Cores of one chip: Cerebras WSE-3, 900,000 cores on a whole wafer (Cerebras, 2024-03-13).
+CORES = Bound(2**24, "18x the 900,000 cores of Cerebras WSE-3, the largest chip built")
+#: A PE array's side, a vector core's lanes, a wave tile's side: TPU v1's 256 x 256 systolic
+#: array (Jouppi et al., ISCA 2017), the paper's space's widest too (256).
+ARRAY_SIDE = Bound(2**16, "256x the 256-wide systolic array of TPU v1")
+#: A core's own buffer: the default (16 B per PE, :func:`default_tc_buffer_bytes`) of the
+#: largest array allowed, so that a default is never refused.
+CORE_BUFFER = Bound(16 * 2**32, "16 B per PE of a 65536 x 65536 array")
+#: On-chip SRAM: Cerebras WSE-3, 44 GB (Cerebras, 2024-03-13).
+SRAM_BYTES = Bound(2**42, "100x the 44 GB of SRAM of Cerebras WSE-3")
+#: On-chip SRAM bandwidth: Cerebras WSE-3, 21 PB/s (Cerebras, 2024-03-13).
+SRAM_BANDWIDTH = Bound(1e18, "48x the 21 PB/s of Cerebras WSE-3's SRAM")
+#: HBM on one chip: 288 GB (NVIDIA B300, 2025; AMD Instinct MI355X, 2025).
+HBM_BYTES = Bound(2**46, "240x the 288 GB of HBM of NVIDIA B300 or AMD MI355X")
+#: HBM bandwidth: 8 TB/s (NVIDIA B200, 2024; AMD Instinct MI355X, 2025).
+HBM_BANDWIDTH = Bound(1e15, "125x the 8 TB/s of HBM of NVIDIA B200")
+#: Clock: 6.2 GHz, the fastest shipped processor's boost (Intel Core i9-14900KS, 2024).
+CLOCK = Bound(1e11, "16x the 6.2 GHz of the fastest shipped processor")
+#: Bytes of one element: complex128, the widest dtype torch has.
+ELEMENT_BYTES = Bound(16, "complex128, the widest element torch has")
+#: Peak FLOP/s of one chip (tensor or vector cores, or a GPU's fp32 cores): Cerebras WSE-3,
+#: 125 PFLOP/s (Cerebras, 2024-03-13).  Bounds the product count x array x clock, which the
+#: bounds of each factor alone would let reach 1e28.
+FLOPS = Bound(1e19, "80x the 125 PFLOP/s of Cerebras WSE-3")
+#: A chip's power: a Cerebras CS-3 system, 23 kW (Cerebras CS-3 datasheet, 2024).
+POWER = Bound(1e6, "40x the 23 kW of a Cerebras CS-3 system")
+#: Die area: Cerebras WSE-3, 46,225 mm^2, most of a 300 mm wafer (Cerebras, 2024-03-13).
+AREA_MM2 = Bound(1e6, "20x the 46,225 mm^2 of Cerebras WSE-3")
+#: A chip's price: a Cerebras CS-2 system, reported in the press at about USD 2.5 million.
+COST_USD = Bound(1e9, "400x the USD 2.5 million of a Cerebras CS-2 system")
+#: Devices of a network level: the most devices ``phazec --devices`` takes (2^31 - 1, as
+#: Megatron-LM and torchtitan take their sizes), far beyond the largest cluster (~10^5 GPUs).
+DEVICES = Bound(2**31 - 1, "the most devices phazec's --devices takes")
+#: A device's link bandwidth, per direction: NVLink 5, 900 GB/s (NVIDIA Blackwell, 2024).
+LINK_BANDWIDTH = Bound(1e14, "110x the 900 GB/s per direction of NVLink 5")
+#: A group's bandwidth out of its level, all its devices together: the link bound for each of
+#: 10,000 devices (an uplink carries a whole group of the level below).
+UPLINK_BANDWIDTH = Bound(1e18, "the link bound for each of 10,000 devices")
+#: A network latency: a message half around the Earth, 20,000 km of fibre at 2e8 m/s = 0.1 s.
+LATENCY = Bound(1.0, "10x a message's 0.1 s half around the Earth")
+#: A per-op overhead of a real chip: a CUDA kernel launch is about 5 us.
+OVERHEAD = Bound(1.0, "200,000x a CUDA kernel launch's 5 us")
+#: CUDA compute capability: 12.x is the newest (NVIDIA Blackwell, 2025).
+COMPUTE_CAPABILITY = Bound(100.0, "8x the newest CUDA compute capability, 12.x")
+#: One MAC or vector op: a 45 nm fp32 multiply and add, 3.7 + 0.9 pJ (Horowitz, "Computing's
+#: energy problem", ISSCC 2014), at an older node and a wider type than any chip described.
+OP_ENERGY = Bound(1e-9, "200x a 45 nm fp32 multiply-add's 4.6 pJ")
+#: A byte of SRAM: a 64-bit read of a 1 MB SRAM at 45 nm, 100 pJ, 12.5 pJ/B (Horowitz 2014).
+SRAM_ENERGY = Bound(1e-8, "800x a 45 nm 1 MB SRAM's 12.5 pJ/B")
+#: A byte of DRAM: a 64-bit DRAM access at 45 nm, up to 2.6 nJ, 325 pJ/B (Horowitz 2014).
+DRAM_ENERGY = Bound(1e-7, "300x a 45 nm DRAM access's 325 pJ/B")
+#: A byte sent on a network: the DRAM access (325 pJ/B) again, which costs more than a link's
+#: few pJ per bit through NIC, optics and switch.
+NETWORK_ENERGY = Bound(1e-6, "3,000x a 45 nm DRAM access's 325 pJ/B")
+#: Power per mm^2: NVIDIA H100 SXM, 700 W over 814 mm^2 = 0.86 W/mm^2 (all of its power, not
+#: just the leakage this bounds).
+POWER_DENSITY = Bound(10.0, "12x the 0.86 W/mm^2 of NVIDIA H100's whole power")
+#: A wafer's price: TSMC 7 nm, USD 9,346 (Khan & Mann, CSET 2020); about USD 30,000 at 2 nm
+#: (reported, 2024).
+WAFER_USD = Bound(1e7, "300x a 2 nm wafer's reported USD 30,000")
+#: A wafer's diameter: 300 mm in production, 450 mm the largest ever made (SEMI's 450 mm).
+WAFER_MM = Bound(1000.0, "2x the 450 mm wafer, the largest ever made")
+#: Defects: TSMC N7, 0.0009 per mm^2 (TSMC, reported by AnandTech, 2020-08-25).
+DEFECTS = Bound(1.0, "1,000x TSMC N7's 0.0009 per mm^2")
+#: HBM's price: about USD 17 per GiB (Raymond James estimate, TechSpot 2023).
+HBM_USD = Bound(1e-5, "600x HBM's USD 17 per GiB")
+#: Embodied carbon of a die: 0.02 kg CO2e per mm^2 at 7 nm (ACT, Gupta et al., ISCA 2022).
+DIE_CARBON = Bound(10.0, "500x a 7 nm die's 0.02 kg CO2e per mm^2")
+#: Embodied carbon of memory: 65 g CO2e per GB of DRAM (ACT, Gupta et al., ISCA 2022).
+MEMORY_CARBON = Bound(1e-7, "1,500x DRAM's 65 g CO2e per GB")
+#: Embodied carbon of a package: 150 g CO2e (ACT, Gupta et al., ISCA 2022).
+PACKAGE_CARBON = Bound(1000.0, "6,700x an IC package's 150 g CO2e")
+#: PUE: 1.58, the industry-average data centre in 2023 (Uptime Institute).
+PUE = Bound(10.0, "6x the 1.58 of the average data centre")
+#: Grid carbon: coal power, 820 g CO2e per kWh = 2.3e-7 kg/J (IPCC AR5, lifecycle median).
+GRID_CARBON = Bound(1e-5, "44x coal power's 820 g CO2e per kWh")
+#: A chip's service life: a century.
+LIFETIME = Bound(3.2e9, "100 years")
+
 # kind -> what the message says is expected
 _EXPECTED = {
     "pos_int": "a positive integer",
@@ -147,11 +255,11 @@ _EXPECTED = {
 
 
 def _show(value: Any) -> str:
-    """Render a value as it would appear in TOML, for error messages."""
+    """Render a value as it would appear in TOML, for error messages (at most an excerpt)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return json.dumps(value)
+        return excerpt(json.dumps(value))
     if isinstance(value, dict):
         return "{...} (a table)"
     if isinstance(value, (list, tuple)):
@@ -160,7 +268,9 @@ def _show(value: Any) -> str:
         return "[...] (an array)"
     if isinstance(value, float):
         return _fmt_float(value)
-    return str(value)
+    if isinstance(value, int) and value.bit_length() > 3.33 * EXCERPT_CHARS:  # (str() of 4,300 digits raises)
+        return f"an integer of about {round(value.bit_length() * math.log10(2))} digits"
+    return excerpt(str(value))
 
 
 def _type_hint(value: Any) -> str:
@@ -179,8 +289,19 @@ def _fail(source: str | None, path: str, value: Any, expected: str) -> HardwareE
     return HardwareError(f"{path} = {_show(value)}: expected {expected}", source=source, key_path=path)
 
 
-def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
-    """Validate and normalise one scalar field; returns the normalised value."""
+def _check(kind: str, value: Any, path: str, source: str | None, at_most: Bound | None = None) -> Any:
+    """Validate and normalise one scalar field; returns the normalised value.  ``at_most``: the
+    field's plausibility bound (a number above it is refused)."""
+    if kind == "size_table":  # the bound is each entry's
+        return _check_size_table(value, path, source, at_most)
+    checked = _check_kind(kind, value, path, source)
+    if at_most is not None and isinstance(checked, (int, float)) and checked > at_most.value:
+        expected = _EXPECTED[kind.removeprefix("opt_")]
+        raise _fail(source, path, value, f"{expected} at most {at_most.text()} ({at_most.why})")
+    return checked
+
+
+def _check_kind(kind: str, value: Any, path: str, source: str | None) -> Any:
     optional = kind.startswith("opt_")
     base = kind[4:] if optional else kind
     if value is None and optional:
@@ -191,8 +312,6 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
         if value not in EXECUTION_MODES:
             raise _fail(source, path, value, expected)
         return value
-    if base == "size_table":
-        return _check_size_table(value, path, source)
     if base == "topology":
         if value not in TOPOLOGIES:
             raise _fail(source, path, value, expected)
@@ -255,7 +374,9 @@ def _check(kind: str, value: Any, path: str, source: str | None) -> Any:
     raise AssertionError(kind)  # pragma: no cover
 
 
-def _check_size_table(value: Any, path: str, source: str | None) -> tuple[tuple[int, float], ...]:
+def _check_size_table(
+    value: Any, path: str, source: str | None, at_most: Bound | None = None
+) -> tuple[tuple[int, float], ...]:
     """A ``{bytes = number}`` table (TOML keys are strings of digits; a tuple of pairs as
     :class:`Energy` holds it is accepted too) as pairs in increasing capacity."""
     pairs = value.items() if isinstance(value, dict) else value
@@ -267,36 +388,49 @@ def _check_size_table(value: Any, path: str, source: str | None) -> tuple[tuple[
             raise _fail(source, path, value, _EXPECTED["size_table"])
         key, number = entry
         text = str(key)
-        if isinstance(key, bool) or not text.isdigit() or int(text) <= 0:
-            raise _fail(source, f"{path}.{text}", key, "a capacity in bytes (a positive integer key)")
-        out[int(text)] = _check("pos_float", number, f"{path}.{text}", source)
+        where = f"{path}.{excerpt(text)}"
+        # ASCII digits only ("²" is a digit to str.isdigit, not to int), read only when short
+        # enough to be a size at all (int() refuses 4,300 digits and more with a traceback).
+        digits = text.lstrip("0")
+        if isinstance(key, bool) or not (text.isascii() and text.isdigit()) or not digits:
+            raise _fail(source, where, key, "a capacity in bytes (a positive integer key)")
+        if len(digits) > len(str(SRAM_BYTES.value)) or int(digits) > SRAM_BYTES.value:
+            raise _fail(source, where, key, f"a capacity at most {SRAM_BYTES.text()} bytes ({SRAM_BYTES.why})")
+        out[int(digits)] = _check("pos_float", number, where, source, at_most)
     if not out:
         raise _fail(source, path, value, _EXPECTED["size_table"] + " (at least one entry)")
     return tuple(sorted(out.items()))
 
 
-def _spec(kind: str, doc: str, **kw: Any) -> Any:
-    """A dataclass field carrying its validation kind and its documentation (meaning + unit)."""
-    return field(metadata={"kind": kind, "doc": doc}, **kw)
+def field_bound(cls: type, name: str) -> Bound | None:
+    """The plausibility bound of field ``name`` of the hardware class ``cls`` (``TensorCores``,
+    ``"count"``), or None: what a space's axes can be checked against before any chip is built."""
+    return next(f.metadata["at_most"] for f in dataclasses.fields(cls) if f.name == name)
 
 
-_SCALAR_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+def _spec(kind: str, doc: str, at_most: Bound | None = None, **kw: Any) -> Any:
+    """A dataclass field carrying its validation kind, its documentation (meaning + unit) and
+    its plausibility bound (``at_most``; ``None``: none beyond what the kind says)."""
+    return field(metadata={"kind": kind, "doc": doc, "at_most": at_most}, **kw)
+
+
+_SCALAR_FIELDS: dict[type, tuple[tuple[str, str, Bound | None], ...]] = {}
 
 
 def _validate_fields(obj: Any) -> None:
     """``__post_init__`` body: check and normalise every scalar field of a frozen dataclass."""
     cls = type(obj)
     scalars = _SCALAR_FIELDS.get(cls)
-    if scalars is None:  # (name, kind) of the scalar fields, computed once per class
+    if scalars is None:  # (name, kind, bound) of the scalar fields, computed once per class
         scalars = tuple(
-            (f.name, f.metadata["kind"])
+            (f.name, f.metadata["kind"], f.metadata["at_most"])
             for f in dataclasses.fields(cls)
             if f.metadata.get("kind") not in ("table", "opt_table", "levels", "protocols")
         )
         _SCALAR_FIELDS[cls] = scalars
-    for name, kind in scalars:
+    for name, kind, at_most in scalars:
         value = getattr(obj, name)
-        checked = _check(kind, value, name, cls.__name__)
+        checked = _check(kind, value, name, cls.__name__, at_most)
         if checked is not value:
             object.__setattr__(obj, name, checked)
 
@@ -318,10 +452,12 @@ class TensorCores:
             what the area model assumes, ``max(1 KiB, 16·pe_x·pe_y)`` bytes (16 B per PE).
     """
 
-    count: int = _spec("pos_int", "number of tensor cores")
-    pe_x: int = _spec("pos_int", "PE-array width W (PEs)")
-    pe_y: int = _spec("pos_int", "PE-array depth D (PEs)")
-    buffer_bytes: int = _spec("opt_pos_int", "per-core buffer (bytes); default max(1 KiB, 16*pe_x*pe_y)", default=None)
+    count: int = _spec("pos_int", "number of tensor cores", at_most=CORES)
+    pe_x: int = _spec("pos_int", "PE-array width W (PEs)", at_most=ARRAY_SIDE)
+    pe_y: int = _spec("pos_int", "PE-array depth D (PEs)", at_most=ARRAY_SIDE)
+    buffer_bytes: int = _spec(
+        "opt_pos_int", "per-core buffer (bytes); default max(1 KiB, 16*pe_x*pe_y)", at_most=CORE_BUFFER, default=None
+    )
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -345,9 +481,11 @@ class VectorCores:
             assumes, ``max(1 KiB, 16·width)`` bytes.
     """
 
-    count: int = _spec("pos_int", "number of vector cores")
-    width: int = _spec("pos_int", "lanes per vector core")
-    buffer_bytes: int = _spec("opt_pos_int", "per-core buffer (bytes); default max(1 KiB, 16*width)", default=None)
+    count: int = _spec("pos_int", "number of vector cores", at_most=CORES)
+    width: int = _spec("pos_int", "lanes per vector core", at_most=ARRAY_SIDE)
+    buffer_bytes: int = _spec(
+        "opt_pos_int", "per-core buffer (bytes); default max(1 KiB, 16*width)", at_most=CORE_BUFFER, default=None
+    )
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -364,8 +502,8 @@ class GlobalBuffer:
         bandwidth_Bps: bandwidth between the global buffer and the cores, in bytes per second.
     """
 
-    bytes: int = _spec("pos_int", "capacity (bytes)")
-    bandwidth_Bps: float = _spec("pos_float", "bandwidth to the cores (bytes/s)")
+    bytes: int = _spec("pos_int", "capacity (bytes)", at_most=SRAM_BYTES)
+    bandwidth_Bps: float = _spec("pos_float", "bandwidth to the cores (bytes/s)", at_most=SRAM_BANDWIDTH)
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -380,8 +518,8 @@ class HBM:
         bandwidth_Bps: bandwidth between HBM and the chip, in bytes per second.
     """
 
-    bytes: int = _spec("pos_int", "capacity (bytes)")
-    bandwidth_Bps: float = _spec("pos_float", "bandwidth to the chip (bytes/s)")
+    bytes: int = _spec("pos_int", "capacity (bytes)", at_most=HBM_BYTES)
+    bandwidth_Bps: float = _spec("pos_float", "bandwidth to the chip (bytes/s)", at_most=HBM_BANDWIDTH)
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -411,10 +549,12 @@ class NetworkProtocol:
     """
 
     name: str = _spec("name", "label of the protocol")
-    bandwidth_Bps: float = _spec("pos_float", "per-device, per-direction bandwidth (bytes/s)")
-    latency_s: float = _spec("nonneg_float", "per ring step or switch pass (s)")
-    base_s: float = _spec("nonneg_float", "per collective (s)", default=0.0)
-    shard_Bps: float | None = _spec("opt_pos_float", "pass over a device's own shard (bytes/s)", default=None)
+    bandwidth_Bps: float = _spec("pos_float", "per-device, per-direction bandwidth (bytes/s)", at_most=LINK_BANDWIDTH)
+    latency_s: float = _spec("nonneg_float", "per ring step or switch pass (s)", at_most=LATENCY)
+    base_s: float = _spec("nonneg_float", "per collective (s)", at_most=LATENCY, default=0.0)
+    shard_Bps: float | None = _spec(
+        "opt_pos_float", "pass over a device's own shard (bytes/s)", at_most=HBM_BANDWIDTH, default=None
+    )
     algorithm: str | None = _spec("opt_algorithm", "ring (absent) or nvls", default=None)
 
     def __post_init__(self) -> None:
@@ -467,19 +607,26 @@ class NetworkLevel:
     """
 
     name: str = _spec("name", "label of the level")
-    group_size: int = _spec("pos_int", "devices per group at this level")
-    bandwidth_Bps: float = _spec("pos_float", "per-device, per-direction bandwidth (bytes/s)")
-    latency_s: float = _spec("nonneg_float", "per-message latency (s)")
+    group_size: int = _spec("pos_int", "devices per group at this level", at_most=DEVICES)
+    bandwidth_Bps: float = _spec("pos_float", "per-device, per-direction bandwidth (bytes/s)", at_most=LINK_BANDWIDTH)
+    latency_s: float = _spec("nonneg_float", "per-message latency (s)", at_most=LATENCY)
     uplink_Bps: float | None = _spec(
-        "opt_pos_float", "bandwidth out of one group of the level below, its devices together (bytes/s)", default=None
+        "opt_pos_float",
+        "bandwidth out of one group of the level below, its devices together (bytes/s)",
+        at_most=UPLINK_BANDWIDTH,
+        default=None,
     )
-    energy_j_per_byte: float | None = _spec("opt_nonneg_float", "energy per byte sent (J/B)", default=None)
+    energy_j_per_byte: float | None = _spec(
+        "opt_nonneg_float", "energy per byte sent (J/B)", at_most=NETWORK_ENERGY, default=None
+    )
     power_w_per_device: float | None = _spec(
-        "opt_nonneg_float", "the level's network power per device attached (W)", default=None
+        "opt_nonneg_float", "the level's network power per device attached (W)", at_most=POWER, default=None
     )
     topology: str | None = _spec("opt_topology", "switch, torus or fat_tree", default=None)
     torus_dims: tuple[int, ...] | None = _spec("opt_dims", "torus dimensions, the first fastest", default=None)
-    leaf_size: int | None = _spec("opt_pos_int", "devices under one leaf switch (fat tree)", default=None)
+    leaf_size: int | None = _spec(
+        "opt_pos_int", "devices under one leaf switch (fat tree)", at_most=DEVICES, default=None
+    )
     oversubscription: float | None = _spec("opt_ratio", "leaf down-link over up-link bandwidth", default=None)
     protocols: tuple[NetworkProtocol, ...] | None = _spec("protocols", "ring protocols", default=None)
     tree: bool | None = _spec("opt_bool", "all-reduces may also run as NCCL's tree", default=None)
@@ -535,19 +682,35 @@ class Calibration:
     """
 
     execution: str = _spec("execution", "concurrent or serial op execution", default="concurrent")
-    kernel_overhead_s: float = _spec("nonneg_float", "time added to every computing op (s)", default=0.0)
-    host_dispatch_s: float = _spec("nonneg_float", "host time to issue one op, serial execution (s)", default=0.0)
+    kernel_overhead_s: float = _spec(
+        "nonneg_float", "time added to every computing op (s)", at_most=OVERHEAD, default=0.0
+    )
+    host_dispatch_s: float = _spec(
+        "nonneg_float", "host time to issue one op, serial execution (s)", at_most=OVERHEAD, default=0.0
+    )
     tensor_efficiency: float = _spec("fraction", "achieved fraction of peak tensor FLOP/s", default=1.0)
     memory_efficiency: float = _spec("fraction", "achieved fraction of HBM bandwidth", default=1.0)
     misaligned_gemm_efficiency: float = _spec(
         "fraction", "fraction of its speed a GEMM keeps with a dimension not a multiple of 16 bytes", default=1.0
     )
-    wave_tile_m: int | None = _spec("opt_pos_int", "GEMM output tile rows (wave quantisation)", default=None)
-    wave_tile_n: int | None = _spec("opt_pos_int", "GEMM output tile columns (wave quantisation)", default=None)
-    wave_units: int | None = _spec("opt_pos_int", "units the tiles are dealt to (a GPU's SMs)", default=None)
-    compute_capability: float | None = _spec("opt_pos_float", "CUDA compute capability (9.0: Hopper)", default=None)
-    fp32_gemm_flops: float | None = _spec("opt_pos_float", "fp32 GEMM peak of the CUDA cores (FLOP/s)", default=None)
-    host_sync_s: float | None = _spec("opt_nonneg_float", "chip idle per device-to-host sync (s)", default=None)
+    wave_tile_m: int | None = _spec(
+        "opt_pos_int", "GEMM output tile rows (wave quantisation)", at_most=ARRAY_SIDE, default=None
+    )
+    wave_tile_n: int | None = _spec(
+        "opt_pos_int", "GEMM output tile columns (wave quantisation)", at_most=ARRAY_SIDE, default=None
+    )
+    wave_units: int | None = _spec(
+        "opt_pos_int", "units the tiles are dealt to (a GPU's SMs)", at_most=CORES, default=None
+    )
+    compute_capability: float | None = _spec(
+        "opt_pos_float", "CUDA compute capability (9.0: Hopper)", at_most=COMPUTE_CAPABILITY, default=None
+    )
+    fp32_gemm_flops: float | None = _spec(
+        "opt_pos_float", "fp32 GEMM peak of the CUDA cores (FLOP/s)", at_most=FLOPS, default=None
+    )
+    host_sync_s: float | None = _spec(
+        "opt_nonneg_float", "chip idle per device-to-host sync (s)", at_most=OVERHEAD, default=None
+    )
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -595,13 +758,18 @@ class Energy:
             counts them (a GPU's measured MMA energy, whose accumulators are registers).
     """
 
-    mac_j: float = _spec("pos_float", "energy of one tensor-core MAC (J)")
-    vector_op_j: float = _spec("pos_float", "energy of one vector-lane operation (J)")
-    sram_j_per_byte: tuple[tuple[int, float], ...] = _spec("size_table", "SRAM energy per byte by capacity (J/B)")
-    hbm_j_per_byte: float = _spec("pos_float", "energy per byte of HBM traffic (J/B)")
-    static_w_per_mm2: float = _spec("nonneg_float", "static power per mm^2 of die (W/mm^2)")
+    mac_j: float = _spec("pos_float", "energy of one tensor-core MAC (J)", at_most=OP_ENERGY)
+    vector_op_j: float = _spec("pos_float", "energy of one vector-lane operation (J)", at_most=OP_ENERGY)
+    sram_j_per_byte: tuple[tuple[int, float], ...] = _spec(
+        "size_table", "SRAM energy per byte by capacity (J/B)", at_most=SRAM_ENERGY
+    )
+    hbm_j_per_byte: float = _spec("pos_float", "energy per byte of HBM traffic (J/B)", at_most=DRAM_ENERGY)
+    static_w_per_mm2: float = _spec("nonneg_float", "static power per mm^2 of die (W/mm^2)", at_most=POWER_DENSITY)
     accumulator_j_per_byte: float | None = _spec(
-        "opt_nonneg_float", "energy per byte of partial sums in the accumulators (J/B)", default=None
+        "opt_nonneg_float",
+        "energy per byte of partial sums in the accumulators (J/B)",
+        at_most=SRAM_ENERGY,
+        default=None,
     )
 
     def __post_init__(self) -> None:
@@ -625,15 +793,17 @@ class Manufacturing:
         package_kgco2e: embodied carbon of the chip's package, kg CO2e.
     """
 
-    wafer_usd: float = _spec("pos_float", "price of one wafer (USD)")
-    wafer_diameter_mm: float = _spec("pos_float", "wafer diameter (mm)")
-    edge_loss_mm: float = _spec("nonneg_float", "unusable wafer edge (mm)")
-    defect_density_per_mm2: float = _spec("nonneg_float", "defects per mm^2")
+    wafer_usd: float = _spec("pos_float", "price of one wafer (USD)", at_most=WAFER_USD)
+    wafer_diameter_mm: float = _spec("pos_float", "wafer diameter (mm)", at_most=WAFER_MM)
+    edge_loss_mm: float = _spec("nonneg_float", "unusable wafer edge (mm)", at_most=WAFER_MM)
+    defect_density_per_mm2: float = _spec("nonneg_float", "defects per mm^2", at_most=DEFECTS)
     yield_clustering: float = _spec("pos_float", "negative binomial clustering alpha")
-    hbm_usd_per_byte: float = _spec("nonneg_float", "HBM price per byte (USD)")
-    die_kgco2e_per_mm2: float = _spec("nonneg_float", "embodied carbon per mm^2 of wafer (kg CO2e)")
-    hbm_kgco2e_per_byte: float = _spec("nonneg_float", "embodied carbon per byte of HBM (kg CO2e)")
-    package_kgco2e: float = _spec("nonneg_float", "embodied carbon of the package (kg CO2e)")
+    hbm_usd_per_byte: float = _spec("nonneg_float", "HBM price per byte (USD)", at_most=HBM_USD)
+    die_kgco2e_per_mm2: float = _spec("nonneg_float", "embodied carbon per mm^2 of wafer (kg CO2e)", at_most=DIE_CARBON)
+    hbm_kgco2e_per_byte: float = _spec(
+        "nonneg_float", "embodied carbon per byte of HBM (kg CO2e)", at_most=MEMORY_CARBON
+    )
+    package_kgco2e: float = _spec("nonneg_float", "embodied carbon of the package (kg CO2e)", at_most=PACKAGE_CARBON)
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -650,9 +820,9 @@ class Deployment:
         lifetime_s: the chips' service life, seconds.
     """
 
-    pue: float = _spec("pos_float", "power usage effectiveness")
-    grid_kgco2e_per_j: float = _spec("nonneg_float", "grid carbon intensity (kg CO2e/J)")
-    lifetime_s: float = _spec("pos_float", "service life (s)")
+    pue: float = _spec("pos_float", "power usage effectiveness", at_most=PUE)
+    grid_kgco2e_per_j: float = _spec("nonneg_float", "grid carbon intensity (kg CO2e/J)", at_most=GRID_CARBON)
+    lifetime_s: float = _spec("pos_float", "service life (s)", at_most=LIFETIME)
 
     def __post_init__(self) -> None:
         _validate_fields(self)
@@ -703,16 +873,16 @@ class Accelerator:
     """
 
     name: str = _spec("name", "label of the chip")
-    clock_hz: float = _spec("pos_float", "core clock (Hz)")
+    clock_hz: float = _spec("pos_float", "core clock (Hz)", at_most=CLOCK)
     tensor_cores: TensorCores = _spec("table", "tensor cores")
     vector_cores: VectorCores = _spec("table", "vector cores")
     global_buffer: GlobalBuffer = _spec("table", "global buffer")
     hbm: HBM = _spec("table", "HBM")
-    bytes_per_element: int = _spec("pos_int", "bytes per element (precision)")
+    bytes_per_element: int = _spec("pos_int", "bytes per element (precision)", at_most=ELEMENT_BYTES)
     network: tuple[NetworkLevel, ...] = _spec("levels", "network levels, innermost first")
-    power_w: float | None = _spec("opt_pos_float", "chip power (W)", default=None)
-    cost_usd: float | None = _spec("opt_pos_float", "chip cost (USD)", default=None)
-    area_mm2: float | None = _spec("opt_pos_float", "given chip area (mm^2)", default=None)
+    power_w: float | None = _spec("opt_pos_float", "chip power (W)", at_most=POWER, default=None)
+    cost_usd: float | None = _spec("opt_pos_float", "chip cost (USD)", at_most=COST_USD, default=None)
+    area_mm2: float | None = _spec("opt_pos_float", "given chip area (mm^2)", at_most=AREA_MM2, default=None)
     calibration: Calibration | None = _spec("opt_table", "what the real chip achieves", default=None)
     energy: Energy | None = _spec("opt_table", "energy per action and static power", default=None)
     manufacturing: Manufacturing | None = _spec("opt_table", "die cost and embodied carbon", default=None)
@@ -755,6 +925,7 @@ class Accelerator:
             )
         _check_network(levels, "Accelerator")
         object.__setattr__(self, "network", levels)
+        _check_peaks(self.clock_hz, self.tensor_cores, self.vector_cores, "Accelerator")
 
     # -- derived quantities --------------------------------------------------------------------
 
@@ -859,8 +1030,26 @@ class Accelerator:
             elif kind == "levels":
                 kwargs[f.name] = _parse_levels(value, path, source)
             else:
-                kwargs[f.name] = _check(kind, value, path, source)
+                kwargs[f.name] = _check(kind, value, path, source, f.metadata["at_most"])
+        _check_peaks(kwargs["clock_hz"], kwargs["tensor_cores"], kwargs["vector_cores"], source, prefix)
         return cls(**kwargs)
+
+
+def _check_peaks(clock_hz: float, tc: TensorCores, vc: VectorCores, source: str | None, prefix: str = "") -> None:
+    """The chip's peak FLOP/s within :data:`FLOPS`: the bounds of its factors alone (cores,
+    array sides, clock) would let a chip reach 1e28 FLOP/s, and a power to match."""
+    peaks = (
+        ("tensor_cores", "2*count*pe_x*pe_y*clock_hz", 2.0 * tc.macs_per_cycle * clock_hz),
+        ("vector_cores", "count*width*clock_hz", float(vc.count * vc.width) * clock_hz),
+    )
+    for key, formula, flops in peaks:
+        if flops > FLOPS.value:
+            raise HardwareError(
+                f"{prefix}{key}: peak {formula} = {flops:.3g} FLOP/s: "
+                f"expected at most {FLOPS.text()} FLOP/s ({FLOPS.why})",
+                source=source,
+                key_path=prefix + key,
+            )
 
 
 def _level_dict(level: NetworkLevel) -> dict[str, Any]:
@@ -908,9 +1097,10 @@ def _reject_unknown(data: dict, cls: type, prefix: str, source: str | None) -> N
     known = [f.name for f in dataclasses.fields(cls)]
     for key in data:
         if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            close = difflib.get_close_matches(excerpt(str(key)), known, n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
-            raise HardwareError(f"unknown key '{prefix}{key}'{hint}", source=source, key_path=prefix + str(key))
+            where = prefix + excerpt(str(key))
+            raise HardwareError(f"unknown key '{where}'{hint}", source=source, key_path=where)
 
 
 def _missing(kind: str, path: str, source: str | None, table: type | None = None) -> HardwareError:
@@ -939,7 +1129,7 @@ def _parse_table(cls: type, value: Any, path: str, source: str | None) -> Any:
         if f.metadata["kind"] == "protocols":
             kwargs[f.name] = _parse_protocols(value[f.name], fpath, source)
             continue
-        kwargs[f.name] = _check(f.metadata["kind"], value[f.name], fpath, source)
+        kwargs[f.name] = _check(f.metadata["kind"], value[f.name], fpath, source, f.metadata["at_most"])
     return cls(**kwargs)
 
 
@@ -1080,8 +1270,8 @@ def _check_topology(levels: tuple[NetworkLevel, ...], i: int, source: str | None
 
 
 def _quoted(name: str) -> str:
-    """``'name'``, with control characters escaped (a message stays one line)."""
-    return "'" + json.dumps(name, ensure_ascii=False)[1:-1] + "'"
+    """``'name'``, with control characters escaped (a message stays one line), at most an excerpt."""
+    return "'" + excerpt(json.dumps(name, ensure_ascii=False)[1:-1]) + "'"
 
 
 def preset_names() -> list[str]:
@@ -1092,9 +1282,13 @@ def preset_names() -> list[str]:
 def preset_path(name: str) -> Path:
     """The TOML file of preset ``name``; :class:`HardwareError` listing the known ones if none."""
     path = PRESET_DIR / f"{name}.toml"
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError:  # a name too long for a file name (ENAMETOOLONG): no preset either
+        found = False
+    if not found:
         known = preset_names()
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(excerpt(name), known, n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise HardwareError(
             f"unknown hardware preset {_quoted(name)}{hint}; known presets: {', '.join(known)} "
@@ -1167,13 +1361,21 @@ def _read_with_base(path: Path, source: str, seen: tuple[Path, ...]) -> dict[str
 
 def parse_toml(text: str, source: str, error: type[HardwareError] = HardwareError) -> dict[str, Any]:
     """``tomllib.loads`` with syntax errors turned into ``error`` with the message
-    ``<source>: TOML syntax error: <what> (at line L, column C)``."""
+    ``<source>: TOML syntax error: <what> (at line L, column C)``.  A UTF-8 byte-order mark
+    before the text is skipped (an editor on Windows writes one; the CSV reader skips it too):
+    TOML 1.0 does not mention it, and tomllib takes it for a key and fails."""
+    text = text.removeprefix("\ufeff")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise error(f"TOML syntax error: {exc}", source=source) from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise error("arrays or inline tables nested too deeply", source=source) from None
+    except ValueError:  # int() of a literal of more digits than sys.get_int_max_str_digits()
+        limit = sys.get_int_max_str_digits()
+        long = re.search("[0-9][0-9_]{" + str(limit) + ",}", text)
+        where = f" (at line {text.count(chr(10), 0, long.start()) + 1})" if long else ""
+        raise error(f"TOML syntax error: an integer of more than {limit} digits{where}", source=source) from None
 
 
 def loads_toml(text: str, source: str = "<string>") -> Accelerator:
