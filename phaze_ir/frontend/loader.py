@@ -32,6 +32,7 @@ from types import ModuleType
 from typing import Any
 
 from phaze_ir.errors import PhazeError
+from phaze_ir.files import shorten
 
 
 @dataclass
@@ -71,6 +72,51 @@ def _user_frame(exc: BaseException, path: Path) -> str:
     return f"{path.name}: "
 
 
+def _quoted_error(e: BaseException) -> str:
+    """``Type: message`` of an exception the model file raised, its message as a message quotes
+    the input (:func:`shorten`: a word of 2 MB is cut)."""
+    return f"{type(e).__name__}: {shorten(str(e))}"
+
+
+def _syntax_error(e: SyntaxError, path: Path) -> str:
+    """``FILE:LINE:COL: syntax error: MESSAGE`` for a syntax error met importing the model file
+    ``path``: in the file it is in (the model file, or a module it imports, named as its path
+    relative to the model's directory), at the line and column Python gives.  Python gives
+    neither file nor line for a file holding a NUL byte ("source code string cannot contain null
+    bytes"): the model file's first NUL then, or the model's line that imported the module that
+    holds one.  Code the model compiles itself (``exec``, ``compile``) has no file: the model
+    file's line that ran it, with the line in the code."""
+    msg = e.msg or "invalid syntax"
+    line, col = e.lineno, e.offset
+    if e.filename is None and "null bytes" in msg:  # Python names neither the file nor the line
+        line, col = _first_nul(path)
+        if line is None:  # not the model file: a module it imports, at the model's import line
+            return f"{_user_frame(e, path)}syntax error in a module the model file imports: {msg}"
+        return f"{path.name}:{line}:{col}: syntax error: {msg}"
+    if not e.filename or e.filename.startswith("<"):  # exec("..."), compile(...): where the model ran it
+        at = f" (at line {line} of the code it compiles)" if line else ""
+        return f"{_user_frame(e, path)}syntax error in code the model file compiles: {msg}{at}"
+    file = Path(e.filename).resolve()
+    name = file.relative_to(path.parent) if file.is_relative_to(path.parent) else file
+    imported = "" if file == path else f" (imported by {path.name})"
+    if line is None:
+        return f"{name}: syntax error: {msg}{imported} (Python gives no line for it)"
+    return f"{name}:{line}{f':{col}' if col else ''}: syntax error: {msg}{imported}"
+
+
+def _first_nul(file: Path) -> tuple[int | None, int | None]:
+    """Line and column (from 1) of the first NUL byte of ``file`` (None, None: none, or unread)."""
+    try:
+        data = file.read_bytes()
+    except OSError:
+        return None, None
+    at = data.find(b"\0")
+    if at < 0:
+        return None, None
+    start = data.rfind(b"\n", 0, at) + 1
+    return data.count(b"\n", 0, at) + 1, at - start + 1
+
+
 def load_model_file(path: str | os.PathLike) -> ModelSpec:
     """Import ``path`` as a module and check that it follows the model-file contract."""
     # No hub traffic, ever: models are built from configs in code.
@@ -96,9 +142,9 @@ def load_model_file(path: str | os.PathLike) -> ModelSpec:
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:
-        raise PhazeError(f"{p.name}:{e.lineno}:{e.offset}: syntax error: {e.msg}") from e
+        raise PhazeError(_syntax_error(e, p)) from e
     except Exception as e:  # the user's module raised while importing
-        raise PhazeError(f"{_user_frame(e, p)}error while importing the model file: {type(e).__name__}: {e}") from e
+        raise PhazeError(f"{_user_frame(e, p)}error while importing the model file: {_quoted_error(e)}") from e
     except SystemExit as e:  # phaze would exit with the model's status and say nothing
         where = _user_frame(e, p)
         raise PhazeError(f"{where}the model file called sys.exit({e.code!r}) while being imported") from None
@@ -106,7 +152,7 @@ def load_model_file(path: str | os.PathLike) -> ModelSpec:
         raise
     except BaseException as e:  # a BaseException subclass of the model's own: one line, not a traceback
         where = _user_frame(e, p)
-        raise PhazeError(f"{where}error while importing the model file: {type(e).__name__}: {e}") from None
+        raise PhazeError(f"{where}error while importing the model file: {_quoted_error(e)}") from None
     finally:
         sys.path.remove(str(p.parent))
     get_model = getattr(module, "get_model", None)
