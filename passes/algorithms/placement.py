@@ -13,6 +13,7 @@ from typing import Any
 
 from passes.algorithms import _phaze_rs
 from passes.algorithms.cache_file import is_int, is_number
+from phaze_ir.files import excerpt
 
 #: The paper's "expert" placements as (PP, DP, TP) (docs/design.md §6.4), by model name.
 EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
@@ -57,15 +58,30 @@ GRADS_FREED_RUNTIMES = frozenset({"eager", "inductor"})
 def parse_pipeline_transfer(text: str) -> bool:
     """Whether a ``pipeline_transfer`` setting splits the transfers over the TP group."""
     if text not in PIPELINE_TRANSFERS:
-        raise PlacementError(f"pipeline transfer '{text}': expected one of {', '.join(PIPELINE_TRANSFERS)}")
+        raise PlacementError(f"pipeline transfer '{excerpt(text)}': expected one of {', '.join(PIPELINE_TRANSFERS)}")
     return text == "split"
 
 
 _SCHEDULE = re.compile(r"^(auto|1f1b|interleaved:([1-9][0-9]*))$")
 
 
+#: The most devices or samples a placement takes: 2^31 - 1, the bound of phazec's --devices and
+#: --global-batch (a 32-bit int, as Megatron-LM and torchtitan take them; far beyond any real run).
+MAX_COUNT = 2**31 - 1
+
+
 class PlacementError(ValueError):
     """A bad placement option (its message is one line, for the user)."""
+
+
+def _count(digits: str) -> int | None:
+    """``digits`` as an integer when it is one of at most :data:`MAX_COUNT` (None otherwise):
+    a larger one would reach the DP as an overflow, and ``int()`` of 4,300 digits or more
+    raises instead of giving one."""
+    if not digits.isdecimal() or len(digits.lstrip("0")) > len(str(MAX_COUNT)):  # ("²" is a digit, not decimal)
+        return None
+    value = int(digits)
+    return value if value <= MAX_COUNT else None
 
 
 def parse_recompute(text: str) -> _phaze_rs.RecomputeSetting:
@@ -74,7 +90,7 @@ def parse_recompute(text: str) -> _phaze_rs.RecomputeSetting:
     for setting in RECOMPUTE_SETTINGS:
         if text == setting:
             return setting
-    raise PlacementError(f"recompute '{text}': expected one of {', '.join(RECOMPUTE_SETTINGS)}")
+    raise PlacementError(f"recompute '{excerpt(text)}': expected one of {', '.join(RECOMPUTE_SETTINGS)}")
 
 
 def parse_zero(text: str) -> _phaze_rs.ZeroSetting:
@@ -82,7 +98,7 @@ def parse_zero(text: str) -> _phaze_rs.ZeroSetting:
     for setting in ZERO_SETTINGS:
         if text == setting:
             return setting
-    raise PlacementError(f"zero '{text}': expected one of {', '.join(ZERO_SETTINGS)}")
+    raise PlacementError(f"zero '{excerpt(text)}': expected one of {', '.join(ZERO_SETTINGS)}")
 
 
 def parse_rank_order(text: str) -> _phaze_rs.RankOrderSetting:
@@ -91,7 +107,7 @@ def parse_rank_order(text: str) -> _phaze_rs.RankOrderSetting:
     for setting in RANK_ORDER_SETTINGS:
         if text == setting:
             return setting
-    raise PlacementError(f"rank order '{text}': expected one of {', '.join(RANK_ORDER_SETTINGS)}")
+    raise PlacementError(f"rank order '{excerpt(text)}': expected one of {', '.join(RANK_ORDER_SETTINGS)}")
 
 
 def parse_expert_parallel(text: str) -> int | None:
@@ -99,9 +115,10 @@ def parse_expert_parallel(text: str) -> int | None:
     chooses among the degrees that divide both d and the experts), ``E`` -> E (>= 1)."""
     if text == "auto":
         return None
-    if text.isdigit() and int(text) >= 1:
-        return int(text)
-    raise PlacementError(f"expert parallel '{text}': expected auto or a degree >= 1")
+    degree = _count(text)
+    if degree is not None and degree >= 1:
+        return degree
+    raise PlacementError(f"expert parallel '{excerpt(text)}': expected auto or a degree from 1 to {MAX_COUNT}")
 
 
 def parse_pipeline_schedule(text: str) -> int | None:
@@ -110,15 +127,19 @@ def parse_pipeline_schedule(text: str) -> int | None:
     m = _SCHEDULE.match(text)
     if not m:
         raise PlacementError(
-            f"pipeline schedule '{text}': expected auto, 1f1b or interleaved:V (V >= 2 chunks per device)"
+            f"pipeline schedule '{excerpt(text)}': expected auto, 1f1b or interleaved:V (V >= 2 chunks per device)"
         )
     if m.group(1) == "auto":
         return None
     if m.group(1) == "1f1b":
         return 1
-    v = int(m.group(2))
+    v = _count(m.group(2))
+    if v is None:
+        raise PlacementError(f"pipeline schedule '{excerpt(text)}': expected interleaved:V with V at most {MAX_COUNT}")
     if v < 2:
-        raise PlacementError(f"pipeline schedule '{text}': interleaved needs V >= 2 chunks per device (1 is 1f1b)")
+        raise PlacementError(
+            f"pipeline schedule '{excerpt(text)}': interleaved needs V >= 2 chunks per device (1 is 1f1b)"
+        )
     return v
 
 
@@ -280,10 +301,13 @@ def problem(
     the paper's placement space (plain DP, plain 1F1B, every replica holding every expert) with the device numbering
     chosen, as a launcher can be told either (Megatron-LM's ``--use-tp-pp-dp-mapping``).
     A layer may be given as its ``as_dict()`` already (the search's ``Setting.layer_dicts``)."""
-    if devices < 1:
-        raise PlacementError(f"devices = {devices}: expected a positive integer")
-    if global_batch < 1:
-        raise PlacementError(f"global batch = {global_batch}: expected a positive integer")
+    # Named as the user set them (phazec's flags, phaze-place-devices' options), up to the
+    # bound phazec's flags have: beyond it the DP's own check would name its field instead
+    # ("problem.devices: expected a non-negative integer").
+    if not 1 <= devices <= MAX_COUNT:
+        raise PlacementError(f"devices = {devices}: expected a positive integer up to {MAX_COUNT}")
+    if not 1 <= global_batch <= MAX_COUNT:
+        raise PlacementError(f"global batch = {global_batch}: expected a positive integer up to {MAX_COUNT}")
     setting = parse_recompute(recompute)
     zero_setting = parse_zero(zero)
     virtual_stages = parse_pipeline_schedule(pipeline_schedule)
@@ -367,7 +391,7 @@ def parse_placement(text: str, model: str) -> tuple[int, int, int] | None:
         return None
     m = _EXPERT.match(text)
     if not m:
-        raise PlacementError(f"placement '{text}': expected 'phaze', 'expert' or 'expert:PP,DP,TP'")
+        raise PlacementError(f"placement '{excerpt(text)}': expected 'phaze', 'expert' or 'expert:PP,DP,TP'")
     if m.group(1) is None:
         if model not in EXPERT_PLACEMENTS:
             raise PlacementError(
@@ -375,9 +399,9 @@ def parse_placement(text: str, model: str) -> tuple[int, int, int] | None:
                 f"(known: {', '.join(sorted(EXPERT_PLACEMENTS))}); give expert:PP,DP,TP"
             )
         return EXPERT_PLACEMENTS[model]
-    pp, dp, tp = (int(g) for g in m.groups())
-    if min(pp, dp, tp) < 1:
-        raise PlacementError(f"placement '{text}': PP, DP and TP must be positive")
+    pp, dp, tp = (_count(g) for g in m.groups())
+    if pp is None or dp is None or tp is None or min(pp, dp, tp) < 1:
+        raise PlacementError(f"placement '{excerpt(text)}': PP, DP and TP must be from 1 to {MAX_COUNT}")
     return pp, dp, tp
 
 
