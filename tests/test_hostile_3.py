@@ -252,7 +252,8 @@ def test_the_field_bounds_are_documented_beside_the_fields():
     assert len(bounds) >= 20
     for name, bound in bounds.items():
         assert bound.why and bound.value > 0, name
-        assert H.field_bound(H.TensorCores, "pe_x") is H.ARRAY_SIDE
+    assert H.field_bound(H.TensorCores, "pe_x") is H.ARRAY_SIDE
+    assert H.field_bound(H.NetworkLevel, "name") is None
 
 
 # -- 3. excerpts of the input ------------------------------------------------------------------
