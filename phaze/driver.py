@@ -123,6 +123,11 @@ class Options:
     #: ``inductor`` (``torch.compile``'s fusion), ``megatron`` (Megatron-LM's fused kernels).
     kernels: str = "ops"
     strict: bool = False
+    #: When no placement fits: True (default) compiles the best unfit point from the whole model
+    #: into a plan that says which constraint binds; False stops with :class:`NoPlanFits` as soon
+    #: as the sweep knows (``phazec`` without ``--write-infeasible``, which writes nothing then:
+    #: a 20,000-block model that cannot fit is not compiled whole to be thrown away).
+    unfit_plan: bool = True
     # SCIP stops a layer's schedule at 0.5 % proven gap or after 10 s (the gap limit makes the
     # plan sweep several times faster than proving optimality, and deterministic in practice).
     schedule_time_limit: float = 10.0
@@ -438,6 +443,11 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
 def tp_widths_of(opts: Options, fixed: tuple[int, int, int] | None) -> tuple[int, ...]:
     """The TP widths a compilation tries: ``--tp``'s, else the fixed placement's, else all."""
     return tuple(opts.tp_widths or ((fixed[2],) if fixed is not None else DEFAULT_TP_WIDTHS))
+
+
+class NoPlanFits(PhazeError):
+    """No point of the sweep has a placement that fits (``Options.unfit_plan`` False): the
+    message is the one the unfit plan's ``binding`` would give."""
 
 
 class _NotTheWholeStep(Exception):

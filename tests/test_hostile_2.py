@@ -533,3 +533,20 @@ def test_an_output_marked_immutable_is_refused_before_any_work(tmp_path, capsys)
         assert plan.read_text() == "the plan of yesterday\n"
     finally:
         subprocess.run(["chattr", "-i", str(plan)])
+
+
+def test_a_sweep_where_nothing_fits_stops_before_compiling_an_unfit_plan(tmp_path):
+    """Without --write-infeasible no output is written, so the unfit plan is not compiled from
+    the whole model (a 20,000-block model would take minutes): the run stops when the sweep
+    knows, with the message the compiled plan would give."""
+    from conftest import MODELS, run_tool
+
+    args = [str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--devices", "8", "--global-batch", "4", "--tp", "1"]
+    args += ["--placement", "expert:1,8,1", "--no-cache"]  # DP 8 cannot split 4 samples
+    quick = run_tool("phazec", *args)
+    assert quick.returncode == 1 and "Traceback" not in quick.stderr
+    assert "compiling the best point" not in quick.stderr and quick.stdout == ""
+    written = run_tool("phazec", *args, "--write-infeasible", "-o", str(tmp_path / "unfit.mlir"))
+    assert written.returncode == 1 and "compiling the best point" in written.stderr
+    assert quick.stderr.splitlines()[-1] == written.stderr.splitlines()[-1]
+    assert quick.stderr.splitlines()[-1].startswith("phazec: error: no placement fits: batch: ")

@@ -20,7 +20,9 @@ COMMON = ["--devices", "64", "--global-batch", "64", "--micro-batch", "8", "--tp
 BASE = ["--space", SMALL, *COMMON]
 
 
-def search(tmp_path, name: str, *extra: str, cache: bool | Path = False, base=BASE, model: str = TINY):
+def search(
+    tmp_path, name: str, *extra: str, cache: bool | Path = False, base=BASE, model: str = TINY, env: dict | None = None
+):
     """``phazec`` on ``model`` with ``base`` and ``extra`` into ``tmp_path/name``: its plan text,
     JSON and stderr.  ``cache``: False for none, True for ``tmp_path/cache``, or a cache folder
     shared between tests (what it holds never changes an answer, only how soon it comes)."""
@@ -32,7 +34,7 @@ def search(tmp_path, name: str, *extra: str, cache: bool | Path = False, base=BA
         args += ["--no-cache"]
     else:
         args += ["--cache", str(tmp_path / "cache" if cache is True else cache)]
-    r = run_tool("phazec", *args)
+    r = run_tool("phazec", *args, env=env)
     assert r.returncode == 0, r.stderr
     return (out / "plan.mlir").read_text(), json.loads((out / "plan.json").read_text()), r.stderr
 
@@ -182,8 +184,13 @@ def test_the_search_report_opens_in_a_browser(pruned, pruned_dir, tmp_path):
 def test_same_bytes_with_two_processes_and_a_resumed_cache(tiny_pruned, tmp_path):
     text, _, _ = tiny_pruned
     tiny = ["--space", TINY_SPACE, *COMMON]
-    again, _, _ = search(tmp_path, "j2", "--no-baselines", "-j", "2", cache=True, base=tiny)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    again, _, _ = search(
+        tmp_path, "j2", "--no-baselines", "-j", "2", cache=True, base=tiny, env={"TMPDIR": str(temporary)}
+    )
     assert again == text
+    assert list(temporary.glob("pymp-*")) == []  # the workers' fork server left no folder behind
     # An interrupted search resumes from the settings and schedules kept: without the stages'
     # entries (which a finished search leaves: tests/test_search_warm.py), a second run finds
     # every setting and schedule in the cache: same bytes, nothing solved.

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, Options
+from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, NoPlanFits, Options
 from phaze.messages import exit_status, show_warnings_as
 from phaze.outputs import refuse_clashes, write_together
 from phaze.tools.flags import (
@@ -240,8 +240,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--write-infeasible",
         action="store_true",
-        help="when no placement fits, still write the plan (-o, --json, --report), which says which constraint "
-        "binds; without it such a run changes no file",
+        help="when no placement fits, still compile and write the plan (-o or stdout, --json, --report), which "
+        "says which constraint binds; without it such a run writes nothing and stops as soon as it knows",
     )
     cache = p.add_mutually_exclusive_group()  # --cache D --no-cache: which one was meant?
     cache.add_argument(
@@ -392,6 +392,7 @@ def options(args: argparse.Namespace):
         schedule_gap=args.solver_gap,
         schedule_nodes=nodes,
         schedule_max_binaries=max_bin,
+        unfit_plan=args.write_infeasible,
     )
 
 
@@ -638,11 +639,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> None:
         refuse_output_clashes(args)
-        text, failure, files = compiled(args, log)
+        try:
+            text, failure, files = compiled(args, log)
+        except NoPlanFits as e:  # known before the unfit plan was compiled: there is none to write
+            text, failure, files = "", str(e), []
         if args.output != "-":
             files.insert(0, (args.output, text, "the plan" if args.emit == "plan" else "the module"))
-        if failure and files and not args.write_infeasible:
+        if failure and not args.write_infeasible:
             trim_cache(args, log)
+            if not files:
+                raise PhazeError(failure)
             written = ", ".join(path for path, _, _ in files)
             raise PhazeError(f"{failure}; nothing written to {written} (--write-infeasible writes it)")
         _write(files, log)
@@ -660,8 +666,13 @@ def run() -> None:
     Python would first free every object left, the compiled IR among them (its ops point at
     their parents, so only the last cycle collection frees them): about 3 s of a GPT-3 175B
     placement's 25 on the 2-core machine.  By then ``main`` has written and closed its files
-    and shut down the workers it started."""
+    and shut down the workers it started.  The exit handlers still run (they are quick):
+    multiprocessing's stops the fork server and removes its ``pymp-*`` folder from the system's
+    temporary directory, which ``os._exit`` alone would leave behind."""
+    import atexit
+
     status = main()
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
