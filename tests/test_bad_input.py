@@ -47,13 +47,18 @@ def test_hbm_bytes_beyond_i64_are_refused_with_the_field(tmp_path, value):
     assert f"hw.toml: hbm.bytes = {value}: expected a positive integer at most 9223372036854775807" in line
 
 
-def test_the_largest_i64_is_accepted_and_one_more_is_not():
+def test_hbm_bytes_are_bounded_by_plausibility_then_by_i64():
+    """The plausibility bound (docs/design.md §4.1) refuses 2^63 - 1 bytes of HBM; one more is
+    refused first for what the IR cannot hold."""
     from dataclasses import replace
 
-    from phaze_ir.hardware import I64_MAX, HardwareError, load_hardware
+    from phaze_ir.hardware import I64_MAX, HardwareError, field_bound, load_hardware
 
     hbm = load_hardware("a100").hbm
-    assert replace(hbm, bytes=I64_MAX).bytes == I64_MAX
+    bound = field_bound(type(hbm), "bytes")
+    assert bound is not None and replace(hbm, bytes=bound.value).bytes == bound.value
+    with pytest.raises(HardwareError, match=f"expected a positive integer at most {bound.value} \\(240x"):
+        replace(hbm, bytes=I64_MAX)
     with pytest.raises(HardwareError, match="expected a positive integer at most 9223372036854775807"):
         replace(hbm, bytes=I64_MAX + 1)
 
