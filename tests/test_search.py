@@ -186,11 +186,12 @@ def test_same_bytes_with_two_processes_and_a_resumed_cache(tiny_pruned, tmp_path
     tiny = ["--space", TINY_SPACE, *COMMON]
     temporary = tmp_path / "tmp"
     temporary.mkdir()
-    again, _, _ = search(
+    again, _, said = search(
         tmp_path, "j2", "--no-baselines", "-j", "2", cache=True, base=tiny, env={"TMPDIR": str(temporary)}
     )
     assert again == text
     assert list(temporary.glob("pymp-*")) == []  # the workers' fork server left no folder behind
+    assert "loss_type" not in said  # transformers' notice of its default loss, once per worker
     # An interrupted search resumes from the settings and schedules kept: without the stages'
     # entries (which a finished search leaves: tests/test_search_warm.py), a second run finds
     # every setting and schedule in the cache: same bytes, nothing solved.

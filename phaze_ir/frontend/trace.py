@@ -108,6 +108,30 @@ def _quiet_fake_tensor_log() -> Iterator[None]:
         log.setLevel(level)
 
 
+class _NoDefaultLossNotice:
+    """A logging filter: transformers (5.x, ``PreTrainedModel.loss_function`` in
+    ``modeling_utils.py``) warns once per process that ``loss_type=None`` "is unrecognized"
+    when a config leaves the loss to its default, which every config built from its class does;
+    the default (causal LM cross-entropy) is the loss the model trains with, so the notice tells
+    a phaze user nothing, and a sweep's worker processes printed it once each."""
+
+    @staticmethod
+    def filter(record) -> bool:
+        return not record.getMessage().startswith("`loss_type=None` was set in the config")
+
+
+@contextlib.contextmanager
+def _quiet_default_loss_notice() -> Iterator[None]:
+    import logging
+
+    log = logging.getLogger("transformers.modeling_utils")
+    log.addFilter(_NoDefaultLossNotice)
+    try:
+        yield
+    finally:
+        log.removeFilter(_NoDefaultLossNotice)
+
+
 @contextlib.contextmanager
 def _module_stack_hooks(model) -> Iterator[list[tuple[str, str]]]:
     """Record the module path of every forward node in ``meta["nn_module_stack"]``."""
@@ -447,6 +471,7 @@ def trace_model(
                 _module_stack_hooks(model) as modules,
                 fxt.preserve_node_meta(),
                 _quiet_fake_tensor_log(),
+                _quiet_default_loss_notice(),
             ):
                 gm = make_fx(step)(*flat_inputs)
         except PhazeError:
