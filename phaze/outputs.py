@@ -10,6 +10,7 @@ whose outputs cannot be written, is refused before any work.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import tempfile
@@ -113,9 +114,9 @@ def _check_writable(flag: str, path: str) -> None:
     try:  # what os.access cannot tell (a read-only or pseudo file system, such as /proc, as root)
         fd, probe = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     except OSError as e:
-        raise PhazeError(
-            f"{flag} {path}: cannot write: the directory {directory} takes no new file ({e.strerror})"
-        ) from e
+        # /proc answers "No such file or directory" for a directory that exists: not said.
+        why = "" if e.errno == errno.ENOENT else f" ({e.strerror})"
+        raise PhazeError(f"{flag} {path}: cannot write: the directory {directory} takes no new file{why}") from e
     os.close(fd)
     os.unlink(probe)
     if _unreplaceable(path):

@@ -432,9 +432,7 @@ def test_an_output_on_a_file_system_that_takes_no_file_is_refused_before_any_wor
     model.write_text("raise SystemExit('the model was imported')\n")
     assert phazec.main([str(model), "--hw", "a100", "-o", "/proc/version", "-q"]) == 1
     err = capsys.readouterr().err
-    assert err == "phazec: error: -o /proc/version: cannot write: the directory /proc takes no new file " + (
-        "(No such file or directory)\n"
-    )
+    assert err == "phazec: error: -o /proc/version: cannot write: the directory /proc takes no new file\n"
 
 
 def test_validate_refuses_a_csv_that_is_not_a_regular_file(tmp_path):
