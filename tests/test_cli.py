@@ -120,3 +120,27 @@ def test_stock_xdsl_opt_sees_phaze_through_entry_point(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "#phaze.layer_info<index = 0" in r.stdout
+
+
+def test_the_help_groups_its_options_and_its_examples_parse():
+    """``phazec --help`` shows its options in groups and ends with examples; each example is a
+    command line phazec takes (its flags parse, its options pass the checks made before any
+    work, its model file exists)."""
+    import shlex
+
+    from phaze.driver import check_options
+    from phaze.tools.phazec import HELP_EXAMPLES, _parser, check_numbers, options
+
+    parser = _parser()
+    text = parser.format_help()
+    for title in ("outputs:", "the model and its training step:", "placement (", "cache:", "examples:"):
+        assert title in text
+    commands = [c for c in HELP_EXAMPLES.replace("\\\n", " ").splitlines() if c.strip().startswith("phazec ")]
+    assert len(commands) >= 3
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        argv = [str(MODELS / "tiny_gpt2.py") if a == "MODEL.py" else a for a in argv]
+        args = parser.parse_args(argv)
+        assert all((EXAMPLES / m.split("/", 1)[1]).is_file() for m in args.models if m.startswith("examples/"))
+        check_numbers(args)
+        check_options(options(args))

@@ -44,10 +44,26 @@ if TYPE_CHECKING:
     from rich.progress import TaskID
 
 
+HELP_EXAMPLES = """examples:
+  phazec examples/gpt2_xl.py -o plan.mlir
+      search the paper's architecture space for GPT-2 XL's chip and placement
+  phazec examples/llama3_8b.py --hw h100 --devices 64 --global-batch 256 --kernels eager \\
+      --dtype amp-bfloat16 -o plan.mlir --json plan.json
+      the best placement of Llama 3 8B on 64 H100s, as PyTorch eager runs it under autocast
+  phazec examples/llama2_7b.py --hw a100 --devices 8 --global-batch 64 --placement expert:1,2,4 \\
+      --export megatron launch.args -o plan.mlir
+      price one placement (PP 1, DP 2, TP 4) and write its Megatron-LM flags
+  phazec MODEL.py --emit latency -o step.mlir
+      stop after a pipeline stage (phaze-opt runs the rest, or your own passes)
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = ToolParser(
         prog="phazec",
         description="Compile a PyTorch model file into a phaze plan (MLIR).",
+        epilog=HELP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "models",
@@ -55,33 +71,35 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODEL",
         help="model file defining get_model() and get_inputs(micro_batch_size); several: one chip for all",
     )
-    p.add_argument("-o", "--output", default="-", help="output .mlir file ('-' for stdout, the default)")
-    p.add_argument("--emit", default="plan", choices=STAGES, help="last stage to run and print (default: plan)")
-    p.add_argument(
+    out = p.add_argument_group("outputs")
+    out.add_argument("-o", "--output", default="-", help="output .mlir file ('-' for stdout, the default)")
+    out.add_argument("--emit", default="plan", choices=STAGES, help="last stage to run and print (default: plan)")
+    model = p.add_argument_group("the model and its training step")
+    model.add_argument(
         "--micro-batch",
         type=int,
         default=None,
         metavar="N",
         help="micro-batch size (default: 1, and the plan stage tries 1, 2, 4 and 8)",
     )
-    p.add_argument(
+    model.add_argument(
         "--tp",
         type=int,
         default=None,
         metavar="N",
         help="tensor-parallel width (default: 1, and the plan stage tries 1, 2, 4 and 8)",
     )
-    p.add_argument(
+    model.add_argument(
         "--seq-len", type=int, default=None, metavar="N", help="sequence length (default: the model file's SEQ_LEN)"
     )
-    p.add_argument(
+    model.add_argument(
         "--dtype",
         default="float16",
         choices=("float16", "bfloat16", "float32", "amp-bfloat16", "amp-float16", "model"),
         help="training precision of weights and activations (default float16; amp-bfloat16, amp-float16: "
         "torch.autocast's mixed precision, fp32 weights and gradients; 'model' keeps the model's)",
     )
-    p.add_argument(
+    model.add_argument(
         "--kernels",
         default="ops",
         choices=("ops", "eager", "inductor", "megatron"),
@@ -89,65 +107,69 @@ def _parser() -> argparse.ArgumentParser:
         "kernel), eager (PyTorch eager: flash attention, fused AdamW), inductor (torch.compile's fusion), "
         "megatron (Megatron-LM's fused kernels)",
     )
-    p.add_argument(
+    model.add_argument(
         "--optimizer",
         default="adam",
         choices=("adam", "sgd"),
         help="optimizer of the training step (default adam, mixed precision)",
     )
-    p.add_argument(
+    chip = p.add_argument_group("the chip and the cluster")
+    chip.add_argument(
         "--hw",
         default=None,
         metavar="NAME|FILE",
         help="compile for this accelerator, a preset (tpuv4, a100, h100) or a hardware TOML file, "
         "instead of searching the architecture (stages before 'plan' default to tpuv4)",
     )
-    p.add_argument("--devices", type=int, default=1024, metavar="N", help="accelerators in the cluster (default 1024)")
-    p.add_argument(
+    chip.add_argument(
+        "--devices", type=int, default=1024, metavar="N", help="accelerators in the cluster (default 1024)"
+    )
+    chip.add_argument(
         "--global-batch", type=int, default=4096, metavar="N", help="samples per training step (default 4096)"
     )
-    p.add_argument(
+    place = p.add_argument_group("placement (how the step is spread over the devices)")
+    place.add_argument(
         "--placement",
         default="phaze",
         metavar="phaze|expert|expert:PP,DP,TP",
         help="search the placement (default), or evaluate the paper's expert one or a given one",
     )
-    p.add_argument("--dp-overlap", action="store_true", help="hide the DP gradient all-reduce behind backward")
-    p.add_argument(
+    place.add_argument("--dp-overlap", action="store_true", help="hide the DP gradient all-reduce behind backward")
+    place.add_argument(
         "--recompute",
         default="auto",
         choices=("auto", "none", "selective", "full"),
         help="activation recompute: auto (default) lets the placement choose per stage; none, selective "
         "or full fixes it for every stage, to price a run as it is run",
     )
-    p.add_argument(
+    place.add_argument(
         "--sequence-parallel",
         default=Options.sequence_parallel,
         choices=SEQUENCE_PARALLEL_SETTINGS,
         help="Megatron sequence parallelism at TP > 1: off (default), on, or auto (compile both, keep the faster)",
     )
-    p.add_argument(
+    place.add_argument(
         "--pipeline-schedule",
         default=Options.pipeline_schedule,
         metavar="auto|1f1b|interleaved:V",
         help="1f1b (default); interleaved:V, Megatron's interleaved 1F1B with V model chunks per device; "
         "auto lets the placement choose",
     )
-    p.add_argument(
+    place.add_argument(
         "--zero",
         default=Options.zero,
         choices=("auto", "0", "1", "2", "3"),
         help="sharding over data parallelism: 0 (default) plain; 1 optimizer state (Megatron's distributed "
         "optimizer); 2 and gradients; 3 and parameters (FSDP); auto lets the placement choose",
     )
-    p.add_argument(
+    place.add_argument(
         "--expert-parallel",
         default=Options.expert_parallel,
         metavar="auto|E",
         help="expert parallelism of an MoE model: 1 (default) every data-parallel replica holds every expert; "
         "E splits the experts over E replicas (all-to-all dispatch and combine); auto lets the placement choose",
     )
-    p.add_argument(
+    place.add_argument(
         "--rank-order",
         default=Options.rank_order,
         choices=("auto", "tp-dp-pp", "tp-pp-dp"),
@@ -156,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
         "outermost (Megatron-LM's --use-tp-pp-dp-mapping). An --export torchtitan (or megatron with expert "
         "parallelism) makes auto tp-dp-pp",
     )
-    p.add_argument(
+    place.add_argument(
         "--pipeline-transfer",
         default=Options.pipeline_transfer,
         choices=("whole", "split"),
@@ -165,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
         "them (DeepSpeed's pipeline engine, Megatron-DeepSpeed; what phaze-validate prices). No effect "
         "under sequence parallelism",
     )
-    p.add_argument(
+    place.add_argument(
         "--capacity-factor",
         type=float,
         default=Options.capacity_factor,
@@ -174,7 +196,8 @@ def _parser() -> argparse.ArgumentParser:
         "padded with zeros (Megatron-LM's --moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity); "
         "default: none, dropless",
     )
-    p.add_argument(
+    goal = p.add_argument_group("what is optimised")
+    goal.add_argument(
         "--objective",
         default=Options.objective,
         choices=("throughput", "perf-per-watt", "perf-per-dollar", "energy", "carbon"),
@@ -183,7 +206,7 @@ def _parser() -> argparse.ArgumentParser:
         "cost to make), energy (samples per joule), carbon (samples per kg CO2e, operational and embodied); "
         "the space's template needs the tables that price it",
     )
-    p.add_argument(
+    goal.add_argument(
         "--power-cap",
         type=float,
         default=None,
@@ -192,14 +215,15 @@ def _parser() -> argparse.ArgumentParser:
         "average over the step) is at most W watts: with --hw the sweep's points, in the search each "
         "chip's settings; needs a chip (or a space template) with an [energy] table",
     )
-    p.add_argument(
+    solver = p.add_argument_group("the operator-scheduling solver (SCIP)")
+    solver.add_argument(
         "--solver-time-limit",
         type=float,
         default=None,
         metavar="S",
         help="SCIP time limit per layer schedule, seconds (default 10 with --hw, 60 when searching)",
     )
-    p.add_argument(
+    solver.add_argument(
         "--solver-nodes",
         type=int,
         default=None,
@@ -207,7 +231,7 @@ def _parser() -> argparse.ArgumentParser:
         help="SCIP branch-and-bound nodes per layer schedule, 0 for no limit (default 0 with --hw; "
         "1 when searching: the root node, the same answer on any machine)",
     )
-    p.add_argument(
+    solver.add_argument(
         "--solver-max-binaries",
         type=int,
         default=None,
@@ -215,21 +239,21 @@ def _parser() -> argparse.ArgumentParser:
         help="a layer MILP with more binaries keeps its list schedule, 0 for no limit "
         "(default 0 with --hw, 2000 when searching)",
     )
-    p.add_argument(
+    solver.add_argument(
         "--solver-gap",
         type=float,
         default=0.005,
         metavar="G",
         help="stop a layer's schedule at this proven relative gap (default 0.005)",
     )
-    p.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
-    p.add_argument(
+    out.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
+    out.add_argument(
         "--report",
         metavar="FILE.html",
         help="also write a self-contained HTML report (plan stage): of the search, or with --hw of the plan "
         "(its pipeline timeline and memory per stage)",
     )
-    p.add_argument(
+    out.add_argument(
         "--export",
         nargs=2,
         action="append",
@@ -237,13 +261,14 @@ def _parser() -> argparse.ArgumentParser:
         help="also write the plan as that framework's command-line arguments, one per line (with --hw; "
         "may be given for each target; docs/launch.md)",
     )
-    p.add_argument(
+    out.add_argument(
         "--write-infeasible",
         action="store_true",
         help="when no placement fits, still compile and write the plan (-o or stdout, --json, --report), which "
         "says which constraint binds; without it such a run writes nothing and stops as soon as it knows",
     )
-    cache = p.add_mutually_exclusive_group()  # --cache D --no-cache: which one was meant?
+    cache_g = p.add_argument_group("cache")
+    cache = cache_g.add_mutually_exclusive_group()  # --cache D --no-cache: which one was meant?
     cache.add_argument(
         "--cache",
         default=None,
@@ -253,7 +278,7 @@ def _parser() -> argparse.ArgumentParser:
         "~/.cache/phaze)",
     )
     cache.add_argument("--no-cache", action="store_true", help="keep nothing on disk, read nothing from it")
-    p.add_argument(
+    cache_g.add_argument(
         "--cache-limit",
         type=cache_size,
         default=DEFAULT_CACHE_LIMIT,
@@ -291,10 +316,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="evaluate every candidate exactly (plain enumeration; for checking, slow)",
     )
-    p.add_argument("--strict", action="store_true", help="unknown aten ops are errors, not phaze.opaque")
-    p.add_argument("--print-op-generic", action="store_true", help="print MLIR's generic op form")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
-    p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    misc = p.add_argument_group("diagnostics")
+    misc.add_argument("--strict", action="store_true", help="unknown aten ops are errors, not phaze.opaque")
+    misc.add_argument("--print-op-generic", action="store_true", help="print MLIR's generic op form")
+    misc.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    misc.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     return p
 
 
