@@ -42,6 +42,14 @@ Space files (TOML), units in key names (``glb_MiB``, ``hbm_GiB``, ``budget_mm2``
     width_vc = "width"          # tied to width (or "depth"), or values like the others
     glb_MiB = { min = 2, max = 128 }
     hbm_GiB = [32, 64, 80]      # optional, default the template's HBM
+
+**Checks**, when the space is read, before any model is traced: every value of an axis within the
+plausibility bound of the hardware field it becomes (:func:`phaze_ir.hardware.field_bound`; for
+the PE arrays, vector widths and global buffers the area model's tables are tighter), the budget
+within a chip's area bound, and every kept chip's peak FLOP/s within
+:data:`phaze_ir.hardware.FLOPS`.  With a template ``[manufacturing]`` table, the chips whose die
+does not fit its wafer are left out, with one :class:`~phaze_ir.warning.PhazeWarning`
+(:func:`_on_the_wafer` says why).
 """
 
 from __future__ import annotations
@@ -49,7 +57,9 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,22 +67,27 @@ from typing import Any
 
 import numpy as np
 
+from passes.algorithms.cost import die_fits, unfit_die
 from phaze_ir import area as area_model
-from phaze_ir.files import RefusedFile, read_regular
+from phaze_ir.files import EXCERPT_CHARS, RefusedFile, excerpt, read_regular
 from phaze_ir.hardware import (
+    FLOPS,
     HBM,
     I64_MAX,
     TOML_LIMIT,
     Accelerator,
+    Bound,
     GiB,
     GlobalBuffer,
     HardwareError,
     MiB,
     TensorCores,
     VectorCores,
+    field_bound,
     load_hardware,
     parse_toml,
 )
+from phaze_ir.warning import PhazeWarning
 
 __all__ = [
     "ArchSpaceError",
@@ -106,6 +121,56 @@ CONFIG_DTYPE = np.dtype(
 )
 
 _TIES = ("width", "depth")
+
+#: The hardware field each axis becomes in a candidate (:meth:`ArchSpace.accelerator`): a value
+#: beyond that field's plausibility bound (:func:`phaze_ir.hardware.field_bound`) is refused
+#: when the space is read, not when the search builds the chip after tracing the models.
+_AXIS_FIELDS: dict[str, tuple[type, str]] = {
+    "num_tc": (TensorCores, "count"),
+    "num_vc": (VectorCores, "count"),
+    "width": (TensorCores, "pe_x"),
+    "depth": (TensorCores, "pe_y"),
+    "width_vc": (VectorCores, "width"),
+    "glb_bytes": (GlobalBuffer, "bytes"),
+    "hbm_bytes": (HBM, "bytes"),
+}
+
+
+def _axis_bound(axis: str) -> Bound | None:
+    cls, name = _AXIS_FIELDS[axis]
+    return field_bound(cls, name)
+
+
+def _in_unit(nbytes: float, unit: int) -> str:
+    """``nbytes`` in ``unit`` as the space file writes it (every digit: ``8388608``, not ``8.39e+06``)."""
+    value = nbytes / unit
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+def _check_bounds(spec: SpaceSpec, src: str, paths: dict[str, str] | None = None) -> None:
+    """Every value of every axis at most the bound of the hardware field it becomes; say which
+    key (``paths``: the space file's, ``glb_MiB`` and ``hbm_GiB`` in their units), value and bound.
+
+    Checked after :func:`_check_domain`: for the axes the area model's tables limit (PE arrays,
+    vector widths, global buffers), the tables are the tighter limit and the message that lists
+    what they hold is the more useful one; the core counts and HBM are bounded only here."""
+    p = {axis: axis for axis in _AXIS_FIELDS} | (paths or {})
+    for axis in _AXIS_FIELDS:
+        values = getattr(spec, axis)
+        bound = _axis_bound(axis)
+        if isinstance(values, str) or not values or bound is None or max(values) <= bound.value:
+            continue
+        scale = MiB if p[axis].endswith("MiB") else GiB if p[axis].endswith("GiB") else 1
+        shown, most = _in_unit(max(values), scale), _in_unit(bound.value, scale) if scale > 1 else bound.text()
+        what = "a positive number" if scale > 1 else "a positive integer"
+        raise ArchSpaceError(
+            f"{p[axis]} = {shown}: expected {what} at most {most} ({bound.why})", source=src, key_path=p[axis]
+        )
+
+
+def _area_bound() -> Bound | None:
+    """The budget is a chip's area: bounded as a hardware file's ``area_mm2`` is (mm²)."""
+    return field_bound(Accelerator, "area_mm2")
 
 
 class ArchSpaceError(HardwareError):
@@ -151,7 +216,7 @@ class SpaceSpec:
     def __post_init__(self) -> None:
         src = f"SpaceSpec {self.name!r}"
         if not isinstance(self.template, Accelerator):
-            raise ArchSpaceError(f"template = {self.template!r}: expected an Accelerator", source=src)
+            raise ArchSpaceError(f"template = {excerpt(repr(self.template))}: expected an Accelerator", source=src)
         for axis in ("num_tc", "num_vc", "width", "depth", "glb_bytes", "hbm_bytes"):
             value = getattr(self, axis)
             if axis == "hbm_bytes" and value == ():
@@ -160,7 +225,7 @@ class SpaceSpec:
         if isinstance(self.width_vc, str):
             if self.width_vc not in _TIES:
                 raise ArchSpaceError(
-                    f'width_vc = "{self.width_vc}": expected values or one of '
+                    f"width_vc = {_show(self.width_vc)}: expected values or one of "
                     f"{', '.join(repr(t) for t in _TIES)} (a tie)",
                     source=src,
                 )
@@ -168,15 +233,21 @@ class SpaceSpec:
             object.__setattr__(self, "width_vc", _int_values(self.width_vc, "width_vc", src))
         budget = self.budget_um2
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
-            raise ArchSpaceError(f"budget_um2 = {budget!r}: expected a positive number", source=src)
+            raise ArchSpaceError(f"budget_um2 = {_show(budget)}: expected a positive number", source=src)
+        area = _area_bound()
+        if area is not None and budget > area.value * 1e6:
+            raise ArchSpaceError(
+                f"budget_um2 = {_show(budget)}: expected a positive number at most {area.value * 1e6:g} ({area.why})",
+                source=src,
+            )
         object.__setattr__(self, "budget_um2", float(budget))
         frac = self.lower_fraction
         if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac <= 1:
-            raise ArchSpaceError(f"lower_fraction = {frac!r}: expected a number in [0, 1]", source=src)
+            raise ArchSpaceError(f"lower_fraction = {_show(frac)}: expected a number in [0, 1]", source=src)
         object.__setattr__(self, "lower_fraction", float(frac))
         if not isinstance(self.waive_lower_bound_single_core, bool):
             raise ArchSpaceError(
-                f"waive_lower_bound_single_core = {self.waive_lower_bound_single_core!r}: expected a boolean",
+                f"waive_lower_bound_single_core = {_show(self.waive_lower_bound_single_core)}: expected a boolean",
                 source=src,
             )
 
@@ -198,14 +269,14 @@ def _int_values(value: Any, axis: str, src: str) -> tuple[int, ...]:
     try:
         values = tuple(value)
     except TypeError:
-        raise ArchSpaceError(f"{axis} = {value!r}: expected a sequence of positive integers", source=src) from None
+        raise ArchSpaceError(f"{axis} = {_show(value)}: expected a sequence of positive integers", source=src) from None
     if not values:
         raise ArchSpaceError(f"{axis} = (): expected at least one value", source=src)
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
-            raise ArchSpaceError(f"{axis} = {values!r}: expected positive integers (not {v!r})", source=src)
+            raise ArchSpaceError(f"{axis} = {_show(values)}: expected positive integers (not {_show(v)})", source=src)
     if len(set(values)) != len(values):
-        raise ArchSpaceError(f"{axis} = {values!r}: expected distinct values", source=src)
+        raise ArchSpaceError(f"{axis} = {_show(values)}: expected distinct values", source=src)
     return tuple(int(v) for v in values)
 
 
@@ -229,9 +300,15 @@ class ArchSpace:
     # -- generation ------------------------------------------------------------------------------
 
     @classmethod
-    def generate(cls, spec: SpaceSpec, *, source: str | None = None) -> ArchSpace:
+    def generate(cls, spec: SpaceSpec, *, source: str | None = None, paths: dict[str, str] | None = None) -> ArchSpace:
         """Enumerate ``spec``'s grid, compute every candidate's area by broadcasting over the axes,
-        keep those within the area rule, in the documented lexicographic order."""
+        keep those within the area rule, in the documented lexicographic order.
+
+        The kept chips' peak FLOP/s must be within :data:`phaze_ir.hardware.FLOPS` (else the
+        space is refused, naming the chip); when the template has a ``[manufacturing]`` table,
+        chips whose die does not fit its wafer are left out with a :class:`PhazeWarning` (the
+        space is refused when none fits).  ``paths``: the space file's key of each axis
+        (``search.glb_MiB`` for ``glb_bytes``), for the messages."""
         src = source or f"SpaceSpec {spec.name!r}"
         tied = isinstance(spec.width_vc, str)
         axis_values = [spec.num_tc, spec.num_vc, spec.width, spec.depth]
@@ -248,7 +325,8 @@ class ArchSpace:
         ntc, nvc, w, d = along(0), along(1), along(2), along(3)
         wv = {"width": w, "depth": d}[spec.width_vc] if tied else along(4)  # type: ignore[index]
         glb = along(ndim - 1)
-        _check_domain(spec, src)
+        _check_domain(spec, src, paths)
+        _check_bounds(spec, src, paths)
 
         area = area_model.chip_area_um2(ntc, w, d, nvc, wv, glb)
         area = np.broadcast_to(area, tuple(len(v) for v in axis_values))
@@ -268,16 +346,9 @@ class ArchSpace:
                 source=src,
             )
         index = np.unravel_index(flat, keep.shape)
-        configs = np.empty(len(flat), dtype=CONFIG_DTYPE)
-        configs["num_tc"] = np.asarray(spec.num_tc, dtype=np.int64)[index[0]]
-        configs["num_vc"] = np.asarray(spec.num_vc, dtype=np.int64)[index[1]]
-        configs["width"] = np.asarray(spec.width, dtype=np.int64)[index[2]]
-        configs["depth"] = np.asarray(spec.depth, dtype=np.int64)[index[3]]
-        configs["width_vc"] = configs[spec.width_vc] if tied else np.asarray(spec.width_vc, dtype=np.int64)[index[4]]
-        configs["glb_bytes"] = np.asarray(spec.glb_bytes, dtype=np.int64)[index[-1]]
-        configs["tc_buffer_bytes"] = area_model.tc_buffer_bytes(configs["width"], configs["depth"])
-        configs["vc_buffer_bytes"] = area_model.vc_buffer_bytes(configs["width_vc"])
-        configs["area_um2"] = area.reshape(-1)[flat]
+        configs = _configs(spec, index, area.reshape(-1)[flat])
+        _check_peaks(spec, configs, src, paths)
+        configs = _on_the_wafer(spec, configs, src)
         return cls(spec, configs, source=source)
 
     # -- container protocol ----------------------------------------------------------------------
@@ -322,13 +393,20 @@ class ArchSpace:
         if not -n <= i < n:
             raise IndexError(f"candidate {i} out of range for a space of {n}")
         row = self.configs[i]
-        t = self.spec.template
         hbm = self.hbm_options[0] if hbm_bytes is None else int(hbm_bytes)
+        name = f"{self.spec.name}:{_chip(row)}-hbm{_fmt_size(hbm)}"
+        try:
+            return self._build(name, row, hbm)
+        except HardwareError as e:
+            # The space's checks keep every candidate within the hardware's bounds; should one
+            # still fail (an HBM capacity given here), the message names the space and the
+            # candidate, on one line.
+            src = self.source or f"SpaceSpec {_show(self.spec.name)}"
+            raise ArchSpaceError(f"candidate {i}, {excerpt(name)}: {e}", source=src) from None
+
+    def _build(self, name: str, row: np.void, hbm: int) -> Accelerator:
+        t = self.spec.template
         glb = int(row["glb_bytes"])
-        name = (
-            f"{self.spec.name}:tc{int(row['num_tc'])}x{int(row['width'])}x{int(row['depth'])}"
-            f"-vc{int(row['num_vc'])}x{int(row['width_vc'])}-glb{_fmt_size(glb)}-hbm{_fmt_size(hbm)}"
-        )
         return Accelerator(
             name=name,
             clock_hz=t.clock_hz,
@@ -376,6 +454,90 @@ class ArchSpace:
         return [dict(zip(names, row)) for row in zip(*cols)]
 
 
+def _configs(spec: SpaceSpec, index: tuple[np.ndarray, ...], area_um2: np.ndarray) -> np.ndarray:
+    """The structured rows of the grid points at ``index`` (one array per axis of the grid)."""
+    tied = isinstance(spec.width_vc, str)
+    configs = np.empty(len(area_um2), dtype=CONFIG_DTYPE)
+    configs["num_tc"] = np.asarray(spec.num_tc, dtype=np.int64)[index[0]]
+    configs["num_vc"] = np.asarray(spec.num_vc, dtype=np.int64)[index[1]]
+    configs["width"] = np.asarray(spec.width, dtype=np.int64)[index[2]]
+    configs["depth"] = np.asarray(spec.depth, dtype=np.int64)[index[3]]
+    configs["width_vc"] = configs[spec.width_vc] if tied else np.asarray(spec.width_vc, dtype=np.int64)[index[4]]
+    configs["glb_bytes"] = np.asarray(spec.glb_bytes, dtype=np.int64)[index[-1]]
+    configs["tc_buffer_bytes"] = area_model.tc_buffer_bytes(configs["width"], configs["depth"])
+    configs["vc_buffer_bytes"] = area_model.vc_buffer_bytes(configs["width_vc"])
+    configs["area_um2"] = area_um2
+    return configs
+
+
+def _chip(row: np.void) -> str:
+    """A candidate as its name says it (without the space's name and the HBM)."""
+    return (
+        f"tc{int(row['num_tc'])}x{int(row['width'])}x{int(row['depth'])}-vc{int(row['num_vc'])}x"
+        f"{int(row['width_vc'])}-glb{_fmt_size(int(row['glb_bytes']))}"
+    )
+
+
+def _check_peaks(spec: SpaceSpec, configs: np.ndarray, src: str, paths: dict[str, str] | None) -> None:
+    """The kept chips' peak FLOP/s within :data:`FLOPS`, as a hardware file's are (each axis
+    alone is within its bound, the product need not be).  Checked on the chips the area rule
+    keeps, not on the grid's corner: a wide grid whose largest corner is over budget is fine."""
+    p = {axis: axis for axis in AXES} | (paths or {})
+    clock = spec.template.clock_hz
+    peaks = (
+        (("num_tc", "width", "depth"), "2*num_tc*width*depth*clock_hz", 2.0 * clock),
+        (("num_vc", "width_vc"), "num_vc*width_vc*clock_hz", clock),
+    )
+    for axes, formula, scale in peaks:
+        flops = scale * np.prod([configs[a].astype(np.float64) for a in axes], axis=0)
+        i = int(np.argmax(flops))
+        if flops[i] > FLOPS.value:
+            chip = ", ".join(f"{p[a]} = {int(configs[i][a])}" for a in axes)
+            raise ArchSpaceError(
+                f"{chip}: peak {formula} = {flops[i]:.3g} FLOP/s (the template's clock_hz = {clock:g}): "
+                f"expected at most {FLOPS.text()} FLOP/s ({FLOPS.why})",
+                source=src,
+                key_path=p[axes[0]],
+            )
+
+
+def _on_the_wafer(spec: SpaceSpec, configs: np.ndarray, src: str) -> np.ndarray:
+    """The candidates whose die fits the wafer of the template's ``[manufacturing]`` table (all
+    of them when it has none).
+
+    A die the wafer cannot hold is a chip that cannot be made, nor priced (its count of dies per
+    wafer is below 1 or negative: a negative price would rank it first under perf-per-dollar,
+    and the winner's plan could not be costed).  Such chips are left out, as the area rule
+    leaves out those over the budget, and the rest is searched: a space is a grid written wide
+    on purpose (ranges of powers of two), so a corner of it beyond the wafer is expected, not a
+    mistake to refuse the whole space for.  But the budget let them in, so the user is told,
+    once, how many and from what area on.  Only a space with no chip left is refused."""
+    mf = spec.template.manufacturing
+    if mf is None:
+        return configs
+    area_mm2 = configs["area_um2"] / 1e6
+    fits = die_fits(mf, area_mm2)
+    if fits.all():
+        return configs
+    if not fits.any():
+        i = int(np.argmin(area_mm2))
+        raise ArchSpaceError(
+            f"no candidate can be made, each too large for the wafer: the smallest within the area rule, "
+            f"{_chip(configs[i])}: {unfit_die(mf, float(area_mm2[i]))}",
+            source=src,
+        )
+    out = ~fits
+    i = int(np.argmin(np.where(out, area_mm2, np.inf)))
+    warnings.warn(
+        PhazeWarning(
+            f"{src}: {int(out.sum()):,} of {len(configs):,} candidates within the area rule are left out, "
+            f"too large for the wafer: the smallest, {_chip(configs[i])}: {unfit_die(mf, float(area_mm2[i]))}"
+        ),
+        stacklevel=3,
+    )
+    return configs[fits]
+
+
 def _fmt_size(nbytes: int) -> str:
     if nbytes % GiB == 0:
         return f"{nbytes // GiB}GiB"
@@ -392,7 +554,7 @@ def _check_domain(spec: SpaceSpec, src: str, paths: dict[str, str] | None = None
     for g in spec.glb_bytes:
         if g not in area_model.GLB_AREA_UM2:
             sizes = ", ".join(area_model._fmt_bytes(k) for k in area_model.GLB_AREA_UM2)
-            shown = f"{g / MiB:g}" if p["glb_bytes"].endswith("MiB") else str(g)
+            shown = _in_unit(g, MiB) if p["glb_bytes"].endswith("MiB") else str(g)
             raise ArchSpaceError(
                 f"{p['glb_bytes']} = {shown}: expected a global buffer the area model lists ({sizes})",
                 source=src,
@@ -470,6 +632,8 @@ _TOP_KEYS = ("name", "template", "area", "search")
 _AREA_KEYS = ("budget_mm2", "budget_of", "lower_fraction", "waive_lower_bound_single_core")
 _SEARCH_KEYS = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_MiB", "hbm_GiB")
 _RANGE_KEYS = ("min", "max")
+#: The space file's key of each axis, for the messages.
+_FILE_PATHS = {axis: f"search.{axis}" for axis in AXES} | {"glb_bytes": "search.glb_MiB", "hbm_bytes": "search.hbm_GiB"}
 
 
 def _err(src: str, path: str, value: Any, expected: str) -> ArchSpaceError:
@@ -477,23 +641,49 @@ def _err(src: str, path: str, value: Any, expected: str) -> ArchSpaceError:
 
 
 def _show(value: Any) -> str:
-    if isinstance(value, bool):
+    """A value as the message quotes it: as TOML writes it, at most an excerpt."""
+    return excerpt(_render(value, EXCERPT_CHARS + 1))
+
+
+def _render(value: Any, room: int) -> str:
+    """``value`` as TOML writes it, stopping once more than ``room`` characters are written (a
+    list of a million numbers is not rendered whole to be cut to 80 characters)."""
+    if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # escaped: a message stays one line
+        return json.dumps(value[:room], ensure_ascii=False)  # escaped: a message stays one line
+    if isinstance(value, (int, np.integer)):
+        if int(value).bit_length() > 3.33 * EXCERPT_CHARS:  # str() of 4,300 digits raises; cut anyway
+            return f"an integer of about {round(int(value).bit_length() * math.log10(2))} digits"
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_show(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
-    return repr(value)
+        open_, close = "{", "}"
+        parts: Iterator[tuple[str, Any]] = ((f"{excerpt(str(k))} = ", v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        open_, close = "[", "]"
+        parts = (("", v) for v in value)
+    else:
+        return repr(value)[: room + 1]
+    text = open_
+    for n, (head, part) in enumerate(parts):
+        if len(text) > room:
+            return text
+        text += (", " if n else "") + head + _render(part, room - len(text))
+    return text + close
 
 
 def _unknown(data: dict, known: Sequence[str], prefix: str, src: str) -> None:
     for key in data:
         if key not in known:
-            close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
+            name = excerpt(str(key))
+            close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
-            raise ArchSpaceError(f"unknown key '{prefix}{key}'{hint}", source=src, key_path=prefix + str(key))
+            # The quoted key, its opening quote and prefix included, is an excerpt: a key of
+            # words (a quoted TOML key may hold blanks) is cut as one without them is.
+            quoted = excerpt(f"'{prefix}{key}") + "'"
+            raise ArchSpaceError(f"unknown key {quoted}{hint}", source=src, key_path=excerpt(prefix + str(key)))
 
 
 def _table(data: dict, key: str, src: str, prefix: str = "") -> dict:
@@ -603,8 +793,9 @@ def spec_from_dict(data: Any, *, source: str = "<dict>", base_dir: str | os.Path
     if overrides:
         template = Accelerator.from_dict(_deep_merge(template.to_dict(), overrides), source=src, prefix="template.")
 
-    # [area]
+    # [area]: the budget is a chip's area, bounded as a hardware file's area_mm2 is.
     area = _table(data, "area", src)
+    area_bound = _area_bound()
     _unknown(area, _AREA_KEYS, "area.", src)
     if ("budget_mm2" in area) == ("budget_of" in area):
         raise ArchSpaceError(
@@ -617,6 +808,8 @@ def spec_from_dict(data: Any, *, source: str = "<dict>", base_dir: str | os.Path
         b = area["budget_mm2"]
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 or b != b or b == float("inf"):
             raise _err(src, "area.budget_mm2", b, "a positive number")
+        if area_bound is not None and b > area_bound.value:
+            raise _err(src, "area.budget_mm2", b, f"a positive number at most {area_bound.text()} ({area_bound.why})")
         budget_um2 = float(b) * 1e6
     else:
         ref = area["budget_of"]
@@ -628,6 +821,13 @@ def spec_from_dict(data: Any, *, source: str = "<dict>", base_dir: str | os.Path
                 src, "area.budget_of", ref, "hardware with an area (in the area model's domain, or with area_mm2 given)"
             )
         budget_um2 = hw.area_um2
+        if area_bound is not None and budget_um2 > area_bound.value * 1e6:
+            raise _err(
+                src,
+                "area.budget_of",
+                ref,
+                f"hardware of at most {area_bound.text()} mm^2 ({area_bound.why}), not {budget_um2 / 1e6:,.0f} mm^2",
+            )
     frac = area.get("lower_fraction", 0.3)
     if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac <= 1:
         raise _err(src, "area.lower_fraction", frac, "a number in [0, 1]")
@@ -670,16 +870,17 @@ def spec_from_dict(data: Any, *, source: str = "<dict>", base_dir: str | os.Path
         name=name,
         **axes,
     )
-    _check_domain(
-        spec, src, {k: f"search.{k}" for k in ("width", "depth", "width_vc")} | {"glb_bytes": "search.glb_MiB"}
-    )
+    _check_domain(spec, src, _FILE_PATHS)
+    # Each value within the bound of the hardware field it becomes: refused here, naming the key,
+    # not when the search builds the chip, after tracing the models.
+    _check_bounds(spec, src, _FILE_PATHS)
     return spec
 
 
 def loads_space(text: str, *, source: str = "<string>", base_dir: str | os.PathLike[str] | None = None) -> ArchSpace:
     """Parse a space from TOML text and generate it."""
     data = parse_toml(text, source, ArchSpaceError)
-    return ArchSpace.generate(spec_from_dict(data, source=source, base_dir=base_dir), source=source)
+    return ArchSpace.generate(spec_from_dict(data, source=source, base_dir=base_dir), source=source, paths=_FILE_PATHS)
 
 
 def load_space(path: str | os.PathLike[str]) -> ArchSpace:

@@ -29,7 +29,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["PlanCost", "chip_usd", "dies_per_wafer", "die_yield", "embodied_kgco2e", "plan_cost"]
+import numpy as np
+
+from phaze_ir.files import excerpt
+from phaze_ir.hardware import HardwareError
+
+__all__ = [
+    "PlanCost",
+    "check_die_fits",
+    "chip_usd",
+    "dies_per_wafer",
+    "die_fits",
+    "die_yield",
+    "embodied_kgco2e",
+    "max_die_mm2",
+    "plan_cost",
+    "unfit_die",
+]
 
 
 def dies_per_wafer(die_mm2, wafer_diameter_mm: float, edge_loss_mm: float):
@@ -37,6 +53,67 @@ def dies_per_wafer(die_mm2, wafer_diameter_mm: float, edge_loss_mm: float):
     (a number, or numpy arrays element by element)."""
     usable = wafer_diameter_mm - 2.0 * edge_loss_mm
     return math.pi * (usable / 2.0) ** 2 / die_mm2 - math.pi * usable / (2.0 * die_mm2) ** 0.5
+
+
+def max_die_mm2(wafer_diameter_mm: float, edge_loss_mm: float) -> float:
+    """The largest die (mm²) of which :func:`dies_per_wafer` counts at least one: the root of
+    ``π r² / A − π u / √(2A) = 1`` (``u = d − 2e``, ``r = u / 2``), a quadratic in ``√A``; 0 when
+    the edge loss leaves no wafer.  (The count falls below 1 at that area and stays below: it
+    is decreasing while positive and negative beyond.)"""
+    usable = wafer_diameter_mm - 2.0 * edge_loss_mm
+    if usable <= 0:
+        return 0.0
+    b = math.pi * usable / math.sqrt(2.0)
+    root = (math.sqrt(b * b + math.pi * usable * usable) - b) / 2.0
+    return root * root
+
+
+def die_fits(mf, die_mm2):
+    """Whether a die of ``die_mm2`` can be cut from the wafer of ``mf`` (a
+    :class:`phaze_ir.hardware.Manufacturing`): :func:`dies_per_wafer` counts at least one whole
+    die, on a wafer that its edge loss leaves something of (a number, or arrays element by
+    element).  A die that does not fit has no cost: its count is below 1 or negative (a price
+    below zero), and with an edge loss past the radius the formula would count dies again."""
+    area = np.asarray(die_mm2, dtype=np.float64)
+    usable = mf.wafer_diameter_mm - 2.0 * mf.edge_loss_mm
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fits = (area > 0) & (dies_per_wafer(area, mf.wafer_diameter_mm, mf.edge_loss_mm) >= 1.0) & (usable > 0)
+    return fits if fits.ndim else bool(fits)
+
+
+def unfit_die(mf, die_mm2: float) -> str | None:
+    """None when a die of ``die_mm2`` fits the wafer of ``mf`` (:func:`die_fits`), else what is
+    wrong, as a phrase for a one-line message: the die, the wafer, the largest die it takes."""
+    if die_fits(mf, die_mm2):
+        return None
+    wafer = f"a {mf.wafer_diameter_mm:g} mm wafer with {mf.edge_loss_mm:g} mm of edge loss ([manufacturing])"
+    largest = max_die_mm2(mf.wafer_diameter_mm, mf.edge_loss_mm)
+    if largest <= 0:
+        return f"{wafer} has no room for a die"
+    return f"a die of {die_mm2:,.0f} mm^2 does not fit {wafer}, whose largest die is {largest:,.0f} mm^2"
+
+
+def check_die_fits(acc, source: str | None = None) -> None:
+    """Refuse the accelerator ``acc`` whose die does not fit the wafer of its ``[manufacturing]``
+    table: a :class:`HardwareError` (a ``ValueError``) of one line, naming ``source`` (the
+    hardware file, as the user named it; default: the chip's name).  Nothing to check without
+    that table or an area.
+
+    A chip that cannot be made has no cost to make: a tool that loads hardware calls this
+    before any work, rather than learning it when the plan is priced; :func:`plan_cost` calls
+    it too, for whoever did not."""
+    mf = acc.manufacturing
+    area_um2 = acc.area_um2
+    if mf is None or area_um2 is None:
+        return
+    unfit = unfit_die(mf, area_um2 / 1e6)
+    if unfit is not None:
+        raise HardwareError(
+            f"{unfit}: a chip that cannot be made has no cost (without the [manufacturing] table it is planned "
+            "unpriced)",
+            source=source or f"hardware '{excerpt(acc.name)}'",
+            key_path="manufacturing.wafer_diameter_mm",
+        )
 
 
 def die_yield(die_mm2, defects_per_mm2: float, clustering: float):
@@ -79,15 +156,15 @@ def embodied_kgco2e(mf, die_mm2, hbm_bytes):
 def plan_cost(acc, devices_used: int, step_s: float, step_energy_j: float | None) -> PlanCost | None:
     """The :class:`PlanCost` of a plan on ``acc`` using ``devices_used`` chips, a step of
     ``step_s`` seconds and ``step_energy_j`` joules (None: not priced in energy); None when the
-    hardware has no ``[manufacturing]`` table or no area."""
+    hardware has no ``[manufacturing]`` table or no area.  A die that does not fit the wafer of
+    that table is refused (:func:`check_die_fits`: a one-line :class:`HardwareError`)."""
     mf = acc.manufacturing
     area_um2 = acc.area_um2
     if mf is None or area_um2 is None:
         return None
+    check_die_fits(acc)
     area = area_um2 / 1e6
     dies = dies_per_wafer(area, mf.wafer_diameter_mm, mf.edge_loss_mm)
-    if dies < 1:
-        raise ValueError(f"a die of {area:.1f} mm^2 does not fit a {mf.wafer_diameter_mm:g} mm wafer")
     good = die_yield(area, mf.defect_density_per_mm2, mf.yield_clustering)
     die_usd = mf.wafer_usd / (dies * good)
     chip = chip_usd(mf, area, acc.hbm.bytes)
