@@ -199,13 +199,17 @@ def pipeline(
 
 
 def load_accelerator(name_or_path: str):
-    """A hardware preset or file, with its errors as :class:`PhazeError`."""
+    """A hardware preset or file, with its errors as :class:`PhazeError` (a die too large for
+    its wafer among them: said before any work, not when the plan is priced)."""
+    from passes.algorithms.cost import check_die_fits
     from phaze_ir.hardware import HardwareError, load_hardware
 
     try:
-        return load_hardware(name_or_path)
+        acc = load_hardware(name_or_path)
+        check_die_fits(acc, name_or_path)
     except HardwareError as e:
         raise PhazeError(str(e)) from e
+    return acc
 
 
 def schedule_cache(opts: Options):

@@ -357,11 +357,6 @@ def test_phazec_says_once_which_chips_of_a_space_the_wafer_leaves_out_and_search
     assert "two:tc1x16x256-vc1x16-glb8MiB-hbm32GiB" in r.stderr and out.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="phazec does not refuse it when the hardware is loaded: phaze/driver.py's load_accelerator does not call "
-    "passes.algorithms.cost.check_die_fits (outside this change), so plan_cost's HardwareError escapes as a traceback",
-)
 def test_phazec_refuses_a_hardware_file_whose_die_does_not_fit_its_wafer_in_one_line(tmp_path):
     hw = tmp_path / "hw.toml"
     hw.write_text(HUGE_DIE)
