@@ -960,25 +960,30 @@ fn classes(prob: &Problem, d: u64, shard: Shard, pmax: usize) -> Vec<(usize, Vec
         .collect()
 }
 
-/// The settings a user fixed, for memory messages: `, recompute = full, zero = 1,
-/// interleaved:3`, or '' when everything is left to the search.
+/// The settings a user fixed, for memory messages, in the flags' words: `, recompute full,
+/// ZeRO 1, interleaved:3`, or '' when everything is left to the search.
 fn fixed_settings(prob: &Problem) -> String {
     let mut out = String::new();
     if let Some(r) = prob.recompute {
-        out.push_str(&format!(", recompute = {}", r.as_str()));
+        out.push_str(&format!(", recompute {}", r.as_str()));
     }
     if let Some(z) = prob.zero {
-        out.push_str(&format!(", zero = {}", z.stage()));
+        out.push_str(&format!(", ZeRO {}", z.stage()));
     }
     match prob.virtual_stages {
-        Some(1) => out.push_str(", 1f1b"),
+        Some(1) => out.push_str(", 1F1B"),
         Some(v) => out.push_str(&format!(", interleaved:{v}")),
         None => {}
     }
     if let Some(e) = prob.expert_parallel.filter(|&e| e > 1) {
-        out.push_str(&format!(", expert parallel = {e}"));
+        out.push_str(&format!(", EP {e}"));
     }
     out
+}
+
+/// Bytes for a message: decimal gigabytes (SI) with the exact count beside them.
+fn bytes_said(bytes: u64) -> String {
+    format!("{:.1} GB ({bytes} bytes)", bytes as f64 / 1e9)
 }
 
 // ---- interleaved 1F1B -----------------------------------------------------------------------
@@ -1246,11 +1251,12 @@ fn memory_violation(prep: &Prepared) -> Violation {
     Violation {
         kind: ViolationKind::Memory,
         message: format!(
-            "memory: no placement fits: the least memory any option needs is {needed} bytes \
-             per device on its largest stage (d = {d}, p = {p}, t = {}{}), but HBM is {} bytes",
+            "memory: no placement fits: the least memory any option needs is {} per device on \
+             its largest stage (DP {d}, PP {p}, TP {}{}), but HBM is {}",
+            bytes_said(needed),
             prob.tp,
             fixed_settings(prob),
-            prob.hbm_bytes
+            bytes_said(prob.hbm_bytes)
         ),
         needed_bytes: Some(needed),
         dp: Some(d),
@@ -1573,10 +1579,11 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
         violations.push(Violation {
             kind: ViolationKind::Memory,
             message: format!(
-                "memory: the largest stage needs at least {needed} bytes per device \
-                 (d = {dp}, p = {pp}, t = {t}{}), but HBM is {} bytes",
+                "memory: the largest stage needs at least {} per device (DP {dp}, PP {pp}, TP {t}{}), \
+                 but HBM is {}",
+                bytes_said(needed),
                 fixed_settings(prob),
-                prob.hbm_bytes
+                bytes_said(prob.hbm_bytes)
             ),
             needed_bytes: Some(needed),
             dp: Some(dp),
