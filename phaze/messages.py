@@ -27,6 +27,10 @@ def show_warnings_as(tool: str) -> None:
     warnings.showwarning = show
 
 
+#: The exit status after Ctrl-C (128 + SIGINT, as a shell reports a process it interrupted).
+INTERRUPTED = 130
+
+
 def exit_status(tool: str, debug: bool, body: Callable[[], object]) -> int:
     """Run a tool's ``body`` and say how it ended: 0; a :class:`PhazeError` as one line
     ``<tool>: error: ...`` and 1 (``debug``: raised, with its traceback); Ctrl-C as
@@ -40,5 +44,5 @@ def exit_status(tool: str, debug: bool, body: Callable[[], object]) -> int:
         return 1
     except KeyboardInterrupt:
         print(f"{tool}: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     return 0

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, NoPlanFits, Options
-from phaze.messages import exit_status, show_warnings_as
+from phaze.messages import INTERRUPTED, exit_status, show_warnings_as
 from phaze.outputs import refuse_clashes, write_together
 from phaze.tools.flags import (
     DEFAULT_CACHE_LIMIT,
@@ -693,12 +693,15 @@ def run() -> None:
     their parents, so only the last cycle collection frees them): about 3 s of a GPT-3 175B
     placement's 25 on the 2-core machine.  By then ``main`` has written and closed its files
     and shut down the workers it started.  The exit handlers still run (they are quick):
-    multiprocessing's stops the fork server and removes its ``pymp-*`` folder from the system's
-    temporary directory, which ``os._exit`` alone would leave behind."""
+    multiprocessing's removes the fork server's ``pymp-*`` folder from the system's temporary
+    directory, which ``os._exit`` alone would leave behind; not after Ctrl-C, which ends the
+    process at once (the fork server, interrupted while it imports, would print a traceback
+    while they ran)."""
     import atexit
 
     status = main()
-    atexit._run_exitfuncs()
+    if status != INTERRUPTED:  # after Ctrl-C, at once: the handlers would wait on the workers
+        atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
