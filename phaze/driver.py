@@ -451,7 +451,12 @@ def tp_widths_of(opts: Options, fixed: tuple[int, int, int] | None) -> tuple[int
 
 class NoPlanFits(PhazeError):
     """No point of the sweep has a placement that fits (``Options.unfit_plan`` False): the
-    message is the one the unfit plan's ``binding`` would give."""
+    message is the one the unfit plan's ``binding`` would give (:func:`no_fit_message`)."""
+
+
+def no_fit_message(binding: str) -> str:
+    """The message a run whose plan does not fit fails with, from the constraint that binds."""
+    return binding if "no placement fits" in binding else f"no placement fits: {binding}"
 
 
 class _NotTheWholeStep(Exception):

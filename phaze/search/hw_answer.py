@@ -255,5 +255,4 @@ def failure(result: Answer) -> str | None:
     or before the plan stage)."""
     if result.plan is None or result.plan["feasible"]:
         return None
-    binding = result.plan["binding"]
-    return binding if "no placement fits" in binding else f"no placement fits: {binding}"
+    return driver.no_fit_message(result.plan["binding"])

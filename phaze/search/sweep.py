@@ -160,8 +160,7 @@ def _compile_plan(
     if best is None and opts.power_cap_w is not None and any(c.note.startswith("power ") for c in candidates):
         raise PhazeError(f"no plan meets --power-cap {opts.power_cap_w:g} W: " + driver.notes_once(candidates))
     if best is None and first_unfit is not None and not opts.unfit_plan:
-        note = first_unfit.note
-        raise driver.NoPlanFits(note if "no placement fits" in note else f"no placement fits: {note}")
+        raise driver.NoPlanFits(driver.no_fit_message(first_unfit.note))
     chosen = best or first_unfit
     if chosen is None:
         raise PhazeError("no micro-batch size and TP width could be compiled: " + driver.notes_once(candidates))
