@@ -1,4 +1,4 @@
-"""Load a user's ``MODEL.py``.
+"""Load a user's ``MODEL.py``, or a Hugging Face ``config.json`` (:func:`load_hf_config`).
 
 The contract of a model file:
 
@@ -14,13 +14,21 @@ The contract of a model file:
 A model file may import helpers that sit beside it (or any module of the user's). The files of
 those modules are the model's *sources* (:attr:`ModelSpec.sources`): what a cached answer about
 the model must be keyed on besides the model file itself (:mod:`phaze.search.warm`).
+
+A ``.json`` path is a Hugging Face ``config.json`` instead: the model is what transformers' auto
+classes build from it (:func:`load_hf_config`), with the inputs every example file gives a
+language model (``input_ids`` and the same ids as ``labels``), so that a config.json and the
+example file that spells out the same config give the same IR.
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
 import functools
 import importlib.util
 import inspect
+import json
 import os
 import sys
 import sysconfig
@@ -32,7 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from phaze_ir.errors import PhazeError
-from phaze_ir.files import shorten
+from phaze_ir.files import RefusedFile, read_regular, shorten
 
 
 @dataclass
@@ -118,13 +126,16 @@ def _first_nul(file: Path) -> tuple[int | None, int | None]:
 
 
 def load_model_file(path: str | os.PathLike) -> ModelSpec:
-    """Import ``path`` as a module and check that it follows the model-file contract."""
+    """Import ``path`` as a module and check that it follows the model-file contract (a
+    ``.json`` path: a Hugging Face config, :func:`load_hf_config`)."""
     # No hub traffic, ever: models are built from configs in code.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     # transformers' info-level chatter (e.g. about the default loss) is noise on phazec's stderr.
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     p = Path(path)
+    if p.suffix.lower() == ".json":
+        return load_hf_config(p)
     if not p.exists():
         raise PhazeError(f"{path}: no such file")
     if p.is_dir():
@@ -176,6 +187,286 @@ def load_model_file(path: str | os.PathLike) -> ModelSpec:
         takes_seq_len=len(params) >= 2,
         sources=tuple(f for f in user_sources() if f != p),
     )
+
+
+# --- Hugging Face config.json ---------------------------------------------------------------
+
+#: The most bytes a config.json may hold.  Published ones are a few KB (Qwen2-7B's: 0.7 KB; the
+#: largest multimodal ones some tens of KB): a larger file is not one, and is refused unread.
+CONFIG_JSON_LIMIT = 1 << 20
+
+#: Bounds of the size fields of a config (under each name transformers' configs give them).  Far
+#: beyond any published model (Llama-3.1-405B: 126 layers, hidden 16384, 128 heads; Llama-4
+#: Scout: 10M positions), and below what would make the build or the trace itself the problem:
+#: the layers are Python modules built one by one, and the default sequence length is
+#: max_position_embeddings, whose eager attention scores are heads x seq^2 elements per sequence
+#: (2^60 at these bounds: still an int64).
+_SIZE_LIMITS = {
+    "num_hidden_layers": 10_000,
+    "n_layer": 10_000,
+    "num_layers": 10_000,
+    "hidden_size": 1 << 20,
+    "n_embd": 1 << 20,
+    "d_model": 1 << 20,
+    "intermediate_size": 1 << 22,
+    "n_inner": 1 << 22,
+    "d_ff": 1 << 22,
+    "ffn_dim": 1 << 22,
+    "moe_intermediate_size": 1 << 22,
+    "num_attention_heads": 1 << 12,
+    "n_head": 1 << 12,
+    "num_heads": 1 << 12,
+    "num_key_value_heads": 1 << 12,
+    "head_dim": 1 << 16,
+    "vocab_size": 1 << 26,
+    "max_position_embeddings": 1 << 24,
+    "n_positions": 1 << 24,
+    "n_ctx": 1 << 24,
+    "num_local_experts": 1 << 14,
+    "num_experts": 1 << 14,
+    "n_routed_experts": 1 << 14,
+    "num_experts_per_tok": 1 << 14,
+}
+
+#: The fields without which transformers would build its default shape (a config class's
+#: defaults are some published model's: LlamaConfig's are Llama-2-7B's) and not the user's: each
+#: must be in the file, under its own name or an alias of the config class's ``attribute_map``.
+_REQUIRED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+
+#: The heads phaze builds from a config, in the order it picks one when the config's
+#: ``architectures`` names none: a masked LM (only encoders have one: BERT is in the causal-LM
+#: mapping too, as ``BertLMHeadModel``, but is pre-trained masked), else a causal LM, else a
+#: seq2seq LM.  Every one trains on ``input_ids`` with the same ids as ``labels``, as the
+#: example files do.
+_HEADS = (
+    ("masked LM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+    ("causal LM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    ("seq2seq LM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
+)
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _read_config_json(p: Path) -> dict:
+    """The JSON object of the config file ``p``, each problem one :class:`PhazeError` line."""
+    try:
+        data = read_regular(p, CONFIG_JSON_LIMIT, "Hugging Face config.json")
+    except FileNotFoundError:
+        raise PhazeError(f"{p}: no such file") from None
+    except RefusedFile as e:
+        raise PhazeError(f"{p}: {e.strerror}") from None
+    except OSError as e:
+        raise PhazeError(f"{p}: cannot be read ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8-sig")  # some editors write a BOM; JSON readers accept one
+    except UnicodeDecodeError as e:
+        raise PhazeError(f"{p.name}: invalid JSON: not UTF-8 text (byte {e.start})") from None
+    try:
+        raw = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as e:
+        raise PhazeError(f"{p.name}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise PhazeError(f"{p.name}: invalid JSON: nested too deeply") from None
+    except ValueError as e:  # NaN/Infinity, an integer of more digits than Python converts
+        if "integer string conversion" in str(e):  # Python's words name its own setting
+            raise PhazeError(
+                f"{p.name}: invalid JSON: an integer of more than {sys.get_int_max_str_digits()} digits"
+            ) from None
+        raise PhazeError(f"{p.name}: invalid JSON: {shorten(str(e))}") from None
+    if not isinstance(raw, dict):
+        raise PhazeError(f"{p.name}: expected a JSON object (a Hugging Face config), found a {type(raw).__name__}")
+    return raw
+
+
+def _check_sizes(raw: dict, name: str) -> None:
+    """Every size field (also in a nested config, e.g. ``text_config``) a positive integer
+    within :data:`_SIZE_LIMITS`, before transformers builds anything from it."""
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            _check_sizes(value, f"{name}: {key}")
+            continue
+        limit = _SIZE_LIMITS.get(key)
+        if limit is None or value is None:  # None: the config class's rule (n_inner: 4 x hidden)
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PhazeError(f"{name}: {key} = {_excerpt_json(value)}: expected a positive integer")
+        if not 1 <= value <= limit:
+            raise PhazeError(f"{name}: {key} = {value}: expected a positive integer of at most {limit}")
+
+
+def _excerpt_json(value: Any) -> str:
+    """``value`` as the file wrote it, cut as a message quotes the input."""
+    return shorten(json.dumps(value))
+
+
+def _config_class(raw: dict, name: str):
+    """The transformers config class of ``raw``'s ``model_type`` (refusing remote code)."""
+    from transformers import __version__ as version
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+    model_type = raw.get("model_type")
+    if model_type is None:
+        raise PhazeError(f'{name}: no "model_type": not a Hugging Face model config (e.g. "model_type": "llama")')
+    if not isinstance(model_type, str):
+        raise PhazeError(f'{name}: model_type = {_excerpt_json(model_type)}: expected a string such as "llama"')
+    if model_type not in CONFIG_MAPPING_NAMES:
+        if "auto_map" in raw:  # its own code on the hub: transformers would need trust_remote_code
+            raise PhazeError(
+                f"{name}: model_type {_excerpt_json(model_type)} is defined by the model's own code (auto_map), "
+                "which needs trust_remote_code: phaze runs no downloaded code; write a MODEL.py for it"
+            )
+        near = difflib.get_close_matches(model_type, list(CONFIG_MAPPING_NAMES), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise PhazeError(
+            f"{name}: unknown model_type {_excerpt_json(model_type)}: transformers {version} has no such model{hint}"
+        )
+    return model_type, CONFIG_MAPPING[model_type]
+
+
+def _check_required(raw: dict, config_class, name: str) -> None:
+    """The :data:`_REQUIRED_FIELDS` the config class has, each given in the file (top level or
+    a nested config's)."""
+    given = set(raw) | {k for v in raw.values() if isinstance(v, dict) for k in v}
+    default = config_class()
+    aliases = getattr(config_class, "attribute_map", {}) or {}
+    missing = []
+    for field in _REQUIRED_FIELDS:
+        if not hasattr(default, field):
+            continue
+        names = {field, aliases.get(field, field)} | {k for k, v in aliases.items() if v == field}
+        if not names & given:
+            missing.append(field)
+    if missing:
+        raise PhazeError(
+            f"{name}: missing {', '.join(missing)} (without {'them' if len(missing) > 1 else 'it'} transformers "
+            f"would build its default {config_class.__name__} shape, not this model's)"
+        )
+
+
+def _model_class(raw: dict, model_type: str, name: str):
+    """The class to build: the head ``architectures`` names (a causal, masked or seq2seq LM), as
+    transformers' auto class of that head maps ``model_type``; without ``architectures``, the
+    first head of :data:`_HEADS` the model type has."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    heads = [(what, getattr(modeling_auto, mapping)) for what, mapping in _HEADS]
+    archs = raw.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise PhazeError(f"{name}: architectures = {_excerpt_json(archs)}: expected a list of class names")
+    if archs:
+        arch = archs[0]
+        head = next(((what, m) for what, m in heads if arch in m.values()), None)
+        if head is None:
+            if getattr(transformers, arch, None) is None and "auto_map" in raw:
+                raise PhazeError(
+                    f"{name}: architectures names {arch}, the model's own code (auto_map), which needs "
+                    "trust_remote_code: phaze runs no downloaded code; write a MODEL.py for it"
+                )
+            raise PhazeError(
+                f"{name}: architectures names {shorten(arch)}, not a causal, masked or seq2seq language model "
+                'that phaze builds from a config.json (remove "architectures" to get the model type\'s LM, '
+                "or write a MODEL.py)"
+            )
+        what, mapping = head
+        if model_type not in mapping:
+            raise PhazeError(
+                f"{name}: model_type {model_type!r} has no {what} class in transformers (architectures names {arch})"
+            )
+    else:
+        found = next(((what, m) for what, m in heads if model_type in m), None)
+        if found is None:
+            raise PhazeError(
+                f"{name}: model_type {model_type!r} has no language-model class in transformers "
+                "(causal, masked or seq2seq LM)"
+            )
+        what, mapping = found
+    # By model_type, as transformers' Auto classes pick (an architectures entry of another
+    # model type's class would be built on a config it was not written for).
+    return getattr(transformers, mapping[model_type])
+
+
+def _model_name(p: Path) -> str:
+    """The model's name: the file's stem, or its directory's name for a file named config.json
+    (as a model's checkpoint directory holds it)."""
+    if p.stem.lower() == "config" and p.parent.name:
+        return p.parent.name
+    return p.stem
+
+
+def load_hf_config(path: str | os.PathLike) -> ModelSpec:
+    """A Hugging Face ``config.json`` as a model: built by transformers on the meta device with
+    eager attention (as the example files build theirs), no weights, no downloads, no code of the
+    model's own (``auto_map``).  Sequence length: the config's ``max_position_embeddings`` (or
+    ``n_positions``), unless ``--seq-len`` is given.  Every problem of the file (invalid JSON, an
+    unknown ``model_type``, a missing or absurd size) is one line, before transformers builds
+    anything."""
+    p = Path(path)
+    raw = _read_config_json(p)
+    name = p.name
+    _check_sizes(raw, name)
+    model_type, config_class = _config_class(raw, name)
+    model_class = _model_class(raw, model_type, name)  # (no model to build: what is missing is moot)
+    _check_required(raw, config_class, name)
+
+    def config():
+        # A new config per model (as an example's config() is): a model may write to its config.
+        # Eager attention as every example file asks for: the attention's matmuls and softmax are
+        # then in the IR (an SDPA kernel is expanded the same way, but the IR would differ).
+        return config_class.from_dict(copy.deepcopy(raw), attn_implementation="eager")
+
+    try:
+        checked = config()
+    except Exception as e:  # transformers' own checks of the values (types, rope settings...)
+        # Its validators' messages span lines (the validator's name, then the error): one line.
+        said = " ".join(_quoted_error(e).split())
+        raise PhazeError(f"{name}: transformers refuses the config: {said}") from None
+    _check_heads(checked, name)
+    seq_len = next(
+        (
+            v
+            for f in ("max_position_embeddings", "n_positions")
+            if isinstance(v := getattr(checked, f, None), int) and v > 0
+        ),
+        None,
+    )
+
+    def get_model():
+        return model_class(config())
+
+    def get_inputs(micro_batch_size: int, seq_len: int | None = seq_len):
+        import torch
+
+        if seq_len is None:
+            raise PhazeError(f"{name}: the config gives no max_position_embeddings: give --seq-len")
+        ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
+        return {"input_ids": ids, "labels": ids}
+
+    return ModelSpec(
+        path=p.resolve(),
+        name=_model_name(p.resolve()),
+        get_model=get_model,
+        get_inputs=get_inputs,
+        seq_len=seq_len,
+        loss_fn=None,
+        takes_seq_len=True,
+    )
+
+
+def _check_heads(config, name: str) -> None:
+    """Heads that split the hidden size and key/value heads that split the heads (the model
+    would fail, or silently round, deep in the trace otherwise)."""
+    hidden = getattr(config, "hidden_size", None)
+    heads = getattr(config, "num_attention_heads", None)
+    kv = getattr(config, "num_key_value_heads", None)
+    if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0:
+        return
+    if getattr(config, "head_dim", None) is None and hidden % heads:
+        raise PhazeError(f"{name}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
+    if isinstance(kv, int) and kv > 0 and heads % kv:
+        raise PhazeError(f"{name}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
 
 
 @functools.cache
