@@ -4,14 +4,25 @@ Like ``mlir-opt``/``xdsl-opt``: ``phaze-opt in.mlir -p "phaze-group-layers,pass{
 parses, verifies, runs the passes and prints the result (``--print-op-generic`` for MLIR's
 generic form).  Passes of other packages registered under the ``xdsl.universe`` entry point are
 available too; that is how users add their own passes.
+
+``phaze-opt --help`` lists phaze's passes first, each with its one-line description and its
+options, then the other passes by name; ``--help-pass NAME`` prints a pass's whole description
+and ``--list-passes`` the listing alone.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import difflib
+import inspect
 import io
 import os
+import re
+import shutil
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable, Sequence
 
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
@@ -22,6 +33,132 @@ from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 from phaze_ir.files import read_regular, shorten
 from phaze_ir.ir import MLIRParseError, parse_text
+
+#: The option types a pipeline spec can write (``pass{name=value}``): a field of another type
+#: (``phaze-schedule-ops``' ``cache``, a Python object) is set by phazec from Python, never on a
+#: command line, and is not listed as an option.
+_SPEC_TYPES = frozenset({"str", "int", "float", "bool", "None"})
+
+#: The longest one-line description before it is cut at its first colon (what follows a colon
+#: in phaze's docstrings details the records a pass writes: the --help-pass text has them).
+_SUMMARY_CHARS = 100
+
+
+def _plain(text: str) -> str:
+    """A docstring's reST as a terminal shows it: ````x```` as `x`."""
+    return text.replace("``", "`")
+
+
+def _without_parentheses(text: str) -> str:
+    """``text`` without its parenthesised asides (nested ones too) and the space before each."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(ch)
+    return re.sub(r" +([,.;:])", r"\1", re.sub(r" {2,}", " ", "".join(out))).strip()
+
+
+def _docstring(cls: type) -> str:
+    """The pass class's own docstring, dedented ("" without one: not a base class's, which
+    inspect.getdoc would give, nor the signature dataclasses write for a class without one)."""
+    doc = cls.__dict__.get("__doc__")
+    if not isinstance(doc, str) or doc.startswith(f"{cls.__name__}("):
+        return ""
+    return inspect.cleandoc(doc)
+
+
+def pass_summary(cls: type) -> str:
+    """A pass's one-line description: its docstring's first sentence without the asides in
+    parentheses (cut at its first colon when still long); "" for a pass without a docstring."""
+    doc = _docstring(cls)
+    if not doc:
+        return ""
+    first = " ".join(doc.strip().split("\n\n")[0].split())
+    sentence = re.split(r"(?<=\.)\s+(?=[A-Z`])", _without_parentheses(_plain(first)), maxsplit=1)[0]
+    if len(sentence) > _SUMMARY_CHARS and ": " in sentence:
+        sentence = sentence.split(": ", 1)[0]
+    return sentence.rstrip(".:;, ") + "."
+
+
+def _spec_value(value) -> str:
+    """A default as a pipeline spec writes it: ``"adam"``, ``true``, ``10.0``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)
+
+
+def pass_options(cls: type) -> list[str]:
+    """A pass's options as ``name: type = default`` (``name: type`` for a required one), in the
+    order of its dataclass fields: the ones a pipeline spec can set (:data:`_SPEC_TYPES`)."""
+    out = []
+    for field in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+        if field.name == "name" or not field.init:
+            continue
+        kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+        if not {t.strip() for t in kind.split("|")} <= _SPEC_TYPES and not kind.startswith(("tuple[", "list[")):
+            continue
+        if field.default is not dataclasses.MISSING:
+            out.append(f"{field.name}: {kind} = {_spec_value(field.default)}")
+        elif field.default_factory is not dataclasses.MISSING:
+            out.append(f"{field.name}: {kind} = {_spec_value(field.default_factory())}")
+        else:
+            out.append(f"{field.name}: {kind} (required)")
+    return out
+
+
+def _width() -> int:
+    return max(60, min(100, shutil.get_terminal_size((100, 24)).columns) - 2)
+
+
+def passes_listing(available: dict[str, Callable[[], type]], width: int | None = None) -> str:
+    """phaze's passes, each with its one-line description and its options, then the others
+    (xDSL's, and those of installed packages) by name."""
+    width = width or _width()
+    lines = ["phaze's passes (-p 'NAME{OPTION=VALUE ...}'; --help-pass NAME: a pass's whole description):"]
+    for name, factory in ALL_PASSES.items():
+        cls = factory()
+        lines.append(f"  {name}")
+        summary = pass_summary(cls)
+        if summary:
+            lines += textwrap.wrap(summary, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+        options = pass_options(cls)
+        if options:
+            # Each option on one line: its spaces made unbreakable for the wrap (a no-break
+            # space is not whitespace to textwrap), then plain again.
+            text = "options: " + ", ".join(o.replace(" ", "\xa0") for o in options)
+            wrapped = textwrap.wrap(text, width, initial_indent=" " * 6, subsequent_indent=" " * 15)
+            lines += [line.replace("\xa0", " ") for line in wrapped]
+    others = sorted(n for n in available if n not in ALL_PASSES)
+    lines += ["", f"other passes (xDSL's, and those of installed packages: {len(others)}):"]
+    lines += textwrap.wrap(
+        ", ".join(others), width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False
+    )
+    return "\n".join(lines) + "\n"
+
+
+def pass_help(name: str, available: dict[str, Callable[[], type]]) -> str:
+    """``--help-pass NAME``: the pass's whole docstring and its options (a :class:`PhazeError`
+    naming the closest pass when there is no such pass)."""
+    factory = available.get(name)
+    if factory is None:
+        near = difflib.get_close_matches(name, list(available), n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise PhazeError(f"--help-pass {shorten(name)}: no such pass{hint}; phaze-opt --list-passes lists them")
+    cls = factory()
+    doc = _plain(_docstring(cls))
+    lines = [name, ""]
+    for paragraph in (doc or "(no description)").split("\n\n"):
+        lines += textwrap.wrap(" ".join(paragraph.split()), _width(), initial_indent="  ", subsequent_indent="  ")
+        lines.append("")
+    options = pass_options(cls)
+    lines += ["options:"] + [f"  {o}" for o in options] if options else ["no options"]
+    return "\n".join(lines) + "\n"
 
 
 class _BufferedOutput(io.StringIO):
@@ -97,6 +234,47 @@ class PhazeOptMain(xDSLOptMain):
     def register_all_arguments(self, arg_parser):
         super().register_all_arguments(arg_parser)
         arg_parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+        available = self.available_passes
+        arg_parser.prog = "phaze-opt"  # not "phaze_opt.py" under python -m
+        # The pass listing keeps its own line breaks (argparse would refill it into one paragraph).
+        arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        # xDSL's -p help is every pass's name in one paragraph, phaze's lost among them: the
+        # listing after the options says them, phaze's first with their descriptions.
+        actions = arg_parser._option_string_actions  # (argparse keeps them by option string)
+        actions["--version"].help = "print phaze-opt's version and exit"
+        pipeline = "the pass pipeline: comma-separated NAME or NAME{OPTION=VALUE ...} (the passes are listed below)"
+        actions["--passes"].help = pipeline
+
+        class ListingHelp(argparse.Action):
+            """-h/--help, with the pass listing as its epilog: made only when asked for (the
+            descriptions import every phaze pass, 0.7 s that no other run of phaze-opt needs)."""
+
+            def __call__(self, parser, namespace, values, option_string=None):
+                parser.epilog = passes_listing(available)
+                parser.print_help()
+                parser.exit()
+
+        actions["--help"].__class__ = ListingHelp
+
+        class ListPasses(argparse.Action):
+            def __call__(self, parser, namespace, values, option_string=None):
+                sys.stdout.write(passes_listing(available))
+                parser.exit()
+
+        class HelpPass(argparse.Action):
+            def __call__(self, parser, namespace, values, option_string=None):
+                sys.stdout.write(pass_help(values, available))
+                parser.exit()
+
+        arg_parser.add_argument(
+            "--list-passes", nargs=0, action=ListPasses, help="list the passes (phaze's with their options) and exit"
+        )
+        arg_parser.add_argument(
+            "--help-pass",
+            metavar="NAME",
+            action=HelpPass,
+            help="print a pass's whole description and options, and exit",
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
