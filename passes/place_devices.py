@@ -89,13 +89,15 @@ def build_problem(
     expert_parallel: str = "1",
     rank_order: str = "auto",
     pipeline_transfer: str = "whole",
+    memory_headroom: float = 0.0,
 ) -> _phaze_rs.ProblemDict:
     """The DP problem of a module annotated by the cost passes (``recompute``: ``auto`` or the
     policy of every stage; ``zero``: ``auto`` or a ZeRO stage; ``pipeline_schedule``:
     ``auto``, ``1f1b`` or ``interleaved:V``; ``expert_parallel``: ``auto`` or the EP degree;
     ``rank_order``: ``auto``, ``tp-dp-pp`` or ``tp-pp-dp``; ``pipeline_transfer``: ``whole``
     or ``split``, which a module sharded with sequence parallelism ignores: its boundary
-    values are sharded over the TP group already, and each rank sends its own)."""
+    values are sharded over the TP group already, and each rank sends its own;
+    ``memory_headroom``: the fraction of HBM every device leaves free)."""
     layers = layer_numbers(module, pass_name)
     acc = module_accelerator(module, pass_name)
     spec = acc.to_dict()
@@ -118,6 +120,7 @@ def build_problem(
             rank_order=rank_order,
             pipeline_transfer="whole" if keys.SEQUENCE_PARALLEL in module.attributes else pipeline_transfer,
             grads_freed=frees_grads(module),
+            memory_headroom=memory_headroom,
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
@@ -161,10 +164,17 @@ def solve(problem: _phaze_rs.ProblemDict, fixed: tuple[int, int, int] | None) ->
     return _phaze_rs.evaluate_placement(problem, fixed[0], fixed[1])
 
 
-def write_plan(module: ModuleOp, problem: _phaze_rs.ProblemDict, result: _phaze_rs.ResultDict, placement: str) -> None:
-    """Write ``phaze.plan``, ``phaze.stages`` and each op's ``phaze.stage``."""
+def write_plan(
+    module: ModuleOp,
+    problem: _phaze_rs.ProblemDict,
+    result: _phaze_rs.ResultDict,
+    placement: str,
+    memory_headroom: float = 0.0,
+) -> None:
+    """Write ``phaze.plan``, ``phaze.stages`` and each op's ``phaze.stage`` (``memory_headroom``:
+    the fraction of HBM the problem's ``hbm_bytes`` left free, said in a memory refusal)."""
     plan = result.get("plan")
-    binding = pl.binding_message(result)
+    binding = pl.binding_message(result, memory_headroom)
     if plan is None:
         module.attributes[keys.PLAN] = PlanAttr.make(
             devices=problem["devices"],
@@ -277,7 +287,9 @@ class PlaceDevicesPass(ModulePass):
     data parallelism outermost, Megatron-LM's ``--use-tp-pp-dp-mapping``), ``pipeline_transfer``
     (``whole``, the default: every TP rank sends a stage boundary's values, as Megatron-LM
     does; ``split``: each sends 1/t and the receiving TP group all-gathers them, as DeepSpeed's
-    pipeline engine does; no effect under sequence parallelism).  Requires the cost annotations of
+    pipeline engine does; no effect under sequence parallelism), ``memory_headroom`` (the
+    fraction of each device's HBM the plan leaves free, default 0; a memory refusal names it).
+    Requires the cost annotations of
     ``phaze-schedule-ops`` and ``phaze-insert-recompute`` and a ``phaze.accelerator``.
     """
 
@@ -292,6 +304,7 @@ class PlaceDevicesPass(ModulePass):
     expert_parallel: str = "1"
     rank_order: str = "auto"
     pipeline_transfer: str = "whole"
+    memory_headroom: float = 0.0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         try:
@@ -302,6 +315,7 @@ class PlaceDevicesPass(ModulePass):
             pl.parse_expert_parallel(self.expert_parallel)
             pl.parse_rank_order(self.rank_order)
             pl.parse_pipeline_transfer(self.pipeline_transfer)
+            pl.check_memory_headroom(self.memory_headroom)
         except pl.PlacementError as e:
             raise PhazeError(f"{self.name}: {e}") from e
         problem = build_problem(
@@ -316,7 +330,8 @@ class PlaceDevicesPass(ModulePass):
             expert_parallel=self.expert_parallel,
             rank_order=self.rank_order,
             pipeline_transfer=self.pipeline_transfer,
+            memory_headroom=self.memory_headroom,
         )
         result = solve(problem, fixed)
         label = "phaze" if fixed is None else "expert:{},{},{}".format(*fixed)
-        write_plan(op, problem, result, label)
+        write_plan(op, problem, result, label, self.memory_headroom)

@@ -107,6 +107,10 @@ class Options:
     #: Megatron-LM's ``--moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity``
     #: (the importer pads, ``phaze.capacity_factor``; docs/design.md §2).
     capacity_factor: float | None = None
+    #: The fraction of each device's HBM a plan must leave free (``phaze-place-devices
+    #: {memory_headroom=...}``): what the memory model does not see and its own error
+    #: (docs/validation.md, "Memory").
+    memory_headroom: float = 0.0
     #: What the architecture search maximizes (``phaze.search.objective.OBJECTIVES``):
     #: ``throughput`` (default), ``perf-per-watt``, ``perf-per-dollar``, ``energy``, ``carbon``.
     objective: str = "throughput"
@@ -191,7 +195,9 @@ def pipeline(
             f'placement="{opts.placement}" dp_overlap={overlap} recompute="{opts.recompute}" '
             f'zero="{opts.zero}" pipeline_schedule="{opts.pipeline_schedule}" '
             f'expert_parallel="{opts.expert_parallel}" rank_order="{opts.rank_order}" '
-            f'pipeline_transfer="{opts.pipeline_transfer}"}}'
+            f'pipeline_transfer="{opts.pipeline_transfer}"'
+            + (f" memory_headroom={opts.memory_headroom!r}" if opts.memory_headroom else "")
+            + "}"
         )
         if energy:
             passes.append("phaze-estimate-power")
@@ -354,6 +360,7 @@ def check_options(opts: Options) -> None:
     anything slow; ``phazec --hw`` and the architecture search both check through here."""
     from passes.algorithms.placement import (
         PlacementError,
+        check_memory_headroom,
         parse_expert_parallel,
         parse_pipeline_schedule,
         parse_pipeline_transfer,
@@ -389,6 +396,10 @@ def check_options(opts: Options) -> None:
             f"--sequence-parallel '{opts.sequence_parallel}': expected one of {', '.join(SEQUENCE_PARALLEL_SETTINGS)}"
         )
     check_capacity_factor(opts.capacity_factor)
+    try:
+        check_memory_headroom(opts.memory_headroom)
+    except PlacementError as e:
+        raise PhazeError(f"--memory-headroom: {e}") from e
     if opts.placement.startswith("expert:"):  # its degrees are known without the model
         try:
             check_placement_devices(parse_placement(opts.placement, ""), opts.devices)
@@ -742,29 +753,13 @@ def time_breakdown(module: ModuleOp) -> dict[str, float] | None:
     }
 
 
-def breakdown_line(breakdown: dict[str, float], time_s: float) -> str:
-    """The time per batch and its non-zero parts, as one line for stderr."""
-    names = {
-        "compute_s": "compute",
-        "tp_comm_s": "TP comm",
-        "recompute_s": "recompute",
-        "pp_comm_s": "PP comm",
-        "ep_comm_s": "EP comm",
-        "bubble_s": "bubble",
-        "dp_comm_s": "DP comm",
-        "optimizer_s": "optimizer",
-    }
-    shown = [
-        f"{names[part]} {v:.4g} ({v / time_s:.1%})"
-        for part in BREAKDOWN_PARTS
-        if (v := breakdown[part]) > 0 and time_s > 0
-    ]
-    return f"time per batch {time_s:.4g} s = " + (" + ".join(shown) if shown else "0")
-
-
-def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "auto") -> dict[str, Any]:
+def plan_json(
+    module: ModuleOp, candidates: list[Candidate], recompute: str = "auto", headroom: float = 0.0
+) -> dict[str, Any]:
     """The plan as JSON (the schema is in README.md, "The plan as JSON"); ``recompute``: the
-    setting it was placed under (``Options.recompute``; each stage's policy is in its stage).
+    setting it was placed under (``Options.recompute``; each stage's policy is in its stage);
+    ``headroom``: the fraction of HBM it was placed to leave free (``Options.memory_headroom``).
+    Its ``summary`` is :func:`phaze.summary.build`'s (None when the plan does not fit).
     Under interleaved 1F1B (``virtual_stages`` > 1) ``stages`` lists the model chunks, each
     with the ``rank`` that runs it and that rank's numbers, its ``memory`` by part included."""
     from phaze_ir.hardware_ir import module_accelerator
@@ -778,7 +773,7 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
     area = acc.area_um2
     accelerator["area_mm2"] = area / 1e6 if area is not None else None
     stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
-    return {
+    out: dict[str, Any] = {
         "model": keys.string_of(module, keys.MODEL),
         "devices": plan["devices"],
         "global_batch": plan["global_batch"],
@@ -837,6 +832,14 @@ def plan_json(module: ModuleOp, candidates: list[Candidate], recompute: str = "a
             for c in candidates
         ],
     }
+    if out["feasible"] and stages:
+        from phaze import summary as plan_summary
+
+        others = [line for line in (power_line(module), cost_line(module, plan)) if line]
+        out["summary"] = plan_summary.build(module, out, placement_table(module), others, headroom)
+    else:
+        out["summary"] = None
+    return out
 
 
 def power_json(module: ModuleOp, plan: dict[str, Any], published_w: float | None) -> dict[str, Any] | None:
@@ -917,33 +920,37 @@ def power_line(module: ModuleOp) -> str:
     return line
 
 
-def summary(module: ModuleOp) -> str:
-    """A short human table of the plan, for stderr."""
-    plan = plan_record(module)
-    if plan.get("feasible") != "yes":
+def summary(module: ModuleOp, candidates: Sequence[Candidate] = (), headroom: float = 0.0) -> str:
+    """The plan's summary (:mod:`phaze.summary`) as text for stderr ("" when it does not fit)."""
+    if plan_record(module).get("feasible") != "yes":
         return ""
+    found = plan_json(module, list(candidates), headroom=headroom)["summary"]
+    return "\n".join(found["lines"]) if found else ""
+
+
+def placement_table(module: ModuleOp) -> str:
+    """The plan's placement as a one-row table (and the capacity factor the expert GEMMs are
+    padded to, if any)."""
+    plan = plan_record(module)
     stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
     recompute = ",".join(sorted({str(s["recompute"]) for s in stages}))
-    mem = max(int(s["memory_bytes"]) for s in stages) / 2**30
+    mem = max(int(s["memory_bytes"]) for s in stages) / 1e9
     v = int(plan["virtual_stages"])
     schedule = "1f1b" if v == 1 else f"interleaved:{v}"
     sp = "on" if keys.SEQUENCE_PARALLEL in module.attributes else "off"
     head = (
         f"{'DP':>5} {'PP':>4} {'TP':>4} {'SP':>3} {'schedule':>13} {'ZeRO':>4} {'EP':>3} {'ranks':>8} "
-        f"{'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>11}"
+        f"{'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GB/device':>10}"
     )
     row = (
         f"{plan['dp']:>5} {plan['pp']:>4} {plan['tp']:>4} {sp:>3} {schedule:>13} {plan['zero']:>4} "
         f"{plan['expert_parallel']:>3} {plan['rank_order']:>8} "
         f"{plan['micro_batch_size']:>11} {recompute:>14} "
-        f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>11.2f}"
+        f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>10.2f}"
     )
     factor = capacity_factor(module)
     note = "" if factor is None else f"\nexpert GEMMs padded to capacity factor {factor:g}"
-    breakdown = time_breakdown(module)
-    parts = breakdown_line(breakdown, float(plan["time_per_batch_s"])) if breakdown is not None else ""
-    lines = [line for line in (parts, power_line(module), cost_line(module, plan)) if line]
-    return head + "\n" + row + "".join("\n" + line for line in lines) + note
+    return head + "\n" + row + note
 
 
 def cost_line(module: ModuleOp, plan: dict[str, Any]) -> str:

@@ -234,6 +234,8 @@ PACKAGE_CARBON = Bound(1000.0, "6,700x an IC package's 150 g CO2e")
 PUE = Bound(10.0, "6x the 1.58 of the average data centre")
 #: Grid carbon: coal power, 820 g CO2e per kWh = 2.3e-7 kg/J (IPCC AR5, lifecycle median).
 GRID_CARBON = Bound(1e-5, "44x coal power's 820 g CO2e per kWh")
+#: The memory headroom: a plan must have some HBM left to fill.
+HEADROOM = Bound(0.9, "nine tenths of HBM")
 #: A chip's service life: a century.
 LIFETIME = Bound(3.2e9, "100 years")
 
@@ -679,6 +681,10 @@ class Calibration:
         host_sync_s: optional; the seconds the chip idles at one device-to-host
             synchronization (a grouped GEMM's fallback copies its offsets to the host: the copy's
             latency while the queue is empty).  Absent: 0.
+        memory_headroom: optional; the fraction of HBM a plan leaves free by default (phazec's
+            ``--memory-headroom``): what the runtime holds that the memory model does not count
+            (the CUDA context, the caching allocator's fragmentation) and the model's own error
+            as measured on this chip.  Absent: 0.
     """
 
     execution: str = _spec("execution", "concurrent or serial op execution", default="concurrent")
@@ -710,6 +716,9 @@ class Calibration:
     )
     host_sync_s: float | None = _spec(
         "opt_nonneg_float", "chip idle per device-to-host sync (s)", at_most=OVERHEAD, default=None
+    )
+    memory_headroom: float | None = _spec(
+        "opt_nonneg_float", "fraction of HBM a plan leaves free by default", at_most=HEADROOM, default=None
     )
 
     def __post_init__(self) -> None:

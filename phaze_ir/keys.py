@@ -57,6 +57,16 @@ CAPACITY_FACTOR = Key(
     "f64: the MoE capacity factor the expert GEMMs are padded to (absent: dropless)",
     IMPORTER,
 )
+PARAMETERS = Key(
+    "phaze.parameters", "module", "i64: the model's parameters (elements, each tensor once, unsharded)", IMPORTER
+)
+MODEL_FLOPS = Key(
+    "phaze.model_flops",
+    "module",
+    "i64: the model FLOPs of one training micro-batch: 3x the forward GEMM FLOPs of the whole, unsharded "
+    "step (6·N·tokens plus attention's 12·L·H·Q·T·tokens for a transformer; docs/design.md §6.4)",
+    IMPORTER,
+)
 WARNINGS = Key(
     "phaze.warnings",
     "module",

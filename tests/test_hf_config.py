@@ -58,6 +58,31 @@ def test_a_config_json_gives_the_ir_of_its_example_file(tmp_path, example, layer
     assert from_json == compiled(str(py_path), "training")
 
 
+def test_a_mixtral_config_json_at_a_given_seq_len_gives_the_ir_of_its_example(tmp_path):
+    """A mixture of experts, at --seq-len 512 (the config's default would be its 32768
+    positions, the example's SEQ_LEN 4096: --seq-len makes them the same run)."""
+    from phaze.tools.phazec import _parser, compile_model
+
+    config, name = _example_config("mixtral_8x7b")
+    config.update(num_hidden_layers=2, architectures=["MixtralForCausalLM"])
+    json_path = tmp_path / f"{name}.json"
+    json_path.write_text(json.dumps(config))
+    source = (EXAMPLES / "mixtral_8x7b.py").read_text()
+    assert source.count("MixtralForCausalLM(config())") == 1
+    py_path = tmp_path / "mixtral_8x7b.py"
+    py_path.write_text(source.replace("MixtralForCausalLM(config())", "MixtralForCausalLM(config(2))"))
+
+    def ir(path):
+        args = _parser().parse_args([str(path), "--emit", "training", "--micro-batch", "1", "--seq-len", "512", "-q"])
+        text, failure = compile_model(args, lambda msg: None)
+        assert failure is None, failure
+        return text
+
+    from_json = ir(json_path)
+    assert "phaze.seq_len = 512 : i64" in from_json and "experts = 8," in from_json  # the MoE blocks
+    assert from_json == ir(py_path)
+
+
 def test_the_published_qwen2_example_loads():
     """examples/hf/qwen2-7b/config.json: named after its directory, its sequence length the
     config's, its class the one ``architectures`` names, 7.6 B parameters (Qwen2-7B's)."""

@@ -271,6 +271,20 @@ _BYTE_FIELDS = (
 )
 
 
+def check_memory_headroom(fraction: float) -> None:
+    """The one-line refusal of a ``memory_headroom`` outside [0, 1)."""
+    if not 0.0 <= fraction < 1.0:  # also NaN
+        raise PlacementError(f"memory headroom {fraction!r}: expected a fraction of HBM from 0 up to (not including) 1")
+
+
+def usable_hbm(hbm_bytes: int, memory_headroom: float) -> int:
+    """The HBM bytes a plan may fill when it leaves ``memory_headroom`` of ``hbm_bytes`` free:
+    what the memory model does not see (the CUDA context, the allocator's fragmentation) and
+    its own error (docs/validation.md, "Memory")."""
+    check_memory_headroom(memory_headroom)
+    return int(hbm_bytes * (1.0 - memory_headroom))
+
+
 def problem(
     layers: Sequence[LayerNumbers | _phaze_rs.LayerDict],
     *,
@@ -289,6 +303,7 @@ def problem(
     rank_order: str = "auto",
     pipeline_transfer: str = "whole",
     grads_freed: bool = False,
+    memory_headroom: float = 0.0,
 ) -> _phaze_rs.ProblemDict:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``; ``recompute``: ``auto``
     (each stage's policy chosen by the DP) or the policy every stage uses; ``zero``: ``auto``
@@ -297,7 +312,8 @@ def problem(
     ``expert_parallel``: ``auto`` or the EP degree; ``rank_order``: ``auto`` (the DP
     chooses), ``tp-dp-pp`` or ``tp-pp-dp``; ``pipeline_transfer``: ``whole`` or ``split``
     (:data:`PIPELINE_TRANSFERS`); ``grads_freed``: the runtime allocates each layer's gradients
-    in its backward and frees them after the step (``_phaze_rs.ProblemDict``). The defaults are
+    in its backward and frees them after the step (``_phaze_rs.ProblemDict``); ``memory_headroom``:
+    the fraction of ``hbm_bytes`` every device must leave free (:func:`usable_hbm`). The defaults are
     the paper's placement space (plain DP, plain 1F1B, every replica holding every expert) with the device numbering
     chosen, as a launcher can be told either (Megatron-LM's ``--use-tp-pp-dp-mapping``).
     A layer may be given as its ``as_dict()`` already (the search's ``Setting.layer_dicts``)."""
@@ -308,6 +324,7 @@ def problem(
         raise PlacementError(f"devices = {devices}: expected a positive integer up to {MAX_COUNT}")
     if not 1 <= global_batch <= MAX_COUNT:
         raise PlacementError(f"global batch = {global_batch}: expected a positive integer up to {MAX_COUNT}")
+    hbm_bytes = usable_hbm(hbm_bytes, memory_headroom)
     setting = parse_recompute(recompute)
     zero_setting = parse_zero(zero)
     virtual_stages = parse_pipeline_schedule(pipeline_schedule)
@@ -414,6 +431,16 @@ def fixed_tp_mismatch(fixed: tuple[int, int, int], tp: int) -> str:
     return f"placement expert:{pp},{dp},{t} has TP {t} but the module is sharded for TP {tp}; compile with --tp {t}"
 
 
-def binding_message(result: _phaze_rs.ResultDict) -> str:
-    """The constraints that make a result infeasible, joined ('' when feasible)."""
-    return "; ".join(v["message"] for v in result.get("violations", []))
+def binding_message(result: _phaze_rs.ResultDict, memory_headroom: float = 0.0) -> str:
+    """The constraints that make a result infeasible, joined ('' when feasible); under a
+    ``memory_headroom`` the DP's "HBM" is the part of it a plan may fill, and a memory
+    refusal says so."""
+    said = []
+    for v in result.get("violations", []):
+        message = v["message"]
+        if memory_headroom > 0 and "but HBM is" in message:
+            share = f"{1 - memory_headroom:.4g}"
+            message = message.replace("but HBM is", f"but the HBM a plan may fill ({share} of it) is")
+            message += f" (--memory-headroom {memory_headroom:g})"
+        said.append(message)
+    return "; ".join(said)

@@ -168,6 +168,8 @@ class Params:
     power_cap_w: float | None = None
     rank_order: str = "auto"
     pipeline_transfer: str = "whole"
+    #: The fraction of HBM every device leaves free (``Options.memory_headroom``).
+    memory_headroom: float = 0.0
 
     @classmethod
     def of_options(cls, opts: Any, objective: str | None = None) -> Params:
@@ -183,6 +185,7 @@ class Params:
             opts.power_cap_w,
             opts.rank_order,
             opts.pipeline_transfer,
+            opts.memory_headroom,
         )
 
 
@@ -437,6 +440,7 @@ class Evaluator:
             # as phaze-place-devices: under sequence parallelism each rank sends its own shard
             pipeline_transfer="whole" if setting.sequence_parallel else self.params.pipeline_transfer,
             grads_freed=setting.grads_freed,
+            memory_headroom=self.params.memory_headroom,
         )
 
     def place(

@@ -57,7 +57,8 @@ class Answer:
     text: str
     #: ``driver.plan_json`` of the plan (None before the plan stage).
     plan: dict[str, Any] | None = None
-    #: ``driver.summary`` of the plan ("" when there is no feasible plan).
+    #: The plan's summary lines (``plan["summary"]["lines"]``, :mod:`phaze.summary`), "" when
+    #: there is no feasible plan.
     summary: str = ""
     #: Each layer's kind in order and the sequence length traced (``phaze.export.ModelFacts``).
     layer_kinds: list[str] = field(default_factory=list)
@@ -188,7 +189,7 @@ def _compile(
     if templates is not None and inputs is not None:
         got = _one_point_from_template(opts, inputs, templates, log)
     module, candidates = got or sweep.compile_plan(model_path, opts, log, stages=stages, templates=templates)
-    plan = driver.plan_json(module, candidates, opts.recompute) if opts.emit == "plan" else None
+    plan = driver.plan_json(module, candidates, opts.recompute, opts.memory_headroom) if opts.emit == "plan" else None
     facts = model_facts(module, opts)
     if templates is not None:
         text = templates.text(module)
@@ -200,7 +201,7 @@ def _compile(
     return Answer(
         text=text,
         plan=plan,
-        summary=driver.summary(module) if plan is not None else "",
+        summary="\n".join(plan["summary"]["lines"]) if plan is not None and plan["summary"] else "",
         layer_kinds=list(facts.layer_kinds),
         seq_len=facts.seq_len,
     )

@@ -810,7 +810,8 @@ def run(
     stats = dict(found["stats"])
     stats["wall_s"] = walls
     stats["evaluator"] = {c: sum(d[c] for d in counts) for c in COUNTS}
-    module, data = _assemble(modules, names, [baselines[b] for b in BASELINES if b in baselines], stats, opts.recompute)
+    chosen = [baselines[b] for b in BASELINES if b in baselines]
+    module, data = _assemble(modules, names, chosen, stats, opts.recompute, opts.memory_headroom)
     if found["models_detail"] is not None:
         data["models_detail"] = found["models_detail"]
     if len(modules) == 1 and not generic:  # the winner's plan with phaze.baselines: its body printed once
@@ -865,7 +866,7 @@ def answer(
     return text, data
 
 
-def _assemble(modules, names, baselines, stats, recompute: str = "auto"):
+def _assemble(modules, names, baselines, stats, recompute: str = "auto", headroom: float = 0.0):
     """The output module (one model: its plan module; several: a module holding the chip's plan
     module of each model) with ``phaze.baselines``, and the JSON (``recompute``: the setting
     the plans were placed under)."""
@@ -893,7 +894,7 @@ def _assemble(modules, names, baselines, stats, recompute: str = "auto"):
     )
     plans = []
     for module in modules:
-        p = driver.plan_json(module, [], recompute)
+        p = driver.plan_json(module, [], recompute, headroom)
         p.pop("candidates", None)
         plans.append(p)
     if len(modules) == 1:

@@ -179,6 +179,15 @@ def _parser() -> argparse.ArgumentParser:
         "parallelism) makes auto tp-dp-pp",
     )
     place.add_argument(
+        "--memory-headroom",
+        type=float,
+        default=None,
+        metavar="F",
+        help="leave this fraction of each device's HBM free (0 <= F < 1): for what the memory model does not "
+        "count (the CUDA context, the allocator's fragmentation) and its error; default: the chip's "
+        "calibration.memory_headroom (the h100's is fitted on its measured steps, docs/validation.md), else 0",
+    )
+    place.add_argument(
         "--pipeline-transfer",
         default=Options.pipeline_transfer,
         choices=("whole", "split"),
@@ -349,6 +358,17 @@ def rank_order(args: argparse.Namespace) -> str:
     return str(args.rank_order)
 
 
+def memory_headroom(args: argparse.Namespace) -> float:
+    """``--memory-headroom``, or the chip's ``calibration.memory_headroom`` (0 without one, or
+    without ``--hw``: a searched chip has no calibration)."""
+    if args.memory_headroom is not None or not args.hw:
+        return args.memory_headroom or 0.0
+    from phaze.driver import load_accelerator
+
+    calibration = load_accelerator(args.hw).calibration
+    return (calibration.memory_headroom or 0.0) if calibration is not None else 0.0
+
+
 def options(args: argparse.Namespace):
     """The driver options of parsed command-line arguments (checked: :func:`check_numbers`)."""
     from phaze.driver import DEFAULT_MICRO_BATCHES
@@ -409,6 +429,7 @@ def options(args: argparse.Namespace):
         expert_parallel=args.expert_parallel,
         rank_order=rank_order(args),
         pipeline_transfer=args.pipeline_transfer,
+        memory_headroom=memory_headroom(args),
         capacity_factor=args.capacity_factor,
         power_cap_w=args.power_cap,
         objective=args.objective,
@@ -568,7 +589,11 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
             from phaze.search import report
 
             files.append((args.report, report.render(result.plan), "the report"))
-    return result.text, hw_answer.failure(result), files
+    from phaze.summary import comment as plan_comment
+
+    # The summary heads the plan file as a comment block, which MLIR parsers skip.
+    head = plan_comment(result.plan.get("summary")) if result.plan is not None else ""
+    return head + result.text, hw_answer.failure(result), files
 
 
 def _json_text(data) -> str:

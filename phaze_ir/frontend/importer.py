@@ -417,6 +417,14 @@ class _Importer:
         }
         if traced.seq_len is not None:
             attrs[keys.SEQ_LEN] = IntegerAttr(traced.seq_len, i64)
+        parameters = sum(
+            math.prod(t.get_shape()) for t, (role, _) in zip(arg_types, traced.placeholders) if role == "param"
+        )
+        if parameters:
+            attrs[keys.PARAMETERS] = IntegerAttr(parameters, i64)
+        flops = model_flops(fn) if traced.training else 0
+        if 0 < flops < 2**63:  # beyond i64 (10^19 FLOPs a micro-batch) the summary shows no MFU
+            attrs[keys.MODEL_FLOPS] = IntegerAttr(flops, i64)
         if self.unknown:
             attrs[keys.WARNINGS] = ArrayAttr(self.unpriced(graph))
         if self.capacity_factor is not None:
@@ -1037,6 +1045,20 @@ def _convolution_backward(node, ins: list[SSAValue], rtypes: list[TensorType], a
         if v.type != rtype:
             raise AssertionError(f"{aten}: expanded to {v.type}, expected {rtype}")
     return e.ops, outs
+
+
+def model_flops(fn: func.FuncOp) -> int:
+    """The model FLOPs of one training micro-batch (``phaze.model_flops``): three times the
+    forward GEMMs' FLOPs (the backward computes two GEMMs of each forward one's size), the
+    attention's score and context GEMMs included, nothing else.  For a transformer this is the
+    convention MFU is quoted in: 6·N per token for the N weights that a GEMM reads (the embedding
+    lookup is not a GEMM; a tied LM head is), plus 12·L·H·Q·T per token of attention (PaLM,
+    Chowdhery et al. 2022, appendix B; torchtitan's ``get_num_flop_per_token``).  An MoE layer
+    counts the rows its experts run (the active parameters); flash attention's causal half is
+    not taken off (the convention counts the whole square)."""
+    return 3 * sum(
+        op.flops() for op in fn.body.walk() if isinstance(op, ph.MatmulOp) and keys.string_of(op, keys.PHASE) == "fwd"
+    )
 
 
 def import_graph(traced: TracedGraph, strict: bool = False, capacity_factor: float | None = None) -> ModuleOp:

@@ -1,0 +1,255 @@
+"""The plan summary a person reads: the same figures and lines on stderr, in a comment block at
+the top of the plan file, in the JSON (``summary``) and in the report.
+
+What it says, and from where (all from the compiled module and its plan JSON):
+
+- the model (``phaze.model``, ``phaze.parameters``), the chip in words (its PE arrays, SRAM,
+  HBM, area and power from its description), the devices and the placement;
+- the time per batch and its parts (``breakdown_s``, which add up to it), samples/s and
+  tokens/s;
+- MFU: the model FLOPs of a batch (``phaze.model_flops`` per traced micro-batch, times the
+  micro-batches of the global batch: 6·N·tokens plus attention, as the convention counts them)
+  over the time per batch times the devices used times the chip's peak tensor FLOP/s;
+- HFU: the FLOPs the devices run (each layer's forward and backward as sharded, its
+  recomputed forward under full recompute, the attention core's share of it under selective
+  recompute, the optimizer's) over the same;
+- the memory per device of the fullest stage, by part, against HBM (and the usable part of HBM
+  under ``--memory-headroom``);
+- the runner-up point of the sweep (micro-batch, TP width) and by how much it lost;
+- the plan's warnings (unpriced ops, linears tensor parallelism keeps replicated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from phaze_ir import keys
+
+#: Names of the breakdown's parts in the summary's lines.
+PART_NAMES = {
+    "compute_s": "compute",
+    "tp_comm_s": "TP comm",
+    "recompute_s": "recompute",
+    "pp_comm_s": "PP comm",
+    "ep_comm_s": "EP comm",
+    "bubble_s": "bubble",
+    "dp_comm_s": "DP comm",
+    "optimizer_s": "optimizer",
+}
+
+_PREFIXES = ((1e24, "Y"), (1e21, "Z"), (1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def si(value: float, unit: str, digits: int = 3) -> str:
+    """``value`` with an SI prefix and ``digits`` significant digits: ``si(85.9e9, "B")`` is
+    ``85.9 GB``."""
+    for scale, prefix in _PREFIXES:
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}"
+
+
+def count_words(n: int) -> str:
+    """A count in words: ``1.56 billion``, ``350 million``, ``133,440``."""
+    for scale, word in ((1e12, "trillion"), (1e9, "billion"), (1e6, "million")):
+        if n >= scale:
+            return f"{n / scale:.3g} {word}"
+    return f"{n:,}"
+
+
+def chip_words(acc: Mapping[str, Any]) -> str:
+    """The chip of a plan JSON's ``accelerator`` in words: its PE arrays, SRAM, HBM, area and
+    power."""
+    tc, vc = acc["tensor_cores"], acc["vector_cores"]
+    sram = tc["count"] * tc["buffer_bytes"] + vc["count"] * vc["buffer_bytes"] + acc["global_buffer"]["bytes"]
+    parts = [
+        f"{tc['count']} tensor cores of {tc['pe_x']}x{tc['pe_y']} PEs",
+        f"{vc['count']} vector cores of {vc['width']} lanes",
+        f"{si(sram, 'B')} SRAM ({si(acc['global_buffer']['bytes'], 'B')} global buffer)",
+        f"{si(acc['hbm']['bytes'], 'B')} HBM at {si(acc['hbm']['bandwidth_Bps'], 'B/s')}",
+        f"{si(acc['clock_hz'], 'Hz')}",
+    ]
+    if acc.get("area_mm2") is not None:
+        parts.append(f"{acc['area_mm2']:.4g} mm²")
+    if acc.get("power_w") is not None:
+        parts.append(f"{acc['power_w']:.4g} W")
+    return f"{acc['name']}: " + ", ".join(parts)
+
+
+def placement_words(plan: Mapping[str, Any]) -> str:
+    """The plan's placement in the flags' words."""
+    v = int(plan["virtual_stages"])
+    schedule = "1F1B" if v == 1 else f"interleaved 1F1B ({v} chunks per device)"
+    recompute = ", ".join(sorted({str(s["recompute"]) for s in plan["stages"]}))
+    words = [
+        f"DP {plan['dp']} x PP {plan['pp']} x TP {plan['tp']}",
+        f"sequence parallel {'on' if plan['sequence_parallel'] else 'off'}",
+        f"ZeRO {plan['zero']}",
+        schedule,
+    ]
+    if int(plan["expert_parallel"]) > 1:
+        words.append(f"EP {plan['expert_parallel']}")
+    words += [
+        f"micro-batch {plan['micro_batch_size']} x {plan['num_micro_batches']}",
+        f"recompute {recompute}",
+        f"ranks {plan['rank_order']}",
+    ]
+    return f"{plan['devices_used']} of {plan['devices']} devices: " + ", ".join(words)
+
+
+def hardware_flops(module, plan: Mapping[str, Any]) -> float:
+    """The FLOPs all devices run in one batch: each stage's layers (forward, backward and
+    recomputed forward, as sharded over TP: ``phaze.layers`` of the compiled module) times the
+    micro-batches, times the DP replicas and TP ranks that run it; plus the optimizer step (on
+    every DP replica, or shared among them under ZeRO).  Selective recompute re-runs the
+    attention core: its FLOPs are taken as the forward's times the share of the forward's
+    time it takes (``phaze.layer_recompute``'s ``selective_s / full_s``)."""
+    from phaze_ir.attributes import LayerInfoAttr, LayerRecomputeAttr
+
+    layers = {int(r.as_dict()["index"]): r.as_dict() for r in keys.records_of(module, keys.LAYERS, LayerInfoAttr)}
+    recompute = {
+        int(r.as_dict()["index"]): r.as_dict()
+        for r in keys.records_of(module, keys.LAYER_RECOMPUTE, LayerRecomputeAttr)
+    }
+    dp, tp, m = int(plan["dp"]), int(plan["tp"]), int(plan["num_micro_batches"])
+    total = 0.0
+    for stage in plan["stages"]:
+        first, last = stage["layers"]
+        for i in range(int(first), int(last) + 1):
+            layer = layers.get(i)
+            if layer is None:
+                continue
+            fwd = float(layer["fwd_flops"])
+            again = 0.0
+            if stage["recompute"] == "full":
+                again = fwd
+            elif stage["recompute"] == "selective" and i in recompute and float(recompute[i]["full_s"]) > 0:
+                again = fwd * float(recompute[i]["selective_s"]) / float(recompute[i]["full_s"])
+            total += m * dp * tp * (fwd + float(layer["bwd_flops"]) + again)
+            total += tp * (1 if int(plan["zero"]) >= 1 else dp) * float(layer["opt_flops"])
+    return total
+
+
+def runner_up(candidates: Sequence[Mapping[str, Any]], best: float) -> dict[str, Any] | None:
+    """The sweep's fastest point after the plan's (``candidates``: the plan JSON's), and how much
+    it lost by; None when no other point fits."""
+    fitting = sorted(
+        (c for c in candidates if c["throughput_samples_per_s"] > 0), key=lambda c: -c["throughput_samples_per_s"]
+    )
+    if len(fitting) < 2 or best <= 0:
+        return None
+    c = fitting[1]
+    sp = ", sequence parallel" if c["sequence_parallel"] else ""
+    name = f"micro-batch {c['micro_batch_size']}, TP {c['tp']}{sp}"
+    lost = 1 - c["throughput_samples_per_s"] / best
+    return {
+        "name": name,
+        "samples_per_s": c["throughput_samples_per_s"],
+        "slower_by": lost,
+        "why": f"{lost:.1%} fewer samples/s ({c['throughput_samples_per_s']:.5g} against {best:.5g})",
+    }
+
+
+def warning_words(warnings: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The plan JSON's ``warnings`` as sentences."""
+    out = []
+    for w in warnings:
+        if w.get("kind") == "unpriced-op":
+            out.append(f"{w.get('aten')} ({w.get('count')}x) is not priced but by its bytes")
+        elif w.get("kind") == "replicated-linears":
+            out.append(f"tensor parallelism keeps linears replicated: {_fields(w)}")
+        else:
+            out.append(_fields(w))
+    return out
+
+
+def _fields(w: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in w.items() if k != "kind")
+
+
+def build(
+    module, plan: Mapping[str, Any], table: str, other_lines: Sequence[str], headroom: float = 0.0
+) -> dict[str, Any] | None:
+    """The summary of a plan JSON (``plan``, without its ``summary``) of a compiled ``module``;
+    ``table``: the one-row placement table, ``other_lines``: the power and cost lines (empty
+    when not priced); None when the plan does not fit."""
+    from phaze_ir.hardware_ir import module_accelerator
+
+    if not plan["feasible"] or not plan["stages"]:
+        return None
+    acc = module_accelerator(module, "phazec")
+    time_s = float(plan["time_per_batch_s"])
+    samples_s = float(plan["throughput_samples_per_s"])
+    seq = keys.int_of(module, keys.SEQ_LEN, 0)
+    traced_b = keys.int_of(module, keys.MICRO_BATCH_SIZE, 1)
+    per_micro_batch = keys.int_of(module, keys.MODEL_FLOPS, 0)
+    peak = acc.peak_tensor_flops * int(plan["devices_used"]) * time_s
+    model_flops = per_micro_batch / traced_b * int(plan["global_batch"]) if per_micro_batch else None
+    hw_flops = hardware_flops(module, plan)
+    worst = max(plan["stages"], key=lambda s: s["memory_bytes"])
+    hbm = int(plan["accelerator"]["hbm_bytes"])
+    out: dict[str, Any] = {
+        "model": plan["model"],
+        "parameters": keys.int_of(module, keys.PARAMETERS, 0) or None,
+        "chip": chip_words(plan["accelerator"]),
+        "placement": placement_words(plan),
+        "time_per_batch_s": time_s,
+        "breakdown_s": dict(plan["breakdown_s"] or {}),
+        "samples_per_s": samples_s,
+        "tokens_per_s": samples_s * seq if seq else None,
+        "model_flops_per_batch": model_flops,
+        "hardware_flops_per_batch": hw_flops,
+        "peak_flops_per_s": acc.peak_tensor_flops,
+        "mfu": model_flops / peak if model_flops is not None and peak > 0 else None,
+        "hfu": hw_flops / peak if peak > 0 else None,
+        "memory_bytes": dict(worst["memory"]),
+        "max_memory_bytes": int(worst["memory_bytes"]),
+        "hbm_bytes": hbm,
+        "memory_headroom": headroom,
+        "runner_up": runner_up(plan["candidates"], samples_s),
+        "warnings": warning_words(plan["warnings"]),
+    }
+    out["lines"] = lines(out, table, other_lines)
+    return out
+
+
+def lines(s: Mapping[str, Any], table: str, other_lines: Sequence[str]) -> list[str]:
+    """The summary as the lines a person reads (stderr, the plan file's comment, the report)."""
+    params = f", {count_words(s['parameters'])} parameters" if s["parameters"] else ""
+    out = [f"model {s['model']}{params}", f"chip {s['chip']}", f"placement {s['placement']}", *table.splitlines()]
+    time_s, parts = s["time_per_batch_s"], s["breakdown_s"]
+    shown = [f"{PART_NAMES[p]} {v:.4g} ({v / time_s:.1%})" for p, v in parts.items() if v > 0 and time_s > 0]
+    out.append(f"time per batch {time_s:.4g} s = " + (" + ".join(shown) if shown else "0"))
+    rate = f"{s['samples_per_s']:.5g} samples/s"
+    if s["tokens_per_s"] is not None:
+        rate += f", {s['tokens_per_s']:,.0f} tokens/s"
+    use = []
+    if s["mfu"] is not None:
+        use.append(f"MFU {s['mfu']:.1%}")
+    if s["hfu"] is not None:
+        use.append(f"HFU {s['hfu']:.1%}")
+    if use:
+        rate += "; " + ", ".join(use) + f" of the chips' {si(s['peak_flops_per_s'], 'FLOP/s')} tensor peak"
+    out.append(rate)
+    by_part = " + ".join(f"{part} {si(v, 'B')}" for part, v in s["memory_bytes"].items() if v > 0)
+    usable = ""
+    if s["memory_headroom"] > 0:
+        usable = (
+            f" ({si(s['hbm_bytes'] * (1 - s['memory_headroom']), 'B')} usable: {s['memory_headroom']:.0%} headroom)"
+        )
+    out.append(
+        f"memory per device {si(s['max_memory_bytes'], 'B')} of {si(s['hbm_bytes'], 'B')} HBM{usable} = {by_part}"
+    )
+    if s["runner_up"] is not None:
+        out.append(f"runner-up {s['runner_up']['name']}: {s['runner_up']['why']}")
+    out += [f"warning: {w}" for w in s["warnings"]]
+    out += list(other_lines)
+    return out
+
+
+def comment(summary: Mapping[str, Any] | None) -> str:
+    """The summary as an MLIR comment block (``//`` lines) to put before the plan's module."""
+    if not summary:
+        return ""
+    return "".join(f"// {line}".rstrip() + "\n" for line in ["phaze plan", *summary["lines"]]) + "\n"
