@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from phaze_ir.errors import PhazeError
@@ -74,24 +74,77 @@ MEGATRON_FLAGS = (
     "--fp16",
     "--bf16",
     "--optimizer",
+    # the model's shape (ModelFacts.shape)
+    "--hidden-size",
+    "--num-attention-heads",
+    "--group-query-attention",
+    "--num-query-groups",
+    "--kv-channels",
+    "--ffn-hidden-size",
+    "--swiglu",
+    "--normalization",
+    "--norm-epsilon",
+    "--position-embedding-type",
+    "--rotary-base",
+    "--max-position-embeddings",
+    "--vocab-size",
+    "--make-vocab-size-divisible-by",
+    "--untie-embeddings-and-output-weights",
+    "--disable-bias-linear",
+    "--add-qkv-bias",
+    "--num-experts",
+    "--moe-router-topk",
+    "--moe-ffn-hidden-size",
 )
+
+#: The CUDA compute capability from which a GPU has bf16 tensor cores (Ampere, sm_80: the CUDA
+#: programming guide's bf16 arithmetic); a chip without a compute capability is no CUDA GPU
+#: but a TPU-like accelerator, whose tensor units take bf16 (the paper's TPUv4 and its space).
+CUDA_BF16_FROM = 8.0
 
 
 @dataclass(frozen=True)
 class ModelFacts:
     """What an export needs to know of the model and the run beyond the plan dict: the kind of
     every layer in order (``prologue``, ``block``, ``head``: ``phaze.layers``), the sequence
-    length traced, and phazec's ``--dtype``, ``--optimizer`` and ``--dp-overlap``."""
+    length traced, the model's shape (``phaze.model_shape``: :mod:`phaze_ir.frontend.shape`),
+    phazec's ``--dtype``, ``--optimizer`` and ``--dp-overlap``, and whether the chip has bf16."""
 
     layer_kinds: tuple[str, ...]
     seq_len: int | None = None
     dtype: str = "float16"
     optimizer: str = "adam"
     dp_overlap: bool = False
+    shape: dict[str, Any] = field(default_factory=dict, compare=False)
+    bf16: bool = True
 
     @property
     def num_blocks(self) -> int:
         return sum(1 for k in self.layer_kinds if k == "block")
+
+
+def precision(facts: ModelFacts) -> str | None:
+    """The launch precision of the run: ``bf16``, ``fp16`` or ``fp32`` (None: ``--dtype model``,
+    the model's own, which phaze does not know). Both targets launch 16-bit training as mixed
+    precision with fp32 master weights (phaze's Adam prices it so); fp16 and bf16 move the same
+    bytes at the same tensor rate on every chip phaze prices, so phazec's default ``--dtype
+    float16`` launches bf16 wherever the chip has it (no loss scaling to tune), and fp16 only
+    under ``--dtype amp-float16`` (torch.autocast's fp16, asked by name) or on a chip without bf16."""
+    if facts.dtype == "float32":
+        return "fp32"
+    if facts.dtype in ("bfloat16", "amp-bfloat16"):
+        return "bf16"
+    if facts.dtype == "amp-float16":
+        return "fp16"
+    if facts.dtype == "float16":
+        return "bf16" if facts.bf16 else "fp16"
+    return None
+
+
+def chip_has_bf16(accelerator: dict[str, Any] | None) -> bool:
+    """Whether the plan's chip (``plan["accelerator"]``) has bf16 (:data:`CUDA_BF16_FROM`)."""
+    capability = (accelerator or {}).get("compute_capability")
+    return capability is None or float(capability) >= CUDA_BF16_FROM
 
 
 @dataclass(frozen=True)
@@ -259,13 +312,75 @@ def megatron_layout(chunk_blocks: Sequence[int]) -> str:
     return "|".join(parts)
 
 
-def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
-    """Megatron-LM (``pretrain_gpt.py``) arguments of the plan, one per list item.
+#: The model flags Megatron-LM's GPT builder cannot do without (its validate_args asserts them).
+MEGATRON_REQUIRED = ("--hidden-size", "--num-attention-heads")
 
-    The model's own flags (``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
-    the tokenizer and data) are the user's: phaze writes ``--num-layers`` and ``--seq-length``,
-    which it knows from the traced model, and every parallel, batch, recompute, optimizer and
-    precision setting."""
+
+def megatron_model_args(facts: ModelFacts) -> tuple[list[str], list[str]]:
+    """The model's flags of Megatron-LM's GPT builder from the traced model's shape
+    (:attr:`ModelFacts.shape`), and what the shape did not tell (said by phazec, in words)."""
+    shape = facts.shape
+    args: list[str] = []
+    unknown: list[str] = []
+
+    def put(flag: str, key: str) -> None:
+        if key in shape:
+            args.append(f"{flag}={shape[key]}")
+        else:
+            unknown.append(flag)
+
+    put("--hidden-size", "hidden_size")
+    put("--num-attention-heads", "num_attention_heads")
+    if "num_query_groups" in shape:
+        args += ["--group-query-attention", f"--num-query-groups={shape['num_query_groups']}"]
+    if "kv_channels" in shape:
+        args.append(f"--kv-channels={shape['kv_channels']}")
+    put("--ffn-hidden-size", "ffn_hidden_size")
+    activation = str(shape.get("activation", ""))
+    if activation == "swiglu":
+        args.append("--swiglu")
+    elif not activation.startswith("gelu"):  # Megatron-LM's MLP is GeLU unless told --swiglu
+        unknown.append(f"the {activation or 'unknown'} activation (Megatron-LM's MLP is GeLU or SwiGLU)")
+    if shape.get("normalization") in ("LayerNorm", "RMSNorm"):
+        args.append(f"--normalization={shape['normalization']}")
+    else:
+        unknown.append("--normalization")
+    if "norm_epsilon" in shape:
+        args.append(f"--norm-epsilon={shape['norm_epsilon']!r}")
+    position = shape.get("position_embedding")
+    if position in ("rope", "learned_absolute", "none"):
+        args.append(f"--position-embedding-type={position}")
+        if position == "rope" and "rotary_base" in shape:
+            args.append(f"--rotary-base={shape['rotary_base']}")
+    else:
+        unknown.append("--position-embedding-type")
+    put("--max-position-embeddings", "max_position_embeddings")
+    if "vocab_size" in shape:
+        # The model's embedding rows as they are: Megatron-LM pads a vocabulary to a multiple of
+        # 128 x TP unless told otherwise (1: only to the TP width, which shards it).
+        args += [f"--vocab-size={shape['vocab_size']}", "--make-vocab-size-divisible-by=1"]
+    else:
+        unknown.append("--vocab-size")
+    if shape.get("tied_embeddings") is False:
+        args.append("--untie-embeddings-and-output-weights")
+    if shape.get("linear_bias") is False:
+        args.append("--disable-bias-linear")
+        if shape.get("qkv_bias"):
+            args.append("--add-qkv-bias")
+    if "num_experts" in shape:
+        args.append(f"--num-experts={shape['num_experts']}")
+        if "moe_router_topk" in shape:
+            args.append(f"--moe-router-topk={shape['moe_router_topk']}")
+        if "moe_ffn_hidden_size" in shape:
+            args.append(f"--moe-ffn-hidden-size={shape['moe_ffn_hidden_size']}")
+    return args, unknown
+
+
+def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
+    """Megatron-LM (``pretrain_gpt.py``) arguments of the plan, one per list item: the model's
+    shape as traced (:func:`megatron_model_args`), ``--num-layers`` and ``--seq-length``, and
+    every parallel, batch, recompute, optimizer and precision setting. The tokenizer and the
+    data are the user's."""
     s = settings(plan, facts, "megatron")
     args = [
         f"--tensor-model-parallel-size={s.tp}",
@@ -324,13 +439,12 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
             )
         # Megatron-LM's default numbering is tp-cp-ep-dp-pp (pipeline outermost).
         args.append("--use-tp-pp-dp-mapping")
-    if facts.dtype == "float16":
-        args.append("--fp16")
-    elif facts.dtype == "bfloat16":
-        args.append("--bf16")
+    kind = precision(facts)
+    if kind in ("fp16", "bf16"):
+        args.append(f"--{kind}")
     if facts.optimizer == "sgd":
         args.append("--optimizer=sgd")
-    return args
+    return megatron_model_args(facts)[0] + args
 
 
 # --- torchtitan -----------------------------------------------------------------------------
@@ -449,10 +563,13 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
     args.append(f"--training.global_batch_size={s.global_batch}")
     if facts.seq_len:
         args.append(f"--training.seq_len={facts.seq_len}")
-    if facts.dtype in ("float16", "bfloat16", "float32"):
-        # Mixed precision with fp32 master weights, as phaze's Adam; torchtitan has no fp16: its
-        # bf16 moves the same bytes at the same tensor-core rate on a100 and h100.
-        mixed = "float32" if facts.dtype == "float32" else "bfloat16"
+    kind = precision(facts)
+    if kind == "fp16":
+        raise PhazeError(_TORCHTITAN_FP16)
+    if kind is not None:
+        # Mixed precision with fp32 master weights, as phaze's Adam (precision(): the same as
+        # the Megatron-LM export's).
+        mixed = "float32" if kind == "fp32" else "bfloat16"
         args += ["--training.dtype=float32", f"--training.mixed_precision_param={mixed}"]
     # phaze's selective recompute is Megatron's (the attention core). torchtitan's attention is a
     # fused SDPA kernel that keeps no s x s tensor and recomputes it in backward: that is what the
@@ -474,6 +591,40 @@ def render(target: str, plan: dict[str, Any], facts: ModelFacts) -> str:
     else:
         raise PhazeError(f"--export {target}: unknown target (choose from {', '.join(TARGETS)})")
     return "".join(a + "\n" for a in args)
+
+
+_TORCHTITAN_FP16 = (
+    "--export torchtitan: torchtitan 0.3.0 has no fp16 mixed precision (bf16 or fp32): compile with --dtype "
+    "bfloat16 or amp-bfloat16 (the same price)"
+)
+
+
+def torchtitan_flavour(facts: ModelFacts) -> tuple[list[str], list[str]]:
+    """The fields of torchtitan's model flavour (0.3.0: a ``Llama3Model.Config`` built by
+    ``torchtitan/models/llama3/__init__.py``, ``_build_llama3_layers`` and its rope config),
+    which no command-line flag of torchtitan sets, as ``name=value``; and the fields the traced
+    shape did not tell. phazec says them when it writes the export; ``--module``/``--config``
+    name the flavour registered with them."""
+    shape = facts.shape
+    fields: list[str] = [f"n_layers={facts.num_blocks}"]
+    unknown: list[str] = []
+    for name, key in (
+        ("dim", "hidden_size"),
+        ("n_heads", "num_attention_heads"),
+        ("n_kv_heads", "num_query_groups"),
+        ("hidden_dim", "ffn_hidden_size"),
+        ("vocab_size", "vocab_size"),
+        ("norm_eps", "norm_epsilon"),
+        ("rope.theta", "rotary_base"),
+        ("rope.max_seq_len", "max_position_embeddings"),
+    ):
+        if key in shape:
+            fields.append(f"{name}={shape[key]}")
+        elif name == "n_kv_heads" and "num_attention_heads" in shape:
+            fields.append(f"n_kv_heads={shape['num_attention_heads']}")  # multi-head attention
+        else:
+            unknown.append(name)
+    return fields, unknown
 
 
 def _torchtitan_can_run(zero: int, optimizer: str) -> None:
@@ -505,8 +656,43 @@ def export_outputs(args) -> list[tuple[str, str]]:
         if target == "torchtitan":
             zero = str(getattr(args, "zero", "0"))
             _torchtitan_can_run(int(zero) if zero.isdigit() else 0, getattr(args, "optimizer", "adam"))
+            if getattr(args, "dtype", None) == "amp-float16":
+                raise PhazeError(_TORCHTITAN_FP16)
         outputs.append((f"--export {target}", path))
     return outputs
+
+
+#: What the search may choose under ``auto`` that each target runs: the ZeRO stages it has
+#: (torchtitan: none or FSDP; Megatron-LM: all four, ``megatron_args``), and one recompute
+#: policy for every stage (both set one for the whole model; ``auto`` lets the placement DP
+#: choose per stage, and the DP has no "one for all" setting: each uniform policy is a search
+#: of its own). The rank order is :func:`pipeline_outermost_only`'s; the pipeline schedules
+#: both run (an interleaved split is even, which torchtitan's weights always express).
+LAUNCHABLE_ZERO = {"megatron": ("0", "1", "2", "3"), "torchtitan": ("0", "3")}
+UNIFORM_RECOMPUTE = ("none", "selective", "full")
+
+
+def launchable_choices(exports: Sequence[Sequence[str]] | None, zero: str, recompute: str) -> list[dict[str, str]]:
+    """The narrowings of ``--zero`` and ``--recompute`` under which every plan the search can
+    choose is launched by every ``--export`` target asked for: one dict of driver options
+    (``zero``, ``recompute``) per search to run, the best of which is the best launchable plan
+    (``[{}]``: no narrowing needed). A fixed choice a target cannot run was refused before, by
+    :func:`export_outputs`."""
+    targets = {target for target, _ in exports or ()}
+    if not targets:
+        return [{}]
+    zeros = [zero]
+    if zero == "auto":
+        allowed = set.intersection(*(set(LAUNCHABLE_ZERO[t]) for t in targets))
+        if allowed != set(LAUNCHABLE_ZERO["megatron"]):
+            zeros = sorted(allowed)
+    policies = list(UNIFORM_RECOMPUTE) if recompute == "auto" else [recompute]
+    choices = [
+        {**({"zero": z} if z != zero else {}), **({"recompute": r} if r != recompute else {})}
+        for z in zeros
+        for r in policies
+    ]
+    return choices if choices != [{}] else [{}]
 
 
 def model_facts(module, opts) -> ModelFacts:
@@ -516,28 +702,72 @@ def model_facts(module, opts) -> ModelFacts:
 
     layers = keys.records_of(module, keys.LAYERS, LayerInfoAttr)
     seq_len = keys.int_of(module, keys.SEQ_LEN, 0)
-    return facts_of([str(layer.as_dict()["kind"]) for layer in layers], seq_len or None, opts)
+    shape = keys.dict_of(module, keys.MODEL_SHAPE)
+    return facts_of([str(layer.as_dict()["kind"]) for layer in layers], seq_len or None, opts, shape)
 
 
-def facts_of(layer_kinds: Sequence[str], seq_len: int | None, opts) -> ModelFacts:
-    """The :class:`ModelFacts` of a model's layer kinds and traced sequence length (a compiled
-    module's, or those kept with a cached answer) and phazec's driver options."""
+def facts_of(
+    layer_kinds: Sequence[str],
+    seq_len: int | None,
+    opts,
+    shape: dict[str, Any] | None = None,
+    plan: dict[str, Any] | None = None,
+) -> ModelFacts:
+    """The :class:`ModelFacts` of a model's layer kinds, traced sequence length and shape (a
+    compiled module's, or those kept with a cached answer), phazec's driver options and the
+    plan's chip (``plan["accelerator"]``: whether it has bf16)."""
     return ModelFacts(
         layer_kinds=tuple(layer_kinds),
         seq_len=seq_len,
         dtype=opts.dtype,
         optimizer=opts.optimizer,
         dp_overlap=opts.dp_overlap,
+        shape=dict(shape or {}),
+        bf16=chip_has_bf16((plan or {}).get("accelerator")),
     )
+
+
+def refusals(requests: Sequence[Sequence[str]] | None, plan: dict[str, Any], facts: ModelFacts) -> list[str]:
+    """The one-line refusal of each ``--export`` target that cannot launch ``plan`` (none: it
+    launches in all)."""
+    out = []
+    for target, _ in requests or []:
+        try:
+            render(target, plan, facts)
+        except PhazeError as e:
+            out.append(str(e))
+    return out
 
 
 def export_files(
     requests: Sequence[Sequence[str]] | None, plan: dict[str, Any], facts: ModelFacts, log
-) -> list[tuple[str, str, str]]:
-    """``(path, text, what it is)`` of every ``--export TARGET FILE`` of a feasible plan, all
-    rendered (and any refusal raised) before any is written. An infeasible plan exports none
-    (phazec then exits 1 saying which constraint binds)."""
+) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """``(path, text, what it is)`` of every ``--export TARGET FILE`` of a feasible plan that its
+    target launches, all rendered before any is written, and the one-line refusal of each that
+    it does not (phazec writes the others and exits :data:`phaze.messages.PARTIAL`). What a
+    target's command line cannot carry (torchtitan's model flavour, a flag the traced shape did
+    not tell) is said in ``log``. An infeasible plan exports none (phazec then exits 1 saying
+    which constraint binds)."""
     if requests and not plan.get("feasible"):
         log("--export: nothing written, no placement fits")
-        return []
-    return [(path, render(target, plan, facts), f"{target} arguments") for target, path in requests or []]
+        return [], []
+    files, refused = [], []
+    for target, path in requests or []:
+        try:
+            text = render(target, plan, facts)
+        except PhazeError as e:
+            refused.append(f"{e}; {path} not written")
+            continue
+        files.append((path, text, f"{target} arguments"))
+        if target == "megatron":
+            unknown = megatron_model_args(facts)[1]
+            if unknown:
+                log(f"--export megatron: the traced model does not tell {', '.join(unknown)}: add them to {path}'s")
+        else:
+            fields, unknown = torchtitan_flavour(facts)
+            missing = f" (not told by the traced model: {', '.join(unknown)})" if unknown else ""
+            log(
+                f"--export torchtitan: its model flavour (torchtitan's --module/--config, no command-line field): "
+                f"{', '.join(fields)}{missing}"
+            )
+    return files, refused

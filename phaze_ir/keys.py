@@ -19,12 +19,22 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, StringAttr, SymbolRefAttr
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntegerAttr, StringAttr, SymbolRefAttr
 from xdsl.ir import Attribute, Operation
 
 from phaze_ir.errors import PhazeError
 
-__all__ = ["ALL_KEYS", "Key", "check_module", "int_of", "records_of", "require", "require_records", "string_of"]
+__all__ = [
+    "ALL_KEYS",
+    "Key",
+    "check_module",
+    "dict_of",
+    "int_of",
+    "records_of",
+    "require",
+    "require_records",
+    "string_of",
+]
 
 IMPORTER = "phazec (its importer)"
 
@@ -51,6 +61,14 @@ class Key(str):
 MODEL = Key("phaze.model", "module", "string: the model's name", IMPORTER)
 MICRO_BATCH_SIZE = Key("phaze.micro_batch_size", "module", "i64: samples per micro-batch traced", IMPORTER)
 SEQ_LEN = Key("phaze.seq_len", "module", "i64: sequence length traced", IMPORTER)
+MODEL_SHAPE = Key(
+    "phaze.model_shape",
+    "module",
+    "dictionary: the model's shape as a launcher builds it (hidden_size, num_attention_heads, "
+    "num_query_groups, ffn_hidden_size, vocab_size, normalization, position_embedding, ...: "
+    "phaze_ir.frontend.shape), from the model object before tracing; only what it could tell",
+    IMPORTER,
+)
 CAPACITY_FACTOR = Key(
     "phaze.capacity_factor",
     "module",
@@ -198,6 +216,28 @@ def int_of(op: Operation, key: Key, default: int) -> int:
     return attr.value.data
 
 
+def dict_of(op: Operation, key: Key) -> dict[str, int | float | str | bool]:
+    """The dictionary of scalars ``op`` holds under ``key`` (``{}`` when absent): an ``i1`` as a
+    bool, an integer, a float, a string; a :class:`PhazeError` for anything else."""
+    attr = op.attributes.get(key)
+    if attr is None:
+        return {}
+    if not isinstance(attr, DictionaryAttr):
+        raise PhazeError(f"'{op.name}' op {key} = {attr}: expected a dictionary")
+    out: dict[str, int | float | str | bool] = {}
+    for name, value in attr.data.items():
+        if isinstance(value, IntegerAttr):
+            width = getattr(value.type, "width", None)
+            out[name] = bool(value.value.data) if width is not None and width.data == 1 else value.value.data
+        elif isinstance(value, FloatAttr):
+            out[name] = value.value.data
+        elif isinstance(value, StringAttr):
+            out[name] = value.data
+        else:
+            raise PhazeError(f"'{op.name}' op {key}: {name} = {value}: expected an integer, a float or a string")
+    return out
+
+
 def check_module(module: Operation) -> None:
     """A :class:`PhazeError` when a module key holds what it is not declared to (its
     ``holds``): an ``i64`` key something else than a positive integer (an f64, ``"one"``), an
@@ -215,6 +255,8 @@ def check_module(module: Operation) -> None:
             raise PhazeError(
                 f"'{module.name}' op {key} = {attr}: expected {'a float' if kind == 'f64' else 'a string'}"
             )
+        elif kind == "dictionary":
+            dict_of(module, key)
         elif kind == "symbol":
             ops = module.regions[0].ops if module.regions else ()
             names = [op.properties.get("sym_name") or op.attributes.get("sym_name") for op in ops]

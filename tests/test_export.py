@@ -31,10 +31,13 @@ from conftest import MODELS, run_tool
 from phaze.export import (
     MEGATRON_FLAGS,
     ModelFacts,
+    launchable_choices,
     megatron_args,
     megatron_layout,
+    precision,
     settings,
     torchtitan_args,
+    torchtitan_flavour,
     torchtitan_split,
     torchtitan_stage_blocks,
 )
@@ -46,9 +49,44 @@ DATA = Path(__file__).resolve().parent / "data"
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:megatron")
 
 
+#: A Llama-like shape (``phaze.model_shape``) whose heads and query groups every TP width of the
+#: cases divides: grouped-query attention, SwiGLU, RMSNorm, RoPE, untied, no biases.
+SHAPE = {
+    "hidden_size": 128,
+    "num_attention_heads": 8,
+    "num_query_groups": 4,
+    "ffn_hidden_size": 352,
+    "activation": "swiglu",
+    "normalization": "RMSNorm",
+    "norm_epsilon": 1e-05,
+    "position_embedding": "rope",
+    "rotary_base": 500000,
+    "vocab_size": 512,
+    "max_position_embeddings": 4096,
+    "tied_embeddings": False,
+    "linear_bias": False,
+    "qkv_bias": False,
+}
+#: tests/models/tiny_gpt2.py's shape as phaze_ir.frontend.shape reads it.
+TINY_GPT2_SHAPE = {
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "norm_epsilon": 1e-05,
+    "vocab_size": 128,
+    "max_position_embeddings": 64,
+    "activation": "gelu_new",
+    "normalization": "LayerNorm",
+    "position_embedding": "learned_absolute",
+    "tied_embeddings": True,
+    "linear_bias": True,
+    "qkv_bias": True,
+    "ffn_hidden_size": 256,
+}
+
+
 def facts(blocks: int, **kw) -> ModelFacts:
     kinds = ("prologue",) + ("block",) * blocks + ("head",)
-    return ModelFacts(layer_kinds=kinds, seq_len=kw.pop("seq_len", 1024), **kw)
+    return ModelFacts(layer_kinds=kinds, seq_len=kw.pop("seq_len", 1024), shape=kw.pop("shape", SHAPE), **kw)
 
 
 def plan(
@@ -129,6 +167,7 @@ def titan_check(titan, lines: list[str], p: dict, f: ModelFacts) -> None:
     assert (par.context_parallel_degree, par.expert_parallel_degree) == (1, s.expert_parallel)
     assert par.enable_sequence_parallel == (s.sequence_parallel and s.tp > 1)
     assert tr.global_batch_size == s.global_batch and tr.seq_len == f.seq_len
+    assert tr.mixed_precision_param == ("float32" if precision(f) == "fp32" else "bfloat16")
     dims = titan.ParallelDims.from_config(par, world_size=s.devices_used)  # degrees x = world size
     assert dims.pp == s.pp and dims.tp == s.tp
     if s.pp > 1:
@@ -167,6 +206,17 @@ MEGATRON_TRAINING_ONLY = {
     "num_virtual_stages_per_pipeline_rank",
     "ckpt_format",
     "use_tp_pp_dp_mapping",
+    # the model's: GPTModel's arguments, the tokenizer's, or mapped below as
+    # core_transformer_config_from_args maps them
+    "vocab_size",
+    "make_vocab_size_divisible_by",
+    "max_position_embeddings",
+    "untie_embeddings_and_output_weights",
+    "position_embedding_type",
+    "rotary_base",
+    "swiglu",
+    "group_query_attention",
+    "num_experts",
 }
 
 
@@ -180,9 +230,9 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
         flag, eq, value = line.partition("=")
         assert flag in table, f"{flag} is not in Megatron-LM's parser (tests/data/megatron_training_flags.txt)"
         dest, action, opts = table[flag]
-        if action == "store_true":
+        if action in ("store_true", "store_false"):
             assert not eq, line
-            ns[dest] = True
+            ns[dest] = action == "store_true"
             continue
         assert action == "store" and eq, line
         if "choices" in opts:
@@ -197,12 +247,24 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
     tc_kw["pipeline_dtype"] = torch.half if ns.get("fp16") else torch.bfloat16 if ns.get("bf16") else torch.float32
     if "num_virtual_stages_per_pipeline_rank" in ns:
         tc_kw["virtual_pipeline_model_parallel_size"] = ns["num_virtual_stages_per_pipeline_rank"]
-    # The model flags a user adds: --hidden-size, --num-attention-heads; for MoE --num-experts and
-    # --disable-bias-linear (Mixtral's experts have no bias; Megatron's biased experts need ETP 1).
-    heads = 4 * s.tp
+    # The model's flags, from the traced shape, as core_transformer_config_from_args maps them;
+    # an MoE plan of a dense made-up shape gets experts (Megatron's biased experts need ETP 1).
+    if ns.get("swiglu"):
+        tc_kw.update(gated_linear_unit=True, activation_func=torch.nn.functional.silu)
     moe = s.expert_parallel > 1 or s.capacity_factor is not None
-    experts = {"num_moe_experts": 4 * s.expert_parallel, "add_bias_linear": False} if moe else {}
-    tc = mcore.TC(hidden_size=16 * heads, num_attention_heads=heads, **experts, **tc_kw)
+    if moe:
+        tc_kw.setdefault("num_moe_experts", ns.get("num_experts", 4 * s.expert_parallel))
+        tc_kw["add_bias_linear"] = False
+    tc = mcore.TC(**tc_kw)
+    shape = f.shape
+    assert (tc.hidden_size, tc.num_attention_heads) == (shape["hidden_size"], shape["num_attention_heads"])
+    assert tc.num_query_groups == shape.get("num_query_groups", shape["num_attention_heads"])
+    assert tc.ffn_hidden_size == shape["ffn_hidden_size"] and tc.normalization == shape["normalization"]
+    assert tc.gated_linear_unit == (shape["activation"] == "swiglu")
+    assert ns["position_embedding_type"] == shape["position_embedding"]
+    assert ns["vocab_size"] == shape["vocab_size"] and ns["make_vocab_size_divisible_by"] == 1
+    assert ns.get("untie_embeddings_and_output_weights", False) == (not shape["tied_embeddings"])
+    assert ns.get("add_bias_linear", True) == shape["linear_bias"]
     ddp = mcore.DDP(**{k: v for k, v in ns.items() if k in fields[mcore.DDP]})
     opt = mcore.Opt(**{k: v for k, v in ns.items() if k in fields[mcore.Opt]})
 
@@ -223,7 +285,7 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
     if s.zero >= 2:
         assert ddp.data_parallel_sharding_strategy == ("optim_grads" if s.zero == 2 else "optim_grads_params")
         assert ns["ckpt_format"] == "fsdp_dtensor"
-    assert (tc.fp16, tc.bf16, opt.optimizer) == (f.dtype == "float16", f.dtype == "bfloat16", f.optimizer)
+    assert (tc.fp16, tc.bf16, opt.optimizer) == (precision(f) == "fp16", precision(f) == "bf16", f.optimizer)
     # The split: Megatron's even one, or the layout megatron-core parsed, chunk i on rank i mod p.
     layout = tc.pipeline_model_parallel_layout
     if layout is None:
@@ -264,10 +326,19 @@ def test_phazec_exports_load_in_torchtitan_and_megatron(tmp_path, titan, mcore):
     p = json.loads(out["plan.json"].read_text())
     assert (p["virtual_stages"], p["zero"], p["sequence_parallel"]) == (2, 3, True)
     assert p["rank_order"] == "tp-dp-pp"  # --rank-order auto narrowed: torchtitan's mesh is (pp, dp, tp)
-    f = facts(4, seq_len=16)  # 4 blocks, sequence 16, phazec's default float16 Adam
+    # 4 blocks, sequence 16, phazec's default float16 Adam; the shape as traced (phaze.model_shape)
+    f = facts(4, seq_len=16, shape=TINY_GPT2_SHAPE)
     m_lines, t_lines = out["plan.megatron"].read_text().splitlines(), out["plan.titan"].read_text().splitlines()
     assert m_lines == megatron_args(p, f) and t_lines == torchtitan_args(p, f)
     assert "--num-virtual-stages-per-pipeline-rank=2" in m_lines and "--sequence-parallel" in m_lines
+    # The model's flags from the traced GPT-2; bf16 on the A100 under the default --dtype float16,
+    # in both exports.
+    for flag in ("--hidden-size=64", "--num-attention-heads=4", "--ffn-hidden-size=256", "--vocab-size=128"):
+        assert flag in m_lines
+    assert "--position-embedding-type=learned_absolute" in m_lines and "--max-position-embeddings=64" in m_lines
+    assert "--bf16" in m_lines and "--fp16" not in m_lines
+    assert "--training.mixed_precision_param=bfloat16" in t_lines
+    assert "its model flavour" in r.stderr and "dim=64, n_heads=4" in r.stderr
     megatron_check(mcore, m_lines, p, f)
     titan_check(titan, t_lines, p, f)
 
@@ -285,6 +356,84 @@ def test_a_refused_export_writes_nothing(tmp_path):
     assert not exp.exists() and not js.exists() and not mlir.exists()
 
 
+def test_export_torchtitan_searches_only_plans_it_launches(tmp_path, titan):
+    """``--zero auto --recompute auto --pipeline-schedule auto --export torchtitan``: the plan
+    kept is one torchtitan runs (ZeRO 0 or 3, one recompute policy), so the export is written
+    and loads in torchtitan, exit 0."""
+    exp, js = tmp_path / "plan.titan", tmp_path / "plan.json"
+    r = run_tool(
+        "phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "h100", "--devices", "8", "--global-batch", "16",
+        "--micro-batch", "2", "--tp", "1", "--zero", "auto", "--recompute", "auto", "--pipeline-schedule", "auto",
+        "--export", "torchtitan", str(exp), "--json", str(js), "-o", str(tmp_path / "plan.mlir"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    p = json.loads(js.read_text())
+    assert p["zero"] in (0, 3) and len({st["recompute"] for st in p["stages"]}) == 1
+    f = facts(2, seq_len=16, shape=TINY_GPT2_SHAPE)
+    lines = exp.read_text().splitlines()
+    assert lines == torchtitan_args(p, f)
+    titan_check(titan, lines, p, f)
+
+
+def test_launchable_choices_narrow_auto_to_what_each_target_runs():
+    """torchtitan: ZeRO 0 or 3 and one recompute policy, each a search; Megatron-LM: every ZeRO
+    stage (one search for them), one recompute policy; fixed choices and no export: no narrowing."""
+    titan = [("torchtitan", "f")]
+    got = launchable_choices(titan, "auto", "auto")
+    assert got == [{"zero": z, "recompute": r} for z in ("0", "3") for r in ("none", "selective", "full")]
+    assert launchable_choices([("megatron", "f")], "auto", "auto") == [
+        {"recompute": r} for r in ("none", "selective", "full")
+    ]
+    assert launchable_choices(titan, "3", "full") == [{}]
+    assert launchable_choices(titan, "auto", "full") == [{"zero": "0"}, {"zero": "3"}]
+    assert launchable_choices(None, "auto", "auto") == [{}]
+
+
+def test_a_refused_export_leaves_the_other_outputs_written(tmp_path):
+    """An export refused after the search (a plan whose pipeline transfers are split over the TP
+    group, which neither target sends so) is one line; -o, --json and the other outputs are
+    written, and the exit status is phaze.messages.PARTIAL, not 0 nor 1."""
+    from phaze.messages import PARTIAL
+
+    exp, js, mlir = tmp_path / "plan.megatron", tmp_path / "plan.json", tmp_path / "plan.mlir"
+    r = run_tool(
+        "phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--devices", "8", "--global-batch", "16",
+        "--micro-batch", "2", "--tp", "2", "--placement", "expert:2,2,2", "--pipeline-transfer", "split",
+        "--export", "megatron", str(exp), "--json", str(js), "-o", str(mlir),
+    )  # fmt: skip
+    assert r.returncode == PARTIAL and PARTIAL not in (0, 1, 2), r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("phazec: error:")]
+    assert len(errors) == 1 and "splits its pipeline transfers over the TP group" in errors[0]
+    assert f"{exp} not written" in errors[0] and "Traceback" not in r.stderr
+    assert not exp.exists() and js.exists() and mlir.exists()
+    assert json.loads(js.read_text())["pipeline_transfer"] == "split"
+
+
+def test_torchtitan_flavour_names_torchtitans_fields(titan):
+    """The flavour phazec says for --export torchtitan names the fields of torchtitan 0.3.0's
+    Llama3 flavour (Llama3Model.Config, _build_llama3_layers, its rope config) with the traced
+    values, and builds one."""
+    import inspect
+
+    from torchtitan.models import llama3
+
+    fields, unknown = torchtitan_flavour(facts(4))
+    assert unknown == []
+    values = dict(field.split("=", 1) for field in fields)
+    build = inspect.signature(llama3._build_llama3_layers).parameters
+    layer_fields = {"n_layers", "dim", "n_heads", "n_kv_heads", "hidden_dim"}
+    assert layer_fields <= set(build)
+    assert "vocab_size" in {fl.name for fl in dataclasses.fields(llama3.Llama3Model.Config)}
+    assert values["dim"] == "128" and values["n_kv_heads"] == "4" and values["n_layers"] == "4"
+    rope = llama3.ComplexRoPE.Config(
+        dim=SHAPE["hidden_size"] // SHAPE["num_attention_heads"],
+        theta=float(values["rope.theta"]),
+        max_seq_len=int(values["rope.max_seq_len"]),
+    )
+    layers = llama3._build_llama3_layers(**{k: int(values[k]) for k in layer_fields}, rope=rope, attn_backend="flex")
+    assert len(layers) == 4
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -293,6 +442,7 @@ def test_a_refused_export_writes_nothing(tmp_path):
         (["--hw", "a100", "--export", "megatron", "-"], "--export megatron needs a file name"),
         (["--hw", "a100", "--json", "{tmp}/p", "--export", "megatron", "{tmp}/p"], "is also --json"),
         (["--hw", "a100", "--export", "torchtitan", "MODEL"], "is the model file"),
+        (["--hw", "a100", "--dtype", "amp-float16", "--export", "torchtitan", "x"], "has no fp16 mixed precision"),
     ],
 )
 def test_export_paths_and_targets_are_checked_before_any_work(tmp_path, args, message):

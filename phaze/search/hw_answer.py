@@ -63,6 +63,8 @@ class Answer:
     #: Each layer's kind in order and the sequence length traced (``phaze.export.ModelFacts``).
     layer_kinds: list[str] = field(default_factory=list)
     seq_len: int | None = None
+    #: The model's shape as a launcher builds it (``phaze.model_shape``: the exports' model flags).
+    model_shape: dict[str, Any] = field(default_factory=dict)
     #: The phaze warnings said while compiling, in order (said again on a cache hit).
     warnings: list[str] = field(default_factory=list)
 
@@ -70,7 +72,9 @@ class Answer:
 def check_answer(payload: Any) -> Answer:
     """An ``hw-answer`` entry's payload as an :class:`Answer` (:class:`BadEntry` when it does not
     hold one)."""
-    d = warm.fields(payload, ("text", "plan", "summary", "layer_kinds", "seq_len", "warnings"), "an answer")
+    d = warm.fields(
+        payload, ("text", "plan", "summary", "layer_kinds", "seq_len", "model_shape", "warnings"), "an answer"
+    )
     need(isinstance(d["text"], str) and d["text"] != "", "the output's text")
     need(d["plan"] is None or isinstance(d["plan"], dict), "the plan as JSON")
     if d["plan"] is not None:
@@ -80,8 +84,13 @@ def check_answer(payload: Any) -> Answer:
     need(isinstance(d["summary"], str), "the plan's summary")
     need(isinstance(d["layer_kinds"], list) and all(isinstance(k, str) for k in d["layer_kinds"]), "layer kinds")
     need(d["seq_len"] is None or (warm.is_int(d["seq_len"]) and d["seq_len"] > 0), "a sequence length")
+    need(
+        isinstance(d["model_shape"], dict)
+        and all(isinstance(v, (int, float, str, bool)) for v in d["model_shape"].values()),
+        "the model's shape",
+    )
     need(isinstance(d["warnings"], list) and all(isinstance(w, str) for w in d["warnings"]), "warnings")
-    return Answer(d["text"], d["plan"], d["summary"], d["layer_kinds"], d["seq_len"], d["warnings"])
+    return Answer(d["text"], d["plan"], d["summary"], d["layer_kinds"], d["seq_len"], d["model_shape"], d["warnings"])
 
 
 def _check_plan_numbers(plan: dict, text: str) -> None:
@@ -204,6 +213,7 @@ def _compile(
         summary="\n".join(plan["summary"]["lines"]) if plan is not None and plan["summary"] else "",
         layer_kinds=list(facts.layer_kinds),
         seq_len=facts.seq_len,
+        model_shape=dict(facts.shape),
     )
 
 

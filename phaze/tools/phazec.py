@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, NoPlanFits, Options
-from phaze.messages import INTERRUPTED, exit_status, show_warnings_as
+from phaze.messages import INTERRUPTED, PartialOutput, exit_status, show_warnings_as
 from phaze.outputs import refuse_clashes, write_together
 from phaze.tools.flags import (
     DEFAULT_CACHE_LIMIT,
@@ -557,7 +557,9 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
     fits, the message saying which constraint binds (``--json``, ``--report`` and ``--export``
     are written, together, when asked)."""
     text, failure, files = compiled(args, log)
-    _write(files, log)
+    refused = _write(files, log)
+    if refused:
+        raise PartialOutput("\n".join(refused))
     return text, failure
 
 
@@ -573,7 +575,7 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
         return _search(args, opts, log)
     from phaze.search import hw_answer
 
-    result = hw_answer.answer(args.models[0], opts, cache_dir(args), log, generic=args.print_op_generic)
+    result = _launchable_answer(args, opts, log)
     files: list[Output] = []
     if result.plan is not None:
         if result.summary:
@@ -581,8 +583,9 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
         if args.export:  # every export is rendered (or refused) before any output is written
             from phaze.export import export_files, facts_of
 
-            facts = facts_of(result.layer_kinds, result.seq_len, opts)
-            files += export_files(args.export, result.plan, facts, log)
+            facts = facts_of(result.layer_kinds, result.seq_len, opts, result.model_shape, result.plan)
+            rendered, refused = export_files(args.export, result.plan, facts, log)
+            files += rendered + [("", "", why) for why in refused]  # a refusal: no path, said by _write
         if args.json:
             files.append((args.json, _json_text(result.plan), "the plan's JSON"))
         if args.report:  # also of a plan that does not fit: its header says what binds
@@ -596,17 +599,65 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
     return head + result.text, hw_answer.failure(result), files
 
 
+def _launchable_answer(args: argparse.Namespace, opts, log):
+    """``hw_answer.answer`` of ``opts``, narrowed to the plans every ``--export`` target
+    launches (:func:`phaze.export.launchable_choices`: the ZeRO stages it has, one recompute
+    policy for all stages). The unnarrowed search runs first: when its plan launches, it is the
+    best launchable one (the narrowed searches' plans are among its choices); otherwise each
+    narrowing is searched (cheap after the first: the point's compiled plan is placed again
+    from the cache) and the fastest plan every target launches is kept, the first on a tie.
+    When none launches, the unnarrowed plan stays and the exports say why they are refused."""
+    from dataclasses import replace
+
+    from phaze.driver import NoPlanFits
+    from phaze.export import facts_of, launchable_choices, refusals
+    from phaze.search import hw_answer
+
+    def ask(o):
+        return hw_answer.answer(args.models[0], o, cache_dir(args), log, generic=args.print_op_generic)
+
+    result = ask(opts)
+    choices = launchable_choices(args.export, opts.zero, opts.recompute)
+    if choices == [{}] or result.plan is None or not result.plan.get("feasible"):
+        return result
+
+    def refused(r) -> list[str]:
+        facts = facts_of(r.layer_kinds, r.seq_len, opts, r.model_shape, r.plan)
+        return refusals(args.export, r.plan, facts)
+
+    first = refused(result)
+    if not first:
+        return result
+    log(f"{first[0]}: searching the plans every --export launches")
+    best = None
+    for choice in choices:
+        try:
+            other = ask(replace(opts, **choice))
+        except NoPlanFits:
+            continue
+        plan = other.plan
+        if plan is None or not plan.get("feasible") or refused(other):
+            continue
+        if best is None or plan["throughput_samples_per_s"] > best.plan["throughput_samples_per_s"]:
+            best = other
+    return best or result
+
+
 def _json_text(data) -> str:
     import json
 
     return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
 
-def _write(files: list[Output], log) -> None:
-    """Write ``files`` together (all or none, :func:`phaze.outputs.write_together`), saying each."""
-    write_together([(path, text) for path, text, _ in files])
+def _write(files: list[Output], log) -> list[str]:
+    """Write ``files`` together (all or none, :func:`phaze.outputs.write_together`), saying each;
+    an entry without a path is an output refused (an export its target cannot launch): its
+    message is returned, for a :class:`phaze.messages.PartialOutput` once the run is done."""
+    write_together([(path, text) for path, text, _ in files if path])
     for path, _, what in files:
-        log(f"wrote {path} ({what})")
+        if path:
+            log(f"wrote {path} ({what})")
+    return [what for path, _, what in files if not path]
 
 
 def refuse_output_clashes(args: argparse.Namespace) -> None:
@@ -702,12 +753,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise PhazeError(failure)
             written = ", ".join(path for path, _, _ in files)
             raise PhazeError(f"{failure}; nothing written to {written} (--write-infeasible writes it)")
-        _write(files, log)
+        refused = _write(files, log)
         if args.output == "-":
             sys.stdout.write(text)
         trim_cache(args, log)
         if failure:
             raise PhazeError(failure)
+        if refused:  # the others are written: a distinct status says one is not
+            raise PartialOutput("\n".join(refused))
 
     return exit_status("phazec", args.debug, body)
 

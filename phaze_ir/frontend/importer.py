@@ -417,6 +417,8 @@ class _Importer:
         }
         if traced.seq_len is not None:
             attrs[keys.SEQ_LEN] = IntegerAttr(traced.seq_len, i64)
+        if traced.shape:
+            attrs[keys.MODEL_SHAPE] = _shape_attr(traced.shape)
         parameters = sum(
             math.prod(t.get_shape()) for t, (role, _) in zip(arg_types, traced.placeholders) if role == "param"
         )
@@ -1066,3 +1068,19 @@ def import_graph(traced: TracedGraph, strict: bool = False, capacity_factor: flo
     errors instead of opaque ops; ``capacity_factor`` (None: dropless) pads every expert GEMM to
     the experts' capacity (:func:`_grouped_mm`) and is recorded as ``phaze.capacity_factor``."""
     return _Importer(traced, strict, capacity_factor).run()
+
+
+def _shape_attr(shape: dict[str, Any]) -> DictionaryAttr:
+    """``phaze.model_shape`` of a traced model's shape (``phaze_ir.frontend.shape``): a bool as
+    an ``i1``, an integer as an ``i64``, a float as an ``f64``, a string as a string."""
+    out: dict[str, Attribute] = {}
+    for name, value in sorted(shape.items()):
+        if isinstance(value, bool):
+            out[name] = IntegerAttr(int(value), IntegerType(1))
+        elif isinstance(value, int):
+            out[name] = IntegerAttr(value, i64)
+        elif isinstance(value, float):
+            out[name] = FloatAttr(value, Float64Type())
+        else:
+            out[name] = StringAttr(str(value))
+    return DictionaryAttr(out)

@@ -64,6 +64,9 @@ class TracedGraph:
     #: (blocks traced, blocks the model has) of its repeated blocks when ``trace_model`` was
     #: asked for fewer (``max_blocks``) and cut the model's block list short; None otherwise
     blocks: tuple[int, int] | None = None
+    #: the model's shape as a launcher builds it (:func:`phaze_ir.frontend.shape.model_shape`),
+    #: read before any cut: the importer keeps it as ``phaze.model_shape`` for the exports
+    shape: dict[str, Any] = field(default_factory=dict)
     #: module path of the model's list of repeated blocks (``uniform_blocks``), e.g.
     #: ``transformer.h``; "" when it has none or ``max_blocks`` was not asked
     block_path: str = ""
@@ -431,6 +434,9 @@ def trace_model(
     if not isinstance(model, torch.nn.Module):
         raise PhazeError(f"{spec.path.name}: get_model() returned {type(model).__name__}, expected a torch.nn.Module")
     _check_positions(model, spec, seq_len if seq_len is not None else spec.seq_len)
+    from phaze_ir.frontend.shape import model_shape
+
+    shape = model_shape(model)  # of the whole model: before its blocks are cut below
     blocks = None
     block_path = ""
     if max_blocks is not None:
@@ -568,4 +574,5 @@ def trace_model(
         trace_seconds=time.perf_counter() - start,
         blocks=blocks,
         block_path=block_path,
+        shape=shape,
     )

@@ -8,7 +8,7 @@ parser. Run against a checkout of https://github.com/NVIDIA/Megatron-LM::
     python tests/data/megatron_training_flags.py PATH/TO/Megatron-LM > tests/data/megatron_training_flags.txt
     python tests/data/megatron_training_flags.py PATH/TO/Megatron-LM --check FILE... --world-size N
 
-``--check`` parses each export file (one argument per line), plus the model flags a user adds
+``--check`` parses each export file (one argument per line), plus the model flags it lacks
 (``--hidden-size``, ``--num-attention-heads``, ``--max-position-embeddings``; ``--num-experts`` and
 ``--disable-bias-linear`` with expert parallelism or a capacity factor), with Megatron-LM's
 parser and runs its ``validate_args`` for ``N`` GPUs (the plan's ``devices_used``) on this machine:
@@ -51,8 +51,15 @@ def check(parser: argparse.ArgumentParser, path: Path, world_size: int) -> str:
         os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
     else:
         os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-    model = ["--hidden-size=64", "--num-attention-heads=4", "--max-position-embeddings=4096"]
-    if any(line.startswith(("--expert-model-parallel-size", "--moe-expert-capacity-factor")) for line in lines):
+    # The model flags an export lacks (one from a model phaze could not read): made-up ones.
+    given = {line.partition("=")[0] for line in lines}
+    model = [
+        flag
+        for flag in ("--hidden-size=64", "--num-attention-heads=4", "--max-position-embeddings=4096")
+        if flag.partition("=")[0] not in given
+    ]
+    moe = any(line.startswith(("--expert-model-parallel-size", "--moe-expert-capacity-factor")) for line in lines)
+    if moe and "--num-experts" not in given:
         model += ["--num-experts=16", "--disable-bias-linear"]
     ns = parser.parse_args(lines + model)
     ns._is_global_batch_size_explicitly_specified = True
