@@ -50,6 +50,31 @@ needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on 
 FRONT = [(100.0, 200.0), (150.0, 320.0), (220.0, 450.0), (300.0, 505.2)]
 
 
+#: A plan summary as phazec's JSON gives it (made by hand: the report draws it, computes none of it).
+SUMMARY = {
+    "lines": ["phazec: plan: DP 64, PP 4, TP 4 <best>", "time per batch 8.1 s = compute 5 s (61.7%) + ..."],
+    "mfu": 0.412,
+    "hfu": 0.471,
+    "tokens_per_s": 2069000.0,
+    "samples_per_s": 505.2,
+    "time_per_batch_s": 8.1,
+    "breakdown_s": {
+        "compute_s": 5.0,
+        "tp_comm_s": 0.9,
+        "recompute_s": 0.4,
+        "pp_comm_s": 0.3,
+        "ep_comm_s": 0.0,
+        "bubble_s": 1.1,
+        "dp_comm_s": 0.3,
+        "optimizer_s": 0.1,
+    },
+    "memory_bytes": {"params": 1e10, "grads": 1e10, "optimizer": 2e10, "activations": 1.5e10, "workspace": 0.4e10},
+    "hbm_bytes": 3.4e10 * 2,
+    "runner_up": {"name": "DP 32, PP 8, TP 4", "why": "6.2 % slower: a larger bubble"},
+    "warnings": ["peak memory is 86.8 % of HBM <check>"],
+}
+
+
 def synthetic(multi: bool = False) -> dict:
     rng = random.Random(7)
     points = [
@@ -139,7 +164,18 @@ def synthetic(multi: bool = False) -> dict:
             "settings": 16,
             "pruned": {"work_bound": 82000, "dp_bound": 5800, "refined_bound": 100, "exact": 20},
             "evaluated": 160,
-            "wall_s": {"prepare": 80.1, "estimate": 3.2, "bounds": 20.5, "schedule": 150.2, "dp": 12.0, "total": 270.0},
+            # the phases, the total, then the cost evaluator's timers (inside baselines and search)
+            "wall_s": {
+                "prepare": 80.1,
+                "baselines": 20.5,
+                "search": 150.2,
+                "plan": 12.0,
+                "total": 270.0,
+                "estimate": 3.2,
+                "dp_bound": 9.5,
+                "schedule": 120.4,
+                "dp_exact": 30.1,
+            },
             "points": points,
             "bound_points": [
                 {"area_mm2": rng.uniform(100, 400), "throughput_samples_per_s": rng.uniform(100, 900)}
@@ -147,6 +183,7 @@ def synthetic(multi: bool = False) -> dict:
             ],
         },
     }
+    d["summary"] = copy.deepcopy(SUMMARY)
     if multi:
         d["models"] = ["gpt2-xl", "llama2-7b"]
         d["models_detail"] = [
@@ -191,12 +228,15 @@ def marks(svg: ET.Element, gid: str) -> list[tuple[float, float, float, float]]:
             x, y = float(el.get("x", 0)), float(el.get("y", 0))
             out.append((x0 + x, y0 + y, x1 + x, y1 + y))
         elif el.tag == SVG_NS + "path":
-            out.append(box(el))
+            # a compound path (report._rects: the rectangles of a series) is a mark per subpath
+            out += [box(sub) for sub in re.split(r"(?=M )", el.get("d")) if sub.strip()]
     return out
 
 
-def box(path: ET.Element) -> tuple[float, float, float, float]:
-    nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", path.get("d"))]
+def box(path: ET.Element | str) -> tuple[float, float, float, float]:
+    """The bounding box of a path (an element, or its ``d``)."""
+    d = path if isinstance(path, str) else path.get("d")
+    nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", d)]
     xs, ys = nums[0::2], nums[1::2]
     return (min(xs), min(ys), max(xs), max(ys))
 
@@ -222,6 +262,8 @@ DATA = {
     "timeline": ["timeline-forward", "timeline-backward"]
     + [f"timeline-{kind}-{j}" for kind in ("forward", "backward") for j in range(8)],
     "memory": ["memory-hbm", "memory-total"] + [f"memory-{k}" for k in R.MEMORY_KINDS],
+    "breakdown": [f"breakdown-{k}" for k in SUMMARY["breakdown_s"]],
+    "footprint": ["footprint-hbm", "footprint-usable"] + [f"footprint-{k}" for k in SUMMARY["memory_bytes"]],
 }
 
 
@@ -234,6 +276,16 @@ def texts(page: str) -> set[str]:
     """The texts of the charts: matplotlib draws glyphs as paths and writes each text, as is,
     in an XML comment before them."""
     return {html.unescape(t.strip()) for t in re.findall(r"<!-- (.*?) -->", page, flags=re.S)}
+
+
+#: The charts of the synthetic search's page (its summary's two first), by label.
+SEARCH_CHARTS = [
+    "time per batch by part",
+    "memory per device by part",
+    "throughput vs chip area",
+    "pipeline timeline",
+    "memory per stage",
+]
 
 
 @pytest.fixture(scope="module")
@@ -353,18 +405,6 @@ def test_1f1b_unequal_stages():
     check_1f1b(4, 9, [1.0, 0.5, 2.0, 1.0], [2.0, 1.0, 4.0, 2.0])
 
 
-def test_1f1b_prefix_is_exact():
-    """The timeline schedules only m' = 16 + pp micro-batches when m is larger: the ops of the
-    first 16 must start exactly when they do in the full schedule."""
-    rng = random.Random(5)
-    for pp in (1, 2, 4, 7):
-        f = [rng.uniform(0.5, 2) for _ in range(pp)]
-        b = [2 * x * rng.uniform(0.8, 1.2) for x in f]
-        full = {o[:3]: o[3:] for o in R.one_f_one_b(pp, 60, f, b) if o[2] < 16}
-        cut = {o[:3]: o[3:] for o in R.one_f_one_b(pp, 16 + pp, f, b) if o[2] < 16}
-        assert cut == full
-
-
 def check_interleaved(pp, v, m, f, b):
     """The ops of the interleaved schedule: every (chunk, micro-batch) once each way, its
     dependencies, each rank's order as Megatron-LM runs it, one op at a time."""
@@ -424,21 +464,47 @@ def test_interleaved_unequal_chunks():
     check_interleaved(2, 2, 5, 1.0, 2.0)  # pp does not divide m: a smaller last group
 
 
-def test_interleaved_prefix_is_exact():
-    """The timeline schedules only enough micro-batches for the first 16 (report.py
-    _interleaved_timeline): their ops must start exactly when they do in the full schedule."""
-    rng = random.Random(6)
-    for pp, v in ((2, 2), (2, 4), (3, 3), (4, 2), (8, 2), (7, 4)):
-        f = [rng.uniform(0.5, 2) for _ in range(pp * v)]
-        b = [2 * x * rng.uniform(0.8, 1.2) for x in f]
-        m = 16 * pp
-        d = {"pp": pp, "virtual_stages": v, "num_micro_batches": m, "stages": [{"rank": c % pp} for c in range(pp * v)]}
-        full = {(o[5], o[1], o[2]): o[3] for o in R.interleaved_1f1b(pp, v, m, f, b) if o[2] < 16}
-        warmup = 2 * (pp - 1) + (v - 1) * pp
-        enough = min(m, pp * -(-(16 + -(-warmup // v)) // pp) + pp)  # as the report cuts it
-        cut = {(o[5], o[1], o[2]): o[3] for o in R.interleaved_1f1b(pp, v, enough, f, b) if o[2] < 16}
-        assert cut == full and enough < m
+def test_timeline_draws_every_micro_batch_to_the_end_of_the_step():
+    """GPT-3 175B's shape (16 ranks, 2 chunks each, 64 micro-batches: 4,096 ops, the most drawn):
+    every op where the full schedule puts it, the axis to the step's end (the dashed line at the
+    time per batch, after the pipeline's last op). With 3× the micro-batches the first and last
+    are drawn (the fill and the drain), the chart and caption say which are not, and the axis
+    still spans the whole schedule."""
+    pp, v = 16, 2
+    for m in (64, 192):
+        t = 0.2  # a rank's time per micro-batch
+        step = (m + (pp - 1) / v) * t * 1.03  # the pipeline, then DP communication and optimizer
+        d = {
+            "pp": pp,
+            "virtual_stages": v,
+            "num_micro_batches": m,
+            "time_per_batch_s": step,
+            "stages": [{"rank": c % pp, "time_s": t} for c in range(pp * v)],
+        }
         assert R._virtual_stages(d) == v
+        page = R.render(d)
+        svg = charts(page)["timeline"]
+        full = R.interleaved_1f1b(pp, v, m, t / v / 3, 2 * t / v / 3)
+        keep = R.MAX_TIMELINE_OPS // (2 * pp * v)
+        shown = sorted({o[2] for o in full if o[2] < (keep + 1) // 2 or o[2] >= m - keep // 2})
+        if m == 64:
+            assert shown == list(range(m)) and "are not drawn" not in page
+        else:
+            assert len(shown) == keep < m and shown[-1] == m - 1
+            gap = f"micro-batches {keep // 2}–{m - keep // 2 - 1} not drawn"
+            assert gap in texts(page) and f"Micro-batches {keep // 2}–{m - keep // 2 - 1} are not drawn" in page
+        boxes = [b for kind in ("forward", "backward") for j in range(v) for b in marks(svg, f"timeline-{kind}-{j}")]
+        want = [o for o in full if o[2] in set(shown)]
+        assert len(boxes) == len(want)
+        # the drawn ops end where the full schedule ends, the step line at the time per batch
+        (x0, _, x1, _) = marks(svg, "timeline-forward-0")[0]
+        first = next(o for o in full if o[1] == "F" and o[5] == 0)
+        scale, origin = (x1 - x0) / (first[4] - first[3]), min(b[0] for b in boxes)
+        end = max(o[4] for o in full)
+        assert (max(b[2] for b in boxes) - origin) / scale == pytest.approx(end, rel=1e-4)
+        (line,) = marks(svg, "timeline-step")
+        assert (line[0] - origin) / scale == pytest.approx(step, rel=1e-4) and line[0] > max(b[2] for b in boxes)
+        assert "end of step" in texts(page) and "The dashed line ends the step" in page
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,13 +516,9 @@ def test_page_structure(pages):
     page = pages["single"]
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
     cs = charts(page)
-    assert list(cs) == ["scatter", "timeline", "memory"]
+    assert list(cs) == ["breakdown", "footprint", "scatter", "timeline", "memory"]
     assert empty_charts(page) == []
-    assert [svg.get("aria-label") for svg in cs.values()] == [
-        "throughput vs chip area",
-        "pipeline timeline",
-        "memory per stage",
-    ]
+    assert [svg.get("aria-label") for svg in cs.values()] == SEARCH_CHARTS
     # ids are unique in the page, each chart's under its own name
     ids = re.findall(r'\bid="([^"]+)"', page)
     assert len(ids) == len(set(ids))
@@ -465,7 +527,7 @@ def test_page_structure(pages):
     # self-contained: nothing loaded, linked or scripted; URLs only as XML namespaces
     assert not re.search(r"<(script|link|img|iframe|object|embed|image)\b|@import|@font-face", page)
     assert not re.search(r'\b(src|href)="(?!#)', page) and not re.search(r"url\((?!#)", page)
-    assert re.findall(r'(\S+)="https?://', page) == ["xmlns:xlink", "xmlns"] * 3
+    assert re.findall(r'(\S+)="https?://', page) == ["xmlns:xlink", "xmlns"] * 5
     assert "<metadata" not in page and "matplotlib.org" not in page  # no date, no creator
     # the header and its escaping
     assert "<best>" not in page and "phaze &lt;best&gt;" in page
@@ -493,11 +555,13 @@ def test_scatter(pages):
     nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", line.get("d"))]
     vertices = set(zip(nums[0::2], nums[1::2]))
     assert all(min(abs(x - u) + abs(y - v) for u, v in vertices) < 1e-5 for x, y in front)
-    # the chosen design (at the last front point), the two feasible baselines, not the third
+    # the chosen design (at the last front point), the two feasible baselines, not the third;
+    # both within the frame (278.8 mm² among chips of 100-380): no off-scale band
     assert [centre(b) for b in marks(svg, "scatter-chosen")] == [pytest.approx(front[-1], abs=1e-5)]
     assert [len(marks(svg, f"scatter-baseline-{j}")) for j in range(3)] == [1, 1, 0]
+    assert "offscale" not in page and "off scale" not in texts(page)
     assert texts(page) >= {
-        "chosen",
+        "chosen (ring)",
         "Pareto front",
         "evaluated exactly",
         "bound of a pruned candidate",
@@ -514,7 +578,7 @@ def test_timeline(pages):
     page = pages["single"]
     svg = charts(page)["timeline"]
     fwd, bwd = marks(svg, "timeline-forward"), marks(svg, "timeline-backward")
-    assert len(fwd) == len(bwd) == 4 * 16  # 32 micro-batches, the first 16 drawn, on 4 stages
+    assert len(fwd) == len(bwd) == 4 * 32  # every micro-batch on each of the 4 stages
     # every stage takes 0.12 s per micro-batch: 0.04 s forward, 0.08 s backward
     wf, wb = [b[2] - b[0] for b in fwd], [b[2] - b[0] for b in bwd]
     assert max(wf) - min(wf) < 1e-4 and max(wb) - min(wb) < 1e-4 and wb[0] == pytest.approx(2 * wf[0], abs=1e-4)
@@ -525,11 +589,15 @@ def test_timeline(pages):
         rows = sorted({round((b[1] + b[3]) / 2, 3) for b in boxes})
         assert len(rows) == 4
         got = sorted((rows.index(round((b[1] + b[3]) / 2, 3)), round((b[0] - origin) / scale, 6)) for b in boxes)
-        want = sorted((k, round(s, 6)) for k, kd, i, s, _ in R.one_f_one_b(4, 20, 0.04, 0.08) if kd == kind and i < 16)
+        want = sorted((k, round(s, 6)) for k, kd, i, s, _ in R.one_f_one_b(4, 32, 0.04, 0.08) if kd == kind)
         assert [k for k, _ in got] == [k for k, _ in want]
         assert [t for _, t in got] == pytest.approx([t for _, t in want], abs=1e-4)
-    assert texts(page) >= {"forward", "backward", "Time (s)", "Pipeline stage", "15"}
-    assert "4 stages, 32 micro-batches" in page and "Only the first 16 of 32 micro-batches" in page
+    # the axis runs to the step's end, 8.1 s, past the pipeline's (32 + 3)·0.12 s
+    (step,) = marks(svg, "timeline-step")
+    assert (step[0] - origin) / scale == pytest.approx(8.1, rel=1e-4)
+    assert texts(page) >= {"forward", "backward", "Time (s)", "Pipeline stage", "end of step"}
+    assert "4 stages, 32 micro-batches" in page and "are not drawn" not in page
+    assert "The dashed line ends the step (8.1 s per batch)" in page
 
 
 def test_memory(pages):
@@ -554,6 +622,70 @@ def test_memory(pages):
     assert "HBM capacity 63.33 GiB (the dashed line)." in page
 
 
+def test_summary(pages):
+    """The plan summary (the JSON's ``summary``, made by hand here) at the top, after the header:
+    its headline figures as given, the step's time by part as one stacked bar (each part as long
+    as its seconds; the parts add up to the time per batch), the fullest device's memory by part
+    against the HBM line, the runner-up, the warnings and the lines as phazec prints them, all
+    escaped."""
+    page = pages["single"]
+    top = page[: page.index("<h2>Throughput vs area</h2>")]
+    assert top.index("<h1>") < top.index("<h2>Summary</h2>")
+    for cell in (
+        "<th>MFU</th><td>41.2 %</td>",
+        "<th>HFU</th><td>47.1 %</td>",
+        "<th>Tokens/s</th><td>2,069,000</td>",
+        "<th>Samples/s</th><td>505.2</td>",
+        "<th>Time per batch</th><td>8.1 s</td>",
+        "<th>Memory per device</th><td>54.95 GiB of 63.33 GiB HBM (86.76 %)</td>",
+        "<th>Runner-up</th><td>DP 32, PP 8, TP 4: 6.2 % slower: a larger bubble</td>",
+    ):
+        assert cell in top
+    assert '<ul class="warn"><li>peak memory is 86.8 % of HBM &lt;check&gt;</li></ul>' in top
+    assert "<pre>phazec: plan: DP 64, PP 4, TP 4 &lt;best&gt;\ntime per batch 8.1 s" in top
+    cs = charts(page)
+    parts = SUMMARY["breakdown_s"]
+    bars = {k: marks(cs["breakdown"], f"breakdown-{k}") for k in parts}
+    assert bars.pop("ep_comm_s") == []  # no time: not drawn
+    assert all(len(b) == 1 for b in bars.values())
+    unit = (bars["compute_s"][0][2] - bars["compute_s"][0][0]) / parts["compute_s"]
+    left = bars["compute_s"][0][0]
+    for k, ((x0, _, x1, _),) in bars.items():  # end to end, in order, each as long as its time
+        assert x0 == pytest.approx(left, abs=1e-4) and (x1 - x0) == pytest.approx(parts[k] * unit, rel=1e-4)
+        left = x1
+    assert (left - bars["compute_s"][0][0]) / unit == pytest.approx(SUMMARY["time_per_batch_s"], rel=1e-4)
+    assert texts(page) >= {"compute 5 s (61.7 %)", "TP comm 0.9 s (11.1 %)", "optimizer 0.1 s (1.2 %)"}
+    mem = SUMMARY["memory_bytes"]
+    boxes = {k: marks(cs["footprint"], f"footprint-{k}")[0] for k in mem}
+    unit = (boxes["params"][2] - boxes["params"][0]) / mem["params"]
+    for k, b in boxes.items():
+        assert (b[2] - b[0]) == pytest.approx(mem[k] * unit, rel=1e-4)
+    (hbm,) = marks(cs["footprint"], "footprint-hbm")
+    assert (hbm[0] - boxes["params"][0]) / unit == pytest.approx(SUMMARY["hbm_bytes"], rel=1e-4)
+    assert "footprint-usable" not in page  # no headroom given
+    assert texts(page) >= {"params 9.313 GiB", "HBM capacity (63.33 GiB)", "Memory (GiB)", "Time (s)"}
+
+
+def test_summary_in_part():
+    """A summary gives what it gives: the rows and charts of its fields alone; a headroom draws
+    the usable share of HBM; an empty one, or none, no section."""
+    d = {"summary": {"mfu": 0.5, "memory_bytes": {"params": 3 * GIB, "kv": GIB}, "hbm_bytes": 80 * GIB}}
+    page = R.render(d)
+    assert "<th>MFU</th><td>50 %</td>" in page and "HFU" not in page and "Runner-up" not in page
+    assert list(charts(page)) == ["footprint"]  # no breakdown, no stages
+    assert "breakdown" not in page and "Warnings" not in page and "<pre>" not in page
+    assert texts(page) >= {"params 3 GiB", "kv 1 GiB"}  # a part the report does not know, coloured too
+    d["summary"]["memory_headroom"] = 0.1
+    page = R.render(d)
+    assert "4 GiB of 80 GiB HBM (5 %); 72 GiB usable (10 % headroom)" in page
+    (usable,) = marks(charts(page)["footprint"], "footprint-usable")
+    (hbm,) = marks(charts(page)["footprint"], "footprint-hbm")
+    (params,) = marks(charts(page)["footprint"], "footprint-params")
+    assert (usable[0] - params[0]) / (hbm[0] - params[0]) == pytest.approx(0.9, rel=1e-4)
+    for empty in ({}, {"summary": {}}, {"summary": None}):
+        assert "Summary" not in R.render(empty)
+
+
 def test_real_search(pages):
     """The JSON of a real search: 14 evaluated chips, two of them one chip with two HBM sizes on
     the front, one stage, microseconds and mebibytes."""
@@ -567,7 +699,27 @@ def test_real_search(pages):
     assert [centre(b) for b in marks(svg, "scatter-chosen")] == [pytest.approx(front[0], abs=1e-5)]
     drawn_baselines = [b["name"] for b in d["baselines"] if b["throughput_samples_per_s"] > 0]
     assert drawn_baselines == ["tpuv4+phaze", "co-optimized"]
-    assert texts(page) >= {f"baseline: {n}" for n in drawn_baselines} | {"Time (µs)", "Memory (MiB)"}
+    assert texts(page) >= {
+        "baseline: tpuv4+phaze (off scale: 278.8 mm²)",
+        "baseline: co-optimized",
+        "off scale",
+        "Time (µs)",
+        "Memory (MiB)",
+    }
+    assert "Summary" not in page and "breakdown-" not in page  # an older JSON: no summary
+    # TPU v4 (278.8 mm²) is drawn in the band at the right edge; the evaluated chips (25-74 mm²)
+    # span most of the frame, not a fifth of it
+    (band,) = marks(svg, "scatter-offscale-right")
+    (tpu,) = marks(svg, "scatter-baseline-0")  # the feasible baselines, in order
+    (area,) = marks(svg, "scatter-plot-area")
+    xs = [centre(b)[0] for b in marks(svg, "scatter-evaluated")]
+    assert band[0] < centre(tpu)[0] < band[2] and band[2] == pytest.approx(area[2], abs=0.01)
+    assert (max(xs) - min(xs)) / (band[0] - area[0]) > 0.8
+    # the chosen ring is hollow, so the co-optimized baseline at its point shows through it
+    (coopt,) = marks(svg, "scatter-baseline-1")
+    assert centre(coopt) == pytest.approx(front[0], abs=1e-5)
+    ring = ET.tostring(group(svg, "scatter-chosen"), encoding="unicode")
+    assert "fill: none" in ring and "stroke: #000000" in ring
     tl = charts(page)["timeline"]
     assert len(marks(tl, "timeline-forward")) == len(marks(tl, "timeline-backward")) == 2
     assert marks(charts(page)["memory"], "memory-hbm") == []  # 3.3 MiB of 32 GiB
@@ -590,6 +742,10 @@ def test_speedups(pages):
         else:
             assert cells[3] == cells[4] == "—" and cells[5] == "does not fit in HBM"
     assert "1.684×" in table and "1.263×" in table
+    head = re.findall(r"<th>(.*?)</th>", table)
+    assert head == ["baseline", "accelerator", "plan", "throughput (samples/s)", "speed-up of chosen", "note"]
+    plans = [re.findall(r"<td[^>]*>(.*?)</td>", row)[2] for row in rows]
+    assert plans == ["DP 128, PP 8, TP 1, micro-batch 1", "DP 64, PP 4, TP 4, micro-batch 2", "—"]
 
 
 def test_stats_and_multi_model(pages):
@@ -602,9 +758,22 @@ def test_stats_and_multi_model(pages):
     assert "Architectures pruned per stage" in page and "refined bound" in page
     assert "93.1 %" in page and "6.585 %" in page  # work bound, DP bound
     assert "82,000" in page and "6,080" in page and "280" in page and "160" in page
-    assert list(charts(page)) == ["scatter", "timeline", "memory"] and empty_charts(page) == []
-    # the wall-time bars: the longest phase (total, 270 s) 100 px, the others in proportion
-    assert 'style="width:100px"' in page and 'style="width:56px"' in page  # schedule: 150.2 s
+    assert list(charts(page))[2:] == ["scatter", "timeline", "memory"] and empty_charts(page) == []
+    # the wall-time bars: the total (270 s) 100 px, the others in proportion
+    assert 'style="width:100px"' in page and 'style="width:56px"' in page  # search: 150.2 s
+    # the phases, what the run spent outside them and the total, which they add up to; the
+    # evaluator's timers (inside baselines and search) in a table of their own
+    phases = page[page.index("<h3>Wall time per phase (s)</h3>") :]
+    phases, timers = phases[: phases.index("</table>")], phases[phases.index("</table>") :]
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in re.findall(r"<tr[^>]*>(.*?)</tr>", phases)[1:]]
+    names = ["prepare", "baselines", "search", "plan", "other (outside the phases)", "total"]
+    assert [r[0] for r in rows] == names
+    seconds = [float(r[1].replace(",", "")) for r in rows]
+    assert sum(seconds[:-1]) == pytest.approx(seconds[-1], abs=0.1) == 270
+    assert '<tr class="total"><td>total</td>' in phases
+    assert "<h3>Of which, the cost evaluator (s)</h3>" in timers
+    timer_rows = re.findall(r"<tr><td>(.*?)</td>", timers[: timers.index("</table>", 10)])
+    assert timer_rows == ["estimate", "dp bound", "schedule", "dp exact"]
 
 
 def test_missing_fields(tmp_path):
@@ -612,12 +781,13 @@ def test_missing_fields(tmp_path):
     for s in d["stages"]:
         del s["memory"]
     del d["search"]["bound_points"]
-    for k in ("num_micro_batches", "accelerator"):
+    for k in ("num_micro_batches", "accelerator", "summary"):
         del d[k]
     page = R.render(d)
     cs = charts(page)
     assert list(cs) == ["scatter", "timeline", "memory"] and empty_charts(page) == []
-    assert "first 16 of 32 micro-batches" in page  # m from global batch / (dp * micro-batch)
+    assert "4 stages, 32 micro-batches" in page  # m from global batch / (dp * micro-batch)
+    assert len(marks(cs["timeline"], "timeline-forward")) == 4 * 32
     assert group(cs["scatter"], "scatter-bounds") is None and "optimistic" not in page
     assert len(marks(cs["scatter"], "scatter-chosen")) == 1  # the point marked best
     assert len(marks(cs["memory"], "memory-total")) == 4 and "memory-params" not in page
@@ -689,8 +859,10 @@ def test_plan_report_page(plan_reports):
     data, page, _ = plan_reports[1]
     assert R.is_plan(data) and (data["pp"], data["virtual_stages"], data["dp"], data["zero"]) == (2, 2, 4, 1)
     cs = charts(page)
-    assert list(cs) == ["timeline", "memory"] and empty_charts(page) == []  # no scatter in a plan
-    assert [svg.get("aria-label") for svg in cs.values()] == ["pipeline timeline", "memory per rank"]
+    # no scatter in a plan; the summary's charts when phazec writes the JSON's summary
+    summary = ["breakdown", "footprint"] if data.get("summary") else []
+    assert list(cs) == [*summary, "timeline", "memory"] and empty_charts(page) == []
+    assert [svg.get("aria-label") for svg in cs.values()][len(summary) :] == ["pipeline timeline", "memory per rank"]
     assert "<h1>phaze plan: tiny-gpt2-deep</h1>" in page
     plan_line = "DP 4, PP 2, TP 1, SP off, schedule interleaved:2, ZeRO 1, EP 1, ranks tp-dp-pp"
     assert plan_line + ", micro-batch 1, micro-batches 16" in page
@@ -774,10 +946,10 @@ def test_plan_pages_of_plain_and_infeasible_plans():
     d.update(candidates=[{"micro_batch_size": 2, "tp": 4, "throughput_samples_per_s": 505.2, "note": ""}], zero=0)
     d.update(virtual_stages=1, sequence_parallel=True, placement="phaze", recompute="auto", feasible=True)
     page = R.render(d)
-    assert R.is_plan(d) and list(charts(page)) == ["timeline", "memory"] and empty_charts(page) == []
+    assert R.is_plan(d) and list(charts(page))[2:] == ["timeline", "memory"] and empty_charts(page) == []
     assert charts(page)["timeline"].get("aria-label") == "pipeline timeline"
     assert charts(page)["memory"].get("aria-label") == "memory per stage"
-    assert len(marks(charts(page)["timeline"], "timeline-forward")) == 4 * 16
+    assert len(marks(charts(page)["timeline"], "timeline-forward")) == 4 * 32
     assert "SP on, schedule 1f1b, ZeRO 0" in page and "Recompute</th><td>auto (selective)" in page
     assert "Nothing is sharded over the 64 data-parallel replicas (ZeRO-0)" in page
     bad = {
@@ -811,7 +983,9 @@ def test_plan_report_is_deterministic_and_the_plan_round_trips(plan_reports):
 
     for data, page, mlir in plan_reports.values():
         assert R.render(copy.deepcopy(data)) == page
-        assert print_module(parse_module(mlir)) == mlir
+        # the module after the summary's comment block, if the plan file has one
+        module = re.sub(r"\A(//[^\n]*\n)+\n", "", mlir)
+        assert print_module(parse_module(mlir)) == module
         parts = re.findall(
             r"memory_bytes = (\d+), param_bytes = (\d+), grad_bytes = (\d+), optimizer_bytes = (\d+), "
             r"activation_bytes = (\d+), workspace_bytes = (\d+)",
@@ -847,7 +1021,7 @@ def test_plan_report_opens_in_a_browser(plan_reports, tmp_path):
     path.write_text(plan_reports[1][1], encoding="utf-8")
     opened = inspect(path, tmp_path)
     assert opened.problems == []
-    assert [c["label"] for c in opened.probe["charts"]] == ["pipeline timeline", "memory per rank"]
+    assert [c["label"] for c in opened.probe["charts"]][-2:] == ["pipeline timeline", "memory per rank"]
 
 
 @needs_browser
@@ -857,11 +1031,7 @@ def test_opens_in_a_browser(pages, name, tmp_path):
     path.write_text(pages[name], encoding="utf-8")
     opened = inspect(path, tmp_path)
     assert opened.problems == []
-    assert [c["label"] for c in opened.probe["charts"]] == [
-        "throughput vs chip area",
-        "pipeline timeline",
-        "memory per stage",
-    ]
+    assert [c["label"] for c in opened.probe["charts"]] == SEARCH_CHARTS[2 if name == "real" else 0 :]
 
 
 @needs_browser

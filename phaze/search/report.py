@@ -5,22 +5,32 @@ The page of a search (no external resources, no JavaScript; the charts are inlin
 matplotlib) shows:
 
 1. a header: the model(s), devices, global batch, the chosen accelerator and placement plan;
-2. throughput against area of every exactly evaluated architecture (``search.points``), the
+2. the plan's summary when the JSON has one (``summary``, phazec's; older JSON: none): its
+   headline figures (MFU, HFU, tokens/s, samples/s, time per batch, memory against HBM, the
+   runner-up), the step's time by part as one stacked bar, the fullest device's memory by part
+   against the HBM (and what the headroom leaves usable), the warnings, its text as printed;
+3. throughput against area of every exactly evaluated architecture (``search.points``), the
    optimistic bounds of pruned candidates (``search.bound_points``) in light grey, the Pareto
-   front (max throughput, min area) as a step line, the chosen design and the baselines; and,
-   when the points carry ``power_w``, throughput against chip power with its front;
-3. the pipeline timeline of the chosen plan: Megatron's 1F1B schedule, or its interleaved one
-   when the plan has ``virtual_stages`` v > 1 (one row per rank, the ops coloured by chunk);
-4. the memory of each stage (of each rank when interleaved), stacked by kind, against the HBM
+   front (max throughput, min area) as a step line, the chosen design (a hollow ring, so that
+   the co-optimised baseline at its point shows) and the baselines; the axes frame the search's
+   own points, a baseline far outside them drawn in an "off scale" band at the edge with its
+   true figure in the legend; and, when the points carry ``power_w``, throughput against chip
+   power with its front;
+4. the pipeline timeline of the chosen plan: Megatron's 1F1B schedule, or its interleaved one
+   when the plan has ``virtual_stages`` v > 1 (one row per rank, the ops coloured by chunk),
+   every micro-batch (past :data:`MAX_TIMELINE_OPS` bars, the first and last, the gap said on
+   the chart) on an axis to the end of the step (the time per batch, a dashed line);
+5. the memory of each stage (of each rank when interleaved), stacked by kind, against the HBM
    capacity, with what the plan's ZeRO stage shards;
-5. the baselines with the chosen plan's speed-up over each;
-6. search statistics: the space, architectures pruned per stage, wall time per phase;
-7. in multi-model mode, each model's throughput on the common chip against its own best.
+6. the baselines with their plans and the chosen plan's speed-up over each;
+7. search statistics: the space, architectures pruned per stage, wall time per phase (the
+   phases adding up to the total; the cost evaluator's timers, inside two of them, apart);
+8. in multi-model mode, each model's throughput on the common chip against its own best.
 
 The page of a plan (``phazec --hw CHIP --report``: the JSON has ``candidates`` and no ``search``)
 has the header (with sequence parallelism, the schedule, ZeRO, recompute and, when it does not
-fit, the binding constraint), the timeline, the memory and the micro-batch sizes and TP widths
-tried; a plan has no scatter, baselines or statistics.
+fit, the binding constraint), the summary, the timeline, the memory and the micro-batch sizes
+and TP widths tried; a plan has no scatter, baselines or statistics.
 
 Assumptions: a stage's ``time_s`` is the forward plus backward time of one micro-batch on that
 stage (on its rank, under interleaving: the DP prices ranks, so each of a rank's v chunks is
@@ -35,7 +45,8 @@ The charts are matplotlib figures rendered by its SVG backend alone (no pyplot, 
 the style is a context around each figure), with glyphs as paths (DejaVu Sans, shipped with
 matplotlib: the page needs no font), ``svg.hashsalt`` fixed and no date in the metadata, so the
 output is deterministic: same input (and matplotlib version), same bytes. Each chart's SVG ids
-are prefixed with its name (``scatter-``, ``timeline-``, ``memory-``), so the ids of the page are
+are prefixed with its name (``breakdown-``, ``footprint-``, ``scatter-``, ``timeline-``,
+``memory-``), so the ids of the page are
 unique; the data of a chart are groups with fixed ids (``scatter-evaluated``, ``timeline-forward``,
 ``timeline-forward-1`` for chunk 1 of an interleaved plan, ``memory-params``, ...), which the tests
 read. matplotlib is imported only when a chart is drawn.
@@ -58,7 +69,11 @@ from phaze_ir.errors import PhazeError
 
 GIB = 1 << 30
 MIB = 1 << 20
-MAX_TIMELINE_MB = 16
+#: The most bars (ops) a timeline draws: about 0.5 MB of SVG, and past it a bar is under a point
+#: wide on the chart anyway. Beyond, the first and the last micro-batches are drawn (the fill and
+#: the drain of the pipeline) and the ones between (its steady state, which repeats) are left out,
+#: which the chart and its caption say; the time axis still spans the whole step.
+MAX_TIMELINE_OPS = 4096
 #: What each ZeRO stage divides over the data-parallel replicas (docs/design.md §6.5).
 ZERO_SHARDS = {1: "optimizer state", 2: "optimizer state and gradients", 3: "optimizer state, gradients and parameters"}
 MEMORY_KINDS = ("params", "grads", "optimizer", "activations", "workspace")
@@ -69,6 +84,15 @@ FWD_COLOUR, BWD_COLOUR = "#4e79a7", "#f28e2b"
 CHUNK_LIGHTEN = 0.55
 POINT_COLOUR, FRONT_COLOUR, BOUND_COLOUR, BASELINE_COLOUR = "#4e79a7", "#e15759", "#bababa", "#59a14f"
 BASELINE_MARKERS = ("s", "^", "v", "P", "X", "<", ">", "h")
+#: The parts of the summary's bars, in order (Tableau 10, the family of the colours above).
+PART_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
+#: How far beyond the search's own points (a share of their span) a baseline may lie and still be
+#: drawn in place, widening the frame by at most that much. Farther, it is drawn in a narrow "off
+#: scale" band at the edge, its true figures in the legend: TPU v4 at 279 mm² beside chips of
+#: 25-75 mm² would otherwise squeeze every evaluated chip into a fifth of the width.
+OFF_SCALE_STRETCH = 0.5
+#: The off-scale band's width (or height), as a share of the framed range.
+OFF_SCALE_BAND = 0.08
 #: The HBM line is drawn when the fullest stage uses at least this share of it (else it would
 #: flatten the bars to nothing; the caption then gives the capacity).
 HBM_LINE_MIN_SHARE = 0.05
@@ -104,6 +128,7 @@ h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:2e
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px}
 td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}
 .bar{display:inline-block;height:.8em;background:#4e79a7}.cap,.empty{color:#555;font-size:.9em}
+tr.total td{font-weight:bold;border-top:2px solid #888}ul.warn{color:#8a4b00}pre{font-size:.85em;overflow-x:auto}
 svg.chart{display:block;margin:.5em 0;max-width:100%;height:auto}"""
 
 
@@ -170,11 +195,12 @@ def _n(text: str) -> tuple[str, str]:
     return ("html", esc(text))
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+def _table(head: Sequence[str], rows: Iterable[Sequence[Any]], total: Sequence[Any] | None = None) -> str:
     """An HTML table; ``str`` cells are escaped, numbers formatted and right-aligned. A cell
-    given as ``("html", markup)`` is inserted as is, right-aligned (see :func:`_n`)."""
+    given as ``("html", markup)`` is inserted as is, right-aligned (see :func:`_n`). ``total``:
+    a last row, in bold, that the others add up to."""
     out = ["<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"]
-    for row in rows:
+    for row in [*rows, *([total] if total else [])]:
         cells = []
         for c in row:
             if isinstance(c, tuple) and c[0] == "html":
@@ -183,7 +209,7 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
                 cells.append(f"<td>{esc(c)}</td>")
             else:
                 cells.append(f'<td class="n">{esc(fmt(c))}</td>')
-        out.append("<tr>" + "".join(cells) + "</tr>")
+        out.append(("<tr>" if row is not total else '<tr class="total">') + "".join(cells) + "</tr>")
     return "\n".join(out) + "\n</table>"
 
 
@@ -327,16 +353,16 @@ def _mpl() -> Any:
     to get it. Nothing global is touched: no pyplot, no backend switch."""
     try:
         import matplotlib.style
-        from matplotlib import collections, lines, patches, ticker
+        from matplotlib import lines, patches, path, ticker
         from matplotlib.backends.backend_svg import FigureCanvasSVG
         from matplotlib.figure import Figure
     except ImportError as e:
         raise PhazeError(f"the report draws its charts with matplotlib: pip install matplotlib ({e})") from e
     return types.SimpleNamespace(
         style=matplotlib.style,
-        collections=collections,
         lines=lines,
         patches=patches,
+        path=path,
         ticker=ticker,
         Figure=Figure,
         FigureCanvasSVG=FigureCanvasSVG,
@@ -391,12 +417,22 @@ def si_prefix(top: float) -> tuple[str, float]:
     return "n", 1e-9
 
 
-def _rects(mpl: Any, ax: Any, boxes: Sequence[tuple[float, float, float, float]], colour: str, gid: str) -> None:
-    """Rectangles ``(x0, x1, y0, y1)`` in one collection (one SVG group, id ``gid``)."""
-    verts = [[(x0, y0), (x1, y0), (x1, y1), (x0, y1)] for x0, x1, y0, y1 in boxes]
-    coll = mpl.collections.PolyCollection(verts, facecolors=colour, edgecolors="white", linewidths=0.4)
-    coll.set_gid(gid)
-    ax.add_collection(coll)
+def _rects(
+    mpl: Any, ax: Any, boxes: Sequence[tuple[float, float, float, float]], colour: str, gid: str, lw: float = 0.4
+) -> None:
+    """Rectangles ``(x0, x1, y0, y1)`` as one compound path (one SVG ``<path>`` in the group
+    ``gid``, a subpath per rectangle), edged white ``lw`` points wide: a timeline draws thousands,
+    and a path each would repeat its style and clip for each. Nothing is drawn for no boxes."""
+    if not boxes:
+        return
+    code = mpl.path.Path
+    verts, codes = [], []
+    for x0, x1, y0, y1 in boxes:
+        verts += [(x0, y0), (x1, y0), (x1, y1), (x0, y1), (x0, y0)]
+        codes += [code.MOVETO, code.LINETO, code.LINETO, code.LINETO, code.CLOSEPOLY]
+    patch = mpl.patches.PathPatch(code(verts, codes), facecolor=colour, edgecolor="white", linewidth=lw)
+    patch.set_gid(gid)
+    ax.add_artist(patch)  # not add_patch: its data limits, unused (set by each chart), cost seconds
 
 
 def _legend_right(ax: Any, handles: Sequence[Any] | None = None) -> None:
@@ -405,23 +441,55 @@ def _legend_right(ax: Any, handles: Sequence[Any] | None = None) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kw)
 
 
-def _draw_scatter(mpl: Any, pts, bounds, front, base, chosen, xlabel: str = "Chip area (mm²)") -> Any:
+def _axis_frame(core: Sequence[float], extra: Sequence[float]) -> tuple[float, float, bool, bool]:
+    """The range ``(lo, hi)`` of one axis framing the values ``core`` and those of ``extra`` (the
+    baselines) that lie within :data:`OFF_SCALE_STRETCH` of the core's span beyond it, and whether
+    some of ``extra`` lie farther below and above (off the scale)."""
+    lo, hi = min(core), max(core)
+    span = (hi - lo) or abs(hi) or 1.0
+    reach = (lo - OFF_SCALE_STRETCH * span, hi + OFF_SCALE_STRETCH * span)
+    inside = [x for x in extra if reach[0] <= x <= reach[1]]
+    return (
+        min([lo, *inside]),
+        max([hi, *inside]),
+        any(x < reach[0] for x in extra),
+        any(x > reach[1] for x in extra),
+    )
+
+
+def _frame_ticks(mpl: Any, axis: Any, lo: float, hi: float) -> None:
+    """Ticks (and grid lines) on ``axis`` within ``[lo, hi]`` alone: none in an off-scale band."""
+    ticks = [t for t in mpl.ticker.MaxNLocator(nbins=8).tick_values(lo, hi) if lo - 1e-9 * abs(hi) <= t <= hi]
+    axis.set_major_locator(mpl.ticker.FixedLocator(ticks))
+
+
+def _draw_scatter(
+    mpl: Any, pts, bounds, front, base, chosen, xlabel: str = "Chip area (mm²)", xunit: str = "mm²"
+) -> Any:
+    """The evaluated points, the bounds, the front, the baselines and the chosen design (a ring,
+    over whatever lies at its point: the co-optimised baseline is the chosen design). The axes
+    frame the search's own points; a baseline far outside them (:func:`_axis_frame`) is drawn in a
+    shaded band at the edge, its true figure in the legend."""
     fig = _figure(mpl, WIDTH_IN, 4.4)
     ax = _axes(fig)
-    every = pts + bounds + [(a, t) for _, a, t in base] + ([chosen] if chosen else [])
-    xs, ys = [p[0] for p in every], [p[1] for p in every]
-    pad = 0.03 * ((max(xs) - min(xs)) or max(xs))
-    x_lo, x_hi = max(min(xs) - pad, 0.0), max(xs) + pad
+    core = pts + bounds + ([chosen] if chosen else []) or [(a, t) for _, a, t in base]
+    x_lo, x_hi, x_below, x_above = _axis_frame([a for a, _ in core], [a for _, a, _ in base])
+    _, y_hi, _, y_above = _axis_frame([0.0] + [t for _, t in core], [t for _, _, t in base])
+    pad = 0.03 * ((x_hi - x_lo) or x_hi)
+    x_lo, x_hi, y_hi = max(x_lo - pad, 0.0), x_hi + pad, y_hi * 1.06
+    band_x, band_y = OFF_SCALE_BAND * (x_hi - x_lo), OFF_SCALE_BAND * y_hi
+    # the plotted range: the frame and its off-scale bands
+    view = (x_lo - band_x if x_below else x_lo, x_hi + band_x if x_above else x_hi, y_hi + band_y if y_above else y_hi)
     if chosen:
         ax.scatter(
             *chosen,
-            s=90,
-            marker="D",
-            c="#000000",
-            edgecolors="white",
-            linewidths=0.8,
-            zorder=6,
-            label="chosen",
+            s=150,
+            marker="o",
+            facecolors="none",
+            edgecolors="#000000",
+            linewidths=1.6,
+            zorder=7,
+            label="chosen (ring)",
             gid="chosen",
         )
     if front:
@@ -462,20 +530,38 @@ def _draw_scatter(mpl: Any, pts, bounds, front, base, chosen, xlabel: str = "Chi
             gid="bounds",
         )
     for j, (name, a, t) in enumerate(base):
+        # off the scale: in the middle of the band, the true figures in the label
+        x = x_lo - band_x / 2 if a < x_lo else x_hi + band_x / 2 if a > x_hi else a
+        y = y_hi + band_y / 2 if t > y_hi else t
+        off = [f"{fmt(a)} {xunit}"] if x != a else []
+        off += [f"{fmt(t)} samples/s"] if y != t else []
         ax.scatter(
-            [a],
-            [t],
+            [x],
+            [y],
             s=48,
             marker=BASELINE_MARKERS[j % len(BASELINE_MARKERS)],
             c=BASELINE_COLOUR,
             edgecolors="#1d4d16",
             linewidths=0.7,
-            zorder=5,
-            label=f"baseline: {name}",
+            zorder=6,
+            label=f"baseline: {name}" + (f" (off scale: {', '.join(off)})" if off else ""),
             gid=f"baseline-{j}",
         )
-    ax.set_xlim(x_lo, x_hi)
-    ax.set_ylim(0, max(ys) * 1.06)
+    shade = {"facecolor": "#f0f0f0", "edgecolor": "none", "zorder": 0}
+    note = {"fontsize": 7.5, "color": "#555555", "zorder": 1}
+    if x_below:
+        ax.axvspan(view[0], x_lo, gid="offscale-left", **shade)
+        ax.text(x_lo - band_x / 2, y_hi * 0.02, "off scale", rotation=90, ha="center", va="bottom", **note)
+    if x_above:
+        ax.axvspan(x_hi, view[1], gid="offscale-right", **shade)
+        ax.text(x_hi + band_x / 2, y_hi * 0.02, "off scale", rotation=90, ha="center", va="bottom", **note)
+    if y_above:
+        ax.axhspan(y_hi, view[2], gid="offscale-top", **shade)
+        ax.text((x_lo + x_hi) / 2, y_hi + band_y / 2, "off scale", ha="center", va="center", **note)
+    ax.set_xlim(view[0], view[1])
+    ax.set_ylim(0, view[2])
+    _frame_ticks(mpl, ax.xaxis, x_lo, x_hi)
+    _frame_ticks(mpl, ax.yaxis, 0.0, y_hi)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("Throughput (samples/s)")
     ax.xaxis.set_major_formatter(_ticks(mpl))
@@ -490,14 +576,18 @@ def _lighter(colour: str, share: float) -> str:
     return "#" + "".join(f"{round(c + share * (255 - c)):02x}" for c in rgb)
 
 
-def _draw_timeline(mpl: Any, pp: int, ops, v: int = 1) -> Any:
+def _draw_timeline(
+    mpl: Any, pp: int, ops, v: int = 1, step: float | None = None, gap: tuple[int, int] | None = None
+) -> Any:
     """The ops of :func:`one_f_one_b` (``v`` = 1: one group per direction) or of
     :func:`interleaved_1f1b` (one group per direction and rank-local chunk, the later chunks in
-    lighter shades, so the interleaving shows)."""
+    lighter shades, so the interleaving shows), the time axis to the end of the schedule or of the
+    step (``step``: the plan's time per batch, marked by a dashed line), whichever is later. ``gap``:
+    the first and last micro-batch left out (:data:`MAX_TIMELINE_OPS`), said on the chart."""
     row_in = min(0.32, max(0.06, 3.2 / pp))
     fig = _figure(mpl, WIDTH_IN, max(1.7, 0.95 + row_in * pp))
     ax = _axes(fig)
-    t_end = max(o[4] for o in ops)
+    t_end = max([o[4] for o in ops] + [step or 0.0])
     prefix, scale = si_prefix(t_end)
     # (kind, rank-local chunk or None, colour, gid, legend label)
     series: list[tuple[str, int | None, str, str, str]] = [
@@ -511,12 +601,15 @@ def _draw_timeline(mpl: Any, pp: int, ops, v: int = 1) -> Any:
             for kind, base, name in (("F", FWD_COLOUR, "forward"), ("B", BWD_COLOUR, "backward"))
             for j in range(v)
         ]
+    # points per second of the axes (about 80 % of the width); the white edges between bars at
+    # most a fifth of the narrowest, so that a dense timeline keeps its colours
+    pt_per_s = 0.8 * WIDTH_IN * 72 / t_end
+    lw = min(0.4, 0.2 * pt_per_s * min(o[4] - o[3] for o in ops))
     for kind, j, colour, gid, _label in series:
         boxes = [(o[3], o[4], o[0] - 0.4, o[0] + 0.4) for o in ops if o[1] == kind and (j is None or o[5] // pp == j)]
-        _rects(mpl, ax, boxes, colour, gid)
-    # micro-batch numbers in the bars wide and tall enough for them (axes about 80 % of the width),
-    # dark on the light shades of the later chunks
-    pt_per_s = 0.8 * WIDTH_IN * 72 / t_end
+        _rects(mpl, ax, boxes, colour, gid, lw)
+    # micro-batch numbers in the bars wide and tall enough for them, dark on the light shades of
+    # the later chunks
     if row_in * 72 * 0.8 >= 9:
         for o in ops:
             k, i, s, e = o[0], o[2], o[3], o[4]
@@ -533,6 +626,26 @@ def _draw_timeline(mpl: Any, pp: int, ops, v: int = 1) -> Any:
                     clip_on=True,
                     in_layout=False,
                 )
+    patch = mpl.patches.Patch
+    handles = [patch(facecolor=colour, label=label) for _k, _j, colour, _g, label in series]
+    if step:
+        style = {"color": "#000000", "lw": 1.1, "ls": (0, (6, 3))}
+        ax.axvline(step, zorder=4, gid="step", **style)
+        handles.append(mpl.lines.Line2D([], [], label="end of step", **style))
+    if gap:
+        # between the fill and the drain, where the left-out steady state would be
+        ax.text(
+            t_end / 2,
+            (pp - 1) / 2,
+            f"micro-batches {gap[0]}–{gap[1]} not drawn",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="#222222",
+            bbox={"facecolor": "white", "edgecolor": "#888888", "boxstyle": "round,pad=0.3"},
+            zorder=5,
+            gid="gap",
+        )
     ax.set_xlim(0, t_end * 1.005)
     ax.set_ylim(pp - 0.5, -0.5)
     ax.yaxis.set_major_locator(mpl.ticker.FixedLocator(range(0, pp, math.ceil(pp / 16))))
@@ -541,8 +654,7 @@ def _draw_timeline(mpl: Any, pp: int, ops, v: int = 1) -> Any:
     ax.set_ylabel("Pipeline rank" if v > 1 else "Pipeline stage")
     ax.xaxis.set_major_formatter(_ticks(mpl, scale))
     ax.yaxis.set_major_formatter(_ticks(mpl))
-    patch = mpl.patches.Patch
-    _legend_right(ax, [patch(facecolor=colour, label=label) for _k, _j, colour, _g, label in series])
+    _legend_right(ax, handles)
     return fig
 
 
@@ -583,6 +695,41 @@ def _draw_memory(
     return fig
 
 
+def _draw_stack(
+    mpl: Any,
+    parts: Sequence[tuple[str, str, float, str]],
+    unit: tuple[str, float],
+    limits: Sequence[tuple[str, float, str, Any]] = (),
+) -> Any:
+    """One horizontal bar stacked from ``parts`` (``(gid, legend label, value, colour)``, in
+    order; none of no size), in ``unit`` (name, size); ``limits``: lines across it (``(gid,
+    value, legend label, line style)``: the HBM capacity, what its headroom leaves usable)."""
+    fig = _figure(mpl, WIDTH_IN, 1.5)
+    ax = _axes(fig)
+    name, size = unit
+    at = 0.0
+    handles = []
+    for gid, label, v, colour in parts:
+        if v > 0:
+            _rects(mpl, ax, [(at / size, (at + v) / size, -0.3, 0.3)], colour, gid)
+            handles.append(mpl.patches.Patch(facecolor=colour, label=label))
+            at += v
+    top = at
+    for gid, v, label, ls in limits:
+        style = {"color": "#000000", "lw": 1.1, "ls": ls}
+        ax.axvline(v / size, zorder=4, gid=gid, **style)
+        handles.append(mpl.lines.Line2D([], [], label=label, **style))
+        top = max(top, v)
+    ax.set_xlim(0, top / size * 1.02 or 1)
+    ax.set_ylim(-0.5, 0.5)
+    ax.yaxis.set_major_locator(mpl.ticker.NullLocator())
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel(name)
+    ax.xaxis.set_major_formatter(_ticks(mpl))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)))
+    return fig
+
+
 # ---------------------------------------------------------------------------------------------
 # Sections
 # ---------------------------------------------------------------------------------------------
@@ -600,9 +747,9 @@ def _schedule(d: dict) -> str | None:
     return "1f1b" if v == 1 else f"interleaved:{v}"
 
 
-def _header(d: dict, title: str = "search") -> str:
-    models = d.get("models") or ([d["model"]] if d.get("model") else [])
-    acc = d.get("accelerator") or {}
+def _plan_text(d: dict) -> str:
+    """A plan's settings in words, those it gives: "DP 4, PP 2, TP 1, SP off, schedule
+    interleaved:2, ZeRO 1, ..." (the header's, and each baseline's, in the same words)."""
     sp = d.get("sequence_parallel")
     plan = [
         ("DP", d.get("dp")),
@@ -617,7 +764,13 @@ def _header(d: dict, title: str = "search") -> str:
         ("micro-batch", d.get("micro_batch_size")),
         ("micro-batches", d.get("num_micro_batches")),
     ]
-    plan_txt = ", ".join(f"{k} {fmt(v)}" for k, v in plan if v is not None) or "—"
+    return ", ".join(f"{k} {fmt(v)}" for k, v in plan if v is not None) or "—"
+
+
+def _header(d: dict, title: str = "search") -> str:
+    models = d.get("models") or ([d["model"]] if d.get("model") else [])
+    acc = d.get("accelerator") or {}
+    plan_txt = _plan_text(d)
     rows = [
         ("Model" + ("s" if len(models) > 1 else ""), ", ".join(map(str, models)) or "—"),
         ("Devices", fmt(d.get("devices"))),
@@ -660,6 +813,107 @@ def _header(d: dict, title: str = "search") -> str:
         rows.append(("Carbon", f"{_unit(carbon.get('kgco2e_per_step'), 'kg CO2e')} per step"))
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f"<h1>phaze {title}: {esc(', '.join(map(str, models)) or 'report')}</h1>\n<table>{body}</table>"
+
+
+def _part_label(key: str) -> str:
+    """A part's key in words: ``tp_comm_s`` -> "TP comm", ``params`` -> "params"."""
+    words = re.sub(r"_(s|bytes)$", "", str(key)).replace("_", " ")
+    return re.sub(r"\b(tp|dp|pp|ep|sp)\b", lambda m: m[1].upper(), words)
+
+
+def _gid(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "-", str(key))
+
+
+def _summary(d: dict) -> str:
+    """The plan's summary (the JSON's ``summary``, as phazec prints it on stderr): its headline
+    figures, where the step's time goes (a stacked bar), the memory of the fullest device by part
+    against its HBM, why the runner-up lost, the warnings. Nothing when the JSON has none (older
+    JSON); the figures are the summary's own, none computed here."""
+    s = d.get("summary")
+    if not isinstance(s, dict) or not s:
+        return ""
+
+    def pct(x: Any) -> str | None:
+        v = _num(x)
+        return None if v is None else f"{fmt(100 * v)} %"
+
+    mem = {str(k): v for k, v in (s.get("memory_bytes") or {}).items() if _num(v) is not None}
+    used = sum(mem.values()) if mem else None
+    hbm = _num(s.get("hbm_bytes"))
+    hbm = hbm if hbm and hbm > 0 else None
+    # the share of HBM plans must leave free (phazec --memory-headroom), when the summary gives one
+    headroom = _num(s.get("memory_headroom"))
+    usable = hbm * (1 - headroom) if hbm and headroom and 0 < headroom < 1 else None
+    memory = None
+    if used is not None:
+        memory = fmt_bytes(used) + (f" of {fmt_bytes(hbm)} HBM ({fmt(100 * used / hbm)} %)" if hbm else "")
+        if usable is not None:
+            memory += f"; {fmt_bytes(usable)} usable ({fmt(100 * cast(float, headroom))} % headroom)"
+    runner = s.get("runner_up") if isinstance(s.get("runner_up"), dict) else {}
+    rows = [
+        ("MFU", pct(s.get("mfu")), "model FLOPs per second over the chips' peak"),
+        ("HFU", pct(s.get("hfu")), "hardware FLOPs (recompute included) over the peak"),
+        ("Tokens/s", None if _num(s.get("tokens_per_s")) is None else fmt(s["tokens_per_s"]), ""),
+        ("Samples/s", None if _num(s.get("samples_per_s")) is None else fmt(s["samples_per_s"]), ""),
+        ("Time per batch", _unit(s.get("time_per_batch_s"), "s") if _num(s.get("time_per_batch_s")) else None, ""),
+        ("Memory per device", memory, "the fullest device"),
+        ("Runner-up", f"{runner.get('name', '?')}: {runner.get('why', '')}".rstrip(": ") if runner else None, ""),
+    ]
+    body = "".join(
+        f'<tr><th>{esc(k)}</th><td>{esc(v)}</td><td class="cap">{esc(why)}</td></tr>'
+        for k, v, why in rows
+        if v is not None
+    )
+    out = ["<h2>Summary</h2>", f"<table>{body}</table>" if body else ""]
+    parts = {str(k): v for k, v in (s.get("breakdown_s") or {}).items() if _num(v) is not None}
+    total = _num(s.get("time_per_batch_s")) or sum(parts.values())
+    if parts and total and total > 0:
+        prefix, scale = si_prefix(total)
+        stack = [
+            (_gid(k), f"{_part_label(k)} {fmt(v / scale)} {prefix}s ({100 * v / total:.1f} %)", v, colour)
+            for (k, v), colour in zip(parts.items(), _cycle(PART_COLOURS, len(parts)))
+        ]
+        out.append("<h3>Where the step's time goes</h3>")
+        unit_s = (f"Time ({prefix}s)", scale)
+        out.append(_chart(_draw_stack, "breakdown", "time per batch by part", stack, unit_s))
+    if mem and used and used > 0:
+        # the HBM line when the device uses a visible share of it (else it flattens the bar)
+        on_chart = hbm if hbm and used >= HBM_LINE_MIN_SHARE * hbm else None
+        unit = ("GiB", GIB) if max(used, on_chart or 0) >= GIB else ("MiB", MIB)
+        colours = _cycle(PART_COLOURS, len(mem))
+        stack = [
+            (
+                _gid(k),
+                f"{_part_label(k)} {fmt_bytes(v)}",
+                v,
+                MEMORY_COLOURS[MEMORY_KINDS.index(k)] if k in MEMORY_KINDS else colours[j],
+            )
+            for j, (k, v) in enumerate(mem.items())
+        ]
+        limits: list[tuple[str, float, str, Any]] = []
+        if on_chart:
+            limits.append(("hbm", on_chart, f"HBM capacity ({fmt_bytes(on_chart)})", (0, (6, 3))))
+            if usable is not None:
+                share = fmt(100 * cast(float, headroom))
+                limits.append(("usable", usable, f"usable ({share} % headroom)", (0, (1.5, 2))))
+        out.append("<h3>Memory of the fullest device</h3>")
+        unit_b = (f"Memory ({unit[0]})", float(unit[1]))
+        out.append(_chart(_draw_stack, "footprint", "memory per device by part", stack, unit_b, limits))
+        if hbm and not on_chart:
+            out.append(f'<p class="cap">HBM capacity {esc(fmt_bytes(hbm))} (off the scale: not drawn).</p>')
+    warns = [str(w) for w in s.get("warnings") or []]
+    if warns:
+        out.append("<h3>Warnings</h3>")
+        out.append('<ul class="warn">' + "".join(f"<li>{esc(w)}</li>" for w in warns) + "</ul>")
+    lines = [str(x) for x in s.get("lines") or []]
+    if lines:
+        out.append("<details><summary>As phazec prints it</summary><pre>" + esc("\n".join(lines)) + "</pre></details>")
+    return "\n".join(x for x in out if x)
+
+
+def _cycle(colours: Sequence[str], n: int) -> list[str]:
+    return [colours[j % len(colours)] for j in range(n)]
 
 
 def _candidates(d: dict) -> str:
@@ -768,20 +1022,13 @@ def _timeline(d: dict) -> str:
         t = _num(d.get("time_per_batch_s"))
         times = [t / (m + pp - 1) if t else 1.0] * pp
     stage_t = cast(list[float], times)  # no None left
-    shown = min(m, MAX_TIMELINE_MB)
-    # Ops of micro-batches < shown depend only on micro-batches < shown + pp: same start times.
-    ops = [
-        o
-        for o in one_f_one_b(pp, min(m, shown + pp), [t / 3 for t in stage_t], [2 * t / 3 for t in stage_t])
-        if o[2] < shown
-    ]
-    if not max(o[4] for o in ops) > 0:
+    ops = [(*o, o[0]) for o in one_f_one_b(pp, m, [t / 3 for t in stage_t], [2 * t / 3 for t in stage_t])]
+    drawn = _draw_ops(d, ops, pp, 1, m)
+    if drawn is None:
         return NO_TIME
-    note = _partly_drawn(shown, m)
+    svg, note = drawn
     return (
-        "<h2>Pipeline timeline (1F1B)</h2>\n"
-        + _chart(_draw_timeline, "timeline", "pipeline timeline", pp, ops)
-        + '<p class="cap">Megatron-LM\'s 1F1B schedule (not interleaved): '
+        "<h2>Pipeline timeline (1F1B)</h2>\n" + svg + '<p class="cap">Megatron-LM\'s 1F1B schedule (not interleaved): '
         f"{fmt(pp)} stage{'s' if pp > 1 else ''}, {fmt(m)} micro-batch{'es' if m > 1 else ''}; "
         f"bars wide enough for it are numbered by micro-batch. "
         f"A stage's time is its forward plus backward time per micro-batch; the 1/3 forward, 2/3 "
@@ -793,11 +1040,35 @@ def _timeline(d: dict) -> str:
 NO_TIME = '<h2>Pipeline timeline</h2>\n<p class="empty">The stages take no time.</p>'
 
 
-def _partly_drawn(shown: int, m: int) -> str:
-    """The caption's note when only the first ``shown`` of ``m`` micro-batches are drawn."""
-    if m <= shown:
-        return ""
-    return f" Only the first {shown} of {fmt(m)} micro-batches are drawn (the gaps are the later ones)."
+def _draw_ops(d: dict, ops: list, pp: int, v: int, m: int) -> tuple[str, str] | None:
+    """The timeline chart of the whole schedule ``ops`` (``(rank, kind, micro_batch, start, end,
+    chunk)``) and the caption's note on what it leaves out; None when nothing takes time. Past
+    :data:`MAX_TIMELINE_OPS` the first and the last micro-batches are drawn, the middle ones not;
+    the axis spans the schedule and the plan's time per batch either way."""
+    if not max(o[4] for o in ops) > 0:
+        return None
+    keep = max(1, MAX_TIMELINE_OPS // (2 * pp * v))  # micro-batches drawn
+    gap = None
+    if keep < m:
+        head = (keep + 1) // 2
+        gap = (head, m - (keep - head) - 1)
+        ops = [o for o in ops if not gap[0] <= o[2] <= gap[1]]
+    step = _num(d.get("time_per_batch_s"))
+    step = step if step and step > 0 else None
+    svg = _chart(_draw_timeline, "timeline", "pipeline timeline", pp, ops, v, step, gap)
+    note = ""
+    if gap:
+        note += (
+            f" Micro-batches {gap[0]}–{gap[1]} are not drawn (the steady state; {fmt(keep)} of "
+            f"{fmt(m)} are, to keep the page small): the axis is the whole schedule's."
+        )
+    if step:
+        prefix, scale = si_prefix(step)
+        note += (
+            f" The dashed line ends the step ({fmt(step / scale)} {prefix}s per batch): after the pipeline drains "
+            "come the exposed data-parallel communication and the optimizer step."
+        )
+    return svg, note
 
 
 def _interleaved_timeline(d: dict, stages: list[dict], pp: int, v: int, m: int) -> str:
@@ -808,21 +1079,14 @@ def _interleaved_timeline(d: dict, stages: list[dict], pp: int, v: int, m: int) 
         t = _num(d.get("time_per_batch_s"))
         times = [t / (m + (pp - 1) / v) if t else 1.0] * (pp * v)
     chunk_t = [cast(float, t) / v for t in times]
-    shown = min(m, MAX_TIMELINE_MB)
-    # The ops of micro-batches < shown come before the backward of the last of them, which
-    # runs in the steady state once (shown + warm-up / v) micro-batches exist; rounded up to
-    # whole groups of pp (the order is by groups), plus one group, they start as in the full
-    # schedule (tests/test_report.py checks it).
-    warmup = 2 * (pp - 1) + (v - 1) * pp
-    enough = min(m, pp * math.ceil((shown + math.ceil(warmup / v)) / pp) + pp)
     fwd, bwd = [t / 3 for t in chunk_t], [2 * t / 3 for t in chunk_t]
-    ops = [o for o in interleaved_1f1b(pp, v, enough, fwd, bwd) if o[2] < shown]
-    if not max(o[4] for o in ops) > 0:
+    drawn = _draw_ops(d, interleaved_1f1b(pp, v, m, fwd, bwd), pp, v, m)
+    if drawn is None:
         return NO_TIME
-    note = _partly_drawn(shown, m)
+    svg, note = drawn
     return (
         f"<h2>Pipeline timeline (interleaved 1F1B, {v} chunks per rank)</h2>\n"
-        + _chart(_draw_timeline, "timeline", "pipeline timeline", pp, ops, v)
+        + svg
         + f'<p class="cap">Megatron-LM\'s interleaved 1F1B schedule: {fmt(pp)} ranks, {fmt(v)} model chunks '
         f"each (chunk j of rank k is model chunk j·{fmt(pp)} + k, later chunks lighter), {fmt(m)} "
         f"micro-batch{'es' if m > 1 else ''}; bars wide enough for it are numbered by micro-batch. "
@@ -943,19 +1207,12 @@ def _baselines(d: dict) -> str:
         acc = dict(b.get("accelerator") or {})
         for k in ("area_mm2", "hbm_bytes"):
             acc.setdefault(k, b.get(k))
-        plan = "/".join(fmt(b.get(k)) for k in ("dp", "pp", "tp", "micro_batch_size"))
-        # What practitioners set beside the degrees, where the plan sets it (older JSON: absent).
-        extra = [
-            "SP" if b.get("sequence_parallel") else "",
-            f"v {b['virtual_stages']}" if (b.get("virtual_stages") or 1) > 1 else "",
-            f"ZeRO-{b['zero']}" if b.get("zero") else "",
-        ]
-        plan += "".join(f", {x}" for x in extra if x)
         rows.append(
             (
                 str(b.get("name", "?")),
                 accel_summary(acc),
-                plan,
+                # the settings the baseline's plan gives (none when it found no plan: DP 0)
+                _plan_text(b) if b.get("dp") else "—",
                 t if ok else _n("—"),
                 _n(f"{fmt(ours / t)}×" if ok and ours and t else "—"),
                 str(b.get("note") or ""),
@@ -965,7 +1222,7 @@ def _baselines(d: dict) -> str:
         [
             "baseline",
             "accelerator",
-            "DP/PP/TP/micro-batch (SP, chunks v, ZeRO)",
+            "plan",
             f"{objective} ({(d.get('search') or {}).get('objective_unit', '')})" if other else "throughput (samples/s)",
             "gain of chosen" if other else "speed-up of chosen",
             "note",
@@ -1009,13 +1266,38 @@ def _stats(d: dict) -> str:
             + _table(["stage", "pruned", "% of architectures", "remaining"], prow)
         )
     if wall:
-        peak = max(wall.values()) or 1
-        wrow = [
-            (str(k), v, ("html", f'<span class="bar" style="width:{100 * v / peak:.0f}px"></span>'))
-            for k, v in wall.items()
-        ]
-        out.append("<h3>Wall time per phase (s)</h3>\n" + _table(["phase", "seconds", ""], wrow))
+        out.append(_wall_times(wall, total))
     return "\n".join(out)
+
+
+def _wall_times(wall: dict[str, float], total: float) -> str:
+    """``search.wall_s`` as two tables: the phases, one after the other, and what the run spent
+    outside them, adding up to the total (its own row, last); then the cost evaluator's timers,
+    which run inside the baselines and search phases (counting them again would not add up).
+    The bars are on one scale, the total's."""
+    from phaze.search.engine import TIMERS
+
+    def bar(v: float) -> tuple[str, str]:
+        return ("html", f'<span class="bar" style="width:{100 * v / (total or peak or 1):.0f}px"></span>')
+
+    peak = max(wall.values())
+    phases = [(str(k), v) for k, v in wall.items() if k != "total" and k not in TIMERS]
+    timers = [(str(k).replace("_", " "), v) for k, v in wall.items() if k in TIMERS]
+    rows: list[Sequence[Any]] = [(k, v, bar(v)) for k, v in phases]
+    foot = None
+    if "total" in wall:
+        rest = wall["total"] - sum(v for _, v in phases)
+        if phases and rest > 0:
+            rows.append(("other (outside the phases)", rest, bar(rest)))
+        foot = ("total", wall["total"], bar(wall["total"]))
+    out = "<h3>Wall time per phase (s)</h3>\n" + _table(["phase", "seconds", ""], rows, foot)
+    if timers:
+        out += (
+            "\n<h3>Of which, the cost evaluator (s)</h3>\n"
+            + _table(["timer", "seconds", ""], [(k, v, bar(v)) for k, v in timers])
+            + '\n<p class="cap">Inside the baselines and search phases, not added to them.</p>'
+        )
+    return out
 
 
 def _models(d: dict) -> str:
@@ -1045,10 +1327,11 @@ def render(data: dict) -> str:
     --json``, as one self-contained HTML page."""
     title = ", ".join(map(str, data.get("models") or [data.get("model") or "search"]))
     if is_plan(data):
-        parts = [_header(data, "plan"), _timeline(data), _memory(data), _candidates(data)]
+        parts = [_header(data, "plan"), _summary(data), _timeline(data), _memory(data), _candidates(data)]
     else:
         parts = [
             _header(data),
+            _summary(data),
             _scatter(data),
             _power_scatter(data),
             _timeline(data),
