@@ -414,7 +414,7 @@ def test_capacity_factor_is_said_in_the_summary_and_the_report_header():
     flags = ("--hw", "a100", *FAST, "--devices", "4", "--global-batch", "8", "--placement", "expert:1,4,1")
     model = _model_file(MIXTRAL.format(seq=32))
     padded = summary(parse_module(_compile(model, *flags, "--capacity-factor", "1.25")))
-    assert padded.splitlines()[-1] == "expert GEMMs padded to capacity factor 1.25"
+    assert "expert GEMMs padded to capacity factor 1.25" in padded.splitlines()
     assert "capacity factor" not in summary(parse_module(_compile(model, *flags)))
     assert "capacity factor 1.25" in _header({"dp": 4, "capacity_factor": 1.25}, "plan")
     assert "capacity factor" not in _header({"dp": 4, "capacity_factor": None}, "plan")
