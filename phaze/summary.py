@@ -151,6 +151,46 @@ def runner_up(candidates: Sequence[Mapping[str, Any]], best: float) -> dict[str,
     }
 
 
+def search_runner_up(baselines: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The architecture search's runner-up: its fastest baseline that is not the winning chip
+    and placement (the co-optimised baseline often is), and what it lost by and on: its chip's
+    area and HBM, its placement; None without one."""
+    best = float(plan["throughput_samples_per_s"])
+    won = ((plan["accelerator"] or {}).get("name"), plan["dp"], plan["pp"], plan["tp"], plan["micro_batch_size"])
+    others = [
+        b
+        for b in baselines
+        if b["throughput_samples_per_s"] > 0
+        and ((b["accelerator"] or {}).get("name"), b["dp"], b["pp"], b["tp"], b["micro_batch_size"]) != won
+    ]
+    if not others or best <= 0:
+        return None
+    b = max(others, key=lambda b: b["throughput_samples_per_s"])
+    lost = 1 - b["throughput_samples_per_s"] / best
+    chip = (b["accelerator"] or {}).get("name", "")
+    area = f", {b['area_mm2']:.4g} mm²" if b.get("area_mm2") else ""
+    hbm = f", {si(b['hbm_bytes'], 'B')} HBM" if b.get("hbm_bytes") else ""
+    on = f"{chip}{area}{hbm}; DP {b['dp']} x PP {b['pp']} x TP {b['tp']}, micro-batch {b['micro_batch_size']}"
+    return {
+        "name": f"baseline {b['name']}",
+        "samples_per_s": b["throughput_samples_per_s"],
+        "slower_by": lost,
+        "why": f"{lost:.1%} fewer samples/s ({b['throughput_samples_per_s']:.5g} against {best:.5g}) on {on}",
+    }
+
+
+def with_runner_up(summary: dict[str, Any], runner: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``summary`` with its runner-up replaced by ``runner`` (its line too)."""
+    out = dict(summary)
+    out["runner_up"] = runner
+    kept = [line for line in summary["lines"] if not line.startswith("runner-up ")]
+    if runner is not None:
+        at = next((i + 1 for i, line in enumerate(kept) if line.startswith("memory per device ")), len(kept))
+        kept.insert(at, f"runner-up {runner['name']}: {runner['why']}")
+    out["lines"] = kept
+    return out
+
+
 def warning_words(warnings: Sequence[Mapping[str, Any]]) -> list[str]:
     """The plan JSON's ``warnings`` as sentences."""
     out = []

@@ -113,3 +113,26 @@ def test_phazec_writes_the_summary_everywhere_and_leaves_the_headroom(tmp_path):
     for bad in ("1", "nan"):
         r = run_tool("phazec", TINY, "--hw", "tpuv4", "--memory-headroom", bad)
         assert r.returncode != 0 and r.stderr.count("\n") == 1 and "--memory-headroom" in r.stderr, r.stderr
+
+
+def test_a_search_names_its_best_other_baseline_and_what_it_ran_on():
+    won = {"name": "small:x"}
+    plan = {"throughput_samples_per_s": 100.0, "accelerator": won, "dp": 4, "pp": 1, "tp": 1, "micro_batch_size": 8}
+
+    def base(name, thr, chip, dp):
+        acc = {"name": chip} if chip else None
+        return {"name": name, "throughput_samples_per_s": thr, "accelerator": acc, "dp": dp, "pp": 1, "tp": 1,
+                "micro_batch_size": 8, "area_mm2": 278.8, "hbm_bytes": 34359738368}  # fmt: skip
+
+    baselines = [
+        base("co-optimized", 100.0, "small:x", 4),
+        base("tpuv4+phaze", 75.0, "tpuv4", 8),
+        base("x", 0.0, "", 0),
+    ]
+    r = plan_summary.search_runner_up(baselines, plan)
+    assert r["name"] == "baseline tpuv4+phaze" and r["slower_by"] == pytest.approx(0.25)
+    assert "on tpuv4, 278.8 mm², 34.4 GB HBM; DP 8 x PP 1 x TP 1" in r["why"]
+    lines = ["model m", "memory per device 1 B of 2 B HBM = params 1 B", "runner-up old: gone", "power: 1 W"]
+    s = plan_summary.with_runner_up({"lines": lines, "runner_up": {"name": "old"}}, r)
+    assert s["lines"] == [*lines[:2], f"runner-up baseline tpuv4+phaze: {r['why']}", "power: 1 W"]
+    assert plan_summary.search_runner_up(baselines[:1], plan) is None

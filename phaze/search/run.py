@@ -914,4 +914,8 @@ def _assemble(modules, names, baselines, stats, recompute: str = "auto", headroo
         data["warnings"] = [{**w, "model": n} for p, n in zip(plans, names) for w in p["warnings"]]
     data["baselines"] = baselines
     data["search"] = stats
+    if data.get("summary"):  # one model: its plan's summary, against the best other baseline
+        from phaze import summary as plan_summary
+
+        data["summary"] = plan_summary.with_runner_up(data["summary"], plan_summary.search_runner_up(baselines, data))
     return module, data

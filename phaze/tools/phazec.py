@@ -685,6 +685,11 @@ def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None, list[
         if progress is not None:
             progress.close()
     log("baselines:\n" + baseline_table(data))
+    if data.get("summary"):
+        log("plan:\n" + "\n".join(data["summary"]["lines"]))
+        from phaze.summary import comment as plan_comment
+
+        text = plan_comment(data["summary"]) + text
     st = data["search"]
     log(
         "search: "
