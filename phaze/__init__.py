@@ -1,8 +1,9 @@
 """The phaze compiler: what a user runs.
 
-``phazec`` and ``phaze-opt`` (``phaze/tools``), the fixed pass pipeline and its sweep over
-micro-batch and TP (``phaze/driver.py``), the architecture search with its baselines and report
-(``phaze/search``), and the ``xdsl.universe`` entry point (``phaze/universe.py``).
+``phaze.compile`` (``phaze/api.py``, the library), ``phazec`` and ``phaze-opt``
+(``phaze/tools``), the fixed pass pipeline and its sweep over micro-batch and TP
+(``phaze/driver.py``), the architecture search with its baselines and report (``phaze/search``),
+and the ``xdsl.universe`` entry point (``phaze/universe.py``).
 
 It sits above both other packages: it imports ``phaze_ir`` (the IR) and ``passes`` (the passes
 and their algorithms); neither imports it (``[tool.importlinter]`` in ``pyproject.toml``).
@@ -14,3 +15,11 @@ try:
     __version__ = _metadata.version("phaze")
 except _metadata.PackageNotFoundError:  # run from a checkout that was never installed
     __version__ = "unknown"
+
+
+def compile(model, hw: str = "h100", **options):
+    """:func:`phaze.api.compile`: the :class:`phaze.api.Plan` of ``model`` on ``hw`` (imported
+    on first use: ``import phaze`` stays light)."""
+    from phaze.api import compile as compile_plan
+
+    return compile_plan(model, hw, **options)

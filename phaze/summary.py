@@ -50,6 +50,11 @@ def si(value: float, unit: str, digits: int = 3) -> str:
     return f"{value:.{digits}g} {unit}"
 
 
+def percent(fraction: float) -> str:
+    """A fraction as a percentage of three significant digits (``41.2%``, ``0.00235%``)."""
+    return f"{fraction * 100:.3g}%"
+
+
 def count_words(n: int) -> str:
     """A count in words: ``1.56 billion``, ``350 million``, ``133,440``."""
     for scale, word in ((1e12, "trillion"), (1e9, "billion"), (1e6, "million")):
@@ -264,11 +269,7 @@ def lines(s: Mapping[str, Any], table: str, other_lines: Sequence[str]) -> list[
     rate = f"{s['samples_per_s']:.5g} samples/s"
     if s["tokens_per_s"] is not None:
         rate += f", {s['tokens_per_s']:,.0f} tokens/s"
-    use = []
-    if s["mfu"] is not None:
-        use.append(f"MFU {s['mfu']:.1%}")
-    if s["hfu"] is not None:
-        use.append(f"HFU {s['hfu']:.1%}")
+    use = [f"{name} {percent(s[key])}" for name, key in (("MFU", "mfu"), ("HFU", "hfu")) if s[key] is not None]
     if use:
         rate += "; " + ", ".join(use) + f" of the chips' {si(s['peak_flops_per_s'], 'FLOP/s')} tensor peak"
     out.append(rate)

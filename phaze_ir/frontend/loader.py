@@ -125,9 +125,12 @@ def _first_nul(file: Path) -> tuple[int | None, int | None]:
     return data.count(b"\n", 0, at) + 1, at - start + 1
 
 
-def load_model_file(path: str | os.PathLike) -> ModelSpec:
+def load_model_file(path: str | os.PathLike | ModelSpec) -> ModelSpec:
     """Import ``path`` as a module and check that it follows the model-file contract (a
-    ``.json`` path: a Hugging Face config, :func:`load_hf_config`)."""
+    ``.json`` path: a Hugging Face config, :func:`load_hf_config`); a :class:`ModelSpec`
+    already (``phaze.api``'s of a model factory) is itself."""
+    if isinstance(path, ModelSpec):
+        return path
     # No hub traffic, ever: models are built from configs in code.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
