@@ -762,10 +762,10 @@ def export_files(
         if target == "megatron":
             unknown = megatron_model_args(facts)[1]
             if unknown:
-                log(f"--export megatron: the traced model does not tell {', '.join(unknown)}: add them to {path}'s")
+                log(f"--export megatron: the model does not tell {', '.join(unknown)}: add them to {path}'s")
         else:
             fields, unknown = torchtitan_flavour(facts)
-            missing = f" (not told by the traced model: {', '.join(unknown)})" if unknown else ""
+            missing = f" (the model does not tell {', '.join(unknown)})" if unknown else ""
             log(
                 f"--export torchtitan: its model flavour (torchtitan's --module/--config, no command-line field): "
                 f"{', '.join(fields)}{missing}"
