@@ -249,6 +249,8 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         r.pipeline_schedule,
         "--rank-order",
         "tp-dp-pp",
+        "--memory-headroom",
+        "0",  # a run that ran is priced as it ran: the headroom is for plans not yet run
     ]
     if r.zero == 3 and dp_overlap:
         flags.append("--dp-overlap")  # FSDP prefetches the all-gathers and overlaps the reduce-scatters
