@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
         "models",
         nargs="+",
         metavar="MODEL",
-        help="model file defining get_model() and get_inputs(micro_batch_size); several: one chip for all",
+        help="model file defining get_model() and get_inputs(micro_batch_size), or a Hugging Face config.json; "
+        "several: one chip for all",
     )
     out = p.add_argument_group("outputs")
     out.add_argument("-o", "--output", default="-", help="output .mlir file ('-' for stdout, the default)")
@@ -90,7 +91,11 @@ def _parser() -> argparse.ArgumentParser:
         help="tensor-parallel width (default: 1, and the plan stage tries 1, 2, 4 and 8)",
     )
     model.add_argument(
-        "--seq-len", type=int, default=None, metavar="N", help="sequence length (default: the model file's SEQ_LEN)"
+        "--seq-len",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sequence length (default: the model file's SEQ_LEN, a config.json's max_position_embeddings)",
     )
     model.add_argument(
         "--dtype",
