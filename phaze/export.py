@@ -113,6 +113,8 @@ class ModelFacts:
     layer_kinds: tuple[str, ...]
     seq_len: int | None = None
     dtype: str = "float16"
+    #: whether the user asked for ``dtype`` (phazec's ``--dtype``), or it is the default
+    dtype_asked: bool = False
     optimizer: str = "adam"
     dp_overlap: bool = False
     shape: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -127,9 +129,9 @@ def precision(facts: ModelFacts) -> str | None:
     """The launch precision of the run: ``bf16``, ``fp16`` or ``fp32`` (None: ``--dtype model``,
     the model's own, which phaze does not know). Both targets launch 16-bit training as mixed
     precision with fp32 master weights (phaze's Adam prices it so); fp16 and bf16 move the same
-    bytes at the same tensor rate on every chip phaze prices, so phazec's default ``--dtype
-    float16`` launches bf16 wherever the chip has it (no loss scaling to tune), and fp16 only
-    under ``--dtype amp-float16`` (torch.autocast's fp16, asked by name) or on a chip without bf16."""
+    bytes at the same tensor rate on every chip phaze prices, so phazec's default (float16, not
+    asked) launches bf16 wherever the chip has it (no loss scaling to tune), and fp16 when asked
+    (``--dtype float16`` or ``amp-float16``) or on a chip without bf16."""
     if facts.dtype == "float32":
         return "fp32"
     if facts.dtype in ("bfloat16", "amp-bfloat16"):
@@ -137,7 +139,7 @@ def precision(facts: ModelFacts) -> str | None:
     if facts.dtype == "amp-float16":
         return "fp16"
     if facts.dtype == "float16":
-        return "bf16" if facts.bf16 else "fp16"
+        return "bf16" if facts.bf16 and not facts.dtype_asked else "fp16"
     return None
 
 
@@ -656,7 +658,7 @@ def export_outputs(args) -> list[tuple[str, str]]:
         if target == "torchtitan":
             zero = str(getattr(args, "zero", "0"))
             _torchtitan_can_run(int(zero) if zero.isdigit() else 0, getattr(args, "optimizer", "adam"))
-            if getattr(args, "dtype", None) == "amp-float16":
+            if getattr(args, "dtype", None) in ("float16", "amp-float16"):  # fp16 asked by name
                 raise PhazeError(_TORCHTITAN_FP16)
         outputs.append((f"--export {target}", path))
     return outputs

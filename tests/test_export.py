@@ -443,6 +443,7 @@ def test_torchtitan_flavour_names_torchtitans_fields(titan):
         (["--hw", "a100", "--json", "{tmp}/p", "--export", "megatron", "{tmp}/p"], "is also --json"),
         (["--hw", "a100", "--export", "torchtitan", "MODEL"], "is the model file"),
         (["--hw", "a100", "--dtype", "amp-float16", "--export", "torchtitan", "x"], "has no fp16 mixed precision"),
+        (["--hw", "a100", "--dtype", "float16", "--export", "torchtitan", "x"], "has no fp16 mixed precision"),
     ],
 )
 def test_export_paths_and_targets_are_checked_before_any_work(tmp_path, args, message):
@@ -642,3 +643,12 @@ def test_megatron_lm_validates_the_exports(tmp_path):
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert r.returncode == 0 and "validated by Megatron-LM" in r.stdout, r.stderr[-2000:]
+
+
+def test_float16_asked_by_name_launches_fp16_the_default_bf16():
+    from phaze.export import precision
+
+    assert precision(facts(2)) == "bf16"  # phazec's default float16 on a chip with bf16
+    assert precision(facts(2, dtype_asked=True)) == "fp16"  # --dtype float16, asked
+    assert precision(facts(2, bf16=False)) == "fp16"
+    assert precision(facts(2, dtype="amp-bfloat16", dtype_asked=True)) == "bf16"

@@ -21,6 +21,7 @@ error and exit status 1; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, NoPlanFits, Options
-from phaze.messages import INTERRUPTED, PartialOutput, exit_status, show_warnings_as
+from phaze.messages import INTERRUPTED, PartialOutput, exit_status, install_error_hook, show_warnings_as
 from phaze.outputs import refuse_clashes, write_together
 from phaze.tools.flags import (
     DEFAULT_CACHE_LIMIT,
@@ -99,9 +100,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     model.add_argument(
         "--dtype",
-        default="float16",
+        default=None,
         choices=("float16", "bfloat16", "float32", "amp-bfloat16", "amp-float16", "model"),
-        help="training precision of weights and activations (default float16; amp-bfloat16, amp-float16: "
+        help="training precision of weights and activations (default float16, which --export launches as bf16 "
+        "where the chip has it; amp-bfloat16, amp-float16: "
         "torch.autocast's mixed precision, fp32 weights and gradients; 'model' keeps the model's)",
     )
     model.add_argument(
@@ -420,7 +422,7 @@ def options(args: argparse.Namespace):
         micro_batches=(args.micro_batch,) if args.micro_batch is not None else DEFAULT_MICRO_BATCHES,
         tp_widths=(args.tp,) if args.tp is not None else None,
         seq_len=args.seq_len,
-        dtype=args.dtype,
+        dtype=args.dtype or Options.dtype,
         kernels=args.kernels,
         optimizer=args.optimizer,
         hw=args.hw or "tpuv4",
@@ -589,6 +591,7 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
             from phaze.export import export_files, facts_of
 
             facts = facts_of(result.layer_kinds, result.seq_len, opts, result.model_shape, result.plan)
+            facts = dataclasses.replace(facts, dtype_asked=args.dtype is not None)
             rendered, refused = export_files(args.export, result.plan, facts, log)
             files += rendered + [("", "", why) for why in refused]  # a refusal: no path, said by _write
         if args.json:
@@ -628,7 +631,7 @@ def _launchable_answer(args: argparse.Namespace, opts, log):
 
     def refused(r) -> list[str]:
         facts = facts_of(r.layer_kinds, r.seq_len, opts, r.model_shape, r.plan)
-        return refusals(args.export, r.plan, facts)
+        return refusals(args.export, r.plan, dataclasses.replace(facts, dtype_asked=args.dtype is not None))
 
     first = refused(result)
     if not first:
@@ -743,6 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     quiet = args.quiet
     show_warnings_as("phazec")
+    install_error_hook("phazec", args.debug)
 
     def log(msg: str) -> None:
         # The plan summary is shown even with -q: it is the answer, not progress.
