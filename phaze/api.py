@@ -150,7 +150,7 @@ def factory_spec(
 
     if inputs is None:
         raise PhazeError("phaze.compile: a model factory needs inputs=f(micro_batch, seq_len) returning its inputs")
-    label = name or getattr(get_model, "__name__", "model")
+    label = str(name or getattr(get_model, "__name__", "model"))
     return ModelSpec(
         path=Path(f"<{label}>"),
         name=label,

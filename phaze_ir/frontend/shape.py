@@ -81,8 +81,8 @@ def model_shape(model: Any) -> Shape:
         shape.setdefault("vocab_size", int(embedding.num_embeddings))
         shape.setdefault("hidden_size", int(embedding.embedding_dim))
     # A gated MLP: Llama's gate_proj, Mixtral's experts' fused gate_up_proj (or w1 and w3).
-    names = [name.rsplit(".", 1)[-1] for name, _ in [*modules, *model.named_parameters()]]
-    gated = any(n in ("gate_proj", "gate_up_proj", "w1", "w3") for n in names)
+    leaf_names = [name.rsplit(".", 1)[-1] for name, _ in [*modules, *model.named_parameters()]]
+    gated = any(n in ("gate_proj", "gate_up_proj", "w1", "w3") for n in leaf_names)
     if gated and shape.get("activation") in ("silu", "swish", None):
         shape["activation"] = "swiglu"  # silu(gate) * up: Megatron-LM's --swiglu
     norms = {type(m).__name__ for _, m in modules if type(m).__name__.endswith("Norm")}
