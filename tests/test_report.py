@@ -808,6 +808,77 @@ def test_missing_fields(tmp_path):
     assert "<td>b</td>" in page
 
 
+#: A name no report may let through as markup: a script, an image that would load and report
+#: an error, a quote and an ampersand, and an end of comment (the charts write their texts in
+#: XML comments).
+HOSTILE = """<script>console.error('xss')</script><img src="x.png" onerror="console.error('xss')">&amp; -->"""
+
+
+def hostile() -> dict:
+    """The multi-model search with :data:`HOSTILE` in every text the report shows from the JSON:
+    model names, the chip's name, baseline names and notes, a stage's recompute, the summary's
+    warnings, lines and runner-up, the space, a pruning stage, a wall-time phase."""
+    d = synthetic(multi=True)
+    d["models"] = [HOSTILE, "m2"]
+    d["accelerator"]["name"] = HOSTILE
+    d["baselines"][0]["name"] = d["baselines"][2]["note"] = HOSTILE
+    d["stages"][0]["recompute"] = HOSTILE
+    s = d["summary"]
+    s["warnings"], s["lines"], s["runner_up"] = [HOSTILE], [HOSTILE], {"name": HOSTILE, "why": HOSTILE}
+    s["memory_bytes"][HOSTILE] = 1e9
+    d["search"]["space"] = HOSTILE
+    d["search"]["pruned"][HOSTILE] = 1
+    d["search"]["wall_s"] = {HOSTILE: 1.0, **d["search"]["wall_s"]}
+    d["models_detail"][0]["model"] = HOSTILE
+    return d
+
+
+def test_what_the_json_says_is_escaped(tmp_path):
+    """Every text from the JSON is shown as text (the templates escape all they show but the
+    charts' SVG, whose texts matplotlib escapes): no element, attribute or comment end of its
+    own, on the page of a search and of a plan; and the browser loads nothing and logs nothing."""
+    d = hostile()
+    page = R.render(d)
+    escaped = html.escape(HOSTILE, quote=False)  # the text; quotes (text, not attributes) either way
+    assert "<script" not in page and "<img" not in page
+    shown = page.replace("&#39;", "'").replace("&#34;", '"')
+    # the title, the heading, the header (models, chip), the summary (runner-up twice, a warning,
+    # the printed lines), a stage, a baseline and its note, the space, a pruning stage, a phase,
+    # a model on the common chip
+    assert shown.count(escaped) >= 15
+    # the charts still parse (no comment ended early) and draw what they drew
+    assert list(charts(page)) == ["breakdown", "footprint", "scatter", "timeline", "memory"]
+    assert empty_charts(page) == []
+    assert any(t.startswith("baseline: <script>console.error") for t in texts(page))
+    plan = {k: v for k, v in d.items() if k not in ("search", "baselines", "models", "models_detail")}
+    plan.update(model=HOSTILE, placement=HOSTILE, recompute="auto", feasible=False, binding=HOSTILE)
+    plan["candidates"] = [{"micro_batch_size": 1, "tp": 1, "throughput_samples_per_s": 1.0, "note": HOSTILE}]
+    plan_page = R.render(plan)
+    assert "<script" not in plan_page and "<img" not in plan_page
+    assert plan_page.replace("&#39;", "'").replace("&#34;", '"').count(escaped) >= 8
+    if CHROMIUM:
+        for name, text in (("hostile", page), ("hostile-plan", plan_page)):
+            path = tmp_path / f"{name}.html"
+            path.write_text(text, encoding="utf-8")
+            assert inspect(path, tmp_path).problems == []
+
+
+def test_the_templates_are_package_data():
+    """The page is built from the templates in phaze/search/templates, which a wheel carries
+    (maturin ships every file of the python-packages), read through the package's loader."""
+    from importlib.resources import files
+
+    names = {p.name for p in (files("phaze.search") / "templates").iterdir()}
+    assert {"report.html.j2", "sections.html.j2", "macros.html.j2", "report.css"} <= names
+    env = R._templates()
+    assert env.autoescape is True and set(env.list_templates()) >= {"report.html.j2", "sections.html.j2"}
+    # every kind of section the page builds has its macro
+    module = env.get_template("sections.html.j2").module
+    for kind in ("header", "summary", "scatter", "power", "timeline", "memory", "baselines", "stats", "models"):
+        assert callable(getattr(module, kind)), kind
+    assert callable(module.candidates)
+
+
 def test_deterministic(pages, tmp_path):
     d = synthetic(multi=True)
     a = pages["multi"]

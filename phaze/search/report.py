@@ -50,18 +50,30 @@ are prefixed with its name (``breakdown-``, ``footprint-``, ``scatter-``, ``time
 unique; the data of a chart are groups with fixed ids (``scatter-evaluated``, ``timeline-forward``,
 ``timeline-forward-1`` for chunk 1 of an interleaved plan, ``memory-params``, ...), which the tests
 read. matplotlib is imported only when a chart is drawn.
+
+The page is built from jinja2 templates (``phaze/search/templates``, package data): Python
+computes what each section shows (a view: its figures and words, tables as :class:`Table` of
+:class:`Cell`, charts as SVG :class:`markupsafe.Markup`), ``sections.html.j2`` has a macro per
+section kind that lays it out (the prose of the captions included), ``report.html.j2`` the page
+and ``report.css`` its style. Autoescape is on: every text from the JSON (model names, notes,
+warnings, ...) is HTML-escaped; only the charts' SVG, which matplotlib writes (escaping its
+texts), goes in as it is.
 """
 
 from __future__ import annotations
 
-import html
+import functools
 import io
 import math
 import numbers
 import re
 import types
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
+
+import jinja2
+from markupsafe import Markup, escape
 
 from phaze.outputs import write_atomically
 from phaze.search.pareto import front_indices
@@ -123,23 +135,10 @@ STYLE = {
 #: No date, creator or licence in the SVG metadata (nothing that changes, nothing external).
 SVG_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
 
-CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}
-h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:2em}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px}
-td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}
-.bar{display:inline-block;height:.8em;background:#4e79a7}.cap,.empty{color:#555;font-size:.9em}
-tr.total td{font-weight:bold;border-top:2px solid #888}ul.warn{color:#8a4b00}pre{font-size:.85em;overflow-x:auto}
-svg.chart{display:block;margin:.5em 0;max-width:100%;height:auto}"""
-
 
 # ---------------------------------------------------------------------------------------------
 # Formatting
 # ---------------------------------------------------------------------------------------------
-
-
-def esc(x: Any) -> str:
-    """``x`` as escaped HTML text."""
-    return html.escape(str(x))
 
 
 def _num(x: Any) -> float | None:
@@ -190,27 +189,44 @@ def accel_summary(acc: dict | None) -> str:
     return ", ".join(parts) or "—"
 
 
-def _n(text: str) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Cell:
+    """A table cell as the template shows it: ``text`` (escaped there), right-aligned when
+    ``num``; ``bar_px``: a bar that many pixels wide instead of text."""
+
+    text: str = ""
+    num: bool = False
+    bar_px: int | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table for the template's ``table`` macro: the header, the rows and ``total``, a last row
+    in bold that the others add up to."""
+
+    head: Sequence[str]
+    rows: Sequence[Sequence[Cell]]
+    total: Sequence[Cell] | None = None
+
+
+def _n(text: str) -> Cell:
     """A right-aligned text cell (a percentage, a speed-up, a missing number)."""
-    return ("html", esc(text))
+    return Cell(text, num=True)
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[Any]], total: Sequence[Any] | None = None) -> str:
-    """An HTML table; ``str`` cells are escaped, numbers formatted and right-aligned. A cell
-    given as ``("html", markup)`` is inserted as is, right-aligned (see :func:`_n`). ``total``:
-    a last row, in bold, that the others add up to."""
-    out = ["<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"]
-    for row in [*rows, *([total] if total else [])]:
-        cells = []
-        for c in row:
-            if isinstance(c, tuple) and c[0] == "html":
-                cells.append(f'<td class="n">{c[1]}</td>')
-            elif isinstance(c, str):
-                cells.append(f"<td>{esc(c)}</td>")
-            else:
-                cells.append(f'<td class="n">{esc(fmt(c))}</td>')
-        out.append(("<tr>" if row is not total else '<tr class="total">') + "".join(cells) + "</tr>")
-    return "\n".join(out) + "\n</table>"
+def _cell(c: Any) -> Cell:
+    """``str``: a text cell; a :class:`Cell` as it is; anything else a number, formatted
+    (:func:`fmt`) and right-aligned."""
+    if isinstance(c, Cell):
+        return c
+    if isinstance(c, str):
+        return Cell(c)
+    return Cell(fmt(c), num=True)
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[Any]], total: Sequence[Any] | None = None) -> Table:
+    """A :class:`Table` of ``rows`` of cells as :func:`_cell` takes them."""
+    return Table(list(head), [[_cell(c) for c in row] for row in rows], [_cell(c) for c in total] if total else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,14 +410,15 @@ def _svg(mpl: Any, fig: Any, name: str, label: str) -> str:
     svg = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{name}-{m[1]}"', svg)
     svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{name}-{m[1]})", svg)
     svg = svg.replace('<style type="text/css">*{', '<style type="text/css">svg.chart *{')  # not the page's
-    return svg.replace("<svg ", f'<svg class="chart" role="img" aria-label="{esc(label)}" ', 1).rstrip() + "\n"
+    return svg.replace("<svg ", f'<svg class="chart" role="img" aria-label="{escape(label)}" ', 1).rstrip()
 
 
-def _chart(draw: Any, name: str, label: str, *args: Any) -> str:
-    """``draw(mpl, *args)`` (which returns a figure) under the report's style, as inline SVG."""
+def _chart(draw: Any, name: str, label: str, *args: Any) -> Markup:
+    """``draw(mpl, *args)`` (which returns a figure) under the report's style, as inline SVG:
+    markup the templates insert as it is (matplotlib escapes the texts it writes)."""
     mpl = _mpl()
     with mpl.style.context(["default", STYLE]):
-        return _svg(mpl, draw(mpl, *args), name, label)
+        return Markup(_svg(mpl, draw(mpl, *args), name, label))
 
 
 def _ticks(mpl: Any, scale: float = 1.0) -> Any:
@@ -731,7 +748,7 @@ def _draw_stack(
 
 
 # ---------------------------------------------------------------------------------------------
-# Sections
+# Sections: what each shows, computed here; how, in templates/sections.html.j2
 # ---------------------------------------------------------------------------------------------
 
 
@@ -767,16 +784,16 @@ def _plan_text(d: dict) -> str:
     return ", ".join(f"{k} {fmt(v)}" for k, v in plan if v is not None) or "—"
 
 
-def _header(d: dict, title: str = "search") -> str:
+def _header_view(d: dict, title: str = "search") -> dict:
+    """The page's heading and its table of the run: rows ``(label, text)``."""
     models = d.get("models") or ([d["model"]] if d.get("model") else [])
     acc = d.get("accelerator") or {}
-    plan_txt = _plan_text(d)
     rows = [
         ("Model" + ("s" if len(models) > 1 else ""), ", ".join(map(str, models)) or "—"),
         ("Devices", fmt(d.get("devices"))),
         ("Global batch", fmt(d.get("global_batch"))),
         ("Accelerator", (f"{acc['name']}: " if acc.get("name") else "") + accel_summary(acc)),
-        ("Plan", plan_txt),
+        ("Plan", _plan_text(d)),
     ]
     if title == "plan":
         policies = sorted({str(s.get("recompute")) for s in d.get("stages") or [] if s.get("recompute")})
@@ -811,8 +828,12 @@ def _header(d: dict, title: str = "search") -> str:
         )
     if carbon and carbon.get("kgco2e_per_step") is not None:
         rows.append(("Carbon", f"{_unit(carbon.get('kgco2e_per_step'), 'kg CO2e')} per step"))
-    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
-    return f"<h1>phaze {title}: {esc(', '.join(map(str, models)) or 'report')}</h1>\n<table>{body}</table>"
+    return {"kind": "header", "title": title, "name": ", ".join(map(str, models)) or "report", "rows": rows}
+
+
+def _header(d: dict, title: str = "search") -> str:
+    """The header section as HTML."""
+    return _section_html(_header_view(d, title))
 
 
 def _part_label(key: str) -> str:
@@ -825,14 +846,14 @@ def _gid(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", str(key))
 
 
-def _summary(d: dict) -> str:
+def _summary(d: dict) -> dict | None:
     """The plan's summary (the JSON's ``summary``, as phazec prints it on stderr): its headline
     figures, where the step's time goes (a stacked bar), the memory of the fullest device by part
-    against its HBM, why the runner-up lost, the warnings. Nothing when the JSON has none (older
+    against its HBM, why the runner-up lost, the warnings. None when the JSON has none (older
     JSON); the figures are the summary's own, none computed here."""
     s = d.get("summary")
     if not isinstance(s, dict) or not s:
-        return ""
+        return None
 
     def pct(x: Any) -> str | None:
         v = _num(x)
@@ -860,12 +881,15 @@ def _summary(d: dict) -> str:
         ("Memory per device", memory, "the fullest device"),
         ("Runner-up", f"{runner.get('name', '?')}: {runner.get('why', '')}".rstrip(": ") if runner else None, ""),
     ]
-    body = "".join(
-        f'<tr><th>{esc(k)}</th><td>{esc(v)}</td><td class="cap">{esc(why)}</td></tr>'
-        for k, v, why in rows
-        if v is not None
-    )
-    out = ["<h2>Summary</h2>", f"<table>{body}</table>" if body else ""]
+    view: dict[str, Any] = {
+        "kind": "summary",
+        "rows": [r for r in rows if r[1] is not None],
+        "breakdown": None,
+        "footprint": None,
+        "hbm_off_scale": None,  # the HBM capacity, when too large for the footprint's scale
+        "warnings": [str(w) for w in s.get("warnings") or []],
+        "lines": "\n".join(str(x) for x in s.get("lines") or []),
+    }
     parts = {str(k): v for k, v in (s.get("breakdown_s") or {}).items() if _num(v) is not None}
     total = _num(s.get("time_per_batch_s")) or sum(parts.values())
     if parts and total and total > 0:
@@ -874,9 +898,8 @@ def _summary(d: dict) -> str:
             (_gid(k), f"{_part_label(k)} {fmt(v / scale)} {prefix}s ({100 * v / total:.1f} %)", v, colour)
             for (k, v), colour in zip(parts.items(), _cycle(PART_COLOURS, len(parts)))
         ]
-        out.append("<h3>Where the step's time goes</h3>")
         unit_s = (f"Time ({prefix}s)", scale)
-        out.append(_chart(_draw_stack, "breakdown", "time per batch by part", stack, unit_s))
+        view["breakdown"] = _chart(_draw_stack, "breakdown", "time per batch by part", stack, unit_s)
     if mem and used and used > 0:
         # the HBM line when the device uses a visible share of it (else it flattens the bar)
         on_chart = hbm if hbm and used >= HBM_LINE_MIN_SHARE * hbm else None
@@ -897,30 +920,22 @@ def _summary(d: dict) -> str:
             if usable is not None:
                 share = fmt(100 * cast(float, headroom))
                 limits.append(("usable", usable, f"usable ({share} % headroom)", (0, (1.5, 2))))
-        out.append("<h3>Memory of the fullest device</h3>")
         unit_b = (f"Memory ({unit[0]})", float(unit[1]))
-        out.append(_chart(_draw_stack, "footprint", "memory per device by part", stack, unit_b, limits))
+        view["footprint"] = _chart(_draw_stack, "footprint", "memory per device by part", stack, unit_b, limits)
         if hbm and not on_chart:
-            out.append(f'<p class="cap">HBM capacity {esc(fmt_bytes(hbm))} (off the scale: not drawn).</p>')
-    warns = [str(w) for w in s.get("warnings") or []]
-    if warns:
-        out.append("<h3>Warnings</h3>")
-        out.append('<ul class="warn">' + "".join(f"<li>{esc(w)}</li>" for w in warns) + "</ul>")
-    lines = [str(x) for x in s.get("lines") or []]
-    if lines:
-        out.append("<details><summary>As phazec prints it</summary><pre>" + esc("\n".join(lines)) + "</pre></details>")
-    return "\n".join(x for x in out if x)
+            view["hbm_off_scale"] = fmt_bytes(hbm)
+    return view
 
 
 def _cycle(colours: Sequence[str], n: int) -> list[str]:
     return [colours[j % len(colours)] for j in range(n)]
 
 
-def _candidates(d: dict) -> str:
+def _candidates(d: dict) -> dict | None:
     """The micro-batch sizes and TP widths the plan stage tried (a plan's ``candidates``)."""
     cands = d.get("candidates") or []
     if not cands:
-        return ""
+        return None
     chosen = (d.get("micro_batch_size"), d.get("tp"), bool(d.get("sequence_parallel")))
     rows = []
     for c in cands:
@@ -936,10 +951,11 @@ def _candidates(d: dict) -> str:
                 str(c.get("note") or ""),
             )
         )
-    return "<h2>Candidates</h2>\n" + _table(["micro-batch", "TP", "SP", "throughput (samples/s)", "", "note"], rows)
+    head = ["micro-batch", "TP", "SP", "throughput (samples/s)", "", "note"]
+    return {"kind": "candidates", "table": _table(head, rows)}
 
 
-def _scatter(d: dict) -> str:
+def _scatter(d: dict) -> dict:
     search = d.get("search") or {}
     raw = search.get("points") or []
     pts = [(a, t) for a, t in map(_xy, raw) if a and t and a > 0 and t > 0]
@@ -951,24 +967,18 @@ def _scatter(d: dict) -> str:
     base = [(n, a, t) for n, a, t in base if a and t and a > 0 and t > 0]
     ca, ct = chosen
     picked = (ca, ct) if ca is not None and ct is not None and ca > 0 and ct > 0 else None
-    if not (pts or bounds or base or picked):
-        return '<h2>Throughput vs area</h2>\n<p class="empty">No evaluated points.</p>'
-    front = [pts[i] for i in pareto_front(pts)]
-    svg = _chart(_draw_scatter, "scatter", "throughput vs chip area", pts, bounds, front, base, picked)
-    return (
-        "<h2>Throughput vs area</h2>\n"
-        + svg
-        + f'<p class="cap">{fmt(len(pts))} evaluated architectures, {fmt(len(front))} on the '
-        f"Pareto front (max throughput, min area)"
-        + (f"; {fmt(len(bounds))} optimistic bounds of pruned candidates in grey" if bounds else "")
-        + ".</p>"
-    )
+    view: dict[str, Any] = {"kind": "scatter", "chart": None, "points": len(pts), "front": 0, "bounds": len(bounds)}
+    if pts or bounds or base or picked:
+        front = [pts[i] for i in pareto_front(pts)]
+        view["front"] = len(front)
+        view["chart"] = _chart(_draw_scatter, "scatter", "throughput vs chip area", pts, bounds, front, base, picked)
+    return view
 
 
-def _power_scatter(d: dict) -> str:
+def _power_scatter(d: dict) -> dict | None:
     """Throughput against the chip's power at its plan (``power_w`` of ``search.points``: the
     search priced power, its template has an ``[energy]`` table), with its Pareto front (max
-    throughput, min power); empty when no point has a power."""
+    throughput, min power); None when no point has a power."""
     raw = (d.get("search") or {}).get("points") or []
     pts, chosen = [], None
     for p in raw:
@@ -980,16 +990,10 @@ def _power_scatter(d: dict) -> str:
             if p.get("best"):
                 chosen = (w, t)
     if not pts:
-        return ""
+        return None
     front = [pts[i] for i in pareto_front(pts)]
     svg = _chart(_draw_scatter, "power", "throughput vs chip power", pts, [], front, [], chosen, "Chip power (W)")
-    return (
-        "<h2>Throughput vs power</h2>\n"
-        + svg
-        + f'<p class="cap">{fmt(len(pts))} evaluated architectures, {fmt(len(front))} on the '
-        "Pareto front (max throughput, min chip power: the busiest device's average over the "
-        "step at the plan the search found for the chip).</p>"
-    )
+    return {"kind": "power", "chart": svg, "points": len(pts), "front": len(front)}
 
 
 def _virtual_stages(d: dict) -> int:
@@ -1005,48 +1009,41 @@ def _virtual_stages(d: dict) -> int:
     return v
 
 
-def _timeline(d: dict) -> str:
+def _timeline(d: dict) -> dict:
+    """The pipeline timeline: ``chart`` None (with ``pp`` 0: no plan; else the stages take no
+    time) or the chart of the whole schedule, with what its caption says (``gap``: the
+    micro-batches left out, ``keep`` of the ``m`` drawn; ``step``: the time per batch as
+    ``(value, SI prefix)``)."""
     stages = d.get("stages") or []
     pp = int(d.get("pp") or len(stages) or 0)
     m = d.get("num_micro_batches")
     if not m and d.get("global_batch") and d.get("dp") and d.get("micro_batch_size"):
         m = d["global_batch"] // (d["dp"] * d["micro_batch_size"])
     m = int(m or 0)
+    view: dict[str, Any] = {"kind": "timeline", "chart": None, "pp": 0, "v": 1, "m": m, "gap": None, "step": None}
     if pp <= 0 or m <= 0:
-        return '<h2>Pipeline timeline</h2>\n<p class="empty">No pipeline plan.</p>'
-    v = _virtual_stages(d)
-    if v > 1:
-        return _interleaved_timeline(d, stages, pp, v, m)
+        return view
+    view["pp"] = pp
+    v = view["v"] = _virtual_stages(d)
     times = [_num(s.get("time_s")) for s in stages]
-    if len(times) != pp or None in times:
-        t = _num(d.get("time_per_batch_s"))
-        times = [t / (m + pp - 1) if t else 1.0] * pp
-    stage_t = cast(list[float], times)  # no None left
-    ops = [(*o, o[0]) for o in one_f_one_b(pp, m, [t / 3 for t in stage_t], [2 * t / 3 for t in stage_t])]
-    drawn = _draw_ops(d, ops, pp, 1, m)
-    if drawn is None:
-        return NO_TIME
-    svg, note = drawn
-    return (
-        "<h2>Pipeline timeline (1F1B)</h2>\n" + svg + '<p class="cap">Megatron-LM\'s 1F1B schedule (not interleaved): '
-        f"{fmt(pp)} stage{'s' if pp > 1 else ''}, {fmt(m)} micro-batch{'es' if m > 1 else ''}; "
-        f"bars wide enough for it are numbered by micro-batch. "
-        f"A stage's time is its forward plus backward time per micro-batch; the 1/3 forward, 2/3 "
-        f"backward split shown is illustrative, and communication is not drawn.{note}</p>"
-    )
-
-
-#: The timeline section when every stage takes no time.
-NO_TIME = '<h2>Pipeline timeline</h2>\n<p class="empty">The stages take no time.</p>'
-
-
-def _draw_ops(d: dict, ops: list, pp: int, v: int, m: int) -> tuple[str, str] | None:
-    """The timeline chart of the whole schedule ``ops`` (``(rank, kind, micro_batch, start, end,
-    chunk)``) and the caption's note on what it leaves out; None when nothing takes time. Past
-    :data:`MAX_TIMELINE_OPS` the first and the last micro-batches are drawn, the middle ones not;
-    the axis spans the schedule and the plan's time per batch either way."""
+    if v > 1:
+        # each chunk of a rank takes 1/v of the rank's time per micro-batch (the stage entries of
+        # a rank's chunks carry its time)
+        if None in times:
+            t = _num(d.get("time_per_batch_s"))
+            times = [t / (m + (pp - 1) / v) if t else 1.0] * (pp * v)
+        chunk_t = [cast(float, t) / v for t in times]
+        ops = interleaved_1f1b(pp, v, m, [t / 3 for t in chunk_t], [2 * t / 3 for t in chunk_t])
+    else:
+        if len(times) != pp or None in times:
+            t = _num(d.get("time_per_batch_s"))
+            times = [t / (m + pp - 1) if t else 1.0] * pp
+        stage_t = cast(list[float], times)  # no None left
+        ops = [(*o, o[0]) for o in one_f_one_b(pp, m, [t / 3 for t in stage_t], [2 * t / 3 for t in stage_t])]
     if not max(o[4] for o in ops) > 0:
-        return None
+        return view  # the stages take no time
+    # Past MAX_TIMELINE_OPS the first and the last micro-batches are drawn, the middle ones not;
+    # the axis spans the schedule and the plan's time per batch either way.
     keep = max(1, MAX_TIMELINE_OPS // (2 * pp * v))  # micro-batches drawn
     gap = None
     if keep < m:
@@ -1055,46 +1052,12 @@ def _draw_ops(d: dict, ops: list, pp: int, v: int, m: int) -> tuple[str, str] | 
         ops = [o for o in ops if not gap[0] <= o[2] <= gap[1]]
     step = _num(d.get("time_per_batch_s"))
     step = step if step and step > 0 else None
-    svg = _chart(_draw_timeline, "timeline", "pipeline timeline", pp, ops, v, step, gap)
-    note = ""
-    if gap:
-        note += (
-            f" Micro-batches {gap[0]}–{gap[1]} are not drawn (the steady state; {fmt(keep)} of "
-            f"{fmt(m)} are, to keep the page small): the axis is the whole schedule's."
-        )
+    view["chart"] = _chart(_draw_timeline, "timeline", "pipeline timeline", pp, ops, v, step, gap)
+    view["gap"] = (*gap, keep) if gap else None
     if step:
         prefix, scale = si_prefix(step)
-        note += (
-            f" The dashed line ends the step ({fmt(step / scale)} {prefix}s per batch): after the pipeline drains "
-            "come the exposed data-parallel communication and the optimizer step."
-        )
-    return svg, note
-
-
-def _interleaved_timeline(d: dict, stages: list[dict], pp: int, v: int, m: int) -> str:
-    """The timeline of an interleaved plan: one row per rank, each chunk of a rank taking 1/v of
-    the rank's time per micro-batch (the stage entries of a rank's chunks carry its time)."""
-    times = [_num(s.get("time_s")) for s in stages]
-    if None in times:
-        t = _num(d.get("time_per_batch_s"))
-        times = [t / (m + (pp - 1) / v) if t else 1.0] * (pp * v)
-    chunk_t = [cast(float, t) / v for t in times]
-    fwd, bwd = [t / 3 for t in chunk_t], [2 * t / 3 for t in chunk_t]
-    drawn = _draw_ops(d, interleaved_1f1b(pp, v, m, fwd, bwd), pp, v, m)
-    if drawn is None:
-        return NO_TIME
-    svg, note = drawn
-    return (
-        f"<h2>Pipeline timeline (interleaved 1F1B, {v} chunks per rank)</h2>\n"
-        + svg
-        + f'<p class="cap">Megatron-LM\'s interleaved 1F1B schedule: {fmt(pp)} ranks, {fmt(v)} model chunks '
-        f"each (chunk j of rank k is model chunk j·{fmt(pp)} + k, later chunks lighter), {fmt(m)} "
-        f"micro-batch{'es' if m > 1 else ''}; bars wide enough for it are numbered by micro-batch. "
-        f"A rank's time is its forward plus backward time per micro-batch; each of its chunks is drawn "
-        f"taking 1/{fmt(v)} of it, split 1/3 forward, 2/3 backward (illustrative), and communication is "
-        f"not drawn. The pipeline bubble is ({fmt(pp)} − 1)/{fmt(v)} of a rank's time per micro-batch, as "
-        f"the plan prices it.{note}</p>"
-    )
+        view["step"] = (step / scale, prefix)
+    return view
 
 
 def _layers(x: Any) -> str:
@@ -1124,13 +1087,18 @@ def _zero_caption(d: dict) -> str:
     )
 
 
-def _memory(d: dict) -> str:
+def _memory(d: dict) -> dict:
+    """The memory of each stage (of each rank when interleaved) as a chart and a table; ``hbm``:
+    the capacity, ``hbm_share``: the fullest's share of it in % when too small for the line to be
+    drawn (None: it is)."""
     stages = d.get("stages") or []
     pp = d.get("pp")
     v = _virtual_stages(d)
     # Under interleaving a rank's chunks carry the rank's memory: one bar per rank.
     per_rank = stages[: cast(int, pp)] if v > 1 else stages
     what = "rank" if v > 1 else "stage"
+    view: dict[str, Any] = {"kind": "memory", "what": what, "v": v, "chart": None, "table": None}
+    view.update(hbm=None, hbm_share=None, zero=_zero_caption(d))
     bars = []
     for s in per_rank:
         mem = s.get("memory")
@@ -1139,7 +1107,7 @@ def _memory(d: dict) -> str:
         else:
             bars.append([_num(s.get("memory_bytes")) or 0.0])
     if not bars:
-        return f'<h2>Memory per {what}</h2>\n<p class="empty">No stages.</p>'
+        return view
     split = any(len(b) > 1 for b in bars)
     kinds, colours = (MEMORY_KINDS, MEMORY_COLOURS) if split else (("total",), (POINT_COLOUR,))
     hbm = _num((d.get("accelerator") or {}).get("hbm_bytes"))
@@ -1147,30 +1115,12 @@ def _memory(d: dict) -> str:
     used = max(sum(b) for b in bars)
     on_chart = hbm if hbm and used >= HBM_LINE_MIN_SHARE * hbm else None
     unit = ("GiB", GIB) if max(used, on_chart or 0) >= GIB else ("MiB", MIB)
-    out = [f"<h2>Memory per {what}</h2>"]
     if used > 0:
-        label = f"memory per {what}"
-        axis = f"Pipeline {what}"
-        out.append(_chart(_draw_memory, "memory", label, bars, kinds, colours, unit, on_chart, axis).rstrip())
-    else:
-        out.append('<p class="empty">No memory figures.</p>')
-    caps = []
+        label, axis = f"memory per {what}", f"Pipeline {what}"
+        view["chart"] = _chart(_draw_memory, "memory", label, bars, kinds, colours, unit, on_chart, axis)
     if hbm:
-        where = (
-            "the dashed line"
-            if on_chart
-            else f"off the scale: the fullest {what} uses {fmt(100 * used / hbm)} % of it, so it is not drawn"
-        )
-        caps.append(f"HBM capacity {esc(fmt_bytes(hbm))} ({where}).")
-    if v > 1:
-        caps.append(
-            f"A rank holds its {fmt(v)} chunks; its activations are the interleaved schedule's peak "
-            f"stash (the table's in flight counts chunk-micro-batches)."
-        )
-    if zero := _zero_caption(d):
-        caps.append(esc(zero))
-    if caps:
-        out.append(f'<p class="cap">{" ".join(caps)}</p>')
+        view["hbm"] = fmt_bytes(hbm)
+        view["hbm_share"] = None if on_chart else 100 * used / hbm
     head = ["stage", "layers", "devices", "recompute", "in flight", "memory", "time (s)", "exposed DP (s)"]
     rows = [
         (
@@ -1188,13 +1138,14 @@ def _memory(d: dict) -> str:
     ]
     if v > 1:  # the rows are chunks; the numbers are their rank's
         head = ["chunk", "rank", *head[1:]]
-    return "\n".join(out) + "\n" + _table(head, rows)
+    view["table"] = _table(head, rows)
+    return view
 
 
-def _baselines(d: dict) -> str:
+def _baselines(d: dict) -> dict | None:
     bl = d.get("baselines") or []
     if not bl:
-        return ""
+        return None
     objective = (d.get("search") or {}).get("objective") or "throughput"
     other = objective != "throughput"
     key = "score" if other else "throughput_samples_per_s"
@@ -1218,23 +1169,21 @@ def _baselines(d: dict) -> str:
                 str(b.get("note") or ""),
             )
         )
-    return "<h2>Baselines</h2>\n" + _table(
-        [
-            "baseline",
-            "accelerator",
-            "plan",
-            f"{objective} ({(d.get('search') or {}).get('objective_unit', '')})" if other else "throughput (samples/s)",
-            "gain of chosen" if other else "speed-up of chosen",
-            "note",
-        ],
-        rows,
-    )
+    head = [
+        "baseline",
+        "accelerator",
+        "plan",
+        f"{objective} ({(d.get('search') or {}).get('objective_unit', '')})" if other else "throughput (samples/s)",
+        "gain of chosen" if other else "speed-up of chosen",
+        "note",
+    ]
+    return {"kind": "baselines", "table": _table(head, rows)}
 
 
-def _stats(d: dict) -> str:
+def _stats(d: dict) -> dict | None:
     s = d.get("search") or {}
     if not s:
-        return ""
+        return None
     cand = _num(s.get("candidates"))
     rows = [(k, s.get(k)) for k in ("space", "candidates", "architectures", "settings", "evaluated") if k in s]
     wall = {k: v for k, v in (s.get("wall_s") or {}).items() if _num(v) is not None}
@@ -1243,7 +1192,8 @@ def _stats(d: dict) -> str:
         rows.append(("candidates per second", cand / total))
     if total and _num(s.get("evaluated")):
         rows.append(("exact evaluations per second", s["evaluated"] / total))
-    out = ["<h2>Search statistics</h2>", _table(["", "value"], rows)]
+    view: dict[str, Any] = {"kind": "stats", "table": _table(["", "value"], rows), "pruned": None}
+    view.update(phases=None, timers=None)
     pruned = s.get("pruned") or {}
     if pruned:
         # The stages prune architectures (each with all its settings): their counts and the
@@ -1261,26 +1211,24 @@ def _stats(d: dict) -> str:
                     int(left) if left is not None and left >= 0 else _n("—"),
                 )
             )
-        out.append(
-            "<h3>Architectures pruned per stage</h3>\n"
-            + _table(["stage", "pruned", "% of architectures", "remaining"], prow)
-        )
+        view["pruned"] = _table(["stage", "pruned", "% of architectures", "remaining"], prow)
     if wall:
-        out.append(_wall_times(wall, total))
-    return "\n".join(out)
+        view["phases"], view["timers"] = _wall_times(wall, total)
+    return view
 
 
-def _wall_times(wall: dict[str, float], total: float) -> str:
+def _wall_times(wall: dict[str, float], total: float) -> tuple[Table, Table | None]:
     """``search.wall_s`` as two tables: the phases, one after the other, and what the run spent
     outside them, adding up to the total (its own row, last); then the cost evaluator's timers,
-    which run inside the baselines and search phases (counting them again would not add up).
-    The bars are on one scale, the total's."""
+    which run inside the baselines and search phases (counting them again would not add up; None
+    when there are none). The bars are on one scale, the total's."""
     from phaze.search.engine import TIMERS
 
-    def bar(v: float) -> tuple[str, str]:
-        return ("html", f'<span class="bar" style="width:{100 * v / (total or peak or 1):.0f}px"></span>')
-
     peak = max(wall.values())
+
+    def bar(v: float) -> Cell:
+        return Cell(num=True, bar_px=round(100 * v / (total or peak or 1)))
+
     phases = [(str(k), v) for k, v in wall.items() if k != "total" and k not in TIMERS]
     timers = [(str(k).replace("_", " "), v) for k, v in wall.items() if k in TIMERS]
     rows: list[Sequence[Any]] = [(k, v, bar(v)) for k, v in phases]
@@ -1290,20 +1238,14 @@ def _wall_times(wall: dict[str, float], total: float) -> str:
         if phases and rest > 0:
             rows.append(("other (outside the phases)", rest, bar(rest)))
         foot = ("total", wall["total"], bar(wall["total"]))
-    out = "<h3>Wall time per phase (s)</h3>\n" + _table(["phase", "seconds", ""], rows, foot)
-    if timers:
-        out += (
-            "\n<h3>Of which, the cost evaluator (s)</h3>\n"
-            + _table(["timer", "seconds", ""], [(k, v, bar(v)) for k, v in timers])
-            + '\n<p class="cap">Inside the baselines and search phases, not added to them.</p>'
-        )
-    return out
+    timer_table = _table(["timer", "seconds", ""], [(k, v, bar(v)) for k, v in timers]) if timers else None
+    return _table(["phase", "seconds", ""], rows, foot), timer_table
 
 
-def _models(d: dict) -> str:
+def _models(d: dict) -> dict | None:
     det = d.get("models_detail") or []
     if not det:
-        return ""
+        return None
     rows = []
     for r in det:
         t, own = _num(r.get("throughput_samples_per_s")), _num(r.get("own_best_samples_per_s"))
@@ -1311,9 +1253,8 @@ def _models(d: dict) -> str:
         if loss is None and t is not None and own:
             loss = 1 - t / own
         rows.append((str(r.get("model", "?")), t, own, _n(f"{fmt(100 * loss)} %" if loss is not None else "—")))
-    return "<h2>Models on the common chip</h2>\n" + _table(
-        ["model", "throughput on common chip (samples/s)", "own best (samples/s)", "loss"], rows
-    )
+    head = ["model", "throughput on common chip (samples/s)", "own best (samples/s)", "loss"]
+    return {"kind": "models", "table": _table(head, rows)}
 
 
 def is_plan(data: dict) -> bool:
@@ -1322,15 +1263,58 @@ def is_plan(data: dict) -> bool:
     return "candidates" in data and "search" not in data
 
 
+# ---------------------------------------------------------------------------------------------
+# The page
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _templates() -> jinja2.Environment:
+    """The report's templates (``phaze/search/templates``, shipped in the package), HTML-escaping
+    every value they show (autoescape) but the charts' SVG, which is :class:`markupsafe.Markup`;
+    an undefined name is an error, not an empty string."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("phaze.search", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        auto_reload=False,
+    )
+    env.filters["fmt"] = fmt
+    env.filters["plural"] = _plural
+    env.filters["squash"] = _squash
+    return env
+
+
+def _squash(text: Any) -> Any:
+    """``text`` with each run of white space one space, none at the ends (a caption written over
+    several lines of a template, on one line of the page); markup stays markup."""
+    out = re.sub(r"\s+", " ", str(text)).strip()
+    return Markup(out) if isinstance(text, Markup) else out
+
+
+def _plural(n: Any, one: str, many: str | None = None) -> str:
+    """``n`` and the word for it: "1 stage", "4 stages", "2 micro-batches" (``many`` given)."""
+    return f"{fmt(n)} {one if n == 1 else many or one + 's'}"
+
+
+def _section_html(view: dict) -> str:
+    """One section (a view of :func:`render`'s) as HTML, by its template macro."""
+    return str(getattr(_templates().get_template("sections.html.j2").module, view["kind"])(view))
+
+
 def render(data: dict) -> str:
     """The report of one search, or of one plan (:func:`is_plan`), from the JSON of ``phazec
-    --json``, as one self-contained HTML page."""
+    --json``, as one self-contained HTML page: what each section shows is computed here (the
+    section functions' views), the page is ``templates/report.html.j2``."""
     title = ", ".join(map(str, data.get("models") or [data.get("model") or "search"]))
     if is_plan(data):
-        parts = [_header(data, "plan"), _summary(data), _timeline(data), _memory(data), _candidates(data)]
+        parts = [_header_view(data, "plan"), _summary(data), _timeline(data), _memory(data), _candidates(data)]
     else:
         parts = [
-            _header(data),
+            _header_view(data),
             _summary(data),
             _scatter(data),
             _power_scatter(data),
@@ -1340,12 +1324,8 @@ def render(data: dict) -> str:
             _stats(data),
             _models(data),
         ]
-    body = "\n".join(p for p in parts if p)
-    return (
-        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>phaze: {esc(title)}</title>\n<style>\n{CSS}\n</style>\n</head>\n<body>\n"
-        f"{body}\n</body>\n</html>\n"
-    )
+    page = _templates().get_template("report.html.j2")
+    return page.render(title=title, sections=[p for p in parts if p])
 
 
 def write(path: Any, data: dict) -> None:
