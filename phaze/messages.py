@@ -1,9 +1,12 @@
 """How phaze's tools show a :class:`~phaze_ir.errors.PhazeWarning`: one line,
 ``phazec: warning: <message>``, instead of Python's ``file:line: Category: message`` and the
-source line, and each message once per process (from whichever line of phaze, or worker, it comes)."""
+source line, and each message once per process (from whichever line of phaze, or worker, it comes);
+and an uncaught :class:`~phaze_ir.errors.PhazeError` as ``error: <message>``
+(:func:`install_error_hook`, which the tools' ``main`` calls: importing phaze changes nothing)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -59,3 +62,34 @@ def exit_status(tool: str, debug: bool, body: Callable[[], object]) -> int:
         print(f"{tool}: interrupted", file=sys.stderr)
         return INTERRUPTED
     return 0
+
+
+def install_error_hook(tool: str | None = None, debug: bool = False) -> None:
+    """Print an uncaught :class:`PhazeError` as ``<tool>: error: <line>`` (``error: <line>``
+    without a tool, as ``mlir-opt`` says it), one per line of its message, and exit with status 1;
+    every other exception goes to the hook found.  ``debug`` (or ``PHAZE_DEBUG=1`` in the
+    environment) keeps the traceback.
+
+    The exception hook is the process's, so only what owns the process calls this: phaze's
+    tools' ``main`` (``phazec``, ``phaze-opt``, ``phaze-validate``), and a stock xDSL tool when
+    it builds one of phaze's passes from phaze's universe (``phaze/universe.py``; importing that
+    module installs nothing).  Called again, it replaces its own hook (the new tool and
+    ``debug``) rather than wrapping it."""
+    previous = sys.excepthook
+    previous = getattr(previous, "phaze_previous", previous)
+    prefix = f"{tool}: error: " if tool else "error: "
+
+    def hook(kind, value, traceback):
+        if isinstance(value, PhazeError) and not debug and not os.environ.get("PHAZE_DEBUG"):
+            for line in str(value).splitlines() or [""]:
+                print(f"{prefix}{line}", file=sys.stderr)
+            return
+        previous(kind, value, traceback)
+
+    hook.phaze_previous = previous  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
+def error_hook_installed() -> bool:
+    """Whether :func:`install_error_hook` installed the process's exception hook."""
+    return hasattr(sys.excepthook, "phaze_previous")
