@@ -1018,21 +1018,13 @@ class Accelerator:
         """Build an accelerator from a plain dict (the form of :meth:`to_dict` and of the TOML
         files), checking every key.  ``source`` names where the dict came from in error messages;
         ``prefix`` is prepended to key paths (for a description nested in a larger file)."""
-        if not isinstance(data, dict):
-            raise HardwareError(
-                f"{prefix.rstrip('.') or 'hardware description'} = {_show(data)}: expected a table",
-                source=source,
-                key_path=prefix.rstrip(".") or None,
-            )
-        _reject_unknown(data, cls, prefix, source)
+        schema().check(data, source, prefix)  # keys, tables and types: the first refusal, in its words
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
+            if f.name not in data:
+                continue
             path = prefix + f.name
             kind = f.metadata["kind"]
-            if f.name not in data:
-                if f.default is dataclasses.MISSING:
-                    raise _missing(kind, path, source, _TABLES.get(f.name))
-                continue
             value = data[f.name]
             if kind in ("table", "opt_table"):
                 kwargs[f.name] = _parse_table(_TABLES[f.name], value, path, source)
@@ -1102,14 +1094,12 @@ def default_vc_buffer_bytes(width: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _reject_unknown(data: dict, cls: type, prefix: str, source: str | None) -> None:
+def _unknown_key(key: Any, cls: type, prefix: str, source: str | None) -> HardwareError:
     known = [f.name for f in dataclasses.fields(cls)]
-    for key in data:
-        if key not in known:
-            close = difflib.get_close_matches(excerpt(str(key)), known, n=1, cutoff=0.6)
-            hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
-            where = prefix + excerpt(str(key))
-            raise HardwareError(f"unknown key '{where}'{hint}", source=source, key_path=where)
+    close = difflib.get_close_matches(excerpt(str(key)), known, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
+    where = prefix + excerpt(str(key))
+    return HardwareError(f"unknown key '{where}'{hint}", source=source, key_path=where)
 
 
 def _missing(kind: str, path: str, source: str | None, table: type | None = None) -> HardwareError:
@@ -1124,17 +1114,14 @@ def _missing(kind: str, path: str, source: str | None, table: type | None = None
     return HardwareError(f"missing required key '{path}' ({what})", source=source, key_path=path)
 
 
-def _parse_table(cls: type, value: Any, path: str, source: str | None) -> Any:
-    if not isinstance(value, dict):
-        raise _fail(source, path, value, "a table" + _type_hint(value))
-    _reject_unknown(value, cls, path + ".", source)
+def _parse_table(cls: type, value: dict, path: str, source: str | None) -> Any:
+    """A table the schema has checked (:func:`schema`): its fields normalised (``32e9`` bytes an
+    integer) and the dataclass built, which checks what spans its fields."""
     kwargs = {}
     for f in dataclasses.fields(cls):
-        fpath = f"{path}.{f.name}"
         if f.name not in value:
-            if f.default is dataclasses.MISSING:
-                raise _missing(f.metadata["kind"], fpath, source)
             continue
+        fpath = f"{path}.{f.name}"
         if f.metadata["kind"] == "protocols":
             kwargs[f.name] = _parse_protocols(value[f.name], fpath, source)
             continue
@@ -1142,9 +1129,14 @@ def _parse_table(cls: type, value: Any, path: str, source: str | None) -> Any:
     return cls(**kwargs)
 
 
-def _parse_protocols(value: Any, path: str, source: str | None) -> tuple[NetworkProtocol, ...]:
-    if not isinstance(value, (list, tuple)) or not value:
-        raise _fail(source, path, value, "one or more [[network.protocols]] tables (an array of tables)")
+#: What an array of tables must be, by its field's kind.
+_ARRAYS = {
+    "levels": "one or more [[network]] levels (an array of tables)",
+    "protocols": "one or more [[network.protocols]] tables (an array of tables)",
+}
+
+
+def _parse_protocols(value: list, path: str, source: str | None) -> tuple[NetworkProtocol, ...]:
     protocols = tuple(_parse_table(NetworkProtocol, p, f"{path}[{i}]", source) for i, p in enumerate(value))
     names = [p.name for p in protocols]
     for i, name in enumerate(names):
@@ -1153,9 +1145,7 @@ def _parse_protocols(value: Any, path: str, source: str | None) -> tuple[Network
     return protocols
 
 
-def _parse_levels(value: Any, path: str, source: str | None) -> tuple[NetworkLevel, ...]:
-    if not isinstance(value, (list, tuple)) or not value:
-        raise _fail(source, path, value, "one or more [[network]] levels (an array of tables)")
+def _parse_levels(value: list, path: str, source: str | None) -> tuple[NetworkLevel, ...]:
     levels = tuple(_parse_table(NetworkLevel, lv, f"{path}[{i}]", source) for i, lv in enumerate(value))
     _check_network(levels, source, path)
     return levels
@@ -1271,6 +1261,129 @@ def _check_topology(levels: tuple[NetworkLevel, ...], i: int, source: str | None
                 leaf,
                 f"a multiple of the inner group ({below} devices) that divides group_size = {level.group_size}",
             )
+
+
+# --------------------------------------------------------------------------------------------
+# The schema (pydantic): built from the fields' declarations above
+# --------------------------------------------------------------------------------------------
+
+
+def _kind_schema(f: dataclasses.Field) -> Any:
+    """The core schema of a value field, from its kind and bound (what :func:`_check_kind`
+    accepts of a TOML value; the field's check words the refusal)."""
+    from pydantic_core import core_schema as cs
+
+    from phaze_ir.schema import number
+
+    kind = f.metadata["kind"].removeprefix("opt_")
+    bound = f.metadata["at_most"]
+    le = None if bound is None else bound.value
+    if kind == "pos_int":
+        return number(integer=True, gt=0, le=I64_MAX if le is None else min(le, I64_MAX))
+    if kind == "pos_float":
+        return number(gt=0, le=le)
+    if kind == "nonneg_float":
+        return number(ge=0, le=le)
+    if kind == "ratio":
+        return number(ge=1, le=le)
+    if kind == "fraction":
+        return number(gt=0, le=1 if le is None else min(le, 1))
+    if kind == "name":
+        return cs.str_schema(strict=True, pattern=r"\S")
+    if kind in ("execution", "topology", "algorithm"):
+        return cs.literal_schema(
+            list({"execution": EXECUTION_MODES, "topology": TOPOLOGIES}.get(kind, PROTOCOL_ALGORITHMS))
+        )
+    if kind == "bool":
+        return cs.bool_schema(strict=True)
+    if kind == "dims":
+        return cs.list_schema(number(integer=True, gt=0, le=I64_MAX), min_length=2, max_length=3)
+    if kind == "size_table":
+        return cs.dict_schema(cs.str_schema(pattern=r"^[0-9]+$"), number(gt=0, le=le), min_length=1, strict=True)
+    raise AssertionError(kind)  # pragma: no cover
+
+
+def _nested(f: dataclasses.Field) -> tuple[str, type] | None:
+    kind = f.metadata["kind"]
+    if kind in ("table", "opt_table"):
+        return ("table", _TABLES[f.name])
+    if kind == "levels":
+        return ("list", NetworkLevel)
+    if kind == "protocols":
+        return ("list", NetworkProtocol)
+    return None
+
+
+def _word_missing(f: dataclasses.Field, path: str, source: str) -> HardwareError:
+    return _missing(f.metadata["kind"], path, source, _TABLES.get(f.name))
+
+
+def _word_not_table(cls: type | None, path: str, value: Any, source: str) -> HardwareError:
+    if cls is None:  # the description itself
+        return HardwareError(
+            f"{path or 'hardware description'} = {_show(value)}: expected a table", source=source, key_path=path or None
+        )
+    return _fail(source, path, value, "a table" + _type_hint(value))
+
+
+def _word_not_list(f: dataclasses.Field, path: str, value: Any, source: str) -> HardwareError:
+    return _fail(source, path, value, _ARRAYS[f.metadata["kind"]])
+
+
+def _word_value(f: dataclasses.Field, path: str, value: Any, source: str) -> HardwareError | None:
+    try:
+        _check(f.metadata["kind"], value, path, source, f.metadata["at_most"])
+    except HardwareError as exc:
+        return exc
+    return None
+
+
+_SCHEMA: Any = None
+
+
+def schema() -> Any:
+    """The hardware description's :class:`phaze_ir.schema.Schema` (built once): what
+    :meth:`Accelerator.from_dict` validates a file with, and the JSON Schema for editors
+    (``python -m phaze_ir.hardware --json-schema``, ``docs/schema/hardware.schema.json``)."""
+    global _SCHEMA
+    if _SCHEMA is None:
+        from phaze_ir.schema import Schema, Wording
+
+        _SCHEMA = Schema(
+            Accelerator,
+            kind_schema=_kind_schema,
+            nested=_nested,
+            wording=Wording(
+                unknown=_unknown_key,
+                missing=_word_missing,
+                not_table=_word_not_table,
+                not_list=_word_not_list,
+                value=_word_value,
+            ),
+            title="phaze hardware description",
+            description=(
+                "One accelerator chip and the network of the cluster it is in (phaze_ir/hardware.py). "
+                "Units are SI and named in each key: *_hz Hz, bytes / *_bytes bytes, *_Bps bytes per second, "
+                "*_s seconds, *_w watts, *_usd US dollars, *_mm2 mm^2."
+            ),
+            extend=_extend_json_schema,
+        )
+    return _SCHEMA
+
+
+def _extend_json_schema(out: dict[str, Any]) -> None:
+    """What a file may hold beyond the description's fields: ``base``, a description to start
+    from (:func:`_read_with_base`)."""
+    out["properties"] = {
+        "base": {
+            "title": "base",
+            "description": "a preset name or a TOML path (relative to this file) to start from: "
+            "each top-level key given here replaces the base's",
+            "type": "string",
+            "minLength": 1,
+        },
+        **out["properties"],
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -1449,3 +1562,16 @@ def dumps_toml(acc: Accelerator) -> str:
             lines.append("[[network.protocols]]")
             lines.extend(f"{k} = {_toml_value(v)}" for k, v in protocol.items())
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m phaze_ir.hardware --json-schema > hardware.schema.json
+    import argparse
+
+    from phaze_ir import hardware as _hardware  # the module's own classes, not __main__'s copies
+
+    _parser = argparse.ArgumentParser(prog="python -m phaze_ir.hardware", description=__doc__.split("\n")[0])
+    _parser.add_argument("--json-schema", action="store_true", help="write the JSON Schema of a hardware TOML file")
+    _args = _parser.parse_args()
+    if not _args.json_schema:
+        _parser.error("nothing to do: give --json-schema")
+    sys.stdout.write(_hardware.schema().json_schema_text())

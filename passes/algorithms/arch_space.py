@@ -55,6 +55,7 @@ does not fit its wafer are left out, with one :class:`~phaze_ir.warning.PhazeWar
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import json
 import math
@@ -83,6 +84,7 @@ from phaze_ir.hardware import (
     MiB,
     TensorCores,
     VectorCores,
+    _spec,
     field_bound,
     load_hardware,
     parse_toml,
@@ -628,10 +630,73 @@ def paper_space(template: Accelerator | None = None) -> ArchSpace:
 # Space files
 # --------------------------------------------------------------------------------------------
 
-_TOP_KEYS = ("name", "template", "area", "search")
-_AREA_KEYS = ("budget_mm2", "budget_of", "lower_fraction", "waive_lower_bound_single_core")
-_SEARCH_KEYS = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_MiB", "hbm_GiB")
-_RANGE_KEYS = ("min", "max")
+
+@dataclass(frozen=True, kw_only=True)
+class _Template:
+    """[template]: the hardware not searched, a description and overrides of its keys (checked
+    as a hardware description once laid over it)."""
+
+    hardware: str = _spec("hardware_ref", "a preset name, or a TOML path relative to this file")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Area:
+    """[area]: the area rule, lower_fraction x budget <= area <= budget (exactly one of
+    budget_mm2 and budget_of)."""
+
+    budget_mm2: float | None = _spec(
+        "budget_mm2", "the area budget (mm^2)", at_most=field_bound(Accelerator, "area_mm2"), default=None
+    )
+    budget_of: str | None = _spec(
+        "budget_ref", "the area of this hardware is the budget: a preset name or a TOML path", default=None
+    )
+    lower_fraction: float = _spec("unit_interval", "the smallest area kept, a fraction of the budget", default=0.3)
+    waive_lower_bound_single_core: bool = _spec(
+        "bool", "a chip of one tensor core or one vector core is kept however small", default=True
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Search:
+    """[search]: the axes.  Each an integer, a list, or {min = a, max = b} (powers of two, run
+    from max down to min)."""
+
+    num_tc: Any = _spec("axis", "tensor cores")
+    num_vc: Any = _spec("axis", "vector cores")
+    width: Any = _spec("axis", "PE-array width (PEs)")
+    depth: Any = _spec("axis", "PE-array depth (PEs)")
+    width_vc: Any = _spec("width_vc", 'vector core lanes, or "width" / "depth" to tie it to that axis')
+    glb_MiB: Any = _spec("axis_MiB", "global buffer (MiB)")
+    hbm_GiB: Any = _spec("axis_GiB", "HBM capacity (GiB); default the template's", default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Range:
+    """{min = a, max = b}: the powers of two from b down to a."""
+
+    min: int = _spec("pow2", "the smallest power of two")
+    max: int = _spec("pow2", "the largest power of two")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SpaceFile:
+    """An architecture space file (passes/algorithms/arch_space.py)."""
+
+    name: str | None = _spec("space_name", "label of the space; default the file's name", default=None)
+    template: _Template = _spec("open", "the hardware not searched")
+    area: _Area = _spec("table", "the area rule")
+    search: _Search = _spec("table", "the axes searched")
+
+
+def _keys(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+_TOP_KEYS = _keys(_SpaceFile)
+_AREA_KEYS = _keys(_Area)
+_SEARCH_KEYS = _keys(_Search)
+_RANGE_KEYS = _keys(_Range)
+_SPACE_TABLES: dict[str, type] = {"template": _Template, "area": _Area, "search": _Search}
 #: The space file's key of each axis, for the messages.
 _FILE_PATHS = {axis: f"search.{axis}" for axis in AXES} | {"glb_bytes": "search.glb_MiB", "hbm_bytes": "search.hbm_GiB"}
 
@@ -674,25 +739,20 @@ def _render(value: Any, room: int) -> str:
     return text + close
 
 
+def _unknown_key(key: Any, known: Sequence[str], prefix: str, src: str) -> ArchSpaceError:
+    name = excerpt(str(key))
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
+    # The quoted key, its opening quote and prefix included, is an excerpt: a key of
+    # words (a quoted TOML key may hold blanks) is cut as one without them is.
+    quoted = excerpt(f"'{prefix}{key}") + "'"
+    return ArchSpaceError(f"unknown key {quoted}{hint}", source=src, key_path=excerpt(prefix + str(key)))
+
+
 def _unknown(data: dict, known: Sequence[str], prefix: str, src: str) -> None:
     for key in data:
         if key not in known:
-            name = excerpt(str(key))
-            close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-            hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
-            # The quoted key, its opening quote and prefix included, is an excerpt: a key of
-            # words (a quoted TOML key may hold blanks) is cut as one without them is.
-            quoted = excerpt(f"'{prefix}{key}") + "'"
-            raise ArchSpaceError(f"unknown key {quoted}{hint}", source=src, key_path=excerpt(prefix + str(key)))
-
-
-def _table(data: dict, key: str, src: str, prefix: str = "") -> dict:
-    if key not in data:
-        raise ArchSpaceError(f"missing required table [{prefix}{key}]", source=src, key_path=prefix + key)
-    value = data[key]
-    if not isinstance(value, dict):
-        raise _err(src, prefix + key, value, "a table")
-    return value
+            raise _unknown_key(key, known, prefix, src)
 
 
 def _is_pos_int(v: Any) -> bool:
@@ -764,39 +824,193 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+def _check_name(name: Any, path: str, src: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise _err(src, path, name, "a non-empty string")
+
+
+def _check_ref(ref: Any, path: str, src: str) -> None:
+    if not isinstance(ref, str) or not ref:
+        raise _err(src, path, ref, "a preset name or a TOML path")
+
+
+def _check_budget_ref(ref: Any, path: str, src: str) -> None:
+    if not isinstance(ref, str) or not ref:
+        raise _err(src, path, ref, "a preset name or a hardware TOML path")
+
+
+def _check_budget_mm2(b: Any, path: str, src: str) -> None:
+    if isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 or b != b or b == float("inf"):
+        raise _err(src, path, b, "a positive number")
+    area_bound = _area_bound()
+    if area_bound is not None and b > area_bound.value:
+        raise _err(src, path, b, f"a positive number at most {area_bound.text()} ({area_bound.why})")
+
+
+def _check_unit_interval(frac: Any, path: str, src: str) -> None:
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac <= 1:
+        raise _err(src, path, frac, "a number in [0, 1]")
+
+
+def _check_bool(waive: Any, path: str, src: str) -> None:
+    if not isinstance(waive, bool):
+        raise _err(src, path, waive, "true or false")
+
+
+def _width_vc(wv: Any, path: str, src: str) -> tuple[int, ...] | str:
+    if isinstance(wv, str):
+        if wv not in _TIES:
+            raise _err(src, path, wv, 'values, or "width" / "depth" to tie it to that axis')
+        return wv
+    return _axis(wv, path, src)
+
+
+#: Each value kind of a space file: its check (raising the refusal in the file's words).
+_SPACE_CHECKS: dict[str, Any] = {
+    "space_name": _check_name,
+    "hardware_ref": _check_ref,
+    "budget_ref": _check_budget_ref,
+    "budget_mm2": _check_budget_mm2,
+    "unit_interval": _check_unit_interval,
+    "bool": _check_bool,
+    "axis": _axis,
+    "axis_MiB": lambda v, path, src: _axis(v, path, src, unit_scale=MiB, allow_fraction=True),
+    "axis_GiB": lambda v, path, src: _axis(v, path, src, unit_scale=GiB, allow_fraction=True),
+    "width_vc": _width_vc,
+}
+
+#: What a missing key of each kind should be, as its refusal says.
+_MISSING = {
+    "hardware_ref": "a preset name or a TOML path",
+    "axis": "an integer, a list, or {min = a, max = b}",
+    "axis_MiB": "an integer, a list, or {min = a, max = b}",
+    "width_vc": "an integer, a list, or {min = a, max = b}",
+}
+
+
+def _space_kind_schema(f: dataclasses.Field) -> Any:
+    """The core schema of a space file's value (what its check in :data:`_SPACE_CHECKS` takes;
+    those check what a schema does not say: powers of two, distinct values, whole bytes)."""
+    from pydantic_core import core_schema as cs
+
+    from phaze_ir.schema import number
+
+    kind = f.metadata["kind"]
+    text = cs.str_schema(strict=True, min_length=1)
+    if kind in ("space_name", "hardware_ref", "budget_ref"):
+        return text
+    if kind == "budget_mm2":
+        bound = f.metadata["at_most"]
+        return number(gt=0, le=None if bound is None else bound.value)
+    if kind == "unit_interval":
+        return number(ge=0, le=1)
+    if kind == "bool":
+        return cs.bool_schema(strict=True)
+    one = cs.int_schema(strict=True, gt=0) if kind in ("axis", "width_vc") else number(gt=0)
+    pow2 = cs.int_schema(strict=True, gt=0, metadata={"pydantic_js_updates": {"description": "a power of two"}})
+    range_ = cs.typed_dict_schema(
+        {k: cs.typed_dict_field(pow2) for k in _RANGE_KEYS},
+        extra_behavior="forbid",
+        metadata={"pydantic_js_updates": {"description": _Range.__doc__}},
+    )
+    axis = cs.union_schema([one, cs.list_schema(one, min_length=1), range_])
+    if kind == "width_vc":
+        return cs.union_schema([cs.literal_schema(list(_TIES)), axis])
+    return axis
+
+
+def _space_nested(f: dataclasses.Field) -> tuple[str, type] | None:
+    kind = f.metadata["kind"]
+    return (kind, _SPACE_TABLES[f.name]) if kind in ("table", "open") else None
+
+
+def _word_missing(f: dataclasses.Field, path: str, src: str) -> ArchSpaceError:
+    if f.metadata["kind"] in ("table", "open"):
+        return ArchSpaceError(f"missing required table [{path}]", source=src, key_path=path)
+    return ArchSpaceError(f"missing required key '{path}' ({_MISSING[f.metadata['kind']]})", source=src, key_path=path)
+
+
+def _word_not_table(cls: type | None, path: str, value: Any, src: str) -> ArchSpaceError:
+    if cls is None:
+        return ArchSpaceError(f"space = {_show(value)}: expected a table", source=src)
+    return _err(src, path, value, "a table")
+
+
+def _word_value(f: dataclasses.Field, path: str, value: Any, src: str) -> ArchSpaceError | None:
+    try:
+        _SPACE_CHECKS[f.metadata["kind"]](value, path, src)
+    except ArchSpaceError as exc:
+        return exc
+    return None
+
+
+_SCHEMA: Any = None
+
+
+def schema() -> Any:
+    """The space file's :class:`phaze_ir.schema.Schema` (built once): what
+    :func:`spec_from_dict` validates a file with, and the JSON Schema for editors
+    (``python -m passes.algorithms.arch_space --json-schema``, ``docs/schema/space.schema.json``)."""
+    global _SCHEMA
+    if _SCHEMA is None:
+        from phaze_ir.schema import Schema, Wording
+
+        _SCHEMA = Schema(
+            _SpaceFile,
+            kind_schema=_space_kind_schema,
+            nested=_space_nested,
+            wording=Wording(
+                unknown=lambda key, cls, prefix, src: _unknown_key(key, _keys(cls), prefix, src),
+                missing=_word_missing,
+                not_table=_word_not_table,
+                not_list=lambda f, path, value, src: _err(src, path, value, "a table"),  # (none in a space)
+                value=_word_value,
+            ),
+            title="phaze architecture space",
+            description=(
+                "The accelerator architectures a search may pick (passes/algorithms/arch_space.py): a template "
+                "chip, an area rule and the axes searched. Units are in the key names (glb_MiB, hbm_GiB, budget_mm2)."
+            ),
+            extend=_extend_json_schema,
+        )
+    return _SCHEMA
+
+
+def _extend_json_schema(out: dict[str, Any]) -> None:
+    """[template] takes, besides ``hardware``, any key of a hardware description, each optional
+    (an override of the template's): the hardware schema's, every key made optional."""
+    from pydantic.json_schema import GenerateJsonSchema
+
+    from phaze_ir import hardware
+
+    override = GenerateJsonSchema().generate(hardware.schema().core_schema(partial=True))
+    defs = override.pop("$defs", {})
+    out["$defs"] |= defs
+    template = out["$defs"]["Template"]
+    template["properties"] |= override["properties"]
+    template["additionalProperties"] = False
+
+
 def spec_from_dict(data: Any, *, source: str = "<dict>", base_dir: str | os.PathLike[str] | None = None) -> SpaceSpec:
     """Build a :class:`SpaceSpec` from the dict form of a space file (see the module docstring).
     ``base_dir`` resolves relative hardware paths (the space file's directory)."""
     src = source
     base = Path(base_dir) if base_dir is not None else None
-    if not isinstance(data, dict):
-        raise ArchSpaceError(f"space = {_show(data)}: expected a table", source=src)
-    _unknown(data, _TOP_KEYS, "", src)
+    schema().check(data, src)  # keys, tables and types: the first refusal, in its words
 
     name = data.get("name", Path(source).stem if source and not source.startswith("<") else "space")
-    if not isinstance(name, str) or not name:
-        raise _err(src, "name", name, "a non-empty string")
+    _check_name(name, "name", src)
 
     # [template]: a hardware reference plus optional overrides of its keys.
-    tmpl = _table(data, "template", src)
-    if "hardware" not in tmpl:
-        raise ArchSpaceError(
-            "missing required key 'template.hardware' (a preset name or a TOML path)",
-            source=src,
-            key_path="template.hardware",
-        )
-    ref = tmpl["hardware"]
-    if not isinstance(ref, str) or not ref:
-        raise _err(src, "template.hardware", ref, "a preset name or a TOML path")
-    template = load_hardware(_resolve(ref, base))
+    tmpl = data["template"]
+    template = load_hardware(_resolve(tmpl["hardware"], base))
     overrides = {k: v for k, v in tmpl.items() if k != "hardware"}
     if overrides:
         template = Accelerator.from_dict(_deep_merge(template.to_dict(), overrides), source=src, prefix="template.")
 
     # [area]: the budget is a chip's area, bounded as a hardware file's area_mm2 is.
-    area = _table(data, "area", src)
+    area = data["area"]
     area_bound = _area_bound()
-    _unknown(area, _AREA_KEYS, "area.", src)
     if ("budget_mm2" in area) == ("budget_of" in area):
         raise ArchSpaceError(
             "[area] needs exactly one of 'budget_mm2' (a positive number) and "
@@ -805,16 +1019,9 @@ def spec_from_dict(data: Any, *, source: str = "<dict>", base_dir: str | os.Path
             key_path="area",
         )
     if "budget_mm2" in area:
-        b = area["budget_mm2"]
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 or b != b or b == float("inf"):
-            raise _err(src, "area.budget_mm2", b, "a positive number")
-        if area_bound is not None and b > area_bound.value:
-            raise _err(src, "area.budget_mm2", b, f"a positive number at most {area_bound.text()} ({area_bound.why})")
-        budget_um2 = float(b) * 1e6
+        budget_um2 = float(area["budget_mm2"]) * 1e6
     else:
         ref = area["budget_of"]
-        if not isinstance(ref, str) or not ref:
-            raise _err(src, "area.budget_of", ref, "a preset name or a hardware TOML path")
         hw = load_hardware(_resolve(ref, base))
         if hw.area_um2 is None:
             raise _err(
@@ -829,35 +1036,16 @@ def spec_from_dict(data: Any, *, source: str = "<dict>", base_dir: str | os.Path
                 f"hardware of at most {area_bound.text()} mm^2 ({area_bound.why}), not {budget_um2 / 1e6:,.0f} mm^2",
             )
     frac = area.get("lower_fraction", 0.3)
-    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac <= 1:
-        raise _err(src, "area.lower_fraction", frac, "a number in [0, 1]")
     waive = area.get("waive_lower_bound_single_core", True)
-    if not isinstance(waive, bool):
-        raise _err(src, "area.waive_lower_bound_single_core", waive, "true or false")
 
     # [search]
-    search = _table(data, "search", src)
-    _unknown(search, _SEARCH_KEYS, "search.", src)
-    for key in ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_MiB"):
-        if key not in search:
-            raise ArchSpaceError(
-                f"missing required key 'search.{key}' (an integer, a list, or {{min = a, max = b}})",
-                source=src,
-                key_path=f"search.{key}",
-            )
+    search = data["search"]
     axes = {k: _axis(search[k], f"search.{k}", src) for k in ("num_tc", "num_vc", "width", "depth")}
-    wv = search["width_vc"]
-    width_vc: tuple[int, ...] | str
-    if isinstance(wv, str):
-        if wv not in _TIES:
-            raise _err(src, "search.width_vc", wv, 'values, or "width" / "depth" to tie it to that axis')
-        width_vc = wv
-    else:
-        width_vc = _axis(wv, "search.width_vc", src)
-    glb = _axis(search["glb_MiB"], "search.glb_MiB", src, unit_scale=MiB, allow_fraction=True)
+    width_vc = _width_vc(search["width_vc"], "search.width_vc", src)
+    glb = _SPACE_CHECKS["axis_MiB"](search["glb_MiB"], "search.glb_MiB", src)
     hbm: tuple[int, ...] = ()
-    if "hbm_GiB" in search:
-        hbm = _axis(search["hbm_GiB"], "search.hbm_GiB", src, unit_scale=GiB, allow_fraction=True)
+    if search.get("hbm_GiB") is not None:
+        hbm = _SPACE_CHECKS["axis_GiB"](search["hbm_GiB"], "search.hbm_GiB", src)
 
     spec = SpaceSpec(
         template=template,
@@ -897,3 +1085,17 @@ def load_space(path: str | os.PathLike[str]) -> ArchSpace:
     except OSError as exc:
         raise ArchSpaceError(f"cannot read: {exc.strerror}", source=str(path)) from None
     return loads_space(text, source=str(path), base_dir=p.parent)
+
+
+if __name__ == "__main__":  # python -m passes.algorithms.arch_space --json-schema > space.schema.json
+    import argparse
+    import sys
+
+    from passes.algorithms import arch_space as _space  # the module's own classes, not __main__'s copies
+
+    _parser = argparse.ArgumentParser(prog="python -m passes.algorithms.arch_space", description=__doc__.split("\n")[0])
+    _parser.add_argument("--json-schema", action="store_true", help="write the JSON Schema of a space TOML file")
+    _args = _parser.parse_args()
+    if not _args.json_schema:
+        _parser.error("nothing to do: give --json-schema")
+    sys.stdout.write(_space.schema().json_schema_text())
