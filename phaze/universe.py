@@ -1,21 +1,23 @@
 """The ``xdsl.universe`` entry point: stock xDSL tools (``xdsl-opt``) see phaze's dialect and
 passes through it (``[project.entry-points."xdsl.universe"]`` in ``pyproject.toml``).
 
+Importing this module changes nothing in the process: ``sys.excepthook`` stays the one found.
+
 phaze's errors are xDSL diagnostics (``PhazeError`` is a ``DiagnosticException``).  Stock
 ``xdsl-opt`` prints a diagnostic only under ``--verify-diagnostics`` and otherwise lets it
 escape as a traceback; so that a phaze pass run by stock ``xdsl-opt`` on IR that lacks what it
-needs says so in one line, as ``mlir-opt`` would, loading this universe installs an exception
-hook that prints an uncaught ``PhazeError`` as ``error: <message>`` (exit status 1) and
-leaves every other exception to the hook it found (``PHAZE_DEBUG=1`` keeps the traceback).
+needs says so in one line, as ``mlir-opt`` would, a tool that builds one of phaze's passes from
+this universe (``-p phaze-...``: the universe's factory is called) opts in to
+:func:`phaze.messages.install_error_hook`: an uncaught ``PhazeError`` is printed as
+``error: <message>`` (exit status 1) and every other exception left to the hook found
+(``PHAZE_DEBUG=1`` keeps the traceback).  phaze's own tools install that hook in their ``main``.
 """
 
-import os
-import sys
+from collections.abc import Callable
 
 from xdsl.universe import Universe
 
 from passes import ALL_PASSES
-from phaze_ir.errors import PhazeError
 
 
 def _phaze_dialect():
@@ -24,18 +26,21 @@ def _phaze_dialect():
     return Phaze
 
 
-def _print_phaze_errors(previous):
-    def hook(kind, value, traceback):
-        if isinstance(value, PhazeError) and not os.environ.get("PHAZE_DEBUG"):
-            print(f"error: {value}", file=sys.stderr)
-            return
-        previous(kind, value, traceback)
+def _reporting_errors(factory: Callable[[], type]) -> Callable[[], type]:
+    """``factory``, which also installs phaze's error hook when a tool calls it (it is about to
+    run one of phaze's passes)."""
 
-    hook.phaze = True
-    return hook
+    def load() -> type:
+        from phaze.messages import error_hook_installed, install_error_hook
+
+        if not error_hook_installed():  # phaze-opt's own (with its --debug) stays
+            install_error_hook()
+        return factory()
+
+    return load
 
 
-if not getattr(sys.excepthook, "phaze", False):
-    sys.excepthook = _print_phaze_errors(sys.excepthook)
-
-PHAZE_UNIVERSE = Universe(all_dialects={"phaze": _phaze_dialect}, all_passes=dict(ALL_PASSES))
+PHAZE_UNIVERSE = Universe(
+    all_dialects={"phaze": _phaze_dialect},
+    all_passes={name: _reporting_errors(factory) for name, factory in ALL_PASSES.items()},
+)

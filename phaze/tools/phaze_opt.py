@@ -28,6 +28,7 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from passes import ALL_PASSES
+from phaze.messages import install_error_hook
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError
@@ -280,6 +281,7 @@ class PhazeOptMain(xDSLOptMain):
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    install_error_hook("phaze-opt", debug)  # before xDSL builds a pass from phaze's universe
     try:
         PhazeOptMain(description="Run phaze pass pipelines over MLIR files", args=args).run()
     except (
@@ -291,8 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ValueError,
     ) as e:
         if debug:
-            os.environ["PHAZE_DEBUG"] = "1"  # phaze's universe hook then keeps the traceback too
-            raise
+            raise  # with its traceback (phaze's hook, installed with debug, passes it on)
         if isinstance(e, ParseError):
             # As MLIR's tools: `file:line:col: error: message`, then a short excerpt and a caret.
             error = e if isinstance(e, MLIRParseError) else MLIRParseError(e.span, e.msg.strip())

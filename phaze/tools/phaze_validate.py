@@ -25,7 +25,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from phaze.messages import exit_status, show_warnings_as
+from phaze.messages import exit_status, install_error_hook, show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze.tools.flags import (
     DEFAULT_CACHE_LIMIT,
@@ -221,6 +221,7 @@ def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     show_warnings_as("phaze-validate")
+    install_error_hook("phaze-validate", args.debug)
 
     def log(msg: str) -> None:
         if not args.quiet:
