@@ -42,6 +42,18 @@ def compiled(model_path: str, emit: str = "training", micro_batch: int = 1) -> s
     return text
 
 
+def module_text(plan_text: str) -> str:
+    """A plan file without the summary's ``//`` comment block that heads it (what ``phaze-opt``
+    prints back: MLIR tools keep no comments)."""
+    lines = plan_text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines) and lines[i].startswith("//"):
+        i += 1
+    if i and i < len(lines) and lines[i] == "\n":
+        i += 1
+    return "".join(lines[i:])
+
+
 @pytest.fixture(scope="session")
 def tiny_gpt2_text() -> str:
     return compiled(str(MODELS / "tiny_gpt2.py"))
