@@ -6,6 +6,8 @@ make it from the IR and keep the op list to write results back.
 
 from __future__ import annotations
 
+import operator
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from xdsl.dialects import func
@@ -77,19 +79,12 @@ def _expert_gemm_experts(op: Operation, graph: Graph, ids: dict[SSAValue, int], 
     return shape[0] if len(shape) == 3 else 0
 
 
-#: The attribute of a ``func.func`` that keeps its last graph (:func:`build_graph`): on the op
-#: itself, so that the graph lives and dies with the function (a module-level table would keep
-#: every compiled module alive) and a clone starts without one.
-_KEPT = "_phaze_graph_view"
-
-
 @dataclass
 class _Kept:
-    """A graph built from ``fn`` and what it was built from (:func:`_inputs`), kept pinned so
-    that no identity in ``ids`` can be reused by a new object while the entry lives."""
+    """A graph built from ``fn`` and what it was built from (:func:`_inputs`), held so that no
+    object among them can be freed and its identity taken by a new one while the entry lives."""
 
     inputs: list[object]
-    ids: list[int]
     graph: Graph
     ops: list[Operation]
     phased: bool  # every op had a phaze.phase
@@ -112,28 +107,75 @@ def _inputs(fn: func.FuncOp) -> list[object]:
     return inputs
 
 
-def build_graph(fn: func.FuncOp, require_phase: bool = True, signatures: bool = True) -> tuple[Graph, list[Operation]]:
+def _same(a: list[object], b: list[object]) -> bool:
+    """Whether two input lists hold the very same objects, in order."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+class GraphCache:
+    """An analysis cache: the light graph of a function, given again while nothing it was
+    built from changed (a pipeline asks for it eight times, and most passes only write
+    attributes it does not read: a third of GPT-3 175B's pipeline went to building it again).
+
+    **Invalidation rule.**  An entry is given again only while every IR object the graph is
+    made from (:func:`_inputs`) is the very object it was built from, compared with ``is``; the
+    entry holds them, so none can be freed and its place taken.  Any change a pass can make
+    that the graph reads (an op rewritten, added, removed, reordered or retyped, another phase,
+    module, property or argument attribute) replaces one of them, and the graph is built again;
+    no pass needs to say what it changed.  A hit is therefore the graph a fresh build would give
+    (``tests/test_graph_view.py`` checks each kind of change against a build on a clone).
+
+    **Lifetime.**  The last ``size`` functions asked for, the least recently asked dropped
+    first: the passes of a pipeline ask for their function's graph one after the other, and a
+    process compiling many modules (a sweep, a search) keeps only the last few alive.
+
+    :data:`GRAPHS` is the one :func:`build_graph` uses by default; its answers never differ from
+    a build's, only its time."""
+
+    def __init__(self, size: int = 4):
+        self.size = size
+        self._kept: OrderedDict[func.FuncOp, _Kept] = OrderedDict()  # an op hashes by identity
+
+    def graph(self, fn: func.FuncOp, require_phase: bool, signatures: bool) -> tuple[Graph, list[Operation]]:
+        """:func:`build_graph` through the cache."""
+        inputs = _inputs(fn)
+        kept = self._kept.get(fn)
+        if kept is not None and _same(kept.inputs, inputs) and (kept.phased or not require_phase):
+            self._kept.move_to_end(fn)
+            if signatures and not kept.signed:
+                for node, op in zip(kept.graph.ops, kept.ops):
+                    node.signature = op_signature(op)
+                kept.signed = True
+            return kept.graph, kept.ops
+        graph, ops, phased = _build(fn, require_phase, signatures)
+        self._kept.pop(fn, None)
+        self._kept[fn] = _Kept(inputs, graph, ops, phased, signatures)
+        while len(self._kept) > self.size:
+            self._kept.popitem(last=False)
+        return graph, ops
+
+    def clear(self) -> None:
+        """Forget every graph (and let the functions they were built from go)."""
+        self._kept.clear()
+
+
+#: The graphs :func:`build_graph` keeps (see :class:`GraphCache` for when one is given again).
+GRAPHS = GraphCache()
+
+
+def build_graph(
+    fn: func.FuncOp, require_phase: bool = True, signatures: bool = True, cache: GraphCache | None = GRAPHS
+) -> tuple[Graph, list[Operation]]:
     """The light graph of ``fn`` and its ops (index i of the graph is ``ops[i]``).  A dropout
     mask counts one byte per element (:func:`_is_dropout_mask`).  ``signatures=False`` may
     leave every op's ``signature`` empty, for callers that neither group layers nor read op
     kinds (naming every op is a fifth of the build).
 
-    The graph is kept on ``fn`` and given again while nothing it was built from changed (a
-    pipeline asks for it eight times, and most passes only write attributes it does not read:
-    a third of GPT-3 175B's pipeline went to building it again).  So it is shared: read it,
-    do not change it."""
-    inputs = _inputs(fn)
-    ids = list(map(id, inputs))
-    kept = getattr(fn, _KEPT, None)
-    if isinstance(kept, _Kept) and kept.ids == ids and (kept.phased or not require_phase):
-        if signatures and not kept.signed:
-            for node, op in zip(kept.graph.ops, kept.ops):
-                node.signature = op_signature(op)
-            kept.signed = True
-        return kept.graph, kept.ops
-    graph, ops, phased = _build(fn, require_phase, signatures)
-    setattr(fn, _KEPT, _Kept(inputs, ids, graph, ops, phased, signatures))
-    return graph, ops
+    The graph comes from ``cache`` while nothing it was built from changed (:class:`GraphCache`;
+    None: built afresh), so it may be shared: read it, do not change it."""
+    if cache is None:
+        return _build(fn, require_phase, signatures)[:2]
+    return cache.graph(fn, require_phase, signatures)
 
 
 def _build(fn: func.FuncOp, require_phase: bool, signatures: bool) -> tuple[Graph, list[Operation], bool]:

@@ -7,6 +7,8 @@ a property, an argument's attributes) a new graph equal to one built on a clone 
 one); an attribute the graph does not read (the layer index) keeps it; signatures asked for
 after a build without them are filled in as a fresh build names them; a function that lost a
 phase still fails when phases are required, even after a build that did not require them.
+The cache is an object of its own (``GraphCache``): nothing is written on the IR, it keeps the
+last few functions asked for, and ``cache=None`` builds afresh.
 """
 
 from __future__ import annotations
@@ -17,15 +19,15 @@ import pytest
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, StringAttr, TensorType
 from xdsl.rewriter import Rewriter
 
-from passes.graph_view import build_graph, step_function
+from passes.graph_view import GraphCache, build_graph, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 
 
 def _fresh(fn):
-    """The graph of ``fn`` built from scratch (on a clone, which keeps nothing)."""
-    return build_graph(fn.clone())[0]
+    """The graph of ``fn`` built from scratch (on a clone, and through no cache)."""
+    return build_graph(fn.clone(), cache=None)[0]
 
 
 def _first(fn, kind):
@@ -120,3 +122,41 @@ def test_a_missing_phase_fails_even_after_a_build_that_allowed_it(tiny_gpt2_modu
     build_graph(fn, require_phase=False)
     with pytest.raises(PhazeError, match="has no 'phaze.phase' attribute"):
         build_graph(fn)
+
+
+def test_the_cache_writes_nothing_on_the_ir(tiny_gpt2_module):
+    fn = step_function(tiny_gpt2_module)
+    before = dict(vars(fn))
+    build_graph(fn)
+    assert vars(fn).keys() == before.keys()
+
+
+def test_a_cache_of_its_own_and_none(tiny_gpt2_module):
+    fn = step_function(tiny_gpt2_module)
+    shared, _ = build_graph(fn)
+    mine = GraphCache()
+    own, _ = build_graph(fn, cache=mine)
+    assert own is not shared and build_graph(fn, cache=mine)[0] is own
+    fresh, _ = build_graph(fn, cache=None)
+    assert fresh is not shared and fresh is not own and asdict(fresh) == asdict(own)
+
+
+def test_the_cache_keeps_the_last_functions_asked_for(tiny_gpt2_module):
+    import gc
+    import weakref
+
+    cache = GraphCache(size=2)
+    fns = [step_function(tiny_gpt2_module).clone() for _ in range(3)]
+    graphs = [build_graph(f, cache=cache)[0] for f in fns]
+    assert build_graph(fns[2], cache=cache)[0] is graphs[2]
+    assert build_graph(fns[1], cache=cache)[0] is graphs[1]
+    again = build_graph(fns[0], cache=cache)[0]  # dropped by the third: built again, the same
+    assert again is not graphs[0] and asdict(again) == asdict(graphs[0])
+    assert build_graph(fns[1], cache=cache)[0] is graphs[1]
+    # A function the cache dropped is not kept alive by it.
+    gone = weakref.ref(fns[2])
+    del fns[2], graphs[2]
+    gc.collect()
+    assert gone() is None
+    cache.clear()
+    assert build_graph(fns[1], cache=cache)[0] is not graphs[1]
