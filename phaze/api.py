@@ -11,7 +11,7 @@ options, get back a :class:`Plan`.
     plan.to_json()                    # what phazec --json writes
     plan.export("megatron")           # what phazec --export megatron FILE writes
 
-``model`` is a model file (``get_model()``, ``get_inputs()``: README, "Model files"), a Hugging
+``model`` is a model file (``get_model()``, ``get_inputs()``: docs/usage.md, "A model file"), a Hugging
 Face ``config.json``, or a factory: a function returning an ``nn.Module`` (build it on the meta
 device), with ``inputs(micro_batch, seq_len)`` returning its keyword inputs and ``seq_len``.
 The options are :class:`phaze.driver.Options`' fields (``devices``, ``global_batch``,
@@ -46,7 +46,7 @@ class Plan:
 
     #: The plan as MLIR text (``phazec -o``'s, without the summary's comment block).
     text: str
-    #: The plan as JSON (``phazec --json``'s; README, "The plan as JSON").
+    #: The plan as JSON (``phazec --json``'s; docs/usage.md, "The plan as JSON").
     data: dict[str, Any]
     options: Options
     layer_kinds: tuple[str, ...] = ()

@@ -756,7 +756,7 @@ def time_breakdown(module: ModuleOp) -> dict[str, float] | None:
 def plan_json(
     module: ModuleOp, candidates: list[Candidate], recompute: str = "auto", headroom: float = 0.0
 ) -> dict[str, Any]:
-    """The plan as JSON (the schema is in README.md, "The plan as JSON"); ``recompute``: the
+    """The plan as JSON (the schema is in docs/usage.md, "The plan as JSON"); ``recompute``: the
     setting it was placed under (``Options.recompute``; each stage's policy is in its stage);
     ``headroom``: the fraction of HBM it was placed to leave free (``Options.memory_headroom``).
     Its ``summary`` is :func:`phaze.summary.build`'s (None when the plan does not fit).

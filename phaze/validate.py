@@ -560,7 +560,7 @@ def assign_splits(runs: Sequence[Run], fraction: float = DEFAULT_HOLDOUT, seed: 
 
 
 def model_file_text(shape: Shape) -> str:
-    """A phaze model file (README "A model file") of the GPT of ``shape``, as Megatron-LM builds
+    """A phaze model file (docs/usage.md, "A model file") of the GPT of ``shape``, as Megatron-LM builds
     it: learned positions (``n_positions`` = the sequence), pre-LN blocks with a GELU MLP of 4h,
     dropout 0.1 (Megatron's hidden and attention dropout), the word embedding tied to the LM
     head, the vocabulary padded to :data:`VOCAB_MULTIPLE`.  ``phazec MODEL.py --hw ...
@@ -960,7 +960,7 @@ class Validation:
         }
 
     def to_json(self, worst: int = 5) -> dict[str, Any]:
-        """Everything, for machines (the schema is in README.md, "Validating the cost model")."""
+        """Everything, for machines (the schema is in docs/usage.md, "Validating the cost model")."""
         return {
             "csv": self.source,
             "hw": self.settings.hw,
