@@ -111,3 +111,42 @@ def test_phaze_opt_debug_keeps_the_traceback():
     r = run_tool("phaze-opt", "-p", "phaze-mark-saved", input=fwd.stdout)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith("phaze-opt: error: phaze-mark-saved: the step has no backward ops")
+
+
+MODEL = """
+from {helper} import SIZE
+NAME = f"m{{SIZE}}"
+{extra}
+def get_model():
+    return None
+def get_inputs(micro_batch_size):
+    return ()
+"""
+
+
+def test_loading_a_model_reads_its_helpers_as_they_are_now(tmp_path):
+    """``loader._importing_beside``: a model's helper is the file on disk at each load (an
+    earlier load of the same directory changes nothing), and ``sys.path`` is as before after
+    a load, one that failed too."""
+    from phaze_ir.errors import PhazeError
+    from phaze_ir.frontend.loader import load_model_file
+
+    helper = f"phaze_test_helper_{os.getpid()}"
+    (tmp_path / f"{helper}.py").write_text("SIZE = 8\n")
+    model = tmp_path / "model.py"
+    model.write_text(MODEL.format(helper=helper, extra=""))
+    path = list(sys.path)
+    try:
+        assert load_model_file(model).name == "m8"
+        assert sys.path == path
+        (tmp_path / f"{helper}.py").write_text("SIZE = 16\n")
+        assert load_model_file(model).name == "m16"
+        broken = tmp_path / "broken.py"
+        broken.write_text(MODEL.format(helper=helper, extra="raise RuntimeError('no')"))
+        with pytest.raises(PhazeError, match="no"):
+            load_model_file(broken)
+        assert sys.path == path
+        assert load_model_file(model).name == "m16"
+    finally:
+        sys.modules.pop(helper, None)
+

@@ -158,6 +158,12 @@ class Backend:
 
 
 #: The modules the fork server was started with (:func:`start_fork_server`), None until then.
+#: A module global because the server is the process's: Python's ``multiprocessing`` keeps one
+#: fork server per process, its preload list process-wide too, and a pool made later in the
+#: process (another backend) forks from it as well.  It decides only how local workers start
+#: (forked from the server, or spawned), never what they answer: every work item is a function
+#: of its inputs (``tests/test_backend.py``: ``test_workers_fork_from_a_server_that_imported_torch``
+#: gets the same results as spawned workers).
 _fork_server_modules: tuple[str, ...] | None = None
 
 

@@ -23,6 +23,7 @@ example file that spells out the same config give the same IR.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import functools
@@ -33,7 +34,7 @@ import os
 import sys
 import sysconfig
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -149,12 +150,9 @@ def load_model_file(path: str | os.PathLike | ModelSpec) -> ModelSpec:
     if spec is None or spec.loader is None:
         raise PhazeError(f"{path}: cannot be imported as a Python file")
     module: ModuleType = importlib.util.module_from_spec(spec)
-    # Model files may import helpers that sit beside them: as they are on disk now, not as an
-    # earlier model file of this process imported them.
-    _forget_modules_under(p.parent)
-    sys.path.insert(0, str(p.parent))
     try:
-        spec.loader.exec_module(module)
+        with _importing_beside(p.parent):
+            spec.loader.exec_module(module)
     except SyntaxError as e:
         raise PhazeError(_syntax_error(e, p)) from e
     except Exception as e:  # the user's module raised while importing
@@ -167,8 +165,6 @@ def load_model_file(path: str | os.PathLike | ModelSpec) -> ModelSpec:
     except BaseException as e:  # a BaseException subclass of the model's own: one line, not a traceback
         where = _user_frame(e, p)
         raise PhazeError(f"{where}error while importing the model file: {_quoted_error(e)}") from None
-    finally:
-        sys.path.remove(str(p.parent))
     get_model = getattr(module, "get_model", None)
     get_inputs = getattr(module, "get_inputs", None)
     if not callable(get_model):
@@ -488,6 +484,28 @@ def _installed_roots() -> tuple[Path, ...]:
     phaze_root = Path(__file__).resolve().parents[2]
     roots |= {phaze_root / pkg for pkg in ("phaze_ir", "passes", "phaze")}
     return tuple(sorted(roots))
+
+
+@contextlib.contextmanager
+def _importing_beside(directory: Path) -> Iterator[None]:
+    """While the block imports a model file from ``directory``: its helpers beside it are found
+    (``directory`` first on ``sys.path``) and read as they are on disk now, not as an earlier
+    model file of this process imported them (those under ``directory`` are dropped from
+    ``sys.modules`` first, :func:`_forget_modules_under`).  The entry it put on ``sys.path`` is
+    taken off after it (one the model file added itself stays: its functions may need it).
+
+    What it changes for good, and why: Python's imports are the process's (``sys.modules``),
+    and the helpers the model file imported stay there, as any import's do: the model's
+    classes live in them, and its functions may import them again when called (``get_model``
+    after the directory has left ``sys.path``).  So loading a model never changes the answer
+    about another: a helper is always the file on disk now (``tests/test_no_hidden_channels.py``)."""
+    _forget_modules_under(directory)
+    sys.path.insert(0, str(directory))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):  # the model file took it off itself
+            sys.path.remove(str(directory))
 
 
 def _forget_modules_under(directory: Path) -> None:

@@ -386,7 +386,11 @@ def unflatten_step_inputs(
 
 #: Whether this process has run autograd (a training trace): torch refuses to run it in a child
 #: forked after that ("Unable to handle autograd's threading in combination with fork-based
-#: multiprocessing"), so ``deepen`` forks its check trace only before.
+#: multiprocessing"), so ``deepen`` forks its check trace only before.  A module global because
+#: it is a fact about the process (torch's autograd threads), not about a compilation: set by
+#: the first training trace, never cleared.  It decides only where the check trace runs (a
+#: forked child, or here), never what it answers: ``tests/test_deepen.py``
+#: (``test_no_child_after_a_trace_here``, ``test_a_child_that_cannot_trace_leaves_the_check_here``).
 _autograd_ran = False
 
 
