@@ -149,4 +149,3 @@ def test_loading_a_model_reads_its_helpers_as_they_are_now(tmp_path):
         assert load_model_file(model).name == "m16"
     finally:
         sys.modules.pop(helper, None)
-
