@@ -338,8 +338,9 @@ class ShardTensorParallelPass(ModulePass):
     "all_reduce"`` wherever a partial sum meets a consumer that needs it whole (Megatron's f/g:
     two per block forward, two backward), and the vocabulary-parallel cross-entropy's small
     all-reduces.  Parameter arguments, gradients and optimizer updates of split weights get
-    their local types.  The structure is found by sharding propagation (see
-    ``passes/algorithms/tp_shard.py``), never from names.
+    their local types.  The structure is found by sharding propagation, never from names:
+    ``passes/algorithms/tp_shard.py`` runs the driver (``tp_propagation.py``) with one rule per
+    op kind (``tp_rules.py``'s ``RULES``); this pass builds its graph and applies its plan.
 
     At a width above 1 it drops ``phaze.saved_bytes``, ``phaze.layer`` and ``phaze.layers``
     (they counted the whole step): run ``phaze-mark-saved`` and ``phaze-group-layers`` after it

@@ -15,13 +15,16 @@ from collections import Counter
 import pytest
 from conftest import EXAMPLES, MODELS, compiled
 
+from passes.algorithms import tp_rules
+from passes.algorithms.tp_rules import RULES, rule_for
 from passes.algorithms.tp_shard import (
-    P,
-    R,
+    PARTIAL,
+    REPLICATED,
     ShardError,
     Split,
+    SplitCannotPass,
     TGraph,
-    _NoMap,
+    TOp,
     map_view,
     permute_split,
     reshape_split,
@@ -296,7 +299,7 @@ def test_reshape_maps_the_split_by_its_flat_stride():
     # [b, s, h] split on h (t = 5) -> [b, s, heads, head_dim]: the heads split.
     assert reshape_split((1, 16, 1600), (1, 16, 25, 64), Split(2, 320), 5) == Split(2, 5)
     # 25 heads, width 2: the split cuts through a head.
-    with pytest.raises(_NoMap):
+    with pytest.raises(SplitCannotPass):
         reshape_split((1, 16, 1600), (1, 16, 25, 64), Split(2, 800), 2)
     # Heads merged with the micro-batch (b = 2, 4 heads, t = 2): the split sits inside the dim.
     assert reshape_split((2, 4, 16, 8), (8, 16, 8), Split(1, 2), 2) == Split(0, 2)
@@ -340,18 +343,37 @@ def test_column_row_pairs_and_demotion():
     assert plan.rounds == 2
     assert [a.value for a in plan.all_reduces] == [g.ops[mms[1]].results[0]]
     assert plan.states[g.ops[mms[0]].results[0]] == Split(1, 4)
-    assert plan.states[g.ops[mms[2]].results[0]] is R
+    assert plan.states[g.ops[mms[2]].results[0]] is REPLICATED
     assert plan.shapes[g.ops[mms[0]].results[0]] == (4, 4)
     g, mms = _mlp_graph(2)
     plan = shard(g, 2)
     assert plan.column == [mms[0]] and plan.row == [mms[1]] and not plan.demoted
-    assert plan.states[g.ops[mms[1]].results[0]] == P
+    assert plan.states[g.ops[mms[1]].results[0]] == PARTIAL
 
 
 def test_width_must_divide_a_column_output():
     g, _ = _mlp_graph(2)
     with pytest.raises(ShardError, match="width 3 does not divide the output size 8"):
         shard(g, 3)
+
+
+def test_rules_are_a_documented_table_by_kind():
+    # One rule per op kind, each saying what it does; a kind with a rule of its own is found
+    # before its op's rule, and an op without a rule takes every operand whole.
+    for key, rule in RULES.items():
+        assert rule.__doc__ and len(rule.__doc__.split()) > 10, key
+    g, _ = _mlp_graph(2)
+    ops = {(op.name, op.kind): op for op in g.ops}
+    assert rule_for(ops["matmul", ""]) is tp_rules.matmul
+    assert rule_for(ops["reduction", "sum"]) is tp_rules.reduction
+    assert rule_for(ops["return", ""]) is tp_rules.function_results
+    nll = TOp("reduction", "nll_loss", [], [])
+    assert rule_for(nll) is tp_rules.cross_entropy_loss
+    assert rule_for(TOp("layout", "cat", [], [])) is tp_rules.concat
+    assert rule_for(TOp("layout", "view", [], [])) is tp_rules.layout
+    assert rule_for(TOp("elementwise", "random", [], [])) is tp_rules.shape_only
+    assert rule_for(TOp("opaque", "aten._safe_softmax", [], [])) is tp_rules.whole_operands
+    assert rule_for(TOp("something_new", "", [], [])) is tp_rules.whole_operands
 
 
 # --------------------------------------------------------------------------------------------
