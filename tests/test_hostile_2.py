@@ -297,7 +297,9 @@ def test_phaze_opt_refuses_a_plan_whose_attributes_are_out_of_range(tmp_path, ca
     err = capsys.readouterr().err
     first = err.splitlines()[0]
     if why.startswith(":1:"):  # a parse error at the field: file:line:col, an excerpt and a caret
-        assert first.startswith(f"{file}:1:") and why.split("{}")[1] in first, err
+        # the module's first line, below the summary's comment block
+        line = 1 + next(i for i, s in enumerate(text.splitlines()) if s.startswith("builtin.module"))
+        assert first.startswith(f"{file}:{line}:") and why.split("{}")[1] in first, err
     else:
         assert first == why, err
     assert "Traceback" not in err
@@ -349,7 +351,15 @@ def _answer_payload() -> dict:
 
     text = "builtin.module attributes {phaze.plan = #phaze.plan<devices = 8, global_batch = 64, dp = 8, "
     text += f"throughput_samples_per_s = {format_float(thr)}, max_memory_bytes = 1073741824>}} {{\n}}\n"
-    return {"text": text, "plan": plan, "summary": "", "layer_kinds": [], "seq_len": None, "warnings": []}
+    return {
+        "text": text,
+        "plan": plan,
+        "summary": "",
+        "layer_kinds": [],
+        "seq_len": None,
+        "model_shape": {},
+        "warnings": [],
+    }
 
 
 @pytest.mark.parametrize(
