@@ -51,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="phaze-validate",
         description="Price measured training runs (a CSV) with phaze and report the errors.",
     )
-    p.add_argument("csv", metavar="RUNS.csv", help="measured runs, one per line (README: 'Validating the cost model')")
+    p.add_argument(
+        "csv", metavar="RUNS.csv", help="measured runs, one per line (docs/usage.md: 'Validating the cost model')"
+    )
     p.add_argument(
         "--hw", required=True, metavar="NAME|FILE", help="the hardware: a preset (a100, h100, tpuv4) or a TOML file"
     )
