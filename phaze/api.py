@@ -135,10 +135,9 @@ def options(hw: str, **given: Any) -> Options:
         known = ", ".join(sorted(names | {"micro_batch", "tp"}))
         raise PhazeError(f"phaze.compile: unknown option {unknown[0]!r} (options: {known})")
     if "memory_headroom" not in given:
-        from phaze.driver import load_accelerator
+        from phaze.driver import default_memory_headroom
 
-        calibration = load_accelerator(hw).calibration
-        given["memory_headroom"] = (calibration.memory_headroom or 0.0) if calibration is not None else 0.0
+        given["memory_headroom"] = default_memory_headroom(hw)
     return dataclasses.replace(Options(), hw=hw, **_DEFAULTS, **given)
 
 

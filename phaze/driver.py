@@ -218,6 +218,13 @@ def load_accelerator(name_or_path: str):
     return acc
 
 
+def default_memory_headroom(hw: str) -> float:
+    """The memory headroom a plan on chip ``hw`` leaves when none is asked: the chip's
+    ``calibration.memory_headroom``, 0 without one (phazec's and ``phaze.compile``'s default)."""
+    calibration = load_accelerator(hw).calibration
+    return (calibration.memory_headroom or 0.0) if calibration is not None else 0.0
+
+
 def schedule_cache(opts: Options):
     """The schedule cache a compilation solves through (see ``Options.schedule_cache``)."""
     from passes.algorithms import schedule as sched

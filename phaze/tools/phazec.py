@@ -370,10 +370,9 @@ def memory_headroom(args: argparse.Namespace) -> float:
     without ``--hw``: a searched chip has no calibration)."""
     if args.memory_headroom is not None or not args.hw:
         return args.memory_headroom or 0.0
-    from phaze.driver import load_accelerator
+    from phaze.driver import default_memory_headroom
 
-    calibration = load_accelerator(args.hw).calibration
-    return (calibration.memory_headroom or 0.0) if calibration is not None else 0.0
+    return default_memory_headroom(args.hw)
 
 
 def options(args: argparse.Namespace):
