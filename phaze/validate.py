@@ -451,12 +451,11 @@ def step_bytes(r: Run) -> int:
     return 16 * parameters + activations * (2 if r.dtype == "float32" else 1)
 
 
-def si_bytes(n: float) -> str:
+def si_bytes(n: int) -> str:
     """``2.68e17`` bytes as ``268 PB``: three significant digits, SI prefixes (decimal)."""
-    for power, prefix in ((24, "Y"), (21, "Z"), (18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k")):
-        if n >= 10**power:
-            return f"{n / 10**power:.3g} {prefix}B"
-    return f"{n:.0f} B"
+    from phaze.summary import si
+
+    return si(n, "B")
 
 
 def _optional_cell(row: list[str], columns: dict[str, int], fld: str) -> str | None:
