@@ -14,6 +14,7 @@ from xdsl.passes import ModulePass
 
 from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
+from passes.algorithms.placement_options import PlacementOptions
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
@@ -263,59 +264,25 @@ def stage_of_layers(stages: Sequence[Mapping[str, Any]]) -> dict[int, int]:
 
 
 @dataclass(frozen=True)
-class PlaceDevicesPass(ModulePass):
+class PlaceDevicesPass(PlacementOptions, ModulePass):
     """Find the fastest placement of the training step on ``devices`` accelerators (exact DP
     in Rust over data parallelism, contiguous pipeline stages under 1F1B, recompute policy per
     stage, at the module's TP width and micro-batch size) and write it: ``phaze.plan`` and
     ``phaze.stages`` on the module, ``phaze.stage`` on every op.
 
-    Options: ``devices`` (default 1024), ``global_batch`` (samples, default 4096),
-    ``placement`` (``phaze`` to search, ``expert`` for the paper's placement of this model, or
-    ``expert:PP,DP,TP`` to evaluate a fixed one: an infeasible fixed placement is still written,
-    with ``feasible = "no"`` and the binding constraint), ``dp_overlap`` (hide the DP gradient
-    all-reduce behind the stage's backward), ``recompute`` (``auto``, the default: each stage's
-    policy chosen by the DP; ``none``, ``selective`` or ``full``: every stage uses that policy,
-    as ``expert:PP,DP,TP`` fixes the degrees; when it does not fit, the plan is written with
-    ``feasible = "no"`` and the memory constraint), ``zero`` (``0``, the default, plain data
-    parallelism; ``1``/``2``/``3`` a fixed ZeRO stage; ``auto``: the DP chooses),
-    ``pipeline_schedule`` (``1f1b``, the default; ``interleaved:V``, Megatron's interleaved
-    1F1B with V model chunks per device; ``auto``: the DP chooses), ``expert_parallel`` (``1``,
-    the default: every replica holds every expert; ``E``: an MoE model's experts split over E
-    replicas; ``auto``: the DP chooses), ``rank_order`` (how devices are numbered into
-    groups, TP innermost: ``auto``, the default, lets the DP choose per option; ``tp-dp-pp``,
-    pipeline outermost, as Megatron-LM and torchtitan number them by default; ``tp-pp-dp``,
-    data parallelism outermost, Megatron-LM's ``--use-tp-pp-dp-mapping``), ``pipeline_transfer``
-    (``whole``, the default: every TP rank sends a stage boundary's values, as Megatron-LM
-    does; ``split``: each sends 1/t and the receiving TP group all-gathers them, as DeepSpeed's
-    pipeline engine does; no effect under sequence parallelism), ``memory_headroom`` (the
-    fraction of each device's HBM the plan leaves free, default 0; a memory refusal names it).
-    Requires the cost annotations of
-    ``phaze-schedule-ops`` and ``phaze-insert-recompute`` and a ``phaze.accelerator``.
+    Its options are the placement options, declared with their help in
+    ``passes/algorithms/placement_options.py``. A fixed placement
+    (``placement="expert:PP,DP,TP"``) or a fixed recompute policy that does not fit is still
+    written, with ``feasible = "no"`` and the binding constraint. Requires the cost annotations
+    of ``phaze-schedule-ops`` and ``phaze-insert-recompute`` and a ``phaze.accelerator``.
     """
 
     name = "phaze-place-devices"
-    devices: int = 1024
-    global_batch: int = 4096
-    placement: str = "phaze"
-    dp_overlap: bool = False
-    recompute: str = "auto"
-    zero: str = "0"
-    pipeline_schedule: str = "1f1b"
-    expert_parallel: str = "1"
-    rank_order: str = "auto"
-    pipeline_transfer: str = "whole"
-    memory_headroom: float = 0.0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         try:
+            self.check()
             fixed = pl.parse_placement(self.placement, keys.string_of(op, keys.MODEL))
-            recompute = pl.parse_recompute(self.recompute)
-            pl.parse_zero(self.zero)
-            pl.parse_pipeline_schedule(self.pipeline_schedule)
-            pl.parse_expert_parallel(self.expert_parallel)
-            pl.parse_rank_order(self.rank_order)
-            pl.parse_pipeline_transfer(self.pipeline_transfer)
-            pl.check_memory_headroom(self.memory_headroom)
         except pl.PlacementError as e:
             raise PhazeError(f"{self.name}: {e}") from e
         problem = build_problem(
@@ -324,7 +291,7 @@ class PlaceDevicesPass(ModulePass):
             self.global_batch,
             self.dp_overlap,
             self.name,
-            recompute,
+            self.recompute,
             zero=self.zero,
             pipeline_schedule=self.pipeline_schedule,
             expert_parallel=self.expert_parallel,

@@ -22,11 +22,12 @@ import gc
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
 
+from passes.algorithms.placement_options import PlacementOptions
 from phaze_ir import keys
 from phaze_ir.attributes import PlanAttr, RecordAttr, ReplicatedLinearsAttr, StageInfoAttr, UnpricedOpAttr
 from phaze_ir.errors import PhazeError
@@ -64,9 +65,11 @@ BREAKDOWN_PARTS = (
 )
 
 
-@dataclass
-class Options:
-    """What a compilation needs besides the model file (phazec's options)."""
+@dataclass(frozen=True)
+class Options(PlacementOptions):
+    """What a compilation needs besides the model file (phazec's options): the placement
+    options (declared in :class:`~passes.algorithms.placement_options.PlacementOptions`) and
+    these."""
 
     emit: str = "plan"
     micro_batches: tuple[int, ...] = DEFAULT_MICRO_BATCHES
@@ -76,41 +79,11 @@ class Options:
     dtype: str = "float16"
     optimizer: str = "adam"
     hw: str = "tpuv4"
-    devices: int = 1024
-    global_batch: int = 4096
-    placement: str = "phaze"
-    dp_overlap: bool = False
-    #: ``auto``: the DP chooses each stage's recompute policy; ``none``, ``selective``, ``full``:
-    #: every stage uses that one (``phaze-place-devices{recompute=...}``).
-    recompute: str = "auto"
-    #: ``0`` (default: plain data parallelism, the paper's space), ``1``/``2``/``3`` a fixed
-    #: ZeRO stage, ``auto``: the DP chooses (``phaze-place-devices{zero=...}``).
-    zero: str = "0"
-    #: ``1f1b`` (default), ``interleaved:V`` (Megatron's interleaved 1F1B, V chunks per
-    #: device), ``auto``: the DP chooses (``phaze-place-devices{pipeline_schedule=...}``).
-    pipeline_schedule: str = "1f1b"
-    #: ``1`` (default: every replica holds every expert, the paper's space), ``E`` an MoE
-    #: model's experts split over E data-parallel replicas, ``auto``: the DP chooses
-    #: (``phaze-place-devices{expert_parallel=...}``).
-    expert_parallel: str = "1"
-    #: How devices are numbered into TP, PP and DP groups, TP innermost (docs/design.md §5.5):
-    #: ``auto`` (default: the DP chooses per option), ``tp-dp-pp`` (pipeline outermost, as
-    #: Megatron-LM and torchtitan number them by default), ``tp-pp-dp`` (data parallelism
-    #: outermost, Megatron-LM's ``--use-tp-pp-dp-mapping``) (``phaze-place-devices{rank_order=...}``).
-    rank_order: str = "auto"
-    #: How a pipeline transfer crosses a stage boundary (``phaze-place-devices{pipeline_transfer=...}``):
-    #: ``whole`` (default: every TP rank sends it, Megatron-LM) or ``split`` (1/t each, gathered
-    #: by the receiving TP group: DeepSpeed's pipeline engine; what phaze-validate prices).
-    pipeline_transfer: str = "whole"
     #: None (default: dropless experts, every routed row and no more), or F >= 1: every expert
     #: GEMM runs on its experts' capacity ``ceil(T/E * F)`` rows, padded with zeros, as
     #: Megatron-LM's ``--moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity``
     #: (the importer pads, ``phaze.capacity_factor``; docs/design.md §2).
     capacity_factor: float | None = None
-    #: The fraction of each device's HBM a plan must leave free (``phaze-place-devices
-    #: {memory_headroom=...}``): what the memory model does not see and its own error
-    #: (docs/validation.md, "Memory").
-    memory_headroom: float = 0.0
     #: What the architecture search maximizes (``phaze.search.objective.OBJECTIVES``):
     #: ``throughput`` (default), ``perf-per-watt``, ``perf-per-dollar``, ``energy``, ``carbon``.
     objective: str = "throughput"
@@ -189,19 +162,22 @@ def pipeline(
     if runs("recompute"):
         passes.append(f"phaze-insert-recompute{{{solver}}}")
     if runs("plan"):
-        overlap = "true" if opts.dp_overlap else "false"
-        passes.append(
-            f"phaze-place-devices{{devices={opts.devices} global_batch={opts.global_batch} "
-            f'placement="{opts.placement}" dp_overlap={overlap} recompute="{opts.recompute}" '
-            f'zero="{opts.zero}" pipeline_schedule="{opts.pipeline_schedule}" '
-            f'expert_parallel="{opts.expert_parallel}" rank_order="{opts.rank_order}" '
-            f'pipeline_transfer="{opts.pipeline_transfer}"'
-            + (f" memory_headroom={opts.memory_headroom!r}" if opts.memory_headroom else "")
-            + "}"
-        )
+        passes.append(place_devices_spec(opts))
         if energy:
             passes.append("phaze-estimate-power")
     return ",".join(passes)
+
+
+def place_devices_spec(opts: PlacementOptions) -> str:
+    """``phaze-place-devices`` with ``opts``' placement options, as a pipeline spec writes them."""
+
+    def value(v: object) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return f'"{v}"' if isinstance(v, str) else repr(v)
+
+    words = " ".join(f"{f.name}={value(getattr(opts, f.name))}" for f in fields(PlacementOptions))
+    return f"phaze-place-devices{{{words}}}"
 
 
 def load_accelerator(name_or_path: str):
@@ -365,17 +341,8 @@ def plan_record(module: ModuleOp) -> dict[str, Any]:
 def check_options(opts: Options) -> None:
     """The one-line error of an option out of range (stage, sizes, placement settings), before
     anything slow; ``phazec --hw`` and the architecture search both check through here."""
-    from passes.algorithms.placement import (
-        PlacementError,
-        check_memory_headroom,
-        parse_expert_parallel,
-        parse_pipeline_schedule,
-        parse_pipeline_transfer,
-        parse_placement,
-        parse_rank_order,
-        parse_recompute,
-        parse_zero,
-    )
+    from passes.algorithms.placement import PlacementError, parse_placement
+    from passes.algorithms.placement_options import OptionError
     from phaze_ir.frontend.importer import check_capacity_factor
 
     if opts.emit not in STAGES:
@@ -386,27 +353,15 @@ def check_options(opts: Options) -> None:
     for t in opts.tp_widths or ():
         if t < 1:
             raise PhazeError(f"--tp {t}: expected a positive integer")
-    for flag, parse, value in (
-        ("--recompute", parse_recompute, opts.recompute),
-        ("--zero", parse_zero, opts.zero),
-        ("--pipeline-schedule", parse_pipeline_schedule, opts.pipeline_schedule),
-        ("--expert-parallel", parse_expert_parallel, opts.expert_parallel),
-        ("--rank-order", parse_rank_order, opts.rank_order),
-        ("--pipeline-transfer", parse_pipeline_transfer, opts.pipeline_transfer),
-    ):
-        try:
-            parse(value)
-        except PlacementError as e:
-            raise PhazeError(f"{flag}: {e}") from e
+    try:
+        opts.check()
+    except OptionError as e:
+        raise PhazeError(f"--{e.option.replace('_', '-')}: {e}") from e
     if opts.sequence_parallel not in SEQUENCE_PARALLEL_SETTINGS:
         raise PhazeError(
             f"--sequence-parallel '{opts.sequence_parallel}': expected one of {', '.join(SEQUENCE_PARALLEL_SETTINGS)}"
         )
     check_capacity_factor(opts.capacity_factor)
-    try:
-        check_memory_headroom(opts.memory_headroom)
-    except PlacementError as e:
-        raise PhazeError(f"--memory-headroom: {e}") from e
     if opts.placement.startswith("expert:"):  # its degrees are known without the model
         try:
             check_placement_devices(parse_placement(opts.placement, ""), opts.devices)

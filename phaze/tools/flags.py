@@ -5,10 +5,11 @@ size (``--cache-limit``), kept after the run."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from phaze_ir.errors import PhazeError
 
@@ -62,6 +63,36 @@ class ToolParser(argparse.ArgumentParser):
             out.append(word)
             i += 1
         return out
+
+
+def add_option_arguments(
+    group: argparse._ActionsContainer,
+    options: type,
+    names: Iterable[str],
+    defaults: Mapping[str, object] | None = None,
+    default_words: Mapping[str, str] | None = None,
+) -> None:
+    """A flag for each field of the dataclass ``options`` in ``names`` (``--global-batch`` for
+    ``global_batch``), from what the field declares: its type, its choices or the shape of its
+    value, its help; the default is the field's unless ``defaults`` gives another, and the help
+    says it (in ``default_words``' words when given)."""
+    fields = {f.name: f for f in dataclasses.fields(options)}
+    for name in names:
+        f = fields[name]
+        flag = "--" + name.replace("_", "-")
+        if f.type in ("bool", bool):
+            group.add_argument(flag, action="store_true", help=f.metadata["help"])
+            continue
+        default = (defaults or {}).get(name, f.default)
+        said = (default_words or {}).get(name, str(default))
+        group.add_argument(
+            flag,
+            type={"int": int, "float": float, "str": str}[str(f.type)],
+            default=default,
+            choices=f.metadata.get("choices"),
+            metavar=f.metadata.get("metavar"),
+            help=f"{f.metadata['help']} (default: {said})",
+        )
 
 
 def flag_name(dest: str) -> str:

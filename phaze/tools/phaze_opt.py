@@ -158,7 +158,16 @@ def pass_help(name: str, available: dict[str, Callable[[], type]]) -> str:
         lines += textwrap.wrap(" ".join(paragraph.split()), _width(), initial_indent="  ", subsequent_indent="  ")
         lines.append("")
     options = pass_options(cls)
-    lines += ["options:"] + [f"  {o}" for o in options] if options else ["no options"]
+    if not options:
+        return "\n".join([*lines, "no options"]) + "\n"
+    lines.append("options:")
+    helps = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
+    for option in options:
+        lines.append(f"  {option}")
+        help_text = helps[option.split(":")[0]]
+        lines += textwrap.wrap(
+            help_text, _width(), initial_indent=" " * 6, subsequent_indent=" " * 6, break_on_hyphens=False
+        )
     return "\n".join(lines) + "\n"
 
 

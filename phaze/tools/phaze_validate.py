@@ -25,11 +25,13 @@ import os
 import sys
 from collections.abc import Sequence
 
+from passes.algorithms.placement_options import PlacementOptions
 from phaze.messages import exit_status, install_error_hook, show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze.tools.flags import (
     DEFAULT_CACHE_LIMIT,
     ToolParser,
+    add_option_arguments,
     cache_size,
     check_positive_ints,
     check_solver_limits,
@@ -79,12 +81,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="price only these rows (1 is the first run): e.g. '1-20,35'; the summaries cover them only",
     )
-    p.add_argument(
-        "--recompute",
-        default=v.DEFAULT_RECOMPUTE,
-        choices=("auto", "none", "selective", "full"),
-        help="activation recompute of the runs (default full, as the vTrain runs; auto lets the placement choose)",
-    )
+    # the vTrain runs ran with full recompute
+    add_option_arguments(p, PlacementOptions, ["recompute"], defaults={"recompute": v.DEFAULT_RECOMPUTE})
     p.add_argument(
         "--kernels",
         default=v.DEFAULT_KERNELS,

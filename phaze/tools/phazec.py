@@ -28,12 +28,14 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from passes.algorithms.placement_options import PlacementOptions
 from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, NoPlanFits, Options
 from phaze.messages import INTERRUPTED, PartialOutput, exit_status, install_error_hook, show_warnings_as
 from phaze.outputs import refuse_clashes, write_together
 from phaze.tools.flags import (
     DEFAULT_CACHE_LIMIT,
     ToolParser,
+    add_option_arguments,
     cache_size,
     check_positive_ints,
     check_solver_limits,
@@ -59,24 +61,35 @@ HELP_EXAMPLES = """examples:
 """
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = ToolParser(
-        prog="phazec",
-        description="Compile a PyTorch model file into a phaze plan (MLIR).",
-        epilog=HELP_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "models",
-        nargs="+",
-        metavar="MODEL",
-        help="model file defining get_model() and get_inputs(micro_batch_size), or a Hugging Face config.json; "
-        "several: one chip for all",
-    )
-    out = p.add_argument_group("outputs")
+def _output_flags(out: argparse._ArgumentGroup) -> None:
+    """What is written, and where."""
     out.add_argument("-o", "--output", default="-", help="output .mlir file ('-' for stdout, the default)")
     out.add_argument("--emit", default="plan", choices=STAGES, help="last stage to run and print (default: plan)")
-    model = p.add_argument_group("the model and its training step")
+    out.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
+    out.add_argument(
+        "--report",
+        metavar="FILE.html",
+        help="also write a self-contained HTML report (plan stage): of the search, or with --hw of the plan "
+        "(its pipeline timeline and memory per stage)",
+    )
+    out.add_argument(
+        "--export",
+        nargs=2,
+        action="append",
+        metavar=("{megatron,torchtitan}", "FILE"),
+        help="also write the plan as that framework's command-line arguments, one per line (with --hw; "
+        "may be given for each target; docs/launch.md)",
+    )
+    out.add_argument(
+        "--write-infeasible",
+        action="store_true",
+        help="when no placement fits, still compile and write the plan (-o or stdout, --json, --report), which "
+        "says which constraint binds; without it such a run writes nothing and stops as soon as it knows",
+    )
+
+
+def _model_flags(model: argparse._ArgumentGroup) -> None:
+    """The model and its training step."""
     model.add_argument(
         "--micro-batch",
         type=int,
@@ -120,6 +133,10 @@ def _parser() -> argparse.ArgumentParser:
         choices=("adam", "sgd"),
         help="optimizer of the training step (default adam, mixed precision)",
     )
+
+
+def _cluster_flags(p: argparse.ArgumentParser) -> None:
+    """The chip, the cluster and the placement options (declared in ``PlacementOptions``)."""
     chip = p.add_argument_group("the chip and the cluster")
     chip.add_argument(
         "--hw",
@@ -128,80 +145,23 @@ def _parser() -> argparse.ArgumentParser:
         help="compile for this accelerator, a preset (tpuv4, a100, h100) or a hardware TOML file, "
         "instead of searching the architecture (stages before 'plan' default to tpuv4)",
     )
-    chip.add_argument(
-        "--devices", type=int, default=1024, metavar="N", help="accelerators in the cluster (default 1024)"
-    )
-    chip.add_argument(
-        "--global-batch", type=int, default=4096, metavar="N", help="samples per training step (default 4096)"
-    )
+    add_option_arguments(chip, PlacementOptions, ("devices", "global_batch"))
     place = p.add_argument_group("placement (how the step is spread over the devices)")
-    place.add_argument(
-        "--placement",
-        default="phaze",
-        metavar="phaze|expert|expert:PP,DP,TP",
-        help="search the placement (default), or evaluate the paper's expert one or a given one",
-    )
-    place.add_argument("--dp-overlap", action="store_true", help="hide the DP gradient all-reduce behind backward")
-    place.add_argument(
-        "--recompute",
-        default="auto",
-        choices=("auto", "none", "selective", "full"),
-        help="activation recompute: auto (default) lets the placement choose per stage; none, selective "
-        "or full fixes it for every stage, to price a run as it is run",
+    add_option_arguments(
+        place,
+        PlacementOptions,
+        [f.name for f in dataclasses.fields(PlacementOptions) if f.name not in ("devices", "global_batch")],
+        defaults={"memory_headroom": None},
+        default_words={
+            "memory_headroom": "the chip's calibration.memory_headroom (the h100's is fitted on its measured "
+            "steps, docs/validation.md), else 0"
+        },
     )
     place.add_argument(
         "--sequence-parallel",
         default=Options.sequence_parallel,
         choices=SEQUENCE_PARALLEL_SETTINGS,
         help="Megatron sequence parallelism at TP > 1: off (default), on, or auto (compile both, keep the faster)",
-    )
-    place.add_argument(
-        "--pipeline-schedule",
-        default=Options.pipeline_schedule,
-        metavar="auto|1f1b|interleaved:V",
-        help="1f1b (default); interleaved:V, Megatron's interleaved 1F1B with V model chunks per device; "
-        "auto lets the placement choose",
-    )
-    place.add_argument(
-        "--zero",
-        default=Options.zero,
-        choices=("auto", "0", "1", "2", "3"),
-        help="sharding over data parallelism: 0 (default) plain; 1 optimizer state (Megatron's distributed "
-        "optimizer); 2 and gradients; 3 and parameters (FSDP); auto lets the placement choose",
-    )
-    place.add_argument(
-        "--expert-parallel",
-        default=Options.expert_parallel,
-        metavar="auto|E",
-        help="expert parallelism of an MoE model: 1 (default) every data-parallel replica holds every expert; "
-        "E splits the experts over E replicas (all-to-all dispatch and combine); auto lets the placement choose",
-    )
-    place.add_argument(
-        "--rank-order",
-        default=Options.rank_order,
-        choices=("auto", "tp-dp-pp", "tp-pp-dp"),
-        help="how devices are numbered into groups, TP innermost: auto (default) lets the placement choose; "
-        "tp-dp-pp, pipeline outermost (Megatron-LM's and torchtitan's default); tp-pp-dp, data parallelism "
-        "outermost (Megatron-LM's --use-tp-pp-dp-mapping). An --export torchtitan (or megatron with expert "
-        "parallelism) makes auto tp-dp-pp",
-    )
-    place.add_argument(
-        "--memory-headroom",
-        type=float,
-        default=None,
-        metavar="F",
-        help="leave this fraction of each device's HBM free (0 <= F < 1): for what the memory model does not "
-        "count (the CUDA context, the allocator's fragmentation) and its error; default: the chip's "
-        "calibration.memory_headroom (the h100's is fitted on its measured steps, docs/validation.md), else 0",
-    )
-    place.add_argument(
-        "--pipeline-transfer",
-        default=Options.pipeline_transfer,
-        choices=("whole", "split"),
-        help="how a pipeline transfer crosses a stage boundary: whole (default) every TP rank sends the "
-        "boundary's values (Megatron-LM); split, each sends 1/t and the next stage's TP group all-gathers "
-        "them (DeepSpeed's pipeline engine, Megatron-DeepSpeed; what phaze-validate prices). No effect "
-        "under sequence parallelism",
     )
     place.add_argument(
         "--capacity-factor",
@@ -212,6 +172,10 @@ def _parser() -> argparse.ArgumentParser:
         "padded with zeros (Megatron-LM's --moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity); "
         "default: none, dropless",
     )
+
+
+def _goal_flags(p: argparse.ArgumentParser) -> None:
+    """What is optimised, and the scheduling solver's limits."""
     goal = p.add_argument_group("what is optimised")
     goal.add_argument(
         "--objective",
@@ -262,27 +226,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="G",
         help="stop a layer's schedule at this proven relative gap (default 0.005)",
     )
-    out.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
-    out.add_argument(
-        "--report",
-        metavar="FILE.html",
-        help="also write a self-contained HTML report (plan stage): of the search, or with --hw of the plan "
-        "(its pipeline timeline and memory per stage)",
-    )
-    out.add_argument(
-        "--export",
-        nargs=2,
-        action="append",
-        metavar=("{megatron,torchtitan}", "FILE"),
-        help="also write the plan as that framework's command-line arguments, one per line (with --hw; "
-        "may be given for each target; docs/launch.md)",
-    )
-    out.add_argument(
-        "--write-infeasible",
-        action="store_true",
-        help="when no placement fits, still compile and write the plan (-o or stdout, --json, --report), which "
-        "says which constraint binds; without it such a run writes nothing and stops as soon as it knows",
-    )
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    """The cache, the search's workers and the diagnostics."""
     cache_g = p.add_argument_group("cache")
     cache = cache_g.add_mutually_exclusive_group()  # --cache D --no-cache: which one was meant?
     cache.add_argument(
@@ -337,6 +284,27 @@ def _parser() -> argparse.ArgumentParser:
     misc.add_argument("--print-op-generic", action="store_true", help="print MLIR's generic op form")
     misc.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     misc.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = ToolParser(
+        prog="phazec",
+        description="Compile a PyTorch model file into a phaze plan (MLIR).",
+        epilog=HELP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help="model file defining get_model() and get_inputs(micro_batch_size), or a Hugging Face config.json; "
+        "several: one chip for all",
+    )
+    _output_flags(p.add_argument_group("outputs"))
+    _model_flags(p.add_argument_group("the model and its training step"))
+    _cluster_flags(p)
+    _goal_flags(p)
+    _run_flags(p)
     return p
 
 
@@ -425,17 +393,8 @@ def options(args: argparse.Namespace):
         kernels=args.kernels,
         optimizer=args.optimizer,
         hw=args.hw or "tpuv4",
-        devices=args.devices,
-        global_batch=args.global_batch,
-        placement=args.placement,
-        dp_overlap=args.dp_overlap,
-        recompute=args.recompute,
-        zero=args.zero,
-        pipeline_schedule=args.pipeline_schedule,
-        expert_parallel=args.expert_parallel,
-        rank_order=rank_order(args),
-        pipeline_transfer=args.pipeline_transfer,
-        memory_headroom=memory_headroom(args),
+        **{f.name: getattr(args, f.name) for f in dataclasses.fields(PlacementOptions)}
+        | {"rank_order": rank_order(args), "memory_headroom": memory_headroom(args)},
         capacity_factor=args.capacity_factor,
         power_cap_w=args.power_cap,
         objective=args.objective,
