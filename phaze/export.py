@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phaze_ir.errors import PhazeError
+from phaze_ir.op_kinds import RecomputePolicy
 
 TARGETS = ("megatron", "torchtitan")
 
@@ -257,7 +258,7 @@ def _one_recompute(plan: dict[str, Any], target: str) -> str:
             f"{target} sets one for every stage; compile with --recompute none|selective|full"
         )
     (policy,) = policies
-    if policy not in ("none", "selective", "full"):
+    if policy not in UNIFORM_RECOMPUTE:
         raise PhazeError(f"--export {target}: unknown recompute policy {policy!r}")
     return policy
 
@@ -671,7 +672,7 @@ def export_outputs(args) -> list[tuple[str, str]]:
 #: of its own). The rank order is :func:`pipeline_outermost_only`'s; the pipeline schedules
 #: both run (an interleaved split is even, which torchtitan's weights always express).
 LAUNCHABLE_ZERO = {"megatron": ("0", "1", "2", "3"), "torchtitan": ("0", "3")}
-UNIFORM_RECOMPUTE = ("none", "selective", "full")
+UNIFORM_RECOMPUTE = tuple(p.value for p in RecomputePolicy)
 
 
 def launchable_choices(exports: Sequence[Sequence[str]] | None, zero: str, recompute: str) -> list[dict[str, str]]:

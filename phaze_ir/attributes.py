@@ -30,6 +30,8 @@ from xdsl.utils.bitwise_casts import convert_f64_to_u64
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
+from phaze_ir.op_kinds import RecomputePolicy
+
 FieldValue = int | float | str
 
 
@@ -65,12 +67,6 @@ class ScheduleStatus(StrEnum):
     NODELIMIT = "nodelimit"
     TIMELIMIT = "timelimit"
     HEURISTIC = "heuristic"
-
-
-class RecomputePolicy(StrEnum):
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
 
 
 class YesNo(StrEnum):

@@ -1,6 +1,18 @@
 """Vocabularies of op kinds that both the dialect and the pure algorithms need (plain Python, no
 xDSL: ``passes/algorithms`` may import it)."""
 
+from enum import StrEnum
+
+
+class RecomputePolicy(StrEnum):
+    """What a stage's backward recomputes (``#phaze<recompute_policy ...>``, the DP's policies,
+    ``--recompute``'s words besides ``auto``): the one declaration of these words."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
 #: ``phaze.layout`` kinds that alias their first operand's storage (views: no data moves).
 VIEW_KINDS = (
     "view",

@@ -14,6 +14,7 @@ from typing import Any
 from passes.algorithms import _phaze_rs
 from passes.algorithms.cache_file import is_int, is_number
 from phaze_ir.files import excerpt
+from phaze_ir.op_kinds import RecomputePolicy
 
 #: The paper's "expert" placements as (PP, DP, TP) (docs/design.md §6.4), by model name.
 EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
@@ -28,7 +29,7 @@ EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
 
 #: The recompute settings a user may give (``--recompute``): ``auto`` lets the DP choose each
 #: stage's policy, a policy fixes it for every stage (docs/design.md §6.4).
-RECOMPUTE_SETTINGS: tuple[_phaze_rs.RecomputeSetting, ...] = ("auto", "none", "selective", "full")
+RECOMPUTE_SETTINGS: tuple[_phaze_rs.RecomputeSetting, ...] = ("auto", *(p.value for p in RecomputePolicy))  # type: ignore[assignment]
 
 
 #: The ZeRO settings a user may give (``--zero``): ``auto`` lets the DP choose, a stage fixes it.

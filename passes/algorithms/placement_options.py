@@ -23,10 +23,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from passes.algorithms import placement as pl
-from phaze_ir.attributes import RecomputePolicy
-
-#: ``--recompute``: ``auto`` lets the DP choose each stage's policy; a policy fixes it.
-RECOMPUTE_SETTINGS: tuple[str, ...] = ("auto", *(p.value for p in RecomputePolicy))
 
 
 def _option(
@@ -84,7 +80,7 @@ class PlacementOptions:
         pl.parse_recompute,
         "activation recompute: auto lets the placement choose each stage's policy; none, selective or full "
         "fixes it for every stage, to price a run as it is run",
-        choices=RECOMPUTE_SETTINGS,
+        choices=pl.RECOMPUTE_SETTINGS,
     )
     zero: str = _option(
         "0",

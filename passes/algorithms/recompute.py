@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 from passes.algorithms.graph import Graph
 from passes.algorithms.partition import Partition, layer_saved
 from passes.algorithms.saved import saved_storages
+from phaze_ir.op_kinds import RecomputePolicy
 
-POLICIES = ("none", "selective", "full")
+POLICIES = tuple(p.value for p in RecomputePolicy)
 
 _KIND = re.compile(r'kind="([^"]*)"')
 
