@@ -8,6 +8,9 @@ in-place node yields the value that later nodes read.  An aten op missing here b
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+from types import MappingProxyType
+
 # packet -> elementwise kind
 ELEMENTWISE: dict[str, str] = {
     "add": "add",
@@ -199,6 +202,41 @@ CONVOLUTION_BACKWARD = {"convolution_backward"}
 SELECTION = {"topk": "topk", "sort": "sort", "histc": "histc"}
 # Dropout that torch keeps as one op: treated as elementwise (mask generation and scaling).
 DROPOUT = {"native_dropout": "dropout"}
+
+#: The importer's dispatch: which of its builders (``importer.BUILDERS``, by name) makes the
+#: phaze op of an aten op in each table above.  Ordered: a packet in two tables gets the first
+#: one's builder.  A builder may decline (an elementwise op with several results, a grouped
+#: GEMM of a form it does not know): the op is then ``phaze.opaque``, as is an op in no table.
+DISPATCH: tuple[tuple[str, Collection[str]], ...] = (
+    ("matmul", MATMUL),
+    ("softmax", SOFTMAX),
+    ("norm", NORM),
+    ("embedding", EMBEDDING),
+    ("reduction", REDUCTION),
+    ("dropout", DROPOUT),
+    ("attention", FUSED_ATTENTION),
+    ("grouped_mm", GROUPED_MM),
+    ("convolution", CONVOLUTION),
+    ("convolution_backward", CONVOLUTION_BACKWARD),
+    ("selection", SELECTION),
+    ("elementwise", ELEMENTWISE),
+    ("layout", LAYOUT),
+)
+
+
+def _builder_of() -> Mapping[str, str]:
+    """Packet -> builder name, the first table of :data:`DISPATCH` that has the packet winning
+    (one lookup per traced node instead of a test per table)."""
+    out: dict[str, str] = {}
+    for builder, packets in DISPATCH:
+        for packet in packets:
+            out.setdefault(packet, builder)
+    return MappingProxyType(out)
+
+
+#: Packet -> the name of the importer's builder for it: read-only, derived from :data:`DISPATCH`
+#: once, at import (an entry added to a table at run time is not seen; add it in this file).
+BUILDER_OF: Mapping[str, str] = _builder_of()
 
 
 def packet_name(target) -> str:

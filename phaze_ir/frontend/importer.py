@@ -16,7 +16,9 @@ import operator
 import re
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from xdsl.dialects import func
@@ -153,7 +155,27 @@ def expert_capacity(rows: int, experts: int, factor: float) -> int:
     return math.ceil((rows / experts) * factor)
 
 
+#: What a builder gives: one op, or the ops one aten op expands into and the values standing
+#: for its tensor outputs (in order).
+_Built = Operation | tuple[list[Operation], list[SSAValue]]
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One traced aten call as the builders read it: computed once, whichever builder runs."""
+
+    node: Any
+    #: aten overload packet (``aten_map.packet_name``), the dispatch's key
+    packet: str
+    aten: StringAttr
+    ins: list[SSAValue]
+    rtypes: list[TensorType]
+
+
 class _Importer:
+    """One import: the SSA value of every fx value so far, and what its warnings say at the end
+    (opaque ops, uneven expert splits), which builders of single ops cannot keep."""
+
     def __init__(self, traced: TracedGraph, strict: bool, capacity_factor: float | None = None):
         self.traced = traced
         self.strict = strict
@@ -204,122 +226,38 @@ class _Importer:
         return out
 
     # -- ops ---------------------------------------------------------------------------------
-    def build(self, node) -> Operation | tuple[list[Operation], list[SSAValue]]:
+    def build(self, node) -> _Built:
         """The op for ``node``, or, when one aten op expands into several phaze ops, those ops
-        and the values standing for the node's tensor outputs (in order)."""
-        packet = amap.packet_name(node.target)
-        aten = StringAttr(amap.aten_name(node.target))
-        results = _tensors_of(node.meta.get("val"))
-        rtypes = [_tensor_type(t) for _, t in results]
-        ins = self.tensor_operands(node)
-        args = node.args
+        and the values standing for the node's tensor outputs (in order).  Which builder makes
+        it is a table (``aten_map.DISPATCH``), so that giving an aten op semantics is a line
+        there, not a branch here."""
+        call = _Call(
+            node=node,
+            packet=amap.packet_name(node.target),
+            aten=StringAttr(amap.aten_name(node.target)),
+            rtypes=[_tensor_type(t) for _, t in _tensors_of(node.meta.get("val"))],
+            ins=self.tensor_operands(node),
+        )
+        builder = amap.BUILDER_OF.get(call.packet)
+        built = BUILDERS[builder](self, call) if builder is not None else None
+        return built if built is not None else self.opaque(call)
 
-        def kind(k: str) -> StringAttr:
-            return StringAttr(k)
+    def grouped_mm(self, call: _Call) -> _Built | None:
+        """An expert GEMM (:func:`_grouped_mm`) under this import's capacity factor, counted,
+        and its uneven split of the tokens noted (warned once per expert count by :meth:`run`)."""
+        ins, rtypes = call.ins, call.rtypes
+        grouped = _grouped_mm(call.node, ins, rtypes, call.aten.data, self.capacity_factor, self.padded)
+        if grouped is not None:
+            self.grouped += 1
+            experts, rows = _grouped_split(ins, rtypes)
+            if rows % experts and self.capacity_factor is None:  # padded, the experts stay one GEMM
+                self.uneven.setdefault(experts, self.provenance(call.node)[0] or "<root>")
+        return grouped
 
-        if packet in amap.MATMUL:
-            if packet in ("addmm", "baddbmm"):
-                return ph.MatmulOp(ins[1], ins[2], rtypes[0], bias=ins[0])
-            return ph.MatmulOp(ins[0], ins[1], rtypes[0])
-        if packet in amap.SOFTMAX:
-            dim = args[2] if packet.endswith("_backward_data") else args[1]
-            return _op(
-                ph.SoftmaxOp,
-                operands=ins,
-                result_types=rtypes[:1],
-                properties={"kind": kind(amap.SOFTMAX[packet]), "dim": IntegerAttr(int(dim), i64)},
-            )
-        if packet in amap.NORM:
-            shape_arg = args[2] if packet.endswith("_backward") else (args[1] if len(args) > 1 else [])
-            rank = len(shape_arg) if isinstance(shape_arg, (list, tuple)) else 1
-            return _op(
-                ph.NormOp,
-                operands=ins,
-                result_types=rtypes,
-                properties={"kind": kind(amap.NORM[packet]), "normalized_rank": IntegerAttr(rank, i64)},
-            )
-        if packet in amap.EMBEDDING:
-            return _op(
-                ph.EmbeddingOp,
-                operands=ins[:2],
-                result_types=rtypes[:1],
-                properties={"kind": kind(amap.EMBEDDING[packet])},
-            )
-        if packet in amap.REDUCTION:
-            dims: list[int] = []
-            if len(args) > 1 and packet != "nll_loss_forward":
-                d = args[1]
-                if isinstance(d, int) and not isinstance(d, bool):
-                    dims = [d]
-                elif isinstance(d, (list, tuple)) and all(isinstance(x, int) for x in d):
-                    dims = list(d)
-            return _op(
-                ph.ReductionOp,
-                operands=ins[:1] if packet != "nll_loss_forward" else ins,
-                result_types=rtypes,
-                properties={
-                    "kind": kind(amap.REDUCTION[packet]),
-                    "aten": aten,
-                    "dims": DenseArrayBase.from_list(i64, dims),
-                },
-            )
-        if packet in amap.DROPOUT:
-            # native_dropout(x) -> (y, mask): a random mask, then the masked scaling.
-            mask = _op(
-                ph.ElementwiseOp,
-                operands=ins[:1],
-                result_types=[rtypes[1]],
-                properties={"kind": kind("random"), "aten": aten},
-            )
-            out = _op(
-                ph.ElementwiseOp,
-                operands=[ins[0], mask.results[0]],
-                result_types=[rtypes[0]],
-                properties={"kind": kind("dropout"), "aten": aten},
-            )
-            return [mask, out], [out.results[0], mask.results[0]]
-        if packet in amap.FUSED_ATTENTION:
-            backward = packet.endswith("_backward")
-            # cuDNN's backward reads out and logsumexp before its other tensors; the others last
-            return _attention(ins[:6] if backward and "cudnn" in packet else ins, rtypes, backward)
-        if packet in amap.GROUPED_MM:
-            grouped = _grouped_mm(node, ins, rtypes, aten.data, self.capacity_factor, self.padded)
-            if grouped is not None:
-                self.grouped += 1
-                experts, rows = _grouped_split(ins, rtypes)
-                if rows % experts and self.capacity_factor is None:  # padded, the experts stay one GEMM
-                    self.uneven.setdefault(experts, self.provenance(node)[0] or "<root>")
-                return grouped
-        if packet in amap.CONVOLUTION:
-            return _convolution(node, ins, rtypes, aten.data)
-        if packet in amap.CONVOLUTION_BACKWARD:
-            return _convolution_backward(node, ins, rtypes, aten.data)
-        if packet in amap.SELECTION:
-            return _op(
-                ph.ReductionOp,
-                operands=ins[:1],
-                result_types=rtypes,
-                properties={
-                    "kind": kind(amap.SELECTION[packet]),
-                    "aten": aten,
-                    "dims": DenseArrayBase.from_list(i64, _selection_dims(packet, node)),
-                },
-            )
-        if packet in amap.ELEMENTWISE and len(rtypes) == 1:
-            return _op(
-                ph.ElementwiseOp,
-                operands=ins,
-                result_types=rtypes,
-                properties={"kind": kind(amap.ELEMENTWISE[packet]), "aten": aten},
-            )
-        if packet in amap.LAYOUT:
-            return _op(
-                ph.LayoutOp,
-                operands=ins,
-                result_types=rtypes,
-                properties={"kind": kind(amap.LAYOUT[packet]), "aten": aten},
-            )
-        # No semantics known: keep the op, opaque, and say so.
+    def opaque(self, call: _Call) -> Operation:
+        """``phaze.opaque`` for an op with no semantics known: kept, counted for the warning
+        that says how much work it leaves unpriced, or refused under ``--strict``."""
+        node, aten = call.node, call.aten
         module, _ = self.provenance(node)
         if self.strict:
             raise UnknownOpError(
@@ -332,7 +270,7 @@ class _Importer:
         before = self.unknown_flops.get(aten.data, 0)
         self.unknown_flops[aten.data] = None if flops is None or before is None else before + flops
         self.unknown_bytes[aten.data] += _node_bytes(node)
-        return _op(ph.OpaqueOp, operands=ins, result_types=rtypes, properties={"aten": aten})
+        return _op(ph.OpaqueOp, operands=call.ins, result_types=call.rtypes, properties={"aten": aten})
 
     # -- driver ------------------------------------------------------------------------------
     def run(self) -> ModuleOp:
@@ -484,6 +422,159 @@ class _Importer:
                 )
             )
         return records
+
+
+# -- builders: the phaze op of one aten call, by aten_map.DISPATCH's tables ----------------------
+# Each takes the importer (for what an import keeps across ops) and the call; None declines (the
+# op is then opaque).
+
+
+def _build_matmul(imp: _Importer, c: _Call) -> _Built:
+    if c.packet in ("addmm", "baddbmm"):
+        return ph.MatmulOp(c.ins[1], c.ins[2], c.rtypes[0], bias=c.ins[0])
+    return ph.MatmulOp(c.ins[0], c.ins[1], c.rtypes[0])
+
+
+def _build_softmax(imp: _Importer, c: _Call) -> _Built:
+    dim = c.node.args[2] if c.packet.endswith("_backward_data") else c.node.args[1]
+    return _op(
+        ph.SoftmaxOp,
+        operands=c.ins,
+        result_types=c.rtypes[:1],
+        properties={"kind": StringAttr(amap.SOFTMAX[c.packet]), "dim": IntegerAttr(int(dim), i64)},
+    )
+
+
+def _build_norm(imp: _Importer, c: _Call) -> _Built:
+    args = c.node.args
+    shape_arg = args[2] if c.packet.endswith("_backward") else (args[1] if len(args) > 1 else [])
+    rank = len(shape_arg) if isinstance(shape_arg, (list, tuple)) else 1
+    return _op(
+        ph.NormOp,
+        operands=c.ins,
+        result_types=c.rtypes,
+        properties={"kind": StringAttr(amap.NORM[c.packet]), "normalized_rank": IntegerAttr(rank, i64)},
+    )
+
+
+def _build_embedding(imp: _Importer, c: _Call) -> _Built:
+    return _op(
+        ph.EmbeddingOp,
+        operands=c.ins[:2],
+        result_types=c.rtypes[:1],
+        properties={"kind": StringAttr(amap.EMBEDDING[c.packet])},
+    )
+
+
+def _build_reduction(imp: _Importer, c: _Call) -> _Built:
+    """A reduction over the dims its second argument names (the loss's ``nll_loss_forward``
+    reads all its operands and reduces over none it names)."""
+    args, packet = c.node.args, c.packet
+    dims: list[int] = []
+    if len(args) > 1 and packet != "nll_loss_forward":
+        d = args[1]
+        if isinstance(d, int) and not isinstance(d, bool):
+            dims = [d]
+        elif isinstance(d, (list, tuple)) and all(isinstance(x, int) for x in d):
+            dims = list(d)
+    return _op(
+        ph.ReductionOp,
+        operands=c.ins[:1] if packet != "nll_loss_forward" else c.ins,
+        result_types=c.rtypes,
+        properties={
+            "kind": StringAttr(amap.REDUCTION[packet]),
+            "aten": c.aten,
+            "dims": DenseArrayBase.from_list(i64, dims),
+        },
+    )
+
+
+def _build_dropout(imp: _Importer, c: _Call) -> _Built:
+    """``native_dropout(x) -> (y, mask)``: a random mask, then the masked scaling (two ops, so
+    that the mask is a value the backward can be seen to read)."""
+    mask = _op(
+        ph.ElementwiseOp,
+        operands=c.ins[:1],
+        result_types=[c.rtypes[1]],
+        properties={"kind": StringAttr("random"), "aten": c.aten},
+    )
+    out = _op(
+        ph.ElementwiseOp,
+        operands=[c.ins[0], mask.results[0]],
+        result_types=[c.rtypes[0]],
+        properties={"kind": StringAttr("dropout"), "aten": c.aten},
+    )
+    return [mask, out], [out.results[0], mask.results[0]]
+
+
+def _build_attention(imp: _Importer, c: _Call) -> _Built:
+    backward = c.packet.endswith("_backward")
+    # cuDNN's backward reads out and logsumexp before its other tensors; the others last
+    return _attention(c.ins[:6] if backward and "cudnn" in c.packet else c.ins, c.rtypes, backward)
+
+
+def _build_convolution(imp: _Importer, c: _Call) -> _Built:
+    return _convolution(c.node, c.ins, c.rtypes, c.aten.data)
+
+
+def _build_convolution_backward(imp: _Importer, c: _Call) -> _Built:
+    return _convolution_backward(c.node, c.ins, c.rtypes, c.aten.data)
+
+
+def _build_selection(imp: _Importer, c: _Call) -> _Built:
+    return _op(
+        ph.ReductionOp,
+        operands=c.ins[:1],
+        result_types=c.rtypes,
+        properties={
+            "kind": StringAttr(amap.SELECTION[c.packet]),
+            "aten": c.aten,
+            "dims": DenseArrayBase.from_list(i64, _selection_dims(c.packet, c.node)),
+        },
+    )
+
+
+def _build_elementwise(imp: _Importer, c: _Call) -> _Built | None:
+    """Declines an op of several results: ``phaze.elementwise`` has one."""
+    if len(c.rtypes) != 1:
+        return None
+    return _op(
+        ph.ElementwiseOp,
+        operands=c.ins,
+        result_types=c.rtypes,
+        properties={"kind": StringAttr(amap.ELEMENTWISE[c.packet]), "aten": c.aten},
+    )
+
+
+def _build_layout(imp: _Importer, c: _Call) -> _Built:
+    return _op(
+        ph.LayoutOp,
+        operands=c.ins,
+        result_types=c.rtypes,
+        properties={"kind": StringAttr(amap.LAYOUT[c.packet]), "aten": c.aten},
+    )
+
+
+#: ``aten_map.DISPATCH``'s builder names -> the builders (read-only).
+BUILDERS: Mapping[str, Callable[[_Importer, _Call], _Built | None]] = MappingProxyType(
+    {
+        "matmul": _build_matmul,
+        "softmax": _build_softmax,
+        "norm": _build_norm,
+        "embedding": _build_embedding,
+        "reduction": _build_reduction,
+        "dropout": _build_dropout,
+        "attention": _build_attention,
+        "grouped_mm": _Importer.grouped_mm,
+        "convolution": _build_convolution,
+        "convolution_backward": _build_convolution_backward,
+        "selection": _build_selection,
+        "elementwise": _build_elementwise,
+        "layout": _build_layout,
+    }
+)
+if set(BUILDERS) != {name for name, _ in amap.DISPATCH}:  # a table of aten_map.py without its builder
+    raise AssertionError(f"builders {sorted(BUILDERS)} do not match aten_map.DISPATCH")
 
 
 def provenance(traced: TracedGraph, node) -> tuple[str, str]:
