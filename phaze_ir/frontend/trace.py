@@ -414,138 +414,36 @@ def trace_model(
     code (:func:`uniform_blocks`), trace it cut to its first ``max_blocks`` of them (the
     result's ``blocks`` says so): a step whose every block is one of first, middle or last can
     be priced from it at any depth (``phaze/search/setting.py``, docs/design.md §2)."""
-    if micro_batch_size < 1:
-        raise PhazeError(f"--micro-batch {micro_batch_size}: expected a positive integer")
-    if seq_len is not None and seq_len < 1:
-        raise PhazeError(f"--seq-len {seq_len}: expected a positive integer")
-    if dtype not in DTYPES:
-        raise PhazeError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+    _check_trace_options(micro_batch_size, seq_len, dtype)
 
-    import torch
-    import torch.fx.traceback as fxt
-    from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
+    # Imported here, not first inside the fake mode below, where a module's import-time tensors
+    # would be fake ones (``_step_function`` reads it).
+    import torch._functorch._aot_autograd.logging_utils  # noqa: F401
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.proxy_tensor import make_fx
 
     start = time.perf_counter()
-    try:
-        with torch.device("meta"), _meta_init_skipped():
-            model = spec.get_model()
-    except PhazeError:
-        raise
-    except (Exception, SystemExit) as e:  # SystemExit: a sys.exit() in the user's code
-        raise PhazeError(f"{spec.path.name}: get_model() failed: {type(e).__name__}: {e}") from e
-    if not isinstance(model, torch.nn.Module):
-        raise PhazeError(f"{spec.path.name}: get_model() returned {type(model).__name__}, expected a torch.nn.Module")
+    model = _model_on_meta(spec)
     _check_positions(model, spec, seq_len if seq_len is not None else spec.seq_len)
     from phaze_ir.frontend.shape import model_shape
 
     shape = model_shape(model)  # of the whole model: before its blocks are cut below
-    blocks = None
-    block_path = ""
-    if max_blocks is not None:
-        if max_blocks < 1:
-            raise PhazeError(f"max_blocks = {max_blocks}: expected a positive integer")
-        found = uniform_blocks(model)
-        if found is not None and found[2] > max_blocks:
-            parent, attr, count = found
-            owner = next(path for path, m in model.named_modules() if m is parent)
-            block_path = f"{owner}.{attr}" if owner else attr
-            setattr(parent, attr, torch.nn.ModuleList(list(getattr(parent, attr))[:max_blocks]))
-            blocks = (max_blocks, count)
-    if dtype in AMP_DTYPES:
-        model = model.float()
-    elif dtype != "model":
-        model = model.to(_torch_dtype(dtype))
-    model.train()
+    blocks, block_path = _cut_blocks(model, max_blocks)
+    model = _in_precision(model, dtype)
     loss_fn = spec.loss_fn or _default_loss
 
     with FakeTensorMode(allow_non_fake_inputs=True):
-        model.to_empty(device="cpu")
-        # to_empty() unties shared embeddings; re-tie them so a tied weight stays one parameter.
-        tie_weights = getattr(model, "tie_weights", None)  # (a method of transformers' models)
-        if tie_weights is not None:
-            tie_weights()
+        _give_fake_storage(model)
         params = dict(model.named_parameters())
         buffers = dict(model.named_buffers())
-        try:
-            args, kwargs = spec.inputs(micro_batch_size, seq_len)
-        except PhazeError:
-            raise
-        except (Exception, SystemExit) as e:
-            raise PhazeError(f"{spec.path.name}: get_inputs() failed: {type(e).__name__}: {e}") from e
-
-        args, kwargs = cast_inputs(args, kwargs, dtype)
-
-        # Name positional inputs after the forward's parameters where possible.
-        try:
-            fwd_params = list(inspect.signature(model.forward).parameters)
-        except (TypeError, ValueError):
-            fwd_params = []
-        tensor_inputs: list[tuple[str, Any]] = []
-        for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor):
-                tensor_inputs.append((fwd_params[i] if i < len(fwd_params) else f"arg{i}", a))
-        for k, v in kwargs.items():
-            if isinstance(v, torch.Tensor):
-                tensor_inputs.append((k, v))
+        args, kwargs = cast_inputs(*_model_inputs(spec, micro_batch_size, seq_len), dtype)
+        tensor_inputs = _named_tensor_inputs(model, args, kwargs)
         pnames, bnames = list(params), list(buffers)
-        n_p = len(pnames)
-        requires_grad = [n for n in pnames if params[n].requires_grad]
-        if training and not requires_grad:
-            raise PhazeError(
-                f"{spec.path.name}: the model has no trainable parameters "
-                + (f"(all {n_p} have requires_grad=False)" if n_p else "(it has none)")
-                + ": there is no training step to compile"
-            )
-        outputs_info: dict[str, Any] = {}
-        autocast = (
-            torch.autocast("cpu", dtype=_torch_dtype(AMP_DTYPES[dtype]))
-            if dtype in AMP_DTYPES
-            else contextlib.nullcontext()
+        requires_grad = _trainable(spec, params, training)
+        step, outputs_info = _step_function(
+            spec, model, loss_fn, (pnames, bnames, requires_grad), (args, kwargs), training, dtype
         )
-
-        def step(*flat):
-            p, b, call_args, call_kwargs = unflatten_step_inputs(flat, pnames, bnames, args, kwargs)
-            with autocast:
-                out = torch.func.functional_call(model, {**p, **b}, call_args, call_kwargs)
-                loss = loss_fn(out)
-            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                raise PhazeError("the loss must be a scalar tensor; define loss_fn(output) in the model file")
-            if not training:
-                return (loss,)
-            if loss.grad_fn is None:
-                raise PhazeError(
-                    f"{spec.path.name}: the loss does not depend on any parameter that requires a gradient"
-                )
-            global _autograd_ran
-            _autograd_ran = True
-            fxt.current_meta["custom"] = {"phaze_phase": "bwd"}
-            setup_stacktrace_preservation_hooks([loss.grad_fn])
-            grads = torch.autograd.grad(loss, [p[n] for n in requires_grad], allow_unused=True)
-            outputs_info["grads"] = [g is not None for g in grads]
-            return (loss, *[g for g in grads if g is not None])
-
         flat_inputs = [params[n] for n in pnames] + [buffers[n] for n in bnames] + [t for _, t in tensor_inputs]
-        modules: list[tuple[str, str]] = []
-        try:
-            with (
-                _transformers_meta_patches(),
-                as_on_cuda(),
-                _module_stack_hooks(model) as modules,
-                fxt.preserve_node_meta(),
-                _quiet_fake_tensor_log(),
-                _quiet_default_loss_notice(),
-            ):
-                gm = make_fx(step)(*flat_inputs)
-        except PhazeError:
-            raise
-        except SystemExit as e:
-            raise PhazeError(f"{spec.path.name}: the model called sys.exit({e.code!r}) while being traced") from None
-        except Exception as e:
-            raise PhazeError(_describe_trace_failure(e, spec, modules)) from e
-        finally:
-            fxt.current_meta.pop("custom", None)
+        gm = _make_fx(step, flat_inputs, spec, model)
 
     placeholders = (
         [("param", n) for n in pnames] + [("buffer", n) for n in bnames] + [("input", n) for n, _ in tensor_inputs]
@@ -555,16 +453,6 @@ def trace_model(
     no_grad = [n for n, ok in zip(requires_grad, grad_flags) if not ok]
     if no_grad:
         warnings.warn(f"{len(no_grad)} parameter(s) receive no gradient, e.g. {no_grad[0]}", PhazeWarning, stacklevel=2)
-
-    # Forward module of each autograd sequence number (the first forward node that carries it).
-    seq_module: dict[int, str] = {}
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.meta.get("custom", {}).get("phaze_phase") == "bwd":
-            continue
-        seq = node.meta.get("seq_nr")
-        stack = node.meta.get("nn_module_stack")
-        if seq is not None and seq not in seq_module and stack:
-            seq_module[seq] = list(stack)[-1]
     return TracedGraph(
         graph_module=gm,
         model_name=spec.name,
@@ -574,9 +462,209 @@ def trace_model(
         placeholders=placeholders,
         grad_names=grad_names,
         no_grad_params=no_grad,
-        seq_module=seq_module,
+        seq_module=_seq_modules(gm),
         trace_seconds=time.perf_counter() - start,
         blocks=blocks,
         block_path=block_path,
         shape=shape,
     )
+
+
+def _check_trace_options(micro_batch_size: int, seq_len: int | None, dtype: str) -> None:
+    """Refuse bad options before the model is built: building it can take seconds."""
+    if micro_batch_size < 1:
+        raise PhazeError(f"--micro-batch {micro_batch_size}: expected a positive integer")
+    if seq_len is not None and seq_len < 1:
+        raise PhazeError(f"--seq-len {seq_len}: expected a positive integer")
+    if dtype not in DTYPES:
+        raise PhazeError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+
+
+def _model_on_meta(spec: ModelSpec):
+    """The user's model, built on ``meta`` (no weights are ever allocated, so a 175B model
+    builds in seconds); whatever its ``get_model()`` raises becomes one line naming the file."""
+    import torch
+
+    try:
+        with torch.device("meta"), _meta_init_skipped():
+            model = spec.get_model()
+    except PhazeError:
+        raise
+    except (Exception, SystemExit) as e:  # SystemExit: a sys.exit() in the user's code
+        raise PhazeError(f"{spec.path.name}: get_model() failed: {type(e).__name__}: {e}") from e
+    if not isinstance(model, torch.nn.Module):
+        raise PhazeError(f"{spec.path.name}: get_model() returned {type(model).__name__}, expected a torch.nn.Module")
+    return model
+
+
+def _cut_blocks(model, max_blocks: int | None) -> tuple[tuple[int, int] | None, str]:
+    """``(blocks, block_path)`` of the result: the model cut in place to its first
+    ``max_blocks`` repeated blocks when it has more (``(max_blocks, count)`` and the blocks'
+    path), else ``(None, "")``: tracing a few blocks stands for tracing all of them."""
+    import torch
+
+    if max_blocks is None:
+        return None, ""
+    if max_blocks < 1:
+        raise PhazeError(f"max_blocks = {max_blocks}: expected a positive integer")
+    found = uniform_blocks(model)
+    if found is None or found[2] <= max_blocks:
+        return None, ""
+    parent, attr, count = found
+    owner = next(path for path, m in model.named_modules() if m is parent)
+    setattr(parent, attr, torch.nn.ModuleList(list(getattr(parent, attr))[:max_blocks]))
+    return (max_blocks, count), (f"{owner}.{attr}" if owner else attr)
+
+
+def _in_precision(model, dtype: str):
+    """The model in the training precision, in training mode (dropout traced as it runs):
+    fp32 weights under mixed precision, ``dtype`` otherwise, as built for ``"model"``."""
+    if dtype in AMP_DTYPES:
+        model = model.float()
+    elif dtype != "model":
+        model = model.to(_torch_dtype(dtype))
+    model.train()
+    return model
+
+
+def _give_fake_storage(model) -> None:
+    """Fake storage for the meta model (inside a ``FakeTensorMode``): ops on meta tensors record
+    nothing for make_fx, fake ones do."""
+    model.to_empty(device="cpu")
+    # to_empty() unties shared embeddings; re-tie them so a tied weight stays one parameter.
+    tie_weights = getattr(model, "tie_weights", None)  # (a method of transformers' models)
+    if tie_weights is not None:
+        tie_weights()
+
+
+def _model_inputs(spec: ModelSpec, micro_batch_size: int, seq_len: int | None) -> tuple[tuple, dict]:
+    """The user's ``get_inputs()``, its failure one line naming the file."""
+    try:
+        return spec.inputs(micro_batch_size, seq_len)
+    except PhazeError:
+        raise
+    except (Exception, SystemExit) as e:
+        raise PhazeError(f"{spec.path.name}: get_inputs() failed: {type(e).__name__}: {e}") from e
+
+
+def _named_tensor_inputs(model, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
+    """The call's tensors with the names its ``phaze.input`` arguments get: positional ones
+    after the forward's parameters where possible (``arg<i>`` else), keyword ones by keyword."""
+    import torch
+
+    try:
+        fwd_params = list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        fwd_params = []
+    tensor_inputs: list[tuple[str, Any]] = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            tensor_inputs.append((fwd_params[i] if i < len(fwd_params) else f"arg{i}", a))
+    for k, v in kwargs.items():
+        if isinstance(v, torch.Tensor):
+            tensor_inputs.append((k, v))
+    return tensor_inputs
+
+
+def _trainable(spec: ModelSpec, params: dict[str, Any], training: bool) -> list[str]:
+    """The parameters that get a gradient; a training step without any is refused here, where
+    the message can say why, rather than as an empty backward."""
+    n_p = len(params)
+    requires_grad = [n for n in params if params[n].requires_grad]
+    if training and not requires_grad:
+        raise PhazeError(
+            f"{spec.path.name}: the model has no trainable parameters "
+            + (f"(all {n_p} have requires_grad=False)" if n_p else "(it has none)")
+            + ": there is no training step to compile"
+        )
+    return requires_grad
+
+
+def _step_function(
+    spec: ModelSpec,
+    model,
+    loss_fn,
+    names: tuple[list[str], list[str], list[str]],
+    call: tuple[tuple, dict],
+    training: bool,
+    dtype: str,
+):
+    """The function make_fx traces, of the flat inputs (parameters, buffers, the call's
+    tensors: ``names`` are the parameters', the buffers' and the trainable parameters'), and
+    the dict where it records which trainable parameters got a gradient (``"grads"``, known
+    only once it has run).  Forward, loss and backward in one function, so that one trace
+    records autograd's real backward (what it saves, what it recomputes)."""
+    import torch
+    import torch.fx.traceback as fxt
+    from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
+
+    pnames, bnames, requires_grad = names
+    args, kwargs = call
+    outputs_info: dict[str, Any] = {}
+    autocast = (
+        torch.autocast("cpu", dtype=_torch_dtype(AMP_DTYPES[dtype]))
+        if dtype in AMP_DTYPES
+        else contextlib.nullcontext()
+    )
+
+    def step(*flat):
+        p, b, call_args, call_kwargs = unflatten_step_inputs(flat, pnames, bnames, args, kwargs)
+        with autocast:
+            out = torch.func.functional_call(model, {**p, **b}, call_args, call_kwargs)
+            loss = loss_fn(out)
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            raise PhazeError("the loss must be a scalar tensor; define loss_fn(output) in the model file")
+        if not training:
+            return (loss,)
+        if loss.grad_fn is None:
+            raise PhazeError(f"{spec.path.name}: the loss does not depend on any parameter that requires a gradient")
+        global _autograd_ran
+        _autograd_ran = True
+        fxt.current_meta["custom"] = {"phaze_phase": "bwd"}
+        setup_stacktrace_preservation_hooks([loss.grad_fn])
+        grads = torch.autograd.grad(loss, [p[n] for n in requires_grad], allow_unused=True)
+        outputs_info["grads"] = [g is not None for g in grads]
+        return (loss, *[g for g in grads if g is not None])
+
+    return step, outputs_info
+
+
+def _make_fx(step, flat_inputs: list[Any], spec: ModelSpec, model):
+    """``make_fx(step)`` with provenance recorded (module hooks, node meta) and torch's and
+    transformers' noise quiet; a failure becomes one line saying where in the user's model."""
+    import torch.fx.traceback as fxt
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    modules: list[tuple[str, str]] = []
+    try:
+        with (
+            _transformers_meta_patches(),
+            as_on_cuda(),
+            _module_stack_hooks(model) as modules,
+            fxt.preserve_node_meta(),
+            _quiet_fake_tensor_log(),
+            _quiet_default_loss_notice(),
+        ):
+            return make_fx(step)(*flat_inputs)
+    except PhazeError:
+        raise
+    except SystemExit as e:
+        raise PhazeError(f"{spec.path.name}: the model called sys.exit({e.code!r}) while being traced") from None
+    except Exception as e:
+        raise PhazeError(_describe_trace_failure(e, spec, modules)) from e
+    finally:
+        fxt.current_meta.pop("custom", None)
+
+
+def _seq_modules(gm) -> dict[int, str]:
+    """The forward module of each autograd sequence number (the first forward node that carries
+    it): how a backward node, which has no module stack, is told its module (``provenance``)."""
+    seq_module: dict[int, str] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.meta.get("custom", {}).get("phaze_phase") == "bwd":
+            continue
+        seq = node.meta.get("seq_nr")
+        stack = node.meta.get("nn_module_stack")
+        if seq is not None and seq not in seq_module and stack:
+            seq_module[seq] = list(stack)[-1]
+    return seq_module
