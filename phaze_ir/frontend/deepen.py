@@ -205,25 +205,54 @@ def _alike(j: int, k: int) -> bool:
 
 
 def _deepen(cut: TracedGraph, blocks: int, start: float) -> TracedGraph:
-    import torch
-    from torch.fx.node import map_arg
-
     prefix = cut.block_path + "."
     heads, body, output = _labels(cut, prefix)
     _check_layout(heads, "placeholders")
     _check_layout(body, "step")
+    runs, place = _block_runs(heads, body)
+    _check_middle_alike(runs, place)
+    copier = _Copier(cut, blocks, prefix, runs, place)
+    order = _deepened_order(heads, body, runs, blocks)
+    for n, k in order:
+        copier.copy(n, k)
+    roles, grad_names, no_grad = copier.output(output, order)
+    return replace(
+        cut,
+        graph_module=StepGraph(copier.graph, copier.constants),
+        placeholders=roles,
+        grad_names=grad_names,
+        no_grad_params=no_grad,
+        seq_module=copier.seq_module,
+        trace_seconds=cut.trace_seconds + time.perf_counter() - start,
+        blocks=None,
+        block_path="",
+    )
 
-    # Each run of blocks (the placeholders' parameters and buffers, the forward, the
-    # backward): its segments by block, and where each node of a block sits in it.
+
+#: Where a node of a block sits: (run of blocks, block, position in the block's segment).
+_Place = tuple[int, int, int]
+
+
+def _block_runs(heads: list[_Segment], body: list[_Segment]) -> tuple[list[dict[int, _Segment]], dict[Any, _Place]]:
+    """Each run of blocks (the placeholders' parameters and buffers, the forward, the
+    backward): its segments by block; and where each node of a block sits in it.  A copy reads
+    its operands by these places, relative to its block, not by name."""
     runs: list[dict[int, _Segment]] = []
     for segments in (heads, body):
         blocks_of = [s for s in segments if s.block is not None]
         runs.extend({s.block: s for s in blocks_of[i : i + CUT]} for i in range(0, len(blocks_of), CUT))  # type: ignore[misc]
-    place: dict[Any, tuple[int, int, int]] = {}  # node -> (run, block, position)
+    place: dict[Any, _Place] = {}
     for r, run in enumerate(runs):
         for j, seg in run.items():
             for i, n in enumerate(seg.nodes):
                 place[n] = (r, j, i)
+    return runs, place
+
+
+def _check_middle_alike(runs: list[dict[int, _Segment]], place: dict[Any, _Place]) -> None:
+    """The middle blocks must look alike node by node (operation, operands relative to their
+    block, shapes, phase), so that a copy of the template can stand beside any of them."""
+    from torch.fx.node import map_arg
 
     def signature(n: Any, j: int) -> tuple:
         def arg(a: Any) -> Any:
@@ -240,8 +269,6 @@ def _deepen(cut: TracedGraph, blocks: int, start: float) -> TracedGraph:
             n.meta.get("custom", {}).get("phaze_phase"),
         )
 
-    # The middle blocks must look alike node by node, so that a copy of the template can
-    # stand beside any of them.
     for run in runs:
         middle = [run[j] for j in range(1, CUT - 1)]
         if len({len(s.nodes) for s in middle}) != 1:
@@ -251,21 +278,13 @@ def _deepen(cut: TracedGraph, blocks: int, start: float) -> TracedGraph:
             if len(sigs) != 1:
                 raise _CannotDeepen(f"the middle blocks differ at {nodes[0].name}")
 
-    seq_of: dict[tuple[int, Any], int] = {}
-    next_seq = max([*cut.seq_module, 0]) + 1
-    seq_module = dict(cut.seq_module)
 
-    def fresh_seq(k: int, s: Any) -> Any:
-        nonlocal next_seq
-        if (k, s) not in seq_of:
-            seq_of[k, s] = next_seq
-            if s in cut.seq_module:
-                seq_module[next_seq] = _renamed(cut.seq_module[s], prefix, _src(k, blocks), k)
-            next_seq += 1
-        return seq_of[k, s]
-
-    # The deepened step's nodes in order: (cut node, block k or None); each run of blocks
-    # (``runs``, in the same order) in place of its last segment.
+def _deepened_order(
+    heads: list[_Segment], body: list[_Segment], runs: list[dict[int, _Segment]], blocks: int
+) -> list[tuple[Any, int | None]]:
+    """The deepened step's nodes in order: (cut node, block k or None); each run of blocks
+    (``runs``, in the same order) in place of its last segment, ascending for the forward's
+    runs and descending for the backward's, as the whole trace orders them."""
     order: list[tuple[Any, int | None]] = []
     met = 0  # block segments met
     for s in (*heads, *body):
@@ -278,16 +297,46 @@ def _deepen(cut: TracedGraph, blocks: int, start: float) -> TracedGraph:
             ks = range(blocks) if s.block == CUT - 1 else range(blocks - 1, -1, -1)
             for b in ks:
                 order.extend((n, b) for n in run[_src(b, blocks)].nodes)
+    return order
 
-    graph = torch.fx.Graph()
-    new: dict[tuple[Any, int | None], Any] = {}
-    constants: dict[str, Any] = {}
-    placeholders: list[Any] = []
 
-    def resolve(a: Any, k: int | None) -> Any:
-        if a not in place:
-            return new[a, None]
-        r, j_ref, i = place[a]
+class _Copier:
+    """Builds the deepened graph node by node from the cut one: what it keeps across nodes (the
+    copies made so far, the constants and placeholders met, the fresh autograd sequence numbers
+    of the blocks added) is what later nodes' copies and names depend on."""
+
+    def __init__(
+        self, cut: TracedGraph, blocks: int, prefix: str, runs: list[dict[int, _Segment]], place: dict[Any, _Place]
+    ):
+        import torch
+
+        self.cut, self.blocks, self.prefix = cut, blocks, prefix
+        self.runs, self.place = runs, place
+        self.graph = torch.fx.Graph()
+        #: (cut node, block k or None) -> its copy
+        self.new: dict[tuple[Any, int | None], Any] = {}
+        self.constants: dict[str, Any] = {}
+        self.placeholders: list[Any] = []
+        self.seq_of: dict[tuple[int, Any], int] = {}
+        self.next_seq = max([*cut.seq_module, 0]) + 1
+        self.seq_module = dict(cut.seq_module)
+
+    def fresh_seq(self, k: int, s: Any) -> Any:
+        """Block ``k``'s own autograd sequence number for the copied ``s``: a backward node
+        finds its forward module by it, which must be block ``k``'s, not the template's."""
+        if (k, s) not in self.seq_of:
+            self.seq_of[k, s] = self.next_seq
+            if s in self.cut.seq_module:
+                self.seq_module[self.next_seq] = _renamed(self.cut.seq_module[s], self.prefix, _src(k, self.blocks), k)
+            self.next_seq += 1
+        return self.seq_of[k, s]
+
+    def resolve(self, a: Any, k: int | None) -> Any:
+        """The copy of cut node ``a`` that block ``k``'s copy (None: an outside node) reads."""
+        if a not in self.place:
+            return self.new[a, None]
+        blocks = self.blocks
+        r, j_ref, i = self.place[a]
         kk: int
         if k is None:  # an outside node reading a block: the first two and last two are kept
             if j_ref <= 1:
@@ -300,77 +349,81 @@ def _deepen(cut: TracedGraph, blocks: int, start: float) -> TracedGraph:
             kk = k + j_ref - _src(k, blocks)
             if not 0 <= kk < blocks or not _alike(_src(kk, blocks), j_ref):
                 raise _CannotDeepen(f"a block reads {a.name} of block {j_ref}, which a copy does not have")
-        target = runs[r][_src(kk, blocks)].nodes[i]
-        return new[target, kk]
+        target = self.runs[r][_src(kk, blocks)].nodes[i]
+        return self.new[target, kk]
 
-    for n, k in order:
-        src = _src(k, blocks) if k is not None else None
+    def copy(self, n: Any, k: int | None) -> None:
+        """Cut node ``n`` as block ``k``'s (None: outside the blocks), named as torch.fx names a
+        node of the whole trace (placeholders and constants renumbered in order, the rest by
+        their base name, numbered by the graph's namer) and with block ``k``'s module paths."""
+        from torch.fx.node import map_arg
+
+        src = _src(k, self.blocks) if k is not None else None
 
         def operand(a: Any, k: int | None = k) -> Any:
-            return resolve(a, k)
+            return self.resolve(a, k)
 
         args = map_arg(n.args, operand)
         kwargs = map_arg(n.kwargs, operand)
         target = n.target
         if n.op == "placeholder":  # make_fx's names: arg<position>_1
-            target = name = f"arg{len(placeholders)}_1"
-            placeholders.append(n)
+            target = name = f"arg{len(self.placeholders)}_1"
+            self.placeholders.append(n)
         elif n.op == "get_attr":  # renumbered in order, named after their target
             if _CONSTANT.match(str(target)) is None:
                 raise _CannotDeepen(f"constant {target}: not a constant make_fx lifted")
-            target = name = f"_tensor_constant{len(constants)}"
-            constants[target] = getattr(cut.graph_module, str(n.target))
+            target = name = f"_tensor_constant{len(self.constants)}"
+            self.constants[target] = getattr(self.cut.graph_module, str(n.target))
         else:
             match = _NAME.match(n.name)
             name = match.group(1) if match else n.name
-        node = graph.create_node(n.op, target, args, kwargs, name, n.type)
+        node = self.graph.create_node(n.op, target, args, kwargs, name, n.type)
         meta = n.meta
         if k is not None and src is not None and src != k:
             meta = copy.copy(n.meta)
             stack = meta.get("nn_module_stack")
             if stack:
                 meta["nn_module_stack"] = {
-                    _renamed(p, prefix, src, k): (_renamed(v[0], prefix, src, k), v[1]) for p, v in stack.items()
+                    _renamed(p, self.prefix, src, k): (_renamed(v[0], self.prefix, src, k), v[1])
+                    for p, v in stack.items()
                 }
             if meta.get("seq_nr") is not None:
-                meta["seq_nr"] = fresh_seq(k, meta["seq_nr"])
+                meta["seq_nr"] = self.fresh_seq(k, meta["seq_nr"])
         node.meta = meta
-        new[n, k] = node
+        self.new[n, k] = node
 
-    # The output: the loss, then each parameter's gradient in the parameters' order.
-    outs = output.args[0]
-    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-    grad_of = dict(zip(cut.grad_names, outs[1:]))
-    roles: list[tuple[str, str]] = []
-    grads: list[Any] = []
-    grad_names: list[str] = []
-    role_of = dict(zip((n for n in cut.graph_module.graph.nodes if n.op == "placeholder"), cut.placeholders))
-    no_grad: list[str] = []
-    for n, k in order:
-        if n.op != "placeholder":
-            continue
-        role, name = role_of[n]
-        renamed = _renamed(name, prefix, _src(k, blocks), k) if k is not None else name
-        roles.append((role, renamed))
-        if name in grad_of:
-            grads.append(resolve(grad_of[name], k))
-            grad_names.append(renamed)
-        if name in cut.no_grad_params:
-            no_grad.append(renamed)
-    outputs = [resolve(o, None) for o in outs[:1]] + grads if cut.training else [resolve(o, None) for o in outs]
-    graph.output(tuple(outputs)).meta = output.meta
-    gm = StepGraph(graph, constants)
-    return replace(
-        cut,
-        graph_module=gm,
-        placeholders=roles,
-        grad_names=grad_names,
-        no_grad_params=no_grad,
-        seq_module=seq_module,
-        trace_seconds=cut.trace_seconds + time.perf_counter() - start,
-        blocks=None,
-        block_path="",
-    )
+    def output(
+        self, output: Any, order: list[tuple[Any, int | None]]
+    ) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+        """The deepened graph's output node (the loss, then each parameter's gradient in the
+        parameters' order: the order the whole trace returns them in), and its placeholders'
+        roles, gradients' names and names of parameters without a gradient, renamed by block."""
+        cut, prefix, blocks = self.cut, self.prefix, self.blocks
+        outs = output.args[0]
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        grad_of = dict(zip(cut.grad_names, outs[1:]))
+        roles: list[tuple[str, str]] = []
+        grads: list[Any] = []
+        grad_names: list[str] = []
+        role_of = dict(zip((n for n in cut.graph_module.graph.nodes if n.op == "placeholder"), cut.placeholders))
+        no_grad: list[str] = []
+        for n, k in order:
+            if n.op != "placeholder":
+                continue
+            role, name = role_of[n]
+            renamed = _renamed(name, prefix, _src(k, blocks), k) if k is not None else name
+            roles.append((role, renamed))
+            if name in grad_of:
+                grads.append(self.resolve(grad_of[name], k))
+                grad_names.append(renamed)
+            if name in cut.no_grad_params:
+                no_grad.append(renamed)
+        if cut.training:
+            outputs = [self.resolve(o, None) for o in outs[:1]] + grads
+        else:
+            outputs = [self.resolve(o, None) for o in outs]
+        self.graph.output(tuple(outputs)).meta = output.meta
+        return roles, grad_names, no_grad
 
 
 def importer_view(traced: TracedGraph) -> list[Any]:
