@@ -233,19 +233,54 @@ def min_cut_partition(
     ``fwd_outputs``: the forward's outputs (the loss; default: the forward values the loss
     gradient's seed reads); ``bwd_outputs``: the gradients (default: the backward values the
     optimizer reads)."""
+    bwd_ops = [i for i, o in enumerate(graph.ops) if o.phase == "bwd"]
+    seed = bwd_ops[0] if bwd_ops else -1
+    joint = _joint_graph(graph, seed)
+    backward = _tangent_closure(joint, seed)
+    required = _required_forward(graph, joint, seed, fwd_outputs)
+    if bwd_outputs is None:
+        bwd_outputs = {v for o in graph.ops if o.phase == "opt" for v in o.operands if joint.phase.get(v) == "bwd"}
+    bwd_out = {v for v in bwd_outputs if v in joint.phase}
+    flow = _FlowGraph(graph, joint, required)
+    flow.add_nodes(backward, bwd_out)
+    flow.ban_used_far_apart()
+    flow.ban_long_fusible_chains()
+    return Partition(flow.saved(), flow.banned, joint.inputs, backward, joint.stats_bytes, len(graph.values))
+
+
+@dataclass
+class _JointGraph:
+    """The partitioner's nodes, in graph order (``order``): the step's arguments, then each
+    non-optimizer op's nodes (its hidden statistics, its statistics results, its other
+    results), with what each is computed from (``inputs``), its users, its class and phase
+    (``"arg"`` for an argument), and each op's nodes (``op_nodes``)."""
+
+    order: list[int]
+    inputs: dict[int, list[int]]
+    cls: dict[int, str]
+    phase: dict[int, str]
+    stats_bytes: dict[int, int]
+    op_nodes: dict[int, list[int]]
+    users: dict[int, list[int]] = field(default_factory=dict)
+
+
+def _joint_graph(graph: Graph, seed: int) -> _JointGraph:
+    """The step as the partitioner's joint graph: split where Inductor's decompositions split
+    an op (module docstring, **Nodes**), the seed's operands dropped (AOTAutograd's tangent is
+    a graph input)."""
     nv = len(graph.values)
     ops = graph.ops
     classes = [op_class(graph, i) for i in range(len(ops))]
-    bwd_ops = [i for i, o in enumerate(ops) if o.phase == "bwd"]
-    seed = bwd_ops[0] if bwd_ops else -1
-
-    # Nodes in graph order, what each is computed from, and its class.
     order: list[int] = [v for v, val in enumerate(graph.values) if val.producer < 0]
-    inputs: dict[int, list[int]] = {v: [] for v in order}
-    cls: dict[int, str] = dict.fromkeys(order, ARG)
-    phase: dict[int, str] = dict.fromkeys(order, "arg")
-    stats_bytes: dict[int, int] = {}
-    op_nodes: dict[int, list[int]] = {}
+    joint = _JointGraph(
+        order=order,
+        inputs={v: [] for v in order},
+        cls=dict.fromkeys(order, ARG),
+        phase=dict.fromkeys(order, "arg"),
+        stats_bytes={},
+        op_nodes={},
+    )
+    inputs = joint.inputs
     for i, op in enumerate(ops):
         if op.phase == "opt":
             continue
@@ -254,7 +289,7 @@ def min_cut_partition(
         nodes: list[int] = []
         if c.stats_bytes:
             s = nv + i
-            stats_bytes[i] = c.stats_bytes
+            joint.stats_bytes[i] = c.stats_bytes
             inputs[s] = operands[:1]
             nodes.append(s)
         k = c.stats_results
@@ -266,147 +301,189 @@ def min_cut_partition(
             inputs[r] = operands + [*stats, *([nv + i] if c.stats_bytes else [])]
             nodes.append(r)
         for n in nodes:
-            cls[n] = c.cls
-            phase[n] = op.phase
-        op_nodes[i] = nodes
+            joint.cls[n] = c.cls
+            joint.phase[n] = op.phase
+        joint.op_nodes[i] = nodes
         order.extend(nodes)
-    users: dict[int, list[int]] = {n: [] for n in order}
+    joint.users = {n: [] for n in order}
     for n in order:
         for v in dict.fromkeys(inputs[n]):
-            if v in users:
-                users[v].append(n)
+            if v in joint.users:
+                joint.users[v].append(n)
+    return joint
 
-    # The tangent's closure: computed in the backward whatever the cut.
+
+def _tangent_closure(joint: _JointGraph, seed: int) -> set[int]:
+    """The backward nodes that depend on the seed: computed in the backward whatever the cut
+    (``classify_nodes``)."""
     backward: set[int] = set()
-    for n in order:
-        if phase[n] == "bwd" and (n in op_nodes.get(seed, ()) or any(v in backward for v in inputs[n])):
+    for n in joint.order:
+        if joint.phase[n] == "bwd" and (
+            n in joint.op_nodes.get(seed, ()) or any(v in backward for v in joint.inputs[n])
+        ):
             backward.add(n)
-    # Required forward nodes: the arguments and the forward's ancestors of its outputs.
+    return backward
+
+
+def _required_forward(graph: Graph, joint: _JointGraph, seed: int, fwd_outputs: Collection[int] | None) -> set[int]:
+    """The arguments and the forward's ancestors of its outputs: what the forward computes
+    whatever the cut (the rest is unclaimed, free to go either way).  Without outputs, every
+    forward node."""
+    phase, order = joint.phase, joint.order
     if fwd_outputs is None:
-        fwd_outputs = [v for v in (ops[seed].operands if seed >= 0 else []) if phase.get(v) == "fwd"]
+        fwd_outputs = [v for v in (graph.ops[seed].operands if seed >= 0 else []) if phase.get(v) == "fwd"]
     fwd_outputs = [v for v in fwd_outputs if v in phase]
-    if fwd_outputs:
-        required = {n for n in order if phase[n] == "arg"}
-        stack = list(fwd_outputs)
-        while stack:
-            n = stack.pop()
-            if n in required or phase.get(n) not in ("fwd", "arg"):
-                continue
-            required.add(n)
-            stack.extend(inputs[n])
-    else:
-        required = {n for n in order if phase[n] in ("fwd", "arg")}
-    if bwd_outputs is None:
-        bwd_outputs = {v for o in ops if o.phase == "opt" for v in o.operands if phase.get(v) == "bwd"}
-    bwd_out = {v for v in bwd_outputs if v in phase}
-    fw_order = {n: k for k, n in enumerate(n for n in order if n in required)}
+    if not fwd_outputs:
+        return {n for n in order if phase[n] in ("fwd", "arg")}
+    required = {n for n in order if phase[n] == "arg"}
+    stack = list(fwd_outputs)
+    while stack:
+        n = stack.pop()
+        if n in required or phase.get(n) not in ("fwd", "arg"):
+            continue
+        required.add(n)
+        stack.extend(joint.inputs[n])
+    return required
 
-    def nbytes(n: int) -> int:
-        return stats_bytes[n - nv] if n >= nv else graph.values[n].nbytes
 
-    def fusible(a: int, b: int) -> bool:
+class _FlowGraph:
+    """The min-cut's flow network over the joint graph: node k of ``order`` is vertex 2k (in)
+    and 2k + 1 (out).  The bans and the weights read one another's facts (distance to the
+    backward, fusibility, what is banned so far), so they live together; the edges' order is
+    what the max-flow reads, kept as torch adds them."""
+
+    def __init__(self, graph: Graph, joint: _JointGraph, required: set[int]):
+        self.graph, self.joint, self.required = graph, joint, required
+        self.nv = len(graph.values)
+        order = joint.order
+        self.fw_order = {n: k for k, n in enumerate(n for n in order if n in required)}
+        self.dist = self._dist_from_bw()
+        self.position = {n: k for k, n in enumerate(order)}
+        self.source, self.sink = 2 * len(order), 2 * len(order) + 1
+        self.edges: list[tuple[int, int, float]] = []
+        self.banned: set[int] = set()
+
+    def _dist_from_bw(self) -> dict[int, int]:
+        """``dist_from_bw``, in reverse graph order (users come later)."""
+        dist: dict[int, int] = {}
+        users = self.joint.users
+        for n in reversed(self.joint.order):
+            if n not in self.required:
+                dist[n] = 0
+            else:
+                dist[n] = min((dist[u] + 1 for u in users[n]), default=int(1e9))
+        return dist
+
+    def nbytes(self, n: int) -> int:
+        return self.joint.stats_bytes[n - self.nv] if n >= self.nv else self.graph.values[n].nbytes
+
+    def fusible(self, a: int, b: int) -> bool:
+        cls = self.joint.cls
         if cls[b] == CAT:  # "memory fusion" into a cat
             return True
         return cls[a] in FUSIBLE and cls[b] in FUSIBLE
 
-    # dist_from_bw, in reverse graph order (users come later).
-    dist: dict[int, int] = {}
-    for n in reversed(order):
-        if n not in required:
-            dist[n] = 0
-        else:
-            dist[n] = min((dist[u] + 1 for u in users[n]), default=int(1e9))
-
-    def materialized_backwards(n: int) -> bool:
+    def materialized_backwards(self, n: int) -> bool:
+        cls, users, required = self.joint.cls, self.joint.users, self.required
         if cls[n] == VIEW:
             return False
         todo, seen = [n], {n}
         while todo:
             cur = todo.pop()
             for u in users[cur]:
-                if u not in required and not fusible(cur, u):
+                if u not in required and not self.fusible(cur, u):
                     return True
                 if cls[u] == VIEW and u not in seen:
                     seen.add(u)
                     todo.append(u)
         return False
 
-    def ban_reason(n: int) -> str:
-        if cls[n] not in (RECOMPUTE, VIEW):
+    def ban_reason(self, n: int) -> str:
+        if self.joint.cls[n] not in (RECOMPUTE, VIEW):
             return "not in recomputable allowlist"
-        if materialized_backwards(n):
+        if self.materialized_backwards(n):
             return "materialized in backward"
-        if MAX_DIST_FROM_BW < dist[n] < 1000:  # never, at the default 1000
+        if MAX_DIST_FROM_BW < self.dist[n] < 1000:  # never, at the default 1000
             return "too far from backward"
-        if nbytes(n) * REDUCTION_RATIO < sum(nbytes(v) for v in inputs[n]):
+        if self.nbytes(n) * REDUCTION_RATIO < sum(self.nbytes(v) for v in self.joint.inputs[n]):
             return "reduction op"
         return ""
 
-    def weight(n: int) -> float:
-        if phase[n] == "arg" and graph.values[n].role in ("param", "buffer"):
+    def weight(self, n: int) -> float:
+        phase = self.joint.phase
+        if phase[n] == "arg" and self.graph.values[n].role in ("param", "buffer"):
             return 0
-        w = int(nbytes(n) * (1.1 ** max(min(dist[n], 100), 1)))
-        materialized = phase[n] == "arg" or not all(fusible(n, u) for u in users[n])
+        w = int(self.nbytes(n) * (1.1 ** max(min(self.dist[n], 100), 1)))
+        materialized = phase[n] == "arg" or not all(self.fusible(n, u) for u in self.joint.users[n])
         return w if materialized else w * 2
 
-    # The flow graph: node k of ``order`` is vertex 2k (in) and 2k + 1 (out).
-    position = {n: k for k, n in enumerate(order)}
-    source, sink = 2 * len(order), 2 * len(order) + 1
-    edges: list[tuple[int, int, float]] = []
-    banned: set[int] = set()
-
-    def ban(n: int) -> None:
-        if cls[n] == VIEW or n in banned:
+    def ban(self, n: int) -> None:
+        if self.joint.cls[n] == VIEW or n in self.banned:
             return
-        banned.add(n)
-        edges.append((source, 2 * position[n], _INF))
+        self.banned.add(n)
+        self.edges.append((self.source, 2 * self.position[n], _INF))
 
-    for n in order:
-        k = position[n]
-        if n in backward:
-            edges.append((2 * k, sink, _INF))
-            continue
-        if n in bwd_out:
-            edges.append((2 * k + 1, sink, _INF))
-        if phase[n] == "arg":
-            ban(n)
-        elif n in required and ban_reason(n):
-            ban(n)
-        edges.append((2 * k, 2 * k + 1, weight(n)))
-        for u in users[n]:
-            edges.append((2 * k + 1, 2 * position[u], _INF))
-
-    req = sorted(required, key=position.__getitem__)
-    # ban_recompute_used_far_apart
-    for used in req:
-        fw_users = [u for u in users[used] if u in required]
-        if not fw_users:
-            continue
-        first = _first_unfusible(fw_users, max(fw_order[u] for u in fw_users), users, required, fw_order, fusible)
-        for u in users[used]:
-            if u in required and fw_order[u] > first and fusible(used, u) and u not in banned:
-                ban(u)
-    # ban_recompute_long_fusible_chains
-    visited: set[int] = set()
-    for start in req:
-        heap = [(fw_order[start], start)]
-        start_order = fw_order[start]
-        while heap:
-            _, cur = heapq.heappop(heap)
-            if cur in visited:
+    def add_nodes(self, backward: set[int], bwd_out: set[int]) -> None:
+        """Each node's ``in -> out`` edge and its users' edges; the tangent's closure tied to
+        the sink, the gradients' outputs too, the banned nodes tied to the source."""
+        position, sink, edges = self.position, self.sink, self.edges
+        for n in self.joint.order:
+            k = position[n]
+            if n in backward:
+                edges.append((2 * k, sink, _INF))
                 continue
-            visited.add(cur)
-            if fw_order[cur] > start_order + LONG_CHAIN and not heap:
-                ban(cur)
-                break
-            for u in users[cur]:
-                if u in required and fusible(cur, u) and u not in banned:
-                    heapq.heappush(heap, (fw_order[u], u))
+            if n in bwd_out:
+                edges.append((2 * k + 1, sink, _INF))
+            if self.joint.phase[n] == "arg":
+                self.ban(n)
+            elif n in self.required and self.ban_reason(n):
+                self.ban(n)
+            edges.append((2 * k, 2 * k + 1, self.weight(n)))
+            for u in self.joint.users[n]:
+                edges.append((2 * k + 1, 2 * position[u], _INF))
 
-    sink_side = min_cut_sink_side(2 * len(order) + 2, edges, source, sink)
-    cut = {u for u, v, c in edges if v == u + 1 and u % 2 == 0 and u < source and c < _INF}
-    saved = {order[u // 2] for u in cut if not sink_side[u] and sink_side[u + 1]}
-    return Partition(saved, banned, inputs, backward, stats_bytes, nv)
+    def _required_in_order(self) -> list[int]:
+        return sorted(self.required, key=self.position.__getitem__)
+
+    def ban_used_far_apart(self) -> None:
+        """``ban_recompute_used_far_apart``."""
+        users, required, fw_order = self.joint.users, self.required, self.fw_order
+        for used in self._required_in_order():
+            fw_users = [u for u in users[used] if u in required]
+            if not fw_users:
+                continue
+            first = _first_unfusible(
+                fw_users, max(fw_order[u] for u in fw_users), users, required, fw_order, self.fusible
+            )
+            for u in users[used]:
+                if u in required and fw_order[u] > first and self.fusible(used, u) and u not in self.banned:
+                    self.ban(u)
+
+    def ban_long_fusible_chains(self) -> None:
+        """``ban_recompute_long_fusible_chains``."""
+        users, required, fw_order = self.joint.users, self.required, self.fw_order
+        visited: set[int] = set()
+        for start in self._required_in_order():
+            heap = [(fw_order[start], start)]
+            start_order = fw_order[start]
+            while heap:
+                _, cur = heapq.heappop(heap)
+                if cur in visited:
+                    continue
+                visited.add(cur)
+                if fw_order[cur] > start_order + LONG_CHAIN and not heap:
+                    self.ban(cur)
+                    break
+                for u in users[cur]:
+                    if u in required and self.fusible(cur, u) and u not in self.banned:
+                        heapq.heappush(heap, (fw_order[u], u))
+
+    def saved(self) -> set[int]:
+        """The nodes whose ``in -> out`` edge the minimum cut crosses."""
+        edges, source, order = self.edges, self.source, self.joint.order
+        sink_side = min_cut_sink_side(2 * len(order) + 2, edges, source, self.sink)
+        cut = {u for u, v, c in edges if v == u + 1 and u % 2 == 0 and u < source and c < _INF}
+        return {order[u // 2] for u in cut if not sink_side[u] and sink_side[u + 1]}
 
 
 def _first_unfusible(start, max_range, users, required, fw_order, fusible) -> int:
