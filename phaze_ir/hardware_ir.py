@@ -8,6 +8,7 @@ carries the chip it was compiled for and reads it back exactly.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from xdsl.dialects.builtin import (
@@ -69,8 +70,17 @@ def accelerator_op(acc: Accelerator, sym_name: str = "acc") -> AcceleratorOp:
 
 def accelerator_of(op: AcceleratorOp) -> Accelerator:
     """The hardware an accelerator op describes (validated as a hardware file would be)."""
+    return _described(op.spec, op.sym_name.data)
+
+
+@functools.lru_cache(maxsize=32)
+def _described(spec: Attribute, sym_name: str) -> Accelerator:
+    """The accelerator of a ``spec``, read and validated once per distinct description: every
+    pass from tiling to placement asks for the module's chip, and attributes are immutable
+    values (equal and hashed by content), so an equal spec is the same chip; the ``Accelerator``
+    is frozen, so sharing it is safe. Nothing else keys this cache, so nothing invalidates it."""
     try:
-        return Accelerator.from_dict(from_attr(op.spec), source=f"@{op.sym_name.data}")
+        return Accelerator.from_dict(from_attr(spec), source=f"@{sym_name}")
     except HardwareError as e:
         raise PhazeError(str(e)) from e
 
