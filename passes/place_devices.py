@@ -175,86 +175,62 @@ def write_plan(
     """Write ``phaze.plan``, ``phaze.stages`` and each op's ``phaze.stage`` (``memory_headroom``:
     the fraction of HBM the problem's ``hbm_bytes`` left free, said in a memory refusal)."""
     plan = result.get("plan")
-    binding = pl.binding_message(result, memory_headroom)
-    if plan is None:
-        module.attributes[keys.PLAN] = PlanAttr.make(
-            devices=problem["devices"],
-            global_batch=problem["global_batch"],
-            dp=0,
-            pp=0,
-            tp=problem["tp"],
-            virtual_stages=0,
-            zero=0,
-            expert_parallel=0,
-            rank_order="",
-            pipeline_transfer="",
-            micro_batch_size=problem["micro_batch"],
-            num_micro_batches=0,
-            time_per_batch_s=0.0,
-            throughput_samples_per_s=0.0,
-            max_memory_bytes=0,
-            devices_used=0,
-            placement=placement,
-            feasible="no",
-            binding=binding,
-        )
-        module.attributes[keys.STAGES] = ArrayAttr([])
-        return
+    fits = plan is not None
     module.attributes[keys.PLAN] = PlanAttr.make(
         devices=problem["devices"],
-        global_batch=plan["global_batch"],
-        dp=plan["dp"],
-        pp=plan["pp"],
-        tp=plan["tp"],
-        virtual_stages=plan["virtual_stages"],
-        zero=plan["zero"],
-        expert_parallel=plan["expert_parallel"],
-        rank_order=plan["rank_order"],
-        pipeline_transfer="split" if problem["pipeline_split"] else "whole",
-        micro_batch_size=plan["micro_batch"],
-        num_micro_batches=plan["num_micro_batches"],
-        time_per_batch_s=float(plan["time_per_batch_s"]),
-        throughput_samples_per_s=float(plan["throughput_samples_per_s"]),
-        max_memory_bytes=plan["max_memory_bytes"],
-        devices_used=plan["devices_used"],
+        global_batch=problem["global_batch"],
+        tp=problem["tp"],
+        micro_batch_size=problem["micro_batch"],
+        # the DP's numbers, 0 (and "") when nothing fits
+        **{name: plan[name] if fits else 0 for name in _PLAN_COUNTS},
+        **{name: float(plan[name]) if fits else 0.0 for name in ("time_per_batch_s", "throughput_samples_per_s")},
+        rank_order=plan["rank_order"] if fits else "",
+        pipeline_transfer=("split" if problem["pipeline_split"] else "whole") if fits else "",
         placement=placement,
         feasible="yes" if result["feasible"] else "no",
-        binding=binding,
+        binding=pl.binding_message(result, memory_headroom),
     )
-    stages = plan["stages"]
-    module.attributes[keys.STAGES] = ArrayAttr(
-        [
-            StageInfoAttr.make(
-                index=k,
-                rank=s["rank"],
-                first_layer=s["first_layer"],
-                last_layer=s["last_layer"],
-                devices=s["devices"],
-                time_s=float(s["time_s"]),
-                compute_s=float(s["time_parts"]["compute_s"]),
-                recompute_s=float(s["time_parts"]["recompute_s"]),
-                pp_comm_s=float(s["time_parts"]["pp_comm_s"]),
-                zero_comm_s=float(s["time_parts"]["zero_comm_s"]),
-                ep_comm_s=float(s["time_parts"]["ep_comm_s"]),
-                memory_bytes=s["memory_bytes"],
-                param_bytes=s["memory"]["params"],
-                grad_bytes=s["memory"]["grads"],
-                optimizer_bytes=s["memory"]["optimizer"],
-                activation_bytes=s["memory"]["activations"],
-                workspace_bytes=s["memory"]["workspace"],
-                recompute=s["recompute"],
-                in_flight=s["in_flight"],
-                exposed_dp_s=float(s["exposed_dp_s"]),
-                optimizer_s=float(s["optimizer_s"]),
-            )
-            for k, s in enumerate(stages)
-        ]
-    )
+    stages = plan["stages"] if fits else []
+    module.attributes[keys.STAGES] = ArrayAttr([_stage_info(k, s) for k, s in enumerate(stages)])
     stage_of = stage_of_layers(stages)
     for op in step_function(module).body.block.ops:
         layer = op.attributes.get(keys.LAYER)
         if isinstance(layer, IntegerAttr) and layer.value.data in stage_of:
             op.attributes[keys.STAGE] = ph.int_attr(stage_of[layer.value.data])
+
+
+#: The plan's counts as the DP returns them, by their ``phaze.plan`` names.
+_PLAN_COUNTS = (
+    "dp",
+    "pp",
+    "virtual_stages",
+    "zero",
+    "expert_parallel",
+    "num_micro_batches",
+    "max_memory_bytes",
+    "devices_used",
+)
+#: A stage's memory parts as the DP names them, by their ``#phaze.stage_info`` names.
+_STAGE_MEMORY = {
+    "param_bytes": "params",
+    "grad_bytes": "grads",
+    "optimizer_bytes": "optimizer",
+    "activation_bytes": "activations",
+    "workspace_bytes": "workspace",
+}
+
+
+def _stage_info(index: int, stage: Mapping[str, Any]) -> StageInfoAttr:
+    """A DP stage as ``#phaze.stage_info``: its counts and seconds, its time and memory by part."""
+    seconds = {name: stage[name] for name in ("time_s", "exposed_dp_s", "optimizer_s")} | stage["time_parts"]
+    return StageInfoAttr.make(
+        index=index,
+        **{name: stage[name] for name in ("rank", "first_layer", "last_layer", "devices", "memory_bytes")},
+        **{name: float(v) for name, v in seconds.items()},
+        **{name: stage["memory"][part] for name, part in _STAGE_MEMORY.items()},
+        recompute=stage["recompute"],
+        in_flight=stage["in_flight"],
+    )
 
 
 def stage_of_layers(stages: Sequence[Mapping[str, Any]]) -> dict[int, int]:
