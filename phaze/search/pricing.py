@@ -1,0 +1,267 @@
+"""Exact pricing of settings on candidate chips, for the search (:mod:`phaze.search.engine`).
+
+A setting is priced on a chip in three steps: each priced group of ops is scheduled (SCIP,
+through :class:`~passes.algorithms.schedule.ScheduleCache` and the search's backend, each
+distinct problem once), the group makespans become a placement problem for the Rust DP
+(:meth:`Pricing.problem`), and the DP's plan is scored by the search's objective (throughput,
+or :class:`~phaze.search.objective.Objective`'s others; zero over the power cap).
+
+It is apart from the bounds (:mod:`phaze.search.bounds`) because it is the one place an exact
+number comes from: the bounds run the same DP assembly on lower-bound times, so that a bound
+and the value it bounds differ only in the layer times, and read the makespans priced here
+(:meth:`Pricing.known_makespans`) to tighten theirs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from passes.algorithms import _phaze_rs
+from passes.algorithms import placement as pl
+from passes.algorithms import schedule as sched
+from passes.algorithms.latency import estimate_op, estimate_space
+from phaze.search.objective import Objective
+from phaze.search.setting import Setting
+
+if TYPE_CHECKING:  # the engine imports this module; these only annotate
+    from phaze.search.engine import Candidates, ModelTask, Params, SolverLimits
+
+#: The evaluator's timers (seconds) and counts, in the JSON's order (``search.wall_s`` after the
+#: phases, ``search.evaluator``).
+TIMERS = ("estimate", "dp_bound", "schedule", "dp_exact")
+COUNTS = ("dp_bound_solves", "schedules_solved", "schedules_cached", "dp_exact_solves", "over_power_cap")
+
+
+def _solve_one(args: tuple[sched.Problem, SolverLimits]) -> sched.Schedule:
+    """Worker entry point: solve one canonical problem (no cache in the worker: the parent
+    keeps it, so that every backend sees the same entries)."""
+    problem, lim = args
+    return sched.solve(
+        problem,
+        time_limit=lim.time_limit,
+        seed=lim.seed,
+        gap_limit=lim.gap_limit,
+        node_limit=lim.node_limit,
+        max_binaries=lim.max_binaries,
+    )
+
+
+class Pricing:
+    """Prices settings on candidates exactly: schedules (through the cache and the backend), the
+    DP problem of a setting (:meth:`problem`, which the bounds share), the DP, the objective.
+    It keeps the timers and counts of the JSON's ``search.evaluator`` for the bounds too."""
+
+    def __init__(self, params: Params, limits: SolverLimits, cache: sched.ScheduleCache, backend=None):
+        self.params = params
+        self.limits = limits
+        self.cache = cache
+        self.backend = backend
+        self.timers = dict.fromkeys(TIMERS, 0.0)
+        self.counts = dict.fromkeys(COUNTS, 0)
+        #: (candidates, setting, config) -> the group makespans priced (:meth:`makespans`)
+        self._exact_ms: dict[tuple[int, int, int], np.ndarray] = {}
+        self._levels: dict[int, list] = {}
+        self._objectives: dict[int, Objective] = {}
+
+    def objective(self, cands: Candidates) -> Objective:
+        """The search's objective on ``cands`` (built once per candidates)."""
+        obj = self._objectives.get(id(cands))
+        if obj is None:
+            obj = Objective(self.params.objective, cands, self.params.global_batch, self.params.power_cap_w is not None)
+            self._objectives[id(cands)] = obj
+        return obj
+
+    def chip_power(self, cands: Candidates, settings: Sequence[Setting | None], config: int, results) -> float | None:
+        """The mean over models of the chip's power (W, the busiest device's average over the
+        step) at each model's plan ``results[m]`` of ``settings[m]`` on ``config``; None when
+        the template has no ``[energy]`` table or no model has a plan.  It is what the
+        throughput-power front of the JSON and the report is drawn from."""
+        if cands.template.energy is None:
+            return None
+        obj = self.objective(cands)
+        t0 = time.perf_counter()
+        watts = [
+            obj.plan_power(setting, config, r["plan"]).chip_power_w
+            for setting, r in zip(settings, results)
+            if setting is not None and r is not None and r.get("feasible") and r.get("plan")
+        ]
+        self.timers["estimate"] += time.perf_counter() - t0
+        return sum(watts) / len(watts) if watts else None
+
+    def problem(self, cands: Candidates, setting: Setting, makespans: np.ndarray, hbm: int) -> _phaze_rs.ProblemDict:
+        """The DP problem of ``setting`` with group makespans ``makespans`` and HBM ``hbm``."""
+        levels = self._levels.get(id(cands))
+        if levels is None:
+            levels = self._levels[id(cands)] = pl.network_levels(cands.template.to_dict()["network"])
+        return pl.problem(
+            setting.layer_dicts(makespans),
+            devices=self.params.devices,
+            hbm_bytes=hbm,
+            levels=levels,
+            global_batch=self.params.global_batch,
+            micro_batch=setting.micro_batch,
+            tp=setting.tp,
+            dp_overlap=self.params.dp_overlap,
+            recompute=self.params.recompute,
+            zero=self.params.zero,
+            pipeline_schedule=self.params.pipeline_schedule,
+            blocks=setting.blocks,
+            rank_order=self.params.rank_order,
+            # as phaze-place-devices: under sequence parallelism each rank sends its own shard
+            pipeline_transfer="whole" if setting.sequence_parallel else self.params.pipeline_transfer,
+            grads_freed=setting.grads_freed,
+            memory_headroom=self.params.memory_headroom,
+        )
+
+    def place(
+        self, problems: list[_phaze_rs.ProblemDict], fixed: tuple[int, int, int] | None
+    ) -> list[_phaze_rs.ResultDict]:
+        """Run the DP (or evaluate the fixed placement) on each problem."""
+        if fixed is None:
+            return _phaze_rs.solve_placement_batch(problems)
+        return _phaze_rs.evaluate_placement_batch(problems, fixed[0], fixed[1])
+
+    @staticmethod
+    def throughput(result: _phaze_rs.ResultDict) -> float:
+        plan = result.get("plan")
+        return float(plan["throughput_samples_per_s"]) if result.get("feasible") and plan else 0.0
+
+    # -- exact ------------------------------------------------------------------------------------
+
+    def makespans(self, cands: Candidates, jobs: Sequence[tuple[Setting, int]]) -> list[np.ndarray]:
+        """Exact group makespans of each ``(setting, config)``; the schedules the cache lacks are
+        solved through the backend, each distinct canonical problem once."""
+        t0 = time.perf_counter()
+        limits = self.cache_limits()
+        out: list[np.ndarray | None] = [None] * len(jobs)
+        wanted, pending = self._group_problems(cands, jobs, limits, out)
+        self.counts["schedules_cached"] += len({p.key() for _, _, p in wanted}) - len(pending)
+        if pending:
+            self._solve_and_store(list(pending.values()), limits)
+        makespans: dict[int, np.ndarray] = {}
+        for j, g, canon in wanted:
+            arr = makespans.setdefault(j, np.zeros(len(jobs[j][0].groups)))
+            schedule = self.cache.lookup(canon, limits)
+            assert schedule is not None  # cached or solved and stored above
+            arr[g] = schedule.makespan
+        for j, arr in makespans.items():
+            setting, config = jobs[j]
+            self._exact_ms[(id(cands), id(setting), config)] = arr
+            out[j] = arr
+        self.timers["schedule"] += time.perf_counter() - t0
+        done = [arr for arr in out if arr is not None]
+        assert len(done) == len(jobs)  # every job was cached or has just been solved
+        return done
+
+    def cache_limits(self):
+        """The cache's key for this search's solver limits (a schedule is reused only under the
+        limits that made it)."""
+        lim = self.limits
+        return self.cache.limits(lim.time_limit, lim.gap_limit, lim.node_limit, lim.max_binaries)
+
+    def known_makespans(self, cands: Candidates, setting: Setting, config: int) -> np.ndarray | None:
+        """The group makespans of ``setting`` on chip ``config`` if :meth:`makespans` has priced
+        them (a refined bound is then the makespans themselves), else None."""
+        return self._exact_ms.get((id(cands), id(setting), config))
+
+    def _group_problems(
+        self, cands: Candidates, jobs: Sequence[tuple[Setting, int]], limits, out: list[np.ndarray | None]
+    ) -> tuple[list[tuple[int, int, sched.Problem]], dict[str, sched.Problem]]:
+        """The canonical schedule problem of every priced group of each job whose makespans are
+        not memoized (those that are go straight into ``out``): ``(wanted, pending)``, where
+        ``wanted`` lists ``(job, group, problem)`` and ``pending`` the distinct problems the
+        cache lacks.  Latencies are estimated once per setting for all its configs."""
+        wanted: list[tuple[int, int, sched.Problem]] = []
+        pending: dict[str, sched.Problem] = {}
+        by_setting: dict[int, list[int]] = {}
+        for j, (setting, _config) in enumerate(jobs):
+            by_setting.setdefault(id(setting), []).append(j)
+        calibration = getattr(cands.template, "calibration", None)
+        for idxs in by_setting.values():
+            setting = jobs[idxs[0]][0]
+            configs = [jobs[j][1] for j in idxs]
+            if calibration is None:
+                lat = estimate_space(setting.table, cands.configs[configs], cands.template, cache=None)
+                one, split = lat.one, lat.split
+            else:
+                one, split = _one_chip_latencies(setting, cands, len(configs))
+            needed = setting.priced_groups()
+            for col, j in enumerate(idxs):
+                key = (id(cands), id(setting), configs[col])
+                if key in self._exact_ms:
+                    out[j] = self._exact_ms[key]
+                    continue
+                cores = chip_cores(cands, configs[col])
+                if calibration is not None and calibration.serial:
+                    # One op at a time, issued by the host (phaze-schedule-ops does the same):
+                    # no solver, no cache, the problem in program order as the IR has it.
+                    arr = np.zeros(len(setting.groups))
+                    for g in needed:
+                        problem = setting.group_problem(g, one[:, col], split[:, col], cores)
+                        arr[g] = sched.serial_schedule(problem, calibration.host_dispatch_s).makespan
+                    self._exact_ms[key] = out[j] = arr
+                    continue
+                for g in needed:
+                    canon = setting.group_problem(g, one[:, col], split[:, col], cores).canonical()
+                    wanted.append((j, g, canon))
+                    if self.cache.lookup(canon, limits) is None:
+                        pending.setdefault(canon.key(), canon)
+        return wanted, pending
+
+    def _solve_and_store(self, problems: list[sched.Problem], limits) -> None:
+        """Solve ``problems`` through the backend (in-process without one) and cache them."""
+        items = [(p, self.limits) for p in problems]
+        results = self.backend.map(_solve_one, items) if self.backend is not None else [_solve_one(a) for a in items]
+        for p, r in zip(problems, results):
+            self.cache.store(p, r, limits)
+        self.counts["schedules_solved"] += len(problems)
+
+    def exact(
+        self, cands: Candidates, tasks: Sequence[ModelTask], jobs: Sequence[tuple[int, int, int, int]]
+    ) -> list[tuple[float, _phaze_rs.ResultDict]]:
+        """Exact objective value (throughput by default) and DP result of each ``(task,
+        setting, config, hbm)``."""
+        makespans = self.makespans(cands, [(tasks[m].settings[s], c) for m, s, c, _ in jobs])
+        t0 = time.perf_counter()
+        by_task: dict[int, list[int]] = {}
+        for j, (m, _, _, _) in enumerate(jobs):
+            by_task.setdefault(m, []).append(j)
+        out: dict[int, tuple[float, _phaze_rs.ResultDict]] = {}
+        for m, idxs in by_task.items():
+            problems = [self.problem(cands, tasks[m].settings[jobs[j][1]], makespans[j], jobs[j][3]) for j in idxs]
+            obj = self.objective(cands)
+            cap = self.params.power_cap_w
+            for j, dp_result in zip(idxs, self.place(problems, tasks[m].fixed)):
+                _, s, c, h = jobs[j]
+                setting = tasks[m].settings[s]
+                score = obj.score(setting, c, h, dp_result)
+                if cap is not None and score > 0 and obj.plan_power(setting, c, dp_result["plan"]).chip_power_w > cap:
+                    score = 0.0  # over the power cap: as if it did not fit
+                    self.counts["over_power_cap"] += 1
+                out[j] = (score, dp_result)
+            self.counts["dp_exact_solves"] += len(idxs)
+        self.timers["dp_exact"] += time.perf_counter() - t0
+        return [out[j] for j in range(len(jobs))]
+
+
+def chip_cores(cands: Candidates, config: int) -> dict[str, int]:
+    """The core count of each unit kind of chip ``config`` (one network link)."""
+    configs = cands.configs
+    return {"tensor": int(configs["num_tc"][config]), "vector": int(configs["num_vc"][config]), "network": 1}
+
+
+def _one_chip_latencies(setting: Setting, cands: Candidates, columns: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(one, split)``, ``[rows × columns]`` seconds of the setting's op table on a calibrated
+    chip (a GPU: kernel efficiencies and launch costs, which the vectorized model of a space
+    does not have), priced op by op as ``phaze-estimate-latency`` prices them; the chip is
+    ``cands``' only one, so every column is the same."""
+    if len(cands.configs) != 1:
+        raise ValueError(f"{cands.name}: a calibrated chip is priced alone, not as a space")
+    rows = [estimate_op(d, cands.template) for d in setting.table.descs]
+    one = np.repeat(np.asarray([r.one_s for r in rows], dtype=np.float64)[:, None], columns, axis=1)
+    split = np.repeat(np.asarray([r.split_s for r in rows], dtype=np.float64)[:, None], columns, axis=1)
+    return one, split
