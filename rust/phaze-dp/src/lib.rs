@@ -100,6 +100,7 @@
 
 #![warn(missing_docs)]
 
+mod input;
 mod model;
 mod plan;
 mod search;

@@ -5,12 +5,20 @@
 //! [`Problem::ring_allreduce_s`], [`Problem::p2p_s`]) are written operation for operation like
 //! `passes/algorithms/network.py` (`level_for`, `ring_bandwidth_Bps`, `ring_all_reduce_s`,
 //! `send_recv_s`), so that Python and Rust give bit-identical floats; change both together.
+//!
+//! The inputs derive serde's `Deserialize` in the form the Python dicts have (the keys of
+//! `passes/algorithms/_phaze_rs.pyi`, `deny_unknown_fields` so that a misspelt optional key is
+//! not silently its default); the forms serde does not derive are in [`crate::input`].
+
+use crate::input;
+use serde::{Deserialize, Serialize};
 
 /// Activation-recomputation policy of a pipeline stage.
 ///
 /// The discriminant is the index into [`Layer::recompute_s`] and [`Layer::saved_bytes`],
 /// and the order of the tie-break "lower policy index first".
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Recompute {
     /// Stash every activation autograd saves; no extra forward work.
     None = 0,
@@ -64,7 +72,8 @@ impl Recompute {
 /// How the data-parallel group shares the training state (ZeRO stage; Rajbhandari et al. 2020).
 ///
 /// The discriminant is the stage number, and the order of the tie-break "lower stage first".
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(into = "u8")]
 pub enum Zero {
     /// Plain data parallelism: every replica holds everything; one gradient all-reduce per step.
     Off = 0,
@@ -115,11 +124,19 @@ impl Zero {
     }
 }
 
+/// A plan names its ZeRO stage by number.
+impl From<Zero> for u8 {
+    fn from(z: Zero) -> u8 {
+        z.stage()
+    }
+}
+
 /// How the cluster's devices are numbered into TP, PP and DP groups: which groups are
 /// contiguous decides which network level each collective crosses. TP is innermost in both.
 ///
 /// The variant order is the tie-break's: the launchers' default first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum RankOrder {
     /// TP, then DP, then PP outermost: Megatron-LM's default (`tp-cp-ep-dp-pp`), torchtitan's
     /// device mesh (`pp, dp, tp`) and Megatron-DeepSpeed's topology (`pipe, data, model`). A DP
@@ -175,7 +192,8 @@ impl RankOrder {
 /// One layer (prologue, a transformer block, the head), priced for ONE micro-batch at the
 /// problem's micro-batch size and TP width, on one device of its TP group. Its TP collectives
 /// are ops of the layer: their time is in `fwd_s` and `bwd_s`.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Layer {
     /// Forward compute time (s).
     pub fwd_s: f64,
@@ -187,47 +205,62 @@ pub struct Layer {
     /// of the layer's state held by one device of its TP group (the scheduled makespan of its
     /// optimizer ops). ZeRO >= 1 divides it over the d replicas (each updates its 1/d of the
     /// state); expert parallelism divides its experts' part, `expert_opt_s`, over e.
+    #[serde(default)]
     pub opt_s: f64,
     /// The part of `opt_s` that updates the experts' state (0 in a dense layer).
+    #[serde(default)]
     pub expert_opt_s: f64,
     /// Activation bytes stashed per micro-batch under each policy (none, selective, full).
     /// Usually non-increasing, which the search does not assume.
+    #[serde(deserialize_with = "input::per_policy_bytes")]
     pub saved_bytes: [u64; 3],
     /// Weight bytes held per device, after TP sharding.
+    #[serde(deserialize_with = "input::bytes")]
     pub param_bytes: u64,
     /// Gradient bytes held per device; also what the DP all-reduce moves.
+    #[serde(deserialize_with = "input::bytes")]
     pub grad_bytes: u64,
     /// Optimizer-state bytes held per device (e.g. fp32 master copy + Adam moments).
+    #[serde(deserialize_with = "input::bytes")]
     pub optimizer_bytes: u64,
     /// Peak transient bytes while the layer runs (only the largest in a stage counts).
+    #[serde(deserialize_with = "input::bytes")]
     pub workspace_bytes: u64,
     /// Peak transient bytes while the layer's backward runs after its forward was re-run
     /// (full recompute: the rematerialized activations are live beside the stash); what a
     /// stage under full recompute holds is the larger of this and `workspace_bytes` (0: the
     /// same as `workspace_bytes`). Selective recompute's rematerialized tensors are not
     /// counted: the field bounds them from above only, by full's.
+    #[serde(default, deserialize_with = "input::bytes")]
     pub recompute_workspace_bytes: u64,
     /// Activation bytes sent to the next layer per micro-batch; the same size comes back as
     /// the gradient in backward. Paid only when a stage boundary falls after this layer.
+    #[serde(deserialize_with = "input::bytes")]
     pub boundary_bytes: u64,
     /// Experts of an MoE layer (its per-expert weights' count); 0 in a dense layer.
+    #[serde(default)]
     pub experts: u64,
     /// The part of `param_bytes` that is per-expert weights: expert parallelism (EP e) divides
     /// it by e and the data-parallel collectives of it run over the d/e replicas that hold
     /// the same experts.
+    #[serde(default, deserialize_with = "input::bytes")]
     pub expert_param_bytes: u64,
     /// The part of `grad_bytes` that is the experts' gradients.
+    #[serde(default, deserialize_with = "input::bytes")]
     pub expert_grad_bytes: u64,
     /// The part of `optimizer_bytes` that is the experts' state.
+    #[serde(default, deserialize_with = "input::bytes")]
     pub expert_optimizer_bytes: u64,
     /// Bytes of the tokens one forward routes to the experts, per micro-batch on one device:
     /// under EP each forward moves them in two all-to-alls over the EP group (dispatch and
     /// combine), each backward in two more, and a full recompute's forward in two again.
+    #[serde(default, deserialize_with = "input::bytes")]
     pub dispatch_bytes: u64,
 }
 
 /// How a protocol moves an all-reduce (docs/design.md §5.5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Algorithm {
     /// A ring: `2(g−1)/g · bytes` leave each device in `2(g−1)` steps.
     #[default]
@@ -242,17 +275,22 @@ pub enum Algorithm {
 /// 2(g−1)/g · bytes / bandwidth_bps [+ bytes/g / shard_bps]` for a ring, `base_s +
 /// 2·latency_s + bytes / bandwidth_bps [+ bytes/g / shard_bps]` for NVLS (see
 /// [`Problem::ring_allreduce_s`]); reduce-scatters and all-gathers the ring protocols' halves.
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Protocol {
     /// Per-device, per-direction bandwidth (bytes/s): the ring's, or NVLS's algorithm bandwidth.
+    #[serde(rename = "bandwidth_Bps")]
     pub bandwidth_bps: f64,
     /// Per ring step, or per switch pass with NVLS (s).
     pub latency_s: f64,
     /// Per collective, whatever its size (s).
+    #[serde(default)]
     pub base_s: f64,
     /// The pass over a device's own `bytes/g` that does not overlap the ring (bytes/s), if any.
+    #[serde(default, rename = "shard_Bps")]
     pub shard_bps: Option<f64>,
     /// A ring, or NVLink SHARP (all-reduces only).
+    #[serde(default)]
     pub algorithm: Algorithm,
 }
 
@@ -283,7 +321,8 @@ pub enum Topology {
 pub type RingKey = (u64, u64, u64, u64);
 
 /// One level of the cluster network (a node's fabric, the scale-out network, ...).
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, PartialEq, Default, Deserialize)]
+#[serde(from = "input::Level")]
 pub struct NetLevel {
     /// Devices that share this level (e.g. 8 per node); the last level is the whole cluster.
     pub group_size: u64,
@@ -307,13 +346,15 @@ pub struct NetLevel {
 }
 
 /// A placement problem: the priced layers, the cluster and the training setup.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Problem {
     /// Layers in topological order (prologue, blocks, head).
     pub layers: Vec<Layer>,
     /// Devices in the cluster (N).
     pub devices: u64,
     /// HBM capacity of one device (bytes).
+    #[serde(deserialize_with = "input::bytes")]
     pub hbm_bytes: u64,
     /// Network levels, innermost first; a flat network is one level.
     pub levels: Vec<NetLevel>,
@@ -326,34 +367,42 @@ pub struct Problem {
     /// Whether the DP gradient all-reduce overlaps the stage's last backward.
     pub dp_overlap: bool,
     /// Upper bound on the number of pipeline stages, if any.
+    #[serde(default)]
     pub max_stages: Option<usize>,
     /// The recompute policy of every stage, as a user fixes it (`--recompute full`), or `None`
     /// to let the search choose the best policy per stage (`"auto"`). A fixed policy is the
     /// only one the search, the memory check and the infeasibility report consider.
+    #[serde(default, deserialize_with = "input::recompute")]
     pub recompute: Option<Recompute>,
     /// The ZeRO stage of the plan as a user fixes it (`--zero 1`), or `None` to let the search
     /// choose (`"auto"`).
+    #[serde(default, deserialize_with = "input::zero")]
     pub zero: Option<Zero>,
     /// Model chunks per pipeline device as a user fixes them: `Some(1)` is plain 1F1B,
     /// `Some(v)` with v >= 2 Megatron's interleaved 1F1B with v chunks; `None` lets the search
     /// choose among 1 and every v the layer count allows (`"auto"`).
+    #[serde(default)]
     pub virtual_stages: Option<u64>,
     /// The repeated blocks, as (first layer, count); the layers before them (embeddings) go to
     /// the first model chunk and those after (head) to the last one under interleaving, which
     /// splits the blocks evenly over the p·v chunks. `None`: every layer is a block.
+    #[serde(default)]
     pub blocks: Option<(usize, usize)>,
     /// The expert-parallel degree e as a user fixes it (`Some(1)`: every replica holds every
     /// expert), or `None` to let the search choose among the e that divide both d and the
     /// experts (`"auto"`). The EP group is e consecutive DP replicas (Megatron-LM carves it out
     /// of the data-parallel group).
+    #[serde(default)]
     pub expert_parallel: Option<u64>,
     /// How devices are numbered into groups ([`RankOrder`]) as a user fixes it, or `None` to
     /// let the search choose per option (`"auto"`).
+    #[serde(default, deserialize_with = "input::rank_order")]
     pub rank_order: Option<RankOrder>,
     /// Whether a pipeline transfer is split over the TP group: each of the t ranks sends 1/t of
     /// the boundary bytes and the receiving TP group all-gathers them (DeepSpeed's pipeline
     /// engine, `pipe_partitioned`; Megatron-LM's scatter-gather before sequence parallelism),
     /// instead of every rank sending them whole (Megatron-LM today). Meaningless at t = 1.
+    #[serde(default)]
     pub pipeline_split: bool,
     /// Whether the runtime allocates a layer's gradients during its backward and frees them all
     /// after the optimizer step (PyTorch's `zero_grad(set_to_none=True)`, eager and compiled
@@ -363,6 +412,7 @@ pub struct Problem {
     /// only the gradients of the layers whose backward has run next to the activations of
     /// those whose backward has not: its peak is max over its layers k of
     /// Σ_{i..k} saved + Σ_{k..j} grad, not the two sums added ([`crate::MemoryParts::grads`]).
+    #[serde(default)]
     pub grads_freed: bool,
 }
 

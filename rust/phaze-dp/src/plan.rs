@@ -1,10 +1,14 @@
 //! Outputs of the placement search: plans, stages, and why something does not fit.
+//!
+//! Plans and violations derive serde's `Serialize`: the field names and words are those of
+//! the Python result dicts (`passes/algorithms/_phaze_rs.pyi`).
 
 use crate::model::{RankOrder, Recompute, Zero};
+use serde::Serialize;
 
 /// One pipeline stage of a plan: under plain 1F1B the layers of one pipeline device, under
 /// interleaved 1F1B one model chunk (a device holds v of them: chunks k, k + p, k + 2p, ...).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Stage {
     /// The pipeline rank (device) that runs it: its index under 1F1B, `index mod p` under
     /// interleaving. Time, memory, policy, in-flight count and DP numbers are the rank's.
@@ -43,7 +47,7 @@ pub struct Stage {
 
 /// What a stage's (under interleaving: its rank's) time per micro-batch is made of, as the DP
 /// adds it up: [`TimeParts::total`] is its `time_s` but for the rounding of the sum's order.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct TimeParts {
     /// Σ (fwd_s + bwd_s) of its layers: their scheduled work, the TP collectives inside them
     /// included.
@@ -71,7 +75,7 @@ impl TimeParts {
 /// counts them: each state part already divided over the DP group where the ZeRO stage shards
 /// it. [`MemoryParts::total`] is the memory the DP checks against HBM and reports as
 /// `memory_bytes`, so a breakdown can never disagree with the figure it explains.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MemoryParts {
     /// Parameters: Σ param_bytes, ⌈/d⌉ under ZeRO-3, which also holds two layers' gathered
     /// parameters (the layer running and the one prefetched).
@@ -103,7 +107,7 @@ impl MemoryParts {
 }
 
 /// A placement: DP degree, pipeline stages and their recompute policies, with its cost.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
     /// DP degree d (pipeline replicas).
     pub dp: u64,
@@ -147,7 +151,8 @@ pub struct Plan {
 }
 
 /// Which constraint a placement violates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ViolationKind {
     /// The problem itself is malformed (see [`crate::InputError`]).
     Input,
@@ -176,7 +181,7 @@ impl ViolationKind {
 
 /// A violated constraint, with a human-readable message that starts with the kind
 /// (e.g. `memory: ...`) and, for memory, the numbers.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Violation {
     /// Which constraint binds.
     pub kind: ViolationKind,
@@ -225,14 +230,35 @@ impl Solution {
 }
 
 /// Answer of [`crate::evaluate_fixed`]: a fixed (p, d), with the best split and policies.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Serialized, it is the result dict of every placement function (a [`Solution`] converts).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Evaluation {
     /// True when the plan violates nothing.
     pub feasible: bool,
-    /// Every violated constraint (empty when feasible).
-    pub violations: Vec<Violation>,
     /// The plan's numbers, also when it does not fit (then flagged by `violations`). For a
     /// memory violation it is the fastest plan among those whose largest stage needs the least
     /// memory. `None` only when no numbers exist (p > L, or b·d does not divide B).
     pub plan: Option<Plan>,
+    /// Every violated constraint (empty when feasible).
+    pub violations: Vec<Violation>,
+}
+
+/// A solution as an evaluation of the placement it chose: its plan, or none and the binding
+/// constraint.
+impl From<Solution> for Evaluation {
+    fn from(s: Solution) -> Evaluation {
+        match s {
+            Solution::Feasible(plan) => Evaluation {
+                feasible: true,
+                plan: Some(plan),
+                violations: Vec::new(),
+            },
+            Solution::Infeasible(v) => Evaluation {
+                feasible: false,
+                plan: None,
+                violations: vec![v],
+            },
+        }
+    }
 }

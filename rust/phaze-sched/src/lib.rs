@@ -39,6 +39,22 @@ pub struct Schedule {
 }
 
 impl Instance {
+    /// The instance of these lists, if [`Instance::validate`] accepts it.
+    pub fn new(
+        kind: Vec<usize>,
+        caps: Vec<i64>,
+        modes: Vec<Vec<(f64, i64)>>,
+        preds: Vec<Vec<usize>>,
+    ) -> Result<Instance, String> {
+        let inst = Instance {
+            kind,
+            caps,
+            modes,
+            preds,
+        };
+        inst.validate().map(|()| inst)
+    }
+
     /// Checks the shape: kinds, modes and predecessors in range, topological order.
     pub fn validate(&self) -> Result<(), String> {
         let m = self.kind.len();
@@ -71,6 +87,47 @@ impl Instance {
             }
         }
         Ok(())
+    }
+
+    /// Checks that a schedule to improve has a start per op and gives each op one of its modes
+    /// (its makespan is taken as given): a caller's bad list is an error here, not an index out
+    /// of bounds in the search (so are [`Instance::check_mode`] and [`Instance::check_order`]).
+    pub fn check_schedule(&self, s: &Schedule) -> Result<(), String> {
+        self.check_len("start", s.start.len())?;
+        self.check_mode(&s.mode)
+    }
+
+    /// Checks that `mode` gives each op one of its modes.
+    pub fn check_mode(&self, mode: &[usize]) -> Result<(), String> {
+        self.check_len("mode", mode.len())?;
+        match (0..mode.len()).find(|&k| mode[k] >= self.modes[k].len()) {
+            Some(k) => Err(format!(
+                "op {k}: mode {} of {}",
+                mode[k],
+                self.modes[k].len()
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks that `order` lists every op once (an op list to decode).
+    pub fn check_order(&self, order: &[usize]) -> Result<(), String> {
+        self.check_len("order", order.len())?;
+        let mut seen = vec![false; order.len()];
+        for &k in order {
+            if k >= seen.len() || seen[k] {
+                return Err("order: not a permutation of the ops".into());
+            }
+            seen[k] = true;
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, what: &str, got: usize) -> Result<(), String> {
+        match got == self.len() {
+            true => Ok(()),
+            false => Err(format!("{what}: {got} values for {} ops", self.len())),
+        }
     }
 
     fn len(&self) -> usize {
