@@ -20,7 +20,7 @@ the cost passes (``phaze.validate.compiled_modules``, the kernels formed as ``--
 what the fit needs is kept: each op's description (its kernel's launches and on-chip bytes
 included) and its (layer, phase), and each layer's numbers for the placement DP.  A candidate
 calibration is then priced exactly as the pipeline prices it, without recompiling: each op's
-latency by ``estimate_op`` on the calibrated chip, each layer's forward, backward and optimizer
+latency by ``estimate_chip`` on the calibrated chip, each layer's forward, backward and optimizer
 step as the serial schedule of its ops (``passes/algorithms/schedule/serial.py``), and each run
 by the Rust DP at its fixed placement.  The fit minimises the mean squared log error of each
 file, averaged over the two files (each file weighs the same), by Powell's method within the
@@ -50,7 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from passes.algorithms import _phaze_rs  # noqa: E402
-from passes.algorithms.latency import ViewDesc, estimate_op  # noqa: E402
+from passes.algorithms.latency import ViewDesc, estimate_chip  # noqa: E402
 from passes.algorithms.schedule import phase_groups, serial_times  # noqa: E402
 from passes.cost_view import Describer  # noqa: E402
 from passes.graph_view import build_graph, read_layers, step_function  # noqa: E402
@@ -154,7 +154,7 @@ class Fit:
         seconds per issued op."""
         cal = Calibration(execution="serial", **WAVE, **values)
         acc = dataclasses.replace(load_hardware("a100"), calibration=cal)
-        return np.array([estimate_op(d, acc).split_s for d in self.descs]), cal.host_dispatch_s
+        return estimate_chip(self.descs, acc).split[:, 0], cal.host_dispatch_s
 
     def predict(self, values: dict) -> np.ndarray:
         lat, dispatch = self.latencies(values)

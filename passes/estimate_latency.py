@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
-from passes.algorithms.latency import MatmulDesc, OpLatency, estimate_matmul, estimate_op, layer_totals
+from passes.algorithms.latency import OpDesc, estimate_chip, layer_totals
 from passes.algorithms.tiling import ScalarTiling
 from passes.cost_view import Describer
 from phaze_ir import dialect as ph
@@ -28,7 +29,10 @@ class EstimateLatencyPass(ModulePass):
 
     Requires the accelerator and, on every ``phaze.matmul``, the ``phaze.tile`` that
     ``phaze-tile-pe-array`` wrote for it (read, not recomputed: a tile of PE arrays of another
-    shape is refused).  Ops with equal signatures are priced once.
+    shape is refused).  Ops with equal signatures are priced once, and all of them in one call
+    of the model the architecture search prices its candidates with
+    (:func:`~passes.algorithms.latency.estimate_chip`: this chip is that model's one
+    configuration), so that a plan and a search price an op alike by construction.
     """
 
     name = "phaze-estimate-latency"
@@ -36,10 +40,10 @@ class EstimateLatencyPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         acc = module_accelerator(op, self.name)
         describe = Describer()
-        priced: dict[str, OpLatency] = {}
-        layers: list[int] = []
-        phases: list[str] = []
-        seconds: list[float] = []
+        row_of: dict[str, int] = {}  # signature -> row of the table priced
+        descs: list[OpDesc] = []
+        tilings: list[ScalarTiling | None] = []
+        priced: list[tuple[Operation, int]] = []
         for o in op.walk():
             sig, desc = describe(o)
             if desc is None:
@@ -55,12 +59,20 @@ class EstimateLatencyPass(ModulePass):
                         f"({tc.count} tensor cores of {tc.pe_x} x {tc.pe_y}); run phaze-tile-pe-array again"
                     )
                 tiling = ScalarTiling(**fields)  # type: ignore[arg-type]  # the record's fields, typed by TileAttr
-            lat = priced.get(sig)
-            if lat is None:
-                lat = estimate_matmul(desc, acc, tiling) if isinstance(desc, MatmulDesc) else estimate_op(desc, acc)
-                priced[sig] = lat
+            if sig not in row_of:
+                row_of[sig] = len(descs)
+                descs.append(desc)
+                tilings.append(tiling)
+            priced.append((o, row_of[sig]))
+        latency = estimate_chip(descs, acc, tilings)
+        lats = [latency.op(i) for i in range(len(descs))]
+        layers: list[int] = []
+        phases: list[str] = []
+        seconds: list[float] = []
+        for o, row in priced:
+            lat = lats[row]
             o.attributes[keys.LATENCY] = LatencyAttr.make(
-                one_s=float(lat.one_s), split_s=float(lat.split_s), unit=lat.unit, bound=lat.bound
+                one_s=lat.one_s, split_s=lat.split_s, unit=lat.unit, bound=lat.bound
             )
             layer = o.attributes.get(keys.LAYER)
             if isinstance(layer, IntegerAttr):

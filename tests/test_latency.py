@@ -1,6 +1,6 @@
-"""Latency model: rooflines on the presets, monotonicity in every bandwidth, the vectorized space
-estimate against the scalar one, the α–β network formulas (by hand and against the Rust DP),
-and the ``phaze-estimate-latency`` pass on real IR."""
+"""Latency model: rooflines on the presets, monotonicity in every bandwidth, the space estimate's
+cache, the α–β network formulas (by hand and against the Rust DP), and the
+``phaze-estimate-latency`` pass on real IR, pricing as the architecture search does."""
 
 from __future__ import annotations
 
@@ -24,11 +24,15 @@ from passes.algorithms.latency import (
     VectorDesc,
     ViewDesc,
     config_of,
+    estimate_chip,
+    estimate_matmul,
     estimate_op,
     estimate_space,
+    glb_matmul_bytes,
     hbm_matmul_bytes,
     layer_totals,
 )
+from passes.algorithms.tiling import tile_gemm_scalar
 from passes.cost_view import describe_op, op_table
 from phaze_ir import dialect as ph
 from phaze_ir.errors import PhazeError
@@ -142,6 +146,29 @@ def test_hbm_traffic_blocks_when_the_gemm_does_not_fit_the_global_buffer():
     assert hbm_matmul_bytes(d, 4096) == 4096 + 2 * 4096 + 8192
 
 
+def test_glb_traffic_streams_a_once_per_group_of_sharing_cores():
+    d = gemm(2, 200, 200, 1000)
+    t = tile_gemm_scalar(2, 200, 200, 1000, 128, 128, 8, 256 * 1024)  # 2 weight columns, 1 M block
+    assert (t.tiles_n, t.tiles_m) == (2, 1)
+    a, b_loads, c = 2 * 200 * 1000 * 2, 2 * 1 * 1000 * 200 * 2, 2 * 200 * 200 * 2
+    assert glb_matmul_bytes(d, t, 1) == 2 * a + b_loads + c
+    assert glb_matmul_bytes(d, t, 2) == a + b_loads + c
+
+
+def test_a_given_tiling_is_priced_not_recomputed():
+    """The pass prices a GEMM with its ``phaze.tile`` as written: on fewer cores, longer."""
+    d = gemm(1, 4096, 4096, 4096)
+    tc = TPU.tensor_cores
+    own = tile_gemm_scalar(1, 4096, 4096, 4096, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes)
+    half = tile_gemm_scalar(1, 4096, 4096, 4096, tc.pe_x, tc.pe_y, tc.count // 2, tc.buffer_bytes)
+    assert estimate_matmul(d, TPU, own) == estimate_op(d, TPU)
+    slow = estimate_matmul(d, TPU, half)
+    assert slow.bound == "compute" and slow.split_s == half.cycles_split / TPU.clock_hz
+    assert slow.split_s == pytest.approx(2 * estimate_op(d, TPU).split_s, rel=1e-3)
+    with pytest.raises(ValueError, match="every GEMM's tiling"):
+        estimate_chip([d, gemm(1, 8, 8, 8)], TPU, [own, None])
+
+
 def test_views_are_free_and_copies_are_not():
     assert estimate_op(ViewDesc(), TPU).split_s == 0.0
     module = single_op_module(
@@ -245,34 +272,7 @@ def test_halving_bandwidth_in_the_vectorized_space_estimate():
         assert (got.one >= base.one).all() and (got.split >= base.split).all()
 
 
-# ---- vectorized == scalar ------------------------------------------------------------------------
-
-
-def test_space_estimate_equals_scalar_estimate_on_sampled_configs(tiny_gpt2_module):
-    table, _, _, _ = op_table(tiny_gpt2_module)
-    rng = random.Random(3)
-    descs = list(table.descs) + [random_desc(rng) for _ in range(80)] + [gemm(1, 8192, 8192, 8192)]
-    descs = list(dict.fromkeys(descs))
-    space = paper_space()
-    picks = np.random.default_rng(4).choice(len(space), 40, replace=False)
-    lat = estimate_space(descs, space.configs[picks], space.spec.template, cache=None)
-    assert lat.split.shape == (len(descs), 40)
-    for j, i in enumerate(picks):
-        acc = space.accelerator(int(i))
-        for u, d in enumerate(descs):
-            ref = estimate_op(d, acc)
-            assert lat.one[u, j] == ref.one_s and lat.split[u, j] == ref.split_s, (d, acc)
-            assert BOUNDS[lat.bound[u, j]] == ref.bound and BOUNDS[lat.bound_one[u, j]] == ref.bound_one
-
-
-def test_space_estimate_of_one_preset_equals_scalar():
-    rng = random.Random(8)
-    descs = list(dict.fromkeys(random_desc(rng) for _ in range(100)))
-    for name in ("tpuv4", "a100", "h100"):
-        # (the vectorized model is the ideal one: a GPU preset without its [calibration])
-        acc = dataclasses.replace(load_hardware(name), calibration=None)
-        lat = estimate_space(descs, config_of(acc), acc, cache=None)
-        assert [lat.split[u, 0] for u in range(len(descs))] == [estimate_op(d, acc).split_s for d in descs]
+# ---- the space estimate's cache -------------------------------------------------------------------
 
 
 def test_space_estimate_is_cached_per_description_and_configs():
@@ -311,12 +311,11 @@ def test_alpha_beta_by_hand():
     with pytest.raises(ValueError, match="unknown collective"):
         network.collective_s("broadcast", mb, 2, levels)
     lat = estimate_op(CollectiveDesc("all_reduce", 4, int(mb)), TPU)
-    assert (lat.one_s, lat.split_s, lat.unit, lat.bound, lat.level) == (
+    assert (lat.one_s, lat.split_s, lat.unit, lat.bound) == (
         lat.split_s,
         network.ring_all_reduce_s(mb, 4, levels[0]),
         "network",
         "network",
-        0,
     )
 
 
@@ -475,3 +474,44 @@ def test_the_pass_needs_an_accelerator_and_tiles_for_it(tiny_gpt2_module):
     set_accelerator(tiny_gpt2_module, load_hardware("a100"))  # the tiles are for another chip now
     with pytest.raises(PhazeError, match="'phaze.matmul' op has a 'phaze.tile' of another accelerator than 'a100'"):
         _run(tiny_gpt2_module, "phaze-estimate-latency")
+
+
+def _priced(module) -> list[dict]:
+    return [o.attributes["phaze.latency"].as_dict() for o in op_table(module)[2]]
+
+
+def test_the_pass_prices_every_op_as_the_search_prices_its_configuration(tiny_gpt2_text):
+    """A plan's latencies are the search's on the chip the search picked, bit for bit: the pass
+    on candidate ``i`` of the paper's space equals ``estimate_space`` on row ``i`` (and on a
+    preset, its :func:`config_of`), op by op, bound by bound."""
+    space = paper_space()
+    template = space.spec.template
+    chips = [(space.accelerator(int(i)), space.configs[[i]]) for i in (0, len(space) // 3, len(space) - 1)]
+    chips.append((TPU, config_of(TPU)))
+    for acc, configs in chips:
+        module = parse_module(tiny_gpt2_text)
+        set_accelerator(module, acc)
+        _run(module, "phaze-tile-pe-array,phaze-estimate-latency")
+        table, row_of, _, _ = op_table(module)
+        lat = estimate_space(table, configs, TPU if acc is TPU else template, cache=None)
+        got = _priced(module)
+        assert len(got) == len(row_of) > 100
+        for rec, row in zip(got, row_of, strict=True):
+            want = (lat.one[row, 0], lat.split[row, 0], BOUNDS[lat.bound[row, 0]])
+            assert (rec["one_s"], rec["split_s"], rec["bound"]) == want, acc.name
+
+
+def test_the_pass_prices_a_calibrated_chip_as_the_search_does(tiny_gpt2_text):
+    """On a GPU (calibrated: efficiencies, waves, launch costs) the search prices the chip's
+    one configuration with :func:`estimate_chip`, which is what the pass calls."""
+    h100 = load_hardware("h100")
+    module = parse_module(tiny_gpt2_text)
+    set_accelerator(module, h100)
+    _run(module, "phaze-tile-pe-array,phaze-estimate-latency")
+    table, row_of, _, _ = op_table(module)
+    lat = estimate_chip(table, h100)
+    ideal = estimate_chip(table, dataclasses.replace(h100, calibration=None))
+    for rec, row in zip(_priced(module), row_of, strict=True):
+        assert (rec["one_s"], rec["split_s"]) == (lat.one[row, 0], lat.split[row, 0])
+        if rec["unit"] in ("tensor", "vector"):  # the calibration slows every computing op
+            assert rec["split_s"] > ideal.split[row, 0]

@@ -65,18 +65,27 @@ compute time over ``tensor_efficiency`` (with wave quantisation, when given: a G
 the chip takes its waves of ``wave_tile_m × wave_tile_n`` output tiles over ``wave_units``
 units, as a GPU's GEMM library deals tiles to SMs, instead of the PE-array tiling's cycles),
 the HBM bandwidth times ``memory_efficiency``, and ``kernel_overhead_s``
-added to every GEMM and vector op.  Only :func:`estimate_op` prices calibrated chips; the
-vectorized model is the ideal one (an architecture space's chips have no calibration).
+added to every GEMM and vector op.  Only one chip is priced calibrated (:func:`estimate_chip`):
+an architecture space's chips are ideal, a calibration being measured on one chip.
 
 API
 ---
-- :func:`estimate_op` (one description, one :class:`~phaze_ir.hardware.Accelerator`) ->
-  :class:`OpLatency`; plain Python, cached by (description, accelerator).
+The model is written once, numpy-vectorized: every formula takes a chunk of ops as ``[u, 1]``
+columns and the configurations as ``[1, C]`` arrays and broadcasts.  A pass is the
+one-configuration case of what the architecture search runs on many, so a plan and a search
+price an op alike by construction (no twin to keep equal).
+
 - :func:`estimate_space` (a table of unique descriptions, the structured ``configs`` array of an
   :class:`~passes.algorithms.arch_space.ArchSpace`, the fixed part of the hardware) ->
-  :class:`SpaceLatency` with ``[unique ops × configs]`` arrays, numpy-vectorized over configs and
-  cached per (description, configs, fixed hardware).  :func:`estimate_space` equals
-  :func:`estimate_op` on every configuration, bit for bit.
+  :class:`SpaceLatency` with ``[unique ops × configs]`` arrays, cached per (description,
+  configs, fixed hardware).
+- :func:`estimate_chip` (a table, one :class:`~phaze_ir.hardware.Accelerator`, calibrated or
+  not, and optionally the GEMMs' own tilings) -> a one-column :class:`SpaceLatency`: what
+  ``phaze-estimate-latency`` calls, once for all of a module's ops.
+- :func:`estimate_op`, :func:`estimate_matmul`, :func:`hbm_matmul_bytes`,
+  :func:`glb_matmul_bytes`, :func:`vector_traffic`: one op through the same code (a one-row
+  table; cached by (description, accelerator) for :func:`estimate_op`), for the energy model,
+  the fits and the tests.
 - :func:`layer_totals`: per-layer, per-phase serial sums.
 """
 
@@ -85,14 +94,18 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from passes.algorithms import network
 from passes.algorithms.cache_file import is_int
-from passes.algorithms.tiling import ScalarTiling, tile_gemm, tile_gemm_scalar
+from passes.algorithms.tiling import ScalarTiling, Tiling, tile_gemm
+
+if TYPE_CHECKING:
+    from phaze_ir.hardware import Calibration
 
 __all__ = [
     "BOUNDS",
@@ -113,6 +126,7 @@ __all__ = [
     "estimate_op",
     "estimate_matmul",
     "estimate_space",
+    "estimate_chip",
     "config_of",
     "layer_totals",
     "hbm_matmul_bytes",
@@ -275,201 +289,71 @@ def desc_from_json(data: object) -> OpDesc:
 class OpLatency:
     """Latency of one op on one accelerator (seconds) and what bounds it.
 
-    ``bound`` is the bound of ``split_s`` and ``bound_one`` that of ``one_s``.  ``tiling`` is the
-    GEMM's tiling (tensor ops only); ``level`` the network level index (collectives only)."""
+    ``bound`` is the bound of ``split_s`` and ``bound_one`` that of ``one_s``."""
 
     one_s: float
     split_s: float
     unit: str
     bound: str
     bound_one: str
-    tiling: ScalarTiling | None = field(default=None, compare=False)
-    level: int | None = None
 
 
 # --------------------------------------------------------------------------------------------
-# Scalar model (one op, one accelerator)
-# --------------------------------------------------------------------------------------------
-
-
-def _roofline(compute_s: float, glb_s: float, hbm_s: float) -> tuple[float, str]:
-    """The largest term and its label (ties go to compute, then GLB)."""
-    best, label = compute_s, "compute"
-    if glb_s > best:
-        best, label = glb_s, "glb"
-    if hbm_s > best:
-        best, label = hbm_s, "hbm"
-    return best, label
-
-
-def misaligned(d: MatmulDesc) -> bool:
-    """Whether one of the GEMM's dimensions is not a multiple of 16 bytes of its operands (the
-    alignment cuBLAS's fast Hopper and Ampere kernels need of every leading dimension)."""
-    elem = max(d.a_elem, d.b_elem)
-    return any(x * elem % 16 for x in (d.m, d.n, d.k))
-
-
-def causal_fraction(m, n, k):
-    """The share of a causal attention GEMM's work that its kernel computes: ``(s + 1) / 2s``
-    of the s x s scores' blocks, s the longest of M, N, K (integers or numpy arrays)."""
-    s = np.maximum(np.maximum(m, n), k)
-    return (s + 1) / (2.0 * s)
-
-
-def hbm_matmul_bytes(d: MatmulDesc, glb_bytes: int) -> int:
-    """HBM traffic of a GEMM with a global buffer of ``glb_bytes`` (see the module docstring)."""
-    if d.onchip_bytes > 0:  # inside a fused kernel, which tiles to keep its working set on chip
-        return max(0, d.a_bytes + d.b_bytes + d.c_bytes + d.bias_bytes - d.onchip_bytes)
-    problems = d.batch if d.rhs_batched else 1
-    rows = d.m if d.rhs_batched else d.batch * d.m
-    a1 = rows * d.k * d.a_elem
-    b1 = d.k * d.n * d.b_elem
-    c1 = rows * d.n * d.c_elem
-    compulsory = d.a_bytes + d.b_bytes + d.c_bytes + d.bias_bytes
-    if a1 + b1 + c1 <= glb_bytes:
-        return compulsory
-    half = max(1, glb_bytes // 2)
-    keep_b = b1 + a1 * (-(-b1 // half)) + c1
-    keep_a = a1 + b1 * (-(-a1 // half)) + c1
-    return max(compulsory, problems * min(keep_b, keep_a) + d.bias_bytes)
-
-
-def glb_matmul_bytes(d: MatmulDesc, t: ScalarTiling, sharers: int) -> int:
-    """Bytes a GEMM moves between the global buffer and the cores (module docstring): ``A``
-    streamed once per group of ``sharers`` weight columns, ``B`` loaded once per M block,
-    ``C`` written and the bias read once."""
-    a_stream = d.batch * d.m * d.k * d.a_elem
-    b_loads = d.batch * t.tiles_m * d.k * d.n * d.b_elem
-    return a_stream * (-(-t.tiles_n // sharers)) + b_loads + d.c_bytes + d.bias_bytes
-
-
-def estimate_matmul(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> OpLatency:
-    """Latency of a GEMM on ``acc``'s tensor cores (``tiling`` if already computed)."""
-    tc = acc.tensor_cores
-    cal = acc.calibration
-    t = tiling or tile_gemm_scalar(d.batch, d.m, d.n, d.k, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes)
-    clock = acc.clock_hz
-    glb_bw = acc.global_buffer.bandwidth_Bps
-    hbm_s = hbm_matmul_bytes(d, acc.global_buffer.bytes) / _hbm_Bps(acc)
-    compute_one, compute_split = t.cycles_one / clock, t.cycles_split / clock
-    if cal is not None:
-        if cal.waves:  # a GPU's GEMM library deals output tiles to SMs: not the PE-array tiling
-            compute_split = _wave_s(d, acc)
-        compute_one /= cal.tensor_efficiency
-        compute_split /= cal.tensor_efficiency
-        if d.fp32 and cal.fp32_gemm_flops is not None:  # CUDA cores, not tensor cores
-            slower = acc.peak_tensor_flops / cal.fp32_gemm_flops
-            compute_one *= slower
-            compute_split *= slower
-        if misaligned(d):
-            compute_one /= cal.misaligned_gemm_efficiency
-            compute_split /= cal.misaligned_gemm_efficiency
-    if d.causal:
-        frac = float(causal_fraction(d.m, d.n, d.k))
-        compute_one, compute_split = compute_one * frac, compute_split * frac
-    one_s, bound_one = _roofline(compute_one, glb_matmul_bytes(d, t, 1) / glb_bw, hbm_s)
-    sharers = min(tc.count, t.tiles_n)
-    split_s, bound = _roofline(compute_split, glb_matmul_bytes(d, t, sharers) / glb_bw, hbm_s)
-    overhead = _overhead_s(acc) * d.launches
-    if d.syncs and cal is not None and cal.host_sync_s is not None:
-        overhead += cal.host_sync_s * d.syncs
-    return OpLatency(one_s + overhead, split_s + overhead, "tensor", bound, bound_one, tiling=t)
-
-
-def _hbm_Bps(acc) -> float:
-    """The HBM bandwidth ops achieve: the peak, times the calibrated efficiency if any."""
-    cal = acc.calibration
-    return acc.hbm.bandwidth_Bps * (1.0 if cal is None else cal.memory_efficiency)
-
-
-def _overhead_s(acc) -> float:
-    """The calibrated time added to every computing op (0 on an ideal chip)."""
-    return 0.0 if acc.calibration is None else acc.calibration.kernel_overhead_s
-
-
-def _wave_s(d: MatmulDesc, acc) -> float:
-    """Seconds of a GEMM split over the chip in waves of output tiles (the ``[calibration]``
-    wave quantisation, :func:`wave_s`); a GEMM launched as several kernels (``launches`` > 1)
-    is quantised per kernel, each ``ceil(batch / launches)`` products."""
-    cal = acc.calibration
-    kernels = max(1, min(d.launches, d.batch))
-    per = -(-d.batch // kernels)
-    one = wave_s(per, d.m, d.n, d.k, cal.wave_tile_m, cal.wave_tile_n, cal.wave_units, acc.peak_tensor_flops)
-    return one * kernels
-
-
-def wave_s(batch, m, n, k, tile_m: int, tile_n: int, units: int, peak_flops: float):
-    """Seconds of GEMMs in waves of full output tiles: ``batch · ceil(M / tile_m) · ceil(N /
-    tile_n)`` tiles dealt to ``units`` units, each wave as long as one full tile at a unit's
-    share of ``peak_flops``.  Integers, or numpy integer arrays of GEMMs (element by element,
-    the same floats: ``benchmarks/gpu/fit_h100.py`` fits with it)."""
-    tiles = batch * (-(-m // tile_m)) * (-(-n // tile_n))
-    waves = -(-tiles // units)
-    return waves * 2.0 * tile_m * tile_n * k * units / peak_flops
-
-
-def vector_traffic(d: VectorDesc, buffer_bytes: int) -> int:
-    """Bytes a vector op moves into a buffer of ``buffer_bytes`` from the level below: its
-    reads (once per pass when one reduced row does not fit half the buffer) and writes."""
-    reads = d.read_bytes * d.passes if d.passes > 1 and d.row_bytes > buffer_bytes // 2 else d.read_bytes
-    return reads + d.write_bytes
-
-
-def _estimate_vector(d: VectorDesc, acc) -> OpLatency:
-    vc = acc.vector_cores
-    clock = acc.clock_hz
-    glb_s = vector_traffic(d, vc.buffer_bytes) / acc.global_buffer.bandwidth_Bps
-    hbm_s = vector_traffic(d, acc.global_buffer.bytes) / _hbm_Bps(acc)
-    one_s, bound_one = _roofline((-(-d.work // vc.width)) / clock, glb_s, hbm_s)
-    split_s, bound = _roofline((-(-d.work // (vc.width * vc.count))) / clock, glb_s, hbm_s)
-    overhead = _overhead_s(acc) * d.launches
-    return OpLatency(one_s + overhead, split_s + overhead, "vector", bound, bound_one)
-
-
-@lru_cache(maxsize=65536)
-def estimate_op(d: OpDesc, acc) -> OpLatency:
-    """Latency of one op on accelerator ``acc`` (a :class:`phaze_ir.hardware.Accelerator`);
-    cached by (description, accelerator), both hashable."""
-    if isinstance(d, MatmulDesc):
-        return estimate_matmul(d, acc)
-    if isinstance(d, VectorDesc):
-        return _estimate_vector(d, acc)
-    if isinstance(d, CollectiveDesc):
-        s, level = network.collective_s(d.kind, d.nbytes, d.group_size, acc.network)
-        return OpLatency(s, s, "network", "network", "network", level=level)
-    if isinstance(d, ViewDesc):
-        return OpLatency(0.0, 0.0, "none", "none", "none")
-    raise TypeError(f"not an op description: {d!r}")
-
-
-# --------------------------------------------------------------------------------------------
-# Vectorized model (unique ops × configurations)
+# What the model reads: the hardware (fixed part and configurations) and the op table
 # --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class FixedParams:
-    """What an architecture space does not search: clock, bandwidths, network levels."""
+    """What an architecture space does not search: clock, bandwidths, network levels, and, for
+    one real chip, its ``[calibration]``."""
 
     clock_hz: float
     glb_bandwidth_Bps: float
     hbm_bandwidth_Bps: float
     levels: tuple[network.Level, ...]
+    calibration: Calibration | None = None
 
     @classmethod
-    def of(cls, hw) -> FixedParams:
-        """From an :class:`~phaze_ir.hardware.Accelerator` (a space's template) or a FixedParams."""
+    def of(cls, hw, *, chip: bool = False) -> FixedParams:
+        """From an :class:`~phaze_ir.hardware.Accelerator` or a FixedParams.  A space's template
+        (``chip`` false) must be ideal: a calibration is measured on one chip (its SMs, its
+        kernels), so it cannot hold for a space's other core counts; one chip keeps its own."""
         if isinstance(hw, FixedParams):
             return hw
-        if getattr(hw, "calibration", None) is not None:
-            # The vectorized model is the ideal one: a calibrated chip is priced by estimate_op.
+        calibration = getattr(hw, "calibration", None)
+        if calibration is not None and not chip:
             raise ValueError(f"{hw.name}: an architecture space's template has no [calibration]")
         return cls(
             clock_hz=float(hw.clock_hz),
             glb_bandwidth_Bps=float(hw.global_buffer.bandwidth_Bps),
             hbm_bandwidth_Bps=float(hw.hbm.bandwidth_Bps),
             levels=network.levels_of(hw.network),
+            calibration=calibration,
         )
+
+    @property
+    def hbm_Bps(self) -> float:
+        """The HBM bandwidth ops achieve: the peak, times the calibrated efficiency if any."""
+        return self.hbm_bandwidth_Bps * (1.0 if self.calibration is None else self.calibration.memory_efficiency)
+
+
+CONFIG_FIELDS = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes", "tc_buffer_bytes", "vc_buffer_bytes")
+
+
+def _config_values(acc) -> dict[str, int]:
+    """One accelerator's values of :data:`CONFIG_FIELDS`."""
+    tc, vc = acc.tensor_cores, acc.vector_cores
+    return {
+        "num_tc": tc.count,
+        "num_vc": vc.count,
+        "width": tc.pe_x,
+        "depth": tc.pe_y,
+        "width_vc": vc.width,
+        "glb_bytes": acc.global_buffer.bytes,
+        "tc_buffer_bytes": tc.buffer_bytes,
+        "vc_buffer_bytes": vc.buffer_bytes,
+    }
 
 
 def config_of(acc) -> np.ndarray:
@@ -477,12 +361,9 @@ def config_of(acc) -> np.ndarray:
     :func:`estimate_space` takes; ``area_um2`` is NaN when outside the area model)."""
     from passes.algorithms.arch_space import CONFIG_DTYPE
 
-    tc, vc = acc.tensor_cores, acc.vector_cores
     row = np.zeros(1, dtype=CONFIG_DTYPE)
-    row["num_tc"], row["num_vc"] = tc.count, vc.count
-    row["width"], row["depth"], row["width_vc"] = tc.pe_x, tc.pe_y, vc.width
-    row["glb_bytes"] = acc.global_buffer.bytes
-    row["tc_buffer_bytes"], row["vc_buffer_bytes"] = tc.buffer_bytes, vc.buffer_bytes
+    for f, v in _config_values(acc).items():
+        row[f] = v
     area = acc.modeled_area_um2
     row["area_um2"] = np.nan if area is None else area
     return row
@@ -502,8 +383,11 @@ _MM_FIELDS = (
     "rhs_batched",
     "onchip_bytes",
     "causal",
+    "launches",
+    "fp32",
+    "syncs",
 )
-_VEC_FIELDS = ("work", "read_bytes", "write_bytes", "passes", "row_bytes")
+_VEC_FIELDS = ("work", "read_bytes", "write_bytes", "passes", "row_bytes", "launches")
 
 
 class OpTable:
@@ -523,13 +407,10 @@ class OpTable:
             groups[d.unit].append(i)
         for unit, rows in groups.items():
             self.rows[unit] = np.asarray(rows, dtype=np.int64)
-        self.cols["tensor"] = {
-            f: np.asarray([int(getattr(self.descs[i], f)) for i in groups["tensor"]], dtype=np.int64)
-            for f in _MM_FIELDS
-        }
-        self.cols["vector"] = {
-            f: np.asarray([getattr(self.descs[i], f) for i in groups["vector"]], dtype=np.int64) for f in _VEC_FIELDS
-        }
+        for unit, names in (("tensor", _MM_FIELDS), ("vector", _VEC_FIELDS)):
+            self.cols[unit] = {
+                f: np.asarray([int(getattr(self.descs[i], f)) for i in groups[unit]], dtype=np.int64) for f in names
+            }
 
     @classmethod
     def build(cls, descs: Iterable[OpDesc]) -> OpTable:
@@ -541,6 +422,12 @@ class OpTable:
     @property
     def units(self) -> tuple[str, ...]:
         return tuple(d.unit for d in self.descs)
+
+
+def _row(d: MatmulDesc | VectorDesc) -> dict[str, int]:
+    """One description's columns as Python integers (the formulas below take them as they
+    take ``[u, 1]`` arrays)."""
+    return {f: int(getattr(d, f)) for f in (_MM_FIELDS if isinstance(d, MatmulDesc) else _VEC_FIELDS)}
 
 
 @dataclass
@@ -561,8 +448,32 @@ class SpaceLatency:
         codes = self.bound if which == "split" else self.bound_one
         return np.asarray(BOUNDS, dtype=object)[codes]
 
+    def op(self, row: int, config: int = 0) -> OpLatency:
+        """Op ``row`` on configuration ``config`` as Python numbers."""
+        return OpLatency(
+            float(self.one[row, config]),
+            float(self.split[row, config]),
+            self.units[row],
+            BOUNDS[self.bound[row, config]],
+            BOUNDS[self.bound_one[row, config]],
+        )
 
-def _roofline_v(compute_s: np.ndarray, glb_s: np.ndarray, hbm_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+
+# --------------------------------------------------------------------------------------------
+# The formulas, each written once.  They take a chunk of ops' columns ([u, 1] arrays) and the
+# configurations ([1, C] arrays) and broadcast: the same code prices a module's ops on its one
+# chip and a table of ops on a whole architecture space.  The traffic formulas also take one
+# op's Python integers (the per-op counts of the energy model).
+# --------------------------------------------------------------------------------------------
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _roofline(compute_s: np.ndarray, glb_s: np.ndarray, hbm_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The largest term and the index of its label in :data:`BOUNDS` (ties go to compute,
+    then GLB)."""
     best = compute_s
     code = np.zeros(np.broadcast_shapes(compute_s.shape, glb_s.shape, hbm_s.shape), dtype=np.uint8)
     best = np.broadcast_to(best, code.shape)
@@ -575,74 +486,144 @@ def _roofline_v(compute_s: np.ndarray, glb_s: np.ndarray, hbm_s: np.ndarray) -> 
     return best, code
 
 
-def _cdiv(a, b):
-    return -(-a // b)
+def misaligned(cols):
+    """Whether one of a GEMM's dimensions is not a multiple of 16 bytes of its operands (the
+    alignment cuBLAS's fast Hopper and Ampere kernels need of every leading dimension)."""
+    elem = np.maximum(cols["a_elem"], cols["b_elem"])
+    return (cols["m"] * elem % 16 != 0) | (cols["n"] * elem % 16 != 0) | (cols["k"] * elem % 16 != 0)
 
 
-def matmul_traffic_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray]):
-    """The tiling and traffic of a chunk of GEMMs on configurations ([u, 1] columns, [1, C]
-    configs): ``(tiling, hbm_bytes, glb_one_bytes, glb_split_bytes)``, [u, C] each (the
-    vectorized :func:`hbm_matmul_bytes` and :func:`glb_matmul_bytes`, on one core and split)."""
+def causal_fraction(m, n, k):
+    """The share of a causal attention GEMM's work that its kernel computes: ``(s + 1) / 2s``
+    of the s x s scores' blocks, s the longest of M, N, K (integers or numpy arrays)."""
+    s = np.maximum(np.maximum(m, n), k)
+    return (s + 1) / (2.0 * s)
+
+
+def wave_s(batch, m, n, k, tile_m: int, tile_n: int, units: int, peak_flops):
+    """Seconds of GEMMs in waves of full output tiles: ``batch · ceil(M / tile_m) · ceil(N /
+    tile_n)`` tiles dealt to ``units`` units, each wave as long as one full tile at a unit's
+    share of ``peak_flops``.  Integers, or numpy arrays that broadcast (element by element, the
+    same floats: ``benchmarks/gpu/fit_h100.py`` fits with it)."""
+    tiles = batch * (-(-m // tile_m)) * (-(-n // tile_n))
+    waves = -(-tiles // units)
+    return waves * 2.0 * tile_m * tile_n * k * units / peak_flops
+
+
+def _hbm_matmul_bytes(cols, glb_bytes):
+    """HBM traffic of GEMMs with a global buffer of ``glb_bytes`` (module docstring)."""
     batch, m, n, k = cols["batch"], cols["m"], cols["n"], cols["k"]
-    a_elem, b_elem, c_elem = cols["a_elem"], cols["b_elem"], cols["c_elem"]
-    bias, rhs_batched = cols["bias_bytes"], cols["rhs_batched"].astype(bool)
-    t = tile_gemm(batch, m, n, k, cfg["width"], cfg["depth"], cfg["num_tc"], cfg["tc_buffer_bytes"])
-    c_bytes = batch * m * n * c_elem
-    # HBM (depends on the global buffer size only)
-    glb = cfg["glb_bytes"]
+    rhs_batched, bias = cols["rhs_batched"] != 0, cols["bias_bytes"]
     rows = np.where(rhs_batched, m, batch * m)
     problems = np.where(rhs_batched, batch, 1)
-    a1, b1, c1 = rows * k * a_elem, k * n * b_elem, rows * n * c_elem
-    compulsory = cols["a_bytes"] + cols["b_bytes"] + c_bytes + bias
-    half = np.maximum(1, glb // 2)
+    a1, b1, c1 = rows * k * cols["a_elem"], k * n * cols["b_elem"], rows * n * cols["c_elem"]
+    compulsory = cols["a_bytes"] + cols["b_bytes"] + batch * m * n * cols["c_elem"] + bias
+    half = np.maximum(1, glb_bytes // 2)
     keep_b = b1 + a1 * _cdiv(b1, half) + c1
     keep_a = a1 + b1 * _cdiv(a1, half) + c1
     blocked = np.maximum(compulsory, problems * np.minimum(keep_b, keep_a) + bias)
-    hbm_bytes = np.where(a1 + b1 + c1 <= glb, compulsory, blocked)
+    hbm_bytes = np.where(a1 + b1 + c1 <= glb_bytes, compulsory, blocked)
+    # inside a fused kernel, which tiles to keep its working set on chip: the rest, unblocked
     onchip = cols["onchip_bytes"]
-    hbm_bytes = np.where(onchip > 0, np.maximum(0, compulsory - onchip), hbm_bytes)
-    # GLB <-> cores
-    a_stream = batch * m * k * a_elem
-    rest = batch * t.tiles_m * k * n * b_elem + c_bytes + bias
-    sharers = np.minimum(cfg["num_tc"], t.tiles_n)
-    return t, hbm_bytes, a_stream * t.tiles_n + rest, a_stream * _cdiv(t.tiles_n, sharers) + rest
+    return np.where(onchip > 0, np.maximum(0, compulsory - onchip), hbm_bytes)
 
 
-def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: FixedParams):
-    """[u, C] arrays for a chunk of GEMMs (columns are [u, 1], configs [1, C])."""
-    t, hbm_bytes, glb_one, glb_split = matmul_traffic_space(cols, cfg)
-    hbm_s = hbm_bytes / fx.hbm_bandwidth_Bps
+def _glb_matmul_bytes(cols, tiles_m, tiles_n, sharers):
+    """Bytes GEMMs move between the global buffer and the cores (module docstring), on one core
+    and split: ``A`` streamed once per weight column, or per group of ``sharers`` of them; ``B``
+    loaded once per M block, ``C`` written and the bias read once."""
+    batch, m, n, k = cols["batch"], cols["m"], cols["n"], cols["k"]
+    a_stream = batch * m * k * cols["a_elem"]
+    rest = batch * tiles_m * k * n * cols["b_elem"] + batch * m * n * cols["c_elem"] + cols["bias_bytes"]
+    return a_stream * tiles_n + rest, a_stream * _cdiv(tiles_n, sharers) + rest
+
+
+def matmul_traffic_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], tiling: Tiling | None = None):
+    """The tiling and traffic of a chunk of GEMMs on configurations ([u, 1] columns, [1, C]
+    configs): ``(tiling, hbm_bytes, glb_one_bytes, glb_split_bytes)``, [u, C] each.  ``tiling``:
+    the GEMMs' own (a pass's ``phaze.tile``), else tiled here."""
+    t = tiling
+    if t is None:
+        shape = (cols["batch"], cols["m"], cols["n"], cols["k"])
+        t = tile_gemm(*shape, cfg["width"], cfg["depth"], cfg["num_tc"], cfg["tc_buffer_bytes"])
+    hbm_bytes = _hbm_matmul_bytes(cols, cfg["glb_bytes"])
+    glb_one, glb_split = _glb_matmul_bytes(cols, t.tiles_m, t.tiles_n, np.minimum(cfg["num_tc"], t.tiles_n))
+    return t, hbm_bytes, glb_one, glb_split
+
+
+def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: FixedParams, tiling=None):
+    """``(one, split, bound, bound_one)``, [u, C] arrays for a chunk of GEMMs.  A calibrated
+    chip's terms apply in the order they always have (the floats of every plan depend on it)."""
+    t, hbm_bytes, glb_one, glb_split = matmul_traffic_space(cols, cfg, tiling)
+    cal = fx.calibration
     compute_one, compute_split = t.cycles_one / fx.clock_hz, t.cycles_split / fx.clock_hz
-    causal = cols["causal"].astype(bool)
+    if cal is not None:
+        peak = 2.0 * (cfg["num_tc"] * cfg["width"] * cfg["depth"]) * fx.clock_hz  # peak_tensor_flops
+        if cal.waves:  # a GPU's GEMM library deals output tiles to SMs: not the PE-array tiling
+            # a GEMM launched as several kernels (launches > 1) is quantised per kernel, each
+            # ceil(batch / launches) products
+            kernels = np.maximum(1, np.minimum(cols["launches"], cols["batch"]))
+            per = _cdiv(cols["batch"], kernels)
+            compute_split = wave_s(
+                per, cols["m"], cols["n"], cols["k"], cal.wave_tile_m, cal.wave_tile_n, cal.wave_units, peak
+            )
+            compute_split = compute_split * kernels
+        compute_one = compute_one / cal.tensor_efficiency
+        compute_split = compute_split / cal.tensor_efficiency
+        if cal.fp32_gemm_flops is not None:  # fp32 GEMMs on the CUDA cores, not tensor cores
+            fp32, slower = cols["fp32"] != 0, peak / cal.fp32_gemm_flops
+            compute_one = np.where(fp32, compute_one * slower, compute_one)
+            compute_split = np.where(fp32, compute_split * slower, compute_split)
+        bad = misaligned(cols)
+        compute_one = np.where(bad, compute_one / cal.misaligned_gemm_efficiency, compute_one)
+        compute_split = np.where(bad, compute_split / cal.misaligned_gemm_efficiency, compute_split)
+    causal = cols["causal"] != 0
     if causal.any():
         frac = causal_fraction(cols["m"], cols["n"], cols["k"])
         compute_one = np.where(causal, compute_one * frac, compute_one)
         compute_split = np.where(causal, compute_split * frac, compute_split)
-    one, bound_one = _roofline_v(compute_one, glb_one / fx.glb_bandwidth_Bps, hbm_s)
-    split, bound = _roofline_v(compute_split, glb_split / fx.glb_bandwidth_Bps, hbm_s)
+    hbm_s = hbm_bytes / fx.hbm_Bps
+    one, bound_one = _roofline(compute_one, glb_one / fx.glb_bandwidth_Bps, hbm_s)
+    split, bound = _roofline(compute_split, glb_split / fx.glb_bandwidth_Bps, hbm_s)
+    if cal is not None:
+        overhead = cal.kernel_overhead_s * cols["launches"]
+        if cal.host_sync_s is not None:
+            overhead = overhead + cal.host_sync_s * cols["syncs"]
+        one, split = one + overhead, split + overhead
     return one, split, bound, bound_one
+
+
+def _vector_bytes(cols, buffer_bytes):
+    """Bytes vector ops move into a buffer of ``buffer_bytes`` from the level below: their
+    reads (once per pass when one reduced row does not fit half the buffer) and writes."""
+    read, passes = cols["read_bytes"], cols["passes"]
+    reads = np.where((passes > 1) & (cols["row_bytes"] > buffer_bytes // 2), read * passes, read)
+    return reads + cols["write_bytes"]
 
 
 def vector_traffic_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray]):
     """The traffic of a chunk of vector ops on configurations: ``(core_bytes, hbm_bytes)``,
-    [u, C] each (the vectorized :func:`vector_traffic` into a vector core's buffer and into
-    the global buffer)."""
-    read, write = cols["read_bytes"], cols["write_bytes"]
-    passes, row = cols["passes"], cols["row_bytes"]
-    multi = passes > 1
-    core_reads = np.where(multi & (row > cfg["vc_buffer_bytes"] // 2), read * passes, read)
-    hbm_reads = np.where(multi & (row > cfg["glb_bytes"] // 2), read * passes, read)
-    return core_reads + write, hbm_reads + write
+    [u, C] each (into a vector core's buffer and into the global buffer)."""
+    return _vector_bytes(cols, cfg["vc_buffer_bytes"]), _vector_bytes(cols, cfg["glb_bytes"])
 
 
 def _vector_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: FixedParams):
+    """``(one, split, bound, bound_one)``, [u, C] arrays for a chunk of vector ops."""
     core_bytes, hbm_bytes = vector_traffic_space(cols, cfg)
     glb_s = core_bytes / fx.glb_bandwidth_Bps
-    hbm_s = hbm_bytes / fx.hbm_bandwidth_Bps
+    hbm_s = hbm_bytes / fx.hbm_Bps
     work, width = cols["work"], cfg["width_vc"]
-    one, bound_one = _roofline_v(_cdiv(work, width) / fx.clock_hz, glb_s, hbm_s)
-    split, bound = _roofline_v(_cdiv(work, width * cfg["num_vc"]) / fx.clock_hz, glb_s, hbm_s)
+    one, bound_one = _roofline(_cdiv(work, width) / fx.clock_hz, glb_s, hbm_s)
+    split, bound = _roofline(_cdiv(work, width * cfg["num_vc"]) / fx.clock_hz, glb_s, hbm_s)
+    if fx.calibration is not None:
+        overhead = fx.calibration.kernel_overhead_s * cols["launches"]
+        one, split = one + overhead, split + overhead
     return one, split, bound, bound_one
+
+
+# --------------------------------------------------------------------------------------------
+# Pricing a table: on a space (cached) or on one chip
+# --------------------------------------------------------------------------------------------
 
 
 class LatencyCache:
@@ -690,8 +671,6 @@ class LatencyCache:
 #: The cache :func:`estimate_space` uses unless given another (``cache=None`` disables caching).
 DEFAULT_CACHE = LatencyCache()
 
-CONFIG_FIELDS = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes", "tc_buffer_bytes", "vc_buffer_bytes")
-
 
 def configs_key(configs: np.ndarray) -> str:
     """A digest identifying a configs array by content (the fields the latency model reads)."""
@@ -715,43 +694,79 @@ def estimate_space(
     :data:`~passes.algorithms.arch_space.CONFIG_DTYPE` (``ArchSpace.configs``, or
     :func:`config_of` for one accelerator); ``fixed``: the template
     :class:`~phaze_ir.hardware.Accelerator` (or :class:`FixedParams`) giving the clock, the
-    bandwidths and the network.  Rows are computed ``chunk`` ops at a time (bounding the
-    temporaries to ``chunk × configs``) and cached per op description in ``cache``.
+    bandwidths and the network (ideal: a calibrated chip is priced by :func:`estimate_chip`).
+    Rows are computed ``chunk`` ops at a time (bounding the temporaries to ``chunk × configs``)
+    and cached per op description in ``cache``.
     """
-    table = op_table if isinstance(op_table, OpTable) else OpTable(op_table)
-    fx = FixedParams.of(fixed)
     configs = np.asarray(configs)
-    C = configs.shape[0]
+    cfg = {f: np.ascontiguousarray(configs[f], dtype=np.int64)[None, :] for f in CONFIG_FIELDS}
+    fx = FixedParams.of(fixed)
+    key = (configs_key(configs), fx) if cache is not None else None
+    return _estimate(op_table, cfg, fx, chunk=chunk, cache=cache, key=key)
+
+
+def estimate_chip(
+    op_table: OpTable | Sequence[OpDesc], acc, tilings: Sequence[ScalarTiling | None] | None = None
+) -> SpaceLatency:
+    """Latency of every op of ``op_table`` on the one accelerator ``acc`` (calibrated or not):
+    :func:`estimate_space`'s model on a single configuration, every op priced in one call
+    (``[U, 1]`` arrays).  ``tilings``: each row's GEMM tiling (a pass's ``phaze.tile``), given
+    for every GEMM row or for none (then tiled here)."""
+    cfg = {f: np.asarray([[v]], dtype=np.int64) for f, v in _config_values(acc).items()}
+    return _estimate(op_table, cfg, FixedParams.of(acc, chip=True), chunk=max(1, len(op_table)), tilings=tilings)
+
+
+def _tiling_rows(tilings: Sequence[ScalarTiling | None], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The :class:`Tiling` fields of the given GEMM rows, one array each."""
+    given = [tilings[int(i)] for i in rows]
+    if any(t is None for t in given):
+        raise ValueError("estimate_chip: tilings must give every GEMM's tiling, or be None")
+    return {f.name: np.asarray([getattr(t, f.name) for t in given]) for f in fields(Tiling)}
+
+
+def _estimate(
+    op_table: OpTable | Sequence[OpDesc],
+    cfg: dict[str, np.ndarray],
+    fx: FixedParams,
+    *,
+    chunk: int,
+    cache: LatencyCache | None = None,
+    key: tuple | None = None,
+    tilings: Sequence[ScalarTiling | None] | None = None,
+) -> SpaceLatency:
+    table = op_table if isinstance(op_table, OpTable) else OpTable(op_table)
+    C = cfg["num_tc"].shape[1]
     U = len(table)
     one = np.empty((U, C), dtype=np.float64)
     split = np.empty((U, C), dtype=np.float64)
     bound = np.empty((U, C), dtype=np.uint8)
     bound_one = np.empty((U, C), dtype=np.uint8)
-    cfg = {f: np.ascontiguousarray(configs[f], dtype=np.int64)[None, :] for f in CONFIG_FIELDS}
-    base_key = (configs_key(configs), fx) if cache is not None else None
 
     def cached(i: int) -> bool:
-        if cache is None or base_key is None:
+        if cache is None or key is None:
             return False
-        row = cache.get((table.descs[i], *base_key))
+        row = cache.get((table.descs[i], *key))
         if row is None:
             return False
         one[i], split[i], bound[i], bound_one[i] = row
         return True
 
     def store(i: int) -> None:
-        if cache is not None and base_key is not None:
-            cache.put(
-                (table.descs[i], *base_key), (one[i].copy(), split[i].copy(), bound[i].copy(), bound_one[i].copy())
-            )
+        if cache is not None and key is not None:
+            cache.put((table.descs[i], *key), (one[i].copy(), split[i].copy(), bound[i].copy(), bound_one[i].copy()))
 
-    for unit, fn in (("tensor", _matmul_space), ("vector", _vector_space)):
+    for unit in ("tensor", "vector"):
         rows = table.rows[unit]
         todo = np.asarray([j for j, i in enumerate(rows) if not cached(int(i))], dtype=np.int64)
+        tiles = _tiling_rows(tilings, rows) if unit == "tensor" and tilings is not None else None
         for s in range(0, len(todo), chunk):
             sel = todo[s : s + chunk]
             cols = {f: v[sel][:, None] for f, v in table.cols[unit].items()}
-            o, sp, b, bo = fn(cols, cfg, fx)
+            if unit == "vector":
+                o, sp, b, bo = _vector_space(cols, cfg, fx)
+            else:
+                t = None if tiles is None else Tiling(**{f: v[sel][:, None] for f, v in tiles.items()})
+                o, sp, b, bo = _matmul_space(cols, cfg, fx, t)
             idx = rows[sel]
             one[idx], split[idx], bound[idx], bound_one[idx] = o, sp, b, bo
             for i in idx:
@@ -766,6 +781,39 @@ def estimate_space(
         one[i] = split[i] = 0.0
         bound[i] = bound_one[i] = _NONE
     return SpaceLatency(one, split, bound, bound_one, table.units)
+
+
+# --------------------------------------------------------------------------------------------
+# One op: the same model on a one-row table
+# --------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=65536)
+def estimate_op(d: OpDesc, acc) -> OpLatency:
+    """Latency of one op on accelerator ``acc`` (a :class:`phaze_ir.hardware.Accelerator`);
+    cached by (description, accelerator), both hashable."""
+    return estimate_chip([d], acc).op(0)
+
+
+def estimate_matmul(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> OpLatency:
+    """Latency of a GEMM on ``acc``'s tensor cores (``tiling`` if already computed)."""
+    return estimate_chip([d], acc, None if tiling is None else [tiling]).op(0)
+
+
+def hbm_matmul_bytes(d: MatmulDesc, glb_bytes: int) -> int:
+    """HBM traffic of a GEMM with a global buffer of ``glb_bytes`` (see the module docstring)."""
+    return int(_hbm_matmul_bytes(_row(d), glb_bytes))
+
+
+def glb_matmul_bytes(d: MatmulDesc, t: ScalarTiling, sharers: int) -> int:
+    """Bytes a GEMM moves between the global buffer and the cores, ``A`` streamed once per
+    group of ``sharers`` weight columns (module docstring)."""
+    return int(_glb_matmul_bytes(_row(d), t.tiles_m, t.tiles_n, sharers)[1])
+
+
+def vector_traffic(d: VectorDesc, buffer_bytes: int) -> int:
+    """Bytes a vector op moves into a buffer of ``buffer_bytes`` from the level below."""
+    return int(_vector_bytes(_row(d), buffer_bytes))
 
 
 # --------------------------------------------------------------------------------------------
