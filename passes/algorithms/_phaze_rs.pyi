@@ -1,11 +1,12 @@
 """Type stub of the Rust extension `passes.algorithms._phaze_rs` (built from rust/phaze-py).
 
-The placement functions take and return plain dicts; the model (formulas, tie-break) is
-documented in the crate docs of rust/phaze-dp. Units are SI: seconds, bytes, bytes/s. Bytes
-are integers (a float is accepted and rounded up to a whole byte). Every key below is required
-unless marked NotRequired; unknown keys raise ValueError, missing keys KeyError, bad values
-ValueError, each naming the key (e.g. ``problem.layers[3].fwd_s``). The GIL is released while
-solving.
+The placement functions take and return plain dicts, the serde forms of rust/phaze-dp's types
+(``Problem``, ``Evaluation``); the model (formulas, tie-break) is documented in its crate docs.
+Units are SI: seconds, bytes, bytes/s. Bytes are integers (a float is accepted and rounded up to
+a whole byte). Every key below is required unless marked NotRequired (absent, not None, unless
+its type says None); a bool is not a number nor an int a bool, a float not a count; unknown keys
+raise ValueError, missing keys KeyError, bad values ValueError, each naming the key (e.g.
+``problem.layers[3].fwd_s``). The GIL is released while solving.
 """
 
 from typing import Literal, NotRequired, TypedDict

@@ -1,22 +1,25 @@
 //! Thin pyo3 boundary of phaze's Rust code.
 //!
-//! Only conversions live here: plain data in, plain data out. The algorithms
-//! live in their own crates (plain Rust, `cargo test`ed without Python).
-use pyo3::prelude::*;
+//! Only conversions live here: plain data in, plain data out. The algorithms live in their own
+//! crates (plain Rust, `cargo test`ed without Python), and so do the forms of their data.
 mod placement;
 mod schedule;
 
-/// Version of the Rust extension; lets Python check that the `.so` it loaded
-/// matches the package it came with.
-#[pyfunction]
-fn version() -> &'static str {
-    env!("CARGO_PKG_VERSION")
-}
+#[pyo3::pymodule]
+mod _phaze_rs {
+    use pyo3::prelude::*;
 
-#[pymodule]
-fn _phaze_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(version, m)?)?;
-    placement::register(m)?;
-    schedule::register(m)?;
-    Ok(())
+    #[pymodule_export]
+    use super::placement::{
+        evaluate_placement, evaluate_placement_batch, solve_placement, solve_placement_batch,
+    };
+    #[pymodule_export]
+    use super::schedule::{best_list_schedule, decode_justified, improve_schedule};
+
+    /// Version of the Rust extension; lets Python check that the `.so` it loaded matches the
+    /// package it came with.
+    #[pyfunction]
+    fn version() -> &'static str {
+        env!("CARGO_PKG_VERSION")
+    }
 }
