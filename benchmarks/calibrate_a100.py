@@ -51,6 +51,7 @@ sys.path.insert(0, ROOT)
 
 from passes.algorithms import _phaze_rs  # noqa: E402
 from passes.algorithms.latency import ViewDesc, estimate_chip  # noqa: E402
+from passes.algorithms.placement_options import PlacementOptions  # noqa: E402
 from passes.algorithms.schedule import phase_groups, serial_times  # noqa: E402
 from passes.cost_view import Describer  # noqa: E402
 from passes.graph_view import build_graph, read_layers, step_function  # noqa: E402
@@ -109,14 +110,15 @@ def extract(work) -> list[dict]:
                 r.dp,
                 build_problem(
                     module,
-                    r.gpus,
-                    r.global_batch,
-                    False,
+                    PlacementOptions(
+                        devices=r.gpus,
+                        global_batch=r.global_batch,
+                        recompute="full",
+                        pipeline_schedule=r.pipeline_schedule,
+                        rank_order=r.rank_order,
+                        pipeline_transfer=r.pipeline_transfer,
+                    ),
                     "fit",
-                    "full",
-                    pipeline_schedule=r.pipeline_schedule,
-                    rank_order=r.rank_order,
-                    pipeline_transfer=r.pipeline_transfer,
                 ),
             )
             for r in runs

@@ -78,27 +78,10 @@ def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
     return out
 
 
-def build_problem(
-    module: ModuleOp,
-    devices: int,
-    global_batch: int,
-    dp_overlap: bool,
-    pass_name: str,
-    recompute: str = "auto",
-    zero: str = "0",
-    pipeline_schedule: str = "1f1b",
-    expert_parallel: str = "1",
-    rank_order: str = "auto",
-    pipeline_transfer: str = "whole",
-    memory_headroom: float = 0.0,
-) -> _phaze_rs.ProblemDict:
-    """The DP problem of a module annotated by the cost passes (``recompute``: ``auto`` or the
-    policy of every stage; ``zero``: ``auto`` or a ZeRO stage; ``pipeline_schedule``:
-    ``auto``, ``1f1b`` or ``interleaved:V``; ``expert_parallel``: ``auto`` or the EP degree;
-    ``rank_order``: ``auto``, ``tp-dp-pp`` or ``tp-pp-dp``; ``pipeline_transfer``: ``whole``
-    or ``split``, which a module sharded with sequence parallelism ignores: its boundary
-    values are sharded over the TP group already, and each rank sends its own;
-    ``memory_headroom``: the fraction of HBM every device leaves free)."""
+def build_problem(module: ModuleOp, options: PlacementOptions, pass_name: str) -> _phaze_rs.ProblemDict:
+    """The DP problem of a module annotated by the cost passes, under the placement ``options``
+    (a module sharded with sequence parallelism sends each rank's own shard of a boundary's
+    values, whatever their ``pipeline_transfer``)."""
     layers = layer_numbers(module, pass_name)
     acc = module_accelerator(module, pass_name)
     spec = acc.to_dict()
@@ -106,22 +89,14 @@ def build_problem(
     try:
         return pl.problem(
             layers,
-            devices=devices,
+            options,
             hbm_bytes=int(spec["hbm"]["bytes"]),
             levels=pl.network_levels(spec["network"]),
-            global_batch=global_batch,
             micro_batch=keys.int_of(module, keys.MICRO_BATCH_SIZE, 1),
             tp=tp_width(module, pass_name),
-            dp_overlap=dp_overlap,
-            recompute=recompute,
-            zero=zero,
-            pipeline_schedule=pipeline_schedule,
             blocks=pl.block_range(kinds),
-            expert_parallel=expert_parallel,
-            rank_order=rank_order,
-            pipeline_transfer="whole" if keys.SEQUENCE_PARALLEL in module.attributes else pipeline_transfer,
             grads_freed=frees_grads(module),
-            memory_headroom=memory_headroom,
+            sequence_parallel=keys.SEQUENCE_PARALLEL in module.attributes,
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
@@ -261,20 +236,7 @@ class PlaceDevicesPass(PlacementOptions, ModulePass):
             fixed = pl.parse_placement(self.placement, keys.string_of(op, keys.MODEL))
         except pl.PlacementError as e:
             raise PhazeError(f"{self.name}: {e}") from e
-        problem = build_problem(
-            op,
-            self.devices,
-            self.global_batch,
-            self.dp_overlap,
-            self.name,
-            self.recompute,
-            zero=self.zero,
-            pipeline_schedule=self.pipeline_schedule,
-            expert_parallel=self.expert_parallel,
-            rank_order=self.rank_order,
-            pipeline_transfer=self.pipeline_transfer,
-            memory_headroom=self.memory_headroom,
-        )
+        problem = build_problem(op, self, self.name)
         result = solve(problem, fixed)
         label = "phaze" if fixed is None else "expert:{},{},{}".format(*fixed)
         write_plan(op, problem, result, label, self.memory_headroom)

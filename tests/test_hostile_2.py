@@ -103,10 +103,11 @@ def _layers(experts: int) -> list:
 )
 def test_expert_parallel_the_model_cannot_take_is_a_placement_error(experts, why):
     from passes.algorithms import placement as pl
+    from passes.algorithms.placement_options import PlacementOptions
 
     def problem(ep: str):
-        return pl.problem(_layers(experts), devices=8, hbm_bytes=1 << 30, levels=[], global_batch=8, micro_batch=1,
-                          tp=1, dp_overlap=False, expert_parallel=ep)  # fmt: skip
+        options = PlacementOptions(devices=8, global_batch=8, expert_parallel=ep)
+        return pl.problem(_layers(experts), options, hbm_bytes=1 << 30, levels=[], micro_batch=1, tp=1)
 
     with pytest.raises(pl.PlacementError) as e:
         problem("2")

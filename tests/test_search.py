@@ -284,7 +284,7 @@ def test_the_dp_bound_of_a_fixed_placement_is_not_reused_for_a_searched_one():
     pairs = [(c, h) for c in range(len(cands.configs)) for h in cands.hbm]
 
     def evaluator() -> Evaluator:
-        return Evaluator(Params(64, 64), SolverLimits(), ScheduleCache(None))
+        return Evaluator(Params(devices=64, global_batch=64), SolverLimits(), ScheduleCache(None))
 
     fixed, searched = ModelTask("tiny", settings, (2, 4, 1)), ModelTask("tiny", settings)
     ev = evaluator()
@@ -310,9 +310,9 @@ def test_lower_bounds_on_the_workers_are_the_same_floats(kind):
 
     settings = prepare_settings(TINY, 8, (1, 2), Options(micro_batches=(8,), tp_widths=(1, 2)))
     cands = Candidates.of_space(paper_space())
-    here = Evaluator(Params(64, 64), SolverLimits(), ScheduleCache(None))
+    here = Evaluator(Params(devices=64, global_batch=64), SolverLimits(), ScheduleCache(None))
     with make_backend(kind, 2) as backend:
-        there = Evaluator(Params(64, 64), SolverLimits(), ScheduleCache(None), backend)
+        there = Evaluator(Params(devices=64, global_batch=64), SolverLimits(), ScheduleCache(None), backend)
         there.prepare_lower_bounds(cands, settings)
     assert len(there._lb) == len(settings) == 2
     for s in settings:
@@ -332,7 +332,7 @@ def test_refined_bounds_lie_between_the_vectorized_bounds_and_the_makespans():
     (setting,) = prepare_settings(TINY, 8, (1,), Options(micro_batches=(8,), tp_widths=(1,)))
     cands = Candidates.of_space(load_space(SMALL))
     configs = list(range(0, len(cands.configs), max(1, len(cands.configs) // 12)))
-    ev = Evaluator(Params(64, 64), SolverLimits(), ScheduleCache(None))
+    ev = Evaluator(Params(devices=64, global_batch=64), SolverLimits(), ScheduleCache(None))
     vectorized = ev.lower_bounds(cands, setting)[:, configs]
     refined = ev.refined_lower_bounds(cands, setting, configs)
     exact = np.stack(ev.makespans(cands, [(setting, c) for c in configs]), axis=1)

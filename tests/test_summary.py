@@ -11,6 +11,7 @@ from conftest import MODELS, run_tool
 from test_time_breakdown import _placed
 
 from passes.algorithms import placement as pl
+from passes.algorithms.placement_options import PlacementOptions
 from phaze import driver
 from phaze import summary as plan_summary
 from phaze_ir import keys
@@ -79,9 +80,11 @@ def test_si_and_counts_in_words():
 
 def test_headroom_shrinks_the_hbm_the_dp_fills():
     layer = {"experts": 0}
-    kw = dict(devices=1, levels=[], global_batch=1, micro_batch=1, tp=1)
-    assert pl.problem([layer], hbm_bytes=1000, **kw)["hbm_bytes"] == 1000  # type: ignore[list-item]
-    assert pl.problem([layer], hbm_bytes=1000, memory_headroom=0.25, **kw)["hbm_bytes"] == 750  # type: ignore[list-item]
+    kw = dict(levels=[], micro_batch=1, tp=1)
+    options = PlacementOptions(devices=1, global_batch=1)
+    assert pl.problem([layer], options, hbm_bytes=1000, **kw)["hbm_bytes"] == 1000  # type: ignore[list-item]
+    headroom = PlacementOptions(devices=1, global_batch=1, memory_headroom=0.25)
+    assert pl.problem([layer], headroom, hbm_bytes=1000, **kw)["hbm_bytes"] == 750  # type: ignore[list-item]
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(pl.PlacementError, match="memory headroom"):
             pl.usable_hbm(1000, bad)

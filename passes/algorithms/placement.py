@@ -9,12 +9,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from passes.algorithms import _phaze_rs
 from passes.algorithms.cache_file import is_int, is_number
 from phaze_ir.files import excerpt
 from phaze_ir.op_kinds import RecomputePolicy
+
+if TYPE_CHECKING:
+    from passes.algorithms.placement_options import PlacementOptions
 
 #: The paper's "expert" placements as (PP, DP, TP) (docs/design.md §6.4), by model name.
 EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
@@ -288,50 +291,34 @@ def usable_hbm(hbm_bytes: int, memory_headroom: float) -> int:
 
 def problem(
     layers: Sequence[LayerNumbers | _phaze_rs.LayerDict],
+    options: PlacementOptions,
     *,
-    devices: int,
     hbm_bytes: int,
     levels: list[_phaze_rs.LevelDict],
-    global_batch: int,
     micro_batch: int,
     tp: int,
-    dp_overlap: bool = False,
-    recompute: str = "auto",
-    zero: str = "0",
-    pipeline_schedule: str = "1f1b",
     blocks: tuple[int, int] | None = None,
-    expert_parallel: str = "1",
-    rank_order: str = "auto",
-    pipeline_transfer: str = "whole",
     grads_freed: bool = False,
-    memory_headroom: float = 0.0,
+    sequence_parallel: bool = False,
 ) -> _phaze_rs.ProblemDict:
-    """The problem dict of ``solve_placement`` / ``evaluate_placement``; ``recompute``: ``auto``
-    (each stage's policy chosen by the DP) or the policy every stage uses; ``zero``: ``auto``
-    or the ZeRO stage; ``pipeline_schedule``: ``auto``, ``1f1b`` or ``interleaved:V``;
-    ``blocks``: (first layer, count) of the repeated blocks that interleaving splits evenly;
-    ``expert_parallel``: ``auto`` or the EP degree; ``rank_order``: ``auto`` (the DP
-    chooses), ``tp-dp-pp`` or ``tp-pp-dp``; ``pipeline_transfer``: ``whole`` or ``split``
-    (:data:`PIPELINE_TRANSFERS`); ``grads_freed``: the runtime allocates each layer's gradients
-    in its backward and frees them after the step (``_phaze_rs.ProblemDict``); ``memory_headroom``:
-    the fraction of ``hbm_bytes`` every device must leave free (:func:`usable_hbm`). The defaults are
-    the paper's placement space (plain DP, plain 1F1B, every replica holding every expert) with the device numbering
-    chosen, as a launcher can be told either (Megatron-LM's ``--use-tp-pp-dp-mapping``).
-    A layer may be given as its ``as_dict()`` already (the search's ``Setting.layer_dicts``)."""
+    """The problem dict of ``solve_placement`` / ``evaluate_placement``: the placement
+    ``options`` (their values parsed here, each once) on ``layers`` at micro-batch
+    ``micro_batch`` and TP width ``tp``, with the chip's ``hbm_bytes`` (less the options'
+    headroom, :func:`usable_hbm`) and network ``levels``. ``blocks``: (first layer, count) of
+    the repeated blocks that interleaving splits evenly; ``grads_freed``: the runtime allocates
+    each layer's gradients in its backward and frees them after the step
+    (``_phaze_rs.ProblemDict``); ``sequence_parallel``: the step is sharded with it, so a
+    boundary's values are sharded over the TP group already and each rank sends its own (the
+    options' ``pipeline_transfer`` does not apply). A layer may be given as its ``as_dict()``
+    already (the search's ``Setting.layer_dicts``)."""
     # Named as the user set them (phazec's flags, phaze-place-devices' options), up to the
     # bound phazec's flags have: beyond it the DP's own check would name its field instead
     # ("problem.devices: expected a non-negative integer").
-    if not 1 <= devices <= MAX_COUNT:
-        raise PlacementError(f"devices = {devices}: expected a positive integer up to {MAX_COUNT}")
-    if not 1 <= global_batch <= MAX_COUNT:
-        raise PlacementError(f"global batch = {global_batch}: expected a positive integer up to {MAX_COUNT}")
-    hbm_bytes = usable_hbm(hbm_bytes, memory_headroom)
-    setting = parse_recompute(recompute)
-    zero_setting = parse_zero(zero)
-    virtual_stages = parse_pipeline_schedule(pipeline_schedule)
-    ep = parse_expert_parallel(expert_parallel)
-    order = parse_rank_order(rank_order)
-    split = parse_pipeline_transfer(pipeline_transfer)
+    if not 1 <= options.devices <= MAX_COUNT:
+        raise PlacementError(f"devices = {options.devices}: expected a positive integer up to {MAX_COUNT}")
+    if not 1 <= options.global_batch <= MAX_COUNT:
+        raise PlacementError(f"global batch = {options.global_batch}: expected a positive integer up to {MAX_COUNT}")
+    ep = parse_expert_parallel(options.expert_parallel)
     layer_dicts = [layer.as_dict() if isinstance(layer, LayerNumbers) else layer for layer in layers]
     experts = max((int(layer["experts"]) for layer in layer_dicts), default=0)
     if ep is not None and ep > 1 and experts == 0:
@@ -340,20 +327,20 @@ def problem(
         raise PlacementError(f"expert parallel {ep}: expected a degree that divides the model's {experts} experts")
     return {
         "layers": layer_dicts,
-        "devices": devices,
-        "hbm_bytes": hbm_bytes,
+        "devices": options.devices,
+        "hbm_bytes": usable_hbm(hbm_bytes, options.memory_headroom),
         "levels": levels,
-        "global_batch": global_batch,
+        "global_batch": options.global_batch,
         "micro_batch": micro_batch,
         "tp": tp,
-        "dp_overlap": dp_overlap,
-        "recompute": setting,
-        "zero": zero_setting,
-        "virtual_stages": virtual_stages,
+        "dp_overlap": options.dp_overlap,
+        "recompute": parse_recompute(options.recompute),
+        "zero": parse_zero(options.zero),
+        "virtual_stages": parse_pipeline_schedule(options.pipeline_schedule),
         "blocks": list(blocks) if blocks is not None else None,
         "expert_parallel": ep,
-        "rank_order": order,
-        "pipeline_split": split,
+        "rank_order": parse_rank_order(options.rank_order),
+        "pipeline_split": not sequence_parallel and parse_pipeline_transfer(options.pipeline_transfer),
         "grads_freed": grads_freed,
     }
 

@@ -52,13 +52,14 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 import numpy as np
 
 from passes.algorithms import _phaze_rs
 from passes.algorithms import schedule as sched
+from passes.algorithms.placement_options import PlacementOptions
 from phaze.search.bounds import Bounds
 from phaze.search.pricing import COUNTS as COUNTS
 from phaze.search.pricing import TIMERS as TIMERS
@@ -144,47 +145,26 @@ class ModelTask:
         return [i for i, s in enumerate(self.settings) if self.fixed is None or s.tp == self.fixed[2]]
 
 
-@dataclass
-class Params:
-    """The cluster and the training step; ``recompute``: ``auto`` (the DP picks each stage's
-    policy) or the policy of every stage; ``zero``: ``auto`` (the DP picks) or a ZeRO stage;
-    ``pipeline_schedule``: ``auto`` (the DP picks), ``1f1b`` or ``interleaved:V``;
-    ``rank_order``: ``auto`` (the DP picks), ``tp-dp-pp`` or ``tp-pp-dp``;
-    ``pipeline_transfer``: ``whole`` or ``split`` (how the launcher sends a stage boundary's
-    values; a setting sharded with sequence parallelism sends its own shard either way).  The
-    defaults are the paper's placement space, with the device numbering chosen."""
+@dataclass(frozen=True)
+class Params(PlacementOptions):
+    """The cluster, the training step and the placement options
+    (:class:`~passes.algorithms.placement_options.PlacementOptions`; the search's settings hold
+    no expert numbers, so ``expert_parallel`` stays 1 and ``placement`` is the run's), and what
+    the search maximizes."""
 
-    devices: int
-    global_batch: int
-    dp_overlap: bool = False
-    recompute: str = "auto"
-    zero: str = "0"
-    pipeline_schedule: str = "1f1b"
     #: What the search maximizes (:data:`phaze.search.objective.OBJECTIVES`).
     objective: str = "throughput"
     #: None, or the most a chip may draw (W): a setting whose plan's chip power is above it
     #: scores 0 (the plan the DP finds, the fastest; a slower one under the cap is not sought).
     power_cap_w: float | None = None
-    rank_order: str = "auto"
-    pipeline_transfer: str = "whole"
-    #: The fraction of HBM every device leaves free (``Options.memory_headroom``).
-    memory_headroom: float = 0.0
 
     @classmethod
     def of_options(cls, opts: Any, objective: str | None = None) -> Params:
         """From the driver's :class:`~phaze.driver.Options` (``objective``: instead of theirs)."""
         return cls(
-            opts.devices,
-            opts.global_batch,
-            opts.dp_overlap,
-            opts.recompute,
-            opts.zero,
-            opts.pipeline_schedule,
-            objective or opts.objective,
-            opts.power_cap_w,
-            opts.rank_order,
-            opts.pipeline_transfer,
-            opts.memory_headroom,
+            **{f.name: getattr(opts, f.name) for f in fields(PlacementOptions)},
+            objective=objective or opts.objective,
+            power_cap_w=opts.power_cap_w,
         )
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.algorithms import schedule as sched
-from passes.algorithms.latency import estimate_op, estimate_space
+from passes.algorithms.latency import estimate_chip, estimate_space
 from phaze.search.objective import Objective
 from phaze.search.setting import Setting
 
@@ -99,22 +99,14 @@ class Pricing:
             levels = self._levels[id(cands)] = pl.network_levels(cands.template.to_dict()["network"])
         return pl.problem(
             setting.layer_dicts(makespans),
-            devices=self.params.devices,
+            self.params,
             hbm_bytes=hbm,
             levels=levels,
-            global_batch=self.params.global_batch,
             micro_batch=setting.micro_batch,
             tp=setting.tp,
-            dp_overlap=self.params.dp_overlap,
-            recompute=self.params.recompute,
-            zero=self.params.zero,
-            pipeline_schedule=self.params.pipeline_schedule,
             blocks=setting.blocks,
-            rank_order=self.params.rank_order,
-            # as phaze-place-devices: under sequence parallelism each rank sends its own shard
-            pipeline_transfer="whole" if setting.sequence_parallel else self.params.pipeline_transfer,
             grads_freed=setting.grads_freed,
-            memory_headroom=self.params.memory_headroom,
+            sequence_parallel=setting.sequence_parallel,
         )
 
     def place(
@@ -256,12 +248,10 @@ def chip_cores(cands: Candidates, config: int) -> dict[str, int]:
 
 def _one_chip_latencies(setting: Setting, cands: Candidates, columns: int) -> tuple[np.ndarray, np.ndarray]:
     """``(one, split)``, ``[rows × columns]`` seconds of the setting's op table on a calibrated
-    chip (a GPU: kernel efficiencies and launch costs, which the vectorized model of a space
-    does not have), priced op by op as ``phaze-estimate-latency`` prices them; the chip is
-    ``cands``' only one, so every column is the same."""
+    chip (a GPU: kernel efficiencies and launch costs, which a space's chips do not have),
+    priced as ``phaze-estimate-latency`` prices them (``estimate_chip``, one call for all the
+    ops); the chip is ``cands``' only one, so every column is the same."""
     if len(cands.configs) != 1:
         raise ValueError(f"{cands.name}: a calibrated chip is priced alone, not as a space")
-    rows = [estimate_op(d, cands.template) for d in setting.table.descs]
-    one = np.repeat(np.asarray([r.one_s for r in rows], dtype=np.float64)[:, None], columns, axis=1)
-    split = np.repeat(np.asarray([r.split_s for r in rows], dtype=np.float64)[:, None], columns, axis=1)
-    return one, split
+    lat = estimate_chip(setting.table, cands.template)
+    return np.repeat(lat.one, columns, axis=1), np.repeat(lat.split, columns, axis=1)
