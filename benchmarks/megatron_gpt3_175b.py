@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMON = ["--hw", "a100", "--devices", "64", "--global-batch", "64", "--micro-batch", "1", "-q"]
+COMMON = ["--hw", "a100", "--kernels", "megatron", "--devices", "64", "--global-batch", "64", "--micro-batch", "1",
+          "-q"]  # fmt: skip
 RUNS = {
     "megatron": ["--placement", "expert:8,1,8", "--sequence-parallel", "on", "--recompute", "selective",
                  "--pipeline-schedule", "interleaved:3"],
