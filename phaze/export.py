@@ -422,7 +422,7 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         # phaze's full recompute stashes each block's input and re-runs the block: Megatron's
         # uniform method over groups of one layer.
         args += ["--recompute-granularity=full", "--recompute-method=uniform", "--recompute-num-layers=1"]
-    elif s.recompute == "selective":
+    elif s.recompute == RecomputePolicy.SELECTIVE:
         args.append("--recompute-granularity=selective")  # the attention core (core_attn), as phaze's
     if s.zero >= 1:
         args.append("--use-distributed-optimizer")

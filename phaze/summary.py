@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from phaze_ir import keys
+from phaze_ir.op_kinds import RecomputePolicy
 
 #: Names of the breakdown's parts in the summary's lines.
 PART_NAMES = {
@@ -127,9 +128,11 @@ def hardware_flops(module, plan: Mapping[str, Any]) -> float:
                 continue
             fwd = float(layer["fwd_flops"])
             again = 0.0
-            if stage["recompute"] == "full":
+            if stage["recompute"] == RecomputePolicy.FULL:
                 again = fwd
-            elif stage["recompute"] == "selective" and i in recompute and float(recompute[i]["full_s"]) > 0:
+            elif (
+                stage["recompute"] == RecomputePolicy.SELECTIVE and i in recompute and float(recompute[i]["full_s"]) > 0
+            ):
                 again = fwd * float(recompute[i]["selective_s"]) / float(recompute[i]["full_s"])
             total += m * dp * tp * (fwd + float(layer["bwd_flops"]) + again)
             total += tp * (1 if int(plan["zero"]) >= 1 else dp) * float(layer["opt_flops"])

@@ -11,9 +11,12 @@ raise ValueError, missing keys KeyError, bad values ValueError, each naming the 
 
 from typing import Literal, NotRequired, TypedDict
 
-Policy = Literal["none", "selective", "full"]
+from phaze_ir.op_kinds import RecomputePolicy
+
+#: A recompute policy's word (the words are RecomputePolicy's, declared once).
+Policy = RecomputePolicy | str
 #: "auto": each stage takes the fastest policy that fits; a policy: every stage uses it.
-RecomputeSetting = Literal["auto", "none", "selective", "full"]
+RecomputeSetting = RecomputePolicy | str
 #: "auto": the DP chooses the ZeRO stage; "0".."3": that stage.
 ZeroSetting = Literal["auto", "0", "1", "2", "3"]
 RankOrder = Literal["tp-dp-pp", "tp-pp-dp"]

@@ -74,6 +74,7 @@ from passes.algorithms.latency import (
     vector_traffic_space,
 )
 from passes.algorithms.tiling import ACC_BYTES, ScalarTiling, tile_gemm_scalar
+from phaze_ir.op_kinds import RecomputePolicy
 
 __all__ = [
     "ENERGY_PARTS",
@@ -443,7 +444,11 @@ def plan_power(
                 continue
             work += le.fwd_j + le.bwd_j
             opt += le.opt_j
-            recompute += {"none": 0.0, "selective": le.selective_j, "full": le.full_j}[s.recompute]
+            recompute += {
+                RecomputePolicy.NONE: 0.0,
+                RecomputePolicy.SELECTIVE: le.selective_j,
+                RecomputePolicy.FULL: le.full_j,
+            }[RecomputePolicy(s.recompute)]
             links += micro_batches * le.network_j
         total = micro_batches * (work + recompute) + opt / zero_shards + s.dp.total_j
         chip[s.rank] = chip.get(s.rank, 0.0) + total - links
