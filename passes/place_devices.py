@@ -151,21 +151,21 @@ def write_plan(
     the fraction of HBM the problem's ``hbm_bytes`` left free, said in a memory refusal)."""
     plan = result.get("plan")
     fits = plan is not None
+    dp: Mapping[str, Any] = plan if plan is not None else {}  # the DP's numbers, 0 (and "") when nothing fits
     module.attributes[keys.PLAN] = PlanAttr.make(
         devices=problem["devices"],
         global_batch=problem["global_batch"],
         tp=problem["tp"],
         micro_batch_size=problem["micro_batch"],
-        # the DP's numbers, 0 (and "") when nothing fits
-        **{name: plan[name] if fits else 0 for name in _PLAN_COUNTS},
-        **{name: float(plan[name]) if fits else 0.0 for name in ("time_per_batch_s", "throughput_samples_per_s")},
-        rank_order=plan["rank_order"] if fits else "",
+        **{name: dp[name] if fits else 0 for name in _PLAN_COUNTS},
+        **{name: float(dp[name]) if fits else 0.0 for name in ("time_per_batch_s", "throughput_samples_per_s")},
+        rank_order=dp["rank_order"] if fits else "",
         pipeline_transfer=("split" if problem["pipeline_split"] else "whole") if fits else "",
         placement=placement,
         feasible="yes" if result["feasible"] else "no",
         binding=pl.binding_message(result, memory_headroom),
     )
-    stages = plan["stages"] if fits else []
+    stages = dp["stages"] if fits else []
     module.attributes[keys.STAGES] = ArrayAttr([_stage_info(k, s) for k, s in enumerate(stages)])
     stage_of = stage_of_layers(stages)
     for op in step_function(module).body.block.ops:

@@ -103,7 +103,9 @@ class ScheduleStatusAttr(EnumAttribute[ScheduleStatus], SpacedOpaqueSyntaxAttrib
 
 
 @irdl_attr_definition
-class RecomputePolicyAttr(EnumAttribute[RecomputePolicy], SpacedOpaqueSyntaxAttribute):
+# RecomputePolicy is the standard library's StrEnum (declared where the algorithms, which import
+# no xDSL, read it too); xDSL's EnumAttribute works with it, but its type bound names xDSL's own.
+class RecomputePolicyAttr(EnumAttribute[RecomputePolicy], SpacedOpaqueSyntaxAttribute):  # type: ignore[type-var]
     """A recompute policy: ``#phaze<recompute_policy selective>`` (also the ``phaze.recompute``
     marker on the forward ops that selective recompute re-runs)."""
 

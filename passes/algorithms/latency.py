@@ -564,6 +564,7 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
             # ceil(batch / launches) products
             kernels = np.maximum(1, np.minimum(cols["launches"], cols["batch"]))
             per = _cdiv(cols["batch"], kernels)
+            assert cal.wave_tile_m is not None and cal.wave_tile_n is not None and cal.wave_units is not None
             compute_split = wave_s(
                 per, cols["m"], cols["n"], cols["k"], cal.wave_tile_m, cal.wave_tile_n, cal.wave_units, peak
             )

@@ -32,7 +32,7 @@ EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
 
 #: The recompute settings a user may give (``--recompute``): ``auto`` lets the DP choose each
 #: stage's policy, a policy fixes it for every stage (docs/design.md §6.4).
-RECOMPUTE_SETTINGS: tuple[_phaze_rs.RecomputeSetting, ...] = ("auto", *(p.value for p in RecomputePolicy))  # type: ignore[assignment]
+RECOMPUTE_SETTINGS: tuple[_phaze_rs.RecomputeSetting, ...] = ("auto", *(p.value for p in RecomputePolicy))
 
 
 #: The ZeRO settings a user may give (``--zero``): ``auto`` lets the DP choose, a stage fixes it.
