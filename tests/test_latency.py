@@ -347,7 +347,8 @@ def _problem(layers, devices, dp) -> dict:
         "layers": layers,
         "devices": devices,
         "hbm_bytes": 10**15,
-        "levels": [dataclasses.asdict(lv) for lv in LEVELS],
+        # a level's optional keys are given or absent (the stub's rule: None is not "absent")
+        "levels": [{k: v for k, v in dataclasses.asdict(lv).items() if v is not None} for lv in LEVELS],
         "global_batch": dp,
         "micro_batch": 1,
         "tp": 1,
