@@ -13,7 +13,7 @@ built from this class rather than spelling them again:
   pass), before any work, and the problem the Rust DP solves reads the parsed values.
 
 Values are the text a user writes (``"interleaved:2"``, ``"auto"``), as pass options must be
-(xDSL parses ints, floats, bools and strings); the parsed forms are properties.
+(xDSL parses ints, floats, bools and strings); ``placement.problem`` parses them for the DP.
 """
 
 from __future__ import annotations
@@ -138,28 +138,6 @@ class PlacementOptions:
                 f.metadata["check"](getattr(self, f.name))
             except pl.PlacementError as e:
                 raise OptionError(f.name, str(e)) from e
-
-    @property
-    def recompute_setting(self) -> str:
-        return pl.parse_recompute(self.recompute)
-
-    @property
-    def virtual_stages(self) -> int | None:
-        """The DP's ``virtual_stages``: None (it chooses), 1 (1F1B) or V (interleaved)."""
-        return pl.parse_pipeline_schedule(self.pipeline_schedule)
-
-    @property
-    def expert_parallel_degree(self) -> int | None:
-        """The DP's ``expert_parallel``: None (it chooses) or the degree."""
-        return pl.parse_expert_parallel(self.expert_parallel)
-
-    @property
-    def pipeline_split(self) -> bool:
-        return pl.parse_pipeline_transfer(self.pipeline_transfer)
-
-    def placement_options(self) -> PlacementOptions:
-        """These options alone, without what a subclass (phazec's ``Options``, the pass) adds."""
-        return PlacementOptions(**{f.name: getattr(self, f.name) for f in fields(PlacementOptions)})
 
 
 class OptionError(pl.PlacementError):
