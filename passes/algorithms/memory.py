@@ -38,9 +38,11 @@ from dataclasses import dataclass
 
 from passes.algorithms.graph import Graph
 from passes.algorithms.recompute import POLICIES, LayerRecompute
+from phaze_ir.attributes import LayerMemoryAttr
+from phaze_ir.dialect import OPTIMIZER_KINDS
 
-#: Optimizer state bytes per parameter element (as ``phaze_ir.dialect.OPTIMIZER_KINDS``).
-STATE_BYTES_PER_ELEMENT = {"adam": 12, "sgd": 4}
+#: Optimizer state bytes per parameter element, by optimizer (``phaze_ir.dialect.OPTIMIZER_KINDS``').
+STATE_BYTES_PER_ELEMENT = {kind: state for kind, (_, state) in OPTIMIZER_KINDS.items()}
 
 
 @dataclass
@@ -76,23 +78,8 @@ class LayerMemory:
         return self.param_bytes + self.grad_bytes + self.optimizer_bytes
 
     def record(self) -> dict[str, int]:
-        """The fields of ``#phaze.layer_memory``."""
-        return {
-            k: getattr(self, k)
-            for k in (
-                "index",
-                "param_bytes",
-                "grad_bytes",
-                "optimizer_bytes",
-                "saved_none_bytes",
-                "saved_selective_bytes",
-                "saved_full_bytes",
-                "workspace_bytes",
-                "recompute_workspace_bytes",
-                "expert_param_bytes",
-                "expert_optimizer_bytes",
-            )
-        }
+        """The fields of ``#phaze.layer_memory``, in its order."""
+        return {k: getattr(self, k) for k in LayerMemoryAttr.FIELDS}
 
 
 def _peak(graph: Graph, ops: Sequence[int], excluded: set[int], readers: Mapping[int, list[int]]) -> int:
