@@ -1,9 +1,7 @@
-"""Tiling of GEMMs onto the tensor cores: the model by hand, padding, the core split, the
-vectorized form against the scalar one, and the ``phaze-tile-pe-array`` pass."""
+"""Tiling of GEMMs onto the tensor cores: the model by hand, padding, the core split, edge cases,
+its bounds over a space, and the ``phaze-tile-pe-array`` pass."""
 
 from __future__ import annotations
-
-import random
 
 import numpy as np
 import pytest
@@ -64,32 +62,64 @@ def test_large_gemm_fill_and_drain_amortized():
     assert 0.98 < ideal / t.cycles_split <= 1.0
 
 
-def test_vectorized_equals_scalar_over_random_shapes_and_configs():
-    rng = random.Random(1)
+def test_one_sized_gemm_on_one_pe():
+    # Every count at its floor: one tile of one pass, the 1-cycle stream plus a 1-PE fill/drain.
+    t = tile_gemm_scalar(1, 1, 1, 1, 1, 1, 1, 1)
+    assert (t.m_block, t.tiles_m, t.tiles_n, t.tiles_k, t.tiles, t.cores) == (1, 1, 1, 1, 1, 1)
+    assert (t.tile_cycles, t.cycles_one, t.cycles_split, t.utilization) == (2, 2, 2, 1.0)
+
+
+def test_a_buffer_smaller_than_one_row_streams_one_row_per_tile():
+    # 100 B: half is 50 B, under one 128-wide fp32 row (512 B); m_rows is floored at 1.
+    assert int(m_rows(100, 128)) == 1
+    t = tile_gemm_scalar(1, 5, 128, 128, 128, 128, 8, 100)
+    assert (t.tiles_m, t.m_block, t.tiles) == (5, 1, 5)
+    assert t.tile_cycles == 1 * max(1, 128) + 128 + 128 - 1  # the weight load (128) sets each pass
+
+
+def test_m_blocks_are_equal_and_pad_less_than_one_row_per_block():
+    # m_rows = 256: 257 rows make 2 blocks of 129 (1 padded row), not 256 + 1.
+    t = tile_gemm_scalar(1, 257, 128, 128, 128, 128, 8, 256 * 1024)
+    assert (t.tiles_m, t.m_block) == (2, 129)
+    assert t.utilization == 257 / 258
+
+
+def test_tiling_invariants_over_random_shapes_and_configs():
+    """Over random GEMMs (1-sized, non-multiple and large dimensions) on a sample of the paper's
+    space, every field of the vectorized tiling keeps the bounds of the module docstring."""
+    rng = np.random.default_rng(1)
     configs = paper_space().configs
-    sample = configs[np.random.default_rng(2).choice(len(configs), 300, replace=False)]
-    for _ in range(40):
-        b, m, n, k = rng.choice([1, 3, 32]), rng.randint(1, 9000), rng.randint(1, 5000), rng.randint(1, 5000)
-        t = tile_gemm(b, m, n, k, sample["width"], sample["depth"], sample["num_tc"], sample["tc_buffer_bytes"])
+    c = configs[rng.choice(len(configs), 300, replace=False)]
+    pe_x, pe_y, count, buf = (c[f].astype(np.int64) for f in ("width", "depth", "num_tc", "tc_buffer_bytes"))
+    for b, m, n, k in [(1, 1, 1, 1), (3, 1, 4097, 1), (1, 50257, 1, 12288), (32, 8191, 129, 255)] + [
+        tuple(int(v) for v in rng.integers(1, hi)) for hi in [(40, 9000, 5000, 5000)] * 30
+    ]:
+        t = tile_gemm(b, m, n, k, pe_x, pe_y, count, buf)
         assert isinstance(t, Tiling) and t.cycles_split.shape == (300,)
-        for j in range(0, 300, 7):
-            c = sample[j]
-            s = tile_gemm_scalar(
-                b, m, n, k, int(c["width"]), int(c["depth"]), int(c["num_tc"]), int(c["tc_buffer_bytes"])
-            )
-            for f in (
-                "m_block",
-                "tiles_m",
-                "tiles_n",
-                "tiles_k",
-                "tiles",
-                "cores",
-                "tile_cycles",
-                "cycles_one",
-                "cycles_split",
-                "utilization",
-            ):
-                assert getattr(t, f)[j] == getattr(s, f), (f, b, m, n, k, c)
+        rows = m_rows(buf, pe_x)
+        assert (t.m_block <= np.maximum(rows, 1)).all() and (t.tiles_m == np.maximum(1, -(-m // rows))).all()
+        assert (t.tiles_m * t.m_block >= m).all() and ((t.tiles_m - 1) * t.m_block < m).all()
+        assert (t.tiles_m * t.m_block - m <= t.tiles_m - 1).all()  # equal blocks: under a row each
+        assert (t.tiles_n * pe_x >= n).all() and ((t.tiles_n - 1) * pe_x < n).all()
+        assert (t.tiles_k * pe_y >= k).all() and ((t.tiles_k - 1) * pe_y < k).all()
+        assert (t.tiles == b * t.tiles_m * t.tiles_n).all() and (t.cores == np.minimum(count, t.tiles)).all()
+        assert (t.tile_cycles == t.tiles_k * np.maximum(t.m_block, pe_y) + pe_y + pe_x - 1).all()
+        assert (t.cycles_one == t.tiles * t.tile_cycles).all()
+        assert (t.cycles_split == -(-t.tiles // count) * t.tile_cycles).all()
+        assert ((t.utilization > 0) & (t.utilization <= 1)).all()
+
+
+def test_the_scalar_tiling_is_one_row_of_the_vectorized_one_as_python_numbers():
+    args = (2, 300, 200, 1000, 128, 128, 8, 256 * 1024)
+    s, t = tile_gemm_scalar(*args), tile_gemm(*args)
+    assert s.as_dict() == {"pe_x": 128, "pe_y": 128} | {f: getattr(t, f).item() for f in s.as_dict() if f[:3] != "pe_"}
+    assert {type(v) for v in s.as_dict().values()} == {int, float} and type(s.utilization) is float
+    assert s.tile_cycles == int(t.tile_cycles) and type(s.tile_cycles) is int
+
+
+def test_a_gemm_past_int64_cycles_is_refused():
+    with pytest.raises(OverflowError, match="more cycles than int64 holds"):
+        tile_gemm_scalar(1000, 3 * 10**6, 3 * 10**6, 10**4, 1, 1, 1, 1)
 
 
 def test_vectorized_broadcasts_ops_against_configs():
@@ -105,7 +135,10 @@ def test_vectorized_broadcasts_ops_against_configs():
         np.array([[16 * 4 * 256, 256 * 1024]]),
     )
     assert t.cycles_split.shape == (2, 2)
-    assert t.cycles_split[1, 1] == tile_gemm_scalar(1, 4096, 4096, 4096, 128, 128, 8, 256 * 1024).cycles_split
+    # 4096 x 4096 x 4096 on 8 cores of 128 x 128, m_rows 256: 16 x 32 tiles of 32 passes
+    assert t.cycles_split[1, 1] == (16 * 32 // 8) * (32 * 256 + 128 + 128 - 1)
+    # 64 x 4096 x 4096 on 64 cores of 4 x 256, m_rows 512: 1 x 1024 tiles of 16 passes
+    assert t.cycles_split[0, 0] == (1024 // 64) * (16 * 256 + 256 + 4 - 1)
 
 
 # ---- the pass ---------------------------------------------------------------------------------

@@ -43,6 +43,9 @@ width W, ``pe_y`` = its depth D):
   global buffer broadcast one stream of ``A`` rows to ``min(count, tiles_n)`` cores (see
   :mod:`passes.algorithms.latency`).
 
+Counts are int64 (what a space's arrays hold): a GEMM whose cycles pass 2**63 (about 9.2e18)
+is outside the model, and :func:`tile_gemm_scalar` refuses it.
+
 This is the model of SCALE-Sim-style analytical simulators (fill/drain + streaming per fold),
 with folds along K chained as the TPU's matrix units do.  Memory bandwidth is not here: the
 rooflines of :mod:`passes.algorithms.latency` bound these cycles from below.
@@ -50,7 +53,7 @@ rooflines of :mod:`passes.algorithms.latency` bound these cycles from below.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -58,6 +61,7 @@ __all__ = [
     "ACC_BYTES",
     "Tiling",
     "m_rows",
+    "tile_cycles",
     "tile_gemm",
     "tile_gemm_scalar",
     "ScalarTiling",
@@ -80,6 +84,12 @@ def m_rows(buffer_bytes, pe_x):
     """Most rows of ``A`` one tile may stream: ``m_rows × pe_x`` fp32 partial sums in half the
     per-core buffer, at least 1."""
     return np.maximum(1, (_i64(buffer_bytes) // 2) // (ACC_BYTES * _i64(pe_x)))
+
+
+def tile_cycles(tiles_k, m_block, pe_x, pe_y):
+    """Cycles of one output tile: ``tiles_k`` passes of ``max(m_block, pe_y)`` cycles each (a
+    weight tile loads behind the stream of the one before), then the pipeline's fill and drain."""
+    return tiles_k * np.maximum(m_block, pe_y) + pe_y + pe_x - 1
 
 
 @dataclass(frozen=True)
@@ -123,7 +133,7 @@ def tile_gemm(batch, m, n, k, pe_x, pe_y, count, buffer_bytes) -> Tiling:
     tiles_k = np.maximum(1, _cdiv(k, pe_y))
     tiles = batch * tiles_m * tiles_n
     cores = np.minimum(count, tiles)
-    tile_cycles = tiles_k * np.maximum(m_block, pe_y) + pe_y + pe_x - 1
+    cycles = tile_cycles(tiles_k, m_block, pe_x, pe_y)
     issued = (tiles_m * m_block).astype(np.float64) * (tiles_n * pe_x) * (tiles_k * pe_y)
     useful = m.astype(np.float64) * n * k
     return Tiling(
@@ -133,9 +143,9 @@ def tile_gemm(batch, m, n, k, pe_x, pe_y, count, buffer_bytes) -> Tiling:
         tiles_k=tiles_k,
         tiles=tiles,
         cores=cores,
-        tile_cycles=tile_cycles,
-        cycles_one=tiles * tile_cycles,
-        cycles_split=_cdiv(tiles, count) * tile_cycles,
+        tile_cycles=cycles,
+        cycles_one=tiles * cycles,
+        cycles_split=_cdiv(tiles, count) * cycles,
         utilization=useful / issued,
     )
 
@@ -159,40 +169,24 @@ class ScalarTiling:
 
     @property
     def tile_cycles(self) -> int:
-        """Cycles of one output tile: K tiles of max(m_block, pe_y) rows, fill and drain."""
-        return _tile_cycles(self.tiles_k, self.m_block, self.pe_x, self.pe_y)
+        """Cycles of one output tile (:func:`tile_cycles`; the record does not store it)."""
+        return int(tile_cycles(self.tiles_k, self.m_block, self.pe_x, self.pe_y))
 
     def as_dict(self) -> dict[str, int | float]:
         return dict(vars(self))
 
 
-def _tile_cycles(tiles_k: int, m_block: int, pe_x: int, pe_y: int) -> int:
-    return tiles_k * max(m_block, pe_y) + pe_y + pe_x - 1
-
-
 def tile_gemm_scalar(
     batch: int, m: int, n: int, k: int, pe_x: int, pe_y: int, count: int, buffer_bytes: int
 ) -> ScalarTiling:
-    """The same model as :func:`tile_gemm` in plain Python integers (the reference the vectorized
-    code is tested against, and what the per-module passes use)."""
-    rows = max(1, (buffer_bytes // 2) // (ACC_BYTES * pe_x))
-    tiles_m = max(1, -(-m // rows))
-    m_block = max(1, -(-m // tiles_m))
-    tiles_n = max(1, -(-n // pe_x))
-    tiles_k = max(1, -(-k // pe_y))
-    tiles = batch * tiles_m * tiles_n
-    tile_cycles = _tile_cycles(tiles_k, m_block, pe_x, pe_y)
-    issued = float(tiles_m * m_block) * float(tiles_n * pe_x) * float(tiles_k * pe_y)
-    return ScalarTiling(
-        pe_x=pe_x,
-        pe_y=pe_y,
-        m_block=m_block,
-        tiles_m=tiles_m,
-        tiles_n=tiles_n,
-        tiles_k=tiles_k,
-        tiles=tiles,
-        cores=min(count, tiles),
-        cycles_one=tiles * tile_cycles,
-        cycles_split=-(-tiles // count) * tile_cycles,
-        utilization=(float(m) * n * k) / issued,
-    )
+    """:func:`tile_gemm` of one GEMM on one configuration (the per-module passes' tiling), its
+    numbers as Python ``int`` and ``float``; :class:`OverflowError` where a count passes int64."""
+    with np.errstate(over="raise"):  # int64 scalars report a wrap past 2**63 (arrays would not)
+        try:
+            t = tile_gemm(batch, m, n, k, pe_x, pe_y, count, buffer_bytes)
+        except FloatingPointError as e:
+            raise OverflowError(
+                f"tiling a {batch} x {m} x {n} x {k} GEMM on {pe_x} x {pe_y} PEs: more cycles than int64 holds"
+            ) from e
+    row = {f.name: getattr(t, f.name).item() for f in fields(ScalarTiling) if f.name not in ("pe_x", "pe_y")}
+    return ScalarTiling(pe_x=int(pe_x), pe_y=int(pe_y), **row)
