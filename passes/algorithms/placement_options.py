@@ -25,18 +25,28 @@ from typing import Any
 from passes.algorithms import placement as pl
 
 
-def _option(
+def option(
     default: Any,
-    check: Callable[[Any], object],
-    help: str,
+    check: Callable[[Any], object] | None = None,
+    help: str = "",
     *,
-    choices: tuple[str, ...] | None = None,
+    choices: tuple[str, ...] | str | None = None,
     metavar: str | None = None,
+    flag: str | None = None,
+    default_words: str | None = None,
 ) -> Any:
-    """A field with the check of its value (it raises a one-line ``PlacementError``) and what a
-    command line shows of it: its help (the default is added to it), and its choices or the
-    shape of its value."""
-    return field(default=default, metadata={"check": check, "help": help, "choices": choices, "metavar": metavar})
+    """A field that is an option: with the check of its value (it raises a one-line
+    ``PlacementError``; None where the option is checked elsewhere) and what a command line
+    shows of it (``phaze.tools.flags.add_option_arguments``): its help (the default is added to
+    it, in ``default_words`` when given), its choices or the shape of its value (``metavar``),
+    and its flag where that is not the field's name (``--solver-gap`` for ``schedule_gap``).
+
+    ``choices`` is the tuple of values, or the dotted name of the one that declares them
+    (``"passes.algorithms.kernels.RUNTIMES"``), imported only when a command line is built: the
+    option need not import the pass or the search that owns its values."""
+    metadata = {"check": check, "help": help, "choices": choices, "metavar": metavar}
+    metadata |= {"flag": flag, "default_words": default_words}
+    return field(default=default, metadata=metadata)
 
 
 def _count(what: str):
@@ -64,9 +74,9 @@ class PlacementOptions:
     paper's placement space (plain data parallelism, 1F1B, every replica holding every expert)
     with the device numbering chosen."""
 
-    devices: int = _option(1024, _count("devices"), "accelerators in the cluster", metavar="N")
-    global_batch: int = _option(4096, _count("global batch"), "samples per training step", metavar="N")
-    placement: str = _option(
+    devices: int = option(1024, _count("devices"), "accelerators in the cluster", metavar="N")
+    global_batch: int = option(4096, _count("global batch"), "samples per training step", metavar="N")
+    placement: str = option(
         "phaze",
         _placement,
         "phaze searches the placement; expert evaluates the paper's expert placement of the model "
@@ -74,36 +84,36 @@ class PlacementOptions:
         "written, with feasible = no and the binding constraint)",
         metavar="phaze|expert|expert:PP,DP,TP",
     )
-    dp_overlap: bool = _option(False, _flag, "hide the DP gradient all-reduce behind the stage's backward")
-    recompute: str = _option(
+    dp_overlap: bool = option(False, _flag, "hide the DP gradient all-reduce behind the stage's backward")
+    recompute: str = option(
         "auto",
         pl.parse_recompute,
         "activation recompute: auto lets the placement choose each stage's policy; none, selective or full "
         "fixes it for every stage, to price a run as it is run",
         choices=pl.RECOMPUTE_SETTINGS,
     )
-    zero: str = _option(
+    zero: str = option(
         "0",
         pl.parse_zero,
         "sharding over data parallelism: 0 plain; 1 optimizer state (Megatron's distributed optimizer); "
         "2 and gradients; 3 and parameters (FSDP); auto lets the placement choose",
         choices=pl.ZERO_SETTINGS,
     )
-    pipeline_schedule: str = _option(
+    pipeline_schedule: str = option(
         "1f1b",
         pl.parse_pipeline_schedule,
         "1f1b; interleaved:V, Megatron's interleaved 1F1B with V model chunks per device; auto lets the "
         "placement choose",
         metavar="auto|1f1b|interleaved:V",
     )
-    expert_parallel: str = _option(
+    expert_parallel: str = option(
         "1",
         pl.parse_expert_parallel,
         "expert parallelism of an MoE model: 1, every data-parallel replica holds every expert; E splits "
         "the experts over E replicas (all-to-all dispatch and combine); auto lets the placement choose",
         metavar="auto|E",
     )
-    rank_order: str = _option(
+    rank_order: str = option(
         "auto",
         pl.parse_rank_order,
         "how devices are numbered into groups, TP innermost: auto lets the placement choose; tp-dp-pp, "
@@ -112,7 +122,7 @@ class PlacementOptions:
         "parallelism) makes auto tp-dp-pp",
         choices=pl.RANK_ORDER_SETTINGS,
     )
-    pipeline_transfer: str = _option(
+    pipeline_transfer: str = option(
         "whole",
         pl.parse_pipeline_transfer,
         "how a pipeline transfer crosses a stage boundary: whole, every TP rank sends the boundary's values "
@@ -121,7 +131,7 @@ class PlacementOptions:
         "parallelism",
         choices=pl.PIPELINE_TRANSFERS,
     )
-    memory_headroom: float = _option(
+    memory_headroom: float = option(
         0.0,
         pl.check_memory_headroom,
         "leave this fraction of each device's HBM free (0 <= F < 1): for what the memory model does not "
