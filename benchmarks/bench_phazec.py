@@ -3,11 +3,11 @@ TP 1, 2, 4, 8) and one fixed placement, each cold (a new model: nothing traced o
 in this process) and warm (the same question asked again in the same process: the schedules
 are in memory, everything else is done again); then each as a user runs it, a new ``phazec``
 process writing the plan file, from an empty cache and again from the cache it filled (the
-answer read from one file: ``phaze/search/hw_answer.py``), with whether the two plan files are
+answer read from one file: ``phaze/hw_answer.py``), with whether the two plan files are
 the same bytes, and a third asking another question (twice the global batch) of that cache:
 the sweep's settings are read from it, and a point compiled before (the fixed placement's, the
 sweep's best when the same point wins) is placed from its template
-(``phaze/search/plan_template.py``) instead of compiled.  The fixed placement is asked a fourth
+(``phaze/plan_template.py``) instead of compiled.  The fixed placement is asked a fourth
 time, on twice the devices with twice its data parallelism, and that plan is compared with one
 compiled without a cache; its first plan is read back by ``phaze-opt`` and printed again.
 
@@ -16,7 +16,7 @@ compiled without a cache; its first plan is read back by ``phaze-opt`` and print
                                       [--placement expert:8,1,8 --micro-batch 1]
 
 Printed per in-process run (after the model file's first import, timed apart: torch and
-transformers, seconds that a process pays once): wall time and its split.  The sweep (``phaze/search/sweep.py``):
+transformers, seconds that a process pays once): wall time and its split.  The sweep (``phaze/sweep.py``):
 ``settings`` (the model cut to 3 and 4 blocks traced, imported and sharded per micro-batch),
 ``points`` (every point's schedules and DP), ``winner`` (the best point traced and compiled
 through the pipeline).  One point (``driver.compile_model``): tracing, import, and the pipeline
@@ -42,8 +42,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 
 def _run(label: str, model: str, opts) -> None:
-    from phaze import driver
-    from phaze.search import sweep
+    from phaze import driver, sweep
 
     seconds: dict[str, float] = {}
     start = time.perf_counter()

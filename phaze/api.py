@@ -177,7 +177,7 @@ def compile(
     the answer in (None: none; a factory is never cached: the cache keys a model by its file);
     ``log``: where progress lines go (None: nowhere).  When no placement fits, the plan says so
     (:attr:`Plan.feasible`, :attr:`Plan.binding`)."""
-    from phaze.search import hw_answer
+    from phaze import hw_answer
 
     opts = options(hw, **({"seq_len": seq_len} if seq_len is not None else {}), **given)
     if callable(model):

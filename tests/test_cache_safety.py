@@ -19,8 +19,7 @@ import pytest
 from conftest import EXAMPLES, run_tool
 
 from passes.algorithms import schedule as S
-from passes.algorithms.cache_file import content_hash, read_entry
-from passes.algorithms.schedule import cache as schedule_cache
+from passes.algorithms.cache_file import FORMAT, VERSION, Store, content_hash, read_entry
 from phaze.search import run as search_run
 from phaze.search.setting import Setting
 from phaze_ir.errors import PhazeWarning
@@ -59,11 +58,11 @@ def clean(tmp_path_factory):
 
 
 def copy_cache(clean, tmp_path: Path) -> Path:
-    """The clean run's settings and schedules, without its stage entries (``stages/``: the
-    answer, the search, the plan...), so that a run reads the settings and schedules again.
+    """The clean run's settings and schedules, without its other stage entries (the answer, the
+    search, the plan...), so that a run reads the settings and schedules again.
     tests/test_search_warm.py checks the stage entries."""
     cache = tmp_path / "cache"
-    for part in ("settings", "schedules"):
+    for part in ("settings", "schedule"):
         shutil.copytree(clean[3] / part, cache / part)
     return cache
 
@@ -106,18 +105,18 @@ def test_a_planted_pickle_never_runs(clean, tmp_path):
     good.write_bytes(hostile)  # where the search reads its settings
     good.with_suffix(".pkl").write_bytes(hostile)  # where phaze used to read them
     (cache / "settings" / "0123456789abcdef0123456789abcdef.pkl").write_bytes(hostile)
-    some_schedule = sorted((cache / "schedules").glob("*.json"))[0]
+    some_schedule = sorted((cache / "schedule").glob("*.json"))[0]
     some_schedule.write_bytes(hostile)
     text, data, stderr = search(tmp_path / "run", cache)
     assert not marker.exists()
     assert (text, data) == clean[1:3]
     lines = warning_lines(stderr)
-    assert f"phazec: warning: settings cache entry {good} is not JSON: ignored, prepared again" in lines
+    assert f"phazec: warning: cache entry {good} is not JSON: ignored, prepared again" in lines
     assert f"phazec: warning: schedule cache entry {some_schedule} is not JSON: ignored, solved again" in lines
     assert len(lines) == 2
     # Both are written again, as data.
-    assert json.loads(good.read_text())["format"] == "phaze-settings"
-    assert json.loads(some_schedule.read_text())["format"] == "phaze-schedule"
+    assert json.loads(good.read_text())["format"] == FORMAT
+    assert json.loads(some_schedule.read_text())["format"] == FORMAT
 
 
 def test_a_doctored_settings_entry_is_prepared_again(clean, tmp_path):
@@ -130,7 +129,7 @@ def test_a_doctored_settings_entry_is_prepared_again(clean, tmp_path):
     rewrite(file, entry, rehash=False)
     text, data, stderr = search(tmp_path / "run", cache)
     assert warning_lines(stderr) == [
-        f"phazec: warning: settings cache entry {file} does not match its content hash: ignored, prepared again"
+        f"phazec: warning: cache entry {file} does not match its content hash: ignored, prepared again"
     ]
     assert (text, data) == clean[1:3]
     fresh = json.loads(file.read_text())
@@ -144,7 +143,7 @@ def test_a_doctored_schedule_is_caught_and_solved_again(clean, tmp_path):
     cache = copy_cache(clean, tmp_path)
     files = [
         f
-        for f in sorted((cache / "schedules").glob("*.json"))
+        for f in sorted((cache / "schedule").glob("*.json"))
         if json.loads(f.read_text())["payload"]["schedule"]["makespan"] > 0
     ]
     assert files
@@ -156,7 +155,8 @@ def test_a_doctored_schedule_is_caught_and_solved_again(clean, tmp_path):
         for k in ("makespan", "lower_bound", "list_makespan"):
             s[k] *= 0.5
         rewrite(file, entry, rehash=True)
-        read_entry(file, schedule_cache.FORMAT, schedule_cache.VERSION, file.stem)  # the hashes hold
+        assert entry["input_hash"][:32] == file.stem  # its name is its key's
+        read_entry(file, FORMAT, VERSION, entry["input_hash"])  # the hashes hold
     text, data, stderr = search(tmp_path / "run", cache)
     assert (text, data) == clean[1:3]
     lines = warning_lines(stderr)
@@ -164,7 +164,7 @@ def test_a_doctored_schedule_is_caught_and_solved_again(clean, tmp_path):
     for file in files:
         assert any(line.startswith(f"phazec: warning: schedule cache entry {file} ") for line in lines)
         entry = json.loads(file.read_text())  # solved again and written back
-        clean_entry = json.loads((clean[3] / "schedules" / file.name).read_text())
+        clean_entry = json.loads((clean[3] / "schedule" / file.name).read_text())
         for e in (entry, clean_entry):
             e["payload"]["schedule"].pop("solve_s")
         assert entry["payload"] == clean_entry["payload"]
@@ -187,10 +187,20 @@ def test_a_cache_directory_that_is_a_file_costs_one_warning(clean, tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-def load(file: Path, input_hash: str):
+def settings_entry(root: Path, key: str) -> Path:
+    """Where the settings entry of ``key`` lies in the cache ``root``."""
+    file = Store(root, "").file(search_run.SETTINGS_KIND, key)
+    assert file is not None
+    return file
+
+
+def load(file: Path, key: str):
+    """The settings entry ``file`` (of ``key``) read as the search reads it."""
+    store = Store(file.parent.parent, "")  # its environment is in the key given
+    assert store.file(search_run.SETTINGS_KIND, key) == file
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = search_run._cached_settings(file, input_hash, 8, (1,))
+        got = store.load(search_run.SETTINGS_KIND, key, search_run._check_settings(8, (1,)), again="prepared again")
     return got, [str(w.message) for w in caught if issubclass(w.category, PhazeWarning)]
 
 
@@ -208,7 +218,7 @@ def _retag(entry):
 
 
 def _version(entry):
-    entry["version"] = search_run.SETTINGS_VERSION + 1
+    entry["version"] = VERSION + 1
 
 
 def _tp_text(entry):
@@ -236,7 +246,7 @@ def _other_micro_batch(entry):
     "doctor, reason",
     [
         (_retag, "was computed from other inputs (its input hash differs)"),
-        (_version, f"is of version {search_run.SETTINGS_VERSION + 1}, not {search_run.SETTINGS_VERSION}"),
+        (_version, f"is of version {VERSION + 1}, not {VERSION}"),
         (_tp_text, "does not hold valid settings (tp = '1': expected an integer >= 1)"),
         (_row_out_of_range, "does not hold valid settings (group 0: its rows are not rows of the"),
         (_cycle, "does not hold valid settings (group"),
@@ -245,23 +255,26 @@ def _other_micro_batch(entry):
     ],
 )
 def test_a_settings_entry_that_fails_a_check_is_ignored(clean, tmp_path, doctor, reason):
-    file = tmp_path / "entry.json"
     entry = json.loads(settings_file(clean[3]).read_text())
     input_hash = entry["input_hash"]
+    file = settings_entry(tmp_path, input_hash)
+    file.parent.mkdir()
     doctor(entry)
     rewrite(file, entry, rehash=True)  # the content hash holds: the other checks catch it
     got, said = load(file, input_hash)
     assert got is None
-    assert len(said) == 1 and said[0].startswith(f"settings cache entry {file} {reason}")
+    assert len(said) == 1 and said[0].startswith(f"cache entry {file} {reason}")
     assert said[0].endswith(": ignored, prepared again")
 
 
 @pytest.mark.parametrize("content", [b"", b"\x00\xff garbage \x80", b"[1, 2, 3]", b'{"format": "phaze-settings"}'])
 def test_garbage_in_the_settings_cache_is_ignored(clean, tmp_path, content):
-    file = tmp_path / "entry.json"
+    key = json.loads(settings_file(clean[3]).read_text())["input_hash"]
+    file = settings_entry(tmp_path, key)
+    file.parent.mkdir()
     file.write_bytes(content)
-    got, said = load(file, json.loads(settings_file(clean[3]).read_text())["input_hash"])
-    assert got is None and len(said) == 1 and said[0].startswith(f"settings cache entry {file} ")
+    got, said = load(file, key)
+    assert got is None and len(said) == 1 and said[0].startswith(f"cache entry {file} ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,9 +353,10 @@ def _types(s):
 )
 def test_a_schedule_entry_that_fails_its_check_is_solved_again(tmp_path, doctor, reason):
     p = _problem()
-    key = p.canonical().key()
-    solved = S.ScheduleCache(tmp_path).solve(p)
-    file = tmp_path / f"{key}.json"
+    cache = S.ScheduleCache(tmp_path)
+    solved = cache.solve(p)
+    file = cache.file(p.canonical())
+    assert file is not None
     assert lookups(tmp_path, p) == (solved, [])  # a clean entry is read back as it was written
     entry = json.loads(file.read_text())
     doctor(entry["payload"]["schedule"])
@@ -364,8 +378,9 @@ def test_a_schedule_entry_of_another_problem_or_with_a_wrong_hash_is_ignored(tmp
     cache = S.ScheduleCache(tmp_path)
     cache.solve(p)
     cache.solve(other)
-    file = tmp_path / f"{p.canonical().key()}.json"
-    shutil.copy(tmp_path / f"{other.canonical().key()}.json", file)  # the right name, another problem
+    file, other_file = cache.file(p.canonical()), cache.file(other.canonical())
+    assert file is not None and other_file is not None
+    shutil.copy(other_file, file)  # the right name, another problem
     assert lookups(tmp_path, p) == (
         None,
         [f"schedule cache entry {file} was computed from other inputs (its input hash differs): ignored, solved again"],
@@ -373,7 +388,7 @@ def test_a_schedule_entry_of_another_problem_or_with_a_wrong_hash_is_ignored(tmp
     with pytest.warns(PhazeWarning):
         S.ScheduleCache(tmp_path).solve(p)  # solved again, and written over the wrong file
     entry = json.loads(file.read_text())
-    assert entry["input_hash"] == p.canonical().key()
+    assert entry["input_hash"] == cache.key(p.canonical())
     entry["payload"]["schedule"]["makespan"] *= 2
     rewrite(file, entry, rehash=False)
     assert lookups(tmp_path, p) == (
@@ -387,7 +402,8 @@ def test_schedule_entries_of_another_version_are_said_once(tmp_path):
     cache = S.ScheduleCache(tmp_path)
     for p in problems:
         cache.solve(p)
-        file = tmp_path / f"{p.canonical().key()}.json"
+        file = cache.file(p.canonical())
+        assert file is not None
         file.write_text(json.dumps(json.loads(file.read_text())["payload"]))  # the unversioned layout
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
@@ -411,9 +427,10 @@ def test_an_unusable_schedule_directory_keeps_schedules_in_memory(tmp_path):
 def test_the_settings_of_an_unusable_directory_are_not_kept(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    file = blocker / "settings" / "x.json"
+    store = Store(blocker, "")
     with pytest.warns(PhazeWarning, match=r"cache directory .* is not usable \(Not a directory\)"):
-        assert search_run._keep_settings(file, "0" * 64, []) is False
+        store.keep(search_run.SETTINGS_KIND, "0" * 64, [])
+    assert store.broken  # nothing more is tried
 
 
 def test_a_read_only_cache_directory_costs_one_warning(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from passes.algorithms import schedule as S
-from passes.algorithms.cache_file import BadEntry, read_entry
+from passes.algorithms.cache_file import FORMAT, VERSION, BadEntry, Store, read_entry
 from phaze_ir.errors import PhazeWarning
 
 # -- the cache ------------------------------------------------------------------------------------
@@ -22,8 +22,11 @@ from phaze_ir.errors import PhazeWarning
 def _schedule_entry(tmp_path: Path) -> tuple[S.Problem, Path]:
     """A schedule solved into the cache ``tmp_path``: its problem and its entry file."""
     p = S.Problem.make([("tensor", 4.0, 1.5), ("vector", 2.0, 1.0)], [(0, 1)], {"tensor": 1, "vector": 1})
-    S.ScheduleCache(tmp_path).solve(p)
-    return p, tmp_path / f"{p.canonical().key()}.json"
+    cache = S.ScheduleCache(tmp_path)
+    cache.solve(p)
+    file = cache.file(p.canonical())
+    assert file is not None
+    return p, file
 
 
 def _lookup(directory: Path, problem: S.Problem) -> tuple[S.Schedule | None, list[str]]:
@@ -167,7 +170,7 @@ def test_a_cache_entry_that_would_hang_or_fill_memory_is_ignored(tmp_path, kind)
     p, file = _schedule_entry(tmp_path)
     file.unlink()
     if kind == "fifo":
-        _fifo(tmp_path, file.name)
+        _fifo(file.parent, file.name)
         why = "is not a regular file, expected a cache entry"
     else:
         with open(file, "wb") as f:
@@ -177,7 +180,7 @@ def test_a_cache_entry_that_would_hang_or_fill_memory_is_ignored(tmp_path, kind)
         got = _lookup(tmp_path, p)
     assert got == (None, [f"schedule cache entry {file} cannot be read ({why}): ignored, solved again"])
     with _within(10), pytest.raises(BadEntry):
-        read_entry(file, S.cache.FORMAT, S.cache.VERSION, p.canonical().key())
+        read_entry(file, FORMAT, VERSION, S.ScheduleCache(tmp_path).key(p.canonical()))
 
 
 # -- outputs land together, or not at all ---------------------------------------------------------
@@ -376,7 +379,7 @@ def _answer_payload() -> dict:
     ids=["throughput", "text", "memory", "devices", "batch", "no-hbm"],
 )
 def test_a_cached_plan_whose_numbers_disagree_is_not_served(forge, why):
-    from phaze.search import hw_answer
+    from phaze import hw_answer
 
     payload = _answer_payload()
     assert hw_answer.check_answer(payload).plan == payload["plan"]
@@ -466,9 +469,7 @@ def test_phaze_opt_refuses_an_input_that_is_not_a_regular_file(tmp_path, capsys)
 
 
 def test_a_stage_entry_whose_check_reads_past_its_payload_is_ignored(tmp_path):
-    from phaze.search.warm import StageCache
-
-    stages = StageCache.of(str(tmp_path))
+    stages = Store.of(str(tmp_path))
     key = stages.key("probe", "a question")
     stages.keep("probe", key, {"answer": 42})  # hashes right, shape not what the reader expects
     with warnings.catch_warnings(record=True) as caught:

@@ -1,4 +1,4 @@
-"""``phazec --hw``'s answers kept in the cache (``phaze/search/hw_answer.py``): the same question
+"""``phazec --hw``'s answers kept in the cache (``phaze/hw_answer.py``): the same question
 asked again is answered from one file, with the same bytes in every output and the same
 warnings; any input that changes (an option, the chip's data, the model file or a helper it
 imports, the printed form) asks again; a broken entry is said and computed again; ``--no-cache`` keeps nothing."""
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import MODELS, ROOT, run_tool
 
-from passes.algorithms.cache_file import read_entry
-from phaze import driver
-from phaze.search import hw_answer, warm
+from passes.algorithms.cache_file import FORMAT, VERSION, Store, read_entry
+from phaze import driver, hw_answer
+from phaze.model_key import model_key
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 GPT2 = str(MODELS / "tiny_gpt2.py")
@@ -49,7 +49,7 @@ def test_the_same_question_is_answered_from_the_cache_byte_for_byte(tmp_path):
     assert summary and summary == [line for line in hot_err.splitlines() if not line.startswith("phazec:")]
     assert json.loads((hot / "plan.json").read_text())["feasible"] is True
     # One entry, plain JSON: the printed module is in it.
-    (entry,) = (cache / "stages" / hw_answer.KIND).iterdir()
+    (entry,) = (cache / hw_answer.KIND).iterdir()
     assert "module" in json.loads(entry.read_text())["payload"]["text"]
 
 
@@ -163,11 +163,11 @@ def test_model_key_reads_the_helpers_from_the_cache(tmp_path, monkeypatch):
     key costs no import; the key changes with a helper's bytes."""
     import phaze_ir.frontend as frontend
 
-    stages = warm.StageCache.of(str(tmp_path / "cache"))
+    stages = Store.of(str(tmp_path / "cache"))
     model = _model_with_a_helper(tmp_path / "m", 256)
-    first = warm.model_key(model, stages)
+    first = model_key(model, stages)
     assert first.name == "mlp"
-    (entry,) = (tmp_path / "cache" / "stages" / "model").iterdir()
+    (entry,) = (tmp_path / "cache" / "model").iterdir()
     sources = json.loads(entry.read_text())["payload"]["sources"]
     assert str((tmp_path / "m" / "helper.py").resolve()) in [p for p, _ in sources]
 
@@ -175,10 +175,10 @@ def test_model_key_reads_the_helpers_from_the_cache(tmp_path, monkeypatch):
         raise AssertionError("the model was imported")
 
     monkeypatch.setattr(frontend, "load_model_file", no_import)
-    assert warm.model_key(model, stages) == first
+    assert model_key(model, stages) == first
     monkeypatch.undo()
     _model_with_a_helper(tmp_path / "m", 512)
-    second = warm.model_key(model, stages)
+    second = model_key(model, stages)
     assert second.name == "mlp" and second.digest != first.digest
 
 
@@ -186,7 +186,7 @@ def test_a_broken_entry_is_said_and_computed_again(tmp_path):
     cache = tmp_path / "cache"
     opts = driver.Options(hw="a100", micro_batches=(1,), tp_widths=(1,), devices=8, global_batch=8)
     text, _ = _ask(cache, opts)
-    (entry,) = (cache / "stages" / hw_answer.KIND).iterdir()
+    (entry,) = (cache / hw_answer.KIND).iterdir()
     kept = json.loads(entry.read_text())
     kept["payload"]["text"] = kept["payload"]["text"].replace("phaze.plan", "phaze.plan ", 1)  # its hash breaks
     entry.write_text(json.dumps(kept))
@@ -194,7 +194,7 @@ def test_a_broken_entry_is_said_and_computed_again(tmp_path):
         again, logged = _ask(cache, opts)
     assert not _hit(logged) and again == text
     # Computed again, kept again, and it checks.
-    assert read_entry(entry, warm.STAGE_FORMAT, warm.STAGE_VERSION, kept["input_hash"])["text"] == text
+    assert read_entry(entry, FORMAT, VERSION, kept["input_hash"])["text"] == text
     _, logged = _ask(cache, opts)
     assert _hit(logged)
 
@@ -208,7 +208,7 @@ def test_an_error_is_not_kept_a_plan_that_does_not_fit_is(tmp_path):
     for _ in range(2):  # failed twice, the same way: nothing was kept in between
         r = run_tool("phazec", str(broken), *POINT, "--cache", str(cache), "-o", str(tmp_path / "x.mlir"))
         assert r.returncode == 1 and HIT not in r.stderr and "error:" in r.stderr, r.stderr
-    assert not (cache / "stages" / hw_answer.KIND).exists()
+    assert not (cache / hw_answer.KIND).exists()
     # A plan that does not fit is an answer: kept, and said again with the same exit status.
     unfit = [*POINT[:-1], "4", "--placement", "expert:1,8,1"]  # DP 8 cannot split 4 samples
     errs = []
@@ -227,7 +227,7 @@ def test_no_cache_keeps_nothing(tmp_path, monkeypatch):
         assert r.returncode == 0 and HIT not in r.stderr, r.stderr
     assert not (tmp_path / "home").exists()
     r = run_tool("phazec", GPT2, *POINT, "-o", str(tmp_path / "y.mlir"))  # the default cache
-    assert (tmp_path / "home" / "phaze" / "stages" / hw_answer.KIND).is_dir()
+    assert (tmp_path / "home" / "phaze" / hw_answer.KIND).is_dir()
 
 
 def test_a_new_question_on_the_same_model_reads_the_sweeps_settings(tmp_path):

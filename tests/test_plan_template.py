@@ -1,4 +1,4 @@
-"""A point compiled once is placed again from its template (``phaze/search/plan_template.py``):
+"""A point compiled once is placed again from its template (``phaze/plan_template.py``):
 another question on it (devices, batch, placement, the placement's options) gives, byte for
 byte, the plan and JSON that compiling it again gives, with no model imported; a template
 that would not give its own text back is not kept; the generic form is compiled as before."""
@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import MODELS, ROOT
 
-from phaze import driver
-from phaze.search import hw_answer, plan_template
+from phaze import driver, hw_answer, plan_template
 
 DEEP = str(MODELS / "tiny_gpt2_deep.py")
 PLACED = "from its compiled plan (in the cache)"
@@ -28,7 +27,7 @@ def _ask(opts: driver.Options, cache: Path | None, generic: bool = False) -> tup
 
 
 def _templates(cache: Path) -> list[Path]:
-    return sorted((cache / "stages" / plan_template.KIND).glob("*.json"))
+    return sorted((cache / plan_template.KIND).glob("*.json"))
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +75,12 @@ def test_a_placement_from_the_template_imports_no_model_nor_torch(cache, tmp_pat
         "import sys; from phaze.tools.phazec import main; rc = main(sys.argv[1:]); "
         "print(rc, 'torch' in sys.modules, any(m.startswith('transformers') for m in sys.modules))"
     )
-    answers = sorted((cache / "stages" / hw_answer.KIND).glob("*.json"))
+    answers = sorted((cache / hw_answer.KIND).glob("*.json"))
     run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT)
     assert run.stdout.split() == ["0", "False", "False"], run.stderr
     assert PLACED in run.stderr
     # An answer one template away is not kept again (each would be the size of its plan).
-    assert sorted((cache / "stages" / hw_answer.KIND).glob("*.json")) == answers
+    assert sorted((cache / hw_answer.KIND).glob("*.json")) == answers
 
 
 def test_the_best_point_of_a_sweep_is_placed_from_its_template(tmp_path):

@@ -1,7 +1,8 @@
 """A warm cache answers in seconds (issue 15): a rerun of a search reads every stage whose inputs
-did not change from the cache (phaze/search/warm.py), and gives the cold run's bytes: the plan,
-the JSON (its wall times apart) and the report.  A changed input is computed again; an entry
-that fails a check is said in one warning line and computed again.
+did not change from the cache (phaze/search/warm.py; the store: passes/algorithms/cache_file.py),
+and gives the cold run's bytes: the plan, the JSON (its wall times apart) and the report.  A changed
+input is computed again; an entry that fails a check is said in one warning line and computed
+again.
 
 End to end through ``phazec`` on the tiny GPT-2 and the tiny space, with its one baseline
 (``tpuv4+phaze``: the model has no expert placement), a few seconds a run."""
@@ -16,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import MODELS, module_text, run_tool
 
-from passes.algorithms.cache_file import content_hash
-from phaze.search import report, warm
+from passes.algorithms.cache_file import VERSION, content_hash
+from phaze.search import report
 from phaze_ir.ir import parse_module, print_module
 
 TINY = str(MODELS / "tiny_gpt2.py")
@@ -75,12 +76,12 @@ def copy(cold, tmp_path: Path, *drop: str) -> Path:
     cache = tmp_path / "cache"
     shutil.copytree(cold[1], cache)
     for kind in drop:
-        shutil.rmtree(cache / "stages" / kind)
+        shutil.rmtree(cache / kind)
     return cache
 
 
 def entry(cache: Path, kind: str) -> Path:
-    (file,) = sorted((cache / "stages" / kind).glob("*.json"))
+    (file,) = sorted((cache / kind).glob("*.json"))
     return file
 
 
@@ -107,7 +108,7 @@ def test_a_warm_rerun_is_the_cold_run_without_computing_anything(cold, tmp_path)
     "drop, read, computed",
     [
         (("answer",), ["baseline tpuv4+phaze is in", "the search's result is in", "the plan of tiny-gpt2"], []),
-        # The plan from its template (phaze/search/plan_template.py), then compiled without one.
+        # The plan from its template (phaze/plan_template.py), then compiled without one.
         (("answer", "plan"), ["the search's result is in", "placed from its compiled plan"], []),
         (("answer", "plan", "plan-template"), ["the search's result is in"], ["compiling the plan"]),
         (("answer", "search"), ["baseline tpuv4+phaze is in", "the plan of tiny-gpt2"], ["search: architectures"]),
@@ -210,8 +211,8 @@ def _flipped(file: Path) -> str:
 
 
 def _version(file: Path) -> str:
-    _rehash(file, lambda d: d.update(version=warm.STAGE_VERSION + 1))
-    return f"is of version {warm.STAGE_VERSION + 1}, not {warm.STAGE_VERSION}"
+    _rehash(file, lambda d: d.update(version=VERSION + 1))
+    return f"is of version {VERSION + 1}, not {VERSION}"
 
 
 def _other_inputs(file: Path) -> str:
@@ -286,7 +287,7 @@ def test_a_bad_stage_entry_is_said_and_computed_again(cold, tmp_path, kind, doct
     reason = doctor(file)
     again = Run(tmp_path / "run", cache)
     warned = again.warnings()
-    assert len(warned) == 1 and warned[0].startswith(f"phazec: warning: search cache entry {file} {reason}"), warned
+    assert len(warned) == 1 and warned[0].startswith(f"phazec: warning: cache entry {file} {reason}"), warned
     assert warned[0].endswith(": ignored, computed again")
     assert again.text == run.text
     assert again.without("wall_s", "evaluator") == run.without("wall_s", "evaluator")

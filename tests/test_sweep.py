@@ -1,4 +1,4 @@
-"""``phazec --hw``'s sweep priced from settings (phaze/search/sweep.py) against the sweep that
+"""``phazec --hw``'s sweep priced from settings (phaze/sweep.py) against the sweep that
 compiles every point through the IR pipeline (``driver.compile_model``): the same module, byte
 for byte, and the same points (throughputs, notes), on an ideal chip and on the calibrated,
 serial a100; when nothing fits; under a power cap."""
@@ -10,8 +10,7 @@ import warnings
 import pytest
 from conftest import MODELS
 
-from phaze import driver
-from phaze.search import sweep
+from phaze import driver, sweep
 from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.ir import print_module
 

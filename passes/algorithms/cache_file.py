@@ -1,10 +1,28 @@
-"""The on-disk entries of phaze's caches (the search's settings, the schedules): plain JSON, never
-code, each checked before it is used.
+"""phaze's one cache: its entries' file format, its key scheme, its store and its eviction.
 
-A file is one JSON object::
+Every cached result (the search's stages and settings, ``phazec --hw``'s answers, sweep
+settings and plan templates, the schedules) is an entry of a :class:`Store`: one key scheme
+(:meth:`Store.key`), one path layout (:meth:`Store.file`), one file format (below), one eviction
+(:func:`trim`).  The module keeps its first name, ``cache_file``: what it defines is the cache's
+files (how they are named, written, checked, read back and trimmed); its JSON number checks
+(:func:`is_int`, :func:`is_number`) are read by modules that keep no entry; and
+:mod:`passes.algorithms.schedule.cache` (the schedules' checks and their in-memory front, keyed
+by this store's keys) is another module.
 
-    {"format": "phaze-schedule", "version": 2,
-     "input_hash": "<sha256 of what the entry was computed from>",
+**Keys and paths.**  An entry is of a *kind* (``schedule``, ``model``, ``hw-answer``...) and is
+keyed by the SHA-256 of the store's format and version, its *environment* (what every entry of
+the store belongs to: :func:`environment_digest` for the computed stages, the solver's revision
+for the schedules, which are checked against their problem on load) and everything its result
+depends on (:meth:`Store.key`).  It lies at ``<cache>/<kind>/<first 32 hex digits of the
+key>.json``.  (The layouts before, ``schedules/<key>.json``, ``settings/`` and
+``stages/<kind>/`` of the formats ``phaze-schedule``, ``phaze-settings`` and
+``phaze-search-stage``, are never looked up: the least recently used, they go first when the
+directory is trimmed.)
+
+**Files.**  A file is one JSON object::
+
+    {"format": "phaze-cache", "version": 1,
+     "input_hash": "<the entry's key: a sha256 of what it was computed from>",
      "content_hash": "<sha256 of the canonical JSON of payload>",
      "payload": ...}
 
@@ -14,7 +32,7 @@ payload read back from the file gives the same text, so its hash is recomputed o
 caller's, for what it is looking up) and the content hash all agree; otherwise it raises
 :class:`BadEntry` with the reason (:class:`StaleEntry` for a file of another format version, as
 an older phaze leaves behind).  What the payload must hold is the caller's check
-(:meth:`~passes.algorithms.schedule.cache.ScheduleCache.lookup`, ``Setting.from_json``): an entry
+(:meth:`Store.load`'s ``check``, :meth:`~passes.algorithms.schedule.cache.ScheduleCache.lookup`): an entry
 whose hashes agree may still have been written with doctored numbers by whoever can write the
 directory, so the callers check the numbers against what they are for.
 
@@ -28,15 +46,32 @@ last read back whole (:func:`read_entry` touches it), so what a user keeps askin
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
+import platform
 import stat
 import tempfile
-from typing import Any, TypeGuard
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TypeGuard, TypeVar
 
 from phaze_ir.files import read_regular
+from phaze_ir.warning import PhazeWarning
+
+#: Every entry's file format and its version (in every key too: an entry of another version is
+#: never looked up).
+FORMAT = "phaze-cache"
+VERSION = 1
+#: Packages whose version can change a number of phaze's answers or a byte of its output.
+PACKAGES = ("torch", "transformers", "xdsl", "numpy", "pyscipopt", "cvxpy")
+
+T = TypeVar("T")
 
 _KEYS = {"format", "version", "input_hash", "content_hash", "payload"}
 
@@ -199,3 +234,135 @@ def write_entry(path: str | os.PathLike[str], fmt: str, version: int, input_hash
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+# -- keys -----------------------------------------------------------------------------------------
+
+
+@functools.cache
+def source_digest() -> str:
+    """A digest of phaze's Python sources: a cached result is reused only by the code that made it."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[2]
+    for pkg in ("phaze_ir", "passes", "phaze"):
+        for p in sorted((root / pkg).rglob("*.py")):
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def environment_digest() -> str:
+    """:func:`source_digest`, the Rust extension's bytes, Python's version and those of
+    :data:`PACKAGES`: what every computed result depends on besides its inputs."""
+    from passes.algorithms import _phaze_rs
+
+    h = hashlib.sha256(source_digest().encode())
+    h.update(Path(_phaze_rs.__file__ or "").read_bytes())
+    h.update(repr((platform.python_version(), [(p, _version(p)) for p in PACKAGES])).encode())
+    return h.hexdigest()[:32]
+
+
+def digest(data: bytes | str) -> str:
+    """The SHA-256 of ``data`` (text as UTF-8), hex."""
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+# -- the store ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Store:
+    """The entries under ``directory`` (None: nothing kept, nothing found), each of one kind,
+    keyed by :meth:`key` and lying at :meth:`file`.  ``env`` is what every entry of the store
+    belongs to (in every key): :func:`environment_digest` unless the caller says otherwise."""
+
+    directory: Path | None
+    env: str = field(default_factory=environment_digest)
+    #: Set when the directory could not be written (said once by :meth:`keep`; nothing more is tried).
+    broken: bool = False
+
+    @classmethod
+    def of(cls, cache_dir: str | os.PathLike[str] | None) -> Store:
+        """The store of the cache directory ``cache_dir`` (``--cache``; None: ``--no-cache``)."""
+        return cls(Path(cache_dir) if cache_dir is not None else None)
+
+    def key(self, kind: str, *parts: object) -> str:
+        """The key of a ``kind`` entry computed from ``parts`` (plain values whose ``repr`` is
+        stable: strings, numbers, booleans, None, tuples of them)."""
+        return digest(repr((FORMAT, VERSION, self.env, kind, parts)))
+
+    def file(self, kind: str, key: str) -> Path | None:
+        """Where the ``kind`` entry of ``key`` lies (None without a directory)."""
+        return Path(self.directory, kind, key[:32] + ".json") if self.directory is not None else None
+
+    def read(self, kind: str, key: str) -> Any:
+        """The payload of the ``kind`` entry for ``key``, its format and hashes checked
+        (:func:`read_entry`: :class:`BadEntry` or :class:`StaleEntry` saying why not); None
+        when there is no such file.  What the payload must hold is the caller's check."""
+        file = self.file(kind, key)
+        if file is None or not file.exists():
+            return None
+        return read_entry(file, FORMAT, VERSION, key)
+
+    def write(self, kind: str, key: str, payload: Any) -> None:
+        """Write ``payload`` as the ``kind`` entry for ``key`` (atomically: :func:`write_entry`;
+        ``ValueError`` for a NaN or an infinity, ``OSError`` when the directory cannot be
+        written; nothing without a directory)."""
+        file = self.file(kind, key)
+        if file is not None:
+            write_entry(file, FORMAT, VERSION, key, payload)
+
+    def load(self, kind: str, key: str, check: Callable[[Any], T], again: str = "computed again") -> T | None:
+        """The payload of the ``kind`` entry for ``key`` as ``check`` returns it (``check`` raises
+        :class:`BadEntry` when the payload does not hold what it must), or None when there is
+        none or it fails a check (then one warning says which file, why, and that it is
+        ``again``)."""
+        try:
+            payload = self.read(kind, key)
+            return None if payload is None else check(payload)
+        except (BadEntry, LookupError, TypeError, AttributeError, ArithmeticError) as e:
+            # a payload of the right hashes but the wrong shape, where a check reads past what it holds
+            why = e if isinstance(e, BadEntry) else f"does not hold what it must ({type(e).__name__}: {e})"
+            warnings.warn(f"cache entry {self.file(kind, key)} {why}: ignored, {again}", PhazeWarning, stacklevel=2)
+            return None
+
+    def keep(self, kind: str, key: str, payload: Any) -> None:
+        """Write ``payload`` as the ``kind`` entry for ``key``.  A payload that JSON cannot hold
+        (NaN, infinity) is not kept; a directory that cannot be written costs one warning."""
+        if self.broken:
+            return
+        try:
+            self.write(kind, key, payload)
+        except ValueError:  # a NaN or an infinity: computed again next time
+            return
+        except OSError as e:
+            self.broken = True
+            warnings.warn(
+                f"cache directory {self.directory} is not usable ({e.strerror or e}); results are not kept",
+                PhazeWarning,
+                stacklevel=2,
+            )
+
+
+# -- what the payloads must hold ------------------------------------------------------------------
+
+
+def need(ok: bool, what: str) -> None:
+    """Raise :class:`BadEntry` saying the payload does not hold ``what`` unless ``ok``."""
+    if not ok:
+        raise BadEntry(f"does not hold {what}")
+
+
+def fields(x: object, keys: tuple[str, ...], what: str) -> dict:
+    """``x`` if it is a dict with ``keys`` (and maybe more), else :class:`BadEntry`."""
+    need(isinstance(x, dict) and all(k in x for k in keys), what)
+    assert isinstance(x, dict)
+    return x

@@ -15,7 +15,7 @@ Phases (each timed, with a progress bar unless ``-q``):
    solver limits and schedule cache), checked against the search's figure.
 
 Each stage's result is also kept in the cache directory by its inputs
-(:mod:`phaze.search.warm`): a rerun computes only the stages whose inputs changed, and one with
+(:mod:`phaze.search.warm`, in the cache's store): a rerun computes only the stages whose inputs changed, and one with
 nothing changed reads the answer (:func:`answer`) without importing a model.
 """
 
@@ -29,11 +29,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
-from passes.algorithms.cache_file import BadEntry, is_int, is_number, read_entry, write_entry
-from phaze.search import plan_template, warm
+from passes.algorithms.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
+from phaze import plan_template
+from phaze.model_key import model_key, model_known
+from phaze.search import warm
 from phaze.search.engine import (
     COUNTS,
     TIMERS,
@@ -48,7 +49,6 @@ from phaze.search.engine import (
 )
 from phaze.search.objective import UNITS, check_tables
 from phaze.search.pareto import front_indices
-from phaze.search.warm import StageCache, need
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError, PhazeWarning
 
@@ -78,9 +78,8 @@ class SearchOptions:
     prune: bool = True
 
 
-#: The settings cache's file format (:mod:`passes.algorithms.cache_file`) and its version.
-SETTINGS_FORMAT = "phaze-settings"
-SETTINGS_VERSION = 2  # 2: sequence parallelism and the repeated blocks
+#: The store's kind of entry holding one model's settings at one micro-batch (:func:`prepare`).
+SETTINGS_KIND = "settings"
 
 
 def _prepare_worker(args: tuple[str, int, tuple[int, ...], Any]) -> list:
@@ -90,78 +89,51 @@ def _prepare_worker(args: tuple[str, int, tuple[int, ...], Any]) -> list:
     return prepare_settings(path, micro_batch, tps, opts)
 
 
-def _cached_settings(file: Path, input_hash: str, micro_batch: int, tps: tuple[int, ...]) -> list | None:
-    """The settings kept in ``file`` for ``input_hash`` (a model at ``micro_batch``, sharded for
-    some of ``tps``), or None when there is no such file or it fails a check (the format, the
-    version, the hashes, the schema: then one warning says which and why)."""
+def _check_settings(micro_batch: int, tps: tuple[int, ...]):
+    """The check of a ``settings`` payload: settings of a model at ``micro_batch``, sharded for
+    some of ``tps`` (:class:`BadEntry` otherwise)."""
     from phaze.search.setting import Setting
 
-    if not file.exists():
-        return None
-    try:
-        payload = read_entry(file, SETTINGS_FORMAT, SETTINGS_VERSION, input_hash)
-        if not isinstance(payload, list) or not payload:
-            raise BadEntry("does not hold a list of settings")
+    def check(payload: Any) -> list:
+        need(isinstance(payload, list) and bool(payload), "a list of settings")
         try:
             settings = [Setting.from_json(s) for s in payload]
         except ValueError as e:
             raise BadEntry(f"does not hold valid settings ({e})") from None
         if any(s.micro_batch != micro_batch or s.tp not in tps for s in settings):
             raise BadEntry(f"holds settings of another micro-batch or TP width than {micro_batch} and {tps}")
-    except BadEntry as e:
-        warnings.warn(f"settings cache entry {file} {e}: ignored, prepared again", PhazeWarning, stacklevel=2)
-        return None
-    return settings
+        return settings
 
-
-def _keep_settings(file: Path, input_hash: str, settings: list) -> bool:
-    """Write ``settings`` to ``file``; False (after a warning) when the directory is not usable."""
-    try:
-        write_entry(file, SETTINGS_FORMAT, SETTINGS_VERSION, input_hash, [s.to_json() for s in settings])
-    except OSError as e:
-        warnings.warn(
-            f"cache directory {file.parent} is not usable ({e.strerror or e}); prepared settings are not kept",
-            PhazeWarning,
-            stacklevel=2,
-        )
-        return False
-    return True
+    return check
 
 
 def prepare(
-    paths: list[str], models: tuple[str, ...], opts, tps: tuple[int, ...], sopts: SearchOptions, backend, log
+    paths: list[str], models: tuple[str, ...], opts, tps: tuple[int, ...], stages: Store, backend, log
 ) -> list[list]:
-    """Settings of every model (``[model][setting]``, micro-batch-major), from the cache where
-    it has them (``<cache>/settings/<key>.json``, checked before use: never code); ``models``:
-    each model's digest (:func:`phaze.search.warm.model_key`)."""
-    digest = warm.environment_digest()
-    items, files, where = [], [], []
+    """Settings of every model (``[model][setting]``, micro-batch-major), from the cache's store
+    ``stages`` where it has them (``settings`` entries, checked before use: never code);
+    ``models``: each model's digest (:func:`phaze.model_key.model_key`)."""
+    items, keys, where = [], [], []
     out: list[list] = [[None] * len(opts.micro_batches) for _ in paths]
     for m, path in enumerate(paths):
         for k, micro_batch in enumerate(opts.micro_batches):
-            h = hashlib.sha256(models[m].encode())
             traced_as = (micro_batch, opts.seq_len, opts.dtype, opts.optimizer, opts.strict)
-            h.update(repr((digest, tps, opts.sequence_parallel, *traced_as)).encode())
-            input_hash = h.hexdigest()
-            file = Path(sopts.cache_dir, "settings", input_hash[:32] + ".json") if sopts.cache_dir else None
-            if file is not None:
-                cached = _cached_settings(file, input_hash, micro_batch, tps)
-                if cached is not None:
-                    out[m][k] = cached
-                    continue
+            key = stages.key(SETTINGS_KIND, models[m], tps, opts.sequence_parallel, traced_as)
+            cached = stages.load(SETTINGS_KIND, key, _check_settings(micro_batch, tps), again="prepared again")
+            if cached is not None:
+                out[m][k] = cached
+                continue
             items.append((path, micro_batch, tps, opts))
-            files.append((file, input_hash))
+            keys.append(key)
             where.append((m, k))
     if items:
         log(
             f"preparing {len(items)} model setting(s) (trace at each micro-batch, shard at TP {tps})"
             + (f" on {backend.jobs} {backend.name} worker(s)" if backend.jobs > 1 else "")
         )
-        keep = True
-        for (m, k), (file, input_hash), settings in zip(where, files, backend.map(_prepare_worker, items)):
+        for (m, k), key, settings in zip(where, keys, backend.map(_prepare_worker, items)):
             out[m][k] = settings
-            if file is not None and keep:
-                keep = _keep_settings(file, input_hash, settings)
+            stages.keep(SETTINGS_KIND, key, [s.to_json() for s in settings])
     return [[s for group in per_model for s in group] for per_model in out]
 
 
@@ -289,14 +261,14 @@ def _space_digest(space) -> str:
     return h.hexdigest()
 
 
-def _model_names(paths: list[str], stages: StageCache) -> tuple[list[str], tuple[str, ...]]:
-    """Each model's name and its digest (:func:`phaze.search.warm.model_key`: the file's bytes
+def _model_names(paths: list[str], stages: Store) -> tuple[list[str], tuple[str, ...]]:
+    """Each model's name and its digest (:func:`phaze.model_key.model_key`: the file's bytes
     and those of the helpers it imports)."""
-    keys = [warm.model_key(path, stages) for path in paths]
+    keys = [model_key(path, stages) for path in paths]
     return [k.name for k in keys], tuple(k.digest for k in keys)
 
 
-def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: StageCache) -> _Inputs:
+def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) -> _Inputs:
     """Load the space and the model files and check them, before anything slow (a wrong
     argument is a one-line error, not one after the preparation)."""
     from passes.algorithms.arch_space import load_space, paper_space
@@ -330,7 +302,7 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: StageCach
     extra = {f[2] for f in fixed if f} | {x[2] for x in experts if x and sopts.baselines}
     chip = repr(driver.load_accelerator(BASELINE_CHIP))
     torus = repr(driver.load_accelerator(TORUS_CHIP))
-    keys = _Keys(digests, repr(opts), repr(sopts.limits), _space_digest(space), warm.digest(chip), warm.digest(torus))
+    keys = _Keys(digests, repr(opts), repr(sopts.limits), _space_digest(space), digest(chip), digest(torus))
     return _Inputs(space, names, fixed, experts, tuple(sorted(set(tps) | extra)), keys)
 
 
@@ -353,9 +325,11 @@ class _Work:
     a Ray instance), the settings (the models traced), the evaluator.  A rerun that finds every
     stage in the cache makes none of them."""
 
-    def __init__(self, paths: list[str], opts, inputs: _Inputs, sopts: SearchOptions, schedules, log) -> None:
+    def __init__(
+        self, paths: list[str], opts, inputs: _Inputs, sopts: SearchOptions, stages: Store, schedules, log
+    ) -> None:
         self.paths, self.opts, self.inputs, self.sopts = paths, opts, inputs, sopts
-        self.schedules, self.log = schedules, log
+        self.stages, self.schedules, self.log = stages, schedules, log
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> _Work:
@@ -374,7 +348,7 @@ class _Work:
     @cached_property
     def settings(self) -> list[list]:
         return prepare(
-            self.paths, self.inputs.keys.models, self.opts, self.inputs.tps, self.sopts, self.backend, self.log
+            self.paths, self.inputs.keys.models, self.opts, self.inputs.tps, self.stages, self.backend, self.log
         )
 
     @cached_property
@@ -408,11 +382,11 @@ class _Work:
 
 def _check_baseline(payload: Any) -> tuple[dict, dict[str, int]]:
     """A ``baseline`` stage entry: ``(record, counts)``."""
-    d = warm.fields(payload, ("record", "counts"), "a baseline")
+    d = fields(payload, ("record", "counts"), "a baseline")
     return warm.check_record(d["record"]), warm.check_counts(d["counts"], COUNTS)
 
 
-def _baseline_plan(inputs: _Inputs, sopts: SearchOptions, stages: StageCache) -> list[tuple[str, str]]:
+def _baseline_plan(inputs: _Inputs, sopts: SearchOptions, stages: Store) -> list[tuple[str, str]]:
     """The baselines to search, in order, with their stage keys: the TPUv4-like chip with the
     expert placement (unless a model has none) and with the searched one, on its flat network
     and on its torus, then the decoupled search (the space's best chip under the expert
@@ -434,7 +408,7 @@ def _run_baselines(
     cands: Candidates,
     cached: dict[str, tuple[dict, dict[str, int]] | None],
     keys: dict[str, str],
-    stages: StageCache,
+    stages: Store,
     progress: Progress | None,
 ) -> tuple[dict[str, dict], list[dict[str, int]]]:
     """The baselines' records and the evaluator's counts of each: read from the stage cache
@@ -530,11 +504,11 @@ def _check_search(inputs: _Inputs, opts) -> Any:
     winner a candidate of the space, one setting per model among those searched."""
 
     def check(payload: Any) -> dict:
-        d = warm.fields(payload, ("record", "winner", "stats", "models_detail", "counts"), "a search")
+        d = fields(payload, ("record", "winner", "stats", "models_detail", "counts"), "a search")
         warm.check_record(d["record"])
         warm.check_stats(d["stats"])
         warm.check_counts(d["counts"], COUNTS)
-        w = warm.fields(d["winner"], ("config", "hbm", "score", "settings"), "a winner")
+        w = fields(d["winner"], ("config", "hbm", "score", "settings"), "a winner")
         need(is_int(w["config"]) and 0 <= w["config"] < len(inputs.space.configs), "a candidate of the space")
         need(is_int(w["hbm"]) and w["hbm"] in inputs.space.hbm_options, "an HBM option of the space")
         need(is_number(w["score"]) and w["score"] > 0, "a winner that fits")
@@ -581,20 +555,20 @@ def _winner_options(opts, limits: SolverLimits, cache):
 
 def _check_plan(payload: Any) -> str:
     """A ``plan`` stage entry: a plan module's MLIR text."""
-    d = warm.fields(payload, ("text",), "a plan")
+    d = fields(payload, ("text",), "a plan")
     need(isinstance(d["text"], str), "a plan's text")
     return d["text"]
 
 
 def _compile_winner(
-    paths: list[str], inputs: _Inputs, winner: dict, acc, wopts, stages: StageCache, log, templated: bool = False
+    paths: list[str], inputs: _Inputs, winner: dict, acc, wopts, stages: Store, log, templated: bool = False
 ) -> tuple[list, list[str]]:
     """Each model's plan module on the winning chip, through the IR pipeline (``phazec --hw``)
     at the setting the search chose, or parsed from the stage cache (kept by the model file,
     the options and the chip): the plan file's numbers come from the passes, and each must
     equal the search's figure.  With each module, its text (printed, or the entry's).
     ``templated`` (one model, printed in the custom form): a point compiled before on that chip
-    is placed from its template (:mod:`phaze.search.plan_template`; the module is then its
+    is placed from its template (:mod:`phaze.plan_template`; the module is then its
     placed skeleton), and a compiled one leaves its template."""
     from phaze import driver
     from phaze_ir.ir import print_module
@@ -608,7 +582,7 @@ def _compile_winner(
         mopts = replace(wopts, micro_batches=(micro_batch,), tp_widths=(tp,), sequence_parallel=sp_setting)
         templates = None
         if templated and stages.directory is not None:
-            templates = plan_template.Templates(stages, inputs.keys.models[m], warm.digest(chip), mopts)
+            templates = plan_template.Templates(stages, inputs.keys.models[m], digest(chip), mopts)
         module = templates.placed(plan_template.Point(micro_batch, tp, sp)) if templates is not None else None
         if module is not None and templates is not None:
             try:
@@ -749,7 +723,7 @@ def run(
     log,
     progress: Progress | None = None,
     *,
-    stages: StageCache | None = None,
+    stages: Store | None = None,
     inputs: _Inputs | None = None,
     generic: bool = False,
 ) -> tuple[str, dict]:
@@ -763,7 +737,7 @@ def run(
 
     t_all = time.perf_counter()
     walls: dict[str, float] = {}
-    stages = stages if stages is not None else StageCache.of(sopts.cache_dir)
+    stages = stages if stages is not None else Store.of(sopts.cache_dir)
     inputs = inputs if inputs is not None else _read_inputs(paths, opts, sopts, stages)
     space, names, k = inputs.space, inputs.names, inputs.keys
     log(
@@ -782,8 +756,8 @@ def run(
             log(f"baseline {name} is in the cache")
     if found is not None:
         log("the search's result is in the cache")
-    schedules = sched.ScheduleCache(Path(sopts.cache_dir, "schedules") if sopts.cache_dir else None)
-    with _Work(paths, opts, inputs, sopts, schedules, log) as work:
+    schedules = sched.ScheduleCache(sopts.cache_dir)
+    with _Work(paths, opts, inputs, sopts, stages, schedules, log) as work:
         with _timed(walls, "prepare"):
             if found is None or any(hit is None for hit in cached.values()):
                 work.settings  # noqa: B018 (prepared here, so that the phase's time is its own)
@@ -822,9 +796,9 @@ def run(
 def _check_answer(payload: Any) -> tuple[str, dict]:
     """An ``answer`` stage entry: ``(the output module's text, the JSON)``, the JSON's wall times
     left out."""
-    d = warm.fields(payload, ("text", "data"), "an answer")
+    d = fields(payload, ("text", "data"), "an answer")
     need(isinstance(d["text"], str), "the output's text")
-    data = warm.fields(d["data"], ("baselines", "search"), "the JSON")
+    data = fields(d["data"], ("baselines", "search"), "the JSON")
     need(isinstance(data["baselines"], list), "the baselines")
     for rec in data["baselines"]:
         warm.check_record(rec)
@@ -839,8 +813,8 @@ def answer(
     the stage cache when it holds the answer for these inputs (no model imported, nothing
     computed: only ``search.wall_s`` is this run's), else :func:`run`'s, kept for next time."""
     t0 = time.perf_counter()
-    stages = StageCache.of(sopts.cache_dir)
-    if sopts.backend == "local" and sopts.jobs > 1 and not all(warm.model_known(p, stages) for p in paths):
+    stages = Store.of(sopts.cache_dir)
+    if sopts.backend == "local" and sopts.jobs > 1 and not all(model_known(p, stages) for p in paths):
         # A model the cache has not seen: it is imported now (torch with it), and its settings
         # will be prepared on the workers, which fork from a server importing torch meanwhile.
         from phaze.search.backend import start_fork_server

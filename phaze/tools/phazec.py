@@ -538,7 +538,7 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
     opts = options(args)
     if searching(args):
         return _search(args, opts, log)
-    from phaze.search import hw_answer
+    from phaze import hw_answer
 
     result = _launchable_answer(args, opts, log)
     files: list[Output] = []
@@ -575,9 +575,9 @@ def _launchable_answer(args: argparse.Namespace, opts, log):
     When none launches, the unnarrowed plan stays and the exports say why they are refused."""
     from dataclasses import replace
 
+    from phaze import hw_answer
     from phaze.driver import NoPlanFits
     from phaze.export import facts_of, launchable_choices, refusals
-    from phaze.search import hw_answer
 
     def ask(o):
         return hw_answer.answer(args.models[0], o, cache_dir(args), log, generic=args.print_op_generic)

@@ -1,8 +1,13 @@
 """Schedules by problem, in memory and optionally on disk: identical layers, and the same layer
 of another architecture candidate, are solved once.
 
-On disk, one file per problem (``<key>.json``, :mod:`passes.algorithms.cache_file`: format
-``phaze-schedule``, :data:`VERSION`, the problem's key as input hash, a content hash).  A file is
+On disk, one entry per problem in the cache's store (:class:`passes.algorithms.cache_file.Store`:
+kind ``schedule``, ``<directory>/schedule/<key>.json``, keyed by the canonical problem's
+:meth:`~.problem.Problem.key` under :data:`ENVIRONMENT`; its file holds that key as input hash
+and a content hash).  Its environment is the solver's revision, not the sources' digest the
+computed stages are keyed by: a schedule is checked against its problem when it is read (below),
+so it outlives any edit that does not change the solver (which bumps :data:`SOLVER_REVISION`).
+In memory, the schedules read or solved are kept by the same keys.  A file is
 data that whoever can write the directory may have changed, so an entry read from it is used
 only once it is checked against the problem it is looked up for (:func:`check_entry`): the
 hashes, the schema, a valid schedule of that problem (:func:`~.problem.check_schedule`), its
@@ -18,17 +23,18 @@ import math
 import os
 import warnings
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
-from passes.algorithms.cache_file import BadEntry, StaleEntry, is_int, is_number, read_entry, write_entry
+from passes.algorithms.cache_file import BadEntry, StaleEntry, Store, is_int, is_number
 from passes.algorithms.schedule.prepared import lower_bounds
 from passes.algorithms.schedule.problem import Problem, Schedule, check_schedule
 from passes.algorithms.schedule.solve import SOLVER_REVISION, solve
 from phaze_ir.warning import PhazeWarning
 
-#: The on-disk entry's format name and version (version 1: the unchecked files before).
-FORMAT = "phaze-schedule"
-VERSION = 2
+#: The store's kind of entry a schedule is, and what its entries belong to (in every key).
+KIND = "schedule"
+ENVIRONMENT = f"schedule solver revision {SOLVER_REVISION}"
 #: What a schedule's ``status`` and ``method`` may be (see :class:`~.problem.Schedule`).
 STATUSES = ("optimal", "gaplimit", "nodelimit", "timelimit", "heuristic")
 METHODS = ("ilp", "list", "trivial", "serial")
@@ -129,10 +135,15 @@ class ScheduleCache:
     answer a fresh solve would give (exactly so when the node limit, not the clock, stops SCIP)."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        self.entries = Store(Path(directory) if directory is not None else None, ENVIRONMENT)
         self._mem: dict[str, tuple[Schedule, tuple]] = {}
-        self.directory = os.fspath(directory) if directory is not None else None
         self.hits = 0
         self.misses = 0
+
+    @property
+    def directory(self) -> Path | None:
+        """The cache directory whose ``schedule/`` entries are read and written (None: memory only)."""
+        return self.entries.directory
 
     def __len__(self) -> int:
         return len(self._mem)
@@ -160,38 +171,43 @@ class ScheduleCache:
             int(revision),
         )
 
-    def _path(self, key: str) -> str:
-        assert self.directory is not None
-        return os.path.join(self.directory, key + ".json")
+    def key(self, canonical: Problem) -> str:
+        """The store's key of a canonical problem's entry."""
+        return self.entries.key(KIND, canonical.key())
+
+    def file(self, canonical: Problem) -> Path | None:
+        """Where a canonical problem's entry lies (None without a directory)."""
+        return self.entries.file(KIND, self.key(canonical))
 
     def _entry(self, canonical: Problem) -> tuple[Schedule, tuple] | None:
-        key = canonical.key()
+        key = self.key(canonical)
         entry = self._mem.get(key)
-        if entry is None and self.directory is not None:
-            path = self._path(key)
-            if os.path.exists(path):
-                try:
-                    entry = self._read(path, canonical)
-                except StaleEntry:
-                    # One line for all of them: a cache from before a format change holds many.
-                    warnings.warn(
-                        f"schedule cache {self.directory}: entries of another format version are "
-                        "ignored and solved again",
-                        PhazeWarning,
-                        stacklevel=2,
-                    )
-                    return None
-                except BadEntry as e:
-                    warnings.warn(f"schedule cache entry {path} {e}: ignored, solved again", PhazeWarning, stacklevel=2)
-                    return None
+        if entry is None and self.entries.directory is not None:
+            try:
+                entry = self._read(key, canonical)
+            except StaleEntry:
+                # One line for all of them: a cache from before a format change holds many.
+                warnings.warn(
+                    f"schedule cache {self.entries.directory}: entries of another format version are "
+                    "ignored and solved again",
+                    PhazeWarning,
+                    stacklevel=2,
+                )
+                return None
+            except BadEntry as e:
+                file = self.entries.file(KIND, key)
+                warnings.warn(f"schedule cache entry {file} {e}: ignored, solved again", PhazeWarning, stacklevel=2)
+                return None
+            if entry is not None:
                 self._mem[key] = entry
         return entry
 
-    @staticmethod
-    def _read(path: str, canonical: Problem) -> tuple[Schedule, tuple]:
-        """The entry of file ``path`` for ``canonical``, checked (:func:`check_entry`), or
-        :class:`BadEntry` saying why it cannot be used."""
-        payload = read_entry(path, FORMAT, VERSION, canonical.key())
+    def _read(self, key: str, canonical: Problem) -> tuple[Schedule, tuple] | None:
+        """The stored entry of ``key`` for ``canonical``, checked (:func:`check_entry`), None when
+        there is none, or :class:`BadEntry` saying why it cannot be used."""
+        payload = self.entries.read(KIND, key)
+        if payload is None:
+            return None
         limits = _limits_of(payload)
         schedule = _schedule_of(payload["schedule"], len(canonical.ops))
         why = check_entry(canonical, schedule)
@@ -219,9 +235,9 @@ class ScheduleCache:
 
     def store(self, canonical: Problem, schedule: Schedule, limits: tuple) -> None:
         """Keep the schedule of a canonical problem solved under ``limits``."""
-        key = canonical.key()
+        key = self.key(canonical)
         self._mem[key] = (schedule, limits)
-        if self.directory is not None:
+        if self.entries.directory is not None:
             time_limit, gap_limit, node_limit, max_binaries, revision = limits
             payload = {
                 "time_limit": time_limit if math.isfinite(time_limit) else None,
@@ -232,15 +248,15 @@ class ScheduleCache:
                 "schedule": schedule.to_json(),
             }
             try:
-                write_entry(self._path(key), FORMAT, VERSION, key, payload)
+                self.entries.write(KIND, key, payload)
             except OSError as e:
                 warnings.warn(
-                    f"schedule cache directory {self.directory} is not usable ({e.strerror or e}); "
+                    f"schedule cache directory {self.entries.directory} is not usable ({e.strerror or e}); "
                     "schedules are kept in memory only",
                     PhazeWarning,
                     stacklevel=2,
                 )
-                self.directory = None
+                self.entries.directory = None
 
     def put(
         self,

@@ -15,6 +15,10 @@ What the settings do not cover is compiled point by point as before
 all there is to do), expert parallelism and a capacity factor (the search places no experts),
 a micro-batch whose step cannot be imported, and, should it ever happen, a best point whose
 compiled throughput is not the settings' (said in one warning line).
+
+The sweep is ``phazec --hw``'s, so it lives beside the driver; it prices with the search's
+settings and evaluator (:mod:`phaze.search.setting`, :mod:`phaze.search.engine`), which the
+phaze layer may import (``phaze.search`` imports nothing of this module).
 """
 
 from __future__ import annotations
@@ -25,20 +29,20 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
+from passes.algorithms.cache_file import Store, fields, is_int, need
 from phaze import driver
 from phaze.driver import Candidate, Options
-from phaze.search import warm
-from phaze.search.plan_template import Point
-from phaze.search.warm import StageCache, need
+from phaze.model_key import model_key
+from phaze.plan_template import Point
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 if TYPE_CHECKING:
-    from phaze.search.plan_template import Templates
+    from phaze.plan_template import Templates
     from phaze.search.setting import Setting
 
 #: Relative difference allowed between the settings' throughput and the compiled plan's.
 AGREE = 1e-9
-#: The stage cache's kind of entry holding one micro-batch's settings (:func:`prepared`).
+#: The store's kind of entry holding one micro-batch's settings (:func:`prepared`).
 SETTINGS_KIND = "sweep-settings"
 
 
@@ -59,7 +63,7 @@ def compile_plan(
     log,
     accelerator=None,
     seconds: dict[str, float] | None = None,
-    stages: StageCache | None = None,
+    stages: Store | None = None,
     templates: Templates | None = None,
 ) -> tuple:
     """What ``driver.compile_model`` returns (the best point's module, every point of the
@@ -68,7 +72,7 @@ def compile_plan(
     point) and ``winner`` (the best point compiled from the whole model).  ``stages``: where
     each micro-batch's settings are kept and looked up (:func:`prepared`; None: nowhere).
     ``templates``: where the best point is placed from its template when it was compiled
-    before (:mod:`phaze.search.plan_template`: then the module is its placed skeleton)."""
+    before (:mod:`phaze.plan_template`: then the module is its placed skeleton)."""
     with driver.few_collections():  # its cut traces allocate as a compilation does
         return _compile_plan(model_path, opts, log, accelerator, seconds, stages, templates)
 
@@ -79,7 +83,7 @@ def _compile_plan(
     log,
     accelerator,
     seconds: dict[str, float] | None,
-    stages: StageCache | None,
+    stages: Store | None,
     templates: Templates | None,
 ) -> tuple:
     if why_compiled_point_by_point(opts):
@@ -201,10 +205,10 @@ def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> 
 
 
 def prepared(
-    model_path: str, b: int, tps: tuple[int, ...], opts: Options, stages: StageCache | None, name: str, log
+    model_path: str, b: int, tps: tuple[int, ...], opts: Options, stages: Store | None, name: str, log
 ) -> tuple[list[Setting], list[tuple[int, bool, str]]]:
     """``prepare_points``'s settings of micro-batch ``b`` and why each other point has none, from
-    ``stages`` when it has them (a ``sweep-settings`` entry: :mod:`phaze.search.warm`), else
+    ``stages`` when it has them (a ``sweep-settings`` entry of the cache's store), else
     prepared and kept there.  They depend on the model (its file and the helpers it imports),
     the micro-batch, the TP widths and what tracing, importing and sharding read of the options
     (sequence parallelism, the sequence length, the dtype, the optimizer, ``--strict``), not on
@@ -214,7 +218,7 @@ def prepared(
     key = None
     if stages is not None and stages.directory is not None:
         traced_as = (b, opts.seq_len, opts.dtype, opts.optimizer, opts.strict, opts.capacity_factor)
-        model = warm.model_key(model_path, stages).digest
+        model = model_key(model_path, stages).digest
         key = stages.key(SETTINGS_KIND, model, tps, opts.sequence_parallel, traced_as)
         hit = stages.load(SETTINGS_KIND, key, lambda payload: _check_prepared(payload, b, tps))
         if hit is not None:
@@ -234,7 +238,7 @@ def _check_prepared(payload: Any, b: int, tps: tuple[int, ...]) -> tuple[list[Se
     from passes.algorithms.cache_file import BadEntry
     from phaze.search.setting import Setting
 
-    d = warm.fields(payload, ("settings", "errors"), "settings")
+    d = fields(payload, ("settings", "errors"), "settings")
     need(isinstance(d["settings"], list) and isinstance(d["errors"], list), "settings")
     try:
         settings = [Setting.from_json(x) for x in d["settings"]]
@@ -243,7 +247,7 @@ def _check_prepared(payload: Any, b: int, tps: tuple[int, ...]) -> tuple[list[Se
     need(all(s.micro_batch == b and s.tp in tps for s in settings), f"settings of micro-batch {b} at TP {tps}")
     errors = []
     for item in d["errors"]:
-        ok = isinstance(item, list) and len(item) == 3 and warm.is_int(item[0]) and item[0] in tps
+        ok = isinstance(item, list) and len(item) == 3 and is_int(item[0]) and item[0] in tps
         need(ok and isinstance(item[1], bool) and isinstance(item[2], str), "(TP, SP, why not) of each other point")
         errors.append((item[0], item[1], item[2]))
     return settings, errors

@@ -1,24 +1,24 @@
-"""``phazec --hw``'s output, kept in the stage cache: asking the same question again answers it
+"""``phazec --hw``'s output, kept in phaze's cache: asking the same question again answers it
 without tracing, compiling or printing anything.
 
 One compilation for one chip (``phazec MODEL --hw CHIP``: the sweep of
-:func:`phaze.search.sweep.compile_plan`, a fixed placement, or an earlier ``--emit`` stage) ends
+:func:`phaze.sweep.compile_plan`, a fixed placement, or an earlier ``--emit`` stage) ends
 in an :class:`Answer`: the module printed, the plan as JSON (plan stage), its summary for
 stderr, what an export needs of the model besides the plan, and the phaze warnings said while
-compiling.  That answer is an ``hw-answer`` entry of the search's stage cache
-(:mod:`phaze.search.warm`: ``<cache>/stages/hw-answer/<key>.json``, checked on load, never
-code), keyed by the environment digest (phaze's sources, the Rust extension, the packages'
-versions), the model (:func:`phaze.search.warm.model_key`: the file's bytes and those of the
+compiling.  That answer is an ``hw-answer`` entry of the cache's store
+(:class:`passes.algorithms.cache_file.Store`: ``<cache>/hw-answer/<key>.json``, checked on load,
+never code), keyed by the environment digest (phaze's sources, the Rust extension, the packages'
+versions), the model (:func:`phaze.model_key.model_key`: the file's bytes and those of the
 helpers it imports), the driver's options (their ``repr``), the chip's data and
 the printed form.  A hit reads one file: no model imported, nor torch; its warnings are said
 again.  A sweep's settings (the model cut to 3 and 4 blocks, per micro-batch: they do not
 depend on the chip, the devices or the batch) are kept as ``sweep-settings`` entries
-(:func:`phaze.search.sweep.prepared`), and the schedules a compilation solves go to
-``<cache>/schedules`` (the search's; or ``$PHAZE_SCHEDULE_CACHE`` when set): a new question on
+(:func:`phaze.sweep.prepared`), and the schedules a compilation solves are ``schedule``
+entries of the same store (the search's; or of ``$PHAZE_SCHEDULE_CACHE`` when set): a new question on
 the same model (another chip, devices, batch) reads its settings, and on a chip asked about
 before skips the layers already scheduled.  A point compiled before (micro-batch, TP width,
 sequence parallelism) is placed again from its ``plan-template`` entry
-(:mod:`phaze.search.plan_template`) instead of being compiled: a question of one point (a fixed
+(:mod:`phaze.plan_template`) instead of being compiled: a question of one point (a fixed
 placement) imports no model, nor torch.
 
 What the key cannot see: files a model file reads, and modules it imports only inside a function
@@ -34,18 +34,16 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from passes.algorithms.cache_file import BadEntry
-from phaze import driver
+from passes.algorithms.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
+from phaze import driver, plan_template
 from phaze.driver import Options
-from phaze.search import plan_template, warm
-from phaze.search.warm import StageCache, need
+from phaze.model_key import ModelKey, model_key
 from phaze_ir.attributes import format_float
 from phaze_ir.errors import PhazeError, PhazeWarning
 
-#: The stage cache's kind of entry this module keeps.
+#: The store's kind of entry this module keeps.
 KIND = "hw-answer"
 
 
@@ -72,18 +70,16 @@ class Answer:
 def check_answer(payload: Any) -> Answer:
     """An ``hw-answer`` entry's payload as an :class:`Answer` (:class:`BadEntry` when it does not
     hold one)."""
-    d = warm.fields(
-        payload, ("text", "plan", "summary", "layer_kinds", "seq_len", "model_shape", "warnings"), "an answer"
-    )
+    d = fields(payload, ("text", "plan", "summary", "layer_kinds", "seq_len", "model_shape", "warnings"), "an answer")
     need(isinstance(d["text"], str) and d["text"] != "", "the output's text")
     need(d["plan"] is None or isinstance(d["plan"], dict), "the plan as JSON")
     if d["plan"] is not None:
-        warm.fields(d["plan"], ("feasible", "binding", "candidates"), "the plan as JSON")
+        fields(d["plan"], ("feasible", "binding", "candidates"), "the plan as JSON")
         if d["plan"]["feasible"]:
             _check_plan_numbers(d["plan"], d["text"])
     need(isinstance(d["summary"], str), "the plan's summary")
     need(isinstance(d["layer_kinds"], list) and all(isinstance(k, str) for k in d["layer_kinds"]), "layer kinds")
-    need(d["seq_len"] is None or (warm.is_int(d["seq_len"]) and d["seq_len"] > 0), "a sequence length")
+    need(d["seq_len"] is None or (is_int(d["seq_len"]) and d["seq_len"] > 0), "a sequence length")
     need(
         isinstance(d["model_shape"], dict)
         and all(isinstance(v, (int, float, str, bool)) for v in d["model_shape"].values()),
@@ -97,7 +93,7 @@ def _check_plan_numbers(plan: dict, text: str) -> None:
     """A feasible plan's numbers agree with one another and with the module's text (:class:`BadEntry`
     otherwise): an entry whose hashes were recomputed after its numbers were edited is not served."""
     counts = ("devices", "global_batch", "dp", "pp", "tp", "micro_batch_size", "num_micro_batches", "devices_used")
-    need(all(warm.is_int(plan.get(k)) and plan[k] > 0 for k in counts), "the plan's degrees and batch sizes > 0")
+    need(all(is_int(plan.get(k)) and plan[k] > 0 for k in counts), "the plan's degrees and batch sizes > 0")
     need(
         plan["dp"] * plan["pp"] * plan["tp"] == plan["devices_used"] <= plan["devices"],
         "a plan whose devices are dp x pp x tp, at most the cluster's",
@@ -107,23 +103,23 @@ def _check_plan_numbers(plan: dict, text: str) -> None:
         "a plan whose micro-batches make up the global batch",
     )
     time, thr = plan.get("time_per_batch_s"), plan.get("throughput_samples_per_s")
-    if not (warm.is_number(time) and warm.is_number(thr) and time > 0 and thr > 0):
+    if not (is_number(time) and is_number(thr) and time > 0 and thr > 0):
         raise BadEntry("does not hold a time per batch and throughput > 0")
     need(math.isclose(thr * time, plan["global_batch"], rel_tol=1e-9), "a throughput that is the batch over its time")
     acc = plan.get("accelerator")
     hbm = acc.get("hbm") if isinstance(acc, dict) else None
     most = hbm.get("bytes") if isinstance(hbm, dict) else None
     memory = plan.get("max_memory_bytes")
-    need(warm.is_int(most) and warm.is_int(memory) and 0 <= memory <= most, "memory within the chip's HBM")
+    need(is_int(most) and is_int(memory) and 0 <= memory <= most, "memory within the chip's HBM")
     said = (f"throughput_samples_per_s = {format_float(thr)},", f"global_batch = {plan['global_batch']},")
     need(all(s in text for s in said), "the module's plan (its text and its JSON differ)")
 
 
 def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generic: bool = False) -> Answer:
-    """The answer of ``phazec MODEL --hw`` under ``opts``: from the stage cache under
+    """The answer of ``phazec MODEL --hw`` under ``opts``: from the cache under
     ``cache_dir`` when it holds one for these inputs, else compiled (and kept there; None: no
     cache).  Errors are never kept: a question that failed fails again, the same way."""
-    stages = StageCache.of(cache_dir)
+    stages = Store.of(cache_dir)
     inputs = _inputs(model_path, opts, stages)
     key = stages.key(KIND, inputs.model.digest, repr(opts), inputs.chip, generic) if inputs is not None else None
     hit = stages.load(KIND, key, check_answer) if key is not None else None
@@ -135,7 +131,7 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
     if cache_dir is not None and opts.schedule_cache is None and not os.environ.get("PHAZE_SCHEDULE_CACHE"):
         from passes.algorithms.schedule import ScheduleCache
 
-        opts = replace(opts, schedule_cache=ScheduleCache(Path(cache_dir, "schedules")))
+        opts = replace(opts, schedule_cache=ScheduleCache(cache_dir))
     templates = None
     if inputs is not None and opts.emit == "plan" and not generic:
         templates = plan_template.Templates(stages, inputs.model.digest, inputs.chip, opts)
@@ -155,12 +151,12 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
 class _Inputs:
     """What the cache keys a question's model and chip by."""
 
-    model: warm.ModelKey
+    model: ModelKey
     chip: str  #: the chip's data digest ("" before the tiled stage)
     accelerator: Any = None  #: the chip (None before the tiled stage)
 
 
-def _inputs(model_path: str, opts: Options, stages: StageCache) -> _Inputs | None:
+def _inputs(model_path: str, opts: Options, stages: Store) -> _Inputs | None:
     """The model's key and the chip's digest (None without a cache directory: nothing to look
     up).  Reading the model file's bytes and its helpers' is all a hit costs of the model; a
     file that cannot be read or imported is the loader's one-line error, as without a cache."""
@@ -168,13 +164,13 @@ def _inputs(model_path: str, opts: Options, stages: StageCache) -> _Inputs | Non
         return None
     driver.check_options(opts)
     try:
-        model = warm.model_key(model_path, stages)
+        model = model_key(model_path, stages)
     except PhazeError:
         return None  # the compilation says why, in its own words
     if driver.STAGES.index(opts.emit) < driver.STAGES.index("tiled"):
         return _Inputs(model, "")
     accelerator = driver.load_accelerator(opts.hw)
-    return _Inputs(model, warm.digest(repr(accelerator)), accelerator)
+    return _Inputs(model, digest(repr(accelerator)), accelerator)
 
 
 def _compile(
@@ -182,17 +178,17 @@ def _compile(
     opts: Options,
     log,
     generic: bool,
-    stages: StageCache,
+    stages: Store,
     templates: plan_template.Templates | None,
     inputs: _Inputs | None,
     said: list[str],
 ) -> Answer:
-    """Compile the model (:func:`phaze.search.sweep.compile_plan`, its settings kept in
+    """Compile the model (:func:`phaze.sweep.compile_plan`, its settings kept in
     ``stages``; a point compiled before is placed from its template in ``templates``) and
     print its module; the template of a plan compiled here is kept (``said``: the warnings of
     its compilation)."""
+    from phaze import sweep
     from phaze.export import model_facts
-    from phaze.search import sweep
 
     got = None
     if templates is not None and inputs is not None:

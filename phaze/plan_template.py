@@ -44,16 +44,14 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 
-from passes.algorithms.cache_file import BadEntry
+from passes.algorithms.cache_file import BadEntry, Store, fields, need
 from phaze import driver
 from phaze.driver import Options
-from phaze.search import warm
-from phaze.search.warm import StageCache, need
 
 if TYPE_CHECKING:
     from phaze_ir.attributes import RecordAttr
 
-#: The stage cache's kind of entry this module keeps.
+#: The store's kind of entry this module keeps.
 KIND = "plan-template"
 
 #: An op's stage as printed, and as the body keeps it (a NUL never appears in printed MLIR:
@@ -89,7 +87,7 @@ class Point:
     sequence_parallel: bool
 
 
-def key(stages: StageCache, model_digest: str, chip_digest: str, opts: Options, point: Point) -> str:
+def key(stages: Store, model_digest: str, chip_digest: str, opts: Options, point: Point) -> str:
     """The key of ``point``'s template (see the module docstring)."""
     before_placement = (
         opts.seq_len,
@@ -143,9 +141,9 @@ def make(module: ModuleOp, text: str, opts: Options, said: list[str]) -> PlanTem
     shell = func.FuncOp(fn.sym_name.data, FunctionType.from_lists([], []))
     shell.body.block.add_op(func.ReturnOp())
     ops = [op.clone() for op in module.ops if isinstance(op, AcceleratorOp)] + [shell]
-    fields = {name: _record_fields(attr) for name, attr in module.attributes.items()}
-    records = [[name, *f] for name, f in fields.items() if f]
-    plain = {name: attr for name, attr in module.attributes.items() if not fields[name]}
+    record_fields = {name: _record_fields(attr) for name, attr in module.attributes.items()}
+    records = [[name, *f] for name, f in record_fields.items() if f]
+    plain = {name: attr for name, attr in module.attributes.items() if not record_fields[name]}
     skeleton = print_module(ModuleOp(ops, attributes=plain))
     template = PlanTemplate(skeleton, "\n".join(lines), said, records, list(module.attributes))
     try:  # as a later question reads it back
@@ -216,7 +214,7 @@ def check(payload: Any) -> tuple[PlanTemplate, ModuleOp]:
     from phaze_ir.errors import PhazeError
     from phaze_ir.ir import parse_module
 
-    d = warm.fields(payload, ("skeleton", "body", "warnings", "records", "order"), "a plan template")
+    d = fields(payload, ("skeleton", "body", "warnings", "records", "order"), "a plan template")
     need(isinstance(d["skeleton"], str), "a skeleton module")
     need(isinstance(d["body"], str) and d["body"] != "", "a plan's body")
     need(isinstance(d["warnings"], list) and all(isinstance(w, str) for w in d["warnings"]), "warnings")
@@ -228,15 +226,15 @@ def check(payload: Any) -> tuple[PlanTemplate, ModuleOp]:
     except PhazeError as e:
         raise BadEntry(f"does not hold a skeleton module ({str(e).splitlines()[0]})") from None
     attributes = dict(skeleton.attributes)
-    for name, kind, fields in records:
+    for name, kind, values in records:
         cls = _record_kinds().get(kind) if isinstance(kind, str) else None
         need(isinstance(name, str) and cls is not None, f"a record kind ({kind!r})")
         assert cls is not None
         try:
-            if isinstance(fields, list):
-                attributes[name] = ArrayAttr([cls.make(**f) for f in fields])
+            if isinstance(values, list):
+                attributes[name] = ArrayAttr([cls.make(**f) for f in values])
             else:
-                attributes[name] = cls.make(**fields)
+                attributes[name] = cls.make(**values)
         except (TypeError, ValueError) as e:
             raise BadEntry(f"does not hold {kind} records ({e})") from None
     need(sorted(attributes) == sorted(d["order"]), "the skeleton's attributes")
@@ -249,7 +247,7 @@ class Templates:
     cache: :meth:`placed` a point from its template, :meth:`text` the printed plan of a module
     (from its template when it is a placed skeleton), :meth:`keep` a compiled plan's template."""
 
-    def __init__(self, stages: StageCache, model_digest: str, chip_digest: str, opts: Options):
+    def __init__(self, stages: Store, model_digest: str, chip_digest: str, opts: Options):
         self.stages, self.model_digest, self.chip_digest, self.opts = stages, model_digest, chip_digest, opts
         self._used: dict[int, tuple[ModuleOp, PlanTemplate]] = {}
 
@@ -308,5 +306,5 @@ class Templates:
 
         self._used.pop(id(module), None)
         file = self.stages.file(KIND, self._key(point_of(module)))
-        message = f"search cache entry {file} does not hold {why}: ignored, computed again"
+        message = f"cache entry {file} does not hold {why}: ignored, computed again"
         warnings.warn(message, PhazeWarning, stacklevel=2)
