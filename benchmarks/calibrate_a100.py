@@ -64,6 +64,7 @@ from phaze.validate import (  # noqa: E402
     assign_splits,
     compiled_modules,
     jobs_of,
+    pricing_options,
     read_runs,
 )
 from phaze_ir.errors import PhazeError  # noqa: E402
@@ -292,7 +293,7 @@ def main() -> None:
             ap.error(f"--fix {item}: {name!r} is not one of {', '.join(PARAMS)}")
     start = time.perf_counter()
     base = dataclasses.replace(load_hardware("a100"), calibration=Calibration(execution="serial", **WAVE))
-    settings = Settings(hw="a100", accelerator=base, quiet=True, kernels=args.kernels)
+    settings = Settings(pricing_options("a100", kernels=args.kernels), accelerator=base, quiet=True)
     items: list[dict] = []
     kept = None
     if args.keep and os.path.exists(args.keep):

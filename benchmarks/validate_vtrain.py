@@ -90,7 +90,7 @@ def validate_file(v, path: str, runtimes: list[str], args: argparse.Namespace) -
     # Each runtime's copy of a run under a row of its own: one validation shares the traces.
     offset = max(r.row for r in runs) + 1
     every = [dataclasses.replace(r, row=r.row + k * offset, kernels=rt) for k, rt in enumerate(runtimes) for r in runs]
-    settings = v.Settings(hw=args.hw, kernels=runtimes[0], quiet=not args.verbose)
+    settings = v.Settings(v.pricing_options(args.hw, kernels=runtimes[0]), quiet=not args.verbose)
     priced, timing = v.validate(every, settings, args.jobs)
     wall = time.perf_counter() - start
     peak = max(
@@ -110,7 +110,8 @@ def validate_file(v, path: str, runtimes: list[str], args: argparse.Namespace) -
     out = []
     for k, runtime in enumerate(runtimes):
         mine = {r.row: dataclasses.replace(priced[r.row + k * offset], row=r.row) for r in runs}
-        result = v.Validation(runs, mine, dataclasses.replace(settings, kernels=runtime), path, timing=timing)
+        priced_as = dataclasses.replace(settings, options=dataclasses.replace(settings.options, kernels=runtime))
+        result = v.Validation(runs, mine, priced_as, path, timing=timing)
         print(f"\n{runtime} kernels:")
         print(v.report_text(result, per_run=False), end="")
         out.append((runtime, result))

@@ -43,10 +43,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from passes.algorithms.kernels import RUNTIMES
 from phaze_ir.errors import PhazeError
 from phaze_ir.files import RefusedFile, read_regular
+
+if TYPE_CHECKING:
+    from phaze.driver import Options
 
 Log = Callable[[str], None]
 
@@ -109,12 +113,8 @@ DEFAULT_HOLDOUT = 0.2
 DEFAULT_SEED = 0
 #: The recompute of the runs priced (the vTrain runs checkpoint every layer's activations).
 DEFAULT_RECOMPUTE = "full"
-#: The runtimes whose kernels a run can be priced as (``phazec --kernels``; the rules are
-#: ``passes.algorithms.kernels.RUNTIMES``, which the tests hold this to).
-KERNELS = ("ops", "eager", "inductor", "megatron")
-#: The runtime of the runs when neither the file nor ``--kernels`` says (``phazec``'s default:
-#: every op its own kernel).
-DEFAULT_KERNELS = "ops"
+#: The runtimes whose kernels a run can be priced as (``phazec --kernels``, a 'kernels' column).
+KERNELS = RUNTIMES
 
 # The physical plausibility bounds of a row.  A value beyond one is no run that ever was or could
 # be (each bound is ten or more times the largest run known), and past them the model cannot be
@@ -613,59 +613,48 @@ def write_model_file(shape: Shape, directory: str | os.PathLike[str]) -> str:
 # ------------------------------------------------------------------------------------------
 
 
+def pricing_options(hw: str, **given: Any) -> Options:
+    """The driver options runs are priced with on ``hw``, where a run's file does not say
+    otherwise: ``Options``' defaults (phazec --hw's: its solver limits, every op its own kernel)
+    but full recompute (:data:`DEFAULT_RECOMPUTE`), and ``given``."""
+    from phaze.driver import Options
+
+    return Options(**{"hw": hw, "recompute": DEFAULT_RECOMPUTE} | given)
+
+
 @dataclass(frozen=True)
 class Settings:
-    """How runs are priced (phazec --hw's defaults for the solver)."""
+    """How runs are priced: ``options``, the driver's options every run starts from (the chip,
+    the recompute and the kernels of runs whose file does not say, the solver's limits:
+    :func:`pricing_options`, or phaze-validate's flags), each run's placement and columns
+    replacing theirs (:meth:`options_of`); and where the layer schedules are kept."""
 
-    hw: str
-    recompute: str = DEFAULT_RECOMPUTE
-    #: the runtime whose kernels price a run whose file does not say (``--kernels``)
-    kernels: str = DEFAULT_KERNELS
-    optimizer: str = "adam"
-    schedule_time_limit: float = 10.0
-    schedule_gap: float = 0.005
-    schedule_nodes: int = 0
-    schedule_max_binaries: int = 0
-    strict: bool = False
+    options: Options
     cache_dir: str | None = None
     quiet: bool = False
-    #: The loaded ``hw`` (:func:`validate` loads it once: every run is priced on the same chip,
-    #: even if the file changes meanwhile).
+    #: The loaded ``options.hw`` (:func:`validate` loads it once: every run is priced on the
+    #: same chip, even if the file changes meanwhile).
     accelerator: Any = field(default=None, compare=False)
 
-    def options(self, run: Run | None = None):
-        """The driver's options (for the placement pass: those of ``run``)."""
-        from phaze.driver import Options
-
-        opts = Options(
-            hw=self.hw,
-            dtype=run.dtype if run else "float16",
-            optimizer=self.optimizer,
-            strict=self.strict,
-            schedule_time_limit=self.schedule_time_limit,
-            schedule_gap=self.schedule_gap,
-            schedule_nodes=self.schedule_nodes,
-            schedule_max_binaries=self.schedule_max_binaries,
-            recompute=self.recompute,
-            kernels=self.kernels,
+    def options_of(self, run: Run) -> Options:
+        """The driver's options of ``run`` (for the placement pass): its placement, dtype and
+        what its columns say."""
+        return replace(
+            self.options,
+            dtype=run.dtype,
+            devices=run.gpus,
+            global_batch=run.global_batch,
+            placement=run.placement,
+            recompute=run.recompute or self.options.recompute,
+            pipeline_schedule=run.pipeline_schedule,
+            rank_order=run.rank_order,
+            pipeline_transfer=run.pipeline_transfer,
+            kernels=self.kernels_of(run),
         )
-        if run is not None:
-            opts = replace(
-                opts,
-                devices=run.gpus,
-                global_batch=run.global_batch,
-                placement=run.placement,
-                recompute=run.recompute or self.recompute,
-                pipeline_schedule=run.pipeline_schedule,
-                rank_order=run.rank_order,
-                pipeline_transfer=run.pipeline_transfer,
-                kernels=self.kernels_of(run),
-            )
-        return opts
 
     def kernels_of(self, run: Run) -> str:
         """The runtime whose kernels price ``run``: the file's, else ``--kernels``."""
-        return run.kernels or self.kernels
+        return run.kernels or self.options.kernels
 
 
 @dataclass
@@ -781,7 +770,7 @@ def price_job(job: Job, settings: Settings) -> JobResult:
             # phaze-place-devices reads only the cost passes' annotations and overwrites what it
             # writes (phaze.plan, phaze.stages, phaze.stage): each run is placed on the one
             # module, as on a fresh copy of it.
-            place = passes("plan", tp, settings.options(r))[-1]
+            place = passes("plan", tp, settings.options_of(r))[-1]
             PassPipeline((place,)).apply(ctx, module)
             plan = plan_record(module)
             feasible = plan.get("feasible") == "yes"
@@ -813,7 +802,7 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     kernels) through the cost passes (``phazec --emit recompute``), on ``settings``'
     accelerator: yields ``((tp, sp, kernels), the runs compiled so, module or the PhazeError
     that stopped its compilation, passes, context)`` per compilation (``kernels`` the runtime
-    it was compiled for: a run's own, else ``settings.kernels``), ``passes(stage, tp,
+    it was compiled for: a run's own, else ``settings.options.kernels``), ``passes(stage, tp,
     options)`` giving a stage's passes (for the placement); the trace and compile seconds go
     into ``out``.  Each module is handed out before the next is made: keep from it what you
     need."""
@@ -827,8 +816,8 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     from phaze_ir.frontend import load_model_file, trace_step
     from phaze_ir.ir import make_context
 
-    opts = replace(settings.options(job.runs[0]), schedule_cache=_cache(settings.cache_dir))
-    accelerator = settings.accelerator if settings.accelerator is not None else load_accelerator(settings.hw)
+    opts = replace(settings.options_of(job.runs[0]), schedule_cache=_cache(settings.cache_dir))
+    accelerator = settings.accelerator if settings.accelerator is not None else load_accelerator(settings.options.hw)
     ctx = make_context()
     label = f"{job.shape.name} b={job.micro_batch}"
 
@@ -854,13 +843,13 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
         _say(settings, f"{label}: not priced: {e}")
         for tp, sp, given in compilations:
             runs = [r for r in job.runs if (r.tp, r.sequence_parallel, r.kernels) == (tp, sp, given)]
-            yield (tp, sp, given or settings.kernels), runs, e, passes, ctx
+            yield (tp, sp, given or settings.options.kernels), runs, e, passes, ctx
         return
     _say(settings, f"{label}: traced and imported in {out.trace_s + out.compile_s:.1f} s")
 
     for k, (tp, sp, given) in enumerate(compilations):
         runs = [r for r in job.runs if (r.tp, r.sequence_parallel, r.kernels) == (tp, sp, given)]
-        kernels = given or settings.kernels
+        kernels = given or settings.options.kernels
         start = time.perf_counter()
         module = copy_for(base, k, len(compilations))
         error = None
@@ -962,9 +951,9 @@ class Validation:
         """Everything, for machines (the schema is in docs/usage.md, "Validating the cost model")."""
         return {
             "csv": self.source,
-            "hw": self.settings.hw,
-            "recompute": self.settings.recompute,
-            "kernels": self.settings.kernels,
+            "hw": self.settings.options.hw,
+            "recompute": self.settings.options.recompute,
+            "kernels": self.settings.options.kernels,
             "holdout_fraction": self.holdout,
             "seed": self.seed,
             "runs": [self.run_record(r) for r in self.runs],
@@ -991,9 +980,9 @@ def validate(
     from phaze.search.backend import make_backend
 
     if settings.accelerator is None:  # a bad hardware file is said before any work
-        settings = replace(settings, accelerator=load_accelerator(settings.hw))
-    if settings.kernels not in KERNELS:
-        raise PhazeError(f"--kernels {settings.kernels}: expected one of {', '.join(KERNELS)}")
+        settings = replace(settings, accelerator=load_accelerator(settings.options.hw))
+    if settings.options.kernels not in KERNELS:
+        raise PhazeError(f"--kernels {settings.options.kernels}: expected one of {', '.join(KERNELS)}")
     start = time.perf_counter()
     # Identical runs (all but their row, measured time and split equal) are priced once, by the
     # first of them; every run with its own kernels: a run that names the flag's runtime and one
@@ -1012,7 +1001,7 @@ def validate(
         + (f", {refused} refused" if refused else "")
         + f": {count(len({j.shape for j in job_list}), 'shape')}, "
         f"{count(len(job_list), 'trace')} (shape, micro-batch), {count(compiles, 'compilation')} "
-        f"(shape, micro-batch, TP, kernels) on {settings.hw}"
+        f"(shape, micro-batch, TP, kernels) on {settings.options.hw}"
     )
     results = []
     if job_list:
@@ -1059,7 +1048,7 @@ def pricing_key(r: Run, settings: Settings) -> tuple:
     it: runs it tells apart are priced apart), and the recompute and kernels as priced."""
     return (
         *(getattr(r, f) for f in _PRICED_FIELDS),
-        r.recompute or settings.recompute,
+        r.recompute or settings.options.recompute,
         settings.kernels_of(r),
     )
 

@@ -87,9 +87,9 @@ def test_how_a_run_was_run_is_read_and_the_defaults_keep_the_split():
     assert (plain.rank_order, given.rank_order, defaults.rank_order) == ("tp-dp-pp", "tp-pp-dp", "tp-dp-pp")
     (bare,) = v.parse_runs(HEADER + "\n" + row, "b.csv")
     assert plain.identity() == defaults.identity() == bare.identity() != given.identity()
-    opts = v.Settings(hw="a100").options(given)
+    opts = v.Settings(v.pricing_options("a100")).options_of(given)
     assert (opts.recompute, opts.pipeline_schedule, opts.rank_order) == ("selective", "interleaved:3", "tp-pp-dp")
-    assert v.Settings(hw="a100").options(plain).recompute == "full"
+    assert v.Settings(v.pricing_options("a100")).options_of(plain).recompute == "full"
     (job,) = v.jobs_of([plain, given])
     assert job.compilations == [(2, False, ""), (2, True, "")]  # one compilation with SP, one without
 
@@ -100,15 +100,15 @@ def test_the_kernels_are_read_per_run_and_the_column_wins_over_the_flag():
     shape and micro-batch share their trace, one compilation per runtime."""
     from passes.algorithms.kernels import RUNTIMES
 
-    assert v.KERNELS == RUNTIMES and v.DEFAULT_KERNELS == "ops"
+    assert v.KERNELS == RUNTIMES and v.pricing_options("a100").kernels == "ops"
     row = "8,32,4,1024,16,24,1024,2,2,2,219.7"
     named, empty, ops = v.parse_runs(f"{HEADER},Kernels\n{row},Megatron\n{row},\n{row},ops\n", "k.csv")
     assert (named.kernels, empty.kernels, ops.kernels) == ("megatron", "", "ops")
     (bare,) = v.parse_runs(HEADER + "\n" + row, "b.csv")
     assert named.identity() == empty.identity() == ops.identity() == bare.identity()
-    flag = v.Settings(hw="a100", kernels="eager")
-    assert [flag.options(r).kernels for r in (named, empty, ops)] == ["megatron", "eager", "ops"]
-    assert v.Settings(hw="a100").options(empty).kernels == "ops" and flag.options().kernels == "eager"
+    flag = v.Settings(v.pricing_options("a100", kernels="eager"))
+    assert [flag.options_of(r).kernels for r in (named, empty, ops)] == ["megatron", "eager", "ops"]
+    assert v.Settings(v.pricing_options("a100")).options_of(empty).kernels == "ops" and flag.options.kernels == "eager"
     (job,) = v.jobs_of([named, empty, ops])
     assert job.compilations == [(2, False, ""), (2, False, "megatron"), (2, False, "ops")]
 
@@ -380,7 +380,7 @@ def test_a_run_with_its_own_settings_is_phazecs_plan_with_those_flags(tmp_path):
         "4,8,1,1024,16,12,1024,2,1,2,100,selective,on,interleaved:2\n"
     )
     (run,) = v.read_runs(csv)
-    result = v.validate([run], v.Settings(hw="a100", quiet=True, schedule_nodes=1), jobs=1)[0]
+    result = v.validate([run], v.Settings(v.pricing_options("a100", schedule_nodes=1), quiet=True), jobs=1)[0]
     model = v.write_model_file(run.shape, tmp_path)
     out = tmp_path / "plan.json"
     args = [model, "--hw", "a100", "--placement", "expert:2,1,2", "--devices", "4", "--global-batch", "8"]
@@ -403,7 +403,7 @@ def test_a_runs_kernels_are_phazecs_and_one_runtime_is_compiled_once(validated, 
     csv = tmp_path / "runs.csv"
     csv.write_text(f"{HEADER},kernels\n{row},megatron\n{row},\n{row},ops\n")
     runs = v.read_runs(csv)
-    settings = v.Settings(hw="a100", quiet=True, kernels="megatron")
+    settings = v.Settings(v.pricing_options("a100", kernels="megatron"), quiet=True)
     priced, timing = v.validate(runs, settings, jobs=1)
     assert (timing["traces"], timing["compilations"], timing["placements"]) == (1, 2, 3)
     megatron, flag, ops = (priced[r].predicted_s for r in (1, 2, 3))
@@ -424,7 +424,7 @@ def test_runs_without_a_prediction_are_listed_with_the_binding_constraint():
     runs = v.assign_splits(v.read_runs(SAMPLE))
     priced = {r.row: v.Priced(r.row, r.measured_s * 1.1, True) for r in runs}
     priced[3] = v.Priced(3, None, False, "memory: stage 0 needs 90.1 GiB per device, HBM 80 GiB")
-    result = v.Validation(runs, priced, v.Settings(hw="a100"))
+    result = v.Validation(runs, priced, v.Settings(v.pricing_options("a100")))
     text = v.report_text(result)
     assert "not priced (1; not in the figures below):" in text
     assert "    3 dev     gpt-h1024-a16-l16-s1024 expert:4,1,1 b=1: memory: stage 0 needs 90.1 GiB" in text

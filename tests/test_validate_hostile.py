@@ -27,7 +27,7 @@ HEADER = (
 TINY = "1,2,1,64,2,2,32,1,1,1"
 #: Another run of the same model (global batch 4): priced apart.
 OTHER = "1,4,1,64,2,2,32,1,1,1"
-SETTINGS = v.Settings(hw="a100", quiet=True, schedule_nodes=1)
+SETTINGS = v.Settings(v.pricing_options("a100", schedule_nodes=1), quiet=True)
 #: A Python name in a message (``global_batch``, ``problem.devices``): the user typed a column.
 PYTHON_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b|\b[a-z]+\.[a-z_]+\b")
 
@@ -114,7 +114,8 @@ def test_what_prices_a_run_is_every_column_but_its_row_time_and_split():
     key = v.pricing_key(run, SETTINGS)
     same = v._with(run, row=9, line=12, measured_ms=99.0, split="holdout")
     assert v.pricing_key(same, SETTINGS) == key
-    assert v.pricing_key(v._with(run, recompute=SETTINGS.recompute, kernels=SETTINGS.kernels), SETTINGS) == key
+    given = SETTINGS.options
+    assert v.pricing_key(v._with(run, recompute=given.recompute, kernels=given.kernels), SETTINGS) == key
     changed = {"dtype": "bfloat16", "pipeline_schedule": "interleaved:2", "rank_order": "tp-pp-dp"}
     changed |= {"pipeline_transfer": "whole", "sequence_parallel": True, "recompute": "none", "kernels": "megatron"}
     for f in fields(v.Run):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from phaze.validate import Settings, assign_splits, read_runs, validate
+from phaze.validate import Settings, assign_splits, pricing_options, read_runs, validate
 
 ROWS = (5, 30, 38, 76, 133, 154, 194, 220, 222, 230, 253, 408, 667, 697, 864, 1177, 1386, 1426)
 #: What the subset reaches with the calibrated a100 (docs/validation.md), and the bounds.
@@ -28,7 +28,7 @@ def subset(rows) -> list:
 def errors() -> np.ndarray:
     runs = subset(ROWS)
     assert sorted(r.row for r in runs) == sorted(ROWS) and {r.split for r in runs} == {"dev"}
-    priced, _ = validate(runs, Settings(hw="a100", kernels="megatron", quiet=True), jobs=1)
+    priced, _ = validate(runs, Settings(pricing_options("a100", kernels="megatron"), quiet=True), jobs=1)
     return np.array([priced[r.row].predicted_s / r.measured_s - 1 for r in runs])
 
 
@@ -47,7 +47,8 @@ def test_the_ideal_model_fails_the_guard():
         r for r in assign_splits(read_runs(ROOT / "data" / "vtrain" / "ground_truth_single.csv")) if r.row in ROWS[:6]
     ]
     ideal = dataclasses.replace(load_hardware("a100"), calibration=None)
-    priced, _ = validate(runs, Settings(hw="a100", kernels="megatron", accelerator=ideal, quiet=True), jobs=1)
+    settings = Settings(pricing_options("a100", kernels="megatron"), accelerator=ideal, quiet=True)
+    priced, _ = validate(runs, settings, jobs=1)
     e = np.abs([priced[r.row].predicted_s / r.measured_s - 1 for r in runs])
     assert np.median(e) > MEDIAN_BOUND
 
@@ -66,6 +67,6 @@ def test_tensor_parallelism_across_nodes_stays_calibrated():
         r for r in assign_splits(read_runs(ROOT / "data" / "vtrain" / "ground_truth_multi.csv")) if r.row in MULTI_ROWS
     ]
     assert sorted(r.row for r in runs) == sorted(MULTI_ROWS) and {r.split for r in runs} == {"dev"}
-    priced, _ = validate(runs, Settings(hw="a100", kernels="megatron", quiet=True), jobs=1)
+    priced, _ = validate(runs, Settings(pricing_options("a100", kernels="megatron"), quiet=True), jobs=1)
     errors = {r.row: priced[r.row].predicted_s / r.measured_s - 1 for r in runs}
     assert all(abs(e) <= MULTI_BOUND for e in errors.values()), errors

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import math
 import os
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from phaze_ir.errors import PhazeError
 
@@ -19,6 +21,10 @@ MAX_INT = 2**31 - 1
 
 #: The solver's counts, 0 meaning no limit.
 SOLVER_COUNTS = ("solver_nodes", "solver_max_binaries")
+
+#: The fields of ``phaze.driver.Options`` that are the operator-scheduling solver's flags
+#: (``--solver-time-limit``, ...), in the order the tools show them.
+SOLVER_FIELDS = ("schedule_time_limit", "schedule_nodes", "schedule_max_binaries", "schedule_gap")
 
 
 class ToolParser(argparse.ArgumentParser):
@@ -65,34 +71,80 @@ class ToolParser(argparse.ArgumentParser):
         return out
 
 
+#: Where the search's candidates, or the validation's runs, are evaluated (``--backend``).
+BACKENDS = ("local", "ray")
+
+_VALUE_TYPES: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
+
+
 def add_option_arguments(
     group: argparse._ActionsContainer,
     options: type,
     names: Iterable[str],
     defaults: Mapping[str, object] | None = None,
     default_words: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
+    required: Iterable[str] = (),
 ) -> None:
-    """A flag for each field of the dataclass ``options`` in ``names`` (``--global-batch`` for
-    ``global_batch``), from what the field declares: its type, its choices or the shape of its
-    value, its help; the default is the field's unless ``defaults`` gives another, and the help
-    says it (in ``default_words``' words when given)."""
+    """A flag for each field of the dataclass ``options`` in ``names``, from what the field
+    declares (:func:`passes.algorithms.placement_options.option`): its flag (default
+    ``--global-batch`` for ``global_batch``), its type, its choices or the shape of its value,
+    its help. A bool is a switch; a tuple takes one value (``--micro-batch 4``: only that
+    one, :func:`option_values`). The default is the field's (a tuple's: None, the field's
+    own) unless ``defaults`` gives another, and the help says it, in ``default_words``' words,
+    else the field's, else as a value; ``notes`` adds what this tool says of a flag, and a
+    flag ``required`` has no default."""
     fields = {f.name: f for f in dataclasses.fields(options)}
+    required = set(required)
     for name in names:
         f = fields[name]
-        flag = "--" + name.replace("_", "-")
-        if f.type in ("bool", bool):
-            group.add_argument(flag, action="store_true", help=f.metadata["help"])
+        meta = f.metadata
+        flag = meta.get("flag") or "--" + name.replace("_", "-")
+        help_text = meta["help"] + (f"; {notes[name]}" if notes and name in notes else "")
+        kind, one_of_tuple = _value_type(f.type)
+        if kind is bool:
+            group.add_argument(flag, action="store_true", help=help_text)
             continue
-        default = (defaults or {}).get(name, f.default)
-        said = (default_words or {}).get(name, str(default))
-        group.add_argument(
-            flag,
-            type={"int": int, "float": float, "str": str}[str(f.type)],
-            default=default,
-            choices=f.metadata.get("choices"),
-            metavar=f.metadata.get("metavar"),
-            help=f"{f.metadata['help']} (default: {said})",
-        )
+        choices = meta.get("choices")
+        if isinstance(choices, str):  # the dotted name of the tuple that declares them
+            module, _, attribute = choices.rpartition(".")
+            choices = tuple(getattr(importlib.import_module(module), attribute))
+        keywords: dict[str, Any] = {"type": kind, "choices": choices, "metavar": meta.get("metavar")}
+        if name in required:
+            group.add_argument(flag, required=True, help=help_text, **keywords)
+            continue
+        default = (defaults or {}).get(name, None if one_of_tuple else f.default)
+        said = (default_words or {}).get(name) or meta.get("default_words") or str(default)
+        group.add_argument(flag, default=default, help=f"{help_text} (default: {said})", **keywords)
+
+
+def _value_type(annotation: object) -> tuple[type, bool]:
+    """The type of a flag's value for a field annotated ``annotation`` (a string, as the
+    dataclasses of ``from __future__ import annotations`` keep it), and whether the field is a
+    tuple of them (``tuple[int, ...] | None``: int, True)."""
+    text = str(getattr(annotation, "__name__", annotation)).removesuffix(" | None")
+    if text.startswith("tuple[") and text.endswith(", ...]"):
+        return _VALUE_TYPES[text[len("tuple[") : -len(", ...]")]], True
+    return _VALUE_TYPES[text], False
+
+
+def option_dest(options: type, name: str) -> str:
+    """The argparse destination of field ``name``'s flag (``solver_gap`` for ``schedule_gap``)."""
+    f = next(f for f in dataclasses.fields(options) if f.name == name)
+    return (f.metadata.get("flag") or name).lstrip("-").replace("-", "_")
+
+
+def option_values(args: argparse.Namespace, options: type, names: Iterable[str]) -> dict[str, Any]:
+    """The fields ``names`` of ``options`` as the command line ``args`` gives them: a flag not
+    given (None) is left out, for the field's default or the caller's; a tuple's one value is
+    the tuple of it."""
+    fields = {f.name: f for f in dataclasses.fields(options)}
+    values: dict[str, Any] = {}
+    for name in names:
+        value = getattr(args, option_dest(options, name))
+        if value is not None:
+            values[name] = (value,) if _value_type(fields[name].type)[1] else value
+    return values
 
 
 def flag_name(dest: str) -> str:

@@ -25,16 +25,19 @@ import os
 import sys
 from collections.abc import Sequence
 
-from passes.algorithms.placement_options import PlacementOptions
+from phaze.driver import Options
 from phaze.messages import exit_status, install_error_hook, show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze.tools.flags import (
+    BACKENDS,
     DEFAULT_CACHE_LIMIT,
+    SOLVER_FIELDS,
     ToolParser,
     add_option_arguments,
     cache_size,
     check_positive_ints,
     check_solver_limits,
+    option_values,
     trim_cache_dir,
 )
 from phaze_ir.errors import PhazeError
@@ -56,9 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "csv", metavar="RUNS.csv", help="measured runs, one per line (docs/usage.md: 'Validating the cost model')"
     )
-    p.add_argument(
-        "--hw", required=True, metavar="NAME|FILE", help="the hardware: a preset (a100, h100, tpuv4) or a TOML file"
-    )
+    add_option_arguments(p, Options, ["hw"], required=["hw"])
     p.add_argument("--json", metavar="FILE", help="also write every run, the summaries and the timing as JSON")
     p.add_argument(
         "--split",
@@ -81,15 +82,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="price only these rows (1 is the first run): e.g. '1-20,35'; the summaries cover them only",
     )
-    # the vTrain runs ran with full recompute
-    add_option_arguments(p, PlacementOptions, ["recompute"], defaults={"recompute": v.DEFAULT_RECOMPUTE})
-    p.add_argument(
-        "--kernels",
-        default=v.DEFAULT_KERNELS,
-        choices=v.KERNELS,
-        help="the runtime whose kernels the runs are priced as, as phazec --kernels (default ops: every op its "
-        "own kernel; megatron: Megatron-LM's fused kernels, as the vTrain runs ran); a 'kernels' column "
-        "decides for its rows",
+    # the vTrain runs ran with full recompute, and as Megatron-LM's kernels
+    add_option_arguments(
+        p,
+        Options,
+        ["recompute", "kernels"],
+        defaults={"recompute": v.DEFAULT_RECOMPUTE},
+        notes={"kernels": "a 'kernels' column decides for its rows (the vTrain runs ran as megatron)"},
     )
     p.add_argument("--worst", type=int, default=5, metavar="N", help="worst runs shown per split (default 5)")
     p.add_argument("--summary-only", action="store_true", help="print the summaries, not every run")
@@ -101,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes (default: the CPUs of this machine; 1 runs in-process)",
     )
-    p.add_argument("--backend", default="local", choices=("local", "ray"), help="local processes (default) or Ray")
+    p.add_argument("--backend", default="local", choices=BACKENDS, help="local processes (default) or Ray")
     p.add_argument("--address", default=None, metavar="ADDR", help="Ray cluster address (default: a local instance)")
     p.add_argument(
         "--cache",
@@ -117,17 +116,8 @@ def _parser() -> argparse.ArgumentParser:
         help="after the run, remove the least recently used entries of --cache DIR until it holds at most "
         "SIZE (bytes, or with a unit: 500MB, 4GiB; 0: no limit; default 4GiB)",
     )
-    p.add_argument(
-        "--solver-time-limit", type=float, default=10.0, metavar="S", help="SCIP seconds per layer schedule (10)"
-    )
-    p.add_argument(
-        "--solver-nodes", type=int, default=0, metavar="N", help="SCIP nodes per layer schedule (0: no limit)"
-    )
-    p.add_argument(
-        "--solver-max-binaries", type=int, default=0, metavar="N", help="largest layer MILP solved (0: no limit)"
-    )
-    p.add_argument("--solver-gap", type=float, default=0.005, metavar="G", help="relative gap to stop at (0.005)")
-    p.add_argument("--strict", action="store_true", help="unknown aten ops are errors, not phaze.opaque")
+    add_option_arguments(p, Options, SOLVER_FIELDS)
+    add_option_arguments(p, Options, ["strict"])
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     return p
@@ -188,18 +178,9 @@ def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
         refused += rejected
     if args.cache:
         os.makedirs(args.cache, exist_ok=True)
-    settings = v.Settings(
-        hw=args.hw,
-        recompute=args.recompute,
-        kernels=args.kernels,
-        schedule_time_limit=args.solver_time_limit,
-        schedule_gap=args.solver_gap,
-        schedule_nodes=args.solver_nodes,
-        schedule_max_binaries=args.solver_max_binaries,
-        strict=args.strict,
-        cache_dir=os.path.abspath(args.cache) if args.cache else None,
-        quiet=args.quiet,
-    )
+    given = option_values(args, Options, ("hw", "recompute", "kernels", *SOLVER_FIELDS, "strict"))
+    cache_dir = os.path.abspath(args.cache) if args.cache else None
+    settings = v.Settings(v.pricing_options(**given), cache_dir=cache_dir, quiet=args.quiet)
     jobs = args.jobs if args.jobs is not None else max(1, len(os.sched_getaffinity(0)))
     priced, timing = v.validate(runs, settings, jobs, args.backend, args.address, log)
     result = v.Validation(runs, priced, settings, args.csv, args.holdout, args.seed, timing)

@@ -29,16 +29,19 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from passes.algorithms.placement_options import PlacementOptions
-from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, NoPlanFits, Options
+from phaze.driver import NoPlanFits, Options
 from phaze.messages import INTERRUPTED, PartialOutput, exit_status, install_error_hook, show_warnings_as
 from phaze.outputs import refuse_clashes, write_together
 from phaze.tools.flags import (
+    BACKENDS,
     DEFAULT_CACHE_LIMIT,
+    SOLVER_FIELDS,
     ToolParser,
     add_option_arguments,
     cache_size,
     check_positive_ints,
     check_solver_limits,
+    option_values,
     trim_cache_dir,
 )
 from phaze_ir.errors import PhazeError
@@ -64,7 +67,7 @@ HELP_EXAMPLES = """examples:
 def _output_flags(out: argparse._ArgumentGroup) -> None:
     """What is written, and where."""
     out.add_argument("-o", "--output", default="-", help="output .mlir file ('-' for stdout, the default)")
-    out.add_argument("--emit", default="plan", choices=STAGES, help="last stage to run and print (default: plan)")
+    add_option_arguments(out, Options, ["emit"])
     out.add_argument("--json", metavar="FILE", help="also write the plan as JSON (plan stage)")
     out.add_argument(
         "--report",
@@ -90,62 +93,26 @@ def _output_flags(out: argparse._ArgumentGroup) -> None:
 
 def _model_flags(model: argparse._ArgumentGroup) -> None:
     """The model and its training step."""
-    model.add_argument(
-        "--micro-batch",
-        type=int,
-        default=None,
-        metavar="N",
-        help="micro-batch size (default: 1, and the plan stage tries 1, 2, 4 and 8)",
-    )
-    model.add_argument(
-        "--tp",
-        type=int,
-        default=None,
-        metavar="N",
-        help="tensor-parallel width (default: 1, and the plan stage tries 1, 2, 4 and 8)",
-    )
-    model.add_argument(
-        "--seq-len",
-        type=int,
-        default=None,
-        metavar="N",
-        help="sequence length (default: the model file's SEQ_LEN, a config.json's max_position_embeddings)",
-    )
-    model.add_argument(
-        "--dtype",
-        default=None,
-        choices=("float16", "bfloat16", "float32", "amp-bfloat16", "amp-float16", "model"),
-        help="training precision of weights and activations (default float16, which --export launches as bf16 "
-        "where the chip has it; amp-bfloat16, amp-float16: "
-        "torch.autocast's mixed precision, fp32 weights and gradients; 'model' keeps the model's)",
-    )
-    model.add_argument(
-        "--kernels",
-        default="ops",
-        choices=("ops", "eager", "inductor", "megatron"),
-        help="the runtime whose kernels the step is priced as (with --hw): ops (default: every op its own "
-        "kernel), eager (PyTorch eager: flash attention, fused AdamW), inductor (torch.compile's fusion), "
-        "megatron (Megatron-LM's fused kernels)",
-    )
-    model.add_argument(
-        "--optimizer",
-        default="adam",
-        choices=("adam", "sgd"),
-        help="optimizer of the training step (default adam, mixed precision)",
+    add_option_arguments(
+        model,
+        Options,
+        ("micro_batches", "tp_widths", "seq_len", "dtype", "kernels", "optimizer"),
+        defaults={"dtype": None},  # None: not asked, which an --export says (``ModelFacts.dtype_asked``)
+        notes={"kernels": "with --hw"},
     )
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
     """The chip, the cluster and the placement options (declared in ``PlacementOptions``)."""
     chip = p.add_argument_group("the chip and the cluster")
-    chip.add_argument(
-        "--hw",
-        default=None,
-        metavar="NAME|FILE",
-        help="compile for this accelerator, a preset (tpuv4, a100, h100) or a hardware TOML file, "
-        "instead of searching the architecture (stages before 'plan' default to tpuv4)",
+    add_option_arguments(
+        chip,
+        Options,
+        ("hw", "devices", "global_batch"),
+        defaults={"hw": None},
+        default_words={"hw": f"search the architecture; stages before 'plan' compile for {Options.hw}"},
+        notes={"hw": "compile for it instead of searching the architecture"},
     )
-    add_option_arguments(chip, PlacementOptions, ("devices", "global_batch"))
     place = p.add_argument_group("placement (how the step is spread over the devices)")
     add_option_arguments(
         place,
@@ -157,75 +124,25 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
             "steps, docs/validation.md), else 0"
         },
     )
-    place.add_argument(
-        "--sequence-parallel",
-        default=Options.sequence_parallel,
-        choices=SEQUENCE_PARALLEL_SETTINGS,
-        help="Megatron sequence parallelism at TP > 1: off (default), on, or auto (compile both, keep the faster)",
-    )
-    place.add_argument(
-        "--capacity-factor",
-        type=float,
-        default=Options.capacity_factor,
-        metavar="F",
-        help="MoE expert capacity factor, F >= 1: every expert processes ceil(F x routed rows / experts) rows, "
-        "padded with zeros (Megatron-LM's --moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity); "
-        "default: none, dropless",
-    )
+    add_option_arguments(place, Options, ("sequence_parallel", "capacity_factor"))
+
+
+#: The solver's defaults in words: the compilation's (``Options``') with ``--hw``, the
+#: search's (:func:`solver_defaults`) without (the gap is the same).
+SOLVER_DEFAULT_WORDS = {
+    "schedule_time_limit": "10 with --hw, 60 when searching",
+    "schedule_nodes": "0 with --hw; 1 when searching: the root node, the same answer on any machine",
+    "schedule_max_binaries": "0 with --hw, 2000 when searching",
+}
 
 
 def _goal_flags(p: argparse.ArgumentParser) -> None:
     """What is optimised, and the scheduling solver's limits."""
-    goal = p.add_argument_group("what is optimised")
-    goal.add_argument(
-        "--objective",
-        default=Options.objective,
-        choices=("throughput", "perf-per-watt", "perf-per-dollar", "energy", "carbon"),
-        help="what the architecture search maximizes: throughput (default, samples/s), perf-per-watt "
-        "(samples/s per W of the chips at the plan's power), perf-per-dollar (samples/s per USD of the chips' "
-        "cost to make), energy (samples per joule), carbon (samples per kg CO2e, operational and embodied); "
-        "the space's template needs the tables that price it",
-    )
-    goal.add_argument(
-        "--power-cap",
-        type=float,
-        default=None,
-        metavar="W",
-        help="keep only plans whose predicted chip power (phaze.power's chip_power_w, the busiest device's "
-        "average over the step) is at most W watts: with --hw the sweep's points, in the search each "
-        "chip's settings; needs a chip (or a space template) with an [energy] table",
-    )
+    add_option_arguments(p.add_argument_group("what is optimised"), Options, ("objective", "power_cap_w"))
     solver = p.add_argument_group("the operator-scheduling solver (SCIP)")
-    solver.add_argument(
-        "--solver-time-limit",
-        type=float,
-        default=None,
-        metavar="S",
-        help="SCIP time limit per layer schedule, seconds (default 10 with --hw, 60 when searching)",
-    )
-    solver.add_argument(
-        "--solver-nodes",
-        type=int,
-        default=None,
-        metavar="N",
-        help="SCIP branch-and-bound nodes per layer schedule, 0 for no limit (default 0 with --hw; "
-        "1 when searching: the root node, the same answer on any machine)",
-    )
-    solver.add_argument(
-        "--solver-max-binaries",
-        type=int,
-        default=None,
-        metavar="N",
-        help="a layer MILP with more binaries keeps its list schedule, 0 for no limit "
-        "(default 0 with --hw, 2000 when searching)",
-    )
-    solver.add_argument(
-        "--solver-gap",
-        type=float,
-        default=0.005,
-        metavar="G",
-        help="stop a layer's schedule at this proven relative gap (default 0.005)",
-    )
+    # None: the default of the run, with --hw or searching (:func:`solver_defaults`)
+    unset = dict.fromkeys(SOLVER_DEFAULT_WORDS)
+    add_option_arguments(solver, Options, SOLVER_FIELDS, defaults=unset, default_words=SOLVER_DEFAULT_WORDS)
 
 
 def _run_flags(p: argparse.ArgumentParser) -> None:
@@ -264,7 +181,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--backend",
         default="local",
-        choices=("local", "ray"),
+        choices=BACKENDS,
         help="where candidates are evaluated: local processes (default) or a Ray cluster",
     )
     s.add_argument(
@@ -280,7 +197,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         help="evaluate every candidate exactly (plain enumeration; for checking, slow)",
     )
     misc = p.add_argument_group("diagnostics")
-    misc.add_argument("--strict", action="store_true", help="unknown aten ops are errors, not phaze.opaque")
+    add_option_arguments(misc, Options, ["strict"])
     misc.add_argument("--print-op-generic", action="store_true", help="print MLIR's generic op form")
     misc.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     misc.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
@@ -345,7 +262,6 @@ def memory_headroom(args: argparse.Namespace) -> float:
 
 def options(args: argparse.Namespace):
     """The driver options of parsed command-line arguments (checked: :func:`check_numbers`)."""
-    from phaze.driver import DEFAULT_MICRO_BATCHES
     from phaze_ir.frontend.importer import check_capacity_factor
 
     check_numbers(args)
@@ -381,31 +297,30 @@ def options(args: argparse.Namespace):
                     f"{flag} {given}: the architecture search does not place experts ({paper}); "
                     "give --hw CHIP to place on one chip with it"
                 )
-    time_limit = args.solver_time_limit if args.solver_time_limit is not None else (60.0 if search else 10.0)
-    nodes = args.solver_nodes if args.solver_nodes is not None else (1 if search else 0)
-    max_bin = args.solver_max_binaries if args.solver_max_binaries is not None else (2000 if search else 0)
-    return Options(
-        emit=args.emit,
-        micro_batches=(args.micro_batch,) if args.micro_batch is not None else DEFAULT_MICRO_BATCHES,
-        tp_widths=(args.tp,) if args.tp is not None else None,
-        seq_len=args.seq_len,
-        dtype=args.dtype or Options.dtype,
-        kernels=args.kernels,
-        optimizer=args.optimizer,
-        hw=args.hw or "tpuv4",
-        **{f.name: getattr(args, f.name) for f in dataclasses.fields(PlacementOptions)}
-        | {"rank_order": rank_order(args), "memory_headroom": memory_headroom(args)},
-        capacity_factor=args.capacity_factor,
-        power_cap_w=args.power_cap,
-        objective=args.objective,
-        sequence_parallel=args.sequence_parallel,
-        strict=args.strict,
-        schedule_time_limit=time_limit,
-        schedule_gap=args.solver_gap,
-        schedule_nodes=nodes,
-        schedule_max_binaries=max_bin,
-        unfit_plan=args.write_infeasible,
-    )
+    given = option_values(args, Options, OPTION_FIELDS)
+    # rank_order and memory_headroom: "auto" and None are narrowed by the run's exports and chip
+    narrowed = {"rank_order": rank_order(args), "memory_headroom": memory_headroom(args)}
+    return Options(**solver_defaults(search) | given | narrowed, unfit_plan=args.write_infeasible)
+
+
+#: The fields of ``Options`` that are flags (the others the driver or the search sets).
+OPTION_FIELDS = tuple(f.name for f in dataclasses.fields(Options) if f.metadata.get("help"))
+
+
+def solver_defaults(search: bool) -> dict[str, float]:
+    """The solver's limits where no flag gives them (:data:`SOLVER_DEFAULT_WORDS`): the search's
+    (``phaze.search.engine.SolverLimits``: stopped by nodes, the same answer on any machine)
+    when searching, else the compilation's (``Options``')."""
+    if not search:
+        return {}
+    from phaze.search.engine import SolverLimits
+
+    limits = SolverLimits()
+    return {
+        "schedule_time_limit": limits.time_limit,
+        "schedule_nodes": limits.node_limit or 0,
+        "schedule_max_binaries": limits.max_binaries or 0,
+    }
 
 
 def search_options(args: argparse.Namespace, opts):
