@@ -134,11 +134,13 @@ def option_dest(options: type, name: str) -> str:
     return (f.metadata.get("flag") or name).lstrip("-").replace("-", "_")
 
 
-def option_values(args: argparse.Namespace, options: type, names: Iterable[str]) -> dict[str, Any]:
-    """The fields ``names`` of ``options`` as the command line ``args`` gives them: a flag not
-    given (None) is left out, for the field's default or the caller's; a tuple's one value is
-    the tuple of it."""
+def option_values(args: argparse.Namespace, options: type, names: Iterable[str] | None = None) -> dict[str, Any]:
+    """The fields ``names`` of ``options`` (default: each that is a flag of the command line
+    ``args``) as ``args`` gives them: a flag not given (None) is left out, for the field's
+    default or the caller's; a tuple's one value is the tuple of it."""
     fields = {f.name: f for f in dataclasses.fields(options)}
+    if names is None:
+        names = [n for n, f in fields.items() if f.metadata.get("help") and hasattr(args, option_dest(options, n))]
     values: dict[str, Any] = {}
     for name in names:
         value = getattr(args, option_dest(options, name))

@@ -88,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         Options,
         ["recompute", "kernels"],
         defaults={"recompute": v.DEFAULT_RECOMPUTE},
-        notes={"kernels": "a 'kernels' column decides for its rows (the vTrain runs ran as megatron)"},
+        notes={"kernels": "a 'kernels' column decides for its rows; the vTrain runs ran as megatron"},
     )
     p.add_argument("--worst", type=int, default=5, metavar="N", help="worst runs shown per split (default 5)")
     p.add_argument("--summary-only", action="store_true", help="print the summaries, not every run")
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
         refused += rejected
     if args.cache:
         os.makedirs(args.cache, exist_ok=True)
-    given = option_values(args, Options, ("hw", "recompute", "kernels", *SOLVER_FIELDS, "strict"))
+    given = option_values(args, Options)
     cache_dir = os.path.abspath(args.cache) if args.cache else None
     settings = v.Settings(v.pricing_options(**given), cache_dir=cache_dir, quiet=args.quiet)
     jobs = args.jobs if args.jobs is not None else max(1, len(os.sched_getaffinity(0)))

@@ -98,7 +98,7 @@ def _model_flags(model: argparse._ArgumentGroup) -> None:
         Options,
         ("micro_batches", "tp_widths", "seq_len", "dtype", "kernels", "optimizer"),
         defaults={"dtype": None},  # None: not asked, which an --export says (``ModelFacts.dtype_asked``)
-        notes={"kernels": "with --hw"},
+        notes={"kernels": "used with --hw"},
     )
 
 
@@ -297,14 +297,10 @@ def options(args: argparse.Namespace):
                     f"{flag} {given}: the architecture search does not place experts ({paper}); "
                     "give --hw CHIP to place on one chip with it"
                 )
-    given = option_values(args, Options, OPTION_FIELDS)
+    given = option_values(args, Options)
     # rank_order and memory_headroom: "auto" and None are narrowed by the run's exports and chip
     narrowed = {"rank_order": rank_order(args), "memory_headroom": memory_headroom(args)}
     return Options(**solver_defaults(search) | given | narrowed, unfit_plan=args.write_infeasible)
-
-
-#: The fields of ``Options`` that are flags (the others the driver or the search sets).
-OPTION_FIELDS = tuple(f.name for f in dataclasses.fields(Options) if f.metadata.get("help"))
 
 
 def solver_defaults(search: bool) -> dict[str, float]:
