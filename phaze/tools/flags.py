@@ -149,6 +149,49 @@ def option_values(args: argparse.Namespace, options: type, names: Iterable[str] 
     return values
 
 
+def add_worker_arguments(group: argparse._ActionsContainer, what: str) -> None:
+    """``-j``, ``--backend`` and ``--address``: where the tool's work (``what``: its candidates,
+    its runs) is done."""
+    group.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes (default: the CPUs of this machine; 1 runs in-process)",
+    )
+    group.add_argument(
+        "--backend",
+        default="local",
+        choices=BACKENDS,
+        help=f"where {what} are evaluated: local processes (default) or a Ray cluster",
+    )
+    group.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="Ray cluster address (default: start a local Ray instance with -j CPUs)",
+    )
+
+
+def add_cache_limit_argument(group: argparse._ActionsContainer) -> None:
+    """``--cache-limit``: the cache's size kept after the run (:func:`trim_cache_dir`)."""
+    group.add_argument(
+        "--cache-limit",
+        type=cache_size,
+        default=DEFAULT_CACHE_LIMIT,
+        metavar="SIZE",
+        help="after the run, remove the least recently used cache entries until the cache holds at most "
+        "SIZE (bytes, or with a unit: 500MB, 4GiB; 0: no limit; default 4GiB)",
+    )
+
+
+def add_output_arguments(group: argparse._ActionsContainer) -> None:
+    """``-q`` and ``--debug``: what the tool says on stderr."""
+    group.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    group.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+
+
 def flag_name(dest: str) -> str:
     """The flag of an argparse destination, as the user may have typed it."""
     return "-j/--jobs" if dest == "jobs" else "--" + dest.replace("_", "-")

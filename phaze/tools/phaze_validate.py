@@ -29,12 +29,12 @@ from phaze.driver import Options
 from phaze.messages import exit_status, install_error_hook, show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze.tools.flags import (
-    BACKENDS,
-    DEFAULT_CACHE_LIMIT,
     SOLVER_FIELDS,
     ToolParser,
+    add_cache_limit_argument,
     add_option_arguments,
-    cache_size,
+    add_output_arguments,
+    add_worker_arguments,
     check_positive_ints,
     check_solver_limits,
     option_values,
@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="price only these rows (1 is the first run): e.g. '1-20,35'; the summaries cover them only",
     )
-    # the vTrain runs ran with full recompute, and as Megatron-LM's kernels
+    # the vTrain runs ran with full recompute
     add_option_arguments(
         p,
         Options,
@@ -92,34 +92,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--worst", type=int, default=5, metavar="N", help="worst runs shown per split (default 5)")
     p.add_argument("--summary-only", action="store_true", help="print the summaries, not every run")
-    p.add_argument(
-        "-j",
-        "--jobs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="worker processes (default: the CPUs of this machine; 1 runs in-process)",
-    )
-    p.add_argument("--backend", default="local", choices=BACKENDS, help="local processes (default) or Ray")
-    p.add_argument("--address", default=None, metavar="ADDR", help="Ray cluster address (default: a local instance)")
+    add_worker_arguments(p, "the runs")
     p.add_argument(
         "--cache",
         default=None,
         metavar="DIR",
         help="keep layer schedules in this directory, shared by the workers and later runs (default: in memory)",
     )
-    p.add_argument(
-        "--cache-limit",
-        type=cache_size,
-        default=DEFAULT_CACHE_LIMIT,
-        metavar="SIZE",
-        help="after the run, remove the least recently used entries of --cache DIR until it holds at most "
-        "SIZE (bytes, or with a unit: 500MB, 4GiB; 0: no limit; default 4GiB)",
-    )
+    add_cache_limit_argument(p)
     add_option_arguments(p, Options, SOLVER_FIELDS)
     add_option_arguments(p, Options, ["strict"])
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
-    p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    add_output_arguments(p)
     return p
 
 

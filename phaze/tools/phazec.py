@@ -33,12 +33,12 @@ from phaze.driver import NoPlanFits, Options
 from phaze.messages import INTERRUPTED, PartialOutput, exit_status, install_error_hook, show_warnings_as
 from phaze.outputs import refuse_clashes, write_together
 from phaze.tools.flags import (
-    BACKENDS,
-    DEFAULT_CACHE_LIMIT,
     SOLVER_FIELDS,
     ToolParser,
+    add_cache_limit_argument,
     add_option_arguments,
-    cache_size,
+    add_output_arguments,
+    add_worker_arguments,
     check_positive_ints,
     check_solver_limits,
     option_values,
@@ -158,38 +158,12 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         "~/.cache/phaze)",
     )
     cache.add_argument("--no-cache", action="store_true", help="keep nothing on disk, read nothing from it")
-    cache_g.add_argument(
-        "--cache-limit",
-        type=cache_size,
-        default=DEFAULT_CACHE_LIMIT,
-        metavar="SIZE",
-        help="after the run, remove the least recently used cache entries until the cache holds at most "
-        "SIZE (bytes, or with a unit: 500MB, 4GiB; 0: no limit; default 4GiB)",
-    )
+    add_cache_limit_argument(cache_g)
     s = p.add_argument_group("architecture search (no --hw)")
     s.add_argument(
         "--space", metavar="FILE.toml", help="architecture space (default: the paper's, docs/design.md §4.3)"
     )
-    s.add_argument(
-        "-j",
-        "--jobs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="worker processes (default: the CPUs of this machine; 1 runs in-process)",
-    )
-    s.add_argument(
-        "--backend",
-        default="local",
-        choices=BACKENDS,
-        help="where candidates are evaluated: local processes (default) or a Ray cluster",
-    )
-    s.add_argument(
-        "--address",
-        default=None,
-        metavar="ADDR",
-        help="Ray cluster address (default: start a local Ray instance with -j CPUs)",
-    )
+    add_worker_arguments(s, "candidates")
     s.add_argument("--no-baselines", action="store_true", help="skip the baselines")
     s.add_argument(
         "--no-prune",
@@ -199,8 +173,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     misc = p.add_argument_group("diagnostics")
     add_option_arguments(misc, Options, ["strict"])
     misc.add_argument("--print-op-generic", action="store_true", help="print MLIR's generic op form")
-    misc.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
-    misc.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    add_output_arguments(misc)
 
 
 def _parser() -> argparse.ArgumentParser:
