@@ -28,18 +28,7 @@ from collections.abc import Sequence
 from phaze.driver import Options
 from phaze.messages import exit_status, install_error_hook, show_warnings_as
 from phaze.outputs import refuse_clashes, write_atomically
-from phaze.tools.flags import (
-    SOLVER_FIELDS,
-    ToolParser,
-    add_cache_limit_argument,
-    add_option_arguments,
-    add_output_arguments,
-    add_worker_arguments,
-    check_positive_ints,
-    check_solver_limits,
-    option_values,
-    trim_cache_dir,
-)
+from phaze.tools import flags
 from phaze_ir.errors import PhazeError
 
 #: The exit status when the report is complete but rows were refused (1 is an error, 2 a bad
@@ -52,14 +41,14 @@ SHOWN_REFUSALS = 10
 def _parser() -> argparse.ArgumentParser:
     from phaze import validate as v
 
-    p = ToolParser(
+    p = flags.ToolParser(
         prog="phaze-validate",
         description="Price measured training runs (a CSV) with phaze and report the errors.",
     )
     p.add_argument(
         "csv", metavar="RUNS.csv", help="measured runs, one per line (docs/usage.md: 'Validating the cost model')"
     )
-    add_option_arguments(p, Options, ["hw"], required=["hw"])
+    flags.add_option_arguments(p, Options, ["hw"], required=["hw"])
     p.add_argument("--json", metavar="FILE", help="also write every run, the summaries and the timing as JSON")
     p.add_argument(
         "--split",
@@ -83,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         help="price only these rows (1 is the first run): e.g. '1-20,35'; the summaries cover them only",
     )
     # the vTrain runs ran with full recompute
-    add_option_arguments(
+    flags.add_option_arguments(
         p,
         Options,
         ["recompute", "kernels"],
@@ -92,17 +81,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--worst", type=int, default=5, metavar="N", help="worst runs shown per split (default 5)")
     p.add_argument("--summary-only", action="store_true", help="print the summaries, not every run")
-    add_worker_arguments(p, "the runs")
+    flags.add_worker_arguments(p, "the runs")
     p.add_argument(
         "--cache",
         default=None,
         metavar="DIR",
         help="keep layer schedules in this directory, shared by the workers and later runs (default: in memory)",
     )
-    add_cache_limit_argument(p)
-    add_option_arguments(p, Options, SOLVER_FIELDS)
-    add_option_arguments(p, Options, ["strict"])
-    add_output_arguments(p)
+    flags.add_cache_limit_argument(p)
+    flags.add_option_arguments(p, Options, flags.SOLVER_FIELDS)
+    flags.add_option_arguments(p, Options, ["strict"])
+    flags.add_output_arguments(p)
     return p
 
 
@@ -125,12 +114,12 @@ def parse_rows(spec: str, count: int) -> set[int]:
 
 def check_numbers(args: argparse.Namespace) -> None:
     """Every number of the command line in its range, before any work."""
-    check_positive_ints(args, ("jobs",))
+    flags.check_positive_ints(args, ("jobs",))
     if not (math.isfinite(args.holdout) and 0 <= args.holdout <= 1):
         raise PhazeError(f"--holdout {args.holdout}: expected a fraction in [0, 1]")
     if args.worst < 0:
         raise PhazeError(f"--worst {args.worst}: expected a count from 0")
-    check_solver_limits(args)
+    flags.check_solver_limits(args)
 
 
 def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
@@ -161,7 +150,7 @@ def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
         refused += rejected
     if args.cache:
         os.makedirs(args.cache, exist_ok=True)
-    given = option_values(args, Options)
+    given = flags.option_values(args, Options)
     cache_dir = os.path.abspath(args.cache) if args.cache else None
     settings = v.Settings(v.pricing_options(**given), cache_dir=cache_dir, quiet=args.quiet)
     jobs = args.jobs if args.jobs is not None else max(1, len(os.sched_getaffinity(0)))
@@ -178,7 +167,7 @@ def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
         write_atomically(args.json, json.dumps(result.to_json(args.worst), indent=2) + "\n")
         log(f"wrote {args.json}")
     if args.cache:
-        trim_cache_dir(args.cache, args.cache_limit, log)
+        flags.trim_cache_dir(args.cache, args.cache_limit, log)
     return v.report_text(result, args.worst, per_run=not args.summary_only)
 
 
