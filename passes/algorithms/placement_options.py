@@ -6,7 +6,8 @@ built from this class rather than spelling them again:
 
 - ``phaze-place-devices`` (the pass) inherits its options from it, so a pipeline spec sets them
   (``phaze-place-devices{recompute=full}``) and ``phaze-opt --help-pass`` shows their help;
-- phazec's ``Options`` and the search's ``Params`` inherit them;
+- phazec's ``Options`` and the search's ``Params`` inherit them (``Options`` declares its own
+  options with the same :func:`option`);
 - the command lines of ``phazec`` and ``phaze-validate`` add their flags from the metadata
   (``phaze.tools.flags.add_option_arguments``);
 - :meth:`PlacementOptions.check` checks them all, once, at each edge (the command line, the
