@@ -9,19 +9,23 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from passes.algorithms.energy import (
     LayerEnergy,
+    OpActions,
     OpEnergy,
     StageWork,
     collective_energy,
     estimate_energy,
     network_power_w,
+    op_actions,
     plan_power,
     sram_j_per_byte,
 )
 from passes.algorithms.latency import CollectiveDesc, MatmulDesc, VectorDesc, ViewDesc
+from passes.algorithms.tiling import tile_gemm_scalar
 from phaze_ir.hardware import Energy, HardwareError, NetworkLevel, dumps_toml, load_hardware, loads_toml
 from tests.conftest import MODELS, module_text, run_tool
 
@@ -287,49 +291,53 @@ def test_power_cap_keeps_the_plans_under_it(tmp_path):
         assert res.returncode != 0 and message in res.stderr, res.stderr
 
 
-def test_energy_over_a_space_equals_the_scalar_model():
+def test_op_actions_count_by_hand():
+    """The counts the ``[energy]`` table multiplies, as floats: the 256³ GEMM of the first test
+    (4 passes of 256 rows on 128 x 128 arrays), as tiled here and as a given ``phaze.tile`` on
+    16 x 16 arrays says (its arrays, not the chip's), and a vector op."""
+    d = MatmulDesc(batch=1, m=256, n=256, k=256, a_elem=2, b_elem=2, c_elem=2, a_bytes=131072, b_bytes=131072)
+    a = op_actions(d, TPU)
+    assert a == OpActions(
+        macs=256.0**3,
+        core_buffer_bytes=2 * 4 * (256 * 128 * 2 + 128 * 128 * 2),
+        accumulator_bytes=2 * 4 * 256 * 128 * 4,
+        global_buffer_bytes=3 * 131072,
+        hbm_bytes=3 * 131072,
+    )
+    assert all(type(v) is float for v in dataclasses.astuple(a))
+    # 16 x 16 arrays: 16 tiles (one M block, m_rows 2048, by 16 weight columns), 16 passes each
+    small = tile_gemm_scalar(1, 256, 256, 256, 16, 16, 8, 256 * 1024)
+    s = op_actions(d, TPU, small)
+    passes = 16 * 16
+    assert (s.macs, s.accumulator_bytes) == (256.0**3, 2 * passes * 256 * 16 * 4)
+    assert s.core_buffer_bytes == 2 * passes * (256 * 16 * 2 + 16 * 16 * 2)
+    # 8 of the 16 weight columns at a time share one stream of A: A twice, B and C once
+    assert (s.global_buffer_bytes, s.hbm_bytes) == (4 * 131072, 3 * 131072)
+    v = op_actions(VectorDesc(work=1000, read_bytes=4000, write_bytes=2000), TPU)
+    assert v == OpActions(vector_ops=1000.0, core_buffer_bytes=6000.0, global_buffer_bytes=6000.0, hbm_bytes=6000.0)
+
+
+def test_energy_over_a_space_by_hand():
     """``energy_space`` (every op on every candidate at once, what the search's objectives
-    price) against ``estimate_energy`` on each candidate's accelerator."""
-    import random
-
-    from passes.algorithms.arch_space import paper_space
+    price) on two configurations: the TPU and the TPU with one tensor core, which streams the
+    GEMM's A once per weight column (twice) where 8 cores shared one stream; every row is the
+    one-chip pricing's (the same code), whatever the chunk."""
     from passes.algorithms.energy import energy_space
-    from passes.algorithms.latency import OpTable
+    from passes.algorithms.latency import OpTable, config_of
 
-    space = paper_space()
-    rng = random.Random(0)
-    picked = sorted(rng.sample(range(len(space.configs)), 40))
-    descs: list = [
-        MatmulDesc(
-            batch=rng.choice([1, 4]),
-            m=rng.choice([1, 7, 512, 4096]),
-            n=rng.choice([16, 130, 1024]),
-            k=rng.choice([64, 768, 5000]),
-            a_elem=2,
-            b_elem=2,
-            c_elem=2,
-            a_bytes=1000,
-            b_bytes=2000,
-            bias_bytes=rng.choice([0, 64]),
-            rhs_batched=rng.choice([True, False]),
-        )
-        for _ in range(30)
-    ]
-    descs += [
-        VectorDesc(
-            work=rng.randint(1, 10**6),
-            read_bytes=rng.randint(1, 10**7),
-            write_bytes=rng.randint(1, 10**6),
-            passes=rng.choice([1, 2, 3]),
-            row_bytes=rng.choice([0, 1000, 10**6]),
-        )
-        for _ in range(30)
-    ]
-    descs += [CollectiveDesc("all_reduce", 8, 10**6), ViewDesc()]
-    chip, net = energy_space(OpTable(descs), space.configs[picked], space.spec.template)
-    for j, c in enumerate(picked):
-        acc = space.accelerator(c)
-        for i, d in enumerate(descs):
-            e = estimate_energy(d, acc)
-            assert chip[i, j] == pytest.approx(e.chip_j, rel=1e-12, abs=0.0)
-            assert net[i, j] == e.network_j
+    gemm = MatmulDesc(batch=1, m=256, n=256, k=256, a_elem=2, b_elem=2, c_elem=2, a_bytes=131072, b_bytes=131072)
+    vec = VectorDesc(work=1000, read_bytes=4000, write_bytes=2000)
+    descs = [gemm, vec, CollectiveDesc(kind="all_reduce", group_size=4, nbytes=4096), ViewDesc(), gemm]
+    configs = np.concatenate([config_of(TPU), config_of(TPU)])
+    configs["num_tc"][1] = 1
+    chip, net = energy_space(OpTable(descs), configs, TPU)
+    assert chip.shape == net.shape == (5, 2) and not net.any()
+    vc_j = sram_j_per_byte(ENERGY.sram_j_per_byte, TPU.vector_cores.buffer_bytes)
+    assert chip[1, 0] == 1000 * 2.0**-39 + 6000 * vc_j + 6000 * 2.0**-38 + 6000 * 2.0**-35
+    assert (chip[2] == 2 * 6144 * 2.0**-35).all() and (chip[3] == 0.0).all()
+    assert chip[1, 0] == chip[1, 1] and (chip[4] == chip[0]).all()
+    assert chip[0, 1] - chip[0, 0] == pytest.approx(131072 * 2.0**-38, rel=1e-12)
+    one_tc = dataclasses.replace(TPU, tensor_cores=dataclasses.replace(TPU.tensor_cores, count=1))
+    for j, acc in enumerate((TPU, one_tc)):
+        assert [estimate_energy(d, acc).chip_j for d in descs] == list(chip[:, j])
+    assert (energy_space(OpTable(descs), configs, TPU, chunk=1)[0] == chip).all()

@@ -53,7 +53,7 @@ bytes flow.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -67,13 +67,12 @@ from passes.algorithms.latency import (
     OpTable,
     VectorDesc,
     ViewDesc,
-    glb_matmul_bytes,
-    hbm_matmul_bytes,
+    chip_cfg,
     matmul_traffic_space,
-    vector_traffic,
+    op_columns,
     vector_traffic_space,
 )
-from passes.algorithms.tiling import ACC_BYTES, ScalarTiling, tile_gemm_scalar
+from passes.algorithms.tiling import ACC_BYTES, ScalarTiling, Tiling
 from phaze_ir.op_kinds import RecomputePolicy
 
 __all__ = [
@@ -128,25 +127,6 @@ def sram_j_per_byte(table, capacity):
     return float(out) if np.ndim(out) == 0 else out
 
 
-def _gemm_parts(e, t, pe_x, pe_y, a_elem, b_elem, glb_bytes, hbm_bytes, tc_j, glb_j):
-    """(compute, core buffer, global buffer, HBM) joules of GEMMs tiled as ``t`` on ``pe_x ×
-    pe_y`` arrays, scalars or numpy arrays alike (one op, or ops × configurations): every pass
-    of a tile through the array does ``m_block · pe_x · pe_y`` MACs, streams its A rows and B
-    tile through the core buffer (written and read: twice) and writes and reads ``m_block ·
-    pe_x`` partial sums. The one formula of :func:`estimate_energy` and :func:`energy_space`."""
-    passes = t.tiles * t.tiles_k
-    macs = np.multiply(passes * t.m_block, pe_x * pe_y, dtype=np.float64)
-    streamed = passes * (t.m_block * pe_y * a_elem + pe_y * pe_x * b_elem)
-    partial_sums = passes * t.m_block * pe_x * ACC_BYTES
-    acc_j = tc_j if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
-    return (
-        macs * e.mac_j,
-        2 * streamed * tc_j + 2 * partial_sums * acc_j,
-        glb_bytes * glb_j,
-        hbm_bytes * e.hbm_j_per_byte,
-    )
-
-
 @dataclass(frozen=True)
 class OpActions:
     """What one execution of a GEMM or vector op does on one device that costs energy: the
@@ -165,15 +145,8 @@ class OpActions:
         """These actions priced with ``acc``'s ``[energy]`` table."""
         e = acc.energy
         core_j = sram_j_per_byte(e.sram_j_per_byte, _core_buffer_bytes(self, acc))
-        acc_j = core_j if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
-        return OpEnergy(
-            compute_j=float(self.macs * e.mac_j + self.vector_ops * e.vector_op_j),
-            core_buffer_j=float(self.core_buffer_bytes * core_j + self.accumulator_bytes * acc_j),
-            global_buffer_j=float(
-                self.global_buffer_bytes * sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
-            ),
-            hbm_j=float(self.hbm_bytes * e.hbm_j_per_byte),
-        )
+        glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
+        return OpEnergy(*(float(j) for j in _priced(astuple(self), e, core_j, glb_j)))
 
 
 def _core_buffer_bytes(a: OpActions, acc) -> int:
@@ -182,49 +155,56 @@ def _core_buffer_bytes(a: OpActions, acc) -> int:
     return acc.tensor_cores.buffer_bytes if a.macs else acc.vector_cores.buffer_bytes
 
 
+def _gemm_actions(cols, cfg, tiling: Tiling | None = None) -> tuple:
+    """The actions of a chunk of GEMMs as they run split over the chip (``[u, 1]`` columns,
+    ``[1, C]`` configurations; ``tiling``: theirs, else tiled here), in :class:`OpActions`'
+    field order: every pass of a tile through the array does ``m_block · pe_x · pe_y`` MACs,
+    streams its A rows and B tile through the core buffer (written and read: twice) and writes
+    and reads ``m_block · pe_x`` partial sums."""
+    t, hbm_bytes, _, glb_split = matmul_traffic_space(cols, cfg, tiling)
+    pe_x, pe_y = cfg["width"], cfg["depth"]
+    passes = t.tiles * t.tiles_k
+    macs = np.multiply(passes * t.m_block, pe_x * pe_y, dtype=np.float64)
+    streamed = passes * (t.m_block * pe_y * cols["a_elem"] + pe_y * pe_x * cols["b_elem"])
+    partial_sums = passes * t.m_block * pe_x * ACC_BYTES
+    return macs, 0.0, 2 * streamed, 2 * partial_sums, glb_split, hbm_bytes
+
+
+def _vector_actions(cols, cfg) -> tuple:
+    """The actions of a chunk of vector ops (as :func:`_gemm_actions`): ``work`` lane
+    operations, the bytes moved into a vector core's buffer counted there and at the global
+    buffer, those moved from HBM at HBM."""
+    core_bytes, hbm_bytes = vector_traffic_space(cols, cfg)
+    return 0.0, cols["work"], core_bytes, 0.0, core_bytes, hbm_bytes
+
+
+def _priced(actions: tuple, e, core_j, glb_j) -> tuple:
+    """``(compute, core buffer, global buffer, HBM)`` joules of ``actions`` (the fields of
+    :class:`OpActions`, numbers or arrays) with the ``[energy]`` table ``e``, ``core_j`` and
+    ``glb_j`` the SRAM energy per byte of the core buffer and of the global buffer (numbers or
+    ``[1, C]`` arrays): the one pricing of :func:`estimate_energy` and :func:`energy_space`."""
+    macs, vector_ops, core_bytes, accumulator_bytes, glb_bytes, hbm_bytes = actions
+    acc_j = core_j if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
+    return (
+        macs * e.mac_j + vector_ops * e.vector_op_j,
+        core_bytes * core_j + accumulator_bytes * acc_j,
+        glb_bytes * glb_j,
+        hbm_bytes * e.hbm_j_per_byte,
+    )
+
+
 def op_actions(d: MatmulDesc | VectorDesc, acc, tiling: ScalarTiling | None = None) -> OpActions:
     """The actions of one execution of ``d`` on ``acc`` (a GEMM as it runs split over the chip,
-    tiled as ``tiling`` or here); needs no ``[energy]`` table."""
+    tiled as ``tiling`` or here); needs no ``[energy]`` table.  The one-row case of what
+    :func:`energy_space` prices on a space."""
+    cols, cfg = op_columns(d), chip_cfg(acc)
     if isinstance(d, VectorDesc):
-        glb_bytes = vector_traffic(d, acc.vector_cores.buffer_bytes)
-        return OpActions(
-            vector_ops=d.work,
-            core_buffer_bytes=glb_bytes,
-            global_buffer_bytes=glb_bytes,
-            hbm_bytes=vector_traffic(d, acc.global_buffer.bytes),
-        )
-    tc = acc.tensor_cores
-    t = tiling or tile_gemm_scalar(d.batch, d.m, d.n, d.k, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes)
-    unit = _UnitEnergy()
-    macs, streamed, glb, hbm = _gemm_parts(
-        unit,
-        t,
-        t.pe_x,
-        t.pe_y,
-        d.a_elem,
-        d.b_elem,
-        glb_matmul_bytes(d, t, min(tc.count, t.tiles_n)),
-        hbm_matmul_bytes(d, acc.global_buffer.bytes),
-        1.0,
-        1.0,
-    )
-    passes = t.tiles * t.tiles_k
-    return OpActions(
-        macs=float(macs),
-        core_buffer_bytes=float(streamed),
-        accumulator_bytes=float(2 * passes * t.m_block * t.pe_x * ACC_BYTES),
-        global_buffer_bytes=float(glb),
-        hbm_bytes=float(hbm),
-    )
-
-
-@dataclass(frozen=True)
-class _UnitEnergy:
-    """Per-action energies of 1 (the accumulators' 0): :func:`_gemm_parts` then gives counts."""
-
-    mac_j: float = 1.0
-    hbm_j_per_byte: float = 1.0
-    accumulator_j_per_byte: float = 0.0
+        actions = _vector_actions(cols, cfg)
+    elif tiling is None:
+        actions = _gemm_actions(cols, cfg)
+    else:  # priced on the PE arrays the record was tiled for
+        actions = _gemm_actions(cols, cfg | {"width": tiling.pe_x, "depth": tiling.pe_y}, tiling.as_tiling())
+    return OpActions(*(float(np.asarray(a).reshape(-1)[0]) for a in actions))
 
 
 def collective_energy(kind: str, nbytes: float, g: int, acc, span: int | None = None) -> OpEnergy:
@@ -264,8 +244,8 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
     """``(chip_j, network_j)``, each ``[ops × configs]``: the energy of one execution of every
     op of ``table`` on every row of ``configs`` (an architecture space's structured array),
     with the ``[energy]`` table and network of ``template``, the network part apart.  Equal
-    to :func:`estimate_energy` on each configuration to rounding (tested); GEMMs ``chunk`` at
-    a time."""
+    to :func:`estimate_energy` on each configuration (the same actions, priced by the same
+    code); GEMMs ``chunk`` at a time."""
     e = template.energy
     if e is None:
         raise ValueError(f"hardware {template.name!r} has no [energy] table")
@@ -280,17 +260,13 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
     for s in range(0, len(rows), chunk):
         sel = np.arange(s, min(s + chunk, len(rows)))
         cols = {f: v[sel][:, None] for f, v in table.cols["tensor"].items()}
-        t, hbm_bytes, _, glb_split = matmul_traffic_space(cols, cfg)
-        compute, core, glb, hbm = _gemm_parts(
-            e, t, cfg["width"], cfg["depth"], cols["a_elem"], cols["b_elem"], glb_split, hbm_bytes, tc_j, glb_j
-        )
+        compute, core, glb, hbm = _priced(_gemm_actions(cols, cfg), e, tc_j, glb_j)
         chip[rows[sel]] = compute + core + glb + hbm
     rows = table.rows["vector"]
     if len(rows):
         cols = {f: v[:, None] for f, v in table.cols["vector"].items()}
-        core_bytes, hbm_bytes = vector_traffic_space(cols, cfg)
-        buffers = core_bytes * vc_j + core_bytes * glb_j
-        chip[rows] = cols["work"] * e.vector_op_j + buffers + hbm_bytes * e.hbm_j_per_byte
+        compute, core, glb, hbm = _priced(_vector_actions(cols, cfg), e, vc_j, glb_j)
+        chip[rows] = compute + core + glb + hbm
     for i in table.rows["network"]:
         d = table.descs[int(i)]
         assert isinstance(d, CollectiveDesc)  # the "network" rows are the collectives

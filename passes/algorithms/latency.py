@@ -85,7 +85,8 @@ price an op alike by construction (no twin to keep equal).
 - :func:`estimate_op`, :func:`estimate_matmul`, :func:`hbm_matmul_bytes`,
   :func:`glb_matmul_bytes`, :func:`vector_traffic`: one op through the same code (a one-row
   table; cached by (description, accelerator) for :func:`estimate_op`), for the energy model,
-  the fits and the tests.
+  the fits and the tests; :func:`op_columns` and :func:`chip_cfg` give one op's columns and one
+  chip's configuration as the formulas take them (what the energy model prices one op with).
 - :func:`layer_totals`: per-layer, per-phase serial sums.
 """
 
@@ -128,6 +129,8 @@ __all__ = [
     "estimate_space",
     "estimate_chip",
     "config_of",
+    "chip_cfg",
+    "op_columns",
     "layer_totals",
     "hbm_matmul_bytes",
     "glb_matmul_bytes",
@@ -356,6 +359,12 @@ def _config_values(acc) -> dict[str, int]:
     }
 
 
+def chip_cfg(acc) -> dict[str, np.ndarray]:
+    """One accelerator's configuration as the formulas take a space's: ``[1, 1]`` int64 arrays
+    by :data:`CONFIG_FIELDS`."""
+    return {f: np.asarray([[v]], dtype=np.int64) for f, v in _config_values(acc).items()}
+
+
 def config_of(acc) -> np.ndarray:
     """One accelerator's on-chip configuration as a 1-row array of ``CONFIG_DTYPE`` (the form
     :func:`estimate_space` takes; ``area_um2`` is NaN when outside the area model)."""
@@ -424,7 +433,7 @@ class OpTable:
         return tuple(d.unit for d in self.descs)
 
 
-def _row(d: MatmulDesc | VectorDesc) -> dict[str, int]:
+def op_columns(d: MatmulDesc | VectorDesc) -> dict[str, int]:
     """One description's columns as Python integers (the formulas below take them as they
     take ``[u, 1]`` arrays)."""
     return {f: int(getattr(d, f)) for f in (_MM_FIELDS if isinstance(d, MatmulDesc) else _VEC_FIELDS)}
@@ -713,8 +722,8 @@ def estimate_chip(
     :func:`estimate_space`'s model on a single configuration, every op priced in one call
     (``[U, 1]`` arrays).  ``tilings``: each row's GEMM tiling (a pass's ``phaze.tile``), given
     for every GEMM row or for none (then tiled here)."""
-    cfg = {f: np.asarray([[v]], dtype=np.int64) for f, v in _config_values(acc).items()}
-    return _estimate(op_table, cfg, FixedParams.of(acc, chip=True), chunk=max(1, len(op_table)), tilings=tilings)
+    fx = FixedParams.of(acc, chip=True)
+    return _estimate(op_table, chip_cfg(acc), fx, chunk=max(1, len(op_table)), tilings=tilings)
 
 
 def _tiling_rows(tilings: Sequence[ScalarTiling | None], rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -803,18 +812,18 @@ def estimate_matmul(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> O
 
 def hbm_matmul_bytes(d: MatmulDesc, glb_bytes: int) -> int:
     """HBM traffic of a GEMM with a global buffer of ``glb_bytes`` (see the module docstring)."""
-    return int(_hbm_matmul_bytes(_row(d), glb_bytes))
+    return int(_hbm_matmul_bytes(op_columns(d), glb_bytes))
 
 
 def glb_matmul_bytes(d: MatmulDesc, t: ScalarTiling, sharers: int) -> int:
     """Bytes a GEMM moves between the global buffer and the cores, ``A`` streamed once per
     group of ``sharers`` weight columns (module docstring)."""
-    return int(_glb_matmul_bytes(_row(d), t.tiles_m, t.tiles_n, sharers)[1])
+    return int(_glb_matmul_bytes(op_columns(d), t.tiles_m, t.tiles_n, sharers)[1])
 
 
 def vector_traffic(d: VectorDesc, buffer_bytes: int) -> int:
     """Bytes a vector op moves into a buffer of ``buffer_bytes`` from the level below."""
-    return int(_vector_bytes(_row(d), buffer_bytes))
+    return int(_vector_bytes(op_columns(d), buffer_bytes))
 
 
 # --------------------------------------------------------------------------------------------

@@ -175,6 +175,10 @@ class ScalarTiling:
     def as_dict(self) -> dict[str, int | float]:
         return dict(vars(self))
 
+    def as_tiling(self) -> Tiling:
+        """This tiling as a one-GEMM :class:`Tiling` (0-d arrays), as the formulas take a space's."""
+        return Tiling(**{f.name: np.asarray(getattr(self, f.name)) for f in fields(Tiling)})
+
 
 def tile_gemm_scalar(
     batch: int, m: int, n: int, k: int, pe_x: int, pe_y: int, count: int, buffer_bytes: int
