@@ -1,10 +1,14 @@
 //! The input forms serde's derive does not give: byte counts that may be fractional, the
-//! settings whose `"auto"` is `None`, and a network level whose topology's keys sit flat
-//! beside its own (as in the accelerator files). Used by the `Deserialize` derives in
-//! [`crate::model`].
+//! settings whose `"auto"` is `None`, and a network level and its protocols as the hardware
+//! description has them (`phaze_ir.hardware.NetworkLevel` and `NetworkProtocol`, which the
+//! binding reads by attribute, or their dicts): the topology's keys flat beside the level's
+//! own, and the fields the DP does not price with read and ignored by name. Used by the
+//! `Deserialize` derives in [`crate::model`].
 
-use crate::model::{InputError, NetLevel, Protocol, RankOrder, Recompute, Topology, Zero};
-use serde::de::{self, Deserializer, Unexpected, Visitor};
+use crate::model::{
+    Algorithm, InputError, NetLevel, Protocol, RankOrder, Recompute, Topology, Zero,
+};
+use serde::de::{self, Deserializer, IgnoredAny, Unexpected, Visitor};
 use serde::Deserialize;
 use std::fmt;
 
@@ -99,11 +103,20 @@ enum TopologyName {
     FatTree,
 }
 
-/// A [`NetLevel`] as the dicts give it. A topology's keys that are missing become values
-/// [`crate::Problem::validate`] rejects, naming them; those of another topology are ignored.
+/// A [`NetLevel`] as the hardware description gives it. A topology's keys that are missing
+/// become values [`crate::Problem::validate`] rejects, naming them; those of another topology
+/// are ignored. Any other key is refused (a misspelt optional key is not silently its default).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Level {
+    // The level's label and what its network costs in energy and power (the energy passes'):
+    // not the DP's.
+    #[serde(default, rename = "name")]
+    _name: IgnoredAny,
+    #[serde(default, rename = "energy_j_per_byte")]
+    _energy_j_per_byte: IgnoredAny,
+    #[serde(default, rename = "power_w_per_device")]
+    _power_w_per_device: IgnoredAny,
     group_size: u64,
     #[serde(rename = "bandwidth_Bps")]
     bandwidth_bps: f64,
@@ -119,7 +132,7 @@ pub(crate) struct Level {
     #[serde(default)]
     oversubscription: f64,
     #[serde(default)]
-    protocols: Vec<Protocol>,
+    protocols: Vec<NamedProtocol>,
     #[serde(default)]
     tree: bool,
 }
@@ -139,8 +152,38 @@ impl From<Level> for NetLevel {
                     oversubscription: l.oversubscription,
                 },
             },
-            protocols: l.protocols,
+            protocols: l.protocols.into_iter().map(Protocol::from).collect(),
             tree: l.tree,
+        }
+    }
+}
+
+/// A [`Protocol`] as the hardware description gives it; any other key is refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NamedProtocol {
+    // Its label ("LL128"): for people, not the DP.
+    #[serde(default, rename = "name")]
+    _name: IgnoredAny,
+    #[serde(rename = "bandwidth_Bps")]
+    bandwidth_bps: f64,
+    latency_s: f64,
+    #[serde(default)]
+    base_s: f64,
+    #[serde(default, rename = "shard_Bps")]
+    shard_bps: Option<f64>,
+    #[serde(default)]
+    algorithm: Algorithm,
+}
+
+impl From<NamedProtocol> for Protocol {
+    fn from(p: NamedProtocol) -> Protocol {
+        Protocol {
+            bandwidth_bps: p.bandwidth_bps,
+            latency_s: p.latency_s,
+            base_s: p.base_s,
+            shard_bps: p.shard_bps,
+            algorithm: p.algorithm,
         }
     }
 }

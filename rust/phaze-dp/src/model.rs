@@ -276,21 +276,19 @@ pub enum Algorithm {
 /// 2·latency_s + bytes / bandwidth_bps [+ bytes/g / shard_bps]` for NVLS (see
 /// [`Problem::ring_allreduce_s`]); reduce-scatters and all-gathers the ring protocols' halves.
 #[derive(Clone, Debug, PartialEq, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "input::NamedProtocol")]
 pub struct Protocol {
-    /// Per-device, per-direction bandwidth (bytes/s): the ring's, or NVLS's algorithm bandwidth.
-    #[serde(rename = "bandwidth_Bps")]
+    /// Per-device, per-direction bandwidth (bytes/s): the ring's, or NVLS's algorithm bandwidth;
+    /// `bandwidth_Bps` in the Python dicts.
     pub bandwidth_bps: f64,
     /// Per ring step, or per switch pass with NVLS (s).
     pub latency_s: f64,
-    /// Per collective, whatever its size (s).
-    #[serde(default)]
+    /// Per collective, whatever its size (s); 0 by default.
     pub base_s: f64,
-    /// The pass over a device's own `bytes/g` that does not overlap the ring (bytes/s), if any.
-    #[serde(default, rename = "shard_Bps")]
+    /// The pass over a device's own `bytes/g` that does not overlap the ring (bytes/s), if any;
+    /// `shard_Bps` in the Python dicts.
     pub shard_bps: Option<f64>,
-    /// A ring, or NVLink SHARP (all-reduces only).
-    #[serde(default)]
+    /// A ring (by default), or NVLink SHARP (all-reduces only).
     pub algorithm: Algorithm,
 }
 

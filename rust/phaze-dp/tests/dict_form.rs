@@ -115,6 +115,14 @@ fn a_problem_dict_reads_as_the_problem() {
         read(torus).unwrap().levels[1].topology,
         Topology::Torus(vec![2, 4])
     );
+    // The hardware description's level and protocol (phaze_ir.hardware) read the same: their
+    // label, energy and power are not the DP's.
+    let mut described = problem();
+    described["levels"][0]["name"] = json!("node");
+    described["levels"][0]["protocols"][0]["name"] = json!("NVLS");
+    described["levels"][1]["energy_j_per_byte"] = json!(1e-10);
+    described["levels"][1]["power_w_per_device"] = json!(20.0);
+    assert_eq!(read(described).unwrap(), want);
 }
 
 /// The problem changed by `change` is refused, the message saying `says`.
@@ -129,6 +137,10 @@ fn refused(change: impl Fn(&mut Value), says: &str) {
 fn a_bad_dict_is_refused_naming_the_key() {
     refused(|p| p["devcies"] = json!(8), "devcies");
     refused(|p| p["levels"][0]["uplink_bps"] = json!(1.0), "uplink_bps");
+    refused(
+        |p| p["levels"][0]["protocols"][1]["shard_bps"] = json!(1.0),
+        "shard_bps",
+    );
     let fwd = |p: &mut Value| _ = p["layers"][0].as_object_mut().unwrap().remove("fwd_s");
     refused(fwd, "missing field `fwd_s`");
     refused(

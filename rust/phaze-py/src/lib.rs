@@ -16,8 +16,7 @@ mod _phaze_rs {
     #[pymodule_export]
     use super::schedule::{best_list_schedule, decode_justified, improve_schedule};
 
-    /// Version of the Rust extension; lets Python check that the `.so` it loaded matches the
-    /// package it came with.
+    /// The extension's version: Python checks that the `.so` it loaded is its package's.
     #[pyfunction]
     fn version() -> &'static str {
         env!("CARGO_PKG_VERSION")

@@ -67,10 +67,8 @@ pub fn decode_justified(
     mode: Vec<usize>,
 ) -> PyResult<(Vec<f64>, f64)> {
     let inst = Instance::new(kind, caps, modes, preds).map_err(PyValueError::new_err)?;
-    let checks = inst
-        .check_order(&order)
-        .and_then(|()| inst.check_mode(&mode));
-    checks.map_err(PyValueError::new_err)?;
+    inst.check_order(&order).map_err(PyValueError::new_err)?;
+    inst.check_mode(&mode).map_err(PyValueError::new_err)?;
     Ok(py.detach(|| {
         let start = phaze_sched::decode(&inst, &order, &mode);
         phaze_sched::justify(&inst, start, &mode, 4)
