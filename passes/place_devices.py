@@ -84,14 +84,13 @@ def build_problem(module: ModuleOp, options: PlacementOptions, pass_name: str) -
     values, whatever their ``pipeline_transfer``)."""
     layers = layer_numbers(module, pass_name)
     acc = module_accelerator(module, pass_name)
-    spec = acc.to_dict()
     kinds = [str(r["kind"]) for r in _records(module, keys.LAYERS, LayerInfoAttr)]
     try:
         return pl.problem(
             layers,
             options,
-            hbm_bytes=int(spec["hbm"]["bytes"]),
-            levels=pl.network_levels(spec["network"]),
+            hbm_bytes=acc.hbm.bytes,
+            levels=acc.network,
             micro_batch=keys.int_of(module, keys.MICRO_BATCH_SIZE, 1),
             tp=tp_width(module, pass_name),
             blocks=pl.block_range(kinds),

@@ -5,12 +5,12 @@ placement DP (Rust) pricing every one of them bit for bit as passes/algorithms/n
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import pytest
 
 from passes.algorithms import network
-from passes.algorithms.placement import network_levels
-from phaze_ir.hardware import Accelerator, HardwareError, dumps_toml, load_hardware, loads_toml
+from phaze_ir.hardware import Accelerator, HardwareError, NetworkLevel, dumps_toml, load_hardware, loads_toml
 
 CUBE = network.Level(64, 50e9, 1e-6, topology="torus", torus_dims=(4, 4, 4))
 POD = network.Level(4096, 50e9, 2e-6, topology="torus", torus_dims=(4, 4, 4))
@@ -247,14 +247,21 @@ def _layer(grad_bytes: int) -> dict:
     }
 
 
-def _problem(spec: list[dict], layers: list[dict], d: int, t: int) -> dict:
+def _network(spec: list[dict]) -> tuple[NetworkLevel, ...]:
+    """The network levels of the description ``spec`` (the hardware file's ``network``), as a
+    chip holds them: what phaze-place-devices gives the DP."""
+    return Accelerator.from_dict({**load_hardware("tpuv4").to_dict(), "network": spec}).network
+
+
+def _problem(levels: Sequence, layers: list[dict], d: int, t: int) -> dict:
     """A fixed-placement problem of ``layers`` (one stage each) at DP ``d``, TP ``t`` on the
-    network ``spec``: plain 1F1B, no ZeRO, one micro-batch per replica."""
+    network ``levels`` (a chip's, or their dicts): plain 1F1B, no ZeRO, one micro-batch per
+    replica."""
     return {
         "layers": layers,
         "devices": d * len(layers) * t,
         "hbm_bytes": 10**15,
-        "levels": network_levels(spec),
+        "levels": levels,
         "global_batch": d,
         "micro_batch": 1,
         "tp": t,
@@ -291,11 +298,11 @@ NETWORKS = {
 @pytest.mark.parametrize("nbytes", [1, 12345, 7 * 10**9])
 def test_the_dp_all_reduce_is_bit_identical(net, d, p, t, nbytes):
     rs = _rust()
-    spec = NETWORKS[net]
-    problem = _problem(spec, [_layer(nbytes) for _ in range(p)], d, t)
+    chip = _network(NETWORKS[net])
+    problem = _problem(chip, [_layer(nbytes) for _ in range(p)], d, t)
     ev = rs.evaluate_placement(problem, p, d)
     assert ev["feasible"], ev["violations"]
-    levels = network.levels_of(Accelerator.from_dict({**load_hardware("tpuv4").to_dict(), "network": spec}).network)
+    levels = network.levels_of(chip)
     mine = network.all_reduce_s(levels, nbytes, d, p * t)
     assert [s["dp_comm_s"] for s in ev["plan"]["stages"]] == [mine] * p
     # ZeRO-1 prices a reduce-scatter of the gradients and an all-gather of the (here 0)
@@ -314,13 +321,13 @@ def test_the_pipeline_transfer_is_bit_identical(net, rank_order, split, d, p, t)
     priced on the level of the pipeline's span (the rank order's) with the node uplink's share
     (p2p_bandwidth_Bps); split over the TP group, 1/t each and the TP group's all-gather."""
     rs = _rust()
-    spec = NETWORKS[net]
+    chip = _network(NETWORKS[net])
     nbytes = 12345678
     layer = {**_layer(0), "fwd_s": 0.0, "bwd_s": 0.0, "boundary_bytes": nbytes}
-    problem = {**_problem(spec, [layer] * p, d, t), "rank_order": rank_order, "pipeline_split": split}
+    problem = {**_problem(chip, [layer] * p, d, t), "rank_order": rank_order, "pipeline_split": split}
     ev = rs.evaluate_placement(problem, p, d)
     assert ev["feasible"], ev["violations"]
-    levels = network.levels_of(Accelerator.from_dict({**load_hardware("tpuv4").to_dict(), "network": spec}).network)
+    levels = network.levels_of(chip)
     stride = d * t if rank_order == "tp-dp-pp" else t
     index = network.level_for(levels, p * stride)
     bw = network.p2p_bandwidth_Bps(levels, index, stride)

@@ -8,6 +8,7 @@ answers must agree on the reason (and, for memory, on the bytes needed).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import random
@@ -374,6 +375,61 @@ def test_bad_input_names_the_key(mutate, exc, words):
     mutate(p)
     with pytest.raises(exc) as info:
         rs.solve_placement(p)
+    for w in words:
+        assert w in str(info.value)
+
+
+@pytest.mark.parametrize("chip", ["a100", "h100", "tpuv4_torus"])
+def test_a_chips_own_network_levels_read_as_their_dicts(chip):
+    """A problem's levels may be the accelerator's NetworkLevel objects (phaze-place-devices
+    passes them): read by attribute, a field that is None as absent, the level's name, energy
+    and power and its protocols' names ignored; the answers are those of their dicts (which may
+    hold those keys too)."""
+    from phaze_ir.hardware import load_hardware
+
+    acc = load_hardware(chip)
+    layers = small_problem()["layers"] * 4
+    for devices, d in ((8, 2), (64, 16), (1024, 256)):
+        objects = small_problem(levels=acc.network, layers=layers, devices=devices, global_batch=d)
+        dicts = {**objects, "levels": acc.to_dict()["network"]}
+        assert rs.solve_placement(objects) == rs.solve_placement(dicts)
+        assert rs.evaluate_placement(objects, 2, d // 2) == rs.evaluate_placement(dicts, 2, d // 2)
+        assert rs.solve_placement_batch([objects, dicts]) == [rs.solve_placement(dicts)] * 2
+
+
+@dataclasses.dataclass
+class _Level:
+    """A network level as a dataclass of the DP's keys."""
+
+    group_size: object = 4
+    bandwidth_Bps: object = 1e9
+    latency_s: object = 1e-6
+    uplink_Bps: object = None
+
+
+@dataclasses.dataclass
+class _MisspeltLevel(_Level):
+    uplink_bps: object = None
+
+
+@pytest.mark.parametrize(
+    "levels, exc, words",
+    [
+        ([_Level()], None, []),
+        ([_MisspeltLevel()], None, []),  # None: absent
+        ([_MisspeltLevel(uplink_bps=1e9)], ValueError, ["levels[0]", "unknown field `uplink_bps`"]),
+        ([_Level(group_size=True)], ValueError, ["levels[0].group_size", "boolean"]),
+        ([_Level(group_size=None)], KeyError, ["levels[0]", "missing field `group_size`"]),
+        ([_Level(latency_s="1us")], ValueError, ["levels[0].latency_s"]),
+        ([_Level], ValueError, ["levels[0]", "expected a dict"]),  # the class, not an instance
+    ],
+)
+def test_a_dataclass_reads_as_strictly_as_a_dict(levels, exc, words):
+    if exc is None:
+        assert rs.solve_placement(small_problem(levels=levels)) == rs.solve_placement(small_problem())
+        return
+    with pytest.raises(exc) as info:
+        rs.solve_placement(small_problem(levels=levels))
     for w in words:
         assert w in str(info.value)
 

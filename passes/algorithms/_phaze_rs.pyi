@@ -6,11 +6,16 @@ Units are SI: seconds, bytes, bytes/s. Bytes are integers (a float is accepted a
 a whole byte). Every key below is required unless marked NotRequired (absent, not None, unless
 its type says None); a bool is not a number nor an int a bool, a float not a count; unknown keys
 raise ValueError, missing keys KeyError, bad values ValueError, each naming the key (e.g.
-``problem.layers[3].fwd_s``). The GIL is released while solving.
+``problem.layers[3].fwd_s``). Where a dict goes, a dataclass instance may go too, read as the dict
+of its fields (by attribute; a field that is None as absent): a problem's ``levels`` are the
+accelerator's own ``NetworkLevel`` objects (``phaze_ir.hardware``), not a copy of them. The GIL is
+released while solving.
 """
 
+from collections.abc import Sequence
 from typing import Literal, NotRequired, TypedDict
 
+from phaze_ir.hardware import NetworkLevel
 from phaze_ir.op_kinds import RecomputePolicy
 
 #: A recompute policy's word (the words are RecomputePolicy's, declared once).
@@ -53,8 +58,10 @@ class LayerDict(TypedDict):
     dispatch_bytes: NotRequired[int]
 
 class ProtocolDict(TypedDict):
-    """One protocol of the innermost level's collectives (docs/design.md §5.5)."""
+    """One protocol of the innermost level's collectives (docs/design.md §5.5): the keys of
+    ``phaze_ir.hardware.NetworkProtocol``."""
 
+    name: NotRequired[str]  # its label (LL128): not the DP's, ignored
     bandwidth_Bps: float
     latency_s: float  # per ring step
     base_s: float  # per collective
@@ -62,8 +69,13 @@ class ProtocolDict(TypedDict):
     algorithm: NotRequired[str]  # "ring" (absent: the same) or "nvls": NVLink SHARP, all-reduces only
 
 class LevelDict(TypedDict):
-    """A network level, innermost first; the last level is the whole cluster."""
+    """A network level, innermost first; the last level is the whole cluster: the keys of
+    ``phaze_ir.hardware.NetworkLevel``."""
 
+    # The level's label and its network's energy and power (the energy passes'): ignored.
+    name: NotRequired[str]
+    energy_j_per_byte: NotRequired[float]
+    power_w_per_device: NotRequired[float]
     group_size: int
     bandwidth_Bps: float  # per link, bytes/s
     latency_s: float
@@ -75,11 +87,14 @@ class LevelDict(TypedDict):
     protocols: NotRequired[list[ProtocolDict]]  # innermost level only
     tree: NotRequired[bool]  # above the innermost, not a torus: all-reduces may run as NCCL's tree
 
+#: A network level: the accelerator's own (``Accelerator.network``), or its dict.
+Level = NetworkLevel | LevelDict
+
 class ProblemDict(TypedDict):
     layers: list[LayerDict]  # topological order: prologue, blocks, head
     devices: int  # N
     hbm_bytes: int
-    levels: list[LevelDict]
+    levels: Sequence[Level]
     global_batch: int  # B, samples
     micro_batch: int  # b
     tp: int  # t

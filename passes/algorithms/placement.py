@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from passes.algorithms import _phaze_rs
 from passes.algorithms.cache_file import is_int, is_number
@@ -294,7 +294,7 @@ def problem(
     options: PlacementOptions,
     *,
     hbm_bytes: int,
-    levels: list[_phaze_rs.LevelDict],
+    levels: Sequence[_phaze_rs.Level],
     micro_batch: int,
     tp: int,
     blocks: tuple[int, int] | None = None,
@@ -304,7 +304,8 @@ def problem(
     """The problem dict of ``solve_placement`` / ``evaluate_placement``: the placement
     ``options`` (their values parsed here, each once) on ``layers`` at micro-batch
     ``micro_batch`` and TP width ``tp``, with the chip's ``hbm_bytes`` (less the options'
-    headroom, :func:`usable_hbm`) and network ``levels``. ``blocks``: (first layer, count) of
+    headroom, :func:`usable_hbm`) and network ``levels`` (the accelerator's own, ``acc.network``:
+    the DP reads them by attribute). ``blocks``: (first layer, count) of
     the repeated blocks that interleaving splits evenly; ``grads_freed``: the runtime allocates
     each layer's gradients in its backward and frees them after the step
     (``_phaze_rs.ProblemDict``); ``sequence_parallel``: the step is sharded with it, so a
@@ -343,47 +344,6 @@ def problem(
         "pipeline_split": not sequence_parallel and parse_pipeline_transfer(options.pipeline_transfer),
         "grads_freed": grads_freed,
     }
-
-
-def network_levels(network: list[dict[str, Any]]) -> list[_phaze_rs.LevelDict]:
-    """The accelerator's network levels (``Accelerator.to_dict()["network"]``) as DP levels
-    (``uplink_Bps``, the topology's keys, the protocols and ``tree`` only where the level has
-    them)."""
-    out: list[_phaze_rs.LevelDict] = []
-    for level in network:
-        lv: _phaze_rs.LevelDict = {
-            "group_size": int(level["group_size"]),
-            "bandwidth_Bps": float(level["bandwidth_Bps"]),
-            "latency_s": float(level["latency_s"]),
-        }
-        if level.get("uplink_Bps") is not None:
-            lv["uplink_Bps"] = float(level["uplink_Bps"])
-        if level.get("topology") is not None:
-            lv["topology"] = str(level["topology"])
-        if level.get("torus_dims") is not None:
-            lv["torus_dims"] = [int(x) for x in level["torus_dims"]]
-        if level.get("leaf_size") is not None:
-            lv["leaf_size"] = int(level["leaf_size"])
-        if level.get("oversubscription") is not None:
-            lv["oversubscription"] = float(level["oversubscription"])
-        if level.get("protocols") is not None:
-            protocols: list[_phaze_rs.ProtocolDict] = []
-            for p in level["protocols"]:
-                proto: _phaze_rs.ProtocolDict = {
-                    "bandwidth_Bps": float(p["bandwidth_Bps"]),
-                    "latency_s": float(p["latency_s"]),
-                    "base_s": float(p.get("base_s", 0.0)),
-                }
-                if p.get("shard_Bps") is not None:
-                    proto["shard_Bps"] = float(p["shard_Bps"])
-                if p.get("algorithm") is not None:
-                    proto["algorithm"] = str(p["algorithm"])
-                protocols.append(proto)
-            lv["protocols"] = protocols
-        if level.get("tree"):
-            lv["tree"] = True
-        out.append(lv)
-    return out
 
 
 _EXPERT = re.compile(r"^expert(?::(\d+),(\d+),(\d+))?$")

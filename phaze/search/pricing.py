@@ -64,7 +64,6 @@ class Pricing:
         self.counts = dict.fromkeys(COUNTS, 0)
         #: (candidates, setting, config) -> the group makespans priced (:meth:`makespans`)
         self._exact_ms: dict[tuple[int, int, int], np.ndarray] = {}
-        self._levels: dict[int, list] = {}
         self._objectives: dict[int, Objective] = {}
 
     def objective(self, cands: Candidates) -> Objective:
@@ -94,14 +93,11 @@ class Pricing:
 
     def problem(self, cands: Candidates, setting: Setting, makespans: np.ndarray, hbm: int) -> _phaze_rs.ProblemDict:
         """The DP problem of ``setting`` with group makespans ``makespans`` and HBM ``hbm``."""
-        levels = self._levels.get(id(cands))
-        if levels is None:
-            levels = self._levels[id(cands)] = pl.network_levels(cands.template.to_dict()["network"])
         return pl.problem(
             setting.layer_dicts(makespans),
             self.params,
             hbm_bytes=hbm,
-            levels=levels,
+            levels=cands.template.network,
             micro_batch=setting.micro_batch,
             tp=setting.tp,
             blocks=setting.blocks,
