@@ -626,7 +626,7 @@ def _cached_plan(text: str, name: str, thr: float, file):
     except Exception as e:  # anything the text makes the parser, the verifier or the plan raise
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         warnings.warn(
-            f"search cache entry {file} does not hold the plan of {name} ({why}): ignored, computed again",
+            f"cache entry {file} does not hold the plan of {name} ({why}): ignored, computed again",
             PhazeWarning,
             stacklevel=2,
         )
