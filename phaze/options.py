@@ -1,0 +1,146 @@
+"""What a compilation is asked besides the model file: :class:`Options` (phazec's options, and
+``phaze.compile``'s), with the stages an ``--emit`` may stop after (:data:`STAGES`; what each
+adds is in :mod:`phaze.pipeline`) and the sweep's default micro-batch sizes and TP widths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from passes.algorithms.placement_options import PlacementOptions, option
+
+#: The pipeline's stages, in order (``phazec --emit STAGE`` stops after STAGE; :mod:`phaze.pipeline`).
+STAGES = ("ir", "training", "sharded", "tiled", "latency", "scheduled", "recompute", "plan")
+DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
+DEFAULT_TP_WIDTHS = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Options(PlacementOptions):
+    """What a compilation needs besides the model file (phazec's options): the placement
+    options (declared in :class:`~passes.algorithms.placement_options.PlacementOptions`) and
+    these. Those that are command-line options are declared as the placement options are
+    (:func:`~passes.algorithms.placement_options.option`: help, choices, flag), and phazec's
+    and phaze-validate's flags are built from them (``phaze.tools.flags``)."""
+
+    emit: str = option("plan", help="last stage to run and print", choices=STAGES)
+    #: The micro-batch sizes the plan stage sweeps; the stages before it compile the first.
+    micro_batches: tuple[int, ...] = option(
+        DEFAULT_MICRO_BATCHES,
+        help="micro-batch size",
+        metavar="N",
+        flag="--micro-batch",
+        default_words=f"{DEFAULT_MICRO_BATCHES[0]}, and the plan stage tries "
+        + ", ".join(map(str, DEFAULT_MICRO_BATCHES)),
+    )
+    #: None: the TP width of a fixed ``placement``, else :data:`DEFAULT_TP_WIDTHS`.
+    tp_widths: tuple[int, ...] | None = option(
+        None,
+        help="tensor-parallel width",
+        metavar="N",
+        flag="--tp",
+        default_words=f"{DEFAULT_TP_WIDTHS[0]}, and the plan stage tries " + ", ".join(map(str, DEFAULT_TP_WIDTHS)),
+    )
+    seq_len: int | None = option(
+        None,
+        help="sequence length",
+        metavar="N",
+        default_words="the model file's SEQ_LEN, a config.json's max_position_embeddings",
+    )
+    dtype: str = option(
+        "float16",
+        help="training precision of weights and activations; amp-bfloat16, amp-float16: torch.autocast's mixed "
+        "precision, fp32 weights and gradients; 'model' keeps the model's",
+        choices="phaze_ir.frontend.trace.DTYPES",
+        default_words="float16, which --export launches as bf16 where the chip has it",
+    )
+    optimizer: str = option(
+        "adam",
+        help="optimizer of the training step",
+        choices="phaze_ir.dialect.OPTIMIZER_KINDS",
+        default_words="adam, mixed precision",
+    )
+    hw: str = option(
+        "tpuv4",
+        help="the accelerator: a preset (tpuv4, a100, h100) or a hardware TOML file",
+        metavar="NAME|FILE",
+    )
+    #: None (default: dropless experts, every routed row and no more), or F >= 1: every expert
+    #: GEMM runs on its experts' capacity ``ceil(T/E * F)`` rows, padded with zeros, as
+    #: Megatron-LM's ``--moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity``
+    #: (the importer pads, ``phaze.capacity_factor``; docs/design.md §2).
+    capacity_factor: float | None = option(
+        None,
+        help="MoE expert capacity factor, F >= 1: every expert processes ceil(F x routed rows / experts) rows, "
+        "padded with zeros (Megatron-LM's --moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity)",
+        metavar="F",
+        default_words="none, dropless",
+    )
+    #: What the architecture search maximizes (``phaze.search.objective``).
+    objective: str = option(
+        "throughput",
+        help="what the architecture search maximizes: throughput (samples/s), perf-per-watt (samples/s per W of "
+        "the chips at the plan's power), perf-per-dollar (samples/s per USD of the chips' cost to make), energy "
+        "(samples per joule), carbon (samples per kg CO2e, operational and embodied); the space's template needs "
+        "the tables that price it",
+        choices="phaze.search.objective.OBJECTIVES",
+    )
+    #: None (default: no cap), or W > 0: the sweep keeps only plans whose predicted chip power
+    #: (``phaze.power``'s ``chip_power_w``) is at most W watts; needs an ``[energy]`` table.
+    power_cap_w: float | None = option(
+        None,
+        help="keep only plans whose predicted chip power (phaze.power's chip_power_w, the busiest device's "
+        "average over the step) is at most W watts: with --hw the sweep's points, in the search each chip's "
+        "settings; needs a chip (or a space template) with an [energy] table",
+        metavar="W",
+        flag="--power-cap",
+        default_words="no cap",
+    )
+    #: ``auto`` compiles both and keeps the faster plan
+    #: (``phaze-shard-tensor-parallel{sequence_parallel=...}``).
+    sequence_parallel: str = option(
+        "off",
+        help="Megatron sequence parallelism at TP > 1: on, off, or auto, which compiles both and keeps the faster",
+        choices="phaze.options.SEQUENCE_PARALLEL_SETTINGS",
+    )
+    #: Whose kernels the step runs as (``phaze-form-kernels{runtime=...}``, rules and sources in
+    #: ``passes/algorithms/kernels.py``).
+    kernels: str = option(
+        "ops",
+        help="the runtime whose kernels the step is priced as: ops, every op its own kernel; eager, PyTorch eager "
+        "(flash attention, fused AdamW); inductor, torch.compile's fusion; megatron, Megatron-LM's fused kernels",
+        choices="passes.algorithms.kernels.RUNTIMES",
+    )
+    strict: bool = option(False, help="unknown aten ops are errors, not phaze.opaque")
+    #: When no placement fits: True (default) compiles the best unfit point from the whole model
+    #: into a plan that says which constraint binds; False stops with :class:`NoPlanFits` as soon
+    #: as the sweep knows (``phazec`` without ``--write-infeasible``, which writes nothing then:
+    #: a 20,000-block model that cannot fit is not compiled whole to be thrown away).
+    unfit_plan: bool = True
+    # SCIP stops a layer's schedule at 0.5 % proven gap or after 10 s (the gap limit makes the
+    # plan sweep several times faster than proving optimality, and deterministic in practice).
+    schedule_time_limit: float = option(
+        10.0, help="SCIP time limit per layer schedule, seconds", metavar="S", flag="--solver-time-limit"
+    )
+    schedule_gap: float = option(
+        0.005, help="stop a layer's schedule at this proven relative gap", metavar="G", flag="--solver-gap"
+    )
+    #: The search sets it (see phaze/search): unlike the clock, it gives the same plan on any machine.
+    schedule_nodes: int = option(
+        0, help="SCIP branch-and-bound nodes per layer schedule, 0 for no limit", metavar="N", flag="--solver-nodes"
+    )
+    #: The search sets it (see phaze/search).
+    schedule_max_binaries: int = option(
+        0,
+        help="a layer MILP with more binaries keeps its list schedule, 0 for no limit",
+        metavar="N",
+        flag="--solver-max-binaries",
+    )
+    #: The schedule cache the scheduling passes solve through (a ``ScheduleCache``; the search
+    #: hands in its own).  None: one per :func:`~phaze.driver.compile_model`, on disk under
+    #: ``$PHAZE_SCHEDULE_CACHE`` when that is set, else in memory.
+    schedule_cache: Any = field(default=None, compare=False, repr=False)
+
+
+#: The settings of ``--sequence-parallel``.
+SEQUENCE_PARALLEL_SETTINGS = ("auto", "on", "off")
