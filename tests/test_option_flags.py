@@ -9,7 +9,7 @@ import pytest
 
 from passes.algorithms.kernels import RUNTIMES
 from passes.algorithms.placement_options import PlacementOptions
-from phaze.driver import SEQUENCE_PARALLEL_SETTINGS, STAGES, Options
+from phaze.options import SEQUENCE_PARALLEL_SETTINGS, STAGES, Options
 from phaze.search.objective import OBJECTIVES
 from phaze.tools import phaze_validate, phazec
 from phaze.tools.flags import option_dest, option_values

@@ -22,7 +22,7 @@ MAX_INT = 2**31 - 1
 #: The solver's counts, 0 meaning no limit.
 SOLVER_COUNTS = ("solver_nodes", "solver_max_binaries")
 
-#: The fields of ``phaze.driver.Options`` that are the operator-scheduling solver's flags
+#: The fields of ``phaze.options.Options`` that are the operator-scheduling solver's flags
 #: (``--solver-time-limit``, ...), in the order the tools show them.
 SOLVER_FIELDS = ("schedule_time_limit", "schedule_nodes", "schedule_max_binaries", "schedule_gap")
 

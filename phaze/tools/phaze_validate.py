@@ -25,8 +25,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from phaze.driver import Options
 from phaze.messages import exit_status, install_error_hook, show_warnings_as
+from phaze.options import Options
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze.tools import flags
 from phaze_ir.errors import PhazeError
