@@ -217,11 +217,12 @@ def test_ray_missing(monkeypatch):
 
 
 def test_a_ctrl_c_while_workers_start_reaches_the_parent_after():
-    """SIGINT is ignored while workers start (they inherit that), but one that came meanwhile is
-    not lost: it is raised in the parent when the block ends (the Ctrl-C test's race)."""
+    """SIGINT is blocked while workers start (they inherit the mask), and one that came
+    meanwhile is not lost: it is raised in the parent when the block ends (the Ctrl-C test's
+    race)."""
     import threading
 
-    from phaze.search.backend import _sigint_ignored
+    from phaze.search.backend import _sigint_blocked
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals reach the main thread only; this runner runs tests on another")
@@ -230,9 +231,7 @@ def test_a_ctrl_c_while_workers_start_reaches_the_parent_after():
     runner = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
-            with _sigint_ignored():
-                # To this thread: sent to the process, the kernel may hand it to another thread of
-                # the test runner (its channel's), which, SIGINT being ignored meanwhile, drops it.
+            with _sigint_blocked():
                 signal.pthread_kill(threading.get_ident(), signal.SIGINT)
                 raised_inside = True  # not raised here: the workers would have seen it
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -240,3 +239,30 @@ def test_a_ctrl_c_while_workers_start_reaches_the_parent_after():
         signal.signal(signal.SIGINT, runner)
     assert raised_inside
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def _blocked_signals(_: object) -> list[int]:
+    return sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+
+
+def test_a_process_started_in_the_block_starts_with_sigint_blocked():
+    """The mask crosses fork and exec (a spawned process starts with SIGINT blocked) even on the
+    process's first spawn, when multiprocessing starts its resource tracker, which unblocks
+    SIGINT after it; and the pool's initializer ignores and unblocks it in each worker."""
+    import concurrent.futures
+    import multiprocessing
+    import threading
+
+    from phaze.search.backend import _init_worker, _sigint_blocked
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("the block applies to the main thread only")
+    ctx = multiprocessing.get_context("spawn")
+    with _sigint_blocked():
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as bare:
+            assert int(signal.SIGINT) in bare.submit(_blocked_signals, None).result()
+    with _sigint_blocked():
+        pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker)
+        future = pool.submit(_blocked_signals, None)
+    with pool:
+        assert int(signal.SIGINT) not in future.result()

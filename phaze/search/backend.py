@@ -103,8 +103,11 @@ def _init_worker() -> None:
     import signal
 
     # Workers ignore SIGINT (the terminal sends it to the whole process group): the parent
-    # cancels the pool and terminates them, instead of every worker printing a traceback.
+    # cancels the pool and terminates them, instead of every worker printing a traceback.  A
+    # worker starts with SIGINT blocked (:func:`_sigint_blocked`): a Ctrl-C that came while it
+    # started is pending until here, and is ignored when unblocked.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     for var in _THREAD_VARS:
         os.environ[var] = "1"
     if "torch" in sys.modules:  # imported by the spawned __main__ before the environment was set
@@ -113,27 +116,32 @@ def _init_worker() -> None:
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ignore SIGINT while worker processes start: they inherit an ignored SIGINT across exec and
-    never see the terminal's Ctrl-C (a worker interrupted before its initializer ran would print
-    a traceback).  The parent keeps its own handler outside this block, and a Ctrl-C that came
-    inside it is not lost: SIGINT is also blocked meanwhile (a blocked signal stays pending even
-    while ignored), so it reaches the parent's handler when the block ends.  The mask is this
-    thread's: the pool's threads, started inside the block, inherit it; a thread started before
-    it with SIGINT unblocked could take a Ctrl-C meanwhile and drop it (torch's native threads,
-    once a model was traced in this process: a second Ctrl-C then stops the search)."""
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while worker processes (or the fork server they fork from)
+    start: a signal mask is inherited across fork and exec, so a worker starts with SIGINT
+    blocked, and a Ctrl-C that reaches it before its initializer ran stays pending until
+    :func:`_init_worker` ignores it (an interrupted half-started worker would print a traceback).
+    The pool's threads, started inside the block, inherit the mask too.
+
+    The parent's handler is left as it is: a Ctrl-C meanwhile is taken by another thread of this
+    process that does not block it (torch's native threads, once a model was traced here), whose
+    handler wakes the main thread to raise KeyboardInterrupt, or stays pending here until the
+    block ends.  Never lost: ignoring SIGINT in the parent instead (a disposition, process-wide)
+    dropped a Ctrl-C that such a thread took."""
     import signal
     import threading
+    from multiprocessing import resource_tracker
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    # multiprocessing starts its resource tracker with the first process, and unblocks SIGINT
+    # after it (CPython's resource_tracker.ensure_running): started first, it leaves the mask be.
+    resource_tracker.ensure_running()
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
@@ -188,7 +196,8 @@ def start_fork_server(modules: Sequence[str]) -> None:
     saved = {var: os.environ.get(var) for var in _THREAD_VARS}
     os.environ.update(dict.fromkeys(_THREAD_VARS, "1"))
     try:
-        multiprocessing.forkserver.ensure_running()
+        with _sigint_blocked():  # the server's workers fork with its mask: SIGINT blocked
+            multiprocessing.forkserver.ensure_running()
     except OSError:  # no server (e.g. no Unix sockets here): the workers are spawned, as before
         return
     finally:
@@ -223,9 +232,10 @@ class LocalBackend(Backend):
                 mp_context=multiprocessing.get_context("spawn" if _fork_server_modules is None else "forkserver"),
                 initializer=_init_worker,
             )
-        with _sigint_ignored():  # workers start here: a Ctrl-C now must not reach them half-started
-            futures = [self._pool.submit(_run_chunk, fn, chunk) for chunk in _chunks(items, self.jobs)]
+        futures: list[concurrent.futures.Future] = []
         try:
+            with _sigint_blocked():  # workers start here: a Ctrl-C now must not reach them half-started
+                futures += (self._pool.submit(_run_chunk, fn, chunk) for chunk in _chunks(items, self.jobs))
             return _unwrap(f.result() for f in futures)
         except BaseException as e:
             # KeyboardInterrupt: stop everything now; a broken pool (a worker died) cannot be reused.
