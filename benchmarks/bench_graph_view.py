@@ -1,5 +1,5 @@
 """What the light graph's analysis cache (``passes.graph_view.GraphCache``) saves a compilation:
-a model compiled through the training, tiled and latency stages (``driver.compile_module``),
+a model compiled through the training, tiled and latency stages (``phaze.pipeline.compile_module``),
 its pipeline's ``build_graph`` calls counted and timed as they run, then, on the compiled
 function, one fresh build (``cache=None``), one cache hit, and the cost of the pipeline's calls
 were every one a fresh build.
@@ -33,7 +33,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from passes import graph_view
-    from phaze import driver
+    from phaze.options import Options
+    from phaze.pipeline import compile_module
     from phaze_ir.frontend.loader import load_model_file
     from phaze_ir.frontend.trace import trace_model
 
@@ -56,9 +57,9 @@ def main() -> None:
     graph_view._build = counted_build  # type: ignore[assignment]
 
     traced = trace_model(load_model_file(args.model), args.micro_batch)
-    opts = driver.Options(emit=args.stage, hw=args.hw, micro_batches=(args.micro_batch,))
+    opts = Options(emit=args.stage, hw=args.hw, micro_batches=(args.micro_batch,))
     start = time.perf_counter()
-    module = driver.compile_module(traced, args.stage, 1, opts)
+    module = compile_module(traced, args.stage, 1, opts)
     wall = time.perf_counter() - start
     graph_view.GraphCache.graph, graph_view._build = real_graph, real_build  # type: ignore[method-assign]
     print(f"{args.stage} stage: {wall:.2f} s")

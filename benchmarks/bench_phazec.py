@@ -19,7 +19,7 @@ Printed per in-process run (after the model file's first import, timed apart: to
 transformers, seconds that a process pays once): wall time and its split.  The sweep (``phaze/sweep.py``):
 ``settings`` (the model cut to 3 and 4 blocks traced, imported and sharded per micro-batch),
 ``points`` (every point's schedules and DP), ``winner`` (the best point traced and compiled
-through the pipeline).  One point (``driver.compile_model``): tracing, import, and the pipeline
+through the pipeline).  One point (``phaze.driver.compile_model``): tracing, import, and the pipeline
 (sharding, tiling, latencies, SCIP schedules, recompute, the placement DP).  Then the peak
 resident memory (of this process; the ``phazec`` processes' own peaks are printed beside them).
 Targets (issue 15, this 2-core machine): the GPT-3 175B sweep on a100 <= 60 s cold; one fixed
@@ -42,13 +42,14 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 
 def _run(label: str, model: str, opts) -> None:
-    from phaze import driver, sweep
+    from phaze import sweep
+    from phaze.plan_output import plan_record
 
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     module, candidates = sweep.compile_plan(model, opts, lambda msg: None, seconds=seconds)
     wall = time.perf_counter() - start
-    plan = driver.plan_record(module)
+    plan = plan_record(module)
     what = (
         f"DP {plan['dp']} PP {plan['pp']} TP {plan['tp']} b {plan['micro_batch_size']}: "
         f"{plan['throughput_samples_per_s']:.6g} samples/s"
@@ -128,11 +129,11 @@ def main() -> None:
                     f"(peak {peak:.2f} GiB, the same bytes: {same})"
                 )
     from passes.algorithms.schedule import ScheduleCache
-    from phaze import driver
+    from phaze.options import Options
 
     cache = ScheduleCache(None)  # in memory, shared by the runs: a warm run reuses the schedules
-    sweep = driver.Options(hw=args.hw, devices=args.devices, global_batch=args.global_batch, schedule_cache=cache)
-    fixed = driver.Options(
+    sweep = Options(hw=args.hw, devices=args.devices, global_batch=args.global_batch, schedule_cache=cache)
+    fixed = Options(
         schedule_cache=cache,
         hw=args.hw,
         devices=args.devices_fixed,

@@ -49,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from phaze.driver import few_collections  # noqa: E402
+from phaze.pipeline import few_collections  # noqa: E402
 from phaze_ir.frontend import import_graph, load_model_file, trace_model, trace_step  # noqa: E402
 from phaze_ir.frontend import trace as tr  # noqa: E402
 from phaze_ir.frontend.loader import ModelSpec  # noqa: E402
@@ -281,7 +281,7 @@ def main() -> None:
             values[symbols["seq_len"]] = seq
         start = time.perf_counter()
         bound = copy.copy(template)
-        with few_collections():  # as the driver imports: young-generation GC every 50,000 allocations
+        with few_collections():  # as the pipeline imports: young-generation GC every 50,000 allocations
             bound.graph_module, bound.micro_batch_size = bind(gm, values), b
         bound.seq_module = seq_modules(gm)
         line = f"  bound to micro-batch {b}: {time.perf_counter() - start:6.2f} s"

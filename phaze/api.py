@@ -14,7 +14,7 @@ options, get back a :class:`Plan`.
 ``model`` is a model file (``get_model()``, ``get_inputs()``: docs/usage.md, "A model file"), a Hugging
 Face ``config.json``, or a factory: a function returning an ``nn.Module`` (build it on the meta
 device), with ``inputs(micro_batch, seq_len)`` returning its keyword inputs and ``seq_len``.
-The options are :class:`phaze.driver.Options`' fields (``devices``, ``global_batch``,
+The options are :class:`phaze.options.Options`' fields (``devices``, ``global_batch``,
 ``recompute``, ``zero``, ``dtype``, ``kernels``, ``memory_headroom``...), plus ``micro_batch``
 and ``tp`` to fix one micro-batch size and TP width as phazec's flags do.  It is
 ``phazec MODEL --hw CHIP`` without the files: the same checks, the same sweep, the same plan.
@@ -31,7 +31,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from phaze.driver import Options
+from phaze.options import Options
 from phaze_ir.errors import PhazeError
 
 #: phazec's defaults where they differ from :class:`Options`' (a plan for one chip).

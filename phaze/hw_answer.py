@@ -38,8 +38,10 @@ from typing import Any
 
 from passes.algorithms.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze import driver, plan_template
-from phaze.driver import Options
 from phaze.model_key import ModelKey, model_key
+from phaze.options import Options
+from phaze.plan_output import plan_json
+from phaze.points import chosen_point, judge_point, no_fit_message, point_label, tp_points, tp_widths_of
 from phaze_ir.attributes import format_float
 from phaze_ir.errors import PhazeError, PhazeWarning
 
@@ -53,7 +55,7 @@ class Answer:
 
     #: The output module printed (the generic form when asked).
     text: str
-    #: ``driver.plan_json`` of the plan (None before the plan stage).
+    #: ``phaze.plan_output.plan_json`` of the plan (None before the plan stage).
     plan: dict[str, Any] | None = None
     #: The plan's summary lines (``plan["summary"]["lines"]``, :mod:`phaze.summary`), "" when
     #: there is no feasible plan.
@@ -120,7 +122,10 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
     ``cache_dir`` when it holds one for these inputs, else compiled (and kept there; None: no
     cache).  Errors are never kept: a question that failed fails again, the same way."""
     stages = Store.of(cache_dir)
-    inputs = _inputs(model_path, opts, stages)
+    # Checked before anything slow: the options, the chip (its hardware file read here, once, and
+    # handed on to the cache's key and the compilation) and the power cap on it.
+    accelerator = driver.check_question(opts)
+    inputs = _inputs(model_path, stages, accelerator)
     key = stages.key(KIND, inputs.model.digest, repr(opts), inputs.chip, generic) if inputs is not None else None
     hit = stages.load(KIND, key, check_answer) if key is not None else None
     if hit is not None:
@@ -136,7 +141,7 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
     if inputs is not None and opts.emit == "plan" and not generic:
         templates = plan_template.Templates(stages, inputs.model.digest, inputs.chip, opts)
     with _phaze_warnings_said() as said:
-        result = _compile(model_path, opts, log, generic, stages, templates, inputs, said)
+        result = _compile(model_path, opts, accelerator, log, generic, stages, templates, inputs, said)
     result.warnings = said
     # An answer placed from a template is one template away: kept only to replace a broken entry
     # of its own (said above), which would otherwise be said again at every question.
@@ -153,29 +158,26 @@ class _Inputs:
 
     model: ModelKey
     chip: str  #: the chip's data digest ("" before the tiled stage)
-    accelerator: Any = None  #: the chip (None before the tiled stage)
 
 
-def _inputs(model_path: str, opts: Options, stages: Store) -> _Inputs | None:
-    """The model's key and the chip's digest (None without a cache directory: nothing to look
-    up).  Reading the model file's bytes and its helpers' is all a hit costs of the model; a
-    file that cannot be read or imported is the loader's one-line error, as without a cache."""
+def _inputs(model_path: str, stages: Store, accelerator) -> _Inputs | None:
+    """The model's key and the digest of the chip ``accelerator`` (None before the tiled stage);
+    None without a cache directory: nothing to look up.  Reading the model file's bytes and its
+    helpers' is all a hit costs of the model; a file that cannot be read or imported is the
+    loader's one-line error, as without a cache."""
     if stages.directory is None:
         return None
-    driver.check_options(opts)
     try:
         model = model_key(model_path, stages)
     except PhazeError:
         return None  # the compilation says why, in its own words
-    if driver.STAGES.index(opts.emit) < driver.STAGES.index("tiled"):
-        return _Inputs(model, "")
-    accelerator = driver.load_accelerator(opts.hw)
-    return _Inputs(model, digest(repr(accelerator)), accelerator)
+    return _Inputs(model, digest(repr(accelerator)) if accelerator is not None else "")
 
 
 def _compile(
     model_path: str,
     opts: Options,
+    accelerator,
     log,
     generic: bool,
     stages: Store,
@@ -183,18 +185,20 @@ def _compile(
     inputs: _Inputs | None,
     said: list[str],
 ) -> Answer:
-    """Compile the model (:func:`phaze.sweep.compile_plan`, its settings kept in
-    ``stages``; a point compiled before is placed from its template in ``templates``) and
-    print its module; the template of a plan compiled here is kept (``said``: the warnings of
-    its compilation)."""
+    """Compile the model on the chip ``accelerator`` (:func:`phaze.sweep.compile_plan`, its
+    settings kept in ``stages``; a point compiled before is placed from its template in
+    ``templates``) and print its module; the template of a plan compiled here is kept
+    (``said``: the warnings of its compilation)."""
     from phaze import sweep
     from phaze.export import model_facts
 
     got = None
     if templates is not None and inputs is not None:
         got = _one_point_from_template(opts, inputs, templates, log)
-    module, candidates = got or sweep.compile_plan(model_path, opts, log, stages=stages, templates=templates)
-    plan = driver.plan_json(module, candidates, opts.recompute, opts.memory_headroom) if opts.emit == "plan" else None
+    module, candidates = got or sweep.compile_plan(
+        model_path, opts, log, accelerator, stages=stages, templates=templates
+    )
+    plan = plan_json(module, candidates, opts.recompute, opts.memory_headroom) if opts.emit == "plan" else None
     facts = model_facts(module, opts)
     if templates is not None:
         text = templates.text(module)
@@ -224,17 +228,16 @@ def _one_point_from_template(opts: Options, inputs: _Inputs, templates: plan_tem
         fixed = parse_placement(opts.placement, name)
     except PlacementError:
         return None  # the compilation says why
-    points = driver.tp_points(opts, driver.tp_widths_of(opts, fixed))
+    points = tp_points(opts, tp_widths_of(opts, fixed))
     if len(opts.micro_batches) != 1 or len(points) != 1 or (fixed is not None and fixed[2] != points[0][0]):
         return None
     (t, sp), b = points[0], opts.micro_batches[0]
-    driver.check_power_cap(opts, inputs.accelerator)
     placed = templates.placed(plan_template.Point(b, t, sp))
     if placed is None:
         return None
-    log(f"placing {name} at {driver.point_label(b, t, sp)} from its compiled plan (in the cache)")
-    cand, unfit = driver.judge_point(placed, b, t, sp, opts, log)
-    return driver.chosen_point(placed if cand.throughput > 0 else None, placed if unfit else None, [cand], opts)
+    log(f"placing {name} at {point_label(b, t, sp)} from its compiled plan (in the cache)")
+    cand, unfit = judge_point(placed, b, t, sp, opts, log)
+    return chosen_point(placed if cand.throughput > 0 else None, placed if unfit else None, [cand], opts)
 
 
 @contextlib.contextmanager
@@ -262,4 +265,4 @@ def failure(result: Answer) -> str | None:
     or before the plan stage)."""
     if result.plan is None or result.plan["feasible"]:
         return None
-    return driver.no_fit_message(result.plan["binding"])
+    return no_fit_message(result.plan["binding"])

@@ -45,8 +45,9 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 
 from passes.algorithms.cache_file import BadEntry, Store, fields, need
-from phaze import driver
-from phaze.driver import Options
+from phaze.options import Options
+from phaze.pipeline import compile_from
+from phaze.plan_output import plan_record
 
 if TYPE_CHECKING:
     from phaze_ir.attributes import RecordAttr
@@ -124,7 +125,7 @@ def make(module: ModuleOp, text: str, opts: Options, said: list[str]) -> PlanTem
     from phaze_ir.errors import PhazeError
     from phaze_ir.ir import module_header, print_module
 
-    if driver.plan_record(module).get("feasible") != "yes":
+    if plan_record(module).get("feasible") != "yes":
         return None
     header = module_header(module) + " {\n"
     if not text.startswith(header):
@@ -186,7 +187,7 @@ def place(skeleton: ModuleOp, opts: Options, point: Point) -> ModuleOp:
     """The template's parsed skeleton placed under ``opts`` (``phaze-place-devices`` and, on a
     chip with an ``[energy]`` table, ``phaze-estimate-power``), in place: a module whose
     attributes are the plan's, as compiling the point would give them."""
-    return driver.compile_from(skeleton, "recompute", "plan", point.tp, opts, point.sequence_parallel)
+    return compile_from(skeleton, "recompute", "plan", point.tp, opts, point.sequence_parallel)
 
 
 def text_of(template: PlanTemplate, placed: ModuleOp) -> str:

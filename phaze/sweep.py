@@ -31,9 +31,12 @@ from xdsl.dialects.builtin import ModuleOp
 
 from passes.algorithms.cache_file import Store, fields, is_int, need
 from phaze import driver
-from phaze.driver import Candidate, Options
 from phaze.model_key import model_key
+from phaze.options import Options
+from phaze.pipeline import compile_module, few_collections, traced_line
+from phaze.plan_output import Candidate, plan_record
 from phaze.plan_template import Point
+from phaze.points import NoPlanFits, no_fit_message, notes_once, over_cap_note, point_label, tp_points
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 if TYPE_CHECKING:
@@ -73,7 +76,7 @@ def compile_plan(
     each micro-batch's settings are kept and looked up (:func:`prepared`; None: nowhere).
     ``templates``: where the best point is placed from its template when it was compiled
     before (:mod:`phaze.plan_template`: then the module is its placed skeleton)."""
-    with driver.few_collections():  # its cut traces allocate as a compilation does
+    with few_collections():  # its cut traces allocate as a compilation does
         return _compile_plan(model_path, opts, log, accelerator, seconds, stages, templates)
 
 
@@ -93,7 +96,7 @@ def _compile_plan(
 
     begun = driver.start_compilation(model_path, opts, accelerator)
     opts, acc, spec, fixed, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.fixed, begun.tp_widths
-    if len(opts.micro_batches) * len(driver.tp_points(opts, tp_widths)) == 1:
+    if len(opts.micro_batches) * len(tp_points(opts, tp_widths)) == 1:
         # One point: its compilation is all there is to do (the cut traces would be extra).
         return driver.compile_model(model_path, opts, log, accelerator, seconds)
     seconds = {} if seconds is None else seconds
@@ -119,7 +122,7 @@ def _compile_plan(
                 if fixed_tp_mismatch(fixed, r.tp):
                     why[r.tp, r.sequence_parallel] = fixed_tp_mismatch(fixed, r.tp)
                     del by_point[r.tp, r.sequence_parallel]
-        for t, sp in driver.tp_points(opts, tp_widths):
+        for t, sp in tp_points(opts, tp_widths):
             setting = by_point.get((t, sp))
             if setting is not None:
                 settings.append(setting)
@@ -138,7 +141,7 @@ def _compile_plan(
     first_unfit: Candidate | None = None
     objective = evaluator.objective(cands)
     for b, t, sp, k, error in points:
-        where = driver.point_label(b, t, sp)
+        where = point_label(b, t, sp)
         if k is None:
             candidates.append(Candidate(b, t, note=error, sequence_parallel=sp))
             log(f"{where}: skipped: {error}")
@@ -153,7 +156,7 @@ def _compile_plan(
         elif result.get("feasible") and plan:  # over the power cap
             power = objective.plan_power(settings[k], 0, plan).chip_power_w
             assert opts.power_cap_w is not None  # the only way a feasible plan scores 0
-            cand = Candidate(b, t, 0.0, driver.over_cap_note(power, opts.power_cap_w), sp)
+            cand = Candidate(b, t, 0.0, over_cap_note(power, opts.power_cap_w), sp)
             log(f"{where}: {cand.note}")
         else:
             cand = Candidate(b, t, 0.0, binding_message(result), sp)
@@ -162,20 +165,20 @@ def _compile_plan(
         candidates.append(cand)
 
     if best is None and opts.power_cap_w is not None and any(c.note.startswith("power ") for c in candidates):
-        raise PhazeError(f"no plan meets --power-cap {opts.power_cap_w:g} W: " + driver.notes_once(candidates))
+        raise PhazeError(f"no plan meets --power-cap {opts.power_cap_w:g} W: " + notes_once(candidates))
     if best is None and first_unfit is not None and not opts.unfit_plan:
-        raise driver.NoPlanFits(driver.no_fit_message(first_unfit.note))
+        raise NoPlanFits(no_fit_message(first_unfit.note))
     chosen = best or first_unfit
     if chosen is None:
-        raise PhazeError("no micro-batch size and TP width could be compiled: " + driver.notes_once(candidates))
+        raise PhazeError("no micro-batch size and TP width could be compiled: " + notes_once(candidates))
     point = Point(chosen.micro_batch, chosen.tp, chosen.sequence_parallel)
     module = templates.placed(point) if templates is not None else None
     if module is not None:
-        where = driver.point_label(point.micro_batch, point.tp, point.sequence_parallel)
+        where = point_label(point.micro_batch, point.tp, point.sequence_parallel)
         log(f"placing the best point ({where}) from its compiled plan (in the cache)")
     else:
         module = _compile_point(spec, chosen, opts, acc, log, seconds)
-    compiled = driver.plan_record(module)
+    compiled = plan_record(module)
     got = float(compiled.get("throughput_samples_per_s", 0.0)) if compiled.get("feasible") == "yes" else 0.0
     if abs(got - chosen.throughput) > AGREE * max(abs(got), abs(chosen.throughput)):
         warnings.warn(
@@ -193,12 +196,12 @@ def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> 
     are the settings', from the cache)."""
     from phaze_ir.frontend import trace_step
 
-    where = driver.point_label(point.micro_batch, point.tp, point.sequence_parallel)
+    where = point_label(point.micro_batch, point.tp, point.sequence_parallel)
     log(f"compiling the best point ({where}) from the whole model")
     start = time.perf_counter()
     traced = trace_step(spec, point.micro_batch, opts.seq_len, training=True, dtype=opts.dtype)
-    log(driver.traced_line(traced))
-    module = driver.compile_module(traced, "plan", point.tp, opts, acc, point.sequence_parallel)  # verified
+    log(traced_line(traced))
+    module = compile_module(traced, "plan", point.tp, opts, acc, point.sequence_parallel)  # verified
     seconds["winner"] += time.perf_counter() - start
     log(f"built {sum(1 for _ in module.walk())} ops in {time.perf_counter() - start:.1f} s")
     return module

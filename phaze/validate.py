@@ -50,7 +50,7 @@ from phaze_ir.errors import PhazeError
 from phaze_ir.files import RefusedFile, read_regular
 
 if TYPE_CHECKING:
-    from phaze.driver import Options
+    from phaze.options import Options
 
 Log = Callable[[str], None]
 
@@ -617,7 +617,7 @@ def pricing_options(hw: str, **given: Any) -> Options:
     """The driver options runs are priced with on ``hw``, where a run's file does not say
     otherwise: ``Options``' defaults (phazec --hw's: its solver limits, every op its own kernel)
     but full recompute (:data:`DEFAULT_RECOMPUTE`), and ``given``."""
-    from phaze.driver import Options
+    from phaze.options import Options
 
     return Options(**{"hw": hw, "recompute": DEFAULT_RECOMPUTE} | given)
 
@@ -756,7 +756,7 @@ def price_job(job: Job, settings: Settings) -> JobResult:
     """Trace the job's model once, compile it once per TP width, place each run."""
     from xdsl.passes import PassPipeline
 
-    from phaze.driver import plan_record
+    from phaze.plan_output import plan_record
     from phaze_ir import keys
     from phaze_ir.attributes import StageInfoAttr
 
@@ -812,7 +812,7 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
 
     from passes import ALL_PASSES
     from passes.solver_options import SolverOptions
-    from phaze.driver import compile_from, copy_for, load_accelerator, pipeline, training_step
+    from phaze.pipeline import compile_from, copy_for, load_accelerator, pipeline, training_step
     from phaze_ir.frontend import load_model_file, trace_step
     from phaze_ir.ir import make_context
 
@@ -976,7 +976,7 @@ def validate(
     log: Log = lambda msg: None,
 ) -> tuple[dict[int, Priced], dict[str, Any]]:
     """Price every run (see the module docstring); the predictions by row and the timing."""
-    from phaze.driver import load_accelerator
+    from phaze.pipeline import load_accelerator
     from phaze.search.backend import make_backend
 
     if settings.accelerator is None:  # a bad hardware file is said before any work

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 from conftest import MODELS
 
-from phaze.driver import Options
+from phaze.options import Options
 from phaze.search import setting as st
 from phaze_ir.frontend import load_model_file, trace_model
 from phaze_ir.frontend.trace import uniform_blocks

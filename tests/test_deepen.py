@@ -164,12 +164,14 @@ def test_no_child_after_a_trace_here(tmp_path, monkeypatch):
 def test_compile_model_starts_again_when_the_check_refutes(tmp_path):
     """The driver compiles a deepened step while its check runs, and keeps the result only
     when the check agrees: a refuted step is compiled again from the whole trace, and says so."""
-    from phaze import driver
+    from phaze.driver import compile_model
+    from phaze.options import Options
+    from phaze.pipeline import compile_module
     from phaze_ir.ir import print_module
 
     path = _special(tmp_path, "apart5", "8", 5, blocks=DEEPEN_FROM)
     said: list[str] = []
-    module, _ = driver.compile_model(path, driver.Options(emit="training", micro_batches=(2,)), said.append)
+    module, _ = compile_model(path, Options(emit="training", micro_batches=(2,)), said.append)
     assert any("compiling again from a whole trace" in m for m in said)
-    whole = driver.compile_module(trace_model(load_model_file(path), 2), "training", 1, driver.Options(emit="training"))
+    whole = compile_module(trace_model(load_model_file(path), 2), "training", 1, Options(emit="training"))
     assert print_module(module) == print_module(whole)

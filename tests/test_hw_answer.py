@@ -14,8 +14,9 @@ import pytest
 from conftest import MODELS, ROOT, run_tool
 
 from passes.algorithms.cache_file import FORMAT, VERSION, Store, read_entry
-from phaze import driver, hw_answer
+from phaze import hw_answer
 from phaze.model_key import model_key
+from phaze.options import Options
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 GPT2 = str(MODELS / "tiny_gpt2.py")
@@ -73,7 +74,7 @@ def test_a_hit_imports_no_model_nor_torch_and_says_the_warnings_again(tmp_path):
     assert said == [line for line in hot.stderr.splitlines() if "warning:" in line]
 
 
-def _ask(cache: Path, opts: driver.Options, model: str = GPT2, generic: bool = False) -> tuple[str, list[str]]:
+def _ask(cache: Path, opts: Options, model: str = GPT2, generic: bool = False) -> tuple[str, list[str]]:
     logged: list[str] = []
     result = hw_answer.answer(model, opts, str(cache), logged.append, generic=generic)
     return result.text, logged
@@ -90,13 +91,13 @@ def _compiled(logged: list[str]) -> bool:
 
 def test_every_input_is_in_the_key(tmp_path):
     cache = tmp_path / "cache"
-    opts = driver.Options(hw="a100", micro_batches=(1,), tp_widths=(1,), devices=8, global_batch=8)
+    opts = Options(hw="a100", micro_batches=(1,), tp_widths=(1,), devices=8, global_batch=8)
     text, logged = _ask(cache, opts)
     assert not _hit(logged)
     again, logged = _ask(cache, opts)
     assert _hit(logged) and again == text
     # An option: another question.
-    other, logged = _ask(cache, driver.Options(**{**opts.__dict__, "devices": 16}))
+    other, logged = _ask(cache, Options(**{**opts.__dict__, "devices": 16}))
     assert not _hit(logged) and other != text
     # The printed form.
     generic, logged = _ask(cache, opts, generic=True)
@@ -105,7 +106,7 @@ def test_every_input_is_in_the_key(tmp_path):
     chip = tmp_path / "chip.toml"
     preset = (ROOT / "phaze_ir" / "hw_presets" / "a100.toml").read_text()
     chip.write_text(preset)
-    mine = driver.Options(**{**opts.__dict__, "hw": str(chip)})
+    mine = Options(**{**opts.__dict__, "hw": str(chip)})
     # (the same data as the a100 preset's: the point compiled above is placed from its template)
     _, logged = _ask(cache, mine)
     assert not _hit(logged) and not _compiled(logged)
@@ -142,7 +143,7 @@ def test_a_helper_the_model_imports_is_in_the_key(tmp_path):
     """Editing a file the model file imports asks again (it answered the old model's question
     before); the same helper is a hit; a helper gone is the model's own import error."""
     cache = tmp_path / "cache"
-    opts = driver.Options(hw="a100", micro_batches=(1,), tp_widths=(1,), devices=8, global_batch=8)
+    opts = Options(hw="a100", micro_batches=(1,), tp_widths=(1,), devices=8, global_batch=8)
     model = _model_with_a_helper(tmp_path / "m", 256)
     narrow, logged = _ask(cache, opts, model)
     assert not _hit(logged)
@@ -184,7 +185,7 @@ def test_model_key_reads_the_helpers_from_the_cache(tmp_path, monkeypatch):
 
 def test_a_broken_entry_is_said_and_computed_again(tmp_path):
     cache = tmp_path / "cache"
-    opts = driver.Options(hw="a100", micro_batches=(1,), tp_widths=(1,), devices=8, global_batch=8)
+    opts = Options(hw="a100", micro_batches=(1,), tp_widths=(1,), devices=8, global_batch=8)
     text, _ = _ask(cache, opts)
     (entry,) = (cache / hw_answer.KIND).iterdir()
     kept = json.loads(entry.read_text())
@@ -235,14 +236,14 @@ def test_a_new_question_on_the_same_model_reads_the_sweeps_settings(tmp_path):
     batch: another such question reads them, and its answer is the one computed without a
     cache, byte for byte."""
     cache = tmp_path / "cache"
-    sweep = driver.Options(hw="a100", micro_batches=(1, 2), tp_widths=(1, 2), devices=8, global_batch=16)
+    sweep = Options(hw="a100", micro_batches=(1, 2), tp_widths=(1, 2), devices=8, global_batch=16)
     _, logged = _ask(cache, sweep)
     assert sum("(the model cut to 3 and 4 blocks)" in line for line in logged) == 2
-    other = driver.Options(**{**sweep.__dict__, "hw": "h100", "devices": 16})
+    other = Options(**{**sweep.__dict__, "hw": "h100", "devices": 16})
     text, logged = _ask(cache, other)
     assert not _hit(logged) and sum("from its settings (in the cache)" in line for line in logged) == 2
     assert not any("cut to 3 and 4 blocks" in line for line in logged)
     assert text == hw_answer.answer(GPT2, other, None, lambda _: None).text
     # Another optimizer is another training step: prepared again.
-    _, logged = _ask(cache, driver.Options(**{**sweep.__dict__, "optimizer": "sgd"}))
+    _, logged = _ask(cache, Options(**{**sweep.__dict__, "optimizer": "sgd"}))
     assert sum("(the model cut to 3 and 4 blocks)" in line for line in logged) == 2

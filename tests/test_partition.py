@@ -328,13 +328,14 @@ def test_the_same_saved_bytes_as_torchs_own_partitioner(tmp_path):
     GEMMs' outputs and inputs, norm statistics, dropout masks as bytes, the log-softmax's
     statistics), tensor for tensor in bytes."""
     from passes.graph_view import build_graph, read_layers, step_function
-    from phaze import driver
+    from phaze.options import Options
+    from phaze.pipeline import compile_module
     from phaze_ir.frontend import load_model_file, trace_model
 
     path = tmp_path / "mlp.py"
     path.write_text(_MLP)
-    module = driver.compile_module(
-        trace_model(load_model_file(str(path)), 2, dtype="float32"), "training", 1, driver.Options(emit="training")
+    module = compile_module(
+        trace_model(load_model_file(str(path)), 2, dtype="float32"), "training", 1, Options(emit="training")
     )
     graph, ops = build_graph(step_function(module))
     part = min_cut_partition(graph)

@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 from conftest import MODELS, ROOT
 
-from phaze import driver, hw_answer, plan_template
+from phaze import hw_answer, plan_template
+from phaze.options import Options
 
 DEEP = str(MODELS / "tiny_gpt2_deep.py")
 PLACED = "from its compiled plan (in the cache)"
-FIXED = driver.Options(hw="a100", devices=8, global_batch=8, placement="expert:2,2,2", micro_batches=(1,))
+FIXED = Options(hw="a100", devices=8, global_batch=8, placement="expert:2,2,2", micro_batches=(1,))
 
 
-def _ask(opts: driver.Options, cache: Path | None, generic: bool = False) -> tuple[hw_answer.Answer, list[str]]:
+def _ask(opts: Options, cache: Path | None, generic: bool = False) -> tuple[hw_answer.Answer, list[str]]:
     logged: list[str] = []
     answer = hw_answer.answer(DEEP, opts, str(cache) if cache else None, logged.append, generic=generic)
     return answer, logged
@@ -87,7 +88,7 @@ def test_the_best_point_of_a_sweep_is_placed_from_its_template(tmp_path):
     """The sweep prices its points from the settings; a best point compiled before is placed from
     its template, and must still give the settings' throughput."""
     cache = tmp_path / "cache"
-    sweep = driver.Options(hw="a100", devices=8, global_batch=8, micro_batches=(1, 2), tp_widths=(1, 2))
+    sweep = Options(hw="a100", devices=8, global_batch=8, micro_batches=(1, 2), tp_widths=(1, 2))
     _, logged = _ask(sweep, cache)
     assert not any(PLACED in line for line in logged) and len(_templates(cache)) == 1
     again = replace(sweep, devices=16, global_batch=16)

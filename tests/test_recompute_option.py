@@ -200,7 +200,8 @@ def test_bad_recompute_flag_is_a_usage_error():
 
 
 def test_driver_refuses_a_bad_setting():
-    from phaze.driver import Options, compile_model
+    from phaze.driver import compile_model
+    from phaze.options import Options
     from phaze_ir.errors import PhazeError
 
     with pytest.raises(PhazeError, match="--recompute: recompute 'most': expected one of"):

@@ -277,7 +277,7 @@ def test_the_dp_bound_of_a_fixed_placement_is_not_reused_for_a_searched_one():
     (the co-optimized answer of GPT-2 XL fell to a chip 0.5 % slower when they were reused)."""
     from passes.algorithms.arch_space import load_space
     from passes.algorithms.schedule import ScheduleCache
-    from phaze.driver import Options
+    from phaze.options import Options
     from phaze.search.engine import Candidates, Evaluator, ModelTask, Params, SolverLimits
     from phaze.search.setting import prepare_settings
 
@@ -305,7 +305,7 @@ def test_lower_bounds_on_the_workers_are_the_same_floats(kind):
         pytest.importorskip("ray")
     from passes.algorithms.arch_space import paper_space
     from passes.algorithms.schedule import ScheduleCache
-    from phaze.driver import Options
+    from phaze.options import Options
     from phaze.search.backend import make_backend
     from phaze.search.engine import Candidates, Evaluator, Params, SolverLimits
     from phaze.search.setting import prepare_settings
@@ -327,7 +327,7 @@ def test_refined_bounds_lie_between_the_vectorized_bounds_and_the_makespans():
     bounds nor above the makespans SCIP's schedules give, and are tighter somewhere."""
     from passes.algorithms.arch_space import load_space
     from passes.algorithms.schedule import ScheduleCache
-    from phaze.driver import Options
+    from phaze.options import Options
     from phaze.search.engine import Candidates, Evaluator, Params, SolverLimits
     from phaze.search.setting import prepare_settings
 

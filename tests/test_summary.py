@@ -12,7 +12,7 @@ from test_time_breakdown import _placed
 
 from passes.algorithms import placement as pl
 from passes.algorithms.placement_options import PlacementOptions
-from phaze import driver
+from phaze import plan_output
 from phaze import summary as plan_summary
 from phaze_ir import keys
 from phaze_ir.hardware_ir import module_accelerator
@@ -36,7 +36,7 @@ def test_model_flops_are_the_closed_form_of_gpt2():
 @pytest.mark.parametrize("recompute", ["none", "full"])
 def test_the_summary_figures_follow_from_the_plan(recompute):
     module = _placed(2, placement="expert:2,4,2", recompute=recompute)
-    plan = driver.plan_json(module, [])
+    plan = plan_output.plan_json(module, [])
     s = plan["summary"]
     peak = module_accelerator(module, "test").peak_tensor_flops
     denominator = plan["time_per_batch_s"] * plan["devices_used"] * peak
@@ -46,7 +46,7 @@ def test_the_summary_figures_follow_from_the_plan(recompute):
     # under full recompute.
     assert s["hfu"] > s["mfu"] > 0
     if recompute == "full":
-        plain = driver.plan_json(_placed(2, placement="expert:2,4,2", recompute="none"), [])["summary"]
+        plain = plan_output.plan_json(_placed(2, placement="expert:2,4,2", recompute="none"), [])["summary"]
         assert s["hardware_flops_per_batch"] > plain["hardware_flops_per_batch"]
         assert s["model_flops_per_batch"] == plain["model_flops_per_batch"]
     assert s["tokens_per_s"] == pytest.approx(plan["throughput_samples_per_s"] * 16)
@@ -54,7 +54,7 @@ def test_the_summary_figures_follow_from_the_plan(recompute):
     assert sum(s["memory_bytes"].values()) == s["max_memory_bytes"] == plan["max_memory_bytes"]
     assert s["hbm_bytes"] == plan["accelerator"]["hbm_bytes"]
     text = "\n".join(s["lines"])
-    assert driver.summary(module) == text
+    assert plan_output.summary(module) == text
     for said in ("model tiny-gpt2", "chip tpuv4", "DP 4 x PP 2 x TP 2", "MFU", "HFU", "tokens/s", "memory per device"):
         assert said in text
 

@@ -11,13 +11,14 @@ import pytest
 from conftest import MODELS
 
 from phaze import driver, sweep
+from phaze.options import Options
 from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.ir import print_module
 
 DEEP = str(MODELS / "tiny_gpt2_deep.py")
 
 
-def _both(opts: driver.Options):
+def _both(opts: Options):
     out = []
     for compile_ in (sweep.compile_plan, driver.compile_model):
         try:
@@ -33,8 +34,8 @@ def _both(opts: driver.Options):
     return out
 
 
-def _opts(**kw) -> driver.Options:
-    return driver.Options(micro_batches=(1, 2), tp_widths=(1, 2), sequence_parallel="auto", **kw)
+def _opts(**kw) -> Options:
+    return Options(micro_batches=(1, 2), tp_widths=(1, 2), sequence_parallel="auto", **kw)
 
 
 @pytest.mark.parametrize(
@@ -91,13 +92,13 @@ def test_the_settings_sweep_under_a_power_cap():
 def test_what_the_settings_do_not_cover_is_compiled_point_by_point(monkeypatch):
     """A stage before the plan, one point, expert parallelism, a capacity factor: the pipeline's
     sweep itself."""
-    assert sweep.why_compiled_point_by_point(driver.Options(emit="recompute")) == "--emit recompute"
-    assert sweep.why_compiled_point_by_point(driver.Options(expert_parallel="auto")) == "--expert-parallel"
-    assert sweep.why_compiled_point_by_point(driver.Options(capacity_factor=1.5)) == "--capacity-factor"
-    assert sweep.why_compiled_point_by_point(driver.Options()) == ""
+    assert sweep.why_compiled_point_by_point(Options(emit="recompute")) == "--emit recompute"
+    assert sweep.why_compiled_point_by_point(Options(expert_parallel="auto")) == "--expert-parallel"
+    assert sweep.why_compiled_point_by_point(Options(capacity_factor=1.5)) == "--capacity-factor"
+    assert sweep.why_compiled_point_by_point(Options()) == ""
     calls = []
     monkeypatch.setattr(driver, "compile_model", lambda *a, **k: calls.append(a) or ("module", []))
-    one = driver.Options(hw="tpuv4", micro_batches=(1,), tp_widths=(2,), devices=8, global_batch=8)
+    one = Options(hw="tpuv4", micro_batches=(1,), tp_widths=(2,), devices=8, global_batch=8)
     assert sweep.compile_plan(DEEP, one, lambda msg: None) == ("module", [])
     assert len(calls) == 1
 
@@ -112,7 +113,7 @@ def test_layer_dicts_are_the_layers_numbers_with_their_times():
 
     from phaze.search.setting import prepare_points
 
-    (setting, *_), _, _ = prepare_points(DEEP, 1, (1,), driver.Options())
+    (setting, *_), _, _ = prepare_points(DEEP, 1, (1,), Options())
     makespan = np.arange(1.0, len(setting.groups) + 1.0) / 1e3
     got = setting.layer_dicts(makespan)
 

@@ -1,4 +1,4 @@
-"""The plan's time per batch by part (``breakdown_s`` in the JSON, ``driver.time_breakdown``):
+"""The plan's time per batch by part (``breakdown_s`` in the JSON, ``plan_output.time_breakdown``):
 the parts add up to ``time_per_batch_s`` on placements of every shape (one stage, several, data
 parallelism, ZeRO, tensor parallelism), and each says what it should (docs/design.md §6.2)."""
 
@@ -11,7 +11,7 @@ from conftest import MODELS, run_tool
 
 from passes.algorithms.schedule.layers import network_alone_s
 from passes.place_devices import PlaceDevicesPass
-from phaze import driver
+from phaze import plan_output
 from phaze_ir import keys
 from phaze_ir.attributes import LayerScheduleAttr, StageInfoAttr
 from phaze_ir.ir import parse_module
@@ -36,14 +36,14 @@ def _placed(tp: int, **options):
 
 
 def _sums_to_the_time(module) -> tuple[dict, dict, list[dict]]:
-    plan = driver.plan_record(module)
-    breakdown = driver.time_breakdown(module)
-    assert breakdown is not None and tuple(breakdown) == driver.BREAKDOWN_PARTS
+    plan = plan_output.plan_record(module)
+    breakdown = plan_output.time_breakdown(module)
+    assert breakdown is not None and tuple(breakdown) == plan_output.BREAKDOWN_PARTS
     assert all(v >= 0 for v in breakdown.values()), breakdown
     assert sum(breakdown.values()) == pytest.approx(plan["time_per_batch_s"], rel=REL)
     stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
     for s in stages:
-        assert sum(float(s[part]) for part in driver.TIME_PARTS) == pytest.approx(s["time_s"], rel=REL)
+        assert sum(float(s[part]) for part in plan_output.TIME_PARTS) == pytest.approx(s["time_s"], rel=REL)
     return plan, breakdown, stages
 
 
@@ -117,5 +117,5 @@ def test_network_alone_counts_only_unhidden_collectives():
 
 def test_the_summary_prints_the_breakdown():
     module = _placed(2, placement="expert:2,4,2", zero="0")
-    text = driver.summary(module)
+    text = plan_output.summary(module)
     assert "time per batch" in text and "TP comm" in text and "bubble" in text and "optimizer" in text

@@ -760,7 +760,7 @@ def test_gqa_repeat_kv_fewer_kv_heads_than_devices(gqa_path):
 
 
 def test_gqa_replicated_kv_reaches_the_plan_json(gqa_sdpa):
-    from phaze.driver import unpriced_ops
+    from phaze.plan_output import unpriced_ops
 
     _, _, module, _ = sharded(gqa_sdpa("qwen2", 2), 4)
     (record,) = unpriced_ops(module)

@@ -43,12 +43,12 @@ UP = "expected a positive integer up to"
 @pytest.fixture
 def counted(monkeypatch):
     """The models traced (name, micro-batch) and the runs placed (one plan read each)."""
-    from phaze import driver
+    from phaze import plan_output
     from phaze_ir import frontend
 
     traced: list[tuple[str, int]] = []
     placed: list[int] = []
-    trace_step, plan_record = frontend.trace_step, driver.plan_record
+    trace_step, plan_record = frontend.trace_step, plan_output.plan_record
 
     def counting_trace(spec, micro_batch_size=1, *args, **kwargs):
         traced.append((spec.name, micro_batch_size))
@@ -59,7 +59,7 @@ def counted(monkeypatch):
         return plan_record(module)
 
     monkeypatch.setattr(frontend, "trace_step", counting_trace)
-    monkeypatch.setattr(driver, "plan_record", counting_plan)
+    monkeypatch.setattr(plan_output, "plan_record", counting_plan)
     return traced, placed
 
 

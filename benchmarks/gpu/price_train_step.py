@@ -176,7 +176,9 @@ def price(
     from passes import ALL_PASSES
     from passes.algorithms.schedule import ScheduleCache
     from passes.solver_options import SolverOptions
-    from phaze.driver import Options, load_accelerator, pipeline, plan_record, time_breakdown
+    from phaze.options import Options
+    from phaze.pipeline import load_accelerator, pipeline
+    from phaze.plan_output import plan_record, time_breakdown
     from phaze_ir.frontend import import_graph, load_model_file, trace_model
     from phaze_ir.hardware_ir import set_accelerator
     from phaze_ir.ir import make_context

@@ -273,12 +273,14 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) ->
     argument is a one-line error, not one after the preparation)."""
     from passes.algorithms.arch_space import load_space, paper_space
     from passes.algorithms.placement import EXPERT_PLACEMENTS, PlacementError, parse_placement
-    from phaze import driver
+    from phaze.driver import check_options
+    from phaze.options import DEFAULT_TP_WIDTHS
+    from phaze.pipeline import load_accelerator
     from phaze_ir.hardware import HardwareError
 
     if opts.emit != "plan":
         raise PhazeError("the architecture search writes a plan: give --hw to stop at an earlier stage")
-    driver.check_options(opts)
+    check_options(opts)
     try:
         space = load_space(sopts.space) if sopts.space else paper_space()
     except HardwareError as e:
@@ -298,10 +300,10 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) ->
         raise PhazeError(f"--placement: {e}") from e
     experts = [EXPERT_PLACEMENTS.get(n) for n in names]
     # Besides the widths searched, those of the given placements and of the experts' baselines.
-    tps = tuple(opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
+    tps = tuple(opts.tp_widths or DEFAULT_TP_WIDTHS)
     extra = {f[2] for f in fixed if f} | {x[2] for x in experts if x and sopts.baselines}
-    chip = repr(driver.load_accelerator(BASELINE_CHIP))
-    torus = repr(driver.load_accelerator(TORUS_CHIP))
+    chip = repr(load_accelerator(BASELINE_CHIP))
+    torus = repr(load_accelerator(TORUS_CHIP))
     keys = _Keys(digests, repr(opts), repr(sopts.limits), _space_digest(space), digest(chip), digest(torus))
     return _Inputs(space, names, fixed, experts, tuple(sorted(set(tps) | extra)), keys)
 
@@ -357,20 +359,20 @@ class _Work:
 
     @cached_property
     def chip_cands(self) -> Candidates:
-        from phaze import driver
+        from phaze.pipeline import load_accelerator
 
-        return Candidates.of_accelerator(driver.load_accelerator(BASELINE_CHIP))
+        return Candidates.of_accelerator(load_accelerator(BASELINE_CHIP))
 
     @cached_property
     def torus_cands(self) -> Candidates:
-        from phaze import driver
+        from phaze.pipeline import load_accelerator
 
-        return Candidates.of_accelerator(driver.load_accelerator(TORUS_CHIP))
+        return Candidates.of_accelerator(load_accelerator(TORUS_CHIP))
 
     def tasks_for(self, placements: list) -> list[ModelTask]:
-        from phaze import driver
+        from phaze.options import DEFAULT_TP_WIDTHS
 
-        allowed = set(self.opts.tp_widths or driver.DEFAULT_TP_WIDTHS)
+        allowed = set(self.opts.tp_widths or DEFAULT_TP_WIDTHS)
         return _tasks_for(self.inputs.names, self.settings, placements, allowed)
 
     def counted(self, compute):
@@ -570,7 +572,9 @@ def _compile_winner(
     ``templated`` (one model, printed in the custom form): a point compiled before on that chip
     is placed from its template (:mod:`phaze.plan_template`; the module is then its
     placed skeleton), and a compiled one leaves its template."""
-    from phaze import driver
+    from phaze.driver import compile_model
+    from phaze.plan_output import plan_record
+    from phaze.points import point_label
     from phaze_ir.ir import print_module
 
     modules, texts = [], []
@@ -586,7 +590,7 @@ def _compile_winner(
         module = templates.placed(plan_template.Point(micro_batch, tp, sp)) if templates is not None else None
         if module is not None and templates is not None:
             try:
-                _check_plan_matches_search(name, driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)
+                _check_plan_matches_search(name, plan_record(module).get("throughput_samples_per_s", 0.0), thr)
             except PhazeError as e:
                 templates.reject(module, f"the plan of {name} ({e})")
             else:
@@ -600,10 +604,10 @@ def _compile_winner(
         if module is not None:
             log(f"the plan of {name} on {acc.name} is in the cache")
         else:
-            where = driver.point_label(micro_batch, tp, sp)
+            where = point_label(micro_batch, tp, sp)
             log(f"compiling the plan of {name} on {acc.name} ({where})")
-            module, _ = driver.compile_model(path, mopts, lambda msg: None, accelerator=acc)
-            _check_plan_matches_search(name, driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)
+            module, _ = compile_model(path, mopts, lambda msg: None, accelerator=acc)
+            _check_plan_matches_search(name, plan_record(module).get("throughput_samples_per_s", 0.0), thr)
             text = print_module(module)
             stages.keep("plan", key, {"text": text})
             if templates is not None:
@@ -617,12 +621,12 @@ def _compile_winner(
 def _cached_plan(text: str, name: str, thr: float, file):
     """The plan module of a ``plan`` stage entry, parsed and verified, if it gives the search's
     throughput ``thr``; else None after one warning (it is compiled again)."""
-    from phaze import driver
+    from phaze.plan_output import plan_record
     from phaze_ir.ir import parse_module
 
     try:
         module = parse_module(text, str(file))
-        _check_plan_matches_search(name, driver.plan_record(module).get("throughput_samples_per_s", 0.0), thr)
+        _check_plan_matches_search(name, plan_record(module).get("throughput_samples_per_s", 0.0), thr)
     except Exception as e:  # anything the text makes the parser, the verifier or the plan raise
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         warnings.warn(
@@ -846,7 +850,7 @@ def _assemble(modules, names, baselines, stats, recompute: str = "auto", headroo
     the plans were placed under)."""
     from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 
-    from phaze import driver
+    from phaze.plan_output import plan_json
     from phaze_ir.attributes import BaselineAttr
 
     attr = ArrayAttr(
@@ -868,7 +872,7 @@ def _assemble(modules, names, baselines, stats, recompute: str = "auto", headroo
     )
     plans = []
     for module in modules:
-        p = driver.plan_json(module, [], recompute, headroom)
+        p = plan_json(module, [], recompute, headroom)
         p.pop("candidates", None)
         plans.append(p)
     if len(modules) == 1:

@@ -329,7 +329,7 @@ CUT_BLOCKS = (3, 4)
 def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any) -> list[Setting]:
     """The :class:`Setting` of ``model_path`` at ``micro_batch`` per TP width, and per width
     > 1 without and/or with sequence parallelism as ``opts.sequence_parallel`` says (``opts``:
-    the driver's :class:`~phaze.driver.Options`).  A point the model cannot be sharded for is
+    the driver's :class:`~phaze.options.Options`).  A point the model cannot be sharded for is
     left out (its reason is in the exception's message when none is left); see
     :func:`prepare_points`."""
     from phaze_ir.errors import PhazeError
@@ -392,7 +392,8 @@ def _settings_of(
 ) -> tuple[list[Setting], list[tuple[int, bool, str]]]:
     """The settings of one traced step at every TP point it can be sharded for, and why not
     at the others (see :func:`prepare_points`)."""
-    from phaze.driver import compile_from, copy_for, tp_points, training_step
+    from phaze.pipeline import compile_from, copy_for, training_step
+    from phaze.points import tp_points
     from phaze_ir.errors import PhazeError
     from phaze_ir.frontend import UnknownOpError
 

@@ -12,7 +12,7 @@ finds one chip for several models (best mean throughput).
 sharded, priced on it, scheduled, given recompute options and placed on ``--devices``
 accelerators by the exact DP for each micro-batch size and TP width; the best plan is written
 (``--report``: with its pipeline timeline and memory as an HTML page).
-``--emit STAGE`` stops earlier (the stages are listed in ``phaze/driver.py``).
+``--emit STAGE`` stops earlier (the stages are listed in ``phaze/pipeline.py``).
 
 Bad input (a missing or broken model file, an untraceable model, a bad option) gets a one-line
 error and exit status 1; ``--debug`` shows the traceback.
@@ -29,9 +29,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from passes.algorithms.placement_options import PlacementOptions
-from phaze.driver import NoPlanFits, Options
 from phaze.messages import INTERRUPTED, PartialOutput, exit_status, install_error_hook, show_warnings_as
+from phaze.options import Options
 from phaze.outputs import refuse_clashes, write_together
+from phaze.points import NoPlanFits
 from phaze.tools.flags import (
     SOLVER_FIELDS,
     ToolParser,
@@ -460,8 +461,8 @@ def _launchable_answer(args: argparse.Namespace, opts, log):
     from dataclasses import replace
 
     from phaze import hw_answer
-    from phaze.driver import NoPlanFits
     from phaze.export import facts_of, launchable_choices, refusals
+    from phaze.points import NoPlanFits
 
     def ask(o):
         return hw_answer.answer(args.models[0], o, cache_dir(args), log, generic=args.print_op_generic)
