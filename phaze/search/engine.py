@@ -91,7 +91,7 @@ class SolverLimits:
 
     @classmethod
     def of_options(cls, opts: Any) -> SolverLimits:
-        """The limits of the driver's :class:`~phaze.driver.Options` (0: no limit)."""
+        """The limits of the driver's :class:`~phaze.options.Options` (0: no limit)."""
         return cls(
             time_limit=opts.schedule_time_limit,
             gap_limit=opts.schedule_gap,
@@ -160,7 +160,7 @@ class Params(PlacementOptions):
 
     @classmethod
     def of_options(cls, opts: Any, objective: str | None = None) -> Params:
-        """From the driver's :class:`~phaze.driver.Options` (``objective``: instead of theirs)."""
+        """From the driver's :class:`~phaze.options.Options` (``objective``: instead of theirs)."""
         return cls(
             **{f.name: getattr(opts, f.name) for f in fields(PlacementOptions)},
             objective=objective or opts.objective,
