@@ -126,25 +126,34 @@ class UnknownOpError(PhazeError):
 
 def check_capacity_factor(factor: float | None) -> float | None:
     """``factor`` as a float (None: no capacity factor, dropless experts), or a one-line
-    :class:`PhazeError` when it is not a finite number of at least 1.
+    :class:`PhazeError` when it is not a finite number of at least 1 (:func:`capacity_factor_problem`)."""
+    if factor is None:
+        return None
+    problem = capacity_factor_problem(factor)
+    if problem is not None:
+        raise PhazeError(f"--capacity-factor {factor}: {problem}")
+    return float(factor)
+
+
+def capacity_factor_problem(factor: object) -> str | None:
+    """What is wrong with a capacity factor, in words (None: nothing); phazec's
+    ``--capacity-factor`` is checked by it too (``phaze.options.Options``).
 
     Below 1 an expert's capacity is less than the rows balanced routing gives it, so Megatron-LM
     drops routed tokens: a different model is trained (fewer token-expert products), and with
     every expert equally loaded phaze would price a fixed share of every expert's tokens away,
     where real routing drops only what overflows the busiest experts.  Refused rather than
     priced (docs/design.md §2)."""
-    if factor is None:
-        return None
     try:
-        value = float(factor)
+        value = float(factor)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         value = math.nan
     if isinstance(factor, bool) or not math.isfinite(value) or value < 1:
-        raise PhazeError(
-            f"--capacity-factor {factor}: expected a finite number >= 1 (below 1 the experts drop routed tokens, "
-            "a different model that phaze does not price)"
+        return (
+            "expected a finite number >= 1 (below 1 the experts drop routed tokens, a different model that phaze "
+            "does not price)"
         )
-    return value
+    return None
 
 
 def expert_capacity(rows: int, experts: int, factor: float) -> int:
