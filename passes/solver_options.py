@@ -1,34 +1,25 @@
 """The layer-schedule solver's options, shared by the passes that schedule layers
-(``phaze-schedule-ops`` and ``phaze-insert-recompute``)."""
+(``phaze-schedule-ops`` and ``phaze-insert-recompute``). The checks of their values are
+declared in ``passes/algorithms/placement_options.py`` (a module light to import), where
+phazec's ``--solver-*`` flags (``phaze.options.Options``' ``schedule_*`` fields) take them too:
+the same quantities, under other names."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from xdsl.passes import ModulePass
 
 from passes.algorithms import schedule as sched
+from passes.algorithms.placement_options import (
+    OptionError,
+    check_option,
+    count_limit,
+    option,
+    relative_gap,
+    time_limit_seconds,
+)
 from phaze_ir.errors import PhazeError
-
-
-def solver_limits(
-    pass_name: str, time_limit: float, seed: int, gap_limit: float = 0.0, node_limit: int = 0, max_binaries: int = 0
-) -> dict:
-    """The pass options, checked, as :func:`passes.algorithms.schedule.solve` takes them (a
-    node or binaries limit of 0, no limit, becomes None)."""
-    if node_limit < 0:
-        raise PhazeError(f"{pass_name}: node_limit={node_limit}: expected a number of nodes >= 0 (0: no limit)")
-    if not time_limit > 0:
-        raise PhazeError(f"{pass_name}: time_limit={time_limit}: expected a positive number of seconds")
-    if not 0 <= gap_limit < 1:
-        raise PhazeError(f"{pass_name}: gap_limit={gap_limit}: expected a relative gap in [0, 1)")
-    return {
-        "time_limit": time_limit,
-        "seed": seed,
-        "gap_limit": gap_limit,
-        "node_limit": node_limit if node_limit > 0 else None,
-        "max_binaries": max_binaries if max_binaries > 0 else None,
-    }
 
 
 @dataclass(frozen=True)
@@ -41,16 +32,29 @@ class SolverOptions(ModulePass):
     and the candidates of one sweep, share solved layers; with none, the pass solves through a
     fresh in-memory cache of its own."""
 
-    time_limit: float | int = 10.0
-    seed: int = 0
-    gap_limit: float | int = 0.0
-    node_limit: int = 0
-    max_binaries: int = 0
+    time_limit: float | int = option(10.0, time_limit_seconds, "seconds per solve")
+    seed: int = option(0, help="SCIP's random seed")
+    gap_limit: float | int = option(0.0, relative_gap, "stop a solve at this proven relative gap (0: prove optimality)")
+    node_limit: int = option(0, count_limit, "stop a solve after this many branch-and-bound nodes (0: no limit)")
+    max_binaries: int = option(0, count_limit, "a MILP with more binaries keeps its warm start (0: no limit)")
     cache: sched.ScheduleCache | None = field(default=None, compare=False, repr=False)
 
     def solver_limits(self) -> dict:
-        """These options, checked, as keyword arguments of the solver (see :func:`solver_limits`)."""
-        return solver_limits(self.name, self.time_limit, self.seed, self.gap_limit, self.node_limit, self.max_binaries)
+        """These options, checked (a bad one is said by its pass option, ``phaze-schedule-ops:
+        node_limit=-1: expected ...``), as :func:`passes.algorithms.schedule.solve` takes them
+        (a node or binaries limit of 0, no limit, becomes None)."""
+        for f in fields(SolverOptions):
+            try:
+                check_option(f, getattr(self, f.name))
+            except OptionError as e:
+                raise PhazeError(f"{self.name}: {e}") from e
+        return {
+            "time_limit": self.time_limit,
+            "seed": self.seed,
+            "gap_limit": self.gap_limit,
+            "node_limit": self.node_limit if self.node_limit > 0 else None,
+            "max_binaries": self.max_binaries if self.max_binaries > 0 else None,
+        }
 
     def schedule_cache(self) -> sched.ScheduleCache:
         """The cache handed in, else a fresh in-memory one."""

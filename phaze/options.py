@@ -7,7 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from passes.algorithms.placement_options import PlacementOptions, option
+from passes.algorithms.placement_options import (
+    PlacementOptions,
+    count_limit,
+    option,
+    positive_count,
+    positive_number,
+    relative_gap,
+    time_limit_seconds,
+)
 
 #: The pipeline's stages, in order (``phazec --emit STAGE`` stops after STAGE; :mod:`phaze.pipeline`).
 STAGES = ("ir", "training", "sharded", "tiled", "latency", "scheduled", "recompute", "plan")
@@ -27,7 +35,8 @@ class Options(PlacementOptions):
     #: The micro-batch sizes the plan stage sweeps; the stages before it compile the first.
     micro_batches: tuple[int, ...] = option(
         DEFAULT_MICRO_BATCHES,
-        help="micro-batch size",
+        positive_count,
+        "micro-batch size",
         metavar="N",
         flag="--micro-batch",
         default_words=f"{DEFAULT_MICRO_BATCHES[0]}, and the plan stage tries "
@@ -36,14 +45,16 @@ class Options(PlacementOptions):
     #: None: the TP width of a fixed ``placement``, else :data:`DEFAULT_TP_WIDTHS`.
     tp_widths: tuple[int, ...] | None = option(
         None,
-        help="tensor-parallel width",
+        positive_count,
+        "tensor-parallel width",
         metavar="N",
         flag="--tp",
         default_words=f"{DEFAULT_TP_WIDTHS[0]}, and the plan stage tries " + ", ".join(map(str, DEFAULT_TP_WIDTHS)),
     )
     seq_len: int | None = option(
         None,
-        help="sequence length",
+        positive_count,
+        "sequence length",
         metavar="N",
         default_words="the model file's SEQ_LEN, a config.json's max_position_embeddings",
     )
@@ -62,7 +73,7 @@ class Options(PlacementOptions):
     )
     hw: str = option(
         "tpuv4",
-        help="the accelerator: a preset (tpuv4, a100, h100) or a hardware TOML file",
+        help="the accelerator: a preset ({phaze_ir.hardware.preset_names}) or a hardware TOML file",
         metavar="NAME|FILE",
     )
     #: None (default: dropless experts, every routed row and no more), or F >= 1: every expert
@@ -71,7 +82,8 @@ class Options(PlacementOptions):
     #: (the importer pads, ``phaze.capacity_factor``; docs/design.md §2).
     capacity_factor: float | None = option(
         None,
-        help="MoE expert capacity factor, F >= 1: every expert processes ceil(F x routed rows / experts) rows, "
+        "phaze_ir.frontend.importer.capacity_factor_problem",  # (the importer checks it too)
+        "MoE expert capacity factor, F >= 1: every expert processes ceil(F x routed rows / experts) rows, "
         "padded with zeros (Megatron-LM's --moe-expert-capacity-factor F --moe-pad-expert-input-to-capacity)",
         metavar="F",
         default_words="none, dropless",
@@ -89,7 +101,8 @@ class Options(PlacementOptions):
     #: (``phaze.power``'s ``chip_power_w``) is at most W watts; needs an ``[energy]`` table.
     power_cap_w: float | None = option(
         None,
-        help="keep only plans whose predicted chip power (phaze.power's chip_power_w, the busiest device's "
+        positive_number("a positive number of watts"),
+        "keep only plans whose predicted chip power (phaze.power's chip_power_w, the busiest device's "
         "average over the step) is at most W watts: with --hw the sweep's points, in the search each chip's "
         "settings; needs a chip (or a space template) with an [energy] table",
         metavar="W",
@@ -119,20 +132,30 @@ class Options(PlacementOptions):
     unfit_plan: bool = True
     # SCIP stops a layer's schedule at 0.5 % proven gap or after 10 s (the gap limit makes the
     # plan sweep several times faster than proving optimality, and deterministic in practice).
+    # Their checks are the scheduling passes' (``passes/solver_options.py``): the same limits.
     schedule_time_limit: float = option(
-        10.0, help="SCIP time limit per layer schedule, seconds", metavar="S", flag="--solver-time-limit"
+        10.0,
+        time_limit_seconds,
+        "SCIP time limit per layer schedule, seconds",
+        metavar="S",
+        flag="--solver-time-limit",
     )
     schedule_gap: float = option(
-        0.005, help="stop a layer's schedule at this proven relative gap", metavar="G", flag="--solver-gap"
+        0.005, relative_gap, "stop a layer's schedule at this proven relative gap", metavar="G", flag="--solver-gap"
     )
     #: The search sets it (see phaze/search): unlike the clock, it gives the same plan on any machine.
     schedule_nodes: int = option(
-        0, help="SCIP branch-and-bound nodes per layer schedule, 0 for no limit", metavar="N", flag="--solver-nodes"
+        0,
+        count_limit,
+        "SCIP branch-and-bound nodes per layer schedule, 0 for no limit",
+        metavar="N",
+        flag="--solver-nodes",
     )
     #: The search sets it (see phaze/search).
     schedule_max_binaries: int = option(
         0,
-        help="a layer MILP with more binaries keeps its list schedule, 0 for no limit",
+        count_limit,
+        "a layer MILP with more binaries keeps its list schedule, 0 for no limit",
         metavar="N",
         flag="--solver-max-binaries",
     )

@@ -464,8 +464,8 @@ def test_phaze_opt_names_the_pass_option_not_the_dps_field(tmp_path, capsys):
     file = tmp_path / "recompute.mlir"
     file.write_text(compiled(str(MODELS / "tiny_gpt2.py"), "recompute"))
     for option, says in [
-        ("devices=18446744073709551616", "devices = 18446744073709551616: expected a positive integer up to"),
-        ("global_batch=18446744073709551616", "global batch = 18446744073709551616: expected a positive integer"),
+        ("devices=18446744073709551616", "devices=18446744073709551616: expected a positive integer up to"),
+        ("global_batch=18446744073709551616", "global_batch=18446744073709551616: expected a positive integer"),
         ('placement="expert:1,99999999999999999999999,1"', "PP, DP and TP must be from 1 to 2147483647"),
     ]:
         assert phaze_opt.main([str(file), "-p", f"phaze-place-devices{{{option}}}"]) == 1

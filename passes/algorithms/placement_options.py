@@ -11,7 +11,16 @@ built from this class rather than spelling them again:
 - the command lines of ``phazec`` and ``phaze-validate`` add their flags from the metadata
   (``phaze.tools.flags.add_option_arguments``);
 - :meth:`PlacementOptions.check` checks them all, once, at each edge (the command line, the
-  pass), before any work, and the problem the Rust DP solves reads the parsed values.
+  pass, an API caller's options), before any work, and the problem the Rust DP solves reads the
+  parsed values.
+
+An option's check is declared here once, on its field (:func:`option`), and each edge says a
+bad value in its own names (:class:`OptionError`): a command line names the flag
+(``--devices 0: expected ...``), a pass its option (``devices=0: expected ...``). The checks of
+numbers that other options share are here too (:func:`positive_count`, :func:`positive_number`,
+the solver's limits): ``phaze.options.Options`` and the scheduling passes' options
+(``passes/solver_options.py``) declare theirs with them, the solver's limits under the names
+each gives them (``node_limit``, ``--solver-nodes``).
 
 Values are the text a user writes (``"interleaved:2"``, ``"auto"``), as pass options must be
 (xDSL parses ints, floats, bools and strings); ``placement.problem`` parses them for the DP.
@@ -19,8 +28,10 @@ Values are the text a user writes (``"interleaved:2"``, ``"auto"``), as pass opt
 
 from __future__ import annotations
 
+import importlib
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from passes.algorithms import placement as pl
@@ -28,7 +39,7 @@ from passes.algorithms import placement as pl
 
 def option(
     default: Any,
-    check: Callable[[Any], object] | None = None,
+    check: Callable[[Any], object] | str | None = None,
     help: str = "",
     *,
     choices: tuple[str, ...] | str | None = None,
@@ -36,24 +47,77 @@ def option(
     flag: str | None = None,
     default_words: str | None = None,
 ) -> Any:
-    """A field that is an option: with the check of its value (it raises a one-line
-    ``PlacementError``; None where the option is checked elsewhere) and what a command line
-    shows of it (``phaze.tools.flags.add_option_arguments``): its help (the default is added to
-    it, in ``default_words`` when given), its choices or the shape of its value (``metavar``),
-    and its flag where that is not the field's name (``--solver-gap`` for ``schedule_gap``).
+    """A field that is an option: with the check of its value (None: any value; or the dotted
+    name of the function, imported when a value is checked; see :func:`check_option`) and what
+    a command line shows of it (``phaze.tools.flags.add_option_arguments``): its help (the
+    default is added to it, in ``default_words`` when given), its choices or the shape of its
+    value (``metavar``), and its flag where that is not the field's name (``--solver-gap`` for
+    ``schedule_gap``).
+
+    The check of a value returns what is wrong with it in words (``"expected a relative gap in
+    [0, 1)"``), or None when it is right; the edge names the option and the value before them.
+    A text option's check is its parser (:func:`parsed_by`), whose ``PlacementError`` names the
+    value itself (``recompute 'x': expected ...``); the edge names the option before it. A tuple option's check is of each of its values, and None is right
+    where the field's type allows it.
 
     ``choices`` is the tuple of values, or the dotted name of the one that declares them
     (``"passes.algorithms.kernels.RUNTIMES"``), imported only when a command line is built: the
-    option need not import the pass or the search that owns its values."""
+    option need not import the pass or the search that owns its values. ``help`` and
+    ``default_words`` may name such values too, as ``{dotted.name}`` (a tuple, a function
+    giving one, or a value), spelled when the command line shows its help
+    (``phaze.tools.flags.ToolParser``)."""
     metadata = {"check": check, "help": help, "choices": choices, "metavar": metavar}
     metadata |= {"flag": flag, "default_words": default_words}
     return field(default=default, metadata=metadata)
 
 
-def _count(what: str):
-    def check(value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= pl.MAX_COUNT:
-            raise pl.PlacementError(f"{what} = {value}: expected a positive integer up to {pl.MAX_COUNT}")
+def positive_count(value: object) -> str | None:
+    """A count of devices, samples, sizes: an integer from 1 to :data:`~placement.MAX_COUNT`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= pl.MAX_COUNT:
+        return f"expected a positive integer up to {pl.MAX_COUNT}"
+    return None
+
+
+def positive_number(expected: str) -> Callable[[object], str | None]:
+    """The check of a positive, finite number, said as ``expected`` ("a positive number of
+    watts") when it is not one."""
+
+    def check(value: object) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+            return f"expected {expected}"
+        return None
+
+    return check
+
+
+# The layer-schedule solver's limits, checked alike as the scheduling passes' options
+# (``time_limit``, ``gap_limit``, ``node_limit``, ``max_binaries``: ``passes/solver_options.py``)
+# and as phazec's flags (``--solver-time-limit``, ...: ``phaze.options.Options``' ``schedule_*``).
+
+#: The check of a layer schedule's time limit.
+time_limit_seconds = positive_number("a positive, finite number of seconds")
+
+
+def relative_gap(value: object) -> str | None:
+    """The check of the solver's gap limit: a fraction of the objective, 0 to prove optimality."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and 0 <= value < 1):
+        return "expected a relative gap in [0, 1)"
+    return None
+
+
+def count_limit(value: object) -> str | None:
+    """The check of the solver's node or binaries limit: a count, 0 for no limit."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= pl.MAX_COUNT:
+        return f"expected a number from 0 (no limit) to {pl.MAX_COUNT}"
+    return None
+
+
+def parsed_by(parse: Callable[[str], object]) -> Callable[[str], None]:
+    """The check of a text option: its parser (``placement.parse_recompute``), whose
+    ``PlacementError`` names the value itself; what it parses the value into is for the DP."""
+
+    def check(text: str) -> None:
+        parse(text)
 
     return check
 
@@ -75,8 +139,8 @@ class PlacementOptions:
     paper's placement space (plain data parallelism, 1F1B, every replica holding every expert)
     with the device numbering chosen."""
 
-    devices: int = option(1024, _count("devices"), "accelerators in the cluster", metavar="N")
-    global_batch: int = option(4096, _count("global batch"), "samples per training step", metavar="N")
+    devices: int = option(1024, positive_count, "accelerators in the cluster", metavar="N")
+    global_batch: int = option(4096, positive_count, "samples per training step", metavar="N")
     placement: str = option(
         "phaze",
         _placement,
@@ -88,35 +152,35 @@ class PlacementOptions:
     dp_overlap: bool = option(False, _flag, "hide the DP gradient all-reduce behind the stage's backward")
     recompute: str = option(
         "auto",
-        pl.parse_recompute,
+        parsed_by(pl.parse_recompute),
         "activation recompute: auto lets the placement choose each stage's policy; none, selective or full "
         "fixes it for every stage, to price a run as it is run",
         choices=pl.RECOMPUTE_SETTINGS,
     )
     zero: str = option(
         "0",
-        pl.parse_zero,
+        parsed_by(pl.parse_zero),
         "sharding over data parallelism: 0 plain; 1 optimizer state (Megatron's distributed optimizer); "
         "2 and gradients; 3 and parameters (FSDP); auto lets the placement choose",
         choices=pl.ZERO_SETTINGS,
     )
     pipeline_schedule: str = option(
         "1f1b",
-        pl.parse_pipeline_schedule,
+        parsed_by(pl.parse_pipeline_schedule),
         "1f1b; interleaved:V, Megatron's interleaved 1F1B with V model chunks per device; auto lets the "
         "placement choose",
         metavar="auto|1f1b|interleaved:V",
     )
     expert_parallel: str = option(
         "1",
-        pl.parse_expert_parallel,
+        parsed_by(pl.parse_expert_parallel),
         "expert parallelism of an MoE model: 1, every data-parallel replica holds every expert; E splits "
         "the experts over E replicas (all-to-all dispatch and combine); auto lets the placement choose",
         metavar="auto|E",
     )
     rank_order: str = option(
         "auto",
-        pl.parse_rank_order,
+        parsed_by(pl.parse_rank_order),
         "how devices are numbered into groups, TP innermost: auto lets the placement choose; tp-dp-pp, "
         "pipeline outermost (Megatron-LM's and torchtitan's default); tp-pp-dp, data parallelism outermost "
         "(Megatron-LM's --use-tp-pp-dp-mapping). An --export torchtitan (or megatron with expert "
@@ -125,7 +189,7 @@ class PlacementOptions:
     )
     pipeline_transfer: str = option(
         "whole",
-        pl.parse_pipeline_transfer,
+        parsed_by(pl.parse_pipeline_transfer),
         "how a pipeline transfer crosses a stage boundary: whole, every TP rank sends the boundary's values "
         "(Megatron-LM); split, each sends 1/t and the next stage's TP group all-gathers them (DeepSpeed's "
         "pipeline engine, Megatron-DeepSpeed; what phaze-validate prices). No effect under sequence "
@@ -141,19 +205,67 @@ class PlacementOptions:
     )
 
     def check(self) -> None:
-        """Every option's value checked, in declaration order: a :class:`OptionError` naming the
-        first bad one (the fixed placement's degrees are checked against the model later, by
+        """Every option's value checked (those of a subclass too: ``phaze.options.Options``),
+        in declaration order: an :class:`OptionError` naming the first bad one (the fixed
+        placement's degrees are checked against the model later, by
         :func:`~passes.algorithms.placement.parse_placement`)."""
-        for f in fields(PlacementOptions):
-            try:
-                f.metadata["check"](getattr(self, f.name))
-            except pl.PlacementError as e:
-                raise OptionError(f.name, str(e)) from e
+        for f in fields(self):
+            check_option(f, getattr(self, f.name))
+
+
+def check_option(f: Field, value: object) -> None:
+    """``value`` checked by the check field ``f`` declares (:func:`option`; none: any value):
+    an :class:`OptionError` when it is wrong."""
+    check = f.metadata.get("check")
+    annotation = field_type(f)
+    if check is None or (value is None and annotation.endswith(" | None")):
+        return
+    if isinstance(check, str):  # the dotted name of the function
+        module, _, name = check.rpartition(".")
+        check = getattr(importlib.import_module(module), name)
+    values = (value,)
+    if annotation.startswith("tuple["):
+        if not isinstance(value, tuple):
+            raise OptionError(f, value, "expected a tuple of values")
+        values = value
+    for one in values:
+        try:
+            problem = check(one)
+        except pl.PlacementError as e:
+            raise OptionError(f, one, str(e), names_value=True) from e
+        if problem is not None:
+            raise OptionError(f, one, problem)
+
+
+def field_type(f: Field) -> str:
+    """The annotation of field ``f`` as it is written (``tuple[int, ...] | None``): a string, as
+    the dataclasses of ``from __future__ import annotations`` keep it."""
+    return str(getattr(f.type, "__name__", f.type))
+
+
+def option_flag(f: Field) -> str:
+    """The command-line flag of option field ``f``: the one it declares, else ``--global-batch``
+    for ``global_batch``."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
 class OptionError(pl.PlacementError):
-    """A bad placement option; ``option`` is its field's name (a command line shows its flag)."""
+    """A bad option value: ``option`` is its field's name, ``flag`` its command-line flag,
+    ``value`` the value (one of a tuple option's), ``problem`` what is wrong with it. Said as
+    an API caller or a pass names the option, ``devices=0: expected a positive integer up to
+    2147483647`` (or as the problem alone where it names the value: ``recompute 'x': expected
+    ...``); :meth:`named` says it under another name (a flag)."""
 
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(message)
-        self.option = option
+    def __init__(self, f: Field, value: object, problem: str, names_value: bool = False) -> None:
+        self.option, self.flag, self.value, self.problem = f.name, option_flag(f), value, problem
+        #: The problem names the value itself (a text option's parser said it).
+        self.names_value = names_value
+        super().__init__(problem if names_value else self.named(f.name, "="))
+
+    def named(self, name: str, between: str = " ") -> str:
+        """The one line that says it, naming the option ``name``: ``--solver-gap 1.0: expected a
+        relative gap in [0, 1)`` (``between`` the name and the value: a space), or, where the
+        problem names the value, ``--recompute: recompute 'x': expected one of ...``."""
+        if self.names_value:
+            return f"{name}: {self.problem}"
+        return f"{name}{between}{self.value!r}: {self.problem}"
