@@ -1,26 +1,21 @@
-"""Checks of the numbers on a tool's command line, shared by ``phazec`` and ``phaze-validate``:
-each is done before any work, and a bad number is one line naming its flag; and their cache's
-size (``--cache-limit``), kept after the run."""
+"""The command lines of ``phazec`` and ``phaze-validate``, what they share: their option flags,
+built from the fields that declare the options (``passes.algorithms.placement_options.option``)
+and checked by those fields' checks before any work, a bad value one line naming its flag; their
+workers, their output and their cache's size (``--cache-limit``), kept after the run."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import importlib
-import math
+import inspect
 import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from passes.algorithms.placement_options import OptionError, check_option, field_type, option_flag, positive_count
 from phaze_ir.errors import PhazeError
-
-#: The largest integer any flag may be: a 32-bit int, as Megatron-LM and torchtitan take these
-#: flags (far beyond any real run; a larger one would overflow the DP's or torch's sizes instead).
-MAX_INT = 2**31 - 1
-
-#: The solver's counts, 0 meaning no limit.
-SOLVER_COUNTS = ("solver_nodes", "solver_max_binaries")
 
 #: The fields of ``phaze.options.Options`` that are the operator-scheduling solver's flags
 #: (``--solver-time-limit``, ...), in the order the tools show them.
@@ -31,13 +26,21 @@ class ToolParser(argparse.ArgumentParser):
     """argparse as phaze's tools use it: a bad command line is one line naming what is wrong
     (``phazec: error: argument --devices: invalid int value: 'nan' (phazec --help lists the
     options)``), not the usage dump; a value that begins with ``-`` (``--cache-limit -1GiB``)
-    reaches its flag's own check instead of being read as an unknown flag; ``--version``."""
+    reaches its flag's own check instead of being read as an unknown flag; ``--version``; a
+    help's ``{dotted.name}`` is spelled as what it names when the help is shown (:func:`spelled`:
+    a run that does not show it need not import it)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         from phaze import __version__
 
         self.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+
+    def format_help(self) -> str:
+        for action in self._actions:
+            if action.help:
+                action.help = spelled(action.help)
+        return super().format_help()
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
@@ -99,16 +102,15 @@ def add_option_arguments(
     for name in names:
         f = fields[name]
         meta = f.metadata
-        flag = meta.get("flag") or "--" + name.replace("_", "-")
+        flag = option_flag(f)
         help_text = meta["help"] + (f"; {notes[name]}" if notes and name in notes else "")
-        kind, one_of_tuple = _value_type(f.type)
+        kind, one_of_tuple = _value_type(f)
         if kind is bool:
             group.add_argument(flag, action="store_true", help=help_text)
             continue
         choices = meta.get("choices")
         if isinstance(choices, str):  # the dotted name of the tuple that declares them
-            module, _, attribute = choices.rpartition(".")
-            choices = tuple(getattr(importlib.import_module(module), attribute))
+            choices = tuple(named_value(choices))
         keywords: dict[str, Any] = {"type": kind, "choices": choices, "metavar": meta.get("metavar")}
         if name in required:
             group.add_argument(flag, required=True, help=help_text, **keywords)
@@ -118,11 +120,10 @@ def add_option_arguments(
         group.add_argument(flag, default=default, help=f"{help_text} (default: {said})", **keywords)
 
 
-def _value_type(annotation: object) -> tuple[type, bool]:
-    """The type of a flag's value for a field annotated ``annotation`` (a string, as the
-    dataclasses of ``from __future__ import annotations`` keep it), and whether the field is a
-    tuple of them (``tuple[int, ...] | None``: int, True)."""
-    text = str(getattr(annotation, "__name__", annotation)).removesuffix(" | None")
+def _value_type(f: dataclasses.Field) -> tuple[type, bool]:
+    """The type of a flag's value for field ``f``, and whether the field is a tuple of them
+    (``tuple[int, ...] | None``: int, True)."""
+    text = field_type(f).removesuffix(" | None")
     if text.startswith("tuple[") and text.endswith(", ...]"):
         return _VALUE_TYPES[text[len("tuple[") : -len(", ...]")]], True
     return _VALUE_TYPES[text], False
@@ -131,7 +132,7 @@ def _value_type(annotation: object) -> tuple[type, bool]:
 def option_dest(options: type, name: str) -> str:
     """The argparse destination of field ``name``'s flag (``solver_gap`` for ``schedule_gap``)."""
     f = next(f for f in dataclasses.fields(options) if f.name == name)
-    return (f.metadata.get("flag") or name).lstrip("-").replace("-", "_")
+    return option_flag(f).lstrip("-").replace("-", "_")
 
 
 def option_values(args: argparse.Namespace, options: type, names: Iterable[str] | None = None) -> dict[str, Any]:
@@ -145,8 +146,64 @@ def option_values(args: argparse.Namespace, options: type, names: Iterable[str] 
     for name in names:
         value = getattr(args, option_dest(options, name))
         if value is not None:
-            values[name] = (value,) if _value_type(fields[name].type)[1] else value
+            values[name] = (value,) if _value_type(fields[name])[1] else value
     return values
+
+
+def check_option_flags(args: argparse.Namespace, options: type, names: Iterable[str] | None = None) -> None:
+    """The option flags of the command line ``args`` that are fields of ``options`` (those
+    ``names``, default every one given), each checked by the check its field declares
+    (:func:`passes.algorithms.placement_options.check_option`), before any work: a bad value
+    is one line naming its flag (``--solver-gap 1.0: expected a relative gap in [0, 1)``)."""
+    fields = {f.name: f for f in dataclasses.fields(options)}
+    for name, value in option_values(args, options, names).items():
+        try:
+            check_option(fields[name], value)
+        except OptionError as e:
+            raise PhazeError(e.named(e.flag)) from e
+
+
+def check_jobs(args: argparse.Namespace) -> None:
+    """``-j`` (when given): a count of worker processes."""
+    problem = None if args.jobs is None else positive_count(args.jobs)
+    if problem is not None:
+        raise PhazeError(f"-j/--jobs {args.jobs}: {problem}")
+
+
+#: A ``{dotted.name}`` in a help text (:func:`spelled`).
+_NAMED = re.compile(r"\{([A-Za-z_]\w*(?:\.\w+)+)\}")
+
+
+def spelled(text: str) -> str:
+    """``text`` with each ``{dotted.name}`` in it spelled as the value it names
+    (:func:`named_value`): a tuple as its items (``a100, h100``), a number as ``%g`` does."""
+
+    def spell(match: re.Match) -> str:
+        value = named_value(match.group(1))
+        if isinstance(value, (tuple, list)):
+            return ", ".join(map(str, value))
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    return _NAMED.sub(spell, text)
+
+
+def named_value(dotted: str) -> Any:
+    """What ``dotted`` names: an attribute (or an attribute's attribute) of the longest prefix
+    that is a module (``phaze.search.engine.SolverLimits.time_limit``), called when it is a
+    function (``phaze_ir.hardware.preset_names``)."""
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:i])
+        try:
+            value: Any = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:  # the module is there; something it imports is not
+                raise
+            continue
+        for attribute in parts[i:]:
+            value = getattr(value, attribute)
+        return value() if inspect.isfunction(value) else value
+    raise ValueError(f"{dotted}: names no module's attribute")
 
 
 def add_worker_arguments(group: argparse._ActionsContainer, what: str) -> None:
@@ -190,33 +247,6 @@ def add_output_arguments(group: argparse._ActionsContainer) -> None:
     """``-q`` and ``--debug``: what the tool says on stderr."""
     group.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     group.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
-
-
-def flag_name(dest: str) -> str:
-    """The flag of an argparse destination, as the user may have typed it."""
-    return "-j/--jobs" if dest == "jobs" else "--" + dest.replace("_", "-")
-
-
-def check_positive_ints(args: argparse.Namespace, dests: Iterable[str]) -> None:
-    """Each of ``dests`` (when given) in 1..MAX_INT."""
-    for dest in dests:
-        value = getattr(args, dest, None)
-        if value is not None and not 1 <= value <= MAX_INT:
-            raise PhazeError(f"{flag_name(dest)} {value}: expected a positive integer up to {MAX_INT}")
-
-
-def check_solver_limits(args: argparse.Namespace) -> None:
-    """The SCIP limits (when given): counts in 0..MAX_INT, a positive, finite time limit and a
-    relative gap in [0, 1)."""
-    for dest in SOLVER_COUNTS:
-        value = getattr(args, dest, None)
-        if value is not None and not 0 <= value <= MAX_INT:
-            raise PhazeError(f"{flag_name(dest)} {value}: expected a number from 0 (no limit) to {MAX_INT}")
-    limit = args.solver_time_limit
-    if limit is not None and not (math.isfinite(limit) and limit > 0):
-        raise PhazeError(f"--solver-time-limit {limit}: expected a positive, finite number of seconds")
-    if not (math.isfinite(args.solver_gap) and 0 <= args.solver_gap < 1):
-        raise PhazeError(f"--solver-gap {args.solver_gap}: expected a relative gap in [0, 1)")
 
 
 #: A cache's size after a run, unless ``--cache-limit`` says otherwise (bytes): room for a few
