@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -40,8 +39,8 @@ from phaze.tools.flags import (
     add_option_arguments,
     add_output_arguments,
     add_worker_arguments,
-    check_positive_ints,
-    check_solver_limits,
+    check_jobs,
+    check_option_flags,
     option_values,
     trim_cache_dir,
 )
@@ -128,12 +127,20 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
     add_option_arguments(place, Options, ("sequence_parallel", "capacity_factor"))
 
 
-#: The solver's defaults in words: the compilation's (``Options``') with ``--hw``, the
-#: search's (:func:`solver_defaults`) without (the gap is the same).
+#: The solver's limits the search sets otherwise than a compilation (the gap is the same):
+#: ``Options``' fields and the search's names of them (``phaze.search.engine.SolverLimits``).
+SEARCH_LIMITS = {
+    "schedule_time_limit": "time_limit",
+    "schedule_nodes": "node_limit",
+    "schedule_max_binaries": "max_binaries",
+}
+
+#: Their defaults in words, spelled from the code when the help is shown: the compilation's
+#: (``Options``') with ``--hw``, the search's (:func:`solver_defaults`) without.
 SOLVER_DEFAULT_WORDS = {
-    "schedule_time_limit": "10 with --hw, 60 when searching",
-    "schedule_nodes": "0 with --hw; 1 when searching: the root node, the same answer on any machine",
-    "schedule_max_binaries": "0 with --hw, 2000 when searching",
+    name: f"{{phaze.options.Options.{name}}} with --hw, {{phaze.search.engine.SolverLimits.{limit}}} when searching"
+    + (": unlike the clock, a node limit gives the same answer on any machine" if name == "schedule_nodes" else "")
+    for name, limit in SEARCH_LIMITS.items()
 }
 
 
@@ -204,14 +211,11 @@ def searching(args: argparse.Namespace) -> bool:
     return args.hw is None and args.emit == "plan"
 
 
-#: The numeric flags that must be positive (the solver's limits are checked apart).
-POSITIVE_INTS = ("micro_batch", "tp", "seq_len", "devices", "global_batch", "jobs")
-
-
-def check_numbers(args: argparse.Namespace) -> None:
-    """Every number of the command line in its range (finite, positive, a gap below 1)."""
-    check_positive_ints(args, POSITIVE_INTS)
-    check_solver_limits(args)
+def check_flags(args: argparse.Namespace) -> None:
+    """Every option flag of the command line checked by its field's check, and ``-j``, before
+    any work (:func:`phaze.tools.flags.check_option_flags`)."""
+    check_jobs(args)
+    check_option_flags(args, Options)
 
 
 def rank_order(args: argparse.Namespace) -> str:
@@ -235,11 +239,8 @@ def memory_headroom(args: argparse.Namespace) -> float:
 
 
 def options(args: argparse.Namespace):
-    """The driver options of parsed command-line arguments (checked: :func:`check_numbers`)."""
-    from phaze_ir.frontend.importer import check_capacity_factor
-
-    check_numbers(args)
-    check_capacity_factor(args.capacity_factor)
+    """The driver options of parsed command-line arguments (checked: :func:`check_flags`)."""
+    check_flags(args)
 
     for flag, given in (("--json", args.json), ("--report", args.report), ("--power-cap", args.power_cap)):
         if given and args.emit != "plan":
@@ -251,9 +252,6 @@ def options(args: argparse.Namespace):
             if given:
                 raise PhazeError(f"{flag} is for the architecture search; drop --hw (and --emit)")
     search = searching(args)
-    if args.power_cap is not None:
-        if not (math.isfinite(args.power_cap) and args.power_cap > 0):
-            raise PhazeError(f"--power-cap {args.power_cap:g}: expected a positive number of watts")
     if not search and args.objective != Options.objective:
         raise PhazeError(
             f"--objective {args.objective} is for the architecture search (drop --hw); "
@@ -286,11 +284,7 @@ def solver_defaults(search: bool) -> dict[str, float]:
     from phaze.search.engine import SolverLimits
 
     limits = SolverLimits()
-    return {
-        "schedule_time_limit": limits.time_limit,
-        "schedule_nodes": limits.node_limit or 0,
-        "schedule_max_binaries": limits.max_binaries or 0,
-    }
+    return {name: getattr(limits, limit) or 0 for name, limit in SEARCH_LIMITS.items()}
 
 
 def search_options(args: argparse.Namespace, opts):
