@@ -112,14 +112,15 @@ def parse_rows(spec: str, count: int) -> set[int]:
     return rows
 
 
-def check_numbers(args: argparse.Namespace) -> None:
-    """Every number of the command line in its range, before any work."""
-    flags.check_positive_ints(args, ("jobs",))
+def check_flags(args: argparse.Namespace) -> None:
+    """Every number and option of the command line in its range, before any work (the options
+    by their fields' checks: :func:`phaze.tools.flags.check_option_flags`)."""
+    flags.check_jobs(args)
     if not (math.isfinite(args.holdout) and 0 <= args.holdout <= 1):
         raise PhazeError(f"--holdout {args.holdout}: expected a fraction in [0, 1]")
     if args.worst < 0:
         raise PhazeError(f"--worst {args.worst}: expected a count from 0")
-    flags.check_solver_limits(args)
+    flags.check_option_flags(args, Options)
 
 
 def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
     runs refused (see the module docstring) are said on stderr, and appended to ``refused``."""
     from phaze import validate as v
 
-    check_numbers(args)
+    check_flags(args)
     inputs = [("the runs file", args.csv)]
     if os.path.exists(args.hw):
         inputs.append(("the --hw file", args.hw))
