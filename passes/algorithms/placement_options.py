@@ -57,8 +57,9 @@ def option(
     The check of a value returns what is wrong with it in words (``"expected a relative gap in
     [0, 1)"``), or None when it is right; the edge names the option and the value before them.
     A text option's check is its parser (:func:`parsed_by`), whose ``PlacementError`` names the
-    value itself (``recompute 'x': expected ...``); the edge names the option before it. A tuple option's check is of each of its values, and None is right
-    where the field's type allows it.
+    value itself (``recompute 'x': expected ...``); the edge names the option before it. A
+    tuple option's check is of each of its values, and None is right where the field's type
+    allows it.
 
     ``choices`` is the tuple of values, or the dotted name of the one that declares them
     (``"passes.algorithms.kernels.RUNTIMES"``), imported only when a command line is built: the
