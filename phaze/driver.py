@@ -58,25 +58,17 @@ def check_options(opts: Options) -> None:
     anything slow; ``phazec --hw`` and the architecture search both check through here."""
     from passes.algorithms.placement import PlacementError, parse_placement
     from passes.algorithms.placement_options import OptionError
-    from phaze_ir.frontend.importer import check_capacity_factor
 
     if opts.emit not in STAGES:
         raise PhazeError(f"unknown stage '{opts.emit}'; expected one of {', '.join(STAGES)}")
-    for b in opts.micro_batches:
-        if b < 1:
-            raise PhazeError(f"--micro-batch {b}: expected a positive integer")
-    for t in opts.tp_widths or ():
-        if t < 1:
-            raise PhazeError(f"--tp {t}: expected a positive integer")
     try:
-        opts.check()
+        opts.check()  # each option by the check its field declares, named by its flag
     except OptionError as e:
-        raise PhazeError(f"--{e.option.replace('_', '-')}: {e}") from e
+        raise PhazeError(e.named(e.flag)) from e
     if opts.sequence_parallel not in SEQUENCE_PARALLEL_SETTINGS:
         raise PhazeError(
             f"--sequence-parallel '{opts.sequence_parallel}': expected one of {', '.join(SEQUENCE_PARALLEL_SETTINGS)}"
         )
-    check_capacity_factor(opts.capacity_factor)
     if opts.placement.startswith("expert:"):  # its degrees are known without the model
         try:
             check_placement_devices(parse_placement(opts.placement, ""), opts.devices)
