@@ -129,7 +129,7 @@ def test_the_help_groups_its_options_and_its_examples_parse():
     import shlex
 
     from phaze.driver import check_options
-    from phaze.tools.phazec import HELP_EXAMPLES, _parser, check_numbers, options
+    from phaze.tools.phazec import HELP_EXAMPLES, _parser, check_flags, options
 
     parser = _parser()
     text = parser.format_help()
@@ -142,5 +142,5 @@ def test_the_help_groups_its_options_and_its_examples_parse():
         argv = [str(MODELS / "tiny_gpt2.py") if a == "MODEL.py" else a for a in argv]
         args = parser.parse_args(argv)
         assert all((EXAMPLES / m.split("/", 1)[1]).is_file() for m in args.models if m.startswith("examples/"))
-        check_numbers(args)
+        check_flags(args)
         check_options(options(args))

@@ -134,8 +134,8 @@ FLAG_VALUES = st.one_of(
 def test_any_value_of_any_numeric_flag(flag, value, capsys):
     """Refused by argparse (exit status 2, one usage line) or by the check (one line), or
     accepted and then in range for everything downstream (i32 sizes, finite limits)."""
-    from phaze.tools.flags import MAX_INT
-    from phaze.tools.phazec import _parser, check_numbers
+    from passes.algorithms.placement import MAX_COUNT as MAX_INT
+    from phaze.tools.phazec import _parser, check_flags
     from phaze_ir.errors import PhazeError
 
     try:
@@ -146,7 +146,7 @@ def test_any_value_of_any_numeric_flag(flag, value, capsys):
         assert f"argument {flag}" in err and "Traceback" not in err, err
         return
     try:
-        check_numbers(args)
+        check_flags(args)
     except PhazeError as e:
         one_line(str(e))
         assert str(e).split(":")[0].endswith(value.strip() or value) or flag in str(e), str(e)
