@@ -11,8 +11,16 @@ in order, with the function entered and the module that called it; their count; 
 distinct places the path enters (function entered, calling module), the count that does not
 grow with the sweep's points.
 
+GPT-2 XL on 8 a100s (the defaults), empty cache or none: 2 entries at 2 places
+(``check_question`` from ``phaze.hw_answer``: the options, the chip loaded once, the power cap;
+``start_compilation`` from ``phaze.sweep``; the settings price every point).  A question of one
+point (``--micro-batch 1 --tp 1``) is compiled through the pipeline's sweep: 3 entries
+(``compile_model`` from ``phaze.sweep`` too).  Before the driver was split (pipeline, points
+and the plan's output in their own modules), the defaults made 114 entries at 18 places (an
+empty cache), 108 at 12 (none).
+
     python benchmarks/driver_entries.py [--model examples/gpt2_xl.py] [--hw a100] [--devices 8]
-                                        [--no-cache]
+                                        [--micro-batch N] [--tp N] [--no-cache]
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import inspect
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=str(ROOT / "examples" / "gpt2_xl.py"))
     ap.add_argument("--hw", default="a100")
     ap.add_argument("--devices", type=int, default=8)
+    ap.add_argument("--micro-batch", type=int, help="one micro-batch size (default: the sweep's)")
+    ap.add_argument("--tp", type=int, help="one TP width (default: the sweep's)")
     ap.add_argument("--no-cache", action="store_true", help="ask without a cache")
     args = ap.parse_args(argv)
 
     entries = Entries()
     instrument(entries)  # before anything imports a driver function by name
     from phaze import hw_answer
-    from phaze.driver import Options
+    from phaze.options import Options
 
     answer = hw_answer.answer
 
@@ -89,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
             entries.counting = False
 
     opts = Options(hw=args.hw, devices=args.devices)
+    if args.micro_batch is not None:
+        opts = replace(opts, micro_batches=(args.micro_batch,))
+    if args.tp is not None:
+        opts = replace(opts, tp_widths=(args.tp,))
     with tempfile.TemporaryDirectory() as cache:
         result = counted(args.model, opts, None if args.no_cache else cache, lambda msg: None)
     for k, (name, caller) in enumerate(entries.calls, 1):
