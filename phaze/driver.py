@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
-from phaze.options import SEQUENCE_PARALLEL_SETTINGS, STAGES, Options
+from phaze.options import STAGES, Options
 from phaze.pipeline import (
     compile_from,
     compile_module,
@@ -59,16 +59,10 @@ def check_options(opts: Options) -> None:
     from passes.algorithms.placement import PlacementError, parse_placement
     from passes.algorithms.placement_options import OptionError
 
-    if opts.emit not in STAGES:
-        raise PhazeError(f"unknown stage '{opts.emit}'; expected one of {', '.join(STAGES)}")
     try:
-        opts.check()  # each option by the check its field declares, named by its flag
+        opts.check()  # each option by its field's check or choices, named by its flag
     except OptionError as e:
         raise PhazeError(e.named(e.flag)) from e
-    if opts.sequence_parallel not in SEQUENCE_PARALLEL_SETTINGS:
-        raise PhazeError(
-            f"--sequence-parallel '{opts.sequence_parallel}': expected one of {', '.join(SEQUENCE_PARALLEL_SETTINGS)}"
-        )
     if opts.placement.startswith("expert:"):  # its degrees are known without the model
         try:
             check_placement_devices(parse_placement(opts.placement, ""), opts.devices)
