@@ -21,8 +21,10 @@ from phaze.tools.flags import option_dest
 from phaze_ir.errors import PhazeError
 from phaze_ir.ir import make_context
 
-#: A bad value of each option with a check: as an API caller gives it, as a flag's text (None:
-#: a switch, which takes no value), and as a pass option writes it (None: no pass option).
+#: A bad value of each option with a check or choices: as an API caller gives it, as a flag's
+#: text (None: a switch, which takes no value), and as a pass option writes it (None: no pass
+#: option; ``phaze-form-kernels``' ``runtime`` and ``phaze-insert-optimizer``'s ``optimizer``
+#: are checked against the tuple the option's choices name).
 BAD = {
     "devices": (0, "0", "phaze-place-devices{devices=0}"),
     "global_batch": (2**31, "2147483648", "phaze-place-devices{global_batch=2147483648}"),
@@ -44,8 +46,15 @@ BAD = {
     "schedule_gap": (1.0, "1", "phaze-insert-recompute{gap_limit=1.0}"),
     "schedule_nodes": (-1, "-1", "phaze-schedule-ops{node_limit=-1}"),
     "schedule_max_binaries": (-1, "-1", "phaze-insert-recompute{max_binaries=-1}"),
+    # checked as one of their choices (a command line: by argparse)
+    "emit": ("x", "x", None),
+    "dtype": ("f8", "f8", None),
+    "optimizer": ("lion", "lion", 'phaze-insert-optimizer{optimizer="lion"}'),
+    "objective": ("speed", "speed", None),
+    "sequence_parallel": ("yes", "yes", None),
+    "kernels": ("xla", "xla", 'phaze-form-kernels{runtime="xla"}'),
 }
-CHECKED = {f.name: f for f in dataclasses.fields(Options) if f.metadata.get("check")}
+CHECKED = {f.name: f for f in dataclasses.fields(Options) if f.metadata.get("check") or f.metadata.get("choices")}
 
 
 def test_every_checked_option_has_a_bad_value_here():

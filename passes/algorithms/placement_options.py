@@ -215,9 +215,12 @@ class PlacementOptions:
 
 
 def check_option(f: Field, value: object) -> None:
-    """``value`` checked by the check field ``f`` declares (:func:`option`; none: any value):
-    an :class:`OptionError` when it is wrong."""
+    """``value`` checked by the check field ``f`` declares (:func:`option`; with none, one of
+    its choices where it declares them, else any value): an :class:`OptionError` when it is
+    wrong."""
     check = f.metadata.get("check")
+    if check is None and f.metadata.get("choices") is not None:
+        check = _one_of(declared_choices(f))
     annotation = field_type(f)
     if check is None or (value is None and annotation.endswith(" | None")):
         return
@@ -236,6 +239,25 @@ def check_option(f: Field, value: object) -> None:
             raise OptionError(f, one, str(e), names_value=True) from e
         if problem is not None:
             raise OptionError(f, one, problem)
+
+
+def declared_choices(f: Field) -> tuple[str, ...]:
+    """The values option field ``f`` may take, as it declares them (:func:`option`'s
+    ``choices``: the tuple, or the dotted name of the one that declares them, imported here)."""
+    choices = f.metadata["choices"]
+    if isinstance(choices, str):
+        module, _, name = choices.rpartition(".")
+        choices = getattr(importlib.import_module(module), name)
+    return tuple(choices)
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[object], str | None]:
+    """The check of an option with ``choices`` and no check of its own."""
+
+    def check(value: object) -> str | None:
+        return None if value in choices else f"expected one of {', '.join(choices)}"
+
+    return check
 
 
 def field_type(f: Field) -> str:

@@ -14,7 +14,14 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from passes.algorithms.placement_options import OptionError, check_option, field_type, option_flag, positive_count
+from passes.algorithms.placement_options import (
+    OptionError,
+    check_option,
+    declared_choices,
+    field_type,
+    option_flag,
+    positive_count,
+)
 from phaze_ir.errors import PhazeError
 
 #: The fields of ``phaze.options.Options`` that are the operator-scheduling solver's flags
@@ -108,9 +115,7 @@ def add_option_arguments(
         if kind is bool:
             group.add_argument(flag, action="store_true", help=help_text)
             continue
-        choices = meta.get("choices")
-        if isinstance(choices, str):  # the dotted name of the tuple that declares them
-            choices = tuple(named_value(choices))
+        choices = declared_choices(f) if meta.get("choices") is not None else None
         keywords: dict[str, Any] = {"type": kind, "choices": choices, "metavar": meta.get("metavar")}
         if name in required:
             group.add_argument(flag, required=True, help=help_text, **keywords)
