@@ -28,8 +28,11 @@ class Options(PlacementOptions):
     """What a compilation needs besides the model file (phazec's options): the placement
     options (declared in :class:`~passes.algorithms.placement_options.PlacementOptions`) and
     these. Those that are command-line options are declared as the placement options are
-    (:func:`~passes.algorithms.placement_options.option`: help, choices, flag), and phazec's
-    and phaze-validate's flags are built from them (``phaze.tools.flags``)."""
+    (:func:`~passes.algorithms.placement_options.option`: the check of a value, help, choices,
+    flag), and phazec's and phaze-validate's flags are built from them (``phaze.tools.flags``);
+    :meth:`check` checks every option by its field's check (or as one of its choices), as the
+    flags are checked: a value is refused alike by a command line, ``phaze.compile`` and a pass
+    that takes the same quantity (``phaze-schedule-ops{node_limit=...}``)."""
 
     emit: str = option("plan", help="last stage to run and print", choices=STAGES)
     #: The micro-batch sizes the plan stage sweeps; the stages before it compile the first.
