@@ -13,6 +13,7 @@ from passes.graph_view import arg_role, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError
+from phaze_ir.op_kinds import OPTIMIZER_KINDS
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,8 @@ class InsertOptimizerPass(ModulePass):
     optimizer: str = "adam"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.optimizer not in ph.OPTIMIZER_KINDS:
-            raise PhazeError(
-                f"{self.name}: optimizer={self.optimizer}: expected one of {', '.join(ph.OPTIMIZER_KINDS)}"
-            )
+        if self.optimizer not in OPTIMIZER_KINDS:
+            raise PhazeError(f"{self.name}: optimizer={self.optimizer}: expected one of {', '.join(OPTIMIZER_KINDS)}")
         fn = step_function(op)
         if any(isinstance(o, ph.OptimizerUpdateOp) for o in fn.body.block.ops):
             raise PhazeError(f"{self.name}: the step already has optimizer updates")
@@ -50,7 +49,7 @@ class InsertOptimizerPass(ModulePass):
                 f"{self.name}: the step returns no gradients ('{keys.GRAD}' results); "
                 "import it with phazec --emit training"
             )
-        state_bytes = ph.OPTIMIZER_KINDS[self.optimizer][1]
+        state_bytes = OPTIMIZER_KINDS[self.optimizer][1]
         new_values, new_attrs = [], []
         for grad, pname in grads:
             if pname not in params:

@@ -71,7 +71,7 @@ class Options(PlacementOptions):
     optimizer: str = option(
         "adam",
         help="optimizer of the training step",
-        choices="phaze_ir.dialect.OPTIMIZER_KINDS",
+        choices="phaze_ir.op_kinds.OPTIMIZER_KINDS",
         default_words="adam, mixed precision",
     )
     hw: str = option(

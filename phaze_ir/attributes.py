@@ -30,7 +30,7 @@ from xdsl.utils.bitwise_casts import convert_f64_to_u64
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
-from phaze_ir.op_kinds import RecomputePolicy
+from phaze_ir.op_kinds import LAYER_MEMORY_FIELDS, RecomputePolicy
 
 FieldValue = int | float | str
 
@@ -817,19 +817,7 @@ class LayerMemoryAttr(RecordAttr):
     """
 
     name = "phaze.layer_memory"
-    FIELDS = (
-        "index",
-        "param_bytes",
-        "grad_bytes",
-        "optimizer_bytes",
-        "saved_none_bytes",
-        "saved_selective_bytes",
-        "saved_full_bytes",
-        "workspace_bytes",
-        "recompute_workspace_bytes",
-        "expert_param_bytes",
-        "expert_optimizer_bytes",
-    )
+    FIELDS = LAYER_MEMORY_FIELDS
 
     index: IntAttr
     param_bytes: IntAttr

@@ -60,7 +60,7 @@ from phaze_ir.attributes import (
     TileAttr,
     UnpricedOpAttr,
 )
-from phaze_ir.op_kinds import VIEW_KINDS
+from phaze_ir.op_kinds import OPTIMIZER_KINDS, VIEW_KINDS
 
 # The discardable attribute keys are declared in phaze_ir/keys.py.
 PHASES = ("fwd", "bwd", "opt")
@@ -503,13 +503,6 @@ class CollectiveOp(ComputeOp):
         _check_kind(self, self.kind.data, COLLECTIVE_KINDS)
         if self.group_size.value.data < 1:
             raise VerifyException(f"'phaze.collective' op group_size must be >= 1, got {self.group_size.value.data}")
-
-
-OPTIMIZER_KINDS = {
-    # kind -> (FLOPs per parameter, optimizer-state bytes per parameter in fp32)
-    "adam": (12, 12),  # mixed precision: fp32 master weight + first and second moment
-    "sgd": (2, 4),  # fp32 master weight (momentum-free SGD)
-}
 
 
 @irdl_op_definition

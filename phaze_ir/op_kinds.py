@@ -1,5 +1,5 @@
-"""Vocabularies of op kinds that both the dialect and the pure algorithms need (plain Python, no
-xDSL: ``passes/algorithms`` may import it)."""
+"""Vocabularies that both the dialect and the pure algorithms need: op kinds, optimizer kinds, the
+fields of the layer-memory record (plain Python, no xDSL: ``passes/algorithms`` may import it)."""
 
 from enum import StrEnum
 
@@ -35,4 +35,27 @@ VIEW_KINDS = (
     # their operand (docs/design.md §2, §5.3).
     "im2col",
     "col2im",
+)
+
+
+OPTIMIZER_KINDS = {
+    # kind -> (FLOPs per parameter, optimizer-state bytes per parameter in fp32)
+    "adam": (12, 12),  # mixed precision: fp32 master weight + first and second moment
+    "sgd": (2, 4),  # fp32 master weight (momentum-free SGD)
+}
+
+#: The fields of one layer's memory (``#phaze.layer_memory``, ``passes/algorithms/memory.py``'s
+#: ``LayerMemory``), in the attribute's order.
+LAYER_MEMORY_FIELDS = (
+    "index",
+    "param_bytes",
+    "grad_bytes",
+    "optimizer_bytes",
+    "saved_none_bytes",
+    "saved_selective_bytes",
+    "saved_full_bytes",
+    "workspace_bytes",
+    "recompute_workspace_bytes",
+    "expert_param_bytes",
+    "expert_optimizer_bytes",
 )

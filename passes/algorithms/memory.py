@@ -38,10 +38,9 @@ from dataclasses import dataclass
 
 from passes.algorithms.graph import Graph
 from passes.algorithms.recompute import POLICIES, LayerRecompute
-from phaze_ir.attributes import LayerMemoryAttr
-from phaze_ir.dialect import OPTIMIZER_KINDS
+from phaze_ir.op_kinds import LAYER_MEMORY_FIELDS, OPTIMIZER_KINDS
 
-#: Optimizer state bytes per parameter element, by optimizer (``phaze_ir.dialect.OPTIMIZER_KINDS``').
+#: Optimizer state bytes per parameter element, by optimizer (``phaze_ir.op_kinds.OPTIMIZER_KINDS``').
 STATE_BYTES_PER_ELEMENT = {kind: state for kind, (_, state) in OPTIMIZER_KINDS.items()}
 
 
@@ -79,7 +78,7 @@ class LayerMemory:
 
     def record(self) -> dict[str, int]:
         """The fields of ``#phaze.layer_memory``, in its order."""
-        return {k: getattr(self, k) for k in LayerMemoryAttr.FIELDS}
+        return {k: getattr(self, k) for k in LAYER_MEMORY_FIELDS}
 
 
 def _peak(graph: Graph, ops: Sequence[int], excluded: set[int], readers: Mapping[int, list[int]]) -> int:
