@@ -217,12 +217,12 @@ def test_ray_missing(monkeypatch):
 
 
 def test_a_ctrl_c_while_workers_start_reaches_the_parent_after():
-    """SIGINT is blocked while workers start (they inherit the mask), and one that came
-    meanwhile is not lost: it is raised in the parent when the block ends (the Ctrl-C test's
-    race)."""
+    """SIGINT is held back while workers start (they inherit the blocked mask), and one that
+    came meanwhile is not lost: it is raised in the parent when the block ends (the Ctrl-C
+    test's race), never inside it."""
     import threading
 
-    from phaze.search.backend import _sigint_blocked
+    from phaze.search.backend import _sigint_deferred
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals reach the main thread only; this runner runs tests on another")
@@ -231,7 +231,7 @@ def test_a_ctrl_c_while_workers_start_reaches_the_parent_after():
     runner = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
-            with _sigint_blocked():
+            with _sigint_deferred():
                 signal.pthread_kill(threading.get_ident(), signal.SIGINT)
                 raised_inside = True  # not raised here: the workers would have seen it
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -239,6 +239,45 @@ def test_a_ctrl_c_while_workers_start_reaches_the_parent_after():
         signal.signal(signal.SIGINT, runner)
     assert raised_inside
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def test_a_ctrl_c_another_thread_takes_while_workers_start_is_raised_after():
+    """A Ctrl-C that a thread not blocking SIGINT takes meanwhile (torch's threads in phazec)
+    is neither dropped nor raised inside the block (where it could fall between a worker's
+    start and its registration with the pool): it is raised when the block ends."""
+    import threading
+
+    from phaze.search.backend import _sigint_deferred
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only; this runner runs tests on another")
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)  # started before the block: SIGINT unblocked
+    other.start()
+    runner = signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The C-level handler writes each signal it takes to the wakeup fd: read back, it says the
+    # other thread took the Ctrl-C (no clock: the read waits for exactly that).
+    woken_r, woken_w = os.pipe()
+    os.set_blocking(woken_w, False)
+    wakeup = signal.set_wakeup_fd(woken_w)
+    done_inside = False
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _sigint_deferred():
+                assert other.ident is not None
+                signal.pthread_kill(other.ident, signal.SIGINT)
+                assert os.read(woken_r, 1) == bytes([signal.SIGINT])
+                for _ in range(1000):  # bytecode boundaries: where a raised Ctrl-C would land
+                    pass
+                done_inside = True
+    finally:
+        signal.set_wakeup_fd(wakeup)
+        os.close(woken_r)
+        os.close(woken_w)
+        signal.signal(signal.SIGINT, runner)
+        stop.set()
+        other.join()
+    assert done_inside
 
 
 def _blocked_signals(_: object) -> list[int]:
@@ -253,15 +292,15 @@ def test_a_process_started_in_the_block_starts_with_sigint_blocked():
     import multiprocessing
     import threading
 
-    from phaze.search.backend import _init_worker, _sigint_blocked
+    from phaze.search.backend import _init_worker, _sigint_deferred
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("the block applies to the main thread only")
     ctx = multiprocessing.get_context("spawn")
-    with _sigint_blocked():
+    with _sigint_deferred():
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as bare:
             assert int(signal.SIGINT) in bare.submit(_blocked_signals, None).result()
-    with _sigint_blocked():
+    with _sigint_deferred():
         pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker)
         future = pool.submit(_blocked_signals, None)
     with pool:

@@ -104,7 +104,7 @@ def _init_worker() -> None:
 
     # Workers ignore SIGINT (the terminal sends it to the whole process group): the parent
     # cancels the pool and terminates them, instead of every worker printing a traceback.  A
-    # worker starts with SIGINT blocked (:func:`_sigint_blocked`): a Ctrl-C that came while it
+    # worker starts with SIGINT blocked (:func:`_sigint_deferred`): a Ctrl-C that came while it
     # started is pending until here, and is ignored when unblocked.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -116,18 +116,21 @@ def _init_worker() -> None:
 
 
 @contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """Block SIGINT in this thread while worker processes (or the fork server they fork from)
-    start: a signal mask is inherited across fork and exec, so a worker starts with SIGINT
-    blocked, and a Ctrl-C that reaches it before its initializer ran stays pending until
-    :func:`_init_worker` ignores it (an interrupted half-started worker would print a traceback).
-    The pool's threads, started inside the block, inherit the mask too.
+def _sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C back while worker processes (or the fork server they fork from) start, and
+    raise it when they have: SIGINT blocked in this thread, and meanwhile handled by a handler
+    that only notes it.
 
-    The parent's handler is left as it is: a Ctrl-C meanwhile is taken by another thread of this
-    process that does not block it (torch's native threads, once a model was traced here), whose
-    handler wakes the main thread to raise KeyboardInterrupt, or stays pending here until the
-    block ends.  Never lost: ignoring SIGINT in the parent instead (a disposition, process-wide)
-    dropped a Ctrl-C that such a thread took."""
+    - Workers start with SIGINT blocked (a signal mask is inherited across fork and exec), so
+      a Ctrl-C that reaches one before its initializer ran stays pending until
+      :func:`_init_worker` ignores it (an interrupted half-started worker prints a traceback).
+      The pool's threads, started inside the block, inherit the mask too.
+    - The parent's Ctrl-C is never lost: one taken by another thread of this process that does
+      not block SIGINT (torch's native threads, once a model was traced here) reaches the noting
+      handler, and one sent here stays pending until the mask is restored.  It is raised when
+      the block ends, never inside it: an interrupt between a worker's start and its
+      registration with the pool would leave that worker to the abort's reach (it would then
+      fail on the pool's vanished semaphores with a traceback)."""
     import signal
     import threading
     from multiprocessing import resource_tracker
@@ -138,11 +141,18 @@ def _sigint_blocked() -> Iterator[None]:
     # multiprocessing starts its resource tracker with the first process, and unblocks SIGINT
     # after it (CPython's resource_tracker.ensure_running): started first, it leaves the mask be.
     resource_tracker.ensure_running()
+    came: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: came.append(signum))
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a pending Ctrl-C is noted here
+        signal.signal(signal.SIGINT, previous)
+    if came and callable(previous):
+        previous(signal.SIGINT, None)
+    elif came and previous == signal.SIG_DFL:
+        signal.raise_signal(signal.SIGINT)
 
 
 class Backend:
@@ -196,7 +206,7 @@ def start_fork_server(modules: Sequence[str]) -> None:
     saved = {var: os.environ.get(var) for var in _THREAD_VARS}
     os.environ.update(dict.fromkeys(_THREAD_VARS, "1"))
     try:
-        with _sigint_blocked():  # the server's workers fork with its mask: SIGINT blocked
+        with _sigint_deferred():  # the server's workers fork with its mask: SIGINT blocked
             multiprocessing.forkserver.ensure_running()
     except OSError:  # no server (e.g. no Unix sockets here): the workers are spawned, as before
         return
@@ -234,7 +244,7 @@ class LocalBackend(Backend):
             )
         futures: list[concurrent.futures.Future] = []
         try:
-            with _sigint_blocked():  # workers start here: a Ctrl-C now must not reach them half-started
+            with _sigint_deferred():  # workers start here: a Ctrl-C now must not reach them half-started
                 futures += (self._pool.submit(_run_chunk, fn, chunk) for chunk in _chunks(items, self.jobs))
             return _unwrap(f.result() for f in futures)
         except BaseException as e:
