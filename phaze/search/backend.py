@@ -129,8 +129,8 @@ def _sigint_deferred() -> Iterator[None]:
       not block SIGINT (torch's native threads, once a model was traced here) reaches the noting
       handler, and one sent here stays pending until the mask is restored.  It is raised when
       the block ends, never inside it: an interrupt between a worker's start and its
-      registration with the pool would leave that worker to the abort's reach (it would then
-      fail on the pool's vanished semaphores with a traceback)."""
+      registration with the pool would leave that worker out of the abort's reach (it would
+      then fail on the pool's vanished semaphores with a traceback)."""
     import signal
     import threading
     from multiprocessing import resource_tracker
