@@ -25,8 +25,9 @@ the step time ``global batch x sequence / (tokens/s/gpu x GPUs)``); the error is
 - 1 of the step time (a positive error: phaze is slow).  A row whose plan does not fit in the
 chip's HBM is *refused* (phazec exits 1 naming the memory).  Rows marked ``exact`` in the
 ``as_run`` column are run as phaze can express them; the others say what differs (HSDP priced as
-FSDP over every GPU, torchtitan's selective layer / op checkpointing priced as Megatron's
-selective recompute), and the summary is printed for all rows and for the exact ones.
+FSDP over every GPU), and the summary is printed for all rows and for the exact ones.
+torchtitan's selective layer and op checkpointing are priced as they ran
+(``--selective-recompute layer:2`` and ``op``).
 
 phazec runs once per row, in its own process (``-j`` at a time), with a shared ``--cache``: the
 same model at the same micro-batch and TP is traced and its layers scheduled once.
@@ -89,14 +90,15 @@ REQUIRED = (
 )
 #: phazec's --dtype of each published precision.
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "amp-bf16": "amp-bfloat16", "amp-fp16": "amp-float16"}
-#: phazec's --recompute of each activation checkpointing as run (torchtitan's selective layer
-#: and op policies have no phaze equivalent: Megatron's selective recompute stands for them).
+#: phazec's --recompute of each activation checkpointing as run, and what its selective policy
+#: re-runs (--selective-recompute): Megatron-LM's attention core; torchtitan's every second block
+#: checkpointed whole (``selective_ac_option = "2"`` at the runs' commit) or its per-op policy.
 RECOMPUTE = {
-    "none": "none",
-    "full": "full",
-    "selective": "selective",
-    "selective-layer": "selective",
-    "selective-op": "selective",
+    "none": ("none", "attention"),
+    "full": ("full", "attention"),
+    "selective": ("selective", "attention"),
+    "selective-layer": ("selective", "layer:2"),
+    "selective-op": ("selective", "op"),
 }
 UNITS = ("tokens/s/gpu", "s/iteration")
 
@@ -238,7 +240,9 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         "--zero",
         str(r.zero),
         "--recompute",
-        RECOMPUTE[r.recompute],
+        RECOMPUTE[r.recompute][0],
+        "--selective-recompute",
+        RECOMPUTE[r.recompute][1],
         "--dtype",
         DTYPES[r.precision],
         "--kernels",
@@ -393,7 +397,7 @@ def report(priced: list[Priced]) -> str:
     for p in priced:
         r = p.row
         lead = (
-            f"{r.id:<20}{r.gpus:>5} {f'{r.pp},{r.dp},{r.tp}':<9}{r.micro_batch:>3}{RECOMPUTE[r.recompute][:4]:>5} "
+            f"{r.id:<20}{r.gpus:>5} {f'{r.pp},{r.dp},{r.tp}':<9}{r.micro_batch:>3}{RECOMPUTE[r.recompute][0][:4]:>5} "
             f"{r.kernels:<9}{r.measured_step_s:9.3f}"
         )
         tps = r.global_batch * r.seq_len / (r.measured_step_s * r.gpus)

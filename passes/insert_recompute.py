@@ -14,7 +14,7 @@ from passes.algorithms import schedule as sched
 from passes.algorithms.graph import Graph
 from passes.algorithms.memory import STATE_BYTES_PER_ELEMENT, layer_memory
 from passes.algorithms.partition import Partition, min_cut_partition
-from passes.algorithms.recompute import analyze_recompute
+from passes.algorithms.recompute import ATTENTION, Selective, analyze_recompute, parse_selective
 from passes.cost_view import core_counts, read_latencies, serial_dispatch_s
 from passes.graph_view import arg_role, build_graph, read_layers, step_function
 from passes.solver_options import SolverOptions
@@ -22,6 +22,7 @@ from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import (
     KernelAttr,
+    LayerInfoAttr,
     LayerMemoryAttr,
     LayerRecomputeAttr,
     LayerScheduleAttr,
@@ -29,6 +30,7 @@ from phaze_ir.attributes import (
     RecomputePolicyAttr,
 )
 from phaze_ir.errors import PhazeError
+from phaze_ir.files import excerpt
 
 
 def compiled_partition(module: ModuleOp, fn: func.FuncOp, graph: Graph, ops: list[Operation]) -> Partition | None:
@@ -53,15 +55,20 @@ def compiled_partition(module: ModuleOp, fn: func.FuncOp, graph: Graph, ops: lis
     return min_cut_partition(graph, losses or None, grads or None)
 
 
-def static_costs(module: ModuleOp, optimizer: str, pass_name: str):
+def static_costs(module: ModuleOp, optimizer: str, pass_name: str, selective: Selective = ATTENTION):
     """What of the recompute and memory analysis does not depend on the accelerator:
     ``(graph, ops, layer_of, recompute, memory)`` with the :class:`LayerRecompute` and
-    :class:`LayerMemory` of every layer.  ``optimizer`` as the pass option (``""``: read the
-    ``phaze.optimizer_update`` ops).  The architecture search prices these once per setting."""
+    :class:`LayerMemory` of every layer.  ``optimizer`` and ``selective`` as the pass options
+    (``""``: read the ``phaze.optimizer_update`` ops).  The architecture search prices these
+    once per setting."""
     fn = step_function(module)
     graph, ops = build_graph(fn)
     layer_of = read_layers(ops)
-    recompute = analyze_recompute(graph, layer_of, compiled_partition(module, fn, graph, ops))
+    kinds = None  # only torchtitan's policies need them: they checkpoint the blocks alone
+    if selective != ATTENTION:
+        kinds = [str(r.get("kind")) for r in keys.require_records(module, keys.LAYERS, LayerInfoAttr)]
+    partition = compiled_partition(module, fn, graph, ops)
+    recompute = analyze_recompute(graph, layer_of, partition, selective, kinds)
     # Optimizer state per parameter (value ids of the parameter arguments).
     state: dict[int, int] = {}
     if optimizer:
@@ -101,6 +108,9 @@ class InsertRecomputePass(SolverOptions):
 
     Requires ``phaze-schedule-ops`` (``phaze.layer_schedule``; the attention cores are scheduled
     here, through the schedule cache handed in, as ``phaze-schedule-ops`` does).  Options:
+    ``selective`` = ``attention`` (default: Megatron-LM's selective recompute, above), ``op``
+    (torchtitan's per-op selective checkpointing) or ``layer:N`` (torchtitan's every N-th block
+    checkpointed whole): what the selective policy re-runs (``passes/algorithms/recompute.py``);
     ``optimizer`` = ``""`` (default: the optimizer state the ``phaze.optimizer_update`` ops carry;
     Adam's 12 bytes per parameter element when there are none), ``adam`` or ``sgd``;
     ``time_limit``, ``gap_limit``, ``node_limit``, ``max_binaries`` and ``seed`` as
@@ -109,6 +119,7 @@ class InsertRecomputePass(SolverOptions):
 
     name = "phaze-insert-recompute"
     optimizer: str = ""
+    selective: str = "attention"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.optimizer not in ("",) + tuple(STATE_BYTES_PER_ELEMENT):
@@ -116,11 +127,15 @@ class InsertRecomputePass(SolverOptions):
                 f"{self.name}: optimizer={self.optimizer}: expected one of "
                 f"{', '.join(STATE_BYTES_PER_ELEMENT)} (or nothing: read the optimizer updates)"
             )
+        try:
+            selective = parse_selective(self.selective)
+        except ValueError as err:
+            raise PhazeError(f"{self.name}: selective={excerpt(self.selective)}: {err}") from None
         limits = self.solver_limits()
         cache = self.schedule_cache()
         records = keys.require_records(op, keys.LAYER_SCHEDULE, LayerScheduleAttr)
         fwd_s = {r.get("index"): r.get("fwd_s") for r in records}
-        graph, ops, layer_of, recompute, memory = static_costs(op, self.optimizer, self.name)
+        graph, ops, layer_of, recompute, memory = static_costs(op, self.optimizer, self.name, selective)
         latency = read_latencies(ops)
         cores = core_counts(op, self.name)
         serial = serial_dispatch_s(op, self.name)

@@ -109,7 +109,8 @@ class ModelFacts:
     """What an export needs to know of the model and the run beyond the plan dict: the kind of
     every layer in order (``prologue``, ``block``, ``head``: ``phaze.layers``), the sequence
     length traced, the model's shape (``phaze.model_shape``: :mod:`phaze_ir.frontend.shape`),
-    phazec's ``--dtype``, ``--optimizer`` and ``--dp-overlap``, and whether the chip has bf16."""
+    phazec's ``--dtype``, ``--optimizer``, ``--dp-overlap`` and ``--selective-recompute``, and
+    whether the chip has bf16."""
 
     layer_kinds: tuple[str, ...]
     seq_len: int | None = None
@@ -118,6 +119,8 @@ class ModelFacts:
     dtype_asked: bool = False
     optimizer: str = "adam"
     dp_overlap: bool = False
+    #: what the plan's selective recompute re-runs (phazec's ``--selective-recompute``)
+    selective_recompute: str = "attention"
     shape: dict[str, Any] = field(default_factory=dict, compare=False)
     bf16: bool = True
 
@@ -423,6 +426,8 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         # uniform method over groups of one layer.
         args += ["--recompute-granularity=full", "--recompute-method=uniform", "--recompute-num-layers=1"]
     elif s.recompute == RecomputePolicy.SELECTIVE:
+        if (why := selective_refusal("megatron", facts.selective_recompute)) is not None:
+            raise PhazeError(why)
         args.append("--recompute-granularity=selective")  # the attention core (core_attn), as phaze's
     if s.zero >= 1:
         args.append("--use-distributed-optimizer")
@@ -574,12 +579,38 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         # the Megatron-LM export's).
         mixed = "float32" if kind == "fp32" else "bfloat16"
         args += ["--training.dtype=float32", f"--training.mixed_precision_param={mixed}"]
-    # phaze's selective recompute is Megatron's (the attention core). torchtitan's attention is a
-    # fused SDPA kernel that keeps no s x s tensor and recomputes it in backward: that is what the
-    # selective policy buys, so it runs without checkpointing. torchtitan's own "selective" is a
-    # per-op policy (saves every other matmul) that phaze does not price.
-    args.append(f"activation-checkpoint:{'full' if s.recompute == 'full' else 'none'}")
+    args.append(f"activation-checkpoint:{_torchtitan_checkpoint(s.recompute, facts.selective_recompute)}")
     return args
+
+
+def _torchtitan_checkpoint(recompute: str, selective: str) -> str:
+    """torchtitan 0.3.0's activation-checkpoint subcommand of a uniform recompute policy."""
+    if recompute == "full":
+        return "full"
+    if recompute != RecomputePolicy.SELECTIVE or selective == "attention":
+        # Megatron's selective recompute re-runs the attention core. torchtitan's attention is
+        # a fused SDPA kernel that keeps no s x s tensor and recomputes it in backward: that is
+        # what the policy buys, so it runs without checkpointing.
+        return "none"
+    if (why := selective_refusal("torchtitan", selective)) is not None:
+        raise PhazeError(why)
+    return "selective"  # SelectiveAC: torchtitan's per-op policy, as phaze prices it
+
+
+def selective_refusal(target: str, selective: str) -> str | None:
+    """Why ``target`` cannot launch selective recompute that re-runs ``selective``
+    (``--selective-recompute``), in one line; None when it can."""
+    if target == "megatron" and selective != "attention":
+        return (
+            f"--export megatron: the plan's selective recompute is torchtitan's ({selective}); Megatron-LM's "
+            "re-runs the attention core: compile with --selective-recompute attention"
+        )
+    if target == "torchtitan" and selective not in ("attention", "op"):
+        return (
+            f"--export torchtitan: torchtitan 0.3.0 has no selective layer checkpointing ({selective}; its "
+            "SelectiveAC is per op): compile with --selective-recompute op"
+        )
+    return None
 
 
 # --- the command line ---------------------------------------------------------------------------
@@ -661,6 +692,9 @@ def export_outputs(args) -> list[tuple[str, str]]:
             _torchtitan_can_run(int(zero) if zero.isdigit() else 0, getattr(args, "optimizer", "adam"))
             if getattr(args, "dtype", None) in ("float16", "amp-float16"):  # fp16 asked by name
                 raise PhazeError(_TORCHTITAN_FP16)
+        selective = getattr(args, "selective_recompute", None) or "attention"
+        if getattr(args, "recompute", None) == "selective" and (why := selective_refusal(target, selective)):
+            raise PhazeError(why)
         outputs.append((f"--export {target}", path))
     return outputs
 
@@ -675,12 +709,15 @@ LAUNCHABLE_ZERO = {"megatron": ("0", "1", "2", "3"), "torchtitan": ("0", "3")}
 UNIFORM_RECOMPUTE = tuple(p.value for p in RecomputePolicy)
 
 
-def launchable_choices(exports: Sequence[Sequence[str]] | None, zero: str, recompute: str) -> list[dict[str, str]]:
+def launchable_choices(
+    exports: Sequence[Sequence[str]] | None, zero: str, recompute: str, selective: str = "attention"
+) -> list[dict[str, str]]:
     """The narrowings of ``--zero`` and ``--recompute`` under which every plan the search can
     choose is launched by every ``--export`` target asked for: one dict of driver options
     (``zero``, ``recompute``) per search to run, the best of which is the best launchable plan
-    (``[{}]``: no narrowing needed). A fixed choice a target cannot run was refused before, by
-    :func:`export_outputs`."""
+    (``[{}]``: no narrowing needed); ``selective``: what selective recompute re-runs, which a
+    target may not have (:func:`selective_refusal`). A fixed choice a target cannot run was
+    refused before, by :func:`export_outputs`."""
     targets = {target for target, _ in exports or ()}
     if not targets:
         return [{}]
@@ -690,6 +727,8 @@ def launchable_choices(exports: Sequence[Sequence[str]] | None, zero: str, recom
         if allowed != set(LAUNCHABLE_ZERO["megatron"]):
             zeros = sorted(allowed)
     policies = list(UNIFORM_RECOMPUTE) if recompute == "auto" else [recompute]
+    if any(selective_refusal(t, selective) for t in targets) and recompute == "auto":
+        policies.remove(RecomputePolicy.SELECTIVE)
     choices = [
         {**({"zero": z} if z != zero else {}), **({"recompute": r} if r != recompute else {})}
         for z in zeros
@@ -725,6 +764,7 @@ def facts_of(
         dtype=opts.dtype,
         optimizer=opts.optimizer,
         dp_overlap=opts.dp_overlap,
+        selective_recompute=opts.selective_recompute,
         shape=dict(shape or {}),
         bf16=chip_has_bf16((plan or {}).get("accelerator")),
     )

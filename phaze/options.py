@@ -127,6 +127,16 @@ class Options(PlacementOptions):
         "(flash attention, fused AdamW); inductor, torch.compile's fusion; megatron, Megatron-LM's fused kernels",
         choices="passes.algorithms.kernels.RUNTIMES",
     )
+    #: What the ``selective`` recompute policy re-runs (``phaze-insert-recompute{selective=...}``,
+    #: rules and sources in ``passes/algorithms/recompute.py``).
+    selective_recompute: str = option(
+        "attention",
+        "passes.algorithms.recompute.selective_problem",
+        "what --recompute selective re-runs: attention, Megatron-LM's (the attention core); op, torchtitan's "
+        "per-op checkpointing of each block (saves the matmuls' and attention's outputs but every second "
+        "matmul's, re-runs the rest); layer:N, torchtitan's every N-th block checkpointed whole",
+        metavar="attention|op|layer:N",
+    )
     strict: bool = option(False, help="unknown aten ops are errors, not phaze.opaque")
     #: When no placement fits: True (default) compiles the best unfit point from the whole model
     #: into a plan that says which constraint binds; False stops with :class:`NoPlanFits` as soon

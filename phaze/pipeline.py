@@ -70,7 +70,7 @@ def pipeline(
     if runs("scheduled"):
         passes.append(f"phaze-schedule-ops{{{solver}}}")
     if runs("recompute"):
-        passes.append(f"phaze-insert-recompute{{{solver}}}")
+        passes.append(f'phaze-insert-recompute{{{solver} selective="{opts.selective_recompute}"}}')
     if runs("plan"):
         passes.append(place_devices_spec(opts))
         if energy:

@@ -214,15 +214,17 @@ def prepared(
     ``stages`` when it has them (a ``sweep-settings`` entry of the cache's store), else
     prepared and kept there.  They depend on the model (its file and the helpers it imports),
     the micro-batch, the TP widths and what tracing, importing and sharding read of the options
-    (sequence parallelism, the sequence length, the dtype, the optimizer, ``--strict``), not on
+    (sequence parallelism, the sequence length, the dtype, the optimizer, ``--strict``) and what
+    selective recompute re-runs, not on
     the chip, the devices or the batch: another question on the same model reads them."""
     from phaze.search.setting import prepare_points
 
     key = None
     if stages is not None and stages.directory is not None:
         traced_as = (b, opts.seq_len, opts.dtype, opts.optimizer, opts.strict, opts.capacity_factor)
+        how = (traced_as, opts.selective_recompute)  # and what the settings' selective policy re-runs
         model = model_key(model_path, stages).digest
-        key = stages.key(SETTINGS_KIND, model, tps, opts.sequence_parallel, traced_as)
+        key = stages.key(SETTINGS_KIND, model, tps, opts.sequence_parallel, how)
         hit = stages.load(SETTINGS_KIND, key, lambda payload: _check_prepared(payload, b, tps))
         if hit is not None:
             log(f"pricing {name} at micro-batch {b} from its settings (in the cache)")

@@ -185,7 +185,8 @@ def titan_check(titan, lines: list[str], p: dict, f: ModelFacts) -> None:
         assert tr.local_batch_size == s.micro_batch  # the rest by gradient accumulation
         assert tr.global_batch_size == s.micro_batch * s.num_micro_batches * s.dp
     ac = type(c.activation_checkpoint).__qualname__
-    assert ac == ("FullAC.Config" if s.recompute == "full" else "NoneType")
+    selective_op = s.recompute == "selective" and f.selective_recompute == "op"
+    assert ac == ("FullAC.Config" if s.recompute == "full" else "SelectiveAC.Config" if selective_op else "NoneType")
 
 
 def megatron_flag_table() -> dict[str, tuple[str, str, dict[str, str]]]:
@@ -387,6 +388,9 @@ def test_launchable_choices_narrow_auto_to_what_each_target_runs():
     assert launchable_choices(titan, "3", "full") == [{}]
     assert launchable_choices(titan, "auto", "full") == [{"zero": "0"}, {"zero": "3"}]
     assert launchable_choices(None, "auto", "auto") == [{}]
+    # Selective recompute a target has not is no choice of it: Megatron-LM's is the attention core's.
+    assert launchable_choices([("megatron", "f")], "3", "auto", "op") == [{"recompute": r} for r in ("none", "full")]
+    assert launchable_choices(titan, "3", "auto", "op") == [{"recompute": r} for r in ("none", "selective", "full")]
 
 
 def test_a_refused_export_leaves_the_other_outputs_written(tmp_path):
@@ -444,6 +448,16 @@ def test_torchtitan_flavour_names_torchtitans_fields(titan):
         (["--hw", "a100", "--export", "torchtitan", "MODEL"], "is the model file"),
         (["--hw", "a100", "--dtype", "amp-float16", "--export", "torchtitan", "x"], "has no fp16 mixed precision"),
         (["--hw", "a100", "--dtype", "float16", "--export", "torchtitan", "x"], "has no fp16 mixed precision"),
+        (
+            ["--hw", "a100", "--recompute", "selective", "--selective-recompute", "layer:2"]
+            + ["--export", "torchtitan", "x"],
+            "--export torchtitan: torchtitan 0.3.0 has no selective layer checkpointing (layer:2",
+        ),
+        (
+            ["--hw", "a100", "--recompute", "selective", "--selective-recompute", "op", "--export", "megatron", "x"],
+            "--export megatron: the plan's selective recompute is torchtitan's (op)",
+        ),
+        (["--hw", "a100", "--selective-recompute", "layer:0"], "--selective-recompute layer:0: expected attention"),
     ],
 )
 def test_export_paths_and_targets_are_checked_before_any_work(tmp_path, args, message):
@@ -486,6 +500,23 @@ def test_export_matrix_loads_in_both(name, titan, mcore):
     p, f = CASES[name]
     megatron_check(mcore, megatron_args(p, f), p, f)
     titan_check(titan, torchtitan_args(p, f), p, f)
+
+
+def test_torchtitan_runs_its_per_op_selective_checkpointing(titan):
+    """Selective recompute priced as torchtitan's per-op policy (``--selective-recompute op``)
+    is torchtitan 0.3.0's ``SelectiveAC``; Megatron-LM, whose selective recompute re-runs the
+    attention core, refuses it, and torchtitan refuses every-N-th-block checkpointing."""
+    p = plan([8], dp=8, pp=1, tp=1, recompute="selective", zero=3)
+    f = facts(8, selective_recompute="op")
+    lines = torchtitan_args(p, f)
+    assert lines[-1] == "activation-checkpoint:selective"
+    titan_check(titan, lines, p, f)
+    with pytest.raises(PhazeError, match="Megatron-LM's re-runs the attention core"):
+        megatron_args(p, f)
+    with pytest.raises(PhazeError, match="no selective layer checkpointing"):
+        torchtitan_args(p, facts(8, selective_recompute="layer:2"))
+    # Megatron's selective recompute (the default) runs in torchtitan without checkpointing.
+    assert torchtitan_args(p, facts(8))[-1] == "activation-checkpoint:none"
 
 
 def test_megatron_numbers_devices_as_priced(mcore):

@@ -42,6 +42,7 @@ BAD = {
     "seq_len": (0, "0", None),
     "capacity_factor": (0.5, "0.5", None),
     "power_cap_w": (-1.0, "-1", None),
+    "selective_recompute": ("layer:0", "layer:0", 'phaze-insert-recompute{selective="layer:0"}'),
     "schedule_time_limit": (0.0, "0", "phaze-schedule-ops{time_limit=0.0}"),
     "schedule_gap": (1.0, "1", "phaze-insert-recompute{gap_limit=1.0}"),
     "schedule_nodes": (-1, "-1", "phaze-schedule-ops{node_limit=-1}"),

@@ -71,11 +71,15 @@ def test_an_fsdp_row_maps_to_zero3_with_overlap_eager_kernels_and_bf16():
     assert "--dp-overlap" not in pp.phazec_flags(r, dp_overlap=False)  # the bound with FSDP's collectives exposed
 
 
-def test_torchtitans_selective_checkpointing_is_priced_as_selective_and_not_exact():
+def test_torchtitans_selective_checkpointing_is_priced_as_it_ran():
+    """torchtitan's layer policy (every second block) and op policy are phaze's selective
+    recompute with what torchtitan re-runs; Megatron's selective runs its attention core."""
     rows = {x.id: x for x in pp.read_rows(CSV)}
-    for rid in ("tt-l3-8b-sel-layer", "tt-l3-8b-sel-op", "tt-l2-70b-sel-op"):
-        assert _flag(pp.phazec_flags(rows[rid]), "--recompute") == "selective"
-        assert not rows[rid].exact
+    for rid, what in (("tt-l3-8b-sel-layer", "layer:2"), ("tt-l3-8b-sel-op", "op"), ("tt-l2-70b-sel-op", "op")):
+        flags = pp.phazec_flags(rows[rid])
+        assert (_flag(flags, "--recompute"), _flag(flags, "--selective-recompute")) == ("selective", what)
+        assert rows[rid].exact
+    assert _flag(pp.phazec_flags(rows["k22-175b-sp-sel"]), "--selective-recompute") == "attention"
     assert rows["tt-l2-70b-full"].exact
 
 

@@ -288,7 +288,10 @@ class OptionError(pl.PlacementError):
     def named(self, name: str, between: str = " ") -> str:
         """The one line that says it, naming the option ``name``: ``--solver-gap 1.0: expected a
         relative gap in [0, 1)`` (``between`` the name and the value: a space), or, where the
-        problem names the value, ``--recompute: recompute 'x': expected one of ...``."""
+        problem names the value, ``--recompute: recompute 'x': expected one of ...``. A text
+        value after a flag is shown as typed, after ``=`` as the Python literal an API caller
+        writes."""
         if self.names_value:
             return f"{name}: {self.problem}"
-        return f"{name}{between}{self.value!r}: {self.problem}"
+        shown = self.value if between == " " and isinstance(self.value, str) else repr(self.value)
+        return f"{name}{between}{shown}: {self.problem}"

@@ -26,6 +26,29 @@ Pure code (no xDSL); ``phaze-insert-recompute`` runs it on the IR's light graph.
 
 Extra forward time per micro-batch: ``full`` re-runs the forward (its scheduled makespan);
 ``selective`` the core (the makespan of the core's ops scheduled on their own).
+
+**What "selective" re-runs** is the runtime's (:class:`Selective`, ``phazec
+--selective-recompute``); the three policies stay the DP's three:
+
+- ``attention`` (default): Megatron-LM's ``--recompute-granularity selective``, above.
+- ``op``: torchtitan's per-op selective checkpointing of each transformer block
+  (``SelectiveAC`` in ``torchtitan/distributed/activation_checkpoint.py``, torchtitan 0.3.0; the
+  same rule as ``_apply_ac_to_transformer_block``'s ``op`` mode at the commit of its published
+  runs, 0413364).  Under ``torch.utils.checkpoint``'s selective contexts the block's input and
+  the outputs of the ops the policy marks ``MUST_SAVE`` are stashed; every other forward op runs
+  again in backward.  ``MUST_SAVE``: the compute-intensive ops (``get_default_op_list()`` in
+  ``torch/_functorch/partitioners.py``: ``mm``, ``bmm``, ``addmm``, the SDPA kernels) except
+  every second ``mm`` of the block (a counter per block and pass: the 1st, 3rd, ... are saved).
+  Here an attention core is one saved op (flash attention's output and statistics), a matmul of
+  two activations outside a core is a saved ``bmm``, and every matmul with a parameter operand
+  counts as an ``mm`` (torchtitan's Llamas have no biases; a linear with a bias, which aten runs
+  as an ``addmm``, torchtitan always saves, and MoE's grouped GEMMs, which are not in the list,
+  it recomputes: both are counted as ``mm`` here).  Layers that are not blocks are not
+  checkpointed.
+- ``layer:N``: torchtitan's selective layer checkpointing (``selective_ac_option = "N"`` at
+  0413364, ``_apply_ac_to_transformer_block``): a counter over the blocks, from 1; block k
+  (0-based) is fully checkpointed when ``(k + 1) % N == 0``, the others keep everything.  Its
+  "selective" is, per block, either full's stash and time or none's.
 """
 
 from __future__ import annotations
@@ -41,7 +64,48 @@ from phaze_ir.op_kinds import RecomputePolicy
 
 POLICIES = tuple(p.value for p in RecomputePolicy)
 
+#: The forms of ``--selective-recompute`` (``layer:N`` with N >= 1), see the module docstring.
+SELECTIVE_FORMS = ("attention", "op", "layer:N")
+_LAYER_EVERY = re.compile(r"layer:([1-9][0-9]{0,5})")
+
+
+@dataclass(frozen=True)
+class Selective:
+    """What the ``selective`` policy re-runs: ``kind`` ``attention``, ``op`` or ``layer``
+    (every ``every``-th block checkpointed whole)."""
+
+    kind: str = "attention"
+    every: int = 0
+
+    def __str__(self) -> str:
+        return f"layer:{self.every}" if self.kind == "layer" else self.kind
+
+
+ATTENTION = Selective()
+
+
+def parse_selective(text: object) -> Selective:
+    """A ``--selective-recompute`` value; ValueError saying what is wrong otherwise."""
+    if text in ("attention", "op"):
+        return Selective(str(text))
+    m = _LAYER_EVERY.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        raise ValueError("expected attention, op or layer:N (N a positive integer, up to 999999)")
+    return Selective("layer", int(m.group(1)))
+
+
+def selective_problem(text: object) -> str | None:
+    """The check of ``Options.selective_recompute`` (and of the pass option): the problem in
+    words, or None."""
+    try:
+        parse_selective(text)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 _KIND = re.compile(r'kind="([^"]*)"')
+_MATMUL = "phaze.matmul"
 
 
 def op_name(graph: Graph, i: int) -> str:
@@ -111,7 +175,7 @@ def attention_cores(graph: Graph, fwd_ops: Sequence[int]) -> list[list[int]]:
     act_mm = {
         i
         for i in fwd_ops
-        if op_name(graph, i) == "phaze.matmul"
+        if op_name(graph, i) == _MATMUL
         and len(graph.ops[i].operands) >= 2
         and all(_is_activation(graph, v) for v in graph.ops[i].operands[:2])
     }
@@ -134,12 +198,124 @@ def attention_cores(graph: Graph, fwd_ops: Sequence[int]) -> list[list[int]]:
     return cores
 
 
+def op_policy_saved(graph: Graph, fwd_ops: Sequence[int], cores: Sequence[Sequence[int]]) -> set[int]:
+    """The forward ops of one block (in program order) whose outputs torchtitan's per-op policy
+    saves (``MUST_SAVE``, module docstring): every attention core whole, every matmul of two
+    activations, and the odd-numbered matmuls with a parameter operand (1st, 3rd, ...)."""
+    saved = {i for core in cores for i in core}
+    linears = 0
+    for i in fwd_ops:
+        if i in saved or op_name(graph, i) != _MATMUL:
+            continue
+        operands = graph.ops[i].operands[:2]
+        if all(_is_activation(graph, v) for v in operands):
+            saved.add(i)  # a bmm: compute-intensive, never counted
+            continue
+        linears += 1
+        if linears % 2 == 1:
+            saved.add(i)
+    return saved
+
+
+def _attention_selective(
+    graph: Graph, cores: Sequence[Sequence[int]], none: set[int], stats: Mapping[int, int], dep: Sequence[bool]
+) -> tuple[list[int], set[int], int]:
+    """Megatron's selective recompute of one layer: (the ops re-run, the storages kept, the
+    statistics' bytes kept): the attention cores' saved outputs go, what the cores read joins."""
+    core_ops = sorted(i for core in cores for i in core)
+    core_out = {r for i in core_ops for r in graph.ops[i].results}
+    core_set = set(core_ops)
+    kept = {s for s in none if s not in core_out}
+    for i in core_ops:
+        for v in graph.ops[i].operands:
+            s = graph.storage(v)
+            val = graph.values[s]
+            if s in core_out or val.role == "param" or not dep[s]:
+                continue
+            if val.producer >= 0 and val.producer in core_set:
+                continue
+            kept.add(s)
+    return core_ops, kept, sum(b for i, b in stats.items() if i not in core_set)
+
+
+def _op_selective(
+    graph: Graph,
+    fwd_ops: Sequence[int],
+    cores: Sequence[Sequence[int]],
+    none: set[int],
+    full: set[int],
+    stats: Mapping[int, int],
+    users: Mapping[int, Sequence[int]],
+) -> tuple[list[int], set[int], int]:
+    """torchtitan's per-op policy on one block: (the ops re-run, the storages kept, the
+    statistics' bytes kept).  Kept: the block's input (full's stash) and the outputs of the
+    saved ops (:func:`op_policy_saved`); of an attention core (with the statistics it keeps for
+    its backward, :func:`_with_statistics`), what autograd keeps of it (the fused kernel's
+    output and statistics) and what leaves it.  Re-run: every other forward op.  ``users``:
+    the ops that read each storage (through any view of it)."""
+    fwd_set = set(fwd_ops)
+    cores = [_with_statistics(graph, fwd_ops, core, users, fwd_set) for core in cores]
+    saved = op_policy_saved(graph, fwd_ops, cores)
+    core_set = {i for core in cores for i in core}
+    kept = set(full)
+    for i in saved:
+        results = {graph.storage(r) for r in graph.ops[i].results}
+        if i in core_set:
+            leaving = {s for s in results if any(u not in core_set for u in users.get(s, ()))}
+            results = (results & none) | leaving
+        kept |= {s for s in results if graph.values[s].role != "param"}
+    rerun = [i for i in fwd_ops if i not in saved]
+    return rerun, kept, sum(b for i, b in stats.items() if i in saved)
+
+
+def _with_statistics(
+    graph: Graph, fwd_ops: Sequence[int], core: Sequence[int], users: Mapping[int, Sequence[int]], fwd_set: set[int]
+) -> list[int]:
+    """An attention core with the forward ops that compute, from the core's values alone, what
+    only the backward reads (the softmax's log-sum-exp that a fused attention kernel returns
+    beside its output): one aten op, SDPA, makes them all."""
+    ext = set(core)
+    for i in fwd_ops:
+        op = graph.ops[i]
+        if i in ext or op_name(graph, i) == _MATMUL:
+            continue
+        producers = {graph.values[graph.storage(v)].producer for v in op.operands if _is_activation(graph, v)}
+        if not producers or not producers <= ext:
+            continue
+        if any(u in fwd_set for r in op.results for u in users.get(graph.storage(r), ())):
+            continue
+        ext.add(i)
+    return sorted(ext)
+
+
+def _checkpointed(selective: Selective, kinds: Sequence[str]) -> list[bool]:
+    """Which layers ``layer:N`` checkpoints whole: block k (0-based among the blocks) when
+    ``(k + 1) % N == 0``, as torchtitan's counter from 1 does."""
+    out, k = [], 0
+    for kind in kinds:
+        if kind == "block":
+            k += 1
+            out.append(k % selective.every == 0)
+        else:
+            out.append(False)
+    return out
+
+
 def analyze_recompute(
-    graph: Graph, layer_of: Sequence[int], partition: Partition | None = None
+    graph: Graph,
+    layer_of: Sequence[int],
+    partition: Partition | None = None,
+    selective: Selective = ATTENTION,
+    kinds: Sequence[str] | None = None,
 ) -> list[LayerRecompute]:
     """The three policies of every layer (see the module docstring); ``partition``: what a
-    compiled step saves (None: eager autograd)."""
+    compiled step saves (None: eager autograd); ``selective``: what the selective policy
+    re-runs, with ``kinds`` the layers' kinds (``#phaze.layer_info``'s: ``block``, ...), which
+    ``op`` and ``layer:N`` need (only blocks are checkpointed)."""
+    if selective != ATTENTION and kinds is None:
+        raise ValueError(f"selective recompute {selective} needs the layers' kinds")
     n_layers = max(layer_of, default=-1) + 1
+    checkpointed = _checkpointed(selective, kinds) if selective.kind == "layer" and kinds else [False] * n_layers
     fwd: list[list[int]] = [[] for _ in range(n_layers)]
     bwd: list[set[int]] = [set() for _ in range(n_layers)]
     for i, op in enumerate(graph.ops):
@@ -148,6 +324,11 @@ def analyze_recompute(
         elif op.phase == "bwd":
             bwd[layer_of[i]].add(i)
     dep = graph.data_dependent()
+    users: dict[int, list[int]] = {}
+    if selective.kind == "op":
+        for i, op in enumerate(graph.ops):
+            for v in op.operands:
+                users.setdefault(graph.storage(v), []).append(i)
 
     def nbytes(storages: set[int]) -> int:
         return sum(graph.values[s].nbytes for s in storages)
@@ -174,30 +355,26 @@ def analyze_recompute(
                 if val.producer >= 0 or val.role == "input":
                     inputs.add(s)
         full = inputs | {s for s in autograd if s not in own}
-        # Selective: the attention cores' saved outputs go; what the cores read joins.
-        core_ops = sorted(i for core in attention_cores(graph, fwd[layer]) for i in core)
-        core_out = {r for i in core_ops for r in graph.ops[i].results}
-        core_set = set(core_ops)
-        selective = {s for s in none if s not in core_out}
-        for i in core_ops:
-            for v in graph.ops[i].operands:
-                s = graph.storage(v)
-                val = graph.values[s]
-                if s in core_out or val.role == "param" or not dep[s]:
-                    continue
-                if val.producer >= 0 and val.producer in core_set:
-                    continue
-                selective.add(s)
+        cores = attention_cores(graph, fwd[layer])
+        is_block = kinds is not None and layer < len(kinds) and kinds[layer] == "block"
+        if selective.kind == "attention":
+            rerun, kept, kept_stats = _attention_selective(graph, cores, none, stats, dep)
+        elif selective.kind == "op" and is_block:
+            rerun, kept, kept_stats = _op_selective(graph, fwd[layer], cores, none, full, stats, users)
+        elif checkpointed[layer]:
+            rerun, kept, kept_stats = list(fwd[layer]), full, 0
+        else:  # not checkpointed: selective keeps what none keeps
+            rerun, kept, kept_stats = [], none, sum(stats.values())
         out.append(
             LayerRecompute(
                 index=layer,
                 none_bytes=nbytes(none) + sum(stats.values()),
-                selective_bytes=nbytes(selective) + sum(b for i, b in stats.items() if i not in core_set),
+                selective_bytes=nbytes(kept) + kept_stats,
                 full_bytes=nbytes(full),
-                selective_ops=core_ops,
+                selective_ops=rerun,
                 fwd_ops=list(fwd[layer]),
                 none_storages=none,
-                selective_storages=selective,
+                selective_storages=kept,
                 full_storages=full,
                 none_recomputed=sorted(compiled[layer].recomputed) if compiled is not None else [],
             )

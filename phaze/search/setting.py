@@ -245,10 +245,14 @@ def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
     return LayerRef(data["fwd"], data["bwd"], data["opt"], data["selective"], numbers)
 
 
-def setting_from_module(module, model: str, micro_batch: int, tp: int, sequence_parallel: bool = False) -> Setting:
+def setting_from_module(
+    module, model: str, micro_batch: int, tp: int, sequence_parallel: bool = False, selective: str = "attention"
+) -> Setting:
     """Reduce a module sharded by ``phaze-shard-tensor-parallel`` (with sequence parallelism
     when ``sequence_parallel``) to a :class:`Setting` (the optimizer state is read from its
-    ``phaze.optimizer_update`` ops, as the pipeline does)."""
+    ``phaze.optimizer_update`` ops, as the pipeline does; ``selective``: what selective
+    recompute re-runs, ``Options.selective_recompute``)."""
+    from passes.algorithms.recompute import parse_selective
     from passes.cost_view import op_table
     from passes.insert_recompute import static_costs
     from passes.place_devices import frees_grads
@@ -256,7 +260,7 @@ def setting_from_module(module, model: str, micro_batch: int, tp: int, sequence_
     name = "phaze-search"
     table, row_of, priced_ops, _ = op_table(module)
     row_by_op = {id(o): r for o, r in zip(priced_ops, row_of)}
-    graph, ops, layer_of, recompute, memory = static_costs(module, "", name)
+    graph, ops, layer_of, recompute, memory = static_costs(module, "", name, parse_selective(selective))
     rows = [row_by_op[id(o)] for o in ops]
     layers_attr = [a.as_dict() for a in module.attributes[keys.LAYERS].data]
 
@@ -415,5 +419,5 @@ def _settings_of(
         except PhazeError as e:
             errors.append((t, sp, str(e)))
             continue
-        out.append(setting_from_module(module, name, micro_batch, t, sp))
+        out.append(setting_from_module(module, name, micro_batch, t, sp, opts.selective_recompute))
     return out, errors

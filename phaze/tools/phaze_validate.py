@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     flags.add_option_arguments(
         p,
         Options,
-        ["recompute", "kernels"],
+        ["recompute", "selective_recompute", "kernels"],
         defaults={"recompute": v.DEFAULT_RECOMPUTE},
         notes={"kernels": "a 'kernels' column decides for its rows; the vTrain runs ran as megatron"},
     )

@@ -124,7 +124,7 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
             "steps, docs/validation.md), else 0"
         },
     )
-    add_option_arguments(place, Options, ("sequence_parallel", "capacity_factor"))
+    add_option_arguments(place, Options, ("sequence_parallel", "selective_recompute", "capacity_factor"))
 
 
 #: The solver's limits the search sets otherwise than a compilation (the gap is the same):
@@ -462,7 +462,7 @@ def _launchable_answer(args: argparse.Namespace, opts, log):
         return hw_answer.answer(args.models[0], o, cache_dir(args), log, generic=args.print_op_generic)
 
     result = ask(opts)
-    choices = launchable_choices(args.export, opts.zero, opts.recompute)
+    choices = launchable_choices(args.export, opts.zero, opts.recompute, opts.selective_recompute)
     if choices == [{}] or result.plan is None or not result.plan.get("feasible"):
         return result
 
