@@ -606,6 +606,11 @@ class NetworkLevel:
             all-reduces may also run as NCCL's tree (a chain inside each group of the level
             below, a binary tree across them), and cost the less of ring and tree
             (docs/design.md §5.5).  Absent (or ``false``): rings only.
+        collective_compute_share: optional; the fraction of a device's compute that a
+            collective on this level takes while it runs (NCCL runs each channel as one CTA that
+            holds one SM: its channels over the chip's SMs).  An overlapped collective of ``X``
+            seconds beside ``C`` seconds of compute then ends the two at ``max(X, C + share·min(X, C))``
+            (docs/design.md §6.5).  Absent: overlap is free (``max(X, C)``).
     """
 
     name: str = _spec("name", "label of the level")
@@ -632,6 +637,9 @@ class NetworkLevel:
     oversubscription: float | None = _spec("opt_ratio", "leaf down-link over up-link bandwidth", default=None)
     protocols: tuple[NetworkProtocol, ...] | None = _spec("protocols", "ring protocols", default=None)
     tree: bool | None = _spec("opt_bool", "all-reduces may also run as NCCL's tree", default=None)
+    collective_compute_share: float | None = _spec(
+        "opt_fraction", "fraction of the device's compute a collective on this level takes", default=None
+    )
 
     def __post_init__(self) -> None:
         _validate_fields(self)

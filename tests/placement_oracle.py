@@ -138,7 +138,9 @@ class Stages:
             grad = float(sum(x["grad_bytes"] for x in ls))
             ar = ring_allreduce(self.pr["levels"], grad, self.d, self.dp_lv, self.stride)
             bwd = sum(x["bwd_s"] for x in ls)
-            self._exp[key] = max(0.0, ar - bwd) if self.pr["dp_overlap"] else ar
+            # overlapped, the all-reduce still takes its level's share of the compute beside it
+            share = self.pr["levels"][self.dp_lv].get("collective_compute_share") or 0.0
+            self._exp[key] = max(ar - bwd, share * min(ar, bwd)) if self.pr["dp_overlap"] else ar
         return self._exp[key]
 
     def optimizer(self, i: int, j: int) -> float:

@@ -123,6 +123,8 @@ def make_problem(draw) -> dict:
                 "latency_s": 0.0 if zero() else draw.float(0.0, 1e-4),
             }
         )
+        if draw.int(0, 2) == 0:  # an overlapped DP collective takes a share of the compute beside it
+            levels[-1]["collective_compute_share"] = draw.float(0.0, 1.0)
     fixed = sum(x["param_bytes"] + x["grad_bytes"] + x["optimizer_bytes"] for x in layers)
     saved = sum(max(x["saved_bytes"]) for x in layers)
     B = draw.int(1, 32)

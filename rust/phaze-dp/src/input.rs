@@ -135,6 +135,8 @@ pub(crate) struct Level {
     protocols: Vec<NamedProtocol>,
     #[serde(default)]
     tree: bool,
+    #[serde(default)]
+    collective_compute_share: Option<f64>,
 }
 
 impl From<Level> for NetLevel {
@@ -154,6 +156,7 @@ impl From<Level> for NetLevel {
             },
             protocols: l.protocols.into_iter().map(Protocol::from).collect(),
             tree: l.tree,
+            collective_compute_share: l.collective_compute_share.unwrap_or(0.0),
         }
     }
 }

@@ -341,6 +341,11 @@ pub struct NetLevel {
     /// NCCL's tree, at the less of ring and tree ([`Problem::tree_allreduce_s`]); false by
     /// default: rings only.
     pub tree: bool,
+    /// The fraction of a device's compute a collective on this level takes while it runs
+    /// (NCCL's channels, one SM each, over the SMs); 0: overlap is free. An overlapped
+    /// collective of X seconds beside C seconds of compute ends the two at
+    /// max(X, C + share·min(X, C)).
+    pub collective_compute_share: f64,
 }
 
 /// A placement problem: the priced layers, the cluster and the training setup.
@@ -552,6 +557,12 @@ impl Problem {
                 p.latency_s,
             )?;
             check_time(&format!("levels[{i}].protocols[{j}].base_s"), p.base_s)?;
+        }
+        let share = lv.collective_compute_share;
+        if !(share.is_finite() && (0.0..=1.0).contains(&share)) {
+            return err(format!(
+                "levels[{i}].collective_compute_share: expected a fraction in [0, 1], got {share}"
+            ));
         }
         if lv.tree && (i == 0 || matches!(lv.topology, Topology::Torus(_))) {
             return err(format!(

@@ -400,11 +400,15 @@ impl<'p, 'a> Ctx<'p, 'a> {
         }
     }
 
-    /// `c`, less what hides behind `behind` seconds of compute when `dp_overlap`.
+    /// What a DP collective of `c` seconds adds to `behind` seconds of compute: all of it, or
+    /// when `dp_overlap` what does not hide behind the compute, and at least what it takes
+    /// from the compute beside it (the DP level's `collective_compute_share` of `c`: the two
+    /// end at max(c, behind + share·min(c, behind))).
     #[inline]
     fn unhidden(&self, c: f64, behind: f64) -> f64 {
         if self.prep.prob.dp_overlap {
-            (c - behind).max(0.0)
+            let share = self.prep.prob.levels[self.dp_level].collective_compute_share;
+            (c - behind).max(share * c.min(behind))
         } else {
             c
         }

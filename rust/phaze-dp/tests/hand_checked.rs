@@ -257,6 +257,41 @@ fn overlap_on_and_off() {
 }
 
 #[test]
+fn an_overlapped_collective_takes_its_share_of_the_compute() {
+    // overlap_on_and_off's d = 2 (AR 1.2 s beside bwd 2 s) on a level whose collectives take
+    // a quarter of the compute: E = max(1.2 − 2, 0.25 · min(1.2, 2)) = 0.3 → 3.3. Partly
+    // hidden (bwd 0.5): E = max(1.2 − 0.5, 0.25 · 0.5) = 0.7, as without the share.
+    let mut l = layer();
+    l.grad_bytes = 1_000_000_000;
+    let mut prob = problem(vec![l], 2, 2);
+    prob.dp_overlap = true;
+    prob.levels[0].collective_compute_share = 0.25;
+    let plan = feasible(solve(&prob));
+    assert_eq!(plan.dp, 2);
+    assert!(
+        close(plan.stages[0].exposed_dp_s, 0.3),
+        "{}",
+        plan.stages[0].exposed_dp_s
+    );
+    assert!(
+        close(plan.time_per_batch_s, 3.3),
+        "{}",
+        plan.time_per_batch_s
+    );
+    prob.layers[0].bwd_s = 0.5;
+    let plan = feasible(solve(&prob));
+    assert!(
+        close(plan.time_per_batch_s, 2.2),
+        "{}",
+        plan.time_per_batch_s
+    );
+    // Not a fraction: refused.
+    prob.levels[0].collective_compute_share = 1.5;
+    assert!(matches!(solve(&prob), Solution::Infeasible(v)
+        if v.kind == ViolationKind::Input && v.message.contains("collective_compute_share")));
+}
+
+#[test]
 fn tp_groups_take_t_devices_and_add_no_time() {
     // t = 2 inside nodes of 2 (level 0: 1e9 B/s, 1e-3 s), the cluster of 4 on level 1
     // (1e8 B/s, 1e-2 s). A layer's TP collectives are in its fwd_s/bwd_s: one stage of one
