@@ -132,3 +132,12 @@ def test_the_help_spells_the_presets_and_the_solver_defaults_from_the_code():
     assert f"(default: {Options.schedule_max_binaries} with --hw, {limits.max_binaries} when searching)" in text
     assert re.search(r"\{\w+(\.\w+)+\}", text) is None  # every {dotted.name} spelled
     assert f"a preset ({', '.join(preset_names())})" in " ".join(phaze_validate._parser().format_help().split())
+
+
+def test_a_long_bad_text_value_is_quoted_cut():
+    """A bad text option of 5,000 characters is said in one short line, at every edge."""
+    long = "x" * 5000
+    with pytest.raises(OptionError) as info:
+        Options(selective_recompute=long).check()
+    assert len(str(info.value)) < 300 and str(info.value).startswith("selective_recompute='xxx")
+    assert len(info.value.named("--selective-recompute")) < 300

@@ -35,6 +35,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from passes.algorithms import placement as pl
+from phaze_ir.files import excerpt
 
 
 def option(
@@ -293,5 +294,6 @@ class OptionError(pl.PlacementError):
         writes."""
         if self.names_value:
             return f"{name}: {self.problem}"
-        shown = self.value if between == " " and isinstance(self.value, str) else repr(self.value)
+        value = excerpt(self.value) if isinstance(self.value, str) else self.value
+        shown = value if between == " " and isinstance(value, str) else repr(value)
         return f"{name}{between}{shown}: {self.problem}"
