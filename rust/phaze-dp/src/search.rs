@@ -199,6 +199,26 @@ struct Ctx<'p, 'a> {
     /// ([`Problem::grads_freed`] with m = 1, no ZeRO-2/3 and no EP: the gradients whole, freed
     /// after each step).
     grads_freed: bool,
+    /// ZeRO-2/3's per-layer collectives overlapped layer by layer ([`Windows`]); `None`
+    /// without `dp_overlap` or below ZeRO-2 (then the stage's sums price them).
+    windows: Option<Windows>,
+}
+
+/// ZeRO-2/3's collectives as FSDP overlaps them, one layer's at a time (docs/design.md §6.5):
+/// each layer's parameters all-gathered while the layer before it computes (prefetched one
+/// layer ahead, forward and backward), its gradients reduce-scattered while the layer before
+/// it runs its backward; the collectives of one group run one after another (one NCCL
+/// communicator, one stream), and a stage's first all-gather in each direction and its last
+/// reduce-scatter have no compute beside them. Per layer l: `ag[l]`, `rs[l]` (the rings of its
+/// parameters and gradients), and prefix sums of the windows' unhidden time, so a stage's is
+/// O(1): `fwd[l]` = Σ_{k<l} hide(ag[k+1], F_k), `bwd[l]` = Σ_{k<l} hide(rs[k+1] + ag[k−1], B_k),
+/// `grads[l]` = Σ_{k<l} hide(rs[k+1], B_k).
+struct Windows {
+    ag: Vec<f64>,
+    rs: Vec<f64>,
+    fwd: Vec<f64>,
+    bwd: Vec<f64>,
+    grads: Vec<f64>,
 }
 
 impl<'p, 'a> Ctx<'p, 'a> {
@@ -214,7 +234,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
             .map(|l| 2.0 * prob.pipeline_transfer_s(l.boundary_bytes as f64, pp_level, pp_stride))
             .collect();
         let m = prob.global_batch / (prob.micro_batch * d);
-        Ctx {
+        let mut ctx = Ctx {
             prep,
             d,
             zero: shard.z,
@@ -228,6 +248,44 @@ impl<'p, 'a> Ctx<'p, 'a> {
             dp_stride: stride,
             policies: prob.policies(),
             grads_freed: prob.grads_freed && m == 1 && shard.z.stage() < 2 && shard.e == 1,
+            windows: None,
+        };
+        if prob.dp_overlap && shard.z >= Zero::Gradients && d > 1 {
+            ctx.windows = Some(ctx.windows());
+        }
+        ctx
+    }
+
+    /// The [`Windows`] of every layer.
+    fn windows(&self) -> Windows {
+        let layers = &self.prep.prob.layers;
+        let n = layers.len();
+        let ring = |l: &Layer, grads: bool| {
+            let (bytes, experts) = if grads {
+                (l.grad_bytes, l.expert_grad_bytes)
+            } else {
+                (l.param_bytes, l.expert_param_bytes)
+            };
+            self.half_ring(bytes, experts)
+        };
+        let ag: Vec<f64> = layers.iter().map(|l| ring(l, false)).collect();
+        let rs: Vec<f64> = layers.iter().map(|l| ring(l, true)).collect();
+        let (mut fwd, mut bwd, mut grads) = (vec![0.0; n + 1], vec![0.0; n + 1], vec![0.0; n + 1]);
+        for k in 0..n {
+            let next_rs = if k + 1 < n { rs[k + 1] } else { 0.0 };
+            let next_ag = if k + 1 < n { ag[k + 1] } else { 0.0 };
+            let prev_ag = if k > 0 { ag[k - 1] } else { 0.0 };
+            let (f, b) = (layers[k].fwd_s, layers[k].bwd_s);
+            fwd[k + 1] = fwd[k] + self.unhidden(next_ag, f);
+            bwd[k + 1] = bwd[k] + self.unhidden(next_rs + prev_ag, b);
+            grads[k + 1] = grads[k] + self.unhidden(next_rs, b);
+        }
+        Windows {
+            ag,
+            rs,
+            fwd,
+            bwd,
+            grads,
         }
     }
 
@@ -362,7 +420,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
     #[inline]
     fn stage_time(&self, a: &RangeSums, r: usize, i: usize, j: usize) -> f64 {
         (((a.compute_s + self.recompute(a)[r]) + self.p2p_in(i)) + self.p2p_out(j))
-            + self.mb_comm(a)
+            + self.mb_comm(a, i, j)
     }
 
     /// The gradients' all-reduce over the DP group (see [`Ctx::over_dp`]).
@@ -418,15 +476,18 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// under EP the MoE layers' dispatch and combine all-to-alls, two in forward and two in
     /// backward, which nothing hides (the expert GEMMs wait for them).
     #[inline]
-    fn mb_comm(&self, a: &RangeSums) -> f64 {
-        self.zero_mb(a) + 4.0 * self.all_to_all(a)
+    fn mb_comm(&self, a: &RangeSums, i: usize, j: usize) -> f64 {
+        self.zero_mb(a, i, j) + 4.0 * self.all_to_all(a)
     }
 
     /// ZeRO's per-micro-batch collectives, what of them is not hidden: ZeRO-2's gradient
     /// reduce-scatter, behind the backward; ZeRO-3's parameter all-gather behind the forward,
     /// again with the reduce-scatter behind the backward (none for ZeRO 0 and 1).
     #[inline]
-    fn zero_mb(&self, a: &RangeSums) -> f64 {
+    fn zero_mb(&self, a: &RangeSums, i: usize, j: usize) -> f64 {
+        if let Some(w) = &self.windows {
+            return self.zero_windows(w, i, j);
+        }
         match self.zero {
             Zero::Off | Zero::Optimizer => 0.0,
             Zero::Gradients => self.unhidden(self.grads_half_ring(a), a.bwd_s),
@@ -438,17 +499,50 @@ impl<'p, 'a> Ctx<'p, 'a> {
         }
     }
 
+    /// [`Ctx::zero_mb`] of layers i..=j overlapped layer by layer ([`Windows`]): ZeRO-2's
+    /// reduce-scatters, each beside the backward of the layer before it, the first layer's
+    /// last and alone; ZeRO-3's all-gathers in forward (the first alone) and in backward (the
+    /// last layer's alone), beside which the backward of layer l also has layer l+1's
+    /// reduce-scatter, and the first layer's reduce-scatter at the end, alone.
+    #[inline]
+    fn zero_windows(&self, w: &Windows, i: usize, j: usize) -> f64 {
+        // hide() of the stage's inner windows: prefix differences, never below 0 by rounding.
+        let inner = |p: &[f64], lo: usize, hi: usize| {
+            if hi > lo {
+                (p[hi] - p[lo]).max(0.0)
+            } else {
+                0.0
+            }
+        };
+        let (layers, rs, ag) = (&self.prep.prob.layers, &w.rs, &w.ag);
+        if self.zero == Zero::Gradients {
+            // Layers i+1..=j: each one's reduce-scatter beside the backward of the one before.
+            return rs[i] + inner(&w.grads, i, j);
+        }
+        let fwd = ag[i] + inner(&w.fwd, i, j);
+        let bwd = if i == j {
+            ag[j] + rs[i]
+        } else {
+            ag[j]
+                + self.unhidden(ag[j - 1], layers[j].bwd_s)
+                + inner(&w.bwd, i + 1, j)
+                + self.unhidden(rs[i + 1], layers[i].bwd_s)
+                + rs[i]
+        };
+        fwd + bwd
+    }
+
     /// A stage's (or an interleaved rank's) time per micro-batch under policy r by part, with
     /// `p2p_s` its boundary transfers: they add up to its time ([`Ctx::stage_time`],
     /// [`Rank::time`]) but for rounding. EP's all-to-alls are their own part, those a full
     /// recompute's second forward pays included.
-    fn time_parts(&self, a: &RangeSums, r: usize, p2p_s: f64) -> TimeParts {
+    fn time_parts(&self, a: &RangeSums, r: usize, p2p_s: f64, zero_s: f64) -> TimeParts {
         let a2a = self.all_to_all(a);
         TimeParts {
             compute_s: a.compute_s,
             recompute_s: a.recompute_s[r],
             pp_comm_s: p2p_s,
-            zero_comm_s: self.zero_mb(a),
+            zero_comm_s: zero_s,
             ep_comm_s: 4.0 * a2a + if r == 2 { 2.0 * a2a } else { 0.0 },
         }
     }
@@ -609,7 +703,7 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, fronts: &mut SuffixFronts) {
             let t_out = ctx.p2p_out(j);
             let e = ctx.exposed(&a);
             let o = ctx.optimizer(&a);
-            let mb = ctx.mb_comm(&a);
+            let mb = ctx.mb_comm(&a, i, j);
             let rc = ctx.recompute(&a);
             let mut alive = false;
             for s in 2..=s_top {
@@ -808,7 +902,12 @@ fn assemble_plan(ctx: &Ctx, chosen: &[StageChoice], p: usize) -> Plan {
                 last_layer: s.last,
                 devices: prob.tp,
                 time_s: s.time_s,
-                time_parts: ctx.time_parts(&s.sums, s.policy, p2p),
+                time_parts: ctx.time_parts(
+                    &s.sums,
+                    s.policy,
+                    p2p,
+                    ctx.zero_mb(&s.sums, s.first, s.last),
+                ),
                 memory_bytes: memory.total(),
                 memory,
                 recompute: Recompute::from_index(s.policy).unwrap(),
@@ -1036,6 +1135,8 @@ fn chunk_layers(prob: &Problem, p: usize, v: u64, c: usize) -> (usize, usize) {
 struct Rank {
     sums: RangeSums,
     p2p_s: f64,
+    /// ZeRO's per-micro-batch collectives of its chunks, each chunk's own ([`Ctx::zero_mb`]).
+    zero_s: f64,
     stash: [u64; 3],
     in_flight: u64,
 }
@@ -1058,15 +1159,25 @@ fn ranks(ctx: &Ctx, p: usize, v: u64) -> Vec<Rank> {
         .map(|k| {
             let mut sums = RangeSums::default();
             let mut p2p_s = 0.0;
+            let mut windows_s = 0.0;
             let mut chunk_saved = Vec::with_capacity(v as usize);
             for j in 0..v as usize {
                 let (lo, hi) = chunk_layers(prep.prob, p, v, k + j * p);
                 chunk_saved.push(prep.range(lo, hi).saved_bytes);
+                if let Some(w) = &ctx.windows {
+                    windows_s += ctx.zero_windows(w, lo, hi);
+                }
                 for l in lo..=hi {
                     prep.push(&mut sums, l);
                 }
                 p2p_s += ctx.p2p_in(lo) + ctx.p2p_out(hi);
             }
+            // Overlapped layer by layer, each chunk's windows; else the rank's sums.
+            let zero_s = if ctx.windows.is_some() {
+                windows_s
+            } else {
+                ctx.zero_mb(&sums, 0, 0)
+            };
             let units = v * ctx.m;
             let warmup = (2 * (pu - 1 - k as u64) + (v - 1) * pu).min(units);
             let fwd_chunk = |u: u64| ((u % (pu * v)) / pu) as usize;
@@ -1089,6 +1200,7 @@ fn ranks(ctx: &Ctx, p: usize, v: u64) -> Vec<Rank> {
             Rank {
                 sums,
                 p2p_s,
+                zero_s,
                 stash,
                 in_flight: (warmup + 1).min(units),
             }
@@ -1101,7 +1213,7 @@ impl Rank {
     /// transfers (v× those of one stage), and the per-micro-batch DP collectives.
     fn time(&self, ctx: &Ctx, r: usize) -> f64 {
         ((self.sums.compute_s + ctx.recompute(&self.sums)[r]) + self.p2p_s)
-            + ctx.mb_comm(&self.sums)
+            + (self.zero_s + 4.0 * ctx.all_to_all(&self.sums))
     }
 
     fn mem(&self, ctx: &Ctx, r: usize) -> u64 {
@@ -1166,7 +1278,7 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
                 last_layer,
                 devices: prob.tp,
                 time_s: times[k],
-                time_parts: ctx.time_parts(&rs[k].sums, policy[k], rs[k].p2p_s),
+                time_parts: ctx.time_parts(&rs[k].sums, policy[k], rs[k].p2p_s, rs[k].zero_s),
                 memory_bytes: memory.total(),
                 memory,
                 recompute: Recompute::from_index(policy[k]).unwrap(),

@@ -110,8 +110,9 @@ fn price(prob: &Problem, d: u64, ends: &[usize], pol: &[usize]) -> (f64, u64, Ve
         let f = ((p - k) as u64).min(m);
         let mem = fixed + f * saved + ws;
         let ar = ring(grad as f64, d, dp_l, p as u64 * t);
+        // Overlapped, the all-reduce still takes its level's share of the compute beside it.
         let e = if prob.dp_overlap {
-            (ar - bwd).max(0.0)
+            (ar - bwd).max(prob.levels[dp_l].collective_compute_share * ar.min(bwd))
         } else {
             ar
         };

@@ -250,12 +250,41 @@ fn price(
         let ef = e as f64;
         (ef - 1.0) / ef * bytes as f64 / bw_a2a + (ef - 1.0) * prob.levels[ep_l].latency_s
     };
+    // Overlapped, a DP collective still takes its level's share of the compute beside it.
+    let share = prob.levels[dp_l].collective_compute_share;
     let hide = |c: f64, behind: f64| {
         if prob.dp_overlap {
-            (c - behind).max(0.0)
+            (c - behind).max(share * c.min(behind))
         } else {
             c
         }
+    };
+    // ZeRO-2/3 overlapped layer by layer (FSDP): each layer's collectives beside the compute
+    // of the layer before it, the first all-gather of each pass and the last reduce-scatter
+    // alone; a piece of layers lo..=hi, walked in its own order.
+    let windows = prob.dp_overlap && z >= 2 && d > 1;
+    let piece_windows = |lo: usize, hi: usize| {
+        let ls = &prob.layers;
+        let ag = |l: usize| half(ls[l].param_bytes, ls[l].expert_param_bytes);
+        let rs = |l: usize| half(ls[l].grad_bytes, ls[l].expert_grad_bytes);
+        let mut bwd = 0.0;
+        for l in (lo..=hi).rev() {
+            let next_rs = if l < hi { rs(l + 1) } else { 0.0 };
+            let prev_ag = if l > lo && z == 3 { ag(l - 1) } else { 0.0 };
+            if l == hi && z == 3 {
+                bwd += ag(hi);
+            }
+            bwd += hide(next_rs + prev_ag, ls[l].bwd_s);
+        }
+        bwd += rs(lo);
+        if z == 2 {
+            return bwd;
+        }
+        let mut fwd = ag(lo);
+        for (l, layer) in ls.iter().enumerate().take(hi).skip(lo) {
+            fwd += hide(ag(l + 1), layer.fwd_s);
+        }
+        fwd + bwd
     };
     let pp_l = lvl(pp_span);
     // A pipeline transfer: whole, or split over the TP group (1/t each, then the receiving
@@ -289,7 +318,11 @@ fn price(
         let (mut pb, mut gb, mut ob, mut maxp, mut ws) = (0u64, 0u64, 0u64, 0u64, 0u64);
         let (mut epb, mut egb, mut eob, mut alltoall) = (0u64, 0u64, 0u64, 0.0f64);
         let mut saved_per_chunk = Vec::new();
+        let mut windows_s = 0.0;
         for &(lo, hi) in &pieces[k] {
+            if windows {
+                windows_s += piece_windows(lo, hi);
+            }
             let mut saved = 0;
             for l in &prob.layers[lo..=hi] {
                 compute += l.fwd_s + l.bwd_s;
@@ -327,6 +360,7 @@ fn price(
         // Dispatch and combine in forward and backward, and again in a full recompute.
         let mb = match z {
             0 | 1 => 0.0,
+            _ if windows => windows_s,
             2 => hide(half(gb, egb), bwd),
             _ => hide(half(pb, epb), fwd) + hide(half(pb, epb) + half(gb, egb), bwd),
         } + 4.0 * alltoall;

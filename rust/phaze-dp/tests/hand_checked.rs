@@ -292,6 +292,50 @@ fn an_overlapped_collective_takes_its_share_of_the_compute() {
 }
 
 #[test]
+fn fsdp_overlaps_each_layer_with_the_one_beside_it() {
+    // Three layers (fwd 1 s, bwd 2 s), ZeRO-3 over d = 2, one stage: each layer's all-gather
+    // and reduce-scatter is 0.5 · 1.8e9 / 1e9 + 0.1 = 1 s. Forward: the first all-gather alone
+    // (1), the next two beside layers 0 and 1 (hidden). Backward: the last layer's all-gather
+    // alone (1), layer 1's beside layer 2's backward, layer 2's reduce-scatter and layer 0's
+    // all-gather (2 s) beside layer 1's (2 s), layer 1's reduce-scatter beside layer 0's, and
+    // layer 0's reduce-scatter alone (1): 3 s a micro-batch, T = 9 + 3 = 12 (d = 1: 2 · 9).
+    // Summed over the stage, all of it hid behind the compute (T = 9).
+    let mut l = layer();
+    l.param_bytes = 1_800_000_000;
+    l.grad_bytes = 1_800_000_000;
+    let mut prob = problem(vec![l; 3], 2, 2);
+    prob.zero = Some(Zero::Parameters);
+    prob.dp_overlap = true;
+    prob.max_stages = Some(1);
+    let plan = feasible(solve(&prob));
+    assert_eq!((plan.dp, plan.pp), (2, 1));
+    assert!(
+        close(plan.time_per_batch_s, 12.0),
+        "{}",
+        plan.time_per_batch_s
+    );
+    assert!(close(plan.stages[0].time_parts.zero_comm_s, 3.0));
+    // Each collective beside compute also takes a quarter of it: forward 1 + 2 · 0.25, backward
+    // 1 + 0.25 + 0.25 · 2 + 0.25 + 1: 4.5 s, T = 13.5.
+    prob.levels[0].collective_compute_share = 0.25;
+    let plan = feasible(solve(&prob));
+    assert!(
+        close(plan.time_per_batch_s, 13.5),
+        "{}",
+        plan.time_per_batch_s
+    );
+    // Without overlap: the stage's bytes in one collective per pass, 0.5 · 5.4 + 0.1 = 2.8 s
+    // each, three of them: T = 9 + 8.4.
+    prob.dp_overlap = false;
+    let plan = feasible(solve(&prob));
+    assert!(
+        close(plan.time_per_batch_s, 17.4),
+        "{}",
+        plan.time_per_batch_s
+    );
+}
+
+#[test]
 fn tp_groups_take_t_devices_and_add_no_time() {
     // t = 2 inside nodes of 2 (level 0: 1e9 B/s, 1e-3 s), the cluster of 4 on level 1
     // (1e8 B/s, 1e-2 s). A layer's TP collectives are in its fwd_s/bwd_s: one stage of one

@@ -65,11 +65,18 @@ pub fn random_levels(rng: &mut Rng) -> Vec<NetLevel> {
         // (from the sizes, not the generator: the instances drawn stay those of before).
         let uplink_bps =
             (i > 0 && g % 3 == 2).then(|| bandwidth_bps * (1 + g.trailing_zeros() % 4) as f64);
+        // Some levels' collectives take a share of the compute (from the sizes too).
+        let collective_compute_share = if g.is_multiple_of(4) {
+            0.125 * (g.trailing_zeros() % 3) as f64
+        } else {
+            0.0
+        };
         levels.push(NetLevel {
             group_size: g,
             bandwidth_bps,
             latency_s: rng.below(8) as f64 / 64.0,
             uplink_bps,
+            collective_compute_share,
             ..NetLevel::default()
         });
     }
