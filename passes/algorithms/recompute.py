@@ -90,7 +90,8 @@ def parse_selective(text: object) -> Selective:
         return Selective(str(text))
     m = _LAYER_EVERY.fullmatch(text) if isinstance(text, str) else None
     if m is None:
-        raise ValueError("expected attention, op or layer:N (N a positive integer, up to 999999)")
+        forms = f"{', '.join(SELECTIVE_FORMS[:-1])} or {SELECTIVE_FORMS[-1]}"
+        raise ValueError(f"expected {forms} (N a positive integer, up to 999999)")
     return Selective("layer", int(m.group(1)))
 
 
