@@ -92,6 +92,14 @@ class Graph:
                 raise ValueError("cycle in view chain")
         return value
 
+    def readers(self) -> dict[int, list[int]]:
+        """For each storage, the ops that read it (through any view of it), in program order."""
+        out: dict[int, list[int]] = {}
+        for i, op in enumerate(self.ops):
+            for v in op.operands:
+                out.setdefault(self.storage(v), []).append(i)
+        return out
+
     def data_dependent(self) -> list[bool]:
         """For each value: does it depend on any function argument?  Values that do not (a
         causal mask built from ``arange``) can be rebuilt anywhere and need no transfer."""

@@ -140,10 +140,7 @@ def layer_memory(
     params: list[set[int]] = [set() for _ in range(n_layers)]
     phase_ops: dict[tuple[int, str], list[int]] = {}
     grads: set[int] = set()
-    readers: dict[int, list[int]] = {}
-    for i, op in enumerate(graph.ops):
-        for v in op.operands:
-            readers.setdefault(graph.storage(v), []).append(i)
+    readers = graph.readers()
     for i, op in enumerate(graph.ops):
         phase_ops.setdefault((layer_of[i], op.phase), []).append(i)
         if op.phase == "fwd":

@@ -325,11 +325,7 @@ def analyze_recompute(
         elif op.phase == "bwd":
             bwd[layer_of[i]].add(i)
     dep = graph.data_dependent()
-    users: dict[int, list[int]] = {}
-    if selective.kind == "op":
-        for i, op in enumerate(graph.ops):
-            for v in op.operands:
-                users.setdefault(graph.storage(v), []).append(i)
+    users = graph.readers() if selective.kind == "op" else {}
 
     def nbytes(storages: set[int]) -> int:
         return sum(graph.values[s].nbytes for s in storages)
