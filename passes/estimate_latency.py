@@ -9,7 +9,7 @@ from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
-from passes.algorithms.latency import OpDesc, estimate_chip, layer_totals
+from passes.algorithms.latency import MatmulDesc, OpDesc, estimate_chip, fp8_problem, layer_totals
 from passes.algorithms.tiling import ScalarTiling
 from passes.cost_view import Describer
 from phaze_ir import dialect as ph
@@ -59,6 +59,8 @@ class EstimateLatencyPass(ModulePass):
                         f"({tc.count} tensor cores of {tc.pe_x} x {tc.pe_y}); run phaze-tile-pe-array again"
                     )
                 tiling = ScalarTiling(**fields)  # type: ignore[arg-type]  # the record's fields, typed by TileAttr
+            if isinstance(desc, MatmulDesc) and desc.a_elem == desc.b_elem == 1 and (why := fp8_problem(acc)):
+                raise PhazeError(why)  # an FP8 GEMM (--dtype fp8) on a chip without that rate
             if sig not in row_of:
                 row_of[sig] = len(descs)
                 descs.append(desc)

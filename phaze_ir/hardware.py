@@ -686,6 +686,11 @@ class Calibration:
             runs an fp32 GEMM by default (TF32 off).  Under ``--kernels eager|inductor`` an fp32
             GEMM's compute time is scaled by ``peak tensor / fp32_gemm_flops``.  Absent: fp32
             GEMMs are priced at the tensor cores' rate.
+        fp8_gemm_flops: optional; the dense FP8 peak (FLOP/s) of the tensor cores.  A GEMM on
+            FP8 operands (``--dtype fp8``: Transformer Engine's linears) is priced at it: its
+            compute time scaled by ``peak tensor / fp8_gemm_flops``, with the tensor efficiency
+            and wave tiles of the chip's other GEMMs.  Absent: the chip has no FP8 GEMM, and
+            ``--dtype fp8`` is refused on it.
         host_sync_s: optional; the seconds the chip idles at one device-to-host
             synchronization (a grouped GEMM's fallback copies its offsets to the host: the copy's
             latency while the queue is empty).  Absent: 0.
@@ -721,6 +726,9 @@ class Calibration:
     )
     fp32_gemm_flops: float | None = _spec(
         "opt_pos_float", "fp32 GEMM peak of the CUDA cores (FLOP/s)", at_most=FLOPS, default=None
+    )
+    fp8_gemm_flops: float | None = _spec(
+        "opt_pos_float", "dense FP8 GEMM peak of the tensor cores (FLOP/s)", at_most=FLOPS, default=None
     )
     host_sync_s: float | None = _spec(
         "opt_nonneg_float", "chip idle per device-to-host sync (s)", at_most=OVERHEAD, default=None

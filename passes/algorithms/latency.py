@@ -495,6 +495,26 @@ def _roofline(compute_s: np.ndarray, glb_s: np.ndarray, hbm_s: np.ndarray) -> tu
     return best, code
 
 
+#: The one line a chip without an FP8 GEMM rate answers a step with FP8 GEMMs (``--dtype fp8``).
+FP8_REFUSAL = (
+    "--dtype fp8: {chip} has no FP8 GEMM rate ([calibration] fp8_gemm_flops): FP8 training needs a chip "
+    "with FP8 tensor cores and that figure in its hardware file"
+)
+
+
+def fp8_problem(accelerator) -> str | None:
+    """Why ``--dtype fp8`` cannot run on ``accelerator`` (a :class:`~phaze_ir.hardware.Accelerator`),
+    None when it can: what a driver checks before any work."""
+    cal = accelerator.calibration
+    return FP8_REFUSAL.format(chip=accelerator.name) if cal is None or cal.fp8_gemm_flops is None else None
+
+
+def fp8_gemms(cols):
+    """Which GEMMs run on FP8 operands: both of one byte (the importer's ``f8E4M3FN`` and
+    ``f8E5M2`` casts of ``--dtype fp8``; no other one-byte GEMM is traced)."""
+    return (cols["a_elem"] == 1) & (cols["b_elem"] == 1)
+
+
 def misaligned(cols):
     """Whether one of a GEMM's dimensions is not a multiple of 16 bytes of its operands (the
     alignment cuBLAS's fast Hopper and Ampere kernels need of every leading dimension)."""
@@ -584,6 +604,15 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
             fp32, slower = cols["fp32"] != 0, peak / cal.fp32_gemm_flops
             compute_one = np.where(fp32, compute_one * slower, compute_one)
             compute_split = np.where(fp32, compute_split * slower, compute_split)
+        fp8 = fp8_gemms(cols)
+        if fp8.any():  # FP8 GEMMs at the tensor cores' FP8 rate
+            if cal.fp8_gemm_flops is None:
+                raise ValueError(FP8_REFUSAL.format(chip="the chip"))
+            faster = peak / cal.fp8_gemm_flops
+            compute_one = np.where(fp8, compute_one * faster, compute_one)
+            compute_split = np.where(fp8, compute_split * faster, compute_split)
+    elif fp8_gemms(cols).any():
+        raise ValueError(FP8_REFUSAL.format(chip="the chip"))
         bad = misaligned(cols)
         compute_one = np.where(bad, compute_one / cal.misaligned_gemm_efficiency, compute_one)
         compute_split = np.where(bad, compute_split / cal.misaligned_gemm_efficiency, compute_split)

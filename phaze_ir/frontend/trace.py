@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from phaze_ir.errors import PhazeError, PhazeWarning
+from phaze_ir.frontend.float8_linear import fp8_linears_patched, register_fp8_scales
 from phaze_ir.frontend.gpu_dispatch import as_on_cuda
 from phaze_ir.frontend.loader import ModelSpec
 
-DTYPES = ("float16", "bfloat16", "float32", "amp-bfloat16", "amp-float16", "model")
+DTYPES = ("float16", "bfloat16", "float32", "amp-bfloat16", "amp-float16", "fp8", "model")
 #: Mixed precision as ``torch.autocast`` runs it: fp32 weights, each GEMM on 16-bit casts of its
 #: operands, softmax, norms and the loss in fp32, fp32 gradients (the Hugging Face Trainer's
 #: ``bf16=True``/``fp16=True``).  Traced under CPU autocast (the tensors are fake CPU tensors),
@@ -39,6 +40,9 @@ DTYPES = ("float16", "bfloat16", "float32", "amp-bfloat16", "amp-float16", "mode
 #: autocast does (norms, softmax, sums, ``pow``, ``exp``): ``gpu_dispatch.as_on_cuda`` applies
 #: CUDA's lists while tracing.
 AMP_DTYPES = {"amp-bfloat16": "bfloat16", "amp-float16": "float16"}
+#: FP8 training as Transformer Engine runs it (``float8_linear``): weights, activations and
+#: gradients in this precision, the linears' GEMMs on FP8 casts of their operands.
+FP8_DTYPES = {"fp8": "bfloat16"}
 
 
 @dataclass
@@ -352,6 +356,7 @@ def uniform_blocks(model) -> tuple[Any, str, int] | None:
 def _torch_dtype(name: str):
     import torch
 
+    name = FP8_DTYPES.get(name, name)
     return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
 
 
@@ -429,6 +434,8 @@ def trace_model(
     shape = model_shape(model)  # of the whole model: before its blocks are cut below
     blocks, block_path = _cut_blocks(model, max_blocks)
     model = _in_precision(model, dtype)
+    if dtype in FP8_DTYPES:
+        register_fp8_scales(model)
     loss_fn = spec.loss_fn or _default_loss
 
     with FakeTensorMode(allow_non_fake_inputs=True):
@@ -606,10 +613,11 @@ def _step_function(
         if dtype in AMP_DTYPES
         else contextlib.nullcontext()
     )
+    fp8 = fp8_linears_patched(model) if dtype in FP8_DTYPES else contextlib.nullcontext()
 
     def step(*flat):
         p, b, call_args, call_kwargs = unflatten_step_inputs(flat, pnames, bnames, args, kwargs)
-        with autocast:
+        with autocast, fp8:
             out = torch.func.functional_call(model, {**p, **b}, call_args, call_kwargs)
             loss = loss_fn(out)
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:

@@ -1,0 +1,200 @@
+"""``--dtype fp8``: Transformer Engine's FP8 linears (``phaze_ir/frontend/float8_linear.py``),
+priced at the chip's FP8 rate (``fp8_gemm_flops``), refused on a chip without one."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import MODELS
+
+from passes.graph_view import step_function
+from phaze_ir import dialect as ph
+from phaze_ir.errors import PhazeError, PhazeWarning
+
+#: A GEMM-bound layer: Llama 3 8B's MLP (hidden 4096, FFN 14,336) on 2,048 tokens.
+GEMM_BOUND = """
+import torch
+from torch import nn
+
+NAME = "llama3-8b-mlp"
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden=4096, ffn=14336):
+        super().__init__()
+        self.norm = nn.RMSNorm(hidden)
+        self.gate_proj = nn.Linear(hidden, ffn, bias=False)
+        self.up_proj = nn.Linear(hidden, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x):
+        h = self.norm(x)
+        h = self.down_proj(nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
+        return (x + h).float().pow(2).mean()
+
+
+def get_model():
+    return MLP()
+
+
+def get_inputs(micro_batch_size):
+    return (torch.zeros(micro_batch_size, 2048, 4096),)
+"""
+
+
+def _compile(path: Path | str, *flags: str) -> str:
+    from phaze.tools.phazec import _parser, compile_model
+
+    args = _parser().parse_args([str(path), *flags, "-q"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PhazeWarning)
+        text, failure = compile_model(args, lambda msg: None)
+    if failure is not None:
+        raise failure
+    return text
+
+
+@functools.cache
+def _priced(model: str, dtype: str, kernels: str = "eager"):
+    """``model`` (a path) traced in ``dtype`` and priced on one H100, as a module."""
+    from phaze_ir.ir import parse_module
+
+    flags = ("--hw", "h100", "--tp", "1", "--emit", "latency", "--kernels", kernels, "--dtype", dtype)
+    return parse_module(_compile(model, *flags))
+
+
+@pytest.fixture(scope="module")
+def gemm_bound(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("fp8") / "llama3_8b_mlp.py"
+    path.write_text(textwrap.dedent(GEMM_BOUND))
+    return str(path)
+
+
+def _ops(module) -> list:
+    return [o for o in step_function(module).body.block.ops if isinstance(o, ph.ComputeOp)]
+
+
+def _element(v) -> str:
+    return str(v.type.element_type)
+
+
+def _fp8(o) -> bool:
+    return isinstance(o, ph.MatmulOp) and ph.element_bytes(o.lhs.type.element_type) == 1
+
+
+def _casts(ops) -> list:
+    """The FP8 casts: converts to an 8-bit float."""
+    converts = [o for o in ops if isinstance(o, ph.ElementwiseOp) and o.kind.data == "convert"]
+    return [o for o in converts if "f8" in _element(o.results[0])]
+
+
+def _split_s(o) -> float:
+    return o.attributes["phaze.latency"].as_dict()["split_s"]
+
+
+def test_fp8_gemm_runs_at_the_fp8_rate_of_the_toml():
+    """A GEMM on FP8 operands takes the compute time of its bf16 twin times peak tensor over
+    fp8_gemm_flops (the h100's 1,978.9 over 989.4 TFLOP/s: half), its launch the same."""
+    from passes.algorithms.latency import MatmulDesc, estimate_matmul
+    from phaze_ir.hardware import load_hardware
+
+    h100 = load_hardware("h100")
+    cal = h100.calibration
+    assert cal.fp8_gemm_flops == 1978.9e12
+    m, n, k = 8192, 14336, 4096
+    bf16 = MatmulDesc(batch=1, m=m, n=n, k=k, a_elem=2, b_elem=2, c_elem=2, a_bytes=m * k * 2, b_bytes=k * n * 2)
+    fp8 = dataclasses.replace(bf16, a_elem=1, b_elem=1, a_bytes=m * k, b_bytes=k * n)
+    slow, fast = estimate_matmul(bf16, h100), estimate_matmul(fp8, h100)
+    assert slow.bound == fast.bound == "compute"
+    overhead = cal.kernel_overhead_s
+    ratio = (slow.split_s - overhead) / (fast.split_s - overhead)
+    assert ratio == pytest.approx(cal.fp8_gemm_flops / h100.peak_tensor_flops, rel=1e-12)
+    assert ratio == pytest.approx(2.0, rel=1e-3)
+
+
+def test_a_chip_without_fp8_refuses_in_one_line(tmp_path):
+    """The a100 (no FP8 tensor cores) and an h100 file without the figure refuse, naming the
+    chip and the key; the h100 takes it."""
+    from passes.algorithms.latency import MatmulDesc, estimate_matmul, fp8_problem
+    from phaze_ir.hardware import load_hardware
+
+    h100, a100 = load_hardware("h100"), load_hardware("a100")
+    assert fp8_problem(h100) is None
+    why = fp8_problem(a100)
+    assert why is not None and "\n" not in why and "a100" in why and "fp8_gemm_flops" in why
+    bare = dataclasses.replace(h100, calibration=dataclasses.replace(h100.calibration, fp8_gemm_flops=None))
+    assert fp8_problem(bare) is not None and fp8_problem(dataclasses.replace(h100, calibration=None)) is not None
+    fp8 = MatmulDesc(batch=1, m=64, n=64, k=64, a_elem=1, b_elem=1, c_elem=2, a_bytes=4096, b_bytes=4096)
+    with pytest.raises(ValueError, match="fp8_gemm_flops"):
+        estimate_matmul(fp8, bare)
+    # the whole step: one line from phazec
+    with pytest.raises(PhazeError) as e:
+        _compile(MODELS / "tiny_llama_sdpa.py", "--hw", "a100", "--tp", "1", "--emit", "latency", "--dtype", "fp8")
+    assert str(e.value) == why
+
+
+def test_fp8_linears_as_transformer_engine_runs_them():
+    """Every linear of the blocks runs three FP8 GEMMs (forward E4M3 x E4M3; input and weight
+    gradients E5M2 x E4M3) on casts of its operands, bf16 out; the LM head and attention stay
+    bf16.  The backward keeps the input's and the weight's FP8 columnwise copies: one byte
+    per element each, where the bf16 step keeps the 2-byte input."""
+    module = _priced(str(MODELS / "tiny_llama_sdpa.py"), "fp8")
+    ops = _ops(module)
+    gemms = [o for o in ops if isinstance(o, ph.MatmulOp)]
+    fp8 = [o for o in gemms if _fp8(o)]
+    linears = {o.attributes["phaze.module"].data for o in fp8}
+    assert len(linears) == 2 * 7 and len(fp8) == 3 * len(linears)  # q k v o gate up down, 2 blocks
+    assert not any("lm_head" in m for m in linears)
+    pairs = {(o.attributes["phaze.phase"].data, _element(o.lhs), _element(o.rhs), _element(o.result)) for o in fp8}
+    assert pairs == {("fwd", "f8E4M3FN", "f8E4M3FN", "bf16"), ("bwd", "f8E5M2", "f8E4M3FN", "bf16")}
+    assert all(_element(o.lhs) == "bf16" for o in gemms if not _fp8(o))  # the LM head's three
+    casts = [
+        o
+        for o in ops
+        if isinstance(o, ph.ElementwiseOp) and o.kind.data == "convert" and "f8" in _element(o.results[0])
+    ]
+    assert len(casts) == 3 * len(linears)  # input and weight forward, output gradient backward
+    assert all(_split_s(o) > 0 for o in casts)
+    # saved for the backward: the columnwise FP8 copies of the q projection's input and weight
+    saved = {
+        tuple(o.results[0].type.get_shape()): o.attributes["phaze.saved_bytes"].value.data
+        for o in ops
+        if o.attributes.get("phaze.module") == fp8[0].attributes["phaze.module"]
+        and "phaze.saved_bytes" in o.attributes
+        and _element(o.results[0]) == "f8E4M3FN"
+    }
+    tokens, hidden = 32, 64
+    assert saved == {(hidden, tokens): hidden * tokens, (hidden, hidden): hidden * hidden}
+
+
+def test_a_gemm_bound_layer_runs_its_gemms_twice_as_fast(gemm_bound):
+    """Llama 3 8B's MLP on 2,048 tokens: its nine GEMMs take half the time in FP8 (by the
+    TOML's ratio, less the launches), the casts add memory-bound kernels, the step is faster."""
+    from phaze_ir.hardware import load_hardware
+
+    h100 = load_hardware("h100")
+    cal = h100.calibration
+    bf16, fp8 = (_ops(_priced(gemm_bound, d)) for d in ("bfloat16", "fp8"))
+    gemms = {d: [o for o in ops if isinstance(o, ph.MatmulOp)] for d, ops in (("bf16", bf16), ("fp8", fp8))}
+    assert len(gemms["bf16"]) == len(gemms["fp8"]) == 9 and all(_fp8(o) for o in gemms["fp8"])
+    # the same products (TE's weight gradient is g^T x where autograd's is x^T g: its transpose)
+    assert sorted(sorted(o.mnk()[1:]) for o in gemms["bf16"]) == sorted(sorted(o.mnk()[1:]) for o in gemms["fp8"])
+    overhead = 9 * cal.kernel_overhead_s
+    casts = [
+        o
+        for o in fp8
+        if isinstance(o, ph.ElementwiseOp) and o.kind.data == "convert" and "f8" in _element(o.results[0])
+    ]
+    assert len(casts) == 9
+    assert all(
+        o.attributes["phaze.latency"].as_dict()["bound"] == "hbm" for o in casts if o.results[0].type.get_shape()[0] > 1
+    )
+    gemm_s = {d: sum(map(_split_s, g)) - overhead for d, g in gemms.items()}
+    step_s = {"bf16": sum(map(_split_s, bf16)), "fp8": sum(map(_split_s, fp8))}
+    assert gemm_s["bf16"] / gemm_s["fp8"] == pytest.approx(cal.fp8_gemm_flops / h100.peak_tensor_flops, rel=0.02)
+    assert step_s["fp8"] < step_s["bf16"]
