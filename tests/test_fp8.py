@@ -198,3 +198,31 @@ def test_a_gemm_bound_layer_runs_its_gemms_twice_as_fast(gemm_bound):
     step_s = {"bf16": sum(map(_split_s, bf16)), "fp8": sum(map(_split_s, fp8))}
     assert gemm_s["bf16"] / gemm_s["fp8"] == pytest.approx(cal.fp8_gemm_flops / h100.peak_tensor_flops, rel=0.02)
     assert step_s["fp8"] < step_s["bf16"]
+
+
+def test_gpt2s_conv1d_linears_run_in_fp8_too():
+    """transformers' ``Conv1D`` (GPT-2's linears, ``[in, out]`` weights) is a linear Megatron-LM
+    runs in TE: its GEMMs are FP8; the tied LM head stays bf16."""
+    ops = _ops(_priced(str(MODELS / "tiny_gpt2.py"), "fp8"))
+    fp8 = [o for o in ops if _fp8(o)]
+    assert len({o.attributes["phaze.module"].data for o in fp8}) == 2 * 4  # c_attn c_proj c_fc c_proj, 2 blocks
+    assert len(fp8) == 3 * 8 and not any(o.attributes["phaze.module"].data == "lm_head" for o in fp8)
+
+
+def test_fp8_linears_shard_as_bf16_ones():
+    """At TP 2 the FP8 step's linears are column- and row-parallel as the bf16 step's: the same
+    collectives, and each weight's FP8 cast is of the device's shard."""
+    from phaze_ir.ir import parse_module
+
+    def sharded(dtype: str):
+        flags = ("--tp", "2", "--emit", "sharded", "--dtype", dtype)
+        return _ops(parse_module(_compile(MODELS / "tiny_llama_sdpa.py", *flags)))
+
+    bf16, fp8 = sharded("bfloat16"), sharded("fp8")
+
+    def collectives(ops):
+        return [(o.kind.data, o.attributes["phaze.module"].data) for o in ops if isinstance(o, ph.CollectiveOp)]
+
+    assert collectives(fp8) == collectives(bf16) and len(collectives(bf16)) > 0
+    q = [o for o in fp8 if _fp8(o) and o.attributes["phaze.module"].data.endswith("layers.0.self_attn.q_proj")]
+    assert tuple(q[0].rhs.type.get_shape()) == (64, 32)  # [in, out / 2]: the column-parallel shard

@@ -24,10 +24,10 @@ linear.py``, ``_Linear.forward`` / ``backward``):
   tensor's amax as it casts (no separate amax pass); the history's update after the step is a
   few small kernels and an all-reduce of a few kB, not traced.
 
-Which linears: every ``torch.nn.Linear`` whose weight TE's FP8 GEMM takes (``check_dim_for_fp8_exec``
-in ``transformer_engine/pytorch/utils.py``: rows a multiple of 8, columns of 16), but the model's
-output embedding (the LM head): Megatron-LM builds its ``output_layer`` as a plain
-``ColumnParallelLinear``, not a TE module.
+Which linears: every ``torch.nn.Linear`` (and transformers' ``Conv1D``) whose weight TE's FP8
+GEMM takes (``check_dim_for_fp8_exec`` in ``transformer_engine/pytorch/utils.py``: rows a
+multiple of 8, columns of 16), but the model's output embedding (the LM head): Megatron-LM
+builds its ``output_layer`` as a plain ``ColumnParallelLinear``, not a TE module.
 """
 
 from __future__ import annotations
@@ -91,28 +91,47 @@ def _make_function():
     return _Float8Matmul
 
 
+def _weight(linear):
+    """The ``[out, in]`` weight of a linear: ``nn.Linear``'s own, the transpose of a
+    transformers ``Conv1D``'s ``[in, out]`` (GPT-2's linears, which Megatron-LM builds as TE
+    linears too)."""
+    import torch
+
+    return linear.weight if isinstance(linear, torch.nn.Linear) else linear.weight.t()
+
+
 def float8_linear(linear, x, matmul) -> Any:
-    """``linear(x)`` through the FP8 GEMMs of ``matmul`` (``_make_function()``)."""
+    """``linear(x)`` through the FP8 GEMMs of ``matmul`` (``_make_function()``); a bias is added
+    after the GEMM (TE adds it in the GEMM's epilogue)."""
     scales = (getattr(linear, name) for name in SCALE_BUFFERS)
-    out = matmul.apply(x.reshape(-1, x.shape[-1]), linear.weight, *scales)
+    out = matmul.apply(x.reshape(-1, x.shape[-1]), _weight(linear), *scales)
     bias = linear.bias
     out = out.reshape(*x.shape[:-1], out.shape[-1])
     return out if bias is None else out + bias
+
+
+def _conv1d_class() -> type | None:
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:  # transformers absent: no such linears
+        return None
+    return Conv1D
 
 
 def fp8_linears(model) -> list[Any]:
     """The linears of ``model`` that Transformer Engine runs in FP8 (module docstring)."""
     import torch
 
+    kinds = tuple(k for k in (torch.nn.Linear, _conv1d_class()) if k is not None)
     head = getattr(model, "get_output_embeddings", lambda: None)()
-    return [
-        m
-        for m in model.modules()
-        if isinstance(m, torch.nn.Linear)
-        and m is not head
-        and m.out_features % FP8_ROWS == 0
-        and m.in_features % FP8_COLUMNS == 0
-    ]
+    found = []
+    for m in model.modules():
+        if not isinstance(m, kinds) or m is head or getattr(m, "weight", None) is None or m.weight.dim() != 2:
+            continue
+        out_features, in_features = _weight(m).shape
+        if out_features % FP8_ROWS == 0 and in_features % FP8_COLUMNS == 0:
+            found.append(m)
+    return found
 
 
 def register_fp8_scales(model) -> None:
