@@ -33,6 +33,12 @@ def _shard_tensor_parallel():
     return ShardTensorParallelPass
 
 
+def _context_parallel():
+    from passes.context_parallel import ContextParallelPass
+
+    return ContextParallelPass
+
+
 def _form_kernels():
     from passes.form_kernels import FormKernelsPass
 
@@ -82,6 +88,7 @@ def _place_devices():
 
 
 ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "phaze-context-parallel": _context_parallel,
     "phaze-estimate-energy": _estimate_energy,
     "phaze-estimate-latency": _estimate_latency,
     "phaze-estimate-power": _estimate_power,

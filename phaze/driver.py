@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
-from phaze.options import STAGES, Options
+from phaze.options import STAGES, Options, context_parallel_degree, traced_seq_len
 from phaze.pipeline import (
     compile_from,
     compile_module,
@@ -33,7 +33,15 @@ from phaze.pipeline import (
     training_step,
 )
 from phaze.plan_output import Candidate
-from phaze.points import Log, chosen_point, judge_point, point_label, tp_points, tp_widths_of
+from phaze.points import (
+    Log,
+    chosen_point,
+    context_parallel_points,
+    judge_point,
+    point_label,
+    tp_points,
+    tp_widths_of,
+)
 from phaze_ir.errors import PhazeError
 
 if TYPE_CHECKING:
@@ -126,11 +134,13 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
     needs besides, each error in one line before anything slow (``compile_model`` and
     ``phazec --hw``'s settings sweep start here)."""
     from passes.algorithms.placement import PlacementError, parse_placement
-    from phaze_ir.frontend import load_model_file
+    from phaze_ir.frontend import load_model_file, with_fused_attention
 
     accelerator = check_question(opts, accelerator)
     opts = replace(opts, schedule_cache=schedule_cache(opts))
     spec = load_model_file(model_path)
+    if opts.context_parallel != "1":  # ring flash attention: the model's attention fused
+        spec = with_fused_attention(spec)
     try:
         fixed = parse_placement(opts.placement, spec.name)
     except PlacementError as e:
@@ -182,44 +192,50 @@ def _compile_model(
     sweep = stage == "plan"
     micro_batches = opts.micro_batches if sweep else opts.micro_batches[:1]
     tp_widths = tp_widths if sweep else tp_widths[:1]
+    degrees = context_parallel_points(opts, spec.seq_len)
+    degrees = degrees if sweep else degrees[:1]
 
     best: tuple[float, ModuleOp] | None = None
     candidates: list[Candidate] = []
     fallback: ModuleOp | None = None
-    for b in micro_batches:
+    for b, point_opts in ((b, o) for b in micro_batches for o in degrees):  # each with its CP degree
+        c = context_parallel_degree(point_opts)
+        seq = traced_seq_len(point_opts) or spec.seq_len
         log(
             f"tracing {spec.name} ({'training step' if training else 'forward'}, micro-batch {b}"
-            + (f", seq {opts.seq_len or spec.seq_len}" if (opts.seq_len or spec.seq_len) else "")
+            + (f", seq {seq}" if seq else "")
+            + (f", one of CP {c}: {point_opts.seq_len} tokens a sample" if c > 1 else "")
             + ")"
         )
         start = time.perf_counter()
+        seq_len = traced_seq_len(point_opts)
         if check_later:
-            traced, holds = trace_step_checked_later(spec, b, opts.seq_len, training=training, dtype=opts.dtype)
+            traced, holds = trace_step_checked_later(spec, b, seq_len, training=training, dtype=point_opts.dtype)
         else:
-            traced, holds = trace_step(spec, b, opts.seq_len, training=training, dtype=opts.dtype), (lambda: True)
+            traced, holds = trace_step(spec, b, seq_len, training=training, dtype=point_opts.dtype), (lambda: True)
         seconds["trace"] += time.perf_counter() - start
         log(traced_line(traced))
-        points = tp_points(opts, tp_widths)
+        points = tp_points(point_opts, tp_widths)
         # The training step before sharding is the same at every TP width: import it and run
         # the training passes once per micro-batch, and give each point a copy.
         shared: ModuleOp | None = None
         if len(points) > 1 and STAGES.index(stage) > STAGES.index("training"):
             start = time.perf_counter()
             try:
-                shared = training_step(traced, opts, accelerator)
+                shared = training_step(traced, point_opts, accelerator)
             except PhazeError:
                 shared = None  # each point says why itself
             seconds["import"] += time.perf_counter() - start
         for k, (t, sp) in enumerate(points):
             start = time.perf_counter()
-            where = point_label(b, t, sp)
+            where = point_label(b, t, sp, c)
             try:
                 if shared is not None:
                     step = copy_for(shared, k, len(points))
-                    module = compile_from(step, "training", stage, t, opts, sp, verify=not sweep)
+                    module = compile_from(step, "training", stage, t, point_opts, sp, verify=not sweep)
                 else:
                     # (a plan is verified once, when chosen)
-                    module = compile_module(traced, stage, t, opts, accelerator, sp, verify=not sweep)
+                    module = compile_module(traced, stage, t, point_opts, accelerator, sp, verify=not sweep)
             except UnknownOpError:
                 _confirm(holds)
                 raise  # the model's, not this point's: every point would say it again
@@ -227,7 +243,7 @@ def _compile_model(
                 if not sweep:
                     _confirm(holds)
                     raise
-                candidates.append(Candidate(b, t, note=str(e), sequence_parallel=sp))
+                candidates.append(Candidate(b, t, note=str(e), sequence_parallel=sp, context_parallel=c))
                 log(f"{where}: skipped: {e}")
                 continue
             finally:
@@ -236,7 +252,7 @@ def _compile_model(
                 _confirm(holds)
                 log(f"built {sum(1 for _ in module.walk())} ops in {time.perf_counter() - start:.1f} s")
                 return module, candidates
-            cand, unfit = judge_point(module, b, t, sp, opts, log, f" [{time.perf_counter() - start:.1f} s]")
+            cand, unfit = judge_point(module, b, t, sp, point_opts, log, f" [{time.perf_counter() - start:.1f} s]")
             candidates.append(cand)
             if cand.throughput > 0 and (best is None or cand.throughput > best[0]):
                 best = (cand.throughput, module)

@@ -54,6 +54,8 @@ MEGATRON_FLAGS = (
     "--pipeline-model-parallel-size",
     "--num-virtual-stages-per-pipeline-rank",
     "--pipeline-model-parallel-layout",
+    "--context-parallel-size",
+    "--cp-comm-type",
     "--sequence-parallel",
     "--expert-model-parallel-size",
     "--moe-expert-capacity-factor",
@@ -160,6 +162,8 @@ class Settings:
     dp: int
     pp: int
     tp: int
+    #: the context-parallel degree (devices splitting each sequence; 1: none)
+    cp: int
     micro_batch: int
     num_micro_batches: int
     global_batch: int
@@ -192,6 +196,7 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
         why = plan.get("binding") or "infeasible"
         raise PhazeError(f"--export {target}: the plan is not feasible ({why}); there is nothing to launch")
     dp, pp, tp = _int(plan, "dp", target), _int(plan, "pp", target), _int(plan, "tp", target)
+    cp = _int({"cp": plan.get("cp", 1)}, "cp", target)
     b, m = _int(plan, "micro_batch_size", target), _int(plan, "num_micro_batches", target)
     gb = _int(plan, "global_batch", target)
     sp = bool(plan["sequence_parallel"])
@@ -203,13 +208,15 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
     v = int(plan["virtual_stages"])
     zero = int(plan["zero"])
     ep = int(plan["expert_parallel"])
-    devices_used = int(plan.get("devices_used", dp * pp * tp))
+    devices_used = int(plan.get("devices_used", dp * pp * tp * cp))
     if dp * b * m != gb:
         raise PhazeError(
             f"--export {target}: the global batch {gb} is not DP {dp} x micro-batch {b} x {m} micro-batches"
         )
-    if devices_used != dp * pp * tp:
-        raise PhazeError(f"--export {target}: the plan uses {devices_used} devices, not DP x PP x TP = {dp * pp * tp}")
+    if devices_used != dp * pp * tp * cp:
+        product = "DP x PP x TP" + (" x CP" if cp > 1 else "")
+        used = dp * pp * tp * cp
+        raise PhazeError(f"--export {target}: the plan uses {devices_used} devices, not {product} = {used}")
     if zero not in (0, 1, 2, 3):
         raise PhazeError(f"--export {target}: ZeRO stage {zero} is not 0, 1, 2 or 3")
     if v < 1 or ep < 1:
@@ -237,6 +244,7 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
         dp=dp,
         pp=pp,
         tp=tp,
+        cp=cp,
         micro_batch=b,
         num_micro_batches=m,
         global_batch=gb,
@@ -360,7 +368,12 @@ def megatron_model_args(facts: ModelFacts) -> tuple[list[str], list[str]]:
             args.append(f"--rotary-base={shape['rotary_base']}")
     else:
         unknown.append("--position-embedding-type")
-    put("--max-position-embeddings", "max_position_embeddings")
+    if position == "rope" and "max_position_embeddings" in shape and facts.seq_len:
+        # Rotary positions have no table: Megatron-LM's validate_args still asks for at least
+        # the sequence length, which a run longer than the config's (a 128k Llama 3) needs.
+        args.append(f"--max-position-embeddings={max(int(shape['max_position_embeddings']), facts.seq_len)}")
+    else:
+        put("--max-position-embeddings", "max_position_embeddings")
     if "vocab_size" in shape:
         # The model's embedding rows as they are: Megatron-LM pads a vocabulary to a multiple of
         # 128 x TP unless told otherwise (1: only to the TP width, which shards it).
@@ -399,6 +412,10 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         args.append(f"--pipeline-model-parallel-layout={megatron_layout(chunks)}")
     elif s.virtual_stages > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank={s.virtual_stages}")
+    if s.cp > 1:
+        # The ring of point-to-point transfers phaze prices (Transformer Engine's P2P ring
+        # attention; p2p is Megatron-LM's default, written to say which was priced).
+        args += [f"--context-parallel-size={s.cp}", "--cp-comm-type=p2p"]
     if s.sequence_parallel and s.tp > 1:  # Megatron-LM drops SP at TP 1 (it shards nothing)
         args.append("--sequence-parallel")
     if s.expert_parallel > 1:
@@ -530,6 +547,13 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
             "0.3.0's MoE is dropless (HybridEP's non_blocking_capacity_factor bounds a receive buffer, it does not "
             "pad each expert): compile without --capacity-factor"
         )
+    if s.cp > 1 and s.zero != 3 and s.dp * s.cp > 1:
+        raise PhazeError(
+            "--export torchtitan: torchtitan 0.3.0 shards the weights over its CP group (FSDP over "
+            "data_parallel_shard x context_parallel, torchtitan/distributed/parallel_dims.py), which the plan's "
+            f"ZeRO {s.zero} does not: "
+            "compile with --zero 3"
+        )
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
     p = "--parallelism."
     args = [
@@ -538,7 +562,7 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         f"{p}tensor_parallel_degree={s.tp}",
         # torchtitan's SP is on by default and only acts with TP: written both ways.
         f"{p}{'' if s.sequence_parallel and s.tp > 1 else 'no-'}enable_sequence_parallel",
-        f"{p}context_parallel_degree=1",
+        f"{p}context_parallel_degree={s.cp}",
         f"{p}expert_parallel_degree={s.expert_parallel}",
         f"{p}pipeline_parallel_degree={s.pp}",
     ]

@@ -231,11 +231,13 @@ def _one_point_from_template(opts: Options, inputs: _Inputs, templates: plan_tem
     points = tp_points(opts, tp_widths_of(opts, fixed))
     if len(opts.micro_batches) != 1 or len(points) != 1 or (fixed is not None and fixed[2] != points[0][0]):
         return None
-    (t, sp), b = points[0], opts.micro_batches[0]
-    placed = templates.placed(plan_template.Point(b, t, sp))
+    if not opts.context_parallel.isdigit():  # auto: several degrees
+        return None
+    (t, sp), b, c = points[0], opts.micro_batches[0], int(opts.context_parallel)
+    placed = templates.placed(plan_template.Point(b, t, sp, c))
     if placed is None:
         return None
-    log(f"placing {name} at {point_label(b, t, sp)} from its compiled plan (in the cache)")
+    log(f"placing {name} at {point_label(b, t, sp, c)} from its compiled plan (in the cache)")
     cand, unfit = judge_point(placed, b, t, sp, opts, log)
     return chosen_point(placed if cand.throughput > 0 else None, placed if unfit else None, [cand], opts)
 

@@ -61,6 +61,18 @@ class Options(PlacementOptions):
         metavar="N",
         default_words="the model file's SEQ_LEN, a config.json's max_position_embeddings",
     )
+    #: ``"auto"`` or a degree; a compilation of one point holds its degree (the sweep resolves
+    #: ``auto``, :func:`phaze.points.context_parallel_degrees`).
+    context_parallel: str = option(
+        "1",
+        "passes.algorithms.context_parallel.context_parallel_problem",
+        "context parallelism: each sequence split over N devices (2N load-balanced chunks), its attention a ring "
+        "of N steps passing keys and values point to point (Megatron-LM's --context-parallel-size, torchtitan's "
+        "context_parallel_degree); auto tries 1 and the powers of two that leave at least "
+        "{passes.algorithms.context_parallel.AUTO_MIN_LOCAL_TOKENS} tokens a device. "
+        "Attention runs fused (a transformers model is built with SDPA)",
+        metavar="N|auto",
+    )
     dtype: str = option(
         "float16",
         help="training precision of weights and activations; amp-bfloat16, amp-float16: torch.autocast's mixed "
@@ -176,6 +188,19 @@ class Options(PlacementOptions):
     #: hands in its own).  None: one per :func:`~phaze.driver.compile_model`, on disk under
     #: ``$PHAZE_SCHEDULE_CACHE`` when that is set, else in memory.
     schedule_cache: Any = field(default=None, compare=False, repr=False)
+
+
+def context_parallel_degree(opts: Options) -> int:
+    """The context-parallel degree one compilation of ``opts`` is priced for: its degree, 1
+    while it is still ``auto`` (a stage before the sweep resolves it)."""
+    return int(opts.context_parallel) if opts.context_parallel.isdigit() else 1
+
+
+def traced_seq_len(opts: Options) -> int | None:
+    """The tokens per sample the step of ``opts`` is traced with: ``--seq-len`` (None: the
+    model's), one device's S/c under context parallelism (the sweep sets ``seq_len`` then)."""
+    c = context_parallel_degree(opts)
+    return opts.seq_len if opts.seq_len is None or c == 1 else opts.seq_len // c
 
 
 #: The settings of ``--sequence-parallel``.

@@ -14,7 +14,7 @@ ir         forward + loss, imported into the ``phaze`` dialect
 training   + backward, optimizer step, saved activations, layers
 sharded    + Megatron tensor parallelism of width ``tp`` (one device's share)
 tiled      + the accelerator (``phaze.accelerator``) and GEMM tiling onto its PE arrays
-latency    + every op's latency on it
+latency    + every op's latency on it (under context parallelism, attention as a ring of c steps)
 scheduled  + each unique layer's operator schedule (SCIP)
 recompute  + memory and time of each layer under each recompute policy
 plan       + the best placement (Rust DP); swept over micro-batch sizes and TP widths
@@ -30,7 +30,7 @@ from dataclasses import fields, replace
 from xdsl.dialects.builtin import ModuleOp
 
 from passes.algorithms.placement_options import PlacementOptions
-from phaze.options import STAGES, Options
+from phaze.options import STAGES, Options, context_parallel_degree
 from phaze_ir.errors import PhazeError
 
 
@@ -61,6 +61,8 @@ def pipeline(
         passes.append("phaze-tile-pe-array")
     if runs("latency"):
         passes.append("phaze-estimate-latency")
+        if (c := context_parallel_degree(opts)) > 1:
+            passes.append(f"phaze-context-parallel{{degree={c}}}")
         if energy:
             passes.append("phaze-estimate-energy")
     solver = (

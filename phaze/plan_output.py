@@ -56,6 +56,8 @@ class Candidate:
     throughput: float = 0.0
     note: str = ""
     sequence_parallel: bool = False
+    #: the context-parallel degree the point is priced for (1: none)
+    context_parallel: int = 1
 
 
 def plan_record(module: ModuleOp) -> dict[str, Any]:
@@ -91,6 +93,7 @@ def plan_json(
         "dp": plan["dp"],
         "pp": plan["pp"],
         "tp": plan["tp"],
+        "cp": plan["cp"],
         "sequence_parallel": keys.SEQUENCE_PARALLEL in module.attributes,
         "virtual_stages": plan["virtual_stages"],
         "zero": plan["zero"],
@@ -137,6 +140,7 @@ def plan_json(
                 "micro_batch_size": c.micro_batch,
                 "tp": c.tp,
                 "sequence_parallel": c.sequence_parallel,
+                "cp": c.context_parallel,
                 "throughput_samples_per_s": c.throughput,
                 "note": c.note,
             }
@@ -295,12 +299,18 @@ def placement_table(module: ModuleOp) -> str:
     v = int(plan["virtual_stages"])
     schedule = "1f1b" if v == 1 else f"interleaved:{v}"
     sp = "on" if keys.SEQUENCE_PARALLEL in module.attributes else "off"
+    # A CP column only under context parallelism: the tables of every other plan stay as they were.
+    cp = int(plan["cp"])
     head = (
-        f"{'DP':>5} {'PP':>4} {'TP':>4} {'SP':>3} {'schedule':>13} {'ZeRO':>4} {'EP':>3} {'ranks':>8} "
+        f"{'DP':>5} "
+        + (f"{'CP':>4} " if cp > 1 else "")
+        + f"{'PP':>4} {'TP':>4} {'SP':>3} {'schedule':>13} {'ZeRO':>4} {'EP':>3} {'ranks':>8} "
         f"{'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GB/device':>10}"
     )
     row = (
-        f"{plan['dp']:>5} {plan['pp']:>4} {plan['tp']:>4} {sp:>3} {schedule:>13} {plan['zero']:>4} "
+        f"{plan['dp']:>5} "
+        + (f"{cp:>4} " if cp > 1 else "")
+        + f"{plan['pp']:>4} {plan['tp']:>4} {sp:>3} {schedule:>13} {plan['zero']:>4} "
         f"{plan['expert_parallel']:>3} {plan['rank_order']:>8} "
         f"{plan['micro_batch_size']:>11} {recompute:>14} "
         f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>10.2f}"

@@ -81,11 +81,13 @@ class PlanTemplate:
 
 @dataclass(frozen=True)
 class Point:
-    """A point of the sweep: micro-batch, TP width, sequence parallelism."""
+    """A point of the sweep: micro-batch, TP width, sequence parallelism, context-parallel
+    degree."""
 
     micro_batch: int
     tp: int
     sequence_parallel: bool
+    context_parallel: int = 1
 
 
 def key(stages: Store, model_digest: str, chip_digest: str, opts: Options, point: Point) -> str:
@@ -103,7 +105,7 @@ def key(stages: Store, model_digest: str, chip_digest: str, opts: Options, point
         opts.schedule_nodes,
         opts.schedule_max_binaries,
     )
-    where = (point.micro_batch, point.tp, point.sequence_parallel)
+    where = (point.micro_batch, point.tp, point.sequence_parallel, point.context_parallel)
     return stages.key(KIND, model_digest, chip_digest, where, before_placement)
 
 
@@ -115,6 +117,7 @@ def point_of(module: ModuleOp) -> Point:
         keys.int_of(module, keys.MICRO_BATCH_SIZE, 1),
         keys.int_of(module, keys.TP_WIDTH, 1),
         keys.SEQUENCE_PARALLEL in module.attributes,
+        keys.int_of(module, keys.CONTEXT_PARALLEL, 1),
     )
 
 

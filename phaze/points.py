@@ -11,6 +11,7 @@ and a point placed from its template (:mod:`phaze.hw_answer`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from xdsl.dialects.builtin import ModuleOp
 
@@ -44,9 +45,29 @@ def tp_points(opts: Options, tp_widths: Sequence[int]) -> list[tuple[int, bool]]
     return points
 
 
-def point_label(b: int, t: int, sp: bool) -> str:
-    """How a point of the sweep is named in messages: ``micro-batch 2, TP 4, SP``."""
-    return f"micro-batch {b}, TP {t}" + (", SP" if sp else "")
+def context_parallel_points(opts: Options, model_seq_len: int | None) -> list[Options]:
+    """The options of each context-parallel degree a compilation tries, in the order that
+    breaks ties (smaller first): ``--context-parallel``'s degree, or under ``auto`` those of
+    :func:`~passes.algorithms.context_parallel.auto_degrees`; each with its degree and, past 1,
+    the sequence length made explicit (the model's when ``--seq-len`` is not given), which its
+    trace divides by the degree (:func:`phaze.options.traced_seq_len`). A degree that cannot
+    split the sequence is refused in one line."""
+    from passes.algorithms import context_parallel as cp
+
+    seq_len = opts.seq_len or model_seq_len
+    fixed = cp.parse_context_parallel(opts.context_parallel)
+    degrees = (fixed,) if fixed is not None else cp.auto_degrees(seq_len, opts.devices)
+    try:
+        for c in degrees:
+            cp.check_degree(c, seq_len, opts.devices)
+    except cp.ContextParallelError as e:
+        raise PhazeError(f"--context-parallel: {e}") from e
+    return [replace(opts, context_parallel=str(c), seq_len=seq_len if c > 1 else opts.seq_len) for c in degrees]
+
+
+def point_label(b: int, t: int, sp: bool, cp: int = 1) -> str:
+    """How a point of the sweep is named in messages: ``micro-batch 2, TP 4, SP, CP 8``."""
+    return f"micro-batch {b}, TP {t}" + (", SP" if sp else "") + (f", CP {cp}" if cp > 1 else "")
 
 
 def judge_point(
@@ -55,14 +76,15 @@ def judge_point(
     """The sweep's :class:`Candidate` of one placed point (its throughput 0 when its plan does not
     fit or draws more than ``--power-cap``), said in one line (``took`` after it), and whether
     its plan does not fit (its module then says which constraint binds; over the cap: False)."""
-    where = point_label(b, t, sp)
+    cp = keys.int_of(module, keys.CONTEXT_PARALLEL, 1)
+    where = point_label(b, t, sp, cp)
     plan = plan_record(module)
     feasible = plan.get("feasible") == "yes"
     note = "" if feasible else plan.get("binding", "")
     over = over_power_cap(module, opts.power_cap_w)
     if feasible and over:
         feasible, note = False, over
-    cand = Candidate(b, t, plan["throughput_samples_per_s"] if feasible else 0.0, note, sp)
+    cand = Candidate(b, t, plan["throughput_samples_per_s"] if feasible else 0.0, note, sp, cp)
     if feasible:
         log(f"{where}: {cand.throughput:,.1f} samples/s (DP {plan['dp']}, PP {plan['pp']}){took}")
     elif over:
@@ -110,7 +132,9 @@ def notes_once(candidates: list[Candidate]) -> str:
     the reason, when it holds for all of them)."""
     points: dict[str, list[str]] = {}
     for c in candidates:
-        points.setdefault(c.note, []).append(f"b={c.micro_batch} t={c.tp}")
+        points.setdefault(c.note, []).append(
+            f"b={c.micro_batch} t={c.tp}" + (f" c={c.context_parallel}" if c.context_parallel > 1 else "")
+        )
     if len(points) == 1 and len(candidates) > 1:
         return f"{next(iter(points))} (at every point)"
     return "; ".join(f"{', '.join(where)}: {note}" for note, where in points.items())

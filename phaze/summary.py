@@ -89,7 +89,9 @@ def placement_words(plan: Mapping[str, Any]) -> str:
     schedule = "1F1B" if v == 1 else f"interleaved 1F1B ({v} chunks per device)"
     recompute = ", ".join(sorted({str(s["recompute"]) for s in plan["stages"]}))
     words = [
-        f"DP {plan['dp']} x PP {plan['pp']} x TP {plan['tp']}",
+        f"DP {plan['dp']} x "
+        + (f"CP {plan['cp']} x " if int(plan.get("cp", 1)) > 1 else "")
+        + f"PP {plan['pp']} x TP {plan['tp']}",
         f"sequence parallel {'on' if plan['sequence_parallel'] else 'off'}",
         f"ZeRO {plan['zero']}",
         schedule,
@@ -118,7 +120,10 @@ def hardware_flops(module, plan: Mapping[str, Any]) -> float:
         int(r.as_dict()["index"]): r.as_dict()
         for r in keys.records_of(module, keys.LAYER_RECOMPUTE, LayerRecomputeAttr)
     }
-    dp, tp, m = int(plan["dp"]), int(plan["tp"]), int(plan["num_micro_batches"])
+    # Under context parallelism each of a replica's cp devices runs the layers on its share
+    # of the tokens, and the ZeRO state is shared over the dp·cp devices of the DP×CP group.
+    cp = int(plan.get("cp", 1))
+    dp, tp, m = int(plan["dp"]) * cp, int(plan["tp"]), int(plan["num_micro_batches"])
     total = 0.0
     for stage in plan["stages"]:
         first, last = stage["layers"]
@@ -149,7 +154,8 @@ def runner_up(candidates: Sequence[Mapping[str, Any]], best: float) -> dict[str,
         return None
     c = fitting[1]
     sp = ", sequence parallel" if c["sequence_parallel"] else ""
-    name = f"micro-batch {c['micro_batch_size']}, TP {c['tp']}{sp}"
+    cp = f", CP {c['cp']}" if int(c.get("cp", 1)) > 1 else ""
+    name = f"micro-batch {c['micro_batch_size']}, TP {c['tp']}{sp}{cp}"
     lost = 1 - c["throughput_samples_per_s"] / best
     return {
         "name": name,

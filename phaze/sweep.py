@@ -57,6 +57,8 @@ def why_compiled_point_by_point(opts: Options) -> str:
         return "--expert-parallel"
     if opts.capacity_factor is not None:
         return "--capacity-factor"
+    if opts.context_parallel != Options.context_parallel:  # the settings price whole attentions
+        return "--context-parallel"
     return ""
 
 
@@ -171,7 +173,7 @@ def _compile_plan(
     chosen = best or first_unfit
     if chosen is None:
         raise PhazeError("no micro-batch size and TP width could be compiled: " + notes_once(candidates))
-    point = Point(chosen.micro_batch, chosen.tp, chosen.sequence_parallel)
+    point = Point(chosen.micro_batch, chosen.tp, chosen.sequence_parallel, chosen.context_parallel)
     module = templates.placed(point) if templates is not None else None
     if module is not None:
         where = point_label(point.micro_batch, point.tp, point.sequence_parallel)

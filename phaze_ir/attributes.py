@@ -839,14 +839,16 @@ class PlanAttr(RecordAttr):
 
     Syntax::
 
-        #phaze.plan<devices = 1024, global_batch = 4096, dp = 32, pp = 8, tp = 4,
+        #phaze.plan<devices = 1024, global_batch = 4096, dp = 32, pp = 8, tp = 4, cp = 1,
                     virtual_stages = 1, zero = 0, expert_parallel = 1, rank_order = "tp-dp-pp",
                     pipeline_transfer = "whole", micro_batch_size = 1, num_micro_batches = 128, time_per_batch_s = 12.5,
                     throughput_samples_per_s = 327.7, max_memory_bytes = 30000000000,
                     devices_used = 1024, placement = "phaze", feasible = yes, binding = "">
 
-    - ``dp``/``pp``/``tp``: data-parallel replicas, pipeline stages, tensor-parallel width;
-      ``devices_used = dp·pp·tp ≤ devices``.
+    - ``dp``/``pp``/``tp``/``cp``: data-parallel replicas, pipeline stages, tensor-parallel
+      width, context-parallel degree (devices splitting each sequence, ``phaze.context_parallel``);
+      ``devices_used = dp·pp·tp·cp ≤ devices``; the gradients are shared over the ``dp·cp``
+      devices of the DP×CP group.
     - ``virtual_stages``: model chunks per pipeline rank, ``v``: 1 is plain 1F1B, ``v >= 2``
       Megatron's interleaved 1F1B (``phaze.stages`` then lists the ``p·v`` chunks).
     - ``zero``: how the DP group shares the training state: 0 plain data parallelism, 1 the
@@ -881,6 +883,7 @@ class PlanAttr(RecordAttr):
         "dp",
         "pp",
         "tp",
+        "cp",
         "virtual_stages",
         "zero",
         "expert_parallel",
@@ -902,6 +905,7 @@ class PlanAttr(RecordAttr):
     dp: IntAttr
     pp: IntAttr
     tp: IntAttr
+    cp: IntAttr
     virtual_stages: IntAttr
     zero: IntAttr
     expert_parallel: IntAttr
@@ -920,6 +924,7 @@ class PlanAttr(RecordAttr):
     RANGES = {
         **{f: (1, I64_MAX) for f in ("devices", "global_batch", "micro_batch_size")},
         **{f: (0, I64_MAX) for f in ("dp", "pp", "tp", "virtual_stages", "expert_parallel", "num_micro_batches")},
+        "cp": (1, I64_MAX),
         **{f: (0, I64_MAX) for f in ("max_memory_bytes", "devices_used")},
         "zero": (0, 3),
         **{f: (0, math.inf) for f in ("time_per_batch_s", "throughput_samples_per_s")},

@@ -60,7 +60,12 @@ class Key(str):
 # -- written by the importer (phaze_ir/frontend/importer.py) ------------------------------------
 MODEL = Key("phaze.model", "module", "string: the model's name", IMPORTER)
 MICRO_BATCH_SIZE = Key("phaze.micro_batch_size", "module", "i64: samples per micro-batch traced", IMPORTER)
-SEQ_LEN = Key("phaze.seq_len", "module", "i64: sequence length traced", IMPORTER)
+SEQ_LEN = Key(
+    "phaze.seq_len",
+    "module",
+    "i64: sequence length of a sample (traced; under context parallelism c times the S/c traced)",
+    IMPORTER + " and phaze-context-parallel",
+)
 MODEL_SHAPE = Key(
     "phaze.model_shape",
     "module",
@@ -129,6 +134,13 @@ KERNELS = Key(
 KERNEL = Key("phaze.kernel", "op", "#phaze.kernel: the kernel the op runs in", "phaze-form-kernels")
 TILE = Key("phaze.tile", "op", "#phaze.tile: a GEMM's tiling onto the PE arrays", "phaze-tile-pe-array")
 LATENCY = Key("phaze.latency", "op", "#phaze.latency: seconds on one core and split", "phaze-estimate-latency")
+CONTEXT_PARALLEL = Key(
+    "phaze.context_parallel",
+    "module",
+    "i64: the context-parallel degree c the step is priced for (traced at S/c tokens per sample, its "
+    "attention a ring of c steps)",
+    "phaze-context-parallel",
+)
 LAYER_LATENCY = Key(
     "phaze.layer_latency", "module", "array of #phaze.layer_latency: serial sums per layer", "phaze-estimate-latency"
 )

@@ -116,7 +116,8 @@ def plan(
         "micro_batch_size": b,
         "num_micro_batches": m,
         "global_batch": dp * b * m,
-        "devices_used": dp * pp * tp,
+        "devices_used": dp * pp * tp * extra.get("cp", 1),
+        "cp": 1,
         "sequence_parallel": False,
         "virtual_stages": 1,
         "zero": 0,
@@ -164,12 +165,14 @@ def titan_check(titan, lines: list[str], p: dict, f: ModelFacts) -> None:
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
     assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (replicate, shard)
     assert (par.tensor_parallel_degree, par.pipeline_parallel_degree) == (s.tp, s.pp)
-    assert (par.context_parallel_degree, par.expert_parallel_degree) == (1, s.expert_parallel)
+    assert (par.context_parallel_degree, par.expert_parallel_degree) == (s.cp, s.expert_parallel)
     assert par.enable_sequence_parallel == (s.sequence_parallel and s.tp > 1)
     assert tr.global_batch_size == s.global_batch and tr.seq_len == f.seq_len
     assert tr.mixed_precision_param == ("float32" if precision(f) == "fp32" else "bfloat16")
     dims = titan.ParallelDims.from_config(par, world_size=s.devices_used)  # degrees x = world size
-    assert dims.pp == s.pp and dims.tp == s.tp
+    assert dims.pp == s.pp and dims.tp == s.tp and dims.cp == s.cp
+    if s.cp > 1:  # torchtitan shards the weights over data_parallel_shard x cp: phaze's ZeRO-3 over DP x CP
+        assert s.zero == 3 and dims.fsdp_enabled and dims.dp_shard * dims.cp == s.dp * s.cp
     if s.pp > 1:
         assert par.pipeline_parallel_schedule == ("Interleaved1F1B" if s.virtual_stages > 1 else "1F1B")
         assert par.pipeline_parallel_microbatch_size == s.micro_batch
@@ -299,10 +302,18 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
     # The device numbering: megatron-core's own rank generator, with the order Megatron-LM's
     # initialize.py gives it, puts a DP group's members and pipeline neighbours as phaze priced.
     order = "tp-cp-ep-pp-dp" if ns.get("use_tp_pp_dp_mapping") else "tp-cp-ep-dp-pp"
-    ranks = mcore.Ranks(tp=s.tp, ep=1, dp=s.dp, pp=s.pp, cp=1, order=order)
-    dp_stride, pp_stride = (s.tp, s.tp * s.dp) if s.rank_order == "tp-dp-pp" else (s.tp * s.pp, s.tp)
+    ranks = mcore.Ranks(tp=s.tp, ep=1, dp=s.dp, pp=s.pp, cp=s.cp, order=order)
+    t, c = s.tp, s.cp
+    dp_stride, pp_stride = (t * c, t * c * s.dp) if s.rank_order == "tp-dp-pp" else (t * c * s.pp, t * c)
     assert ranks.get_ranks("dp")[0] == [k * dp_stride for k in range(s.dp)]
     assert ranks.get_ranks("pp")[0] == [k * pp_stride for k in range(s.pp)]
+    # Context parallelism: the ring's neighbours t apart, the gradients shared over DP x CP (t apart),
+    # as phaze's DP prices them (CP numbered between TP and DP).
+    assert ranks.get_ranks("cp")[0] == [k * t for k in range(c)]
+    shared = sorted(i * t + k * dp_stride for i in range(c) for k in range(s.dp))
+    assert sorted(ranks.get_ranks("dp-cp")[0]) == shared  # t apart, d·c of them, under tp-dp-pp
+    assert tc.context_parallel_size == c and (c == 1 or tc.cp_comm_type == "p2p")
+    assert s.cp == 1 or ns["seq_length"] % (2 * s.cp) == 0  # Megatron-LM's validate_args
 
 
 # --- end to end ---------------------------------------------------------------------------------
@@ -487,6 +498,7 @@ CASES = {
         plan([8, 8], pp=2, tp=4, recompute="full", expert_parallel=2, zero=3, sequence_parallel=True),
         facts(16),
     ),
+    "cp4-tp2-zero3-full": (plan([4, 4], pp=2, tp=2, cp=4, recompute="full", zero=3), facts(8, seq_len=32768)),
 }
 #: Megatron-LM only: torchtitan 0.3.0 refuses a capacity factor (REFUSED).
 MEGATRON_CASES = {
@@ -629,6 +641,8 @@ REFUSED = [
     ("torchtitan", plan([4, 4]), facts(8, optimizer="sgd"), "torchtitan 0.3.0 has no sgd optimizer"),
     ("torchtitan", plan([1, 3, 4], pp=3), facts(8), "torchtitan cannot split the 8 blocks as the plan does (1, 3, 4"),
     ("torchtitan", plan([4, 4], capacity_factor=1.25), facts(8), "pads the experts to capacity factor 1.25"),
+    ("torchtitan", plan([4, 4], cp=2), facts(8, seq_len=4096), "shards the weights over its CP group"),
+    ("both", {**plan([4, 4], cp=2), "devices_used": 8}, facts(8), "not DP x PP x TP x CP = 16"),
     ("both", plan([4, 4], capacity_factor=0.5), facts(8), "the plan's capacity_factor is 0.5, not a number >= 1"),
     ("both", plan([4, 4], pipeline_transfer="split"), facts(8), "splits its pipeline transfers over the TP group"),
     ("both", plan([8], pp=1, pipeline_transfer="split"), facts(8), None),

@@ -35,6 +35,7 @@ PLAN_KEYS = {
     "expert_parallel",
     "rank_order",
     "tp",
+    "cp",
     "micro_batch",
     "num_micro_batches",
     "global_batch",

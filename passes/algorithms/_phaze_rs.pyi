@@ -98,6 +98,7 @@ class ProblemDict(TypedDict):
     global_batch: int  # B, samples
     micro_batch: int  # b
     tp: int  # t
+    cp: NotRequired[int]  # c, context-parallel degree (default 1); the DP x CP group (d * c) shares the gradients
     dp_overlap: bool  # the DP all-reduce hides behind the stage's backward
     max_stages: NotRequired[int | None]
     # Default "auto" (or None); a policy restricts every stage to it, in the search, the memory
@@ -166,12 +167,13 @@ class PlanDict(TypedDict):
     expert_parallel: int  # EP degree e (1: every replica holds every expert)
     rank_order: RankOrder  # how devices are numbered into TP, DP and PP groups
     tp: int
+    cp: int  # c, context-parallel degree
     micro_batch: int
     num_micro_batches: int  # m = B / (b * d)
     global_batch: int
     time_per_batch_s: float  # (m + (p - 1) / v) * max T_k + max E_k + max O_k
     throughput_samples_per_s: float  # B / time_per_batch_s
-    devices_used: int  # d * p * t
+    devices_used: int  # d * p * t * c
     max_stage_time_s: float
     max_exposed_dp_s: float
     max_optimizer_s: float

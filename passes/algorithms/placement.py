@@ -297,15 +297,16 @@ def problem(
     levels: Sequence[_phaze_rs.Level],
     micro_batch: int,
     tp: int,
+    cp: int = 1,
     blocks: tuple[int, int] | None = None,
     grads_freed: bool = False,
     sequence_parallel: bool = False,
 ) -> _phaze_rs.ProblemDict:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``: the placement
     ``options`` (their values parsed here, each once) on ``layers`` at micro-batch
-    ``micro_batch`` and TP width ``tp``, with the chip's ``hbm_bytes`` (less the options'
-    headroom, :func:`usable_hbm`) and network ``levels`` (the accelerator's own, ``acc.network``:
-    the DP reads them by attribute). ``blocks``: (first layer, count) of
+    ``micro_batch``, TP width ``tp`` and context-parallel degree ``cp``, with the chip's
+    ``hbm_bytes`` (less the options' headroom, :func:`usable_hbm`) and network ``levels``
+    (the accelerator's own, ``acc.network``: the DP reads them by attribute). ``blocks``: (first layer, count) of
     the repeated blocks that interleaving splits evenly; ``grads_freed``: the runtime allocates
     each layer's gradients in its backward and frees them after the step
     (``_phaze_rs.ProblemDict``); ``sequence_parallel``: the step is sharded with it, so a
@@ -334,6 +335,7 @@ def problem(
         "global_batch": options.global_batch,
         "micro_batch": micro_batch,
         "tp": tp,
+        "cp": cp,
         "dp_overlap": options.dp_overlap,
         "recompute": parse_recompute(options.recompute),
         "zero": parse_zero(options.zero),

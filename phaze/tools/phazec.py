@@ -124,7 +124,9 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
             "steps, docs/validation.md), else 0"
         },
     )
-    add_option_arguments(place, Options, ("sequence_parallel", "selective_recompute", "capacity_factor"))
+    add_option_arguments(
+        place, Options, ("context_parallel", "sequence_parallel", "selective_recompute", "capacity_factor")
+    )
 
 
 #: The solver's limits the search sets otherwise than a compilation (the gap is the same):
@@ -269,6 +271,11 @@ def options(args: argparse.Namespace):
                     f"{flag} {given}: the architecture search does not place experts ({paper}); "
                     "give --hw CHIP to place on one chip with it"
                 )
+        if args.context_parallel != Options.context_parallel:  # its settings trace whole sequences
+            raise PhazeError(
+                f"--context-parallel {args.context_parallel}: the architecture search does not split sequences; "
+                "give --hw CHIP to place on one chip with it"
+            )
     given = option_values(args, Options)
     # rank_order and memory_headroom: "auto" and None are narrowed by the run's exports and chip
     narrowed = {"rank_order": rank_order(args), "memory_headroom": memory_headroom(args)}

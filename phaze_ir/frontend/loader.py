@@ -74,6 +74,25 @@ class ModelSpec:
         return (out,), {}
 
 
+def with_fused_attention(spec: ModelSpec) -> ModelSpec:
+    """``spec`` whose model runs its attention fused, as SDPA (a transformers model built with
+    ``attn_implementation="eager"`` is switched by its ``set_attn_implementation``); any other
+    model as it is. Context parallelism's runtimes run ring flash attention, never attention
+    with its scores in memory."""
+    from dataclasses import replace
+
+    build = spec.get_model
+
+    def get_model():
+        model = build()
+        config = getattr(model, "config", None)
+        if getattr(config, "_attn_implementation", None) == "eager" and hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation("sdpa")
+        return model
+
+    return replace(spec, get_model=get_model)
+
+
 def _user_frame(exc: BaseException, path: Path) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
     if frames:

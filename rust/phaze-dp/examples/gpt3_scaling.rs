@@ -85,6 +85,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         global_batch: 4096,
         micro_batch: 1,
         tp: 8,
+        cp: 1,
         dp_overlap: true,
         max_stages: None,
         recompute: None,

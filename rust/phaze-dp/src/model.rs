@@ -181,6 +181,8 @@ impl RankOrder {
     /// (devices between consecutive DP-group members, devices between pipeline neighbours) at
     /// DP degree d, p stages, TP width t: the DP group's level is that of d times the first,
     /// its EP groups' that of e times it, the pipeline's that of p times the second.
+    /// Under context parallelism d is the DP×CP group's d·c and t the TP width: the group's
+    /// members are t apart, the pipeline neighbours d·c·t.
     pub fn strides(self, d: u64, p: u64, t: u64) -> (u64, u64) {
         match self {
             RankOrder::TpDpPp => (t, d * t),
@@ -367,6 +369,14 @@ pub struct Problem {
     pub micro_batch: u64,
     /// TP width t: devices per pipeline stage.
     pub tp: u64,
+    /// Context-parallel degree c: each sequence's tokens split over c devices (Megatron-LM's
+    /// `--context-parallel-size`, torchtitan's `context_parallel_degree`), whose attention
+    /// exchanges keys and values around a ring (priced in the layers' times, for one device of
+    /// c). A stage replica is t·c devices, numbered TP innermost, then CP (`tp-cp-dp-pp`); the
+    /// gradients are shared by the d·c devices of the DP×CP group, t apart, over which ZeRO
+    /// shards too. The micro-batches per replica are still B / (b·d). 1: no CP.
+    #[serde(default = "one")]
+    pub cp: u64,
     /// Whether the DP gradient all-reduce overlaps the stage's last backward.
     pub dp_overlap: bool,
     /// Upper bound on the number of pipeline stages, if any.
@@ -417,6 +427,10 @@ pub struct Problem {
     /// Σ_{i..k} saved + Σ_{k..j} grad, not the two sums added ([`crate::MemoryParts::grads`]).
     #[serde(default)]
     pub grads_freed: bool,
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// A problem that cannot even be posed (NaN times, zero devices, no layers, ...).
@@ -489,10 +503,23 @@ impl Problem {
             ("global_batch", self.global_batch),
             ("micro_batch", self.micro_batch),
             ("tp", self.tp),
+            ("cp", self.cp),
         ] {
             if v == 0 {
                 return err(format!("{name} must be >= 1"));
             }
+        }
+        if self.cp > 1 && self.rank_order == Some(RankOrder::TpPpDp) {
+            return err(format!(
+                "rank_order tp-pp-dp with cp = {}: context parallelism is numbered tp-cp-dp-pp",
+                self.cp
+            ));
+        }
+        if self.cp > 1 && self.expert_parallel.is_some_and(|e| e > 1) {
+            return err(format!(
+                "expert_parallel > 1 with cp = {}: experts are not split over a context-parallel run",
+                self.cp
+            ));
         }
         if self.max_stages == Some(0) {
             return err("max_stages must be >= 1 when given".into());
@@ -647,8 +674,12 @@ impl Problem {
         }
     }
 
-    /// The rank orders the search may use: both, or the fixed one.
+    /// The rank orders the search may use: both, or the fixed one; under context parallelism
+    /// `tp-dp-pp` alone (CP between TP and DP, as Megatron-LM and torchtitan number it).
     pub fn rank_orders(&self) -> &'static [RankOrder] {
+        if self.cp > 1 {
+            return &RankOrder::ALL[0..1];
+        }
         match self.rank_order {
             None => &RankOrder::ALL,
             Some(RankOrder::TpDpPp) => &RankOrder::ALL[0..1],
@@ -662,8 +693,12 @@ impl Problem {
     }
 
     /// The expert-parallel degrees the search may use at DP degree d: the fixed one where it
-    /// divides d, or every e that divides both d and the experts (1 for a dense model).
+    /// divides d, or every e that divides both d and the experts (1 for a dense model, and
+    /// under context parallelism).
     pub fn expert_parallel_degrees(&self, d: u64) -> Vec<u64> {
+        if self.cp > 1 {
+            return vec![1];
+        }
         match self.expert_parallel {
             Some(e) => {
                 if d.is_multiple_of(e) {
@@ -1029,6 +1064,7 @@ mod tests {
             global_batch: 1,
             micro_batch: 1,
             tp: 1,
+            cp: 1,
             dp_overlap: false,
             max_stages: None,
             recompute: None,

@@ -125,6 +125,8 @@ pub struct Plan {
     pub rank_order: RankOrder,
     /// TP width t (devices per stage).
     pub tp: u64,
+    /// Context-parallel degree c (devices splitting each sequence; 1: none).
+    pub cp: u64,
     /// Micro-batch size b.
     pub micro_batch: u64,
     /// Micro-batches per replica per batch, m = B / (b·d).
@@ -136,7 +138,7 @@ pub struct Plan {
     pub time_per_batch_s: f64,
     /// B / time_per_batch_s (samples/s; infinite when the time is 0).
     pub throughput_samples_per_s: f64,
-    /// d · p · t.
+    /// d · p · t · c.
     pub devices_used: u64,
     /// max_k T_k (s).
     pub max_stage_time_s: f64,

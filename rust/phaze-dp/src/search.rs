@@ -154,7 +154,8 @@ struct Shard {
 /// replica: its pipeline neighbours are t apart in both), so only the first allowed.
 fn shard_options(prob: &Problem, d: u64) -> Vec<Shard> {
     let all = prob.zero_stages();
-    let zs = if d == 1 { &all[..1] } else { all };
+    // Under CP the DP×CP group (d·c) shares the gradients and the ZeRO shards.
+    let zs = if d * prob.cp == 1 { &all[..1] } else { all };
     let orders = prob.rank_orders();
     let os = if d == 1 { &orders[..1] } else { orders };
     let es = prob.expert_parallel_degrees(d);
@@ -174,6 +175,9 @@ fn shard_options(prob: &Problem, d: u64) -> Vec<Shard> {
 struct Ctx<'p, 'a> {
     prep: &'p Prepared<'a>,
     d: u64,
+    /// The devices that share a stage's gradients and ZeRO shards: the DP×CP group, d·c
+    /// (d without context parallelism).
+    g: u64,
     zero: Zero,
     /// Expert-parallel degree e: the EP group is e consecutive DP replicas (`dp_stride`
     /// apart, on the level of e·stride); the replicas holding the same experts, d/e of them,
@@ -226,7 +230,8 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// level and the DP group's stride and level.
     fn new(prep: &'p Prepared<'a>, d: u64, p: usize, hbm: u64, shard: Shard) -> Self {
         let prob = prep.prob;
-        let (stride, pp_stride) = shard.o.strides(d, p as u64, prob.tp);
+        let g = d * prob.cp;
+        let (stride, pp_stride) = shard.o.strides(g, p as u64, prob.tp);
         let pp_level = prob.level_for(p as u64 * pp_stride);
         let cut = prob
             .layers
@@ -237,6 +242,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
         let mut ctx = Ctx {
             prep,
             d,
+            g,
             zero: shard.z,
             e: shard.e,
             order: shard.o,
@@ -244,13 +250,13 @@ impl<'p, 'a> Ctx<'p, 'a> {
             m,
             hbm,
             cut,
-            dp_level: prob.level_for(d * stride),
+            dp_level: prob.level_for(g * stride),
             dp_stride: stride,
             policies: prob.policies(),
             grads_freed: prob.grads_freed && m == 1 && shard.z.stage() < 2 && shard.e == 1,
             windows: None,
         };
-        if prob.dp_overlap && shard.z >= Zero::Gradients && d > 1 {
+        if prob.dp_overlap && shard.z >= Zero::Gradients && g > 1 {
             ctx.windows = Some(ctx.windows());
         }
         ctx
@@ -320,15 +326,15 @@ impl<'p, 'a> Ctx<'p, 'a> {
         let shard = |bytes: u64, experts: u64, sharded: bool| {
             let over = |x: u64, g: u64| if sharded { x.div_ceil(g) } else { x };
             if self.e == 1 {
-                over(bytes, self.d)
+                over(bytes, self.g)
             } else {
-                over(bytes - experts, self.d)
-                    .saturating_add(over(experts.div_ceil(self.e), self.d / self.e))
+                over(bytes - experts, self.g)
+                    .saturating_add(over(experts.div_ceil(self.e), self.g / self.e))
             }
         };
         // ZeRO-3's two gathered layers: whole layers, experts included (an upper bound under
         // EP, where a layer gathers only its 1/e of the experts).
-        let gathered = if z >= 3 && self.d > 1 {
+        let gathered = if z >= 3 && self.g > 1 {
             a.max_param_bytes.saturating_mul(2)
         } else {
             0
@@ -445,13 +451,13 @@ impl<'p, 'a> Ctx<'p, 'a> {
     ) -> f64 {
         let (prob, level, stride) = (self.prep.prob, self.dp_level, self.dp_stride);
         if self.e == 1 {
-            ring(prob, bytes as f64, self.d, level, stride)
+            ring(prob, bytes as f64, self.g, level, stride)
         } else {
-            ring(prob, (bytes - experts) as f64, self.d, level, stride)
+            ring(prob, (bytes - experts) as f64, self.g, level, stride)
                 + ring(
                     prob,
                     experts.div_ceil(self.e) as f64,
-                    self.d / self.e,
+                    self.g / self.e,
                     level,
                     self.e * stride,
                 )
@@ -554,7 +560,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
     #[inline]
     fn optimizer(&self, a: &RangeSums) -> f64 {
         if self.zero >= Zero::Optimizer {
-            a.opt_s / self.d as f64
+            a.opt_s / self.g as f64
         } else if self.e > 1 {
             (a.opt_s - a.expert_opt_s).max(0.0) + a.expert_opt_s / self.e as f64
         } else {
@@ -937,12 +943,13 @@ fn plan_of_stages(ctx: &Ctx, p: usize, v: u64, factor: f64, stages: Vec<Stage>) 
         expert_parallel: ctx.e,
         rank_order: ctx.order,
         tp: prob.tp,
+        cp: prob.cp,
         micro_batch: prob.micro_batch,
         num_micro_batches: ctx.m,
         global_batch: prob.global_batch,
         time_per_batch_s: time,
         throughput_samples_per_s: prob.global_batch as f64 / time,
-        devices_used: ctx.d * p as u64 * prob.tp,
+        devices_used: ctx.g * p as u64 * prob.tp,
         max_stage_time_s: max_t,
         max_exposed_dp_s: max_e,
         max_optimizer_s: max_o,
@@ -979,7 +986,7 @@ fn min_max_memory(ctx: &Ctx, s_max: usize) -> Vec<u64> {
 /// The DP degrees d with b·d | B and d·t <= N, ascending.
 fn dp_degrees(prob: &Problem) -> Vec<u64> {
     let q = prob.global_batch / prob.micro_batch;
-    let limit = q.min(prob.devices / prob.tp);
+    let limit = q.min(prob.devices / (prob.tp * prob.cp));
     let mut ds = Vec::new();
     if limit <= 1 << 16 {
         ds.extend((1..=limit).filter(|&d| q.is_multiple_of(d)));
@@ -1003,7 +1010,7 @@ fn dp_degrees(prob: &Problem) -> Vec<u64> {
 
 /// Largest stage count for DP degree d.
 fn p_max(prob: &Problem, d: u64) -> usize {
-    let by_devices = prob.devices / (d * prob.tp);
+    let by_devices = prob.devices / (d * prob.tp * prob.cp);
     let mut pm = prob
         .layers
         .len()
@@ -1021,23 +1028,23 @@ fn p_max(prob: &Problem, d: u64) -> usize {
 /// p in it share every level and bandwidth). p = 1 has no p2p, so it joins p = 2's group
 /// when it can.
 fn classes(prob: &Problem, d: u64, shard: Shard, pmax: usize) -> Vec<(usize, Vec<usize>)> {
-    let (t, e) = (prob.tp, shard.e);
+    let (t, e, g) = (prob.tp, shard.e, d * prob.cp);
     // ((p2p level, its bandwidth's bits), DP level, DP ring's key, EP level, all-to-all's and
     // experts' DP ring's keys; a ring's key is its bandwidth's bits, its steps and, on a level
     // with `tree`, the tree's chain and depth, `Problem::ring_key`).
     type Key = ((usize, u64), usize, RingKey, usize, RingKey, RingKey);
     let key = |p: usize| -> Key {
         let q = p.max(2) as u64;
-        let pp_stride = shard.o.strides(d, q, t).1;
+        let pp_stride = shard.o.strides(g, q, t).1;
         let pp_level = prob.level_for(q * pp_stride);
         let pp = (
             pp_level,
             prob.p2p_bandwidth_bps(pp_level, pp_stride).to_bits(),
         );
-        let (stride, _) = shard.o.strides(d, p as u64, t);
-        let (level, bw) = if d > 1 {
-            let level = prob.level_for(d * stride);
-            (level, prob.ring_key(d, level, stride))
+        let (stride, _) = shard.o.strides(g, p as u64, t);
+        let (level, bw) = if g > 1 {
+            let level = prob.level_for(g * stride);
+            (level, prob.ring_key(g, level, stride))
         } else {
             (0, (0, 0, 0, 0))
         };
@@ -1368,9 +1375,14 @@ fn memory_violation(prep: &Prepared) -> Violation {
         kind: ViolationKind::Memory,
         message: format!(
             "memory: no placement fits: the least memory any option needs is {} per device on \
-             its largest stage (DP {d}, PP {p}, TP {}{}), but HBM is {}",
+             its largest stage (DP {d}, PP {p}, TP {}{}{}), but HBM is {}",
             bytes_said(needed),
             prob.tp,
+            if prob.cp > 1 {
+                format!(", CP {}", prob.cp)
+            } else {
+                String::new()
+            },
             fixed_settings(prob),
             bytes_said(prob.hbm_bytes)
         ),
@@ -1426,10 +1438,15 @@ pub fn solve(prob: &Problem) -> Solution {
             ),
         ));
     }
-    if prob.tp > prob.devices {
+    if prob.tp * prob.cp > prob.devices {
+        let what = if prob.cp > 1 {
+            format!("t·c = {}·{}", prob.tp, prob.cp)
+        } else {
+            format!("t = {}", prob.tp)
+        };
         return Solution::Infeasible(Violation::new(
             ViolationKind::Devices,
-            format!("devices: t = {} exceeds N = {}", prob.tp, prob.devices),
+            format!("devices: {what} exceeds N = {}", prob.devices),
         ));
     }
     let prep = Prepared::new(prob);
@@ -1582,15 +1599,21 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
             format!("stages: p = {pp} exceeds max_stages = {ms}"),
         ));
     }
-    let used = dp.checked_mul(pp as u64).and_then(|x| x.checked_mul(t));
+    let c = prob.cp;
+    let used = dp
+        .checked_mul(pp as u64)
+        .and_then(|x| x.checked_mul(t))
+        .and_then(|x| x.checked_mul(c));
     if used.is_none_or(|u| u > prob.devices) {
         let shown = used.map_or_else(|| "more than 2^64".to_string(), |u| u.to_string());
+        let product = if c > 1 {
+            format!("d·p·t·c = {dp}·{pp}·{t}·{c}")
+        } else {
+            format!("d·p·t = {dp}·{pp}·{t}")
+        };
         violations.push(Violation::new(
             ViolationKind::Devices,
-            format!(
-                "devices: d·p·t = {dp}·{pp}·{t} = {shown} exceeds N = {}",
-                prob.devices
-            ),
+            format!("devices: {product} = {shown} exceeds N = {}", prob.devices),
         ));
     }
     let divisible = prob

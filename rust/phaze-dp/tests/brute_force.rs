@@ -34,6 +34,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         global_batch: rng.pow2(5),
         micro_batch: rng.pow2(2),
         tp: rng.pow2(2),
+        cp: 1,
         dp_overlap: rng.below(2) == 0,
         max_stages: if rng.below(3) == 0 {
             Some(1 + rng.below(n as u64) as usize)

@@ -98,6 +98,7 @@ fn a_problem_dict_reads_as_the_problem() {
         global_batch: 8,
         micro_batch: 1,
         tp: 1,
+        cp: 1,
         dp_overlap: false,
         max_stages: None,
         recompute: Some(Recompute::Full),

@@ -1,0 +1,173 @@
+"""``phaze-context-parallel``: price the step as one device of a context-parallel group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, TensorType
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+
+from passes.algorithms.context_parallel import ring_attention_s, ring_step_s
+from passes.algorithms.latency import layer_totals
+from passes.graph_view import step_function
+from phaze_ir import dialect as ph
+from phaze_ir import keys
+from phaze_ir.attributes import LatencyAttr, LayerInfoAttr, LayerLatencyAttr
+from phaze_ir.errors import PhazeError
+from phaze_ir.hardware_ir import module_accelerator
+
+
+@dataclass(frozen=True)
+class ContextParallelPass(ModulePass):
+    """Price the step, traced at S/c tokens per sample, as one device of a context-parallel
+    group of ``degree`` c (rules and sources in ``passes/algorithms/context_parallel.py``):
+    every fused attention (the ops of one ``phaze.fused`` attention kernel) becomes a ring
+    attention of c steps, each as long as the traced attention, with a hop of its keys and
+    values (backward: and their gradients) beside each step after the first, on the network
+    level of the c·t devices of the ring. Its ops' ``phaze.latency`` are scaled to that time
+    (in proportion: a step is the traced kernel), ``phaze.layer_latency`` is summed again, and
+    the module gets ``phaze.context_parallel = c``, which the placement reads.
+
+    Run after ``phaze-estimate-latency`` (it scales what that pass wrote), before the
+    schedules. Refused on a module with no fused attention: the runtimes' context parallelism
+    is ring flash attention (an eager attention with its scores in memory has no ring)."""
+
+    name = "phaze-context-parallel"
+    degree: int = 1
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        c = self.degree
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise PhazeError(f"{self.name}: degree={c!r}: expected a context-parallel degree >= 1")
+        if keys.CONTEXT_PARALLEL in op.attributes:
+            raise PhazeError(
+                f"{self.name}: the module is priced for context parallelism already; run phaze-estimate-latency "
+                "again first"
+            )
+        if c == 1:
+            return
+        acc = module_accelerator(op, self.name)
+        tp = keys.int_of(op, keys.TP_WIDTH, 1)
+        groups = attention_kernels(op)
+        if not groups:
+            raise PhazeError(
+                f"{self.name}: context parallelism {c} needs a fused attention (SDPA, flash attention): the "
+                "step has none; build the model with attn_implementation='sdpa'"
+            )
+        kv_of_layer: dict[int, int] = {}
+        for ops in groups.values():
+            if keys.string_of(ops[0], keys.PHASE, "fwd") == "fwd":
+                kv_of_layer.setdefault(_layer(ops[0]), kv_bytes(ops))
+        for ops in groups.values():
+            lats = [keys.require(o, keys.LATENCY, LatencyAttr).as_dict() for o in ops]
+            local = sum(float(lat["split_s"]) for lat in lats)
+            if local <= 0:
+                continue
+            backward = keys.string_of(ops[0], keys.PHASE, "fwd") == "bwd"
+            kv = kv_of_layer.get(_layer(ops[0])) or kv_bytes(ops)
+            hop, level = ring_step_s(acc.network, kv * (2 if backward else 1), c, tp)
+            share = acc.network[level].collective_compute_share or 0.0
+            factor = ring_attention_s(local, hop, c, share) / local
+            for o, lat in zip(ops, lats):
+                o.attributes[keys.LATENCY] = LatencyAttr.make(
+                    one_s=float(lat["one_s"]) * factor,
+                    split_s=float(lat["split_s"]) * factor,
+                    unit=lat["unit"],
+                    bound=lat["bound"],
+                )
+        _sum_layers(op)
+        _count_ring_flops(op, groups, c)
+        _whole_sequence(op, groups, c)
+        op.attributes[keys.CONTEXT_PARALLEL] = ph.int_attr(c)
+
+
+def _count_ring_flops(module: ModuleOp, groups: dict[str, list[Operation]], c: int) -> None:
+    """``phaze.layers``' FLOPs with each attention run c times (the ring's c steps): what the
+    devices compute, which the plan's hardware FLOPs (HFU) count."""
+    extra: dict[tuple[int, str], int] = {}
+    for ops in groups.values():
+        key = (_layer(ops[0]), keys.string_of(ops[0], keys.PHASE, "fwd"))
+        extra[key] = extra.get(key, 0) + (c - 1) * sum(o.flops() for o in ops if isinstance(o, ph.ComputeOp))
+    records = keys.records_of(module, keys.LAYERS, LayerInfoAttr)
+    if not records or not extra:
+        return
+    out = []
+    for r in records:
+        d = r.as_dict()
+        i = int(d["index"])
+        d["fwd_flops"] = int(d["fwd_flops"]) + extra.get((i, "fwd"), 0)
+        d["bwd_flops"] = int(d["bwd_flops"]) + extra.get((i, "bwd"), 0)
+        out.append(LayerInfoAttr.make(**d))
+    module.attributes[keys.LAYERS] = ArrayAttr(out)
+
+
+def _whole_sequence(module: ModuleOp, groups: dict[str, list[Operation]], c: int) -> None:
+    """``phaze.seq_len`` and ``phaze.model_flops`` of a whole sample (the trace's are one
+    device's S/c): c times the tokens; c times the GEMMs' model FLOPs but attention's, whose
+    score and context GEMMs grow with the square of the sequence, c² times."""
+    seq = keys.int_of(module, keys.SEQ_LEN, 0)
+    if seq:
+        module.attributes[keys.SEQ_LEN] = ph.int_attr(seq * c)
+    flops = keys.int_of(module, keys.MODEL_FLOPS, 0)
+    if flops:
+        attention = 3 * sum(
+            o.flops()
+            for ops in groups.values()
+            for o in ops
+            if isinstance(o, ph.MatmulOp) and keys.string_of(o, keys.PHASE) == "fwd"
+        )
+        whole = c * (flops - attention) + c * c * attention
+        if whole < 2**63:
+            module.attributes[keys.MODEL_FLOPS] = ph.int_attr(whole)
+        else:
+            module.attributes.pop(keys.MODEL_FLOPS)
+
+
+def attention_kernels(module: ModuleOp) -> dict[str, list[Operation]]:
+    """The ops of each fused attention kernel of the step, by its ``phaze.fused`` name (a
+    fused dropout, which has no GEMM, is not one), in program order."""
+    groups: dict[str, list[Operation]] = {}
+    for o in step_function(module).body.block.ops:
+        fused = o.attributes.get(keys.FUSED)
+        if isinstance(fused, StringAttr) and keys.LATENCY in o.attributes:
+            groups.setdefault(fused.data, []).append(o)
+    return {k: ops for k, ops in groups.items() if any(isinstance(o, ph.MatmulOp) for o in ops)}
+
+
+def kv_bytes(ops: list[Operation]) -> int:
+    """The bytes of the keys and values one hop of the ring carries: twice those of the
+    forward attention's first GEMM's right operand (``Kᵀ``; V is as large), one device's TP
+    share as the step is sharded (a backward hop carries these and their gradients)."""
+    first = next(o for o in ops if isinstance(o, ph.MatmulOp))
+    rhs = first.rhs.type
+    return 2 * ph.tensor_bytes(rhs) if isinstance(rhs, TensorType) else 0
+
+
+def _layer(o: Operation) -> int:
+    """The op's ``phaze.layer`` (0 is the prologue's), -1 without one."""
+    layer = o.attributes.get(keys.LAYER)
+    return layer.value.data if isinstance(layer, IntegerAttr) else -1
+
+
+def _sum_layers(module: ModuleOp) -> None:
+    """``phaze.layer_latency`` summed again from the ops' ``split_s``, as
+    ``phaze-estimate-latency`` sums it."""
+    layers: list[int] = []
+    phases: list[str] = []
+    seconds: list[float] = []
+    for o in module.walk():
+        lat = o.attributes.get(keys.LATENCY)
+        layer = o.attributes.get(keys.LAYER)
+        if isinstance(lat, LatencyAttr) and isinstance(layer, IntegerAttr):
+            layers.append(layer.value.data)
+            phases.append(keys.string_of(o, keys.PHASE, "fwd"))
+            seconds.append(float(lat.as_dict()["split_s"]))
+    if layers:
+        module.attributes[keys.LAYER_LATENCY] = ArrayAttr(
+            [
+                LayerLatencyAttr.make(index=i, fwd_s=t["fwd"], bwd_s=t["bwd"], opt_s=t["opt"])
+                for i, t in layer_totals(layers, phases, seconds).items()
+            ]
+        )

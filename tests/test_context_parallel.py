@@ -1,0 +1,203 @@
+"""Context parallelism (``--context-parallel``): the degrees a run may take, the ring attention's
+time worked by hand, the pass on a real SDPA Llama, and phazec end to end with its exports read
+by torchtitan's own config loader."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+import pytest
+from conftest import MODELS, run_tool
+
+from passes.algorithms import context_parallel as cp
+from passes.context_parallel import ContextParallelPass, attention_kernels
+from phaze_ir import dialect as ph
+from phaze_ir import keys
+from phaze_ir.attributes import LatencyAttr, LayerInfoAttr, LayerLatencyAttr
+from phaze_ir.errors import PhazeError
+from phaze_ir.hardware_ir import module_accelerator
+
+
+def test_auto_tries_the_powers_of_two_that_leave_enough_tokens():
+    assert cp.auto_degrees(131072, 64) == (1, 2, 4, 8, 16, 32)  # 4096 tokens a device at 32
+    assert cp.auto_degrees(131072, 8) == (1, 2, 4, 8)  # no more than the devices
+    assert cp.auto_degrees(8192, 64) == (1, 2)
+    assert cp.auto_degrees(4096, 64) == (1,)
+    assert cp.auto_degrees(None, 64) == (1,)
+
+
+@pytest.mark.parametrize(
+    ("c", "seq", "devices", "message"),
+    [
+        (3, 32, 8, "not a multiple of 2·c = 6"),
+        (16, 32, 8, "expected at most --devices 8"),
+        (2, None, 8, "the model has no sequence length"),
+    ],
+)
+def test_a_degree_that_cannot_split_the_sequence_is_refused(c, seq, devices, message):
+    with pytest.raises(cp.ContextParallelError, match=message):
+        cp.check_degree(c, seq, devices)
+    cp.check_degree(1, None, 1)  # no CP: nothing to split
+
+
+@pytest.mark.parametrize("text", ["0", "-2", "x", "2.5", "", "auto2", "99999999999"])
+def test_bad_values_are_refused(text):
+    assert cp.context_parallel_problem(text) == "expected auto or a degree N >= 1"
+    assert cp.context_parallel_problem("auto") is None and cp.context_parallel_problem("8") is None
+
+
+def test_ring_attention_worked_by_hand():
+    # Compute-bound: each hop (0.5 s) hides behind a step (1 s), which it slows by 10 % of the
+    # overlap: 1 + 3 x max(0.5, 1 + 0.1 x 0.5) = 4.15 s.
+    assert math.isclose(cp.ring_attention_s(1.0, 0.5, 4, 0.1), 4.15)
+    # Network-bound: the hops (3 s) set the pace: 1 + 3 x 3 = 10 s.
+    assert math.isclose(cp.ring_attention_s(1.0, 3.0, 4, 0.1), 10.0)
+    assert cp.ring_attention_s(1.0, 3.0, 1, 0.1) == 1.0  # no ring
+
+
+@functools.cache
+def _latency_module(seq_len: int):
+    """tiny_llama_sdpa at ``seq_len`` tokens (float16, eager kernels), priced on the h100."""
+    from phaze.tools.phazec import _parser, compile_model
+
+    args = _parser().parse_args(
+        [str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--emit", "latency", "--kernels", "eager"]
+        + ["--seq-len", str(seq_len), "--micro-batch", "1", "--tp", "1", "-q", "--no-cache"]
+    )
+    text, failure = compile_model(args, lambda msg: None)
+    assert failure is None, failure
+    return text
+
+
+def _parsed(seq_len: int):
+    from phaze_ir.ir import parse_module
+
+    return parse_module(_latency_module(seq_len))
+
+
+def _split(o) -> float:
+    return float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"])
+
+
+def test_the_pass_makes_each_attention_a_ring_of_c_steps():
+    """One device of CP 2 at 32 tokens: the step traced at 16; each attention kernel's ops take
+    the ring's time (a step each, the hop of K and V beside the second, twice the bytes
+    backward), every other op as traced; the layer sums, tokens, FLOPs follow."""
+    from xdsl.context import Context
+
+    before, after = _parsed(16), _parsed(16)
+    ContextParallelPass(degree=2).apply(Context(), after)
+    acc = module_accelerator(after, "test")
+    groups = attention_kernels(after)
+    assert len(groups) == 4  # 2 layers, forward and backward
+    in_group = {id(o) for ops in groups.values() for o in ops}
+    old = {i: _split(o) for i, o in enumerate(before.walk()) if keys.LATENCY in o.attributes}
+    new = {i: _split(o) for i, o in enumerate(after.walk()) if keys.LATENCY in o.attributes}
+    ops = [o for o in after.walk()]
+    level = acc.network[0]  # a ring of 2 at stride 1: inside the node
+    for ops_g in groups.values():
+        first = next(o for o in ops_g if isinstance(o, ph.MatmulOp))
+        backward = keys.string_of(first, keys.PHASE) == "bwd"
+        # K and V as SDPA sees them (GQA expanded): 1 x 4 heads x 16 tokens x 16 x 2 B each.
+        kv = 2 * 1 * 4 * 16 * 16 * 2
+        hop = level.latency_s + kv * (2 if backward else 1) / level.bandwidth_Bps
+        idx = [ops.index(o) for o in ops_g]
+        local = sum(old[i] for i in idx)
+        share = level.collective_compute_share or 0.0  # (none given inside an h100 node)
+        want = local + max(hop, local + share * min(hop, local))
+        assert math.isclose(sum(new[i] for i in idx), want, rel_tol=1e-12)
+    for i, o in enumerate(ops):
+        if i in old and id(o) not in in_group:
+            assert new[i] == old[i]
+    # The layers' sums are the ops' again.
+    sums: dict[tuple[int, str], float] = {}
+    for o in ops:
+        if keys.LATENCY in o.attributes and keys.LAYER in o.attributes:
+            k = (o.attributes[keys.LAYER].value.data, keys.string_of(o, keys.PHASE, "fwd"))
+            sums[k] = sums.get(k, 0.0) + _split(o)
+    for r in keys.records_of(after, keys.LAYER_LATENCY, LayerLatencyAttr):
+        d = r.as_dict()
+        for phase in ("fwd", "bwd"):
+            assert math.isclose(float(d[f"{phase}_s"]), sums.get((int(d["index"]), phase), 0.0), rel_tol=1e-12)
+    # A whole sample: 32 tokens; the GEMMs' FLOPs twice, attention's four times; the layers'
+    # FLOPs count each attention twice (its two steps).
+    assert keys.int_of(after, keys.SEQ_LEN, 0) == 32 and keys.int_of(after, keys.CONTEXT_PARALLEL, 1) == 2
+    attention = 3 * sum(
+        o.flops()
+        for g in groups.values()
+        for o in g
+        if isinstance(o, ph.MatmulOp) and keys.string_of(o, keys.PHASE) == "fwd"
+    )
+    flops = keys.int_of(before, keys.MODEL_FLOPS, 0)
+    assert keys.int_of(after, keys.MODEL_FLOPS, 0) == 2 * (flops - attention) + 4 * attention
+    grew = sum(int(r.as_dict()["fwd_flops"]) for r in keys.records_of(after, keys.LAYERS, LayerInfoAttr)) - sum(
+        int(r.as_dict()["fwd_flops"]) for r in keys.records_of(before, keys.LAYERS, LayerInfoAttr)
+    )
+    assert grew == sum(o.flops() for g in groups.values() for o in g if keys.string_of(o, keys.PHASE) == "fwd")
+    # Run twice, it would price the ring twice: refused.
+    with pytest.raises(PhazeError, match="priced for context parallelism already"):
+        ContextParallelPass(degree=2).apply(Context(), after)
+
+
+def test_the_pass_refuses_a_step_without_fused_attention(tiny_gpt2_module):
+    from xdsl.context import Context
+
+    from phaze.options import Options
+    from phaze.pipeline import compile_from, load_accelerator
+    from phaze_ir.hardware_ir import set_accelerator
+
+    module = tiny_gpt2_module
+    set_accelerator(module, load_accelerator("h100"))
+    compile_from(module, "training", "latency", 1, Options(hw="h100"))
+    with pytest.raises(PhazeError, match="needs a fused attention"):
+        ContextParallelPass(degree=2).apply(Context(), module)
+
+
+def _phazec(tmp_path, *extra: str) -> dict:
+    out = tmp_path / "plan.json"
+    model = str(MODELS / "tiny_llama_sdpa.py")
+    r = run_tool(
+        "phazec", model, "--hw", "h100", "--devices", "8", "--global-batch", "8", "--micro-batch", "1",
+        "--kernels", "eager", "--json", str(out), "-q", "--cache", str(tmp_path / "cache"), *extra,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return json.loads(out.read_text())
+
+
+def test_phazec_places_a_context_parallel_run_and_exports_it(tmp_path):
+    """``--context-parallel 2`` at TP 2 on 8 devices: a plan of 2 x 2 devices a replica, its
+    activations half those of the same run without CP, launched by both exports; torchtitan's
+    own config loader reads its degrees."""
+    titan = pytest.importorskip("torchtitan.config", reason="torchtitan 0.3.0 is installed by .ci/run (--no-deps)")
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    flags = ("--tp", "2", "--zero", "3", "--placement", "expert:1,2,2")
+    mega, titan_file = tmp_path / "m.args", tmp_path / "t.args"
+    with_cp = _phazec(tmp_path, *flags, "--context-parallel", "2", "--export", "megatron", str(mega), "--export",
+                      "torchtitan", str(titan_file))  # fmt: skip
+    assert (with_cp["dp"], with_cp["cp"], with_cp["tp"], with_cp["devices_used"]) == (2, 2, 2, 8)
+    assert with_cp["candidates"][0]["cp"] == 2
+    assert "CP 2" in with_cp["summary"]["placement"]
+    without = _phazec(tmp_path, *flags[:4], "--placement", "expert:1,4,2")
+    acts = [p["stages"][0]["memory"]["activations"] for p in (with_cp, without)]
+    assert acts[0] < 0.6 * acts[1]  # half the tokens a device
+    m_lines = mega.read_text().splitlines()
+    assert "--context-parallel-size=2" in m_lines and "--cp-comm-type=p2p" in m_lines
+    t_lines = titan_file.read_text().splitlines()
+    config = titan.ConfigManager().parse_args(["--module", "llama3", "--config", "llama3_debugmodel", *t_lines])
+    par = config.parallelism
+    dims = ParallelDims.from_config(par, world_size=8)
+    assert (dims.cp, dims.tp, dims.dp_shard, dims.dp_replicate) == (2, 2, 2, 1)
+
+
+def test_phazec_refuses_bad_degrees_before_any_work(tmp_path):
+    model = str(MODELS / "tiny_llama_sdpa.py")
+    for value, message in (("3", "not a multiple of 2·c = 6"), ("x", "expected auto or a degree N >= 1")):
+        r = run_tool("phazec", model, "--hw", "h100", "--devices", "8", "--context-parallel", value, "-q")
+        assert r.returncode != 0
+        line = r.stderr.strip().splitlines()[-1]
+        assert "--context-parallel" in line and message in line, r.stderr
+    r = run_tool("phazec", model, "--devices", "8", "--context-parallel", "2", "-q")  # the search
+    assert r.returncode != 0 and "does not split sequences" in r.stderr
