@@ -1,7 +1,7 @@
 """Context parallelism: one device's share of a step whose sequences are split over c devices,
 and the ring its attention exchanges keys and values around (pure Python, no xDSL).
 
-How the runtimes run it (docs/design.md §5.8):
+How the runtimes run it (docs/design.md §6.8a):
 
 - The sequence of every sample is cut into 2·c chunks and device i holds chunks i and
   2c−1−i, so that under a causal mask every device has the same work (Megatron-LM's
@@ -42,7 +42,7 @@ from passes.algorithms.placement import PlacementError
 
 #: ``--context-parallel auto`` tries c = 1 and the powers of two whose local sequence, S/c, is at
 #: least this many tokens. A bound of the search space, as the TP widths 1-8 are, not a fact of
-#: a chip: below it a step's attention is too short to hide its transfer (docs/design.md §5.8).
+#: a chip: below it a step's attention is too short to hide its transfer (docs/design.md §6.8a).
 AUTO_MIN_LOCAL_TOKENS = 4096
 #: The settings of ``--context-parallel`` besides a degree.
 AUTO = "auto"
