@@ -1,7 +1,8 @@
-//! Cross-check of the ZeRO stages, expert parallelism and interleaved 1F1B against exhaustive
-//! enumeration: every d, p, ZeRO stage, EP degree e, chunk count v, split (v = 1) and policy
-//! per rank, priced with this file's own copy of the formulas (crate docs), including a
-//! step-by-step simulation of Megatron's interleaved schedule for the stash.
+//! Cross-check of the ZeRO stages, expert parallelism, interleaved 1F1B and context
+//! parallelism against exhaustive enumeration: every d, p, ZeRO stage, EP degree e, chunk count
+//! v, split (v = 1) and policy per rank, priced with this file's own copy of the formulas (crate
+//! docs, `Problem::cp`), including a step-by-step simulation of Megatron's interleaved schedule
+//! for the stash.
 //!
 //! Numbers are dyadic as in `brute_force.rs`, except the interleaved bubble (p − 1)/v for odd
 //! v: so objectives are compared within the crate's tie tolerance, and the option chosen among
@@ -70,6 +71,19 @@ fn random_problem(rng: &mut Rng) -> Problem {
     } else {
         None
     };
+    // Context parallelism in a third of the problems (a generator of its own again). Under
+    // cp > 1 only tp-dp-pp and EP 1 are allowed (the others are input errors, checked in
+    // hand_checked.rs): a fixed tp-pp-dp becomes tp-dp-pp, a fixed EP degree > 1 auto.
+    let mut ctx = Rng(rng.0 ^ 0x6374_785f_7061_7261);
+    let cp = [1, 1, 1, 1, 2, 4][ctx.below(6) as usize];
+    let (rank_order, expert_parallel) = if cp > 1 {
+        (
+            rank_order.map(|_| RankOrder::TpDpPp),
+            expert_parallel.filter(|&e| e == 1),
+        )
+    } else {
+        (rank_order, expert_parallel)
+    };
     Problem {
         layers,
         devices: 1 + rng.below(32),
@@ -78,6 +92,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         global_batch: rng.pow2(5),
         micro_batch: rng.pow2(1),
         tp: rng.pow2(1),
+        cp,
         dp_overlap: rng.below(2) == 0,
         max_stages: None,
         recompute: if rng.below(2) == 0 {
@@ -186,44 +201,49 @@ fn price(
     let p = pol.len();
     let n = prob.layers.len();
     let t = prob.tp;
+    // Every device of a CP group works on the same samples: c does not divide the batch.
     let m = prob.global_batch / (prob.micro_batch * d);
+    // The devices sharing the gradients and the ZeRO shards: the DP×CP group of d·c.
+    let dc = d * prob.cp;
     let lvl = |g: u64| level_for(prob, g);
-    // tp-dp-pp: DP members t apart, pipeline neighbours d·t apart (the level of the d·p·t
-    // devices); tp-pp-dp: pipeline neighbours t apart in a replica of p·t, DP members p·t apart.
+    // tp-dp-pp (tp-cp-dp-pp under CP): DP×CP members t apart, pipeline neighbours d·c·t apart
+    // (the level of the d·c·p·t devices); tp-pp-dp (c = 1 only): pipeline neighbours t apart
+    // in a replica of p·t, DP members p·t apart.
     let pt = p as u64 * t;
-    let (stride, pp_stride) = if o == 0 { (t, d * t) } else { (pt, t) };
+    let (stride, pp_stride) = if o == 0 { (t, dc * t) } else { (pt, t) };
     let pp_span = p as u64 * pp_stride;
-    let dp_l = lvl(d * stride);
-    // Ring bandwidth of the DP group, its members `stride` apart.
-    let bw = ring_bandwidth(prob, d, dp_l, stride);
+    let dp_l = lvl(dc * stride);
+    // Ring bandwidth of the DP×CP group, its members `stride` apart.
+    let bw = ring_bandwidth(prob, dc, dp_l, stride);
     let lat = prob.levels[dp_l].latency_s;
-    let g = d as f64;
+    let g = dc as f64;
     let dense_all_reduce = |bytes: u64| {
-        if d <= 1 {
+        if dc <= 1 {
             0.0
         } else {
             2.0 * (g - 1.0) / g * bytes as f64 / bw + 2.0 * (g - 1.0) * lat
         }
     };
     let dense_half = |bytes: u64| {
-        if d <= 1 {
+        if dc <= 1 {
             0.0
         } else {
             (g - 1.0) / g * bytes as f64 / bw + (g - 1.0) * lat
         }
     };
-    // Under EP the experts' 1/e runs over the d/e replicas holding them, e·stride apart.
-    let ge = (d / e) as f64;
-    let bw_e = ring_bandwidth(prob, d / e, dp_l, e * stride);
+    // Under EP (c = 1 only) the experts' 1/e runs over the d/e replicas holding them,
+    // e·stride apart.
+    let ge = (dc / e) as f64;
+    let bw_e = ring_bandwidth(prob, dc / e, dp_l, e * stride);
     let expert_all_reduce = |bytes: u64| {
-        if d / e <= 1 {
+        if dc / e <= 1 {
             0.0
         } else {
             2.0 * (ge - 1.0) / ge * bytes.div_ceil(e) as f64 / bw_e + 2.0 * (ge - 1.0) * lat
         }
     };
     let expert_half = |bytes: u64| {
-        if d / e <= 1 {
+        if dc / e <= 1 {
             0.0
         } else {
             (ge - 1.0) / ge * bytes.div_ceil(e) as f64 / bw_e + (ge - 1.0) * lat
@@ -262,7 +282,7 @@ fn price(
     // ZeRO-2/3 overlapped layer by layer (FSDP): each layer's collectives beside the compute
     // of the layer before it, the first all-gather of each pass and the last reduce-scatter
     // alone; a piece of layers lo..=hi, walked in its own order.
-    let windows = prob.dp_overlap && z >= 2 && d > 1;
+    let windows = prob.dp_overlap && z >= 2 && dc > 1;
     let piece_windows = |lo: usize, hi: usize| {
         let ls = &prob.layers;
         let ag = |l: usize| half(ls[l].param_bytes, ls[l].expert_param_bytes);
@@ -372,26 +392,26 @@ fn price(
             _ => 0.0,
         };
         let time = compute + rec + link + mb;
-        // The optimizer step after the flush: each replica updates 1/d of the state from
-        // ZeRO-1 on (the experts' 1/e over their d/e replicas: 1/d too); without ZeRO, a
-        // device updates all of the dense state and 1/e of the experts'.
+        // The optimizer step after the flush: each device of the DP×CP group updates 1/(d·c)
+        // of the state from ZeRO-1 on (the experts' 1/e over their d/e replicas: 1/d too);
+        // without ZeRO, a device updates all of the dense state and 1/e of the experts'.
         let optimizer = if z >= 1 {
-            opt / d as f64
+            opt / dc as f64
         } else {
             (opt - expert_opt) + expert_opt / e as f64
         };
         let sh = |x: u64, experts: u64, on: bool| {
             let over = |y: u64, g: u64| if on { y.div_ceil(g) } else { y };
             if e == 1 {
-                over(x, d)
+                over(x, dc)
             } else {
-                over(x - experts, d) + over(experts.div_ceil(e), d / e)
+                over(x - experts, dc) + over(experts.div_ceil(e), dc / e)
             }
         };
         let state = sh(pb, epb, z >= 3)
             + sh(gb, egb, z >= 2)
             + sh(ob, eob, z >= 1)
-            + if z >= 3 && d > 1 { 2 * maxp } else { 0 };
+            + if z >= 3 && dc > 1 { 2 * maxp } else { 0 };
         let stash = if v == 1 {
             ((p - k) as u64).min(m) * saved_per_chunk[0]
         } else {
@@ -422,12 +442,13 @@ fn price(
         opts.push(optimizer);
     }
     let factor = m as f64 + (p - 1) as f64 / v as f64;
+    let devices = dc * p as u64 * t;
     Priced {
         obj: factor * max_t + max_e + max_o,
         mem: max_mem,
         times,
         opts,
-        key: (d * p as u64 * t, p, v, z, e, o, ends.to_vec(), pol.to_vec()),
+        key: (devices, p, v, z, e, o, ends.to_vec(), pol.to_vec()),
     }
 }
 
@@ -440,8 +461,11 @@ fn zero_stages(prob: &Problem) -> Vec<u8> {
 }
 
 /// The EP degrees allowed at d: the fixed one if it divides d, else every e dividing d and the
-/// experts.
+/// experts; 1 alone under context parallelism.
 fn expert_degrees(prob: &Problem, d: u64) -> Vec<u64> {
+    if prob.cp > 1 {
+        return vec![1];
+    }
     let experts = prob
         .layers
         .iter()
@@ -457,8 +481,12 @@ fn expert_degrees(prob: &Problem, d: u64) -> Vec<u64> {
     }
 }
 
-/// The rank orders allowed (0: tp-dp-pp, 1: tp-pp-dp).
+/// The rank orders allowed (0: tp-dp-pp, 1: tp-pp-dp); tp-dp-pp alone under context
+/// parallelism (numbered tp-cp-dp-pp).
 fn rank_orders(prob: &Problem) -> Vec<u8> {
+    if prob.cp > 1 {
+        return vec![0];
+    }
     match prob.rank_order {
         None => vec![0, 1],
         Some(RankOrder::TpDpPp) => vec![0],
@@ -561,8 +589,19 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * b.abs().max(1e-9)
 }
 
-fn check_plan(plan: &Plan, want: &Priced, case: usize) {
+fn check_plan(plan: &Plan, prob: &Problem, want: &Priced, case: usize) {
     assert_eq!(key_of(plan), want.key, "case {case}");
+    assert_eq!(plan.cp, prob.cp, "case {case}");
+    assert_eq!(
+        plan.devices_used,
+        plan.dp * plan.pp as u64 * prob.tp * prob.cp,
+        "case {case}"
+    );
+    assert_eq!(
+        plan.num_micro_batches,
+        prob.global_batch / (prob.micro_batch * plan.dp),
+        "case {case}"
+    );
     assert!(close(plan.time_per_batch_s, want.obj), "case {case}");
     assert_eq!(plan.max_memory_bytes, want.mem, "case {case}");
     let times: Vec<f64> = plan.stages[..plan.pp].iter().map(|s| s.time_s).collect();
@@ -596,20 +635,35 @@ fn settings_equal_brute_force() {
     let mut rng = Rng(0x51_7cc1_b727_220a);
     let (mut feasible, mut interleaved, mut sharded, mut infeasible) = (0, 0, 0, 0);
     let mut expert_parallel = 0;
+    // Context parallelism: feasible plans with c > 1, those of them sharded at d = 1 (the
+    // DP×CP group alone shares the state), and the problems refused for t·c > N.
+    let (mut context, mut context_d1_sharded, mut context_refused) = (0, 0, 0);
     for case in 0..2000 {
         let prob = random_problem(&mut rng);
         let got = solve(&prob);
         let b = prob.micro_batch;
         let n = prob.layers.len();
-        if !prob.global_batch.is_multiple_of(b) || prob.tp > prob.devices {
-            assert!(matches!(got, Solution::Infeasible(_)), "case {case}");
+        let c = prob.cp;
+        if !prob.global_batch.is_multiple_of(b) {
+            assert!(
+                matches!(got, Solution::Infeasible(ref v) if v.kind == ViolationKind::Batch),
+                "case {case}"
+            );
+            continue;
+        }
+        if prob.tp * c > prob.devices {
+            assert!(
+                matches!(got, Solution::Infeasible(ref v) if v.kind == ViolationKind::Devices),
+                "case {case}"
+            );
+            context_refused += usize::from(c > 1 && prob.tp <= prob.devices);
             continue;
         }
         let mut plans = Vec::new();
         let q = prob.global_batch / b;
         for d in (1..=q).filter(|&d| q.is_multiple_of(d)) {
             for p in 1..=n {
-                if d * p as u64 * prob.tp <= prob.devices {
+                if d * p as u64 * prob.tp * c <= prob.devices {
                     plans.extend(all_plans(&prob, d, p));
                 }
             }
@@ -620,7 +674,9 @@ fn settings_equal_brute_force() {
                 interleaved += usize::from(plan.virtual_stages > 1);
                 sharded += usize::from(plan.zero != Zero::Off);
                 expert_parallel += usize::from(plan.expert_parallel > 1);
-                check_plan(&plan, want, case);
+                context += usize::from(c > 1);
+                context_d1_sharded += usize::from(c > 1 && plan.dp == 1 && plan.zero != Zero::Off);
+                check_plan(&plan, &prob, want, case);
             }
             (Solution::Infeasible(v), None) => {
                 infeasible += 1;
@@ -632,6 +688,13 @@ fn settings_equal_brute_force() {
                     );
                 } else {
                     assert_eq!(v.kind, ViolationKind::Memory, "case {case}");
+                    // The report names the CP degree the least memory was found under.
+                    assert_eq!(
+                        v.message.contains(&format!(", CP {c}")),
+                        c > 1,
+                        "case {case}: {}",
+                        v.message
+                    );
                 }
             }
             (got, want) => panic!(
@@ -642,15 +705,20 @@ fn settings_equal_brute_force() {
     }
     eprintln!(
         "feasible {feasible} (interleaved {interleaved}, ZeRO > 0 {sharded}, EP > 1 \
-         {expert_parallel}), infeasible {infeasible}"
+         {expert_parallel}, CP > 1 {context}, of them ZeRO > 0 at d = 1 {context_d1_sharded}), \
+         infeasible {infeasible}, refused for t·c > N {context_refused}"
     );
     assert!(
         feasible > 400
             && interleaved > 40
             && sharded > 40
             && expert_parallel > 40
+            && context > 100
+            && context_d1_sharded > 20
+            && context_refused > 10
             && infeasible > 100,
         "feasible {feasible}, interleaved {interleaved}, sharded {sharded}, EP {expert_parallel}, \
+         CP {context}, CP sharded at d = 1 {context_d1_sharded}, CP refused {context_refused}, \
          infeasible {infeasible}"
     );
 }
@@ -658,7 +726,7 @@ fn settings_equal_brute_force() {
 #[test]
 fn evaluate_fixed_with_settings_equals_brute_force() {
     let mut rng = Rng(0x2f1e_9d3c_4b5a_6978);
-    let mut checked = 0;
+    let (mut checked, mut context_over) = (0, 0);
     for case in 0..800 {
         let prob = random_problem(&mut rng);
         let n = prob.layers.len();
@@ -669,6 +737,16 @@ fn evaluate_fixed_with_settings_equals_brute_force() {
             assert!(ev.plan.is_none());
             continue;
         }
+        // The devices counted are d·p·t·c.
+        let over = d * p as u64 * prob.tp * prob.cp > prob.devices;
+        assert_eq!(
+            over,
+            ev.violations.iter().any(
+                |v| v.kind == ViolationKind::Devices && v.message.starts_with("devices: d·p·t")
+            ),
+            "case {case}"
+        );
+        context_over += usize::from(prob.cp > 1 && over && d * p as u64 * prob.tp <= prob.devices);
         let plans = all_plans(&prob, d, p);
         if plans.is_empty() {
             // Only a fixed interleaving that (p, m, blocks) does not allow, or a fixed EP
@@ -690,7 +768,7 @@ fn evaluate_fixed_with_settings_equals_brute_force() {
                         .any(|v| v.kind == ViolationKind::Memory),
                     "case {case}"
                 );
-                check_plan(plan, want, case);
+                check_plan(plan, &prob, want, case);
             }
             None => {
                 let v = ev
@@ -701,7 +779,11 @@ fn evaluate_fixed_with_settings_equals_brute_force() {
                 // The least memory at the least-memory ZeRO stage and EP degree and the first
                 // chunk count.
                 let zmax = *zero_stages(&prob).last().unwrap();
-                let zmax = if d == 1 { zero_stages(&prob)[0] } else { zmax };
+                let zmax = if d * prob.cp == 1 {
+                    zero_stages(&prob)[0]
+                } else {
+                    zmax
+                };
                 let emax = *expert_degrees(&prob, d).last().unwrap();
                 let vfirst = plans.iter().map(|x| x.key.2).min().unwrap();
                 let least = plans
@@ -715,7 +797,13 @@ fn evaluate_fixed_with_settings_equals_brute_force() {
             }
         }
     }
+    eprintln!("checked {checked}, over the devices by c alone {context_over}");
     assert!(checked > 300, "checked {checked}");
+    // Some fixed placements fit d·p·t but not d·p·t·c.
+    assert!(
+        context_over > 10,
+        "over the devices by c alone {context_over}"
+    );
 }
 
 #[test]

@@ -32,6 +32,7 @@ fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
         global_batch,
         micro_batch: 1,
         tp: 1,
+        cp: 1,
         dp_overlap: false,
         max_stages: None,
         recompute: None,
@@ -679,4 +680,188 @@ fn the_optimizer_step_follows_the_flush() {
         (parts.compute_s, parts.recompute_s, parts.pp_comm_s),
         (12.0, 0.0, 0.0)
     );
+}
+
+#[test]
+fn context_parallelism_shares_the_state_over_the_dp_cp_group() {
+    // Two layers of 3 s (fwd 1, bwd 2, as priced for one device of a CP group), each with 1e9
+    // weight and 1e9 gradient bytes, 4e9 optimizer bytes and a 4 s optimizer step. N = 4 on
+    // one level (1e9 B/s, 0.1 s), B = 2, b = 1, t = 1, c = 2, ZeRO-1, no overlap.
+    //
+    // Devices d·p·t·c <= 4, so d·p <= 2; m = B / (b·d), c does not divide the batch. The
+    // DP×CP group has g = d·c devices, t = 1 apart. ZeRO-1 per step: a reduce-scatter of the
+    // stage's gradients and an all-gather of its weights, each (g − 1)/g · bytes / 1e9 +
+    // (g − 1) · 0.1; the optimizer step and state divided by g.
+    //   d=1,p=1: 2 devices, m = 2, g = 2: T = 6; RS = AG = 1/2 · 2 + 0.1 = 1.1 → E = 2.2;
+    //            O = 8 / 2 = 4; (2 + 0) · 6 + 2.2 + 4 = 18.2
+    //   d=1,p=2: 4 devices, m = 2, g = 2: T = 3 + 2 · p2p(0) = 3.2; RS = AG = 1/2 + 0.1 = 0.6
+    //            → E = 1.2; O = 4 / 2 = 2; (2 + 1) · 3.2 + 1.2 + 2 = 12.8
+    //   d=2,p=1: 4 devices, m = 1, g = 4: T = 6; RS = AG = 3/4 · 2 + 3 · 0.1 = 1.8 → E = 3.6;
+    //            O = 8 / 4 = 2; (1 + 0) · 6 + 3.6 + 2 = 11.6, the best
+    // Memory of d=2,p=1: weights 2e9 + gradients 2e9 + optimizer 8e9 / 4 = 6e9.
+    let mut l = layer();
+    l.param_bytes = 1_000_000_000;
+    l.grad_bytes = 1_000_000_000;
+    l.optimizer_bytes = 4_000_000_000;
+    l.opt_s = 4.0;
+    let mut prob = problem(vec![l; 2], 4, 2);
+    prob.cp = 2;
+    prob.rank_order = None;
+    prob.zero = Some(Zero::Optimizer);
+    prob.recompute = Some(Recompute::None);
+    let plan = feasible(solve(&prob));
+    assert_eq!(
+        (
+            plan.dp,
+            plan.pp,
+            plan.cp,
+            plan.num_micro_batches,
+            plan.devices_used
+        ),
+        (2, 1, 2, 1, 4)
+    );
+    assert_eq!(plan.rank_order, RankOrder::TpDpPp);
+    assert!(
+        close(plan.time_per_batch_s, 11.6),
+        "{}",
+        plan.time_per_batch_s
+    );
+    assert!(close(plan.throughput_samples_per_s, 2.0 / 11.6));
+    let s = &plan.stages[0];
+    assert!(close(s.time_s, 6.0), "{}", s.time_s);
+    assert!(
+        close(s.dp_comm_s, 3.6) && close(s.exposed_dp_s, 3.6),
+        "{s:?}"
+    );
+    assert!(close(s.optimizer_s, 2.0), "{}", s.optimizer_s);
+    assert_eq!(
+        (s.memory.params, s.memory.grads, s.memory.optimizer),
+        (2_000_000_000, 2_000_000_000, 2_000_000_000)
+    );
+    assert_eq!(s.memory_bytes, 6_000_000_000);
+    // The other two placements, fixed.
+    let ev = evaluate_fixed(&prob, 1, 1).unwrap();
+    assert!(ev.feasible, "{:?}", ev.violations);
+    let one = ev.plan.unwrap();
+    assert_eq!((one.num_micro_batches, one.devices_used), (2, 2));
+    assert!(
+        close(one.time_per_batch_s, 18.2),
+        "{}",
+        one.time_per_batch_s
+    );
+    assert!(close(one.stages[0].dp_comm_s, 2.2) && close(one.stages[0].optimizer_s, 4.0));
+    assert_eq!(one.stages[0].memory.optimizer, 4_000_000_000);
+    let ev = evaluate_fixed(&prob, 2, 1).unwrap();
+    assert!(ev.feasible, "{:?}", ev.violations);
+    let two = ev.plan.unwrap();
+    assert_eq!((two.num_micro_batches, two.devices_used), (2, 4));
+    assert!(
+        close(two.time_per_batch_s, 12.8),
+        "{}",
+        two.time_per_batch_s
+    );
+    for s in &two.stages {
+        assert!(close(s.time_s, 3.2) && close(s.dp_comm_s, 1.2) && close(s.optimizer_s, 2.0));
+    }
+    // d = 2, p = 2 needs d·p·t·c = 8 devices: reported, still priced.
+    let ev = evaluate_fixed(&prob, 2, 2).unwrap();
+    assert!(!ev.feasible);
+    assert_eq!(ev.violations[0].kind, ViolationKind::Devices);
+    assert_eq!(
+        ev.violations[0].message,
+        "devices: d·p·t·c = 2·2·1·2 = 8 exceeds N = 4"
+    );
+    assert_eq!(ev.plan.unwrap().devices_used, 8);
+
+    // At d = 1 the CP group alone shares the state, so every ZeRO stage is on offer. Auto
+    // ZeRO at d = 1, p = 1 (m = 2, g = 2):
+    //   ZeRO-0: all-reduce 2 · 1/2 · 2 + 2 · 0.1 = 2.2, O = 8: 12 + 2.2 + 8 = 22.2
+    //   ZeRO-1: 18.2 (above)
+    //   ZeRO-2: the reduce-scatter (1.1) each micro-batch: 2 · 7.1 + AG 1.1 + 4 = 19.3
+    //   ZeRO-3: RS and two AGs each micro-batch: 2 · 9.3 + 4 = 22.6
+    prob.zero = None;
+    let one = evaluate_fixed(&prob, 1, 1).unwrap().plan.unwrap();
+    assert_eq!((one.dp, one.zero), (1, Zero::Optimizer));
+    assert!(
+        close(one.time_per_batch_s, 18.2),
+        "{}",
+        one.time_per_batch_s
+    );
+    for (zero, time) in [
+        (Zero::Off, 22.2),
+        (Zero::Gradients, 19.3),
+        (Zero::Parameters, 22.6),
+    ] {
+        prob.zero = Some(zero);
+        let plan = evaluate_fixed(&prob, 1, 1).unwrap().plan.unwrap();
+        assert_eq!(plan.zero, zero);
+        assert!(
+            close(plan.time_per_batch_s, time),
+            "{zero:?}: {}",
+            plan.time_per_batch_s
+        );
+    }
+}
+
+#[test]
+fn context_parallelism_input_errors_and_refusals() {
+    let mut prob = problem(vec![layer(); 2], 4, 2);
+    prob.cp = 2;
+    // problem() fixes tp-pp-dp: under CP the devices are numbered tp-cp-dp-pp.
+    let refused = |prob: &Problem, said: &str| {
+        match solve(prob) {
+            Solution::Infeasible(v) => {
+                assert_eq!(v.kind, ViolationKind::Input);
+                assert_eq!(v.message, said);
+            }
+            s => panic!("{s:?}"),
+        }
+        assert_eq!(evaluate_fixed(prob, 1, 1).unwrap_err().message, said);
+    };
+    refused(
+        &prob,
+        "rank_order tp-pp-dp with cp = 2: context parallelism is numbered tp-cp-dp-pp",
+    );
+    prob.rank_order = Some(RankOrder::TpDpPp);
+    assert_eq!(feasible(solve(&prob)).cp, 2);
+    // A fixed EP degree above 1 with CP.
+    let mut moe = prob.clone();
+    for l in &mut moe.layers {
+        l.experts = 2;
+    }
+    moe.expert_parallel = Some(2);
+    refused(
+        &moe,
+        "expert_parallel > 1 with cp = 2: experts are not split over a context-parallel run",
+    );
+    // Auto EP under CP: 1, though d = 2 and 2 experts would allow e = 2 without CP.
+    moe.expert_parallel = None;
+    let plan = feasible(solve(&moe));
+    assert_eq!(plan.expert_parallel, 1);
+    // c = 0.
+    let mut zero = prob.clone();
+    zero.cp = 0;
+    refused(&zero, "cp must be >= 1");
+    // t·c > N: refused before any search, t alone fitting or not.
+    prob.cp = 8;
+    match solve(&prob) {
+        Solution::Infeasible(v) => {
+            assert_eq!(v.kind, ViolationKind::Devices);
+            assert_eq!(v.message, "devices: t·c = 1·8 exceeds N = 4");
+        }
+        s => panic!("{s:?}"),
+    }
+    prob.cp = 4;
+    prob.tp = 2;
+    match solve(&prob) {
+        Solution::Infeasible(v) => {
+            assert_eq!(v.kind, ViolationKind::Devices);
+            assert_eq!(v.message, "devices: t·c = 2·4 exceeds N = 4");
+        }
+        s => panic!("{s:?}"),
+    }
+    // t·c = N: one stage, one replica, all 4 devices.
+    prob.cp = 2;
+    let plan = feasible(solve(&prob));
+    assert_eq!((plan.dp, plan.pp, plan.devices_used), (1, 1, 4));
 }
