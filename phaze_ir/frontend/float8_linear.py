@@ -6,7 +6,7 @@
 forward's tensors (inputs, weights) and E5M2 for the output gradients, one scale per tensor.
 Everything else (norms, attention, the loss, the LM head, the weights and gradients) stays in
 bf16, and the optimizer keeps its fp32 state.  While tracing, each linear that Transformer
-Engine would run in FP8 runs :class:`Float8Linear` instead of ``F.linear``: the ops a TE
+Engine would run in FP8 runs :func:`float8_linear` instead of ``F.linear``: the ops a TE
 ``Linear`` launches, on fake tensors of the real dtypes, so that the traced step carries the
 casts, the FP8 GEMMs (``aten._scaled_mm``) and what the backward keeps, as the runtime does.
 
@@ -14,8 +14,9 @@ What it follows, in Transformer Engine 2.20.0.dev0 (``transformer_engine/pytorch
 linear.py``, ``_Linear.forward`` / ``backward``):
 
 - the input is cast to E4M3 with its columnwise (transposed) copy, which the weight gradient
-  reads; the forward keeps only that copy for the backward ("Discard row-wise data since it is
-  not needed in backward pass"), 1 byte per element where bf16 keeps 2;
+  reads, once for all the linears that read it (Megatron's fused ``linear_qkv`` and
+  ``linear_fc1``); the forward keeps only that copy for the backward ("Discard row-wise data
+  since it is not needed in backward pass"), 1 byte per element where bf16 keeps 2;
 - the weight is cast to E4M3 with its transposed copy (the FP8 workspace, ``weightmat``), saved
   for the input gradient (``wt_save = weightmat``);
 - the output gradient is cast to E5M2 with its transposed copy, for the two backward GEMMs;
@@ -68,10 +69,10 @@ def _make_function():
         """``x @ w.t()`` with FP8 operands, forward and backward as TE's ``_Linear``."""
 
         @staticmethod
-        def forward(ctx, x2d, weight, x_scale, w_scale, g_scale):
+        def forward(ctx, x2d, weight, x_row, x_col, x_scale, w_scale, g_scale):
             # x [M, K] @ w^T [K, N]: _scaled_mm reads its first operand row-major, its second
-            # column-major (the rowwise copy of w [N, K], transposed as a view)
-            x_row, x_col = _cast(x2d, e4m3)
+            # column-major (the rowwise copy of w [N, K], transposed as a view); the input's
+            # casts come made (:func:`float8_linear`: shared by the linears that read it)
             w_row, w_col = _cast(weight, e4m3)
             out = torch._scaled_mm(x_row, w_row.t(), x_scale, w_scale, out_dtype=x2d.dtype)
             # the backward reads the columnwise copies: the input's and the weight's
@@ -86,7 +87,7 @@ def _make_function():
             # input gradient [M, K] = g [M, N] @ w [N, K]; weight gradient [N, K] = g^T [N, M] @ x [M, K]
             grad_x = torch._scaled_mm(g_row, w_col.t(), g_scale, w_scale, out_dtype=ctx.dtype)
             grad_w = torch._scaled_mm(g_col, x_col.t(), g_scale, x_scale, out_dtype=ctx.dtype)
-            return grad_x, grad_w, None, None, None
+            return grad_x, grad_w, None, None, None, None, None
 
     return _Float8Matmul
 
@@ -100,11 +101,21 @@ def _weight(linear):
     return linear.weight if isinstance(linear, torch.nn.Linear) else linear.weight.t()
 
 
-def float8_linear(linear, x, matmul) -> Any:
-    """``linear(x)`` through the FP8 GEMMs of ``matmul`` (``_make_function()``); a bias is added
-    after the GEMM (TE adds it in the GEMM's epilogue)."""
+def float8_linear(linear, x, matmul, casts: dict) -> Any:
+    """``linear(x)`` through the FP8 GEMMs of ``matmul`` (``_make_function()``).  The input is
+    cast once for every linear that reads it (``casts``, by the input's identity): Megatron-LM
+    runs q, k and v as one TE linear (``linear_qkv``), and gate and up (``linear_fc1``), which
+    cast their shared input once and keep one FP8 copy of it.  A bias is added after the GEMM
+    (TE adds it in the GEMM's epilogue)."""
+    import torch
+
+    x2d = x.reshape(-1, x.shape[-1])
+    if id(x) not in casts:
+        with torch.no_grad():  # an FP8 cast has no gradient: the GEMMs' backward is x's
+            casts[id(x)] = (x, *_cast(x2d, _float8_dtypes()[0]))  # x kept: its id stays its own
+    _, x_row, x_col = casts[id(x)]
     scales = (getattr(linear, name) for name in SCALE_BUFFERS)
-    out = matmul.apply(x.reshape(-1, x.shape[-1]), _weight(linear), *scales)
+    out = matmul.apply(x2d, _weight(linear), x_row, x_col, *scales)
     bias = linear.bias
     out = out.reshape(*x.shape[:-1], out.shape[-1])
     return out if bias is None else out + bias
@@ -122,11 +133,12 @@ def fp8_linears(model) -> list[Any]:
     """The linears of ``model`` that Transformer Engine runs in FP8 (module docstring)."""
     import torch
 
-    kinds = tuple(k for k in (torch.nn.Linear, _conv1d_class()) if k is not None)
+    kinds: tuple[type, ...] = tuple(k for k in (torch.nn.Linear, _conv1d_class()) if k is not None)
     head = getattr(model, "get_output_embeddings", lambda: None)()
     found = []
     for m in model.modules():
-        if not isinstance(m, kinds) or m is head or getattr(m, "weight", None) is None or m.weight.dim() != 2:
+        weight = getattr(m, "weight", None)
+        if not isinstance(m, kinds) or m is head or not isinstance(weight, torch.Tensor) or weight.dim() != 2:
             continue
         out_features, in_features = _weight(m).shape
         if out_features % FP8_ROWS == 0 and in_features % FP8_COLUMNS == 0:
@@ -149,11 +161,12 @@ def fp8_linears_patched(model) -> Iterator[int]:
     """While open, every linear of :func:`fp8_linears` (given its scales by
     :func:`register_fp8_scales`) runs its FP8 GEMMs; yields how many."""
     matmul = _make_function()
+    casts: dict = {}
     linears = [m for m in fp8_linears(model) if hasattr(m, SCALE_BUFFERS[0])]
     for m in linears:
         # an instance attribute: ``m(x)`` still runs the module's hooks (its provenance), and
         # reads the weight and scales ``functional_call`` put in place
-        m.forward = lambda x, m=m: float8_linear(m, x, matmul)
+        m.forward = lambda x, m=m: float8_linear(m, x, matmul, casts)
     try:
         yield len(linears)
     finally:
