@@ -154,7 +154,7 @@ def repeated_dim(src, dst) -> int | None:
 def map_view(kind: str, aten: str, src, dst, sp: Split, t: int) -> Split:
     """The split of one result ``dst`` of a single-operand layout op on ``src`` split ``sp``."""
     src, dst = tuple(src), tuple(dst)
-    if kind in ("alias", "detach", "clone", "copy", "contiguous") and src == dst:
+    if kind in ("alias", "detach", "clone", "copy", "contiguous", "convert") and src == dst:
         return sp
     if kind in ("view", "reshape", "alias", "detach", "clone", "copy", "squeeze", "unsqueeze"):
         if math.prod(src) != math.prod(dst):

@@ -218,6 +218,10 @@ def elementwise(prop: Propagation, i: int, op: TOp) -> None:
     parameter meeting a split operand along a full dim (a bias, a norm's scale) is split with
     it; any other replicated operand along a full split dim refuses the split (it would need
     a slice)."""
+    if len(op.operands) == 1 and prop.structure.is_chain_op(op) and prop.operand(i, 0) is PENDING:
+        for rv in op.results:  # a cast of a parameter (--dtype fp8): decided with the parameter
+            prop.states[rv] = PENDING
+        return
     out_v = op.results[0]
     states = [prop.operand(i, k) for k in range(len(op.operands))]
     if any(s == PARTIAL for s in states):

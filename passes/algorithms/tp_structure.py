@@ -183,7 +183,10 @@ class GraphStructure:
     def is_chain_op(self, op: TOp) -> bool:
         """Is ``op`` a single-operand view or copy through which a value is still a view of
         its parameter (:data:`CHAIN_KINDS`)?"""
-        return op.name == "layout" and op.kind in CHAIN_KINDS and len(op.operands) == 1 and len(op.results) == 1
+        if len(op.operands) != 1 or len(op.results) != 1:
+            return False
+        # a dtype cast of the whole tensor (--dtype fp8's weight casts) is the parameter too
+        return (op.name == "layout" and op.kind in CHAIN_KINDS) or (op.name == "elementwise" and op.kind == "convert")
 
     def root_param(self, v: int) -> int:
         """The parameter argument ``v`` is a view of (-1 if none)."""

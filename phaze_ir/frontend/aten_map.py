@@ -156,7 +156,8 @@ LAYOUT: dict[str, str] = {
     "new_zeros_like": "zero_pad",
 }
 
-MATMUL = {"mm", "bmm", "addmm", "baddbmm"}
+#: ``_scaled_mm``: an FP8 GEMM (its operands, then their scales: scalars its epilogue reads)
+MATMUL = {"mm", "bmm", "addmm", "baddbmm", "_scaled_mm"}
 SOFTMAX = {
     "_softmax": "softmax",
     "softmax": "softmax",

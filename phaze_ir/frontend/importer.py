@@ -27,6 +27,8 @@ from xdsl.dialects.builtin import (
     BFloat16Type,
     DenseArrayBase,
     DictionaryAttr,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -66,6 +68,9 @@ def _element_type(dtype) -> Attribute:
         torch.bfloat16: BFloat16Type(),
         torch.float32: Float32Type(),
         torch.float64: Float64Type(),
+        # FP8 training's casts (--dtype fp8: phaze_ir/frontend/float8_linear.py)
+        torch.float8_e4m3fn: Float8E4M3FNType(),
+        torch.float8_e5m2: Float8E5M2Type(),
         torch.int64: IntegerType(64),
         torch.int32: IntegerType(32),
         torch.int16: IntegerType(16),
