@@ -39,6 +39,12 @@ def _context_parallel():
     return ContextParallelPass
 
 
+def _overlap_tensor_parallel():
+    from passes.overlap_tensor_parallel import OverlapTensorParallelPass
+
+    return OverlapTensorParallelPass
+
+
 def _form_kernels():
     from passes.form_kernels import FormKernelsPass
 
@@ -97,6 +103,7 @@ ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "phaze-insert-optimizer": _insert_optimizer,
     "phaze-insert-recompute": _insert_recompute,
     "phaze-mark-saved": _mark_saved,
+    "phaze-overlap-tensor-parallel": _overlap_tensor_parallel,
     "phaze-place-devices": _place_devices,
     "phaze-schedule-ops": _schedule_ops,
     "phaze-shard-tensor-parallel": _shard_tensor_parallel,

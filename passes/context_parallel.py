@@ -10,11 +10,11 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from passes.algorithms.context_parallel import ring_attention_s, ring_step_s
-from passes.algorithms.latency import layer_totals
+from passes.cost_view import sum_layer_latencies
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import LatencyAttr, LayerInfoAttr, LayerLatencyAttr
+from phaze_ir.attributes import LatencyAttr, LayerInfoAttr
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
 
@@ -77,7 +77,7 @@ class ContextParallelPass(ModulePass):
                     unit=lat["unit"],
                     bound=lat["bound"],
                 )
-        _sum_layers(op)
+        sum_layer_latencies(op)
         _count_ring_flops(op, groups, c)
         _whole_sequence(op, groups, c)
         op.attributes[keys.CONTEXT_PARALLEL] = ph.int_attr(c)
@@ -149,25 +149,3 @@ def _layer(o: Operation) -> int:
     """The op's ``phaze.layer`` (0 is the prologue's), -1 without one."""
     layer = o.attributes.get(keys.LAYER)
     return layer.value.data if isinstance(layer, IntegerAttr) else -1
-
-
-def _sum_layers(module: ModuleOp) -> None:
-    """``phaze.layer_latency`` summed again from the ops' ``split_s``, as
-    ``phaze-estimate-latency`` sums it."""
-    layers: list[int] = []
-    phases: list[str] = []
-    seconds: list[float] = []
-    for o in module.walk():
-        lat = o.attributes.get(keys.LATENCY)
-        layer = o.attributes.get(keys.LAYER)
-        if isinstance(lat, LatencyAttr) and isinstance(layer, IntegerAttr):
-            layers.append(layer.value.data)
-            phases.append(keys.string_of(o, keys.PHASE, "fwd"))
-            seconds.append(float(lat.as_dict()["split_s"]))
-    if layers:
-        module.attributes[keys.LAYER_LATENCY] = ArrayAttr(
-            [
-                LayerLatencyAttr.make(index=i, fwd_s=t["fwd"], bwd_s=t["bwd"], opt_s=t["opt"])
-                for i, t in layer_totals(layers, phases, seconds).items()
-            ]
-        )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Operation
 
 from passes.algorithms import schedule as sched
@@ -25,10 +25,11 @@ from passes.algorithms.latency import (
     VectorDesc,
     ViewDesc,
     causal_fraction,
+    layer_totals,
 )
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import KernelAttr, LatencyAttr
+from phaze_ir.attributes import KernelAttr, LatencyAttr, LayerLatencyAttr
 from phaze_ir.hardware_ir import module_accelerator
 
 #: Passes over the input of multi-pass vector ops (softmax: max, exp-sum, normalize; its
@@ -224,3 +225,26 @@ def core_counts(module: ModuleOp, pass_name: str) -> dict[str, int]:
     """Cores per unit kind of the module's accelerator (the network is one shared link)."""
     acc = module_accelerator(module, pass_name)
     return {"tensor": acc.tensor_cores.count, "vector": acc.vector_cores.count, "network": 1}
+
+
+def sum_layer_latencies(module: ModuleOp) -> None:
+    """``phaze.layer_latency`` summed again from the ops' ``split_s``, as
+    ``phaze-estimate-latency`` sums it: after a pass that reprices ops in place
+    (``phaze-context-parallel``, ``phaze-overlap-tensor-parallel``)."""
+    layers: list[int] = []
+    phases: list[str] = []
+    seconds: list[float] = []
+    for o in module.walk():
+        lat = o.attributes.get(keys.LATENCY)
+        layer = o.attributes.get(keys.LAYER)
+        if isinstance(lat, LatencyAttr) and isinstance(layer, IntegerAttr):
+            layers.append(layer.value.data)
+            phases.append(keys.string_of(o, keys.PHASE, "fwd"))
+            seconds.append(float(lat.as_dict()["split_s"]))
+    if layers:
+        module.attributes[keys.LAYER_LATENCY] = ArrayAttr(
+            [
+                LayerLatencyAttr.make(index=i, fwd_s=t["fwd"], bwd_s=t["bwd"], opt_s=t["opt"])
+                for i, t in layer_totals(layers, phases, seconds).items()
+            ]
+        )

@@ -58,6 +58,12 @@ def check_question(opts: Options, accelerator: Accelerator | None = None) -> Acc
     if accelerator is None and STAGES.index(opts.emit) >= STAGES.index("tiled"):
         accelerator = load_accelerator(opts.hw)
     check_power_cap(opts, accelerator)
+    check_tp_overlap(opts, accelerator)
+    if opts.dtype == "fp8" and accelerator is not None:
+        from passes.algorithms.latency import fp8_problem
+
+        if why := fp8_problem(accelerator):
+            raise PhazeError(why)
     return accelerator
 
 
@@ -91,6 +97,24 @@ def check_placement_devices(fixed: tuple[int, int, int] | None, devices: int) ->
         raise PhazeError(
             f"--placement expert:{pp},{dp},{tp} needs {pp * dp * tp} devices: expected at most --devices {devices}"
         )
+
+
+def check_tp_overlap(opts: Options, accelerator) -> None:
+    """Refuse ``--tp-overlap on`` without sequence parallelism (what Transformer Engine overlaps
+    is its all-gathers and reduce-scatters), and any overlap on a chip without an SM count."""
+    if opts.tp_overlap == "on" and opts.sequence_parallel != "on":
+        raise PhazeError(
+            "--tp-overlap on: the overlapped collectives are sequence parallelism's all-gathers and reduce-scatters "
+            "(Megatron-LM's --tp-comm-overlap asserts --sequence-parallel): add --sequence-parallel on, or use "
+            "--tp-overlap auto"
+        )
+    if opts.tp_overlap != "off" and accelerator is not None:
+        from passes.overlap_tensor_parallel import sm_count
+
+        try:
+            sm_count(accelerator, f"--tp-overlap {opts.tp_overlap}")
+        except PhazeError as e:
+            raise PhazeError(str(e)) from e
 
 
 def check_power_cap(opts: Options, accelerator) -> None:

@@ -56,6 +56,7 @@ MEGATRON_FLAGS = (
     "--pipeline-model-parallel-layout",
     "--context-parallel-size",
     "--cp-comm-type",
+    "--tp-comm-overlap",
     "--sequence-parallel",
     "--expert-model-parallel-size",
     "--moe-expert-capacity-factor",
@@ -76,6 +77,8 @@ MEGATRON_FLAGS = (
     "--use-tp-pp-dp-mapping",
     "--fp16",
     "--bf16",
+    "--fp8-format",
+    "--fp8-recipe",
     "--optimizer",
     # the model's shape (ModelFacts.shape)
     "--hidden-size",
@@ -123,6 +126,8 @@ class ModelFacts:
     dp_overlap: bool = False
     #: what the plan's selective recompute re-runs (phazec's ``--selective-recompute``)
     selective_recompute: str = "attention"
+    #: whose kernels the plan was priced as (phazec's ``--kernels``)
+    kernels: str = "ops"
     shape: dict[str, Any] = field(default_factory=dict, compare=False)
     bf16: bool = True
 
@@ -140,7 +145,7 @@ def precision(facts: ModelFacts) -> str | None:
     (``--dtype float16`` or ``amp-float16``) or on a chip without bf16."""
     if facts.dtype == "float32":
         return "fp32"
-    if facts.dtype in ("bfloat16", "amp-bfloat16"):
+    if facts.dtype in ("bfloat16", "amp-bfloat16", "fp8"):  # fp8: bf16 but its FP8 linears
         return "bf16"
     if facts.dtype == "amp-float16":
         return "fp16"
@@ -169,6 +174,8 @@ class Settings:
     global_batch: int
     devices_used: int
     sequence_parallel: bool
+    #: the TP collectives priced overlapped with their GEMMs (``--tp-overlap``)
+    tp_overlap: bool
     virtual_stages: int
     zero: int
     expert_parallel: int
@@ -250,6 +257,7 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
         global_batch=gb,
         devices_used=devices_used,
         sequence_parallel=sp,
+        tp_overlap=bool(plan.get("tp_overlap", False)) and tp > 1,
         virtual_stages=v,
         zero=zero,
         expert_parallel=ep,
@@ -418,6 +426,8 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         args += [f"--context-parallel-size={s.cp}", "--cp-comm-type=p2p"]
     if s.sequence_parallel and s.tp > 1:  # Megatron-LM drops SP at TP 1 (it shards nothing)
         args.append("--sequence-parallel")
+    if s.tp_overlap:  # Transformer Engine's userbuffers, as priced (docs/design.md §5.2a)
+        args.append("--tp-comm-overlap")
     if s.expert_parallel > 1:
         if s.tp > 1 and not s.sequence_parallel:
             raise PhazeError(
@@ -467,6 +477,10 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
     kind = precision(facts)
     if kind in ("fp16", "bf16"):
         args.append(f"--{kind}")
+    if facts.dtype == "fp8":
+        # Transformer Engine's FP8 linears as priced: E4M3 forward, E5M2 gradients, delayed
+        # per-tensor scaling (docs/design.md §5.11.5); the FP8 parameter all-gather is not priced.
+        args += ["--fp8-format=hybrid", "--fp8-recipe=delayed"]
     if facts.optimizer == "sgd":
         args.append("--optimizer=sgd")
     return megatron_model_args(facts)[0] + args
@@ -554,6 +568,11 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
             f"ZeRO {s.zero} does not: "
             "compile with --zero 3"
         )
+    if s.tp_overlap and facts.kernels != "inductor":
+        raise PhazeError(
+            "--export torchtitan: torchtitan 0.3.0's async TP runs under torch.compile only (CompileConfig asks "
+            "--compile.enable): compile with --kernels inductor, or --tp-overlap off"
+        )
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
     p = "--parallelism."
     args = [
@@ -592,12 +611,16 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         ]
     else:
         args.append(f"--training.local_batch_size={s.micro_batch}")
+    if s.tp_overlap:  # priced as Transformer Engine's overlap; torch's micro-pipelined TP is alike
+        args += ["--compile.enable", "--compile.enable_async_tensor_parallel"]
     args.append(f"--training.global_batch_size={s.global_batch}")
     if facts.seq_len:
         args.append(f"--training.seq_len={facts.seq_len}")
     kind = precision(facts)
     if kind == "fp16":
         raise PhazeError(_TORCHTITAN_FP16)
+    if facts.dtype == "fp8":
+        raise PhazeError(_TORCHTITAN_FP8)
     if kind is not None:
         # Mixed precision with fp32 master weights, as phaze's Adam (precision(): the same as
         # the Megatron-LM export's).
@@ -651,6 +674,11 @@ def render(target: str, plan: dict[str, Any], facts: ModelFacts) -> str:
     return "".join(a + "\n" for a in args)
 
 
+_TORCHTITAN_FP8 = (
+    "--export torchtitan: torchtitan 0.3.0's float8 converter runs rowwise scaling (E4M3 throughout), set in a "
+    "Python config (models/llama3/config_registry.py), not Transformer Engine's per-tensor hybrid recipe phaze "
+    "priced: launch it with --export megatron"
+)
 _TORCHTITAN_FP16 = (
     "--export torchtitan: torchtitan 0.3.0 has no fp16 mixed precision (bf16 or fp32): compile with --dtype "
     "bfloat16 or amp-bfloat16 (the same price)"
@@ -716,6 +744,8 @@ def export_outputs(args) -> list[tuple[str, str]]:
             _torchtitan_can_run(int(zero) if zero.isdigit() else 0, getattr(args, "optimizer", "adam"))
             if getattr(args, "dtype", None) in ("float16", "amp-float16"):  # fp16 asked by name
                 raise PhazeError(_TORCHTITAN_FP16)
+            if getattr(args, "dtype", None) == "fp8":
+                raise PhazeError(_TORCHTITAN_FP8)
         selective = getattr(args, "selective_recompute", None) or "attention"
         if getattr(args, "recompute", None) == "selective" and (why := selective_refusal(target, selective)):
             raise PhazeError(why)
@@ -789,6 +819,7 @@ def facts_of(
         optimizer=opts.optimizer,
         dp_overlap=opts.dp_overlap,
         selective_recompute=opts.selective_recompute,
+        kernels=opts.kernels,
         shape=dict(shape or {}),
         bf16=chip_has_bf16((plan or {}).get("accelerator")),
     )

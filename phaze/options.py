@@ -73,10 +73,21 @@ class Options(PlacementOptions):
         "Attention runs fused (a transformers model is built with SDPA)",
         metavar="N|auto",
     )
+    #: ``phaze-overlap-tensor-parallel`` on the points it applies to (rules in
+    #: ``passes/algorithms/tp_overlap.py``).
+    tp_overlap: str = option(
+        "off",
+        help="the TP all-gathers and reduce-scatters overlapped with their GEMMs, as Transformer Engine's userbuffers "
+        "run them (Megatron-LM's --tp-comm-overlap; torchtitan's async TP): on, at every point (needs "
+        "--sequence-parallel on); auto, at the points with sequence parallelism; off",
+        choices="passes.algorithms.tp_overlap.TP_OVERLAP_SETTINGS",
+    )
     dtype: str = option(
         "float16",
         help="training precision of weights and activations; amp-bfloat16, amp-float16: torch.autocast's mixed "
-        "precision, fp32 weights and gradients; 'model' keeps the model's",
+        "precision, fp32 weights and gradients; fp8: bf16 with Transformer Engine's FP8 linears (E4M3 forward, E5M2 "
+        "gradients, delayed per-tensor scaling: Megatron-LM's --fp8-format hybrid), on a chip with an "
+        "fp8_gemm_flops; 'model' keeps the model's",
         choices="phaze_ir.frontend.trace.DTYPES",
         default_words="float16, which --export launches as bf16 where the chip has it",
     )

@@ -63,6 +63,8 @@ def pipeline(
         passes.append("phaze-estimate-latency")
         if (c := context_parallel_degree(opts)) > 1:
             passes.append(f"phaze-context-parallel{{degree={c}}}")
+        if opts.tp_overlap != "off" and sequence_parallel and tp > 1:
+            passes.append("phaze-overlap-tensor-parallel")
         if energy:
             passes.append("phaze-estimate-energy")
     solver = (

@@ -95,6 +95,7 @@ def plan_json(
         "tp": plan["tp"],
         "cp": plan["cp"],
         "sequence_parallel": keys.SEQUENCE_PARALLEL in module.attributes,
+        "tp_overlap": keys.TP_OVERLAP in module.attributes,
         "virtual_stages": plan["virtual_stages"],
         "zero": plan["zero"],
         "expert_parallel": plan["expert_parallel"],

@@ -100,6 +100,7 @@ def key(stages: Store, model_digest: str, chip_digest: str, opts: Options, point
         opts.strict,
         opts.capacity_factor,
         opts.selective_recompute,
+        opts.tp_overlap,
         opts.schedule_time_limit,
         opts.schedule_gap,
         opts.schedule_nodes,

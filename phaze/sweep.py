@@ -59,6 +59,8 @@ def why_compiled_point_by_point(opts: Options) -> str:
         return "--capacity-factor"
     if opts.context_parallel != Options.context_parallel:  # the settings price whole attentions
         return "--context-parallel"
+    if opts.tp_overlap != Options.tp_overlap:  # the settings price each collective alone
+        return "--tp-overlap"
     return ""
 
 

@@ -134,6 +134,13 @@ KERNELS = Key(
 KERNEL = Key("phaze.kernel", "op", "#phaze.kernel: the kernel the op runs in", "phaze-form-kernels")
 TILE = Key("phaze.tile", "op", "#phaze.tile: a GEMM's tiling onto the PE arrays", "phaze-tile-pe-array")
 LATENCY = Key("phaze.latency", "op", "#phaze.latency: seconds on one core and split", "phaze-estimate-latency")
+TP_OVERLAP = Key(
+    "phaze.tp_overlap",
+    "module",
+    "unit: the TP all-gathers and reduce-scatters priced overlapped with their GEMMs (Transformer Engine's "
+    "userbuffers)",
+    "phaze-overlap-tensor-parallel",
+)
 CONTEXT_PARALLEL = Key(
     "phaze.context_parallel",
     "module",

@@ -275,6 +275,8 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
     assert (tc.tensor_model_parallel_size, tc.pipeline_model_parallel_size) == (s.tp, s.pp)
     assert (tc.virtual_pipeline_model_parallel_size or 1) == s.virtual_stages
     assert tc.sequence_parallel == (s.sequence_parallel and s.tp > 1)
+    assert tc.tp_comm_overlap == s.tp_overlap and (not s.tp_overlap or tc.sequence_parallel)  # validate_args
+    assert tc.fp8 == ("hybrid" if f.dtype == "fp8" else None) and tc.fp8_recipe == "delayed"
     assert tc.expert_model_parallel_size == s.expert_parallel
     assert tc.moe_expert_capacity_factor == s.capacity_factor
     assert tc.moe_pad_expert_input_to_capacity == (s.capacity_factor is not None)
@@ -505,6 +507,18 @@ MEGATRON_CASES = {
     "ep2-capacity-factor": (plan([4, 4], tp=1, expert_parallel=2, capacity_factor=1.25), facts(8)),
     "capacity-factor-no-ep": (plan([4, 4], tp=2, sequence_parallel=True, capacity_factor=1.0), facts(8)),
 }
+#: Megatron-LM only too: torchtitan refuses both (REFUSED): its float8 is rowwise, its async TP
+#: needs torch.compile.
+MEGATRON_PRECISION_CASES = {
+    "fp8-hybrid": (plan([4, 4], tp=2), facts(8, dtype="fp8")),
+    "tp-comm-overlap": (plan([4, 4], tp=2, sequence_parallel=True, tp_overlap=True), facts(8)),
+}
+
+
+@pytest.mark.parametrize("name", list(MEGATRON_PRECISION_CASES))
+def test_megatron_fp8_and_tp_overlap_load(name, mcore):
+    p, f = MEGATRON_PRECISION_CASES[name]
+    megatron_check(mcore, megatron_args(p, f), p, f)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -642,6 +656,13 @@ REFUSED = [
     ("torchtitan", plan([1, 3, 4], pp=3), facts(8), "torchtitan cannot split the 8 blocks as the plan does (1, 3, 4"),
     ("torchtitan", plan([4, 4], capacity_factor=1.25), facts(8), "pads the experts to capacity factor 1.25"),
     ("torchtitan", plan([4, 4], cp=2), facts(8, seq_len=4096), "shards the weights over its CP group"),
+    ("torchtitan", plan([4, 4]), facts(8, dtype="fp8"), "float8 converter runs rowwise scaling"),
+    (
+        "torchtitan",
+        plan([4, 4], sequence_parallel=True, tp_overlap=True),
+        facts(8),
+        "async TP runs under torch.compile",
+    ),
     ("both", {**plan([4, 4], cp=2), "devices_used": 8}, facts(8), "not DP x PP x TP x CP = 16"),
     ("both", plan([4, 4], capacity_factor=0.5), facts(8), "the plan's capacity_factor is 0.5, not a number >= 1"),
     ("both", plan([4, 4], pipeline_transfer="split"), facts(8), "splits its pipeline transfers over the TP group"),
@@ -679,7 +700,7 @@ def test_megatron_lm_validates_the_exports(tmp_path):
     import sys
 
     numbered = {"tp-pp-dp-mapping": (plan([4, 4], dp=2, pp=2, tp=2, rank_order="tp-pp-dp"), facts(8))}
-    for name, (p, f) in {**CASES, **MEGATRON_CASES, **numbered}.items():
+    for name, (p, f) in {**CASES, **MEGATRON_CASES, **MEGATRON_PRECISION_CASES, **numbered}.items():
         path = tmp_path / f"{name}.args"
         path.write_text("".join(a + "\n" for a in megatron_args(p, f)))
         r = subprocess.run(

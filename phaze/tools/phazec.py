@@ -125,7 +125,9 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
         },
     )
     add_option_arguments(
-        place, Options, ("context_parallel", "sequence_parallel", "selective_recompute", "capacity_factor")
+        place,
+        Options,
+        ("context_parallel", "sequence_parallel", "tp_overlap", "selective_recompute", "capacity_factor"),
     )
 
 

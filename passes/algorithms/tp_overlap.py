@@ -1,0 +1,86 @@
+"""Tensor-parallel communication overlapped with the GEMMs beside it, as Transformer Engine's
+userbuffers run it (Megatron-LM's ``--tp-comm-overlap``; pure Python, no xDSL).
+
+Under sequence parallelism each TP block starts with an all-gather of its input and ends with a
+reduce-scatter of its output, and its backward does the duals. Transformer Engine overlaps each
+with the GEMM beside it, by one of three methods (``initialize_ub`` in
+``transformer_engine/pytorch/module/base.py``, TE 2.20, d0067d0; :data:`METHODS`):
+
+- ``ring_exchange`` (the all-gathers before the QKV and FC1 GEMMs, and those of the output
+  gradient before the projection's and FC2's input-gradient GEMMs): the GEMM in t chunks, one
+  per TP rank's shard; while chunk i computes, the next shard arrives point to point. Its
+  copies run on the copy engines (``use_ce``) with one SM for the rest (``num_sm = 1``).
+- ``pipeline`` (the reduce-scatters after the projection's and FC2's GEMMs): the GEMM in 4
+  chunks (``num_splits = 4``), each chunk's reduce-scatter beside the next chunk's GEMM, the
+  last one alone; the reduce-scatter kernels hold 16 SMs (``num_sm = 16``), which the GEMM is
+  launched without (``set_sm_margin``).
+- ``bulk`` (the backward's all-gather of the saved input for the weight gradient, beside the
+  input-gradient GEMM; the reduce-scatter of the input gradient, beside the weight-gradient
+  GEMM): the whole collective beside the whole GEMM, on 16 SMs.
+
+A collective of c seconds beside GEMMs of g seconds, split in n steps of x = g/n beside hops of
+r, ends as the overlapped DP collectives and the CP ring do (docs/design.md §6.5, §6.8a): each
+hop beside a step ends at max(r, x + f·min(r, x)), f the share of the chip's SMs the
+collective holds. What the collective adds to the GEMMs is that end less g (never below 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The settings of ``--tp-overlap``: ``on`` overlaps every point (it needs sequence
+#: parallelism), ``auto`` the points with sequence parallelism, ``off`` none.
+TP_OVERLAP_SETTINGS = ("off", "on", "auto")
+
+
+@dataclass(frozen=True)
+class Method:
+    """How TE overlaps one collective with its GEMM: ``splits`` (0: the TP width, one chunk per
+    rank), ``sms`` (the SMs its communication holds), ``last_alone`` (the last chunk's
+    collective runs after the last GEMM chunk), ``bulk`` (no chunks: the whole collective
+    beside the whole GEMM)."""
+
+    splits: int
+    sms: int
+    last_alone: bool = False
+    bulk: bool = False
+
+
+#: TE 2.20's defaults (``get_default_config`` in ``initialize_ub``).
+METHODS = {
+    "ring_exchange": Method(splits=0, sms=1),
+    "pipeline": Method(splits=4, sms=16, last_alone=True),
+    "bulk": Method(splits=1, sms=16, bulk=True),
+}
+
+
+def method_of(kind: str, phase: str, feeds_gemm: bool) -> str:
+    """TE's method for a TP collective of ``kind`` in ``phase``: forward all-gathers and the
+    backward's all-gathers of the output gradient (which feed the input-gradient GEMM) by
+    ring exchange, forward reduce-scatters by pipeline, the rest of the backward in bulk.
+    ``feeds_gemm``: the all-gather's result is an operand of the GEMM it overlaps (in backward,
+    the output gradient's; the saved input's feeds the weight gradient only)."""
+    if kind == "all_gather" and (phase == "fwd" or feeds_gemm):
+        return "ring_exchange"
+    if kind == "reduce_scatter" and phase == "fwd":
+        return "pipeline"
+    return "bulk"
+
+
+def added_s(method: str, comm_s: float, gemm_s: float, tp: int, sms: int) -> float:
+    """What a collective of ``comm_s`` seconds overlapped by ``method`` adds to its GEMMs of
+    ``gemm_s`` seconds, on a chip of ``sms`` SMs at TP width ``tp`` (module docstring)."""
+    if comm_s <= 0:
+        return 0.0
+    m = METHODS[method]
+    share = m.sms / sms
+    if gemm_s <= 0:
+        return comm_s  # nothing beside it
+    if m.bulk:
+        return max(comm_s, gemm_s + share * min(comm_s, gemm_s)) - gemm_s
+    n = m.splits or tp
+    x = gemm_s / n
+    hops = n if m.last_alone else n - 1
+    r = comm_s / max(1, hops)
+    end = x + (n - 1) * max(r, x + share * min(r, x)) + (r if m.last_alone else 0.0)
+    return max(0.0, end - gemm_s)

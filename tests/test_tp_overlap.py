@@ -1,0 +1,108 @@
+"""TP communication overlapped with its GEMMs (``--tp-overlap``): Transformer Engine's three
+methods worked by hand, the pass on a real SDPA Llama at TP 2 with sequence parallelism, and
+the refusals."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+from conftest import MODELS, run_tool
+
+from passes.algorithms.tp_overlap import added_s, method_of
+from passes.overlap_tensor_parallel import OverlapTensorParallelPass
+from phaze_ir import dialect as ph
+from phaze_ir import keys
+from phaze_ir.attributes import LatencyAttr, LayerLatencyAttr
+from phaze_ir.errors import PhazeError
+
+
+def test_methods_worked_by_hand():
+    sms = 132
+    # ring exchange at TP 4: 4 GEMM chunks of 1 s, 3 hops of 1 s on 1 SM: each hop ends at
+    # max(1, 1 + 1/132), so 1 + 3 x (1 + 1/132) = 4 + 3/132 s against the GEMM's 4.
+    assert math.isclose(added_s("ring_exchange", 3.0, 4.0, 4, sms), 3 / 132)
+    # pipeline: 4 chunks of 1 s, each chunk's reduce-scatter (0.5 s, 16 SMs) beside the next,
+    # the last alone: 1 + 3 x (1 + 16/132 x 0.5) + 0.5 - 4.
+    assert math.isclose(added_s("pipeline", 2.0, 4.0, 4, sms), 1 + 3 * (1 + 16 / 132 * 0.5) + 0.5 - 4)
+    # bulk: the whole 2 s beside the whole 4 s GEMM on 16 SMs.
+    assert math.isclose(added_s("bulk", 2.0, 4.0, 4, sms), 16 / 132 * 2)
+    # Longer than its GEMM, a collective shows what the GEMM cannot hide.
+    assert added_s("bulk", 6.0, 4.0, 4, sms) == pytest.approx(2.0)
+    assert added_s("ring_exchange", 3.0, 0.0, 4, sms) == 3.0  # no GEMM beside it
+    assert method_of("all_gather", "fwd", True) == "ring_exchange"
+    assert method_of("reduce_scatter", "fwd", True) == "pipeline"
+    assert method_of("all_gather", "bwd", True) == "ring_exchange"  # the output gradient's
+    assert method_of("all_gather", "bwd", False) == "bulk"  # the saved input's, for the wgrad
+    assert method_of("reduce_scatter", "bwd", True) == "bulk"
+
+
+@functools.cache
+def _latency_text(sp: bool) -> str:
+    from phaze.tools.phazec import _parser, compile_model
+
+    args = _parser().parse_args(
+        [str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--emit", "latency", "--kernels", "eager", "--tp", "2"]
+        + ["--micro-batch", "1", "--sequence-parallel", "on" if sp else "off", "-q", "--no-cache"]
+    )
+    text, failure = compile_model(args, lambda msg: None)
+    assert failure is None, failure
+    return text
+
+
+def _lat(o) -> float:
+    return float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"])
+
+
+def test_the_pass_hides_sequence_parallel_collectives_behind_their_gemms():
+    from xdsl.context import Context
+
+    from phaze_ir.ir import parse_module
+
+    before, after = parse_module(_latency_text(True)), parse_module(_latency_text(True))
+    OverlapTensorParallelPass().apply(Context(), after)
+    assert keys.TP_OVERLAP in after.attributes
+    pairs = list(zip(before.walk(), after.walk()))
+    overlapped = [(a, b) for a, b in pairs if isinstance(b, ph.CollectiveOp) and b.kind.data != "all_reduce"]
+    assert len(overlapped) >= 8
+    for a, b in overlapped:
+        assert 0.0 <= _lat(b) <= _lat(a)
+    assert sum(_lat(b) for _, b in overlapped) < 0.5 * sum(_lat(a) for a, _ in overlapped)
+    for a, b in pairs:  # the rest as priced
+        if keys.LATENCY in a.attributes and not (isinstance(b, ph.CollectiveOp) and b.kind.data != "all_reduce"):
+            assert _lat(a) == _lat(b)
+    totals = [r.as_dict() for r in keys.records_of(after, keys.LAYER_LATENCY, LayerLatencyAttr)]
+    sums: dict[tuple[int, str], float] = {}
+    for o in after.walk():
+        if keys.LATENCY in o.attributes and keys.LAYER in o.attributes:
+            k = (o.attributes[keys.LAYER].value.data, keys.string_of(o, keys.PHASE, "fwd"))
+            sums[k] = sums.get(k, 0.0) + _lat(o)
+    for t in totals:
+        assert math.isclose(float(t["fwd_s"]), sums.get((int(t["index"]), "fwd"), 0.0), rel_tol=1e-12)
+    with pytest.raises(PhazeError, match="priced with TP overlap already"):
+        OverlapTensorParallelPass().apply(Context(), after)
+
+
+def test_the_pass_needs_sequence_parallelism():
+    from xdsl.context import Context
+
+    from phaze_ir.ir import parse_module
+
+    with pytest.raises(PhazeError, match="runs on sequence parallelism's all-gathers"):
+        OverlapTensorParallelPass().apply(Context(), parse_module(_latency_text(False)))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--hw", "h100", "--tp-overlap", "on"), "add --sequence-parallel on"),
+        (("--hw", "tpuv4", "--tp-overlap", "auto"), "has no SM count"),
+        (("--hw", "h100", "--tp-overlap", "maybe"), "invalid choice"),
+    ],
+)
+def test_phazec_refuses_what_cannot_overlap_before_any_work(flags, message):
+    r = run_tool("phazec", str(MODELS / "tiny_llama_sdpa.py"), "--devices", "4", *flags, "-q")
+    assert r.returncode != 0
+    line = r.stderr.strip().splitlines()[-1]
+    assert "--tp-overlap" in line and message in line, r.stderr
