@@ -9,7 +9,7 @@ How the runtimes run it (docs/design.md §6.8a):
   ``context_parallel_load_balancer = "headtail"``). Every op but attention sees S/c tokens per
   sample: phaze traces the step at S/c (:func:`local_seq_len`).
 - Attention is ring attention (Transformer Engine's ``AttnFuncWithCPAndKVP2P``,
-  ``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``, 2.x):
+  ``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``, TE 2.20, d0067d0):
   c steps, each the attention of the device's queries against one device's keys and values,
   which travel one hop around the ring while the step before computes. Each step's work is
   the same, S²/(2c²) score elements (the diagonal step half of a (S/c)² block, every other

@@ -40,7 +40,7 @@ pub struct Stage {
     /// What of the once-per-step DP collectives is exposed, E_k (s); per-micro-batch ones are
     /// in `time_s`.
     pub exposed_dp_s: f64,
-    /// The optimizer step O_k once per batch after the flush (s): the layers' `opt_s`, 1/d of
+    /// The optimizer step O_k once per batch after the flush (s): the layers' `opt_s`, 1/(d·c) of
     /// it from ZeRO-1 on (each replica updates its shard), the experts' part 1/e under EP.
     pub optimizer_s: f64,
 }
@@ -77,14 +77,14 @@ impl TimeParts {
 /// `memory_bytes`, so a breakdown can never disagree with the figure it explains.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MemoryParts {
-    /// Parameters: Σ param_bytes, ⌈/d⌉ under ZeRO-3, which also holds two layers' gathered
+    /// Parameters: Σ param_bytes, ⌈/(d·c)⌉ under ZeRO-3, which also holds two layers' gathered
     /// parameters (the layer running and the one prefetched).
     pub params: u64,
-    /// Gradients: Σ grad_bytes, ⌈/d⌉ from ZeRO-2. When the runtime frees them after each
+    /// Gradients: Σ grad_bytes, ⌈/(d·c)⌉ from ZeRO-2. When the runtime frees them after each
     /// one-micro-batch step ([`crate::Problem::grads_freed`]), those alive at the backward's
     /// peak of activations plus gradients: that peak less the stash.
     pub grads: u64,
-    /// Optimizer state: Σ optimizer_bytes, ⌈/d⌉ from ZeRO-1.
+    /// Optimizer state: Σ optimizer_bytes, ⌈/(d·c)⌉ from ZeRO-1.
     pub optimizer: u64,
     /// The activations stashed at the schedule's peak: in_flight · Σ `saved_bytes[policy]` under
     /// 1F1B, the simulated peak of the interleaved schedule otherwise.
@@ -160,7 +160,8 @@ pub enum ViolationKind {
     Input,
     /// b·d does not divide the global batch B.
     Batch,
-    /// More devices than the cluster has (t > N, or d·p·t > N).
+    /// More devices than the cluster has (t·c > N, or d·p·t·c > N; c = 1 without context
+    /// parallelism).
     Devices,
     /// More stages than layers, or than `max_stages`.
     Stages,
