@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    Float64Type,
+    FloatAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    i64,
+)
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
@@ -56,6 +66,7 @@ class ContextParallelPass(ModulePass):
                 f"{self.name}: context parallelism {c} needs a fused attention (SDPA, flash attention): the "
                 "step has none; build the model with attn_implementation='sdpa'"
             )
+        ring = dict.fromkeys(("fwd_step_s", "fwd_hop_s", "fwd_ring_s", "bwd_step_s", "bwd_hop_s", "bwd_ring_s"), 0.0)
         kv_of_layer: dict[int, int] = {}
         for ops in groups.values():
             if keys.string_of(ops[0], keys.PHASE, "fwd") == "fwd":
@@ -69,7 +80,12 @@ class ContextParallelPass(ModulePass):
             kv = kv_of_layer.get(_layer(ops[0])) or kv_bytes(ops)
             hop, level = ring_step_s(acc.network, kv * (2 if backward else 1), c, tp)
             share = acc.network[level].collective_compute_share or 0.0
-            factor = ring_attention_s(local, hop, c, share) / local
+            total = ring_attention_s(local, hop, c, share)
+            factor = total / local
+            phase = "bwd" if backward else "fwd"
+            ring[f"{phase}_step_s"] += local
+            ring[f"{phase}_hop_s"] += hop
+            ring[f"{phase}_ring_s"] += total
             for o, lat in zip(ops, lats):
                 o.attributes[keys.LATENCY] = LatencyAttr.make(
                     one_s=float(lat["one_s"]) * factor,
@@ -81,6 +97,10 @@ class ContextParallelPass(ModulePass):
         _count_ring_flops(op, groups, c)
         _whole_sequence(op, groups, c)
         op.attributes[keys.CONTEXT_PARALLEL] = ph.int_attr(c)
+        first_kv = next(iter(kv_of_layer.values()), 0)
+        op.attributes[keys.CP_RING] = DictionaryAttr(
+            {k: FloatAttr(v, Float64Type()) for k, v in ring.items()} | {"kv_bytes": IntegerAttr(first_kv, i64)}
+        )
 
 
 def _count_ring_flops(module: ModuleOp, groups: dict[str, list[Operation]], c: int) -> None:

@@ -96,6 +96,8 @@ def plan_json(
         "cp": plan["cp"],
         "sequence_parallel": keys.SEQUENCE_PARALLEL in module.attributes,
         "tp_overlap": keys.TP_OVERLAP in module.attributes,
+        # the context-parallel ring of one micro-batch on one device (null without CP)
+        "cp_ring": keys.dict_of(module, keys.CP_RING) or None,
         "virtual_stages": plan["virtual_stages"],
         "zero": plan["zero"],
         "expert_parallel": plan["expert_parallel"],

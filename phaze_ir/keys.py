@@ -134,6 +134,14 @@ KERNELS = Key(
 KERNEL = Key("phaze.kernel", "op", "#phaze.kernel: the kernel the op runs in", "phaze-form-kernels")
 TILE = Key("phaze.tile", "op", "#phaze.tile: a GEMM's tiling onto the PE arrays", "phaze-tile-pe-array")
 LATENCY = Key("phaze.latency", "op", "#phaze.latency: seconds on one core and split", "phaze-estimate-latency")
+CP_RING = Key(
+    "phaze.cp_ring",
+    "module",
+    "dictionary: the context-parallel ring of one micro-batch on one device, summed over its attentions "
+    "(fwd_step_s, fwd_hop_s, fwd_ring_s, bwd_step_s, bwd_hop_s, bwd_ring_s: a step's traced attention, a hop's "
+    "transfer, the ring's whole time; kv_bytes: what one forward hop of the first attention carries)",
+    "phaze-context-parallel",
+)
 TP_OVERLAP = Key(
     "phaze.tp_overlap",
     "module",

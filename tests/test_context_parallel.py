@@ -180,6 +180,12 @@ def test_phazec_places_a_context_parallel_run_and_exports_it(tmp_path):
     assert (with_cp["dp"], with_cp["cp"], with_cp["tp"], with_cp["devices_used"]) == (2, 2, 2, 8)
     assert with_cp["candidates"][0]["cp"] == 2
     assert "CP 2" in with_cp["summary"]["placement"]
+    ring = with_cp["cp_ring"]  # one micro-batch on one device: each ring two steps, one hop
+    assert ring["fwd_ring_s"] >= 2 * ring["fwd_step_s"] > 0 and ring["bwd_hop_s"] > ring["fwd_hop_s"] > 0
+    from phaze.search.report import render
+
+    page = render(with_cp)  # the report draws the ring
+    assert "<h2>Context-parallel ring</h2>" in page and 'aria-label="context-parallel ring"' in page
     without = _phazec(tmp_path, *flags[:4], "--placement", "expert:1,4,2")
     acts = [p["stages"][0]["memory"]["activations"] for p in (with_cp, without)]
     assert acts[0] < 0.6 * acts[1]  # half the tokens a device

@@ -927,6 +927,58 @@ def _summary(d: dict) -> dict | None:
     return view
 
 
+def _draw_cp_ring(mpl: Any, c: int, hop: str, step: str) -> Any:
+    """The context-parallel ring: c devices on a circle, each passing its keys and values to the
+    next (``hop`` says a hop's time, ``step`` a step's attention beside it)."""
+    fig = _figure(mpl, 4.6, 4.2)
+    ax = _axes(fig)
+    ax.set_axis_off()
+    ax.set_xlim(-1.45, 1.45)
+    ax.set_ylim(-1.35, 1.35)
+    ax.set_aspect("equal")
+    shown = min(c, 16)  # past 16 devices the circle holds the first 15 and the last
+    angles = [math.pi / 2 - 2 * math.pi * k / shown for k in range(shown)]
+    points = [(math.cos(a), math.sin(a)) for a in angles]
+    for k, (x, y) in enumerate(points):
+        nx, ny = points[(k + 1) % shown]
+        ax.annotate(
+            "", xy=(x + 0.82 * (nx - x), y + 0.82 * (ny - y)), xytext=(x + 0.18 * (nx - x), y + 0.18 * (ny - y)),
+            arrowprops={"arrowstyle": "->", "color": BWD_COLOUR, "lw": 1.4},
+        )  # fmt: skip
+        label = str(k if k < shown - 1 or shown == c else c - 1)
+        ax.add_patch(mpl.patches.Circle((x, y), 0.13, facecolor=FWD_COLOUR, edgecolor="white", zorder=3, gid=f"cp{k}"))
+        ax.text(x, y, label, ha="center", va="center", color="white", fontsize=8, zorder=4)
+    ax.text(0, 0.12, f"CP {c}", ha="center", va="center", fontsize=12)
+    ax.text(0, -0.12, f"hop {hop}\nbeside a step of {step}", ha="center", va="center", fontsize=8)
+    return fig
+
+
+def _cp_ring(d: dict) -> dict | None:
+    """The context-parallel ring of a plan (None without CP): its devices around the ring and,
+    per direction, what one micro-batch's attentions take on one device: the steps (the traced
+    attention), the hops beside them, and the ring's whole time (docs/design.md §6.8a)."""
+    c = int(_num(d.get("cp")) or 1)
+    ring = d.get("cp_ring") or {}
+    if c <= 1 or not ring:
+        return None
+    rows = []
+    for phase, name in (("fwd", "forward"), ("bwd", "backward")):
+        step, hop, total = (_num(ring.get(f"{phase}_{k}_s")) or 0.0 for k in ("step", "hop", "ring"))
+        hidden = 1 - max(0.0, total - c * step) / ((c - 1) * hop) if hop > 0 and c > 1 else 1.0
+        rows.append([name, _unit(step, "s"), _unit(hop, "s"), _unit(total, "s"), f"{100 * max(0.0, hidden):.0f} %"])
+    steps = (_num(ring.get("fwd_step_s")) or 0.0) + (_num(ring.get("bwd_step_s")) or 0.0)
+    hops = (_num(ring.get("fwd_hop_s")) or 0.0) + (_num(ring.get("bwd_hop_s")) or 0.0)
+    return {
+        "kind": "cp_ring",
+        "c": c,
+        "kv": fmt_bytes(_num(ring.get("kv_bytes")) or 0),
+        "chart": _chart(
+            _draw_cp_ring, "cp-ring", "context-parallel ring", c, _unit(hops / 2, "s"), _unit(steps / 2, "s")
+        ),
+        "table": _table(["pass", "a step (sum)", "a hop (sum)", "the ring (sum)", "hops hidden"], rows),
+    }
+
+
 def _cycle(colours: Sequence[str], n: int) -> list[str]:
     return [colours[j % len(colours)] for j in range(n)]
 
@@ -1311,7 +1363,14 @@ def render(data: dict) -> str:
     section functions' views), the page is ``templates/report.html.j2``."""
     title = ", ".join(map(str, data.get("models") or [data.get("model") or "search"]))
     if is_plan(data):
-        parts = [_header_view(data, "plan"), _summary(data), _timeline(data), _memory(data), _candidates(data)]
+        parts = [
+            _header_view(data, "plan"),
+            _summary(data),
+            _cp_ring(data),
+            _timeline(data),
+            _memory(data),
+            _candidates(data),
+        ]
     else:
         parts = [
             _header_view(data),
