@@ -18,7 +18,13 @@ each column is and where each number comes from):
 * the Megatron-LM runs (Korthikanti et al. 2022 on Selene): the GPT that ``phaze-validate``
   builds for them (:func:`phaze.validate.write_model_file`), TP 8 and PP as run, sequence
   parallelism, selective or full recompute and the interleaved schedule as run, pipeline
-  transfers split over the TP group, Megatron's fused kernels (``--kernels megatron``).
+  transfers split over the TP group, Megatron's fused kernels (``--kernels megatron``);
+* the NeMo runs (NVIDIA's NeMo 24.07 performance summary, Llama 2 and 3 on DGX-H100): Megatron-core
+  with Transformer Engine's FP8 linears (``--dtype fp8``), context parallelism over ``cp``
+  devices (``--context-parallel``), TP, PP and the interleaved schedule as run, sequence
+  parallelism with TE's userbuffers overlap where it ran (``--tp-overlap on``), the distributed
+  Adam's sharded state with its collectives overlapped (``--zero 1 --dp-overlap``), Megatron's
+  fused kernels and flash attention (``--kernels megatron``, the model file's attention SDPA).
 
 The measured figure is a step time (``s/iteration``) or a throughput (``tokens/s/gpu``, turned into
 the step time ``global batch x sequence / (tokens/s/gpu x GPUs)``); the error is priced / measured
@@ -71,12 +77,15 @@ REQUIRED = (
     "tp",
     "pp",
     "dp",
+    "cp",
     "global_batch",
     "micro_batch",
     "seq_len",
     "precision",
     "recompute",
     "sequence_parallel",
+    "tp_overlap",
+    "dp_overlap",
     "pipeline_schedule",
     "attention",
     "compile",
@@ -89,7 +98,13 @@ REQUIRED = (
     "date",
 )
 #: phazec's --dtype of each published precision.
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "amp-bf16": "amp-bfloat16", "amp-fp16": "amp-float16"}
+DTYPES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "amp-bf16": "amp-bfloat16",
+    "amp-fp16": "amp-float16",
+    "fp8": "fp8",  # Transformer Engine's FP8 linears (hybrid E4M3/E5M2, delayed scaling), bf16 elsewhere
+}
 #: phazec's --recompute of each activation checkpointing as run, and what its selective policy
 #: re-runs (--selective-recompute): Megatron-LM's attention core; torchtitan's every second block
 #: checkpointed whole (``selective_ac_option = "2"`` at the runs' commit) or its per-op policy.
@@ -101,6 +116,8 @@ RECOMPUTE = {
     "selective-op": ("selective", "op"),
 }
 UNITS = ("tokens/s/gpu", "s/iteration")
+#: The columns a file written before CP and TP overlap were priced may lack, and what they mean then.
+DEFAULTS = {"cp": "1", "tp_overlap": "off"}
 
 
 @dataclass(frozen=True)
@@ -108,7 +125,7 @@ class Row:
     """One published run."""
 
     id: str
-    group: str  #: fsdp or megatron
+    group: str  #: fsdp, megatron or nemo
     model: str  #: an examples/ model file's stem, or gpt:hH-aA-lL-vV (Megatron's GPT)
     hw: str
     gpus: int
@@ -117,12 +134,15 @@ class Row:
     tp: int
     pp: int
     dp: int
+    cp: int  #: context parallelism: each sequence split over cp devices
     global_batch: int
     micro_batch: int
     seq_len: int
     precision: str
     recompute: str
     sequence_parallel: str
+    tp_overlap: str  #: on: the sequence-parallel collectives overlapped with their GEMMs (TE userbuffers)
+    dp_overlap: str  #: on: the data-parallel collectives overlapped with the backward (and forward)
     pipeline_schedule: str
     attention: str
     compile: str
@@ -164,10 +184,16 @@ def _float_or_none(text: str) -> float | None:
 
 def parse_row(d: dict[str, str], where: str) -> Row:
     """A CSV row as a :class:`Row`; ValueError says what is wrong with it."""
+    d = dict(d)
+    for k, v in DEFAULTS.items():
+        if not (d.get(k) or "").strip():
+            d[k] = v
     missing = [k for k in REQUIRED if not (d.get(k) or "").strip()]
     if missing:
         raise ValueError(f"{where}: empty {', '.join(missing)}")
-    ints = {k: _int(d, k, where) for k in ("gpus", "zero", "tp", "pp", "dp", "global_batch", "micro_batch", "seq_len")}
+    ints = {
+        k: _int(d, k, where) for k in ("gpus", "zero", "tp", "pp", "dp", "cp", "global_batch", "micro_batch", "seq_len")
+    }
     r = Row(
         id=d["id"].strip(),
         group=d["group"].strip(),
@@ -177,6 +203,8 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         precision=d["precision"].strip(),
         recompute=d["recompute"].strip(),
         sequence_parallel=d["sequence_parallel"].strip(),
+        tp_overlap=d["tp_overlap"].strip(),
+        dp_overlap=d["dp_overlap"].strip(),
         pipeline_schedule=d["pipeline_schedule"].strip(),
         attention=d["attention"].strip(),
         compile=d["compile"].strip(),
@@ -191,8 +219,8 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         peak_memory_gib=_float_or_none(d.get("peak_memory_gib") or ""),
         **ints,
     )
-    if r.gpus != r.tp * r.pp * r.dp:
-        raise ValueError(f"{where}: {r.gpus} GPUs but TP x PP x DP = {r.tp * r.pp * r.dp}")
+    if r.gpus != r.tp * r.pp * r.dp * r.cp:
+        raise ValueError(f"{where}: {r.gpus} GPUs but TP x PP x DP x CP = {r.tp * r.pp * r.dp * r.cp}")
     if r.global_batch % (r.micro_batch * r.dp):
         raise ValueError(f"{where}: global batch {r.global_batch} is not a multiple of micro-batch x DP")
     if r.precision not in DTYPES:
@@ -201,8 +229,11 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         raise ValueError(f"{where}: recompute {r.recompute!r}, expected one of {', '.join(RECOMPUTE)}")
     if r.measured_unit not in UNITS:
         raise ValueError(f"{where}: measured_unit {r.measured_unit!r}, expected one of {', '.join(UNITS)}")
-    if r.sequence_parallel not in ("on", "off"):
-        raise ValueError(f"{where}: sequence_parallel {r.sequence_parallel!r}, expected on or off")
+    for k in ("sequence_parallel", "tp_overlap", "dp_overlap"):
+        if getattr(r, k) not in ("on", "off"):
+            raise ValueError(f"{where}: {k} {getattr(r, k)!r}, expected on or off")
+    if r.tp_overlap == "on" and r.sequence_parallel != "on":
+        raise ValueError(f"{where}: tp_overlap on needs sequence_parallel on (it overlaps SP's collectives)")
     return r
 
 
@@ -221,7 +252,9 @@ def gpt_shape(model: str):
 
 def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
     """phazec's flags that price ``r`` as it ran (the model file and output flags apart);
-    ``dp_overlap=False`` leaves FSDP's collectives exposed (a bound, not how the runs ran)."""
+    ``dp_overlap=False`` leaves the data-parallel collectives exposed (a bound, not how the runs
+    ran).  With context parallelism the fixed placement is PP,DP,TP and ``--context-parallel``
+    the CP degree (devices = PP x DP x TP x CP)."""
     flags = [
         "--hw",
         r.hw,
@@ -249,6 +282,10 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         r.kernels,
         "--sequence-parallel",
         r.sequence_parallel,
+        "--context-parallel",
+        str(r.cp),
+        "--tp-overlap",
+        r.tp_overlap,
         "--pipeline-schedule",
         r.pipeline_schedule,
         "--rank-order",
@@ -256,8 +293,10 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         "--memory-headroom",
         "0",  # a run that ran is priced as it ran: the headroom is for plans not yet run
     ]
-    if r.zero == 3 and dp_overlap:
-        flags.append("--dp-overlap")  # FSDP prefetches the all-gathers and overlaps the reduce-scatters
+    if r.dp_overlap == "on" and dp_overlap:
+        # FSDP prefetches the all-gathers and overlaps the reduce-scatters; NeMo's distributed
+        # Adam overlaps its gradient reduce-scatters and parameter all-gathers
+        flags.append("--dp-overlap")
     if r.group == "megatron":
         flags += ["--pipeline-transfer", "split"]  # as phaze-validate prices these runs
     return flags
@@ -391,14 +430,14 @@ def report(priced: list[Priced]) -> str:
     lines = [
         "step time: measured (from the published figure) and priced (the plan's time per batch); "
         "error = priced / measured - 1",
-        f"{'id':<20}{'GPUs':>5} {'PP,DP,TP':<9}{'b':>3}{'rec':>5} {'kern':<9}{'measured':>9}{'priced':>9}"
+        f"{'id':<20}{'GPUs':>5} {'PP,DP,TP,CP':<12}{'b':>3}{'rec':>5} {'kern':<9}{'measured':>9}{'priced':>9}"
         f"{'error':>9}{'tok/s/GPU':>10}{'priced':>8}{'GiB':>7}{'HBM':>5}  as run",
     ]
     for p in priced:
         r = p.row
         lead = (
-            f"{r.id:<20}{r.gpus:>5} {f'{r.pp},{r.dp},{r.tp}':<9}{r.micro_batch:>3}{RECOMPUTE[r.recompute][0][:4]:>5} "
-            f"{r.kernels:<9}{r.measured_step_s:9.3f}"
+            f"{r.id:<20}{r.gpus:>5} {f'{r.pp},{r.dp},{r.tp},{r.cp}':<12}{r.micro_batch:>3}"
+            f"{RECOMPUTE[r.recompute][0][:4]:>5} {r.kernels:<9}{r.measured_step_s:9.3f}"
         )
         tps = r.global_batch * r.seq_len / (r.measured_step_s * r.gpus)
         mem = f"{p.memory_bytes / GIB:7.1f}{p.hbm_bytes / GIB:5.0f}" if p.memory_bytes else f"{'-':>7}{'-':>5}"
@@ -450,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-dp-overlap",
         action="store_true",
-        help="price FSDP's collectives exposed, not overlapped with compute (a bound, not as run)",
+        help="price the data-parallel collectives exposed, not overlapped with compute (a bound, not as run)",
     )
     ap.add_argument("--keep", default=None, metavar="DIR", help="keep each row's model file and plan JSON in DIR/<id>/")
     args = ap.parse_args(argv)

@@ -30,8 +30,8 @@ def _flag(flags, name):
 
 def test_the_file_parses_and_every_row_has_a_source():
     rows = pp.read_rows(CSV)
-    assert len(rows) == 18
-    assert {r.group for r in rows} == {"fsdp", "megatron"}
+    assert len(rows) == 23
+    assert {r.group for r in rows} == {"fsdp", "megatron", "nemo"}
     assert len({r.id for r in rows}) == len(rows)
     for r in rows:
         assert r.source.startswith(("https://", "Korthikanti")), r.id
@@ -99,6 +99,33 @@ def test_a_megatron_row_maps_to_its_parallelism_and_megatron_kernels():
     assert r.measured_step_s == 13.75
 
 
+def test_a_nemo_row_maps_to_fp8_context_parallelism_and_tp_overlap():
+    """NeMo 24.07's Llama 3 70B on 64 H100s: TP 4 x CP 2 x PP 4 (VP 5) x DP 2, FP8, sequence
+    parallelism with TE's userbuffers overlap, the distributed Adam overlapped."""
+    r = {x.id: x for x in pp.read_rows(CSV)}["nemo-l3-70b-cp2"]
+    f = pp.phazec_flags(r)
+    assert _flag(f, "--hw") == "h100"
+    assert _flag(f, "--devices") == "64"
+    assert _flag(f, "--placement") == "expert:4,2,4"  # PP, DP, TP; CP apart
+    assert _flag(f, "--context-parallel") == "2"
+    assert _flag(f, "--tp-overlap") == "on"
+    assert _flag(f, "--sequence-parallel") == "on"
+    assert _flag(f, "--pipeline-schedule") == "interleaved:5"
+    assert _flag(f, "--dtype") == "fp8"
+    assert _flag(f, "--kernels") == "megatron"
+    assert _flag(f, "--zero") == "1"
+    assert "--dp-overlap" in f
+    assert "--pipeline-transfer" not in f
+    # 128 sequences of 8192 tokens over 64 GPUs at 1524 tokens/s each
+    assert r.measured_step_s == pytest.approx(128 * 8192 / (1524 * 64))
+    cp8 = {x.id: x for x in pp.read_rows(CSV)}["nemo-l3-8b-cp2"]
+    assert _flag(pp.phazec_flags(cp8), "--placement") == "expert:1,4,1"
+    assert _flag(pp.phazec_flags(cp8), "--tp-overlap") == "off"
+    # a row without CP or TP overlap prices as before
+    k22 = pp.phazec_flags({x.id: x for x in pp.read_rows(CSV)}["k22-175b-sp-sel"])
+    assert (_flag(k22, "--context-parallel"), _flag(k22, "--tp-overlap")) == ("1", "off")
+
+
 def test_model_files(tmp_path):
     rows = {x.id: x for x in pp.read_rows(CSV)}
     sdpa = Path(pp.model_file(rows["tt-l3-70b-full"], tmp_path))
@@ -111,8 +138,18 @@ def test_model_files(tmp_path):
 def test_a_bad_row_is_refused():
     d = {k: "1" for k in pp.REQUIRED}
     d.update(precision="bf16", recompute="none", measured_unit="tokens/s/gpu", sequence_parallel="off", gpus="4")
+    d.update(tp_overlap="off", dp_overlap="off")
     with pytest.raises(ValueError, match="TP x PP x DP"):
         pp.parse_row(d, "row")
     d.update(gpus="1", source="")
     with pytest.raises(ValueError, match="empty source"):
         pp.parse_row(d, "row")
+    d.update(source="x", gpus="2", cp="2")
+    assert pp.parse_row(d, "row").cp == 2
+    with pytest.raises(ValueError, match="TP x PP x DP x CP"):
+        pp.parse_row({**d, "cp": "4"}, "row")
+    with pytest.raises(ValueError, match="needs sequence_parallel on"):
+        pp.parse_row({**d, "tp_overlap": "on"}, "row")
+    # a file written before the cp and tp_overlap columns: one device of CP, no TP overlap
+    old = pp.parse_row({k: v for k, v in d.items() if k not in ("cp", "tp_overlap")} | {"gpus": "1"}, "row")
+    assert (old.cp, old.tp_overlap) == (1, "off")
