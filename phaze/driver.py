@@ -253,6 +253,11 @@ def _compile_model(
         for k, (t, sp) in enumerate(points):
             start = time.perf_counter()
             where = point_label(b, t, sp, c)
+            if sweep and c > 1 and t * c > point_opts.devices:  # no replica fits: said without compiling
+                note = f"devices: t·c = {t}·{c} exceeds N = {point_opts.devices}"
+                candidates.append(Candidate(b, t, note=note, sequence_parallel=sp, context_parallel=c))
+                log(f"{where}: does not fit: {note}")
+                continue
             try:
                 if shared is not None:
                     step = copy_for(shared, k, len(points))

@@ -43,6 +43,7 @@ BAD = {
     "capacity_factor": (0.5, "0.5", None),
     "power_cap_w": (-1.0, "-1", None),
     "selective_recompute": ("layer:0", "layer:0", 'phaze-insert-recompute{selective="layer:0"}'),
+    "context_parallel": ("0", "0", None),  # the pass takes a degree, not "auto": its own words
     "schedule_time_limit": (0.0, "0", "phaze-schedule-ops{time_limit=0.0}"),
     "schedule_gap": (1.0, "1", "phaze-insert-recompute{gap_limit=1.0}"),
     "schedule_nodes": (-1, "-1", "phaze-schedule-ops{node_limit=-1}"),
@@ -53,6 +54,7 @@ BAD = {
     "optimizer": ("lion", "lion", 'phaze-insert-optimizer{optimizer="lion"}'),
     "objective": ("speed", "speed", None),
     "sequence_parallel": ("yes", "yes", None),
+    "tp_overlap": ("maybe", "maybe", None),
     "kernels": ("xla", "xla", 'phaze-form-kernels{runtime="xla"}'),
 }
 CHECKED = {f.name: f for f in dataclasses.fields(Options) if f.metadata.get("check") or f.metadata.get("choices")}
