@@ -191,6 +191,9 @@ struct Ctx<'p, 'a> {
     /// cut[l] = 2 · p2p(boundary_bytes[l]) on the pipeline level: the cost a stage pays on
     /// each side of a boundary after layer l (activation one way, its gradient back).
     cut: Vec<f64>,
+    /// The pipeline level's `collective_compute_share`: under interleaving a rank's transfers
+    /// run beside its chunks' compute and take that share of the SMs ([`Rank::p2p_exposed`]).
+    pp_share: f64,
     dp_level: usize,
     /// Devices between consecutive members of a DP group ([`RankOrder::strides`]): t when
     /// PP is outermost (`tp-dp-pp`: the DP level is that of d·t, the p2p level that of
@@ -250,6 +253,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
             m,
             hbm,
             cut,
+            pp_share: prob.levels[pp_level].collective_compute_share,
             dp_level: prob.level_for(g * stride),
             dp_stride: stride,
             policies: prob.policies(),
@@ -1216,11 +1220,26 @@ fn ranks(ctx: &Ctx, p: usize, v: u64) -> Vec<Rank> {
 }
 
 impl Rank {
-    /// Time per micro-batch under policy r: its chunks' compute and recompute, their boundary
-    /// transfers (v× those of one stage), and the per-micro-batch DP collectives.
+    /// Time per micro-batch under policy r: its chunks' compute and recompute, what their
+    /// boundary transfers (v× those of one stage) leave exposed ([`Rank::p2p_exposed`]), and the
+    /// per-micro-batch DP collectives.
     fn time(&self, ctx: &Ctx, r: usize) -> f64 {
-        ((self.sums.compute_s + ctx.recompute(&self.sums)[r]) + self.p2p_s)
-            + (self.zero_s + 4.0 * ctx.all_to_all(&self.sums))
+        let work = self.sums.compute_s + ctx.recompute(&self.sums)[r];
+        (work + self.p2p_exposed(ctx, r)) + (self.zero_s + 4.0 * ctx.all_to_all(&self.sums))
+    }
+
+    /// The rank's boundary transfers per micro-batch that its compute does not hide: Megatron-LM
+    /// overlaps the interleaved schedule's sends and receives with the chunks' forward and
+    /// backward (`overlap_p2p_comm`, on by default with virtual stages: `validate_args` at
+    /// d98e8a64 turns it off only without them), each transfer beside the next chunk's
+    /// compute: p2p seconds beside w of compute end at max(p2p, w + f·min(p2p, w)), f the
+    /// pipeline level's `collective_compute_share` (docs/design.md §6.6).
+    fn p2p_exposed(&self, ctx: &Ctx, r: usize) -> f64 {
+        let work = self.sums.compute_s + ctx.recompute(&self.sums)[r];
+        if self.p2p_s <= 0.0 {
+            return 0.0;
+        }
+        (self.p2p_s - work).max(ctx.pp_share * self.p2p_s.min(work))
     }
 
     fn mem(&self, ctx: &Ctx, r: usize) -> u64 {
@@ -1285,7 +1304,12 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
                 last_layer,
                 devices: prob.tp,
                 time_s: times[k],
-                time_parts: ctx.time_parts(&rs[k].sums, policy[k], rs[k].p2p_s, rs[k].zero_s),
+                time_parts: ctx.time_parts(
+                    &rs[k].sums,
+                    policy[k],
+                    rs[k].p2p_exposed(ctx, policy[k]),
+                    rs[k].zero_s,
+                ),
                 memory_bytes: memory.total(),
                 memory,
                 recompute: Recompute::from_index(policy[k]).unwrap(),

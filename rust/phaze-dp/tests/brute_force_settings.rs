@@ -391,6 +391,14 @@ fn price(
             2 => hide(half(pb, epb), fwd),
             _ => 0.0,
         };
+        // Interleaved: Megatron-LM overlaps the chunks' transfers with their compute
+        // (`overlap_p2p_comm`), which they slow by the pipeline level's share of the SMs.
+        let link = if v > 1 && link > 0.0 {
+            let share = prob.levels[pp_l].collective_compute_share;
+            (link - (compute + rec)).max(share * link.min(compute + rec))
+        } else {
+            link
+        };
         let time = compute + rec + link + mb;
         // The optimizer step after the flush: each device of the DP×CP group updates 1/(d·c)
         // of the state from ZeRO-1 on (the experts' 1/e over their d/e replicas: 1/d too);
