@@ -561,18 +561,10 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
             "0.3.0's MoE is dropless (HybridEP's non_blocking_capacity_factor bounds a receive buffer, it does not "
             "pad each expert): compile without --capacity-factor"
         )
-    if s.cp > 1 and s.zero != 3 and s.dp * s.cp > 1:
-        raise PhazeError(
-            "--export torchtitan: torchtitan 0.3.0 shards the weights over its CP group (FSDP over "
-            "data_parallel_shard x context_parallel, torchtitan/distributed/parallel_dims.py), which the plan's "
-            f"ZeRO {s.zero} does not: "
-            "compile with --zero 3"
-        )
+    if s.cp > 1 and s.zero != 3:
+        raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=s.zero))
     if s.tp_overlap and facts.kernels != "inductor":
-        raise PhazeError(
-            "--export torchtitan: torchtitan 0.3.0's async TP runs under torch.compile only (CompileConfig asks "
-            "--compile.enable): compile with --kernels inductor, or --tp-overlap off"
-        )
+        raise PhazeError(_TORCHTITAN_ASYNC_TP)
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
     p = "--parallelism."
     args = [
@@ -674,6 +666,14 @@ def render(target: str, plan: dict[str, Any], facts: ModelFacts) -> str:
     return "".join(a + "\n" for a in args)
 
 
+_TORCHTITAN_CP_ZERO = (
+    "--export torchtitan: torchtitan 0.3.0 shards the weights over its CP group (FSDP over data_parallel_shard x "
+    "context_parallel, torchtitan/distributed/parallel_dims.py), which ZeRO {zero} does not: compile with --zero 3"
+)
+_TORCHTITAN_ASYNC_TP = (
+    "--export torchtitan: torchtitan 0.3.0's async TP runs under torch.compile only (CompileConfig asks "
+    "--compile.enable): compile with --kernels inductor, or --tp-overlap off"
+)
 _TORCHTITAN_FP8 = (
     "--export torchtitan: torchtitan 0.3.0's float8 converter runs rowwise scaling (E4M3 throughout), set in a "
     "Python config (models/llama3/config_registry.py), not Transformer Engine's per-tensor hybrid recipe phaze "
@@ -746,6 +746,11 @@ def export_outputs(args) -> list[tuple[str, str]]:
                 raise PhazeError(_TORCHTITAN_FP16)
             if getattr(args, "dtype", None) == "fp8":
                 raise PhazeError(_TORCHTITAN_FP8)
+            cp = str(getattr(args, "context_parallel", "1"))
+            if cp.isdigit() and int(cp) > 1 and zero not in ("3", "auto"):
+                raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=zero))
+            if getattr(args, "tp_overlap", "off") == "on" and getattr(args, "kernels", None) != "inductor":
+                raise PhazeError(_TORCHTITAN_ASYNC_TP)
         selective = getattr(args, "selective_recompute", None) or "attention"
         if getattr(args, "recompute", None) == "selective" and (why := selective_refusal(target, selective)):
             raise PhazeError(why)
@@ -764,20 +769,28 @@ UNIFORM_RECOMPUTE = tuple(p.value for p in RecomputePolicy)
 
 
 def launchable_choices(
-    exports: Sequence[Sequence[str]] | None, zero: str, recompute: str, selective: str = "attention"
+    exports: Sequence[Sequence[str]] | None,
+    zero: str,
+    recompute: str,
+    selective: str = "attention",
+    context_parallel: str = "1",
 ) -> list[dict[str, str]]:
     """The narrowings of ``--zero`` and ``--recompute`` under which every plan the search can
     choose is launched by every ``--export`` target asked for: one dict of driver options
     (``zero``, ``recompute``) per search to run, the best of which is the best launchable plan
     (``[{}]``: no narrowing needed); ``selective``: what selective recompute re-runs, which a
-    target may not have (:func:`selective_refusal`). A fixed choice a target cannot run was
-    refused before, by :func:`export_outputs`."""
+    target may not have (:func:`selective_refusal`); ``context_parallel``: phazec's
+    ``--context-parallel``, under which torchtitan runs ZeRO-3 only (it shards the weights over
+    its CP group; under ``auto`` too, the CP 1 points with them). A fixed choice a target cannot
+    run was refused before, by :func:`export_outputs`."""
     targets = {target for target, _ in exports or ()}
     if not targets:
         return [{}]
     zeros = [zero]
     if zero == "auto":
         allowed = set.intersection(*(set(LAUNCHABLE_ZERO[t]) for t in targets))
+        if "torchtitan" in targets and context_parallel != "1":
+            allowed &= {"3"}
         if allowed != set(LAUNCHABLE_ZERO["megatron"]):
             zeros = sorted(allowed)
     policies = list(UNIFORM_RECOMPUTE) if recompute == "auto" else [recompute]

@@ -404,6 +404,28 @@ def test_launchable_choices_narrow_auto_to_what_each_target_runs():
     # Selective recompute a target has not is no choice of it: Megatron-LM's is the attention core's.
     assert launchable_choices([("megatron", "f")], "3", "auto", "op") == [{"recompute": r} for r in ("none", "full")]
     assert launchable_choices(titan, "3", "auto", "op") == [{"recompute": r} for r in ("none", "selective", "full")]
+    # Under context parallelism torchtitan shards the weights over its CP group: ZeRO-3 only.
+    assert launchable_choices(titan, "auto", "full", context_parallel="auto") == [{"zero": "3"}]
+    assert launchable_choices([("megatron", "f")], "auto", "full", context_parallel="2") == [{}]
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"context_parallel": "2", "zero": "0"}, "which ZeRO 0 does not: compile with --zero 3"),
+        ({"tp_overlap": "on", "kernels": "eager"}, "async TP runs under torch.compile only"),
+    ],
+)
+def test_torchtitan_refuses_cp_without_zero_3_and_async_tp_without_compile_before_any_work(given, message):
+    from types import SimpleNamespace
+
+    from phaze.export import export_outputs
+
+    args = SimpleNamespace(export=[("torchtitan", "t.args")], hw="h100", emit="plan", **given)
+    with pytest.raises(PhazeError, match=message):
+        export_outputs(args)
+    ok = SimpleNamespace(export=[("megatron", "m.args")], hw="h100", emit="plan", **given)
+    assert export_outputs(ok) == [("--export megatron", "m.args")]
 
 
 def test_a_refused_export_leaves_the_other_outputs_written(tmp_path):

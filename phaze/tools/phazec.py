@@ -471,7 +471,9 @@ def _launchable_answer(args: argparse.Namespace, opts, log):
         return hw_answer.answer(args.models[0], o, cache_dir(args), log, generic=args.print_op_generic)
 
     result = ask(opts)
-    choices = launchable_choices(args.export, opts.zero, opts.recompute, opts.selective_recompute)
+    choices = launchable_choices(
+        args.export, opts.zero, opts.recompute, opts.selective_recompute, opts.context_parallel
+    )
     if choices == [{}] or result.plan is None or not result.plan.get("feasible"):
         return result
 
