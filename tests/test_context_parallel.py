@@ -207,3 +207,5 @@ def test_phazec_refuses_bad_degrees_before_any_work(tmp_path):
         assert "--context-parallel" in line and message in line, r.stderr
     r = run_tool("phazec", model, "--devices", "8", "--context-parallel", "2", "-q")  # the search
     assert r.returncode != 0 and "does not split sequences" in r.stderr
+    r = run_tool("phazec", model, "--devices", "8", "--dtype", "fp8", "-q")  # the search: no FP8 chip
+    assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].endswith("give --hw CHIP with one (h100)")
