@@ -79,7 +79,7 @@ def check_options(opts: Options) -> None:
         raise PhazeError(e.named(e.flag)) from e
     if opts.placement.startswith("expert:"):  # its degrees are known without the model
         try:
-            check_placement_devices(parse_placement(opts.placement, ""), opts.devices)
+            check_placement_devices(parse_placement(opts.placement, ""), opts.devices, opts.context_parallel)
         except PlacementError as e:
             raise PhazeError(f"--placement: {e}") from e
     if opts.emit == "plan" and all(opts.global_batch % b for b in opts.micro_batches):
@@ -90,12 +90,16 @@ def check_options(opts: Options) -> None:
         )
 
 
-def check_placement_devices(fixed: tuple[int, int, int] | None, devices: int) -> None:
-    """A fixed placement (PP, DP, TP) that needs more devices than the run has is refused."""
-    if fixed is not None and fixed[0] * fixed[1] * fixed[2] > devices:
+def check_placement_devices(fixed: tuple[int, int, int] | None, devices: int, context_parallel: str = "1") -> None:
+    """A fixed placement (PP, DP, TP) that needs more devices than the run has is refused, with
+    a fixed context-parallel degree's c devices for each of its TP groups."""
+    c = int(context_parallel) if context_parallel.isdigit() else 1
+    if fixed is not None and fixed[0] * fixed[1] * fixed[2] * c > devices:
         pp, dp, tp = fixed
+        with_cp = f" x --context-parallel {c}" if c > 1 else ""
         raise PhazeError(
-            f"--placement expert:{pp},{dp},{tp} needs {pp * dp * tp} devices: expected at most --devices {devices}"
+            f"--placement expert:{pp},{dp},{tp}{with_cp} needs {pp * dp * tp * c} devices: expected at most "
+            f"--devices {devices}"
         )
 
 
@@ -169,7 +173,7 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
         fixed = parse_placement(opts.placement, spec.name)
     except PlacementError as e:
         raise PhazeError(f"--placement: {e}") from e
-    check_placement_devices(fixed, opts.devices)
+    check_placement_devices(fixed, opts.devices, opts.context_parallel)
     return Compilation(opts, accelerator, spec, fixed, tp_widths_of(opts, fixed))
 
 

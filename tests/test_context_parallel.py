@@ -205,6 +205,9 @@ def test_phazec_refuses_bad_degrees_before_any_work(tmp_path):
         assert r.returncode != 0
         line = r.stderr.strip().splitlines()[-1]
         assert "--context-parallel" in line and message in line, r.stderr
+    r = run_tool("phazec", model, "--hw", "h100", "--devices", "8", "--placement", "expert:1,4,2", "--context-parallel",
+                 "2", "-q")  # fmt: skip
+    assert r.returncode != 0 and "expert:1,4,2 x --context-parallel 2 needs 16 devices" in r.stderr
     r = run_tool("phazec", model, "--devices", "8", "--context-parallel", "2", "-q")  # the search
     assert r.returncode != 0 and "does not split sequences" in r.stderr
     r = run_tool("phazec", model, "--devices", "8", "--dtype", "fp8", "-q")  # the search: no FP8 chip
