@@ -132,11 +132,17 @@ def _whole_sequence(module: ModuleOp, groups: dict[str, list[Operation]], c: int
         module.attributes[keys.SEQ_LEN] = ph.int_attr(seq * c)
     flops = keys.int_of(module, keys.MODEL_FLOPS, 0)
     if flops:
-        attention = 3 * sum(
-            o.flops()
-            for ops in groups.values()
-            for o in ops
-            if isinstance(o, ph.MatmulOp) and keys.string_of(o, keys.PHASE) == "fwd"
+        # phaze.model_flops is the unsharded step's: the attention of the TP-sharded step (its
+        # heads split over the TP width) times the width.
+        attention = (
+            3
+            * keys.int_of(module, keys.TP_WIDTH, 1)
+            * sum(
+                o.flops()
+                for ops in groups.values()
+                for o in ops
+                if isinstance(o, ph.MatmulOp) and keys.string_of(o, keys.PHASE) == "fwd"
+            )
         )
         whole = c * (flops - attention) + c * c * attention
         if whole < 2**63:

@@ -156,6 +156,7 @@ def test_the_pass_refuses_a_step_without_fused_attention(tiny_gpt2_module):
 
 
 def _phazec(tmp_path, *extra: str) -> dict:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "plan.json"
     model = str(MODELS / "tiny_llama_sdpa.py")
     r = run_tool(
@@ -212,3 +213,14 @@ def test_phazec_refuses_bad_degrees_before_any_work(tmp_path):
     assert r.returncode != 0 and "does not split sequences" in r.stderr
     r = run_tool("phazec", model, "--devices", "8", "--dtype", "fp8", "-q")  # the search: no FP8 chip
     assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].endswith("give --hw CHIP with one (h100)")
+
+
+def test_model_flops_are_the_whole_sequences_at_any_tp_and_cp(tmp_path):
+    """MFU's model FLOPs of a batch are the model's, whatever splits the sequence: at TP 2 the
+    same with CP 2 as without (the attention of the sharded step counted at the whole width)."""
+    got = []
+    for c, dp in ((1, 2), (2, 1)):
+        flags = ("--tp", "2", "--placement", f"expert:1,{dp},2", "--context-parallel", str(c))
+        plan = _phazec(tmp_path / f"cp{c}", *flags)
+        got.append(plan["summary"]["model_flops_per_batch"])
+    assert got[0] == pytest.approx(got[1], rel=1e-12)
