@@ -53,8 +53,8 @@ class ContextParallelPass(ModulePass):
             raise PhazeError(f"{self.name}: degree={c!r}: expected a context-parallel degree >= 1")
         if keys.CONTEXT_PARALLEL in op.attributes:
             raise PhazeError(
-                f"{self.name}: the module is priced for context parallelism already; run phaze-estimate-latency "
-                "again first"
+                f"{self.name}: the module is priced for context parallelism already (its attention, tokens and "
+                "FLOPs are scaled): compile the step again to price another degree"
             )
         if c == 1:
             return

@@ -229,8 +229,9 @@ def core_counts(module: ModuleOp, pass_name: str) -> dict[str, int]:
 
 def sum_layer_latencies(module: ModuleOp) -> None:
     """``phaze.layer_latency`` summed again from the ops' ``split_s``, as
-    ``phaze-estimate-latency`` sums it: after a pass that reprices ops in place
-    (``phaze-context-parallel``, ``phaze-overlap-tensor-parallel``)."""
+    ``phaze-estimate-latency`` writes it and a pass that reprices ops in place
+    (``phaze-context-parallel``, ``phaze-overlap-tensor-parallel``) writes it again (none
+    without an op in a layer)."""
     layers: list[int] = []
     phases: list[str] = []
     seconds: list[float] = []
@@ -241,6 +242,7 @@ def sum_layer_latencies(module: ModuleOp) -> None:
             layers.append(layer.value.data)
             phases.append(keys.string_of(o, keys.PHASE, "fwd"))
             seconds.append(float(lat.as_dict()["split_s"]))
+    module.attributes.pop(keys.LAYER_LATENCY, None)
     if layers:
         module.attributes[keys.LAYER_LATENCY] = ArrayAttr(
             [

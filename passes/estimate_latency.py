@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
-from passes.algorithms.latency import MatmulDesc, OpDesc, estimate_chip, fp8_problem, layer_totals
+from passes.algorithms.latency import MatmulDesc, OpDesc, estimate_chip, fp8_problem
 from passes.algorithms.tiling import ScalarTiling
-from passes.cost_view import Describer
+from passes.cost_view import Describer, sum_layer_latencies
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import LatencyAttr, LayerLatencyAttr, TileAttr
+from phaze_ir.attributes import LatencyAttr, TileAttr
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
 
@@ -68,25 +68,9 @@ class EstimateLatencyPass(ModulePass):
             priced.append((o, row_of[sig]))
         latency = estimate_chip(descs, acc, tilings)
         lats = [latency.op(i) for i in range(len(descs))]
-        layers: list[int] = []
-        phases: list[str] = []
-        seconds: list[float] = []
         for o, row in priced:
             lat = lats[row]
             o.attributes[keys.LATENCY] = LatencyAttr.make(
                 one_s=lat.one_s, split_s=lat.split_s, unit=lat.unit, bound=lat.bound
             )
-            layer = o.attributes.get(keys.LAYER)
-            if isinstance(layer, IntegerAttr):
-                layers.append(layer.value.data)
-                phases.append(keys.string_of(o, keys.PHASE, "fwd"))
-                seconds.append(lat.split_s)
-        op.attributes.pop(keys.LAYER_LATENCY, None)
-        if layers:
-            totals = layer_totals(layers, phases, seconds)
-            op.attributes[keys.LAYER_LATENCY] = ArrayAttr(
-                [
-                    LayerLatencyAttr.make(index=i, fwd_s=t["fwd"], bwd_s=t["bwd"], opt_s=t["opt"])
-                    for i, t in totals.items()
-                ]
-            )
+        sum_layer_latencies(op)

@@ -45,7 +45,7 @@ class OverlapTensorParallelPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if keys.TP_OVERLAP in op.attributes:
             raise PhazeError(
-                f"{self.name}: the module is priced with TP overlap already; run phaze-estimate-latency again"
+                f"{self.name}: the module is priced with TP overlap already: compile the step again to price it without"
             )
         tp = keys.int_of(op, keys.TP_WIDTH, 1)
         if tp == 1:

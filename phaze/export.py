@@ -203,7 +203,7 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
         why = plan.get("binding") or "infeasible"
         raise PhazeError(f"--export {target}: the plan is not feasible ({why}); there is nothing to launch")
     dp, pp, tp = _int(plan, "dp", target), _int(plan, "pp", target), _int(plan, "tp", target)
-    cp = _int({"cp": plan.get("cp", 1)}, "cp", target)
+    cp = _int(plan, "cp", target) if "cp" in plan else 1  # (a plan of before context parallelism)
     b, m = _int(plan, "micro_batch_size", target), _int(plan, "num_micro_batches", target)
     gb = _int(plan, "global_batch", target)
     sp = bool(plan["sequence_parallel"])
