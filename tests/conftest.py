@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import functools
 import os
+import random
+import signal
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,118 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Removed when the session's interpreter exits (a bare mkdtemp left one behind per run).
 _SESSION_CACHE = tempfile.TemporaryDirectory(prefix="phaze-tests-cache-")
 os.environ["XDG_CACHE_HOME"] = _SESSION_CACHE.name
+# torch sets this itself, in the process's environment, the first time Inductor asks for its cache
+# (torch/_inductor/runtime/cache_dir_utils.py): set here, once, it stays the same for every test.
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_SESSION_CACHE.name, "torchinductor")
+
+
+def gpu_script(name: str):
+    """A script of ``benchmarks/gpu/`` as a module, imported as it runs (its folder first on
+    ``sys.path``, so its sibling imports resolve) and that folder taken off ``sys.path`` again at
+    once: left there, its modules would shadow installed packages for every later test (a
+    ``kernels.py`` there once hid Hugging Face's ``kernels`` from transformers).  benchmarks/ is no
+    package: xDSL's wheel installs a top-level ``benchmarks`` of its own."""
+    import importlib
+
+    folder = str(ROOT / "benchmarks" / "gpu")
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(folder)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--file-order",
+        default="given",
+        metavar="given|reverse|shuffle:SEED",
+        help="run the test files in this order (tests within a file keep theirs): the suite passes in any "
+        "file order, since no test leaves global state behind (check_no_global_state)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    order = config.getoption("--file-order")
+    if order == "given":
+        return
+    files = list(dict.fromkeys(item.path for item in items))
+    if order == "reverse":
+        files.reverse()
+    elif order.startswith("shuffle:") and order[len("shuffle:") :].isdigit():
+        random.Random(int(order[len("shuffle:") :])).shuffle(files)
+    else:
+        raise pytest.UsageError(f"--file-order: expected given, reverse or shuffle:SEED, got {order!r}")
+    rank = {path: i for i, path in enumerate(files)}
+    items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order
+
+
+#: The signals whose handlers a test might set (a tool's SIGINT/SIGPIPE handling, a timeout's SIGALRM).
+_SIGNALS = [
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGPIPE,
+    signal.SIGALRM,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+]
+
+
+def _global_state() -> dict:
+    return {
+        "sys.path": list(sys.path),
+        "os.environ": {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},  # pytest's own, per phase
+        "the working folder": os.getcwd(),
+        "warnings filters": list(warnings.filters),
+        "signal handlers": {s.name: signal.getsignal(s) for s in _SIGNALS},
+    }
+
+
+@pytest.fixture(autouse=True)
+def check_no_global_state():
+    """A test leaves the process as it found it: ``sys.path`` (a folder left there shadows installed
+    packages for every later test on the worker: benchmarks/gpu/ once hid Hugging Face's ``kernels``
+    from transformers), the environment, the working folder, the warnings filters and the signal
+    handlers.  What a test changed is put back and the test fails, naming it; monkeypatch and
+    tmp_path undo their own changes before this runs (this fixture is set up first, so torn down
+    last)."""
+    before, modules = _global_state(), len(sys.modules)
+    yield
+    after = _global_state()
+    changed = [name for name in before if before[name] != after[name]]
+    if "warnings filters" in changed and len(sys.modules) > modules:
+        # Libraries add filters of their own when first imported (torch, numpy, scipy, sympy), and
+        # pytest puts the filters back after every test anyway: what a test must not do is take
+        # filters away, or add them without importing anything.
+        if all(f in after["warnings filters"] for f in before["warnings filters"]):
+            changed.remove("warnings filters")
+    if not changed:
+        return
+    sys.path[:] = before["sys.path"]
+    for key in set(os.environ) - set(before["os.environ"]) - {"PYTEST_CURRENT_TEST"}:
+        del os.environ[key]
+    os.environ.update(before["os.environ"])
+    os.chdir(before["the working folder"])
+    warnings.filters[:] = before["warnings filters"]
+    for s in _SIGNALS:
+        signal.signal(s, before["signal handlers"][s.name])
+    details = []
+    if "sys.path" in changed:
+        details.append(f"sys.path gained {sorted(set(after['sys.path']) - set(before['sys.path']))}")
+    if "os.environ" in changed:
+        keys = {
+            k
+            for k in before["os.environ"].keys() | after["os.environ"].keys()
+            if before["os.environ"].get(k) != after["os.environ"].get(k)
+        }
+        details.append(f"environment variables changed: {sorted(keys)}")
+    pytest.fail(
+        "the test left global state changed (restored now): "
+        + ", ".join(changed)
+        + (" (" + "; ".join(details) + ")" if details else ""),
+        pytrace=False,
+    )
 
 
 @pytest.fixture(autouse=True)

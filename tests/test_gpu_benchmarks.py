@@ -4,27 +4,16 @@ price_train_step.py knows, a row of either CSV is read with its precision and ru
 smoke test's shrinking gives every model two small layers. No GPU and no pricing here."""
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import gpu_script
 
 GPU = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu"
 
 
-def _load(name: str):
-    if str(GPU) not in sys.path:
-        sys.path.insert(0, str(GPU))
-    spec = importlib.util.spec_from_file_location(name, GPU / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_every_configuration_is_priceable():
-    runtimes, price = _load("train_step_runtimes"), _load("price_train_step")
+    runtimes, price = gpu_script("train_step_runtimes"), gpu_script("price_train_step")
     for model, b, attention, recompute, precision, compiled in runtimes.CONFIGS:
         assert model in runtimes.MODEL_FILES and model in price.MODEL_FILES, model
         assert Path(runtimes.MODEL_FILES[model]) == Path(price.MODEL_FILES[model])
@@ -37,7 +26,7 @@ def test_every_configuration_is_priceable():
 def test_new_model_files_build_on_meta(name):
     import torch
 
-    runtimes = _load("train_step_runtimes")
+    runtimes = gpu_script("train_step_runtimes")
     mod = runtimes.load(str(GPU / "models" / f"{name}.py"))
     with torch.device("meta"):
         model = mod.get_model()
@@ -48,7 +37,7 @@ def test_new_model_files_build_on_meta(name):
 
 
 def test_rows_of_both_csvs_are_read_with_their_runtime(tmp_path):
-    price = _load("price_train_step")
+    price = gpu_script("price_train_step")
     old = tmp_path / "train_step.csv"
     new = tmp_path / "train_step_runtimes.csv"
     common = {"model": "gpt2-small", "micro_batch": "8", "attention": "sdpa", "recompute": "none"}

@@ -6,30 +6,20 @@ data/h100/README.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from conftest import ROOT
+from conftest import ROOT, gpu_script
 
 from phaze_ir.hardware import load_hardware
 
 DATA = ROOT / "data" / "h100"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "gpu" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, mod)  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fit_h100_energy = _load("fit_h100_energy")
-price_power = _load("price_power")
+fit_h100_energy = gpu_script("fit_h100_energy")
+price_power = gpu_script("price_power")
 
 
 def test_the_preset_holds_the_fit():

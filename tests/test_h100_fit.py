@@ -5,28 +5,18 @@ the measurements (benchmarks/gpu/fit_h100.py; data/h100/README.md)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
-import sys
 
 import numpy as np
-from conftest import ROOT
+from conftest import ROOT, gpu_script
 
 from phaze_ir.hardware import load_hardware
 
 DATA = ROOT / "data" / "h100"
 
 
-def _load_fit_module():
-    spec = importlib.util.spec_from_file_location("fit_h100", ROOT / "benchmarks" / "gpu" / "fit_h100.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fit_h100", mod)  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fit_h100 = _load_fit_module()
+fit_h100 = gpu_script("fit_h100")
 
 
 def _preset_calibration():

@@ -59,3 +59,53 @@ def test_every_phaze_key_is_named_through_phaze_ir_keys():
                     found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert found == []
     assert len({str(k) for k in keys.ALL_KEYS}) == len(keys.ALL_KEYS)  # no key declared twice
+
+
+#: Folders that go first on ``sys.path`` while their code runs: a script's own folder (``python
+#: benchmarks/gpu/price_train_step.py``), tests/ under pytest, the model folders the tests and
+#: phazec's loader put there for a moment.  A module there named like an installed package hides
+#: that package from everything imported meanwhile.
+SCRIPT_FOLDERS = ("tests", "tests/models", "benchmarks", "benchmarks/gpu", "benchmarks/models", "examples")
+
+
+def _shadowing(folder, installed: set[str]) -> list[str]:
+    """The modules and regular packages of ``folder`` named like one of ``installed`` (a folder
+    without ``__init__.py`` is a namespace portion, which an installed package of its name beats)."""
+    found = []
+    for path in sorted(folder.iterdir()):
+        if path.suffix == ".py" and path.stem != "__init__":
+            name = path.stem
+        elif path.is_dir() and (path / "__init__.py").exists():
+            name = path.name
+        else:
+            continue
+        if name in installed:
+            found.append(path.name)
+    return found
+
+
+def _installed_top_level() -> set[str]:
+    import importlib.metadata
+
+    return set(importlib.metadata.packages_distributions()) | set(sys.stdlib_module_names)
+
+
+def test_no_script_folder_shadows_an_installed_package():
+    # benchmarks/gpu/kernels.py hid Hugging Face's `kernels` (a dependency of transformers 5.25)
+    # from transformers wherever that folder was first on sys.path.
+    installed = _installed_top_level()
+    clashes = {f: _shadowing(ROOT / f, installed) for f in SCRIPT_FOLDERS}
+    assert not any(clashes.values()), clashes
+
+
+def test_the_shadowing_check_bites(tmp_path):
+    (tmp_path / "kernels.py").write_text("")
+    (tmp_path / "json.py").write_text("")
+    (tmp_path / "namespace_only").mkdir()
+    (tmp_path / "regular").mkdir()
+    (tmp_path / "regular" / "__init__.py").write_text("")
+    assert _shadowing(tmp_path, {"kernels", "json", "namespace_only", "regular"}) == [
+        "json.py",
+        "kernels.py",
+        "regular",
+    ]

@@ -42,13 +42,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+from passes.algorithms.latency import MatmulDesc, estimate_op, glb_matmul_bytes, hbm_matmul_bytes, wave_s
+from passes.algorithms.tiling import tile_gemm_scalar
+from phaze_ir.hardware import load_hardware
 
-from passes.algorithms.latency import MatmulDesc, estimate_op, glb_matmul_bytes, hbm_matmul_bytes, wave_s  # noqa: E402
-from passes.algorithms.tiling import tile_gemm_scalar  # noqa: E402
-from phaze_ir.hardware import load_hardware  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 DATA = ROOT / "data" / "h100"
 #: Output tiles (rows, columns) a GEMM kernel's thread blocks compute on Hopper (CUTLASS / cuBLAS).
@@ -290,7 +288,7 @@ def fit(data: Path = DATA, acc=None, tiles=CANDIDATE_TILES) -> Fit:
 
 
 def attention_kernels(batch: int, heads: int, seq: int, head_dim: int, backward: bool):
-    """The kernels of ``softmax(Q·Kᵀ · d^-½)·V`` (no mask) as ``benchmarks/gpu/kernels.py``
+    """The kernels of ``softmax(Q·Kᵀ · d^-½)·V`` (no mask) as ``benchmarks/gpu/measure_kernels.py``
     runs it: GEMMs as (batch, M, N, K) and memory-bound kernels as bytes moved."""
     bh, s, d, scores = batch * heads, seq, head_dim, batch * heads * seq * seq
     gemms = [(bh, s, s, d), (bh, s, d, s)]  # Q·Kᵀ, P·V

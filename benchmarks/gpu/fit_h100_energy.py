@@ -1,5 +1,5 @@
 """Fit the ``[energy]`` table of ``phaze_ir/hw_presets/h100.toml`` on the energy measured on one
-H100 (``data/h100/power.csv``, taken by ``benchmarks/gpu/power.py``; data/h100/README.md) and
+H100 (``data/h100/power.csv``, taken by ``benchmarks/gpu/measure_power.py``; data/h100/README.md) and
 print the fit, its error on each kernel, and the run-to-run spread (``power_repeat.csv``).
 
     python benchmarks/gpu/fit_h100_energy.py [DATA_DIR]
@@ -33,15 +33,13 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+from passes.algorithms.energy import OpActions, op_actions, sram_j_per_byte
+from passes.algorithms.latency import MatmulDesc
+from passes.cost_view import vector_desc
+from phaze_ir.hardware import load_hardware
+from phaze_ir.ir import parse_module
 
-from passes.algorithms.energy import OpActions, op_actions, sram_j_per_byte  # noqa: E402
-from passes.algorithms.latency import MatmulDesc  # noqa: E402
-from passes.cost_view import vector_desc  # noqa: E402
-from phaze_ir.hardware import load_hardware  # noqa: E402
-from phaze_ir.ir import parse_module  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 DATA = ROOT / "data" / "h100"
 BF16 = 2

@@ -1,5 +1,5 @@
 """phaze's predicted energy and power of the single-GPU training steps whose energy was measured on
-one H100 (``data/h100/power.csv``'s ``train_step`` rows, ``benchmarks/gpu/power.py``), against the
+one H100 (``data/h100/power.csv``'s ``train_step`` rows, ``benchmarks/gpu/measure_power.py``), against the
 measurements: the validation of the h100 preset's ``[energy]`` table, which is fitted on kernels
 only (``benchmarks/gpu/fit_h100_energy.py``), never on these steps.
 
@@ -27,13 +27,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from price_train_step import MODEL_FILES  # the model file of each model name (this script's folder)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-if str(HERE) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(HERE))
-
-from price_train_step import MODEL_FILES  # noqa: E402  (the model file of each model name)
 
 
 def measured_steps(path: Path) -> list[dict]:

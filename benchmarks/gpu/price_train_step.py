@@ -47,8 +47,6 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
 
 #: The model file of each model name of train_step.csv (benchmarks/gpu/train_step.py's MODELS).
 MODEL_FILES = {

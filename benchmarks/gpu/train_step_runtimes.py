@@ -27,15 +27,14 @@ import csv
 import gc
 import os
 import statistics
-import sys
 import time
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
+# train_step.py of this script's own folder (first on sys.path when it runs)
 from train_step import _build, kernel_stats, load  # noqa: E402
 
 WARMUP = 3

@@ -151,11 +151,31 @@ def load_model_file(path: str | os.PathLike | ModelSpec) -> ModelSpec:
     already (``phaze.api``'s of a model factory) is itself."""
     if isinstance(path, ModelSpec):
         return path
-    # No hub traffic, ever: models are built from configs in code.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    # transformers' info-level chatter (e.g. about the default loss) is noise on phazec's stderr.
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    with _offline_environment():
+        return _load_model_file(path)
+
+
+#: Set while a model file is imported, where the caller's environment says nothing: no hub traffic,
+#: ever (models are built from configs in code; huggingface_hub and transformers read these when
+#: first imported, which is usually here), and no info-level chatter from transformers (e.g.
+#: about the default loss) on phazec's stderr.
+_OFFLINE_DEFAULTS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+
+
+@contextlib.contextmanager
+def _offline_environment():
+    """:data:`_OFFLINE_DEFAULTS` for the duration of a load, then the environment as it was: a
+    program that loads a model through ``phaze.api`` keeps its own environment."""
+    added = [k for k in _OFFLINE_DEFAULTS if k not in os.environ]
+    os.environ.update({k: _OFFLINE_DEFAULTS[k] for k in added})
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
+def _load_model_file(path: str | os.PathLike) -> ModelSpec:
     p = Path(path)
     if p.suffix.lower() == ".json":
         return load_hf_config(p)

@@ -6,7 +6,7 @@ Plain PyTorch (no phaze import: the GPU machine has torch but not phaze's other 
 Writes CSV files into OUT_DIR (data/h100/README.md says what each column is and how the figures
 were taken); prints a short summary last.
 
-    python benchmarks/gpu/kernels.py OUT_DIR
+    python benchmarks/gpu/measure_kernels.py OUT_DIR
 
 How it times: every kernel is captured ``REPEAT`` times into a CUDA graph and the graph replayed,
 timed with CUDA events: the figure is GPU time per kernel without the host's launch gaps (those

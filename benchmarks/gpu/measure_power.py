@@ -2,7 +2,7 @@
 the ``[energy]`` table of phaze's ``h100`` description (``benchmarks/gpu/fit_h100_energy.py``
 fits it; data/h100/README.md says how the figures were taken).
 
-    python benchmarks/gpu/power.py OUT_DIR
+    python benchmarks/gpu/measure_power.py OUT_DIR
 
 Plain PyTorch and the NVIDIA driver's NVML library through ctypes (the GPU machine has torch, not
 phaze's other packages, nor pynvml).  Each workload runs *sustained*: its kernels captured into a
@@ -14,7 +14,7 @@ sampler thread reads the power, SM clock, temperature and clock-event reasons ev
 ``SAMPLE_S`` so that a window run at the power limit, or at a lowered clock, is seen as such.
 
 Workloads: the GPU idle with a CUDA context, bf16 GEMMs (operands cycling through 2x the L2 so
-that each call reads them from HBM, as kernels.py times them), memory-bound kernels from HBM and
+that each call reads them from HBM, as measure_kernels.py times them), memory-bound kernels from HBM and
 from L2-resident buffers, and whole training steps of small GPT and Llama models (as
 train_step.py runs them: AMP bf16, fused AdamW, eager attention, no recompute).  Writes
 ``power.csv`` and ``power_environment.json`` into OUT_DIR.
@@ -39,9 +39,10 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
-from kernels import capture, copies_for, l2_bytes  # noqa: E402  (kernels.py's graphs and L2 copies)
+# measure_kernels.py's graphs and L2 copies, from this script's own folder (first on sys.path when it runs;
+# tests/test_gpu_benchmarks.py checks that no module here is named like an installed package)
+from measure_kernels import capture, copies_for, l2_bytes  # noqa: E402
 
 WARMUP_S = 1.5  #: sustained run before the window (power and clocks settle)
 WINDOW_S = 4.0  #: the measured window (NVML's energy counter moves every few ms)
@@ -271,7 +272,7 @@ def memory_calls(op: str, elements: int, where: str) -> list:
             calls.append(lambda x=x, y=y, o=o: torch.add(x, y, out=o))
         elif op == "gelu":
             calls.append(lambda x=x, o=o: torch.ops.aten.gelu.out(x, out=o))
-        elif op == "layer_norm":  # over rows of 1024, no affine (as kernels.py)
+        elif op == "layer_norm":  # over rows of 1024, no affine (as measure_kernels.py)
             calls.append(lambda x=x: torch.nn.functional.layer_norm(x.view(-1, 1024), (1024,)))
         else:  # softmax over rows of 1024
             calls.append(lambda x=x: torch.softmax(x.view(-1, 1024), -1))
