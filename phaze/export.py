@@ -74,6 +74,9 @@ MEGATRON_FLAGS = (
     "--data-parallel-sharding-strategy",
     "--ckpt-format",
     "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--attention-dropout",
+    "--hidden-dropout",
     "--use-tp-pp-dp-mapping",
     "--fp16",
     "--bf16",
@@ -388,6 +391,10 @@ def megatron_model_args(facts: ModelFacts) -> tuple[list[str], list[str]]:
         args += [f"--vocab-size={shape['vocab_size']}", "--make-vocab-size-divisible-by=1"]
     else:
         unknown.append("--vocab-size")
+    # Megatron-LM drops 0.1 of both unless told (TransformerConfig's attention_dropout and
+    # hidden_dropout at d98e8a64): the model's own, 0 for a Llama.
+    put("--attention-dropout", "attention_dropout")
+    put("--hidden-dropout", "hidden_dropout")
     if shape.get("tied_embeddings") is False:
         args.append("--untie-embeddings-and-output-weights")
     if shape.get("linear_bias") is False:
@@ -465,6 +472,8 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy={strategy}", "--ckpt-format=fsdp_dtensor"]
     if facts.dp_overlap and s.dp > 1:
         args.append("--overlap-grad-reduce")
+        if s.zero >= 1:  # the distributed optimizer's parameter all-gather, overlapped as priced
+            args.append("--overlap-param-gather")
     if s.rank_order == "tp-pp-dp" and s.dp > 1 and s.pp > 1:
         if s.expert_parallel > 1:
             raise PhazeError(

@@ -34,6 +34,7 @@ from phaze.export import (
     launchable_choices,
     megatron_args,
     megatron_layout,
+    megatron_model_args,
     precision,
     settings,
     torchtitan_args,
@@ -66,6 +67,8 @@ SHAPE = {
     "tied_embeddings": False,
     "linear_bias": False,
     "qkv_bias": False,
+    "attention_dropout": 0.0,
+    "hidden_dropout": 0.0,
 }
 #: tests/models/tiny_gpt2.py's shape as phaze_ir.frontend.shape reads it.
 TINY_GPT2_SHAPE = {
@@ -81,6 +84,8 @@ TINY_GPT2_SHAPE = {
     "linear_bias": True,
     "qkv_bias": True,
     "ffn_hidden_size": 256,
+    "attention_dropout": 0.1,
+    "hidden_dropout": 0.1,
 }
 
 
@@ -269,6 +274,8 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
     assert ns["vocab_size"] == shape["vocab_size"] and ns["make_vocab_size_divisible_by"] == 1
     assert ns.get("untie_embeddings_and_output_weights", False) == (not shape["tied_embeddings"])
     assert ns.get("add_bias_linear", True) == shape["linear_bias"]
+    # Megatron-LM's dropout is 0.1 unless told: the model's own, read back from the configs.
+    assert (tc.attention_dropout, tc.hidden_dropout) == (shape["attention_dropout"], shape["hidden_dropout"])
     ddp = mcore.DDP(**{k: v for k, v in ns.items() if k in fields[mcore.DDP]})
     opt = mcore.Opt(**{k: v for k, v in ns.items() if k in fields[mcore.Opt]})
 
@@ -288,6 +295,8 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
     assert s.global_batch % (s.micro_batch * s.dp) == 0  # Megatron's micro-batch count per replica
     assert ddp.use_distributed_optimizer == opt.use_distributed_optimizer == (s.zero >= 1)
     assert ddp.use_megatron_fsdp == (s.zero >= 2)
+    overlapped = f.dp_overlap and s.dp > 1
+    assert ddp.overlap_grad_reduce == overlapped and ddp.overlap_param_gather == (overlapped and s.zero >= 1)
     if s.zero >= 2:
         assert ddp.data_parallel_sharding_strategy == ("optim_grads" if s.zero == 2 else "optim_grads_params")
         assert ns["ckpt_format"] == "fsdp_dtensor"
@@ -601,6 +610,38 @@ def test_megatron_zero_1_and_2(zero, mcore):
     args = megatron_args(p, f)
     assert "--use-distributed-optimizer" in args and ("--use-megatron-fsdp" in args) == (zero == 2)
     megatron_check(mcore, args, p, f)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 3])
+def test_megatron_overlap_flags_are_the_priced_ones(zero, mcore):
+    """--dp-overlap priced: the gradient reduce-scatter overlapped, and with the distributed
+    optimizer (or Megatron-FSDP) its parameter all-gather too, which validate_args allows only
+    beside --overlap-grad-reduce."""
+    p, f = plan([4, 4], zero=zero), facts(8, dp_overlap=True)
+    args = megatron_args(p, f)
+    assert "--overlap-grad-reduce" in args and ("--overlap-param-gather" in args) == (zero >= 1)
+    megatron_check(mcore, args, p, f)
+    assert "--overlap-grad-reduce" not in megatron_args(p, facts(8))
+
+
+def test_the_models_dropout_is_read_and_launched():
+    """Llama drops nothing (its config's attention_dropout 0, no dropout module); GPT-2 its
+    config's 0.1s; Megatron-LM would drop 0.1 of both unless told."""
+    import torch
+
+    from phaze_ir.frontend.loader import load_model_file
+    from phaze_ir.frontend.shape import model_shape
+
+    with torch.device("meta"):
+        llama, gpt2 = (
+            model_shape(load_model_file(MODELS / f).get_model()) for f in ("tiny_llama_sdpa.py", "tiny_gpt2.py")
+        )
+    assert (llama["attention_dropout"], llama["hidden_dropout"]) == (0.0, 0.0)
+    assert (gpt2["attention_dropout"], gpt2["hidden_dropout"]) == (0.1, 0.1)
+    args = megatron_args(plan([4, 4]), facts(8))
+    assert "--attention-dropout=0.0" in args and "--hidden-dropout=0.0" in args
+    unknown = {k: v for k, v in SHAPE.items() if k != "hidden_dropout"}
+    assert "--hidden-dropout" in megatron_model_args(facts(8, shape=unknown))[1]
 
 
 def test_megatron_layout_string():

@@ -15,7 +15,8 @@ Every field is a scalar (an int, a float, a string or a bool)::
     activation ("swiglu", "gelu", "relu", ... the config's word), normalization ("RMSNorm" |
     "LayerNorm"), norm_epsilon, position_embedding ("rope" | "learned_absolute" | "none"),
     rotary_base, vocab_size, max_position_embeddings, tied_embeddings, linear_bias,
-    qkv_bias, num_experts, moe_router_topk, moe_ffn_hidden_size
+    qkv_bias, num_experts, moe_router_topk, moe_ffn_hidden_size, attention_dropout,
+    hidden_dropout
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ _CONFIG_FIELDS: dict[str, tuple[str, ...]] = {
     "moe_ffn_hidden_size": ("moe_intermediate_size",),
 }
 _ACTIVATION_FIELDS = ("hidden_act", "activation_function")
+#: Dropout probabilities (0 is a value here, unlike the sizes above): the attention probabilities'
+#: (Llama attention_dropout, GPT-2 attn_pdrop, BERT attention_probs_dropout_prob) and the hidden
+#: states' after attention and MLP (GPT-2 resid_pdrop, BERT hidden_dropout_prob, OPT dropout).
+_DROPOUT_FIELDS: dict[str, tuple[str, ...]] = {
+    "attention_dropout": ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob"),
+    "hidden_dropout": ("hidden_dropout", "resid_pdrop", "hidden_dropout_prob", "dropout"),
+}
 #: The linears whose bias Megatron-LM sets apart (``--add-qkv-bias``): attention's q, k, v.
 _QKV_NAMES = ("q_proj", "k_proj", "v_proj", "query", "key", "value", "qkv_proj", "c_attn")
 
@@ -76,6 +84,7 @@ def model_shape(model: Any) -> Shape:
                 shape["activation"] = act
                 break
     modules = list(model.named_modules())
+    _dropouts(shape, config, modules)
     embedding = _input_embedding(model)
     if embedding is not None:
         shape.setdefault("vocab_size", int(embedding.num_embeddings))
@@ -119,6 +128,24 @@ def model_shape(model: Any) -> Shape:
     if "num_experts" in shape and "moe_ffn_hidden_size" not in shape and "ffn_hidden_size" in shape:
         shape["moe_ffn_hidden_size"] = shape["ffn_hidden_size"]  # Mixtral: intermediate_size is an expert's
     return shape
+
+
+def _dropouts(shape: Shape, config: Any, modules: list) -> None:
+    """``attention_dropout`` and ``hidden_dropout`` from the config (:data:`_DROPOUT_FIELDS`); a
+    probability the config does not name is 0 when the model has no dropout module at all (Llama
+    names only its attention's, and drops nothing else), else left out (unknown)."""
+    import torch
+
+    has_dropout = any(isinstance(m, torch.nn.Dropout) for _, m in modules)
+    for field, names in _DROPOUT_FIELDS.items():
+        for name in names:
+            value = getattr(config, name, None) if config is not None else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1:
+                shape[field] = float(value)
+                break
+        else:
+            if not has_dropout:
+                shape[field] = 0.0
 
 
 def _input_embedding(model: Any) -> Any:
