@@ -108,8 +108,8 @@ def test_interleaving_the_blocks_cannot_take_is_refused_with_the_reason():
     plan, stages = place(text, 'placement="expert:2,4,1" pipeline_schedule="interleaved:3"')
     assert plan["feasible"] == "no" and stages == []
     assert plan["binding"] == (
-        "stages: interleaved:3 needs p >= 2 stages, p·v dividing the 8 blocks and p dividing the m "
-        "micro-batches; got p = 2, p·v = 6, m = 16"
+        "stages: interleaved:3 needs p >= 2 stages, p·v dividing the 8 blocks (or them and the embedding and "
+        "loss counted as one each) and p dividing the m micro-batches; got p = 2, p·v = 6, m = 16"
     )
 
 

@@ -398,7 +398,9 @@ pub struct Problem {
     pub virtual_stages: Option<u64>,
     /// The repeated blocks, as (first layer, count); the layers before them (embeddings) go to
     /// the first model chunk and those after (head) to the last one under interleaving, which
-    /// splits the blocks evenly over the p·v chunks. `None`: every layer is a block.
+    /// splits the blocks evenly over the p·v chunks, or as Megatron-LM does when they do not
+    /// divide: the embedding and the loss counted as one block each. `None`: every layer is a
+    /// block.
     #[serde(default)]
     pub blocks: Option<(usize, usize)>,
     /// The expert-parallel degree e as a user fixes it (`Some(1)`: every replica holds every

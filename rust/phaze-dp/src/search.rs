@@ -1103,15 +1103,37 @@ fn bytes_said(bytes: u64) -> String {
 // ---- interleaved 1F1B -----------------------------------------------------------------------
 //
 // Megatron-LM's interleaved schedule (Narayanan et al., SC'21, §2.2): the blocks are split
-// evenly into p·v model chunks, chunk c on pipeline rank c mod p; the layers before the blocks
+// into p·v model chunks, chunk c on pipeline rank c mod p; the layers before the blocks
 // (embeddings) join chunk 0 and the layers after them (head) the last chunk. The split is fixed
-// by (p, v), so there is no split to search: each (d, p, v, ZeRO stage) is priced directly.
+// by (p, v) ([`interleave_split`]), so there is no split to search: each (d, p, v, ZeRO stage)
+// is priced directly.
 
-/// Whether v >= 2 chunks per rank are possible at p stages and m micro-batches: p >= 2, p·v
-/// divides the block count, and p divides m (Megatron-LM requires it of the interleaved schedule).
+/// How Megatron-LM splits the blocks over the p·v chunks, as `(e, l)`: evenly (`(0, 0)`) when
+/// p·v divides the blocks; else counting the embedding (e = 1) and/or the loss (l = 1) as one
+/// block each, `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split`
+/// (megatron/core/transformer/transformer_block.py `get_num_layers_to_build` at d98e8a64: the
+/// blocks plus the counted ones split evenly, the first chunk building one block fewer for the
+/// embedding and the last one fewer for the loss), which is how Llama 3.1 405B's 126 blocks run
+/// on PP 8 × VP 8. The first of (0, 0), (1, 1), (1, 0), (0, 1) that divides and leaves every
+/// chunk a block; `None` when none does.
+fn interleave_split(blocks: usize, chunks: usize) -> Option<(usize, usize)> {
+    [(0, 0), (1, 1), (1, 0), (0, 1)]
+        .into_iter()
+        .find(|&(e, l)| {
+            let units = blocks + e + l;
+            chunks > 0 && units.is_multiple_of(chunks) && units / chunks > e.max(l)
+        })
+}
+
+/// Whether v >= 2 chunks per rank are possible at p stages and m micro-batches: p >= 2, the
+/// blocks split over the p·v chunks ([`interleave_split`]), and p divides m (Megatron-LM
+/// requires it of the interleaved schedule).
 fn interleave_allowed(prob: &Problem, p: usize, v: u64, m: u64) -> bool {
     let (_, blocks) = prob.block_range();
-    v >= 2 && p >= 2 && (blocks as u64).is_multiple_of(p as u64 * v) && m.is_multiple_of(p as u64)
+    v >= 2
+        && p >= 2
+        && interleave_split(blocks, p * v as usize).is_some()
+        && m.is_multiple_of(p as u64)
 }
 
 /// The chunk counts v >= 2 to try at (p, m): the fixed one if it is allowed, or with the search
@@ -1127,16 +1149,17 @@ fn interleave_options(prob: &Problem, p: usize, m: u64) -> Vec<u64> {
     }
 }
 
-/// The layers (first, last) of chunk c of the p·v chunks.
+/// The layers (first, last) of chunk c of the p·v chunks, split as [`interleave_split`] says.
 fn chunk_layers(prob: &Problem, p: usize, v: u64, c: usize) -> (usize, usize) {
     let (first, blocks) = prob.block_range();
     let chunks = p * v as usize;
-    let per = blocks / chunks;
-    let lo = if c == 0 { 0 } else { first + c * per };
+    let (e, l) = interleave_split(blocks, chunks).expect("an allowed interleaving");
+    let per = (blocks + e + l) / chunks;
+    let lo = if c == 0 { 0 } else { first + c * per - e };
     let hi = if c + 1 == chunks {
         prob.layers.len() - 1
     } else {
-        first + (c + 1) * per - 1
+        first + (c + 1) * per - e - 1
     };
     (lo, hi)
 }
@@ -1335,8 +1358,9 @@ fn least_memory(ctx: &Ctx, rs: &[Rank]) -> u64 {
 fn interleave_refusal(prob: &Problem, p: usize, v: u64, m: u64) -> String {
     let (_, blocks) = prob.block_range();
     format!(
-        "stages: interleaved:{v} needs p >= 2 stages, p·v dividing the {blocks} blocks and p \
-         dividing the m micro-batches; got p = {p}, p·v = {}, m = {m}",
+        "stages: interleaved:{v} needs p >= 2 stages, p·v dividing the {blocks} blocks (or them \
+         and the embedding and loss counted as one each) and p dividing the m micro-batches; got \
+         p = {p}, p·v = {}, m = {m}",
         p as u64 * v
     )
 }
@@ -1390,7 +1414,8 @@ fn memory_violation(prep: &Prepared) -> Violation {
             ViolationKind::Stages,
             format!(
                 "stages: no (d, p) allows interleaved:{v}: it needs p >= 2 stages, p·v dividing \
-                 the {} blocks and p dividing the micro-batches per replica",
+                 the {} blocks (or them and the embedding and loss counted as one each) and p \
+                 dividing the micro-batches per replica",
                 prob.block_range().1
             ),
         );

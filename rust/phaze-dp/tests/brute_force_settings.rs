@@ -119,22 +119,46 @@ fn random_problem(rng: &mut Rng) -> Problem {
     }
 }
 
-/// The layers (first, last) of each of the p·v chunks.
+/// The block count of each of the p·v chunks as Megatron-LM builds them: evenly when p·v
+/// divides the blocks; else with the embedding, the loss, or both counted as a block of the
+/// first / last chunk (`--account-for-embedding-in-pipeline-split`,
+/// `--account-for-loss-in-pipeline-split`), tried in that order; `None` when none splits
+/// (or one leaves a chunk without a block).
+fn chunk_blocks(count: usize, chunks: usize) -> Option<Vec<usize>> {
+    for (embedding, loss) in [(false, false), (true, true), (true, false), (false, true)] {
+        let units = count + usize::from(embedding) + usize::from(loss);
+        if !units.is_multiple_of(chunks) {
+            continue;
+        }
+        let mut sizes = vec![units / chunks; chunks];
+        sizes[0] -= usize::from(embedding);
+        sizes[chunks - 1] -= usize::from(loss);
+        if sizes.iter().all(|&b| b >= 1) {
+            return Some(sizes);
+        }
+    }
+    None
+}
+
+/// The layers (first, last) of each of the p·v chunks: the prologue with the first chunk's
+/// blocks, the head with the last one's.
 fn chunks(prob: &Problem, p: usize, v: usize) -> Vec<(usize, usize)> {
     let n = prob.layers.len();
     let (first, count) = prob.blocks.unwrap_or((0, n));
-    let per = count / (p * v);
-    (0..p * v)
-        .map(|c| {
-            let lo = if c == 0 { 0 } else { first + c * per };
-            let hi = if c == p * v - 1 {
-                n - 1
-            } else {
-                first + (c + 1) * per - 1
-            };
-            (lo, hi)
-        })
-        .collect()
+    let sizes = chunk_blocks(count, p * v).expect("an allowed interleaving");
+    let mut out = Vec::with_capacity(sizes.len());
+    let mut next = first;
+    for (c, &size) in sizes.iter().enumerate() {
+        let lo = if c == 0 { 0 } else { next };
+        next += size;
+        let hi = if c == sizes.len() - 1 {
+            n - 1
+        } else {
+            next - 1
+        };
+        out.push((lo, hi));
+    }
+    out
 }
 
 /// Peak stash of rank k by simulating Megatron-LM's interleaved schedule unit by unit:
@@ -519,7 +543,7 @@ fn all_plans(prob: &Problem, d: u64, p: usize) -> Vec<Priced> {
         vs.push(1);
     }
     for v in 2..=n {
-        let ok = p >= 2 && blocks.is_multiple_of(p * v) && m.is_multiple_of(p as u64);
+        let ok = p >= 2 && chunk_blocks(blocks, p * v).is_some() && m.is_multiple_of(p as u64);
         if ok && prob.virtual_stages.is_none_or(|x| x == v as u64) {
             vs.push(v);
         }

@@ -270,3 +270,57 @@ fn freed_gradients_overlap_the_activations_of_a_one_micro_batch_step() {
     prob.grads_freed = true;
     assert_eq!(solve(&prob).plan().unwrap().max_memory_bytes, state + 140);
 }
+
+/// The chunks (first layer, last layer) of a fixed interleaved plan of `blocks` blocks between a
+/// one-layer prologue and a one-layer head, at p stages × v chunks (d = 1).
+fn interleaved_chunks(blocks: usize, p: usize, v: u64) -> Result<Vec<(usize, usize)>, String> {
+    let mut prob = sharded_problem(Zero::Off, v);
+    prob.layers = vec![prob.layers[0].clone(); blocks + 2];
+    prob.blocks = Some((1, blocks));
+    prob.devices = p as u64;
+    prob.global_batch = 4 * p as u64;
+    let e = evaluate_fixed(&prob, p, 1).unwrap();
+    if !e.feasible {
+        return Err(format!("{:?}", e.violations));
+    }
+    Ok(e.plan
+        .unwrap()
+        .stages
+        .iter()
+        .map(|s| (s.first_layer, s.last_layer))
+        .collect())
+}
+
+#[test]
+fn interleaved_chunks_count_the_embedding_and_loss_where_the_blocks_do_not_divide() {
+    // 4 blocks over 2 × 2 chunks: one each, the prologue with the first, the head with the last.
+    assert_eq!(
+        interleaved_chunks(4, 2, 2).unwrap(),
+        [(0, 1), (2, 2), (3, 3), (4, 5)]
+    );
+    // 6 blocks over 4 chunks: as Megatron-LM's account-for-embedding/loss flags split them,
+    // 6 + 2 = 8 units of 2: the first and last chunks build one block beside the prologue / head.
+    assert_eq!(
+        interleaved_chunks(6, 2, 2).unwrap(),
+        [(0, 1), (2, 3), (4, 5), (6, 7)]
+    );
+    // 7 blocks: 7 + 1 = 8 with the embedding counted: [1, 2, 2, 2] blocks.
+    assert_eq!(
+        interleaved_chunks(7, 2, 2).unwrap(),
+        [(0, 1), (2, 3), (4, 5), (6, 8)]
+    );
+    // Llama 3.1 405B's 126 blocks on PP 8 × VP 8 and 94 on PP 8 × VP 4: 2 and 3 units a chunk,
+    // the first and last chunk one block fewer.
+    for (blocks, v, per) in [(126, 8, 2), (94, 4, 3)] {
+        let chunks = interleaved_chunks(blocks, 8, v).unwrap();
+        let sizes: Vec<usize> = chunks.iter().map(|&(lo, hi)| hi - lo + 1).collect();
+        assert_eq!(sizes.len(), 8 * v as usize);
+        assert_eq!((sizes[0], sizes[sizes.len() - 1]), (per, per)); // a block beside the prologue / head
+        assert!(sizes[1..sizes.len() - 1].iter().all(|&s| s == per));
+        assert_eq!(sizes.iter().sum::<usize>(), blocks + 2);
+    }
+    // 5 blocks over 4 chunks split no way that leaves every chunk a block.
+    assert!(interleaved_chunks(5, 2, 2)
+        .unwrap_err()
+        .contains("interleaved:2"));
+}
