@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from phaze.messages import exit_status, install_error_hook, show_warnings_as
 from phaze.options import Options
-from phaze.outputs import refuse_clashes, write_atomically
+from phaze.outputs import refuse_clashes, write_atomically, write_stdout
 from phaze.tools import flags
 from phaze_ir.errors import PhazeError
 
@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"phaze-validate: {msg}", file=sys.stderr, flush=True)
 
     refused: list = []
-    status = exit_status("phaze-validate", args.debug, lambda: sys.stdout.write(run(args, log, refused)))
+    status = exit_status("phaze-validate", args.debug, lambda: write_stdout(run(args, log, refused)))
     if status == 0 and refused:
         from phaze.validate import count
 

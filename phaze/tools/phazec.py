@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from passes.algorithms.placement_options import PlacementOptions
 from phaze.messages import INTERRUPTED, PartialOutput, exit_status, install_error_hook, show_warnings_as
 from phaze.options import Options
-from phaze.outputs import refuse_clashes, write_together
+from phaze.outputs import refuse_clashes, write_stdout, write_together
 from phaze.points import NoPlanFits
 from phaze.tools.flags import (
     SOLVER_FIELDS,
@@ -622,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise PhazeError(f"{failure}; nothing written to {written} (--write-infeasible writes it)")
         refused = _write(files, log)
         if args.output == "-":
-            sys.stdout.write(text)
+            write_stdout(text)  # checked: a cut plan is an error, not exit 0
         trim_cache(args, log)
         if failure:
             raise PhazeError(failure)
@@ -647,8 +647,12 @@ def run() -> None:
     status = main()
     if status != INTERRUPTED:  # after Ctrl-C, at once: the handlers would wait on the workers
         atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # main wrote stdout checked; what is left cannot be said
+            status = status or 1
     os._exit(status)
 
 
