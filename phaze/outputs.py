@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -150,14 +151,18 @@ def _refusal(st: os.stat_result) -> str | None:
     return None
 
 
+#: A process's open file, as Linux's /proc shows it (/proc/self/fd/1: what /dev/stdout names).
+_DESCRIPTOR = re.compile(r"/proc/[^/]+/fd/[^/]+")
+
+
 def _resolve(path: str) -> tuple[str, bool]:
-    """``path`` with its symbolic links followed, and whether one of them led into ``/proc`` (a
-    process's descriptor, as ``/dev/stdout`` and ``/dev/fd/N`` do: a regular file reached so is
-    a shell's redirection, written in place, as ``tee /dev/stdout`` writes it)."""
+    """``path`` with its symbolic links followed, and whether it is a process's descriptor in
+    ``/proc`` (as ``/dev/stdout`` and ``/dev/fd/N`` lead to: a regular file reached so is a
+    shell's redirection, written in place, as ``tee /dev/stdout`` writes it)."""
     p = os.path.abspath(path)
     for _ in range(40):  # Linux's limit of links followed in one lookup (MAXSYMLINKS)
         p = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
-        if p == "/proc" or p.startswith("/proc/"):
+        if _DESCRIPTOR.fullmatch(p):
             return p, True
         if not os.path.islink(p):
             return p, False

@@ -749,7 +749,9 @@ def price_bundle(work: tuple[Settings, list[Job]]) -> list[JobResult]:
 
 def _say(settings: Settings, msg: str) -> None:
     if not settings.quiet:
-        print(f"phaze-validate: {msg}", file=sys.stderr, flush=True)
+        from phaze.messages import log_line
+
+        print(log_line("phaze-validate", msg), file=sys.stderr, flush=True)
 
 
 def price_job(job: Job, settings: Settings) -> JobResult:

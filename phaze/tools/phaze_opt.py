@@ -28,11 +28,11 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from passes import ALL_PASSES
-from phaze.messages import install_error_hook
+from phaze.messages import install_error_hook, message_lines
 from phaze.outputs import refuse_clashes, write_atomically, write_stdout
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError
-from phaze_ir.files import read_regular, shorten
+from phaze_ir.files import printable, read_regular, shorten
 from phaze_ir.ir import MLIRParseError, parse_text
 
 #: The option types a pipeline spec can write (``pass{name=value}``): a field of another type
@@ -319,16 +319,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(e, ParseError):
             # As MLIR's tools: `file:line:col: error: message`, then a short excerpt and a caret.
             error = e if isinstance(e, MLIRParseError) else MLIRParseError(e.span, e.msg.strip())
-            print(error, file=sys.stderr)
+            print("\n".join(error.message_lines()), file=sys.stderr)
             return 1
-        message = str(e).strip()
-        if not isinstance(e, PhazeError):
+        if isinstance(e, PhazeError):
+            lines = message_lines(e)  # each line safe to print
+        elif isinstance(e, ArgSpecParseError):
+            # xDSL's pipeline error: a heading, the spec's line around the error and a caret
+            lines = [printable(shorten(line)) for line in str(e).strip().split("\n")]
+        elif isinstance(e, OSError) and e.filename:
+            lines = [printable(f"{e.filename}: {e.strerror}")]
+        else:
             # xDSL's messages (a verifier's, a pass option's) quote the input whole: cut them.
-            # phaze's own quote excerpts already, and may name a file whose path is long.
-            message = shorten(message)
-        if isinstance(e, OSError) and e.filename:
-            message = f"{e.filename}: {e.strerror}"
-        print(f"phaze-opt: error: {message}", file=sys.stderr)
+            lines = [printable(shorten(str(e).strip()))]
+        print("\n".join([f"phaze-opt: error: {lines[0]}", *lines[1:]]), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("phaze-opt: interrupted", file=sys.stderr)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from passes.algorithms.placement_options import PlacementOptions
-from phaze.messages import INTERRUPTED, PartialOutput, exit_status, install_error_hook, show_warnings_as
+from phaze.messages import INTERRUPTED, PartialOutput, exit_status, install_error_hook, log_line, show_warnings_as
 from phaze.options import Options
 from phaze.outputs import refuse_clashes, write_stdout, write_together
 from phaze.points import NoPlanFits
@@ -417,7 +417,7 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
     text, failure, files = compiled(args, log)
     refused = _write(files, log)
     if refused:
-        raise PartialOutput("\n".join(refused))
+        raise PartialOutput(*refused)
     return text, failure
 
 
@@ -603,8 +603,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def log(msg: str) -> None:
         # The plan summary is shown even with -q: it is the answer, not progress.
-        if not quiet or msg.startswith(("plan:", "baselines:")):
-            print(f"phazec: {msg}", file=sys.stderr, flush=True)
+        block = msg.startswith(("plan:", "baselines:"))
+        if not quiet or block:
+            print(log_line("phazec", msg, block), file=sys.stderr, flush=True)
 
     def body() -> None:
         refuse_output_clashes(args)
@@ -627,7 +628,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if failure:
             raise PhazeError(failure)
         if refused:  # the others are written: a distinct status says one is not
-            raise PartialOutput("\n".join(refused))
+            raise PartialOutput(*refused)
 
     return exit_status("phazec", args.debug, body)
 

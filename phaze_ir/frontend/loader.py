@@ -41,7 +41,7 @@ from types import ModuleType
 from typing import Any
 
 from phaze_ir.errors import PhazeError
-from phaze_ir.files import RefusedFile, read_regular, shorten
+from phaze_ir.files import RefusedFile, printable, read_regular, shorten
 
 
 @dataclass
@@ -197,7 +197,7 @@ def load_model_file(path: str | os.PathLike | ModelSpec) -> ModelSpec:
     params = list(inspect.signature(get_inputs).parameters)
     return ModelSpec(
         path=p,
-        name=str(name),
+        name=printable(str(name)),
         get_model=get_model,
         get_inputs=get_inputs,
         seq_len=seq_len,
@@ -410,8 +410,8 @@ def _model_name(p: Path) -> str:
     """The model's name: the file's stem, or its directory's name for a file named config.json
     (as a model's checkpoint directory holds it)."""
     if p.stem.lower() == "config" and p.parent.name:
-        return p.parent.name
-    return p.stem
+        return printable(p.parent.name)
+    return printable(p.stem)
 
 
 def load_hf_config(path: str | os.PathLike) -> ModelSpec:
