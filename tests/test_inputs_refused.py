@@ -137,3 +137,24 @@ def test_phaze_validate_says_the_refused_time_and_exits_3(tmp_path, capsys):
         "0.001 to 1e+09 ms (refused; the other rows are priced)"
     )
     assert max(len(word) for word in out.split()) < 40  # no 300-digit figure
+
+
+# -- the cluster ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("devices", [8192, 2_147_483_647])
+def test_a_cluster_larger_than_the_hardware_file_describes_is_refused(devices):
+    """The a100 file describes clusters of up to 4,096 GPUs (its last network level): 8,192 or
+    2^31 - 1 devices are refused before anything is traced, not priced on a network it lacks."""
+    from dataclasses import replace
+
+    from phaze.driver import check_question
+    from phaze.options import Options
+
+    with pytest.raises(PhazeError) as e:
+        check_question(replace(Options(), hw="a100", devices=devices, global_batch=devices))
+    assert str(e.value) == (
+        f"--devices {devices:,}: the a100 description holds at most 4,096 devices (its last network level's "
+        "group_size, 'cluster'); give a hardware file with a larger one"
+    )
+    check_question(replace(Options(), hw="a100", devices=4096))  # the largest it describes
