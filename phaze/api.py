@@ -124,8 +124,11 @@ class Plan:
         """The launch arguments for ``target`` (``megatron`` or ``torchtitan``), as
         ``phazec --export TARGET FILE`` writes them; a plan the target cannot run is one
         :class:`PhazeError` line."""
-        from phaze.export import facts_of, render
+        from phaze.export import TARGETS, facts_of, render
 
+        if target not in TARGETS:
+            kind = PhazeError if isinstance(target, str) else OptionTypeError
+            raise kind(f"Plan.export: target={_shown(target)}: expected one of {', '.join(TARGETS)}")
         facts = facts_of(self.layer_kinds, self.seq_len, self.options, self.model_shape, self.data)
         return render(target, self.data, facts)
 

@@ -146,3 +146,13 @@ def test_a_config_json_that_leaves_a_size_to_a_default_warns_once(tmp_path):
     said = [str(w.message) for w in caught if issubclass(w.category, PhazeWarning)]
     assert said == [w for w in plan.warnings] and len(said) == len(set(said))
     assert any("no intermediate_size" in w for w in said) and plan.feasible
+
+
+@pytest.mark.parametrize("target, kind", [("nope", PhazeError), (3, OptionTypeError), (None, OptionTypeError)])
+def test_an_export_target_is_named_as_the_call_wrote_it(target, kind):
+    from phaze.options import Options
+
+    plan = api.Plan(text="", data={"feasible": True}, options=Options())
+    with pytest.raises(kind) as e:
+        plan.export(target)
+    assert str(e.value) == f"Plan.export: target={target!r}: expected one of megatron, torchtitan"
