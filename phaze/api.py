@@ -18,6 +18,14 @@ The options are :class:`phaze.options.Options`' fields (``devices``, ``global_ba
 ``recompute``, ``zero``, ``dtype``, ``kernels``, ``memory_headroom``...), plus ``micro_batch``
 and ``tp`` to fix one micro-batch size and TP width as phazec's flags do.  It is
 ``phazec MODEL --hw CHIP`` without the files: the same checks, the same sweep, the same plan.
+
+Every argument is checked where it is given, before any work, in one line naming it as the
+caller wrote it (``phaze.compile: memory_headroom='0.1': expected a number``): a value of the
+wrong type is an :class:`OptionTypeError` (a :class:`PhazeError` and a ``TypeError``), one out
+of range a :class:`PhazeError`.  An option whose values are words takes a whole number as its
+word (``context_parallel=2`` is ``"2"``, ``zero=1`` is ``"1"``) and an on/off one a bool
+(``sequence_parallel=True``).  The warnings of a compilation are said once each through
+:mod:`warnings`, from the caller's line (never from phaze's), and kept in :attr:`Plan.warnings`.
 """
 
 from __future__ import annotations
@@ -25,14 +33,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import types
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from passes.algorithms.placement_options import OptionError, declared_choices, field_type
 from phaze.options import Options
-from phaze_ir.errors import PhazeError
+from phaze_ir.errors import PhazeError, PhazeWarning
+from phaze_ir.files import excerpt
 
 #: phazec's defaults where they differ from :class:`Options`' (a plan for one chip).
 _DEFAULTS: dict[str, Any] = {"emit": "plan"}
@@ -52,6 +64,8 @@ class Plan:
     layer_kinds: tuple[str, ...] = ()
     seq_len: int | None = None
     model_shape: dict[str, Any] = field(default_factory=dict)
+    #: The warnings said while it was compiled, each once (also through :mod:`warnings`).
+    warnings: tuple[str, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -110,8 +124,11 @@ class Plan:
         """The launch arguments for ``target`` (``megatron`` or ``torchtitan``), as
         ``phazec --export TARGET FILE`` writes them; a plan the target cannot run is one
         :class:`PhazeError` line."""
-        from phaze.export import facts_of, render
+        from phaze.export import TARGETS, facts_of, render
 
+        if target not in TARGETS:
+            kind = PhazeError if isinstance(target, str) else OptionTypeError
+            raise kind(f"Plan.export: target={_shown(target)}: expected one of {', '.join(TARGETS)}")
         facts = facts_of(self.layer_kinds, self.seq_len, self.options, self.model_shape, self.data)
         return render(target, self.data, facts)
 
@@ -121,24 +138,97 @@ class Plan:
         return "\n".join(self.summary["lines"])
 
 
+class OptionTypeError(PhazeError, TypeError):
+    """An argument of :func:`compile` of the wrong type, in one line naming it."""
+
+
+#: The API's names of the options it takes one value of, and the fields that hold them.
+_ONE_VALUE = {"micro_batch": "micro_batches", "tp": "tp_widths"}
+
+#: What a value of each option type must be, in words.
+_EXPECTED = {"int": "an integer", "float": "a number", "bool": "True or False", "str": "a string or an integer"}
+
+
+def _shown(value: Any) -> str:
+    """A value as a message quotes it: its Python literal, cut as the input is."""
+    return excerpt(repr(value))
+
+
+def _typed(name: str, value: Any, annotation: str, choices: tuple[str, ...] | None) -> Any:
+    """``value`` of the option ``name`` as its field holds it (a whole number as the word of a
+    text option, a bool as on/off), or an :class:`OptionTypeError` naming it."""
+    kinds = [k.strip() for k in annotation.split("|")]
+    if value is None and "None" in kinds:
+        return None
+    kind = kinds[0]
+    if kind.startswith("tuple["):  # micro_batches=(1, 2), tp_widths=[2, 4]
+        if isinstance(value, (list, tuple)) and value:
+            return tuple(_typed(name, v, kind[len("tuple[") :].split(",")[0], None) for v in value)
+        raise OptionTypeError(f"phaze.compile: {name}={_shown(value)}: expected a tuple of integers")
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }.get(kind, True)
+    if ok:
+        return value
+    if kind == "str" and isinstance(value, bool) and choices is not None and {"on", "off"} <= set(choices):
+        return "on" if value else "off"
+    if kind == "str" and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # context_parallel=2, zero=1: the word of the degree
+    expected = _EXPECTED.get(kind, kind) + (" or None" if "None" in kinds else "")
+    raise OptionTypeError(f"phaze.compile: {name}={_shown(value)}: expected {expected}")
+
+
+def _check_hw(hw: Any) -> str:
+    """``hw`` as a preset name or a path (an :class:`OptionTypeError` when it is neither)."""
+    if isinstance(hw, os.PathLike):
+        hw = os.fspath(hw)
+    if isinstance(hw, str) and hw.strip():
+        return hw
+    from phaze_ir.hardware import preset_names
+
+    raise OptionTypeError(
+        f"phaze.compile: hw={_shown(hw)}: expected a preset name ({', '.join(preset_names())}) or the path "
+        "of a hardware TOML file"
+    )
+
+
 def options(hw: str, **given: Any) -> Options:
-    """:class:`Options` of a chip and keyword options (one :class:`PhazeError` line naming an
-    unknown option)."""
+    """:class:`Options` of a chip and keyword options, each checked (its type, then its field's
+    check), in one :class:`PhazeError` line naming it as the caller did (an unknown option with
+    the options there are)."""
+    hw = _check_hw(hw)
     names = {f.name for f in fields(Options)} - _NOT_OPTIONS
-    given = dict(given)
-    if "micro_batch" in given:
-        given["micro_batches"] = (int(given.pop("micro_batch")),)
-    if "tp" in given:
-        given["tp_widths"] = (int(given.pop("tp")),)
-    unknown = sorted(set(given) - names)
+    unknown = sorted(set(given) - names - set(_ONE_VALUE))
     if unknown:
-        known = ", ".join(sorted(names | {"micro_batch", "tp"}))
+        known = ", ".join(sorted(names | set(_ONE_VALUE)))
         raise PhazeError(f"phaze.compile: unknown option {unknown[0]!r} (options: {known})")
-    if "memory_headroom" not in given:
+    by_name = {f.name: f for f in fields(Options)}
+    values: dict[str, Any] = {}
+    said_as: dict[str, str] = {}  # field -> the name the caller gave it by
+    for name, value in given.items():
+        target = _ONE_VALUE.get(name, name)
+        if target in values:
+            raise PhazeError(f"phaze.compile: {name} and {said_as[target]} both given: give one")
+        f = by_name[target]
+        choices = declared_choices(f) if f.metadata.get("choices") is not None else None
+        annotation = "int" if name in _ONE_VALUE else field_type(f)
+        typed = _typed(name, value, annotation, choices)
+        values[target] = (typed,) if name in _ONE_VALUE else typed
+        said_as[target] = name
+    if "memory_headroom" not in values:
         from phaze.driver import default_memory_headroom
 
-        given["memory_headroom"] = default_memory_headroom(hw)
-    return dataclasses.replace(Options(), hw=hw, **_DEFAULTS, **given)
+        values["memory_headroom"] = default_memory_headroom(hw)
+    opts = dataclasses.replace(Options(), hw=hw, **_DEFAULTS, **values)
+    try:
+        opts.check()
+    except OptionError as e:
+        name = said_as.get(e.option, e.option)
+        raise PhazeError(f"phaze.compile: {e.named(name, '=')}") from None
+    return opts
 
 
 def factory_spec(
@@ -179,13 +269,23 @@ def compile(
     (:attr:`Plan.feasible`, :attr:`Plan.binding`)."""
     from phaze import hw_answer
 
+    _check_arguments(model, inputs, name, cache, log)
     opts = options(hw, **({"seq_len": seq_len} if seq_len is not None else {}), **given)
     if callable(model):
         source: Any = factory_spec(model, inputs, seq_len, name)
         cache = None
     else:
         source = os.fspath(model)
-    answer = hw_answer.answer(source, opts, os.fspath(cache) if cache is not None else None, log or (lambda _: None))
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            caught = record
+            answer = hw_answer.answer(
+                source, opts, os.fspath(cache) if cache is not None else None, log or (lambda _: None)
+            )
+    finally:  # said once the catch is over, also when the compilation failed (they may say why)
+        said = _say_once(caught)
     if answer.plan is None:
         raise PhazeError("phaze.compile: no plan was compiled")
     return Plan(
@@ -195,4 +295,58 @@ def compile(
         layer_kinds=tuple(answer.layer_kinds),
         seq_len=answer.seq_len,
         model_shape=dict(answer.model_shape),
+        warnings=said,
     )
+
+
+def _check_arguments(model: Any, inputs: Any, name: Any, cache: Any, log: Any) -> None:
+    """:func:`compile`'s arguments other than the options, each of its type."""
+    if not (isinstance(model, (str, os.PathLike)) or callable(model)):
+        raise OptionTypeError(
+            f"phaze.compile: model={_shown(model)}: expected a model file, a config.json or a function returning an "
+            "nn.Module"
+        )
+    for arg, value, expected in (
+        ("inputs", inputs, callable(inputs)),
+        ("log", log, callable(log)),
+        ("name", name, isinstance(name, str)),
+        ("cache", cache, isinstance(cache, (str, os.PathLike))),
+    ):
+        if value is not None and not expected:
+            what = "a function" if arg in ("inputs", "log") else "a string" if arg == "name" else "a directory"
+            raise OptionTypeError(f"phaze.compile: {arg}={_shown(value)}: expected {what} or None")
+
+
+def _say_once(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
+    """Say the warnings ``caught`` while compiling again, outside the catch: phaze's each once,
+    from :func:`compile`'s caller's line (not the line of phaze that said it, nor once per line
+    or worker that said it); any other (a library's) once per place it came from.  phaze's
+    messages, in the order first said."""
+    said: list[str] = []
+    others: set[tuple[Any, ...]] = set()
+    level = _outside_phaze()
+    for w in caught:
+        if issubclass(w.category, PhazeWarning):
+            text = str(w.message)
+            if text not in said:
+                said.append(text)
+                warnings.warn(text, w.category, stacklevel=level)
+        else:
+            key = (w.category, str(w.message), w.filename, w.lineno)
+            if key not in others:
+                others.add(key)
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return tuple(said)
+
+
+def _outside_phaze() -> int:
+    """The ``stacklevel`` of the first frame, from its caller up, outside the phaze package
+    (``phaze.compile`` is :func:`compile` by way of ``phaze/__init__.py``)."""
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level

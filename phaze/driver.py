@@ -59,12 +59,25 @@ def check_question(opts: Options, accelerator: Accelerator | None = None) -> Acc
         accelerator = load_accelerator(opts.hw)
     check_power_cap(opts, accelerator)
     check_tp_overlap(opts, accelerator)
+    check_cluster_size(opts, accelerator)
     if opts.dtype == "fp8" and accelerator is not None:
         from passes.algorithms.latency import fp8_problem
 
         if why := fp8_problem(accelerator):
             raise PhazeError(why)
     return accelerator
+
+
+def check_cluster_size(opts: Options, accelerator: Accelerator | None) -> None:
+    """``--devices`` within the cluster the chip's file describes (its network's last level's
+    ``group_size``, e.g. the a100's 4,096: the largest cluster the description is meant for):
+    a larger one would be priced on a network that no level of the file describes."""
+    if accelerator is not None and opts.devices > accelerator.max_devices:
+        raise PhazeError(
+            f"--devices {opts.devices:,}: the {accelerator.name} description holds at most "
+            f"{accelerator.max_devices:,} devices (its last network level's group_size, "
+            f"{accelerator.network[-1].name!r}); give a hardware file with a larger one"
+        )
 
 
 def check_options(opts: Options) -> None:

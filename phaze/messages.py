@@ -2,7 +2,13 @@
 ``phazec: warning: <message>``, instead of Python's ``file:line: Category: message`` and the
 source line, and each message once per process (from whichever line of phaze, or worker, it comes);
 and an uncaught :class:`~phaze_ir.errors.PhazeError` as ``error: <message>``
-(:func:`install_error_hook`, which the tools' ``main`` calls: importing phaze changes nothing)."""
+(:func:`install_error_hook`, which the tools' ``main`` calls: importing phaze changes nothing).
+
+Every message is printed safe (:func:`message_lines`, :func:`phaze_ir.files.printable`): a
+control character quoted from the input (a file name, a config value, an option's value) is
+escaped, so an escape code cannot colour or move the terminal and a newline or carriage return
+cannot forge a second ``error:`` line; a refusal is one line (an error that is several lines by
+design, a parse error's excerpt or one line per output not written, says its lines itself)."""
 
 from __future__ import annotations
 
@@ -12,6 +18,26 @@ import warnings
 from collections.abc import Callable
 
 from phaze_ir.errors import PhazeError, PhazeWarning
+from phaze_ir.files import printable
+
+
+def message_lines(error: BaseException) -> list[str]:
+    """The lines ``error`` prints, each safe (:func:`phaze_ir.files.printable`): one line, its
+    message with every control character escaped (a newline quoted from the input included);
+    the lines of an error that has several by design (its ``message_lines()``: a parse error's
+    excerpt and caret, one line per output not written)."""
+    own = getattr(error, "message_lines", None)
+    lines = own() if callable(own) else [str(error).strip()]
+    return [printable(line) for line in lines] or [""]
+
+
+def log_line(tool: str, message: str, block: bool = False) -> str:
+    """``<tool>: <message>``, one line, the message safe; ``block``: a message several lines by
+    design (``plan:`` and the summary, whose lines are escaped where they are made), each line
+    escaped."""
+    if not block:
+        return f"{tool}: {printable(message)}"
+    return "\n".join(printable(line) for line in f"{tool}: {message}".split("\n"))
 
 
 def show_warnings_as(tool: str) -> None:
@@ -21,9 +47,10 @@ def show_warnings_as(tool: str) -> None:
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, PhazeWarning):
-            if str(message) not in shown:
-                shown.add(str(message))
-                print(f"{tool}: warning: {message}", file=file or sys.stderr, flush=True)
+            said = printable(str(message).strip())
+            if said not in shown:
+                shown.add(said)
+                print(f"{tool}: warning: {said}", file=file or sys.stderr, flush=True)
         else:
             previous(message, category, filename, lineno, file, line)
 
@@ -44,6 +71,13 @@ class PartialOutput(PhazeError):
 
     status = PARTIAL
 
+    def __init__(self, *lines: str) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = list(lines)
+
+    def message_lines(self) -> list[str]:
+        return self.lines
+
 
 def exit_status(tool: str, debug: bool, body: Callable[[], object]) -> int:
     """Run a tool's ``body`` and say how it ended: 0; a :class:`PhazeError` as one line
@@ -55,7 +89,7 @@ def exit_status(tool: str, debug: bool, body: Callable[[], object]) -> int:
     except PhazeError as e:
         if debug:
             raise
-        for line in str(e).splitlines():
+        for line in message_lines(e):
             print(f"{tool}: error: {line}", file=sys.stderr)
         return getattr(e, "status", 1)
     except KeyboardInterrupt:
@@ -81,7 +115,7 @@ def install_error_hook(tool: str | None = None, debug: bool = False) -> None:
 
     def hook(kind, value, traceback):
         if isinstance(value, PhazeError) and not debug and not os.environ.get("PHAZE_DEBUG"):
-            for line in str(value).splitlines() or [""]:
+            for line in message_lines(value):
                 print(f"{prefix}{line}", file=sys.stderr)
             return
         previous(kind, value, traceback)

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from phaze_ir import keys
+from phaze_ir.files import printable
 from phaze_ir.op_kinds import RecomputePolicy
 
 #: Names of the breakdown's parts in the summary's lines.
@@ -264,7 +265,8 @@ def build(
         "runner_up": runner_up(plan["candidates"], samples_s),
         "warnings": warning_words(plan["warnings"]),
     }
-    out["lines"] = lines(out, table, other_lines)
+    # each line safe to print (a model or chip name from the input may hold control characters)
+    out["lines"] = [printable(line) for line in lines(out, table, other_lines)]
     return out
 
 

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from passes.algorithms.kernels import RUNTIMES
 from phaze_ir.errors import PhazeError
-from phaze_ir.files import RefusedFile, read_regular
+from phaze_ir.files import RefusedFile, excerpt, read_regular
 
 if TYPE_CHECKING:
     from phaze.options import Options
@@ -96,6 +96,15 @@ OPTIONAL_COLUMNS = {
     "pipeline_transfer": "pipeline transfer",
     "kernels": "kernels",
 }
+#: Columns read and not used: they describe a run that the other columns already determine
+#: (the vTrain files' model size).  Any other column is refused, with the closest known name:
+#: a column phaze-validate does not read (a ``context parallelism``) would be dropped and its
+#: runs priced as runs without it.
+IGNORED_COLUMNS = ("Parameters (billion)",)
+#: How close a header must be to a known one to be suggested (difflib's ratio): 'iteration
+#: time (s)' (0.97), 'global batch size' (0.83), '# gpus' for 'gpus' (0.8); not 'tensor
+#: parallelism' for 'context parallelism' (0.76), a different thing.
+SUGGEST_CUTOFF = 0.8
 #: How a run's devices were numbered when the file does not say (see OPTIONAL_COLUMNS).
 DEFAULT_RANK_ORDER = "tp-dp-pp"
 #: How a run's pipeline transfers crossed a stage boundary when the file does not say.
@@ -135,6 +144,13 @@ MAX_LAYERS = 2**12
 MAX_SEQ_LEN = 2**24
 #: Vocabulary: 2^22, 16 times the largest tokenizers (256,000: Gemma's).
 MAX_VOCABULARY = 2**22
+#: The measured time of one training iteration, in ms: at least 1e-3 ms (1 µs: a step is a
+#: forward, a backward and an update, and one GPU kernel launch alone takes about 3-5 µs), at
+#: most 1e9 ms (11.6 days: the longest steps known, of the largest models on few GPUs, are
+#: minutes).  Beyond them a time is a unit or a typing error (1e308 ms; 1e-300 ms), and its
+#: run's error would be a 300-digit percentage.
+MIN_MEASURED_MS = 1e-3
+MAX_MEASURED_MS = 1e9
 #: The bound of each integer column (the vocabulary's is :data:`MAX_VOCABULARY`).
 COLUMN_BOUNDS = {
     "gpus": MAX_GPUS,
@@ -314,6 +330,7 @@ def parse_runs(text: str, name: str = "<csv>") -> list[Run]:
     for fld, head in OPTIONAL_COLUMNS.items():
         if _norm(head) in index:
             columns[fld] = index[_norm(head)]
+    _refuse_unknown_columns(header, name)
     runs: list[Run] = []
     # Rows that differ only in their measured time are read and checked once (a file of 100,000
     # runs is mostly repeats): the others are the first one's copies with their own row, line
@@ -333,10 +350,13 @@ def parse_runs(text: str, name: str = "<csv>") -> list[Run]:
             first = seen.get(key)
             if first is None:
                 seen[key] = first = _run(row, columns, n, line, name)
-                runs.append(first)
+                run = first
             else:
                 ms = _measured_ms(row, columns, f"{name}:{line}: row {n}")
-                runs.append(_with(first, row=n, line=line, measured_ms=ms))
+                run = _with(first, row=n, line=line, measured_ms=ms)
+            # each row's own time (the first's copies share its shape, not its time)
+            implausible = _implausible_ms(run.measured_ms)
+            runs.append(_with(run, refused=implausible) if implausible and not run.refused else run)
     except csv.Error as e:
         raise PhazeError(f"{name}:{reader.line_num}: not CSV: {e}") from None
     if not runs:
@@ -360,6 +380,35 @@ def _cell(row: list[str], columns: dict[str, int], fld: str, where: str) -> str:
         head = COLUMNS.get(fld) or OPTIONAL_COLUMNS[fld]
         raise PhazeError(f"{where}: no value for '{head}'")
     return row[i].strip()
+
+
+def _refuse_unknown_columns(header: list[str], name: str) -> None:
+    """A column that is neither read (:data:`COLUMNS`, :data:`OPTIONAL_COLUMNS`) nor known to
+    be left aside (:data:`IGNORED_COLUMNS`) is one line naming it and the closest known one."""
+    import difflib
+
+    known = {_norm(h): h for h in (*COLUMNS.values(), *OPTIONAL_COLUMNS.values())}
+    aside = {_norm(h) for h in IGNORED_COLUMNS}
+    for i, head in enumerate(header):
+        norm = _norm(head)
+        if not norm or norm in known or norm in aside:
+            continue
+        near = difflib.get_close_matches(norm, list(known), n=1, cutoff=SUGGEST_CUTOFF)
+        hint = f" (did you mean '{known[near[0]]}'?)" if near else ""
+        raise PhazeError(
+            f"{name}:1: unknown column {i + 1} '{excerpt(head.strip())}'{hint}: its runs would be priced without it "
+            "(docs/usage.md lists the columns phaze-validate reads)"
+        )
+
+
+def _implausible_ms(ms: float) -> str:
+    """Why the measured time ``ms`` is no iteration's (its row is refused), or ''."""
+    if MIN_MEASURED_MS <= ms <= MAX_MEASURED_MS:
+        return ""
+    return (
+        f"'{COLUMNS['measured_ms']}' is {ms:.6g}, expected a time of one iteration from {MIN_MEASURED_MS:g} to "
+        f"{MAX_MEASURED_MS:g} ms"
+    )
 
 
 def _measured_ms(row: list[str], columns: dict[str, int], where: str) -> float:
@@ -749,7 +798,9 @@ def price_bundle(work: tuple[Settings, list[Job]]) -> list[JobResult]:
 
 def _say(settings: Settings, msg: str) -> None:
     if not settings.quiet:
-        print(f"phaze-validate: {msg}", file=sys.stderr, flush=True)
+        from phaze.messages import log_line
+
+        print(log_line("phaze-validate", msg), file=sys.stderr, flush=True)
 
 
 def price_job(job: Job, settings: Settings) -> JobResult:

@@ -35,6 +35,27 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def printable(text: str) -> str:
+    """``text`` as a message prints it: every character a terminal acts on (a control character
+    such as a newline, a carriage return or the escape that starts a colour code; a line or
+    paragraph separator; a bidirectional override; any other character Python does not call
+    printable) written as Python writes it in a string literal (``\\n``, ``\\r``, ``\\x1b``,
+    ``\\u202e``).  A file name, a value or a key quoted from the input then prints as its
+    characters: it cannot colour the terminal, move the cursor, or forge a second ``error:``
+    line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _ESCAPES.get(c) or _escaped(c) for c in text)
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 _LONG_WORD = re.compile(r"\S{" + str(EXCERPT_CHARS + 1) + ",}")
 
 

@@ -22,7 +22,7 @@ from xdsl.utils.mlir_lexer import MLIRTokenKind, StringLiteral
 from phaze_ir.attributes import RecordAttr
 from phaze_ir.dialect import Phaze
 from phaze_ir.errors import PhazeError
-from phaze_ir.files import shorten
+from phaze_ir.files import printable, shorten
 
 EXCERPT_CHARS = 160
 """Most characters of source shown around a parse error's column (one line, with a caret
@@ -63,14 +63,20 @@ class MLIRParseError(PhazeError, ParseError):
         ``...`` marks) and a caret line under the error's column."""
         return _excerpt(self.span)
 
-    def __str__(self) -> str:
+    def message_lines(self) -> list[str]:
+        """``file:line:col: error: message``, then the excerpt and its caret (when the line has
+        text): each line safe to print (control characters escaped: the excerpt shows them as
+        spaces, so that the caret stays under its column)."""
         line, caret = self.excerpt()
         # xDSL's messages quote what they could not read whole (``Operation <name> is not
         # registered``, ``undefined symbol alias '<name>'``): a name of 2 MB is cut there too.
-        text = f"{self.location}: error: {shorten(self.msg)}"
+        lines = [printable(f"{self.location}: error: {shorten(self.msg)}")]
         if line.strip() and not _is_blank(self.span.input.content):
-            text += f"\n{line}\n{caret}"
-        return text
+            lines += [line, caret]
+        return lines
+
+    def __str__(self) -> str:
+        return "\n".join(self.message_lines())
 
 
 def _excerpt(span: Span[str] | Span[bytes]) -> tuple[str, str]:

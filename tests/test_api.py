@@ -48,8 +48,8 @@ def test_a_model_file_gives_phazecs_plan(tmp_path):
     ("given", "said"),
     [
         ({"devcies": 4}, "unknown option 'devcies'"),
-        ({"recompute": "sometimes"}, "--recompute"),
-        ({"memory_headroom": 1.5}, "--memory-headroom"),
+        ({"recompute": "sometimes"}, "phaze.compile: recompute: recompute 'sometimes'"),
+        ({"memory_headroom": 1.5}, "phaze.compile: memory_headroom: memory headroom 1.5"),
     ],
 )
 def test_bad_options_are_one_line(given, said):

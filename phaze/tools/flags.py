@@ -50,7 +50,9 @@ class ToolParser(argparse.ArgumentParser):
         return super().format_help()
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+        from phaze_ir.files import printable  # an option's value may hold control characters
+
+        self.exit(2, f"{self.prog}: error: {printable(message)} ({self.prog} --help lists the options)\n")
 
     def parse_known_args(self, args=None, namespace=None):
         import sys

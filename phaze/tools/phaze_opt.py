@@ -28,11 +28,11 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from passes import ALL_PASSES
-from phaze.messages import install_error_hook
-from phaze.outputs import refuse_clashes, write_atomically
+from phaze.messages import install_error_hook, message_lines
+from phaze.outputs import refuse_clashes, write_atomically, write_stdout
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError
-from phaze_ir.files import read_regular, shorten
+from phaze_ir.files import printable, read_regular, shorten
 from phaze_ir.ir import MLIRParseError, parse_text
 
 #: The option types a pipeline spec can write (``pass{name=value}``): a field of another type
@@ -181,6 +181,19 @@ class _BufferedOutput(io.StringIO):
         super().close()
 
 
+class _CheckedStdout(io.StringIO):
+    """stdout for xDSL's driver: each write goes out at once, checked
+    (:func:`phaze.outputs.write_stdout`: a full device or a file-size limit is an error, not a
+    module cut short with exit 0), in order with what xDSL prints between modules."""
+
+    def write(self, text: str) -> int:
+        write_stdout(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
 class PhazeOptMain(xDSLOptMain):
     """xDSL's opt driver with phaze's dialect and passes always registered (also when the
     package's entry point is not installed, e.g. when run from a source tree)."""
@@ -226,7 +239,7 @@ class PhazeOptMain(xDSLOptMain):
         # succeeded: `phaze-opt x.mlir -o x.mlir` must not truncate its own input before reading
         # it, and a failed run must leave the previous output file as it was.
         if self.args.output_file is None:
-            return super().prepare_output()
+            return _CheckedStdout()
         refuse_clashes([("the input file", self.args.input_file)], [("-o", self.args.output_file)])
         self._buffered = _BufferedOutput()
         return self._buffered
@@ -268,12 +281,12 @@ class PhazeOptMain(xDSLOptMain):
 
         class ListPasses(argparse.Action):
             def __call__(self, parser, namespace, values, option_string=None):
-                sys.stdout.write(passes_listing(available))
+                write_stdout(passes_listing(available))
                 parser.exit()
 
         class HelpPass(argparse.Action):
             def __call__(self, parser, namespace, values, option_string=None):
-                sys.stdout.write(pass_help(values, available))
+                write_stdout(pass_help(values, available))
                 parser.exit()
 
         arg_parser.add_argument(
@@ -306,16 +319,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(e, ParseError):
             # As MLIR's tools: `file:line:col: error: message`, then a short excerpt and a caret.
             error = e if isinstance(e, MLIRParseError) else MLIRParseError(e.span, e.msg.strip())
-            print(error, file=sys.stderr)
+            print("\n".join(error.message_lines()), file=sys.stderr)
             return 1
-        message = str(e).strip()
-        if not isinstance(e, PhazeError):
+        if isinstance(e, PhazeError):
+            lines = message_lines(e)  # each line safe to print
+        elif isinstance(e, ArgSpecParseError):
+            # xDSL's pipeline error: a heading, the spec's line around the error and a caret
+            lines = [printable(shorten(line)) for line in str(e).strip().split("\n")]
+        elif isinstance(e, OSError) and e.filename:
+            lines = [printable(f"{e.filename}: {e.strerror}")]
+        else:
             # xDSL's messages (a verifier's, a pass option's) quote the input whole: cut them.
-            # phaze's own quote excerpts already, and may name a file whose path is long.
-            message = shorten(message)
-        if isinstance(e, OSError) and e.filename:
-            message = f"{e.filename}: {e.strerror}"
-        print(f"phaze-opt: error: {message}", file=sys.stderr)
+            lines = [printable(shorten(str(e).strip()))]
+        print("\n".join([f"phaze-opt: error: {lines[0]}", *lines[1:]]), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("phaze-opt: interrupted", file=sys.stderr)

@@ -25,9 +25,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from phaze.messages import exit_status, install_error_hook, show_warnings_as
+from phaze.messages import exit_status, install_error_hook, log_line, show_warnings_as
 from phaze.options import Options
-from phaze.outputs import refuse_clashes, write_atomically
+from phaze.outputs import refuse_clashes, write_atomically, write_stdout
 from phaze.tools import flags
 from phaze_ir.errors import PhazeError
 
@@ -143,7 +143,8 @@ def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
         raise PhazeError(f"{args.csv}: no runs in the {args.split} split")
     rejected = [r for r in runs if r.refused]
     for r in rejected[:SHOWN_REFUSALS]:  # even with -q: they are why the exit status is 3
-        print(f"phaze-validate: {r.where(args.csv)}: {r.refused} (refused; the other rows are priced)", file=sys.stderr)
+        said = f"{r.where(args.csv)}: {r.refused} (refused; the other rows are priced)"
+        print(log_line("phaze-validate", said), file=sys.stderr)
     if len(rejected) > SHOWN_REFUSALS:
         more = len(rejected) - SHOWN_REFUSALS
         print(f"phaze-validate: and {more} more rows refused (the report lists them)", file=sys.stderr)
@@ -179,10 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def log(msg: str) -> None:
         if not args.quiet:
-            print(f"phaze-validate: {msg}", file=sys.stderr, flush=True)
+            print(log_line("phaze-validate", msg), file=sys.stderr, flush=True)
 
     refused: list = []
-    status = exit_status("phaze-validate", args.debug, lambda: sys.stdout.write(run(args, log, refused)))
+    status = exit_status("phaze-validate", args.debug, lambda: write_stdout(run(args, log, refused)))
     if status == 0 and refused:
         from phaze.validate import count
 

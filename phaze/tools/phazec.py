@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from passes.algorithms.placement_options import PlacementOptions
-from phaze.messages import INTERRUPTED, PartialOutput, exit_status, install_error_hook, show_warnings_as
+from phaze.messages import INTERRUPTED, PartialOutput, exit_status, install_error_hook, log_line, show_warnings_as
 from phaze.options import Options
-from phaze.outputs import refuse_clashes, write_together
+from phaze.outputs import refuse_clashes, write_stdout, write_together
 from phaze.points import NoPlanFits
 from phaze.tools.flags import (
     SOLVER_FIELDS,
@@ -417,7 +417,7 @@ def compile_model(args: argparse.Namespace, log) -> tuple[str, str | None]:
     text, failure, files = compiled(args, log)
     refused = _write(files, log)
     if refused:
-        raise PartialOutput("\n".join(refused))
+        raise PartialOutput(*refused)
     return text, failure
 
 
@@ -603,8 +603,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def log(msg: str) -> None:
         # The plan summary is shown even with -q: it is the answer, not progress.
-        if not quiet or msg.startswith(("plan:", "baselines:")):
-            print(f"phazec: {msg}", file=sys.stderr, flush=True)
+        block = msg.startswith(("plan:", "baselines:"))
+        if not quiet or block:
+            print(log_line("phazec", msg, block), file=sys.stderr, flush=True)
 
     def body() -> None:
         refuse_output_clashes(args)
@@ -622,12 +623,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise PhazeError(f"{failure}; nothing written to {written} (--write-infeasible writes it)")
         refused = _write(files, log)
         if args.output == "-":
-            sys.stdout.write(text)
+            write_stdout(text)  # checked: a cut plan is an error, not exit 0
         trim_cache(args, log)
         if failure:
             raise PhazeError(failure)
         if refused:  # the others are written: a distinct status says one is not
-            raise PartialOutput("\n".join(refused))
+            raise PartialOutput(*refused)
 
     return exit_status("phazec", args.debug, body)
 
@@ -647,8 +648,12 @@ def run() -> None:
     status = main()
     if status != INTERRUPTED:  # after Ctrl-C, at once: the handlers would wait on the workers
         atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # main wrote stdout checked; what is left cannot be said
+            status = status or 1
     os._exit(status)
 
 

@@ -1162,10 +1162,34 @@ def model_flops(fn: func.FuncOp) -> int:
     lookup is not a GEMM; a tied LM head is), plus 12·L·H·Q·T per token of attention (PaLM,
     Chowdhery et al. 2022, appendix B; torchtitan's ``get_num_flop_per_token``).  An MoE layer
     counts the rows its experts run (the active parameters); flash attention's causal half is
-    not taken off (the convention counts the whole square)."""
-    return 3 * sum(
-        op.flops() for op in fn.body.walk() if isinstance(op, ph.MatmulOp) and keys.string_of(op, keys.PHASE) == "fwd"
-    )
+    not taken off (the convention counts the whole square).
+
+    The two backward GEMMs are those of the operands whose gradient the step computes (each the
+    forward's size): an operand that depends on no parameter has none, which the convention's
+    3 assumes away.  So a CNN's first convolution, whose input is the image, counts twice its
+    forward FLOPs (its weight gradient only: the backward has no input-gradient GEMM for it, and
+    counted, the model FLOPs would exceed the FLOPs the devices run, MFU above HFU); a GEMM of
+    buffers and inputs alone (a rotary embedding's frequencies times the positions) once.  A
+    transformer's GEMMs all read the embedding's output or a weight: 3, as before."""
+    needs_grad = _needs_grad(fn)
+    total = 0
+    for op in fn.body.walk():
+        if isinstance(op, ph.MatmulOp) and keys.string_of(op, keys.PHASE) == "fwd":
+            total += op.flops() * (1 + (op.lhs in needs_grad) + (op.rhs in needs_grad))
+    return total
+
+
+def _needs_grad(fn: func.FuncOp) -> set[SSAValue]:
+    """The values of ``fn`` that depend on a parameter (a ``phaze.param`` argument), whose
+    gradient the training step computes; a model input or a buffer has none."""
+    attrs = fn.arg_attrs.data if fn.arg_attrs is not None else ()
+    out: set[SSAValue] = {
+        arg for arg, a in zip(fn.body.block.args, attrs) if isinstance(a, DictionaryAttr) and keys.PARAM in a.data
+    }
+    for op in fn.body.walk():  # in program order: an op after the values it reads
+        if any(v in out for v in op.operands):
+            out.update(op.results)
+    return out
 
 
 def import_graph(traced: TracedGraph, strict: bool = False, capacity_factor: float | None = None) -> ModuleOp:

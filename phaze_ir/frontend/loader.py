@@ -34,14 +34,15 @@ import os
 import sys
 import sysconfig
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from phaze_ir.errors import PhazeError
-from phaze_ir.files import RefusedFile, read_regular, shorten
+from phaze_ir.errors import PhazeError, PhazeWarning
+from phaze_ir.files import RefusedFile, printable, read_regular, shorten
 
 
 @dataclass
@@ -217,7 +218,7 @@ def _load_model_file(path: str | os.PathLike) -> ModelSpec:
     params = list(inspect.signature(get_inputs).parameters)
     return ModelSpec(
         path=p,
-        name=str(name),
+        name=printable(str(name)),
         get_model=get_model,
         get_inputs=get_inputs,
         seq_len=seq_len,
@@ -383,6 +384,37 @@ def _check_required(raw: dict, config_class, name: str) -> None:
         )
 
 
+#: The size fields that are the sequence length a config.json is traced at (under each name
+#: transformers' configs give it): left to the config class's default, the run needs --seq-len.
+_SEQUENCE_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx")
+
+
+def _defaulted_sizes(raw: dict, config_class) -> dict[str, int]:
+    """The size fields (:data:`_SIZE_LIMITS`) the file leaves to a default of ``config_class``
+    that is a number (LlamaConfig's ``max_position_embeddings=2048``, ``intermediate_size=11008``,
+    MixtralConfig's ``num_key_value_heads=8``: some published model's), with that number; not
+    those whose default is ``None``, a rule the class applies to the sizes given (GPT-2's
+    ``n_inner``: 4 x hidden; Llama's ``num_key_value_heads``: the heads), nor those it does
+    not have."""
+    import inspect
+
+    given = set(raw) | {k for v in raw.values() if isinstance(v, dict) for k in v}
+    aliases = getattr(config_class, "attribute_map", {}) or {}
+    try:
+        parameters = inspect.signature(config_class.__init__).parameters
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for field, parameter in parameters.items():
+        default = parameter.default
+        if field not in _SIZE_LIMITS or isinstance(default, bool) or not isinstance(default, int):
+            continue
+        names = {field, aliases.get(field, field)} | {k for k, v in aliases.items() if v == field}
+        if not names & given:
+            out[field] = default
+    return out
+
+
 def _model_class(raw: dict, model_type: str, name: str):
     """The class to build: the head ``architectures`` names (a causal, masked or seq2seq LM), as
     transformers' auto class of that head maps ``model_type``; without ``architectures``, the
@@ -430,8 +462,8 @@ def _model_name(p: Path) -> str:
     """The model's name: the file's stem, or its directory's name for a file named config.json
     (as a model's checkpoint directory holds it)."""
     if p.stem.lower() == "config" and p.parent.name:
-        return p.parent.name
-    return p.stem
+        return printable(p.parent.name)
+    return printable(p.stem)
 
 
 def load_hf_config(path: str | os.PathLike) -> ModelSpec:
@@ -448,6 +480,19 @@ def load_hf_config(path: str | os.PathLike) -> ModelSpec:
     model_type, config_class = _config_class(raw, name)
     model_class = _model_class(raw, model_type, name)  # (no model to build: what is missing is moot)
     _check_required(raw, config_class, name)
+    defaulted = _defaulted_sizes(raw, config_class)
+    sizes = {f: v for f, v in defaulted.items() if f not in _SEQUENCE_FIELDS}
+    if sizes:  # one line for the file, naming every size it leaves to a default
+        many = len(sizes) > 1
+        warnings.warn(
+            f"{name}: no {', '.join(sizes)}: priced at transformers' {config_class.__name__} "
+            f"default{'s' if many else ''} {', '.join(f'{v:,}' for v in sizes.values())} (another model's "
+            f"size{'s' if many else ''}; give {'them' if many else 'it'} in the file)",
+            PhazeWarning,
+            stacklevel=2,
+        )
+    # The sequence length left to a default is no length of this model's: --seq-len gives it.
+    unsized = next((f for f in _SEQUENCE_FIELDS if f in defaulted), None)
 
     def config():
         # A new config per model (as an example's config() is): a model may write to its config.
@@ -470,6 +515,14 @@ def load_hf_config(path: str | os.PathLike) -> ModelSpec:
         ),
         None,
     )
+    if unsized is not None:
+        seq_len = None
+        no_length = (
+            f"{name}: the config gives no {unsized} (transformers' {config_class.__name__} default would be "
+            f"{defaulted[unsized]:,}): give it in the file, or --seq-len"
+        )
+    else:
+        no_length = f"{name}: the config gives no max_position_embeddings: give --seq-len"
 
     def get_model():
         return model_class(config())
@@ -478,7 +531,7 @@ def load_hf_config(path: str | os.PathLike) -> ModelSpec:
         import torch
 
         if seq_len is None:
-            raise PhazeError(f"{name}: the config gives no max_position_embeddings: give --seq-len")
+            raise PhazeError(no_length)
         ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
         return {"input_ids": ids, "labels": ids}
 
