@@ -492,12 +492,20 @@ def report(priced: list[Priced]) -> str:
     return "\n".join(lines)
 
 
+@functools.cache
+def chip_name(hw: str) -> str:
+    """The name of the chip that preset or file ``hw`` describes (what a plan's JSON calls it)."""
+    from phaze.pipeline import load_accelerator
+
+    return str(load_accelerator(hw).name)
+
+
 def row_regime(r: Row):
-    """The regime of a run (:class:`phaze.error_bands.Regime`): its chip, FSDP (ZeRO-3) or
-    Megatron-style, FP8 or 16-bit, its sequence, CP, compiled kernels, MoE."""
+    """The regime of a run (:class:`phaze.error_bands.Regime`): its chip (as its plan names it),
+    FSDP (ZeRO-3) or Megatron-style, FP8 or 16-bit, its sequence, CP, compiled kernels, MoE."""
     from phaze.error_bands import regime
 
-    return regime(r.hw, r.zero, r.precision == "fp8", r.seq_len, r.cp, r.kernels, r.moe == "yes")
+    return regime(chip_name(r.hw), r.zero, r.precision == "fp8", r.seq_len, r.cp, r.kernels, r.moe == "yes")
 
 
 def row_state(p: Priced) -> str:

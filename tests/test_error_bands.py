@@ -110,3 +110,16 @@ def test_a_plans_regime_and_summary_line():
     assert s["lines"][-1].startswith("expected error: no published runs of this regime (TPUV4 Megatron-style")
     zero3 = _placed(2, placement="expert:1,8,2", zero="3")
     assert error_bands.plan_regime(zero3, plan_output.plan_json(zero3, [])).style == "fsdp"
+
+
+def test_a_published_regime_has_its_band_in_the_committed_table():
+    """The regime of NeMo's Llama 3 70B (H100, Megatron-style, FP8, CP, 8k tokens) has a band:
+    its priced runs are the CSV rows of that regime the table holds as priced."""
+    rows = {r.id: r for r in pp.read_rows(CSV)}
+    g = pp.row_regime(rows["nemo-l3-70b-cp2"])
+    table = error_bands.table()
+    b = error_bands.band(g, table)
+    priced = [i for i, v in table["runs"].items() if v["regime"] == g.key and v["state"] == "priced"]
+    assert b["runs"] == len(priced) > 0
+    assert b["p90_abs_error"] == pp.error_stats([table["runs"][i]["error"] for i in priced])["p90_abs_error"]
+    assert error_bands.line(b).startswith(f"expected error ±{b['p90_abs_error']:.0%} (p90 |error| of {len(priced)} ")
