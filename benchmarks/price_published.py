@@ -117,7 +117,9 @@ RECOMPUTE = {
 }
 UNITS = ("tokens/s/gpu", "s/iteration")
 #: The columns a file written before CP and TP overlap were priced may lack, and what they mean then.
-DEFAULTS = {"cp": "1", "tp_overlap": "off"}
+DEFAULTS = {"cp": "1", "tp_overlap": "off", "ep": "1", "moe": "no"}
+#: Where --write-bands writes the error bands by regime that phaze's summary states (phaze/error_bands.py).
+BANDS = ROOT / "data" / "published" / "error_bands.json"
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,8 @@ class Row:
     date: str
     published_mfu: float | None = None
     peak_memory_gib: float | None = None
+    ep: int = 1  #: expert parallelism (--expert-parallel)
+    moe: str = "no"  #: yes: a mixture-of-experts model
 
     @property
     def exact(self) -> bool:
@@ -192,7 +196,8 @@ def parse_row(d: dict[str, str], where: str) -> Row:
     if missing:
         raise ValueError(f"{where}: empty {', '.join(missing)}")
     ints = {
-        k: _int(d, k, where) for k in ("gpus", "zero", "tp", "pp", "dp", "cp", "global_batch", "micro_batch", "seq_len")
+        k: _int(d, k, where)
+        for k in ("gpus", "zero", "tp", "pp", "dp", "cp", "ep", "global_batch", "micro_batch", "seq_len")
     }
     r = Row(
         id=d["id"].strip(),
@@ -217,6 +222,7 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         date=d["date"].strip(),
         published_mfu=_float_or_none(d.get("published_mfu") or ""),
         peak_memory_gib=_float_or_none(d.get("peak_memory_gib") or ""),
+        moe=d["moe"].strip(),
         **ints,
     )
     if r.gpus != r.tp * r.pp * r.dp * r.cp:
@@ -229,6 +235,8 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         raise ValueError(f"{where}: recompute {r.recompute!r}, expected one of {', '.join(RECOMPUTE)}")
     if r.measured_unit not in UNITS:
         raise ValueError(f"{where}: measured_unit {r.measured_unit!r}, expected one of {', '.join(UNITS)}")
+    if r.moe not in ("yes", "no"):
+        raise ValueError(f"{where}: moe {r.moe!r}, expected yes or no")
     for k in ("sequence_parallel", "tp_overlap", "dp_overlap"):
         if getattr(r, k) not in ("on", "off"):
             raise ValueError(f"{where}: {k} {getattr(r, k)!r}, expected on or off")
@@ -288,6 +296,8 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         r.tp_overlap,
         "--pipeline-schedule",
         r.pipeline_schedule,
+        "--expert-parallel",
+        str(r.ep),
         "--rank-order",
         "tp-dp-pp",
         "--memory-headroom",
@@ -324,18 +334,23 @@ def get_model():
 
 def model_file(r: Row, directory: str | os.PathLike[str]) -> str:
     """The model file that ``r`` is priced on: Megatron's GPT (``gpt:...``, as phaze-validate
-    writes it), or ``examples/<model>.py`` with its attention switched to the run's (``sdpa``)."""
+    writes it), or ``examples/<model>.py``, with its attention switched to the run's (``sdpa``:
+    flash attention, as NeMo's and PyTorch's runs ran; Megatron's GPT keeps its own with
+    ``megatron``)."""
     from phaze.validate import Shape, write_model_file
 
     if r.model.startswith("gpt:"):
         s = gpt_shape(r.model)
-        return write_model_file(Shape(s.hidden, s.heads, s.layers, r.seq_len, s.vocabulary), directory)
-    base = EXAMPLES / f"{r.model}.py"
-    if not base.is_file():
-        raise FileNotFoundError(f"{r.id}: no model file {base}")
-    if r.attention == "eager":
-        return str(base)
-    path = Path(directory) / f"{r.model}_{r.attention}.py"
+        base = Path(write_model_file(Shape(s.hidden, s.heads, s.layers, r.seq_len, s.vocabulary), directory))
+        if r.attention in ("eager", "megatron"):  # Megatron's GPT as phaze-validate prices it
+            return str(base)
+    else:
+        base = EXAMPLES / f"{r.model}.py"
+        if not base.is_file():
+            raise FileNotFoundError(f"{r.id}: no model file {base}")
+        if r.attention == "eager":
+            return str(base)
+    path = Path(directory) / f"{base.stem}_{r.attention}.py"
     path.write_text(_WRAPPER.format(stem=r.model, attention=r.attention, path=str(base)), encoding="utf-8")
     return str(path)
 
@@ -477,6 +492,139 @@ def report(priced: list[Priced]) -> str:
     return "\n".join(lines)
 
 
+@functools.cache
+def chip_name(hw: str) -> str:
+    """The name of the chip that preset or file ``hw`` describes (what a plan's JSON calls it)."""
+    from phaze.pipeline import load_accelerator
+
+    return str(load_accelerator(hw).name)
+
+
+def row_regime(r: Row):
+    """The regime of a run (:class:`phaze.error_bands.Regime`): its chip (as its plan names it),
+    FSDP (ZeRO-3) or Megatron-style, FP8 or 16-bit, its sequence, CP, compiled kernels, MoE."""
+    from phaze.error_bands import regime
+
+    return regime(chip_name(r.hw), r.zero, r.precision == "fp8", r.seq_len, r.cp, r.kernels, r.moe == "yes")
+
+
+def row_state(p: Priced) -> str:
+    """priced, refused (the plan does not fit the chip's HBM) or failed."""
+    return "priced" if p.step_s is not None else ("refused" if p.memory_bytes else "failed")
+
+
+def p90(values: list[float]) -> float:
+    """The nearest-rank 90th percentile: the smallest of ``values`` that at least 90 % of them
+    are at most."""
+    ordered = sorted(values)
+    return ordered[max(0, -(-9 * len(ordered) // 10) - 1)]
+
+
+def error_stats(errors: list[float]) -> dict[str, float | None]:
+    """median and p90 |error| and mean signed error of ``errors`` (None without any)."""
+    if not errors:
+        return {"median_abs_error": None, "p90_abs_error": None, "mean_error": None}
+    return {
+        "median_abs_error": round(statistics.median(abs(e) for e in errors), 4),
+        "p90_abs_error": round(p90([abs(e) for e in errors]), 4),
+        "mean_error": round(statistics.fmean(errors), 4),
+    }
+
+
+def band_table(rows: list[Row], results: dict[str, tuple[str, float | None]]) -> dict:
+    """The error bands by regime of ``rows`` priced as ``results`` (id: state and error), as
+    ``data/published/error_bands.json`` holds them: each run's regime, state and error (rounded
+    to 1e-4, the figures the statistics are computed from) and each regime's count, p90 and
+    median |error| and mean signed error over its priced runs."""
+    runs = {}
+    for r in rows:
+        st, err = results[r.id]
+        runs[r.id] = {"regime": row_regime(r).key, "state": st, "error": None if err is None else round(err, 4)}
+    regimes: dict[str, dict] = {}
+    for r in sorted(rows, key=lambda r: row_regime(r)):
+        g = row_regime(r)
+        entry = regimes.setdefault(g.key, {"words": g.words(), "runs": 0, "priced": 0, "refused": 0, "ids": []})
+        entry["runs"] += 1
+        entry["ids"].append(r.id)
+        entry["priced" if runs[r.id]["state"] == "priced" else "refused"] += 1
+    for entry in regimes.values():
+        errs = [runs[i]["error"] for i in entry["ids"] if runs[i]["error"] is not None]
+        entry.update(error_stats(errs))
+    return {
+        "about": "phaze's step-time error (priced / measured - 1) on the published runs of "
+        "data/published/multi_gpu_runs.csv, by regime (phaze/error_bands.py); refused counts the runs "
+        "not priced (refused for memory or failed); p90 is the nearest-rank 90th percentile of |error|",
+        "command": "python benchmarks/price_published.py -j 2 --write-bands",
+        "regimes": regimes,
+        "runs": runs,
+    }
+
+
+#: The dimensions of a regime, how the per-regime report names each value.
+DIMENSIONS = (
+    ("hardware", lambda g: g.chip.upper()),
+    ("framework style", lambda g: "FSDP" if g.style == "fsdp" else "Megatron"),
+    ("precision", lambda g: "FP8" if g.precision == "fp8" else "bf16/fp16"),
+    ("sequence", lambda g: ">=16k" if g.long_sequence else "<16k"),
+    ("context parallelism", lambda g: "CP" if g.cp else "no CP"),
+    ("torch.compile", lambda g: "compiled" if g.compile else "not compiled"),
+    ("MoE", lambda g: "MoE" if g.moe else "dense"),
+)
+
+
+def regime_report(rows: list[Row], results: dict[str, tuple[str, float | None]]) -> str:
+    """The errors by regime, one dimension at a time (docs/validation.md): for each value, the
+    rows, how many were priced, median |error|, p90 |error| and mean signed error; then each
+    whole regime (as the bands hold them) and the runs not priced."""
+    out = [f"{'dimension':<21}{'value':<14}{'rows':>5}{'priced':>7}{'median |e|':>11}{'p90 |e|':>9}{'mean e':>9}"]
+
+    def fmt(label: str, value: str, sel: list[Row]) -> str:
+        errs = [e for e in (results[r.id][1] for r in sel) if e is not None]
+        s = error_stats(errs)
+        cells = []
+        for k in ("median_abs_error", "p90_abs_error", "mean_error"):
+            v = s[k]
+            cells.append("-" if v is None else (f"{100 * v:+.1f} %" if k == "mean_error" else f"{100 * v:.1f} %"))
+        return f"{label:<21}{value:<14}{len(sel):>5}{len(errs):>7}{cells[0]:>11}{cells[1]:>9}{cells[2]:>9}"
+
+    out.append(fmt("all", "", rows))
+    for name, value_of in DIMENSIONS:
+        values: dict[str, list[Row]] = {}
+        for r in rows:
+            values.setdefault(value_of(row_regime(r)), []).append(r)
+        for value, sel in sorted(values.items()):
+            out.append(fmt(name, value, sel))
+    bands = band_table(rows, results)
+    out += ["", "by whole regime (the bands phaze's summary states):"]
+    for key, e in bands["regimes"].items():
+        p = "-" if e["p90_abs_error"] is None else f"±{100 * e['p90_abs_error']:.1f} %"
+        m = "-" if e["mean_error"] is None else f"{100 * e['mean_error']:+.1f} %"
+        out.append(f"  {key:<44} runs {e['runs']:>2}  priced {e['priced']:>2}  p90 {p:>9}  mean {m:>8}")
+    missed = [f"  {r.id}: {results[r.id][0]}" for r in rows if results[r.id][1] is None]
+    if missed:
+        out += ["", "not priced:", *missed]
+    return "\n".join(out)
+
+
+def results_of_json(path: str) -> dict[str, tuple[str, float | None]]:
+    """The state and error of each row of an earlier ``--json`` output (or of a bands file)."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if isinstance(data.get("runs"), dict):  # a bands file
+        return {i: (v["state"], v["error"]) for i, v in data["runs"].items()}
+    out = {}
+    for d in data["rows"]:
+        st = "priced" if d["priced_step_s"] is not None else ("refused" if d["memory_bytes"] else "failed")
+        out[d["id"]] = (st, d["error"])
+    return out
+
+
+def write_bands(path: str | os.PathLike[str], bands: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(bands, f, indent=1, sort_keys=False)
+        f.write("\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", default=str(DEFAULT_CSV))
@@ -492,12 +640,44 @@ def main(argv: list[str] | None = None) -> int:
         help="price the data-parallel collectives exposed, not overlapped with compute (a bound, not as run)",
     )
     ap.add_argument("--keep", default=None, metavar="DIR", help="keep each row's model file and plan JSON in DIR/<id>/")
+    ap.add_argument(
+        "--write-bands",
+        nargs="?",
+        const=str(BANDS),
+        default=None,
+        metavar="FILE",
+        help=f"write the error bands by regime that phaze's summary states (default {BANDS.relative_to(ROOT)}); "
+        "needs every row of the CSV",
+    )
+    ap.add_argument(
+        "--from-json",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="do not price: take each row's state and error from an earlier --json output or a bands file "
+        "(several: a later file's rows replace an earlier's)",
+    )
+    ap.add_argument("--regimes", action="store_true", help="print the errors by regime (docs/validation.md)")
     args = ap.parse_args(argv)
 
     rows = read_rows(args.csv)
     if args.only:
         wanted = set(args.only.split(","))
         rows = [r for r in rows if r.id in wanted]
+    if args.write_bands and args.only:
+        ap.error("--write-bands needs every row: drop --only")
+    if args.from_json:
+        results: dict[str, tuple[str, float | None]] = {}
+        for path in args.from_json:
+            results |= results_of_json(path)
+        missing = [r.id for r in rows if r.id not in results]
+        if missing:
+            ap.error(f"--from-json: no result for {', '.join(missing)}")
+        if args.regimes:
+            print(regime_report(rows, results))
+        if args.write_bands:
+            write_bands(args.write_bands, band_table(rows, results))
+        return 0
     cache = None if args.no_cache else (args.cache or os.path.join(os.path.expanduser("~"), ".cache", "phaze"))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="phaze-published-") as tmp:
@@ -537,6 +717,11 @@ def main(argv: list[str] | None = None) -> int:
         }
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
+    results = {p.row.id: (row_state(p), p.error) for p in priced}
+    if args.regimes:
+        print("\n" + regime_report(rows, results))
+    if args.write_bands:
+        write_bands(args.write_bands, band_table(rows, results))
     return 0
 
 

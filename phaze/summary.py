@@ -16,7 +16,10 @@ What it says, and from where (all from the compiled module and its plan JSON):
 - the memory per device of the fullest stage, by part, against HBM (and the usable part of HBM
   under ``--memory-headroom``);
 - the runner-up point of the sweep (micro-batch, TP width) and by how much it lost;
-- the plan's warnings (unpriced ops, linears tensor parallelism keeps replicated).
+- the plan's warnings (unpriced ops, linears tensor parallelism keeps replicated);
+- the error band of the plan's regime (chip, FSDP or Megatron-style, precision, sequence, CP,
+  compile, MoE): how far phaze has been from the published runs of that regime
+  (:mod:`phaze.error_bands`, ``data/published/error_bands.json``), or that none was published.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from phaze import error_bands
 from phaze_ir import keys
 from phaze_ir.files import printable
 from phaze_ir.op_kinds import RecomputePolicy
@@ -264,6 +268,7 @@ def build(
         "memory_headroom": headroom,
         "runner_up": runner_up(plan["candidates"], samples_s),
         "warnings": warning_words(plan["warnings"]),
+        "error_band": error_bands.band(error_bands.plan_regime(module, plan), error_bands.table()),
     }
     # each line safe to print (a model or chip name from the input may hold control characters)
     out["lines"] = [printable(line) for line in lines(out, table, other_lines)]
@@ -297,6 +302,8 @@ def lines(s: Mapping[str, Any], table: str, other_lines: Sequence[str]) -> list[
         out.append(f"runner-up {s['runner_up']['name']}: {s['runner_up']['why']}")
     out += [f"warning: {w}" for w in s["warnings"]]
     out += list(other_lines)
+    if s.get("error_band"):
+        out.append(error_bands.line(s["error_band"]))
     return out
 
 

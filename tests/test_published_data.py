@@ -30,8 +30,9 @@ def _flag(flags, name):
 
 def test_the_file_parses_and_every_row_has_a_source():
     rows = pp.read_rows(CSV)
-    assert len(rows) == 23
-    assert {r.group for r in rows} == {"fsdp", "megatron", "nemo"}
+    assert len(rows) == 58
+    assert {r.group for r in rows} == {"fsdp", "megatron", "nemo", "dgxc"}
+    assert sum(r.hw == "h100" for r in rows) == 40
     assert len({r.id for r in rows}) == len(rows)
     for r in rows:
         assert r.source.startswith(("https://", "Korthikanti")), r.id
@@ -153,3 +154,25 @@ def test_a_bad_row_is_refused():
     # a file written before the cp and tp_overlap columns: one device of CP, no TP overlap
     old = pp.parse_row({k: v for k, v in d.items() if k not in ("cp", "tp_overlap")} | {"gpus": "1"}, "row")
     assert (old.cp, old.tp_overlap) == (1, "off")
+
+
+def test_the_h100_rows_map_to_their_flags(tmp_path):
+    """The DGX Cloud recipes' Llama 3.1 405B: TP 8 x PP 9 (VP 7) x CP 2 x DP 4 on 576 GPUs;
+    fms-fsdp's compiled H100 runs priced with inductor's kernels; NeMo's GPT-3 as Megatron's GPT
+    with its attention switched to SDPA."""
+    rows = {x.id: x for x in pp.read_rows(CSV)}
+    f = pp.phazec_flags(rows["dgxc-l31-405b-bf16-576"])
+    assert _flag(f, "--placement") == "expert:9,4,8"
+    assert (_flag(f, "--context-parallel"), _flag(f, "--pipeline-schedule")) == ("2", "interleaved:7")
+    assert (_flag(f, "--global-batch"), _flag(f, "--expert-parallel")) == ("252", "1")
+    assert rows["dgxc-l31-405b-bf16-576"].measured_step_s == 17.20
+    fms = pp.phazec_flags(rows["fms-h100-70b-compile"])
+    assert (_flag(fms, "--kernels"), _flag(fms, "--zero"), _flag(fms, "--selective-recompute")) == (
+        "inductor",
+        "3",
+        "layer:2",
+    )
+    assert rows["fms-h100-70b-compile"].measured_step_s == pytest.approx(192 * 4096 / (890 * 96))
+    gpt = Path(pp.model_file(rows["nemo-gpt3-20b"], tmp_path)).read_text()
+    assert "set_attn_implementation('sdpa')" in gpt and "gpt-h6144-a48-l44" in gpt
+    assert "sdpa" not in Path(pp.model_file(rows["k22-22b-full"], tmp_path)).read_text()

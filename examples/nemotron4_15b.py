@@ -1,0 +1,41 @@
+"""Nemotron-4 15B (32 layers, hidden 6144, 48 heads, 8 key/value heads: grouped-query attention,
+MLP 24576 with squared ReLU, LayerNorm with the +1 ("layernorm1p"), rotary embeddings on half of
+each head, no biases, untied embeddings, vocabulary 256,000), sequence length 4096: the shape of the
+NVIDIA DGX Cloud benchmarking recipe's ``nemotron/nemotron4-15b-synth.yaml`` (NVIDIA/dgxc-benchmarking
+at ``35a9aec``), as transformers' ``NemotronForCausalLM`` builds it.
+
+Built from its configuration on the meta device: no weights, no downloads.  Attention is eager, as in the
+other examples; benchmarks/price_published.py switches it to SDPA (transformers'
+``set_attn_implementation``), as the published runs ran.
+"""
+
+import torch
+from transformers import NemotronConfig, NemotronForCausalLM
+
+NAME = "nemotron4-15b"
+SEQ_LEN = 4096
+
+
+def config() -> NemotronConfig:
+    return NemotronConfig(
+        vocab_size=256000,
+        hidden_size=6144,
+        intermediate_size=24576,
+        num_hidden_layers=32,
+        num_attention_heads=48,
+        num_key_value_heads=8,
+        head_dim=128,
+        hidden_act="relu2",
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        attn_implementation="eager",
+    )
+
+
+def get_model() -> torch.nn.Module:
+    return NemotronForCausalLM(config())
+
+
+def get_inputs(micro_batch_size: int, seq_len: int = SEQ_LEN):
+    ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
+    return {"input_ids": ids, "labels": ids}
