@@ -223,3 +223,33 @@ def test_fp8_linears_shard_as_bf16_ones():
     assert collectives(fp8) == collectives(bf16) and len(collectives(bf16)) > 0
     q = [o for o in fp8 if _fp8(o) and o.attributes["phaze.module"].data.endswith("layers.0.self_attn.q_proj")]
     assert tuple(q[0].rhs.type.get_shape()) == (64, 32)  # [in, out / 2]: the column-parallel shard
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_gpt2s_fp8_linears_shard_as_bf16_ones_and_stay_in_their_layers(tp):
+    """GPT-2's ``Conv1D`` linears (``[in, out]`` weights, the fused ``c_attn`` of q, k and v) at
+    TP 2 and 4: the FP8 step has the bf16 step's collectives, and each layer holds the same
+    weight bytes per device (the FP8 step's weights are bf16).  Choosing the FP8 linears once
+    took a transpose of each ``Conv1D`` weight for its shape, a dead op before the first layer
+    that made the prologue own every weight: gpt3_175b at PP 8 put all 175B in stage 0."""
+    from phaze_ir import keys
+    from phaze_ir.attributes import LayerInfoAttr
+    from phaze_ir.ir import parse_module
+
+    def priced(dtype: str):
+        flags = ("--hw", "h100", "--tp", str(tp), "--emit", "latency", "--dtype", dtype)
+        return parse_module(_compile(MODELS / "tiny_gpt2.py", *flags))
+
+    bf16, fp8 = priced("bfloat16"), priced("fp8")
+
+    def collectives(module):
+        ops = _ops(module)
+        return [(o.kind.data, o.attributes["phaze.module"].data) for o in ops if isinstance(o, ph.CollectiveOp)]
+
+    def layer_bytes(module):
+        return [r.as_dict()["param_bytes"] for r in keys.require_records(module, keys.LAYERS, LayerInfoAttr)]
+
+    assert collectives(fp8) == collectives(bf16) and len(collectives(bf16)) > 0
+    assert layer_bytes(fp8) == layer_bytes(bf16)
+    c_attn = [o for o in _ops(fp8) if _fp8(o) and o.attributes["phaze.module"].data == "transformer.h.0.attn.c_attn"]
+    assert tuple(c_attn[0].rhs.type.get_shape()) == (64, 3 * 64 // tp)  # [in, out / TP]: column-parallel
