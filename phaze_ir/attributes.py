@@ -475,7 +475,8 @@ class ReplicatedLinearsAttr(RecordAttr):
     Syntax::
 
         #phaze.replicated_linears<reason = "kv_heads", width = 4, count = 4, total = 14,
-                                  module = "model.layers.0.self_attn.k_proj", flops_share = 0.06>
+                                  module = "model.layers.0.self_attn.k_proj", flops_share = 0.06,
+                                  param_share = 0.05>
 
     - ``reason``: ``kv_heads`` (the key/value projections of grouped-query attention with fewer
       key/value heads than the width, docs/design.md §5.2), ``demoted`` (linears of the blocks
@@ -484,10 +485,14 @@ class ReplicatedLinearsAttr(RecordAttr):
     - ``width``: the tensor-parallel width; ``count``: how many linears; ``total``: the linears
       of the blocks (all forward linears for ``outside_blocks``); ``module``: the first one.
     - ``flops_share``: their share of the forward linears' FLOPs.
+    - ``param_share``: their weights' share of the step's parameters.
+    - ``reason`` ``weights``: matrices the blocks read that stay whole and no other record
+      names (no rule recognized them as a linear's weight); ``count`` of ``total`` matrices the
+      blocks read, ``module`` the first op reading one, ``flops_share`` 0.
     """
 
     name = "phaze.replicated_linears"
-    FIELDS = ("reason", "width", "count", "total", "module", "flops_share")
+    FIELDS = ("reason", "width", "count", "total", "module", "flops_share", "param_share")
 
     reason: StringAttr
     width: IntAttr
@@ -495,6 +500,7 @@ class ReplicatedLinearsAttr(RecordAttr):
     total: IntAttr
     module: StringAttr
     flops_share: FloatData
+    param_share: FloatData
 
 
 @irdl_attr_definition
