@@ -807,7 +807,8 @@ class LayerMemoryAttr(RecordAttr):
                             optimizer_bytes = 2428502016, saved_none_bytes = 3986718720,
                             saved_selective_bytes = 765460480, saved_full_bytes = 33554432,
                             workspace_bytes = 2147483648, recompute_workspace_bytes = 6100000000,
-                            expert_param_bytes = 0, expert_optimizer_bytes = 0>
+                            expert_param_bytes = 0, expert_optimizer_bytes = 0,
+                            fp8_weight_bytes = 0>
 
     - ``param_bytes``/``grad_bytes``: weights the layer's forward reads and their gradients;
       ``optimizer_bytes``: their optimizer state (e.g. fp32 master copy and Adam moments).
@@ -820,6 +821,8 @@ class LayerMemoryAttr(RecordAttr):
       runs, beyond the stash and the gradients; ``recompute_workspace_bytes``: the same with
       the largest rematerialization (full recompute: the layer's activations rebuilt for its
       backward), a bound for every policy.
+    - ``fp8_weight_bytes``: the FP8 copies of its weights that Transformer Engine keeps for
+      the whole step (``--dtype fp8``; 0 otherwise), held beside the weights but under ZeRO-3.
     """
 
     name = "phaze.layer_memory"
@@ -836,6 +839,7 @@ class LayerMemoryAttr(RecordAttr):
     recompute_workspace_bytes: IntAttr
     expert_param_bytes: IntAttr
     expert_optimizer_bytes: IntAttr
+    fp8_weight_bytes: IntAttr
 
 
 @irdl_attr_definition

@@ -253,3 +253,29 @@ def test_gpt2s_fp8_linears_shard_as_bf16_ones_and_stay_in_their_layers(tp):
     assert layer_bytes(fp8) == layer_bytes(bf16)
     c_attn = [o for o in _ops(fp8) if _fp8(o) and o.attributes["phaze.module"].data == "transformer.h.0.attn.c_attn"]
     assert tuple(c_attn[0].rhs.type.get_shape()) == (64, 3 * 64 // tp)  # [in, out / TP]: column-parallel
+
+
+def test_fp8_weight_copies_are_kept_once_per_step_not_per_micro_batch(gemm_bound):
+    """Transformer Engine casts each weight to FP8 (rowwise and columnwise) on a step's first
+    micro-batch and keeps that workspace for the later ones: the copies are in no stash
+    (activations per micro-batch) but in the layer's ``fp8_weight_bytes``, one byte per weight
+    element for each of the two copies; the bf16 step has none."""
+    from phaze_ir import keys
+    from phaze_ir.attributes import LayerMemoryAttr, LayerRecomputeAttr
+    from phaze_ir.ir import parse_module
+
+    def memory(dtype: str):
+        flags = ("--hw", "h100", "--tp", "1", "--emit", "recompute", "--dtype", dtype)
+        module = parse_module(_compile(gemm_bound, *flags))
+        mem = [r.as_dict() for r in keys.require_records(module, keys.LAYER_MEMORY, LayerMemoryAttr)]
+        rc = [r.as_dict() for r in keys.require_records(module, keys.LAYER_RECOMPUTE, LayerRecomputeAttr)]
+        return mem, rc
+
+    (fp8,), (fp8_rc,) = memory("fp8")
+    (bf16,), _ = memory("bfloat16")
+    weights = 3 * 4096 * 14336  # gate, up, down
+    assert fp8["fp8_weight_bytes"] == 2 * weights and bf16["fp8_weight_bytes"] == 0
+    # the stash: bf16's but for the two linear inputs (the norm's output, 2,048 x 4,096, and
+    # down's, 2,048 x 14,336) kept in FP8, one byte where bf16 keeps two; no weight copy
+    assert fp8["saved_none_bytes"] == fp8_rc["none_bytes"]
+    assert bf16["saved_none_bytes"] - fp8["saved_none_bytes"] == 2048 * (4096 + 14336)
