@@ -75,8 +75,15 @@ fn check(prob: &Problem, plan: &Plan) -> usize {
             0
         };
         // Transformer Engine's FP8 weight copies: kept beside the weights, none under ZeRO-3
-        let fp8 = if z >= 3 { 0 } else { sum(|l| l.fp8_weight_bytes) };
-        assert_eq!(m.params, shard(sum(|l| l.param_bytes), z >= 3) + gathered + fp8);
+        let fp8 = if z >= 3 {
+            0
+        } else {
+            sum(|l| l.fp8_weight_bytes)
+        };
+        assert_eq!(
+            m.params,
+            shard(sum(|l| l.param_bytes), z >= 3) + gathered + fp8
+        );
         assert_eq!(m.grads, shard(sum(|l| l.grad_bytes), z >= 2));
         assert_eq!(m.optimizer, shard(sum(|l| l.optimizer_bytes), z >= 1));
         let r = s.recompute.index();
