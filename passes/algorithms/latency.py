@@ -611,11 +611,11 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
             faster = peak / cal.fp8_gemm_flops
             compute_one = np.where(fp8, compute_one * faster, compute_one)
             compute_split = np.where(fp8, compute_split * faster, compute_split)
-    elif fp8_gemms(cols).any():
-        raise ValueError(FP8_REFUSAL.format(chip="the chip"))
         bad = misaligned(cols)
         compute_one = np.where(bad, compute_one / cal.misaligned_gemm_efficiency, compute_one)
         compute_split = np.where(bad, compute_split / cal.misaligned_gemm_efficiency, compute_split)
+    elif fp8_gemms(cols).any():
+        raise ValueError(FP8_REFUSAL.format(chip="the chip"))
     causal = cols["causal"] != 0
     if causal.any():
         frac = causal_fraction(cols["m"], cols["n"], cols["k"])
