@@ -293,3 +293,18 @@ def test_fp8_weight_copies_are_kept_once_per_step_not_per_micro_batch(gemm_bound
     # down's, 2,048 x 14,336) kept in FP8, one byte where bf16 keeps two; no weight copy
     assert fp8["saved_none_bytes"] == fp8_rc["none_bytes"]
     assert bf16["saved_none_bytes"] - fp8["saved_none_bytes"] == 2048 * (4096 + 14336)
+
+
+def test_gpt2s_fp8_weight_copies_are_two_bytes_per_element_too():
+    """A ``Conv1D``'s weight is ``[in, out]``, read through a transposed view: its FP8 copies
+    are still a rowwise and a columnwise one (TE's linears hold ``[out, in]`` weights), two
+    bytes per element, as an ``nn.Linear``'s."""
+    from phaze_ir import keys
+    from phaze_ir.attributes import LayerMemoryAttr
+    from phaze_ir.ir import parse_module
+
+    flags = ("--hw", "h100", "--tp", "1", "--emit", "recompute", "--dtype", "fp8")
+    module = parse_module(_compile(MODELS / "tiny_gpt2.py", *flags))
+    blocks = [r.as_dict() for r in keys.require_records(module, keys.LAYER_MEMORY, LayerMemoryAttr)][1:3]
+    d = 64  # c_attn [d, 3d], attn.c_proj [d, d], c_fc [d, 4d], mlp.c_proj [4d, d]
+    assert [b["fp8_weight_bytes"] for b in blocks] == [2 * (3 * d * d + d * d + 4 * d * d + 4 * d * d)] * 2

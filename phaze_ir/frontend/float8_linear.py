@@ -49,8 +49,12 @@ def _float8_dtypes():
 
 def _cast(x, dtype):
     """``x`` cast to an FP8 ``dtype`` as a TE cast-transpose kernel writes it: the rowwise
-    copy, and the columnwise one (``x.t()`` made contiguous)."""
-    fp8 = x.to(dtype)
+    copy, and the columnwise one (``x.t()`` made contiguous).  The rowwise copy is row-major
+    whatever ``x``'s strides (a ``Conv1D``'s weight is a transposed view): otherwise its
+    transpose would already be contiguous and the columnwise copy no copy at all."""
+    import torch
+
+    fp8 = x.to(dtype, memory_format=torch.contiguous_format)
     return fp8, fp8.t().contiguous()
 
 
