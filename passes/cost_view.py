@@ -138,7 +138,18 @@ def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
         fp32=fp32 and _runtime(op) in TORCH_GROUPED_MM,
         # launched once per expert: torch's grouped GEMM fallback, after its host sync
         syncs=1 if kernel["launch"] > 1 else 0,
+        split_accumulation=_split_accumulation(op, lhs, rhs),
     )
+
+
+def _split_accumulation(op: ph.MatmulOp, lhs: TensorType, rhs: TensorType) -> bool:
+    """An FP8 GEMM of the backward: Transformer Engine runs the input- and weight-gradient
+    GEMMs with split accumulation (``_2X_ACC_DGRAD = _2X_ACC_WGRAD = True``, ``_2X_ACC_FPROP =
+    False`` in ``transformer_engine/pytorch/module/base.py``, TE 2.20.0.dev0), and so does
+    torchao (``Float8LinearConfig``: ``use_fast_accum`` only for the output's GEMM,
+    ``torchao/float8/config.py``, torchao 0.19.0)."""
+    fp8 = ph.element_bytes(lhs.element_type) == 1 and ph.element_bytes(rhs.element_type) == 1
+    return fp8 and keys.string_of(op, keys.PHASE, "fwd") == "bwd"
 
 
 def _runtime(op: Operation) -> str:

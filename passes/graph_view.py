@@ -40,6 +40,14 @@ def arg_role(fn: func.FuncOp, index: int) -> tuple[str, str]:
     return "", ""
 
 
+def _element_bytes(t) -> int:
+    """Bytes of one element of a tensor type (0 when it is not one, or not known)."""
+    try:
+        return ph.element_bytes(t.element_type) if isinstance(t, TensorType) else 0
+    except ValueError:
+        return 0
+
+
 def _is_float(t) -> bool:
     return isinstance(t, TensorType) and not type(t.element_type).__name__.startswith("Integer")
 
@@ -213,6 +221,7 @@ def _build(fn: func.FuncOp, require_phase: bool, signatures: bool) -> tuple[Grap
             view=isinstance(op, ph.LayoutOp) and op.is_view,
             result_float=[_is_float(r.type) for r in op.results],
             experts=experts,
+            result_element_bytes=[_element_bytes(r.type) for r in op.results],
         )
         for r, v in zip(op.results, graph.ops[index].results):
             ids[r] = v

@@ -70,6 +70,7 @@ def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
                 expert_param_bytes=m["expert_param_bytes"],
                 expert_grad_bytes=m["expert_param_bytes"],  # gradients as the weights (mixed precision)
                 expert_optimizer_bytes=m["expert_optimizer_bytes"],
+                fp8_weight_bytes=m["fp8_weight_bytes"],
                 dispatch_bytes=layer["dispatch_bytes"],
                 opt_s=s["opt_s"],
                 expert_opt_s=pl.expert_opt_s(s["opt_s"], m["optimizer_bytes"], m["expert_optimizer_bytes"]),

@@ -321,6 +321,7 @@ def _say_replicated(module: ModuleOp, plan: ShardPlan) -> None:
                 total=note.total,
                 module=note.module,
                 flops_share=note.flops_share,
+                param_share=note.param_share,
             )
         )
     if records:

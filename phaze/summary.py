@@ -217,10 +217,32 @@ def warning_words(warnings: Sequence[Mapping[str, Any]]) -> list[str]:
         if w.get("kind") == "unpriced-op":
             out.append(f"{w.get('aten')} ({w.get('count')}x) is not priced but by its bytes")
         elif w.get("kind") == "replicated-linears":
-            out.append(f"tensor parallelism keeps linears replicated: {_fields(w)}")
+            out.append(replicated_words(w))
         else:
             out.append(_fields(w))
     return out
+
+
+#: What a ``replicated-linears`` record's ``reason`` says.
+REPLICATED_REASONS = {
+    "kv_heads": "fewer key/value heads than devices",
+    "demoted": "an op between them cannot take the split",
+    "outside_blocks": "outside the repeated blocks",
+    "weights": "no rule recognized them as a linear's weights",
+}
+
+
+def replicated_words(w: Mapping[str, Any]) -> str:
+    """A ``replicated-linears`` record in one line: what TP keeps whole, the first of them, and
+    their share of the parameters and of the linear FLOPs."""
+    what = "weight matrices of the blocks" if w.get("reason") == "weights" else "linears"
+    shares = f"{percent(float(w.get('param_share', 0.0)))} of the parameters"
+    if w.get("flops_share"):
+        shares += f", {percent(float(w['flops_share']))} of the linear FLOPs"
+    return (
+        f"TP {w.get('width')} keeps {w.get('count')} of {w.get('total')} {what} whole "
+        f"({REPLICATED_REASONS.get(str(w.get('reason')), w.get('reason'))}; first {w.get('module')}): {shares}"
+    )
 
 
 def _fields(w: Mapping[str, Any]) -> str:

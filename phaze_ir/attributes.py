@@ -475,7 +475,8 @@ class ReplicatedLinearsAttr(RecordAttr):
     Syntax::
 
         #phaze.replicated_linears<reason = "kv_heads", width = 4, count = 4, total = 14,
-                                  module = "model.layers.0.self_attn.k_proj", flops_share = 0.06>
+                                  module = "model.layers.0.self_attn.k_proj", flops_share = 0.06,
+                                  param_share = 0.05>
 
     - ``reason``: ``kv_heads`` (the key/value projections of grouped-query attention with fewer
       key/value heads than the width, docs/design.md §5.2), ``demoted`` (linears of the blocks
@@ -484,10 +485,14 @@ class ReplicatedLinearsAttr(RecordAttr):
     - ``width``: the tensor-parallel width; ``count``: how many linears; ``total``: the linears
       of the blocks (all forward linears for ``outside_blocks``); ``module``: the first one.
     - ``flops_share``: their share of the forward linears' FLOPs.
+    - ``param_share``: their weights' share of the step's parameters.
+    - ``reason`` ``weights``: matrices the blocks read that stay whole and no other record
+      names (no rule recognized them as a linear's weight); ``count`` of ``total`` matrices the
+      blocks read, ``module`` the first op reading one, ``flops_share`` 0.
     """
 
     name = "phaze.replicated_linears"
-    FIELDS = ("reason", "width", "count", "total", "module", "flops_share")
+    FIELDS = ("reason", "width", "count", "total", "module", "flops_share", "param_share")
 
     reason: StringAttr
     width: IntAttr
@@ -495,6 +500,7 @@ class ReplicatedLinearsAttr(RecordAttr):
     total: IntAttr
     module: StringAttr
     flops_share: FloatData
+    param_share: FloatData
 
 
 @irdl_attr_definition
@@ -801,7 +807,8 @@ class LayerMemoryAttr(RecordAttr):
                             optimizer_bytes = 2428502016, saved_none_bytes = 3986718720,
                             saved_selective_bytes = 765460480, saved_full_bytes = 33554432,
                             workspace_bytes = 2147483648, recompute_workspace_bytes = 6100000000,
-                            expert_param_bytes = 0, expert_optimizer_bytes = 0>
+                            expert_param_bytes = 0, expert_optimizer_bytes = 0,
+                            fp8_weight_bytes = 0>
 
     - ``param_bytes``/``grad_bytes``: weights the layer's forward reads and their gradients;
       ``optimizer_bytes``: their optimizer state (e.g. fp32 master copy and Adam moments).
@@ -814,6 +821,8 @@ class LayerMemoryAttr(RecordAttr):
       runs, beyond the stash and the gradients; ``recompute_workspace_bytes``: the same with
       the largest rematerialization (full recompute: the layer's activations rebuilt for its
       backward), a bound for every policy.
+    - ``fp8_weight_bytes``: the FP8 copies of its weights that Transformer Engine keeps for
+      the whole step (``--dtype fp8``; 0 otherwise), held beside the weights but under ZeRO-3.
     """
 
     name = "phaze.layer_memory"
@@ -830,6 +839,7 @@ class LayerMemoryAttr(RecordAttr):
     recompute_workspace_bytes: IntAttr
     expert_param_bytes: IntAttr
     expert_optimizer_bytes: IntAttr
+    fp8_weight_bytes: IntAttr
 
 
 @irdl_attr_definition

@@ -691,6 +691,11 @@ class Calibration:
             compute time scaled by ``peak tensor / fp8_gemm_flops``, with the tensor efficiency
             and wave tiles of the chip's other GEMMs.  Absent: the chip has no FP8 GEMM, and
             ``--dtype fp8`` is refused on it.
+        fp8_split_accumulation_efficiency: the fraction of the FP8 rate an FP8 GEMM keeps when
+            it promotes its partial sums to fp32 every few steps of K ("split accumulator",
+            cuBLASLt without ``CUBLASLT_MATMUL_DESC_FAST_ACCUM``), as Transformer Engine and
+            torchao run the two backward GEMMs of an FP8 linear (their forward GEMM
+            accumulates fast).  Default 1: no slower.
         host_sync_s: optional; the seconds the chip idles at one device-to-host
             synchronization (a grouped GEMM's fallback copies its offsets to the host: the copy's
             latency while the queue is empty).  Absent: 0.
@@ -729,6 +734,9 @@ class Calibration:
     )
     fp8_gemm_flops: float | None = _spec(
         "opt_pos_float", "dense FP8 GEMM peak of the tensor cores (FLOP/s)", at_most=FLOPS, default=None
+    )
+    fp8_split_accumulation_efficiency: float = _spec(
+        "fraction", "fraction of the FP8 rate an FP8 GEMM keeps with split (fp32) accumulation", default=1.0
     )
     host_sync_s: float | None = _spec(
         "opt_nonneg_float", "chip idle per device-to-host sync (s)", at_most=OVERHEAD, default=None

@@ -58,4 +58,5 @@ LAYER_MEMORY_FIELDS = (
     "recompute_workspace_bytes",
     "expert_param_bytes",
     "expert_optimizer_bytes",
+    "fp8_weight_bytes",
 )

@@ -115,6 +115,14 @@ def test_fp8_gemm_runs_at_the_fp8_rate_of_the_toml():
     ratio = (slow.split_s - overhead) / (fast.split_s - overhead)
     assert ratio == pytest.approx(cal.fp8_gemm_flops / h100.peak_tensor_flops, rel=1e-12)
     assert ratio == pytest.approx(2.0, rel=1e-3)
+    # with split accumulation (the backward's GEMMs): that rate times the TOML's efficiency
+    split = estimate_matmul(dataclasses.replace(fp8, split_accumulation=True), h100)
+    assert (fast.split_s - overhead) / (split.split_s - overhead) == pytest.approx(
+        cal.fp8_split_accumulation_efficiency, rel=1e-12
+    )
+    assert cal.fp8_split_accumulation_efficiency < 1
+    # a bf16 GEMM is never split-accumulated
+    assert estimate_matmul(dataclasses.replace(bf16, split_accumulation=True), h100) == slow
 
 
 def test_a_chip_without_fp8_refuses_in_one_line(tmp_path):
@@ -176,8 +184,10 @@ def test_fp8_linears_as_transformer_engine_runs_them():
 
 
 def test_a_gemm_bound_layer_runs_its_gemms_twice_as_fast(gemm_bound):
-    """Llama 3 8B's MLP on 2,048 tokens: its nine GEMMs take half the time in FP8 (by the
-    TOML's ratio, less the launches), the casts add memory-bound kernels, the step is faster."""
+    """Llama 3 8B's MLP on 2,048 tokens: its three forward GEMMs take half the time in FP8 (by
+    the TOML's ratio, less the launches), its six backward GEMMs, split-accumulated as TE runs
+    them, that times the TOML's efficiency; the casts add memory-bound kernels, the step is
+    faster."""
     from phaze_ir.hardware import load_hardware
 
     h100 = load_hardware("h100")
@@ -187,13 +197,17 @@ def test_a_gemm_bound_layer_runs_its_gemms_twice_as_fast(gemm_bound):
     assert len(gemms["bf16"]) == len(gemms["fp8"]) == 9 and all(_fp8(o) for o in gemms["fp8"])
     # the same products (TE's weight gradient is g^T x where autograd's is x^T g: its transpose)
     assert sorted(sorted(o.mnk()[1:]) for o in gemms["bf16"]) == sorted(sorted(o.mnk()[1:]) for o in gemms["fp8"])
-    overhead = 9 * cal.kernel_overhead_s
     casts = _casts(fp8)
     assert len(casts) == 3 + 3 + 2  # weights, output gradients, inputs (gate and up share theirs)
     assert all(o.attributes["phaze.latency"].as_dict()["bound"] == "hbm" for o in casts)
-    gemm_s = {d: sum(map(_split_s, g)) - overhead for d, g in gemms.items()}
+    faster = cal.fp8_gemm_flops / h100.peak_tensor_flops
+    for phase, n, ratio in (("fwd", 3, faster), ("bwd", 6, faster * cal.fp8_split_accumulation_efficiency)):
+        gemm_s = {
+            d: sum(_split_s(o) for o in g if o.attributes["phaze.phase"].data == phase) - n * cal.kernel_overhead_s
+            for d, g in gemms.items()
+        }
+        assert gemm_s["bf16"] / gemm_s["fp8"] == pytest.approx(ratio, rel=0.02), phase
     step_s = {"bf16": sum(map(_split_s, bf16)), "fp8": sum(map(_split_s, fp8))}
-    assert gemm_s["bf16"] / gemm_s["fp8"] == pytest.approx(cal.fp8_gemm_flops / h100.peak_tensor_flops, rel=0.02)
     assert step_s["fp8"] < step_s["bf16"]
 
 
@@ -223,3 +237,74 @@ def test_fp8_linears_shard_as_bf16_ones():
     assert collectives(fp8) == collectives(bf16) and len(collectives(bf16)) > 0
     q = [o for o in fp8 if _fp8(o) and o.attributes["phaze.module"].data.endswith("layers.0.self_attn.q_proj")]
     assert tuple(q[0].rhs.type.get_shape()) == (64, 32)  # [in, out / 2]: the column-parallel shard
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_gpt2s_fp8_linears_shard_as_bf16_ones_and_stay_in_their_layers(tp):
+    """GPT-2's ``Conv1D`` linears (``[in, out]`` weights, the fused ``c_attn`` of q, k and v) at
+    TP 2 and 4: the FP8 step has the bf16 step's collectives, and each layer holds the same
+    weight bytes per device (the FP8 step's weights are bf16).  Choosing the FP8 linears once
+    took a transpose of each ``Conv1D`` weight for its shape, a dead op before the first layer
+    that made the prologue own every weight: gpt3_175b at PP 8 put all 175B in stage 0."""
+    from phaze_ir import keys
+    from phaze_ir.attributes import LayerInfoAttr
+    from phaze_ir.ir import parse_module
+
+    def priced(dtype: str):
+        flags = ("--hw", "h100", "--tp", str(tp), "--emit", "latency", "--dtype", dtype)
+        return parse_module(_compile(MODELS / "tiny_gpt2.py", *flags))
+
+    bf16, fp8 = priced("bfloat16"), priced("fp8")
+
+    def collectives(module):
+        ops = _ops(module)
+        return [(o.kind.data, o.attributes["phaze.module"].data) for o in ops if isinstance(o, ph.CollectiveOp)]
+
+    def layer_bytes(module):
+        return [r.as_dict()["param_bytes"] for r in keys.require_records(module, keys.LAYERS, LayerInfoAttr)]
+
+    assert collectives(fp8) == collectives(bf16) and len(collectives(bf16)) > 0
+    assert layer_bytes(fp8) == layer_bytes(bf16)
+    c_attn = [o for o in _ops(fp8) if _fp8(o) and o.attributes["phaze.module"].data == "transformer.h.0.attn.c_attn"]
+    assert tuple(c_attn[0].rhs.type.get_shape()) == (64, 3 * 64 // tp)  # [in, out / TP]: column-parallel
+
+
+def test_fp8_weight_copies_are_kept_once_per_step_not_per_micro_batch(gemm_bound):
+    """Transformer Engine casts each weight to FP8 (rowwise and columnwise) on a step's first
+    micro-batch and keeps that workspace for the later ones: the copies are in no stash
+    (activations per micro-batch) but in the layer's ``fp8_weight_bytes``, one byte per weight
+    element for each of the two copies; the bf16 step has none."""
+    from phaze_ir import keys
+    from phaze_ir.attributes import LayerMemoryAttr, LayerRecomputeAttr
+    from phaze_ir.ir import parse_module
+
+    def memory(dtype: str):
+        flags = ("--hw", "h100", "--tp", "1", "--emit", "recompute", "--dtype", dtype)
+        module = parse_module(_compile(gemm_bound, *flags))
+        mem = [r.as_dict() for r in keys.require_records(module, keys.LAYER_MEMORY, LayerMemoryAttr)]
+        rc = [r.as_dict() for r in keys.require_records(module, keys.LAYER_RECOMPUTE, LayerRecomputeAttr)]
+        return mem, rc
+
+    (fp8,), (fp8_rc,) = memory("fp8")
+    (bf16,), _ = memory("bfloat16")
+    weights = 3 * 4096 * 14336  # gate, up, down
+    assert fp8["fp8_weight_bytes"] == 2 * weights and bf16["fp8_weight_bytes"] == 0
+    # the stash: bf16's but for the two linear inputs (the norm's output, 2,048 x 4,096, and
+    # down's, 2,048 x 14,336) kept in FP8, one byte where bf16 keeps two; no weight copy
+    assert fp8["saved_none_bytes"] == fp8_rc["none_bytes"]
+    assert bf16["saved_none_bytes"] - fp8["saved_none_bytes"] == 2048 * (4096 + 14336)
+
+
+def test_gpt2s_fp8_weight_copies_are_two_bytes_per_element_too():
+    """A ``Conv1D``'s weight is ``[in, out]``, read through a transposed view: its FP8 copies
+    are still a rowwise and a columnwise one (TE's linears hold ``[out, in]`` weights), two
+    bytes per element, as an ``nn.Linear``'s."""
+    from phaze_ir import keys
+    from phaze_ir.attributes import LayerMemoryAttr
+    from phaze_ir.ir import parse_module
+
+    flags = ("--hw", "h100", "--tp", "1", "--emit", "recompute", "--dtype", "fp8")
+    module = parse_module(_compile(MODELS / "tiny_gpt2.py", *flags))
+    blocks = [r.as_dict() for r in keys.require_records(module, keys.LAYER_MEMORY, LayerMemoryAttr)][1:3]
+    d = 64  # c_attn [d, 3d], attn.c_proj [d, d], c_fc [d, 4d], mlp.c_proj [4d, d]
+    assert [b["fp8_weight_bytes"] for b in blocks] == [2 * (3 * d * d + d * d + 4 * d * d + 4 * d * d)] * 2

@@ -10,6 +10,7 @@ algorithm is tested on its own (view mapping, column/row pairing, demotion).
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter
 
 import pytest
@@ -30,7 +31,7 @@ from passes.algorithms.tp_shard import (
     reshape_split,
     shard,
 )
-from passes.graph_view import step_function
+from passes.graph_view import arg_role, step_function
 from passes.group_layers import GroupLayersPass
 from passes.mark_saved import MarkSavedPass
 from passes.shard_tensor_parallel import ShardTensorParallelPass
@@ -764,6 +765,10 @@ def test_gqa_replicated_kv_reaches_the_plan_json(gqa_sdpa):
 
     _, _, module, _ = sharded(gqa_sdpa("qwen2", 2), 4)
     (record,) = unpriced_ops(module)
+    fn = step_function(parse_module(compiled(gqa_sdpa("qwen2", 2), "training", 1)))
+    args = [(arg_role(fn, i), a.type.get_shape()) for i, a in enumerate(fn.body.block.args)]
+    params = {name: math.prod(shape) for (role, name), shape in args if role == "param"}
+    kv = sum(n for name, n in params.items() if name.endswith(("k_proj.weight", "v_proj.weight")))
     assert record == {
         "kind": "replicated-linears",
         "reason": "kv_heads",
@@ -774,6 +779,7 @@ def test_gqa_replicated_kv_reaches_the_plan_json(gqa_sdpa):
         # forward linear FLOPs in units of 2·tokens·256: k and v 64 each, q and o 256, the MLP's
         # three 512, per block; the LM head 256
         "flops_share": pytest.approx(2 * (64 + 64) / (2 * (2 * 64 + 2 * 256 + 3 * 512) + 256), rel=1e-12),
+        "param_share": pytest.approx(kv / sum(params.values()), rel=1e-12),
     }
 
 
@@ -909,3 +915,64 @@ def test_a_vocabulary_parallel_head_is_not_said_replicated():
     with warnings.catch_warnings():
         warnings.simplefilter("error", PhazeWarning)
         ShardTensorParallelPass(width=2).apply(None, module)
+
+
+_UNRECOGNIZED = """
+import torch
+from torch import nn
+
+NAME = "tiny-unrecognized"
+
+
+class Block(nn.Module):
+    def __init__(self, d=64):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        # a weight read through an op of two parameters: no rule sees a linear's weight
+        self.w2 = nn.Parameter(torch.zeros(4 * d, d))
+        self.w2_delta = nn.Parameter(torch.zeros(4 * d, d))
+
+    def forward(self, x):
+        return x + torch.relu(self.fc1(self.norm(x))) @ (self.w2 + self.w2_delta)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block()])
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x.pow(2).mean()
+
+
+def get_model():
+    return Model()
+
+
+def get_inputs(micro_batch_size):
+    return (torch.zeros(micro_batch_size, 16, 64),)
+"""
+
+
+def test_weights_no_rule_recognizes_are_said(tmp_path):
+    """A block's weight that no rule takes for a linear's (read through an op of two
+    parameters) stays whole at TP 2: said in a ``weights`` record with its share of the
+    parameters, and in the summary's words, rather than priced whole in silence."""
+    from phaze.plan_output import unpriced_ops
+    from phaze.summary import warning_words
+
+    path = tmp_path / "tiny_unrecognized.py"
+    path.write_text(_UNRECOGNIZED)
+    messages, printed = _said(str(path), 2)
+    assert any("weight matrices of the blocks whole" in m for m in messages), messages
+    records = [r for r in unpriced_ops(parse_module(printed)) if r["reason"] == "weights"]
+    assert len(records) == 1 and records[0]["count"] == 4 and records[0]["module"] == "blocks.0"
+    d = 64  # w2 and w2_delta of 2 blocks, of: norm 2d, fc1 4d*d + 4d, the two w2s 2 * 4d*d, per block
+    assert records[0]["param_share"] == pytest.approx(2 * 4 * d * d / (2 * d + 4 * d * d + 4 * d + 2 * 4 * d * d))
+    (words,) = [w for w in warning_words([{"kind": "replicated-linears", **records[0]}])]
+    assert words.startswith("TP 2 keeps 4 of 6 weight matrices of the blocks whole (no rule recognized") and (
+        "66.1% of the parameters" in words
+    ), words

@@ -56,6 +56,9 @@ class LayerDict(TypedDict):
     expert_grad_bytes: NotRequired[int]
     expert_optimizer_bytes: NotRequired[int]
     dispatch_bytes: NotRequired[int]
+    # The FP8 weight copies Transformer Engine keeps for the step (default 0): held beside the
+    # weights, none under ZeRO-3 (FSDP re-casts from the re-gathered weight)
+    fp8_weight_bytes: NotRequired[int]
 
 class ProtocolDict(TypedDict):
     """One protocol of the innermost level's collectives (docs/design.md §5.5): the keys of

@@ -21,6 +21,8 @@ class Value:
     name: str = ""
     view_of: int | None = None
     is_float: bool = True
+    #: bytes of one element (0: not known), e.g. 1 for an FP8 tensor
+    element_bytes: int = 0
 
 
 @dataclass
@@ -71,14 +73,18 @@ class Graph:
         view: bool = False,
         result_float: list[bool] | None = None,
         experts: int = 0,
+        result_element_bytes: list[int] | None = None,
     ) -> int:
         """Append an op; its results are new values (views alias their first operand)."""
         index = len(self.ops)
         floats = result_float if result_float is not None else [True] * len(result_bytes)
+        widths = result_element_bytes if result_element_bytes is not None else [0] * len(result_bytes)
         results = [
             self.add_value(b, index, view_of=operands[0] if view and operands else None, is_float=f)
             for b, f in zip(result_bytes, floats)
         ]
+        for r, w in zip(results, widths):
+            self.values[r].element_bytes = w
         self.ops.append(OpNode(phase, module, list(operands), results, flops, signature, experts))
         return index
 
@@ -109,6 +115,27 @@ class Graph:
             for r in op.results:
                 dep[r] = d
         return dep
+
+    def fp8_weight_copies(self) -> set[int]:
+        """The FP8 copies of weights: storages of one-byte floats made from parameters alone
+        (no input reaches them), e.g. Transformer Engine's FP8 weight workspace, cast and
+        transposed from the bf16 weight."""
+        param = [v.role == "param" for v in self.values]
+        data = [v.role == "input" for v in self.values]
+        for op in self.ops:
+            p, d = any(param[o] for o in op.operands), any(data[o] for o in op.operands)
+            for r in op.results:
+                param[r], data[r] = p, d
+        return {
+            v
+            for v, val in enumerate(self.values)
+            if param[v]
+            and not data[v]
+            and val.producer >= 0
+            and val.is_float
+            and val.element_bytes == 1
+            and self.storage(v) == v
+        }
 
     def differentiable(self) -> list[bool]:
         """For each value: is it a float tensor that depends on a parameter (so that backward

@@ -192,6 +192,10 @@ class MatmulDesc:
     #: device-to-host synchronizations the GEMM makes (a grouped GEMM's fallback reads its
     #: offsets on the host), each ``host_sync_s`` of the chip idle
     syncs: int = 0
+    #: an FP8 GEMM that promotes its partial sums to fp32 as it goes (split accumulation: the
+    #: backward GEMMs of Transformer Engine's and torchao's FP8 linears), priced at the chip's
+    #: ``fp8_split_accumulation_efficiency`` of its FP8 rate
+    split_accumulation: bool = False
 
     unit = "tensor"
 
@@ -395,6 +399,7 @@ _MM_FIELDS = (
     "launches",
     "fp32",
     "syncs",
+    "split_accumulation",
 )
 _VEC_FIELDS = ("work", "read_bytes", "write_bytes", "passes", "row_bytes", "launches")
 
@@ -611,11 +616,15 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
             faster = peak / cal.fp8_gemm_flops
             compute_one = np.where(fp8, compute_one * faster, compute_one)
             compute_split = np.where(fp8, compute_split * faster, compute_split)
-    elif fp8_gemms(cols).any():
-        raise ValueError(FP8_REFUSAL.format(chip="the chip"))
+            split_acc = fp8 & (cols["split_accumulation"] != 0)
+            slower = 1.0 / cal.fp8_split_accumulation_efficiency
+            compute_one = np.where(split_acc, compute_one * slower, compute_one)
+            compute_split = np.where(split_acc, compute_split * slower, compute_split)
         bad = misaligned(cols)
         compute_one = np.where(bad, compute_one / cal.misaligned_gemm_efficiency, compute_one)
         compute_split = np.where(bad, compute_split / cal.misaligned_gemm_efficiency, compute_split)
+    elif fp8_gemms(cols).any():
+        raise ValueError(FP8_REFUSAL.format(chip="the chip"))
     causal = cols["causal"] != 0
     if causal.any():
         frac = causal_fraction(cols["m"], cols["n"], cols["k"])

@@ -13,6 +13,12 @@ Per layer (bytes):
 - ``expert_param_bytes``, ``expert_optimizer_bytes``: the part of ``param_bytes`` (and of the
   gradients) and of ``optimizer_bytes`` that is per-expert weights of an MoE layer (read by its
   expert GEMMs): what expert parallelism divides over its group.
+- ``fp8_weight_bytes``: the FP8 copies of its weights (rowwise and columnwise) that
+  Transformer Engine caches for the whole step (:mod:`passes.algorithms.recompute`): held once
+  beside the weights, not per micro-batch; under ZeRO-3 (FSDP) none are kept (TE 2.20.0.dev0,
+  ``module/linear.py``: with FSDP2 the forward casts rowwise only and saves no workspace,
+  ``wt_save = None``, and the backward casts again from the re-gathered weight), which the
+  placement DP applies.
 - ``saved_{none,selective,full}_bytes``: activations stashed per micro-batch under each recompute
   policy (:mod:`passes.algorithms.recompute`).  Under 1F1B stage ``k`` of ``p`` holds
   ``min(p − k, m)`` micro-batches of them.
@@ -59,6 +65,7 @@ class LayerMemory:
     recompute_workspace_bytes: int
     expert_param_bytes: int = 0
     expert_optimizer_bytes: int = 0
+    fp8_weight_bytes: int = 0
     fwd_peak_bytes: int = 0
     bwd_peak_bytes: int = 0
 
@@ -73,8 +80,8 @@ class LayerMemory:
 
     @property
     def static_bytes(self) -> int:
-        """Weights, gradients and optimizer state."""
-        return self.param_bytes + self.grad_bytes + self.optimizer_bytes
+        """Weights (and their FP8 copies), gradients and optimizer state, without ZeRO."""
+        return self.param_bytes + self.fp8_weight_bytes + self.grad_bytes + self.optimizer_bytes
 
     def record(self) -> dict[str, int]:
         """The fields of ``#phaze.layer_memory``, in its order."""
@@ -157,7 +164,7 @@ def layer_memory(
         pbytes = sum(graph.values[s].nbytes for s in params[layer])
         experts = graph.expert_params(phase_ops.get((layer, "fwd"), [])) & params[layer]
         stash = rc.none_storages
-        fwd_peak = _peak(graph, phase_ops.get((layer, "fwd"), []), stash | on_chip, readers)
+        fwd_peak = _peak(graph, phase_ops.get((layer, "fwd"), []), stash | on_chip | rc.fp8_weight_storages, readers)
         bwd_peak = _peak(graph, phase_ops.get((layer, "bwd"), []), grads | on_chip, readers)
         out.append(
             LayerMemory(
@@ -172,6 +179,7 @@ def layer_memory(
                 recompute_workspace_bytes=max(fwd_peak, bwd_peak + rc.none_bytes - rc.full_bytes),
                 expert_param_bytes=sum(graph.values[s].nbytes for s in experts),
                 expert_optimizer_bytes=sum(state_bytes.get(s, 0) for s in experts),
+                fp8_weight_bytes=rc.fp8_weight_bytes,
                 fwd_peak_bytes=fwd_peak,
                 bwd_peak_bytes=bwd_peak,
             )

@@ -188,6 +188,9 @@ class LayerNumbers:
     #: peak transient bytes while the backward runs after the forward was re-run (full
     #: recompute): ``memory.LayerMemory.recompute_workspace_bytes``
     recompute_workspace_bytes: int = 0
+    #: the FP8 weight copies kept for the step (``memory.LayerMemory.fp8_weight_bytes``): held
+    #: beside the weights, none under ZeRO-3
+    fp8_weight_bytes: int = 0
 
     def as_dict(self) -> _phaze_rs.LayerDict:
         return {
@@ -208,6 +211,7 @@ class LayerNumbers:
             "expert_grad_bytes": self.expert_grad_bytes,
             "expert_optimizer_bytes": self.expert_optimizer_bytes,
             "dispatch_bytes": self.dispatch_bytes,
+            "fp8_weight_bytes": self.fp8_weight_bytes,
         }
 
     @classmethod
@@ -219,6 +223,8 @@ class LayerNumbers:
         names = ("fwd_s", "bwd_s", "recompute_s", *_OPT_FIELDS, "saved_bytes", *_BYTE_FIELDS)
         if isinstance(data, dict) and not any(k in data for k in _EXPERT_FIELDS):
             data = {**data, **dict.fromkeys(_EXPERT_FIELDS, 0)}
+        if isinstance(data, dict) and "fp8_weight_bytes" not in data:  # written before FP8's copies
+            data = {**data, "fp8_weight_bytes": 0}
         if not isinstance(data, dict) or sorted(data) != sorted(names):
             raise ValueError(f"layer numbers have the fields {', '.join(names)}")
 
@@ -272,6 +278,7 @@ _BYTE_FIELDS = (
     "recompute_workspace_bytes",
     "boundary_bytes",
     *_EXPERT_FIELDS,
+    "fp8_weight_bytes",
 )
 
 

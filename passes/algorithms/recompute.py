@@ -24,6 +24,16 @@ Pure code (no xDSL); ``phaze-insert-recompute`` runs it on the IR's light graph.
   state for a transformer block; token ids and labels for the prologue and head), plus any
   other tensor from outside the layer that its backward reads.
 
+**FP8 weight copies** (``--dtype fp8``, :meth:`Graph.fp8_weight_copies`) are in no policy's
+stash: Transformer Engine casts a weight to FP8 (rowwise and columnwise) on the first
+micro-batch of a step and keeps that workspace for every later one (``quantize_weight`` with
+``cache_weight``, ``update_workspace`` only when ``is_first_microbatch``, in
+``transformer_engine/pytorch/module/linear.py`` and ``module/base.py`` of TE 2.20.0.dev0;
+megatron-core 0.16.1 passes ``is_first_microbatch`` from ``extensions/transformer_engine.py``),
+and the backward reads that workspace (``wt_save = weightmat``): one copy per step, whatever
+the micro-batches in flight.  ``fp8_weight_bytes`` is what the layer's forward casts (both
+copies); the memory model holds it beside the weights (:mod:`passes.algorithms.memory`).
+
 Extra forward time per micro-batch: ``full`` re-runs the forward (its scheduled makespan);
 ``selective`` the core (the makespan of the core's ops scheduled on their own).
 
@@ -136,6 +146,10 @@ class LayerRecompute:
     full_storages: set[int] = field(default_factory=set)
     #: under a partition: the forward ops the layer's backward reruns with no recompute policy
     none_recomputed: list[int] = field(default_factory=list)
+    #: the FP8 copies of its weights its forward makes (:meth:`Graph.fp8_weight_copies`): kept
+    #: once per step, not per micro-batch, so in no stash (the module docstring)
+    fp8_weight_bytes: int = 0
+    fp8_weight_storages: set[int] = field(default_factory=set)
 
     def saved_bytes(self) -> list[int]:
         """``[none, selective, full]``, the order of the placement DP."""
@@ -331,14 +345,16 @@ def analyze_recompute(
         return sum(graph.values[s].nbytes for s in storages)
 
     compiled = layer_saved(graph, partition, layer_of) if partition is not None else None
+    fp8_weights = graph.fp8_weight_copies()
     out = []
     for layer in range(n_layers):
         # Statistics a partition saves that are not values (a softmax's), op -> bytes.
         stats: dict[int, int] = {}
-        autograd = saved_storages(graph, bwd[layer])
+        autograd = saved_storages(graph, bwd[layer]) - fp8_weights
         none = autograd
         if compiled is not None:
-            none, stats = compiled[layer].storages, compiled[layer].stats
+            none, stats = compiled[layer].storages - fp8_weights, compiled[layer].stats
+        cached = {r for i in fwd[layer] for r in graph.ops[i].results} & fp8_weights
         own = {r for i in fwd[layer] for r in graph.ops[i].results}
         # Full: the data-dependent inputs of the forward, plus whatever else from outside the
         # layer its backward reads (parameters are not activations).
@@ -374,6 +390,8 @@ def analyze_recompute(
                 selective_storages=kept,
                 full_storages=full,
                 none_recomputed=sorted(compiled[layer].recomputed) if compiled is not None else [],
+                fp8_weight_bytes=nbytes(cached),
+                fp8_weight_storages=cached,
             )
         )
     return out

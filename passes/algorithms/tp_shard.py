@@ -151,8 +151,10 @@ class Replicated:
     """Linears that stay replicated where Megatron would shard them, said in one line
     (``message``): ``reason`` ``kv_heads`` (the key/value projections of grouped-query
     attention with fewer key/value heads than the width), ``demoted`` (block linears an op
-    between them kept from splitting) or ``outside_blocks`` (forward linears outside the blocks
-    holding more than :data:`OUTSIDE_SHARE` of the linear FLOPs); ``count`` of them out of
+    between them kept from splitting), ``outside_blocks`` (forward linears outside the blocks
+    holding more than :data:`OUTSIDE_SHARE` of the linear FLOPs) or ``weights`` (matrices the
+    blocks read that stay whole though no other note says so: what no rule recognized as a
+    linear, e.g. a weight read through an op the structure does not see); ``count`` of them out of
     ``total`` (the linears of the blocks, all of them in a step without blocks; all forward
     linears for ``outside_blocks``), the
     ``module`` of the first, and the share of the forward linears' FLOPs they hold."""
@@ -163,6 +165,8 @@ class Replicated:
     module: str
     flops_share: float
     message: str
+    #: Their weights' share of the step's parameters (elements).
+    param_share: float = 0.0
 
 
 @dataclass
@@ -222,6 +226,9 @@ def _replicated_linears(s: GraphStructure, sharded: set[int], demoted: list[int]
     def share(ops) -> float:
         return sum(flops(i) for i in ops) / total_flops if total_flops else 0.0
 
+    def weights(ops) -> float:
+        return param_share(g, {s.linear_param[i] for i in ops})
+
     # (every forward linear of a step without repeated blocks, as shard() takes them)
     block_linears = sum(1 for i in s.linear_param if g.ops[i].layer in s.block_layers or not s.block_layers)
     kv = sorted(i for i in s.kv_replicated if i not in sharded)
@@ -241,6 +248,7 @@ def _replicated_linears(s: GraphStructure, sharded: set[int], demoted: list[int]
                 f"query heads ({q_heads // t} of {q_heads}) read; their FLOPs ({100 * share(kv):.0f} % of the linear "
                 "FLOPs) are not divided, and the backward all-reduces their output gradients (Megatron-core instead "
                 "splits the fused QKV GEMM and all-gathers its output)",
+                weights(kv),
             )
         )
     in_blocks = [i for i in demoted if g.ops[i].layer in s.block_layers]
@@ -256,6 +264,7 @@ def _replicated_linears(s: GraphStructure, sharded: set[int], demoted: list[int]
                 f"tensor parallelism (width {t}) keeps {len(in_blocks)} of the {block_linears} linears of the "
                 f"blocks replicated (first: {op.module or '?'} in {s.layer_name(op.layer)}): an op between them "
                 "cannot take the split; their FLOPs are not divided",
+                weights(in_blocks),
             )
         )
     outside = [i for i in sorted(s.linear_param) if g.ops[i].layer not in s.block_layers and i not in sharded]
@@ -271,9 +280,53 @@ def _replicated_linears(s: GraphStructure, sharded: set[int], demoted: list[int]
                 f"tensor parallelism (width {t}) keeps {len(outside)} linears outside the repeated blocks "
                 f"replicated, {100 * share(outside):.0f} % of the linear FLOPs (first: {op.module or '?'} in "
                 f"{s.layer_name(op.layer)}): only linears of the blocks are sharded",
+                weights(outside),
             )
         )
     return notes
+
+
+def param_share(g: TGraph, params: set[int]) -> float:
+    """The share of the step's parameter elements that the parameter values ``params`` hold."""
+    total = sum(math.prod(v.shape) for v in g.values if v.role == "param")
+    return sum(math.prod(g.values[p].shape) for p in params) / total if total else 0.0
+
+
+def _unsaid_weights(s: GraphStructure, states: list, notes: list[Replicated], said: set[int]) -> None:
+    """A note (``weights``) for the matrices that ops of the blocks read and that stay whole,
+    other than those ``said`` (the linears' weights the other notes name) and the tables looked
+    up (position embeddings stay whole in Megatron too): the safety net under the rules, so a
+    weight no rule recognized is said rather than priced whole in silence."""
+    g = s.graph
+    if not s.block_layers:
+        return
+    block_params = [
+        v
+        for v, val in enumerate(g.values)
+        if val.role == "param"
+        and len(val.shape) >= 2
+        and any(g.ops[i].layer in s.block_layers for i, _ in s.consumers[v])
+    ]
+    tables = {s.root_param(op.operands[0]) for op in g.ops if op.name == "embedding" and op.operands}
+    whole = [v for v in block_params if not isinstance(states[v], Split) and v not in said and v not in tables]
+    if not whole:
+        return
+    first = next(g.ops[i] for i, _ in s.consumers[whole[0]] if g.ops[i].layer in s.block_layers)
+    share = param_share(g, set(whole))
+    notes.append(
+        Replicated(
+            "weights",
+            len(whole),
+            len(block_params),
+            first.module or "?",
+            0.0,
+            f"tensor parallelism (width {s.width}) keeps {len(whole)} of the {len(block_params)} weight matrices of "
+            f"the blocks whole (first read by {first.module or '?'} in {s.layer_name(first.layer)}), "
+            f"{100 * share:.1f} % of the parameters: no rule recognized them as a linear's; each device holds, "
+            "computes and updates them whole",
+            share,
+        )
+    )
 
 
 def _local(shape: tuple[int, ...], split: Split, width: int) -> tuple[int, ...]:
@@ -359,6 +412,10 @@ def _plan(prop: Propagation, vocab_parallel: bool, demoted: list[int], rounds: i
     vocab_heads = structure.lm_heads if vocab_parallel else set()
     sharded = set(prop.column_parallel) | set(prop.row_parallel) | vocab_heads
     notes = _replicated_linears(structure, sharded, demoted)
+    said = {structure.linear_param[i] for i in set(demoted) | structure.kv_replicated if i in structure.linear_param}
+    if any(n.reason == "outside_blocks" for n in notes):
+        said |= {p for i, p in structure.linear_param.items() if graph.ops[i].layer not in structure.block_layers}
+    _unsaid_weights(structure, states, notes, said)
     for red in all_reduces:
         if red.scatter is not None:
             red.scatter_shape = _local(graph.values[red.value].shape, red.scatter, width)

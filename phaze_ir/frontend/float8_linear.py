@@ -49,8 +49,12 @@ def _float8_dtypes():
 
 def _cast(x, dtype):
     """``x`` cast to an FP8 ``dtype`` as a TE cast-transpose kernel writes it: the rowwise
-    copy, and the columnwise one (``x.t()`` made contiguous)."""
-    fp8 = x.to(dtype)
+    copy, and the columnwise one (``x.t()`` made contiguous).  The rowwise copy is row-major
+    whatever ``x``'s strides (a ``Conv1D``'s weight is a transposed view): otherwise its
+    transpose would already be contiguous and the columnwise copy no copy at all."""
+    import torch
+
+    fp8 = x.to(dtype, memory_format=torch.contiguous_format)
     return fp8, fp8.t().contiguous()
 
 
@@ -95,10 +99,21 @@ def _make_function():
 def _weight(linear):
     """The ``[out, in]`` weight of a linear: ``nn.Linear``'s own, the transpose of a
     transformers ``Conv1D``'s ``[in, out]`` (GPT-2's linears, which Megatron-LM builds as TE
-    linears too)."""
+    linears too).  An op while tracing: called only where the GEMM reads it."""
     import torch
 
     return linear.weight if isinstance(linear, torch.nn.Linear) else linear.weight.t()
+
+
+def _out_in(linear) -> tuple[int, int]:
+    """The ``(out, in)`` features of a linear, read off its weight's shape with no op: choosing
+    the linears runs inside the traced step, where a transpose taken only for its shape would be
+    recorded as a dead op on the weight before any layer (and pull every ``Conv1D`` weight into
+    the model's first layer, hence its first pipeline stage)."""
+    import torch
+
+    rows, columns = linear.weight.shape
+    return (rows, columns) if isinstance(linear, torch.nn.Linear) else (columns, rows)
 
 
 def float8_linear(linear, x, matmul, casts: dict) -> Any:
@@ -140,7 +155,7 @@ def fp8_linears(model) -> list[Any]:
         weight = getattr(m, "weight", None)
         if not isinstance(m, kinds) or m is head or not isinstance(weight, torch.Tensor) or weight.dim() != 2:
             continue
-        out_features, in_features = _weight(m).shape
+        out_features, in_features = _out_in(m)
         if out_features % FP8_ROWS == 0 and in_features % FP8_COLUMNS == 0:
             found.append(m)
     return found

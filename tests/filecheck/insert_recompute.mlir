@@ -43,7 +43,7 @@ builtin.module attributes {phaze.target = @acc, phaze.layer_schedule = [#phaze.l
 }
 
 // CHECK: phaze.layer_recompute = [#phaze.layer_recompute<index = 0, none_bytes = 288, selective_bytes = 256, full_bytes = 64, selective_s = 3.0e-06, full_s = 9.0e-06>]
-// CHECK-SAME: phaze.layer_memory = [#phaze.layer_memory<index = 0, param_bytes = 384, grad_bytes = 384, optimizer_bytes = 2304, saved_none_bytes = 288, saved_selective_bytes = 256, saved_full_bytes = 64, workspace_bytes = 192, recompute_workspace_bytes = 416, expert_param_bytes = 0, expert_optimizer_bytes = 0>]
+// CHECK-SAME: phaze.layer_memory = [#phaze.layer_memory<index = 0, param_bytes = 384, grad_bytes = 384, optimizer_bytes = 2304, saved_none_bytes = 288, saved_selective_bytes = 256, saved_full_bytes = 64, workspace_bytes = 192, recompute_workspace_bytes = 416, expert_param_bytes = 0, expert_optimizer_bytes = 0, fp8_weight_bytes = 0>]
 // CHECK: %q = phaze.matmul %x, %wq {phaze.phase = "fwd", phaze.layer = 0 : i64, phaze.latency = #phaze.latency<{{[^>]*}}>} :
 // CHECK: %kt = phaze.layout "transpose" %k aten "aten.t.default" {phaze.phase = "fwd", phaze.layer = 0 : i64, phaze.latency = #phaze.latency<{{[^>]*}}>} :
 // CHECK-NEXT: %s = phaze.matmul {{.*}}phaze.recompute = #phaze<recompute_policy selective>

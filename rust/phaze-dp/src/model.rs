@@ -258,6 +258,12 @@ pub struct Layer {
     /// combine), each backward in two more, and a full recompute's forward in two again.
     #[serde(default, deserialize_with = "input::bytes")]
     pub dispatch_bytes: u64,
+    /// The FP8 copies of the layer's weights (rowwise and columnwise) that Transformer Engine
+    /// casts on a step's first micro-batch and keeps for its later ones: held once beside the
+    /// weights whatever the micro-batches in flight, and not at all under ZeRO-3 (with FSDP,
+    /// TE saves no FP8 workspace and casts again from the re-gathered weight).
+    #[serde(default, deserialize_with = "input::bytes")]
+    pub fp8_weight_bytes: u64,
 }
 
 /// How a protocol moves an all-reduce (docs/design.md §5.5).

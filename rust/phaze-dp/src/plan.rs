@@ -78,7 +78,8 @@ impl TimeParts {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MemoryParts {
     /// Parameters: Σ param_bytes, ⌈/(d·c)⌉ under ZeRO-3, which also holds two layers' gathered
-    /// parameters (the layer running and the one prefetched).
+    /// parameters (the layer running and the one prefetched); below ZeRO-3, plus Σ
+    /// fp8_weight_bytes (Transformer Engine's FP8 weight copies, kept for the step).
     pub params: u64,
     /// Gradients: Σ grad_bytes, ⌈/(d·c)⌉ from ZeRO-2. When the runtime frees them after each
     /// one-micro-batch step ([`crate::Problem::grads_freed`]), those alive at the backward's

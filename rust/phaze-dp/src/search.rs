@@ -68,6 +68,8 @@ struct RangeSums {
     /// Σ dispatch_bytes and the MoE layers that dispatch (each pays its all-to-alls' latency).
     dispatch_bytes: u64,
     moe_layers: u64,
+    /// Σ fp8_weight_bytes: the FP8 weight copies kept for the step (none under ZeRO-3).
+    fp8_weight_bytes: u64,
 }
 
 impl RangeSums {
@@ -104,6 +106,7 @@ impl RangeSums {
             .saturating_add(l.expert_optimizer_bytes);
         self.dispatch_bytes = self.dispatch_bytes.saturating_add(l.dispatch_bytes);
         self.moe_layers += u64::from(l.dispatch_bytes > 0);
+        self.fp8_weight_bytes = self.fp8_weight_bytes.saturating_add(l.fp8_weight_bytes);
     }
 }
 
@@ -343,8 +346,13 @@ impl<'p, 'a> Ctx<'p, 'a> {
         } else {
             0
         };
+        // Transformer Engine's FP8 weight copies, kept for the step beside replicated weights;
+        // under ZeRO-3 (FSDP) it keeps none.
+        let fp8_copies = if z >= 3 { 0 } else { a.fp8_weight_bytes };
         MemoryParts {
-            params: shard(a.param_bytes, a.expert_param_bytes, z >= 3).saturating_add(gathered),
+            params: shard(a.param_bytes, a.expert_param_bytes, z >= 3)
+                .saturating_add(gathered)
+                .saturating_add(fp8_copies),
             grads: shard(a.grad_bytes, a.expert_grad_bytes, z >= 2),
             optimizer: shard(a.optimizer_bytes, a.expert_optimizer_bytes, z >= 1),
             activations: stash,

@@ -14,8 +14,14 @@ use phaze_dp::{
 /// A random problem with a prologue, 4 blocks and a head (so p = 2 can interleave 2 chunks),
 /// at ZeRO stage `zero` and chunk count `v`, with HBM large enough that most options fit.
 fn random_problem(rng: &mut Rng, zero: Zero, v: Option<u64>) -> Problem {
+    // FP8 weight copies from a generator of their own (the instances drawn stay those of before)
+    let mut layers = random_layers(rng, 6, 128);
+    let mut fp8 = Rng(rng.0 ^ 0x6670_385f_7765_6967);
+    for l in &mut layers {
+        l.fp8_weight_bytes = fp8.below(32);
+    }
     Problem {
-        layers: random_layers(rng, 6, 128),
+        layers,
         devices: 4 << rng.below(3),
         hbm_bytes: 400 + rng.below(2000),
         levels: random_levels(rng),
@@ -68,7 +74,16 @@ fn check(prob: &Problem, plan: &Plan) -> usize {
         } else {
             0
         };
-        assert_eq!(m.params, shard(sum(|l| l.param_bytes), z >= 3) + gathered);
+        // Transformer Engine's FP8 weight copies: kept beside the weights, none under ZeRO-3
+        let fp8 = if z >= 3 {
+            0
+        } else {
+            sum(|l| l.fp8_weight_bytes)
+        };
+        assert_eq!(
+            m.params,
+            shard(sum(|l| l.param_bytes), z >= 3) + gathered + fp8
+        );
         assert_eq!(m.grads, shard(sum(|l| l.grad_bytes), z >= 2));
         assert_eq!(m.optimizer, shard(sum(|l| l.optimizer_bytes), z >= 1));
         let r = s.recompute.index();
