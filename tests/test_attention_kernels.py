@@ -165,6 +165,10 @@ def test_the_h100_table_agrees_with_our_own_h100_measurements():
         ("ops", 9.0, "_scaled_dot_product_flash_attention", None),  # no fused kernel
         ("eager", None, "_scaled_dot_product_flash_attention", None),  # not a CUDA GPU
         ("eager", 9.0, "native_dropout", None),
+        # cuDNN takes dropout in 1/16ths only: GPT-2's 0.1 runs the kernel traced (flash)
+        ("eager", 9.0, "_scaled_dot_product_flash_attention_2 dropout 0.1 causal", "flash2"),
+        ("eager", 9.0, "_scaled_dot_product_flash_attention dropout 0.125 causal", "cudnn"),
+        ("megatron", 9.0, "_scaled_dot_product_flash_attention dropout 0.1", "cudnn"),
     ],
 )
 def test_the_runtimes_pick_the_kernels_their_sources_pick(runtime, cc, traced, want):

@@ -67,10 +67,11 @@ Which fused attention kernel a runtime runs (:func:`attention_backend`; its rate
   (cuDNN newer than 9.15.0 on compute capability 9.x or 10.x, as torch's CUDA 13 wheels ship;
   not when ``TORCH_CUDNN_SDPA_DEPRIORITIZED`` is set) puts cuDNN first. cuDNN takes an additive
   mask (``check_attn_mask_shape``) and grouped-query K/V (``check_batch_size_and_num_heads_dense
-  <supports_gqa=true>``), so on an H100 every traced fused attention runs as cuDNN's (not
-  modelled: a dropout probability that is not a multiple of 1/16, ``check_cudnn_dropout``, which
-  sends GPT-2's 0.1 to flash). Below 9.x: the kernel traced (flash: FlashAttention-2,
-  torch's copy; memory-efficient: xFormers' CUTLASS kernel).
+  <supports_gqa=true>``), so on an H100 a traced fused attention runs as cuDNN's, but for a
+  dropout probability that is not a multiple of 1/16 (``check_cudnn_dropout``: GPT-2's 0.1,
+  the `` dropout P`` of its ``phaze.fused``), which runs the kernel traced. Below 9.x, and
+  there: the kernel traced (flash: FlashAttention-2, torch's copy; memory-efficient: xFormers'
+  CUTLASS kernel).
 - ``megatron`` runs Transformer Engine's ``DotProductAttention`` (TE 2.20, d0067d0,
   ``transformer_engine/pytorch/attention/dot_product_attention/utils.py``,
   ``get_attention_backend``): when both FlashAttention (2, 3 or 4) and FusedAttention (cuDNN)
@@ -84,6 +85,7 @@ Which fused attention kernel a runtime runs (:func:`attention_backend`; its rate
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 RUNTIMES = ("ops", "eager", "inductor", "megatron")
@@ -184,9 +186,19 @@ def attention_backend(runtime: str, compute_capability: float | None, traced: st
         return None
     if runtime == "megatron":
         return "cudnn" if compute_capability >= 9.0 else "flash2"
-    if int(compute_capability) in CUDNN_FIRST_MAJORS:
+    if int(compute_capability) in CUDNN_FIRST_MAJORS and _cudnn_dropout(traced):
         return "cudnn"
     return kernel
+
+
+def _cudnn_dropout(traced: str) -> bool:
+    """Whether cuDNN takes the attention's dropout (none, or a multiple of 1/16:
+    ``check_cudnn_dropout``); ``traced`` is its ``phaze.fused`` (`` dropout P`` when it has one)."""
+    words = traced.split()
+    if "dropout" not in words or words.index("dropout") + 1 >= len(words):
+        return True
+    p = float(words[words.index("dropout") + 1])
+    return p * 16.0 == math.floor(p * 16.0)
 
 
 def grouped_mm_one_kernel(bf16: bool, compute_capability: float | None) -> bool:
