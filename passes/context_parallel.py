@@ -20,7 +20,7 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from passes.algorithms.context_parallel import ring_attention_s, ring_step_s
-from passes.cost_view import sum_layer_latencies
+from passes.cost_view import skipped_flops, sum_layer_latencies
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
@@ -109,7 +109,9 @@ def _count_ring_flops(module: ModuleOp, groups: dict[str, list[Operation]], c: i
     extra: dict[tuple[int, str], int] = {}
     for ops in groups.values():
         key = (_layer(ops[0]), keys.string_of(ops[0], keys.PHASE, "fwd"))
-        extra[key] = extra.get(key, 0) + (c - 1) * sum(o.flops() for o in ops if isinstance(o, ph.ComputeOp))
+        # each step computes what the traced kernel computes (a causal kernel's share of its square)
+        computed = sum(o.flops() - skipped_flops(o) for o in ops if isinstance(o, ph.ComputeOp))
+        extra[key] = extra.get(key, 0) + (c - 1) * computed
     records = keys.records_of(module, keys.LAYERS, LayerInfoAttr)
     if not records or not extra:
         return

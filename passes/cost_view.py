@@ -16,7 +16,8 @@ from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, 
 from xdsl.ir import Operation
 
 from passes.algorithms import schedule as sched
-from passes.algorithms.kernels import TORCH_GROUPED_MM
+from passes.algorithms.attention import BACKENDS, PASSES
+from passes.algorithms.kernels import TORCH_GROUPED_MM, TRACED_ATTENTION, attention_backend
 from passes.algorithms.latency import (
     CollectiveDesc,
     MatmulDesc,
@@ -30,6 +31,7 @@ from passes.algorithms.latency import (
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import KernelAttr, LatencyAttr, LayerLatencyAttr
+from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
 
 #: Passes over the input of multi-pass vector ops (softmax: max, exp-sum, normalize; its
@@ -48,7 +50,49 @@ def op_signature(op: Operation) -> str:
     results = ",".join(ph.attr_text(r.type) for r in op.results)
     kernel = _kernel(op)
     fused = "" if kernel is None else "|{launch},{onchip_read},{onchip_written},{causal}".format(**kernel)
+    if kernel is not None and (traced := _traced_attention(op)):  # a fused attention's pass and kernel
+        fused += f"|{traced}|{keys.string_of(op, keys.PHASE, 'fwd')}"
     return f"{op.name}|{props}|{operands}|{results}{fused}"
+
+
+def _traced_attention(op: Operation) -> str:
+    """The fused attention kernel the op is part of as traced (``flash2``, ``efficient``,
+    ``cudnn``: the aten op of its ``phaze.fused``), "" when it is not part of one."""
+    fused = op.attributes.get(keys.FUSED)
+    if not isinstance(fused, StringAttr):
+        return ""
+    return next((k for name, k in TRACED_ATTENTION.items() if fused.data.startswith(name)), "")
+
+
+def attention_codes(op: Operation) -> tuple[int, int]:
+    """``(attention, backend)`` of a description (``MatmulDesc.attention``): the pass (1 forward,
+    2 backward) and the kernel (an index into ``attention.BACKENDS``) of the fused attention
+    kernel the op is part of, as its module's runtime runs it on its chip
+    (``kernels.attention_backend``); ``(0, 0)`` when it is not part of one."""
+    kernel = _kernel(op)
+    fused = op.attributes.get(keys.FUSED)
+    if kernel is None or not isinstance(fused, StringAttr) or not _traced_attention(op):
+        return 0, 0
+    module = _module(op)
+    if module is None:
+        return 0, 0
+    try:
+        cc = module_accelerator(module, "phaze-estimate-latency").calibration
+    except PhazeError:  # a module without a chip prices no kernel table
+        return 0, 0
+    compute_capability = None if cc is None else cc.compute_capability
+    backend = attention_backend(_runtime(op), compute_capability, fused.data)
+    if backend is None:
+        return 0, 0
+    phase = keys.string_of(op, keys.PHASE, "fwd")
+    return PASSES.index("bwd" if phase == "bwd" else "fwd") + 1, BACKENDS.index(backend)
+
+
+def _module(op: Operation) -> ModuleOp | None:
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, ModuleOp):
+        parent = parent.parent_op()
+    return parent
 
 
 def _kernel(op: Operation) -> dict | None:
@@ -80,6 +124,25 @@ def _row_bytes(op: Operation, shape: tuple[int, ...], row_elems: int) -> int:
     return row_elems * per
 
 
+def skipped_flops(op: Operation) -> int:
+    """The FLOPs of ``op`` (``op.flops()``) its kernel does not compute: a causal attention
+    kernel's GEMMs and its ops over the s x s scores compute ``(s + 1) / 2s`` of them
+    (:func:`~passes.algorithms.latency.causal_fraction`); 0 for every other op.  What the
+    devices run (HFU, ``phaze.layers``) is ``op.flops() - skipped_flops(op)``."""
+    kernel = _kernel(op)
+    if kernel is None or not kernel["causal"] or not isinstance(op, ph.ComputeOp):
+        return 0
+    if isinstance(op, ph.MatmulOp):
+        _, m, n, k = op.mnk()
+        frac = float(causal_fraction(m, n, k))
+    elif scores := _scores_side(op):
+        frac = float(causal_fraction(scores, scores, scores))
+    else:
+        return 0
+    flops = op.flops()
+    return flops - math.ceil(flops * frac)
+
+
 def vector_desc(op: ph.ComputeOp) -> VectorDesc:
     out_elems = sum(ph.numel(r.type) for r in op.results if isinstance(r.type, TensorType))
     work = max(op.flops(), out_elems)
@@ -104,6 +167,7 @@ def vector_desc(op: ph.ComputeOp) -> VectorDesc:
         dims = op.dims.get_values()
         reduced = {d % len(shape) for d in dims} if shape and dims else set(range(len(shape)))
         row = _row_bytes(op, shape, math.prod(shape[d] for d in reduced))
+    attention, backend = attention_codes(op)
     return VectorDesc(
         work=work,
         read_bytes=max(0, op.bytes_read() - kernel["onchip_read"]),
@@ -111,6 +175,8 @@ def vector_desc(op: ph.ComputeOp) -> VectorDesc:
         passes=passes,
         row_bytes=row if passes > 1 else 0,
         launches=kernel["launch"],
+        attention=attention,
+        backend=backend,
     )
 
 
@@ -120,6 +186,7 @@ def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
     assert isinstance(lhs, TensorType) and isinstance(rhs, TensorType) and isinstance(result, TensorType)
     kernel = _kernel(op) or {"launch": 1, "onchip_read": 0, "onchip_written": 0, "causal": 0}
     fp32 = ph.element_bytes(lhs.element_type) == 4 and ph.element_bytes(rhs.element_type) == 4
+    attention, backend = attention_codes(op)
     return MatmulDesc(
         batch=math.prod(batch_shape),
         m=m,
@@ -139,6 +206,8 @@ def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
         # launched once per expert: torch's grouped GEMM fallback, after its host sync
         syncs=1 if kernel["launch"] > 1 else 0,
         split_accumulation=_split_accumulation(op, lhs, rhs),
+        attention=attention,
+        backend=backend,
     )
 
 
@@ -154,9 +223,7 @@ def _split_accumulation(op: ph.MatmulOp, lhs: TensorType, rhs: TensorType) -> bo
 
 def _runtime(op: Operation) -> str:
     """The runtime the op's module forms kernels for (``phaze.kernels``), "ops" without one."""
-    parent = op.parent_op()
-    while parent is not None and not isinstance(parent, ModuleOp):
-        parent = parent.parent_op()
+    parent = _module(op)
     kernels = parent.attributes.get(keys.KERNELS) if parent is not None else None
     return kernels.data if isinstance(kernels, StringAttr) else "ops"
 

@@ -9,10 +9,17 @@ What it says, and from where (all from the compiled module and its plan JSON):
   tokens/s;
 - MFU: the model FLOPs of a batch (``phaze.model_flops`` per traced micro-batch, times the
   micro-batches of the global batch: 6·N·tokens plus attention, as the convention counts them)
-  over the time per batch times the devices used times the chip's peak tensor FLOP/s;
-- HFU: the FLOPs the devices run (each layer's forward and backward as sharded, its
-  recomputed forward under full recompute, the attention core's share of it under selective
-  recompute, the optimizer's) over the same;
+  over the time per batch times the devices used times the chip's peak tensor FLOP/s.  The
+  convention (:data:`MFU_CONVENTION`, said beside the figure) is PaLM's: a causal attention's
+  whole s x s square counts; ``mfu_causal`` counts it as a causal kernel computes it,
+  ``(s + 1)/2s`` of the square (Megatron-LM's ``num_floating_point_operations``: "only half of
+  the attention matrix is non-zero");
+- HFU: the FLOPs the devices run (each layer's forward and backward as sharded, as its kernels
+  compute them: a causal attention's share of its square; its recomputed forward under full
+  recompute, the attention core's share of it under selective recompute, the optimizer's)
+  over the same; never above the best rate the chip's kernels reach (``hfu_ceiling``: its
+  GEMMs' ``tensor_efficiency``, its attention kernels' best published rate): a plan beyond it,
+  or with MFU or HFU at 100 % or more, carries a warning (a pricing error);
 - the memory per device of the fullest stage, by part, against HBM (and the usable part of HBM
   under ``--memory-headroom``);
 - the runner-up point of the sweep (micro-batch, TP width) and by how much it lost;
@@ -109,6 +116,85 @@ def placement_words(plan: Mapping[str, Any]) -> str:
         f"ranks {plan['rank_order']}",
     ]
     return f"{plan['devices_used']} of {plan['devices']} devices: " + ", ".join(words)
+
+
+#: How the summary's MFU counts a causal attention (said beside the figure, and in the JSON).
+MFU_CONVENTION = "PaLM's: 6·N per token plus causal attention's whole s² square"
+#: How its ``mfu_causal`` counts it.
+MFU_CAUSAL_CONVENTION = "causal attention counted as computed, half its square (Megatron-LM's)"
+
+
+def causal_attention_skipped(module, plan: Mapping[str, Any]) -> float:
+    """The model FLOPs of a batch that a causal attention kernel does not compute: of the
+    convention's whole s x s square of every causal fused attention (``phaze.fused`` ending in
+    `` causal``; three times its forward GEMMs, unsharded: times the TP width, and c² times
+    under CP of degree c, as ``phaze.model_flops`` counts them), the ``(s - 1)/2s`` above the
+    diagonal, s the whole sequence."""
+    from xdsl.dialects.builtin import StringAttr
+
+    from passes.algorithms.latency import causal_fraction
+    from passes.graph_view import step_function
+    from phaze_ir import dialect as ph
+
+    whole = 0
+    for o in step_function(module).body.block.ops:
+        fused = o.attributes.get(keys.FUSED)
+        if (
+            isinstance(o, ph.MatmulOp)
+            and isinstance(fused, StringAttr)
+            and fused.data.endswith(" causal")
+            and keys.string_of(o, keys.PHASE, "fwd") == "fwd"
+        ):
+            whole += o.flops()
+    seq = keys.int_of(module, keys.SEQ_LEN, 0)
+    if not whole or not seq:
+        return 0.0
+    tp = keys.int_of(module, keys.TP_WIDTH, 1)
+    cp = keys.int_of(module, keys.CONTEXT_PARALLEL, 1)
+    traced_b = keys.int_of(module, keys.MICRO_BATCH_SIZE, 1)
+    per_batch = 3.0 * tp * cp * cp * whole / traced_b * int(plan["global_batch"])
+    return per_batch * (1.0 - float(causal_fraction(seq, seq, seq)))
+
+
+def kernel_ceiling(acc, module) -> float:
+    """The best fraction of the tensor peak the chip's kernels reach, which HFU cannot pass:
+    its GEMMs' ``tensor_efficiency`` (at the FP8 peak when the step has FP8 GEMMs) or its best
+    attention kernel's published rate; 1 on a chip without a calibration."""
+    cal = acc.calibration
+    if cal is None:
+        return 1.0
+    best = cal.tensor_efficiency
+    if cal.fp8_gemm_flops is not None and _has_fp8_gemms(module):
+        best *= cal.fp8_gemm_flops / acc.peak_tensor_flops
+    if cal.attention_kernels is not None:
+        from passes.algorithms import attention
+
+        best = max(best, attention.load(cal.attention_kernels).best_tflops() * 1e12 / acc.peak_tensor_flops)
+    return best
+
+
+def _has_fp8_gemms(module) -> bool:
+    from passes.graph_view import step_function
+    from phaze_ir import dialect as ph
+
+    return any(
+        isinstance(o, ph.MatmulOp) and ph.element_bytes(ph.tensor_type(o.lhs).element_type) == 1
+        for o in step_function(module).body.block.ops
+    )
+
+
+def utilisation_warnings(mfu: float | None, hfu: float | None, ceiling: float) -> list[str]:
+    """What cannot be: MFU or HFU at 100 % or more, HFU above what the chip's kernels reach."""
+    out = []
+    for name, value in (("MFU", mfu), ("HFU", hfu)):
+        if value is not None and value >= 1.0:
+            out.append(f"{name} {percent(value)} is not possible (at least 100 % of the peak): a pricing error")
+    if hfu is not None and hfu < 1.0 and hfu > ceiling * (1 + 1e-9):
+        out.append(
+            f"HFU {percent(hfu)} is above the {percent(ceiling)} of the peak the chip's fastest kernels reach: "
+            "a pricing error"
+        )
+    return out
 
 
 def hardware_flops(module, plan: Mapping[str, Any]) -> float:
@@ -268,6 +354,12 @@ def build(
     peak = acc.peak_tensor_flops * int(plan["devices_used"]) * time_s
     model_flops = per_micro_batch / traced_b * int(plan["global_batch"]) if per_micro_batch else None
     hw_flops = hardware_flops(module, plan)
+    mfu = model_flops / peak if model_flops is not None and peak > 0 else None
+    mfu_causal = (
+        (model_flops - causal_attention_skipped(module, plan)) / peak if model_flops is not None and peak > 0 else None
+    )
+    hfu = hw_flops / peak if peak > 0 else None
+    ceiling = kernel_ceiling(acc, module)
     worst = max(plan["stages"], key=lambda s: s["memory_bytes"])
     hbm = int(plan["accelerator"]["hbm_bytes"])
     out: dict[str, Any] = {
@@ -282,14 +374,18 @@ def build(
         "model_flops_per_batch": model_flops,
         "hardware_flops_per_batch": hw_flops,
         "peak_flops_per_s": acc.peak_tensor_flops,
-        "mfu": model_flops / peak if model_flops is not None and peak > 0 else None,
-        "hfu": hw_flops / peak if peak > 0 else None,
+        "mfu": mfu,
+        "mfu_convention": MFU_CONVENTION,
+        "mfu_causal": mfu_causal,
+        "mfu_causal_convention": MFU_CAUSAL_CONVENTION,
+        "hfu": hfu,
+        "hfu_ceiling": ceiling,
         "memory_bytes": dict(worst["memory"]),
         "max_memory_bytes": int(worst["memory_bytes"]),
         "hbm_bytes": hbm,
         "memory_headroom": headroom,
         "runner_up": runner_up(plan["candidates"], samples_s),
-        "warnings": warning_words(plan["warnings"]),
+        "warnings": warning_words(plan["warnings"]) + utilisation_warnings(mfu, hfu, ceiling),
         "error_band": error_bands.band(error_bands.plan_regime(module, plan), error_bands.table()),
     }
     # each line safe to print (a model or chip name from the input may hold control characters)
@@ -307,10 +403,22 @@ def lines(s: Mapping[str, Any], table: str, other_lines: Sequence[str]) -> list[
     rate = f"{s['samples_per_s']:.5g} samples/s"
     if s["tokens_per_s"] is not None:
         rate += f", {s['tokens_per_s']:,.0f} tokens/s"
-    use = [f"{name} {percent(s[key])}" for name, key in (("MFU", "mfu"), ("HFU", "hfu")) if s[key] is not None]
+    use = []
+    if s["mfu"] is not None:
+        use.append(f"MFU {percent(s['mfu'])}")
+    if s["hfu"] is not None:
+        use.append(f"HFU {percent(s['hfu'])}")
     if use:
         rate += "; " + ", ".join(use) + f" of the chips' {si(s['peak_flops_per_s'], 'FLOP/s')} tensor peak"
     out.append(rate)
+    if s["mfu"] is not None:
+        line = f"MFU convention: {s.get('mfu_convention', MFU_CONVENTION)}"
+        causal = s.get("mfu_causal")
+        if causal is not None and abs(causal - s["mfu"]) > 1e-12:
+            line += f"; MFU {percent(causal)} with {s.get('mfu_causal_convention', MFU_CAUSAL_CONVENTION)}"
+        if s.get("hfu_ceiling") is not None:
+            line += f"; HFU at most {percent(s['hfu_ceiling'])} (the chip's fastest kernels)"
+        out.append(line)
     by_part = " + ".join(f"{part} {si(v, 'B')}" for part, v in s["memory_bytes"].items() if v > 0)
     usable = ""
     if s["memory_headroom"] > 0:

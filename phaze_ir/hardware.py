@@ -703,6 +703,11 @@ class Calibration:
             ``--memory-headroom``): what the runtime holds that the memory model does not count
             (the CUDA context, the caching allocator's fragmentation) and the model's own error
             as measured on this chip.  Absent: 0.
+        attention_kernels: optional; the name of a table of the fused attention kernels'
+            achieved FLOP/s by kernel, pass, mask, head dimension and sequence length
+            (``phaze_ir/hw_presets/attention/NAME.toml``, or a path to such a TOML file;
+            ``passes/algorithms/attention.py``): a fused attention's GEMMs are priced at it.
+            Absent: at ``tensor_efficiency``, as a GEMM.
     """
 
     execution: str = _spec("execution", "concurrent or serial op execution", default="concurrent")
@@ -743,6 +748,9 @@ class Calibration:
     )
     memory_headroom: float | None = _spec(
         "opt_nonneg_float", "fraction of HBM a plan leaves free by default", at_most=HEADROOM, default=None
+    )
+    attention_kernels: str | None = _spec(
+        "opt_name", "the fused attention kernels' table (phaze_ir/hw_presets/attention/NAME.toml)", default=None
     )
 
     def __post_init__(self) -> None:

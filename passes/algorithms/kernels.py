@@ -57,10 +57,35 @@ and its own ``transformers::grouped_mm_fallback`` custom op (a loop of ``torch.m
 ``offs.tolist()``) otherwise (``integrations/moe.py``, ``_can_use_grouped_mm``).  A chip with no
 compute capability (not a CUDA GPU) runs a grouped GEMM as one kernel.  ``megatron`` runs
 Transformer Engine's grouped GEMM, one kernel; ``ops`` one kernel per op as ever.
+
+Which fused attention kernel a runtime runs (:func:`attention_backend`; its rate by shape is
+``passes/algorithms/attention.py``'s table of the chip):
+
+- ``eager`` and ``inductor`` run ``F.scaled_dot_product_attention``, which torch 2.15 dispatches
+  by ``select_sdp_backend`` (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``): its
+  priority order is flash, memory-efficient, math, unless ``check_prefer_cudnn_attention()``
+  (cuDNN newer than 9.15.0 on compute capability 9.x or 10.x, as torch's CUDA 13 wheels ship;
+  not when ``TORCH_CUDNN_SDPA_DEPRIORITIZED`` is set) puts cuDNN first. cuDNN takes an additive
+  mask (``check_attn_mask_shape``) and grouped-query K/V (``check_batch_size_and_num_heads_dense
+  <supports_gqa=true>``), so on an H100 a traced fused attention runs as cuDNN's, but for a
+  dropout probability that is not a multiple of 1/16 (``check_cudnn_dropout``: GPT-2's 0.1,
+  the `` dropout P`` of its ``phaze.fused``), which runs the kernel traced. Below 9.x, and
+  there: the kernel traced (flash: FlashAttention-2, torch's copy; memory-efficient: xFormers'
+  CUTLASS kernel).
+- ``megatron`` runs Transformer Engine's ``DotProductAttention`` (TE 2.20, d0067d0,
+  ``transformer_engine/pytorch/attention/dot_product_attention/utils.py``,
+  ``get_attention_backend``): when both FlashAttention (2, 3 or 4) and FusedAttention (cuDNN)
+  can run, compute capability 9.0 and up disables FlashAttention "to give FusedAttention
+  preference on Hopper+ for performance reasons", FA3 installed or not; below, FlashAttention
+  (FlashAttention-2, which NVIDIA's PyTorch containers ship) runs.
+- ``ops`` has no fused attention (the matmul/softmax expansion, scores in HBM).
+- A chip with no compute capability (not a CUDA GPU) has none of these kernels: its attention is
+  priced as its GEMMs.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 RUNTIMES = ("ops", "eager", "inductor", "megatron")
@@ -135,6 +160,45 @@ class StepValues:
         while (w := self.view_of[v]) is not None:
             v = w
         return v
+
+
+#: The aten ops of torch's fused attention by the kernel they run when traced
+#: (``aten_map.FUSED_ATTENTION``; the forward's name is a prefix of its backward's).
+TRACED_ATTENTION = {
+    "_scaled_dot_product_flash_attention": "flash2",
+    "_scaled_dot_product_efficient_attention": "efficient",
+    "_scaled_dot_product_cudnn_attention": "cudnn",
+}
+#: Compute capabilities (major) on which torch 2.15 puts cuDNN attention first
+#: (``check_prefer_cudnn_attention`` in ``sdp_utils.cpp``).
+CUDNN_FIRST_MAJORS = (9, 10)
+
+
+def attention_backend(runtime: str, compute_capability: float | None, traced: str) -> str | None:
+    """The fused attention kernel ``runtime`` runs on a chip of ``compute_capability`` for an
+    attention traced as the aten op ``traced`` (its node name, ``_scaled_dot_product_flash_attention_3``
+    or its backward's): one of :data:`passes.algorithms.attention.BACKENDS`, or None when there is
+    no fused kernel to price by the kernels' tables (module docstring)."""
+    if runtime == "ops" or compute_capability is None:
+        return None
+    kernel = next((k for name, k in TRACED_ATTENTION.items() if traced.startswith(name)), None)
+    if kernel is None:
+        return None
+    if runtime == "megatron":
+        return "cudnn" if compute_capability >= 9.0 else "flash2"
+    if int(compute_capability) in CUDNN_FIRST_MAJORS and _cudnn_dropout(traced):
+        return "cudnn"
+    return kernel
+
+
+def _cudnn_dropout(traced: str) -> bool:
+    """Whether cuDNN takes the attention's dropout (none, or a multiple of 1/16:
+    ``check_cudnn_dropout``); ``traced`` is its ``phaze.fused`` (`` dropout P`` when it has one)."""
+    words = traced.split()
+    if "dropout" not in words or words.index("dropout") + 1 >= len(words):
+        return True
+    p = float(words[words.index("dropout") + 1])
+    return p * 16.0 == math.floor(p * 16.0)
 
 
 def grouped_mm_one_kernel(bf16: bool, compute_capability: float | None) -> bool:

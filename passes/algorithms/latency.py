@@ -196,6 +196,11 @@ class MatmulDesc:
     #: backward GEMMs of Transformer Engine's and torchao's FP8 linears), priced at the chip's
     #: ``fp8_split_accumulation_efficiency`` of its FP8 rate
     split_accumulation: bool = False
+    #: part of a fused attention kernel: 1 its forward, 2 its backward (0: not); priced at the
+    #: rate the kernel ``backend`` (an index into ``attention.BACKENDS``) reaches at its shape
+    #: when the chip's ``attention_kernels`` table has it (``passes/algorithms/attention.py``)
+    attention: int = 0
+    backend: int = 0
 
     unit = "tensor"
 
@@ -223,6 +228,11 @@ class VectorDesc:
     #: kernel launches the op pays (0 inside a kernel another op launches; a multi-tensor
     #: optimizer op may launch several)
     launches: int = 1
+    #: part of a fused attention kernel (as :attr:`MatmulDesc.attention`, ``backend``): when the
+    #: chip's table prices that kernel, its published rate covers the softmax too, and the op
+    #: costs only its traffic
+    attention: int = 0
+    backend: int = 0
 
     unit = "vector"
 
@@ -400,8 +410,10 @@ _MM_FIELDS = (
     "fp32",
     "syncs",
     "split_accumulation",
+    "attention",
+    "backend",
 )
-_VEC_FIELDS = ("work", "read_bytes", "write_bytes", "passes", "row_bytes", "launches")
+_VEC_FIELDS = ("work", "read_bytes", "write_bytes", "passes", "row_bytes", "launches", "attention", "backend")
 
 
 class OpTable:
@@ -630,6 +642,14 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
         frac = causal_fraction(cols["m"], cols["n"], cols["k"])
         compute_one = np.where(causal, compute_one * frac, compute_one)
         compute_split = np.where(causal, compute_split * frac, compute_split)
+    kernel_s = attention_compute_s(cols, cfg, fx)
+    if kernel_s is not None:  # fused attention at its kernel's rate for its shape: the published
+        # rate is the whole kernel's, its tiles' trips through the L2 included (the scores stay
+        # in the SMs), so no GLB term; its HBM traffic (the boundary's) still bounds it
+        priced = ~np.isnan(kernel_s)
+        compute_split = np.where(priced, kernel_s, compute_split)
+        compute_one = np.where(priced, kernel_s * cfg["num_tc"], compute_one)
+        glb_one, glb_split = np.where(priced, 0, glb_one), np.where(priced, 0, glb_split)
     hbm_s = hbm_bytes / fx.hbm_Bps
     one, bound_one = _roofline(compute_one, glb_one / fx.glb_bandwidth_Bps, hbm_s)
     split, bound = _roofline(compute_split, glb_split / fx.glb_bandwidth_Bps, hbm_s)
@@ -639,6 +659,65 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
             overhead = overhead + cal.host_sync_s * cols["syncs"]
         one, split = one + overhead, split + overhead
     return one, split, bound, bound_one
+
+
+def attention_table(fx: FixedParams):
+    """The chip's attention kernel table (``[calibration] attention_kernels``), None without one."""
+    from passes.algorithms import attention
+
+    cal = fx.calibration
+    name = None if cal is None else getattr(cal, "attention_kernels", None)
+    return None if name is None else attention.load(name)
+
+
+def attention_priced(cols, fx: FixedParams) -> np.ndarray | None:
+    """Which rows of a chunk are ops of a fused attention kernel the chip's table prices (a
+    boolean array like ``cols["attention"]``), None when none is."""
+    from passes.algorithms.attention import BACKENDS
+
+    table = attention_table(fx)
+    if table is None or not (cols["attention"] != 0).any():
+        return None
+    known = np.asarray([table.has(b) for b in BACKENDS])
+    return (cols["attention"] != 0) & known[np.clip(cols["backend"], 0, len(BACKENDS) - 1)]
+
+
+def attention_compute_s(cols, cfg, fx: FixedParams) -> np.ndarray | None:
+    """The compute seconds of a chunk's fused attention GEMMs at their kernel's rate for their
+    shape (``passes/algorithms/attention.py``): the FLOPs the kernel computes (the causal share
+    of the square under a causal mask) over ``peak · efficiency``; NaN on the other rows, None
+    when no row is one.  The sequence length is the GEMM's longest dimension, the head
+    dimension its shortest (``QKᵀ``: s×d·d×s; the others s×s·s×d)."""
+    from passes.algorithms import attention
+
+    priced = attention_priced(cols, fx)
+    if priced is None or not priced.any():
+        return None
+    table = attention_table(fx)
+    assert table is not None
+    peak = 2.0 * (cfg["num_tc"] * cfg["width"] * cfg["depth"]) * fx.clock_hz
+    m, n, k = (np.broadcast_to(cols[f], priced.shape) for f in ("m", "n", "k"))
+    out = np.full(np.broadcast_shapes(priced.shape, peak.shape), np.nan)
+    for idx in zip(*np.nonzero(priced)):
+        row = {f: int(np.broadcast_to(cols[f], priced.shape)[idx]) for f in ("attention", "backend", "causal", "batch")}
+        mm, nn, kk = int(m[idx]), int(n[idx]), int(k[idx])
+        seq, head_dim = max(mm, nn, kk), min(mm, nn, kk)
+        flops = 2.0 * row["batch"] * mm * nn * kk
+        if row["causal"]:
+            flops *= float(causal_fraction(mm, nn, kk))
+        p = float(np.broadcast_to(peak, out.shape)[idx])
+        eff = attention.efficiency(
+            table,
+            attention.BACKENDS[row["backend"]],
+            attention.PASSES[row["attention"] - 1],
+            bool(row["causal"]),
+            seq,
+            head_dim,
+            p,
+        )
+        if eff is not None:
+            out[idx] = flops / (p * eff)
+    return out
 
 
 def _vector_bytes(cols, buffer_bytes):
@@ -661,6 +740,9 @@ def _vector_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
     glb_s = core_bytes / fx.glb_bandwidth_Bps
     hbm_s = hbm_bytes / fx.hbm_Bps
     work, width = cols["work"], cfg["width_vc"]
+    priced = attention_priced(cols, fx)
+    if priced is not None:  # inside a fused attention priced by its kernel's rate: no own compute
+        work = np.where(priced, 0, work)
     one, bound_one = _roofline(_cdiv(work, width) / fx.clock_hz, glb_s, hbm_s)
     split, bound = _roofline(_cdiv(work, width * cfg["num_vc"]) / fx.clock_hz, glb_s, hbm_s)
     if fx.calibration is not None:

@@ -749,9 +749,22 @@ _CAUSAL_ARG = {
 }
 
 
+#: Where a fused attention op has ``dropout_p`` among its positional arguments (aten's schemas).
+_DROPOUT_ARG = {
+    "_scaled_dot_product_flash_attention": 3,
+    "_scaled_dot_product_flash_attention_backward": 10,
+    "_scaled_dot_product_efficient_attention": 5,
+    "_scaled_dot_product_efficient_attention_backward": 9,
+    "_scaled_dot_product_cudnn_attention": 5,
+    "_scaled_dot_product_cudnn_attention_backward": 12,
+}
+
+
 def _fused_name(node) -> StringAttr | None:
     """``phaze.fused`` of the ops an aten op expands into when aten runs it as one kernel (fused
-    attention, dropout): the traced node's name, `` causal`` added for a causal attention."""
+    attention, dropout): the traced node's name, `` dropout P`` added for an attention with
+    dropout (which kernel runs it depends on P: ``kernels.attention_backend``), then `` causal``
+    for a causal attention."""
     packet = amap.packet_name(node.target)
     if packet not in amap.FUSED_ATTENTION and packet not in amap.DROPOUT:
         return None
@@ -759,7 +772,12 @@ def _fused_name(node) -> StringAttr | None:
     causal = node.kwargs.get("is_causal", False)
     if at is not None and len(node.args) > at:
         causal = node.args[at]
-    return StringAttr(node.name + (" causal" if causal is True else ""))
+    at = _DROPOUT_ARG.get(packet)
+    dropout = node.kwargs.get("dropout_p", 0.0)
+    if at is not None and len(node.args) > at:
+        dropout = node.args[at]
+    drop = f" dropout {dropout:g}" if isinstance(dropout, float) and dropout > 0 else ""
+    return StringAttr(node.name + drop + (" causal" if causal is True else ""))
 
 
 def _selection_dims(packet: str, node) -> list[int]:
