@@ -67,7 +67,9 @@ from passes.algorithms.latency import (
     OpTable,
     VectorDesc,
     ViewDesc,
+    causal_fraction,
     chip_cfg,
+    fp8_gemms,
     matmul_traffic_space,
     op_columns,
     vector_traffic_space,
@@ -88,6 +90,9 @@ __all__ = [
     "sram_j_per_byte",
     "layer_energies",
     "network_power_w",
+    "chip_energies",
+    "power_headroom_w",
+    "power_limited_step_s",
     "plan_power",
     "power_of_plan",
     "stage_works",
@@ -140,6 +145,7 @@ class OpActions:
     accumulator_bytes: float = 0.0  #: fp32 partial sums written to and read from the accumulators
     global_buffer_bytes: float = 0.0  #: bytes between the global buffer and the cores
     hbm_bytes: float = 0.0  #: bytes between HBM and the global buffer
+    fp8_macs: float = 0.0  #: MACs on FP8 operands (``--dtype fp8``), padding included; not in ``macs``
 
     def energy(self, acc) -> OpEnergy:
         """These actions priced with ``acc``'s ``[energy]`` table."""
@@ -152,7 +158,7 @@ class OpActions:
 def _core_buffer_bytes(a: OpActions, acc) -> int:
     """The size of the core buffer ``a``'s bytes pass through: a tensor core's for a GEMM (it
     issues MACs), a vector core's otherwise."""
-    return acc.tensor_cores.buffer_bytes if a.macs else acc.vector_cores.buffer_bytes
+    return acc.tensor_cores.buffer_bytes if a.macs or a.fp8_macs else acc.vector_cores.buffer_bytes
 
 
 def _gemm_actions(cols, cfg, tiling: Tiling | None = None) -> tuple:
@@ -164,10 +170,17 @@ def _gemm_actions(cols, cfg, tiling: Tiling | None = None) -> tuple:
     t, hbm_bytes, _, glb_split = matmul_traffic_space(cols, cfg, tiling)
     pe_x, pe_y = cfg["width"], cfg["depth"]
     passes = t.tiles * t.tiles_k
-    macs = np.multiply(passes * t.m_block, pe_x * pe_y, dtype=np.float64)
-    streamed = passes * (t.m_block * pe_y * cols["a_elem"] + pe_y * pe_x * cols["b_elem"])
-    partial_sums = passes * t.m_block * pe_x * ACC_BYTES
-    return macs, 0.0, 2 * streamed, 2 * partial_sums, glb_split, hbm_bytes
+    # A causal attention kernel computes the lower triangle's blocks only, (s + 1) / 2s of them
+    # (the share its time is priced at): the MACs, the core buffer's and the global buffer's
+    # traffic scale with it; what it reads from HBM (Q, K, V once) does not.
+    share = np.where(cols["causal"] != 0, causal_fraction(cols["m"], cols["n"], cols["k"]), 1.0)
+    macs = np.multiply(passes * t.m_block, pe_x * pe_y, dtype=np.float64) * share
+    streamed = passes * (t.m_block * pe_y * cols["a_elem"] + pe_y * pe_x * cols["b_elem"]) * share
+    partial_sums = passes * t.m_block * pe_x * ACC_BYTES * share
+    fp8 = fp8_gemms(cols)
+    fp8_macs = np.where(fp8, macs, 0.0)
+    macs = np.where(fp8, 0.0, macs)
+    return macs, 0.0, 2 * streamed, 2 * partial_sums, glb_split * share, hbm_bytes, fp8_macs
 
 
 def _vector_actions(cols, cfg) -> tuple:
@@ -175,7 +188,7 @@ def _vector_actions(cols, cfg) -> tuple:
     operations, the bytes moved into a vector core's buffer counted there and at the global
     buffer, those moved from HBM at HBM."""
     core_bytes, hbm_bytes = vector_traffic_space(cols, cfg)
-    return 0.0, cols["work"], core_bytes, 0.0, core_bytes, hbm_bytes
+    return 0.0, cols["work"], core_bytes, 0.0, core_bytes, hbm_bytes, 0.0
 
 
 def _priced(actions: tuple, e, core_j, glb_j) -> tuple:
@@ -183,10 +196,11 @@ def _priced(actions: tuple, e, core_j, glb_j) -> tuple:
     :class:`OpActions`, numbers or arrays) with the ``[energy]`` table ``e``, ``core_j`` and
     ``glb_j`` the SRAM energy per byte of the core buffer and of the global buffer (numbers or
     ``[1, C]`` arrays): the one pricing of :func:`estimate_energy` and :func:`energy_space`."""
-    macs, vector_ops, core_bytes, accumulator_bytes, glb_bytes, hbm_bytes = actions
+    macs, vector_ops, core_bytes, accumulator_bytes, glb_bytes, hbm_bytes, fp8_macs = actions
     acc_j = core_j if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
+    fp8_j = e.mac_j if e.fp8_mac_j is None else e.fp8_mac_j
     return (
-        macs * e.mac_j + vector_ops * e.vector_op_j,
+        macs * e.mac_j + fp8_macs * fp8_j + vector_ops * e.vector_op_j,
         core_bytes * core_j + accumulator_bytes * acc_j,
         glb_bytes * glb_j,
         hbm_bytes * e.hbm_j_per_byte,
@@ -273,6 +287,41 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
         op = collective_energy(d.kind, d.nbytes, d.group_size, template)
         chip[i], net[i] = op.chip_j, op.network_j
     return chip, net
+
+
+def power_headroom_w(acc) -> float | None:
+    """What the chip may spend on its ops (W): its ``[energy]`` ``power_limit_w`` less its
+    static power (None without a limit)."""
+    e = acc.energy
+    if e is None or e.power_limit_w is None:
+        return None
+    return e.power_limit_w - acc.static_power_w
+
+
+def chip_energies(table: OpTable, acc, tiling_cols: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+    """The dynamic energy (J) the chip and its HBM spend in one execution of each op of
+    ``table`` on ``acc`` (an ``[U]`` array: GEMMs and vector ops as :func:`estimate_energy`
+    prices them, collectives and views 0: a collective's time is its network's).
+    ``tiling_cols``: the GEMM rows' own tilings (the :class:`Tiling` fields as ``[u]``
+    arrays), else tiled here.  What :func:`passes.algorithms.latency.estimate_chip` bounds
+    each op's time with under a power limit."""
+    e = acc.energy
+    out = np.zeros(len(table))
+    cfg = chip_cfg(acc)
+    rows = table.rows["tensor"]
+    if len(rows):
+        cols = {f: v[:, None] for f, v in table.cols["tensor"].items()}
+        t = None if tiling_cols is None else Tiling(**{f: v[:, None] for f, v in tiling_cols.items()})
+        tc_j = sram_j_per_byte(e.sram_j_per_byte, acc.tensor_cores.buffer_bytes)
+        glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
+        out[rows] = sum(_priced(_gemm_actions(cols, cfg, t), e, tc_j, glb_j))[:, 0]
+    rows = table.rows["vector"]
+    if len(rows):
+        cols = {f: v[:, None] for f, v in table.cols["vector"].items()}
+        vc_j = sram_j_per_byte(e.sram_j_per_byte, acc.vector_cores.buffer_bytes)
+        glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
+        out[rows] = np.broadcast_to(sum(_priced(_vector_actions(cols, cfg), e, vc_j, glb_j)), (len(rows), 1))[:, 0]
+    return out
 
 
 @dataclass(frozen=True)
@@ -440,6 +489,18 @@ def plan_power(
         static_power_w=static_w,
         network_energy_j=network_j,
     )
+
+
+def power_limited_step_s(power: PlanPower, step_s: float, headroom_w: float | None) -> float:
+    """The step's time under the chip's power limit: at least the busiest device's dynamic
+    energy (``power``'s, over ``step_s``) over ``headroom_w``, the limit less the static power
+    (:func:`power_headroom_w`; None: no limit, ``step_s``).  A chip holds its limit by
+    lowering its clock, so a step whose ops together draw more (work beside work: collectives
+    overlapping compute, ops side by side) lasts as long as its energy allows."""
+    if headroom_w is None:
+        return step_s
+    dynamic_j = (power.chip_power_w - power.static_power_w) * step_s
+    return max(step_s, dynamic_j / headroom_w)
 
 
 def power_of_plan(
