@@ -232,9 +232,27 @@ def collective_energy(kind: str, nbytes: float, g: int, acc, span: int | None = 
     return OpEnergy(network_j=sent * per_byte, hbm_j=2.0 * sent * acc.energy.hbm_j_per_byte)
 
 
+def _gemm_energy(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> OpEnergy:
+    """One GEMM's energy: its actions priced, times its :func:`fitted_share`."""
+    energy = op_actions(d, acc, tiling).energy(acc)
+    cfg = chip_cfg(acc)
+    t = None
+    if tiling is not None:
+        cfg = cfg | {"width": np.asarray([[tiling.pe_x]]), "depth": np.asarray([[tiling.pe_y]])}
+        t = tiling.as_tiling()
+    share = float(
+        np.asarray(fitted_share({k: np.asarray([[v]]) for k, v in op_columns(d).items()}, cfg, acc, t)).reshape(-1)[0]
+    )
+    if share == 1.0:
+        return energy
+    return OpEnergy(*(j * share for j in astuple(energy)))
+
+
 @lru_cache(maxsize=65536)
 def _cached(d: OpDesc, acc) -> OpEnergy:
-    if isinstance(d, (MatmulDesc, VectorDesc)):
+    if isinstance(d, MatmulDesc):
+        return _gemm_energy(d, acc)
+    if isinstance(d, VectorDesc):
         return op_actions(d, acc).energy(acc)
     if isinstance(d, CollectiveDesc):
         return collective_energy(d.kind, d.nbytes, d.group_size, acc)
@@ -250,7 +268,7 @@ def estimate_energy(d: OpDesc, acc, tiling: ScalarTiling | None = None) -> OpEne
     if acc.energy is None:
         raise ValueError(f"hardware {acc.name!r} has no [energy] table")
     if tiling is not None and isinstance(d, MatmulDesc):
-        return op_actions(d, acc, tiling).energy(acc)
+        return _gemm_energy(d, acc, tiling)
     return _cached(d, acc)
 
 
@@ -275,7 +293,8 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
         sel = np.arange(s, min(s + chunk, len(rows)))
         cols = {f: v[sel][:, None] for f, v in table.cols["tensor"].items()}
         compute, core, glb, hbm = _priced(_gemm_actions(cols, cfg), e, tc_j, glb_j)
-        chip[rows[sel]] = compute + core + glb + hbm
+        # a calibrated template is one chip (FixedParams.of refuses it as a space's)
+        chip[rows[sel]] = (compute + core + glb + hbm) * fitted_share(cols, cfg, template)
     rows = table.rows["vector"]
     if len(rows):
         cols = {f: v[:, None] for f, v in table.cols["vector"].items()}
@@ -287,6 +306,41 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
         op = collective_energy(d.kind, d.nbytes, d.group_size, template)
         chip[i], net[i] = op.chip_j, op.network_j
     return chip, net
+
+
+def fitted_share(cols, cfg, acc, tiling: Tiling | None = None):
+    """The share of its energy as priced that each of a chunk of GEMMs spends on ``acc`` (``[u,
+    1]`` columns, one chip's ``[1, 1]`` configuration): at most 1, and less where its twin on the
+    fitted operands (bf16: an FP8 GEMM on two-byte operands) would draw more, over its fitted
+    time, than the power limit the chip's GEMM efficiency was fitted under left
+    (``[calibration] fitted_power_limit_w``, else ``[energy] power_limit_w``, less the static
+    power).  The fitted time of a GEMM measured at its limit already holds the clock the limit
+    allowed; the energy model, fitted on a few large GEMMs, can say more than that limit allows
+    of others, and the limit is the measurement.  1 on a chip without a calibration or a limit
+    (docs/energy.md)."""
+    e, cal = acc.energy, acc.calibration
+    if cal is None or e is None or e.power_limit_w is None:
+        return 1.0
+    from passes.algorithms.latency import FixedParams, _matmul_space  # the fitted time, as priced
+
+    fp8 = fp8_gemms(cols)
+    twin = dict(cols)
+    for elem, size in (("a_elem", "a_bytes"), ("b_elem", "b_bytes")):
+        twin[elem] = np.where(fp8, 2, cols[elem])
+        twin[size] = np.where(fp8, 2 * cols[size], cols[size])
+    _, split, _, _ = _matmul_space(twin, cfg, FixedParams.of(acc, chip=True), tiling)
+    overhead = cal.kernel_overhead_s * cols["launches"]
+    if cal.host_sync_s is not None:
+        overhead = overhead + cal.host_sync_s * cols["syncs"]
+    seconds = split - overhead
+    tc_j = sram_j_per_byte(e.sram_j_per_byte, acc.tensor_cores.buffer_bytes)
+    glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
+    joules = sum(_priced(_gemm_actions(twin, cfg, tiling), e, tc_j, glb_j))
+    drawn = np.divide(
+        joules, seconds, out=np.zeros(np.broadcast_shapes(np.shape(joules), np.shape(seconds))), where=seconds > 0
+    )
+    allowed = (cal.fitted_power_limit_w or e.power_limit_w) - acc.static_power_w
+    return np.where(drawn > allowed, allowed / np.where(drawn > 0, drawn, 1.0), 1.0)
 
 
 def power_headroom_w(acc) -> float | None:
@@ -314,7 +368,8 @@ def chip_energies(table: OpTable, acc, tiling_cols: Mapping[str, np.ndarray] | N
         t = None if tiling_cols is None else Tiling(**{f: v[:, None] for f, v in tiling_cols.items()})
         tc_j = sram_j_per_byte(e.sram_j_per_byte, acc.tensor_cores.buffer_bytes)
         glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
-        out[rows] = sum(_priced(_gemm_actions(cols, cfg, t), e, tc_j, glb_j))[:, 0]
+        joules = sum(_priced(_gemm_actions(cols, cfg, t), e, tc_j, glb_j)) * fitted_share(cols, cfg, acc, t)
+        out[rows] = np.broadcast_to(joules, (len(rows), 1))[:, 0]
     rows = table.rows["vector"]
     if len(rows):
         cols = {f: v[:, None] for f, v in table.cols["vector"].items()}

@@ -95,7 +95,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -772,8 +772,9 @@ def _power_limited(
         return lat
     rows = table.rows["tensor"]
     tiles = _tiling_rows(tilings, rows) if tilings is not None and len(rows) else None
+    # a calibrated GEMM's energy is read against its fitted time (energy.fitted_share): the
+    # limit slows only what the fit did not see (FP8's MACs, a lower limit than the fit's)
     energy = chip_energies(table, acc, tiles)
-    allowed = np.full(len(table), headroom)
     cal = acc.calibration
     overheads = np.zeros(len(table))
     if cal is not None:
@@ -783,22 +784,7 @@ def _power_limited(
             if unit == "tensor" and cal.host_sync_s is not None:
                 overhead = overhead + cal.host_sync_s * cols["syncs"]
             overheads[rows] = overhead
-        if len(rows := table.rows["tensor"]):
-            # A calibrated chip's GEMM times were fitted as the chip ran them, under the power
-            # limit of the chip measured (``fitted_power_limit_w``, else this chip's own): a GEMM
-            # of the fitted kind drew at most what that limit left, whatever its energy as priced
-            # over its fitted time says.  Where that priced power is more, the GEMM's energy is
-            # read in its proportion, so that the limit slows only what the fit did not see (FP8's
-            # MACs, a lower limit than the fit's), never twice.
-            fitted = cal.fitted_power_limit_w or acc.energy.power_limit_w
-            twins = _fitted_twins(table, rows)
-            twin = _estimate(twins, chip_cfg(acc), FixedParams.of(acc, chip=True), chunk=max(1, len(twins)))
-            twin_j = chip_energies(twins, acc, tiles)
-            twin_s = twin.split[:, 0] - overheads[rows]
-            drawn = np.divide(twin_j, twin_s, out=np.zeros_like(twin_j), where=twin_s > 0)
-            fitted_headroom = fitted - acc.static_power_w
-            allowed[rows] = headroom * np.maximum(1.0, drawn / fitted_headroom)
-    floor = np.where(energy > 0, energy / allowed + overheads, 0.0)
+    floor = np.where(energy > 0, energy / headroom + overheads, 0.0)
     slower = floor > lat.split[:, 0] * (1 + 1e-12)
     if not slower.any():
         return lat
@@ -807,19 +793,6 @@ def _power_limited(
     split[slower, 0] = floor[slower]
     bound[slower, 0] = _POWER
     return SpaceLatency(lat.one, split, bound, lat.bound_one, lat.units)
-
-
-def _fitted_twins(table: OpTable, rows: np.ndarray) -> OpTable:
-    """The GEMMs of ``table``'s ``rows`` on two-byte operands (an FP8 GEMM's bf16 twin; the
-    others unchanged): the kind a chip's GEMM calibration is fitted on."""
-    out = []
-    for i in rows:
-        d = table.descs[int(i)]
-        assert isinstance(d, MatmulDesc)  # the "tensor" rows are the GEMMs
-        if d.a_elem == d.b_elem == 1:
-            d = replace(d, a_elem=2, b_elem=2, a_bytes=2 * d.a_bytes, b_bytes=2 * d.b_bytes)
-        out.append(d)
-    return OpTable(out)
 
 
 def _tiling_rows(tilings: Sequence[ScalarTiling | None], rows: np.ndarray) -> dict[str, np.ndarray]:
