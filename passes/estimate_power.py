@@ -8,9 +8,9 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from passes.algorithms.energy import LayerEnergy, power_of_plan
+from passes.algorithms.energy import LayerEnergy, power_headroom_w, power_limited_step_s, power_of_plan
 from phaze_ir import keys
-from phaze_ir.attributes import LayerEnergyAttr, LayerMemoryAttr, PlanAttr, PowerAttr, StageInfoAttr
+from phaze_ir.attributes import LatencyAttr, LayerEnergyAttr, LayerMemoryAttr, PlanAttr, PowerAttr, StageInfoAttr
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
 
@@ -60,5 +60,37 @@ class EstimatePowerPass(ModulePass):
             grads[int(r["index"])] = int(r["grad_bytes"])
         records = [s.as_dict() for s in keys.require_records(op, keys.STAGES, StageInfoAttr)]
         power = power_of_plan(plan, records, layers, grads, acc, static_w)
+        # The step lasts at least its energy over the power limit (the ops' own bound, in their
+        # latencies, leaves what runs side by side): a longer step is the plan's time.
+        step = float(plan["time_per_batch_s"])
+        limited = power_limited_step_s(power, step, power_headroom_w(acc))
+        if limited > step:
+            plan = {
+                **plan,
+                "time_per_batch_s": limited,
+                "throughput_samples_per_s": int(plan["global_batch"]) / limited,
+            }
+            op.attributes[keys.PLAN] = PlanAttr.make(**plan)
+            power = power_of_plan(plan, records, layers, grads, acc, static_w)
         per_sample = power.step_energy_j / int(plan["global_batch"])
-        op.attributes[keys.POWER] = PowerAttr.make(**vars(power), energy_per_sample_j=per_sample)
+        limit = acc.energy.power_limit_w
+        op.attributes[keys.POWER] = PowerAttr.make(
+            **vars(power),
+            energy_per_sample_j=per_sample,
+            power_limit_w=0.0 if limit is None else float(limit),
+            clock_limited_share=1.0 if limited > step else _power_bound_share(op),
+            power_limit_s=limited - step,
+        )
+
+
+def _power_bound_share(module: ModuleOp) -> float:
+    """Of the step's ops' time (each op once, ``split_s``), the share of the ops whose latency
+    the power limit sets (bound ``power``)."""
+    total = limited = 0.0
+    for o in module.walk():
+        lat = o.attributes.get(keys.LATENCY)
+        if isinstance(lat, LatencyAttr):
+            r = lat.as_dict()
+            total += float(r["split_s"])
+            limited += float(r["split_s"]) if str(r["bound"]) == "power" else 0.0
+    return limited / total if total > 0 else 0.0

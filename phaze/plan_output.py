@@ -43,6 +43,7 @@ BREAKDOWN_PARTS = (
     "bubble_s",
     "dp_comm_s",
     "optimizer_s",
+    "power_limit_s",
 )
 
 
@@ -206,7 +207,16 @@ def time_breakdown(module: ModuleOp) -> dict[str, float] | None:
         "bubble_s": (p - 1) / v * max(times),
         "dp_comm_s": m * float(slowest["zero_comm_s"]) + max(float(s["exposed_dp_s"]) for s in stages),
         "optimizer_s": max(float(s["optimizer_s"]) for s in stages),
+        # what the chip's power limit adds to the step as a whole (phaze.power's power_limit_s)
+        "power_limit_s": _power_limit_s(module),
     }
+
+
+def _power_limit_s(module: ModuleOp) -> float:
+    from phaze_ir.attributes import PowerAttr
+
+    attr = module.attributes.get(keys.POWER)
+    return float(attr.as_dict()["power_limit_s"]) if isinstance(attr, PowerAttr) else 0.0
 
 
 def capacity_factor(module: ModuleOp) -> float | None:
@@ -330,7 +340,6 @@ def power_line(module: ModuleOp) -> str:
     attr = module.attributes.get(keys.POWER)
     if not isinstance(attr, PowerAttr):
         return ""
-    from phaze_ir.hardware_ir import module_accelerator
 
     p = {k: float(v) for k, v in attr.as_dict().items()}
     network = f" ({p['network_energy_j'] / 1e3:.4g} kJ of it the network's)" if p["network_energy_j"] > 0 else ""
@@ -338,11 +347,14 @@ def power_line(module: ModuleOp) -> str:
         f"power: {p['chip_power_w']:.1f} W per chip ({p['static_power_w']:.1f} W static), "
         f"{p['step_energy_j'] / 1e3:.4g} kJ per step{network}, {p['energy_per_sample_j']:.4g} J per sample"
     )
-    limit = module_accelerator(module, "phazec").power_w
-    if limit is not None and p["chip_power_w"] > limit:
-        # A chip drawing more than its power limit lowers its clocks (the H100's GEMMs run at
-        # 1335-1500 MHz under 700 W, data/h100/power.csv): the priced time does not.
-        line += f"\n  above the chip's {limit:g} W power limit: it would lower its clocks, so this time is optimistic"
+    limit = p["power_limit_w"]
+    if limit > 0 and (p["clock_limited_share"] > 0 or p["chip_power_w"] >= limit * (1 - 1e-9)):
+        # A chip at its power limit lowers its clock (the H100's GEMMs run at 1335-1500 MHz
+        # under 700 W, data/h100/power.csv); the ops it slows, and the step, are priced so.
+        whole = f", the step {p['power_limit_s']:.4g} s longer" if p["power_limit_s"] > 0 else ""
+        line += (
+            f"\n  at the {limit:g} W limit: clock-limited, {100 * p['clock_limited_share']:.3g} % of the step{whole}"
+        )
     return line
 
 

@@ -49,6 +49,7 @@ PART_NAMES = {
     "bubble_s": "bubble",
     "dp_comm_s": "DP comm",
     "optimizer_s": "optimizer",
+    "power_limit_s": "power limit",
 }
 
 _PREFIXES = ((1e24, "Y"), (1e21, "Z"), (1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))

@@ -59,6 +59,7 @@ class Bound(StrEnum):
     HBM = "hbm"
     NETWORK = "network"
     NONE = "none"
+    POWER = "power"
 
 
 class ScheduleStatus(StrEnum):
@@ -1037,7 +1038,8 @@ class PowerAttr(RecordAttr):
     Syntax::
 
         #phaze.power<step_energy_j = 1.2e6, chip_power_w = 312.5, mean_chip_power_w = 301.2,
-                     static_power_w = 58.0, network_energy_j = 2.0e4, energy_per_sample_j = 290.0>
+                     static_power_w = 58.0, network_energy_j = 2.0e4, energy_per_sample_j = 290.0,
+                     power_limit_w = 400.0, clock_limited_share = 0.12, power_limit_s = 0.0>
 
     - ``step_energy_j``: every device's energy over one step (``phaze.plan``'s time per batch),
       static power and network included.
@@ -1047,6 +1049,13 @@ class PowerAttr(RecordAttr):
     - ``static_power_w``: one die's static power (``static_w_per_mm2 · area``).
     - ``network_energy_j``: the network's share of ``step_energy_j`` (not in the chip's power).
     - ``energy_per_sample_j``: ``step_energy_j`` over the global batch.
+    - ``power_limit_w``: the chip's power limit (``[energy] power_limit_w``; 0: none).
+    - ``clock_limited_share``: the share of the step the limit sets the clock of: of its ops'
+      time, the ops the limit lengthens (latency bound ``power``); 1 when the step itself is
+      lengthened.
+    - ``power_limit_s``: what the limit adds to the step as a whole, in seconds (its dynamic
+      energy over the limit less the static power, beyond the scheduled time; in
+      ``phaze.plan``'s ``time_per_batch_s``).
     """
 
     name = "phaze.power"
@@ -1057,6 +1066,9 @@ class PowerAttr(RecordAttr):
         "static_power_w",
         "network_energy_j",
         "energy_per_sample_j",
+        "power_limit_w",
+        "clock_limited_share",
+        "power_limit_s",
     )
 
     step_energy_j: FloatData
@@ -1065,6 +1077,9 @@ class PowerAttr(RecordAttr):
     static_power_w: FloatData
     network_energy_j: FloatData
     energy_per_sample_j: FloatData
+    power_limit_w: FloatData
+    clock_limited_share: FloatData
+    power_limit_s: FloatData
 
 
 @irdl_attr_definition

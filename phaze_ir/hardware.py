@@ -708,6 +708,10 @@ class Calibration:
             (``phaze_ir/hw_presets/attention/NAME.toml``, or a path to such a TOML file;
             ``passes/algorithms/attention.py``): a fused attention's GEMMs are priced at it.
             Absent: at ``tensor_efficiency``, as a GEMM.
+        fitted_power_limit_w: optional; the power limit (W) of the chip the GEMM efficiency was
+            fitted on, when it is not this chip's (``[energy] power_limit_w``): a sibling's
+            calibration reused on a part with a lower limit.  The fitted GEMMs drew at most what
+            that limit left, which the power bound reads their energy against (docs/energy.md).
     """
 
     execution: str = _spec("execution", "concurrent or serial op execution", default="concurrent")
@@ -751,6 +755,9 @@ class Calibration:
     )
     attention_kernels: str | None = _spec(
         "opt_name", "the fused attention kernels' table (phaze_ir/hw_presets/attention/NAME.toml)", default=None
+    )
+    fitted_power_limit_w: float | None = _spec(
+        "opt_pos_float", "the power limit of the chip the GEMM times were fitted on (W)", at_most=POWER, default=None
     )
 
     def __post_init__(self) -> None:
@@ -797,6 +804,12 @@ class Energy:
             tensor cores' accumulators, in joules.  Absent: they are SRAM of the per-core
             buffer's size (a systolic array's accumulator memory).  0 where ``mac_j`` already
             counts them (a GPU's measured MMA energy, whose accumulators are registers).
+        fp8_mac_j: optional; one multiply-accumulate on FP8 operands (``--dtype fp8``'s GEMMs),
+            in joules.  Absent: ``mac_j``.
+        power_limit_w: optional; the power the chip (with its HBM) is held to, in watts: a
+            GPU's board power limit (its TDP by default), at which it lowers its clock.  Every
+            op then lasts at least its dynamic energy over ``power_limit_w`` less the static
+            power, and so does a step (docs/energy.md).  Absent: no limit.
     """
 
     mac_j: float = _spec("pos_float", "energy of one tensor-core MAC (J)", at_most=OP_ENERGY)
@@ -811,6 +824,12 @@ class Energy:
         "energy per byte of partial sums in the accumulators (J/B)",
         at_most=SRAM_ENERGY,
         default=None,
+    )
+    fp8_mac_j: float | None = _spec(
+        "opt_pos_float", "energy of one tensor-core MAC on FP8 operands (J)", at_most=OP_ENERGY, default=None
+    )
+    power_limit_w: float | None = _spec(
+        "opt_pos_float", "the power the chip is held to, its clock lowered (W)", at_most=POWER, default=None
     )
 
     def __post_init__(self) -> None:
@@ -904,7 +923,8 @@ class Accelerator:
         manufacturing: optional, die cost and embodied carbon, see :class:`Manufacturing`.
         deployment: optional, PUE, grid carbon and service life, see :class:`Deployment`.
         power_w: optional published chip power (TDP), in watts; what the plan's predicted
-            power is reported against (nothing derives from it).
+            power is reported against.  The limit the pricing obeys is the ``[energy]`` table's
+            ``power_limit_w``.
         cost_usd: optional chip cost, in US dollars (informative).
         area_mm2: optional chip area as given (e.g. a datasheet die size), in mm².  When the
             configuration is within the area model's domain, :attr:`area_um2` uses the model
@@ -967,6 +987,14 @@ class Accelerator:
         _check_network(levels, "Accelerator")
         object.__setattr__(self, "network", levels)
         _check_peaks(self.clock_hz, self.tensor_cores, self.vector_cores, "Accelerator")
+        limit = None if self.energy is None else self.energy.power_limit_w
+        if limit is not None and self.static_power_w >= limit:
+            raise HardwareError(
+                f"energy.power_limit_w = {_show(limit)}: expected more than the chip's static power, "
+                f"{self.static_power_w:.4g} W (static_w_per_mm2 x area)",
+                source=self.name,
+                key_path="energy.power_limit_w",
+            )
 
     # -- derived quantities --------------------------------------------------------------------
 
@@ -1009,6 +1037,15 @@ class Accelerator:
         if modeled is not None:
             return modeled
         return None if self.area_mm2 is None else self.area_mm2 * 1e6
+
+    @property
+    def static_power_w(self) -> float:
+        """One die's static power (W): ``[energy] static_w_per_mm2`` times the area (0 without an
+        ``[energy]`` table or an area)."""
+        area = self.area_um2
+        if self.energy is None or area is None:
+            return 0.0
+        return self.energy.static_w_per_mm2 * area / 1e6
 
     @property
     def max_devices(self) -> int:

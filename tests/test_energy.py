@@ -186,12 +186,23 @@ def test_phazec_prices_the_power_of_a_plan(tmp_path):
     assert res.returncode == 0 and res.stdout == module_text(text)
 
 
-def test_a_plan_above_the_chips_power_limit_says_its_time_is_optimistic(tmp_path):
+def test_a_plan_at_the_chips_power_limit_is_priced_at_it_and_says_so(tmp_path):
+    free, _ = _phazec_json(tmp_path, str(_chip(tmp_path, TPU)))
+    static = free["power"]["static_power_w"]
+    limit = static + 0.5 * (free["power"]["chip_power_w"] - static)  # half the dynamic power it drew
+    capped = dataclasses.replace(TPU, energy=dataclasses.replace(ENERGY, power_limit_w=limit))
+    plan, stderr = _phazec_json(tmp_path, str(_chip(tmp_path, capped)))
+    assert plan["power"]["chip_power_w"] <= limit * (1 + 1e-9)  # never above the limit
+    assert plan["power"]["power_limit_w"] == limit
+    assert plan["time_per_batch_s"] > 1.5 * free["time_per_batch_s"]  # its clock lowered
+    assert f"at the {limit:g} W limit: clock-limited" in stderr
+    assert "at the " not in _phazec_json(tmp_path, str(_chip(tmp_path, TPU)))[1]  # no limit, no line
+
+
+def _chip(tmp_path, acc) -> Path:
     hw = tmp_path / "chip.toml"
-    hw.write_text(dumps_toml(dataclasses.replace(TPU, power_w=1.0)))
-    plan, stderr = _phazec_json(tmp_path, str(hw))
-    assert plan["power"]["chip_power_w"] > plan["power"]["published_power_w"] == 1.0
-    assert "above the chip's 1 W power limit: it would lower its clocks, so this time is optimistic" in stderr
+    hw.write_text(dumps_toml(acc))
+    return hw
 
 
 def test_network_power_is_paid_on_the_levels_a_plan_reaches():

@@ -103,7 +103,9 @@ def test_fp8_gemm_runs_at_the_fp8_rate_of_the_toml():
     from passes.algorithms.latency import MatmulDesc, estimate_matmul
     from phaze_ir.hardware import load_hardware
 
-    h100 = load_hardware("h100")
+    limited = load_hardware("h100")
+    # without its power limit (docs/energy.md), which slows this FP8 GEMM a little: below
+    h100 = dataclasses.replace(limited, energy=dataclasses.replace(limited.energy, power_limit_w=None))
     cal = h100.calibration
     assert cal.fp8_gemm_flops == 1978.9e12
     m, n, k = 8192, 14336, 4096
@@ -123,6 +125,9 @@ def test_fp8_gemm_runs_at_the_fp8_rate_of_the_toml():
     assert cal.fp8_split_accumulation_efficiency < 1
     # a bf16 GEMM is never split-accumulated
     assert estimate_matmul(dataclasses.replace(bf16, split_accumulation=True), h100) == slow
+    # at the 700 W limit the bf16 GEMM keeps its fitted time, the FP8 one is at most as fast
+    assert estimate_matmul(bf16, limited) == slow
+    assert fast.split_s <= estimate_matmul(fp8, limited).split_s < 1.05 * fast.split_s
 
 
 def test_a_chip_without_fp8_refuses_in_one_line(tmp_path):
@@ -185,9 +190,9 @@ def test_fp8_linears_as_transformer_engine_runs_them():
 
 def test_a_gemm_bound_layer_runs_its_gemms_twice_as_fast(gemm_bound):
     """Llama 3 8B's MLP on 2,048 tokens: its three forward GEMMs take half the time in FP8 (by
-    the TOML's ratio, less the launches), its six backward GEMMs, split-accumulated as TE runs
-    them, that times the TOML's efficiency; the casts add memory-bound kernels, the step is
-    faster."""
+    the TOML's ratio, less the launches and what the power limit takes), its six backward GEMMs,
+    split-accumulated as TE runs them, that times the TOML's efficiency; the casts add
+    memory-bound kernels, the step is faster."""
     from phaze_ir.hardware import load_hardware
 
     h100 = load_hardware("h100")
@@ -206,7 +211,9 @@ def test_a_gemm_bound_layer_runs_its_gemms_twice_as_fast(gemm_bound):
             d: sum(_split_s(o) for o in g if o.attributes["phaze.phase"].data == phase) - n * cal.kernel_overhead_s
             for d, g in gemms.items()
         }
-        assert gemm_s["bf16"] / gemm_s["fp8"] == pytest.approx(ratio, rel=0.02), phase
+        # less what the 700 W limit takes where an FP8 GEMM's energy at that rate is more than the
+        # limit allows (docs/energy.md): 1.93 of the 2.0 forward
+        assert 0.95 * ratio < gemm_s["bf16"] / gemm_s["fp8"] <= ratio * (1 + 0.02), phase
     step_s = {"bf16": sum(map(_split_s, bf16)), "fp8": sum(map(_split_s, fp8))}
     assert step_s["fp8"] < step_s["bf16"]
 

@@ -67,7 +67,9 @@ from passes.algorithms.latency import (
     OpTable,
     VectorDesc,
     ViewDesc,
+    causal_fraction,
     chip_cfg,
+    fp8_gemms,
     matmul_traffic_space,
     op_columns,
     vector_traffic_space,
@@ -88,6 +90,9 @@ __all__ = [
     "sram_j_per_byte",
     "layer_energies",
     "network_power_w",
+    "chip_energies",
+    "power_headroom_w",
+    "power_limited_step_s",
     "plan_power",
     "power_of_plan",
     "stage_works",
@@ -140,6 +145,7 @@ class OpActions:
     accumulator_bytes: float = 0.0  #: fp32 partial sums written to and read from the accumulators
     global_buffer_bytes: float = 0.0  #: bytes between the global buffer and the cores
     hbm_bytes: float = 0.0  #: bytes between HBM and the global buffer
+    fp8_macs: float = 0.0  #: MACs on FP8 operands (``--dtype fp8``), padding included; not in ``macs``
 
     def energy(self, acc) -> OpEnergy:
         """These actions priced with ``acc``'s ``[energy]`` table."""
@@ -152,7 +158,7 @@ class OpActions:
 def _core_buffer_bytes(a: OpActions, acc) -> int:
     """The size of the core buffer ``a``'s bytes pass through: a tensor core's for a GEMM (it
     issues MACs), a vector core's otherwise."""
-    return acc.tensor_cores.buffer_bytes if a.macs else acc.vector_cores.buffer_bytes
+    return acc.tensor_cores.buffer_bytes if a.macs or a.fp8_macs else acc.vector_cores.buffer_bytes
 
 
 def _gemm_actions(cols, cfg, tiling: Tiling | None = None) -> tuple:
@@ -164,10 +170,17 @@ def _gemm_actions(cols, cfg, tiling: Tiling | None = None) -> tuple:
     t, hbm_bytes, _, glb_split = matmul_traffic_space(cols, cfg, tiling)
     pe_x, pe_y = cfg["width"], cfg["depth"]
     passes = t.tiles * t.tiles_k
-    macs = np.multiply(passes * t.m_block, pe_x * pe_y, dtype=np.float64)
-    streamed = passes * (t.m_block * pe_y * cols["a_elem"] + pe_y * pe_x * cols["b_elem"])
-    partial_sums = passes * t.m_block * pe_x * ACC_BYTES
-    return macs, 0.0, 2 * streamed, 2 * partial_sums, glb_split, hbm_bytes
+    # A causal attention kernel computes the lower triangle's blocks only, (s + 1) / 2s of them
+    # (the share its time is priced at): the MACs, the core buffer's and the global buffer's
+    # traffic scale with it; what it reads from HBM (Q, K, V once) does not.
+    share = np.where(cols["causal"] != 0, causal_fraction(cols["m"], cols["n"], cols["k"]), 1.0)
+    macs = np.multiply(passes * t.m_block, pe_x * pe_y, dtype=np.float64) * share
+    streamed = passes * (t.m_block * pe_y * cols["a_elem"] + pe_y * pe_x * cols["b_elem"]) * share
+    partial_sums = passes * t.m_block * pe_x * ACC_BYTES * share
+    fp8 = fp8_gemms(cols)
+    fp8_macs = np.where(fp8, macs, 0.0)
+    macs = np.where(fp8, 0.0, macs)
+    return macs, 0.0, 2 * streamed, 2 * partial_sums, glb_split * share, hbm_bytes, fp8_macs
 
 
 def _vector_actions(cols, cfg) -> tuple:
@@ -175,7 +188,7 @@ def _vector_actions(cols, cfg) -> tuple:
     operations, the bytes moved into a vector core's buffer counted there and at the global
     buffer, those moved from HBM at HBM."""
     core_bytes, hbm_bytes = vector_traffic_space(cols, cfg)
-    return 0.0, cols["work"], core_bytes, 0.0, core_bytes, hbm_bytes
+    return 0.0, cols["work"], core_bytes, 0.0, core_bytes, hbm_bytes, 0.0
 
 
 def _priced(actions: tuple, e, core_j, glb_j) -> tuple:
@@ -183,10 +196,11 @@ def _priced(actions: tuple, e, core_j, glb_j) -> tuple:
     :class:`OpActions`, numbers or arrays) with the ``[energy]`` table ``e``, ``core_j`` and
     ``glb_j`` the SRAM energy per byte of the core buffer and of the global buffer (numbers or
     ``[1, C]`` arrays): the one pricing of :func:`estimate_energy` and :func:`energy_space`."""
-    macs, vector_ops, core_bytes, accumulator_bytes, glb_bytes, hbm_bytes = actions
+    macs, vector_ops, core_bytes, accumulator_bytes, glb_bytes, hbm_bytes, fp8_macs = actions
     acc_j = core_j if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
+    fp8_j = e.mac_j if e.fp8_mac_j is None else e.fp8_mac_j
     return (
-        macs * e.mac_j + vector_ops * e.vector_op_j,
+        macs * e.mac_j + fp8_macs * fp8_j + vector_ops * e.vector_op_j,
         core_bytes * core_j + accumulator_bytes * acc_j,
         glb_bytes * glb_j,
         hbm_bytes * e.hbm_j_per_byte,
@@ -218,9 +232,27 @@ def collective_energy(kind: str, nbytes: float, g: int, acc, span: int | None = 
     return OpEnergy(network_j=sent * per_byte, hbm_j=2.0 * sent * acc.energy.hbm_j_per_byte)
 
 
+def _gemm_energy(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> OpEnergy:
+    """One GEMM's energy: its actions priced, times its :func:`fitted_share`."""
+    energy = op_actions(d, acc, tiling).energy(acc)
+    cfg = chip_cfg(acc)
+    t = None
+    if tiling is not None:
+        cfg = cfg | {"width": np.asarray([[tiling.pe_x]]), "depth": np.asarray([[tiling.pe_y]])}
+        t = tiling.as_tiling()
+    share = float(
+        np.asarray(fitted_share({k: np.asarray([[v]]) for k, v in op_columns(d).items()}, cfg, acc, t)).reshape(-1)[0]
+    )
+    if share == 1.0:
+        return energy
+    return OpEnergy(*(j * share for j in astuple(energy)))
+
+
 @lru_cache(maxsize=65536)
 def _cached(d: OpDesc, acc) -> OpEnergy:
-    if isinstance(d, (MatmulDesc, VectorDesc)):
+    if isinstance(d, MatmulDesc):
+        return _gemm_energy(d, acc)
+    if isinstance(d, VectorDesc):
         return op_actions(d, acc).energy(acc)
     if isinstance(d, CollectiveDesc):
         return collective_energy(d.kind, d.nbytes, d.group_size, acc)
@@ -236,7 +268,7 @@ def estimate_energy(d: OpDesc, acc, tiling: ScalarTiling | None = None) -> OpEne
     if acc.energy is None:
         raise ValueError(f"hardware {acc.name!r} has no [energy] table")
     if tiling is not None and isinstance(d, MatmulDesc):
-        return op_actions(d, acc, tiling).energy(acc)
+        return _gemm_energy(d, acc, tiling)
     return _cached(d, acc)
 
 
@@ -261,7 +293,8 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
         sel = np.arange(s, min(s + chunk, len(rows)))
         cols = {f: v[sel][:, None] for f, v in table.cols["tensor"].items()}
         compute, core, glb, hbm = _priced(_gemm_actions(cols, cfg), e, tc_j, glb_j)
-        chip[rows[sel]] = compute + core + glb + hbm
+        # a calibrated template is one chip (FixedParams.of refuses it as a space's)
+        chip[rows[sel]] = (compute + core + glb + hbm) * fitted_share(cols, cfg, template)
     rows = table.rows["vector"]
     if len(rows):
         cols = {f: v[:, None] for f, v in table.cols["vector"].items()}
@@ -273,6 +306,77 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
         op = collective_energy(d.kind, d.nbytes, d.group_size, template)
         chip[i], net[i] = op.chip_j, op.network_j
     return chip, net
+
+
+def fitted_share(cols, cfg, acc, tiling: Tiling | None = None):
+    """The share of its energy as priced that each of a chunk of GEMMs spends on ``acc`` (``[u,
+    1]`` columns, one chip's ``[1, 1]`` configuration): at most 1, and less where its twin on the
+    fitted operands (bf16: an FP8 GEMM on two-byte operands) would draw more, over its fitted
+    time, than the power limit the chip's GEMM efficiency was fitted under left
+    (``[calibration] fitted_power_limit_w``, else ``[energy] power_limit_w``, less the static
+    power).  The fitted time of a GEMM measured at its limit already holds the clock the limit
+    allowed; the energy model, fitted on a few large GEMMs, can say more than that limit allows
+    of others, and the limit is the measurement.  1 on a chip without a calibration or a limit
+    (docs/energy.md)."""
+    e, cal = acc.energy, acc.calibration
+    if cal is None or e is None or e.power_limit_w is None:
+        return 1.0
+    from passes.algorithms.latency import FixedParams, _matmul_space  # the fitted time, as priced
+
+    fp8 = fp8_gemms(cols)
+    twin = dict(cols)
+    for elem, size in (("a_elem", "a_bytes"), ("b_elem", "b_bytes")):
+        twin[elem] = np.where(fp8, 2, cols[elem])
+        twin[size] = np.where(fp8, 2 * cols[size], cols[size])
+    _, split, _, _ = _matmul_space(twin, cfg, FixedParams.of(acc, chip=True), tiling)
+    overhead = cal.kernel_overhead_s * cols["launches"]
+    if cal.host_sync_s is not None:
+        overhead = overhead + cal.host_sync_s * cols["syncs"]
+    seconds = split - overhead
+    tc_j = sram_j_per_byte(e.sram_j_per_byte, acc.tensor_cores.buffer_bytes)
+    glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
+    joules = sum(_priced(_gemm_actions(twin, cfg, tiling), e, tc_j, glb_j))
+    drawn = np.divide(
+        joules, seconds, out=np.zeros(np.broadcast_shapes(np.shape(joules), np.shape(seconds))), where=seconds > 0
+    )
+    allowed = (cal.fitted_power_limit_w or e.power_limit_w) - acc.static_power_w
+    return np.where(drawn > allowed, allowed / np.where(drawn > 0, drawn, 1.0), 1.0)
+
+
+def power_headroom_w(acc) -> float | None:
+    """What the chip may spend on its ops (W): its ``[energy]`` ``power_limit_w`` less its
+    static power (None without a limit)."""
+    e = acc.energy
+    if e is None or e.power_limit_w is None:
+        return None
+    return e.power_limit_w - acc.static_power_w
+
+
+def chip_energies(table: OpTable, acc, tiling_cols: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+    """The dynamic energy (J) the chip and its HBM spend in one execution of each op of
+    ``table`` on ``acc`` (an ``[U]`` array: GEMMs and vector ops as :func:`estimate_energy`
+    prices them, collectives and views 0: a collective's time is its network's).
+    ``tiling_cols``: the GEMM rows' own tilings (the :class:`Tiling` fields as ``[u]``
+    arrays), else tiled here.  What :func:`passes.algorithms.latency.estimate_chip` bounds
+    each op's time with under a power limit."""
+    e = acc.energy
+    out = np.zeros(len(table))
+    cfg = chip_cfg(acc)
+    rows = table.rows["tensor"]
+    if len(rows):
+        cols = {f: v[:, None] for f, v in table.cols["tensor"].items()}
+        t = None if tiling_cols is None else Tiling(**{f: v[:, None] for f, v in tiling_cols.items()})
+        tc_j = sram_j_per_byte(e.sram_j_per_byte, acc.tensor_cores.buffer_bytes)
+        glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
+        joules = sum(_priced(_gemm_actions(cols, cfg, t), e, tc_j, glb_j)) * fitted_share(cols, cfg, acc, t)
+        out[rows] = np.broadcast_to(joules, (len(rows), 1))[:, 0]
+    rows = table.rows["vector"]
+    if len(rows):
+        cols = {f: v[:, None] for f, v in table.cols["vector"].items()}
+        vc_j = sram_j_per_byte(e.sram_j_per_byte, acc.vector_cores.buffer_bytes)
+        glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
+        out[rows] = np.broadcast_to(sum(_priced(_vector_actions(cols, cfg), e, vc_j, glb_j)), (len(rows), 1))[:, 0]
+    return out
 
 
 @dataclass(frozen=True)
@@ -440,6 +544,18 @@ def plan_power(
         static_power_w=static_w,
         network_energy_j=network_j,
     )
+
+
+def power_limited_step_s(power: PlanPower, step_s: float, headroom_w: float | None) -> float:
+    """The step's time under the chip's power limit: at least the busiest device's dynamic
+    energy (``power``'s, over ``step_s``) over ``headroom_w``, the limit less the static power
+    (:func:`power_headroom_w`; None: no limit, ``step_s``).  A chip holds its limit by
+    lowering its clock, so a step whose ops together draw more (work beside work: collectives
+    overlapping compute, ops side by side) lasts as long as its energy allows."""
+    if headroom_w is None:
+        return step_s
+    dynamic_j = (power.chip_power_w - power.static_power_w) * step_s
+    return max(step_s, dynamic_j / headroom_w)
 
 
 def power_of_plan(

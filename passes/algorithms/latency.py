@@ -142,11 +142,11 @@ __all__ = [
 ]
 
 #: Bound labels; :attr:`SpaceLatency.bound` holds indices into this tuple.
-BOUNDS = ("compute", "glb", "hbm", "network", "none")
+BOUNDS = ("compute", "glb", "hbm", "network", "none", "power")
 #: Unit labels (the kind of core an op runs on).
 UNITS = ("tensor", "vector", "network", "none")
 
-_COMPUTE, _GLB, _HBM, _NETWORK, _NONE = range(len(BOUNDS))
+_COMPUTE, _GLB, _HBM, _NETWORK, _NONE, _POWER = range(len(BOUNDS))
 
 
 # --------------------------------------------------------------------------------------------
@@ -843,7 +843,47 @@ def estimate_chip(
     (``[U, 1]`` arrays).  ``tilings``: each row's GEMM tiling (a pass's ``phaze.tile``), given
     for every GEMM row or for none (then tiled here)."""
     fx = FixedParams.of(acc, chip=True)
-    return _estimate(op_table, chip_cfg(acc), fx, chunk=max(1, len(op_table)), tilings=tilings)
+    table = op_table if isinstance(op_table, OpTable) else OpTable(op_table)
+    out = _estimate(table, chip_cfg(acc), fx, chunk=max(1, len(table)), tilings=tilings)
+    return _power_limited(out, table, acc, tilings)
+
+
+def _power_limited(
+    lat: SpaceLatency, table: OpTable, acc, tilings: Sequence[ScalarTiling | None] | None
+) -> SpaceLatency:
+    """``lat`` with every GEMM and vector op lasting at least its dynamic energy over what the
+    chip's power limit leaves above its static power (``[energy] power_limit_w``; docs/energy.md),
+    plus its launch costs: a chip at its limit lowers its clock until the op's power fits.  An
+    op the limit lengthens is bound by ``"power"``.  Split over the chip only (an op alone on
+    one core draws a fraction of the chip's power).  Unchanged without a limit."""
+    from passes.algorithms.energy import chip_energies, power_headroom_w  # energy prices with this module
+
+    headroom = power_headroom_w(acc)
+    if headroom is None:
+        return lat
+    rows = table.rows["tensor"]
+    tiles = _tiling_rows(tilings, rows) if tilings is not None and len(rows) else None
+    # a calibrated GEMM's energy is read against its fitted time (energy.fitted_share): the
+    # limit slows only what the fit did not see (FP8's MACs, a lower limit than the fit's)
+    energy = chip_energies(table, acc, tiles)
+    cal = acc.calibration
+    overheads = np.zeros(len(table))
+    if cal is not None:
+        for unit in ("tensor", "vector"):
+            cols, rows = table.cols[unit], table.rows[unit]
+            overhead = cal.kernel_overhead_s * cols["launches"]
+            if unit == "tensor" and cal.host_sync_s is not None:
+                overhead = overhead + cal.host_sync_s * cols["syncs"]
+            overheads[rows] = overhead
+    floor = np.where(energy > 0, energy / headroom + overheads, 0.0)
+    slower = floor > lat.split[:, 0] * (1 + 1e-12)
+    if not slower.any():
+        return lat
+    split = lat.split.copy()
+    bound = lat.bound.copy()
+    split[slower, 0] = floor[slower]
+    bound[slower, 0] = _POWER
+    return SpaceLatency(lat.one, split, bound, lat.bound_one, lat.units)
 
 
 def _tiling_rows(tilings: Sequence[ScalarTiling | None], rows: np.ndarray) -> dict[str, np.ndarray]:

@@ -23,6 +23,7 @@ import numpy as np
 from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.algorithms import schedule as sched
+from passes.algorithms.energy import power_headroom_w, power_limited_step_s
 from passes.algorithms.latency import estimate_chip, estimate_space
 from phaze.search.objective import Objective
 from phaze.search.setting import Setting
@@ -90,6 +91,21 @@ class Pricing:
         ]
         self.timers["estimate"] += time.perf_counter() - t0
         return sum(watts) / len(watts) if watts else None
+
+    def power_limited(self, cands: Candidates, setting: Setting, config: int, result: _phaze_rs.ResultDict):
+        """``result`` with its plan's step lasting at least its energy over the chip's power
+        limit (``power_limited_step_s``, as ``phaze-estimate-power`` lengthens a compiled plan's);
+        unchanged on a chip without a limit or when the limit allows the step."""
+        headroom = power_headroom_w(cands.template)
+        plan = result.get("plan") if result.get("feasible") else None
+        if headroom is None or not plan:
+            return result
+        step = float(plan["time_per_batch_s"])
+        limited = power_limited_step_s(self.objective(cands).plan_power(setting, config, plan), step, headroom)
+        if limited <= step:
+            return result
+        plan = {**plan, "time_per_batch_s": limited, "throughput_samples_per_s": self.params.global_batch / limited}
+        return {**result, "plan": plan}  # the DP's result, its plan's time longer
 
     def problem(self, cands: Candidates, setting: Setting, makespans: np.ndarray, hbm: int) -> _phaze_rs.ProblemDict:
         """The DP problem of ``setting`` with group makespans ``makespans`` and HBM ``hbm``."""
@@ -226,6 +242,7 @@ class Pricing:
             for j, dp_result in zip(idxs, self.place(problems, tasks[m].fixed)):
                 _, s, c, h = jobs[j]
                 setting = tasks[m].settings[s]
+                dp_result = self.power_limited(cands, setting, c, dp_result)
                 score = obj.score(setting, c, h, dp_result)
                 if cap is not None and score > 0 and obj.plan_power(setting, c, dp_result["plan"]).chip_power_w > cap:
                     score = 0.0  # over the power cap: as if it did not fit
