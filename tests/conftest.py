@@ -46,6 +46,15 @@ def gpu_script(name: str):
         sys.path.remove(folder)
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "leaves_global_state: the test starts a runtime that keeps process-wide state for the process's life "
+        "(ray.init edits sys.path, the environment and signal handlers, and caches its auth token): not checked "
+        "by check_no_global_state, and not restored (restoring would break the runtime's next start)",
+    )
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--file-order",
@@ -94,13 +103,16 @@ def _global_state() -> dict:
 
 
 @pytest.fixture(autouse=True)
-def check_no_global_state():
+def check_no_global_state(request):
     """A test leaves the process as it found it: ``sys.path`` (a folder left there shadows installed
     packages for every later test on the worker: benchmarks/gpu/ once hid Hugging Face's ``kernels``
     from transformers), the environment, the working folder, the warnings filters and the signal
     handlers.  What a test changed is put back and the test fails, naming it; monkeypatch and
     tmp_path undo their own changes before this runs (this fixture is set up first, so torn down
     last)."""
+    if request.node.get_closest_marker("leaves_global_state"):
+        yield
+        return
     before, modules = _global_state(), len(sys.modules)
     yield
     after = _global_state()

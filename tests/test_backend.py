@@ -69,7 +69,7 @@ def ray_backend():
         yield backend
 
 
-@pytest.fixture(params=["serial", "local", "ray"])
+@pytest.fixture(params=["serial", "local", pytest.param("ray", marks=pytest.mark.leaves_global_state)])
 def backend(request) -> Backend:
     if request.param == "serial":
         return make_backend("local", jobs=1)

@@ -46,12 +46,16 @@ raise PhazeError("first line\\nsecond line")
 @pytest.mark.parametrize(
     "install, said",
     [
-        ("install_error_hook('phazec')", "phazec: error: first line\nphazec: error: second line\n"),
-        ("install_error_hook()", "error: first line\nerror: second line\n"),
-        ("install_error_hook('phazec'); install_error_hook('phaze-opt')", "phaze-opt: error: first line\n"),
+        # one line per refusal: the newline inside the message is shown escaped (phaze_ir.files.printable)
+        ("install_error_hook('phazec')", "phazec: error: first line\\nsecond line\n"),
+        ("install_error_hook()", "error: first line\\nsecond line\n"),
+        (
+            "install_error_hook('phazec'); install_error_hook('phaze-opt')",
+            "phaze-opt: error: first line\\nsecond line\n",
+        ),
     ],
 )
-def test_the_hook_prints_an_uncaught_phaze_error_in_lines(install, said):
+def test_the_hook_prints_an_uncaught_phaze_error_on_one_line(install, said):
     r = _python(RAISE.format(install=install))
     assert r.returncode == 1
     assert r.stderr.startswith(said) and "Traceback" not in r.stderr

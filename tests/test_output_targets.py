@@ -54,7 +54,7 @@ NULL, FULL = (1, 3), (1, 7)
 
 def _one_line(r: subprocess.CompletedProcess, tool: str, says: str) -> None:
     assert r.returncode == 1, (r.returncode, r.stderr)
-    assert r.stderr.count("error") == 1 and f"{tool}: error: " in r.stderr and says in r.stderr, r.stderr
+    assert r.stderr.count(f"{tool}: error") == 1 and says in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 
 

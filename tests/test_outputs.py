@@ -22,7 +22,7 @@ TINY = MODELS / "tiny_gpt2.py"
 
 def _one_line_error(r: subprocess.CompletedProcess, tool: str, says: str) -> None:
     assert r.returncode == 1
-    lines = [line for line in r.stderr.splitlines() if "error" in line]
+    lines = [line for line in r.stderr.splitlines() if ": error" in line]
     assert len(lines) == 1 and lines[0].startswith(f"{tool}: error: ") and says in lines[0], r.stderr
     assert "Traceback" not in r.stderr
 

@@ -297,7 +297,7 @@ def test_the_dp_bound_of_a_fixed_placement_is_not_reused_for_a_searched_one():
     assert (alone >= expert).all() and (alone > expert).any()  # the two placements differ here
 
 
-@pytest.mark.parametrize("kind", ["local", "ray"])
+@pytest.mark.parametrize("kind", ["local", pytest.param("ray", marks=pytest.mark.leaves_global_state)])
 def test_lower_bounds_on_the_workers_are_the_same_floats(kind):
     """A search computes its settings' vectorized bounds on the workers (the paper's space: 29,360
     chips), local or Ray: bit for bit those of the main process."""

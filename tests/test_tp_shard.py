@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections import Counter
 
 import pytest
@@ -825,7 +826,10 @@ def test_gqa_refuses_a_width_megatron_refuses(tmp_path):
     )
 
 
-def test_llama2_70b_width8_shards_qkvo(tmp_path):
+def test_llama2_70b_width8_shards_qkvo(tmp_path, monkeypatch):
+    # the model file puts examples/ on sys.path itself (the loader keeps what a model file adds:
+    # its functions may need it): taken off again when the test ends
+    monkeypatch.setattr(sys, "path", list(sys.path))
     path = tmp_path / "llama2_70b_2.py"
     path.write_text(_LLAMA70B_2)
     before, after, module, _ = sharded(str(path), 8)
