@@ -18,7 +18,7 @@ from phaze.api import OptionTypeError
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 TINY = str(MODELS / "tiny_gpt2.py")
-PRESETS = "a100, h100, tpuv4, tpuv4_torus"
+PRESETS = "a100, a100_40gb, h100, h100_hbm2e, tpuv4, tpuv4_torus"
 
 
 @pytest.fixture

@@ -369,7 +369,8 @@ SPACE_MUTATIONS = [
         "template unknown preset",
         'hardware = "tpuv4"',
         'hardware = "tpu4"',
-        "unknown hardware preset 'tpu4' (did you mean 'tpuv4'?); known presets: a100, h100, tpuv4, tpuv4_torus "
+        "unknown hardware preset 'tpu4' (did you mean 'tpuv4'?); known presets: a100, a100_40gb, h100, "
+        "h100_hbm2e, tpuv4, tpuv4_torus "
         "(or give the path of a .toml file)",
     ),
     ("template missing file", 'hardware = "tpuv4"', 'hardware = "hw/none.toml"', "hw/none.toml: no such file"),
@@ -389,7 +390,8 @@ SPACE_MUTATIONS = [
         "budget of unknown preset",
         "budget_mm2 = 100.0",
         'budget_of = "a200"',
-        "unknown hardware preset 'a200' (did you mean 'a100'?); known presets: a100, h100, tpuv4, tpuv4_torus "
+        "unknown hardware preset 'a200' (did you mean 'a100'?); known presets: a100, a100_40gb, h100, "
+        "h100_hbm2e, tpuv4, tpuv4_torus "
         "(or give the path of a .toml file)",
     ),
     (

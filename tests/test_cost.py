@@ -14,7 +14,9 @@ from passes.algorithms.cost import die_yield, dies_per_wafer, plan_cost
 from phaze_ir.hardware import Deployment, HardwareError, Manufacturing, dumps_toml, load_hardware, loads_toml
 from tests.conftest import MODELS, run_tool
 
-A100 = load_hardware("a100")
+# without its power limit: the chips made up here (a die past the wafer) would fail that check first
+_A100 = load_hardware("a100")
+A100 = dataclasses.replace(_A100, energy=dataclasses.replace(_A100.energy, power_limit_w=None))
 
 
 def test_dies_per_wafer_and_yield_by_hand():

@@ -204,6 +204,7 @@ def test_same_bytes_with_two_processes_and_a_resumed_cache(tiny_pruned, tmp_path
     assert counts["schedules_solved"] == 0 and counts["schedules_cached"] > 0
 
 
+@pytest.mark.leaves_global_state  # importing ray puts its thirdparty_files on sys.path
 def test_same_bytes_on_ray(tiny_pruned, tmp_path):
     pytest.importorskip("ray")
     text, _, _ = tiny_pruned

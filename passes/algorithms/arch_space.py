@@ -425,7 +425,9 @@ class ArchSpace:
             hbm=HBM(bytes=hbm, bandwidth_Bps=t.hbm.bandwidth_Bps),
             bytes_per_element=t.bytes_per_element,
             network=t.network,
-            energy=t.energy,
+            # a space's chips are ideal (no calibration) and of other areas than the template's part:
+            # its power limit, a property of that part, is not theirs (docs/energy.md)
+            energy=None if t.energy is None else dataclasses.replace(t.energy, power_limit_w=None),
             manufacturing=t.manufacturing,
             deployment=t.deployment,
         )
