@@ -54,6 +54,8 @@ MEGATRON_FLAGS = (
     "--pipeline-model-parallel-size",
     "--num-virtual-stages-per-pipeline-rank",
     "--pipeline-model-parallel-layout",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
     "--context-parallel-size",
     "--cp-comm-type",
     "--tp-comm-overlap",
@@ -83,6 +85,12 @@ MEGATRON_FLAGS = (
     "--fp8-format",
     "--fp8-recipe",
     "--optimizer",
+    "--transformer-impl",
+    "--attention-backend",
+    # the tokenizer and data: placeholders (MEGATRON_PLACEHOLDERS)
+    "--tokenizer-type",
+    "--tokenizer-model",
+    "--data-path",
     # the model's shape (ModelFacts.shape)
     "--hidden-size",
     "--num-attention-heads",
@@ -111,6 +119,10 @@ MEGATRON_FLAGS = (
 #: but a TPU-like accelerator, whose tensor units take bf16 (the paper's TPUv4 and its space).
 CUDA_BF16_FROM = 8.0
 
+#: The key of :attr:`ModelFacts.shape` (kept with a cached answer) under which :func:`model_facts`
+#: puts the traced attention's fused aten op (:attr:`ModelFacts.attention`).
+TRACED_ATTENTION_KEY = "traced_attention"
+
 
 @dataclass(frozen=True)
 class ModelFacts:
@@ -133,6 +145,17 @@ class ModelFacts:
     kernels: str = "ops"
     shape: dict[str, Any] = field(default_factory=dict, compare=False)
     bf16: bool = True
+    #: the plan's chip's CUDA compute capability (None: no CUDA GPU, or not known)
+    compute_capability: float | None = None
+
+    @property
+    def attention(self) -> str | None:
+        """The attention as traced: the aten op of its fused kernel (``phaze.fused``, e.g.
+        ``_scaled_dot_product_flash_attention causal``), ``""`` when the model's attention was
+        traced as separate matmuls and softmax (eager attention), None when not known (a model
+        without attention, an answer cached before this was kept)."""
+        value = self.shape.get(TRACED_ATTENTION_KEY)
+        return None if value is None else str(value)
 
     @property
     def num_blocks(self) -> int:
@@ -159,8 +182,8 @@ def precision(facts: ModelFacts) -> str | None:
 
 def chip_has_bf16(accelerator: dict[str, Any] | None) -> bool:
     """Whether the plan's chip (``plan["accelerator"]``) has bf16 (:data:`CUDA_BF16_FROM`)."""
-    capability = (accelerator or {}).get("compute_capability")
-    return capability is None or float(capability) >= CUDA_BF16_FROM
+    capability = _capability(accelerator)
+    return capability is None or capability >= CUDA_BF16_FROM
 
 
 @dataclass(frozen=True)
@@ -421,7 +444,15 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         f"--pipeline-model-parallel-size={s.pp}",
     ]
     chunks = s.chunk_blocks
-    if len(set(chunks)) != 1:
+    ends = megatron_uneven_ends(chunks) if s.virtual_stages == 1 else None
+    if ends is not None:
+        # Uneven first and/or last stage, the middle ones even: Megatron-LM's own flags for it.
+        first, last = ends
+        if first is not None:
+            args.append(f"--decoder-first-pipeline-num-layers={first}")
+        if last is not None:
+            args.append(f"--decoder-last-pipeline-num-layers={last}")
+    elif len(set(chunks)) != 1:
         # Megatron's default split is even; any other (per chunk, embedding and loss included)
         # is exact as a layout, which also sets the virtual stages (one entry per chunk).
         args.append(f"--pipeline-model-parallel-layout={megatron_layout(chunks)}")
@@ -492,7 +523,71 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         args += ["--fp8-format=hybrid", "--fp8-recipe=delayed"]
     if facts.optimizer == "sgd":
         args.append("--optimizer=sgd")
-    return megatron_model_args(facts)[0] + args
+    # Transformer Engine's layers (Megatron-LM's default, written to say which runs: its
+    # --tp-comm-overlap and FP8 need them); the attention kernel as priced where Megatron-LM
+    # has it (megatron_attention_backend; runtime_differences says where not).
+    args.append("--transformer-impl=transformer_engine")
+    backend = megatron_attention_backend(facts)
+    if backend is not None:
+        args.append(f"--attention-backend={backend[0]}")
+    return megatron_model_args(facts)[0] + args + list(MEGATRON_PLACEHOLDERS)
+
+
+#: The tokenizer and the data, which are the user's: clearly marked placeholders (a run does not
+#: start until they are replaced; Megatron-LM's parser takes them as they are).
+MEGATRON_PLACEHOLDERS = (
+    "--tokenizer-type=HuggingFaceTokenizer",
+    "--tokenizer-model=<REPLACE:tokenizer-name-or-path>",
+    "--data-path=<REPLACE:data-prefix>",
+)
+
+
+def megatron_uneven_ends(chunks: Sequence[int]) -> tuple[int | None, int | None] | None:
+    """``(first, last)`` for Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
+    ``--decoder-last-pipeline-num-layers`` (None: that flag not written) when that is how the
+    one-chunk-per-rank split ``chunks`` is made: the first and/or last stage uneven, every middle
+    stage the same, none empty (megatron-core's TransformerConfig: each given stage > 0, the
+    middle layers even over the middle stages); None otherwise (even, or another split)."""
+    if len(chunks) < 2 or len(set(chunks)) == 1 or min(chunks) < 1:
+        return None
+    if len(chunks) == 2:
+        return chunks[0], None  # the last stage takes the rest
+    middle = chunks[1:-1]
+    if len(set(middle)) != 1:
+        return None
+    first = chunks[0] if chunks[0] != middle[0] else None
+    last = chunks[-1] if chunks[-1] != middle[0] else None
+    return first, last
+
+
+#: Megatron-LM's --attention-backend (AttnBackend at d98e8a64) of each fused attention kernel
+#: phaze prices (passes/algorithms/attention.py's BACKENDS): Transformer Engine's FusedAttention
+#: is cuDNN's, its FlashAttention backend FlashAttention-2 as NVIDIA's containers ship it.
+MEGATRON_ATTENTION = {"cudnn": "fused", "flash2": "flash"}
+
+
+def megatron_attention_backend(facts: ModelFacts) -> tuple[str, str | None] | None:
+    """Megatron-LM's ``--attention-backend`` for the plan and the kernel phaze priced (None:
+    priced unfused); None when the traced attention is not known (no flag: Megatron-LM's auto).
+
+    The kernel priced is ``passes.algorithms.kernels.attention_backend`` of the plan's
+    ``--kernels`` on its chip; an attention traced unfused (eager attention) runs as TE's
+    UnfusedDotProductAttention (``unfused``: matmul, fused softmax, matmul); a fused kernel
+    Megatron-LM has is asked for by name; one it has not (xFormers' memory-efficient, or
+    ``--kernels ops``'s expansion of a fused attention) gets the kernel Megatron-LM would choose
+    on the chip, which :func:`runtime_differences` says."""
+    traced = facts.attention
+    if traced is None or facts.compute_capability is None:
+        return None
+    if traced == "":
+        return "unfused", None
+    from passes.algorithms.kernels import attention_backend
+
+    priced = attention_backend(facts.kernels, facts.compute_capability, traced)
+    if priced in MEGATRON_ATTENTION:
+        return MEGATRON_ATTENTION[priced], priced
+    ran = attention_backend("megatron", facts.compute_capability, traced)
+    return MEGATRON_ATTENTION.get(str(ran), "auto"), priced
 
 
 # --- torchtitan -----------------------------------------------------------------------------
@@ -550,9 +645,142 @@ def torchtitan_split(chunk_blocks: Sequence[int], interleaved: bool) -> tuple[in
     return None
 
 
-def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
-    """torchtitan 0.3.0 (``torchtitan.train``) arguments of the plan, one per list item; the run
-    also needs ``--module M --config F`` (the model), which is the user's.
+#: torchtitan 0.3.0's registered Llama 3 runs (``--module llama3 --config NAME``,
+#: torchtitan/models/llama3/config_registry.py) and the model of each (its flavour in
+#: torchtitan/models/llama3/__init__.py: ``_8b``, ``_70b``), as :func:`torchtitan_flavour`
+#: names the fields; tests/test_export.py builds them with torchtitan. Not ``llama3_405b``: its
+#: model is converted to rowwise Float8 and compiled in Python (no flag turns them off), which
+#: phaze does not price; a 405B model gets its flavour file.
+TORCHTITAN_REGISTERED = {
+    "llama3_8b": {"n_layers": 32, "dim": 4096, "n_heads": 32, "n_kv_heads": 8, "hidden_dim": 14336},
+    "llama3_70b": {"n_layers": 80, "dim": 8192, "n_heads": 64, "n_kv_heads": 8, "hidden_dim": 28672},
+}
+#: What every registered Llama 3 flavour shares: its vocabulary and RoPE base.
+TORCHTITAN_LLAMA3_COMMON = {"vocab_size": 128256, "rope.theta": 500000}
+#: The run a flavour-registration file starts from (its model replaced), and the function it defines.
+TORCHTITAN_BASE_CONFIG = "llama3_8b"
+TORCHTITAN_PLAN_CONFIG = "phaze_plan"
+
+
+def torchtitan_llama_differences(facts: ModelFacts) -> list[str]:
+    """What torchtitan 0.3.0's Llama 3 (SwiGLU, RMSNorm, RoPE, untied embeddings, no biases,
+    head size dim / n_heads) cannot run as the traced model has it, in words; empty when it runs
+    the model as traced."""
+    shape = facts.shape
+    out = []
+    for key, want, words in (
+        ("activation", "swiglu", "activation"),
+        ("normalization", "RMSNorm", "normalization"),
+        ("position_embedding", "rope", "position embedding"),
+        ("tied_embeddings", False, "tied embeddings"),
+        ("linear_bias", False, "linear biases"),
+    ):
+        if key in shape and shape[key] != want:
+            out.append(f"{words} {shape[key]}")
+    if shape.get("qkv_bias"):
+        out.append("QKV biases")
+    heads, dim, kv = shape.get("num_attention_heads"), shape.get("hidden_size"), shape.get("kv_channels")
+    if kv and heads and dim and int(kv) * int(heads) != int(dim):
+        out.append(f"head size {kv} (torchtitan's is dim / n_heads = {int(dim) // int(heads)})")
+    if "num_experts" in shape:
+        out.append(f"{shape['num_experts']} experts")
+    return out
+
+
+def torchtitan_registered(facts: ModelFacts) -> str | None:
+    """The registered torchtitan run (:data:`TORCHTITAN_REGISTERED`) whose model is the traced
+    one, or None."""
+    if torchtitan_llama_differences(facts):
+        return None
+    fields, unknown = torchtitan_flavour(facts)
+    if unknown:
+        return None
+    values = dict(f.split("=", 1) for f in fields)
+    for name, flavour in TORCHTITAN_REGISTERED.items():
+        want = {**flavour, **TORCHTITAN_LLAMA3_COMMON}
+        if all(float(values[k]) == float(v) for k, v in want.items()):
+            return name
+    return None
+
+
+def torchtitan_module_name(path: str) -> str:
+    """The Python module of the flavour-registration file written beside the export ``path``."""
+    import re
+    from pathlib import Path
+
+    name = re.sub(r"\W", "_", Path(path).name) + "_flavour"
+    return name if name[0].isalpha() or name[0] == "_" else f"_{name}"
+
+
+def torchtitan_flavour_file(facts: ModelFacts, module: str) -> str:
+    """The flavour-registration file of a model torchtitan has not registered: torchtitan 0.3.0's
+    Llama 3 built with the traced shape (the fields :func:`torchtitan_flavour` names; a field the
+    shape did not tell keeps torchtitan's default), registered in ``llama3_configs`` as
+    ``phaze:MODULE``, and the run :data:`TORCHTITAN_PLAN_CONFIG` (``llama3_8b``'s with that model),
+    which ``--module=MODULE --config=phaze_plan`` loads."""
+    values = dict(f.split("=", 1) for f in torchtitan_flavour(facts)[0])
+    dim, heads = int(values.get("dim", 256)), int(values.get("n_heads", 16))
+    vocab = int(values.get("vocab_size", 2000))
+    layer_kw = [f"n_layers={int(values['n_layers'])}", f"dim={dim}", f"n_heads={heads}"]
+    for name in ("n_kv_heads", "hidden_dim"):
+        if name in values:
+            layer_kw.append(f"{name}={int(values[name])}")
+    rope = [f"dim={dim // heads}"]
+    if "rope.max_seq_len" in values or facts.seq_len:
+        longest = max(int(values.get("rope.max_seq_len", 0)), facts.seq_len or 0)
+        rope.append(f"max_seq_len={longest}")
+    if "rope.theta" in values:
+        rope.append(f"theta={float(values['rope.theta'])!r}")
+    eps = f", eps={float(values['norm_eps'])!r}" if "norm_eps" in values else ""
+    return f'''"""torchtitan 0.3.0 model flavour of a plan, written by phazec --export torchtitan.
+
+torchtitan imports it through the export's --module={module} --config={TORCHTITAN_PLAN_CONFIG}: run
+torchtitan from this file's directory, or put the directory on PYTHONPATH. The model is torchtitan's
+Llama 3 (torchtitan/models/llama3) with the traced shape; the run's other settings are
+{TORCHTITAN_BASE_CONFIG}'s, which the export's arguments override.
+"""
+
+from torchtitan.models import llama3
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.common.config_utils import decoder_vocab_size
+from torchtitan.models.llama3.config_registry import {TORCHTITAN_BASE_CONFIG}
+
+FLAVOUR = "phaze:{module}"
+
+
+def _flavour(attn_backend, tp_gemm_backend="default"):
+    return llama3.Llama3Model.Config(
+        dim={dim},
+        vocab_size={vocab},
+        tok_embeddings=Embedding.Config(num_embeddings={vocab}, embedding_dim={dim}, param_init=llama3._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape={dim}{eps}, param_init=llama3._NORM_INIT),
+        lm_head=Linear.Config(in_features={dim}, out_features={vocab}, param_init=llama3._output_linear_init({dim})),
+        layers=llama3._build_llama3_layers(
+            fuse_qkv=True,
+            {", ".join(layer_kw)},
+            rope=ComplexRoPE.Config({", ".join(rope)}),
+            attn_backend=attn_backend,
+            tp_gemm_backend=tp_gemm_backend,
+        ),
+    )
+
+
+llama3.llama3_configs[FLAVOUR] = _flavour
+
+
+def {TORCHTITAN_PLAN_CONFIG}():
+    config = {TORCHTITAN_BASE_CONFIG}()
+    config.model_spec = llama3.model_registry(FLAVOUR)
+    config.loss.loss_fn.global_vocab_size = decoder_vocab_size(config.model_spec)
+    return config
+'''
+
+
+def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaze_flavour") -> list[str]:
+    """torchtitan 0.3.0 (``torchtitan.train``) arguments of the plan, one per list item, starting
+    with ``--module`` and ``--config``: the registered run whose model is the traced one
+    (:func:`torchtitan_registered`), else ``module`` (the flavour-registration file
+    :func:`torchtitan_flavour_file` written beside the arguments) and its ``phaze_plan``.
 
     The activation-checkpoint subcommand is the last item: tyro reads what follows it as its
     options, so a user's own flags go before the file's."""
@@ -576,7 +804,10 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         raise PhazeError(_TORCHTITAN_ASYNC_TP)
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
     p = "--parallelism."
+    registered = torchtitan_registered(facts)
     args = [
+        "--module=llama3" if registered else f"--module={module}",
+        f"--config={registered or TORCHTITAN_PLAN_CONFIG}",
         f"{p}data_parallel_replicate_degree={replicate}",
         f"{p}data_parallel_shard_degree={shard}",
         f"{p}tensor_parallel_degree={s.tp}",
@@ -612,8 +843,10 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         ]
     else:
         args.append(f"--training.local_batch_size={s.micro_batch}")
+    if facts.kernels == "inductor":  # priced as torch.compile's kernels: the model compiled
+        args.append("--compile.enable")
     if s.tp_overlap:  # priced as Transformer Engine's overlap; torch's micro-pipelined TP is alike
-        args += ["--compile.enable", "--compile.enable_async_tensor_parallel"]
+        args.append("--compile.enable_async_tensor_parallel")
     args.append(f"--training.global_batch_size={s.global_batch}")
     if facts.seq_len:
         args.append(f"--training.seq_len={facts.seq_len}")
@@ -664,12 +897,13 @@ def selective_refusal(target: str, selective: str) -> str | None:
 # --- the command line ---------------------------------------------------------------------------
 
 
-def render(target: str, plan: dict[str, Any], facts: ModelFacts) -> str:
-    """The text of one export file: one argument per line."""
+def render(target: str, plan: dict[str, Any], facts: ModelFacts, module: str = "phaze_flavour") -> str:
+    """The text of one export file: one argument per line (``module``: torchtitan's flavour
+    module, :func:`torchtitan_args`)."""
     if target == "megatron":
         args = megatron_args(plan, facts)
     elif target == "torchtitan":
-        args = torchtitan_args(plan, facts)
+        args = torchtitan_args(plan, facts, module)
     else:
         raise PhazeError(f"--export {target}: unknown target (choose from {', '.join(TARGETS)})")
     return "".join(a + "\n" for a in args)
@@ -820,8 +1054,23 @@ def model_facts(module, opts) -> ModelFacts:
 
     layers = keys.records_of(module, keys.LAYERS, LayerInfoAttr)
     seq_len = keys.int_of(module, keys.SEQ_LEN, 0)
-    shape = keys.dict_of(module, keys.MODEL_SHAPE)
+    shape = dict(keys.dict_of(module, keys.MODEL_SHAPE))
+    if "num_attention_heads" in shape:  # a transformer: its attention as traced (ModelFacts.attention)
+        shape[TRACED_ATTENTION_KEY] = traced_attention(module)
     return facts_of([str(layer.as_dict()["kind"]) for layer in layers], seq_len or None, opts, shape)
+
+
+def traced_attention(module) -> str:
+    """The fused attention aten op the model was traced with (the first op's ``phaze.fused``
+    naming one), or ``""`` when its attention was traced as separate ops (eager attention)."""
+    from passes.algorithms.kernels import TRACED_ATTENTION
+    from phaze_ir import keys
+
+    for op in module.walk():
+        fused = keys.string_of(op, keys.FUSED, "")
+        if fused.startswith(tuple(TRACED_ATTENTION)):
+            return fused
+    return ""
 
 
 def facts_of(
@@ -844,7 +1093,68 @@ def facts_of(
         kernels=opts.kernels,
         shape=dict(shape or {}),
         bf16=chip_has_bf16((plan or {}).get("accelerator")),
+        compute_capability=_capability((plan or {}).get("accelerator")),
     )
+
+
+def _capability(accelerator: dict[str, Any] | None) -> float | None:
+    """The CUDA compute capability of the plan's chip (``plan["accelerator"]``: its calibration's,
+    as the hardware file has it), None for a chip without one."""
+    accelerator = accelerator or {}
+    capability = (accelerator.get("calibration") or {}).get("compute_capability", accelerator.get("compute_capability"))
+    return None if capability is None else float(capability)
+
+
+#: What each ``--kernels`` runtime is, in the words of a warning (passes/algorithms/kernels.py).
+KERNELS_WORDS = {
+    "ops": "every op its own kernel",
+    "eager": "PyTorch eager",
+    "inductor": "torch.compile's",
+    "megatron": "Megatron-LM's with Transformer Engine",
+}
+
+
+def runtime_differences(target: str, plan: dict[str, Any], facts: ModelFacts) -> list[str]:
+    """Where ``target``'s launch runs another runtime than the one the plan was priced as
+    (kernels, precision, attention, the model), one line each; empty when it runs the priced one.
+    Only for a plan the target launches (:func:`render` does not refuse it)."""
+    out = []
+    priced = f"--kernels {facts.kernels} ({KERNELS_WORDS.get(facts.kernels, facts.kernels)} kernels)"
+    if target == "megatron":
+        if facts.kernels != "megatron":
+            out.append(
+                f"--export megatron: the plan was priced with {priced}; Megatron-LM runs Transformer Engine's "
+                "fused kernels: price it with --kernels megatron"
+            )
+        backend = megatron_attention_backend(facts)
+        if backend is not None and backend[0] not in ("unfused",) and MEGATRON_ATTENTION.get(str(backend[1])) is None:
+            out.append(
+                f"--export megatron: the attention was priced as {backend[1] or 'separate ops (no fused kernel)'}; "
+                f"Megatron-LM has no such backend and runs {backend[0]} (--attention-backend={backend[0]})"
+            )
+        if precision(facts) is None:
+            out.append(
+                "--export megatron: the plan was priced in the model's own dtype (--dtype model), which the "
+                "launch does not set: Megatron-LM runs fp32 unless told --bf16 or --fp16"
+            )
+        return out
+    if facts.kernels not in ("eager", "inductor"):
+        out.append(
+            f"--export torchtitan: the plan was priced with {priced}; torchtitan runs PyTorch eager, or "
+            "torch.compile's kernels: price it with --kernels eager or inductor"
+        )
+    if facts.attention is not None:
+        traced = facts.attention.split()[0] if facts.attention else "separate matmul and softmax ops"
+        out.append(
+            f"--export torchtitan: the attention was priced as traced ({traced}); torchtitan 0.3.0's Llama 3 "
+            "runs FlexAttention (attn_backend flex, block-causal), which phaze does not price"
+        )
+    if differences := torchtitan_llama_differences(facts):
+        out.append(
+            "--export torchtitan: torchtitan runs the model as its Llama 3 (SwiGLU, RMSNorm, RoPE, untied, no "
+            f"biases), not as traced ({', '.join(differences)})"
+        )
+    return out
 
 
 def refusals(requests: Sequence[Sequence[str]] | None, plan: dict[str, Any], facts: ModelFacts) -> list[str]:
@@ -857,6 +1167,30 @@ def refusals(requests: Sequence[Sequence[str]] | None, plan: dict[str, Any], fac
         except PhazeError as e:
             out.append(str(e))
     return out
+
+
+def export_warnings(requests: Sequence[Sequence[str]] | None, plan: dict[str, Any], facts: ModelFacts) -> list[str]:
+    """:func:`runtime_differences` of every ``--export`` target that launches ``plan``, added to
+    the plan: its ``warnings`` (kind ``export-runtime``, with the target) and its summary's lines
+    (``warning: ...``), once each (a second call adds none)."""
+    if not plan.get("feasible"):
+        return []
+    said = {w.get("message") for w in plan.get("warnings", []) if w.get("kind") == "export-runtime"}
+    new = []
+    for target, _ in requests or []:
+        try:
+            render(target, plan, facts)
+        except PhazeError:
+            continue  # refused: its refusal says why
+        for line in runtime_differences(target, plan, facts):
+            if line not in said:
+                said.add(line)
+                new.append(line)
+                plan.setdefault("warnings", []).append({"kind": "export-runtime", "target": target, "message": line})
+                if plan.get("summary"):
+                    plan["summary"].setdefault("warnings", []).append(line)
+                    plan["summary"]["lines"].append(f"warning: {line}")
+    return new
 
 
 def export_files(
@@ -878,16 +1212,27 @@ def export_files(
         except PhazeError as e:
             refused.append(f"{e}; {path} not written")
             continue
-        files.append((path, text, f"{target} arguments"))
         if target == "megatron":
+            files.append((path, text, f"{target} arguments"))
             unknown = megatron_model_args(facts)[1]
             if unknown:
                 log(f"--export megatron: the model does not tell {', '.join(unknown)}: add them to {path}'s")
-        else:
-            fields, unknown = torchtitan_flavour(facts)
-            missing = f" (the model does not tell {', '.join(unknown)})" if unknown else ""
-            log(
-                f"--export torchtitan: its model flavour (torchtitan's --module/--config, no command-line field): "
-                f"{', '.join(fields)}{missing}"
-            )
+            continue
+        module = torchtitan_module_name(path)
+        text = render(target, plan, facts, module)
+        files.append((path, text, f"{target} arguments"))
+        fields, unknown = torchtitan_flavour(facts)
+        registered = torchtitan_registered(facts)
+        if registered:
+            log(f"--export torchtitan: the model is torchtitan's registered {registered} ({', '.join(fields)})")
+            continue
+        from pathlib import Path
+
+        flavour = str(Path(path).with_name(f"{module}.py"))
+        files.append((flavour, torchtitan_flavour_file(facts, module), "torchtitan model flavour"))
+        missing = f" (the model does not tell {', '.join(unknown)}: torchtitan's defaults)" if unknown else ""
+        log(
+            f"--export torchtitan: its model flavour ({', '.join(fields)}){missing} is registered by {flavour}, "
+            f"which --module={module} imports: run torchtitan from its directory or put it on PYTHONPATH"
+        )
     return files, refused

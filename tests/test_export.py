@@ -30,15 +30,18 @@ from conftest import MODELS, run_tool
 
 from phaze.export import (
     MEGATRON_FLAGS,
+    TRACED_ATTENTION_KEY,
     ModelFacts,
     launchable_choices,
     megatron_args,
+    megatron_attention_backend,
     megatron_layout,
     megatron_model_args,
     precision,
     settings,
     torchtitan_args,
     torchtitan_flavour,
+    torchtitan_flavour_file,
     torchtitan_split,
     torchtitan_stage_blocks,
 )
@@ -162,10 +165,50 @@ def mcore():
     )
 
 
-def titan_check(titan, lines: list[str], p: dict, f: ModelFacts) -> None:
-    """Parse with torchtitan and compare every field phaze sets with the plan."""
+def titan_load(titan, lines: list[str], f: ModelFacts, flavour_dir: Path | None = None):
+    """torchtitan's ConfigManager on the lines as written (nothing prepended), the flavour file
+    they name (:func:`torchtitan_flavour_file`, in ``flavour_dir`` or written to a temporary
+    one) importable as torchtitan's launcher imports it (its directory on ``sys.path``); and
+    torchtitan's model builder on the config's model (on the meta device)."""
+    import sys
+    import tempfile
+
+    import torch
+
+    module = next(line.split("=", 1)[1] for line in lines if line.startswith("--module="))
+    with tempfile.TemporaryDirectory() as tmp:
+        where = flavour_dir or Path(tmp)
+        if module != "llama3" and flavour_dir is None:
+            (where / f"{module}.py").write_text(torchtitan_flavour_file(f, module))
+        sys.path.insert(0, str(where))
+        sys.modules.pop(module, None)  # another case's flavour of the same name
+        try:
+            c = titan.ConfigManager().parse_args(lines)
+        finally:
+            sys.path.remove(str(where))
+            sys.modules.pop(module, None)
+    with torch.device("meta"):
+        model = c.model_spec.model.build()
+    return c, model
+
+
+def titan_check(titan, lines: list[str], p: dict, f: ModelFacts, flavour_dir: Path | None = None) -> None:
+    """Parse with torchtitan (nothing prepended), build its model, and compare every field phaze
+    sets with the plan."""
     s = settings(p, f, "torchtitan")
-    c = titan.ConfigManager().parse_args(["--module", "llama3", "--config", "llama3_debugmodel", *lines])
+    c, model = titan_load(titan, lines, f, flavour_dir)
+    # The model built is the traced one (torchtitan's Llama 3 of its shape).
+    shape = f.shape
+    assert len(model.layers) == f.num_blocks
+    assert model.tok_embeddings.weight.shape == (shape["vocab_size"], shape["hidden_size"])
+    wqkv = next(mod for name, mod in model.named_modules() if name.endswith("attention.qkv_linear.wqkv"))
+    heads, groups = shape["num_attention_heads"], shape.get("num_query_groups", shape["num_attention_heads"])
+    head = shape["hidden_size"] // heads
+    assert wqkv.weight.shape == ((heads + 2 * groups) * head, shape["hidden_size"])
+    w1 = next(mod for name, mod in model.named_modules() if name.endswith("feed_forward.w1"))
+    assert w1.weight.shape[0] == shape["ffn_hidden_size"]
+    assert c.compile.enable == (f.kernels == "inductor")
+    assert c.compile.enable_async_tensor_parallel == s.tp_overlap
     par, tr = c.parallelism, c.training
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
     assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (replicate, shard)
@@ -226,6 +269,13 @@ MEGATRON_TRAINING_ONLY = {
     "swiglu",
     "group_query_attention",
     "num_experts",
+    # placeholders: the user's tokenizer and data
+    "tokenizer_type",
+    "tokenizer_model",
+    "data_path",
+    # mapped below as core_transformer_config_from_args maps them
+    "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
 }
 
 
@@ -244,8 +294,12 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
             ns[dest] = action == "store_true"
             continue
         assert action == "store" and eq, line
-        if "choices" in opts:
-            assert value in opts["choices"].split(","), line
+        if "choices" in opts:  # an enum's choices are written as its members (AttnBackend.fused)
+            choices = [
+                c.rpartition(".")[2] if opts.get("type") == "enum_type_handler" else c
+                for c in opts["choices"].split(",")
+            ]
+            assert value in choices, line
         ns[dest] = {"int": int, "float": float}.get(opts.get("type", ""), str)(value)
     fields = {cls: {fl.name for fl in dataclasses.fields(cls)} for cls in (mcore.TC, mcore.DDP, mcore.Opt)}
     unplaced = set(ns) - MEGATRON_TRAINING_ONLY - set().union(*fields.values())
@@ -256,6 +310,11 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
     tc_kw["pipeline_dtype"] = torch.half if ns.get("fp16") else torch.bfloat16 if ns.get("bf16") else torch.float32
     if "num_virtual_stages_per_pipeline_rank" in ns:
         tc_kw["virtual_pipeline_model_parallel_size"] = ns["num_virtual_stages_per_pipeline_rank"]
+    tc_kw["num_layers_in_first_pipeline_stage"] = ns.get("decoder_first_pipeline_num_layers")
+    tc_kw["num_layers_in_last_pipeline_stage"] = ns.get("decoder_last_pipeline_num_layers")
+    from megatron.core.transformer.enums import AttnBackend
+
+    tc_kw["attention_backend"] = AttnBackend[str(ns.get("attention_backend", "auto"))]
     # The model's flags, from the traced shape, as core_transformer_config_from_args maps them;
     # an MoE plan of a dense made-up shape gets experts (Megatron's biased experts need ETP 1).
     if ns.get("swiglu"):
@@ -301,9 +360,21 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
         assert ddp.data_parallel_sharding_strategy == ("optim_grads" if s.zero == 2 else "optim_grads_params")
         assert ns["ckpt_format"] == "fsdp_dtensor"
     assert (tc.fp16, tc.bf16, opt.optimizer) == (precision(f) == "fp16", precision(f) == "bf16", f.optimizer)
+    # Transformer Engine's layers; the attention kernel priced (auto where not known).
+    assert tc.transformer_impl == "transformer_engine"
+    backend = megatron_attention_backend(f)
+    assert tc.attention_backend.name == (backend[0] if backend else "auto")
+    # The tokenizer and data: placeholders the user replaces.
+    assert ns["tokenizer_model"].startswith("<REPLACE:") and ns["data_path"].startswith("<REPLACE:")
     # The split: Megatron's even one, or the layout megatron-core parsed, chunk i on rank i mod p.
     layout = tc.pipeline_model_parallel_layout
-    if layout is None:
+    first, last = tc.num_layers_in_first_pipeline_stage, tc.num_layers_in_last_pipeline_stage
+    if first is not None or last is not None:  # uneven ends, the middle stages even (megatron-core's rule)
+        ends = [n for n in (first, last) if n is not None]
+        middle_stages = s.pp - len(ends)
+        middle = (f.num_blocks - sum(ends)) // middle_stages if middle_stages else 0
+        got = [first if first is not None else middle] + [middle] * (s.pp - 2) + [last if last is not None else middle]
+    elif layout is None:
         assert f.num_blocks % (s.pp * s.virtual_stages) == 0  # Megatron-LM's validate_args
         got = [f.num_blocks // (s.pp * s.virtual_stages)] * (s.pp * s.virtual_stages)
     else:
@@ -350,9 +421,21 @@ def test_phazec_exports_load_in_torchtitan_and_megatron(tmp_path, titan, mcore):
     assert (p["virtual_stages"], p["zero"], p["sequence_parallel"]) == (2, 3, True)
     assert p["rank_order"] == "tp-dp-pp"  # --rank-order auto narrowed: torchtitan's mesh is (pp, dp, tp)
     # 4 blocks, sequence 16, phazec's default float16 Adam; the shape as traced (phaze.model_shape)
-    f = facts(4, seq_len=16, shape=TINY_GPT2_SHAPE)
+    # GPT-2 built with eager attention (traced as separate ops: ""), on an A100 (sm_80).
+    f = facts(4, seq_len=16, shape={**TINY_GPT2_SHAPE, TRACED_ATTENTION_KEY: ""}, compute_capability=8.0)
     m_lines, t_lines = out["plan.megatron"].read_text().splitlines(), out["plan.titan"].read_text().splitlines()
-    assert m_lines == megatron_args(p, f) and t_lines == torchtitan_args(p, f)
+    assert m_lines == megatron_args(p, f) and t_lines == torchtitan_args(p, f, "plan_titan_flavour")
+    assert "--attention-backend=unfused" in m_lines and "--transformer-impl=transformer_engine" in m_lines
+    # torchtitan's flavour of the traced model, written beside its arguments, as the log says.
+    flavour = tmp_path / "plan_titan_flavour.py"
+    assert flavour.read_text() == torchtitan_flavour_file(f, "plan_titan_flavour")
+    assert f"registered by {flavour}" in r.stderr
+    # The runtimes the launches run that the plan was not priced as: once each on stderr (in the
+    # summary), in the JSON's warnings and its summary.
+    differ = [w["message"] for w in p["warnings"] if w["kind"] == "export-runtime"]
+    assert differ and all(r.stderr.count(m) == 1 for m in differ), r.stderr
+    assert any("Megatron-LM runs Transformer Engine's fused kernels" in m for m in differ)
+    assert any("FlexAttention" in m for m in differ) and all(f"warning: {m}" in p["summary"]["lines"] for m in differ)
     assert "--num-virtual-stages-per-pipeline-rank=2" in m_lines and "--sequence-parallel" in m_lines
     # The model's flags from the traced GPT-2; bf16 on the A100 under the default --dtype float16,
     # in both exports.
@@ -363,7 +446,7 @@ def test_phazec_exports_load_in_torchtitan_and_megatron(tmp_path, titan, mcore):
     assert "--training.mixed_precision_param=bfloat16" in t_lines
     assert "its model flavour" in r.stderr and "dim=64, n_heads=4" in r.stderr
     megatron_check(mcore, m_lines, p, f)
-    titan_check(titan, t_lines, p, f)
+    titan_check(titan, t_lines, p, f, flavour_dir=tmp_path)
 
 
 def test_a_refused_export_writes_nothing(tmp_path):
@@ -394,8 +477,8 @@ def test_export_torchtitan_searches_only_plans_it_launches(tmp_path, titan):
     assert p["zero"] in (0, 3) and len({st["recompute"] for st in p["stages"]}) == 1
     f = facts(2, seq_len=16, shape=TINY_GPT2_SHAPE)
     lines = exp.read_text().splitlines()
-    assert lines == torchtitan_args(p, f)
-    titan_check(titan, lines, p, f)
+    assert lines == torchtitan_args(p, f, "plan_titan_flavour")
+    titan_check(titan, lines, p, f, flavour_dir=tmp_path)  # the flavour file phazec wrote beside it
 
 
 def test_launchable_choices_narrow_auto_to_what_each_target_runs():
@@ -543,6 +626,17 @@ MEGATRON_CASES = {
 MEGATRON_PRECISION_CASES = {
     "fp8-hybrid": (plan([4, 4], tp=2), facts(8, dtype="fp8")),
     "tp-comm-overlap": (plan([4, 4], tp=2, sequence_parallel=True, tp_overlap=True), facts(8)),
+    "everything": (
+        plan([3, 5, 5, 3], pp=4, tp=2, cp=2, zero=1, sequence_parallel=True, tp_overlap=True, recompute="full"),
+        facts(
+            16,
+            dtype="fp8",
+            dp_overlap=True,
+            kernels="megatron",
+            compute_capability=9.0,
+            shape={**SHAPE, TRACED_ATTENTION_KEY: "_scaled_dot_product_flash_attention causal"},
+        ),
+    ),
 }
 
 
@@ -750,7 +844,9 @@ def test_refusals_are_one_line(target, p, f, message):
 def test_megatron_takes_splits_torchtitan_cannot():
     """Megatron's layout is exact for any contiguous split; torchtitan's weights are not."""
     p, f = plan([1, 3, 4], pp=3), facts(8)
-    assert "--pipeline-model-parallel-layout=Et|t*3|t*4L" in megatron_args(p, f)
+    args = megatron_args(p, f)  # uneven ends, an even middle: Megatron-LM's own flags for it
+    assert "--decoder-first-pipeline-num-layers=1" in args and "--decoder-last-pipeline-num-layers=4" in args
+    assert "--pipeline-model-parallel-layout=Et*3|t*2|t*3|L" in megatron_args(plan([3, 2, 3, 0], pp=4), facts(8))
     assert torchtitan_split([1, 3, 4], interleaved=False) is None
     assert torchtitan_split([1, 6, 1], interleaved=False) == (5, 4, None)  # embedding as 5 layers, head as 4
 
@@ -781,3 +877,152 @@ def test_float16_asked_by_name_launches_fp16_the_default_bf16():
     assert precision(facts(2, dtype_asked=True)) == "fp16"  # --dtype float16, asked
     assert precision(facts(2, bf16=False)) == "fp16"
     assert precision(facts(2, dtype="amp-bfloat16", dtype_asked=True)) == "bf16"
+
+
+# --- the runs as priced: issue 57 items 2-4 ----------------------------------------------------------
+
+#: Llama 3 8B's shape as phaze_ir.frontend.shape reads examples/llama3_8b.py, its attention traced
+#: as SDPA's flash kernel.
+LLAMA3_8B = {
+    **SHAPE,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_query_groups": 8,
+    "ffn_hidden_size": 14336,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    TRACED_ATTENTION_KEY: "_scaled_dot_product_flash_attention causal",
+}
+
+
+def test_torchtitans_registered_runs_are_as_phaze_names_them(titan):
+    """Each run of TORCHTITAN_REGISTERED is torchtitan 0.3.0's own config of that name, whose model
+    has the fields phaze matches a traced model against."""
+    from torchtitan.models.llama3 import config_registry
+
+    from phaze.export import TORCHTITAN_LLAMA3_COMMON, TORCHTITAN_REGISTERED
+
+    for name, want in TORCHTITAN_REGISTERED.items():
+        model = getattr(config_registry, name)().model_spec.model
+        block = model.layers[0]
+        got = {
+            "n_layers": len(model.layers),
+            "dim": model.dim,
+            "n_heads": block.attention.n_heads,
+            "n_kv_heads": block.attention.n_kv_heads,
+            "hidden_dim": block.feed_forward.w1.out_features,
+        }
+        assert got == want, name
+        common = {"vocab_size": model.vocab_size, "rope.theta": block.attention.rope.theta}
+        assert common == TORCHTITAN_LLAMA3_COMMON, name
+
+
+def test_llama3_8b_launches_as_torchtitans_registered_run(titan):
+    """A Llama 3 8B plan names torchtitan's llama3_8b: its ConfigManager loads the arguments as
+    written (nothing prepended) and its builder makes the 8B model; no flavour file is needed."""
+    shape = LLAMA3_8B
+    f = facts(32, seq_len=8192, shape=shape, kernels="eager", dtype="amp-bfloat16", compute_capability=9.0)
+    p = plan([32], dp=8, pp=1, tp=1, b=1, m=8, zero=3, recompute="full")
+    lines = torchtitan_args(p, f)
+    assert lines[:2] == ["--module=llama3", "--config=llama3_8b"]
+    titan_check(titan, lines, p, f)
+    # A model torchtitan has not registered (here 31 blocks) gets its flavour file instead.
+    other = torchtitan_args(plan([31], dp=8, pp=1, tp=1, b=1, m=8, zero=3), facts(31, seq_len=8192, shape=shape))
+    assert other[:2] == ["--module=phaze_flavour", "--config=phaze_plan"]
+
+
+def test_torchtitan_compiles_the_model_priced_compiled(titan):
+    """--kernels inductor: --compile.enable (and async TP with the TP overlap priced); eager: not."""
+    p = plan([4, 4], tp=2, zero=3, sequence_parallel=True, tp_overlap=True)
+    f = facts(8, kernels="inductor")
+    lines = torchtitan_args(p, f)
+    assert "--compile.enable" in lines and "--compile.enable_async_tensor_parallel" in lines
+    titan_check(titan, lines, p, f)
+    plain = plan([4, 4], tp=2, zero=3)
+    assert "--compile.enable" not in torchtitan_args(plain, facts(8, kernels="eager"))
+
+
+@pytest.mark.parametrize(
+    ("traced", "kernels", "capability", "backend"),
+    [
+        ("_scaled_dot_product_flash_attention causal", "megatron", 9.0, ("fused", "cudnn")),  # TE's cuDNN on Hopper
+        ("_scaled_dot_product_flash_attention causal", "megatron", 8.0, ("flash", "flash2")),
+        ("_scaled_dot_product_flash_attention causal", "eager", 9.0, ("fused", "cudnn")),  # torch's cuDNN first
+        ("_scaled_dot_product_efficient_attention causal", "eager", 8.0, ("flash", "efficient")),  # none such
+        ("_scaled_dot_product_flash_attention causal", "ops", 9.0, ("fused", None)),  # priced unfused
+        ("", "megatron", 9.0, ("unfused", None)),  # eager attention: separate ops
+        (None, "megatron", 9.0, None),  # not known: Megatron-LM's auto
+    ],
+)
+def test_megatron_attention_backend_is_the_kernel_priced(traced, kernels, capability, backend, mcore):
+    shape = dict(SHAPE) if traced is None else {**SHAPE, TRACED_ATTENTION_KEY: traced}
+    f = facts(8, shape=shape, kernels=kernels, compute_capability=capability)
+    assert megatron_attention_backend(f) == backend
+    p = plan([4, 4])
+    args = megatron_args(p, f)
+    assert (f"--attention-backend={backend[0]}" in args) if backend else not any("attention-backend" in a for a in args)
+    megatron_check(mcore, args, p, f)
+
+
+def test_megatron_reads_back_every_priced_setting(mcore):
+    """One plan with every setting Megatron-LM launches (TP 2 with SP and TP overlap, CP 2 and
+    its ring, ZeRO 1 with both overlaps, FP8, uneven first and last stages, full recompute,
+    Megatron's kernels and cuDNN attention on an H100): each is a flag, read back through
+    megatron-core's configs (megatron_check)."""
+    p, f = MEGATRON_PRECISION_CASES["everything"]
+    args = megatron_args(p, f)
+    for flag in (
+        "--tensor-model-parallel-size=2",
+        "--sequence-parallel",
+        "--tp-comm-overlap",
+        "--context-parallel-size=2",
+        "--cp-comm-type=p2p",
+        "--use-distributed-optimizer",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+        "--fp8-format=hybrid",
+        "--fp8-recipe=delayed",
+        "--decoder-first-pipeline-num-layers=3",
+        "--decoder-last-pipeline-num-layers=3",
+        "--recompute-granularity=full",
+        "--transformer-impl=transformer_engine",
+        "--attention-backend=fused",
+        "--attention-dropout=0.0",
+        "--hidden-dropout=0.0",
+        "--bf16",
+    ):
+        assert flag in args, flag
+    assert args[-3:] == ["--tokenizer-type=HuggingFaceTokenizer", *args[-2:]] and "<REPLACE:" in args[-1]
+    megatron_check(mcore, args, p, f)
+    from phaze.export import runtime_differences
+
+    assert runtime_differences("megatron", p, f) == []  # priced as Megatron-LM runs
+
+
+def test_a_launch_that_runs_another_runtime_is_said_once():
+    """Kernels, attention and model that a target runs other than as priced: one line each,
+    in the plan's JSON warnings and summary, added once however often asked."""
+    from phaze.export import export_warnings, runtime_differences
+
+    efficient = {**SHAPE, TRACED_ATTENTION_KEY: "_scaled_dot_product_efficient_attention"}
+    f = facts(8, shape=efficient, kernels="eager", compute_capability=8.0)
+    p = plan([8], pp=1, zero=3)
+    megatron = runtime_differences("megatron", p, f)
+    assert len(megatron) == 2 and "--kernels eager" in megatron[0] and "efficient" in megatron[1]
+    titan = runtime_differences("torchtitan", p, f)
+    assert len(titan) == 1 and "FlexAttention" in titan[0]
+    # Priced as Megatron-LM runs it (TE's FlashAttention-2 on an A100): nothing to say.
+    assert runtime_differences("megatron", p, dataclasses.replace(f, kernels="megatron")) == []
+    ops = runtime_differences("megatron", p, dataclasses.replace(f, kernels="ops"))
+    assert "--kernels ops" in ops[0] and "separate ops" in ops[1]
+    assert runtime_differences("torchtitan", p, facts(8, kernels="eager")) == []
+    gpt2 = runtime_differences("torchtitan", p, facts(8, kernels="eager", shape=TINY_GPT2_SHAPE))
+    assert len(gpt2) == 1 and "not as traced (activation gelu_new, normalization LayerNorm" in gpt2[0]
+    p["summary"] = {"lines": ["MFU 40 %"], "warnings": []}
+    requests = [("megatron", "m"), ("torchtitan", "t")]
+    said = export_warnings(requests, p, f)
+    assert said == megatron + titan and export_warnings(requests, p, f) == []
+    assert [w["message"] for w in p["warnings"] if w["kind"] == "export-runtime"] == said
+    assert p["summary"]["lines"][1:] == [f"warning: {m}" for m in said] and p["summary"]["warnings"] == said
+    # A target that refuses the plan (torchtitan, ZeRO 1) says its refusal, not how it would run.
+    assert all(w.startswith("--export megatron") for w in export_warnings(requests, plan([8], pp=1, zero=1), f))

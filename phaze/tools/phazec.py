@@ -436,13 +436,21 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
     result = _launchable_answer(args, opts, log)
     files: list[Output] = []
     if result.plan is not None:
-        if result.summary:
-            log("plan:\n" + result.summary)
-        if args.export:  # every export is rendered (or refused) before any output is written
-            from phaze.export import export_files, facts_of
+        facts = None
+        if args.export:
+            from phaze.export import export_warnings, facts_of
 
             facts = facts_of(result.layer_kinds, result.seq_len, opts, result.model_shape, result.plan)
             facts = dataclasses.replace(facts, dtype_asked=args.dtype is not None)
+            # Where a launch runs another runtime than the one priced: in the plan's summary and
+            # JSON, and so once on stderr (the summary's lines).
+            export_warnings(args.export, result.plan, facts)
+        summary = result.plan.get("summary")
+        if summary:
+            log("plan:\n" + "\n".join(summary["lines"]))
+        if facts is not None:  # every export is rendered (or refused) before any output is written
+            from phaze.export import export_files
+
             rendered, refused = export_files(args.export, result.plan, facts, log)
             files += rendered + [("", "", why) for why in refused]  # a refusal: no path, said by _write
         if args.json:
