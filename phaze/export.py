@@ -1231,8 +1231,15 @@ def export_files(
         flavour = str(Path(path).with_name(f"{module}.py"))
         files.append((flavour, torchtitan_flavour_file(facts, module), "torchtitan model flavour"))
         missing = f" (the model does not tell {', '.join(unknown)}: torchtitan's defaults)" if unknown else ""
+        vocab = facts.shape.get("vocab_size")
+        tokenizer = (
+            f"; its tokenizer is yours (--hf_assets_path: {TORCHTITAN_BASE_CONFIG}'s is Llama 3.1's, "
+            f"{TORCHTITAN_LLAMA3_COMMON['vocab_size']} tokens, not {vocab})"
+            if vocab != TORCHTITAN_LLAMA3_COMMON["vocab_size"]
+            else ""
+        )
         log(
             f"--export torchtitan: its model flavour ({', '.join(fields)}){missing} is registered by {flavour}, "
-            f"which --module={module} imports: run torchtitan from its directory or put it on PYTHONPATH"
+            f"which --module={module} imports: run torchtitan from its directory or put it on PYTHONPATH{tokenizer}"
         )
     return files, refused
