@@ -132,6 +132,16 @@ class Plan:
         facts = facts_of(self.layer_kinds, self.seq_len, self.options, self.model_shape, self.data)
         return render(target, self.data, facts)
 
+    def torchtitan_flavour(self, module: str = "phaze_flavour") -> str | None:
+        """The flavour-registration file that ``export("torchtitan")``'s ``--module=phaze_flavour``
+        imports (save it as ``phaze_flavour.py`` where torchtitan runs), as ``phazec --export
+        torchtitan FILE`` writes it beside FILE; None when the model is a run torchtitan registered
+        (the export names it)."""
+        from phaze.export import facts_of, torchtitan_flavour_file, torchtitan_registered
+
+        facts = facts_of(self.layer_kinds, self.seq_len, self.options, self.model_shape, self.data)
+        return None if torchtitan_registered(facts) else torchtitan_flavour_file(facts, module)
+
     def __str__(self) -> str:
         if self.summary is None:
             return f"no placement fits: {self.binding}"

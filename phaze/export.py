@@ -1144,15 +1144,15 @@ def runtime_differences(target: str, plan: dict[str, Any], facts: ModelFacts) ->
             "torch.compile's kernels: price it with --kernels eager or inductor"
         )
     if facts.attention is not None:
-        traced = facts.attention.split()[0] if facts.attention else "separate matmul and softmax ops"
+        kernel = facts.attention.split()[0] if facts.attention else "separate matmul and softmax ops"
         out.append(
-            f"--export torchtitan: the attention was priced as traced ({traced}); torchtitan 0.3.0's Llama 3 "
-            "runs FlexAttention (attn_backend flex, block-causal), which phaze does not price"
+            f"--export torchtitan: the attention was priced as the model runs it ({kernel}); torchtitan 0.3.0's "
+            "Llama 3 runs FlexAttention (attn_backend flex, block-causal), which phaze does not price"
         )
     if differences := torchtitan_llama_differences(facts):
         out.append(
             "--export torchtitan: torchtitan runs the model as its Llama 3 (SwiGLU, RMSNorm, RoPE, untied, no "
-            f"biases), not as traced ({', '.join(differences)})"
+            f"biases), not as the model has it ({', '.join(differences)})"
         )
     return out
 

@@ -41,7 +41,8 @@ def test_a_model_file_gives_phazecs_plan(tmp_path):
     assert json.loads(plan.to_json()) == json.loads(out.read_text())
     assert (tmp_path / "p.mlir").read_text().endswith(plan.text)
     assert plan.module.attributes  # the IR parses
-    assert plan.export("torchtitan").startswith("--parallelism.")
+    assert plan.export("torchtitan").startswith("--module=phaze_flavour\n--config=phaze_plan\n--parallelism.")
+    assert 'FLAVOUR = "phaze:phaze_flavour"' in plan.torchtitan_flavour()  # the module it names
 
 
 @pytest.mark.parametrize(

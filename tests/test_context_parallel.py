@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 
 import pytest
 from conftest import MODELS, run_tool
@@ -198,7 +199,14 @@ def test_phazec_places_a_context_parallel_run_and_exports_it(tmp_path):
     m_lines = mega.read_text().splitlines()
     assert "--context-parallel-size=2" in m_lines and "--cp-comm-type=p2p" in m_lines
     t_lines = titan_file.read_text().splitlines()
-    config = titan.ConfigManager().parse_args(["--module", "llama3", "--config", "llama3_debugmodel", *t_lines])
+    # As written, nothing prepended: its --module is the flavour file phazec wrote beside it.
+    assert t_lines[:2] == ["--module=t_args_flavour", "--config=phaze_plan"]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        config = titan.ConfigManager().parse_args(t_lines)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("t_args_flavour", None)
     par = config.parallelism
     dims = ParallelDims.from_config(par, world_size=8)
     assert (dims.cp, dims.tp, dims.dp_shard, dims.dp_replicate) == (2, 2, 2, 1)

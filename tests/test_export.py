@@ -1017,7 +1017,7 @@ def test_a_launch_that_runs_another_runtime_is_said_once():
     assert "--kernels ops" in ops[0] and "separate ops" in ops[1]
     assert runtime_differences("torchtitan", p, facts(8, kernels="eager")) == []
     gpt2 = runtime_differences("torchtitan", p, facts(8, kernels="eager", shape=TINY_GPT2_SHAPE))
-    assert len(gpt2) == 1 and "not as traced (activation gelu_new, normalization LayerNorm" in gpt2[0]
+    assert len(gpt2) == 1 and "not as the model has it (activation gelu_new, normalization LayerNorm" in gpt2[0]
     p["summary"] = {"lines": ["MFU 40 %"], "warnings": []}
     requests = [("megatron", "m"), ("torchtitan", "t")]
     said = export_warnings(requests, p, f)
