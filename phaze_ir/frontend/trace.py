@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from phaze_ir.errors import PhazeError, PhazeWarning
-from phaze_ir.frontend.float8_linear import fp8_linears_patched, register_fp8_scales
+from phaze_ir.frontend.float8_linear import fp8_linears, fp8_linears_patched, register_fp8_scales
 from phaze_ir.frontend.gpu_dispatch import as_on_cuda
 from phaze_ir.frontend.loader import ModelSpec
 
@@ -436,6 +436,15 @@ def trace_model(
     model = _in_precision(model, dtype)
     if dtype in FP8_DTYPES:
         register_fp8_scales(model)
+        if not fp8_linears(model):
+            # A CNN (its GEMMs are convolutions), or linears too small for TE's FP8 GEMM: the
+            # step is the bf16 one, which --dtype fp8 cannot change; said, not priced silently.
+            warnings.warn(
+                f"--dtype {dtype}: the model has no linear Transformer Engine runs in FP8 (a torch.nn.Linear other "
+                "than the LM head, its sizes multiples of 8 and 16); it is priced in bf16, as with --dtype bfloat16",
+                PhazeWarning,
+                stacklevel=2,
+            )
     loss_fn = spec.loss_fn or _default_loss
 
     with FakeTensorMode(allow_non_fake_inputs=True):
