@@ -428,6 +428,7 @@ def trace_model(
 
     start = time.perf_counter()
     model = _model_on_meta(spec)
+    _check_size(model, spec)
     _check_positions(model, spec, seq_len if seq_len is not None else spec.seq_len)
     from phaze_ir.frontend.shape import model_shape
 
@@ -494,6 +495,28 @@ def _check_trace_options(micro_batch_size: int, seq_len: int | None, dtype: str)
         raise PhazeError(f"--seq-len {seq_len}: expected a positive integer")
     if dtype not in DTYPES:
         raise PhazeError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+
+
+#: The most leaf modules (``torch.nn`` modules without children: a linear, a norm, an
+#: activation) a model may have. The step's trace, import and compilation grow with them (a
+#: deepened step's too: its blocks are imported one by one), minutes beyond a few thousand;
+#: a model beyond this bound is refused right after it is built, before any trace, rather than
+#: left to run for an hour. Published models are far below it: Llama-3.1-405B's 126 blocks of
+#: 10 leaves (q, k, v, o, gate, up, down, its activation, two norms) are 1,264 with the rest.
+MAX_LEAF_MODULES = 16_384
+
+
+def _check_size(model, spec: ModelSpec) -> None:
+    """A :class:`PhazeError` for a model with more than :data:`MAX_LEAF_MODULES` leaf modules."""
+    leaves = 0
+    for m in model.modules():
+        if next(m.children(), None) is None:
+            leaves += 1
+            if leaves > MAX_LEAF_MODULES:
+                raise PhazeError(
+                    f"{spec.path.name}: more than {MAX_LEAF_MODULES:,} leaf modules (linears, norms, activations): "
+                    "more than phaze traces (its trace and compilation would run for an hour); Llama-3.1-405B has 1,264"
+                )
 
 
 def _model_on_meta(spec: ModelSpec):
