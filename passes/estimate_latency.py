@@ -27,6 +27,10 @@ class EstimateLatencyPass(ModulePass):
     module a ``phaze.layer_latency`` list (per layer of ``phaze.layer``: serial sums of the
     ``split_s`` of its forward, backward and optimizer ops).
 
+    Refused on a module whose latencies later passes have priced further (``phaze.context_parallel``:
+    its attentions made rings; ``phaze.tp_overlap``: its TP collectives overlapped): pricing its ops
+    again would drop those while the module still says them.
+
     Requires the accelerator and, on every ``phaze.matmul``, the ``phaze.tile`` that
     ``phaze-tile-pe-array`` wrote for it (read, not recomputed: a tile of PE arrays of another
     shape is refused).  Ops with equal signatures are priced once, and all of them in one call
@@ -38,6 +42,7 @@ class EstimateLatencyPass(ModulePass):
     name = "phaze-estimate-latency"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        refuse_repricing(op, self.name)
         acc = module_accelerator(op, self.name)
         describe = Describer()
         row_of: dict[str, int] = {}  # signature -> row of the table priced
@@ -74,3 +79,19 @@ class EstimateLatencyPass(ModulePass):
                 one_s=lat.one_s, split_s=lat.split_s, unit=lat.unit, bound=lat.bound
             )
         sum_layer_latencies(op)
+
+
+def refuse_repricing(module: ModuleOp, pass_name: str) -> None:
+    """A :class:`PhazeError` when ``module``'s latencies carry what a later pass priced on them
+    (a context-parallel ring, TP overlap), which pricing the ops again would drop."""
+    c = keys.int_of(module, keys.CONTEXT_PARALLEL, 1)
+    if c > 1:
+        raise PhazeError(
+            f"{pass_name}: the module is priced for context parallelism {c} ({keys.CONTEXT_PARALLEL}: its attentions "
+            "are rings); pricing its ops again would drop the ring: compile the step again"
+        )
+    if keys.TP_OVERLAP in module.attributes:
+        raise PhazeError(
+            f"{pass_name}: the module is priced with TP overlap ({keys.TP_OVERLAP}); pricing its ops again would drop "
+            "it: compile the step again"
+        )

@@ -3,6 +3,7 @@ and the recompute policy per stage, and write the plan into the IR."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
+from xdsl.utils.arg_spec import ArgSpec
 
 from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
@@ -29,6 +31,7 @@ from phaze_ir.attributes import (
 )
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
+from phaze_ir.plan_check import check_plan
 
 
 def _records(module: ModuleOp, key: keys.Key, kind: type[RecordAttr]) -> list[dict]:
@@ -232,7 +235,24 @@ class PlaceDevicesPass(PlacementOptions, ModulePass):
 
     name = "phaze-place-devices"
 
+    @classmethod
+    def from_spec(cls, spec: ArgSpec) -> PlaceDevicesPass:
+        # Which options the spec leaves out: on a module placed already, those are the plan's
+        # own (its devices and global batch), not the pass's defaults.
+        made = super().from_spec(spec)
+        given = spec.normalize_parameter_names().parameters
+        object.__setattr__(made, "_unset", frozenset(f for f in _PLAN_SETTINGS if f not in given))
+        return made
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        unset: frozenset[str] = getattr(self, "_unset", frozenset())
+        plan = op.attributes.get(keys.PLAN)
+        if unset and isinstance(plan, PlanAttr):
+            own = {f: plan.get(f) for f in unset}
+            replaced = dataclasses.replace(self, **own)  # type: ignore[arg-type]  # the plan's ints
+            object.__setattr__(replaced, "_unset", frozenset())
+            replaced.apply(ctx, op)
+            return
         try:
             self.check()
             fixed = pl.parse_placement(self.placement, keys.string_of(op, keys.MODEL))
@@ -242,3 +262,8 @@ class PlaceDevicesPass(PlacementOptions, ModulePass):
         result = solve(problem, fixed)
         label = "phaze" if fixed is None else "expert:{},{},{}".format(*fixed)
         write_plan(op, problem, result, label, self.memory_headroom)
+        check_plan(op)  # a plan that contradicts itself (or the ops) is never left written
+
+
+#: The settings a plan records, which a pass run on it without them takes from it.
+_PLAN_SETTINGS = ("devices", "global_batch")

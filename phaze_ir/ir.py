@@ -19,6 +19,7 @@ from xdsl.utils.exceptions import MultipleSpansParseError, ParseError
 from xdsl.utils.lexer import Input, Span
 from xdsl.utils.mlir_lexer import MLIRTokenKind, StringLiteral
 
+from phaze_ir import keys
 from phaze_ir.attributes import RecordAttr
 from phaze_ir.dialect import Phaze
 from phaze_ir.errors import PhazeError
@@ -220,6 +221,7 @@ def parse_module(text: str | bytes, name: str = "<input>") -> ModuleOp:
     (a :class:`PhazeError`), which names ``file:line:col`` and shows a short excerpt."""
     module = parse_text(text, name)
     module.verify()
+    keys.check_module(module)  # the module keys' types and the plan's relations
     return module
 
 

@@ -268,7 +268,15 @@ def dict_of(op: Operation, key: Key) -> dict[str, int | float | str | bool]:
 def check_module(module: Operation) -> None:
     """A :class:`PhazeError` when a module key holds what it is not declared to (its
     ``holds``): an ``i64`` key something else than a positive integer (an f64, ``"one"``), an
-    ``f64`` key no float, a ``string`` key no string, ``phaze.target`` no op of the module."""
+    ``f64`` key no float, a ``string`` key no string, ``phaze.target`` no op of the module; or
+    when the plan's numbers contradict each other or the ops (:func:`phaze_ir.plan_check.check_plan`)."""
+    _check_key_types(module)
+    from phaze_ir.plan_check import check_plan  # (it reads the keys declared here)
+
+    check_plan(module)
+
+
+def _check_key_types(module: Operation) -> None:
     for key in ALL_KEYS:
         attr = module.attributes.get(key)
         if key.on != "module" or attr is None:

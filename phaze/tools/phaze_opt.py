@@ -24,6 +24,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 
+from xdsl.passes import PassPipeline
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -211,6 +212,24 @@ class PhazeOptMain(xDSLOptMain):
         super().register_all_passes()
         for name, factory in ALL_PASSES.items():
             self.available_passes.setdefault(name, factory)
+
+    def setup_pipeline(self):
+        # After each pass, the module's keys and its plan's relations are verified again
+        # (phaze_ir.plan_check): a pass that would leave a plan contradicting itself (a TP
+        # width its plan was not placed for) is refused, naming the pass and the relation.
+        super().setup_pipeline()
+        xdsl_callback = self.pipeline.callback
+
+        def callback(previous_pass, module, next_pass) -> None:
+            if xdsl_callback is not None:
+                xdsl_callback(previous_pass, module, next_pass)
+            if previous_pass is not None:
+                try:
+                    keys.check_module(module)
+                except PhazeError as e:
+                    raise PhazeError(f"{previous_pass.name} would leave the module contradicting itself: {e}") from e
+
+        self.pipeline = PassPipeline(self.pipeline.passes, callback)
 
     def register_all_frontends(self):
         super().register_all_frontends()

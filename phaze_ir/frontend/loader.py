@@ -466,6 +466,22 @@ def _model_name(p: Path) -> str:
     return printable(p.stem)
 
 
+def _check_depth(config, name: str) -> None:
+    """A config whose layers alone make more leaf modules than phaze traces
+    (:data:`~phaze_ir.frontend.trace.MAX_LEAF_MODULES`; each layer has at least two, its
+    attention's and its MLP's linears) is refused before transformers builds it: building
+    10,000 layers, even on ``meta``, takes half a minute."""
+    from phaze_ir.frontend.trace import MAX_LEAF_MODULES
+
+    for field in ("num_hidden_layers", "n_layer", "num_layers"):
+        layers = getattr(config, field, None)
+        if isinstance(layers, int) and 2 * layers > MAX_LEAF_MODULES:
+            raise PhazeError(
+                f"{name}: {field} = {layers:,}: at least {2 * layers:,} leaf modules (two linears a layer), more than "
+                f"phaze traces ({MAX_LEAF_MODULES:,}; its trace and compilation would run for an hour)"
+            )
+
+
 def load_hf_config(path: str | os.PathLike) -> ModelSpec:
     """A Hugging Face ``config.json`` as a model: built by transformers on the meta device with
     eager attention (as the example files build theirs), no weights, no downloads, no code of the
@@ -525,6 +541,7 @@ def load_hf_config(path: str | os.PathLike) -> ModelSpec:
         no_length = f"{name}: the config gives no max_position_embeddings: give --seq-len"
 
     def get_model():
+        _check_depth(checked, name)
         return model_class(config())
 
     def get_inputs(micro_batch_size: int, seq_len: int | None = seq_len):

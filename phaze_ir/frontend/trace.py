@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from phaze_ir.errors import PhazeError, PhazeWarning
-from phaze_ir.frontend.float8_linear import fp8_linears_patched, register_fp8_scales
+from phaze_ir.frontend.float8_linear import fp8_linears, fp8_linears_patched, register_fp8_scales
 from phaze_ir.frontend.gpu_dispatch import as_on_cuda
 from phaze_ir.frontend.loader import ModelSpec
 
@@ -428,6 +428,7 @@ def trace_model(
 
     start = time.perf_counter()
     model = _model_on_meta(spec)
+    _check_size(model, spec)
     _check_positions(model, spec, seq_len if seq_len is not None else spec.seq_len)
     from phaze_ir.frontend.shape import model_shape
 
@@ -436,6 +437,15 @@ def trace_model(
     model = _in_precision(model, dtype)
     if dtype in FP8_DTYPES:
         register_fp8_scales(model)
+        if not fp8_linears(model):
+            # A CNN (its GEMMs are convolutions), or linears too small for TE's FP8 GEMM: the
+            # step is the bf16 one, which --dtype fp8 cannot change; said, not priced silently.
+            warnings.warn(
+                f"--dtype {dtype}: the model has no linear Transformer Engine runs in FP8 (a torch.nn.Linear other "
+                "than the LM head, its sizes multiples of 8 and 16); it is priced in bf16, as with --dtype bfloat16",
+                PhazeWarning,
+                stacklevel=2,
+            )
     loss_fn = spec.loss_fn or _default_loss
 
     with FakeTensorMode(allow_non_fake_inputs=True):
@@ -485,6 +495,28 @@ def _check_trace_options(micro_batch_size: int, seq_len: int | None, dtype: str)
         raise PhazeError(f"--seq-len {seq_len}: expected a positive integer")
     if dtype not in DTYPES:
         raise PhazeError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+
+
+#: The most leaf modules (``torch.nn`` modules without children: a linear, a norm, an
+#: activation) a model may have. The step's trace, import and compilation grow with them (a
+#: deepened step's too: its blocks are imported one by one), minutes beyond a few thousand;
+#: a model beyond this bound is refused right after it is built, before any trace, rather than
+#: left to run for an hour. Published models are far below it: Llama-3.1-405B's 126 blocks of
+#: 10 leaves (q, k, v, o, gate, up, down, its activation, two norms) are 1,264 with the rest.
+MAX_LEAF_MODULES = 16_384
+
+
+def _check_size(model, spec: ModelSpec) -> None:
+    """A :class:`PhazeError` for a model with more than :data:`MAX_LEAF_MODULES` leaf modules."""
+    leaves = 0
+    for m in model.modules():
+        if next(m.children(), None) is None:
+            leaves += 1
+            if leaves > MAX_LEAF_MODULES:
+                raise PhazeError(
+                    f"{spec.path.name}: more than {MAX_LEAF_MODULES:,} leaf modules (linears, norms, activations): "
+                    "more than phaze traces (its trace and compilation would run for an hour); Llama-3.1-405B has 1,264"
+                )
 
 
 def _model_on_meta(spec: ModelSpec):

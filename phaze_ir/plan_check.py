@@ -1,0 +1,182 @@
+"""The relations between a plan's numbers, verified wherever a plan is read.
+
+Each record of ``phaze.plan`` and ``phaze.stages`` checks its own fields' ranges when it is
+parsed (:class:`~phaze_ir.attributes.RecordAttr`); what no single field can say is whether they
+agree with each other, and with the module they describe. :func:`check_plan` verifies that, as
+``phaze-place-devices`` writes a plan (``passes/place_devices.py``, the Rust DP's
+``plan_of_stages`` in ``rust/phaze-dp/src/search.rs``):
+
+- ``devices_used = dp·pp·tp·cp <= devices``;
+- ``micro_batch_size·num_micro_batches·dp = global_batch`` (``num_micro_batches >= 1``);
+- ``throughput_samples_per_s = global_batch / time_per_batch_s``;
+- ``time_per_batch_s = (m + (pp − 1)/v)·max time_s + max exposed_dp_s + max optimizer_s`` over
+  the stages (plus ``phaze.power``'s ``power_limit_s``, what ``phaze-estimate-power`` adds to a
+  step its power limit binds), ``max_memory_bytes`` their largest ``memory_bytes``;
+- each stage's parts add up to it (``compute_s + recompute_s + pp_comm_s + zero_comm_s +
+  ep_comm_s = time_s``, the memory parts to ``memory_bytes``);
+- ``pp·v`` stages, stage k on rank ``k mod pp`` with ``tp`` devices, holding consecutive layers
+  from the first of ``phaze.layers`` to its last;
+- the plan against the ops' sharding: ``tp = phaze.tp_width``, ``cp = phaze.context_parallel``,
+  ``micro_batch_size = phaze.micro_batch_size``, ``expert_parallel`` dividing ``dp``, and each
+  op's ``phaze.stage`` the stage that holds its ``phaze.layer``.
+
+A plan where nothing fits (``dp = 0``) has no stages. Times compare within a relative 1e-9
+(the DP's sums in another order), counts and bytes exactly. A broken relation is one
+:class:`PhazeError` line naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NoReturn
+
+from xdsl.dialects.builtin import IntegerAttr
+from xdsl.ir import Operation
+
+from phaze_ir import keys
+from phaze_ir.attributes import LayerInfoAttr, PlanAttr, PowerAttr, StageInfoAttr
+from phaze_ir.errors import PhazeError
+
+__all__ = ["check_plan"]
+
+#: Relative tolerance of a time compared with the sum or product it is made of.
+_REL = 1e-9
+_TIME_PARTS = ("compute_s", "recompute_s", "pp_comm_s", "zero_comm_s", "ep_comm_s")
+_MEMORY_PARTS = ("param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "workspace_bytes")
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=_REL, abs_tol=1e-300)
+
+
+def check_plan(module: Operation) -> None:
+    """A :class:`PhazeError` naming the first relation of ``module``'s plan that does not hold
+    (none without a ``phaze.plan``)."""
+    plan_attr = module.attributes.get(keys.PLAN)
+    stages_attr = module.attributes.get(keys.STAGES)
+    if plan_attr is None:
+        if stages_attr is not None:
+            _fail(module, f"{keys.STAGES} without {keys.PLAN}")
+        return
+    if not isinstance(plan_attr, PlanAttr):
+        _fail(module, f"{keys.PLAN} = {str(plan_attr)[:60]}: expected a #phaze.plan")
+    p = plan_attr.as_dict()
+    stages = [s.as_dict() for s in keys.require_records(module, keys.STAGES, StageInfoAttr)]
+    dp, pp, tp, cp = (int(p[k]) for k in ("dp", "pp", "tp", "cp"))
+    v, m, b = (int(p[k]) for k in ("virtual_stages", "num_micro_batches", "micro_batch_size"))
+    batch, used, devices = (int(p[k]) for k in ("global_batch", "devices_used", "devices"))
+    time, rate = float(p["time_per_batch_s"]), float(p["throughput_samples_per_s"])
+    if dp == 0:  # nothing fits: the DP's counts are 0 and there are no stages
+        if p["feasible"] == "yes" or stages or used or pp or m or time or rate:
+            _fail(module, "dp = 0 (no placement fits), expected feasible = no, no stages and zero counts and times")
+        return
+    ep = int(p["expert_parallel"])
+    for name, value in (("pp", pp), ("virtual_stages", v), ("num_micro_batches", m), ("expert_parallel", ep)):
+        if value < 1:
+            _fail(module, f"{name} = {value} with dp = {dp}: expected >= 1")
+    if used != dp * pp * tp * cp:
+        _fail(module, f"devices_used = {used}, expected dp·pp·tp·cp = {dp}·{pp}·{tp}·{cp} = {dp * pp * tp * cp}")
+    if used > devices:
+        _fail(module, f"devices_used = {used} on {devices} devices: expected at most devices")
+    if b * m * dp != batch:
+        _fail(
+            module,
+            f"micro_batch_size·num_micro_batches·dp = {b}·{m}·{dp} = {b * m * dp}, expected global_batch = {batch}",
+        )
+    if not time > 0 or not _close(rate, batch / time):
+        _fail(
+            module,
+            f"throughput_samples_per_s = {rate:.6g}, expected global_batch / time_per_batch_s = "
+            f"{batch} / {time:.6g} s = {batch / time if time > 0 else math.inf:.6g}",
+        )
+    if dp % ep:
+        _fail(module, f"expert_parallel = {ep} does not divide dp = {dp}")
+    _check_sharding(module, tp, cp, b)
+    _check_stages(module, stages, p, pp, v, tp, m, time)
+
+
+def _check_sharding(module: Operation, tp: int, cp: int, b: int) -> None:
+    """The plan's degrees as the ops are sharded and traced."""
+    for field, value, key in (
+        ("tp", tp, keys.TP_WIDTH),
+        ("cp", cp, keys.CONTEXT_PARALLEL),
+        ("micro_batch_size", b, keys.MICRO_BATCH_SIZE),
+    ):
+        if key == keys.MICRO_BATCH_SIZE and key not in module.attributes:
+            continue
+        own = keys.int_of(module, key, 1)
+        if value != own:
+            _fail(module, f"{field} = {value}, but the ops are priced for {key} = {own}")
+
+
+def _check_stages(
+    module: Operation, stages: list[dict], p: dict, pp: int, v: int, tp: int, m: int, time: float
+) -> None:
+    if len(stages) != pp * v:
+        _fail(module, f"{len(stages)} stages in {keys.STAGES}, expected pp·virtual_stages = {pp}·{v} = {pp * v}")
+    layers = keys.records_of(module, keys.LAYERS, LayerInfoAttr)
+    indices = [int(r.as_dict()["index"]) for r in layers]
+    expected_first = min(indices) if indices else int(stages[0]["first_layer"])
+    for k, s in enumerate(stages):
+        where = f"stage {k}"
+        if s["index"] != k or s["rank"] != k % pp:
+            _fail(module, f"{where} has index {s['index']} and rank {s['rank']}, expected {k} and {k % pp}")
+        if s["devices"] != tp:
+            _fail(module, f"{where} has devices = {s['devices']}, expected the plan's tp = {tp}")
+        first, last = int(s["first_layer"]), int(s["last_layer"])
+        if first != expected_first or last < first:
+            _fail(module, f"{where} holds layers {first}..{last}, expected consecutive layers from {expected_first}")
+        expected_first = last + 1
+        parts = sum(float(s[n]) for n in _TIME_PARTS)
+        if not _close(parts, float(s["time_s"])):
+            _fail(
+                module,
+                f"{where} time_s = {float(s['time_s']):.6g} s, expected the sum of its parts {parts:.6g} s",
+            )
+        memory = sum(int(s[n]) for n in _MEMORY_PARTS)
+        if memory != s["memory_bytes"]:
+            _fail(module, f"{where} memory_bytes = {s['memory_bytes']}, expected the sum of its parts {memory}")
+    if indices and expected_first != max(indices) + 1:
+        _fail(module, f"the stages end at layer {expected_first - 1}, expected the last layer {max(indices)}")
+    peak = max(int(s["memory_bytes"]) for s in stages)
+    if p["max_memory_bytes"] != peak:
+        _fail(module, f"max_memory_bytes = {p['max_memory_bytes']}, expected the largest stage's {peak}")
+    factor = m + (pp - 1) / v
+    longest = max(float(s["time_s"]) for s in stages)
+    expected = factor * longest + max(float(s["exposed_dp_s"]) for s in stages)
+    expected += max(float(s["optimizer_s"]) for s in stages)
+    power = module.attributes.get(keys.POWER)
+    if isinstance(power, PowerAttr):  # phaze-estimate-power lengthens a step its power limit binds
+        expected += float(power.get("power_limit_s"))
+    if not _close(time, expected):
+        _fail(
+            module,
+            f"time_per_batch_s = {time:.6g} s, expected (m + (pp - 1)/v)·max stage time + max exposed DP + max "
+            f"optimizer = {expected:.6g} s",
+        )
+    _check_op_stages(module, stages)
+
+
+def _check_op_stages(module: Operation, stages: list[dict]) -> None:
+    """Each op's ``phaze.stage`` is the stage that holds its ``phaze.layer``."""
+    stage_of = {
+        layer: k for k, s in enumerate(stages) for layer in range(int(s["first_layer"]), int(s["last_layer"]) + 1)
+    }
+    for op in module.walk():
+        stage = op.attributes.get(keys.STAGE)
+        if stage is None:
+            continue
+        layer = op.attributes.get(keys.LAYER)
+        if not isinstance(stage, IntegerAttr) or not isinstance(layer, IntegerAttr):
+            _fail(module, f"an op '{op.name}' has {keys.STAGE} = {stage} without an integer {keys.LAYER}")
+        want = stage_of.get(layer.value.data)
+        if stage.value.data != want:
+            _fail(
+                module,
+                f"an op '{op.name}' of layer {layer.value.data} has {keys.STAGE} = {stage.value.data}, expected the "
+                f"stage that holds its layer ({want})",
+            )
+
+
+def _fail(module: Operation, relation: str) -> NoReturn:
+    raise PhazeError(f"'{module.name}' op {keys.PLAN} contradicts itself: {relation}")

@@ -1,0 +1,212 @@
+"""The third hostile pass (issue 58 item 2): a plan that contradicts itself is refused wherever
+it is read, in one line naming the relation; a pass that would leave one refuses; a pass run on
+a placed plan takes the plan's own devices and batch; pricing a context-parallel step's ops
+again is refused rather than dropping its ring (phaze_ir/plan_check.py)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import pytest
+from conftest import MODELS, module_text, run_tool
+
+from phaze.tools import phaze_opt
+
+SDPA = str(MODELS / "tiny_llama_sdpa.py")
+
+
+@functools.cache
+def _plan_text(tmp: str) -> str:
+    out = Path(tmp) / "plan.mlir"
+    r = run_tool(
+        "phazec", SDPA, "--hw", "h100", "--devices", "8", "--context-parallel", "2", "--global-batch", "16",
+        "--placement", "expert:2,2,1", "-o", str(out), "-q",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return module_text(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory) -> str:
+    """A placed plan of DP 2 x PP 2 x TP 1 x CP 2 on 8 devices, 16 samples of 8 per micro-batch."""
+    return _plan_text(str(tmp_path_factory.mktemp("plan")))
+
+
+def opt(tmp_path, text: str, *args: str, capsys) -> tuple[int, str, str]:
+    """phaze-opt on ``text`` (in-process): its exit status, stdout and stderr."""
+    src = tmp_path / "in.mlir"
+    src.write_text(text)
+    rc = phaze_opt.main([str(src), *args])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def one_line_error(rc: int, err: str) -> str:
+    assert rc == 1, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+def edit(text: str, old: str, new: str) -> str:
+    """``text`` with the first ``old`` replaced (the first after ``#phaze.stage_info<`` when
+    ``old`` starts with ``stage:``)."""
+    at = 0
+    if old.startswith("stage:"):
+        old, new, at = old.removeprefix("stage:"), new.removeprefix("stage:"), text.index("#phaze.stage_info<")
+    assert old in text[at:], old
+    return text[:at] + text[at:].replace(old, new, 1)
+
+
+def test_the_plan_as_written_is_read_back(tmp_path, plan, capsys):
+    rc, out, err = opt(tmp_path, plan, capsys=capsys)
+    assert rc == 0, err
+    assert "#phaze.plan<devices = 8, global_batch = 16, dp = 2, pp = 2, tp = 1, cp = 2," in out
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "relation"),
+    [
+        ("dp = 2, pp = 2", "dp = 3, pp = 2", "devices_used = 8, expected dp·pp·tp·cp = 3·2·1·2 = 12"),
+        ("devices = 8, global_batch", "devices = 4, global_batch", "devices_used = 8 on 4 devices"),
+        ("num_micro_batches = 1,", "num_micro_batches = 0,", "num_micro_batches = 0 with dp = 2: expected >= 1"),
+        ("global_batch = 16,", "global_batch = 24,", "micro_batch_size·num_micro_batches·dp = 8·1·2 = 16"),
+        ("throughput_samples_per_s = 1", "throughput_samples_per_s = 2", "throughput_samples_per_s = "),
+        ("expert_parallel = 1,", "expert_parallel = 4,", "expert_parallel = 4 does not divide dp = 2"),
+        ("rank = 0, first_layer = 0", "rank = 1, first_layer = 0", "stage 0 has index 0 and rank 1"),
+        ("first_layer = 0, last_layer = 1, devices = 1", "first_layer = 0, last_layer = 1, devices = 2", "devices"),
+        ("first_layer = 0, last_layer = 1,", "first_layer = 0, last_layer = 0,", "holds layers"),
+        ("recompute_s = 0.0, pp_comm_s", "recompute_s = 1.0, pp_comm_s", "expected the sum of its parts"),
+        ("stage:workspace_bytes = ", "stage:workspace_bytes = 1", "memory_bytes = "),
+        ("max_memory_bytes = ", "max_memory_bytes = 1", "expected the largest stage's"),
+        ("cp = 2,", "cp = 1,", "devices_used = 8, expected dp·pp·tp·cp = 2·2·1·1 = 4"),
+        ("phaze.stage = 1", "phaze.stage = 0", "expected the stage that holds its layer (1)"),
+    ],
+    ids=[
+        "dp-3-on-8-devices",
+        "more-devices-used-than-devices",
+        "zero-micro-batches",
+        "batch-not-micro-batches-times-dp",
+        "throughput-not-batch-over-time",
+        "ep-not-dividing-dp",
+        "stage-on-the-wrong-rank",
+        "stage-devices-not-tp",
+        "layers-not-consecutive",
+        "stage-time-not-its-parts",
+        "stage-memory-not-its-parts",
+        "max-memory-not-the-largest-stage",
+        "cp-against-devices",
+        "op-stage-not-its-layers",
+    ],
+)
+def test_a_plan_that_contradicts_itself_is_refused_naming_the_relation(tmp_path, plan, capsys, old, new, relation):
+    rc, out, err = opt(tmp_path, edit(plan, old, new), capsys=capsys)
+    line = one_line_error(rc, err)
+    assert line.startswith("phaze-opt: error: 'builtin.module' op phaze.plan contradicts itself: "), line
+    assert relation in line, line
+    assert out == ""
+
+
+def test_a_step_time_that_is_not_its_stages_is_refused(tmp_path, plan, capsys):
+    """time_per_batch_s doubled (and the throughput with it, so that only the stages disagree)."""
+    time = float(re.search(r"time_per_batch_s = ([0-9.e+-]+)", plan)[1])  # type: ignore[index]
+    rate = float(re.search(r"throughput_samples_per_s = ([0-9.e+-]+)", plan)[1])  # type: ignore[index]
+    text = re.sub(r"time_per_batch_s = [0-9.e+-]+", f"time_per_batch_s = {2 * time!r}", plan, count=1)
+    text = re.sub(r"throughput_samples_per_s = [0-9.e+-]+", f"throughput_samples_per_s = {16 / (2 * time)!r}", text)
+    assert rate != 16 / (2 * time)
+    line = one_line_error(*opt(tmp_path, text, capsys=capsys)[::2])
+    assert "time_per_batch_s = " in line and "max stage time" in line, line
+
+
+def test_a_plan_is_checked_where_the_api_reads_it(plan):
+    from phaze_ir.errors import PhazeError
+    from phaze_ir.ir import parse_module
+
+    parse_module(plan)
+    with pytest.raises(PhazeError, match=r"devices_used = 8, expected dp·pp·tp·cp"):
+        parse_module(edit(plan, "dp = 2, pp = 2", "dp = 3, pp = 2"))
+
+
+def test_a_module_key_against_its_plan_is_refused(tmp_path, plan, capsys):
+    """The ops priced for CP 1 under a plan placed for CP 2."""
+    text = edit(plan, "phaze.context_parallel = 2", "phaze.context_parallel = 1")
+    line = one_line_error(*opt(tmp_path, text, capsys=capsys)[::2])
+    assert "cp = 2, but the ops are priced for phaze.context_parallel = 1" in line, line
+
+
+def test_a_pass_that_would_leave_a_contradiction_refuses(tmp_path, plan):
+    """phaze-opt verifies the module after each pass: one that left the plan contradicting the
+    ops (here the module as such a pass would leave it) is refused, naming the pass."""
+    from passes.mark_saved import MarkSavedPass
+    from phaze_ir.errors import PhazeError
+    from phaze_ir.ir import parse_text
+
+    src = tmp_path / "in.mlir"
+    src.write_text(plan)
+    main = phaze_opt.PhazeOptMain(args=[str(src), "-p", "phaze-mark-saved"])
+    module = parse_text(edit(plan, "phaze.context_parallel = 2", "phaze.context_parallel = 1"))
+    with pytest.raises(PhazeError, match=r"^phaze-mark-saved would leave the module contradicting itself: .*cp = 2"):
+        main.pipeline.callback(MarkSavedPass(), module, None)
+
+
+def test_place_devices_on_a_plan_keeps_its_devices_and_batch(tmp_path, plan, capsys):
+    rc, out, err = opt(tmp_path, plan, "-p", "phaze-place-devices", capsys=capsys)
+    assert rc == 0, err
+    assert re.search(r"#phaze.plan<devices = 8, global_batch = 16,", out), out[:300]
+    rc, out, err = opt(tmp_path, plan, "-p", "phaze-place-devices{devices=16}", capsys=capsys)
+    assert rc == 0, err
+    assert re.search(r"#phaze.plan<devices = 16, global_batch = 16,", out)
+
+
+def test_estimate_latency_again_on_a_context_parallel_plan_is_refused(tmp_path, plan, capsys):
+    line = one_line_error(*opt(tmp_path, plan, "-p", "phaze-estimate-latency", capsys=capsys)[::2])
+    assert "the module is priced for context parallelism 2" in line and "would drop the ring" in line, line
+
+
+def _writers() -> dict[str, set[str]]:
+    """Who writes each key: the files under passes/ that set it (``.attributes[keys.X] = ...``),
+    and ``importer`` where keys.py says phazec's importer writes it."""
+    from phaze_ir import keys
+
+    root = Path(__file__).resolve().parents[1] / "passes"
+    names = {k: str(getattr(keys, k)) for k in dir(keys) if isinstance(getattr(keys, k), keys.Key)}
+    out: dict[str, set[str]] = {str(k): {"importer"} for k in keys.ALL_KEYS if k.writer.startswith(keys.IMPORTER)}
+    for file in sorted(root.glob("*.py")):
+        for const in re.findall(r"attributes\[keys\.([A-Z_]+)\]\s*=", file.read_text()):
+            out.setdefault(names[const], set()).add(file.stem)
+    return out
+
+
+#: Keys that more than one writer still sets (issue 56 item 4: passes that build, not patch):
+#: the ring and the TP overlap rescale what estimate-latency wrote (and the ring the importer's
+#: tokens and model FLOPs); form-kernels and context-parallel rewrite phaze.layers' records;
+#: phaze-estimate-power lengthens the plan's step at the power limit; sharding adds warnings
+#: and gives the ops it creates their provenance (phaze.module, phaze.phase, as keys.py allows).
+#: This list only shrinks.
+STILL_SHARED = {
+    "phaze.latency": {"estimate_latency", "context_parallel", "overlap_tensor_parallel"},
+    "phaze.layers": {"group_layers", "form_kernels", "context_parallel"},
+    "phaze.plan": {"place_devices", "estimate_power"},
+    "phaze.seq_len": {"importer", "context_parallel"},
+    "phaze.model_flops": {"importer", "context_parallel"},
+    "phaze.warnings": {"importer", "shard_tensor_parallel"},
+    "phaze.module": {"importer", "insert_optimizer", "shard_tensor_parallel"},
+    "phaze.phase": {"importer", "insert_optimizer", "shard_tensor_parallel"},
+}
+
+
+def test_each_key_has_one_writer_but_the_known_ones():
+    """keys.py's rule, one writer per key, held for every key but :data:`STILL_SHARED`, and
+    each single writer the one keys.py declares."""
+    from phaze_ir import keys
+
+    writers = _writers()
+    shared = {k: files for k, files in writers.items() if len(files) > 1}
+    assert shared == STILL_SHARED
+    declared = {str(k): k.writer for k in keys.ALL_KEYS}
+    for key, files in writers.items():
+        if key in shared or files <= {"cost_view", "importer"}:
+            continue
+        (stem,) = files
+        assert ("phaze-" + stem.replace("_", "-")) in declared[key], (key, stem, declared[key])
