@@ -531,7 +531,7 @@ def test_page_structure(pages):
     assert "<metadata" not in page and "matplotlib.org" not in page  # no date, no creator
     # the header and its escaping
     assert "<best>" not in page and "phaze &lt;best&gt;" in page
-    assert "8 × 128×128 TC" in page and "2 × 128 VC" in page and "128 MiB GB" in page
+    assert "8 × 128×128 TC" in page and "2 × 128 VC" in page and "128 MiB global buffer" in page
     assert "1,409,280" in page and "88,080" in page and "505.2" in page
 
 

@@ -181,7 +181,7 @@ def accel_summary(acc: dict | None) -> str:
     if vc:
         parts.append(f"{fmt(vc.get('count'))} × {fmt(vc.get('width'))} VC")
     if _num((acc.get("global_buffer") or {}).get("bytes")) is not None:
-        parts.append(f"{fmt(acc['global_buffer']['bytes'] / MIB)} MiB GB")
+        parts.append(f"{fmt(acc['global_buffer']['bytes'] / MIB)} MiB global buffer")
     if _num(acc.get("hbm_bytes")) is not None:
         parts.append(f"{fmt(acc['hbm_bytes'] / GIB)} GiB HBM")
     if _num(acc.get("area_mm2")) is not None:
