@@ -225,6 +225,7 @@ def _compile_model(
     model_path: str, opts: Options, log: Log, accelerator, seconds: dict[str, float], check_later: bool
 ) -> tuple[ModuleOp, list[Candidate]]:
     from phaze_ir.frontend import UnknownOpError, trace_step, trace_step_checked_later
+    from phaze_ir.frontend.trace import whole_sequence
 
     begun = start_compilation(model_path, opts, accelerator)
     opts, accelerator, spec, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.tp_widths
@@ -250,10 +251,17 @@ def _compile_model(
         )
         start = time.perf_counter()
         seq_len = traced_seq_len(point_opts)
-        if check_later:
-            traced, holds = trace_step_checked_later(spec, b, seq_len, training=training, dtype=point_opts.dtype)
-        else:
-            traced, holds = trace_step(spec, b, seq_len, training=training, dtype=point_opts.dtype), (lambda: True)
+        whole = point_opts.seq_len if c > 1 else None  # a CP part of a sample: the whole one is checked
+        with whole_sequence(whole):
+            if check_later:
+                traced, check = trace_step_checked_later(spec, b, seq_len, training=training, dtype=point_opts.dtype)
+            else:
+                traced, check = trace_step(spec, b, seq_len, training=training, dtype=point_opts.dtype), (lambda: True)
+
+        def holds(check=check, whole=whole) -> bool:  # the check trace may run later, here
+            with whole_sequence(whole):
+                return check()
+
         seconds["trace"] += time.perf_counter() - start
         log(traced_line(traced))
         points = tp_points(point_opts, tp_widths)

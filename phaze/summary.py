@@ -211,6 +211,45 @@ def utilisation_warnings(mfu: float | None, hfu: float | None, ceiling: float) -
     return out
 
 
+def workspace_words(module, stage: Mapping[str, Any]) -> str:
+    """What the workspace of ``stage`` (the plan JSON's fullest stage) holds, in words: the
+    placement counts a stage's workspace as the largest transient set of one of its layers
+    (:func:`passes.algorithms.memory.stage_bytes`): the larger of its forward's and backward's
+    peaks, or its backward with its forward's activations re-run under recompute (what the
+    re-run adds is said); this names the layer (the head: logits and loss; the prologue:
+    embeddings; a block by its module).  ""
+    when the layers' records do not give the stage's number (nothing guessed)."""
+    from phaze_ir.attributes import LayerInfoAttr, LayerMemoryAttr
+
+    records = keys.records_of(module, keys.LAYER_MEMORY, LayerMemoryAttr)
+    memory = {int(r.as_dict()["index"]): r.as_dict() for r in records}
+    layers = {int(r.as_dict()["index"]): r.as_dict() for r in keys.records_of(module, keys.LAYERS, LayerInfoAttr)}
+    first, last = (int(x) for x in stage["layers"])
+    policy = str(stage["recompute"])
+    recomputed = policy != RecomputePolicy.NONE
+
+    def workspace(m: Mapping[str, Any]) -> int:
+        return int(m["recompute_workspace_bytes"] if recomputed else m["workspace_bytes"])
+
+    held = [i for i in range(first, last + 1) if i in memory and i in layers]
+    if not held:
+        return ""
+    k = max(held, key=lambda i: (workspace(memory[i]), -i))
+    m, total = memory[k], workspace(memory[k])
+    if total != int(stage["memory"]["workspace"]) or total <= 0:
+        return ""
+    kind = str(layers[k]["kind"])
+    name = {"head": "the head (logits and loss)", "prologue": "the prologue (embeddings)"}.get(
+        kind, f"block {k} ({printable(str(layers[k]['module']))})"
+    )
+    plain = int(m["workspace_bytes"])  # the larger of its forward's and its backward's peaks
+    if recomputed and total > plain:
+        part = f"its backward with its forward's activations re-run ({binary_bytes(total - plain)} of it)"
+    else:
+        part = "its forward's or its backward's peak"
+    return f"workspace {binary_bytes(total)}: the largest transient set of one layer of the stage, {name}, {part}"
+
+
 def hardware_flops(module, plan: Mapping[str, Any]) -> float:
     """The FLOPs all devices run in one batch: each stage's layers (forward, backward and
     recomputed forward, as sharded over TP: ``phaze.layers`` of the compiled module) times the
@@ -395,6 +434,7 @@ def build(
         "hfu": hfu,
         "hfu_ceiling": ceiling,
         "memory_bytes": dict(worst["memory"]),
+        "workspace": workspace_words(module, worst),
         "max_memory_bytes": int(worst["memory_bytes"]),
         "hbm_bytes": hbm,
         "memory_headroom": headroom,
@@ -440,6 +480,8 @@ def lines(s: Mapping[str, Any], table: str, other_lines: Sequence[str]) -> list[
         usable = f" ({fill} usable: {s['memory_headroom']:.0%} headroom)"
     used, hbm = binary_bytes(s["max_memory_bytes"]), binary_bytes(s["hbm_bytes"])
     out.append(f"memory per device {used} of {hbm} HBM{usable} = {by_part}")
+    if s.get("workspace"):
+        out.append(s["workspace"])
     if s["runner_up"] is not None:
         out.append(f"runner-up {s['runner_up']['name']}: {s['runner_up']['why']}")
     out += [f"warning: {w}" for w in s["warnings"]]
