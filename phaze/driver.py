@@ -43,6 +43,7 @@ from phaze.points import (
     tp_widths_of,
 )
 from phaze_ir.errors import PhazeError
+from phaze_ir.files import si_count
 
 if TYPE_CHECKING:
     from phaze_ir.hardware import Accelerator
@@ -74,8 +75,8 @@ def check_cluster_size(opts: Options, accelerator: Accelerator | None) -> None:
     a larger one would be priced on a network that no level of the file describes."""
     if accelerator is not None and opts.devices > accelerator.max_devices:
         raise PhazeError(
-            f"--devices {opts.devices:,}: the {accelerator.name} description holds at most "
-            f"{accelerator.max_devices:,} devices (its last network level's group_size, "
+            f"--devices {si_count(opts.devices)}: the {accelerator.name} description holds at most "
+            f"{si_count(accelerator.max_devices)} devices (its last network level's group_size, "
             f"{accelerator.network[-1].name!r}); give a hardware file with a larger one"
         )
 

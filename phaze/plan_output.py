@@ -318,7 +318,7 @@ def placement_table(module: ModuleOp) -> str:
         f"{'DP':>5} "
         + (f"{'CP':>4} " if cp > 1 else "")
         + f"{'PP':>4} {'TP':>4} {'SP':>3} {'schedule':>13} {'ZeRO':>4} {'EP':>3} {'ranks':>8} "
-        f"{'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>10}"
+        f"{'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>11}"
     )
     row = (
         f"{plan['dp']:>5} "
@@ -326,7 +326,7 @@ def placement_table(module: ModuleOp) -> str:
         + f"{plan['pp']:>4} {plan['tp']:>4} {sp:>3} {schedule:>13} {plan['zero']:>4} "
         f"{plan['expert_parallel']:>3} {plan['rank_order']:>8} "
         f"{plan['micro_batch_size']:>11} {recompute:>14} "
-        f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>10.2f}"
+        f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>11.2f}"
     )
     factor = capacity_factor(module)
     note = "" if factor is None else f"\nexpert GEMMs padded to capacity factor {factor:g}"

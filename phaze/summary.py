@@ -459,7 +459,7 @@ def lines(s: Mapping[str, Any], table: str, other_lines: Sequence[str]) -> list[
         rate += f", {s['tokens_per_s']:,.0f} tokens/s"
     use = []
     if s["mfu"] is not None:
-        use.append(f"MFU {percent(s['mfu'])}")
+        use.append(f"MFU {percent(s['mfu'])} (PaLM's convention, below)")
     if s["hfu"] is not None:
         use.append(f"HFU {percent(s['hfu'])}")
     if use:

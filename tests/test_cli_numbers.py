@@ -23,7 +23,11 @@ TINY = str(MODELS / "tiny_gpt2.py")
         ("--solver-nodes", "-1", "--solver-nodes -1: expected a number from 0 (no limit) to 2147483647"),
         ("--solver-max-binaries", "-5", "--solver-max-binaries -5: expected a number from 0"),
         ("--devices", "99999999999999999999", "--devices 99999999999999999999: expected a positive integer up to"),
-        ("--global-batch", "2147483648", "--global-batch 2147483648: expected a positive integer up to 2147483647"),
+        (
+            "--global-batch",
+            "2147483648",
+            "--global-batch 2147483648: expected a positive integer up to 2.15 G (2,147,483,647)",
+        ),
         ("--micro-batch", "1" + "0" * 20, "--micro-batch 1" + "0" * 20 + ": expected a positive integer up to"),
         ("--solver-nodes", "1" + "0" * 20, "--solver-nodes 1" + "0" * 20 + ": expected a number from 0"),
         ("--solver-time-limit", "nan", "--solver-time-limit nan: expected a positive, finite number"),

@@ -251,7 +251,7 @@ def test_search_errors_are_one_line(tmp_path):
     r = run_tool("phazec", TINY, TINY, "--hw", "tpuv4")
     assert r.returncode == 1 and "several models need the architecture search" in r.stderr
     r = run_tool("phazec", TINY, "-j", "0", "--no-cache", "--space", SMALL)
-    says = "phazec: error: -j/--jobs 0: expected a positive integer up to 2147483647\n"
+    says = "phazec: error: -j/--jobs 0: expected a positive integer up to 2.15 G (2,147,483,647)\n"
     assert r.returncode == 1 and r.stderr == says
     # A placement no chip can take says which constraint binds (DP 3 does not divide 64 / 8).
     r = run_tool(

@@ -35,7 +35,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from passes.algorithms import placement as pl
-from phaze_ir.files import excerpt
+from phaze_ir.files import excerpt, si_count
 
 
 def option(
@@ -76,7 +76,7 @@ def option(
 def positive_count(value: object) -> str | None:
     """A count of devices, samples, sizes: an integer from 1 to :data:`~placement.MAX_COUNT`."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= pl.MAX_COUNT:
-        return f"expected a positive integer up to {pl.MAX_COUNT}"
+        return f"expected a positive integer up to {si_count(pl.MAX_COUNT)}"
     return None
 
 
