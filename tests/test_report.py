@@ -678,6 +678,11 @@ def test_summary_in_part():
     d["summary"]["memory_headroom"] = 0.1
     page = R.render(d)
     assert "4 GiB of 80 GiB HBM (5 %); 72 GiB usable (10 % headroom)" in page
+    # MFU's convention beside it; what the workspace holds, when the summary says it
+    d["summary"] |= {"mfu_convention": "PaLM's <count>", "workspace": "workspace 1 GiB: the head (logits and loss)"}
+    page = R.render(d)
+    assert "convention: PaLM&#39;s &lt;count&gt;" in page
+    assert "<th>Workspace</th><td>workspace 1 GiB: the head (logits and loss)</td>" in page
     (usable,) = marks(charts(page)["footprint"], "footprint-usable")
     (hbm,) = marks(charts(page)["footprint"], "footprint-hbm")
     (params,) = marks(charts(page)["footprint"], "footprint-params")
