@@ -33,7 +33,7 @@ from xdsl.dialects.builtin import ModuleOp
 from passes.algorithms.cache_file import Store, fields, is_int, need
 from phaze import driver
 from phaze.model_key import model_key
-from phaze.options import Options
+from phaze.options import DEFAULT_TP_WIDTHS, Options
 from phaze.pipeline import compile_module, few_collections, traced_line
 from phaze.plan_output import Candidate, plan_record
 from phaze.plan_template import Point
@@ -107,6 +107,11 @@ def _compile_plan(
     if len(opts.micro_batches) * len(tp_points(opts, tp_widths)) == 1:
         # One point: its compilation is all there is to do (the cut traces would be extra).
         return driver.compile_model(model_path, opts, log, accelerator, seconds)
+    # The widths the sweep asks (those the devices hold), and, priced beside them from the same
+    # cut traces, the wider ones the nearest plan that fits on more devices may need.
+    asked = set(tp_widths)
+    if not opts.tp_widths and fixed is None:
+        tp_widths = DEFAULT_TP_WIDTHS
     seconds = {} if seconds is None else seconds
     for phase in ("settings", "points", "winner"):
         seconds.setdefault(phase, 0.0)
@@ -127,9 +132,9 @@ def _compile_plan(
             seconds["settings"] += time.perf_counter() - start
         by_point = {(s.tp, s.sequence_parallel): s for s in ready}
         unshardable |= {t: e for t, _, e in errors if e.startswith(UNSHARDABLE)}
-        if all(t in unshardable for t in tp_widths):  # no width shards: said at once, once
-            said = "; ".join(dict.fromkeys(unshardable[t] for t in tp_widths))
-            raise PhazeError(f"--tp {','.join(map(str, tp_widths))}: {said} (at every micro-batch)")
+        if all(t in unshardable for t in asked):  # no width asked shards: said at once, once
+            said = "; ".join(dict.fromkeys(unshardable[t] for t in sorted(asked)))
+            raise PhazeError(f"--tp {','.join(map(str, sorted(asked)))}: {said} (at every micro-batch)")
         why = {(t, sp): e for t, sp, e in errors} | {
             (t, sp): unshardable[t] for t, sp in tp_points(opts, list(unshardable))
         }
@@ -158,6 +163,8 @@ def _compile_plan(
     least: tuple[int, Candidate] | None = None  # the point whose option needs the least memory
     objective = evaluator.objective(cands)
     for b, t, sp, k, error in points:
+        if t not in asked:  # more TP than devices: priced for nearest_fit only
+            continue
         where = point_label(b, t, sp)
         if k is None:
             candidates.append(Candidate(b, t, note=error, sequence_parallel=sp))
