@@ -277,7 +277,7 @@ class OptionError(pl.PlacementError):
     """A bad option value: ``option`` is its field's name, ``flag`` its command-line flag,
     ``value`` the value (one of a tuple option's), ``problem`` what is wrong with it. Said as
     an API caller or a pass names the option, ``devices=0: expected a positive integer up to
-    2147483647`` (or as the problem alone where it names the value: ``recompute 'x': expected
+    2.15 G (2,147,483,647)`` (or as the problem alone where it names the value: ``recompute 'x': expected
     ...``); :meth:`named` says it under another name (a flag)."""
 
     def __init__(self, f: Field, value: object, problem: str, names_value: bool = False) -> None:
