@@ -43,6 +43,7 @@ from phaze.points import (
     tp_widths_of,
 )
 from phaze_ir.errors import PhazeError
+from phaze_ir.files import si_count
 
 if TYPE_CHECKING:
     from phaze_ir.hardware import Accelerator
@@ -74,8 +75,8 @@ def check_cluster_size(opts: Options, accelerator: Accelerator | None) -> None:
     a larger one would be priced on a network that no level of the file describes."""
     if accelerator is not None and opts.devices > accelerator.max_devices:
         raise PhazeError(
-            f"--devices {opts.devices:,}: the {accelerator.name} description holds at most "
-            f"{accelerator.max_devices:,} devices (its last network level's group_size, "
+            f"--devices {si_count(opts.devices)}: the {accelerator.name} description holds at most "
+            f"{si_count(accelerator.max_devices)} devices (its last network level's group_size, "
             f"{accelerator.network[-1].name!r}); give a hardware file with a larger one"
         )
 
@@ -225,6 +226,7 @@ def _compile_model(
     model_path: str, opts: Options, log: Log, accelerator, seconds: dict[str, float], check_later: bool
 ) -> tuple[ModuleOp, list[Candidate]]:
     from phaze_ir.frontend import UnknownOpError, trace_step, trace_step_checked_later
+    from phaze_ir.frontend.trace import whole_sequence
 
     begun = start_compilation(model_path, opts, accelerator)
     opts, accelerator, spec, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.tp_widths
@@ -250,10 +252,17 @@ def _compile_model(
         )
         start = time.perf_counter()
         seq_len = traced_seq_len(point_opts)
-        if check_later:
-            traced, holds = trace_step_checked_later(spec, b, seq_len, training=training, dtype=point_opts.dtype)
-        else:
-            traced, holds = trace_step(spec, b, seq_len, training=training, dtype=point_opts.dtype), (lambda: True)
+        whole = point_opts.seq_len if c > 1 else None  # a CP part of a sample: the whole one is checked
+        with whole_sequence(whole):
+            if check_later:
+                traced, check = trace_step_checked_later(spec, b, seq_len, training=training, dtype=point_opts.dtype)
+            else:
+                traced, check = trace_step(spec, b, seq_len, training=training, dtype=point_opts.dtype), (lambda: True)
+
+        def holds(check=check, whole=whole) -> bool:  # the check trace may run later, here
+            with whole_sequence(whole):
+                return check()
+
         seconds["trace"] += time.perf_counter() - start
         log(traced_line(traced))
         points = tp_points(point_opts, tp_widths)

@@ -308,7 +308,7 @@ def placement_table(module: ModuleOp) -> str:
     plan = plan_record(module)
     stages = [s.as_dict() for s in keys.records_of(module, keys.STAGES, StageInfoAttr)]
     recompute = ",".join(sorted({str(s["recompute"]) for s in stages}))
-    mem = max(int(s["memory_bytes"]) for s in stages) / 1e9
+    mem = max(int(s["memory_bytes"]) for s in stages) / 2**30
     v = int(plan["virtual_stages"])
     schedule = "1f1b" if v == 1 else f"interleaved:{v}"
     sp = "on" if keys.SEQUENCE_PARALLEL in module.attributes else "off"
@@ -318,7 +318,7 @@ def placement_table(module: ModuleOp) -> str:
         f"{'DP':>5} "
         + (f"{'CP':>4} " if cp > 1 else "")
         + f"{'PP':>4} {'TP':>4} {'SP':>3} {'schedule':>13} {'ZeRO':>4} {'EP':>3} {'ranks':>8} "
-        f"{'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GB/device':>10}"
+        f"{'micro-batch':>11} {'recompute':>14} {'s/batch':>10} {'samples/s':>11} {'GiB/device':>11}"
     )
     row = (
         f"{plan['dp']:>5} "
@@ -326,7 +326,7 @@ def placement_table(module: ModuleOp) -> str:
         + f"{plan['pp']:>4} {plan['tp']:>4} {sp:>3} {schedule:>13} {plan['zero']:>4} "
         f"{plan['expert_parallel']:>3} {plan['rank_order']:>8} "
         f"{plan['micro_batch_size']:>11} {recompute:>14} "
-        f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>10.2f}"
+        f"{plan['time_per_batch_s']:>10.4g} {plan['throughput_samples_per_s']:>11.5g} {mem:>11.2f}"
     )
     factor = capacity_factor(module)
     note = "" if factor is None else f"\nexpert GEMMs padded to capacity factor {factor:g}"
@@ -352,9 +352,8 @@ def power_line(module: ModuleOp) -> str:
         # A chip at its power limit lowers its clock (the H100's GEMMs run at 1335-1500 MHz
         # under 700 W, data/h100/power.csv); the ops it slows, and the step, are priced so.
         whole = f", the step {p['power_limit_s']:.4g} s longer" if p["power_limit_s"] > 0 else ""
-        line += (
-            f"\n  at the {limit:g} W limit: clock-limited, {100 * p['clock_limited_share']:.3g} % of the step{whole}"
-        )
+        # (one line: a summary line's line break would be escaped, printed as a literal "\n")
+        line += f"; at the {limit:g} W limit: clock-limited, {100 * p['clock_limited_share']:.3g} % of the step{whole}"
     return line
 
 

@@ -25,8 +25,13 @@ Log = Callable[[str], None]
 
 
 def tp_widths_of(opts: Options, fixed: tuple[int, int, int] | None) -> tuple[int, ...]:
-    """The TP widths a compilation tries: ``--tp``'s, else the fixed placement's, else all."""
-    return tuple(opts.tp_widths or ((fixed[2],) if fixed is not None else DEFAULT_TP_WIDTHS))
+    """The TP widths a compilation tries: ``--tp``'s, else the fixed placement's, else those of
+    :data:`~phaze.options.DEFAULT_TP_WIDTHS` the devices hold (TP 8 is not tried on 4)."""
+    if opts.tp_widths:
+        return tuple(opts.tp_widths)
+    if fixed is not None:
+        return (fixed[2],)
+    return tuple(w for w in DEFAULT_TP_WIDTHS if w <= opts.devices) or DEFAULT_TP_WIDTHS[:1]
 
 
 def tp_points(opts: Options, tp_widths: Sequence[int]) -> list[tuple[int, bool]]:

@@ -64,6 +64,19 @@ def si(value: float, unit: str, digits: int = 3) -> str:
     return f"{value:.{digits}g} {unit}"
 
 
+_BINARY = ((2**50, "PiB"), (2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+
+
+def binary_bytes(value: float, digits: int = 3) -> str:
+    """Bytes of memory as a person reads them everywhere (CLI, summary, report): binary
+    prefixes, ``binary_bytes(85.9e9)`` is ``80 GiB``; the JSON keeps the exact bytes.  Rates
+    (``GB/s``) and FLOP counts stay SI, as the datasheets give them."""
+    for scale, unit in _BINARY:
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g} {unit}"
+    return f"{value:.{digits}g} B"
+
+
 def percent(fraction: float) -> str:
     """A fraction as a percentage of three significant digits (``41.2%``, ``0.00235%``)."""
     return f"{fraction * 100:.3g}%"
@@ -85,8 +98,8 @@ def chip_words(acc: Mapping[str, Any]) -> str:
     parts = [
         f"{tc['count']} tensor cores of {tc['pe_x']}x{tc['pe_y']} PEs",
         f"{vc['count']} vector cores of {vc['width']} lanes",
-        f"{si(sram, 'B')} SRAM ({si(acc['global_buffer']['bytes'], 'B')} global buffer)",
-        f"{si(acc['hbm']['bytes'], 'B')} HBM at {si(acc['hbm']['bandwidth_Bps'], 'B/s')}",
+        f"{binary_bytes(sram)} SRAM ({binary_bytes(acc['global_buffer']['bytes'])} global buffer)",
+        f"{binary_bytes(acc['hbm']['bytes'])} HBM at {si(acc['hbm']['bandwidth_Bps'], 'B/s')}",
         f"{si(acc['clock_hz'], 'Hz')}",
     ]
     if acc.get("area_mm2") is not None:
@@ -198,6 +211,45 @@ def utilisation_warnings(mfu: float | None, hfu: float | None, ceiling: float) -
     return out
 
 
+def workspace_words(module, stage: Mapping[str, Any]) -> str:
+    """What the workspace of ``stage`` (the plan JSON's fullest stage) holds, in words: the
+    placement counts a stage's workspace as the largest transient set of one of its layers
+    (:func:`passes.algorithms.memory.stage_bytes`): the larger of its forward's and backward's
+    peaks, or its backward with its forward's activations re-run under recompute (what the
+    re-run adds is said); this names the layer (the head: logits and loss; the prologue:
+    embeddings; a block by its module).  ""
+    when the layers' records do not give the stage's number (nothing guessed)."""
+    from phaze_ir.attributes import LayerInfoAttr, LayerMemoryAttr
+
+    records = keys.records_of(module, keys.LAYER_MEMORY, LayerMemoryAttr)
+    memory = {int(r.as_dict()["index"]): r.as_dict() for r in records}
+    layers = {int(r.as_dict()["index"]): r.as_dict() for r in keys.records_of(module, keys.LAYERS, LayerInfoAttr)}
+    first, last = (int(x) for x in stage["layers"])
+    policy = str(stage["recompute"])
+    recomputed = policy != RecomputePolicy.NONE
+
+    def workspace(m: Mapping[str, Any]) -> int:
+        return int(m["recompute_workspace_bytes"] if recomputed else m["workspace_bytes"])
+
+    held = [i for i in range(first, last + 1) if i in memory and i in layers]
+    if not held:
+        return ""
+    k = max(held, key=lambda i: (workspace(memory[i]), -i))
+    m, total = memory[k], workspace(memory[k])
+    if total != int(stage["memory"]["workspace"]) or total <= 0:
+        return ""
+    kind = str(layers[k]["kind"])
+    name = {"head": "the head (logits and loss)", "prologue": "the prologue (embeddings)"}.get(
+        kind, f"block {k} ({printable(str(layers[k]['module']))})"
+    )
+    plain = int(m["workspace_bytes"])  # the larger of its forward's and its backward's peaks
+    if recomputed and total > plain:
+        part = f"its backward with its forward's activations re-run ({binary_bytes(total - plain)} of it)"
+    else:
+        part = "its forward's or its backward's peak"
+    return f"workspace {binary_bytes(total)}: the largest transient set of one layer of the stage, {name}, {part}"
+
+
 def hardware_flops(module, plan: Mapping[str, Any]) -> float:
     """The FLOPs all devices run in one batch: each stage's layers (forward, backward and
     recomputed forward, as sharded over TP: ``phaze.layers`` of the compiled module) times the
@@ -275,7 +327,7 @@ def search_runner_up(baselines: Sequence[Mapping[str, Any]], plan: Mapping[str, 
     lost = 1 - b["throughput_samples_per_s"] / best
     chip = (b["accelerator"] or {}).get("name", "")
     area = f", {b['area_mm2']:.4g} mm²" if b.get("area_mm2") else ""
-    hbm = f", {si(b['hbm_bytes'], 'B')} HBM" if b.get("hbm_bytes") else ""
+    hbm = f", {binary_bytes(b['hbm_bytes'])} HBM" if b.get("hbm_bytes") else ""
     on = f"{chip}{area}{hbm}; DP {b['dp']} x PP {b['pp']} x TP {b['tp']}, micro-batch {b['micro_batch_size']}"
     return {
         "name": f"baseline {b['name']}",
@@ -382,6 +434,7 @@ def build(
         "hfu": hfu,
         "hfu_ceiling": ceiling,
         "memory_bytes": dict(worst["memory"]),
+        "workspace": workspace_words(module, worst),
         "max_memory_bytes": int(worst["memory_bytes"]),
         "hbm_bytes": hbm,
         "memory_headroom": headroom,
@@ -406,7 +459,7 @@ def lines(s: Mapping[str, Any], table: str, other_lines: Sequence[str]) -> list[
         rate += f", {s['tokens_per_s']:,.0f} tokens/s"
     use = []
     if s["mfu"] is not None:
-        use.append(f"MFU {percent(s['mfu'])}")
+        use.append(f"MFU {percent(s['mfu'])} (PaLM's convention, below)")
     if s["hfu"] is not None:
         use.append(f"HFU {percent(s['hfu'])}")
     if use:
@@ -420,15 +473,15 @@ def lines(s: Mapping[str, Any], table: str, other_lines: Sequence[str]) -> list[
         if s.get("hfu_ceiling") is not None:
             line += f"; HFU at most {percent(s['hfu_ceiling'])} (the chip's fastest kernels)"
         out.append(line)
-    by_part = " + ".join(f"{part} {si(v, 'B')}" for part, v in s["memory_bytes"].items() if v > 0)
+    by_part = " + ".join(f"{part} {binary_bytes(v)}" for part, v in s["memory_bytes"].items() if v > 0)
     usable = ""
     if s["memory_headroom"] > 0:
-        usable = (
-            f" ({si(s['hbm_bytes'] * (1 - s['memory_headroom']), 'B')} usable: {s['memory_headroom']:.0%} headroom)"
-        )
-    out.append(
-        f"memory per device {si(s['max_memory_bytes'], 'B')} of {si(s['hbm_bytes'], 'B')} HBM{usable} = {by_part}"
-    )
+        fill = binary_bytes(s["hbm_bytes"] * (1 - s["memory_headroom"]))
+        usable = f" ({fill} usable: {s['memory_headroom']:.0%} headroom)"
+    used, hbm = binary_bytes(s["max_memory_bytes"]), binary_bytes(s["hbm_bytes"])
+    out.append(f"memory per device {used} of {hbm} HBM{usable} = {by_part}")
+    if s.get("workspace"):
+        out.append(s["workspace"])
     if s["runner_up"] is not None:
         out.append(f"runner-up {s['runner_up']['name']}: {s['runner_up']['why']}")
     out += [f"warning: {w}" for w in s["warnings"]]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
@@ -32,7 +33,7 @@ from xdsl.dialects.builtin import ModuleOp
 from passes.algorithms.cache_file import Store, fields, is_int, need
 from phaze import driver
 from phaze.model_key import model_key
-from phaze.options import Options
+from phaze.options import DEFAULT_TP_WIDTHS, Options
 from phaze.pipeline import compile_module, few_collections, traced_line
 from phaze.plan_output import Candidate, plan_record
 from phaze.plan_template import Point
@@ -45,6 +46,9 @@ if TYPE_CHECKING:
 
 #: Relative difference allowed between the settings' throughput and the compiled plan's.
 AGREE = 1e-9
+#: How a TP width the model's shapes cannot shard is refused (a head count or a dimension it
+#: does not divide): the same at every micro-batch, so it is not traced again.
+UNSHARDABLE = "phaze-shard-tensor-parallel: width "
 #: The store's kind of entry holding one micro-batch's settings (:func:`prepared`).
 SETTINGS_KIND = "sweep-settings"
 
@@ -103,6 +107,11 @@ def _compile_plan(
     if len(opts.micro_batches) * len(tp_points(opts, tp_widths)) == 1:
         # One point: its compilation is all there is to do (the cut traces would be extra).
         return driver.compile_model(model_path, opts, log, accelerator, seconds)
+    # The widths the sweep asks (those the devices hold), and, priced beside them from the same
+    # cut traces, the wider ones the nearest plan that fits on more devices may need.
+    asked = set(tp_widths)
+    if not opts.tp_widths and fixed is None:
+        tp_widths = DEFAULT_TP_WIDTHS
     seconds = {} if seconds is None else seconds
     for phase in ("settings", "points", "winner"):
         seconds.setdefault(phase, 0.0)
@@ -110,17 +119,25 @@ def _compile_plan(
     # Every point, in the order of driver.compile_model (the order that breaks ties).
     points: list[tuple[int, int, bool, int | None, str]] = []  # (b, tp, sp, setting index, error)
     settings = []
+    unshardable: dict[int, str] = {}  # a TP width the model's shapes refuse, at every micro-batch
     for b in opts.micro_batches:
         start = time.perf_counter()
+        widths = tuple(t for t in tp_widths if t not in unshardable)
         try:
-            ready, errors = prepared(model_path, b, tp_widths, opts, stages, spec.name, log)
+            ready, errors = prepared(model_path, b, widths, opts, stages, spec.name, log)
         except PhazeError as e:
             log(f"micro-batch {b}: {e}; compiling every point through the pipeline")
             return driver.compile_model(model_path, opts, log, accelerator, seconds)
         finally:
             seconds["settings"] += time.perf_counter() - start
         by_point = {(s.tp, s.sequence_parallel): s for s in ready}
-        why = {(t, sp): e for t, sp, e in errors}
+        unshardable |= {t: e for t, _, e in errors if e.startswith(UNSHARDABLE)}
+        if all(t in unshardable for t in asked):  # no width asked shards: said at once, once
+            said = "; ".join(dict.fromkeys(unshardable[t] for t in sorted(asked)))
+            raise PhazeError(f"--tp {','.join(map(str, sorted(asked)))}: {said} (at every micro-batch)")
+        why = {(t, sp): e for t, sp, e in errors} | {
+            (t, sp): unshardable[t] for t, sp in tp_points(opts, list(unshardable))
+        }
         if fixed is not None:  # a point of another TP width than the placement's is not placed
             for r in ready:
                 if fixed_tp_mismatch(fixed, r.tp):
@@ -143,8 +160,11 @@ def _compile_plan(
     candidates: list[Candidate] = []
     best: Candidate | None = None
     first_unfit: Candidate | None = None
+    least: tuple[int, Candidate] | None = None  # the point whose option needs the least memory
     objective = evaluator.objective(cands)
     for b, t, sp, k, error in points:
+        if t not in asked:  # more TP than devices: priced for nearest_fit only
+            continue
         where = point_label(b, t, sp)
         if k is None:
             candidates.append(Candidate(b, t, note=error, sequence_parallel=sp))
@@ -166,12 +186,19 @@ def _compile_plan(
             cand = Candidate(b, t, 0.0, binding_message(result), sp)
             log(f"{where}: does not fit: {cand.note}")
             first_unfit = first_unfit or cand
+            needed = least_needed(result)
+            if needed is not None and (least is None or needed < least[0]):
+                least = (needed, cand)
         candidates.append(cand)
 
     if best is None and opts.power_cap_w is not None and any(c.note.startswith("power ") for c in candidates):
         raise PhazeError(f"no plan meets --power-cap {opts.power_cap_w:g} W: " + notes_once(candidates))
     if best is None and first_unfit is not None and not opts.unfit_plan:
-        raise NoPlanFits(no_fit_message(first_unfit.note))
+        start = time.perf_counter()
+        nearest = nearest_fit(opts, acc, task, jobs, log)
+        seconds["points"] += time.perf_counter() - start
+        unfit = least[1] if least is not None else first_unfit
+        raise NoPlanFits(no_fit_message(unfit.note) + (f"; {nearest}" if nearest else ""))
     chosen = best or first_unfit
     if chosen is None:
         raise PhazeError("no micro-batch size and TP width could be compiled: " + notes_once(candidates))
@@ -193,6 +220,64 @@ def _compile_plan(
         )
         return driver.compile_model(model_path, opts, log, accelerator, seconds)
     return module, candidates
+
+
+def least_needed(result: Any) -> int | None:
+    """The least memory per device (bytes) of the options a DP result that does not fit tried
+    (its memory violation's ``needed_bytes``), None when memory is not what binds."""
+    needed = [v.get("needed_bytes") for v in result.get("violations", [])]
+    return min((n for n in needed if isinstance(n, int)), default=None)
+
+
+def nearest_fit(opts: Options, acc, task, jobs, log) -> str:
+    """The nearest plan that fits when no point of the sweep does, priced from the same
+    settings on the same DP (the schedules come from the cache), in one clause: first, on the
+    same devices, the placement options left to the placement (``--zero auto``, ``--recompute
+    auto``: each ZeRO stage and recompute policy tried) where they were fixed; then the fewest
+    devices of N·2, N·4, ... (up to what the chip's file describes) at this batch, with the
+    options as given, else left to the placement. "" when none of them fits."""
+    from phaze.search.engine import Candidates, Evaluator, Params, SolverLimits
+
+    relaxed = {k: "auto" for k in ("zero", "recompute") if getattr(opts, k) != "auto"}
+    tries: list[tuple[int, dict[str, str]]] = [(opts.devices, relaxed)] if relaxed else []
+    n = opts.devices * 2
+    while n <= acc.max_devices and task.fixed is None:
+        tries += [(n, {}), *([(n, relaxed)] if relaxed else [])]
+        n *= 2
+    cands = Candidates.of_accelerator(acc)
+    for devices, change in tries:
+        o = replace(opts, devices=devices, zero=change.get("zero", opts.zero))
+        o = replace(o, recompute=change.get("recompute", opts.recompute))
+        evaluator = Evaluator(Params.of_options(o, "throughput"), SolverLimits.of_options(o), o.schedule_cache)
+        priced = evaluator.exact(cands, [task], jobs)
+        fits = [(evaluator.throughput(r), k, r) for k, (sc, r) in enumerate(priced) if r.get("feasible") and sc > 0]
+        if not fits:
+            continue
+        throughput, k, result = max(fits, key=lambda f: (f[0], -f[1]))  # ties: the sweep's order
+        setting, plan = task.settings[k], result["plan"]
+        assert plan is not None  # a feasible result has its plan
+        flags = ([f"--devices {devices}"] if devices != opts.devices else []) + [
+            f"--{name} {value}" for name, value in change.items()
+        ]
+        policies = sorted({str(st["recompute"]).lower() for st in plan["stages"]})
+        recompute = " or ".join(policies) + (" by stage" if len(policies) > 1 else "")
+        words = (
+            f"DP {plan['dp']} x PP {plan['pp']} x TP {setting.tp}, ZeRO {plan['zero']}, recompute {recompute}, "
+            f"micro-batch {setting.micro_batch}: {samples_per_s(throughput)} samples/s"
+        )
+        where = (
+            f"on these {opts.devices:,} devices"
+            if devices == opts.devices
+            else f"the fewest devices, doubling from {opts.devices:,}, at this batch"
+        )
+        log(f"nearest plan that fits ({where}): {' '.join(flags)}: {words}")
+        return f"the nearest plan that fits ({where}): {' '.join(flags)} ({words})"
+    return ""
+
+
+def samples_per_s(x: float) -> str:
+    """A throughput in a message: 4 significant digits, thousands grouped (``176,400``)."""
+    return f"{x:,.0f}" if x >= 1e4 else f"{x:.4g}"
 
 
 def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> ModuleOp:

@@ -35,6 +35,22 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+_SI_PREFIXES = ((10**18, "E"), (10**15, "P"), (10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "k"))
+
+
+def si_count(n: int) -> str:
+    """A count as a message says it: up to 99,999 in full with thousands separators
+    (``4,096``); longer, to 3 significant digits with an SI prefix (powers of 1000: k, M, G, T,
+    P, E) and the exact value after it, ``2.15 G (2,147,483,647)``, so that a long number is
+    read at a glance and still exact."""
+    if abs(n) < 100_000:
+        return f"{n:,}"
+    for scale, prefix in _SI_PREFIXES:
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {prefix} ({n:,})"
+    return f"{n:,}"
+
+
 def printable(text: str) -> str:
     """``text`` as a message prints it: every character a terminal acts on (a control character
     such as a newline, a carriage return or the escape that starts a colour code; a line or

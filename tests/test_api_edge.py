@@ -66,8 +66,8 @@ def test_a_model_that_is_nothing_is_refused(no_work):
 @pytest.mark.parametrize(
     "given, said",
     [
-        ({"tp": 0}, "tp=0: expected a positive integer up to 2147483647"),
-        ({"micro_batch": 0}, "micro_batch=0: expected a positive integer up to 2147483647"),
+        ({"tp": 0}, "tp=0: expected a positive integer up to 2.15 G (2,147,483,647)"),
+        ({"micro_batch": 0}, "micro_batch=0: expected a positive integer up to 2.15 G (2,147,483,647)"),
         ({"context_parallel": 0}, "context_parallel='0': expected auto or a degree N >= 1"),
         ({"zero": 7}, "zero: zero '7': expected one of auto, 0, 1, 2, 3"),
         ({"sequence_parallel": 3}, "sequence_parallel='3': expected one of auto, on, off"),

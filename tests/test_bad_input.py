@@ -333,3 +333,20 @@ def test_a_searched_plan_says_what_it_does_not_price(tmp_path):
     assert {w["aten"] for w in json.loads(js.read_text())["warnings"]} == {"aten.i0.default", "aten.special_i1.default"}
     strict = run_tool("phazec", OPAQUE, "--space", space, "-o", str(tmp_path / "t.mlir"), "--strict", "--no-cache")
     assert one_error(strict).startswith("phazec: error: unknown aten op aten.i0.default")
+
+
+def test_the_position_warning_names_the_length_given_once_under_context_parallelism():
+    """Context parallelism traces one device's S/c tokens of a sample: the position check is of
+    the whole sample, said once with the length the user gave (not the 128 a device traces)."""
+    r = run_tool(
+        "phazec", str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--devices", "4", "--global-batch", "4",
+        "--micro-batch", "1", "--tp", "1", "--seq-len", "256", "--context-parallel", "2", "--no-cache",
+        "-o", "/dev/null",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "seq 128, one of CP 2: 256 tokens a sample" in r.stderr, r.stderr
+    warned = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert warned == [
+        "phazec: warning: tiny_llama_sdpa.py: sequence length 256 is beyond the model's max_position_embeddings = 64"
+        " (no position table, but the model is not configured for it)"
+    ], r.stderr

@@ -69,3 +69,16 @@ def test_cost_passes_on_every_example(name):
         for _ids, s in layer.groups.values():
             assert s.makespan <= s.list_makespan * (1 + 1e-12)
             assert s.makespan >= max(s.cp_bound, s.work_bound) * (1 - 1e-9)
+
+
+def test_example_hardware_files_are_real_files_equal_to_the_presets():
+    """examples/hw/ travels when examples/ is copied: real files, not links into phaze_ir; each
+    one that is a preset's is that preset, byte for byte (an edit to one is made to both)."""
+    from phaze_ir.hardware import preset_names, preset_path
+
+    files = sorted((EXAMPLES / "hw").glob("*.toml"))
+    assert files and not any(f.is_symlink() for f in files)
+    presets = [f for f in files if f.stem in preset_names()]
+    assert {f.stem for f in presets} >= {"a100", "a100_40gb", "h100", "h100_hbm2e", "tpuv4", "tpuv4_torus"}
+    for f in presets:
+        assert f.read_bytes() == preset_path(f.stem).read_bytes(), f"{f} differs from the {f.stem} preset"

@@ -150,11 +150,12 @@ def test_a_cluster_larger_than_the_hardware_file_describes_is_refused(devices):
 
     from phaze.driver import check_question
     from phaze.options import Options
+    from phaze_ir.files import si_count
 
     with pytest.raises(PhazeError) as e:
         check_question(replace(Options(), hw="a100", devices=devices, global_batch=devices))
     assert str(e.value) == (
-        f"--devices {devices:,}: the a100 description holds at most 4,096 devices (its last network level's "
+        f"--devices {si_count(devices)}: the a100 description holds at most 4,096 devices (its last network level's "
         "group_size, 'cluster'); give a hardware file with a larger one"
     )
     check_question(replace(Options(), hw="a100", devices=4096))  # the largest it describes

@@ -82,7 +82,7 @@ def test_tiny_plan_is_consistent(tiny_plan):
     ):
         assert key in plan
     assert plan["model"] == "tiny-gpt2" and plan["accelerator"]["area_mm2"] == pytest.approx(278.83, abs=0.01)
-    assert "samples/s" in stderr and "GB/device" in stderr  # the summary table
+    assert "samples/s" in stderr and "GiB/device" in stderr  # the summary table
 
 
 def test_plan_round_trips_and_annotates_every_layer(tiny_plan):

@@ -531,7 +531,7 @@ def test_page_structure(pages):
     assert "<metadata" not in page and "matplotlib.org" not in page  # no date, no creator
     # the header and its escaping
     assert "<best>" not in page and "phaze &lt;best&gt;" in page
-    assert "8 × 128×128 TC" in page and "2 × 128 VC" in page and "128 MiB GB" in page
+    assert "8 × 128×128 TC" in page and "2 × 128 VC" in page and "128 MiB global buffer" in page
     assert "1,409,280" in page and "88,080" in page and "505.2" in page
 
 
@@ -678,6 +678,11 @@ def test_summary_in_part():
     d["summary"]["memory_headroom"] = 0.1
     page = R.render(d)
     assert "4 GiB of 80 GiB HBM (5 %); 72 GiB usable (10 % headroom)" in page
+    # MFU's convention beside it; what the workspace holds, when the summary says it
+    d["summary"] |= {"mfu_convention": "PaLM's <count>", "workspace": "workspace 1 GiB: the head (logits and loss)"}
+    page = R.render(d)
+    assert "convention: PaLM&#39;s &lt;count&gt;" in page
+    assert "<th>Workspace</th><td>workspace 1 GiB: the head (logits and loss)</td>" in page
     (usable,) = marks(charts(page)["footprint"], "footprint-usable")
     (hbm,) = marks(charts(page)["footprint"], "footprint-hbm")
     (params,) = marks(charts(page)["footprint"], "footprint-params")

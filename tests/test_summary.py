@@ -74,6 +74,9 @@ def test_si_and_counts_in_words():
     assert plan_summary.si(85899345920, "B") == "85.9 GB"
     assert plan_summary.si(989.4e12, "FLOP/s") == "989 TFLOP/s"
     assert plan_summary.si(512, "B") == "512 B"
+    # memory in binary units wherever a person reads it: the H100's 85.9 GB is 80 GiB
+    assert plan_summary.binary_bytes(85899345920) == "80 GiB"
+    assert plan_summary.binary_bytes(52428800) == "50 MiB" and plan_summary.binary_bytes(512) == "512 B"
     assert plan_summary.count_words(1_557_611_200) == "1.56 billion"
     assert plan_summary.count_words(133_440) == "133,440"
 
@@ -103,11 +106,11 @@ def test_phazec_writes_the_summary_everywhere_and_leaves_the_headroom(tmp_path):
     out, js = tmp_path / "plan.mlir", tmp_path / "plan.json"
     r = run_tool(
         "phazec", TINY, "--hw", "tpuv4", "--devices", "4", "--global-batch", "8", "--micro-batch", "2", "--tp", "1",
-        "--memory-headroom", "0.25", "-o", str(out), "--json", str(js), "-q",
+        "--memory-headroom", "0.25", "-o", str(out), "--json", str(js),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     s = json.loads(js.read_text())["summary"]
-    assert s["memory_headroom"] == 0.25 and "(25.8 GB usable: 25% headroom)" in "\n".join(s["lines"])
+    assert s["memory_headroom"] == 0.25 and "(24 GiB usable: 25% headroom)" in "\n".join(s["lines"])
     text = out.read_text()
     comment = [line[3:] for line in text.splitlines() if line.startswith("//")]
     assert comment == ["phaze plan", *s["lines"]]
@@ -116,6 +119,14 @@ def test_phazec_writes_the_summary_everywhere_and_leaves_the_headroom(tmp_path):
     for bad in ("1", "nan"):
         r = run_tool("phazec", TINY, "--hw", "tpuv4", "--memory-headroom", bad)
         assert r.returncode != 0 and r.stderr.count("\n") == 1 and "--memory-headroom" in r.stderr, r.stderr
+
+
+def test_quiet_says_nothing_on_success(tmp_path):
+    """-q: errors and warnings only; a run that succeeds without a warning prints nothing."""
+    out = tmp_path / "plan.mlir"
+    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--devices", "4", "--global-batch", "8", "-o", str(out), "-q")
+    assert r.returncode == 0 and r.stderr == "" and r.stdout == "", r.stderr
+    assert out.read_text().startswith("// phaze plan")
 
 
 def test_a_search_names_its_best_other_baseline_and_what_it_ran_on():
@@ -134,7 +145,7 @@ def test_a_search_names_its_best_other_baseline_and_what_it_ran_on():
     ]
     r = plan_summary.search_runner_up(baselines, plan)
     assert r["name"] == "baseline tpuv4+phaze" and r["slower_by"] == pytest.approx(0.25)
-    assert "on tpuv4, 278.8 mm², 34.4 GB HBM; DP 8 x PP 1 x TP 1" in r["why"]
+    assert "on tpuv4, 278.8 mm², 32 GiB HBM; DP 8 x PP 1 x TP 1" in r["why"]
     lines = ["model m", "memory per device 1 B of 2 B HBM = params 1 B", "runner-up old: gone", "power: 1 W"]
     s = plan_summary.with_runner_up({"lines": lines, "runner_up": {"name": "old"}}, r)
     assert s["lines"] == [*lines[:2], f"runner-up baseline tpuv4+phaze: {r['why']}", "power: 1 W"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from passes.algorithms import _phaze_rs
 from passes.algorithms.cache_file import is_int, is_number
-from phaze_ir.files import excerpt
+from phaze_ir.files import excerpt, si_count
 from phaze_ir.op_kinds import RecomputePolicy
 
 if TYPE_CHECKING:
@@ -324,9 +324,11 @@ def problem(
     # bound phazec's flags have: beyond it the DP's own check would name its field instead
     # ("problem.devices: expected a non-negative integer").
     if not 1 <= options.devices <= MAX_COUNT:
-        raise PlacementError(f"devices = {options.devices}: expected a positive integer up to {MAX_COUNT}")
+        raise PlacementError(f"devices = {options.devices}: expected a positive integer up to {si_count(MAX_COUNT)}")
     if not 1 <= options.global_batch <= MAX_COUNT:
-        raise PlacementError(f"global batch = {options.global_batch}: expected a positive integer up to {MAX_COUNT}")
+        raise PlacementError(
+            f"global batch = {options.global_batch}: expected a positive integer up to {si_count(MAX_COUNT)}"
+        )
     ep = parse_expert_parallel(options.expert_parallel)
     layer_dicts = [layer.as_dict() if isinstance(layer, LayerNumbers) else layer for layer in layers]
     experts = max((int(layer["experts"]) for layer in layer_dicts), default=0)

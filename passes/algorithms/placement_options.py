@@ -35,7 +35,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from passes.algorithms import placement as pl
-from phaze_ir.files import excerpt
+from phaze_ir.files import excerpt, si_count
 
 
 def option(
@@ -76,7 +76,7 @@ def option(
 def positive_count(value: object) -> str | None:
     """A count of devices, samples, sizes: an integer from 1 to :data:`~placement.MAX_COUNT`."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= pl.MAX_COUNT:
-        return f"expected a positive integer up to {pl.MAX_COUNT}"
+        return f"expected a positive integer up to {si_count(pl.MAX_COUNT)}"
     return None
 
 
@@ -277,7 +277,7 @@ class OptionError(pl.PlacementError):
     """A bad option value: ``option`` is its field's name, ``flag`` its command-line flag,
     ``value`` the value (one of a tuple option's), ``problem`` what is wrong with it. Said as
     an API caller or a pass names the option, ``devices=0: expected a positive integer up to
-    2147483647`` (or as the problem alone where it names the value: ``recompute 'x': expected
+    2.15 G (2,147,483,647)`` (or as the problem alone where it names the value: ``recompute 'x': expected
     ...``); :meth:`named` says it under another name (a flag)."""
 
     def __init__(self, f: Field, value: object, problem: str, names_value: bool = False) -> None:

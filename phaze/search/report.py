@@ -181,7 +181,7 @@ def accel_summary(acc: dict | None) -> str:
     if vc:
         parts.append(f"{fmt(vc.get('count'))} × {fmt(vc.get('width'))} VC")
     if _num((acc.get("global_buffer") or {}).get("bytes")) is not None:
-        parts.append(f"{fmt(acc['global_buffer']['bytes'] / MIB)} MiB GB")
+        parts.append(f"{fmt(acc['global_buffer']['bytes'] / MIB)} MiB global buffer")
     if _num(acc.get("hbm_bytes")) is not None:
         parts.append(f"{fmt(acc['hbm_bytes'] / GIB)} GiB HBM")
     if _num(acc.get("area_mm2")) is not None:
@@ -873,12 +873,18 @@ def _summary(d: dict) -> dict | None:
             memory += f"; {fmt_bytes(usable)} usable ({fmt(100 * cast(float, headroom))} % headroom)"
     runner = s.get("runner_up") if isinstance(s.get("runner_up"), dict) else {}
     rows = [
-        ("MFU", pct(s.get("mfu")), "model FLOPs per second over the chips' peak"),
+        (
+            "MFU",
+            pct(s.get("mfu")),
+            "model FLOPs per second over the chips' peak"
+            + (f"; convention: {s['mfu_convention']}" if isinstance(s.get("mfu_convention"), str) else ""),
+        ),
         ("HFU", pct(s.get("hfu")), "hardware FLOPs (recompute included) over the peak"),
         ("Tokens/s", None if _num(s.get("tokens_per_s")) is None else fmt(s["tokens_per_s"]), ""),
         ("Samples/s", None if _num(s.get("samples_per_s")) is None else fmt(s["samples_per_s"]), ""),
         ("Time per batch", _unit(s.get("time_per_batch_s"), "s") if _num(s.get("time_per_batch_s")) else None, ""),
         ("Memory per device", memory, "the fullest device"),
+        ("Workspace", str(s["workspace"]) if isinstance(s.get("workspace"), str) and s["workspace"] else None, ""),
         ("Runner-up", f"{runner.get('name', '?')}: {runner.get('why', '')}".rstrip(": ") if runner else None, ""),
     ]
     view: dict[str, Any] = {

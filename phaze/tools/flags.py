@@ -50,9 +50,7 @@ class ToolParser(argparse.ArgumentParser):
         return super().format_help()
 
     def error(self, message: str):
-        from phaze_ir.files import printable  # an option's value may hold control characters
-
-        self.exit(2, f"{self.prog}: error: {printable(message)} ({self.prog} --help lists the options)\n")
+        self.exit(2, one_line_error(self, message))
 
     def parse_known_args(self, args=None, namespace=None):
         import sys
@@ -81,6 +79,36 @@ class ToolParser(argparse.ArgumentParser):
             out.append(word)
             i += 1
         return out
+
+
+def one_line_error(parser: argparse.ArgumentParser, message: str) -> str:
+    """A bad command line as one line: ``<prog>: error: <message>`` (its control characters
+    escaped), a did-you-mean for each unknown flag close to one of the parser's
+    (:func:`did_you_mean`), and where the options are listed."""
+    from phaze_ir.files import printable  # an option's value may hold control characters
+
+    hint = did_you_mean(parser, message)
+    return f"{parser.prog}: error: {printable(message)}{hint} ({parser.prog} --help lists the options)\n"
+
+
+def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """``; --devics: did you mean --devices?`` for each unknown flag of argparse's
+    ``unrecognized arguments: ...`` close to one of the parser's long flags (difflib's ratio
+    of at least 0.6: a letter or two wrong, missing or swapped), else ""."""
+    import difflib
+
+    prefix = "unrecognized arguments: "
+    if not message.startswith(prefix):
+        return ""
+    flags = sorted({s for a in parser._actions for s in a.option_strings if s.startswith("--")})
+    hints = []
+    for word in message[len(prefix) :].split():
+        unknown = word.split("=")[0]
+        if unknown.startswith("--") and unknown not in flags:
+            close = difflib.get_close_matches(unknown, flags, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{unknown}: did you mean {close[0]}?")
+    return "; " + "; ".join(hints) if hints else ""
 
 
 #: Where the search's candidates, or the validation's runs, are evaluated (``--backend``).
@@ -252,7 +280,9 @@ def add_cache_limit_argument(group: argparse._ActionsContainer) -> None:
 
 def add_output_arguments(group: argparse._ActionsContainer) -> None:
     """``-q`` and ``--debug``: what the tool says on stderr."""
-    group.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    group.add_argument(
+        "-q", "--quiet", action="store_true", help="errors and warnings only: nothing on stderr on success"
+    )
     group.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
 
 

@@ -31,6 +31,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 from passes import ALL_PASSES
 from phaze.messages import install_error_hook, message_lines
 from phaze.outputs import refuse_clashes, write_atomically, write_stdout
+from phaze.tools.flags import one_line_error
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 from phaze_ir.files import printable, read_regular, shorten
@@ -278,6 +279,8 @@ class PhazeOptMain(xDSLOptMain):
         arg_parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
         available = self.available_passes
         arg_parser.prog = "phaze-opt"  # not "phaze_opt.py" under python -m
+        # A bad command line in one line, with a did-you-mean for a misspelt flag (as phazec's).
+        arg_parser.error = lambda message: arg_parser.exit(2, one_line_error(arg_parser, message))
         # The pass listing keeps its own line breaks (argparse would refill it into one paragraph).
         arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
         # xDSL's -p help is every pass's name in one paragraph, phaze's lost among them: the

@@ -585,17 +585,26 @@ def baseline_table(data) -> str:
         f"{'baseline':<{width}} {'samples/s':>11}{score_head} {'gain' if other else 'speed-up':>9}  "
         f"{'DP':>5} {'PP':>4} {'TP':>3} {'SP':>3} {'v':>2} {'ZeRO':>4} {'b':>2}  chip"
     ]
+    unplanned = []  # a baseline with no plan: a dash in each column, and why in a line below
     for b in data["baselines"]:
+        if not b["accelerator"]:
+            dash = "-"
+            rows.append(
+                f"{b['name']:<{width}} {dash:>11}{f' {dash:>15}' if other else ''} {dash:>9}  {dash:>5} {dash:>4} "
+                f"{dash:>3} {dash:>3} {dash:>2} {dash:>4} {dash:>2}  {dash}"
+            )
+            unplanned.append(f"{b['name']}: no plan: {b['note']}")
+            continue
         thr = b["throughput_samples_per_s"]
         score = f" {b['score']:>15.5g}" if other else ""
         speedup = f"{b['speedup']:.3f}x" if b.get("speedup") else "-"
-        chip = (b["accelerator"] or {}).get("name", "") if b["accelerator"] else b["note"]
+        chip = b["accelerator"].get("name", "")
         rows.append(
             f"{b['name']:<{width}} {thr:>11.5g}{score} {speedup:>9}  {b['dp']:>5} {b['pp']:>4} {b['tp']:>3} "
             f"{'on' if b['sequence_parallel'] else 'off':>3} {b['virtual_stages']:>2} {b['zero']:>4} "
             f"{b['micro_batch_size']:>2}  {chip}"
         )
-    return "\n".join(rows)
+    return "\n".join(rows + unplanned)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -610,10 +619,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     install_error_hook("phazec", args.debug)
 
     def log(msg: str) -> None:
-        # The plan summary is shown even with -q: it is the answer, not progress.
+        # -q: errors and warnings only, nothing on success (the summary's warning lines stay).
         block = msg.startswith(("plan:", "baselines:"))
-        if not quiet or block:
+        if not quiet:
             print(log_line("phazec", msg, block), file=sys.stderr, flush=True)
+        elif block:
+            for line in msg.split("\n"):
+                if line.startswith("warning: "):
+                    print(log_line("phazec", line), file=sys.stderr, flush=True)
 
     def body() -> None:
         refuse_output_clashes(args)

@@ -18,6 +18,7 @@ Provenance is recorded while tracing:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import time
 import traceback
@@ -281,13 +282,30 @@ def _describe_trace_failure(exc: BaseException, spec: ModelSpec, modules: list[t
 #: Config fields (transformers) that give the longest sequence a model is built for.
 _POSITION_FIELDS = ("n_positions", "max_position_embeddings")
 
+#: The whole sequence of a sample when a trace holds only a part of it (context parallelism
+#: traces one device's S/c tokens): the length the position check compares and says, so that
+#: its warning names the length the user gave, once, not each degree's part of it.
+_WHOLE_SEQUENCE: contextvars.ContextVar[int | None] = contextvars.ContextVar("whole_sequence", default=None)
+
+
+@contextlib.contextmanager
+def whole_sequence(seq_len: int | None) -> Iterator[None]:
+    """Trace, within it, parts of samples of ``seq_len`` tokens (None: whole samples)."""
+    token = _WHOLE_SEQUENCE.set(seq_len)
+    try:
+        yield
+    finally:
+        _WHOLE_SEQUENCE.reset(token)
+
 
 def _check_positions(model, spec: ModelSpec, seq_len: int | None) -> None:
     """A sequence longer than the model's learned position table would index past it on a GPU
     (on meta tensors nothing checks it): refuse it.  Models with rotary positions have no table;
-    beyond their configured length they get a warning."""
+    beyond their configured length they get a warning.  Under :func:`whole_sequence` the whole
+    sample's length is the one checked."""
     import torch
 
+    seq_len = _WHOLE_SEQUENCE.get() or seq_len
     config = getattr(model, "config", None)
     if seq_len is None or config is None:
         return

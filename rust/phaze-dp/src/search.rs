@@ -1103,9 +1103,15 @@ fn fixed_settings(prob: &Problem) -> String {
     out
 }
 
-/// Bytes for a message: decimal gigabytes (SI) with the exact count beside them.
+/// Bytes for a message: binary units (GiB, 2^30 bytes, from 1 GiB; else MiB or KiB: the units
+/// memory is said in everywhere a person reads it) with the exact count beside them.
 fn bytes_said(bytes: u64) -> String {
-    format!("{:.1} GB ({bytes} bytes)", bytes as f64 / 1e9)
+    let (scale, unit) = match bytes {
+        b if b >= 1 << 30 => (1u64 << 30, "GiB"),
+        b if b >= 1 << 20 => (1u64 << 20, "MiB"),
+        _ => (1u64 << 10, "KiB"),
+    };
+    format!("{:.1} {unit} ({bytes} bytes)", bytes as f64 / scale as f64)
 }
 
 // ---- interleaved 1F1B -----------------------------------------------------------------------
