@@ -492,6 +492,13 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         args += ["--fp8-format=hybrid", "--fp8-recipe=delayed"]
     if facts.optimizer == "sgd":
         args.append("--optimizer=sgd")
+    if facts.optimizer == "adam-bf16":
+        # Megatron-core's precision-aware optimizer keeps its main parameters in fp32 or fp16
+        # (--main-params-dtype), not bf16 as Apex's DistributedFusedAdam with dtype bf16 does
+        raise PhazeError(
+            "--export megatron: --optimizer adam-bf16 (Apex's DistributedFusedAdam, state in bf16) has no "
+            "Megatron-LM flags (--main-params-dtype is fp32 or fp16): compile with --optimizer adam"
+        )
     return megatron_model_args(facts)[0] + args
 
 
