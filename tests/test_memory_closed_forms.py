@@ -140,7 +140,7 @@ def test_sequence_parallelism_splits_what_tensor_parallelism_replicates(gpt3_tp,
     assert saved == (10 * S3 * b * H3 + 8 * S3 * b) * (T3 - 1) // T3
 
 
-GELU_MLP = '''
+GELU_MLP = """
 import torch
 from torch import nn
 
@@ -165,7 +165,7 @@ def get_model():
 
 def get_inputs(micro_batch_size):
     return (torch.zeros(micro_batch_size, 512, 1024),)
-'''
+"""
 
 
 def test_megatrons_fused_kernels_keep_their_inputs_not_their_intermediates(tmp_path):
