@@ -331,8 +331,8 @@ def problem(
     layer_dicts = [layer.as_dict() if isinstance(layer, LayerNumbers) else layer for layer in layers]
     if options.fp8_params:
         # FP8 primary weights: the weight is its FP8 copies (Transformer Engine 2.20.0.dev0,
-        # module/linear.py: a weight that is a QuantizedTensor already is the GEMM's operand,
-        # no workspace is cast or cached), at the 2 bytes an element (rowwise and columnwise
+        # module/base.py's get_weight_workspace: a weight that is a QuantizedTensor already is
+        # the GEMM's operand, no workspace is cast or cached), at the 2 bytes an element (rowwise and columnwise
         # data) the bf16 weight's param_bytes count; docs/design.md §6.5
         if not any(int(layer["fp8_weight_bytes"]) for layer in layer_dicts):
             raise PlacementError("fp8 params: the step has no FP8 linears to keep their weights in FP8 (--dtype fp8)")
