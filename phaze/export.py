@@ -127,6 +127,8 @@ class ModelFacts:
     dtype_asked: bool = False
     optimizer: str = "adam"
     dp_overlap: bool = False
+    #: FP8 primary weights (phazec's ``--fp8-params``)
+    fp8_params: bool = False
     #: what the plan's selective recompute re-runs (phazec's ``--selective-recompute``)
     selective_recompute: str = "attention"
     #: whose kernels the plan was priced as (phazec's ``--kernels``)
@@ -490,6 +492,11 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         # Transformer Engine's FP8 linears as priced: E4M3 forward, E5M2 gradients, delayed
         # per-tensor scaling (docs/design.md §5.11.5); the FP8 parameter all-gather is not priced.
         args += ["--fp8-format=hybrid", "--fp8-recipe=delayed"]
+        if facts.fp8_params:
+            # FP8 primary weights as priced (--fp8-params): Megatron-LM keeps the linears'
+            # weights as TE's FP8 tensors and all-gathers them in FP8 under its distributed
+            # optimizer (the all-gather's bytes are priced as bf16's, docs/design.md §6.5)
+            args.append("--fp8-param-gather")
     if facts.optimizer == "sgd":
         args.append("--optimizer=sgd")
     if facts.optimizer == "adam-bf16":
@@ -847,6 +854,7 @@ def facts_of(
         dtype=opts.dtype,
         optimizer=opts.optimizer,
         dp_overlap=opts.dp_overlap,
+        fp8_params=bool(getattr(opts, "fp8_params", False)),
         selective_recompute=opts.selective_recompute,
         kernels=opts.kernels,
         shape=dict(shape or {}),

@@ -781,3 +781,14 @@ def test_float16_asked_by_name_launches_fp16_the_default_bf16():
     assert precision(facts(2, dtype_asked=True)) == "fp16"  # --dtype float16, asked
     assert precision(facts(2, bf16=False)) == "fp16"
     assert precision(facts(2, dtype="amp-bfloat16", dtype_asked=True)) == "bf16"
+
+
+def test_megatron_fp8_primary_weights_and_bf16_adam_state():
+    """A plan priced with FP8 primary weights (``--fp8-params``) launches with Megatron-LM's
+    ``--fp8-param-gather``; Adam with its state in bf16 (Apex's, ``--optimizer adam-bf16``)
+    has no Megatron-LM flags (``--main-params-dtype`` is fp32 or fp16) and is refused."""
+    p = plan([4, 4], tp=2, zero=1)
+    assert "--fp8-param-gather" in megatron_args(p, facts(8, dtype="fp8", fp8_params=True))
+    assert "--fp8-param-gather" not in megatron_args(p, facts(8, dtype="fp8"))
+    with pytest.raises(PhazeError, match="adam-bf16"):
+        megatron_args(p, facts(8, optimizer="adam-bf16"))
