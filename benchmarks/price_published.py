@@ -116,8 +116,10 @@ RECOMPUTE = {
     "selective-op": ("selective", "op"),
 }
 UNITS = ("tokens/s/gpu", "s/iteration")
+#: phazec's --optimizer of each published optimizer column.
+OPTIMIZERS = ("adam", "adam-bf16")
 #: The columns a file written before CP and TP overlap were priced may lack, and what they mean then.
-DEFAULTS = {"cp": "1", "tp_overlap": "off", "ep": "1", "moe": "no"}
+DEFAULTS = {"cp": "1", "tp_overlap": "off", "ep": "1", "moe": "no", "optimizer": "adam", "fp8_params": "no"}
 #: Where --write-bands writes the error bands by regime that phaze's summary states (phaze/error_bands.py).
 BANDS = ROOT / "data" / "published" / "error_bands.json"
 
@@ -159,6 +161,10 @@ class Row:
     peak_memory_gib: float | None = None
     ep: int = 1  #: expert parallelism (--expert-parallel)
     moe: str = "no"  #: yes: a mixture-of-experts model
+    #: phazec's --optimizer: adam (fp32 master and moments) or adam-bf16 (Apex's distributed Adam
+    #: with its state in bf16, NeMo's ``optim.dtype: bf16``)
+    optimizer: str = "adam"
+    fp8_params: str = "no"  #: yes: FP8 primary weights (NeMo's fp8_params; phazec --fp8-params)
 
     @property
     def exact(self) -> bool:
@@ -223,6 +229,8 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         published_mfu=_float_or_none(d.get("published_mfu") or ""),
         peak_memory_gib=_float_or_none(d.get("peak_memory_gib") or ""),
         moe=d["moe"].strip(),
+        optimizer=d["optimizer"].strip(),
+        fp8_params=d["fp8_params"].strip(),
         **ints,
     )
     if r.gpus != r.tp * r.pp * r.dp * r.cp:
@@ -237,6 +245,12 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         raise ValueError(f"{where}: measured_unit {r.measured_unit!r}, expected one of {', '.join(UNITS)}")
     if r.moe not in ("yes", "no"):
         raise ValueError(f"{where}: moe {r.moe!r}, expected yes or no")
+    if r.optimizer not in OPTIMIZERS:
+        raise ValueError(f"{where}: optimizer {r.optimizer!r}, expected one of {', '.join(OPTIMIZERS)}")
+    if r.fp8_params not in ("yes", "no"):
+        raise ValueError(f"{where}: fp8_params {r.fp8_params!r}, expected yes or no")
+    if r.fp8_params == "yes" and r.precision != "fp8":
+        raise ValueError(f"{where}: fp8_params yes needs precision fp8 (it keeps the FP8 linears' weights in FP8)")
     for k in ("sequence_parallel", "tp_overlap", "dp_overlap"):
         if getattr(r, k) not in ("on", "off"):
             raise ValueError(f"{where}: {k} {getattr(r, k)!r}, expected on or off")
@@ -302,7 +316,11 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         "tp-dp-pp",
         "--memory-headroom",
         "0",  # a run that ran is priced as it ran: the headroom is for plans not yet run
+        "--optimizer",
+        r.optimizer,
     ]
+    if r.fp8_params == "yes":
+        flags.append("--fp8-params")
     if r.dp_overlap == "on" and dp_overlap:
         # FSDP prefetches the all-gathers and overlaps the reduce-scatters; NeMo's distributed
         # Adam overlaps its gradient reduce-scatters and parameter all-gathers

@@ -13,7 +13,7 @@ from passes.graph_view import arg_role, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError
-from phaze_ir.op_kinds import OPTIMIZER_KINDS
+from phaze_ir.op_kinds import OPTIMIZER_FP32_MASTER_BYTES, OPTIMIZER_KINDS
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,9 @@ class InsertOptimizerPass(ModulePass):
     return the updated parameters (``phaze.updated`` result attributes).
 
     Options: ``optimizer`` = ``adam`` (default: mixed precision, fp32 master weight and two fp32
-    moments, 12 state bytes per parameter) or ``sgd`` (fp32 master weight, 4 bytes).
+    moments, 12 state bytes per parameter), ``adam-bf16`` (the weight's copy and the moments in bf16,
+    6 bytes: Apex's DistributedFusedAdam with ``dtype=torch.bfloat16``) or ``sgd`` (fp32 master
+    weight, 4 bytes).
     Requires the gradients of ``phazec --emit training`` (``phaze.grad`` results).
     """
 
@@ -50,13 +52,14 @@ class InsertOptimizerPass(ModulePass):
                 "import it with phazec --emit training"
             )
         state_bytes = OPTIMIZER_KINDS[self.optimizer][1]
+        master = OPTIMIZER_FP32_MASTER_BYTES[self.optimizer]
         new_values, new_attrs = [], []
         for grad, pname in grads:
             if pname not in params:
                 raise PhazeError(f"{self.name}: gradient of '{pname}' has no matching parameter argument")
-            # an fp32 parameter (mixed precision by autocast) is its own master weight
+            # an fp32 parameter (mixed precision by autocast) is its own fp32 master weight
             fp32 = ph.element_bytes(ph.tensor_type(params[pname]).element_type) == 4
-            upd = ph.OptimizerUpdateOp(self.optimizer, params[pname], grad, state_bytes - (4 if fp32 else 0))
+            upd = ph.OptimizerUpdateOp(self.optimizer, params[pname], grad, state_bytes - (master if fp32 else 0))
             upd.attributes[keys.PHASE] = StringAttr("opt")
             upd.attributes[keys.MODULE] = StringAttr(pname.rpartition(".")[0])
             upd.result.name_hint = "updated"

@@ -68,7 +68,10 @@ def static_costs(module: ModuleOp, optimizer: str, pass_name: str, selective: Se
     if selective != ATTENTION:
         kinds = [str(r.get("kind")) for r in keys.require_records(module, keys.LAYERS, LayerInfoAttr)]
     partition = compiled_partition(module, fn, graph, ops)
-    recompute = analyze_recompute(graph, layer_of, partition, selective, kinds)
+    kernel_of = [k.id.data if isinstance(k := o.attributes.get(keys.KERNEL), KernelAttr) else None for o in ops]
+    runtime = module.attributes.get(keys.KERNELS)
+    megatron = isinstance(runtime, StringAttr) and runtime.data == "megatron"
+    recompute = analyze_recompute(graph, layer_of, partition, selective, kinds, kernel_of if megatron else None)
     # Optimizer state per parameter (value ids of the parameter arguments).
     state: dict[int, int] = {}
     if optimizer:
@@ -84,7 +87,6 @@ def static_costs(module: ModuleOp, optimizer: str, pass_name: str, selective: Se
             for i, arg in enumerate(fn.body.block.args):
                 if arg_role(fn, i)[0] == "param":
                     state[i] = STATE_BYTES_PER_ELEMENT["adam"] * ph.numel(arg.type)
-    kernel_of = [k.id.data if isinstance(k := o.attributes.get(keys.KERNEL), KernelAttr) else None for o in ops]
     formed = any(k is not None for k in kernel_of)
     memory = layer_memory(graph, layer_of, recompute, state, kernel_of if formed else None)
     return graph, ops, layer_of, recompute, memory

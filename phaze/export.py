@@ -139,6 +139,8 @@ class ModelFacts:
     dtype_asked: bool = False
     optimizer: str = "adam"
     dp_overlap: bool = False
+    #: FP8 primary weights (phazec's ``--fp8-params``)
+    fp8_params: bool = False
     #: what the plan's selective recompute re-runs (phazec's ``--selective-recompute``)
     selective_recompute: str = "attention"
     #: whose kernels the plan was priced as (phazec's ``--kernels``)
@@ -521,8 +523,20 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         # Transformer Engine's FP8 linears as priced: E4M3 forward, E5M2 gradients, delayed
         # per-tensor scaling (docs/design.md §5.11.5); the FP8 parameter all-gather is not priced.
         args += ["--fp8-format=hybrid", "--fp8-recipe=delayed"]
+        if facts.fp8_params:
+            # FP8 primary weights as priced (--fp8-params): Megatron-LM keeps the linears'
+            # weights as TE's FP8 tensors and all-gathers them in FP8 under its distributed
+            # optimizer (the all-gather's bytes are priced as bf16's, docs/design.md §6.5)
+            args.append("--fp8-param-gather")
     if facts.optimizer == "sgd":
         args.append("--optimizer=sgd")
+    if facts.optimizer == "adam-bf16":
+        # Megatron-core's precision-aware optimizer keeps its main parameters in fp32 or fp16
+        # (--main-params-dtype), not bf16 as Apex's DistributedFusedAdam with dtype bf16 does
+        raise PhazeError(
+            "--export megatron: --optimizer adam-bf16 (Apex's DistributedFusedAdam, state in bf16) has no "
+            "Megatron-LM flags (--main-params-dtype is fp32 or fp16): compile with --optimizer adam"
+        )
     # Transformer Engine's layers (Megatron-LM's default, written to say which runs: its
     # --tp-comm-overlap and FP8 need them); the attention kernel as priced where Megatron-LM
     # has it (megatron_attention_backend; runtime_differences says where not).
@@ -1089,6 +1103,7 @@ def facts_of(
         dtype=opts.dtype,
         optimizer=opts.optimizer,
         dp_overlap=opts.dp_overlap,
+        fp8_params=bool(getattr(opts, "fp8_params", False)),
         selective_recompute=opts.selective_recompute,
         kernels=opts.kernels,
         shape=dict(shape or {}),

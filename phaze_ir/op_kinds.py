@@ -42,7 +42,19 @@ OPTIMIZER_KINDS = {
     # kind -> (FLOPs per parameter, optimizer-state bytes per parameter in fp32)
     "adam": (12, 12),  # mixed precision: fp32 master weight + first and second moment
     "sgd": (2, 4),  # fp32 master weight (momentum-free SGD)
+    # Adam with its whole state in bf16: a bf16 copy of the weight and the two moments, 2 bytes
+    # each; Apex's DistributedFusedAdam with dtype=torch.bfloat16 (its StateBucket keeps
+    # params_shard, exp_avg_shard and exp_avg_sq_shard in that dtype, store_params=True by
+    # default; apex/contrib/optimizers/distributed_fused_adam.py), which NeMo's
+    # MegatronDistributedFusedAdam runs for a config's ``optim.dtype: bf16``
+    # (nemo/core/optim/distributed_adam.py); docs/design.md §6.2
+    "adam-bf16": (12, 6),
 }
+
+#: The bytes per element of an optimizer's master weight that an fp32 parameter (autocast's
+#: mixed precision) is itself, and so does not need again: fp32 for Adam and SGD; none for
+#: ``adam-bf16``, whose bf16 copy of the weight Apex keeps whatever the parameter's dtype.
+OPTIMIZER_FP32_MASTER_BYTES = {"adam": 4, "sgd": 4, "adam-bf16": 0}
 
 #: The fields of one layer's memory (``#phaze.layer_memory``, ``passes/algorithms/memory.py``'s
 #: ``LayerMemory``), in the attribute's order.

@@ -210,3 +210,13 @@ def run_tool(
         env=full_env,
         timeout=600,
     )
+
+
+def compiled_with(model_path: str, emit: str, *flags: str) -> str:
+    """The printed module of ``phazec MODEL --emit EMIT FLAGS`` (in-process)."""
+    from phaze.tools.phazec import _parser, compile_model
+
+    args = _parser().parse_args([model_path, "--emit", emit, *flags, "-q"])
+    text, failure = compile_model(args, lambda msg: None)
+    assert failure is None, failure
+    return text

@@ -1026,3 +1026,14 @@ def test_a_launch_that_runs_another_runtime_is_said_once():
     assert p["summary"]["lines"][1:] == [f"warning: {m}" for m in said] and p["summary"]["warnings"] == said
     # A target that refuses the plan (torchtitan, ZeRO 1) says its refusal, not how it would run.
     assert all(w.startswith("--export megatron") for w in export_warnings(requests, plan([8], pp=1, zero=1), f))
+
+
+def test_megatron_fp8_primary_weights_and_bf16_adam_state():
+    """A plan priced with FP8 primary weights (``--fp8-params``) launches with Megatron-LM's
+    ``--fp8-param-gather``; Adam with its state in bf16 (Apex's, ``--optimizer adam-bf16``)
+    has no Megatron-LM flags (``--main-params-dtype`` is fp32 or fp16) and is refused."""
+    p = plan([4, 4], tp=2, zero=1)
+    assert "--fp8-param-gather" in megatron_args(p, facts(8, dtype="fp8", fp8_params=True))
+    assert "--fp8-param-gather" not in megatron_args(p, facts(8, dtype="fp8"))
+    with pytest.raises(PhazeError, match="adam-bf16"):
+        megatron_args(p, facts(8, optimizer="adam-bf16"))

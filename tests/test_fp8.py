@@ -315,3 +315,44 @@ def test_gpt2s_fp8_weight_copies_are_two_bytes_per_element_too():
     blocks = [r.as_dict() for r in keys.require_records(module, keys.LAYER_MEMORY, LayerMemoryAttr)][1:3]
     d = 64  # c_attn [d, 3d], attn.c_proj [d, d], c_fc [d, 4d], mlp.c_proj [4d, d]
     assert [b["fp8_weight_bytes"] for b in blocks] == [2 * (3 * d * d + d * d + 4 * d * d + 4 * d * d)] * 2
+
+
+def _plan(tmp_path: Path, model: str, name: str, *flags: str) -> dict:
+    import json
+
+    out = tmp_path / f"{name}.json"
+    fixed = ("--hw", "h100", "--devices", "2", "--global-batch", "2", "--micro-batch", "1", "--tp", "1")
+    _compile(model, *fixed, "--placement", "expert:1,2,1", "--recompute", "none", *flags, "--json", str(out))
+    return json.loads(out.read_text())
+
+
+def test_fp8_primary_weights_keep_no_copies_beside_them(gemm_bound, tmp_path):
+    """``--fp8-params`` (Megatron-LM's --fp8-param-gather, NeMo's fp8_params): the FP8 linears'
+    weights are Transformer Engine's FP8 tensors, rowwise and columnwise, in place of the bf16
+    weights, so the stage holds no FP8 copies beside them: the FP8 plan's memory less
+    ``fp8_weight_bytes`` (2 bytes per weight element), with the time unchanged; asked of a
+    bf16 step it is refused in one line."""
+    fp8 = _plan(tmp_path, gemm_bound, "fp8", "--dtype", "fp8", "--zero", "1")
+    primary = _plan(tmp_path, gemm_bound, "primary", "--dtype", "fp8", "--zero", "1", "--fp8-params")
+    weights = 3 * 4096 * 14336
+    (a,), (b,) = fp8["stages"], primary["stages"]
+    assert a["memory_bytes"] - b["memory_bytes"] == 2 * weights
+    assert a["memory"]["params"] - b["memory"]["params"] == 2 * weights
+    assert primary["time_per_batch_s"] == pytest.approx(fp8["time_per_batch_s"])
+    with pytest.raises(PhazeError, match=r"fp8 params: the step has no FP8 linears") as info:
+        _plan(tmp_path, gemm_bound, "bf16", "--dtype", "bfloat16", "--fp8-params")
+    assert "\n" not in str(info.value)
+
+
+def test_adam_with_bf16_state_holds_half_the_optimizer_bytes(gemm_bound, tmp_path):
+    """``--optimizer adam-bf16`` (Apex's DistributedFusedAdam with ``dtype=torch.bfloat16``,
+    NeMo's ``optim.dtype: bf16``): the weight's copy and the two moments in bf16, 6 bytes per
+    element where mixed-precision Adam keeps 12; ZeRO-1 over 2 replicas holds half of each, and
+    the update, which reads and writes its state, is faster."""
+    adam = _plan(tmp_path, gemm_bound, "adam", "--dtype", "bfloat16", "--zero", "1")
+    bf16 = _plan(tmp_path, gemm_bound, "bf16", "--dtype", "bfloat16", "--zero", "1", "--optimizer", "adam-bf16")
+    params = 3 * 4096 * 14336 + 4096  # gate, up, down and the norm's weight
+    (a,), (b,) = adam["stages"], bf16["stages"]
+    assert (a["memory"]["optimizer"], b["memory"]["optimizer"]) == (12 * params // 2, 6 * params // 2)
+    assert a["memory_bytes"] - b["memory_bytes"] == 6 * params // 2
+    assert bf16["time_per_batch_s"] < adam["time_per_batch_s"]

@@ -138,3 +138,52 @@ def test_sequence_parallelism_splits_what_tensor_parallelism_replicates(gpt3_tp,
     b = gpt3_tp["b"]
     saved = gpt3_tp["none"] - gpt3_tp_sp["none"]
     assert saved == (10 * S3 * b * H3 + 8 * S3 * b) * (T3 - 1) // T3
+
+
+GELU_MLP = """
+import torch
+from torch import nn
+
+NAME = "gelu-mlp"
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden=1024):
+        super().__init__()
+        self.fc1 = nn.Linear(hidden, 4 * hidden, bias=False)
+        self.fc2 = nn.Linear(4 * hidden, hidden, bias=False)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        h = 0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * h * h * h)))
+        return self.fc2(h).float().pow(2).mean()
+
+
+def get_model():
+    return MLP()
+
+
+def get_inputs(micro_batch_size):
+    return (torch.zeros(micro_batch_size, 512, 1024),)
+"""
+
+
+def test_megatrons_fused_kernels_keep_their_inputs_not_their_intermediates(tmp_path):
+    """Under ``--kernels megatron`` a fused chain of pointwise ops saves what its backward
+    kernel reads, its inputs (Megatron's ``bias_gelu``, ``bias_swiglu``: ``save_for_backward(
+    input, bias)``), not each op's intermediates as autograd does: the tanh GELU's chain keeps
+    fc1's output, the ``0.5·h`` the chain's kernel reads (a kernel of its own) and the chain's
+    output (fc2's input), 3 tensors of 512 x 4,096 bf16 where eager keeps 7; the loss's fp32
+    upcast, inside the ``pow`` kernel, is kept as fc2's bf16 output (1 MiB, not 2)."""
+    from conftest import compiled_with
+
+    path = tmp_path / "gelu_mlp.py"
+    path.write_text(GELU_MLP)
+    big, x, stat = 512 * 4096 * 2, 512 * 1024 * 2, 4
+
+    def none_bytes(kernels: str) -> int:
+        text = compiled_with(str(path), "recompute", "--hw", "h100", "--dtype", "bfloat16", "--kernels", kernels)
+        return int(re.findall(r"#phaze.layer_recompute<index = 0, none_bytes = (\d+)", text)[0])
+
+    assert none_bytes("eager") == 7 * big + x + 2 * x + stat
+    assert none_bytes("megatron") == 3 * big + x + x + stat

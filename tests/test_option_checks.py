@@ -30,6 +30,7 @@ BAD = {
     "global_batch": (2**31, "2147483648", "phaze-place-devices{global_batch=2147483648}"),
     "placement": ("expert:0,1,1", "expert:0,1,1", 'phaze-place-devices{placement="expert:0,1,1"}'),
     "dp_overlap": (1, None, None),
+    "fp8_params": (1, None, None),
     "recompute": ("sometimes", "sometimes", 'phaze-place-devices{recompute="sometimes"}'),
     "zero": ("4", "4", 'phaze-place-devices{zero="4"}'),
     "pipeline_schedule": ("interleaved:1", "interleaved:1", 'phaze-place-devices{pipeline_schedule="interleaved:1"}'),

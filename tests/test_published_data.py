@@ -176,3 +176,28 @@ def test_the_h100_rows_map_to_their_flags(tmp_path):
     gpt = Path(pp.model_file(rows["nemo-gpt3-20b"], tmp_path)).read_text()
     assert "set_attn_implementation('sdpa')" in gpt and "gpt-h6144-a48-l44" in gpt
     assert "sdpa" not in Path(pp.model_file(rows["k22-22b-full"], tmp_path)).read_text()
+
+
+def test_the_runs_optimizer_state_and_fp8_weights_are_priced_as_configured():
+    """The Nemotron-4 340B runs' distributed Adam kept its state in bf16 (``optim.dtype: bf16``:
+    ``--optimizer adam-bf16``); the recipes' FP8 runs kept FP8 primary weights (``fp8_params``:
+    ``--fp8-params``); the rest, and every file written before the columns, Adam in fp32 and
+    bf16 weights. A bad value, or FP8 weights in a run that was not FP8, is refused."""
+    rows = {x.id: x for x in pp.read_rows(CSV)}
+    bf16_state = {i for i, r in rows.items() if r.optimizer == "adam-bf16"}
+    assert bf16_state == {f"dgxc-n4-340b-{p}-{n}" for p in ("bf16", "fp8") for n in (128, 2048)} | {"nemo-n4-340b"}
+    fp8_params = {i for i, r in rows.items() if r.fp8_params == "yes"}
+    assert fp8_params and all(i.startswith("dgxc-") and rows[i].precision == "fp8" for i in fp8_params)
+    f = pp.phazec_flags(rows["dgxc-n4-340b-fp8-128"])
+    assert _flag(f, "--optimizer") == "adam-bf16" and "--fp8-params" in f
+    f = pp.phazec_flags(rows["dgxc-n4-340b-bf16-128"])
+    assert _flag(f, "--optimizer") == "adam-bf16" and "--fp8-params" not in f
+    assert _flag(pp.phazec_flags(rows["fms-7b"]), "--optimizer") == "adam"
+    d = {k: "1" for k in pp.REQUIRED}
+    d.update(precision="bf16", recompute="none", measured_unit="tokens/s/gpu", sequence_parallel="off")
+    d.update(tp_overlap="off", dp_overlap="off")
+    assert (pp.parse_row(d, "row").optimizer, pp.parse_row(d, "row").fp8_params) == ("adam", "no")
+    with pytest.raises(ValueError, match="optimizer 'lion'"):
+        pp.parse_row({**d, "optimizer": "lion"}, "row")
+    with pytest.raises(ValueError, match="fp8_params yes needs precision fp8"):
+        pp.parse_row({**d, "fp8_params": "yes"}, "row")

@@ -331,6 +331,14 @@ def problem(
         )
     ep = parse_expert_parallel(options.expert_parallel)
     layer_dicts = [layer.as_dict() if isinstance(layer, LayerNumbers) else layer for layer in layers]
+    if options.fp8_params:
+        # FP8 primary weights: the weight is its FP8 copies (Transformer Engine 2.20.0.dev0,
+        # module/base.py's get_weight_workspace: a weight that is a QuantizedTensor already is
+        # the GEMM's operand, no workspace is cast or cached), at the 2 bytes an element (rowwise and columnwise
+        # data) the bf16 weight's param_bytes count; docs/design.md §6.5
+        if not any(int(layer["fp8_weight_bytes"]) for layer in layer_dicts):
+            raise PlacementError("fp8 params: the step has no FP8 linears to keep their weights in FP8 (--dtype fp8)")
+        layer_dicts = [{**layer, "fp8_weight_bytes": 0} for layer in layer_dicts]
     experts = max((int(layer["experts"]) for layer in layer_dicts), default=0)
     if ep is not None and ep > 1 and experts == 0:
         raise PlacementError(f"expert parallel {ep}: the model has no experts (no MoE layer); expected 1 or auto")

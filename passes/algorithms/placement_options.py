@@ -1,6 +1,6 @@
 """The placement options, declared once.
 
-How the step is spread over the devices is set by eleven options. Each is declared here, once,
+How the step is spread over the devices is set by twelve options. Each is declared here, once,
 with its default, its help text and the check of its value; everything else that takes them is
 built from this class rather than spelling them again:
 
@@ -135,6 +135,11 @@ def _flag(value: bool) -> None:
         raise pl.PlacementError(f"dp overlap {value!r}: expected true or false")
 
 
+def _fp8_params_flag(value: bool) -> None:
+    if not isinstance(value, bool):
+        raise pl.PlacementError(f"fp8 params {value!r}: expected true or false")
+
+
 @dataclass(frozen=True, kw_only=True)
 class PlacementOptions:
     """What ``phaze-place-devices`` needs besides the priced module; the defaults are the
@@ -152,6 +157,14 @@ class PlacementOptions:
         metavar="phaze|expert|expert:PP,DP,TP",
     )
     dp_overlap: bool = option(False, _flag, "hide the DP gradient all-reduce behind the stage's backward")
+    fp8_params: bool = option(
+        False,
+        _fp8_params_flag,
+        "FP8 primary weights (--dtype fp8): the FP8 linears' weights are kept as Transformer Engine's FP8 "
+        "tensors (rowwise and columnwise, 2 bytes an element) in place of their bf16 copies, so no FP8 "
+        "copies are cast and cached beside them: Megatron-LM's --fp8-param-gather, NeMo's fp8_params, TE's "
+        "fp8_model_init",
+    )
     recompute: str = option(
         "auto",
         parsed_by(pl.parse_recompute),

@@ -24,6 +24,20 @@ Pure code (no xDSL); ``phaze-insert-recompute`` runs it on the IR's light graph.
   state for a transformer block; token ids and labels for the prologue and head), plus any
   other tensor from outside the layer that its backward reads.
 
+**Megatron's fused kernels** (``--kernels megatron``: ``fused_kernels``, each forward op's
+kernel id) save what their own backward kernels read, not what autograd would save of the ops
+inside them: a fused kernel's backward recomputes its intermediates from the kernel's inputs.
+megatron-core 0.16.1's ``bias_swiglu_impl`` (``megatron/core/fusions/fused_bias_swiglu.py``,
+``BiasSwiGLUFunction.forward``: ``ctx.save_for_backward(input, bias)``; ``swiglu_back``
+computes ``silu`` again) keeps the fc1 output alone, where autograd keeps ``silu(gate)`` too;
+Transformer Engine's RMSNorm / LayerNorm (TE 2.20.0.dev0, ``module/_common.py`` and
+``ops/basic/rmsnorm.py``: the input and ``rstdevs`` saved) keeps the bf16 input and the
+per-row statistics, where a traced norm keeps its fp32 upcast. So, in a kernel of two or more
+forward ops, a saved tensor that only the kernel's own ops read in the forward is replaced by
+the kernel's data-dependent inputs, unless it is a statistic (fewer elements than the kernel's
+largest input: a norm's reciprocal deviation), which the kernel saves as TE's do. A kernel's
+output that an op outside it reads (a norm's output the next GEMM keeps) is kept as before.
+
 **FP8 weight copies** (``--dtype fp8``, :meth:`Graph.fp8_weight_copies`) are in no policy's
 stash: Transformer Engine casts a weight to FP8 (rowwise and columnwise) on the first
 micro-batch of a step and keeps that workspace for every later one (``quantize_weight`` with
@@ -316,17 +330,75 @@ def _checkpointed(selective: Selective, kinds: Sequence[str]) -> list[bool]:
     return out
 
 
+def _elements(graph: Graph, storage: int) -> int:
+    """Elements of a storage (its bytes where its element size is not known)."""
+    v = graph.values[storage]
+    return v.nbytes // v.element_bytes if v.element_bytes else v.nbytes
+
+
+class _FusedKernels:
+    """The forward kernels of two or more ops (``kernel_of``: each op's kernel id) and what
+    their backward kernels keep (module docstring, "Megatron's fused kernels")."""
+
+    def __init__(self, graph: Graph, kernel_of: Sequence[int | None], dep: Sequence[bool]) -> None:
+        self.graph, self.kernel_of = graph, kernel_of
+        members: dict[int, list[int]] = {}
+        for i, op in enumerate(graph.ops):
+            if op.phase == "fwd" and i < len(kernel_of) and kernel_of[i] is not None:
+                members.setdefault(kernel_of[i], []).append(i)  # type: ignore[arg-type]
+        self.members = {k: set(ops) for k, ops in members.items() if len(ops) > 1}
+        self.fwd_readers: dict[int, set[int]] = {}
+        for i, op in enumerate(graph.ops):
+            if op.phase == "fwd":
+                for v in op.operands:
+                    self.fwd_readers.setdefault(graph.storage(v), set()).add(i)
+        self.inputs: dict[int, set[int]] = {}
+        for k, ops in self.members.items():
+            made = {graph.storage(r) for i in ops for r in graph.ops[i].results}
+            ins = set()
+            for i in ops:
+                for v in graph.ops[i].operands:
+                    st = graph.storage(v)
+                    val = graph.values[st]
+                    if st in made or val.role == "param" or not dep[st]:
+                        continue
+                    if val.producer >= 0 or val.role == "input":
+                        ins.add(st)
+            self.inputs[k] = ins
+
+    def saved(self, autograd: set[int]) -> set[int]:
+        """``autograd``'s saved storages as the fused kernels keep them."""
+        graph, out = self.graph, set(autograd)
+        for st in autograd:
+            producer = graph.values[st].producer
+            k = self.kernel_of[producer] if 0 <= producer < len(self.kernel_of) else None
+            if k is None or k not in self.members:
+                continue
+            # views (no kernel of their own) are index arithmetic in the reading kernel
+            readers = {i for i in self.fwd_readers.get(st, set()) if self.kernel_of[i] is not None}
+            if not readers or not readers <= self.members[k]:
+                continue  # the kernel's output, or only the backward reads it (a dropout mask)
+            ins = self.inputs[k]
+            if ins and _elements(graph, st) < max(_elements(graph, s) for s in ins):
+                continue  # a statistic (a norm's reciprocal deviation), saved as TE's are
+            out.discard(st)
+            out |= ins
+        return out
+
+
 def analyze_recompute(
     graph: Graph,
     layer_of: Sequence[int],
     partition: Partition | None = None,
     selective: Selective = ATTENTION,
     kinds: Sequence[str] | None = None,
+    fused_kernels: Sequence[int | None] | None = None,
 ) -> list[LayerRecompute]:
     """The three policies of every layer (see the module docstring); ``partition``: what a
     compiled step saves (None: eager autograd); ``selective``: what the selective policy
     re-runs, with ``kinds`` the layers' kinds (``#phaze.layer_info``'s: ``block``, ...), which
-    ``op`` and ``layer:N`` need (only blocks are checkpointed)."""
+    ``op`` and ``layer:N`` need (only blocks are checkpointed); ``fused_kernels``: each op's
+    kernel id under Megatron's fused kernels (None: autograd's saved tensors)."""
     if selective != ATTENTION and kinds is None:
         raise ValueError(f"selective recompute {selective} needs the layers' kinds")
     n_layers = max(layer_of, default=-1) + 1
@@ -345,13 +417,14 @@ def analyze_recompute(
         return sum(graph.values[s].nbytes for s in storages)
 
     compiled = layer_saved(graph, partition, layer_of) if partition is not None else None
+    fused = _FusedKernels(graph, fused_kernels, dep) if fused_kernels is not None and compiled is None else None
     fp8_weights = graph.fp8_weight_copies()
     out = []
     for layer in range(n_layers):
         # Statistics a partition saves that are not values (a softmax's), op -> bytes.
         stats: dict[int, int] = {}
         autograd = saved_storages(graph, bwd[layer]) - fp8_weights
-        none = autograd
+        none = autograd if fused is None else fused.saved(autograd)
         if compiled is not None:
             none, stats = compiled[layer].storages - fp8_weights, compiled[layer].stats
         cached = {r for i in fwd[layer] for r in graph.ops[i].results} & fp8_weights
