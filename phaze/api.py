@@ -226,7 +226,7 @@ def options(hw: str, **given: Any) -> Options:
     if "memory_headroom" not in values:
         values["memory_headroom"] = default_memory_headroom(hw)
     # phazec's: the runtime a practitioner runs on a GPU, the paper's settings on its chips
-    values = runtime_defaults(hw) | values
+    values = runtime_defaults(hw, kernels=values.get("kernels")) | values
     opts = dataclasses.replace(Options(), hw=hw, **_DEFAULTS, **values)
     try:
         opts.check()

@@ -165,12 +165,13 @@ RUNTIME_FIELDS = (
 EXPORT_KERNELS = {"megatron": "megatron", "torchtitan": "eager"}
 
 
-def runtime_defaults(hw: str, exports: tuple[str, ...] = ()) -> dict[str, str | bool]:
+def runtime_defaults(hw: str, exports: tuple[str, ...] = (), kernels: str | None = None) -> dict[str, str | bool]:
     """The defaults of :data:`RUNTIME_FIELDS` on chip ``hw`` (phazec's and ``phaze.compile``'s,
     where the caller gives none): on a CUDA GPU (a chip whose calibration has a
     ``compute_capability``: a100, h100...) the runtime a practitioner runs when nothing is
     said: PyTorch eager kernels (SDPA attention, fused AdamW), or the first ``exports``
-    target's (:data:`EXPORT_KERNELS`); torch.autocast's bf16 mixed precision where the chip has
+    target's (:data:`EXPORT_KERNELS`), or ``kernels`` where they are asked (the defaults that
+    follow from the runtime follow them); torch.autocast's bf16 mixed precision where the chip has
     bf16 (``phaze.export.CUDA_BF16_FROM``), fp16 otherwise; ``auto`` ZeRO, sequence
     parallelism and pipeline schedule (recompute's default is ``auto`` on every chip); the
     data-parallel collectives overlapped with the backward under PyTorch's kernels, as its DDP
@@ -191,7 +192,9 @@ def runtime_defaults(hw: str, exports: tuple[str, ...] = ()) -> dict[str, str | 
     capability = None if calibration is None else calibration.compute_capability
     if capability is None:
         return {}
-    kernels = next((EXPORT_KERNELS[t] for t in exports if t in EXPORT_KERNELS), "eager")
+    # the kernels asked, else the first export target's, else PyTorch eager's; the DP overlap and
+    # selective recompute follow the kernels
+    kernels = kernels or next((EXPORT_KERNELS[t] for t in exports if t in EXPORT_KERNELS), "eager")
     return {
         "kernels": kernels,
         "dtype": "amp-bfloat16" if capability >= CUDA_BF16_FROM else "amp-float16",

@@ -66,6 +66,11 @@ def test_phazec_fills_only_what_is_not_given():
     assert (o.kernels, o.dtype, o.zero, o.dp_overlap, o.sequence_parallel) == ("ops", "float16", "0", False, "auto")
     o = _opts("--hw", "h100", "--export", "megatron", "m.args")
     assert (o.kernels, o.dp_overlap) == ("megatron", False)
+    # the defaults that follow the runtime follow the kernels asked, not the export's
+    o = _opts("--hw", "h100", "--kernels", "eager", "--export", "megatron", "m.args")
+    assert (o.kernels, o.dp_overlap, o.selective_recompute) == ("eager", True, "op")
+    o = _opts("--hw", "h100", "--kernels", "megatron")
+    assert (o.kernels, o.dp_overlap, o.selective_recompute) == ("megatron", False, "attention")
 
 
 def test_the_search_and_the_papers_chips_keep_options_defaults():
@@ -86,6 +91,7 @@ def test_the_api_has_phazecs_defaults():
     assert {k: getattr(o, k) for k in GPU} == GPU
     assert api.options("h100", kernels="ops", dp_overlap=False).kernels == "ops"
     assert api.options("tpuv4").kernels == "ops"
+    assert api.options("h100", kernels="megatron").dp_overlap is False
 
 
 def _attention(spec) -> str:

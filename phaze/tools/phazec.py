@@ -323,7 +323,7 @@ def runtime_defaults(args: argparse.Namespace, search: bool) -> dict[str, str | 
         return {}
     from phaze.driver import runtime_defaults as of_chip
 
-    return of_chip(args.hw or Options.hw, tuple(target for target, _ in args.export or ()))
+    return of_chip(args.hw or Options.hw, tuple(target for target, _ in args.export or ()), args.kernels)
 
 
 def solver_defaults(search: bool) -> dict[str, float]:
