@@ -366,8 +366,7 @@ def model_file(r: Row, directory: str | os.PathLike[str]) -> str:
         base = EXAMPLES / f"{r.model}.py"
         if not base.is_file():
             raise FileNotFoundError(f"{r.id}: no model file {base}")
-        if r.attention == "eager":
-            return str(base)
+        # (the examples build SDPA attention: a run's, eager too, is set by the wrapper)
     path = Path(directory) / f"{base.stem}_{r.attention}.py"
     path.write_text(_WRAPPER.format(stem=r.model, attention=r.attention, path=str(base)), encoding="utf-8")
     return str(path)

@@ -18,7 +18,7 @@ def config() -> BertConfig:
         num_attention_heads=16,
         intermediate_size=4096,
         max_position_embeddings=512,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
 
 

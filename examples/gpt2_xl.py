@@ -17,7 +17,7 @@ def config() -> GPT2Config:
         n_embd=1600,
         n_layer=48,
         n_head=25,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
 
 

@@ -18,7 +18,7 @@ def config() -> GPT2Config:
         n_embd=12288,
         n_layer=96,
         n_head=96,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
 
 

@@ -1,8 +1,8 @@
 """Llama-2-13B (40 layers, hidden 5120, 40 heads, MLP 13824), sequence length 4096.
 
-Built from its configuration on the meta device: no weights, no downloads.  Attention is eager, as in the
-other examples; benchmarks/price_published.py switches it to SDPA (transformers'
-``set_attn_implementation``), as the published runs ran.
+Built from its configuration on the meta device: no weights, no downloads.  Attention is SDPA, as in the
+other examples (flash attention on a GPU; ``--kernels ops``, the paper's runtime, runs it as its
+matmuls and softmax: phaze.driver.with_runtime_attention).
 """
 
 import torch
@@ -22,7 +22,7 @@ def config() -> LlamaConfig:
         num_key_value_heads=40,
         max_position_embeddings=4096,
         rms_norm_eps=1e-5,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
 
 

@@ -1,9 +1,9 @@
 """The 34B Llama 2 shape (48 layers, hidden 8192, 64 heads, 8 key/value heads: grouped-query
 attention, MLP 22016; Code Llama 34B's shape, fms-fsdp's ``llama2_34b``), sequence length 4096.
 
-Built from its configuration on the meta device: no weights, no downloads.  Attention is eager, as in the
-other examples; benchmarks/price_published.py switches it to SDPA (transformers'
-``set_attn_implementation``), as the published runs ran.
+Built from its configuration on the meta device: no weights, no downloads.  Attention is SDPA, as in the
+other examples (flash attention on a GPU; ``--kernels ops``, the paper's runtime, runs it as its
+matmuls and softmax: phaze.driver.with_runtime_attention).
 """
 
 import torch
@@ -23,7 +23,7 @@ def config() -> LlamaConfig:
         num_key_value_heads=8,
         max_position_embeddings=4096,
         rms_norm_eps=1e-5,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
 
 

@@ -23,7 +23,7 @@ def config() -> LlamaConfig:
         num_key_value_heads=8,
         max_position_embeddings=4096,
         rms_norm_eps=1e-5,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
 
 

@@ -3,9 +3,9 @@ attention, MLP 53248, vocabulary 128,256), sequence length 8192: the shape of th
 benchmarking recipe's ``llama3.1/llama3.1_405b.yaml`` (NVIDIA/dgxc-benchmarking at ``35a9aec``),
 which is Meta's published Llama 3.1 405B configuration.
 
-Built from its configuration on the meta device: no weights, no downloads.  Attention is eager, as in the
-other examples; benchmarks/price_published.py switches it to SDPA (transformers'
-``set_attn_implementation``), as the published runs ran.
+Built from its configuration on the meta device: no weights, no downloads.  Attention is SDPA, as in the
+other examples (flash attention on a GPU; ``--kernels ops``, the paper's runtime, runs it as its
+matmuls and softmax: phaze.driver.with_runtime_attention).
 """
 
 import torch
@@ -26,7 +26,7 @@ def config() -> LlamaConfig:
         max_position_embeddings=8192,
         rms_norm_eps=1e-5,
         rope_theta=500000.0,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
 
 

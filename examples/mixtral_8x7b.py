@@ -32,7 +32,7 @@ def config(num_hidden_layers: int = 32) -> MixtralConfig:
         rms_norm_eps=1e-5,
         rope_theta=1e6,
         sliding_window=None,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
 
 

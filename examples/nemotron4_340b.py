@@ -4,9 +4,9 @@ each head, no biases, untied embeddings, vocabulary 256,000), sequence length 40
 NVIDIA DGX Cloud benchmarking recipe's ``nemotron/nemotron4-340b-synth.yaml`` (NVIDIA/dgxc-benchmarking
 at ``35a9aec``), as transformers' ``NemotronForCausalLM`` builds it.
 
-Built from its configuration on the meta device: no weights, no downloads.  Attention is eager, as in the
-other examples; benchmarks/price_published.py switches it to SDPA (transformers'
-``set_attn_implementation``), as the published runs ran.
+Built from its configuration on the meta device: no weights, no downloads.  Attention is SDPA, as in the
+other examples (flash attention on a GPU; ``--kernels ops``, the paper's runtime, runs it as its
+matmuls and softmax: phaze.driver.with_runtime_attention).
 """
 
 import torch
@@ -28,7 +28,7 @@ def config() -> NemotronConfig:
         hidden_act="relu2",
         max_position_embeddings=4096,
         tie_word_embeddings=False,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
 
 

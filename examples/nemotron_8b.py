@@ -4,9 +4,9 @@ untied embeddings, vocabulary 256,000), sequence length 4096: the shape of
 ``launcher_scripts/conf/training/nemotron/nemotron_8b.yaml`` (NVIDIA/NeMo-Framework-Launcher at
 tag 24.07, ``8325688d``), as transformers' ``NemotronForCausalLM`` builds it.
 
-Built from its configuration on the meta device: no weights, no downloads.  Attention is eager, as in the
-other examples; benchmarks/price_published.py switches it to SDPA (transformers'
-``set_attn_implementation``), as the published runs ran.
+Built from its configuration on the meta device: no weights, no downloads.  Attention is SDPA, as in the
+other examples (flash attention on a GPU; ``--kernels ops``, the paper's runtime, runs it as its
+matmuls and softmax: phaze.driver.with_runtime_attention).
 """
 
 import torch
@@ -28,7 +28,7 @@ def config() -> NemotronConfig:
         hidden_act="relu2",
         max_position_embeddings=4096,
         tie_word_embeddings=False,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
 
 

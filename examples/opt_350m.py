@@ -21,7 +21,7 @@ def config() -> OPTConfig:
         max_position_embeddings=2048,
         word_embed_proj_dim=512,
         do_layer_norm_before=False,
-        attn_implementation="eager",
+        attn_implementation="sdpa",
     )
 
 

@@ -17,7 +17,10 @@ device), with ``inputs(micro_batch, seq_len)`` returning its keyword inputs and 
 The options are :class:`phaze.options.Options`' fields (``devices``, ``global_batch``,
 ``recompute``, ``zero``, ``dtype``, ``kernels``, ``memory_headroom``...), plus ``micro_batch``
 and ``tp`` to fix one micro-batch size and TP width as phazec's flags do.  It is
-``phazec MODEL --hw CHIP`` without the files: the same checks, the same sweep, the same plan.
+``phazec MODEL --hw CHIP`` without the files: the same checks, the same sweep, the same plan,
+and the same defaults (on a GPU the runtime a practitioner runs: eager kernels, bf16 autocast,
+``auto`` ZeRO, sequence parallelism and schedule, DP overlap, torchtitan's selective
+checkpointing: ``phaze.driver.runtime_defaults``).
 
 Every argument is checked where it is given, before any work, in one line naming it as the
 caller wrote it (``phaze.compile: memory_headroom='0.1': expected a number``): a value of the
@@ -228,10 +231,12 @@ def options(hw: str, **given: Any) -> Options:
         typed = _typed(name, value, annotation, choices)
         values[target] = (typed,) if name in _ONE_VALUE else typed
         said_as[target] = name
-    if "memory_headroom" not in values:
-        from phaze.driver import default_memory_headroom
+    from phaze.driver import default_memory_headroom, runtime_defaults
 
+    if "memory_headroom" not in values:
         values["memory_headroom"] = default_memory_headroom(hw)
+    # phazec's: the runtime a practitioner runs on a GPU, the paper's settings on its chips
+    values = runtime_defaults(hw, kernels=values.get("kernels")) | values
     opts = dataclasses.replace(Options(), hw=hw, **_DEFAULTS, **values)
     try:
         opts.check()

@@ -149,6 +149,79 @@ def default_memory_headroom(hw: str) -> float:
     return (calibration.memory_headroom or 0.0) if calibration is not None else 0.0
 
 
+#: The options whose default is the runtime a practitioner runs on the chip (:func:`runtime_defaults`).
+RUNTIME_FIELDS = (
+    "kernels",
+    "dtype",
+    "zero",
+    "sequence_parallel",
+    "pipeline_schedule",
+    "dp_overlap",
+    "selective_recompute",
+)
+
+#: The kernels each ``--export`` target launches when none are asked (Megatron-LM: its fused
+#: kernels and Transformer Engine's; torchtitan: PyTorch eager unless ``--compile.enable``,
+#: which phazec does not ask by default).
+EXPORT_KERNELS = {"megatron": "megatron", "torchtitan": "eager"}
+
+
+def runtime_defaults(hw: str, exports: tuple[str, ...] = (), kernels: str | None = None) -> dict[str, str | bool]:
+    """The defaults of :data:`RUNTIME_FIELDS` on chip ``hw`` (phazec's and ``phaze.compile``'s,
+    where the caller gives none): on a CUDA GPU (a chip whose calibration has a
+    ``compute_capability``: a100, h100...) the runtime a practitioner runs when nothing is
+    said: PyTorch eager kernels (SDPA attention, fused AdamW), or the first ``exports``
+    target's (:data:`EXPORT_KERNELS`), or ``kernels`` where they are asked (the defaults that
+    follow from the runtime follow them); torch.autocast's bf16 mixed precision where the chip has
+    bf16 (``phaze.export.CUDA_BF16_FROM``), fp16 otherwise; ``auto`` ZeRO, sequence
+    parallelism and pipeline schedule (recompute's default is ``auto`` on every chip); the
+    data-parallel collectives overlapped with the backward under PyTorch's kernels, as its DDP
+    (``torch/nn/parallel/distributed.py``: the reducer all-reduces each gradient bucket as the
+    backward fills it) and FSDP (prefetched all-gathers, asynchronous reduce-scatters) run them,
+    not under Megatron-LM's, whose ``--overlap-grad-reduce`` is off unless asked
+    (``megatron/training/arguments.py``); and a selective recompute as each runtime's users
+    run it: torchtitan's per-op checkpointing under PyTorch's kernels (``op``: its Llama 3
+    training configs' ``[activation_checkpoint] mode = "selective", selective_ac_option =
+    "op"``), Megatron-LM's attention core under its own (``attention``, ``--recompute-granularity
+    selective``). On any
+    other chip (the paper's TPUv4-like accelerators and its architecture space) nothing: the
+    paper's settings, ``Options``' defaults (``ops`` kernels, float16, ZeRO 0, no sequence
+    parallelism, 1F1B, no DP overlap)."""
+    from phaze.export import CUDA_BF16_FROM
+
+    calibration = load_accelerator(hw).calibration
+    capability = None if calibration is None else calibration.compute_capability
+    if capability is None:
+        return {}
+    # the kernels asked, else the first export target's, else PyTorch eager's; the DP overlap and
+    # selective recompute follow the kernels
+    kernels = kernels or next((EXPORT_KERNELS[t] for t in exports if t in EXPORT_KERNELS), "eager")
+    return {
+        "kernels": kernels,
+        "dtype": "amp-bfloat16" if capability >= CUDA_BF16_FROM else "amp-float16",
+        "zero": "auto",
+        "sequence_parallel": "auto",
+        "pipeline_schedule": "auto",
+        "dp_overlap": kernels != "megatron",
+        "selective_recompute": "attention" if kernels == "megatron" else "op",
+    }
+
+
+def with_runtime_attention(spec, opts: Options):
+    """The model ``spec`` with the attention the runtime of ``opts`` runs: fused (SDPA) under
+    context parallelism (ring flash attention); its matmuls and softmax with ``--kernels ops``
+    (the paper's runtime: no fused attention, as the paper priced it and its search still
+    does); otherwise as the model file builds it (every shipped example and a config.json
+    whose architecture has it: SDPA, which the GPU runtimes run as flash attention)."""
+    from phaze_ir.frontend import with_eager_attention, with_fused_attention
+
+    if opts.context_parallel != "1":
+        return with_fused_attention(spec)
+    if opts.kernels == "ops":
+        return with_eager_attention(spec)
+    return spec
+
+
 def schedule_cache(opts: Options):
     """The schedule cache a compilation solves through (see ``Options.schedule_cache``)."""
     from passes.algorithms import schedule as sched
@@ -176,13 +249,11 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
     needs besides, each error in one line before anything slow (``compile_model`` and
     ``phazec --hw``'s settings sweep start here)."""
     from passes.algorithms.placement import PlacementError, parse_placement
-    from phaze_ir.frontend import load_model_file, with_fused_attention
+    from phaze_ir.frontend import load_model_file
 
     accelerator = check_question(opts, accelerator)
     opts = replace(opts, schedule_cache=schedule_cache(opts))
-    spec = load_model_file(model_path)
-    if opts.context_parallel != "1":  # ring flash attention: the model's attention fused
-        spec = with_fused_attention(spec)
+    spec = with_runtime_attention(load_model_file(model_path), opts)
     try:
         fixed = parse_placement(opts.placement, spec.name)
     except PlacementError as e:

@@ -124,7 +124,7 @@ def _compile_plan(
         start = time.perf_counter()
         widths = tuple(t for t in tp_widths if t not in unshardable)
         try:
-            ready, errors = prepared(model_path, b, widths, opts, stages, spec.name, log)
+            ready, errors = prepared(model_path, b, widths, opts, stages, spec.name, log, acc)
         except PhazeError as e:
             log(f"micro-batch {b}: {e}; compiling every point through the pipeline")
             return driver.compile_model(model_path, opts, log, accelerator, seconds)
@@ -297,20 +297,26 @@ def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> 
 
 
 def prepared(
-    model_path: str, b: int, tps: tuple[int, ...], opts: Options, stages: Store | None, name: str, log
+    model_path: str, b: int, tps: tuple[int, ...], opts: Options, stages: Store | None, name: str, log, acc=None
 ) -> tuple[list[Setting], list[tuple[int, bool, str]]]:
     """``prepare_points``'s settings of micro-batch ``b`` and why each other point has none, from
     ``stages`` when it has them (a ``sweep-settings`` entry of the cache's store), else
     prepared and kept there.  They depend on the model (its file and the helpers it imports),
     the micro-batch, the TP widths and what tracing, importing and sharding read of the options
-    (sequence parallelism, the sequence length, the dtype, the optimizer, ``--strict``) and what
+    (sequence parallelism, the sequence length, the dtype, the optimizer, ``--strict``, the
+    kernels and, for a runtime's, the chip's compute capability) and what
     selective recompute re-runs, not on
     the chip, the devices or the batch: another question on the same model reads them."""
     from phaze.search.setting import prepare_points
 
     key = None
     if stages is not None and stages.directory is not None:
-        traced_as = (b, opts.seq_len, opts.dtype, opts.optimizer, opts.strict, opts.capacity_factor)
+        # The kernels: ``ops`` traces a transformers model's attention eager
+        # (driver.with_runtime_attention); another runtime's kernels are formed on the chip,
+        # whose compute capability picks the fused attention's kernel (search.setting.prepare_points).
+        capability = None if acc is None or acc.calibration is None else acc.calibration.compute_capability
+        runtime = (opts.kernels, capability if opts.kernels != "ops" else None)
+        traced_as = (b, opts.seq_len, opts.dtype, opts.optimizer, opts.strict, opts.capacity_factor, runtime)
         how = (traced_as, opts.selective_recompute)  # and what the settings' selective policy re-runs
         model = model_key(model_path, stages).digest
         key = stages.key(SETTINGS_KIND, model, tps, opts.sequence_parallel, how)
@@ -319,7 +325,7 @@ def prepared(
             log(f"pricing {name} at micro-batch {b} from its settings (in the cache)")
             return hit
     log(f"pricing {name} at micro-batch {b} from its settings (the model cut to 3 and 4 blocks)")
-    ready, errors, _ = prepare_points(model_path, b, tps, opts)
+    ready, errors, _ = prepare_points(model_path, b, tps, opts, acc)
     if key is not None and stages is not None:
         payload = {"settings": [s.to_json() for s in ready], "errors": [[t, sp, e] for t, sp, e in errors]}
         stages.keep(SETTINGS_KIND, key, payload)

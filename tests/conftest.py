@@ -159,11 +159,14 @@ def own_cache(tmp_path_factory, monkeypatch):
 
 
 @functools.cache
-def compiled(model_path: str, emit: str = "training", micro_batch: int = 1) -> str:
-    """The printed module of ``phazec MODEL --emit EMIT`` (in-process, cached)."""
+def compiled(model_path: str, emit: str = "training", micro_batch: int = 1, kernels: str | None = None) -> str:
+    """The printed module of ``phazec MODEL --emit EMIT`` (in-process, cached); ``kernels``:
+    ``--kernels`` (a GPU runtime's keeps an SDPA model's attention, which ``ops``, the paper's
+    default, runs eager: ``phaze.driver.with_runtime_attention``)."""
     from phaze.tools.phazec import _parser, compile_model
 
-    args = _parser().parse_args([model_path, "--emit", emit, "--micro-batch", str(micro_batch), "-q"])
+    flags = ["--kernels", kernels] if kernels else []
+    args = _parser().parse_args([model_path, "--emit", emit, "--micro-batch", str(micro_batch), "-q", *flags])
     text, failure = compile_model(args, lambda msg: None)
     assert failure is None, failure
     return text

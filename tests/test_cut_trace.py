@@ -76,7 +76,10 @@ def _model_file(tmp_path, name: str) -> str:
 
 
 def _whole(model: str, micro_batch: int, tps: tuple[int, ...], opts: Options) -> list[st.Setting]:
-    spec = load_model_file(model)
+    from phaze.driver import with_runtime_attention
+
+    # the attention the settings' runtime runs, as prepare_settings loads it (ops: eager)
+    spec = with_runtime_attention(load_model_file(model), opts)
     traced = trace_model(spec, micro_batch, opts.seq_len, dtype=opts.dtype)
     assert traced.blocks is None
     return st._settings_of(traced, spec.name, micro_batch, tps, opts)[0]

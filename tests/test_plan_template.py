@@ -72,6 +72,9 @@ def test_another_placement_is_the_compiled_plan_byte_for_byte(cache, change):
 def test_a_placement_from_the_template_imports_no_model_nor_torch(cache, tmp_path):
     args = [DEEP, "--hw", "a100", "--micro-batch", "1", "--devices", "32", "--global-batch", "64"]
     args += ["--placement", "expert:2,8,2", "--cache", str(cache), "-o", str(tmp_path / "plan.mlir")]
+    # the runtime the cached template was compiled at (Options' defaults, the paper's), not a GPU's
+    args += ["--kernels", "ops", "--dtype", "float16", "--zero", "0", "--sequence-parallel", "off"]
+    args += ["--pipeline-schedule", "1f1b", "--no-dp-overlap", "--selective-recompute", "attention"]
     code = (
         "import sys; from phaze.tools.phazec import main; rc = main(sys.argv[1:]); "
         "print(rc, 'torch' in sys.modules, any(m.startswith('transformers') for m in sys.modules))"

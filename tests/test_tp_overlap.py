@@ -45,6 +45,7 @@ def _latency_text(sp: bool) -> str:
     args = _parser().parse_args(
         [str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--emit", "latency", "--kernels", "eager", "--tp", "2"]
         + ["--micro-batch", "1", "--sequence-parallel", "on" if sp else "off", "-q", "--no-cache"]
+        + ["--dtype", "float16"]  # 16-bit throughout, the default before a GPU's became bf16 autocast
     )
     text, failure = compile_model(args, lambda msg: None)
     assert failure is None, failure

@@ -82,10 +82,11 @@ def _facts(module) -> dict:
 
 @functools.cache
 def sharded(path: str, width: int, micro_batch: int = 1, sequence_parallel: bool = False):
-    """(facts before, facts after, sharded module, seconds of the pass) of a model file."""
+    """(facts before, facts after, sharded module, seconds of the pass) of a model file (an SDPA
+    model's attention kept, as a GPU runtime runs it: ``--kernels eager``)."""
     import time
 
-    text = compiled(path, "training", micro_batch)
+    text = compiled(path, "training", micro_batch, kernels="eager" if "sdpa" in path else None)
     module = parse_module(text)
     before = _facts(module)
     t0 = time.perf_counter()
@@ -643,13 +644,14 @@ def _per_block_collectives(after) -> dict[tuple[int, str], Counter]:
     return out
 
 
-def _said(path: str, width: int) -> tuple[list[str], str]:
-    """The PhazeWarnings the pass says on ``path`` at ``width``, and the module it prints."""
+def _said(path: str, width: int, kernels: str | None = None) -> tuple[list[str], str]:
+    """The PhazeWarnings the pass says on ``path`` at ``width`` (compiled with ``--kernels``
+    ``kernels``), and the module it prints."""
     import warnings
 
     from phaze_ir.warning import PhazeWarning
 
-    module = parse_module(compiled(path))
+    module = parse_module(compiled(path, kernels=kernels))
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         ShardTensorParallelPass(width=width).apply(None, module)
@@ -667,7 +669,7 @@ def test_gqa_sdpa_shards_every_block_linear(gqa_sdpa, kind, kv, width):
     forward and 2 backward, FLOPs and parameters 1/width.  (Before the grouped-query rules the
     repeat could not take the split and left q, k, v and o replicated.)"""
     path = gqa_sdpa(kind, kv)
-    text = compiled(path)
+    text = compiled(path, kernels="eager")
     assert 'phaze.layout "repeat"' in text and 'aten "attention"' in text  # the importer's repeat
     before, after, module, _ = sharded(path, width)
     _check_blocks(before, after, width, param_tol=0.01)
@@ -766,7 +768,7 @@ def test_gqa_replicated_kv_reaches_the_plan_json(gqa_sdpa):
 
     _, _, module, _ = sharded(gqa_sdpa("qwen2", 2), 4)
     (record,) = unpriced_ops(module)
-    fn = step_function(parse_module(compiled(gqa_sdpa("qwen2", 2), "training", 1)))
+    fn = step_function(parse_module(compiled(gqa_sdpa("qwen2", 2), "training", 1, kernels="eager")))
     args = [(arg_role(fn, i), a.type.get_shape()) for i, a in enumerate(fn.body.block.args)]
     params = {name: math.prod(shape) for (role, name), shape in args if role == "param"}
     kv = sum(n for name, n in params.items() if name.endswith(("k_proj.weight", "v_proj.weight")))
@@ -889,7 +891,7 @@ def test_t5_replicated_linears_are_said(tmp_path):
     frontend imported as an opaque op.)"""
     path = tmp_path / "tiny_t5.py"
     path.write_text(_T5)
-    messages, printed = _said(str(path), 2)
+    messages, printed = _said(str(path), 2, kernels="eager")  # SDPA kept, as a GPU runtime runs it
     assert len(messages) == 1, messages
     assert "linears outside the repeated blocks replicated" in messages[0] and "encoder.block.0." in messages[0]
     assert '#phaze.replicated_linears<reason = "outside_blocks", width = 2, count = 12, ' in printed

@@ -348,7 +348,7 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
 
 
 def prepare_points(
-    model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any
+    model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any, accelerator: Any = None
 ) -> tuple[list[Setting], list[tuple[int, bool, str]], str]:
     """``(settings, errors, model name)``: the settings of the points the model can be sharded
     for (:func:`prepare_settings`) and ``(tp, sequence parallel, why not)`` of the others.
@@ -356,10 +356,16 @@ def prepare_points(
     A model with more than 4 repeated blocks that run the same code is traced cut to 3 and to 4
     of them and its settings :func:`deepened` from the 3-block ones, when that gives the 4-block
     ones exactly (every field, floats bit for bit) at every point; otherwise it is traced whole.
-    Tracing and importing scale with the blocks, so GPT-3 175B's 96 cost as 7 (design §2)."""
+    Tracing and importing scale with the blocks, so GPT-3 175B's 96 cost as 7 (design §2).
+
+    Given the ``accelerator`` (the ``--hw`` sweep's chip), the sharded steps are formed into the
+    kernels of ``opts.kernels``' runtime on it (which kernel a fused attention runs depends on
+    the chip), as the pipeline forms them before tiling; the search's settings (no chip) are
+    the paper's ``ops``."""
+    from phaze.driver import with_runtime_attention
     from phaze_ir.frontend import load_model_file, trace_model
 
-    spec = load_model_file(model_path)
+    spec = with_runtime_attention(load_model_file(model_path), opts)
     t0 = time.perf_counter()
 
     def traced(max_blocks: int | None):
@@ -372,10 +378,10 @@ def prepare_points(
 
     cut = traced(CUT_BLOCKS[0])
     if cut.blocks is None:  # nothing was cut: the whole model
-        return timed(_settings_of(cut, spec.name, micro_batch, tps, opts))
+        return timed(_settings_of(cut, spec.name, micro_batch, tps, opts, accelerator))
     if cut.blocks[1] > CUT_BLOCKS[1]:
-        three, errors = _settings_of(cut, spec.name, micro_batch, tps, opts)
-        four, errors4 = _settings_of(traced(CUT_BLOCKS[1]), spec.name, micro_batch, tps, opts)
+        three, errors = _settings_of(cut, spec.name, micro_batch, tps, opts, accelerator)
+        four, errors4 = _settings_of(traced(CUT_BLOCKS[1]), spec.name, micro_batch, tps, opts, accelerator)
         if (
             errors == errors4
             and len(three) == len(four)
@@ -388,22 +394,29 @@ def prepare_points(
             )
         ):
             return timed(([deepened(s, cut.blocks[1]) for s in three], errors))
-    return timed(_settings_of(traced(None), spec.name, micro_batch, tps, opts))
+    return timed(_settings_of(traced(None), spec.name, micro_batch, tps, opts, accelerator))
 
 
 def _settings_of(
-    traced, name: str, micro_batch: int, tps: tuple[int, ...], opts: Any
+    traced, name: str, micro_batch: int, tps: tuple[int, ...], opts: Any, accelerator: Any = None
 ) -> tuple[list[Setting], list[tuple[int, bool, str]]]:
     """The settings of one traced step at every TP point it can be sharded for, and why not
-    at the others (see :func:`prepare_points`)."""
+    at the others (see :func:`prepare_points`: a runtime's kernels formed on ``accelerator``)."""
+    from xdsl.passes import PassPipeline
+
+    from passes import ALL_PASSES
     from phaze.pipeline import compile_from, copy_for, training_step
     from phaze.points import tp_points
     from phaze_ir.errors import PhazeError
     from phaze_ir.frontend import UnknownOpError
+    from phaze_ir.ir import make_context
 
     # The training step is the same at every TP width: import it once, copy it per width.
+    # The search's settings (no chip) are the paper's ops, whatever --kernels says ("used with --hw").
+    kernels = getattr(opts, "kernels", "ops") if accelerator is not None else "ops"
     try:
-        training = training_step(traced, opts)
+        # the chip as the pipeline has it from the import on (None: the search's, no chip yet)
+        training = training_step(traced, opts, accelerator if kernels != "ops" else None)
     except UnknownOpError:
         raise  # the model's (--strict)
     except PhazeError as e:
@@ -414,6 +427,9 @@ def _settings_of(
     for k, (t, sp) in enumerate(points):
         try:
             module = compile_from(copy_for(training, k, len(points)), "training", "sharded", t, opts, sp)
+            if kernels != "ops":  # as phaze.pipeline.pipeline forms them, before tiling
+                formed = PassPipeline.parse_spec(ALL_PASSES, f"phaze-form-kernels{{runtime={kernels}}}").passes
+                PassPipeline(tuple(formed)).apply(make_context(), module)
         except UnknownOpError:
             raise  # the model's (--strict), not this width's
         except PhazeError as e:

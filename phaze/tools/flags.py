@@ -129,7 +129,8 @@ def add_option_arguments(
     """A flag for each field of the dataclass ``options`` in ``names``, from what the field
     declares (:func:`passes.algorithms.placement_options.option`): its flag (default
     ``--global-batch`` for ``global_batch``), its type, its choices or the shape of its value,
-    its help. A bool is a switch; a tuple takes one value (``--micro-batch 4``: only that
+    its help. A bool is a switch (with ``--no-FLAG`` too where ``defaults`` gives it None: the
+    caller decides when neither is given); a tuple takes one value (``--micro-batch 4``: only that
     one, :func:`option_values`). The default is the field's (a tuple's: None, the field's
     own) unless ``defaults`` gives another, and the help says it, in ``default_words``' words,
     else the field's, else as a value; ``notes`` adds what this tool says of a flag, and a
@@ -142,6 +143,11 @@ def add_option_arguments(
         flag = option_flag(f)
         help_text = meta["help"] + (f"; {notes[name]}" if notes and name in notes else "")
         kind, one_of_tuple = _value_type(f)
+        if kind is bool and (defaults or {}).get(name, False) is None:  # decided later: --flag and --no-flag
+            said = (default_words or {}).get(name) or meta.get("default_words") or "off"
+            help_text += f" (default: {said})"
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            continue
         if kind is bool:
             group.add_argument(flag, action="store_true", help=help_text)
             continue

@@ -53,9 +53,9 @@ if TYPE_CHECKING:
 HELP_EXAMPLES = """examples:
   phazec examples/gpt2_xl.py -o plan.mlir
       search the paper's architecture space for GPT-2 XL's chip and placement
-  phazec examples/llama3_8b.py --hw h100 --devices 64 --global-batch 256 --kernels eager \\
-      --dtype amp-bfloat16 -o plan.mlir --json plan.json
-      the best placement of Llama 3 8B on 64 H100s, as PyTorch eager runs it under autocast
+  phazec examples/llama3_8b.py --hw h100 --devices 64 --global-batch 256 -o plan.mlir --json plan.json
+      the best placement of Llama 3 8B on 64 H100s, as PyTorch eager runs it (SDPA attention) under
+      bf16 autocast, ZeRO, sequence parallelism, schedule and recompute chosen (a GPU's defaults)
   phazec examples/llama2_7b.py --hw a100 --devices 8 --global-batch 64 --placement expert:1,2,4 \\
       --export megatron launch.args -o plan.mlir
       price one placement (PP 1, DP 2, TP 4) and write its Megatron-LM flags
@@ -97,7 +97,10 @@ def _model_flags(model: argparse._ArgumentGroup) -> None:
         model,
         Options,
         ("micro_batches", "tp_widths", "seq_len", "dtype", "kernels", "optimizer"),
-        defaults={"dtype": None},  # None: not asked, which an --export says (``ModelFacts.dtype_asked``)
+        # None: not asked (the chip's runtime decides, :func:`phaze.driver.runtime_defaults`),
+        # which an --export says too (``ModelFacts.dtype_asked``)
+        defaults={"dtype": None, "kernels": None},
+        default_words=RUNTIME_DEFAULT_WORDS,
         notes={"kernels": "used with --hw"},
     )
 
@@ -118,17 +121,39 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
         place,
         PlacementOptions,
         [f.name for f in dataclasses.fields(PlacementOptions) if f.name not in ("devices", "global_batch")],
-        defaults={"memory_headroom": None},
+        defaults={"memory_headroom": None, "zero": None, "pipeline_schedule": None, "dp_overlap": None},
         default_words={
             "memory_headroom": "the chip's calibration.memory_headroom (the h100's is fitted on its measured "
-            "steps, docs/validation.md), else 0"
-        },
+            "steps, docs/validation.md), else 0",
+        }
+        | RUNTIME_DEFAULT_WORDS,
     )
     add_option_arguments(
         place,
         Options,
         ("context_parallel", "sequence_parallel", "tp_overlap", "selective_recompute", "capacity_factor"),
+        defaults={"sequence_parallel": None, "selective_recompute": None},
+        default_words=RUNTIME_DEFAULT_WORDS,
     )
+
+
+#: The defaults of the options that name the runtime (``phaze.driver.runtime_defaults``): what a
+#: practitioner runs on a CUDA GPU, the paper's settings on its accelerators and in the search.
+RUNTIME_DEFAULT_WORDS = {
+    "kernels": "on a GPU (--hw a100, h100...) eager, or the --export target's (megatron: megatron; "
+    "torchtitan: eager); on the paper's chips and in the architecture search ops",
+    "dtype": "on a GPU amp-bfloat16 (amp-float16 before Ampere); on the paper's chips and in the architecture "
+    "search float16, which --export launches as bf16 where the chip has it",
+    "zero": "auto on a GPU; 0 on the paper's chips and in the architecture search",
+    "sequence_parallel": "auto on a GPU; off on the paper's chips and in the architecture search",
+    "pipeline_schedule": "auto on a GPU; 1f1b on the paper's chips and in the architecture search",
+    "selective_recompute": "on a GPU op (torchtitan's default for its Llama 3 configs) under eager or inductor "
+    "kernels, attention (Megatron-LM's) under megatron; attention on the paper's chips and in the architecture "
+    "search",
+    "dp_overlap": "on on a GPU under eager or inductor kernels (PyTorch's DDP and FSDP overlap their gradient "
+    "collectives with the backward); off under megatron (Megatron-LM's --overlap-grad-reduce is off unless "
+    "asked), on the paper's chips and in the architecture search",
+}
 
 
 #: The solver's limits the search sets otherwise than a compilation (the gap is the same):
@@ -286,7 +311,19 @@ def options(args: argparse.Namespace):
     given = option_values(args, Options)
     # rank_order and memory_headroom: "auto" and None are narrowed by the run's exports and chip
     narrowed = {"rank_order": rank_order(args), "memory_headroom": memory_headroom(args)}
-    return Options(**solver_defaults(search) | given | narrowed, unfit_plan=args.write_infeasible)
+    defaults = solver_defaults(search) | runtime_defaults(args, search)
+    return Options(**defaults | given | narrowed, unfit_plan=args.write_infeasible)
+
+
+def runtime_defaults(args: argparse.Namespace, search: bool) -> dict[str, str | bool]:
+    """The runtime's options where no flag gives them (:data:`RUNTIME_DEFAULT_WORDS`): the
+    chip's practitioner runtime with ``--hw`` (:func:`phaze.driver.runtime_defaults`; an
+    ``--export`` target's kernels), none (``Options``': the paper's) when searching."""
+    if search:
+        return {}
+    from phaze.driver import runtime_defaults as of_chip
+
+    return of_chip(args.hw or Options.hw, tuple(target for target, _ in args.export or ()), args.kernels)
 
 
 def solver_defaults(search: bool) -> dict[str, float]:

@@ -94,6 +94,25 @@ def with_fused_attention(spec: ModelSpec) -> ModelSpec:
     return replace(spec, get_model=get_model)
 
 
+def with_eager_attention(spec: ModelSpec) -> ModelSpec:
+    """``spec`` whose model runs its attention as its matmuls and softmax (a transformers model
+    built with ``attn_implementation="sdpa"`` is switched by its ``set_attn_implementation``
+    to ``"eager"``); any other model as it is. The paper's runtime (``--kernels ops``: every
+    op its own kernel, no fused attention) prices attention so."""
+    from dataclasses import replace
+
+    build = spec.get_model
+
+    def get_model():
+        model = build()
+        config = getattr(model, "config", None)
+        if getattr(config, "_attn_implementation", None) == "sdpa" and hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation("eager")
+        return model
+
+    return replace(spec, get_model=get_model)
+
+
 def _user_frame(exc: BaseException, path: Path) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
     if frames:
@@ -484,11 +503,11 @@ def _check_depth(config, name: str) -> None:
 
 def load_hf_config(path: str | os.PathLike) -> ModelSpec:
     """A Hugging Face ``config.json`` as a model: built by transformers on the meta device with
-    eager attention (as the example files build theirs), no weights, no downloads, no code of the
-    model's own (``auto_map``).  Sequence length: the config's ``max_position_embeddings`` (or
-    ``n_positions``), unless ``--seq-len`` is given.  Every problem of the file (invalid JSON, an
-    unknown ``model_type``, a missing or absurd size) is one line, before transformers builds
-    anything."""
+    SDPA attention where its architecture has it (as the example files build theirs), no
+    weights, no downloads, no code of the model's own (``auto_map``).  Sequence length: the
+    config's ``max_position_embeddings`` (or ``n_positions``), unless ``--seq-len`` is given.
+    Every problem of the file (invalid JSON, an unknown ``model_type``, a missing or absurd
+    size) is one line, before transformers builds anything."""
     p = Path(path)
     raw = _read_config_json(p)
     name = p.name
@@ -510,11 +529,13 @@ def load_hf_config(path: str | os.PathLike) -> ModelSpec:
     # The sequence length left to a default is no length of this model's: --seq-len gives it.
     unsized = next((f for f in _SEQUENCE_FIELDS if f in defaulted), None)
 
+    # SDPA attention where the architecture has it (transformers' ``_supports_sdpa``), as every
+    # example file asks for and PyTorch runs it (flash attention on a GPU); eager otherwise.
+    attention = "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+
     def config():
         # A new config per model (as an example's config() is): a model may write to its config.
-        # Eager attention as every example file asks for: the attention's matmuls and softmax are
-        # then in the IR (an SDPA kernel is expanded the same way, but the IR would differ).
-        return config_class.from_dict(copy.deepcopy(raw), attn_implementation="eager")
+        return config_class.from_dict(copy.deepcopy(raw), attn_implementation=attention)
 
     try:
         checked = config()
