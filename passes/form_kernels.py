@@ -91,7 +91,13 @@ def kop(o: Operation, ids: dict[SSAValue, int]) -> KOp:
         numel, rnumel = _reduction(_numel(o.inputs[0]), _numel(o.inputs[0]) // max(1, row))
         return replace(base, kind="reduction", numel=numel, rnumel=rnumel)
     if isinstance(o, ph.OptimizerUpdateOp):
-        return replace(base, kind="optimizer", param_elements=_numel(o.param))
+        layer = o.attributes.get(keys.LAYER)
+        return replace(
+            base,
+            kind="optimizer",
+            param_elements=_numel(o.param),
+            layer=layer.value.data if isinstance(layer, IntegerAttr) else -1,
+        )
     if isinstance(o, ph.MatmulOp) and (key := grouped_key(o, ids)):
         batch, _m, _n, _k = o.mnk()
         types = (o.lhs.type, o.rhs.type, o.result.type)

@@ -98,11 +98,25 @@ def test_inductor_fusion_stops_at_its_largest_size():
     assert len({k.id for k in ks}) == 3 and sum(k.launch for k in ks) == 3
 
 
-def _adam_launches(sizes: list[int]) -> int:
+def _adam_launches(sizes: list[int], layers: list[int] | None = None) -> int:
     s = _Step()
-    for n in sizes:
-        s.ops.append(KOp("optimizer", "opt", (0,), (), param_elements=n))
+    for n, layer in zip(sizes, layers or [-1] * len(sizes)):
+        s.ops.append(KOp("optimizer", "opt", (0,), (), param_elements=n, layer=layer))
     return sum(k.launch for k in s.form("eager"))
+
+
+def test_fused_adam_lists_are_dealt_layer_by_layer():
+    """Each layer's parameters are dealt on their own, so a step's launches are the sum of its
+    layers' (what the DP and the sweep's per-layer settings add up): 9 tensors per block (a Llama
+    block's) over 8 blocks is 8 launches, not the 2 of one list across them, and a block's count
+    does not depend on the blocks before it."""
+    assert _adam_launches([10] * 72) == 2
+    assert _adam_launches([10] * 72, [i // 9 for i in range(72)]) == 8
+    blocks = [_adam_launches([10] * 9 * n, [i // 9 for i in range(9 * n)]) for n in (3, 4, 32)]
+    assert blocks[1] - blocks[0] == 1 and blocks[2] == 32
+    # a layer whose chunks fill launches exactly leaves nothing to close
+    full = 2 * ADAM_MAX_BLOCKS * ADAM_CHUNK_ELEMENTS
+    assert _adam_launches([full, full], [0, 1]) == 4
 
 
 def test_fused_adam_launches_follow_multi_tensor_apply():

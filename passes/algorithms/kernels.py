@@ -21,7 +21,11 @@ Runtimes (``RUNTIMES``), each from the source of the version named (docs/design.
     multi-tensor kernel per chunk list: ``multi_tensor_apply_for_fused_optimizer<4>`` in
     ``aten/src/ATen/native/cuda/MultiTensorApply.cuh`` deals 65,536-element chunks of at most 36
     tensors and 320 blocks to one launch (``depth_to_max_tensors``, ``depth_to_max_blocks``,
-    ``kChunkSize``).
+    ``kChunkSize``).  Each layer's parameters are dealt on their own (a launch's last chunk list
+    closes where the layer ends): a step is priced as the sum of its layers (the placement DP
+    and the ``--hw`` sweep price per layer, a block's cost taken from the model cut to 3 and 4
+    blocks), which a packing across layers would not be; torch deals a rank's whole list, so
+    this counts at most one launch per layer more (a few microseconds per layer a step).
 
 ``inductor``
     ``torch.compile`` (Inductor, torch 2.15): GEMMs, collectives, fused attention and the
@@ -114,7 +118,8 @@ class KOp:
     pointwise op's result elements, a reduction's output elements), ``rnumel`` (a reduction's
     elements reduced into each output; 1 else), ``fused`` (the aten op it is part of when aten
     runs that op as one kernel, "" else), ``causal`` (part of a causal attention kernel),
-    for the optimizer ``param_elements`` (the elements it updates), and ``softmax``."""
+    for the optimizer ``param_elements`` (the elements it updates) and ``layer`` (the layer the
+    update is part of, -1 when layers are not grouped), and ``softmax``."""
 
     kind: str
     phase: str
@@ -125,6 +130,7 @@ class KOp:
     fused: str = ""
     causal: bool = False
     param_elements: int = 0
+    layer: int = -1
     #: a softmax (Megatron fuses the pointwise ops before a softmax only)
     softmax: bool = False
     #: an expert GEMM: the key of the ``aten._grouped_mm`` it is part of ("" else), the experts
@@ -338,12 +344,18 @@ def _fused_groups(ops: list[KOp], values: StepValues, horizontal: bool, reductio
 
 def _launches(ops: list[KOp], group: list[int], optimizer_chunks: bool) -> list[int]:
     """Launches each op accounts for: 1 on a kernel's first op; the optimizer's multi-tensor
-    kernels as ``MultiTensorApply.cuh`` deals the parameters' chunks to launches."""
+    kernels as ``MultiTensorApply.cuh`` deals the parameters' chunks to launches, layer by
+    layer (module docstring)."""
     out = [0] * len(ops)
     seen: set[int] = set()
     tensors = blocks = 0
+    last_update = -1  # the optimizer op that would close a partly filled launch
     for i, o in enumerate(ops):
         if o.kind == "optimizer" and optimizer_chunks:
+            if blocks > 0 and ops[last_update].layer != o.layer:  # a new layer's list (docstring)
+                out[last_update] += 1
+                tensors = blocks = 0
+            last_update = i
             chunks = max(1, -(-o.param_elements // ADAM_CHUNK_ELEMENTS))
             tensors += 1
             for c in range(chunks):
@@ -357,8 +369,7 @@ def _launches(ops: list[KOp], group: list[int], optimizer_chunks: bool) -> list[
             seen.add(group[i])
             out[i] = 1
     if optimizer_chunks and blocks > 0:  # the last, partly filled launch
-        last = max(i for i, o in enumerate(ops) if o.kind == "optimizer")
-        out[last] += 1
+        out[last_update] += 1
     return out
 
 
