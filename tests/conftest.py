@@ -7,6 +7,7 @@ import functools
 import os
 import random
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -92,8 +93,39 @@ _SIGNALS = [
 ]
 
 
+#: The machine's own device files, which no test may replace (tests make device nodes in
+#: tmp_path): a test that wrote ``-o /dev/null`` through a path that renames would replace it.
+_MACHINE_DEVICES = ("/dev/null", "/dev/full", "/dev/zero")
+
+
+def _device_files() -> dict[str, tuple[bool, int]]:
+    out = {}
+    for path in _MACHINE_DEVICES:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            out[path] = (False, -1)
+            continue
+        out[path] = (stat.S_ISCHR(st.st_mode), st.st_rdev if stat.S_ISCHR(st.st_mode) else -1)
+    return out
+
+
+def _restore_device_files(before: dict[str, tuple[bool, int]]) -> None:
+    """Put back a device file a test replaced (as root; else the failure names it)."""
+    for path, (was_device, rdev) in before.items():
+        if was_device and _device_files()[path] != (was_device, rdev):
+            try:
+                if os.path.lexists(path):
+                    os.remove(path)
+                os.mknod(path, 0o666 | stat.S_IFCHR, rdev)
+                os.chmod(path, 0o666)
+            except OSError:
+                pass
+
+
 def _global_state() -> dict:
     return {
+        "the machine's device files": _device_files(),
         "sys.path": list(sys.path),
         "os.environ": {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},  # pytest's own, per phase
         "the working folder": os.getcwd(),
@@ -107,7 +139,8 @@ def check_no_global_state(request):
     """A test leaves the process as it found it: ``sys.path`` (a folder left there shadows installed
     packages for every later test on the worker: benchmarks/gpu/ once hid Hugging Face's ``kernels``
     from transformers), the environment, the working folder, the warnings filters and the signal
-    handlers.  What a test changed is put back and the test fails, naming it; monkeypatch and
+    handlers, and the machine's own device files (``/dev/null``, ``/dev/full``, ``/dev/zero``).
+    What a test changed is put back and the test fails, naming it; monkeypatch and
     tmp_path undo their own changes before this runs (this fixture is set up first, so torn down
     last)."""
     if request.node.get_closest_marker("leaves_global_state"):
@@ -125,6 +158,8 @@ def check_no_global_state(request):
             changed.remove("warnings filters")
     if not changed:
         return
+    if "the machine's device files" in changed:
+        _restore_device_files(before["the machine's device files"])
     sys.path[:] = before["sys.path"]
     for key in set(os.environ) - set(before["os.environ"]) - {"PYTEST_CURRENT_TEST"}:
         del os.environ[key]
@@ -136,6 +171,9 @@ def check_no_global_state(request):
     details = []
     if "sys.path" in changed:
         details.append(f"sys.path gained {sorted(set(after['sys.path']) - set(before['sys.path']))}")
+    if "the machine's device files" in changed:
+        devices = before["the machine's device files"]
+        details.append(f"device files replaced: {sorted(p for p in devices if devices[p] != after[p])}")
     if "os.environ" in changed:
         keys = {
             k
