@@ -173,7 +173,8 @@ def runtime_defaults(hw: str, exports: tuple[str, ...] = (), kernels: str | None
     said: PyTorch eager kernels (SDPA attention, fused AdamW), or the first ``exports``
     target's (:data:`EXPORT_KERNELS`), or ``kernels`` where they are asked (the defaults that
     follow from the runtime follow them); torch.autocast's bf16 mixed precision where the chip has
-    bf16 (``phaze.export.CUDA_BF16_FROM``), fp16 otherwise; ``auto`` ZeRO, sequence
+    bf16 (``phaze.export.CUDA_BF16_FROM``), fp16 otherwise, and under Megatron-LM's kernels its
+    ``--bf16`` (``--fp16``): the module in that dtype, fp32 main parameters in the optimizer; ``auto`` ZeRO, sequence
     parallelism and pipeline schedule (recompute's default is ``auto`` on every chip); the
     data-parallel collectives overlapped with the backward under PyTorch's kernels, as its DDP
     (``torch/nn/parallel/distributed.py``: the reducer all-reduces each gradient bucket as the
@@ -198,7 +199,11 @@ def runtime_defaults(hw: str, exports: tuple[str, ...] = (), kernels: str | None
     kernels = kernels or next((EXPORT_KERNELS[t] for t in exports if t in EXPORT_KERNELS), "eager")
     return {
         "kernels": kernels,
-        "dtype": "amp-bfloat16" if capability >= CUDA_BF16_FROM else "amp-float16",
+        # Megatron-LM does not autocast: --bf16 keeps the module in bf16 and fp32 main params in
+        # its optimizer (megatron/core/transformer/module.py Float16Module), phaze's bfloat16
+        # with mixed-precision Adam; PyTorch's runtimes autocast an fp32 module
+        "dtype": ("" if kernels == "megatron" else "amp-")
+        + ("bfloat16" if capability >= CUDA_BF16_FROM else "float16"),
         "zero": "auto",
         "sequence_parallel": "auto",
         "pipeline_schedule": "auto",

@@ -89,7 +89,8 @@ class Options(PlacementOptions):
         "gradients, delayed per-tensor scaling: Megatron-LM's --fp8-format hybrid), on a chip with an "
         "fp8_gemm_flops; 'model' keeps the model's",
         choices="phaze_ir.frontend.trace.DTYPES",
-        default_words="float16, which --export launches as bf16 where the chip has it",
+        default_words="on a GPU amp-bfloat16 (bfloat16 under --kernels megatron; amp-float16/float16 before "
+        "Ampere), elsewhere float16, which --export launches as bf16 where the chip has it",
     )
     optimizer: str = option(
         "adam",

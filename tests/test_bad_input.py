@@ -345,7 +345,7 @@ def test_the_position_warning_names_the_length_given_once_under_context_parallel
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "seq 128, one of CP 2: 256 tokens a sample" in r.stderr, r.stderr
-    warned = [line for line in r.stderr.splitlines() if "warning" in line]
+    warned = [line for line in r.stderr.splitlines() if "warning:" in line]
     assert warned == [
         "phazec: warning: tiny_llama_sdpa.py: sequence length 256 is beyond the model's max_position_embeddings = 64"
         " (no position table, but the model is not configured for it)"

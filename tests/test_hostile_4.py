@@ -354,7 +354,7 @@ def test_phazec_says_once_which_chips_of_a_space_the_wafer_leaves_out_and_search
         f"phazec: warning: {space}: 1 of 2 candidates within the area rule are left out, too large for the "
         f"wafer: the smallest, tc16384x16x256-vc1x16-glb8MiB: a die of 52,911 mm^2 does not fit {WAFER}"
     ], r.stderr
-    assert "two:tc1x16x256-vc1x16-glb8MiB-hbm32GiB" in r.stderr and out.exists()
+    assert "two:tc1x16x256-vc1x16-glb8MiB-hbm32GiB" in out.read_text()  # -q: the answer is in the file
 
 
 def test_phazec_refuses_a_hardware_file_whose_die_does_not_fit_its_wafer_in_one_line(tmp_path):

@@ -71,6 +71,8 @@ def test_phazec_fills_only_what_is_not_given():
     assert (o.kernels, o.dp_overlap, o.selective_recompute) == ("eager", True, "op")
     o = _opts("--hw", "h100", "--kernels", "megatron")
     assert (o.kernels, o.dp_overlap, o.selective_recompute) == ("megatron", False, "attention")
+    # Megatron-LM's --bf16, not autocast: the module in bf16, fp32 main params in the optimizer
+    assert o.dtype == "bfloat16" and _opts("--hw", "h100", "--kernels", "megatron", "--dtype", "fp8").dtype == "fp8"
 
 
 def test_the_search_and_the_papers_chips_keep_options_defaults():

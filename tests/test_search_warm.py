@@ -272,7 +272,8 @@ def _other_layer_time(p):
         ("answer", _payload(_negative_throughput, "does not hold a throughput >= 0")),
         ("search", _payload(_no_config, "does not hold a candidate of the space")),
         ("plan", _payload(_not_a_module, "does not hold the plan of tiny-gpt2 (")),
-        ("plan", _payload(_other_throughput, "does not hold the plan of tiny-gpt2 (internal error: the plan")),
+        # caught by the plan's own relations (throughput = batch / time) as it is read
+        ("plan", _payload(_other_throughput, "does not hold the plan of tiny-gpt2 (")),
         ("model", _payload(_no_name, "does not hold a model name")),
         ("plan-template", _payload(_no_skeleton, "does not hold a skeleton module (")),
         ("plan-template", _payload(_other_layer_time, "does not hold the plan of tiny-gpt2 (internal error: the plan")),

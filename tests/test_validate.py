@@ -325,6 +325,13 @@ def test_the_report_and_its_json(validated):
     assert "worst dev runs:" in text and "worst holdout runs:" in text
 
 
+#: The runtime phaze-validate prices a run as unless its file says otherwise (``Options``'
+#: defaults, the paper's): phazec's flags for it, where a GPU's defaults (phaze.driver's
+#: runtime_defaults) would price another; a test's own flags after these win.
+VALIDATION_RUNTIME = ["--kernels", "ops", "--dtype", "float16", "--zero", "0", "--sequence-parallel", "off"]
+VALIDATION_RUNTIME += ["--pipeline-schedule", "1f1b", "--no-dp-overlap", "--selective-recompute", "attention"]
+
+
 def test_each_prediction_is_phazecs_plan_for_the_same_run(validated, tmp_path):
     """Row 4 (8 GPUs, global batch 64, micro-batch 1, PP 1, DP 4, TP 2) through phazec."""
     from phaze.tools import phazec
@@ -334,7 +341,8 @@ def test_each_prediction_is_phazecs_plan_for_the_same_run(validated, tmp_path):
     assert (run["gpus"], run["global_batch"], run["micro_batch"], run["placement"]) == (8, 64, 1, "expert:1,4,2")
     model = v.write_model_file(v.Shape(run["hidden"], run["heads"], run["layers"], run["seq_len"]), tmp_path)
     out = tmp_path / "plan.json"
-    args = [model, "--hw", "a100", "--placement", run["placement"], "--devices", "8", "--global-batch", "64"]
+    args = [model, *VALIDATION_RUNTIME]
+    args += ["--hw", "a100", "--placement", run["placement"], "--devices", "8", "--global-batch", "64"]
     args += ["--micro-batch", "1", "--tp", "2", "--recompute", "full", "--rank-order", "tp-dp-pp"]
     args += ["--json", str(out), "-q", "-o", str(tmp_path / "plan.mlir")]
     assert phazec.main(args) == 0
@@ -354,7 +362,8 @@ def test_a_pipelined_run_is_phazecs_plan_with_split_transfers(validated, tmp_pat
     run = data["runs"][4]
     assert (run["placement"], run["pipeline_transfer"]) == ("expert:2,2,2", "split")
     model = v.write_model_file(v.Shape(run["hidden"], run["heads"], run["layers"], run["seq_len"]), tmp_path)
-    args = [model, "--hw", "a100", "--placement", run["placement"], "--devices", "8", "--global-batch", "4"]
+    args = [model, *VALIDATION_RUNTIME]
+    args += ["--hw", "a100", "--placement", run["placement"], "--devices", "8", "--global-batch", "4"]
     args += ["--micro-batch", "1", "--tp", "2", "--recompute", "full", "--rank-order", "tp-dp-pp", "-q"]
     times = {}
     for transfer in ("split", "whole"):
@@ -383,7 +392,8 @@ def test_a_run_with_its_own_settings_is_phazecs_plan_with_those_flags(tmp_path):
     result = v.validate([run], v.Settings(v.pricing_options("a100", schedule_nodes=1), quiet=True), jobs=1)[0]
     model = v.write_model_file(run.shape, tmp_path)
     out = tmp_path / "plan.json"
-    args = [model, "--hw", "a100", "--placement", "expert:2,1,2", "--devices", "4", "--global-batch", "8"]
+    args = [model, *VALIDATION_RUNTIME]
+    args += ["--hw", "a100", "--placement", "expert:2,1,2", "--devices", "4", "--global-batch", "8"]
     args += ["--micro-batch", "1", "--tp", "2", "--recompute", "selective", "--sequence-parallel", "on"]
     args += ["--pipeline-schedule", "interleaved:2", "--solver-nodes", "1", "--json", str(out), "-q"]
     assert phazec.main([*args, "-o", str(tmp_path / "plan.mlir")]) == 0
@@ -413,7 +423,8 @@ def test_a_runs_kernels_are_phazecs_and_one_runtime_is_compiled_once(validated, 
     assert [r["kernels"] for r in record["runs"]] == ["megatron", "megatron", "ops"]
     model = v.write_model_file(runs[0].shape, tmp_path)
     out = tmp_path / "plan.json"
-    args = [model, "--hw", "a100", "--placement", "expert:1,4,2", "--devices", "8", "--global-batch", "64"]
+    args = [model, *VALIDATION_RUNTIME]
+    args += ["--hw", "a100", "--placement", "expert:1,4,2", "--devices", "8", "--global-batch", "64"]
     args += ["--micro-batch", "1", "--tp", "2", "--recompute", "full", "--rank-order", "tp-dp-pp"]
     args += ["--pipeline-transfer", "split", "--kernels", "megatron", "--json", str(out), "-q"]
     assert phazec.main([*args, "-o", str(tmp_path / "plan.mlir")]) == 0

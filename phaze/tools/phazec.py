@@ -480,8 +480,11 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
             facts = facts_of(result.layer_kinds, result.seq_len, opts, result.model_shape, result.plan)
             facts = dataclasses.replace(facts, dtype_asked=args.dtype is not None)
             # Where a launch runs another runtime than the one priced: in the plan's summary and
-            # JSON, and so once on stderr (the summary's lines).
-            export_warnings(args.export, result.plan, facts)
+            # JSON, and so once on stderr (the summary's lines; under -q, which prints no
+            # summary, said here: the summary's other warnings were said as they arose).
+            for line in export_warnings(args.export, result.plan, facts):
+                if args.quiet:
+                    print(log_line("phazec", f"warning: {line}"), file=sys.stderr, flush=True)
         summary = result.plan.get("summary")
         if summary:
             log("plan:\n" + "\n".join(summary["lines"]))
@@ -656,14 +659,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     install_error_hook("phazec", args.debug)
 
     def log(msg: str) -> None:
-        # -q: errors and warnings only, nothing on success (the summary's warning lines stay).
-        block = msg.startswith(("plan:", "baselines:"))
+        # -q: errors and warnings only (said as they arise), nothing on success.
         if not quiet:
-            print(log_line("phazec", msg, block), file=sys.stderr, flush=True)
-        elif block:
-            for line in msg.split("\n"):
-                if line.startswith("warning: "):
-                    print(log_line("phazec", line), file=sys.stderr, flush=True)
+            print(log_line("phazec", msg, msg.startswith(("plan:", "baselines:"))), file=sys.stderr, flush=True)
 
     def body() -> None:
         refuse_output_clashes(args)
