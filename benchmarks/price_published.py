@@ -118,8 +118,18 @@ RECOMPUTE = {
 UNITS = ("tokens/s/gpu", "s/iteration")
 #: phazec's --optimizer of each published optimizer column.
 OPTIMIZERS = ("adam", "adam-bf16")
+#: phazec's --reduce-dtype of each published reduce_dtype column.
+REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 #: The columns a file written before CP and TP overlap were priced may lack, and what they mean then.
-DEFAULTS = {"cp": "1", "tp_overlap": "off", "ep": "1", "moe": "no", "optimizer": "adam", "fp8_params": "no"}
+DEFAULTS = {
+    "cp": "1",
+    "tp_overlap": "off",
+    "ep": "1",
+    "moe": "no",
+    "optimizer": "adam",
+    "fp8_params": "no",
+    "reduce_dtype": "fp32",
+}
 #: Where --write-bands writes the error bands by regime that phaze's summary states (phaze/error_bands.py).
 BANDS = ROOT / "data" / "published" / "error_bands.json"
 
@@ -165,6 +175,8 @@ class Row:
     #: with its state in bf16, NeMo's ``optim.dtype: bf16``)
     optimizer: str = "adam"
     fp8_params: str = "no"  #: yes: FP8 primary weights (NeMo's fp8_params; phazec --fp8-params)
+    #: phazec's --reduce-dtype: the dtype the run's DP gradient reduce(-scatter) moves
+    reduce_dtype: str = "fp32"
 
     @property
     def exact(self) -> bool:
@@ -231,6 +243,7 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         moe=d["moe"].strip(),
         optimizer=d["optimizer"].strip(),
         fp8_params=d["fp8_params"].strip(),
+        reduce_dtype=d["reduce_dtype"].strip(),
         **ints,
     )
     if r.gpus != r.tp * r.pp * r.dp * r.cp:
@@ -247,6 +260,8 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         raise ValueError(f"{where}: moe {r.moe!r}, expected yes or no")
     if r.optimizer not in OPTIMIZERS:
         raise ValueError(f"{where}: optimizer {r.optimizer!r}, expected one of {', '.join(OPTIMIZERS)}")
+    if r.reduce_dtype not in REDUCE_DTYPES:
+        raise ValueError(f"{where}: reduce_dtype {r.reduce_dtype!r}, expected one of {', '.join(REDUCE_DTYPES)}")
     if r.fp8_params not in ("yes", "no"):
         raise ValueError(f"{where}: fp8_params {r.fp8_params!r}, expected yes or no")
     if r.fp8_params == "yes" and r.precision != "fp8":
@@ -318,6 +333,8 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         "0",  # a run that ran is priced as it ran: the headroom is for plans not yet run
         "--optimizer",
         r.optimizer,
+        "--reduce-dtype",
+        r.reduce_dtype,
     ]
     if r.fp8_params == "yes":
         flags.append("--fp8-params")

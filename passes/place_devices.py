@@ -17,7 +17,7 @@ from xdsl.utils.arg_spec import ArgSpec
 from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.algorithms.placement_options import PlacementOptions
-from passes.graph_view import step_function
+from passes.graph_view import arg_role, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import (
@@ -101,6 +101,7 @@ def build_problem(module: ModuleOp, options: PlacementOptions, pass_name: str) -
             blocks=pl.block_range(kinds),
             grads_freed=frees_grads(module),
             sequence_parallel=keys.SEQUENCE_PARALLEL in module.attributes,
+            grad_element_bytes=grad_element_bytes(module),
         )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
@@ -125,6 +126,19 @@ def tp_width(module: ModuleOp, pass_name: str) -> int:
             f"expected the width phaze-shard-tensor-parallel wrote"
         )
     return width
+
+
+def grad_element_bytes(module: ModuleOp) -> int:
+    """The bytes of one gradient element as the memory pass counts ``grad_bytes`` (a gradient
+    in its parameter's dtype): the element width that holds most of the parameters' bytes, 4
+    under autocast's mixed precision or --dtype float32, else 2."""
+    fn = step_function(module)
+    by_width: dict[int, int] = {}
+    for i, a in enumerate(fn.body.block.args):
+        if arg_role(fn, i)[0] == "param":
+            width = ph.element_bytes(ph.tensor_type(a).element_type)
+            by_width[width] = by_width.get(width, 0) + ph.tensor_bytes(a.type)
+    return 4 if by_width.get(4, 0) > by_width.get(2, 0) else 2
 
 
 def frees_grads(module: ModuleOp) -> bool:

@@ -82,6 +82,8 @@ MEGATRON_FLAGS = (
     "--use-tp-pp-dp-mapping",
     "--fp16",
     "--bf16",
+    "--grad-reduce-in-bf16",
+    "--accumulate-allreduce-grads-in-fp32",
     "--fp8-format",
     "--fp8-recipe",
     "--optimizer",
@@ -141,6 +143,8 @@ class ModelFacts:
     dp_overlap: bool = False
     #: FP8 primary weights (phazec's ``--fp8-params``)
     fp8_params: bool = False
+    #: the dtype the DP gradient collectives were priced in (phazec's ``--reduce-dtype``)
+    reduce_dtype: str = "fp32"
     #: what the plan's selective recompute re-runs (phazec's ``--selective-recompute``)
     selective_recompute: str = "attention"
     #: whose kernels the plan was priced as (phazec's ``--kernels``)
@@ -519,6 +523,13 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
     kind = precision(facts)
     if kind in ("fp16", "bf16"):
         args.append(f"--{kind}")
+    # The gradients reduced as priced (--reduce-dtype; Megatron-LM d98e8a64, arguments.py: --bf16
+    # reduces in fp32 unless --grad-reduce-in-bf16, --fp16 in fp16 unless
+    # --accumulate-allreduce-grads-in-fp32; docs/design.md §6.5)
+    if kind == "bf16" and facts.reduce_dtype != "fp32":
+        args.append("--grad-reduce-in-bf16")
+    if kind == "fp16" and facts.reduce_dtype == "fp32":
+        args.append("--accumulate-allreduce-grads-in-fp32")
     if facts.dtype == "fp8":
         # Transformer Engine's FP8 linears as priced: E4M3 forward, E5M2 gradients, delayed
         # per-tensor scaling (docs/design.md §5.11.5); the FP8 parameter all-gather is not priced.
@@ -869,6 +880,8 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
         raise PhazeError(_TORCHTITAN_FP16)
     if facts.dtype == "fp8":
         raise PhazeError(_TORCHTITAN_FP8)
+    if facts.reduce_dtype != "fp32" and s.dp > 1:
+        raise PhazeError(_TORCHTITAN_REDUCE)
     if kind is not None:
         # Mixed precision with fp32 master weights, as phaze's Adam (precision(): the same as
         # the Megatron-LM export's).
@@ -930,6 +943,10 @@ _TORCHTITAN_CP_ZERO = (
 _TORCHTITAN_ASYNC_TP = (
     "--export torchtitan: torchtitan 0.3.0's async TP runs under torch.compile only (CompileConfig asks "
     "--compile.enable): compile with --kernels inductor, or --tp-overlap off"
+)
+_TORCHTITAN_REDUCE = (
+    "--export torchtitan: torchtitan 0.3.0 reduces FSDP's gradients in float32 only (training.mixed_precision_reduce "
+    "takes just float32); price the plan with --reduce-dtype fp32"
 )
 _TORCHTITAN_FP8 = (
     "--export torchtitan: torchtitan 0.3.0's float8 converter runs rowwise scaling (E4M3 throughout), set in a "
@@ -1104,6 +1121,7 @@ def facts_of(
         optimizer=opts.optimizer,
         dp_overlap=opts.dp_overlap,
         fp8_params=bool(getattr(opts, "fp8_params", False)),
+        reduce_dtype=str(getattr(opts, "reduce_dtype", "fp32")),
         selective_recompute=opts.selective_recompute,
         kernels=opts.kernels,
         shape=dict(shape or {}),

@@ -135,7 +135,7 @@ class Stages:
         key = (i, j)
         if key not in self._exp:
             ls = self.layers[i : j + 1]
-            grad = float(sum(x["grad_bytes"] for x in ls))
+            grad = float(round(sum(x["grad_bytes"] for x in ls) * self.pr.get("grad_reduce_scale", 1.0)))
             ar = ring_allreduce(self.pr["levels"], grad, self.d, self.dp_lv, self.stride)
             bwd = sum(x["bwd_s"] for x in ls)
             # overlapped, the all-reduce still takes its level's share of the compute beside it

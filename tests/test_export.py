@@ -276,6 +276,10 @@ MEGATRON_TRAINING_ONLY = {
     # mapped below as core_transformer_config_from_args maps them
     "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers",
+    # validate_args turns them into accumulate_allreduce_grads_in_fp32, which training.py
+    # gives DistributedDataParallelConfig as grad_reduce_in_fp32
+    "grad_reduce_in_bf16",
+    "accumulate_allreduce_grads_in_fp32",
 }
 
 
@@ -627,6 +631,8 @@ MEGATRON_CASES = {
 #: needs torch.compile.
 MEGATRON_PRECISION_CASES = {
     "fp8-hybrid": (plan([4, 4], tp=2), facts(8, dtype="fp8")),
+    "grad-reduce-in-bf16": (plan([4, 4], tp=2, zero=1), facts(8, dtype="bfloat16", reduce_dtype="bf16")),
+    "fp16-reduced-in-fp32": (plan([4, 4], tp=2), facts(8, dtype="amp-float16")),
     "tp-comm-overlap": (plan([4, 4], tp=2, sequence_parallel=True, tp_overlap=True), facts(8)),
     "everything": (
         plan([3, 5, 5, 3], pp=4, tp=2, cp=2, zero=1, sequence_parallel=True, tp_overlap=True, recompute="full"),
@@ -1039,3 +1045,20 @@ def test_megatron_fp8_primary_weights_and_bf16_adam_state():
     assert "--fp8-param-gather" not in megatron_args(p, facts(8, dtype="fp8"))
     with pytest.raises(PhazeError, match="adam-bf16"):
         megatron_args(p, facts(8, optimizer="adam-bf16"))
+
+
+def test_the_gradients_are_reduced_in_the_dtype_priced():
+    """``--reduce-dtype`` launches as priced: Megatron-LM reduces bf16 gradients in fp32 unless
+    ``--grad-reduce-in-bf16``, fp16 ones in fp16 unless ``--accumulate-allreduce-grads-in-fp32``;
+    torchtitan 0.3.0 reduces in float32 only, so a plan priced in bf16 over DP is refused."""
+    p = plan([4, 4], tp=2, zero=1)
+    bf16, fp16 = facts(8, dtype="bfloat16"), facts(8, dtype="amp-float16")
+    assert "--grad-reduce-in-bf16" not in megatron_args(p, bf16)
+    assert "--grad-reduce-in-bf16" in megatron_args(p, dataclasses.replace(bf16, reduce_dtype="bf16"))
+    assert "--accumulate-allreduce-grads-in-fp32" in megatron_args(p, fp16)
+    fp16_wire = dataclasses.replace(fp16, reduce_dtype="fp16")
+    assert "--accumulate-allreduce-grads-in-fp32" not in megatron_args(p, fp16_wire)
+    fsdp = plan([8], pp=1, zero=3)
+    torchtitan_args(fsdp, bf16)
+    with pytest.raises(PhazeError, match="float32 only"):
+        torchtitan_args(fsdp, dataclasses.replace(bf16, reduce_dtype="bf16"))

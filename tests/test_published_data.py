@@ -201,3 +201,26 @@ def test_the_runs_optimizer_state_and_fp8_weights_are_priced_as_configured():
         pp.parse_row({**d, "optimizer": "lion"}, "row")
     with pytest.raises(ValueError, match="fp8_params yes needs precision fp8"):
         pp.parse_row({**d, "fp8_params": "yes"}, "row")
+
+
+def test_the_runs_gradients_are_reduced_in_the_dtype_their_framework_used():
+    """fms-fsdp's FSDP policy reduces in bf16 (``bfSixteen``), torchtitan's FSDP2 in fp32
+    (``reduce_dtype=torch.float32``), Megatron-LM --fp16 in fp16, NeMo 24.07's distributed Adam
+    in its fp32 state's dtype unless ``grad_sync_dtype: bf16`` (Nemotron-4 340B, and every
+    dgxc-benchmarking config); a file written before the column reduces in fp32 (phazec's
+    default), and a bad value is refused."""
+    rows = {x.id: x for x in pp.read_rows(CSV)}
+    by = {i: r.reduce_dtype for i, r in rows.items()}
+    assert {by[i] for i in rows if i.startswith("fms-")} == {"bf16"}
+    assert {by[i] for i in rows if i.startswith("tt-")} == {"fp32"}
+    assert {by[i] for i in rows if i.startswith("k22-")} == {"fp16"}
+    assert {by[i] for i in rows if i.startswith("dgxc-")} == {"bf16"}
+    assert {i for i in rows if i.startswith("nemo-") and by[i] == "bf16"} == {"nemo-n4-340b"}
+    assert _flag(pp.phazec_flags(rows["fms-7b"]), "--reduce-dtype") == "bf16"
+    assert _flag(pp.phazec_flags(rows["tt-l3-8b-sel-op"]), "--reduce-dtype") == "fp32"
+    d = {k: "1" for k in pp.REQUIRED}
+    d.update(precision="bf16", recompute="none", measured_unit="tokens/s/gpu", sequence_parallel="off")
+    d.update(tp_overlap="off", dp_overlap="off")
+    assert pp.parse_row(d, "row").reduce_dtype == "fp32"
+    with pytest.raises(ValueError, match="reduce_dtype 'fp8', expected one of fp32, bf16, fp16"):
+        pp.parse_row({**d, "reduce_dtype": "fp8"}, "row")

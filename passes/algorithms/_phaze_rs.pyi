@@ -129,6 +129,7 @@ class ProblemDict(TypedDict):
     # ZeRO-2/3 and no EP, a stage's peak is that of its activations and gradients held together
     # during the backward. False (default): the gradients are held for the whole step.
     grads_freed: NotRequired[bool]
+    grad_reduce_scale: NotRequired[float]  # DP gradient collective bytes per grad_bytes byte (wire dtype / grads')
 
 class MemoryDict(TypedDict):
     """A stage's (its rank's) bytes per device by part, as the DP counts them: the parts add up

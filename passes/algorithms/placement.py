@@ -46,6 +46,9 @@ RANK_ORDER_SETTINGS: tuple[_phaze_rs.RankOrderSetting, ...] = ("auto", "tp-dp-pp
 #: Megatron-LM today) or ``split`` (each TP rank sends 1/t, the receiving TP group all-gathers:
 #: DeepSpeed's pipeline engine, Megatron-LM's scatter-gather before sequence parallelism).
 PIPELINE_TRANSFERS = ("whole", "split")
+#: The dtypes the DP gradient collectives can run in, and the bytes of an element of each
+#: (docs/design.md §5, "Gradient reduction dtype").
+REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 #: The runtimes (``phaze.kernels``) whose training loop frees the gradients after each step, so
@@ -64,6 +67,13 @@ def parse_pipeline_transfer(text: str) -> bool:
     if text not in PIPELINE_TRANSFERS:
         raise PlacementError(f"pipeline transfer '{excerpt(text)}': expected one of {', '.join(PIPELINE_TRANSFERS)}")
     return text == "split"
+
+
+def parse_reduce_dtype(text: str) -> int:
+    """The bytes of one gradient element as a ``reduce_dtype`` setting moves it over the DP group."""
+    if text not in REDUCE_DTYPES:
+        raise PlacementError(f"reduce dtype '{excerpt(text)}': expected one of {', '.join(REDUCE_DTYPES)}")
+    return REDUCE_DTYPES[text]
 
 
 _SCHEDULE = re.compile(r"^(auto|1f1b|interleaved:([1-9][0-9]*))$")
@@ -308,6 +318,7 @@ def problem(
     blocks: tuple[int, int] | None = None,
     grads_freed: bool = False,
     sequence_parallel: bool = False,
+    grad_element_bytes: int = 2,
 ) -> _phaze_rs.ProblemDict:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``: the placement
     ``options`` (their values parsed here, each once) on ``layers`` at micro-batch
@@ -318,7 +329,9 @@ def problem(
     each layer's gradients in its backward and frees them after the step
     (``_phaze_rs.ProblemDict``); ``sequence_parallel``: the step is sharded with it, so a
     boundary's values are sharded over the TP group already and each rank sends its own (the
-    options' ``pipeline_transfer`` does not apply). A layer may be given as its ``as_dict()``
+    options' ``pipeline_transfer`` does not apply); ``grad_element_bytes``: the bytes of one
+    gradient element as ``grad_bytes`` count it (the parameters' dtype: 4 under autocast), which
+    the options' ``reduce_dtype`` rescales for the DP gradient collectives. A layer may be given as its ``as_dict()``
     already (the search's ``Setting.layer_dicts``)."""
     # Named as the user set them (phazec's flags, phaze-place-devices' options), up to the
     # bound phazec's flags have: beyond it the DP's own check would name its field instead
@@ -330,6 +343,9 @@ def problem(
             f"global batch = {options.global_batch}: expected a positive integer up to {si_count(MAX_COUNT)}"
         )
     ep = parse_expert_parallel(options.expert_parallel)
+    if grad_element_bytes not in (2, 4):
+        raise PlacementError(f"gradient element bytes {grad_element_bytes!r}: expected 2 or 4")
+    reduce_scale = parse_reduce_dtype(options.reduce_dtype) / grad_element_bytes
     layer_dicts = [layer.as_dict() if isinstance(layer, LayerNumbers) else layer for layer in layers]
     if options.fp8_params:
         # FP8 primary weights: the weight is its FP8 copies (Transformer Engine 2.20.0.dev0,
@@ -362,6 +378,7 @@ def problem(
         "rank_order": parse_rank_order(options.rank_order),
         "pipeline_split": not sequence_parallel and parse_pipeline_transfer(options.pipeline_transfer),
         "grads_freed": grads_freed,
+        "grad_reduce_scale": reduce_scale,
     }
 
 

@@ -202,6 +202,14 @@ class PlacementOptions:
         "parallelism) makes auto tp-dp-pp",
         choices=pl.RANK_ORDER_SETTINGS,
     )
+    reduce_dtype: str = option(
+        "fp32",
+        parsed_by(pl.parse_reduce_dtype),
+        "dtype of the DP gradient all-reduce (ZeRO 0/1) or reduce-scatter (ZeRO 2/3): fp32, as Megatron-LM "
+        "--bf16 runs without --grad-reduce-in-bf16 and torchtitan's FSDP2 (mixed_precision_reduce float32); "
+        "bf16, as fms-fsdp's FSDP policy and Megatron-LM --grad-reduce-in-bf16",
+        choices=tuple(pl.REDUCE_DTYPES),
+    )
     pipeline_transfer: str = option(
         "whole",
         parsed_by(pl.parse_pipeline_transfer),

@@ -96,6 +96,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
         grads_freed: false,
+        grad_reduce_scale: 1.0,
     }
 }
 

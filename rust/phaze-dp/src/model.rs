@@ -435,10 +435,20 @@ pub struct Problem {
     /// Σ_{i..k} saved + Σ_{k..j} grad, not the two sums added ([`crate::MemoryParts::grads`]).
     #[serde(default)]
     pub grads_freed: bool,
+    /// Bytes the DP gradient collectives (ZeRO-0/1's all-reduce, ZeRO-2/3's reduce-scatter)
+    /// move per byte of `grad_bytes`: the wire dtype over the gradients' own, 2.0 when bf16
+    /// gradients are reduced in fp32 (FSDP2's `MixedPrecisionPolicy(reduce_dtype=float32)`,
+    /// Megatron-LM's `--bf16` without `--grad-reduce-in-bf16`); 1.0 by default.
+    #[serde(default = "unit")]
+    pub grad_reduce_scale: f64,
 }
 
 fn one() -> u64 {
     1
+}
+
+fn unit() -> f64 {
+    1.0
 }
 
 /// A problem that cannot even be posed (NaN times, zero devices, no layers, ...).
@@ -474,6 +484,12 @@ impl Problem {
     pub fn validate(&self) -> Result<(), InputError> {
         if self.layers.is_empty() {
             return err("layers must not be empty".into());
+        }
+        if !(self.grad_reduce_scale.is_finite() && self.grad_reduce_scale > 0.0) {
+            return err(format!(
+                "grad_reduce_scale must be finite and > 0, got {}",
+                self.grad_reduce_scale
+            ));
         }
         for (i, l) in self.layers.iter().enumerate() {
             check_time(&format!("layers[{i}].fwd_s"), l.fwd_s)?;
@@ -1083,6 +1099,7 @@ mod tests {
             rank_order: None,
             pipeline_split: false,
             grads_freed: false,
+            grad_reduce_scale: 1.0,
         }
     }
 

@@ -275,7 +275,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
         let n = layers.len();
         let ring = |l: &Layer, grads: bool| {
             let (bytes, experts) = if grads {
-                (l.grad_bytes, l.expert_grad_bytes)
+                self.on_wire(l.grad_bytes, l.expert_grad_bytes)
             } else {
                 (l.param_bytes, l.expert_param_bytes)
             };
@@ -443,7 +443,19 @@ impl<'p, 'a> Ctx<'p, 'a> {
 
     /// The gradients' all-reduce over the DP group (see [`Ctx::over_dp`]).
     fn allreduce(&self, a: &RangeSums) -> f64 {
-        self.over_dp(a.grad_bytes, a.expert_grad_bytes, Problem::ring_allreduce_s)
+        let (bytes, experts) = self.on_wire(a.grad_bytes, a.expert_grad_bytes);
+        self.over_dp(bytes, experts, Problem::ring_allreduce_s)
+    }
+
+    /// Gradient bytes as the DP collectives move them ([`Problem::grad_reduce_scale`]).
+    #[inline]
+    fn on_wire(&self, bytes: u64, experts: u64) -> (u64, u64) {
+        let s = self.prep.prob.grad_reduce_scale;
+        if s == 1.0 {
+            return (bytes, experts);
+        }
+        let scale = |b: u64| (b as f64 * s).round() as u64;
+        (scale(bytes), scale(experts).min(scale(bytes)))
     }
 
     /// A reduce-scatter or all-gather over the DP group of `bytes`, of which `experts` are
@@ -582,7 +594,8 @@ impl<'p, 'a> Ctx<'p, 'a> {
 
     #[inline]
     fn grads_half_ring(&self, a: &RangeSums) -> f64 {
-        self.half_ring(a.grad_bytes, a.expert_grad_bytes)
+        let (bytes, experts) = self.on_wire(a.grad_bytes, a.expert_grad_bytes);
+        self.half_ring(bytes, experts)
     }
 
     #[inline]

@@ -54,6 +54,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
         grads_freed: false,
+        grad_reduce_scale: 1.0,
     }
 }
 

@@ -116,6 +116,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         // Drawn last: the instances drawn before stay those of before.
         pipeline_split: rng.below(2) == 0,
         grads_freed: rng.below(2) == 0,
+        grad_reduce_scale: [1.0, 2.0, 0.5][rng.below(3) as usize],
     }
 }
 
@@ -287,6 +288,16 @@ fn price(
             dense_half(bytes - experts) + expert_half(experts)
         }
     };
+    // Gradient bytes as the DP collectives move them (grad_reduce_scale: the wire dtype's).
+    let wire = |bytes: u64, experts: u64| {
+        let s = prob.grad_reduce_scale;
+        let b = (bytes as f64 * s).round() as u64;
+        (b, ((experts as f64 * s).round() as u64).min(b))
+    };
+    let grads_half = |bytes: u64, experts: u64| {
+        let (b, x) = wire(bytes, experts);
+        half(b, x)
+    };
     // One MoE layer's all-to-all over the EP group: e consecutive replicas, `stride` apart.
     let ep_l = lvl(e * stride);
     let bw_a2a = ring_bandwidth(prob, e, ep_l, stride);
@@ -310,7 +321,7 @@ fn price(
     let piece_windows = |lo: usize, hi: usize| {
         let ls = &prob.layers;
         let ag = |l: usize| half(ls[l].param_bytes, ls[l].expert_param_bytes);
-        let rs = |l: usize| half(ls[l].grad_bytes, ls[l].expert_grad_bytes);
+        let rs = |l: usize| grads_half(ls[l].grad_bytes, ls[l].expert_grad_bytes);
         let mut bwd = 0.0;
         for l in (lo..=hi).rev() {
             let next_rs = if l < hi { rs(l + 1) } else { 0.0 };
@@ -405,13 +416,13 @@ fn price(
         let mb = match z {
             0 | 1 => 0.0,
             _ if windows => windows_s,
-            2 => hide(half(gb, egb), bwd),
-            _ => hide(half(pb, epb), fwd) + hide(half(pb, epb) + half(gb, egb), bwd),
+            2 => hide(grads_half(gb, egb), bwd),
+            _ => hide(half(pb, epb), fwd) + hide(half(pb, epb) + grads_half(gb, egb), bwd),
         } + 4.0 * alltoall;
         let rec = rec + if r == 2 { 2.0 * alltoall } else { 0.0 };
         let exposed = match z {
-            0 => hide(all_reduce(gb, egb), bwd),
-            1 => hide(half(gb, egb), bwd) + hide(half(pb, epb), fwd),
+            0 => hide(all_reduce(wire(gb, egb).0, wire(gb, egb).1), bwd),
+            1 => hide(grads_half(gb, egb), bwd) + hide(half(pb, epb), fwd),
             2 => hide(half(pb, epb), fwd),
             _ => 0.0,
         };

@@ -109,6 +109,7 @@ fn a_problem_dict_reads_as_the_problem() {
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
         grads_freed: false,
+        grad_reduce_scale: 1.0,
     };
     assert_eq!(read(problem()).unwrap(), want);
     let mut torus = problem();

@@ -43,6 +43,7 @@ fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
         grads_freed: false,
+        grad_reduce_scale: 1.0,
     }
 }
 

@@ -39,6 +39,7 @@ fn random_problem(rng: &mut Rng, zero: Zero, v: Option<u64>) -> Problem {
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
         grads_freed: false,
+        grad_reduce_scale: 1.0,
     }
 }
 
@@ -175,6 +176,7 @@ fn sharded_problem(zero: Zero, v: u64) -> Problem {
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
         grads_freed: false,
+        grad_reduce_scale: 1.0,
     }
 }
 
@@ -264,6 +266,7 @@ fn freed_gradients_overlap_the_activations_of_a_one_micro_batch_step() {
         rank_order: None,
         pipeline_split: false,
         grads_freed: true,
+        grad_reduce_scale: 1.0,
     };
     let state = 3 * 3 + 3 * 6 + 1;
     let m = evaluate_fixed(&prob, 1, 1).unwrap().plan.unwrap().stages[0].memory;
