@@ -119,6 +119,7 @@ class Pricing:
             blocks=setting.blocks,
             grads_freed=setting.grads_freed,
             sequence_parallel=setting.sequence_parallel,
+            grad_element_bytes=setting.grad_element_bytes,
         )
 
     def place(

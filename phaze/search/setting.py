@@ -73,6 +73,9 @@ class Setting:
     blocks: tuple[int, int] | None = None
     #: the runtime frees the gradients after each step (``placement.GRADS_FREED_RUNTIMES``)
     grads_freed: bool = False
+    #: the bytes of one gradient element (``passes.place_devices.grad_element_bytes``: 4 under
+    #: autocast), which the DP's gradient collectives rescale to the options' reduce dtype
+    grad_element_bytes: int = 2
     units: tuple[str, ...] = field(init=False)
     #: :meth:`layer_dicts`' distinct layers and each layer's index among them (made on first use).
     _distinct: tuple[list[LayerRef], list[int]] | None = field(init=False, default=None, repr=False, compare=False)
@@ -90,6 +93,7 @@ class Setting:
             "sequence_parallel": self.sequence_parallel,
             "blocks": list(self.blocks) if self.blocks is not None else None,
             "grads_freed": self.grads_freed,
+            "grad_element_bytes": self.grad_element_bytes,
             "prepare_s": self.prepare_s,
             "table": [desc_to_json(d) for d in self.table.descs],
             "groups": [{"rows": list(g.rows), "edges": [list(e) for e in g.edges]} for g in self.groups],
@@ -118,6 +122,7 @@ class Setting:
             "sequence_parallel",
             "blocks",
             "grads_freed",
+            "grad_element_bytes",
             "prepare_s",
             "table",
             "groups",
@@ -133,6 +138,8 @@ class Setting:
         for k in ("sequence_parallel", "grads_freed"):
             if not isinstance(data[k], bool):
                 raise ValueError(f"{k} = {data[k]!r}: expected true or false")
+        if data["grad_element_bytes"] not in (2, 4) or not is_int(data["grad_element_bytes"]):
+            raise ValueError(f"grad_element_bytes = {data['grad_element_bytes']!r}: expected 2 or 4")
         blocks = data["blocks"]
         if blocks is not None and not (
             isinstance(blocks, list)
@@ -164,6 +171,7 @@ class Setting:
             data["sequence_parallel"],
             (blocks[0], blocks[1]) if blocks is not None else None,
             data["grads_freed"],
+            data["grad_element_bytes"],
         )
 
     def priced_groups(self) -> list[int]:
@@ -255,7 +263,7 @@ def setting_from_module(
     from passes.algorithms.recompute import parse_selective
     from passes.cost_view import op_table
     from passes.insert_recompute import static_costs
-    from passes.place_devices import frees_grads
+    from passes.place_devices import frees_grads, grad_element_bytes
 
     name = "phaze-search"
     table, row_of, priced_ops, _ = op_table(module)
@@ -301,7 +309,10 @@ def setting_from_module(
             )
         )
     blocks = block_range([str(la["kind"]) for la in layers_attr])
-    return Setting(model, micro_batch, tp, table, groups, layers, 0.0, sequence_parallel, blocks, frees_grads(module))
+    grad_bytes = grad_element_bytes(module)
+    return Setting(
+        model, micro_batch, tp, table, groups, layers, 0.0, sequence_parallel, blocks, frees_grads(module), grad_bytes
+    )
 
 
 def deepened(setting: Setting, blocks: int) -> Setting:
