@@ -78,7 +78,7 @@ Extra forward time per micro-batch: ``full`` re-runs the forward (its scheduled 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from passes.algorithms.graph import Graph
@@ -330,6 +330,21 @@ def _checkpointed(selective: Selective, kinds: Sequence[str]) -> list[bool]:
     return out
 
 
+def outside_inputs(graph: Graph, ops: Iterable[int], own: set[int], dep: Sequence[bool]) -> set[int]:
+    """The data-dependent storages ``ops`` read from outside ``own`` (what they make): an op's
+    result or the step's input, never a parameter (not an activation)."""
+    out = set()
+    for i in ops:
+        for v in graph.ops[i].operands:
+            s = graph.storage(v)
+            val = graph.values[s]
+            if s in own or val.role == "param" or not dep[s]:
+                continue
+            if val.producer >= 0 or val.role == "input":
+                out.add(s)
+    return out
+
+
 def _elements(graph: Graph, storage: int) -> int:
     """Elements of a storage (its bytes where its element size is not known)."""
     v = graph.values[storage]
@@ -352,19 +367,10 @@ class _FusedKernels:
             if op.phase == "fwd":
                 for v in op.operands:
                     self.fwd_readers.setdefault(graph.storage(v), set()).add(i)
-        self.inputs: dict[int, set[int]] = {}
-        for k, ops in self.members.items():
-            made = {graph.storage(r) for i in ops for r in graph.ops[i].results}
-            ins = set()
-            for i in ops:
-                for v in graph.ops[i].operands:
-                    st = graph.storage(v)
-                    val = graph.values[st]
-                    if st in made or val.role == "param" or not dep[st]:
-                        continue
-                    if val.producer >= 0 or val.role == "input":
-                        ins.add(st)
-            self.inputs[k] = ins
+        self.inputs: dict[int, set[int]] = {
+            k: outside_inputs(graph, ops, {graph.storage(r) for i in ops for r in graph.ops[i].results}, dep)
+            for k, ops in self.members.items()
+        }
 
     def saved(self, autograd: set[int]) -> set[int]:
         """``autograd``'s saved storages as the fused kernels keep them."""
@@ -431,16 +437,7 @@ def analyze_recompute(
         own = {r for i in fwd[layer] for r in graph.ops[i].results}
         # Full: the data-dependent inputs of the forward, plus whatever else from outside the
         # layer its backward reads (parameters are not activations).
-        inputs = set()
-        for i in fwd[layer]:
-            for v in graph.ops[i].operands:
-                s = graph.storage(v)
-                val = graph.values[s]
-                if s in own or val.role == "param" or not dep[s]:
-                    continue
-                if val.producer >= 0 or val.role == "input":
-                    inputs.add(s)
-        full = inputs | {s for s in autograd if s not in own}
+        full = outside_inputs(graph, fwd[layer], own, dep) | {s for s in autograd if s not in own}
         cores = attention_cores(graph, fwd[layer])
         is_block = kinds is not None and layer < len(kinds) and kinds[layer] == "block"
         if selective.kind == "attention":

@@ -80,18 +80,7 @@ def with_fused_attention(spec: ModelSpec) -> ModelSpec:
     ``attn_implementation="eager"`` is switched by its ``set_attn_implementation``); any other
     model as it is. Context parallelism's runtimes run ring flash attention, never attention
     with its scores in memory."""
-    from dataclasses import replace
-
-    build = spec.get_model
-
-    def get_model():
-        model = build()
-        config = getattr(model, "config", None)
-        if getattr(config, "_attn_implementation", None) == "eager" and hasattr(model, "set_attn_implementation"):
-            model.set_attn_implementation("sdpa")
-        return model
-
-    return replace(spec, get_model=get_model)
+    return _switched_attention(spec, "eager", "sdpa")
 
 
 def with_eager_attention(spec: ModelSpec) -> ModelSpec:
@@ -99,6 +88,12 @@ def with_eager_attention(spec: ModelSpec) -> ModelSpec:
     built with ``attn_implementation="sdpa"`` is switched by its ``set_attn_implementation``
     to ``"eager"``); any other model as it is. The paper's runtime (``--kernels ops``: every
     op its own kernel, no fused attention) prices attention so."""
+    return _switched_attention(spec, "sdpa", "eager")
+
+
+def _switched_attention(spec: ModelSpec, implementation: str, to: str) -> ModelSpec:
+    """``spec`` whose transformers model, built with ``attn_implementation=implementation``, is
+    switched to ``to`` by its ``set_attn_implementation``; any other model as it is."""
     from dataclasses import replace
 
     build = spec.get_model
@@ -106,8 +101,10 @@ def with_eager_attention(spec: ModelSpec) -> ModelSpec:
     def get_model():
         model = build()
         config = getattr(model, "config", None)
-        if getattr(config, "_attn_implementation", None) == "sdpa" and hasattr(model, "set_attn_implementation"):
-            model.set_attn_implementation("eager")
+        if getattr(config, "_attn_implementation", None) == implementation and hasattr(
+            model, "set_attn_implementation"
+        ):
+            model.set_attn_implementation(to)
         return model
 
     return replace(spec, get_model=get_model)
