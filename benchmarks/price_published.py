@@ -120,6 +120,8 @@ UNITS = ("tokens/s/gpu", "s/iteration")
 OPTIMIZERS = ("adam", "adam-bf16")
 #: phazec's --reduce-dtype of each published reduce_dtype column.
 REDUCE_DTYPES = ("fp32", "bf16", "fp16")
+#: A yes/no column's values.
+YES_NO = ("yes", "no")
 #: The columns a file written before CP and TP overlap were priced may lack, and what they mean then.
 DEFAULTS = {
     "cp": "1",
@@ -250,20 +252,18 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         raise ValueError(f"{where}: {r.gpus} GPUs but TP x PP x DP x CP = {r.tp * r.pp * r.dp * r.cp}")
     if r.global_batch % (r.micro_batch * r.dp):
         raise ValueError(f"{where}: global batch {r.global_batch} is not a multiple of micro-batch x DP")
-    if r.precision not in DTYPES:
-        raise ValueError(f"{where}: precision {r.precision!r}, expected one of {', '.join(DTYPES)}")
-    if r.recompute not in RECOMPUTE:
-        raise ValueError(f"{where}: recompute {r.recompute!r}, expected one of {', '.join(RECOMPUTE)}")
-    if r.measured_unit not in UNITS:
-        raise ValueError(f"{where}: measured_unit {r.measured_unit!r}, expected one of {', '.join(UNITS)}")
-    if r.moe not in ("yes", "no"):
-        raise ValueError(f"{where}: moe {r.moe!r}, expected yes or no")
-    if r.optimizer not in OPTIMIZERS:
-        raise ValueError(f"{where}: optimizer {r.optimizer!r}, expected one of {', '.join(OPTIMIZERS)}")
-    if r.reduce_dtype not in REDUCE_DTYPES:
-        raise ValueError(f"{where}: reduce_dtype {r.reduce_dtype!r}, expected one of {', '.join(REDUCE_DTYPES)}")
-    if r.fp8_params not in ("yes", "no"):
-        raise ValueError(f"{where}: fp8_params {r.fp8_params!r}, expected yes or no")
+    for column, choices in (
+        ("precision", DTYPES),
+        ("recompute", RECOMPUTE),
+        ("measured_unit", UNITS),
+        ("moe", YES_NO),
+        ("optimizer", OPTIMIZERS),
+        ("reduce_dtype", REDUCE_DTYPES),
+        ("fp8_params", YES_NO),
+    ):
+        if (value := getattr(r, column)) not in choices:
+            expected = "yes or no" if choices == YES_NO else f"one of {', '.join(choices)}"
+            raise ValueError(f"{where}: {column} {value!r}, expected {expected}")
     if r.fp8_params == "yes" and r.precision != "fp8":
         raise ValueError(f"{where}: fp8_params yes needs precision fp8 (it keeps the FP8 linears' weights in FP8)")
     for k in ("sequence_parallel", "tp_overlap", "dp_overlap"):
