@@ -7,8 +7,9 @@ fused kernels, sequence parallelism, and recompute and ZeRO ``auto``.
     python benchmarks/long_sequences.py --only 8b-64  # one case
 
 Prints, per case, the plan (DP x CP x PP x TP, ZeRO, recompute), its time per batch by part, its
-memory per device by part, tokens/s, MFU (also with causal attention as computed) and HFU, or the
-constraint that binds when nothing fits; and the best point without CP (CP 1), or why none fits.
+memory per device by part, tokens/s, MFU (causal attention as computed; also in PaLM's
+convention, its whole square) and HFU, or the constraint that binds when nothing fits; and the
+best point without CP (CP 1), or why none fits.
 Each runs ``phazec`` in a fresh process, as a user would; the compiled points are kept in a
 cache under the temporary directory of one run of this script only.
 """
@@ -57,8 +58,9 @@ def describe(name: str, plan: dict) -> list[str]:
     memory = ", ".join(f"{k} {v / 1e9:.3g}" for k, v in s["memory_bytes"].items())
     return [
         head + s["placement"],
-        f"  {plan['time_per_batch_s']:.4g} s a batch ({parts}); {s['tokens_per_s']:,.0f} tokens/s, MFU {s['mfu']:.1%}"
-        + (f" ({s['mfu_causal']:.1%} causal attention as computed)" if s.get("mfu_causal") is not None else "")
+        f"  {plan['time_per_batch_s']:.4g} s a batch ({parts}); {s['tokens_per_s']:,.0f} tokens/s,"
+        + f" MFU {s['mfu_causal']:.1%}"
+        + f" ({s['mfu_palm']:.1%} in PaLM's convention, causal attention's whole square)"
         + f", HFU {s['hfu']:.1%}",
         f"  memory {plan['max_memory_bytes'] / 1e9:.3g} GB a device of {s['hbm_bytes'] / 1e9:.3g} ({memory})",
         "  " + without_cp(plan),

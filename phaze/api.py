@@ -5,7 +5,7 @@ options, get back a :class:`Plan`.
 
     plan = phaze.compile("examples/llama2_7b.py", hw="h100", devices=64, global_batch=512)
     print(plan)                       # the summary, as phazec prints it
-    plan.mfu, plan.tokens_per_s       # the summary's figures
+    plan.mfu, plan.tokens_per_s       # the summary's figures (MFU: causal attention as computed)
     plan.summary["breakdown_s"]       # the time per batch by part
     plan.module                       # the compiled IR (an xDSL ModuleOp, parsed on first use)
     plan.to_json()                    # what phazec --json writes
@@ -101,10 +101,22 @@ class Plan:
 
     @property
     def mfu(self) -> float | None:
-        return self._figure("mfu")
+        """The summary's MFU (its ``mfu_causal``): model FLOPs with causal attention counted as
+        its kernels compute it, half its square (Megatron-LM's), over the chips' tensor peak; at
+        most :attr:`hfu`.  None when the plan does not fit or the step has no model FLOPs."""
+        return self._figure("mfu_causal")
+
+    @property
+    def mfu_palm(self) -> float | None:
+        """MFU in PaLM's convention (the summary's ``mfu_palm``): a causal attention's whole
+        s² square counted, so above :attr:`mfu` for a causal model, and at long sequences above
+        :attr:`hfu`."""
+        return self._figure("mfu_palm")
 
     @property
     def hfu(self) -> float | None:
+        """The FLOPs the devices run (recompute, vector work and the optimizer included) over the
+        chips' tensor peak (the summary's ``hfu``)."""
         return self._figure("hfu")
 
     @property

@@ -7,13 +7,14 @@ What it says, and from where (all from the compiled module and its plan JSON):
   HBM, area and power from its description), the devices and the placement;
 - the time per batch and its parts (``breakdown_s``, which add up to it), samples/s and
   tokens/s;
-- MFU: the model FLOPs of a batch (``phaze.model_flops`` per traced micro-batch, times the
-  micro-batches of the global batch: 6·N·tokens plus attention, as the convention counts them)
-  over the time per batch times the devices used times the chip's peak tensor FLOP/s.  The
-  convention (:data:`MFU_CONVENTION`, said beside the figure) is PaLM's: a causal attention's
-  whole s x s square counts; ``mfu_causal`` counts it as a causal kernel computes it,
-  ``(s + 1)/2s`` of the square (Megatron-LM's ``num_floating_point_operations``: "only half of
-  the attention matrix is non-zero");
+- MFU (``mfu_causal``): the model FLOPs of a batch (``phaze.model_flops`` per traced
+  micro-batch, times the micro-batches of the global batch: 6·N·tokens plus attention) with each
+  causal attention counted as its kernel computes it, ``(s + 1)/2s`` of its s x s square
+  (Megatron-LM's ``num_floating_point_operations``: "only half of the attention matrix is
+  non-zero"; :data:`MFU_CONVENTION`), over the time per batch times the devices used times the
+  chip's peak tensor FLOP/s.  Time and HFU count the causal half the same way, so MFU <= HFU.
+  PaLM's convention, which counts a causal attention's whole square, is given beside it
+  (``mfu_palm``, :data:`MFU_PALM_CONVENTION`): at long sequences it passes HFU;
 - HFU: the FLOPs the devices run (each layer's forward and backward as sharded, as its kernels
   compute them: a causal attention's share of its square; its recomputed forward under full
   recompute, the attention core's share of it under selective recompute, the optimizer's)
@@ -132,10 +133,11 @@ def placement_words(plan: Mapping[str, Any]) -> str:
     return f"{plan['devices_used']} of {plan['devices']} devices: " + ", ".join(words)
 
 
-#: How the summary's MFU counts a causal attention (said beside the figure, and in the JSON).
-MFU_CONVENTION = "PaLM's: 6·N per token plus causal attention's whole s² square"
-#: How its ``mfu_causal`` counts it.
-MFU_CAUSAL_CONVENTION = "causal attention counted as computed, half its square (Megatron-LM's)"
+#: How the summary's MFU (``mfu_causal``, the headline) counts attention (said beside the figure,
+#: and in the JSON).
+MFU_CONVENTION = "6·N per token plus attention as computed: causal attention half its square (Megatron-LM's)"
+#: How ``mfu_palm`` counts it.
+MFU_PALM_CONVENTION = "PaLM's: 6·N per token plus causal attention's whole s² square"
 
 
 def causal_attention_skipped(module, plan: Mapping[str, Any]) -> float:
@@ -198,11 +200,15 @@ def _has_fp8_gemms(module) -> bool:
 
 
 def utilisation_warnings(mfu: float | None, hfu: float | None, ceiling: float) -> list[str]:
-    """What cannot be: MFU or HFU at 100 % or more, HFU above what the chip's kernels reach."""
+    """What cannot be: MFU or HFU at 100 % or more, MFU above HFU (the model FLOPs, causal
+    attention as computed, are a part of what the devices run), HFU above what the chip's kernels
+    reach."""
     out = []
     for name, value in (("MFU", mfu), ("HFU", hfu)):
         if value is not None and value >= 1.0:
             out.append(f"{name} {percent(value)} is not possible (at least 100 % of the peak): a pricing error")
+    if mfu is not None and hfu is not None and mfu > hfu * (1 + 1e-9):
+        out.append(f"MFU {percent(mfu)} is above HFU {percent(hfu)}: model FLOPs not run, a pricing error")
     if hfu is not None and hfu < 1.0 and hfu > ceiling * (1 + 1e-9):
         out.append(
             f"HFU {percent(hfu)} is above the {percent(ceiling)} of the peak the chip's fastest kernels reach: "
@@ -405,12 +411,11 @@ def build(
     traced_b = keys.int_of(module, keys.MICRO_BATCH_SIZE, 1)
     per_micro_batch = keys.int_of(module, keys.MODEL_FLOPS, 0)
     peak = acc.peak_tensor_flops * int(plan["devices_used"]) * time_s
-    model_flops = per_micro_batch / traced_b * int(plan["global_batch"]) if per_micro_batch else None
+    palm_flops = per_micro_batch / traced_b * int(plan["global_batch"]) if per_micro_batch else None
+    model_flops = palm_flops - causal_attention_skipped(module, plan) if palm_flops is not None else None
     hw_flops = hardware_flops(module, plan)
     mfu = model_flops / peak if model_flops is not None and peak > 0 else None
-    mfu_causal = (
-        (model_flops - causal_attention_skipped(module, plan)) / peak if model_flops is not None and peak > 0 else None
-    )
+    mfu_palm = palm_flops / peak if palm_flops is not None and peak > 0 else None
     hfu = hw_flops / peak if peak > 0 else None
     ceiling = kernel_ceiling(acc, module)
     worst = max(plan["stages"], key=lambda s: s["memory_bytes"])
@@ -424,13 +429,16 @@ def build(
         "breakdown_s": dict(plan["breakdown_s"] or {}),
         "samples_per_s": samples_s,
         "tokens_per_s": samples_s * seq if seq else None,
-        "model_flops_per_batch": model_flops,
+        # the headline MFU and its model FLOPs count causal attention as computed; "mfu" and
+        # "model_flops_per_batch", which counted PaLM's whole square, are now the "_palm" keys
+        "model_flops_causal_per_batch": model_flops,
+        "model_flops_palm_per_batch": palm_flops,
         "hardware_flops_per_batch": hw_flops,
         "peak_flops_per_s": acc.peak_tensor_flops,
-        "mfu": mfu,
-        "mfu_convention": MFU_CONVENTION,
-        "mfu_causal": mfu_causal,
-        "mfu_causal_convention": MFU_CAUSAL_CONVENTION,
+        "mfu_causal": mfu,
+        "mfu_causal_convention": MFU_CONVENTION,
+        "mfu_palm": mfu_palm,
+        "mfu_palm_convention": MFU_PALM_CONVENTION,
         "hfu": hfu,
         "hfu_ceiling": ceiling,
         "memory_bytes": dict(worst["memory"]),
@@ -458,18 +466,18 @@ def lines(s: Mapping[str, Any], table: str, other_lines: Sequence[str]) -> list[
     if s["tokens_per_s"] is not None:
         rate += f", {s['tokens_per_s']:,.0f} tokens/s"
     use = []
-    if s["mfu"] is not None:
-        use.append(f"MFU {percent(s['mfu'])} (PaLM's convention, below)")
+    mfu, palm = s.get("mfu_causal"), s.get("mfu_palm")
+    if mfu is not None:
+        use.append(f"MFU {percent(mfu)}")
     if s["hfu"] is not None:
         use.append(f"HFU {percent(s['hfu'])}")
     if use:
         rate += "; " + ", ".join(use) + f" of the chips' {si(s['peak_flops_per_s'], 'FLOP/s')} tensor peak"
     out.append(rate)
-    if s["mfu"] is not None:
-        line = f"MFU convention: {s.get('mfu_convention', MFU_CONVENTION)}"
-        causal = s.get("mfu_causal")
-        if causal is not None and abs(causal - s["mfu"]) > 1e-12:
-            line += f"; MFU {percent(causal)} with {s.get('mfu_causal_convention', MFU_CAUSAL_CONVENTION)}"
+    if mfu is not None:
+        line = f"MFU convention: {s.get('mfu_causal_convention', MFU_CONVENTION)}"
+        if palm is not None and abs(palm - mfu) > 1e-12:
+            line += f"; MFU {percent(palm)} in {s.get('mfu_palm_convention', MFU_PALM_CONVENTION)}"
         if s.get("hfu_ceiling") is not None:
             line += f"; HFU at most {percent(s['hfu_ceiling'])} (the chip's fastest kernels)"
         out.append(line)

@@ -53,7 +53,7 @@ FRONT = [(100.0, 200.0), (150.0, 320.0), (220.0, 450.0), (300.0, 505.2)]
 #: A plan summary as phazec's JSON gives it (made by hand: the report draws it, computes none of it).
 SUMMARY = {
     "lines": ["phazec: plan: DP 64, PP 4, TP 4 <best>", "time per batch 8.1 s = compute 5 s (61.7%) + ..."],
-    "mfu": 0.412,
+    "mfu_causal": 0.412,
     "hfu": 0.471,
     "tokens_per_s": 2069000.0,
     "samples_per_s": 505.2,
@@ -669,19 +669,25 @@ def test_summary(pages):
 def test_summary_in_part():
     """A summary gives what it gives: the rows and charts of its fields alone; a headroom draws
     the usable share of HBM; an empty one, or none, no section."""
-    d = {"summary": {"mfu": 0.5, "memory_bytes": {"params": 3 * GIB, "kv": GIB}, "hbm_bytes": 80 * GIB}}
+    d = {"summary": {"mfu_causal": 0.5, "memory_bytes": {"params": 3 * GIB, "kv": GIB}, "hbm_bytes": 80 * GIB}}
     page = R.render(d)
     assert "<th>MFU</th><td>50 %</td>" in page and "HFU" not in page and "Runner-up" not in page
+    assert "PaLM" not in page  # no mfu_palm given
     assert list(charts(page)) == ["footprint"]  # no breakdown, no stages
     assert "breakdown" not in page and "Warnings" not in page and "<pre>" not in page
     assert texts(page) >= {"params 3 GiB", "kv 1 GiB"}  # a part the report does not know, coloured too
     d["summary"]["memory_headroom"] = 0.1
     page = R.render(d)
     assert "4 GiB of 80 GiB HBM (5 %); 72 GiB usable (10 % headroom)" in page
-    # MFU's convention beside it; what the workspace holds, when the summary says it
-    d["summary"] |= {"mfu_convention": "PaLM's <count>", "workspace": "workspace 1 GiB: the head (logits and loss)"}
+    # MFU's convention beside it, PaLM's figure when it differs; what the workspace holds, when
+    # the summary says it
+    d["summary"] |= {"mfu_causal_convention": "as <computed>", "mfu_palm": 0.5, "mfu_palm_convention": "PaLM's <count>"}
+    d["summary"]["workspace"] = "workspace 1 GiB: the head (logits and loss)"
     page = R.render(d)
-    assert "convention: PaLM&#39;s &lt;count&gt;" in page
+    assert "convention: as &lt;computed&gt;" in page and "PaLM" not in page  # the same figure: one row
+    d["summary"]["mfu_palm"] = 0.6
+    page = R.render(d)
+    assert "<th>MFU (PaLM&#39;s)</th><td>60 %</td>" in page and "convention: PaLM&#39;s &lt;count&gt;" in page
     assert "<th>Workspace</th><td>workspace 1 GiB: the head (logits and loss)</td>" in page
     (usable,) = marks(charts(page)["footprint"], "footprint-usable")
     (hbm,) = marks(charts(page)["footprint"], "footprint-hbm")

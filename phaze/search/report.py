@@ -6,9 +6,10 @@ matplotlib) shows:
 
 1. a header: the model(s), devices, global batch, the chosen accelerator and placement plan;
 2. the plan's summary when the JSON has one (``summary``, phazec's; older JSON: none): its
-   headline figures (MFU, HFU, tokens/s, samples/s, time per batch, memory against HBM, the
-   runner-up), the step's time by part as one stacked bar, the fullest device's memory by part
-   against the HBM (and what the headroom leaves usable), the warnings, its text as printed;
+   headline figures (MFU, causal attention as computed, and PaLM's when it differs; HFU,
+   tokens/s, samples/s, time per batch, memory against HBM, the runner-up), the step's time by
+   part as one stacked bar, the fullest device's memory by part against the HBM (and what the
+   headroom leaves usable), the warnings, its text as printed;
 3. throughput against area of every exactly evaluated architecture (``search.points``), the
    optimistic bounds of pruned candidates (``search.bound_points``) in light grey, the Pareto
    front (max throughput, min area) as a step line, the chosen design (a hollow ring, so that
@@ -875,9 +876,17 @@ def _summary(d: dict) -> dict | None:
     rows = [
         (
             "MFU",
-            pct(s.get("mfu")),
+            pct(s.get("mfu_causal")),
             "model FLOPs per second over the chips' peak"
-            + (f"; convention: {s['mfu_convention']}" if isinstance(s.get("mfu_convention"), str) else ""),
+            + (
+                f"; convention: {s['mfu_causal_convention']}" if isinstance(s.get("mfu_causal_convention"), str) else ""
+            ),
+        ),
+        (
+            "MFU (PaLM's)",
+            pct(s.get("mfu_palm")) if s.get("mfu_palm") != s.get("mfu_causal") else None,
+            "the same"
+            + (f"; convention: {s['mfu_palm_convention']}" if isinstance(s.get("mfu_palm_convention"), str) else ""),
         ),
         ("HFU", pct(s.get("hfu")), "hardware FLOPs (recompute included) over the peak"),
         ("Tokens/s", None if _num(s.get("tokens_per_s")) is None else fmt(s["tokens_per_s"]), ""),
