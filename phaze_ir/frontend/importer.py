@@ -198,6 +198,9 @@ class _Importer:
         #: [E, C, K]: the forward's padded expert input is what the weight gradient reads (and so
         #: what autograd saves), as Megatron-LM's padded GEMM input is.
         self.padded: dict[tuple[SSAValue, int], SSAValue] = {}
+        #: an expert GEMM padded to the experts' capacity -> (routed rows, rows it runs): the
+        #: model FLOPs count the routed rows alone (:func:`model_flops`)
+        self.routed: dict[Operation, tuple[int, int]] = {}
         #: expert GEMMs (aten._grouped_mm) expanded
         self.grouped = 0
         self.values: dict[Any, list[tuple[int, SSAValue]] | SSAValue] = {}
@@ -264,6 +267,11 @@ class _Importer:
         if grouped is not None:
             self.grouped += 1
             experts, rows = _grouped_split(ins, rtypes)
+            cap = _capacity(rows, experts, self.capacity_factor)
+            if cap is not None:
+                for op in grouped[0]:
+                    if isinstance(op, ph.MatmulOp):
+                        self.routed[op] = (rows, experts * cap)
             if rows % experts and self.capacity_factor is None:  # padded, the experts stay one GEMM
                 self.uneven.setdefault(experts, self.provenance(call.node)[0] or "<root>")
         return grouped
@@ -376,7 +384,7 @@ class _Importer:
         )
         if parameters:
             attrs[keys.PARAMETERS] = IntegerAttr(parameters, i64)
-        flops = model_flops(fn) if traced.training else 0
+        flops = model_flops(fn, self.routed) if traced.training else 0
         if 0 < flops < 2**63:  # beyond i64 (10^19 FLOPs a micro-batch) the summary shows no MFU
             attrs[keys.MODEL_FLOPS] = IntegerAttr(flops, i64)
         if self.unknown:
@@ -1172,15 +1180,21 @@ def _convolution_backward(node, ins: list[SSAValue], rtypes: list[TensorType], a
     return e.ops, outs
 
 
-def model_flops(fn: func.FuncOp) -> int:
+def model_flops(fn: func.FuncOp, routed: Mapping[Operation, tuple[int, int]] | None = None) -> int:
     """The model FLOPs of one training micro-batch (``phaze.model_flops``): three times the
     forward GEMMs' FLOPs (the backward computes two GEMMs of each forward one's size), the
     attention's score and context GEMMs included, nothing else.  For a transformer this is the
     convention MFU is quoted in: 6·N per token for the N weights that a GEMM reads (the embedding
     lookup is not a GEMM; a tied LM head is), plus 12·L·H·Q·T per token of attention (PaLM,
     Chowdhery et al. 2022, appendix B; torchtitan's ``get_num_flop_per_token``).  An MoE layer
-    counts the rows its experts run (the active parameters); flash attention's causal half is
-    not taken off (the convention counts the whole square).
+    counts the tokens routed to its experts (the active parameters): an expert GEMM padded to
+    the experts' capacity (``routed``: the op -> its routed rows and the rows it runs, the
+    importer's) counts its routed rows alone, as Megatron-LM's ``num_floating_point_operations``
+    counts ``moe_router_topk`` experts a token whatever the capacity (``num_experts_routed_to``,
+    ``megatron/training/training.py`` at d98e8a64dd); the padding is work the
+    devices run (HFU), not the model's.  Flash attention's causal half is not taken off here
+    (PaLM's convention counts the whole square; the summary takes it off for its MFU, and gives
+    PaLM's beside it).
 
     The two backward GEMMs are those of the operands whose gradient the step computes (each the
     forward's size): an operand that depends on no parameter has none, which the convention's
@@ -1193,7 +1207,11 @@ def model_flops(fn: func.FuncOp) -> int:
     total = 0
     for op in fn.body.walk():
         if isinstance(op, ph.MatmulOp) and keys.string_of(op, keys.PHASE) == "fwd":
-            total += op.flops() * (1 + (op.lhs in needs_grad) + (op.rhs in needs_grad))
+            flops = op.flops()
+            if routed is not None and op in routed:
+                rows, run = routed[op]
+                flops = flops * rows // run
+            total += flops * (1 + (op.lhs in needs_grad) + (op.rhs in needs_grad))
     return total
 
 
