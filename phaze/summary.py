@@ -135,9 +135,9 @@ def placement_words(plan: Mapping[str, Any]) -> str:
 
 #: How the summary's MFU (``mfu_causal``, the headline) counts attention (said beside the figure,
 #: and in the JSON).
-MFU_CONVENTION = "6·N per token plus attention as computed: causal attention half its square (Megatron-LM's)"
+MFU_CONVENTION = "6·N per token plus attention as computed, causal attention half its square (Megatron-LM's)"
 #: How ``mfu_palm`` counts it.
-MFU_PALM_CONVENTION = "PaLM's: 6·N per token plus causal attention's whole s² square"
+MFU_PALM_CONVENTION = "6·N per token plus causal attention's whole s² square (PaLM's)"
 
 
 def causal_attention_skipped(module, plan: Mapping[str, Any]) -> float:
@@ -477,7 +477,7 @@ def lines(s: Mapping[str, Any], table: str, other_lines: Sequence[str]) -> list[
     if mfu is not None:
         line = f"MFU convention: {s.get('mfu_causal_convention', MFU_CONVENTION)}"
         if palm is not None and abs(palm - mfu) > 1e-12:
-            line += f"; MFU {percent(palm)} in {s.get('mfu_palm_convention', MFU_PALM_CONVENTION)}"
+            line += f"; MFU {percent(palm)} with {s.get('mfu_palm_convention', MFU_PALM_CONVENTION)}"
         if s.get("hfu_ceiling") is not None:
             line += f"; HFU at most {percent(s['hfu_ceiling'])} (the chip's fastest kernels)"
         out.append(line)

@@ -87,7 +87,9 @@ MODEL_FLOPS = Key(
     "phaze.model_flops",
     "module",
     "i64: the model FLOPs of one training micro-batch: 3x the forward GEMM FLOPs of the whole, unsharded "
-    "step (6·N·tokens plus attention's 12·L·H·Q·T·tokens for a transformer; docs/design.md §6.10)",
+    "step (6·N·tokens plus attention's 12·L·H·Q·T·tokens for a transformer, causal attention's whole square: "
+    "PaLM's; the summary's MFU takes off the half a causal kernel skips; an MoE's routed tokens, not its "
+    "capacity padding; docs/design.md §6.10)",
     IMPORTER,
 )
 WARNINGS = Key(

@@ -303,4 +303,4 @@ def test_a_32k_token_plan_has_mfu_and_hfu_below_what_the_kernels_reach():
     assert not [w for w in s["warnings"] if "pricing error" in w]
     said = [line for line in s["lines"] if line.startswith("MFU convention: ")]
     assert len(said) == 1 and "Megatron" in said[0]
-    assert f"MFU {plan_summary.percent(s['mfu_palm'])} in PaLM's" in said[0]
+    assert f"MFU {plan_summary.percent(s['mfu_palm'])} with {plan_summary.MFU_PALM_CONVENTION}" in said[0]

@@ -108,7 +108,7 @@ def test_a_causal_models_two_conventions_and_their_labels(name, tmp_path_factory
     assert f"MFU {plan_summary.percent(s['mfu_causal'])}, HFU" in rate
     (said,) = [line for line in s["lines"] if line.startswith("MFU convention: ")]
     assert said.startswith(f"MFU convention: {plan_summary.MFU_CONVENTION}; ")
-    assert f"MFU {plan_summary.percent(s['mfu_palm'])} in {plan_summary.MFU_PALM_CONVENTION}" in said
+    assert f"MFU {plan_summary.percent(s['mfu_palm'])} with {plan_summary.MFU_PALM_CONVENTION}" in said
 
 
 def test_a_cnn_has_one_mfu():
