@@ -66,7 +66,32 @@ def check_question(opts: Options, accelerator: Accelerator | None = None) -> Acc
 
         if why := fp8_problem(accelerator):
             raise PhazeError(why)
+    if why := bf16_problem(opts.dtype, accelerator):
+        raise PhazeError(why)
     return accelerator
+
+
+def bf16_problem(dtype: str, accelerator: Accelerator | None) -> str | None:
+    """Why ``--dtype dtype`` (``bfloat16`` or ``amp-bfloat16``) cannot run as priced on
+    ``accelerator``, None when it can: a CUDA GPU below compute capability 8.0 (Volta, Turing)
+    has no bf16 tensor cores (:data:`phaze.export.CUDA_BF16_FROM`).  torch 2.15 runs bf16 there
+    by emulation (``torch/cuda/__init__.py``, ``is_bf16_supported``: a major of 8 and up, else
+    ``including_emulation``), at a rate phaze does not price: its GEMMs would be priced at the
+    fp16 tensor cores' peak.  A chip without a compute capability (the paper's TPU-like chips
+    and the search's) takes bf16."""
+    from phaze.export import CUDA_BF16_FROM
+
+    if dtype not in ("bfloat16", "amp-bfloat16") or accelerator is None or accelerator.calibration is None:
+        return None
+    capability = accelerator.calibration.compute_capability
+    if capability is None or capability >= CUDA_BF16_FROM:
+        return None
+    fp16 = dtype.replace("bfloat16", "float16")
+    return (
+        f"--dtype {dtype}: {accelerator.name} (compute capability {capability:.1f}) has no bf16 tensor cores "
+        f"(CUDA GPUs have them from {CUDA_BF16_FROM:.1f}, Ampere); torch emulates bf16 there, at a rate phaze "
+        f"does not price: give --dtype {fp16}"
+    )
 
 
 def check_cluster_size(opts: Options, accelerator: Accelerator | None) -> None:
