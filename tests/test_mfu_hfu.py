@@ -84,8 +84,11 @@ def _case(name: str, recompute: str, tmp_path_factory) -> dict:
     return _summary(model, hw, recompute, **given)
 
 
-@pytest.mark.parametrize("recompute", ["none", "full"])
-@pytest.mark.parametrize("name", ["llama-8k", "llama-cp2", "cnn", "moe", "moe-cf2"])
+@pytest.mark.parametrize(
+    "name, recompute",
+    [(n, r) for n in ("llama-8k", "llama-cp2", "cnn", "moe", "moe-cf2") for r in ("none", "full")]
+    + [("llama-8k", "selective"), ("moe", "selective")],
+)
 def test_mfu_is_at_most_hfu_at_most_the_kernels(name, recompute, tmp_path_factory):
     s = _case(name, recompute, tmp_path_factory)
     assert 0 < s["mfu_causal"] <= s["hfu"] <= s["hfu_ceiling"] <= 1
