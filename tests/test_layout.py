@@ -1,8 +1,8 @@
 """The layout's contracts (``[tool.importlinter]`` in pyproject.toml), checked by import-linter
 on the real tree: the compiler (``phaze``) imports the passes, the passes import the IR, never
 the other way; ``passes/algorithms`` imports no xDSL; no pass imports another pass (and that
-contract names every pass).  A
-deliberate violation must be caught, so the check is known to bite."""
+contract names every pass).  A deliberate violation must be caught, so the check is known to
+bite."""
 
 from __future__ import annotations
 
