@@ -23,3 +23,16 @@ def test_filecheck(test):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Passed: 1" in r.stdout
+
+
+def test_every_pass_has_a_filecheck_test():
+    """Each registered pass ``phaze-NAME`` has ``NAME.mlir`` (dashes as underscores), which
+    runs it."""
+    from passes import ALL_PASSES
+
+    missing = []
+    for name in sorted(ALL_PASSES):
+        path = FILECHECK_DIR / (name.removeprefix("phaze-").replace("-", "_") + ".mlir")
+        if not path.exists() or name not in path.read_text():
+            missing.append(name)
+    assert missing == []

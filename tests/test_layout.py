@@ -1,7 +1,8 @@
 """The layout's contracts (``[tool.importlinter]`` in pyproject.toml), checked by import-linter
 on the real tree: the compiler (``phaze``) imports the passes, the passes import the IR, never
-the other way; ``passes/algorithms`` imports no xDSL; no pass imports another pass.  A
-deliberate violation must be caught, so the check is known to bite."""
+the other way; ``passes/algorithms`` imports no xDSL; no pass imports another pass (and that
+contract names every pass).  A deliberate violation must be caught, so the check is known to
+bite."""
 
 from __future__ import annotations
 
@@ -39,6 +40,27 @@ def test_an_import_against_the_direction_is_caught(tmp_path):
     assert "phaze_ir.sneaky -> passes.mark_saved" in r.stdout
     assert "passes.algorithms.sneaky -> xdsl (l.1)" in r.stdout
     assert "passes.group_layers is not allowed to import passes.mark_saved" in r.stdout
+
+
+#: The modules of passes/ that are not passes: helpers the passes share (they import no pass).
+PASS_HELPERS = {"passes.cost_view", "passes.graph_view", "passes.solver_options"}
+
+
+def test_every_pass_is_in_the_independence_contract():
+    """The "no pass imports another pass" contract names every registered pass, and passes/
+    holds nothing else but the registry and the shared helpers (a new pass file must be
+    registered, and then the contract must name it)."""
+    import tomllib
+
+    from passes import ALL_PASSES
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (independence,) = [c for c in contracts if c["type"] == "independence"]
+    registered = {factory().__module__ for factory in ALL_PASSES.values()}
+    files = {f"passes.{p.stem}" for p in (ROOT / "passes").glob("*.py") if p.stem != "__init__"}
+    assert sorted(independence["modules"]) == sorted(registered)
+    assert files - registered == PASS_HELPERS
+    assert registered <= files
 
 
 def test_every_phaze_key_is_named_through_phaze_ir_keys():
