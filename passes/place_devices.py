@@ -152,7 +152,7 @@ def solve(problem: _phaze_rs.ProblemDict, fixed: tuple[int, int, int] | None) ->
     """Run the Rust DP: the optimum, or the evaluation of a fixed (PP, DP, TP)."""
     if fixed is None:
         return _phaze_rs.solve_placement(problem)
-    mismatch = pl.fixed_tp_mismatch(fixed, problem["tp"])
+    mismatch = pl.fixed_tp_mismatch(fixed, problem["tp"], problem["devices"], problem["cp"])
     if mismatch:
         raise PhazeError(mismatch)
     return _phaze_rs.evaluate_placement(problem, fixed[0], fixed[1])

@@ -406,13 +406,17 @@ def parse_placement(text: str, model: str) -> tuple[int, int, int] | None:
     return pp, dp, tp
 
 
-def fixed_tp_mismatch(fixed: tuple[int, int, int], tp: int) -> str:
-    """Why the fixed placement ``(pp, dp, tp)`` cannot place a step sharded for TP ``tp`` (""
-    when it can)."""
+def fixed_tp_mismatch(fixed: tuple[int, int, int], tp: int, devices: int | None = None, cp: int = 1) -> str:
+    """Why the fixed placement ``(pp, dp, tp)`` cannot place a step sharded for TP ``tp`` on
+    ``devices`` devices with context parallelism ``cp`` ("" when it can)."""
     pp, dp, t = fixed
-    if t == tp:
-        return ""
-    return f"placement expert:{pp},{dp},{t} has TP {t} but the module is sharded for TP {tp}; compile with --tp {t}"
+    if t != tp:
+        return f"placement expert:{pp},{dp},{t} has TP {t} but the module is sharded for TP {tp}; compile with --tp {t}"
+    if devices is not None and pp * dp * t * cp > devices:
+        factors = f"PP {pp} x DP {dp} x TP {t}" + (f" x CP {cp}" if cp > 1 else "")
+        need = pp * dp * t * cp
+        return f"placement expert:{pp},{dp},{t} needs {need} devices ({factors}) but the cluster has {devices}"
+    return ""
 
 
 def binding_message(result: _phaze_rs.ResultDict, memory_headroom: float = 0.0) -> str:

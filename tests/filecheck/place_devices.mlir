@@ -4,6 +4,7 @@
 // RUN: sed 's/bytes = 1073741824/bytes = 20000/' %s | phaze-opt -p "phaze-place-devices{devices=1 global_batch=2}" | filecheck %s --check-prefix=FULL
 // RUN: sed 's/bytes = 1073741824/bytes = 20000/' %s | phaze-opt -p "phaze-place-devices{devices=1 global_batch=2 recompute=none}" | filecheck %s --check-prefix=NOFIT
 // RUN: not phaze-opt %s -p 'phaze-place-devices{devices=2 global_batch=2 placement="expert:2,x"}' 2>&1 | filecheck %s --check-prefix=BADPLACE
+// RUN: not phaze-opt %s -p 'phaze-place-devices{devices=2 global_batch=2 placement="expert:2,2,1"}' 2>&1 | filecheck %s --check-prefix=TOOMANY
 // RUN: sed 's/, phaze.layer_memory = \[[^]]*\]//' %s | not phaze-opt -p "phaze-place-devices{devices=2 global_batch=2}" 2>&1 | filecheck %s --check-prefix=NOMEM
 
 // Two equal block layers on the toy chip of tile_pe_array.mlir (1 GiB of HBM; the tray: 1 GB/s,
@@ -56,4 +57,6 @@ builtin.module attributes {phaze.target = @acc, phaze.layers = [#phaze.layer_inf
 // NOFIT-NOT: phaze.stage =
 
 // BADPLACE: phaze-place-devices: placement 'expert:2,x': expected 'phaze', 'expert' or 'expert:PP,DP,TP'
+// TOOMANY: error: placement expert:2,2,1 needs 4 devices (PP 2 x DP 2 x TP 1) but the cluster has 2
+// TOOMANY-NOT: contradicts
 // NOMEM: 'builtin.module' op requires 'phaze.layer_memory'; run phaze-insert-recompute first
