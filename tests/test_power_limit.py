@@ -100,8 +100,9 @@ def test_a_plans_power_is_never_above_the_limit(tmp_path, flags):
     """On an h100 held to 250 W (most of its ops bound by it), bf16, FP8 and a long sequence."""
     import json
 
+    from conftest import MODELS, run_tool
+
     from phaze_ir.hardware import dumps_toml
-    from tests.conftest import MODELS, run_tool
 
     hw = tmp_path / "h100_250w.toml"
     hw.write_text(dumps_toml(dataclasses.replace(_limited(H100, 250.0), name="h100_250w")))
