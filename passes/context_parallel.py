@@ -19,8 +19,9 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
-from passes.algorithms.context_parallel import ring_attention_s, ring_step_s
-from passes.cost_view import skipped_flops, sum_layer_latencies
+from passes.algorithms.context_parallel import backward_ring, forward_ring, off_diagonal_gemm, ring_s, ring_step_s
+from passes.algorithms.latency import MatmulDesc, estimate_chip
+from passes.cost_view import describe_op, skipped_flops, sum_layer_latencies
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
@@ -34,9 +35,10 @@ class ContextParallelPass(ModulePass):
     """Price the step, traced at S/c tokens per sample, as one device of a context-parallel
     group of ``degree`` c (rules and sources in ``passes/algorithms/context_parallel.py``):
     every fused attention (the ops of one ``phaze.fused`` attention kernel) becomes a ring
-    attention of c steps, each as long as the traced attention, with a hop of its keys and
-    values (backward: and their gradients) beside each step after the first, on the network
-    level of the c·t devices of the ring. Its ops' ``phaze.latency`` are scaled to that time
+    attention of c steps, the diagonal one the traced (causal) attention, the c−1 others its
+    GEMMs unmasked over half the square, with the hops of its keys and values (backward: and
+    their gradients) beside the steps as Transformer Engine orders them, on the network level
+    of the c·t devices of the ring. Its ops' ``phaze.latency`` are scaled to that time
     (in proportion: a step is the traced kernel), ``phaze.layer_latency`` is summed again, and
     the module gets ``phaze.context_parallel = c``, which the placement reads.
 
@@ -71,20 +73,28 @@ class ContextParallelPass(ModulePass):
         for ops in groups.values():
             if keys.string_of(ops[0], keys.PHASE, "fwd") == "fwd":
                 kv_of_layer.setdefault(_layer(ops[0]), kv_bytes(ops))
-        for ops in groups.values():
+        off_s = off_diagonal_seconds(groups, acc)
+        for name, ops in groups.items():
             lats = [keys.require(o, keys.LATENCY, LatencyAttr).as_dict() for o in ops]
             local = sum(float(lat["split_s"]) for lat in lats)
             if local <= 0:
                 continue
             backward = keys.string_of(ops[0], keys.PHASE, "fwd") == "bwd"
             kv = kv_of_layer.get(_layer(ops[0])) or kv_bytes(ops)
-            hop, level = ring_step_s(acc.network, kv * (2 if backward else 1), c, tp)
+            hop, level = ring_step_s(acc.network, kv, c, tp)
             share = acc.network[level].collective_compute_share or 0.0
-            total = ring_attention_s(local, hop, c, share)
+            off = off_s.get(name, local)
+            if backward:
+                grad_hop, _ = ring_step_s(acc.network, 2 * kv, c, tp)
+                steps = backward_ring(local, off, hop, grad_hop, c)
+            else:
+                steps = forward_ring(local, off, hop, c)
+            total = ring_s(steps, share)
             factor = total / local
             phase = "bwd" if backward else "fwd"
-            ring[f"{phase}_step_s"] += local
-            ring[f"{phase}_hop_s"] += hop
+            # a step: the mean of the ring's c; a hop: its transfers over the c−1 hops of the ring
+            ring[f"{phase}_step_s"] += sum(x for x, _ in steps) / c
+            ring[f"{phase}_hop_s"] += sum(r for _, r in steps) / (c - 1)
             ring[f"{phase}_ring_s"] += total
             for o, lat in zip(ops, lats):
                 o.attributes[keys.LATENCY] = LatencyAttr.make(
@@ -109,8 +119,13 @@ def _count_ring_flops(module: ModuleOp, groups: dict[str, list[Operation]], c: i
     extra: dict[tuple[int, str], int] = {}
     for ops in groups.values():
         key = (_layer(ops[0]), keys.string_of(ops[0], keys.PHASE, "fwd"))
-        # each step computes what the traced kernel computes (a causal kernel's share of its square)
-        computed = sum(o.flops() - skipped_flops(o) for o in ops if isinstance(o, ph.ComputeOp))
+        # each off-diagonal step computes half the traced kernel's square, unmasked: its GEMMs
+        # half their FLOPs (off_diagonal_gemm), its other ops what the traced kernel's compute
+        computed = sum(
+            o.flops() // 2 if _off_diagonal(o) else o.flops() - skipped_flops(o)
+            for o in ops
+            if isinstance(o, ph.ComputeOp)
+        )
         extra[key] = extra.get(key, 0) + (c - 1) * computed
     records = keys.records_of(module, keys.LAYERS, LayerInfoAttr)
     if not records or not extra:
@@ -153,6 +168,37 @@ def _whole_sequence(module: ModuleOp, groups: dict[str, list[Operation]], c: int
             module.attributes.pop(keys.MODEL_FLOPS)
 
 
+def _off_diagonal(o: Operation) -> MatmulDesc | None:
+    """The off-diagonal step's twin of a fused causal attention GEMM (None for any other op)."""
+    d = describe_op(o) if isinstance(o, ph.MatmulOp) else None
+    return off_diagonal_gemm(d) if isinstance(d, MatmulDesc) else None
+
+
+def off_diagonal_seconds(groups: dict[str, list[Operation]], acc) -> dict[str, float]:
+    """Seconds of one off-diagonal step of each attention kernel (by its ``phaze.fused`` name):
+    its GEMMs as their unmasked twins over half the rows (``off_diagonal_gemm``), priced on
+    ``acc`` as ``phaze-estimate-latency`` prices any GEMM, its other ops as traced. A kernel
+    with no such GEMM (not causal) is left out: every step is the traced one."""
+    twins: list[MatmulDesc] = []
+    at: dict[str, list[tuple[int, float]]] = {}  # kernel -> (twin row, the traced GEMM's seconds)
+    for name, ops in groups.items():
+        for o in ops:
+            twin = _off_diagonal(o)
+            if twin is not None:
+                at.setdefault(name, []).append(
+                    (len(twins), float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"]))
+                )
+                twins.append(twin)
+    if not twins:
+        return {}
+    priced = estimate_chip(twins, acc)
+    out = {}
+    for name, rows in at.items():
+        local = sum(float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"]) for o in groups[name])
+        out[name] = local + sum(float(priced.split[i, 0]) - traced for i, traced in rows)
+    return out
+
+
 def attention_kernels(module: ModuleOp) -> dict[str, list[Operation]]:
     """The ops of each fused attention kernel of the step, by its ``phaze.fused`` name (a
     fused dropout, which has no GEMM, is not one), in program order."""
@@ -166,11 +212,20 @@ def attention_kernels(module: ModuleOp) -> dict[str, list[Operation]]:
 
 def kv_bytes(ops: list[Operation]) -> int:
     """The bytes of the keys and values one hop of the ring carries: twice those of the
-    forward attention's first GEMM's right operand (``Kᵀ``; V is as large), one device's TP
-    share as the step is sharded (a backward hop carries these and their gradients)."""
+    forward attention's first GEMM's right operand (``Kᵀ``; V is as large) as the kernel reads
+    it, before the kernel's own layout ops (a grouped-query attention's repeat of its K/V heads,
+    which TE's kernels do not make), one device's TP share as the step is sharded (a backward
+    hop carries these and their gradients)."""
     first = next(o for o in ops if isinstance(o, ph.MatmulOp))
-    rhs = first.rhs.type
-    return 2 * ph.tensor_bytes(rhs) if isinstance(rhs, TensorType) else 0
+    value = first.rhs
+    smallest = ph.tensor_bytes(value.type) if isinstance(value.type, TensorType) else 0
+    # back through the kernel's own layout ops (Kᵀ's transpose, a GQA's repeat of the K/V heads)
+    inside = {id(o) for o in ops}
+    while isinstance(owner := getattr(value, "owner", None), ph.LayoutOp) and id(owner) in inside:
+        value = owner.operands[0]
+        if isinstance(value.type, TensorType):
+            smallest = min(smallest, ph.tensor_bytes(value.type))
+    return 2 * smallest
 
 
 def _layer(o: Operation) -> int:

@@ -140,8 +140,9 @@ CP_RING = Key(
     "phaze.cp_ring",
     "module",
     "dictionary: the context-parallel ring of one micro-batch on one device, summed over its attentions "
-    "(fwd_step_s, fwd_hop_s, fwd_ring_s, bwd_step_s, bwd_hop_s, bwd_ring_s: a step's traced attention, a hop's "
-    "transfer, the ring's whole time; kv_bytes: what one forward hop of the first attention carries)",
+    "(fwd_step_s, fwd_hop_s, fwd_ring_s, bwd_step_s, bwd_hop_s, bwd_ring_s: a step's attention, the mean of the "
+    "ring's c (the traced diagonal and the unmasked off-diagonal ones), a hop's transfer, the ring's transfers over "
+    "its c-1 hops, the ring's whole time; kv_bytes: what one forward hop of the first attention carries)",
     "phaze-context-parallel",
 )
 TP_OVERLAP = Key(

@@ -13,8 +13,9 @@ import pytest
 from conftest import MODELS, run_tool
 
 from passes.algorithms import context_parallel as cp
+from passes.algorithms.latency import estimate_op
 from passes.context_parallel import ContextParallelPass, attention_kernels
-from passes.cost_view import skipped_flops
+from passes.cost_view import describe_op, skipped_flops
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import LatencyAttr, LayerInfoAttr, LayerLatencyAttr
@@ -50,13 +51,56 @@ def test_bad_values_are_refused(text):
     assert cp.context_parallel_problem("auto") is None and cp.context_parallel_problem("8") is None
 
 
-def test_ring_attention_worked_by_hand():
-    # Compute-bound: each hop (0.5 s) hides behind a step (1 s), which it slows by 10 % of the
-    # overlap: 1 + 3 x max(0.5, 1 + 0.1 x 0.5) = 4.15 s.
-    assert math.isclose(cp.ring_attention_s(1.0, 0.5, 4, 0.1), 4.15)
-    # Network-bound: the hops (3 s) set the pace: 1 + 3 x 3 = 10 s.
-    assert math.isclose(cp.ring_attention_s(1.0, 3.0, 4, 0.1), 10.0)
-    assert cp.ring_attention_s(1.0, 3.0, 1, 0.1) == 1.0  # no ring
+def test_ring_steps_worked_by_hand():
+    """Transformer Engine's order (AttnFuncWithCPAndKVP2P): forward, the diagonal first and each
+    step but the last beside the next one's hop; backward, the diagonal last, every step beside
+    a hop (K, V first; K, V with dK, dV between; dK, dV alone last)."""
+    fwd = cp.forward_ring(1.0, 0.8, 0.5, 4)
+    assert fwd == [(1.0, 0.5), (0.8, 0.5), (0.8, 0.5), (0.8, 0.0)]
+    # compute-bound: each hop hides behind its step, which it slows by 10 % of the overlap:
+    # (1 + 0.05) + 2 x (0.8 + 0.05) + 0.8 = 3.55 s
+    assert math.isclose(cp.ring_s(fwd, 0.1), 3.55)
+    bwd = cp.backward_ring(1.0, 0.8, 0.5, 1.0, 4)
+    assert bwd == [(0.8, 0.5), (0.8, 1.0), (0.8, 1.0), (1.0, 0.5)]
+    # (0.8 + 0.05) + 2 x max(1.0, 0.8 + 0.08) + (1 + 0.05) = 3.9 s
+    assert math.isclose(cp.ring_s(bwd, 0.1), 3.9)
+    # network-bound: the hops (3 s) set the pace: 3 x 3 + 0.8 = 9.8 s
+    assert math.isclose(cp.ring_s(cp.forward_ring(1.0, 0.8, 3.0, 4), 0.1), 9.8)
+    assert cp.forward_ring(1.0, 0.8, 3.0, 1) == cp.backward_ring(1.0, 0.8, 3.0, 6.0, 1) == [(1.0, 0.0)]  # no ring
+    # c = 2: one step of each kind, each beside one hop of K, V (backward: the second of dK, dV)
+    assert cp.backward_ring(1.0, 0.8, 0.5, 1.0, 2) == [(0.8, 0.5), (1.0, 0.5)]
+
+
+def test_an_off_diagonal_step_is_half_the_square_unmasked_at_the_unmasked_rate():
+    """The S/c x S/c causal GEMM of the traced local attention against its off-diagonal twin:
+    half its M rows, no mask; on the h100, at cuDNN's unmasked rate at the same sequence, which
+    is faster than the causal one (FA3 paper, Figure 5: 609 against 518 TFLOP/s at 4k)."""
+    import dataclasses
+
+    from passes.algorithms import attention as at
+    from passes.algorithms.latency import MatmulDesc, causal_fraction, estimate_op
+    from phaze_ir.hardware import load_hardware
+
+    h100 = load_hardware("h100")
+    s, d, heads = 4096, 128, 32
+    qk = MatmulDesc(
+        batch=heads, m=s, n=s, k=d, a_elem=2, b_elem=2, c_elem=2, a_bytes=heads * s * d * 2, b_bytes=heads * s * d * 2,
+        rhs_batched=True, onchip_bytes=heads * s * s * 2, causal=True, launches=0, attention=1,
+        backend=at.BACKENDS.index("cudnn"),
+    )  # fmt: skip
+    twin = cp.off_diagonal_gemm(qk)
+    assert twin == dataclasses.replace(
+        qk, m=s // 2, a_bytes=qk.a_bytes // 2, onchip_bytes=qk.onchip_bytes // 2, causal=False
+    )
+    assert cp.off_diagonal_gemm(twin) is None and cp.off_diagonal_gemm(dataclasses.replace(qk, attention=0)) is None
+    peak = h100.peak_tensor_flops
+    table = at.load("h100_sxm")
+    flops = 2 * heads * s * s * d
+    diagonal = flops * float(causal_fraction(s, s, d)) / (peak * at.efficiency(table, "cudnn", "fwd", True, s, d, peak))
+    off = flops / 2 / (peak * at.efficiency(table, "cudnn", "fwd", False, s, d, peak))
+    assert estimate_op(qk, h100).split_s == pytest.approx(diagonal, rel=1e-9)
+    assert estimate_op(twin, h100).split_s == pytest.approx(off, rel=1e-9)
+    assert off / diagonal == pytest.approx((s / (s + 1)) * 518 / 609, rel=1e-9)
 
 
 @functools.cache
@@ -85,8 +129,9 @@ def _split(o) -> float:
 
 def test_the_pass_makes_each_attention_a_ring_of_c_steps():
     """One device of CP 2 at 32 tokens: the step traced at 16; each attention kernel's ops take
-    the ring's time (a step each, the hop of K and V beside the second, twice the bytes
-    backward), every other op as traced; the layer sums, tokens, FLOPs follow."""
+    the ring's time (the traced diagonal step and an unmasked off-diagonal one, the hops of K and
+    V beside them in Transformer Engine's order), every other op as traced; the layer sums,
+    tokens, FLOPs follow."""
     from xdsl.context import Context
 
     before, after = _parsed(16), _parsed(16)
@@ -102,13 +147,20 @@ def test_the_pass_makes_each_attention_a_ring_of_c_steps():
     for ops_g in groups.values():
         first = next(o for o in ops_g if isinstance(o, ph.MatmulOp))
         backward = keys.string_of(first, keys.PHASE) == "bwd"
-        # K and V as SDPA sees them (GQA expanded): 1 x 4 heads x 16 tokens x 16 x 2 B each.
-        kv = 2 * 1 * 4 * 16 * 16 * 2
-        hop = level.latency_s + kv * (2 if backward else 1) / level.bandwidth_Bps
+        # K and V as the kernel reads them, before the GQA repeat: 1 x 2 K/V heads x 16 tokens x 16 x 2 B each.
+        kv = 2 * 1 * 2 * 16 * 16 * 2
+        hop = level.latency_s + kv / level.bandwidth_Bps
         idx = [ops.index(o) for o in ops_g]
         local = sum(old[i] for i in idx)
+        # the off-diagonal step: the GEMMs unmasked over half the rows, the other ops as traced
+        gemms = [(i, o) for i, o in zip(idx, ops_g) if isinstance(o, ph.MatmulOp)]
+        off = local + sum(estimate_op(cp.off_diagonal_gemm(describe_op(o)), acc).split_s - old[i] for i, o in gemms)
+        assert off > 0  # (about the traced step here: 16 tokens are bound by their bytes, not the rate)
         share = level.collective_compute_share or 0.0  # (none given inside an h100 node)
-        want = local + max(hop, local + share * min(hop, local))
+        if backward:  # the off-diagonal step beside K, V; the diagonal last, beside dK, dV
+            want = max(hop, off + share * min(hop, off)) + max(hop, local + share * min(hop, local))
+        else:  # the diagonal beside the next step's K, V; the last alone
+            want = max(hop, local + share * min(hop, local)) + off
         assert math.isclose(sum(new[i] for i in idx), want, rel_tol=1e-12)
     for i, o in enumerate(ops):
         if i in old and id(o) not in in_group:
@@ -137,9 +189,12 @@ def test_the_pass_makes_each_attention_a_ring_of_c_steps():
     grew = sum(int(r.as_dict()["fwd_flops"]) for r in keys.records_of(after, keys.LAYERS, LayerInfoAttr)) - sum(
         int(r.as_dict()["fwd_flops"]) for r in keys.records_of(before, keys.LAYERS, LayerInfoAttr)
     )
-    # (each step as the traced kernel computes it: a causal kernel's share of its square)
+    # (the off-diagonal step: half the GEMMs' square, unmasked; its other ops as the traced kernel computes them)
     assert grew == sum(
-        o.flops() - skipped_flops(o) for g in groups.values() for o in g if keys.string_of(o, keys.PHASE) == "fwd"
+        o.flops() // 2 if isinstance(o, ph.MatmulOp) else o.flops() - skipped_flops(o)
+        for g in groups.values()
+        for o in g
+        if keys.string_of(o, keys.PHASE) == "fwd"
     )
     assert 0 < grew < sum(o.flops() for g in groups.values() for o in g if keys.string_of(o, keys.PHASE) == "fwd")
     # Run twice, it would price the ring twice: refused.

@@ -330,15 +330,21 @@ def test_fp8_primary_weights_keep_no_copies_beside_them(gemm_bound, tmp_path):
     """``--fp8-params`` (Megatron-LM's --fp8-param-gather, NeMo's fp8_params): the FP8 linears'
     weights are Transformer Engine's FP8 tensors, rowwise and columnwise, in place of the bf16
     weights, so the stage holds no FP8 copies beside them: the FP8 plan's memory less
-    ``fp8_weight_bytes`` (2 bytes per weight element), with the time unchanged; asked of a
-    bf16 step it is refused in one line."""
-    fp8 = _plan(tmp_path, gemm_bound, "fp8", "--dtype", "fp8", "--zero", "1")
-    primary = _plan(tmp_path, gemm_bound, "primary", "--dtype", "fp8", "--zero", "1", "--fp8-params")
+    ``fp8_weight_bytes`` (2 bytes per weight element); ZeRO-1's parameter all-gather moves the
+    FP8 data, 1 byte per weight element (Megatron-LM's uint8 parameter buffer), so only the DP's
+    time is shorter; asked of a bf16 step it is refused in one line."""
+    exposed = ("--dtype", "fp8", "--zero", "1", "--no-dp-overlap")  # (overlapped, the DP hides behind the GEMMs)
+    fp8 = _plan(tmp_path, gemm_bound, "fp8", *exposed)
+    primary = _plan(tmp_path, gemm_bound, "primary", *exposed, "--fp8-params")
     weights = 3 * 4096 * 14336
     (a,), (b,) = fp8["stages"], primary["stages"]
     assert a["memory_bytes"] - b["memory_bytes"] == 2 * weights
     assert a["memory"]["params"] - b["memory"]["params"] == 2 * weights
-    assert primary["time_per_batch_s"] == pytest.approx(fp8["time_per_batch_s"])
+    shorter = fp8["time_per_batch_s"] - primary["time_per_batch_s"]
+    assert shorter > 0
+    parts = fp8["breakdown_s"], primary["breakdown_s"]
+    assert shorter == pytest.approx(parts[0]["dp_comm_s"] - parts[1]["dp_comm_s"], rel=1e-9)
+    assert parts[1]["compute_s"] == pytest.approx(parts[0]["compute_s"])
     with pytest.raises(PhazeError, match=r"fp8 params: the step has no FP8 linears") as info:
         _plan(tmp_path, gemm_bound, "bf16", "--dtype", "bfloat16", "--fp8-params")
     assert "\n" not in str(info.value)
@@ -356,3 +362,28 @@ def test_adam_with_bf16_state_holds_half_the_optimizer_bytes(gemm_bound, tmp_pat
     assert (a["memory"]["optimizer"], b["memory"]["optimizer"]) == (12 * params // 2, 6 * params // 2)
     assert a["memory_bytes"] - b["memory_bytes"] == 6 * params // 2
     assert bf16["time_per_batch_s"] < adam["time_per_batch_s"]
+
+
+def test_fp8_primary_weights_are_gathered_at_one_byte_an_element():
+    """The DP's problem under ``--fp8-params``: each layer's ``param_gather_bytes`` is its
+    parameters' bytes less one byte per FP8 weight element (``fp8_weight_bytes`` counts two:
+    the rowwise and columnwise copies), what ZeRO's all-gathers move; without it, the
+    parameters' own bytes (the field left out)."""
+    from passes.algorithms.placement import fp8_param_gather_bytes, problem
+    from passes.algorithms.placement_options import PlacementOptions
+    from phaze_ir.hardware import load_hardware
+
+    h100 = load_hardware("h100")
+    norm = 2 * 4096
+    layer = {"fwd_s": 1e-3, "bwd_s": 2e-3, "recompute_s": [0.0, 0.0, 0.0], "saved_bytes": [0, 0, 0],
+             "param_bytes": 2 * 4096 * 14336 + norm, "grad_bytes": 2 * 4096 * 14336 + norm, "optimizer_bytes": 0,
+             "workspace_bytes": 0, "boundary_bytes": 0, "experts": 0, "fp8_weight_bytes": 2 * 4096 * 14336}  # fmt: skip
+    assert fp8_param_gather_bytes(layer["param_bytes"], layer["fp8_weight_bytes"]) == 4096 * 14336 + norm
+
+    def dp(fp8_params: bool):
+        options = PlacementOptions(devices=2, global_batch=2, fp8_params=fp8_params)
+        return problem([layer], options, hbm_bytes=h100.hbm.bytes, levels=h100.network, micro_batch=1, tp=1)
+
+    (primary,), (plain,) = dp(True)["layers"], dp(False)["layers"]
+    assert primary["param_gather_bytes"] == 4096 * 14336 + norm and primary["fp8_weight_bytes"] == 0
+    assert "param_gather_bytes" not in plain and plain["fp8_weight_bytes"] == 2 * 4096 * 14336

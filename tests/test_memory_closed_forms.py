@@ -187,3 +187,60 @@ def test_megatrons_fused_kernels_keep_their_inputs_not_their_intermediates(tmp_p
 
     assert none_bytes("eager") == 7 * big + x + 2 * x + stat
     assert none_bytes("megatron") == 3 * big + x + x + stat
+
+
+SWIGLU_BLOCK = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, hidden=1024, ffn=4096):
+        super().__init__()
+        self.inp = nn.Linear(hidden, hidden, bias=False)
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.gate = nn.Linear(hidden, ffn, bias=False)
+        self.up = nn.Linear(hidden, ffn, bias=False)
+        self.down = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x):
+        x = self.inp(x)
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        n = self.weight * h.to(x.dtype)
+        y = self.down(nn.functional.silu(self.gate(n)) * self.up(n))
+        return y.float().pow(2).mean()
+
+
+def get_model():
+    return Block()
+
+
+def get_inputs(micro_batch_size):
+    return (torch.zeros(micro_batch_size, 512, 1024),)
+"""
+
+
+def test_megatron_keeps_a_norms_bf16_input_and_recomputes_silu_across_traced_kernels(tmp_path):
+    """A Hugging Face RMSNorm and SwiGLU are several kernels in the trace (the norm's mean is a
+    reduction; ``up`` is made after ``silu``), one each in Megatron-LM: TE's RMSNorm keeps its
+    2-byte input and ``rstdevs``, ``bias_swiglu`` keeps fc1's output and recomputes ``silu``.
+    Under ``--kernels megatron`` the block keeps the step's input, the norm's bf16 input and
+    output (1 MiB each), its statistic (512 fp32), ``gate``, ``up`` and their product (4 MiB
+    each), the loss's upcast as the bf16 ``down`` output (1 MiB) and the loss's statistic:
+    not the norm's fp32 upcast (2 MiB) nor ``silu(gate)`` (4 MiB), which before this rule it
+    kept (22,022,148 bytes)."""
+    from conftest import compiled_with
+
+    path = tmp_path / "swiglu_block.py"
+    path.write_text(SWIGLU_BLOCK)
+    big, x = 512 * 4096 * 2, 512 * 1024 * 2
+
+    def none_bytes(kernels: str) -> int:
+        text = compiled_with(str(path), "recompute", "--hw", "h100", "--dtype", "bfloat16", "--kernels", kernels)
+        return int(re.findall(r"#phaze.layer_recompute<index = 0, none_bytes = (\d+)", text)[0])
+
+    megatron = none_bytes("megatron")
+    assert megatron == 3 * big + 4 * x + 512 * 4 + 4
+    assert megatron == 22_022_148 - big - (2 * x - x)
+    assert none_bytes("eager") > megatron

@@ -100,8 +100,9 @@ def test_a_plans_power_is_never_above_the_limit(tmp_path, flags):
     """On an h100 held to 250 W (most of its ops bound by it), bf16, FP8 and a long sequence."""
     import json
 
+    from conftest import MODELS, run_tool
+
     from phaze_ir.hardware import dumps_toml
-    from tests.conftest import MODELS, run_tool
 
     hw = tmp_path / "h100_250w.toml"
     hw.write_text(dumps_toml(dataclasses.replace(_limited(H100, 250.0), name="h100_250w")))
@@ -115,3 +116,29 @@ def test_a_plans_power_is_never_above_the_limit(tmp_path, flags):
     power = json.loads(out.read_text())["power"]
     assert power["chip_power_w"] <= 250.0 * (1 + 1e-9)
     assert power["clock_limited_share"] > 0 and "at the 250 W limit: clock-limited" in res.stderr
+
+
+def test_a_fused_attentions_own_ops_keep_the_time_its_table_was_measured_in():
+    """The attention table's rates are whole kernels timed at the chip's 700 W (the FA3 paper's
+    H100 SXM5): its softmax adds no power floor of its own, where the same op outside a fused
+    attention is bound by its energy; on a 500 W part the kernel's GEMM is slowed, by at most the
+    ratio of the headrooms."""
+    from passes.algorithms import attention as at
+
+    cudnn = at.BACKENDS.index("cudnn")
+    softmax = VectorDesc(work=5 * 2**28, read_bytes=2**29, write_bytes=2**29, launches=0, attention=1, backend=cudnn)
+    free = _limited(H100, None)
+    assert estimate_op(softmax, H100) == estimate_op(softmax, free)
+    alone = dataclasses.replace(softmax, attention=0, backend=0)
+    assert estimate_op(alone, H100).bound == "power"
+    assert estimate_op(alone, H100).split_s > estimate_op(alone, free).split_s
+    s, d, heads = 4096, 128, 32
+    qk = MatmulDesc(
+        batch=heads, m=s, n=s, k=d, a_elem=2, b_elem=2, c_elem=2, a_bytes=heads * s * d * 2, b_bytes=heads * s * d * 2,
+        rhs_batched=True, onchip_bytes=heads * s * s * 2, causal=True, launches=0, attention=1, backend=cudnn,
+    )  # fmt: skip
+    assert estimate_op(qk, H100) == estimate_op(qk, free)
+    low = load_hardware("h100_hbm2e")
+    at_500, unlimited = estimate_op(qk, low).split_s, estimate_op(qk, _limited(low, None)).split_s
+    headrooms = (700 - low.static_power_w) / (500 - low.static_power_w)
+    assert unlimited < at_500 <= unlimited * headrooms * (1 + 1e-12)

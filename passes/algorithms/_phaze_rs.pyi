@@ -59,6 +59,7 @@ class LayerDict(TypedDict):
     # The FP8 weight copies Transformer Engine keeps for the step (default 0): held beside the
     # weights, none under ZeRO-3 (FSDP re-casts from the re-gathered weight)
     fp8_weight_bytes: NotRequired[int]
+    param_gather_bytes: NotRequired[int]
 
 class ProtocolDict(TypedDict):
     """One protocol of the innermost level's collectives (docs/design.md §5.5): the keys of

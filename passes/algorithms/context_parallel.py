@@ -12,17 +12,28 @@ How the runtimes run it (docs/design.md §6.8a):
   ``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``, TE 2.20, d0067d0):
   c steps, each the attention of the device's queries against one device's keys and values,
   which travel one hop around the ring while the step before computes. Each step's work is
-  the same, S²/(2c²) score elements (the diagonal step half of a (S/c)² block, every other
-  step half of the keys or half of the queries: ``_templated_ring_attention`` in torch 2.15's
+  the same, S²/(2c²) score elements, but not each step's mask (``cp_p2p_fwd_prepare_qkv`` and
+  ``cp_p2p_fwd_fused_attn``): step 0, the ``diagonal``, is the causal attention of the
+  device's own S/c queries and keys (the traced local attention); every other step is
+  unmasked (``attn_mask_type_ = "no_mask"``), the S/c queries against the first half of the
+  keys (``lower-triangle``) or the second half of the queries against all S/c keys
+  (``upper-triangle``): half the square, at the unmasked kernel's rate, which is faster
+  (:func:`off_diagonal_gemm`; ``_templated_ring_attention`` in torch 2.15's
   ``torch/distributed/tensor/experimental/_context_parallel/_attention.py`` splits them
-  alike), which is the work of the local causal attention the trace holds. So the attention
-  of c steps takes c times the traced attention, and the c−1 transfers hide behind the steps
-  before them (:func:`ring_attention_s`). torch's own context parallelism, which torchtitan
-  runs, all-gathers the keys and values instead by default (``_RotateMethod.ALL_GATHER``):
-  priced here as the ring, which moves the same bytes.
-- Forward, a step sends the keys and values (the attention's K and V, as the trace has them:
-  one device's TP share); backward, the keys and values again and their gradients' partial sums
-  (TE's backward ring carries ``dk`` and ``dv`` with them): twice the bytes.
+  alike). torch's own context parallelism, which torchtitan runs, all-gathers the keys and
+  values instead by default (``_RotateMethod.ALL_GATHER``): priced here as the ring, which
+  moves the same bytes.
+- The order of the steps and the hops beside them (:func:`forward_ring`,
+  :func:`backward_ring`, :func:`ring_s`): forward, step i starts the send of the keys and
+  values step i+1 needs and computes beside it (the diagonal first, the last step alone);
+  backward (``AttnFuncWithCPAndKVP2P.backward``) the steps run in reverse, the diagonal last,
+  and beside every step its keys and values go on with the partial ``dk``, ``dv`` summed so far
+  (the first step's send carries the keys and values alone, the last one's ``dk``, ``dv``
+  alone, which the step waits for before it adds its own).
+- A hop carries the keys and values as the kernel reads them: one device's TP share, its K/V
+  heads (a grouped-query attention's, before a trace's ``repeat_kv`` expands them to the query
+  heads: TE's kernels take the groups as they are); a backward hop with ``dk`` and ``dv``,
+  twice the bytes.
 - The ring's neighbours are t devices apart (ranks numbered TP innermost, then CP: Megatron-LM's
   ``tp-cp-ep-dp-pp``, torchtitan's mesh ``[pp, dp_replicate, dp_shard, cp, tp]``), on the
   network level of c·t devices. An overlapped transfer holds the SMs its NCCL channels run on:
@@ -35,8 +46,10 @@ of a CP group holds the whole layer): the placement DP's ``cp`` (``rust/phaze-dp
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+from passes.algorithms.latency import MatmulDesc
 from passes.algorithms.network import LevelLike, level_for, p2p_bandwidth_Bps
 from passes.algorithms.placement import PlacementError
 
@@ -118,12 +131,42 @@ def ring_step_s(levels: Sequence[LevelLike], nbytes: float, c: int, tp: int) -> 
     return level.latency_s + float(nbytes) / p2p_bandwidth_Bps(levels, index, tp), index
 
 
-def ring_attention_s(local_s: float, step_s: float, c: int, share: float) -> float:
-    """Seconds of a ring attention of ``c`` steps, each as long as the traced local attention
-    (``local_s``), each hop of the ring ``step_s`` beside the step before it, which it slows by
-    ``share`` of the overlap (the level's ``collective_compute_share``): the first step alone,
-    then c−1 steps each ending at max(r, x + f·min(r, x))."""
+def off_diagonal_gemm(d: MatmulDesc) -> MatmulDesc | None:
+    """The GEMM ``d`` of a fused causal attention (one device's local attention, traced) as an
+    off-diagonal step of the ring runs it: unmasked, over half the rows of its score square (the
+    keys' first half against every query, or the queries' second half against every key: the
+    same FLOPs), so half of ``d``'s M rows and of its left operand, at the unmasked kernel's
+    rate at the same sequence (the longest dimension, S/c, as a fused attention is looked up);
+    None when ``d`` is not a causal attention GEMM or has an odd M."""
+    if not d.causal or not d.attention or d.m % 2:
+        return None
+    return dataclasses.replace(d, m=d.m // 2, a_bytes=d.a_bytes // 2, onchip_bytes=d.onchip_bytes // 2, causal=False)
+
+
+def forward_ring(diagonal_s: float, off_s: float, hop_s: float, c: int) -> list[tuple[float, float]]:
+    """(step seconds, seconds of the hop beside it) of a forward ring of ``c`` steps: the
+    diagonal first, beside it the hop of the next step's keys and values, every other step but
+    the last likewise, the last alone (``AttnFuncWithCPAndKVP2P.forward``)."""
     if c <= 1:
-        return local_s
-    hop = max(step_s, local_s + share * min(step_s, local_s))
-    return local_s + (c - 1) * hop
+        return [(diagonal_s, 0.0)]
+    return [(diagonal_s, hop_s)] + [(off_s, hop_s)] * (c - 2) + [(off_s, 0.0)]
+
+
+def backward_ring(
+    diagonal_s: float, off_s: float, kv_hop_s: float, kv_grad_hop_s: float, c: int
+) -> list[tuple[float, float]]:
+    """(step seconds, seconds of the hop beside it) of a backward ring of ``c`` steps: the
+    forward's in reverse, the off-diagonal steps first, the diagonal last; beside the first its
+    keys and values go on (``kv_hop_s``), beside each middle one they go on with the partial
+    ``dk``, ``dv`` (``kv_grad_hop_s``), beside the last those gradients alone (``kv_hop_s``:
+    as many bytes), which it waits for (``AttnFuncWithCPAndKVP2P.backward``)."""
+    if c <= 1:
+        return [(diagonal_s, 0.0)]
+    return [(off_s, kv_hop_s)] + [(off_s, kv_grad_hop_s)] * (c - 2) + [(diagonal_s, kv_hop_s)]
+
+
+def ring_s(steps: Sequence[tuple[float, float]], share: float) -> float:
+    """Seconds of a ring's ``steps`` ((step x, hop r beside it) each), a hop slowing the step
+    beside it by ``share`` of their overlap (the level's ``collective_compute_share``): each
+    ends at max(r, x + f·min(r, x))."""
+    return sum(max(r, x + share * min(r, x)) for x, r in steps)

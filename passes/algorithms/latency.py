@@ -875,6 +875,7 @@ def _power_limited(
             if unit == "tensor" and cal.host_sync_s is not None:
                 overhead = overhead + cal.host_sync_s * cols["syncs"]
             overheads[rows] = overhead
+    energy = _attention_energy_at_the_tables_limit(energy, lat, table, acc, overheads)
     floor = np.where(energy > 0, energy / headroom + overheads, 0.0)
     slower = floor > lat.split[:, 0] * (1 + 1e-12)
     if not slower.any():
@@ -884,6 +885,36 @@ def _power_limited(
     split[slower, 0] = floor[slower]
     bound[slower, 0] = _POWER
     return SpaceLatency(lat.one, split, bound, lat.bound_one, lat.units)
+
+
+def _attention_energy_at_the_tables_limit(
+    energy: np.ndarray, lat: SpaceLatency, table: OpTable, acc, overheads: np.ndarray
+) -> np.ndarray:
+    """``energy`` with each op of a fused attention kernel the chip's table prices spending at
+    most what the limit the table was measured under (``[calibration] fitted_power_limit_w``,
+    else ``[energy] power_limit_w``, less the static power) allows over its priced time.  The
+    table's rates are whole kernels timed on the part at that limit (the FlashAttention-3 paper's
+    H100 SXM5 at its 700 W; phaze's own ``data/h100/attention.csv``: torch's SDPA at cuDNN's
+    rates), so their time already holds the clock the limit allowed, softmax included: the
+    softmax, its row sums and the GQA repeats inside the kernel (work the table's time holds,
+    their own priced time none or their bytes) add no floor of their own, and on a part with a
+    lower limit the kernel's GEMMs are slowed by the ratio of the headrooms, as a fitted GEMM is
+    (``energy.fitted_share``).  Unchanged without a table."""
+    fx = FixedParams.of(acc, chip=True)
+    e, cal = acc.energy, acc.calibration
+    allowed = ((cal.fitted_power_limit_w if cal is not None else None) or e.power_limit_w) - acc.static_power_w
+    out = energy
+    for unit in ("tensor", "vector"):
+        rows = table.rows[unit]
+        priced = attention_priced(table.cols[unit], fx) if len(rows) else None
+        if priced is None or not priced.any():
+            continue
+        idx = rows[priced]
+        seconds = np.maximum(lat.split[idx, 0] - overheads[idx], 0.0)
+        if out is energy:
+            out = energy.copy()
+        out[idx] = np.minimum(energy[idx], allowed * seconds)
+    return out
 
 
 def _tiling_rows(tilings: Sequence[ScalarTiling | None], rows: np.ndarray) -> dict[str, np.ndarray]:

@@ -351,10 +351,19 @@ def problem(
         # FP8 primary weights: the weight is its FP8 copies (Transformer Engine 2.20.0.dev0,
         # module/base.py's get_weight_workspace: a weight that is a QuantizedTensor already is
         # the GEMM's operand, no workspace is cast or cached), at the 2 bytes an element (rowwise and columnwise
-        # data) the bf16 weight's param_bytes count; docs/design.md §6.5
+        # data) the bf16 weight's param_bytes count; docs/design.md §6.5. ZeRO's parameter
+        # all-gathers move the FP8 data alone, 1 byte an element (Megatron-LM's uint8
+        # parameter buffer, the transpose made after the gather): fp8_weight_bytes / 2 fewer
         if not any(int(layer["fp8_weight_bytes"]) for layer in layer_dicts):
             raise PlacementError("fp8 params: the step has no FP8 linears to keep their weights in FP8 (--dtype fp8)")
-        layer_dicts = [{**layer, "fp8_weight_bytes": 0} for layer in layer_dicts]
+        layer_dicts = [
+            {
+                **layer,
+                "fp8_weight_bytes": 0,
+                "param_gather_bytes": fp8_param_gather_bytes(int(layer["param_bytes"]), int(layer["fp8_weight_bytes"])),
+            }
+            for layer in layer_dicts
+        ]
     experts = max((int(layer["experts"]) for layer in layer_dicts), default=0)
     if ep is not None and ep > 1 and experts == 0:
         raise PlacementError(f"expert parallel {ep}: the model has no experts (no MoE layer); expected 1 or auto")
@@ -380,6 +389,16 @@ def problem(
         "grads_freed": grads_freed,
         "grad_reduce_scale": reduce_scale,
     }
+
+
+def fp8_param_gather_bytes(param_bytes: int, fp8_weight_bytes: int) -> int:
+    """The bytes a ZeRO parameter all-gather of a layer moves under FP8 primary weights: its
+    ``param_bytes`` (the FP8 linears' weights counted at 2 bytes an element, as their bf16
+    twins) less one byte an element of those weights, ``fp8_weight_bytes / 2`` (the rowwise and
+    columnwise copies, 2 bytes an element), since the gather moves the rowwise FP8 data alone
+    (Megatron-LM d98e8a64, ``megatron/core/distributed/param_and_grad_buffer.py``
+    ``group_params_for_buffers``: a quantized parameter's buffer is ``torch.uint8``)."""
+    return max(0, param_bytes - fp8_weight_bytes // 2)
 
 
 _EXPERT = re.compile(r"^expert(?::(\d+),(\d+),(\d+))?$")

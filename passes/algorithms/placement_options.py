@@ -162,8 +162,8 @@ class PlacementOptions:
         _fp8_params_flag,
         "FP8 primary weights (--dtype fp8): the FP8 linears' weights are kept as Transformer Engine's FP8 "
         "tensors (rowwise and columnwise, 2 bytes an element) in place of their bf16 copies, so no FP8 "
-        "copies are cast and cached beside them: Megatron-LM's --fp8-param-gather, NeMo's fp8_params, TE's "
-        "fp8_model_init",
+        "copies are cast and cached beside them, and ZeRO's parameter all-gathers move 1 byte an element of "
+        "them: Megatron-LM's --fp8-param-gather, NeMo's fp8_params, TE's fp8_model_init",
     )
     recompute: str = option(
         "auto",

@@ -389,7 +389,63 @@ class _FusedKernels:
                 continue  # a statistic (a norm's reciprocal deviation), saved as TE's are
             out.discard(st)
             out |= ins
+        return self._across_kernels(out)
+
+    def _across_kernels(self, saved: set[int]) -> set[int]:
+        """``saved`` with what Megatron's kernels keep where the traced ops are kernels of their
+        own that Megatron runs as one (module docstring): a norm's widening upcast of its input
+        (read by the norm's mean, at most one pointwise op away) is the 2-byte input TE's norms
+        keep; an activation (``silu``, ``gelu``) whose input is saved already and which only
+        pointwise ops read (``silu(gate) · up``) is recomputed from that input
+        (``bias_swiglu``'s, ``bias_gelu``'s backward)."""
+        graph, out = self.graph, set(saved)
+        for st in saved:
+            p = graph.values[st].producer
+            if p < 0 or graph.ops[p].phase != "fwd":
+                continue
+            kind = _kind(graph, p)
+            data = [graph.storage(v) for v in graph.ops[p].operands if graph.values[graph.storage(v)].producer >= 0]
+            if kind == ("phaze.elementwise", "convert") and len(data) == 1:
+                x = data[0]
+                wider = graph.values[st].element_bytes > graph.values[x].element_bytes > 0
+                if wider and self._feeds_a_mean(st):
+                    out.discard(st)
+                    out.add(x)
+            elif kind in _RECOMPUTED_ACTIVATIONS and len(data) == 1 and data[0] in saved:
+                readers = self.fwd_readers.get(st, set())
+                if readers and all(_kind(graph, i)[0] == "phaze.elementwise" for i in readers):
+                    out.discard(st)
         return out
+
+    def _feeds_a_mean(self, st: int) -> bool:
+        """Whether a ``mean`` reduction reads ``st`` in the forward, directly or through one
+        pointwise op (an RMSNorm's ``pow``)."""
+        graph = self.graph
+        for i in self.fwd_readers.get(st, set()):
+            if _kind(graph, i) == ("phaze.reduction", "mean"):
+                return True
+            if _kind(graph, i)[0] == "phaze.elementwise":
+                for r in graph.ops[i].results:
+                    if any(_kind(graph, j) == ("phaze.reduction", "mean") for j in self.fwd_readers.get(r, set())):
+                        return True
+        return False
+
+
+#: Megatron's fused activations whose backward recomputes them from their saved input
+#: (megatron-core 0.16.1 ``fused_bias_swiglu.py``, ``fused_bias_gelu.py``).
+_RECOMPUTED_ACTIVATIONS = frozenset((("phaze.elementwise", "silu"), ("phaze.elementwise", "gelu")))
+
+
+def _kind(graph: Graph, i: int) -> tuple[str, str]:
+    """(op name, its ``kind`` property) of op ``i``, read from its signature ("" when it has
+    none: a graph built without signatures)."""
+    name, _, rest = graph.ops[i].signature.partition("|")
+    props, _, _ = rest.partition("|")
+    for prop in props.split(","):
+        key, _, value = prop.partition("=")
+        if key == "kind":
+            return name, value.strip('"')
+    return name, ""
 
 
 def analyze_recompute(

@@ -264,6 +264,26 @@ pub struct Layer {
     /// TE saves no FP8 workspace and casts again from the re-gathered weight).
     #[serde(default, deserialize_with = "input::bytes")]
     pub fp8_weight_bytes: u64,
+    /// The bytes of the layer's parameters that ZeRO's parameter all-gathers move, when fewer
+    /// than `param_bytes` (0: `param_bytes`): under FP8 primary weights the FP8 linears'
+    /// weights are gathered at 1 byte an element (Megatron-LM d98e8a64's `--fp8-param-gather`
+    /// keeps them in a `torch.uint8` parameter buffer, `group_params_for_buffers` in
+    /// `megatron/core/distributed/param_and_grad_buffer.py`, and makes the transpose after
+    /// the gather); the other parameters at their own bytes.
+    #[serde(default, deserialize_with = "input::bytes")]
+    pub param_gather_bytes: u64,
+}
+
+impl Layer {
+    /// The bytes a ZeRO parameter all-gather of this layer moves ([`Layer::param_gather_bytes`]).
+    #[inline]
+    pub fn gathered_bytes(&self) -> u64 {
+        if self.param_gather_bytes == 0 {
+            self.param_bytes
+        } else {
+            self.param_gather_bytes
+        }
+    }
 }
 
 /// How a protocol moves an all-reduce (docs/design.md §5.5).
@@ -574,6 +594,12 @@ impl Problem {
             {
                 return err(format!(
                     "layers[{i}]: the experts' bytes must be part of the layer's (expert_param_bytes <= param_bytes, ...)"
+                ));
+            }
+            if l.param_gather_bytes > l.param_bytes {
+                return err(format!(
+                    "layers[{i}]: param_gather_bytes = {} must be at most param_bytes = {}",
+                    l.param_gather_bytes, l.param_bytes
                 ));
             }
         }

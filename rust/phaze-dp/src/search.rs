@@ -45,6 +45,8 @@ struct RangeSums {
     expert_opt_s: f64,
     /// Σ param_bytes.
     param_bytes: u64,
+    /// Σ of what the layers' parameter all-gathers move ([`Layer::gathered_bytes`]).
+    gather_bytes: u64,
     /// max param_bytes (ZeRO-3 holds two layers' full parameters at once).
     max_param_bytes: u64,
     /// Σ optimizer_bytes.
@@ -90,6 +92,7 @@ impl RangeSums {
         self.opt_s += l.opt_s;
         self.expert_opt_s += l.expert_opt_s;
         self.param_bytes = self.param_bytes.saturating_add(l.param_bytes);
+        self.gather_bytes = self.gather_bytes.saturating_add(l.gathered_bytes());
         self.max_param_bytes = self.max_param_bytes.max(l.param_bytes);
         self.optimizer_bytes = self.optimizer_bytes.saturating_add(l.optimizer_bytes);
         let remat = l.workspace_bytes.max(l.recompute_workspace_bytes);
@@ -277,7 +280,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
             let (bytes, experts) = if grads {
                 self.on_wire(l.grad_bytes, l.expert_grad_bytes)
             } else {
-                (l.param_bytes, l.expert_param_bytes)
+                gathered(l.gathered_bytes(), l.param_bytes, l.expert_param_bytes)
             };
             self.half_ring(bytes, experts)
         };
@@ -600,7 +603,8 @@ impl<'p, 'a> Ctx<'p, 'a> {
 
     #[inline]
     fn params_half_ring(&self, a: &RangeSums) -> f64 {
-        self.half_ring(a.param_bytes, a.expert_param_bytes)
+        let (bytes, experts) = gathered(a.gather_bytes, a.param_bytes, a.expert_param_bytes);
+        self.half_ring(bytes, experts)
     }
 
     /// E_k: the DP collectives paid once per step, less what hides behind the stage's last
@@ -640,6 +644,17 @@ impl<'p, 'a> Ctx<'p, 'a> {
     fn factor(&self, p: usize) -> f64 {
         (self.m + p as u64 - 1) as f64
     }
+}
+
+/// What a parameter all-gather moves of `param` bytes, `experts` of them the experts', when it
+/// moves `gather` bytes in all: the experts' part in the same proportion.
+#[inline]
+fn gathered(gather: u64, param: u64, experts: u64) -> (u64, u64) {
+    if gather >= param || param == 0 {
+        return (param, experts);
+    }
+    let scaled = (experts as f64 * gather as f64 / param as f64).round() as u64;
+    (gather, scaled.min(gather))
 }
 
 /// A point of a front: (max T, max E, max O) of a suffix's stages.

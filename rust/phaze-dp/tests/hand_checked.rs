@@ -866,3 +866,46 @@ fn context_parallelism_input_errors_and_refusals() {
     let plan = feasible(solve(&prob));
     assert_eq!((plan.dp, plan.pp, plan.devices_used), (1, 1, 4));
 }
+
+#[test]
+fn fp8_parameters_are_gathered_at_their_own_bytes() {
+    // fsdp_overlaps_each_layer_with_the_one_beside_it's three layers without overlap, their
+    // parameters gathered at half their bytes (FP8 weights, 1 byte an element for 2):
+    // ZeRO-3's all-gathers of the stage's 2.7e9 bytes take 0.5 · 2.7 + 0.1 = 1.45 s each where
+    // 2.8 before, its reduce-scatter 2.8 still: T = 9 + 1.45 + 1.45 + 2.8 = 14.7 (17.4).
+    let mut l = layer();
+    l.param_bytes = 1_800_000_000;
+    l.grad_bytes = 1_800_000_000;
+    l.param_gather_bytes = 900_000_000;
+    let mut prob = problem(vec![l; 3], 2, 2);
+    prob.zero = Some(Zero::Parameters);
+    prob.max_stages = Some(1);
+    let plan = feasible(solve(&prob));
+    assert!(
+        close(plan.time_per_batch_s, 14.7),
+        "{}",
+        plan.time_per_batch_s
+    );
+    // ZeRO-1: once a step, the gradients' reduce-scatter (2.8 s) and the parameters'
+    // all-gather (1.45 s): T = 9 + 4.25.
+    prob.zero = Some(Zero::Optimizer);
+    let plan = feasible(solve(&prob));
+    assert!(
+        close(plan.time_per_batch_s, 13.25),
+        "{}",
+        plan.time_per_batch_s
+    );
+    // 0 is the parameters' own bytes; more than them is refused.
+    prob.layers[0].param_gather_bytes = 0;
+    prob.layers[1].param_gather_bytes = 1_800_000_000;
+    prob.layers[2].param_gather_bytes = 1_800_000_000;
+    let plan = feasible(solve(&prob));
+    assert!(
+        close(plan.time_per_batch_s, 14.6),
+        "{}",
+        plan.time_per_batch_s
+    );
+    prob.layers[0].param_gather_bytes = 1_800_000_001;
+    assert!(matches!(solve(&prob), Solution::Infeasible(v)
+        if v.kind == ViolationKind::Input && v.message.contains("param_gather_bytes")));
+}
