@@ -197,8 +197,9 @@ struct Ctx<'p, 'a> {
     /// cut[l] = 2 · p2p(boundary_bytes[l]) on the pipeline level: the cost a stage pays on
     /// each side of a boundary after layer l (activation one way, its gradient back).
     cut: Vec<f64>,
-    /// The pipeline level's `collective_compute_share`: under interleaving a rank's transfers
-    /// run beside its chunks' compute and take that share of the SMs ([`Rank::p2p_exposed`]).
+    /// The pipeline level's `collective_compute_share`: under interleaving a rank's receives
+    /// and backward sends run beside its chunks' compute and take that share of the SMs (its
+    /// forward sends are waited on: [`Rank::p2p_exposed`]).
     pp_share: f64,
     dp_level: usize,
     /// Devices between consecutive members of a DP group ([`RankOrder::strides`]): t when
@@ -1210,7 +1211,11 @@ fn chunk_layers(prob: &Problem, p: usize, v: u64, c: usize) -> (usize, usize) {
 /// boundary transfers, and its peak stash per policy.
 struct Rank {
     sums: RangeSums,
+    /// Every boundary transfer of its chunks per micro-batch: in and out, forward and back.
     p2p_s: f64,
+    /// Of `p2p_s`, the forward sends (one transfer per chunk that is not the model's last),
+    /// which the compute stream waits for ([`Rank::p2p_exposed`]).
+    fwd_send_s: f64,
     /// ZeRO's per-micro-batch collectives of its chunks, each chunk's own ([`Ctx::zero_mb`]).
     zero_s: f64,
     stash: [u64; 3],
@@ -1235,6 +1240,7 @@ fn ranks(ctx: &Ctx, p: usize, v: u64) -> Vec<Rank> {
         .map(|k| {
             let mut sums = RangeSums::default();
             let mut p2p_s = 0.0;
+            let mut fwd_send_s = 0.0;
             let mut windows_s = 0.0;
             let mut chunk_saved = Vec::with_capacity(v as usize);
             for j in 0..v as usize {
@@ -1247,6 +1253,8 @@ fn ranks(ctx: &Ctx, p: usize, v: u64) -> Vec<Rank> {
                     prep.push(&mut sums, l);
                 }
                 p2p_s += ctx.p2p_in(lo) + ctx.p2p_out(hi);
+                // cut is the two transfers of a boundary (activation, gradient): one is the send.
+                fwd_send_s += 0.5 * ctx.p2p_out(hi);
             }
             // Overlapped layer by layer, each chunk's windows; else the rank's sums.
             let zero_s = if ctx.windows.is_some() {
@@ -1276,6 +1284,7 @@ fn ranks(ctx: &Ctx, p: usize, v: u64) -> Vec<Rank> {
             Rank {
                 sums,
                 p2p_s,
+                fwd_send_s,
                 zero_s,
                 stash,
                 in_flight: (warmup + 1).min(units),
@@ -1293,18 +1302,24 @@ impl Rank {
         (work + self.p2p_exposed(ctx, r)) + (self.zero_s + 4.0 * ctx.all_to_all(&self.sums))
     }
 
-    /// The rank's boundary transfers per micro-batch that its compute does not hide: Megatron-LM
-    /// overlaps the interleaved schedule's sends and receives with the chunks' forward and
-    /// backward (`overlap_p2p_comm`, on by default with virtual stages: `validate_args` at
-    /// d98e8a64 turns it off only without them), each transfer beside the next chunk's
-    /// compute: p2p seconds beside w of compute end at max(p2p, w + f·min(p2p, w)), f the
-    /// pipeline level's `collective_compute_share` (docs/design.md §6.6).
+    /// The rank's boundary transfers per micro-batch that its compute does not hide
+    /// (docs/design.md §6.6). Megatron-LM overlaps the interleaved schedule's receives and its
+    /// backward sends with the chunks' compute (`overlap_p2p_comm`, on by default with virtual
+    /// stages: `validate_args` at d98e8a64 turns it off only without them): c seconds of them
+    /// beside w of compute end at max(c, w + f·min(c, w)), f the pipeline level's
+    /// `collective_compute_share`. Its forward sends it does not: Megatron-LM's training sets
+    /// `deallocate_pipeline_outputs` (`megatron/training/argument_utils.py` at d98e8a64), so
+    /// `forward_backward_pipelining_with_interleaving` (`schedules.py`) waits on each chunk's
+    /// `send_next` right after posting it, before the next compute on the stream, in the
+    /// steady state and (blocking `send_forward_recv_forward`) in the warm-up alike: one
+    /// transfer per chunk on the critical path.
     fn p2p_exposed(&self, ctx: &Ctx, r: usize) -> f64 {
         let work = self.sums.compute_s + ctx.recompute(&self.sums)[r];
         if self.p2p_s <= 0.0 {
             return 0.0;
         }
-        (self.p2p_s - work).max(ctx.pp_share * self.p2p_s.min(work))
+        let overlapped = self.p2p_s - self.fwd_send_s;
+        self.fwd_send_s + (overlapped - work).max(ctx.pp_share * overlapped.min(work))
     }
 
     fn mem(&self, ctx: &Ctx, r: usize) -> u64 {

@@ -369,6 +369,7 @@ fn price(
     for k in 0..p {
         let r = pol[k];
         let (mut compute, mut rec, mut fwd, mut bwd, mut link) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        let mut fwd_send = 0.0;
         let (mut opt, mut expert_opt) = (0.0f64, 0.0f64);
         let (mut pb, mut gb, mut ob, mut maxp, mut ws) = (0u64, 0u64, 0u64, 0u64, 0u64);
         let (mut epb, mut egb, mut eob, mut alltoall) = (0u64, 0u64, 0u64, 0.0f64);
@@ -410,6 +411,7 @@ fn price(
             }
             if hi < n - 1 {
                 link += 2.0 * p2p(prob.layers[hi].boundary_bytes);
+                fwd_send += p2p(prob.layers[hi].boundary_bytes);
             }
         }
         // Dispatch and combine in forward and backward, and again in a full recompute.
@@ -426,11 +428,13 @@ fn price(
             2 => hide(half(pb, epb), fwd),
             _ => 0.0,
         };
-        // Interleaved: Megatron-LM overlaps the chunks' transfers with their compute
-        // (`overlap_p2p_comm`), which they slow by the pipeline level's share of the SMs.
+        // Interleaved: Megatron-LM overlaps the chunks' receives and backward sends with their
+        // compute (`overlap_p2p_comm`), which they slow by the pipeline level's share of the
+        // SMs; it waits on each forward send at once (`deallocate_pipeline_outputs`).
         let link = if v > 1 && link > 0.0 {
             let share = prob.levels[pp_l].collective_compute_share;
-            (link - (compute + rec)).max(share * link.min(compute + rec))
+            let over = link - fwd_send;
+            fwd_send + (over - (compute + rec)).max(share * over.min(compute + rec))
         } else {
             link
         };
