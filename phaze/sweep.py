@@ -288,7 +288,7 @@ def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> 
     where = point_label(point.micro_batch, point.tp, point.sequence_parallel)
     log(f"compiling the best point ({where}) from the whole model")
     start = time.perf_counter()
-    traced = trace_step(spec, point.micro_batch, opts.seq_len, training=True, dtype=opts.dtype)
+    traced = trace_step(spec, point.micro_batch, opts.seq_len, training=True, dtype=opts.dtype, fp8_recipe=opts.fp8)
     log(traced_line(traced))
     module = compile_module(traced, "plan", point.tp, opts, acc, point.sequence_parallel)  # verified
     seconds["winner"] += time.perf_counter() - start
@@ -316,7 +316,7 @@ def prepared(
         # whose compute capability picks the fused attention's kernel (search.setting.prepare_points).
         capability = None if acc is None or acc.calibration is None else acc.calibration.compute_capability
         runtime = (opts.kernels, capability if opts.kernels != "ops" else None)
-        traced_as = (b, opts.seq_len, opts.dtype, opts.optimizer, opts.strict, opts.capacity_factor, runtime)
+        traced_as = (b, opts.seq_len, opts.traced_dtype, opts.optimizer, opts.strict, opts.capacity_factor, runtime)
         how = (traced_as, opts.selective_recompute)  # and what the settings' selective policy re-runs
         model = model_key(model_path, stages).digest
         key = stages.key(SETTINGS_KIND, model, tps, opts.sequence_parallel, how)
