@@ -236,7 +236,9 @@ def test_fp8_linears_shard_as_bf16_ones(recipe):
     from phaze_ir.ir import parse_module
 
     def sharded(dtype: str):
-        flags = ("--tp", "2", "--emit", "sharded", "--dtype", dtype, "--fp8-recipe", recipe)
+        flags = ("--tp", "2", "--emit", "sharded", "--dtype", dtype) + (
+            ("--fp8-recipe", recipe) if dtype == "fp8" else ()
+        )
         return _ops(parse_module(_compile(MODELS / "tiny_llama_sdpa.py", *flags)))
 
     bf16, fp8 = sharded("bfloat16"), sharded("fp8")
