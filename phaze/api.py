@@ -69,6 +69,8 @@ class Plan:
     model_shape: dict[str, Any] = field(default_factory=dict)
     #: The warnings said while it was compiled, each once (also through :mod:`warnings`).
     warnings: tuple[str, ...] = ()
+    #: The export-runtime warnings :meth:`export` has said (each once a plan).
+    _exports_said: set[str] = field(default_factory=set, compare=False, repr=False)
 
     @property
     def feasible(self) -> bool:
@@ -138,14 +140,23 @@ class Plan:
     def export(self, target: str) -> str:
         """The launch arguments for ``target`` (``megatron`` or ``torchtitan``), as
         ``phazec --export TARGET FILE`` writes them; a plan the target cannot run is one
-        :class:`PhazeError` line."""
-        from phaze.export import TARGETS, facts_of, render
+        :class:`PhazeError` line.  Where the launch runs another runtime than the one priced
+        (kernels, precision, attention, the model: ``phaze.export.runtime_differences``, the
+        lines phazec says), each line is a :class:`PhazeWarning`, said once a plan and with no
+        source line (:func:`phaze_ir.warning.warn_unsourced`)."""
+        from phaze.export import TARGETS, facts_of, render, runtime_differences
+        from phaze_ir.warning import warn_unsourced
 
         if target not in TARGETS:
             kind = PhazeError if isinstance(target, str) else OptionTypeError
             raise kind(f"Plan.export: target={_shown(target)}: expected one of {', '.join(TARGETS)}")
         facts = facts_of(self.layer_kinds, self.seq_len, self.options, self.model_shape, self.data)
-        return render(target, self.data, facts)
+        text = render(target, self.data, facts)
+        for line in runtime_differences(target, self.data, facts):
+            if line not in self._exports_said:
+                self._exports_said.add(line)
+                warn_unsourced(line)
+        return text
 
     def torchtitan_flavour(self, module: str = "phaze_flavour") -> str | None:
         """The flavour-registration file that ``export("torchtitan")``'s ``--module=phaze_flavour``
@@ -243,6 +254,10 @@ def options(hw: str, **given: Any) -> Options:
         typed = _typed(name, value, annotation, choices)
         values[target] = (typed,) if name in _ONE_VALUE else typed
         said_as[target] = name
+    if values.get("fp8_recipe", "auto") != "auto" and values.get("dtype") != "fp8":
+        raise PhazeError(
+            f"phaze.compile: fp8_recipe={values['fp8_recipe']!r}: the FP8 linears' scaling needs dtype='fp8'"
+        )
     from phaze.driver import default_memory_headroom, runtime_defaults
 
     if "memory_headroom" not in values:

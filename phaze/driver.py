@@ -355,10 +355,11 @@ def _compile_model(
         seq_len = traced_seq_len(point_opts)
         whole = point_opts.seq_len if c > 1 else None  # a CP part of a sample: the whole one is checked
         with whole_sequence(whole):
+            how = {"training": training, "dtype": point_opts.dtype, "fp8_recipe": point_opts.fp8}
             if check_later:
-                traced, check = trace_step_checked_later(spec, b, seq_len, training=training, dtype=point_opts.dtype)
+                traced, check = trace_step_checked_later(spec, b, seq_len, **how)
             else:
-                traced, check = trace_step(spec, b, seq_len, training=training, dtype=point_opts.dtype), (lambda: True)
+                traced, check = trace_step(spec, b, seq_len, **how), (lambda: True)
 
         def holds(check=check, whole=whole) -> bool:  # the check trace may run later, here
             with whole_sequence(whole):

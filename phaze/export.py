@@ -143,6 +143,8 @@ class ModelFacts:
     dp_overlap: bool = False
     #: FP8 primary weights (phazec's ``--fp8-params``)
     fp8_params: bool = False
+    #: how the FP8 linears scale their casts (phazec's ``--fp8-recipe``, resolved)
+    fp8_recipe: str = "delayed"
     #: the dtype the DP gradient collectives were priced in (phazec's ``--reduce-dtype``)
     reduce_dtype: str = "fp32"
     #: what the plan's selective recompute re-runs (phazec's ``--selective-recompute``)
@@ -531,9 +533,13 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
     if kind == "fp16" and facts.reduce_dtype == "fp32":
         args.append("--accumulate-allreduce-grads-in-fp32")
     if facts.dtype == "fp8":
-        # Transformer Engine's FP8 linears as priced: E4M3 forward, E5M2 gradients, delayed
-        # per-tensor scaling (docs/design.md §5.11.5); the FP8 parameter all-gather is not priced.
-        args += ["--fp8-format=hybrid", "--fp8-recipe=delayed"]
+        # Transformer Engine's FP8 linears as priced: E4M3 forward, E5M2 gradients, delayed or
+        # current per-tensor scaling (Megatron-LM d98e8a64, arguments.py: --fp8-recipe
+        # delayed, tensorwise; docs/design.md §5.11.5); the FP8 parameter all-gather is not priced.
+        recipe = MEGATRON_FP8_RECIPES.get(facts.fp8_recipe)
+        if recipe is None:
+            raise PhazeError(_MEGATRON_TORCHAO.format(recipe=facts.fp8_recipe))
+        args += ["--fp8-format=hybrid", f"--fp8-recipe={recipe}"]
         if facts.fp8_params:
             # FP8 primary weights as priced (--fp8-params): Megatron-LM keeps the linears'
             # weights as TE's FP8 tensors and all-gathers them in FP8 under its distributed
@@ -714,8 +720,10 @@ def torchtitan_llama_differences(facts: ModelFacts) -> list[str]:
 
 def torchtitan_registered(facts: ModelFacts) -> str | None:
     """The registered torchtitan run (:data:`TORCHTITAN_REGISTERED`) whose model is the traced
-    one, or None."""
-    if torchtitan_llama_differences(facts):
+    one, or None; None under ``--dtype fp8`` too: torchtitan 0.3.0 sets its float8 converter in
+    Python only (``model_registry(flavor, converters=[...])``, no flag), which the flavour file
+    does (:func:`torchtitan_flavour_file`)."""
+    if facts.dtype == "fp8" or torchtitan_llama_differences(facts):
         return None
     fields, unknown = torchtitan_flavour(facts)
     if unknown:
@@ -757,15 +765,28 @@ def torchtitan_flavour_file(facts: ModelFacts, module: str) -> str:
     if "rope.theta" in values:
         rope.append(f"theta={float(values['rope.theta'])!r}")
     eps = f", eps={float(values['norm_eps'])!r}" if "norm_eps" in values else ""
+    converters, converter_import, fp8_words = "", "", ""
+    if facts.dtype == "fp8":
+        # torchao's Float8Linear as priced (--fp8-recipe rowwise): every linear but the LM head
+        # (phaze's FP8 linears; torchtitan's llama3_405b filters it alike), whose sizes are
+        # multiples of 16 (the converter's own filter, torchtitan 0.3.0
+        # components/quantization/float8.py, utils.module_filter_fn)
+        compiled = facts.kernels == "inductor"
+        converters = (
+            f", converters=[Float8LinearConverter.Config(recipe_name={facts.fp8_recipe!r}, "
+            f'filter_fqns=["lm_head"], model_compile_enabled={compiled})]'
+        )
+        converter_import = "from torchtitan.components.quantization import Float8LinearConverter\n"
+        fp8_words = f" Its linears run torchao's float8 ({facts.fp8_recipe} scaling), as the plan was priced."
     return f'''"""torchtitan 0.3.0 model flavour of a plan, written by phazec --export torchtitan.
 
 torchtitan imports it through the export's --module={module} --config={TORCHTITAN_PLAN_CONFIG}: run
 torchtitan from this file's directory, or put the directory on PYTHONPATH. The model is torchtitan's
 Llama 3 (torchtitan/models/llama3) with the traced shape; the run's other settings are
-{TORCHTITAN_BASE_CONFIG}'s, which the export's arguments override.
+{TORCHTITAN_BASE_CONFIG}'s, which the export's arguments override.{fp8_words}
 """
 
-from torchtitan.models import llama3
+{converter_import}from torchtitan.models import llama3
 from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.models.llama3.config_registry import {TORCHTITAN_BASE_CONFIG}
@@ -795,7 +816,7 @@ llama3.llama3_configs[FLAVOUR] = _flavour
 
 def {TORCHTITAN_PLAN_CONFIG}():
     config = {TORCHTITAN_BASE_CONFIG}()
-    config.model_spec = llama3.model_registry(FLAVOUR)
+    config.model_spec = llama3.model_registry(FLAVOUR{converters})
     config.loss.loss_fn.global_vocab_size = decoder_vocab_size(config.model_spec)
     return config
 '''
@@ -878,8 +899,8 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
     kind = precision(facts)
     if kind == "fp16":
         raise PhazeError(_TORCHTITAN_FP16)
-    if facts.dtype == "fp8":
-        raise PhazeError(_TORCHTITAN_FP8)
+    if facts.dtype == "fp8" and (why := torchtitan_fp8_refusal(facts.fp8_recipe, facts.fp8_params)):
+        raise PhazeError(why)
     if facts.reduce_dtype != "fp32" and s.dp > 1:
         raise PhazeError(_TORCHTITAN_REDUCE)
     if kind is not None:
@@ -948,11 +969,41 @@ _TORCHTITAN_REDUCE = (
     "--export torchtitan: torchtitan 0.3.0 reduces FSDP's gradients in float32 only (training.mixed_precision_reduce "
     "takes just float32); price the plan with --reduce-dtype fp32"
 )
-_TORCHTITAN_FP8 = (
-    "--export torchtitan: torchtitan 0.3.0's float8 converter runs rowwise scaling (E4M3 throughout), set in a "
-    "Python config (models/llama3/config_registry.py), not Transformer Engine's per-tensor hybrid recipe phaze "
-    "priced: launch it with --export megatron"
+#: Megatron-LM's ``--fp8-recipe`` (d98e8a64, ``megatron/training/arguments.py``: delayed,
+#: tensorwise, mxfp8, blockwise) of each TE recipe phaze prices: ``tensorwise`` is TE's
+#: ``Float8CurrentScaling`` (``megatron/core/fp8_utils.py``).
+MEGATRON_FP8_RECIPES = {"delayed": "delayed", "current": "tensorwise"}
+_MEGATRON_TORCHAO = (
+    "--export megatron: the plan's FP8 linears are torchao's ({recipe} scaling, torchtitan's float8), which "
+    "Megatron-LM does not run (its FP8 is Transformer Engine's): compile with --fp8-recipe delayed or current"
 )
+#: torchtitan 0.3.0's ``Float8LinearConverter.Config.recipe_name`` choices
+#: (``torchtitan/components/quantization/float8.py``) that phaze prices.
+TORCHTITAN_FP8_RECIPES = ("rowwise",)
+
+
+def torchtitan_fp8_refusal(recipe: str, fp8_params: bool = False) -> str | None:
+    """Why torchtitan 0.3.0 cannot launch an FP8 plan priced with ``recipe`` (phazec's
+    ``--fp8-recipe``), in one line; None when it can."""
+    if recipe in ("delayed", "current"):
+        return (
+            f"--export torchtitan: the plan's FP8 linears are Transformer Engine's ({recipe} scaling), which "
+            "torchtitan does not run (its float8 converter is torchao's Float8Linear): compile with "
+            "--fp8-recipe rowwise, or launch it with --export megatron"
+        )
+    if recipe not in TORCHTITAN_FP8_RECIPES:
+        return (
+            f"--export torchtitan: torchtitan 0.3.0's float8 converter takes recipe_name rowwise or "
+            f"rowwise_with_gw_hp, not torchao's {recipe}: compile with --fp8-recipe rowwise"
+        )
+    if fp8_params:
+        return (
+            "--export torchtitan: torchtitan 0.3.0's float8 converter keeps bf16 weights (no FP8 all-gather or "
+            "primary weights in its rowwise recipe): compile without --fp8-params"
+        )
+    return None
+
+
 _TORCHTITAN_FP16 = (
     "--export torchtitan: torchtitan 0.3.0 has no fp16 mixed precision (bf16 or fp32): compile with --dtype "
     "bfloat16 or amp-bfloat16 (the same price)"
@@ -1019,12 +1070,25 @@ def export_outputs(args) -> list[tuple[str, str]]:
             if getattr(args, "dtype", None) in ("float16", "amp-float16"):  # fp16 asked by name
                 raise PhazeError(_TORCHTITAN_FP16)
             if getattr(args, "dtype", None) == "fp8":
-                raise PhazeError(_TORCHTITAN_FP8)
+                from phaze_ir.frontend.float8_linear import resolve_recipe
+
+                recipe = resolve_recipe(getattr(args, "fp8_recipe", None) or "auto", torchtitan=True).value
+                if why := torchtitan_fp8_refusal(recipe, bool(getattr(args, "fp8_params", False))):
+                    raise PhazeError(why)
             cp = str(getattr(args, "context_parallel", "1"))
             if cp.isdigit() and int(cp) > 1 and zero not in ("3", "auto"):
                 raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=zero))
             if getattr(args, "tp_overlap", "off") == "on" and getattr(args, "kernels", None) != "inductor":
                 raise PhazeError(_TORCHTITAN_ASYNC_TP)
+        if target == "megatron" and getattr(args, "dtype", None) == "fp8":
+            asked = getattr(args, "fp8_recipe", None) or "auto"
+            if asked not in ("auto", *MEGATRON_FP8_RECIPES):
+                raise PhazeError(_MEGATRON_TORCHAO.format(recipe=asked))
+        if getattr(args, "dtype", None) == "fp8" and {t for t, _ in requests} >= {"megatron", "torchtitan"}:
+            raise PhazeError(
+                "--export megatron and torchtitan with --dtype fp8: no FP8 recipe runs on both (Megatron-LM's is "
+                "Transformer Engine's, torchtitan's torchao's): export one"
+            )
         selective = getattr(args, "selective_recompute", None) or "attention"
         if getattr(args, "recompute", None) == "selective" and (why := selective_refusal(target, selective)):
             raise PhazeError(why)
@@ -1121,6 +1185,7 @@ def facts_of(
         optimizer=opts.optimizer,
         dp_overlap=opts.dp_overlap,
         fp8_params=bool(getattr(opts, "fp8_params", False)),
+        fp8_recipe=opts.fp8.value if hasattr(opts, "fp8") else "delayed",
         reduce_dtype=str(getattr(opts, "reduce_dtype", "fp32")),
         selective_recompute=opts.selective_recompute,
         kernels=opts.kernels,

@@ -67,6 +67,9 @@ class Answer:
     model_shape: dict[str, Any] = field(default_factory=dict)
     #: The phaze warnings said while compiling, in order (said again on a cache hit).
     warnings: list[str] = field(default_factory=list)
+    #: The nearest plan that fits, in one clause, of a plan compiled point by point that does not
+    #: (:func:`phaze.sweep.nearest_placed`; the settings' sweep says its own as it stops), "" else.
+    nearest: str = ""
 
 
 def check_answer(payload: Any) -> Answer:
@@ -88,7 +91,11 @@ def check_answer(payload: Any) -> Answer:
         "the model's shape",
     )
     need(isinstance(d["warnings"], list) and all(isinstance(w, str) for w in d["warnings"]), "warnings")
-    return Answer(d["text"], d["plan"], d["summary"], d["layer_kinds"], d["seq_len"], d["model_shape"], d["warnings"])
+    nearest = payload.get("nearest", "")  # (an answer kept before it was said)
+    need(isinstance(nearest, str), "the nearest plan that fits")
+    return Answer(
+        d["text"], d["plan"], d["summary"], d["layer_kinds"], d["seq_len"], d["model_shape"], d["warnings"], nearest
+    )
 
 
 def _check_plan_numbers(plan: dict, text: str) -> None:
@@ -199,6 +206,9 @@ def _compile(
         model_path, opts, log, accelerator, stages=stages, templates=templates
     )
     plan = plan_json(module, candidates, opts.recompute, opts.memory_headroom) if opts.emit == "plan" else None
+    nearest = ""
+    if plan is not None and not plan["feasible"] and not opts.unfit_plan:  # phazec refuses it: with what fits
+        nearest = sweep.nearest_placed(module, opts, log)
     facts = model_facts(module, opts)
     if templates is not None:
         text = templates.text(module)
@@ -214,6 +224,7 @@ def _compile(
         layer_kinds=list(facts.layer_kinds),
         seq_len=facts.seq_len,
         model_shape=dict(facts.shape),
+        nearest=nearest,
     )
 
 
@@ -267,4 +278,4 @@ def failure(result: Answer) -> str | None:
     or before the plan stage)."""
     if result.plan is None or result.plan["feasible"]:
         return None
-    return no_fit_message(result.plan["binding"])
+    return no_fit_message(result.plan["binding"]) + (f"; {result.nearest}" if result.nearest else "")

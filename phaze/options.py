@@ -35,6 +35,23 @@ class Options(PlacementOptions):
     that takes the same quantity (``phaze-schedule-ops{node_limit=...}``)."""
 
     emit: str = option("plan", help="last stage to run and print", choices=STAGES)
+
+    @property
+    def fp8(self):
+        """The FP8 recipe (:class:`~phaze_ir.frontend.float8_linear.Fp8Recipe`) of ``fp8_recipe``,
+        ``auto`` read as no export (phazec resolves it by its exports first)."""
+        from phaze_ir.frontend.float8_linear import resolve_recipe
+
+        return resolve_recipe(self.fp8_recipe)
+
+    @property
+    def traced_dtype(self) -> str:
+        """The precision as the trace takes it, for cache keys: ``dtype``, and for ``fp8`` its
+        recipe but the default (``fp8:current``...)."""
+        if self.dtype != "fp8" or self.fp8.value == "delayed":
+            return self.dtype
+        return f"fp8:{self.fp8.value}"
+
     #: The micro-batch sizes the plan stage sweeps; the stages before it compile the first.
     micro_batches: tuple[int, ...] = option(
         DEFAULT_MICRO_BATCHES,
@@ -91,6 +108,18 @@ class Options(PlacementOptions):
         choices="phaze_ir.frontend.trace.DTYPES",
         default_words="on a GPU amp-bfloat16 (bfloat16 under --kernels megatron; amp-float16/float16 before "
         "Ampere), elsewhere float16, which --export launches as bf16 where the chip has it",
+    )
+    #: How ``--dtype fp8``'s linears scale their casts (``phaze_ir/frontend/float8_linear.py``);
+    #: ``auto`` is resolved where the exports are known (:meth:`fp8`).
+    fp8_recipe: str = option(
+        "auto",
+        help="how --dtype fp8 scales its casts, as the runtime that launches it: delayed, Transformer Engine's "
+        "delayed per-tensor scaling (Megatron-LM's --fp8-recipe delayed); current, TE's per-tensor current "
+        "scaling (an amax pass before each cast: Megatron-LM's --fp8-recipe tensorwise); tensorwise, rowwise: "
+        "torchao's Float8Linear with dynamic per-tensor or per-row scales (torchtitan's float8 converter), "
+        "which keeps the bf16 operands for the backward and casts them again there",
+        choices="phaze_ir.frontend.float8_linear.FP8_RECIPE_CHOICES",
+        default_words="auto: rowwise when --export torchtitan is asked, else delayed",
     )
     optimizer: str = option(
         "adam",

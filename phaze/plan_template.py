@@ -94,7 +94,7 @@ def key(stages: Store, model_digest: str, chip_digest: str, opts: Options, point
     """The key of ``point``'s template (see the module docstring)."""
     before_placement = (
         opts.seq_len,
-        opts.dtype,
+        opts.traced_dtype,
         opts.kernels,
         opts.optimizer,
         opts.strict,
@@ -125,8 +125,6 @@ def point_of(module: ModuleOp) -> Point:
 def make(module: ModuleOp, text: str, opts: Options, said: list[str]) -> PlanTemplate | None:
     """The template of a placed plan ``module`` printed as ``text`` (custom form) under ``opts``;
     None when its plan does not fit or the template does not give ``text`` back."""
-    from passes.graph_view import step_function
-    from phaze_ir.dialect import AcceleratorOp
     from phaze_ir.errors import PhazeError
     from phaze_ir.ir import module_header, print_module
 
@@ -143,20 +141,30 @@ def make(module: ModuleOp, text: str, opts: Options, said: list[str]) -> PlanTem
             if layer is None or n != 1:
                 return None
             lines[i] = marked
-    fn = step_function(module)
-    shell = func.FuncOp(fn.sym_name.data, FunctionType.from_lists([], []))
-    shell.body.block.add_op(func.ReturnOp())
-    ops = [op.clone() for op in module.ops if isinstance(op, AcceleratorOp)] + [shell]
     record_fields = {name: _record_fields(attr) for name, attr in module.attributes.items()}
     records = [[name, *f] for name, f in record_fields.items() if f]
     plain = {name: attr for name, attr in module.attributes.items() if not record_fields[name]}
-    skeleton = print_module(ModuleOp(ops, attributes=plain))
+    skeleton = print_module(skeleton_of(module, plain))
     template = PlanTemplate(skeleton, "\n".join(lines), said, records, list(module.attributes))
     try:  # as a later question reads it back
         placed = place(check(json.loads(json.dumps(vars(template))))[1], opts, point_of(module))
     except (PhazeError, BadEntry):
         return None
     return template if text_of(template, placed) == text else None
+
+
+def skeleton_of(module: ModuleOp, attributes: dict[str, Any] | None = None) -> ModuleOp:
+    """A module with ``module``'s accelerator, an empty step function and its attributes (or
+    ``attributes``): what the placement passes read, placed again as the whole module would be
+    (:func:`place`)."""
+    from passes.graph_view import step_function
+    from phaze_ir.dialect import AcceleratorOp
+
+    fn = step_function(module)
+    shell = func.FuncOp(fn.sym_name.data, FunctionType.from_lists([], []))
+    shell.body.block.add_op(func.ReturnOp())
+    ops = [op.clone() for op in module.ops if isinstance(op, AcceleratorOp)] + [shell]
+    return ModuleOp(ops, attributes=dict(module.attributes) if attributes is None else attributes)
 
 
 def _record_fields(attr: Any) -> list[Any]:

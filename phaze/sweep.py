@@ -88,6 +88,31 @@ def compile_plan(
         return _compile_plan(model_path, opts, log, accelerator, seconds, stages, templates)
 
 
+def nearest_placed(module: ModuleOp, opts: Options, log) -> str:
+    """:func:`nearest_plan` of a point compiled through the pipeline (``module``, whose plan
+    does not fit), each try its skeleton placed again (:func:`phaze.plan_template.place`: the
+    placement passes, no compilation), at the point's micro-batch and TP width."""
+    from phaze.plan_template import place, point_of, skeleton_of
+    from phaze_ir import keys
+    from phaze_ir.attributes import StageInfoAttr
+    from phaze_ir.hardware_ir import module_accelerator
+
+    skeleton, point = skeleton_of(module), point_of(module)
+
+    def fits(o: Options) -> Fit | None:
+        placed = place(skeleton, o, point)
+        plan = plan_record(placed)
+        if plan.get("feasible") != "yes" or not plan.get("throughput_samples_per_s"):
+            return None
+        stages = [st.as_dict() for st in keys.records_of(placed, keys.STAGES, StageInfoAttr)]
+        policies = [str(st["recompute"]).lower() for st in stages]
+        throughput = float(plan["throughput_samples_per_s"])
+        return int(plan["dp"]), int(plan["pp"]), point.tp, int(plan["zero"]), policies, point.micro_batch, throughput
+
+    fixed = opts.placement != Options.placement
+    return nearest_plan(opts, opts.devices if fixed else module_accelerator(module, "phazec").max_devices, fits, log)
+
+
 def _compile_plan(
     model_path: str,
     opts: Options,
@@ -229,50 +254,86 @@ def least_needed(result: Any) -> int | None:
     return min((n for n in needed if isinstance(n, int)), default=None)
 
 
+#: One placement that fits, as the nearest-fit message words it: its DP, PP and TP degrees, ZeRO
+#: stage, each stage's recompute policy, micro-batch size and samples/s.
+Fit = tuple[int, int, int, int, list[str], int, float]
+
+
 def nearest_fit(opts: Options, acc, task, jobs, log) -> str:
     """The nearest plan that fits when no point of the sweep does, priced from the same
-    settings on the same DP (the schedules come from the cache), in one clause: first, on the
-    same devices, the placement options left to the placement (``--zero auto``, ``--recompute
-    auto``: each ZeRO stage and recompute policy tried) where they were fixed; then the fewest
-    devices of N·2, N·4, ... (up to what the chip's file describes) at this batch, with the
-    options as given, else left to the placement. "" when none of them fits."""
+    settings on the same DP (the schedules come from the cache), in one clause
+    (:func:`nearest_plan`)."""
     from phaze.search.engine import Candidates, Evaluator, Params, SolverLimits
 
-    relaxed = {k: "auto" for k in ("zero", "recompute") if getattr(opts, k) != "auto"}
-    tries: list[tuple[int, dict[str, str]]] = [(opts.devices, relaxed)] if relaxed else []
-    n = opts.devices * 2
-    while n <= acc.max_devices and task.fixed is None:
-        tries += [(n, {}), *([(n, relaxed)] if relaxed else [])]
-        n *= 2
     cands = Candidates.of_accelerator(acc)
-    for devices, change in tries:
-        o = replace(opts, devices=devices, zero=change.get("zero", opts.zero))
-        o = replace(o, recompute=change.get("recompute", opts.recompute))
+
+    def fits(o: Options) -> Fit | None:
         evaluator = Evaluator(Params.of_options(o, "throughput"), SolverLimits.of_options(o), o.schedule_cache)
         priced = evaluator.exact(cands, [task], jobs)
-        fits = [(evaluator.throughput(r), k, r) for k, (sc, r) in enumerate(priced) if r.get("feasible") and sc > 0]
-        if not fits:
-            continue
-        throughput, k, result = max(fits, key=lambda f: (f[0], -f[1]))  # ties: the sweep's order
+        found = [(evaluator.throughput(r), k, r) for k, (sc, r) in enumerate(priced) if r.get("feasible") and sc > 0]
+        if not found:
+            return None
+        throughput, k, result = max(found, key=lambda f: (f[0], -f[1]))  # ties: the sweep's order
         setting, plan = task.settings[k], result["plan"]
         assert plan is not None  # a feasible result has its plan
-        flags = ([f"--devices {devices}"] if devices != opts.devices else []) + [
-            f"--{name} {value}" for name, value in change.items()
-        ]
-        policies = sorted({str(st["recompute"]).lower() for st in plan["stages"]})
-        recompute = " or ".join(policies) + (" by stage" if len(policies) > 1 else "")
-        words = (
-            f"DP {plan['dp']} x PP {plan['pp']} x TP {setting.tp}, ZeRO {plan['zero']}, recompute {recompute}, "
-            f"micro-batch {setting.micro_batch}: {samples_per_s(throughput)} samples/s"
-        )
-        where = (
-            f"on these {opts.devices:,} devices"
-            if devices == opts.devices
-            else f"the fewest devices, doubling from {opts.devices:,}, at this batch"
-        )
-        log(f"nearest plan that fits ({where}): {' '.join(flags)}: {words}")
-        return f"the nearest plan that fits ({where}): {' '.join(flags)} ({words})"
-    return ""
+        policies = [str(st["recompute"]).lower() for st in plan["stages"]]
+        return plan["dp"], plan["pp"], setting.tp, plan["zero"], policies, setting.micro_batch, throughput
+
+    return nearest_plan(opts, acc.max_devices if task.fixed is None else opts.devices, fits, log)
+
+
+def nearest_plan(opts: Options, max_devices: int, fits, log) -> str:
+    """The nearest plan that fits, in one clause ("" when none of those tried does): first, on
+    the same devices, the placement options left to the placement (``--zero auto``,
+    ``--recompute auto``: each ZeRO stage and recompute policy tried) where they were fixed;
+    then the fewest devices at this batch: N·2, N·4, ... (up to ``max_devices``, what the
+    chip's file describes) until one fits, with the options as given, else left to the
+    placement, then the fewest between the last that did not and that one (halving the gap:
+    a count between fits when more devices fit, which holds but for a count the batch or the
+    model's layers do not divide). ``fits(options)``: the best :data:`Fit` under them, or None."""
+    relaxed = {k: "auto" for k in ("zero", "recompute") if getattr(opts, k) != "auto"}
+    changes = [{}, relaxed] if relaxed else [{}]
+
+    def tried(devices: int, change: dict[str, str]) -> Fit | None:
+        o = replace(opts, devices=devices, zero=change.get("zero", opts.zero))
+        return fits(replace(o, recompute=change.get("recompute", opts.recompute)))
+
+    def first_fit(devices: int) -> tuple[dict[str, str], Fit] | None:
+        for change in changes:
+            if (found := tried(devices, change)) is not None:
+                return change, found
+        return None
+
+    found: tuple[int, dict[str, str], Fit] | None = None
+    if relaxed and (same := tried(opts.devices, relaxed)) is not None:
+        found = (opts.devices, relaxed, same)
+    lo, n = opts.devices, opts.devices * 2
+    while found is None and n <= max_devices:
+        if (at := first_fit(n)) is not None:
+            found = (n, *at)
+            while n - lo > 1:  # the fewest between lo (none fits) and n (one does)
+                mid = (lo + n) // 2
+                if (at := first_fit(mid)) is not None:
+                    n, found = mid, (mid, *at)
+                else:
+                    lo = mid
+            break
+        lo, n = n, n * 2
+    if found is None:
+        return ""
+    devices, change, (dp, pp, tp, zero, policies, micro_batch, throughput) = found
+    flags = ([f"--devices {devices}"] if devices != opts.devices else []) + [
+        f"--{name} {value}" for name, value in change.items()
+    ]
+    kinds = sorted(set(policies))
+    recompute = " or ".join(kinds) + (" by stage" if len(kinds) > 1 else "")
+    words = (
+        f"DP {dp} x PP {pp} x TP {tp}, ZeRO {zero}, recompute {recompute}, "
+        f"micro-batch {micro_batch}: {samples_per_s(throughput)} samples/s"
+    )
+    where = f"on these {opts.devices:,} devices" if devices == opts.devices else "the fewest devices at this batch"
+    log(f"nearest plan that fits ({where}): {' '.join(flags)}: {words}")
+    return f"the nearest plan that fits ({where}): {' '.join(flags)} ({words})"
 
 
 def samples_per_s(x: float) -> str:
@@ -288,7 +349,7 @@ def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> 
     where = point_label(point.micro_batch, point.tp, point.sequence_parallel)
     log(f"compiling the best point ({where}) from the whole model")
     start = time.perf_counter()
-    traced = trace_step(spec, point.micro_batch, opts.seq_len, training=True, dtype=opts.dtype)
+    traced = trace_step(spec, point.micro_batch, opts.seq_len, training=True, dtype=opts.dtype, fp8_recipe=opts.fp8)
     log(traced_line(traced))
     module = compile_module(traced, "plan", point.tp, opts, acc, point.sequence_parallel)  # verified
     seconds["winner"] += time.perf_counter() - start
@@ -316,7 +377,7 @@ def prepared(
         # whose compute capability picks the fused attention's kernel (search.setting.prepare_points).
         capability = None if acc is None or acc.calibration is None else acc.calibration.compute_capability
         runtime = (opts.kernels, capability if opts.kernels != "ops" else None)
-        traced_as = (b, opts.seq_len, opts.dtype, opts.optimizer, opts.strict, opts.capacity_factor, runtime)
+        traced_as = (b, opts.seq_len, opts.traced_dtype, opts.optimizer, opts.strict, opts.capacity_factor, runtime)
         how = (traced_as, opts.selective_recompute)  # and what the settings' selective policy re-runs
         model = model_key(model_path, stages).digest
         key = stages.key(SETTINGS_KIND, model, tps, opts.sequence_parallel, how)

@@ -45,6 +45,32 @@ def test_a_model_file_gives_phazecs_plan(tmp_path):
     assert 'FLAVOUR = "phaze:phaze_flavour"' in plan.torchtitan_flavour()  # the module it names
 
 
+def test_export_says_phazecs_runtime_warnings_once_with_no_source_line(tmp_path):
+    """``Plan.export`` says where the launch runs another runtime than the one priced, as
+    phazec's ``--export`` does (the same lines), through :mod:`warnings`: once a plan however
+    often it is exported, and shown without a source line."""
+    import warnings
+
+    from phaze_ir.errors import PhazeWarning
+
+    plan = phaze.compile(TINY, hw="tpuv4", **FLAGS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan.export("torchtitan")
+        plan.export("torchtitan")
+    said = [w for w in caught if issubclass(w.category, PhazeWarning)]
+    flags = ["--devices", "4", "--global-batch", "8", "--micro-batch", "2", "--tp", "1"]
+    r = run_tool(
+        "phazec", TINY, "--hw", "tpuv4", *flags, "--export", "torchtitan", str(tmp_path / "t.args"), "-o", "-", "-q"
+    )
+    assert r.returncode == 0, r.stderr
+    phazecs = [line.split("warning: ", 1)[1] for line in r.stderr.splitlines() if "warning: --export" in line]
+    assert [str(w.message) for w in said] == phazecs and len(phazecs) >= 2  # kernels, the model
+    for w in said:
+        shown = warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line)
+        assert shown == f"phaze:0: PhazeWarning: {w.message}\n"
+
+
 @pytest.mark.parametrize(
     ("given", "said"),
     [

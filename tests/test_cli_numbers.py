@@ -86,7 +86,40 @@ def test_a_refusal_names_the_least_memory_and_the_nearest_plan_that_fits(tmp_pat
     needed = [int(n) for n in re.findall(r"needs is [0-9.]+ [KMG]iB \(([0-9]+) bytes\)", line)]
     every = [int(n) for n in re.findall(r"needs is [0-9.]+ [KMG]iB \(([0-9]+) bytes\)", run_tool(*args).stderr)]
     assert len(needed) == 1 and len(every) > 2 and needed[0] == min(every), (needed, every)
-    assert "the nearest plan that fits (the fewest devices, doubling from 1, at this batch): --devices 2 (DP" in line
+    assert "the nearest plan that fits (the fewest devices at this batch): --devices 2 (DP" in line
+
+
+def test_a_refusal_compiled_point_by_point_names_the_nearest_plan_that_fits_too(tmp_path):
+    """One point (--micro-batch 1 --tp 1) is compiled through the pipeline, not priced from the
+    settings: its refusal names the nearest plan that fits as the sweep's does, its compiled
+    plan placed again on more devices (no compilation)."""
+    from phaze_ir.hardware import preset_path
+
+    hw = tmp_path / "small.toml"
+    hw.write_text(preset_path("tpuv4").read_text().replace("bytes = 34_359_738_368", "bytes = 2_000_000", 1))
+    flags = ("--devices", "1", "--global-batch", "8", "--micro-batch", "1", "--tp", "1", "--no-cache", "-q")
+    r = run_tool("phazec", TINY, "--hw", str(hw), *flags)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "but HBM is 1.9 MiB (2000000 bytes)" in r.stderr, r.stderr
+    said = "the nearest plan that fits (the fewest devices at this batch): --devices 2 (DP 1 x PP 2 x TP 1, "
+    assert said in r.stderr and "micro-batch 1: " in r.stderr, r.stderr
+
+
+def test_the_fewest_devices_are_found_between_the_doublings():
+    """The nearest plan's device count is the fewest that fits, not only a doubling of the
+    devices asked: 5 fits where 4 does not, so from 2 devices (8 fits) it is 5."""
+    from phaze.options import Options
+    from phaze.sweep import nearest_plan
+
+    asked: list[int] = []
+
+    def fits(o):
+        asked.append(o.devices)
+        return (o.devices, 1, 1, 0, ["none"], 1, 1.0) if o.devices >= 5 else None
+
+    said = nearest_plan(Options(devices=2, zero="auto", recompute="auto"), 64, fits, lambda _: None)
+    assert said.startswith("the nearest plan that fits (the fewest devices at this batch): --devices 5 (DP 5 x PP 1")
+    assert asked == [4, 8, 6, 5]  # doubling to 8, then halving the gap from 4
 
 
 def test_a_baseline_without_a_plan_is_dashes_and_a_line_saying_why():

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -346,7 +347,9 @@ def megatron_check(mcore, lines: list[str], p: dict, f: ModelFacts) -> None:
     assert (tc.virtual_pipeline_model_parallel_size or 1) == s.virtual_stages
     assert tc.sequence_parallel == (s.sequence_parallel and s.tp > 1)
     assert tc.tp_comm_overlap == s.tp_overlap and (not s.tp_overlap or tc.sequence_parallel)  # validate_args
-    assert tc.fp8 == ("hybrid" if f.dtype == "fp8" else None) and tc.fp8_recipe == "delayed"
+    # Megatron-LM's name of the TE recipe priced (tensorwise: TE's per-tensor current scaling)
+    assert tc.fp8 == ("hybrid" if f.dtype == "fp8" else None)
+    assert tc.fp8_recipe == ("tensorwise" if f.dtype == "fp8" and f.fp8_recipe == "current" else "delayed")
     assert tc.expert_model_parallel_size == s.expert_parallel
     assert tc.moe_expert_capacity_factor == s.capacity_factor
     assert tc.moe_pad_expert_input_to_capacity == (s.capacity_factor is not None)
@@ -526,6 +529,37 @@ def test_torchtitan_refuses_cp_without_zero_3_and_async_tp_without_compile_befor
     assert export_outputs(ok) == [("--export megatron", "m.args")]
 
 
+@pytest.mark.parametrize(
+    ("exports", "recipe", "message"),
+    [
+        (["torchtitan"], "delayed", "Transformer Engine's (delayed scaling), which torchtitan does not run"),
+        (["torchtitan"], "tensorwise", "takes recipe_name rowwise or rowwise_with_gw_hp, not torchao's tensorwise"),
+        (["megatron"], "rowwise", "torchao's (rowwise scaling, torchtitan's float8)"),
+        (["megatron", "torchtitan"], None, "no FP8 recipe runs on both"),
+        (["torchtitan"], None, None),  # auto: torchao's rowwise, torchtitan's converter's
+        (["megatron"], None, None),  # auto: TE's delayed
+        (["megatron"], "current", None),
+    ],
+)
+def test_an_fp8_recipe_the_target_does_not_run_is_refused_before_any_work(exports, recipe, message):
+    """``--dtype fp8`` is launched by the runtime whose recipe was priced: Transformer Engine's
+    (delayed, current) by Megatron-LM, torchao's rowwise by torchtitan (0.3.0 has no
+    tensorwise converter recipe); refused from the options alone, one line."""
+    from types import SimpleNamespace
+
+    from phaze.export import export_outputs
+
+    args = SimpleNamespace(
+        export=[(t, f"{t}.args") for t in exports], hw="h100", emit="plan", dtype="fp8", fp8_recipe=recipe
+    )
+    if message is None:
+        assert len(export_outputs(args)) == len(exports)
+        return
+    with pytest.raises(PhazeError, match=re.escape(message)) as e:
+        export_outputs(args)
+    assert "\n" not in str(e.value)
+
+
 def test_a_refused_export_leaves_the_other_outputs_written(tmp_path):
     """An export refused after the search (a plan whose pipeline transfers are split over the TP
     group, which neither target sends so) is one line; -o, --json and the other outputs are
@@ -631,6 +665,7 @@ MEGATRON_CASES = {
 #: needs torch.compile.
 MEGATRON_PRECISION_CASES = {
     "fp8-hybrid": (plan([4, 4], tp=2), facts(8, dtype="fp8")),
+    "fp8-current-scaling": (plan([4, 4], tp=2), facts(8, dtype="fp8", fp8_recipe="current")),
     "grad-reduce-in-bf16": (plan([4, 4], tp=2, zero=1), facts(8, dtype="bfloat16", reduce_dtype="bf16")),
     "fp16-reduced-in-fp32": (plan([4, 4], tp=2), facts(8, dtype="amp-float16")),
     "tp-comm-overlap": (plan([4, 4], tp=2, sequence_parallel=True, tp_overlap=True), facts(8)),
@@ -821,7 +856,10 @@ REFUSED = [
     ("torchtitan", plan([1, 3, 4], pp=3), facts(8), "torchtitan cannot split the 8 blocks as the plan does (1, 3, 4"),
     ("torchtitan", plan([4, 4], capacity_factor=1.25), facts(8), "pads the experts to capacity factor 1.25"),
     ("torchtitan", plan([4, 4], cp=2), facts(8, seq_len=4096), "shards the weights over its CP group"),
-    ("torchtitan", plan([4, 4]), facts(8, dtype="fp8"), "float8 converter runs rowwise scaling"),
+    ("torchtitan", plan([4, 4]), facts(8, dtype="fp8"), "Transformer Engine's (delayed scaling), which torchtitan"),
+    ("torchtitan", plan([4, 4]), facts(8, dtype="fp8", fp8_recipe="tensorwise"), "not torchao's tensorwise"),
+    ("torchtitan", plan([4, 4]), facts(8, dtype="fp8", fp8_recipe="rowwise", fp8_params=True), "without --fp8-params"),
+    ("megatron", plan([4, 4]), facts(8, dtype="fp8", fp8_recipe="rowwise"), "torchao's (rowwise scaling"),
     (
         "torchtitan",
         plan([4, 4], sequence_parallel=True, tp_overlap=True),
@@ -937,6 +975,37 @@ def test_llama3_8b_launches_as_torchtitans_registered_run(titan):
     # A model torchtitan has not registered (here 31 blocks) gets its flavour file instead.
     other = torchtitan_args(plan([31], dp=8, pp=1, tp=1, b=1, m=8, zero=3), facts(31, seq_len=8192, shape=shape))
     assert other[:2] == ["--module=phaze_flavour", "--config=phaze_plan"]
+
+
+def test_torchtitan_fp8_is_torchaos_rowwise_converter_in_its_flavour_file(titan, monkeypatch):
+    """An FP8 plan priced as torchao's rowwise Float8Linear (``--fp8-recipe rowwise``) launches
+    through its flavour file, whose ``phaze_plan`` builds the model with torchtitan 0.3.0's
+    ``Float8LinearConverter`` (recipe rowwise, the LM head filtered, compiled as priced): the
+    only way 0.3.0 sets a converter.  ConfigManager loads the export with nothing prepended;
+    the converter's build is stubbed here (it needs torchao and an SM89 GPU), and records what
+    it was given."""
+    from torchtitan.components.quantization import float8
+
+    given = []
+
+    def init(self, config):
+        given.append(config)
+        self.config, self.enabled = config, False  # convert() then leaves the model as built
+
+    monkeypatch.setattr(float8.Float8LinearConverter, "__init__", init)
+    p = plan([8], dp=8, pp=1, tp=1, zero=3)
+    f = facts(8, dtype="fp8", fp8_recipe="rowwise", kernels="inductor")
+    lines = torchtitan_args(p, f)
+    assert lines[:2] == ["--module=phaze_flavour", "--config=phaze_plan"]
+    titan_check(titan, lines, p, f)
+    (config,) = given
+    assert (config.recipe_name, config.filter_fqns, config.model_compile_enabled) == ("rowwise", ["lm_head"], True)
+    # a model torchtitan registers gets the file too under FP8 (its converter is set in Python)
+    llama8b = {**SHAPE, "hidden_size": 4096, "num_attention_heads": 32, "num_query_groups": 8}
+    llama8b |= {"ffn_hidden_size": 14336, "vocab_size": 128256, "rotary_base": 500000}
+    p = plan([32], dp=8, pp=1, tp=1, zero=3)
+    assert torchtitan_args(p, facts(32, shape=llama8b, dtype="bfloat16"))[0] == "--module=llama3"
+    assert torchtitan_args(p, facts(32, shape=llama8b, dtype="fp8", fp8_recipe="rowwise"))[0] != "--module=llama3"
 
 
 def test_torchtitan_compiles_the_model_priced_compiled(titan):

@@ -227,13 +227,18 @@ def test_gpt2s_conv1d_linears_run_in_fp8_too():
     assert len(fp8) == 3 * 8 and not any(o.attributes["phaze.module"].data == "lm_head" for o in fp8)
 
 
-def test_fp8_linears_shard_as_bf16_ones():
+@pytest.mark.parametrize("recipe", ["delayed", "current", "tensorwise", "rowwise"])
+def test_fp8_linears_shard_as_bf16_ones(recipe):
     """At TP 2 the FP8 step's linears are column- and row-parallel as the bf16 step's: the same
-    collectives, and each weight's FP8 cast is of the device's shard."""
+    collectives, and each weight's FP8 cast is of the device's shard, whatever the recipe: a
+    cast's amax of a weight shard or of a split activation is each device's, all-reduced as a
+    scalar (not priced), and torchao's scaling ops on the weight are the weight's."""
     from phaze_ir.ir import parse_module
 
     def sharded(dtype: str):
-        flags = ("--tp", "2", "--emit", "sharded", "--dtype", dtype)
+        flags = ("--tp", "2", "--emit", "sharded", "--dtype", dtype) + (
+            ("--fp8-recipe", recipe) if dtype == "fp8" else ()
+        )
         return _ops(parse_module(_compile(MODELS / "tiny_llama_sdpa.py", *flags)))
 
     bf16, fp8 = sharded("bfloat16"), sharded("fp8")
@@ -387,3 +392,103 @@ def test_fp8_primary_weights_are_gathered_at_one_byte_an_element():
     (primary,), (plain,) = dp(True)["layers"], dp(False)["layers"]
     assert primary["param_gather_bytes"] == 4096 * 14336 + norm and primary["fp8_weight_bytes"] == 0
     assert "param_gather_bytes" not in plain and plain["fp8_weight_bytes"] == 2 * 4096 * 14336
+
+
+def _recipe(model: str, recipe: str, kernels: str = "eager", emit: str = "latency"):
+    """``model`` traced in FP8 with ``recipe`` and priced on one H100, as a module."""
+    return _recipe_text(model, recipe, kernels, emit)[0]
+
+
+@functools.cache
+def _recipe_text(model: str, recipe: str, kernels: str, emit: str):
+    from phaze_ir.ir import parse_module
+
+    flags = ("--hw", "h100", "--tp", "1", "--emit", emit, "--kernels", kernels, "--dtype", "fp8")
+    return (parse_module(_compile(model, *flags, "--fp8-recipe", recipe)),)
+
+
+def _saved_fp8(ops) -> list:
+    """The FP8 tensors the forward keeps for the backward."""
+    return [o for o in ops if "phaze.saved_bytes" in o.attributes and "f8" in _element(o.results[0])]
+
+
+def _memory(module) -> dict:
+    from phaze_ir import keys
+    from phaze_ir.attributes import LayerMemoryAttr
+
+    (mem,) = [r.as_dict() for r in keys.require_records(module, keys.LAYER_MEMORY, LayerMemoryAttr)]
+    return mem
+
+
+def test_current_scaling_reads_each_cast_tensor_for_its_amax():
+    """TE's current scaling (``--fp8-recipe current``, Megatron-LM's tensorwise) casts what
+    delayed scaling casts and keeps the same FP8 copies, but each cast first reads its tensor
+    for its amax: one reduction (a vector norm of order inf) per cast, feeding the scale the
+    GEMM reads; the step is slower by those reads."""
+    model = str(MODELS / "tiny_llama_sdpa.py")
+    delayed, current = _ops(_recipe(model, "delayed")), _ops(_recipe(model, "current"))
+    amaxes = [o for o in current if isinstance(o, ph.ReductionOp) and o.kind.data == "norm"]
+    assert len(_casts(current)) == len(_casts(delayed)) == len(amaxes) == 2 * 14 + 2 * 4
+    assert not [o for o in delayed if isinstance(o, ph.ReductionOp) and o.kind.data == "norm"]
+    assert [o.results[0].type.get_shape() for o in _saved_fp8(current)] == [
+        o.results[0].type.get_shape() for o in _saved_fp8(delayed)
+    ]
+    assert sum(map(_split_s, current)) > sum(map(_split_s, delayed))
+
+
+@pytest.mark.parametrize(
+    ("recipe", "grad"),
+    [("tensorwise", "f8E5M2"), ("rowwise", "f8E4M3FN")],  # torchao's recipes (float8/config.py)
+)
+def test_torchaos_float8_linear_keeps_bf16_operands_and_casts_them_again(recipe, grad):
+    """torchao's ``Float8Linear`` (``--fp8-recipe tensorwise`` / ``rowwise``, torchtitan's
+    float8): three FP8 GEMMs a linear, each linear casting its own input, and six casts a
+    linear (input and weight in the forward; the output gradient twice, the weight and the
+    input again in the backward); nothing FP8 kept for the backward (the bf16 input and weight
+    are) and no weight copy kept for the step.  Rowwise is E4M3 throughout."""
+    model = str(MODELS / "tiny_llama_sdpa.py")
+    module = _recipe(model, recipe, emit="recompute")
+    ops = _ops(module)
+    fp8 = [o for o in ops if _fp8(o)]
+    linears = {o.attributes["phaze.module"].data for o in fp8}
+    assert len(linears) == 2 * 7 and len(fp8) == 3 * len(linears)
+    assert not any("lm_head" in m for m in linears)
+    pairs = {(o.attributes["phaze.phase"].data, _element(o.lhs), _element(o.rhs), _element(o.result)) for o in fp8}
+    assert pairs == {("fwd", "f8E4M3FN", "f8E4M3FN", "bf16"), ("bwd", grad, "f8E4M3FN", "bf16")}
+    assert len(_casts(ops)) == 6 * len(linears)
+    assert _saved_fp8(ops) == []
+    assert all(m["fp8_weight_bytes"] == 0 for m in _memory_all(module))
+
+
+def _memory_all(module) -> list[dict]:
+    from phaze_ir import keys
+    from phaze_ir.attributes import LayerMemoryAttr
+
+    return [r.as_dict() for r in keys.require_records(module, keys.LAYER_MEMORY, LayerMemoryAttr)]
+
+
+def test_the_recipes_price_apart_on_a_gemm_bound_layer(gemm_bound):
+    """Llama 3 8B's MLP on 2,048 tokens: TE's current scaling is delayed's step plus an amax
+    read a cast; torchao's recipes keep the bf16 step's stash (the inputs in bf16, where TE
+    keeps FP8 copies) and no weight copies, and in eager run each cast as five full-size
+    kernels, which torch.compile fuses: compiled they come near TE's."""
+    step = {}
+    for kernels in ("eager", "inductor"):
+        for recipe in ("delayed", "current", "tensorwise", "rowwise"):
+            step[kernels, recipe] = sum(map(_split_s, _ops(_recipe(gemm_bound, recipe, kernels))))
+    for kernels in ("eager", "inductor"):
+        assert step[kernels, "delayed"] < step[kernels, "current"] < step[kernels, "tensorwise"]
+        assert step[kernels, "delayed"] < step[kernels, "rowwise"]
+    assert step["eager", "tensorwise"] > 2 * step["inductor", "tensorwise"]
+    assert step["inductor", "tensorwise"] < 1.5 * step["inductor", "delayed"]
+    delayed, rowwise = (_memory(_recipe(gemm_bound, r, "eager", "recompute")) for r in ("delayed", "rowwise"))
+    (bf16,) = _memory_all(_compile_module(gemm_bound, "bfloat16"))
+    assert rowwise["fp8_weight_bytes"] == 0 and delayed["fp8_weight_bytes"] == 2 * 3 * 4096 * 14336
+    assert rowwise["saved_none_bytes"] == bf16["saved_none_bytes"]
+    assert bf16["saved_none_bytes"] - delayed["saved_none_bytes"] == 2048 * (4096 + 14336)
+
+
+def _compile_module(model: str, dtype: str):
+    from phaze_ir.ir import parse_module
+
+    return parse_module(_compile(model, "--hw", "h100", "--tp", "1", "--emit", "recompute", "--dtype", dtype))

@@ -53,6 +53,7 @@ BAD = {
     # checked as one of their choices (a command line: by argparse)
     "emit": ("x", "x", None),
     "dtype": ("f8", "f8", None),
+    "fp8_recipe": ("blockwise", "blockwise", None),
     "optimizer": ("lion", "lion", 'phaze-insert-optimizer{optimizer="lion"}'),
     "objective": ("speed", "speed", None),
     "sequence_parallel": ("yes", "yes", None),

@@ -448,6 +448,22 @@ def _kind(graph: Graph, i: int) -> tuple[str, str]:
     return name, ""
 
 
+def _kept_fp8_weights(graph: Graph, fwd_ops: Iterable[int], bwd_ops: Iterable[int], fp8_weights: set[int]) -> set[int]:
+    """The FP8 weight copies a layer's forward makes and keeps for the step: those its backward
+    reads, and those they are made from (TE's rowwise copy, whose transpose the backward reads:
+    both are its workspace).  A copy the backward does not read is the forward's alone and
+    freed with it (torchao casts the weight again in the backward, ``--fp8-recipe tensorwise``
+    and ``rowwise``)."""
+    made = {r for i in fwd_ops for r in graph.ops[i].results} & fp8_weights
+    read = {graph.storage(v) for i in bwd_ops for v in graph.ops[i].operands}
+    kept = made & read
+    for i in reversed(list(fwd_ops)):
+        op = graph.ops[i]
+        if any(graph.storage(r) in kept for r in op.results):
+            kept |= {graph.storage(v) for v in op.operands} & made
+    return kept
+
+
 def analyze_recompute(
     graph: Graph,
     layer_of: Sequence[int],
@@ -489,7 +505,7 @@ def analyze_recompute(
         none = autograd if fused is None else fused.saved(autograd)
         if compiled is not None:
             none, stats = compiled[layer].storages - fp8_weights, compiled[layer].stats
-        cached = {r for i in fwd[layer] for r in graph.ops[i].results} & fp8_weights
+        cached = _kept_fp8_weights(graph, fwd[layer], bwd[layer], fp8_weights)
         own = {r for i in fwd[layer] for r in graph.ops[i].results}
         # Full: the data-dependent inputs of the forward, plus whatever else from outside the
         # layer its backward reads (parameters are not activations).

@@ -218,7 +218,7 @@ def elementwise(prop: Propagation, i: int, op: TOp) -> None:
     parameter meeting a split operand along a full dim (a bias, a norm's scale) is split with
     it; any other replicated operand along a full split dim refuses the split (it would need
     a slice)."""
-    if len(op.operands) == 1 and prop.structure.is_chain_op(op) and prop.operand(i, 0) is PENDING:
+    if prop.structure.is_chain_op(op) and prop.operand(i, 0) is PENDING:
         for rv in op.results:  # a cast of a parameter (--dtype fp8): decided with the parameter
             prop.states[rv] = PENDING
         return
@@ -315,6 +315,28 @@ def cross_entropy_grad(prop: Propagation, i: int, op: TOp) -> None:
 # ------------------------------------------------------------------------------------------
 
 
+#: Reductions that take an FP8 cast's amax (``--dtype fp8``: torchao's ``max``/``amax`` of
+#: ``abs``, TE current scaling's ``linalg_vector_norm`` of order inf).
+AMAX_KINDS = frozenset(("max", "norm"))
+
+
+def _over_split(prop: Propagation, op: TOp, s) -> bool:
+    """Does the reduction ``op`` reduce over the split dim of its operand (state ``s``)?"""
+    if not isinstance(s, Split):
+        return False
+    rank = len(prop.shape(op.operands[0]))
+    return not op.dims or s.dim in {d % rank for d in op.dims}
+
+
+def _amax_of_parameter(prop: Propagation, op: TOp) -> None:
+    """The amax of a parameter not yet decided, or over a split dim (an FP8 cast's scale,
+    ``--dtype fp8``): each device takes its shard's and the amaxes are all-reduced (torchao's
+    ``reduce_amax`` over the mesh, TE's amax reduction group), a few bytes not priced; the
+    scale is replicated and the parameter is decided by its GEMM, not here."""
+    for rv in op.results:
+        prop.set_state(rv, REPLICATED)
+
+
 def reduction(prop: Propagation, i: int, op: TOp) -> None:
     """A reduction over ``op.dims`` (all dims when empty).  Over dims other than the split one
     the result keeps the split (moved to the result's rank); a sum over the split dim is a
@@ -324,6 +346,9 @@ def reduction(prop: Propagation, i: int, op: TOp) -> None:
     heads are whole groups, partial when a device's heads lie inside one group.  A sum of a
     zero-padded partial value stays partial."""
     s = prop.operand(i, 0)
+    if op.kind in AMAX_KINDS and (s is PENDING or _over_split(prop, op, s)):
+        _amax_of_parameter(prop, op)
+        return
     for k in range(1, len(op.operands)):
         prop.require_whole(i, k)
     v = op.operands[0]

@@ -18,6 +18,10 @@ VIEW_KINDS = frozenset(op_kinds.VIEW_KINDS)
 CHAIN_KINDS = frozenset(
     ("view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "alias", "detach", "clone", "expand")
 )
+#: Elementwise kinds through which a parameter is still the parameter (``--dtype fp8``'s weight
+#: casts, ``phaze_ir/frontend/float8_linear.py``): the cast, and torchao's ``abs`` for the amax
+#: and scaling (``mul`` by the scale, ``clamp`` to the FP8 range).
+CAST_CHAIN_KINDS = frozenset(("convert", "abs", "mul", "clamp"))
 
 
 @dataclass
@@ -182,11 +186,22 @@ class GraphStructure:
 
     def is_chain_op(self, op: TOp) -> bool:
         """Is ``op`` a single-operand view or copy through which a value is still a view of
-        its parameter (:data:`CHAIN_KINDS`)?"""
-        if len(op.operands) != 1 or len(op.results) != 1:
+        its parameter (:data:`CHAIN_KINDS`), or a step of an FP8 cast of it
+        (:data:`CAST_CHAIN_KINDS`: a dtype cast, its absolute value, or its scaling by a scale:
+        every other operand a broadcast of fewer elements, as torchao's per-tensor or per-row
+        scales are)?"""
+        if len(op.results) != 1 or not op.operands:
             return False
-        # a dtype cast of the whole tensor (--dtype fp8's weight casts) is the parameter too
-        return (op.name == "layout" and op.kind in CHAIN_KINDS) or (op.name == "elementwise" and op.kind == "convert")
+        if len(op.operands) == 1 and op.name == "layout" and op.kind in CHAIN_KINDS:
+            return True
+        if op.name != "elementwise" or op.kind not in CAST_CHAIN_KINDS:
+            return False
+        values = self.graph.values
+        shape = values[op.results[0]].shape
+        if values[op.operands[0]].shape != shape:
+            return False
+        whole = math.prod(shape)
+        return all(math.prod(values[v].shape) < whole for v in op.operands[1:])
 
     def root_param(self, v: int) -> int:
         """The parameter argument ``v`` is a view of (-1 if none)."""

@@ -117,7 +117,7 @@ def prepare(
     out: list[list] = [[None] * len(opts.micro_batches) for _ in paths]
     for m, path in enumerate(paths):
         for k, micro_batch in enumerate(opts.micro_batches):
-            traced_as = (micro_batch, opts.seq_len, opts.dtype, opts.optimizer, opts.strict)
+            traced_as = (micro_batch, opts.seq_len, opts.traced_dtype, opts.optimizer, opts.strict)
             how = (traced_as, opts.selective_recompute)  # and what the selective policy re-runs
             key = stages.key(SETTINGS_KIND, models[m], tps, opts.sequence_parallel, how)
             cached = stages.load(SETTINGS_KIND, key, _check_settings(micro_batch, tps), again="prepared again")

@@ -380,7 +380,15 @@ def prepare_points(
     t0 = time.perf_counter()
 
     def traced(max_blocks: int | None):
-        return trace_model(spec, micro_batch, opts.seq_len, training=True, dtype=opts.dtype, max_blocks=max_blocks)
+        return trace_model(
+            spec,
+            micro_batch,
+            opts.seq_len,
+            training=True,
+            dtype=opts.dtype,
+            max_blocks=max_blocks,
+            fp8_recipe=opts.fp8,
+        )
 
     def timed(out: tuple[list[Setting], list[tuple[int, bool, str]]]):
         for s in out[0]:

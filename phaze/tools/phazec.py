@@ -96,10 +96,10 @@ def _model_flags(model: argparse._ArgumentGroup) -> None:
     add_option_arguments(
         model,
         Options,
-        ("micro_batches", "tp_widths", "seq_len", "dtype", "kernels", "optimizer"),
+        ("micro_batches", "tp_widths", "seq_len", "dtype", "fp8_recipe", "kernels", "optimizer"),
         # None: not asked (the chip's runtime decides, :func:`phaze.driver.runtime_defaults`),
         # which an --export says too (``ModelFacts.dtype_asked``)
-        defaults={"dtype": None, "kernels": None},
+        defaults={"dtype": None, "kernels": None, "fp8_recipe": None},
         default_words=RUNTIME_DEFAULT_WORDS,
         notes={"kernels": "used with --hw"},
     )
@@ -310,9 +310,25 @@ def options(args: argparse.Namespace):
             )
     given = option_values(args, Options)
     # rank_order and memory_headroom: "auto" and None are narrowed by the run's exports and chip
-    narrowed = {"rank_order": rank_order(args), "memory_headroom": memory_headroom(args)}
+    narrowed = {
+        "rank_order": rank_order(args),
+        "memory_headroom": memory_headroom(args),
+        "fp8_recipe": fp8_recipe(args),
+    }
     defaults = solver_defaults(search) | runtime_defaults(args, search)
     return Options(**defaults | given | narrowed, unfit_plan=args.write_infeasible)
+
+
+def fp8_recipe(args: argparse.Namespace) -> str:
+    """``--fp8-recipe``, ``auto`` resolved by the exports asked: torchao's rowwise for torchtitan
+    (``phaze_ir.frontend.float8_linear.resolve_recipe``), else TE's delayed."""
+    from phaze_ir.frontend.float8_linear import resolve_recipe
+
+    asked = getattr(args, "fp8_recipe", None)
+    if asked is not None and getattr(args, "dtype", None) != "fp8":
+        raise PhazeError(f"--fp8-recipe {asked}: the FP8 linears' scaling needs --dtype fp8")
+    torchtitan = any(target == "torchtitan" for target, _ in getattr(args, "export", None) or ())
+    return resolve_recipe(getattr(args, "fp8_recipe", None) or "auto", torchtitan).value
 
 
 def runtime_defaults(args: argparse.Namespace, search: bool) -> dict[str, str | bool]:

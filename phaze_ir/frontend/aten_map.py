@@ -39,6 +39,9 @@ ELEMENTWISE: dict[str, str] = {
     "square": "mul",
     "log1p": "log",
     "expm1": "exp",
+    "exp2": "exp",
+    "log2": "log",
+    "floor": "relu",  # one compare-and-select an element (torchao's power-of-two scales)
     "gelu_backward": "gelu_grad",
     "tanh_backward": "tanh_grad",
     "sigmoid_backward": "sigmoid_grad",

@@ -452,7 +452,12 @@ def importer_view(traced: TracedGraph) -> list[Any]:
 
 
 def trace_step(
-    spec: Any, micro_batch_size: int = 1, seq_len: int | None = None, training: bool = True, dtype: str = "float16"
+    spec: Any,
+    micro_batch_size: int = 1,
+    seq_len: int | None = None,
+    training: bool = True,
+    dtype: str = "float16",
+    fp8_recipe: Any = None,
 ) -> TracedGraph:
     """The whole model's step, as :func:`~phaze_ir.frontend.trace.trace_model` traces it, in
     the time of a few blocks: a model with at least ``DEEPEN_FROM`` repeated blocks that run
@@ -460,14 +465,19 @@ def trace_step(
     :func:`deepen`\\ ed to ``CUT + 1`` blocks is what the second traced (:func:`importer_view`),
     it is deepened to all of them; otherwise the model is traced whole (its result says which:
     ``deepened_from``)."""
-    step, holds = _deepened(spec, micro_batch_size, seq_len, training, dtype, background=False)
+    step, holds = _deepened(spec, micro_batch_size, seq_len, training, (dtype, fp8_recipe), background=False)
     if holds():
         return step
-    return _traced(spec, micro_batch_size, seq_len, training, dtype, None)
+    return _traced(spec, micro_batch_size, seq_len, training, (dtype, fp8_recipe), None)
 
 
 def trace_step_checked_later(
-    spec: Any, micro_batch_size: int = 1, seq_len: int | None = None, training: bool = True, dtype: str = "float16"
+    spec: Any,
+    micro_batch_size: int = 1,
+    seq_len: int | None = None,
+    training: bool = True,
+    dtype: str = "float16",
+    fp8_recipe: Any = None,
 ) -> tuple[TracedGraph, Callable[[], bool]]:
     """:func:`trace_step` without waiting for its check: the step, deepened when the model's
     blocks allow it, and a call that says (waiting for it) whether the check trace of
@@ -476,15 +486,20 @@ def trace_step_checked_later(
     that goes on importing and compiling the step hides it: it is a third of a deepened trace's
     time.  When the call says False the step is not the whole model's, and the caller asks
     :func:`trace_step` (which will trace the model whole)."""
-    return _deepened(spec, micro_batch_size, seq_len, training, dtype, background=True)
+    return _deepened(spec, micro_batch_size, seq_len, training, (dtype, fp8_recipe), background=True)
 
 
 def _traced(
-    spec: Any, micro_batch_size: int, seq_len: int | None, training: bool, dtype: str, max_blocks: int | None
+    spec: Any, micro_batch_size: int, seq_len: int | None, training: bool, dtype: tuple, max_blocks: int | None
 ) -> TracedGraph:
+    """``trace_model`` in ``dtype``: the precision and the FP8 recipe (None: the default)."""
     from phaze_ir.frontend.trace import trace_model
 
-    return trace_model(spec, micro_batch_size, seq_len, training=training, dtype=dtype, max_blocks=max_blocks)
+    precision, recipe = dtype
+    extra = {} if recipe is None else {"fp8_recipe": recipe}
+    return trace_model(
+        spec, micro_batch_size, seq_len, training=training, dtype=precision, max_blocks=max_blocks, **extra
+    )
 
 
 def _holds() -> bool:
@@ -492,7 +507,7 @@ def _holds() -> bool:
 
 
 def _deepened(
-    spec: Any, micro_batch_size: int, seq_len: int | None, training: bool, dtype: str, background: bool
+    spec: Any, micro_batch_size: int, seq_len: int | None, training: bool, dtype: tuple, background: bool
 ) -> tuple[TracedGraph, Callable[[], bool]]:
     """The step, cut to ``CUT`` blocks and deepened when the model has enough of them (else
     traced whole), and whether it holds: False only when the check trace disagreed with the

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from phaze_ir.errors import PhazeError, PhazeWarning
-from phaze_ir.frontend.float8_linear import fp8_linears, fp8_linears_patched, register_fp8_scales
+from phaze_ir.frontend.float8_linear import Fp8Recipe, fp8_linears, fp8_linears_patched, register_fp8_scales
 from phaze_ir.frontend.gpu_dispatch import as_on_cuda
 from phaze_ir.frontend.loader import ModelSpec
 
@@ -429,6 +429,7 @@ def trace_model(
     training: bool = True,
     dtype: str = "float16",
     max_blocks: int | None = None,
+    fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED,
 ) -> TracedGraph:
     """Trace ``spec``'s model on fake tensors: forward + loss, and with ``training`` also the
     backward (gradients of every parameter).
@@ -436,7 +437,9 @@ def trace_model(
     ``max_blocks``: when the model has more than that many repeated blocks that run the same
     code (:func:`uniform_blocks`), trace it cut to its first ``max_blocks`` of them (the
     result's ``blocks`` says so): a step whose every block is one of first, middle or last can
-    be priced from it at any depth (``phaze/search/setting.py``, docs/design.md §2)."""
+    be priced from it at any depth (``phaze/search/setting.py``, docs/design.md §2).
+
+    ``fp8_recipe``: how ``--dtype fp8``'s linears scale their casts (``float8_linear``)."""
     _check_trace_options(micro_batch_size, seq_len, dtype)
 
     # Imported here, not first inside the fake mode below, where a module's import-time tensors
@@ -454,13 +457,14 @@ def trace_model(
     blocks, block_path = _cut_blocks(model, max_blocks)
     model = _in_precision(model, dtype)
     if dtype in FP8_DTYPES:
-        register_fp8_scales(model)
-        if not fp8_linears(model):
+        register_fp8_scales(model, fp8_recipe)
+        if not fp8_linears(model, fp8_recipe):
             # A CNN (its GEMMs are convolutions), or linears too small for TE's FP8 GEMM: the
             # step is the bf16 one, which --dtype fp8 cannot change; said, not priced silently.
+            runtime, sizes = ("Transformer Engine", "8 and 16") if fp8_recipe.runtime == "te" else ("torchao", "16")
             warnings.warn(
-                f"--dtype {dtype}: the model has no linear Transformer Engine runs in FP8 (a torch.nn.Linear other "
-                "than the LM head, its sizes multiples of 8 and 16); it is priced in bf16, as with --dtype bfloat16",
+                f"--dtype {dtype}: the model has no linear {runtime} runs in FP8 (a torch.nn.Linear other than the "
+                f"LM head, its sizes multiples of {sizes}); it is priced in bf16, as with --dtype bfloat16",
                 PhazeWarning,
                 stacklevel=2,
             )
@@ -475,7 +479,7 @@ def trace_model(
         pnames, bnames = list(params), list(buffers)
         requires_grad = _trainable(spec, params, training)
         step, outputs_info = _step_function(
-            spec, model, loss_fn, (pnames, bnames, requires_grad), (args, kwargs), training, dtype
+            spec, model, loss_fn, (pnames, bnames, requires_grad), (args, kwargs), training, dtype, fp8_recipe
         )
         flat_inputs = [params[n] for n in pnames] + [buffers[n] for n in bnames] + [t for _, t in tensor_inputs]
         gm = _make_fx(step, flat_inputs, spec, model)
@@ -645,6 +649,7 @@ def _step_function(
     call: tuple[tuple, dict],
     training: bool,
     dtype: str,
+    fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED,
 ):
     """The function make_fx traces, of the flat inputs (parameters, buffers, the call's
     tensors: ``names`` are the parameters', the buffers' and the trainable parameters'), and
@@ -663,7 +668,7 @@ def _step_function(
         if dtype in AMP_DTYPES
         else contextlib.nullcontext()
     )
-    fp8 = fp8_linears_patched(model) if dtype in FP8_DTYPES else contextlib.nullcontext()
+    fp8 = fp8_linears_patched(model, fp8_recipe) if dtype in FP8_DTYPES else contextlib.nullcontext()
 
     def step(*flat):
         p, b, call_args, call_kwargs = unflatten_step_inputs(flat, pnames, bnames, args, kwargs)
