@@ -103,25 +103,32 @@ def test_what_the_settings_do_not_cover_is_compiled_point_by_point(monkeypatch):
     assert len(calls) == 1
 
 
-def test_layer_dicts_are_the_layers_numbers_with_their_times():
-    """``Setting.layer_dicts``: each layer's ``as_dict`` with its groups' makespans as its times
-    (the optimizer step's too: ``opt_s``), one dict shared by the layers that are the same (the
-    repeated blocks)."""
+def test_priced_step_is_the_layers_numbers_with_their_times():
+    """``Setting.priced_step``: each layer's numbers with its groups' makespans as its times
+    (the optimizer step's too: ``opt_s``), one object (and so one dict of the DP's problem)
+    shared by the layers that are the same (the repeated blocks)."""
     from dataclasses import replace
 
     import numpy as np
 
+    from passes.algorithms import placement as pl
+    from passes.algorithms.placement_options import PlacementOptions
     from phaze.search.setting import prepare_points
 
     (setting, *_), _, _ = prepare_points(DEEP, 1, (1,), Options())
     makespan = np.arange(1.0, len(setting.groups) + 1.0) / 1e3
-    got = setting.layer_dicts(makespan)
+    step = setting.priced_step(makespan)
+    got = list(step.layers)
 
     def want(lr):
         fwd, bwd, opt, sel = (float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.opt, lr.selective))
-        return replace(lr.numbers, fwd_s=fwd, bwd_s=bwd, recompute_s=(0.0, sel, fwd), opt_s=opt).as_dict()
+        return replace(lr.numbers, fwd_s=fwd, bwd_s=bwd, recompute_s=(0.0, sel, fwd), opt_s=opt)
 
     assert got == [want(lr) for lr in setting.layers]
-    assert all(d["opt_s"] > 0 for d in got)  # every layer has parameters to update
-    assert len({id(d) for d in got}) < len(got)  # the blocks share one
-    assert setting.layer_dicts(makespan * 2)[1]["fwd_s"] == 2 * got[1]["fwd_s"]  # made anew per makespans
+    assert (step.micro_batch, step.tp, step.cp, step.blocks) == (1, 1, 1, setting.blocks)
+    assert all(n.opt_s > 0 for n in got)  # every layer has parameters to update
+    assert len({id(n) for n in got}) < len(got)  # the blocks share one
+    assert setting.priced_step(makespan * 2).layers[1].fwd_s == 2 * got[1].fwd_s  # made anew per makespans
+    dicts = pl.problem(step, PlacementOptions(devices=8, global_batch=8), hbm_bytes=1 << 30, levels=[])["layers"]
+    assert dicts == [n.as_dict() for n in got]
+    assert len({id(d) for d in dicts}) == len({id(n) for n in got})  # one dict per distinct layer

@@ -108,19 +108,10 @@ class Pricing:
         return {**result, "plan": plan}  # the DP's result, its plan's time longer
 
     def problem(self, cands: Candidates, setting: Setting, makespans: np.ndarray, hbm: int) -> _phaze_rs.ProblemDict:
-        """The DP problem of ``setting`` with group makespans ``makespans`` and HBM ``hbm``."""
-        return pl.problem(
-            setting.layer_dicts(makespans),
-            self.params,
-            hbm_bytes=hbm,
-            levels=cands.template.network,
-            micro_batch=setting.micro_batch,
-            tp=setting.tp,
-            blocks=setting.blocks,
-            grads_freed=setting.grads_freed,
-            sequence_parallel=setting.sequence_parallel,
-            grad_element_bytes=setting.grad_element_bytes,
-        )
+        """The DP problem of ``setting`` with group makespans ``makespans`` and HBM ``hbm``: its
+        :meth:`~phaze.search.setting.Setting.priced_step` assembled as ``phaze-place-devices``
+        assembles the pipeline's (:func:`passes.algorithms.placement.problem`)."""
+        return pl.problem(setting.priced_step(makespans), self.params, hbm_bytes=hbm, levels=cands.template.network)
 
     def place(
         self, problems: list[_phaze_rs.ProblemDict], fixed: tuple[int, int, int] | None

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from passes.algorithms import _phaze_rs
 from passes.algorithms import schedule as sched
 from passes.algorithms.cache_file import is_int, is_number
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
-from passes.algorithms.placement import LayerNumbers, block_range, expert_opt_s
+from passes.algorithms.placement import LayerNumbers, block_range
+from passes.algorithms.priced_step import PricedStep, static_numbers, timed
 from phaze_ir import keys
 
 
@@ -46,7 +46,7 @@ class Group:
 class LayerRef:
     """One layer: the groups of its forward, backward, optimizer ops and of its selective
     recompute (-1 when it has none), and what the DP needs of it that no accelerator changes
-    (``numbers``, its times left at 0: :meth:`Setting.layer_dicts` fills them in)."""
+    (``numbers``, its times left at 0: :meth:`Setting.priced_step` fills them in)."""
 
     fwd: int
     bwd: int
@@ -77,7 +77,7 @@ class Setting:
     #: autocast), which the DP's gradient collectives rescale to the options' reduce dtype
     grad_element_bytes: int = 2
     units: tuple[str, ...] = field(init=False)
-    #: :meth:`layer_dicts`' distinct layers and each layer's index among them (made on first use).
+    #: :meth:`priced_step`'s distinct layers and each layer's index among them (made on first use).
     _distinct: tuple[list[LayerRef], list[int]] | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -192,29 +192,35 @@ class Setting:
         ops = [sched.Op(self.units[r], a, b) for r, a, b in zip(rows, one[rows].tolist(), split[rows].tolist())]
         return sched.Problem.make(ops, grp.edges, cores)
 
-    def layer_dicts(self, makespan: np.ndarray) -> list[_phaze_rs.LayerDict]:
-        """The DP's layers (``LayerNumbers.as_dict``) given each group's makespan
-        (``makespan[g]``, seconds), made once per distinct layer: a model's repeated blocks
-        (the same groups, the same numbers) share one dict object, so do not change one in
-        place.  The search builds a problem per (setting, candidate) pair, tens of thousands of
-        them; building every layer's dict anew was a sixth of its main process's time."""
+    def priced_step(self, makespan: np.ndarray) -> PricedStep:
+        """The step priced on one chip, given each group's makespan there (``makespan[g]``,
+        seconds): its layers' static numbers with those times (:func:`~passes.algorithms.priced_step.timed`,
+        as ``phaze-place-devices`` reads them from the IR), the DP's one input.  Made once per
+        distinct layer: a model's repeated blocks (the same groups, the same numbers) share one
+        :class:`~passes.algorithms.placement.LayerNumbers` object, and so one dict of the DP's
+        problem.  The search builds a problem per (setting, candidate) pair, tens of thousands
+        of them; building every layer anew was a sixth of its main process's time."""
         if self._distinct is None:
             firsts: dict[tuple, int] = {}
             of_layer = []
             for lr in self.layers:
-                same = (lr.fwd, lr.bwd, lr.selective, lr.numbers)
+                same = (lr.fwd, lr.bwd, lr.opt, lr.selective, lr.numbers)
                 of_layer.append(firsts.setdefault(same, len(firsts)))
             self._distinct = ([self.layers[of_layer.index(k)] for k in range(len(firsts))], of_layer)
         distinct, of_layer = self._distinct
-        dicts = []
+        numbers = []
         for lr in distinct:
             fwd, bwd, opt, sel = (float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.opt, lr.selective))
-            d = lr.numbers.as_dict()
-            d["fwd_s"], d["bwd_s"], d["recompute_s"] = fwd, bwd, [0.0, sel, fwd]
-            n = lr.numbers
-            d["opt_s"], d["expert_opt_s"] = opt, expert_opt_s(opt, n.optimizer_bytes, n.expert_optimizer_bytes)
-            dicts.append(d)
-        return [dicts[k] for k in of_layer]
+            numbers.append(timed(lr.numbers, fwd_s=fwd, bwd_s=bwd, selective_s=sel, full_s=fwd, opt_s=opt))
+        return PricedStep(
+            layers=[numbers[k] for k in of_layer],
+            micro_batch=self.micro_batch,
+            tp=self.tp,
+            sequence_parallel=self.sequence_parallel,
+            blocks=self.blocks,
+            grads_freed=self.grads_freed,
+            grad_element_bytes=self.grad_element_bytes,
+        )
 
 
 def _group_from_json(data: object, rows: int, i: int) -> Group:
@@ -294,18 +300,7 @@ def setting_from_module(
                 bwd=group_of(by_phase.get((k, "bwd"), [])),
                 opt=group_of(by_phase.get((k, "opt"), [])),
                 selective=group_of(rc.selective_ops),
-                numbers=LayerNumbers(
-                    fwd_s=0.0,
-                    bwd_s=0.0,
-                    recompute_s=(0.0, 0.0, 0.0),
-                    saved_bytes=(rc.none_bytes, rc.selective_bytes, rc.full_bytes),
-                    param_bytes=mem.param_bytes,
-                    grad_bytes=mem.grad_bytes,
-                    optimizer_bytes=mem.optimizer_bytes,
-                    workspace_bytes=mem.record()["workspace_bytes"],
-                    recompute_workspace_bytes=mem.record()["recompute_workspace_bytes"],
-                    boundary_bytes=la["boundary_bytes"],
-                ),
+                numbers=static_numbers(la, mem.record(), (rc.none_bytes, rc.selective_bytes, rc.full_bytes)),
             )
         )
     blocks = block_range([str(la["kind"]) for la in layers_attr])
