@@ -18,14 +18,14 @@ from phaze_ir.ir import print_module
 DEEP = str(MODELS / "tiny_gpt2_deep.py")
 
 
-def _both(opts: Options):
+def _both(opts: Options, model: str = DEEP):
     out = []
     for compile_ in (sweep.compile_plan, driver.compile_model):
         try:
             with warnings.catch_warnings():
                 # the settings' best point must be the compiled one's: no fallback to the pipelines
                 warnings.simplefilter("error", PhazeWarning)
-                module, cands = compile_(DEEP, opts, lambda msg: None)
+                module, cands = compile_(model, opts, lambda msg: None)
         except PhazeError as e:
             out.append(str(e))
             continue
@@ -89,12 +89,56 @@ def test_the_settings_sweep_under_a_power_cap():
     assert fast == slow and any("over the cap" in p[4] for p in fast[1]) and any(p[3] > 0 for p in fast[1])
 
 
+@pytest.mark.parametrize(
+    "kw", [{"expert_parallel": "2", "zero": "1"}, {"expert_parallel": "auto", "capacity_factor": 1.25}]
+)
+def test_the_settings_price_an_moe_model_as_the_pipeline(kw, tmp_path):
+    """The settings carry each MoE layer's experts, their bytes and the tokens it dispatches
+    (the PricedStep's fields ``phaze-place-devices`` reads), so expert parallelism and a
+    capacity factor (the trace padded at import, as the pipeline imports it) are priced from
+    them: the same module and points as the pipeline's sweep, no fallback."""
+    from test_moe_conv import MIXTRAL
+
+    model = tmp_path / "tiny_mixtral.py"
+    model.write_text(MIXTRAL.format(seq=32))
+    # TP 1 (at TP 2 the router's linears stay replicated: a warning, which _both makes an error)
+    opts = Options(micro_batches=(1, 2), tp_widths=(1,), hw="a100", devices=4, global_batch=8, **kw)
+    assert sweep.why_compiled_point_by_point(opts) == ""  # priced from the settings
+    fast, slow = _both(opts, str(model))
+    assert not isinstance(fast, str) and fast == slow
+    assert any(p[3] > 0 for p in fast[1])
+    if kw["expert_parallel"] == "2":
+        assert "expert_parallel = 2" in fast[0]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"hw": "h100", "kernels": "eager", "devices": 8, "global_batch": 16},  # calibrated: flash attention rings
+        {"hw": "tpuv4", "devices": 4, "global_batch": 8},  # ideal chip: SCIP schedules, one point t·c > N
+    ],
+)
+def test_the_settings_price_a_fixed_context_parallel_degree_as_the_pipeline(kw):
+    """``--context-parallel 2``: each point's setting traced at S/2 tokens, its fused attention
+    kernels rings of 2 steps on the chip's network (``Setting.ring_factors``, the factors
+    ``phaze-context-parallel`` scales them by), its PricedStep of CP 2: the same module and
+    points as the pipeline's sweep, no fallback."""
+    model = str(MODELS / "tiny_llama_sdpa.py")
+    opts = Options(micro_batches=(1, 2), tp_widths=(1, 2), sequence_parallel="auto", context_parallel="2", **kw)
+    assert sweep.why_compiled_point_by_point(opts) == ""
+    fast, slow = _both(opts, model)
+    assert not isinstance(fast, str) and fast == slow
+    assert "cp = 2" in fast[0] and any(p[3] > 0 for p in fast[1])
+
+
 def test_what_the_settings_do_not_cover_is_compiled_point_by_point(monkeypatch):
-    """A stage before the plan, one point, expert parallelism, a capacity factor: the pipeline's
-    sweep itself."""
+    """A stage before the plan, one point, context parallelism tried over degrees, TP overlap:
+    the pipeline's sweep itself."""
     assert sweep.why_compiled_point_by_point(Options(emit="recompute")) == "--emit recompute"
-    assert sweep.why_compiled_point_by_point(Options(expert_parallel="auto")) == "--expert-parallel"
-    assert sweep.why_compiled_point_by_point(Options(capacity_factor=1.5)) == "--capacity-factor"
+    assert sweep.why_compiled_point_by_point(Options(context_parallel="auto")) == "--context-parallel auto"
+    assert sweep.why_compiled_point_by_point(Options(context_parallel="2")) == ""
+    assert sweep.why_compiled_point_by_point(Options(tp_overlap="on")) == "--tp-overlap"
+    assert sweep.why_compiled_point_by_point(Options(expert_parallel="auto", capacity_factor=1.5)) == ""
     assert sweep.why_compiled_point_by_point(Options()) == ""
     calls = []
     monkeypatch.setattr(driver, "compile_model", lambda *a, **k: calls.append(a) or ("module", []))

@@ -177,6 +177,7 @@ class Pricing:
         for j, (setting, _config) in enumerate(jobs):
             by_setting.setdefault(id(setting), []).append(j)
         calibration = getattr(cands.template, "calibration", None)
+        network = cands.template.network  # a context-parallel setting's rings run on it
         for idxs in by_setting.values():
             setting = jobs[idxs[0]][0]
             configs = [jobs[j][1] for j in idxs]
@@ -197,12 +198,12 @@ class Pricing:
                     # no solver, no cache, the problem in program order as the IR has it.
                     arr = np.zeros(len(setting.groups))
                     for g in needed:
-                        problem = setting.group_problem(g, one[:, col], split[:, col], cores)
+                        problem = setting.group_problem(g, one[:, col], split[:, col], cores, network)
                         arr[g] = sched.serial_schedule(problem, calibration.host_dispatch_s).makespan
                     self._exact_ms[key] = out[j] = arr
                     continue
                 for g in needed:
-                    canon = setting.group_problem(g, one[:, col], split[:, col], cores).canonical()
+                    canon = setting.group_problem(g, one[:, col], split[:, col], cores, network).canonical()
                     wanted.append((j, g, canon))
                     if self.cache.lookup(canon, limits) is None:
                         pending.setdefault(canon.key(), canon)

@@ -20,26 +20,46 @@ pickle (:meth:`Setting.to_json`; :meth:`Setting.from_json` checks what it reads)
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from passes.algorithms import schedule as sched
 from passes.algorithms.cache_file import is_int, is_number
+from passes.algorithms.context_parallel import ring_attention_s, ring_step_s
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
 from passes.algorithms.placement import LayerNumbers, block_range
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
 from phaze_ir import keys
 
+if TYPE_CHECKING:
+    from phaze_ir.hardware import NetworkLevel
+
 
 @dataclass(frozen=True)
 class Group:
     """One scheduling problem's shape: its ops as rows of the setting's op table (``rows[i]``
-    for the ``i``-th op of the group, in program order) and the edges between them."""
+    for the ``i``-th op of the group, in program order) and the edges between them; under
+    context parallelism, ``ring``: ``(i, k)`` for each of its ops that is one of fused
+    attention kernel ``k``'s (:attr:`Setting.kernels`), which runs as a ring of c steps."""
 
     rows: tuple[int, ...]
     edges: tuple[tuple[int, int], ...]
+    ring: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """A fused attention kernel of a context-parallel setting's step, as
+    ``phaze-context-parallel`` prices it: its ops as rows of the op table (program order), the
+    bytes of the keys and values one hop of its ring carries forward (its layer's forward
+    attention's), and whether it is a backward kernel (whose hops carry twice those)."""
+
+    rows: tuple[int, ...]
+    kv_bytes: int
+    backward: bool
 
 
 @dataclass
@@ -76,6 +96,10 @@ class Setting:
     #: the bytes of one gradient element (``passes.place_devices.grad_element_bytes``: 4 under
     #: autocast), which the DP's gradient collectives rescale to the options' reduce dtype
     grad_element_bytes: int = 2
+    #: the context-parallel degree c: the step traced at S/c tokens a sample, its fused
+    #: attention kernels (``kernels``, referred to by the groups' ``ring``) rings of c steps
+    cp: int = 1
+    kernels: tuple[AttentionKernel, ...] = ()
     units: tuple[str, ...] = field(init=False)
     #: :meth:`priced_step`'s distinct layers and each layer's index among them (made on first use).
     _distinct: tuple[list[LayerRef], list[int]] | None = field(init=False, default=None, repr=False, compare=False)
@@ -94,9 +118,14 @@ class Setting:
             "blocks": list(self.blocks) if self.blocks is not None else None,
             "grads_freed": self.grads_freed,
             "grad_element_bytes": self.grad_element_bytes,
+            "cp": self.cp,
+            "kernels": [[list(k.rows), k.kv_bytes, k.backward] for k in self.kernels],
             "prepare_s": self.prepare_s,
             "table": [desc_to_json(d) for d in self.table.descs],
-            "groups": [{"rows": list(g.rows), "edges": [list(e) for e in g.edges]} for g in self.groups],
+            "groups": [
+                {"rows": list(g.rows), "edges": [list(e) for e in g.edges], "ring": [list(r) for r in g.ring]}
+                for g in self.groups
+            ],
             "layers": [
                 {
                     "fwd": lr.fwd,
@@ -123,6 +152,8 @@ class Setting:
             "blocks",
             "grads_freed",
             "grad_element_bytes",
+            "cp",
+            "kernels",
             "prepare_s",
             "table",
             "groups",
@@ -132,7 +163,7 @@ class Setting:
             raise ValueError(f"a setting has the fields {', '.join(keys_)}")
         if not isinstance(data["model"], str):
             raise ValueError("the model name is not a string")
-        for k in ("micro_batch", "tp"):
+        for k in ("micro_batch", "tp", "cp"):
             if not is_int(data[k]) or data[k] < 1:
                 raise ValueError(f"{k} = {data[k]!r}: expected an integer >= 1")
         for k in ("sequence_parallel", "grads_freed"):
@@ -156,7 +187,10 @@ class Setting:
             if not isinstance(data[k], list):
                 raise ValueError(f"{k} is not a list")
         table = OpTable([desc_from_json(d) for d in data["table"]])
-        groups = [_group_from_json(g, len(table), i) for i, g in enumerate(data["groups"])]
+        if not isinstance(data["kernels"], list):
+            raise ValueError("kernels is not a list")
+        kernels = tuple(_kernel_from_json(k, len(table), i) for i, k in enumerate(data["kernels"]))
+        groups = [_group_from_json(g, len(table), len(kernels), i) for i, g in enumerate(data["groups"])]
         layers = [_layer_from_json(lr, len(groups), i) for i, lr in enumerate(data["layers"])]
         if blocks is not None and blocks[0] + blocks[1] > len(layers):
             raise ValueError(f"blocks = {blocks!r}: past the {len(layers)} layers")
@@ -172,6 +206,8 @@ class Setting:
             (blocks[0], blocks[1]) if blocks is not None else None,
             data["grads_freed"],
             data["grad_element_bytes"],
+            data["cp"],
+            kernels,
         )
 
     def priced_groups(self) -> list[int]:
@@ -182,15 +218,48 @@ class Setting:
     def group_units(self, g: int) -> tuple[str, ...]:
         return tuple(self.units[r] for r in self.groups[g].rows)
 
-    def group_problem(self, g: int, one: np.ndarray, split: np.ndarray, cores: dict[str, int]) -> sched.Problem:
+    def group_problem(
+        self,
+        g: int,
+        one: np.ndarray,
+        split: np.ndarray,
+        cores: dict[str, int],
+        network: Sequence[NetworkLevel] | None = None,
+    ) -> sched.Problem:
         """The scheduling problem of group ``g`` with the table's latencies ``one``/``split``
         (``[rows]`` seconds on one candidate): the same problem, bit for bit, as
         ``phaze-schedule-ops`` builds from the IR on that candidate (so they share cache
-        entries)."""
+        entries).  Under context parallelism the ops of each fused attention kernel take the
+        ring's time on the chip's ``network``, as ``phaze-context-parallel`` scales them
+        (:meth:`ring_factors`)."""
         grp = self.groups[g]
         rows = list(grp.rows)
-        ops = [sched.Op(self.units[r], a, b) for r, a, b in zip(rows, one[rows].tolist(), split[rows].tolist())]
+        a, b = one[rows].tolist(), split[rows].tolist()
+        if self.cp > 1 and grp.ring:
+            if network is None:
+                raise ValueError("a context-parallel setting is priced on the chip's network levels")
+            factors = self.ring_factors(split, network)
+            for i, k in grp.ring:
+                f = factors[k]
+                if f is not None:
+                    a[i], b[i] = a[i] * f, b[i] * f
+        ops = [sched.Op(self.units[r], x, y) for r, x, y in zip(rows, a, b)]
         return sched.Problem.make(ops, grp.edges, cores)
+
+    def ring_factors(self, split: np.ndarray, network: Sequence[NetworkLevel]) -> list[float | None]:
+        """Per fused attention kernel, the factor ``phaze-context-parallel`` scales its ops'
+        latencies by on a chip whose table latencies are ``split`` and whose network is
+        ``network``: its ring's time over its local time (None: no local time, left as is)."""
+        out: list[float | None] = []
+        for k in self.kernels:
+            local = sum(float(split[r]) for r in k.rows)
+            if local <= 0:
+                out.append(None)
+                continue
+            hop, level = ring_step_s(network, k.kv_bytes * (2 if k.backward else 1), self.cp, self.tp)
+            share = network[level].collective_compute_share or 0.0
+            out.append(ring_attention_s(local, hop, self.cp, share) / local)
+        return out
 
     def priced_step(self, makespan: np.ndarray) -> PricedStep:
         """The step priced on one chip, given each group's makespan there (``makespan[g]``,
@@ -220,12 +289,27 @@ class Setting:
             blocks=self.blocks,
             grads_freed=self.grads_freed,
             grad_element_bytes=self.grad_element_bytes,
+            cp=self.cp,
         )
 
 
-def _group_from_json(data: object, rows: int, i: int) -> Group:
-    if not isinstance(data, dict) or sorted(data) != ["edges", "rows"]:
-        raise ValueError(f"group {i}: expected the fields rows, edges")
+def _kernel_from_json(data: object, rows: int, i: int) -> AttentionKernel:
+    if not (
+        isinstance(data, list)
+        and len(data) == 3
+        and isinstance(data[0], list)
+        and all(is_int(x) and 0 <= x < rows for x in data[0])
+        and is_int(data[1])
+        and data[1] >= 0
+        and isinstance(data[2], bool)
+    ):
+        raise ValueError(f"attention kernel {i}: expected [rows of the {rows}-op table, kv bytes >= 0, backward]")
+    return AttentionKernel(tuple(data[0]), data[1], data[2])
+
+
+def _group_from_json(data: object, rows: int, kernels: int, i: int) -> Group:
+    if not isinstance(data, dict) or sorted(data) != ["edges", "ring", "rows"]:
+        raise ValueError(f"group {i}: expected the fields rows, edges, ring")
     r, e = data["rows"], data["edges"]
     if not (isinstance(r, list) and all(is_int(x) and 0 <= x < rows for x in r)):
         raise ValueError(f"group {i}: its rows are not rows of the {rows}-op table")
@@ -242,7 +326,16 @@ def _group_from_json(data: object, rows: int, i: int) -> Group:
         sched.Problem.make([sched.Op("none", 0.0, 0.0)] * n, edges, {})  # raises on a cycle
     except ValueError as err:
         raise ValueError(f"group {i}: {err}") from None
-    return Group(tuple(r), edges)
+    ring = data["ring"]
+    if not (
+        isinstance(ring, list)
+        and all(
+            isinstance(p, list) and len(p) == 2 and all(is_int(x) for x in p) and 0 <= p[0] < n and 0 <= p[1] < kernels
+            for p in ring
+        )
+    ):
+        raise ValueError(f"group {i}: its ring is not pairs of one of its {n} ops and one of the {kernels} kernels")
+    return Group(tuple(r), edges, tuple((p[0], p[1]) for p in ring))
 
 
 def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
@@ -260,12 +353,20 @@ def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
 
 
 def setting_from_module(
-    module, model: str, micro_batch: int, tp: int, sequence_parallel: bool = False, selective: str = "attention"
+    module,
+    model: str,
+    micro_batch: int,
+    tp: int,
+    sequence_parallel: bool = False,
+    selective: str = "attention",
+    cp: int = 1,
 ) -> Setting:
     """Reduce a module sharded by ``phaze-shard-tensor-parallel`` (with sequence parallelism
     when ``sequence_parallel``) to a :class:`Setting` (the optimizer state is read from its
     ``phaze.optimizer_update`` ops, as the pipeline does; ``selective``: what selective
-    recompute re-runs, ``Options.selective_recompute``)."""
+    recompute re-runs, ``Options.selective_recompute``; ``cp``: the context-parallel degree
+    the step, traced at S/c tokens, is priced for: its fused attention kernels become rings
+    as ``phaze-context-parallel`` makes them)."""
     from passes.algorithms.recompute import parse_selective
     from passes.cost_view import op_table
     from passes.insert_recompute import static_costs
@@ -280,11 +381,13 @@ def setting_from_module(
 
     groups: list[Group] = []
     index: dict[Group, int] = {}
+    kernels, kernel_of = _attention_kernels(ops, rows) if cp > 1 else ((), {})
 
     def group_of(ids: list[int]) -> int:
         if not ids:
             return -1
-        g = Group(tuple(rows[i] for i in ids), sched.group_edges(graph, ids))
+        ring = tuple((p, kernel_of[i]) for p, i in enumerate(ids) if i in kernel_of)
+        g = Group(tuple(rows[i] for i in ids), sched.group_edges(graph, ids), ring)
         if g not in index:
             index[g] = len(groups)
             groups.append(g)
@@ -306,8 +409,57 @@ def setting_from_module(
     blocks = block_range([str(la["kind"]) for la in layers_attr])
     grad_bytes = grad_element_bytes(module)
     return Setting(
-        model, micro_batch, tp, table, groups, layers, 0.0, sequence_parallel, blocks, frees_grads(module), grad_bytes
+        model,
+        micro_batch,
+        tp,
+        table,
+        groups,
+        layers,
+        0.0,
+        sequence_parallel,
+        blocks,
+        frees_grads(module),
+        grad_bytes,
+        cp,
+        kernels,
     )
+
+
+def _attention_kernels(ops: list, rows: list[int]) -> tuple[tuple[AttentionKernel, ...], dict[int, int]]:
+    """The fused attention kernels of a step (``passes.context_parallel.attention_kernels``:
+    the ops of one ``phaze.fused`` kernel that has a GEMM), distinct ones once, and the kernel
+    of each of their ops (by index into ``ops``, whose rows of the op table are ``rows``).  A
+    kernel's hops carry its layer's forward keys and values (``kv_bytes``), as the pass's do."""
+    from xdsl.dialects.builtin import IntegerAttr, StringAttr
+
+    from passes.context_parallel import kv_bytes
+    from phaze_ir import dialect as ph
+
+    by_name: dict[str, list[int]] = {}
+    for i, o in enumerate(ops):
+        fused = o.attributes.get(keys.FUSED)
+        if isinstance(fused, StringAttr):
+            by_name.setdefault(fused.data, []).append(i)
+    found = [ids for ids in by_name.values() if any(isinstance(ops[i], ph.MatmulOp) for i in ids)]
+
+    def layer(o) -> int:
+        attr = o.attributes.get(keys.LAYER)
+        return attr.value.data if isinstance(attr, IntegerAttr) else -1
+
+    def backward(ids: list[int]) -> bool:
+        return keys.string_of(ops[ids[0]], keys.PHASE, "fwd") == "bwd"
+
+    kv_of_layer: dict[int, int] = {}
+    for ids in found:
+        if not backward(ids):
+            kv_of_layer.setdefault(layer(ops[ids[0]]), kv_bytes([ops[i] for i in ids]))
+    kernels: dict[AttentionKernel, int] = {}
+    kernel_of: dict[int, int] = {}
+    for ids in found:
+        kv = kv_of_layer.get(layer(ops[ids[0]])) or kv_bytes([ops[i] for i in ids])
+        k = kernels.setdefault(AttentionKernel(tuple(rows[i] for i in ids), kv, backward(ids)), len(kernels))
+        kernel_of.update(dict.fromkeys(ids, k))
+    return tuple(kernels), kernel_of
 
 
 def deepened(setting: Setting, blocks: int) -> Setting:
@@ -369,13 +521,20 @@ def prepare_points(
     the chip), as the pipeline forms them before tiling; the search's settings (no chip) are
     the paper's ``ops``."""
     from phaze.driver import with_runtime_attention
+    from phaze.options import traced_seq_len
     from phaze_ir.frontend import load_model_file, trace_model
+    from phaze_ir.frontend.trace import whole_sequence
 
     spec = with_runtime_attention(load_model_file(model_path), opts)
     t0 = time.perf_counter()
+    # Under a context-parallel degree c (the sweep's options hold it and the whole sequence,
+    # phaze.points.context_parallel_points), one device's S/c tokens a sample, as the driver traces it.
+    seq_len = traced_seq_len(opts)
+    whole = opts.seq_len if seq_len != opts.seq_len else None
 
     def traced(max_blocks: int | None):
-        return trace_model(spec, micro_batch, opts.seq_len, training=True, dtype=opts.dtype, max_blocks=max_blocks)
+        with whole_sequence(whole):
+            return trace_model(spec, micro_batch, seq_len, training=True, dtype=opts.dtype, max_blocks=max_blocks)
 
     def timed(out: tuple[list[Setting], list[tuple[int, bool, str]]]):
         for s in out[0]:
@@ -427,7 +586,10 @@ def _settings_of(
         raise  # the model's (--strict)
     except PhazeError as e:
         raise PhazeError(f"{name} at micro-batch {micro_batch}: {e}") from e
+    from phaze.options import context_parallel_degree
+
     points = tp_points(opts, tps)
+    cp = context_parallel_degree(opts)
     out = []
     errors = []
     for k, (t, sp) in enumerate(points):
@@ -441,5 +603,5 @@ def _settings_of(
         except PhazeError as e:
             errors.append((t, sp, str(e)))
             continue
-        out.append(setting_from_module(module, name, micro_batch, t, sp, opts.selective_recompute))
+        out.append(setting_from_module(module, name, micro_batch, t, sp, opts.selective_recompute, cp))
     return out, errors
