@@ -12,9 +12,10 @@ settings' (relative 1e-9), as the search's winner must (design §7.5).
 
 What the settings do not cover is compiled point by point as before
 (``driver.compile_model``): a stage before ``plan``, a sweep of one point (its compilation is
-all there is to do), context parallelism and TP overlap (the settings price whole attentions
-and each collective alone), a micro-batch whose step cannot be imported, and, should it ever happen, a best point whose
-compiled throughput is not the settings' (said in one warning line).
+all there is to do), ``--context-parallel auto`` (the settings are of one degree), a
+micro-batch whose step cannot be imported or whose TP overlap pairs a collective with GEMMs of
+another scheduling group, and, should it ever happen, a best point whose compiled throughput is
+not the settings' (said in one warning line).
 
 The sweep is ``phazec --hw``'s, so it lives beside the driver; it prices with the search's
 settings and evaluator (:mod:`phaze.search.setting`, :mod:`phaze.search.engine`), which the
@@ -68,8 +69,6 @@ def why_compiled_point_by_point(opts: Options) -> str:
         return f"--emit {opts.emit}"
     if parse_context_parallel(opts.context_parallel) is None:  # the settings are of one degree
         return "--context-parallel auto"
-    if opts.tp_overlap != Options.tp_overlap:  # the settings price each collective alone
-        return "--tp-overlap"
     return ""
 
 
@@ -335,7 +334,8 @@ def prepared(
         runtime = (opts.kernels, capability if opts.kernels != "ops" else None)
         seq = (opts.seq_len, opts.context_parallel)  # a CP degree's settings are traced at S/c
         traced_as = (b, seq, opts.dtype, opts.optimizer, opts.strict, opts.capacity_factor, runtime)
-        how = (traced_as, opts.selective_recompute)  # and what the settings' selective policy re-runs
+        # and what the settings' selective policy re-runs, and whether their TP collectives overlap
+        how = (traced_as, opts.selective_recompute, opts.tp_overlap)
         model = model_key(model_path, stages).digest
         key = stages.key(SETTINGS_KIND, model, tps, opts.sequence_parallel, how)
         hit = stages.load(SETTINGS_KIND, key, lambda payload: _check_prepared(payload, b, tps))

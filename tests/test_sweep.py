@@ -131,13 +131,40 @@ def test_the_settings_price_a_fixed_context_parallel_degree_as_the_pipeline(kw):
     assert "cp = 2" in fast[0] and any(p[3] > 0 for p in fast[1])
 
 
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"tp_overlap": "on", "sequence_parallel": "on"},
+        {"tp_overlap": "auto", "sequence_parallel": "auto", "context_parallel": "2"},  # rings, then overlap
+    ],
+)
+def test_the_settings_price_tp_overlap_as_the_pipeline(kw):
+    """``--tp-overlap``: each SP point's setting records its TP all-gathers and reduce-scatters
+    with their methods and GEMMs (``passes.overlap_tensor_parallel.overlapped``), and prices
+    what each adds to its GEMMs on the chip's SMs as ``phaze-overlap-tensor-parallel`` does:
+    the same module and points as the pipeline's sweep, no fallback."""
+    from phaze.pipeline import load_accelerator
+    from phaze.search.setting import prepare_points
+
+    model = str(MODELS / "tiny_llama_sdpa.py")
+    opts = Options(micro_batches=(1, 2), tp_widths=(1, 2), hw="h100", kernels="eager", devices=8, global_batch=16, **kw)
+    assert sweep.why_compiled_point_by_point(opts) == ""
+    if "context_parallel" not in kw:  # the settings hold the overlap (the sweep passes the chip)
+        (setting,), _, _ = prepare_points(model, 1, (2,), opts, load_accelerator("h100"))
+        assert setting.tp_overlap and sum(len(g.overlap) for g in setting.groups) > 0
+        assert setting.from_json(setting.to_json()).groups == setting.groups
+    fast, slow = _both(opts, model)
+    assert not isinstance(fast, str) and fast == slow
+    assert any(p[3] > 0 for p in fast[1])
+
+
 def test_what_the_settings_do_not_cover_is_compiled_point_by_point(monkeypatch):
-    """A stage before the plan, one point, context parallelism tried over degrees, TP overlap:
-    the pipeline's sweep itself."""
+    """A stage before the plan, one point, context parallelism tried over degrees: the
+    pipeline's sweep itself."""
     assert sweep.why_compiled_point_by_point(Options(emit="recompute")) == "--emit recompute"
     assert sweep.why_compiled_point_by_point(Options(context_parallel="auto")) == "--context-parallel auto"
     assert sweep.why_compiled_point_by_point(Options(context_parallel="2")) == ""
-    assert sweep.why_compiled_point_by_point(Options(tp_overlap="on")) == "--tp-overlap"
+    assert sweep.why_compiled_point_by_point(Options(tp_overlap="on")) == ""
     assert sweep.why_compiled_point_by_point(Options(expert_parallel="auto", capacity_factor=1.5)) == ""
     assert sweep.why_compiled_point_by_point(Options()) == ""
     calls = []

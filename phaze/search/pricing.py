@@ -178,6 +178,8 @@ class Pricing:
             by_setting.setdefault(id(setting), []).append(j)
         calibration = getattr(cands.template, "calibration", None)
         network = cands.template.network  # a context-parallel setting's rings run on it
+        units = getattr(calibration, "wave_units", None)
+        sms = int(units) if units else None  # a TP-overlapped setting's collectives hold some (sm_count)
         for idxs in by_setting.values():
             setting = jobs[idxs[0]][0]
             configs = [jobs[j][1] for j in idxs]
@@ -198,12 +200,12 @@ class Pricing:
                     # no solver, no cache, the problem in program order as the IR has it.
                     arr = np.zeros(len(setting.groups))
                     for g in needed:
-                        problem = setting.group_problem(g, one[:, col], split[:, col], cores, network)
+                        problem = setting.group_problem(g, one[:, col], split[:, col], cores, network, sms)
                         arr[g] = sched.serial_schedule(problem, calibration.host_dispatch_s).makespan
                     self._exact_ms[key] = out[j] = arr
                     continue
                 for g in needed:
-                    canon = setting.group_problem(g, one[:, col], split[:, col], cores, network).canonical()
+                    canon = setting.group_problem(g, one[:, col], split[:, col], cores, network, sms).canonical()
                     wanted.append((j, g, canon))
                     if self.cache.lookup(canon, limits) is None:
                         pending.setdefault(canon.key(), canon)

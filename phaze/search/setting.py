@@ -32,6 +32,7 @@ from passes.algorithms.context_parallel import ring_attention_s, ring_step_s
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
 from passes.algorithms.placement import LayerNumbers, block_range
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
+from passes.algorithms.tp_overlap import METHODS, added_s
 from phaze_ir import keys
 
 if TYPE_CHECKING:
@@ -48,6 +49,10 @@ class Group:
     rows: tuple[int, ...]
     edges: tuple[tuple[int, int], ...]
     ring: tuple[tuple[int, int], ...] = ()
+    #: under TP overlap, ``(i, method, gemms)`` for each of its TP all-gathers and
+    #: reduce-scatters in program order: its op, Transformer Engine's method for it and its
+    #: GEMMs' ops (``passes.overlap_tensor_parallel.overlapped``)
+    overlap: tuple[tuple[int, str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,9 @@ class Setting:
     #: attention kernels (``kernels``, referred to by the groups' ``ring``) rings of c steps
     cp: int = 1
     kernels: tuple[AttentionKernel, ...] = ()
+    #: the TP collectives overlapped with their GEMMs (``phaze-overlap-tensor-parallel``, as
+    #: ``--tp-overlap`` runs it at this point), those of the groups' ``overlap``
+    tp_overlap: bool = False
     units: tuple[str, ...] = field(init=False)
     #: :meth:`priced_step`'s distinct layers and each layer's index among them (made on first use).
     _distinct: tuple[list[LayerRef], list[int]] | None = field(init=False, default=None, repr=False, compare=False)
@@ -120,10 +128,16 @@ class Setting:
             "grad_element_bytes": self.grad_element_bytes,
             "cp": self.cp,
             "kernels": [[list(k.rows), k.kv_bytes, k.backward] for k in self.kernels],
+            "tp_overlap": self.tp_overlap,
             "prepare_s": self.prepare_s,
             "table": [desc_to_json(d) for d in self.table.descs],
             "groups": [
-                {"rows": list(g.rows), "edges": [list(e) for e in g.edges], "ring": [list(r) for r in g.ring]}
+                {
+                    "rows": list(g.rows),
+                    "edges": [list(e) for e in g.edges],
+                    "ring": [list(r) for r in g.ring],
+                    "overlap": [[i, method, list(gemms)] for i, method, gemms in g.overlap],
+                }
                 for g in self.groups
             ],
             "layers": [
@@ -154,6 +168,7 @@ class Setting:
             "grad_element_bytes",
             "cp",
             "kernels",
+            "tp_overlap",
             "prepare_s",
             "table",
             "groups",
@@ -166,7 +181,7 @@ class Setting:
         for k in ("micro_batch", "tp", "cp"):
             if not is_int(data[k]) or data[k] < 1:
                 raise ValueError(f"{k} = {data[k]!r}: expected an integer >= 1")
-        for k in ("sequence_parallel", "grads_freed"):
+        for k in ("sequence_parallel", "grads_freed", "tp_overlap"):
             if not isinstance(data[k], bool):
                 raise ValueError(f"{k} = {data[k]!r}: expected true or false")
         if data["grad_element_bytes"] not in (2, 4) or not is_int(data["grad_element_bytes"]):
@@ -208,6 +223,7 @@ class Setting:
             data["grad_element_bytes"],
             data["cp"],
             kernels,
+            data["tp_overlap"],
         )
 
     def priced_groups(self) -> list[int]:
@@ -225,13 +241,16 @@ class Setting:
         split: np.ndarray,
         cores: dict[str, int],
         network: Sequence[NetworkLevel] | None = None,
+        sms: int | None = None,
     ) -> sched.Problem:
         """The scheduling problem of group ``g`` with the table's latencies ``one``/``split``
         (``[rows]`` seconds on one candidate): the same problem, bit for bit, as
         ``phaze-schedule-ops`` builds from the IR on that candidate (so they share cache
         entries).  Under context parallelism the ops of each fused attention kernel take the
         ring's time on the chip's ``network``, as ``phaze-context-parallel`` scales them
-        (:meth:`ring_factors`)."""
+        (:meth:`ring_factors`), and under TP overlap each overlapped collective takes what it
+        adds to its GEMMs on a chip of ``sms`` SMs, as ``phaze-overlap-tensor-parallel`` prices
+        it (after the rings, as the pipeline runs the two passes)."""
         grp = self.groups[g]
         rows = list(grp.rows)
         a, b = one[rows].tolist(), split[rows].tolist()
@@ -243,6 +262,22 @@ class Setting:
                 f = factors[k]
                 if f is not None:
                     a[i], b[i] = a[i] * f, b[i] * f
+        if self.tp_overlap and grp.overlap:
+            if sms is None:
+                raise ValueError("a TP-overlapped setting is priced on a chip with an SM count")
+            budget: dict[int, float] = {}  # seconds of each GEMM not yet hiding a collective
+            for i, method, gemms in grp.overlap:
+                beside = 0.0
+                for g_ in gemms:
+                    beside += budget.setdefault(g_, b[g_])
+                comm = b[i]
+                added = added_s(method, comm, beside, self.tp, sms)
+                hidden = comm - added if added < comm else 0.0
+                for g_ in gemms:  # the time it hid is no longer free beside these GEMMs
+                    take = min(budget[g_], hidden)
+                    budget[g_] -= take
+                    hidden -= take
+                a[i] = b[i] = added
         ops = [sched.Op(self.units[r], x, y) for r, x, y in zip(rows, a, b)]
         return sched.Problem.make(ops, grp.edges, cores)
 
@@ -308,8 +343,8 @@ def _kernel_from_json(data: object, rows: int, i: int) -> AttentionKernel:
 
 
 def _group_from_json(data: object, rows: int, kernels: int, i: int) -> Group:
-    if not isinstance(data, dict) or sorted(data) != ["edges", "ring", "rows"]:
-        raise ValueError(f"group {i}: expected the fields rows, edges, ring")
+    if not isinstance(data, dict) or sorted(data) != ["edges", "overlap", "ring", "rows"]:
+        raise ValueError(f"group {i}: expected the fields rows, edges, ring, overlap")
     r, e = data["rows"], data["edges"]
     if not (isinstance(r, list) and all(is_int(x) and 0 <= x < rows for x in r)):
         raise ValueError(f"group {i}: its rows are not rows of the {rows}-op table")
@@ -335,7 +370,22 @@ def _group_from_json(data: object, rows: int, kernels: int, i: int) -> Group:
         )
     ):
         raise ValueError(f"group {i}: its ring is not pairs of one of its {n} ops and one of the {kernels} kernels")
-    return Group(tuple(r), edges, tuple((p[0], p[1]) for p in ring))
+    overlap = data["overlap"]
+    if not (
+        isinstance(overlap, list)
+        and all(
+            isinstance(x, list)
+            and len(x) == 3
+            and is_int(x[0])
+            and 0 <= x[0] < n
+            and x[1] in METHODS
+            and isinstance(x[2], list)
+            and all(is_int(y) and 0 <= y < n for y in x[2])
+            for x in overlap
+        )
+    ):
+        raise ValueError(f"group {i}: its overlap is not [one of its {n} ops, a method, its GEMMs among them]")
+    return Group(tuple(r), edges, tuple((p[0], p[1]) for p in ring), tuple((x[0], x[1], tuple(x[2])) for x in overlap))
 
 
 def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
@@ -360,17 +410,20 @@ def setting_from_module(
     sequence_parallel: bool = False,
     selective: str = "attention",
     cp: int = 1,
+    tp_overlap: bool = False,
 ) -> Setting:
     """Reduce a module sharded by ``phaze-shard-tensor-parallel`` (with sequence parallelism
     when ``sequence_parallel``) to a :class:`Setting` (the optimizer state is read from its
     ``phaze.optimizer_update`` ops, as the pipeline does; ``selective``: what selective
     recompute re-runs, ``Options.selective_recompute``; ``cp``: the context-parallel degree
     the step, traced at S/c tokens, is priced for: its fused attention kernels become rings
-    as ``phaze-context-parallel`` makes them)."""
+    as ``phaze-context-parallel`` makes them; ``tp_overlap``: its TP collectives overlapped
+    with their GEMMs, as ``phaze-overlap-tensor-parallel`` overlaps them)."""
     from passes.algorithms.recompute import parse_selective
     from passes.cost_view import op_table
     from passes.insert_recompute import static_costs
     from passes.place_devices import frees_grads, grad_element_bytes
+    from phaze_ir.errors import PhazeError
 
     name = "phaze-search"
     table, row_of, priced_ops, _ = op_table(module)
@@ -382,12 +435,25 @@ def setting_from_module(
     groups: list[Group] = []
     index: dict[Group, int] = {}
     kernels, kernel_of = _attention_kernels(ops, rows) if cp > 1 else ((), {})
+    beside = _overlapped(module, ops) if tp_overlap else {}
 
-    def group_of(ids: list[int]) -> int:
+    def group_of(ids: list[int], selective: bool = False) -> int:
         if not ids:
             return -1
         ring = tuple((p, kernel_of[i]) for p, i in enumerate(ids) if i in kernel_of)
-        g = Group(tuple(rows[i] for i in ids), sched.group_edges(graph, ids), ring)
+        overlap = []
+        position = {i: p for p, i in enumerate(ids)}
+        for p, i in enumerate(ids):
+            if i not in beside:
+                continue
+            method, gemms = beside[i]
+            if selective or any(g not in position for g in gemms):
+                raise PhazeError(
+                    "phaze-search: a TP collective overlapped with GEMMs outside its scheduling group "
+                    f"(op {i}{', re-run by selective recompute' if selective else ''}): priced point by point"
+                )
+            overlap.append((p, method, tuple(position[g] for g in gemms)))
+        g = Group(tuple(rows[i] for i in ids), sched.group_edges(graph, ids), ring, tuple(overlap))
         if g not in index:
             index[g] = len(groups)
             groups.append(g)
@@ -402,7 +468,7 @@ def setting_from_module(
                 fwd=group_of(by_phase.get((k, "fwd"), [])),
                 bwd=group_of(by_phase.get((k, "bwd"), [])),
                 opt=group_of(by_phase.get((k, "opt"), [])),
-                selective=group_of(rc.selective_ops),
+                selective=group_of(rc.selective_ops, selective=True),
                 numbers=static_numbers(la, mem.record(), (rc.none_bytes, rc.selective_bytes, rc.full_bytes)),
             )
         )
@@ -422,7 +488,21 @@ def setting_from_module(
         grad_bytes,
         cp,
         kernels,
+        tp_overlap,
     )
+
+
+def _overlapped(module, ops: list) -> dict[int, tuple[str, list[int]]]:
+    """Each TP collective ``phaze-overlap-tensor-parallel`` overlaps, by its index in ``ops``:
+    Transformer Engine's method for it and its GEMMs' indices
+    (``passes.overlap_tensor_parallel.overlapped``)."""
+    from passes.graph_view import step_function
+    from passes.overlap_tensor_parallel import overlapped
+
+    index = {id(o): i for i, o in enumerate(ops)}
+    return {
+        index[id(o)]: (method, [index[id(g)] for g in gemms]) for o, method, gemms in overlapped(step_function(module))
+    }
 
 
 def _attention_kernels(ops: list, rows: list[int]) -> tuple[tuple[AttentionKernel, ...], dict[int, int]]:
@@ -590,6 +670,9 @@ def _settings_of(
 
     points = tp_points(opts, tps)
     cp = context_parallel_degree(opts)
+    # at the points with sequence parallelism, as the pipeline runs it: the --hw sweep's (a chip's
+    # SM count prices it; the architecture search prices each collective alone)
+    overlap = opts.tp_overlap != "off" and accelerator is not None
     out = []
     errors = []
     for k, (t, sp) in enumerate(points):
@@ -603,5 +686,6 @@ def _settings_of(
         except PhazeError as e:
             errors.append((t, sp, str(e)))
             continue
-        out.append(setting_from_module(module, name, micro_batch, t, sp, opts.selective_recompute, cp))
+        overlapped = overlap and sp and t > 1
+        out.append(setting_from_module(module, name, micro_batch, t, sp, opts.selective_recompute, cp, overlapped))
     return out, errors
