@@ -6,6 +6,7 @@ serial a100; when nothing fits; under a power cap."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import pytest
 from conftest import MODELS
@@ -123,8 +124,14 @@ def test_the_settings_price_a_fixed_context_parallel_degree_as_the_pipeline(kw):
     kernels rings of 2 steps on the chip's network (``Setting.ring_factors``, the factors
     ``phaze-context-parallel`` scales them by), its PricedStep of CP 2: the same module and
     points as the pipeline's sweep, no fallback."""
+    from passes.algorithms.schedule import ScheduleCache
+
     model = str(MODELS / "tiny_llama_sdpa.py")
+    # One schedule cache for both sweeps: a problem the settings build as the pipeline does gets
+    # the same schedule (SCIP stops at a gap, so a loaded machine may find another within it).
+    cache = ScheduleCache(None)
     opts = Options(micro_batches=(1, 2), tp_widths=(1, 2), sequence_parallel="auto", context_parallel="2", **kw)
+    opts = replace(opts, schedule_cache=cache)
     assert sweep.why_compiled_point_by_point(opts) == ""
     fast, slow = _both(opts, model)
     assert not isinstance(fast, str) and fast == slow
@@ -143,11 +150,13 @@ def test_the_settings_price_tp_overlap_as_the_pipeline(kw):
     with their methods and GEMMs (``passes.overlap_tensor_parallel.overlapped``), and prices
     what each adds to its GEMMs on the chip's SMs as ``phaze-overlap-tensor-parallel`` does:
     the same module and points as the pipeline's sweep, no fallback."""
+    from passes.algorithms.schedule import ScheduleCache
     from phaze.pipeline import load_accelerator
     from phaze.search.setting import prepare_points
 
     model = str(MODELS / "tiny_llama_sdpa.py")
     opts = Options(micro_batches=(1, 2), tp_widths=(1, 2), hw="h100", kernels="eager", devices=8, global_batch=16, **kw)
+    opts = replace(opts, schedule_cache=ScheduleCache(None))  # one for both sweeps, as above
     assert sweep.why_compiled_point_by_point(opts) == ""
     if "context_parallel" not in kw:  # the settings hold the overlap (the sweep passes the chip)
         (setting,), _, _ = prepare_points(model, 1, (2,), opts, load_accelerator("h100"))

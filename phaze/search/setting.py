@@ -10,7 +10,12 @@ and is redone here over many candidates without the IR:
 - the scheduling *groups*: each layer's forward, backward and optimizer ops, and the attention
   cores that selective recompute re-runs, as rows of that table plus their edges, deduplicated
   (a transformer's blocks share theirs);
-- per layer, what the placement DP needs that no accelerator changes (memory, boundary bytes).
+- per layer, what the placement DP needs that no accelerator changes (memory, boundary bytes,
+  experts: :func:`~passes.algorithms.priced_step.static_numbers`, as ``phaze-place-devices``
+  reads them), which :meth:`Setting.priced_step` turns into the DP's one input on a chip;
+- for the ``--hw`` sweep, what the passes after the latencies change: under context
+  parallelism the fused attention kernels (rings of c steps), under TP overlap the collectives
+  overlapped with their GEMMs.
 
 A :class:`Setting` is picklable (no xDSL objects), so worker processes and Ray can price it.
 The search's on-disk cache keeps it per (model, micro-batch, TP) as plain JSON, never as a
