@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -56,17 +57,8 @@ class OverlapTensorParallelPass(ModulePass):
                 "is sharded without it (phaze-shard-tensor-parallel{sequence_parallel=true})"
             )
         sms = sm_count(module_accelerator(op, self.name), self.name)
-        fn = step_function(op)
-        params = {fn.body.block.args[i] for i in range(len(fn.body.block.args)) if arg_role(fn, i)[0] == "param"}
         budget: dict[int, float] = {}  # seconds of each GEMM not yet hiding a collective
-        for o in fn.body.block.ops:
-            if not (isinstance(o, ph.CollectiveOp) and o.kind.data in _OVERLAPPED):
-                continue
-            gather = o.kind.data == "all_gather"
-            gemms = _gemms(o, forward=gather)
-            phase = keys.string_of(o, keys.PHASE, "fwd")
-            feeds = gather and any(_reads_weight(g, params) for g in gemms)
-            method = method_of(o.kind.data, phase, feeds)
+        for o, method, gemms in overlapped(step_function(op)):
             beside = 0.0
             for g in gemms:
                 beside += budget.setdefault(id(g), _split(g))
@@ -83,6 +75,24 @@ class OverlapTensorParallelPass(ModulePass):
             )
         sum_layer_latencies(op)
         op.attributes[keys.TP_OVERLAP] = UnitAttr()
+
+
+def overlapped(fn: func.FuncOp) -> list[tuple[ph.CollectiveOp, str, list[ph.MatmulOp]]]:
+    """Each TP all-gather and reduce-scatter of the step ``fn``, in program order, with
+    Transformer Engine's method for it and the GEMMs beside it (those that read its result, for
+    an all-gather; those whose output it reduces, for a reduce-scatter): what the pass overlaps,
+    and what the ``--hw`` sweep's settings record of it (``phaze/search/setting.py``)."""
+    params = {fn.body.block.args[i] for i in range(len(fn.body.block.args)) if arg_role(fn, i)[0] == "param"}
+    out = []
+    for o in fn.body.block.ops:
+        if not (isinstance(o, ph.CollectiveOp) and o.kind.data in _OVERLAPPED):
+            continue
+        gather = o.kind.data == "all_gather"
+        gemms = _gemms(o, forward=gather)
+        phase = keys.string_of(o, keys.PHASE, "fwd")
+        feeds = gather and any(_reads_weight(g, params) for g in gemms)
+        out.append((o, method_of(o.kind.data, phase, feeds), gemms))
+    return out
 
 
 def sm_count(acc, pass_name: str) -> int:

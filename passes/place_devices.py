@@ -17,6 +17,7 @@ from xdsl.utils.arg_spec import ArgSpec
 from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.algorithms.placement_options import PlacementOptions
+from passes.algorithms.priced_step import PricedStep, static_numbers, timed
 from passes.graph_view import arg_role, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
@@ -38,18 +39,21 @@ def _records(module: ModuleOp, key: keys.Key, kind: type[RecordAttr]) -> list[di
     return [r.as_dict() for r in keys.require_records(module, key, kind)]
 
 
-def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
-    """Per-layer numbers from the annotations of the earlier passes: ``phaze.layers``,
-    ``phaze.layer_schedule`` (scheduled makespans: forward and backward per micro-batch, the
-    optimizer step once per batch), ``phaze.layer_recompute`` and ``phaze.layer_memory``."""
-    layers = _records(module, keys.LAYERS, LayerInfoAttr)
+def priced_step(module: ModuleOp, pass_name: str) -> PricedStep:
+    """The step as the cost passes priced it on the module's accelerator
+    (:class:`~passes.algorithms.priced_step.PricedStep`): each layer's numbers from
+    ``phaze.layers``, ``phaze.layer_schedule`` (scheduled makespans: forward and backward per
+    micro-batch, the optimizer step once per batch), ``phaze.layer_recompute`` and
+    ``phaze.layer_memory``, and the module's micro-batch, TP width, context-parallel degree,
+    sequence parallelism, repeated blocks, runtime and gradient dtype."""
+    infos = _records(module, keys.LAYERS, LayerInfoAttr)
     schedule = _records(module, keys.LAYER_SCHEDULE, LayerScheduleAttr)
     recompute = _records(module, keys.LAYER_RECOMPUTE, LayerRecomputeAttr)
     memory = _records(module, keys.LAYER_MEMORY, LayerMemoryAttr)
     by_index = [{r["index"]: r for r in rs} for rs in (schedule, recompute, memory)]
-    out = []
-    for layer in layers:
-        i = layer["index"]
+    layers = []
+    for info in infos:
+        i = info["index"]
         try:
             s, r, m = (d[i] for d in by_index)
         except KeyError:
@@ -57,52 +61,42 @@ def layer_numbers(module: ModuleOp, pass_name: str) -> list[pl.LayerNumbers]:
                 f"{pass_name}: layer {i} has no schedule, recompute or memory record; "
                 "rerun the pipeline after phaze-group-layers"
             ) from None
-        out.append(
-            pl.LayerNumbers(
+        saved = (r["none_bytes"], r["selective_bytes"], r["full_bytes"])
+        layers.append(
+            timed(
+                static_numbers(info, m, saved),
                 fwd_s=s["fwd_s"],
                 bwd_s=s["bwd_s"],
-                recompute_s=(0.0, r["selective_s"], r["full_s"]),
-                saved_bytes=(r["none_bytes"], r["selective_bytes"], r["full_bytes"]),
-                param_bytes=m["param_bytes"],
-                grad_bytes=m["grad_bytes"],
-                optimizer_bytes=m["optimizer_bytes"],
-                workspace_bytes=m["workspace_bytes"],
-                recompute_workspace_bytes=m["recompute_workspace_bytes"],
-                boundary_bytes=layer["boundary_bytes"],
-                experts=layer["experts"],
-                expert_param_bytes=m["expert_param_bytes"],
-                expert_grad_bytes=m["expert_param_bytes"],  # gradients as the weights (mixed precision)
-                expert_optimizer_bytes=m["expert_optimizer_bytes"],
-                fp8_weight_bytes=m["fp8_weight_bytes"],
-                dispatch_bytes=layer["dispatch_bytes"],
+                selective_s=r["selective_s"],
+                full_s=r["full_s"],
                 opt_s=s["opt_s"],
-                expert_opt_s=pl.expert_opt_s(s["opt_s"], m["optimizer_bytes"], m["expert_optimizer_bytes"]),
             )
         )
-    return out
+    tp = tp_width(module, pass_name)
+    try:
+        blocks = pl.block_range([str(info["kind"]) for info in infos])
+    except pl.PlacementError as e:
+        raise PhazeError(f"{pass_name}: {e}") from e
+    return PricedStep(
+        layers=layers,
+        micro_batch=keys.int_of(module, keys.MICRO_BATCH_SIZE, 1),
+        tp=tp,
+        cp=keys.int_of(module, keys.CONTEXT_PARALLEL, 1),
+        sequence_parallel=keys.SEQUENCE_PARALLEL in module.attributes,
+        blocks=blocks,
+        grads_freed=frees_grads(module),
+        grad_element_bytes=grad_element_bytes(module),
+    )
 
 
 def build_problem(module: ModuleOp, options: PlacementOptions, pass_name: str) -> _phaze_rs.ProblemDict:
-    """The DP problem of a module annotated by the cost passes, under the placement ``options``
-    (a module sharded with sequence parallelism sends each rank's own shard of a boundary's
-    values, whatever their ``pipeline_transfer``)."""
-    layers = layer_numbers(module, pass_name)
+    """The DP problem of a module annotated by the cost passes, under the placement
+    ``options``: its :func:`priced_step` on its accelerator's HBM and network, assembled by
+    the one assembly (:func:`passes.algorithms.placement.problem`)."""
+    step = priced_step(module, pass_name)
     acc = module_accelerator(module, pass_name)
-    kinds = [str(r["kind"]) for r in _records(module, keys.LAYERS, LayerInfoAttr)]
     try:
-        return pl.problem(
-            layers,
-            options,
-            hbm_bytes=acc.hbm.bytes,
-            levels=acc.network,
-            micro_batch=keys.int_of(module, keys.MICRO_BATCH_SIZE, 1),
-            tp=tp_width(module, pass_name),
-            cp=keys.int_of(module, keys.CONTEXT_PARALLEL, 1),
-            blocks=pl.block_range(kinds),
-            grads_freed=frees_grads(module),
-            sequence_parallel=keys.SEQUENCE_PARALLEL in module.attributes,
-            grad_element_bytes=grad_element_bytes(module),
-        )
+        return pl.problem(step, options, hbm_bytes=acc.hbm.bytes, levels=acc.network)
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
 

@@ -12,9 +12,10 @@ settings' (relative 1e-9), as the search's winner must (design §7.5).
 
 What the settings do not cover is compiled point by point as before
 (``driver.compile_model``): a stage before ``plan``, a sweep of one point (its compilation is
-all there is to do), expert parallelism and a capacity factor (the search places no experts),
-a micro-batch whose step cannot be imported, and, should it ever happen, a best point whose
-compiled throughput is not the settings' (said in one warning line).
+all there is to do), ``--context-parallel auto`` (the settings are of one degree), a
+micro-batch whose step cannot be imported or whose TP overlap pairs a collective with GEMMs of
+another scheduling group, and, should it ever happen, a best point whose compiled throughput is
+not the settings' (said in one warning line).
 
 The sweep is ``phazec --hw``'s, so it lives beside the driver; it prices with the search's
 settings and evaluator (:mod:`phaze.search.setting`, :mod:`phaze.search.engine`), which the
@@ -31,13 +32,22 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects.builtin import ModuleOp
 
 from passes.algorithms.cache_file import Store, fields, is_int, need
+from passes.algorithms.context_parallel import parse_context_parallel
 from phaze import driver
 from phaze.model_key import model_key
-from phaze.options import DEFAULT_TP_WIDTHS, Options
+from phaze.options import DEFAULT_TP_WIDTHS, Options, context_parallel_degree, traced_seq_len
 from phaze.pipeline import compile_module, few_collections, traced_line
 from phaze.plan_output import Candidate, plan_record
 from phaze.plan_template import Point
-from phaze.points import NoPlanFits, no_fit_message, notes_once, over_cap_note, point_label, tp_points
+from phaze.points import (
+    NoPlanFits,
+    context_parallel_points,
+    no_fit_message,
+    notes_once,
+    over_cap_note,
+    point_label,
+    tp_points,
+)
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 if TYPE_CHECKING:
@@ -57,14 +67,8 @@ def why_compiled_point_by_point(opts: Options) -> str:
     """Why the sweep of ``opts`` cannot be priced from settings ("" when it can)."""
     if opts.emit != "plan":
         return f"--emit {opts.emit}"
-    if opts.expert_parallel != Options.expert_parallel:
-        return "--expert-parallel"
-    if opts.capacity_factor is not None:
-        return "--capacity-factor"
-    if opts.context_parallel != Options.context_parallel:  # the settings price whole attentions
-        return "--context-parallel"
-    if opts.tp_overlap != Options.tp_overlap:  # the settings price each collective alone
-        return "--tp-overlap"
+    if parse_context_parallel(opts.context_parallel) is None:  # the settings are of one degree
+        return "--context-parallel auto"
     return ""
 
 
@@ -129,6 +133,10 @@ def _compile_plan(
 
     begun = driver.start_compilation(model_path, opts, accelerator)
     opts, acc, spec, fixed, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.fixed, begun.tp_widths
+    # A fixed context-parallel degree c: its options, with the whole sequence explicit (each
+    # point's step is traced at S/c, its attention priced as a ring; the same options at c = 1).
+    (opts,) = context_parallel_points(opts, spec.seq_len)
+    c = context_parallel_degree(opts)
     if len(opts.micro_batches) * len(tp_points(opts, tp_widths)) == 1:
         # One point: its compilation is all there is to do (the cut traces would be extra).
         return driver.compile_model(model_path, opts, log, accelerator, seconds)
@@ -190,25 +198,30 @@ def _compile_plan(
     for b, t, sp, k, error in points:
         if t not in asked:  # more TP than devices: priced for nearest_fit only
             continue
-        where = point_label(b, t, sp)
+        where = point_label(b, t, sp, c)
+        if c > 1 and t * c > opts.devices:  # no replica fits: said as the pipeline's sweep says it
+            note = f"devices: t·c = {t}·{c} exceeds N = {opts.devices}"
+            candidates.append(Candidate(b, t, note=note, sequence_parallel=sp, context_parallel=c))
+            log(f"{where}: does not fit: {note}")
+            continue
         if k is None:
-            candidates.append(Candidate(b, t, note=error, sequence_parallel=sp))
+            candidates.append(Candidate(b, t, note=error, sequence_parallel=sp, context_parallel=c))
             log(f"{where}: skipped: {error}")
             continue
         score, result = priced[k]
         plan = result.get("plan")
         if result.get("feasible") and plan and score > 0:
-            cand = Candidate(b, t, evaluator.throughput(result), "", sp)
+            cand = Candidate(b, t, evaluator.throughput(result), "", sp, c)
             log(f"{where}: {cand.throughput:,.1f} samples/s (DP {plan['dp']}, PP {plan['pp']})")
             if best is None or cand.throughput > best.throughput:
                 best = cand
         elif result.get("feasible") and plan:  # over the power cap
             power = objective.plan_power(settings[k], 0, plan).chip_power_w
             assert opts.power_cap_w is not None  # the only way a feasible plan scores 0
-            cand = Candidate(b, t, 0.0, over_cap_note(power, opts.power_cap_w), sp)
+            cand = Candidate(b, t, 0.0, over_cap_note(power, opts.power_cap_w), sp, c)
             log(f"{where}: {cand.note}")
         else:
-            cand = Candidate(b, t, 0.0, binding_message(result), sp)
+            cand = Candidate(b, t, 0.0, binding_message(result, opts.memory_headroom), sp, c)
             log(f"{where}: does not fit: {cand.note}")
             first_unfit = first_unfit or cand
             needed = least_needed(result)
@@ -230,7 +243,7 @@ def _compile_plan(
     point = Point(chosen.micro_batch, chosen.tp, chosen.sequence_parallel, chosen.context_parallel)
     module = templates.placed(point) if templates is not None else None
     if module is not None:
-        where = point_label(point.micro_batch, point.tp, point.sequence_parallel)
+        where = point_label(point.micro_batch, point.tp, point.sequence_parallel, point.context_parallel)
         log(f"placing the best point ({where}) from its compiled plan (in the cache)")
     else:
         module = _compile_point(spec, chosen, opts, acc, log, seconds)
@@ -345,11 +358,16 @@ def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> 
     """``point`` compiled from the whole model through the pipeline to its plan (its schedules
     are the settings', from the cache)."""
     from phaze_ir.frontend import trace_step
+    from phaze_ir.frontend.trace import whole_sequence
 
-    where = point_label(point.micro_batch, point.tp, point.sequence_parallel)
+    where = point_label(point.micro_batch, point.tp, point.sequence_parallel, point.context_parallel)
     log(f"compiling the best point ({where}) from the whole model")
     start = time.perf_counter()
-    traced = trace_step(spec, point.micro_batch, opts.seq_len, training=True, dtype=opts.dtype, fp8_recipe=opts.fp8)
+    whole = opts.seq_len if context_parallel_degree(opts) > 1 else None  # a CP part of a sample
+    with whole_sequence(whole):
+        traced = trace_step(
+            spec, point.micro_batch, traced_seq_len(opts), training=True, dtype=opts.dtype, fp8_recipe=opts.fp8
+        )
     log(traced_line(traced))
     module = compile_module(traced, "plan", point.tp, opts, acc, point.sequence_parallel)  # verified
     seconds["winner"] += time.perf_counter() - start
@@ -377,8 +395,10 @@ def prepared(
         # whose compute capability picks the fused attention's kernel (search.setting.prepare_points).
         capability = None if acc is None or acc.calibration is None else acc.calibration.compute_capability
         runtime = (opts.kernels, capability if opts.kernels != "ops" else None)
-        traced_as = (b, opts.seq_len, opts.traced_dtype, opts.optimizer, opts.strict, opts.capacity_factor, runtime)
-        how = (traced_as, opts.selective_recompute)  # and what the settings' selective policy re-runs
+        seq = (opts.seq_len, opts.context_parallel)  # a CP degree's settings are traced at S/c
+        traced_as = (b, seq, opts.traced_dtype, opts.optimizer, opts.strict, opts.capacity_factor, runtime)
+        # and what the settings' selective policy re-runs, and whether their TP collectives overlap
+        how = (traced_as, opts.selective_recompute, opts.tp_overlap)
         model = model_key(model_path, stages).digest
         key = stages.key(SETTINGS_KIND, model, tps, opts.sequence_parallel, how)
         hit = stages.load(SETTINGS_KIND, key, lambda payload: _check_prepared(payload, b, tps))

@@ -374,24 +374,27 @@ def test_fp8_primary_weights_are_gathered_at_one_byte_an_element():
     parameters' bytes less one byte per FP8 weight element (``fp8_weight_bytes`` counts two:
     the rowwise and columnwise copies), what ZeRO's all-gathers move; without it, the
     parameters' own bytes (the field left out)."""
-    from passes.algorithms.placement import fp8_param_gather_bytes, problem
+    from passes.algorithms.placement import LayerNumbers, fp8_param_gather_bytes, problem
     from passes.algorithms.placement_options import PlacementOptions
+    from passes.algorithms.priced_step import PricedStep
     from phaze_ir.hardware import load_hardware
 
     h100 = load_hardware("h100")
     norm = 2 * 4096
-    layer = {"fwd_s": 1e-3, "bwd_s": 2e-3, "recompute_s": [0.0, 0.0, 0.0], "saved_bytes": [0, 0, 0],
-             "param_bytes": 2 * 4096 * 14336 + norm, "grad_bytes": 2 * 4096 * 14336 + norm, "optimizer_bytes": 0,
-             "workspace_bytes": 0, "boundary_bytes": 0, "experts": 0, "fp8_weight_bytes": 2 * 4096 * 14336}  # fmt: skip
-    assert fp8_param_gather_bytes(layer["param_bytes"], layer["fp8_weight_bytes"]) == 4096 * 14336 + norm
+    weight = 2 * 4096 * 14336
+    layer = LayerNumbers(fwd_s=1e-3, bwd_s=2e-3, recompute_s=(0.0, 0.0, 0.0), saved_bytes=(0, 0, 0),
+                         param_bytes=weight + norm, grad_bytes=weight + norm, optimizer_bytes=0, workspace_bytes=0,
+                         boundary_bytes=0, fp8_weight_bytes=weight)  # fmt: skip
+    assert fp8_param_gather_bytes(layer.param_bytes, layer.fp8_weight_bytes) == 4096 * 14336 + norm
 
     def dp(fp8_params: bool):
         options = PlacementOptions(devices=2, global_batch=2, fp8_params=fp8_params)
-        return problem([layer], options, hbm_bytes=h100.hbm.bytes, levels=h100.network, micro_batch=1, tp=1)
+        step = PricedStep(layers=[layer], micro_batch=1, tp=1)
+        return problem(step, options, hbm_bytes=h100.hbm.bytes, levels=h100.network)
 
     (primary,), (plain,) = dp(True)["layers"], dp(False)["layers"]
     assert primary["param_gather_bytes"] == 4096 * 14336 + norm and primary["fp8_weight_bytes"] == 0
-    assert "param_gather_bytes" not in plain and plain["fp8_weight_bytes"] == 2 * 4096 * 14336
+    assert "param_gather_bytes" not in plain and plain["fp8_weight_bytes"] == weight
 
 
 def _recipe(model: str, recipe: str, kernels: str = "eager", emit: str = "latency"):

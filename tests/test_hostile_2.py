@@ -107,10 +107,11 @@ def _layers(experts: int) -> list:
 def test_expert_parallel_the_model_cannot_take_is_a_placement_error(experts, why):
     from passes.algorithms import placement as pl
     from passes.algorithms.placement_options import PlacementOptions
+    from passes.algorithms.priced_step import PricedStep
 
     def problem(ep: str):
         options = PlacementOptions(devices=8, global_batch=8, expert_parallel=ep)
-        return pl.problem(_layers(experts), options, hbm_bytes=1 << 30, levels=[], micro_batch=1, tp=1)
+        return pl.problem(PricedStep(_layers(experts), micro_batch=1, tp=1), options, hbm_bytes=1 << 30, levels=[])
 
     with pytest.raises(pl.PlacementError) as e:
         problem("2")

@@ -419,12 +419,14 @@ def test_a_model_raising_with_a_2mb_message_is_one_short_line(tmp_path):
 def test_devices_beyond_the_flags_bound_are_named_as_an_option_not_as_the_dps_field():
     from passes.algorithms import placement as pl
     from passes.algorithms.placement_options import PlacementOptions
+    from passes.algorithms.priced_step import PricedStep
 
+    empty = PricedStep([], micro_batch=1, tp=1)
     with pytest.raises(pl.PlacementError) as info:
-        pl.problem([], PlacementOptions(devices=2**64, global_batch=1), hbm_bytes=1, levels=[], micro_batch=1, tp=1)
+        pl.problem(empty, PlacementOptions(devices=2**64, global_batch=1), hbm_bytes=1, levels=[])
     assert str(info.value) == "devices = 18446744073709551616: expected a positive integer up to 2.15 G (2,147,483,647)"
     with pytest.raises(pl.PlacementError) as info:
-        pl.problem([], PlacementOptions(devices=8, global_batch=2**32), hbm_bytes=1, levels=[], micro_batch=1, tp=1)
+        pl.problem(empty, PlacementOptions(devices=8, global_batch=2**32), hbm_bytes=1, levels=[])
     assert str(info.value) == "global batch = 4294967296: expected a positive integer up to 2.15 G (2,147,483,647)"
 
 

@@ -11,28 +11,21 @@ from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.algorithms.placement import LayerNumbers
 from passes.algorithms.placement_options import PlacementOptions
+from passes.algorithms.priced_step import PricedStep
 
 # one switch level of 8 devices, 100 GB/s links, 5 us: the DP group's collective is a ring on it
 LEVELS: list[_phaze_rs.LevelDict] = [{"group_size": 8, "bandwidth_Bps": 100e9, "latency_s": 5e-6}]
 GRADS = 64 << 20  # bf16 gradients of a layer, bytes
 
 
-def _layers(grad_bytes: int) -> list[LayerNumbers]:
+def _step(grad_bytes: int, grad_element_bytes: int = 2) -> PricedStep:
     layer = LayerNumbers(1e-3, 2e-3, (0.0, 0.0, 0.0), (8, 8, 8), GRADS, grad_bytes, 2 * GRADS, 0, 16)
-    return [layer, layer]
+    return PricedStep([layer, layer], micro_batch=1, tp=1, grad_element_bytes=grad_element_bytes)
 
 
 def _step_s(zero: str, reduce_dtype: str, grad_bytes: int = GRADS, grad_element_bytes: int = 2) -> float:
     options = PlacementOptions(devices=8, global_batch=8, zero=zero, recompute="none", reduce_dtype=reduce_dtype)
-    problem = pl.problem(
-        _layers(grad_bytes),
-        options,
-        hbm_bytes=1 << 40,
-        levels=LEVELS,
-        micro_batch=1,
-        tp=1,
-        grad_element_bytes=grad_element_bytes,
-    )
+    problem = pl.problem(_step(grad_bytes, grad_element_bytes), options, hbm_bytes=1 << 40, levels=LEVELS)
     result = _phaze_rs.evaluate_placement(problem, 1, 8)
     assert result["feasible"] and result["plan"] is not None
     return result["plan"]["time_per_batch_s"]
@@ -57,13 +50,13 @@ def test_gradients_held_in_fp32_reduce_as_they_are_in_fp32_and_halve_in_bf16():
 def test_the_scale_reaches_the_problem_and_a_bad_setting_is_refused():
     options = PlacementOptions(devices=8, global_batch=8)
     assert options.reduce_dtype == "fp32"  # Megatron-LM --bf16 and torchtitan's FSDP2 default
-    kw = {"hbm_bytes": 1 << 30, "levels": LEVELS, "micro_batch": 1, "tp": 1}
-    assert pl.problem(_layers(GRADS), options, **kw)["grad_reduce_scale"] == 2.0  # type: ignore[arg-type]
+    kw = {"hbm_bytes": 1 << 30, "levels": LEVELS}
+    assert pl.problem(_step(GRADS), options, **kw)["grad_reduce_scale"] == 2.0  # type: ignore[arg-type]
     bf16 = dataclasses.replace(options, reduce_dtype="bf16")
-    assert pl.problem(_layers(GRADS), bf16, **kw)["grad_reduce_scale"] == 1.0  # type: ignore[arg-type]
+    assert pl.problem(_step(GRADS), bf16, **kw)["grad_reduce_scale"] == 1.0  # type: ignore[arg-type]
     with pytest.raises(pl.PlacementError, match=r"^reduce dtype .fp8.: expected one of fp32, bf16, fp16$"):
-        pl.problem(_layers(GRADS), dataclasses.replace(options, reduce_dtype="fp8"), **kw)  # type: ignore[arg-type]
-    problem = pl.problem(_layers(GRADS), options, **kw)  # type: ignore[arg-type]
+        pl.problem(_step(GRADS), dataclasses.replace(options, reduce_dtype="fp8"), **kw)  # type: ignore[arg-type]
+    problem = pl.problem(_step(GRADS), options, **kw)  # type: ignore[arg-type]
     problem["grad_reduce_scale"] = -1.0
     with pytest.raises(ValueError, match="grad_reduce_scale must be finite and > 0"):
         _phaze_rs.solve_placement(problem)

@@ -6,6 +6,7 @@ serial a100; when nothing fits; under a power cap."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import pytest
 from conftest import MODELS
@@ -18,14 +19,14 @@ from phaze_ir.ir import print_module
 DEEP = str(MODELS / "tiny_gpt2_deep.py")
 
 
-def _both(opts: Options):
+def _both(opts: Options, model: str = DEEP):
     out = []
     for compile_ in (sweep.compile_plan, driver.compile_model):
         try:
             with warnings.catch_warnings():
                 # the settings' best point must be the compiled one's: no fallback to the pipelines
                 warnings.simplefilter("error", PhazeWarning)
-                module, cands = compile_(DEEP, opts, lambda msg: None)
+                module, cands = compile_(model, opts, lambda msg: None)
         except PhazeError as e:
             out.append(str(e))
             continue
@@ -89,12 +90,91 @@ def test_the_settings_sweep_under_a_power_cap():
     assert fast == slow and any("over the cap" in p[4] for p in fast[1]) and any(p[3] > 0 for p in fast[1])
 
 
+@pytest.mark.parametrize(
+    "kw", [{"expert_parallel": "2", "zero": "1"}, {"expert_parallel": "auto", "capacity_factor": 1.25}]
+)
+def test_the_settings_price_an_moe_model_as_the_pipeline(kw, tmp_path):
+    """The settings carry each MoE layer's experts, their bytes and the tokens it dispatches
+    (the PricedStep's fields ``phaze-place-devices`` reads), so expert parallelism and a
+    capacity factor (the trace padded at import, as the pipeline imports it) are priced from
+    them: the same module and points as the pipeline's sweep, no fallback."""
+    from test_moe_conv import MIXTRAL
+
+    model = tmp_path / "tiny_mixtral.py"
+    model.write_text(MIXTRAL.format(seq=32))
+    # TP 1 (at TP 2 the router's linears stay replicated: a warning, which _both makes an error)
+    opts = Options(micro_batches=(1, 2), tp_widths=(1,), hw="a100", devices=4, global_batch=8, **kw)
+    assert sweep.why_compiled_point_by_point(opts) == ""  # priced from the settings
+    fast, slow = _both(opts, str(model))
+    assert not isinstance(fast, str) and fast == slow
+    assert any(p[3] > 0 for p in fast[1])
+    if kw["expert_parallel"] == "2":
+        assert "expert_parallel = 2" in fast[0]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"hw": "h100", "kernels": "eager", "devices": 8, "global_batch": 16},  # calibrated: flash attention rings
+        {"hw": "tpuv4", "devices": 4, "global_batch": 8},  # ideal chip: SCIP schedules, one point t·c > N
+    ],
+)
+def test_the_settings_price_a_fixed_context_parallel_degree_as_the_pipeline(kw):
+    """``--context-parallel 2``: each point's setting traced at S/2 tokens, its fused attention
+    kernels rings of 2 steps on the chip's network (``Setting.ring_factors``, the factors
+    ``phaze-context-parallel`` scales them by), its PricedStep of CP 2: the same module and
+    points as the pipeline's sweep, no fallback."""
+    from passes.algorithms.schedule import ScheduleCache
+
+    model = str(MODELS / "tiny_llama_sdpa.py")
+    # One schedule cache for both sweeps: a problem the settings build as the pipeline does gets
+    # the same schedule (SCIP stops at a gap, so a loaded machine may find another within it).
+    cache = ScheduleCache(None)
+    opts = Options(micro_batches=(1, 2), tp_widths=(1, 2), sequence_parallel="auto", context_parallel="2", **kw)
+    opts = replace(opts, schedule_cache=cache)
+    assert sweep.why_compiled_point_by_point(opts) == ""
+    fast, slow = _both(opts, model)
+    assert not isinstance(fast, str) and fast == slow
+    assert "cp = 2" in fast[0] and any(p[3] > 0 for p in fast[1])
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"tp_overlap": "on", "sequence_parallel": "on"},
+        {"tp_overlap": "auto", "sequence_parallel": "auto", "context_parallel": "2"},  # rings, then overlap
+    ],
+)
+def test_the_settings_price_tp_overlap_as_the_pipeline(kw):
+    """``--tp-overlap``: each SP point's setting records its TP all-gathers and reduce-scatters
+    with their methods and GEMMs (``passes.overlap_tensor_parallel.overlapped``), and prices
+    what each adds to its GEMMs on the chip's SMs as ``phaze-overlap-tensor-parallel`` does:
+    the same module and points as the pipeline's sweep, no fallback."""
+    from passes.algorithms.schedule import ScheduleCache
+    from phaze.pipeline import load_accelerator
+    from phaze.search.setting import prepare_points
+
+    model = str(MODELS / "tiny_llama_sdpa.py")
+    opts = Options(micro_batches=(1, 2), tp_widths=(1, 2), hw="h100", kernels="eager", devices=8, global_batch=16, **kw)
+    opts = replace(opts, schedule_cache=ScheduleCache(None))  # one for both sweeps, as above
+    assert sweep.why_compiled_point_by_point(opts) == ""
+    if "context_parallel" not in kw:  # the settings hold the overlap (the sweep passes the chip)
+        (setting,), _, _ = prepare_points(model, 1, (2,), opts, load_accelerator("h100"))
+        assert setting.tp_overlap and sum(len(g.overlap) for g in setting.groups) > 0
+        assert setting.from_json(setting.to_json()).groups == setting.groups
+    fast, slow = _both(opts, model)
+    assert not isinstance(fast, str) and fast == slow
+    assert any(p[3] > 0 for p in fast[1])
+
+
 def test_what_the_settings_do_not_cover_is_compiled_point_by_point(monkeypatch):
-    """A stage before the plan, one point, expert parallelism, a capacity factor: the pipeline's
-    sweep itself."""
+    """A stage before the plan, one point, context parallelism tried over degrees: the
+    pipeline's sweep itself."""
     assert sweep.why_compiled_point_by_point(Options(emit="recompute")) == "--emit recompute"
-    assert sweep.why_compiled_point_by_point(Options(expert_parallel="auto")) == "--expert-parallel"
-    assert sweep.why_compiled_point_by_point(Options(capacity_factor=1.5)) == "--capacity-factor"
+    assert sweep.why_compiled_point_by_point(Options(context_parallel="auto")) == "--context-parallel auto"
+    assert sweep.why_compiled_point_by_point(Options(context_parallel="2")) == ""
+    assert sweep.why_compiled_point_by_point(Options(tp_overlap="on")) == ""
+    assert sweep.why_compiled_point_by_point(Options(expert_parallel="auto", capacity_factor=1.5)) == ""
     assert sweep.why_compiled_point_by_point(Options()) == ""
     calls = []
     monkeypatch.setattr(driver, "compile_model", lambda *a, **k: calls.append(a) or ("module", []))
@@ -103,25 +183,32 @@ def test_what_the_settings_do_not_cover_is_compiled_point_by_point(monkeypatch):
     assert len(calls) == 1
 
 
-def test_layer_dicts_are_the_layers_numbers_with_their_times():
-    """``Setting.layer_dicts``: each layer's ``as_dict`` with its groups' makespans as its times
-    (the optimizer step's too: ``opt_s``), one dict shared by the layers that are the same (the
-    repeated blocks)."""
+def test_priced_step_is_the_layers_numbers_with_their_times():
+    """``Setting.priced_step``: each layer's numbers with its groups' makespans as its times
+    (the optimizer step's too: ``opt_s``), one object (and so one dict of the DP's problem)
+    shared by the layers that are the same (the repeated blocks)."""
     from dataclasses import replace
 
     import numpy as np
 
+    from passes.algorithms import placement as pl
+    from passes.algorithms.placement_options import PlacementOptions
     from phaze.search.setting import prepare_points
 
     (setting, *_), _, _ = prepare_points(DEEP, 1, (1,), Options())
     makespan = np.arange(1.0, len(setting.groups) + 1.0) / 1e3
-    got = setting.layer_dicts(makespan)
+    step = setting.priced_step(makespan)
+    got = list(step.layers)
 
     def want(lr):
         fwd, bwd, opt, sel = (float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.opt, lr.selective))
-        return replace(lr.numbers, fwd_s=fwd, bwd_s=bwd, recompute_s=(0.0, sel, fwd), opt_s=opt).as_dict()
+        return replace(lr.numbers, fwd_s=fwd, bwd_s=bwd, recompute_s=(0.0, sel, fwd), opt_s=opt)
 
     assert got == [want(lr) for lr in setting.layers]
-    assert all(d["opt_s"] > 0 for d in got)  # every layer has parameters to update
-    assert len({id(d) for d in got}) < len(got)  # the blocks share one
-    assert setting.layer_dicts(makespan * 2)[1]["fwd_s"] == 2 * got[1]["fwd_s"]  # made anew per makespans
+    assert (step.micro_batch, step.tp, step.cp, step.blocks) == (1, 1, 1, setting.blocks)
+    assert all(n.opt_s > 0 for n in got)  # every layer has parameters to update
+    assert len({id(n) for n in got}) < len(got)  # the blocks share one
+    assert setting.priced_step(makespan * 2).layers[1].fwd_s == 2 * got[1].fwd_s  # made anew per makespans
+    dicts = pl.problem(step, PlacementOptions(devices=8, global_batch=8), hbm_bytes=1 << 30, levels=[])["layers"]
+    assert dicts == [n.as_dict() for n in got]
+    assert len({id(d) for d in dicts}) == len({id(n) for n in got})  # one dict per distinct layer

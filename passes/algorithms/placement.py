@@ -18,6 +18,7 @@ from phaze_ir.op_kinds import RecomputePolicy
 
 if TYPE_CHECKING:
     from passes.algorithms.placement_options import PlacementOptions
+    from passes.algorithms.priced_step import PricedStep
 
 #: The paper's "expert" placements as (PP, DP, TP) (docs/design.md §6.4), by model name.
 EXPERT_PLACEMENTS: dict[str, tuple[int, int, int]] = {
@@ -307,32 +308,20 @@ def usable_hbm(hbm_bytes: int, memory_headroom: float) -> int:
 
 
 def problem(
-    layers: Sequence[LayerNumbers | _phaze_rs.LayerDict],
-    options: PlacementOptions,
-    *,
-    hbm_bytes: int,
-    levels: Sequence[_phaze_rs.Level],
-    micro_batch: int,
-    tp: int,
-    cp: int = 1,
-    blocks: tuple[int, int] | None = None,
-    grads_freed: bool = False,
-    sequence_parallel: bool = False,
-    grad_element_bytes: int = 2,
+    step: PricedStep, options: PlacementOptions, *, hbm_bytes: int, levels: Sequence[_phaze_rs.Level]
 ) -> _phaze_rs.ProblemDict:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``: the placement
-    ``options`` (their values parsed here, each once) on ``layers`` at micro-batch
-    ``micro_batch``, TP width ``tp`` and context-parallel degree ``cp``, with the chip's
-    ``hbm_bytes`` (less the options' headroom, :func:`usable_hbm`) and network ``levels``
-    (the accelerator's own, ``acc.network``: the DP reads them by attribute). ``blocks``: (first layer, count) of
-    the repeated blocks that interleaving splits evenly; ``grads_freed``: the runtime allocates
-    each layer's gradients in its backward and frees them after the step
-    (``_phaze_rs.ProblemDict``); ``sequence_parallel``: the step is sharded with it, so a
-    boundary's values are sharded over the TP group already and each rank sends its own (the
-    options' ``pipeline_transfer`` does not apply); ``grad_element_bytes``: the bytes of one
-    gradient element as ``grad_bytes`` count it (the parameters' dtype: 4 under autocast), which
-    the options' ``reduce_dtype`` rescales for the DP gradient collectives. A layer may be given as its ``as_dict()``
-    already (the search's ``Setting.layer_dicts``)."""
+    ``options`` (their values parsed here, each once) on the priced ``step``
+    (:class:`~passes.algorithms.priced_step.PricedStep`: its layers, micro-batch, TP width,
+    context-parallel degree, sequence parallelism, repeated blocks, freed gradients and gradient
+    element bytes), with the chip's ``hbm_bytes`` (less the options' headroom, :func:`usable_hbm`)
+    and network ``levels`` (the accelerator's own, ``acc.network``: the DP reads them by
+    attribute).  The one assembly of the DP's problem: ``phaze-place-devices`` and the search
+    (and the ``--hw`` sweep) both call it.  Under sequence parallelism a boundary's values are
+    sharded over the TP group already and each rank sends its own (the options'
+    ``pipeline_transfer`` does not apply); the options' ``reduce_dtype`` rescales the DP's
+    gradient collectives from the step's gradient element bytes.  A layer repeated in
+    ``step.layers`` (the same object) becomes one dict, shared."""
     # Named as the user set them (phazec's flags, phaze-place-devices' options), up to the
     # bound phazec's flags have: beyond it the DP's own check would name its field instead
     # ("problem.devices: expected a non-negative integer").
@@ -343,10 +332,16 @@ def problem(
             f"global batch = {options.global_batch}: expected a positive integer up to {si_count(MAX_COUNT)}"
         )
     ep = parse_expert_parallel(options.expert_parallel)
-    if grad_element_bytes not in (2, 4):
-        raise PlacementError(f"gradient element bytes {grad_element_bytes!r}: expected 2 or 4")
-    reduce_scale = parse_reduce_dtype(options.reduce_dtype) / grad_element_bytes
-    layer_dicts = [layer.as_dict() if isinstance(layer, LayerNumbers) else layer for layer in layers]
+    if step.grad_element_bytes not in (2, 4):
+        raise PlacementError(f"gradient element bytes {step.grad_element_bytes!r}: expected 2 or 4")
+    reduce_scale = parse_reduce_dtype(options.reduce_dtype) / step.grad_element_bytes
+    made: dict[int, _phaze_rs.LayerDict] = {}  # a layer's dict by its object's id: repeated ones shared
+    layer_dicts = []
+    for layer in step.layers:
+        d = made.get(id(layer))
+        if d is None:
+            d = made[id(layer)] = layer.as_dict()
+        layer_dicts.append(d)
     if options.fp8_params:
         # FP8 primary weights: the weight is its FP8 copies (Transformer Engine 2.20.0.dev0,
         # module/base.py's get_weight_workspace: a weight that is a QuantizedTensor already is
@@ -375,18 +370,18 @@ def problem(
         "hbm_bytes": usable_hbm(hbm_bytes, options.memory_headroom),
         "levels": levels,
         "global_batch": options.global_batch,
-        "micro_batch": micro_batch,
-        "tp": tp,
-        "cp": cp,
+        "micro_batch": step.micro_batch,
+        "tp": step.tp,
+        "cp": step.cp,
         "dp_overlap": options.dp_overlap,
         "recompute": parse_recompute(options.recompute),
         "zero": parse_zero(options.zero),
         "virtual_stages": parse_pipeline_schedule(options.pipeline_schedule),
-        "blocks": list(blocks) if blocks is not None else None,
+        "blocks": list(step.blocks) if step.blocks is not None else None,
         "expert_parallel": ep,
         "rank_order": parse_rank_order(options.rank_order),
-        "pipeline_split": not sequence_parallel and parse_pipeline_transfer(options.pipeline_transfer),
-        "grads_freed": grads_freed,
+        "pipeline_split": not step.sequence_parallel and parse_pipeline_transfer(options.pipeline_transfer),
+        "grads_freed": step.grads_freed,
         "grad_reduce_scale": reduce_scale,
     }
 

@@ -111,7 +111,8 @@ class Bounds:
                 continue
             cores = chip_cores(cands, c)
             for g in setting.priced_groups():
-                canon = setting.group_problem(g, lat.one[:, col], lat.split[:, col], cores).canonical()
+                canon = setting.group_problem(g, lat.one[:, col], lat.split[:, col], cores, cands.template.network)
+                canon = canon.canonical()
                 schedule = self.pricing.cache.lookup(canon, limits)
                 if schedule is not None:
                     lb[g, col] = schedule.makespan

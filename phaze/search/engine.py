@@ -148,9 +148,9 @@ class ModelTask:
 @dataclass(frozen=True)
 class Params(PlacementOptions):
     """The cluster, the training step and the placement options
-    (:class:`~passes.algorithms.placement_options.PlacementOptions`; the search's settings hold
-    no expert numbers, so ``expert_parallel`` stays 1 and ``placement`` is the run's), and what
-    the search maximizes."""
+    (:class:`~passes.algorithms.placement_options.PlacementOptions`: ``placement`` is the run's;
+    the settings hold an MoE layer's expert numbers, which ``phazec --hw``'s sweep places with
+    its ``expert_parallel``), and what the search maximizes."""
 
     #: What the search maximizes (:data:`phaze.search.objective.OBJECTIVES`).
     objective: str = "throughput"

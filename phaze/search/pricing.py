@@ -108,19 +108,10 @@ class Pricing:
         return {**result, "plan": plan}  # the DP's result, its plan's time longer
 
     def problem(self, cands: Candidates, setting: Setting, makespans: np.ndarray, hbm: int) -> _phaze_rs.ProblemDict:
-        """The DP problem of ``setting`` with group makespans ``makespans`` and HBM ``hbm``."""
-        return pl.problem(
-            setting.layer_dicts(makespans),
-            self.params,
-            hbm_bytes=hbm,
-            levels=cands.template.network,
-            micro_batch=setting.micro_batch,
-            tp=setting.tp,
-            blocks=setting.blocks,
-            grads_freed=setting.grads_freed,
-            sequence_parallel=setting.sequence_parallel,
-            grad_element_bytes=setting.grad_element_bytes,
-        )
+        """The DP problem of ``setting`` with group makespans ``makespans`` and HBM ``hbm``: its
+        :meth:`~phaze.search.setting.Setting.priced_step` assembled as ``phaze-place-devices``
+        assembles the pipeline's (:func:`passes.algorithms.placement.problem`)."""
+        return pl.problem(setting.priced_step(makespans), self.params, hbm_bytes=hbm, levels=cands.template.network)
 
     def place(
         self, problems: list[_phaze_rs.ProblemDict], fixed: tuple[int, int, int] | None
@@ -186,6 +177,9 @@ class Pricing:
         for j, (setting, _config) in enumerate(jobs):
             by_setting.setdefault(id(setting), []).append(j)
         calibration = getattr(cands.template, "calibration", None)
+        network = cands.template.network  # a context-parallel setting's rings run on it
+        units = getattr(calibration, "wave_units", None)
+        sms = int(units) if units else None  # a TP-overlapped setting's collectives hold some (sm_count)
         for idxs in by_setting.values():
             setting = jobs[idxs[0]][0]
             configs = [jobs[j][1] for j in idxs]
@@ -206,12 +200,12 @@ class Pricing:
                     # no solver, no cache, the problem in program order as the IR has it.
                     arr = np.zeros(len(setting.groups))
                     for g in needed:
-                        problem = setting.group_problem(g, one[:, col], split[:, col], cores)
+                        problem = setting.group_problem(g, one[:, col], split[:, col], cores, network, sms)
                         arr[g] = sched.serial_schedule(problem, calibration.host_dispatch_s).makespan
                     self._exact_ms[key] = out[j] = arr
                     continue
                 for g in needed:
-                    canon = setting.group_problem(g, one[:, col], split[:, col], cores).canonical()
+                    canon = setting.group_problem(g, one[:, col], split[:, col], cores, network, sms).canonical()
                     wanted.append((j, g, canon))
                     if self.cache.lookup(canon, limits) is None:
                         pending.setdefault(canon.key(), canon)

@@ -10,7 +10,12 @@ and is redone here over many candidates without the IR:
 - the scheduling *groups*: each layer's forward, backward and optimizer ops, and the attention
   cores that selective recompute re-runs, as rows of that table plus their edges, deduplicated
   (a transformer's blocks share theirs);
-- per layer, what the placement DP needs that no accelerator changes (memory, boundary bytes).
+- per layer, what the placement DP needs that no accelerator changes (memory, boundary bytes,
+  experts: :func:`~passes.algorithms.priced_step.static_numbers`, as ``phaze-place-devices``
+  reads them), which :meth:`Setting.priced_step` turns into the DP's one input on a chip;
+- for the ``--hw`` sweep, what the passes after the latencies change: under context
+  parallelism the fused attention kernels (rings of c steps), under TP overlap the collectives
+  overlapped with their GEMMs.
 
 A :class:`Setting` is picklable (no xDSL objects), so worker processes and Ray can price it.
 The search's on-disk cache keeps it per (model, micro-batch, TP) as plain JSON, never as a
@@ -20,33 +25,58 @@ pickle (:meth:`Setting.to_json`; :meth:`Setting.from_json` checks what it reads)
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from passes.algorithms import _phaze_rs
 from passes.algorithms import schedule as sched
 from passes.algorithms.cache_file import is_int, is_number
+from passes.algorithms.context_parallel import ring_attention_s, ring_step_s
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
-from passes.algorithms.placement import LayerNumbers, block_range, expert_opt_s
+from passes.algorithms.placement import LayerNumbers, block_range
+from passes.algorithms.priced_step import PricedStep, static_numbers, timed
+from passes.algorithms.tp_overlap import METHODS, added_s
 from phaze_ir import keys
+
+if TYPE_CHECKING:
+    from phaze_ir.hardware import NetworkLevel
 
 
 @dataclass(frozen=True)
 class Group:
     """One scheduling problem's shape: its ops as rows of the setting's op table (``rows[i]``
-    for the ``i``-th op of the group, in program order) and the edges between them."""
+    for the ``i``-th op of the group, in program order) and the edges between them; under
+    context parallelism, ``ring``: ``(i, k)`` for each of its ops that is one of fused
+    attention kernel ``k``'s (:attr:`Setting.kernels`), which runs as a ring of c steps."""
 
     rows: tuple[int, ...]
     edges: tuple[tuple[int, int], ...]
+    ring: tuple[tuple[int, int], ...] = ()
+    #: under TP overlap, ``(i, method, gemms)`` for each of its TP all-gathers and
+    #: reduce-scatters in program order: its op, Transformer Engine's method for it and its
+    #: GEMMs' ops (``passes.overlap_tensor_parallel.overlapped``)
+    overlap: tuple[tuple[int, str, tuple[int, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """A fused attention kernel of a context-parallel setting's step, as
+    ``phaze-context-parallel`` prices it: its ops as rows of the op table (program order), the
+    bytes of the keys and values one hop of its ring carries forward (its layer's forward
+    attention's), and whether it is a backward kernel (whose hops carry twice those)."""
+
+    rows: tuple[int, ...]
+    kv_bytes: int
+    backward: bool
 
 
 @dataclass
 class LayerRef:
     """One layer: the groups of its forward, backward, optimizer ops and of its selective
     recompute (-1 when it has none), and what the DP needs of it that no accelerator changes
-    (``numbers``, its times left at 0: :meth:`Setting.layer_dicts` fills them in)."""
+    (``numbers``, its times left at 0: :meth:`Setting.priced_step` fills them in)."""
 
     fwd: int
     bwd: int
@@ -76,8 +106,15 @@ class Setting:
     #: the bytes of one gradient element (``passes.place_devices.grad_element_bytes``: 4 under
     #: autocast), which the DP's gradient collectives rescale to the options' reduce dtype
     grad_element_bytes: int = 2
+    #: the context-parallel degree c: the step traced at S/c tokens a sample, its fused
+    #: attention kernels (``kernels``, referred to by the groups' ``ring``) rings of c steps
+    cp: int = 1
+    kernels: tuple[AttentionKernel, ...] = ()
+    #: the TP collectives overlapped with their GEMMs (``phaze-overlap-tensor-parallel``, as
+    #: ``--tp-overlap`` runs it at this point), those of the groups' ``overlap``
+    tp_overlap: bool = False
     units: tuple[str, ...] = field(init=False)
-    #: :meth:`layer_dicts`' distinct layers and each layer's index among them (made on first use).
+    #: :meth:`priced_step`'s distinct layers and each layer's index among them (made on first use).
     _distinct: tuple[list[LayerRef], list[int]] | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -94,9 +131,20 @@ class Setting:
             "blocks": list(self.blocks) if self.blocks is not None else None,
             "grads_freed": self.grads_freed,
             "grad_element_bytes": self.grad_element_bytes,
+            "cp": self.cp,
+            "kernels": [[list(k.rows), k.kv_bytes, k.backward] for k in self.kernels],
+            "tp_overlap": self.tp_overlap,
             "prepare_s": self.prepare_s,
             "table": [desc_to_json(d) for d in self.table.descs],
-            "groups": [{"rows": list(g.rows), "edges": [list(e) for e in g.edges]} for g in self.groups],
+            "groups": [
+                {
+                    "rows": list(g.rows),
+                    "edges": [list(e) for e in g.edges],
+                    "ring": [list(r) for r in g.ring],
+                    "overlap": [[i, method, list(gemms)] for i, method, gemms in g.overlap],
+                }
+                for g in self.groups
+            ],
             "layers": [
                 {
                     "fwd": lr.fwd,
@@ -123,6 +171,9 @@ class Setting:
             "blocks",
             "grads_freed",
             "grad_element_bytes",
+            "cp",
+            "kernels",
+            "tp_overlap",
             "prepare_s",
             "table",
             "groups",
@@ -132,10 +183,10 @@ class Setting:
             raise ValueError(f"a setting has the fields {', '.join(keys_)}")
         if not isinstance(data["model"], str):
             raise ValueError("the model name is not a string")
-        for k in ("micro_batch", "tp"):
+        for k in ("micro_batch", "tp", "cp"):
             if not is_int(data[k]) or data[k] < 1:
                 raise ValueError(f"{k} = {data[k]!r}: expected an integer >= 1")
-        for k in ("sequence_parallel", "grads_freed"):
+        for k in ("sequence_parallel", "grads_freed", "tp_overlap"):
             if not isinstance(data[k], bool):
                 raise ValueError(f"{k} = {data[k]!r}: expected true or false")
         if data["grad_element_bytes"] not in (2, 4) or not is_int(data["grad_element_bytes"]):
@@ -156,7 +207,10 @@ class Setting:
             if not isinstance(data[k], list):
                 raise ValueError(f"{k} is not a list")
         table = OpTable([desc_from_json(d) for d in data["table"]])
-        groups = [_group_from_json(g, len(table), i) for i, g in enumerate(data["groups"])]
+        if not isinstance(data["kernels"], list):
+            raise ValueError("kernels is not a list")
+        kernels = tuple(_kernel_from_json(k, len(table), i) for i, k in enumerate(data["kernels"]))
+        groups = [_group_from_json(g, len(table), len(kernels), i) for i, g in enumerate(data["groups"])]
         layers = [_layer_from_json(lr, len(groups), i) for i, lr in enumerate(data["layers"])]
         if blocks is not None and blocks[0] + blocks[1] > len(layers):
             raise ValueError(f"blocks = {blocks!r}: past the {len(layers)} layers")
@@ -172,6 +226,9 @@ class Setting:
             (blocks[0], blocks[1]) if blocks is not None else None,
             data["grads_freed"],
             data["grad_element_bytes"],
+            data["cp"],
+            kernels,
+            data["tp_overlap"],
         )
 
     def priced_groups(self) -> list[int]:
@@ -182,44 +239,117 @@ class Setting:
     def group_units(self, g: int) -> tuple[str, ...]:
         return tuple(self.units[r] for r in self.groups[g].rows)
 
-    def group_problem(self, g: int, one: np.ndarray, split: np.ndarray, cores: dict[str, int]) -> sched.Problem:
+    def group_problem(
+        self,
+        g: int,
+        one: np.ndarray,
+        split: np.ndarray,
+        cores: dict[str, int],
+        network: Sequence[NetworkLevel] | None = None,
+        sms: int | None = None,
+    ) -> sched.Problem:
         """The scheduling problem of group ``g`` with the table's latencies ``one``/``split``
         (``[rows]`` seconds on one candidate): the same problem, bit for bit, as
         ``phaze-schedule-ops`` builds from the IR on that candidate (so they share cache
-        entries)."""
+        entries).  Under context parallelism the ops of each fused attention kernel take the
+        ring's time on the chip's ``network``, as ``phaze-context-parallel`` scales them
+        (:meth:`ring_factors`), and under TP overlap each overlapped collective takes what it
+        adds to its GEMMs on a chip of ``sms`` SMs, as ``phaze-overlap-tensor-parallel`` prices
+        it (after the rings, as the pipeline runs the two passes)."""
         grp = self.groups[g]
         rows = list(grp.rows)
-        ops = [sched.Op(self.units[r], a, b) for r, a, b in zip(rows, one[rows].tolist(), split[rows].tolist())]
+        a, b = one[rows].tolist(), split[rows].tolist()
+        if self.cp > 1 and grp.ring:
+            if network is None:
+                raise ValueError("a context-parallel setting is priced on the chip's network levels")
+            factors = self.ring_factors(split, network)
+            for i, k in grp.ring:
+                f = factors[k]
+                if f is not None:
+                    a[i], b[i] = a[i] * f, b[i] * f
+        if self.tp_overlap and grp.overlap:
+            if sms is None:
+                raise ValueError("a TP-overlapped setting is priced on a chip with an SM count")
+            budget: dict[int, float] = {}  # seconds of each GEMM not yet hiding a collective
+            for i, method, gemms in grp.overlap:
+                beside = 0.0
+                for g_ in gemms:
+                    beside += budget.setdefault(g_, b[g_])
+                comm = b[i]
+                added = added_s(method, comm, beside, self.tp, sms)
+                hidden = comm - added if added < comm else 0.0
+                for g_ in gemms:  # the time it hid is no longer free beside these GEMMs
+                    take = min(budget[g_], hidden)
+                    budget[g_] -= take
+                    hidden -= take
+                a[i] = b[i] = added
+        ops = [sched.Op(self.units[r], x, y) for r, x, y in zip(rows, a, b)]
         return sched.Problem.make(ops, grp.edges, cores)
 
-    def layer_dicts(self, makespan: np.ndarray) -> list[_phaze_rs.LayerDict]:
-        """The DP's layers (``LayerNumbers.as_dict``) given each group's makespan
-        (``makespan[g]``, seconds), made once per distinct layer: a model's repeated blocks
-        (the same groups, the same numbers) share one dict object, so do not change one in
-        place.  The search builds a problem per (setting, candidate) pair, tens of thousands of
-        them; building every layer's dict anew was a sixth of its main process's time."""
+    def ring_factors(self, split: np.ndarray, network: Sequence[NetworkLevel]) -> list[float | None]:
+        """Per fused attention kernel, the factor ``phaze-context-parallel`` scales its ops'
+        latencies by on a chip whose table latencies are ``split`` and whose network is
+        ``network``: its ring's time over its local time (None: no local time, left as is)."""
+        out: list[float | None] = []
+        for k in self.kernels:
+            local = sum(float(split[r]) for r in k.rows)
+            if local <= 0:
+                out.append(None)
+                continue
+            hop, level = ring_step_s(network, k.kv_bytes * (2 if k.backward else 1), self.cp, self.tp)
+            share = network[level].collective_compute_share or 0.0
+            out.append(ring_attention_s(local, hop, self.cp, share) / local)
+        return out
+
+    def priced_step(self, makespan: np.ndarray) -> PricedStep:
+        """The step priced on one chip, given each group's makespan there (``makespan[g]``,
+        seconds): its layers' static numbers with those times (:func:`~passes.algorithms.priced_step.timed`,
+        as ``phaze-place-devices`` reads them from the IR), the DP's one input.  Made once per
+        distinct layer: a model's repeated blocks (the same groups, the same numbers) share one
+        :class:`~passes.algorithms.placement.LayerNumbers` object, and so one dict of the DP's
+        problem.  The search builds a problem per (setting, candidate) pair, tens of thousands
+        of them; building every layer anew was a sixth of its main process's time."""
         if self._distinct is None:
             firsts: dict[tuple, int] = {}
             of_layer = []
             for lr in self.layers:
-                same = (lr.fwd, lr.bwd, lr.selective, lr.numbers)
+                same = (lr.fwd, lr.bwd, lr.opt, lr.selective, lr.numbers)
                 of_layer.append(firsts.setdefault(same, len(firsts)))
             self._distinct = ([self.layers[of_layer.index(k)] for k in range(len(firsts))], of_layer)
         distinct, of_layer = self._distinct
-        dicts = []
+        numbers = []
         for lr in distinct:
             fwd, bwd, opt, sel = (float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.opt, lr.selective))
-            d = lr.numbers.as_dict()
-            d["fwd_s"], d["bwd_s"], d["recompute_s"] = fwd, bwd, [0.0, sel, fwd]
-            n = lr.numbers
-            d["opt_s"], d["expert_opt_s"] = opt, expert_opt_s(opt, n.optimizer_bytes, n.expert_optimizer_bytes)
-            dicts.append(d)
-        return [dicts[k] for k in of_layer]
+            numbers.append(timed(lr.numbers, fwd_s=fwd, bwd_s=bwd, selective_s=sel, full_s=fwd, opt_s=opt))
+        return PricedStep(
+            layers=[numbers[k] for k in of_layer],
+            micro_batch=self.micro_batch,
+            tp=self.tp,
+            sequence_parallel=self.sequence_parallel,
+            blocks=self.blocks,
+            grads_freed=self.grads_freed,
+            grad_element_bytes=self.grad_element_bytes,
+            cp=self.cp,
+        )
 
 
-def _group_from_json(data: object, rows: int, i: int) -> Group:
-    if not isinstance(data, dict) or sorted(data) != ["edges", "rows"]:
-        raise ValueError(f"group {i}: expected the fields rows, edges")
+def _kernel_from_json(data: object, rows: int, i: int) -> AttentionKernel:
+    if not (
+        isinstance(data, list)
+        and len(data) == 3
+        and isinstance(data[0], list)
+        and all(is_int(x) and 0 <= x < rows for x in data[0])
+        and is_int(data[1])
+        and data[1] >= 0
+        and isinstance(data[2], bool)
+    ):
+        raise ValueError(f"attention kernel {i}: expected [rows of the {rows}-op table, kv bytes >= 0, backward]")
+    return AttentionKernel(tuple(data[0]), data[1], data[2])
+
+
+def _group_from_json(data: object, rows: int, kernels: int, i: int) -> Group:
+    if not isinstance(data, dict) or sorted(data) != ["edges", "overlap", "ring", "rows"]:
+        raise ValueError(f"group {i}: expected the fields rows, edges, ring, overlap")
     r, e = data["rows"], data["edges"]
     if not (isinstance(r, list) and all(is_int(x) and 0 <= x < rows for x in r)):
         raise ValueError(f"group {i}: its rows are not rows of the {rows}-op table")
@@ -236,7 +366,31 @@ def _group_from_json(data: object, rows: int, i: int) -> Group:
         sched.Problem.make([sched.Op("none", 0.0, 0.0)] * n, edges, {})  # raises on a cycle
     except ValueError as err:
         raise ValueError(f"group {i}: {err}") from None
-    return Group(tuple(r), edges)
+    ring = data["ring"]
+    if not (
+        isinstance(ring, list)
+        and all(
+            isinstance(p, list) and len(p) == 2 and all(is_int(x) for x in p) and 0 <= p[0] < n and 0 <= p[1] < kernels
+            for p in ring
+        )
+    ):
+        raise ValueError(f"group {i}: its ring is not pairs of one of its {n} ops and one of the {kernels} kernels")
+    overlap = data["overlap"]
+    if not (
+        isinstance(overlap, list)
+        and all(
+            isinstance(x, list)
+            and len(x) == 3
+            and is_int(x[0])
+            and 0 <= x[0] < n
+            and x[1] in METHODS
+            and isinstance(x[2], list)
+            and all(is_int(y) and 0 <= y < n for y in x[2])
+            for x in overlap
+        )
+    ):
+        raise ValueError(f"group {i}: its overlap is not [one of its {n} ops, a method, its GEMMs among them]")
+    return Group(tuple(r), edges, tuple((p[0], p[1]) for p in ring), tuple((x[0], x[1], tuple(x[2])) for x in overlap))
 
 
 def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
@@ -254,16 +408,27 @@ def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
 
 
 def setting_from_module(
-    module, model: str, micro_batch: int, tp: int, sequence_parallel: bool = False, selective: str = "attention"
+    module,
+    model: str,
+    micro_batch: int,
+    tp: int,
+    sequence_parallel: bool = False,
+    selective: str = "attention",
+    cp: int = 1,
+    tp_overlap: bool = False,
 ) -> Setting:
     """Reduce a module sharded by ``phaze-shard-tensor-parallel`` (with sequence parallelism
     when ``sequence_parallel``) to a :class:`Setting` (the optimizer state is read from its
     ``phaze.optimizer_update`` ops, as the pipeline does; ``selective``: what selective
-    recompute re-runs, ``Options.selective_recompute``)."""
+    recompute re-runs, ``Options.selective_recompute``; ``cp``: the context-parallel degree
+    the step, traced at S/c tokens, is priced for: its fused attention kernels become rings
+    as ``phaze-context-parallel`` makes them; ``tp_overlap``: its TP collectives overlapped
+    with their GEMMs, as ``phaze-overlap-tensor-parallel`` overlaps them)."""
     from passes.algorithms.recompute import parse_selective
     from passes.cost_view import op_table
     from passes.insert_recompute import static_costs
     from passes.place_devices import frees_grads, grad_element_bytes
+    from phaze_ir.errors import PhazeError
 
     name = "phaze-search"
     table, row_of, priced_ops, _ = op_table(module)
@@ -274,11 +439,26 @@ def setting_from_module(
 
     groups: list[Group] = []
     index: dict[Group, int] = {}
+    kernels, kernel_of = _attention_kernels(ops, rows) if cp > 1 else ((), {})
+    beside = _overlapped(module, ops) if tp_overlap else {}
 
-    def group_of(ids: list[int]) -> int:
+    def group_of(ids: list[int], selective: bool = False) -> int:
         if not ids:
             return -1
-        g = Group(tuple(rows[i] for i in ids), sched.group_edges(graph, ids))
+        ring = tuple((p, kernel_of[i]) for p, i in enumerate(ids) if i in kernel_of)
+        overlap = []
+        position = {i: p for p, i in enumerate(ids)}
+        for p, i in enumerate(ids):
+            if i not in beside:
+                continue
+            method, gemms = beside[i]
+            if selective or any(g not in position for g in gemms):
+                raise PhazeError(
+                    "phaze-search: a TP collective overlapped with GEMMs outside its scheduling group "
+                    f"(op {i}{', re-run by selective recompute' if selective else ''}): priced point by point"
+                )
+            overlap.append((p, method, tuple(position[g] for g in gemms)))
+        g = Group(tuple(rows[i] for i in ids), sched.group_edges(graph, ids), ring, tuple(overlap))
         if g not in index:
             index[g] = len(groups)
             groups.append(g)
@@ -293,26 +473,78 @@ def setting_from_module(
                 fwd=group_of(by_phase.get((k, "fwd"), [])),
                 bwd=group_of(by_phase.get((k, "bwd"), [])),
                 opt=group_of(by_phase.get((k, "opt"), [])),
-                selective=group_of(rc.selective_ops),
-                numbers=LayerNumbers(
-                    fwd_s=0.0,
-                    bwd_s=0.0,
-                    recompute_s=(0.0, 0.0, 0.0),
-                    saved_bytes=(rc.none_bytes, rc.selective_bytes, rc.full_bytes),
-                    param_bytes=mem.param_bytes,
-                    grad_bytes=mem.grad_bytes,
-                    optimizer_bytes=mem.optimizer_bytes,
-                    workspace_bytes=mem.record()["workspace_bytes"],
-                    recompute_workspace_bytes=mem.record()["recompute_workspace_bytes"],
-                    boundary_bytes=la["boundary_bytes"],
-                ),
+                selective=group_of(rc.selective_ops, selective=True),
+                numbers=static_numbers(la, mem.record(), (rc.none_bytes, rc.selective_bytes, rc.full_bytes)),
             )
         )
     blocks = block_range([str(la["kind"]) for la in layers_attr])
     grad_bytes = grad_element_bytes(module)
     return Setting(
-        model, micro_batch, tp, table, groups, layers, 0.0, sequence_parallel, blocks, frees_grads(module), grad_bytes
+        model,
+        micro_batch,
+        tp,
+        table,
+        groups,
+        layers,
+        0.0,
+        sequence_parallel,
+        blocks,
+        frees_grads(module),
+        grad_bytes,
+        cp,
+        kernels,
+        tp_overlap,
     )
+
+
+def _overlapped(module, ops: list) -> dict[int, tuple[str, list[int]]]:
+    """Each TP collective ``phaze-overlap-tensor-parallel`` overlaps, by its index in ``ops``:
+    Transformer Engine's method for it and its GEMMs' indices
+    (``passes.overlap_tensor_parallel.overlapped``)."""
+    from passes.graph_view import step_function
+    from passes.overlap_tensor_parallel import overlapped
+
+    index = {id(o): i for i, o in enumerate(ops)}
+    return {
+        index[id(o)]: (method, [index[id(g)] for g in gemms]) for o, method, gemms in overlapped(step_function(module))
+    }
+
+
+def _attention_kernels(ops: list, rows: list[int]) -> tuple[tuple[AttentionKernel, ...], dict[int, int]]:
+    """The fused attention kernels of a step (``passes.context_parallel.attention_kernels``:
+    the ops of one ``phaze.fused`` kernel that has a GEMM), distinct ones once, and the kernel
+    of each of their ops (by index into ``ops``, whose rows of the op table are ``rows``).  A
+    kernel's hops carry its layer's forward keys and values (``kv_bytes``), as the pass's do."""
+    from xdsl.dialects.builtin import IntegerAttr, StringAttr
+
+    from passes.context_parallel import kv_bytes
+    from phaze_ir import dialect as ph
+
+    by_name: dict[str, list[int]] = {}
+    for i, o in enumerate(ops):
+        fused = o.attributes.get(keys.FUSED)
+        if isinstance(fused, StringAttr):
+            by_name.setdefault(fused.data, []).append(i)
+    found = [ids for ids in by_name.values() if any(isinstance(ops[i], ph.MatmulOp) for i in ids)]
+
+    def layer(o) -> int:
+        attr = o.attributes.get(keys.LAYER)
+        return attr.value.data if isinstance(attr, IntegerAttr) else -1
+
+    def backward(ids: list[int]) -> bool:
+        return keys.string_of(ops[ids[0]], keys.PHASE, "fwd") == "bwd"
+
+    kv_of_layer: dict[int, int] = {}
+    for ids in found:
+        if not backward(ids):
+            kv_of_layer.setdefault(layer(ops[ids[0]]), kv_bytes([ops[i] for i in ids]))
+    kernels: dict[AttentionKernel, int] = {}
+    kernel_of: dict[int, int] = {}
+    for ids in found:
+        kv = kv_of_layer.get(layer(ops[ids[0]])) or kv_bytes([ops[i] for i in ids])
+        k = kernels.setdefault(AttentionKernel(tuple(rows[i] for i in ids), kv, backward(ids)), len(kernels))
+        kernel_of.update(dict.fromkeys(ids, k))
+    return tuple(kernels), kernel_of
 
 
 def deepened(setting: Setting, blocks: int) -> Setting:
@@ -374,21 +606,22 @@ def prepare_points(
     the chip), as the pipeline forms them before tiling; the search's settings (no chip) are
     the paper's ``ops``."""
     from phaze.driver import with_runtime_attention
+    from phaze.options import traced_seq_len
     from phaze_ir.frontend import load_model_file, trace_model
+    from phaze_ir.frontend.trace import whole_sequence
 
     spec = with_runtime_attention(load_model_file(model_path), opts)
     t0 = time.perf_counter()
+    # Under a context-parallel degree c (the sweep's options hold it and the whole sequence,
+    # phaze.points.context_parallel_points), one device's S/c tokens a sample, as the driver traces it.
+    seq_len = traced_seq_len(opts)
+    whole = opts.seq_len if seq_len != opts.seq_len else None
 
     def traced(max_blocks: int | None):
-        return trace_model(
-            spec,
-            micro_batch,
-            opts.seq_len,
-            training=True,
-            dtype=opts.dtype,
-            max_blocks=max_blocks,
-            fp8_recipe=opts.fp8,
-        )
+        with whole_sequence(whole):
+            return trace_model(
+                spec, micro_batch, seq_len, training=True, dtype=opts.dtype, max_blocks=max_blocks, fp8_recipe=opts.fp8
+            )
 
     def timed(out: tuple[list[Setting], list[tuple[int, bool, str]]]):
         for s in out[0]:
@@ -440,7 +673,13 @@ def _settings_of(
         raise  # the model's (--strict)
     except PhazeError as e:
         raise PhazeError(f"{name} at micro-batch {micro_batch}: {e}") from e
+    from phaze.options import context_parallel_degree
+
     points = tp_points(opts, tps)
+    cp = context_parallel_degree(opts)
+    # at the points with sequence parallelism, as the pipeline runs it: the --hw sweep's (a chip's
+    # SM count prices it; the architecture search prices each collective alone)
+    overlap = opts.tp_overlap != "off" and accelerator is not None
     out = []
     errors = []
     for k, (t, sp) in enumerate(points):
@@ -454,5 +693,6 @@ def _settings_of(
         except PhazeError as e:
             errors.append((t, sp, str(e)))
             continue
-        out.append(setting_from_module(module, name, micro_batch, t, sp, opts.selective_recompute))
+        overlapped = overlap and sp and t > 1
+        out.append(setting_from_module(module, name, micro_batch, t, sp, opts.selective_recompute, cp, overlapped))
     return out, errors
