@@ -38,7 +38,7 @@ from phaze.pipeline import compile_module, few_collections, traced_line
 from phaze.plan_output import Candidate, plan_record
 from phaze.plan_template import Point
 from phaze.points import NoPlanFits, no_fit_message, notes_once, over_cap_note, point_label, tp_points
-from phaze_ir.errors import PhazeError, PhazeWarning
+from phaze_ir.errors import ModelTooLarge, PhazeError, PhazeWarning
 
 if TYPE_CHECKING:
     from phaze.plan_template import Templates
@@ -125,6 +125,8 @@ def _compile_plan(
         widths = tuple(t for t in tp_widths if t not in unshardable)
         try:
             ready, errors = prepared(model_path, b, widths, opts, stages, spec.name, log, acc)
+        except ModelTooLarge:
+            raise  # (compiling every point would trace it again, to the same refusal)
         except PhazeError as e:
             log(f"micro-batch {b}: {e}; compiling every point through the pipeline")
             return driver.compile_model(model_path, opts, log, accelerator, seconds)
