@@ -543,6 +543,7 @@ def load_hf_config(path: str | os.PathLike) -> ModelSpec:
         said = " ".join(_quoted_error(e).split())
         raise PhazeError(f"{name}: transformers refuses the config: {said}") from None
     _check_heads(checked, name)
+    _check_rope(raw, checked, name)
     seq_len = next(
         (
             v
@@ -595,6 +596,29 @@ def _check_heads(config, name: str) -> None:
         raise PhazeError(f"{name}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
     if isinstance(kv, int) and kv > 0 and heads % kv:
         raise PhazeError(f"{name}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
+
+
+def _check_rope(raw: dict, config, name: str) -> None:
+    """A RoPE scaling type transformers has no function for (``rope_scaling`` or
+    ``rope_parameters``: ``{"rope_type": "x"}``) is refused, naming the key: transformers takes
+    the config and fails only when it builds the model (a ``KeyError`` deep in the rotary
+    embedding, after the sweep has started)."""
+    from transformers import __version__ as version
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = getattr(config, key, None)
+        if not isinstance(rope, dict):
+            continue
+        kind = rope.get("rope_type", rope.get("type"))
+        if kind is None or kind == "default" or kind in ROPE_INIT_FUNCTIONS:
+            continue
+        given = key if key in raw else next((k for k in ("rope_scaling", "rope_parameters") if k in raw), key)
+        known = ", ".join(["default", *sorted(ROPE_INIT_FUNCTIONS)])
+        raise PhazeError(
+            f"{name}: {given}: rope_type {_excerpt_json(kind)}: transformers {version} has no such RoPE scaling "
+            f"(it knows {known})"
+        )
 
 
 @functools.cache
