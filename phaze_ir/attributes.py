@@ -1134,9 +1134,7 @@ def _non_negative(cls: type[RecordAttr], **also: tuple[float, float]) -> None:
     joules, watts: none of its writers makes a negative one) and ``also``'s fields as given, so
     that a plan read back with a negative time, energy or size is refused at the field."""
     for field, kind in _field_types(cls).items():
-        if kind is IntAttr:
-            cls.RANGES = {**cls.RANGES, field: (0, I64_MAX)}
-        elif kind is FloatData:
+        if kind in (IntAttr, FloatData):  # (no upper bound: a FLOP count may pass an i64's)
             cls.RANGES = {**cls.RANGES, field: (0, math.inf)}
     cls.RANGES = {**cls.RANGES, **also}
 
