@@ -87,12 +87,12 @@ def test_a_known_rope_type_is_taken(tmp_path):
 
 def test_a_loop_in_the_forward_is_refused_by_its_torch_calls(tmp_path, monkeypatch):
     """One linear applied 400 times: 1 leaf module, within MAX_LEAF_MODULES, but 400 linears to
-    trace and compile; refused at the trace's call bound (here lowered to 256: the real one is
-    reached by 16,384 calls, about 20 s of CPU, which a test would not wait for)."""
+    trace and compile; refused at the trace's call bound (here lowered to 256: the real one, at
+    least 16,384 calls, about 20 s of CPU, a test would not wait for)."""
     from phaze_ir.frontend import trace
     from phaze_ir.frontend.loader import load_model_file
 
-    monkeypatch.setattr(trace, "MAX_TRACED_CALLS", 256)
+    monkeypatch.setattr(trace, "MIN_TRACED_CALLS", 256)
     file = tmp_path / "loop.py"
     file.write_text(LOOP.format(n=400))
     with pytest.raises(ModelTooLarge, match=r"^loop\.py: its step makes more than 256 torch calls .* about 309$"):
@@ -107,7 +107,7 @@ def test_phazec_refuses_a_loop_once_without_compiling_every_point_again(tmp_path
     from phaze.tools import phazec
     from phaze_ir.frontend import trace
 
-    monkeypatch.setattr(trace, "MAX_TRACED_CALLS", 256)
+    monkeypatch.setattr(trace, "MIN_TRACED_CALLS", 256)
     file = tmp_path / "loop.py"
     file.write_text(LOOP.format(n=400))
     rc = phazec.main([str(file), "--hw", "h100", "--devices", "8", "--no-cache", "-q", "-o", str(tmp_path / "p.mlir")])
@@ -115,3 +115,20 @@ def test_phazec_refuses_a_loop_once_without_compiling_every_point_again(tmp_path
     assert rc == 1, err
     assert err.count("torch calls") == 1 and "compiling every point" not in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_the_call_bound_grows_with_the_modules_and_takes_published_models_traced_whole():
+    """64 calls a leaf module, from 16,384 to 65,536: a loop of one linear gets the least; GPT-3
+    175B (965 leaves, about 36,000 calls traced whole) and Llama-3.1-405B (1,264) more than
+    they make; a model at MAX_LEAF_MODULES at most the cap."""
+    import torch
+
+    from phaze_ir.frontend.trace import MAX_LEAF_MODULES, MAX_TRACED_CALLS, MIN_TRACED_CALLS, traced_calls_bound
+
+    with torch.device("meta"):
+        one = torch.nn.Linear(16, 16)
+        gpt3 = torch.nn.Sequential(*[torch.nn.ReLU() for _ in range(965)])
+        at_bound = torch.nn.Sequential(*[torch.nn.ReLU() for _ in range(MAX_LEAF_MODULES)])
+    assert traced_calls_bound(one) == MIN_TRACED_CALLS == 16_384
+    assert traced_calls_bound(gpt3) == 64 * 965 > 36_000
+    assert traced_calls_bound(at_bound) == MAX_TRACED_CALLS == 65_536 > 204 * 309

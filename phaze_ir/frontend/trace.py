@@ -714,7 +714,7 @@ def _make_fx(step, flat_inputs: list[Any], spec: ModelSpec, model):
         with (
             _transformers_meta_patches(),
             as_on_cuda(),
-            _bounded_calls(spec),
+            _bounded_calls(spec, model),
             _module_stack_hooks(model) as modules,
             fxt.preserve_node_meta(),
             _quiet_fake_tensor_log(),
@@ -731,33 +731,45 @@ def _make_fx(step, flat_inputs: list[Any], spec: ModelSpec, model):
         fxt.current_meta.pop("custom", None)
 
 
-#: The most torch calls (functions and tensor methods, as a ``TorchFunctionMode`` sees them) one
-#: trace may make. What :data:`MAX_LEAF_MODULES` cannot see: a model of few modules whose
-#: forward loops (one linear applied 100,000 times) traces and compiles as long as a deep one.
-#: Each call costs about 1 ms of CPU to trace on the 2-core development machine (a loop model
-#: made 32,768 in 44 s of CPU, the process included), so a model beyond the bound is refused
-#: within about 20 s of CPU; within it, the step compiles about as fast as a Llama of 50 blocks
-#: (a tiny Llama block makes about 309 calls and 242 graph nodes, a block of an MLP, a linear
-#: and its activation, 53 and 16). Published models are traced a few blocks at a time (under
-#: 3,000 calls); a model whose blocks differ is traced whole, up to about 50 Llama blocks.
-MAX_TRACED_CALLS = 16_384
+#: The torch calls (functions and tensor methods, as a ``TorchFunctionMode`` sees them) one
+#: trace may make: :data:`CALLS_PER_LEAF` per leaf module of the model traced, at least
+#: :data:`MIN_TRACED_CALLS` and at most :data:`MAX_TRACED_CALLS`. What :data:`MAX_LEAF_MODULES`
+#: cannot see: a model of few modules whose forward loops (one linear applied 100,000 times)
+#: traces and compiles as long as a deep one. Published models make 20-40 calls per leaf (a
+#: Llama block: 309 calls for 10 leaves; GPT-3 175B's whole trace about 36,000 for 965 leaves,
+#: Llama-3.1-405B's about 39,000 for 1,264), so the bound takes every one traced whole (the
+#: deepened step's check, ``tests/test_deepen.py``) and a Llama at the leaf bound (63,000).
+#: A call costs 0.4-1 ms of CPU to trace on the 2-core development machine: a loop model of one
+#: linear is refused at 16,384 calls, after 21.5 s of CPU, the process included.
+CALLS_PER_LEAF = 64
+MIN_TRACED_CALLS = 16_384
+MAX_TRACED_CALLS = 65_536
+
+
+def traced_calls_bound(model) -> int:
+    """The most torch calls a trace of ``model`` may make (:data:`CALLS_PER_LEAF`)."""
+    leaves = sum(1 for m in model.modules() if next(m.children(), None) is None)
+    return min(MAX_TRACED_CALLS, max(MIN_TRACED_CALLS, CALLS_PER_LEAF * leaves))
 
 
 @contextlib.contextmanager
-def _bounded_calls(spec: ModelSpec):
-    """While active, the trace stops with one :class:`PhazeError` line at its
-    :data:`MAX_TRACED_CALLS`-th torch call (counted, never timed)."""
+def _bounded_calls(spec: ModelSpec, model):
+    """While active, the trace stops with one :class:`ModelTooLarge` line at the torch call past
+    :func:`traced_calls_bound` (counted, never timed)."""
     from torch.overrides import TorchFunctionMode
+
+    bound = traced_calls_bound(model)
 
     class _Count(TorchFunctionMode):
         calls = 0
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             _Count.calls += 1
-            if _Count.calls > MAX_TRACED_CALLS:
+            if _Count.calls > bound:
                 raise ModelTooLarge(
-                    f"{spec.path.name}: its step makes more than {MAX_TRACED_CALLS:,} torch calls (a loop in its "
-                    "forward?), the most phaze traces (its compilation grows with them); a Llama block makes about 309"
+                    f"{spec.path.name}: its step makes more than {bound:,} torch calls (a loop in its forward?), the "
+                    f"most phaze traces for its modules ({CALLS_PER_LEAF} a leaf module, from {MIN_TRACED_CALLS:,} "
+                    f"to {MAX_TRACED_CALLS:,}); a Llama block makes about 309"
                 )
             return func(*args, **(kwargs or {}))
 
