@@ -180,6 +180,9 @@ def write_plan(
     )
     stages = dp["stages"] if fits else []
     module.attributes[keys.STAGES] = ArrayAttr([_stage_info(k, s) for k, s in enumerate(stages)])
+    # The power priced for the plan this one replaces (a plan placed again: other devices, another
+    # batch) is not this plan's: phaze-estimate-power, after this pass, prices this one.
+    module.attributes.pop(keys.POWER, None)
     stage_of = stage_of_layers(stages)
     for op in step_function(module).body.block.ops:
         layer = op.attributes.get(keys.LAYER)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import os
 import types
 import warnings
@@ -47,7 +48,7 @@ from typing import Any
 from passes.algorithms.placement_options import OptionError, declared_choices, field_type
 from phaze.options import Options
 from phaze_ir.errors import PhazeError, PhazeWarning
-from phaze_ir.files import excerpt
+from phaze_ir.files import excerpt, printable
 
 #: phazec's defaults where they differ from :class:`Options`' (a plan for one chip).
 _DEFAULTS: dict[str, Any] = {"emit": "plan"}
@@ -201,6 +202,10 @@ def _typed(name: str, value: Any, annotation: str, choices: tuple[str, ...] | No
         if isinstance(value, (list, tuple)) and value:
             return tuple(_typed(name, v, kind[len("tuple[") :].split(",")[0], None) for v in value)
         raise OptionTypeError(f"phaze.compile: {name}={_shown(value)}: expected a tuple of integers")
+    if kind == "int" and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)  # numpy's integers are integers
+    elif kind == "float" and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        value = float(value)
     ok = {
         "int": isinstance(value, int) and not isinstance(value, bool),
         "float": isinstance(value, (int, float)) and not isinstance(value, bool),
@@ -211,8 +216,8 @@ def _typed(name: str, value: Any, annotation: str, choices: tuple[str, ...] | No
         return value
     if kind == "str" and isinstance(value, bool) and choices is not None and {"on", "off"} <= set(choices):
         return "on" if value else "off"
-    if kind == "str" and isinstance(value, int) and not isinstance(value, bool):
-        return str(value)  # context_parallel=2, zero=1: the word of the degree
+    if kind == "str" and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))  # context_parallel=2, zero=1: the word of the degree
     expected = _EXPECTED.get(kind, kind) + (" or None" if "None" in kinds else "")
     raise OptionTypeError(f"phaze.compile: {name}={_shown(value)}: expected {expected}")
 
@@ -269,7 +274,8 @@ def options(hw: str, **given: Any) -> Options:
         opts.check()
     except OptionError as e:
         name = said_as.get(e.option, e.option)
-        raise PhazeError(f"phaze.compile: {e.named(name, '=')}") from None
+        # (the value as typed: a newline or an escape code in it is escaped, one line)
+        raise PhazeError(printable(f"phaze.compile: {e.named(name, '=')}")) from None
     return opts
 
 
@@ -281,7 +287,8 @@ def factory_spec(
 
     if inputs is None:
         raise PhazeError("phaze.compile: a model factory needs inputs=f(micro_batch, seq_len) returning its inputs")
-    label = str(name or getattr(get_model, "__name__", "model"))
+    # Printed in the plan and its messages: a control character in it escaped, as a file's name is.
+    label = printable(str(name or getattr(get_model, "__name__", "model")))
     return ModelSpec(
         path=Path(f"<{label}>"),
         name=label,

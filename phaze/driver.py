@@ -280,10 +280,12 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
     ``phazec --hw``'s settings sweep start here)."""
     from passes.algorithms.placement import PlacementError, parse_placement
     from phaze_ir.frontend import load_model_file
+    from phaze_ir.frontend.trace import check_model_size
 
     accelerator = check_question(opts, accelerator)
     opts = replace(opts, schedule_cache=schedule_cache(opts))
     spec = with_runtime_attention(load_model_file(model_path), opts)
+    check_model_size(spec)  # a model beyond the size bound: one line now, not one per trace
     try:
         fixed = parse_placement(opts.placement, spec.name)
     except PlacementError as e:

@@ -48,7 +48,7 @@ from phaze.points import (
     point_label,
     tp_points,
 )
-from phaze_ir.errors import PhazeError, PhazeWarning
+from phaze_ir.errors import ModelTooLarge, PhazeError, PhazeWarning
 
 if TYPE_CHECKING:
     from phaze.plan_template import Templates
@@ -158,6 +158,8 @@ def _compile_plan(
         widths = tuple(t for t in tp_widths if t not in unshardable)
         try:
             ready, errors = prepared(model_path, b, widths, opts, stages, spec.name, log, acc)
+        except ModelTooLarge:
+            raise  # (compiling every point would trace it again, to the same refusal)
         except PhazeError as e:
             log(f"micro-batch {b}: {e}; compiling every point through the pipeline")
             return driver.compile_model(model_path, opts, log, accelerator, seconds)

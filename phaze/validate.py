@@ -39,6 +39,7 @@ import hashlib
 import io
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -411,16 +412,24 @@ def _implausible_ms(ms: float) -> str:
     )
 
 
+#: A number as a CSV cell writes it: decimal digits, a point, an exponent. Python's ``float``
+#: also reads ``1_000``, ``nan``, ``infinity`` and surrounding spaces, which no spreadsheet
+#: writes for a number: such a cell is refused, not read as 1000.
+_CSV_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def _csv_number(text: str) -> float:
+    """The number a cell writes (:data:`_CSV_NUMBER`), NaN when it writes none."""
+    return float(text) if _CSV_NUMBER.fullmatch(text.strip()) else math.nan
+
+
 def _measured_ms(row: list[str], columns: dict[str, int], where: str) -> float:
     text = _cell(row, columns, "measured_ms", where)
-    try:
-        ms = float(text)
-    except ValueError:
-        ms = math.nan
+    ms = _csv_number(text)
     if not (math.isfinite(ms) and ms > 0):
         raise PhazeError(
-            f"{where}: '{COLUMNS['measured_ms']}' is {text!r}, expected a positive number of milliseconds "
-            f"up to {sys.float_info.max:.1e}"
+            f"{where}: '{COLUMNS['measured_ms']}' is {excerpt(repr(text))}, expected a positive number of "
+            f"milliseconds (one iteration's: from {MIN_MEASURED_MS:g} to {MAX_MEASURED_MS:g} ms)"
         )
     return ms
 
@@ -430,10 +439,7 @@ def _positive_int(text: str, head: str, bound: int, where: str) -> tuple[int, st
     beyond ``bound`` ('' when not); a cell that is no positive integer is a PhazeError (the
     file is not what it says)."""
     expected = f"'{head}' is {text!r}, expected a positive integer up to {bound}"
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _csv_number(text)
     if not (math.isfinite(value) and value == int(value) and value >= 1):
         raise PhazeError(f"{where}: {expected}")
     return int(value), (expected if value > bound else "")

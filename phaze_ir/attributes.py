@@ -1127,3 +1127,27 @@ class BaselineAttr(RecordAttr):
     area_um2: FloatData
     hbm_bytes: IntAttr
     note: StringAttr
+
+
+def _non_negative(cls: type[RecordAttr], **also: tuple[float, float]) -> None:
+    """Bound every number field of ``cls`` to ``>= 0`` (an index, a count, bytes, seconds,
+    joules, watts: none of its writers makes a negative one) and ``also``'s fields as given, so
+    that a plan read back with a negative time, energy or size is refused at the field."""
+    for field, kind in _field_types(cls).items():
+        if kind in (IntAttr, FloatData):  # (no upper bound: a FLOP count may pass an i64's)
+            cls.RANGES = {**cls.RANGES, field: (0, math.inf)}
+    cls.RANGES = {**cls.RANGES, **also}
+
+
+for _record in (
+    LayerInfoAttr,
+    LayerLatencyAttr,
+    LayerEnergyAttr,
+    LayerScheduleAttr,
+    LayerRecomputeAttr,
+    LayerMemoryAttr,
+    StageInfoAttr,
+):
+    _non_negative(_record)
+# The share of the step the power limit sets the clock of: a fraction.
+_non_negative(PowerAttr, clock_limited_share=(0, 1))

@@ -17,3 +17,8 @@ __all__ = ["PhazeError", "PhazeWarning"]
 
 class PhazeError(DiagnosticException):
     """A clear, one-line problem with the user's input."""
+
+
+class ModelTooLarge(PhazeError):
+    """A model beyond phaze's size bounds (``phaze_ir/frontend/trace.py``): refused as it is,
+    never retried another way (the sweep's fallback would trace it again)."""

@@ -18,7 +18,12 @@ agree with each other, and with the module they describe. :func:`check_plan` ver
   from the first of ``phaze.layers`` to its last;
 - the plan against the ops' sharding: ``tp = phaze.tp_width``, ``cp = phaze.context_parallel``,
   ``micro_batch_size = phaze.micro_batch_size``, ``expert_parallel`` dividing ``dp``, and each
-  op's ``phaze.stage`` the stage that holds its ``phaze.layer``.
+  op's ``phaze.stage`` the stage that holds its ``phaze.layer``;
+- ``phaze.layers`` numbered 0..n−1 in order, and each per-layer record (``phaze.layer_latency``,
+  ``_energy``, ``_schedule``, ``_recompute``, ``_memory``) one per layer with those indices;
+- ``phaze.power``: ``energy_per_sample_j = step_energy_j / global_batch``,
+  ``network_energy_j <= step_energy_j``, ``static_power_w <= mean_chip_power_w <= chip_power_w``
+  (each field also >= 0, ``clock_limited_share`` at most 1: ``phaze_ir/attributes.py``).
 
 A plan where nothing fits (``dp = 0``) has no stages. Times compare within a relative 1e-9
 (the DP's sums in another order), counts and bytes exactly. A broken relation is one
@@ -30,11 +35,11 @@ from __future__ import annotations
 import math
 from typing import NoReturn
 
-from xdsl.dialects.builtin import IntegerAttr
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr
 from xdsl.ir import Operation
 
 from phaze_ir import keys
-from phaze_ir.attributes import LayerInfoAttr, PlanAttr, PowerAttr, StageInfoAttr
+from phaze_ir.attributes import LayerInfoAttr, PlanAttr, PowerAttr, RecordAttr, StageInfoAttr
 from phaze_ir.errors import PhazeError
 
 __all__ = ["check_plan"]
@@ -92,7 +97,9 @@ def check_plan(module: Operation) -> None:
     if dp % ep:
         _fail(module, f"expert_parallel = {ep} does not divide dp = {dp}")
     _check_sharding(module, tp, cp, b)
+    _check_layer_records(module)
     _check_stages(module, stages, p, pp, v, tp, m, time)
+    _check_power(module, batch)
 
 
 def _check_sharding(module: Operation, tp: int, cp: int, b: int) -> None:
@@ -176,6 +183,65 @@ def _check_op_stages(module: Operation, stages: list[dict]) -> None:
                 f"an op '{op.name}' of layer {layer.value.data} has {keys.STAGE} = {stage.value.data}, expected the "
                 f"stage that holds its layer ({want})",
             )
+
+
+#: The per-layer records of the module, each one record per layer of ``phaze.layers``.
+_LAYER_RECORDS = (
+    keys.LAYER_LATENCY,
+    keys.LAYER_ENERGY,
+    keys.LAYER_SCHEDULE,
+    keys.LAYER_RECOMPUTE,
+    keys.LAYER_MEMORY,
+)
+
+
+def _check_layer_records(module: Operation) -> None:
+    """``phaze.layers`` numbered 0, 1, ... in order, and each per-layer record the module has
+    (latency, energy, schedule, recompute, memory) one per layer, with the same indices."""
+    layers = [int(r.as_dict()["index"]) for r in keys.records_of(module, keys.LAYERS, LayerInfoAttr)]
+    if layers != list(range(len(layers))):
+        _fail(module, f"{keys.LAYERS} has indices {_indices(layers)}, expected 0..{len(layers) - 1} in order")
+    for key in _LAYER_RECORDS:
+        attr = module.attributes.get(key)
+        if not isinstance(attr, ArrayAttr):
+            continue
+        own = [int(r.as_dict()["index"]) for r in attr.data if isinstance(r, RecordAttr)]
+        if own != layers:
+            _fail(module, f"{key} has indices {_indices(own)}, expected those of {keys.LAYERS} (0..{len(layers) - 1})")
+
+
+def _indices(values: list[int]) -> str:
+    """A list of layer indices as a message quotes it: the first 8, then how many more."""
+    shown = ", ".join(str(v) for v in values[:8])
+    return f"[{shown}{f', ... ({len(values) - 8} more)' if len(values) > 8 else ''}]"
+
+
+def _check_power(module: Operation, batch: int) -> None:
+    """``phaze.power`` as ``phaze-estimate-power`` writes it: the energy per sample is the step's
+    over the global batch, the network's a share of the step's, and the busiest chip's power at
+    least the chips' mean, which is at least one die's static power."""
+    power = module.attributes.get(keys.POWER)
+    if not isinstance(power, PowerAttr):
+        return
+    w = {k: float(v) for k, v in power.as_dict().items()}  # (every field a number)
+    step, per_sample = w["step_energy_j"], w["energy_per_sample_j"]
+    if not _close(per_sample, step / batch):
+        _fail(
+            module,
+            f"{keys.POWER} energy_per_sample_j = {per_sample:.6g} J, expected step_energy_j / global_batch = "
+            f"{step:.6g} / {batch} = {step / batch:.6g} J",
+        )
+    if w["network_energy_j"] > step * (1 + _REL):
+        _fail(
+            module, f"{keys.POWER} network_energy_j = {w['network_energy_j']:.6g} J, more than the step's {step:.6g} J"
+        )
+    low, mean, high = w["static_power_w"], w["mean_chip_power_w"], w["chip_power_w"]
+    if not (low <= mean * (1 + _REL) and mean <= high * (1 + _REL)):
+        _fail(
+            module,
+            f"{keys.POWER} static_power_w = {low:.6g} W, mean_chip_power_w = {mean:.6g} W, chip_power_w = "
+            f"{high:.6g} W: expected static <= mean <= the busiest chip's",
+        )
 
 
 def _fail(module: Operation, relation: str) -> NoReturn:

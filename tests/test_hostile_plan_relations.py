@@ -82,6 +82,10 @@ def test_the_plan_as_written_is_read_back(tmp_path, plan, capsys):
         ("max_memory_bytes = ", "max_memory_bytes = 1", "expected the largest stage's"),
         ("cp = 2,", "cp = 1,", "devices_used = 8, expected dp·pp·tp·cp = 2·2·1·1 = 4"),
         ("phaze.stage = 1", "phaze.stage = 0", "expected the stage that holds its layer (1)"),
+        ("energy_per_sample_j = ", "energy_per_sample_j = 9", "expected step_energy_j / global_batch = "),
+        ("static_power_w = ", "static_power_w = 9999", "expected static <= mean <= the busiest chip's"),
+        ("#phaze.layer_latency<index = 1,", "#phaze.layer_latency<index = 0,", "layer_latency has indices [0, 0,"),
+        ("#phaze.layer_info<index = 1,", "#phaze.layer_info<index = 0,", "phaze.layers has indices [0, 0,"),
     ],
     ids=[
         "dp-3-on-8-devices",
@@ -98,6 +102,10 @@ def test_the_plan_as_written_is_read_back(tmp_path, plan, capsys):
         "max-memory-not-the-largest-stage",
         "cp-against-devices",
         "op-stage-not-its-layers",
+        "energy-per-sample-not-step-over-batch",
+        "static-power-above-the-chips",
+        "layer-latency-not-one-per-layer",
+        "layers-not-numbered-in-order",
     ],
 )
 def test_a_plan_that_contradicts_itself_is_refused_naming_the_relation(tmp_path, plan, capsys, old, new, relation):
@@ -106,6 +114,21 @@ def test_a_plan_that_contradicts_itself_is_refused_naming_the_relation(tmp_path,
     assert line.startswith("phaze-opt: error: 'builtin.module' op phaze.plan contradicts itself: "), line
     assert relation in line, line
     assert out == ""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        ("#phaze.layer_latency<index = 1, fwd_s = ", "#phaze.layer_latency<index = 1, fwd_s = -", "'fwd_s' of "),
+        ("step_energy_j = ", "step_energy_j = -", "'step_energy_j' of phaze.power = -"),
+        ("clock_limited_share = ", "clock_limited_share = 5", "expected a finite number from 0 to 1"),
+    ],
+    ids=["negative-layer-latency", "negative-step-energy", "clock-share-above-1"],
+)
+def test_a_negative_time_or_energy_or_a_share_above_1_is_refused_at_its_field(tmp_path, plan, capsys, old, new, said):
+    rc, out, err = opt(tmp_path, edit(plan, old, new), capsys=capsys)
+    assert rc == 1 and "Traceback" not in err and out == "", err
+    assert said in err.splitlines()[0], err
 
 
 def test_a_step_time_that_is_not_its_stages_is_refused(tmp_path, plan, capsys):

@@ -33,7 +33,7 @@ import numpy as np
 
 from passes.algorithms import schedule as sched
 from passes.algorithms.cache_file import is_int, is_number
-from passes.algorithms.context_parallel import ring_attention_s, ring_step_s
+from passes.algorithms.context_parallel import backward_ring, forward_ring, ring_s, ring_step_s
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
 from passes.algorithms.placement import LayerNumbers, block_range
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
@@ -70,6 +70,9 @@ class AttentionKernel:
     rows: tuple[int, ...]
     kv_bytes: int
     backward: bool
+    #: (row of the off-diagonal twin, row of the traced GEMM) of each causal attention GEMM:
+    #: an off-diagonal step of the ring runs the twin (``context_parallel.off_diagonal_gemm``)
+    twins: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -132,7 +135,7 @@ class Setting:
             "grads_freed": self.grads_freed,
             "grad_element_bytes": self.grad_element_bytes,
             "cp": self.cp,
-            "kernels": [[list(k.rows), k.kv_bytes, k.backward] for k in self.kernels],
+            "kernels": [[list(k.rows), k.kv_bytes, k.backward, [list(t) for t in k.twins]] for k in self.kernels],
             "tp_overlap": self.tp_overlap,
             "prepare_s": self.prepare_s,
             "table": [desc_to_json(d) for d in self.table.descs],
@@ -296,9 +299,16 @@ class Setting:
             if local <= 0:
                 out.append(None)
                 continue
-            hop, level = ring_step_s(network, k.kv_bytes * (2 if k.backward else 1), self.cp, self.tp)
+            # as phaze-context-parallel: an off-diagonal step runs the twins of the causal GEMMs
+            off = local + sum(float(split[t]) - float(split[r]) for t, r in k.twins)
+            hop, level = ring_step_s(network, k.kv_bytes, self.cp, self.tp)
             share = network[level].collective_compute_share or 0.0
-            out.append(ring_attention_s(local, hop, self.cp, share) / local)
+            if k.backward:
+                grad_hop, _ = ring_step_s(network, 2 * k.kv_bytes, self.cp, self.tp)
+                steps = backward_ring(local, off, hop, grad_hop, self.cp)
+            else:
+                steps = forward_ring(local, off, hop, self.cp)
+            out.append(ring_s(steps, share) / local)
         return out
 
     def priced_step(self, makespan: np.ndarray) -> PricedStep:
@@ -336,15 +346,19 @@ class Setting:
 def _kernel_from_json(data: object, rows: int, i: int) -> AttentionKernel:
     if not (
         isinstance(data, list)
-        and len(data) == 3
+        and len(data) == 4
         and isinstance(data[0], list)
         and all(is_int(x) and 0 <= x < rows for x in data[0])
         and is_int(data[1])
         and data[1] >= 0
         and isinstance(data[2], bool)
+        and isinstance(data[3], list)
+        and all(isinstance(t, list) and len(t) == 2 and all(is_int(x) and 0 <= x < rows for x in t) for t in data[3])
     ):
-        raise ValueError(f"attention kernel {i}: expected [rows of the {rows}-op table, kv bytes >= 0, backward]")
-    return AttentionKernel(tuple(data[0]), data[1], data[2])
+        raise ValueError(
+            f"attention kernel {i}: expected [rows of the {rows}-op table, kv bytes >= 0, backward, twin row pairs]"
+        )
+    return AttentionKernel(tuple(data[0]), data[1], data[2], tuple((t[0], t[1]) for t in data[3]))
 
 
 def _group_from_json(data: object, rows: int, kernels: int, i: int) -> Group:
@@ -440,6 +454,8 @@ def setting_from_module(
     groups: list[Group] = []
     index: dict[Group, int] = {}
     kernels, kernel_of = _attention_kernels(ops, rows) if cp > 1 else ((), {})
+    if kernels:
+        table, kernels = _with_off_diagonal_twins(table, kernels)
     beside = _overlapped(module, ops) if tp_overlap else {}
 
     def group_of(ids: list[int], selective: bool = False) -> int:
@@ -545,6 +561,33 @@ def _attention_kernels(ops: list, rows: list[int]) -> tuple[tuple[AttentionKerne
         k = kernels.setdefault(AttentionKernel(tuple(rows[i] for i in ids), kv, backward(ids)), len(kernels))
         kernel_of.update(dict.fromkeys(ids, k))
     return tuple(kernels), kernel_of
+
+
+def _with_off_diagonal_twins(
+    table: OpTable, kernels: tuple[AttentionKernel, ...]
+) -> tuple[OpTable, tuple[AttentionKernel, ...]]:
+    """``table`` with a row for the off-diagonal twin of each causal attention GEMM of
+    ``kernels`` (``context_parallel.off_diagonal_gemm``: what ``phaze-context-parallel`` prices
+    an off-diagonal ring step with), and the kernels naming them; rows no group schedules."""
+    from passes.algorithms.context_parallel import off_diagonal_gemm
+    from passes.algorithms.latency import MatmulDesc
+
+    descs = list(table.descs)
+    row_of = {d: r for r, d in enumerate(descs)}
+    out = []
+    for k in kernels:
+        twins = []
+        for r in k.rows:
+            d = descs[r]
+            twin = off_diagonal_gemm(d) if isinstance(d, MatmulDesc) else None
+            if twin is None:
+                continue
+            if twin not in row_of:
+                row_of[twin] = len(descs)
+                descs.append(twin)
+            twins.append((row_of[twin], r))
+        out.append(replace(k, twins=tuple(twins)))
+    return OpTable(descs), tuple(out)
 
 
 def deepened(setting: Setting, blocks: int) -> Setting:

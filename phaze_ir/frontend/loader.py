@@ -41,7 +41,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from phaze_ir.errors import PhazeError, PhazeWarning
+from phaze_ir.errors import ModelTooLarge, PhazeError, PhazeWarning
 from phaze_ir.files import RefusedFile, printable, read_regular, shorten
 
 
@@ -486,15 +486,17 @@ def _check_depth(config, name: str) -> None:
     """A config whose layers alone make more leaf modules than phaze traces
     (:data:`~phaze_ir.frontend.trace.MAX_LEAF_MODULES`; each layer has at least two, its
     attention's and its MLP's linears) is refused before transformers builds it: building
-    10,000 layers, even on ``meta``, takes half a minute."""
+    10,000 layers, even on ``meta``, takes half a minute.  One within it is built and its
+    leaves counted exactly when the compilation starts (``trace.check_model_size``)."""
     from phaze_ir.frontend.trace import MAX_LEAF_MODULES
 
     for field in ("num_hidden_layers", "n_layer", "num_layers"):
         layers = getattr(config, field, None)
         if isinstance(layers, int) and 2 * layers > MAX_LEAF_MODULES:
-            raise PhazeError(
+            raise ModelTooLarge(
                 f"{name}: {field} = {layers:,}: at least {2 * layers:,} leaf modules (two linears a layer), more than "
-                f"phaze traces ({MAX_LEAF_MODULES:,}; its trace and compilation would run for an hour)"
+                f"phaze compiles ({MAX_LEAF_MODULES:,}; its compilation grows with them: about half a minute of CPU at "
+                "the bound)"
             )
 
 
@@ -541,6 +543,7 @@ def load_hf_config(path: str | os.PathLike) -> ModelSpec:
         said = " ".join(_quoted_error(e).split())
         raise PhazeError(f"{name}: transformers refuses the config: {said}") from None
     _check_heads(checked, name)
+    _check_rope(raw, checked, name)
     seq_len = next(
         (
             v
@@ -593,6 +596,29 @@ def _check_heads(config, name: str) -> None:
         raise PhazeError(f"{name}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
     if isinstance(kv, int) and kv > 0 and heads % kv:
         raise PhazeError(f"{name}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
+
+
+def _check_rope(raw: dict, config, name: str) -> None:
+    """A RoPE scaling type transformers has no function for (``rope_scaling`` or
+    ``rope_parameters``: ``{"rope_type": "x"}``) is refused, naming the key: transformers takes
+    the config and fails only when it builds the model (a ``KeyError`` deep in the rotary
+    embedding, after the sweep has started)."""
+    from transformers import __version__ as version
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = getattr(config, key, None)
+        if not isinstance(rope, dict):
+            continue
+        kind = rope.get("rope_type", rope.get("type"))
+        if kind is None or kind == "default" or kind in ROPE_INIT_FUNCTIONS:
+            continue
+        given = key if key in raw else next((k for k in ("rope_scaling", "rope_parameters") if k in raw), key)
+        known = ", ".join(["default", *sorted(ROPE_INIT_FUNCTIONS)])
+        raise PhazeError(
+            f"{name}: {given}: rope_type {_excerpt_json(kind)}: transformers {version} has no such RoPE scaling "
+            f"(it knows {known})"
+        )
 
 
 @functools.cache

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phaze_ir.errors import PhazeError, PhazeWarning
+from phaze_ir.errors import ModelTooLarge, PhazeError, PhazeWarning
 from phaze_ir.frontend.float8_linear import Fp8Recipe, fp8_linears, fp8_linears_patched, register_fp8_scales
 from phaze_ir.frontend.gpu_dispatch import as_on_cuda
 from phaze_ir.frontend.loader import ModelSpec
@@ -362,7 +362,8 @@ def uniform_blocks(model) -> tuple[Any, str, int] | None:
                 bufs = [(n, tuple(t.shape), t.dtype) for n, t in b.named_buffers()]
                 return type(b), repr(b), shapes, bufs, [(p, k) for p, k, _ in _plain_attributes(b)]
 
-            if any(structure(b) != structure(blocks[0]) for b in blocks[1:]):
+            first = structure(blocks[0])  # (once: each block's structure is its whole repr)
+            if any(structure(b) != first for b in blocks[1:]):
                 continue
             # Each attribute the same in every block, or every block's own index.
             values = zip(*([v for _, _, v in _plain_attributes(b)] for b in blocks))
@@ -520,12 +521,18 @@ def _check_trace_options(micro_batch_size: int, seq_len: int | None, dtype: str)
 
 
 #: The most leaf modules (``torch.nn`` modules without children: a linear, a norm, an
-#: activation) a model may have. The step's trace, import and compilation grow with them (a
-#: deepened step's too: its blocks are imported one by one), minutes beyond a few thousand;
-#: a model beyond this bound is refused right after it is built, before any trace, rather than
-#: left to run for an hour. Published models are far below it: Llama-3.1-405B's 126 blocks of
-#: 10 leaves (q, k, v, o, gate, up, down, its activation, two norms) are 1,264 with the rest.
-MAX_LEAF_MODULES = 16_384
+#: activation) a model may have. A compilation's whole-model step (its import, the pipeline,
+#: the printed plan) grows with them, about 0.01 s of CPU per leaf of a transformer block on
+#: the 2-core development machine (a Llama block: 10 leaves, about 270 ops, 0.1 s), on top of
+#: 14 s that any model costs (imports, the sweep's cut traces): a tiny Llama of 1,000 layers
+#: (10,004 leaves) took 114 s of CPU and 505 s on the loaded machine, 256 layers 39 s of CPU.
+#: The bound keeps a model at it near half a minute of CPU (docs/benchmarks.md, "Models at the
+#: size bound") and still takes every published model: Llama-3.1-405B's 126 blocks of 10
+#: leaves (q, k, v, o, gate, up, down, its activation, two norms) are 1,264 with the rest, the
+#: largest of examples/. A model beyond it is refused in one line when the compilation starts
+#: (:func:`check_model_size`), before any trace; a config.json whose layers alone pass it
+#: before transformers builds it (``loader._check_depth``).
+MAX_LEAF_MODULES = 2_048
 
 
 def _check_size(model, spec: ModelSpec) -> None:
@@ -535,10 +542,19 @@ def _check_size(model, spec: ModelSpec) -> None:
         if next(m.children(), None) is None:
             leaves += 1
             if leaves > MAX_LEAF_MODULES:
-                raise PhazeError(
-                    f"{spec.path.name}: more than {MAX_LEAF_MODULES:,} leaf modules (linears, norms, activations): "
-                    "more than phaze traces (its trace and compilation would run for an hour); Llama-3.1-405B has 1,264"
+                raise ModelTooLarge(
+                    f"{spec.path.name}: more than {MAX_LEAF_MODULES:,} leaf modules (linears, norms, activations), "
+                    "the most phaze compiles (its compilation grows with them: about half a minute of CPU at the "
+                    "bound); Llama-3.1-405B has 1,264"
                 )
+
+
+def check_model_size(spec: ModelSpec) -> None:
+    """Build ``spec``'s model on ``meta`` and refuse it, in one line, when it has more leaf
+    modules than :data:`MAX_LEAF_MODULES` (or when ``get_model()`` fails): what a compilation
+    checks first (``phaze.driver.start_compilation``), so that a model beyond the bound is
+    refused once, before the sweep's first trace, not by each trace in turn."""
+    _check_size(_model_on_meta(spec), spec)
 
 
 def _model_on_meta(spec: ModelSpec):
@@ -703,6 +719,7 @@ def _make_fx(step, flat_inputs: list[Any], spec: ModelSpec, model):
         with (
             _transformers_meta_patches(),
             as_on_cuda(),
+            _bounded_calls(spec, model),
             _module_stack_hooks(model) as modules,
             fxt.preserve_node_meta(),
             _quiet_fake_tensor_log(),
@@ -717,6 +734,52 @@ def _make_fx(step, flat_inputs: list[Any], spec: ModelSpec, model):
         raise PhazeError(_describe_trace_failure(e, spec, modules)) from e
     finally:
         fxt.current_meta.pop("custom", None)
+
+
+#: The torch calls (functions and tensor methods, as a ``TorchFunctionMode`` sees them) one
+#: trace may make: :data:`CALLS_PER_LEAF` per leaf module of the model traced, at least
+#: :data:`MIN_TRACED_CALLS` and at most :data:`MAX_TRACED_CALLS`. What :data:`MAX_LEAF_MODULES`
+#: cannot see: a model of few modules whose forward loops (one linear applied 100,000 times)
+#: traces and compiles as long as a deep one. Published models make 20-40 calls per leaf (a
+#: Llama block: 309 calls for 10 leaves; GPT-3 175B's whole trace about 36,000 for 965 leaves,
+#: Llama-3.1-405B's about 39,000 for 1,264), so the bound takes every one traced whole (the
+#: deepened step's check, ``tests/test_deepen.py``) and a Llama at the leaf bound (63,000).
+#: A call costs 0.4-1 ms of CPU to trace on the 2-core development machine: a loop model of one
+#: linear is refused at 16,384 calls, after 21.5 s of CPU, the process included.
+CALLS_PER_LEAF = 64
+MIN_TRACED_CALLS = 16_384
+MAX_TRACED_CALLS = 65_536
+
+
+def traced_calls_bound(model) -> int:
+    """The most torch calls a trace of ``model`` may make (:data:`CALLS_PER_LEAF`)."""
+    leaves = sum(1 for m in model.modules() if next(m.children(), None) is None)
+    return min(MAX_TRACED_CALLS, max(MIN_TRACED_CALLS, CALLS_PER_LEAF * leaves))
+
+
+@contextlib.contextmanager
+def _bounded_calls(spec: ModelSpec, model):
+    """While active, the trace stops with one :class:`ModelTooLarge` line at the torch call past
+    :func:`traced_calls_bound` (counted, never timed)."""
+    from torch.overrides import TorchFunctionMode
+
+    bound = traced_calls_bound(model)
+
+    class _Count(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            _Count.calls += 1
+            if _Count.calls > bound:
+                raise ModelTooLarge(
+                    f"{spec.path.name}: its step makes more than {bound:,} torch calls (a loop in its forward?), the "
+                    f"most phaze traces for its modules ({CALLS_PER_LEAF} a leaf module, from {MIN_TRACED_CALLS:,} "
+                    f"to {MAX_TRACED_CALLS:,}); a Llama block makes about 309"
+                )
+            return func(*args, **(kwargs or {}))
+
+    with _Count():
+        yield
 
 
 def _seq_modules(gm) -> dict[int, str]:
