@@ -653,10 +653,23 @@ def results_of_json(path: str) -> dict[str, tuple[str, float | None]]:
     return out
 
 
-def write_bands(path: str | os.PathLike[str], bands: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
+def write_bands(path: str | os.PathLike[str], bands: dict, results: dict[str, tuple[str, float | None]]) -> int:
+    """Write the band table, all or nothing (a temporary file renamed over ``path``); refused
+    (1, a line on stderr, the old file kept) when a row failed: a band of a crashed run's rows
+    would tell every plan of its regime that nothing was priced."""
+    failed = sorted(i for i, (state, _) in results.items() if state == "failed")
+    if failed:
+        print(
+            f"--write-bands: {len(failed)} rows failed ({', '.join(failed[:5])}...): {path} left as it was",
+            file=sys.stderr,
+        )
+        return 1
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
         json.dump(bands, f, indent=1, sort_keys=False)
         f.write("\n")
+    os.replace(tmp, path)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -710,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.regimes:
             print(regime_report(rows, results))
         if args.write_bands:
-            write_bands(args.write_bands, band_table(rows, results))
+            return write_bands(args.write_bands, band_table(rows, results), results)
         return 0
     cache = None if args.no_cache else (args.cache or os.path.join(os.path.expanduser("~"), ".cache", "phaze"))
     start = time.perf_counter()
@@ -755,7 +768,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.regimes:
         print("\n" + regime_report(rows, results))
     if args.write_bands:
-        write_bands(args.write_bands, band_table(rows, results))
+        return write_bands(args.write_bands, band_table(rows, results), results)
     return 0
 
 

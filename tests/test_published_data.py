@@ -224,3 +224,14 @@ def test_the_runs_gradients_are_reduced_in_the_dtype_their_framework_used():
     assert pp.parse_row(d, "row").reduce_dtype == "fp32"
     with pytest.raises(ValueError, match="reduce_dtype 'fp8', expected one of fp32, bf16, fp16"):
         pp.parse_row({**d, "reduce_dtype": "fp8"}, "row")
+
+
+def test_bands_are_not_written_from_failed_rows(tmp_path, capsys):
+    """A run whose rows crashed (not refused for memory) leaves the band table as it was: every
+    plan of their regimes would otherwise say no published run was priced."""
+    path = tmp_path / "bands.json"
+    path.write_text("old\n")
+    assert pp.write_bands(path, {"regimes": {}}, {"a": ("priced", 0.1), "b": ("failed", None)}) == 1
+    assert path.read_text() == "old\n" and "1 rows failed (b" in capsys.readouterr().err
+    assert pp.write_bands(path, {"regimes": {}}, {"a": ("priced", 0.1), "b": ("refused", None)}) == 0
+    assert path.read_text().startswith("{") and not (tmp_path / "bands.json.tmp").exists()
