@@ -323,7 +323,8 @@ class RecordAttr(ParametrizedAttribute):
             return None
         least, most = cls.RANGES[key]
         number = value.data
-        if least <= number <= most and math.isfinite(number):
+        # (an integer is finite: math.isfinite would convert one past a float's range)
+        if least <= number <= most and (isinstance(value, IntAttr) or math.isfinite(number)):
             return None
         shown = number if isinstance(value, IntAttr) else format_float(number)
         expected = f"from {least} to {most}" if most < math.inf else f">= {least}"

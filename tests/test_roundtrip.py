@@ -240,12 +240,16 @@ def test_format_float_examples(value, text):
 
 
 def test_records_refuse_what_they_cannot_hold():
+    from xdsl.utils.exceptions import VerifyException
+
     from phaze_ir.attributes import LayerLatencyAttr, PlanAttr
 
     with pytest.raises(ValueError, match="at most 4096 bits"):
         LayerLatencyAttr.make(index=2**MAX_INT_BITS, fwd_s=0.0, bwd_s=0.0, opt_s=0.0)
-    ok = LayerLatencyAttr.make(index=-LIMIT, fwd_s=0.0, bwd_s=0.0, opt_s=0.0)
-    assert ok.get("index") == -LIMIT
+    ok = LayerLatencyAttr.make(index=LIMIT, fwd_s=0.0, bwd_s=0.0, opt_s=0.0)
+    assert ok.get("index") == LIMIT
+    with pytest.raises(VerifyException, match="expected an integer >= 0"):  # a per-layer record's numbers
+        LayerLatencyAttr.make(index=-1, fwd_s=0.0, bwd_s=0.0, opt_s=0.0)
     with pytest.raises(TypeError, match="bool"):
         LayerLatencyAttr.make(index=True, fwd_s=0.0, bwd_s=0.0, opt_s=0.0)
     plan = {f: 0 for f in PlanAttr.FIELDS} | {
@@ -277,13 +281,22 @@ def test_mistyped_field_is_a_clear_parse_error(body, message):
 
 
 def test_hex_float_bits_parse():
+    """A float field without bounds (an op's energy) keeps every bit pattern; a per-layer
+    record's times are finite and >= 0, and a hex infinity there is refused at the field."""
+    from phaze_ir.ir import MLIRParseError
+
     text = (
-        "builtin.module attributes {x = #phaze.layer_latency<index = 0, fwd_s = 0x7FF0000000000000, "
-        "bwd_s = 0xFFF0000000000000, opt_s = 0x7FF8000000000001>} {\n}\n"
+        "builtin.module attributes {x = #phaze.energy<compute_j = 0x7FF0000000000000, "
+        "core_buffer_j = 0xFFF0000000000000, global_buffer_j = 0x7FF8000000000001, hbm_j = 0.0, "
+        "network_j = 0.0>} {\n}\n"
     )
     attr = parse_module(text).attributes["x"]
-    assert attr.get("fwd_s") == math.inf and attr.get("bwd_s") == -math.inf and math.isnan(attr.get("opt_s"))
+    assert attr.get("compute_j") == math.inf and attr.get("core_buffer_j") == -math.inf
+    assert math.isnan(attr.get("global_buffer_j"))
     assert print_module(parse_module(text)) == text
+    bounded = "builtin.module attributes {x = #phaze.layer_latency<index = 0, fwd_s = 0x7FF0000000000000, "
+    with pytest.raises(MLIRParseError, match="fwd_s.*expected a finite number >= 0"):
+        parse_module(bounded + "bwd_s = 0.0, opt_s = 0.0>} {\n}\n")
 
 
 def test_main_command_output_reads_back_byte_for_byte(tmp_path):

@@ -122,8 +122,11 @@ def _extreme(cls: type[RecordAttr], variant: int) -> RecordAttr:
             pool = {IntAttr: ints, FloatData: floats, StringAttr: strings}[hint]
             if f in cls.RANGES:  # a bounded field: the extremes its verifier lets through
                 least, most = cls.RANGES[f]
-                top = most if most < math.inf else 1.7976931348623157e308
-                pool = [least, top] if hint is IntAttr else [float(least), 5e-324, float(top), 1e22]
+                if hint is IntAttr:
+                    pool = [int(least), int(most) if most < math.inf else 2**200]
+                else:
+                    top = most if most < math.inf else 1.7976931348623157e308
+                    pool = [float(least), 5e-324, float(top)] + ([1e22] if 1e22 <= most else [])
             values[f] = pool[k % len(pool)]
     return cls.make(**values)
 

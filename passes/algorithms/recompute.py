@@ -413,7 +413,7 @@ class _FusedKernels:
                     out.add(x)
             elif kind in _RECOMPUTED_ACTIVATIONS and len(data) == 1 and data[0] in saved:
                 readers = self.fwd_readers.get(st, set())
-                if readers and all(_kind(graph, i)[0] == "phaze.elementwise" for i in readers):
+                if readers and all(_kind(graph, i)[0] == _ELEMENTWISE for i in readers):
                     out.discard(st)
         return out
 
@@ -424,7 +424,7 @@ class _FusedKernels:
         for i in self.fwd_readers.get(st, set()):
             if _kind(graph, i) == ("phaze.reduction", "mean"):
                 return True
-            if _kind(graph, i)[0] == "phaze.elementwise":
+            if _kind(graph, i)[0] == _ELEMENTWISE:
                 for r in graph.ops[i].results:
                     if any(_kind(graph, j) == ("phaze.reduction", "mean") for j in self.fwd_readers.get(r, set())):
                         return True
@@ -434,6 +434,10 @@ class _FusedKernels:
 #: Megatron's fused activations whose backward recomputes them from their saved input
 #: (megatron-core 0.16.1 ``fused_bias_swiglu.py``, ``fused_bias_gelu.py``).
 _RECOMPUTED_ACTIVATIONS = frozenset((("phaze.elementwise", "silu"), ("phaze.elementwise", "gelu")))
+
+
+#: The op names (a graph's signatures start with them) the stash rules read.
+_ELEMENTWISE = "phaze.elementwise"
 
 
 def _kind(graph: Graph, i: int) -> tuple[str, str]:
