@@ -11,8 +11,10 @@
 // kT's 8 x 4 f16 = 128 B.
 //   forward:  local 3 us; hop 1e-6 + 128 / 1e9 = 1.128 us, shorter than a step: the ring is
 //             3 + max(1.128, 3) = 6 us, every op of the kernel x 2.
-//   backward: local 1 us; hop carries K, V and their gradients, 256 B: 1.256 us, longer than a
-//             step: the ring is 1 + max(1.256, 1) = 2.256 us, every op x 2.256.
+//   backward (Transformer Engine's order, c = 2: the off-diagonal step, then the diagonal): local
+//             1 us a step; beside the first, K and V go on (128 B: 1.128 us), beside the last
+//             their gradients come back (as many bytes: 1.128 us), each longer than its step: the
+//             ring is 2 x max(1.128, 1) = 2.256 us, every op x 2.256; its hops 2.256 us in all.
 // phaze.layer_latency: forward 6 + 1 (the outside GEMM) = 7 us, backward 2.256 us.
 // phaze.seq_len 4 -> 8.  phaze.model_flops 10000: the attention's forward GEMMs, 2*4*4*8 +
 // 2*4*8*4 = 512, three times (forward and backward) is 1536; the rest scales by c, attention by
@@ -31,7 +33,7 @@ builtin.module attributes {phaze.target = @acc, phaze.seq_len = 4 : i64, phaze.m
   }
 }
 
-// CHECK: builtin.module attributes {phaze.target = @acc, phaze.seq_len = 8 : i64, phaze.model_flops = 23072 : i64, phaze.layer_latency = [#phaze.layer_latency<index = 0, fwd_s = 7.0e-06, bwd_s = 2.256e-06, opt_s = 0.0>], phaze.context_parallel = 2 : i64, phaze.cp_ring = {fwd_step_s = 3.000000e-06 : f64, fwd_hop_s = 1.128000e-06 : f64, fwd_ring_s = 6.000000e-06 : f64, bwd_step_s = 1.000000e-06 : f64, bwd_hop_s = 1.256000e-06 : f64, bwd_ring_s = 2.256000e-06 : f64, kv_bytes = 128 : i64}}
+// CHECK: builtin.module attributes {phaze.target = @acc, phaze.seq_len = 8 : i64, phaze.model_flops = 23072 : i64, phaze.layer_latency = [#phaze.layer_latency<index = 0, fwd_s = 7.0e-06, bwd_s = 2.256e-06, opt_s = 0.0>], phaze.context_parallel = 2 : i64, phaze.cp_ring = {fwd_step_s = 3.000000e-06 : f64, fwd_hop_s = 1.128000e-06 : f64, fwd_ring_s = 6.000000e-06 : f64, bwd_step_s = 1.000000e-06 : f64, bwd_hop_s = 2.256000e-06 : f64, bwd_ring_s = 2.256000e-06 : f64, kv_bytes = 128 : i64}}
 // CHECK: %s = phaze.matmul {{.*}}phaze.latency = #phaze.latency<one_s = 4.0e-06, split_s = 2.0e-06, unit = tensor, bound = compute>
 // CHECK: %p = phaze.softmax {{.*}}phaze.latency = #phaze.latency<one_s = 2.0e-06, split_s = 2.0e-06, unit = vector, bound = compute>
 // CHECK: %o = phaze.matmul {{.*}}phaze.latency = #phaze.latency<one_s = 4.0e-06, split_s = 2.0e-06, unit = tensor, bound = compute>
