@@ -97,7 +97,8 @@ def chip_words(acc: Mapping[str, Any]) -> str:
     tc, vc = acc["tensor_cores"], acc["vector_cores"]
     sram = tc["count"] * tc["buffer_bytes"] + vc["count"] * vc["buffer_bytes"] + acc["global_buffer"]["bytes"]
     parts = [
-        f"{tc['count']} tensor cores of {tc['pe_x']}x{tc['pe_y']} PEs",
+        f"{tc['count']} tensor cores of {tc['pe_x']}x{tc['pe_y']} PEs"
+        + (f" (FP8 at {tc['fp8_rate']}x)" if tc.get("fp8_rate") else ""),
         f"{vc['count']} vector cores of {vc['width']} lanes",
         f"{binary_bytes(sram)} SRAM ({binary_bytes(acc['global_buffer']['bytes'])} global buffer)",
         f"{binary_bytes(acc['hbm']['bytes'])} HBM at {si(acc['hbm']['bandwidth_Bps'], 'B/s')}",
@@ -175,10 +176,12 @@ def causal_attention_skipped(module, plan: Mapping[str, Any]) -> float:
 def kernel_ceiling(acc, module) -> float:
     """The best fraction of the tensor peak the chip's kernels reach, which HFU cannot pass:
     its GEMMs' ``tensor_efficiency`` (at the FP8 peak when the step has FP8 GEMMs) or its best
-    attention kernel's published rate; 1 on a chip without a calibration."""
+    attention kernel's published rate; 1 on a chip without a calibration, or its FP8
+    datapath's rate (``tensor_cores.fp8_rate``) when the step has FP8 GEMMs."""
     cal = acc.calibration
     if cal is None:
-        return 1.0
+        fp8 = acc.tensor_cores.fp8_rate
+        return float(fp8) if fp8 and _has_fp8_gemms(module) else 1.0
     best = cal.tensor_efficiency
     if cal.fp8_gemm_flops is not None and _has_fp8_gemms(module):
         best *= cal.fp8_gemm_flops / acc.peak_tensor_flops

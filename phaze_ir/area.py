@@ -4,7 +4,9 @@
 
 with W × D the tensor-core PE array, Wv the vector width, b_tc = max(1 KiB, 16·W·D) bytes and
 b_vc = max(1 KiB, 16·Wv) bytes the per-core buffers (16 B per PE or lane, at least 1 KiB), g the
-global-buffer size, ``SRAM`` and ``GLB`` tables by capacity.
+global-buffer size, ``SRAM`` and ``GLB`` tables by capacity.  A PE with the FP8 datapath (the
+space's ``fp8_rate`` axis: FP8 GEMMs at twice the bf16 rate) is ``FP8_PE_AREA_RATIO`` times a bf16
+PE (``[fp8_datapath]`` of ``area_22nm.toml``, with its source).
 
 Provenance: these are the 22 nm estimates (Accelergy) behind the paper's public code; the model
 reproduces every one of the 29,360 rows of its ``cores.json`` (the reference list of valid
@@ -45,6 +47,11 @@ __all__ = [
     "vector_core_area_um2",
     "chip_area_um2",
     "in_domain",
+    "FP8_RATE",
+    "FP8_PE_AREA_RATIO",
+    "FP8_MAC_ENERGY_RATIO",
+    "fp8_pe_factor",
+    "fp8_mac_j",
 ]
 
 KiB = 1024
@@ -77,6 +84,12 @@ GLB_AREA_UM2: dict[int, float] = _TABLE["glb_um2"]
 BUFFER_BYTES_PER_UNIT: int = int(_TABLE["buffer_bytes_per_unit"])
 #: Smallest per-core buffer, bytes.
 MIN_CORE_BUFFER_BYTES: int = int(_TABLE["min_core_buffer_bytes"])
+#: The FP8 datapath of a PE (``[fp8_datapath]``): FP8 MACs per cycle as a multiple of the bf16
+#: ones (the one rate modelled), the PE's area with it over the PE's without, and one FP8 MAC's
+#: energy over one bf16 MAC's.
+FP8_RATE: int = int(_TABLE["fp8_datapath"]["rate"])
+FP8_PE_AREA_RATIO: float = float(_TABLE["fp8_datapath"]["pe_area_ratio"])
+FP8_MAC_ENERGY_RATIO: float = float(_TABLE["fp8_datapath"]["mac_energy_ratio"])
 
 _SRAM_KEYS = np.array(sorted(SRAM_AREA_UM2), dtype=np.int64)
 _SRAM_VALS = np.array([SRAM_AREA_UM2[k] for k in sorted(SRAM_AREA_UM2)], dtype=np.float64)
@@ -141,12 +154,27 @@ def in_domain(tc_buffer: ArrayLike, vc_buffer: ArrayLike, glb_bytes: ArrayLike) 
     return _out(np.isin(tcb, _SRAM_KEYS) & np.isin(vcb, _SRAM_KEYS) & np.isin(glb, _GLB_KEYS))
 
 
-def tensor_core_area_um2(pe_x: ArrayLike, pe_y: ArrayLike, buffer_bytes: ArrayLike | None = None) -> Any:
-    """Area (µm²) of one tensor core: its PEs and its buffer (default :func:`tc_buffer_bytes`)."""
+def fp8_pe_factor(fp8_rate: ArrayLike) -> np.ndarray:
+    """A PE's area over a bf16 PE's: :data:`FP8_PE_AREA_RATIO` with the FP8 datapath
+    (``fp8_rate`` > 0), exactly 1.0 without (0)."""
+    return np.where(np.asarray(fp8_rate, dtype=np.int64) > 0, FP8_PE_AREA_RATIO, 1.0)
+
+
+def fp8_mac_j(mac_j: float) -> float:
+    """One FP8 MAC's energy (J) on the FP8 datapath of a PE whose bf16 MAC costs ``mac_j``."""
+    return mac_j * FP8_MAC_ENERGY_RATIO
+
+
+def tensor_core_area_um2(
+    pe_x: ArrayLike, pe_y: ArrayLike, buffer_bytes: ArrayLike | None = None, fp8_rate: ArrayLike | None = None
+) -> Any:
+    """Area (µm²) of one tensor core: its PEs and its buffer (default :func:`tc_buffer_bytes`);
+    ``fp8_rate`` > 0: PEs with the FP8 datapath (:func:`fp8_pe_factor`; None or 0: without)."""
     w = np.asarray(pe_x, dtype=np.int64)
     d = np.asarray(pe_y, dtype=np.int64)
     buf = tc_buffer_bytes(w, d) if buffer_bytes is None else buffer_bytes
-    return _out(PE_AREA_UM2 * w * d + _lookup(_SRAM_KEYS, _SRAM_VALS, buf, "per-core buffer"))
+    pe = PE_AREA_UM2 if fp8_rate is None else PE_AREA_UM2 * fp8_pe_factor(fp8_rate)  # x 1.0: the same float
+    return _out(pe * w * d + _lookup(_SRAM_KEYS, _SRAM_VALS, buf, "per-core buffer"))
 
 
 def vector_core_area_um2(width: ArrayLike, buffer_bytes: ArrayLike | None = None) -> Any:
@@ -166,17 +194,19 @@ def chip_area_um2(
     *,
     tc_buffer_bytes: ArrayLike | None = None,
     vc_buffer_bytes: ArrayLike | None = None,
+    fp8_rate: ArrayLike | None = None,
 ) -> Any:
     """Area (µm²) of whole chips, elementwise over broadcast arrays (a float for scalars).
 
     ``num_tc`` tensor cores of ``pe_x × pe_y`` PEs, ``num_vc`` vector cores of ``width_vc`` lanes,
-    a global buffer of ``glb_bytes``; per-core buffers default to what the model assumes.
+    a global buffer of ``glb_bytes``; per-core buffers default to what the model assumes;
+    ``fp8_rate`` > 0: PE arrays with the FP8 datapath (:data:`FP8_PE_AREA_RATIO` per PE).
     Raises :class:`AreaModelError` for a buffer size outside the tables.
     """
     ntc = np.asarray(num_tc, dtype=np.int64)
     nvc = np.asarray(num_vc, dtype=np.int64)
     area = (
-        ntc * tensor_core_area_um2(pe_x, pe_y, tc_buffer_bytes)
+        ntc * tensor_core_area_um2(pe_x, pe_y, tc_buffer_bytes, fp8_rate)
         + nvc * vector_core_area_um2(width_vc, vc_buffer_bytes)
         + _lookup(_GLB_KEYS, _GLB_VALS, glb_bytes, "global buffer")
     )

@@ -163,6 +163,9 @@ CORES = Bound(2**24, "18x the 900,000 cores of Cerebras WSE-3, the largest chip 
 #: A PE array's side, a vector core's lanes, a wave tile's side: TPU v1's 256 x 256 systolic
 #: array (Jouppi et al., ISCA 2017), the paper's space's widest too (256).
 ARRAY_SIDE = Bound(2**16, "256x the 256-wide systolic array of TPU v1")
+#: FP8 MACs per PE and cycle over the bf16 ones: Hopper's 2 (NVIDIA H100 datasheet: 1,979 dense FP8
+#: against 989 bf16 TFLOP/s); the area model prices that one rate (checked beside it).
+FP8_RATE_BOUND = Bound(64, "32x the 2 FP8 MACs per bf16 MAC of NVIDIA Hopper")
 #: A core's own buffer: the default (16 B per PE, :func:`default_tc_buffer_bytes`) of the
 #: largest array allowed, so that a default is never refused.
 CORE_BUFFER = Bound(16 * 2**32, "16 B per PE of a 65536 x 65536 array")
@@ -452,6 +455,13 @@ class TensorCores:
         pe_y: PE-array depth D (the paper's ``depth``), in processing elements.
         buffer_bytes: each core's private buffer (the area model's L2), in bytes.  Defaults to
             what the area model assumes, ``max(1 KiB, 16·pe_x·pe_y)`` bytes (16 B per PE).
+        fp8_rate: optional; the PEs have the FP8 datapath of the area model (``[fp8_datapath]``
+            of ``phaze_ir/area_22nm.toml``, its one rate: 2) and run a GEMM on FP8 operands
+            (``--dtype fp8``) at that many MACs per PE and cycle, its PE-array cycles over
+            ``fp8_rate``; each PE is ``pe_area_ratio`` times larger and an FP8 MAC costs
+            ``mac_energy_ratio`` times ``[energy] mac_j`` unless ``fp8_mac_j`` gives it.  For
+            an ideal chip (an architecture space's: no ``[calibration]``, whose FP8 rate is
+            ``fp8_gemm_flops``).  Absent: no FP8 datapath, ``--dtype fp8`` refused.
     """
 
     count: int = _spec("pos_int", "number of tensor cores", at_most=CORES)
@@ -460,11 +470,24 @@ class TensorCores:
     buffer_bytes: int = _spec(
         "opt_pos_int", "per-core buffer (bytes); default max(1 KiB, 16*pe_x*pe_y)", at_most=CORE_BUFFER, default=None
     )
+    fp8_rate: int | None = _spec(
+        "opt_pos_int",
+        "FP8 MACs per PE and cycle, a multiple of the bf16 ones (the area model's FP8 datapath: 2)",
+        at_most=FP8_RATE_BOUND,
+        default=None,
+    )
 
     def __post_init__(self) -> None:
         _validate_fields(self)
         if self.buffer_bytes is None:
             object.__setattr__(self, "buffer_bytes", default_tc_buffer_bytes(self.pe_x, self.pe_y))
+        if self.fp8_rate is not None and self.fp8_rate != area.FP8_RATE:
+            raise HardwareError(
+                f"tensor_cores.fp8_rate = {self.fp8_rate}: expected {area.FP8_RATE}, the FP8 datapath's rate "
+                "the area model prices (phaze_ir/area_22nm.toml [fp8_datapath])",
+                source="TensorCores",
+                key_path="tensor_cores.fp8_rate",
+            )
 
     @property
     def macs_per_cycle(self) -> int:
@@ -987,6 +1010,13 @@ class Accelerator:
         _check_network(levels, "Accelerator")
         object.__setattr__(self, "network", levels)
         _check_peaks(self.clock_hz, self.tensor_cores, self.vector_cores, "Accelerator")
+        if self.calibration is not None and self.tensor_cores.fp8_rate is not None:
+            raise HardwareError(
+                "tensor_cores.fp8_rate: expected on an ideal chip only; a calibrated chip's FP8 rate is "
+                "[calibration] fp8_gemm_flops",
+                source=self.name,
+                key_path="tensor_cores.fp8_rate",
+            )
         limit = None if self.energy is None else self.energy.power_limit_w
         if limit is not None and self.static_power_w >= limit:
             raise HardwareError(
@@ -1026,6 +1056,7 @@ class Accelerator:
                 self.global_buffer.bytes,
                 tc_buffer_bytes=tc.buffer_bytes,
                 vc_buffer_bytes=vc.buffer_bytes,
+                fp8_rate=tc.fp8_rate,
             )
         )
 

@@ -115,7 +115,7 @@ def _with(**tables) -> dict:
         ({"name": "x", "clock_hz": True}, "f.toml: clock_hz = true: expected a positive number (got a boolean)"),
         (
             {"name": "x", "clock_hz": 1e9},
-            "f.toml: missing required key 'tensor_cores' (a table with count, pe_x, pe_y, buffer_bytes)",
+            "f.toml: missing required key 'tensor_cores' (a table with count, pe_x, pe_y, buffer_bytes, fp8_rate)",
         ),
         # Inside an array of tables: the level's index.
         (

@@ -104,8 +104,9 @@ __all__ = [
     "spec_from_dict",
 ]
 
-#: The searched axes, outermost first (the enumeration order).
-AXES = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes")
+#: The searched axes, outermost first (the enumeration order); ``fp8_rate`` innermost, so that the
+#: chips of one FP8 choice keep the order of a space without that axis.
+AXES = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes", "fp8_rate")
 
 #: One row of :attr:`ArchSpace.configs`.  Buffers in bytes, area in µm².
 CONFIG_DTYPE = np.dtype(
@@ -119,6 +120,7 @@ CONFIG_DTYPE = np.dtype(
         ("tc_buffer_bytes", np.int64),
         ("vc_buffer_bytes", np.int64),
         ("area_um2", np.float64),
+        ("fp8_rate", np.int64),
     ]
 )
 
@@ -200,6 +202,11 @@ class SpaceSpec:
         waive_lower_bound_single_core: ...unless ``num_tc == 1`` or ``num_vc == 1`` and this is set.
         hbm_bytes: HBM capacity options, bytes (empty: the template's).
         name: label of the space (prefix of candidate names).
+        fp8_rate: the FP8 datapath of the PE arrays, each 0 (none) or the area model's rate
+            (:data:`phaze_ir.area.FP8_RATE`: FP8 GEMMs at twice the bf16 rate, PEs
+            :data:`~phaze_ir.area.FP8_PE_AREA_RATIO` times larger).  Default ``(0,)``: the
+            paper's chips.  A search takes the chips of its precision only
+            (:meth:`ArchSpace.for_fp8`).
     """
 
     template: Accelerator
@@ -214,9 +221,11 @@ class SpaceSpec:
     waive_lower_bound_single_core: bool = True
     hbm_bytes: tuple[int, ...] = ()
     name: str = "space"
+    fp8_rate: tuple[int, ...] = (0,)
 
     def __post_init__(self) -> None:
         src = f"SpaceSpec {self.name!r}"
+        object.__setattr__(self, "fp8_rate", _fp8_rates(self.fp8_rate, "fp8_rate", src))
         if not isinstance(self.template, Accelerator):
             raise ArchSpaceError(f"template = {excerpt(repr(self.template))}: expected an Accelerator", source=src)
         for axis in ("num_tc", "num_vc", "width", "depth", "glb_bytes", "hbm_bytes"):
@@ -262,7 +271,28 @@ class SpaceSpec:
     def num_candidates(self) -> int:
         """Size of the grid before the area rule."""
         n = len(self.num_tc) * len(self.num_vc) * len(self.width) * len(self.depth) * len(self.glb_bytes)
-        return n * (1 if isinstance(self.width_vc, str) else len(self.width_vc))
+        return n * (1 if isinstance(self.width_vc, str) else len(self.width_vc)) * len(self.fp8_rate)
+
+
+def _fp8_rates(value: Any, path: str, src: str) -> tuple[int, ...]:
+    """The ``fp8_rate`` axis: distinct values, each 0 (no FP8 datapath) or the area model's rate."""
+    allowed = (0, area_model.FP8_RATE)
+    values = (value,) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+    try:
+        values = tuple(values)
+    except TypeError:
+        values = (value,)
+    ok = bool(values) and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) and int(v) in allowed for v in values
+    )
+    if not ok or len(set(values)) != len(values):
+        raise ArchSpaceError(
+            f"{path} = {_show(value)}: expected distinct values of {allowed[0]} (no FP8 datapath) and "
+            f"{allowed[1]} (FP8 GEMMs at {allowed[1]}x the bf16 rate: phaze_ir/area_22nm.toml [fp8_datapath])",
+            source=src,
+            key_path=path,
+        )
+    return tuple(int(v) for v in values)
 
 
 def _int_values(value: Any, axis: str, src: str) -> tuple[int, ...]:
@@ -317,6 +347,7 @@ class ArchSpace:
         if not tied:
             axis_values.append(spec.width_vc)  # type: ignore[arg-type]
         axis_values.append(spec.glb_bytes)
+        axis_values.append(spec.fp8_rate)
         ndim = len(axis_values)
 
         def along(k: int) -> np.ndarray:
@@ -326,11 +357,11 @@ class ArchSpace:
 
         ntc, nvc, w, d = along(0), along(1), along(2), along(3)
         wv = {"width": w, "depth": d}[spec.width_vc] if tied else along(4)  # type: ignore[index]
-        glb = along(ndim - 1)
+        glb, fp8 = along(ndim - 2), along(ndim - 1)
         _check_domain(spec, src, paths)
         _check_bounds(spec, src, paths)
 
-        area = area_model.chip_area_um2(ntc, w, d, nvc, wv, glb)
+        area = area_model.chip_area_um2(ntc, w, d, nvc, wv, glb, fp8_rate=fp8)
         area = np.broadcast_to(area, tuple(len(v) for v in axis_values))
         budget = spec.budget_um2
         keep = area <= budget
@@ -409,6 +440,10 @@ class ArchSpace:
     def _build(self, name: str, row: np.void, hbm: int) -> Accelerator:
         t = self.spec.template
         glb = int(row["glb_bytes"])
+        fp8 = int(row["fp8_rate"]) or None
+        energy = None if t.energy is None else dataclasses.replace(t.energy, power_limit_w=None)
+        if energy is not None and fp8 and energy.fp8_mac_j is None:  # the FP8 datapath's MAC (area_22nm.toml)
+            energy = dataclasses.replace(energy, fp8_mac_j=area_model.fp8_mac_j(energy.mac_j))
         return Accelerator(
             name=name,
             clock_hz=t.clock_hz,
@@ -417,6 +452,7 @@ class ArchSpace:
                 pe_x=int(row["width"]),
                 pe_y=int(row["depth"]),
                 buffer_bytes=int(row["tc_buffer_bytes"]),
+                fp8_rate=fp8,
             ),
             vector_cores=VectorCores(
                 count=int(row["num_vc"]), width=int(row["width_vc"]), buffer_bytes=int(row["vc_buffer_bytes"])
@@ -427,21 +463,51 @@ class ArchSpace:
             network=t.network,
             # a space's chips are ideal (no calibration) and of other areas than the template's part:
             # its power limit, a property of that part, is not theirs (docs/energy.md)
-            energy=None if t.energy is None else dataclasses.replace(t.energy, power_limit_w=None),
+            energy=energy,
             manufacturing=t.manufacturing,
             deployment=t.deployment,
         )
 
+    def for_fp8(self, fp8: bool) -> ArchSpace:
+        """The chips a search of one precision takes (``fp8``: ``--dtype fp8``).  Under FP8, the
+        chips with the FP8 datapath only: one without it cannot run the FP8 linears (the
+        runtimes refuse them, Transformer Engine's ``check_fp8_support`` on a GPU without FP8
+        tensor cores, as ``--hw`` does), so it is left out rather than priced at its bf16
+        rate.  Otherwise the chips without it only: with no FP8 GEMM the datapath is area and
+        nothing else, and a space whose ``fp8_rate`` axis is absent (``(0,)``) is searched as
+        it always was, the same chips in the same order (a space of FP8 chips only is searched
+        whole).  Refused in one line when ``fp8`` and none has the datapath."""
+        keep = (self.configs["fp8_rate"] > 0) == fp8
+        if keep.all() or (not fp8 and not keep.any()):  # a space of FP8 chips only runs 16-bit GEMMs too
+            return self
+        if not keep.any():
+            raise ArchSpaceError(
+                f"--dtype fp8: no chip of the space has the FP8 datapath: give search.fp8_rate = "
+                f"[{area_model.FP8_RATE}] (or [0, {area_model.FP8_RATE}])",
+                source=self.source or f"SpaceSpec {_show(self.spec.name)}",
+                key_path="search.fp8_rate",
+            )
+        return ArchSpace(self.spec, self.configs[keep], self.source)
+
     def find(
-        self, *, num_tc: int, num_vc: int, width: int, depth: int, glb_bytes: int, width_vc: int | None = None
+        self,
+        *,
+        num_tc: int,
+        num_vc: int,
+        width: int,
+        depth: int,
+        glb_bytes: int,
+        width_vc: int | None = None,
+        fp8_rate: int = 0,
     ) -> int | None:
         """Index of the candidate with these values (``width_vc`` defaults to the tie or to
-        ``width``), or ``None`` if it is not in the space."""
+        ``width``; ``fp8_rate`` to none), or ``None`` if it is not in the space."""
         if width_vc is None:
             width_vc = depth if self.spec.width_vc == "depth" else width
         c = self.configs
         hit = np.flatnonzero(
-            (c["num_tc"] == num_tc)
+            (c["fp8_rate"] == fp8_rate)
+            & (c["num_tc"] == num_tc)
             & (c["num_vc"] == num_vc)
             & (c["width"] == width)
             & (c["depth"] == depth)
@@ -467,7 +533,8 @@ def _configs(spec: SpaceSpec, index: tuple[np.ndarray, ...], area_um2: np.ndarra
     configs["width"] = np.asarray(spec.width, dtype=np.int64)[index[2]]
     configs["depth"] = np.asarray(spec.depth, dtype=np.int64)[index[3]]
     configs["width_vc"] = configs[spec.width_vc] if tied else np.asarray(spec.width_vc, dtype=np.int64)[index[4]]
-    configs["glb_bytes"] = np.asarray(spec.glb_bytes, dtype=np.int64)[index[-1]]
+    configs["glb_bytes"] = np.asarray(spec.glb_bytes, dtype=np.int64)[index[-2]]
+    configs["fp8_rate"] = np.asarray(spec.fp8_rate, dtype=np.int64)[index[-1]]
     configs["tc_buffer_bytes"] = area_model.tc_buffer_bytes(configs["width"], configs["depth"])
     configs["vc_buffer_bytes"] = area_model.vc_buffer_bytes(configs["width_vc"])
     configs["area_um2"] = area_um2
@@ -476,9 +543,10 @@ def _configs(spec: SpaceSpec, index: tuple[np.ndarray, ...], area_um2: np.ndarra
 
 def _chip(row: np.void) -> str:
     """A candidate as its name says it (without the space's name and the HBM)."""
+    fp8 = int(row["fp8_rate"])
     return (
-        f"tc{int(row['num_tc'])}x{int(row['width'])}x{int(row['depth'])}-vc{int(row['num_vc'])}x"
-        f"{int(row['width_vc'])}-glb{_fmt_size(int(row['glb_bytes']))}"
+        f"tc{int(row['num_tc'])}x{int(row['width'])}x{int(row['depth'])}" + (f"-fp8x{fp8}" if fp8 else "") + "-vc"
+        f"{int(row['num_vc'])}x{int(row['width_vc'])}-glb{_fmt_size(int(row['glb_bytes']))}"
     )
 
 
@@ -602,8 +670,9 @@ def _pow2_desc(lo: int, hi: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def paper_spec(template: Accelerator | None = None) -> SpaceSpec:
-    """The paper's space (see the module docstring); template and budget: the ``tpuv4`` preset."""
+def paper_spec(template: Accelerator | None = None, fp8_rate: tuple[int, ...] = (0,)) -> SpaceSpec:
+    """The paper's space (see the module docstring); template and budget: the ``tpuv4`` preset;
+    ``fp8_rate``: its FP8 axis (the paper's chips have none)."""
     tpu = load_hardware("tpuv4")
     budget = tpu.area_um2
     assert budget is not None
@@ -620,12 +689,14 @@ def paper_spec(template: Accelerator | None = None) -> SpaceSpec:
         budget_um2=budget,
         lower_fraction=0.3,
         waive_lower_bound_single_core=True,
+        fp8_rate=fp8_rate,
     )
 
 
-def paper_space(template: Accelerator | None = None) -> ArchSpace:
-    """The paper's 29,360 candidates (of 75,712), in the reference's order."""
-    return ArchSpace.generate(paper_spec(template))
+def paper_space(template: Accelerator | None = None, fp8_rate: tuple[int, ...] = (0,)) -> ArchSpace:
+    """The paper's 29,360 candidates (of 75,712), in the reference's order; with ``fp8_rate``
+    ``(2,)`` the same grid with the FP8 datapath (fewer within the budget: larger PEs)."""
+    return ArchSpace.generate(paper_spec(template, fp8_rate))
 
 
 # --------------------------------------------------------------------------------------------
@@ -670,6 +741,11 @@ class _Search:
     width_vc: Any = _spec("width_vc", 'vector core lanes, or "width" / "depth" to tie it to that axis')
     glb_MiB: Any = _spec("axis_MiB", "global buffer (MiB)")
     hbm_GiB: Any = _spec("axis_GiB", "HBM capacity (GiB); default the template's", default=None)
+    fp8_rate: Any = _spec(
+        "fp8_axis",
+        "the PE arrays' FP8 datapath: 0 none, 2 FP8 GEMMs at twice the bf16 rate (phaze_ir/area_22nm.toml); default 0",
+        default=None,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -879,6 +955,7 @@ _SPACE_CHECKS: dict[str, Any] = {
     "axis_MiB": lambda v, path, src: _axis(v, path, src, unit_scale=MiB, allow_fraction=True),
     "axis_GiB": lambda v, path, src: _axis(v, path, src, unit_scale=GiB, allow_fraction=True),
     "width_vc": _width_vc,
+    "fp8_axis": lambda v, path, src: _fp8_rates(v, path, src),
 }
 
 #: What a missing key of each kind should be, as its refusal says.
@@ -908,6 +985,9 @@ def _space_kind_schema(f: dataclasses.Field) -> Any:
         return number(ge=0, le=1)
     if kind == "bool":
         return cs.bool_schema(strict=True)
+    if kind == "fp8_axis":
+        rate = cs.literal_schema([0, area_model.FP8_RATE])
+        return cs.union_schema([rate, cs.list_schema(rate, min_length=1)])
     one = cs.int_schema(strict=True, gt=0) if kind in ("axis", "width_vc") else number(gt=0)
     pow2 = cs.int_schema(strict=True, gt=0, metadata={"pydantic_js_updates": {"description": "a power of two"}})
     range_ = cs.typed_dict_schema(
@@ -1048,6 +1128,7 @@ def spec_from_dict(data: Any, *, source: str = "<dict>", base_dir: str | os.Path
     hbm: tuple[int, ...] = ()
     if search.get("hbm_GiB") is not None:
         hbm = _SPACE_CHECKS["axis_GiB"](search["hbm_GiB"], "search.hbm_GiB", src)
+    fp8 = (0,) if search.get("fp8_rate") is None else _fp8_rates(search["fp8_rate"], "search.fp8_rate", src)
 
     spec = SpaceSpec(
         template=template,
@@ -1058,6 +1139,7 @@ def spec_from_dict(data: Any, *, source: str = "<dict>", base_dir: str | os.Path
         waive_lower_bound_single_core=waive,
         hbm_bytes=hbm,
         name=name,
+        fp8_rate=fp8,
         **axes,
     )
     _check_domain(spec, src, _FILE_PATHS)

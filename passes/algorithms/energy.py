@@ -152,7 +152,8 @@ class OpActions:
         e = acc.energy
         core_j = sram_j_per_byte(e.sram_j_per_byte, _core_buffer_bytes(self, acc))
         glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
-        return OpEnergy(*(float(j) for j in _priced(astuple(self), e, core_j, glb_j)))
+        fp8_j = float(space_fp8_mac_j(e, np.asarray(acc.tensor_cores.fp8_rate or 0)))
+        return OpEnergy(*(float(j) for j in _priced(astuple(self), e, core_j, glb_j, fp8_j)))
 
 
 def _core_buffer_bytes(a: OpActions, acc) -> int:
@@ -191,14 +192,17 @@ def _vector_actions(cols, cfg) -> tuple:
     return 0.0, cols["work"], core_bytes, 0.0, core_bytes, hbm_bytes, 0.0
 
 
-def _priced(actions: tuple, e, core_j, glb_j) -> tuple:
+def _priced(actions: tuple, e, core_j, glb_j, fp8_j=None) -> tuple:
     """``(compute, core buffer, global buffer, HBM)`` joules of ``actions`` (the fields of
     :class:`OpActions`, numbers or arrays) with the ``[energy]`` table ``e``, ``core_j`` and
     ``glb_j`` the SRAM energy per byte of the core buffer and of the global buffer (numbers or
-    ``[1, C]`` arrays): the one pricing of :func:`estimate_energy` and :func:`energy_space`."""
+    ``[1, C]`` arrays): the one pricing of :func:`estimate_energy` and :func:`energy_space`.
+    ``fp8_j``: one FP8 MAC's energy on each configuration (:func:`space_fp8_mac_j`), else the
+    table's."""
     macs, vector_ops, core_bytes, accumulator_bytes, glb_bytes, hbm_bytes, fp8_macs = actions
     acc_j = core_j if e.accumulator_j_per_byte is None else e.accumulator_j_per_byte
-    fp8_j = e.mac_j if e.fp8_mac_j is None else e.fp8_mac_j
+    if fp8_j is None:
+        fp8_j = e.mac_j if e.fp8_mac_j is None else e.fp8_mac_j
     return (
         macs * e.mac_j + fp8_macs * fp8_j + vector_ops * e.vector_op_j,
         core_bytes * core_j + accumulator_bytes * acc_j,
@@ -272,6 +276,18 @@ def estimate_energy(d: OpDesc, acc, tiling: ScalarTiling | None = None) -> OpEne
     return _cached(d, acc)
 
 
+def space_fp8_mac_j(e, fp8_rate: np.ndarray) -> np.ndarray:
+    """One FP8 MAC's energy (J) on each configuration of a space (``fp8_rate``, ``[1, C]``): the
+    template's ``fp8_mac_j`` where given, else on a chip with the FP8 datapath its MAC's
+    (:func:`phaze_ir.area.fp8_mac_j`, what :meth:`ArchSpace.accelerator` writes into the
+    chip's ``[energy]``), else ``mac_j``."""
+    from phaze_ir import area
+
+    if e.fp8_mac_j is not None:
+        return np.full(np.shape(fp8_rate), e.fp8_mac_j)
+    return np.where(fp8_rate > 0, area.fp8_mac_j(e.mac_j), e.mac_j)
+
+
 def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """``(chip_j, network_j)``, each ``[ops × configs]``: the energy of one execution of every
     op of ``table`` on every row of ``configs`` (an architecture space's structured array),
@@ -288,11 +304,12 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
     glb_j = sram_j_per_byte(e.sram_j_per_byte, cfg["glb_bytes"])
     tc_j = sram_j_per_byte(e.sram_j_per_byte, cfg["tc_buffer_bytes"])
     vc_j = sram_j_per_byte(e.sram_j_per_byte, cfg["vc_buffer_bytes"])
+    fp8_j = space_fp8_mac_j(e, cfg["fp8_rate"])
     rows = table.rows["tensor"]
     for s in range(0, len(rows), chunk):
         sel = np.arange(s, min(s + chunk, len(rows)))
         cols = {f: v[sel][:, None] for f, v in table.cols["tensor"].items()}
-        compute, core, glb, hbm = _priced(_gemm_actions(cols, cfg), e, tc_j, glb_j)
+        compute, core, glb, hbm = _priced(_gemm_actions(cols, cfg), e, tc_j, glb_j, fp8_j)
         # a calibrated template is one chip (FixedParams.of refuses it as a space's)
         chip[rows[sel]] = (compute + core + glb + hbm) * fitted_share(cols, cfg, template)
     rows = table.rows["vector"]
@@ -368,7 +385,8 @@ def chip_energies(table: OpTable, acc, tiling_cols: Mapping[str, np.ndarray] | N
         t = None if tiling_cols is None else Tiling(**{f: v[:, None] for f, v in tiling_cols.items()})
         tc_j = sram_j_per_byte(e.sram_j_per_byte, acc.tensor_cores.buffer_bytes)
         glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
-        joules = sum(_priced(_gemm_actions(cols, cfg, t), e, tc_j, glb_j)) * fitted_share(cols, cfg, acc, t)
+        fp8_j = space_fp8_mac_j(e, cfg["fp8_rate"])
+        joules = sum(_priced(_gemm_actions(cols, cfg, t), e, tc_j, glb_j, fp8_j)) * fitted_share(cols, cfg, acc, t)
         out[rows] = np.broadcast_to(joules, (len(rows), 1))[:, 0]
     rows = table.rows["vector"]
     if len(rows):

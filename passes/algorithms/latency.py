@@ -355,7 +355,17 @@ class FixedParams:
         return self.hbm_bandwidth_Bps * (1.0 if self.calibration is None else self.calibration.memory_efficiency)
 
 
-CONFIG_FIELDS = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes", "tc_buffer_bytes", "vc_buffer_bytes")
+CONFIG_FIELDS = (
+    "num_tc",
+    "num_vc",
+    "width",
+    "depth",
+    "width_vc",
+    "glb_bytes",
+    "tc_buffer_bytes",
+    "vc_buffer_bytes",
+    "fp8_rate",
+)
 
 
 def _config_values(acc) -> dict[str, int]:
@@ -370,6 +380,7 @@ def _config_values(acc) -> dict[str, int]:
         "glb_bytes": acc.global_buffer.bytes,
         "tc_buffer_bytes": tc.buffer_bytes,
         "vc_buffer_bytes": vc.buffer_bytes,
+        "fp8_rate": tc.fp8_rate or 0,  # 0: no FP8 datapath (a calibrated chip's FP8 is fp8_gemm_flops)
     }
 
 
@@ -519,11 +530,22 @@ FP8_REFUSAL = (
 )
 
 
+#: The one line a chip of an architecture space without the FP8 datapath answers FP8 GEMMs with.
+FP8_DATAPATH_REFUSAL = (
+    "--dtype fp8: {chip} has no FP8 datapath in its PE arrays (tensor_cores.fp8_rate): FP8 training needs "
+    "tensor cores that take FP8 operands"
+)
+
+
 def fp8_problem(accelerator) -> str | None:
     """Why ``--dtype fp8`` cannot run on ``accelerator`` (a :class:`~phaze_ir.hardware.Accelerator`),
-    None when it can: what a driver checks before any work."""
+    None when it can: what a driver checks before any work.  A calibrated chip runs FP8 at its
+    ``[calibration] fp8_gemm_flops``, an ideal one (an architecture space's) on the FP8
+    datapath of its PE arrays (``tensor_cores.fp8_rate``)."""
     cal = accelerator.calibration
-    return FP8_REFUSAL.format(chip=accelerator.name) if cal is None or cal.fp8_gemm_flops is None else None
+    if cal is None:
+        return None if accelerator.tensor_cores.fp8_rate else FP8_DATAPATH_REFUSAL.format(chip=accelerator.name)
+    return FP8_REFUSAL.format(chip=accelerator.name) if cal.fp8_gemm_flops is None else None
 
 
 def fp8_gemms(cols):
@@ -635,8 +657,12 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
         bad = misaligned(cols)
         compute_one = np.where(bad, compute_one / cal.misaligned_gemm_efficiency, compute_one)
         compute_split = np.where(bad, compute_split / cal.misaligned_gemm_efficiency, compute_split)
-    elif fp8_gemms(cols).any():
-        raise ValueError(FP8_REFUSAL.format(chip="the chip"))
+    elif (fp8 := fp8_gemms(cols)).any():  # FP8 GEMMs on the PE arrays' FP8 datapath: fp8_rate MACs a cycle
+        rate = cfg["fp8_rate"]
+        if (fp8 & (rate <= 0)).any():
+            raise ValueError(FP8_DATAPATH_REFUSAL.format(chip="the chip"))
+        faster = np.where(fp8, 1.0 / np.maximum(rate, 1), 1.0)  # exactly 1.0 for the GEMMs of 16 bits
+        compute_one, compute_split = compute_one * faster, compute_split * faster
     causal = cols["causal"] != 0
     if causal.any():
         frac = causal_fraction(cols["m"], cols["n"], cols["k"])

@@ -277,13 +277,17 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) ->
     from phaze.driver import check_options
     from phaze.options import DEFAULT_TP_WIDTHS
     from phaze.pipeline import load_accelerator
+    from phaze_ir.area import FP8_RATE
     from phaze_ir.hardware import HardwareError
 
     if opts.emit != "plan":
         raise PhazeError("the architecture search writes a plan: give --hw to stop at an earlier stage")
     check_options(opts)
     try:
-        space = load_space(sopts.space) if sopts.space else paper_space()
+        # the chips of the run's precision: with the FP8 datapath under --dtype fp8, without otherwise
+        fp8 = opts.dtype == "fp8"
+        space = load_space(sopts.space) if sopts.space else paper_space(fp8_rate=(FP8_RATE,) if fp8 else (0,))
+        space = space.for_fp8(fp8)
     except HardwareError as e:
         raise PhazeError(str(e)) from e
     try:

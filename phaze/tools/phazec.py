@@ -303,11 +303,6 @@ def options(args: argparse.Namespace):
                 f"--context-parallel {args.context_parallel}: the architecture search does not split sequences; "
                 "give --hw CHIP to place on one chip with it"
             )
-        if args.dtype == "fp8":  # its candidate chips have no FP8 tensor rate
-            raise PhazeError(
-                "--dtype fp8: the architecture search's chips have no FP8 GEMM rate (fp8_gemm_flops); "
-                "give --hw CHIP with one (h100)"
-            )
     given = option_values(args, Options)
     # rank_order and memory_headroom: "auto" and None are narrowed by the run's exports and chip
     narrowed = {
