@@ -1,8 +1,10 @@
 """The accelerator architecture space: every on-chip configuration the search may pick.
 
-A candidate is ``(num_tc, num_vc, width, depth, width_vc, glb_bytes)``: ``num_tc`` tensor cores of
-``width × depth`` PEs (``pe_x × pe_y`` in :mod:`phaze_ir.hardware`), ``num_vc`` vector cores of
-``width_vc`` lanes and a global buffer of ``glb_bytes``.  A candidate is kept when its area ``A``
+A candidate is ``(num_tc, num_vc, width, depth, width_vc, glb_bytes, fp8_rate)``: ``num_tc`` tensor
+cores of ``width × depth`` PEs (``pe_x × pe_y`` in :mod:`phaze_ir.hardware`), with the FP8 datapath
+when ``fp8_rate`` is 2 (FP8 GEMMs at twice the bf16 rate, each PE larger: ``[fp8_datapath]`` of
+``phaze_ir/area_22nm.toml``), ``num_vc`` vector cores of ``width_vc`` lanes and a global buffer of
+``glb_bytes``.  A candidate is kept when its area ``A``
 (:mod:`phaze_ir.area`, µm²) satisfies ``lower_fraction · budget ≤ A ≤ budget``; the
 lower bound is waived when ``num_tc == 1`` or ``num_vc == 1`` (as in the paper's code).
 
@@ -42,6 +44,8 @@ Space files (TOML), units in key names (``glb_MiB``, ``hbm_GiB``, ``budget_mm2``
     width_vc = "width"          # tied to width (or "depth"), or values like the others
     glb_MiB = { min = 2, max = 128 }
     hbm_GiB = [32, 64, 80]      # optional, default the template's HBM
+    fp8_rate = [0, 2]           # optional, default [0]: the FP8 datapath (innermost axis); a search
+                                # takes the chips of its precision (ArchSpace.for_fp8)
 
 **Checks**, when the space is read, before any model is traced: every value of an axis within the
 plausibility bound of the hardware field it becomes (:func:`phaze_ir.hardware.field_bound`; for
