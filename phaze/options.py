@@ -104,7 +104,8 @@ class Options(PlacementOptions):
         help="training precision of weights and activations; amp-bfloat16, amp-float16: torch.autocast's mixed "
         "precision, fp32 weights and gradients; fp8: bf16 with Transformer Engine's FP8 linears (E4M3 forward, E5M2 "
         "gradients, delayed per-tensor scaling: Megatron-LM's --fp8-format hybrid), on a chip with an "
-        "fp8_gemm_flops; 'model' keeps the model's",
+        "fp8_gemm_flops, or searched over the space's chips with the FP8 datapath (fp8_rate); 'model' keeps "
+        "the model's",
         choices="phaze_ir.frontend.trace.DTYPES",
         default_words="on a GPU amp-bfloat16 (bfloat16 under --kernels megatron; amp-float16/float16 before "
         "Ampere), elsewhere float16, which --export launches as bf16 where the chip has it",
