@@ -269,6 +269,12 @@ def parse_row(d: dict[str, str], where: str) -> Row:
     for k in ("sequence_parallel", "tp_overlap", "dp_overlap"):
         if getattr(r, k) not in ("on", "off"):
             raise ValueError(f"{where}: {k} {getattr(r, k)!r}, expected on or off")
+    if r.sharding.startswith("hsdp:"):
+        n = r.sharding.split(":", 1)[1]
+        if not n.isdigit() or int(n) < 1 or (r.dp * r.cp) % int(n) or r.zero not in (2, 3):
+            raise ValueError(
+                f"{where}: sharding {r.sharding!r}, expected hsdp:N with N dividing DP x CP under ZeRO 2 or 3"
+            )
     if r.tp_overlap == "on" and r.sequence_parallel != "on":
         raise ValueError(f"{where}: tp_overlap on needs sequence_parallel on (it overlaps SP's collectives)")
     return r
@@ -336,6 +342,9 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         "--reduce-dtype",
         r.reduce_dtype,
     ]
+    if r.sharding.startswith("hsdp:"):
+        # HSDP: sharded over groups of N ranks (a node's GPUs), replicated over the rest
+        flags += ["--dp-shard", r.sharding.split(":", 1)[1]]
     if r.fp8_params == "yes":
         flags.append("--fp8-params")
     if r.dp_overlap == "on" and dp_overlap:
@@ -531,7 +540,7 @@ def chip_name(hw: str) -> str:
     """The name of the chip that preset or file ``hw`` describes (what a plan's JSON calls it)."""
     from phaze.pipeline import load_accelerator
 
-    return str(load_accelerator(hw).name)
+    return str(load_accelerator(str(ROOT / hw) if "/" in hw else hw).name)
 
 
 def row_regime(r: Row):

@@ -116,11 +116,22 @@ def check_options(opts: Options) -> None:
         opts.check()  # each option by its field's check or choices, named by its flag
     except OptionError as e:
         raise PhazeError(e.named(e.flag)) from e
+    if opts.dp_shard and opts.zero not in ("2", "3"):
+        raise PhazeError(
+            f"--dp-shard {opts.dp_shard}: HSDP shards as FSDP does: expected --zero 2 or 3, not {opts.zero}"
+        )
     if opts.placement.startswith("expert:"):  # its degrees are known without the model
         try:
-            check_placement_devices(parse_placement(opts.placement, ""), opts.devices, opts.context_parallel)
+            fixed = parse_placement(opts.placement, "")
+            check_placement_devices(fixed, opts.devices, opts.context_parallel)
         except PlacementError as e:
             raise PhazeError(f"--placement: {e}") from e
+        c = int(opts.context_parallel) if opts.context_parallel.isdigit() else 1
+        if fixed is not None and opts.dp_shard and (fixed[1] * c) % opts.dp_shard:
+            raise PhazeError(
+                f"--dp-shard {opts.dp_shard}: expected a shard group that divides the {fixed[1] * c} ranks of DP x CP "
+                f"(--placement {opts.placement})"
+            )
     if opts.emit == "plan" and all(opts.global_batch % b for b in opts.micro_batches):
         sizes = ", ".join(map(str, opts.micro_batches))
         raise PhazeError(

@@ -147,6 +147,8 @@ class ModelFacts:
     fp8_recipe: str = "delayed"
     #: the dtype the DP gradient collectives were priced in (phazec's ``--reduce-dtype``)
     reduce_dtype: str = "fp32"
+    #: HSDP's shard group (phazec's ``--dp-shard``; 0: ZeRO shards over the whole DP group)
+    dp_shard: int = 0
     #: what the plan's selective recompute re-runs (phazec's ``--selective-recompute``)
     selective_recompute: str = "attention"
     #: whose kernels the plan was priced as (phazec's ``--kernels``)
@@ -447,6 +449,12 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
     every parallel, batch, recompute, optimizer and precision setting. The tokenizer and the
     data are the user's."""
     s = settings(plan, facts, "megatron")
+    if _hsdp(s, facts):
+        raise PhazeError(
+            f"--export megatron: the plan is HSDP (--dp-shard {facts.dp_shard}: sharded over {facts.dp_shard} of the "
+            f"{s.dp * s.cp} DP ranks, replicated over the rest), which this export does not write for Megatron-LM: "
+            "export it to torchtitan, or compile without --dp-shard"
+        )
     args = [
         f"--tensor-model-parallel-size={s.tp}",
         f"--pipeline-model-parallel-size={s.pp}",
@@ -849,6 +857,16 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
     if s.tp_overlap and facts.kernels != "inductor":
         raise PhazeError(_TORCHTITAN_ASYNC_TP)
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
+    if _hsdp(s, facts):
+        # HSDP: torchtitan's 2-D mesh (parallel_dims.py): FSDP over dp_shard x cp ranks, the
+        # replicas over dp_replicate; phaze's shard group counts the CP ranks in it.
+        if facts.dp_shard % s.cp:
+            raise PhazeError(
+                f"--export torchtitan: the plan shards over {facts.dp_shard} ranks of DP x CP, which torchtitan "
+                f"cannot (its FSDP mesh is data_parallel_shard_degree x CP {s.cp}): use a multiple of {s.cp}"
+            )
+        shard = facts.dp_shard // s.cp
+        replicate = s.dp // shard
     p = "--parallelism."
     registered = torchtitan_registered(facts)
     args = [
@@ -1187,12 +1205,20 @@ def facts_of(
         fp8_params=bool(getattr(opts, "fp8_params", False)),
         fp8_recipe=opts.fp8.value if hasattr(opts, "fp8") else "delayed",
         reduce_dtype=str(getattr(opts, "reduce_dtype", "fp32")),
+        dp_shard=int(getattr(opts, "dp_shard", 0) or 0),
         selective_recompute=opts.selective_recompute,
         kernels=opts.kernels,
         shape=dict(shape or {}),
         bf16=chip_has_bf16((plan or {}).get("accelerator")),
         compute_capability=_capability((plan or {}).get("accelerator")),
     )
+
+
+def _hsdp(s: Settings, facts: ModelFacts) -> bool:
+    """Whether the plan is HSDP: ZeRO 2/3 over a shard group smaller than DP x CP, which it divides
+    (the DP prices HSDP only then: ``hsdp_divides`` in rust/phaze-dp/src/search.rs)."""
+    n = facts.dp_shard
+    return s.zero >= 2 and 0 < n < s.dp * s.cp and (s.dp * s.cp) % n == 0
 
 
 def _capability(accelerator: dict[str, Any] | None) -> float | None:

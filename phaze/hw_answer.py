@@ -205,7 +205,11 @@ def _compile(
     module, candidates = got or sweep.compile_plan(
         model_path, opts, log, accelerator, stages=stages, templates=templates
     )
-    plan = plan_json(module, candidates, opts.recompute, opts.memory_headroom) if opts.emit == "plan" else None
+    plan = (
+        plan_json(module, candidates, opts.recompute, opts.memory_headroom, opts.dp_shard)
+        if opts.emit == "plan"
+        else None
+    )
     nearest = ""
     if plan is not None and not plan["feasible"] and not opts.unfit_plan:  # phazec refuses it: with what fits
         nearest = sweep.nearest_placed(module, opts, log)

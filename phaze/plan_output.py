@@ -61,6 +61,15 @@ class Candidate:
     context_parallel: int = 1
 
 
+def hsdp_shard(plan: dict[str, Any], dp_shard: int) -> int | None:
+    """The shard group of an HSDP plan (``--dp-shard`` N: ZeRO 2/3 over N of the DP x CP ranks,
+    which N divides, replicated over the rest), None where the plan is not HSDP."""
+    group = int(plan.get("dp", 0)) * int(plan.get("cp", 1))
+    if dp_shard and int(plan.get("zero", 0)) >= 2 and dp_shard < group and group % dp_shard == 0:
+        return dp_shard
+    return None
+
+
 def plan_record(module: ModuleOp) -> dict[str, Any]:
     """``phaze.plan`` of a module as a dict (empty if absent)."""
     attr = module.attributes.get(keys.PLAN)
@@ -68,7 +77,7 @@ def plan_record(module: ModuleOp) -> dict[str, Any]:
 
 
 def plan_json(
-    module: ModuleOp, candidates: list[Candidate], recompute: str = "auto", headroom: float = 0.0
+    module: ModuleOp, candidates: list[Candidate], recompute: str = "auto", headroom: float = 0.0, dp_shard: int = 0
 ) -> dict[str, Any]:
     """The plan as JSON (the schema is in docs/usage.md, "The plan as JSON"); ``recompute``: the
     setting it was placed under (``Options.recompute``; each stage's policy is in its stage);
@@ -101,6 +110,8 @@ def plan_json(
         "cp_ring": keys.dict_of(module, keys.CP_RING) or None,
         "virtual_stages": plan["virtual_stages"],
         "zero": plan["zero"],
+        # HSDP's shard group (``--dp-shard``) where the plan is HSDP, else null
+        "dp_shard": hsdp_shard(plan, dp_shard),
         "expert_parallel": plan["expert_parallel"],
         "rank_order": plan["rank_order"],
         "pipeline_transfer": plan["pipeline_transfer"],

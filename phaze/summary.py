@@ -124,6 +124,9 @@ def placement_words(plan: Mapping[str, Any]) -> str:
         f"ZeRO {plan['zero']}",
         schedule,
     ]
+    if plan.get("dp_shard"):
+        replicas = int(plan["dp"]) * int(plan.get("cp", 1)) // int(plan["dp_shard"])
+        words.insert(3, f"HSDP (sharded over {plan['dp_shard']}, {replicas} replicas)")
     if int(plan["expert_parallel"]) > 1:
         words.append(f"EP {plan['expert_parallel']}")
     words += [

@@ -212,6 +212,9 @@ def titan_check(titan, lines: list[str], p: dict, f: ModelFacts, flavour_dir: Pa
     assert c.compile.enable_async_tensor_parallel == s.tp_overlap
     par, tr = c.parallelism, c.training
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
+    if f.dp_shard and s.zero == 3 and f.dp_shard < s.dp * s.cp:  # HSDP: FSDP over dp_shard x cp, replicas the rest
+        shard = f.dp_shard // s.cp
+        replicate = s.dp // shard
     assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (replicate, shard)
     assert (par.tensor_parallel_degree, par.pipeline_parallel_degree) == (s.tp, s.pp)
     assert (par.context_parallel_degree, par.expert_parallel_degree) == (s.cp, s.expert_parallel)
@@ -1131,3 +1134,21 @@ def test_the_gradients_are_reduced_in_the_dtype_priced():
     torchtitan_args(fsdp, bf16)
     with pytest.raises(PhazeError, match="float32 only"):
         torchtitan_args(fsdp, dataclasses.replace(bf16, reduce_dtype="bf16"))
+
+
+def test_hsdp_is_torchtitans_two_dimensional_mesh(titan):
+    """An HSDP plan (``--dp-shard 4`` of DP 16) is torchtitan's data_parallel_shard_degree 4 and
+    data_parallel_replicate_degree 4, which torchtitan's ParallelDims accepts; Megatron-LM's
+    export refuses it in one line, and a plan that is not HSDP (the shard group the whole DP
+    group) is exported as FSDP."""
+    p = plan([8], dp=16, pp=1, tp=1, b=1, m=1, zero=3)
+    f = facts(8, dp_shard=4)
+    lines = torchtitan_args(p, f)
+    assert "--parallelism.data_parallel_replicate_degree=4" in lines
+    assert "--parallelism.data_parallel_shard_degree=4" in lines
+    titan_check(titan, lines, p, f)
+    with pytest.raises(PhazeError, match=r"^--export megatron: the plan is HSDP \(--dp-shard 4"):
+        megatron_args(p, f)
+    whole = torchtitan_args(p, facts(8, dp_shard=16))
+    assert "--parallelism.data_parallel_shard_degree=16" in whole
+    assert "--parallelism.data_parallel_replicate_degree=1" in whole

@@ -32,7 +32,7 @@ def test_the_file_parses_and_every_row_has_a_source():
     rows = pp.read_rows(CSV)
     assert len(rows) == 58
     assert {r.group for r in rows} == {"fsdp", "megatron", "nemo", "dgxc"}
-    assert sum(r.hw == "h100" for r in rows) == 40
+    assert sum(pp.chip_name(r.hw) == "h100" for r in rows) == 40
     assert len({r.id for r in rows}) == len(rows)
     for r in rows:
         assert r.source.startswith(("https://", "Korthikanti")), r.id
@@ -53,10 +53,26 @@ def test_tokens_per_second_become_the_step_time():
     assert r.tokens_per_s_per_gpu(r.measured_step_s) == pytest.approx(3760)
 
 
+def test_an_hsdp_row_shards_in_a_node():
+    """fms-fsdp's 7B ran HYBRID_SHARD over the 8 GPUs of a node: ``--dp-shard 8``, ZeRO-3; a
+    shard group that does not divide DP is refused in one line."""
+    r = {x.id: x for x in pp.read_rows(CSV)}["fms-7b"]
+    f = pp.phazec_flags(r)
+    assert (_flag(f, "--dp-shard"), _flag(f, "--zero")) == ("8", "3")
+    d = {k: "1" for k in pp.REQUIRED} | {"dp": "8", "gpus": "8", "zero": "3", "global_batch": "8"}
+    d.update(precision="bf16", recompute="none", measured_unit="tokens/s/gpu", sequence_parallel="off")
+    d.update(tp_overlap="off", dp_overlap="off", sharding="hsdp:8")
+    assert pp.parse_row(d, "row").sharding == "hsdp:8"
+    d["sharding"] = "hsdp:3"
+    with pytest.raises(ValueError, match=r"^row: sharding 'hsdp:3', expected hsdp:N with N dividing DP x CP"):
+        pp.parse_row(d, "row")
+
+
 def test_an_fsdp_row_maps_to_zero3_with_overlap_eager_kernels_and_bf16():
     r = {x.id: x for x in pp.read_rows(CSV)}["fms-70b"]
     f = pp.phazec_flags(r)
-    assert _flag(f, "--hw") == "a100"
+    assert _flag(f, "--hw") == "data/clusters/aws_p4de.toml"  # fms-fsdp's AWS cluster
+    assert "--dp-shard" not in f  # FSDP over all 128
     assert _flag(f, "--devices") == "128"
     assert _flag(f, "--placement") == "expert:1,128,1"
     assert _flag(f, "--tp") == "1"

@@ -131,6 +131,9 @@ class ProblemDict(TypedDict):
     # during the backward. False (default): the gradients are held for the whole step.
     grads_freed: NotRequired[bool]
     grad_reduce_scale: NotRequired[float]  # DP gradient collective bytes per grad_bytes byte (wire dtype / grads')
+    # HSDP: ZeRO-2/3 shards over groups of this many DP ranks, replicated over the rest, each
+    # layer's sharded gradients all-reduced across the replicas. None (default): over all of them.
+    dp_shard: NotRequired[int | None]
 
 class MemoryDict(TypedDict):
     """A stage's (its rank's) bytes per device by part, as the DP counts them: the parts add up

@@ -359,6 +359,10 @@ def problem(
             }
             for layer in layer_dicts
         ]
+    if options.dp_shard and parse_zero(options.zero) not in ("2", "3"):
+        raise PlacementError(
+            f"dp shard {options.dp_shard}: HSDP shards as FSDP does (ZeRO 2 or 3); expected --zero 2 or 3"
+        )
     experts = max((int(layer["experts"]) for layer in layer_dicts), default=0)
     if ep is not None and ep > 1 and experts == 0:
         raise PlacementError(f"expert parallel {ep}: the model has no experts (no MoE layer); expected 1 or auto")
@@ -383,6 +387,7 @@ def problem(
         "pipeline_split": not step.sequence_parallel and parse_pipeline_transfer(options.pipeline_transfer),
         "grads_freed": step.grads_freed,
         "grad_reduce_scale": reduce_scale,
+        "dp_shard": options.dp_shard or None,
     }
 
 

@@ -1,6 +1,6 @@
 """The placement options, declared once.
 
-How the step is spread over the devices is set by twelve options. Each is declared here, once,
+How the step is spread over the devices is set by thirteen options. Each is declared here, once,
 with its default, its help text and the check of its value; everything else that takes them is
 built from this class rather than spelling them again:
 
@@ -135,6 +135,13 @@ def _flag(value: bool) -> None:
         raise pl.PlacementError(f"dp overlap {value!r}: expected true or false")
 
 
+def _dp_shard(value: object) -> str | None:
+    """HSDP's shard group: 0 (no HSDP) or a count of DP ranks."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= pl.MAX_COUNT:
+        return f"expected 0 (shard over the whole DP group) or a shard group size up to {si_count(pl.MAX_COUNT)}"
+    return None
+
+
 def _fp8_params_flag(value: bool) -> None:
     if not isinstance(value, bool):
         raise pl.PlacementError(f"fp8 params {value!r}: expected true or false")
@@ -164,6 +171,15 @@ class PlacementOptions:
         "tensors (rowwise and columnwise, 2 bytes an element) in place of their bf16 copies, so no FP8 "
         "copies are cast and cached beside them, and ZeRO's parameter all-gathers move 1 byte an element of "
         "them: Megatron-LM's --fp8-param-gather, NeMo's fp8_params, TE's fp8_model_init",
+    )
+    dp_shard: int = option(
+        0,
+        _dp_shard,
+        "HSDP, as torch's fully_shard on a 2-D device mesh runs it (torchtitan's data_parallel_shard_degree): "
+        "ZeRO 2/3 shards over groups of N consecutive DP ranks, which are replicas of each other, and every "
+        "layer's sharded gradients are all-reduced across the DP / N replicas after their reduce-scatter; "
+        "0 shards over the whole DP group (FSDP). Needs --zero 2 or 3; N must divide DP",
+        metavar="N",
     )
     recompute: str = option(
         "auto",

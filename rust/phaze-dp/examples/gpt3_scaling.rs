@@ -97,6 +97,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         pipeline_split: false,
         grads_freed: false,
         grad_reduce_scale: 1.0,
+        dp_shard: None,
     }
 }
 

@@ -92,7 +92,7 @@
 //!     global_batch: 64, micro_batch: 1, tp: 1, cp: 1, dp_overlap: true, max_stages: None,
 //!     recompute: None, zero: None, virtual_stages: None, blocks: None, expert_parallel: None,
 //!     rank_order: None,
-//!     pipeline_split: false, grads_freed: false, grad_reduce_scale: 1.0,
+//!     pipeline_split: false, grads_freed: false, grad_reduce_scale: 1.0, dp_shard: None,
 //! };
 //! let plan = solve(&prob).plan().cloned().expect("fits");
 //! assert!(plan.devices_used <= 8);

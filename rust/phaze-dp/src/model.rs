@@ -461,6 +461,17 @@ pub struct Problem {
     /// Megatron-LM's `--bf16` without `--grad-reduce-in-bf16`); 1.0 by default.
     #[serde(default = "unit")]
     pub grad_reduce_scale: f64,
+    /// HSDP (torch's `fully_shard` on a 2-D DeviceMesh, torchtitan's
+    /// `data_parallel_shard_degree`): ZeRO-2/3 shards the parameters, gradients and optimizer
+    /// state over groups of this many consecutive members of the DP×CP group (`dp_stride`
+    /// apart) instead of over all of it, and the g / `dp_shard` groups are replicas whose
+    /// sharded gradients each layer's backward all-reduces across (torch 2.15
+    /// `_fully_shard/_fsdp_collectives.py` `foreach_reduce`: the reduce-scatter over the shard
+    /// group, then `dist.all_reduce` over the replicate group on its own `all_reduce_stream`,
+    /// every micro-batch while `all_reduce_grads` holds, its default). `None`: ZeRO shards
+    /// over the whole group (FSDP, `data_parallel_shard_degree` = the DP degree).
+    #[serde(default)]
+    pub dp_shard: Option<u64>,
 }
 
 fn one() -> u64 {
@@ -600,6 +611,21 @@ impl Problem {
                 return err(format!(
                     "layers[{i}]: param_gather_bytes = {} must be at most param_bytes = {}",
                     l.param_gather_bytes, l.param_bytes
+                ));
+            }
+        }
+        if let Some(s) = self.dp_shard {
+            if s == 0 {
+                return err("dp_shard must be >= 1 when given".into());
+            }
+            if !matches!(self.zero, Some(Zero::Gradients | Zero::Parameters)) {
+                return err(format!(
+                    "dp_shard = {s}: HSDP shards as FSDP does, so zero must be fixed at 2 or 3"
+                ));
+            }
+            if self.expert_parallel.is_some_and(|e| e > 1) {
+                return err(format!(
+                    "dp_shard = {s} with expert_parallel > 1: experts are not split over an HSDP run"
                 ));
             }
         }
@@ -1126,6 +1152,7 @@ mod tests {
             pipeline_split: false,
             grads_freed: false,
             grad_reduce_scale: 1.0,
+            dp_shard: None,
         }
     }
 

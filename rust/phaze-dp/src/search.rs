@@ -184,6 +184,11 @@ struct Ctx<'p, 'a> {
     /// The devices that share a stage's gradients and ZeRO shards: the DP×CP group, d·c
     /// (d without context parallelism).
     g: u64,
+    /// The devices ZeRO shards over: g, or under HSDP ([`Problem::dp_shard`]) the shard
+    /// group, whose collectives ([`Ctx::over_dp`]) run on the level of `zg`·`dp_stride`.
+    zg: u64,
+    /// HSDP's replicate group: (g / zg replicas, their level, zg·`dp_stride` apart), or `None`.
+    replicas: Option<(u64, usize, u64)>,
     zero: Zero,
     /// Expert-parallel degree e: the EP group is e consecutive DP replicas (`dp_stride`
     /// apart, on the level of e·stride); the replicas holding the same experts, d/e of them,
@@ -233,6 +238,11 @@ struct Windows {
     fwd: Vec<f64>,
     bwd: Vec<f64>,
     grads: Vec<f64>,
+    /// HSDP's all-reduce of each layer's sharded gradients across the replicas (0 without),
+    /// and its prefix sums, `ar_sum[l]` = Σ_{k<l} ar[k]; `bwd_sum[l]` = Σ_{k<l} B_k.
+    ar: Vec<f64>,
+    ar_sum: Vec<f64>,
+    bwd_sum: Vec<f64>,
 }
 
 impl<'p, 'a> Ctx<'p, 'a> {
@@ -249,10 +259,19 @@ impl<'p, 'a> Ctx<'p, 'a> {
             .map(|l| 2.0 * prob.pipeline_transfer_s(l.boundary_bytes as f64, pp_level, pp_stride))
             .collect();
         let m = prob.global_batch / (prob.micro_batch * d);
+        // HSDP: ZeRO within groups of s, replicated over g / s of them (when s divides g and
+        // is below it; dp_degrees keeps only the d whose g it divides).
+        let zg = prob
+            .dp_shard
+            .filter(|&s| s < g && g.is_multiple_of(s))
+            .unwrap_or(g);
+        let replicas = (zg < g).then(|| (g / zg, prob.level_for(g * stride), zg * stride));
         let mut ctx = Ctx {
             prep,
             d,
             g,
+            zg,
+            replicas,
             zero: shard.z,
             e: shard.e,
             order: shard.o,
@@ -261,13 +280,13 @@ impl<'p, 'a> Ctx<'p, 'a> {
             hbm,
             cut,
             pp_share: prob.levels[pp_level].collective_compute_share,
-            dp_level: prob.level_for(g * stride),
+            dp_level: prob.level_for(zg * stride),
             dp_stride: stride,
             policies: prob.policies(),
             grads_freed: prob.grads_freed && m == 1 && shard.z.stage() < 2 && shard.e == 1,
             windows: None,
         };
-        if prob.dp_overlap && shard.z >= Zero::Gradients && g > 1 {
+        if prob.dp_overlap && shard.z >= Zero::Gradients && zg > 1 {
             ctx.windows = Some(ctx.windows());
         }
         ctx
@@ -287,6 +306,15 @@ impl<'p, 'a> Ctx<'p, 'a> {
         };
         let ag: Vec<f64> = layers.iter().map(|l| ring(l, false)).collect();
         let rs: Vec<f64> = layers.iter().map(|l| ring(l, true)).collect();
+        let ar: Vec<f64> = layers
+            .iter()
+            .map(|l| self.replica_allreduce(l.grad_bytes))
+            .collect();
+        let (mut ar_sum, mut bwd_sum) = (vec![0.0; n + 1], vec![0.0; n + 1]);
+        for k in 0..n {
+            ar_sum[k + 1] = ar_sum[k] + ar[k];
+            bwd_sum[k + 1] = bwd_sum[k] + layers[k].bwd_s;
+        }
         let (mut fwd, mut bwd, mut grads) = (vec![0.0; n + 1], vec![0.0; n + 1], vec![0.0; n + 1]);
         for k in 0..n {
             let next_rs = if k + 1 < n { rs[k + 1] } else { 0.0 };
@@ -303,7 +331,22 @@ impl<'p, 'a> Ctx<'p, 'a> {
             fwd,
             bwd,
             grads,
+            ar,
+            ar_sum,
+            bwd_sum,
         }
+    }
+
+    /// HSDP's all-reduce across the replicas of `grad_bytes` of gradients: each device's
+    /// 1/zg shard, in the reduce dtype ([`Ctx::on_wire`]); 0 without HSDP.
+    fn replica_allreduce(&self, grad_bytes: u64) -> f64 {
+        let Some((reps, level, stride)) = self.replicas else {
+            return 0.0;
+        };
+        let (bytes, _) = self.on_wire(grad_bytes, 0);
+        self.prep
+            .prob
+            .ring_allreduce_s(bytes.div_ceil(self.zg) as f64, reps, level, stride)
     }
 
     #[inline]
@@ -337,15 +380,15 @@ impl<'p, 'a> Ctx<'p, 'a> {
         let shard = |bytes: u64, experts: u64, sharded: bool| {
             let over = |x: u64, g: u64| if sharded { x.div_ceil(g) } else { x };
             if self.e == 1 {
-                over(bytes, self.g)
+                over(bytes, self.zg)
             } else {
-                over(bytes - experts, self.g)
-                    .saturating_add(over(experts.div_ceil(self.e), self.g / self.e))
+                over(bytes - experts, self.zg)
+                    .saturating_add(over(experts.div_ceil(self.e), self.zg / self.e))
             }
         };
         // ZeRO-3's two gathered layers: whole layers, experts included (an upper bound under
         // EP, where a layer gathers only its 1/e of the experts).
-        let gathered = if z >= 3 && self.g > 1 {
+        let gathered = if z >= 3 && self.zg > 1 {
             a.max_param_bytes.saturating_mul(2)
         } else {
             0
@@ -479,13 +522,13 @@ impl<'p, 'a> Ctx<'p, 'a> {
     ) -> f64 {
         let (prob, level, stride) = (self.prep.prob, self.dp_level, self.dp_stride);
         if self.e == 1 {
-            ring(prob, bytes as f64, self.g, level, stride)
+            ring(prob, bytes as f64, self.zg, level, stride)
         } else {
-            ring(prob, (bytes - experts) as f64, self.g, level, stride)
+            ring(prob, (bytes - experts) as f64, self.zg, level, stride)
                 + ring(
                     prob,
                     experts.div_ceil(self.e) as f64,
-                    self.g / self.e,
+                    self.zg / self.e,
                     level,
                     self.e * stride,
                 )
@@ -522,13 +565,14 @@ impl<'p, 'a> Ctx<'p, 'a> {
         if let Some(w) = &self.windows {
             return self.zero_windows(w, i, j);
         }
+        let ar = self.replica_allreduce(a.grad_bytes);
         match self.zero {
             Zero::Off | Zero::Optimizer => 0.0,
-            Zero::Gradients => self.unhidden(self.grads_half_ring(a), a.bwd_s),
+            Zero::Gradients => self.unhidden(self.grads_half_ring(a) + ar, a.bwd_s),
             Zero::Parameters => {
                 let ag = self.params_half_ring(a);
                 let rs = self.grads_half_ring(a);
-                self.unhidden(ag, a.fwd_s) + self.unhidden(ag + rs, a.bwd_s)
+                self.unhidden(ag, a.fwd_s) + self.unhidden(ag + rs + ar, a.bwd_s)
             }
         }
     }
@@ -549,9 +593,17 @@ impl<'p, 'a> Ctx<'p, 'a> {
             }
         };
         let (layers, rs, ag) = (&self.prep.prob.layers, &w.rs, &w.ag);
+        // HSDP: the all-reduces run on their own stream, each after its layer's
+        // reduce-scatter: those of layers i+1..=j beside the backward of layers i..j-1, the
+        // first layer's after its reduce-scatter, alone (0 without HSDP).
+        let ar = if self.replicas.is_some() {
+            w.ar[i] + self.unhidden(inner(&w.ar_sum, i + 1, j + 1), inner(&w.bwd_sum, i, j))
+        } else {
+            0.0
+        };
         if self.zero == Zero::Gradients {
             // Layers i+1..=j: each one's reduce-scatter beside the backward of the one before.
-            return rs[i] + inner(&w.grads, i, j);
+            return rs[i] + inner(&w.grads, i, j) + ar;
         }
         let fwd = ag[i] + inner(&w.fwd, i, j);
         let bwd = if i == j {
@@ -563,7 +615,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
                 + self.unhidden(rs[i + 1], layers[i].bwd_s)
                 + rs[i]
         };
-        fwd + bwd
+        fwd + bwd + ar
     }
 
     /// A stage's (or an interleaved rank's) time per micro-batch under policy r by part, with
@@ -588,7 +640,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
     #[inline]
     fn optimizer(&self, a: &RangeSums) -> f64 {
         if self.zero >= Zero::Optimizer {
-            a.opt_s / self.g as f64
+            a.opt_s / self.zg as f64
         } else if self.e > 1 {
             (a.opt_s - a.expert_opt_s).max(0.0) + a.expert_opt_s / self.e as f64
         } else {
@@ -632,10 +684,13 @@ impl<'p, 'a> Ctx<'p, 'a> {
         match self.zero {
             Zero::Off => self.allreduce(a),
             Zero::Optimizer => self.grads_half_ring(a) + self.params_half_ring(a),
-            Zero::Gradients => m * self.grads_half_ring(a) + self.params_half_ring(a),
+            Zero::Gradients => {
+                m * (self.grads_half_ring(a) + self.replica_allreduce(a.grad_bytes))
+                    + self.params_half_ring(a)
+            }
             Zero::Parameters => {
                 let ag = self.params_half_ring(a);
-                m * (ag + ag + self.grads_half_ring(a))
+                m * (ag + ag + self.grads_half_ring(a) + self.replica_allreduce(a.grad_bytes))
             }
         }
     }
@@ -1031,6 +1086,7 @@ fn dp_degrees(prob: &Problem) -> Vec<u64> {
     let mut ds = Vec::new();
     if limit <= 1 << 16 {
         ds.extend((1..=limit).filter(|&d| q.is_multiple_of(d)));
+        ds.retain(|&d| hsdp_divides(prob, d));
     } else {
         // Trial division up to sqrt(q), so huge N costs nothing.
         let mut x = 1u64;
@@ -1043,10 +1099,17 @@ fn dp_degrees(prob: &Problem) -> Vec<u64> {
             }
             x += 1;
         }
-        ds.retain(|&d| d <= limit);
+        ds.retain(|&d| d <= limit && hsdp_divides(prob, d));
         ds.sort_unstable();
     }
     ds
+}
+
+/// Whether HSDP's shard group ([`Problem::dp_shard`]) divides the DP×CP group d·c (always
+/// without HSDP): a 2-D mesh of shard × replicate ranks.
+fn hsdp_divides(prob: &Problem, d: u64) -> bool {
+    prob.dp_shard
+        .is_none_or(|s| (d * prob.cp).is_multiple_of(s))
 }
 
 /// Largest stage count for DP degree d.
@@ -1688,6 +1751,15 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
     if pp == 0 || dp == 0 {
         return Err(crate::InputError {
             message: format!("pp and dp must be >= 1, got pp = {pp}, dp = {dp}"),
+        });
+    }
+    if !hsdp_divides(prob, dp) {
+        return Err(crate::InputError {
+            message: format!(
+                "dp_shard = {}: HSDP's shard group must divide the {} ranks of DP x CP",
+                prob.dp_shard.unwrap_or(1),
+                dp * prob.cp
+            ),
         });
     }
     let n = prob.layers.len();

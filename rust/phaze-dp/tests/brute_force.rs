@@ -55,6 +55,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         pipeline_split: false,
         grads_freed: false,
         grad_reduce_scale: 1.0,
+        dp_shard: None,
     }
 }
 

@@ -117,6 +117,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         pipeline_split: rng.below(2) == 0,
         grads_freed: rng.below(2) == 0,
         grad_reduce_scale: [1.0, 2.0, 0.5][rng.below(3) as usize],
+        dp_shard: None,
     }
 }
 

@@ -110,6 +110,7 @@ fn a_problem_dict_reads_as_the_problem() {
         pipeline_split: false,
         grads_freed: false,
         grad_reduce_scale: 1.0,
+        dp_shard: None,
     };
     assert_eq!(read(problem()).unwrap(), want);
     let mut torus = problem();

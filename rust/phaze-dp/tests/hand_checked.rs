@@ -44,6 +44,7 @@ fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
         pipeline_split: false,
         grads_freed: false,
         grad_reduce_scale: 1.0,
+        dp_shard: None,
     }
 }
 
@@ -908,4 +909,85 @@ fn fp8_parameters_are_gathered_at_their_own_bytes() {
     prob.layers[0].param_gather_bytes = 1_800_000_001;
     assert!(matches!(solve(&prob), Solution::Infeasible(v)
         if v.kind == ViolationKind::Input && v.message.contains("param_gather_bytes")));
+}
+
+#[test]
+fn hsdp_shards_in_the_node_and_all_reduces_across_replicas() {
+    // One layer (fwd 1 s, bwd 2 s), 1.8 GB of parameters and gradients, ZeRO-3 over d = 4 as
+    // HSDP with shard groups of 2 (a node of 2 at 1 GB/s, latency 0.1 s) and 2 replicas
+    // across nodes (0.9 GB/s, 0.1 s). In the node each all-gather and reduce-scatter is
+    // 0.5 · 1.8e9 / 1e9 + 0.1 = 1 s; across the replicas the all-reduce of each device's
+    // 0.9 GB shard is 2 · 0.5 · 0.9e9 / 0.9e9 + 2 · 0.1 = 1.2 s (one member per node: one
+    // NIC's rate). Forward: one all-gather; backward: the all-gather, the reduce-scatter and
+    // the all-reduce: 4.2 s, T = 3 + 4.2 = 7.2 (m = 1), the same overlapped (one layer: nothing
+    // beside it). Memory: the 0.9 GB shard of the parameters, the two gathered layers (3.6 GB)
+    // and the gradients' 0.9 GB shard: 5.4 GB, where FSDP over all 4 holds 4.5 GB.
+    let mut l = layer();
+    l.param_bytes = 1_800_000_000;
+    l.grad_bytes = 1_800_000_000;
+    let mut prob = problem(vec![l], 4, 4);
+    prob.levels = vec![level(2, 1e9, 0.1), level(4, 0.9e9, 0.1)];
+    prob.zero = Some(Zero::Parameters);
+    prob.max_stages = Some(1);
+    prob.dp_shard = Some(2);
+    for overlap in [false, true] {
+        prob.dp_overlap = overlap;
+        let plan = feasible(solve(&prob));
+        assert_eq!((plan.dp, plan.pp), (4, 1));
+        assert!(
+            close(plan.time_per_batch_s, 7.2),
+            "{}",
+            plan.time_per_batch_s
+        );
+        assert_eq!(plan.stages[0].memory_bytes, 5_400_000_000);
+    }
+    prob.dp_shard = None;
+    let plan = feasible(solve(&prob));
+    assert_eq!(plan.stages[0].memory_bytes, 4_500_000_000);
+    // A shard group that does not divide DP is refused; HSDP needs ZeRO 2 or 3.
+    prob.dp_shard = Some(3);
+    let e = evaluate_fixed(&prob, 1, 4).unwrap_err();
+    assert!(e.message.contains("dp_shard = 3"), "{}", e.message);
+    prob.dp_shard = Some(2);
+    prob.zero = Some(Zero::Optimizer);
+    let e = evaluate_fixed(&prob, 1, 4).unwrap_err();
+    assert!(
+        e.message.contains("zero must be fixed at 2 or 3"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn hsdp_all_reduces_run_beside_the_backward() {
+    // Three layers as in `fsdp_overlaps_each_layer_with_the_one_beside_it`, ZeRO-3 over d = 4
+    // as HSDP (shard groups of 2 in a node at 1 GB/s, 2 replicas across at 0.9 GB/s). In the
+    // node each layer's all-gather and reduce-scatter is 1 s and they hide as under FSDP over 2
+    // (3 s a micro-batch); each layer's all-reduce across the replicas is 1.2 s, layers 1 and
+    // 2's (2.4 s) beside the backward of layers 0 and 1 (4 s), hidden, layer 0's after its
+    // reduce-scatter, alone: 4.2 s, T = 9 + 4.2 = 13.2. Not overlapped: the stage's bytes in
+    // one collective each, 2.8 s the all-gathers and reduce-scatter (0.5 · 5.4 + 0.1) and
+    // 3.2 s the all-reduce of the 2.7 GB shard (0.5 · 2 · 2.7e9 / 0.9e9 + 0.2): T = 9 + 11.6.
+    let mut l = layer();
+    l.param_bytes = 1_800_000_000;
+    l.grad_bytes = 1_800_000_000;
+    let mut prob = problem(vec![l; 3], 4, 4);
+    prob.levels = vec![level(2, 1e9, 0.1), level(4, 0.9e9, 0.1)];
+    prob.zero = Some(Zero::Parameters);
+    prob.max_stages = Some(1);
+    prob.dp_shard = Some(2);
+    prob.dp_overlap = true;
+    let plan = feasible(solve(&prob));
+    assert!(
+        close(plan.time_per_batch_s, 13.2),
+        "{}",
+        plan.time_per_batch_s
+    );
+    prob.dp_overlap = false;
+    let plan = feasible(solve(&prob));
+    assert!(
+        close(plan.time_per_batch_s, 20.6),
+        "{}",
+        plan.time_per_batch_s
+    );
 }

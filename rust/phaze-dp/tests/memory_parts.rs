@@ -40,6 +40,7 @@ fn random_problem(rng: &mut Rng, zero: Zero, v: Option<u64>) -> Problem {
         pipeline_split: false,
         grads_freed: false,
         grad_reduce_scale: 1.0,
+        dp_shard: None,
     }
 }
 
@@ -177,6 +178,7 @@ fn sharded_problem(zero: Zero, v: u64) -> Problem {
         pipeline_split: false,
         grads_freed: false,
         grad_reduce_scale: 1.0,
+        dp_shard: None,
     }
 }
 
@@ -267,6 +269,7 @@ fn freed_gradients_overlap_the_activations_of_a_one_micro_batch_step() {
         pipeline_split: false,
         grads_freed: true,
         grad_reduce_scale: 1.0,
+        dp_shard: None,
     };
     let state = 3 * 3 + 3 * 6 + 1;
     let m = evaluate_fixed(&prob, 1, 1).unwrap().plan.unwrap().stages[0].memory;
