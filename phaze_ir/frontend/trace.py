@@ -746,7 +746,7 @@ def _make_fx(step, flat_inputs: list[Any], spec: ModelSpec, model):
 #: traces and compiles as long as a deep one. Published models make 20-40 calls per leaf (a
 #: Llama block: 309 calls for 10 leaves; GPT-3 175B's whole trace about 36,000 for 965 leaves,
 #: Llama-3.1-405B's about 39,000 for 1,264), so the bound takes every one traced whole (the
-#: deepened step's check, ``tests/test_deepen.py``) and a Llama at the leaf bound (63,000).
+#: deepened step's check, ``tests/test_deepen.py``) and a Llama at the leaf bound (127 layers: 39,000).
 #: A call costs 0.4-1 ms of CPU to trace on the 2-core development machine: a loop model of one
 #: linear is refused at 16,384 calls, after 21.5 s of CPU, the process included.
 CALLS_PER_LEAF = 64
