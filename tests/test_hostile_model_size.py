@@ -2,8 +2,8 @@
 trace for an hour (a config.json of 10,000 layers, an MLP of 20,000 blocks) is refused in one
 line before any trace, by its size (``phaze_ir.frontend.trace.MAX_LEAF_MODULES``), not a clock;
 the bound is the most a published model needs (Llama-3.1-405B: 1,264 leaves), where a model at it
-compiles in about 20 s of CPU (a config.json of 204 layers took 34 s of CPU, 1,000 layers 114 s:
-docs/benchmarks.md), and a model beyond it is refused once, when
+compiles in about the CPU time of that model (30-36 s; a config.json of 204 layers took 34 s, 1,000
+layers 114 s: docs/benchmarks.md), and a model beyond it is refused once, when
 the compilation starts, not by each of the sweep's traces."""
 
 from __future__ import annotations
