@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 from collections.abc import Callable
@@ -11,8 +12,9 @@ from typing import Any, TypeVar
 
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import DenseArrayBase, IntegerType, ModuleOp
 from xdsl.ir import Attribute, TypeAttribute
+from xdsl.irdl.declarative_assembly_format import DenseArrayAttributeVariable
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import MultipleSpansParseError, ParseError
@@ -270,18 +272,29 @@ class _Printer(Printer):
     def _once(self, attribute: Attribute) -> str | None:
         """``attribute``'s text, printed the first time it is met, when it is one printed once:
         one of ``_PRINTED_ONCE`` (by value), or a phaze record (by identity: records are made
-        once per value, ``RecordAttr.make``, and xDSL hashes one field by field); else None."""
+        once per value, ``RecordAttr.make``, and xDSL hashes one field by field); else None.
+        An attribute object met before is found by its identity first: hashing one by value
+        (a tensor type hashes its shape element by element) was a third of the time."""
+        state = self.__dict__
+        seen: dict[int, tuple[Attribute, str | None]] | None = state.get("_seen")
+        if seen is None:
+            seen = state["_seen"] = {}
+        hit = seen.get(id(attribute))
+        if hit is not None and hit[0] is attribute:  # (kept beside its text: no other takes its id)
+            return hit[1]
         kind = type(attribute)
         if kind in _PRINTED_ONCE:
             key: object = attribute
         elif issubclass(kind, RecordAttr):
-            key = id(attribute)  # (the attribute is kept beside its text: no other takes its id)
+            key = id(attribute)
         else:
+            seen[id(attribute)] = (attribute, None)
             return None
-        texts: dict[object, tuple[Attribute, str]] = self.__dict__.setdefault("_texts", {})
+        texts: dict[object, tuple[Attribute, str]] = state.setdefault("_texts", {})
         entry = texts.get(key)
         if entry is None:
             entry = texts[key] = (attribute, self._captured(partial(super().print_attribute, attribute)))
+        seen[id(attribute)] = (attribute, entry[1])
         return entry[1]
 
     def print_attribute(self, attribute: Attribute) -> None:
@@ -321,9 +334,33 @@ class _Printer(Printer):
 def print_module(module: ModuleOp, generic: bool = False) -> str:
     """Print a module as text; with ``generic`` in MLIR's generic op form."""
     out = io.StringIO()
-    _Printer(stream=out, print_generic_format=generic).print_op(module)
+    with _integer_arrays_printed_fast():
+        _Printer(stream=out, print_generic_format=generic).print_op(module)
     out.write("\n")
     return out.getvalue()
+
+
+@contextlib.contextmanager
+def _integer_arrays_printed_fast():
+    """While active, xDSL's declarative format prints a dense array of integers (a view's
+    ``dims``) without asking ``isa(attr, DenseArrayBase[IntegerType])``, which builds the
+    generic type's constraint anew at each call (xDSL 0.74, ``DenseArrayAttributeVariable.
+    print_attr``: a fifth of a plan's printing); the same text, and any other attribute is
+    printed by xDSL's own method."""
+    original = DenseArrayAttributeVariable.print_attr
+
+    def print_attr(self: DenseArrayAttributeVariable, printer: Printer, attr: Attribute) -> None:
+        if type(attr) is DenseArrayBase and isinstance(attr.elt_type, IntegerType):
+            with printer.in_square_brackets():
+                printer.print_list(attr.iter_values(), printer.print_int)
+        else:
+            original(self, printer, attr)
+
+    DenseArrayAttributeVariable.print_attr = print_attr
+    try:
+        yield
+    finally:
+        DenseArrayAttributeVariable.print_attr = original
 
 
 def print_module_from(text: str, module: ModuleOp, added: str) -> str:

@@ -373,3 +373,37 @@ def test_spellings_read_once_parse_as_xdsls_parser_reads_them():
     theirs = print_module(Parser(ir.make_context(), text).parse_module())
     assert ours == theirs
     assert "split_s = 3.0" in ours and "index = 2" in ours and "1 : i640" in ours
+
+
+def test_dims_and_repeated_types_print_as_xdsls_printer_prints_them():
+    """A view's or a reduction's ``dims`` (printed without xDSL's generic ``isa``,
+    ``ir._integer_arrays_printed_fast``) and attributes met again as the same object or as an
+    equal other (found by identity first, ``_Printer._once``): the same bytes as xDSL's
+    printer, in both forms; xDSL's own method is back after the print."""
+    from xdsl.dialects.builtin import DenseArrayBase, i64
+    from xdsl.irdl.declarative_assembly_format import DenseArrayAttributeVariable
+
+    from phaze_ir.dialect import ReductionOp
+
+    shared = TensorType(f16, [2, 3])
+    arg_types = [shared, TensorType(f16, [2, 3]), shared]
+    block = Block(arg_types=arg_types)
+    ops = []
+    for k, dims in enumerate(([0], [0, 1], [], [1])):
+        kind = StringAttr("sum")
+        op = ReductionOp.create(
+            operands=[block.args[k % 3]],
+            result_types=[TensorType(f16, [2]) if k % 2 else shared],
+            properties={"kind": kind, "dims": DenseArrayBase.from_list(i64, dims), "aten": StringAttr("aten.sum")},
+            attributes={"phaze.phase": StringAttr("fwd"), "phaze.layer": IntegerAttr(k, i64), "phaze.t": shared},
+        )
+        ops.append(op)
+    block.add_ops([*ops, ReturnOp()])
+    func = FuncOp("f", (arg_types, []), Region(block))
+    module = ModuleOp([func])
+    before = DenseArrayAttributeVariable.print_attr
+    for generic in (False, True):
+        text = print_module(module, generic=generic)
+        assert text == _xdsl_printed(module, generic)
+        assert DenseArrayAttributeVariable.print_attr is before
+    assert "dims [0, 1] aten" in print_module(module)
