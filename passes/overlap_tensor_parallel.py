@@ -1,5 +1,6 @@
-"""``phaze-overlap-tensor-parallel``: the TP all-gathers and reduce-scatters overlapped with the
-GEMMs beside them, as Transformer Engine's userbuffers run them."""
+"""``phaze-overlap-tensor-parallel``: mark the TP all-gathers and reduce-scatters as overlapped with
+the GEMMs beside them, as Transformer Engine's userbuffers run them (``phaze-estimate-latency``
+prices them so)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from passes.algorithms.tp_overlap import added_s, method_of
-from passes.cost_view import sum_layer_latencies
+from passes.cost_view import refuse_priced
 from passes.graph_view import arg_role, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
@@ -29,17 +30,18 @@ _OVERLAPPED = ("all_gather", "reduce_scatter")
 
 @dataclass(frozen=True)
 class OverlapTensorParallelPass(ModulePass):
-    """Each TP all-gather and reduce-scatter of a step sharded with sequence parallelism runs
-    beside its GEMMs (those that read its result, for an all-gather; those whose output it
+    """Mark each TP all-gather and reduce-scatter of a step sharded with sequence parallelism as
+    run beside its GEMMs (those that read its result, for an all-gather; those whose output it
     reduces, for a reduce-scatter; through views and pointwise ops), by Transformer Engine's
-    method for it (rules and sources in ``passes/algorithms/tp_overlap.py``): its
-    ``phaze.latency`` becomes what it adds to those GEMMs, each GEMM hiding at most its own
-    time once (in program order). ``phaze.layer_latency`` is summed again and the module gets
-    ``phaze.tp_overlap``.
+    method for it: the module gets ``phaze.tp_overlap``, which ``phaze-estimate-latency`` reads
+    to price each such collective at what it adds to those GEMMs, each GEMM hiding at most its
+    own time once, in program order (:func:`overlap_latencies`; rules and sources in
+    ``passes/algorithms/tp_overlap.py``).
 
-    Run after ``phaze-estimate-latency`` (and ``phaze-context-parallel``), before the
-    schedules. Needs the chip's SM count (``[calibration] wave_units``: TE's communication
-    kernels hold some of them) and a step sharded with sequence parallelism."""
+    Run before ``phaze-estimate-latency`` (it says how the collectives run; that pass prices
+    them): a module whose ops are priced already is refused. Needs the chip's SM count
+    (``[calibration] wave_units``: TE's communication kernels hold some of them) and a step
+    sharded with sequence parallelism."""
 
     name = "phaze-overlap-tensor-parallel"
 
@@ -56,25 +58,35 @@ class OverlapTensorParallelPass(ModulePass):
                 f"{self.name}: TP overlap runs on sequence parallelism's all-gathers and reduce-scatters; the step "
                 "is sharded without it (phaze-shard-tensor-parallel{sequence_parallel=true})"
             )
-        sms = sm_count(module_accelerator(op, self.name), self.name)
-        budget: dict[int, float] = {}  # seconds of each GEMM not yet hiding a collective
-        for o, method, gemms in overlapped(step_function(op)):
-            beside = 0.0
-            for g in gemms:
-                beside += budget.setdefault(id(g), _split(g))
-            lat = keys.require(o, keys.LATENCY, LatencyAttr).as_dict()
-            comm = float(lat["split_s"])
-            added = added_s(method, comm, beside, tp, sms)
-            hidden = comm - added if added < comm else 0.0
-            for g in gemms:  # the time it hid is no longer free beside these GEMMs
-                take = min(budget[id(g)], hidden)
-                budget[id(g)] -= take
-                hidden -= take
-            o.attributes[keys.LATENCY] = LatencyAttr.make(
-                one_s=added, split_s=added, unit=lat["unit"], bound=lat["bound"]
-            )
-        sum_layer_latencies(op)
+        sm_count(module_accelerator(op, self.name), self.name)
+        refuse_priced(op, self.name)
         op.attributes[keys.TP_OVERLAP] = UnitAttr()
+
+
+def overlap_latencies(module: ModuleOp, acc, pass_name: str) -> list[tuple[Operation, dict[str, float | str]]]:
+    """Each overlapped TP collective of a module marked ``phaze.tp_overlap`` whose ops
+    ``phaze-estimate-latency`` has priced, with its new ``phaze.latency`` fields: what it adds
+    to the GEMMs beside it (:func:`overlapped`) by Transformer Engine's method on the chip's
+    SMs, each GEMM hiding at most its own time once (in program order); what
+    ``phaze-estimate-latency`` writes."""
+    tp = keys.int_of(module, keys.TP_WIDTH, 1)
+    sms = sm_count(acc, pass_name)
+    budget: dict[int, float] = {}  # seconds of each GEMM not yet hiding a collective
+    out: list[tuple[Operation, dict[str, float | str]]] = []
+    for o, method, gemms in overlapped(step_function(module)):
+        beside = 0.0
+        for g in gemms:
+            beside += budget.setdefault(id(g), _split(g))
+        lat = keys.require(o, keys.LATENCY, LatencyAttr).as_dict()
+        comm = float(lat["split_s"])
+        added = added_s(method, comm, beside, tp, sms)
+        hidden = comm - added if added < comm else 0.0
+        for g in gemms:  # the time it hid is no longer free beside these GEMMs
+            take = min(budget[id(g)], hidden)
+            budget[id(g)] -= take
+            hidden -= take
+        out.append((o, {"one_s": added, "split_s": added, "unit": str(lat["unit"]), "bound": str(lat["bound"])}))
+    return out
 
 
 def overlapped(fn: func.FuncOp) -> list[tuple[ph.CollectiveOp, str, list[ph.MatmulOp]]]:

@@ -143,20 +143,20 @@ CP_RING = Key(
     "(fwd_step_s, fwd_hop_s, fwd_ring_s, bwd_step_s, bwd_hop_s, bwd_ring_s: a step's attention, the mean of the "
     "ring's c (the traced diagonal and the unmasked off-diagonal ones), a hop's transfer, the ring's transfers over "
     "its c-1 hops, the ring's whole time; kv_bytes: what one forward hop of the first attention carries)",
-    "phaze-context-parallel",
+    "phaze-estimate-latency",
 )
 TP_OVERLAP = Key(
     "phaze.tp_overlap",
     "module",
-    "unit: the TP all-gathers and reduce-scatters priced overlapped with their GEMMs (Transformer Engine's "
-    "userbuffers)",
+    "unit: the TP all-gathers and reduce-scatters run overlapped with their GEMMs (Transformer Engine's "
+    "userbuffers), as phaze-estimate-latency prices them",
     "phaze-overlap-tensor-parallel",
 )
 CONTEXT_PARALLEL = Key(
     "phaze.context_parallel",
     "module",
-    "i64: the context-parallel degree c the step is priced for (traced at S/c tokens per sample, its "
-    "attention a ring of c steps)",
+    "i64: the context-parallel degree c the step runs at (traced at S/c tokens per sample, its "
+    "attention a ring of c steps, as phaze-estimate-latency prices it)",
     "phaze-context-parallel",
 )
 LAYER_LATENCY = Key(
