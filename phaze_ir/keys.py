@@ -26,6 +26,7 @@ from phaze_ir.errors import PhazeError
 
 __all__ = [
     "ALL_KEYS",
+    "PROVENANCE",
     "Key",
     "check_module",
     "dict_of",
@@ -114,6 +115,9 @@ BUFFER = Key("phaze.buffer", "argument", "string: the buffer's name", IMPORTER)
 INPUT = Key("phaze.input", "argument", "string: the input's name", IMPORTER)
 GRAD = Key("phaze.grad", "result", "string: the parameter this result is the gradient of", IMPORTER)
 LOSS = Key("phaze.loss", "result", "unit: this result is the loss", IMPORTER)
+#: The provenance keys: a pass that creates an op gives it those of the op it stands for (the
+#: only keys set by more than their writer; tests/test_keys_writers.py holds the rule).
+PROVENANCE = (PHASE, MODULE)
 #: The key of each role a step function's argument can have.
 ARG_ROLES = {"param": PARAM, "buffer": BUFFER, "input": INPUT}
 
