@@ -11,9 +11,8 @@ from xdsl.passes import ModulePass
 
 from passes.algorithms.latency import MatmulDesc, OpDesc, estimate_chip, fp8_problem
 from passes.algorithms.tiling import ScalarTiling
-from passes.context_parallel import ring_latencies
 from passes.cost_view import Describer, sum_layer_latencies
-from passes.overlap_tensor_parallel import overlap_latencies
+from passes.how_ops_run import overlap_latencies, ring_latencies
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import LatencyAttr, TileAttr
@@ -32,10 +31,10 @@ class EstimateLatencyPass(ModulePass):
     Each op is priced as it runs, which the passes before it say on the module (this pass is
     the one writer of ``phaze.latency``, ``phaze.layer_latency`` and ``phaze.cp_ring``):
     ``phaze.context_parallel = c`` (``phaze-context-parallel``): every fused attention a ring of
-    c steps (:func:`~passes.context_parallel.ring_latencies`; the module gets ``phaze.cp_ring``);
+    c steps (:func:`~passes.how_ops_run.ring_latencies`; the module gets ``phaze.cp_ring``);
     ``phaze.tp_overlap`` (``phaze-overlap-tensor-parallel``): each sequence-parallel TP
     all-gather and reduce-scatter at what it adds to the GEMMs beside it
-    (:func:`~passes.overlap_tensor_parallel.overlap_latencies`), after the rings.  Running it
+    (:func:`~passes.how_ops_run.overlap_latencies`), after the rings.  Running it
     again prices the module again, to the same figures.
 
     Requires the accelerator and, on every ``phaze.matmul``, the ``phaze.tile`` that

@@ -220,7 +220,7 @@ def test_the_ring_worked_by_hand():
     hops of 1.128 us is 2 x 1.128 = 2.256 us, every op x 2.256."""
     from pathlib import Path
 
-    from passes.context_parallel import ring_latencies
+    from passes.how_ops_run import ring_latencies
     from phaze_ir.ir import parse_module
 
     text = (Path(__file__).parent / "filecheck" / "context_parallel.mlir").read_text()

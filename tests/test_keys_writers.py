@@ -3,7 +3,8 @@
 
 Which pass sets which key is read from the AST of ``passes/*.py``: an assignment
 ``X.attributes[keys.NAME] = ...`` (or through a loop variable over ``keys.NAME``s), directly
-or through a helper of ``passes/cost_view.py`` or ``passes/graph_view.py`` that the pass calls.
+or through a helper of ``passes/cost_view.py``, ``graph_view.py`` or ``how_ops_run.py`` that the pass
+calls.
 A removal (``attributes.pop``) is not a write: a pass that invalidates another's key drops it,
 and the pipeline runs its writer again."""
 
@@ -19,7 +20,7 @@ from phaze_ir import keys
 
 PASSES = Path(__file__).resolve().parent.parent / "passes"
 #: Modules of passes/ that are views shared by the passes, not passes.
-HELPERS = ("cost_view.py", "graph_view.py")
+HELPERS = ("cost_view.py", "graph_view.py", "how_ops_run.py")
 
 #: Keys that still have a second writer, each with the pass that writes it besides the declared
 #: one: what is left of issue 56 item 4 to build (a pass that builds, not patches). The test

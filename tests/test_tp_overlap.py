@@ -99,7 +99,7 @@ def test_overlap_worked_by_hand():
     each overlapped collective adds to its GEMMs, as phaze-estimate-latency writes it."""
     from pathlib import Path
 
-    from passes.overlap_tensor_parallel import overlap_latencies
+    from passes.how_ops_run import overlap_latencies
     from phaze_ir.hardware_ir import module_accelerator
     from phaze_ir.ir import parse_module
 
