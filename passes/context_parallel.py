@@ -1,50 +1,43 @@
-"""``phaze-context-parallel``: price the step as one device of a context-parallel group."""
+"""``phaze-context-parallel``: mark the step as one device of a context-parallel group (its
+attentions rings of c steps, which ``phaze-estimate-latency`` prices)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import (
-    ArrayAttr,
-    DictionaryAttr,
-    Float64Type,
-    FloatAttr,
-    IntegerAttr,
-    ModuleOp,
-    StringAttr,
-    TensorType,
-    i64,
-)
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
-from passes.algorithms.context_parallel import backward_ring, forward_ring, off_diagonal_gemm, ring_s, ring_step_s
-from passes.algorithms.latency import MatmulDesc, estimate_chip
-from passes.cost_view import describe_op, skipped_flops, sum_layer_latencies
-from passes.graph_view import step_function
+from passes.cost_view import refuse_priced, skipped_flops
+from passes.how_ops_run import (  # noqa: F401  (kv_bytes: setting.py)
+    attention_kernels,
+    kv_bytes,
+    layer_of,
+    off_diagonal_twin,
+)
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import LatencyAttr, LayerInfoAttr
+from phaze_ir.attributes import LayerInfoAttr
 from phaze_ir.errors import PhazeError
-from phaze_ir.hardware_ir import module_accelerator
 
 
 @dataclass(frozen=True)
 class ContextParallelPass(ModulePass):
-    """Price the step, traced at S/c tokens per sample, as one device of a context-parallel
-    group of ``degree`` c (rules and sources in ``passes/algorithms/context_parallel.py``):
-    every fused attention (the ops of one ``phaze.fused`` attention kernel) becomes a ring
-    attention of c steps, the diagonal one the traced (causal) attention, the c−1 others its
-    GEMMs unmasked over half the square, with the hops of its keys and values (backward: and
-    their gradients) beside the steps as Transformer Engine orders them, on the network level
-    of the c·t devices of the ring. Its ops' ``phaze.latency`` are scaled to that time
-    (in proportion: a step is the traced kernel), ``phaze.layer_latency`` is summed again, and
-    the module gets ``phaze.context_parallel = c``, which the placement reads.
+    """Mark the step, traced at S/c tokens per sample, as one device of a context-parallel
+    group of ``degree`` c: the module gets ``phaze.context_parallel = c``, which
+    ``phaze-estimate-latency`` reads to price every fused attention (the ops of one
+    ``phaze.fused`` attention kernel) as a ring attention of c steps
+    (:func:`passes.how_ops_run.ring_latencies`;
+    rules and sources in ``passes/algorithms/context_parallel.py``) and the placement reads for
+    its devices; ``phaze.seq_len`` and ``phaze.model_flops`` become the whole sample's, and
+    ``phaze.layers``' FLOPs count each attention's c steps (what the devices compute).
 
-    Run after ``phaze-estimate-latency`` (it scales what that pass wrote), before the
-    schedules. Refused on a module with no fused attention: the runtimes' context parallelism
-    is ring flash attention (an eager attention with its scores in memory has no ring)."""
+    Run before ``phaze-estimate-latency`` (it says how the attentions run; that pass prices
+    them): a module whose ops are priced already is refused. Refused on a module with no fused
+    attention: the runtimes' context parallelism is ring flash attention (an eager attention
+    with its scores in memory has no ring)."""
 
     name = "phaze-context-parallel"
     degree: int = 1
@@ -60,57 +53,16 @@ class ContextParallelPass(ModulePass):
             )
         if c == 1:
             return
-        acc = module_accelerator(op, self.name)
-        tp = keys.int_of(op, keys.TP_WIDTH, 1)
+        refuse_priced(op, self.name)
         groups = attention_kernels(op)
         if not groups:
             raise PhazeError(
                 f"{self.name}: context parallelism {c} needs a fused attention (SDPA, flash attention): the "
                 "step has none; build the model with attn_implementation='sdpa'"
             )
-        ring = dict.fromkeys(("fwd_step_s", "fwd_hop_s", "fwd_ring_s", "bwd_step_s", "bwd_hop_s", "bwd_ring_s"), 0.0)
-        kv_of_layer: dict[int, int] = {}
-        for ops in groups.values():
-            if keys.string_of(ops[0], keys.PHASE, "fwd") == "fwd":
-                kv_of_layer.setdefault(_layer(ops[0]), kv_bytes(ops))
-        off_s = off_diagonal_seconds(groups, acc)
-        for name, ops in groups.items():
-            lats = [keys.require(o, keys.LATENCY, LatencyAttr).as_dict() for o in ops]
-            local = sum(float(lat["split_s"]) for lat in lats)
-            if local <= 0:
-                continue
-            backward = keys.string_of(ops[0], keys.PHASE, "fwd") == "bwd"
-            kv = kv_of_layer.get(_layer(ops[0])) or kv_bytes(ops)
-            hop, level = ring_step_s(acc.network, kv, c, tp)
-            share = acc.network[level].collective_compute_share or 0.0
-            off = off_s.get(name, local)
-            if backward:
-                grad_hop, _ = ring_step_s(acc.network, 2 * kv, c, tp)
-                steps = backward_ring(local, off, hop, grad_hop, c)
-            else:
-                steps = forward_ring(local, off, hop, c)
-            total = ring_s(steps, share)
-            factor = total / local
-            phase = "bwd" if backward else "fwd"
-            # a step: the mean of the ring's c; a hop: its transfers over the c−1 hops of the ring
-            ring[f"{phase}_step_s"] += sum(x for x, _ in steps) / c
-            ring[f"{phase}_hop_s"] += sum(r for _, r in steps) / (c - 1)
-            ring[f"{phase}_ring_s"] += total
-            for o, lat in zip(ops, lats):
-                o.attributes[keys.LATENCY] = LatencyAttr.make(
-                    one_s=float(lat["one_s"]) * factor,
-                    split_s=float(lat["split_s"]) * factor,
-                    unit=lat["unit"],
-                    bound=lat["bound"],
-                )
-        sum_layer_latencies(op)
         _count_ring_flops(op, groups, c)
         _whole_sequence(op, groups, c)
         op.attributes[keys.CONTEXT_PARALLEL] = ph.int_attr(c)
-        first_kv = next(iter(kv_of_layer.values()), 0)
-        op.attributes[keys.CP_RING] = DictionaryAttr(
-            {k: FloatAttr(v, Float64Type()) for k, v in ring.items()} | {"kv_bytes": IntegerAttr(first_kv, i64)}
-        )
 
 
 def _count_ring_flops(module: ModuleOp, groups: dict[str, list[Operation]], c: int) -> None:
@@ -118,11 +70,11 @@ def _count_ring_flops(module: ModuleOp, groups: dict[str, list[Operation]], c: i
     devices compute, which the plan's hardware FLOPs (HFU) count."""
     extra: dict[tuple[int, str], int] = {}
     for ops in groups.values():
-        key = (_layer(ops[0]), keys.string_of(ops[0], keys.PHASE, "fwd"))
+        key = (layer_of(ops[0]), keys.string_of(ops[0], keys.PHASE, "fwd"))
         # each off-diagonal step computes half the traced kernel's square, unmasked: its GEMMs
         # half their FLOPs (off_diagonal_gemm), its other ops what the traced kernel's compute
         computed = sum(
-            o.flops() // 2 if _off_diagonal(o) else o.flops() - skipped_flops(o)
+            o.flops() // 2 if off_diagonal_twin(o) else o.flops() - skipped_flops(o)
             for o in ops
             if isinstance(o, ph.ComputeOp)
         )
@@ -166,69 +118,3 @@ def _whole_sequence(module: ModuleOp, groups: dict[str, list[Operation]], c: int
             module.attributes[keys.MODEL_FLOPS] = ph.int_attr(whole)
         else:
             module.attributes.pop(keys.MODEL_FLOPS)
-
-
-def _off_diagonal(o: Operation) -> MatmulDesc | None:
-    """The off-diagonal step's twin of a fused causal attention GEMM (None for any other op)."""
-    d = describe_op(o) if isinstance(o, ph.MatmulOp) else None
-    return off_diagonal_gemm(d) if isinstance(d, MatmulDesc) else None
-
-
-def off_diagonal_seconds(groups: dict[str, list[Operation]], acc) -> dict[str, float]:
-    """Seconds of one off-diagonal step of each attention kernel (by its ``phaze.fused`` name):
-    its GEMMs as their unmasked twins over half the rows (``off_diagonal_gemm``), priced on
-    ``acc`` as ``phaze-estimate-latency`` prices any GEMM, its other ops as traced. A kernel
-    with no such GEMM (not causal) is left out: every step is the traced one."""
-    twins: list[MatmulDesc] = []
-    at: dict[str, list[tuple[int, float]]] = {}  # kernel -> (twin row, the traced GEMM's seconds)
-    for name, ops in groups.items():
-        for o in ops:
-            twin = _off_diagonal(o)
-            if twin is not None:
-                at.setdefault(name, []).append(
-                    (len(twins), float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"]))
-                )
-                twins.append(twin)
-    if not twins:
-        return {}
-    priced = estimate_chip(twins, acc)
-    out = {}
-    for name, rows in at.items():
-        local = sum(float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"]) for o in groups[name])
-        out[name] = local + sum(float(priced.split[i, 0]) - traced for i, traced in rows)
-    return out
-
-
-def attention_kernels(module: ModuleOp) -> dict[str, list[Operation]]:
-    """The ops of each fused attention kernel of the step, by its ``phaze.fused`` name (a
-    fused dropout, which has no GEMM, is not one), in program order."""
-    groups: dict[str, list[Operation]] = {}
-    for o in step_function(module).body.block.ops:
-        fused = o.attributes.get(keys.FUSED)
-        if isinstance(fused, StringAttr) and keys.LATENCY in o.attributes:
-            groups.setdefault(fused.data, []).append(o)
-    return {k: ops for k, ops in groups.items() if any(isinstance(o, ph.MatmulOp) for o in ops)}
-
-
-def kv_bytes(ops: list[Operation]) -> int:
-    """The bytes of the keys and values one hop of the ring carries: twice those of the
-    forward attention's first GEMM's right operand (``Kᵀ``; V is as large) as the kernel reads
-    it, before the kernel's own layout ops (a grouped-query attention's repeat of its K/V heads,
-    which TE's kernels do not make), one device's TP share as the step is sharded (a backward
-    hop carries these and their gradients)."""
-    first = next(o for o in ops if isinstance(o, ph.MatmulOp))
-    value = first.rhs
-    smallest = ph.tensor_bytes(value.type) if isinstance(value.type, TensorType) else 0
-    # back through the kernel's own layout ops (Kᵀ's transpose, a GQA's repeat of the K/V heads)
-    inside = {id(o) for o in ops}
-    while isinstance(owner := getattr(value, "owner", None), ph.LayoutOp) and id(owner) in inside:
-        value = owner.operands[0]
-        if isinstance(value.type, TensorType):
-            smallest = min(smallest, ph.tensor_bytes(value.type))
-    return 2 * smallest
-
-
-def _layer(o: Operation) -> int:
-    """The op's ``phaze.layer`` (0 is the prologue's), -1 without one."""
-    layer = o.attributes.get(keys.LAYER)
-    return layer.value.data if isinstance(layer, IntegerAttr) else -1

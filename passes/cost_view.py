@@ -306,10 +306,8 @@ def core_counts(module: ModuleOp, pass_name: str) -> dict[str, int]:
 
 
 def sum_layer_latencies(module: ModuleOp) -> None:
-    """``phaze.layer_latency`` summed again from the ops' ``split_s``, as
-    ``phaze-estimate-latency`` writes it and a pass that reprices ops in place
-    (``phaze-context-parallel``, ``phaze-overlap-tensor-parallel``) writes it again (none
-    without an op in a layer)."""
+    """``phaze.layer_latency`` summed from the ops' ``split_s``, as ``phaze-estimate-latency``
+    (its one writer) writes it (none without an op in a layer)."""
     layers: list[int] = []
     phases: list[str] = []
     seconds: list[float] = []
@@ -327,4 +325,15 @@ def sum_layer_latencies(module: ModuleOp) -> None:
                 LayerLatencyAttr.make(index=i, fwd_s=t["fwd"], bwd_s=t["bwd"], opt_s=t["opt"])
                 for i, t in layer_totals(layers, phases, seconds).items()
             ]
+        )
+
+
+def refuse_priced(module: ModuleOp, pass_name: str) -> None:
+    """A :class:`PhazeError` when ``module``'s ops are priced already (``phaze.layer_latency``
+    or an op's ``phaze.latency``): ``pass_name`` says how ops run, which
+    ``phaze-estimate-latency`` prices, so it runs before that pass."""
+    if keys.LAYER_LATENCY in module.attributes or any(keys.LATENCY in o.attributes for o in module.walk()):
+        raise PhazeError(
+            f"{pass_name}: the module's ops are priced already ({keys.LATENCY}); run it before "
+            "phaze-estimate-latency, which prices what it marks"
         )

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import DictionaryAttr, Float64Type, FloatAttr, IntegerAttr, ModuleOp, i64
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from passes.algorithms.latency import MatmulDesc, OpDesc, estimate_chip, fp8_problem
 from passes.algorithms.tiling import ScalarTiling
 from passes.cost_view import Describer, sum_layer_latencies
+from passes.how_ops_run import overlap_latencies, ring_latencies
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import LatencyAttr, TileAttr
@@ -27,9 +28,14 @@ class EstimateLatencyPass(ModulePass):
     module a ``phaze.layer_latency`` list (per layer of ``phaze.layer``: serial sums of the
     ``split_s`` of its forward, backward and optimizer ops).
 
-    Refused on a module whose latencies later passes have priced further (``phaze.context_parallel``:
-    its attentions made rings; ``phaze.tp_overlap``: its TP collectives overlapped): pricing its ops
-    again would drop those while the module still says them.
+    Each op is priced as it runs, which the passes before it say on the module (this pass is
+    the one writer of ``phaze.latency``, ``phaze.layer_latency`` and ``phaze.cp_ring``):
+    ``phaze.context_parallel = c`` (``phaze-context-parallel``): every fused attention a ring of
+    c steps (:func:`~passes.how_ops_run.ring_latencies`; the module gets ``phaze.cp_ring``);
+    ``phaze.tp_overlap`` (``phaze-overlap-tensor-parallel``): each sequence-parallel TP
+    all-gather and reduce-scatter at what it adds to the GEMMs beside it
+    (:func:`~passes.how_ops_run.overlap_latencies`), after the rings.  Running it
+    again prices the module again, to the same figures.
 
     Requires the accelerator and, on every ``phaze.matmul``, the ``phaze.tile`` that
     ``phaze-tile-pe-array`` wrote for it (read, not recomputed: a tile of PE arrays of another
@@ -42,7 +48,6 @@ class EstimateLatencyPass(ModulePass):
     name = "phaze-estimate-latency"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        refuse_repricing(op, self.name)
         acc = module_accelerator(op, self.name)
         describe = Describer()
         row_of: dict[str, int] = {}  # signature -> row of the table priced
@@ -78,20 +83,18 @@ class EstimateLatencyPass(ModulePass):
             o.attributes[keys.LATENCY] = LatencyAttr.make(
                 one_s=lat.one_s, split_s=lat.split_s, unit=lat.unit, bound=lat.bound
             )
+        c = keys.int_of(op, keys.CONTEXT_PARALLEL, 1)
+        ring: dict[str, float] | None = None
+        if c > 1:
+            ring, kv, scaled = ring_latencies(op, acc, c)
+            for o, new in scaled:
+                o.attributes[keys.LATENCY] = LatencyAttr.make(**new)
+        if keys.TP_OVERLAP in op.attributes:
+            for o, new in overlap_latencies(op, acc, self.name):
+                o.attributes[keys.LATENCY] = LatencyAttr.make(**new)
         sum_layer_latencies(op)
-
-
-def refuse_repricing(module: ModuleOp, pass_name: str) -> None:
-    """A :class:`PhazeError` when ``module``'s latencies carry what a later pass priced on them
-    (a context-parallel ring, TP overlap), which pricing the ops again would drop."""
-    c = keys.int_of(module, keys.CONTEXT_PARALLEL, 1)
-    if c > 1:
-        raise PhazeError(
-            f"{pass_name}: the module is priced for context parallelism {c} ({keys.CONTEXT_PARALLEL}: its attentions "
-            "are rings); pricing its ops again would drop the ring: compile the step again"
-        )
-    if keys.TP_OVERLAP in module.attributes:
-        raise PhazeError(
-            f"{pass_name}: the module is priced with TP overlap ({keys.TP_OVERLAP}); pricing its ops again would drop "
-            "it: compile the step again"
-        )
+        op.attributes.pop(keys.CP_RING, None)  # (after the layers' sums when priced again, as the first time)
+        if ring is not None:
+            op.attributes[keys.CP_RING] = DictionaryAttr(
+                {k: FloatAttr(v, Float64Type()) for k, v in ring.items()} | {"kv_bytes": IntegerAttr(kv, i64)}
+            )

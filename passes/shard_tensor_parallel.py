@@ -151,7 +151,7 @@ def _top(op, operands, results, kind, aten, dims, dim, nrank, phase, layer, modu
 
 
 def _provenance(src: Operation, new: Operation) -> None:
-    for key in (keys.PHASE, keys.MODULE, keys.LAYER):
+    for key in keys.PROVENANCE:  # (its layer: phaze-group-layers, run again on the sharded step)
         if key in src.attributes:
             new.attributes[key] = src.attributes[key]
 

@@ -59,12 +59,12 @@ def pipeline(
         if opts.kernels != "ops":
             passes.append(f"phaze-form-kernels{{runtime={opts.kernels}}}")
         passes.append("phaze-tile-pe-array")
-    if runs("latency"):
-        passes.append("phaze-estimate-latency")
+    if runs("latency"):  # how the ops run (rings, overlapped collectives), then their prices
         if (c := context_parallel_degree(opts)) > 1:
             passes.append(f"phaze-context-parallel{{degree={c}}}")
         if opts.tp_overlap != "off" and sequence_parallel and tp > 1:
             passes.append("phaze-overlap-tensor-parallel")
+        passes.append("phaze-estimate-latency")
         if energy:
             passes.append("phaze-estimate-energy")
     solver = (

@@ -8,14 +8,14 @@ numbers), which the model cut to 3 and 4 blocks gives (design §2), with the sam
 (the same canonical problems, through the same cache) and the same DP.  So here every point is
 priced from its setting on the :class:`~phaze.search.engine.Evaluator`, and only the best
 point is compiled through the IR pipeline from the whole model; its throughput must equal the
-settings' (relative 1e-9), as the search's winner must (design §7.5).
+settings' exactly, as the search's winner must (design §7.5): a difference is a bug, raised as
+:class:`PricingMismatch` (no tolerance, no second compilation).
 
 What the settings do not cover is compiled point by point as before
 (``driver.compile_model``): a stage before ``plan``, a sweep of one point (its compilation is
 all there is to do), ``--context-parallel auto`` (the settings are of one degree), a
 micro-batch whose step cannot be imported or whose TP overlap pairs a collective with GEMMs of
-another scheduling group, and, should it ever happen, a best point whose compiled throughput is
-not the settings' (said in one warning line).
+another scheduling group.
 
 The sweep is ``phazec --hw``'s, so it lives beside the driver; it prices with the search's
 settings and evaluator (:mod:`phaze.search.setting`, :mod:`phaze.search.engine`), which the
@@ -25,7 +25,6 @@ phaze layer may import (``phaze.search`` imports nothing of this module).
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -48,14 +47,19 @@ from phaze.points import (
     point_label,
     tp_points,
 )
-from phaze_ir.errors import ModelTooLarge, PhazeError, PhazeWarning
+from phaze_ir.errors import ModelTooLarge, PhazeError
 
 if TYPE_CHECKING:
     from phaze.plan_template import Templates
     from phaze.search.setting import Setting
 
-#: Relative difference allowed between the settings' throughput and the compiled plan's.
-AGREE = 1e-9
+
+class PricingMismatch(RuntimeError):
+    """An internal error: the plan compiled for the sweep's winner does not price the
+    throughput its settings priced.  Both price the same step on the same cost model, so any
+    difference is a bug (no tolerance, no second compilation: issue 56)."""
+
+
 #: How a TP width the model's shapes cannot shard is refused (a head count or a dimension it
 #: does not divide): the same at every micro-batch, so it is not traced again.
 UNSHARDABLE = "phaze-shard-tensor-parallel: width "
@@ -251,14 +255,11 @@ def _compile_plan(
         module = _compile_point(spec, chosen, opts, acc, log, seconds)
     compiled = plan_record(module)
     got = float(compiled.get("throughput_samples_per_s", 0.0)) if compiled.get("feasible") == "yes" else 0.0
-    if abs(got - chosen.throughput) > AGREE * max(abs(got), abs(chosen.throughput)):
-        warnings.warn(
-            f"micro-batch {chosen.micro_batch}, TP {chosen.tp}: the settings price {chosen.throughput:.9g} samples/s, "
-            f"the compiled plan {got:.9g}; compiling every point through the pipeline",
-            PhazeWarning,
-            stacklevel=2,
+    if got != chosen.throughput:
+        raise PricingMismatch(
+            f"internal error: micro-batch {chosen.micro_batch}, TP {chosen.tp}: the settings price "
+            f"{chosen.throughput!r} samples/s, the plan compiled for it {got!r}; please report it"
         )
-        return driver.compile_model(model_path, opts, log, accelerator, seconds)
     return module, candidates
 
 

@@ -26,6 +26,7 @@ from phaze_ir.errors import PhazeError
 
 __all__ = [
     "ALL_KEYS",
+    "PROVENANCE",
     "Key",
     "check_module",
     "dict_of",
@@ -114,6 +115,9 @@ BUFFER = Key("phaze.buffer", "argument", "string: the buffer's name", IMPORTER)
 INPUT = Key("phaze.input", "argument", "string: the input's name", IMPORTER)
 GRAD = Key("phaze.grad", "result", "string: the parameter this result is the gradient of", IMPORTER)
 LOSS = Key("phaze.loss", "result", "unit: this result is the loss", IMPORTER)
+#: The provenance keys: a pass that creates an op gives it those of the op it stands for (the
+#: only keys set by more than their writer; tests/test_keys_writers.py holds the rule).
+PROVENANCE = (PHASE, MODULE)
 #: The key of each role a step function's argument can have.
 ARG_ROLES = {"param": PARAM, "buffer": BUFFER, "input": INPUT}
 
@@ -143,20 +147,20 @@ CP_RING = Key(
     "(fwd_step_s, fwd_hop_s, fwd_ring_s, bwd_step_s, bwd_hop_s, bwd_ring_s: a step's attention, the mean of the "
     "ring's c (the traced diagonal and the unmasked off-diagonal ones), a hop's transfer, the ring's transfers over "
     "its c-1 hops, the ring's whole time; kv_bytes: what one forward hop of the first attention carries)",
-    "phaze-context-parallel",
+    "phaze-estimate-latency",
 )
 TP_OVERLAP = Key(
     "phaze.tp_overlap",
     "module",
-    "unit: the TP all-gathers and reduce-scatters priced overlapped with their GEMMs (Transformer Engine's "
-    "userbuffers)",
+    "unit: the TP all-gathers and reduce-scatters run overlapped with their GEMMs (Transformer Engine's "
+    "userbuffers), as phaze-estimate-latency prices them",
     "phaze-overlap-tensor-parallel",
 )
 CONTEXT_PARALLEL = Key(
     "phaze.context_parallel",
     "module",
-    "i64: the context-parallel degree c the step is priced for (traced at S/c tokens per sample, its "
-    "attention a ring of c steps)",
+    "i64: the context-parallel degree c the step runs at (traced at S/c tokens per sample, its "
+    "attention a ring of c steps, as phaze-estimate-latency prices it)",
     "phaze-context-parallel",
 )
 LAYER_LATENCY = Key(

@@ -105,12 +105,13 @@ def test_an_off_diagonal_step_is_half_the_square_unmasked_at_the_unmasked_rate()
 
 
 @functools.cache
-def _latency_module(seq_len: int):
-    """tiny_llama_sdpa at ``seq_len`` tokens (float16, eager kernels), priced on the h100."""
+def _latency_module(seq_len: int, stage: str = "latency"):
+    """tiny_llama_sdpa at ``seq_len`` tokens (float16, eager kernels), priced on the h100 (or
+    compiled to ``stage``)."""
     from phaze.tools.phazec import _parser, compile_model
 
     args = _parser().parse_args(
-        [str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--emit", "latency", "--kernels", "eager"]
+        [str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--emit", stage, "--kernels", "eager"]
         + ["--seq-len", str(seq_len), "--micro-batch", "1", "--tp", "1", "-q", "--no-cache"]
     )
     text, failure = compile_model(args, lambda msg: None)
@@ -118,10 +119,10 @@ def _latency_module(seq_len: int):
     return text
 
 
-def _parsed(seq_len: int):
+def _parsed(seq_len: int, stage: str = "latency"):
     from phaze_ir.ir import parse_module
 
-    return parse_module(_latency_module(seq_len))
+    return parse_module(_latency_module(seq_len, stage))
 
 
 def _split(o) -> float:
@@ -135,8 +136,11 @@ def test_the_pass_makes_each_attention_a_ring_of_c_steps():
     tokens, FLOPs follow."""
     from xdsl.context import Context
 
-    before, after = _parsed(16), _parsed(16)
-    ContextParallelPass(degree=2).apply(Context(), after)
+    from passes.estimate_latency import EstimateLatencyPass
+
+    before, after = _parsed(16), _parsed(16, "tiled")
+    ContextParallelPass(degree=2).apply(Context(), after)  # says the attentions are rings
+    EstimateLatencyPass().apply(Context(), after)  # prices them so
     acc = module_accelerator(after, "test")
     groups = attention_kernels(after)
     assert len(groups) == 4  # 2 layers, forward and backward
@@ -198,9 +202,39 @@ def test_the_pass_makes_each_attention_a_ring_of_c_steps():
         if keys.string_of(o, keys.PHASE) == "fwd"
     )
     assert 0 < grew < sum(o.flops() for g in groups.values() for o in g if keys.string_of(o, keys.PHASE) == "fwd")
-    # Run twice, it would price the ring twice: refused.
+    # Run twice, it would scale the tokens and FLOPs twice: refused.
     with pytest.raises(PhazeError, match="priced for context parallelism already"):
         ContextParallelPass(degree=2).apply(Context(), after)
+    # Priced again, the ring stays (issue 56: it was dropped when a later pass rescaled the ops).
+    text = str(after)
+    EstimateLatencyPass().apply(Context(), after)
+    assert str(after) == text
+    # Marked after the pricing, the ring would be said and not priced: refused.
+    with pytest.raises(PhazeError, match="priced already .* run it before phaze-estimate-latency"):
+        ContextParallelPass(degree=2).apply(Context(), _parsed(16))
+
+
+def test_the_ring_worked_by_hand():
+    """The latencies of tests/filecheck/context_parallel.mlir, each attention made a ring of 2 as
+    phaze-estimate-latency writes it: a forward kernel of 3 us a step (its hop of 1.128 us
+    hides beside the first) is 3 + 3 = 6 us, every op x 2; a backward one of 1 us a step beside
+    hops of 1.128 us is 2 x 1.128 = 2.256 us, every op x 2.256."""
+    from pathlib import Path
+
+    from passes.how_ops_run import ring_latencies
+    from phaze_ir.ir import parse_module
+
+    text = (Path(__file__).parent / "filecheck" / "context_parallel.mlir").read_text()
+    module = parse_module("\n".join(line for line in text.splitlines() if not line.startswith("//")))
+    ring, kv, scaled = ring_latencies(module, module_accelerator(module, "t"), 2)
+    assert kv == 128
+    assert ring == pytest.approx(
+        {"fwd_step_s": 3e-6, "fwd_hop_s": 1.128e-6, "fwd_ring_s": 6e-6}
+        | {"bwd_step_s": 1e-6, "bwd_hop_s": 2.256e-6, "bwd_ring_s": 2.256e-6},
+        rel=1e-12,
+    )
+    got = {str(o.results[0].name_hint): new["split_s"] for o, new in scaled}
+    assert got == pytest.approx({"s": 2e-6, "p": 2e-6, "o": 2e-6, "ds": 1.128e-6, "dq": 1.128e-6}, rel=1e-12)
 
 
 def test_the_pass_refuses_a_step_without_fused_attention(tiny_gpt2_module):
@@ -212,7 +246,7 @@ def test_the_pass_refuses_a_step_without_fused_attention(tiny_gpt2_module):
 
     module = tiny_gpt2_module
     set_accelerator(module, load_accelerator("h100"))
-    compile_from(module, "training", "latency", 1, Options(hw="h100"))
+    compile_from(module, "training", "tiled", 1, Options(hw="h100"))
     with pytest.raises(PhazeError, match="needs a fused attention"):
         ContextParallelPass(degree=2).apply(Context(), module)
 

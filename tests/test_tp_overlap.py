@@ -39,11 +39,11 @@ def test_methods_worked_by_hand():
 
 
 @functools.cache
-def _latency_text(sp: bool) -> str:
+def _latency_text(sp: bool, stage: str = "latency") -> str:
     from phaze.tools.phazec import _parser, compile_model
 
     args = _parser().parse_args(
-        [str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--emit", "latency", "--kernels", "eager", "--tp", "2"]
+        [str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--emit", stage, "--kernels", "eager", "--tp", "2"]
         + ["--micro-batch", "1", "--sequence-parallel", "on" if sp else "off", "-q", "--no-cache"]
         + ["--dtype", "float16"]  # 16-bit throughout, the default before a GPU's became bf16 autocast
     )
@@ -59,11 +59,13 @@ def _lat(o) -> float:
 def test_the_pass_hides_sequence_parallel_collectives_behind_their_gemms():
     from xdsl.context import Context
 
+    from passes.estimate_latency import EstimateLatencyPass
     from phaze_ir.ir import parse_module
 
-    before, after = parse_module(_latency_text(True)), parse_module(_latency_text(True))
-    OverlapTensorParallelPass().apply(Context(), after)
+    before, after = parse_module(_latency_text(True)), parse_module(_latency_text(True, "tiled"))
+    OverlapTensorParallelPass().apply(Context(), after)  # says how the collectives run
     assert keys.TP_OVERLAP in after.attributes
+    EstimateLatencyPass().apply(Context(), after)  # prices them so
     pairs = list(zip(before.walk(), after.walk()))
     overlapped = [(a, b) for a, b in pairs if isinstance(b, ph.CollectiveOp) and b.kind.data != "all_reduce"]
     assert len(overlapped) >= 8
@@ -83,6 +85,31 @@ def test_the_pass_hides_sequence_parallel_collectives_behind_their_gemms():
         assert math.isclose(float(t["fwd_s"]), sums.get((int(t["index"]), "fwd"), 0.0), rel_tol=1e-12)
     with pytest.raises(PhazeError, match="priced with TP overlap already"):
         OverlapTensorParallelPass().apply(Context(), after)
+    # Priced again, the overlap stays: the pricing's own, not a later pass's rescaling.
+    text = str(after)
+    EstimateLatencyPass().apply(Context(), after)
+    assert str(after) == text
+    # Marked after the pricing, the overlap would be said and not priced: refused.
+    with pytest.raises(PhazeError, match="priced already .* run it before phaze-estimate-latency"):
+        OverlapTensorParallelPass().apply(Context(), parse_module(_latency_text(True)))
+
+
+def test_overlap_worked_by_hand():
+    """The latencies of tests/filecheck/overlap_tensor_parallel.mlir (worked by hand there): what
+    each overlapped collective adds to its GEMMs, as phaze-estimate-latency writes it."""
+    from pathlib import Path
+
+    from passes.how_ops_run import overlap_latencies
+    from phaze_ir.hardware_ir import module_accelerator
+    from phaze_ir.ir import parse_module
+
+    text = (Path(__file__).parent / "filecheck" / "overlap_tensor_parallel.mlir").read_text()
+    module = parse_module("\n".join(line for line in text.splitlines() if not line.startswith("//")))
+    got = {
+        str(o.results[0].name_hint): new["split_s"]
+        for o, new in overlap_latencies(module, module_accelerator(module, "t"), "t")
+    }
+    assert got == pytest.approx({"ag": 0.0625e-6, "rs": 1.25e-6, "bg": 1e-6}, rel=1e-12)
 
 
 def test_the_pass_needs_sequence_parallelism():
@@ -91,7 +118,7 @@ def test_the_pass_needs_sequence_parallelism():
     from phaze_ir.ir import parse_module
 
     with pytest.raises(PhazeError, match="runs on sequence parallelism's all-gathers"):
-        OverlapTensorParallelPass().apply(Context(), parse_module(_latency_text(False)))
+        OverlapTensorParallelPass().apply(Context(), parse_module(_latency_text(False, "tiled")))
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,16 @@
-// RUN: phaze-opt %s -p phaze-overlap-tensor-parallel | filecheck %s
-// RUN: phaze-opt %s -p phaze-overlap-tensor-parallel | not phaze-opt -p phaze-overlap-tensor-parallel 2>&1 | filecheck %s --check-prefix=TWICE
-// RUN: sed 's/phaze.tp_width = 2 : i64, //' %s | phaze-opt -p phaze-overlap-tensor-parallel | filecheck %s --check-prefix=NOTP
-// RUN: sed 's/, phaze.sequence_parallel//' %s | not phaze-opt -p phaze-overlap-tensor-parallel 2>&1 | filecheck %s --check-prefix=NOSP
-// RUN: sed 's/, calibration = {[^}]*}//' %s | not phaze-opt -p phaze-overlap-tensor-parallel 2>&1 | filecheck %s --check-prefix=NOSMS
+// RUN: sed 's/, phaze.latency = #phaze.latency<[^>]*>//' %s | phaze-opt -p phaze-overlap-tensor-parallel | filecheck %s
+// RUN: sed 's/, phaze.latency = #phaze.latency<[^>]*>//' %s | phaze-opt -p phaze-overlap-tensor-parallel | not phaze-opt -p phaze-overlap-tensor-parallel 2>&1 | filecheck %s --check-prefix=TWICE
+// RUN: sed 's/, phaze.latency = #phaze.latency<[^>]*>//' %s | sed 's/phaze.tp_width = 2 : i64, //' | phaze-opt -p phaze-overlap-tensor-parallel | filecheck %s --check-prefix=NOTP
+// RUN: sed 's/, phaze.latency = #phaze.latency<[^>]*>//' %s | sed 's/, phaze.sequence_parallel//' | not phaze-opt -p phaze-overlap-tensor-parallel 2>&1 | filecheck %s --check-prefix=NOSP
+// RUN: sed 's/, phaze.latency = #phaze.latency<[^>]*>//' %s | sed 's/, calibration = {[^}]*}//' | not phaze-opt -p phaze-overlap-tensor-parallel 2>&1 | filecheck %s --check-prefix=NOSMS
+// RUN: not phaze-opt %s -p phaze-overlap-tensor-parallel 2>&1 | filecheck %s --check-prefix=PRICED
 
 // The toy chip of tile_pe_array.mlir with 32 SMs ([calibration] wave_units), a step sharded
-// over TP width 2 with sequence parallelism; one layer.  Transformer Engine's methods
+// over TP width 2 with sequence parallelism; one layer.  phaze-overlap-tensor-parallel marks the
+// module phaze.tp_overlap (the latencies, stripped by the sed of the RUN lines, are
+// phaze-estimate-latency's to write, which prices each overlapped collective at what it adds to
+// its GEMMs).  Worked by hand from the latencies written below (tests/test_tp_overlap.py,
+// test_overlap_worked_by_hand), Transformer Engine's methods
 // (passes/algorithms/tp_overlap.py): a hop of r beside a GEMM step of x ends at
 // max(r, x + f min(r, x)), f the share of the SMs the collective holds.
 //   %ag  forward all-gather (2 us) of the input of %a (4 us, reads the weight %w; through a
@@ -34,17 +39,14 @@ builtin.module attributes {phaze.target = @acc, phaze.tp_width = 2 : i64, phaze.
   }
 }
 
-// CHECK: builtin.module attributes {phaze.target = @acc, phaze.tp_width = 2 : i64, phaze.sequence_parallel, phaze.layer_latency = [#phaze.layer_latency<index = 0, fwd_s = 9.3125e-06, bwd_s = {{(5.0|4.99999999*[0-9]*)}}e-06, opt_s = 0.0>], phaze.tp_overlap}
-// CHECK: %ag = phaze.collective {{.*}}phaze.latency = #phaze.latency<one_s = {{(6.25|6.249999999*[0-9]*)}}e-08, split_s = {{(6.25|6.249999999*[0-9]*)}}e-08, unit = network, bound = network>
-// CHECK: %a = phaze.matmul {{.*}}phaze.latency = #phaze.latency<one_s = 8.0e-06, split_s = 4.0e-06, unit = tensor, bound = compute>
-// CHECK: %rs = phaze.collective {{.*}}phaze.latency = #phaze.latency<one_s = {{(1.25|1.249999999*[0-9]*)}}e-06, split_s = {{(1.25|1.249999999*[0-9]*)}}e-06, unit = network, bound = network>
-// CHECK: %bg = phaze.collective {{.*}}phaze.latency = #phaze.latency<one_s = 1.0e-06, split_s = 1.0e-06, unit = network, bound = network>
-// CHECK: %ar = phaze.collective {{.*}}phaze.latency = #phaze.latency<one_s = 3.0e-06, split_s = 3.0e-06, unit = network, bound = network>
+// CHECK: builtin.module attributes {phaze.target = @acc, phaze.tp_width = 2 : i64, phaze.sequence_parallel, phaze.tp_overlap} {
+// CHECK-NOT: phaze.latency
+// CHECK: func.return
 
 // Without TP (width 1) there is nothing to overlap: the module is left as it is.
 // NOTP: builtin.module attributes {phaze.target = @acc, phaze.sequence_parallel} {
-// NOTP: %ag = phaze.collective {{.*}}phaze.latency = #phaze.latency<one_s = 2.0e-06, split_s = 2.0e-06, unit = network, bound = network>
 
 // TWICE: phaze-overlap-tensor-parallel: the module is priced with TP overlap already: compile the step again to price it without
 // NOSP: phaze-overlap-tensor-parallel: TP overlap runs on sequence parallelism's all-gathers and reduce-scatters; the step is sharded without it (phaze-shard-tensor-parallel{sequence_parallel=true})
 // NOSMS: phaze-overlap-tensor-parallel: chip 'toy' has no SM count ([calibration] wave_units): TP overlap is priced by the SMs Transformer Engine's communication kernels hold
+// PRICED: phaze-overlap-tensor-parallel: the module's ops are priced already (phaze.latency); run it before phaze-estimate-latency, which prices what it marks

@@ -1,0 +1,261 @@
+"""How ops run beside others, as ``phaze-estimate-latency`` prices them: the rings of context
+parallelism (:func:`ring_latencies`, the attentions ``phaze-context-parallel`` marks) and the TP
+collectives overlapped with their GEMMs (:func:`overlap_latencies`, those
+``phaze-overlap-tensor-parallel`` marks).  Shared by those passes (which mark) and the pass that
+prices (the one writer of ``phaze.latency``); a helper, not a pass (the marks' rules and sources
+are in ``passes/algorithms/context_parallel.py`` and ``passes/algorithms/tp_overlap.py``)."""
+
+from __future__ import annotations
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType
+from xdsl.ir import BlockArgument, Operation, SSAValue
+
+from passes.algorithms.context_parallel import backward_ring, forward_ring, off_diagonal_gemm, ring_s, ring_step_s
+from passes.algorithms.latency import MatmulDesc, estimate_chip
+from passes.algorithms.tp_overlap import added_s, method_of
+from passes.cost_view import describe_op
+from passes.graph_view import arg_role, step_function
+from phaze_ir import dialect as ph
+from phaze_ir import keys
+from phaze_ir.attributes import LatencyAttr
+from phaze_ir.errors import PhazeError
+
+#: How far through views and pointwise ops a collective's GEMMs are looked for (the casts,
+#: reshapes and residual adds between a TP collective and its linear).
+_REACH = 4
+#: The collectives TE overlaps (an all-reduce without sequence parallelism is not overlapped).
+_OVERLAPPED = ("all_gather", "reduce_scatter")
+
+
+# -- context parallelism ----------------------------------------------------------------------
+
+
+def ring_latencies(
+    module: ModuleOp, acc, c: int
+) -> tuple[dict[str, float], int, list[tuple[Operation, dict[str, float | str]]]]:
+    """The context-parallel ring of a module of degree ``c`` whose ops
+    ``phaze-estimate-latency`` has priced as traced: each fused attention kernel's ops at the
+    ring's time (the c steps, the diagonal one the traced (causal) attention, the c−1 others
+    its GEMMs unmasked over half the square, with the hops of its keys and values (backward:
+    and their gradients) beside the steps as Transformer Engine orders them, on the network
+    level of the c·t devices of the ring), each op in proportion (a step is the traced kernel).
+    Returns the ``phaze.cp_ring`` fields (the ring summed over the attentions), the bytes one
+    forward hop of the first attention carries, and each op's new ``phaze.latency`` fields;
+    what ``phaze-estimate-latency`` writes."""
+    tp = keys.int_of(module, keys.TP_WIDTH, 1)
+    groups = attention_kernels(module)
+    ring = dict.fromkeys(("fwd_step_s", "fwd_hop_s", "fwd_ring_s", "bwd_step_s", "bwd_hop_s", "bwd_ring_s"), 0.0)
+    kv_of_layer: dict[int, int] = {}
+    for ops in groups.values():
+        if keys.string_of(ops[0], keys.PHASE, "fwd") == "fwd":
+            kv_of_layer.setdefault(layer_of(ops[0]), kv_bytes(ops))
+    off_s = off_diagonal_seconds(groups, acc)
+    scaled: list[tuple[Operation, dict[str, float | str]]] = []
+    for name, ops in groups.items():
+        lats = [keys.require(o, keys.LATENCY, LatencyAttr).as_dict() for o in ops]
+        local = sum(float(lat["split_s"]) for lat in lats)
+        if local <= 0:
+            continue
+        backward = keys.string_of(ops[0], keys.PHASE, "fwd") == "bwd"
+        kv = kv_of_layer.get(layer_of(ops[0])) or kv_bytes(ops)
+        hop, level = ring_step_s(acc.network, kv, c, tp)
+        share = acc.network[level].collective_compute_share or 0.0
+        off = off_s.get(name, local)
+        if backward:
+            grad_hop, _ = ring_step_s(acc.network, 2 * kv, c, tp)
+            steps = backward_ring(local, off, hop, grad_hop, c)
+        else:
+            steps = forward_ring(local, off, hop, c)
+        total = ring_s(steps, share)
+        factor = total / local
+        phase = "bwd" if backward else "fwd"
+        # a step: the mean of the ring's c; a hop: its transfers over the c−1 hops of the ring
+        ring[f"{phase}_step_s"] += sum(x for x, _ in steps) / c
+        ring[f"{phase}_hop_s"] += sum(r for _, r in steps) / (c - 1)
+        ring[f"{phase}_ring_s"] += total
+        for o, lat in zip(ops, lats):
+            scaled.append(
+                (
+                    o,
+                    {
+                        "one_s": float(lat["one_s"]) * factor,
+                        "split_s": float(lat["split_s"]) * factor,
+                        "unit": str(lat["unit"]),
+                        "bound": str(lat["bound"]),
+                    },
+                )
+            )
+    return ring, next(iter(kv_of_layer.values()), 0), scaled
+
+
+def off_diagonal_twin(o: Operation) -> MatmulDesc | None:
+    """The off-diagonal step's twin of a fused causal attention GEMM (None for any other op)."""
+    d = describe_op(o) if isinstance(o, ph.MatmulOp) else None
+    return off_diagonal_gemm(d) if isinstance(d, MatmulDesc) else None
+
+
+def off_diagonal_seconds(groups: dict[str, list[Operation]], acc) -> dict[str, float]:
+    """Seconds of one off-diagonal step of each attention kernel (by its ``phaze.fused`` name):
+    its GEMMs as their unmasked twins over half the rows (``off_diagonal_gemm``), priced on
+    ``acc`` as ``phaze-estimate-latency`` prices any GEMM, its other ops as traced. A kernel
+    with no such GEMM (not causal) is left out: every step is the traced one."""
+    twins: list[MatmulDesc] = []
+    at: dict[str, list[tuple[int, float]]] = {}  # kernel -> (twin row, the traced GEMM's seconds)
+    for name, ops in groups.items():
+        for o in ops:
+            twin = off_diagonal_twin(o)
+            if twin is not None:
+                at.setdefault(name, []).append(
+                    (len(twins), float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"]))
+                )
+                twins.append(twin)
+    if not twins:
+        return {}
+    priced = estimate_chip(twins, acc)
+    out = {}
+    for name, rows in at.items():
+        local = sum(float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"]) for o in groups[name])
+        out[name] = local + sum(float(priced.split[i, 0]) - traced for i, traced in rows)
+    return out
+
+
+def attention_kernels(module: ModuleOp) -> dict[str, list[Operation]]:
+    """The priced ops (:func:`~passes.cost_view.describe_op`) of each fused attention kernel of
+    the step, by its ``phaze.fused`` name (a fused dropout, which has no GEMM, is not one), in
+    program order."""
+    groups: dict[str, list[Operation]] = {}
+    for o in step_function(module).body.block.ops:
+        fused = o.attributes.get(keys.FUSED)
+        if isinstance(fused, StringAttr) and describe_op(o) is not None:
+            groups.setdefault(fused.data, []).append(o)
+    return {k: ops for k, ops in groups.items() if any(isinstance(o, ph.MatmulOp) for o in ops)}
+
+
+def kv_bytes(ops: list[Operation]) -> int:
+    """The bytes of the keys and values one hop of the ring carries: twice those of the
+    forward attention's first GEMM's right operand (``Kᵀ``; V is as large) as the kernel reads
+    it, before the kernel's own layout ops (a grouped-query attention's repeat of its K/V heads,
+    which TE's kernels do not make), one device's TP share as the step is sharded (a backward
+    hop carries these and their gradients)."""
+    first = next(o for o in ops if isinstance(o, ph.MatmulOp))
+    value = first.rhs
+    smallest = ph.tensor_bytes(value.type) if isinstance(value.type, TensorType) else 0
+    # back through the kernel's own layout ops (Kᵀ's transpose, a GQA's repeat of the K/V heads)
+    inside = {id(o) for o in ops}
+    while isinstance(owner := getattr(value, "owner", None), ph.LayoutOp) and id(owner) in inside:
+        value = owner.operands[0]
+        if isinstance(value.type, TensorType):
+            smallest = min(smallest, ph.tensor_bytes(value.type))
+    return 2 * smallest
+
+
+def layer_of(o: Operation) -> int:
+    """The op's ``phaze.layer`` (0 is the prologue's), -1 without one."""
+    layer = o.attributes.get(keys.LAYER)
+    return layer.value.data if isinstance(layer, IntegerAttr) else -1
+
+
+# -- TP overlap ------------------------------------------------------------------------------
+
+
+def overlap_latencies(module: ModuleOp, acc, pass_name: str) -> list[tuple[Operation, dict[str, float | str]]]:
+    """Each overlapped TP collective of a module marked ``phaze.tp_overlap`` whose ops
+    ``phaze-estimate-latency`` has priced, with its new ``phaze.latency`` fields: what it adds
+    to the GEMMs beside it (:func:`overlapped`) by Transformer Engine's method on the chip's
+    SMs, each GEMM hiding at most its own time once (in program order); what
+    ``phaze-estimate-latency`` writes."""
+    tp = keys.int_of(module, keys.TP_WIDTH, 1)
+    sms = sm_count(acc, pass_name)
+    budget: dict[int, float] = {}  # seconds of each GEMM not yet hiding a collective
+    out: list[tuple[Operation, dict[str, float | str]]] = []
+    for o, method, gemms in overlapped(step_function(module)):
+        beside = 0.0
+        for g in gemms:
+            beside += budget.setdefault(id(g), _split(g))
+        lat = keys.require(o, keys.LATENCY, LatencyAttr).as_dict()
+        comm = float(lat["split_s"])
+        added = added_s(method, comm, beside, tp, sms)
+        hidden = comm - added if added < comm else 0.0
+        for g in gemms:  # the time it hid is no longer free beside these GEMMs
+            take = min(budget[id(g)], hidden)
+            budget[id(g)] -= take
+            hidden -= take
+        out.append((o, {"one_s": added, "split_s": added, "unit": str(lat["unit"]), "bound": str(lat["bound"])}))
+    return out
+
+
+def overlapped(fn: func.FuncOp) -> list[tuple[ph.CollectiveOp, str, list[ph.MatmulOp]]]:
+    """Each TP all-gather and reduce-scatter of the step ``fn``, in program order, with
+    Transformer Engine's method for it and the GEMMs beside it (those that read its result, for
+    an all-gather; those whose output it reduces, for a reduce-scatter): what the pass overlaps,
+    and what the ``--hw`` sweep's settings record of it (``phaze/search/setting.py``)."""
+    params = {fn.body.block.args[i] for i in range(len(fn.body.block.args)) if arg_role(fn, i)[0] == "param"}
+    out = []
+    for o in fn.body.block.ops:
+        if not (isinstance(o, ph.CollectiveOp) and o.kind.data in _OVERLAPPED):
+            continue
+        gather = o.kind.data == "all_gather"
+        gemms = _gemms(o, forward=gather)
+        phase = keys.string_of(o, keys.PHASE, "fwd")
+        feeds = gather and any(_reads_weight(g, params) for g in gemms)
+        out.append((o, method_of(o.kind.data, phase, feeds), gemms))
+    return out
+
+
+def sm_count(acc, pass_name: str) -> int:
+    """The chip's SMs (``[calibration] wave_units``), or a one-line error without them."""
+    units = acc.calibration.wave_units if acc.calibration is not None else None
+    if not units:
+        raise PhazeError(
+            f"{pass_name}: chip '{acc.name}' has no SM count ([calibration] wave_units): TP overlap is priced by "
+            "the SMs Transformer Engine's communication kernels hold"
+        )
+    return int(units)
+
+
+def _split(o: Operation) -> float:
+    return float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"])
+
+
+def _passes_through(o: Operation) -> bool:
+    """A view or a pointwise op between a collective and its GEMM."""
+    return isinstance(o, (ph.LayoutOp, ph.ElementwiseOp))
+
+
+def _gemms(c: ph.CollectiveOp, forward: bool) -> list[ph.MatmulOp]:
+    """The GEMMs an all-gather's result reaches (``forward``), or that reach a reduce-scatter's
+    operand, through at most :data:`_REACH` views and pointwise ops."""
+    found: list[ph.MatmulOp] = []
+    frontier: list[SSAValue] = list(c.results) if forward else list(c.operands)
+    seen: set[int] = set()
+    for _ in range(_REACH + 1):
+        nxt: list[SSAValue] = []
+        for v in frontier:
+            nearby = [u.operation for u in v.uses] if forward else [v.owner]
+            for o in nearby:
+                if not isinstance(o, Operation) or id(o) in seen:
+                    continue
+                seen.add(id(o))
+                if isinstance(o, ph.MatmulOp):
+                    found.append(o)
+                elif _passes_through(o):
+                    nxt += list(o.results) if forward else list(o.operands)
+        frontier = nxt
+    return found
+
+
+def _reads_weight(g: ph.MatmulOp, params: set) -> bool:
+    """Whether the GEMM multiplies by a weight (an input-gradient or forward GEMM, not a
+    weight-gradient one): an operand that is a parameter, through views."""
+    for v in (g.lhs, g.rhs):
+        for _ in range(_REACH + 1):
+            if isinstance(v, BlockArgument):
+                if v in params:
+                    return True
+                break
+            owner = v.owner
+            if not isinstance(owner, ph.LayoutOp) or not owner.operands:
+                break
+            v = owner.operands[0]
+    return False
