@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -256,3 +257,55 @@ def test_values_within_their_rules_are_taken(tmp_path):
             "rope_scaling": {"rope_type": "linear", "factor": 1}, "sliding_window": None}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(good))
     assert load_hf_config(tmp_path / "config.json").seq_len == 128
+
+
+# --- plans that contradict themselves ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory) -> str:
+    """test_hostile_plan_relations' plan: DP 2 x PP 2 x CP 2 on 8 H100s (power limit 700 W)."""
+    from test_hostile_plan_relations import _plan_text
+
+    return _plan_text(str(tmp_path_factory.mktemp("plan")))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "relation"),
+    [
+        ('feasible = yes, binding = ""', 'feasible = no, binding = ""', "feasible = no with binding = ''"),
+        ('feasible = yes, binding = ""', 'feasible = yes, binding = "memory"', "feasible = yes with binding = 'memory"),
+        ("chip_power_w = ", "chip_power_w = 9", "chip_power_w = 9"),
+        ("in_flight = ", "in_flight = 0, x = ", "stage 0 in_flight = 0: expected >= 1"),
+        ('rank_order = "tp-dp-pp"', 'rank_order = "\x1b[31m"', "rank_order = '\\x1b[31m' with dp = 2: expected one"),
+        ('pipeline_transfer = "whole"', 'pipeline_transfer = "halves"', "pipeline_transfer = 'halves' with dp = 2"),
+    ],
+    ids=[
+        "unfit-without-a-binding",
+        "fit-with-a-binding",
+        "chip-above-its-power-limit",
+        "nothing-in-flight",
+        "rank-order-not-a-word",
+        "pipeline-transfer-not-a-word",
+    ],  # fmt: skip
+)
+def test_a_plan_that_contradicts_itself_is_refused(tmp_path, capsys, plan, old, new, relation):
+    from test_hostile_plan_relations import edit, one_line_error, opt
+
+    text = edit(plan, old, new)
+    if new.startswith("in_flight = 0"):  # the stage's own in_flight replaced, not a field added
+        text = re.sub(r"in_flight = 0, x = \d+", "in_flight = 0", text, count=1)
+    if new.startswith("chip_power_w = 9"):  # above 700 W, and the mean still at most the busiest
+        text = re.sub(r"chip_power_w = 9[0-9.e+-]+", "chip_power_w = 900.0", text, count=1)
+    rc, out, err = opt(tmp_path, text, capsys=capsys)
+    line = one_line_error(rc, err)
+    assert "phaze.plan contradicts itself: " in line and relation in line and "\x1b" not in line, line
+    assert out == ""
+
+
+def test_a_chip_that_states_no_power_limit_is_not_held_to_one(tmp_path, capsys, plan):
+    """power_limit_w = 0: the chip's file gives no limit (phaze-estimate-power writes 0.0)."""
+    from test_hostile_plan_relations import edit, opt
+
+    rc, _, err = opt(tmp_path, edit(plan, "power_limit_w = 700.0", "power_limit_w = 0.0"), capsys=capsys)
+    assert rc == 0, err
