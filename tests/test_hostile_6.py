@@ -309,3 +309,46 @@ def test_a_chip_that_states_no_power_limit_is_not_held_to_one(tmp_path, capsys, 
 
     rc, _, err = opt(tmp_path, edit(plan, "power_limit_w = 700.0", "power_limit_w = 0.0"), capsys=capsys)
     assert rc == 0, err
+
+
+# --- messages ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--devices", "9" * 400], "--devices 999999999999… (400 digits): expected a positive integer up to 2.15 G"),
+        (["--global-batch=-" + "9" * 40], "--global-batch -999999999999… (40 digits): expected a positive integer"),
+    ],
+    ids=["400-digit-devices", "40-digit-negative-batch"],
+)
+def test_a_very_long_number_is_shown_by_its_first_digits_and_its_length(capsys, argv, says):
+    from phaze.tools import phazec
+
+    rc = phazec.main([str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", *argv])
+    line = one_line(capsys.readouterr().err)
+    assert rc == 1 and line.startswith(f"phazec: error: {says}"), line
+    assert len(line) < 160, line
+
+
+def test_a_very_long_number_given_to_the_api_or_a_pass_is_shown_the_same_way(tmp_path, capsys):
+    from phaze.api import options
+    from phaze.tools import phaze_opt
+
+    with pytest.raises(PhazeError, match=r"^phaze\.compile: devices=100000000000… \(501 digits\): expected a posi"):
+        options("h100", devices=10**500)
+    src = tmp_path / "in.mlir"
+    src.write_text("builtin.module {}\n")
+    assert phaze_opt.main([str(src), "-p", "phaze-place-devices{devices=" + "9" * 60 + "}"]) == 1
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith("phaze-opt: error: phaze-place-devices: devices=999999999999… (60 digits): expected"), line
+
+
+def test_a_misspelt_flag_with_a_control_character_is_escaped_in_the_did_you_mean(capsys):
+    from phaze.tools import phazec
+
+    with pytest.raises(SystemExit) as info:
+        phazec.main([str(MODELS / "tiny_llama_sdpa.py"), "--h\x1bw", "h100"])
+    line = one_line(capsys.readouterr().err)
+    assert info.value.code == 2 and "\x1b" not in line, line
+    assert "; --h\\x1bw: did you mean --hw?" in line, line

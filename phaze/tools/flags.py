@@ -113,7 +113,7 @@ def one_line_error(parser: argparse.ArgumentParser, message: str) -> str:
     from phaze_ir.files import printable  # an option's value may hold control characters
 
     hint = did_you_mean(parser, message)
-    return f"{parser.prog}: error: {printable(message)}{hint} ({parser.prog} --help lists the options)\n"
+    return f"{parser.prog}: error: {printable(message + hint)} ({parser.prog} --help lists the options)\n"
 
 
 def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
