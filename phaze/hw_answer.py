@@ -196,15 +196,20 @@ def _compile(
     settings kept in ``stages``; a point compiled before is placed from its template in
     ``templates``) and print its module; the template of a plan compiled here is kept
     (``said``: the warnings of its compilation)."""
+    from passes.algorithms.placement import PlacementError
     from phaze import sweep
     from phaze.export import model_facts
 
     got = None
-    if templates is not None and inputs is not None:
-        got = _one_point_from_template(opts, inputs, templates, log)
-    module, candidates = got or sweep.compile_plan(
-        model_path, opts, log, accelerator, stages=stages, templates=templates
-    )
+    try:
+        if templates is not None and inputs is not None:
+            got = _one_point_from_template(opts, inputs, templates, log)
+        module, candidates = got or sweep.compile_plan(
+            model_path, opts, log, accelerator, stages=stages, templates=templates
+        )
+    except PlacementError as e:  # an option the traced step cannot take (--fp8-params with no FP8
+        # linears, --expert-parallel on a dense model): known once the step is priced; one line
+        raise PhazeError(str(e)) from e
     plan = (
         plan_json(module, candidates, opts.recompute, opts.memory_headroom, opts.dp_shard)
         if opts.emit == "plan"

@@ -14,6 +14,7 @@ without being imported.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,11 @@ def model_key(path: str, store: Store) -> ModelKey:
     from phaze_ir.frontend import load_model_file
 
     try:
+        if not Path(path).is_file():  # a FIFO would block the read, a device never end it
+            raise FileNotFoundError(errno.ENOENT, "not a regular file")
         data = Path(path).read_bytes()
     except OSError as e:
-        load_model_file(path)  # its one-line error: no such file, a directory...
+        load_model_file(path)  # its one-line error: no such file, a directory, a FIFO...
         raise PhazeError(f"{path}: cannot be read ({e.strerror or e})") from None
     file_digest = digest(data)
     hit = _model_entry(file_digest, store)
@@ -76,6 +79,8 @@ def model_known(path: str, store: Store) -> bool:
     """Whether :func:`model_key` can key ``path`` from its ``model`` entry, without importing the
     file (False when the file cannot be read: the import says why)."""
     try:
+        if not Path(path).is_file():  # a FIFO or a device: the import says why
+            return False
         data = Path(path).read_bytes()
     except OSError:
         return False

@@ -125,6 +125,10 @@ def _target(path: str) -> tuple[str, bool]:
     anything else that can take a stream of bytes; a :class:`PhazeError` for a directory, a
     disk or a memory device."""
     where, descriptor = _resolve(path)
+    if path.endswith(("/", os.sep)) and not os.path.isdir(path):
+        # `-o out/`: a directory's name, not a file to make (os.path.basename is "", and the
+        # file was once made as `out` without the slash)
+        raise PhazeError(f"{path}: names a directory (it ends in /), expected a file name")
     try:
         st = os.stat(path)
     except FileNotFoundError:  # a new file (or a link to one not yet made: made where it points)
@@ -295,8 +299,10 @@ def refuse_clashes(inputs: Iterable[tuple[str, str | None]], outputs: Iterable[t
     given_inputs = [(flag, p) for flag, p in inputs if p and p != STDOUT]
     seen: list[tuple[str, str]] = []
     for flag, path in outputs:
-        if not path or path == STDOUT:
+        if path is None or path == STDOUT:
             continue
+        if not path:  # `--json ''`: not "no output", which would write nothing and say nothing
+            raise PhazeError(f"{flag} '': expected a file name")
         for what, in_path in given_inputs:
             if same(path, in_path):
                 raise PhazeError(f"{flag} {path} is {what}: refusing to overwrite it")

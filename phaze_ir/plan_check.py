@@ -23,7 +23,10 @@ agree with each other, and with the module they describe. :func:`check_plan` ver
   ``_energy``, ``_schedule``, ``_recompute``, ``_memory``) one per layer with those indices;
 - ``phaze.power``: ``energy_per_sample_j = step_energy_j / global_batch``,
   ``network_energy_j <= step_energy_j``, ``static_power_w <= mean_chip_power_w <= chip_power_w``
-  (each field also >= 0, ``clock_limited_share`` at most 1: ``phaze_ir/attributes.py``).
+  ``chip_power_w <= power_limit_w`` where the chip states a limit (each field also >= 0,
+  ``clock_limited_share`` at most 1: ``phaze_ir/attributes.py``);
+- ``feasible = yes`` exactly when ``binding`` is empty; a placed plan's ``rank_order`` and
+  ``pipeline_transfer`` one of their words, and each stage's ``in_flight >= 1``.
 
 A plan where nothing fits (``dp = 0``) has no stages. Times compare within a relative 1e-9
 (the DP's sums in another order), counts and bytes exactly. A broken relation is one
@@ -47,6 +50,13 @@ __all__ = ["check_plan"]
 #: Relative tolerance of a time compared with the sum or product it is made of.
 _REL = 1e-9
 _TIME_PARTS = ("compute_s", "recompute_s", "pp_comm_s", "zero_comm_s", "ep_comm_s")
+#: The busiest chip's power against its limit: phaze-estimate-power lengthens the step to
+#: dynamic energy / (limit - static), so it lands on the limit within rounding.
+_POWER_REL = 1e-6
+#: The words a placed plan's rank_order and pipeline_transfer take (the Rust DP's RankOrder names,
+#: passes/algorithms/placement.py's PIPELINE_TRANSFERS).
+_RANK_ORDERS = ("tp-dp-pp", "tp-pp-dp")
+_PIPELINE_TRANSFERS = ("whole", "split")
 _MEMORY_PARTS = ("param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "workspace_bytes")
 
 
@@ -71,6 +81,9 @@ def check_plan(module: Operation) -> None:
     v, m, b = (int(p[k]) for k in ("virtual_stages", "num_micro_batches", "micro_batch_size"))
     batch, used, devices = (int(p[k]) for k in ("global_batch", "devices_used", "devices"))
     time, rate = float(p["time_per_batch_s"]), float(p["throughput_samples_per_s"])
+    if (p["feasible"] == "yes") != (p["binding"] == ""):
+        _fail(module, f"feasible = {p['feasible']} with binding = {str(p['binding'])[:60]!r}: expected a binding "
+              "constraint exactly when the plan does not fit")  # fmt: skip
     if dp == 0:  # nothing fits: the DP's counts are 0 and there are no stages
         if p["feasible"] == "yes" or stages or used or pp or m or time or rate:
             _fail(module, "dp = 0 (no placement fits), expected feasible = no, no stages and zero counts and times")
@@ -96,6 +109,9 @@ def check_plan(module: Operation) -> None:
         )
     if dp % ep:
         _fail(module, f"expert_parallel = {ep} does not divide dp = {dp}")
+    for name, words in (("rank_order", _RANK_ORDERS), ("pipeline_transfer", _PIPELINE_TRANSFERS)):
+        if p[name] not in words:
+            _fail(module, f"{name} = {str(p[name])[:40]!r} with dp = {dp}: expected one of {', '.join(words)}")
     _check_sharding(module, tp, cp, b)
     _check_layer_records(module)
     _check_stages(module, stages, p, pp, v, tp, m, time)
@@ -140,6 +156,8 @@ def _check_stages(
                 module,
                 f"{where} time_s = {float(s['time_s']):.6g} s, expected the sum of its parts {parts:.6g} s",
             )
+        if int(s["in_flight"]) < 1:
+            _fail(module, f"{where} in_flight = {s['in_flight']}: expected >= 1 (the micro-batch it runs)")
         memory = sum(int(s[n]) for n in _MEMORY_PARTS)
         if memory != s["memory_bytes"]:
             _fail(module, f"{where} memory_bytes = {s['memory_bytes']}, expected the sum of its parts {memory}")
@@ -241,7 +259,13 @@ def _check_power(module: Operation, batch: int) -> None:
         _fail(
             module, f"{keys.POWER} network_energy_j = {w['network_energy_j']:.6g} J, more than the step's {step:.6g} J"
         )
-    low, mean, high = w["static_power_w"], w["mean_chip_power_w"], w["chip_power_w"]
+    low, mean, high, limit = w["static_power_w"], w["mean_chip_power_w"], w["chip_power_w"], w["power_limit_w"]
+    if limit > 0 and high > limit * (1 + _POWER_REL):  # (0: the chip states no limit)
+        _fail(
+            module,
+            f"{keys.POWER} chip_power_w = {high:.6g} W above power_limit_w = {limit:.6g} W: expected the step "
+            "lengthened until the busiest chip draws at most its limit (power_limit_s)",
+        )
     if not (low <= mean * (1 + _REL) and mean <= high * (1 + _REL)):
         _fail(
             module,

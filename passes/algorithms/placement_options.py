@@ -310,6 +310,10 @@ def option_flag(f: Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
+#: The most characters of an integer a message shows; a longer one is its first digits and count.
+_LONGEST_SHOWN = 24
+
+
 class OptionError(pl.PlacementError):
     """A bad option value: ``option`` is its field's name, ``flag`` its command-line flag,
     ``value`` the value (one of a tuple option's), ``problem`` what is wrong with it. Said as
@@ -333,4 +337,7 @@ class OptionError(pl.PlacementError):
             return f"{name}: {self.problem}"
         value = excerpt(self.value) if isinstance(self.value, str) else self.value
         shown = value if between == " " and isinstance(value, str) else repr(value)
+        if isinstance(self.value, int) and len(shown) > _LONGEST_SHOWN:  # `--devices 999...9` (400 digits)
+            digits = str(abs(self.value))
+            shown = f"{'-' if self.value < 0 else ''}{digits[:12]}… ({len(digits):,} digits)"
         return f"{name}{between}{shown}: {self.problem}"

@@ -29,6 +29,28 @@ from phaze_ir.errors import PhazeError
 SOLVER_FIELDS = ("schedule_time_limit", "schedule_nodes", "schedule_max_binaries", "schedule_gap")
 
 
+def print_checked(parser: argparse.ArgumentParser, message: str | None, file=None) -> None:
+    """What argparse prints (``--help``, ``--version``, a usage error), stdout's checked as
+    :func:`phaze.outputs.write_stdout` writes it: argparse drops a write's ``OSError``, so
+    ``--help`` to a full device or a closed pipe ended with exit 0 and nothing said."""
+    import sys
+
+    if not message:
+        return
+    if file is not None and file is not sys.stdout:
+        try:
+            file.write(message)
+        except (AttributeError, OSError):
+            pass  # stderr gone: nothing left to say it on
+        return
+    from phaze.outputs import write_stdout
+
+    try:
+        write_stdout(message)
+    except PhazeError as e:
+        parser.exit(1, f"{parser.prog}: error: {e}\n")
+
+
 class ToolParser(argparse.ArgumentParser):
     """argparse as phaze's tools use it: a bad command line is one line naming what is wrong
     (``phazec: error: argument --devices: invalid int value: 'nan' (phazec --help lists the
@@ -51,6 +73,9 @@ class ToolParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, one_line_error(self, message))
+
+    def _print_message(self, message, file=None):
+        print_checked(self, message, file)
 
     def parse_known_args(self, args=None, namespace=None):
         import sys
@@ -88,7 +113,7 @@ def one_line_error(parser: argparse.ArgumentParser, message: str) -> str:
     from phaze_ir.files import printable  # an option's value may hold control characters
 
     hint = did_you_mean(parser, message)
-    return f"{parser.prog}: error: {printable(message)}{hint} ({parser.prog} --help lists the options)\n"
+    return f"{parser.prog}: error: {printable(message + hint)} ({parser.prog} --help lists the options)\n"
 
 
 def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:

@@ -31,7 +31,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 from passes import ALL_PASSES
 from phaze.messages import install_error_hook, message_lines
 from phaze.outputs import refuse_clashes, write_atomically, write_stdout
-from phaze.tools.flags import one_line_error
+from phaze.tools.flags import one_line_error, print_checked
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 from phaze_ir.files import printable, read_regular, shorten
@@ -173,6 +173,67 @@ def pass_help(name: str, available: dict[str, Callable[[], type]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: What a pass option of each type takes, in words (a pipeline spec's value of another type).
+_OPTION_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false"}
+
+
+def _spec_error_line(spec: str, e: ArgSpecParseError) -> str:
+    """xDSL's pipeline syntax error (a heading, ``pass-pipeline:LINE:COL``, the spec, a caret
+    and the reason: five lines) in one: the column, the reason and the text there."""
+    lines = str(e).strip().split("\n")
+    where = re.search(r":(\d+):(\d+)$", lines[1].strip()) if len(lines) > 1 else None
+    why = lines[-1].strip() if len(lines) > 2 else "cannot be parsed"
+    col = int(where[2]) if where else 0
+    at = f" at column {col} ('{printable(spec[col - 1 : col + 19])}')" if col else ""
+    return (
+        f"-p '{printable(shorten(spec))}': {why.rstrip('.').lower()}{at}; a value holding ':', ',' or spaces is "
+        'quoted: NAME{OPTION="a:b,c"}'
+    )
+
+
+def check_pipeline_spec(spec: str | None, available: dict[str, Callable[[], type]]) -> None:
+    """A pipeline spec that xDSL cannot parse, or a phaze pass option whose value is of the
+    wrong type, in one line naming the pass and the option (xDSL says five lines, or
+    "Incompatible types: given (3,), expected <class 'str'>" naming neither)."""
+    if not spec:
+        return
+    from xdsl.utils.arg_spec import parse_pipeline
+
+    try:
+        specs = list(parse_pipeline(spec))
+    except ArgSpecParseError as e:
+        raise PhazeError(_spec_error_line(spec, e)) from None
+    for one in specs:
+        if one.name not in ALL_PASSES:
+            continue  # an unknown pass: xDSL names it; another package's pass: its own checks
+        cls = ALL_PASSES[one.name]()
+        kinds = {
+            f.name: f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+            for f in dataclasses.fields(cls)
+        }
+        for option, values in one.parameters.items():
+            kind = {k.strip() for k in str(kinds.get(option, "")).split("|")} - {"None"}
+            if option not in kinds or len(values) != 1:
+                continue  # xDSL names an unknown option; a list is for the pass to check
+            value = values[0]
+            ok = (
+                ("str" in kind and isinstance(value, str))
+                or ("bool" in kind and isinstance(value, bool))
+                or ("int" in kind and isinstance(value, int) and not isinstance(value, bool))
+                or ("float" in kind and isinstance(value, (int, float)) and not isinstance(value, bool))
+            )
+            if ok or not kind <= {"str", "int", "float", "bool"}:
+                continue
+            shown = printable(shorten(str(value).lower() if isinstance(value, bool) else str(value)))
+            if isinstance(value, str):  # quoted in the spec, or a word such as nan
+                shown = f'"{shown}"' if not re.fullmatch(r"[A-Za-z_][\w.-]*", shown) or value.isdigit() else shown
+            if "str" in kind:
+                expected = f'a string (quote it: {option}="{shown}")'
+            else:
+                expected = " or ".join(_OPTION_WORDS[k] for k in sorted(kind - {"int"} if "float" in kind else kind))
+            raise PhazeError(f"{one.name}: {option}={shown}: expected {expected}")
+
+
 class _BufferedOutput(io.StringIO):
     """An output stream that keeps what was written when xDSL's driver closes it."""
 
@@ -215,6 +276,7 @@ class PhazeOptMain(xDSLOptMain):
             self.available_passes.setdefault(name, factory)
 
     def setup_pipeline(self):
+        check_pipeline_spec(self.args.passes, self.available_passes)
         # After each pass, the module's keys and its plan's relations are verified again
         # (phaze_ir.plan_check): a pass that would leave a plan contradicting itself (a TP
         # width its plan was not placed for) is refused, naming the pass and the relation.
@@ -281,6 +343,8 @@ class PhazeOptMain(xDSLOptMain):
         arg_parser.prog = "phaze-opt"  # not "phaze_opt.py" under python -m
         # A bad command line in one line, with a did-you-mean for a misspelt flag (as phazec's).
         arg_parser.error = lambda message: arg_parser.exit(2, one_line_error(arg_parser, message))
+        # --version (and anything else argparse prints) on stdout, checked
+        arg_parser._print_message = lambda message, file=None: print_checked(arg_parser, message, file)
         # The pass listing keeps its own line breaks (argparse would refill it into one paragraph).
         arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
         # xDSL's -p help is every pass's name in one paragraph, phaze's lost among them: the
@@ -296,7 +360,7 @@ class PhazeOptMain(xDSLOptMain):
 
             def __call__(self, parser, namespace, values, option_string=None):
                 parser.epilog = passes_listing(available)
-                parser.print_help()
+                write_stdout(parser.format_help())  # checked: a full device is an error, not exit 0
                 parser.exit()
 
         actions["--help"].__class__ = ListingHelp

@@ -30,6 +30,7 @@ import functools
 import importlib.util
 import inspect
 import json
+import math
 import os
 import sys
 import sysconfig
@@ -200,6 +201,8 @@ def _load_model_file(path: str | os.PathLike) -> ModelSpec:
         raise PhazeError(f"{path}: no such file")
     if p.is_dir():
         raise PhazeError(f"{path}: is a directory, expected a MODEL.py file")
+    if not p.is_file():  # a FIFO (its import would wait for a writer), a device, a socket
+        raise PhazeError(f"{path}: is not a regular file, expected a MODEL.py file")
     p = p.resolve()
     module_name = f"phaze_model_{p.stem}_{abs(hash(str(p)))}"
     spec = importlib.util.spec_from_file_location(module_name, p)
@@ -444,22 +447,23 @@ def _model_class(raw: dict, model_type: str, name: str):
         raise PhazeError(f"{name}: architectures = {_excerpt_json(archs)}: expected a list of class names")
     if archs:
         arch = archs[0]
+        shown = printable(shorten(arch))  # a class name from the file: its control characters escaped
         head = next(((what, m) for what, m in heads if arch in m.values()), None)
         if head is None:
             if getattr(transformers, arch, None) is None and "auto_map" in raw:
                 raise PhazeError(
-                    f"{name}: architectures names {arch}, the model's own code (auto_map), which needs "
+                    f"{name}: architectures names {shown}, the model's own code (auto_map), which needs "
                     "trust_remote_code: phaze runs no downloaded code; write a MODEL.py for it"
                 )
             raise PhazeError(
-                f"{name}: architectures names {shorten(arch)}, not a causal, masked or seq2seq language model "
+                f"{name}: architectures names {shown}, not a causal, masked or seq2seq language model "
                 'that phaze builds from a config.json (remove "architectures" to get the model type\'s LM, '
                 "or write a MODEL.py)"
             )
         what, mapping = head
         if model_type not in mapping:
             raise PhazeError(
-                f"{name}: model_type {model_type!r} has no {what} class in transformers (architectures names {arch})"
+                f"{name}: model_type {model_type!r} has no {what} class in transformers (architectures names {shown})"
             )
     else:
         found = next(((what, m) for what, m in heads if model_type in m), None)
@@ -514,6 +518,7 @@ def load_hf_config(path: str | os.PathLike) -> ModelSpec:
     model_type, config_class = _config_class(raw, name)
     model_class = _model_class(raw, model_type, name)  # (no model to build: what is missing is moot)
     _check_required(raw, config_class, name)
+    _check_values(raw, name)
     defaulted = _defaulted_sizes(raw, config_class)
     sizes = {f: v for f, v in defaulted.items() if f not in _SEQUENCE_FIELDS}
     if sizes:  # one line for the file, naming every size it leaves to a default
@@ -619,6 +624,52 @@ def _check_rope(raw: dict, config, name: str) -> None:
             f"{name}: {given}: rope_type {_excerpt_json(kind)}: transformers {version} has no such RoPE scaling "
             f"(it knows {known})"
         )
+
+
+#: Fields that are a positive number: a norm's epsilon (a negative one takes the root of a
+#: negative variance), RoPE's base (a zero or negative one gives NaN frequencies).
+_POSITIVE_NUMBERS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "rope_theta")
+#: Fields that name an activation (transformers' ``ACT2FN``, transformers/activations.py).
+_ACTIVATIONS = ("hidden_act", "activation_function", "hidden_activation")
+
+
+def _check_values(raw: dict, name: str) -> None:
+    """Values transformers takes but cannot build a model from, or builds a different one with,
+    refused naming the key (also in a nested config such as ``text_config``): a norm epsilon or a
+    RoPE base that is not a positive number (a string fails deep in the rotary embedding), a RoPE
+    scaling ``factor`` below 1 (transformers' own rule, which it only logs,
+    modeling_rope_utils.py), an activation it has no function for (a ``KeyError`` at build), a
+    ``pad_token_id`` outside the vocabulary (an ``AssertionError`` in ``nn.Embedding``)."""
+    from transformers.activations import ACT2FN
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            if key in ("rope_scaling", "rope_parameters"):
+                factor = value.get("factor")
+                if factor is not None and not (number(factor) and factor >= 1):
+                    raise PhazeError(f"{name}: {key}: factor = {_excerpt_json(factor)}: expected a number >= 1")
+                _check_values({k: v for k, v in value.items() if k == "rope_theta"}, f"{name}: {key}")
+            else:
+                _check_values(value, f"{name}: {key}")
+        elif key in _POSITIVE_NUMBERS and value is not None and not (number(value) and value > 0):
+            raise PhazeError(f"{name}: {key} = {_excerpt_json(value)}: expected a positive number")
+        elif key in _ACTIVATIONS and isinstance(value, str) and value not in ACT2FN:
+            near = difflib.get_close_matches(value, list(ACT2FN), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise PhazeError(f"{name}: {key} = {_excerpt_json(value)}: transformers has no such activation{hint}")
+    experts = next((raw[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if k in raw), None)
+    top_k = raw.get("num_experts_per_tok")
+    if isinstance(experts, int) and isinstance(top_k, int) and not 1 <= top_k <= experts:
+        raise PhazeError(f"{name}: num_experts_per_tok = {top_k}: expected 1 to the {experts} experts")
+    window = raw.get("sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise PhazeError(f"{name}: sliding_window = {_excerpt_json(window)}: expected a positive integer or null")
+    pad, vocab = raw.get("pad_token_id"), raw.get("vocab_size")
+    if isinstance(pad, int) and not isinstance(pad, bool) and isinstance(vocab, int) and not 0 <= pad < vocab:
+        raise PhazeError(f"{name}: pad_token_id = {pad}: expected a token of the vocabulary (0 to {vocab - 1}) or null")
 
 
 @functools.cache

@@ -1,6 +1,6 @@
 // RUN: phaze-opt %s -p phaze-estimate-power | filecheck %s
 // RUN: sed 's/static_w_per_mm2 = 5.000000e-01 : f64/&, power_limit_w = 1.500000e+00 : f64/' %s | phaze-opt -p phaze-estimate-power | filecheck %s --check-prefix=LIMIT
-// RUN: sed 's/feasible = yes/feasible = no/' %s | phaze-opt -p phaze-estimate-power | filecheck %s --check-prefix=NOFIT
+// RUN: sed 's/feasible = yes, binding = ""/feasible = no, binding = "memory: edited"/' %s | phaze-opt -p phaze-estimate-power | filecheck %s --check-prefix=NOFIT
 // RUN: sed 's/, energy = {[^}]*}[^}]*}//' %s | not phaze-opt -p phaze-estimate-power 2>&1 | filecheck %s --check-prefix=NOENERGY
 // RUN: sed 's/, area_mm2 = [^,]*//' %s | not phaze-opt -p phaze-estimate-power 2>&1 | filecheck %s --check-prefix=NOAREA
 // RUN: sed 's/, phaze.layer_energy = \[[^]]*\]//' %s | not phaze-opt -p phaze-estimate-power 2>&1 | filecheck %s --check-prefix=NOENERGYREC
