@@ -297,6 +297,8 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
     opts = replace(opts, schedule_cache=schedule_cache(opts))
     spec = with_runtime_attention(load_model_file(model_path), opts)
     check_model_size(spec)  # a model beyond the size bound: one line now, not one per trace
+    if spec.no_seq_len is not None and opts.seq_len is None:  # one line now, not after a trace
+        raise PhazeError(spec.no_seq_len)
     try:
         fixed = parse_placement(opts.placement, spec.name)
     except PlacementError as e:

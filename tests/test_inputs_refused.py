@@ -40,6 +40,26 @@ def test_no_max_position_embeddings_is_no_sequence_length_not_2048(tmp_path):
     assert spec.inputs(1, 16)[1]["input_ids"].shape == (1, 16)  # --seq-len gives it
 
 
+def test_no_sequence_length_is_refused_before_any_trace(tmp_path, monkeypatch):
+    """``phazec --hw``'s compilation refuses it as it starts (the spec says why), not after
+    tracing a micro-batch and compiling every point again to the same error."""
+    from phaze import driver
+    from phaze.options import Options
+    from phaze_ir.frontend import trace
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA, "intermediate_size": 128}))
+
+    def traced(*_a, **_k):
+        raise AssertionError("traced before refusing")
+
+    monkeypatch.setattr(trace, "trace_model", traced)
+    opts = Options(hw="h100", devices=8, global_batch=8)
+    with pytest.raises(PhazeError, match="gives no max_position_embeddings .* or --seq-len$"):
+        driver.start_compilation(str(path), opts)
+    assert driver.start_compilation(str(path), Options(hw="h100", devices=8, global_batch=8, seq_len=16))
+
+
 def test_gpt2_without_n_positions_names_its_own_key(tmp_path):
     spec, _ = _load(tmp_path, GPT2)
     with pytest.raises(PhazeError, match=r"gives no n_positions \(transformers' GPT2Config default would be 1,024\)"):

@@ -60,6 +60,9 @@ class ModelSpec:
     #: The other Python files of the user's that importing the model file loaded, sorted (see
     #: :func:`user_sources`).
     sources: tuple[Path, ...] = ()
+    #: Why the model has no sequence length of its own (a config.json that leaves it to
+    #: transformers' default), said before any trace when no ``--seq-len`` is given; None: it has one.
+    no_seq_len: str | None = None
 
     def inputs(self, micro_batch_size: int, seq_len: int | None = None) -> tuple[tuple, dict]:
         """The example inputs as ``(args, kwargs)``."""
@@ -586,6 +589,7 @@ def load_hf_config(path: str | os.PathLike) -> ModelSpec:
         seq_len=seq_len,
         loss_fn=None,
         takes_seq_len=True,
+        no_seq_len=no_length if seq_len is None else None,
     )
 
 
