@@ -5,7 +5,8 @@ of the two runs compared byte for byte.
 
     python benchmarks/speed.py [--only NAME[,NAME]] [--keep DIR]
 
-Prints one row per question: its cold and warm wall time, the target, pass or fail, whether
+Prints one row per question: its cold and warm wall time and CPU seconds (which compare
+across loads better than wall time), the target, pass or fail, whether
 the warm plan is the cold one's bytes, and the load average of the machine when the cold run
 began (the 2-core development machine is shared: figures compare only at like loads).  An
 ``--export`` question's target is relative: at most 20 % over the same question without it
@@ -110,9 +111,23 @@ def run_once(q: Question, cache: Path, out: Path) -> tuple[float, str, int]:
         cmd += ["--export", e, str(out / f"{e}.args")]
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", XDG_CACHE_HOME=str(cache / "xdg"))
     env.pop("PHAZE_SCHEDULE_CACHE", None)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    return time.perf_counter() - start, done.stderr, done.returncode
+    took = time.perf_counter() - start
+    CPU_S[q.name, out.name] = _children_cpu() - cpu
+    (out / "stderr.txt").write_text(done.stderr)  # what phazec said, kept beside its plan
+    return took, done.stderr, done.returncode
+
+
+#: CPU seconds (user + system, the process and its children) of each run: (question, cold|warm).
+CPU_S: dict[tuple[str, str], float] = {}
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def command_line(q: Question) -> str:
@@ -143,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     failed = False
     for q in chosen:
-        work = root / q.name
+        work = root / q.name  # cache/, cold/ and warm/ (each run's plan, exports and stderr.txt)
         cache = work / "cache"
         load = os.getloadavg()[0]
         print(f"{q.name}: {command_line(q)}", file=sys.stderr, flush=True)
@@ -170,13 +185,20 @@ def main(argv: list[str] | None = None) -> int:
             target, ok = f"<= +{EXPORT_EXTRA:.0%} (n/a)", False
         rows.append((q.name, c_s, w_s, target, ok and rc == 0, w_s <= WARM_TARGET_S, same, load))
         print(f"{q.name}: cold {c_s:.1f} s, warm {w_s:.2f} s (load {load:.2f})", file=sys.stderr, flush=True)
-    print(f"{'question':<24} {'cold s':>7} {'warm s':>7}  {'target (cold)':<20} {'cold':<5} {'warm':<5} same  load")
+    print(
+        f"{'question':<24} {'cold s':>7} {'cpu s':>7} {'warm s':>7} {'cpu s':>6}  {'target (cold)':<20} "
+        f"{'cold':<5} {'warm':<5} same  load"
+    )
     for name, c_s, w_s, target, ok, warm_ok, same, load in rows:
+        cpu_c, cpu_w = CPU_S.get((name, "cold"), float("nan")), CPU_S.get((name, "warm"), float("nan"))
         print(
-            f"{name:<24} {c_s:7.1f} {w_s:7.2f}  {target:<20} {'pass' if ok else 'FAIL':<5} "
+            f"{name:<24} {c_s:7.1f} {cpu_c:7.1f} {w_s:7.2f} {cpu_w:6.2f}  {target:<20} {'pass' if ok else 'FAIL':<5} "
             f"{'pass' if warm_ok else 'FAIL':<5} {'yes' if same else 'NO':<4}  {load:.2f}"
         )
-    print(f"(warm target <= {WARM_TARGET_S:g} s; load: 1-minute load average when the cold run began; {root})")
+    print(
+        f"(wall and CPU seconds (user + system); warm target <= {WARM_TARGET_S:g} s; load: 1-minute load average "
+        f"when the cold run began; {root})"
+    )
     return 1 if failed else 0
 
 
