@@ -169,7 +169,12 @@ def _compile_plan(
                 + next(iter(pruned.values()))
             )
         try:
-            ready, errors = prepared(model_path, b, widths, degree, stages, spec.name, log, acc) if widths else ([], [])
+            # At c = 1 the settings are traced as the pipeline's sweep traces every degree of the
+            # question: under ``auto`` with fused attention (driver.with_runtime_attention).
+            traced_as = degree if c > 1 else replace(degree, context_parallel=asked_opts.context_parallel)
+            ready, errors = (
+                prepared(model_path, b, widths, traced_as, stages, spec.name, log, acc) if widths else ([], [])
+            )
         except ModelTooLarge:
             raise  # (compiling every point would trace it again, to the same refusal)
         except PhazeError as e:

@@ -138,7 +138,16 @@ def test_the_settings_price_a_fixed_context_parallel_degree_as_the_pipeline(kw):
     assert "cp = 2" in fast[0] and any(p[3] > 0 for p in fast[1])
 
 
-def test_the_settings_price_context_parallel_auto_as_compiling_each_degree(tmp_path):
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"hw": "h100", "kernels": "eager"},
+        # the paper's ops: the pipeline's sweep traces every degree of auto, 1 too, with fused
+        # attention (driver.with_runtime_attention), and so must the settings at CP 1
+        {"hw": "a100", "kernels": "ops"},
+    ],
+)
+def test_the_settings_price_context_parallel_auto_as_compiling_each_degree(kw, tmp_path):
     """``--context-parallel auto`` (8,192 tokens: degrees 1 and 2, AUTO_MIN_LOCAL_TOKENS a
     device): each degree's settings priced on the one evaluator, in the pipeline's order
     (micro-batch, degree, TP, SP): the same module and points, degree by degree, as the
@@ -151,13 +160,12 @@ def test_the_settings_price_context_parallel_auto_as_compiling_each_degree(tmp_p
     opts = Options(
         micro_batches=(1, 2),
         tp_widths=(1, 2),
-        hw="h100",
-        kernels="eager",
         devices=4,
         global_batch=8,
         seq_len=8192,
         context_parallel="auto",
         schedule_cache=ScheduleCache(None),  # one for both sweeps (see above)
+        **kw,
     )
     assert sweep.why_compiled_point_by_point(opts) == ""
     fast, slow = _both(opts, str(model))
