@@ -283,6 +283,9 @@ class Compilation:
     spec: Any
     fixed: tuple[int, int, int] | None
     tp_widths: tuple[int, ...]
+    #: the width of the model's output projection (its vocabulary; None: it has none), which
+    #: bounds the memory of a point from below (``phaze.sweep``'s pruning)
+    vocab: int | None = None
 
 
 def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compilation:
@@ -296,7 +299,7 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
     accelerator = check_question(opts, accelerator)
     opts = replace(opts, schedule_cache=schedule_cache(opts))
     spec = with_runtime_attention(load_model_file(model_path), opts)
-    check_model_size(spec)  # a model beyond the size bound: one line now, not one per trace
+    vocab = check_model_size(spec)  # a model beyond the size bound: one line now, not one per trace
     if spec.no_seq_len is not None and opts.seq_len is None:  # one line now, not after a trace
         raise PhazeError(spec.no_seq_len)
     try:
@@ -304,7 +307,7 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
     except PlacementError as e:
         raise PhazeError(f"--placement: {e}") from e
     check_placement_devices(fixed, opts.devices, opts.context_parallel)
-    return Compilation(opts, accelerator, spec, fixed, tp_widths_of(opts, fixed))
+    return Compilation(opts, accelerator, spec, fixed, tp_widths_of(opts, fixed), vocab)
 
 
 class _NotTheWholeStep(Exception):

@@ -13,7 +13,7 @@ settings' exactly, as the search's winner must (design §7.5): a difference is a
 
 What the settings do not cover is compiled point by point as before
 (``driver.compile_model``): a stage before ``plan``, a sweep of one point (its compilation is
-all there is to do), ``--context-parallel auto`` (the settings are of one degree), a
+all there is to do), a
 micro-batch whose step cannot be imported or whose TP overlap pairs a collective with GEMMs of
 another scheduling group.
 
@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects.builtin import ModuleOp
 
 from passes.algorithms.cache_file import Store, fields, is_int, need
-from passes.algorithms.context_parallel import parse_context_parallel
 from phaze import driver
 from phaze.model_key import model_key
 from phaze.options import DEFAULT_TP_WIDTHS, Options, context_parallel_degree, traced_seq_len
@@ -71,8 +70,6 @@ def why_compiled_point_by_point(opts: Options) -> str:
     """Why the sweep of ``opts`` cannot be priced from settings ("" when it can)."""
     if opts.emit != "plan":
         return f"--emit {opts.emit}"
-    if parse_context_parallel(opts.context_parallel) is None:  # the settings are of one degree
-        return "--context-parallel auto"
     return ""
 
 
@@ -136,14 +133,19 @@ def _compile_plan(
     from phaze.search.engine import Candidates, Evaluator, ModelTask, Params, SolverLimits
 
     begun = driver.start_compilation(model_path, opts, accelerator)
+    # the bound prunes a transformers LM whose loss is its own (every token's logits) at the traced length
+    vocab = begun.vocab if begun.spec.loss_fn is None and begun.spec.takes_seq_len else None
     opts, acc, spec, fixed, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.fixed, begun.tp_widths
-    # A fixed context-parallel degree c: its options, with the whole sequence explicit (each
-    # point's step is traced at S/c, its attention priced as a ring; the same options at c = 1).
-    (opts,) = context_parallel_points(opts, spec.seq_len)
-    c = context_parallel_degree(opts)
-    if len(opts.micro_batches) * len(tp_points(opts, tp_widths)) == 1:
+    # Each context-parallel degree c (one, or those --context-parallel auto tries): its options,
+    # with the whole sequence explicit (each point's step is traced at S/c, its attention priced
+    # as a ring; the same options at c = 1).  Its settings carry c (Setting.cp), which the DP
+    # prices; the placement options, and so the evaluator, are the same at every degree.
+    asked_opts = opts
+    degrees = context_parallel_points(opts, spec.seq_len)
+    if len(opts.micro_batches) * len(degrees) * len(tp_points(opts, tp_widths)) == 1:
         # One point: its compilation is all there is to do (the cut traces would be extra).
         return driver.compile_model(model_path, opts, log, accelerator, seconds)
+    opts = degrees[0]  # the options every degree shares (placement, solver, objective)
     # The widths the sweep asks (those the devices hold), and, priced beside them from the same
     # cut traces, the wider ones the nearest plan that fits on more devices may need.
     asked = set(tp_widths)
@@ -153,20 +155,36 @@ def _compile_plan(
     for phase in ("settings", "points", "winner"):
         seconds.setdefault(phase, 0.0)
 
-    # Every point, in the order of driver.compile_model (the order that breaks ties).
-    points: list[tuple[int, int, bool, int | None, str]] = []  # (b, tp, sp, setting index, error)
+    # Every point, in the order of driver.compile_model (the order that breaks ties): each
+    # micro-batch, each CP degree, each TP width with or without SP.
+    points: list[tuple[int, int, int, bool, int | None, str]] = []  # (b, c, tp, sp, setting index, error)
     settings = []
     unshardable: dict[int, str] = {}  # a TP width the model's shapes refuse, at every micro-batch
-    for b in opts.micro_batches:
+    for b, degree in ((b, o) for b in opts.micro_batches for o in degrees):
+        c = context_parallel_degree(degree)
         start = time.perf_counter()
-        widths = tuple(t for t in tp_widths if t not in unshardable)
+        # The widths whose memory bound alone exceeds the chip's HBM are not traced (pruned).
+        seq = degree.seq_len or spec.seq_len
+        pruned = {t: bound for t in tp_widths if (bound := beyond_hbm(b, t, c, seq, vocab, acc))}
+        widths = tuple(t for t in tp_widths if t not in unshardable and t not in pruned)
+        if pruned:
+            log(
+                f"micro-batch {b}{f', CP {c}' if c > 1 else ''}: TP {', '.join(map(str, pruned))} pruned: "
+                + next(iter(pruned.values()))
+            )
         try:
-            ready, errors = prepared(model_path, b, widths, opts, stages, spec.name, log, acc)
+            # At c = 1 the settings are traced as the pipeline's sweep traces every degree of the
+            # question: under ``auto`` with fused attention (driver.with_runtime_attention).
+            traced_as = degree if c > 1 else replace(degree, context_parallel=asked_opts.context_parallel)
+            ready, errors = (
+                prepared(model_path, b, widths, traced_as, stages, spec.name, log, acc) if widths else ([], [])
+            )
         except ModelTooLarge:
             raise  # (compiling every point would trace it again, to the same refusal)
         except PhazeError as e:
-            log(f"micro-batch {b}: {e}; compiling every point through the pipeline")
-            return driver.compile_model(model_path, opts, log, accelerator, seconds)
+            where = f"micro-batch {b}" + (f", CP {c}" if c > 1 else "")
+            log(f"{where}: {e}; compiling every point through the pipeline")
+            return driver.compile_model(model_path, asked_opts, log, accelerator, seconds)
         finally:
             seconds["settings"] += time.perf_counter() - start
         by_point = {(s.tp, s.sequence_parallel): s for s in ready}
@@ -186,7 +204,10 @@ def _compile_plan(
             setting = by_point.get((t, sp))
             if setting is not None:
                 settings.append(setting)
-            points.append((b, t, sp, len(settings) - 1 if setting is not None else None, why.get((t, sp), "")))
+            if t in pruned:  # k = -1: it cannot fit (said as a plan that does not fit)
+                points.append((b, c, t, sp, -1, pruned[t]))
+                continue
+            points.append((b, c, t, sp, len(settings) - 1 if setting is not None else None, why.get((t, sp), "")))
 
     start = time.perf_counter()
     evaluator = Evaluator(Params.of_options(opts, "throughput"), SolverLimits.of_options(opts), opts.schedule_cache)
@@ -201,7 +222,7 @@ def _compile_plan(
     first_unfit: Candidate | None = None
     least: tuple[int, Candidate] | None = None  # the point whose option needs the least memory
     objective = evaluator.objective(cands)
-    for b, t, sp, k, error in points:
+    for b, c, t, sp, k, error in points:
         if t not in asked:  # more TP than devices: priced for nearest_fit only
             continue
         where = point_label(b, t, sp, c)
@@ -209,6 +230,12 @@ def _compile_plan(
             note = f"devices: t·c = {t}·{c} exceeds N = {opts.devices}"
             candidates.append(Candidate(b, t, note=note, sequence_parallel=sp, context_parallel=c))
             log(f"{where}: does not fit: {note}")
+            continue
+        if k == -1:
+            cand = Candidate(b, t, 0.0, error, sp, c)
+            log(f"{where}: does not fit: {error}")
+            first_unfit = first_unfit or cand
+            candidates.append(cand)
             continue
         if k is None:
             candidates.append(Candidate(b, t, note=error, sequence_parallel=sp, context_parallel=c))
@@ -252,7 +279,8 @@ def _compile_plan(
         where = point_label(point.micro_batch, point.tp, point.sequence_parallel, point.context_parallel)
         log(f"placing the best point ({where}) from its compiled plan (in the cache)")
     else:
-        module = _compile_point(spec, chosen, opts, acc, log, seconds)
+        of_degree = {context_parallel_degree(o): o for o in degrees}
+        module = _compile_point(spec, chosen, of_degree[chosen.context_parallel], acc, log, seconds)
     compiled = plan_record(module)
     got = float(compiled.get("throughput_samples_per_s", 0.0)) if compiled.get("feasible") == "yes" else 0.0
     if got != chosen.throughput:
@@ -261,6 +289,24 @@ def _compile_plan(
             f"{chosen.throughput!r} samples/s, the plan compiled for it {got!r}; please report it"
         )
     return module, candidates
+
+
+def beyond_hbm(b: int, t: int, c: int, seq_len: int | None, vocab: int | None, acc) -> str:
+    """Why point (micro-batch ``b``, TP ``t``, CP ``c``) cannot fit under any placement, from
+    the model's shapes alone ("" when the bound does not say so): the gradient of its logits
+    (:func:`passes.algorithms.memory.logits_grad_bytes`, a lower bound on every placement's
+    memory per device) exceeds the chip's HBM."""
+    from passes.algorithms.memory import logits_grad_bytes
+
+    if vocab is None or seq_len is None:
+        return ""
+    need = logits_grad_bytes(b, seq_len, vocab, t, c)
+    if need <= acc.hbm.bytes:
+        return ""
+    return (
+        f"the gradient of the logits alone ({need / 2**30:.1f} GiB: {b} x {seq_len // c - 1} tokens x "
+        f"{vocab // t} columns x 2 bytes) exceeds the {acc.hbm.bytes / 2**30:.0f} GiB of HBM"
+    )
 
 
 def least_needed(result: Any) -> int | None:

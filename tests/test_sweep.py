@@ -30,7 +30,7 @@ def _both(opts: Options, model: str = DEEP):
         except PhazeError as e:
             out.append(str(e))
             continue
-        points = [(c.micro_batch, c.tp, c.sequence_parallel, c.throughput, c.note) for c in cands]
+        points = [(c.micro_batch, c.tp, c.sequence_parallel, c.throughput, c.note, c.context_parallel) for c in cands]
         out.append((print_module(module), points))
     return out
 
@@ -141,6 +141,42 @@ def test_the_settings_price_a_fixed_context_parallel_degree_as_the_pipeline(kw):
 @pytest.mark.parametrize(
     "kw",
     [
+        {"hw": "h100", "kernels": "eager"},
+        # the paper's ops: the pipeline's sweep traces every degree of auto, 1 too, with fused
+        # attention (driver.with_runtime_attention), and so must the settings at CP 1
+        {"hw": "a100", "kernels": "ops"},
+    ],
+)
+def test_the_settings_price_context_parallel_auto_as_compiling_each_degree(kw, tmp_path):
+    """``--context-parallel auto`` (8,192 tokens: degrees 1 and 2, AUTO_MIN_LOCAL_TOKENS a
+    device): each degree's settings priced on the one evaluator, in the pipeline's order
+    (micro-batch, degree, TP, SP): the same module and points, degree by degree, as the
+    pipeline's sweep compiling every point of every degree, and no fallback."""
+    from passes.algorithms.schedule import ScheduleCache
+
+    model = tmp_path / "tiny_llama_sdpa_8k.py"  # configured for 8,192 positions
+    source = (MODELS / "tiny_llama_sdpa.py").read_text()
+    model.write_text(source.replace("max_position_embeddings=64", "max_position_embeddings=8192"))
+    opts = Options(
+        micro_batches=(1, 2),
+        tp_widths=(1, 2),
+        devices=4,
+        global_batch=8,
+        seq_len=8192,
+        context_parallel="auto",
+        schedule_cache=ScheduleCache(None),  # one for both sweeps (see above)
+        **kw,
+    )
+    assert sweep.why_compiled_point_by_point(opts) == ""
+    fast, slow = _both(opts, str(model))
+    assert not isinstance(fast, str) and fast == slow
+    assert {p[5] for p in fast[1]} == {1, 2}  # both degrees priced
+    assert all(p[3] > 0 for p in fast[1] if p[1] * p[5] <= 4)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
         {"tp_overlap": "on", "sequence_parallel": "on"},
         {"tp_overlap": "auto", "sequence_parallel": "auto", "context_parallel": "2"},  # rings, then overlap
     ],
@@ -168,10 +204,9 @@ def test_the_settings_price_tp_overlap_as_the_pipeline(kw):
 
 
 def test_what_the_settings_do_not_cover_is_compiled_point_by_point(monkeypatch):
-    """A stage before the plan, one point, context parallelism tried over degrees: the
-    pipeline's sweep itself."""
+    """A stage before the plan, one point: the pipeline's sweep itself."""
     assert sweep.why_compiled_point_by_point(Options(emit="recompute")) == "--emit recompute"
-    assert sweep.why_compiled_point_by_point(Options(context_parallel="auto")) == "--context-parallel auto"
+    assert sweep.why_compiled_point_by_point(Options(context_parallel="auto")) == ""
     assert sweep.why_compiled_point_by_point(Options(context_parallel="2")) == ""
     assert sweep.why_compiled_point_by_point(Options(tp_overlap="on")) == ""
     assert sweep.why_compiled_point_by_point(Options(expert_parallel="auto", capacity_factor=1.5)) == ""

@@ -187,6 +187,34 @@ def layer_memory(
     return out
 
 
+#: The narrowest element a training step's logits and their gradient take (bytes): bf16 or
+#: fp16 (fp32 under ``--dtype float32``, and the loss's fp32 upcast under autocast, are wider;
+#: FP8 linears' outputs are bf16: Transformer Engine casts only GEMM operands to FP8).
+LOGITS_MIN_ELEMENT_BYTES = 2
+
+
+def logits_grad_bytes(micro_batch: int, seq_len: int, vocab: int, tp: int, cp: int) -> int:
+    """A lower bound on the memory of every placement of a point (micro-batch, TP width, CP
+    degree) of a language model whose output projection has ``vocab`` columns, at ``seq_len``
+    tokens a sample: the gradient of its logits, ``micro_batch · (seq_len/cp − 1) ·
+    ⌊vocab/tp⌋`` elements of at least :data:`LOGITS_MIN_ELEMENT_BYTES`.
+
+    Why it is a bound: that gradient is a tensor the backward produces (the loss's backward
+    makes it, the output projection's backward GEMMs read it: no one kernel both makes and
+    reads it), neither stashed nor a parameter's gradient, so it is in the backward peak of the
+    layer that makes it (:func:`layer_memory`), so in its ``workspace_bytes``, which the
+    placement DP holds under every recompute policy (the larger of it and
+    ``recompute_workspace_bytes`` under full recompute; ``rust/phaze-dp/src/search.rs``).  A
+    stage's memory (the DP's formula, :func:`stage_bytes`) holds the largest workspace of its
+    layers, and no ZeRO stage,
+    pipeline depth or schedule divides a workspace; its rows are one device's tokens (S/c under
+    context parallelism; one fewer where the labels are shifted) and its columns at least the
+    vocabulary split TP ways (a vocab-parallel head pads, never drops, columns).  A point whose
+    bound exceeds the chip's HBM cannot fit under any placement."""
+    rows = micro_batch * max(seq_len // cp - 1, 0)
+    return rows * (vocab // tp) * LOGITS_MIN_ELEMENT_BYTES
+
+
 def stage_bytes(layers: Sequence[LayerMemory], in_flight: int, policy: str = "none") -> int:
     """Bytes per device of a pipeline stage holding ``layers`` with ``in_flight`` micro-batches
     stashed under ``policy`` (the placement DP's memory formula)."""

@@ -552,12 +552,20 @@ def _check_size(model, spec: ModelSpec) -> None:
                 )
 
 
-def check_model_size(spec: ModelSpec) -> None:
+def check_model_size(spec: ModelSpec) -> int | None:
     """Build ``spec``'s model on ``meta`` and refuse it, in one line, when it has more leaf
     modules than :data:`MAX_LEAF_MODULES` (or when ``get_model()`` fails): what a compilation
     checks first (``phaze.driver.start_compilation``), so that a model beyond the bound is
-    refused once, before the sweep's first trace, not by each trace in turn."""
-    _check_size(_model_on_meta(spec), spec)
+    refused once, before the sweep's first trace, not by each trace in turn.  Returns the
+    width of the model's output projection (a transformers LM's ``get_output_embeddings()``
+    linear: its vocabulary), None when it has none (the sweep's memory bound then prunes
+    nothing: ``passes.algorithms.memory.logits_grad_bytes``)."""
+    import torch
+
+    model = _model_on_meta(spec)
+    _check_size(model, spec)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return int(head.out_features) if isinstance(head, torch.nn.Linear) else None
 
 
 def _model_on_meta(spec: ModelSpec):
