@@ -92,14 +92,14 @@ def _enumeration_and_pruned(tmp_path: Path, model: str, flags: list[str]) -> tup
 @pytest.mark.slow
 def test_context_parallel_auto_in_the_search(tmp_path):
     """``--context-parallel auto`` at 8,192 tokens on 8 devices: degrees 1 and 2, each its own
-    setting (traced at S/c, its attention kernels rings on the chip's network); pruning keeps
-    the answer, CP 2 wins (the whole sequence's attention on one device costs more than the
-    ring), and ``--hw`` of the winner with the same flags compiles the same plan."""
+    setting (traced at S/c, its attention kernels rings on the chip's network; fused at CP 1
+    too, as the pipeline's sweep traces every degree of ``auto``); pruning keeps the answer, and
+    ``--hw`` of the winner with the same flags compiles the same plan."""
     flags = ["--devices", "8", "--global-batch", "8", "--micro-batch", "1", "--tp", "2", "--seq-len", "8192"]
     flags += ["--context-parallel", "auto"]
     text, got, cache = _enumeration_and_pruned(tmp_path, LLAMA, flags)
     assert got["search"]["settings"] == 2  # CP 1 and CP 2
-    assert got["cp"] == 2 and got["cp_ring"] is not None
+    assert (got["cp_ring"] is not None) == (got["cp"] == 2)
     _same_as_hw(tmp_path, LLAMA, text, flags, cache)
 
 
@@ -113,6 +113,11 @@ def test_expert_parallel_auto_and_capacity_in_the_search(tmp_path, mixtral):
     text, got, cache = _enumeration_and_pruned(tmp_path, mixtral, flags)
     assert got["capacity_factor"] == 1.25 and got["expert_parallel"] >= 1
     _same_as_hw(tmp_path, mixtral, text, flags, cache)
+    # A degree that does not divide the experts: the DP's words, in one line (the settings cached).
+    flags[flags.index("auto")] = "3"
+    r = run_tool("phazec", mixtral, "--space", TINY_SPACE, *flags, "--no-baselines", "--cache", str(cache), "-q")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "expert parallel 3: expected a degree that divides the model's 4 experts" in r.stderr
 
 
 @pytest.mark.slow

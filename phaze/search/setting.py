@@ -648,7 +648,8 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
     said: list[str] = []
     name = ""
     for o in per_degree:
-        ready, errors, name = prepare_points(model_path, micro_batch, tps, o)
+        # the attention as the pipeline's sweep has it for every degree (fused under any --context-parallel but 1)
+        ready, errors, name = prepare_points(model_path, micro_batch, tps, o, attention_of=opts)
         settings += ready
         cp = f" CP {o.context_parallel}" if o.context_parallel != "1" else ""
         said += [f"TP {t}{' SP' if sp else ''}{cp}: {e}" for t, sp, e in errors]
@@ -658,7 +659,12 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
 
 
 def prepare_points(
-    model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any, accelerator: Any = None
+    model_path: str,
+    micro_batch: int,
+    tps: tuple[int, ...],
+    opts: Any,
+    accelerator: Any = None,
+    attention_of: Any = None,
 ) -> tuple[list[Setting], list[tuple[int, bool, str]], str]:
     """``(settings, errors, model name)``: the settings of the points the model can be sharded
     for (:func:`prepare_settings`) and ``(tp, sequence parallel, why not)`` of the others.
@@ -678,7 +684,9 @@ def prepare_points(
     from phaze_ir.frontend import load_model_file, trace_model
     from phaze_ir.frontend.trace import whole_sequence
 
-    spec = with_runtime_attention(load_model_file(model_path), opts)
+    # ``attention_of``: the options the model's attention is chosen by (``driver.start_compilation``
+    # chooses it once, from the question's: fused at every degree of --context-parallel auto, 1 included)
+    spec = with_runtime_attention(load_model_file(model_path), attention_of or opts)
     t0 = time.perf_counter()
     # Under a context-parallel degree c (the sweep's options hold it and the whole sequence,
     # phaze.points.context_parallel_points), one device's S/c tokens a sample, as the driver traces it.
