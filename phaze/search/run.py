@@ -605,9 +605,13 @@ def _compile_winner(
         micro_batch, tp, sp, thr, cp = winner["settings"][m]
         name = inputs.names[m]
         sp_setting = "on" if sp else "off"
-        # at the winner's CP degree (the pipeline traces its step at S/c, as the setting was)
+        # At the winner's CP degree (the pipeline traces its step at S/c, as the setting was);
+        # CP 1 under auto stays auto: the pipeline then fuses the attention at every degree, as
+        # the search's settings have it (setting.prepare_settings), so the sweep of the winner's
+        # point over the degrees keeps the degree the search chose (ties: the smaller, as both do).
+        degree = str(cp) if cp > 1 else wopts.context_parallel
         mopts = replace(
-            wopts, micro_batches=(micro_batch,), tp_widths=(tp,), sequence_parallel=sp_setting, context_parallel=str(cp)
+            wopts, micro_batches=(micro_batch,), tp_widths=(tp,), sequence_parallel=sp_setting, context_parallel=degree
         )
         templates = None
         if templated and stages.directory is not None:
