@@ -314,8 +314,8 @@ def test_phazec_refuses_bad_degrees_before_any_work(tmp_path):
     r = run_tool("phazec", model, "--hw", "h100", "--devices", "8", "--placement", "expert:1,4,2", "--context-parallel",
                  "2", "-q")  # fmt: skip
     assert r.returncode != 0 and "expert:1,4,2 x --context-parallel 2 needs 16 devices" in r.stderr
-    r = run_tool("phazec", model, "--devices", "8", "--context-parallel", "2", "-q")  # the search
-    assert r.returncode != 0 and "does not split sequences" in r.stderr
+    r = run_tool("phazec", model, "--devices", "8", "--seq-len", "64", "--context-parallel", "3", "-q")  # the search
+    assert r.returncode != 0 and r.stderr.count("\n") == 1 and "not a multiple of 2·c = 6" in r.stderr, r.stderr
     space = str(Path(__file__).parent / "data" / "tiny_space.toml")  # a space without the FP8 datapath
     r = run_tool("phazec", model, "--devices", "8", "--dtype", "fp8", "--space", space, "-q")
     assert r.returncode != 0 and "no chip of the space has the FP8 datapath" in r.stderr.strip().splitlines()[-1]

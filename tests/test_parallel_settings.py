@@ -158,13 +158,13 @@ def test_bad_schedule_is_one_line(flag, value, message):
     assert message in r.stderr
 
 
-def test_search_refuses_expert_parallelism_and_bad_settings():
-    """The search takes SP, the schedule and ZeRO (tests/test_search.py), not expert
-    parallelism (its settings hold no expert numbers); a bad value is the same one-line error
-    as with --hw, before anything is traced."""
-    r = run_tool("phazec", TINY, "--expert-parallel", "2")
+def test_search_refuses_bad_settings():
+    """The search takes SP, the schedule, ZeRO (tests/test_search.py) and expert parallelism
+    (tests/test_search_dims.py); a bad value is the same one-line error as with --hw, before
+    anything is traced."""
+    r = run_tool("phazec", TINY, "--no-cache", "--expert-parallel", "0")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
-    assert "--expert-parallel 2: the architecture search does not place experts" in r.stderr
+    assert "--expert-parallel" in r.stderr and "expected auto or a degree from 1" in r.stderr
     r = run_tool("phazec", TINY, "--no-cache", "--pipeline-schedule", "interleaved:1")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert "--pipeline-schedule: pipeline schedule 'interleaved:1': interleaved needs V >= 2" in r.stderr

@@ -159,7 +159,9 @@ class Bounds:
                 if g >= 0:
                     layer += lb[g]
             heaviest = np.maximum(heaviest, layer)
+        # a replica of a context-parallel setting spans t·c devices (the DP's p·d·t·c <= N)
         B, N, b, t = self.pricing.params.global_batch, self.pricing.params.devices, setting.micro_batch, setting.tp
+        t *= setting.cp
         v = pl.parse_pipeline_schedule(self.pricing.params.pipeline_schedule)
         bubble = 0.0 if v is None else 1.0 / v
         if fixed is not None:
@@ -247,7 +249,8 @@ class Bounds:
             r = self.first_chip_result(cands, task, s)
             if r.get("feasible"):
                 return ""
-            failed.append((f"b {setting.micro_batch} TP {setting.tp}", pl.binding_message(r) or "infeasible"))
+            cp = f" CP {setting.cp}" if setting.cp > 1 else ""
+            failed.append((f"b {setting.micro_batch} TP {setting.tp}{cp}", pl.binding_message(r) or "infeasible"))
         if not failed:
             return ""
         (where, msg), rest = failed[0], [w for w, _ in failed[1:]]

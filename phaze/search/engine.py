@@ -272,11 +272,12 @@ class Evaluator(Pricing):
         return self.bounds.why_not(cands, task)
 
 
-def _setting_order(task: ModelTask, setting_idx: int) -> tuple[int, int, bool]:
+def _setting_order(task: ModelTask, setting_idx: int) -> tuple[int, int, int, bool]:
     """A model's tie-break between settings of equal throughput: the smaller micro-batch, then
-    the smaller TP width, then without sequence parallelism (as ``phazec --hw`` breaks them)."""
+    the smaller context-parallel degree, then the smaller TP width, then without sequence
+    parallelism (as ``phazec --hw`` breaks them: ``driver.compile_model``'s order)."""
     setting = task.settings[setting_idx]
-    return (setting.micro_batch, setting.tp, setting.sequence_parallel)
+    return (setting.micro_batch, setting.cp, setting.tp, setting.sequence_parallel)
 
 
 #: An exact job: ``(model index, setting index, config index, HBM bytes)``, as :meth:`Evaluator.exact` takes it.

@@ -27,6 +27,7 @@ from passes.algorithms.energy import power_headroom_w, power_limited_step_s
 from passes.algorithms.latency import estimate_chip, estimate_space
 from phaze.search.objective import Objective
 from phaze.search.setting import Setting
+from phaze_ir.errors import PhazeError
 
 if TYPE_CHECKING:  # the engine imports this module; these only annotate
     from phaze.search.engine import Candidates, ModelTask, Params, SolverLimits
@@ -110,8 +111,13 @@ class Pricing:
     def problem(self, cands: Candidates, setting: Setting, makespans: np.ndarray, hbm: int) -> _phaze_rs.ProblemDict:
         """The DP problem of ``setting`` with group makespans ``makespans`` and HBM ``hbm``: its
         :meth:`~phaze.search.setting.Setting.priced_step` assembled as ``phaze-place-devices``
-        assembles the pipeline's (:func:`passes.algorithms.placement.problem`)."""
-        return pl.problem(setting.priced_step(makespans), self.params, hbm_bytes=hbm, levels=cands.template.network)
+        assembles the pipeline's (:func:`passes.algorithms.placement.problem`); a placement option
+        the step cannot take (``--expert-parallel 2`` on a model without experts) is the
+        one-line error it raises."""
+        try:
+            return pl.problem(setting.priced_step(makespans), self.params, hbm_bytes=hbm, levels=cands.template.network)
+        except pl.PlacementError as e:
+            raise PhazeError(str(e)) from e
 
     def place(
         self, problems: list[_phaze_rs.ProblemDict], fixed: tuple[int, int, int] | None

@@ -118,7 +118,9 @@ def prepare(
     for m, path in enumerate(paths):
         for k, micro_batch in enumerate(opts.micro_batches):
             traced_as = (micro_batch, opts.seq_len, opts.traced_dtype, opts.optimizer, opts.strict)
-            how = (traced_as, opts.selective_recompute)  # and what the selective policy re-runs
+            # the CP degrees (each traced at S/c), the experts' padding at import, the kernels formed
+            runtime = (opts.context_parallel, opts.devices, opts.capacity_factor, opts.kernels)
+            how = (traced_as, opts.selective_recompute, runtime)  # and what the selective policy re-runs
             key = stages.key(SETTINGS_KIND, models[m], tps, opts.sequence_parallel, how)
             cached = stages.load(SETTINGS_KIND, key, _check_settings(micro_batch, tps), again="prepared again")
             if cached is not None:
@@ -296,6 +298,17 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) ->
         )
     except ValueError as e:
         raise PhazeError(str(e)) from e
+    calibration = getattr(space.spec.template, "calibration", None)
+    if opts.kernels != "ops" and calibration is not None and calibration.compute_capability is not None:
+        # the settings' kernels are formed as on a chip without one (phaze.search.setting._settings_of)
+        raise PhazeError(
+            f"--kernels {opts.kernels}: the space '{space.spec.name}''s template has a CUDA compute capability; "
+            "the search forms kernels for chips without one (use --kernels ops, or --hw CHIP)"
+        )
+    if opts.context_parallel != "1" and opts.seq_len is not None:
+        from phaze.search.setting import cp_degrees
+
+        cp_degrees(opts, None)  # a degree that cannot split the sequence: one line, before anything slow
     names, digests = _model_names(paths, stages)
     if len(set(names)) != len(names):
         raise PhazeError(f"the same model twice: {', '.join(names)}")
@@ -472,7 +485,7 @@ def _search_stage(
 ) -> dict:
     """The co-optimized search as the stage cache keeps it (:func:`_check_search`): its record,
     the winner (config and HBM, score, per model ``[micro-batch, TP width, sequence parallel,
-    throughput]``), the
+    throughput, context-parallel degree]``), the
     JSON's ``search`` object (wall times and counts to be filled in), the per-model detail (None
     with one model) and the evaluator's counts it cost.  No chip fitting is the one-line error."""
     names = inputs.names
@@ -494,7 +507,7 @@ def _search_stage(
         setting_idx, _, dp_result = best.best[m]
         thr = Evaluator.throughput(dp_result) if dp_result else 0.0
         setting = tasks[m].settings[setting_idx]
-        winner_settings.append([setting.micro_batch, setting.tp, setting.sequence_parallel, thr])
+        winner_settings.append([setting.micro_batch, setting.tp, setting.sequence_parallel, thr, setting.cp])
     return {
         "record": _baseline_record("co-optimized", result, cands, tasks),
         "winner": {"config": best.config, "hbm": best.hbm, "score": best.score, "settings": winner_settings},
@@ -522,9 +535,17 @@ def _check_search(inputs: _Inputs, opts) -> Any:
         settings = w["settings"]
         need(isinstance(settings, list) and len(settings) == len(inputs.names), "one setting per model")
         for s in settings:
-            need(isinstance(s, list) and len(s) == 4, "settings [micro-batch, TP width, sequence parallel, throughput]")
             need(
-                s[0] in opts.micro_batches and s[1] in inputs.tps and isinstance(s[2], bool) and is_number(s[3]),
+                isinstance(s, list) and len(s) == 5,
+                "settings [micro-batch, TP width, sequence parallel, throughput, context-parallel degree]",
+            )
+            need(
+                s[0] in opts.micro_batches
+                and s[1] in inputs.tps
+                and isinstance(s[2], bool)
+                and is_number(s[3])
+                and is_int(s[4])
+                and s[4] >= 1,
                 "a setting searched",
             )
         detail = d["models_detail"]
@@ -585,14 +606,21 @@ def _compile_winner(
     modules, texts = [], []
     chip = repr(acc)
     for m, path in enumerate(paths):
-        micro_batch, tp, sp, thr = winner["settings"][m]
+        micro_batch, tp, sp, thr, cp = winner["settings"][m]
         name = inputs.names[m]
         sp_setting = "on" if sp else "off"
-        mopts = replace(wopts, micro_batches=(micro_batch,), tp_widths=(tp,), sequence_parallel=sp_setting)
+        # At the winner's CP degree (the pipeline traces its step at S/c, as the setting was);
+        # CP 1 under auto stays auto: the pipeline then fuses the attention at every degree, as
+        # the search's settings have it (setting.prepare_settings), so the sweep of the winner's
+        # point over the degrees keeps the degree the search chose (ties: the smaller, as both do).
+        degree = str(cp) if cp > 1 else wopts.context_parallel
+        mopts = replace(
+            wopts, micro_batches=(micro_batch,), tp_widths=(tp,), sequence_parallel=sp_setting, context_parallel=degree
+        )
         templates = None
         if templated and stages.directory is not None:
             templates = plan_template.Templates(stages, inputs.keys.models[m], digest(chip), mopts)
-        module = templates.placed(plan_template.Point(micro_batch, tp, sp)) if templates is not None else None
+        module = templates.placed(plan_template.Point(micro_batch, tp, sp, cp)) if templates is not None else None
         if module is not None and templates is not None:
             try:
                 _check_plan_matches_search(name, plan_record(module).get("throughput_samples_per_s", 0.0), thr)
@@ -609,7 +637,7 @@ def _compile_winner(
         if module is not None:
             log(f"the plan of {name} on {acc.name} is in the cache")
         else:
-            where = point_label(micro_batch, tp, sp)
+            where = point_label(micro_batch, tp, sp, cp)
             log(f"compiling the plan of {name} on {acc.name} ({where})")
             module, _ = compile_model(path, mopts, lambda msg: None, accelerator=acc)
             _check_plan_matches_search(name, plan_record(module).get("throughput_samples_per_s", 0.0), thr)

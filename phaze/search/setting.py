@@ -616,25 +616,55 @@ def _same(a: Setting, b: Setting) -> bool:
 CUT_BLOCKS = (3, 4)
 
 
+def cp_degrees(opts: Any, model_seq_len: int | None) -> list[Any]:
+    """The options of each context-parallel degree the search (and the ``--hw`` sweep) prices,
+    in the order that breaks ties (the smaller degree first): ``--context-parallel``'s degree,
+    or under ``auto`` each of :func:`~passes.algorithms.context_parallel.auto_degrees`, each
+    with its degree and, past 1, the whole sequence explicit (``model_seq_len`` when
+    ``--seq-len`` is not given), which its step is traced at S/c of
+    (:func:`phaze.points.context_parallel_points`, the pipeline's sweep's own).  A degree is a
+    setting dimension as a TP width is: each gives its own settings (:attr:`Setting.cp`)."""
+    from phaze.points import context_parallel_points
+
+    return context_parallel_points(opts, model_seq_len)
+
+
 def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any) -> list[Setting]:
-    """The :class:`Setting` of ``model_path`` at ``micro_batch`` per TP width, and per width
-    > 1 without and/or with sequence parallelism as ``opts.sequence_parallel`` says (``opts``:
-    the driver's :class:`~phaze.options.Options`).  A point the model cannot be sharded for is
-    left out (its reason is in the exception's message when none is left); see
-    :func:`prepare_points`."""
+    """The :class:`Setting` of ``model_path`` at ``micro_batch`` per context-parallel degree
+    (:func:`cp_degrees`) and TP width, and per width > 1 without and/or with sequence
+    parallelism as ``opts.sequence_parallel`` says (``opts``: the driver's
+    :class:`~phaze.options.Options`), degree by degree, the smaller first.  A point the model
+    cannot be sharded for is left out (its reason is in the exception's message when none is
+    left); see :func:`prepare_points`."""
     from phaze_ir.errors import PhazeError
 
-    settings, errors, name = prepare_points(model_path, micro_batch, tps, opts)
+    if opts.context_parallel == "1":
+        per_degree = [opts]
+    else:
+        from phaze_ir.frontend import load_model_file
+
+        per_degree = cp_degrees(opts, load_model_file(model_path).seq_len)
+    settings: list[Setting] = []
+    said: list[str] = []
+    name = ""
+    for o in per_degree:
+        # the attention as the pipeline's sweep has it for every degree (fused under any --context-parallel but 1)
+        ready, errors, name = prepare_points(model_path, micro_batch, tps, o, attention_of=opts)
+        settings += ready
+        cp = f" CP {o.context_parallel}" if o.context_parallel != "1" else ""
+        said += [f"TP {t}{' SP' if sp else ''}{cp}: {e}" for t, sp, e in errors]
     if not settings:
-        raise PhazeError(
-            f"{name} at micro-batch {micro_batch}: "
-            + "; ".join(f"TP {t}{' SP' if sp else ''}: {e}" for t, sp, e in errors)
-        )
+        raise PhazeError(f"{name} at micro-batch {micro_batch}: " + "; ".join(said))
     return settings
 
 
 def prepare_points(
-    model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any, accelerator: Any = None
+    model_path: str,
+    micro_batch: int,
+    tps: tuple[int, ...],
+    opts: Any,
+    accelerator: Any = None,
+    attention_of: Any = None,
 ) -> tuple[list[Setting], list[tuple[int, bool, str]], str]:
     """``(settings, errors, model name)``: the settings of the points the model can be sharded
     for (:func:`prepare_settings`) and ``(tp, sequence parallel, why not)`` of the others.
@@ -647,13 +677,16 @@ def prepare_points(
     Given the ``accelerator`` (the ``--hw`` sweep's chip), the sharded steps are formed into the
     kernels of ``opts.kernels``' runtime on it (which kernel a fused attention runs depends on
     the chip), as the pipeline forms them before tiling; the search's settings (no chip) are
-    the paper's ``ops``."""
+    formed as on a chip without a CUDA compute capability, as every space's chip is
+    (:func:`phaze.search.run._read_inputs` refuses a space whose template has one)."""
     from phaze.driver import with_runtime_attention
     from phaze.options import traced_seq_len
     from phaze_ir.frontend import load_model_file, trace_model
     from phaze_ir.frontend.trace import whole_sequence
 
-    spec = with_runtime_attention(load_model_file(model_path), opts)
+    # ``attention_of``: the options the model's attention is chosen by (``driver.start_compilation``
+    # chooses it once, from the question's: fused at every degree of --context-parallel auto, 1 included)
+    spec = with_runtime_attention(load_model_file(model_path), attention_of or opts)
     t0 = time.perf_counter()
     # Under a context-parallel degree c (the sweep's options hold it and the whole sequence,
     # phaze.points.context_parallel_points), one device's S/c tokens a sample, as the driver traces it.
@@ -707,8 +740,9 @@ def _settings_of(
     from phaze_ir.ir import make_context
 
     # The training step is the same at every TP width: import it once, copy it per width.
-    # The search's settings (no chip) are the paper's ops, whatever --kernels says ("used with --hw").
-    kernels = getattr(opts, "kernels", "ops") if accelerator is not None else "ops"
+    # The search's settings (no chip) have their kernels formed as on a chip without a CUDA
+    # compute capability (the spaces' chips: phaze-form-kernels forms them alike on each).
+    kernels = getattr(opts, "kernels", "ops")
     try:
         # the chip as the pipeline has it from the import on (None: the search's, no chip yet)
         training = training_step(traced, opts, accelerator if kernels != "ops" else None)

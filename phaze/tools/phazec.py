@@ -287,21 +287,10 @@ def options(args: argparse.Namespace):
             "with --hw the sweep keeps the fastest plan"
         )
     if search:
-        # The search's settings hold no expert numbers: MoE placement needs one chip.
-        for flag, given, default in (
-            ("--expert-parallel", args.expert_parallel, Options.expert_parallel),
-            ("--capacity-factor", args.capacity_factor, Options.capacity_factor),
-        ):
-            if given != default:
-                paper = f"{flag} {default}" if default is not None else f"no {flag}"
-                raise PhazeError(
-                    f"{flag} {given}: the architecture search does not place experts ({paper}); "
-                    "give --hw CHIP to place on one chip with it"
-                )
-        if args.context_parallel != Options.context_parallel:  # its settings trace whole sequences
+        if args.tp_overlap != Options.tp_overlap:  # phaze-overlap-tensor-parallel prices it on the chip's SMs
             raise PhazeError(
-                f"--context-parallel {args.context_parallel}: the architecture search does not split sequences; "
-                "give --hw CHIP to place on one chip with it"
+                f"--tp-overlap {args.tp_overlap}: the architecture search's chips have no SM count "
+                "([calibration] wave_units) to price the overlap; give --hw CHIP with one (h100)"
             )
     given = option_values(args, Options)
     # rank_order and memory_headroom: "auto" and None are narrowed by the run's exports and chip
