@@ -203,6 +203,39 @@ def test_the_settings_price_tp_overlap_as_the_pipeline(kw):
     assert any(p[3] > 0 for p in fast[1])
 
 
+def test_the_settings_price_tp_overlap_under_selective_recompute_as_the_pipeline():
+    """``--tp-overlap auto`` with selective recompute re-running TP collectives (torchtitan's
+    per-op policy re-runs the all-gathers before the GEMMs): a re-run collective is scheduled
+    with what it adds beside its GEMMs in its layer's forward, the latency
+    ``phaze-insert-recompute`` reads off the op (``Group.borrowed``); the settings price it, no
+    fallback, the same module and points as the pipeline's sweep on a model cut to 3 and 4 blocks."""
+    from passes.algorithms.schedule import ScheduleCache
+    from phaze.pipeline import load_accelerator
+    from phaze.search.setting import Setting, prepare_points
+
+    opts = Options(
+        micro_batches=(1, 2),
+        tp_widths=(1, 2),
+        hw="a100",
+        devices=8,
+        global_batch=16,
+        sequence_parallel="auto",
+        tp_overlap="auto",
+        recompute="selective",
+        selective_recompute="op",
+    )
+    opts = replace(opts, schedule_cache=ScheduleCache(None))
+    sp = replace(opts, sequence_parallel="on")
+    (setting,), errors, _ = prepare_points(DEEP, 1, (2,), sp, load_accelerator("a100"))
+    assert errors == [] and setting.blocks is not None  # priced from settings, deepened from the cut model
+    borrowed = [b for g in setting.groups for b in g.borrowed]
+    assert borrowed and all(setting.groups[home].overlap for _, home, _ in borrowed)
+    assert Setting.from_json(setting.to_json()).groups == setting.groups
+    fast, slow = _both(opts)
+    assert not isinstance(fast, str) and fast == slow
+    assert any(p[3] > 0 and p[2] for p in fast[1])  # an SP point (overlapped) fits
+
+
 def test_what_the_settings_do_not_cover_is_compiled_point_by_point(monkeypatch):
     """A stage before the plan, one point: the pipeline's sweep itself."""
     assert sweep.why_compiled_point_by_point(Options(emit="recompute")) == "--emit recompute"

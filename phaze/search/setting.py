@@ -58,6 +58,11 @@ class Group:
     #: reduce-scatters in program order: its op, Transformer Engine's method for it and its
     #: GEMMs' ops (``passes.overlap_tensor_parallel.overlapped``)
     overlap: tuple[tuple[int, str, tuple[int, ...]], ...] = ()
+    #: under TP overlap, in the attention cores that selective recompute re-runs, ``(i, g, j)``
+    #: for each overlapped TP collective among them: it takes what it adds as op ``j`` of group
+    #: ``g`` (its layer's forward, whose GEMMs it overlaps), as ``phaze-insert-recompute``
+    #: schedules the re-run ops with the latencies ``phaze-estimate-latency`` wrote on them
+    borrowed: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,7 @@ class Setting:
                     "edges": [list(e) for e in g.edges],
                     "ring": [list(r) for r in g.ring],
                     "overlap": [[i, method, list(gemms)] for i, method, gemms in g.overlap],
+                    "borrowed": [list(b) for b in g.borrowed],
                 }
                 for g in self.groups
             ],
@@ -214,6 +220,10 @@ class Setting:
             raise ValueError("kernels is not a list")
         kernels = tuple(_kernel_from_json(k, len(table), i) for i, k in enumerate(data["kernels"]))
         groups = [_group_from_json(g, len(table), len(kernels), i) for i, g in enumerate(data["groups"])]
+        for i, g in enumerate(groups):
+            for _, home, j in g.borrowed:
+                if not (home < len(groups) and not groups[home].borrowed and j in {x[0] for x in groups[home].overlap}):
+                    raise ValueError(f"group {i}: it borrows op {j} of group {home}, not an overlapped collective")
         layers = [_layer_from_json(lr, len(groups), i) for i, lr in enumerate(data["layers"])]
         if blocks is not None and blocks[0] + blocks[1] > len(layers):
             raise ValueError(f"blocks = {blocks!r}: past the {len(layers)} layers")
@@ -258,8 +268,26 @@ class Setting:
         ring's time on the chip's ``network``, as ``phaze-context-parallel`` scales them
         (:meth:`ring_factors`), and under TP overlap each overlapped collective takes what it
         adds to its GEMMs on a chip of ``sms`` SMs, as ``phaze-overlap-tensor-parallel`` prices
-        it (after the rings, as the pipeline runs the two passes)."""
+        it (after the rings, as the pipeline runs the two passes); a collective that selective
+        recompute re-runs takes what it adds in its layer's forward (:attr:`Group.borrowed`)."""
         grp = self.groups[g]
+        a, b = self._latencies(grp, one, split, network, sms)
+        for i, home, j in grp.borrowed:
+            _, at_home = self._latencies(self.groups[home], one, split, network, sms)
+            a[i] = b[i] = at_home[j]
+        ops = [sched.Op(self.units[r], x, y) for r, x, y in zip(grp.rows, a, b)]
+        return sched.Problem.make(ops, grp.edges, cores)
+
+    def _latencies(
+        self,
+        grp: Group,
+        one: np.ndarray,
+        split: np.ndarray,
+        network: Sequence[NetworkLevel] | None,
+        sms: int | None,
+    ) -> tuple[list[float], list[float]]:
+        """The one-core and split latencies of ``grp``'s ops (:meth:`group_problem`): its rows'
+        in the table, the rings' ops scaled, the overlapped collectives' what they add."""
         rows = list(grp.rows)
         a, b = one[rows].tolist(), split[rows].tolist()
         if self.cp > 1 and grp.ring:
@@ -286,8 +314,7 @@ class Setting:
                     budget[g_] -= take
                     hidden -= take
                 a[i] = b[i] = added
-        ops = [sched.Op(self.units[r], x, y) for r, x, y in zip(rows, a, b)]
-        return sched.Problem.make(ops, grp.edges, cores)
+        return a, b
 
     def ring_factors(self, split: np.ndarray, network: Sequence[NetworkLevel]) -> list[float | None]:
         """Per fused attention kernel, the factor ``phaze-context-parallel`` scales its ops'
@@ -362,8 +389,8 @@ def _kernel_from_json(data: object, rows: int, i: int) -> AttentionKernel:
 
 
 def _group_from_json(data: object, rows: int, kernels: int, i: int) -> Group:
-    if not isinstance(data, dict) or sorted(data) != ["edges", "overlap", "ring", "rows"]:
-        raise ValueError(f"group {i}: expected the fields rows, edges, ring, overlap")
+    if not isinstance(data, dict) or sorted(data) != ["borrowed", "edges", "overlap", "ring", "rows"]:
+        raise ValueError(f"group {i}: expected the fields rows, edges, ring, overlap, borrowed")
     r, e = data["rows"], data["edges"]
     if not (isinstance(r, list) and all(is_int(x) and 0 <= x < rows for x in r)):
         raise ValueError(f"group {i}: its rows are not rows of the {rows}-op table")
@@ -404,7 +431,22 @@ def _group_from_json(data: object, rows: int, kernels: int, i: int) -> Group:
         )
     ):
         raise ValueError(f"group {i}: its overlap is not [one of its {n} ops, a method, its GEMMs among them]")
-    return Group(tuple(r), edges, tuple((p[0], p[1]) for p in ring), tuple((x[0], x[1], tuple(x[2])) for x in overlap))
+    borrowed = data["borrowed"]
+    if not (
+        isinstance(borrowed, list)
+        and all(
+            isinstance(x, list) and len(x) == 3 and all(is_int(y) and y >= 0 for y in x) and x[0] < n and x[1] != i
+            for x in borrowed
+        )
+    ):
+        raise ValueError(f"group {i}: its borrowed is not [one of its {n} ops, another group, an op of that group]")
+    return Group(
+        tuple(r),
+        edges,
+        tuple((p[0], p[1]) for p in ring),
+        tuple((x[0], x[1], tuple(x[2])) for x in overlap),
+        tuple((x[0], x[1], x[2]) for x in borrowed),
+    )
 
 
 def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
@@ -458,26 +500,36 @@ def setting_from_module(
         table, kernels = _with_off_diagonal_twins(table, kernels)
     beside = _overlapped(module, ops) if tp_overlap else {}
 
+    home: dict[int, tuple[int, int]] = {}  # an overlapped collective -> (its group, its op there)
+
     def group_of(ids: list[int], selective: bool = False) -> int:
         if not ids:
             return -1
         ring = tuple((p, kernel_of[i]) for p, i in enumerate(ids) if i in kernel_of)
-        overlap = []
+        overlap, borrowed = [], []
         position = {i: p for p, i in enumerate(ids)}
         for p, i in enumerate(ids):
             if i not in beside:
                 continue
             method, gemms = beside[i]
+            if selective and i in home:
+                # re-run in backward with the latency phaze-estimate-latency wrote on it: what it
+                # adds beside its GEMMs in its own group (phaze-insert-recompute reads the ops')
+                borrowed.append((p, *home[i]))
+                continue
             if selective or any(g not in position for g in gemms):
                 raise PhazeError(
                     "phaze-search: a TP collective overlapped with GEMMs outside its scheduling group "
                     f"(op {i}{', re-run by selective recompute' if selective else ''}): priced point by point"
                 )
             overlap.append((p, method, tuple(position[g] for g in gemms)))
-        g = Group(tuple(rows[i] for i in ids), sched.group_edges(graph, ids), ring, tuple(overlap))
+        g = Group(tuple(rows[i] for i in ids), sched.group_edges(graph, ids), ring, tuple(overlap), tuple(borrowed))
         if g not in index:
             index[g] = len(groups)
             groups.append(g)
+        if not selective:
+            for p, _, _ in g.overlap:
+                home[ids[p]] = (index[g], p)
         return index[g]
 
     by_phase = sched.phase_groups(graph, layer_of)
@@ -485,7 +537,7 @@ def setting_from_module(
     for la, rc, mem in zip(layers_attr, recompute, memory):
         k = la["index"]
         layers.append(
-            LayerRef(
+            LayerRef(  # its forward first: the collectives its selective recompute re-runs are there
                 fwd=group_of(by_phase.get((k, "fwd"), [])),
                 bwd=group_of(by_phase.get((k, "bwd"), [])),
                 opt=group_of(by_phase.get((k, "opt"), [])),
