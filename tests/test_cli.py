@@ -98,8 +98,9 @@ def test_unknown_pass():
 
 
 def test_bad_pipeline_spec():
+    """A pipeline xDSL cannot parse: one line naming the spec, the column and how to quote."""
     r = run_tool("phaze-opt", "-p", "phaze-group-layers{x=a.b}", input="builtin.module {}\n")
-    one_line_error(r, "phaze-opt", "pass pipeline")
+    one_line_error(r, "phaze-opt", "-p 'phaze-group-layers{x=a.b}': unknown token at column 23")
 
 
 def test_stock_xdsl_opt_sees_phaze_through_entry_point(tmp_path):
