@@ -126,7 +126,7 @@ def check_options(opts: Options) -> None:
             check_placement_devices(fixed, opts.devices, opts.context_parallel)
         except PlacementError as e:
             raise PhazeError(f"--placement: {e}") from e
-        c = int(opts.context_parallel) if opts.context_parallel.isdigit() else 1
+        c = context_parallel_degree(opts)
         if fixed is not None and opts.dp_shard and (fixed[1] * c) % opts.dp_shard:
             raise PhazeError(
                 f"--dp-shard {opts.dp_shard}: expected a shard group that divides the {fixed[1] * c} ranks of DP x CP "
