@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DictionaryAttr, Float64Type, FloatAttr, IntegerAttr, ModuleOp, i64
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, Float64Type, FloatAttr, IntegerAttr, ModuleOp, i64
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from passes.algorithms.latency import MatmulDesc, OpDesc, estimate_chip, fp8_problem
 from passes.algorithms.tiling import ScalarTiling
 from passes.cost_view import Describer, sum_layer_latencies
-from passes.how_ops_run import overlap_latencies, ring_latencies
+from passes.how_ops_run import layer_flops, overlap_latencies, ring_latencies
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import LatencyAttr, TileAttr
+from phaze_ir.attributes import LatencyAttr, LayerFlopsAttr, TileAttr
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
 
@@ -26,10 +26,12 @@ class EstimateLatencyPass(ModulePass):
     its unit and split over all of them, the unit, what bounds it; see
     ``passes/algorithms/latency.py``) on the module's accelerator (``phaze.target``), and the
     module a ``phaze.layer_latency`` list (per layer of ``phaze.layer``: serial sums of the
-    ``split_s`` of its forward, backward and optimizer ops).
+    ``split_s`` of its forward, backward and optimizer ops) and a ``phaze.layer_flops`` list
+    (per layer, the FLOPs its ops run as they run: :func:`~passes.how_ops_run.layer_flops`).
 
     Each op is priced as it runs, which the passes before it say on the module (this pass is
-    the one writer of ``phaze.latency``, ``phaze.layer_latency`` and ``phaze.cp_ring``):
+    the one writer of ``phaze.latency``, ``phaze.layer_latency``, ``phaze.layer_flops`` and
+    ``phaze.cp_ring``):
     ``phaze.context_parallel = c`` (``phaze-context-parallel``): every fused attention a ring of
     c steps (:func:`~passes.how_ops_run.ring_latencies`; the module gets ``phaze.cp_ring``);
     ``phaze.tp_overlap`` (``phaze-overlap-tensor-parallel``): each sequence-parallel TP
@@ -93,6 +95,9 @@ class EstimateLatencyPass(ModulePass):
             for o, new in overlap_latencies(op, acc, self.name):
                 o.attributes[keys.LATENCY] = LatencyAttr.make(**new)
         sum_layer_latencies(op)
+        op.attributes.pop(keys.LAYER_FLOPS, None)  # (in the order of the first pricing, as phaze.cp_ring)
+        if flops := layer_flops(op):
+            op.attributes[keys.LAYER_FLOPS] = ArrayAttr([LayerFlopsAttr.make(**d) for d in flops])
         op.attributes.pop(keys.CP_RING, None)  # (after the layers' sums when priced again, as the first time)
         if ring is not None:
             op.attributes[keys.CP_RING] = DictionaryAttr(

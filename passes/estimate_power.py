@@ -21,7 +21,10 @@ class EstimatePowerPass(ModulePass):
     ``phaze.plan`` (every device, static power and network included), the chip's average
     power over the step (the busiest pipeline rank's), one die's static power, the network's
     share, the energy per sample (the model is ``plan_power`` in
-    ``passes/algorithms/energy.py``).
+    ``passes/algorithms/energy.py``), and ``power_limit_s``, what the chip's power limit adds
+    to the placement's step (the step lasts at least its energy over the limit): the plan's
+    time is ``phaze.plan``'s plus it (:func:`phaze.plan_output.plan_record`; this pass writes
+    nothing else).
 
     Requires ``phaze.plan`` and ``phaze.stages`` (``phaze-place-devices``),
     ``phaze.layer_energy`` (``phaze-estimate-energy``) and ``phaze.layer_memory``
@@ -61,16 +64,13 @@ class EstimatePowerPass(ModulePass):
         records = [s.as_dict() for s in keys.require_records(op, keys.STAGES, StageInfoAttr)]
         power = power_of_plan(plan, records, layers, grads, acc, static_w)
         # The step lasts at least its energy over the power limit (the ops' own bound, in their
-        # latencies, leaves what runs side by side): a longer step is the plan's time.
+        # latencies, leaves what runs side by side): a longer step is the step's time, said in
+        # phaze.power's power_limit_s (phaze.plan stays the placement's:
+        # phaze.plan_output.plan_record gives the step's time).
         step = float(plan["time_per_batch_s"])
         limited = power_limited_step_s(power, step, power_headroom_w(acc))
         if limited > step:
-            plan = {
-                **plan,
-                "time_per_batch_s": limited,
-                "throughput_samples_per_s": int(plan["global_batch"]) / limited,
-            }
-            op.attributes[keys.PLAN] = PlanAttr.make(**plan)
+            plan = {**plan, "time_per_batch_s": limited}
             power = power_of_plan(plan, records, layers, grads, acc, static_w)
         per_sample = power.step_energy_j / int(plan["global_batch"])
         limit = acc.energy.power_limit_w

@@ -7,16 +7,15 @@ from dataclasses import dataclass, replace
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, BFloat16Type, IntegerAttr, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import BFloat16Type, IntegerAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from passes.algorithms.kernels import RUNTIMES, KOp, StepValues, form_kernels
-from passes.cost_view import skipped_flops
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import KernelAttr, LayerInfoAttr
+from phaze_ir.attributes import KernelAttr
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
 
@@ -153,7 +152,6 @@ class FormKernelsPass(ModulePass):
         kernels = form_kernels(
             kops, StepValues(nbytes, view_of, frozenset(outputs)), self.runtime, _compute_capability(op, self.name)
         )
-        before = _skipped_by_layer(ops)
         for o, k in zip(ops, kernels):
             if k is None:
                 o.attributes.pop(keys.KERNEL, None)
@@ -166,39 +164,6 @@ class FormKernelsPass(ModulePass):
                 causal=int(k.causal),
             )
         op.attributes[keys.KERNELS] = StringAttr(self.runtime)
-        _count_computed_flops(op, before, _skipped_by_layer(ops))
-
-
-def _skipped_by_layer(ops: list[Operation]) -> dict[tuple[int, str], int]:
-    """The FLOPs causal kernels skip (``cost_view.skipped_flops``), by (layer, phase)."""
-    out: dict[tuple[int, str], int] = {}
-    for o in ops:
-        skipped = skipped_flops(o)
-        layer = o.attributes.get(keys.LAYER)
-        if skipped and isinstance(layer, IntegerAttr):
-            key = (layer.value.data, keys.string_of(o, keys.PHASE, "fwd"))
-            out[key] = out.get(key, 0) + skipped
-    return out
-
-
-def _count_computed_flops(module: ModuleOp, before: dict, after: dict) -> None:
-    """``phaze.layers``' FLOPs as the kernels compute them: less the share of the s x s square a
-    causal attention kernel skips (what HFU counts).  Relative to the records the ops had
-    before, so forming the kernels again counts it once."""
-    if before == after:
-        return
-    records = keys.records_of(module, keys.LAYERS, LayerInfoAttr)
-    if not records:
-        return
-    out = []
-    for r in records:
-        d = r.as_dict()
-        i = int(d["index"])
-        for phase in ("fwd", "bwd"):
-            delta = after.get((i, phase), 0) - before.get((i, phase), 0)
-            d[f"{phase}_flops"] = int(d[f"{phase}_flops"]) - delta
-        out.append(LayerInfoAttr.make(**d))
-    module.attributes[keys.LAYERS] = ArrayAttr(out)
 
 
 def _compute_capability(module: ModuleOp, pass_name: str) -> float | None:

@@ -14,11 +14,11 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from passes.algorithms.context_parallel import backward_ring, forward_ring, off_diagonal_gemm, ring_s, ring_step_s
 from passes.algorithms.latency import MatmulDesc, estimate_chip
 from passes.algorithms.tp_overlap import added_s, method_of
-from passes.cost_view import describe_op
+from passes.cost_view import describe_op, skipped_flops
 from passes.graph_view import arg_role, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import LatencyAttr
+from phaze_ir.attributes import LatencyAttr, LayerInfoAttr
 from phaze_ir.errors import PhazeError
 
 #: How far through views and pointwise ops a collective's GEMMs are looked for (the casts,
@@ -148,6 +148,47 @@ def kv_bytes(ops: list[Operation]) -> int:
         if isinstance(value.type, TensorType):
             smallest = min(smallest, ph.tensor_bytes(value.type))
     return 2 * smallest
+
+
+def layer_flops(module: ModuleOp) -> list[dict[str, int]]:
+    """Per layer of ``phaze.layers`` (its ``index``, ``fwd_flops``, ``bwd_flops``,
+    ``opt_flops``), the FLOPs one device runs as the ops run: the traced ones less what a
+    causal attention kernel skips (:func:`~passes.cost_view.skipped_flops`, by the ops'
+    ``phaze.kernel``) and, under ``phaze.context_parallel = c``, each fused attention's c - 1
+    further ring steps (an off-diagonal step computes half the traced kernel's square,
+    unmasked: its GEMMs half their FLOPs, :func:`off_diagonal_twin`; its other ops what the
+    traced kernel's compute).  Empty without ``phaze.layers``."""
+    records = keys.records_of(module, keys.LAYERS, LayerInfoAttr)
+    if not records:
+        return []
+    delta: dict[tuple[int, str], int] = {}
+    for o in step_function(module).body.block.ops:
+        skipped = skipped_flops(o)
+        if skipped and isinstance(o.attributes.get(keys.LAYER), IntegerAttr):
+            key = (layer_of(o), keys.string_of(o, keys.PHASE, "fwd"))
+            delta[key] = delta.get(key, 0) - skipped
+    c = keys.int_of(module, keys.CONTEXT_PARALLEL, 1)
+    for ops in attention_kernels(module).values() if c > 1 else ():
+        key = (layer_of(ops[0]), keys.string_of(ops[0], keys.PHASE, "fwd"))
+        computed = sum(
+            o.flops() // 2 if off_diagonal_twin(o) else o.flops() - skipped_flops(o)
+            for o in ops
+            if isinstance(o, ph.ComputeOp)
+        )
+        delta[key] = delta.get(key, 0) + (c - 1) * computed
+    out = []
+    for r in records:
+        d = r.as_dict()
+        i = int(d["index"])
+        out.append(
+            {
+                "index": i,
+                "fwd_flops": int(d["fwd_flops"]) + delta.get((i, "fwd"), 0),
+                "bwd_flops": int(d["bwd_flops"]) + delta.get((i, "bwd"), 0),
+                "opt_flops": int(d["opt_flops"]),
+            }
+        )
+    return out
 
 
 def layer_of(o: Operation) -> int:

@@ -308,8 +308,8 @@ def apply_plan(fn: func.FuncOp, plan: ShardPlan, graph: TGraph, values: list[SSA
 
 def _say_replicated(module: ModuleOp, plan: ShardPlan) -> None:
     """The linears left replicated where Megatron would shard them: one warning line each, and
-    one ``#phaze.replicated_linears`` record each in the module's ``phaze.warnings`` (after the
-    importer's records), which the plan's JSON lists."""
+    one ``#phaze.replicated_linears`` record each in the module's ``phaze.tp_replicated``, which
+    the plan's JSON lists after the importer's ``phaze.warnings``."""
     records = []
     for note in plan.replicated:
         warnings.warn(note.message, PhazeWarning, stacklevel=3)
@@ -324,10 +324,9 @@ def _say_replicated(module: ModuleOp, plan: ShardPlan) -> None:
                 param_share=note.param_share,
             )
         )
+    module.attributes.pop(keys.TP_REPLICATED, None)
     if records:
-        before = module.attributes.get(keys.WARNINGS)
-        kept = list(before.data) if isinstance(before, ArrayAttr) else []
-        module.attributes[keys.WARNINGS] = ArrayAttr(kept + records)
+        module.attributes[keys.TP_REPLICATED] = ArrayAttr(records)
 
 
 @dataclass(frozen=True)
@@ -353,7 +352,7 @@ class ShardTensorParallelPass(ModulePass):
     Megatron-core refuses it); with fewer key/value heads than the width the k and v
     projections stay replicated (docs/design.md §5.2).  Linears left replicated where Megatron
     would shard them are said (``PhazeWarning``) and recorded as ``#phaze.replicated_linears``
-    in the module's ``phaze.warnings``.
+    in the module's ``phaze.tp_replicated``.
 
     ``sequence_parallel=true`` (Megatron-SP, Korthikanti et al. 2022): what lies between a
     row-parallel output and the next column-parallel input (dropout, residual adds, norms) runs

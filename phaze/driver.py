@@ -123,7 +123,7 @@ def check_options(opts: Options) -> None:
     if opts.placement.startswith("expert:"):  # its degrees are known without the model
         try:
             fixed = parse_placement(opts.placement, "")
-            check_placement_devices(fixed, opts.devices, opts.context_parallel)
+            check_placement_devices(fixed, opts.devices, context_parallel_degree(opts))
         except PlacementError as e:
             raise PhazeError(f"--placement: {e}") from e
         c = context_parallel_degree(opts)
@@ -140,10 +140,10 @@ def check_options(opts: Options) -> None:
         )
 
 
-def check_placement_devices(fixed: tuple[int, int, int] | None, devices: int, context_parallel: str = "1") -> None:
+def check_placement_devices(fixed: tuple[int, int, int] | None, devices: int, c: int = 1) -> None:
     """A fixed placement (PP, DP, TP) that needs more devices than the run has is refused, with
-    a fixed context-parallel degree's c devices for each of its TP groups."""
-    c = int(context_parallel) if context_parallel.isdigit() else 1
+    a fixed context-parallel degree's ``c`` devices for each of its TP groups
+    (:func:`~phaze.options.context_parallel_degree`: 1 under ``auto``)."""
     if fixed is not None and fixed[0] * fixed[1] * fixed[2] * c > devices:
         pp, dp, tp = fixed
         with_cp = f" x --context-parallel {c}" if c > 1 else ""
@@ -306,7 +306,7 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
         fixed = parse_placement(opts.placement, spec.name)
     except PlacementError as e:
         raise PhazeError(f"--placement: {e}") from e
-    check_placement_devices(fixed, opts.devices, opts.context_parallel)
+    check_placement_devices(fixed, opts.devices, context_parallel_degree(opts))
     return Compilation(opts, accelerator, spec, fixed, tp_widths_of(opts, fixed), vocab)
 
 

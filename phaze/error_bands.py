@@ -99,7 +99,7 @@ def plan_regime(module, plan: Mapping[str, Any]) -> Regime:
         chip=str(plan["accelerator"]["name"]),
         zero=int(plan["zero"]),
         fp8=has_fp8(module),
-        seq_len=keys.int_of(module, keys.SEQ_LEN, 0),
+        seq_len=keys.sample_seq_len(module),
         cp=int(plan.get("cp") or 1),
         kernels=keys.string_of(module, keys.KERNELS, "ops"),
         moe=int(plan.get("expert_parallel") or 1) > 1 or plan.get("capacity_factor") is not None,

@@ -1083,8 +1083,10 @@ def export_outputs(args) -> list[tuple[str, str]]:
         if path in ("", "-"):
             raise PhazeError(f"--export {target} needs a file name (not stdout)")
         if target == "torchtitan":
-            zero = str(getattr(args, "zero", "0"))
-            _torchtitan_can_run(int(zero) if zero.isdigit() else 0, getattr(args, "optimizer", "adam"))
+            from phaze.options import context_parallel_degree, zero_stage
+
+            zero = zero_stage(args) if hasattr(args, "zero") else 0  # None: auto
+            _torchtitan_can_run(zero or 0, getattr(args, "optimizer", "adam"))
             if getattr(args, "dtype", None) in ("float16", "amp-float16"):  # fp16 asked by name
                 raise PhazeError(_TORCHTITAN_FP16)
             if getattr(args, "dtype", None) == "fp8":
@@ -1093,8 +1095,8 @@ def export_outputs(args) -> list[tuple[str, str]]:
                 recipe = resolve_recipe(getattr(args, "fp8_recipe", None) or "auto", torchtitan=True).value
                 if why := torchtitan_fp8_refusal(recipe, bool(getattr(args, "fp8_params", False))):
                     raise PhazeError(why)
-            cp = str(getattr(args, "context_parallel", "1"))
-            if cp.isdigit() and int(cp) > 1 and zero not in ("3", "auto"):
+            cp = context_parallel_degree(args) if hasattr(args, "context_parallel") else 1
+            if cp > 1 and zero not in (3, None):
                 raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=zero))
             if getattr(args, "tp_overlap", "off") == "on" and getattr(args, "kernels", None) != "inductor":
                 raise PhazeError(_TORCHTITAN_ASYNC_TP)
@@ -1166,7 +1168,7 @@ def model_facts(module, opts) -> ModelFacts:
     from phaze_ir.attributes import LayerInfoAttr
 
     layers = keys.records_of(module, keys.LAYERS, LayerInfoAttr)
-    seq_len = keys.int_of(module, keys.SEQ_LEN, 0)
+    seq_len = keys.sample_seq_len(module)
     shape = dict(keys.dict_of(module, keys.MODEL_SHAPE))
     if "num_attention_heads" in shape:  # a transformer: its attention as traced (ModelFacts.attention)
         shape[TRACED_ATTENTION_KEY] = traced_attention(module)

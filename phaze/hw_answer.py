@@ -39,7 +39,7 @@ from typing import Any
 from passes.algorithms.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze import driver, plan_template
 from phaze.model_key import ModelKey, model_key
-from phaze.options import Options
+from phaze.options import Options, context_parallel_degree
 from phaze.plan_output import plan_json
 from phaze.points import chosen_point, judge_point, no_fit_message, point_label, tp_points, tp_widths_of
 from phaze_ir.attributes import format_float
@@ -251,9 +251,9 @@ def _one_point_from_template(opts: Options, inputs: _Inputs, templates: plan_tem
     points = tp_points(opts, tp_widths_of(opts, fixed))
     if len(opts.micro_batches) != 1 or len(points) != 1 or (fixed is not None and fixed[2] != points[0][0]):
         return None
-    if not opts.context_parallel.isdigit():  # auto: several degrees
+    if opts.context_parallel == "auto":  # several degrees
         return None
-    (t, sp), b, c = points[0], opts.micro_batches[0], int(opts.context_parallel)
+    (t, sp), b, c = points[0], opts.micro_batches[0], context_parallel_degree(opts)
     placed = templates.placed(plan_template.Point(b, t, sp, c))
     if placed is None:
         return None

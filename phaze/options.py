@@ -238,6 +238,11 @@ def context_parallel_degree(opts: Options) -> int:
     return int(opts.context_parallel) if opts.context_parallel.isdigit() else 1
 
 
+def zero_stage(opts: Options) -> int | None:
+    """The ZeRO stage ``opts`` fixes (0 to 3), None under ``auto`` (the placement chooses)."""
+    return None if opts.zero == "auto" else int(opts.zero)
+
+
 def traced_seq_len(opts: Options) -> int | None:
     """The tokens per sample the step of ``opts`` is traced with: ``--seq-len`` (None: the
     model's), one device's S/c under context parallelism (the sweep sets ``seq_len`` then)."""

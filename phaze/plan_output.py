@@ -71,9 +71,19 @@ def hsdp_shard(plan: dict[str, Any], dp_shard: int) -> int | None:
 
 
 def plan_record(module: ModuleOp) -> dict[str, Any]:
-    """``phaze.plan`` of a module as a dict (empty if absent)."""
+    """``phaze.plan`` of a module as a dict (empty if absent), its time the step's: the
+    placement's (``phaze-place-devices``') plus what the chip's power limit adds
+    (``phaze.power``'s ``power_limit_s``, ``phaze-estimate-power``'s), its throughput the
+    global batch over that time."""
     attr = module.attributes.get(keys.PLAN)
-    return attr.as_dict() if isinstance(attr, PlanAttr) else {}
+    if not isinstance(attr, PlanAttr):
+        return {}
+    plan = dict(attr.as_dict())
+    if (limit := _power_limit_s(module)) > 0:
+        time = float(plan["time_per_batch_s"]) + limit
+        plan["time_per_batch_s"] = time
+        plan["throughput_samples_per_s"] = int(plan["global_batch"]) / time
+    return plan
 
 
 def plan_json(
@@ -240,12 +250,14 @@ def capacity_factor(module: ModuleOp) -> float | None:
 
 
 def unpriced_ops(module: ModuleOp) -> list[dict[str, Any]]:
-    """``phaze.warnings`` as JSON: the opaque ops the plan does not price (``unpriced-op``) and
-    the linears tensor parallelism keeps replicated (``replicated-linears``); empty when none."""
+    """What the plan leaves out, as JSON: the opaque ops it does not price (``unpriced-op``,
+    ``phaze.warnings``) and the linears tensor parallelism keeps replicated
+    (``replicated-linears``, ``phaze.tp_replicated``); empty when none."""
     kinds = {UnpricedOpAttr: "unpriced-op", ReplicatedLinearsAttr: "replicated-linears"}
     return [
         {"kind": kinds[type(r)], **r.as_dict()}
-        for r in keys.records_of(module, keys.WARNINGS, RecordAttr)
+        for key in (keys.WARNINGS, keys.TP_REPLICATED)
+        for r in keys.records_of(module, key, RecordAttr)
         if type(r) in kinds
     ]
 
@@ -260,7 +272,7 @@ def power_json(module: ModuleOp, plan: dict[str, Any], published_w: float | None
     if not isinstance(attr, PowerAttr):
         return None
     out: dict[str, Any] = dict(attr.as_dict())
-    seq = keys.int_of(module, keys.SEQ_LEN, 0)  # 0: a model without a sequence
+    seq = keys.sample_seq_len(module)  # 0: a model without a sequence
     out["energy_per_token_j"] = float(out["step_energy_j"]) / (int(plan["global_batch"]) * seq) if seq else None
     out["published_power_w"] = published_w
     return out
@@ -291,7 +303,7 @@ def cost_json(module: ModuleOp, plan: dict[str, Any], acc) -> dict[str, Any]:
     carbon: dict[str, Any] | None = None
     if c.embodied_kgco2e_per_step is not None:
         samples = int(plan["global_batch"])
-        seq = keys.int_of(module, keys.SEQ_LEN, 0)
+        seq = keys.sample_seq_len(module)
         operational = c.operational_kgco2e_per_step
         total = c.embodied_kgco2e_per_step + (operational or 0.0) if operational is not None else None
         carbon = {

@@ -146,33 +146,21 @@ MFU_PALM_CONVENTION = "6·N per token plus causal attention's whole s² square (
 
 def causal_attention_skipped(module, plan: Mapping[str, Any]) -> float:
     """The model FLOPs of a batch that a causal attention kernel does not compute: of the
-    convention's whole s x s square of every causal fused attention (``phaze.fused`` ending in
-    `` causal``; three times its forward GEMMs, unsharded: times the TP width, and c² times
-    under CP of degree c, as ``phaze.model_flops`` counts them), the ``(s - 1)/2s`` above the
-    diagonal, s the whole sequence."""
-    from xdsl.dialects.builtin import StringAttr
-
+    convention's whole s x s square of every causal fused attention
+    (``phaze.causal_attention_flops``, the importer's: three times its forward GEMMs, of the
+    unsharded step as traced; c² times under CP of degree c, as
+    :func:`phaze_ir.keys.sample_model_flops` counts them), the ``(s - 1)/2s`` above the
+    diagonal, s the whole sequence.  Read from the module's attributes alone (a plan template's
+    skeleton has no step body)."""
     from passes.algorithms.latency import causal_fraction
-    from passes.graph_view import step_function
-    from phaze_ir import dialect as ph
 
-    whole = 0
-    for o in step_function(module).body.block.ops:
-        fused = o.attributes.get(keys.FUSED)
-        if (
-            isinstance(o, ph.MatmulOp)
-            and isinstance(fused, StringAttr)
-            and fused.data.endswith(" causal")
-            and keys.string_of(o, keys.PHASE, "fwd") == "fwd"
-        ):
-            whole += o.flops()
-    seq = keys.int_of(module, keys.SEQ_LEN, 0)
-    if not whole or not seq:
+    causal = keys.int_of(module, keys.CAUSAL_ATTENTION_FLOPS, 0)
+    seq = keys.sample_seq_len(module)
+    if not causal or not seq:
         return 0.0
-    tp = keys.int_of(module, keys.TP_WIDTH, 1)
     cp = keys.int_of(module, keys.CONTEXT_PARALLEL, 1)
     traced_b = keys.int_of(module, keys.MICRO_BATCH_SIZE, 1)
-    per_batch = 3.0 * tp * cp * cp * whole / traced_b * int(plan["global_batch"])
+    per_batch = float(causal * cp * cp) / traced_b * int(plan["global_batch"])
     return per_batch * (1.0 - float(causal_fraction(seq, seq, seq)))
 
 
@@ -264,14 +252,15 @@ def workspace_words(module, stage: Mapping[str, Any]) -> str:
 
 def hardware_flops(module, plan: Mapping[str, Any]) -> float:
     """The FLOPs all devices run in one batch: each stage's layers (forward, backward and
-    recomputed forward, as sharded over TP: ``phaze.layers`` of the compiled module) times the
+    recomputed forward, as sharded over TP and as the ops run: ``phaze.layer_flops`` of the
+    compiled module) times the
     micro-batches, times the DP replicas and TP ranks that run it; plus the optimizer step (on
     every DP replica, or shared among them under ZeRO).  Selective recompute re-runs the
     attention core: its FLOPs are taken as the forward's times the share of the forward's
     time it takes (``phaze.layer_recompute``'s ``selective_s / full_s``)."""
-    from phaze_ir.attributes import LayerInfoAttr, LayerRecomputeAttr
+    from phaze_ir.attributes import LayerFlopsAttr, LayerRecomputeAttr
 
-    layers = {int(r.as_dict()["index"]): r.as_dict() for r in keys.records_of(module, keys.LAYERS, LayerInfoAttr)}
+    layers = {int(r.as_dict()["index"]): r.as_dict() for r in keys.records_of(module, keys.LAYER_FLOPS, LayerFlopsAttr)}
     recompute = {
         int(r.as_dict()["index"]): r.as_dict()
         for r in keys.records_of(module, keys.LAYER_RECOMPUTE, LayerRecomputeAttr)
@@ -413,9 +402,9 @@ def build(
     acc = module_accelerator(module, "phazec")
     time_s = float(plan["time_per_batch_s"])
     samples_s = float(plan["throughput_samples_per_s"])
-    seq = keys.int_of(module, keys.SEQ_LEN, 0)
+    seq = keys.sample_seq_len(module)
     traced_b = keys.int_of(module, keys.MICRO_BATCH_SIZE, 1)
-    per_micro_batch = keys.int_of(module, keys.MODEL_FLOPS, 0)
+    per_micro_batch = keys.sample_model_flops(module)
     peak = acc.peak_tensor_flops * int(plan["devices_used"]) * time_s
     palm_flops = per_micro_batch / traced_b * int(plan["global_batch"]) if per_micro_batch else None
     model_flops = palm_flops - causal_attention_skipped(module, plan) if palm_flops is not None else None

@@ -471,8 +471,9 @@ class LayerInfoAttr(RecordAttr):
 @irdl_attr_definition
 class ReplicatedLinearsAttr(RecordAttr):
     """Linears that ``phaze-shard-tensor-parallel`` keeps replicated where Megatron would shard
-    them (module attribute ``phaze.warnings``, beside the importer's ``#phaze.unpriced_op``):
-    their FLOPs are not divided over the tensor-parallel group, so the plan says so.
+    them (module attribute ``phaze.tp_replicated``; the importer's ``#phaze.unpriced_op`` are in
+    ``phaze.warnings``): their FLOPs are not divided over the tensor-parallel group, so the plan
+    says so.
 
     Syntax::
 
@@ -658,6 +659,29 @@ class LayerLatencyAttr(RecordAttr):
     fwd_s: FloatData
     bwd_s: FloatData
     opt_s: FloatData
+
+
+@irdl_attr_definition
+class LayerFlopsAttr(RecordAttr):
+    """The FLOPs one device runs per layer as its ops run (module attribute ``phaze.layer_flops``,
+    one per layer of ``phaze.layers``), from ``phaze-estimate-latency``: ``phaze.layers``' FLOPs
+    (the ops as traced) less what a causal attention kernel skips above the diagonal
+    (``cost_view.skipped_flops``) and, under context parallelism of degree c, with each fused
+    attention's c - 1 further ring steps (an off-diagonal step: half its GEMMs' square,
+    unmasked).  What the summary's HFU counts.
+
+    Syntax::
+
+        #phaze.layer_flops<index = 1, fwd_flops = 1000, bwd_flops = 2000, opt_flops = 10>
+    """
+
+    name = "phaze.layer_flops"
+    FIELDS = ("index", "fwd_flops", "bwd_flops", "opt_flops")
+
+    index: IntAttr
+    fwd_flops: IntAttr
+    bwd_flops: IntAttr
+    opt_flops: IntAttr
 
 
 @irdl_attr_definition

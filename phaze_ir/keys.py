@@ -33,6 +33,8 @@ __all__ = [
     "int_of",
     "records_of",
     "require",
+    "sample_model_flops",
+    "sample_seq_len",
     "require_records",
     "string_of",
 ]
@@ -64,8 +66,9 @@ MICRO_BATCH_SIZE = Key("phaze.micro_batch_size", "module", "i64: samples per mic
 SEQ_LEN = Key(
     "phaze.seq_len",
     "module",
-    "i64: sequence length of a sample (traced; under context parallelism c times the S/c traced)",
-    IMPORTER + " and phaze-context-parallel",
+    "i64: sequence length of a sample as traced (under context parallelism one device's S/c: the whole "
+    "sample's is sample_seq_len)",
+    IMPORTER,
 )
 MODEL_SHAPE = Key(
     "phaze.model_shape",
@@ -90,16 +93,29 @@ MODEL_FLOPS = Key(
     "i64: the model FLOPs of one training micro-batch: 3x the forward GEMM FLOPs of the whole, unsharded "
     "step (6·N·tokens plus attention's 12·L·H·Q·T·tokens for a transformer, causal attention's whole square: "
     "PaLM's; the summary's MFU takes off the half a causal kernel skips; an MoE's routed tokens, not its "
-    "capacity padding; docs/design.md §6.10)",
+    "capacity padding; docs/design.md §6.10); as traced (under context parallelism of S/c tokens: the "
+    "whole sample's is sample_model_flops)",
+    IMPORTER,
+)
+ATTENTION_FLOPS = Key(
+    "phaze.attention_flops",
+    "module",
+    "i64: of phaze.model_flops, the fused attentions' score and context GEMMs (3x their forward FLOPs, "
+    "unsharded, as traced), which grow with the square of the sequence (absent: none)",
+    IMPORTER,
+)
+CAUSAL_ATTENTION_FLOPS = Key(
+    "phaze.causal_attention_flops",
+    "module",
+    "i64: of phaze.attention_flops, the causal attentions' (their aten op's phaze.fused ends in ' causal'), "
+    "whose half above the diagonal the summary's MFU takes off (absent: none)",
     IMPORTER,
 )
 WARNINGS = Key(
     "phaze.warnings",
     "module",
-    "array of what the plan leaves out: #phaze.unpriced_op (opaque ops the cost model does not price, "
-    "the importer's) and #phaze.replicated_linears (linears tensor parallelism keeps replicated, "
-    "phaze-shard-tensor-parallel's)",
-    IMPORTER + " and phaze-shard-tensor-parallel",
+    "array of #phaze.unpriced_op: opaque ops the cost model does not price (what the plan leaves out)",
+    IMPORTER,
 )
 MODULE = Key("phaze.module", "op", "string: the torch module path the op came from", IMPORTER)
 PHASE = Key("phaze.phase", "op", "string: fwd, bwd or opt", IMPORTER)
@@ -127,6 +143,13 @@ SAVED_BYTES = Key("phaze.saved_bytes", "op", "i64: bytes of its results autograd
 LAYER = Key("phaze.layer", "op", "i64: index of the op's layer", "phaze-group-layers")
 LAYERS = Key("phaze.layers", "module", "array of #phaze.layer_info, one per layer", "phaze-group-layers")
 TP_WIDTH = Key("phaze.tp_width", "module", "i64: tensor-parallel width sharded for", "phaze-shard-tensor-parallel")
+TP_REPLICATED = Key(
+    "phaze.tp_replicated",
+    "module",
+    "array of #phaze.replicated_linears: the linears tensor parallelism keeps replicated (the plan's "
+    "warnings say them beside phaze.warnings')",
+    "phaze-shard-tensor-parallel",
+)
 SEQUENCE_PARALLEL = Key(
     "phaze.sequence_parallel",
     "module",
@@ -166,6 +189,13 @@ CONTEXT_PARALLEL = Key(
 LAYER_LATENCY = Key(
     "phaze.layer_latency", "module", "array of #phaze.layer_latency: serial sums per layer", "phaze-estimate-latency"
 )
+LAYER_FLOPS = Key(
+    "phaze.layer_flops",
+    "module",
+    "array of #phaze.layer_flops: the FLOPs one device runs per layer as its ops run (causal kernels' skipped "
+    "share off, a context-parallel ring's c steps in: what HFU counts)",
+    "phaze-estimate-latency",
+)
 ENERGY = Key(
     "phaze.energy", "op", "#phaze.energy: joules of one execution on one device, by part", "phaze-estimate-energy"
 )
@@ -194,9 +224,20 @@ LAYER_RECOMPUTE = Key(
 LAYER_MEMORY = Key(
     "phaze.layer_memory", "module", "array of #phaze.layer_memory: weights, state, workspace", "phaze-insert-recompute"
 )
-PLAN = Key("phaze.plan", "module", "#phaze.plan: the placement and its time per batch", "phaze-place-devices")
+PLAN = Key(
+    "phaze.plan",
+    "module",
+    "#phaze.plan: the placement and its time per batch (the placement's: what the chip's power limit adds is "
+    "phaze.power's power_limit_s)",
+    "phaze-place-devices",
+)
 STAGES = Key("phaze.stages", "module", "array of #phaze.stage_info, one per pipeline stage", "phaze-place-devices")
-POWER = Key("phaze.power", "module", "#phaze.power: the step's energy and the chip's power", "phaze-estimate-power")
+POWER = Key(
+    "phaze.power",
+    "module",
+    "#phaze.power: the step's energy and the chip's power, and what the power limit adds to the step",
+    "phaze-estimate-power",
+)
 STAGE = Key("phaze.stage", "op", "i64: index of the op's pipeline stage", "phaze-place-devices")
 
 # -- written by the architecture search (phaze/search) ------------------------------------------
@@ -308,6 +349,27 @@ def _check_key_types(module: Operation) -> None:
                 or StringAttr(attr.root_reference.data) not in names
             ):
                 raise PhazeError(f"'{module.name}' op {key} = {attr}: expected the symbol of an op of the module")
+
+
+def sample_seq_len(module: Operation) -> int:
+    """The sequence length of a whole sample (0: a model without one): ``phaze.seq_len`` as
+    traced, times the context-parallel degree c (``phaze.context_parallel``) whose devices each
+    trace S/c of it."""
+    return int_of(module, SEQ_LEN, 0) * int_of(module, CONTEXT_PARALLEL, 1)
+
+
+def sample_model_flops(module: Operation) -> int:
+    """The model FLOPs of one micro-batch of whole samples (0: not counted): ``phaze.model_flops``
+    as traced, and under context parallelism of degree c (a trace of S/c tokens) c times its
+    GEMMs but c² times its attention's (``phaze.attention_flops``: score and context GEMMs
+    grow with the square of the sequence); 0 beyond an i64, as the importer leaves it."""
+    flops = int_of(module, MODEL_FLOPS, 0)
+    c = int_of(module, CONTEXT_PARALLEL, 1)
+    if c == 1 or not flops:
+        return flops
+    attention = int_of(module, ATTENTION_FLOPS, 0)
+    whole = c * (flops - attention) + c * c * attention
+    return whole if whole < 2**63 else 0
 
 
 def records_of(op: Operation, key: Key, kind: type[AttributeT]) -> list[AttributeT]:

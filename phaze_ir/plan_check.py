@@ -10,8 +10,8 @@ agree with each other, and with the module they describe. :func:`check_plan` ver
 - ``micro_batch_size·num_micro_batches·dp = global_batch`` (``num_micro_batches >= 1``);
 - ``throughput_samples_per_s = global_batch / time_per_batch_s``;
 - ``time_per_batch_s = (m + (pp − 1)/v)·max time_s + max exposed_dp_s + max optimizer_s`` over
-  the stages (plus ``phaze.power``'s ``power_limit_s``, what ``phaze-estimate-power`` adds to a
-  step its power limit binds), ``max_memory_bytes`` their largest ``memory_bytes``;
+  the stages (the placement's step: what the power limit adds is ``phaze.power``'s
+  ``power_limit_s``), ``max_memory_bytes`` their largest ``memory_bytes``;
 - each stage's parts add up to it (``compute_s + recompute_s + pp_comm_s + zero_comm_s +
   ep_comm_s = time_s``, the memory parts to ``memory_bytes``);
 - ``pp·v`` stages, stage k on rank ``k mod pp`` with ``tp`` devices, holding consecutive layers
@@ -170,9 +170,6 @@ def _check_stages(
     longest = max(float(s["time_s"]) for s in stages)
     expected = factor * longest + max(float(s["exposed_dp_s"]) for s in stages)
     expected += max(float(s["optimizer_s"]) for s in stages)
-    power = module.attributes.get(keys.POWER)
-    if isinstance(power, PowerAttr):  # phaze-estimate-power lengthens a step its power limit binds
-        expected += float(power.get("power_limit_s"))
     if not _close(time, expected):
         _fail(
             module,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from passes.context_parallel import ContextParallelPass, attention_kernels
 from passes.cost_view import describe_op, skipped_flops
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import LatencyAttr, LayerInfoAttr, LayerLatencyAttr
+from phaze_ir.attributes import LatencyAttr, LayerFlopsAttr, LayerLatencyAttr
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
 
@@ -180,9 +181,11 @@ def test_the_pass_makes_each_attention_a_ring_of_c_steps():
         d = r.as_dict()
         for phase in ("fwd", "bwd"):
             assert math.isclose(float(d[f"{phase}_s"]), sums.get((int(d["index"]), phase), 0.0), rel_tol=1e-12)
-    # A whole sample: 32 tokens; the GEMMs' FLOPs twice, attention's four times; the layers'
-    # FLOPs count each attention twice (its two steps).
-    assert keys.int_of(after, keys.SEQ_LEN, 0) == 32 and keys.int_of(after, keys.CONTEXT_PARALLEL, 1) == 2
+    # A whole sample: 32 tokens (16 traced); the GEMMs' FLOPs twice, attention's four times (the
+    # importer's phaze.attention_flops: the sharded step's attention times its width, 1); the
+    # layers' FLOPs count each attention twice (its two steps).
+    assert keys.int_of(after, keys.SEQ_LEN, 0) == 16 and keys.int_of(after, keys.CONTEXT_PARALLEL, 1) == 2
+    assert keys.sample_seq_len(after) == 32
     attention = 3 * sum(
         o.flops()
         for g in groups.values()
@@ -190,9 +193,13 @@ def test_the_pass_makes_each_attention_a_ring_of_c_steps():
         if isinstance(o, ph.MatmulOp) and keys.string_of(o, keys.PHASE) == "fwd"
     )
     flops = keys.int_of(before, keys.MODEL_FLOPS, 0)
-    assert keys.int_of(after, keys.MODEL_FLOPS, 0) == 2 * (flops - attention) + 4 * attention
-    grew = sum(int(r.as_dict()["fwd_flops"]) for r in keys.records_of(after, keys.LAYERS, LayerInfoAttr)) - sum(
-        int(r.as_dict()["fwd_flops"]) for r in keys.records_of(before, keys.LAYERS, LayerInfoAttr)
+    assert keys.int_of(after, keys.ATTENTION_FLOPS, 0) == attention
+    assert keys.sample_model_flops(after) == 2 * (flops - attention) + 4 * attention
+    # phaze.layers stays phaze-group-layers' (the ops as traced); phaze.layer_flops, what the
+    # devices run, is phaze-estimate-latency's
+    assert after.attributes[keys.LAYERS] == before.attributes[keys.LAYERS]
+    grew = sum(int(r.as_dict()["fwd_flops"]) for r in keys.records_of(after, keys.LAYER_FLOPS, LayerFlopsAttr)) - sum(
+        int(r.as_dict()["fwd_flops"]) for r in keys.records_of(before, keys.LAYER_FLOPS, LayerFlopsAttr)
     )
     # (the off-diagonal step: half the GEMMs' square, unmasked; its other ops as the traced kernel computes them)
     assert grew == sum(
@@ -235,6 +242,27 @@ def test_the_ring_worked_by_hand():
     )
     got = {str(o.results[0].name_hint): new["split_s"] for o, new in scaled}
     assert got == pytest.approx({"s": 2e-6, "p": 2e-6, "o": 2e-6, "ds": 1.128e-6, "dq": 1.128e-6}, rel=1e-12)
+
+
+def test_the_whole_sample_is_read_from_the_traced_keys():
+    """tests/filecheck/context_parallel.mlir marked at degree 2: phaze.seq_len and
+    phaze.model_flops stay the importer's (one writer each); the whole sample's are c times the
+    tokens and c times the GEMMs but c² times the attention (phaze.attention_flops):
+    2 * (10000 - 1536) + 4 * 1536 = 23072.  Without the attention's share, c times all of it."""
+    from xdsl.context import Context
+
+    from phaze_ir.ir import parse_module
+
+    text = (Path(__file__).parent / "filecheck" / "context_parallel.mlir").read_text()
+    text = re.sub(r", phaze.latency = #phaze.latency<[^>]*>", "", text)  # as the RUN lines' sed
+    module = parse_module("\n".join(line for line in text.splitlines() if not line.startswith("//")))
+    ContextParallelPass(degree=2).apply(Context(), module)
+    assert (keys.int_of(module, keys.SEQ_LEN, 0), keys.int_of(module, keys.MODEL_FLOPS, 0)) == (4, 10000)
+    assert (keys.sample_seq_len(module), keys.sample_model_flops(module)) == (8, 23072)
+    module.attributes.pop(keys.ATTENTION_FLOPS)
+    assert keys.sample_model_flops(module) == 20000
+    module.attributes.pop(keys.CONTEXT_PARALLEL)
+    assert (keys.sample_seq_len(module), keys.sample_model_flops(module)) == (4, 10000)
 
 
 def test_the_pass_refuses_a_step_without_fused_attention(tiny_gpt2_module):

@@ -22,18 +22,6 @@ PASSES = Path(__file__).resolve().parent.parent / "passes"
 #: Modules of passes/ that are views shared by the passes, not passes.
 HELPERS = ("cost_view.py", "graph_view.py", "how_ops_run.py")
 
-#: Keys that still have a second writer, each with the pass that writes it besides the declared
-#: one: what is left of issue 56 item 4 to build (a pass that builds, not patches). The test
-#: fails on any other second writer, and when one of these is gone (remove it here).
-SECOND_WRITERS = {
-    keys.SEQ_LEN: {"phaze-context-parallel"},  # the whole sample's tokens over the S/c traced
-    keys.MODEL_FLOPS: {"phaze-context-parallel"},  # the whole sample's model FLOPs
-    keys.LAYERS: {"phaze-form-kernels", "phaze-context-parallel"},  # the FLOPs the kernels compute
-    keys.WARNINGS: {"phaze-shard-tensor-parallel"},  # the replicated linears, beside the importer's
-    keys.PLAN: {"phaze-estimate-power"},  # the step the power limit lengthens
-}
-
-
 #: keys.py's tuples of keys, by name: the names of their keys.
 _TUPLES = {
     n: [next(m for m, k in vars(keys).items() if k is v) for v in t]
@@ -138,20 +126,23 @@ def test_one_writer_per_key():
         if key in keys.PROVENANCE:
             continue
         declared = _declared(key)
-        known = SECOND_WRITERS.get(key, set())
-        extra = passes - set(declared) - known
+        extra = passes - set(declared)
         if extra:
             problems.append(f"{key}: written by {sorted(extra)}, declared {key.writer!r}")
     for key in keys.ALL_KEYS:
-        if key not in keys.PROVENANCE and not set(_declared(key)[1:]) <= SECOND_WRITERS.get(key, set()):
+        if key not in keys.PROVENANCE and len(_declared(key)) > 1:
             problems.append(f"{key}: declares {len(_declared(key))} writers ({key.writer!r})")
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("key", sorted(SECOND_WRITERS, key=str))
-def test_the_known_second_writers_are_still_there(key):
-    """A second writer removed is taken off SECOND_WRITERS (the list only shrinks)."""
-    assert SECOND_WRITERS[key] <= writers().get(_name(key), set())
+def test_the_keys_of_issue_56_have_one_writer():
+    """Issue 56 item 4: the keys that had a second writer each have their declared one alone."""
+    found = writers()
+    for name in ("SEQ_LEN", "MODEL_FLOPS", "WARNINGS", "ATTENTION_FLOPS", "CAUSAL_ATTENTION_FLOPS"):
+        assert name not in found, name  # the importer's alone (no pass)
+    assert found["LAYERS"] == {"phaze-group-layers"} and found["PLAN"] == {"phaze-place-devices"}
+    assert found["TP_REPLICATED"] == {"phaze-shard-tensor-parallel"}
+    assert found["LAYER_FLOPS"] == {"phaze-estimate-latency"}
 
 
 def test_the_latency_keys_have_one_writer():

@@ -216,7 +216,12 @@ def test_tensor_parallel_splits_experts_like_megatron():
 
 def test_tiny_mixtral_plan():
     text = _compile(_model_file(MIXTRAL.format(seq=32)), "--hw", "a100", "--devices", "4", "--global-batch", "8", *FAST)
-    assert "phaze.plan" in text and "phaze.warnings" not in text and "feasible = yes" in text
+    assert (
+        "phaze.plan" in text
+        and "phaze.warnings" not in text
+        and "phaze.tp_replicated" not in text
+        and "feasible = yes" in text
+    )
 
 
 def _plan_json(tmp_path: Path, name: str, *flags: str) -> dict:

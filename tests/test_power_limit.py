@@ -102,7 +102,10 @@ def test_a_plans_power_is_never_above_the_limit(tmp_path, flags):
 
     from conftest import MODELS, run_tool
 
+    from phaze.plan_output import plan_record
+    from phaze_ir import keys
     from phaze_ir.hardware import dumps_toml
+    from phaze_ir.ir import parse_module
 
     hw = tmp_path / "h100_250w.toml"
     hw.write_text(dumps_toml(dataclasses.replace(_limited(H100, 250.0), name="h100_250w")))
@@ -113,8 +116,16 @@ def test_a_plans_power_is_never_above_the_limit(tmp_path, flags):
         *flags,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    power = json.loads(out.read_text())["power"]
+    plan = json.loads(out.read_text())
+    power = plan["power"]
     assert power["chip_power_w"] <= 250.0 * (1 + 1e-9)
+    # phaze.plan is the placement's (phaze-place-devices its one writer); the step's time adds
+    # what the limit adds (phaze.power's power_limit_s), as the JSON and plan_record give it
+    module = parse_module((tmp_path / "p.mlir").read_text())
+    placed = float(module.attributes[keys.PLAN].as_dict()["time_per_batch_s"])
+    assert plan["time_per_batch_s"] == plan_record(module)["time_per_batch_s"]
+    assert plan["time_per_batch_s"] == pytest.approx(placed + power["power_limit_s"], rel=1e-12)
+    assert plan["throughput_samples_per_s"] == pytest.approx(8 / plan["time_per_batch_s"], rel=1e-12)
     assert power["clock_limited_share"] > 0 and "at the 250 W limit: clock-limited" in res.stderr
 
 

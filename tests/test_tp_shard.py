@@ -704,7 +704,7 @@ def _check_kv_replicated(path: str, width: int, kv: int, heads: int, head_dim: i
     """Fewer key/value heads than devices: k and v projections whole, every other block linear
     split as Megatron splits it, ``heads/width`` query heads per device, 2 all-reduces per block
     forward and 4 backward (Megatron's 2 and the gradients of the replicated K and V, each of
-    their output's size), said in a warning and a ``phaze.warnings`` record.  Returns the
+    their output's size), said in a warning and a ``phaze.tp_replicated`` record.  Returns the
     printed module."""
     before, after, module, _ = sharded(path, width)
     whole, local = _args(parse_module(compiled(path))), _args(module)
@@ -740,8 +740,8 @@ def _check_kv_replicated(path: str, width: int, kv: int, heads: int, head_dim: i
         f"for {width} devices"
     ), said
     assert (
-        f'phaze.warnings = [#phaze.replicated_linears<reason = "kv_heads", width = {width}, count = 4, total = 14, '
-        'module = "model.layers.0.self_attn.k_proj", flops_share = '
+        f'phaze.tp_replicated = [#phaze.replicated_linears<reason = "kv_heads", width = {width}, count = 4, '
+        'total = 14, module = "model.layers.0.self_attn.k_proj", flops_share = '
     ) in printed
     return printed
 

@@ -387,6 +387,11 @@ class _Importer:
         flops = model_flops(fn, self.routed) if traced.training else 0
         if 0 < flops < 2**63:  # beyond i64 (10^19 FLOPs a micro-batch) the summary shows no MFU
             attrs[keys.MODEL_FLOPS] = IntegerAttr(flops, i64)
+            attention, causal = attention_flops(fn)
+            if 0 < attention < 2**63:
+                attrs[keys.ATTENTION_FLOPS] = IntegerAttr(attention, i64)
+            if 0 < causal < 2**63:
+                attrs[keys.CAUSAL_ATTENTION_FLOPS] = IntegerAttr(causal, i64)
         if self.unknown:
             attrs[keys.WARNINGS] = ArrayAttr(self.unpriced(graph))
         if self.capacity_factor is not None:
@@ -1213,6 +1218,23 @@ def model_flops(fn: func.FuncOp, routed: Mapping[Operation, tuple[int, int]] | N
                 flops = flops * rows // run
             total += flops * (1 + (op.lhs in needs_grad) + (op.rhs in needs_grad))
     return total
+
+
+def attention_flops(fn: func.FuncOp) -> tuple[int, int]:
+    """Of ``phaze.model_flops``, the fused attentions' share (``phaze.attention_flops``) and the
+    causal ones' (``phaze.causal_attention_flops``): three times the forward GEMMs of the ops
+    one ``phaze.fused`` aten op stands for (the score and context GEMMs of an SDPA or flash
+    attention; a fused dropout has none), of the whole, unsharded step as traced.  These grow
+    with the square of the sequence (a context-parallel step's whole sample: c² times the
+    traced S/c's, :func:`phaze_ir.keys.sample_model_flops`), and a causal kernel skips the half
+    above the diagonal (the summary's MFU takes it off)."""
+    attention = causal = 0
+    for op in fn.body.walk():
+        fused = op.attributes.get(keys.FUSED)
+        if isinstance(op, ph.MatmulOp) and isinstance(fused, StringAttr) and keys.string_of(op, keys.PHASE) == "fwd":
+            attention += 3 * op.flops()
+            causal += 3 * op.flops() if fused.data.endswith(" causal") else 0
+    return attention, causal
 
 
 def _needs_grad(fn: func.FuncOp) -> set[SSAValue]:

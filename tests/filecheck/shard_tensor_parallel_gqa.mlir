@@ -66,13 +66,13 @@ builtin.module {
 // CHECK: %dkh = phaze.reduction "sum" %dkr dims [1] aten "attention" {{.*}} : (tensor<1x2x8x2xf16>) -> tensor<1x1x8x2xf16>
 // CHECK-NOT: phaze.collective
 // CHECK: %dwk = phaze.matmul %dkt, %x {{.*}} : (tensor<2x8xf16>, tensor<8x8xf16>) -> tensor<2x8xf16>
-// CHECK-NOT: phaze.warnings
+// CHECK-NOT: phaze.tp_replicated
 
 // Width 4 is a multiple of the 2 key/value heads: k and v stay replicated, each device
 // repeats the key/value head its 1 query head reads (2 -> 1 heads: the repeat makes the
 // split); the backward sum is partial (a device holds part of one group) and all-reduced
 // before the key projection's weight gradient, which is whole.  Said on the module.
-// KV: builtin.module attributes {phaze.warnings = [#phaze.replicated_linears<reason = "kv_heads", width = 4, count = 2, total = 4, module = "k", flops_share = 0.3333333333333333, param_share = {{.*}}>], phaze.tp_width = 4 : i64}
+// KV: builtin.module attributes {phaze.tp_replicated = [#phaze.replicated_linears<reason = "kv_heads", width = 4, count = 2, total = 4, module = "k", flops_share = 0.3333333333333333, param_share = {{.*}}>], phaze.tp_width = 4 : i64}
 // KV: func.func @train_step(%wq: tensor<2x8xf16> {phaze.param = "wq"}, %wk: tensor<4x8xf16> {phaze.param = "wk"}, %wv: tensor<4x8xf16> {phaze.param = "wv"}, %wo: tensor<8x2xf16> {phaze.param = "wo"}, %x: tensor<8x8xf16> {phaze.input = "x"})
 // KV: %k = phaze.matmul %x, %tk {{.*}} : (tensor<8x8xf16>, tensor<8x4xf16>) -> tensor<8x4xf16>
 // KV: %kr = phaze.layout "repeat" %kh aten "attention" {{.*}} : (tensor<1x2x8x2xf16>) -> tensor<1x1x8x2xf16>
