@@ -1083,9 +1083,11 @@ def export_outputs(args) -> list[tuple[str, str]]:
         if path in ("", "-"):
             raise PhazeError(f"--export {target} needs a file name (not stdout)")
         if target == "torchtitan":
-            from phaze.options import context_parallel_degree, zero_stage
+            from phaze.options import Options, context_parallel_degree, zero_stage
 
-            zero = zero_stage(args) if hasattr(args, "zero") else 0  # None: auto
+            # the options given (Options' defaults for the others), typed as the run takes them
+            given = Options(**{k: v for k in ("zero", "context_parallel") if (v := getattr(args, k, None)) is not None})
+            zero = zero_stage(given)  # None: auto
             _torchtitan_can_run(zero or 0, getattr(args, "optimizer", "adam"))
             if getattr(args, "dtype", None) in ("float16", "amp-float16"):  # fp16 asked by name
                 raise PhazeError(_TORCHTITAN_FP16)
@@ -1095,8 +1097,7 @@ def export_outputs(args) -> list[tuple[str, str]]:
                 recipe = resolve_recipe(getattr(args, "fp8_recipe", None) or "auto", torchtitan=True).value
                 if why := torchtitan_fp8_refusal(recipe, bool(getattr(args, "fp8_params", False))):
                     raise PhazeError(why)
-            cp = context_parallel_degree(args) if hasattr(args, "context_parallel") else 1
-            if cp > 1 and zero not in (3, None):
+            if context_parallel_degree(given) > 1 and zero not in (3, None):
                 raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=zero))
             if getattr(args, "tp_overlap", "off") == "on" and getattr(args, "kernels", None) != "inductor":
                 raise PhazeError(_TORCHTITAN_ASYNC_TP)
