@@ -44,6 +44,7 @@ from typing import Any
 
 from phaze_ir.errors import ModelTooLarge, PhazeError, PhazeWarning
 from phaze_ir.files import RefusedFile, printable, read_regular, shorten
+from phaze_ir.warning import keep_route, routed_for_the_process
 
 
 @dataclass
@@ -190,6 +191,10 @@ def _offline_environment():
     added = [k for k in _OFFLINE_DEFAULTS if k not in os.environ]
     os.environ.update({k: _OFFLINE_DEFAULTS[k] for k in added})
     try:
+        if routed_for_the_process():  # a tool's: transformers' warnings said as phaze's, once
+            import transformers  # noqa: F401  (its log handler made now, to be routed)
+
+            keep_route()
         yield
     finally:
         for k in added:
