@@ -317,6 +317,7 @@ def compile(
     ``log``: where progress lines go (None: nowhere).  When no placement fits, the plan says so
     (:attr:`Plan.feasible`, :attr:`Plan.binding`)."""
     from phaze import hw_answer
+    from phaze.messages import transformers_through_warnings
 
     _check_arguments(model, inputs, name, cache, log)
     opts = options(hw, **({"seq_len": seq_len} if seq_len is not None else {}), **given)
@@ -327,7 +328,7 @@ def compile(
         source = os.fspath(model)
     caught: list[warnings.WarningMessage] = []
     try:
-        with warnings.catch_warnings(record=True) as record:
+        with warnings.catch_warnings(record=True) as record, transformers_through_warnings():
             warnings.simplefilter("always")
             caught = record
             answer = hw_answer.answer(

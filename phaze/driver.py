@@ -120,6 +120,10 @@ def check_options(opts: Options) -> None:
         raise PhazeError(
             f"--dp-shard {opts.dp_shard}: HSDP shards as FSDP does: expected --zero 2 or 3, not {opts.zero}"
         )
+    if opts.dp_shard > opts.devices:  # a shard group of DP ranks, at most every device
+        raise PhazeError(f"--dp-shard {opts.dp_shard}: expected a shard group of at most --devices {opts.devices}")
+    if opts.fp8_params and opts.dtype != "fp8":  # the FP8 linears are --dtype fp8's: known before any trace
+        raise PhazeError(f"--fp8-params: FP8 primary weights are the FP8 linears' of --dtype fp8, not {opts.dtype}")
     if opts.placement.startswith("expert:"):  # its degrees are known without the model
         try:
             fixed = parse_placement(opts.placement, "")
@@ -294,12 +298,12 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
     ``phazec --hw``'s settings sweep start here)."""
     from passes.algorithms.placement import PlacementError, parse_placement
     from phaze_ir.frontend import load_model_file
-    from phaze_ir.frontend.trace import check_model_size
+    from phaze_ir.frontend.trace import check_model
 
     accelerator = check_question(opts, accelerator)
     opts = replace(opts, schedule_cache=schedule_cache(opts))
     spec = with_runtime_attention(load_model_file(model_path), opts)
-    vocab = check_model_size(spec)  # a model beyond the size bound: one line now, not one per trace
+    vocab, heads = check_model(spec)  # a model beyond the size bound: one line now, not one per trace
     if spec.no_seq_len is not None and opts.seq_len is None:  # one line now, not after a trace
         raise PhazeError(spec.no_seq_len)
     try:
@@ -307,7 +311,41 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
     except PlacementError as e:
         raise PhazeError(f"--placement: {e}") from e
     check_placement_devices(fixed, opts.devices, context_parallel_degree(opts))
-    return Compilation(opts, accelerator, spec, fixed, tp_widths_of(opts, fixed), vocab)
+    widths = tp_widths_of(opts, fixed)
+    if STAGES.index(opts.emit) >= STAGES.index("sharded"):
+        check_tp_heads(widths, heads, spec.name, opts.placement if fixed is not None and not opts.tp_widths else None)
+    return Compilation(opts, accelerator, spec, fixed, widths, vocab)
+
+
+def check_tp_heads(widths: tuple[int, ...], heads: tuple[int, int] | None, name: str, placement: str | None) -> None:
+    """Refuse, before any trace, TP widths of which none can split the model's attention heads
+    (``heads``: its config's query and key/value heads, None: not known before the trace): a
+    width must divide the query heads and divide or be a multiple of the key/value heads, as
+    phaze-shard-tensor-parallel requires (``tp_structure.GraphStructure._check_heads``, after
+    Megatron-core's transformer_config.py). A width among others that cannot is left to the
+    sweep, which skips it with its reason."""
+    if heads is None or not widths:
+        return
+    q, kv = heads
+
+    def why(t: int) -> str | None:
+        if q % t:
+            return f"does not divide the {q} attention heads of {name} (its config's num_attention_heads)"
+        if kv % t and t % kv:
+            return (
+                f"neither divides nor is a multiple of the {kv} key/value heads of {name} (its config's "
+                "num_key_value_heads; Megatron requires one or the other)"
+            )
+        return None
+
+    reasons = [why(t) for t in widths]
+    if all(reasons):
+        fits = [t for t in range(1, q + 1) if q % t == 0 and why(t) is None]
+        flag = f"--placement {placement}" if placement else f"--tp {','.join(map(str, widths))}"
+        others = f" (nor can {', '.join(map(str, widths[1:]))})" if len(widths) > 1 else ""
+        raise PhazeError(
+            f"{flag}: width {widths[0]} {reasons[0]}{others}: expected a width among {', '.join(map(str, fits))}"
+        )
 
 
 class _NotTheWholeStep(Exception):

@@ -12,13 +12,16 @@ design, a parse error's excerpt or one line per output not written, says its lin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.files import printable
+from phaze_ir.warning import first_line as _first_line
+from phaze_ir.warning import route_transformers, routed_for_the_process
 
 
 def message_lines(error: BaseException) -> list[str]:
@@ -41,20 +44,49 @@ def log_line(tool: str, message: str, block: bool = False) -> str:
 
 
 def show_warnings_as(tool: str) -> None:
-    """Print phaze's warnings as ``<tool>: warning: ...``; every other warning as before."""
-    previous = warnings.showwarning
+    """Print every warning as one line, ``<tool>: warning: ...``, each message once: phaze's as
+    they are, a library's (torch's, transformers') with its category and the package it came
+    from, never Python's ``file:line: Category: message`` and the source line under it; and
+    transformers' logged warnings the same way (:func:`transformers_through_warnings`, for the
+    life of the process: a tool owns it)."""
     shown: set[str] = set()  # Python's filter is per source line; the same message can come from two
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, PhazeWarning):
-            said = printable(str(message).strip())
-            if said not in shown:
-                shown.add(said)
-                print(f"{tool}: warning: {said}", file=file or sys.stderr, flush=True)
-        else:
-            previous(message, category, filename, lineno, file, line)
+        said = str(message).strip()  # phaze's whole, its newlines escaped
+        if not issubclass(category, PhazeWarning):
+            said = f"{category.__name__} from {_package_of(str(filename))}: {_first_line(said)}"
+        said = printable(said)
+        if said not in shown:
+            shown.add(said)
+            print(f"{tool}: warning: {said}", file=file or sys.stderr, flush=True)
 
     warnings.showwarning = show
+    route_transformers(True, for_the_process=True)
+
+
+def _package_of(filename: str) -> str:
+    """The top package of the file a warning names (``transformers``, ``torch``), not its path."""
+    parts = filename.replace("\\", "/").split("/")
+    for root in ("site-packages", "dist-packages"):
+        if root in parts and parts.index(root) + 1 < len(parts):
+            return parts[parts.index(root) + 1].removesuffix(".py")
+    return os.path.basename(filename).removesuffix(".py") or "python"
+
+
+@contextlib.contextmanager
+def transformers_through_warnings() -> Iterator[None]:
+    """transformers' logged warnings said through :mod:`warnings` while the block runs
+    (``phaze.compile``: the caller's process keeps its logging as it was afterwards)."""
+    if routed_for_the_process():  # a tool's, for the whole process
+        yield
+        return
+    import transformers  # noqa: F401  (its logger and handler, made on import, to be filtered)
+
+    route_transformers(True)
+    try:
+        yield
+    finally:
+        route_transformers(False)
 
 
 #: The exit status after Ctrl-C (128 + SIGINT, as a shell reports a process it interrupted).

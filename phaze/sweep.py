@@ -353,7 +353,10 @@ def nearest_plan(opts: Options, max_devices: int, fits, log) -> str:
     placement, then the fewest between the last that did not and that one (halving the gap:
     a count between fits when more devices fit, which holds but for a count the batch or the
     model's layers do not divide). ``fits(options)``: the best :data:`Fit` under them, or None."""
-    relaxed = {k: "auto" for k in ("zero", "recompute") if getattr(opts, k) != "auto"}
+    # (HSDP's ZeRO stays as given: --dp-shard needs ZeRO 2 or 3, which auto may leave)
+    relaxed = {
+        k: "auto" for k in ("zero", "recompute") if getattr(opts, k) != "auto" and not (k == "zero" and opts.dp_shard)
+    }
     changes = [{}, relaxed] if relaxed else [{}]
 
     def tried(devices: int, change: dict[str, str]) -> Fit | None:

@@ -134,6 +134,9 @@ MAX_INT_BITS = 4096
 I64_MAX = 2**63 - 1
 """Record integers are arbitrary precision up to this many bits (sign apart): far beyond any
 count of bytes, FLOPs or cycles, and well inside what Python prints and reads back in decimal."""
+#: The most a count of the plan may be (devices, batch, degrees): the options' bound,
+#: ``passes.algorithms.placement.MAX_COUNT`` (tests/test_refusals_plan_fields.py holds them equal).
+COUNT_MAX = 2**31 - 1
 
 
 def format_float(value: float) -> str:
@@ -958,10 +961,13 @@ class PlanAttr(RecordAttr):
     binding: StringAttr
 
     RANGES = {
-        **{f: (1, I64_MAX) for f in ("devices", "global_batch", "micro_batch_size")},
-        **{f: (0, I64_MAX) for f in ("dp", "pp", "tp", "virtual_stages", "expert_parallel", "num_micro_batches")},
-        "cp": (1, I64_MAX),
-        **{f: (0, I64_MAX) for f in ("max_memory_bytes", "devices_used")},
+        # (the counts within what the options take: a plan over 2^31 - 1 devices cannot be
+        # re-placed, phaze-place-devices{devices=...} refuses it)
+        **{f: (1, COUNT_MAX) for f in ("devices", "global_batch", "micro_batch_size")},
+        **{f: (0, COUNT_MAX) for f in ("dp", "pp", "tp", "virtual_stages", "expert_parallel", "num_micro_batches")},
+        "cp": (1, COUNT_MAX),
+        "devices_used": (0, COUNT_MAX),
+        "max_memory_bytes": (0, I64_MAX),
         "zero": (0, 3),
         **{f: (0, math.inf) for f in ("time_per_batch_s", "throughput_samples_per_s")},
     }

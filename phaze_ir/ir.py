@@ -17,7 +17,7 @@ from xdsl.ir import Attribute, TypeAttribute
 from xdsl.irdl.declarative_assembly_format import DenseArrayAttributeVariable
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.utils.exceptions import MultipleSpansParseError, ParseError
+from xdsl.utils.exceptions import MultipleSpansParseError, ParseError, VerifyException
 from xdsl.utils.lexer import Input, Span
 from xdsl.utils.mlir_lexer import MLIRTokenKind, StringLiteral
 
@@ -39,6 +39,16 @@ def make_context() -> Context:
     ctx.load_dialect(func.Func)
     ctx.load_dialect(Phaze)
     return ctx
+
+
+#: The messages of a value out of its range (``phaze_ir.attributes``: a record field's range,
+#: an integer past 64 bits; an attribute its own verifier refused, :func:`parse_text`): the value
+#: was read whole and the message names the field, its record and the value, so it is shown in
+#: one line, without the excerpt; so is a record's unknown or missing field (a value spelt wrong,
+#: ``8e-08`` for a float, is a syntax error: its caret shows where).
+NAMES_ITS_FIELD = re.compile(
+    r"field '[^']*' of \S+( = |: integer out of range)|attribute '|unknown field '|\S+ is missing field"
+)
 
 
 @dataclass
@@ -74,6 +84,8 @@ class MLIRParseError(PhazeError, ParseError):
         # xDSL's messages quote what they could not read whole (``Operation <name> is not
         # registered``, ``undefined symbol alias '<name>'``): a name of 2 MB is cut there too.
         lines = [printable(f"{self.location}: error: {shorten(self.msg)}")]
+        if NAMES_ITS_FIELD.match(self.msg):
+            return lines  # a value read whole but out of its field's range: the line names both
         if line.strip() and not _is_blank(self.span.input.content):
             lines += [line, caret]
         return lines
@@ -216,6 +228,21 @@ def parse_text(
         raise MLIRParseError(e.span, _message(e)) from None
     except RecursionError:  # xDSL's parser recurses once per bracket or region
         raise MLIRParseError(parser._current_token.span, "nested too deeply for the parser") from None
+    except VerifyException as e:
+        # An attribute the parser built and its own verifier refused (``99999999999999999999 :
+        # i64``: xDSL's IntegerAttr, out of its type's range), raised with no place: said where
+        # the parser stands (just past the value), in one line, as a field's value is.
+        raise MLIRParseError(parser._current_token.span, f"attribute {_attribute_name(parser)}: {e}") from None
+
+
+def _attribute_name(parser: Parser) -> str:
+    """``'name'`` of the last ``name = value`` that the parser read (where an attribute that
+    failed its verifier was written), escaped; ``'?'`` when none is found."""
+    content = parser._current_token.span.input.content
+    before = content[max(0, parser._current_token.span.start - 400) : parser._current_token.span.start]
+    text = before.decode("utf-8", "replace") if isinstance(before, bytes) else before
+    found = re.findall(r'([\w.$-]+|"[^"\n]*")\s*=(?!=)', text)
+    return "'" + printable(shorten(found[-1].strip('"'))) + "'" if found else "'?'"
 
 
 def parse_module(text: str | bytes, name: str = "<input>") -> ModuleOp:

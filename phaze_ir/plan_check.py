@@ -25,6 +25,7 @@ agree with each other, and with the module they describe. :func:`check_plan` ver
   ``network_energy_j <= step_energy_j``, ``static_power_w <= mean_chip_power_w <= chip_power_w``
   ``chip_power_w <= power_limit_w`` where the chip states a limit (each field also >= 0,
   ``clock_limited_share`` at most 1: ``phaze_ir/attributes.py``);
+- a fixed placement's ``placement = "expert:PP,DP,TP"`` the plan's own ``pp``, ``dp`` and ``tp``;
 - ``feasible = yes`` exactly when ``binding`` is empty; a placed plan's ``rank_order`` and
   ``pipeline_transfer`` one of their words, and each stage's ``in_flight >= 1``.
 
@@ -36,6 +37,7 @@ A plan where nothing fits (``dp = 0``) has no stages. Times compare within a rel
 from __future__ import annotations
 
 import math
+import re
 from typing import NoReturn
 
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr
@@ -57,6 +59,8 @@ _POWER_REL = 1e-6
 #: passes/algorithms/placement.py's PIPELINE_TRANSFERS).
 _RANK_ORDERS = ("tp-dp-pp", "tp-pp-dp")
 _PIPELINE_TRANSFERS = ("whole", "split")
+#: A fixed placement as the plan records it (``expert:PP,DP,TP``: ``--placement``'s words).
+_FIXED_PLACEMENT = re.compile(r"expert:(\d{1,19}),(\d{1,19}),(\d{1,19})")
 _MEMORY_PARTS = ("param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "workspace_bytes")
 
 
@@ -112,6 +116,10 @@ def check_plan(module: Operation) -> None:
     for name, words in (("rank_order", _RANK_ORDERS), ("pipeline_transfer", _PIPELINE_TRANSFERS)):
         if p[name] not in words:
             _fail(module, f"{name} = {str(p[name])[:40]!r} with dp = {dp}: expected one of {', '.join(words)}")
+    fixed = _FIXED_PLACEMENT.fullmatch(str(p["placement"]))
+    if fixed and tuple(map(int, fixed.groups())) != (pp, dp, tp):
+        _fail(module, f"placement = {str(p['placement'])!r} with pp = {pp}, dp = {dp}, tp = {tp}: expected "
+              f"expert:{pp},{dp},{tp}, the degrees the placement fixed")  # fmt: skip
     _check_sharding(module, tp, cp, b)
     _check_layer_records(module)
     _check_stages(module, stages, p, pp, v, tp, m, time)

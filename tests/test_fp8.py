@@ -350,7 +350,9 @@ def test_fp8_primary_weights_keep_no_copies_beside_them(gemm_bound, tmp_path):
     parts = fp8["breakdown_s"], primary["breakdown_s"]
     assert shorter == pytest.approx(parts[0]["dp_comm_s"] - parts[1]["dp_comm_s"], rel=1e-9)
     assert parts[1]["compute_s"] == pytest.approx(parts[0]["compute_s"])
-    with pytest.raises(PhazeError, match=r"fp8 params: the step has no FP8 linears") as info:
+    with pytest.raises(
+        PhazeError, match=r"^--fp8-params: FP8 primary weights are the FP8 linears. of --dtype fp8, not bfloat16$"
+    ) as info:
         _plan(tmp_path, gemm_bound, "bf16", "--dtype", "bfloat16", "--fp8-params")
     assert "\n" not in str(info.value)
 

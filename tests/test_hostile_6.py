@@ -152,8 +152,8 @@ def test_a_model_file_that_is_a_device_is_refused(tmp_path):
 
 
 def test_fp8_params_on_a_step_without_fp8_linears_is_one_line_not_a_traceback(tmp_path, capsys):
-    """Known once the step is priced (the sweep's pricing raised PlacementError, a ValueError,
-    past phazec's handler)."""
+    """Once known only when the step was priced (the sweep's pricing raised PlacementError, a
+    ValueError, past phazec's handler); now refused before the work (session 63)."""
     from phaze.tools import phazec
 
     model = str(MODELS / "tiny_llama_sdpa.py")
@@ -162,7 +162,7 @@ def test_fp8_params_on_a_step_without_fp8_linears_is_one_line_not_a_traceback(tm
     err = capsys.readouterr().err
     lines = [line for line in err.strip().splitlines() if not line.startswith("phazec: warning:")]
     assert rc == 1 and "Traceback" not in err, err
-    said = "phazec: error: fp8 params: the step has no FP8 linears to keep their weights in FP8 (--dtype fp8)"
+    said = "phazec: error: --fp8-params: FP8 primary weights are the FP8 linears' of --dtype fp8, not amp-bfloat16"
     assert lines == [said]
     assert not (tmp_path / "p.mlir").exists()
 

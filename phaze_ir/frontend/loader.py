@@ -44,6 +44,7 @@ from typing import Any
 
 from phaze_ir.errors import ModelTooLarge, PhazeError, PhazeWarning
 from phaze_ir.files import RefusedFile, printable, read_regular, shorten
+from phaze_ir.warning import keep_route, routed_for_the_process
 
 
 @dataclass
@@ -190,8 +191,12 @@ def _offline_environment():
     added = [k for k in _OFFLINE_DEFAULTS if k not in os.environ]
     os.environ.update({k: _OFFLINE_DEFAULTS[k] for k in added})
     try:
+        if routed_for_the_process() and "transformers" in sys.modules:  # a tool's: said as phaze's, once
+            keep_route()
         yield
     finally:
+        if routed_for_the_process() and "transformers" in sys.modules:  # its log handler, made by the model's import
+            keep_route()
         for k in added:
             os.environ.pop(k, None)
 

@@ -560,12 +560,40 @@ def check_model_size(spec: ModelSpec) -> int | None:
     width of the model's output projection (a transformers LM's ``get_output_embeddings()``
     linear: its vocabulary), None when it has none (the sweep's memory bound then prunes
     nothing: ``passes.algorithms.memory.logits_grad_bytes``)."""
+
+    return check_model(spec)[0]
+
+
+def check_model(spec: ModelSpec) -> tuple[int | None, tuple[int, int] | None]:
+    """:func:`check_model_size`'s check and its vocabulary, with the model's attention heads
+    as its transformers config states them, ``(query heads, key/value heads)`` (None for a
+    model that is no transformers ``PreTrainedModel`` or whose config names no heads): what
+    the TP widths are checked against before any trace (``phaze.driver.check_tp_heads``)."""
     import torch
 
     model = _model_on_meta(spec)
     _check_size(model, spec)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return int(head.out_features) if isinstance(head, torch.nn.Linear) else None
+    vocab = int(head.out_features) if isinstance(head, torch.nn.Linear) else None
+    return vocab, _config_heads(model)
+
+
+def _config_heads(model) -> tuple[int, int] | None:
+    """``(num_attention_heads, num_key_value_heads)`` of a transformers model's (text) config;
+    the key/value heads default to the heads, as transformers' attention takes them."""
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return None
+    if not isinstance(model, PreTrainedModel):
+        return None
+    config = model.config
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = getattr(config, "num_attention_heads", None)
+    kv = getattr(config, "num_key_value_heads", None)
+    if type(heads) is not int or heads < 1:
+        return None
+    return heads, kv if type(kv) is int and 1 <= kv <= heads and heads % kv == 0 else heads
 
 
 def _model_on_meta(spec: ModelSpec):
