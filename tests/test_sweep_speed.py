@@ -48,3 +48,64 @@ def test_attr_text_by_object_is_its_text_by_value(monkeypatch):
         "tensor<4x8xf16>"
     ]
     assert len(ph._TEXT_OF_OBJECT) <= 2
+
+
+#: Run in a new process (no training step traced yet, one thread: children may be forked): the
+#: sweep with its later micro-batches' settings prepared in children, then (autograd has run:
+#: no child) the same sweep without, printing whether children answered and whether the two
+#: gave the same module text and points.
+_BESIDE = """
+import sys
+from phaze import sweep
+from phaze.options import Options
+from phaze.settings_beside import SettingsBeside, can_fork
+from phaze.search.setting import prepare_points
+from phaze_ir.ir import print_module
+
+answered = []
+real = SettingsBeside.compute
+def compute(self, index, job):
+    got = real(self, index, job)
+    answered.append((index, got is not prepare_points))
+    return got
+SettingsBeside.compute = compute
+opts = Options(micro_batches=(1, 2, 4), tp_widths=(1, 2), sequence_parallel="auto", hw="a100", devices=8,
+               global_batch=16)
+before = can_fork()
+said = []
+out = []
+for _ in range(2):
+    module, cands = sweep.compile_plan(sys.argv[1], opts, said.append)
+    points = [(c.micro_batch, c.tp, c.sequence_parallel, c.throughput, c.note) for c in cands]
+    out.append((print_module(module), points))
+said = [line for line in said if not line.startswith(("traced ", "built "))]  # (their seconds differ)
+half = len(said) // 2
+same_log = said[:half] == said[half:] and any("micro-batch 4" in s for s in said)
+print(before, can_fork(), answered, out[0] == out[1], same_log)
+"""
+
+
+def test_settings_prepared_in_children_are_the_sweeps_own(tmp_path):
+    """The settings of micro-batches 2 and 4 prepared in forked children while the sweep
+    prepares micro-batch 1 (``phaze.settings_beside``; on two cores micro-batch 2 only, 4 the
+    sweep's own): the children's answers taken, and the
+    plan's module text, every point's throughput and note, and the log the same as the sweep
+    that prepares them one after another (the second sweep: no child once autograd has run)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(MODELS.parents[1]))
+    done = subprocess.run(
+        [sys.executable, "-c", _BESIDE, DEEP], capture_output=True, text=True, check=False, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    if (os.cpu_count() or 1) < 2:  # no child on one core: the sweep alone, as before
+        assert done.stdout.strip() == "False False " + str([(k % 3, False) for k in range(6)]) + " True True"
+        return
+    # micro-batch 1 the sweep's own; 2 and 4 dealt to one child a core but one and the sweep
+    # (two cores: 2 the child's, 4 the sweep's); the second sweep all its own
+    workers = min(2, max(1, (os.cpu_count() or 2) - 1))
+    first = [(0, False)] + [(k + 1, k % (workers + 1) != workers) for k in range(2)]
+    answered = first + [(k, False) for k in range(3)]
+    assert done.stdout.strip() == f"True False {answered} True True", done.stdout
