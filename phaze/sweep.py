@@ -324,13 +324,17 @@ class _NotKept(Exception):
 
 def _kept(model_path: str, b: int, widths, opts: Options, stages: Store | None, name: str, acc) -> bool:
     """Whether the store holds the settings :func:`prepared` would read (nothing prepared, said
-    or kept: the probe's ``compute`` stops at the first thing a miss does)."""
+    or kept: the probe's ``compute`` stops at the first thing a miss does; a broken entry's
+    warning is said by the sweep's own reading, once)."""
+    import warnings
 
     def miss(*_args):
         raise _NotKept
 
     try:
-        prepared(model_path, b, widths, opts, stages, name, lambda _line: None, acc, miss)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prepared(model_path, b, widths, opts, stages, name, lambda _line: None, acc, miss)
     except _NotKept:
         return False
     return True

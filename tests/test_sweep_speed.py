@@ -109,3 +109,34 @@ def test_settings_prepared_in_children_are_the_sweeps_own(tmp_path):
     first = [(0, False)] + [(k + 1, k % (workers + 1) != workers) for k in range(2)]
     answered = first + [(k, False) for k in range(3)]
     assert done.stdout.strip() == f"True False {answered} True True", done.stdout
+
+
+def test_a_broken_settings_entry_is_said_once_with_children(tmp_path):
+    """Another question on the same model reads each micro-batch's settings from the cache:
+    the sweep probes the store before it forks a child for a micro-batch (none when its
+    settings are kept, the probe silent). Every entry broken: each said once, prepared again
+    (micro-batches 2, 4, 8 by the children where there are cores) and kept anew."""
+    import json
+
+    from conftest import run_tool
+
+    cache = tmp_path / "cache"
+    args = [DEEP, "--hw", "a100", "--global-batch", "16", "--tp", "1", "--cache", str(cache)]
+    first = run_tool("phazec", *args, "--devices", "8", "-o", str(tmp_path / "a.mlir"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    files = sorted((cache / "sweep-settings").glob("*.json"))
+    assert len(files) == 4  # micro-batches 1, 2, 4, 8
+    for f in files:
+        entry = json.loads(f.read_text())
+        entry["payload"]["errors"] = [[3, False, "planted"]]  # its content hash left as it was
+        f.write_text(json.dumps(entry))
+    again = run_tool("phazec", *args, "--devices", "4", "-o", str(tmp_path / "b.mlir"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    said = [line for line in again.stderr.splitlines() if line.startswith("phazec: warning: cache entry")]
+    assert sorted(said) == sorted(
+        f"phazec: warning: cache entry {f} does not match its content hash: ignored, computed again" for f in files
+    )
+    for f in files:  # kept anew: the planted error gone, the hash holds (read without a warning)
+        assert "planted" not in f.read_text()
+    third = run_tool("phazec", *args, "--devices", "2", "-o", str(tmp_path / "c.mlir"))
+    assert third.returncode == 0 and "warning: cache entry" not in third.stderr, third.stderr[-2000:]
