@@ -160,7 +160,9 @@ def _compile_plan(
     points: list[tuple[int, int, int, bool, int | None, str]] = []  # (b, c, tp, sp, setting index, error)
     settings = []
     unshardable: dict[int, str] = {}  # a TP width the model's shapes refuse, at every micro-batch
-    for b, degree in ((b, o) for b in opts.micro_batches for o in degrees):
+    # the settings of every micro-batch and degree but the first prepared meanwhile, in children
+    beside = _settings_beside(model_path, opts, degrees, asked_opts, tp_widths, spec, vocab, acc, stages)
+    for job, (b, degree) in enumerate((b, o) for b in opts.micro_batches for o in degrees):
         c = context_parallel_degree(degree)
         start = time.perf_counter()
         # The widths whose memory bound alone exceeds the chip's HBM are not traced (pruned).
@@ -176,14 +178,16 @@ def _compile_plan(
             # At c = 1 the settings are traced as the pipeline's sweep traces every degree of the
             # question: under ``auto`` with fused attention (driver.with_runtime_attention).
             traced_as = degree if c > 1 else replace(degree, context_parallel=asked_opts.context_parallel)
+            compute = beside.compute(job, (b, widths, traced_as))
             ready, errors = (
-                prepared(model_path, b, widths, traced_as, stages, spec.name, log, acc) if widths else ([], [])
+                prepared(model_path, b, widths, traced_as, stages, spec.name, log, acc, compute) if widths else ([], [])
             )
         except ModelTooLarge:
             raise  # (compiling every point would trace it again, to the same refusal)
         except PhazeError as e:
             where = f"micro-batch {b}" + (f", CP {c}" if c > 1 else "")
             log(f"{where}: {e}; compiling every point through the pipeline")
+            beside.cancel()
             return driver.compile_model(model_path, asked_opts, log, accelerator, seconds)
         finally:
             seconds["settings"] += time.perf_counter() - start
@@ -208,6 +212,7 @@ def _compile_plan(
                 points.append((b, c, t, sp, -1, pruned[t]))
                 continue
             points.append((b, c, t, sp, len(settings) - 1 if setting is not None else None, why.get((t, sp), "")))
+    beside.cancel()
 
     start = time.perf_counter()
     evaluator = Evaluator(Params.of_options(opts, "throughput"), SolverLimits.of_options(opts), opts.schedule_cache)
@@ -289,6 +294,50 @@ def _compile_plan(
             f"{chosen.throughput!r} samples/s, the plan compiled for it {got!r}; please report it"
         )
     return module, candidates
+
+
+def _settings_beside(model_path: str, opts, degrees, asked_opts, tp_widths, spec, vocab, acc, stages):
+    """A :class:`~phaze.settings_beside.SettingsBeside` preparing, in forked children, the
+    settings of every (micro-batch, CP degree) of the sweep but the first, which
+    :func:`_compile_plan` prepares itself meanwhile: each asked as the sweep will ask it when
+    no width turns out unshardable, and only when the store holds none of it (else nothing to
+    prepare)."""
+    from phaze.settings_beside import SettingsBeside, can_fork
+
+    if not can_fork():
+        return SettingsBeside()
+    jobs = []
+    for job, (b, degree) in enumerate((b, o) for b in opts.micro_batches for o in degrees):
+        c = context_parallel_degree(degree)
+        seq = degree.seq_len or spec.seq_len
+        widths = tuple(t for t in tp_widths if not beyond_hbm(b, t, c, seq, vocab, acc))
+        traced_as = degree if c > 1 else replace(degree, context_parallel=asked_opts.context_parallel)
+        if job == 0 or not widths or _kept(model_path, b, widths, traced_as, stages, spec.name, acc):
+            continue
+        jobs.append((job, (b, widths, traced_as)))
+    return SettingsBeside.start(model_path, jobs, acc)
+
+
+class _NotKept(Exception):
+    """:func:`_kept`'s probe found no settings in the store."""
+
+
+def _kept(model_path: str, b: int, widths, opts: Options, stages: Store | None, name: str, acc) -> bool:
+    """Whether the store holds the settings :func:`prepared` would read (nothing prepared, said
+    or kept: the probe's ``compute`` stops at the first thing a miss does; a broken entry's
+    warning is said by the sweep's own reading, once)."""
+    import warnings
+
+    def miss(*_args):
+        raise _NotKept
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prepared(model_path, b, widths, opts, stages, name, lambda _line: None, acc, miss)
+    except _NotKept:
+        return False
+    return True
 
 
 def beyond_hbm(b: int, t: int, c: int, seq_len: int | None, vocab: int | None, acc) -> str:
@@ -428,7 +477,15 @@ def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> 
 
 
 def prepared(
-    model_path: str, b: int, tps: tuple[int, ...], opts: Options, stages: Store | None, name: str, log, acc=None
+    model_path: str,
+    b: int,
+    tps: tuple[int, ...],
+    opts: Options,
+    stages: Store | None,
+    name: str,
+    log,
+    acc=None,
+    compute=None,
 ) -> tuple[list[Setting], list[tuple[int, bool, str]]]:
     """``prepare_points``'s settings of micro-batch ``b`` and why each other point has none, from
     ``stages`` when it has them (a ``sweep-settings`` entry of the cache's store), else
@@ -437,7 +494,9 @@ def prepared(
     (sequence parallelism, the sequence length, the dtype, the optimizer, ``--strict``, the
     kernels and, for a runtime's, the chip's compute capability) and what
     selective recompute re-runs, not on
-    the chip, the devices or the batch: another question on the same model reads them."""
+    the chip, the devices or the batch: another question on the same model reads them.
+    ``compute``: what prepares them when the store has none (None: ``prepare_points``; a
+    child's answer: :meth:`phaze.settings_beside.SettingsBeside.compute`)."""
     from phaze.search.setting import prepare_points
 
     key = None
@@ -458,7 +517,7 @@ def prepared(
             log(f"pricing {name} at micro-batch {b} from its settings (in the cache)")
             return hit
     log(f"pricing {name} at micro-batch {b} from its settings (the model cut to 3 and 4 blocks)")
-    ready, errors, _ = prepare_points(model_path, b, tps, opts, acc)
+    ready, errors, _ = (compute or prepare_points)(model_path, b, tps, opts, acc)
     if key is not None and stages is not None:
         payload = {"settings": [s.to_json() for s in ready], "errors": [[t, sp, e] for t, sp, e in errors]}
         stages.keep(SETTINGS_KIND, key, payload)

@@ -72,11 +72,32 @@ PHASES = ("fwd", "bwd", "opt")
 # --------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def attr_text(attr: Attribute) -> str:
     """An attribute or type as MLIR text, memoized: the passes name ops by their properties
     and types (op signatures), and printing the same ``tensor<...>`` for every op of every
-    layer was a third of a pipeline's time; attributes are immutable and hash by value."""
+    layer was a third of a pipeline's time; attributes are immutable and hash by value.  An
+    attribute object met before is found by its identity first (each pass that prices the ops
+    asks again of the same objects, and hashing a tensor type hashes its shape element by
+    element: a sixteenth of GPT-3 175B's settings), then by value."""
+    hit = _TEXT_OF_OBJECT.get(id(attr))
+    if hit is not None and hit[0] is attr:  # (kept beside its text: no other object takes its id)
+        return hit[1]
+    text = _attr_text(attr)
+    if len(_TEXT_OF_OBJECT) >= _TEXTS_KEPT:
+        _TEXT_OF_OBJECT.clear()
+    _TEXT_OF_OBJECT[id(attr)] = (attr, text)
+    return text
+
+
+#: :func:`attr_text`'s texts by the attribute object's identity (the object kept alive beside
+#: it), forgotten all at once past ``_TEXTS_KEPT`` objects (a search compiles many modules).
+_TEXT_OF_OBJECT: dict[int, tuple[Attribute, str]] = {}
+_TEXTS_KEPT = 1 << 18
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _attr_text(attr: Attribute) -> str:
+    """:func:`attr_text` by value."""
     return str(attr)
 
 

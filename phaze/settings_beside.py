@@ -1,0 +1,144 @@
+"""The sweep's settings of later micro-batches prepared meanwhile in forked child processes
+(:class:`SettingsBeside`: one fewer than the cores, the micro-batches dealt in turn to them and
+to the sweep), while the sweep prepares the first one itself.
+
+Why: each micro-batch's settings (``phaze.search.setting.prepare_points``: the model cut to 3
+and 4 blocks traced, imported and sharded at every TP point) are independent of the others',
+and they were two fifths of ``phazec``'s time on GPT-3 175B, one micro-batch after another on
+one core.  A child forked before this process traced anything has the model and torch already
+(``fork``), runs the same code on the same inputs, and sends back its settings; the sweep
+takes them in its own order, so its log, cache entries and plan are those of the sweep without
+children.  Not the CPU time: the same work, on other cores.
+
+When the sweep takes a child's answer, and when not: only when the child prepared exactly the
+question the sweep asks (the micro-batch, the TP widths, the same options) and said no warning
+(a warning is the sweep's to say, once, in order); a child that failed, warned, was asked
+other widths (a width the first micro-batch found unshardable) or cannot be forked leaves the
+question to the sweep, which prepares it itself as without children, its errors raised there.
+Children are forked only as ``_CheckTrace`` forks its check trace (``phaze_ir/frontend/deepen``):
+on a platform with ``fork``, this process running one thread (a lock another thread holds
+stays held in a child) and no training step traced yet (autograd cannot run in a child forked
+after its parent ran it), with more than one core.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+#: One child's question: (micro-batch, TP widths, the options its settings are traced under).
+Job = tuple[int, tuple[int, ...], Any]
+
+
+def can_fork() -> bool:
+    """Whether children may be forked now (see the module docstring)."""
+    import multiprocessing
+    import threading
+
+    from phaze_ir.frontend.trace import autograd_ran
+
+    if "fork" not in multiprocessing.get_all_start_methods() or (os.cpu_count() or 1) < 2:
+        return False
+    return threading.active_count() == 1 and not autograd_ran()
+
+
+class SettingsBeside:
+    """Children preparing settings, each a share of the :data:`Job`\\ s; :meth:`compute` gives
+    what the sweep prepares a job with: its child's answer or ``prepare_points`` itself."""
+
+    def __init__(self) -> None:
+        self._asked: dict[int, tuple[Job, Any]] = {}  # job index -> (job, its child's pipe end)
+        self._children: list[Any] = []
+        self._finalizer = weakref.finalize(self, _stop, self._asked, self._children)
+
+    @classmethod
+    def start(cls, model_path: str, jobs: Sequence[tuple[int, Job]], acc: Any) -> SettingsBeside:
+        """Children for ``(index, job)`` of ``jobs`` (none when :func:`can_fork` says no): one
+        fewer than the cores, the sweep the last, the jobs dealt in turn (the sweep's share is
+        prepared by the sweep itself); each child prepares its share in order."""
+        import multiprocessing
+
+        beside = cls()
+        if not jobs or not can_fork():
+            return beside
+        workers = min(len(jobs), max(1, (os.cpu_count() or 2) - 1))
+        shares: list[list[tuple[int, Job]]] = [[] for _ in range(workers + 1)]
+        for k, job in enumerate(jobs):  # the sweep's own job comes first: it takes the last share
+            shares[k % (workers + 1)].append(job)
+        context = multiprocessing.get_context("fork")
+        for share in shares[:workers]:
+            answer, sent = context.Pipe(duplex=False)
+            child = context.Process(target=_prepare, args=(model_path, [j for _, j in share], acc, sent), daemon=True)
+            child.start()
+            sent.close()
+            beside._children.append(child)
+            beside._asked |= {index: (job, answer) for index, job in share}
+        return beside
+
+    def compute(self, index: int, job: Job) -> Callable[..., tuple[list[Any], list[Any], str]]:
+        """What ``phaze.sweep.prepared`` prepares job ``index`` (asked as ``job``) with: a call
+        that gives the child's answer when the child prepared exactly ``job`` and answered
+        without a warning, else ``prepare_points``.  Asked in the order of the indices."""
+        from phaze.search.setting import prepare_points
+
+        entry = self._asked.pop(index, None)
+        if entry is None:
+            return prepare_points
+        asked, answer = entry
+        try:
+            got = answer.recv()
+        except (EOFError, OSError):  # the child died (its error, if any, is raised here again)
+            got = None
+        if got is None or asked != job:
+            return prepare_points
+        ready, errors, name = got
+
+        def answered(model_path: str, micro_batch: int, tps: tuple[int, ...], o: Any, acc: Any = None):
+            assert (micro_batch, tps, o) == job  # asked as the child was
+            return ready, errors, name
+
+        return answered
+
+    def cancel(self) -> None:
+        """Stop the children (their answers not taken are not needed)."""
+        _stop(self._asked, self._children)
+
+
+def _stop(asked: dict[int, tuple[Job, Any]], children: list[Any]) -> None:
+    for _, answer in asked.values():
+        answer.close()
+    for child in children:
+        child.terminate()
+        child.join()
+    asked.clear()
+    children.clear()
+
+
+def _prepare(model_path: str, jobs: list[Job], acc: Any, sent: Any) -> None:
+    """In the child: each job's ``prepare_points`` in turn, each sent as ``(settings, errors,
+    model name)``, or None when it failed or warned (the sweep then prepares it itself and says
+    why).  Silent: what it would say the sweep says; Ctrl-C is the parent's to handle."""
+    import signal
+    import warnings
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    for b, widths, opts in jobs:
+        try:
+            from phaze.search.setting import prepare_points
+
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                got: Any = prepare_points(model_path, b, widths, opts, acc)
+            answer = None if said else got
+        except BaseException:  # the sweep prepares it itself, and raises what it raises
+            answer = None
+        try:
+            sent.send(answer)
+        except Exception:  # an answer that cannot be sent: the sweep prepares it itself
+            sent.send(None)
+    sent.close()

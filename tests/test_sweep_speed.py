@@ -1,0 +1,142 @@
+"""What the ``--hw`` sweep skips or reuses for speed (issue 56, item 5) gives what it did
+without: the settings' modules, no longer verified, verify; an attribute's text memoized by
+the object is its text by value."""
+
+from __future__ import annotations
+
+from conftest import MODELS
+from xdsl.dialects.builtin import Float16Type, TensorType
+
+from phaze.options import Options
+from phaze_ir import dialect as ph
+
+DEEP = str(MODELS / "tiny_gpt2_deep.py")
+
+
+def test_the_settings_modules_verify(monkeypatch):
+    """``_settings_of`` compiles each width's module without verifying it (only its setting is
+    read of it): every module a setting is read from, kernels formed on the chip, at TP 1, 2
+    with and without sequence parallelism, verifies."""
+    import phaze.search.setting as st
+    from phaze.pipeline import load_accelerator
+
+    read = []
+    real = st.setting_from_module
+
+    def verified(module, *args, **kwargs):
+        module.verify()  # raises when the IR is not valid
+        read.append(module)
+        return real(module, *args, **kwargs)
+
+    monkeypatch.setattr(st, "setting_from_module", verified)
+    opts = Options(hw="a100", kernels="eager", sequence_parallel="auto", tp_overlap="auto")
+    ready, errors, _ = st.prepare_points(DEEP, 2, (1, 2), opts, load_accelerator("a100"))
+    assert errors == [] and [(s.tp, s.sequence_parallel) for s in ready] == [(1, False), (2, False), (2, True)]
+    assert len(read) == 2 * 3  # the model cut to 3 and to 4 blocks, three points each
+
+
+def test_attr_text_by_object_is_its_text_by_value(monkeypatch):
+    """Two equal types made apart, the same object asked twice, and past the objects kept
+    (all forgotten at once): the same text, ``str`` of the attribute."""
+    a, b = TensorType(Float16Type(), [4, 8]), TensorType(Float16Type(), [4, 8])
+    assert a is not b
+    assert ph.attr_text(a) == ph.attr_text(b) == ph.attr_text(a) == "tensor<4x8xf16>"
+    monkeypatch.setattr(ph, "_TEXTS_KEPT", 2)
+    c = TensorType(Float16Type(), [3])
+    ph._TEXT_OF_OBJECT.clear()
+    assert [ph.attr_text(x) for x in (a, b, c, a)] == ["tensor<4x8xf16>", "tensor<4x8xf16>", "tensor<3xf16>"] + [
+        "tensor<4x8xf16>"
+    ]
+    assert len(ph._TEXT_OF_OBJECT) <= 2
+
+
+#: Run in a new process (no training step traced yet, one thread: children may be forked): the
+#: sweep with its later micro-batches' settings prepared in children, then (autograd has run:
+#: no child) the same sweep without, printing whether children answered and whether the two
+#: gave the same module text and points.
+_BESIDE = """
+import sys
+from phaze import sweep
+from phaze.options import Options
+from phaze.settings_beside import SettingsBeside, can_fork
+from phaze.search.setting import prepare_points
+from phaze_ir.ir import print_module
+
+answered = []
+real = SettingsBeside.compute
+def compute(self, index, job):
+    got = real(self, index, job)
+    answered.append((index, got is not prepare_points))
+    return got
+SettingsBeside.compute = compute
+opts = Options(micro_batches=(1, 2, 4), tp_widths=(1, 2), sequence_parallel="auto", hw="a100", devices=8,
+               global_batch=16)
+before = can_fork()
+said = []
+out = []
+for _ in range(2):
+    module, cands = sweep.compile_plan(sys.argv[1], opts, said.append)
+    points = [(c.micro_batch, c.tp, c.sequence_parallel, c.throughput, c.note) for c in cands]
+    out.append((print_module(module), points))
+said = [line for line in said if not line.startswith(("traced ", "built "))]  # (their seconds differ)
+half = len(said) // 2
+same_log = said[:half] == said[half:] and any("micro-batch 4" in s for s in said)
+print(before, can_fork(), answered, out[0] == out[1], same_log)
+"""
+
+
+def test_settings_prepared_in_children_are_the_sweeps_own(tmp_path):
+    """The settings of micro-batches 2 and 4 prepared in forked children while the sweep
+    prepares micro-batch 1 (``phaze.settings_beside``; on two cores micro-batch 2 only, 4 the
+    sweep's own): the children's answers taken, and the
+    plan's module text, every point's throughput and note, and the log the same as the sweep
+    that prepares them one after another (the second sweep: no child once autograd has run)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(MODELS.parents[1]))
+    done = subprocess.run(
+        [sys.executable, "-c", _BESIDE, DEEP], capture_output=True, text=True, check=False, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    if (os.cpu_count() or 1) < 2:  # no child on one core: the sweep alone, as before
+        assert done.stdout.strip() == "False False " + str([(k % 3, False) for k in range(6)]) + " True True"
+        return
+    # micro-batch 1 the sweep's own; 2 and 4 dealt to one child a core but one and the sweep
+    # (two cores: 2 the child's, 4 the sweep's); the second sweep all its own
+    workers = min(2, max(1, (os.cpu_count() or 2) - 1))
+    first = [(0, False)] + [(k + 1, k % (workers + 1) != workers) for k in range(2)]
+    answered = first + [(k, False) for k in range(3)]
+    assert done.stdout.strip() == f"True False {answered} True True", done.stdout
+
+
+def test_a_broken_settings_entry_is_said_once_with_children(tmp_path):
+    """Another question on the same model reads each micro-batch's settings from the cache:
+    the sweep probes the store before it forks a child for a micro-batch (none when its
+    settings are kept, the probe silent). Every entry broken: each said once, prepared again
+    (micro-batches 2, 4, 8 by the children where there are cores) and kept anew."""
+    import json
+
+    from conftest import run_tool
+
+    cache = tmp_path / "cache"
+    args = [DEEP, "--hw", "a100", "--global-batch", "16", "--tp", "1", "--cache", str(cache)]
+    first = run_tool("phazec", *args, "--devices", "8", "-o", str(tmp_path / "a.mlir"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    files = sorted((cache / "sweep-settings").glob("*.json"))
+    assert len(files) == 4  # micro-batches 1, 2, 4, 8
+    for f in files:
+        entry = json.loads(f.read_text())
+        entry["payload"]["errors"] = [[3, False, "planted"]]  # its content hash left as it was
+        f.write_text(json.dumps(entry))
+    again = run_tool("phazec", *args, "--devices", "4", "-o", str(tmp_path / "b.mlir"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    said = [line for line in again.stderr.splitlines() if line.startswith("phazec: warning: cache entry")]
+    assert sorted(said) == sorted(
+        f"phazec: warning: cache entry {f} does not match its content hash: ignored, computed again" for f in files
+    )
+    for f in files:  # kept anew: the planted error gone, the hash holds (read without a warning)
+        assert "planted" not in f.read_text()
+    third = run_tool("phazec", *args, "--devices", "2", "-o", str(tmp_path / "c.mlir"))
+    assert third.returncode == 0 and "warning: cache entry" not in third.stderr, third.stderr[-2000:]
