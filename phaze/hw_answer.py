@@ -101,11 +101,14 @@ def check_answer(payload: Any) -> Answer:
 def _check_plan_numbers(plan: dict, text: str) -> None:
     """A feasible plan's numbers agree with one another and with the module's text (:class:`BadEntry`
     otherwise): an entry whose hashes were recomputed after its numbers were edited is not served."""
-    counts = ("devices", "global_batch", "dp", "pp", "tp", "micro_batch_size", "num_micro_batches", "devices_used")
+    counts = ["devices", "global_batch", "dp", "pp", "tp", "cp", "micro_batch_size", "num_micro_batches"]
+    counts.append("devices_used")
     need(all(is_int(plan.get(k)) and plan[k] > 0 for k in counts), "the plan's degrees and batch sizes > 0")
+    # The DP's devices (rust/phaze-dp/src/search.rs, ``devices_used``): the DP x CP group of
+    # each of the pp stages, each rank tp wide.
     need(
-        plan["dp"] * plan["pp"] * plan["tp"] == plan["devices_used"] <= plan["devices"],
-        "a plan whose devices are dp x pp x tp, at most the cluster's",
+        plan["dp"] * plan["cp"] * plan["pp"] * plan["tp"] == plan["devices_used"] <= plan["devices"],
+        "a plan whose devices are dp x cp x pp x tp, at most the cluster's",
     )
     need(
         plan["micro_batch_size"] * plan["num_micro_batches"] * plan["dp"] == plan["global_batch"],

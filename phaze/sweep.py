@@ -160,6 +160,11 @@ def _compile_plan(
     points: list[tuple[int, int, int, bool, int | None, str]] = []  # (b, c, tp, sp, setting index, error)
     settings = []
     unshardable: dict[int, str] = {}  # a TP width the model's shapes refuse, at every micro-batch
+    # Each (b, c)'s settings by point, in the sweep's order, and the widths whose settings wait
+    # until the nearest plan that fits on more devices asks them (:func:`beyond_devices`).
+    pairs: list[tuple[tuple[int, int], dict[tuple[int, bool], Setting]]] = []
+    deferred: dict[tuple[int, int], tuple[tuple[int, ...], Options]] = {}
+    prepared_widths: set[int] = set()
     # the settings of every micro-batch and degree but the first prepared meanwhile, in children
     beside = _settings_beside(model_path, opts, degrees, asked_opts, tp_widths, spec, vocab, acc, stages)
     for job, (b, degree) in enumerate((b, o) for b in opts.micro_batches for o in degrees):
@@ -178,10 +183,15 @@ def _compile_plan(
             # At c = 1 the settings are traced as the pipeline's sweep traces every degree of the
             # question: under ``auto`` with fused attention (driver.with_runtime_attention).
             traced_as = degree if c > 1 else replace(degree, context_parallel=asked_opts.context_parallel)
-            compute = beside.compute(job, (b, widths, traced_as))
+            later = beyond_devices(widths, c, opts.devices, prepared_widths)
+            now = tuple(t for t in widths if t not in later)
+            if later:
+                deferred[b, c] = (widths, traced_as)
+            compute = beside.compute(job, (b, now, traced_as))
             ready, errors = (
-                prepared(model_path, b, widths, traced_as, stages, spec.name, log, acc, compute) if widths else ([], [])
+                prepared(model_path, b, now, traced_as, stages, spec.name, log, acc, compute) if now else ([], [])
             )
+            prepared_widths.update(now)
         except ModelTooLarge:
             raise  # (compiling every point would trace it again, to the same refusal)
         except PhazeError as e:
@@ -191,7 +201,8 @@ def _compile_plan(
             return driver.compile_model(model_path, asked_opts, log, accelerator, seconds)
         finally:
             seconds["settings"] += time.perf_counter() - start
-        by_point = {(s.tp, s.sequence_parallel): s for s in ready}
+        by_point = _by_point(ready, fixed)
+        pairs.append(((b, c), by_point))
         unshardable |= {t: e for t, _, e in errors if e.startswith(UNSHARDABLE)}
         if all(t in unshardable for t in asked):  # no width asked shards: said at once, once
             said = "; ".join(dict.fromkeys(unshardable[t] for t in sorted(asked)))
@@ -203,7 +214,6 @@ def _compile_plan(
             for r in ready:
                 if fixed_tp_mismatch(fixed, r.tp):
                     why[r.tp, r.sequence_parallel] = fixed_tp_mismatch(fixed, r.tp)
-                    del by_point[r.tp, r.sequence_parallel]
         for t, sp in tp_points(opts, tp_widths):
             setting = by_point.get((t, sp))
             if setting is not None:
@@ -271,6 +281,14 @@ def _compile_plan(
         raise PhazeError(f"no plan meets --power-cap {opts.power_cap_w:g} W: " + notes_once(candidates))
     if best is None and first_unfit is not None and not opts.unfit_plan:
         start = time.perf_counter()
+        if deferred:  # the settings on more devices than asked, in the sweep's order
+            full = {
+                pair: _by_point(prepared(model_path, pair[0], widths, o, stages, spec.name, log, acc)[0], fixed)
+                for pair, (widths, o) in deferred.items()
+            }
+            settings = [s for pair, by in pairs for p in tp_points(opts, tp_widths) if (s := full.get(pair, by).get(p))]
+            task = ModelTask(spec.name, settings, fixed)
+            jobs = [(0, k, 0, acc.hbm.bytes) for k in range(len(settings))]
         nearest = nearest_fit(opts, acc, task, jobs, log)
         seconds["points"] += time.perf_counter() - start
         unfit = least[1] if least is not None else first_unfit
@@ -307,14 +325,18 @@ def _settings_beside(model_path: str, opts, degrees, asked_opts, tp_widths, spec
     if not can_fork():
         return SettingsBeside()
     jobs = []
+    prepared_widths: set[int] = set()  # as the sweep's loop keeps it (:func:`beyond_devices`)
     for job, (b, degree) in enumerate((b, o) for b in opts.micro_batches for o in degrees):
         c = context_parallel_degree(degree)
         seq = degree.seq_len or spec.seq_len
         widths = tuple(t for t in tp_widths if not beyond_hbm(b, t, c, seq, vocab, acc))
+        later = beyond_devices(widths, c, opts.devices, prepared_widths)
+        now = tuple(t for t in widths if t not in later)
+        prepared_widths.update(now)
         traced_as = degree if c > 1 else replace(degree, context_parallel=asked_opts.context_parallel)
-        if job == 0 or not widths or _kept(model_path, b, widths, traced_as, stages, spec.name, acc):
+        if job == 0 or not now or _kept(model_path, b, now, traced_as, stages, spec.name, acc):
             continue
-        jobs.append((job, (b, widths, traced_as)))
+        jobs.append((job, (b, now, traced_as)))
     return SettingsBeside.start(model_path, jobs, acc)
 
 
@@ -338,6 +360,26 @@ def _kept(model_path: str, b: int, widths, opts: Options, stages: Store | None, 
     except _NotKept:
         return False
     return True
+
+
+def beyond_devices(widths: tuple[int, ...], c: int, devices: int, prepared_before: set[int]) -> tuple[int, ...]:
+    """The TP widths of ``widths`` whose settings at CP degree ``c`` > 1 wait: ``t·c`` devices
+    hold no replica of the point on the ``devices`` asked (the sweep says so without pricing
+    it), so only the nearest plan that fits on more devices, asked when no point fits, prices
+    them (:func:`_compile_plan` prepares them then).  A width no earlier micro-batch or degree
+    prepared is prepared now: whether the model's shapes shard it (``UNSHARDABLE``, the same at
+    every micro-batch and degree) is learnt as before; and none waits when all would (the step
+    of ``(b, c)`` is traced, a refusal of it said, as before)."""
+    later = tuple(t for t in widths if c > 1 and t * c > devices and t in prepared_before)
+    return later if len(later) < len(widths) else ()  # (b, c) traced all the same: its errors said as before
+
+
+def _by_point(ready: list[Setting], fixed) -> dict[tuple[int, bool], Setting]:
+    """The settings ``ready`` by point (TP width, sequence parallelism), those of another TP
+    width than the fixed placement's left out (not placed)."""
+    from passes.algorithms.placement import fixed_tp_mismatch
+
+    return {(s.tp, s.sequence_parallel): s for s in ready if fixed is None or not fixed_tp_mismatch(fixed, s.tp)}
 
 
 def beyond_hbm(b: int, t: int, c: int, seq_len: int | None, vocab: int | None, acc) -> str:

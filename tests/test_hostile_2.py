@@ -348,8 +348,9 @@ def _answer_payload() -> dict:
     """An ``hw-answer`` payload of a feasible plan as phaze keeps it (the fields the check reads)."""
     thr = 64 / 0.0198
     plan = {
-        "devices": 8, "global_batch": 64, "dp": 8, "pp": 1, "tp": 1, "micro_batch_size": 8, "num_micro_batches": 1,
-        "devices_used": 8, "time_per_batch_s": 0.0198, "throughput_samples_per_s": thr, "max_memory_bytes": 1 << 30,
+        "devices": 8, "global_batch": 64, "dp": 8, "pp": 1, "tp": 1, "cp": 1, "micro_batch_size": 8,
+        "num_micro_batches": 1, "devices_used": 8, "time_per_batch_s": 0.0198, "throughput_samples_per_s": thr,
+        "max_memory_bytes": 1 << 30,
         "accelerator": {"name": "a100", "hbm": {"bytes": 80 << 30}}, "feasible": True, "binding": "", "candidates": [],
     }  # fmt: skip
     from phaze_ir.attributes import format_float
@@ -374,16 +375,20 @@ def _answer_payload() -> dict:
         (lambda p: p["plan"].update(time_per_batch_s=64 / 999_999.0, throughput_samples_per_s=999_999.0), "text"),
         (lambda p: p["plan"].update(max_memory_bytes=81 << 30), "memory within the chip's HBM"),
         (lambda p: p["plan"].update(dp=16, devices_used=16), "at most the cluster's"),
+        (lambda p: p["plan"].update(cp=2), "devices are dp x cp x pp x tp"),
         (lambda p: p["plan"].update(num_micro_batches=2), "micro-batches make up the global batch"),
         (lambda p: p["plan"].update(accelerator={"hbm": 5}), "memory within the chip's HBM"),
     ],
-    ids=["throughput", "text", "memory", "devices", "batch", "no-hbm"],
+    ids=["throughput", "text", "memory", "devices", "cp", "batch", "no-hbm"],
 )
 def test_a_cached_plan_whose_numbers_disagree_is_not_served(forge, why):
     from phaze import hw_answer
 
     payload = _answer_payload()
     assert hw_answer.check_answer(payload).plan == payload["plan"]
+    context_parallel = _answer_payload()  # DP 4 x CP 2 on the 8 devices: served (the DP's devices_used)
+    context_parallel["plan"].update(dp=4, cp=2, num_micro_batches=2)
+    assert hw_answer.check_answer(context_parallel).plan["cp"] == 2
     forge(payload)
     with pytest.raises(BadEntry, match=why):
         hw_answer.check_answer(payload)

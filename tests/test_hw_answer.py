@@ -247,3 +247,28 @@ def test_a_new_question_on_the_same_model_reads_the_sweeps_settings(tmp_path):
     # Another optimizer is another training step: prepared again.
     _, logged = _ask(cache, Options(**{**sweep.__dict__, "optimizer": "sgd"}))
     assert sum("(the model cut to 3 and 4 blocks)" in line for line in logged) == 2
+
+
+@pytest.mark.slow
+def test_a_context_parallel_answer_is_read_back(tmp_path, monkeypatch):
+    """``--context-parallel auto`` whose best plan is CP 2 (one sample on two devices: DP 1 x CP
+    2): the second question reads the answer kept by the first (its plan's devices are
+    dp x cp x pp x tp, as the DP counts them) and compiles nothing, the same bytes."""
+    from phaze import sweep
+
+    model = tmp_path / "tiny_llama_sdpa_8k.py"  # configured for 8,192 positions: degrees 1 and 2
+    source = (MODELS / "tiny_llama_sdpa.py").read_text()
+    model.write_text(source.replace("max_position_embeddings=64", "max_position_embeddings=8192"))
+    compiled = []
+    real = sweep.compile_plan
+    monkeypatch.setattr(sweep, "compile_plan", lambda *a, **k: compiled.append(1) or real(*a, **k))
+    opts = Options(
+        hw="h100", micro_batches=(1,), tp_widths=(1,), devices=2, global_batch=1, seq_len=8192, context_parallel="auto"
+    )
+    cache = tmp_path / "cache"
+    text, logged = _ask(cache, opts, str(model))
+    assert len(compiled) == 1 and not _hit(logged)
+    again: list[str] = []
+    kept = hw_answer.answer(str(model), opts, str(cache), again.append)
+    assert (kept.plan["dp"], kept.plan["cp"], kept.plan["devices_used"]) == (1, 2, 2)
+    assert len(compiled) == 1 and _hit(again) and kept.text == text

@@ -280,3 +280,80 @@ def test_priced_step_is_the_layers_numbers_with_their_times():
     dicts = pl.problem(step, PlacementOptions(devices=8, global_batch=8), hbm_bytes=1 << 30, levels=[])["layers"]
     assert dicts == [n.as_dict() for n in got]
     assert len({id(d) for d in dicts}) == len({id(n) for n in got})  # one dict per distinct layer
+
+
+def test_beyond_devices_defers_only_widths_prepared_before():
+    """At CP c > 1 a TP width t with t·c over the devices is not prepared (no replica fits; the
+    sweep says so unpriced) once an earlier pair prepared it; never at c = 1, never every width."""
+    assert sweep.beyond_devices((1, 2, 4), 2, 4, {1, 2, 4}) == (4,)
+    assert sweep.beyond_devices((1, 2, 4), 2, 4, {1, 2}) == ()  # 4 never prepared: learnt now
+    assert sweep.beyond_devices((1, 2, 4), 1, 2, {1, 2, 4}) == ()  # c = 1: as before
+    assert sweep.beyond_devices((2, 4), 4, 4, {2, 4}) == ()  # all would wait: (b, c) traced
+
+
+def _sweep_8k(tmp_path, **kw) -> Options:
+    from passes.algorithms.schedule import ScheduleCache
+
+    model = tmp_path / "tiny_llama_sdpa_8k.py"  # configured for 8,192 positions: degrees 1 and 2
+    source = (MODELS / "tiny_llama_sdpa.py").read_text()
+    model.write_text(source.replace("max_position_embeddings=64", "max_position_embeddings=8192"))
+    opts = Options(
+        micro_batches=(1, 2),
+        tp_widths=(1, 2),
+        devices=2,
+        global_batch=4,
+        seq_len=8192,
+        context_parallel="auto",
+        hw="h100",
+        kernels="eager",
+        schedule_cache=ScheduleCache(None),
+        **kw,
+    )
+    return opts
+
+
+@pytest.mark.slow
+def test_context_parallel_auto_waits_on_the_points_beyond_the_devices(tmp_path, monkeypatch):
+    """On 2 devices CP 2 at TP 2 needs 4: those settings are not prepared (the sweep prepares
+    TP 1 and 2 at CP 1, TP 1 at CP 2), and the module and points are the pipeline's sweep's.
+    When no point fits (all but no HBM usable), the nearest plan on more devices is priced from
+    every setting, in the sweep's order, as without the wait: the same message."""
+    opts = _sweep_8k(tmp_path)
+    model = str(tmp_path / "tiny_llama_sdpa_8k.py")
+    asked = []
+    real = sweep.prepared
+    monkeypatch.setattr(
+        sweep,
+        "prepared",
+        lambda m, b, tps, o, *a, **k: asked.append((b, tps, o.context_parallel)) or real(m, b, tps, o, *a, **k),
+    )
+    fast, slow = _both(opts, model)
+    assert not isinstance(fast, str) and fast == slow
+    assert [(b, tps, c) for b, tps, c in asked] == [
+        (1, (1, 2), "auto"),
+        (1, (1,), "2"),
+        (2, (1, 2), "auto"),
+        (2, (1,), "2"),
+    ]
+    assert any(p[3] > 0 for p in fast[1]) and any("t·c = 2·2 exceeds N = 2" in p[4] for p in fast[1])
+
+    unfit = replace(opts, memory_headroom=0.9999, unfit_plan=False)
+    tasks = []
+    real_nearest = sweep.nearest_fit
+    monkeypatch.setattr(
+        sweep,
+        "nearest_fit",
+        lambda o, acc, task, jobs, log: (
+            tasks.append([(s.micro_batch, s.tp, s.sequence_parallel, s.cp) for s in task.settings])
+            or real_nearest(o, acc, task, jobs, log)
+        ),
+    )
+    said = []
+    for wait in (True, False):
+        if not wait:
+            monkeypatch.setattr(sweep, "beyond_devices", lambda *a: ())
+        with pytest.raises(PhazeError) as e:
+            sweep.compile_plan(model, unfit, lambda msg: None)
+        said.append(str(e.value))
+    assert said[0] == said[1] and "no placement fits" in said[0]
+    assert tasks[0] == tasks[1] and (1, 2, False, 2) in tasks[0]
