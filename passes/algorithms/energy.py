@@ -93,6 +93,7 @@ __all__ = [
     "chip_energies",
     "power_headroom_w",
     "power_limited_step_s",
+    "lengthened_step_s",
     "plan_power",
     "power_of_plan",
     "stage_works",
@@ -574,6 +575,15 @@ def power_limited_step_s(power: PlanPower, step_s: float, headroom_w: float | No
         return step_s
     dynamic_j = (power.chip_power_w - power.static_power_w) * step_s
     return max(step_s, dynamic_j / headroom_w)
+
+
+def lengthened_step_s(step_s: float, added_s: float) -> float:
+    """The step's time as every reader gives it: the placement's ``step_s`` plus ``added_s``,
+    what the power limit adds (``phaze.power``'s ``power_limit_s``, which the plan keeps
+    instead of the lengthened time).  One sum for the search's price and a compiled plan's
+    (:func:`phaze.plan_output.plan_record`): ``step + (limited - step)`` is not always
+    ``limited`` in floating point, and the two must agree to the last bit."""
+    return step_s + added_s
 
 
 def power_of_plan(

@@ -23,7 +23,7 @@ import numpy as np
 from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.algorithms import schedule as sched
-from passes.algorithms.energy import power_headroom_w, power_limited_step_s
+from passes.algorithms.energy import lengthened_step_s, power_headroom_w, power_limited_step_s
 from passes.algorithms.latency import estimate_chip, estimate_space
 from phaze.search.objective import Objective
 from phaze.search.setting import Setting
@@ -105,7 +105,8 @@ class Pricing:
         limited = power_limited_step_s(self.objective(cands).plan_power(setting, config, plan), step, headroom)
         if limited <= step:
             return result
-        plan = {**plan, "time_per_batch_s": limited, "throughput_samples_per_s": self.params.global_batch / limited}
+        time = lengthened_step_s(step, limited - step)  # as a compiled plan's reader sums it
+        plan = {**plan, "time_per_batch_s": time, "throughput_samples_per_s": self.params.global_batch / time}
         return {**result, "plan": plan}  # the DP's result, its plan's time longer
 
     def problem(self, cands: Candidates, setting: Setting, makespans: np.ndarray, hbm: int) -> _phaze_rs.ProblemDict:
