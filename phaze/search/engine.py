@@ -65,6 +65,7 @@ from phaze.search.pricing import COUNTS as COUNTS
 from phaze.search.pricing import TIMERS as TIMERS
 from phaze.search.pricing import Pricing
 from phaze.search.setting import Setting
+from phaze_ir.errors import PhazeError
 
 #: Relative tolerance when comparing a bound with the incumbent (bounds and exact values are
 #: summed in different orders; a bound may exceed its exact value by rounding only).
@@ -98,6 +99,37 @@ class SolverLimits:
             node_limit=opts.schedule_nodes or None,
             max_binaries=opts.schedule_max_binaries or None,
         )
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    """The most work one search does before it refuses (:class:`SearchTooLarge`), in counts,
+    never the clock, so that the same question is answered or refused alike on any machine.
+    A model whose step is fixed costs (a tiny one) scores within a few percent on every chip
+    of a space, closer than its bounds can tell apart, and would be evaluated exactly on
+    thousands of chips; the published models need 8 to 50.  0: no limit."""
+
+    #: Architectures evaluated exactly (stage 4).
+    exact: int = 0
+    #: DP solves on bound times (stages 2 and 3), each counted by its layers (a DP's cost grows
+    #: with them: about 0.4 ms at 10 layers, 7 ms at 129 on the 2-core development machine).
+    dp_bound_layers: int = 0
+
+    def check(self, what: str, used: int, label: str, archs: int) -> None:
+        """Refuse in one line when ``used`` of the budget ``what`` (a field) is over it."""
+        cap = getattr(self, what)
+        if cap and used > cap:
+            work = {"exact": "exact evaluations", "dp_bound_layers": "DP bound solves×layers"}[what]
+            where = "the architecture search" + ("" if label == "search" else f" ({label})")
+            raise SearchTooLarge(
+                f"{where}: more than {cap:,} {work} (the search's budget) over {archs:,} architectures: the "
+                "chips' bounds cannot tell them apart (a step this small costs about the same on each); "
+                "give --hw CHIP to compile for one chip, or a smaller --space"
+            )
+
+
+class SearchTooLarge(PhazeError):
+    """A search over its :class:`SearchBudget`: refused in one line, before minutes are spent."""
 
 
 @dataclass
@@ -296,10 +328,13 @@ def search(
     prune: bool = True,
     progress: Progress | None = None,
     label: str = "search",
+    budget: SearchBudget | None = None,
 ) -> Result:
     """The best architecture of ``cands`` for ``tasks`` (see the module docstring).
-    ``prune=False`` evaluates every architecture exactly (plain enumeration, for tests)."""
-    return _BranchAndBound(cands, tasks, evaluator, prune, progress or NoProgress(), label).run()
+    ``prune=False`` evaluates every architecture exactly (plain enumeration, for tests; no
+    ``budget`` then).  Over ``budget`` (None: no limit), :class:`SearchTooLarge`."""
+    b = budget if budget is not None and prune else SearchBudget(exact=0, dp_bound_layers=0)
+    return _BranchAndBound(cands, tasks, evaluator, prune, progress or NoProgress(), label, b).run()
 
 
 class _BranchAndBound:
@@ -321,8 +356,12 @@ class _BranchAndBound:
         prune: bool,
         progress: Progress,
         label: str,
+        budget: SearchBudget,
     ):
         self.cands = cands
+        self.budget = budget
+        #: DP solves on bound times so far, each counted by its layers (:attr:`budget`)
+        self.dp_bound_layers = 0
         self.tasks = tasks
         self.evaluator = evaluator
         self.prune = prune
@@ -437,7 +476,18 @@ class _BranchAndBound:
         out = np.asarray([self.setting_work_bound[m][s][c] for c, _ in pairs], dtype=np.float64)
         idx = np.flatnonzero(out >= need)
         if len(idx):
-            out[idx] = self.evaluator.dp_bounds(self.cands, m, self.tasks[m], s, [pairs[i] for i in idx])
+            out[idx] = self.counted_dp_bounds(m, s, [pairs[i] for i in idx])
+        return out
+
+    def counted_dp_bounds(
+        self, m: int, s: int, pairs: list[tuple[int, int]], lb: np.ndarray | None = None
+    ) -> np.ndarray:
+        """:meth:`Evaluator.dp_bounds`, its solves counted against the budget (by their layers)."""
+        counts = self.evaluator.counts
+        before = counts["dp_bound_solves"]
+        out = self.evaluator.dp_bounds(self.cands, m, self.tasks[m], s, pairs, lb=lb)
+        self.dp_bound_layers += (counts["dp_bound_solves"] - before) * len(self.tasks[m].settings[s].layers)
+        self.budget.check("dp_bound_layers", self.dp_bound_layers, self.label, len(self.archs))
         return out
 
     # -- stages 3 and 4: the refined bound, exact ------------------------------------------------
@@ -493,7 +543,7 @@ class _BranchAndBound:
             pairs = [(self.archs[a][0], self.cands.hbm[self.archs[a][1]]) for a in owners]
             setting = self.tasks[m].settings[s]
             lb = self.evaluator.refined_lower_bounds(self.cands, setting, [c for c, _ in pairs])
-            refined = self.evaluator.dp_bounds(self.cands, m, self.tasks[m], s, pairs, lb=lb)
+            refined = self.counted_dp_bounds(m, s, pairs, lb=lb)
             for a, bound in zip(owners, refined):
                 old = dp_bounds_of[a][m]
                 old[k] = min(old[k], float(bound))
@@ -546,6 +596,8 @@ class _BranchAndBound:
         score exact)."""
         if not batch:
             return
+        done = len(self.answer.evaluated) + self.answer.pruned["exact"]
+        self.budget.check("exact", done + len(batch), self.label, len(self.archs))
         first, owner, rest, skipped = self.exact_jobs(batch)
         priced: dict[int, list[list[PricedSetting]]] = {a: [[] for _ in range(self.n_models)] for a in batch}
         self.price(first, owner, priced)
