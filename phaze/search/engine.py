@@ -36,6 +36,12 @@ as soon as no remaining bound can beat it.  Nothing is pruned that could win, ti
 (bounds are compared with a relative tolerance of :data:`TOL`), so the answer is the answer of
 plain enumeration (``prune=False``; tested on a small space).
 
+**Identical inputs, a budget.**  Chips whose every input to a setting's schedules is equal
+(their signature, :meth:`~phaze.search.pricing.Pricing.signatures`) share their makespans,
+refined bounds and exact DP results.  A search over its :class:`SearchBudget` (exact
+evaluations; DP bound solves counted by their layers) refuses in one line
+(:class:`SearchTooLarge`), saying the best found so far.
+
 **Where.**  The bounds are :mod:`phaze.search.bounds`'s, the exact prices (schedules, the DP,
 the objective) :mod:`phaze.search.pricing`'s; :class:`Evaluator` joins them for the search and
 the baselines.  The search itself is :class:`_BranchAndBound` (the stages), with
@@ -109,21 +115,27 @@ class SearchBudget:
     of a space, closer than its bounds can tell apart, and would be evaluated exactly on
     thousands of chips; the published models need 8 to 50.  0: no limit."""
 
-    #: Architectures evaluated exactly (stage 4).
-    exact: int = 0
+    #: Architectures evaluated exactly (stage 4): the published models need 8 to 50 (GPT-2 XL
+    #: 21), a tiny Llama (hidden 64, 8 layers) 6,579 on the paper space (docs/benchmarks.md).
+    exact: int = 1024
     #: DP solves on bound times (stages 2 and 3), each counted by its layers (a DP's cost grows
-    #: with them: about 0.4 ms at 10 layers, 7 ms at 129 on the 2-core development machine).
-    dp_bound_layers: int = 0
+    #: with them: about 0.4 ms at 10 layers, 7 ms at 129 on the 2-core development machine):
+    #: GPT-2 XL's search 10,127 × 50 (506,350), the tiny Llama's 65,040 × 10 at 8 layers and
+    #: 30,228 × 129 (3.9 million) at 127.
+    dp_bound_layers: int = 2_000_000
 
-    def check(self, what: str, used: int, label: str, archs: int) -> None:
-        """Refuse in one line when ``used`` of the budget ``what`` (a field) is over it."""
+    def check(self, what: str, used: int, label: str, archs: int, so_far: Callable[[], str] = lambda: "") -> None:
+        """Refuse in one line when ``used`` of the budget ``what`` (a field) is over it,
+        saying what the search knows so far (``so_far()``: the best found and how far the
+        bounds left lie above it, or '')."""
         cap = getattr(self, what)
         if cap and used > cap:
             work = {"exact": "exact evaluations", "dp_bound_layers": "DP bound solves×layers"}[what]
             where = "the architecture search" + ("" if label == "search" else f" ({label})")
+            known = so_far()
             raise SearchTooLarge(
-                f"{where}: more than {cap:,} {work} (the search's budget) over {archs:,} architectures: the "
-                "chips' bounds cannot tell them apart (a step this small costs about the same on each); "
+                f"{where}: more than {cap:,} {work} (its budget) over {archs:,} architectures, whose bounds "
+                f"cannot tell them apart (a step this small costs about the same on every chip){known}; "
                 "give --hw CHIP to compile for one chip, or a smaller --space"
             )
 
@@ -487,7 +499,7 @@ class _BranchAndBound:
         before = counts["dp_bound_solves"]
         out = self.evaluator.dp_bounds(self.cands, m, self.tasks[m], s, pairs, lb=lb)
         self.dp_bound_layers += (counts["dp_bound_solves"] - before) * len(self.tasks[m].settings[s].layers)
-        self.budget.check("dp_bound_layers", self.dp_bound_layers, self.label, len(self.archs))
+        self.budget.check("dp_bound_layers", self.dp_bound_layers, self.label, len(self.archs), self.so_far)
         return out
 
     # -- stages 3 and 4: the refined bound, exact ------------------------------------------------
@@ -597,7 +609,7 @@ class _BranchAndBound:
         if not batch:
             return
         done = len(self.answer.evaluated) + self.answer.pruned["exact"]
-        self.budget.check("exact", done + len(batch), self.label, len(self.archs))
+        self.budget.check("exact", done + len(batch), self.label, len(self.archs), self.so_far)
         first, owner, rest, skipped = self.exact_jobs(batch)
         priced: dict[int, list[list[PricedSetting]]] = {a: [[] for _ in range(self.n_models)] for a in batch}
         self.price(first, owner, priced)
@@ -621,6 +633,21 @@ class _BranchAndBound:
         """Price ``jobs`` exactly (``owner``: each one's architecture) into ``priced``."""
         for (m, s, _, _), a, (thr, dp_result) in zip(jobs, owner, self.evaluator.exact(self.cands, self.tasks, jobs)):
             priced[a][m].append((s, thr, dp_result))
+
+    def so_far(self) -> str:
+        """What a refusal says the search knows (:meth:`SearchBudget.check`): the best
+        architecture found, its score, and how far above it the best bound left lies (the most
+        any architecture not yet decided could score); '' before the first."""
+        best = self.answer.best
+        if best is None:
+            return ""
+        from phaze.search.objective import UNITS
+
+        name = self.cands.make(best.config, best.hbm).name
+        unit = UNITS.get(self.evaluator.params.objective, "")
+        left = max(self.frontier.best_bounds())
+        gap = f", at most {100 * (left / best.score - 1):.2g} % below the best" if np.isfinite(left) else ""
+        return f"; the best found so far, {name}, scores {best.score:,.6g} {unit}{gap}"
 
     # -- the end ----------------------------------------------------------------------------------
 
