@@ -13,6 +13,7 @@ from conftest import MODELS, run_tool
 
 TINY = str(MODELS / "tiny_gpt2.py")
 TINY_SPACE = str(Path(__file__).parent / "data" / "tiny_space.toml")
+SMALL_SPACE = str(Path(__file__).parents[1] / "examples" / "spaces" / "small.toml")
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,7 @@ def test_the_refined_bounds_of_twins_are_computed_once(tiny):
         assert np.array_equal(alone, got[:, col])
 
 
-def _tiny_search(budget):
+def _tiny_search(budget, space: str = TINY_SPACE):
     from passes.algorithms.arch_space import load_space
     from passes.algorithms.schedule import ScheduleCache
     from phaze.options import Options
@@ -124,24 +125,29 @@ def _tiny_search(budget):
     from phaze.search.setting import prepare_settings
 
     settings = prepare_settings(TINY, 8, (1,), Options(micro_batches=(8,), tp_widths=(1,)))
-    cands = Candidates.of_space(load_space(TINY_SPACE))
+    cands = Candidates.of_space(load_space(space))
     return search(cands, [ModelTask("tiny", settings)], _evaluator(ScheduleCache(None)), budget=budget)
 
 
-@pytest.mark.parametrize("budget", [{"exact": 2}, {"dp_bound_layers": 10}])
-def test_a_search_over_its_budget_refuses_in_one_line(budget):
+@pytest.mark.parametrize(("budget", "space"), [({"exact": 8}, SMALL_SPACE), ({"dp_bound_layers": 10}, TINY_SPACE)])
+def test_a_search_over_its_budget_refuses_in_one_line(budget, space):
     """Over either budget, the search stops with one line saying why and what to do, the same
-    line every time (counts, no clock); within it, the answer of the search without one."""
+    line every time (counts, no clock); within it, the answer of the search without one.  The
+    small space's search evaluates 8 architectures exactly, then more: refused before the
+    second batch, it says the best of the first."""
     from phaze.search.engine import SearchBudget, SearchTooLarge
 
     said = []
     for _ in range(2):
         with pytest.raises(SearchTooLarge) as info:
-            _tiny_search(SearchBudget(**budget))
+            _tiny_search(SearchBudget(**budget), space)
         said.append(str(info.value))
     assert said[0] == said[1] and "\n" not in said[0]
     assert said[0].startswith("the architecture search: more than ")
     assert "--hw CHIP" in said[0] and "--space" in said[0]
+    # past the first exact batch (8 architectures), it says the best found and how close it is
+    assert ("the best found so far, small:" in said[0]) == ("exact" in budget), said[0]
+    assert ("% below the best" in said[0]) == ("exact" in budget), said[0]
     free = _tiny_search(None)
     roomy = _tiny_search(SearchBudget(exact=1000, dp_bound_layers=10**7))
     assert (roomy.best.config, roomy.best.hbm, roomy.best.score) == (free.best.config, free.best.hbm, free.best.score)

@@ -374,6 +374,9 @@ class _BranchAndBound:
         self.budget = budget
         #: DP solves on bound times so far, each counted by its layers (:attr:`budget`)
         self.dp_bound_layers = 0
+        #: the best score bound of the architectures taken from the frontier and not yet decided
+        #: (the block or batch at hand: what :meth:`so_far` says of the bounds left)
+        self.in_hand = -np.inf
         self.tasks = tasks
         self.evaluator = evaluator
         self.prune = prune
@@ -449,6 +452,8 @@ class _BranchAndBound:
         lower-bound times for each setting; an architecture whose score bound cannot beat the
         incumbent is pruned, the others are queued for stage 3 by that bound."""
         block = self.frontier.visit(BOUND_BATCH)
+        # in hand until queued: the best work bound among them (the first's) bounds them
+        self.in_hand = float(self.frontier.work_bound[self.archs[block[0]][0]]) if block else -np.inf
         pairs = [(self.archs[a][0], self.cands.hbm[self.archs[a][1]]) for a in block]
         model_bound = np.zeros((len(block), self.n_models))  # best setting's bound per model
         per_setting: dict[int, np.ndarray] = {}  # model -> [block, usable settings]
@@ -510,10 +515,12 @@ class _BranchAndBound:
         the incumbent has overtaken are pruned on the way."""
         frontier = self.frontier
         batch: list[int] = []
+        self.in_hand = -np.inf
         while frontier.queue and len(batch) < EXACT_BATCH:
             fresh: list[int] = []
             while frontier.queue and len(batch) + len(fresh) < EXACT_BATCH:
                 bound, a = frontier.pop()
+                self.in_hand = max(self.in_hand, bound)
                 if self.answer.below_incumbent(bound):
                     self.drop(a)
                 elif a in frontier.refined or not self.refining():
@@ -609,6 +616,8 @@ class _BranchAndBound:
         if not batch:
             return
         done = len(self.answer.evaluated) + self.answer.pruned["exact"]
+        bounds_of = self.frontier.dp_bounds_of
+        self.in_hand = max(float(np.mean([b.max() if len(b) else 0.0 for b in bounds_of[a]])) for a in batch)
         self.budget.check("exact", done + len(batch), self.label, len(self.archs), self.so_far)
         first, owner, rest, skipped = self.exact_jobs(batch)
         priced: dict[int, list[list[PricedSetting]]] = {a: [[] for _ in range(self.n_models)] for a in batch}
@@ -645,7 +654,7 @@ class _BranchAndBound:
 
         name = self.cands.make(best.config, best.hbm).name
         unit = UNITS.get(self.evaluator.params.objective, "")
-        left = max(self.frontier.best_bounds())
+        left = max(*self.frontier.best_bounds(), self.in_hand)
         gap = f", at most {100 * (left / best.score - 1):.2g} % below the best" if np.isfinite(left) else ""
         return f"; the best found so far, {name}, scores {best.score:,.6g} {unit}{gap}"
 
