@@ -656,7 +656,8 @@ class _BranchAndBound:
         unit = UNITS.get(self.evaluator.params.objective, "")
         left = max(*self.frontier.best_bounds(), self.in_hand)
         gap = f", at most {100 * (left / best.score - 1):.2g} % below the best" if np.isfinite(left) else ""
-        return f"; the best found so far, {name}, scores {best.score:,.6g} {unit}{gap}"
+        score = f"{best.score:,.0f}" if abs(best.score) >= 1e4 else f"{best.score:,.6g}"
+        return f"; the best found so far, {name}, scores {score} {unit}{gap}"
 
     # -- the end ----------------------------------------------------------------------------------
 
