@@ -58,6 +58,11 @@ class Bounds:
         self._dp_memo: dict[tuple, float] = {}
         #: canonical problem key -> its combinatorial lower bound (:meth:`refined_lower_bounds`)
         self._problem_lb: dict[str, float] = {}
+        #: (candidates, setting, chip signature) -> ``(cache size, scheduled, bound)``
+        #: (:meth:`_problem_bounds`): chips of one signature
+        #: (:meth:`~phaze.search.pricing.Pricing.signatures`) have the same problems, so the
+        #: same schedules and bounds while the cache holds the same schedules
+        self._refined_memo: dict[tuple[int, int, bytes], tuple[int, np.ndarray, np.ndarray]] = {}
 
     def lower_bounds(self, cands: Candidates, setting: Setting) -> np.ndarray:
         """``[groups, configs]`` lower bounds on every group's makespan."""
@@ -104,26 +109,44 @@ class Bounds:
         t0 = time.perf_counter()
         limits = self.pricing.cache_limits()
         lat = estimate_space(setting.table, cands.configs[list(configs)], cands.template, cache=None)
+        signatures = self.pricing.signatures(cands, setting, lat.one, lat.split, configs)
+        # what the cache holds decides a column (a schedule known is its makespan): a column is
+        # reused while the cache has not grown since it was computed
         for col, c in enumerate(configs):
-            known = self.pricing.known_makespans(cands, setting, c)
+            known = self.pricing.known_makespans(cands, setting, c, signatures[col])
             if known is not None:
                 lb[:, col] = known
                 continue
-            cores = chip_cores(cands, c)
-            for g in setting.priced_groups():
-                canon = setting.group_problem(g, lat.one[:, col], lat.split[:, col], cores, cands.template.network)
-                canon = canon.canonical()
-                schedule = self.pricing.cache.lookup(canon, limits)
-                if schedule is not None:
-                    lb[g, col] = schedule.makespan
-                    continue
-                key = canon.key()
-                bound = self._problem_lb.get(key)
-                if bound is None:
-                    bound = self._problem_lb[key] = sched.makespan_lower_bound(canon)
-                lb[g, col] = max(lb[g, col], bound)
+            memo_key = (id(cands), id(setting), signatures[col])
+            memo = self._refined_memo.get(memo_key)
+            if memo is None or memo[0] != len(self.pricing.cache):
+                scheduled, bound = self._problem_bounds(cands, setting, lat, col, c, limits)
+                memo = self._refined_memo[memo_key] = (len(self.pricing.cache), scheduled, bound)
+            _, scheduled, bound = memo
+            lb[:, col] = np.where(scheduled, bound, np.maximum(lb[:, col], bound))
         self.pricing.timers["estimate"] += time.perf_counter() - t0
         return lb
+
+    def _problem_bounds(self, cands: Candidates, setting: Setting, lat, col: int, c: int, limits) -> tuple:
+        """``(scheduled, bound)``, ``[groups]`` each, of chip ``c`` (column ``col`` of the
+        latencies ``lat``): per priced group, whether the cache holds its schedule, and then its
+        makespan, else its problem's combinatorial bound (0 for the groups not priced)."""
+        scheduled = np.zeros(len(setting.groups), dtype=bool)
+        bound = np.zeros(len(setting.groups))
+        cores = chip_cores(cands, c)
+        for g in setting.priced_groups():
+            canon = setting.group_problem(g, lat.one[:, col], lat.split[:, col], cores, cands.template.network)
+            canon = canon.canonical()
+            schedule = self.pricing.cache.lookup(canon, limits)
+            if schedule is not None:
+                scheduled[g], bound[g] = True, schedule.makespan
+                continue
+            key = canon.key()
+            value = self._problem_lb.get(key)
+            if value is None:
+                value = self._problem_lb[key] = sched.makespan_lower_bound(canon)
+            bound[g] = value
+        return scheduled, bound
 
     def work_bound(self, cands: Candidates, setting: Setting, fixed: tuple[int, int, int] | None = None) -> np.ndarray:
         """Stage 1: ``[configs]`` upper bounds on the setting's objective (throughput:

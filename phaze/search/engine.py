@@ -36,6 +36,12 @@ as soon as no remaining bound can beat it.  Nothing is pruned that could win, ti
 (bounds are compared with a relative tolerance of :data:`TOL`), so the answer is the answer of
 plain enumeration (``prune=False``; tested on a small space).
 
+**Identical inputs, a budget.**  Chips whose every input to a setting's schedules is equal
+(their signature, :meth:`~phaze.search.pricing.Pricing.signatures`) share their makespans,
+refined bounds and exact DP results.  A search over its :class:`SearchBudget` (exact
+evaluations; DP bound solves counted by their layers) refuses in one line
+(:class:`SearchTooLarge`), saying the best found so far.
+
 **Where.**  The bounds are :mod:`phaze.search.bounds`'s, the exact prices (schedules, the DP,
 the objective) :mod:`phaze.search.pricing`'s; :class:`Evaluator` joins them for the search and
 the baselines.  The search itself is :class:`_BranchAndBound` (the stages), with
@@ -65,6 +71,7 @@ from phaze.search.pricing import COUNTS as COUNTS
 from phaze.search.pricing import TIMERS as TIMERS
 from phaze.search.pricing import Pricing
 from phaze.search.setting import Setting
+from phaze_ir.errors import PhazeError
 
 #: Relative tolerance when comparing a bound with the incumbent (bounds and exact values are
 #: summed in different orders; a bound may exceed its exact value by rounding only).
@@ -98,6 +105,43 @@ class SolverLimits:
             node_limit=opts.schedule_nodes or None,
             max_binaries=opts.schedule_max_binaries or None,
         )
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    """The most work one search does before it refuses (:class:`SearchTooLarge`), in counts,
+    never the clock, so that the same question is answered or refused alike on any machine.
+    A model whose step is fixed costs (a tiny one) scores within a few percent on every chip
+    of a space, closer than its bounds can tell apart, and would be evaluated exactly on
+    thousands of chips; the published models need 8 to 50.  0: no limit."""
+
+    #: Architectures evaluated exactly (stage 4): the published models need 8 to 50 (GPT-2 XL
+    #: 21), a tiny Llama (hidden 64, 8 layers) 6,579 on the paper space (docs/benchmarks.md).
+    exact: int = 1024
+    #: DP solves on bound times (stages 2 and 3), each counted by its layers (a DP's cost grows
+    #: with them: about 0.4 ms at 10 layers, 7 ms at 129 on the 2-core development machine):
+    #: GPT-2 XL's search 10,127 × 50 (506,350), the tiny Llama's 65,040 × 10 at 8 layers and
+    #: 30,228 × 129 (3.9 million) at 127.
+    dp_bound_layers: int = 2_000_000
+
+    def check(self, what: str, used: int, label: str, archs: int, so_far: Callable[[], str] = lambda: "") -> None:
+        """Refuse in one line when ``used`` of the budget ``what`` (a field) is over it,
+        saying what the search knows so far (``so_far()``: the best found and how far the
+        bounds left lie above it, or '')."""
+        cap = getattr(self, what)
+        if cap and used > cap:
+            work = {"exact": "exact evaluations", "dp_bound_layers": "DP bound solves×layers"}[what]
+            where = "the architecture search" + ("" if label == "search" else f" ({label})")
+            known = so_far()
+            raise SearchTooLarge(
+                f"{where}: more than {cap:,} {work} (its budget) over {archs:,} architectures, whose bounds "
+                f"cannot tell them apart (a step this small costs about the same on every chip){known}; "
+                "give --hw CHIP to compile for one chip, or a smaller --space"
+            )
+
+
+class SearchTooLarge(PhazeError):
+    """A search over its :class:`SearchBudget`: refused in one line, before minutes are spent."""
 
 
 @dataclass
@@ -296,10 +340,13 @@ def search(
     prune: bool = True,
     progress: Progress | None = None,
     label: str = "search",
+    budget: SearchBudget | None = None,
 ) -> Result:
     """The best architecture of ``cands`` for ``tasks`` (see the module docstring).
-    ``prune=False`` evaluates every architecture exactly (plain enumeration, for tests)."""
-    return _BranchAndBound(cands, tasks, evaluator, prune, progress or NoProgress(), label).run()
+    ``prune=False`` evaluates every architecture exactly (plain enumeration, for tests; no
+    ``budget`` then).  Over ``budget`` (None: no limit), :class:`SearchTooLarge`."""
+    b = budget if budget is not None and prune else SearchBudget(exact=0, dp_bound_layers=0)
+    return _BranchAndBound(cands, tasks, evaluator, prune, progress or NoProgress(), label, b).run()
 
 
 class _BranchAndBound:
@@ -321,8 +368,15 @@ class _BranchAndBound:
         prune: bool,
         progress: Progress,
         label: str,
+        budget: SearchBudget,
     ):
         self.cands = cands
+        self.budget = budget
+        #: DP solves on bound times so far, each counted by its layers (:attr:`budget`)
+        self.dp_bound_layers = 0
+        #: the best score bound of the architectures taken from the frontier and not yet decided
+        #: (the block or batch at hand: what :meth:`so_far` says of the bounds left)
+        self.in_hand = -np.inf
         self.tasks = tasks
         self.evaluator = evaluator
         self.prune = prune
@@ -398,6 +452,8 @@ class _BranchAndBound:
         lower-bound times for each setting; an architecture whose score bound cannot beat the
         incumbent is pruned, the others are queued for stage 3 by that bound."""
         block = self.frontier.visit(BOUND_BATCH)
+        # in hand until queued: the best work bound among them (the first's) bounds them
+        self.in_hand = float(self.frontier.work_bound[self.archs[block[0]][0]]) if block else -np.inf
         pairs = [(self.archs[a][0], self.cands.hbm[self.archs[a][1]]) for a in block]
         model_bound = np.zeros((len(block), self.n_models))  # best setting's bound per model
         per_setting: dict[int, np.ndarray] = {}  # model -> [block, usable settings]
@@ -437,7 +493,18 @@ class _BranchAndBound:
         out = np.asarray([self.setting_work_bound[m][s][c] for c, _ in pairs], dtype=np.float64)
         idx = np.flatnonzero(out >= need)
         if len(idx):
-            out[idx] = self.evaluator.dp_bounds(self.cands, m, self.tasks[m], s, [pairs[i] for i in idx])
+            out[idx] = self.counted_dp_bounds(m, s, [pairs[i] for i in idx])
+        return out
+
+    def counted_dp_bounds(
+        self, m: int, s: int, pairs: list[tuple[int, int]], lb: np.ndarray | None = None
+    ) -> np.ndarray:
+        """:meth:`Evaluator.dp_bounds`, its solves counted against the budget (by their layers)."""
+        counts = self.evaluator.counts
+        before = counts["dp_bound_solves"]
+        out = self.evaluator.dp_bounds(self.cands, m, self.tasks[m], s, pairs, lb=lb)
+        self.dp_bound_layers += (counts["dp_bound_solves"] - before) * len(self.tasks[m].settings[s].layers)
+        self.budget.check("dp_bound_layers", self.dp_bound_layers, self.label, len(self.archs), self.so_far)
         return out
 
     # -- stages 3 and 4: the refined bound, exact ------------------------------------------------
@@ -448,10 +515,12 @@ class _BranchAndBound:
         the incumbent has overtaken are pruned on the way."""
         frontier = self.frontier
         batch: list[int] = []
+        self.in_hand = -np.inf
         while frontier.queue and len(batch) < EXACT_BATCH:
             fresh: list[int] = []
             while frontier.queue and len(batch) + len(fresh) < EXACT_BATCH:
                 bound, a = frontier.pop()
+                self.in_hand = max(self.in_hand, bound)
                 if self.answer.below_incumbent(bound):
                     self.drop(a)
                 elif a in frontier.refined or not self.refining():
@@ -493,7 +562,7 @@ class _BranchAndBound:
             pairs = [(self.archs[a][0], self.cands.hbm[self.archs[a][1]]) for a in owners]
             setting = self.tasks[m].settings[s]
             lb = self.evaluator.refined_lower_bounds(self.cands, setting, [c for c, _ in pairs])
-            refined = self.evaluator.dp_bounds(self.cands, m, self.tasks[m], s, pairs, lb=lb)
+            refined = self.counted_dp_bounds(m, s, pairs, lb=lb)
             for a, bound in zip(owners, refined):
                 old = dp_bounds_of[a][m]
                 old[k] = min(old[k], float(bound))
@@ -546,6 +615,10 @@ class _BranchAndBound:
         score exact)."""
         if not batch:
             return
+        done = len(self.answer.evaluated) + self.answer.pruned["exact"]
+        bounds_of = self.frontier.dp_bounds_of
+        self.in_hand = max(float(np.mean([b.max() if len(b) else 0.0 for b in bounds_of[a]])) for a in batch)
+        self.budget.check("exact", done + len(batch), self.label, len(self.archs), self.so_far)
         first, owner, rest, skipped = self.exact_jobs(batch)
         priced: dict[int, list[list[PricedSetting]]] = {a: [[] for _ in range(self.n_models)] for a in batch}
         self.price(first, owner, priced)
@@ -569,6 +642,22 @@ class _BranchAndBound:
         """Price ``jobs`` exactly (``owner``: each one's architecture) into ``priced``."""
         for (m, s, _, _), a, (thr, dp_result) in zip(jobs, owner, self.evaluator.exact(self.cands, self.tasks, jobs)):
             priced[a][m].append((s, thr, dp_result))
+
+    def so_far(self) -> str:
+        """What a refusal says the search knows (:meth:`SearchBudget.check`): the best
+        architecture found, its score, and how far above it the best bound left lies (the most
+        any architecture not yet decided could score); '' before the first."""
+        best = self.answer.best
+        if best is None:
+            return ""
+        from phaze.search.objective import UNITS
+
+        name = self.cands.make(best.config, best.hbm).name
+        unit = UNITS.get(self.evaluator.params.objective, "")
+        left = max(*self.frontier.best_bounds(), self.in_hand)
+        gap = f", at most {100 * (left / best.score - 1):.2g} % below the best" if np.isfinite(left) else ""
+        score = f"{best.score:,.0f}" if abs(best.score) >= 1e4 else f"{best.score:,.6g}"
+        return f"; the best found so far, {name}, scores {score} {unit}{gap}"
 
     # -- the end ----------------------------------------------------------------------------------
 

@@ -66,6 +66,14 @@ class Pricing:
         self.counts = dict.fromkeys(COUNTS, 0)
         #: (candidates, setting, config) -> the group makespans priced (:meth:`makespans`)
         self._exact_ms: dict[tuple[int, int, int], np.ndarray] = {}
+        #: (candidates, setting, chip signature) -> the group makespans priced: chips whose
+        #: every input to a setting's schedules is equal (:meth:`signatures`) share them
+        self._ms_by_sig: dict[tuple[int, int, bytes], np.ndarray] = {}
+        #: (candidates, placement, setting, makespans, HBM) -> the DP's result (:meth:`exact`):
+        #: equal inputs, the same problem, so the same result
+        self._dp_exact: dict[tuple, _phaze_rs.ResultDict] = {}
+        #: setting -> the most ops of each unit kind in one of its priced groups
+        self._unit_counts: dict[int, dict[str, int]] = {}
         self._objectives: dict[int, Objective] = {}
 
     def objective(self, cands: Candidates) -> Objective:
@@ -137,11 +145,13 @@ class Pricing:
 
     def makespans(self, cands: Candidates, jobs: Sequence[tuple[Setting, int]]) -> list[np.ndarray]:
         """Exact group makespans of each ``(setting, config)``; the schedules the cache lacks are
-        solved through the backend, each distinct canonical problem once."""
+        solved through the backend, each distinct canonical problem once, and a chip whose
+        signature (:meth:`signatures`) was priced before, or earlier in ``jobs``, takes its
+        makespans without its problems being built again."""
         t0 = time.perf_counter()
         limits = self.cache_limits()
         out: list[np.ndarray | None] = [None] * len(jobs)
-        wanted, pending = self._group_problems(cands, jobs, limits, out)
+        wanted, pending, sigs, twins = self._group_problems(cands, jobs, limits, out)
         self.counts["schedules_cached"] += len({p.key() for _, _, p in wanted}) - len(pending)
         if pending:
             self._solve_and_store(list(pending.values()), limits)
@@ -151,9 +161,13 @@ class Pricing:
             schedule = self.cache.lookup(canon, limits)
             assert schedule is not None  # cached or solved and stored above
             arr[g] = schedule.makespan
+        for j, first in twins.items():
+            makespans[j] = makespans[first]
         for j, arr in makespans.items():
             setting, config = jobs[j]
             self._exact_ms[(id(cands), id(setting), config)] = arr
+            if j in sigs:
+                self._ms_by_sig[(id(cands), id(setting), sigs[j])] = arr
             out[j] = arr
         self.timers["schedule"] += time.perf_counter() - t0
         done = [arr for arr in out if arr is not None]
@@ -166,20 +180,62 @@ class Pricing:
         lim = self.limits
         return self.cache.limits(lim.time_limit, lim.gap_limit, lim.node_limit, lim.max_binaries)
 
-    def known_makespans(self, cands: Candidates, setting: Setting, config: int) -> np.ndarray | None:
+    def known_makespans(
+        self, cands: Candidates, setting: Setting, config: int, signature: bytes | None = None
+    ) -> np.ndarray | None:
         """The group makespans of ``setting`` on chip ``config`` if :meth:`makespans` has priced
-        them (a refined bound is then the makespans themselves), else None."""
-        return self._exact_ms.get((id(cands), id(setting), config))
+        them, on it or on a chip of the same ``signature`` (:meth:`signatures`; a refined bound
+        is then the makespans themselves), else None."""
+        known = self._exact_ms.get((id(cands), id(setting), config))
+        if known is None and signature is not None:
+            known = self._ms_by_sig.get((id(cands), id(setting), signature))
+        return known
+
+    def signatures(
+        self, cands: Candidates, setting: Setting, one: np.ndarray, split: np.ndarray, configs
+    ) -> list[bytes]:
+        """Per column of the latencies ``one``/``split`` (``[rows, len(configs)]``, chips
+        ``configs``), the chip's *signature* for ``setting``: its latencies and its core counts,
+        each lowered to the most ops of that kind in one of the setting's priced groups (as
+        :meth:`~passes.algorithms.schedule.Problem.canonical` lowers them, group by group).
+        Everything a group's problem is built from but the setting and the template, which a
+        search shares: chips of equal signatures have the same canonical problems, so the same
+        makespans, DP problems and exact values (a tiny model's step is fixed costs that hardly
+        depend on the chip: the paper space's 29,360 chips have about 5,000 signatures each).
+        Not for a calibrated chip (priced alone)."""
+        counts = self._unit_counts.get(id(setting))
+        if counts is None:
+            counts = {}
+            for g in setting.priced_groups():
+                per: dict[str, int] = {}
+                for u in setting.group_units(g):
+                    per[u] = per.get(u, 0) + 1
+                for u, n in per.items():
+                    counts[u] = max(counts.get(u, 0), n)
+            self._unit_counts[id(setting)] = counts
+        cores = np.stack(
+            [
+                _lowered(cands.configs["num_tc"][list(configs)], counts.get("tensor", 0)),
+                _lowered(cands.configs["num_vc"][list(configs)], counts.get("vector", 0)),
+            ],
+            axis=1,
+        )
+        return [one[:, col].tobytes() + split[:, col].tobytes() + cores[col].tobytes() for col in range(len(configs))]
 
     def _group_problems(
         self, cands: Candidates, jobs: Sequence[tuple[Setting, int]], limits, out: list[np.ndarray | None]
-    ) -> tuple[list[tuple[int, int, sched.Problem]], dict[str, sched.Problem]]:
+    ) -> tuple[list[tuple[int, int, sched.Problem]], dict[str, sched.Problem], dict[int, bytes], dict[int, int]]:
         """The canonical schedule problem of every priced group of each job whose makespans are
-        not memoized (those that are go straight into ``out``): ``(wanted, pending)``, where
-        ``wanted`` lists ``(job, group, problem)`` and ``pending`` the distinct problems the
-        cache lacks.  Latencies are estimated once per setting for all its configs."""
+        not memoized (those that are go straight into ``out``: by config, or by the chip's
+        signature, :meth:`signatures`): ``(wanted, pending, sigs, twins)``, where ``wanted``
+        lists ``(job, group, problem)``, ``pending`` the distinct problems the cache lacks,
+        ``sigs`` the signature of each job of ``wanted`` and ``twins`` maps a job to the earlier
+        job of the same setting and signature whose problems stand for its own.  Latencies are
+        estimated once per setting for all its configs."""
         wanted: list[tuple[int, int, sched.Problem]] = []
         pending: dict[str, sched.Problem] = {}
+        sigs: dict[int, bytes] = {}
+        twins: dict[int, int] = {}
         by_setting: dict[int, list[int]] = {}
         for j, (setting, _config) in enumerate(jobs):
             by_setting.setdefault(id(setting), []).append(j)
@@ -193,14 +249,28 @@ class Pricing:
             if calibration is None:
                 lat = estimate_space(setting.table, cands.configs[configs], cands.template, cache=None)
                 one, split = lat.one, lat.split
+                signature = self.signatures(cands, setting, one, split, configs)
             else:
                 one, split = _one_chip_latencies(setting, cands, len(configs))
+                signature = []
             needed = setting.priced_groups()
+            first_of: dict[bytes, int] = {}
             for col, j in enumerate(idxs):
                 key = (id(cands), id(setting), configs[col])
                 if key in self._exact_ms:
                     out[j] = self._exact_ms[key]
                     continue
+                if signature:
+                    sig = signature[col]
+                    known = self._ms_by_sig.get((id(cands), id(setting), sig))
+                    if known is not None:
+                        self._exact_ms[key] = out[j] = known
+                        continue
+                    if sig in first_of:
+                        twins[j] = first_of[sig]
+                        continue
+                    first_of[sig] = j
+                    sigs[j] = sig
                 cores = chip_cores(cands, configs[col])
                 if calibration is not None and calibration.serial:
                     # One op at a time, issued by the host (phaze-schedule-ops does the same):
@@ -216,7 +286,7 @@ class Pricing:
                     wanted.append((j, g, canon))
                     if self.cache.lookup(canon, limits) is None:
                         pending.setdefault(canon.key(), canon)
-        return wanted, pending
+        return wanted, pending, sigs, twins
 
     def _solve_and_store(self, problems: list[sched.Problem], limits) -> None:
         """Solve ``problems`` through the backend (in-process without one) and cache them."""
@@ -230,29 +300,48 @@ class Pricing:
         self, cands: Candidates, tasks: Sequence[ModelTask], jobs: Sequence[tuple[int, int, int, int]]
     ) -> list[tuple[float, _phaze_rs.ResultDict]]:
         """Exact objective value (throughput by default) and DP result of each ``(task,
-        setting, config, hbm)``."""
+        setting, config, hbm)``.  The DP runs once per distinct problem (the same setting,
+        placement, makespans and HBM: chips of one signature, :meth:`signatures`); the power
+        limit, the objective and the power cap, which read the chip itself, are applied per job."""
         makespans = self.makespans(cands, [(tasks[m].settings[s], c) for m, s, c, _ in jobs])
         t0 = time.perf_counter()
         by_task: dict[int, list[int]] = {}
         for j, (m, _, _, _) in enumerate(jobs):
             by_task.setdefault(m, []).append(j)
         out: dict[int, tuple[float, _phaze_rs.ResultDict]] = {}
+        obj = self.objective(cands)
+        cap = self.params.power_cap_w
         for m, idxs in by_task.items():
-            problems = [self.problem(cands, tasks[m].settings[jobs[j][1]], makespans[j], jobs[j][3]) for j in idxs]
-            obj = self.objective(cands)
-            cap = self.params.power_cap_w
-            for j, dp_result in zip(idxs, self.place(problems, tasks[m].fixed)):
+            fixed = tasks[m].fixed
+            keys = [
+                (id(cands), fixed, id(tasks[m].settings[jobs[j][1]]), makespans[j].tobytes(), jobs[j][3]) for j in idxs
+            ]
+            todo: dict[tuple, _phaze_rs.ProblemDict] = {}
+            for j, k in zip(idxs, keys):
+                if k not in self._dp_exact and k not in todo:
+                    todo[k] = self.problem(cands, tasks[m].settings[jobs[j][1]], makespans[j], jobs[j][3])
+            if todo:
+                for k, r in zip(todo, self.place(list(todo.values()), fixed)):
+                    self._dp_exact[k] = r
+                self.counts["dp_exact_solves"] += len(todo)
+            for j, k in zip(idxs, keys):
                 _, s, c, h = jobs[j]
                 setting = tasks[m].settings[s]
-                dp_result = self.power_limited(cands, setting, c, dp_result)
+                dp_result = self.power_limited(cands, setting, c, self._dp_exact[k])
                 score = obj.score(setting, c, h, dp_result)
                 if cap is not None and score > 0 and obj.plan_power(setting, c, dp_result["plan"]).chip_power_w > cap:
                     score = 0.0  # over the power cap: as if it did not fit
                     self.counts["over_power_cap"] += 1
                 out[j] = (score, dp_result)
-            self.counts["dp_exact_solves"] += len(idxs)
         self.timers["dp_exact"] += time.perf_counter() - t0
         return [out[j] for j in range(len(jobs))]
+
+
+def _lowered(cores: np.ndarray, most: int) -> np.ndarray:
+    """Core counts ``cores`` as the canonical problems see them when a group has at most
+    ``most`` ops of their kind: a count of 2 or more lowered to ``max(2, most)``."""
+    cores = np.asarray(cores, dtype=np.int64)
+    return np.where(cores < 2, cores, np.maximum(2, np.minimum(cores, most)))
 
 
 def chip_cores(cands: Candidates, config: int) -> dict[str, int]:

@@ -44,6 +44,7 @@ from phaze.search.engine import (
     Params,
     Progress,
     Result,
+    SearchBudget,
     SolverLimits,
     search,
 )
@@ -76,6 +77,8 @@ class SearchOptions:
     limits: SolverLimits = field(default_factory=SolverLimits)
     baselines: bool = True
     prune: bool = True
+    #: the most work a search does before refusing (``--max-exact``, ``--max-dp-bound``)
+    budget: SearchBudget = field(default_factory=SearchBudget)
 
 
 #: The store's kind of entry holding one model's settings at one micro-batch (:func:`prepare`).
@@ -456,7 +459,9 @@ def _run_baselines(
 
             def compute(on=on, placements=placements, prune=prune, name=name) -> dict:
                 tasks = work.tasks_for(placements)
-                res = search(on, tasks, work.evaluator, prune=prune, progress=progress, label=name)
+                res = search(
+                    on, tasks, work.evaluator, prune=prune, progress=progress, label=name, budget=work.sopts.budget
+                )
                 return _baseline_record(name, res, on, tasks, _why_not(res, work.evaluator, on, tasks))
 
             rec, delta = work.counted(compute)
@@ -472,11 +477,12 @@ def _co_optimize(
 ) -> tuple[Result, list[Result]]:
     """The search proper, and with several models each model's own best (for the loss each
     model takes on the common chip)."""
-    result = search(cands, tasks, ev, prune=sopts.prune, progress=progress, label="search")
+    result = search(cands, tasks, ev, prune=sopts.prune, progress=progress, label="search", budget=sopts.budget)
     own: list[Result] = []
     if len(tasks) > 1:
         for t in tasks:
-            own.append(search(cands, [t], ev, prune=sopts.prune, progress=progress, label=f"{t.name} alone"))
+            alone = f"{t.name} alone"
+            own.append(search(cands, [t], ev, prune=sopts.prune, progress=progress, label=alone, budget=sopts.budget))
     return result, own
 
 

@@ -182,6 +182,17 @@ def _goal_flags(p: argparse.ArgumentParser) -> None:
     add_option_arguments(solver, Options, SOLVER_FIELDS, defaults=unset, default_words=SOLVER_DEFAULT_WORDS)
 
 
+def _count(text: str) -> int:
+    """A budget's value: a whole number, 0 or more (0: no limit)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number, 0 or more (0: no limit)")
+    return value
+
+
 def _run_flags(p: argparse.ArgumentParser) -> None:
     """The cache, the search's workers and the diagnostics."""
     cache_g = p.add_argument_group("cache")
@@ -206,6 +217,22 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         "--no-prune",
         action="store_true",
         help="evaluate every candidate exactly (plain enumeration; for checking, slow)",
+    )
+    s.add_argument(
+        "--max-exact",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="refuse, in one line, a search that would evaluate more than N architectures exactly "
+        "(default {phaze.search.engine.SearchBudget.exact}; the published models need 8 to 50; 0: no limit)",
+    )
+    s.add_argument(
+        "--max-dp-bound",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="refuse a search whose DP bounds would take more than N solves×layers "
+        "(default {phaze.search.engine.SearchBudget.dp_bound_layers}; 0: no limit)",
     )
     misc = p.add_argument_group("diagnostics")
     add_option_arguments(misc, Options, ["strict"])
@@ -342,7 +369,7 @@ def search_options(args: argparse.Namespace, opts):
     """The search's options of parsed command-line arguments."""
     import os
 
-    from phaze.search.engine import SolverLimits
+    from phaze.search.engine import SearchBudget, SolverLimits
     from phaze.search.run import SearchOptions
 
     limits = SolverLimits.of_options(opts)
@@ -356,6 +383,10 @@ def search_options(args: argparse.Namespace, opts):
         limits=limits,
         baselines=not args.no_baselines,
         prune=not args.no_prune,
+        budget=SearchBudget(
+            exact=SearchBudget.exact if args.max_exact is None else args.max_exact,
+            dp_bound_layers=SearchBudget.dp_bound_layers if args.max_dp_bound is None else args.max_dp_bound,
+        ),
     )
 
 
