@@ -25,9 +25,12 @@ TINY_SPACE = Path(__file__).parent / "data" / "tiny_space.toml"
 COMMON = ["--devices", "64", "--global-batch", "64", "--micro-batch", "8", "--tp", "1"]
 
 
-def _space_text(fp8: str | None) -> str:
-    """The tiny space (same name, same axes), with ``fp8_rate = fp8`` when given."""
+def _space_text(fp8: str | None, cores: str | None = None) -> str:
+    """The tiny space (same name, same axes), with ``fp8_rate = fp8`` when given, and its chips
+    of ``cores`` tensor cores only when given (a TOML list)."""
     text = TINY_SPACE.read_text()
+    if cores is not None:
+        text = text.replace("num_tc = { min = 1, max = 8 }", f"num_tc = {cores}")
     return text if fp8 is None else text + f"fp8_rate = {fp8}\n"
 
 
@@ -152,10 +155,24 @@ def _without_search_keys(data: dict) -> dict:
     }
 
 
+#: The end-to-end searches run on the tiny space's chips of 4 and 8 tensor cores (26 of its 55
+#: chips a datapath): the enumeration schedules every one of them.
+CORES = "[4, 8]"
+
+
+@pytest.fixture(scope="module")
+def bf16_over_the_fp8_axis(tmp_path_factory) -> tuple[Path, Path, str, dict]:
+    """A bf16 search over the space with the FP8 axis: ``(its folder, the space, its plan, its
+    JSON)``; its cache is ``its folder/cache``."""
+    root = tmp_path_factory.mktemp("fp8space")
+    space = root / "tiny_fp8.toml"
+    space.write_text(_space_text("[0, 2]", CORES))
+    return root, space, *_search(root, "bf16", space)
+
+
 @pytest.mark.slow
-def test_fp8_search_equals_enumeration_and_its_winner_is_phazec_hw(tmp_path):
-    space = tmp_path / "tiny_fp8.toml"
-    space.write_text(_space_text("[0, 2]"))
+def test_fp8_search_equals_enumeration_and_its_winner_is_phazec_hw(tmp_path, bf16_over_the_fp8_axis):
+    _, space, _, bf16 = bf16_over_the_fp8_axis
     text, got = _search(tmp_path, "pruned", space, "--dtype", "fp8")
     _, plain = _search(tmp_path, "plain", space, "--dtype", "fp8", "--no-prune")
     # The FP8 chips only, and the pruned search finds what enumeration finds.
@@ -179,17 +196,16 @@ def test_fp8_search_equals_enumeration_and_its_winner_is_phazec_hw(tmp_path):
     searched = re.sub(r", phaze\.baselines = \[.*?\]\}", "}", text, count=1)
     assert searched != text and searched == hw.read_text()
     # FP8 pays here: the FP8 winner beats the bf16 search of the same space.
-    _, bf16 = _search(tmp_path, "bf16", space)
     assert "fp8_rate" not in bf16["accelerator"]["tensor_cores"]
     assert got["throughput_samples_per_s"] > bf16["throughput_samples_per_s"]
 
 
 @pytest.mark.slow
-def test_a_bf16_search_is_unchanged_by_the_fp8_axis(tmp_path):
+def test_a_bf16_search_is_unchanged_by_the_fp8_axis(tmp_path, bf16_over_the_fp8_axis):
     """The axis is not enumerated without FP8 GEMMs: the same plan and answer, byte for byte."""
-    space = tmp_path / "tiny_fp8.toml"
-    space.write_text(_space_text("[0, 2]"))
-    text, with_axis = _search(tmp_path, "axis", space)
-    before, without = _search(tmp_path, "plain", TINY_SPACE)
+    root, _, text, with_axis = bf16_over_the_fp8_axis
+    space = tmp_path / "tiny.toml"
+    space.write_text(_space_text(None, CORES))
+    before, without = _search(root, "bf16 without the axis", space)  # its schedules from the same cache
     assert text == before
     assert _without_search_keys(with_axis) == _without_search_keys(without)

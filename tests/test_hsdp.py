@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS
 
 from phaze.plan_output import hsdp_shard
 from phaze_ir.hardware import load_hardware
@@ -16,39 +16,44 @@ ROOT = Path(__file__).resolve().parents[1]
 CLUSTERS = ROOT / "data" / "clusters"
 
 
-def _plan(tmp_path: Path, name: str, *flags: str) -> tuple[dict, str]:
+def _plan(capsys, tmp_path: Path, name: str, *flags: str) -> tuple[dict, str]:
+    """``phazec`` in this process (what is checked is the plan and the refusals' words, not the
+    process: a subprocess would import torch again, most of its cost): its JSON and stderr."""
+    from phaze.tools import phazec
+
     out = tmp_path / f"{name}.json"
-    res = run_tool(
-        "phazec", str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--devices", "16", "--global-batch", "16",
+    capsys.readouterr()
+    rc = phazec.main([
+        str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--devices", "16", "--global-batch", "16",
         "--micro-batch", "1", "--tp", "1", "--placement", "expert:1,16,1", "--kernels", "eager", "--json", str(out),
         "-o", str(tmp_path / f"{name}.mlir"), *flags,
-    )  # fmt: skip
-    return (json.loads(out.read_text()) if res.returncode == 0 else {}), res.stderr
+    ])  # fmt: skip
+    return (json.loads(out.read_text()) if rc == 0 else {}), capsys.readouterr().err
 
 
-def test_hsdp_holds_more_and_says_so(tmp_path):
+def test_hsdp_holds_more_and_says_so(capsys, tmp_path):
     """HSDP over 8 of DP 16 holds each device's shard of 8 (more memory than FSDP's of 16),
     says its shard group in the JSON and the summary, and FSDP's plan has no shard group."""
-    fsdp, err = _plan(tmp_path, "fsdp", "--zero", "3")
+    fsdp, err = _plan(capsys, tmp_path, "fsdp", "--zero", "3")
     assert fsdp, err
-    hsdp, err = _plan(tmp_path, "hsdp", "--zero", "3", "--dp-shard", "8")
+    hsdp, err = _plan(capsys, tmp_path, "hsdp", "--zero", "3", "--dp-shard", "8")
     assert hsdp, err
     assert fsdp["dp_shard"] is None and hsdp["dp_shard"] == 8
     mem = lambda p: p["stages"][0]["memory"]  # noqa: E731
     assert mem(hsdp)["optimizer"] > 1.9 * mem(fsdp)["optimizer"]
     assert "HSDP (sharded over 8, 2 replicas)" in hsdp["summary"]["placement"]
     # The replicas' all-reduce is across nodes (two nodes of 8): exposed, it costs time.
-    slow, err = _plan(tmp_path, "slow", "--zero", "3", "--dp-shard", "8", "--no-dp-overlap")
+    slow, err = _plan(capsys, tmp_path, "slow", "--zero", "3", "--dp-shard", "8", "--no-dp-overlap")
     assert slow, err
     assert slow["time_per_batch_s"] > hsdp["time_per_batch_s"]
 
 
-def test_hsdp_needs_zero_2_or_3_and_a_divisor_of_dp(tmp_path):
-    plan, err = _plan(tmp_path, "zero1", "--zero", "1", "--dp-shard", "8")
+def test_hsdp_needs_zero_2_or_3_and_a_divisor_of_dp(capsys, tmp_path):
+    plan, err = _plan(capsys, tmp_path, "zero1", "--zero", "1", "--dp-shard", "8")
     assert not plan
     assert err.strip().endswith("--dp-shard 8: HSDP shards as FSDP does: expected --zero 2 or 3, not 1")
     assert len(err.strip().splitlines()) == 1
-    plan, err = _plan(tmp_path, "odd", "--zero", "3", "--dp-shard", "3")
+    plan, err = _plan(capsys, tmp_path, "odd", "--zero", "3", "--dp-shard", "3")
     assert not plan
     assert err.strip().endswith(
         "--dp-shard 3: expected a shard group that divides the 16 ranks of DP x CP (--placement expert:1,16,1)"
