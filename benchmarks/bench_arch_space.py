@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from passes.algorithms.arch_space import ArchSpace, load_space, paper_spec  # noqa: E402
+from phaze.search.arch_space import ArchSpace, load_space, paper_spec  # noqa: E402
 
 
 def main() -> None:

@@ -53,9 +53,9 @@ def main() -> None:
     t_trace = time.perf_counter() - t0
     rss_trace = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
-    from passes.algorithms.arch_space import paper_space
     from passes.algorithms.latency import BOUNDS, LatencyCache, config_of, estimate_op, estimate_space
     from passes.cost_view import op_table
+    from phaze.search.arch_space import paper_space
     from phaze_ir.hardware import load_hardware
 
     space = paper_space()

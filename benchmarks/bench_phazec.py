@@ -7,7 +7,7 @@ answer read from one file: ``phaze/hw_answer.py``), with whether the two plan fi
 the same bytes, and a third asking another question (twice the global batch) of that cache:
 the sweep's settings are read from it, and a point compiled before (the fixed placement's, the
 sweep's best when the same point wins) is placed from its template
-(``phaze/plan_template.py``) instead of compiled.  The fixed placement is asked a fourth
+(``phaze/plan/plan_template.py``) instead of compiled.  The fixed placement is asked a fourth
 time, on twice the devices with twice its data parallelism, and that plan is compared with one
 compiled without a cache; its first plan is read back by ``phaze-opt`` and printed again.
 
@@ -16,7 +16,7 @@ compiled without a cache; its first plan is read back by ``phaze-opt`` and print
                                       [--placement expert:8,1,8 --micro-batch 1]
 
 Printed per in-process run (after the model file's first import, timed apart: torch and
-transformers, seconds that a process pays once): wall time and its split.  The sweep (``phaze/sweep.py``):
+transformers, seconds that a process pays once): wall time and its split.  The sweep (``phaze/search/sweep.py``):
 ``settings`` (the model cut to 3 and 4 blocks traced, imported and sharded per micro-batch),
 ``points`` (every point's schedules and DP), ``winner`` (the best point traced and compiled
 through the pipeline).  One point (``phaze.driver.compile_model``): tracing, import, and the pipeline
@@ -42,8 +42,8 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 
 def _run(label: str, model: str, opts) -> None:
-    from phaze import sweep
-    from phaze.plan_output import plan_record
+    from phaze.plan.plan_output import plan_record
+    from phaze.search import sweep
 
     seconds: dict[str, float] = {}
     start = time.perf_counter()

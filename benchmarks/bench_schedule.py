@@ -136,9 +136,9 @@ def main() -> None:
         )
 
     # ---- the architecture search ------------------------------------------------------------
-    from passes.algorithms.arch_space import paper_space
     from passes.algorithms.latency import estimate_space
     from passes.cost_view import op_table
+    from phaze.search.arch_space import paper_space
 
     space = paper_space()
     configs = space.configs

@@ -13,9 +13,9 @@ grow with the sweep's points.
 
 GPT-2 XL on 8 a100s (the defaults), empty cache or none: 2 entries at 2 places
 (``check_question`` from ``phaze.hw_answer``: the options, the chip loaded once, the power cap;
-``start_compilation`` from ``phaze.sweep``; the settings price every point).  A question of one
+``start_compilation`` from ``phaze.search.sweep``; the settings price every point).  A question of one
 point (``--micro-batch 1 --tp 1``) is compiled through the pipeline's sweep: 3 entries
-(``compile_model`` from ``phaze.sweep`` too).  Before the driver was split (pipeline, points
+(``compile_model`` from ``phaze.search.sweep`` too).  Before the driver was split (pipeline, points
 and the plan's output in their own modules), the defaults made 114 entries at 18 places (an
 empty cache), 108 at 12 (none).
 

@@ -132,7 +132,7 @@ DEFAULTS = {
     "fp8_params": "no",
     "reduce_dtype": "fp32",
 }
-#: Where --write-bands writes the error bands by regime that phaze's summary states (phaze/error_bands.py).
+#: Where --write-bands writes the error bands by regime that phaze's summary states (phaze/plan/error_bands.py).
 BANDS = ROOT / "data" / "published" / "error_bands.json"
 
 
@@ -544,9 +544,9 @@ def chip_name(hw: str) -> str:
 
 
 def row_regime(r: Row):
-    """The regime of a run (:class:`phaze.error_bands.Regime`): its chip (as its plan names it),
+    """The regime of a run (:class:`phaze.plan.error_bands.Regime`): its chip (as its plan names it),
     FSDP (ZeRO-3) or Megatron-style, FP8 or 16-bit, its sequence, CP, compiled kernels, MoE."""
-    from phaze.error_bands import regime
+    from phaze.plan.error_bands import regime
 
     return regime(chip_name(r.hw), r.zero, r.precision == "fp8", r.seq_len, r.cp, r.kernels, r.moe == "yes")
 
@@ -595,7 +595,7 @@ def band_table(rows: list[Row], results: dict[str, tuple[str, float | None]]) ->
         entry.update(error_stats(errs))
     return {
         "about": "phaze's step-time error (priced / measured - 1) on the published runs of "
-        "data/published/multi_gpu_runs.csv, by regime (phaze/error_bands.py); refused counts the runs "
+        "data/published/multi_gpu_runs.csv, by regime (phaze/plan/error_bands.py); refused counts the runs "
         "not priced (refused for memory or failed); p90 is the nearest-rank 90th percentile of |error|",
         "command": "python benchmarks/price_published.py -j 2 --write-bands",
         "regimes": regimes,

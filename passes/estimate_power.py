@@ -23,7 +23,7 @@ class EstimatePowerPass(ModulePass):
     share, the energy per sample (the model is ``plan_power`` in
     ``passes/algorithms/energy.py``), and ``power_limit_s``, what the chip's power limit adds
     to the placement's step (the step lasts at least its energy over the limit): the plan's
-    time is ``phaze.plan``'s plus it (:func:`phaze.plan_output.plan_record`; this pass writes
+    time is ``phaze.plan``'s plus it (:func:`phaze.plan.plan_output.plan_record`; this pass writes
     nothing else).
 
     Requires ``phaze.plan`` and ``phaze.stages`` (``phaze-place-devices``),
@@ -66,7 +66,7 @@ class EstimatePowerPass(ModulePass):
         # The step lasts at least its energy over the power limit (the ops' own bound, in their
         # latencies, leaves what runs side by side): a longer step is the step's time, said in
         # phaze.power's power_limit_s (phaze.plan stays the placement's:
-        # phaze.plan_output.plan_record gives the step's time).
+        # phaze.plan.plan_output.plan_record gives the step's time).
         step = float(plan["time_per_batch_s"])
         limited = power_limited_step_s(power, step, power_headroom_w(acc))
         if limited > step:

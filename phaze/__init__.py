@@ -4,7 +4,7 @@
 (``phaze/tools``), the fixed pass pipeline (``phaze/pipeline.py``) and the driver of a
 compilation with its sweep over micro-batch and TP (``phaze/driver.py``; the options in
 ``phaze/options.py``, the sweep's points in ``phaze/points.py``, the plan's JSON and text in
-``phaze/plan_output.py``), the architecture search with its baselines and report (``phaze/search``),
+``phaze/plan/plan_output.py``), the architecture search with its baselines and report (``phaze/search``),
 and the ``xdsl.universe`` entry point (``phaze/universe.py``).
 
 It sits above both other packages: it imports ``phaze_ir`` (the IR) and ``passes`` (the passes

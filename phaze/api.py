@@ -84,7 +84,7 @@ class Plan:
 
     @property
     def summary(self) -> dict[str, Any] | None:
-        """The summary (:mod:`phaze.summary`); None when the plan does not fit."""
+        """The summary (:mod:`phaze.plan.summary`); None when the plan does not fit."""
         return self.data.get("summary")
 
     def _figure(self, name: str) -> Any:
@@ -142,10 +142,10 @@ class Plan:
         """The launch arguments for ``target`` (``megatron`` or ``torchtitan``), as
         ``phazec --export TARGET FILE`` writes them; a plan the target cannot run is one
         :class:`PhazeError` line.  Where the launch runs another runtime than the one priced
-        (kernels, precision, attention, the model: ``phaze.export.runtime_differences``, the
+        (kernels, precision, attention, the model: ``phaze.plan.export.runtime_differences``, the
         lines phazec says), each line is a :class:`PhazeWarning`, said once a plan and with no
         source line (:func:`phaze_ir.warning.warn_unsourced`)."""
-        from phaze.export import TARGETS, facts_of, render, runtime_differences
+        from phaze.plan.export import TARGETS, facts_of, render, runtime_differences
         from phaze_ir.warning import warn_unsourced
 
         if target not in TARGETS:
@@ -164,7 +164,7 @@ class Plan:
         imports (save it as ``phaze_flavour.py`` where torchtitan runs), as ``phazec --export
         torchtitan FILE`` writes it beside FILE; None when the model is a run torchtitan registered
         (the export names it)."""
-        from phaze.export import facts_of, torchtitan_flavour_file, torchtitan_registered
+        from phaze.plan.export import facts_of, torchtitan_flavour_file, torchtitan_registered
 
         facts = facts_of(self.layer_kinds, self.seq_len, self.options, self.model_shape, self.data)
         return None if torchtitan_registered(facts) else torchtitan_flavour_file(facts, module)

@@ -7,8 +7,8 @@ sweep over micro-batch sizes and TP widths, every point through the pipeline).
 
 What it drives lives beside it: the options (:mod:`phaze.options`), the pass pipeline on a
 traced step (:mod:`phaze.pipeline`), the sweep's points (:mod:`phaze.points`) and the plan's JSON
-and text (:mod:`phaze.plan_output`).  ``phazec --hw`` asks through :mod:`phaze.hw_answer` (its
-cached answer), whose sweep is priced from the search's settings (:mod:`phaze.sweep`, which
+and text (:mod:`phaze.plan.plan_output`).  ``phazec --hw`` asks through :mod:`phaze.hw_answer` (its
+cached answer), whose sweep is priced from the search's settings (:mod:`phaze.search.sweep`, which
 falls back to :func:`compile_model`).
 """
 
@@ -32,7 +32,7 @@ from phaze.pipeline import (
     traced_line,
     training_step,
 )
-from phaze.plan_output import Candidate
+from phaze.plan.plan_output import Candidate
 from phaze.points import (
     Log,
     chosen_point,
@@ -74,12 +74,12 @@ def check_question(opts: Options, accelerator: Accelerator | None = None) -> Acc
 def bf16_problem(dtype: str, accelerator: Accelerator | None) -> str | None:
     """Why ``--dtype dtype`` (``bfloat16`` or ``amp-bfloat16``) cannot run as priced on
     ``accelerator``, None when it can: a CUDA GPU below compute capability 8.0 (Volta, Turing)
-    has no bf16 tensor cores (:data:`phaze.export.CUDA_BF16_FROM`).  torch 2.15 runs bf16 there
+    has no bf16 tensor cores (:data:`phaze.plan.export.CUDA_BF16_FROM`).  torch 2.15 runs bf16 there
     by emulation (``torch/cuda/__init__.py``, ``is_bf16_supported``: a major of 8 and up, else
     ``including_emulation``), at a rate phaze does not price: its GEMMs would be priced at the
     fp16 tensor cores' peak.  A chip without a compute capability (the paper's TPU-like chips
     and the search's) takes bf16."""
-    from phaze.export import CUDA_BF16_FROM
+    from phaze.plan.export import CUDA_BF16_FROM
 
     if dtype not in ("bfloat16", "amp-bfloat16") or accelerator is None or accelerator.calibration is None:
         return None
@@ -213,7 +213,7 @@ def runtime_defaults(hw: str, exports: tuple[str, ...] = (), kernels: str | None
     said: PyTorch eager kernels (SDPA attention, fused AdamW), or the first ``exports``
     target's (:data:`EXPORT_KERNELS`), or ``kernels`` where they are asked (the defaults that
     follow from the runtime follow them); torch.autocast's bf16 mixed precision where the chip has
-    bf16 (``phaze.export.CUDA_BF16_FROM``), fp16 otherwise, and under Megatron-LM's kernels its
+    bf16 (``phaze.plan.export.CUDA_BF16_FROM``), fp16 otherwise, and under Megatron-LM's kernels its
     ``--bf16`` (``--fp16``): the module in that dtype, fp32 main parameters in the optimizer; ``auto`` ZeRO, sequence
     parallelism and pipeline schedule (recompute's default is ``auto`` on every chip); the
     data-parallel collectives overlapped with the backward under PyTorch's kernels, as its DDP
@@ -228,7 +228,7 @@ def runtime_defaults(hw: str, exports: tuple[str, ...] = (), kernels: str | None
     other chip (the paper's TPUv4-like accelerators and its architecture space) nothing: the
     paper's settings, ``Options``' defaults (``ops`` kernels, float16, ZeRO 0, no sequence
     parallelism, 1F1B, no DP overlap)."""
-    from phaze.export import CUDA_BF16_FROM
+    from phaze.plan.export import CUDA_BF16_FROM
 
     calibration = load_accelerator(hw).calibration
     capability = None if calibration is None else calibration.compute_capability
@@ -288,7 +288,7 @@ class Compilation:
     fixed: tuple[int, int, int] | None
     tp_widths: tuple[int, ...]
     #: the width of the model's output projection (its vocabulary; None: it has none), which
-    #: bounds the memory of a point from below (``phaze.sweep``'s pruning)
+    #: bounds the memory of a point from below (``phaze.search.sweep``'s pruning)
     vocab: int | None = None
 
 

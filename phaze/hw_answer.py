@@ -2,23 +2,23 @@
 without tracing, compiling or printing anything.
 
 One compilation for one chip (``phazec MODEL --hw CHIP``: the sweep of
-:func:`phaze.sweep.compile_plan`, a fixed placement, or an earlier ``--emit`` stage) ends
+:func:`phaze.search.sweep.compile_plan`, a fixed placement, or an earlier ``--emit`` stage) ends
 in an :class:`Answer`: the module printed, the plan as JSON (plan stage), its summary for
 stderr, what an export needs of the model besides the plan, and the phaze warnings said while
 compiling.  That answer is an ``hw-answer`` entry of the cache's store
-(:class:`passes.algorithms.cache_file.Store`: ``<cache>/hw-answer/<key>.json``, checked on load,
+(:class:`passes.cache_file.Store`: ``<cache>/hw-answer/<key>.json``, checked on load,
 never code), keyed by the environment digest (phaze's sources, the Rust extension, the packages'
 versions), the model (:func:`phaze.model_key.model_key`: the file's bytes and those of the
 helpers it imports), the driver's options (their ``repr``), the chip's data and
 the printed form.  A hit reads one file: no model imported, nor torch; its warnings are said
 again.  A sweep's settings (the model cut to 3 and 4 blocks, per micro-batch: they do not
 depend on the chip, the devices or the batch) are kept as ``sweep-settings`` entries
-(:func:`phaze.sweep.prepared`), and the schedules a compilation solves are ``schedule``
+(:func:`phaze.search.sweep.prepared`), and the schedules a compilation solves are ``schedule``
 entries of the same store (the search's; or of ``$PHAZE_SCHEDULE_CACHE`` when set): a new question on
 the same model (another chip, devices, batch) reads its settings, and on a chip asked about
 before skips the layers already scheduled.  A point compiled before (micro-batch, TP width,
 sequence parallelism) is placed again from its ``plan-template`` entry
-(:mod:`phaze.plan_template`) instead of being compiled: a question of one point (a fixed
+(:mod:`phaze.plan.plan_template`) instead of being compiled: a question of one point (a fixed
 placement) imports no model, nor torch.
 
 What the key cannot see: files a model file reads, and modules it imports only inside a function
@@ -36,11 +36,12 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from passes.algorithms.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
-from phaze import driver, plan_template
+from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
+from phaze import driver
 from phaze.model_key import ModelKey, model_key
 from phaze.options import Options, context_parallel_degree
-from phaze.plan_output import plan_json
+from phaze.plan import plan_template
+from phaze.plan.plan_output import plan_json
 from phaze.points import chosen_point, judge_point, no_fit_message, point_label, tp_points, tp_widths_of
 from phaze_ir.attributes import format_float
 from phaze_ir.errors import PhazeError, PhazeWarning
@@ -55,12 +56,12 @@ class Answer:
 
     #: The output module printed (the generic form when asked).
     text: str
-    #: ``phaze.plan_output.plan_json`` of the plan (None before the plan stage).
+    #: ``phaze.plan.plan_output.plan_json`` of the plan (None before the plan stage).
     plan: dict[str, Any] | None = None
-    #: The plan's summary lines (``plan["summary"]["lines"]``, :mod:`phaze.summary`), "" when
+    #: The plan's summary lines (``plan["summary"]["lines"]``, :mod:`phaze.plan.summary`), "" when
     #: there is no feasible plan.
     summary: str = ""
-    #: Each layer's kind in order and the sequence length traced (``phaze.export.ModelFacts``).
+    #: Each layer's kind in order and the sequence length traced (``phaze.plan.export.ModelFacts``).
     layer_kinds: list[str] = field(default_factory=list)
     seq_len: int | None = None
     #: The model's shape as a launcher builds it (``phaze.model_shape``: the exports' model flags).
@@ -68,7 +69,7 @@ class Answer:
     #: The phaze warnings said while compiling, in order (said again on a cache hit).
     warnings: list[str] = field(default_factory=list)
     #: The nearest plan that fits, in one clause, of a plan compiled point by point that does not
-    #: (:func:`phaze.sweep.nearest_placed`; the settings' sweep says its own as it stops), "" else.
+    #: (:func:`phaze.search.sweep.nearest_placed`; the settings' sweep says its own as it stops), "" else.
     nearest: str = ""
 
 
@@ -195,13 +196,13 @@ def _compile(
     inputs: _Inputs | None,
     said: list[str],
 ) -> Answer:
-    """Compile the model on the chip ``accelerator`` (:func:`phaze.sweep.compile_plan`, its
+    """Compile the model on the chip ``accelerator`` (:func:`phaze.search.sweep.compile_plan`, its
     settings kept in ``stages``; a point compiled before is placed from its template in
     ``templates``) and print its module; the template of a plan compiled here is kept
     (``said``: the warnings of its compilation)."""
     from passes.algorithms.placement import PlacementError
-    from phaze import sweep
-    from phaze.export import model_facts
+    from phaze.plan.export import model_facts
+    from phaze.search import sweep
 
     got = None
     try:

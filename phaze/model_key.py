@@ -7,7 +7,7 @@ that editing a helper the model imports is a new question.  Files the model *rea
 it imports only inside a function, are not seen: ``--no-cache`` asks afresh.
 
 Finding a model's sources means importing it (torch with it: seconds), so they are kept as a
-``model`` entry of the cache's store (:class:`passes.algorithms.cache_file.Store`), keyed by the
+``model`` entry of the cache's store (:class:`passes.cache_file.Store`), keyed by the
 model file's bytes: while every source it names still has the bytes it had, a model is keyed
 without being imported.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from passes.algorithms.cache_file import Store, digest, fields, need
+from passes.cache_file import Store, digest, fields, need
 from phaze_ir.errors import PhazeError
 
 #: The store's kind of entry holding a model file's name and sources.

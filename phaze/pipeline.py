@@ -2,9 +2,9 @@
 step imported for a chip (:func:`import_step`; :func:`load_accelerator` loads the chip) and
 compiled to a stage (:func:`compile_module`; :func:`compile_from` a module part-way,
 :func:`training_step` the part every TP width of a micro-batch shares, :func:`copy_for` each
-width its copy).  The library that ``phazec``'s sweeps (:mod:`phaze.driver`, :mod:`phaze.sweep`),
+width its copy).  The library that ``phazec``'s sweeps (:mod:`phaze.driver`, :mod:`phaze.search.sweep`),
 the search's settings (:mod:`phaze.search.setting`), the plan templates
-(:mod:`phaze.plan_template`) and ``phaze-validate`` compile through.
+(:mod:`phaze.plan.plan_template`) and ``phaze-validate`` compile through.
 
 Stages, in order (:data:`phaze.options.STAGES`; ``phazec --emit STAGE`` stops after STAGE and
 prints the module):

@@ -5,7 +5,7 @@ judged (:func:`judge_point`: its throughput, or why it has none: its plan does n
 more than ``--power-cap``), which point the sweep keeps (:func:`chosen_point`), and what a run
 says when none fits (:class:`NoPlanFits`).  The pipeline's sweep
 (:func:`phaze.driver.compile_model`) and the one priced from the search's settings
-(:mod:`phaze.sweep`) share them, and so do the search's settings (:mod:`phaze.search.setting`)
+(:mod:`phaze.search.sweep`) share them, and so do the search's settings (:mod:`phaze.search.setting`)
 and a point placed from its template (:mod:`phaze.hw_answer`)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import replace
 from xdsl.dialects.builtin import ModuleOp
 
 from phaze.options import DEFAULT_TP_WIDTHS, Options
-from phaze.plan_output import Candidate, plan_record
+from phaze.plan.plan_output import Candidate, plan_record
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError
 

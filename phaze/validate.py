@@ -508,7 +508,7 @@ def step_bytes(r: Run) -> int:
 
 def si_bytes(n: int) -> str:
     """``2.68e17`` bytes as ``268 PB``: three significant digits, SI prefixes (decimal)."""
-    from phaze.summary import si
+    from phaze.plan.summary import si
 
     return si(n, "B")
 
@@ -813,7 +813,7 @@ def price_job(job: Job, settings: Settings) -> JobResult:
     """Trace the job's model once, compile it once per TP width, place each run."""
     from xdsl.passes import PassPipeline
 
-    from phaze.plan_output import plan_record
+    from phaze.plan.plan_output import plan_record
     from phaze_ir import keys
     from phaze_ir.attributes import StageInfoAttr
 

@@ -3,7 +3,7 @@
 A file's tables are frozen dataclasses whose fields carry their validation kind, documentation
 and plausibility bound (:func:`phaze_ir.hardware._spec`): the hardware description's
 (:class:`~phaze_ir.hardware.Accelerator` and its tables) and the architecture space's
-(``passes/algorithms/arch_space.py``).  From that one declaration per field, a :class:`Schema`
+(``phaze/search/arch_space.py``).  From that one declaration per field, a :class:`Schema`
 builds
 
 * a pydantic(-core) validator of the file's structure and types: unknown keys, missing keys and

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from passes.algorithms.arch_space import (
+from phaze.search.arch_space import (
     CONFIG_DTYPE,
     ArchSpace,
     ArchSpaceError,

@@ -1,5 +1,5 @@
 """Fused attention as its kernels run it, by shape (passes/algorithms/attention.py), and the
-causal half counted once in time, HFU and MFU (phaze/summary.py)."""
+causal half counted once in time, HFU and MFU (phaze/plan/summary.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from conftest import MODELS
 from passes.algorithms import attention as at
 from passes.algorithms.kernels import attention_backend
 from passes.algorithms.latency import MatmulDesc, causal_fraction, estimate_op
-from phaze import summary as plan_summary
+from phaze.plan import summary as plan_summary
 from phaze_ir.hardware import load_hardware
 
 ROOT = Path(__file__).resolve().parent.parent

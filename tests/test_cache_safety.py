@@ -19,7 +19,7 @@ import pytest
 from conftest import EXAMPLES, run_tool
 
 from passes.algorithms import schedule as S
-from passes.algorithms.cache_file import FORMAT, VERSION, Store, content_hash, read_entry
+from passes.cache_file import FORMAT, VERSION, Store, content_hash, read_entry
 from phaze.search import run as search_run
 from phaze.search.setting import Setting
 from phaze_ir.errors import PhazeWarning

@@ -1,4 +1,4 @@
-"""The cache kept under a size (``passes/algorithms/cache_file.py``'s ``trim``, ``phazec
+"""The cache kept under a size (``passes/cache_file.py``'s ``trim``, ``phazec
 --cache-limit``): the least recently used entries go first, an entry read back counts as used,
 nothing but entries is touched, and ``phazec`` trims after writing its outputs."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import MODELS, run_tool
 
-from passes.algorithms.cache_file import read_entry, trim, write_entry
+from passes.cache_file import read_entry, trim, write_entry
 from phaze.tools.flags import DEFAULT_CACHE_LIMIT, cache_size
 
 FMT, VERSION = "phaze-test", 1

@@ -109,7 +109,7 @@ def test_the_fewest_devices_are_found_between_the_doublings():
     """The nearest plan's device count is the fewest that fits, not only a doubling of the
     devices asked: 5 fits where 4 does not, so from 2 devices (8 fits) it is 5."""
     from phaze.options import Options
-    from phaze.sweep import nearest_plan
+    from phaze.search.sweep import nearest_plan
 
     asked: list[int] = []
 

@@ -1,4 +1,4 @@
-"""The error bands a plan's summary states (phaze/error_bands.py, data/published/error_bands.json):
+"""The error bands a plan's summary states (phaze/plan/error_bands.py, data/published/error_bands.json):
 the table is what benchmarks/price_published.py computes from the CSV's runs and their stored
 errors, a run's and a plan's regime, and the summary's line.  Nothing here runs phazec."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_time_breakdown import _placed
 
-from phaze import error_bands, plan_output
+from phaze.plan import error_bands, plan_output
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "data" / "published" / "multi_gpu_runs.csv"

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import MODELS, run_tool
 
-from phaze.export import (
+from phaze.plan.export import (
     MEGATRON_FLAGS,
     TRACED_ATTENTION_KEY,
     ModelFacts,
@@ -523,7 +523,7 @@ def test_launchable_choices_narrow_auto_to_what_each_target_runs():
 def test_torchtitan_refuses_cp_without_zero_3_and_async_tp_without_compile_before_any_work(given, message):
     from types import SimpleNamespace
 
-    from phaze.export import export_outputs
+    from phaze.plan.export import export_outputs
 
     args = SimpleNamespace(export=[("torchtitan", "t.args")], hw="h100", emit="plan", **given)
     with pytest.raises(PhazeError, match=message):
@@ -550,7 +550,7 @@ def test_an_fp8_recipe_the_target_does_not_run_is_refused_before_any_work(export
     tensorwise converter recipe); refused from the options alone, one line."""
     from types import SimpleNamespace
 
-    from phaze.export import export_outputs
+    from phaze.plan.export import export_outputs
 
     args = SimpleNamespace(
         export=[(t, f"{t}.args") for t in exports], hw="h100", emit="plan", dtype="fp8", fp8_recipe=recipe
@@ -920,7 +920,7 @@ def test_megatron_lm_validates_the_exports(tmp_path):
 
 
 def test_float16_asked_by_name_launches_fp16_the_default_bf16():
-    from phaze.export import precision
+    from phaze.plan.export import precision
 
     assert precision(facts(2)) == "bf16"  # phazec's default float16 on a chip with bf16
     assert precision(facts(2, dtype_asked=True)) == "fp16"  # --dtype float16, asked
@@ -949,7 +949,7 @@ def test_torchtitans_registered_runs_are_as_phaze_names_them(titan):
     has the fields phaze matches a traced model against."""
     from torchtitan.models.llama3 import config_registry
 
-    from phaze.export import TORCHTITAN_LLAMA3_COMMON, TORCHTITAN_REGISTERED
+    from phaze.plan.export import TORCHTITAN_LLAMA3_COMMON, TORCHTITAN_REGISTERED
 
     for name, want in TORCHTITAN_REGISTERED.items():
         model = getattr(config_registry, name)().model_spec.model
@@ -1074,7 +1074,7 @@ def test_megatron_reads_back_every_priced_setting(mcore):
         assert flag in args, flag
     assert args[-3:] == ["--tokenizer-type=HuggingFaceTokenizer", *args[-2:]] and "<REPLACE:" in args[-1]
     megatron_check(mcore, args, p, f)
-    from phaze.export import runtime_differences
+    from phaze.plan.export import runtime_differences
 
     assert runtime_differences("megatron", p, f) == []  # priced as Megatron-LM runs
 
@@ -1082,7 +1082,7 @@ def test_megatron_reads_back_every_priced_setting(mcore):
 def test_a_launch_that_runs_another_runtime_is_said_once():
     """Kernels, attention and model that a target runs other than as priced: one line each,
     in the plan's JSON warnings and summary, added once however often asked."""
-    from phaze.export import export_warnings, runtime_differences
+    from phaze.plan.export import export_warnings, runtime_differences
 
     efficient = {**SHAPE, TRACED_ATTENTION_KEY: "_scaled_dot_product_efficient_attention"}
     f = facts(8, shape=efficient, kernels="eager", compute_capability=8.0)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from conftest import MODELS, run_tool
 
-from passes.algorithms.arch_space import ArchSpaceError, loads_space
 from passes.algorithms.latency import FP8_DATAPATH_REFUSAL, MatmulDesc, estimate_chip, estimate_space, fp8_problem
+from phaze.search.arch_space import ArchSpaceError, loads_space
 from phaze_ir import area
 from phaze_ir.hardware import Accelerator, HardwareError, dumps_toml, load_hardware
 

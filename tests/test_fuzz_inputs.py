@@ -92,7 +92,7 @@ SPACE_FIELDS = [path for path, _ in leaves(SPACE) if path[0] != "template" or pa
 @FUZZ
 @given(path=st.sampled_from(SPACE_FIELDS), value=VALUES)
 def test_any_value_of_any_space_field(path, value):
-    from passes.algorithms.arch_space import ArchSpace, spec_from_dict
+    from phaze.search.arch_space import ArchSpace, spec_from_dict
     from phaze_ir.hardware import HardwareError  # a space's errors, and those of the hardware it names
 
     data = replaced(SPACE, path, value)

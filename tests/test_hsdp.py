@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import MODELS
 
-from phaze.plan_output import hsdp_shard
+from phaze.plan.plan_output import hsdp_shard
 from phaze_ir.hardware import load_hardware
 
 ROOT = Path(__file__).resolve().parents[1]

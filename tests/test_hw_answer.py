@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import MODELS, ROOT, run_tool
 
-from passes.algorithms.cache_file import FORMAT, VERSION, Store, read_entry
+from passes.cache_file import FORMAT, VERSION, Store, read_entry
 from phaze import hw_answer
 from phaze.model_key import model_key
 from phaze.options import Options
@@ -254,7 +254,7 @@ def test_a_context_parallel_answer_is_read_back(tmp_path, monkeypatch):
     """``--context-parallel auto`` whose best plan is CP 2 (one sample on two devices: DP 1 x CP
     2): the second question reads the answer kept by the first (its plan's devices are
     dp x cp x pp x tp, as the DP counts them) and compiles nothing, the same bytes."""
-    from phaze import sweep
+    from phaze.search import sweep
 
     model = tmp_path / "tiny_llama_sdpa_8k.py"  # configured for 8,192 positions: degrees 1 and 2
     source = (MODELS / "tiny_llama_sdpa.py").read_text()

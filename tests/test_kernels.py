@@ -154,7 +154,7 @@ def _plan(model: str, kernels: str, dtype: str = "bfloat16") -> tuple[dict, str]
     )
     text, failure = compile_model(args, lambda msg: None)
     assert failure is None, failure
-    from phaze.plan_output import plan_json  # noqa: F401  (the JSON is what phazec --json writes)
+    from phaze.plan.plan_output import plan_json  # noqa: F401  (the JSON is what phazec --json writes)
     from phaze_ir.ir import parse_module
 
     module = parse_module(text)

@@ -13,7 +13,6 @@ import pytest
 from xdsl.dialects.builtin import ModuleOp
 
 from passes.algorithms import network
-from passes.algorithms.arch_space import paper_space
 from passes.algorithms.latency import (
     BOUNDS,
     CollectiveDesc,
@@ -34,6 +33,7 @@ from passes.algorithms.latency import (
 )
 from passes.algorithms.tiling import tile_gemm_scalar
 from passes.cost_view import describe_op, op_table
+from phaze.search.arch_space import paper_space
 from phaze_ir import dialect as ph
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware import load_hardware

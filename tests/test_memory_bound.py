@@ -1,5 +1,5 @@
 """The sweep's memory bound (``passes.algorithms.memory.logits_grad_bytes``): a lower bound on
-every placement's memory of a point, from the model's shapes, which ``phaze/sweep.py`` prunes
+every placement's memory of a point, from the model's shapes, which ``phaze/search/sweep.py`` prunes
 points by before tracing them.  Held against the layers' memory the pipeline computes: the
 largest ``workspace_bytes`` of a point's layers (what every placement of it holds, under every
 recompute policy) is at least the bound, so a point the bound prunes could not have fit."""
@@ -12,7 +12,7 @@ import pytest
 from conftest import EXAMPLES, MODELS, compiled_with
 
 from passes.algorithms.memory import logits_grad_bytes
-from phaze import sweep
+from phaze.search import sweep
 
 LLAMA = str(MODELS / "tiny_llama_sdpa.py")  # vocabulary 256, 32 tokens
 GPT2 = str(MODELS / "tiny_gpt2.py")

@@ -14,7 +14,7 @@ import pytest
 from conftest import MODELS
 
 import phaze
-from phaze import summary as plan_summary
+from phaze.plan import summary as plan_summary
 
 MOE = textwrap.dedent(
     """

@@ -414,7 +414,7 @@ def test_capacity_factor_plan_json_and_megatron_export(tmp_path):
 
 
 def test_capacity_factor_is_said_in_the_summary_and_the_report_header():
-    from phaze.plan_output import summary
+    from phaze.plan.plan_output import summary
     from phaze.search.report import _header
     from phaze_ir.ir import parse_module
 

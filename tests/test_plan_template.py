@@ -1,4 +1,4 @@
-"""A point compiled once is placed again from its template (``phaze/plan_template.py``):
+"""A point compiled once is placed again from its template (``phaze/plan/plan_template.py``):
 another question on it (devices, batch, placement, the placement's options) gives, byte for
 byte, the plan and JSON that compiling it again gives, with no model imported; a template
 that would not give its own text back is not kept; the generic form is compiled as before."""
@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import MODELS, ROOT
 
-from phaze import hw_answer, plan_template
+from phaze import hw_answer
 from phaze.options import Options
+from phaze.plan import plan_template
 
 DEEP = str(MODELS / "tiny_gpt2_deep.py")
 PLACED = "from its compiled plan (in the cache)"

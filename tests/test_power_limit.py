@@ -102,7 +102,7 @@ def test_a_plans_power_is_never_above_the_limit(tmp_path, flags):
 
     from conftest import MODELS, run_tool
 
-    from phaze.plan_output import plan_record
+    from phaze.plan.plan_output import plan_record
     from phaze_ir import keys
     from phaze_ir.hardware import dumps_toml
     from phaze_ir.ir import parse_module

@@ -52,8 +52,8 @@ def test_refused_in_one_line_before_any_trace(capsys, no_trace, argv, says):
 def test_the_nearest_fit_keeps_hsdp_s_zero():
     """sweep.nearest_plan relaxes a fixed --zero to auto, but not under --dp-shard (HSDP needs
     ZeRO 2 or 3): the relaxed try would have been refused for a reason the user's options lack."""
-    from phaze import sweep
     from phaze.options import Options
+    from phaze.search import sweep
 
     tried = []
 

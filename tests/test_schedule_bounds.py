@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from passes.algorithms import schedule as S
-from passes.algorithms.schedule_bounds import group_lower_bound
+from phaze.search.schedule_bounds import group_lower_bound
 
 
 def random_problem(rng: random.Random, n: int, cores: dict[str, int]) -> S.Problem:

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from passes.algorithms import arch_space
-from passes.algorithms.arch_space import ArchSpaceError, loads_space
+from phaze.search import arch_space
+from phaze.search.arch_space import ArchSpaceError, loads_space
 from phaze_ir import hardware
 from phaze_ir.hardware import HardwareError, dumps_toml, load_hardware, loads_toml, preset_names
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = {
     "hardware": ("phaze_ir.hardware", hardware.schema),
-    "space": ("passes.algorithms.arch_space", arch_space.schema),
+    "space": ("phaze.search.arch_space", arch_space.schema),
 }
 
 

@@ -276,9 +276,9 @@ def test_the_dp_bound_of_a_fixed_placement_is_not_reused_for_a_searched_one():
     """The baselines evaluate the expert placement on the candidates the search then searches,
     with the same settings: the DP bounds they memoize bound nothing for a searched placement
     (the co-optimized answer of GPT-2 XL fell to a chip 0.5 % slower when they were reused)."""
-    from passes.algorithms.arch_space import load_space
     from passes.algorithms.schedule import ScheduleCache
     from phaze.options import Options
+    from phaze.search.arch_space import load_space
     from phaze.search.engine import Candidates, Evaluator, ModelTask, Params, SolverLimits
     from phaze.search.setting import prepare_settings
 
@@ -304,9 +304,9 @@ def test_lower_bounds_on_the_workers_are_the_same_floats(kind):
     chips), local or Ray: bit for bit those of the main process."""
     if kind == "ray":
         pytest.importorskip("ray")
-    from passes.algorithms.arch_space import paper_space
     from passes.algorithms.schedule import ScheduleCache
     from phaze.options import Options
+    from phaze.search.arch_space import paper_space
     from phaze.search.backend import make_backend
     from phaze.search.engine import Candidates, Evaluator, Params, SolverLimits
     from phaze.search.setting import prepare_settings
@@ -326,9 +326,9 @@ def test_refined_bounds_lie_between_the_vectorized_bounds_and_the_makespans():
     """The refined lower bounds the search checks before scheduling an architecture (each
     layer's own combinatorial bound, or its known makespan) are never below the vectorized
     bounds nor above the makespans SCIP's schedules give, and are tighter somewhere."""
-    from passes.algorithms.arch_space import load_space
     from passes.algorithms.schedule import ScheduleCache
     from phaze.options import Options
+    from phaze.search.arch_space import load_space
     from phaze.search.engine import Candidates, Evaluator, Params, SolverLimits
     from phaze.search.setting import prepare_settings
 

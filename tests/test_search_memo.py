@@ -19,9 +19,9 @@ SMALL_SPACE = str(Path(__file__).parents[1] / "examples" / "spaces" / "small.tom
 @pytest.fixture(scope="module")
 def tiny():
     """The tiny GPT-2's setting (micro-batch 8, TP 1), the paper's space and a schedule cache."""
-    from passes.algorithms.arch_space import paper_space
     from passes.algorithms.schedule import ScheduleCache
     from phaze.options import Options
+    from phaze.search.arch_space import paper_space
     from phaze.search.engine import Candidates
     from phaze.search.setting import prepare_settings
 
@@ -118,9 +118,9 @@ def test_the_refined_bounds_of_twins_are_computed_once(tiny):
 
 
 def _tiny_search(budget, space: str = TINY_SPACE):
-    from passes.algorithms.arch_space import load_space
     from passes.algorithms.schedule import ScheduleCache
     from phaze.options import Options
+    from phaze.search.arch_space import load_space
     from phaze.search.engine import Candidates, ModelTask, search
     from phaze.search.setting import prepare_settings
 

@@ -1,5 +1,5 @@
 """A warm cache answers in seconds (issue 15): a rerun of a search reads every stage whose inputs
-did not change from the cache (phaze/search/warm.py; the store: passes/algorithms/cache_file.py),
+did not change from the cache (phaze/search/warm.py; the store: passes/cache_file.py),
 and gives the cold run's bytes: the plan, the JSON (its wall times apart) and the report.  A changed
 input is computed again; an entry that fails a check is said in one warning line and computed
 again.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import MODELS, module_text, run_tool
 
-from passes.algorithms.cache_file import VERSION, content_hash
+from passes.cache_file import VERSION, content_hash
 from phaze.search import report
 from phaze_ir.ir import parse_module, print_module
 
@@ -108,7 +108,7 @@ def test_a_warm_rerun_is_the_cold_run_without_computing_anything(cold, tmp_path)
     "drop, read, computed",
     [
         (("answer",), ["baseline tpuv4+phaze is in", "the search's result is in", "the plan of tiny-gpt2"], []),
-        # The plan from its template (phaze/plan_template.py), then compiled without one.
+        # The plan from its template (phaze/plan/plan_template.py), then compiled without one.
         (("answer", "plan"), ["the search's result is in", "placed from its compiled plan"], []),
         (("answer", "plan", "plan-template"), ["the search's result is in"], ["compiling the plan"]),
         (("answer", "search"), ["baseline tpuv4+phaze is in", "the plan of tiny-gpt2"], ["search: architectures"]),

@@ -1,4 +1,4 @@
-"""The plan summary (``phaze/summary.py``): its figures recomputed here from the plan's own
+"""The plan summary (``phaze/plan/summary.py``): its figures recomputed here from the plan's own
 numbers and the model's shape, the same lines on stderr, in the plan file's comment block and
 in the JSON; and ``--memory-headroom`` (the DP's HBM, the refusal's words, the flag's checks)."""
 
@@ -12,8 +12,8 @@ from test_time_breakdown import _placed
 
 from passes.algorithms import placement as pl
 from passes.algorithms.placement_options import PlacementOptions
-from phaze import plan_output
-from phaze import summary as plan_summary
+from phaze.plan import plan_output
+from phaze.plan import summary as plan_summary
 from phaze_ir import keys
 from phaze_ir.hardware_ir import module_accelerator
 from phaze_ir.ir import parse_module

@@ -1,4 +1,4 @@
-"""``phazec --hw``'s sweep priced from settings (phaze/sweep.py) against the sweep that
+"""``phazec --hw``'s sweep priced from settings (phaze/search/sweep.py) against the sweep that
 compiles every point through the IR pipeline (``driver.compile_model``): the same module, byte
 for byte, and the same points (throughputs, notes), on an ideal chip and on the calibrated,
 serial a100; when nothing fits; under a power cap."""
@@ -11,8 +11,9 @@ from dataclasses import replace
 import pytest
 from conftest import MODELS
 
-from phaze import driver, sweep
+from phaze import driver
 from phaze.options import Options
+from phaze.search import sweep
 from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.ir import print_module
 

@@ -58,7 +58,7 @@ _BESIDE = """
 import sys
 from phaze import sweep
 from phaze.options import Options
-from phaze.settings_beside import SettingsBeside, can_fork
+from phaze.search.settings_beside import SettingsBeside, can_fork
 from phaze.search.setting import prepare_points
 from phaze_ir.ir import print_module
 
@@ -87,7 +87,7 @@ print(before, can_fork(), answered, out[0] == out[1], same_log)
 
 def test_settings_prepared_in_children_are_the_sweeps_own(tmp_path):
     """The settings of micro-batches 2 and 4 prepared in forked children while the sweep
-    prepares micro-batch 1 (``phaze.settings_beside``; on two cores micro-batch 2 only, 4 the
+    prepares micro-batch 1 (``phaze.search.settings_beside``; on two cores micro-batch 2 only, 4 the
     sweep's own): the children's answers taken, and the
     plan's module text, every point's throughput and note, and the log the same as the sweep
     that prepares them one after another (the second sweep: no child once autograd has run)."""

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.arch_space import paper_space
 from passes.algorithms.tiling import Tiling, m_rows, tile_gemm, tile_gemm_scalar
+from phaze.search.arch_space import paper_space
 from phaze_ir import dialect as ph
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware import load_hardware

@@ -11,7 +11,7 @@ from conftest import MODELS, run_tool
 
 from passes.algorithms.schedule.layers import network_alone_s
 from passes.place_devices import PlaceDevicesPass
-from phaze import plan_output
+from phaze.plan import plan_output
 from phaze_ir import keys
 from phaze_ir.attributes import LayerScheduleAttr, StageInfoAttr
 from phaze_ir.ir import parse_module

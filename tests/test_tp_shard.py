@@ -764,7 +764,7 @@ def test_gqa_repeat_kv_fewer_kv_heads_than_devices(gqa_path):
 
 
 def test_gqa_replicated_kv_reaches_the_plan_json(gqa_sdpa):
-    from phaze.plan_output import unpriced_ops
+    from phaze.plan.plan_output import unpriced_ops
 
     _, _, module, _ = sharded(gqa_sdpa("qwen2", 2), 4)
     (record,) = unpriced_ops(module)
@@ -967,8 +967,8 @@ def test_weights_no_rule_recognizes_are_said(tmp_path):
     """A block's weight that no rule takes for a linear's (read through an op of two
     parameters) stays whole at TP 2: said in a ``weights`` record with its share of the
     parameters, and in the summary's words, rather than priced whole in silence."""
-    from phaze.plan_output import unpriced_ops
-    from phaze.summary import warning_words
+    from phaze.plan.plan_output import unpriced_ops
+    from phaze.plan.summary import warning_words
 
     path = tmp_path / "tiny_unrecognized.py"
     path.write_text(_UNRECOGNIZED)

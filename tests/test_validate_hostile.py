@@ -43,7 +43,7 @@ UP = "expected a positive integer up to"
 @pytest.fixture
 def counted(monkeypatch):
     """The models traced (name, micro-batch) and the runs placed (one plan read each)."""
-    from phaze import plan_output
+    from phaze.plan import plan_output
     from phaze_ir import frontend
 
     traced: list[tuple[str, int]] = []

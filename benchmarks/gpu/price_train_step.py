@@ -176,7 +176,7 @@ def price(
     from passes.solver_options import SolverOptions
     from phaze.options import Options
     from phaze.pipeline import load_accelerator, pipeline
-    from phaze.plan_output import plan_record, time_breakdown
+    from phaze.plan.plan_output import plan_record, time_breakdown
     from phaze_ir.frontend import import_graph, load_model_file, trace_model
     from phaze_ir.hardware_ir import set_accelerator
     from phaze_ir.ir import make_context

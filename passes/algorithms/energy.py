@@ -581,7 +581,7 @@ def lengthened_step_s(step_s: float, added_s: float) -> float:
     """The step's time as every reader gives it: the placement's ``step_s`` plus ``added_s``,
     what the power limit adds (``phaze.power``'s ``power_limit_s``, which the plan keeps
     instead of the lengthened time).  One sum for the search's price and a compiled plan's
-    (:func:`phaze.plan_output.plan_record`): ``step + (limited - step)`` is not always
+    (:func:`phaze.plan.plan_output.plan_record`): ``step + (limited - step)`` is not always
     ``limited`` in floating point, and the two must agree to the last bit."""
     return step_s + added_s
 

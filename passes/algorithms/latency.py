@@ -76,7 +76,7 @@ one-configuration case of what the architecture search runs on many, so a plan a
 price an op alike by construction (no twin to keep equal).
 
 - :func:`estimate_space` (a table of unique descriptions, the structured ``configs`` array of an
-  :class:`~passes.algorithms.arch_space.ArchSpace`, the fixed part of the hardware) ->
+  :class:`~phaze.search.arch_space.ArchSpace`, the fixed part of the hardware) ->
   :class:`SpaceLatency` with ``[unique ops × configs]`` arrays, cached per (description,
   configs, fixed hardware).
 - :func:`estimate_chip` (a table, one :class:`~phaze_ir.hardware.Accelerator`, calibrated or
@@ -102,8 +102,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from passes.algorithms import network
-from passes.algorithms.cache_file import is_int
 from passes.algorithms.tiling import ScalarTiling, Tiling, tile_gemm
+from passes.cache_file import is_int
 
 if TYPE_CHECKING:
     from phaze_ir.hardware import Calibration
@@ -138,6 +138,7 @@ __all__ = [
     "matmul_traffic_space",
     "vector_traffic_space",
     "CONFIG_FIELDS",
+    "CONFIG_DTYPE",
     "wave_s",
 ]
 
@@ -367,6 +368,23 @@ CONFIG_FIELDS = (
     "fp8_rate",
 )
 
+#: One row of a space's candidates (:attr:`phaze.search.arch_space.ArchSpace.configs`) and of
+#: :func:`config_of`: :data:`CONFIG_FIELDS` and the chip's area.  Buffers in bytes, area in µm².
+CONFIG_DTYPE = np.dtype(
+    [
+        ("num_tc", np.int64),
+        ("num_vc", np.int64),
+        ("width", np.int64),
+        ("depth", np.int64),
+        ("width_vc", np.int64),
+        ("glb_bytes", np.int64),
+        ("tc_buffer_bytes", np.int64),
+        ("vc_buffer_bytes", np.int64),
+        ("area_um2", np.float64),
+        ("fp8_rate", np.int64),
+    ]
+)
+
 
 def _config_values(acc) -> dict[str, int]:
     """One accelerator's values of :data:`CONFIG_FIELDS`."""
@@ -393,8 +411,6 @@ def chip_cfg(acc) -> dict[str, np.ndarray]:
 def config_of(acc) -> np.ndarray:
     """One accelerator's on-chip configuration as a 1-row array of ``CONFIG_DTYPE`` (the form
     :func:`estimate_space` takes; ``area_um2`` is NaN when outside the area model)."""
-    from passes.algorithms.arch_space import CONFIG_DTYPE
-
     row = np.zeros(1, dtype=CONFIG_DTYPE)
     for f, v in _config_values(acc).items():
         row[f] = v
@@ -847,7 +863,7 @@ def estimate_space(
     """Latency of every op of ``op_table`` on every row of ``configs``.
 
     ``configs``: a structured array with the fields of
-    :data:`~passes.algorithms.arch_space.CONFIG_DTYPE` (``ArchSpace.configs``, or
+    :data:`CONFIG_DTYPE` (``ArchSpace.configs``, or
     :func:`config_of` for one accelerator); ``fixed``: the template
     :class:`~phaze_ir.hardware.Accelerator` (or :class:`FixedParams`) giving the clock, the
     bandwidths and the network (ideal: a calibrated chip is priced by :func:`estimate_chip`).

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from passes.algorithms import _phaze_rs
-from passes.algorithms.cache_file import is_int, is_number
+from passes.cache_file import is_int, is_number
 from phaze_ir.files import excerpt, si_count
 from phaze_ir.op_kinds import RecomputePolicy
 

@@ -1,7 +1,7 @@
 """Bounds on what a setting can score on candidate chips, for the branch and bound of
 :mod:`phaze.search.engine` (its module docstring gives the stages).
 
-Every bound here starts from :func:`~passes.algorithms.schedule_bounds.group_lower_bound`, a
+Every bound here starts from :func:`~phaze.search.schedule_bounds.group_lower_bound`, a
 lower bound on each group's makespan for all the chips of a space at once (numpy):
 
 - the *work bound* (:meth:`Bounds.work_bound`): the batch's work spread evenly over the
@@ -33,8 +33,8 @@ from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.algorithms import schedule as sched
 from passes.algorithms.latency import estimate_space
-from passes.algorithms.schedule_bounds import group_lower_bound
 from phaze.search.pricing import Pricing, chip_cores
+from phaze.search.schedule_bounds import group_lower_bound
 from phaze.search.setting import Setting
 
 if TYPE_CHECKING:  # the engine imports this module; these only annotate

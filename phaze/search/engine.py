@@ -17,7 +17,7 @@ bounds on the throughput):
 
 1. **work bound** (all candidates at once, numpy): a setting's throughput is at most
    ``b·N / (t·Σ_layers (fwd_lb + bwd_lb))`` (every micro-batch crosses every layer on a group of
-   ``t`` of the ``N`` devices), with ``*_lb`` :func:`~passes.algorithms.schedule_bounds.group_lower_bound`;
+   ``t`` of the ``N`` devices), with ``*_lb`` :func:`~phaze.search.schedule_bounds.group_lower_bound`;
 2. **DP bound**: the Rust DP run on those lower-bound times, for each setting and HBM capacity
    (identical bound vectors are solved once), under the same recompute setting as the exact
    DP (a fixed policy restricts both alike: the same feasible set, each plan's time monotone).
@@ -158,7 +158,7 @@ class Candidates:
 
     @classmethod
     def of_space(cls, space) -> Candidates:
-        """Every candidate of an :class:`~passes.algorithms.arch_space.ArchSpace`."""
+        """Every candidate of an :class:`~phaze.search.arch_space.ArchSpace`."""
         return cls(
             space.spec.name,
             space.configs,

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from passes.algorithms.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
-from phaze import plan_template
+from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze.model_key import model_key, model_known
+from phaze.plan import plan_template
 from phaze.search import warm
 from phaze.search.engine import (
     COUNTS,
@@ -277,11 +277,11 @@ def _model_names(paths: list[str], stages: Store) -> tuple[list[str], tuple[str,
 def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) -> _Inputs:
     """Load the space and the model files and check them, before anything slow (a wrong
     argument is a one-line error, not one after the preparation)."""
-    from passes.algorithms.arch_space import load_space, paper_space
     from passes.algorithms.placement import EXPERT_PLACEMENTS, PlacementError, parse_placement
     from phaze.driver import check_options
     from phaze.options import DEFAULT_TP_WIDTHS
     from phaze.pipeline import load_accelerator
+    from phaze.search.arch_space import load_space, paper_space
     from phaze_ir.area import FP8_RATE
     from phaze_ir.hardware import HardwareError
 
@@ -602,10 +602,10 @@ def _compile_winner(
     the options and the chip): the plan file's numbers come from the passes, and each must
     equal the search's figure.  With each module, its text (printed, or the entry's).
     ``templated`` (one model, printed in the custom form): a point compiled before on that chip
-    is placed from its template (:mod:`phaze.plan_template`; the module is then its
+    is placed from its template (:mod:`phaze.plan.plan_template`; the module is then its
     placed skeleton), and a compiled one leaves its template."""
     from phaze.driver import compile_model
-    from phaze.plan_output import plan_record
+    from phaze.plan.plan_output import plan_record
     from phaze.points import point_label
     from phaze_ir.ir import print_module
 
@@ -660,7 +660,7 @@ def _compile_winner(
 def _cached_plan(text: str, name: str, thr: float, file):
     """The plan module of a ``plan`` stage entry, parsed and verified, if it gives the search's
     throughput ``thr``; else None after one warning (it is compiled again)."""
-    from phaze.plan_output import plan_record
+    from phaze.plan.plan_output import plan_record
     from phaze_ir.ir import parse_module
 
     try:
@@ -889,7 +889,7 @@ def _assemble(modules, names, baselines, stats, recompute: str = "auto", headroo
     the plans were placed under)."""
     from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 
-    from phaze.plan_output import plan_json
+    from phaze.plan.plan_output import plan_json
     from phaze_ir.attributes import BaselineAttr
 
     attr = ArrayAttr(
@@ -932,7 +932,7 @@ def _assemble(modules, names, baselines, stats, recompute: str = "auto", headroo
     data["baselines"] = baselines
     data["search"] = stats
     if data.get("summary"):  # one model: its plan's summary, against the best other baseline
-        from phaze import summary as plan_summary
+        from phaze.plan import summary as plan_summary
 
         data["summary"] = plan_summary.with_runner_up(data["summary"], plan_summary.search_runner_up(baselines, data))
     return module, data

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from passes.algorithms import schedule as sched
-from passes.algorithms.cache_file import is_int, is_number
 from passes.algorithms.context_parallel import backward_ring, forward_ring, ring_s, ring_step_s
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
 from passes.algorithms.placement import LayerNumbers, block_range
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
 from passes.algorithms.tp_overlap import METHODS, added_s
+from passes.cache_file import is_int, is_number
 from phaze_ir import keys
 
 if TYPE_CHECKING:

@@ -3,10 +3,10 @@
 A search (:func:`phaze.search.run.answer`) runs in stages: the model files are imported (for
 their names; torch with them), the settings are prepared, each baseline is searched, then the
 co-optimized search, the winner is compiled through the IR pipeline and the output is printed.
-Each stage's result is an entry of the cache's store (:class:`passes.algorithms.cache_file.Store`:
+Each stage's result is an entry of the cache's store (:class:`passes.cache_file.Store`:
 ``<cache>/<kind>/<key>.json``, plain JSON with its input and content hashes, checked on load:
 never code, beside the schedules' ``schedule/`` entries), keyed by a SHA-256 of
-:func:`~passes.algorithms.cache_file.environment_digest` and everything the result depends on:
+:func:`~passes.cache_file.environment_digest` and everything the result depends on:
 
 - ``model``: a model file's bytes -> its name and its *sources* (:mod:`phaze.model_key`).  Every
   other key holds the model's digest: the model file's bytes and its sources' paths and bytes;
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from passes.algorithms.cache_file import fields, is_int, is_number, need
+from passes.cache_file import fields, is_int, is_number, need
 
 
 def check_counts(x: Any, keys: tuple[str, ...]) -> dict[str, int]:

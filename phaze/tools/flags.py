@@ -338,10 +338,10 @@ def cache_size(text: str) -> int:
 
 def trim_cache_dir(directory: str, limit: int, log) -> None:
     """Keep ``directory`` (a cache) under ``limit`` bytes (0: no limit) after a run: its least
-    recently used entries go first (``passes.algorithms.cache_file.trim``), said in one line."""
+    recently used entries go first (``passes.cache_file.trim``), said in one line."""
     if limit <= 0 or not os.path.isdir(directory):
         return
-    from passes.algorithms.cache_file import trim
+    from passes.cache_file import trim
 
     removed, freed = trim(directory, limit)
     if removed:

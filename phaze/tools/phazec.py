@@ -276,8 +276,8 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def rank_order(args: argparse.Namespace) -> str:
     """``--rank-order``, with ``auto`` narrowed to ``tp-dp-pp`` where an export asked for can
-    launch no other numbering (:func:`phaze.export.pipeline_outermost_only`)."""
-    from phaze.export import pipeline_outermost_only
+    launch no other numbering (:func:`phaze.plan.export.pipeline_outermost_only`)."""
+    from phaze.plan.export import pipeline_outermost_only
 
     if args.rank_order == "auto" and pipeline_outermost_only(args.export, args.expert_parallel):
         return "tp-dp-pp"
@@ -506,7 +506,7 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
     if result.plan is not None:
         facts = None
         if args.export:
-            from phaze.export import export_warnings, facts_of
+            from phaze.plan.export import export_warnings, facts_of
 
             facts = facts_of(result.layer_kinds, result.seq_len, opts, result.model_shape, result.plan)
             facts = dataclasses.replace(facts, dtype_asked=args.dtype is not None)
@@ -520,7 +520,7 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
         if summary:
             log("plan:\n" + "\n".join(summary["lines"]))
         if facts is not None:  # every export is rendered (or refused) before any output is written
-            from phaze.export import export_files
+            from phaze.plan.export import export_files
 
             rendered, refused = export_files(args.export, result.plan, facts, log)
             files += rendered + [("", "", why) for why in refused]  # a refusal: no path, said by _write
@@ -530,7 +530,7 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
             from phaze.search import report
 
             files.append((args.report, report.render(result.plan), "the report"))
-    from phaze.summary import comment as plan_comment
+    from phaze.plan.summary import comment as plan_comment
 
     # The summary heads the plan file as a comment block, which MLIR parsers skip.
     head = plan_comment(result.plan.get("summary")) if result.plan is not None else ""
@@ -539,7 +539,7 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
 
 def _launchable_answer(args: argparse.Namespace, opts, log):
     """``hw_answer.answer`` of ``opts``, narrowed to the plans every ``--export`` target
-    launches (:func:`phaze.export.launchable_choices`: the ZeRO stages it has, one recompute
+    launches (:func:`phaze.plan.export.launchable_choices`: the ZeRO stages it has, one recompute
     policy for all stages). The unnarrowed search runs first: when its plan launches, it is the
     best launchable one (the narrowed searches' plans are among its choices); otherwise each
     narrowing is searched (cheap after the first: the point's compiled plan is placed again
@@ -548,7 +548,7 @@ def _launchable_answer(args: argparse.Namespace, opts, log):
     from dataclasses import replace
 
     from phaze import hw_answer
-    from phaze.export import facts_of, launchable_choices, refusals
+    from phaze.plan.export import facts_of, launchable_choices, refusals
     from phaze.points import NoPlanFits
 
     def ask(o):
@@ -606,7 +606,7 @@ def refuse_output_clashes(args: argparse.Namespace) -> None:
     inputs = [("the model file", m) for m in args.models] + [("the --space file", args.space)]
     if args.hw and os.path.exists(args.hw):  # a file, not a preset name
         inputs.append(("the --hw file", args.hw))
-    from phaze.export import export_outputs
+    from phaze.plan.export import export_outputs
 
     outputs = [("-o", args.output), ("--json", args.json), ("--report", args.report)]
     refuse_clashes(inputs, outputs + export_outputs(args))
@@ -627,7 +627,7 @@ def _search(args: argparse.Namespace, opts, log) -> tuple[str, str | None, list[
     log("baselines:\n" + baseline_table(data))
     if data.get("summary"):
         log("plan:\n" + "\n".join(data["summary"]["lines"]))
-        from phaze.summary import comment as plan_comment
+        from phaze.plan.summary import comment as plan_comment
 
         text = plan_comment(data["summary"]) + text
     st = data["search"]

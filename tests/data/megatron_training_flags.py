@@ -86,7 +86,7 @@ def describe(action: argparse.Action) -> str:
 
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT))
-    from phaze.export import MEGATRON_FLAGS
+    from phaze.plan.export import MEGATRON_FLAGS
 
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("checkout", type=Path)

@@ -1,7 +1,7 @@
 """Schedules by problem, in memory and optionally on disk: identical layers, and the same layer
 of another architecture candidate, are solved once.
 
-On disk, one entry per problem in the cache's store (:class:`passes.algorithms.cache_file.Store`:
+On disk, one entry per problem in the cache's store (:class:`passes.cache_file.Store`:
 kind ``schedule``, ``<directory>/schedule/<key>.json``, keyed by the canonical problem's
 :meth:`~.problem.Problem.key` under :data:`ENVIRONMENT`; its file holds that key as input hash
 and a content hash).  Its environment is the solver's revision, not the sources' digest the
@@ -26,10 +26,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from passes.algorithms.cache_file import BadEntry, StaleEntry, Store, is_int, is_number
 from passes.algorithms.schedule.prepared import lower_bounds
 from passes.algorithms.schedule.problem import Problem, Schedule, check_schedule
 from passes.algorithms.schedule.solve import SOLVER_REVISION, solve
+from passes.cache_file import BadEntry, StaleEntry, Store, is_int, is_number
 from phaze_ir.warning import PhazeWarning
 
 #: The store's kind of entry a schedule is, and what its entries belong to (in every key).

@@ -27,7 +27,7 @@ What it says, and from where (all from the compiled module and its plan JSON):
 - the plan's warnings (unpriced ops, linears tensor parallelism keeps replicated);
 - the error band of the plan's regime (chip, FSDP or Megatron-style, precision, sequence, CP,
   compile, MoE): how far phaze has been from the published runs of that regime
-  (:mod:`phaze.error_bands`, ``data/published/error_bands.json``), or that none was published.
+  (:mod:`phaze.plan.error_bands`, ``data/published/error_bands.json``), or that none was published.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from phaze import error_bands
+from phaze.plan import error_bands
 from phaze_ir import keys
 from phaze_ir.files import printable
 from phaze_ir.op_kinds import RecomputePolicy

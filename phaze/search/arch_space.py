@@ -73,6 +73,7 @@ from typing import Any
 import numpy as np
 
 from passes.algorithms.cost import die_fits, unfit_die
+from passes.algorithms.latency import CONFIG_DTYPE
 from phaze_ir import area as area_model
 from phaze_ir.files import EXCERPT_CHARS, RefusedFile, excerpt, read_regular
 from phaze_ir.hardware import (
@@ -111,22 +112,6 @@ __all__ = [
 #: The searched axes, outermost first (the enumeration order); ``fp8_rate`` innermost, so that the
 #: chips of one FP8 choice keep the order of a space without that axis.
 AXES = ("num_tc", "num_vc", "width", "depth", "width_vc", "glb_bytes", "fp8_rate")
-
-#: One row of :attr:`ArchSpace.configs`.  Buffers in bytes, area in µm².
-CONFIG_DTYPE = np.dtype(
-    [
-        ("num_tc", np.int64),
-        ("num_vc", np.int64),
-        ("width", np.int64),
-        ("depth", np.int64),
-        ("width_vc", np.int64),
-        ("glb_bytes", np.int64),
-        ("tc_buffer_bytes", np.int64),
-        ("vc_buffer_bytes", np.int64),
-        ("area_um2", np.float64),
-        ("fp8_rate", np.int64),
-    ]
-)
 
 _TIES = ("width", "depth")
 
@@ -762,7 +747,7 @@ class _Range:
 
 @dataclass(frozen=True, kw_only=True)
 class _SpaceFile:
-    """An architecture space file (passes/algorithms/arch_space.py)."""
+    """An architecture space file (phaze/search/arch_space.py)."""
 
     name: str | None = _spec("space_name", "label of the space; default the file's name", default=None)
     template: _Template = _spec("open", "the hardware not searched")
@@ -1036,7 +1021,7 @@ _SCHEMA: Any = None
 def schema() -> Any:
     """The space file's :class:`phaze_ir.schema.Schema` (built once): what
     :func:`spec_from_dict` validates a file with, and the JSON Schema for editors
-    (``python -m passes.algorithms.arch_space --json-schema``, ``docs/schema/space.schema.json``)."""
+    (``python -m phaze.search.arch_space --json-schema``, ``docs/schema/space.schema.json``)."""
     global _SCHEMA
     if _SCHEMA is None:
         from phaze_ir.schema import Schema, Wording
@@ -1054,7 +1039,7 @@ def schema() -> Any:
             ),
             title="phaze architecture space",
             description=(
-                "The accelerator architectures a search may pick (passes/algorithms/arch_space.py): a template "
+                "The accelerator architectures a search may pick (phaze/search/arch_space.py): a template "
                 "chip, an area rule and the axes searched. Units are in the key names (glb_MiB, hbm_GiB, budget_mm2)."
             ),
             extend=_extend_json_schema,
@@ -1175,13 +1160,13 @@ def load_space(path: str | os.PathLike[str]) -> ArchSpace:
     return loads_space(text, source=str(path), base_dir=p.parent)
 
 
-if __name__ == "__main__":  # python -m passes.algorithms.arch_space --json-schema > space.schema.json
+if __name__ == "__main__":  # python -m phaze.search.arch_space --json-schema > space.schema.json
     import argparse
     import sys
 
-    from passes.algorithms import arch_space as _space  # the module's own classes, not __main__'s copies
+    from phaze.search import arch_space as _space  # the module's own classes, not __main__'s copies
 
-    _parser = argparse.ArgumentParser(prog="python -m passes.algorithms.arch_space", description=__doc__.split("\n")[0])
+    _parser = argparse.ArgumentParser(prog="python -m phaze.search.arch_space", description=__doc__.split("\n")[0])
     _parser.add_argument("--json-schema", action="store_true", help="write the JSON Schema of a space TOML file")
     _args = _parser.parse_args()
     if not _args.json_schema:

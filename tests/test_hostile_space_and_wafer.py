@@ -39,7 +39,7 @@ def space_text(*edits: tuple[str, str]) -> str:
 
 def space_error(tmp_path, text: str) -> str:
     """The one-line message of loading the space ``text`` from tmp_path/space.toml (refused)."""
-    from passes.algorithms.arch_space import ArchSpaceError, load_space
+    from phaze.search.arch_space import ArchSpaceError, load_space
 
     file = tmp_path / "space.toml"
     file.write_text(text)
@@ -102,7 +102,7 @@ def test_a_core_count_beyond_its_bound_is_refused_with_the_key_the_value_and_the
 
 
 def test_an_hbm_option_beyond_its_bound_is_refused_in_the_keys_unit(tmp_path):
-    from passes.algorithms.arch_space import loads_space
+    from phaze.search.arch_space import loads_space
     from phaze_ir.hardware import HBM_BYTES
 
     message = space_error(tmp_path, space_text(("hbm_GiB = [32, 64]", "hbm_GiB = [32, 65537]")))
@@ -118,7 +118,7 @@ def test_the_area_models_tables_still_speak_first_for_the_axes_they_limit(tmp_pa
 
 
 def test_core_counts_at_their_bound_are_accepted_and_built():
-    from passes.algorithms.arch_space import loads_space
+    from phaze.search.arch_space import loads_space
 
     # h100 has no [manufacturing] table: no wafer leaves the 115,674 mm^2 of 2^24 cores out.
     text = space_text(
@@ -137,7 +137,7 @@ def test_core_counts_at_their_bound_are_accepted_and_built():
 
 
 def test_the_budget_is_bounded_as_a_chips_area(tmp_path):
-    from passes.algorithms.arch_space import ArchSpaceError, SpaceSpec
+    from phaze.search.arch_space import ArchSpaceError, SpaceSpec
     from phaze_ir.hardware import AREA_MM2, load_hardware
 
     message = space_error(tmp_path, space_text(("budget_mm2 = 60.0", "budget_mm2 = 1e9")))
@@ -147,7 +147,7 @@ def test_the_budget_is_bounded_as_a_chips_area(tmp_path):
 
 
 def test_a_space_built_in_python_is_bounded_too():
-    from passes.algorithms.arch_space import ArchSpace, ArchSpaceError, SpaceSpec
+    from phaze.search.arch_space import ArchSpace, ArchSpaceError, SpaceSpec
     from phaze_ir.hardware import load_hardware
 
     spec = SpaceSpec(load_hardware("h100"), (2**25,), (1,), (1,), (1,), "width", (8 * 2**20,), budget_um2=1e12)
@@ -175,7 +175,7 @@ def test_a_chip_whose_peak_passes_the_cap_is_refused_naming_its_values(tmp_path)
 
 def test_a_peak_past_the_cap_that_the_area_rule_leaves_out_is_not_refused():
     """The cap is checked on the chips the area rule keeps, not on the grid's corner."""
-    from passes.algorithms.arch_space import loads_space
+    from phaze.search.arch_space import loads_space
 
     text = space_text(
         ('hardware = "tpuv4"', 'hardware = "tpuv4"\nclock_hz = 1e11'),
@@ -219,7 +219,7 @@ def test_a_long_string_in_a_space_is_quoted_as_an_excerpt(tmp_path):
 def test_a_long_key_of_words_in_a_space_is_quoted_as_an_excerpt(tmp_path):
     """A quoted TOML key may hold blanks: it is cut as one without them is, and so is the key
     path the error carries."""
-    from passes.algorithms.arch_space import ArchSpaceError, loads_space
+    from phaze.search.arch_space import ArchSpaceError, loads_space
 
     text = space_text(('name = "tiny"', 'name = "tiny"\n"' + "k " * 400_000 + '" = 1'))
     with pytest.raises(ArchSpaceError) as info:
@@ -234,7 +234,7 @@ def test_a_long_key_of_words_in_a_space_is_quoted_as_an_excerpt(tmp_path):
 
 
 def test_a_template_override_beyond_its_bound_names_the_space_file():
-    from passes.algorithms.arch_space import loads_space
+    from phaze.search.arch_space import loads_space
     from phaze_ir.hardware import CORES, HardwareError
 
     text = space_text(('hardware = "tpuv4"', 'hardware = "tpuv4"\ntensor_cores.count = 33554432'))
@@ -249,7 +249,7 @@ def test_a_template_override_beyond_its_bound_names_the_space_file():
 def test_a_candidate_that_cannot_be_built_names_the_space_and_the_candidate(tmp_path):
     """The space's checks keep its chips buildable; an HBM capacity given to ``accelerator`` is
     the caller's, and its refusal still names the space file and the chip, in one line."""
-    from passes.algorithms.arch_space import ArchSpaceError, load_space
+    from phaze.search.arch_space import ArchSpaceError, load_space
 
     space = load_space(TINY_SPACE)
     with pytest.raises(ArchSpaceError) as info:
@@ -308,7 +308,7 @@ def test_a_die_too_large_for_the_wafer_is_refused_in_one_line():
 
 
 def test_chips_of_a_space_too_large_for_the_wafer_are_left_out_with_one_warning():
-    from passes.algorithms.arch_space import loads_space
+    from phaze.search.arch_space import loads_space
     from phaze_ir.warning import PhazeWarning
 
     with warnings.catch_warnings(record=True) as caught:

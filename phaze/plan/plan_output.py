@@ -2,7 +2,7 @@
 :func:`plan_record`; ``phaze.stages``, ``phaze.power``, ``phaze.layer_schedule``, ...): its JSON
 (:func:`plan_json`, the schema in docs/usage.md, "The plan as JSON": the plan, its stages, the
 time per batch by part, power, cost and carbon, warnings, the sweep's :class:`Candidate` points,
-the summary of :mod:`phaze.summary`) and the text said on stderr (:func:`summary`,
+the summary of :mod:`phaze.plan.summary`) and the text said on stderr (:func:`summary`,
 :func:`placement_table`, :func:`power_line`, :func:`cost_line`)."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def plan_json(
     """The plan as JSON (the schema is in docs/usage.md, "The plan as JSON"); ``recompute``: the
     setting it was placed under (``Options.recompute``; each stage's policy is in its stage);
     ``headroom``: the fraction of HBM it was placed to leave free (``Options.memory_headroom``).
-    Its ``summary`` is :func:`phaze.summary.build`'s (None when the plan does not fit).
+    Its ``summary`` is :func:`phaze.plan.summary.build`'s (None when the plan does not fit).
     Under interleaved 1F1B (``virtual_stages`` > 1) ``stages`` lists the model chunks, each
     with the ``rank`` that runs it and that rank's numbers, its ``memory`` by part included."""
     from phaze_ir.hardware_ir import module_accelerator
@@ -175,7 +175,7 @@ def plan_json(
         ],
     }
     if out["feasible"] and stages:
-        from phaze import summary as plan_summary
+        from phaze.plan import summary as plan_summary
 
         others = [line for line in (power_line(module), cost_line(module, plan)) if line]
         out["summary"] = plan_summary.build(module, out, placement_table(module), others, headroom)
@@ -320,7 +320,7 @@ def cost_json(module: ModuleOp, plan: dict[str, Any], acc) -> dict[str, Any]:
 
 
 def summary(module: ModuleOp, candidates: Sequence[Candidate] = (), headroom: float = 0.0) -> str:
-    """The plan's summary (:mod:`phaze.summary`) as text for stderr ("" when it does not fit)."""
+    """The plan's summary (:mod:`phaze.plan.summary`) as text for stderr ("" when it does not fit)."""
     if plan_record(module).get("feasible") != "yes":
         return ""
     found = plan_json(module, list(candidates), headroom=headroom)["summary"]

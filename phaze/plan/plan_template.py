@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 
-from passes.algorithms.cache_file import BadEntry, Store, fields, need
+from passes.cache_file import BadEntry, Store, fields, need
 from phaze.options import Options
 from phaze.pipeline import compile_from
-from phaze.plan_output import plan_record
+from phaze.plan.plan_output import plan_record
 
 if TYPE_CHECKING:
     from phaze_ir.attributes import RecordAttr

@@ -61,7 +61,7 @@ def test_a_base_starting_with_a_byte_order_mark_is_read(tmp_path):
 
 
 def test_a_space_toml_starting_with_a_byte_order_mark_is_read(tmp_path):
-    from passes.algorithms.arch_space import load_space
+    from phaze.search.arch_space import load_space
 
     file = tmp_path / "tiny_space.toml"
     file.write_text(BOM + TINY_SPACE.read_text(), encoding="utf-8")
@@ -202,7 +202,7 @@ def test_every_preset_and_example_description_is_within_the_bounds():
 
 
 def _spaces():
-    from passes.algorithms.arch_space import load_space, paper_space
+    from phaze.search.arch_space import load_space, paper_space
 
     files = sorted((ROOT / "tests" / "data").glob("*.toml")) + sorted((EXAMPLES / "spaces").glob("*.toml"))
     return [("default", paper_space())] + [(file.name, load_space(file)) for file in files]
@@ -322,7 +322,7 @@ def test_a_long_preset_name_is_echoed_as_an_excerpt():
 
 
 def test_a_long_key_in_a_space_toml_is_echoed_as_an_excerpt(tmp_path):
-    from passes.algorithms.arch_space import ArchSpaceError, load_space
+    from phaze.search.arch_space import ArchSpaceError, load_space
 
     file = tmp_path / "space.toml"
     file.write_text(TINY_SPACE.read_text().replace('name = "tiny"', 'name = "tiny"\n' + "s" * 900_000 + " = 1"))

@@ -78,7 +78,7 @@ class SettingsBeside:
         return beside
 
     def compute(self, index: int, job: Job) -> Callable[..., tuple[list[Any], list[Any], str]]:
-        """What ``phaze.sweep.prepared`` prepares job ``index`` (asked as ``job``) with: a call
+        """What ``phaze.search.sweep.prepared`` prepares job ``index`` (asked as ``job``) with: a call
         that gives the child's answer when the child prepared exactly ``job`` and answered
         without a warning, else ``prepare_points``.  Asked in the order of the indices."""
         from phaze.search.setting import prepare_points

@@ -13,7 +13,7 @@ An export file holds **one command-line argument per line** (``--flag=value`` or
 unchanged (a Megatron pipeline layout holds ``*`` and ``|``, which an unquoted ``$(cat FILE)``
 would expand).
 
-The functions here are pure: a plan dict, as ``phaze/plan_output.py`` ``plan_json`` writes it, and the
+The functions here are pure: a plan dict, as ``phaze/plan/plan_output.py`` ``plan_json`` writes it, and the
 :class:`ModelFacts` of the traced model, to text (phazec writes the files with its other outputs).
 """
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 #: The table phaze reads (written by benchmarks/price_published.py --write-bands).
-BANDS = Path(__file__).resolve().parents[1] / "data" / "published" / "error_bands.json"
+BANDS = Path(__file__).resolve().parents[2] / "data" / "published" / "error_bands.json"
 #: From this many tokens a sequence is long (the regimes' split).
 LONG_SEQUENCE = 16384
 

@@ -243,7 +243,7 @@ def write_entry(path: str | os.PathLike[str], fmt: str, version: int, input_hash
 def source_digest() -> str:
     """A digest of phaze's Python sources: a cached result is reused only by the code that made it."""
     h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     for pkg in ("phaze_ir", "passes", "phaze"):
         for p in sorted((root / pkg).rglob("*.py")):
             h.update(str(p.relative_to(root)).encode())

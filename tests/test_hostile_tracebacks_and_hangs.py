@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from passes.algorithms import schedule as S
-from passes.algorithms.cache_file import FORMAT, VERSION, BadEntry, Store, read_entry
+from passes.cache_file import FORMAT, VERSION, BadEntry, Store, read_entry
 from phaze_ir.errors import PhazeWarning
 
 # -- the cache ------------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def _within(seconds: float):
 
 @pytest.mark.parametrize("kind", ["fifo", "large"])
 def test_hardware_and_space_files_that_would_hang_or_fill_memory_are_refused(tmp_path, kind):
-    from passes.algorithms.arch_space import ArchSpaceError, load_space
+    from phaze.search.arch_space import ArchSpaceError, load_space
     from phaze_ir.hardware import HardwareError, load_hardware
 
     if kind == "fifo":  # as /dev/zero (endless) and /dev/urandom: not a regular file

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.cache_file import Store, fields, is_int, need
+from passes.cache_file import Store, fields, is_int, need
 from phaze import driver
 from phaze.model_key import model_key
 from phaze.options import DEFAULT_TP_WIDTHS, Options, context_parallel_degree, traced_seq_len
 from phaze.pipeline import compile_module, few_collections, traced_line
-from phaze.plan_output import Candidate, plan_record
-from phaze.plan_template import Point
+from phaze.plan.plan_output import Candidate, plan_record
+from phaze.plan.plan_template import Point
 from phaze.points import (
     NoPlanFits,
     context_parallel_points,
@@ -49,7 +49,7 @@ from phaze.points import (
 from phaze_ir.errors import ModelTooLarge, PhazeError
 
 if TYPE_CHECKING:
-    from phaze.plan_template import Templates
+    from phaze.plan.plan_template import Templates
     from phaze.search.setting import Setting
 
 
@@ -88,16 +88,16 @@ def compile_plan(
     point) and ``winner`` (the best point compiled from the whole model).  ``stages``: where
     each micro-batch's settings are kept and looked up (:func:`prepared`; None: nowhere).
     ``templates``: where the best point is placed from its template when it was compiled
-    before (:mod:`phaze.plan_template`: then the module is its placed skeleton)."""
+    before (:mod:`phaze.plan.plan_template`: then the module is its placed skeleton)."""
     with few_collections():  # its cut traces allocate as a compilation does
         return _compile_plan(model_path, opts, log, accelerator, seconds, stages, templates)
 
 
 def nearest_placed(module: ModuleOp, opts: Options, log) -> str:
     """:func:`nearest_plan` of a point compiled through the pipeline (``module``, whose plan
-    does not fit), each try its skeleton placed again (:func:`phaze.plan_template.place`: the
+    does not fit), each try its skeleton placed again (:func:`phaze.plan.plan_template.place`: the
     placement passes, no compilation), at the point's micro-batch and TP width."""
-    from phaze.plan_template import place, point_of, skeleton_of
+    from phaze.plan.plan_template import place, point_of, skeleton_of
     from phaze_ir import keys
     from phaze_ir.attributes import StageInfoAttr
     from phaze_ir.hardware_ir import module_accelerator
@@ -315,12 +315,12 @@ def _compile_plan(
 
 
 def _settings_beside(model_path: str, opts, degrees, asked_opts, tp_widths, spec, vocab, acc, stages):
-    """A :class:`~phaze.settings_beside.SettingsBeside` preparing, in forked children, the
+    """A :class:`~phaze.search.settings_beside.SettingsBeside` preparing, in forked children, the
     settings of every (micro-batch, CP degree) of the sweep but the first, which
     :func:`_compile_plan` prepares itself meanwhile: each asked as the sweep will ask it when
     no width turns out unshardable, and only when the store holds none of it (else nothing to
     prepare)."""
-    from phaze.settings_beside import SettingsBeside, can_fork
+    from phaze.search.settings_beside import SettingsBeside, can_fork
 
     if not can_fork():
         return SettingsBeside()
@@ -538,7 +538,7 @@ def prepared(
     selective recompute re-runs, not on
     the chip, the devices or the batch: another question on the same model reads them.
     ``compute``: what prepares them when the store has none (None: ``prepare_points``; a
-    child's answer: :meth:`phaze.settings_beside.SettingsBeside.compute`)."""
+    child's answer: :meth:`phaze.search.settings_beside.SettingsBeside.compute`)."""
     from phaze.search.setting import prepare_points
 
     key = None
@@ -569,7 +569,7 @@ def prepared(
 def _check_prepared(payload: Any, b: int, tps: tuple[int, ...]) -> tuple[list[Setting], list[tuple[int, bool, str]]]:
     """A ``sweep-settings`` payload: settings of micro-batch ``b`` at widths of ``tps``, and
     ``(tp, sequence parallel, why not)`` of the other points."""
-    from passes.algorithms.cache_file import BadEntry
+    from passes.cache_file import BadEntry
     from phaze.search.setting import Setting
 
     d = fields(payload, ("settings", "errors"), "settings")
