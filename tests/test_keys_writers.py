@@ -19,8 +19,8 @@ import pytest
 from phaze_ir import keys
 
 PASSES = Path(__file__).resolve().parent.parent / "passes"
-#: Modules of passes/ that are views shared by the passes, not passes.
-HELPERS = ("cost_view.py", "graph_view.py", "how_ops_run.py")
+#: Modules of passes/ that are not passes: views shared by the passes, and the cache they keep schedules in.
+HELPERS = ("cost_view.py", "graph_view.py", "how_ops_run.py", "cache_file.py")
 
 #: keys.py's tuples of keys, by name: the names of their keys.
 _TUPLES = {
