@@ -9,14 +9,16 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.algorithms.energy import OpEnergy, estimate_energy, layer_energies
-from passes.algorithms.recompute import attention_cores
+from passes.algorithms.recompute import parse_selective
 from passes.algorithms.tiling import ScalarTiling
 from passes.cost_view import Describer
 from passes.graph_view import build_graph, read_layers, step_function
+from passes.insert_recompute import static_costs
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import EnergyAttr, LayerEnergyAttr, TileAttr
 from phaze_ir.errors import PhazeError
+from phaze_ir.files import excerpt
 from phaze_ir.hardware_ir import module_accelerator
 
 
@@ -33,6 +35,9 @@ class EstimateEnergyPass(ModulePass):
     """
 
     name = "phaze-estimate-energy"
+    #: what the selective recompute policy re-runs, as ``phaze-insert-recompute``'s option of the
+    #: same name (``Options.selective_recompute``): its ``selective_j`` prices those ops
+    selective: str = "attention"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         acc = module_accelerator(op, self.name)
@@ -63,11 +68,15 @@ class EstimateEnergyPass(ModulePass):
             energies.append(e)
             o.attributes[keys.ENERGY] = record
         phases = [g.phase for g in graph.ops]
-        fwd: dict[int, list[int]] = {}
-        for i, (layer, phase) in enumerate(zip(layer_of, phases, strict=True)):
-            if phase == "fwd":
-                fwd.setdefault(layer, []).append(i)
-        selective = {layer: [i for core in attention_cores(graph, f) for i in core] for layer, f in fwd.items()}
+        # The ops the selective policy re-runs, as phaze-insert-recompute finds them (the same
+        # analysis and option), so the power limit prices the recompute the plan runs.
+        try:
+            policy = parse_selective(self.selective)
+        except ValueError as err:
+            raise PhazeError(f"{self.name}: selective={excerpt(self.selective)}: {err}") from None
+        _, rc_ops, _, recompute, _ = static_costs(op, "", self.name, policy)
+        at = {id(o): i for i, o in enumerate(ops)}
+        selective = {rc.index: [at[id(rc_ops[i])] for i in rc.selective_ops] for rc in recompute}
         op.attributes[keys.LAYER_ENERGY] = ArrayAttr(
             [LayerEnergyAttr.make(**vars(le)) for le in layer_energies(layer_of, phases, energies, selective)]
         )

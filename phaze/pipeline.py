@@ -66,7 +66,7 @@ def pipeline(
             passes.append("phaze-overlap-tensor-parallel")
         passes.append("phaze-estimate-latency")
         if energy:
-            passes.append("phaze-estimate-energy")
+            passes.append(f'phaze-estimate-energy{{selective="{opts.selective_recompute}"}}')
     solver = (
         f"time_limit={opts.schedule_time_limit} gap_limit={opts.schedule_gap} "
         f"node_limit={opts.schedule_nodes} max_binaries={opts.schedule_max_binaries}"

@@ -312,7 +312,10 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
         cols = {f: v[sel][:, None] for f, v in table.cols["tensor"].items()}
         compute, core, glb, hbm = _priced(_gemm_actions(cols, cfg), e, tc_j, glb_j, fp8_j)
         # a calibrated template is one chip (FixedParams.of refuses it as a space's)
-        chip[rows[sel]] = (compute + core + glb + hbm) * fitted_share(cols, cfg, template)
+        # each part times the share, then summed: as _gemm_energy and OpEnergy.total_j sum them
+        # (the compiled plan's energies), to the last bit
+        share = fitted_share(cols, cfg, template)
+        chip[rows[sel]] = compute * share + core * share + glb * share + hbm * share
     rows = table.rows["vector"]
     if len(rows):
         cols = {f: v[:, None] for f, v in table.cols["vector"].items()}

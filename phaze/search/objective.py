@@ -116,10 +116,11 @@ class Objective:
             for i, lr in enumerate(setting.layers):
                 for part, g in enumerate((lr.fwd, lr.bwd, lr.opt, lr.selective)):
                     if g >= 0:
-                        out[part, i] = total[list(setting.groups[g].rows)].sum(axis=0)
-                for g in (lr.fwd, lr.bwd):
-                    if g >= 0:
-                        out[4, i] += net[list(setting.groups[g].rows)].sum(axis=0)
+                        out[part, i] = _in_order(total, setting.groups[g].rows)
+                # the forward's then the backward's, one sum (as layer_energies adds them)
+                rows = [r for g in (lr.fwd, lr.bwd) if g >= 0 for r in setting.groups[g].rows]
+                if rows:
+                    out[4, i] = _in_order(net, rows)
             self._layers[key] = tuple(out)
         return self._layers[key]
 
@@ -188,3 +189,11 @@ class Objective:
         grads = {i: lr.numbers.grad_bytes for i, lr in enumerate(setting.layers)}
         static = float(np.broadcast_to(self.static_w, self.area_mm2.shape)[config])
         return power_of_plan(plan, plan["stages"], layers, grads, self.cands.template, static)
+
+
+def _in_order(per_op: np.ndarray, rows) -> np.ndarray:
+    """The sum of ``per_op``'s ``rows`` (each ``[configs]``) added one after another in program
+    order, as ``phaze-estimate-energy`` sums a layer's ops (:func:`~passes.algorithms.energy.layer_energies`):
+    numpy's ``sum`` adds pairwise, which differs in the last bits, and the search's price of a
+    power-limited step must be the compiled plan's to the last bit."""
+    return np.cumsum(per_op[list(rows)], axis=0)[-1]

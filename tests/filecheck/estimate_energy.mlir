@@ -1,6 +1,7 @@
 // RUN: phaze-opt %s -p phaze-tile-pe-array,phaze-estimate-energy | filecheck %s
 // RUN: sed 's/, energy = {[^}]*}[^}]*}//' %s | not phaze-opt -p phaze-tile-pe-array,phaze-estimate-energy 2>&1 | filecheck %s --check-prefix=NOENERGY
 // RUN: not phaze-opt %s -p phaze-estimate-energy 2>&1 | filecheck %s --check-prefix=NOTILE
+// RUN: not phaze-opt %s -p 'phaze-tile-pe-array,phaze-estimate-energy{selective="bogus"}' 2>&1 | filecheck %s --check-prefix=BADSEL
 
 // The toy chip of estimate_latency.mlir (the same GEMM, add and all-reduce, tiled alike) with an
 // [energy] table: 1 pJ per MAC and per vector lane op, HBM 10 pJ/B, the tray 100 pJ/B, SRAM
@@ -40,3 +41,4 @@ builtin.module attributes {phaze.target = @acc} {
 
 // NOENERGY: phaze-estimate-energy: hardware 'toy' has no [energy] table (energy per MAC, per byte of each memory level, static power per mm^2); add one to price energy and power
 // NOTILE: 'phaze.matmul' op requires 'phaze.tile'; run phaze-tile-pe-array first
+// BADSEL: phaze-estimate-energy: selective=bogus: expected attention, op or layer:N
