@@ -56,7 +56,7 @@ def test_attr_text_by_object_is_its_text_by_value(monkeypatch):
 #: gave the same module text and points.
 _BESIDE = """
 import sys
-from phaze import sweep
+from phaze.search import sweep
 from phaze.options import Options
 from phaze.search.settings_beside import SettingsBeside, can_fork
 from phaze.search.setting import prepare_points
