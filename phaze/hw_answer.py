@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -43,7 +44,6 @@ from phaze.options import Options, context_parallel_degree
 from phaze.plan import plan_template
 from phaze.plan.plan_output import plan_json
 from phaze.points import chosen_point, judge_point, no_fit_message, point_label, tp_points, tp_widths_of
-from phaze_ir.attributes import format_float
 from phaze_ir.errors import PhazeError, PhazeWarning
 
 #: The store's kind of entry this module keeps.
@@ -124,8 +124,25 @@ def _check_plan_numbers(plan: dict, text: str) -> None:
     most = hbm.get("bytes") if isinstance(hbm, dict) else None
     memory = plan.get("max_memory_bytes")
     need(is_int(most) and is_int(memory) and 0 <= memory <= most, "memory within the chip's HBM")
-    said = (f"throughput_samples_per_s = {format_float(thr)},", f"global_batch = {plan['global_batch']},")
-    need(all(s in text for s in said), "the module's plan (its text and its JSON differ)")
+    # The JSON's time is the module's: phaze.plan's (the placement's) plus what the power limit
+    # adds (phaze.power's power_limit_s), summed as plan_output.plan_record sums them.
+    placed = _module_float(text, "plan", "time_per_batch_s")
+    added = _module_float(text, "power", "power_limit_s") or 0.0
+    if added > 0:
+        from passes.algorithms.energy import lengthened_step_s  # (numpy: only for a limited step)
+
+        placed = None if placed is None else lengthened_step_s(placed, added)
+    need(
+        f"global_batch = {plan['global_batch']}," in text and placed is not None and placed == time,
+        "the module's plan (its text and its JSON differ)",
+    )
+
+
+def _module_float(text: str, record: str, field: str) -> float | None:
+    """The float ``field`` of the module's ``#phaze.<record><...>`` in its printed ``text``
+    (None: not there, or not a decimal literal)."""
+    m = re.search(rf"#phaze\.{record}<[^>]*?\b{field} = ([-+0-9.eE]+)[,>]", text)
+    return float(m.group(1)) if m else None
 
 
 def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generic: bool = False) -> Answer:

@@ -272,3 +272,29 @@ def test_a_context_parallel_answer_is_read_back(tmp_path, monkeypatch):
     kept = hw_answer.answer(str(model), opts, str(cache), again.append)
     assert (kept.plan["dp"], kept.plan["cp"], kept.plan["devices_used"]) == (1, 2, 2)
     assert len(compiled) == 1 and _hit(again) and kept.text == text
+
+
+def test_an_answer_the_power_limit_lengthens_holds_its_modules_plan(tmp_path):
+    """A kept answer whose step the power limit lengthens (``phaze.power``'s ``power_limit_s`` >
+    0) holds its module's plan: the JSON's time is ``phaze.plan``'s plus that, summed as
+    plan_record sums them (``lengthened_step_s``); the same JSON beside a module that says
+    another time is a broken entry."""
+    import re
+
+    from passes.algorithms.energy import lengthened_step_s
+    from passes.cache_file import BadEntry
+    from phaze_ir.attributes import format_float
+
+    opts = Options(hw="h100", micro_batches=(2,), tp_widths=(1,), devices=2, global_batch=8)
+    kept = hw_answer.answer(str(MODELS / "tiny_llama_sdpa.py"), opts, str(tmp_path / "cache"), lambda _l: None)
+    placed = float(kept.plan["time_per_batch_s"])
+    assert "power_limit_s = 0.0>" in kept.text  # (this one unlimited: made limited below)
+    added = placed / 3
+    text = re.sub(r"power_limit_s = 0\.0>", f"power_limit_s = {format_float(added)}>", kept.text, count=1)
+    time = lengthened_step_s(placed, added)
+    plan = {**kept.plan, "time_per_batch_s": time, "throughput_samples_per_s": 8 / time}
+    hw_answer._check_plan_numbers(plan, text)  # read back, not computed again
+    with pytest.raises(BadEntry, match="its text and its JSON differ"):
+        hw_answer._check_plan_numbers(plan, kept.text)  # a module whose step the limit does not lengthen
+    with pytest.raises(BadEntry, match="its text and its JSON differ"):
+        hw_answer._check_plan_numbers(kept.plan, text)  # the placement's time alone
