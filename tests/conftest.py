@@ -292,12 +292,14 @@ def run_main(
         raise ValueError(f"run_main: expected phazec or phaze-opt, got {tool!r}")
     saved_env, saved_cwd, saved_hook = dict(os.environ), os.getcwd(), sys.excepthook
     routed = phaze_warning.routed_for_the_process()
-    saved_streams = sys.stdin, sys.stdout, sys.stderr
-    out, err = io.StringIO(), io.StringIO()
+    saved_streams, saved_tempdir = (sys.stdin, sys.stdout, sys.stderr), tempfile.tempdir
+    # Text streams over bytes, as a process's are (xDSL reads ``sys.stdin.buffer``).
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True) for _ in range(2))
     try:
         os.environ.update(env or {})
+        tempfile.tempdir = None  # read again from TMPDIR (Python keeps the first it found)
         os.chdir(cwd or ROOT)
-        sys.stdin = io.StringIO(input or "")
+        sys.stdin = io.TextIOWrapper(io.BytesIO((input or "").encode()), encoding="utf-8")
         with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             warnings.resetwarnings()
             for action, category, module in reversed(_PYTHON_FILTERS):
@@ -310,12 +312,13 @@ def run_main(
                     print(e.code, file=sys.stderr)
     finally:
         sys.stdin, sys.stdout, sys.stderr = saved_streams
-        sys.excepthook = saved_hook
+        sys.excepthook, tempfile.tempdir = saved_hook, saved_tempdir
         phaze_warning.route_transformers(routed, for_the_process=True)
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-    return subprocess.CompletedProcess([tool, *rest], status, out.getvalue(), err.getvalue())
+    said = [stream.buffer.getvalue().decode(errors="replace") for stream in (out, err)]  # type: ignore[attr-defined]
+    return subprocess.CompletedProcess([tool, *rest], status, *said)
 
 
 def compiled_with(model_path: str, emit: str, *flags: str) -> str:
