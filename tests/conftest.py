@@ -283,13 +283,15 @@ def run_main(
 
     from phaze_ir import warning as phaze_warning
 
-    tool, *rest = args
+    tool, rest = args[0], [os.fspath(arg) for arg in args[1:]]  # paths too, as subprocess takes them
     if tool == "phazec":
         from phaze.tools.phazec import main
     elif tool == "phaze-opt":
         from phaze.tools.phaze_opt import main
+    elif tool == "phaze-validate":
+        from phaze.tools.phaze_validate import main
     else:
-        raise ValueError(f"run_main: expected phazec or phaze-opt, got {tool!r}")
+        raise ValueError(f"run_main: expected phazec, phaze-opt or phaze-validate, got {tool!r}")
     saved_env, saved_cwd, saved_hook = dict(os.environ), os.getcwd(), sys.excepthook
     routed = phaze_warning.routed_for_the_process()
     saved_streams, saved_tempdir = (sys.stdin, sys.stdout, sys.stderr), tempfile.tempdir
@@ -305,7 +307,7 @@ def run_main(
             for action, category, module in reversed(_PYTHON_FILTERS):
                 warnings.filterwarnings(action, category=category, module=module)
             try:
-                status = main(list(rest))
+                status = main(rest)
             except SystemExit as e:  # argparse's --help and usage errors
                 status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
                 if e.code is not None and not isinstance(e.code, int):
