@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 
 import phaze
 from phaze.api import Plan
@@ -36,7 +36,7 @@ def test_a_model_file_gives_phazecs_plan(tmp_path):
     plan = phaze.compile(TINY, hw="tpuv4", **FLAGS)
     out = tmp_path / "plan.json"
     flags = ["--devices", "4", "--global-batch", "8", "--micro-batch", "2", "--tp", "1"]
-    r = run_tool("phazec", TINY, "--hw", "tpuv4", *flags, "--json", str(out), "-o", str(tmp_path / "p.mlir"), "-q")
+    r = run_main("phazec", TINY, "--hw", "tpuv4", *flags, "--json", str(out), "-o", str(tmp_path / "p.mlir"), "-q")
     assert r.returncode == 0, r.stderr
     assert json.loads(plan.to_json()) == json.loads(out.read_text())
     assert (tmp_path / "p.mlir").read_text().endswith(plan.text)
@@ -60,7 +60,7 @@ def test_export_says_phazecs_runtime_warnings_once_with_no_source_line(tmp_path)
         plan.export("torchtitan")
     said = [w for w in caught if issubclass(w.category, PhazeWarning)]
     flags = ["--devices", "4", "--global-batch", "8", "--micro-batch", "2", "--tp", "1"]
-    r = run_tool(
+    r = run_main(
         "phazec", TINY, "--hw", "tpuv4", *flags, "--export", "torchtitan", str(tmp_path / "t.args"), "-o", "-", "-q"
     )
     assert r.returncode == 0, r.stderr

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, run_tool
+from conftest import EXAMPLES, run_main
 
 from passes.algorithms import schedule as S
 from passes.cache_file import FORMAT, VERSION, Store, content_hash, read_entry
@@ -36,7 +36,7 @@ def search(out: Path, cache: Path | None) -> tuple[str, dict, str]:
     out.mkdir()
     args = [MLP, *ARGS, "-o", str(out / "plan.mlir"), "--json", str(out / "plan.json")]
     args += ["--cache", str(cache)] if cache is not None else ["--no-cache"]
-    r = run_tool("phazec", *args)
+    r = run_main("phazec", *args)
     assert r.returncode == 0, r.stderr
     data = json.loads((out / "plan.json").read_text())
     for k in ("wall_s", "evaluator"):

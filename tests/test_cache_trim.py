@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 
 from passes.cache_file import read_entry, trim, write_entry
 from phaze.tools.flags import DEFAULT_CACHE_LIMIT, cache_size
@@ -83,7 +83,7 @@ def test_bad_sizes_are_refused(text):
 def test_phazec_trims_its_cache_after_writing_the_plan(tmp_path):
     cache, plan = tmp_path / "cache", tmp_path / "plan.mlir"
     point = [str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--micro-batch", "1", "--tp", "1", "--devices", "8"]
-    first = run_tool("phazec", *point, "--global-batch", "8", "--cache", str(cache), "-o", str(plan))
+    first = run_main("phazec", *point, "--global-batch", "8", "--cache", str(cache), "-o", str(plan))
     assert first.returncode == 0, first.stderr
     assert "cache: removed" not in first.stderr  # the default limit, 4 GiB, is far away
     assert DEFAULT_CACHE_LIMIT == 4 * 2**30
@@ -91,11 +91,11 @@ def test_phazec_trims_its_cache_after_writing_the_plan(tmp_path):
     assert kept
     # Another question with room for nothing: the plan is written, every entry goes, and it says so.
     plan.unlink()
-    second = run_tool(
+    second = run_main(
         "phazec", *point, "--global-batch", "16", "--cache", str(cache), "-o", str(plan), "--cache-limit", "1"
     )
     assert second.returncode == 0, second.stderr
     assert plan.exists() and not list(cache.rglob("*.json"))
     assert "least recently used entries" in second.stderr and "under 1 B (--cache-limit)" in second.stderr
-    bad = run_tool("phazec", *point, "--cache-limit", "lots")
+    bad = run_main("phazec", *point, "--cache-limit", "lots")
     assert bad.returncode == 2 and "--cache-limit: 'lots': expected a size such as 4GiB" in bad.stderr

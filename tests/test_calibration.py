@@ -11,7 +11,7 @@ import json
 import re
 
 import pytest
-from conftest import EXAMPLES, run_tool
+from conftest import EXAMPLES, run_main
 
 from passes.algorithms.latency import (
     CollectiveDesc,
@@ -190,7 +190,7 @@ def test_phazec_on_a_serial_chip(tmp_path):
     args = [str(EXAMPLES / "mlp.py"), "--micro-batch", "4", "--tp", "1", "--devices", "8", "--global-batch", "64", "-q"]
     outs = {}
     for name, chip in (("ideal", str(ideal)), ("serial", str(hw))):
-        r = run_tool(
+        r = run_main(
             "phazec",
             *args,
             "--hw",

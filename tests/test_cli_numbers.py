@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 
 TINY = str(MODELS / "tiny_gpt2.py")
 
@@ -41,7 +41,7 @@ TINY = str(MODELS / "tiny_gpt2.py")
 )
 @pytest.mark.parametrize("mode", [["--hw", "tpuv4"], []], ids=["hw", "search"])
 def test_bad_numbers_fail_before_any_work(flag, value, says, mode):
-    r = run_tool("phazec", TINY, *mode, flag, value)
+    r = run_main("phazec", TINY, *mode, flag, value)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and len(lines) == 1, r.stderr  # said once, nothing traced before it
     assert lines[0].startswith(f"phazec: error: {says}"), r.stderr
@@ -50,23 +50,23 @@ def test_bad_numbers_fail_before_any_work(flag, value, says, mode):
 def test_a_width_the_model_refuses_is_said_once():
     """--tp 3 on a 4-head model fails at every micro-batch size for one reason: said once, in
     one line, after the first micro-batch's cut trace (the others are not traced)."""
-    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--tp", "3", "-q")
+    r = run_main("phazec", TINY, "--hw", "tpuv4", "--tp", "3", "-q")
     assert r.returncode == 1
     assert r.stderr.count("\n") == 1 and r.stderr.count("does not divide the 4 attention heads") == 1, r.stderr
     assert r.stderr.startswith("phazec: error: --tp 3: phaze-shard-tensor-parallel: width 3"), r.stderr
     assert r.stderr.strip().endswith("(at every micro-batch)"), r.stderr
-    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--tp", "3", "--no-cache")
+    r = run_main("phazec", TINY, "--hw", "tpuv4", "--tp", "3", "--no-cache")
     assert r.stderr.count("at micro-batch") == 1, r.stderr  # micro-batch 1's cut trace only
 
 
 def test_a_misspelt_flag_gets_a_did_you_mean():
-    r = run_tool("phazec", TINY, "--devics", "4")
+    r = run_main("phazec", TINY, "--devics", "4")
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "unrecognized arguments: --devics 4; --devics: did you mean --devices?" in r.stderr
-    r = run_tool("phaze-opt", "x.mlir", "--pases", "p")
+    r = run_main("phaze-opt", "x.mlir", "--pases", "p")
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "--pases: did you mean --passes?" in r.stderr
-    r = run_tool("phazec", TINY, "--zzzz")  # nothing close: no guess
+    r = run_main("phazec", TINY, "--zzzz")  # nothing close: no guess
     assert r.returncode == 2 and "did you mean" not in r.stderr
 
 
@@ -79,12 +79,12 @@ def test_a_refusal_names_the_least_memory_and_the_nearest_plan_that_fits(tmp_pat
     hw = tmp_path / "small.toml"
     hw.write_text(preset_path("tpuv4").read_text().replace("bytes = 34_359_738_368", "bytes = 2_000_000", 1))
     args = ("phazec", TINY, "--hw", str(hw), "--devices", "1", "--global-batch", "8", "--no-cache")
-    r = run_tool(*args, "-q")
+    r = run_main(*args, "-q")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     line = r.stderr
     assert "but HBM is 1.9 MiB (2000000 bytes)" in line, line
     needed = [int(n) for n in re.findall(r"needs is [0-9.]+ [KMG]iB \(([0-9]+) bytes\)", line)]
-    every = [int(n) for n in re.findall(r"needs is [0-9.]+ [KMG]iB \(([0-9]+) bytes\)", run_tool(*args).stderr)]
+    every = [int(n) for n in re.findall(r"needs is [0-9.]+ [KMG]iB \(([0-9]+) bytes\)", run_main(*args).stderr)]
     assert len(needed) == 1 and len(every) > 2 and needed[0] == min(every), (needed, every)
     assert "the nearest plan that fits (the fewest devices at this batch): --devices 2 (DP" in line
 
@@ -98,7 +98,7 @@ def test_a_refusal_compiled_point_by_point_names_the_nearest_plan_that_fits_too(
     hw = tmp_path / "small.toml"
     hw.write_text(preset_path("tpuv4").read_text().replace("bytes = 34_359_738_368", "bytes = 2_000_000", 1))
     flags = ("--devices", "1", "--global-batch", "8", "--micro-batch", "1", "--tp", "1", "--no-cache", "-q")
-    r = run_tool("phazec", TINY, "--hw", str(hw), *flags)
+    r = run_main("phazec", TINY, "--hw", str(hw), *flags)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert "but HBM is 1.9 MiB (2000000 bytes)" in r.stderr, r.stderr
     said = "the nearest plan that fits (the fewest devices at this batch): --devices 2 (DP 1 x PP 2 x TP 1, "

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 
 from passes.algorithms import context_parallel as cp
 from passes.algorithms.latency import estimate_op
@@ -283,7 +283,7 @@ def _phazec(tmp_path, *extra: str) -> dict:
     tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "plan.json"
     model = str(MODELS / "tiny_llama_sdpa.py")
-    r = run_tool(
+    r = run_main(
         "phazec", model, "--hw", "h100", "--devices", "8", "--global-batch", "8", "--micro-batch", "1",
         "--kernels", "eager", "--json", str(out), "-q", "--cache", str(tmp_path / "cache"), *extra,
     )  # fmt: skip
@@ -335,17 +335,17 @@ def test_phazec_places_a_context_parallel_run_and_exports_it(tmp_path):
 def test_phazec_refuses_bad_degrees_before_any_work(tmp_path):
     model = str(MODELS / "tiny_llama_sdpa.py")
     for value, message in (("3", "not a multiple of 2·c = 6"), ("x", "expected auto or a degree N >= 1")):
-        r = run_tool("phazec", model, "--hw", "h100", "--devices", "8", "--context-parallel", value, "-q")
+        r = run_main("phazec", model, "--hw", "h100", "--devices", "8", "--context-parallel", value, "-q")
         assert r.returncode != 0
         line = r.stderr.strip().splitlines()[-1]
         assert "--context-parallel" in line and message in line, r.stderr
-    r = run_tool("phazec", model, "--hw", "h100", "--devices", "8", "--placement", "expert:1,4,2", "--context-parallel",
+    r = run_main("phazec", model, "--hw", "h100", "--devices", "8", "--placement", "expert:1,4,2", "--context-parallel",
                  "2", "-q")  # fmt: skip
     assert r.returncode != 0 and "expert:1,4,2 x --context-parallel 2 needs 16 devices" in r.stderr
-    r = run_tool("phazec", model, "--devices", "8", "--seq-len", "64", "--context-parallel", "3", "-q")  # the search
+    r = run_main("phazec", model, "--devices", "8", "--seq-len", "64", "--context-parallel", "3", "-q")  # the search
     assert r.returncode != 0 and r.stderr.count("\n") == 1 and "not a multiple of 2·c = 6" in r.stderr, r.stderr
     space = str(Path(__file__).parent / "data" / "tiny_space.toml")  # a space without the FP8 datapath
-    r = run_tool("phazec", model, "--devices", "8", "--dtype", "fp8", "--space", space, "-q")
+    r = run_main("phazec", model, "--devices", "8", "--dtype", "fp8", "--space", space, "-q")
     assert r.returncode != 0 and "no chip of the space has the FP8 datapath" in r.stderr.strip().splitlines()[-1]
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from passes.algorithms.cost import die_yield, dies_per_wafer, plan_cost
 from phaze_ir.hardware import Deployment, HardwareError, Manufacturing, dumps_toml, load_hardware, loads_toml
-from tests.conftest import MODELS, run_tool
+from tests.conftest import MODELS, run_main
 
 # without its power limit: the chips made up here (a die past the wafer) would fail that check first
 _A100 = load_hardware("a100")
@@ -56,7 +56,7 @@ def test_phazec_writes_cost_and_carbon(tmp_path):
     tpu = load_hardware("tpuv4")
     out = tmp_path / "plan.json"
     args = ["--devices", "4", "--global-batch", "8", "--micro-batch", "2", "--tp", "1", "--json", str(out)]
-    res = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "tpuv4", *args, "-o", str(tmp_path / "p.mlir"))
+    res = run_main("phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "tpuv4", *args, "-o", str(tmp_path / "p.mlir"))
     assert res.returncode == 0, res.stderr
     assert "cost to make: $" in res.stderr and "g CO2e per step" in res.stderr
     plan = json.loads(out.read_text())
@@ -76,7 +76,7 @@ def test_phazec_writes_cost_and_carbon(tmp_path):
     # A chip without the tables: no cost, no carbon, no line.
     bare = tmp_path / "bare.toml"
     bare.write_text(dumps_toml(dataclasses.replace(tpu, manufacturing=None, deployment=None)))
-    res = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--hw", str(bare), *args, "-o", str(tmp_path / "q.mlir"))
+    res = run_main("phazec", str(MODELS / "tiny_gpt2.py"), "--hw", str(bare), *args, "-o", str(tmp_path / "q.mlir"))
     assert res.returncode == 0, res.stderr
     plan = json.loads(out.read_text())
     assert plan["cost"] is None and plan["carbon"] is None and "cost to make" not in res.stderr

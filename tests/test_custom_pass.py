@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import EXAMPLES, MODELS, run_tool
+from conftest import EXAMPLES, MODELS, run_main, run_tool
 
 
 def test_custom_pass_runs_through_entry_point(tmp_path):
@@ -29,7 +29,7 @@ def test_custom_pass_runs_through_entry_point(tmp_path):
         timeout=300,
     )
     assert install.returncode == 0, install.stderr
-    src = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "training", "-q")
+    src = run_main("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "training", "-q")
     assert src.returncode == 0, src.stderr
     r = run_tool(
         "phaze-opt",

@@ -27,7 +27,7 @@ from passes.algorithms.energy import (
 from passes.algorithms.latency import CollectiveDesc, MatmulDesc, VectorDesc, ViewDesc
 from passes.algorithms.tiling import tile_gemm_scalar
 from phaze_ir.hardware import Energy, HardwareError, NetworkLevel, dumps_toml, load_hardware, loads_toml
-from tests.conftest import MODELS, module_text, run_tool
+from tests.conftest import MODELS, module_text, run_main
 
 # Energies in powers of two, so that every product below is exact.
 ENERGY = Energy(
@@ -141,7 +141,7 @@ def test_energy_table_is_checked_and_round_trips():
 
 def _phazec_json(tmp_path: Path, hw: str, *more: str) -> tuple[dict, str]:
     out = tmp_path / "plan.json"
-    res = run_tool(
+    res = run_main(
         "phazec",
         str(MODELS / "tiny_gpt2.py"),
         "--hw",
@@ -182,7 +182,7 @@ def test_phazec_prices_the_power_of_a_plan(tmp_path):
     assert "#phaze.energy<compute_j = " in text and "#phaze.layer_energy<index = 0" in text
     assert "phaze.power = #phaze.power<step_energy_j = " in text
     # The IR reads back through phaze-opt unchanged.
-    res = run_tool("phaze-opt", str(tmp_path / "plan.mlir"))
+    res = run_main("phaze-opt", str(tmp_path / "plan.mlir"))
     assert res.returncode == 0 and res.stdout == module_text(text)
 
 
@@ -246,11 +246,11 @@ def test_a_chip_without_an_energy_table_has_no_power(tmp_path):
     plan, stderr = _phazec_json(tmp_path, str(hw))
     assert plan["power"] is None and "power: " not in stderr
     assert "phaze.energy" not in (tmp_path / "plan.mlir").read_text()
-    res = run_tool("phaze-opt", str(tmp_path / "plan.mlir"), "-p", "phaze-estimate-energy")
+    res = run_main("phaze-opt", str(tmp_path / "plan.mlir"), "-p", "phaze-estimate-energy")
     assert res.returncode != 0
     assert "phaze-estimate-energy: hardware 'tpuv4' has no [energy] table" in res.stderr
     # The power pass run by hand on that plan says so too (it once failed an assertion).
-    res = run_tool("phaze-opt", str(tmp_path / "plan.mlir"), "-p", "phaze-estimate-power")
+    res = run_main("phaze-opt", str(tmp_path / "plan.mlir"), "-p", "phaze-estimate-power")
     assert res.returncode != 0 and "Traceback" not in res.stderr
     assert "phaze-estimate-power: hardware 'tpuv4' has no [energy] table" in res.stderr
 
@@ -266,7 +266,7 @@ def test_gemm_bound_power_is_within_20_percent_of_published(hw, tmp_path):
     out = tmp_path / "plan.json"
     model = Path(__file__).resolve().parents[1] / "benchmarks" / "models" / "wide_mlp.py"
     args = [str(model), "--hw", hw, "--devices", "1", "--global-batch", "65536", "--micro-batch", "8192"]
-    res = run_tool("phazec", *args, "--tp", "1", "--json", str(out), "-o", str(tmp_path / "plan.mlir"))
+    res = run_main("phazec", *args, "--tp", "1", "--json", str(out), "-o", str(tmp_path / "plan.mlir"))
     assert res.returncode == 0, res.stderr
     power = json.loads(out.read_text())["power"]
     assert power["published_power_w"] == {"a100": 400, "tpuv4": 192, "h100": 700}[hw]
@@ -280,7 +280,7 @@ def test_power_cap_keeps_the_plans_under_it(tmp_path):
     power = plan["power"]["chip_power_w"]
     capped, _ = _phazec_json(tmp_path, str(hw), "--power-cap", f"{power * 1.01:.6g}")
     assert capped["power"]["chip_power_w"] == power
-    res = run_tool(
+    res = run_main(
         "phazec",
         str(MODELS / "tiny_gpt2.py"),
         *("--hw", str(hw), "--devices", "1", "--global-batch", "4", "--micro-batch", "2", "--tp", "1"),
@@ -298,7 +298,7 @@ def test_power_cap_keeps_the_plans_under_it(tmp_path):
         (("--hw", str(bare)), "--power-cap: hardware 'tpuv4' has no [energy] table"),
         (("--hw", str(hw), "--emit", "latency"), "--power-cap needs the plan stage"),
     ):
-        res = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), *args, "--power-cap", "100", "-o", str(tmp_path / "y"))
+        res = run_main("phazec", str(MODELS / "tiny_gpt2.py"), *args, "--power-cap", "100", "-o", str(tmp_path / "y"))
         assert res.returncode != 0 and message in res.stderr, res.stderr
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 
 from phaze.plan.export import (
     MEGATRON_FLAGS,
@@ -418,7 +418,7 @@ def test_phazec_exports_load_in_torchtitan_and_megatron(tmp_path, titan, mcore):
     model = tmp_path / "tiny_gpt2_4.py"
     model.write_text((MODELS / "tiny_gpt2.py").read_text().replace("n_layer=2", "n_layer=4"))
     out = {name: tmp_path / name for name in ("plan.json", "plan.megatron", "plan.titan", "plan.mlir")}
-    r = run_tool(
+    r = run_main(
         "phazec", str(model), "--hw", "a100", "--devices", "16", "--global-batch", "32",
         "--micro-batch", "2", "--tp", "2", "--placement", "expert:2,4,2", "--recompute", "full",
         "--sequence-parallel", "on", "--zero", "3", "--pipeline-schedule", "interleaved:2",
@@ -464,7 +464,7 @@ def test_phazec_exports_load_in_torchtitan_and_megatron(tmp_path, titan, mcore):
 def test_a_refused_export_writes_nothing(tmp_path):
     """A plan torchtitan cannot run (ZeRO-1): one line, exit 1, and no output is written."""
     exp, js, mlir = tmp_path / "plan.titan", tmp_path / "plan.json", tmp_path / "plan.mlir"
-    r = run_tool(
+    r = run_main(
         "phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--devices", "8", "--global-batch", "16",
         "--micro-batch", "2", "--tp", "1", "--placement", "expert:1,8,1", "--zero", "1",
         "--export", "torchtitan", str(exp), "--json", str(js), "-o", str(mlir),
@@ -479,7 +479,7 @@ def test_export_torchtitan_searches_only_plans_it_launches(tmp_path, titan):
     kept is one torchtitan runs (ZeRO 0 or 3, one recompute policy), so the export is written
     and loads in torchtitan, exit 0."""
     exp, js = tmp_path / "plan.titan", tmp_path / "plan.json"
-    r = run_tool(
+    r = run_main(
         "phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "h100", "--devices", "8", "--global-batch", "16",
         "--micro-batch", "2", "--tp", "1", "--zero", "auto", "--recompute", "auto", "--pipeline-schedule", "auto",
         "--export", "torchtitan", str(exp), "--json", str(js), "-o", str(tmp_path / "plan.mlir"),
@@ -570,7 +570,7 @@ def test_a_refused_export_leaves_the_other_outputs_written(tmp_path):
     from phaze.messages import PARTIAL
 
     exp, js, mlir = tmp_path / "plan.megatron", tmp_path / "plan.json", tmp_path / "plan.mlir"
-    r = run_tool(
+    r = run_main(
         "phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--devices", "8", "--global-batch", "16",
         "--micro-batch", "2", "--tp", "2", "--placement", "expert:2,2,2", "--pipeline-transfer", "split",
         "--export", "megatron", str(exp), "--json", str(js), "-o", str(mlir),
@@ -633,7 +633,7 @@ def test_torchtitan_flavour_names_torchtitans_fields(titan):
 def test_export_paths_and_targets_are_checked_before_any_work(tmp_path, args, message):
     model = str(MODELS / "tiny_gpt2.py")
     args = [a.replace("{tmp}", str(tmp_path)).replace("MODEL", model) for a in args]
-    r = run_tool("phazec", model, *args, "-q")
+    r = run_main("phazec", model, *args, "-q")
     assert r.returncode == 1 and message in r.stderr and "traced" not in r.stderr
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 
 from passes.algorithms.latency import FP8_DATAPATH_REFUSAL, MatmulDesc, estimate_chip, estimate_space, fp8_problem
 from phaze.search.arch_space import ArchSpaceError, loads_space
@@ -144,7 +144,7 @@ def _search(tmp_path: Path, name: str, space: Path, *extra: str) -> tuple[str, d
     out = tmp_path / name
     out.mkdir()
     args = [TINY, "--space", str(space), *COMMON, "--no-baselines", "-q", "--cache", str(tmp_path / "cache")]
-    r = run_tool("phazec", *args, "-o", str(out / "plan.mlir"), "--json", str(out / "plan.json"), *extra)
+    r = run_main("phazec", *args, "-o", str(out / "plan.mlir"), "--json", str(out / "plan.json"), *extra)
     assert r.returncode == 0, r.stderr
     return (out / "plan.mlir").read_text(), json.loads((out / "plan.json").read_text())
 
@@ -191,7 +191,7 @@ def test_fp8_search_equals_enumeration_and_its_winner_is_phazec_hw(tmp_path, bf1
     chip.write_text(dumps_toml(module_accelerator(parse_module(text), "test")))
     hw = tmp_path / "hw.mlir"
     limits = ["--solver-nodes", "1", "--solver-time-limit", "60", "--solver-max-binaries", "2000"]
-    r = run_tool("phazec", TINY, "--hw", str(chip), *COMMON, "--dtype", "fp8", *limits, "-q", "-o", str(hw))
+    r = run_main("phazec", TINY, "--hw", str(chip), *COMMON, "--dtype", "fp8", *limits, "-q", "-o", str(hw))
     assert r.returncode == 0, r.stderr
     searched = re.sub(r", phaze\.baselines = \[.*?\]\}", "}", text, count=1)
     assert searched != text and searched == hw.read_text()

@@ -6,7 +6,7 @@ import re
 import textwrap
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
@@ -155,7 +155,7 @@ def test_unknown_op_is_opaque_with_warning_and_strict_errors(tmp_path, capsys):
     with pytest.raises(PhazeError, match="unknown aten op aten.i0"):
         import_graph(traced, strict=True)
     # The plan sweep imports the model at every micro-batch size: phazec says it once.
-    r = run_tool("phazec", p, "--hw", "tpuv4", "--tp", "1", "-q", "--dtype", "float32")
+    r = run_main("phazec", p, "--hw", "tpuv4", "--tp", "1", "-q", "--dtype", "float32")
     assert r.stderr.count("warning: unknown aten op aten.i0") == 1, r.stderr
     assert re.search(r"^phazec: warning: unknown aten op aten\.i0", r.stderr, flags=re.M)
 

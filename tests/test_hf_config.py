@@ -8,7 +8,7 @@ import json
 import sys
 
 import pytest
-from conftest import EXAMPLES, compiled, run_tool
+from conftest import EXAMPLES, compiled, run_main
 
 from phaze_ir.errors import PhazeError
 from phaze_ir.frontend import load_model_file
@@ -189,7 +189,7 @@ def test_phazec_says_what_is_wrong_with_a_config_in_one_line(tmp_path):
     """Through phazec as a user runs it: its error line, exit status 1, no traceback."""
     path = tmp_path / "config.json"
     path.write_text('{"model_type": "llama", "hidden_size": 64}\n')
-    r = run_tool("phazec", str(path), "--emit", "ir", "-q")
+    r = run_main("phazec", str(path), "--emit", "ir", "-q")
     assert r.returncode == 1, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("phazec: error: config.json: missing vocab_size"), r.stderr

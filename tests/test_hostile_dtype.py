@@ -5,13 +5,13 @@ says so in one warning instead of pricing bf16 silently."""
 from __future__ import annotations
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 
 WORDS = "the model has no linear Transformer Engine runs in FP8"
 
 
 def test_fp8_that_cannot_apply_is_said_in_one_warning(tmp_path):
-    r = run_tool(
+    r = run_main(
         "phazec", str(MODELS / "tiny_cnn.py"), "--hw", "h100", "--devices", "2", "--global-batch", "8",
         "--dtype", "fp8", "-o", str(tmp_path / "plan.mlir"),
     )  # fmt: skip
@@ -55,7 +55,7 @@ def test_bf16_on_a_gpu_without_bf16_tensor_cores_is_refused_in_one_line(tmp_path
     volta = _volta(tmp_path)
     flags = ["--hw", str(volta), "--devices", "1", "--global-batch", "8", "--micro-batch", "8", "--tp", "1", "-q"]
     for dtype, instead in (("amp-bfloat16", "amp-float16"), ("bfloat16", "float16")):
-        r = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), *flags, "--dtype", dtype, "-o", str(tmp_path / "p.mlir"))
+        r = run_main("phazec", str(MODELS / "tiny_gpt2.py"), *flags, "--dtype", dtype, "-o", str(tmp_path / "p.mlir"))
         assert r.returncode == 1
         (line,) = r.stderr.strip().splitlines()
         assert line == f"phazec: error: --dtype {dtype}: a100 {BF16_WORDS}; torch emulates bf16 there, at a rate " + (
@@ -85,7 +85,7 @@ def test_bf16_problem_names_only_what_cannot_run(tmp_path):
 
 def test_fp8_on_a_chip_without_fp8_tensor_cores_is_refused_in_one_line(tmp_path):
     """The a100 has no FP8 tensor cores: ``--dtype fp8`` is one line, before any tracing."""
-    r = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--devices", "1", "--global-batch", "8",
+    r = run_main("phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--devices", "1", "--global-batch", "8",
                  "--dtype", "fp8", "-q", "-o", str(tmp_path / "p.mlir"))  # fmt: skip
     assert r.returncode == 1
     (line,) = r.stderr.strip().splitlines()

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import MODELS, module_text, run_tool
+from conftest import MODELS, module_text, run_main
 
 from phaze.tools import phaze_opt
 
@@ -20,7 +20,7 @@ SDPA = str(MODELS / "tiny_llama_sdpa.py")
 @functools.cache
 def _plan_text(tmp: str) -> str:
     out = Path(tmp) / "plan.mlir"
-    r = run_tool(
+    r = run_main(
         "phazec", SDPA, "--hw", "h100", "--devices", "8", "--context-parallel", "2", "--global-batch", "16",
         "--placement", "expert:2,2,1", "-o", str(out), "-q",
     )  # fmt: skip

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MODELS, ROOT, run_tool
+from conftest import MODELS, ROOT, run_main
 
 from passes.cache_file import FORMAT, VERSION, Store, read_entry
 from phaze import hw_answer
@@ -37,7 +37,7 @@ def test_the_same_question_is_answered_from_the_cache_byte_for_byte(tmp_path):
         d = tmp_path / run
         d.mkdir()
         exports = ["--export", "megatron", str(d / "megatron.args"), "--export", "torchtitan", str(d / "titan.args")]
-        r = run_tool("phazec", GPT2, *POINT, "--cache", str(cache), *_outputs(d), *exports)
+        r = run_main("phazec", GPT2, *POINT, "--cache", str(cache), *_outputs(d), *exports)
         assert r.returncode == 0, r.stderr
         runs[run] = (d, r.stderr)
     (cold, cold_err), (hot, hot_err) = runs["cold"], runs["warm"]
@@ -59,7 +59,7 @@ def test_a_hit_imports_no_model_nor_torch_and_says_the_warnings_again(tmp_path):
     too, once each; the hit reads one file (no torch, no model import)."""
     cache = tmp_path / "cache"
     args = [OPAQUE, *POINT, "--dtype", "float32", "--cache", str(cache), "-o", str(tmp_path / "plan.mlir")]
-    cold = run_tool("phazec", *args)
+    cold = run_main("phazec", *args)
     assert cold.returncode == 0, cold.stderr
     code = (
         "import sys; from phaze.tools.phazec import main; rc = main(sys.argv[1:]); "
@@ -207,14 +207,14 @@ def test_an_error_is_not_kept_a_plan_that_does_not_fit_is(tmp_path):
         Path(GPT2).read_text().replace("def get_model():", "def get_model():\n    raise ValueError('no')")
     )
     for _ in range(2):  # failed twice, the same way: nothing was kept in between
-        r = run_tool("phazec", str(broken), *POINT, "--cache", str(cache), "-o", str(tmp_path / "x.mlir"))
+        r = run_main("phazec", str(broken), *POINT, "--cache", str(cache), "-o", str(tmp_path / "x.mlir"))
         assert r.returncode == 1 and HIT not in r.stderr and "error:" in r.stderr, r.stderr
     assert not (cache / hw_answer.KIND).exists()
     # A plan that does not fit is an answer: kept, and said again with the same exit status.
     unfit = [*POINT[:-1], "4", "--placement", "expert:1,8,1"]  # DP 8 cannot split 4 samples
     errs = []
     for _ in range(2):
-        r = run_tool("phazec", GPT2, *unfit, "--cache", str(cache), "-o", str(tmp_path / "y.mlir"))
+        r = run_main("phazec", GPT2, *unfit, "--cache", str(cache), "-o", str(tmp_path / "y.mlir"))
         assert r.returncode == 1
         errs.append(r.stderr)
     assert HIT not in errs[0] and HIT in errs[1]
@@ -224,10 +224,10 @@ def test_an_error_is_not_kept_a_plan_that_does_not_fit_is(tmp_path):
 def test_no_cache_keeps_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
     for _ in range(2):
-        r = run_tool("phazec", GPT2, *POINT, "--no-cache", "-o", str(tmp_path / "y.mlir"))
+        r = run_main("phazec", GPT2, *POINT, "--no-cache", "-o", str(tmp_path / "y.mlir"))
         assert r.returncode == 0 and HIT not in r.stderr, r.stderr
     assert not (tmp_path / "home").exists()
-    r = run_tool("phazec", GPT2, *POINT, "-o", str(tmp_path / "y.mlir"))  # the default cache
+    r = run_main("phazec", GPT2, *POINT, "-o", str(tmp_path / "y.mlir"))  # the default cache
     assert (tmp_path / "home" / "phaze" / hw_answer.KIND).is_dir()
 
 

@@ -192,7 +192,7 @@ def test_the_dp_rejects_a_tree_on_the_innermost_level():
 def test_a_chip_with_trees_compiles_and_its_plan_reads_back(tmp_path):
     """End to end: phazec on the a100 preset, whose cluster level runs trees, writes ``tree =
     true`` into the plan's accelerator, and phaze-opt reads the plan back to the same bytes."""
-    from tests.conftest import MODELS, module_text, run_tool
+    from tests.conftest import MODELS, module_text, run_main
 
     assert load_hardware("a100").network[1].tree is True
     plan = tmp_path / "plan.mlir"
@@ -208,9 +208,9 @@ def test_a_chip_with_trees_compiles_and_its_plan_reads_back(tmp_path):
         "--placement",
         "expert:1,16,1",
     ]
-    res = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "a100", *args, "-o", str(plan))
+    res = run_main("phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "a100", *args, "-o", str(plan))
     assert res.returncode == 0, res.stderr
     text = plan.read_text()
     assert "tree = true" in text
-    again = run_tool("phaze-opt", str(plan))
+    again = run_main("phaze-opt", str(plan))
     assert again.returncode == 0 and again.stdout == module_text(text)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import MODELS, ROOT, run_tool
+from conftest import MODELS, ROOT, run_main, run_tool
 
 
 def _python(code: str, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
@@ -87,7 +87,7 @@ def test_stock_xdsl_opt_still_says_a_phaze_error_in_one_line():
 
     if "phaze" not in {e.name for e in importlib.metadata.entry_points(group="xdsl.universe")}:
         pytest.skip("phaze is not pip-installed (the README's commands install it)")
-    fwd = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
+    fwd = run_main("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
     assert fwd.returncode == 0, fwd.stderr
     main = "from xdsl.tools.xdsl_opt import main; main()"
     r = _python(main, "-p", "phaze-mark-saved", input=fwd.stdout)
@@ -108,11 +108,11 @@ def test_stock_xdsl_opt_still_says_a_phaze_error_in_one_line():
 
 
 def test_phaze_opt_debug_keeps_the_traceback():
-    fwd = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
+    fwd = run_main("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
     r = run_tool("phaze-opt", "-p", "phaze-mark-saved", "--debug", input=fwd.stdout)
     assert r.returncode == 1
     assert "Traceback" in r.stderr and "the step has no backward ops" in r.stderr
-    r = run_tool("phaze-opt", "-p", "phaze-mark-saved", input=fwd.stdout)
+    r = run_main("phaze-opt", "-p", "phaze-mark-saved", input=fwd.stdout)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith("phaze-opt: error: phaze-mark-saved: the step has no backward ops")
 

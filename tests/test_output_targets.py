@@ -19,7 +19,7 @@ import sys
 import threading
 
 import pytest
-from conftest import MODELS, ROOT, run_tool
+from conftest import MODELS, ROOT, run_main
 
 from phaze import outputs
 from phaze.outputs import refuse_clashes, write_atomically, write_together
@@ -104,11 +104,11 @@ def test_a_link_to_a_device_writes_the_device_and_stays_a_link(tmp_path):
 @root_only
 def test_phaze_opt_on_a_full_device_says_one_line_and_leaves_the_device(tmp_path):
     full = _device(tmp_path / "full", FULL)
-    r = run_tool("phaze-opt", str(MLIR), "-o", str(full))
+    r = run_main("phaze-opt", str(MLIR), "-o", str(full))
     _one_line(r, "phaze-opt", f"{full}: cannot write: No space left on device")
     assert _is_device(full, FULL)
     null = _device(tmp_path / "null", NULL)
-    r = run_tool("phaze-opt", str(MLIR), "-o", str(null))
+    r = run_main("phaze-opt", str(MLIR), "-o", str(null))
     assert r.returncode == 0 and r.stderr == "" and _is_device(null, NULL)
 
 
@@ -119,7 +119,7 @@ def test_phazec_outputs_on_devices_are_written_in_place(tmp_path):
     null = _device(tmp_path / "null", NULL)
     full = _device(tmp_path / "full", FULL)
     (tmp_path / "plan.json").symlink_to(full)
-    r = run_tool(
+    r = run_main(
         "phazec", str(MODELS / "tiny_gpt2.py"), "--hw", "tpuv4", "--micro-batch", "1", "--tp", "1", "-q",
         "-o", str(null), "--json", str(tmp_path / "plan.json"),
     )  # fmt: skip

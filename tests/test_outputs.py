@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES, MODELS, ROOT, run_tool
+from conftest import EXAMPLES, MODELS, ROOT, run_main
 
 from phaze.outputs import refuse_clashes, write_atomically
 from phaze_ir.errors import PhazeError
@@ -31,7 +31,7 @@ def test_phaze_opt_refuses_to_write_over_its_input(tmp_path):
     src = tmp_path / "x.mlir"
     shutil.copy(ROOT / "tests" / "filecheck" / "tile_pe_array.mlir", src)
     before = src.read_bytes()
-    r = run_tool("phaze-opt", str(src), "-o", str(tmp_path / "." / "x.mlir"))
+    r = run_main("phaze-opt", str(src), "-o", str(tmp_path / "." / "x.mlir"))
     _one_line_error(r, "phaze-opt", "is the input file: refusing to overwrite it")
     assert src.read_bytes() == before
 
@@ -41,7 +41,7 @@ def test_phaze_opt_keeps_the_previous_output_when_the_run_fails(tmp_path):
     out.write_text("the previous output\n")
     bad = tmp_path / "bad.mlir"
     bad.write_text("builtin.module {\n  %0 = phaze.nope\n")
-    r = run_tool("phaze-opt", str(bad), "-o", str(out))
+    r = run_main("phaze-opt", str(bad), "-o", str(out))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert out.read_text() == "the previous output\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.mlir", "out.mlir"]  # no temporary left
@@ -65,7 +65,7 @@ def test_phazec_refuses_clashing_outputs_before_any_work(tmp_path, flags, says):
     args = [f.format(model=model, hw=hw) for f in flags]
     if "--hw" not in args:
         args += ["--hw", "tpuv4"]
-    r = run_tool("phazec", str(model), *args, cwd=tmp_path)
+    r = run_main("phazec", str(model), *args, cwd=tmp_path)
     _one_line_error(r, "phazec", says.format(model=model))
     assert "tracing" not in r.stderr  # refused before any work
     assert {p: p.read_bytes() for p in before} == before

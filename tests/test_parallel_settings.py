@@ -10,7 +10,7 @@ import json
 import math
 
 import pytest
-from conftest import MODELS, compiled, run_tool
+from conftest import MODELS, compiled, run_main
 
 rs = pytest.importorskip("passes.algorithms._phaze_rs")
 
@@ -119,7 +119,7 @@ def test_interleaving_the_blocks_cannot_take_is_refused_with_the_reason():
 def test_phazec_flags_end_to_end(tmp_path):
     out = tmp_path / "plan"
     args = [DEEP, "--hw", "a100", "--micro-batch", "1", "--tp", "1", "--devices", "8", "--global-batch", "64", "-q"]
-    r = run_tool(
+    r = run_main(
         "phazec",
         *args,
         "--placement",
@@ -153,7 +153,7 @@ def test_phazec_flags_end_to_end(tmp_path):
     ],
 )
 def test_bad_schedule_is_one_line(flag, value, message):
-    r = run_tool("phazec", TINY, "--hw", "a100", "--micro-batch", "1", "--tp", "1", flag, value)
+    r = run_main("phazec", TINY, "--hw", "a100", "--micro-batch", "1", "--tp", "1", flag, value)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert message in r.stderr
 
@@ -162,9 +162,9 @@ def test_search_refuses_bad_settings():
     """The search takes SP, the schedule, ZeRO (tests/test_search.py) and expert parallelism
     (tests/test_search_dims.py); a bad value is the same one-line error as with --hw, before
     anything is traced."""
-    r = run_tool("phazec", TINY, "--no-cache", "--expert-parallel", "0")
+    r = run_main("phazec", TINY, "--no-cache", "--expert-parallel", "0")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert "--expert-parallel" in r.stderr and "expected auto or a degree from 1" in r.stderr
-    r = run_tool("phazec", TINY, "--no-cache", "--pipeline-schedule", "interleaved:1")
+    r = run_main("phazec", TINY, "--no-cache", "--pipeline-schedule", "interleaved:1")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert "--pipeline-schedule: pipeline schedule 'interleaved:1': interleaved needs V >= 2" in r.stderr

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import run_tool
+from conftest import run_main, run_tool
 
 from phaze_ir.errors import PhazeError
 from phaze_ir.ir import MLIRParseError, parse_module
@@ -48,7 +48,7 @@ def test_huge_line_error_in_phaze_opt_is_short(tmp_path, bad_at):
     assert len(text) > 3 * MB
     path = tmp_path / "big.mlir"
     path.write_text(text)
-    r = run_tool("phaze-opt", str(path))
+    r = run_main("phaze-opt", str(path))
     assert r.returncode == 1
     lines = _check_short_error(r.stderr, str(path), column)
     assert "takes a float literal" in lines[0]
@@ -72,7 +72,7 @@ def test_huge_string_then_syntax_error(tmp_path):
     text = f'builtin.module attributes {{phaze.note = "{blob}" ?}} {{\n}}\n'
     path = tmp_path / "blob.mlir"
     path.write_text(text)
-    r = run_tool("phaze-opt", str(path))
+    r = run_main("phaze-opt", str(path))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     lines = r.stderr.splitlines()
     column = text.index("?") + 1
@@ -84,7 +84,7 @@ def test_huge_string_then_syntax_error(tmp_path):
 def test_short_error_shows_the_whole_line(tmp_path):
     path = tmp_path / "bad.mlir"
     path.write_text('builtin.module {\n\t%x = "phaze.matmul"() : () -> tensor<2x2xq16>\n}\n')
-    r = run_tool("phaze-opt", str(path))
+    r = run_main("phaze-opt", str(path))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     error, excerpt, caret = r.stderr.splitlines()
     assert error.startswith(f"{path}:2:") and "error: Expected shape type" in error
@@ -97,7 +97,7 @@ def test_short_error_shows_the_whole_line(tmp_path):
 def test_empty_file_says_so(tmp_path, content):
     path = tmp_path / "empty.mlir"
     path.write_text(content)
-    r = run_tool("phaze-opt", str(path))
+    r = run_main("phaze-opt", str(path))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.splitlines() == [
         f"{path}:1:1: error: empty input: expected an MLIR module (the file holds no operation)"
@@ -113,7 +113,7 @@ def test_empty_text_through_parse_module():
 def test_garbage_at_top_level_is_not_called_a_partial_parse(tmp_path):
     path = tmp_path / "g.mlir"
     path.write_text("builtin.module {\n}\n}\n")
-    r = run_tool("phaze-opt", str(path))
+    r = run_main("phaze-opt", str(path))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith(f"{path}:3:1: error: expected an operation")
 
@@ -121,7 +121,7 @@ def test_garbage_at_top_level_is_not_called_a_partial_parse(tmp_path):
 def test_truncated_file_says_end_of_input(tmp_path):
     path = tmp_path / "t.mlir"
     path.write_text("builtin.module {\n")
-    r = run_tool("phaze-opt", str(path))
+    r = run_main("phaze-opt", str(path))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith(f"{path}:2:1: error: unexpected end of input")
 
@@ -129,7 +129,7 @@ def test_truncated_file_says_end_of_input(tmp_path):
 def test_split_input_file_counts_lines_of_the_whole_file(tmp_path):
     path = tmp_path / "s.mlir"
     path.write_text("builtin.module {\n}\n// -----\nbuiltin.module {\n  %x = \n}\n")
-    r = run_tool("phaze-opt", str(path), "--split-input-file")
+    r = run_main("phaze-opt", str(path), "--split-input-file")
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert re.match(re.escape(str(path)) + r":6:\d+: error: ", r.stderr), r.stderr
 

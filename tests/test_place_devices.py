@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import EXAMPLES, MODELS, module_text, run_tool
+from conftest import EXAMPLES, MODELS, module_text, run_main
 
 TINY = str(MODELS / "tiny_gpt2.py")
 
@@ -40,7 +40,7 @@ def check_plan(plan: dict) -> None:
 @pytest.fixture(scope="module")
 def tiny_plan(tmp_path_factory):
     d = tmp_path_factory.mktemp("plan")
-    r = run_tool(
+    r = run_main(
         "phazec",
         TINY,
         "--hw",
@@ -89,7 +89,7 @@ def test_plan_round_trips_and_annotates_every_layer(tiny_plan):
     d, _ = tiny_plan
     text = (d / "plan.mlir").read_text()
     assert "phaze.plan = #phaze.plan<" in text and "phaze.stages = [#phaze.stage_info<index = 0" in text
-    r = run_tool("phaze-opt", str(d / "plan.mlir"))
+    r = run_main("phaze-opt", str(d / "plan.mlir"))
     assert r.returncode == 0 and r.stdout == module_text(text)
     body = [line for line in text.splitlines() if "phaze.layer = " in line]
     assert body and all("phaze.stage = " in line for line in body)
@@ -97,7 +97,7 @@ def test_plan_round_trips_and_annotates_every_layer(tiny_plan):
 
 def test_expert_placement_is_evaluated(tmp_path):
     out = tmp_path / "p.json"
-    r = run_tool(
+    r = run_main(
         "phazec",
         TINY,
         "--hw",
@@ -130,7 +130,7 @@ def test_nothing_fits_names_the_binding_constraint(tmp_path):
     small = re.sub(r"(\[hbm\][^\[]*?bytes\s*=\s*)[^\n]+", r"\g<1>65536", preset, count=1, flags=re.S)
     assert small != preset
     hw.write_text(small)
-    r = run_tool(
+    r = run_main(
         "phazec",
         TINY,
         "--micro-batch",
@@ -156,11 +156,11 @@ def test_nothing_fits_names_the_binding_constraint(tmp_path):
 
 
 def test_place_devices_requires_the_cost_passes(tmp_path):
-    training = run_tool("phazec", TINY, "--emit", "training", "-q")
-    r = run_tool("phaze-opt", "-p", "phaze-place-devices", input=training.stdout)
+    training = run_main("phazec", TINY, "--emit", "training", "-q")
+    r = run_main("phaze-opt", "-p", "phaze-place-devices", input=training.stdout)
     assert r.returncode == 1 and "'builtin.module' op requires 'phaze.layer_schedule'" in r.stderr
-    latency = run_tool("phazec", TINY, "--emit", "latency", "-q")
-    r = run_tool("phaze-opt", "-p", "phaze-place-devices", input=latency.stdout)
+    latency = run_main("phazec", TINY, "--emit", "latency", "-q")
+    r = run_main("phaze-opt", "-p", "phaze-place-devices", input=latency.stdout)
     assert (
         r.returncode == 1
         and "'builtin.module' op requires 'phaze.layer_schedule'; run phaze-schedule-ops first" in r.stderr
@@ -168,7 +168,7 @@ def test_place_devices_requires_the_cost_passes(tmp_path):
 
 
 def test_bad_placement_option():
-    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--placement", "expert:1,2")
+    r = run_main("phazec", TINY, "--hw", "tpuv4", "--placement", "expert:1,2")
     assert r.returncode == 1 and "expected 'phaze', 'expert' or 'expert:PP,DP,TP'" in r.stderr
 
 
@@ -179,7 +179,7 @@ def test_rank_order_auto_keeps_the_faster_numbering(tmp_path):
     got = {}
     for order in ("auto", "tp-dp-pp", "tp-pp-dp"):
         out = tmp_path / f"{order}.json"
-        r = run_tool(
+        r = run_main(
             "phazec", TINY, "--hw", "a100", "--micro-batch", "1", "--devices", "16", "--global-batch", "32",
             "--placement", "expert:2,8,1", "--rank-order", order, "-o", str(tmp_path / f"{order}.mlir"),
             "--json", str(out), "-q",

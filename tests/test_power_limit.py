@@ -100,7 +100,7 @@ def test_a_plans_power_is_never_above_the_limit(tmp_path, flags):
     """On an h100 held to 250 W (most of its ops bound by it), bf16, FP8 and a long sequence."""
     import json
 
-    from conftest import MODELS, run_tool
+    from conftest import MODELS, run_main
 
     from phaze.plan.plan_output import plan_record
     from phaze_ir import keys
@@ -110,7 +110,7 @@ def test_a_plans_power_is_never_above_the_limit(tmp_path, flags):
     hw = tmp_path / "h100_250w.toml"
     hw.write_text(dumps_toml(dataclasses.replace(_limited(H100, 250.0), name="h100_250w")))
     out = tmp_path / "plan.json"
-    res = run_tool(
+    res = run_main(
         "phazec", str(MODELS / "tiny_llama_sdpa.py"), "--hw", str(hw), "--devices", "2", "--global-batch", "8",
         "--micro-batch", "2", "--tp", "1", "--kernels", "megatron", "--json", str(out), "-o", str(tmp_path / "p.mlir"),
         *flags,

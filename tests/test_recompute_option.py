@@ -11,7 +11,7 @@ import random
 import re
 
 import pytest
-from conftest import EXAMPLES, MODELS, compiled, run_tool
+from conftest import EXAMPLES, MODELS, compiled, run_main
 
 rs = pytest.importorskip("passes.algorithms._phaze_rs")
 
@@ -141,7 +141,7 @@ def test_pass_option_with_a_fixed_placement():
 
 def test_bad_pass_option_is_one_line():
     text = compiled(TINY, "recompute")
-    r = run_tool("phaze-opt", "-p", "phaze-place-devices{recompute=most}", input=text)
+    r = run_main("phaze-opt", "-p", "phaze-place-devices{recompute=most}", input=text)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert "phaze-place-devices: recompute 'most': expected one of auto, none, selective, full" in r.stderr
 
@@ -151,7 +151,7 @@ def test_bad_pass_option_is_one_line():
 
 def phazec(tmp_path, name: str, *args: str) -> tuple[str, dict]:
     out = tmp_path / name
-    r = run_tool("phazec", *args, "-o", str(out.with_suffix(".mlir")), "--json", str(out.with_suffix(".json")))
+    r = run_main("phazec", *args, "-o", str(out.with_suffix(".mlir")), "--json", str(out.with_suffix(".json")))
     assert r.returncode == 0, r.stderr
     return out.with_suffix(".mlir").read_text(), json.loads(out.with_suffix(".json").read_text())
 
@@ -184,7 +184,7 @@ def test_phazec_none_that_does_not_fit_names_memory(tmp_path):
     assert auto["feasible"] and {s["recompute"] for s in auto["stages"]} != {"none"}
     out = tmp_path / "none"
     flags = ["--recompute", "none", "-o", f"{out}.mlir", "--json", f"{out}.json", "--write-infeasible"]
-    r = run_tool("phazec", *args, *flags)
+    r = run_main("phazec", *args, *flags)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("phazec: error: memory: no placement fits") and "recompute none" in r.stderr
     none = json.loads(out.with_suffix(".json").read_text())
@@ -194,7 +194,7 @@ def test_phazec_none_that_does_not_fit_names_memory(tmp_path):
 
 
 def test_bad_recompute_flag_is_a_usage_error():
-    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--recompute", "most")
+    r = run_main("phazec", TINY, "--hw", "tpuv4", "--recompute", "most")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "argument --recompute: invalid choice: 'most'" in r.stderr
 
@@ -239,7 +239,7 @@ def test_search_with_full_recompute_equals_plain_enumeration(tmp_path):
 
     settings = written()
     assert settings
-    r = run_tool("phazec", *common[:-2], *cache, "-o", str(tmp_path / "a.mlir"), "--json", str(tmp_path / "a.json"))
+    r = run_main("phazec", *common[:-2], *cache, "-o", str(tmp_path / "a.mlir"), "--json", str(tmp_path / "a.json"))
     assert r.returncode == 0, r.stderr
     assert written() == settings
     auto = json.loads((tmp_path / "a.json").read_text())

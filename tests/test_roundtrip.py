@@ -19,7 +19,7 @@ import time
 import typing
 
 import pytest
-from conftest import EXAMPLES, module_text, run_tool
+from conftest import EXAMPLES, module_text, run_main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import (
@@ -305,7 +305,7 @@ def test_main_command_output_reads_back_byte_for_byte(tmp_path):
     for the 4 MB plan).  The generic form of every record is covered above."""
     plan = tmp_path / "plan.mlir"
     start = time.perf_counter()
-    r = run_tool(
+    r = run_main(
         "phazec",
         str(EXAMPLES / "gpt2_xl.py"),
         "--space",
@@ -326,7 +326,7 @@ def test_main_command_output_reads_back_byte_for_byte(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     text = plan.read_text()
     assert "#phaze.baseline<" in text and "#phaze.plan<" in text
-    back = run_tool("phaze-opt", str(plan))
+    back = run_main("phaze-opt", str(plan))
     assert back.returncode == 0, back.stderr[-3000:]
     assert back.stdout == module_text(text)
     print(f"phazec search {search_s:.1f} s, phaze-opt {time.perf_counter() - start - search_s:.1f} s")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import EXAMPLES, MODELS, run_tool
+from conftest import EXAMPLES, MODELS, run_main, run_tool
 from report_browser import CHROMIUM, inspect
 
 TINY = str(MODELS / "tiny_gpt2.py")
@@ -34,7 +34,9 @@ def search(
         args += ["--no-cache"]
     else:
         args += ["--cache", str(tmp_path / "cache" if cache is True else cache)]
-    r = run_tool("phazec", *args, env=env)
+    # In this process (the plan and the words are checked), but with ``env`` as a process of its
+    # own: its workers' fork server starts there, with that environment, and leaves it at exit.
+    r = (run_tool if env else run_main)("phazec", *args, env=env)
     assert r.returncode == 0, r.stderr
     return (out / "plan.mlir").read_text(), json.loads((out / "plan.json").read_text()), r.stderr
 
@@ -117,7 +119,7 @@ def test_tpuv4_baseline_recomputes_with_phazec_hw(pruned, tmp_path, name, hw):
     _, data, _ = pruned
     b = next(b for b in data["baselines"] if b["name"] == name)
     assert b["accelerator"]["name"] == hw
-    r = run_tool(
+    r = run_main(
         "phazec",
         TINY,
         "--hw",
@@ -216,7 +218,7 @@ def test_same_bytes_on_ray(tiny_pruned, tmp_path):
 
 def test_common_chip_for_two_models(tmp_path):
     out = tmp_path / "common.mlir"
-    r = run_tool(
+    r = run_main(
         "phazec",
         TINY,
         str(MODELS / "tiny_llama.py"),
@@ -246,15 +248,15 @@ def test_common_chip_for_two_models(tmp_path):
 
 
 def test_search_errors_are_one_line(tmp_path):
-    r = run_tool("phazec", TINY, "--space", str(tmp_path / "nope.toml"), "--no-cache")
+    r = run_main("phazec", TINY, "--space", str(tmp_path / "nope.toml"), "--no-cache")
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "nope.toml" in r.stderr
-    r = run_tool("phazec", TINY, TINY, "--hw", "tpuv4")
+    r = run_main("phazec", TINY, TINY, "--hw", "tpuv4")
     assert r.returncode == 1 and "several models need the architecture search" in r.stderr
-    r = run_tool("phazec", TINY, "-j", "0", "--no-cache", "--space", SMALL)
+    r = run_main("phazec", TINY, "-j", "0", "--no-cache", "--space", SMALL)
     says = "phazec: error: -j/--jobs 0: expected a positive integer up to 2.15 G (2,147,483,647)\n"
     assert r.returncode == 1 and r.stderr == says
     # A placement no chip can take says which constraint binds (DP 3 does not divide 64 / 8).
-    r = run_tool(
+    r = run_main(
         "phazec",
         TINY,
         "--space",

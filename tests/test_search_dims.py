@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 from test_search import TINY_SPACE, search
 
 LLAMA = str(MODELS / "tiny_llama_sdpa.py")
@@ -57,7 +57,7 @@ def _same_as_hw(tmp_path: Path, model: str, text: str, flags: list[str], cache: 
     its header (but the runner-up line) and its module (the search's without its baselines)."""
     chip = _winner_chip(text, tmp_path / "winner.toml")
     out = tmp_path / "hw.mlir"
-    r = run_tool(
+    r = run_main(
         "phazec", model, "--hw", chip, *flags, *SOLVER, "--no-cache", "-q", "-o", str(out),
         env={"PHAZE_SCHEDULE_CACHE": str(cache)},
     )  # fmt: skip
@@ -129,7 +129,7 @@ def test_expert_parallel_auto_and_capacity_in_the_search(tmp_path, mixtral):
     _same_as_hw(tmp_path, mixtral, text, flags, cache)
     # A degree that does not divide the experts: the DP's words, in one line (the settings cached).
     flags[flags.index("auto")] = "3"
-    r = run_tool("phazec", mixtral, "--space", TINY_SPACE, *flags, "--no-baselines", "--cache", str(cache), "-q")
+    r = run_main("phazec", mixtral, "--space", TINY_SPACE, *flags, "--no-baselines", "--cache", str(cache), "-q")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert "expert parallel 3: expected a degree that divides the model's 4 experts" in r.stderr
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 
 TINY = str(MODELS / "tiny_gpt2.py")
 TINY_SPACE = str(Path(__file__).parent / "data" / "tiny_space.toml")
@@ -155,7 +155,7 @@ def test_a_search_over_its_budget_refuses_in_one_line(budget, space):
 
 
 def test_phazec_refuses_a_search_over_max_exact_in_one_line(tmp_path):
-    r = run_tool(
+    r = run_main(
         "phazec", TINY, "--space", TINY_SPACE, "--devices", "64", "--global-batch", "64",
         "--micro-batch", "8", "--tp", "1", "--no-baselines", "--no-cache", "--max-exact", "2", "-q",
         "-o", str(tmp_path / "p.mlir"),
@@ -163,5 +163,5 @@ def test_phazec_refuses_a_search_over_max_exact_in_one_line(tmp_path):
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert "more than 2 exact evaluations" in r.stderr and "--hw CHIP" in r.stderr
     assert not (tmp_path / "p.mlir").exists()
-    bad = run_tool("phazec", TINY, "--max-exact", "-3", "-o", str(tmp_path / "q.mlir"))
+    bad = run_main("phazec", TINY, "--max-exact", "-3", "-o", str(tmp_path / "q.mlir"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--max-exact" in bad.stderr, bad.stderr

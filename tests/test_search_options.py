@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 from test_search import TINY, TINY_SPACE, search
 
 DEEP = str(MODELS / "tiny_gpt2_deep.py")
@@ -95,10 +95,10 @@ def test_objective_needs_its_tables_and_the_search(tmp_path):
 
     chip = load_hardware("tpuv4")
     (tmp_path / "chip.toml").write_text(dumps_toml(dataclasses.replace(chip, energy=None)))
-    r = run_tool("phazec", TINY, "--space", str(bare), "--objective", "energy", "-o", str(tmp_path / "p.mlir"))
+    r = run_main("phazec", TINY, "--space", str(bare), "--objective", "energy", "-o", str(tmp_path / "p.mlir"))
     assert r.returncode != 0
     assert "--objective energy needs a [energy] table in the hardware of the space" in r.stderr
-    r = run_tool("phazec", TINY, "--hw", "a100", "--objective", "carbon", "-o", str(tmp_path / "p.mlir"))
+    r = run_main("phazec", TINY, "--hw", "a100", "--objective", "carbon", "-o", str(tmp_path / "p.mlir"))
     assert r.returncode != 0 and "--objective carbon is for the architecture search" in r.stderr
 
 
@@ -129,7 +129,7 @@ def test_search_under_a_power_cap_equals_plain_enumeration(tmp_path, shared_cach
         and not any(all(x <= y for x, y in zip(q, r)) and q != r for j, q in enumerate(rows) if pts[j]["power_w"])
     ]
     assert sorted(front["points"]) == want and len(want) > 1
-    r = run_tool("phazec", TINY, *base, "--power-cap", "1", "--no-cache", "-o", str(tmp_path / "none.mlir"))
+    r = run_main("phazec", TINY, *base, "--power-cap", "1", "--no-cache", "-o", str(tmp_path / "none.mlir"))
     assert r.returncode != 0 and "draws more than --power-cap 1 W per chip" in r.stderr, r.stderr
 
 

@@ -8,7 +8,7 @@ import functools
 import json
 
 import pytest
-from conftest import MODELS, compiled, run_tool
+from conftest import MODELS, compiled, run_main
 
 from passes.algorithms.recompute import analyze_recompute, op_name, parse_selective, selective_problem
 from passes.graph_view import build_graph, step_function
@@ -107,7 +107,7 @@ def test_phazec_prices_each_setting_from_one_cache(tmp_path):
     plans = {}
     for selective in ("attention", "op", "layer:2"):
         out = tmp_path / f"{selective}.json"
-        r = run_tool("phazec", model, *fixed, "--selective-recompute", selective, "--json", str(out))
+        r = run_main("phazec", model, *fixed, "--selective-recompute", selective, "--json", str(out))
         assert r.returncode == 0, r.stderr
         plans[selective] = json.loads(out.read_text())
     recompute = {k: p["breakdown_s"]["recompute_s"] for k, p in plans.items()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 from test_time_breakdown import _placed
 
 from passes.algorithms import placement as pl
@@ -107,7 +107,7 @@ def test_phazec_writes_the_summary_everywhere_and_leaves_the_headroom(tmp_path):
     """One compilation: the same lines on stderr, as the plan file's comment block (which MLIR
     parsers skip: the file still parses) and in the JSON; the headroom said in it."""
     out, js = tmp_path / "plan.mlir", tmp_path / "plan.json"
-    r = run_tool(
+    r = run_main(
         "phazec", TINY, "--hw", "tpuv4", "--devices", "4", "--global-batch", "8", "--micro-batch", "2", "--tp", "1",
         "--memory-headroom", "0.25", "-o", str(out), "--json", str(js),
     )  # fmt: skip
@@ -120,14 +120,14 @@ def test_phazec_writes_the_summary_everywhere_and_leaves_the_headroom(tmp_path):
     assert all(line in r.stderr for line in s["lines"])
     parse_module(text)  # the comment block does not stop it parsing
     for bad in ("1", "nan"):
-        r = run_tool("phazec", TINY, "--hw", "tpuv4", "--memory-headroom", bad)
+        r = run_main("phazec", TINY, "--hw", "tpuv4", "--memory-headroom", bad)
         assert r.returncode != 0 and r.stderr.count("\n") == 1 and "--memory-headroom" in r.stderr, r.stderr
 
 
 def test_quiet_says_nothing_on_success(tmp_path):
     """-q: errors and warnings only; a run that succeeds without a warning prints nothing."""
     out = tmp_path / "plan.mlir"
-    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--devices", "4", "--global-batch", "8", "-o", str(out), "-q")
+    r = run_main("phazec", TINY, "--hw", "tpuv4", "--devices", "4", "--global-batch", "8", "-o", str(out), "-q")
     assert r.returncode == 0 and r.stderr == "" and r.stdout == "", r.stderr
     assert out.read_text().startswith("// phaze plan")
 

@@ -118,11 +118,11 @@ def test_a_broken_settings_entry_is_said_once_with_children(tmp_path):
     (micro-batches 2, 4, 8 by the children where there are cores) and kept anew."""
     import json
 
-    from conftest import run_tool
+    from conftest import run_main
 
     cache = tmp_path / "cache"
     args = [DEEP, "--hw", "a100", "--global-batch", "16", "--tp", "1", "--cache", str(cache)]
-    first = run_tool("phazec", *args, "--devices", "8", "-o", str(tmp_path / "a.mlir"))
+    first = run_main("phazec", *args, "--devices", "8", "-o", str(tmp_path / "a.mlir"))
     assert first.returncode == 0, first.stderr[-2000:]
     files = sorted((cache / "sweep-settings").glob("*.json"))
     assert len(files) == 4  # micro-batches 1, 2, 4, 8
@@ -130,7 +130,7 @@ def test_a_broken_settings_entry_is_said_once_with_children(tmp_path):
         entry = json.loads(f.read_text())
         entry["payload"]["errors"] = [[3, False, "planted"]]  # its content hash left as it was
         f.write_text(json.dumps(entry))
-    again = run_tool("phazec", *args, "--devices", "4", "-o", str(tmp_path / "b.mlir"))
+    again = run_main("phazec", *args, "--devices", "4", "-o", str(tmp_path / "b.mlir"))
     assert again.returncode == 0, again.stderr[-2000:]
     said = [line for line in again.stderr.splitlines() if line.startswith("phazec: warning: cache entry")]
     assert sorted(said) == sorted(
@@ -138,5 +138,5 @@ def test_a_broken_settings_entry_is_said_once_with_children(tmp_path):
     )
     for f in files:  # kept anew: the planted error gone, the hash holds (read without a warning)
         assert "planted" not in f.read_text()
-    third = run_tool("phazec", *args, "--devices", "2", "-o", str(tmp_path / "c.mlir"))
+    third = run_main("phazec", *args, "--devices", "2", "-o", str(tmp_path / "c.mlir"))
     assert third.returncode == 0 and "warning: cache entry" not in third.stderr, third.stderr[-2000:]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 
 from passes.algorithms.schedule.layers import network_alone_s
 from passes.place_devices import PlaceDevicesPass
@@ -24,7 +24,7 @@ REL = 1e-9
 def _recompute_text(tp: int) -> str:
     """tiny-gpt2 (a prologue, 2 blocks, a head) on tpuv4 at micro-batch 1 and TP ``tp``, up to
     the recompute stage: what the placement pass reads."""
-    r = run_tool("phazec", TINY, "--hw", "tpuv4", "--micro-batch", "1", "--tp", str(tp), "--emit", "recompute", "-q")
+    r = run_main("phazec", TINY, "--hw", "tpuv4", "--micro-batch", "1", "--tp", str(tp), "--emit", "recompute", "-q")
     assert r.returncode == 0, r.stderr
     return r.stdout
 

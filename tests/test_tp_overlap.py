@@ -8,7 +8,7 @@ import functools
 import math
 
 import pytest
-from conftest import MODELS, run_tool
+from conftest import MODELS, run_main
 
 from passes.algorithms.tp_overlap import added_s, method_of
 from passes.overlap_tensor_parallel import OverlapTensorParallelPass
@@ -130,7 +130,7 @@ def test_the_pass_needs_sequence_parallelism():
     ],
 )
 def test_phazec_refuses_what_cannot_overlap_before_any_work(flags, message):
-    r = run_tool("phazec", str(MODELS / "tiny_llama_sdpa.py"), "--devices", "4", *flags, "-q")
+    r = run_main("phazec", str(MODELS / "tiny_llama_sdpa.py"), "--devices", "4", *flags, "-q")
     assert r.returncode != 0
     line = r.stderr.strip().splitlines()[-1]
     assert "--tp-overlap" in line and message in line, r.stderr

@@ -10,13 +10,11 @@ layers, micro-batch 1, TP 1 and 2."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_main
 
 from phaze import validate as v
 from phaze_ir.errors import PhazeError
@@ -30,15 +28,9 @@ HEADER = (
 
 
 def run_validate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run(
-        [sys.executable, "-m", "phaze.tools.phaze_validate", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=600,
-    )
+    """``phaze-validate ARGS`` in this process (:func:`conftest.run_main`: what is checked is
+    what it says, not the process)."""
+    return run_main("phaze-validate", *args, cwd=cwd)
 
 
 # ------------------------------------------------------------------------------------------
@@ -447,9 +439,7 @@ def test_runs_without_a_prediction_are_listed_with_the_binding_constraint():
 
 
 def test_phazec_validate_is_phaze_validate():
-    from conftest import run_tool
-
-    r = run_tool("phazec", "validate", "--help")
+    r = run_main("phazec", "validate", "--help")
     assert r.returncode == 0 and r.stdout.startswith("usage: phaze-validate"), r.stderr
 
 
