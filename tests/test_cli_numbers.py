@@ -49,14 +49,15 @@ def test_bad_numbers_fail_before_any_work(flag, value, says, mode):
 
 def test_a_width_the_model_refuses_is_said_once():
     """--tp 3 on a 4-head model fails at every micro-batch size for one reason: said once, in
-    one line, after the first micro-batch's cut trace (the others are not traced)."""
+    one line, before any trace (the heads are read off the model's config), with the widths that
+    divide them."""
     r = run_main("phazec", TINY, "--hw", "tpuv4", "--tp", "3", "-q")
     assert r.returncode == 1
     assert r.stderr.count("\n") == 1 and r.stderr.count("does not divide the 4 attention heads") == 1, r.stderr
-    assert r.stderr.startswith("phazec: error: --tp 3: phaze-shard-tensor-parallel: width 3"), r.stderr
-    assert r.stderr.strip().endswith("(at every micro-batch)"), r.stderr
+    assert r.stderr.startswith("phazec: error: --tp 3: width 3"), r.stderr
+    assert r.stderr.strip().endswith("expected a width among 1, 2, 4"), r.stderr
     r = run_main("phazec", TINY, "--hw", "tpuv4", "--tp", "3", "--no-cache")
-    assert r.stderr.count("at micro-batch") == 1, r.stderr  # micro-batch 1's cut trace only
+    assert r.returncode == 1 and "tracing" not in r.stderr, r.stderr  # refused before the first trace
 
 
 def test_a_misspelt_flag_gets_a_did_you_mean():
