@@ -331,3 +331,15 @@ def compiled_with(model_path: str, emit: str, *flags: str) -> str:
     text, failure = compile_model(args, lambda msg: None)
     assert failure is None, failure
     return text
+
+
+@pytest.fixture
+def no_trace(monkeypatch):
+    """Any trace fails the test: the refusal must come before it."""
+    import phaze_ir.frontend as frontend
+
+    def traced(*args, **kwargs):
+        raise AssertionError("traced before refusing")
+
+    monkeypatch.setattr(frontend, "trace_step", traced)
+    monkeypatch.setattr(frontend, "trace_step_checked_later", traced)

@@ -10,17 +10,6 @@ from conftest import MODELS
 TINY = str(MODELS / "tiny_llama_sdpa.py")
 
 
-@pytest.fixture
-def no_trace(monkeypatch):
-    import phaze_ir.frontend as frontend
-
-    def traced(*args, **kwargs):
-        raise AssertionError("traced before refusing")
-
-    monkeypatch.setattr(frontend, "trace_step", traced)
-    monkeypatch.setattr(frontend, "trace_step_checked_later", traced)
-
-
 @pytest.mark.parametrize(
     ("argv", "says"),
     [

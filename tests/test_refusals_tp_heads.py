@@ -21,18 +21,6 @@ LLAMA = {
 }  # fmt: skip
 
 
-@pytest.fixture
-def no_trace(monkeypatch):
-    """Any trace fails the test: the refusal must come before it."""
-    import phaze_ir.frontend as frontend
-
-    def traced(*args, **kwargs):
-        raise AssertionError("traced before refusing")
-
-    monkeypatch.setattr(frontend, "trace_step", traced)
-    monkeypatch.setattr(frontend, "trace_step_checked_later", traced)
-
-
 def _refused(capsys, args: list[str]) -> str:
     from phaze.tools import phazec
 
