@@ -13,7 +13,7 @@ from passes.algorithms.recompute import parse_selective
 from passes.algorithms.tiling import ScalarTiling
 from passes.cost_view import Describer
 from passes.graph_view import build_graph, read_layers, step_function
-from passes.insert_recompute import static_costs
+from passes.recompute_view import static_costs
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import EnergyAttr, LayerEnergyAttr, TileAttr

@@ -356,7 +356,8 @@ def _answer_payload() -> dict:
     from phaze_ir.attributes import format_float
 
     text = "builtin.module attributes {phaze.plan = #phaze.plan<devices = 8, global_batch = 64, dp = 8, "
-    text += f"throughput_samples_per_s = {format_float(thr)}, max_memory_bytes = 1073741824>}} {{\n}}\n"
+    text += f"time_per_batch_s = {format_float(0.0198)}, throughput_samples_per_s = {format_float(thr)}, "
+    text += "max_memory_bytes = 1073741824>} {\n}\n"
     return {
         "text": text,
         "plan": plan,

@@ -48,6 +48,7 @@ PASS_HELPERS = {
     "passes.cost_view",
     "passes.graph_view",
     "passes.how_ops_run",
+    "passes.recompute_view",
     "passes.solver_options",
 }
 

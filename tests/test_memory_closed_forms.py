@@ -72,8 +72,8 @@ RATIO = {1: (0.022, 0.035, 0.118), 2: (0.0, 0.0, 0.0)}
 
 def _gpt3_layer_bytes(width: int, sequence_parallel: bool, b: int, tmp_path_factory) -> dict[str, int]:
     from passes.group_layers import GroupLayersPass
-    from passes.insert_recompute import static_costs
     from passes.mark_saved import MarkSavedPass
+    from passes.recompute_view import static_costs
     from passes.shard_tensor_parallel import ShardTensorParallelPass
     from phaze_ir.ir import parse_module
 

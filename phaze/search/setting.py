@@ -482,8 +482,8 @@ def setting_from_module(
     with their GEMMs, as ``phaze-overlap-tensor-parallel`` overlaps them)."""
     from passes.algorithms.recompute import parse_selective
     from passes.cost_view import op_table
-    from passes.insert_recompute import static_costs
     from passes.place_devices import frees_grads, grad_element_bytes
+    from passes.recompute_view import static_costs
     from phaze_ir.errors import PhazeError
 
     name = "phaze-search"
