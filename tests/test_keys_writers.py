@@ -20,7 +20,7 @@ from phaze_ir import keys
 
 PASSES = Path(__file__).resolve().parent.parent / "passes"
 #: Modules of passes/ that are not passes: views shared by the passes, and the cache they keep schedules in.
-HELPERS = ("cost_view.py", "graph_view.py", "how_ops_run.py", "cache_file.py")
+HELPERS = ("cost_view.py", "graph_view.py", "how_ops_run.py", "cache_file.py", "recompute_view.py")
 
 #: keys.py's tuples of keys, by name: the names of their keys.
 _TUPLES = {
