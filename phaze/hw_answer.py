@@ -102,8 +102,10 @@ def check_answer(payload: Any) -> Answer:
 def _check_plan_numbers(plan: dict, text: str) -> None:
     """A feasible plan's numbers agree with one another and with the module's text (:class:`BadEntry`
     otherwise): an entry whose hashes were recomputed after its numbers were edited is not served."""
-    counts = ["devices", "global_batch", "dp", "pp", "tp", "cp", "micro_batch_size", "num_micro_batches"]
-    counts.append("devices_used")
+    counts = (
+        *("devices", "global_batch", "dp", "pp", "tp", "cp"),
+        *("micro_batch_size", "num_micro_batches", "devices_used"),
+    )
     need(all(is_int(plan.get(k)) and plan[k] > 0 for k in counts), "the plan's degrees and batch sizes > 0")
     # The DP's devices (rust/phaze-dp/src/search.rs, ``devices_used``): the DP x CP group of
     # each of the pp stages, each rank tp wide.
