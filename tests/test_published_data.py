@@ -30,9 +30,9 @@ def _flag(flags, name):
 
 def test_the_file_parses_and_every_row_has_a_source():
     rows = pp.read_rows(CSV)
-    assert len(rows) == 58
+    assert len(rows) == 66
     assert {r.group for r in rows} == {"fsdp", "megatron", "nemo", "dgxc"}
-    assert sum(pp.chip_name(r.hw) == "h100" for r in rows) == 40
+    assert sum(pp.chip_name(r.hw) == "h100" for r in rows) == 44
     assert len({r.id for r in rows}) == len(rows)
     for r in rows:
         assert r.source.startswith(("https://", "Korthikanti")), r.id
