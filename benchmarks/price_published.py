@@ -104,7 +104,12 @@ DTYPES = {
     "amp-bf16": "amp-bfloat16",
     "amp-fp16": "amp-float16",
     "fp8": "fp8",  # Transformer Engine's FP8 linears (hybrid E4M3/E5M2, delayed scaling), bf16 elsewhere
+    "fp8-tensorwise": "fp8",  # torchao's Float8Linear, dynamic per-tensor scales (torchtitan's float8 converter)
+    "fp8-rowwise": "fp8",  # torchao's Float8Linear, dynamic per-row scales (float8.recipe_name "rowwise")
 }
+#: phazec's --fp8-recipe of the precisions that name their scaling (plain ``fp8`` leaves phazec's
+#: own choice for the run's kernels: Transformer Engine's delayed scaling under Megatron-LM's).
+FP8_RECIPES = {"fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
 #: phazec's --recompute of each activation checkpointing as run, and what its selective policy
 #: re-runs (--selective-recompute): Megatron-LM's attention core; torchtitan's every second block
 #: checkpointed whole (``selective_ac_option = "2"`` at the runs' commit) or its per-op policy.
@@ -264,7 +269,7 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         if (value := getattr(r, column)) not in choices:
             expected = "yes or no" if choices == YES_NO else f"one of {', '.join(choices)}"
             raise ValueError(f"{where}: {column} {value!r}, expected {expected}")
-    if r.fp8_params == "yes" and r.precision != "fp8":
+    if r.fp8_params == "yes" and r.precision != "fp8":  # TE's FP8 weights, not torchao's
         raise ValueError(f"{where}: fp8_params yes needs precision fp8 (it keeps the FP8 linears' weights in FP8)")
     for k in ("sequence_parallel", "tp_overlap", "dp_overlap"):
         if getattr(r, k) not in ("on", "off"):
@@ -342,6 +347,8 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         "--reduce-dtype",
         r.reduce_dtype,
     ]
+    if r.precision in FP8_RECIPES:
+        flags += ["--fp8-recipe", FP8_RECIPES[r.precision]]
     if r.sharding.startswith("hsdp:"):
         # HSDP: sharded over groups of N ranks (a node's GPUs), replicated over the rest
         flags += ["--dp-shard", r.sharding.split(":", 1)[1]]
@@ -548,7 +555,8 @@ def row_regime(r: Row):
     FSDP (ZeRO-3) or Megatron-style, FP8 or 16-bit, its sequence, CP, compiled kernels, MoE."""
     from phaze.plan.error_bands import regime
 
-    return regime(chip_name(r.hw), r.zero, r.precision == "fp8", r.seq_len, r.cp, r.kernels, r.moe == "yes")
+    fp8 = DTYPES[r.precision] == "fp8"
+    return regime(chip_name(r.hw), r.zero, fp8, r.seq_len, r.cp, r.kernels, r.moe == "yes")
 
 
 def row_state(p: Priced) -> str:

@@ -80,7 +80,7 @@ def test_preset_names() -> None:
     assert {"tpuv4", "a100", "h100"} <= set(preset_names())
 
 
-@pytest.mark.parametrize("name", ["tpuv4", "a100", "h100"])
+@pytest.mark.parametrize("name", ["tpuv4", "a100", "h100", "h100_hbm2e", "a100_40gb", "tpuv4_torus"])
 def test_preset_round_trips(name: str) -> None:
     acc = load_hardware(name)
     assert acc.name == name
@@ -109,7 +109,7 @@ def test_preset_round_trips(name: str) -> None:
     assert isinstance(d["clock_hz"], float) and isinstance(d["hbm"]["bytes"], int)
 
 
-@pytest.mark.parametrize("name", ["tpuv4", "a100", "h100"])
+@pytest.mark.parametrize("name", ["tpuv4", "a100", "h100", "h100_hbm2e", "a100_40gb", "tpuv4_torus"])
 def test_examples_hw_links_to_presets(name: str) -> None:
     assert load_hardware(REPO / "examples" / "hw" / f"{name}.toml") == load_hardware(name)
     assert (REPO / "examples" / "hw" / f"{name}.toml").read_bytes() == (

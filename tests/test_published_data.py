@@ -30,9 +30,10 @@ def _flag(flags, name):
 
 def test_the_file_parses_and_every_row_has_a_source():
     rows = pp.read_rows(CSV)
-    assert len(rows) == 66
+    assert len(rows) == 78
     assert {r.group for r in rows} == {"fsdp", "megatron", "nemo", "dgxc"}
     assert sum(pp.chip_name(r.hw) == "h100" for r in rows) == 44
+    assert sum(pp.chip_name(r.hw) == "h100_hbm2e" for r in rows) == 12
     assert len({r.id for r in rows}) == len(rows)
     for r in rows:
         assert r.source.startswith(("https://", "Korthikanti")), r.id
@@ -98,6 +99,26 @@ def test_torchtitans_selective_checkpointing_is_priced_as_it_ran():
         assert rows[rid].exact
     assert _flag(pp.phazec_flags(rows["k22-175b-sp-sel"]), "--selective-recompute") == "attention"
     assert rows["tt-l2-70b-full"].exact
+
+
+def test_a_torchtitan_float8_row_names_its_scaling():
+    """torchtitan's float8 converter (torchao's Float8Linear) scales per tensor or per row:
+    ``--fp8-recipe tensorwise|rowwise``; Transformer Engine's ``fp8`` rows leave phazec its own
+    recipe for their kernels. The rows are FSDP x TP on the 96 GB HBM2e part, async TP as
+    ``--tp-overlap on``, and an FP8 regime."""
+    rows = {x.id: x for x in pp.read_rows(CSV)}
+    tw, rw = rows["tt25-l3-70b-fp8tw-asynctp"], rows["tt25-l3-8b-fp8rw-tp"]
+    f = pp.phazec_flags(tw)
+    assert (_flag(f, "--dtype"), _flag(f, "--fp8-recipe")) == ("fp8", "tensorwise")
+    assert (_flag(f, "--hw"), _flag(f, "--placement"), _flag(f, "--zero")) == ("h100_hbm2e", "expert:1,32,8", "3")
+    assert (_flag(f, "--tp-overlap"), _flag(f, "--sequence-parallel")) == ("on", "on")
+    assert _flag(f, "--kernels") == "inductor"
+    assert _flag(pp.phazec_flags(rw), "--fp8-recipe") == "rowwise"
+    assert _flag(pp.phazec_flags(rw), "--selective-recompute") == "op"
+    assert "--fp8-recipe" not in pp.phazec_flags(rows["nemo-l3-70b-cp2"])
+    assert pp.row_regime(tw).precision == "fp8" and pp.row_regime(rows["tt25-l3-70b-bf16-tp"]).precision == "16-bit"
+    # 16 sequences of 8192 tokens a DP rank, 32 ranks, 256 GPUs at 942.4 tokens/s each
+    assert tw.measured_step_s == pytest.approx(16 * 32 * 8192 / (942.4 * 256))
 
 
 def test_a_megatron_row_maps_to_its_parallelism_and_megatron_kernels():
