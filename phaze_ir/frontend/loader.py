@@ -623,17 +623,23 @@ def _check_decoder_start(config, model_class, name: str) -> None:
 
     if model_class.__name__ not in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values():
         return
-    if getattr(config, "decoder_start_token_id", None) is not None:
-        return
+    start, vocab = getattr(config, "decoder_start_token_id", None), getattr(config, "vocab_size", None)
     module = sys.modules.get(model_class.__module__)
     try:
         source = inspect.getsource(module) if module is not None else ""
     except (OSError, TypeError):
         return  # no source to read: the trace says what it finds
-    if "self.config.decoder_start_token_id" in source:
+    if "self.config.decoder_start_token_id" not in source:
+        return
+    if start is None:
         raise PhazeError(
             f"{name}: no decoder_start_token_id: {model_class.__name__} begins its decoder's inputs (the labels "
             "shifted right) with it; give it in the file (T5's published configs give 0, their pad token)"
+        )
+    if isinstance(vocab, int) and (not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < vocab):
+        raise PhazeError(
+            f"{name}: decoder_start_token_id = {_excerpt_json(start)}: expected a token of the vocabulary "
+            f"(0 to {vocab - 1}), which {model_class.__name__} begins its decoder's inputs with"
         )
 
 
