@@ -30,7 +30,7 @@ from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import LayerInfoAttr, ReplicatedLinearsAttr
 from phaze_ir.errors import PhazeError
-from phaze_ir.warning import PhazeWarning
+from phaze_ir.warning import ReplicatedLinearsWarning
 
 
 def _layers(module: ModuleOp, fn: func.FuncOp, ops: list[Operation]) -> tuple[list[int], list[tuple[str, str]]]:
@@ -312,7 +312,7 @@ def _say_replicated(module: ModuleOp, plan: ShardPlan) -> None:
     the plan's JSON lists after the importer's ``phaze.warnings``."""
     records = []
     for note in plan.replicated:
-        warnings.warn(note.message, PhazeWarning, stacklevel=3)
+        warnings.warn(note.message, ReplicatedLinearsWarning, stacklevel=3)
         records.append(
             ReplicatedLinearsAttr.make(
                 reason=note.reason,

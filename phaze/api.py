@@ -265,10 +265,13 @@ def options(hw: str, **given: Any) -> Options:
         )
     from phaze.driver import default_memory_headroom, runtime_defaults
 
-    if "memory_headroom" not in values:
-        values["memory_headroom"] = default_memory_headroom(hw)
-    # phazec's: the runtime a practitioner runs on a GPU, the paper's settings on its chips
-    values = runtime_defaults(hw, kernels=values.get("kernels")) | values
+    try:  # the chip's file is read here: what is wrong with it is said as hw's
+        if "memory_headroom" not in values:
+            values["memory_headroom"] = default_memory_headroom(hw)
+        # phazec's: the runtime a practitioner runs on a GPU, the paper's settings on its chips
+        values = runtime_defaults(hw, kernels=values.get("kernels")) | values
+    except PhazeError as e:
+        raise PhazeError(printable(f"phaze.compile: hw={_shown(hw)}: {e}")) from None
     opts = dataclasses.replace(Options(), hw=hw, **_DEFAULTS, **values)
     try:
         opts.check()

@@ -45,6 +45,7 @@ from phaze.plan import plan_template
 from phaze.plan.plan_output import plan_json
 from phaze.points import chosen_point, judge_point, no_fit_message, point_label, tp_points, tp_widths_of
 from phaze_ir.errors import PhazeError, PhazeWarning
+from phaze_ir.warning import ReplicatedLinearsWarning
 
 #: The store's kind of entry this module keeps.
 KIND = "hw-answer"
@@ -225,11 +226,12 @@ def _compile(
 
     got = None
     try:
-        if templates is not None and inputs is not None:
-            got = _one_point_from_template(opts, inputs, templates, log)
-        module, candidates = got or sweep.compile_plan(
-            model_path, opts, log, accelerator, stages=stages, templates=templates
-        )
+        with _replicated_held_back():
+            if templates is not None and inputs is not None:
+                got = _one_point_from_template(opts, inputs, templates, log)
+            module, candidates = got or sweep.compile_plan(
+                model_path, opts, log, accelerator, stages=stages, templates=templates
+            )
     except PlacementError as e:  # an option the traced step cannot take (--fp8-params with no FP8
         # linears, --expert-parallel on a dense model): known once the step is priced; one line
         raise PhazeError(str(e)) from e
@@ -238,9 +240,11 @@ def _compile(
         if opts.emit == "plan"
         else None
     )
+    _say_replicated(module)
     nearest = ""
     if plan is not None and not plan["feasible"] and not opts.unfit_plan:  # phazec refuses it: with what fits
-        nearest = sweep.nearest_placed(module, opts, log)
+        with _replicated_held_back():
+            nearest = sweep.nearest_placed(module, opts, log)
     facts = model_facts(module, opts)
     if templates is not None:
         text = templates.text(module)
@@ -283,6 +287,28 @@ def _one_point_from_template(opts: Options, inputs: _Inputs, templates: plan_tem
     log(f"placing {name} at {point_label(b, t, sp, c)} from its compiled plan (in the cache)")
     cand, unfit = judge_point(placed, b, t, sp, opts, log)
     return chosen_point(placed if cand.throughput > 0 else None, placed if unfit else None, [cand], opts)
+
+
+@contextlib.contextmanager
+def _replicated_held_back() -> Iterator[None]:
+    """The linears that tensor parallelism keeps replicated, as each width the search tries says
+    them for each step it shards (the model cut to 3 and 4 blocks, then the whole: three counts,
+    and widths the plan does not take), held back: :func:`_say_replicated` says the plan's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReplicatedLinearsWarning)
+        yield
+
+
+def _say_replicated(module) -> None:
+    """The plan's own replicated linears (its ``phaze.tp_replicated`` records: the whole model
+    at the plan's TP width), one warning each, in the words of the plan's summary; none for a
+    plan without tensor parallelism."""
+    from phaze.plan.plan_output import unpriced_ops
+    from phaze.plan.summary import replicated_words
+
+    for record in unpriced_ops(module):
+        if record["kind"] == "replicated-linears":
+            warnings.warn(replicated_words(record), PhazeWarning, stacklevel=2)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ Every message is printed safe (:func:`message_lines`, :func:`phaze_ir.files.prin
 control character quoted from the input (a file name, a config value, an option's value) is
 escaped, so an escape code cannot colour or move the terminal and a newline or carriage return
 cannot forge a second ``error:`` line; a refusal is one line (an error that is several lines by
-design, a parse error's excerpt or one line per output not written, says its lines itself)."""
+design, one line per output not written, says its lines itself)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from phaze_ir.warning import route_transformers, routed_for_the_process
 def message_lines(error: BaseException) -> list[str]:
     """The lines ``error`` prints, each safe (:func:`phaze_ir.files.printable`): one line, its
     message with every control character escaped (a newline quoted from the input included);
-    the lines of an error that has several by design (its ``message_lines()``: a parse error's
-    excerpt and caret, one line per output not written)."""
+    the lines of an error that has its own (its ``message_lines()``: a parse error's one line
+    that quotes the source, one line per output not written)."""
     own = getattr(error, "message_lines", None)
     lines = own() if callable(own) else [str(error).strip()]
     return [printable(line) for line in lines] or [""]

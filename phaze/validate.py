@@ -658,8 +658,11 @@ def get_inputs(micro_batch_size: int, seq_len: int = SEQ_LEN):
 def write_model_file(shape: Shape, directory: str | os.PathLike[str]) -> str:
     """Write the model file of ``shape`` into ``directory`` (``<name>.py``); its path."""
     path = os.path.join(os.fspath(directory), shape.name.replace(".", "_") + ".py")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(model_file_text(shape))
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(model_file_text(shape))
+    except OSError as e:  # a full disk, a file-size limit (ulimit -f): one line, not a traceback
+        raise PhazeError(f"cannot write the model file of {shape.name} ({path}): {e.strerror or e}") from None
     return path
 
 

@@ -27,9 +27,9 @@ from phaze_ir.dialect import Phaze
 from phaze_ir.errors import PhazeError
 from phaze_ir.files import printable, shorten
 
-EXCERPT_CHARS = 160
-"""Most characters of source shown around a parse error's column (one line, with a caret
-under the column): a plan can hold a line of several MB, which an error must not print."""
+EXCERPT_CHARS = 40
+"""Most characters of source that a parse error quotes from its column on (or, at the end of a
+line, before it): a plan can hold a line of several MB, which an error must not print."""
 
 
 def make_context() -> Context:
@@ -53,16 +53,18 @@ NAMES_ITS_FIELD = re.compile(
 
 @dataclass
 class MLIRParseError(PhazeError, ParseError):
-    """A syntax error in MLIR text, shown as MLIR's tools show it::
+    """A syntax error in MLIR text, shown in one line as MLIR's tools begin theirs, with the
+    source found at the error's column quoted after it::
 
-        plan.mlir:1:20049: error: '>' expected
-        ...#phaze.layer_latency<index = 0, fwd_s = 8e-08, bwd_s = ...
-                                                   ^
+        plan.mlir:16:2022: error: field 'fwd_s' of phaze.layer_latency takes a float literal, with
+        a '.' (...) (at '8e-08, bwd_s = 3.9054501874947155e-0…')
 
-    The excerpt is the error's line cut to at most ``EXCERPT_CHARS`` characters around the
-    column (``...`` marks the cuts), so that an error in a line of several MB stays short; what
-    the message quotes of the input is cut too (:func:`phaze_ir.files.shorten`).  It is
-    an xDSL ``ParseError`` (its ``span`` and ``msg``; xDSL's tools move the span for
+    The quote is the line from the column on, at most ``EXCERPT_CHARS`` characters ("…" marks a
+    cut), or, where nothing is left of the line there (an end of input), what comes before the
+    column (``after '…%x = '``): so that an error in a line of several MB stays short and is still
+    found; what the message quotes of the input is cut too (:func:`phaze_ir.files.shorten`), and
+    every control character is escaped (:func:`phaze_ir.files.printable`).  It is an xDSL
+    ``ParseError`` (its ``span`` and ``msg``; xDSL's tools move the span for
     ``--split-input-file``) and a :class:`PhazeError` (the tools print it without a traceback).
     """
 
@@ -71,52 +73,50 @@ class MLIRParseError(PhazeError, ParseError):
         """``file:line:col`` of the error (MLIR counts columns from 1)."""
         return str(self.span.get_location())
 
-    def excerpt(self) -> tuple[str, str]:
-        """The source around the error (one line, at most ``EXCERPT_CHARS`` characters plus
-        ``...`` marks) and a caret line under the error's column."""
+    def excerpt(self) -> str:
+        """The source the error's line quotes: ``at '...'`` (the line from the column on, cut),
+        ``after '...'`` (the end of the line before the column, where nothing follows it), or
+        ``''`` (a blank line)."""
         return _excerpt(self.span)
 
     def message_lines(self) -> list[str]:
-        """``file:line:col: error: message``, then the excerpt and its caret (when the line has
-        text): each line safe to print (control characters escaped: the excerpt shows them as
-        spaces, so that the caret stays under its column)."""
-        line, caret = self.excerpt()
+        """One line, ``file:line:col: error: message (at '...')``, safe to print."""
         # xDSL's messages quote what they could not read whole (``Operation <name> is not
         # registered``, ``undefined symbol alias '<name>'``): a name of 2 MB is cut there too.
-        lines = [printable(f"{self.location}: error: {shorten(self.msg)}")]
-        if NAMES_ITS_FIELD.match(self.msg):
-            return lines  # a value read whole but out of its field's range: the line names both
-        if line.strip() and not _is_blank(self.span.input.content):
-            lines += [line, caret]
-        return lines
+        line = printable(f"{self.location}: error: {shorten(self.msg)}")
+        if NAMES_ITS_FIELD.match(self.msg) or _is_blank(self.span.input.content):
+            return [line]  # a value read whole but out of its field's range: the line names both
+        quoted = self.excerpt()
+        return [f"{line} ({quoted})" if quoted else line]
 
     def __str__(self) -> str:
         return "\n".join(self.message_lines())
 
 
-def _excerpt(span: Span[str] | Span[bytes]) -> tuple[str, str]:
+def _excerpt(span: Span[str] | Span[bytes]) -> str:
     content = span.input.content
     start = span.input.get_start_of_line(span.start)
     end = span.input.get_end_of_line(span.start)
-    half = EXCERPT_CHARS // 2
-    lo = max(start, span.start - half)
-    hi = min(end, max(span.start + 1, lo + EXCERPT_CHARS))
-    lo = max(start, min(lo, hi - EXCERPT_CHARS))
     # Cut bytes may split a UTF-8 sequence: shown with replacement characters, display only.
-    piece = _printable(_text(content[lo:hi]).rstrip("\r"))
-    before = _printable(_text(content[lo : span.start]))
-    prefix = "..." if lo > start else ""
-    suffix = "..." if hi < end else ""
-    return f"{prefix}{piece}{suffix}", " " * (len(prefix) + len(before)) + "^"
+    after = _text(content[span.start : min(end, span.start + EXCERPT_CHARS + 1)]).rstrip("\r")
+    if after.strip():
+        return f"at '{_quoted(after)}'"
+    before = _text(content[max(start, span.start - EXCERPT_CHARS - 1) : span.start]).rstrip()
+    if before.strip():
+        return f"after '{_quoted(before, from_end=True)}'"
+    return ""
+
+
+def _quoted(text: str, from_end: bool = False) -> str:
+    """``text`` cut to ``EXCERPT_CHARS`` characters ("…" where cut), its control characters
+    escaped (a tab as ``\\t``), a quote as ``\\'``."""
+    if len(text) > EXCERPT_CHARS:
+        text = "…" + text[-EXCERPT_CHARS:] if from_end else text[:EXCERPT_CHARS] + "…"
+    return printable(text).replace("'", "\\'")
 
 
 def _text(chunk: str | bytes) -> str:
     return chunk.decode("utf-8", "replace") if isinstance(chunk, bytes) else chunk
-
-
-def _printable(text: str) -> str:
-    # Tabs and other control characters would shift the caret; show each as one space.
-    return "".join(c if c.isprintable() else " " for c in text)
 
 
 _BLANK = re.compile(r"(?:\s|//[^\n]*)*")

@@ -12,6 +12,14 @@ class PhazeWarning(UserWarning):
     per point) is shown once; phaze's tools print it as ``<tool>: warning: <message>``."""
 
 
+class ReplicatedLinearsWarning(PhazeWarning):
+    """Linears that tensor parallelism keeps replicated at one width of one traced step
+    (``phaze-shard-tensor-parallel``'s warning, beside its ``phaze.tp_replicated`` records).  A
+    search that shards many widths and cut traces (``phazec --hw``: the model cut to 3 and 4
+    blocks, then the whole) holds these back and says the plan's own records once
+    (``phaze.hw_answer``): otherwise each width tried, and each cut, says its own count."""
+
+
 #: Where :func:`warn_unsourced` says its warnings come from: no file, so no source line.
 UNSOURCED = "phaze"
 

@@ -47,10 +47,16 @@ def test_a_degree_that_cannot_split_the_sequence_is_refused(c, seq, devices, mes
     cp.check_degree(1, None, 1)  # no CP: nothing to split
 
 
-@pytest.mark.parametrize("text", ["0", "-2", "x", "2.5", "", "auto2", "99999999999"])
+@pytest.mark.parametrize("text", ["0", "-2", "x", "2.5", "", "auto2", "\u0662"])
 def test_bad_values_are_refused(text):
     assert cp.context_parallel_problem(text) == "expected auto or a degree N >= 1"
     assert cp.context_parallel_problem("auto") is None and cp.context_parallel_problem("8") is None
+
+
+@pytest.mark.parametrize("text", ["2147483648", "99999999999", "9" * 5000])
+def test_a_degree_past_any_cluster_says_its_bound_not_n_at_least_1(text):
+    assert cp.context_parallel_problem(text) == "expected auto or a degree from 1 to 2.15 G (2,147,483,647)"
+    assert cp.context_parallel_problem("2147483647") is None
 
 
 def test_ring_steps_worked_by_hand():

@@ -176,7 +176,8 @@ def test_no_sequence_length_asks_for_seq_len(tmp_path):
     """A config without max_position_embeddings (T5's relative positions): the length must come
     from --seq-len, and saying so is the inputs' error, not a crash."""
     path = tmp_path / "t5.json"
-    path.write_text(json.dumps({"model_type": "t5", "vocab_size": 64, "d_model": 16, "num_layers": 1, "num_heads": 2}))
+    raw = {"model_type": "t5", "vocab_size": 64, "d_model": 16, "num_layers": 1, "num_heads": 2}
+    path.write_text(json.dumps({**raw, "decoder_start_token_id": 0}))
     spec = load_model_file(path)
     assert spec.seq_len is None
     with pytest.raises(PhazeError, match="t5.json: the config gives no max_position_embeddings: give --seq-len"):

@@ -145,18 +145,35 @@ def test_the_columns_known_to_be_left_aside_are_read():
     assert len(runs) == 1 and not runs[0].refused
 
 
-def test_phaze_validate_says_the_refused_time_and_exits_3(tmp_path, capsys):
+def test_phaze_validate_says_the_refused_time_in_one_line_and_exits_3(tmp_path, capsys):
+    """One row refused, the other priced: the refused row's one line, the report, exit 3."""
     from phaze.tools import phaze_validate
 
     csv = tmp_path / "runs.csv"
-    csv.write_text(f"{HEADER}\n{RUN},1e308\n")
+    csv.write_text(f"{HEADER}\n{RUN},1e308\n{RUN},10\n")
     assert phaze_validate.main([str(csv), "--hw", "a100", "-q", "--summary-only"]) == 3
     out, err = capsys.readouterr()
-    assert err.splitlines()[0] == (
+    assert err.splitlines() == [
         f"phaze-validate: {csv}:2: row 1: 'iteration time (ms)' is 1e+308, expected a time of one iteration from "
         "0.001 to 1e+09 ms (refused; the other rows are priced)"
-    )
+    ]
     assert max(len(word) for word in out.split()) < 40  # no 300-digit figure
+
+
+def test_a_refused_row_alone_is_one_line(tmp_path, capsys, no_trace):
+    """A file of one run, refused: its one line and exit 3 (was that line and "1 row refused,
+    not priced (exit status 3)": two lines for one refusal); the report lists it."""
+    from phaze.tools import phaze_validate
+
+    csv = tmp_path / "runs.csv"
+    csv.write_text(f"{HEADER}\n{RUN},1e-300\n")
+    assert phaze_validate.main([str(csv), "--hw", "a100", "-q", "--summary-only"]) == 3
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        f"phaze-validate: {csv}:2: row 1: 'iteration time (ms)' is 1e-300, expected a time of one iteration from "
+        "0.001 to 1e+09 ms (refused; the other rows are priced)"
+    ]
+    assert "not priced (1; not in the figures below):" in out
 
 
 # -- the cluster ------------------------------------------------------------------------------

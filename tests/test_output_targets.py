@@ -311,3 +311,19 @@ def test_phaze_validate_json_and_stdout_on_a_full_device(tmp_path):
         r = subprocess.run(cmd, stdout=f, stderr=subprocess.PIPE, text=True, env=_child_env(), timeout=600)
     _one_line(r, "phaze-validate", "phaze-validate: error: stdout: cannot write: No space left on device")
     assert _is_device(full, FULL)
+
+
+def test_phaze_validate_s_model_file_that_cannot_be_written_is_one_line(tmp_path):
+    """phaze-validate writes each run's GPT as a model file in a temporary folder; a full disk or
+    ``ulimit -f`` there was an ``OSError`` traceback out of the worker (session 64's probe
+    round); now one line naming the file, which the run's note says ("not priced: ...")."""
+    from phaze import validate as v
+
+    shape = v.read_runs(ROOT / "tests" / "data" / "vtrain_single_sample.csv")[0].shape
+    with pytest.raises(PhazeError) as info:
+        v.write_model_file(shape, tmp_path / "no" / "such" / "folder")
+    message = str(info.value)
+    assert message.startswith(f"cannot write the model file of {shape.name} (") and "\n" not in message, message
+    assert message.endswith("): No such file or directory"), message
+    ok = v.write_model_file(shape, tmp_path)
+    assert os.path.isfile(ok)

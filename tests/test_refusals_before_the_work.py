@@ -55,3 +55,38 @@ def test_the_nearest_fit_keeps_hsdp_s_zero():
     tried.clear()
     sweep.nearest_plan(Options(hw="h100", devices=8, zero="3"), 8, fits, lambda _: None)
     assert "auto" in tried
+
+
+def test_a_t5_config_without_decoder_start_token_id_is_refused_before_the_trace(tmp_path, capsys, no_trace):
+    """T5 begins its decoder's inputs with config.decoder_start_token_id (transformers'
+    modeling_t5.py ``_shift_right``), which transformers 5's T5Config does not default: the
+    model failed inside the trace (an AttributeError quoted from configuration_utils.py)."""
+    import json
+
+    from phaze.tools import phazec
+
+    raw = {"model_type": "t5", "d_model": 64, "d_ff": 128, "num_heads": 4, "d_kv": 16, "num_layers": 2,
+           "vocab_size": 256, "n_positions": 128}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    rc = phazec.main([str(path), "--hw", "h100", "--devices", "8", "--global-batch", "16", "--no-cache", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.strip() == (
+        "phazec: error: config.json: no decoder_start_token_id: T5ForConditionalGeneration begins its decoder's "
+        "inputs (the labels shifted right) with it; give it in the file (T5's published configs give 0, their pad "
+        "token)"
+    ), err
+
+
+def test_a_seq2seq_config_whose_class_defaults_decoder_start_token_id_is_taken(tmp_path):
+    """BART's config class gives decoder_start_token_id a default (2): nothing to refuse."""
+    import json
+
+    from phaze_ir.frontend.loader import load_model_file
+
+    raw = {"model_type": "bart", "architectures": ["BartForConditionalGeneration"], "d_model": 32, "vocab_size": 64,
+           "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2, "decoder_attention_heads": 2,
+           "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "max_position_embeddings": 32}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    assert load_model_file(path).seq_len == 32

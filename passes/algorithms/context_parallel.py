@@ -51,7 +51,8 @@ from collections.abc import Sequence
 
 from passes.algorithms.latency import MatmulDesc
 from passes.algorithms.network import LevelLike, level_for, p2p_bandwidth_Bps
-from passes.algorithms.placement import PlacementError
+from passes.algorithms.placement import MAX_COUNT, PlacementError
+from phaze_ir.files import si_count
 
 #: ``--context-parallel auto`` tries c = 1 and the powers of two whose local sequence, S/c, is at
 #: least this many tokens. A bound of the search space, as the TP widths 1-8 are, not a fact of
@@ -69,8 +70,13 @@ def parse_context_parallel(text: str) -> int | None:
     """``"auto"`` -> None (the sweep tries :func:`auto_degrees`), ``"N"`` -> N >= 1."""
     if text == AUTO:
         return None
-    if not text.isdigit() or int(text) < 1 or len(text) > 10:
-        shown = text if len(text) <= 40 else text[:40] + "..."
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    if text.isascii() and text.isdigit() and (len(text) > 10 or int(text) > MAX_COUNT):
+        # a degree, but past any cluster's devices (not "expected N >= 1": it is)
+        raise ContextParallelError(
+            f"context parallel {shown!r}: expected auto or a degree from 1 to {si_count(MAX_COUNT)}"
+        )
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise ContextParallelError(f"context parallel {shown!r}: expected auto or a degree N >= 1")
     return int(text)
 

@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import importlib
 import inspect
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -331,9 +332,10 @@ def cache_size(text: str) -> int:
     KiB, MiB, GiB, TiB, any case); 0 is no limit."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
     unit = m.group(2).upper() if m else ""
-    if m is None or unit not in _SIZE_UNITS:
+    size = float(m.group(1)) * _SIZE_UNITS[unit] if m is not None and unit in _SIZE_UNITS else math.nan
+    if not math.isfinite(size):  # (1e400 reads as infinity)
         raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 4GiB, 500MB or 0 (no limit)")
-    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+    return int(size)
 
 
 def trim_cache_dir(directory: str, limit: int, log) -> None:

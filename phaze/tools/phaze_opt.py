@@ -403,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise  # with its traceback (phaze's hook, installed with debug, passes it on)
         if isinstance(e, ParseError):
-            # As MLIR's tools: `file:line:col: error: message`, then a short excerpt and a caret.
+            # As MLIR's tools begin: `file:line:col: error: message (at '...')`, in one line.
             error = e if isinstance(e, MLIRParseError) else MLIRParseError(e.span, e.msg.strip())
             print("\n".join(error.message_lines()), file=sys.stderr)
             return 1

@@ -13,7 +13,8 @@ Bad input (a missing file or column, an inconsistent row, a bad option) gets a o
 and exit status 1; ``--debug`` shows the traceback.  A row with a value beyond its physical
 plausibility bound (``phaze/validate.py``, ``COLUMN_BOUNDS``) is refused alone, before anything
 is traced: one line on stderr names its row, column and bound, the other rows are priced and
-reported (the refused ones among the runs not priced), and the exit status is 3.
+reported (the refused ones among the runs not priced), and the exit status is 3; past 10
+refused rows, the rest are counted in a line, and a last line counts them all.
 """
 
 from __future__ import annotations
@@ -185,10 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     refused: list = []
     status = exit_status("phaze-validate", args.debug, lambda: write_stdout(run(args, log, refused)))
     if status == 0 and refused:
-        from phaze.validate import count
+        if len(refused) > SHOWN_REFUSALS:  # (each of the first rows said in its own line above)
+            from phaze.validate import count
 
-        said = f"{count(len(refused), 'row')} refused, not priced (exit status {REFUSED_ROWS_STATUS})"
-        print(f"phaze-validate: {said}", file=sys.stderr)
+            said = f"{count(len(refused), 'row')} refused, not priced (exit status {REFUSED_ROWS_STATUS})"
+            print(f"phaze-validate: {said}", file=sys.stderr)
         return REFUSED_ROWS_STATUS
     return status
 

@@ -557,6 +557,7 @@ def load_hf_config(path: str | os.PathLike) -> ModelSpec:
         raise PhazeError(f"{name}: transformers refuses the config: {said}") from None
     _check_heads(checked, name)
     _check_rope(raw, checked, name)
+    _check_decoder_start(checked, model_class, name)
     seq_len = next(
         (
             v
@@ -610,6 +611,36 @@ def _check_heads(config, name: str) -> None:
         raise PhazeError(f"{name}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
     if isinstance(kv, int) and kv > 0 and heads % kv:
         raise PhazeError(f"{name}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
+
+
+def _check_decoder_start(config, model_class, name: str) -> None:
+    """A seq2seq LM whose code begins its decoder's inputs with ``self.config.decoder_start_token_id``
+    (the labels shifted right: transformers 5.x ``models/t5/modeling_t5.py`` ``_shift_right``,
+    ``models/bart/modeling_bart.py`` ``shift_tokens_right``) on a config that gives none is refused,
+    naming the key, before the trace: transformers' T5Config has no such default, so the model
+    fails only inside the trace (an ``AttributeError``, or ``ValueError: ... has to be defined``)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+
+    if model_class.__name__ not in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values():
+        return
+    start, vocab = getattr(config, "decoder_start_token_id", None), getattr(config, "vocab_size", None)
+    module = sys.modules.get(model_class.__module__)
+    try:
+        source = inspect.getsource(module) if module is not None else ""
+    except (OSError, TypeError):
+        return  # no source to read: the trace says what it finds
+    if "self.config.decoder_start_token_id" not in source:
+        return
+    if start is None:
+        raise PhazeError(
+            f"{name}: no decoder_start_token_id: {model_class.__name__} begins its decoder's inputs (the labels "
+            "shifted right) with it; give it in the file (T5's published configs give 0, their pad token)"
+        )
+    if isinstance(vocab, int) and (not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < vocab):
+        raise PhazeError(
+            f"{name}: decoder_start_token_id = {_excerpt_json(start)}: expected a token of the vocabulary "
+            f"(0 to {vocab - 1}), which {model_class.__name__} begins its decoder's inputs with"
+        )
 
 
 def _check_rope(raw: dict, config, name: str) -> None:
