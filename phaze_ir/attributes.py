@@ -197,6 +197,30 @@ def _field_index(cls: type[RecordAttr]) -> dict[str, int]:
     return {f: i for i, f in enumerate(cls.FIELDS)}
 
 
+#: How :meth:`RecordAttr.print_parameters` prints a field of each declared kind.
+_FLOAT, _STRING, _WORD = "float", "string", "word"
+
+
+@cache
+def _print_kinds(cls: type[RecordAttr]) -> tuple[str, ...] | None:
+    """How each field of ``cls`` prints, in ``FIELDS`` order: a float by :func:`format_float`, a
+    string as a literal, an integer or an enum's word as it reads (None: a field of another
+    declared kind, which the parameters say)."""
+    types = _field_types(cls)
+    kinds = []
+    for f in cls.FIELDS:
+        kind = types.get(f)
+        if kind is FloatData:
+            kinds.append(_FLOAT)
+        elif kind is StringAttr:
+            kinds.append(_STRING)
+        elif kind is IntAttr or (kind is not None and issubclass(kind, EnumAttribute)):
+            kinds.append(_WORD)
+        else:
+            return None
+    return tuple(kinds)
+
+
 def _from_attr(attr: Attribute) -> FieldValue:
     if isinstance(attr, EnumAttribute):
         return str(attr.data.value)
@@ -403,6 +427,29 @@ class RecordAttr(ParametrizedAttribute):
         # The fields are joined into one piece of text for the printer: an op carries three
         # records (latency, energy, schedule), and field by field through the printer's lists
         # was a third of printing a plan.  A string field goes through the printer's literal.
+        # The values are the record's kept Python values (:meth:`values`), printed as their
+        # declared kind prints them: reading the parameters again (xDSL's ``parameters``
+        # property, a getattr per field) was a third of printing GPT-3 175B's plan.
+        kinds = _print_kinds(type(self))
+        if kinds is None:
+            self._print_parameters_read(printer)
+            return
+        text = "<"
+        for i, (key, kind, value) in enumerate(zip(self.FIELDS, kinds, self.values())):
+            text += f"{', ' if i else ''}{key} = "
+            if kind is _FLOAT:
+                text += format_float(value)  # type: ignore[arg-type]
+            elif kind is _STRING:
+                printer.print_string(text)
+                printer.print_string_literal(value)  # type: ignore[arg-type]
+                text = ""
+            else:  # an integer, or an enum's word
+                text += str(value)
+        printer.print_string(text + ">")
+
+    def _print_parameters_read(self, printer: Printer) -> None:
+        """:meth:`print_parameters` field by field from the parameters (a record class with a
+        field of another declared kind: refused)."""
         text = "<"
         for i, (key, attr) in enumerate(zip(self.FIELDS, self.parameters)):
             text += f"{', ' if i else ''}{key} = "
