@@ -41,6 +41,7 @@ from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number
 from phaze import driver
 from phaze.model_key import ModelKey, model_key
 from phaze.options import Options, context_parallel_degree
+from phaze.pipeline import few_collections
 from phaze.plan import plan_template
 from phaze.plan.plan_output import plan_json
 from phaze.points import chosen_point, judge_point, no_fit_message, point_label, tp_points, tp_widths_of
@@ -148,10 +149,18 @@ def _module_float(text: str, record: str, field: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+@few_collections()
 def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generic: bool = False) -> Answer:
     """The answer of ``phazec MODEL --hw`` under ``opts``: from the cache under
     ``cache_dir`` when it holds one for these inputs, else compiled (and kept there; None: no
-    cache).  Errors are never kept: a question that failed fails again, the same way."""
+    cache).  Errors are never kept: a question that failed fails again, the same way.
+
+    All of it with few young-generation collections (:func:`phaze.pipeline.few_collections`,
+    as the compilation in it already ran), the model file's import and the plan's printing
+    too: printing keeps a text for every attribute it prints, and at Python's default
+    thresholds the collections it set off went over the compiled module's millions of objects
+    again and again (GPT-3 175B's plan: 2.2 s to print, 1.3 s without them, the same bytes;
+    importing its model file, torch and transformers: 4.9 s, 4.6 s)."""
     stages = Store.of(cache_dir)
     # Checked before anything slow: the options, the chip (its hardware file read here, once, and
     # handed on to the cache's key and the compilation) and the power cap on it.

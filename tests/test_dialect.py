@@ -167,3 +167,70 @@ def test_equal_records_are_one_attribute_and_signed_zeros_two():
         SchedAttr.make(start_s=0.0, end_s=1.5, cores=2.0)
     with pytest.raises(TypeError, match="missing fields"):
         SchedAttr.make(start_s=0.0, end_s=1.5)
+
+
+def test_a_records_values_are_read_once_and_equal_its_parameters():
+    """RecordAttr.values is kept on the attribute after its first read: what get and as_dict
+    give equals the parameters read one by one (a parsed record, built without make, too), a
+    changed as_dict does not change the record, equality and hashing ignore the kept values,
+    and a name that is not a field is still a ValueError."""
+    from phaze_ir.attributes import LatencyAttr, _from_attr
+
+    text = (
+        "builtin.module attributes {x = #phaze.latency<one_s = 1.0, split_s = -0.0, unit = vector, bound = hbm>} {\n}\n"
+    )
+    parsed = parse_module(text).attributes["x"]
+    assert isinstance(parsed, LatencyAttr)
+    made = LatencyAttr.make(one_s=1.0, split_s=-0.0, unit="vector", bound="hbm")
+    hashed = hash(made)
+    for attr in (parsed, made):
+        plain = {f: _from_attr(p) for f, p in zip(attr.FIELDS, attr.parameters)}
+        first = attr.as_dict()
+        assert first == plain and [type(v) for v in first.values()] == [type(v) for v in plain.values()]
+        first["unit"] = "tensor"
+        assert attr.as_dict() == plain and attr.get("unit") == "vector" and attr.values() is attr.values()
+        assert all(attr.get(f) == v for f, v in plain.items())
+        with pytest.raises(ValueError):
+            attr.get("nope")
+    assert parsed == made and hash(made) == hashed and hash(parsed) == hashed
+    assert print_module(parse_module(text)) == text
+
+
+def test_a_record_prints_from_its_kept_values_as_from_its_parameters():
+    """print_parameters prints the kept values (RecordAttr.values) as each field's declared
+    kind prints: the very text the parameters print field by field (escaped strings, -0.0,
+    inf and nan, enum words), for every record class."""
+    import io
+    import math
+
+    from phaze_ir import attributes as A
+    from phaze_ir.ir import _Printer
+
+    def subclasses(c):
+        for s in c.__subclasses__():
+            yield s
+            yield from subclasses(s)
+
+    floats = (-0.0, math.inf, 1.0e-300, math.nan, 2.5)
+    for cls in sorted(set(subclasses(A.RecordAttr)), key=lambda c: c.__name__):
+        kinds = A._print_kinds(cls)
+        assert kinds is not None, cls.__name__
+        types = A._field_types(cls)
+        values = {}
+        for i, f in enumerate(cls.FIELDS):
+            kind = types[f]
+            if issubclass(kind, A.EnumAttribute):
+                values[f] = A._enum_words(kind)[i % len(A._enum_words(kind))]
+            elif kind is A.FloatData:
+                values[f] = floats[i % len(floats)] if f not in cls.RANGES else float(cls.RANGES[f][0])
+            elif kind is A.StringAttr:
+                values[f] = 'a "quoted"\n\\ name \u00e9'
+            else:
+                values[f] = i if f not in cls.RANGES else int(cls.RANGES[f][0])
+        attr = cls._build(values)
+        texts = []
+        for how in (attr.print_parameters, attr._print_parameters_read):
+            out = io.StringIO()
+            how(_Printer(stream=out))
+            texts.append(out.getvalue())
+        assert texts[0] == texts[1], cls.__name__

@@ -298,3 +298,34 @@ def test_an_answer_the_power_limit_lengthens_holds_its_modules_plan(tmp_path):
         hw_answer._check_plan_numbers(plan, kept.text)  # a module whose step the limit does not lengthen
     with pytest.raises(BadEntry, match="its text and its JSON differ"):
         hw_answer._check_plan_numbers(kept.plan, text)  # the placement's time alone
+
+
+def test_an_answer_is_computed_and_printed_with_few_young_collections(tmp_path, monkeypatch):
+    """The model file's key (its import) and the compilation and printing of the plan run with
+    the young generation collected every YOUNG_COLLECTION_ALLOCATIONS allocations (the
+    printing's collections went over the compiled module again and again); Python's
+    thresholds come back after the answer, an error's too."""
+    import gc
+
+    from phaze import pipeline
+
+    seen: list[tuple[str, int]] = []
+    key = hw_answer.model_key
+
+    def keyed(*args, **kwargs):
+        seen.append(("model key", gc.get_threshold()[0]))
+        return key(*args, **kwargs)
+
+    def compiled(*args, **kwargs):
+        seen.append(("compile and print", gc.get_threshold()[0]))
+        raise PhazeError("stopped here")
+
+    monkeypatch.setattr(hw_answer, "model_key", keyed)
+    monkeypatch.setattr(hw_answer, "_compile", compiled)
+    before = gc.get_threshold()
+    assert before[0] != pipeline.YOUNG_COLLECTION_ALLOCATIONS
+    opts = Options(hw="a100", micro_batches=(1,), tp_widths=(1,), devices=8, global_batch=8)
+    with pytest.raises(PhazeError, match="stopped here"):
+        hw_answer.answer(GPT2, opts, str(tmp_path / "cache"), lambda _: None)
+    assert seen == [(what, pipeline.YOUNG_COLLECTION_ALLOCATIONS) for what in ("model key", "compile and print")]
+    assert gc.get_threshold() == before

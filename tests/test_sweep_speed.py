@@ -1,6 +1,7 @@
 """What the ``--hw`` sweep skips or reuses for speed (issue 56, item 5) gives what it did
 without: the settings' modules, no longer verified, verify; an attribute's text memoized by
-the object is its text by value."""
+the object is its text by value; the settings prepared, as a compilation,
+with few young-generation collections."""
 
 from __future__ import annotations
 
@@ -140,3 +141,26 @@ def test_a_broken_settings_entry_is_said_once_with_children(tmp_path):
         assert "planted" not in f.read_text()
     third = run_main("phazec", *args, "--devices", "2", "-o", str(tmp_path / "c.mlir"))
     assert third.returncode == 0 and "warning: cache entry" not in third.stderr, third.stderr[-2000:]
+
+
+def test_settings_are_prepared_with_few_young_collections(monkeypatch):
+    """``prepare_points`` (the model file's import, the cut traces, the pipeline to ``sharded``)
+    runs with the young generation collected every YOUNG_COLLECTION_ALLOCATIONS allocations,
+    as a compilation: the architecture search's settings too, not only the ``--hw`` sweep's;
+    Python's thresholds come back after it."""
+    import gc
+
+    import phaze.search.setting as st
+    from phaze.pipeline import YOUNG_COLLECTION_ALLOCATIONS
+
+    seen = []
+
+    def prepared(*args):
+        seen.append(gc.get_threshold()[0])
+        return [], [], "model"
+
+    monkeypatch.setattr(st, "_prepare_points", prepared)
+    before = gc.get_threshold()
+    assert before[0] != YOUNG_COLLECTION_ALLOCATIONS
+    assert st.prepare_points(DEEP, 1, (1,), Options()) == ([], [], "model")
+    assert seen == [YOUNG_COLLECTION_ALLOCATIONS] and gc.get_threshold() == before

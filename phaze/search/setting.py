@@ -731,6 +731,19 @@ def prepare_points(
     the chip), as the pipeline forms them before tiling; the search's settings (no chip) are
     formed as on a chip without a CUDA compute capability, as every space's chip is
     (:func:`phaze.search.run._read_inputs` refuses a space whose template has one)."""
+    # With few young-generation collections (phaze.pipeline.few_collections), as a compilation:
+    # the model file's import and the cut traces allocate as the pipeline does (the --hw sweep
+    # ran them so already; the architecture search's settings did not).
+    from phaze.pipeline import few_collections
+
+    with few_collections():
+        return _prepare_points(model_path, micro_batch, tps, opts, accelerator, attention_of)
+
+
+def _prepare_points(
+    model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any, accelerator: Any, attention_of: Any
+) -> tuple[list[Setting], list[tuple[int, bool, str]], str]:
+    """:func:`prepare_points`, with the collections as they are."""
     from phaze.driver import with_runtime_attention
     from phaze.options import traced_seq_len
     from phaze_ir.frontend import load_model_file, trace_model
