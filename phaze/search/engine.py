@@ -18,6 +18,9 @@ bounds on the throughput):
 1. **work bound** (all candidates at once, numpy): a setting's throughput is at most
    ``b·N / (t·Σ_layers (fwd_lb + bwd_lb))`` (every micro-batch crosses every layer on a group of
    ``t`` of the ``N`` devices), with ``*_lb`` :func:`~phaze.search.schedule_bounds.group_lower_bound`;
+   and per block of :data:`BOUND_BATCH` architectures, the *floor bound*: one DP per setting on
+   the block's least bound times at its largest HBM, which counts the step's communication
+   (:meth:`_BranchAndBound.floor_next_block`);
 2. **DP bound**: the Rust DP run on those lower-bound times, for each setting and HBM capacity
    (identical bound vectors are solved once), under the same recompute setting as the exact
    DP (a fixed policy restricts both alike: the same feasible set, each plan's time monotone).
@@ -39,8 +42,8 @@ plain enumeration (``prune=False``; tested on a small space).
 **Identical inputs, a budget.**  Chips whose every input to a setting's schedules is equal
 (their signature, :meth:`~phaze.search.pricing.Pricing.signatures`) share their makespans,
 refined bounds and exact DP results.  A search over its :class:`SearchBudget` (exact
-evaluations; DP bound solves counted by their layers) refuses in one line
-(:class:`SearchTooLarge`), saying the best found so far.
+evaluations, also counted ahead: :meth:`_BranchAndBound.check_ahead`; DP bound solves counted
+by their layers) refuses in one line (:class:`SearchTooLarge`), saying the best found so far.
 
 **Where.**  The bounds are :mod:`phaze.search.bounds`'s, the exact prices (schedules, the DP,
 the objective) :mod:`phaze.search.pricing`'s; :class:`Evaluator` joins them for the search and
