@@ -116,15 +116,18 @@ class SearchBudget:
     never the clock, so that the same question is answered or refused alike on any machine.
     A model whose step is fixed costs (a tiny one) scores within a few percent on every chip
     of a space, closer than its bounds can tell apart, and would be evaluated exactly on
-    thousands of chips; the published models need 8 to 50.  0: no limit."""
+    thousands of chips; the published models need 8 to 71.  0: no limit."""
 
-    #: Architectures evaluated exactly (stage 4): the published models need 8 to 50 (GPT-2 XL
-    #: 21), a tiny Llama (hidden 64, 8 layers) 6,579 on the paper space (docs/benchmarks.md).
+    #: Architectures evaluated exactly (stage 4), also counted ahead
+    #: (:meth:`_BranchAndBound.check_ahead`): the published models need 8 to 71 and count at
+    #: most 340 ahead (OPT-350m), a tiny Llama (hidden 64, 8 layers) 6,579 on the paper space
+    #: and 1,129 ahead after two exact batches (docs/benchmarks.md).
     exact: int = 1024
-    #: DP solves on bound times (stages 2 and 3), each counted by its layers (a DP's cost grows
-    #: with them: about 0.4 ms at 10 layers, 7 ms at 129 on the 2-core development machine):
-    #: GPT-2 XL's search 10,127 × 50 (506,350), the tiny Llama's 65,040 × 10 at 8 layers and
-    #: 30,228 × 129 (3.9 million) at 127.
+    #: DP solves on bound times (stages 2 and 3, and a block's floor and ceiling), each counted
+    #: by its layers (a DP's cost grows with them: about 0.4 ms at 10 layers, 7 ms at 129 on
+    #: the 2-core development machine): GPT-2 XL's search 10,127 × 50 (506,350) before the
+    #: floor bounds, 1,453 × 50 since; the tiny Llama's 65,040 × 10 at 8 layers and 30,228 ×
+    #: 129 (3.9 million) at 127 before them.
     dp_bound_layers: int = 2_000_000
 
     def check(
@@ -138,9 +141,9 @@ class SearchBudget:
     ) -> None:
         """Refuse in one line when ``used`` of the budget ``what`` (a field) is over it,
         saying what the search knows so far (``so_far()``: the best found and how far the
-        bounds left lie above it, or '').  ``ahead``: the exact evaluations are not made yet
-        but ``used`` counts those made and the architectures left whose DP bounds reach the
-        best score found (:meth:`_BranchAndBound.check_ahead`)."""
+        bounds left lie above it, or '').  ``ahead``: counted ahead, the exact evaluations
+        made, ``used`` adding the architectures left whose DP bounds reach the best score found
+        (:meth:`_BranchAndBound.check_ahead`)."""
         cap = getattr(self, what)
         if cap and used > cap:
             work = {"exact": "exact evaluations", "dp_bound_layers": "DP bound solves×layers"}[what]
