@@ -18,6 +18,9 @@ bounds on the throughput):
 1. **work bound** (all candidates at once, numpy): a setting's throughput is at most
    ``b·N / (t·Σ_layers (fwd_lb + bwd_lb))`` (every micro-batch crosses every layer on a group of
    ``t`` of the ``N`` devices), with ``*_lb`` :func:`~phaze.search.schedule_bounds.group_lower_bound`;
+   and per block of :data:`BOUND_BATCH` architectures, the *floor bound*: one DP per setting on
+   the block's least bound times at its largest HBM, which counts the step's communication
+   (:meth:`_BranchAndBound.floor_next_block`);
 2. **DP bound**: the Rust DP run on those lower-bound times, for each setting and HBM capacity
    (identical bound vectors are solved once), under the same recompute setting as the exact
    DP (a fixed policy restricts both alike: the same feasible set, each plan's time monotone).
@@ -39,8 +42,8 @@ plain enumeration (``prune=False``; tested on a small space).
 **Identical inputs, a budget.**  Chips whose every input to a setting's schedules is equal
 (their signature, :meth:`~phaze.search.pricing.Pricing.signatures`) share their makespans,
 refined bounds and exact DP results.  A search over its :class:`SearchBudget` (exact
-evaluations; DP bound solves counted by their layers) refuses in one line
-(:class:`SearchTooLarge`), saying the best found so far.
+evaluations, also counted ahead: :meth:`_BranchAndBound.check_ahead`; DP bound solves counted
+by their layers) refuses in one line (:class:`SearchTooLarge`), saying the best found so far.
 
 **Where.**  The bounds are :mod:`phaze.search.bounds`'s, the exact prices (schedules, the DP,
 the objective) :mod:`phaze.search.pricing`'s; :class:`Evaluator` joins them for the search and
@@ -113,30 +116,50 @@ class SearchBudget:
     never the clock, so that the same question is answered or refused alike on any machine.
     A model whose step is fixed costs (a tiny one) scores within a few percent on every chip
     of a space, closer than its bounds can tell apart, and would be evaluated exactly on
-    thousands of chips; the published models need 8 to 50.  0: no limit."""
+    thousands of chips; the published models need 8 to 71.  0: no limit."""
 
-    #: Architectures evaluated exactly (stage 4): the published models need 8 to 50 (GPT-2 XL
-    #: 21), a tiny Llama (hidden 64, 8 layers) 6,579 on the paper space (docs/benchmarks.md).
+    #: Architectures evaluated exactly (stage 4), also counted ahead
+    #: (:meth:`_BranchAndBound.check_ahead`): the published models need 8 to 71 and count at
+    #: most 340 ahead (OPT-350m), a tiny Llama (hidden 64, 8 layers) 6,579 on the paper space
+    #: and 1,129 ahead after two exact batches (docs/benchmarks.md).
     exact: int = 1024
-    #: DP solves on bound times (stages 2 and 3), each counted by its layers (a DP's cost grows
-    #: with them: about 0.4 ms at 10 layers, 7 ms at 129 on the 2-core development machine):
-    #: GPT-2 XL's search 10,127 × 50 (506,350), the tiny Llama's 65,040 × 10 at 8 layers and
-    #: 30,228 × 129 (3.9 million) at 127.
+    #: DP solves on bound times (stages 2 and 3, and a block's floor and ceiling), each counted
+    #: by its layers (a DP's cost grows with them: about 0.4 ms at 10 layers, 7 ms at 129 on
+    #: the 2-core development machine): GPT-2 XL's search 10,127 × 50 (506,350) before the
+    #: floor bounds, 1,453 × 50 since; the tiny Llama's 65,040 × 10 at 8 layers and 30,228 ×
+    #: 129 (3.9 million) at 127 before them.
     dp_bound_layers: int = 2_000_000
 
-    def check(self, what: str, used: int, label: str, archs: int, so_far: Callable[[], str] = lambda: "") -> None:
+    def check(
+        self,
+        what: str,
+        used: int,
+        label: str,
+        archs: int,
+        so_far: Callable[[], str] = lambda: "",
+        ahead: int | None = None,
+    ) -> None:
         """Refuse in one line when ``used`` of the budget ``what`` (a field) is over it,
         saying what the search knows so far (``so_far()``: the best found and how far the
-        bounds left lie above it, or '')."""
+        bounds left lie above it, or '').  ``ahead``: counted ahead, the exact evaluations
+        made, ``used`` adding the architectures left whose DP bounds reach the best score found
+        (:meth:`_BranchAndBound.check_ahead`)."""
         cap = getattr(self, what)
         if cap and used > cap:
             work = {"exact": "exact evaluations", "dp_bound_layers": "DP bound solves×layers"}[what]
+            flag = {"exact": "--max-exact", "dp_bound_layers": "--max-dp-bound"}[what]
             where = "the architecture search" + ("" if label == "search" else f" ({label})")
             known = so_far()
+            why = (
+                ""
+                if ahead is None
+                else f" ahead, {ahead:,} made and {used - ahead:,} due (architectures left whose DP bounds reach the "
+                "best score found),"
+            )
             raise SearchTooLarge(
-                f"{where}: more than {cap:,} {work} (its budget) over {archs:,} architectures, whose bounds "
+                f"{where}: more than {cap:,} {work} (its budget){why} over {archs:,} architectures, whose bounds "
                 f"cannot tell them apart (a step this small costs about the same on every chip){known}; "
-                "give --hw CHIP to compile for one chip, or a smaller --space"
+                f"give --hw CHIP to compile for one chip, a smaller --space, or a larger {flag}"
             )
 
 
@@ -388,6 +411,14 @@ class _BranchAndBound:
         self.n_settings = sum(len(u) for u in self.usable)
         self.archs = [(c, h) for c in range(len(cands.configs)) for h in range(len(cands.hbm))]
         self.answer = _Answer(cands, tasks, evaluator, prune)
+        #: whether an architecture has had its bounds refined (:meth:`refine`, which needs an
+        #: incumbent): the exact budget is projected from then on (:meth:`check_ahead`)
+        self.refined_any = False
+        #: block start -> :meth:`block_ceiling`
+        self.ceilings: dict[int, float] = {}
+        #: whether blocks get a floor bound (:meth:`floor_next_block`): pruning, and the DP
+        #: bounds the objective (throughput without ``dp_overlap``)
+        self.floors = prune and evaluator.objective(cands).throughput and not evaluator.params.dp_overlap
         #: [model][setting] -> [configs]: each setting's work bound (set by run()).
         self.setting_work_bound: list[dict[int, np.ndarray]] = []
 
@@ -398,10 +429,17 @@ class _BranchAndBound:
         self.frontier = _Frontier(self.archs, self.work_bound_of_configs(), self.answer.area_key)
         self.progress.start(f"{self.label}: architectures", len(self.archs))
         while (stage := self.next_stage()) is not None:
-            if stage == "dp_bound":
-                self.dp_bound_next_block()
+            if stage == "floor":
+                self.floor_next_block()
+            elif stage == "dp_bound":
+                if self.floors and not self.answer.pruning():
+                    self.queue_by_floor()
+                else:
+                    self.check_ahead()
+                    self.dp_bound_next_block()
             else:
                 self.evaluate_exactly(self.pop_exact_batch())
+                self.check_ahead()
         self.count_unvisited_as_pruned()
         self.progress.stop()
         return self.answer.result(len(self.archs), self.n_settings, time.perf_counter() - t_start)
@@ -434,16 +472,129 @@ class _BranchAndBound:
     # -- choosing the next stage ------------------------------------------------------------------
 
     def next_stage(self) -> str | None:
-        """``"dp_bound"`` when the best unvisited work bound is at least the best queued DP bound,
-        ``"exact"`` when a queued architecture comes first, None when neither can beat the
-        incumbent (or nothing is left): the search is over."""
-        next_unvisited, next_queued = self.frontier.best_bounds()
-        best_left = max(next_unvisited, next_queued)
-        if best_left == -np.inf or self.answer.below_incumbent(best_left):
-            return None
-        if next_unvisited >= next_queued and self.frontier.unvisited():
-            return "dp_bound"
-        return "exact"
+        """``"floor"`` when the next block of unvisited architectures comes first and its floor
+        bound (:meth:`floor_next_block`) is not known yet, ``"dp_bound"`` when it comes first
+        and its floor is known (the best unvisited bound is the smaller of the next work bound
+        and that floor), ``"exact"`` when a queued architecture comes first, None when neither
+        can beat the incumbent (or nothing is left): the search is over.  A block whose floor
+        is below the incumbent is pruned whole on the way."""
+        while True:
+            next_unvisited, next_queued = self.frontier.best_bounds()
+            best_left = max(next_unvisited, next_queued)
+            if best_left == -np.inf or self.answer.below_incumbent(best_left):
+                return None
+            if next_unvisited >= next_queued and self.frontier.unvisited():
+                if self.floors and self.frontier.next_floor() is None:
+                    return "floor"
+                if self.answer.below_incumbent(next_unvisited):  # its floor: the whole block
+                    block = self.frontier.visit(BOUND_BATCH)
+                    self.answer.pruned["dp_bound"] += len(block)
+                    self.progress.advance(len(block))
+                    continue
+                return "dp_bound"
+            return "exact"
+
+    # -- stage 2a: the floor of a block -----------------------------------------------------------
+
+    def floor_next_block(self) -> None:
+        """The *floor bound* of the next :data:`BOUND_BATCH` architectures of the visit order:
+        one score bound for all of them, from one DP per setting on the block's least
+        lower-bound time of each group (the elementwise minimum over its chips) at its largest
+        HBM.  The DP's time is non-decreasing in every layer time and its feasible set grows
+        with the HBM, so that DP's throughput is at least each chip's DP bound (stage 2); taken
+        with the block's best work bound, per setting.  A step of fixed costs (the DP's
+        communication, which no chip changes) is most of a small model's time, which the work
+        bound does not count: the floor then lies near the DP bounds and prunes or postpones a
+        block for one DP per setting instead of one per chip (docs/design.md §7.2)."""
+        frontier = self.frontier
+        block = frontier.order[frontier.visited : frontier.visited + BOUND_BATCH]
+        configs = sorted({self.archs[a][0] for a in block})
+        hbm = max(self.cands.hbm[self.archs[a][1]] for a in block)
+        need = self.needed_bounds(configs).max(axis=1)  # the most any config of the block needs
+        per_model = np.zeros(self.n_models)
+        per_setting: list[np.ndarray] = []  # [model][usable setting]: its DP floor (inf: not run)
+        for m, task in enumerate(self.tasks):
+            floors = np.full(len(self.usable[m]), np.inf)
+            for k, s in enumerate(self.usable[m]):
+                bound = float(self.setting_work_bound[m][s][configs].max())
+                if bound >= need[m] and bound > 0:
+                    least = self.evaluator.lower_bounds(self.cands, task.settings[s])[:, configs].min(axis=1)
+                    floors[k] = float(self.counted_dp_bounds(m, s, [(configs[0], hbm)], lb=least[:, None])[0])
+                per_model[m] = max(per_model[m], min(bound, floors[k]))
+            per_setting.append(floors)
+        frontier.set_next_floor(float(per_model.mean()), per_setting)
+
+    def block_ceiling(self, start: int) -> float:
+        """A lower bound on the DP bound (stage 2) of every architecture of the block starting at
+        ``start`` in the visit order: per setting, the DP on the block's largest lower-bound
+        time of each group at its smallest HBM (the DP's time is non-decreasing in the layer
+        times and its feasible set shrinks with the HBM), each model at its best setting.
+        Memoized by block."""
+        ceiling = self.ceilings.get(start)
+        if ceiling is None:
+            block = self.frontier.order[start : start + BOUND_BATCH]
+            configs = sorted({self.archs[a][0] for a in block})
+            hbm = min(self.cands.hbm[self.archs[a][1]] for a in block)
+            per_model = []
+            for m, task in enumerate(self.tasks):
+                best = 0.0
+                for s in self.usable[m]:
+                    most = self.evaluator.lower_bounds(self.cands, task.settings[s])[:, configs].max(axis=1)
+                    best = max(best, float(self.counted_dp_bounds(m, s, [(configs[0], hbm)], lb=most[:, None])[0]))
+                per_model.append(best)
+            ceiling = self.ceilings[start] = float(np.mean(per_model))
+        return ceiling
+
+    def check_ahead(self) -> None:
+        """The exact budget, ahead of the evaluations: refuse (:class:`SearchTooLarge`) when the
+        architectures evaluated exactly, with those left whose DP bounds reach the incumbent,
+        are more than ``--max-exact``.  Those left are counted without being bounded one by
+        one: the queued ones by their bounds (a block queued by its floor, by its ceiling),
+        then the blocks not visited yet, whole, while a block's ceiling
+        (:meth:`block_ceiling`, a lower bound on each one's DP bound) reaches the incumbent.
+        Each of them is evaluated exactly unless its refined bound or a chip found later
+        scores below it: a projection, counted from once the exact stage takes architectures by
+        refined bounds (:meth:`refine`; the first batch, taken by floor bounds alone, makes an
+        incumbent that later ones may overtake by percents).  A model whose step is fixed
+        costs scores within a percent on thousands of chips, below what the bounds separate,
+        and is refused here after two exact batches instead of after a thousand evaluations;
+        the published models' searches count at most tens (docs/design.md §7.2)."""
+        cap = self.budget.exact
+        if not cap or not self.floors or not self.refined_any:
+            return
+        target = self.answer.incumbent() * (1 - TOL)
+        done = len(self.answer.evaluated) + self.answer.pruned["exact"]
+        frontier = self.frontier
+        left = 0
+        for neg_bound, _, a in frontier.queue:
+            start = frontier.floor_queued.get(a)
+            left += (-neg_bound if start is None else self.block_ceiling(start)) >= target
+        start = frontier.visited
+        while done + left <= cap and start < len(frontier.order) and self.block_ceiling(start) >= target:
+            left += len(frontier.order[start : start + BOUND_BATCH])
+            start += BOUND_BATCH
+        self.budget.check("exact", done + left, self.label, len(self.archs), self.so_far, ahead=done)
+
+    def queue_by_floor(self) -> None:
+        """Before any incumbent: queue the next block of the visit order by its floor bounds
+        (:meth:`floor_next_block`), each architecture's setting bounded by the smaller of its
+        own work bound and the block's DP floor, with no DP of its own: no bound can prune
+        before an incumbent, and the first exact batch makes one (a deep model's DP costs
+        milliseconds a chip; the exact stage refines what it takes, :meth:`refine`)."""
+        frontier = self.frontier
+        floors = frontier.next_setting_floors()
+        start = frontier.visited
+        block = frontier.visit(BOUND_BATCH)
+        self.in_hand = float(frontier.work_bound[self.archs[block[0]][0]]) if block else -np.inf
+        for a in block:
+            c = self.archs[a][0]
+            bounds = [
+                np.minimum(np.asarray([self.setting_work_bound[m][s][c] for s in self.usable[m]]), floors[m])
+                for m in range(self.n_models)
+            ]
+            score = float(np.mean([b.max() if len(b) else 0.0 for b in bounds]))
+            frontier.push(a, score, bounds)
+            frontier.floor_queued[a] = start
 
     # -- stage 2: the DP bound --------------------------------------------------------------------
 
@@ -566,8 +717,10 @@ class _BranchAndBound:
             for a, bound in zip(owners, refined):
                 old = dp_bounds_of[a][m]
                 old[k] = min(old[k], float(bound))
+        self.refined_any = self.refined_any or bool(archs)
         for a in archs:
             self.frontier.refined.add(a)
+            self.frontier.floor_queued.pop(a, None)
             bound = float(np.mean([b.max() if len(b) else 0.0 for b in dp_bounds_of[a]]))
             if self.answer.below_incumbent(bound):
                 self.drop(a)
@@ -696,18 +849,43 @@ class _Frontier:
         self.dp_bounds_of: dict[int, list[np.ndarray]] = {}
         #: Queued architectures whose DP bounds have been refined (:meth:`_BranchAndBound.refine`).
         self.refined: set[int] = set()
+        #: The floor bound of a block of unvisited architectures, by where it starts in
+        #: :attr:`order` (blocks are visited whole, so they start at multiples of the batch).
+        self.floors: dict[int, tuple[float, list[np.ndarray]]] = {}
+        #: Queued architectures bounded by their block's floor (not refined yet): arch -> where
+        #: its block starts in :attr:`order`.
+        self.floor_queued: dict[int, int] = {}
 
     def unvisited(self) -> int:
         """How many architectures were never visited."""
         return len(self.order) - self.visited
 
     def best_bounds(self) -> tuple[float, float]:
-        """``(the next unvisited architecture's work bound, the best queued score bound)``, each
-        ``-inf`` when there is none."""
-        next_unvisited = (
-            self.work_bound[self.archs[self.order[self.visited]][0]] if self.visited < len(self.order) else -np.inf
-        )
+        """``(the best bound of the unvisited architectures, the best queued score bound)``, each
+        ``-inf`` when there is none: the next unvisited architecture's work bound, or the next
+        block's floor bound (:meth:`_BranchAndBound.floor_next_block`) when known and smaller."""
+        if self.visited < len(self.order):
+            next_unvisited = float(self.work_bound[self.archs[self.order[self.visited]][0]])
+            floor = self.next_floor()
+            if floor is not None:
+                next_unvisited = min(next_unvisited, floor)
+        else:
+            next_unvisited = -np.inf
         return next_unvisited, -self.queue[0][0] if self.queue else -np.inf
+
+    def next_floor(self) -> float | None:
+        """The floor bound of the next block of unvisited architectures (the next
+        :data:`BOUND_BATCH` of the visit order), None while not computed."""
+        floor = self.floors.get(self.visited)
+        return None if floor is None else floor[0]
+
+    def next_setting_floors(self) -> list[np.ndarray]:
+        """The next block's DP floor of each model's usable settings (inf: not run)."""
+        return self.floors[self.visited][1]
+
+    def set_next_floor(self, bound: float, per_setting: list[np.ndarray]) -> None:
+        """Keep ``bound`` as the next block's floor bound, ``per_setting`` its DP floors."""
+        self.floors[self.visited] = (bound, per_setting)
 
     def visit(self, n: int) -> list[int]:
         """The next ``n`` unvisited architectures (fewer at the end), now visited."""
@@ -737,6 +915,7 @@ class _Frontier:
         """Architecture ``a``'s DP bounds, forgotten here (it leaves the search: pruned or
         evaluated)."""
         self.refined.discard(a)
+        self.floor_queued.pop(a, None)
         return self.dp_bounds_of.pop(a)
 
 

@@ -113,14 +113,21 @@ class Objective:
             total = chip + net
             n_layers, n_configs = len(setting.layers), len(self.cands.configs)
             out = np.zeros((5, n_layers, n_configs))
+            # a group is shared by the layers that repeat it (a deep model's blocks): summed once
+            group_sum: dict[int, np.ndarray] = {}
+            net_sum: dict[tuple[int, int], np.ndarray] = {}
             for i, lr in enumerate(setting.layers):
                 for part, g in enumerate((lr.fwd, lr.bwd, lr.opt, lr.selective)):
                     if g >= 0:
-                        out[part, i] = _in_order(total, setting.groups[g].rows)
+                        if g not in group_sum:
+                            group_sum[g] = _in_order(total, setting.groups[g].rows)
+                        out[part, i] = group_sum[g]
                 # the forward's then the backward's, one sum (as layer_energies adds them)
-                rows = [r for g in (lr.fwd, lr.bwd) if g >= 0 for r in setting.groups[g].rows]
-                if rows:
-                    out[4, i] = _in_order(net, rows)
+                pair = (lr.fwd, lr.bwd)
+                if pair not in net_sum:
+                    rows = [r for g in pair if g >= 0 for r in setting.groups[g].rows]
+                    net_sum[pair] = _in_order(net, rows) if rows else np.zeros(n_configs)
+                out[4, i] = net_sum[pair]
             self._layers[key] = tuple(out)
         return self._layers[key]
 
