@@ -171,7 +171,7 @@ def test_a_refused_row_alone_is_one_line(tmp_path, capsys, no_trace):
     out, err = capsys.readouterr()
     assert err.splitlines() == [
         f"phaze-validate: {csv}:2: row 1: 'iteration time (ms)' is 1e-300, expected a time of one iteration from "
-        "0.001 to 1e+09 ms (refused; the other rows are priced)"
+        "0.001 to 1e+09 ms (refused)"  # no other row to price
     ]
     assert "not priced (1; not in the figures below):" in out
 

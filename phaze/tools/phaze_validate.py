@@ -143,8 +143,10 @@ def run(args: argparse.Namespace, log, refused: list | None = None) -> str:
     if not runs:
         raise PhazeError(f"{args.csv}: no runs in the {args.split} split")
     rejected = [r for r in runs if r.refused]
+    # a refused row says whether rows are left to price (a file of refused rows alone has none)
+    after = "refused; the other rows are priced" if len(rejected) < len(runs) else "refused"
     for r in rejected[:SHOWN_REFUSALS]:  # even with -q: they are why the exit status is 3
-        said = f"{r.where(args.csv)}: {r.refused} (refused; the other rows are priced)"
+        said = f"{r.where(args.csv)}: {r.refused} ({after})"
         print(log_line("phaze-validate", said), file=sys.stderr)
     if len(rejected) > SHOWN_REFUSALS:
         more = len(rejected) - SHOWN_REFUSALS
