@@ -318,6 +318,10 @@ class RayBackend(Backend):
             # Workers import fn's module by name: give them the modules this process sees.
             path = os.pathsep.join(os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or "."))
             ray.init(
+                # "local": always a new instance of our own; without an address Ray joins a cluster
+                # it finds running on the machine (ray/_private/services.py,
+                # get_ray_address_from_environment: /tmp/ray/ray_current_cluster, GCS processes)
+                address="local",
                 num_cpus=jobs,
                 include_dashboard=False,
                 log_to_driver=False,
