@@ -305,3 +305,29 @@ def test_a_process_started_in_the_block_starts_with_sigint_blocked():
         future = pool.submit(_blocked_signals, None)
     with pool:
         assert int(signal.SIGINT) not in future.result()
+
+
+def test_ray_starts_again_after_its_environment_is_put_back(tmp_path):
+    """A second local Ray instance in one process, after the caller put the environment back
+    (as the tests' in-process ``phazec --backend ray`` does: the first start's token and auth
+    mode gone), starts and runs: Ray's cached token is read again (it was the first one's, and the
+    new GCS refused it). In a child process, so that no Ray of this test process is shared."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:  # not imported here: importing Ray changes sys.path
+        pytest.skip("needs Ray")
+    script = tmp_path / "twice.py"
+    script.write_text(
+        "import os\n"
+        "from phaze.search.backend import make_backend\n"
+        "saved = dict(os.environ)\n"
+        "for _ in range(2):\n"
+        "    with make_backend('ray', jobs=1) as backend:\n"
+        "        print(backend.map(abs, [-1, -2]))\n"
+        "    os.environ.clear()\n"
+        "    os.environ.update(saved)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n") == ["[1, 2]", "[1, 2]", ""]

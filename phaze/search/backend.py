@@ -288,6 +288,22 @@ def _probe(address: str) -> None:
         raise PhazeError(f"--backend ray: cannot connect to Ray at {address}: {e.strerror or e}") from None
 
 
+def _forget_ray_token() -> None:
+    """Make Ray read its auth settings and token from the environment again before a new local
+    instance starts.  Ray 2.60 caches both in the process (``ray._raylet``'s
+    ``AuthenticationTokenLoader`` and ``Config``), so a second instance started in the same
+    process after its environment changed (a new token, or ``RAY_AUTH_MODE`` gone: a caller that
+    restores its environment) gave its GCS the new token while the client kept sending the old
+    one ("InvalidAuthToken").  Ray's own tests reset them so
+    (``ray/_private/authentication_test_utils.py``, ``reset_auth_token_state``)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]  # Cython, no stubs
+    except ImportError:  # a Ray without token auth caches nothing
+        return
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
 class RayBackend(Backend):
     """One Ray task per chunk, on a local Ray instance or the cluster at ``address``."""
 
@@ -314,6 +330,7 @@ class RayBackend(Backend):
             if not any(v in os.environ for v in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
                 os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
                 logging.getLogger("ray._private.authentication").setLevel(logging.ERROR)
+            _forget_ray_token()
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report sent home
             # Workers import fn's module by name: give them the modules this process sees.
             path = os.pathsep.join(os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or "."))
