@@ -202,10 +202,10 @@ _FLOAT, _STRING, _WORD = "float", "string", "word"
 
 
 @cache
-def _print_kinds(cls: type[RecordAttr]) -> tuple[str, ...] | None:
+def _print_kinds(cls: type[RecordAttr]) -> tuple[str, ...]:
     """How each field of ``cls`` prints, in ``FIELDS`` order: a float by :func:`format_float`, a
-    string as a literal, an integer or an enum's word as it reads (None: a field of another
-    declared kind, which the parameters say)."""
+    string as a literal, an integer or an enum's word as it reads.  A field of another declared
+    kind is a record class's error, refused when the class is first printed."""
     types = _field_types(cls)
     kinds = []
     for f in cls.FIELDS:
@@ -217,7 +217,7 @@ def _print_kinds(cls: type[RecordAttr]) -> tuple[str, ...] | None:
         elif kind is IntAttr or (kind is not None and issubclass(kind, EnumAttribute)):
             kinds.append(_WORD)
         else:
-            return None
+            raise TypeError(f"{cls.__name__}.{f}: unsupported record field kind {kind}")
     return tuple(kinds)
 
 
@@ -431,9 +431,6 @@ class RecordAttr(ParametrizedAttribute):
         # declared kind prints them: reading the parameters again (xDSL's ``parameters``
         # property, a getattr per field) was a third of printing GPT-3 175B's plan.
         kinds = _print_kinds(type(self))
-        if kinds is None:
-            self._print_parameters_read(printer)
-            return
         text = "<"
         for i, (key, kind, value) in enumerate(zip(self.FIELDS, kinds, self.values())):
             text += f"{', ' if i else ''}{key} = "
@@ -445,26 +442,6 @@ class RecordAttr(ParametrizedAttribute):
                 text = ""
             else:  # an integer, or an enum's word
                 text += str(value)
-        printer.print_string(text + ">")
-
-    def _print_parameters_read(self, printer: Printer) -> None:
-        """:meth:`print_parameters` field by field from the parameters (a record class with a
-        field of another declared kind: refused)."""
-        text = "<"
-        for i, (key, attr) in enumerate(zip(self.FIELDS, self.parameters)):
-            text += f"{', ' if i else ''}{key} = "
-            if isinstance(attr, EnumAttribute):
-                text += str(attr.data.value)
-            elif isinstance(attr, FloatData):
-                text += format_float(attr.data)
-            elif isinstance(attr, IntAttr):
-                text += str(attr.data)
-            elif isinstance(attr, StringAttr):
-                printer.print_string(text)
-                printer.print_string_literal(attr.data)
-                text = ""
-            else:
-                raise TypeError(f"unsupported record field attribute {attr}")
         printer.print_string(text + ">")
 
 
