@@ -655,6 +655,11 @@ def get_inputs(micro_batch_size: int, seq_len: int = SEQ_LEN):
 '''
 
 
+class ModelFileNotWritten(PhazeError):
+    """The model file of a run could not be written (a full disk, ``ulimit -f``): the tool's own
+    failure, which stops the run (one line, a non-zero exit), not a row's refusal."""
+
+
 def write_model_file(shape: Shape, directory: str | os.PathLike[str]) -> str:
     """Write the model file of ``shape`` into ``directory`` (``<name>.py``); its path."""
     path = os.path.join(os.fspath(directory), shape.name.replace(".", "_") + ".py")
@@ -662,7 +667,7 @@ def write_model_file(shape: Shape, directory: str | os.PathLike[str]) -> str:
         with open(path, "w", encoding="utf-8") as f:
             f.write(model_file_text(shape))
     except OSError as e:  # a full disk, a file-size limit (ulimit -f): one line, not a traceback
-        raise PhazeError(f"cannot write the model file of {shape.name} ({path}): {e.strerror or e}") from None
+        raise ModelFileNotWritten(f"cannot write the model file of {shape.name} ({path}): {e.strerror or e}") from None
     return path
 
 
@@ -888,7 +893,11 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     compilations = job.compilations
     start = time.perf_counter()
     try:
-        with tempfile.TemporaryDirectory(prefix="phaze-validate-") as tmp:
+        folder = tempfile.TemporaryDirectory(prefix="phaze-validate-")
+    except OSError as e:  # no writable temporary folder (a full disk, ulimit -f: tempfile probes by writing)
+        raise ModelFileNotWritten(f"cannot make a temporary folder for the model files: {e.strerror or e}") from None
+    try:
+        with folder as tmp:
             spec = load_model_file(write_model_file(job.shape, tmp))
             traced = trace_step(spec, job.micro_batch, job.shape.seq_len, training=True, dtype=job.shape.dtype)
         out.trace_s = time.perf_counter() - start
@@ -897,6 +906,8 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
         base = training_step(traced, opts, accelerator)
         del traced
         out.compile_s += time.perf_counter() - start
+    except ModelFileNotWritten:
+        raise  # this machine's failure, not the row's: the run stops
     except PhazeError as e:
         # A model that cannot be built or traced leaves its runs unpriced, each with the reason,
         # as a compilation that fails does: the other runs are priced.

@@ -313,10 +313,44 @@ def test_phaze_validate_json_and_stdout_on_a_full_device(tmp_path):
     assert _is_device(full, FULL)
 
 
+def test_phaze_validate_stops_in_one_line_where_it_cannot_write_its_model_files(tmp_path):
+    """No file can be written (``ulimit -f 0``): the temporary folder of the runs' model files
+    cannot be made, which stops phaze-validate in one line and exit status 1 (it was a
+    traceback; a model file that could not be written left the run "not priced" with exit 0:
+    the machine's failure, not the row's)."""
+    csv = ROOT / "tests" / "data" / "vtrain_single_sample.csv"
+    cmd = [sys.executable, "-m", "phaze.tools.phaze_validate", str(csv)]
+    r = subprocess.run(
+        [*cmd, "--hw", "a100", "-q", "--summary-only", "-j", "1", "--cache", str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        env={**_child_env(), "TMPDIR": str(tmp_path)},
+        timeout=600,
+        preexec_fn=_limit_file_size(0),
+    )
+    _one_line(r, "phaze-validate", "cannot make a temporary folder for the model files: ")
+    assert r.stdout == ""
+
+
+def test_a_model_file_not_written_stops_the_run_not_the_row(tmp_path, monkeypatch):
+    """A model file that cannot be written is raised out of the pricing (the run stops), where a
+    model that cannot be built leaves its rows unpriced."""
+    from phaze import validate as v
+
+    def cannot(shape, directory):
+        raise v.ModelFileNotWritten(f"cannot write the model file of {shape.name} (x): No space left on device")
+
+    monkeypatch.setattr(v, "write_model_file", cannot)
+    runs = v.read_runs(ROOT / "tests" / "data" / "vtrain_single_sample.csv")
+    settings = v.Settings(v.pricing_options("a100"), cache_dir=str(tmp_path), quiet=True)
+    with pytest.raises(v.ModelFileNotWritten, match="No space left on device"):
+        v.price_job(v.jobs_of(runs)[0], settings)
+
+
 def test_phaze_validate_s_model_file_that_cannot_be_written_is_one_line(tmp_path):
     """phaze-validate writes each run's GPT as a model file in a temporary folder; a full disk or
     ``ulimit -f`` there was an ``OSError`` traceback out of the worker (session 64's probe
-    round); now one line naming the file, which the run's note says ("not priced: ...")."""
+    round); now one line naming the file, which stops the run (below)."""
     from phaze import validate as v
 
     shape = v.read_runs(ROOT / "tests" / "data" / "vtrain_single_sample.csv")[0].shape
