@@ -111,12 +111,26 @@ class PartialOutput(PhazeError):
         return self.lines
 
 
+def _require_temporary_folder() -> None:
+    """A usable temporary folder, or one line before any work: importing torch writes there, and
+    without one (a full disk, ``ulimit -f 0``: ``tempfile`` probes each folder by writing) the
+    first import fails inside a library that goes on without it, and the model file's own
+    ``import torch`` then says only that torch cannot be initialized twice."""
+    import tempfile
+
+    try:
+        tempfile.gettempdir()
+    except OSError as e:
+        raise PhazeError(f"no usable temporary folder (TMPDIR): {e.strerror or e}") from None
+
+
 def exit_status(tool: str, debug: bool, body: Callable[[], object]) -> int:
     """Run a tool's ``body`` and say how it ended: 0; a :class:`PhazeError` as one line
     ``<tool>: error: ...`` and 1 (``debug``: raised, with its traceback), a
     :class:`PartialOutput` as one such line per output not written and :data:`PARTIAL`; Ctrl-C
     as ``<tool>: interrupted`` and 130."""
     try:
+        _require_temporary_folder()
         body()
     except PhazeError as e:
         if debug:

@@ -313,23 +313,25 @@ def test_phaze_validate_json_and_stdout_on_a_full_device(tmp_path):
     assert _is_device(full, FULL)
 
 
-def test_phaze_validate_stops_in_one_line_where_it_cannot_write_its_model_files(tmp_path):
-    """No file can be written (``ulimit -f 0``): the temporary folder of the runs' model files
-    cannot be made, which stops phaze-validate in one line and exit status 1 (it was a
-    traceback; a model file that could not be written left the run "not priced" with exit 0:
-    the machine's failure, not the row's)."""
-    csv = ROOT / "tests" / "data" / "vtrain_single_sample.csv"
-    cmd = [sys.executable, "-m", "phaze.tools.phaze_validate", str(csv)]
+@pytest.mark.parametrize("tool", ["phazec", "phaze_validate"])
+def test_no_usable_temporary_folder_is_one_line_before_the_work(tmp_path, tool):
+    """No file can be written (``ulimit -f 0``): no temporary folder is usable, said in one line
+    with exit status 1 before any work (phaze-validate's was a traceback where it made the
+    folder of its model files; phazec's said that torch cannot be initialized twice, torch's
+    first import having failed inside a library that went on)."""
+    args = [str(ROOT / "examples" / "mlp.py"), "--hw", "h100", "-o", str(tmp_path / "plan.mlir")]
+    if tool == "phaze_validate":
+        args = [str(ROOT / "tests" / "data" / "vtrain_single_sample.csv"), "--hw", "a100", "-j", "1"]
     r = subprocess.run(
-        [*cmd, "--hw", "a100", "-q", "--summary-only", "-j", "1", "--cache", str(tmp_path / "cache")],
+        [sys.executable, "-m", f"phaze.tools.{tool}", *args],
         capture_output=True,
         text=True,
         env={**_child_env(), "TMPDIR": str(tmp_path)},
         timeout=600,
         preexec_fn=_limit_file_size(0),
     )
-    _one_line(r, "phaze-validate", "cannot make a temporary folder for the model files: ")
-    assert r.stdout == ""
+    _one_line(r, tool.replace("_", "-"), "error: no usable temporary folder (TMPDIR): No usable temporary directory")
+    assert r.stdout == "" and not (tmp_path / "plan.mlir").exists()
 
 
 def test_a_model_file_not_written_stops_the_run_not_the_row(tmp_path, monkeypatch):
@@ -350,7 +352,7 @@ def test_a_model_file_not_written_stops_the_run_not_the_row(tmp_path, monkeypatc
 def test_phaze_validate_s_model_file_that_cannot_be_written_is_one_line(tmp_path):
     """phaze-validate writes each run's GPT as a model file in a temporary folder; a full disk or
     ``ulimit -f`` there was an ``OSError`` traceback out of the worker (session 64's probe
-    round); now one line naming the file, which stops the run (below)."""
+    round); now one line naming the file, which stops the run (the test above)."""
     from phaze import validate as v
 
     shape = v.read_runs(ROOT / "tests" / "data" / "vtrain_single_sample.csv")[0].shape
