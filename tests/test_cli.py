@@ -36,6 +36,11 @@ def test_phaze_opt_runs_a_pass_with_options(tmp_path):
     r = run_tool("phaze-opt", "-p", "phaze-group-layers", input=fwd.stdout)
     assert r.returncode == 0, r.stderr
     assert "#phaze.layer_info<index = 0" in r.stdout
+    # "-" is stdin, as mlir-opt reads it (it was a file named "-"), and stdin names its errors
+    dash = run_tool("phaze-opt", "-", "-p", "phaze-group-layers", input=fwd.stdout, cwd=tmp_path)
+    assert dash.returncode == 0 and dash.stdout == r.stdout, dash.stderr
+    cut = run_tool("phaze-opt", "-", input="builtin.module {\n", cwd=tmp_path)
+    assert cut.returncode == 1 and cut.stderr.startswith("stdin:2:1: error: "), cut.stderr
 
 
 def test_stdout_output_is_deterministic():

@@ -234,6 +234,10 @@ def check_pipeline_spec(spec: str | None, available: dict[str, Callable[[], type
             raise PhazeError(f"{one.name}: {option}={shown}: expected {expected}")
 
 
+#: The most bytes phaze-opt reads as its input (a file or stdin).
+_INPUT_LIMIT = 1 << 30
+
+
 class _BufferedOutput(io.StringIO):
     """An output stream that keeps what was written when xDSL's driver closes it."""
 
@@ -308,12 +312,19 @@ class PhazeOptMain(xDSLOptMain):
 
         self.available_frontends["mlir"] = parse_mlir
 
+    def get_input_name(self):
+        return "stdin" if self.args.input_file in (None, "-") else self.args.input_file
+
     def get_input_stream(self):
         # Only a regular file, of a bounded size, opened without blocking: a FIFO or /dev/zero
-        # as the input is one line, not a hang or a read until memory runs out.
-        if self.args.input_file is None:
-            return super().get_input_stream()
-        data = read_regular(self.args.input_file, 1 << 30, ".mlir file")
+        # as the input is one line, not a hang or a read until memory runs out.  "-" is stdin,
+        # as mlir-opt reads it; stdin too is read up to the bound.
+        if self.args.input_file in (None, "-"):
+            data = sys.stdin.buffer.read(_INPUT_LIMIT + 1)
+            if len(data) > _INPUT_LIMIT:
+                raise PhazeError(f"stdin: holds more than the {_INPUT_LIMIT >> 30} GiB an .mlir input may hold")
+            return io.BytesIO(data), "mlir"
+        data = read_regular(self.args.input_file, _INPUT_LIMIT, ".mlir file")
         return io.BytesIO(data), os.path.splitext(self.args.input_file)[1].replace(".", "")
 
     def prepare_output(self):
