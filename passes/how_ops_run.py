@@ -208,6 +208,11 @@ def overlap_latencies(module: ModuleOp, acc, pass_name: str) -> list[tuple[Opera
     ``phaze-estimate-latency`` writes."""
     tp = keys.int_of(module, keys.TP_WIDTH, 1)
     sms = sm_count(acc, pass_name)
+    # Transformer Engine launches the GEMMs of its pipeline and bulk overlaps without the
+    # communication's SMs (tp_overlap.py); torch's micro-pipelined TP (torchtitan's async TP,
+    # the compiled runtime's) keeps every SM for its GEMMs.
+    runtime = module.attributes.get(keys.KERNELS)
+    margin = not (isinstance(runtime, StringAttr) and runtime.data == "inductor")
     budget: dict[int, float] = {}  # seconds of each GEMM not yet hiding a collective
     out: list[tuple[Operation, dict[str, float | str]]] = []
     for o, method, gemms in overlapped(step_function(module)):
@@ -216,7 +221,7 @@ def overlap_latencies(module: ModuleOp, acc, pass_name: str) -> list[tuple[Opera
             beside += budget.setdefault(id(g), _split(g))
         lat = keys.require(o, keys.LATENCY, LatencyAttr).as_dict()
         comm = float(lat["split_s"])
-        added = added_s(method, comm, beside, tp, sms)
+        added = added_s(method, comm, beside, tp, sms, margin)
         hidden = comm - added if added < comm else 0.0
         for g in gemms:  # the time it hid is no longer free beside these GEMMs
             take = min(budget[id(g)], hidden)

@@ -24,10 +24,19 @@ def test_methods_worked_by_hand():
     # max(1, 1 + 1/132), so 1 + 3 x (1 + 1/132) = 4 + 3/132 s against the GEMM's 4.
     assert math.isclose(added_s("ring_exchange", 3.0, 4.0, 4, sms), 3 / 132)
     # pipeline: 4 chunks of 1 s, each chunk's reduce-scatter (0.5 s, 16 SMs) beside the next,
-    # the last alone: 1 + 3 x (1 + 16/132 x 0.5) + 0.5 - 4.
-    assert math.isclose(added_s("pipeline", 2.0, 4.0, 4, sms), 1 + 3 * (1 + 16 / 132 * 0.5) + 0.5 - 4)
-    # bulk: the whole 2 s beside the whole 4 s GEMM on 16 SMs.
-    assert math.isclose(added_s("bulk", 2.0, 4.0, 4, sms), 16 / 132 * 2)
+    # the last alone; TE launches every chunk on 132 - 16 SMs (set_sm_margin), so a chunk takes
+    # 132/116 s whether a hop runs beside it or not: 4 x 132/116 + 0.5 - 4.
+    assert math.isclose(added_s("pipeline", 2.0, 4.0, 4, sms), 4 * 132 / 116 + 0.5 - 4)
+    # Without the margin (torch's micro-pipelined TP) a chunk shares its SMs only while a hop
+    # runs: 1 + 3 x (1 + 16/132 x 0.5) + 0.5 - 4.
+    assert math.isclose(added_s("pipeline", 2.0, 4.0, 4, sms, False), 1 + 3 * (1 + 16 / 132 * 0.5) + 0.5 - 4)
+    # bulk: the whole 2 s beside the whole 4 s GEMM, the GEMM on 116 SMs: 4 x 132/116 - 4;
+    # without the margin, 16/132 of the collective's 2 s.
+    assert math.isclose(added_s("bulk", 2.0, 4.0, 4, sms), 4 * 132 / 116 - 4)
+    assert math.isclose(added_s("bulk", 2.0, 4.0, 4, sms, False), 16 / 132 * 2)
+    # The margin costs the GEMM its SMs' share however short the collective beside it.
+    assert added_s("bulk", 1e-9, 4.0, 4, sms) == pytest.approx(4 * 16 / 116)
+    assert added_s("ring_exchange", 3.0, 4.0, 4, sms, False) == added_s("ring_exchange", 3.0, 4.0, 4, sms)
     # Longer than its GEMM, a collective shows what the GEMM cannot hide.
     assert added_s("bulk", 6.0, 4.0, 4, sms) == pytest.approx(2.0)
     assert added_s("ring_exchange", 3.0, 0.0, 4, sms) == 3.0  # no GEMM beside it
@@ -94,6 +103,21 @@ def test_the_pass_hides_sequence_parallel_collectives_behind_their_gemms():
         OverlapTensorParallelPass().apply(Context(), parse_module(_latency_text(True)))
 
 
+def test_the_sm_margin_costs_what_its_share_of_the_sms_does():
+    """TE's SM margin (pipeline, bulk): a GEMM confined to sms - 16 SMs; the cost grows with the
+    GEMM's time and the communication's share of the SMs, never below the contention rule's,
+    and is g x 16/(sms - 16) while the collective hides behind the confined GEMM."""
+    for method in ("pipeline", "bulk"):
+        costs = [added_s(method, 0.1, g, 8, 132) for g in (1.0, 2.0, 4.0, 8.0)]
+        assert costs == sorted(costs) and costs[0] > 0
+        assert added_s(method, 0.1, 4.0, 8, 132) > added_s(method, 0.1, 4.0, 8, 264)  # more SMs, less share
+        for c, g in ((0.1, 4.0), (2.0, 4.0), (6.0, 4.0), (3.0, 0.5)):
+            assert added_s(method, c, g, 8, 132) >= added_s(method, c, g, 8, 132, False) - 1e-15
+    assert added_s("bulk", 0.1, 4.0, 8, 132) == pytest.approx(4.0 * 16 / 116)
+    # pipeline: the last hop (0.1 / 4) after the 4 confined chunks
+    assert added_s("pipeline", 0.1, 4.0, 8, 132) == pytest.approx(4.0 * 16 / 116 + 0.1 / 4)
+
+
 def test_overlap_worked_by_hand():
     """The latencies of tests/filecheck/overlap_tensor_parallel.mlir (worked by hand there): what
     each overlapped collective adds to its GEMMs, as phaze-estimate-latency writes it."""
@@ -109,7 +133,7 @@ def test_overlap_worked_by_hand():
         str(o.results[0].name_hint): new["split_s"]
         for o, new in overlap_latencies(module, module_accelerator(module, "t"), "t")
     }
-    assert got == pytest.approx({"ag": 0.0625e-6, "rs": 1.25e-6, "bg": 1e-6}, rel=1e-12)
+    assert got == pytest.approx({"ag": 0.0625e-6, "rs": 4.5e-6, "bg": 1e-6}, rel=1e-12)
 
 
 def test_the_pass_needs_sequence_parallelism():

@@ -16,12 +16,20 @@ with the GEMM beside it, by one of three methods (``initialize_ub`` in
   launched without (``set_sm_margin``).
 - ``bulk`` (the backward's all-gather of the saved input for the weight gradient, beside the
   input-gradient GEMM; the reduce-scatter of the input gradient, beside the weight-gradient
-  GEMM): the whole collective beside the whole GEMM, on 16 SMs.
+  GEMM): the whole collective beside the whole GEMM, on 16 SMs, the GEMM without them
+  (``set_sm_margin``).
 
 A collective of c seconds beside GEMMs of g seconds, split in n steps of x = g/n beside hops of
 r, ends as the overlapped DP collectives and the CP ring do (docs/design.md §6.5, §6.8a): each
 hop beside a step ends at max(r, x + f·min(r, x)), f the share of the chip's SMs the
-collective holds. What the collective adds to the GEMMs is that end less g (never below 0).
+collective holds. Where TE sets an SM margin (``set_sm_margin``, the default of ``pipeline``
+and ``bulk``: ``get_default_config`` in ``initialize_ub``) every GEMM chunk of the overlap is
+launched on the chip's SMs less the communication's (``_math_sms = sm_count - num_comm_sm`` in
+``CommOverlapCore``, ``transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp``, and
+``nvte_cublas_gemm(..., _math_sms, ...)`` in ``bulk_overlap`` and ``split_overlap_rs``, TE 2.20,
+d0067d0), whether a hop runs beside it or not: a step takes x / (1 − f) and a hop beside it
+ends at max(r, x / (1 − f)) (the communication on SMs of its own, nothing more shared). What
+the collective adds to the GEMMs is that end less g (never below 0).
 """
 
 from __future__ import annotations
@@ -38,19 +46,21 @@ class Method:
     """How TE overlaps one collective with its GEMM: ``splits`` (0: the TP width, one chunk per
     rank), ``sms`` (the SMs its communication holds), ``last_alone`` (the last chunk's
     collective runs after the last GEMM chunk), ``bulk`` (no chunks: the whole collective
-    beside the whole GEMM)."""
+    beside the whole GEMM), ``sm_margin`` (TE's ``set_sm_margin``: the GEMM chunks launched
+    without the communication's SMs, for their whole time)."""
 
     splits: int
     sms: int
     last_alone: bool = False
     bulk: bool = False
+    sm_margin: bool = False
 
 
 #: TE 2.20's defaults (``get_default_config`` in ``initialize_ub``).
 METHODS = {
     "ring_exchange": Method(splits=0, sms=1),
-    "pipeline": Method(splits=4, sms=16, last_alone=True),
-    "bulk": Method(splits=1, sms=16, bulk=True),
+    "pipeline": Method(splits=4, sms=16, last_alone=True, sm_margin=True),
+    "bulk": Method(splits=1, sms=16, bulk=True, sm_margin=True),
 }
 
 
@@ -67,20 +77,29 @@ def method_of(kind: str, phase: str, feeds_gemm: bool) -> str:
     return "bulk"
 
 
-def added_s(method: str, comm_s: float, gemm_s: float, tp: int, sms: int) -> float:
+def added_s(method: str, comm_s: float, gemm_s: float, tp: int, sms: int, sm_margin: bool = True) -> float:
     """What a collective of ``comm_s`` seconds overlapped by ``method`` adds to its GEMMs of
-    ``gemm_s`` seconds, on a chip of ``sms`` SMs at TP width ``tp`` (module docstring)."""
+    ``gemm_s`` seconds, on a chip of ``sms`` SMs at TP width ``tp`` (module docstring).
+    ``sm_margin=False``: an overlap that launches its GEMMs on every SM (torch's micro-pipelined
+    TP), the method's margin ignored."""
     if comm_s <= 0:
         return 0.0
     m = METHODS[method]
     share = m.sms / sms
     if gemm_s <= 0:
         return comm_s  # nothing beside it
+    margin = sm_margin and m.sm_margin and share < 1.0
+
+    def step(r: float, x: float) -> float:
+        """A hop of r beside a GEMM step of x: its end."""
+        return max(r, x / (1.0 - share)) if margin else max(r, x + share * min(r, x))
+
     if m.bulk:
-        return max(comm_s, gemm_s + share * min(comm_s, gemm_s)) - gemm_s
+        return max(0.0, step(comm_s, gemm_s) - gemm_s)
     n = m.splits or tp
     x = gemm_s / n
     hops = n if m.last_alone else n - 1
     r = comm_s / max(1, hops)
-    end = x + (n - 1) * max(r, x + share * min(r, x)) + (r if m.last_alone else 0.0)
+    first = x / (1.0 - share) if margin else x
+    end = first + (n - 1) * step(r, x) + (r if m.last_alone else 0.0)
     return max(0.0, end - gemm_s)

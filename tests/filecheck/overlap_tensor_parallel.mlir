@@ -12,16 +12,19 @@
 // its GEMMs).  Worked by hand from the latencies written below (tests/test_tp_overlap.py,
 // test_overlap_worked_by_hand), Transformer Engine's methods
 // (passes/algorithms/tp_overlap.py): a hop of r beside a GEMM step of x ends at
-// max(r, x + f min(r, x)), f the share of the SMs the collective holds.
+// max(r, x + f min(r, x)), f the share of the SMs the collective holds; where TE sets an SM
+// margin (pipeline, bulk) every GEMM step runs on the SMs less the collective's, x / (1 - f),
+// and a hop beside it ends at max(r, x / (1 - f)).
 //   %ag  forward all-gather (2 us) of the input of %a (4 us, reads the weight %w; through a
 //        view): ring exchange, t = 2 chunks of 2 us, one hop of 2 us, f = 1/32:
 //        2 + max(2, 2 + 2/32) - 4 = 0.0625 us added.  It hides 1.9375 us of %a.
-//   %rs  forward reduce-scatter (2 us) of %b's output (4 us): pipeline, 4 chunks of 1 us, 4 hops
-//        of 0.5 us, the last alone, f = 16/32: 1 + 3 max(0.5, 1 + 0.5 * 0.5) + 0.5 - 4 = 1.25 us.
+//   %rs  forward reduce-scatter (2 us) of %b's output (4 us): pipeline, 4 chunks of 1 us on 16 of
+//        the 32 SMs (2 us each), 4 hops of 0.5 us, the last alone, f = 16/32:
+//        2 + 3 max(0.5, 2) + 0.5 - 4 = 4.5 us.
 //   %bg  backward all-gather (2 us) of the saved input, read by the weight-gradient GEMM %dw
-//        (1 us, no weight operand): bulk, f = 16/32: max(2, 1 + 0.5 * 1) - 1 = 1 us.
+//        (1 us, no weight operand): bulk, f = 16/32: max(2, 1 / 0.5) - 1 = 1 us.
 //   %ar  an all-reduce (TE overlaps none): unchanged.
-// phaze.layer_latency: forward 0.0625 + 4 + 4 + 1.25 = 9.3125 us; backward 1 + 1 + 3 = 5 us.
+// phaze.layer_latency: forward 0.0625 + 4 + 4 + 4.5 = 12.5625 us; backward 1 + 1 + 3 = 5 us.
 
 builtin.module attributes {phaze.target = @acc, phaze.tp_width = 2 : i64, phaze.sequence_parallel} {
   phaze.accelerator @acc {name = "toy", clock_hz = 1.000000e+09 : f64, bytes_per_element = 2 : i64, tensor_cores = {count = 2 : i64, pe_x = 4 : i64, pe_y = 4 : i64, buffer_bytes = 256 : i64}, vector_cores = {count = 2 : i64, width = 4 : i64, buffer_bytes = 64 : i64}, global_buffer = {bytes = 4096 : i64, bandwidth_Bps = 6.400000e+10 : f64}, hbm = {bytes = 1073741824 : i64, bandwidth_Bps = 1.600000e+10 : f64}, calibration = {wave_tile_m = 4 : i64, wave_tile_n = 4 : i64, wave_units = 32 : i64}, network = [{name = "tray", group_size = 4 : i64, bandwidth_Bps = 1.000000e+09 : f64, latency_s = 1.000000e-06 : f64}, {name = "pod", group_size = 64 : i64, bandwidth_Bps = 5.000000e+08 : f64, latency_s = 2.000000e-06 : f64}]}
