@@ -299,6 +299,7 @@ class _Deepener:
         constants = 0
         layer_key, module_key = keys.LAYER, keys.MODULE
         compute_index: dict[Operation, int] = {}
+        made: dict[Any, Attribute] = {}  # each block's layer and module paths, built once
         fused = _FusedNames(op for s in self.body for op in s.items)
         for op, k in _order(self.body, self.runs, arg_runs, blocks):
             attrs = dict(op.attributes)
@@ -308,10 +309,14 @@ class _Deepener:
             if isinstance(layer, IntegerAttr):
                 new_layer = self.layer(layer.value.data, k)
                 if new_layer != layer.value.data:
-                    attrs[layer_key] = IntegerAttr(new_layer, layer.type)
+                    if (got := made.get(new_layer)) is None:
+                        got = made[new_layer] = IntegerAttr(new_layer, layer.type)
+                    attrs[layer_key] = got
             module = attrs.get(module_key)
             if k is not None and _src(k, blocks) != k and isinstance(module, StringAttr):
-                attrs[module_key] = StringAttr(_renamed(module.data, self.prefix, _src(k, blocks), k))
+                if (got := made.get((module, k))) is None:
+                    got = made[module, k] = StringAttr(_renamed(module.data, self.prefix, _src(k, blocks), k))
+                attrs[module_key] = got
             kernel = attrs.get(keys.KERNEL)
             if isinstance(kernel, RecordAttr):
                 first = self.compute[int(kernel.get("id"))]

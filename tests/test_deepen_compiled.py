@@ -26,7 +26,8 @@ def _model(tmp_path, name: str, blocks: int = DEEPEN_FROM) -> str:
 
 
 @pytest.mark.parametrize(
-    ("name", "kernels", "tp", "sp"), [("gpt2", "eager", 2, True), ("llama", "ops", 1, False), ("llama", "eager", 2, True)]
+    ("name", "kernels", "tp", "sp"),
+    [("gpt2", "eager", 2, True), ("llama", "ops", 1, False), ("llama", "eager", 2, True)],
 )
 def test_the_deepened_compile_is_the_whole_models(tmp_path, name, kernels, tp, sp):
     """12 blocks (7 copies of the template), micro-batch 2: the plan module's bytes equal."""
