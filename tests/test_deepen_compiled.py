@@ -78,3 +78,21 @@ def test_a_module_not_of_five_blocks_is_refused(tmp_path):
         deepen_compiled(six, six, 12)
     with pytest.raises(CannotDeepen, match="cannot deepen"):
         deepen_compiled(six, six, 3)
+
+
+def test_the_drivers_one_point_plan_is_compiled_from_the_cut(tmp_path, monkeypatch):
+    """``driver.compile_model`` with one point (the architecture search's winner): the plan
+    compiled from the cut step, the same bytes and candidates as compiled from the whole trace."""
+    from phaze import driver
+    from phaze_ir.ir import print_module
+
+    path = _model(tmp_path, "gpt2")
+    opts = Options(hw="a100", devices=8, global_batch=16, micro_batches=(2,), tp_widths=(2,), sequence_parallel="on")
+    said: list[str] = []
+    fast, fast_points = driver.compile_model(path, opts, said.append)
+    assert any("cut to 5 and 6 blocks" in m for m in said)
+    monkeypatch.setattr(driver, "_one_point_from_cut", lambda *a: None)
+    said.clear()
+    slow, slow_points = driver.compile_model(path, opts, said.append)
+    assert any("deepened from 5 blocks" in m for m in said)
+    assert print_module(fast) == print_module(slow) and fast_points == slow_points
