@@ -236,16 +236,24 @@ class _Deepener:
     def resolve(self, v: SSAValue, k: int | None) -> SSAValue:
         """The copy of ``v`` that block ``k``'s copy (None: an outside item) reads."""
         if v not in self.place:
-            return self.new[v, None]
+            return self.copied(self.new, v, None)
         r, i, kk = self.relative(self.place[v], k)
-        return self.new[self.runs[r][_src(kk, self.blocks)].values[i], kk]
+        return self.copied(self.new, self.runs[r][_src(kk, self.blocks)].values[i], kk)
+
+    @staticmethod
+    def copied(new: dict, item: Any, k: int | None) -> Any:
+        """The copy of ``item`` for block ``k``, which must come before what reads it."""
+        got = new.get((item, k))
+        if got is None:
+            raise CannotDeepen(f"{getattr(item, 'name_hint', None) or item} is read before its copy")
+        return got
 
     def resolve_op(self, op: Operation, k: int | None) -> Operation:
         """The copy of ``op`` that block ``k``'s copy (None: an outside item) refers to."""
         if op not in self.op_place:
-            return self.new_op[op, None]
+            return self.copied(self.new_op, op, None)
         r, i, kk = self.relative(self.op_place[op], k)
-        return self.new_op[self.runs[r][_src(kk, self.blocks)].items[i], kk]
+        return self.copied(self.new_op, self.runs[r][_src(kk, self.blocks)].items[i], kk)
 
     def relative(self, where: tuple[int, int, int], k: int | None) -> tuple[int, int, int]:
         """(run, position, block of the copy) of the item at ``where`` that block ``k``'s copy
