@@ -410,20 +410,29 @@ def _compile_model(
         start = time.perf_counter()
         seq_len = traced_seq_len(point_opts)
         whole = point_opts.seq_len if c > 1 else None  # a CP part of a sample: the whole one is checked
+        how = {"training": training, "dtype": point_opts.dtype, "fp8_recipe": point_opts.fp8}
+        points = tp_points(point_opts, tp_widths)
+        # One point of a plan (the architecture search's winner): compiled from the model cut
+        # to 5 and 6 blocks and deepened when that is the whole step's module (design §2.1.5)
+        from_cut = _one_point_from_cut(spec, b, seq_len, how, whole, points, point_opts, accelerator) if sweep else None
+        check: Callable[[], bool] = _always
         with whole_sequence(whole):
-            how = {"training": training, "dtype": point_opts.dtype, "fp8_recipe": point_opts.fp8}
-            if check_later:
+            if from_cut is not None:
+                traced = None
+            elif check_later:
                 traced, check = trace_step_checked_later(spec, b, seq_len, **how)
             else:
-                traced, check = trace_step(spec, b, seq_len, **how), (lambda: True)
+                traced = trace_step(spec, b, seq_len, **how)
 
         def holds(check=check, whole=whole) -> bool:  # the check trace may run later, here
             with whole_sequence(whole):
                 return check()
 
         seconds["trace"] += time.perf_counter() - start
-        log(traced_line(traced))
-        points = tp_points(point_opts, tp_widths)
+        if traced is not None:
+            log(traced_line(traced))
+        else:
+            log("compiled the model cut to 5 and 6 blocks, deepened to all of them")
         # The training step before sharding is the same at every TP width: import it and run
         # the training passes once per micro-batch, and give each point a copy.
         shared: ModuleOp | None = None
@@ -443,7 +452,9 @@ def _compile_model(
                 log(f"{where}: does not fit: {note}")
                 continue
             try:
-                if shared is not None:
+                if from_cut is not None:
+                    module = from_cut
+                elif shared is not None:
                     step = copy_for(shared, k, len(points))
                     module = compile_from(step, "training", stage, t, point_opts, sp, verify=not sweep)
                 else:
@@ -473,6 +484,36 @@ def _compile_model(
                 fallback = fallback or module
         _confirm(holds)
     return chosen_point(best[1] if best is not None else None, fallback, candidates, opts)
+
+
+def _always() -> bool:
+    return True
+
+
+def _one_point_from_cut(spec, b: int, seq_len, how: dict, whole, points, opts: Options, accelerator) -> ModuleOp | None:
+    """The plan module of the only point of micro-batch ``b`` compiled from the model cut to 5
+    and 6 blocks (:func:`phaze.deepen_compiled.compile_from_cut`, not verified: the sweep verifies
+    the plan it chooses), or None: more than one point, no replica fits, the model is not cut
+    (:func:`phaze_ir.frontend.deepen.trace_cut`), the deepened module is not the whole step's,
+    or compiling raised (the whole trace's compilation then says why, as it always did)."""
+    from phaze.deepen_compiled import compile_from_cut
+    from phaze_ir.frontend.deepen import trace_cut
+    from phaze_ir.frontend.trace import whole_sequence
+
+    if len(points) != 1:
+        return None
+    t, sp = points[0]
+    if context_parallel_degree(opts) > 1 and t * context_parallel_degree(opts) > opts.devices:
+        return None
+    with whole_sequence(whole):
+        cut = trace_cut(spec, b, seq_len, **how)
+    if cut is None:
+        return None
+    try:
+        module = compile_from_cut(cut, t, opts, accelerator, sp, verify=False)
+    except PhazeError:
+        return None
+    return module
 
 
 def _confirm(holds: Callable[[], bool]) -> None:

@@ -499,20 +499,30 @@ def samples_per_s(x: float) -> str:
 
 def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> ModuleOp:
     """``point`` compiled from the whole model through the pipeline to its plan (its schedules
-    are the settings', from the cache)."""
+    are the settings', from the cache): from the model cut to 5 and 6 blocks, compiled and
+    deepened (:func:`phaze.deepen_compiled.compile_from_cut`), when that is the same module,
+    else from the whole model's trace."""
+    from phaze.deepen_compiled import compile_from_cut
     from phaze_ir.frontend import trace_step
+    from phaze_ir.frontend.deepen import CUT, trace_cut
     from phaze_ir.frontend.trace import whole_sequence
 
     where = point_label(point.micro_batch, point.tp, point.sequence_parallel, point.context_parallel)
     log(f"compiling the best point ({where}) from the whole model")
     start = time.perf_counter()
     whole = opts.seq_len if context_parallel_degree(opts) > 1 else None  # a CP part of a sample
+    how = {"training": True, "dtype": opts.dtype, "fp8_recipe": opts.fp8}
     with whole_sequence(whole):
-        traced = trace_step(
-            spec, point.micro_batch, traced_seq_len(opts), training=True, dtype=opts.dtype, fp8_recipe=opts.fp8
-        )
-    log(traced_line(traced))
-    module = compile_module(traced, "plan", point.tp, opts, acc, point.sequence_parallel)  # verified
+        cut = trace_cut(spec, point.micro_batch, traced_seq_len(opts), **how)
+    # the step cut to 5 and 6 blocks compiled, deepened to all of them (the same bytes)
+    module = None if cut is None else compile_from_cut(cut, point.tp, opts, acc, point.sequence_parallel)
+    if module is not None and cut is not None and cut.blocks is not None:
+        log(f"compiled the model cut to {CUT} and {CUT + 1} blocks, deepened to {cut.blocks[1]}")
+    else:
+        with whole_sequence(whole):
+            traced = trace_step(spec, point.micro_batch, traced_seq_len(opts), **how)
+        log(traced_line(traced))
+        module = compile_module(traced, "plan", point.tp, opts, acc, point.sequence_parallel)  # verified
     seconds["winner"] += time.perf_counter() - start
     log(f"built {sum(1 for _ in module.walk())} ops in {time.perf_counter() - start:.1f} s")
     return module

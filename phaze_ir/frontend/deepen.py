@@ -609,3 +609,28 @@ def _send_view(trace: Callable[[], TracedGraph], sent: Any) -> None:
         answer = None
     sent.send(answer)
     sent.close()
+
+
+def trace_cut(
+    spec: Any,
+    micro_batch_size: int = 1,
+    seq_len: int | None = None,
+    training: bool = True,
+    dtype: str = "float16",
+    fp8_recipe: Any = None,
+) -> TracedGraph | None:
+    """The step cut to ``CUT`` blocks, when :func:`trace_step` would deepen it: the model has at
+    least ``DEEPEN_FROM`` blocks, the cut step deepens, and deepened to ``CUT + 1`` blocks it
+    is what the model cut to ``CUT + 1`` blocks traces to (the same check, traced here).  None
+    otherwise: then :func:`trace_step` traces the step (whole)."""
+    how = (dtype, fp8_recipe)
+    cut = _traced(spec, micro_batch_size, seq_len, training, how, CUT)
+    if cut.blocks is None or cut.blocks[1] < DEEPEN_FROM:
+        return None
+    try:
+        expected = importer_view(deepen(cut, CUT + 1))
+    except ValueError:
+        return None
+    if importer_view(_traced(spec, micro_batch_size, seq_len, training, how, CUT + 1)) != expected:
+        return None
+    return cut
