@@ -46,6 +46,7 @@ from phaze_ir.errors import PhazeError
 from phaze_ir.files import si_count
 
 if TYPE_CHECKING:
+    from phaze_ir.frontend.trace import TracedGraph
     from phaze_ir.hardware import Accelerator
 
 
@@ -414,11 +415,17 @@ def _compile_model(
         points = tp_points(point_opts, tp_widths)
         # One point of a plan (the architecture search's winner): compiled from the model cut
         # to 5 and 6 blocks and deepened when that is the whole step's module (design §2.1.5)
-        from_cut = _one_point_from_cut(spec, b, seq_len, how, whole, points, point_opts, accelerator) if sweep else None
+        from_cut, uncut = (
+            _one_point_from_cut(spec, b, seq_len, how, whole, points, point_opts, accelerator)
+            if sweep
+            else (None, None)
+        )
         check: Callable[[], bool] = _always
         with whole_sequence(whole):
             if from_cut is not None:
                 traced = None
+            elif uncut is not None:  # a model with nothing to cut, traced once
+                traced = uncut
             elif check_later:
                 traced, check = trace_step_checked_later(spec, b, seq_len, **how)
             else:
@@ -490,30 +497,36 @@ def _always() -> bool:
     return True
 
 
-def _one_point_from_cut(spec, b: int, seq_len, how: dict, whole, points, opts: Options, accelerator) -> ModuleOp | None:
-    """The plan module of the only point of micro-batch ``b`` compiled from the model cut to 5
-    and 6 blocks (:func:`phaze.deepen_compiled.compile_from_cut`, not verified: the sweep verifies
-    the plan it chooses), or None: more than one point, no replica fits, the model is not cut
-    (:func:`phaze_ir.frontend.deepen.trace_cut`), the deepened module is not the whole step's,
-    or compiling raised (the whole trace's compilation then says why, as it always did)."""
+def _one_point_from_cut(
+    spec, b: int, seq_len, how: dict, whole, points, opts: Options, accelerator
+) -> tuple[ModuleOp | None, TracedGraph | None]:
+    """``(module, None)``: the plan module of the only point of micro-batch ``b`` compiled from
+    the model cut to 5 and 6 blocks (:func:`phaze.deepen_compiled.compile_from_cut`, not
+    verified: the sweep verifies the plan it chooses); ``(None, step)``: a model with nothing to
+    cut, its whole step as traced; ``(None, None)``: more than one point, no replica fits, the
+    model is not cut (:func:`phaze_ir.frontend.deepen.trace_cut`), the deepened module is not
+    the whole step's, or compiling raised (the whole trace's compilation then says why, as it
+    always did)."""
     from phaze.deepen_compiled import compile_from_cut
     from phaze_ir.frontend.deepen import trace_cut
     from phaze_ir.frontend.trace import whole_sequence
 
     if len(points) != 1:
-        return None
+        return None, None
     t, sp = points[0]
     if context_parallel_degree(opts) > 1 and t * context_parallel_degree(opts) > opts.devices:
-        return None
+        return None, None
     with whole_sequence(whole):
         cut = trace_cut(spec, b, seq_len, **how)
     if cut is None:
-        return None
+        return None, None
+    if cut.blocks is None:  # nothing to cut: the whole step
+        return None, cut
     try:
         module = compile_from_cut(cut, t, opts, accelerator, sp, verify=False)
     except PhazeError:
-        return None
-    return module
+        return None, None
+    return module, None
 
 
 def _confirm(holds: Callable[[], bool]) -> None:

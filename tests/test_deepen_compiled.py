@@ -91,8 +91,25 @@ def test_the_drivers_one_point_plan_is_compiled_from_the_cut(tmp_path, monkeypat
     said: list[str] = []
     fast, fast_points = driver.compile_model(path, opts, said.append)
     assert any("cut to 5 and 6 blocks" in m for m in said)
-    monkeypatch.setattr(driver, "_one_point_from_cut", lambda *a: None)
+    monkeypatch.setattr(driver, "_one_point_from_cut", lambda *a: (None, None))
     said.clear()
     slow, slow_points = driver.compile_model(path, opts, said.append)
     assert any("deepened from 5 blocks" in m for m in said)
     assert print_module(fast) == print_module(slow) and fast_points == slow_points
+
+
+def test_a_model_with_nothing_to_cut_is_traced_once(tmp_path, monkeypatch):
+    """A model of no more than ``CUT`` blocks: the trace at ``CUT`` blocks is its whole step
+    (``blocks`` None), which the winner's compilation takes, not tracing it again."""
+    from phaze import driver
+    from phaze_ir.frontend import deepen as deepen_module
+
+    path = _model(tmp_path, "gpt2", blocks=3)
+    whole = trace_cut(load_model_file(path), 2)
+    assert whole is not None and whole.blocks is None
+    traces = []
+    real = deepen_module._traced
+    monkeypatch.setattr(deepen_module, "_traced", lambda *a: traces.append(a[-1]) or real(*a))
+    opts = Options(hw="a100", devices=8, global_batch=16, micro_batches=(2,), tp_widths=(1,))
+    driver.compile_model(path, opts, lambda m: None)
+    assert traces == [CUT]  # one trace, at the cut's blocks: nothing was cut

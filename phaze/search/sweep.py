@@ -514,13 +514,17 @@ def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> 
     how = {"training": True, "dtype": opts.dtype, "fp8_recipe": opts.fp8}
     with whole_sequence(whole):
         cut = trace_cut(spec, point.micro_batch, traced_seq_len(opts), **how)
+    traced = None
+    if cut is not None and cut.blocks is None:  # a model with nothing to cut: its whole step
+        traced, cut = cut, None
     # the step cut to 5 and 6 blocks compiled, deepened to all of them (the same bytes)
     module = None if cut is None else compile_from_cut(cut, point.tp, opts, acc, point.sequence_parallel)
     if module is not None and cut is not None and cut.blocks is not None:
         log(f"compiled the model cut to {CUT} and {CUT + 1} blocks, deepened to {cut.blocks[1]}")
     else:
-        with whole_sequence(whole):
-            traced = trace_step(spec, point.micro_batch, traced_seq_len(opts), **how)
+        if traced is None:
+            with whole_sequence(whole):
+                traced = trace_step(spec, point.micro_batch, traced_seq_len(opts), **how)
         log(traced_line(traced))
         module = compile_module(traced, "plan", point.tp, opts, acc, point.sequence_parallel)  # verified
     seconds["winner"] += time.perf_counter() - start

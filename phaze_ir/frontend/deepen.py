@@ -621,11 +621,15 @@ def trace_cut(
 ) -> TracedGraph | None:
     """The step cut to ``CUT`` blocks, when :func:`trace_step` would deepen it: the model has at
     least ``DEEPEN_FROM`` blocks, the cut step deepens, and deepened to ``CUT + 1`` blocks it
-    is what the model cut to ``CUT + 1`` blocks traces to (the same check, traced here).  None
+    is what the model cut to ``CUT + 1`` blocks traces to (the same check, traced here).  A
+    model with no more than ``CUT`` repeated blocks (or none) is not cut: its whole step, as
+    :func:`trace_step` traces it (``blocks`` None), so that a small model is traced once.  None
     otherwise: then :func:`trace_step` traces the step (whole)."""
     how = (dtype, fp8_recipe)
     cut = _traced(spec, micro_batch_size, seq_len, training, how, CUT)
-    if cut.blocks is None or cut.blocks[1] < DEEPEN_FROM:
+    if cut.blocks is None:  # nothing to cut (trace_model's _cut_blocks): the whole step
+        return cut
+    if cut.blocks[1] < DEEPEN_FROM:
         return None
     try:
         expected = importer_view(deepen(cut, CUT + 1))
