@@ -11,10 +11,11 @@ takes them in its own order, so its log, cache entries and plan are those of the
 children.  Not the CPU time: the same work, on other cores.
 
 When the sweep takes a child's answer, and when not: only when the child prepared exactly the
-question the sweep asks (the micro-batch, the TP widths, the same options) and said no warning
-(a warning is the sweep's to say, once, in order); a child that failed, warned, was asked
-other widths (a width the first micro-batch found unshardable) or cannot be forked leaves the
-question to the sweep, which prepares it itself as without children, its errors raised there.
+question the sweep asks (the micro-batch, the same options, the TP widths: or more widths, when
+the first micro-batch found the model's shapes refuse the others and the child's answer refused
+them alike, which are then left out of it) and said no warning (a warning is the sweep's to say,
+once, in order); a child that failed, warned, was asked other widths or cannot be forked leaves
+the question to the sweep, which prepares it itself as without children, its errors raised there.
 Children are forked only as ``_CheckTrace`` forks its check trace (``phaze_ir/frontend/deepen``):
 on a platform with ``fork``, this process running one thread (a lock another thread holds
 stays held in a child) and no training step traced yet (autograd cannot run in a child forked
@@ -91,12 +92,15 @@ class SettingsBeside:
             got = answer.recv()
         except (EOFError, OSError):  # the child died (its error, if any, is raised here again)
             got = None
-        if got is None or asked != job:
+        if got is None:
             return prepare_points
-        ready, errors, name = got
+        taken = _answer_for(job, asked, got)
+        if taken is None:
+            return prepare_points
+        ready, errors, name = taken
 
         def answered(model_path: str, micro_batch: int, tps: tuple[int, ...], o: Any, acc: Any = None):
-            assert (micro_batch, tps, o) == job  # asked as the child was
+            assert (micro_batch, tps, o) == job  # asked as the sweep asks it
             return ready, errors, name
 
         return answered
@@ -104,6 +108,25 @@ class SettingsBeside:
     def cancel(self) -> None:
         """Stop the children (their answers not taken are not needed)."""
         _stop(self._asked, self._children)
+
+
+def _answer_for(job: Job, asked: Job, got: Any) -> Any:
+    """A child's answer ``got`` to ``asked``, as the answer to the sweep's ``job``, or None
+    when it is not that answer: ``job`` asks what ``asked`` did but, perhaps, fewer widths,
+    those the first micro-batch found the model's shapes refuse (``UNSHARDABLE``, at every
+    micro-batch); the child's answer is then taken when it refused each of them so too and
+    has no setting at them, and its refusals of them are left out, so that it is what
+    ``prepare_points`` asked ``job`` gives (each width is sharded apart from the same trace)."""
+    from phaze.search.sweep import UNSHARDABLE
+
+    (b, widths, opts), (b_asked, widths_asked, opts_asked) = job, asked
+    if (b, opts) != (b_asked, opts_asked) or not set(widths) <= set(widths_asked):
+        return None
+    ready, errors, name = got
+    dropped = set(widths_asked) - set(widths)
+    if any(s.tp in dropped for s in ready) or any(t in dropped and not e.startswith(UNSHARDABLE) for t, _, e in errors):
+        return None
+    return ready, [(t, sp, e) for t, sp, e in errors if t not in dropped], name
 
 
 def _stop(asked: dict[int, tuple[Job, Any]], children: list[Any]) -> None:
