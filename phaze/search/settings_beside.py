@@ -13,8 +13,9 @@ children.  Not the CPU time: the same work, on other cores.
 When the sweep takes a child's answer, and when not: only when the child prepared exactly the
 question the sweep asks (the micro-batch, the same options, the TP widths: or more widths, when
 the first micro-batch found the model's shapes refuse the others and the child's answer refused
-them alike, which are then left out of it) and said no warning (a warning is the sweep's to say,
-once, in order); a child that failed, warned, was asked other widths or cannot be forked leaves
+them alike, which are then left out of it); the warnings the child was told are said by the sweep
+when it takes the answer, in order, through its own filters and registries (so once, as preparing
+it itself would say them); a child that failed, was asked other widths or cannot be forked leaves
 the question to the sweep, which prepares it itself as without children, its errors raised there.
 Children are forked only as ``_CheckTrace`` forks its check trace (``phaze_ir/frontend/deepen``):
 on a platform with ``fork``, this process running one thread (a lock another thread holds
@@ -80,8 +81,8 @@ class SettingsBeside:
 
     def compute(self, index: int, job: Job) -> Callable[..., tuple[list[Any], list[Any], str]]:
         """What ``phaze.search.sweep.prepared`` prepares job ``index`` (asked as ``job``) with: a call
-        that gives the child's answer when the child prepared exactly ``job`` and answered
-        without a warning, else ``prepare_points``.  Asked in the order of the indices."""
+        that gives the child's answer (and says its warnings) when the child prepared ``job``
+        (:func:`_answer_for`), else ``prepare_points``.  Asked in the order of the indices."""
         from phaze.search.setting import prepare_points
 
         entry = self._asked.pop(index, None)
@@ -94,13 +95,21 @@ class SettingsBeside:
             got = None
         if got is None:
             return prepare_points
+        got, said = got
         taken = _answer_for(job, asked, got)
-        if taken is None:
+        where = [w for _, _, filename, _ in said if (w := _registry_of(filename)) is not None]
+        if taken is None or len(where) != len(said):
             return prepare_points
         ready, errors, name = taken
 
         def answered(model_path: str, micro_batch: int, tps: tuple[int, ...], o: Any, acc: Any = None):
+            import warnings
+
             assert (micro_batch, tps, o) == job  # asked as the sweep asks it
+            # what the child was told, said here as preparing it here would say it: through this
+            # process's filters, and once where its module's registry has it already
+            for (text, category, filename, lineno), (module, registry) in zip(said, where):
+                warnings.warn_explicit(text, category, filename, lineno, module=module, registry=registry)
             return ready, errors, name
 
         return answered
@@ -129,6 +138,18 @@ def _answer_for(job: Job, asked: Job, got: Any) -> Any:
     return ready, [(t, sp, e) for t, sp, e in errors if t not in dropped], name
 
 
+def _registry_of(filename: str) -> tuple[str, dict] | None:
+    """The name and warnings registry (``__warningregistry__``, as :func:`warnings.warn` keeps
+    it) of the loaded module of ``filename``, where a warning said there is said once; None
+    when no loaded module has that file."""
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        if getattr(module, "__file__", None) == filename:
+            return name, vars(module).setdefault("__warningregistry__", {})
+    return None
+
+
 def _stop(asked: dict[int, tuple[Job, Any]], children: list[Any]) -> None:
     for _, answer in asked.values():
         answer.close()
@@ -140,9 +161,10 @@ def _stop(asked: dict[int, tuple[Job, Any]], children: list[Any]) -> None:
 
 
 def _prepare(model_path: str, jobs: list[Job], acc: Any, sent: Any) -> None:
-    """In the child: each job's ``prepare_points`` in turn, each sent as ``(settings, errors,
-    model name)``, or None when it failed or warned (the sweep then prepares it itself and says
-    why).  Silent: what it would say the sweep says; Ctrl-C is the parent's to handle."""
+    """In the child: each job's ``prepare_points`` in turn, each sent as ``((settings, errors,
+    model name), warnings)`` (each warning it was told: its text, category, file and line), or
+    None when it failed (the sweep then prepares it itself and says why).  Silent: what it would
+    say the sweep says (its warnings when it takes the answer); Ctrl-C is the parent's to handle."""
     import signal
     import warnings
 
@@ -157,7 +179,7 @@ def _prepare(model_path: str, jobs: list[Job], acc: Any, sent: Any) -> None:
             with warnings.catch_warnings(record=True) as said:
                 warnings.simplefilter("always")
                 got: Any = prepare_points(model_path, b, widths, opts, acc)
-            answer = None if said else got
+            answer = (got, [(str(w.message), w.category, w.filename, w.lineno) for w in said])
         except BaseException:  # the sweep prepares it itself, and raises what it raises
             answer = None
         try:
