@@ -160,3 +160,38 @@ def test_a_childs_answer_with_widths_found_unshardable_is_taken_without_them():
     assert _answer_for((4, (1, 2), opts), asked, got) is None
     assert _answer_for((2, (1, 2), Options(seq_len=16)), asked, got) is None
     assert _answer_for((2, (1, 2, 4), opts), asked, got) is None  # a width it was not asked
+
+
+def test_a_childs_warnings_are_said_by_the_sweep_once():
+    """A child's answer comes with the warnings it was told: the sweep says them when it takes
+    the answer, once (the registry of the module that said them), through its own filters; a
+    warning from a file no loaded module has leaves the question to the sweep itself."""
+    import multiprocessing
+    import warnings
+
+    from phaze.search import settings_beside as sb
+    from phaze_ir.warning import PhazeWarning
+
+    opts = Options()
+    job = (2, (1,), opts)
+
+    def beside_told(told: list) -> sb.SettingsBeside:
+        beside = sb.SettingsBeside()
+        for index in (1, 2):
+            answer, sent = multiprocessing.Pipe(duplex=False)
+            sent.send((([], [], "m"), told))
+            sent.close()
+            beside._asked[index] = (job, answer)
+        return beside
+
+    beside = beside_told([("sequence length 9 is beyond the model's", PhazeWarning, st.__file__, 7)])
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("default")
+        for index in (1, 2):
+            assert beside.compute(index, job)("m", 2, (1,), opts) == ([], [], "m")
+    assert [(str(w.message), w.category, w.filename) for w in said] == [
+        ("sequence length 9 is beyond the model's", PhazeWarning, st.__file__)
+    ]
+    beside = beside_told([("from nowhere", PhazeWarning, "/nowhere/at/all.py", 1)])
+    assert beside.compute(1, job) is st.prepare_points
+    beside.cancel()
