@@ -816,8 +816,9 @@ def deepens_exactly(
 #: agreed), per question (:func:`_question`): the skeletons (:func:`_skeleton`) of the 3-block
 #: settings that agreed.  Another micro-batch of the same question whose 3-block settings have
 #: those skeletons is deepened from its one trace (design §2: what can differ between
-#: micro-batches).  It decides only how many traces a setting takes, never what it holds: a
-#: setting it lets through is the one the 4-block check would have accepted (tests/test_setting_deepen.py).
+#: micro-batches).  It decides only how many traces a setting takes, never what a deepened
+#: setting holds; that the check it stands for would have accepted the same settings is design
+#: §2.1.3's argument (tested in tests/test_setting_deepen.py), not a check made again.
 _SHOWN: dict[tuple, set[str]] = {}
 #: Questions :data:`_SHOWN` holds at most (the oldest forgotten first).
 _SHOWN_KEPT = 64
