@@ -196,6 +196,16 @@ def own_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
 
 
+@pytest.fixture(autouse=True)
+def own_deepenings():
+    """Each test starts with no deepening shown exact (``phaze.search.setting._SHOWN``, per
+    process): what a test counts of the cut traces is what its own questions trace."""
+    yield
+    setting = sys.modules.get("phaze.search.setting")
+    if setting is not None:
+        setting._SHOWN.clear()
+
+
 @functools.cache
 def compiled(model_path: str, emit: str = "training", micro_batch: int = 1, kernels: str | None = None) -> str:
     """The printed module of ``phazec MODEL --emit EMIT`` (in-process, cached); ``kernels``:

@@ -102,12 +102,13 @@ def _counting_traces(monkeypatch) -> list[int | None]:
 def test_cut_settings_equal_the_whole_models(tmp_path, monkeypatch, name):
     """Every field of every setting (op table, groups, per-layer numbers) equal to the whole
     model's, at micro-batch 1 (another graph: a size-1 dim) and 2, TP 1 and 2; and only the
-    cut models traced."""
+    cut models traced: at micro-batch 2 the 3-block cut alone (the deepening was shown exact
+    at micro-batch 1, and the cut's skeleton is the same)."""
     model = str(MODELS / "tiny_gpt2_deep.py") if name == "gpt2" else _model_file(tmp_path, name)
     for micro_batch in (1, 2):
         calls = _counting_traces(monkeypatch)
         fast = st.prepare_settings(model, micro_batch, (1, 2), Options())
-        assert calls == [3, 4]
+        assert calls == ([3, 4] if micro_batch == 1 else [3])
         monkeypatch.undo()
         whole = _whole(model, micro_batch, (1, 2), Options())
         assert [s.tp for s in fast] == [s.tp for s in whole] == [1, 2]

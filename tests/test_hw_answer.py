@@ -238,15 +238,15 @@ def test_a_new_question_on_the_same_model_reads_the_sweeps_settings(tmp_path):
     cache = tmp_path / "cache"
     sweep = Options(hw="a100", micro_batches=(1, 2), tp_widths=(1, 2), devices=8, global_batch=16)
     _, logged = _ask(cache, sweep)
-    assert sum("(the model cut to 3 and 4 blocks)" in line for line in logged) == 2
+    assert sum("(the model cut to a few blocks)" in line for line in logged) == 2
     other = Options(**{**sweep.__dict__, "hw": "h100", "devices": 16})
     text, logged = _ask(cache, other)
     assert not _hit(logged) and sum("from its settings (in the cache)" in line for line in logged) == 2
-    assert not any("cut to 3 and 4 blocks" in line for line in logged)
+    assert not any("cut to a few blocks" in line for line in logged)
     assert text == hw_answer.answer(GPT2, other, None, lambda _: None).text
     # Another optimizer is another training step: prepared again.
     _, logged = _ask(cache, Options(**{**sweep.__dict__, "optimizer": "sgd"}))
-    assert sum("(the model cut to 3 and 4 blocks)" in line for line in logged) == 2
+    assert sum("(the model cut to a few blocks)" in line for line in logged) == 2
 
 
 @pytest.mark.slow

@@ -723,8 +723,11 @@ def prepare_points(
 
     A model with more than 4 repeated blocks that run the same code is traced cut to 3 and to 4
     of them and its settings :func:`deepened` from the 3-block ones, when that gives the 4-block
-    ones exactly (every field, floats bit for bit) at every point; otherwise it is traced whole.
-    Tracing and importing scale with the blocks, so GPT-3 175B's 96 cost as 7 (design §2).
+    ones exactly (every field, floats bit for bit) at every point (:func:`deepens_exactly`);
+    otherwise it is traced whole.  Tracing and importing scale with the blocks, so GPT-3 175B's
+    96 cost as 7 (design §2).  The 4-block check is made once per question in a process: a
+    later micro-batch of it whose 3-block settings have the skeletons the check accepted
+    (:data:`_SHOWN`, :func:`_skeleton`) is deepened from its one trace, as 3.
 
     Given the ``accelerator`` (the ``--hw`` sweep's chip), the sharded steps are formed into the
     kernels of ``opts.kernels``' runtime on it (which kernel a fused attention runs depends on
@@ -774,20 +777,100 @@ def _prepare_points(
         return timed(_settings_of(cut, spec.name, micro_batch, tps, opts, accelerator))
     if cut.blocks[1] > CUT_BLOCKS[1]:
         three, errors = _settings_of(cut, spec.name, micro_batch, tps, opts, accelerator)
+        question = _question(model_path, opts, accelerator, attention_of)
+        if three and question is not None and _shown(question, three):
+            # one trace: the deepening of this question was shown exact at another micro-batch
+            # in this process, and these 3-block settings have the same skeleton as that one's
+            return timed(([deepened(s, cut.blocks[1]) for s in three], errors))
         four, errors4 = _settings_of(traced(CUT_BLOCKS[1]), spec.name, micro_batch, tps, opts, accelerator)
-        if (
-            errors == errors4
-            and len(three) == len(four)
-            and all(
-                (a.tp, a.sequence_parallel) == (b.tp, b.sequence_parallel)
-                and a.blocks is not None
-                and a.blocks[1] == CUT_BLOCKS[0]
-                and _same(deepened(a, CUT_BLOCKS[1]), b)
-                for a, b in zip(three, four)
-            )
-        ):
+        if deepens_exactly(three, errors, four, errors4):
+            if question is not None:
+                _SHOWN.setdefault(question, set()).update(_skeleton(s) for s in three)
             return timed(([deepened(s, cut.blocks[1]) for s in three], errors))
     return timed(_settings_of(traced(None), spec.name, micro_batch, tps, opts, accelerator))
+
+
+def deepens_exactly(
+    three: list[Setting],
+    errors: list[tuple[int, bool, str]],
+    four: list[Setting],
+    errors4: list[tuple[int, bool, str]],
+) -> bool:
+    """Whether the settings of the model cut to 3 blocks (``three``, and why the other points
+    have none), :func:`deepened` to 4, are those of the model cut to 4 (``four``) at every
+    point: every field, floats bit for bit."""
+    return (
+        errors == errors4
+        and len(three) == len(four)
+        and all(
+            (a.tp, a.sequence_parallel) == (b.tp, b.sequence_parallel)
+            and a.blocks is not None
+            and a.blocks[1] == CUT_BLOCKS[0]
+            and _same(deepened(a, CUT_BLOCKS[1]), b)
+            for a, b in zip(three, four)
+        )
+    )
+
+
+#: The deepenings :func:`_prepare_points` found exact in this process (its two cut traces
+#: agreed), per question (:func:`_question`): the skeletons (:func:`_skeleton`) of the 3-block
+#: settings that agreed.  Another micro-batch of the same question whose 3-block settings have
+#: those skeletons is deepened from its one trace (design §2: what can differ between
+#: micro-batches).  It decides only how many traces a setting takes, never what a deepened
+#: setting holds; that the check it stands for would have accepted the same settings is design
+#: §2.1.3's argument (tested in tests/test_setting_deepen.py), not a check made again.
+_SHOWN: dict[tuple, set[str]] = {}
+#: Questions :data:`_SHOWN` holds at most (the oldest forgotten first).
+_SHOWN_KEPT = 64
+
+
+def _question(model_path: str, opts: Any, accelerator: Any, attention_of: Any) -> tuple | None:
+    """What the settings of ``model_path`` depend on besides the micro-batch: the model file
+    (its path, size and modification time), the options (the sequence length and the
+    context-parallel degree included: one question per degree), the options its attention is
+    chosen by and the chip its kernels are formed on; None when the file cannot be read."""
+    import os
+
+    try:
+        st = os.stat(model_path)
+    except OSError:
+        return None
+    try:
+        key = (os.path.realpath(model_path), st.st_size, st.st_mtime_ns, opts, attention_of, accelerator)
+        hash(key)
+    except TypeError:  # options that cannot be compared (none of the driver's)
+        return None
+    if key not in _SHOWN and len(_SHOWN) >= _SHOWN_KEPT:
+        del _SHOWN[next(iter(_SHOWN))]
+    return key
+
+
+def _shown(question: tuple, three: list[Setting]) -> bool:
+    """Whether each of ``three`` has a skeleton the question's check accepted."""
+    known = _SHOWN.get(question)
+    return known is not None and all(_skeleton(s) in known for s in three)
+
+
+def _skeleton(setting: Setting) -> str:
+    """What of a 3-block setting a micro-batch cannot change unless its layers are priced
+    differently from each other: the point (TP width, sequence parallelism, CP degree, TP
+    overlap), its blocks and, layer by layer, which layers share their scheduling groups
+    (forward, backward, optimizer, selective recompute: the groups numbered as the layers first
+    name them) and which have equal static numbers (the pattern, not the bytes).  The op
+    table's rows are not in it: ops of different layers that a shape happens to make equal
+    share a row at one micro-batch and not at another.  A block that a shape makes differ
+    from its neighbours (a kernel chosen by length or batch, a layer-dependent branch) changes
+    which layers share groups or numbers."""
+    import json
+
+    groups: dict[int, int] = {-1: -1}
+    numbers: dict[str, int] = {}
+    layers = []
+    for i, lr in enumerate(setting.layers):
+        ids = [groups.setdefault(g, len(groups) - 1) for g in (lr.fwd, lr.bwd, lr.opt, lr.selective)]
+        layers.append([*ids, numbers.setdefault(json.dumps(lr.numbers.as_dict(), sort_keys=True), i)])
+    point = [setting.tp, setting.sequence_parallel, setting.cp, setting.tp_overlap, setting.blocks]
+    return json.dumps([point, setting.grads_freed, setting.grad_element_bytes, len(setting.kernels), layers])
 
 
 def _settings_of(

@@ -11,10 +11,12 @@ takes them in its own order, so its log, cache entries and plan are those of the
 children.  Not the CPU time: the same work, on other cores.
 
 When the sweep takes a child's answer, and when not: only when the child prepared exactly the
-question the sweep asks (the micro-batch, the TP widths, the same options) and said no warning
-(a warning is the sweep's to say, once, in order); a child that failed, warned, was asked
-other widths (a width the first micro-batch found unshardable) or cannot be forked leaves the
-question to the sweep, which prepares it itself as without children, its errors raised there.
+question the sweep asks (the micro-batch, the same options, the TP widths: or more widths, when
+the first micro-batch found the model's shapes refuse the others and the child's answer refused
+them alike, which are then left out of it); the warnings the child was told are said by the sweep
+when it takes the answer, in order, through its own filters and registries (so once, as preparing
+it itself would say them); a child that failed, was asked other widths or cannot be forked leaves
+the question to the sweep, which prepares it itself as without children, its errors raised there.
 Children are forked only as ``_CheckTrace`` forks its check trace (``phaze_ir/frontend/deepen``):
 on a platform with ``fork``, this process running one thread (a lock another thread holds
 stays held in a child) and no training step traced yet (autograd cannot run in a child forked
@@ -79,8 +81,8 @@ class SettingsBeside:
 
     def compute(self, index: int, job: Job) -> Callable[..., tuple[list[Any], list[Any], str]]:
         """What ``phaze.search.sweep.prepared`` prepares job ``index`` (asked as ``job``) with: a call
-        that gives the child's answer when the child prepared exactly ``job`` and answered
-        without a warning, else ``prepare_points``.  Asked in the order of the indices."""
+        that gives the child's answer (and says its warnings) when the child prepared ``job``
+        (:func:`_answer_for`), else ``prepare_points``.  Asked in the order of the indices."""
         from phaze.search.setting import prepare_points
 
         entry = self._asked.pop(index, None)
@@ -91,12 +93,23 @@ class SettingsBeside:
             got = answer.recv()
         except (EOFError, OSError):  # the child died (its error, if any, is raised here again)
             got = None
-        if got is None or asked != job:
+        if got is None:
             return prepare_points
-        ready, errors, name = got
+        got, said = got
+        taken = _answer_for(job, asked, got)
+        where = [w for _, _, filename, _ in said if (w := _registry_of(filename)) is not None]
+        if taken is None or len(where) != len(said):
+            return prepare_points
+        ready, errors, name = taken
 
         def answered(model_path: str, micro_batch: int, tps: tuple[int, ...], o: Any, acc: Any = None):
-            assert (micro_batch, tps, o) == job  # asked as the child was
+            import warnings
+
+            assert (micro_batch, tps, o) == job  # asked as the sweep asks it
+            # what the child was told, said here as preparing it here would say it: through this
+            # process's filters, and once where its module's registry has it already
+            for (text, category, filename, lineno), (module, registry) in zip(said, where):
+                warnings.warn_explicit(text, category, filename, lineno, module=module, registry=registry)
             return ready, errors, name
 
         return answered
@@ -104,6 +117,37 @@ class SettingsBeside:
     def cancel(self) -> None:
         """Stop the children (their answers not taken are not needed)."""
         _stop(self._asked, self._children)
+
+
+def _answer_for(job: Job, asked: Job, got: Any) -> Any:
+    """A child's answer ``got`` to ``asked``, as the answer to the sweep's ``job``, or None
+    when it is not that answer: ``job`` asks what ``asked`` did but, perhaps, fewer widths,
+    those the first micro-batch found the model's shapes refuse (``UNSHARDABLE``, at every
+    micro-batch); the child's answer is then taken when it refused each of them so too and
+    has no setting at them, and its refusals of them are left out, so that it is what
+    ``prepare_points`` asked ``job`` gives (each width is sharded apart from the same trace)."""
+    from phaze.search.sweep import UNSHARDABLE
+
+    (b, widths, opts), (b_asked, widths_asked, opts_asked) = job, asked
+    if (b, opts) != (b_asked, opts_asked) or not set(widths) <= set(widths_asked):
+        return None
+    ready, errors, name = got
+    dropped = set(widths_asked) - set(widths)
+    if any(s.tp in dropped for s in ready) or any(t in dropped and not e.startswith(UNSHARDABLE) for t, _, e in errors):
+        return None
+    return ready, [(t, sp, e) for t, sp, e in errors if t not in dropped], name
+
+
+def _registry_of(filename: str) -> tuple[str, dict] | None:
+    """The name and warnings registry (``__warningregistry__``, as :func:`warnings.warn` keeps
+    it) of the loaded module of ``filename``, where a warning said there is said once; None
+    when no loaded module has that file."""
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        if getattr(module, "__file__", None) == filename:
+            return name, vars(module).setdefault("__warningregistry__", {})
+    return None
 
 
 def _stop(asked: dict[int, tuple[Job, Any]], children: list[Any]) -> None:
@@ -117,9 +161,10 @@ def _stop(asked: dict[int, tuple[Job, Any]], children: list[Any]) -> None:
 
 
 def _prepare(model_path: str, jobs: list[Job], acc: Any, sent: Any) -> None:
-    """In the child: each job's ``prepare_points`` in turn, each sent as ``(settings, errors,
-    model name)``, or None when it failed or warned (the sweep then prepares it itself and says
-    why).  Silent: what it would say the sweep says; Ctrl-C is the parent's to handle."""
+    """In the child: each job's ``prepare_points`` in turn, each sent as ``((settings, errors,
+    model name), warnings)`` (each warning it was told: its text, category, file and line), or
+    None when it failed (the sweep then prepares it itself and says why).  Silent: what it would
+    say the sweep says (its warnings when it takes the answer); Ctrl-C is the parent's to handle."""
     import signal
     import warnings
 
@@ -134,7 +179,7 @@ def _prepare(model_path: str, jobs: list[Job], acc: Any, sent: Any) -> None:
             with warnings.catch_warnings(record=True) as said:
                 warnings.simplefilter("always")
                 got: Any = prepare_points(model_path, b, widths, opts, acc)
-            answer = None if said else got
+            answer = (got, [(str(w.message), w.category, w.filename, w.lineno) for w in said])
         except BaseException:  # the sweep prepares it itself, and raises what it raises
             answer = None
         try:

@@ -572,7 +572,7 @@ def prepared(
         if hit is not None:
             log(f"pricing {name} at micro-batch {b} from its settings (in the cache)")
             return hit
-    log(f"pricing {name} at micro-batch {b} from its settings (the model cut to 3 and 4 blocks)")
+    log(f"pricing {name} at micro-batch {b} from its settings (the model cut to a few blocks)")
     ready, errors, _ = (compute or prepare_points)(model_path, b, tps, opts, acc)
     if key is not None and stages is not None:
         payload = {"settings": [s.to_json() for s in ready], "errors": [[t, sp, e] for t, sp, e in errors]}
