@@ -8,7 +8,8 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 from xdsl.passes import ModulePass
 
-from passes.algorithms.energy import OpEnergy, estimate_energy, layer_energies
+from passes.algorithms.energy import OpEnergy, clocked_energy, estimate_energy, layer_energies, power_headroom_w
+from passes.algorithms.latency import MatmulDesc, VectorDesc, op_columns, op_overhead_s
 from passes.algorithms.recompute import parse_selective
 from passes.algorithms.tiling import ScalarTiling
 from passes.cost_view import Describer
@@ -16,7 +17,7 @@ from passes.graph_view import build_graph, read_layers, step_function
 from passes.recompute_view import static_costs
 from phaze_ir import dialect as ph
 from phaze_ir import keys
-from phaze_ir.attributes import EnergyAttr, LayerEnergyAttr, TileAttr
+from phaze_ir.attributes import EnergyAttr, LatencyAttr, LayerEnergyAttr, TileAttr
 from phaze_ir.errors import PhazeError
 from phaze_ir.files import excerpt
 from phaze_ir.hardware_ir import module_accelerator
@@ -28,6 +29,10 @@ class EstimateEnergyPass(ModulePass):
     on one device, by where they go; ``passes/algorithms/energy.py``) on the module's
     accelerator, and the module a ``phaze.layer_energy`` list (per layer: its forward and
     backward per micro-batch, its optimizer per step, its recomputation under each policy).
+
+    Under a power limit with ``[energy] clock_energy_exponent`` > 0, a GEMM's or vector op's
+    die energy is what it spends at the clock the limit leaves it (its ``phaze.latency``'s
+    ``split_s``: ``energy.clocked_energy``, docs/energy.md), so those ops need their latency.
 
     Requires the accelerator, its ``[energy]`` table, the layers (``phaze-group-layers``) and,
     on every ``phaze.matmul``, its ``phaze.tile`` (read, as ``phaze-estimate-latency`` reads
@@ -46,6 +51,7 @@ class EstimateEnergyPass(ModulePass):
                 f"{self.name}: hardware '{acc.name}' has no [energy] table (energy per MAC, per byte "
                 "of each memory level, static power per mm^2); add one to price energy and power"
             )
+        clocked = power_headroom_w(acc) is not None and acc.energy.clock_energy_exponent > 0
         graph, ops = build_graph(step_function(op))
         layer_of = read_layers(ops)
         describe = Describer()
@@ -63,6 +69,10 @@ class EstimateEnergyPass(ModulePass):
                     tile = keys.require(o, keys.TILE, TileAttr)
                     tiling = ScalarTiling(**tile.as_dict())  # type: ignore[arg-type]  # the record's fields
                 e = estimate_energy(desc, acc, tiling)
+                if clocked and isinstance(desc, MatmulDesc | VectorDesc):
+                    split = float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"])
+                    unit = "tensor" if isinstance(desc, MatmulDesc) else "vector"
+                    e = clocked_energy(e, split, op_overhead_s(op_columns(desc), unit, acc.calibration), acc)
                 priced[sig] = (e, EnergyAttr.make(**vars(e)))
             e, record = priced[sig]
             energies.append(e)

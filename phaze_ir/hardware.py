@@ -224,6 +224,7 @@ WAFER_USD = Bound(1e7, "300x a 2 nm wafer's reported USD 30,000")
 #: A wafer's diameter: 300 mm in production, 450 mm the largest ever made (SEMI's 450 mm).
 WAFER_MM = Bound(1000.0, "2x the 450 mm wafer, the largest ever made")
 #: Defects: TSMC N7, 0.0009 per mm^2 (TSMC, reported by AnandTech, 2020-08-25).
+VOLTAGE_EXPONENT = Bound(4.0, "2x the 2 of dynamic energy per op falling as V^2 with V proportional to f")
 DEFECTS = Bound(1.0, "1,000x TSMC N7's 0.0009 per mm^2")
 #: HBM's price: about USD 17 per GiB (Raymond James estimate, TechSpot 2023).
 HBM_USD = Bound(1e-5, "600x HBM's USD 17 per GiB")
@@ -833,6 +834,10 @@ class Energy:
             GPU's board power limit (its TDP by default), at which it lowers its clock.  Every
             op then lasts at least its dynamic energy over ``power_limit_w`` less the static
             power, and so does a step (docs/energy.md).  Absent: no limit.
+        clock_energy_exponent: optional (default 0); gamma, how an op's dynamic energy on the
+            die falls when the limit lowers its clock: clock ratio ``s`` (< 1) scales the MACs',
+            core buffers' and global buffer's energy by ``s**gamma`` (a lower clock runs at a
+            lower voltage; energy per switch ~ V^2), HBM's not.  0: energy per op held.
     """
 
     mac_j: float = _spec("pos_float", "energy of one tensor-core MAC (J)", at_most=OP_ENERGY)
@@ -853,6 +858,12 @@ class Energy:
     )
     power_limit_w: float | None = _spec(
         "opt_pos_float", "the power the chip is held to, its clock lowered (W)", at_most=POWER, default=None
+    )
+    clock_energy_exponent: float = _spec(
+        "nonneg_float",
+        "gamma: the die's dynamic energy per op scales as (clock ratio)^gamma under the limit",
+        at_most=VOLTAGE_EXPONENT,
+        default=0.0,
     )
 
     def __post_init__(self) -> None:

@@ -41,8 +41,9 @@ def test_the_bound_does_not_bind_by_hand():
 
 def test_fitted_gemms_keep_their_fitted_time_at_the_limit_they_were_fitted_at():
     """The h100's GEMM efficiency was fitted at its 700 W limit: a bf16 GEMM is not slowed twice,
-    an FP8 GEMM spends fp8_mac_j per MAC, and a lower limit slows GEMMs by the ratio of the
-    headrooms."""
+    an FP8 GEMM spends fp8_mac_j per MAC, and a lower limit slows GEMMs: by the ratio of the
+    headrooms with energy per op held (clock_energy_exponent 0), by less where the lower clock's
+    lower voltage saves energy (the preset's)."""
     shapes = [(2048, 2048, 2048), (8192, 8192, 8192), (16384, 16384, 16384), (4096, 14336, 4096), (128, 1024, 512)]
     bf16 = [MatmulDesc(1, m, n, k, 2, 2, 2, 2 * m * k, 2 * k * n) for m, n, k in shapes]
     capped, free = estimate_chip(bf16, H100), estimate_chip(bf16, _limited(H100, None))
@@ -54,10 +55,13 @@ def test_fitted_gemms_keep_their_fitted_time_at_the_limit_they_were_fitted_at():
     assert e8.chip_j / e16.chip_j == pytest.approx(797.5 / 1614.5, rel=1e-3)
     low = load_hardware("h100_hbm2e")  # 500 W, the h100's calibration fitted at 700 W
     big = MatmulDesc(1, 16384, 16384, 16384, 2, 2, 2, 2 * 16384**2, 2 * 16384**2)
-    at_500, at_700 = estimate_op(big, low).split_s, estimate_op(big, H100).split_s
+    held = dataclasses.replace(low, energy=dataclasses.replace(low.energy, clock_energy_exponent=0.0))
+    at_500, at_700 = estimate_op(big, held).split_s, estimate_op(big, H100).split_s
     overhead = H100.calibration.kernel_overhead_s
     headrooms = (700 - H100.static_power_w) / (500 - H100.static_power_w)
     assert (at_500 - overhead) == pytest.approx((at_700 - overhead) * headrooms, rel=1e-9)
+    assert low.energy.clock_energy_exponent > 0
+    assert at_700 < estimate_op(big, low).split_s < at_500
 
 
 def test_a_step_lasts_at_least_its_energy_over_the_headroom():

@@ -37,8 +37,12 @@ SMALL_MISTRAL = {
 }
 
 
-@pytest.mark.parametrize("selective", ["op", "attention"])
-def test_a_settings_layer_energies_are_the_compiled_steps(tmp_path, selective):
+@pytest.mark.parametrize(
+    ("hw", "selective"),
+    [("h100", "op"), ("h100", "attention"), ("h100_hbm2e", "attention")],
+    ids=["h100-op", "h100-attention", "h100_hbm2e-attention"],  # 500 W: most ops at a lowered clock
+)
+def test_a_settings_layer_energies_are_the_compiled_steps(tmp_path, hw, selective):
     from phaze.api import options
     from phaze.driver import with_runtime_attention
     from phaze.pipeline import compile_from, load_accelerator, training_step
@@ -50,9 +54,9 @@ def test_a_settings_layer_energies_are_the_compiled_steps(tmp_path, selective):
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(SMALL_MISTRAL))
-    opts = options("h100", selective_recompute=selective, micro_batch=1, tp=1)
+    opts = options(hw, selective_recompute=selective, micro_batch=1, tp=1)
     assert opts.kernels == "eager"
-    acc = load_accelerator("h100")
+    acc = load_accelerator(hw)
     (setting,), errors, _ = prepare_points(str(path), 1, (1,), opts, accelerator=acc)
     assert errors == []
 

@@ -92,6 +92,11 @@ __all__ = [
     "network_power_w",
     "chip_energies",
     "power_headroom_w",
+    "clock_ratio",
+    "clocked_energy",
+    "clock_limited_time_s",
+    "die_energy_scale",
+    "chip_energy_parts",
     "power_limited_step_s",
     "lengthened_step_s",
     "plan_power",
@@ -289,12 +294,19 @@ def space_fp8_mac_j(e, fp8_rate: np.ndarray) -> np.ndarray:
     return np.where(fp8_rate > 0, area.fp8_mac_j(e.mac_j), e.mac_j)
 
 
-def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32) -> tuple[np.ndarray, np.ndarray]:
+def energy_space(
+    table: OpTable, configs: np.ndarray, template, chunk: int = 32, split_s: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``(chip_j, network_j)``, each ``[ops × configs]``: the energy of one execution of every
     op of ``table`` on every row of ``configs`` (an architecture space's structured array),
     with the ``[energy]`` table and network of ``template``, the network part apart.  Equal
     to :func:`estimate_energy` on each configuration (the same actions, priced by the same
-    code); GEMMs ``chunk`` at a time."""
+    code); GEMMs ``chunk`` at a time.  ``split_s``: the ops' priced times (``[ops ×
+    configs]``, :func:`~passes.algorithms.latency.estimate_chip`'s on a one-chip template),
+    where the template's power limit lowers each op's die energy with its clock
+    (:func:`die_energy_scale`, as ``phaze-estimate-energy`` does with the ops' latencies)."""
+    from passes.algorithms.latency import op_overheads
+
     e = template.energy
     if e is None:
         raise ValueError(f"hardware {template.name!r} has no [energy] table")
@@ -306,6 +318,20 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
     tc_j = sram_j_per_byte(e.sram_j_per_byte, cfg["tc_buffer_bytes"])
     vc_j = sram_j_per_byte(e.sram_j_per_byte, cfg["vc_buffer_bytes"])
     fp8_j = space_fp8_mac_j(e, cfg["fp8_rate"])
+    headroom = power_headroom_w(template)
+    clocked = split_s is not None and headroom is not None and e.clock_energy_exponent > 0
+    overheads = op_overheads(table, template)[:, None] if clocked else None
+
+    def limited(rows, compute, core, glb, hbm):
+        """The four parts summed as OpEnergy.chip_j sums them, the die's scaled at the op's clock."""
+        if not clocked:
+            return compute + core + glb + hbm
+        assert split_s is not None and overheads is not None
+        k = die_energy_scale(
+            compute + core + glb + hbm, hbm, split_s[rows], overheads[rows], headroom, e.clock_energy_exponent
+        )
+        return compute * k + core * k + glb * k + hbm
+
     rows = table.rows["tensor"]
     for s in range(0, len(rows), chunk):
         sel = np.arange(s, min(s + chunk, len(rows)))
@@ -315,18 +341,33 @@ def energy_space(table: OpTable, configs: np.ndarray, template, chunk: int = 32)
         # each part times the share, then summed: as _gemm_energy and OpEnergy.total_j sum them
         # (the compiled plan's energies), to the last bit
         share = fitted_share(cols, cfg, template)
-        chip[rows[sel]] = compute * share + core * share + glb * share + hbm * share
+        chip[rows[sel]] = limited(rows[sel], compute * share, core * share, glb * share, hbm * share)
     rows = table.rows["vector"]
     if len(rows):
         cols = {f: v[:, None] for f, v in table.cols["vector"].items()}
         compute, core, glb, hbm = _priced(_vector_actions(cols, cfg), e, vc_j, glb_j)
-        chip[rows] = compute + core + glb + hbm
+        chip[rows] = limited(rows, compute, core, glb, hbm)
     for i in table.rows["network"]:
         d = table.descs[int(i)]
         assert isinstance(d, CollectiveDesc)  # the "network" rows are the collectives
         op = collective_energy(d.kind, d.nbytes, d.group_size, template)
         chip[i], net[i] = op.chip_j, op.network_j
     return chip, net
+
+
+def clocked_energy(e: OpEnergy, split_s: float, overhead_s: float, acc) -> OpEnergy:
+    """``e``, one GEMM's or vector op's energy, at the clock ``acc``'s power limit leaves it
+    (its die's parts times :func:`die_energy_scale`, HBM's kept), the op priced at ``split_s``
+    with launch costs ``overhead_s``: ``phaze-estimate-energy``'s records, as
+    :func:`energy_space` prices them.  ``e`` itself where the limit does not bind."""
+    headroom = power_headroom_w(acc)
+    gamma = acc.energy.clock_energy_exponent
+    if headroom is None or gamma == 0:
+        return e
+    k = float(die_energy_scale(np.float64(e.chip_j), np.float64(e.hbm_j), split_s, overhead_s, headroom, gamma))
+    if k == 1.0:
+        return e
+    return OpEnergy(e.compute_j * k, e.core_buffer_j * k, e.global_buffer_j * k, e.hbm_j, e.network_j)
 
 
 def fitted_share(cols, cfg, acc, tiling: Tiling | None = None):
@@ -380,8 +421,18 @@ def chip_energies(table: OpTable, acc, tiling_cols: Mapping[str, np.ndarray] | N
     ``tiling_cols``: the GEMM rows' own tilings (the :class:`Tiling` fields as ``[u]``
     arrays), else tiled here.  What :func:`passes.algorithms.latency.estimate_chip` bounds
     each op's time with under a power limit."""
+    return chip_energy_parts(table, acc, tiling_cols)[0]
+
+
+def chip_energy_parts(
+    table: OpTable, acc, tiling_cols: Mapping[str, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(chip, hbm)``: :func:`chip_energies` and, of it, what HBM spends (``[U]`` arrays; the
+    rest is the die's: MACs, vector lanes, core and global buffers, what a lower clock's lower
+    voltage saves on, :func:`clock_ratio`)."""
     e = acc.energy
     out = np.zeros(len(table))
+    hbm = np.zeros(len(table))
     cfg = chip_cfg(acc)
     rows = table.rows["tensor"]
     if len(rows):
@@ -390,15 +441,85 @@ def chip_energies(table: OpTable, acc, tiling_cols: Mapping[str, np.ndarray] | N
         tc_j = sram_j_per_byte(e.sram_j_per_byte, acc.tensor_cores.buffer_bytes)
         glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
         fp8_j = space_fp8_mac_j(e, cfg["fp8_rate"])
-        joules = sum(_priced(_gemm_actions(cols, cfg, t), e, tc_j, glb_j, fp8_j)) * fitted_share(cols, cfg, acc, t)
+        parts = _priced(_gemm_actions(cols, cfg, t), e, tc_j, glb_j, fp8_j)
+        share = fitted_share(cols, cfg, acc, t)
+        joules = sum(parts) * share
         out[rows] = np.broadcast_to(joules, (len(rows), 1))[:, 0]
+        hbm[rows] = np.broadcast_to(parts[3] * share, (len(rows), 1))[:, 0]
     rows = table.rows["vector"]
     if len(rows):
         cols = {f: v[:, None] for f, v in table.cols["vector"].items()}
         vc_j = sram_j_per_byte(e.sram_j_per_byte, acc.vector_cores.buffer_bytes)
         glb_j = sram_j_per_byte(e.sram_j_per_byte, acc.global_buffer.bytes)
-        out[rows] = np.broadcast_to(sum(_priced(_vector_actions(cols, cfg), e, vc_j, glb_j)), (len(rows), 1))[:, 0]
-    return out
+        parts = _priced(_vector_actions(cols, cfg), e, vc_j, glb_j)
+        out[rows] = np.broadcast_to(sum(parts), (len(rows), 1))[:, 0]
+        hbm[rows] = np.broadcast_to(parts[3], (len(rows), 1))[:, 0]
+    return out, hbm
+
+
+#: Newton steps of :func:`clock_ratio` (from s = 1 on a convex increasing function: each step
+#: lands above the root and at least halves the gap; 60 leave it at the float's last bits)
+_NEWTON_STEPS = 60
+
+
+def clock_ratio(die_j, hbm_j, seconds, headroom_w: float, gamma: float) -> np.ndarray:
+    """The clock ratio ``s`` (in (0, 1]) an op runs at under the power limit: priced at
+    ``seconds`` (its time at the unlimited clock, launch costs apart) and spending ``die_j`` on
+    the die and ``hbm_j`` in HBM there, it draws ``(die_j + hbm_j) / seconds``; above the
+    headroom ``headroom_w`` (the limit less static power) the chip lowers its clock until
+    ``die_j · s^(1+gamma) + hbm_j · s = headroom_w · seconds``: the op lasts ``seconds / s`` and
+    spends ``die_j · s^gamma + hbm_j`` (a lower clock runs at a lower voltage, the die's energy
+    per op ~V^2: ``gamma``, ``[energy] clock_energy_exponent``; HBM's energy per byte does not
+    follow the core's clock).  ``gamma = 0``: ``s = headroom_w · seconds / (die_j + hbm_j)``,
+    energy per op held.  1 where the op draws at most the headroom, or has no time."""
+    die_j, hbm_j, seconds = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (die_j, hbm_j, seconds)))
+    budget = headroom_w * seconds
+    over = (seconds > 0) & (die_j + hbm_j > budget)
+    s = np.ones(die_j.shape)
+    if not over.any():
+        return s
+    d, h, b = die_j[over], hbm_j[over], budget[over]
+    x = np.ones(d.shape)
+    for _ in range(_NEWTON_STEPS):  # f(x) = d x^(1+g) + h x - b: convex, increasing, f(1) > 0
+        f = d * x ** (1.0 + gamma) + h * x - b
+        x = x - f / ((1.0 + gamma) * d * x**gamma + h)
+    s[over] = np.clip(x, np.finfo(np.float64).tiny, 1.0)
+    return s
+
+
+def clock_limited_time_s(chip_j, hbm_j, split_s, overhead_s, headroom_w: float, gamma: float) -> np.ndarray:
+    """Each op's time under the power limit: priced at ``split_s`` (launch costs
+    ``overhead_s`` included) spending ``chip_j`` (of which ``hbm_j`` in HBM), it lasts
+    ``(split_s - overhead_s) / s + overhead_s`` at the :func:`clock_ratio` ``s`` its power
+    allows; 0 for an op that spends nothing.  ``gamma = 0`` is the energy held per op:
+    ``chip_j / headroom_w + overhead_s``, as the floor has always been written."""
+    chip_j = np.asarray(chip_j, dtype=np.float64)
+    if gamma == 0:
+        return np.where(chip_j > 0, chip_j / headroom_w + overhead_s, 0.0)
+    seconds = np.maximum(np.asarray(split_s) - overhead_s, 0.0)
+    s = clock_ratio(chip_j - hbm_j, hbm_j, seconds, headroom_w, gamma)
+    # an op with energy but no time of its own keeps the held-energy floor (no clock to read)
+    t = np.where(seconds > 0, seconds / s + overhead_s, chip_j / headroom_w + overhead_s)
+    return np.where(chip_j > 0, t, 0.0)
+
+
+def die_energy_scale(chip_j, hbm_j, split_s, overhead_s, headroom_w: float | None, gamma: float):
+    """What an op's die energy (its MACs', vector lanes', core and global buffers' joules) is
+    multiplied by at the clock the power limit leaves it (1 where the limit does not bind,
+    on a chip without a limit, or with ``gamma = 0``): the op priced at ``split_s`` (its time
+    under the limit, :func:`clock_limited_time_s`; launch costs ``overhead_s``) spends at most
+    the headroom over its time, ``headroom_w · (split_s − overhead_s)``, the die's part
+    lowered so (``s^gamma``, :func:`clock_ratio`) and HBM's ``hbm_j`` kept.  The one rule
+    ``phaze-estimate-energy``'s records and the search's :func:`energy_space` apply, so the
+    plan's power, the step's floor and the search's price agree (docs/energy.md)."""
+    if headroom_w is None or gamma == 0:
+        return np.ones(np.shape(chip_j))
+    chip_j, hbm_j = np.asarray(chip_j, dtype=np.float64), np.asarray(hbm_j, dtype=np.float64)
+    cap = headroom_w * np.maximum(np.asarray(split_s) - overhead_s, 0.0)
+    die = chip_j - hbm_j
+    over = (chip_j > cap) & (die > 0)
+    scale = np.divide(cap - hbm_j, die, out=np.ones(np.broadcast_shapes(chip_j.shape, cap.shape)), where=over)
+    return np.where(over, np.clip(scale, 0.0, 1.0), 1.0)
 
 
 @dataclass(frozen=True)

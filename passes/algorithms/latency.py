@@ -94,10 +94,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -128,6 +128,8 @@ __all__ = [
     "estimate_matmul",
     "estimate_space",
     "estimate_chip",
+    "op_overheads",
+    "op_overhead_s",
     "config_of",
     "chip_cfg",
     "op_columns",
@@ -893,12 +895,15 @@ def estimate_chip(
 def _power_limited(
     lat: SpaceLatency, table: OpTable, acc, tilings: Sequence[ScalarTiling | None] | None
 ) -> SpaceLatency:
-    """``lat`` with every GEMM and vector op lasting at least its dynamic energy over what the
-    chip's power limit leaves above its static power (``[energy] power_limit_w``; docs/energy.md),
-    plus its launch costs: a chip at its limit lowers its clock until the op's power fits.  An
-    op the limit lengthens is bound by ``"power"``.  Split over the chip only (an op alone on
-    one core draws a fraction of the chip's power).  Unchanged without a limit."""
-    from passes.algorithms.energy import chip_energies, power_headroom_w  # energy prices with this module
+    """``lat`` with every GEMM and vector op run at the clock the chip's power limit allows
+    (``[energy] power_limit_w``; docs/energy.md): an op drawing more than the limit less the
+    chip's static power lasts ``(t0 − launch costs) / s`` plus its launch costs, ``s`` the clock
+    ratio at which its power fits (``energy.clock_ratio``; its die's energy per op falling as
+    ``s^gamma``, ``[energy] clock_energy_exponent``; 0: the op lasts its dynamic energy over
+    the headroom).  An op the limit lengthens is bound by ``"power"``.  Split over the chip
+    only (an op alone on one core draws a fraction of the chip's power).  Unchanged without a
+    limit."""
+    from passes.algorithms.energy import chip_energy_parts, clock_limited_time_s, power_headroom_w
 
     headroom = power_headroom_w(acc)
     if headroom is None:
@@ -907,18 +912,13 @@ def _power_limited(
     tiles = _tiling_rows(tilings, rows) if tilings is not None and len(rows) else None
     # a calibrated GEMM's energy is read against its fitted time (energy.fitted_share): the
     # limit slows only what the fit did not see (FP8's MACs, a lower limit than the fit's)
-    energy = chip_energies(table, acc, tiles)
-    cal = acc.calibration
-    overheads = np.zeros(len(table))
-    if cal is not None:
-        for unit in ("tensor", "vector"):
-            cols, rows = table.cols[unit], table.rows[unit]
-            overhead = cal.kernel_overhead_s * cols["launches"]
-            if unit == "tensor" and cal.host_sync_s is not None:
-                overhead = overhead + cal.host_sync_s * cols["syncs"]
-            overheads[rows] = overhead
-    energy = _attention_energy_at_the_tables_limit(energy, lat, table, acc, overheads)
-    floor = np.where(energy > 0, energy / headroom + overheads, 0.0)
+    energy, hbm = chip_energy_parts(table, acc, tiles)
+    overheads = op_overheads(table, acc)
+    capped = _attention_energy_at_the_tables_limit(energy, lat, table, acc, overheads)
+    if capped is not energy:  # an attention kernel's energy held to its table's limit: HBM's alike
+        hbm = hbm * np.divide(capped, energy, out=np.ones_like(energy), where=energy > 0)
+    gamma = acc.energy.clock_energy_exponent
+    floor = clock_limited_time_s(capped, hbm, lat.split[:, 0], overheads, headroom, gamma)
     slower = floor > lat.split[:, 0] * (1 + 1e-12)
     if not slower.any():
         return lat
@@ -927,6 +927,31 @@ def _power_limited(
     split[slower, 0] = floor[slower]
     bound[slower, 0] = _POWER
     return SpaceLatency(lat.one, split, bound, lat.bound_one, lat.units)
+
+
+def op_overheads(table: OpTable, acc) -> np.ndarray:
+    """Each op's launch costs on ``acc`` (``[U]`` seconds: a calibrated chip's
+    ``kernel_overhead_s`` per launch, and a GEMM's ``host_sync_s`` per sync; 0 elsewhere):
+    the part of an op's time the power limit's clock does not stretch."""
+    overheads = np.zeros(len(table))
+    cal = acc.calibration
+    if cal is not None:
+        for unit in ("tensor", "vector"):
+            rows = table.rows[unit]
+            if len(rows):
+                overheads[rows] = op_overhead_s(table.cols[unit], unit, cal)
+    return overheads
+
+
+def op_overhead_s(cols: Mapping[str, Any], unit: str, cal) -> Any:
+    """The launch costs of ops of ``unit`` (``tensor`` or ``vector``) with columns ``cols``
+    (arrays or one description's :func:`op_columns`) under calibration ``cal`` (None: 0)."""
+    if cal is None:
+        return 0.0
+    overhead = cal.kernel_overhead_s * cols["launches"]
+    if unit == "tensor" and cal.host_sync_s is not None:
+        overhead = overhead + cal.host_sync_s * cols["syncs"]
+    return overhead
 
 
 def _attention_energy_at_the_tables_limit(

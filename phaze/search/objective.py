@@ -41,6 +41,7 @@ import numpy as np
 
 from passes.algorithms.cost import chip_usd, embodied_kgco2e
 from passes.algorithms.energy import LayerEnergy, energy_space, power_of_plan
+from passes.algorithms.latency import estimate_chip
 
 __all__ = ["OBJECTIVES", "UNITS", "Objective", "check_tables"]
 
@@ -109,7 +110,9 @@ class Objective:
         device (``network``: the network part of forward and backward)."""
         key = id(setting)
         if key not in self._layers:
-            chip, net = energy_space(setting.table, self.cands.configs, self.cands.template)
+            chip, net = energy_space(
+                setting.table, self.cands.configs, self.cands.template, split_s=self._clocked_split(setting)
+            )
             total = chip + net
             n_layers, n_configs = len(setting.layers), len(self.cands.configs)
             out = np.zeros((5, n_layers, n_configs))
@@ -130,6 +133,17 @@ class Objective:
                 out[4, i] = net_sum[pair]
             self._layers[key] = tuple(out)
         return self._layers[key]
+
+    def _clocked_split(self, setting) -> np.ndarray | None:
+        """The ops' priced times (``[ops × configs]``) where the template's power limit lowers
+        their die energy with their clock (``[energy] clock_energy_exponent`` > 0): the one
+        chip's, as ``phaze-estimate-latency`` prices them (``estimate_chip``), which
+        ``phaze-estimate-energy`` reads from the ops' latencies; None elsewhere."""
+        template = self.cands.template
+        e = template.energy
+        if e is None or e.power_limit_w is None or e.clock_energy_exponent == 0 or len(self.cands.configs) != 1:
+            return None
+        return estimate_chip(setting.table, template).split
 
     def _per_chip(self, configs, hbm):
         """``($, C)`` per chip of ``configs`` with ``hbm`` bytes of HBM."""
