@@ -200,6 +200,14 @@ def layer_of(o: Operation) -> int:
 # -- TP overlap ------------------------------------------------------------------------------
 
 
+def overlap_sm_margin(module: ModuleOp) -> bool:
+    """Whether the module's overlapped GEMMs run without the communication's SMs: Transformer
+    Engine launches the GEMMs of its pipeline and bulk overlaps so (``tp_overlap.py``); torch's
+    micro-pipelined TP (torchtitan's async TP, the compiled runtime's) keeps every SM for them."""
+    runtime = module.attributes.get(keys.KERNELS)
+    return not (isinstance(runtime, StringAttr) and runtime.data == "inductor")
+
+
 def overlap_latencies(module: ModuleOp, acc, pass_name: str) -> list[tuple[Operation, dict[str, float | str]]]:
     """Each overlapped TP collective of a module marked ``phaze.tp_overlap`` whose ops
     ``phaze-estimate-latency`` has priced, with its new ``phaze.latency`` fields: what it adds
@@ -208,11 +216,7 @@ def overlap_latencies(module: ModuleOp, acc, pass_name: str) -> list[tuple[Opera
     ``phaze-estimate-latency`` writes."""
     tp = keys.int_of(module, keys.TP_WIDTH, 1)
     sms = sm_count(acc, pass_name)
-    # Transformer Engine launches the GEMMs of its pipeline and bulk overlaps without the
-    # communication's SMs (tp_overlap.py); torch's micro-pipelined TP (torchtitan's async TP,
-    # the compiled runtime's) keeps every SM for its GEMMs.
-    runtime = module.attributes.get(keys.KERNELS)
-    margin = not (isinstance(runtime, StringAttr) and runtime.data == "inductor")
+    margin = overlap_sm_margin(module)
     budget: dict[int, float] = {}  # seconds of each GEMM not yet hiding a collective
     out: list[tuple[Operation, dict[str, float | str]]] = []
     for o, method, gemms in overlapped(step_function(module)):

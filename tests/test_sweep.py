@@ -182,6 +182,8 @@ def test_the_settings_price_context_parallel_auto_as_compiling_each_degree(kw, t
     [
         {"tp_overlap": "on", "sequence_parallel": "on"},
         {"tp_overlap": "auto", "sequence_parallel": "auto", "context_parallel": "2"},  # rings, then overlap
+        # torch's micro-pipelined TP keeps every SM for its GEMMs (no SM margin), as the pipeline
+        {"tp_overlap": "on", "sequence_parallel": "on", "kernels": "inductor"},
     ],
 )
 def test_the_settings_price_tp_overlap_as_the_pipeline(kw):
@@ -194,12 +196,14 @@ def test_the_settings_price_tp_overlap_as_the_pipeline(kw):
     from phaze.search.setting import prepare_points
 
     model = str(MODELS / "tiny_llama_sdpa.py")
-    opts = Options(micro_batches=(1, 2), tp_widths=(1, 2), hw="h100", kernels="eager", devices=8, global_batch=16, **kw)
+    kw = {"kernels": "eager", **kw}
+    opts = Options(micro_batches=(1, 2), tp_widths=(1, 2), hw="h100", devices=8, global_batch=16, **kw)
     opts = replace(opts, schedule_cache=ScheduleCache(None))  # one for both sweeps, as above
     assert sweep.why_compiled_point_by_point(opts) == ""
     if "context_parallel" not in kw:  # the settings hold the overlap (the sweep passes the chip)
         (setting,), _, _ = prepare_points(model, 1, (2,), opts, load_accelerator("h100"))
         assert setting.tp_overlap and sum(len(g.overlap) for g in setting.groups) > 0
+        assert setting.tp_overlap_sm_margin == (kw["kernels"] != "inductor")
         assert setting.from_json(setting.to_json()).groups == setting.groups
     fast, slow = _both(opts, model)
     assert not isinstance(fast, str) and fast == slow

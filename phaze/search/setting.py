@@ -121,6 +121,9 @@ class Setting:
     #: the TP collectives overlapped with their GEMMs (``phaze-overlap-tensor-parallel``, as
     #: ``--tp-overlap`` runs it at this point), those of the groups' ``overlap``
     tp_overlap: bool = False
+    #: the overlapped GEMMs run without the communication's SMs (Transformer Engine's methods;
+    #: not torch's micro-pipelined TP: ``passes.how_ops_run.overlap_sm_margin``)
+    tp_overlap_sm_margin: bool = True
     units: tuple[str, ...] = field(init=False)
     #: :meth:`priced_step`'s distinct layers and each layer's index among them (made on first use).
     _distinct: tuple[list[LayerRef], list[int]] | None = field(init=False, default=None, repr=False, compare=False)
@@ -142,6 +145,7 @@ class Setting:
             "cp": self.cp,
             "kernels": [[list(k.rows), k.kv_bytes, k.backward, [list(t) for t in k.twins]] for k in self.kernels],
             "tp_overlap": self.tp_overlap,
+            "tp_overlap_sm_margin": self.tp_overlap_sm_margin,
             "prepare_s": self.prepare_s,
             "table": [desc_to_json(d) for d in self.table.descs],
             "groups": [
@@ -183,6 +187,7 @@ class Setting:
             "cp",
             "kernels",
             "tp_overlap",
+            "tp_overlap_sm_margin",
             "prepare_s",
             "table",
             "groups",
@@ -195,7 +200,7 @@ class Setting:
         for k in ("micro_batch", "tp", "cp"):
             if not is_int(data[k]) or data[k] < 1:
                 raise ValueError(f"{k} = {data[k]!r}: expected an integer >= 1")
-        for k in ("sequence_parallel", "grads_freed", "tp_overlap"):
+        for k in ("sequence_parallel", "grads_freed", "tp_overlap", "tp_overlap_sm_margin"):
             if not isinstance(data[k], bool):
                 raise ValueError(f"{k} = {data[k]!r}: expected true or false")
         if data["grad_element_bytes"] not in (2, 4) or not is_int(data["grad_element_bytes"]):
@@ -242,6 +247,7 @@ class Setting:
             data["cp"],
             kernels,
             data["tp_overlap"],
+            data["tp_overlap_sm_margin"],
         )
 
     def priced_groups(self) -> list[int]:
@@ -307,7 +313,7 @@ class Setting:
                 for g_ in gemms:
                     beside += budget.setdefault(g_, b[g_])
                 comm = b[i]
-                added = added_s(method, comm, beside, self.tp, sms)
+                added = added_s(method, comm, beside, self.tp, sms, self.tp_overlap_sm_margin)
                 hidden = comm - added if added < comm else 0.0
                 for g_ in gemms:  # the time it hid is no longer free beside these GEMMs
                     take = min(budget[g_], hidden)
@@ -482,6 +488,7 @@ def setting_from_module(
     with their GEMMs, as ``phaze-overlap-tensor-parallel`` overlaps them)."""
     from passes.algorithms.recompute import parse_selective
     from passes.cost_view import op_table
+    from passes.how_ops_run import overlap_sm_margin
     from passes.place_devices import frees_grads, grad_element_bytes
     from passes.recompute_view import static_costs
     from phaze_ir.errors import PhazeError
@@ -562,6 +569,7 @@ def setting_from_module(
         cp,
         kernels,
         tp_overlap,
+        overlap_sm_margin(module),
     )
 
 
