@@ -1,7 +1,7 @@
 """The third hostile pass (issue 58 item 4): a model within the loader's own bounds that would
 trace for an hour (a config.json of 10,000 layers, an MLP of 20,000 blocks) is refused in one
 line before any trace, by its size (``phaze_ir.frontend.trace.MAX_LEAF_MODULES``), not a clock;
-the bound is the most a published model needs (Llama-3.1-405B: 1,264 leaves), where a model at it
+the bound is the most a published model needs (a 1T GPT: 1,285 leaves), where a model at it
 compiles in about the CPU time of that model (30-36 s; a config.json of 204 layers took 34 s, 1,000
 layers 114 s: docs/benchmarks.md), and a model beyond it is refused once, when
 the compilation starts, not by each of the sweep's traces."""
@@ -50,7 +50,7 @@ def test_an_mlp_of_20000_blocks_is_refused_before_its_trace(tmp_path):
 
     file = tmp_path / "mlp.py"
     file.write_text(MLP.format(n=20_000))
-    with pytest.raises(PhazeError, match=r"^mlp\.py: more than 1,280 leaf modules .*Llama-3\.1-405B has 1,264$"):
+    with pytest.raises(PhazeError, match=r"^mlp\.py: more than 1,344 leaf modules .*a 1T GPT, has 1,285$"):
         trace_model(load_model_file(file), 1)
 
 
@@ -91,6 +91,25 @@ def test_every_example_model_is_within_the_bound():
     assert max(counts.values()) <= MAX_LEAF_MODULES
 
 
+def test_the_largest_published_run_is_within_the_bound(tmp_path):
+    """The 1T GPT of data/published/korthikanti2022.csv (128 layers, as phaze-validate builds
+    it): 1,285 leaves, priced, not refused (a bound of 1,280 refused it)."""
+    import dataclasses
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from phaze import validate as v
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("price_published", root / "benchmarks" / "price_published.py")
+    pp = importlib.util.module_from_spec(spec)
+    sys.modules["price_published"] = pp
+    spec.loader.exec_module(pp)
+    shape = dataclasses.replace(pp.gpt_shape("gpt:h25600-a160-l128-v50257"), seq_len=2048)
+    assert _leaves(v.write_model_file(shape, tmp_path)) == 1_285 <= MAX_LEAF_MODULES
+
+
 def _config(tmp_path, layers: int):
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
@@ -126,25 +145,26 @@ def test_a_config_json_within_the_depth_check_but_beyond_the_bound_is_refused_on
     err = capsys.readouterr().err
     assert rc == 1, err
     assert err.strip().splitlines() == [
-        "phazec: error: config.json: more than 1,280 leaf modules (linears, norms, activations), the most phaze "
-        "compiles (its compilation grows with them: about half a minute of CPU at the bound); Llama-3.1-405B has 1,264"
+        "phazec: error: config.json: more than 1,344 leaf modules (linears, norms, activations), the most phaze "
+        "compiles (its compilation grows with them: about half a minute of CPU at the bound); the largest published "
+        "model phaze prices, a 1T GPT, has 1,285"
     ], err
     assert not (tmp_path / "p.mlir").exists()
 
 
 def test_a_model_at_the_bound_is_not_refused(tmp_path):
-    """127 tiny Llama layers: 1,274 leaves, within the bound: the compilation starts."""
+    """134 tiny Llama layers: 1,344 leaves, at the bound: the compilation starts."""
     from phaze.driver import start_compilation
     from phaze.options import Options
 
-    file = _config(tmp_path, 127)
+    file = _config(tmp_path, 134)
     (tmp_path / "over").mkdir()
-    assert _leaves(file) == 1_274 <= MAX_LEAF_MODULES < _leaves(_config(tmp_path / "over", 128)) == 1_284
+    assert _leaves(file) == 1_344 == MAX_LEAF_MODULES < _leaves(_config(tmp_path / "over", 135)) == 1_354
     start_compilation(str(file), Options(hw="h100", devices=8))
 
 
 def test_the_api_refuses_a_model_beyond_the_bound_before_any_trace(tmp_path, no_trace):
     import phaze
 
-    with pytest.raises(PhazeError, match=r"^config\.json: more than 1,280 leaf modules"):
+    with pytest.raises(PhazeError, match=r"^config\.json: more than 1,344 leaf modules"):
         phaze.compile(str(_config(tmp_path, 256)), "h100", devices=8)
