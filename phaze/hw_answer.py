@@ -322,18 +322,24 @@ def _say_replicated(module) -> None:
 
 @contextlib.contextmanager
 def _phaze_warnings_said() -> Iterator[list[str]]:
-    """The phaze warnings said inside the block, each once, as they are shown (every warning is
-    still shown as before).  Inside, every phaze warning is shown (``always``): Python's
-    once-per-line filter would hide one said by an earlier compilation in this process from
-    this answer; ``phaze.messages.show_warnings_as`` says each message once anyway."""
+    """The warnings said inside the block, each once, as they are shown (every warning is
+    still shown as before): phaze's as they are, a library's or the model file's own as the
+    tools say them (:func:`phaze.messages.warning_text`), so that a cache hit, which imports
+    no model, says them again in the same words.  Inside, every phaze warning is shown
+    (``always``): Python's once-per-line filter would hide one said by an earlier compilation
+    in this process from this answer; ``phaze.messages.show_warnings_as`` says each message
+    once anyway."""
+    from phaze.messages import warning_text
+
     said: list[str] = []
     with warnings.catch_warnings():
         warnings.simplefilter("always", PhazeWarning)
         previous = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None):
-            if issubclass(category, PhazeWarning) and str(message) not in said:
-                said.append(str(message))
+            text = warning_text(message, category, str(filename))
+            if text not in said:
+                said.append(text)
             previous(message, category, filename, lineno, file, line)
 
         warnings.showwarning = show

@@ -52,16 +52,23 @@ def show_warnings_as(tool: str) -> None:
     shown: set[str] = set()  # Python's filter is per source line; the same message can come from two
 
     def show(message, category, filename, lineno, file=None, line=None):
-        said = str(message).strip()  # phaze's whole, its newlines escaped
-        if not issubclass(category, PhazeWarning):
-            said = f"{category.__name__} from {_package_of(str(filename))}: {_first_line(said)}"
-        said = printable(said)
+        said = printable(warning_text(message, category, filename))
         if said not in shown:
             shown.add(said)
             print(f"{tool}: warning: {said}", file=file or sys.stderr, flush=True)
 
     warnings.showwarning = show
     route_transformers(True, for_the_process=True)
+
+
+def warning_text(message: Warning | str, category: type[Warning], filename: str) -> str:
+    """What a tool says of a warning after ``<tool>: warning:``: phaze's message whole (its
+    newlines escaped when printed), a library's or a model file's with its category and the
+    package it came from, its first line only."""
+    said = str(message).strip()
+    if issubclass(category, PhazeWarning):
+        return said
+    return f"{category.__name__} from {_package_of(str(filename))}: {_first_line(said)}"
 
 
 def _package_of(filename: str) -> str:
