@@ -68,7 +68,7 @@ class Answer:
     seq_len: int | None = None
     #: The model's shape as a launcher builds it (``phaze.model_shape``: the exports' model flags).
     model_shape: dict[str, Any] = field(default_factory=dict)
-    #: The phaze warnings said while compiling, in order (said again on a cache hit).
+    #: The warnings said while compiling, as the tools print them, in order (said again on a cache hit).
     warnings: list[str] = field(default_factory=list)
     #: The nearest plan that fits, in one clause, of a plan compiled point by point that does not
     #: (:func:`phaze.search.sweep.nearest_placed`; the settings' sweep says its own as it stops), "" else.
@@ -180,7 +180,7 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
     templates = None
     if inputs is not None and opts.emit == "plan" and not generic:
         templates = plan_template.Templates(stages, inputs.model.digest, inputs.chip, opts)
-    with _phaze_warnings_said() as said:
+    with _warnings_said() as said:
         result = _compile(model_path, opts, accelerator, log, generic, stages, templates, inputs, said)
     result.warnings = said
     # An answer placed from a template is one template away: kept only to replace a broken entry
@@ -321,7 +321,7 @@ def _say_replicated(module) -> None:
 
 
 @contextlib.contextmanager
-def _phaze_warnings_said() -> Iterator[list[str]]:
+def _warnings_said() -> Iterator[list[str]]:
     """The warnings said inside the block, each once, as they are shown (every warning is
     still shown as before): phaze's as they are, a library's or the model file's own as the
     tools say them (:func:`phaze.messages.warning_text`), so that a cache hit, which imports

@@ -69,7 +69,7 @@ class PlanTemplate:
     #: The skeleton module as MLIR text, without its record attributes (below).
     skeleton: str
     body: str
-    #: The phaze warnings the compilation said (said again when the template is used).
+    #: The warnings the compilation said, as the tools print them (said again when the template is used).
     warnings: list[str] = field(default_factory=list)
     #: The skeleton's attributes that are records or arrays of records (the layers' numbers,
     #: most of its text), as ``[name, record kind, fields or a list of fields]`` in their
@@ -303,7 +303,7 @@ class Templates:
 
     def keep(self, module: ModuleOp, text: str, said: list[str]) -> None:
         """Keep the template of the compiled plan ``module`` printed (custom form) as ``text``,
-        ``said`` the phaze warnings of its compilation (nothing when it is a placed skeleton, or
+        ``said`` the warnings of its compilation (nothing when it is a placed skeleton, or
         no template gives ``text`` back)."""
         if id(module) in self._used:
             return
