@@ -126,6 +126,32 @@ def test_a_model_file_that_exits_while_imported(tmp_path):
     assert line == "phazec: error: exits.py:3: the model file called sys.exit(3) while being imported"
 
 
+def test_a_model_file_that_calls_os_exit_while_imported(tmp_path):
+    """``os._exit`` ends a process without output or cleanup: phazec exited 0 having said and
+    written nothing."""
+    model = write(tmp_path, "hard.py", "import os\n\nos._exit(0)\n")
+    out = tmp_path / "plan.mlir"
+    line = one_error(run_tool("phazec", model, "--hw", "a100", "-o", str(out)))
+    assert line == "phazec: error: hard.py:3: the model file called os._exit(0) while being imported"
+    assert not out.exists()
+
+
+def test_a_model_that_calls_os_exit_in_get_model(tmp_path):
+    model = write(tmp_path, "hard.py", FROZEN.replace("    m = torch", "    import os; os._exit(4)\n    m = torch"))
+    line = one_error(run_tool("phazec", model, "--hw", "a100"))
+    assert line == "phazec: error: hard.py: get_model() failed: os._exit(4)"
+
+
+def test_os_exit_is_refused_only_inside_the_block():
+    from phaze_ir.frontend.loader import HardExit, hard_exit_refused
+
+    real = os._exit
+    with pytest.raises(HardExit) as raised, hard_exit_refused():
+        os._exit(5)
+    assert raised.value.code == 5 and str(raised.value) == "os._exit(5)"
+    assert os._exit is real
+
+
 def test_a_model_file_raising_a_base_exception_of_its_own(tmp_path):
     model = write(tmp_path, "base.py", "class Stop(BaseException):\n    pass\n\n\nraise Stop('no')\n")
     line = one_error(run_tool("phazec", model, "--hw", "a100"))

@@ -69,10 +69,11 @@ class ModelSpec:
         """The example inputs as ``(args, kwargs)``."""
         if seq_len is not None and not self.takes_seq_len:
             raise PhazeError(f"{self.path.name}: --seq-len was given but get_inputs() takes no seq_len argument")
-        if self.takes_seq_len:
-            out = self.get_inputs(micro_batch_size, seq_len if seq_len is not None else self.seq_len)
-        else:
-            out = self.get_inputs(micro_batch_size)
+        with hard_exit_refused():
+            if self.takes_seq_len:
+                out = self.get_inputs(micro_batch_size, seq_len if seq_len is not None else self.seq_len)
+            else:
+                out = self.get_inputs(micro_batch_size)
         if isinstance(out, dict):
             return (), dict(out)
         if isinstance(out, (tuple, list)):
@@ -218,7 +219,7 @@ def _load_model_file(path: str | os.PathLike) -> ModelSpec:
         raise PhazeError(f"{path}: cannot be imported as a Python file")
     module: ModuleType = importlib.util.module_from_spec(spec)
     try:
-        with _importing_beside(p.parent):
+        with _importing_beside(p.parent), hard_exit_refused():
             spec.loader.exec_module(module)
     except SyntaxError as e:
         raise PhazeError(_syntax_error(e, p)) from e
@@ -226,7 +227,7 @@ def _load_model_file(path: str | os.PathLike) -> ModelSpec:
         raise PhazeError(f"{_user_frame(e, p)}error while importing the model file: {_quoted_error(e)}") from e
     except SystemExit as e:  # phaze would exit with the model's status and say nothing
         where = _user_frame(e, p)
-        raise PhazeError(f"{where}the model file called sys.exit({e.code!r}) while being imported") from None
+        raise PhazeError(f"{where}the model file called {exit_call(e)} while being imported") from None
     except KeyboardInterrupt:  # the user's Ctrl-C stays one
         raise
     except BaseException as e:  # a BaseException subclass of the model's own: one line, not a traceback
@@ -728,6 +729,45 @@ def _installed_roots() -> tuple[Path, ...]:
     phaze_root = Path(__file__).resolve().parents[2]
     roots |= {phaze_root / pkg for pkg in ("phaze_ir", "passes", "phaze")}
     return tuple(sorted(roots))
+
+
+class HardExit(SystemExit):
+    """``os._exit(status)`` called by the user's code while phaze runs it: raised in its place
+    (:func:`hard_exit_refused`), so that it is said as a ``sys.exit`` is."""
+
+    def __str__(self) -> str:
+        return f"os._exit({self.code!r})"
+
+
+def exit_call(e: SystemExit) -> str:
+    """The user's call that raised ``e``, as they wrote it: ``sys.exit(3)``, ``os._exit(0)``."""
+    return f"{'os._exit' if isinstance(e, HardExit) else 'sys.exit'}({e.code!r})"
+
+
+def failure(e: BaseException) -> str:
+    """What the user's function raised, for a one-line error: ``ValueError: bad``, or the
+    ``os._exit(0)`` it called."""
+    return exit_call(e) if isinstance(e, HardExit) else f"{type(e).__name__}: {e}"
+
+
+@contextlib.contextmanager
+def hard_exit_refused() -> Iterator[None]:
+    """While the block runs the user's code (the model file's import, ``get_model``,
+    ``get_inputs``): ``os._exit`` raises :class:`HardExit` instead of ending the process.  The
+    real one ends it at once, without output, cleanup or phaze's exit status: a tool that loads
+    such a file would exit 0 having written nothing.  ``os._exit`` is looked up on the module at
+    each call, so replacing the attribute for the block covers the user's ``os._exit(n)``; it is
+    put back after (phaze's own exits and its worker processes' are untouched outside it)."""
+
+    def refused(status: int) -> None:
+        raise HardExit(status)
+
+    real = os._exit
+    os._exit = refused  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os._exit = real
 
 
 @contextlib.contextmanager

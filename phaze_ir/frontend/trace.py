@@ -31,7 +31,7 @@ from typing import Any
 from phaze_ir.errors import ModelTooLarge, PhazeError, PhazeWarning
 from phaze_ir.frontend.float8_linear import Fp8Recipe, fp8_linears, fp8_linears_patched, register_fp8_scales
 from phaze_ir.frontend.gpu_dispatch import as_on_cuda
-from phaze_ir.frontend.loader import ModelSpec
+from phaze_ir.frontend.loader import ModelSpec, exit_call, failure, hard_exit_refused
 
 DTYPES = ("float16", "bfloat16", "float32", "amp-bfloat16", "amp-float16", "fp8", "model")
 #: Mixed precision as ``torch.autocast`` runs it: fp32 weights, each GEMM on 16-bit casts of its
@@ -603,12 +603,12 @@ def _model_on_meta(spec: ModelSpec):
     import torch
 
     try:
-        with torch.device("meta"), _meta_init_skipped():
+        with torch.device("meta"), _meta_init_skipped(), hard_exit_refused():
             model = spec.get_model()
     except PhazeError:
         raise
     except (Exception, SystemExit) as e:  # SystemExit: a sys.exit() in the user's code
-        raise PhazeError(f"{spec.path.name}: get_model() failed: {type(e).__name__}: {e}") from e
+        raise PhazeError(f"{spec.path.name}: get_model() failed: {failure(e)}") from e
     if not isinstance(model, torch.nn.Module):
         raise PhazeError(f"{spec.path.name}: get_model() returned {type(model).__name__}, expected a torch.nn.Module")
     return model
@@ -661,7 +661,7 @@ def _model_inputs(spec: ModelSpec, micro_batch_size: int, seq_len: int | None) -
     except PhazeError:
         raise
     except (Exception, SystemExit) as e:
-        raise PhazeError(f"{spec.path.name}: get_inputs() failed: {type(e).__name__}: {e}") from e
+        raise PhazeError(f"{spec.path.name}: get_inputs() failed: {failure(e)}") from e
 
 
 def _named_tensor_inputs(model, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
@@ -764,12 +764,13 @@ def _make_fx(step, flat_inputs: list[Any], spec: ModelSpec, model):
             fxt.preserve_node_meta(),
             _quiet_fake_tensor_log(),
             _quiet_default_loss_notice(),
+            hard_exit_refused(),
         ):
             return make_fx(step)(*flat_inputs)
     except PhazeError:
         raise
     except SystemExit as e:
-        raise PhazeError(f"{spec.path.name}: the model called sys.exit({e.code!r}) while being traced") from None
+        raise PhazeError(f"{spec.path.name}: the model called {exit_call(e)} while being traced") from None
     except Exception as e:
         raise PhazeError(_describe_trace_failure(e, spec, modules)) from e
     finally:
