@@ -318,14 +318,11 @@ def sum_layer_latencies(module: ModuleOp) -> None:
             layers.append(layer.value.data)
             phases.append(keys.string_of(o, keys.PHASE, "fwd"))
             seconds.append(float(lat.as_dict()["split_s"]))
-    module.attributes.pop(keys.LAYER_LATENCY, None)
-    if layers:
-        module.attributes[keys.LAYER_LATENCY] = ArrayAttr(
-            [
-                LayerLatencyAttr.make(index=i, fwd_s=t["fwd"], bwd_s=t["bwd"], opt_s=t["opt"])
-                for i, t in layer_totals(layers, phases, seconds).items()
-            ]
-        )
+    totals = layer_totals(layers, phases, seconds) if layers else {}
+    records = [
+        LayerLatencyAttr.make(index=i, fwd_s=t["fwd"], bwd_s=t["bwd"], opt_s=t["opt"]) for i, t in totals.items()
+    ]
+    keys.put(module, keys.LAYER_LATENCY, ArrayAttr(records) if records else None)
 
 
 def refuse_priced(module: ModuleOp, pass_name: str) -> None:

@@ -95,11 +95,11 @@ class EstimateLatencyPass(ModulePass):
             for o, new in overlap_latencies(op, acc, self.name):
                 o.attributes[keys.LATENCY] = LatencyAttr.make(**new)
         sum_layer_latencies(op)
-        op.attributes.pop(keys.LAYER_FLOPS, None)  # (in the order of the first pricing, as phaze.cp_ring)
-        if flops := layer_flops(op):
-            op.attributes[keys.LAYER_FLOPS] = ArrayAttr([LayerFlopsAttr.make(**d) for d in flops])
-        op.attributes.pop(keys.CP_RING, None)  # (after the layers' sums when priced again, as the first time)
+        flops = layer_flops(op)
+        keys.put(op, keys.LAYER_FLOPS, ArrayAttr([LayerFlopsAttr.make(**d) for d in flops]) if flops else None)
+        ring_attr = None
         if ring is not None:
-            op.attributes[keys.CP_RING] = DictionaryAttr(
+            ring_attr = DictionaryAttr(
                 {k: FloatAttr(v, Float64Type()) for k, v in ring.items()} | {"kv_bytes": IntegerAttr(kv, i64)}
             )
+        keys.put(op, keys.CP_RING, ring_attr)

@@ -35,10 +35,10 @@ class EstimatePowerPass(ModulePass):
     name = "phaze-estimate-power"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        op.attributes.pop(keys.POWER, None)
         plan_attr = keys.require(op, keys.PLAN, PlanAttr)
         plan = plan_attr.as_dict()
         if plan["feasible"] != "yes":
+            keys.put(op, keys.POWER, None)
             return
         acc = module_accelerator(op, self.name)
         if acc.energy is None:  # reached when the pass is run by hand on such a chip's plan

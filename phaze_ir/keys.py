@@ -251,6 +251,16 @@ ALL_KEYS: tuple[Key, ...] = tuple(v for v in dict(globals()).values() if isinsta
 AttributeT = TypeVar("AttributeT", bound=Attribute)
 
 
+def put(op: Operation, key: Key, value: Attribute | None) -> None:
+    """``op``'s ``key`` set to ``value`` (taken off when ``None``).  A key the op has keeps its
+    place among the op's attributes: a pass run again on its own output writes the same bytes
+    (taking the key off and adding it again would move it after the keys later passes wrote)."""
+    if value is None:
+        op.attributes.pop(key, None)
+    else:
+        op.attributes[key] = value
+
+
 def _missing(op: Operation, key: Key) -> PhazeError:
     run = f"run {key.writer} first" if key.writer.startswith("phaze-") else f"it is written by {key.writer}"
     return PhazeError(f"'{op.name}' op requires '{key}'; {run}")

@@ -197,3 +197,12 @@ def test_estimate_latency_again_on_a_context_parallel_plan_keeps_the_ring(tmp_pa
     assert [o.attributes.get(keys.LATENCY) for o in after.walk()] == [
         o.attributes.get(keys.LATENCY) for o in before.walk()
     ]
+
+
+def test_pricing_a_plan_again_writes_the_same_bytes(tmp_path, plan, capsys):
+    """A pass run again on its own output writes its keys where they were: the layers' sums,
+    FLOPs and the ring kept their places among the module's keys (they were taken off and added
+    again after the keys later passes wrote: the same values, other bytes)."""
+    rc, out, err = opt(tmp_path, plan, "-p", "phaze-estimate-latency", capsys=capsys)
+    assert rc == 0, err
+    assert module_text(out) == plan

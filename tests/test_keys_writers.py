@@ -2,7 +2,8 @@
 ``phaze.*`` key is set by the one writer ``keys.py`` declares for it, and by no other pass.
 
 Which pass sets which key is read from the AST of ``passes/*.py``: an assignment
-``X.attributes[keys.NAME] = ...`` (or through a loop variable over ``keys.NAME``s), directly
+``X.attributes[keys.NAME] = ...`` or a call ``keys.put(X, keys.NAME, ...)`` (or through a loop
+variable over ``keys.NAME``s), directly
 or through a helper of ``passes/cost_view.py``, ``graph_view.py`` or ``how_ops_run.py`` that the pass
 calls.
 A removal (``attributes.pop``) is not a write: a pass that invalidates another's key drops it,
@@ -58,6 +59,8 @@ def _writes(tree: ast.AST) -> dict[str, set[str]]:
             for t in targets:
                 if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) and t.value.attr == "attributes":
                     got.update(_key_of(t.slice, loops))
+            if isinstance(n, ast.Call) and ast.unparse(n.func) == "keys.put" and len(n.args) >= 2:
+                got.update(_key_of(n.args[1], loops))  # keys.put(op, keys.NAME, value): a write
     return out
 
 
