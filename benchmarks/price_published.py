@@ -113,6 +113,7 @@ FP8_RECIPES = {"fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
 #: phazec's --recompute of each activation checkpointing as run, and what its selective policy
 #: re-runs (--selective-recompute): Megatron-LM's attention core; torchtitan's every second block
 #: checkpointed whole (``selective_ac_option = "2"`` at the runs' commit) or its per-op policy.
+#: ``selective-share:P`` (:func:`recompute_flags`): fms-fsdp's share P of the blocks.
 RECOMPUTE = {
     "none": ("none", "attention"),
     "full": ("full", "attention"),
@@ -120,6 +121,26 @@ RECOMPUTE = {
     "selective-layer": ("selective", "layer:2"),
     "selective-op": ("selective", "op"),
 }
+SHARE = "selective-share:"
+
+
+def recompute_flags(value: str) -> tuple[str, str]:
+    """phazec's ``--recompute`` and ``--selective-recompute`` of a ``recompute`` column: a name
+    of :data:`RECOMPUTE`, or ``selective-share:P``, fms-fsdp's ``selective_checkpointing = P``
+    (``--selective-recompute share:P``); ValueError naming what is expected otherwise."""
+    from passes.algorithms.recompute import parse_selective
+
+    if value in RECOMPUTE:
+        return RECOMPUTE[value]
+    if value.startswith(SHARE):
+        try:
+            parse_selective(flag := "share:" + value.removeprefix(SHARE))
+            return "selective", flag
+        except ValueError as e:
+            raise ValueError(f"recompute {value!r}: {e}") from None
+    raise ValueError(f"recompute {value!r}, expected one of {', '.join(RECOMPUTE)} or {SHARE}P")
+
+
 UNITS = ("tokens/s/gpu", "s/iteration")
 #: phazec's --optimizer of each published optimizer column.
 OPTIMIZERS = ("adam", "adam-bf16")
@@ -257,9 +278,12 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         raise ValueError(f"{where}: {r.gpus} GPUs but TP x PP x DP x CP = {r.tp * r.pp * r.dp * r.cp}")
     if r.global_batch % (r.micro_batch * r.dp):
         raise ValueError(f"{where}: global batch {r.global_batch} is not a multiple of micro-batch x DP")
+    try:
+        recompute_flags(r.recompute)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
     for column, choices in (
         ("precision", DTYPES),
-        ("recompute", RECOMPUTE),
         ("measured_unit", UNITS),
         ("moe", YES_NO),
         ("optimizer", OPTIMIZERS),
@@ -321,9 +345,9 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         "--zero",
         str(r.zero),
         "--recompute",
-        RECOMPUTE[r.recompute][0],
+        recompute_flags(r.recompute)[0],
         "--selective-recompute",
-        RECOMPUTE[r.recompute][1],
+        recompute_flags(r.recompute)[1],
         "--dtype",
         DTYPES[r.precision],
         "--kernels",
@@ -502,7 +526,7 @@ def report(priced: list[Priced]) -> str:
         r = p.row
         lead = (
             f"{r.id:<20}{r.gpus:>5} {f'{r.pp},{r.dp},{r.tp},{r.cp}':<12}{r.micro_batch:>3}"
-            f"{RECOMPUTE[r.recompute][0][:4]:>5} {r.kernels:<9}{r.measured_step_s:9.3f}"
+            f"{recompute_flags(r.recompute)[0][:4]:>5} {r.kernels:<9}{r.measured_step_s:9.3f}"
         )
         tps = r.global_batch * r.seq_len / (r.measured_step_s * r.gpus)
         mem = f"{p.memory_bytes / GIB:7.1f}{p.hbm_bytes / GIB:5.0f}" if p.memory_bytes else f"{'-':>7}{'-':>5}"

@@ -45,8 +45,9 @@ class InsertRecomputePass(SolverOptions):
     Requires ``phaze-schedule-ops`` (``phaze.layer_schedule``; the attention cores are scheduled
     here, through the schedule cache handed in, as ``phaze-schedule-ops`` does).  Options:
     ``selective`` = ``attention`` (default: Megatron-LM's selective recompute, above), ``op``
-    (torchtitan's per-op selective checkpointing) or ``layer:N`` (torchtitan's every N-th block
-    checkpointed whole): what the selective policy re-runs (``passes/algorithms/recompute.py``);
+    (torchtitan's per-op selective checkpointing), ``layer:N`` (torchtitan's every N-th block
+    checkpointed whole) or ``share:P`` (fms-fsdp's share P of the blocks checkpointed whole):
+    what the selective policy re-runs (``passes/algorithms/recompute.py``);
     ``optimizer`` = ``""`` (default: the optimizer state the ``phaze.optimizer_update`` ops carry;
     Adam's 12 bytes per parameter element when there are none), ``adam`` or ``sgd``;
     ``time_limit``, ``gap_limit``, ``node_limit``, ``max_binaries`` and ``seed`` as

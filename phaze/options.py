@@ -188,8 +188,9 @@ class Options(PlacementOptions):
         "passes.algorithms.recompute.selective_problem",
         "what --recompute selective re-runs: attention, Megatron-LM's (the attention core); op, torchtitan's "
         "per-op checkpointing of each block (saves the matmuls' and attention's outputs but every second "
-        "matmul's, re-runs the rest); layer:N, torchtitan's every N-th block checkpointed whole",
-        metavar="attention|op|layer:N",
+        "matmul's, re-runs the rest); layer:N, torchtitan's every N-th block checkpointed whole; share:P, "
+        "fms-fsdp's share P of the blocks (0 < P <= 1) checkpointed whole, evenly spaced",
+        metavar="attention|op|layer:N|share:P",
     )
     strict: bool = option(False, help="unknown aten ops are errors, not phaze.opaque")
     #: When no placement fits: True (default) compiles the best unfit point from the whole model

@@ -188,6 +188,14 @@ def test_a_bad_row_is_refused():
         pp.parse_row({**d, "cp": "4"}, "row")
     with pytest.raises(ValueError, match="needs sequence_parallel on"):
         pp.parse_row({**d, "tp_overlap": "on"}, "row")
+    assert pp.recompute_flags(pp.parse_row({**d, "recompute": "selective-share:0.69"}, "row").recompute) == (
+        "selective",
+        "share:0.69",
+    )
+    with pytest.raises(ValueError, match=r"^row: recompute 'selective-share:1.5': expected attention, op"):
+        pp.parse_row({**d, "recompute": "selective-share:1.5"}, "row")
+    with pytest.raises(ValueError, match=r"^row: recompute 'sel', expected one of none, full, .* or selective-share:P"):
+        pp.parse_row({**d, "recompute": "sel"}, "row")
     # a file written before the cp and tp_overlap columns: one device of CP, no TP overlap
     old = pp.parse_row({k: v for k, v in d.items() if k not in ("cp", "tp_overlap")} | {"gpus": "1"}, "row")
     assert (old.cp, old.tp_overlap) == (1, "off")
@@ -207,7 +215,7 @@ def test_the_h100_rows_map_to_their_flags(tmp_path):
     assert (_flag(fms, "--kernels"), _flag(fms, "--zero"), _flag(fms, "--selective-recompute")) == (
         "inductor",
         "3",
-        "layer:2",
+        "share:0.69",  # fms-fsdp's share of the blocks its MFU and HFU imply
     )
     assert rows["fms-h100-70b-compile"].measured_step_s == pytest.approx(192 * 4096 / (890 * 96))
     gpt = Path(pp.model_file(rows["nemo-gpt3-20b"], tmp_path)).read_text()

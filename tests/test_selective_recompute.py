@@ -1,6 +1,7 @@
 """What the selective recompute policy re-runs (``--selective-recompute``,
 passes/algorithms/recompute.py): Megatron-LM's attention core, torchtitan's per-op policy and
-torchtitan's every-N-th-block checkpointing, on the tiny SDPA Llama (GQA) by hand."""
+torchtitan's every-N-th-block checkpointing and fms-fsdp's share of the blocks, on the tiny SDPA
+Llama (GQA) by hand."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 import pytest
 from conftest import MODELS, compiled, run_main
 
-from passes.algorithms.recompute import analyze_recompute, op_name, parse_selective, selective_problem
+from passes.algorithms.recompute import _checkpointed, analyze_recompute, op_name, parse_selective, selective_problem
 from passes.graph_view import build_graph, step_function
 from phaze_ir import keys
 from phaze_ir.ir import parse_module
@@ -72,6 +73,37 @@ def test_layer_checkpointing_takes_every_nth_block_whole(every, checkpointed):
             assert (rc.selective_bytes, rc.selective_ops) == (rc.none_bytes, [])
 
 
+@pytest.mark.parametrize(
+    ("share", "pattern"),
+    [  # fms-fsdp's own examples (apply_fsdp_checkpointing's docstring, ed74fd5d), 1 a block taken
+        ("1/2", "101010"),
+        ("1/3", "010010"),
+        ("2/3", "101101"),
+        ("1", "111111"),
+        ("0.75", "11011101"),
+    ],
+)
+def test_share_checkpointing_spaces_its_blocks_as_fms_fsdp_does(share, pattern):
+    """``share:P``: a counter k over the blocks from 1 and a cut-off from 1/2; block k is taken
+    when k·P reaches the cut-off, which then grows by 1. Layers that are not blocks never are."""
+    kinds = ["embedding", *["block"] * len(pattern), "head"]
+    taken = _checkpointed(parse_selective(f"share:{share}"), kinds)
+    assert taken == [False, *(c == "1" for c in pattern), False]
+
+
+@pytest.mark.parametrize(
+    ("share", "checkpointed"), [("1", [True, True]), ("1/2", [True, False]), ("0.3", [False, True])]
+)
+def test_share_checkpointing_takes_its_blocks_whole(share, checkpointed):
+    kinds, rcs = _policies(f"share:{share}")
+    blocks = [rc for kind, rc in zip(kinds, rcs) if kind == "block"]
+    for rc, whole in zip(blocks, checkpointed):
+        if whole:
+            assert (rc.selective_bytes, rc.selective_ops) == (rc.full_bytes, rc.fwd_ops)
+        else:
+            assert (rc.selective_bytes, rc.selective_ops) == (rc.none_bytes, [])
+
+
 def test_megatrons_selective_recompute_is_the_default():
     """Without a setting, selective re-runs the attention core (Megatron-LM's), as before."""
     graph, layer_of, kinds = _step()
@@ -83,17 +115,30 @@ def test_megatrons_selective_recompute_is_the_default():
         analyze_recompute(graph, layer_of, None, parse_selective("op"))
 
 
-@pytest.mark.parametrize("text", ["layer:0", "layer:", "layer:-1", "layer:1.5", "ops", "", "Attention", 2, None])
+@pytest.mark.parametrize(
+    "text",
+    ["layer:0", "layer:", "layer:-1", "layer:1.5", "ops", "", "Attention", 2, None]
+    + ["share:0", "share:1.5", "share:3/2", "share:", "share:-0.5", "share:1/0", "share:0/4", "share:nan"]
+    + ["share:1e-3"],
+)
 def test_bad_settings_are_refused_in_words(text):
-    assert selective_problem(text) == "expected attention, op or layer:N (N a positive integer, up to 999999)"
+    assert selective_problem(text) == (
+        "expected attention, op, layer:N or share:P (N a positive integer, up to 999999; P a share of the "
+        "blocks above 0 and at most 1, as 0.75 or 3/4)"
+    )
     with pytest.raises(ValueError):
         parse_selective(text)
 
 
-@pytest.mark.parametrize("text", ["attention", "op", "layer:1", "layer:2", "layer:999999"])
+@pytest.mark.parametrize("text", ["attention", "op", "layer:1", "layer:2", "layer:999999", "share:1", "share:3/4"])
 def test_good_settings_read_back(text):
     assert selective_problem(text) is None
     assert str(parse_selective(text)) == text
+
+
+def test_a_decimal_share_reads_back_as_its_fraction():
+    assert str(parse_selective("share:0.75")) == "share:3/4"
+    assert parse_selective("share:0.70") == parse_selective("share:7/10")
 
 
 def test_phazec_prices_each_setting_from_one_cache(tmp_path):

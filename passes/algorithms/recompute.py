@@ -73,6 +73,13 @@ Extra forward time per micro-batch: ``full`` re-runs the forward (its scheduled 
   0413364, ``_apply_ac_to_transformer_block``): a counter over the blocks, from 1; block k
   (0-based) is fully checkpointed when ``(k + 1) % N == 0``, the others keep everything.  Its
   "selective" is, per block, either full's stash and time or none's.
+- ``share:P``: fms-fsdp's selective activation checkpointing (``selective_checkpointing = P``,
+  ``apply_fsdp_checkpointing`` in ``fms_fsdp/policies/ac_handler.py`` at ed74fd5d): a share P
+  of the blocks (0 < P <= 1, a decimal or a fraction ``a/b``) checkpointed whole, evenly spaced:
+  with a counter over the blocks from 1 and a cut-off from 1/2, block k is checkpointed when
+  ``k * P >= cut-off``, which then grows by 1 (P = 1/2: every second block from the first;
+  P = 1: every block, full's).  Computed in exact fractions (the source's floats agree for the
+  shares it is run with).
 """
 
 from __future__ import annotations
@@ -80,6 +87,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from passes.algorithms.graph import Graph
 from passes.algorithms.partition import Partition, layer_saved
@@ -88,21 +96,27 @@ from phaze_ir.op_kinds import RecomputePolicy
 
 POLICIES = tuple(p.value for p in RecomputePolicy)
 
-#: The forms of ``--selective-recompute`` (``layer:N`` with N >= 1), see the module docstring.
-SELECTIVE_FORMS = ("attention", "op", "layer:N")
+#: The forms of ``--selective-recompute`` (``layer:N`` with N >= 1, ``share:P`` with 0 < P <= 1),
+#: see the module docstring.
+SELECTIVE_FORMS = ("attention", "op", "layer:N", "share:P")
 _LAYER_EVERY = re.compile(r"layer:([1-9][0-9]{0,5})")
+_SHARE = re.compile(r"share:([0-9]{1,6}(?:\.[0-9]{1,6})?(?:/[1-9][0-9]{0,5})?)")
 
 
 @dataclass(frozen=True)
 class Selective:
-    """What the ``selective`` policy re-runs: ``kind`` ``attention``, ``op`` or ``layer``
-    (every ``every``-th block checkpointed whole)."""
+    """What the ``selective`` policy re-runs: ``kind`` ``attention``, ``op``, ``layer`` (every
+    ``every``-th block checkpointed whole) or ``share`` (a share ``share`` of the blocks
+    checkpointed whole, evenly spaced)."""
 
     kind: str = "attention"
     every: int = 0
+    share: Fraction = Fraction(0)
 
     def __str__(self) -> str:
-        return f"layer:{self.every}" if self.kind == "layer" else self.kind
+        if self.kind == "layer":
+            return f"layer:{self.every}"
+        return f"share:{self.share}" if self.kind == "share" else self.kind
 
 
 ATTENTION = Selective()
@@ -113,10 +127,17 @@ def parse_selective(text: object) -> Selective:
     if text in ("attention", "op"):
         return Selective(str(text))
     m = _LAYER_EVERY.fullmatch(text) if isinstance(text, str) else None
-    if m is None:
+    if m is not None:
+        return Selective("layer", int(m.group(1)))
+    m = _SHARE.fullmatch(text) if isinstance(text, str) else None
+    share = Fraction(m.group(1)) if m is not None else Fraction(0)
+    if not 0 < share <= 1:
         forms = f"{', '.join(SELECTIVE_FORMS[:-1])} or {SELECTIVE_FORMS[-1]}"
-        raise ValueError(f"expected {forms} (N a positive integer, up to 999999)")
-    return Selective("layer", int(m.group(1)))
+        raise ValueError(
+            f"expected {forms} (N a positive integer, up to 999999; P a share of the blocks above 0 and "
+            "at most 1, as 0.75 or 3/4)"
+        )
+    return Selective("share", share=share)
 
 
 def selective_problem(text: object) -> str | None:
@@ -318,15 +339,20 @@ def _with_statistics(
 
 
 def _checkpointed(selective: Selective, kinds: Sequence[str]) -> list[bool]:
-    """Which layers ``layer:N`` checkpoints whole: block k (0-based among the blocks) when
-    ``(k + 1) % N == 0``, as torchtitan's counter from 1 does."""
-    out, k = [], 0
+    """Which layers ``layer:N`` or ``share:P`` checkpoints whole (the module docstring): with
+    a counter k over the blocks from 1, ``layer:N`` block k when ``k % N == 0`` (torchtitan's),
+    ``share:P`` when ``k * P`` reaches the cut-off, from 1/2 up by 1 each time (fms-fsdp's)."""
+    out, k, cut_off = [], 0, Fraction(1, 2)
     for kind in kinds:
-        if kind == "block":
-            k += 1
+        if kind != "block":
+            out.append(False)
+            continue
+        k += 1
+        if selective.kind == "layer":
             out.append(k % selective.every == 0)
         else:
-            out.append(False)
+            out.append(k * selective.share >= cut_off)
+            cut_off += out[-1]
     return out
 
 
@@ -484,7 +510,8 @@ def analyze_recompute(
     if selective != ATTENTION and kinds is None:
         raise ValueError(f"selective recompute {selective} needs the layers' kinds")
     n_layers = max(layer_of, default=-1) + 1
-    checkpointed = _checkpointed(selective, kinds) if selective.kind == "layer" and kinds else [False] * n_layers
+    whole = selective.kind in ("layer", "share")
+    checkpointed = _checkpointed(selective, kinds) if whole and kinds else [False] * n_layers
     fwd: list[list[int]] = [[] for _ in range(n_layers)]
     bwd: list[set[int]] = [set() for _ in range(n_layers)]
     for i, op in enumerate(graph.ops):
