@@ -26,8 +26,10 @@ each column is and where each number comes from):
   Adam's sharded state with its collectives overlapped (``--zero 1 --dp-overlap``), Megatron's
   fused kernels and flash attention (``--kernels megatron``, the model file's attention SDPA).
 
-The measured figure is a step time (``s/iteration``) or a throughput (``tokens/s/gpu``, turned into
-the step time ``global batch x sequence / (tokens/s/gpu x GPUs)``); the error is priced / measured
+The measured figure is a step time (``s/iteration``), a throughput (``tokens/s/gpu``, turned into
+the step time ``global batch x sequence / (tokens/s/gpu x GPUs)``) or Megatron-LM's model
+TFLOP/s per GPU (``megatron-tflops/s/gpu``: the step's FLOPs by :func:`megatron_model_flops` over
+TFLOP/s x GPUs); the error is priced / measured
 - 1 of the step time (a positive error: phaze is slow).  A row whose plan does not fit in the
 chip's HBM is *refused* (phazec exits 1 naming the memory).  Rows marked ``exact`` in the
 ``as_run`` column are run as phaze can express them; the others say what differs (HSDP priced as
@@ -141,7 +143,7 @@ def recompute_flags(value: str) -> tuple[str, str]:
     raise ValueError(f"recompute {value!r}, expected one of {', '.join(RECOMPUTE)} or {SHARE}P")
 
 
-UNITS = ("tokens/s/gpu", "s/iteration")
+UNITS = ("tokens/s/gpu", "s/iteration", "megatron-tflops/s/gpu")
 #: phazec's --optimizer of each published optimizer column.
 OPTIMIZERS = ("adam", "adam-bf16")
 #: phazec's --reduce-dtype of each published reduce_dtype column.
@@ -215,10 +217,39 @@ class Row:
         """The measured time of one training step (a global batch)."""
         if self.measured_unit == "s/iteration":
             return self.measured
+        if self.measured_unit == "megatron-tflops/s/gpu":
+            return megatron_model_flops(self) / (self.measured * 1e12 * self.gpus)
         return self.global_batch * self.seq_len / (self.measured * self.gpus)
 
     def tokens_per_s_per_gpu(self, step_s: float) -> float:
         return self.global_batch * self.seq_len / (step_s * self.gpus)
+
+
+def megatron_model_flops(r: Row) -> float:
+    """The model FLOPs of one step of ``r`` as Megatron-LM counts them for its "TFLOP/s/GPU"
+    (``num_floating_point_operations``, ``megatron/training/training.py``, the form of
+    megatron-core 0.6 to 0.9 that NeMo 24.03 to 24.07 ran): ``12 B s L h^2 ((1 + g/a + s/h) +
+    (f/h) (3/2 gated) + V / (2 L h))``, the attention's whole s x s square counted (no causal
+    half), the vocabulary unpadded.  Checked against NeMo 24.07's Llama 2 7B row: 780 model
+    TFLOP/s per GPU at 16,934 tokens/s per GPU is 46.06e9 FLOPs a token, the formula's 46.08e9."""
+    c = _example_config(r.model)
+    h, layers, heads = c.hidden_size, c.num_hidden_layers, c.num_attention_heads
+    groups = getattr(c, "num_key_value_heads", None) or heads
+    gated = 1.5 if getattr(c, "hidden_act", "gelu") in ("silu", "swiglu") else 1.0
+    terms = (1 + groups / heads + r.seq_len / h) + (c.intermediate_size / h) * gated + c.vocab_size / (2 * layers * h)
+    return 12.0 * r.global_batch * r.seq_len * layers * h * h * terms
+
+
+def _example_config(model: str):
+    """The transformers configuration ``examples/<model>.py`` builds (its ``config()``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_published_{model}", EXAMPLES / f"{model}.py")
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"no model file examples/{model}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.config()
 
 
 def _int(d: dict[str, str], k: str, where: str) -> int:

@@ -30,9 +30,9 @@ def _flag(flags, name):
 
 def test_the_file_parses_and_every_row_has_a_source():
     rows = pp.read_rows(CSV)
-    assert len(rows) == 81
+    assert len(rows) == 90
     assert {r.group for r in rows} == {"fsdp", "megatron", "nemo", "dgxc"}
-    assert sum(pp.chip_name(r.hw) == "h100" for r in rows) == 44
+    assert sum(pp.chip_name(r.hw) == "h100" for r in rows) == 53
     assert sum(pp.chip_name(r.hw) == "h100_hbm2e" for r in rows) == 15
     assert len({r.id for r in rows}) == len(rows)
     for r in rows:
@@ -280,3 +280,18 @@ def test_bands_are_not_written_from_failed_rows(tmp_path, capsys):
     assert path.read_text() == "old\n" and "1 rows failed (b" in capsys.readouterr().err
     assert pp.write_bands(path, {"regimes": {}}, {"a": ("priced", 0.1), "b": ("refused", None)}) == 0
     assert path.read_text().startswith("{") and not (tmp_path / "bands.json.tmp").exists()
+
+
+def test_megatron_tflops_become_the_step_time():
+    """NeMo's long-sequence rows give Megatron-LM's model TFLOP/s per GPU; its formula counts
+    the attention's whole square, as NeMo 24.07's Llama 2 7B row shows (780 TFLOP/s at 16,934
+    tokens/s per GPU)."""
+    rows = {x.id: x for x in pp.read_rows(CSV)}
+    short = rows["nemo-l2-7b"]
+    per_token = pp.megatron_model_flops(short) / (short.global_batch * short.seq_len)
+    assert per_token == pytest.approx(780e12 / 16934, rel=1e-3)
+    long = rows["nemo-ls-l2-7b-128k"]
+    assert (long.gpus, long.cp, long.seq_len, long.global_batch) == (128, 4, 131072, 32)
+    h, layers, s = 4096, 32, 131072  # Llama 2 7B: the attention term s/h is 32 of the 38.2
+    terms = (1 + 1 + s / h) + (11008 / h) * 1.5 + 32000 / (2 * layers * h)
+    assert long.measured_step_s == pytest.approx(12 * 32 * s * layers * h * h * terms / (555e12 * 128))
