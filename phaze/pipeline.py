@@ -141,12 +141,13 @@ def import_step(traced, opts: Options, accelerator=None) -> ModuleOp:
     return module
 
 
-def training_step(traced, opts: Options, accelerator=None) -> ModuleOp:
+def training_step(traced, opts: Options, accelerator=None, verify: bool = True) -> ModuleOp:
     """The traced step imported (targeting ``accelerator``, None: no target yet) and through
     the training passes: what every TP width of one micro-batch shares.  Compile each width
-    from its own :func:`copy_for` it (``compile_from(copy, "training", ...)``)."""
+    from its own :func:`copy_for` it (``compile_from(copy, "training", ...)``); ``verify=False``:
+    as :func:`compile_from`'s."""
     with few_collections():
-        return compile_from(import_step(traced, opts, accelerator), "ir", "training", 1, opts)
+        return compile_from(import_step(traced, opts, accelerator), "ir", "training", 1, opts, verify=verify)
 
 
 def copy_for(module: ModuleOp, k: int, n: int) -> ModuleOp:

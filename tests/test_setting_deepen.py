@@ -54,6 +54,31 @@ def test_another_question_is_checked_again(monkeypatch):
     assert calls == [3, 4, 3, 4, 3]
 
 
+def test_every_context_parallel_degree_past_1_shares_one_check(tmp_path, monkeypatch):
+    """CP 2, 4 and 8 of a tiny Llama (fused attention priced as rings of c steps), TP 1 and 2
+    with and without sequence parallelism, asked as the ``--hw`` sweep asks each degree: the 3-
+    and 4-block check at the first degree past 1, one trace at the others (a degree changes
+    only shapes, S/c tokens a sample), every setting equal (every field, floats bit for bit) to
+    the one checked apart; CP 1 (no rings) is checked on its own."""
+    model = _model_file(tmp_path, "llama")
+    at = {c: Options(sequence_parallel="auto", seq_len=32, devices=8, context_parallel=str(c)) for c in (2, 4, 8, 1)}
+
+    def prepared(c: int) -> list[st.Setting]:
+        return st.prepare_points(model, 1, (1, 2), at[c])[0]
+
+    st._SHOWN.clear()
+    calls = _counting_traces(monkeypatch)
+    got = {c: prepared(c) for c in at}
+    assert calls == [3, 4, 3, 3, 3, 4]
+    monkeypatch.undo()
+    for c, fast in got.items():
+        st._SHOWN.clear()
+        slow = prepared(c)  # checked apart: both cut traces
+        assert [(s.tp, s.sequence_parallel, s.cp) for s in fast] == [(1, False, c), (2, False, c), (2, True, c)]
+        assert all((len(s.kernels) > 0) == (c > 1) for s in fast)
+        assert len(fast) == len(slow) and all(st._same(a, b) for a, b in zip(fast, slow)), c
+
+
 _BY_BATCH = """
 import torch
 
@@ -179,7 +204,7 @@ def test_a_childs_warnings_are_said_by_the_sweep_once():
         beside = sb.SettingsBeside()
         for index in (1, 2):
             answer, sent = multiprocessing.Pipe(duplex=False)
-            sent.send((([], [], "m"), told))
+            sent.send((([], [], "m"), told, frozenset()))
             sent.close()
             beside._asked[index] = (job, answer)
         return beside
@@ -195,3 +220,35 @@ def test_a_childs_warnings_are_said_by_the_sweep_once():
     beside = beside_told([("from nowhere", PhazeWarning, "/nowhere/at/all.py", 1)])
     assert beside.compute(1, job) is st.prepare_points
     beside.cancel()
+
+
+def test_the_sweep_takes_the_skeletons_a_childs_check_accepted(tmp_path, monkeypatch):
+    """A child's answer comes with the skeletons its 4-block check accepted for its job's
+    question (here CP 2 of a tiny Llama, as the child's ``prepare_points`` leaves them): the
+    sweep takes them with the answer, and its own later job of that question (CP 4) takes one
+    trace, with the settings the two traces give; without them it checks again."""
+    import multiprocessing
+
+    from phaze.search import settings_beside as sb
+
+    model = _model_file(tmp_path, "llama")
+    at = {c: Options(sequence_parallel="auto", seq_len=32, devices=8, context_parallel=str(c)) for c in (2, 4)}
+    st._SHOWN.clear()
+    st.prepare_points(model, 1, (1, 2), at[2])  # the child's job, checked with both cut traces
+    skeletons = st.skeletons_shown(model, at[2])
+    assert skeletons
+    checked = st.prepare_points(model, 1, (1, 2), at[4])[0]
+    for sent_skeletons, traces in ((skeletons, [3]), (frozenset(), [3, 4])):
+        st._SHOWN.clear()  # the sweep's process: no check of its own yet
+        job = (1, (1, 2), at[2])
+        answer, sent = multiprocessing.Pipe(duplex=False)
+        sent.send((([], [], "m"), [], sent_skeletons))
+        sent.close()
+        beside = sb.SettingsBeside(model)
+        beside._asked[1] = (job, answer)
+        assert beside.compute(1, job)(model, *job) == ([], [], "m")
+        calls = _counting_traces(monkeypatch)
+        got = st.prepare_points(model, 1, (1, 2), at[4])[0]
+        monkeypatch.undo()
+        assert calls == traces
+        assert len(got) == len(checked) and all(st._same(a, b) for a, b in zip(got, checked))

@@ -735,7 +735,8 @@ def prepare_points(
     otherwise it is traced whole.  Tracing and importing scale with the blocks, so GPT-3 175B's
     96 cost as 7 (design §2).  The 4-block check is made once per question in a process: a
     later micro-batch of it whose 3-block settings have the skeletons the check accepted
-    (:data:`_SHOWN`, :func:`_skeleton`) is deepened from its one trace, as 3.
+    (:data:`_SHOWN`, :func:`_skeleton`) is deepened from its one trace, as 3; so is a later
+    context-parallel degree past 1 (one check for all of them: :func:`_question`).
 
     Given the ``accelerator`` (the ``--hw`` sweep's chip), the sharded steps are formed into the
     kernels of ``opts.kernels``' runtime on it (which kernel a fused attention runs depends on
@@ -832,17 +833,29 @@ _SHOWN: dict[tuple, set[str]] = {}
 _SHOWN_KEPT = 64
 
 
+#: What :func:`_question` puts for the context-parallel degree of a point past 1: every such
+#: degree is one question (one 4-block check), as every micro-batch is.
+_RING_DEGREES = "every degree > 1"
+
+
 def _question(model_path: str, opts: Any, accelerator: Any, attention_of: Any) -> tuple | None:
-    """What the settings of ``model_path`` depend on besides the micro-batch: the model file
-    (its path, size and modification time), the options (the sequence length and the
-    context-parallel degree included: one question per degree), the options its attention is
-    chosen by and the chip its kernels are formed on; None when the file cannot be read."""
+    """What the settings of ``model_path`` depend on besides the micro-batch and the
+    context-parallel degree past 1: the model file (its path, size and modification time), the
+    options (the sequence length included; the degree only as 1 or more: a degree c > 1 traces
+    S/c tokens a sample, a change of shapes as a micro-batch's, and prices the same fused
+    attention kernels as rings, so every degree past 1 shares one check: design §2.1.3), the
+    options its attention is chosen by and the chip its kernels are formed on; None when the
+    file cannot be read."""
     import os
+
+    from phaze.options import context_parallel_degree
 
     try:
         st = os.stat(model_path)
     except OSError:
         return None
+    if context_parallel_degree(opts) > 1:
+        opts = replace(opts, context_parallel=_RING_DEGREES)
     try:
         key = (os.path.realpath(model_path), st.st_size, st.st_mtime_ns, opts, attention_of, accelerator)
         hash(key)
@@ -853,6 +866,23 @@ def _question(model_path: str, opts: Any, accelerator: Any, attention_of: Any) -
     return key
 
 
+def skeletons_shown(model_path: str, opts: Any, accelerator: Any = None) -> frozenset[str]:
+    """The skeletons this process's 4-block check accepted for the question that
+    ``prepare_points(model_path, b, tps, opts, accelerator)`` asks (empty when none): what a
+    ``--hw`` sweep's child sends back with its settings (:func:`learn_skeletons`)."""
+    question = _question(model_path, opts, accelerator, None)
+    return frozenset(_SHOWN.get(question, ())) if question is not None else frozenset()
+
+
+def learn_skeletons(model_path: str, opts: Any, accelerator: Any, skeletons: frozenset[str]) -> None:
+    """Take ``skeletons`` that another process's check accepted for the question of
+    :func:`skeletons_shown` (a forked child: the same code, model and options, so the same
+    check) as accepted here: a later micro-batch or CP degree of that question is traced once."""
+    question = _question(model_path, opts, accelerator, None)
+    if question is not None and skeletons:
+        _SHOWN.setdefault(question, set()).update(skeletons)
+
+
 def _shown(question: tuple, three: list[Setting]) -> bool:
     """Whether each of ``three`` has a skeleton the question's check accepted."""
     known = _SHOWN.get(question)
@@ -860,9 +890,9 @@ def _shown(question: tuple, three: list[Setting]) -> bool:
 
 
 def _skeleton(setting: Setting) -> str:
-    """What of a 3-block setting a micro-batch cannot change unless its layers are priced
-    differently from each other: the point (TP width, sequence parallelism, CP degree, TP
-    overlap), its blocks and, layer by layer, which layers share their scheduling groups
+    """What of a 3-block setting a micro-batch or a CP degree past 1 cannot change unless its
+    layers are priced differently from each other: the point (TP width, sequence parallelism,
+    whether under CP, TP overlap), its blocks and, layer by layer, which layers share their scheduling groups
     (forward, backward, optimizer, selective recompute: the groups numbered as the layers first
     name them) and which have equal static numbers (the pattern, not the bytes).  The op
     table's rows are not in it: ops of different layers that a shape happens to make equal
@@ -877,7 +907,8 @@ def _skeleton(setting: Setting) -> str:
     for i, lr in enumerate(setting.layers):
         ids = [groups.setdefault(g, len(groups) - 1) for g in (lr.fwd, lr.bwd, lr.opt, lr.selective)]
         layers.append([*ids, numbers.setdefault(json.dumps(lr.numbers.as_dict(), sort_keys=True), i)])
-    point = [setting.tp, setting.sequence_parallel, setting.cp, setting.tp_overlap, setting.blocks]
+    # the CP degree as 1 or more (a question holds every degree past 1: :func:`_question`)
+    point = [setting.tp, setting.sequence_parallel, setting.cp > 1, setting.tp_overlap, setting.blocks]
     return json.dumps([point, setting.grads_freed, setting.grad_element_bytes, len(setting.kernels), layers])
 
 
@@ -901,7 +932,9 @@ def _settings_of(
     kernels = getattr(opts, "kernels", "ops")
     try:
         # the chip as the pipeline has it from the import on (None: the search's, no chip yet)
-        training = training_step(traced, opts, accelerator if kernels != "ops" else None)
+        # not verified, as each width's module below (the sweep verifies the winner's, compiled
+        # through the same passes; verifying it was 1.6 % of the settings' time)
+        training = training_step(traced, opts, accelerator if kernels != "ops" else None, verify=False)
     except UnknownOpError:
         raise  # the model's (--strict)
     except PhazeError as e:

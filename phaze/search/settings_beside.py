@@ -17,6 +17,10 @@ them alike, which are then left out of it); the warnings the child was told are 
 when it takes the answer, in order, through its own filters and registries (so once, as preparing
 it itself would say them); a child that failed, was asked other widths or cannot be forked leaves
 the question to the sweep, which prepares it itself as without children, its errors raised there.
+A child's answer also carries the skeletons its 4-block check accepted for the job's question
+(``phaze.search.setting.skeletons_shown``), which the sweep takes as its own: its later jobs of
+that question take one trace, as they would had the sweep made the check (the same code and
+inputs in both processes).
 Children are forked only as ``_CheckTrace`` forks its check trace (``phaze_ir/frontend/deepen``):
 on a platform with ``fork``, this process running one thread (a lock another thread holds
 stays held in a child) and no training step traced yet (autograd cannot run in a child forked
@@ -50,9 +54,10 @@ class SettingsBeside:
     """Children preparing settings, each a share of the :data:`Job`\\ s; :meth:`compute` gives
     what the sweep prepares a job with: its child's answer or ``prepare_points`` itself."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_path: str = "", acc: Any = None) -> None:
         self._asked: dict[int, tuple[Job, Any]] = {}  # job index -> (job, its child's pipe end)
         self._children: list[Any] = []
+        self._model_path, self._acc = model_path, acc
         self._finalizer = weakref.finalize(self, _stop, self._asked, self._children)
 
     @classmethod
@@ -62,7 +67,7 @@ class SettingsBeside:
         prepared by the sweep itself); each child prepares its share in order."""
         import multiprocessing
 
-        beside = cls()
+        beside = cls(model_path, acc)
         if not jobs or not can_fork():
             return beside
         workers = min(len(jobs), max(1, (os.cpu_count() or 2) - 1))
@@ -83,7 +88,7 @@ class SettingsBeside:
         """What ``phaze.search.sweep.prepared`` prepares job ``index`` (asked as ``job``) with: a call
         that gives the child's answer (and says its warnings) when the child prepared ``job``
         (:func:`_answer_for`), else ``prepare_points``.  Asked in the order of the indices."""
-        from phaze.search.setting import prepare_points
+        from phaze.search.setting import learn_skeletons, prepare_points
 
         entry = self._asked.pop(index, None)
         if entry is None:
@@ -95,7 +100,9 @@ class SettingsBeside:
             got = None
         if got is None:
             return prepare_points
-        got, said = got
+        got, said, skeletons = got
+        # what the child's 4-block check accepted: a later job of its question here takes one trace
+        learn_skeletons(self._model_path, asked[2], self._acc, skeletons)
         taken = _answer_for(job, asked, got)
         where = [w for _, _, filename, _ in said if (w := _registry_of(filename)) is not None]
         if taken is None or len(where) != len(said):
@@ -162,9 +169,11 @@ def _stop(asked: dict[int, tuple[Job, Any]], children: list[Any]) -> None:
 
 def _prepare(model_path: str, jobs: list[Job], acc: Any, sent: Any) -> None:
     """In the child: each job's ``prepare_points`` in turn, each sent as ``((settings, errors,
-    model name), warnings)`` (each warning it was told: its text, category, file and line), or
-    None when it failed (the sweep then prepares it itself and says why).  Silent: what it would
-    say the sweep says (its warnings when it takes the answer); Ctrl-C is the parent's to handle."""
+    model name), warnings, skeletons)`` (each warning it was told: its text, category, file and
+    line; the skeletons its 4-block check accepted for the job's question,
+    ``setting.skeletons_shown``), or None when it failed (the sweep then prepares it itself and
+    says why).  Silent: what it would say the sweep says (its warnings when it takes the
+    answer); Ctrl-C is the parent's to handle."""
     import signal
     import warnings
 
@@ -174,12 +183,13 @@ def _prepare(model_path: str, jobs: list[Job], acc: Any, sent: Any) -> None:
     os.dup2(quiet, 2)
     for b, widths, opts in jobs:
         try:
-            from phaze.search.setting import prepare_points
+            from phaze.search.setting import prepare_points, skeletons_shown
 
             with warnings.catch_warnings(record=True) as said:
                 warnings.simplefilter("always")
                 got: Any = prepare_points(model_path, b, widths, opts, acc)
-            answer = (got, [(str(w.message), w.category, w.filename, w.lineno) for w in said])
+            told = [(str(w.message), w.category, w.filename, w.lineno) for w in said]
+            answer = (got, told, skeletons_shown(model_path, opts, acc))
         except BaseException:  # the sweep prepares it itself, and raises what it raises
             answer = None
         try:
