@@ -35,18 +35,21 @@ import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze import driver
 from phaze.model_key import ModelKey, model_key
-from phaze.options import Options, context_parallel_degree
+from phaze.options import Options, context_parallel_degree, narrowed
 from phaze.pipeline import few_collections
 from phaze.plan import plan_template
 from phaze.plan.plan_output import plan_json
 from phaze.points import chosen_point, judge_point, no_fit_message, point_label, tp_points, tp_widths_of
 from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.warning import ReplicatedLinearsWarning
+
+if TYPE_CHECKING:
+    from phaze.plan.export import Launchable
 
 #: The store's kind of entry this module keeps.
 KIND = "hw-answer"
@@ -73,6 +76,11 @@ class Answer:
     #: The nearest plan that fits, in one clause, of a plan compiled point by point that does not
     #: (:func:`phaze.search.sweep.nearest_placed`; the settings' sweep says its own as it stops), "" else.
     nearest: str = ""
+    #: The narrowing of the options (``--zero``, ``--recompute``) whose plan every ``--export``
+    #: target launches, when the sweep narrowed to it (``sweep.compile_launchable``); ``{}``: none.
+    narrowed: dict[str, str] = field(default_factory=dict)
+    #: Then the fastest plan, not launched, and how much slower the plan is, in a line (said again on a cache hit).
+    unlaunched: str = ""
 
 
 def check_answer(payload: Any) -> Answer:
@@ -96,8 +104,23 @@ def check_answer(payload: Any) -> Answer:
     need(isinstance(d["warnings"], list) and all(isinstance(w, str) for w in d["warnings"]), "warnings")
     nearest = payload.get("nearest", "")  # (an answer kept before it was said)
     need(isinstance(nearest, str), "the nearest plan that fits")
+    narrowed, unlaunched = payload.get("narrowed", {}), payload.get("unlaunched", "")
+    need(
+        isinstance(narrowed, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in narrowed.items()),
+        "the narrowing of the options",
+    )
+    need(isinstance(unlaunched, str), "the fastest plan not launched")
     return Answer(
-        d["text"], d["plan"], d["summary"], d["layer_kinds"], d["seq_len"], d["model_shape"], d["warnings"], nearest
+        d["text"],
+        d["plan"],
+        d["summary"],
+        d["layer_kinds"],
+        d["seq_len"],
+        d["model_shape"],
+        d["warnings"],
+        nearest,
+        narrowed,
+        unlaunched,
     )
 
 
@@ -150,10 +173,20 @@ def _module_float(text: str, record: str, field: str) -> float | None:
 
 
 @few_collections()
-def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generic: bool = False) -> Answer:
+def answer(
+    model_path: str,
+    opts: Options,
+    cache_dir: str | None,
+    log,
+    *,
+    generic: bool = False,
+    launch: Launchable | None = None,
+) -> Answer:
     """The answer of ``phazec MODEL --hw`` under ``opts``: from the cache under
     ``cache_dir`` when it holds one for these inputs, else compiled (and kept there; None: no
     cache).  Errors are never kept: a question that failed fails again, the same way.
+    ``launch``: the plan the sweep keeps is the fastest every ``--export`` target launches
+    (:func:`phaze.search.sweep.compile_launchable`; part of the key).
 
     All of it with few young-generation collections (:func:`phaze.pipeline.few_collections`,
     as the compilation in it already ran), the model file's import and the plan's printing
@@ -166,12 +199,17 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
     # handed on to the cache's key and the compilation) and the power cap on it.
     accelerator = driver.check_question(opts)
     inputs = _inputs(model_path, stages, accelerator)
-    key = stages.key(KIND, inputs.model.digest, repr(opts), inputs.chip, generic) if inputs is not None else None
+    key = None
+    if inputs is not None:  # (a question without exports keeps the key it had before they narrowed the sweep)
+        launched = (repr(launch),) if launch is not None else ()
+        key = stages.key(KIND, inputs.model.digest, repr(opts), inputs.chip, generic, *launched)
     hit = stages.load(KIND, key, check_answer) if key is not None else None
     if hit is not None:
         log(f"the answer is in the cache ({cache_dir}): nothing compiled (--no-cache compiles it again)")
         for message in hit.warnings:
             warnings.warn(message, PhazeWarning, stacklevel=2)
+        if hit.unlaunched:
+            log(hit.unlaunched)
         return hit
     if cache_dir is not None and opts.schedule_cache is None and not os.environ.get("PHAZE_SCHEDULE_CACHE"):
         from passes.algorithms.schedule import ScheduleCache
@@ -181,7 +219,7 @@ def answer(model_path: str, opts: Options, cache_dir: str | None, log, *, generi
     if inputs is not None and opts.emit == "plan" and not generic:
         templates = plan_template.Templates(stages, inputs.model.digest, inputs.chip, opts)
     with _warnings_said() as said:
-        result = _compile(model_path, opts, accelerator, log, generic, stages, templates, inputs, said)
+        result = _compile(model_path, opts, accelerator, log, generic, stages, templates, inputs, said, launch)
     result.warnings = said
     # An answer placed from a template is one template away: kept only to replace a broken entry
     # of its own (said above), which would otherwise be said again at every question.
@@ -224,6 +262,7 @@ def _compile(
     templates: plan_template.Templates | None,
     inputs: _Inputs | None,
     said: list[str],
+    launch: Launchable | None = None,
 ) -> Answer:
     """Compile the model on the chip ``accelerator`` (:func:`phaze.search.sweep.compile_plan`, its
     settings kept in ``stages``; a point compiled before is placed from its template in
@@ -234,16 +273,27 @@ def _compile(
     from phaze.search import sweep
 
     got = None
+    narrowing = sweep.Narrowing()
     try:
         with _replicated_held_back():
             if templates is not None and inputs is not None:
                 got = _one_point_from_template(opts, inputs, templates, log)
-            module, candidates = got or sweep.compile_plan(
-                model_path, opts, log, accelerator, stages=stages, templates=templates
-            )
+            if got is not None:
+                module, candidates = got
+            elif launch is not None:
+                module, candidates, narrowing = sweep.compile_launchable(
+                    model_path, opts, launch, log, accelerator, stages=stages, templates=templates
+                )
+            else:
+                module, candidates = sweep.compile_plan(
+                    model_path, opts, log, accelerator, stages=stages, templates=templates
+                )
     except PlacementError as e:  # an option the traced step cannot take (--fp8-params with no FP8
         # linears, --expert-parallel on a dense model): known once the step is priced; one line
         raise PhazeError(str(e)) from e
+    if narrowing.options:  # the plan was placed under the narrowed options: it is printed and kept under them
+        opts = narrowed(opts, narrowing.options)
+        templates = templates.under(opts) if templates is not None else None
     plan = (
         plan_json(module, candidates, opts.recompute, opts.memory_headroom, opts.dp_shard)
         if opts.emit == "plan"
@@ -270,6 +320,8 @@ def _compile(
         seq_len=facts.seq_len,
         model_shape=dict(facts.shape),
         nearest=nearest,
+        narrowed=narrowing.options,
+        unlaunched=narrowing.said,
     )
 
 

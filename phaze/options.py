@@ -4,7 +4,8 @@ adds is in :mod:`phaze.pipeline`) and the sweep's default micro-batch sizes and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from passes.algorithms.placement_options import (
@@ -237,6 +238,12 @@ def context_parallel_degree(opts: Options) -> int:
     """The context-parallel degree one compilation of ``opts`` is priced for: its degree, 1
     while it is still ``auto`` (a stage before the sweep resolves it)."""
     return int(opts.context_parallel) if opts.context_parallel.isdigit() else 1
+
+
+def narrowed(opts: Options, choice: Mapping[str, str]) -> Options:
+    """``opts`` with ``--zero`` and ``--recompute`` narrowed as ``choice`` says (one of
+    ``phaze.plan.export.launchable_choices``: what an ``--export`` target launches)."""
+    return replace(opts, zero=choice.get("zero", opts.zero), recompute=choice.get("recompute", opts.recompute))
 
 
 def zero_stage(opts: Options) -> int | None:

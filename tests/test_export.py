@@ -32,6 +32,7 @@ from conftest import MODELS, run_main
 from phaze.plan.export import (
     MEGATRON_FLAGS,
     TRACED_ATTENTION_KEY,
+    Launchable,
     ModelFacts,
     launchable_choices,
     megatron_args,
@@ -39,6 +40,7 @@ from phaze.plan.export import (
     megatron_layout,
     megatron_model_args,
     precision,
+    refusals,
     settings,
     torchtitan_args,
     torchtitan_flavour,
@@ -511,6 +513,23 @@ def test_launchable_choices_narrow_auto_to_what_each_target_runs():
     # Under context parallelism torchtitan shards the weights over its CP group: ZeRO-3 only.
     assert launchable_choices(titan, "auto", "full", context_parallel="auto") == [{"zero": "3"}]
     assert launchable_choices([("megatron", "f")], "auto", "full", context_parallel="2") == [{}]
+
+
+@pytest.mark.parametrize("exports", [["megatron"], ["torchtitan"], ["megatron", "torchtitan"]])
+@pytest.mark.parametrize("selective", ["attention", "op", "layer:2"])
+def test_a_placement_refused_before_compiling_is_refused_as_the_plan_is(exports, selective):
+    """The sweep judges its fastest point's placement (ZeRO stage, CP, each stage's recompute
+    policy) before compiling it (``Launchable.refusal``): refused exactly when the exports
+    refuse the plan of that placement, in the first refusal's words."""
+    requests = [(target, f"plan.{target}") for target in exports]
+    launch = Launchable(tuple(exports), (), selective, "adam")
+    for zero in range(4):
+        for cp in (1, 2):
+            for recompute in ("none", "selective", "full", ["full", "none"]):
+                p = plan([4, 4], zero=zero, cp=cp, recompute=recompute)
+                said = refusals(requests, p, facts(8, seq_len=4096, selective_recompute=selective))
+                policies = recompute if isinstance(recompute, list) else [recompute] * 2
+                assert launch.refusal(zero, cp, policies) == (said[0] if said else None), (zero, cp, recompute)
 
 
 @pytest.mark.parametrize(

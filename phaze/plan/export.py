@@ -1163,6 +1163,50 @@ def launchable_choices(
     return choices if choices != [{}] else [{}]
 
 
+@dataclass(frozen=True)
+class Launchable:
+    """What every ``--export`` target asked for launches, as the ``--hw`` sweep narrows its plan
+    to it (``phaze.search.sweep.compile_launchable``): the targets in the order asked, the
+    narrowings of :func:`launchable_choices` (each a search of the sweep's settings) and the
+    options a placement's refusal depends on (``--selective-recompute``, ``--optimizer``)."""
+
+    targets: tuple[str, ...]
+    choices: tuple[dict[str, str], ...]
+    selective: str
+    optimizer: str
+
+    def refusal(self, zero: int, cp: int, policies: Sequence[str]) -> str | None:
+        """The first target's one-line refusal of a placement for its ZeRO stage, context
+        parallelism or stage recompute policies alone (None: none refuses it for those; the
+        compiled plan may still be refused for another reason, :func:`refusals`): the same
+        checks, in the same words, as :func:`render` makes of the compiled plan."""
+        stages = {"stages": [{"recompute": str(p).lower()} for p in policies]}
+        for target in self.targets:
+            try:
+                policy = _one_recompute(stages, target)
+                if target == "torchtitan":
+                    _torchtitan_can_run(zero, self.optimizer)
+                    if cp > 1 and zero != 3:
+                        raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=zero))
+                    _torchtitan_checkpoint(policy, self.selective)
+                elif policy == RecomputePolicy.SELECTIVE and (why := selective_refusal(target, self.selective)):
+                    raise PhazeError(why)
+            except PhazeError as e:
+                return str(e)
+        return None
+
+
+def launchable(exports: Sequence[Sequence[str]] | None, opts) -> Launchable | None:
+    """The :class:`Launchable` of phazec's ``--export`` requests under the driver options
+    ``opts`` (None: the search can choose no plan a target refuses for its placement, so
+    nothing is narrowed)."""
+    choices = launchable_choices(exports, opts.zero, opts.recompute, opts.selective_recompute, opts.context_parallel)
+    if choices == [{}]:
+        return None
+    targets = tuple(dict.fromkeys(target for target, _ in exports or ()))
+    return Launchable(targets, tuple(choices), opts.selective_recompute, opts.optimizer)
+
+
 def model_facts(module, opts) -> ModelFacts:
     """The :class:`ModelFacts` of a compiled module and phazec's driver options."""
     from phaze_ir import keys

@@ -265,6 +265,14 @@ class Templates:
         self.stages, self.model_digest, self.chip_digest, self.opts = stages, model_digest, chip_digest, opts
         self._used: dict[int, tuple[ModuleOp, PlanTemplate]] = {}
 
+    def under(self, opts: Options) -> Templates:
+        """These templates under ``opts`` instead (a narrowing of the question's: the plan an
+        ``--export`` launches, ``phaze.search.sweep.compile_launchable``), with what was placed
+        from either: :meth:`text` and :meth:`keep` know a module either placed."""
+        other = Templates(self.stages, self.model_digest, self.chip_digest, opts)
+        other._used = self._used
+        return other
+
     def _key(self, point: Point) -> str:
         return key(self.stages, self.model_digest, self.chip_digest, self.opts, point)
 

@@ -25,7 +25,7 @@ phaze layer may import (``phaze.search`` imports nothing of this module).
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
@@ -33,7 +33,7 @@ from xdsl.dialects.builtin import ModuleOp
 from passes.cache_file import Store, fields, is_int, need
 from phaze import driver
 from phaze.model_key import model_key
-from phaze.options import DEFAULT_TP_WIDTHS, Options, context_parallel_degree, traced_seq_len
+from phaze.options import DEFAULT_TP_WIDTHS, Options, context_parallel_degree, narrowed, traced_seq_len
 from phaze.pipeline import compile_module, few_collections, traced_line
 from phaze.plan.plan_output import Candidate, plan_record
 from phaze.plan.plan_template import Point
@@ -49,6 +49,7 @@ from phaze.points import (
 from phaze_ir.errors import ModelTooLarge, PhazeError
 
 if TYPE_CHECKING:
+    from phaze.plan.export import Launchable
     from phaze.plan.plan_template import Templates
     from phaze.search.setting import Setting
 
@@ -90,7 +91,27 @@ def compile_plan(
     ``templates``: where the best point is placed from its template when it was compiled
     before (:mod:`phaze.plan.plan_template`: then the module is its placed skeleton)."""
     with few_collections():  # its cut traces allocate as a compilation does
-        return _compile_plan(model_path, opts, log, accelerator, seconds, stages, templates)
+        module, candidates, _ = _compile_plan(model_path, opts, log, accelerator, seconds, stages, templates, None)
+    return module, candidates
+
+
+def compile_launchable(
+    model_path: str,
+    opts: Options,
+    launch: Launchable,
+    log,
+    accelerator=None,
+    stages: Store | None = None,
+    templates: Templates | None = None,
+) -> tuple[ModuleOp, list[Candidate], Narrowing]:
+    """:func:`compile_plan`, its plan the fastest that every ``--export`` target launches
+    (``launch``), from the same settings: when the fastest point's placement is refused for its
+    ZeRO stage, CP or recompute policies, the points are priced again under each narrowing of
+    ``launch.choices`` and the best of the fastest narrowing is compiled (its template placed
+    under the narrowed options).  Also returns that :class:`Narrowing` (none: the plan of
+    ``opts``; so too when the sweep compiled its points one by one, or none of them launches)."""
+    with few_collections():
+        return _compile_plan(model_path, opts, log, accelerator, None, stages, templates, launch)
 
 
 def nearest_placed(module: ModuleOp, opts: Options, log) -> str:
@@ -126,11 +147,12 @@ def _compile_plan(
     seconds: dict[str, float] | None,
     stages: Store | None,
     templates: Templates | None,
-) -> tuple:
+    launch: Launchable | None,
+) -> tuple[ModuleOp, list[Candidate], Narrowing]:
     if why_compiled_point_by_point(opts):
-        return driver.compile_model(model_path, opts, log, accelerator, seconds)
-    from passes.algorithms.placement import binding_message, fixed_tp_mismatch
-    from phaze.search.engine import Candidates, Evaluator, ModelTask, Params, SolverLimits
+        return (*driver.compile_model(model_path, opts, log, accelerator, seconds), Narrowing())
+    from passes.algorithms.placement import fixed_tp_mismatch
+    from phaze.search.engine import Candidates, ModelTask
 
     begun = driver.start_compilation(model_path, opts, accelerator)
     # the bound prunes a transformers LM whose loss is its own (every token's logits) at the traced length
@@ -144,7 +166,7 @@ def _compile_plan(
     degrees = context_parallel_points(opts, spec.seq_len)
     if len(opts.micro_batches) * len(degrees) * len(tp_points(opts, tp_widths)) == 1:
         # One point: its compilation is all there is to do (the cut traces would be extra).
-        return driver.compile_model(model_path, opts, log, accelerator, seconds)
+        return (*driver.compile_model(model_path, opts, log, accelerator, seconds), Narrowing())
     opts = degrees[0]  # the options every degree shares (placement, solver, objective)
     # The widths the sweep asks (those the devices hold), and, priced beside them from the same
     # cut traces, the wider ones the nearest plan that fits on more devices may need.
@@ -198,7 +220,7 @@ def _compile_plan(
             where = f"micro-batch {b}" + (f", CP {c}" if c > 1 else "")
             log(f"{where}: {e}; compiling every point through the pipeline")
             beside.cancel()
-            return driver.compile_model(model_path, asked_opts, log, accelerator, seconds)
+            return (*driver.compile_model(model_path, asked_opts, log, accelerator, seconds), Narrowing())
         finally:
             seconds["settings"] += time.perf_counter() - start
         by_point = _by_point(ready, fixed)
@@ -224,58 +246,15 @@ def _compile_plan(
             points.append((b, c, t, sp, len(settings) - 1 if setting is not None else None, why.get((t, sp), "")))
     beside.cancel()
 
-    start = time.perf_counter()
-    evaluator = Evaluator(Params.of_options(opts, "throughput"), SolverLimits.of_options(opts), opts.schedule_cache)
-    cands = Candidates.of_accelerator(acc)
     task = ModelTask(spec.name, settings, fixed)
     jobs = [(0, k, 0, acc.hbm.bytes) for k in range(len(settings))]
-    priced = evaluator.exact(cands, [task], jobs) if settings else []
-    seconds["points"] += time.perf_counter() - start
-
-    candidates: list[Candidate] = []
-    best: Candidate | None = None
-    first_unfit: Candidate | None = None
-    least: tuple[int, Candidate] | None = None  # the point whose option needs the least memory
-    objective = evaluator.objective(cands)
-    for b, c, t, sp, k, error in points:
-        if t not in asked:  # more TP than devices: priced for nearest_fit only
-            continue
-        where = point_label(b, t, sp, c)
-        if c > 1 and t * c > opts.devices:  # no replica fits: said as the pipeline's sweep says it
-            note = f"devices: t·c = {t}·{c} exceeds N = {opts.devices}"
-            candidates.append(Candidate(b, t, note=note, sequence_parallel=sp, context_parallel=c))
-            log(f"{where}: does not fit: {note}")
-            continue
-        if k == -1:
-            cand = Candidate(b, t, 0.0, error, sp, c)
-            log(f"{where}: does not fit: {error}")
-            first_unfit = first_unfit or cand
-            candidates.append(cand)
-            continue
-        if k is None:
-            candidates.append(Candidate(b, t, note=error, sequence_parallel=sp, context_parallel=c))
-            log(f"{where}: skipped: {error}")
-            continue
-        score, result = priced[k]
-        plan = result.get("plan")
-        if result.get("feasible") and plan and score > 0:
-            cand = Candidate(b, t, evaluator.throughput(result), "", sp, c)
-            log(f"{where}: {cand.throughput:,.1f} samples/s (DP {plan['dp']}, PP {plan['pp']})")
-            if best is None or cand.throughput > best.throughput:
-                best = cand
-        elif result.get("feasible") and plan:  # over the power cap
-            power = objective.plan_power(settings[k], 0, plan).chip_power_w
-            assert opts.power_cap_w is not None  # the only way a feasible plan scores 0
-            cand = Candidate(b, t, 0.0, over_cap_note(power, opts.power_cap_w), sp, c)
-            log(f"{where}: {cand.note}")
-        else:
-            cand = Candidate(b, t, 0.0, binding_message(result, opts.memory_headroom), sp, c)
-            log(f"{where}: does not fit: {cand.note}")
-            first_unfit = first_unfit or cand
-            needed = least_needed(result)
-            if needed is not None and (least is None or needed < least[0]):
-                least = (needed, cand)
-        candidates.append(cand)
+    cands = Candidates.of_accelerator(acc)
+    sweep = _Sweep(settings, points, asked, cands, task, jobs, seconds)
+    priced = sweep.priced(opts, log)
+    narrowing = Narrowing()
+    if launch is not None and priced.best is not None:
+        narrowing, priced = _launchable(sweep, opts, priced, launch, log)
+    candidates, best, first_unfit, least = priced.candidates, priced.best, priced.first_unfit, priced.least
 
     if best is None and opts.power_cap_w is not None and any(c.note.startswith("power ") for c in candidates):
         raise PhazeError(f"no plan meets --power-cap {opts.power_cap_w:g} W: " + notes_once(candidates))
@@ -297,12 +276,14 @@ def _compile_plan(
     if chosen is None:
         raise PhazeError("no micro-batch size and TP width could be compiled: " + notes_once(candidates))
     point = Point(chosen.micro_batch, chosen.tp, chosen.sequence_parallel, chosen.context_parallel)
+    if templates is not None and narrowing.options:
+        templates = templates.under(narrowed(templates.opts, narrowing.options))
     module = templates.placed(point) if templates is not None else None
     if module is not None:
         where = point_label(point.micro_batch, point.tp, point.sequence_parallel, point.context_parallel)
         log(f"placing the best point ({where}) from its compiled plan (in the cache)")
     else:
-        of_degree = {context_parallel_degree(o): o for o in degrees}
+        of_degree = {context_parallel_degree(o): narrowed(o, narrowing.options) for o in degrees}
         module = _compile_point(spec, chosen, of_degree[chosen.context_parallel], acc, log, seconds)
     compiled = plan_record(module)
     got = float(compiled.get("throughput_samples_per_s", 0.0)) if compiled.get("feasible") == "yes" else 0.0
@@ -311,7 +292,137 @@ def _compile_plan(
             f"internal error: micro-batch {chosen.micro_batch}, TP {chosen.tp}: the settings price "
             f"{chosen.throughput!r} samples/s, the plan compiled for it {got!r}; please report it"
         )
-    return module, candidates
+    return module, candidates, narrowing
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """How :func:`compile_launchable` narrowed the question's options to a plan every
+    ``--export`` target launches: the options narrowed (``{}``: none, the plan is the fastest)
+    and, when narrowed, the fastest plan that is not launched and how much slower the launchable
+    one is, in one line (said as it is found, and again by a cached answer)."""
+
+    options: dict[str, str] = field(default_factory=dict)
+    said: str = ""
+
+
+@dataclass
+class _Priced:
+    """The sweep's points priced under one set of placement options: every point's candidate,
+    the best (the first on a tie) and its DP placement, the first point that does not fit and
+    the one whose option needs the least memory."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    best: Candidate | None = None
+    placement: Any = None  #: the DP's plan of ``best`` (its ``PlanDict``)
+    first_unfit: Candidate | None = None
+    least: tuple[int, Candidate] | None = None
+
+
+@dataclass
+class _Sweep:
+    """The sweep's points, in its order (``(b, c, tp, sp, setting index, why not)``), and their
+    settings, ready to be priced under the question's placement options or a narrowing of them
+    (:func:`_launchable`): the settings are traced once, only the schedules and DP run again."""
+
+    settings: list[Setting]
+    points: list[tuple[int, int, int, bool, int | None, str]]
+    asked: set[int]  #: the TP widths the devices hold (the wider ones are priced for nearest_fit only)
+    cands: Any  #: the chip's ``Candidates``
+    task: Any  #: the settings' ``ModelTask``
+    jobs: list[tuple[int, int, int, int]]
+    seconds: dict[str, float]
+
+    def priced(self, opts: Options, log) -> _Priced:
+        """Every point priced under ``opts`` (its schedules and DP), each said in ``log``."""
+        from passes.algorithms.placement import binding_message
+        from phaze.search.engine import Evaluator, Params, SolverLimits
+
+        start = time.perf_counter()
+        evaluator = Evaluator(Params.of_options(opts, "throughput"), SolverLimits.of_options(opts), opts.schedule_cache)
+        priced = evaluator.exact(self.cands, [self.task], self.jobs) if self.settings else []
+        self.seconds["points"] += time.perf_counter() - start
+
+        out = _Priced()
+        objective = evaluator.objective(self.cands)
+        for b, c, t, sp, k, error in self.points:
+            if t not in self.asked:  # more TP than devices: priced for nearest_fit only
+                continue
+            where = point_label(b, t, sp, c)
+            if c > 1 and t * c > opts.devices:  # no replica fits: said as the pipeline's sweep says it
+                note = f"devices: t·c = {t}·{c} exceeds N = {opts.devices}"
+                out.candidates.append(Candidate(b, t, note=note, sequence_parallel=sp, context_parallel=c))
+                log(f"{where}: does not fit: {note}")
+                continue
+            if k == -1:
+                cand = Candidate(b, t, 0.0, error, sp, c)
+                log(f"{where}: does not fit: {error}")
+                out.first_unfit = out.first_unfit or cand
+                out.candidates.append(cand)
+                continue
+            if k is None:
+                out.candidates.append(Candidate(b, t, note=error, sequence_parallel=sp, context_parallel=c))
+                log(f"{where}: skipped: {error}")
+                continue
+            score, result = priced[k]
+            plan = result.get("plan")
+            if result.get("feasible") and plan and score > 0:
+                cand = Candidate(b, t, evaluator.throughput(result), "", sp, c)
+                log(f"{where}: {cand.throughput:,.1f} samples/s (DP {plan['dp']}, PP {plan['pp']})")
+                if out.best is None or cand.throughput > out.best.throughput:
+                    out.best, out.placement = cand, plan
+            elif result.get("feasible") and plan:  # over the power cap
+                power = objective.plan_power(self.settings[k], 0, plan).chip_power_w
+                assert opts.power_cap_w is not None  # the only way a feasible plan scores 0
+                cand = Candidate(b, t, 0.0, over_cap_note(power, opts.power_cap_w), sp, c)
+                log(f"{where}: {cand.note}")
+            else:
+                cand = Candidate(b, t, 0.0, binding_message(result, opts.memory_headroom), sp, c)
+                log(f"{where}: does not fit: {cand.note}")
+                out.first_unfit = out.first_unfit or cand
+                needed = least_needed(result)
+                if needed is not None and (out.least is None or needed < out.least[0]):
+                    out.least = (needed, cand)
+            out.candidates.append(cand)
+        return out
+
+
+def _launchable(sweep: _Sweep, opts: Options, fastest: _Priced, launch: Launchable, log) -> tuple[Narrowing, _Priced]:
+    """The :class:`Narrowing` of ``opts`` (one of ``launch.choices``) and the sweep priced under
+    it, whose best plan is the fastest every export target launches (the first narrowing on a
+    tie), when the ``fastest`` plan's placement is refused (its ZeRO stage, CP or recompute
+    policies: :meth:`~phaze.plan.export.Launchable.refusal`); none and ``fastest`` itself when
+    it is not refused so, or when no narrowing has a plan that fits (the exports then say why
+    they refuse it).  Each narrowing prices the same settings again (schedules and DP)."""
+    assert fastest.best is not None and fastest.placement is not None
+    zero = int(fastest.placement["zero"])
+    policies = [str(stage["recompute"]) for stage in fastest.placement["stages"]]
+    why = launch.refusal(zero, int(fastest.placement["cp"]), policies)
+    if why is None:
+        return Narrowing(), fastest
+    refused = f"the fastest plan ({_best_words(fastest.best)}, ZeRO {zero}) is not launched: {why}"
+    log(f"{refused}; pricing the plans every --export launches")
+    found: tuple[dict[str, str], _Priced, Candidate] | None = None
+    for choice in launch.choices:
+        priced = sweep.priced(narrowed(opts, choice), lambda _line: None)
+        flags = " ".join(f"--{name} {value}" for name, value in choice.items())
+        log(f"{flags}: {_best_words(priced.best) if priced.best is not None else 'no plan fits'}")
+        if priced.best is not None and (found is None or priced.best.throughput > found[2].throughput):
+            found = (choice, priced, priced.best)
+    if found is None:
+        log("no plan every --export launches fits: the fastest plan stays")
+        return Narrowing(), fastest
+    choice, priced, best = found
+    below = 1 - best.throughput / fastest.best.throughput
+    found_words = f"the fastest plan every --export launches is {below:.1%} slower: {_best_words(best)}"
+    log(found_words)
+    return Narrowing(choice, f"{refused}; {found_words}"), priced
+
+
+def _best_words(best: Candidate) -> str:
+    """A point's throughput and where, in a line: ``1.346 samples/s at micro-batch 1, ...``."""
+    where = point_label(best.micro_batch, best.tp, best.sequence_parallel, best.context_parallel)
+    return f"{samples_per_s(best.throughput)} samples/s at {where}"
 
 
 def _settings_beside(model_path: str, opts, degrees, asked_opts, tp_widths, spec, vocab, acc, stages):

@@ -538,27 +538,26 @@ def compiled(args: argparse.Namespace, log) -> tuple[str, str | None, list[Outpu
 
 
 def _launchable_answer(args: argparse.Namespace, opts, log):
-    """``hw_answer.answer`` of ``opts``, narrowed to the plans every ``--export`` target
-    launches (:func:`phaze.plan.export.launchable_choices`: the ZeRO stages it has, one recompute
-    policy for all stages). The unnarrowed search runs first: when its plan launches, it is the
-    best launchable one (the narrowed searches' plans are among its choices); otherwise each
-    narrowing is searched (cheap after the first: the point's compiled plan is placed again
-    from the cache) and the fastest plan every target launches is kept, the first on a tie.
-    When none launches, the unnarrowed plan stays and the exports say why they are refused."""
-    from dataclasses import replace
-
+    """``hw_answer.answer`` of ``opts``, its plan the fastest every ``--export`` target launches
+    (:func:`phaze.plan.export.launchable`: the ZeRO stages it has, one recompute policy for all
+    stages). One sweep: when the fastest plan's placement is refused, its settings are priced
+    again under each narrowing and the best launchable point is compiled
+    (:func:`phaze.search.sweep.compile_launchable`). A plan refused for what its placement does
+    not show (a pipeline split, a question compiled point by point) has each narrowing searched
+    as a question of its own (cheap after the first: the settings and compiled points come from
+    the cache), and the fastest plan every target launches is kept, the first on a tie. When
+    none launches, the plan of ``opts`` stays and the exports say why they are refused."""
     from phaze import hw_answer
-    from phaze.plan.export import facts_of, launchable_choices, refusals
+    from phaze.options import narrowed
+    from phaze.plan.export import facts_of, launchable, refusals
     from phaze.points import NoPlanFits
 
-    def ask(o):
-        return hw_answer.answer(args.models[0], o, cache_dir(args), log, generic=args.print_op_generic)
+    def ask(o, launch=None):
+        return hw_answer.answer(args.models[0], o, cache_dir(args), log, generic=args.print_op_generic, launch=launch)
 
-    result = ask(opts)
-    choices = launchable_choices(
-        args.export, opts.zero, opts.recompute, opts.selective_recompute, opts.context_parallel
-    )
-    if choices == [{}] or result.plan is None or not result.plan.get("feasible"):
+    launch = launchable(args.export, opts)
+    result = ask(opts, launch)
+    if launch is None or result.plan is None or not result.plan.get("feasible"):
         return result
 
     def refused(r) -> list[str]:
@@ -570,9 +569,9 @@ def _launchable_answer(args: argparse.Namespace, opts, log):
         return result
     log(f"{first[0]}: searching the plans every --export launches")
     best = None
-    for choice in choices:
+    for choice in launch.choices:
         try:
-            other = ask(replace(opts, **choice))
+            other = ask(narrowed(opts, choice))
         except NoPlanFits:
             continue
         plan = other.plan
@@ -580,7 +579,8 @@ def _launchable_answer(args: argparse.Namespace, opts, log):
             continue
         if best is None or plan["throughput_samples_per_s"] > best.plan["throughput_samples_per_s"]:
             best = other
-    return best or result
+    # (none launches: the plan of ``opts`` stays, asked unnarrowed when the sweep's was narrowed)
+    return best or (ask(opts) if result.narrowed else result)
 
 
 def _json_text(data) -> str:
