@@ -272,3 +272,19 @@ def test_bands_are_not_written_from_failed_rows(tmp_path, capsys):
     assert path.read_text() == "old\n" and "1 rows failed (b" in capsys.readouterr().err
     assert pp.write_bands(path, {"regimes": {}}, {"a": ("priced", 0.1), "b": ("refused", None)}) == 0
     assert path.read_text().startswith("{") and not (tmp_path / "bands.json.tmp").exists()
+
+
+def test_torchaos_rowwise_table_covers_its_grid_and_the_benchmarks_shapes():
+    """``torchao_float8_rowwise_linear_h100.csv``: every (M, K, N) of 1,024 … 32,768 once, each
+    a positive speed-up; ``benchmarks/fp8_linear_shapes.py`` reads it and its default shapes
+    are in it (it prints torchao's figure beside phaze's)."""
+    spec = importlib.util.spec_from_file_location("fp8_linear_shapes", ROOT / "benchmarks" / "fp8_linear_shapes.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    table = mod.published()
+    sizes = [1024 * 2**i for i in range(6)]
+    assert sorted(table) == sorted((m, k, n) for m in sizes for k in sizes for n in sizes)
+    assert all(0 < v < 2 for v in table.values())
+    assert set(mod.DEFAULT_SHAPES) <= set(table)
+    # the figures quoted in docs/validation.md
+    assert table[16384, 4096, 1024] == 0.57 and table[16384, 8192, 8192] == 1.33
