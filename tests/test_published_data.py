@@ -295,3 +295,19 @@ def test_megatron_tflops_become_the_step_time():
     h, layers, s = 4096, 32, 131072  # Llama 2 7B: the attention term s/h is 32 of the 38.2
     terms = (1 + 1 + s / h) + (11008 / h) * 1.5 + 32000 / (2 * layers * h)
     assert long.measured_step_s == pytest.approx(12 * 32 * s * layers * h * h * terms / (555e12 * 128))
+
+
+def test_torchaos_rowwise_table_covers_its_grid_and_the_benchmarks_shapes():
+    """``torchao_float8_rowwise_linear_h100.csv``: every (M, K, N) of 1,024 … 32,768 once, each
+    a positive speed-up; ``benchmarks/fp8_linear_shapes.py`` reads it and its default shapes
+    are in it (it prints torchao's figure beside phaze's)."""
+    spec = importlib.util.spec_from_file_location("fp8_linear_shapes", ROOT / "benchmarks" / "fp8_linear_shapes.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    table = mod.published()
+    sizes = [1024 * 2**i for i in range(6)]
+    assert sorted(table) == sorted((m, k, n) for m in sizes for k in sizes for n in sizes)
+    assert all(0 < v < 2 for v in table.values())
+    assert set(mod.DEFAULT_SHAPES) <= set(table)
+    # the figures quoted in docs/validation.md
+    assert table[16384, 4096, 1024] == 0.57 and table[16384, 8192, 8192] == 1.33
