@@ -159,6 +159,7 @@ DEFAULTS = {
     "optimizer": "adam",
     "fp8_params": "no",
     "reduce_dtype": "fp32",
+    "capacity_factor": "",
 }
 #: Where --write-bands writes the error bands by regime that phaze's summary states (phaze/plan/error_bands.py).
 BANDS = ROOT / "data" / "published" / "error_bands.json"
@@ -207,6 +208,9 @@ class Row:
     fp8_params: str = "no"  #: yes: FP8 primary weights (NeMo's fp8_params; phazec --fp8-params)
     #: phazec's --reduce-dtype: the dtype the run's DP gradient reduce(-scatter) moves
     reduce_dtype: str = "fp32"
+    #: phazec's --capacity-factor: the MoE experts' inputs padded to this capacity (Megatron's
+    #: ``moe_expert_capacity_factor`` with ``moe_pad_expert_input_to_capacity``); None: dropless
+    capacity_factor: float | None = None
 
     @property
     def exact(self) -> bool:
@@ -303,6 +307,7 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         optimizer=d["optimizer"].strip(),
         fp8_params=d["fp8_params"].strip(),
         reduce_dtype=d["reduce_dtype"].strip(),
+        capacity_factor=_float_or_none(d["capacity_factor"]),
         **ints,
     )
     if r.gpus != r.tp * r.pp * r.dp * r.cp:
@@ -324,6 +329,8 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         if (value := getattr(r, column)) not in choices:
             expected = "yes or no" if choices == YES_NO else f"one of {', '.join(choices)}"
             raise ValueError(f"{where}: {column} {value!r}, expected {expected}")
+    if r.capacity_factor is not None and r.moe != "yes":
+        raise ValueError(f"{where}: capacity_factor {r.capacity_factor} needs moe yes (it pads the experts' inputs)")
     if r.fp8_params == "yes" and r.precision != "fp8":  # TE's FP8 weights, not torchao's
         raise ValueError(f"{where}: fp8_params yes needs precision fp8 (it keeps the FP8 linears' weights in FP8)")
     for k in ("sequence_parallel", "tp_overlap", "dp_overlap"):
@@ -409,6 +416,8 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         flags += ["--dp-shard", r.sharding.split(":", 1)[1]]
     if r.fp8_params == "yes":
         flags.append("--fp8-params")
+    if r.capacity_factor is not None:
+        flags += ["--capacity-factor", f"{r.capacity_factor:g}"]
     if r.dp_overlap == "on" and dp_overlap:
         # FSDP prefetches the all-gathers and overlaps the reduce-scatters; NeMo's distributed
         # Adam overlaps its gradient reduce-scatters and parameter all-gathers

@@ -841,6 +841,17 @@ def test_expert_parallel_with_tensor_parallel_needs_sequence_parallel_for_megatr
     assert "--expert-model-parallel-size=2" in megatron_args(plan([4, 4], tp=1, expert_parallel=2), facts(8))
 
 
+def test_expert_parallel_with_context_parallel_is_refused_for_megatron():
+    """phaze prices EP under CP in Megatron-core 0.9's numbering (the EP group within one CP
+    rank); the pinned Megatron-LM folds the EP group over the CP ranks, so the export refuses
+    the pair, in one line, and writes either alone."""
+    ep_cp = plan([4, 4], tp=1, expert_parallel=2, cp=2)
+    with pytest.raises(PhazeError, match="expert parallelism 2 with context parallelism 2 is priced as"):
+        megatron_args(ep_cp, facts(8))
+    assert "--context-parallel-size=2" in megatron_args({**ep_cp, "expert_parallel": 1}, facts(8))
+    assert "--expert-model-parallel-size=2" in megatron_args(plan([4, 4], tp=1, expert_parallel=2), facts(8))
+
+
 # --- refusals, one line each ---------------------------------------------------------------------------
 
 REFUSED = [

@@ -30,9 +30,9 @@ def _flag(flags, name):
 
 def test_the_file_parses_and_every_row_has_a_source():
     rows = pp.read_rows(CSV)
-    assert len(rows) == 90
+    assert len(rows) == 94
     assert {r.group for r in rows} == {"fsdp", "megatron", "nemo", "dgxc"}
-    assert sum(pp.chip_name(r.hw) == "h100" for r in rows) == 53
+    assert sum(pp.chip_name(r.hw) == "h100" for r in rows) == 57
     assert sum(pp.chip_name(r.hw) == "h100_hbm2e" for r in rows) == 15
     assert len({r.id for r in rows}) == len(rows)
     for r in rows:
@@ -311,3 +311,26 @@ def test_torchaos_rowwise_table_covers_its_grid_and_the_benchmarks_shapes():
     assert set(mod.DEFAULT_SHAPES) <= set(table)
     # the figures quoted in docs/validation.md
     assert table[16384, 4096, 1024] == 0.57 and table[16384, 8192, 8192] == 1.33
+
+
+def test_the_grok1_rows_run_expert_parallelism_over_context_parallelism_at_capacity():
+    """The DGX Cloud recipes' Grok-1 314B (64 layers, 8 experts): TP 4 × PP 8 (VP 8) × CP 2 ×
+    DP 8 on 512 GPUs with EP 8 (dividing the attention's DP, as Megatron-core 0.9 requires),
+    the experts' inputs padded to capacity factor 1; the MoE rows alone have an EP above 1 or a
+    capacity factor, and a capacity factor on a dense row is refused."""
+    rows = {x.id: x for x in pp.read_rows(CSV)}
+    f = pp.phazec_flags(rows["dgxc-grok1-314b-bf16-512"])
+    assert _flag(f, "--placement") == "expert:8,8,4"
+    assert (_flag(f, "--context-parallel"), _flag(f, "--expert-parallel")) == ("2", "8")
+    assert (_flag(f, "--capacity-factor"), _flag(f, "--pipeline-schedule")) == ("1", "interleaved:8")
+    fp8 = rows["dgxc-grok1-314b-fp8-2048"]
+    assert fp8.dp == 32 and "--fp8-params" in pp.phazec_flags(fp8)
+    moe = {i for i, r in rows.items() if r.moe == "yes"}
+    assert moe == {f"dgxc-grok1-314b-{p}-{n}" for p in ("bf16", "fp8") for n in (512, 2048)}
+    assert {i for i, r in rows.items() if r.ep > 1 or r.capacity_factor is not None} == moe
+    assert "--capacity-factor" not in pp.phazec_flags(rows["fms-7b"])
+    d = {k: "1" for k in pp.REQUIRED}
+    d.update(precision="bf16", recompute="none", measured_unit="tokens/s/gpu", sequence_parallel="off")
+    d.update(tp_overlap="off", dp_overlap="off")
+    with pytest.raises(ValueError, match="capacity_factor 1.0 needs moe yes"):
+        pp.parse_row({**d, "capacity_factor": "1.0"}, "row")

@@ -359,6 +359,16 @@ def problem(
             }
             for layer in layer_dicts
         ]
+    if step.sequence_parallel and step.tp > 1 and any(int(layer["dispatch_bytes"]) for layer in layer_dicts):
+        # Under sequence parallelism each TP rank all-to-alls its own 1/t of the routed tokens
+        # over the EP group, and the TP group all-gathers what arrives before the expert GEMMs
+        # (the gathered operand that dispatch_bytes reads; Megatron-core 0.9,
+        # megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher's
+        # token_permutation: all_to_all, then gather_from_sequence_parallel_region; the combine
+        # mirrors it): the DP's all-to-alls move 1/t of the bytes a device.
+        layer_dicts = [
+            {**layer, "dispatch_bytes": -(-int(layer["dispatch_bytes"]) // step.tp)} for layer in layer_dicts
+        ]
     if options.dp_shard and parse_zero(options.zero) not in ("2", "3"):
         raise PlacementError(
             f"dp shard {options.dp_shard}: HSDP shards as FSDP does (ZeRO 2 or 3); expected --zero 2 or 3"

@@ -489,6 +489,18 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
                 "Megatron-LM (its token dispatcher splits the tokens over the TP ranks): compile with "
                 "--sequence-parallel on"
             )
+        if s.cp > 1:
+            # phaze prices EP under CP as Megatron-core 0.9 numbered it (tp-cp-ep-dp-pp: the EP
+            # group is the replicas at one CP rank, docs/design.md §6.8); the Megatron-LM this
+            # export targets (d98e8a64) builds the expert ranks with cp=1, folding the EP group
+            # over the CP and DP ranks (parallel_state.py, expert_decoder_rank_generator): another
+            # all-to-all group than the one priced.
+            raise PhazeError(
+                f"--export megatron: expert parallelism {s.expert_parallel} with context parallelism {s.cp} is "
+                "priced as Megatron-core 0.9 placed it (the EP group within one CP rank); today's Megatron-LM folds "
+                "the EP group over the CP ranks, so the run would not be the plan priced: compile with "
+                "--context-parallel 1 or --expert-parallel 1"
+            )
         # phaze prices the all-to-all dispatcher (Megatron-LM's default gathers every token
         # on every EP rank instead).
         args += [f"--expert-model-parallel-size={s.expert_parallel}", "--moe-token-dispatcher-type=alltoall"]

@@ -432,7 +432,9 @@ pub struct Problem {
     /// The expert-parallel degree e as a user fixes it (`Some(1)`: every replica holds every
     /// expert), or `None` to let the search choose among the e that divide both d and the
     /// experts (`"auto"`). The EP group is e consecutive DP replicas (Megatron-LM carves it out
-    /// of the data-parallel group).
+    /// of the data-parallel group); under context parallelism the replicas at one CP rank, t·c
+    /// devices apart (Megatron-core 0.9's rank order `tp-cp-ep-dp-pp`, which requires e to
+    /// divide d, not d·c: `megatron/core/parallel_state.py`, `initialize_model_parallel`).
     #[serde(default)]
     pub expert_parallel: Option<u64>,
     /// How devices are numbered into groups ([`RankOrder`]) as a user fixes it, or `None` to
@@ -567,12 +569,6 @@ impl Problem {
         if self.cp > 1 && self.rank_order == Some(RankOrder::TpPpDp) {
             return err(format!(
                 "rank_order tp-pp-dp with cp = {}: context parallelism is numbered tp-cp-dp-pp",
-                self.cp
-            ));
-        }
-        if self.cp > 1 && self.expert_parallel.is_some_and(|e| e > 1) {
-            return err(format!(
-                "expert_parallel > 1 with cp = {}: experts are not split over a context-parallel run",
                 self.cp
             ));
         }
@@ -769,12 +765,9 @@ impl Problem {
     }
 
     /// The expert-parallel degrees the search may use at DP degree d: the fixed one where it
-    /// divides d, or every e that divides both d and the experts (1 for a dense model, and
-    /// under context parallelism).
+    /// divides d, or every e that divides both d and the experts (1 for a dense model). Under
+    /// context parallelism e divides d too, not d·c (the EP group is e replicas at one CP rank).
     pub fn expert_parallel_degrees(&self, d: u64) -> Vec<u64> {
-        if self.cp > 1 {
-            return vec![1];
-        }
         match self.expert_parallel {
             Some(e) => {
                 if d.is_multiple_of(e) {

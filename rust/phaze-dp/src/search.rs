@@ -275,7 +275,8 @@ impl<'p, 'a> Ctx<'p, 'a> {
             zero: shard.z,
             e: shard.e,
             order: shard.o,
-            ep_level: prob.level_for(shard.e * stride),
+            // The EP group: e replicas at one CP rank, c·stride apart (tp-cp-ep-dp-pp).
+            ep_level: prob.level_for(shard.e * prob.cp * stride),
             m,
             hbm,
             cut,
@@ -455,7 +456,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
             a.moe_layers,
             self.e,
             self.ep_level,
-            self.dp_stride,
+            self.prep.prob.cp * self.dp_stride,
         )
     }
 
@@ -1153,9 +1154,10 @@ fn classes(prob: &Problem, d: u64, shard: Shard, pmax: usize) -> Vec<(usize, Vec
             (0, (0, 0, 0, 0))
         };
         if e > 1 {
-            let ep = prob.level_for(e * stride);
-            let a2a = prob.ring_key(e, ep, stride);
-            let experts = prob.ring_key(d / e, level, e * stride);
+            let c = prob.cp;
+            let ep = prob.level_for(e * c * stride);
+            let a2a = prob.ring_key(e, ep, c * stride);
+            let experts = prob.ring_key(g / e, level, e * stride);
             (pp, level, bw, ep, a2a, experts)
         } else {
             (pp, level, bw, 0, (0, 0, 0, 0), (0, 0, 0, 0))

@@ -72,17 +72,14 @@ fn random_problem(rng: &mut Rng) -> Problem {
         None
     };
     // Context parallelism in a third of the problems (a generator of its own again). Under
-    // cp > 1 only tp-dp-pp and EP 1 are allowed (the others are input errors, checked in
-    // hand_checked.rs): a fixed tp-pp-dp becomes tp-dp-pp, a fixed EP degree > 1 auto.
+    // cp > 1 only tp-dp-pp is allowed (tp-pp-dp is an input error, checked in
+    // hand_checked.rs): a fixed tp-pp-dp becomes tp-dp-pp. EP stays as drawn.
     let mut ctx = Rng(rng.0 ^ 0x6374_785f_7061_7261);
     let cp = [1, 1, 1, 1, 2, 4][ctx.below(6) as usize];
-    let (rank_order, expert_parallel) = if cp > 1 {
-        (
-            rank_order.map(|_| RankOrder::TpDpPp),
-            expert_parallel.filter(|&e| e == 1),
-        )
+    let rank_order = if cp > 1 {
+        rank_order.map(|_| RankOrder::TpDpPp)
     } else {
-        (rank_order, expert_parallel)
+        rank_order
     };
     Problem {
         layers,
@@ -257,8 +254,7 @@ fn price(
             (g - 1.0) / g * bytes as f64 / bw + (g - 1.0) * lat
         }
     };
-    // Under EP (c = 1 only) the experts' 1/e runs over the d/e replicas holding them,
-    // e·stride apart.
+    // Under EP the experts' 1/e runs over the d·c/e devices holding them, e·stride apart.
     let ge = (dc / e) as f64;
     let bw_e = ring_bandwidth(prob, dc / e, dp_l, e * stride);
     let expert_all_reduce = |bytes: u64| {
@@ -299,9 +295,11 @@ fn price(
         let (b, x) = wire(bytes, experts);
         half(b, x)
     };
-    // One MoE layer's all-to-all over the EP group: e consecutive replicas, `stride` apart.
-    let ep_l = lvl(e * stride);
-    let bw_a2a = ring_bandwidth(prob, e, ep_l, stride);
+    // One MoE layer's all-to-all over the EP group: e consecutive replicas at one CP rank,
+    // c·`stride` apart (tp-cp-ep-dp-pp).
+    let ep_stride = prob.cp * stride;
+    let ep_l = lvl(e * ep_stride);
+    let bw_a2a = ring_bandwidth(prob, e, ep_l, ep_stride);
     let a2a = |bytes: u64| {
         let ef = e as f64;
         (ef - 1.0) / ef * bytes as f64 / bw_a2a + (ef - 1.0) * prob.levels[ep_l].latency_s
@@ -509,11 +507,8 @@ fn zero_stages(prob: &Problem) -> Vec<u8> {
 }
 
 /// The EP degrees allowed at d: the fixed one if it divides d, else every e dividing d and the
-/// experts; 1 alone under context parallelism.
+/// experts (d, not d·c, under context parallelism).
 fn expert_degrees(prob: &Problem, d: u64) -> Vec<u64> {
-    if prob.cp > 1 {
-        return vec![1];
-    }
     let experts = prob
         .layers
         .iter()

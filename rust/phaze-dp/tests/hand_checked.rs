@@ -826,20 +826,6 @@ fn context_parallelism_input_errors_and_refusals() {
     );
     prob.rank_order = Some(RankOrder::TpDpPp);
     assert_eq!(feasible(solve(&prob)).cp, 2);
-    // A fixed EP degree above 1 with CP.
-    let mut moe = prob.clone();
-    for l in &mut moe.layers {
-        l.experts = 2;
-    }
-    moe.expert_parallel = Some(2);
-    refused(
-        &moe,
-        "expert_parallel > 1 with cp = 2: experts are not split over a context-parallel run",
-    );
-    // Auto EP under CP: 1, though d = 2 and 2 experts would allow e = 2 without CP.
-    moe.expert_parallel = None;
-    let plan = feasible(solve(&moe));
-    assert_eq!(plan.expert_parallel, 1);
     // c = 0.
     let mut zero = prob.clone();
     zero.cp = 0;
@@ -990,4 +976,37 @@ fn hsdp_all_reduces_run_beside_the_backward() {
         "{}",
         plan.time_per_batch_s
     );
+}
+
+#[test]
+fn expert_parallelism_under_context_parallelism_spans_the_cp_ranks() {
+    // 4 devices, c = 2, d = 2, t = 1, e = 2: numbered tp-cp-ep-dp-pp (Megatron-core 0.9), the
+    // EP group is the two replicas at one CP rank, c·t = 2 apart, so it spans 4 devices and
+    // crosses the 2-device level: its all-to-all runs at level 1's 1e8 B/s, not level 0's.
+    let moe = Layer {
+        experts: 2,
+        dispatch_bytes: 100_000_000,
+        ..layer()
+    };
+    let mut prob = problem(vec![moe], 4, 2);
+    prob.levels = vec![level(2, 1e9, 0.0), level(4, 1e8, 0.0)];
+    prob.cp = 2;
+    prob.rank_order = Some(RankOrder::TpDpPp);
+    prob.expert_parallel = Some(2);
+    let plan = evaluate_fixed(&prob, 1, 2).unwrap().plan.unwrap();
+    assert_eq!((plan.dp, plan.cp, plan.expert_parallel), (2, 2, 2));
+    // One micro-batch (2 samples over d = 2): fwd 1 + bwd 2, and four all-to-alls of
+    // (e − 1)/e · 1e8 B at 1e8 B/s = 0.5 s each: 3 + 2 = 5 s.
+    assert!(
+        close(plan.time_per_batch_s, 5.0),
+        "{}",
+        plan.time_per_batch_s
+    );
+    // e must divide d (2), not d·c (4): a fixed e = 4 leaves no degree at d = 2.
+    let mut four = prob.clone();
+    for l in &mut four.layers {
+        l.experts = 4;
+    }
+    four.expert_parallel = Some(4);
+    assert!(four.expert_parallel_degrees(2).is_empty());
 }
