@@ -60,11 +60,22 @@ def test_torchtitans_op_policy_keeps_every_other_linear_and_attention():
             assert rc.saved_bytes() == [rc.none_bytes, rc.none_bytes, att.full_bytes]
 
 
-@pytest.mark.parametrize(("every", "checkpointed"), [(1, [True, True]), (2, [False, True]), (3, [False, False])])
-def test_layer_checkpointing_takes_every_nth_block_whole(every, checkpointed):
+@pytest.mark.parametrize(
+    ("selective", "checkpointed"),
+    [
+        ("layer:1", [True, True]),
+        ("layer:2", [False, True]),
+        ("layer:3", [False, False]),
+        ("share:1", [True, True]),
+        ("share:1/2", [True, False]),
+        ("share:0.3", [False, True]),
+    ],
+)
+def test_whole_block_checkpointing_takes_its_blocks_whole(selective, checkpointed):
     """``layer:N``: block k (from 0) is fully checkpointed when (k + 1) % N == 0, as torchtitan's
-    counter from 1; a checkpointed block's selective is full's stash and forward, the others none's."""
-    kinds, rcs = _policies(f"layer:{every}")
+    counter from 1; ``share:P`` as fms-fsdp spaces them (below); a checkpointed block's
+    selective is full's stash and forward, the others none's."""
+    kinds, rcs = _policies(selective)
     blocks = [rc for kind, rc in zip(kinds, rcs) if kind == "block"]
     for rc, whole in zip(blocks, checkpointed):
         if whole:
@@ -89,19 +100,6 @@ def test_share_checkpointing_spaces_its_blocks_as_fms_fsdp_does(share, pattern):
     kinds = ["embedding", *["block"] * len(pattern), "head"]
     taken = _checkpointed(parse_selective(f"share:{share}"), kinds)
     assert taken == [False, *(c == "1" for c in pattern), False]
-
-
-@pytest.mark.parametrize(
-    ("share", "checkpointed"), [("1", [True, True]), ("1/2", [True, False]), ("0.3", [False, True])]
-)
-def test_share_checkpointing_takes_its_blocks_whole(share, checkpointed):
-    kinds, rcs = _policies(f"share:{share}")
-    blocks = [rc for kind, rc in zip(kinds, rcs) if kind == "block"]
-    for rc, whole in zip(blocks, checkpointed):
-        if whole:
-            assert (rc.selective_bytes, rc.selective_ops) == (rc.full_bytes, rc.fwd_ops)
-        else:
-            assert (rc.selective_bytes, rc.selective_ops) == (rc.none_bytes, [])
 
 
 def test_megatrons_selective_recompute_is_the_default():
