@@ -328,9 +328,8 @@ class _Deepener:
             kernel = attrs.get(keys.KERNEL)
             if isinstance(kernel, RecordAttr):
                 first = self.compute[int(kernel.get("id"))]
-                values = kernel.as_dict()
-                values["id"] = len(compute_index) if first is op else compute_index[self.resolve_op(first, k)]
-                attrs[keys.KERNEL] = type(kernel).make(**values)
+                new_id = len(compute_index) if first is op else compute_index[self.resolve_op(first, k)]
+                attrs[keys.KERNEL] = kernel.with_field("id", new_id)
             if op.regions or op.successors:
                 raise CannotDeepen(f"{op.name} has regions")
             copy = type(op).create(

@@ -313,6 +313,15 @@ class RecordAttr(ParametrizedAttribute):
             raise ValueError(f"{cls.name}: {field} = {value!r} is not one of {', '.join(words)}")
         return _enum_word_attr(kind, value)
 
+    def with_field(self, field: str, value: FieldValue):
+        """This record with ``field`` set to ``value``, the other fields' attributes shared: equal to
+        :meth:`make` of the same values, without converting and checking every field again (the
+        deepened winner renumbers each copied op's kernel record, ``phaze/deepen_compiled.py``)."""
+        index = self.FIELDS.index(field)
+        params = list(self.parameters)
+        params[index] = self._enum_attr(field, value) if field in self.enum_fields() else _to_attr(value)
+        return type(self)(*params)
+
     def get(self, field: str) -> FieldValue:
         """The Python value of one field (a ValueError for a name that is not one)."""
         index = _field_index(type(self)).get(field)

@@ -169,6 +169,28 @@ def test_equal_records_are_one_attribute_and_signed_zeros_two():
         SchedAttr.make(start_s=0.0, end_s=1.5)
 
 
+def test_a_record_with_one_field_set_is_the_record_made_so():
+    """RecordAttr.with_field (the deepened winner's kernel ids): equal to make of the same
+    values, printed alike, the record it came from unchanged; an enum word and an integer
+    checked as make checks them."""
+    from phaze_ir.attributes import LatencyAttr, SchedAttr
+
+    a = SchedAttr.make(start_s=-0.0, end_s=1.5, cores=2)
+    b = a.with_field("cores", 7)
+    assert b == SchedAttr.make(start_s=-0.0, end_s=1.5, cores=7) and str(b) == str(SchedAttr.make(**b.as_dict()))
+    assert a.get("cores") == 2 and b.get("cores") == 7 and b.get("start_s") == -0.0
+    latency = LatencyAttr.make(one_s=1.0, split_s=0.5, unit="vector", bound="hbm")
+    assert latency.with_field("unit", "tensor") == LatencyAttr.make(one_s=1.0, split_s=0.5, unit="tensor", bound="hbm")
+    with pytest.raises(ValueError, match="unit = 'gpu' is not one of"):
+        latency.with_field("unit", "gpu")
+    with pytest.raises(TypeError, match="bool"):
+        a.with_field("cores", True)
+    with pytest.raises(VerifyException):
+        a.with_field("cores", 2.0)
+    with pytest.raises(ValueError):
+        a.with_field("nope", 1)
+
+
 def test_a_records_values_are_read_once_and_equal_its_parameters():
     """RecordAttr.values is kept on the attribute after its first read: what get and as_dict
     give equals the parameters read one by one (a parsed record, built without make, too), a
