@@ -22,8 +22,8 @@ BOUND = "2.15 G (2,147,483,647)"
         (["--seq-len", str(2**40)], f"--seq-len {2**40}: expected a positive integer up to {BOUND}"),
         (["--context-parallel", "9" * 20], f"--context-parallel {'9' * 20}: expected auto or a degree from 1 to "
                                            f"{BOUND}"),
-        (["--selective-recompute", "layer:" + "9" * 30], "expected attention, op or layer:N (N a positive integer, "
-                                                         "up to 999999)"),
+        (["--selective-recompute", "layer:" + "9" * 30], "expected attention, op, layer:N or share:P "
+                                                         "(N a positive integer, up to 999999;"),
         (["--placement", "expert:1,1," + "9" * 50], "PP, DP and TP must be from 1 to 2147483647"),
         (["--power-cap", "1e400"], "--power-cap inf: expected a positive number of watts"),
         (["--solver-time-limit", "1e400"], "--solver-time-limit inf: expected a positive, finite number of seconds"),

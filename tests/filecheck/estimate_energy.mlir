@@ -41,4 +41,4 @@ builtin.module attributes {phaze.target = @acc} {
 
 // NOENERGY: phaze-estimate-energy: hardware 'toy' has no [energy] table (energy per MAC, per byte of each memory level, static power per mm^2); add one to price energy and power
 // NOTILE: 'phaze.matmul' op requires 'phaze.tile'; run phaze-tile-pe-array first
-// BADSEL: phaze-estimate-energy: selective=bogus: expected attention, op or layer:N
+// BADSEL: phaze-estimate-energy: selective=bogus: expected attention, op, layer:N or share:P
