@@ -25,8 +25,9 @@ with the central P to two decimals.
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
+
+from price_published import example_config  # this script's folder is first on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE = REPO / "data" / "published" / "fms_fsdp_flops.csv"
@@ -34,18 +35,10 @@ TABLE = REPO / "data" / "published" / "fms_fsdp_flops.csv"
 ROUNDING = 0.005
 
 
-def _config(model: str):
-    spec = importlib.util.spec_from_file_location(model, REPO / "examples" / f"{model}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.config()
-
-
 def flops_per_token(model: str) -> tuple[float, float, float]:
     """(MFU's FLOPs, HFU's FLOPs without recompute, HFU's FLOPs one share of the blocks
     recomputed adds), per token, of ``examples/<model>.py`` at its sequence length."""
-    c = _config(model)
+    c = example_config(model)
     h, L, s, v = c.hidden_size, c.num_hidden_layers, c.max_position_embeddings, c.vocab_size
     kv = c.num_key_value_heads * (h // c.num_attention_heads)
     block_mm = 2 * h * h + 2 * h * kv + 3 * h * c.intermediate_size  # q, o; k, v; gate, up, down

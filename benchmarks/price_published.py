@@ -236,7 +236,7 @@ def megatron_model_flops(r: Row) -> float:
     (f/h) (3/2 gated) + V / (2 L h))``, the attention's whole s x s square counted (no causal
     half), the vocabulary unpadded.  Checked against NeMo 24.07's Llama 2 7B row: 780 model
     TFLOP/s per GPU at 16,934 tokens/s per GPU is 46.06e9 FLOPs a token, the formula's 46.08e9."""
-    c = _example_config(r.model)
+    c = example_config(r.model)
     h, layers, heads = c.hidden_size, c.num_hidden_layers, c.num_attention_heads
     groups = getattr(c, "num_key_value_heads", None) or heads
     gated = 1.5 if getattr(c, "hidden_act", "gelu") in ("silu", "swiglu") else 1.0
@@ -244,7 +244,7 @@ def megatron_model_flops(r: Row) -> float:
     return 12.0 * r.global_batch * r.seq_len * layers * h * h * terms
 
 
-def _example_config(model: str):
+def example_config(model: str):
     """The transformers configuration ``examples/<model>.py`` builds (its ``config()``)."""
     import importlib.util
 
