@@ -23,8 +23,9 @@ bf16_type = BFloat16Type()
 
 #: Reduction kinds that are not loops Inductor or Megatron fuse (sorts and selections).
 _LIBRARY_REDUCTIONS = ("topk", "sort", "histc", "argmax")
-#: The aten name (overload aside) the importer gives the views and copies an expert GEMM expands into.
-_GROUPED_MM = "aten._grouped_mm"
+#: The aten names (overload aside) the importer gives the views and copies an expert GEMM
+#: expands into: torch's, or Transformer Engine's on FP8 operands (``float8_linear.py``).
+_GROUPED_MM = ("aten._grouped_mm", "phaze.fp8_grouped_mm")
 
 
 def _grouped_source(v: SSAValue) -> SSAValue | None:
@@ -101,7 +102,9 @@ def kop(o: Operation, ids: dict[SSAValue, int]) -> KOp:
         batch, _m, _n, _k = o.mnk()
         types = (o.lhs.type, o.rhs.type, o.result.type)
         bf16 = all(isinstance(t, TensorType) and t.element_type == bf16_type for t in types)
-        return replace(base, grouped=key, experts=math.prod(batch), bf16=bf16)
+        fp8 = all(ph.element_bytes(ph.tensor_type(v).element_type) == 1 for v in (o.lhs, o.rhs))
+        fp8 = fp8 and ph.tensor_type(o.result).element_type == bf16_type
+        return replace(base, grouped=key, experts=math.prod(batch), bf16=bf16, fp8=fp8)
     return base
 
 

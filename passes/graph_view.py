@@ -74,13 +74,14 @@ def _is_dropout_mask(op: Operation, masks: set[SSAValue]) -> bool:
 def _expert_gemm_experts(op: Operation, graph: Graph, ids: dict[SSAValue, int], params: dict[int, SSAValue]) -> int:
     """The experts of an expert GEMM, 0 for any other op: a ``phaze.matmul`` whose right
     operand is batched (rank 3) and a view of a parameter (the per-expert weights of an MoE
-    layer, ``aten._grouped_mm`` expanded by the importer); the parameter's leading dimension."""
+    layer, ``aten._grouped_mm`` expanded by the importer), or of an FP8 copy of it
+    (``Graph.cast_source``); the parameter's leading dimension."""
     if not isinstance(op, ph.MatmulOp) or len(op.operands) < 2:
         return 0
     rhs = op.operands[1]
     if len(ph.tensor_type(rhs).get_shape()) != 3:
         return 0
-    param = params.get(graph.storage(ids[rhs]))
+    param = params.get(graph.cast_source(ids[rhs]))
     if param is None:
         return 0
     shape = ph.tensor_type(param).get_shape()

@@ -793,3 +793,98 @@ def test_fp32_rate_launches_and_syncs_need_the_chips_figures():
     # 8 one-tile products: one wave together, eight launched apart
     together = estimate_matmul(small, h100)
     assert estimate_matmul(dataclasses.replace(small, launches=8), h100).split_s > together.split_s + 7 * overhead
+
+
+# -- FP8 experts as Transformer Engine runs them (docs/design.md §5.11.5) --------------------------
+
+
+def _element(v) -> str:
+    return str(ph.tensor_type(v).element_type)
+
+
+def _expert_ops(module) -> list:
+    return [
+        o
+        for o in step_function(module).body.block.ops
+        if isinstance(o, ph.ComputeOp) and o.attributes["phaze.module"].data.endswith("mlp.experts")
+    ]
+
+
+def _fp8_step(recipe: str):
+    from phaze_ir.ir import parse_module
+
+    flags = ("--kernels", "eager", "--dtype", "fp8", "--fp8-recipe", recipe)
+    return parse_module(_compile(_model_file(MIXTRAL.format(seq=32)), *H100_STEP, *flags))
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current"])
+def test_fp8_experts_run_transformer_engines_fp8_grouped_gemms(recipe):
+    """Under --dtype fp8 with TE's recipes each expert GEMM is FP8, as TE's GroupedLinear runs
+    it: forward E4M3 x E4M3, input and weight gradients E5M2 x E4M3, bf16 out, each still one
+    grouped kernel on the h100 (2 blocks x 2 GEMMs x 3); per block each expert GEMM's input is
+    cast once, its weight once and its output gradient once (with current scaling each after an
+    amax); the backward keeps the FP8 columnwise copies of the inputs and weights (1 byte an
+    element), no bf16 input of an expert GEMM.  torchtitan 0.3.0's float8 converter swaps
+    linears only: under torchao's recipes the experts stay bf16, the linears around them FP8."""
+    if recipe == "delayed":
+        torchao = _fp8_step("rowwise")
+        assert all(_element(o.lhs) == "bf16" == _element(o.rhs) for o in _expert_gemms(torchao))
+        gemms = [o for o in step_function(torchao).body.block.ops if isinstance(o, ph.MatmulOp)]
+        assert any(_element(o.lhs).startswith("f8") for o in gemms)
+    module = _fp8_step(recipe)
+    gemms = _expert_gemms(module)
+    assert len(gemms) == 12
+    kinds = sorted(
+        (o.attributes["phaze.phase"].data, _element(o.lhs), _element(o.rhs), _element(o.result)) for o in gemms
+    )
+    assert kinds == sorted([("fwd", "f8E4M3FN", "f8E4M3FN", "bf16")] * 4 + [("bwd", "f8E5M2", "f8E4M3FN", "bf16")] * 8)
+    assert all(o.attributes["phaze.kernel"].as_dict()["launch"] == 1 for o in gemms)
+    ops = _expert_ops(module)
+    casts = [
+        o
+        for o in ops
+        if isinstance(o, ph.ElementwiseOp) and o.kind.data == "convert" and "f8" in _element(o.results[0])
+    ]
+    assert len(casts) == 2 * 2 * 3
+    amaxes = [o for o in ops if isinstance(o, ph.ReductionOp) and o.kind.data == "norm"]
+    assert len(amaxes) == (len(casts) if recipe == "current" else 0)
+    saved = sorted(
+        (tuple(ph.tensor_type(r).get_shape()), _element(r), o.attributes["phaze.saved_bytes"].value.data)
+        for o in ops
+        if o.attributes["phaze.module"].data.startswith("model.layers.0") and "phaze.saved_bytes" in o.attributes
+        for r in o.results[:1]
+        if "f8" in _element(r)
+    )
+    # 128 routed rows; gate_up [4, 192, 64], down [4, 64, 96]: the columnwise copies
+    rows = 128
+    assert saved == sorted(
+        [
+            ((64, rows), "f8E4M3FN", 64 * rows),
+            ((96, rows), "f8E4M3FN", 96 * rows),
+            ((4, 64, 192), "f8E4M3FN", 4 * 64 * 192),
+            ((4, 96, 64), "f8E4M3FN", 4 * 96 * 64),
+        ]
+    )
+
+
+def test_fp8_experts_are_the_experts_expert_parallelism_divides():
+    """The FP8 expert GEMMs read casts of the expert weights and of the routed rows: their layer
+    still has 4 experts, expert parallelism divides the same weights, and the all-to-alls move
+    the bf16 rows (128 x 64 x 2 bytes), as in bf16."""
+    from phaze_ir.ir import parse_module
+
+    flags = ("--hw", "h100", "--devices", "4", "--global-batch", "8", "--placement", "expert:1,4,1",
+             "--expert-parallel", "2", "--kernels", "megatron", *FAST[:6], *FAST[10:])  # fmt: skip
+    records = {}
+    for dtype in ("bfloat16", "fp8"):
+        module = parse_module(_compile(_model_file(MIXTRAL.format(seq=32)), *flags, "--dtype", dtype))
+        layers = [a.as_dict() for a in module.attributes["phaze.layers"].data]
+        memory = [a.as_dict() for a in module.attributes["phaze.layer_memory"].data]
+        records[dtype] = [
+            (la["experts"], la["dispatch_bytes"], m["expert_param_bytes"]) for la, m in zip(layers, memory)
+        ]
+        if dtype == "fp8":
+            assert all(_element(o.rhs) == "f8E4M3FN" for o in _expert_gemms(module))
+    blocks = [r for r in records["fp8"] if r[0]]
+    assert blocks == [(4, 128 * 64 * 2, (4 * 192 * 64 + 4 * 64 * 96) * 2)] * 2
+    assert records["fp8"] == records["bfloat16"]

@@ -147,7 +147,17 @@ class Graph:
                 dep[r] = d
         return [d and v.is_float for d, v in zip(dep, self.values)]
 
+    def cast_source(self, v: int) -> int:
+        """The storage of ``v``, or, for an FP8 copy (a one-byte float made by an op: a cast,
+        the transposed copy of a cast), the storage of the wider tensor it was cast from,
+        through the copies' first operands: an FP8 expert GEMM's weights are the parameter,
+        its routed tokens the bf16 rows the dispatch moves."""
+        s = self.storage(v)
+        while (val := self.values[s]).is_float and val.element_bytes == 1 and val.producer >= 0:
+            s = self.storage(self.ops[val.producer].operands[0])
+        return s
+
     def expert_params(self, ops: list[int]) -> set[int]:
         """The parameter storages that the expert GEMMs among ``ops`` read as their per-expert
-        weights (right operands)."""
-        return {self.storage(self.ops[i].operands[1]) for i in ops if self.ops[i].experts}
+        weights (right operands, or what their FP8 copies were cast from)."""
+        return {self.cast_source(self.ops[i].operands[1]) for i in ops if self.ops[i].experts}

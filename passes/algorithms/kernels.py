@@ -134,10 +134,12 @@ class KOp:
     #: a softmax (Megatron fuses the pointwise ops before a softmax only)
     softmax: bool = False
     #: an expert GEMM: the key of the ``aten._grouped_mm`` it is part of ("" else), the experts
-    #: whose products it computes, and whether its operands and result are all bf16
+    #: whose products it computes, whether its operands and result are all bf16, and whether
+    #: its operands are FP8 and its result bf16 (``aten._scaled_grouped_mm``)
     grouped: str = ""
     experts: int = 0
     bf16: bool = False
+    fp8: bool = False
 
 
 @dataclass(frozen=True)
@@ -209,8 +211,9 @@ def _cudnn_dropout(traced: str) -> bool:
 
 def grouped_mm_one_kernel(bf16: bool, compute_capability: float | None) -> bool:
     """Whether torch runs a grouped GEMM as one kernel (else one per expert after a host sync):
-    bf16 on a chip of compute capability 9.x or 10.x; always on a chip with none (not a CUDA
-    GPU, e.g. an ideal chip: priced as one batched GEMM)."""
+    bf16 (``bf16``: also FP8 operands with a bf16 result, ``_scaled_grouped_mm``, which has only
+    the grouped kernel) on a chip of compute capability 9.x or 10.x; always on a chip with none
+    (not a CUDA GPU, e.g. an ideal chip: priced as one batched GEMM)."""
     if compute_capability is None:
         return True
     return bf16 and int(compute_capability) in GROUPED_MM_ONE_KERNEL_MAJORS
@@ -243,7 +246,7 @@ def _grouped_launches(ops: list[KOp], launches: list[int], compute_capability: f
     for i, o in enumerate(ops):
         if not o.grouped:
             continue
-        if grouped_mm_one_kernel(o.bf16, compute_capability):
+        if grouped_mm_one_kernel(o.bf16 or o.fp8, compute_capability):
             launches[i] = 0 if o.grouped in seen else 1
         else:
             launches[i] = max(1, o.experts)

@@ -248,7 +248,7 @@ def analyze_layers(graph: Graph) -> tuple[list[int], list[LayerInfo]]:
         if op.experts and op.phase == "fwd":
             layer = layer_of[i]
             if not experts[layer]:
-                dispatch[layer] = graph.values[graph.storage(op.operands[0])].nbytes
+                dispatch[layer] = graph.values[graph.cast_source(op.operands[0])].nbytes
             experts[layer] = max(experts[layer], op.experts)
 
     hashes = [_layer_hash(graph, layer_of, layer, ops_of[layer]) for layer in range(n_layers)]

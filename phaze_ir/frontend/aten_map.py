@@ -196,9 +196,10 @@ FUSED_ATTENTION = {
     "_scaled_dot_product_cudnn_attention_backward",
 }
 # GEMMs that are expanded into views and phaze.matmul (see importer._grouped_mm, _convolution):
-# a grouped GEMM over experts as a batched matmul with per-expert weights, a convolution as an
-# implicit GEMM per group.
-GROUPED_MM = {"_grouped_mm"}
+# a grouped GEMM over experts as a batched matmul with per-expert weights (torch's, or
+# Transformer Engine's on FP8 operands: phaze::fp8_grouped_mm, float8_linear.py), a convolution
+# as an implicit GEMM per group.
+GROUPED_MM = {"_grouped_mm", "fp8_grouped_mm"}
 CONVOLUTION = {"convolution", "_convolution"}
 CONVOLUTION_BACKWARD = {"convolution_backward"}
 # Selections along one dim (MoE routing: top-k experts, sort by expert, tokens per expert):

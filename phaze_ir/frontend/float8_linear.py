@@ -60,11 +60,35 @@ Which linears: every ``torch.nn.Linear`` (and transformers' ``Conv1D``) whose we
 GEMM takes (``check_dim_for_fp8_exec`` in ``transformer_engine/pytorch/utils.py``: rows a
 multiple of 8, columns of 16), but the model's output embedding (the LM head): Megatron-LM
 builds its ``output_layer`` as a plain ``ColumnParallelLinear``, not a TE module.
+
+**Experts.** transformers' MoE experts are no linears: their per-expert weights are one
+``[experts, out, in]`` parameter each, run through ``_grouped_linear`` (``aten._grouped_mm``,
+transformers 5.25 ``integrations/moe.py``, ``grouped_mm_experts_forward``).  Megatron-core with
+FP8 runs them in FP8 under TE's recipes: ``TEGroupedMLP`` (``--moe-grouped-gemm``,
+``megatron/core/transformer/moe/experts.py``) as TE ``GroupedLinear`` modules
+(``TEColumnParallelGroupedLinear`` / ``TERowParallelGroupedLinear`` of
+``megatron/core/extensions/transformer_engine.py``, megatron-core d98e8a64), and
+``SequentialMLP`` as one TE linear per expert.  TE 2.20.0.dev0's ``_GroupedLinear.forward``
+(``transformer_engine/pytorch/module/grouped_linear.py``) is ``_Linear``'s per expert: the
+input split by expert and cast to E4M3 with its columnwise copy (``_split_quantize``), which
+alone the backward keeps; each expert's weight cast with its transpose (``quantize_weight``,
+kept for the step as a linear's workspace and saved for the backward); one grouped GEMM
+(``general_grouped_gemm``, ``tex.te_general_grouped_gemm``); the backward casts the output
+gradient to E5M2 and runs the input- and weight-gradient grouped GEMMs with split
+accumulation (``_2X_ACC_DGRAD``, ``_2X_ACC_WGRAD``).  While tracing, ``_grouped_linear`` runs
+:func:`_make_grouped_function`'s ops for every expert weight of :func:`fp8_expert_weights`:
+the casts as a linear's (the input cast once for every weight that reads it), the GEMMs as
+``phaze::fp8_grouped_mm`` (torch's ``aten._scaled_grouped_mm`` takes E4M3 operands only), which
+the importer expands over the experts as ``aten._grouped_mm``.  The token permutation and the
+all-to-alls stay bf16 (megatron-core's ``moe_dispatch_fwd_dtype`` defaults to ``bf16``).
+torchao's recipes leave the experts bf16: torchtitan 0.3.0's ``Float8LinearConverter`` swaps
+``nn.Linear`` modules only (its grouped-GEMM FP8 is a separate prototype converter, not offered).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from enum import Enum
 from typing import Any
@@ -127,7 +151,9 @@ def _cast(x, dtype, scale_inv, current: bool = False):
     if current:
         scale_inv = torch.linalg.vector_norm(x, float("inf")).float() / torch.finfo(dtype).max
     fp8 = x.to(dtype, memory_format=torch.contiguous_format)
-    return fp8, fp8.t().contiguous(), scale_inv
+    # a batch of per-expert weights [E, N, K] keeps each expert's transpose [E, K, N]
+    columnwise = fp8.t() if fp8.dim() == 2 else fp8.transpose(-2, -1)
+    return fp8, columnwise.contiguous(), scale_inv
 
 
 #: The scale inverses a TE linear keeps (its ``fp8_meta``: fp32 scalars the amax history sets
@@ -169,6 +195,71 @@ def _make_function(recipe: Fp8Recipe = Fp8Recipe.DELAYED):
             return grad_x, grad_w, None, None, None, None, None
 
     return _Float8Matmul
+
+
+#: The grouped FP8 GEMM TE launches (``general_grouped_gemm``, ``module/grouped_linear.py``):
+#: no torch op is one (``aten._scaled_grouped_mm`` takes E4M3 operands only, TE's gradients are
+#: E5M2), so it is traced as this op, which the importer expands as ``aten._grouped_mm``.
+FP8_GROUPED_MM = "fp8_grouped_mm"
+
+
+@functools.cache
+def _fp8_grouped_mm():
+    """``phaze::fp8_grouped_mm(a, b, a_scale_inv, b_scale_inv, offs, out_dtype)``: the shapes of
+    ``aten._grouped_mm`` (``a [T, K] x b [E, K, N] -> [T, N]``; ``a [M, T] x b [T, N] ->
+    [E, M, N]``, the tokens grouped by ``offs``) on FP8 operands with one scale inverse each,
+    ``out_dtype`` out.  Traced only, on fake tensors: it has no kernel here."""
+    import torch
+
+    schema = "(Tensor a, Tensor b, Tensor a_scale_inv, Tensor b_scale_inv, Tensor offs, ScalarType out_dtype) -> Tensor"
+
+    @torch.library.custom_op(f"phaze::{FP8_GROUPED_MM}", mutates_args=(), schema=schema)
+    def fp8_grouped_mm(a, b, a_scale_inv, b_scale_inv, offs, out_dtype):
+        raise NotImplementedError("phaze::fp8_grouped_mm is traced on fake tensors, never run")
+
+    @fp8_grouped_mm.register_fake
+    def _(a, b, a_scale_inv, b_scale_inv, offs, out_dtype):
+        shape = (a.shape[0], b.shape[-1]) if b.dim() == 3 else (offs.shape[0], a.shape[0], b.shape[-1])
+        return a.new_empty(shape, dtype=out_dtype)
+
+    return torch.ops.phaze.fp8_grouped_mm.default
+
+
+def _make_grouped_function(recipe: Fp8Recipe = Fp8Recipe.DELAYED):
+    """The experts' GEMMs with FP8 operands, forward and backward as TE's ``_GroupedLinear``
+    (module docstring, "Experts"): :func:`_make_function`'s per expert, one grouped GEMM
+    (:func:`_fp8_grouped_mm`) for all of them."""
+    import torch
+
+    e4m3, e5m2 = _float8_dtypes()
+    current = recipe is Fp8Recipe.CURRENT
+    grouped_mm = _fp8_grouped_mm()
+
+    class _Float8GroupedMatmul(torch.autograd.Function):
+        """``x @ w[e].t()`` for each expert ``e``'s rows of ``x`` (``offs``), FP8 operands."""
+
+        @staticmethod
+        def forward(ctx, x2d, weight, offs, x_row, x_col, x_scale, w_scale, g_scale):
+            # weight [E, N, K]: its rowwise copy, each expert's transposed as a view, is [E, K, N]
+            w_row, w_col, w_scale = _cast(weight, e4m3, w_scale, current)
+            out = grouped_mm(x_row, w_row.transpose(-2, -1), x_scale, w_scale, offs, x2d.dtype)
+            # the backward reads the columnwise copies, as for a linear
+            ctx.save_for_backward(x_col, w_col, offs, x_scale, w_scale, g_scale)
+            ctx.dtype = x2d.dtype
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x_col, w_col, offs, x_scale, w_scale, g_scale = ctx.saved_tensors
+            g_row, g_col, g_scale = _cast(grad_out.contiguous(), e5m2, g_scale, current)
+            # input gradient [T, K] = g [T, N] @ w[e] [N, K] per expert (w's columnwise copy
+            # [E, K, N], transposed as a view); weight gradient [E, N, K] = g^T [N, T] @ x [T, K],
+            # the tokens grouped by expert (the columnwise copies, x's transposed as a view)
+            grad_x = grouped_mm(g_row, w_col.transpose(-2, -1), g_scale, w_scale, offs, ctx.dtype)
+            grad_w = grouped_mm(g_col, x_col.t(), g_scale, x_scale, offs, ctx.dtype)
+            return grad_x, grad_w, None, None, None, None, None, None
+
+    return _Float8GroupedMatmul
 
 
 def _torchao_cast(x, dtype, axis: int | None, power_of_2: bool):
@@ -306,10 +397,47 @@ def fp8_linears(model, recipe: Fp8Recipe = Fp8Recipe.DELAYED) -> list[Any]:
     return found
 
 
+#: The per-expert weights of transformers' experts modules (``integrations/moe.py``,
+#: ``grouped_mm_experts_forward``): the first projection (gate and up concatenated, or up alone)
+#: and the second, each ``[experts, out, in]`` (``[experts, in, out]`` when ``is_transposed``).
+EXPERT_WEIGHTS = ("gate_up_proj", "up_proj", "down_proj")
+
+
+def fp8_expert_weights(model, recipe: Fp8Recipe = Fp8Recipe.DELAYED) -> list[tuple[Any, str]]:
+    """``(experts module, weight name)`` of each batch of per-expert weights that ``recipe``'s
+    runtime runs in FP8 (module docstring, "Experts"): TE's recipes only, on transformers'
+    experts modules that run ``grouped_mm`` (their ``config._experts_implementation``), each
+    expert's weight of TE's FP8 sizes."""
+    import torch
+
+    if recipe.runtime != "te":
+        return []
+    found = []
+    for m in model.modules():
+        config = getattr(m, "config", None)
+        if not hasattr(m, "is_transposed") or getattr(config, "_experts_implementation", None) != "grouped_mm":
+            continue
+        for name in EXPERT_WEIGHTS:
+            weight = getattr(m, name, None)
+            if not isinstance(weight, torch.Tensor) or weight.dim() != 3:
+                continue
+            _experts, rows, columns = weight.shape
+            out_features, in_features = (columns, rows) if m.is_transposed else (rows, columns)
+            if out_features % FP8_ROWS == 0 and in_features % FP8_COLUMNS == 0:
+                found.append((m, name))
+    return found
+
+
+def _expert_scale_names(name: str) -> tuple[str, ...]:
+    """The scale buffers (:data:`SCALE_BUFFERS`) of the expert weight ``name``."""
+    return tuple(f"{name}_{buffer}" for buffer in SCALE_BUFFERS)
+
+
 def register_fp8_scales(model, recipe: Fp8Recipe = Fp8Recipe.DELAYED) -> None:
-    """Give every linear of :func:`fp8_linears` its scale buffers (:data:`SCALE_BUFFERS`), on
-    the device of its weight: before the step's buffers are listed.  Delayed scaling reads
-    them; current scaling keeps them too (TE's ``fp8_meta``), torchao keeps none."""
+    """Give every linear of :func:`fp8_linears` its scale buffers (:data:`SCALE_BUFFERS`), and
+    every expert weight of :func:`fp8_expert_weights` its own, on the device of its weight:
+    before the step's buffers are listed.  Delayed scaling reads them; current scaling keeps them
+    too (TE's ``fp8_meta``), torchao keeps none."""
     import torch
 
     if recipe.runtime != "te":
@@ -317,12 +445,41 @@ def register_fp8_scales(model, recipe: Fp8Recipe = Fp8Recipe.DELAYED) -> None:
     for m in fp8_linears(model, recipe):
         for name in SCALE_BUFFERS:
             m.register_buffer(name, torch.ones((), dtype=torch.float32, device=m.weight.device))
+    for m, weight in fp8_expert_weights(model, recipe):
+        for name in _expert_scale_names(weight):
+            m.register_buffer(name, torch.ones((), dtype=torch.float32, device=getattr(m, weight).device))
+
+
+def _float8_grouped_linear(experts: list[tuple[Any, str]], matmul, casts: dict, recipe: Fp8Recipe, bf16_grouped_linear):
+    """transformers' ``_grouped_linear`` (``integrations/moe.py``) with the expert weights of
+    ``experts`` run through ``matmul`` (:func:`_make_grouped_function`), the input cast once as
+    for a linear (:func:`float8_linear`); any other weight (one too small for TE's FP8 GEMM) runs
+    ``bf16_grouped_linear``.  The weight is told by its identity: ``functional_call`` puts the
+    step's tensor in place, so the module's attribute is the tensor the experts pass."""
+    import torch
+
+    def grouped_linear(input, weight, offs, bias=None, is_transposed=False):
+        found = next(((m, name) for m, name in experts if getattr(m, name) is weight), None)
+        if found is None or not hasattr(found[0], _expert_scale_names(found[1])[0]):
+            return bf16_grouped_linear(input, weight, offs, bias=bias, is_transposed=is_transposed)
+        scales = [getattr(found[0], name) for name in _expert_scale_names(found[1])]
+        if id(input) not in casts:
+            with torch.no_grad():  # an FP8 cast has no gradient: the GEMMs' backward is the input's
+                cast = _cast(input, _float8_dtypes()[0], scales[0], recipe is Fp8Recipe.CURRENT)
+                casts[id(input)] = (input, *cast)
+        _, x_row, x_col, x_scale = casts[id(input)]
+        out_in = weight.transpose(-2, -1) if is_transposed else weight  # [experts, out, in]
+        out = matmul.apply(input, out_in, offs, x_row, x_col, x_scale, *scales[1:])
+        return out if bias is None else out + bias
+
+    return grouped_linear
 
 
 @contextlib.contextmanager
 def fp8_linears_patched(model, recipe: Fp8Recipe = Fp8Recipe.DELAYED) -> Iterator[int]:
-    """While open, every linear of :func:`fp8_linears` (given its scales by
-    :func:`register_fp8_scales`) runs its FP8 GEMMs as ``recipe`` does; yields how many."""
+    """While open, every linear of :func:`fp8_linears` and every expert weight of
+    :func:`fp8_expert_weights` (given their scales by :func:`register_fp8_scales`) runs its FP8
+    GEMMs as ``recipe`` does; yields how many."""
     matmul = _make_function(recipe)
     casts: dict = {}
     linears = [m for m in fp8_linears(model, recipe) if recipe.runtime != "te" or hasattr(m, SCALE_BUFFERS[0])]
@@ -330,8 +487,18 @@ def fp8_linears_patched(model, recipe: Fp8Recipe = Fp8Recipe.DELAYED) -> Iterato
         # an instance attribute: ``m(x)`` still runs the module's hooks (its provenance), and
         # reads the weight and scales ``functional_call`` put in place
         m.forward = lambda x, m=m: float8_linear(m, x, matmul, casts, recipe)
+    experts = fp8_expert_weights(model, recipe)
+    restore: list[tuple[Any, Any]] = []
+    if experts:  # the experts' forward calls the module's global: replaced while open
+        from transformers.integrations import moe
+
+        restore.append((moe, moe._grouped_linear))
+        grouped = _make_grouped_function(recipe)
+        moe._grouped_linear = _float8_grouped_linear(experts, grouped, casts, recipe, moe._grouped_linear)
     try:
-        yield len(linears)
+        yield len(linears) + len(experts)
     finally:
         for m in linears:
             del m.forward
+        for owner, bf16_grouped_linear in restore:
+            owner._grouped_linear = bf16_grouped_linear

@@ -980,8 +980,12 @@ def _grouped_mm(
     (``padded``): the weight gradient reads the forward's padded input, which autograd so saves.
     F that gives ``C = T/E`` exactly leaves the dropless IR unchanged.
 
+    ``phaze::fp8_grouped_mm(A, B, A's scale, B's scale, offs)`` (Transformer Engine's grouped
+    GEMM on FP8 operands, ``float8_linear.py``) is expanded alike: its matmuls read the FP8
+    operands, the scales are not GEMM operands.
+
     None (the op stays opaque) for a bias or a form not listed."""
-    bias = node.args[3] if len(node.args) > 3 else node.kwargs.get("bias")
+    bias = node.args[3] if aten.startswith("aten.") and len(node.args) > 3 else node.kwargs.get("bias")
     if bias is not None or len(ins) < 2 or len(rtypes) != 1:
         return None
     a, b = ins[0], ins[1]
