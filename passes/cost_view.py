@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, TensorType
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from passes.algorithms import schedule as sched
 from passes.algorithms.attention import BACKENDS, PASSES
@@ -52,6 +52,10 @@ def op_signature(op: Operation) -> str:
     fused = "" if kernel is None else "|{launch},{onchip_read},{onchip_written},{causal}".format(**kernel)
     if kernel is not None and (traced := _traced_attention(op)):  # a fused attention's pass and kernel
         fused += f"|{traced}|{keys.string_of(op, keys.PHASE, 'fwd')}"
+    if isinstance(op, ph.MatmulOp) and (rowwise := rowwise_gemm(op)) is not None:
+        fused += f"|rowwise {rowwise}"
+    if keys.COLUMN_KERNEL in op.attributes:
+        fused += "|column"
     return f"{op.name}|{props}|{operands}|{results}{fused}"
 
 
@@ -175,6 +179,7 @@ def vector_desc(op: ph.ComputeOp) -> VectorDesc:
         passes=passes,
         row_bytes=row if passes > 1 else 0,
         launches=kernel["launch"],
+        column=keys.COLUMN_KERNEL in op.attributes,
         attention=attention,
         backend=backend,
     )
@@ -187,6 +192,9 @@ def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
     kernel = _kernel(op) or {"launch": 1, "onchip_read": 0, "onchip_written": 0, "causal": 0}
     fp32 = ph.element_bytes(lhs.element_type) == 4 and ph.element_bytes(rhs.element_type) == 4
     attention, backend = attention_codes(op)
+    rowwise = rowwise_gemm(op)
+    c_elem = ph.element_bytes(result.element_type)
+    post_bytes, post_launches = _post_scale(rowwise, m, n, math.prod(batch_shape), c_elem)
     return MatmulDesc(
         batch=math.prod(batch_shape),
         m=m,
@@ -194,7 +202,7 @@ def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
         k=k,
         a_elem=ph.element_bytes(lhs.element_type),
         b_elem=ph.element_bytes(rhs.element_type),
-        c_elem=ph.element_bytes(result.element_type),
+        c_elem=c_elem,
         a_bytes=ph.tensor_bytes(lhs),
         b_bytes=ph.tensor_bytes(rhs),
         bias_bytes=ph.tensor_bytes(op.bias.type) if op.bias is not None else 0,
@@ -206,9 +214,78 @@ def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
         # launched once per expert: torch's grouped GEMM fallback, after its host sync
         syncs=1 if kernel["launch"] > 1 else 0,
         split_accumulation=_split_accumulation(op, lhs, rhs),
+        rowwise=rowwise is not None,
+        post_scale_bytes=post_bytes,
+        post_scale_launches=post_launches,
         attention=attention,
         backend=backend,
     )
+
+
+#: What the pass that scales a rowwise FP8 GEMM's output costs, by how it runs
+#: (:func:`rowwise_gemm`): ``(passes over the output, over the fp32 product of the scales,
+#: kernels)``.  ``fwd``: PyTorch's CUTLASS rowwise kernel scales in its epilogue: no pass.
+#: ``eager``: ``a_inverse_scale * b_inverse_scale`` is an ``[M, N]`` fp32 tensor (written, one
+#: kernel) that ``output *=`` reads with the output, which it writes back (a second kernel);
+#: ``own``: Inductor's one pointwise kernel, the output read and written, the two scale vectors
+#: broadcast; ``fused``: Inductor folds the multiply into the output's next op, which reads the
+#: output anyway: nothing more.  A pass reads the two scale vectors (fp32) once.
+POST_SCALE = {"fwd": (0, 0, 0), "eager": (2, 2, 2), "own": (2, 0, 1), "fused": (0, 0, 0)}
+FP32_BYTES = 4
+
+
+def rowwise_gemm(op: ph.MatmulOp) -> str | None:
+    """How torchao 0.10-0.19 runs an FP8 GEMM with rowwise scales (``phaze.fp8_scales``), None
+    for any other GEMM: ``fwd`` (fast accumulation: PyTorch's CUTLASS ``f8f8bf16_rowwise``, the
+    scales applied in its epilogue), else a backward GEMM (split accumulation) run as cuBLAS's
+    per-tensor GEMM at unit scales and then a pointwise pass that scales its output
+    (``torchao/float8/float8_ops.py``, ``addmm_float8_unwrapped``: "The rowwise CUTLASS-based
+    kernel is so slow without fast-accum that we'd rather use the tensorwise cuBLAS-based kernel
+    and do the scaling manually afterwards (hoping Inductor will be able to fuse it)"): ``eager``
+    without Inductor, ``fused`` under Inductor when every op that reads the output (through
+    views) is a pointwise op or a reduction of the same backward graph, which Inductor fuses
+    the multiply into, ``own`` otherwise (the output leaves the graph: a weight gradient, a
+    collective's operand, an attention kernel's input)."""
+    scales = op.attributes.get(keys.FP8_SCALES)
+    if not (isinstance(scales, StringAttr) and scales.data == "rowwise"):
+        return None
+    lhs, rhs = op.lhs.type, op.rhs.type
+    assert isinstance(lhs, TensorType) and isinstance(rhs, TensorType)
+    if not _split_accumulation(op, lhs, rhs):
+        return "fwd"
+    if _runtime(op) != "inductor":
+        return "eager"
+    return "fused" if _fusable_readers(op) else "own"
+
+
+def _fusable_readers(op: ph.MatmulOp) -> bool:
+    """Whether every reader of the GEMM's output, through views, is a pointwise op, a reduction
+    or a norm of the backward (Inductor fuses a pointwise producer into them), and one at least."""
+    frontier: list[SSAValue] = [op.result]
+    readers = 0
+    while frontier:
+        value = frontier.pop()
+        for use in value.uses:
+            reader = use.operation
+            if isinstance(reader, ph.LayoutOp) and reader.is_view:
+                frontier.extend(reader.results)
+                continue
+            if not isinstance(reader, (ph.ElementwiseOp, ph.ReductionOp, ph.NormOp)):
+                return False
+            if keys.string_of(reader, keys.PHASE, "fwd") != "bwd":
+                return False
+            readers += 1
+    return readers > 0
+
+
+def _post_scale(how: str | None, m: int, n: int, batch: int, c_elem: int) -> tuple[int, int]:
+    """``(bytes, kernels)`` of the pass that scales a rowwise GEMM's ``batch`` outputs of ``m × n``
+    elements of ``c_elem`` bytes (:data:`POST_SCALE`); ``(0, 0)`` for any other GEMM."""
+    outputs, products, kernels = POST_SCALE[how] if how is not None else (0, 0, 0)
+    if kernels == 0:
+        return 0, 0
+    per_output = outputs * m * n * c_elem + products * m * n * FP32_BYTES + (m + n) * FP32_BYTES
+    return batch * per_output, kernels
 
 
 def _split_accumulation(op: ph.MatmulOp, lhs: TensorType, rhs: TensorType) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import BFloat16Type, IntegerAttr, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import BFloat16Type, IntegerAttr, ModuleOp, StringAttr, TensorType, UnitAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
@@ -155,7 +155,9 @@ class FormKernelsPass(ModulePass):
         kernels = form_kernels(
             kops, StepValues(nbytes, view_of, frozenset(outputs)), self.runtime, _compute_capability(op, self.name)
         )
+        columns = {k.id for o, k in zip(ops, kernels) if k is not None and column_max(o)}
         for o, k in zip(ops, kernels):
+            o.attributes.pop(keys.COLUMN_KERNEL, None)
             if k is None:
                 o.attributes.pop(keys.KERNEL, None)
                 continue
@@ -166,7 +168,41 @@ class FormKernelsPass(ModulePass):
                 onchip_written=k.onchip_written,
                 causal=int(k.causal),
             )
+            if k.id in columns:
+                o.attributes[keys.COLUMN_KERNEL] = UnitAttr()
         op.attributes[keys.KERNELS] = StringAttr(self.runtime)
+
+
+def column_max(o: Operation) -> bool:
+    """A max across a tensor's rows as they lie in memory: a ``phaze.reduction "max"`` that leaves
+    out the dimension its input is contiguous along (:func:`_contiguous_dim`), of more than one
+    element (torchao's column-wise amax of a rowwise float8 cast, ``tensor_to_amax`` along the
+    tokens of an activation or along the output features of a weight), so it reads across the
+    slow dimension."""
+    if not (isinstance(o, ph.ReductionOp) and o.kind.data == "max" and o.inputs):
+        return False
+    shape = tuple(ph.tensor_type(o.inputs[0]).get_shape())
+    if len(shape) < 2 or not o.dims.get_values():
+        return False
+    inner = _contiguous_dim(o.inputs[0])
+    return shape[inner] > 1 and inner not in {d % len(shape) for d in o.dims.get_values()}
+
+
+def _contiguous_dim(v: SSAValue) -> int:
+    """The dimension of ``v`` its elements are contiguous along: the last, or the one before it
+    when ``v`` is pointwise ops of a transposed 2-D view (``w.t()``, read as the weight's rows)."""
+    rank = len(ph.tensor_type(v).get_shape())
+    flipped = False
+    while isinstance(owner := v.owner, Operation):
+        if isinstance(owner, ph.LayoutOp) and owner.kind.data == "transpose" and rank == 2 and owner.operands:
+            flipped, v = not flipped, owner.operands[0]
+            continue
+        shape = ph.tensor_type(v).get_shape()
+        same = [u for u in owner.operands if isinstance(u.type, TensorType) and u.type.get_shape() == shape]
+        if not (isinstance(owner, ph.ElementwiseOp) and same):
+            break
+        v = same[0]
+    return rank - 2 if flipped else rank - 1
 
 
 def _compute_capability(module: ModuleOp, pass_name: str) -> float | None:

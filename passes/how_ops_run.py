@@ -14,7 +14,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from passes.algorithms.context_parallel import backward_ring, forward_ring, off_diagonal_gemm, ring_s, ring_step_s
 from passes.algorithms.latency import MatmulDesc, estimate_chip
 from passes.algorithms.tp_overlap import added_s, method_of
-from passes.cost_view import describe_op, skipped_flops
+from passes.cost_view import describe_op, rowwise_gemm, skipped_flops
 from passes.graph_view import arg_role, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
@@ -247,6 +247,11 @@ def overlapped(fn: func.FuncOp) -> list[tuple[ph.CollectiveOp, str, list[ph.Matm
             continue
         gather = o.kind.data == "all_gather"
         gemms = _gemms(o, forward=gather)
+        if gather and any(rowwise_gemm(g) is not None for g in gemms):
+            # torch's micro-pipelined TP (the one runtime of torchao's rowwise GEMMs) fuses their
+            # matmul-reduce-scatters but not their all-gather-matmuls (pytorch/pytorch issue
+            # 149990, 2025-03, open): the all-gather runs whole before them, nothing beside it
+            gemms = []
         phase = keys.string_of(o, keys.PHASE, "fwd")
         feeds = gather and any(_reads_weight(g, params) for g in gemms)
         out.append((o, method_of(o.kind.data, phase, feeds), gemms))

@@ -720,6 +720,14 @@ class Calibration:
             cuBLASLt without ``CUBLASLT_MATMUL_DESC_FAST_ACCUM``), as Transformer Engine and
             torchao run the two backward GEMMs of an FP8 linear (their forward GEMM
             accumulates fast).  Default 1: no slower.
+        fp8_rowwise_gemm_efficiency: the fraction of the FP8 rate an FP8 GEMM with one scale a
+            row of each operand keeps with fast accumulation, where PyTorch runs it as its own
+            CUTLASS kernel (``f8f8bf16_rowwise``) rather than cuBLAS's per-tensor one (torchao's
+            rowwise recipe, its forward GEMM).  Default 1: no slower.
+        column_read_efficiency: the fraction of its memory-bound rate a compiled kernel keeps
+            when it reduces across a tensor's rows as they lie in memory and writes the result
+            (torchao's column-wise float8 scales and the cast that reads them): its reads are
+            not coalesced.  Default 1: no slower.
         host_sync_s: optional; the seconds the chip idles at one device-to-host
             synchronization (a grouped GEMM's fallback copies its offsets to the host: the copy's
             latency while the queue is empty).  Absent: 0.
@@ -770,6 +778,12 @@ class Calibration:
     )
     fp8_split_accumulation_efficiency: float = _spec(
         "fraction", "fraction of the FP8 rate an FP8 GEMM keeps with split (fp32) accumulation", default=1.0
+    )
+    fp8_rowwise_gemm_efficiency: float = _spec(
+        "fraction", "fraction of the FP8 rate a rowwise-scaled FP8 GEMM keeps (PyTorch's CUTLASS kernel)", default=1.0
+    )
+    column_read_efficiency: float = _spec(
+        "fraction", "fraction of its memory-bound rate a kernel reducing across rows keeps", default=1.0
     )
     host_sync_s: float | None = _spec(
         "opt_nonneg_float", "chip idle per device-to-host sync (s)", at_most=OVERHEAD, default=None

@@ -126,6 +126,13 @@ FUSED = Key(
     "kernel (fused attention, dropout); a causal attention's ends in ' causal'",
     IMPORTER,
 )
+FP8_SCALES = Key(
+    "phaze.fp8_scales",
+    "op",
+    "string: rowwise, on an FP8 GEMM (aten._scaled_mm) whose operands are scaled one scale a row (torchao's "
+    "rowwise recipe); absent: one scale a tensor",
+    IMPORTER,
+)
 PARAM = Key("phaze.param", "argument", "string: the parameter's name", IMPORTER)
 BUFFER = Key("phaze.buffer", "argument", "string: the buffer's name", IMPORTER)
 INPUT = Key("phaze.input", "argument", "string: the input's name", IMPORTER)
@@ -161,6 +168,13 @@ KERNELS = Key(
     "phaze.kernels", "module", "string: the runtime whose kernels the ops are grouped into", "phaze-form-kernels"
 )
 KERNEL = Key("phaze.kernel", "op", "#phaze.kernel: the kernel the op runs in", "phaze-form-kernels")
+COLUMN_KERNEL = Key(
+    "phaze.column_kernel",
+    "op",
+    "unit: the op's kernel takes a max across a tensor's rows (along a dimension not its last: torchao's "
+    "column-wise float8 scales), reading across the slow dimension",
+    "phaze-form-kernels",
+)
 TILE = Key("phaze.tile", "op", "#phaze.tile: a GEMM's tiling onto the PE arrays", "phaze-tile-pe-array")
 LATENCY = Key("phaze.latency", "op", "#phaze.latency: seconds on one core and split", "phaze-estimate-latency")
 CP_RING = Key(

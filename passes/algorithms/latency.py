@@ -199,6 +199,16 @@ class MatmulDesc:
     #: backward GEMMs of Transformer Engine's and torchao's FP8 linears), priced at the chip's
     #: ``fp8_split_accumulation_efficiency`` of its FP8 rate
     split_accumulation: bool = False
+    #: an FP8 GEMM with one scale a row of each operand (torchao's rowwise recipe): with fast
+    #: accumulation (the forward's) PyTorch's CUTLASS rowwise kernel, priced at the chip's
+    #: ``fp8_rowwise_gemm_efficiency`` of its FP8 rate; the backward's run as a per-tensor GEMM
+    #: and then a pass scaling the output (``post_scale_*``)
+    rowwise: bool = False
+    #: the bytes and kernels of the pointwise pass that scales the output of a backward rowwise
+    #: GEMM (torchao's ``output *= a_inverse_scale * b_inverse_scale``), after the GEMM, at the
+    #: chip's memory-bound rate (0: none, or fused into the output's next op)
+    post_scale_bytes: int = 0
+    post_scale_launches: int = 0
     #: part of a fused attention kernel: 1 its forward, 2 its backward (0: not); priced at the
     #: rate the kernel ``backend`` (an index into ``attention.BACKENDS``) reaches at its shape
     #: when the chip's ``attention_kernels`` table has it (``passes/algorithms/attention.py``)
@@ -231,6 +241,10 @@ class VectorDesc:
     #: kernel launches the op pays (0 inside a kernel another op launches; a multi-tensor
     #: optimizer op may launch several)
     launches: int = 1
+    #: part of a kernel that reads a tensor across its slow dimension (a max across rows: torchao's
+    #: column-wise float8 scales, ``phaze.column_kernel``): its memory traffic at the chip's
+    #: ``column_read_efficiency`` of its memory-bound rate
+    column: bool = False
     #: part of a fused attention kernel (as :attr:`MatmulDesc.attention`, ``backend``): when the
     #: chip's table prices that kernel, its published rate covers the softmax too, and the op
     #: costs only its traffic
@@ -439,10 +453,13 @@ _MM_FIELDS = (
     "fp32",
     "syncs",
     "split_accumulation",
+    "rowwise",
+    "post_scale_bytes",
+    "post_scale_launches",
     "attention",
     "backend",
 )
-_VEC_FIELDS = ("work", "read_bytes", "write_bytes", "passes", "row_bytes", "launches", "attention", "backend")
+_VEC_FIELDS = ("work", "read_bytes", "write_bytes", "passes", "row_bytes", "launches", "column", "attention", "backend")
 
 
 class OpTable:
@@ -672,6 +689,11 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
             slower = 1.0 / cal.fp8_split_accumulation_efficiency
             compute_one = np.where(split_acc, compute_one * slower, compute_one)
             compute_split = np.where(split_acc, compute_split * slower, compute_split)
+            cutlass = fp8 & (cols["rowwise"] != 0) & ~split_acc  # PyTorch's rowwise kernel, not cuBLAS
+            if cutlass.any():
+                slower = 1.0 / cal.fp8_rowwise_gemm_efficiency
+                compute_one = np.where(cutlass, compute_one * slower, compute_one)
+                compute_split = np.where(cutlass, compute_split * slower, compute_split)
         bad = misaligned(cols)
         compute_one = np.where(bad, compute_one / cal.misaligned_gemm_efficiency, compute_one)
         compute_split = np.where(bad, compute_split / cal.misaligned_gemm_efficiency, compute_split)
@@ -702,6 +724,11 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
         if cal.host_sync_s is not None:
             overhead = overhead + cal.host_sync_s * cols["syncs"]
         one, split = one + overhead, split + overhead
+    if (cols["post_scale_launches"] > 0).any():  # the pass after the GEMM, memory bound, in its own kernels
+        post = cols["post_scale_bytes"] / fx.hbm_Bps
+        if cal is not None:
+            post = post + cal.kernel_overhead_s * cols["post_scale_launches"]
+        one, split = one + post, split + post
     return one, split, bound, bound_one
 
 
@@ -783,6 +810,8 @@ def _vector_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
     core_bytes, hbm_bytes = vector_traffic_space(cols, cfg)
     glb_s = core_bytes / fx.glb_bandwidth_Bps
     hbm_s = hbm_bytes / fx.hbm_Bps
+    if fx.calibration is not None and (cols["column"] != 0).any():  # reads across the slow dimension
+        hbm_s = np.where(cols["column"] != 0, hbm_s / fx.calibration.column_read_efficiency, hbm_s)
     work, width = cols["work"], cfg["width_vc"]
     priced = attention_priced(cols, fx)
     if priced is not None:  # inside a fused attention priced by its kernel's rate: no own compute

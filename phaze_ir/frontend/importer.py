@@ -459,7 +459,23 @@ class _Importer:
 def _build_matmul(imp: _Importer, c: _Call) -> _Built:
     if c.packet in ("addmm", "baddbmm"):
         return ph.MatmulOp(c.ins[1], c.ins[2], c.rtypes[0], bias=c.ins[0])
-    return ph.MatmulOp(c.ins[0], c.ins[1], c.rtypes[0])
+    op = ph.MatmulOp(c.ins[0], c.ins[1], c.rtypes[0])
+    if c.packet == "_scaled_mm" and _rowwise_scales(c.node):
+        # how the GEMM runs depends on it (passes/cost_view.py: PyTorch's CUTLASS rowwise kernel
+        # forward, torchao's cuBLAS GEMM and scaling pass backward), and the scales are not operands
+        op.attributes[keys.FP8_SCALES] = StringAttr("rowwise")
+    return op
+
+
+def _rowwise_scales(node: Any) -> bool:
+    """Whether an ``aten._scaled_mm`` call scales its operands one scale a row: a ``[M, 1]``
+    scale of its ``[M, K]`` first operand and a ``[1, N]`` one of its ``[K, N]`` second, the
+    shapes torch's ``_scaled_mm`` takes as rowwise scaling (``Blas.cpp``)."""
+    vals: list[Any] = [getattr(v, "meta", {}).get("val") for v in node.args[:4]]
+    if len(vals) < 4 or any(t is None for t in vals):
+        return False
+    a, b, scale_a, scale_b = vals
+    return tuple(scale_a.shape) == (a.shape[0], 1) and tuple(scale_b.shape) == (1, b.shape[1])
 
 
 def _build_softmax(imp: _Importer, c: _Call) -> _Built:
