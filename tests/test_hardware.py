@@ -117,6 +117,21 @@ def test_examples_hw_links_to_presets(name: str) -> None:
     ).read_bytes()
 
 
+@pytest.mark.parametrize("name", ["h100_hbm2e", "a100_40gb", "tpuv4_torus"])
+def test_a_preset_on_a_base_keeps_every_key_of_a_table_it_replaces(name: str) -> None:
+    """A table a variant gives replaces its base's whole (``base =``): a key the variant leaves
+    out is not the base's but the default, silently (h100_hbm2e once priced its FP8 backward
+    GEMMs at full rate and its attention at the GEMM efficiency, having left out two keys)."""
+    import tomllib
+
+    presets = REPO / "phaze_ir" / "hw_presets"
+    variant = tomllib.loads((presets / f"{name}.toml").read_text())
+    base = tomllib.loads((presets / f"{variant['base']}.toml").read_text())
+    for table, keys in base.items():
+        if isinstance(keys, dict) and isinstance(variant.get(table), dict):
+            assert set(keys) <= set(variant[table]), f"[{table}] lacks {sorted(set(keys) - set(variant[table]))}"
+
+
 def test_a_description_with_a_base(tmp_path: Path) -> None:
     """``base = PRESET|PATH``: the file's top-level keys replace the base's, the rest is the
     base's (a chip on another network, written once); a base of a base works; a base must not
