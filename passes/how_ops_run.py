@@ -11,8 +11,17 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
-from passes.algorithms.context_parallel import backward_ring, forward_ring, off_diagonal_gemm, ring_s, ring_step_s
-from passes.algorithms.latency import MatmulDesc, estimate_chip
+from passes.algorithms.context_parallel import (
+    RingTensors,
+    backward_passes,
+    backward_ring,
+    forward_passes,
+    forward_ring,
+    off_diagonal_gemm,
+    ring_s,
+    ring_step_s,
+)
+from passes.algorithms.latency import MatmulDesc, VectorDesc, estimate_chip
 from passes.algorithms.tp_overlap import added_s, method_of
 from passes.cost_view import describe_op, rowwise_gemm, skipped_flops
 from passes.graph_view import arg_role, step_function
@@ -39,7 +48,8 @@ def ring_latencies(
     ring's time (the c steps, the diagonal one the traced (causal) attention, the c−1 others
     its GEMMs unmasked over half the square, with the hops of its keys and values (backward:
     and their gradients) beside the steps as Transformer Engine orders them, on the network
-    level of the c·t devices of the ring), each op in proportion (a step is the traced kernel).
+    level of the c·t devices of the ring, and TE's memory-bound passes around the steps:
+    ``forward_passes``, ``backward_passes``), each op in proportion (a step is the traced kernel).
     Returns the ``phaze.cp_ring`` fields (the ring summed over the attentions), the bytes one
     forward hop of the first attention carries, and each op's new ``phaze.latency`` fields;
     what ``phaze-estimate-latency`` writes."""
@@ -47,10 +57,13 @@ def ring_latencies(
     groups = attention_kernels(module)
     ring = dict.fromkeys(("fwd_step_s", "fwd_hop_s", "fwd_ring_s", "bwd_step_s", "bwd_hop_s", "bwd_ring_s"), 0.0)
     kv_of_layer: dict[int, int] = {}
+    tensors_of_layer: dict[int, RingTensors] = {}
     for ops in groups.values():
         if keys.string_of(ops[0], keys.PHASE, "fwd") == "fwd":
             kv_of_layer.setdefault(layer_of(ops[0]), kv_bytes(ops))
+            tensors_of_layer.setdefault(layer_of(ops[0]), ring_tensors(ops))
     off_s = off_diagonal_seconds(groups, acc)
+    passes_s = _PassSeconds(acc)
     scaled: list[tuple[Operation, dict[str, float | str]]] = []
     for name, ops in groups.items():
         lats = [keys.require(o, keys.LATENCY, LatencyAttr).as_dict() for o in ops]
@@ -62,11 +75,12 @@ def ring_latencies(
         hop, level = ring_step_s(acc.network, kv, c, tp)
         share = acc.network[level].collective_compute_share or 0.0
         off = off_s.get(name, local)
+        tensors = tensors_of_layer.get(layer_of(ops[0])) or ring_tensors(ops)
         if backward:
             grad_hop, _ = ring_step_s(acc.network, 2 * kv, c, tp)
-            steps = backward_ring(local, off, hop, grad_hop, c)
+            steps = backward_passes(tensors, c).around(backward_ring(local, off, hop, grad_hop, c), passes_s)
         else:
-            steps = forward_ring(local, off, hop, c)
+            steps = forward_passes(tensors, c).around(forward_ring(local, off, hop, c), passes_s)
         total = ring_s(steps, share)
         factor = total / local
         phase = "bwd" if backward else "fwd"
@@ -87,6 +101,31 @@ def ring_latencies(
                 )
             )
     return ring, next(iter(kv_of_layer.values()), 0), scaled
+
+
+class _PassSeconds:
+    """Seconds of a ring's memory-bound passes on ``acc``, each priced once as
+    ``phaze-estimate-latency`` prices a vector op (its bytes at the chip's HBM rate, its launches)."""
+
+    def __init__(self, acc) -> None:
+        self.acc = acc
+        self.seconds: dict[VectorDesc, float] = {}
+
+    def __call__(self, d: VectorDesc) -> float:
+        if d not in self.seconds:
+            self.seconds[d] = float(estimate_chip([d], self.acc).split[0, 0])
+        return self.seconds[d]
+
+
+def ring_tensors(ops: list[Operation]) -> RingTensors:
+    """One device's queries, keys and values, and output of a forward attention kernel's ops,
+    in bytes, as TE's ring merges them: the first GEMM's left operand (Q), the keys and values of
+    :func:`kv_bytes`, the last GEMM's result (the output, ``P·V``)."""
+    gemms = [o for o in ops if isinstance(o, ph.MatmulOp)]
+    q, out = ph.tensor_type(gemms[0].lhs), ph.tensor_type(gemms[-1].results[0])
+    return RingTensors(
+        q=ph.tensor_bytes(q), kv=kv_bytes(ops), out=ph.tensor_bytes(out), elem=ph.element_bytes(q.element_type)
+    )
 
 
 def off_diagonal_twin(o: Operation) -> MatmulDesc | None:

@@ -15,7 +15,7 @@ import pytest
 from conftest import MODELS, run_main
 
 from passes.algorithms import context_parallel as cp
-from passes.algorithms.latency import estimate_op
+from passes.algorithms.latency import VectorDesc, estimate_op
 from passes.context_parallel import ContextParallelPass, attention_kernels
 from passes.cost_view import describe_op, skipped_flops
 from phaze_ir import dialect as ph
@@ -77,6 +77,48 @@ def test_ring_steps_worked_by_hand():
     assert cp.forward_ring(1.0, 0.8, 3.0, 1) == cp.backward_ring(1.0, 0.8, 3.0, 6.0, 1) == [(1.0, 0.0)]  # no ring
     # c = 2: one step of each kind, each beside one hop of K, V (backward: the second of dK, dV)
     assert cp.backward_ring(1.0, 0.8, 0.5, 1.0, 2) == [(0.8, 0.5), (1.0, 0.5)]
+
+
+def _moved(passes) -> int:
+    return sum(d.read_bytes + d.write_bytes for d in passes)
+
+
+def test_the_rings_memory_bound_passes_worked_by_hand():
+    """TE 2.20's PyTorch passes around the ring's steps (AttnFuncWithCPAndKVP2P), one device of
+    Llama 2 7B at 128k tokens, TP 4, CP 4 (NeMo's row): 32k tokens x 8 heads x 128 x 2 B = 64 MiB of
+    Q (and of O), K and V 128 MiB; each step priced with the kind its slowest device runs."""
+    mib = 2**20
+    t = cp.RingTensors(q=64 * mib, kv=128 * mib, out=64 * mib)
+    fwd = cp.forward_passes(t, 4)
+    # K, V concatenated into the send buffer; beside each off-diagonal step the halves of K and V
+    # made contiguous (the lower triangle's 128 MiB moved, more than Q's half, 64); after the ring
+    # the first output scaled (64 read, 64 written), the three others scaled and added (3 x 192)
+    assert _moved(fwd.before) == 256 * mib and fwd.beside[0] == ()
+    assert [_moved(ds) for ds in fwd.beside[1:]] == [128 * mib] * 3 and fwd.beside[1][0].launches == 2
+    assert _moved(fwd.end) == (128 + 3 * 192) * mib and fwd.after == ()
+    bwd = cp.backward_passes(t, 4)
+    # K, V copied into the send buffer; the off-diagonal steps are the upper triangle's (halves of
+    # Q, O, dO made contiguous: 192; dq's half copied 64, then added 96; all of dK, dV copied 256,
+    # then added 384), more than the lower's (K, V halves 128; all of dq 128, then 192; half of
+    # dK, dV 128, then 192); the diagonal adds all of dq (192) and, after its hop, of dK, dV (384)
+    assert _moved(bwd.before) == 256 * mib
+    assert [_moved(ds) for ds in bwd.beside] == [(192 + 64) * mib, (192 + 96) * mib, (192 + 96) * mib, 192 * mib]
+    assert [_moved(ds) for ds in bwd.after] == [256 * mib, 384 * mib, 384 * mib, 384 * mib]
+    # In all, 21 and 42 passes over Q's bytes.
+    assert _moved([*fwd.before, *(d for ds in fwd.beside for d in ds), *fwd.end]) == 21 * t.q
+    assert _moved([*bwd.before, *(d for ds in bwd.beside + bwd.after for d in ds)]) == 42 * t.q
+    # Grouped-query K, V (a quarter of the heads): the upper triangle's half of Q moves more.
+    gqa = cp.forward_passes(cp.RingTensors(q=64 * mib, kv=32 * mib, out=64 * mib), 4)
+    assert _moved(gqa.beside[1]) == 64 * mib and gqa.beside[1][0].launches == 1
+    # Where they run: those beside a step lengthen it, the others take the stream alone.
+    seconds = {d: 1.0 for d in fwd.descs()}
+    steps = fwd.around(cp.forward_ring(10.0, 8.0, 5.0, 4), seconds.__getitem__)
+    assert steps == [(1.0, 0.0), (10.0, 5.0), (9.0, 5.0), (9.0, 5.0), (9.0, 0.0), (4.0, 0.0)]
+    steps = bwd.around(cp.backward_ring(10.0, 8.0, 5.0, 9.0, 4), {d: 1.0 for d in bwd.descs()}.__getitem__)
+    assert steps[:3] == [(1.0, 0.0), (10.0, 5.0), (1.0, 0.0)] and steps[-2:] == [(11.0, 5.0), (1.0, 0.0)]
+    # No ring, no passes: the step as traced.
+    assert cp.forward_passes(t, 1) == cp.backward_passes(t, 1) == cp.RingPasses()
+    assert cp.RingPasses().around([(3.0, 0.0)], seconds.__getitem__) == [(3.0, 0.0)]
 
 
 def test_an_off_diagonal_step_is_half_the_square_unmasked_at_the_unmasked_rate():
@@ -169,10 +211,41 @@ def test_the_pass_makes_each_attention_a_ring_of_c_steps():
         off = local + sum(estimate_op(cp.off_diagonal_gemm(describe_op(o)), acc).split_s - old[i] for i, o in gemms)
         assert off > 0  # (about the traced step here: 16 tokens are bound by their bytes, not the rate)
         share = level.collective_compute_share or 0.0  # (none given inside an h100 node)
+        # TE's memory-bound passes around the steps over one device's Q, O (4 heads x 16 tokens x
+        # 16 x 2 B) and K, V (as above), each priced as a vector op: `moved` bytes read, written.
+        q = out = 4 * 16 * 16 * 2
+
+        def moved(read: int, written: int, launches: int = 1) -> float:
+            return estimate_op(
+                VectorDesc(work=written // 2, read_bytes=read, write_bytes=written, launches=launches), acc
+            ).split_s
+
         if backward:  # the off-diagonal step beside K, V; the diagonal last, beside dK, dV
-            want = max(hop, off + share * min(hop, off)) + max(hop, local + share * min(hop, local))
+            # K, V into the send buffer; beside the first step the halves of Q, O, dO made
+            # contiguous and dq's half copied (the upper triangle's: it moves more than the lower's
+            # halves of K, V and whole dq), then its dK, dV copied; beside the diagonal dq added,
+            # then dK, dV added to the received ones
+            first = off + moved(q // 2 + out, q // 2 + out, 3) + moved(q // 2, q // 2)
+            last = local + moved(2 * q, q)
+            want = (
+                moved(kv, kv)
+                + max(hop, first + share * min(hop, first))
+                + moved(kv, kv, 2)
+                + max(hop, last + share * min(hop, last))
+                + moved(2 * kv, kv, 2)
+            )
         else:  # the diagonal beside the next step's K, V; the last alone
-            want = max(hop, local + share * min(hop, local)) + off
+            # K, V concatenated into the send buffer; the off-diagonal step's halves of K and V
+            # made contiguous (as many bytes as Q's half: the lower triangle's, taken first); the two
+            # partial outputs merged after the ring (the first scaled, the second scaled and added)
+            want = (
+                moved(kv, kv)
+                + max(hop, local + share * min(hop, local))
+                + off
+                + moved(kv // 2, kv // 2, 2)
+                + moved(out, out)
+                + moved(2 * out, out)
+            )
         assert math.isclose(sum(new[i] for i in idx), want, rel_tol=1e-12)
     for i, o in enumerate(ops):
         if i in old and id(o) not in in_group:
@@ -230,8 +303,12 @@ def test_the_pass_makes_each_attention_a_ring_of_c_steps():
 def test_the_ring_worked_by_hand():
     """The latencies of tests/filecheck/context_parallel.mlir, each attention made a ring of 2 as
     phaze-estimate-latency writes it: a forward kernel of 3 us a step (its hop of 1.128 us
-    hides beside the first) is 3 + 3 = 6 us, every op x 2; a backward one of 1 us a step beside
-    hops of 1.128 us is 2 x 1.128 = 2.256 us, every op x 2.256."""
+    hides beside the first) is 3 + 3 = 6 us, and TE's passes on the toy chip's HBM of 16 GB/s
+    add 44 ns (K, V into the send buffer 16, the off-diagonal step's halves of K, V 8, the
+    outputs merged 8 + 12): 6.044 us, every op x 6.044/3; a backward one of 1 us a step beside
+    hops of 1.128 us is 2 x 1.128 = 2.256 us, and 56 ns of passes not beside a hop (K, V into the
+    send buffer 16, the first step's dK, dV copied 16, the diagonal's added 24): 2.312 us, every
+    op x 2.312."""
     from pathlib import Path
 
     from passes.how_ops_run import ring_latencies
@@ -242,12 +319,13 @@ def test_the_ring_worked_by_hand():
     ring, kv, scaled = ring_latencies(module, module_accelerator(module, "t"), 2)
     assert kv == 128
     assert ring == pytest.approx(
-        {"fwd_step_s": 3e-6, "fwd_hop_s": 1.128e-6, "fwd_ring_s": 6e-6}
-        | {"bwd_step_s": 1e-6, "bwd_hop_s": 2.256e-6, "bwd_ring_s": 2.256e-6},
+        {"fwd_step_s": 3.022e-6, "fwd_hop_s": 1.128e-6, "fwd_ring_s": 6.044e-6}
+        | {"bwd_step_s": 1.042e-6, "bwd_hop_s": 2.256e-6, "bwd_ring_s": 2.312e-6},
         rel=1e-12,
     )
     got = {str(o.results[0].name_hint): new["split_s"] for o, new in scaled}
-    assert got == pytest.approx({"s": 2e-6, "p": 2e-6, "o": 2e-6, "ds": 1.128e-6, "dq": 1.128e-6}, rel=1e-12)
+    fwd, bwd = 6.044 / 3 * 1e-6, 2.312 * 0.5e-6
+    assert got == pytest.approx({"s": fwd, "p": fwd, "o": fwd, "ds": bwd, "dq": bwd}, rel=1e-12)
 
 
 def test_the_whole_sample_is_read_from_the_traced_keys():

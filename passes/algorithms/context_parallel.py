@@ -30,6 +30,21 @@ How the runtimes run it (docs/design.md §6.8a):
   and beside every step its keys and values go on with the partial ``dk``, ``dv`` summed so far
   (the first step's send carries the keys and values alone, the last one's ``dk``, ``dv``
   alone, which the step waits for before it adds its own).
+- Between and after the steps TE merges their results in PyTorch ops, memory-bound passes over
+  one device's tensors that run on the compute stream (:class:`RingPasses`,
+  :func:`forward_passes`, :func:`backward_passes`): forward, the keys and values concatenated
+  into the first send buffer, each off-diagonal step's half of the keys and values
+  (``lower-triangle``) or of the queries (``upper-triangle``) made contiguous
+  (``cp_p2p_fwd_fused_attn``), and after the last step the c partial outputs merged into one
+  (``flash_attn_fwd_out_correction_init``, ``flash_attn_fwd_out_correction``); backward, the keys
+  and values copied into the first send buffer, each off-diagonal step's halves made contiguous
+  (``cp_p2p_bwd_fused_attn``: the keys and values, or the queries, output and its gradient),
+  its ``dq`` copied or added into the device's (``dq.copy_``, ``dq.add_``) and, once the hop of
+  the partial ``dk``, ``dv`` has arrived, its own added to them (``dk.add_``, ``dv.add_``). The
+  devices of a ring split the triangles differently (device r runs r lower and c − 1 − r upper
+  steps); each step waits for its slowest device, so a step is priced with the kind that moves
+  more bytes. Not priced: the softmax statistics' merges (``[b, h, S/c]`` in fp32, 2/d of the
+  output's bytes), the fills of a half gradient with zeros.
 - A hop carries the keys and values as the kernel reads them: one device's TP share, its K/V
   heads (a grouped-query attention's, before a trace's ``repeat_kv`` expands them to the query
   heads: TE's kernels take the groups as they are); a backward hop with ``dk`` and ``dv``,
@@ -47,9 +62,9 @@ of a CP group holds the whole layer): the placement DP's ``cp`` (``rust/phaze-dp
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from passes.algorithms.latency import MatmulDesc
+from passes.algorithms.latency import MatmulDesc, VectorDesc
 from passes.algorithms.network import LevelLike, level_for, p2p_bandwidth_Bps
 from passes.algorithms.placement import MAX_COUNT, PlacementError
 from phaze_ir.files import si_count
@@ -176,3 +191,116 @@ def ring_s(steps: Sequence[tuple[float, float]], share: float) -> float:
     beside it by ``share`` of their overlap (the level's ``collective_compute_share``): each
     ends at max(r, x + f·min(r, x))."""
     return sum(max(r, x + share * min(r, x)) for x, r in steps)
+
+
+# -- the memory-bound passes around the steps ---------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RingTensors:
+    """One device's tensors of one attention of the ring, in bytes (S/c tokens, its TP share of
+    the heads): the queries, the keys and values together, the output (and as many of its
+    gradient), and ``elem`` the bytes of one element."""
+
+    q: int
+    kv: int
+    out: int
+    elem: int = 2
+
+
+def _copy(nbytes: int, elem: int, launches: int = 1) -> VectorDesc:
+    """A copy of ``nbytes`` (``.contiguous()``, ``torch.cat``, ``copy_``): read once, written once."""
+    return VectorDesc(work=nbytes // elem, read_bytes=nbytes, write_bytes=nbytes, launches=launches)
+
+
+def _accumulate(nbytes: int, elem: int, launches: int = 1) -> VectorDesc:
+    """``total += part`` over ``nbytes`` of ``total`` (``add_``, an output correction): both read,
+    ``total`` written."""
+    return VectorDesc(work=nbytes // elem, read_bytes=2 * nbytes, write_bytes=nbytes, launches=launches)
+
+
+def _bytes_moved(passes: Sequence[VectorDesc]) -> int:
+    return sum(d.read_bytes + d.write_bytes for d in passes)
+
+
+@dataclasses.dataclass(frozen=True)
+class RingPasses:
+    """The memory-bound passes of one ring (one attention, one phase) where they run: ``before``
+    the first step, ``beside[i]`` on the compute stream beside step i's hop, ``after[i]`` once
+    step i's hop has arrived, ``end`` after the last step (steps in the ring's order)."""
+
+    before: tuple[VectorDesc, ...] = ()
+    beside: tuple[tuple[VectorDesc, ...], ...] = ()
+    after: tuple[tuple[VectorDesc, ...], ...] = ()
+    end: tuple[VectorDesc, ...] = ()
+
+    def descs(self) -> list[VectorDesc]:
+        """Every pass, once each."""
+        every = [*self.before, *(d for ds in self.beside for d in ds), *(d for ds in self.after for d in ds), *self.end]
+        return list(dict.fromkeys(every))
+
+    def around(
+        self, steps: Sequence[tuple[float, float]], seconds: Callable[[VectorDesc], float]
+    ) -> list[tuple[float, float]]:
+        """The ring's (step seconds, hop seconds beside it) with the passes (``seconds`` each):
+        those beside a step lengthen it, the others take the compute stream alone."""
+
+        def total(passes: Sequence[VectorDesc]) -> float:
+            return sum(seconds(d) for d in passes)
+
+        out = [(total(self.before), 0.0)]
+        for i, (x, r) in enumerate(steps):
+            out.append((x + (total(self.beside[i]) if i < len(self.beside) else 0.0), r))
+            if i < len(self.after):
+                out.append((total(self.after[i]), 0.0))
+        out.append((total(self.end), 0.0))
+        return [s for s in out if s != (0.0, 0.0)]
+
+
+def forward_passes(t: RingTensors, c: int) -> RingPasses:
+    """The passes of a forward ring of ``c`` steps (TE 2.20's ``AttnFuncWithCPAndKVP2P.forward``):
+    ``torch.cat`` of the keys and values into the first send buffer; beside each off-diagonal
+    step its half made contiguous, the keys' and values' (``lower-triangle``, two copies) or the
+    queries' (``upper-triangle``), whichever moves more; after the last step the c partial
+    outputs merged: the first scaled into the output, each other scaled and added to it
+    (``flash_attn_fwd_out_correction_init``, ``flash_attn_fwd_out_correction``: the device that
+    runs no upper triangle merges whole outputs every step). Empty without a ring."""
+    if c <= 1:
+        return RingPasses()
+    lower = (_copy(t.kv // 2, t.elem, launches=2),)
+    upper = (_copy(t.q // 2, t.elem),)
+    off = max(lower, upper, key=_bytes_moved)
+    return RingPasses(
+        before=(_copy(t.kv, t.elem),),
+        beside=((),) + (off,) * (c - 1),
+        end=(_copy(t.out, t.elem),) + (_accumulate(t.out, t.elem),) * (c - 1),
+    )
+
+
+def backward_passes(t: RingTensors, c: int) -> RingPasses:
+    """The passes of a backward ring of ``c`` steps (TE 2.20's ``AttnFuncWithCPAndKVP2P.backward``,
+    the steps in :func:`backward_ring`'s order, the diagonal last): the keys and values copied into
+    the first send buffer; beside each off-diagonal step its halves made contiguous and its
+    ``dq`` copied (the first step) or added into the device's, the ``lower-triangle`` kind
+    (the keys' and values' halves, the whole ``dq``) or the ``upper-triangle`` kind (the
+    queries', output's and its gradient's halves, ``dq``'s second half), whichever moves more
+    with its gradients; once the step's hop has arrived its ``dk``, ``dv`` copied (the first) or
+    added into those it received, half of them under the lower triangle, all of them under the
+    upper and the diagonal. Empty without a ring."""
+    if c <= 1:
+        return RingPasses()
+    beside: list[tuple[VectorDesc, ...]] = []
+    after: list[tuple[VectorDesc, ...]] = []
+    for i in range(c - 1):
+        merge = _copy if i == 0 else _accumulate
+        lower = ((_copy(t.kv // 2, t.elem, launches=2), merge(t.q, t.elem)), (merge(t.kv // 2, t.elem, launches=2),))
+        upper = (
+            (_copy(t.q // 2 + t.out, t.elem, launches=3), merge(t.q // 2, t.elem)),
+            (merge(t.kv, t.elem, launches=2),),
+        )
+        slower = max(lower, upper, key=lambda kind: _bytes_moved(kind[0] + kind[1]))
+        beside.append(slower[0])
+        after.append(slower[1])
+    beside.append((_accumulate(t.q, t.elem),))
+    after.append((_accumulate(t.kv, t.elem, launches=2),))
+    return RingPasses(before=(_copy(t.kv, t.elem),), beside=tuple(beside), after=tuple(after))

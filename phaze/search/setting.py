@@ -32,7 +32,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from passes.algorithms import schedule as sched
-from passes.algorithms.context_parallel import backward_ring, forward_ring, ring_s, ring_step_s
+from passes.algorithms.context_parallel import (
+    RingPasses,
+    RingTensors,
+    backward_passes,
+    backward_ring,
+    forward_passes,
+    forward_ring,
+    ring_s,
+    ring_step_s,
+)
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
 from passes.algorithms.placement import LayerNumbers, block_range
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
@@ -78,6 +87,16 @@ class AttentionKernel:
     #: (row of the off-diagonal twin, row of the traced GEMM) of each causal attention GEMM:
     #: an off-diagonal step of the ring runs the twin (``context_parallel.off_diagonal_gemm``)
     twins: tuple[tuple[int, int], ...] = ()
+    #: the bytes of its layer's forward queries, keys and values, output and of one element
+    #: (``context_parallel.RingTensors``), what the ring's memory-bound passes move
+    tensors: tuple[int, int, int, int] = (0, 0, 0, 2)
+    #: the row of each of those passes (in the order of ``RingPasses.descs``)
+    pass_rows: tuple[int, ...] = ()
+
+    def passes(self, c: int) -> RingPasses:
+        """The memory-bound passes of its ring of ``c`` steps (``context_parallel``)."""
+        make = backward_passes if self.backward else forward_passes
+        return make(RingTensors(*self.tensors), c)
 
 
 @dataclass
@@ -143,7 +162,10 @@ class Setting:
             "grads_freed": self.grads_freed,
             "grad_element_bytes": self.grad_element_bytes,
             "cp": self.cp,
-            "kernels": [[list(k.rows), k.kv_bytes, k.backward, [list(t) for t in k.twins]] for k in self.kernels],
+            "kernels": [
+                [list(k.rows), k.kv_bytes, k.backward, [list(t) for t in k.twins], list(k.tensors), list(k.pass_rows)]
+                for k in self.kernels
+            ],
             "tp_overlap": self.tp_overlap,
             "tp_overlap_sm_margin": self.tp_overlap_sm_margin,
             "prepare_s": self.prepare_s,
@@ -336,11 +358,13 @@ class Setting:
             off = local + sum(float(split[t]) - float(split[r]) for t, r in k.twins)
             hop, level = ring_step_s(network, k.kv_bytes, self.cp, self.tp)
             share = network[level].collective_compute_share or 0.0
+            passes = k.passes(self.cp)
+            seconds = {d: float(split[r]) for d, r in zip(passes.descs(), k.pass_rows)}
             if k.backward:
                 grad_hop, _ = ring_step_s(network, 2 * k.kv_bytes, self.cp, self.tp)
-                steps = backward_ring(local, off, hop, grad_hop, self.cp)
+                steps = passes.around(backward_ring(local, off, hop, grad_hop, self.cp), seconds.__getitem__)
             else:
-                steps = forward_ring(local, off, hop, self.cp)
+                steps = passes.around(forward_ring(local, off, hop, self.cp), seconds.__getitem__)
             out.append(ring_s(steps, share) / local)
         return out
 
@@ -379,7 +403,7 @@ class Setting:
 def _kernel_from_json(data: object, rows: int, i: int) -> AttentionKernel:
     if not (
         isinstance(data, list)
-        and len(data) == 4
+        and len(data) == 6
         and isinstance(data[0], list)
         and all(is_int(x) and 0 <= x < rows for x in data[0])
         and is_int(data[1])
@@ -387,11 +411,19 @@ def _kernel_from_json(data: object, rows: int, i: int) -> AttentionKernel:
         and isinstance(data[2], bool)
         and isinstance(data[3], list)
         and all(isinstance(t, list) and len(t) == 2 and all(is_int(x) and 0 <= x < rows for x in t) for t in data[3])
+        and isinstance(data[4], list)
+        and len(data[4]) == 4
+        and all(is_int(x) and x >= 0 for x in data[4])
+        and isinstance(data[5], list)
+        and all(is_int(x) and 0 <= x < rows for x in data[5])
     ):
         raise ValueError(
-            f"attention kernel {i}: expected [rows of the {rows}-op table, kv bytes >= 0, backward, twin row pairs]"
+            f"attention kernel {i}: expected [rows of the {rows}-op table, kv bytes >= 0, backward, twin row pairs,"
+            " the bytes of its q, kv, out and an element, the rows of its ring's passes]"
         )
-    return AttentionKernel(tuple(data[0]), data[1], data[2], tuple((t[0], t[1]) for t in data[3]))
+    return AttentionKernel(
+        tuple(data[0]), data[1], data[2], tuple((t[0], t[1]) for t in data[3]), tuple(data[4]), tuple(data[5])
+    )
 
 
 def _group_from_json(data: object, rows: int, kernels: int, i: int) -> Group:
@@ -504,7 +536,7 @@ def setting_from_module(
     index: dict[Group, int] = {}
     kernels, kernel_of = _attention_kernels(ops, rows) if cp > 1 else ((), {})
     if kernels:
-        table, kernels = _with_off_diagonal_twins(table, kernels)
+        table, kernels = _with_ring_rows(table, kernels, cp)
     beside = _overlapped(module, ops) if tp_overlap else {}
 
     home: dict[int, tuple[int, int]] = {}  # an overlapped collective -> (its group, its op there)
@@ -594,6 +626,7 @@ def _attention_kernels(ops: list, rows: list[int]) -> tuple[tuple[AttentionKerne
     from xdsl.dialects.builtin import IntegerAttr, StringAttr
 
     from passes.context_parallel import kv_bytes
+    from passes.how_ops_run import ring_tensors
     from phaze_ir import dialect as ph
 
     by_name: dict[str, list[int]] = {}
@@ -611,24 +644,31 @@ def _attention_kernels(ops: list, rows: list[int]) -> tuple[tuple[AttentionKerne
         return keys.string_of(ops[ids[0]], keys.PHASE, "fwd") == "bwd"
 
     kv_of_layer: dict[int, int] = {}
+    tensors_of_layer: dict[int, RingTensors] = {}
     for ids in found:
         if not backward(ids):
             kv_of_layer.setdefault(layer(ops[ids[0]]), kv_bytes([ops[i] for i in ids]))
+            tensors_of_layer.setdefault(layer(ops[ids[0]]), ring_tensors([ops[i] for i in ids]))
     kernels: dict[AttentionKernel, int] = {}
     kernel_of: dict[int, int] = {}
     for ids in found:
         kv = kv_of_layer.get(layer(ops[ids[0]])) or kv_bytes([ops[i] for i in ids])
-        k = kernels.setdefault(AttentionKernel(tuple(rows[i] for i in ids), kv, backward(ids)), len(kernels))
+        t = tensors_of_layer.get(layer(ops[ids[0]])) or ring_tensors([ops[i] for i in ids])
+        tensors = (t.q, t.kv, t.out, t.elem)
+        k = kernels.setdefault(
+            AttentionKernel(tuple(rows[i] for i in ids), kv, backward(ids), tensors=tensors), len(kernels)
+        )
         kernel_of.update(dict.fromkeys(ids, k))
     return tuple(kernels), kernel_of
 
 
-def _with_off_diagonal_twins(
-    table: OpTable, kernels: tuple[AttentionKernel, ...]
+def _with_ring_rows(
+    table: OpTable, kernels: tuple[AttentionKernel, ...], c: int
 ) -> tuple[OpTable, tuple[AttentionKernel, ...]]:
     """``table`` with a row for the off-diagonal twin of each causal attention GEMM of
     ``kernels`` (``context_parallel.off_diagonal_gemm``: what ``phaze-context-parallel`` prices
-    an off-diagonal ring step with), and the kernels naming them; rows no group schedules."""
+    an off-diagonal ring step with) and for each memory-bound pass of their rings of ``c`` steps
+    (``AttentionKernel.passes``), and the kernels naming them; rows no group schedules."""
     from passes.algorithms.context_parallel import off_diagonal_gemm
     from passes.algorithms.latency import MatmulDesc
 
@@ -646,7 +686,13 @@ def _with_off_diagonal_twins(
                 row_of[twin] = len(descs)
                 descs.append(twin)
             twins.append((row_of[twin], r))
-        out.append(replace(k, twins=tuple(twins)))
+        pass_rows = []
+        for d in k.passes(c).descs():
+            if d not in row_of:
+                row_of[d] = len(descs)
+                descs.append(d)
+            pass_rows.append(row_of[d])
+        out.append(replace(k, twins=tuple(twins), pass_rows=tuple(pass_rows)))
     return OpTable(descs), tuple(out)
 
 

@@ -20,9 +20,14 @@
 // phaze-estimate-latency then prices each attention as a ring of 2 steps (the ring worked by hand
 // from the latencies written below: tests/test_context_parallel.py, test_the_ring_worked_by_hand).
 // On this toy chip a step takes tens of ns and a hop of K and V (twice kT's 8 x 4 f16 = 128 B)
-// 1e-6 + 128 / 1e9 = 1.128 us: the hops set the pace.  Forward: the diagonal step beside the
-// hop, then the off-diagonal one alone: 1.128 us + 36 ns = 1.164 us.  Backward (Transformer
-// Engine's order): each step beside a hop, K and V then their gradients: 2 x 1.128 = 2.256 us.
+// 1e-6 + 128 / 1e9 = 1.128 us: the hops set the pace.  TE's memory-bound passes around the
+// steps move their bytes at the HBM's 16 GB/s (Q and O 64 B, K and V 128 B; a copy reads and
+// writes, an add reads two).  Forward: K, V into the send buffer (16 ns), the diagonal step
+// beside the hop, the off-diagonal one (36 ns) with its halves of K and V made contiguous
+// (8 ns), then the two partial outputs merged (8 + 12 ns): 1.208 us.  Backward (Transformer
+// Engine's order): K, V into the send buffer (16 ns), each step beside a hop, K and V then their
+// gradients (2 x 1.128 us, the passes beside them hidden), the first step's dK, dV copied
+// (16 ns) and the diagonal's added (24 ns) once they arrive: 2.312 us.
 // Priced again, the module is the same (the ring is the pricing's, not a later pass's).
 
 builtin.module attributes {phaze.target = @acc, phaze.seq_len = 4 : i64, phaze.model_flops = 10000 : i64, phaze.attention_flops = 1536 : i64} {
@@ -42,7 +47,7 @@ builtin.module attributes {phaze.target = @acc, phaze.seq_len = 4 : i64, phaze.m
 // CHECK-NOT: phaze.latency
 // CHECK: func.return
 
-// RING: builtin.module attributes {phaze.target = @acc, phaze.seq_len = 4 : i64, phaze.model_flops = 10000 : i64, phaze.attention_flops = 1536 : i64, phaze.context_parallel = 2 : i64, phaze.layer_latency = [#phaze.layer_latency<index = 0, fwd_s = 1.18e-06, bwd_s = 2.256e-06, opt_s = 0.0>], phaze.cp_ring = {fwd_step_s = 3.600000e-08 : f64, fwd_hop_s = 1.128000e-06 : f64, fwd_ring_s = 1.164000e-06 : f64, bwd_step_s = 2.5999999999999998e-08 : f64, bwd_hop_s = 2.256000e-06 : f64, bwd_ring_s = 2.256000e-06 : f64, kv_bytes = 128 : i64}} {
+// RING: builtin.module attributes {phaze.target = @acc, phaze.seq_len = 4 : i64, phaze.model_flops = 10000 : i64, phaze.attention_flops = 1536 : i64, phaze.context_parallel = 2 : i64, phaze.layer_latency = [#phaze.layer_latency<index = 0, fwd_s = 1.224e-06, bwd_s = 2.312e-06, opt_s = 0.0>], phaze.cp_ring = {fwd_step_s = 5.800000e-08 : f64, fwd_hop_s = 1.128000e-06 : f64, fwd_ring_s = 1.208000e-06 : f64, bwd_step_s = 6.800000e-08 : f64, bwd_hop_s = 2.256000e-06 : f64, bwd_ring_s = 2.312000e-06 : f64, kv_bytes = 128 : i64}} {
 
 // Degree 1 is the step as traced: nothing written.
 // ONE: builtin.module attributes {phaze.target = @acc, phaze.seq_len = 4 : i64, phaze.model_flops = 10000 : i64, phaze.attention_flops = 1536 : i64} {
