@@ -49,12 +49,12 @@ def test_a_test_that_leaves_state_behind_fails(pytester):
 
 
 def test_files_run_in_the_order_asked(pytester):
-    for name in ("a", "b", "c"):
-        pytester.makepyfile(**{f"test_{name}": f"def test_{name}():\n    print('ran {name}')\n"})
+    for name in ("a", "b", "c", "sweep"):
+        pytester.makepyfile(**{f"test_{name}": f"def test_{name}():\n    print('ran {name[0]}')\n"})
 
     def ran(order: str) -> str:
         return "".join(re.findall(r"ran (\w)", _run(pytester, "-s", f"--file-order={order}").stdout.str()))
 
-    assert ran("given") == "abc" and ran("reverse") == "cba"
-    assert sorted(ran("shuffle:1")) == ["a", "b", "c"] and ran("shuffle:1") == ran("shuffle:1")
+    assert ran("given") == "sabc" and ran("reverse") == "scba"  # test_sweep.py: one of the longest, first
+    assert sorted(ran("shuffle:1")) == ["a", "b", "c", "s"] and ran("shuffle:1") == ran("shuffle:1")
     _run(pytester, "--file-order=sideways").stderr.fnmatch_lines(["*--file-order: expected given, reverse*"])

@@ -163,6 +163,25 @@ def test_gpt3_width8_flops_collectives_params():
 # --------------------------------------------------------------------------------------------
 
 
+def _with_blocks(path, example, blocks: int):
+    """A model file at ``path`` that is ``example`` with its configuration's ``blocks`` layers
+    (``num_hidden_layers``, GPT-2's ``n_layer`` through its attribute map)."""
+    path.write_text(
+        "import importlib.util\n"
+        f"_spec = importlib.util.spec_from_file_location('example', {str(example)!r})\n"
+        "_example = importlib.util.module_from_spec(_spec)\n"
+        "_spec.loader.exec_module(_example)\n"
+        "_config = _example.config\n"
+        "def config():\n"
+        "    c = _config()\n"
+        f"    c.num_hidden_layers = {blocks}\n"
+        "    return c\n"
+        "_example.config = config\n"
+        "globals().update({k: v for k, v in vars(_example).items() if not k.startswith('_') and k != 'config'})\n"
+    )
+    return path
+
+
 @pytest.mark.parametrize(
     "name, width, per_phase",
     [
@@ -173,8 +192,15 @@ def test_gpt3_width8_flops_collectives_params():
         ("gpt2_xl", 5, 2),  # 25 heads: 5 per device
     ],
 )
-def test_examples(name, width, per_phase):
-    before, after, module, _ = sharded(str(EXAMPLES / f"{name}.py"), width)
+def test_examples(name, width, per_phase, tmp_path_factory):
+    """Each example's blocks as they are (widths, heads, biases, norms), three of them: the pass
+    shards every block alike, so the whole depth adds only time (GPT-3 175B, above, is sharded
+    whole)."""
+    path = EXAMPLES / f"{name}.py"
+    if name != "mlp":  # its blocks are few already
+        path = _with_blocks(tmp_path_factory.mktemp(name) / f"{name}_3_blocks.py", path, 3)
+    before, after, module, _ = sharded(str(path), width)
+    assert len(_blocks(after)) == (3 if name != "mlp" else len(_blocks(before)))
     _check_blocks(before, after, width, per_phase)
     assert after["mm_total"] < before["mm_total"]
     text = print_module(module)
