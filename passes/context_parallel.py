@@ -10,7 +10,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from passes.cost_view import refuse_priced
-from passes.how_ops_run import attention_kernels, kv_bytes  # noqa: F401  (kv_bytes: setting.py)
+from passes.how_ops_run import attention_kernels
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.errors import PhazeError

@@ -56,11 +56,9 @@ def ring_latencies(
     tp = keys.int_of(module, keys.TP_WIDTH, 1)
     groups = attention_kernels(module)
     ring = dict.fromkeys(("fwd_step_s", "fwd_hop_s", "fwd_ring_s", "bwd_step_s", "bwd_hop_s", "bwd_ring_s"), 0.0)
-    kv_of_layer: dict[int, int] = {}
     tensors_of_layer: dict[int, RingTensors] = {}
     for ops in groups.values():
         if keys.string_of(ops[0], keys.PHASE, "fwd") == "fwd":
-            kv_of_layer.setdefault(layer_of(ops[0]), kv_bytes(ops))
             tensors_of_layer.setdefault(layer_of(ops[0]), ring_tensors(ops))
     off_s = off_diagonal_seconds(groups, acc)
     passes_s = _PassSeconds(acc)
@@ -71,11 +69,11 @@ def ring_latencies(
         if local <= 0:
             continue
         backward = keys.string_of(ops[0], keys.PHASE, "fwd") == "bwd"
-        kv = kv_of_layer.get(layer_of(ops[0])) or kv_bytes(ops)
+        tensors = tensors_of_layer.get(layer_of(ops[0])) or ring_tensors(ops)
+        kv = tensors.kv
         hop, level = ring_step_s(acc.network, kv, c, tp)
         share = acc.network[level].collective_compute_share or 0.0
         off = off_s.get(name, local)
-        tensors = tensors_of_layer.get(layer_of(ops[0])) or ring_tensors(ops)
         if backward:
             grad_hop, _ = ring_step_s(acc.network, 2 * kv, c, tp)
             steps = backward_passes(tensors, c).around(backward_ring(local, off, hop, grad_hop, c), passes_s)
@@ -100,7 +98,7 @@ def ring_latencies(
                     },
                 )
             )
-    return ring, next(iter(kv_of_layer.values()), 0), scaled
+    return ring, next((t.kv for t in tensors_of_layer.values()), 0), scaled
 
 
 class _PassSeconds:

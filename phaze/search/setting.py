@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -77,26 +77,29 @@ class Group:
 @dataclass(frozen=True)
 class AttentionKernel:
     """A fused attention kernel of a context-parallel setting's step, as
-    ``phaze-context-parallel`` prices it: its ops as rows of the op table (program order), the
-    bytes of the keys and values one hop of its ring carries forward (its layer's forward
-    attention's), and whether it is a backward kernel (whose hops carry twice those)."""
+    ``phaze-context-parallel`` prices it: its ops as rows of the op table (program order), its
+    layer's forward attention's tensors (``tensors``: the keys and values one hop of its ring
+    carries forward, and what the ring's memory-bound passes move), and whether it is a backward
+    kernel (whose hops carry twice the keys and values)."""
 
     rows: tuple[int, ...]
-    kv_bytes: int
+    tensors: RingTensors
     backward: bool
     #: (row of the off-diagonal twin, row of the traced GEMM) of each causal attention GEMM:
     #: an off-diagonal step of the ring runs the twin (``context_parallel.off_diagonal_gemm``)
     twins: tuple[tuple[int, int], ...] = ()
-    #: the bytes of its layer's forward queries, keys and values, output and of one element
-    #: (``context_parallel.RingTensors``), what the ring's memory-bound passes move
-    tensors: tuple[int, int, int, int] = (0, 0, 0, 2)
-    #: the row of each of those passes (in the order of ``RingPasses.descs``)
+    #: the row of each of the ring's memory-bound passes (in the order of ``RingPasses.descs``)
     pass_rows: tuple[int, ...] = ()
+
+    @property
+    def kv_bytes(self) -> int:
+        """The bytes of the keys and values one forward hop of its ring carries."""
+        return self.tensors.kv
 
     def passes(self, c: int) -> RingPasses:
         """The memory-bound passes of its ring of ``c`` steps (``context_parallel``)."""
         make = backward_passes if self.backward else forward_passes
-        return make(RingTensors(*self.tensors), c)
+        return make(self.tensors, c)
 
 
 @dataclass
@@ -163,7 +166,7 @@ class Setting:
             "grad_element_bytes": self.grad_element_bytes,
             "cp": self.cp,
             "kernels": [
-                [list(k.rows), k.kv_bytes, k.backward, [list(t) for t in k.twins], list(k.tensors), list(k.pass_rows)]
+                [list(k.rows), list(astuple(k.tensors)), k.backward, [list(t) for t in k.twins], list(k.pass_rows)]
                 for k in self.kernels
             ],
             "tp_overlap": self.tp_overlap,
@@ -403,26 +406,24 @@ class Setting:
 def _kernel_from_json(data: object, rows: int, i: int) -> AttentionKernel:
     if not (
         isinstance(data, list)
-        and len(data) == 6
+        and len(data) == 5
         and isinstance(data[0], list)
         and all(is_int(x) and 0 <= x < rows for x in data[0])
-        and is_int(data[1])
-        and data[1] >= 0
+        and isinstance(data[1], list)
+        and len(data[1]) == 4
+        and all(is_int(x) and x >= 0 for x in data[1])
         and isinstance(data[2], bool)
         and isinstance(data[3], list)
         and all(isinstance(t, list) and len(t) == 2 and all(is_int(x) and 0 <= x < rows for x in t) for t in data[3])
         and isinstance(data[4], list)
-        and len(data[4]) == 4
-        and all(is_int(x) and x >= 0 for x in data[4])
-        and isinstance(data[5], list)
-        and all(is_int(x) and 0 <= x < rows for x in data[5])
+        and all(is_int(x) and 0 <= x < rows for x in data[4])
     ):
         raise ValueError(
-            f"attention kernel {i}: expected [rows of the {rows}-op table, kv bytes >= 0, backward, twin row pairs,"
-            " the bytes of its q, kv, out and an element, the rows of its ring's passes]"
+            f"attention kernel {i}: expected [rows of the {rows}-op table, the bytes >= 0 of its q, kv, out and an"
+            " element, backward, twin row pairs, the rows of its ring's passes]"
         )
     return AttentionKernel(
-        tuple(data[0]), data[1], data[2], tuple((t[0], t[1]) for t in data[3]), tuple(data[4]), tuple(data[5])
+        tuple(data[0]), RingTensors(*data[1]), data[2], tuple((t[0], t[1]) for t in data[3]), tuple(data[4])
     )
 
 
@@ -622,10 +623,9 @@ def _attention_kernels(ops: list, rows: list[int]) -> tuple[tuple[AttentionKerne
     """The fused attention kernels of a step (``passes.context_parallel.attention_kernels``:
     the ops of one ``phaze.fused`` kernel that has a GEMM), distinct ones once, and the kernel
     of each of their ops (by index into ``ops``, whose rows of the op table are ``rows``).  A
-    kernel's hops carry its layer's forward keys and values (``kv_bytes``), as the pass's do."""
+    kernel's hops carry its layer's forward keys and values (``ring_tensors``), as the pass's do."""
     from xdsl.dialects.builtin import IntegerAttr, StringAttr
 
-    from passes.context_parallel import kv_bytes
     from passes.how_ops_run import ring_tensors
     from phaze_ir import dialect as ph
 
@@ -643,21 +643,15 @@ def _attention_kernels(ops: list, rows: list[int]) -> tuple[tuple[AttentionKerne
     def backward(ids: list[int]) -> bool:
         return keys.string_of(ops[ids[0]], keys.PHASE, "fwd") == "bwd"
 
-    kv_of_layer: dict[int, int] = {}
     tensors_of_layer: dict[int, RingTensors] = {}
     for ids in found:
         if not backward(ids):
-            kv_of_layer.setdefault(layer(ops[ids[0]]), kv_bytes([ops[i] for i in ids]))
             tensors_of_layer.setdefault(layer(ops[ids[0]]), ring_tensors([ops[i] for i in ids]))
     kernels: dict[AttentionKernel, int] = {}
     kernel_of: dict[int, int] = {}
     for ids in found:
-        kv = kv_of_layer.get(layer(ops[ids[0]])) or kv_bytes([ops[i] for i in ids])
-        t = tensors_of_layer.get(layer(ops[ids[0]])) or ring_tensors([ops[i] for i in ids])
-        tensors = (t.q, t.kv, t.out, t.elem)
-        k = kernels.setdefault(
-            AttentionKernel(tuple(rows[i] for i in ids), kv, backward(ids), tensors=tensors), len(kernels)
-        )
+        tensors = tensors_of_layer.get(layer(ops[ids[0]])) or ring_tensors([ops[i] for i in ids])
+        k = kernels.setdefault(AttentionKernel(tuple(rows[i] for i in ids), tensors, backward(ids)), len(kernels))
         kernel_of.update(dict.fromkeys(ids, k))
     return tuple(kernels), kernel_of
 
