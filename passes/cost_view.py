@@ -52,8 +52,14 @@ def op_signature(op: Operation) -> str:
     fused = "" if kernel is None else "|{launch},{onchip_read},{onchip_written},{causal}".format(**kernel)
     if kernel is not None and (traced := _traced_attention(op)):  # a fused attention's pass and kernel
         fused += f"|{traced}|{keys.string_of(op, keys.PHASE, 'fwd')}"
-    if isinstance(op, ph.MatmulOp) and (rowwise := rowwise_gemm(op)) is not None:
-        fused += f"|rowwise {rowwise}"
+    if isinstance(op, ph.MatmulOp):
+        lhs, rhs = op.lhs.type, op.rhs.type
+        assert isinstance(lhs, TensorType) and isinstance(rhs, TensorType)
+        # the backward's FP8 GEMMs run at another rate than the forward's of the same types
+        if _split_accumulation(op, lhs, rhs):
+            fused += "|split"
+        if (rowwise := rowwise_gemm(op)) is not None:
+            fused += f"|rowwise {rowwise}"
     if keys.COLUMN_KERNEL in op.attributes:
         fused += "|column"
     return f"{op.name}|{props}|{operands}|{results}{fused}"

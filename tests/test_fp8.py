@@ -497,3 +497,26 @@ def _compile_module(model: str, dtype: str):
     from phaze_ir.ir import parse_module
 
     return parse_module(_compile(model, "--hw", "h100", "--tp", "1", "--emit", "recompute", "--dtype", dtype))
+
+
+def test_a_backward_fp8_gemm_is_not_priced_as_a_forward_one_of_the_same_types():
+    """Two FP8 GEMMs of equal operand and result types, one of the forward and one of the
+    backward (an all-E4M3 recipe's input gradient of a square linear has the forward's types),
+    are different ops to the pricing: the backward's runs with split accumulation."""
+    from passes.cost_view import Describer
+    from phaze_ir.ir import parse_module
+
+    t = "tensor<64x64xf8E4M3FN>"
+    gemm = 'phaze.matmul %a, %b {{phaze.module = "l", phaze.phase = "{}"}} : ({t}, {t}) -> tensor<64x64xbf16>'
+    text = (
+        f"builtin.module {{\n  func.func @f(%a: {t}, %b: {t}) {{\n"
+        f"    %fwd = {gemm.format('fwd', t=t)}\n    %bwd = {gemm.format('bwd', t=t)}\n"
+        "    func.return\n  }\n}"
+    )
+    module = parse_module(text)
+    fwd, bwd = (o for o in module.walk() if o.name == "phaze.matmul")
+    describe = Describer()
+    (sig_f, desc_f), (sig_b, desc_b) = describe(fwd), describe(bwd)
+    assert sig_f != sig_b
+    assert desc_f is not None and desc_b is not None
+    assert not desc_f.split_accumulation and desc_b.split_accumulation
