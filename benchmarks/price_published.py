@@ -329,6 +329,11 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         if (value := getattr(r, column)) not in choices:
             expected = "yes or no" if choices == YES_NO else f"one of {', '.join(choices)}"
             raise ValueError(f"{where}: {column} {value!r}, expected {expected}")
+    from passes.algorithms.kernels import SDPA_ORDERS
+
+    if (order := sdpa_order(r.attention)) is not None and order not in SDPA_ORDERS:
+        orders = ", ".join(SDPA_ORDERS)
+        raise ValueError(f"{where}: attention {r.attention!r}, expected sdpa:ORDER with ORDER one of {orders}")
     if r.capacity_factor is not None and r.moe != "yes":
         raise ValueError(f"{where}: capacity_factor {r.capacity_factor} needs moe yes (it pads the experts' inputs)")
     if r.fp8_params == "yes" and r.precision != "fp8":  # TE's FP8 weights, not torchao's
@@ -358,6 +363,18 @@ def gpt_shape(model: str):
 
     parts = dict((p[0], int(p[1:])) for p in model.split(":", 1)[1].split("-"))
     return Shape(hidden=parts["h"], heads=parts["a"], layers=parts["l"], seq_len=0, vocabulary=parts["v"])
+
+
+def sdpa_order(attention: str) -> str | None:
+    """phazec's --sdpa-order of an ``attention`` column ``sdpa:ORDER`` (torch's SDPA backend order
+    the run's torch had: ``sdpa:flash-first``, FlashAttention-2 where today's torch runs cuDNN's);
+    None for the others (phazec's default order)."""
+    return attention.split(":", 1)[1] if attention.startswith("sdpa:") else None
+
+
+def attention_implementation(attention: str) -> str:
+    """transformers' attention implementation of an ``attention`` column (``sdpa:ORDER``: ``sdpa``)."""
+    return attention.split(":", 1)[0]
 
 
 def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
@@ -416,6 +433,8 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         flags += ["--dp-shard", r.sharding.split(":", 1)[1]]
     if r.fp8_params == "yes":
         flags.append("--fp8-params")
+    if (order := sdpa_order(r.attention)) is not None:
+        flags += ["--sdpa-order", order]
     if r.capacity_factor is not None:
         flags += ["--capacity-factor", f"{r.capacity_factor:g}"]
     if r.dp_overlap == "on" and dp_overlap:
@@ -464,8 +483,9 @@ def model_file(r: Row, directory: str | os.PathLike[str]) -> str:
         if not base.is_file():
             raise FileNotFoundError(f"{r.id}: no model file {base}")
         # (the examples build SDPA attention: a run's, eager too, is set by the wrapper)
-    path = Path(directory) / f"{base.stem}_{r.attention}.py"
-    path.write_text(_WRAPPER.format(stem=r.model, attention=r.attention, path=str(base)), encoding="utf-8")
+    attention = attention_implementation(r.attention)
+    path = Path(directory) / f"{base.stem}_{attention}.py"
+    path.write_text(_WRAPPER.format(stem=r.model, attention=attention, path=str(base)), encoding="utf-8")
     return str(path)
 
 

@@ -17,7 +17,7 @@ from xdsl.ir import Operation, SSAValue
 
 from passes.algorithms import schedule as sched
 from passes.algorithms.attention import BACKENDS, PASSES
-from passes.algorithms.kernels import TORCH_GROUPED_MM, TRACED_ATTENTION, attention_backend
+from passes.algorithms.kernels import SDPA_ORDERS, TORCH_GROUPED_MM, TRACED_ATTENTION, attention_backend
 from passes.algorithms.latency import (
     CollectiveDesc,
     MatmulDesc,
@@ -91,7 +91,8 @@ def attention_codes(op: Operation) -> tuple[int, int]:
     except PhazeError:  # a module without a chip prices no kernel table
         return 0, 0
     compute_capability = None if cc is None else cc.compute_capability
-    backend = attention_backend(_runtime(op), compute_capability, fused.data)
+    order = keys.string_of(module, keys.SDPA_ORDER, SDPA_ORDERS[0])
+    backend = attention_backend(_runtime(op), compute_capability, fused.data, order)
     if backend is None:
         return 0, 0
     phase = keys.string_of(op, keys.PHASE, "fwd")

@@ -11,7 +11,7 @@ from xdsl.dialects.builtin import BFloat16Type, IntegerAttr, ModuleOp, StringAtt
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from passes.algorithms.kernels import RUNTIMES, KOp, StepValues, form_kernels
+from passes.algorithms.kernels import RUNTIMES, SDPA_ORDERS, KOp, StepValues, form_kernels
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
@@ -113,7 +113,9 @@ class FormKernelsPass(ModulePass):
     """Give every op a ``phaze.kernel`` record: the kernel it runs in when ``runtime`` runs the
     step (``ops``, ``eager``, ``inductor`` or ``megatron``; rules and sources in
     ``passes/algorithms/kernels.py``), with the bytes of its reads and writes that stay on chip
-    and the launches it accounts for; the module gets ``phaze.kernels = runtime``.  Expert GEMMs
+    and the launches it accounts for; the module gets ``phaze.kernels = runtime``, and
+    ``phaze.sdpa_order`` when ``sdpa_order`` is not torch 2.15's (``flash-first``: the SDPA of a
+    torch that ran FlashAttention-2 where cuDNN's would run now).  Expert GEMMs
     are launched as torch launches them on the module's accelerator (its compute capability;
     one grouped kernel when the module has no accelerator).
     ``phaze-estimate-latency`` prices the ops by these records.  Views get none (they launch
@@ -122,10 +124,13 @@ class FormKernelsPass(ModulePass):
 
     name = "phaze-form-kernels"
     runtime: str = "eager"
+    sdpa_order: str = SDPA_ORDERS[0]
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.runtime not in RUNTIMES:
             raise PhazeError(f"{self.name}: runtime={self.runtime}: expected one of {', '.join(RUNTIMES)}")
+        if self.sdpa_order not in SDPA_ORDERS:
+            raise PhazeError(f"{self.name}: sdpa_order={self.sdpa_order}: expected one of {', '.join(SDPA_ORDERS)}")
         fn = step_function(op)
         ids: dict[SSAValue, int] = {}
         nbytes: list[int] = []
@@ -171,6 +176,10 @@ class FormKernelsPass(ModulePass):
             if k.id in columns:
                 o.attributes[keys.COLUMN_KERNEL] = UnitAttr()
         op.attributes[keys.KERNELS] = StringAttr(self.runtime)
+        if self.sdpa_order != SDPA_ORDERS[0]:  # (the default leaves the module as it was)
+            op.attributes[keys.SDPA_ORDER] = StringAttr(self.sdpa_order)
+        else:
+            op.attributes.pop(keys.SDPA_ORDER, None)
 
 
 def column_max(o: Operation) -> bool:

@@ -57,7 +57,7 @@ def pipeline(
             passes += ["phaze-mark-saved", "phaze-group-layers"]
     if runs("tiled"):
         if opts.kernels != "ops":
-            passes.append(f"phaze-form-kernels{{runtime={opts.kernels}}}")
+            passes.append(form_kernels_spec(opts.kernels, opts.sdpa_order))
         passes.append("phaze-tile-pe-array")
     if runs("latency"):  # how the ops run (rings, overlapped collectives), then their prices
         if (c := context_parallel_degree(opts)) > 1:
@@ -80,6 +80,13 @@ def pipeline(
         if energy:
             passes.append("phaze-estimate-power")
     return ",".join(passes)
+
+
+def form_kernels_spec(kernels: str, sdpa_order: str = Options.sdpa_order) -> str:
+    """``phaze-form-kernels`` for runtime ``kernels`` under torch's SDPA order ``sdpa_order``
+    (written only when not the default, so the default's pipeline is as it was)."""
+    order = "" if sdpa_order == Options.sdpa_order else f" sdpa_order={sdpa_order}"
+    return f"phaze-form-kernels{{runtime={kernels}{order}}}"
 
 
 def place_devices_spec(opts: PlacementOptions) -> str:

@@ -167,6 +167,13 @@ TARGET = Key("phaze.target", "module", "symbol: the phaze.accelerator targeted",
 KERNELS = Key(
     "phaze.kernels", "module", "string: the runtime whose kernels the ops are grouped into", "phaze-form-kernels"
 )
+SDPA_ORDER = Key(
+    "phaze.sdpa_order",
+    "module",
+    "string: torch's SDPA backend order the step runs under when it is not cuDNN first (flash-first: "
+    "FlashAttention-2, the kernel traced)",
+    "phaze-form-kernels",
+)
 KERNEL = Key("phaze.kernel", "op", "#phaze.kernel: the kernel the op runs in", "phaze-form-kernels")
 COLUMN_KERNEL = Key(
     "phaze.column_kernel",

@@ -176,6 +176,20 @@ def test_the_runtimes_pick_the_kernels_their_sources_pick(runtime, cc, traced, w
     assert attention_backend(runtime, cc, traced) == want
 
 
+@pytest.mark.parametrize(
+    "runtime, cc, traced, want",
+    [
+        # a torch of before cuDNN was preferred (fms-fsdp's of 2024: "SDPA ... Flash attention v2")
+        ("eager", 9.0, "_scaled_dot_product_flash_attention", "flash2"),
+        ("inductor", 10.0, "_scaled_dot_product_efficient_attention_backward_2", "efficient"),
+        ("eager", 8.0, "_scaled_dot_product_flash_attention_backward", "flash2"),
+        ("megatron", 9.0, "_scaled_dot_product_flash_attention", "cudnn"),  # TE's choice, not torch's
+    ],
+)
+def test_a_flash_first_torch_runs_the_kernel_traced(runtime, cc, traced, want):
+    assert attention_backend(runtime, cc, traced, "flash-first") == want
+
+
 # --- the latency model ------------------------------------------------------------------------
 
 
@@ -242,14 +256,15 @@ def _phazec(seq: int, kernels: str) -> dict:
 
 
 @functools.cache
-def _latency_module(seq: int):
-    """tiny_llama_sdpa (head dim 16, GQA 2) at ``seq`` tokens, eager kernels, priced on the h100."""
+def _latency_module(seq: int, sdpa_order: str = "cudnn-first"):
+    """tiny_llama_sdpa (head dim 16, GQA 2) at ``seq`` tokens, eager kernels under torch's SDPA
+    order ``sdpa_order``, priced on the h100."""
     from phaze.tools.phazec import _parser, compile_model
     from phaze_ir.ir import parse_module
 
     args = _parser().parse_args(
         [str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--emit", "latency", "--kernels", "eager"]
-        + ["--seq-len", str(seq), "--micro-batch", "1", "--tp", "1", "-q", "--no-cache"]
+        + ["--seq-len", str(seq), "--micro-batch", "1", "--tp", "1", "-q", "--no-cache", "--sdpa-order", sdpa_order]
     )
     with pytest.warns(Warning):  # beyond the tiny model's max_position_embeddings
         text, failure = compile_model(args, lambda msg: None)
@@ -288,6 +303,28 @@ def test_a_long_sequence_llamas_attention_time_grows_as_the_table_says():
         totals[seq] = sum(s for _, _, s in gemms)
     # 16x the FLOPs (less the diagonal's share), at the faster rates of 8k
     assert 8 < totals[8192] / totals[2048] < 16
+
+
+def test_under_a_flash_first_torch_the_attention_is_priced_at_flash_attention_2s_rate():
+    """The same Llama at 4k tokens with --sdpa-order flash-first: each fused attention GEMM at
+    FlashAttention-2's rate (the table's flash2), slower than cuDNN's; the module says the order,
+    and the default leaves no trace of it."""
+    from phaze_ir import keys
+
+    flash, cudnn = _latency_module(4096, "flash-first"), _latency_module(4096)
+    assert keys.string_of(flash, keys.SDPA_ORDER) == "flash-first" and keys.SDPA_ORDER not in cudnn.attributes
+    for phase, computed, seconds in _attention_gemms(flash):
+        eff = at.efficiency(TABLE, "flash2", phase, True, 4096, 16, PEAK)
+        assert seconds == pytest.approx(computed / (PEAK * eff), rel=1e-9)
+    assert sum(s for *_, s in _attention_gemms(flash)) > 1.2 * sum(s for *_, s in _attention_gemms(cudnn))
+
+
+def test_form_kernels_refuses_an_unknown_sdpa_order_in_one_line():
+    from passes.form_kernels import FormKernelsPass
+    from phaze_ir.errors import PhazeError
+
+    with pytest.raises(PhazeError, match=r"^phaze-form-kernels: sdpa_order=math-first: expected one of cudnn-first"):
+        FormKernelsPass(runtime="eager", sdpa_order="math-first").apply(None, None)  # type: ignore[arg-type]
 
 
 def test_a_32k_token_plan_has_mfu_and_hfu_below_what_the_kernels_reach():

@@ -1052,6 +1052,14 @@ def test_torchtitan_compiles_the_model_priced_compiled(titan):
     assert "--compile.enable" not in torchtitan_args(plain, facts(8, kernels="eager"))
 
 
+def test_an_eager_plan_priced_under_flash_first_exports_megatrons_flash_backend():
+    """--sdpa-order flash-first priced FlashAttention-2 on the H100: Megatron-LM is asked for it by
+    name (--attention-backend=flash), not for the cuDNN attention torch 2.15's order would run."""
+    shape = {**SHAPE, TRACED_ATTENTION_KEY: "_scaled_dot_product_flash_attention causal"}
+    f = facts(8, shape=shape, kernels="eager", compute_capability=9.0, sdpa_order="flash-first")
+    assert megatron_attention_backend(f) == ("flash", "flash2")
+
+
 @pytest.mark.parametrize(
     ("traced", "kernels", "capability", "backend"),
     [

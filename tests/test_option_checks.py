@@ -60,6 +60,7 @@ BAD = {
     "sequence_parallel": ("yes", "yes", None),
     "tp_overlap": ("maybe", "maybe", None),
     "kernels": ("xla", "xla", 'phaze-form-kernels{runtime="xla"}'),
+    "sdpa_order": ("math-first", "math-first", 'phaze-form-kernels{sdpa_order="math-first"}'),
 }
 CHECKED = {f.name: f for f in dataclasses.fields(Options) if f.metadata.get("check") or f.metadata.get("choices")}
 

@@ -334,3 +334,21 @@ def test_the_grok1_rows_run_expert_parallelism_over_context_parallelism_at_capac
     d.update(tp_overlap="off", dp_overlap="off")
     with pytest.raises(ValueError, match="capacity_factor 1.0 needs moe yes"):
         pp.parse_row({**d, "capacity_factor": "1.0"}, "row")
+
+
+def test_fms_fsdps_rows_run_flash_attention_2_and_the_others_todays_order(tmp_path):
+    """fms-fsdp's README: "SDPA implementation of Flash attention v2" (the torch of 2024, before
+    cuDNN came first on an H100): its rows ask --sdpa-order flash-first, with transformers' SDPA
+    model file; a row of plain ``sdpa`` asks nothing (phazec's default order)."""
+    rows = {x.id: x for x in pp.read_rows(CSV)}
+    fms = [r for r in rows.values() if r.id.startswith("fms-")]
+    assert len(fms) == 16 and all(_flag(pp.phazec_flags(r), "--sdpa-order") == "flash-first" for r in fms)
+    assert pp.model_file(rows["fms-h100-7b-eager"], tmp_path).endswith("llama2_7b_sdpa.py")
+    assert "set_attn_implementation('sdpa')" in Path(tmp_path, "llama2_7b_sdpa.py").read_text()
+    assert "--sdpa-order" not in pp.phazec_flags(rows["nemo-l3-8b-cp2"])
+
+
+def test_an_unknown_sdpa_order_is_refused_in_one_line():
+    d = next(csv.DictReader(CSV.open(encoding="utf-8")))
+    with pytest.raises(ValueError, match=r"^here: attention 'sdpa:math-first', expected sdpa:ORDER with ORDER one of"):
+        pp.parse_row({**d, "attention": "sdpa:math-first"}, "here")

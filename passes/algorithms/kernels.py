@@ -76,6 +76,12 @@ Which fused attention kernel a runtime runs (:func:`attention_backend`; its rate
   the `` dropout P`` of its ``phaze.fused``), which runs the kernel traced. Below 9.x, and
   there: the kernel traced (flash: FlashAttention-2, torch's copy; memory-efficient: xFormers'
   CUTLASS kernel).
+  Which torch ran a step decides this order: ``sdpa_order`` ``cudnn-first`` (the default) is the
+  one above; ``flash-first`` is torch's order before cuDNN was preferred (``priority_order``:
+  flash, memory-efficient, math, then cuDNN where torch has it), or with
+  ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1``: the kernel traced runs (FlashAttention-2 for a traced
+  flash attention), as in IBM's fms-fsdp runs of 2024 (its README: "SDPA implementation of Flash
+  attention v2").
 - ``megatron`` runs Transformer Engine's ``DotProductAttention`` (TE 2.20, d0067d0,
   ``transformer_engine/pytorch/attention/dot_product_attention/utils.py``,
   ``get_attention_backend``): when both FlashAttention (2, 3 or 4) and FusedAttention (cuDNN)
@@ -177,16 +183,22 @@ TRACED_ATTENTION = {
     "_scaled_dot_product_efficient_attention": "efficient",
     "_scaled_dot_product_cudnn_attention": "cudnn",
 }
+#: torch's SDPA backend orders a step may run under (module docstring): ``cudnn-first``, torch
+#: 2.15's on the :data:`CUDNN_FIRST_MAJORS`; ``flash-first``, the order before it (the kernel traced).
+SDPA_ORDERS = ("cudnn-first", "flash-first")
 #: Compute capabilities (major) on which torch 2.15 puts cuDNN attention first
 #: (``check_prefer_cudnn_attention`` in ``sdp_utils.cpp``).
 CUDNN_FIRST_MAJORS = (9, 10)
 
 
-def attention_backend(runtime: str, compute_capability: float | None, traced: str) -> str | None:
+def attention_backend(
+    runtime: str, compute_capability: float | None, traced: str, sdpa_order: str = SDPA_ORDERS[0]
+) -> str | None:
     """The fused attention kernel ``runtime`` runs on a chip of ``compute_capability`` for an
     attention traced as the aten op ``traced`` (its node name, ``_scaled_dot_product_flash_attention_3``
-    or its backward's): one of :data:`passes.algorithms.attention.BACKENDS`, or None when there is
-    no fused kernel to price by the kernels' tables (module docstring)."""
+    or its backward's), under torch's SDPA backend order ``sdpa_order`` (:data:`SDPA_ORDERS`): one
+    of :data:`passes.algorithms.attention.BACKENDS`, or None when there is no fused kernel to price
+    by the kernels' tables (module docstring)."""
     if runtime == "ops" or compute_capability is None:
         return None
     kernel = next((k for name, k in TRACED_ATTENTION.items() if traced.startswith(name)), None)
@@ -194,7 +206,8 @@ def attention_backend(runtime: str, compute_capability: float | None, traced: st
         return None
     if runtime == "megatron":
         return "cudnn" if compute_capability >= 9.0 else "flash2"
-    if int(compute_capability) in CUDNN_FIRST_MAJORS and _cudnn_dropout(traced):
+    cudnn_first = sdpa_order == SDPA_ORDERS[0] and int(compute_capability) in CUDNN_FIRST_MAJORS
+    if cudnn_first and _cudnn_dropout(traced):
         return "cudnn"
     return kernel
 

@@ -153,6 +153,8 @@ class ModelFacts:
     selective_recompute: str = "attention"
     #: whose kernels the plan was priced as (phazec's ``--kernels``)
     kernels: str = "ops"
+    #: torch's SDPA backend order the plan was priced under (phazec's ``--sdpa-order``)
+    sdpa_order: str = "cudnn-first"
     shape: dict[str, Any] = field(default_factory=dict, compare=False)
     bf16: bool = True
     #: the plan's chip's CUDA compute capability (None: no CUDA GPU, or not known)
@@ -634,7 +636,7 @@ def megatron_attention_backend(facts: ModelFacts) -> tuple[str, str | None] | No
         return "unfused", None
     from passes.algorithms.kernels import attention_backend
 
-    priced = attention_backend(facts.kernels, facts.compute_capability, traced)
+    priced = attention_backend(facts.kernels, facts.compute_capability, traced, facts.sdpa_order)
     if priced in MEGATRON_ATTENTION:
         return MEGATRON_ATTENTION[priced], priced
     ran = attention_backend("megatron", facts.compute_capability, traced)
@@ -1267,6 +1269,7 @@ def facts_of(
         dp_shard=int(getattr(opts, "dp_shard", 0) or 0),
         selective_recompute=opts.selective_recompute,
         kernels=opts.kernels,
+        sdpa_order=str(getattr(opts, "sdpa_order", "cudnn-first")),
         shape=dict(shape or {}),
         bf16=chip_has_bf16((plan or {}).get("accelerator")),
         compute_capability=_capability((plan or {}).get("accelerator")),

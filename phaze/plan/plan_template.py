@@ -96,6 +96,7 @@ def key(stages: Store, model_digest: str, chip_digest: str, opts: Options, point
         opts.seq_len,
         opts.traced_dtype,
         opts.kernels,
+        opts.sdpa_order,
         opts.optimizer,
         opts.strict,
         opts.capacity_factor,

@@ -960,7 +960,8 @@ def _settings_of(
     from xdsl.passes import PassPipeline
 
     from passes import ALL_PASSES
-    from phaze.pipeline import compile_from, copy_for, training_step
+    from phaze.options import Options
+    from phaze.pipeline import compile_from, copy_for, form_kernels_spec, training_step
     from phaze.points import tp_points
     from phaze_ir.errors import PhazeError
     from phaze_ir.frontend import UnknownOpError
@@ -994,7 +995,8 @@ def _settings_of(
             # compiles for the winner, through the same passes; verifying was a tenth of the settings)
             module = compile_from(copy_for(training, k, len(points)), "training", "sharded", t, opts, sp, verify=False)
             if kernels != "ops":  # as phaze.pipeline.pipeline forms them, before tiling
-                formed = PassPipeline.parse_spec(ALL_PASSES, f"phaze-form-kernels{{runtime={kernels}}}").passes
+                spec = form_kernels_spec(kernels, getattr(opts, "sdpa_order", Options.sdpa_order))
+                formed = PassPipeline.parse_spec(ALL_PASSES, spec).passes
                 PassPipeline(tuple(formed)).apply(make_context(), module)
         except UnknownOpError:
             raise  # the model's (--strict), not this width's

@@ -672,7 +672,7 @@ def prepared(
         # (driver.with_runtime_attention); another runtime's kernels are formed on the chip,
         # whose compute capability picks the fused attention's kernel (search.setting.prepare_points).
         capability = None if acc is None or acc.calibration is None else acc.calibration.compute_capability
-        runtime = (opts.kernels, capability if opts.kernels != "ops" else None)
+        runtime = (opts.kernels, capability if opts.kernels != "ops" else None, opts.sdpa_order)
         seq = (opts.seq_len, opts.context_parallel)  # a CP degree's settings are traced at S/c
         traced_as = (b, seq, opts.traced_dtype, opts.optimizer, opts.strict, opts.capacity_factor, runtime)
         # and what the settings' selective policy re-runs, and whether their TP collectives overlap

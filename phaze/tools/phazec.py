@@ -96,7 +96,7 @@ def _model_flags(model: argparse._ArgumentGroup) -> None:
     add_option_arguments(
         model,
         Options,
-        ("micro_batches", "tp_widths", "seq_len", "dtype", "fp8_recipe", "kernels", "optimizer"),
+        ("micro_batches", "tp_widths", "seq_len", "dtype", "fp8_recipe", "kernels", "sdpa_order", "optimizer"),
         # None: not asked (the chip's runtime decides, :func:`phaze.driver.runtime_defaults`),
         # which an --export says too (``ModelFacts.dtype_asked``)
         defaults={"dtype": None, "kernels": None, "fp8_recipe": None},
