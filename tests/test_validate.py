@@ -424,14 +424,15 @@ def test_a_runs_kernels_are_phazecs_and_one_runtime_is_compiled_once(validated, 
 
 
 def test_a_deep_models_runs_are_compiled_from_its_cut_as_from_its_whole_step(validated, monkeypatch):
-    """The sample's 16-layer runs: fewer blocks than ``COMPILED_FROM_CUT``, compiled whole; with
-    the bound at 16 blocks, each compilation is made from the model cut to 5 and 6 blocks
-    (``compile_from_cut``, a few blocks' passes) and prices every run as the whole step's
-    compilation does; and where ``compile_from_cut`` refuses, from the whole step again."""
+    """The sample's 16-layer runs, with ``COMPILED_FROM_CUT`` at 16 blocks (the fixture, at the
+    default bound, compiled them whole): each compilation is made from the model cut to 5 and 6
+    blocks (``compile_from_cut``, a few blocks' passes) and prices every run as the whole
+    step's compilation did; where ``compile_from_cut`` refuses, from the whole step again."""
     import phaze.deepen_compiled as dc
 
     _, data, _ = validated
-    runs = [r for r in v.assign_splits(v.read_runs(SAMPLE)) if r.layers == 16]
+    whole = {r["row"]: (r["predicted_s"], r["memory_bytes"]) for r in data["runs"] if r["layers"] == 16}
+    runs = [r for r in v.assign_splits(v.read_runs(SAMPLE)) if r.row in whole]
     settings = v.Settings(v.pricing_options("a100"), quiet=True)
     original, made = dc.compile_from_cut, []
 
@@ -439,18 +440,14 @@ def test_a_deep_models_runs_are_compiled_from_its_cut_as_from_its_whole_step(val
         made.append(original(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(dc, "compile_from_cut", counting)
-    whole, _ = v.validate(runs, settings, jobs=1)
-    assert made == [] and 16 < v.COMPILED_FROM_CUT
-    assert {r["row"]: r["predicted_s"] for r in data["runs"] if r["layers"] == 16} == {
-        r: p.predicted_s for r, p in whole.items()
-    }
+    assert 16 < v.COMPILED_FROM_CUT
     monkeypatch.setattr(v, "COMPILED_FROM_CUT", 16)
+    monkeypatch.setattr(dc, "compile_from_cut", counting)
     from_cut, timing = v.validate(runs, settings, jobs=1)
     assert len(made) == timing["compilations"] == 2 and all(m is not None for m in made)
-    assert from_cut == whole
+    assert {r: (p.predicted_s, p.memory_bytes) for r, p in from_cut.items()} == whole
     monkeypatch.setattr(dc, "compile_from_cut", lambda *args, **kwargs: None)
-    assert v.validate(runs, settings, jobs=1)[0] == whole
+    assert v.validate(runs[:1], settings, jobs=1)[0] == {runs[0].row: from_cut[runs[0].row]}
 
 
 def test_runs_without_a_prediction_are_listed_with_the_binding_constraint():
