@@ -424,14 +424,21 @@ class _Deepener:
 
 
 def compile_from_cut(
-    cut: Any, tp: int, opts: Any, accelerator: Any, sequence_parallel: bool, verify: bool = True
+    cut: Any,
+    tp: int,
+    opts: Any,
+    accelerator: Any,
+    sequence_parallel: bool,
+    verify: bool = True,
+    stage: str = "plan",
 ) -> ModuleOp | None:
-    """The whole model's step compiled to its plan from ``cut`` (a step traced cut to ``CUT``
-    blocks, :func:`phaze_ir.frontend.deepen.trace_cut`): the step of ``CUT`` and of ``CUT + 1``
-    blocks compiled to the ``latency`` stage, the first deepened to all the blocks and through
-    the rest of the pipeline (verified, unless not ``verify``).  None, having compiled nothing of the whole, when the
-    first deepened to ``CUT + 1`` blocks is not the second's bytes (or cannot be deepened):
-    then the caller compiles the whole trace."""
+    """The whole model's step compiled to ``stage`` (one from ``latency`` on; default its plan)
+    from ``cut`` (a step traced cut to ``CUT`` blocks, :func:`phaze_ir.frontend.deepen.trace_cut`):
+    the step of ``CUT`` and of ``CUT + 1`` blocks compiled to the ``latency`` stage, the first
+    deepened to all the blocks and through the rest of the pipeline to ``stage`` (verified,
+    unless not ``verify``).  None, having compiled nothing of the whole, when the first
+    deepened to ``CUT + 1`` blocks is not the second's bytes (or cannot be deepened): then the
+    caller compiles the whole trace."""
     from phaze.pipeline import compile_from, compile_module
     from phaze_ir.frontend.deepen import deepen
 
@@ -445,4 +452,4 @@ def compile_from_cut(
         whole = deepen_compiled(five, six, cut.blocks[1])
     except CannotDeepen:
         return None
-    return compile_from(whole, "latency", "plan", tp, opts, sequence_parallel, verify)
+    return compile_from(whole, "latency", stage, tp, opts, sequence_parallel, verify)

@@ -13,11 +13,18 @@ Work is shared as far as the runs allow, so that 1,440 runs take minutes:
 * identical runs (equal but for their row, measured time and split) are read and checked once
   and priced once (:func:`pricing_key`): 100,000 rows of one run take seconds, not hours;
 * one trace per (shape, micro-batch) (a trace has concrete shapes, so not fewer): every TP
-  width and every run of that shape and micro-batch uses it;
-* the TP-independent passes (``phazec --emit training``) run once per trace, and the rest of the
-  pipeline up to ``recompute`` once per (shape, micro-batch, TP, sequence parallelism, kernels)
-  on a copy (the kernels, ``phazec --kernels``: the file's ``kernels`` column, else the
-  validation's; runs priced as two runtimes share their trace);
+  width and every run of that shape and micro-batch uses it; a model of at least 12 alike
+  blocks is traced cut to 5 and 6 of them (checked alike), not whole (the trace deepened
+  where the model is compiled whole);
+* the pipeline up to ``recompute`` once per (shape, micro-batch, TP, sequence parallelism,
+  kernels) (the kernels, ``phazec --kernels``: the file's ``kernels`` column, else the
+  validation's; runs priced as two runtimes share their trace): for a model of at least
+  :data:`COMPILED_FROM_CUT` blocks from the cut, as ``phazec`` compiles one point (the 5- and
+  6-block steps to ``latency``, the first deepened to all the blocks: a few blocks' passes, not
+  all of them), else from a copy of the whole step after the TP-independent passes (``phazec
+  --emit training``), which run once per trace;
+* the local workers fork from one server that imported torch, transformers' GPT-2 and the
+  passes once (:data:`WORKER_MODULES`), not each for itself;
 * only ``phaze-place-devices`` runs per distinct run (it reads nothing of what it writes, so it is
   applied in turn to the one module, not to copies);
 * the shapes that differ only in their number of layers go to the same worker, whose schedule
@@ -54,6 +61,24 @@ if TYPE_CHECKING:
     from phaze.options import Options
 
 Log = Callable[[str], None]
+
+#: What the local workers import before pricing (``phaze.search.backend.start_fork_server``:
+#: once, in the server they fork from; a module that is not installed is left out).
+WORKER_MODULES = (
+    "torch",
+    "transformers.models.gpt2.modeling_gpt2",
+    "passes",
+    "phaze.pipeline",
+    "phaze.deepen_compiled",
+)
+
+#: Fewest repeated blocks of a model whose compilations are made from its cut
+#: (:func:`compiled_modules`): compiling the 5- and 6-block steps and checking the first
+#: deepened against the second costs about what compiling 30-40 blocks whole does (vTrain's
+#: GPTs, ``-j 1`` on the 2-core machine at load 2-3, seconds per compilation whole / from the
+#: cut: 16 blocks 0.7 / 1.4, 30 blocks 1.2 / 1.5, 40 blocks 2.1 / 2.2, 48 blocks 2.4 / 2.2,
+#: 96 blocks 5.1 / 3.1).
+COMPILED_FROM_CUT = 32
 
 #: The largest CSV file read: 100,000 runs are about 6 MB.
 CSV_LIMIT = 64 << 20
@@ -870,15 +895,24 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     it was compiled for: a run's own, else ``settings.options.kernels``), ``passes(stage, tp,
     options)`` giving a stage's passes (for the placement); the trace and compile seconds go
     into ``out``.  Each module is handed out before the next is made: keep from it what you
-    need."""
+    need.
+
+    A model of at least :data:`COMPILED_FROM_CUT` alike blocks is traced cut to 5 of them
+    (:func:`phaze_ir.frontend.deepen.trace_cut_or_whole`) and each compilation is compiled
+    from the cut (:func:`phaze.deepen_compiled.compile_from_cut`: the 5- and 6-block steps to
+    the latency stage, deepened, the rest on the whole module), as phazec compiles its one
+    point: the passes up to latency then cost a few blocks' time, not all of them.  Where the
+    compiled cut does not deepen to the whole step's bytes, or raises, that compilation is made
+    from the whole step, as before."""
     import tempfile
 
     from xdsl.passes import PassPipeline
 
     from passes import ALL_PASSES
     from passes.solver_options import SolverOptions
-    from phaze.pipeline import compile_from, copy_for, load_accelerator, pipeline, training_step
-    from phaze_ir.frontend import load_model_file, trace_step
+    from phaze.pipeline import compile_from, compile_module, copy_for, load_accelerator, pipeline, training_step
+    from phaze_ir.frontend import load_model_file, trace_cut_or_whole
+    from phaze_ir.frontend.deepen import deepen
     from phaze_ir.ir import make_context
 
     opts = replace(settings.options_of(job.runs[0]), schedule_cache=_cache(settings.cache_dir))
@@ -899,12 +933,15 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     try:
         with folder as tmp:
             spec = load_model_file(write_model_file(job.shape, tmp))
-            traced = trace_step(spec, job.micro_batch, job.shape.seq_len, training=True, dtype=job.shape.dtype)
+            traced = trace_cut_or_whole(spec, job.micro_batch, job.shape.seq_len, training=True, dtype=job.shape.dtype)
+        depth = traced.blocks[1] if traced.blocks is not None else 0  # 0: the whole step
+        if 0 < depth < COMPILED_FROM_CUT:  # the whole step, as trace_step deepens it
+            traced, depth = deepen(traced, depth), 0
         out.trace_s = time.perf_counter() - start
-        # The TP-independent part of the pipeline (phazec --emit training), once for every width.
+        # The TP-independent part of the pipeline (phazec --emit training) of a whole step, once
+        # for every width (a cut step's compilations import the cut).
         start = time.perf_counter()
-        base = training_step(traced, opts, accelerator)
-        del traced
+        base = None if depth else training_step(traced, opts, accelerator)
         out.compile_s += time.perf_counter() - start
     except ModelFileNotWritten:
         raise  # this machine's failure, not the row's: the run stops
@@ -916,16 +953,22 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
             runs = [r for r in job.runs if (r.tp, r.sequence_parallel, r.kernels) == (tp, sp, given)]
             yield (tp, sp, given or settings.options.kernels), runs, e, passes, ctx
         return
-    _say(settings, f"{label}: traced and imported in {out.trace_s + out.compile_s:.1f} s")
+    how = "traced cut to 5 and 6 blocks" if depth else "traced and imported"
+    _say(settings, f"{label}: {how} in {out.trace_s + out.compile_s:.1f} s")
 
     for k, (tp, sp, given) in enumerate(compilations):
         runs = [r for r in job.runs if (r.tp, r.sequence_parallel, r.kernels) == (tp, sp, given)]
         kernels = given or settings.options.kernels
+        o = replace(opts, kernels=kernels)
         start = time.perf_counter()
-        module = copy_for(base, k, len(compilations))
         error = None
         try:
-            compile_from(module, "training", "recompute", tp, replace(opts, kernels=kernels), sp)
+            if base is not None:
+                module = compile_from(copy_for(base, k, len(compilations)), "training", "recompute", tp, o, sp)
+            else:
+                module = _from_cut(traced, tp, o, accelerator, sp)
+                if module is None:
+                    module = compile_module(deepen(traced, depth), "recompute", tp, o, accelerator, sp)
         except PhazeError as e:
             error = e
         compiled = time.perf_counter() - start
@@ -939,6 +982,18 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
         _say(settings, f"{label}, {width}: compiled in {compiled:.1f} s")
         yield (tp, sp, kernels), runs, module, passes, ctx
         del module
+
+
+def _from_cut(cut, tp: int, opts: Options, accelerator, sequence_parallel: bool):
+    """The whole step compiled to the recompute stage from ``cut``
+    (:func:`phaze.deepen_compiled.compile_from_cut`), or None where that is not the whole
+    step's module or raised: the whole step's compilation then says why, as it always did."""
+    from phaze.deepen_compiled import compile_from_cut
+
+    try:
+        return compile_from_cut(cut, tp, opts, accelerator, sequence_parallel, stage="recompute")
+    except PhazeError:
+        return None
 
 
 # ------------------------------------------------------------------------------------------
@@ -1075,6 +1130,12 @@ def validate(
         f"(shape, micro-batch, TP, kernels) on {settings.options.hw}"
     )
     results = []
+    if backend == "local" and jobs > 1 and len(job_list) > 1:
+        # Each spawned worker would import torch, transformers' GPT-2 and the passes itself (6 s
+        # of CPU each on the 2-core machine): they fork from one server that imported them once.
+        from phaze.search.backend import start_fork_server
+
+        start_fork_server(WORKER_MODULES)
     if job_list:
         with make_backend(backend, jobs, address) as be:
             bundles = bundles_of(job_list, be.jobs)

@@ -372,3 +372,4 @@ def no_trace(monkeypatch):
 
     monkeypatch.setattr(frontend, "trace_step", traced)
     monkeypatch.setattr(frontend, "trace_step_checked_later", traced)
+    monkeypatch.setattr(frontend, "trace_cut_or_whole", traced)

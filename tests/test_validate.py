@@ -266,7 +266,7 @@ def validated(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("validate") / "v.json"
     traced: list[tuple[str, int]] = []
-    original = frontend.trace_step  # one whole step per (shape, micro-batch), deepened or not
+    original = frontend.trace_cut_or_whole  # one step per (shape, micro-batch), cut or whole
 
     def counting(spec, micro_batch_size=1, *args, **kwargs):
         traced.append((spec.name, micro_batch_size))
@@ -275,13 +275,13 @@ def validated(tmp_path_factory):
     import io
     from contextlib import redirect_stdout
 
-    frontend.trace_step = counting
+    frontend.trace_cut_or_whole = counting
     buf = io.StringIO()
     try:
         with redirect_stdout(buf):
             rc = phaze_validate.main([str(SAMPLE), "--hw", "a100", "-j", "1", "-q", "--json", str(out)])
     finally:
-        frontend.trace_step = original
+        frontend.trace_cut_or_whole = original
     assert rc == 0
     return buf.getvalue(), json.loads(out.read_text()), traced
 
@@ -421,6 +421,33 @@ def test_a_runs_kernels_are_phazecs_and_one_runtime_is_compiled_once(validated, 
     args += ["--pipeline-transfer", "split", "--kernels", "megatron", "--json", str(out), "-q"]
     assert phazec.main([*args, "-o", str(tmp_path / "plan.mlir")]) == 0
     assert json.loads(out.read_text())["time_per_batch_s"] == megatron
+
+
+def test_a_deep_models_runs_are_compiled_from_its_cut_as_from_its_whole_step(validated, monkeypatch):
+    """The sample's 16-layer runs, with ``COMPILED_FROM_CUT`` at 16 blocks (the fixture, at the
+    default bound, compiled them whole): each compilation is made from the model cut to 5 and 6
+    blocks (``compile_from_cut``, a few blocks' passes) and prices every run as the whole
+    step's compilation did; where ``compile_from_cut`` refuses, from the whole step again."""
+    import phaze.deepen_compiled as dc
+
+    _, data, _ = validated
+    whole = {r["row"]: (r["predicted_s"], r["memory_bytes"]) for r in data["runs"] if r["layers"] == 16}
+    runs = [r for r in v.assign_splits(v.read_runs(SAMPLE)) if r.row in whole]
+    settings = v.Settings(v.pricing_options("a100"), quiet=True)
+    original, made = dc.compile_from_cut, []
+
+    def counting(*args, **kwargs):
+        made.append(original(*args, **kwargs))
+        return made[-1]
+
+    assert 16 < v.COMPILED_FROM_CUT
+    monkeypatch.setattr(v, "COMPILED_FROM_CUT", 16)
+    monkeypatch.setattr(dc, "compile_from_cut", counting)
+    from_cut, timing = v.validate(runs, settings, jobs=1)
+    assert len(made) == timing["compilations"] == 2 and all(m is not None for m in made)
+    assert {r: (p.predicted_s, p.memory_bytes) for r, p in from_cut.items()} == whole
+    monkeypatch.setattr(dc, "compile_from_cut", lambda *args, **kwargs: None)
+    assert v.validate(runs[:1], settings, jobs=1)[0] == {runs[0].row: from_cut[runs[0].row]}
 
 
 def test_runs_without_a_prediction_are_listed_with_the_binding_constraint():

@@ -48,7 +48,7 @@ def counted(monkeypatch):
 
     traced: list[tuple[str, int]] = []
     placed: list[int] = []
-    trace_step, plan_record = frontend.trace_step, plan_output.plan_record
+    trace_step, plan_record = frontend.trace_cut_or_whole, plan_output.plan_record
 
     def counting_trace(spec, micro_batch_size=1, *args, **kwargs):
         traced.append((spec.name, micro_batch_size))
@@ -58,7 +58,7 @@ def counted(monkeypatch):
         placed.append(1)
         return plan_record(module)
 
-    monkeypatch.setattr(frontend, "trace_step", counting_trace)
+    monkeypatch.setattr(frontend, "trace_cut_or_whole", counting_trace)
     monkeypatch.setattr(plan_output, "plan_record", counting_plan)
     return traced, placed
 
@@ -237,14 +237,14 @@ def test_a_model_that_fails_to_trace_leaves_its_runs_unpriced_and_the_others_pri
     from phaze_ir import frontend
 
     traced, _ = counted
-    trace_step = frontend.trace_step
+    trace_step = frontend.trace_cut_or_whole
 
     def failing(spec, micro_batch_size=1, *args, **kwargs):
         if spec.name.startswith("gpt-h128"):
             raise PhazeError(f"cannot trace {spec.name}: out of luck")
         return trace_step(spec, micro_batch_size, *args, **kwargs)
 
-    monkeypatch.setattr(frontend, "trace_step", failing)
+    monkeypatch.setattr(frontend, "trace_cut_or_whole", failing)
     runs = v.parse_runs(
         f"{HEADER}\n1,2,1,128,2,2,32,1,1,1,10,128\n{TINY},10,128\n1,4,1,128,2,2,32,1,1,1,9,128\n", "t.csv"
     )

@@ -47,7 +47,10 @@ def test_the_ideal_model_fails_the_guard():
         r for r in assign_splits(read_runs(ROOT / "data" / "vtrain" / "ground_truth_single.csv")) if r.row in ROWS[:6]
     ]
     ideal = dataclasses.replace(load_hardware("a100"), calibration=None)
-    settings = Settings(pricing_options("a100", kernels="megatron"), accelerator=ideal, quiet=True)
+    # The ideal chip's layers are scheduled by SCIP: a node limit (the search's, 1) gives the
+    # same six errors (57 % median) in 14 CPU seconds, not 33 (phazec's default, no limit).
+    options = pricing_options("a100", kernels="megatron", schedule_nodes=1)
+    settings = Settings(options, accelerator=ideal, quiet=True)
     priced, _ = validate(runs, settings, jobs=1)
     e = np.abs([priced[r.row].predicted_s / r.measured_s - 1 for r in runs])
     assert np.median(e) > MEDIAN_BOUND

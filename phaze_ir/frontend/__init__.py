@@ -1,6 +1,6 @@
 """The frontend: a ``MODEL.py`` file -> a traced torch.fx graph -> the ``phaze`` dialect."""
 
-from phaze_ir.frontend.deepen import trace_step, trace_step_checked_later
+from phaze_ir.frontend.deepen import trace_cut_or_whole, trace_step, trace_step_checked_later
 from phaze_ir.frontend.importer import UnknownOpError, import_graph
 from phaze_ir.frontend.loader import ModelSpec, load_model_file, with_eager_attention, with_fused_attention
 from phaze_ir.frontend.trace import TracedGraph, trace_model
@@ -13,6 +13,7 @@ __all__ = [
     "TracedGraph",
     "trace_model",
     "trace_step",
+    "trace_cut_or_whole",
     "trace_step_checked_later",
     "import_graph",
     "UnknownOpError",

@@ -638,3 +638,22 @@ def trace_cut(
     if importer_view(_traced(spec, micro_batch_size, seq_len, training, how, CUT + 1)) != expected:
         return None
     return cut
+
+
+def trace_cut_or_whole(
+    spec: Any,
+    micro_batch_size: int = 1,
+    seq_len: int | None = None,
+    training: bool = True,
+    dtype: str = "float16",
+    fp8_recipe: Any = None,
+) -> TracedGraph:
+    """:func:`trace_cut`'s step cut to ``CUT`` blocks (``blocks`` set) when it has one, for a
+    compilation from the cut (``phaze.deepen_compiled.compile_from_cut``, which deepens a
+    compiled step, not a trace); else the whole step (``blocks`` None): a model with nothing to
+    cut as ``trace_cut`` traced it, any other traced whole, as :func:`trace_step` then traces it
+    (its own cut trace would fail as ``trace_cut``'s did)."""
+    cut = trace_cut(spec, micro_batch_size, seq_len, training, dtype, fp8_recipe)
+    if cut is not None:
+        return cut
+    return _traced(spec, micro_batch_size, seq_len, training, (dtype, fp8_recipe), None)
