@@ -15,7 +15,9 @@ on the module compiled from the whole trace.
 What the copy cannot see of a single op, it takes from two compilations: the module's
 counts (``phaze.parameters``, ``phaze.model_flops``, ...) are the 5-block module's plus one
 block's share (the 6-block module's less the 5-block one's) per block added; the per-layer
-records (``phaze.layers``, ``phaze.layer_latency``, ...) are copied as the layers are.
+records (``phaze.layers``, ``phaze.layer_latency``, ...) are copied as the layers are; the
+context-parallel ring (``phaze.cp_ring``, float sums over the attentions) is priced again by
+``phaze-estimate-latency`` on the deepened module.
 :func:`compile_deepened` relies on it only when the 5-block module deepened to 6 blocks prints
 the bytes the 6-block step compiles to (the trace's own check is :func:`phaze_ir.frontend.deepen.trace_step`'s):
 otherwise the caller compiles the whole trace, as before.  SSA names need no renumbering: xDSL
