@@ -42,6 +42,7 @@ def test_the_deepened_compile_is_the_whole_models(tmp_path, name, kernels, tp, s
     assert str(fast) == str(whole)
 
 
+@pytest.mark.slow
 def test_a_context_parallel_step_is_deepened_with_its_ring_priced_again(tmp_path):
     """Under context parallelism (degree 2, the step traced at half of its 16 tokens) the
     module's ``phaze.cp_ring`` holds float sums over the attentions, which the 5- and 6-block
