@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -58,43 +59,43 @@ def _reduction(total: int, out: int) -> tuple[int, int]:
 
 
 def kop(o: Operation, ids: dict[SSAValue, int]) -> KOp:
-    """What kernel formation needs of one op (``passes/algorithms/kernels.py``)."""
-    phase = keys.string_of(o, keys.PHASE, "fwd")
-    fused = keys.string_of(o, keys.FUSED, "")
-    base = KOp(
-        "library",
-        phase,
-        tuple(ids[v] for v in o.operands),
-        tuple(ids[r] for r in o.results),
-        fused=fused,
-        causal=fused.endswith(" causal"),
-    )
-    out_numel = max((_numel(r) for r in o.results), default=1)
+    """What kernel formation needs of one op (``passes/algorithms/kernels.py``).  Each record
+    is made once, with the fields its kind needs (a sweep forms the kernels of every op at every
+    TP width of every setting: copying a record per op with ``dataclasses.replace`` was a
+    seventh of the pass)."""
+    phase, fused = keys.string_of(o, keys.PHASE, "fwd"), keys.string_of(o, keys.FUSED, "")
+    operands, results = tuple(ids[v] for v in o.operands), tuple(ids[r] for r in o.results)
+
+    def made(kind: str, **fields: Any) -> KOp:
+        return KOp(kind, phase, operands, results, fused=fused, causal=fused.endswith(" causal"), **fields)
+
+    def out_numel() -> int:
+        return max((_numel(r) for r in o.results), default=1)
+
     if isinstance(o, ph.LayoutOp):
-        return replace(base, kind="view" if o.is_view else "pointwise", numel=out_numel)
+        return made("view" if o.is_view else "pointwise", numel=out_numel())
     if isinstance(o, ph.ElementwiseOp):
-        return replace(base, kind="pointwise", numel=out_numel)
+        return made("pointwise", numel=out_numel())
     if isinstance(o, ph.EmbeddingOp):
-        return replace(base, kind="pointwise" if o.kind.data == "lookup" else "library", numel=out_numel)
+        return made("pointwise" if o.kind.data == "lookup" else "library", numel=out_numel())
     if isinstance(o, ph.ReductionOp) and o.inputs and o.kind.data not in _LIBRARY_REDUCTIONS:
         numel, rnumel = _reduction(_numel(o.inputs[0]), _numel(o.results[0]))
-        return replace(base, kind="reduction" if rnumel > 1 else "pointwise", numel=numel, rnumel=rnumel)
+        return made("reduction" if rnumel > 1 else "pointwise", numel=numel, rnumel=rnumel)
     if isinstance(o, ph.SoftmaxOp) and o.inputs:
         shape = list(ph.tensor_type(o.inputs[0]).get_shape())
         row = shape[o.dim.value.data % len(shape)] if shape else 1
         numel, rnumel = _reduction(_numel(o.inputs[0]), _numel(o.inputs[0]) // max(1, row))
-        return replace(base, kind="reduction", numel=numel, rnumel=rnumel, softmax=o.kind.data == "softmax")
+        return made("reduction", numel=numel, rnumel=rnumel, softmax=o.kind.data == "softmax")
     if isinstance(o, ph.NormOp) and o.inputs:
         shape = list(ph.tensor_type(o.inputs[0]).get_shape())
         rank = o.normalized_rank.value.data
         row = math.prod(shape[len(shape) - rank :]) if rank > 0 else 1
         numel, rnumel = _reduction(_numel(o.inputs[0]), _numel(o.inputs[0]) // max(1, row))
-        return replace(base, kind="reduction", numel=numel, rnumel=rnumel)
+        return made("reduction", numel=numel, rnumel=rnumel)
     if isinstance(o, ph.OptimizerUpdateOp):
         layer = o.attributes.get(keys.LAYER)
-        return replace(
-            base,
-            kind="optimizer",
+        return made(
+            "optimizer",
             param_elements=_numel(o.param),
             layer=layer.value.data if isinstance(layer, IntegerAttr) else -1,
         )
@@ -104,8 +105,8 @@ def kop(o: Operation, ids: dict[SSAValue, int]) -> KOp:
         bf16 = all(isinstance(t, TensorType) and t.element_type == bf16_type for t in types)
         fp8 = all(ph.element_bytes(ph.tensor_type(v).element_type) == 1 for v in (o.lhs, o.rhs))
         fp8 = fp8 and ph.tensor_type(o.result).element_type == bf16_type
-        return replace(base, grouped=key, experts=math.prod(batch), bf16=bf16, fp8=fp8)
-    return base
+        return made("library", grouped=key, experts=math.prod(batch), bf16=bf16, fp8=fp8)
+    return made("library")
 
 
 @dataclass(frozen=True)

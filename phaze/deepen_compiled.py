@@ -15,7 +15,9 @@ on the module compiled from the whole trace.
 What the copy cannot see of a single op, it takes from two compilations: the module's
 counts (``phaze.parameters``, ``phaze.model_flops``, ...) are the 5-block module's plus one
 block's share (the 6-block module's less the 5-block one's) per block added; the per-layer
-records (``phaze.layers``, ``phaze.layer_latency``, ...) are copied as the layers are.
+records (``phaze.layers``, ``phaze.layer_latency``, ...) are copied as the layers are; the
+context-parallel ring (``phaze.cp_ring``, float sums over the attentions) is priced again by
+``phaze-estimate-latency`` on the deepened module.
 :func:`compile_deepened` relies on it only when the 5-block module deepened to 6 blocks prints
 the bytes the 6-block step compiles to (the trace's own check is :func:`phaze_ir.frontend.deepen.trace_step`'s):
 otherwise the caller compiles the whole trace, as before.  SSA names need no renumbering: xDSL
@@ -130,7 +132,23 @@ def deepen_compiled(five: ModuleOp, six: ModuleOp, blocks: int) -> ModuleOp:
         if x.get("index") != b0 + j or x.get("module") != f"{prefix}{j}":
             raise CannotDeepen(f"block layer {j} is {x.get('module')!r} at {x.get('index')}")
     shift = blocks - CUT
-    return _Deepener(five, six, fn, blocks, prefix, b0, shift).module()
+    module = _Deepener(five, six, fn, blocks, prefix, b0, shift).module()
+    if keys.CP_RING in module.attributes:  # the ring's sums, priced again over every attention
+        _priced_again(module)
+    return module
+
+
+def _priced_again(module: ModuleOp) -> None:
+    """``phaze-estimate-latency`` run again on a deepened module (it prices a module again to the
+    same figures: each op from its tile, then the rings): the one writer of ``phaze.cp_ring``,
+    whose times are float sums over the step's attentions, which the 5- and 6-block counts
+    cannot extrapolate to ``n`` blocks bit for bit (a sum of ``n`` equal terms is not the
+    5-block sum plus ``n − 5`` differences).  Its other results are the copied ones: the 6-block
+    check compares them all."""
+    from passes.estimate_latency import EstimateLatencyPass
+    from phaze_ir.ir import make_context
+
+    EstimateLatencyPass().apply(make_context(), module)
 
 
 #: torch.fx's split of a node name into its base and counter (``deepen._NAME``).
@@ -397,6 +415,8 @@ class _Deepener:
             elif isinstance(value, IntegerAttr) and isinstance(other := six.get(name), IntegerAttr):
                 per_block = other.value.data - value.value.data
                 out[name] = IntegerAttr(value.value.data + self.shift * per_block, value.type)
+            elif name == keys.CP_RING:
+                out[name] = value  # in its place; priced again over the deepened step (:func:`_priced_again`)
             else:
                 raise CannotDeepen(f"module attribute {name} differs between 5 and 6 blocks")
         return out

@@ -42,6 +42,30 @@ def test_the_deepened_compile_is_the_whole_models(tmp_path, name, kernels, tp, s
     assert str(fast) == str(whole)
 
 
+@pytest.mark.slow
+def test_a_context_parallel_step_is_deepened_with_its_ring_priced_again(tmp_path):
+    """Under context parallelism (degree 2, the step traced at half of its 16 tokens) the
+    module's ``phaze.cp_ring`` holds float sums over the attentions, which the 5- and 6-block
+    modules cannot extrapolate: the deepened module is priced again (deepen_compiled's
+    ``_priced_again``) and is, byte for byte, the whole model's step compiled (before, the
+    sweep's CP winner fell back to compiling the whole trace: 'phaze.cp_ring differs')."""
+    from phaze.driver import with_runtime_attention
+    from phaze_ir import keys
+    from phaze_ir.frontend.trace import whole_sequence
+
+    opts = Options(hw="a100", kernels="eager", devices=8, global_batch=16, context_parallel="2", seq_len=16)
+    spec = with_runtime_attention(load_model_file(_model(tmp_path, "llama")), opts)
+    acc = load_accelerator("a100")
+    with whole_sequence(16):
+        cut = trace_cut(spec, 2, 8)
+        assert cut is not None and cut.blocks == (CUT, DEEPEN_FROM)
+        fast = compile_from_cut(cut, 2, opts, acc, True)
+        whole = compile_module(trace_step(spec, 2, 8), "plan", 2, opts, acc, True)
+    assert fast is not None
+    assert keys.dict_of(fast, keys.CP_RING)  # the ring priced (degree 2)
+    assert str(fast) == str(whole)
+
+
 def test_deepened_at_the_latency_stage_to_any_depth(tmp_path):
     """The 5-block module deepened to 6 and to 14 blocks is the module those steps compile to."""
     spec = load_model_file(_model(tmp_path, "gpt2", 14))

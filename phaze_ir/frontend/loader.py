@@ -720,15 +720,33 @@ def _resolved(file: str) -> Path:
     return Path(file).resolve()
 
 
+@functools.cache
 def _installed_roots() -> tuple[Path, ...]:
     """Where code that is not the user's lives: the standard library, the installed packages
-    and phaze's own packages (the cache keys on those by version and source digest)."""
+    and phaze's own packages (the cache keys on those by version and source digest); once per
+    process (the interpreter's paths and phaze's place do not move while it runs)."""
     paths = sysconfig.get_paths()
     kinds = ("stdlib", "platstdlib", "purelib", "platlib", "scripts")
     roots = {Path(paths[k]).resolve() for k in kinds if k in paths}
     phaze_root = Path(__file__).resolve().parents[2]
     roots |= {phaze_root / pkg for pkg in ("phaze_ir", "passes", "phaze")}
     return tuple(sorted(roots))
+
+
+@functools.cache
+def _installed(path: Path) -> bool:
+    """Whether the resolved ``path`` lies under one of :func:`_installed_roots`, once per path:
+    both scans below ask it of every module of ``sys.modules`` (thousands with torch) at every
+    model load, and the search's settings load the model file once per micro-batch and
+    context-parallel degree (pathlib's ``is_relative_to`` was two thirds of a load)."""
+    return any(_within(path, r) for r in _installed_roots())
+
+
+def _within(path: Path, directory: Path) -> bool:
+    """``path.is_relative_to(directory)`` for two resolved absolute paths, by their text (what
+    pathlib parses again at every call)."""
+    p, d = str(path), str(directory)
+    return p == d or p.startswith(d if d.endswith(os.sep) else d + os.sep)
 
 
 class HardExit(SystemExit):
@@ -795,12 +813,11 @@ def _importing_beside(directory: Path) -> Iterator[None]:
 def _forget_modules_under(directory: Path) -> None:
     """Drop the user's modules loaded from ``directory`` (or below) from ``sys.modules``, so that a
     model file importing them gets them as they are now (phaze's own modules are never dropped)."""
-    roots = _installed_roots()
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
         if isinstance(file, str) and file:
             path = _resolved(file)
-            if path.is_relative_to(directory) and not any(path.is_relative_to(r) for r in roots):
+            if _within(path, directory) and not _installed(path):
                 del sys.modules[name]
 
 
@@ -810,13 +827,12 @@ def user_sources() -> list[Path]:
     every helper it imported at module level (directly or not, loaded now or before); a superset
     at worst (another model file's helpers), which only makes a cached answer recomputed more
     often.  Modules imported inside a function (``get_model``) are not loaded yet and not seen."""
-    roots = _installed_roots()
     out = set()
     for module in list(sys.modules.values()):
         file = getattr(module, "__file__", None)
         if not isinstance(file, str) or not file:
             continue
         path = _resolved(file)
-        if path.is_file() and not any(path.is_relative_to(r) for r in roots):
+        if not _installed(path) and path.is_file():
             out.add(path)
     return sorted(out)
