@@ -81,8 +81,10 @@ def _symbolic_inputs(bounded: bool = True):
                 memo[id(v)] = holder["mode"].from_tensor(real, symbolic_context=ctx)
                 # bounded, so that a slice to the end of a dimension (stop INT64_MAX) is known
                 # to cover it, as it is at any concrete size (ATen's applySlice then skips it)
+                # (a size of 1 in the hint stays the int 1: ShapeEnv specialises 0 and 1)
                 for d in memo[id(v)].shape if bounded else ():
-                    constrain_range(d, min=2, max=MAX_SIZE)
+                    if isinstance(d, torch.SymInt):
+                        constrain_range(d, min=2, max=MAX_SIZE)
             return memo[id(v)]
 
         out = tuple(sym(a) for a in args), {k: sym(v) for k, v in kwargs.items()}
