@@ -22,13 +22,10 @@ from phaze_ir.ir import print_module
 DEEP = str(MODELS / "tiny_gpt2_deep.py")
 
 
-@functools.cache
 def _both(opts: Options, model: str = DEEP, stages: str | None = None):
     """The settings' sweep and the pipeline's of ``opts``: each its module text and points, or
-    its error.  Kept per question (the options are frozen): a test that needs one sweep another
-    test compares reads it (one compilation fewer).  ``stages``: where the settings' sweep keeps
-    and finds each micro-batch's settings (a cache folder: another question on the same model
-    reads them)."""
+    its error.  ``stages``: where the settings' sweep keeps and finds each micro-batch's
+    settings (a cache folder: another question on the same model reads them)."""
     out = []
     for compile_ in (functools.partial(sweep.compile_plan, stages=Store.of(stages)), driver.compile_model):
         try:
@@ -42,6 +39,15 @@ def _both(opts: Options, model: str = DEEP, stages: str | None = None):
         points = [(c.micro_batch, c.tp, c.sequence_parallel, c.throughput, c.note, c.context_parallel) for c in cands]
         out.append((print_module(module), points))
     return out
+
+
+@functools.cache
+def _both_once(opts: Options):
+    """``_both`` of ``opts`` on the deep GPT-2, kept per question (the options are frozen; none
+    with a schedule cache of its own, which equality leaves out): a test that needs a sweep
+    another test compares reads it (one sweep fewer)."""
+    assert opts.schedule_cache is None
+    return _both(opts)
 
 
 #: The sweep at micro-batch 1 only (``_opts`` sweeps micro-batches 1 and 2).
@@ -71,7 +77,7 @@ def _opts(**kw) -> Options:
     ],
 )
 def test_the_settings_sweep_equals_the_pipelines(kw):
-    fast, slow = _both(_opts(**kw))
+    fast, slow = _both_once(_opts(**kw))
     assert fast[0] == slow[0]  # the module
     assert fast[1] == slow[1]  # every point: throughput and note
     assert any(p[3] > 0 for p in fast[1]) == ("placement" not in kw or "pipeline_transfer" in kw)
@@ -81,12 +87,12 @@ def test_split_pipeline_transfers_are_priced_in_the_settings_sweep():
     """``--pipeline-transfer split`` changes the pipelined plan's throughput without sequence
     parallelism (one TP rank's 1/t crosses, then an all-gather) and not with it; the settings'
     points are the pipelines' (the parametrized test above compares them, and its split sweep is
-    read here from ``_both``'s memo: one sweep fewer)."""
+    read here from ``_both_once``'s memo: one sweep fewer)."""
     points = {}
     for transfer in ("whole", "split"):
         opts = _opts(hw="a100", devices=8, global_batch=8, placement="expert:2,2,2", pipeline_transfer=transfer)
         if transfer == "split":
-            cands = _both(opts)[0][1]
+            cands = _both_once(opts)[0][1]
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", PhazeWarning)  # the settings priced it as compiled
