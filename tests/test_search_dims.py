@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import MODELS, run_main
-from test_search import TINY_SPACE, search
+from test_search import TINY_SPACE, eight_core_chips, search
 
 LLAMA = str(MODELS / "tiny_llama_sdpa.py")
 #: The search's solver limits (``SolverLimits``), which ``--hw`` takes as flags.
@@ -66,22 +66,16 @@ def _same_as_hw(tmp_path: Path, model: str, text: str, flags: list[str], cache: 
     assert _without_baselines(text) == _without_baselines(hw)
 
 
-def _two_core_counts(tmp_path: Path) -> str:
-    """The tiny space's chips of 4 and 8 tensor cores (26 of its 55): the enumeration schedules
-    every chip of the space (at 8k tokens, the whole attention at CP 1), minutes on a loaded 2-core
-    machine for the whole tiny space; the pruned search still skips most of these (10 of 52
-    architectures evaluated under ``--kernels eager``)."""
-    space = tmp_path / "space.toml"
-    space.write_text(Path(TINY_SPACE).read_text().replace("num_tc = { min = 1, max = 8 }", "num_tc = [4, 8]"))
-    return str(space)
-
-
 def _enumeration_and_pruned(
     tmp_path: Path, model: str, flags: list[str], space: str = TINY_SPACE
 ) -> tuple[str, dict, Path]:
     """The search with ``flags`` over ``space``, pruned and enumerated (one cache: the stages
     are priced once): the pruned search's plan and JSON, after checking it found what
-    enumeration found.  The pruned search runs first, so that its winner is compiled through
+    enumeration found.  The tests search ``eight_core_chips``: the enumeration schedules every
+    chip (at 8k tokens, the whole attention at CP 1), minutes on a loaded 2-core machine for the
+    whole tiny space; the pruned search still skips most of them (8 of 26 architectures evaluated
+    under ``--context-parallel auto``, whose winner is the one found among the chips of 4 and 8
+    cores, in half the enumeration's time).  The pruned search runs first, so that its winner is compiled through
     the pipeline, not placed from the template the other one left (whose header's MFU is
     computed on the template's skeleton, without the causal attention's ops)."""
     cache = tmp_path / "cache"
@@ -111,7 +105,7 @@ def test_context_parallel_auto_in_the_search(tmp_path):
     ``--hw`` of the winner with the same flags compiles the same plan."""
     flags = ["--devices", "8", "--global-batch", "8", "--micro-batch", "1", "--tp", "2", "--seq-len", "8192"]
     flags += ["--context-parallel", "auto"]
-    text, got, cache = _enumeration_and_pruned(tmp_path, LLAMA, flags, _two_core_counts(tmp_path))
+    text, got, cache = _enumeration_and_pruned(tmp_path, LLAMA, flags, eight_core_chips(tmp_path))
     assert got["search"]["settings"] == 2  # CP 1 and CP 2
     assert (got["cp_ring"] is not None) == (got["cp"] == 2)
     _same_as_hw(tmp_path, LLAMA, text, flags, cache)
@@ -124,7 +118,7 @@ def test_expert_parallel_auto_and_capacity_in_the_search(tmp_path, mixtral):
     bounds (all-to-alls only add) keep the answer, and ``--hw`` of the winner agrees."""
     flags = ["--devices", "8", "--global-batch", "8", "--micro-batch", "1", "--tp", "1"]
     flags += ["--expert-parallel", "auto", "--capacity-factor", "1.25"]
-    text, got, cache = _enumeration_and_pruned(tmp_path, mixtral, flags, _two_core_counts(tmp_path))
+    text, got, cache = _enumeration_and_pruned(tmp_path, mixtral, flags, eight_core_chips(tmp_path))
     assert got["capacity_factor"] == 1.25 and got["expert_parallel"] >= 1
     _same_as_hw(tmp_path, mixtral, text, flags, cache)
     # A degree that does not divide the experts: the DP's words, in one line (the settings cached).
@@ -141,7 +135,7 @@ def test_eager_kernels_and_amp_in_the_search(tmp_path):
     pruning keeps the answer and ``--hw`` of the winner agrees."""
     flags = ["--devices", "8", "--global-batch", "8", "--micro-batch", "1", "--tp", "1"]
     flags += ["--kernels", "eager", "--dtype", "amp-bfloat16"]
-    text, got, cache = _enumeration_and_pruned(tmp_path, LLAMA, flags, _two_core_counts(tmp_path))
+    text, got, cache = _enumeration_and_pruned(tmp_path, LLAMA, flags, eight_core_chips(tmp_path))
     assert got["feasible"]
     assert 'kernels = "eager"' in text
     _same_as_hw(tmp_path, LLAMA, text, flags, cache)
