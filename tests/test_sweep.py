@@ -72,7 +72,9 @@ def _opts(**kw) -> Options:
         # The placement pass's other options, each priced by the settings as by the pass: at
         # micro-batch 1 only (the points above compare micro-batches 1 and 2 under the others).
         {"hw": "a100", "devices": 8, "global_batch": 16, "recompute": "selective", "zero": "auto"} | MB1,
-        {"hw": "a100", "devices": 8, "global_batch": 16, "pipeline_schedule": "auto", "rank_order": "tp-pp-dp"} | MB1,
+        # pipelined as given (PP 2), the schedule auto: interleaved, 319.6 against 1F1B's 273.4 samples/s
+        {"hw": "a100", "devices": 8, "global_batch": 16, "placement": "expert:2,4,1", "pipeline_schedule": "auto"}
+        | MB1,
         {"hw": "h100", "devices": 16, "global_batch": 32, "dp_overlap": True} | MB1,  # two nodes, NVLS
         # Two nodes at PP 2 x DP 8: the rank order decides whether the DP groups or the pipeline
         # cross the nodes; tp-dp-pp is not the one auto picks, and the settings price it as given.
