@@ -910,7 +910,7 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
 
     from passes import ALL_PASSES
     from passes.solver_options import SolverOptions
-    from phaze.pipeline import compile_from, compile_module, copy_for, load_accelerator, pipeline, training_step
+    from phaze.pipeline import compile_from, copy_for, load_accelerator, pipeline, training_step
     from phaze_ir.frontend import load_model_file, trace_cut_or_whole
     from phaze_ir.frontend.deepen import deepen
     from phaze_ir.ir import make_context
@@ -963,12 +963,11 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
         start = time.perf_counter()
         error = None
         try:
-            if base is not None:
+            module = _from_cut(traced, tp, o, accelerator, sp) if depth else None
+            if module is None:  # the whole step's, its training part made once (the cut's at need)
+                if base is None:
+                    base = training_step(deepen(traced, depth), opts, accelerator)
                 module = compile_from(copy_for(base, k, len(compilations)), "training", "recompute", tp, o, sp)
-            else:
-                module = _from_cut(traced, tp, o, accelerator, sp)
-                if module is None:
-                    module = compile_module(deepen(traced, depth), "recompute", tp, o, accelerator, sp)
         except PhazeError as e:
             error = e
         compiled = time.perf_counter() - start

@@ -1269,7 +1269,7 @@ def facts_of(
         dp_shard=int(getattr(opts, "dp_shard", 0) or 0),
         selective_recompute=opts.selective_recompute,
         kernels=opts.kernels,
-        sdpa_order=str(getattr(opts, "sdpa_order", "cudnn-first")),
+        sdpa_order=opts.sdpa_order,
         shape=dict(shape or {}),
         bf16=chip_has_bf16((plan or {}).get("accelerator")),
         compute_capability=_capability((plan or {}).get("accelerator")),
