@@ -140,3 +140,37 @@ def test_the_h100_node_against_published_nccl():
     before = errors(network.levels_of(one_ring))
     assert round(before["all_reduce"], 3) == -0.069
     assert round(before["all_gather"], 3) == round(before["reduce_scatter"], 3) == 0.208
+
+
+def test_the_p4de_cluster_level_is_efa_as_nccl_achieves_it():
+    """data/clusters/aws_p4de.toml's cross-instance level against AWS's own nccl-tests sweep on
+    2 x p4de (data/published/nccl_p4de.csv): at 2 GiB the all-reduce's bus bandwidth, 78.33 GB/s,
+    is above the 50 GB/s a ring over two instances' 400 Gb/s can reach, so NCCL ran its tree,
+    which moves the whole buffer once each way through an instance's NICs: its algorithm
+    bandwidth is what the 4 EFA interfaces carry together, the file's uplink (0.836 of the line
+    rate), a quarter of it an interface.  An HSDP replica group (one GPU an instance over 16
+    instances: fms-fsdp's 7B and 13B) rings at an eighth of the uplink, 50/41.78 slower than at
+    the line rate the file held before."""
+    import dataclasses
+
+    from passes.algorithms import network
+    from phaze.calibration.nccl_fit import load_published
+
+    (row,) = load_published(ROOT / "data" / "published" / "nccl_p4de.csv")
+    assert (row.devices, row.collective, row.algorithm) == (16, "all_reduce", "tree")
+    g = row.devices
+    algbw = row.busbw_Bps / (2.0 * (g - 1) / g)  # nccl-tests' busbw back to n / t
+    acc = load_hardware(ROOT / "data" / "clusters" / "aws_p4de.toml")
+    node, cluster = acc.network
+    assert node.group_size == 8 and row.devices == 2 * node.group_size
+    assert cluster.uplink_Bps == pytest.approx(algbw, rel=2e-3)
+    assert cluster.bandwidth_Bps == pytest.approx(cluster.uplink_Bps / 4, rel=1e-9)  # 4 EFA interfaces
+    assert cluster.uplink_Bps / 50e9 == pytest.approx(0.836, abs=1e-3)  # 400 Gb/s line rate
+
+    levels = network.levels_of(acc.network)
+    n = float(2**30)
+    replicas = network.all_reduce_s(levels, n, 16, 8)  # 16 instances, one GPU each, 8 such groups at once
+    ring = 2.0 * 15.0 / 16.0 * n / (cluster.uplink_Bps / 8) + 2.0 * 15.0 * cluster.latency_s
+    assert replicas == pytest.approx(ring, rel=1e-12)
+    line_rate = network.levels_of((node, dataclasses.replace(cluster, bandwidth_Bps=12.5e9, uplink_Bps=50e9)))
+    assert replicas / network.all_reduce_s(line_rate, n, 16, 8) == pytest.approx(50e9 / 41.78e9, rel=1e-3)
