@@ -1,7 +1,7 @@
 """What the ``--hw`` sweep skips or reuses for speed (issue 56, item 5) gives what it did
 without: the settings' modules, no longer verified, verify; an attribute's text memoized by
 the object is its text by value; the settings prepared, as a compilation,
-with few young-generation collections."""
+with few young- and middle-generation collections."""
 
 from __future__ import annotations
 
@@ -172,3 +172,33 @@ def test_settings_are_prepared_with_few_young_collections(monkeypatch):
     assert before[0] != YOUNG_COLLECTION_ALLOCATIONS
     assert st.prepare_points(DEEP, 1, (1,), Options()) == ([], [], "model")
     assert seen == [YOUNG_COLLECTION_ALLOCATIONS] and gc.get_threshold() == before
+
+
+def test_ir_is_built_with_few_middle_collections():
+    """Under ``few_collections`` the middle generation is collected every
+    MIDDLE_COLLECTION_YOUNG young collections, not Python's 10: a dozen young collections of
+    objects that live on (as a pipeline's IR) set off no middle one; Python's thresholds come
+    back after it."""
+    import gc
+
+    from phaze.pipeline import MIDDLE_COLLECTION_YOUNG, YOUNG_COLLECTION_ALLOCATIONS, few_collections
+
+    collected: list[int] = []
+
+    def counted(phase: str, info: dict) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    before = gc.get_threshold()
+    gc.collect()  # every generation empty: the count starts from none
+    gc.callbacks.append(counted)
+    try:
+        with few_collections():
+            assert gc.get_threshold()[:2] == (YOUNG_COLLECTION_ALLOCATIONS, MIDDLE_COLLECTION_YOUNG)
+            gc.set_threshold(100, *gc.get_threshold()[1:])  # young collections a hundred objects apart
+            kept = [[] for _ in range(12 * 100)]  # tracked, alive to the end
+    finally:
+        gc.callbacks.remove(counted)
+    assert len(kept) == 12 * 100
+    assert collected.count(0) >= 11 and 1 not in collected and 2 not in collected
+    assert gc.get_threshold() == before
