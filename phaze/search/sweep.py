@@ -619,7 +619,7 @@ def _compile_point(spec, point: Candidate, opts: Options, acc, log, seconds) -> 
     from phaze_ir.frontend.trace import whole_sequence
 
     where = point_label(point.micro_batch, point.tp, point.sequence_parallel, point.context_parallel)
-    log(f"compiling the best point ({where}) from the whole model")
+    log(f"compiling the best point ({where}) for all its blocks")
     start = time.perf_counter()
     whole = opts.seq_len if context_parallel_degree(opts) > 1 else None  # a CP part of a sample
     how = {"training": True, "dtype": opts.dtype, "fp8_recipe": opts.fp8}
