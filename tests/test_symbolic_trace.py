@@ -106,3 +106,17 @@ def test_the_settings_of_planned_points_are_those_traced_point_by_point(monkeypa
     for b in (2, 4):
         assert len(shared[b]) == len(direct[b]) > 0
         assert all(st._same(s, d) for s, d in zip(shared[b], direct[b]))
+
+
+def test_each_served_point_checks_its_own_sequence_length(llama):
+    """The position check runs at each point served, with that point's length (or, under
+    ``whole_sequence``, the whole sample's), as its direct trace would: tiny_llama's rotary
+    positions are configured for 64 tokens."""
+    from phaze_ir.errors import PhazeWarning
+    from phaze_ir.frontend.trace import whole_sequence
+
+    spec, family, _ = llama
+    with pytest.warns(PhazeWarning, match="sequence length 128 is beyond the model's max_position_embeddings = 64"):
+        assert family.at(spec, 2, 128) is not None
+    with pytest.warns(PhazeWarning, match="sequence length 256 is beyond"), whole_sequence(256):
+        assert family.at(spec, 2, 32) is not None

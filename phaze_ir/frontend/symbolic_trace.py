@@ -203,11 +203,11 @@ class ShapeFamily:
         subs = _point_sizes(spec, self.sizes.inputs, micro_batch_size, seq_len, self.dtype)
         if subs is None or failed_checks(self.sizes, subs):
             return None
+        out = specialise(self.traced, subs)
         seq_len = seq_len if seq_len is not None else spec.seq_len
         check_position_limit(self.sizes.positions, spec, seq_len)
         for message, category, filename, lineno in self.said:
             warnings.warn_explicit(message, category, filename, lineno, registry=_SAID)
-        out = specialise(self.traced, subs)
         return dataclasses.replace(
             out, micro_batch_size=micro_batch_size, seq_len=seq_len, trace_seconds=time.perf_counter() - start
         )
@@ -373,9 +373,16 @@ def trace_shared(
     if family not in _FAMILIES and points >= MIN_POINTS:
         try:
             _FAMILIES[family] = trace_family(spec, micro_batch_size, seq_len, dtype, max_blocks, fp8_recipe)
-        except PhazeError:
-            _FAMILIES[family] = None  # traced directly, which says why if it fails too
+        except Exception:  # (torch's symbolic machinery too): traced directly, which says why if it fails too
+            _FAMILIES[family] = None
         while len(_FAMILIES) > FAMILIES_KEPT:
             del _FAMILIES[next(iter(_FAMILIES))]
     shared = _FAMILIES.get(family)
-    return shared.at(spec, micro_batch_size, seq_len) if shared is not None else None
+    if shared is None:
+        return None
+    try:
+        return shared.at(spec, micro_batch_size, seq_len)
+    except PhazeError:
+        raise  # the point's own (its position check), as its direct trace would raise it
+    except Exception:  # a graph this code cannot specialise: the point's direct trace
+        return None
