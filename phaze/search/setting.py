@@ -747,6 +747,7 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
     settings: list[Setting] = []
     said: list[str] = []
     name = ""
+    plan_traces(model_path, [(micro_batch, o) for o in per_degree], attention_of=opts)
     for o in per_degree:
         # the attention as the pipeline's sweep has it for every degree (fused under any --context-parallel but 1)
         ready, errors, name = prepare_points(model_path, micro_batch, tps, o, attention_of=opts)
@@ -799,6 +800,7 @@ def _prepare_points(
     from phaze.driver import with_runtime_attention
     from phaze.options import traced_seq_len
     from phaze_ir.frontend import load_model_file, trace_model
+    from phaze_ir.frontend.symbolic_trace import trace_shared
     from phaze_ir.frontend.trace import whole_sequence
 
     # ``attention_of``: the options the model's attention is chosen by (``driver.start_compilation``
@@ -810,8 +812,18 @@ def _prepare_points(
     seq_len = traced_seq_len(opts)
     whole = opts.seq_len if seq_len != opts.seq_len else None
 
+    family = _trace_family(model_path, micro_batch, opts, attention_of)
+    points = _PLANNED.pop(family, 0) if family is not None else 0
+    if points > 1 and family is not None:  # the points of this family still to come
+        _PLANNED[family] = points - 1
+
     def traced(max_blocks: int | None):
         with whole_sequence(whole):
+            if max_blocks == CUT_BLOCKS[0] and family is not None:
+                # one symbolic trace specialised at each point, where this process has enough of them
+                shared = trace_shared(family[0], points, spec, micro_batch, seq_len, opts.dtype, max_blocks, opts.fp8)
+                if shared is not None:
+                    return shared
             return trace_model(
                 spec, micro_batch, seq_len, training=True, dtype=opts.dtype, max_blocks=max_blocks, fp8_recipe=opts.fp8
             )
@@ -837,6 +849,52 @@ def _prepare_points(
                 _SHOWN.setdefault(question, set()).update(_skeleton(s) for s in three)
             return timed(([deepened(s, cut.blocks[1]) for s in three], errors))
     return timed(_settings_of(traced(None), spec.name, micro_batch, tps, opts, accelerator))
+
+
+#: The cut traces this process is to make, per family (:func:`_trace_family`): what
+#: :func:`plan_traces` was told, less those made since.
+_PLANNED: dict[tuple, int] = {}
+
+
+def plan_traces(model_path: str, jobs: Sequence[tuple[int, Any]], attention_of: Any = None) -> None:
+    """Say that this process is to prepare the settings of ``model_path`` at each ``(micro-batch,
+    options)`` of ``jobs`` (:func:`prepare_points`' ``micro_batch`` and ``opts``): where a family
+    of their cut traces has :data:`~phaze_ir.frontend.symbolic_trace.MIN_POINTS` or more, its
+    first point traces it once symbolically and every point is specialised from that trace
+    (``phaze_ir.frontend.symbolic_trace``), byte for byte the traces it stands for; without it
+    each point is traced (a symbolic trace costs about 3)."""
+    for b, o in jobs:
+        family = _trace_family(model_path, b, o, attention_of)
+        if family is not None:
+            _PLANNED[family] = _PLANNED.get(family, 0) + 1
+
+
+def _trace_family(model_path: str, micro_batch: int, opts: Any, attention_of: Any) -> tuple | None:
+    """The family (``symbolic_trace.family_of``) of :func:`_prepare_points`' cut trace: what
+    it depends on besides the micro-batch and the tokens a sample: the model file (as
+    :func:`_question` reads it), the attention the runtime runs (``driver.with_runtime_attention``
+    reads these two options), the dtype and the FP8 recipe; None when the file cannot be read."""
+    from phaze.options import traced_seq_len
+    from phaze_ir.frontend.symbolic_trace import family_of
+
+    model = _model_file(model_path)
+    if model is None:
+        return None
+    chooser = attention_of or opts
+    key = (model, chooser.context_parallel != "1", chooser.kernels, opts.dtype, opts.fp8)
+    return family_of(key, micro_batch, traced_seq_len(opts))
+
+
+def _model_file(model_path: str) -> tuple | None:
+    """The model file as a question reads it: its path, size and modification time (None: it
+    cannot be read)."""
+    import os
+
+    try:
+        st = os.stat(model_path)
+    except OSError:
+        return None
+    return os.path.realpath(model_path), st.st_size, st.st_mtime_ns
 
 
 def deepens_exactly(
@@ -886,18 +944,15 @@ def _question(model_path: str, opts: Any, accelerator: Any, attention_of: Any) -
     attention kernels as rings, so every degree past 1 shares one check: design §2.1.3), the
     options its attention is chosen by and the chip its kernels are formed on; None when the
     file cannot be read."""
-    import os
-
     from phaze.options import context_parallel_degree
 
-    try:
-        st = os.stat(model_path)
-    except OSError:
+    model = _model_file(model_path)
+    if model is None:
         return None
     if context_parallel_degree(opts) > 1:
         opts = replace(opts, context_parallel=_RING_DEGREES)
     try:
-        key = (os.path.realpath(model_path), st.st_size, st.st_mtime_ns, opts, attention_of, accelerator)
+        key = (*model, opts, attention_of, accelerator)
         hash(key)
     except TypeError:  # options that cannot be compared (none of the driver's)
         return None

@@ -82,6 +82,11 @@ class SettingsBeside:
             sent.close()
             beside._children.append(child)
             beside._asked |= {index: (job, answer) for index, job in share}
+        from phaze.search.setting import plan_traces
+
+        # this process's share of the cut traces, as each child's (after the forks: not theirs too), so
+        # that a family of enough of them is traced once (``setting.plan_traces``; the sweep's first job aside)
+        plan_traces(model_path, [(b, o) for _, (b, _, o) in shares[workers]])
         return beside
 
     def compute(self, index: int, job: Job) -> Callable[..., tuple[list[Any], list[Any], str]]:
@@ -181,6 +186,9 @@ def _prepare(model_path: str, jobs: list[Job], acc: Any, sent: Any) -> None:
     quiet = os.open(os.devnull, os.O_WRONLY)
     os.dup2(quiet, 1)
     os.dup2(quiet, 2)
+    from phaze.search.setting import plan_traces
+
+    plan_traces(model_path, [(b, o) for b, _, o in jobs])  # its cut traces (a family of enough: traced once)
     for b, widths, opts in jobs:
         try:
             from phaze.search.setting import prepare_points, skeletons_shown

@@ -26,12 +26,15 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaze_ir.errors import ModelTooLarge, PhazeError, PhazeWarning
 from phaze_ir.frontend.float8_linear import Fp8Recipe, fp8_linears, fp8_linears_patched, register_fp8_scales
 from phaze_ir.frontend.gpu_dispatch import as_on_cuda
 from phaze_ir.frontend.loader import ModelSpec, exit_call, failure, hard_exit_refused
+
+if TYPE_CHECKING:
+    from phaze_ir.frontend.symbolic_trace import SymbolicSizes
 
 DTYPES = ("float16", "bfloat16", "float32", "amp-bfloat16", "amp-float16", "fp8", "model")
 #: Mixed precision as ``torch.autocast`` runs it: fp32 weights, each GEMM on 16-bit casts of its
@@ -298,27 +301,39 @@ def whole_sequence(seq_len: int | None) -> Iterator[None]:
         _WHOLE_SEQUENCE.reset(token)
 
 
-def _check_positions(model, spec: ModelSpec, seq_len: int | None) -> None:
-    """A sequence longer than the model's learned position table would index past it on a GPU
-    (on meta tensors nothing checks it): refuse it.  Models with rotary positions have no table;
-    beyond their configured length they get a warning.  Under :func:`whole_sequence` the whole
-    sample's length is the one checked."""
+def position_limit(model) -> tuple[str, int, bool] | None:
+    """``(config field, longest sequence, whether a learned table holds its positions)`` of the
+    model's config (:data:`_POSITION_FIELDS`); None when it states none: what
+    :func:`check_position_limit` checks a sequence length against (kept by a trace that serves
+    other shapes, ``symbolic_trace``, to check each of them)."""
     import torch
 
-    seq_len = _WHOLE_SEQUENCE.get() or seq_len
     config = getattr(model, "config", None)
-    if seq_len is None or config is None:
-        return
+    if config is None:
+        return None
     for name in _POSITION_FIELDS:
         limit = getattr(config, name, None)
         if isinstance(limit, int) and limit > 0:
             break
     else:
-        return
-    if seq_len <= limit:
-        return
+        return None
     # A learned table: an embedding with that many rows (OPT's keeps 2 more, its position offset).
     learned = any(isinstance(m, torch.nn.Embedding) and m.num_embeddings in (limit, limit + 2) for m in model.modules())
+    return name, limit, learned
+
+
+def check_position_limit(found: tuple[str, int, bool] | None, spec: ModelSpec, seq_len: int | None) -> None:
+    """A sequence longer than the model's learned position table (``found``: its
+    :func:`position_limit`) would index past it on a GPU (on meta tensors nothing checks it):
+    refuse it.  Models with rotary positions have no table; beyond their configured length
+    they get a warning.  Under :func:`whole_sequence` the whole sample's length is the one
+    checked."""
+    seq_len = _WHOLE_SEQUENCE.get() or seq_len
+    if seq_len is None or found is None:
+        return
+    name, limit, learned = found
+    if seq_len <= limit:
+        return
     what = f"{spec.path.name}: sequence length {seq_len} is beyond the model's {name} = {limit}"
     if learned:
         raise PhazeError(what + " (its learned position table has no rows for the positions after it)")
@@ -431,6 +446,8 @@ def trace_model(
     dtype: str = "float16",
     max_blocks: int | None = None,
     fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED,
+    *,
+    shapes: SymbolicSizes | None = None,
 ) -> TracedGraph:
     """Trace ``spec``'s model on fake tensors: forward + loss, and with ``training`` also the
     backward (gradients of every parameter).
@@ -440,7 +457,11 @@ def trace_model(
     result's ``blocks`` says so): a step whose every block is one of first, middle or last can
     be priced from it at any depth (``phaze/search/setting.py``, docs/design.md §2).
 
-    ``fp8_recipe``: how ``--dtype fp8``'s linears scale their casts (``float8_linear``)."""
+    ``fp8_recipe``: how ``--dtype fp8``'s linears scale their casts (``float8_linear``).
+
+    ``shapes``: the call's sizes traced as symbols (``symbolic_trace``, whose family of points
+    checks each point's sequence length against the model's positions itself); None: as the
+    ints they are."""
     _check_trace_options(micro_batch_size, seq_len, dtype)
 
     # Imported here, not first inside the fake mode below, where a module's import-time tensors
@@ -451,7 +472,11 @@ def trace_model(
     start = time.perf_counter()
     model = _model_on_meta(spec)
     _check_size(model, spec)
-    _check_positions(model, spec, seq_len if seq_len is not None else spec.seq_len)
+    positions = position_limit(model)
+    if shapes is None:
+        check_position_limit(positions, spec, seq_len if seq_len is not None else spec.seq_len)
+    else:
+        shapes.positions = positions
     from phaze_ir.frontend.shape import model_shape
 
     shape = model_shape(model)  # of the whole model: before its blocks are cut below
@@ -471,11 +496,13 @@ def trace_model(
             )
     loss_fn = spec.loss_fn or _default_loss
 
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    with FakeTensorMode(allow_non_fake_inputs=True) if shapes is None else shapes.fake_mode() as mode:
         _give_fake_storage(model)
         params = dict(model.named_parameters())
         buffers = dict(model.named_buffers())
         args, kwargs = cast_inputs(*_model_inputs(spec, micro_batch_size, seq_len), dtype)
+        if shapes is not None:
+            args, kwargs = shapes.symbolic(mode, args, kwargs)
         tensor_inputs = _named_tensor_inputs(model, args, kwargs)
         pnames, bnames = list(params), list(buffers)
         requires_grad = _trainable(spec, params, training)
@@ -483,7 +510,7 @@ def trace_model(
             spec, model, loss_fn, (pnames, bnames, requires_grad), (args, kwargs), training, dtype, fp8_recipe
         )
         flat_inputs = [params[n] for n in pnames] + [buffers[n] for n in bnames] + [t for _, t in tensor_inputs]
-        gm = _make_fx(step, flat_inputs, spec, model)
+        gm = _make_fx(step, flat_inputs, spec, model, shapes)
 
     placeholders = (
         [("param", n) for n in pnames] + [("buffer", n) for n in bnames] + [("input", n) for n, _ in tensor_inputs]
@@ -748,9 +775,10 @@ def _step_function(
     return step, outputs_info
 
 
-def _make_fx(step, flat_inputs: list[Any], spec: ModelSpec, model):
+def _make_fx(step, flat_inputs: list[Any], spec: ModelSpec, model, shapes: SymbolicSizes | None = None):
     """``make_fx(step)`` with provenance recorded (module hooks, node meta) and torch's and
-    transformers' noise quiet; a failure becomes one line saying where in the user's model."""
+    transformers' noise quiet; a failure becomes one line saying where in the user's model.
+    ``shapes``: symbolically (:func:`trace_model`)."""
     import torch.fx.traceback as fxt
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -765,8 +793,11 @@ def _make_fx(step, flat_inputs: list[Any], spec: ModelSpec, model):
             _quiet_fake_tensor_log(),
             _quiet_default_loss_notice(),
             hard_exit_refused(),
+            contextlib.nullcontext() if shapes is None else shapes.tracing(),
         ):
-            return make_fx(step)(*flat_inputs)
+            if shapes is None:
+                return make_fx(step)(*flat_inputs)
+            return make_fx(step, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*flat_inputs)
     except PhazeError:
         raise
     except SystemExit as e:
