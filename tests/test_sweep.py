@@ -111,12 +111,15 @@ def test_split_pipeline_transfers_are_priced_in_the_settings_sweep():
 
 def test_the_settings_sweep_under_a_power_cap(tmp_path):
     """A cap that no point meets gives the same error; one between the points' powers the same
-    plan (the a100's tiny-model powers are about 113.6-113.7 W)."""
+    plan (the a100's tiny-model powers are about 113.6-113.7 W).  At micro-batch 2 only: its
+    points straddle the cap (TP 1 over it, TP 2 under), those of micro-batch 1 all meet it, and
+    the sweeps over micro-batches 1 and 2 are compared under the other options above."""
     stages = str(tmp_path / "cache")  # the second question's settings read from the first's
-    low, high = _opts(hw="a100", devices=8, global_batch=64, power_cap_w=60.0), None
+    mb2 = {"micro_batches": (2,)}
+    low, high = _opts(hw="a100", devices=8, global_batch=64, power_cap_w=60.0, **mb2), None
     fast, slow = _both(low, stages=stages)
     assert isinstance(fast, str) and fast == slow and "no plan meets --power-cap 60 W" in fast
-    high = _opts(hw="a100", devices=8, global_batch=64, power_cap_w=113.65)
+    high = _opts(hw="a100", devices=8, global_batch=64, power_cap_w=113.65, **mb2)
     fast, slow = _both(high, stages=stages)
     assert fast == slow and any("over the cap" in p[4] for p in fast[1]) and any(p[3] > 0 for p in fast[1])
 
