@@ -64,8 +64,9 @@ def _opts(**kw) -> Options:
         {"hw": "tpuv4", "devices": 8, "global_batch": 64},  # ideal chip: SCIP schedules through the cache
         {"hw": "a100", "devices": 8, "global_batch": 8},  # calibrated, serial: ops priced one by one
         # A fixed placement: at TP 1 it cannot divide the batch (8 over 3 replicas), so nothing
-        # fits and the module says why; at TP 2 it does not apply (the placement's TP is 1).
-        {"hw": "a100", "devices": 3, "global_batch": 8, "placement": "expert:1,3,1"},
+        # fits and the module says why; at TP 2 it does not apply (the placement's TP is 1).  At
+        # micro-batch 1 only: micro-batch 2's points say the same (8 over 2·3, the placement's TP).
+        {"hw": "a100", "devices": 3, "global_batch": 8, "placement": "expert:1,3,1"} | MB1,
         # Pipelined at TP 2, the boundary values split over the TP group (DeepSpeed's engine):
         # the settings must price the transfers as phaze-place-devices does (SP: its own shard).
         {"hw": "a100", "devices": 8, "global_batch": 8, "placement": "expert:2,2,2", "pipeline_transfer": "split"},
