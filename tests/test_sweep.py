@@ -64,8 +64,9 @@ def _opts(**kw) -> Options:
         {"hw": "tpuv4", "devices": 8, "global_batch": 64},  # ideal chip: SCIP schedules through the cache
         {"hw": "a100", "devices": 8, "global_batch": 8},  # calibrated, serial: ops priced one by one
         # A fixed placement: at TP 1 it cannot divide the batch (8 over 3 replicas), so nothing
-        # fits and the module says why; at TP 2 it does not apply (the placement's TP is 1).
-        {"hw": "a100", "devices": 3, "global_batch": 8, "placement": "expert:1,3,1"},
+        # fits and the module says why; at TP 2 it does not apply (the placement's TP is 1).  At
+        # micro-batch 1 only: micro-batch 2's points say the same (8 over 2·3, the placement's TP).
+        {"hw": "a100", "devices": 3, "global_batch": 8, "placement": "expert:1,3,1"} | MB1,
         # Pipelined at TP 2, the boundary values split over the TP group (DeepSpeed's engine):
         # the settings must price the transfers as phaze-place-devices does (SP: its own shard).
         {"hw": "a100", "devices": 8, "global_batch": 8, "placement": "expert:2,2,2", "pipeline_transfer": "split"},
@@ -111,12 +112,15 @@ def test_split_pipeline_transfers_are_priced_in_the_settings_sweep():
 
 def test_the_settings_sweep_under_a_power_cap(tmp_path):
     """A cap that no point meets gives the same error; one between the points' powers the same
-    plan (the a100's tiny-model powers are about 113.6-113.7 W)."""
+    plan (the a100's tiny-model powers are about 113.6-113.7 W).  At micro-batch 2 only: its
+    points straddle the cap (TP 1 over it, TP 2 under), those of micro-batch 1 all meet it, and
+    the sweeps over micro-batches 1 and 2 are compared under the other options above."""
     stages = str(tmp_path / "cache")  # the second question's settings read from the first's
-    low, high = _opts(hw="a100", devices=8, global_batch=64, power_cap_w=60.0), None
+    mb2 = {"micro_batches": (2,)}
+    low, high = _opts(hw="a100", devices=8, global_batch=64, power_cap_w=60.0, **mb2), None
     fast, slow = _both(low, stages=stages)
     assert isinstance(fast, str) and fast == slow and "no plan meets --power-cap 60 W" in fast
-    high = _opts(hw="a100", devices=8, global_batch=64, power_cap_w=113.65)
+    high = _opts(hw="a100", devices=8, global_batch=64, power_cap_w=113.65, **mb2)
     fast, slow = _both(high, stages=stages)
     assert fast == slow and any("over the cap" in p[4] for p in fast[1]) and any(p[3] > 0 for p in fast[1])
 
@@ -247,13 +251,15 @@ def test_the_settings_price_tp_overlap_under_selective_recompute_as_the_pipeline
     per-op policy re-runs the all-gathers before the GEMMs): a re-run collective is scheduled
     with what it adds beside its GEMMs in its layer's forward, the latency
     ``phaze-insert-recompute`` reads off the op (``Group.borrowed``); the settings price it, no
-    fallback, the same module and points as the pipeline's sweep on a model cut to 3 and 4 blocks."""
+    fallback, the same module and points as the pipeline's sweep on a model cut to 3 and 4 blocks
+    (at micro-batch 1: micro-batch 2 re-runs the same collectives, and micro-batches 1 and 2 are
+    compared under the other options above)."""
     from passes.algorithms.schedule import ScheduleCache
     from phaze.pipeline import load_accelerator
     from phaze.search.setting import Setting, prepare_points
 
     opts = Options(
-        micro_batches=(1, 2),
+        micro_batches=(1,),
         tp_widths=(1, 2),
         hw="a100",
         devices=8,
