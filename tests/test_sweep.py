@@ -15,7 +15,7 @@ from conftest import MODELS
 from passes.cache_file import Store
 from phaze import driver
 from phaze.options import Options
-from phaze.search import sweep
+from phaze.search import settings_beside, sweep
 from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.ir import print_module
 
@@ -365,6 +365,10 @@ def test_context_parallel_auto_waits_on_the_points_beyond_the_devices(tmp_path, 
     every setting, in the sweep's order, as without the wait: the same message."""
     opts = _sweep_8k(tmp_path)
     model = str(tmp_path / "tiny_llama_sdpa_8k.py")
+    # every setting prepared in this process, where the patch below sees it: a sweep that is the
+    # first to trace in its process forks children for its later jobs (settings_beside), which
+    # made the calls seen here depend on the tests run before it in the worker
+    monkeypatch.setattr(settings_beside, "can_fork", lambda: False)
     asked = []
     real = sweep.prepared
     monkeypatch.setattr(
