@@ -885,11 +885,14 @@ def _trace_family(model_path: str, micro_batch: int, opts: Any, attention_of: An
     return family_of(key, micro_batch, traced_seq_len(opts))
 
 
-def _model_file(model_path: str) -> tuple | None:
+def _model_file(model_path: Any) -> tuple | None:
     """The model file as a question reads it: its path, size and modification time (None: it
-    cannot be read)."""
+    cannot be read, or the model is not a file: the API's ``ModelSpec`` of a model built in
+    Python)."""
     import os
 
+    if not isinstance(model_path, (str, os.PathLike)):
+        return None
     try:
         st = os.stat(model_path)
     except OSError:
