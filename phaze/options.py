@@ -182,13 +182,15 @@ class Options(PlacementOptions):
         "(flash attention, fused AdamW); inductor, torch.compile's fusion; megatron, Megatron-LM's fused kernels",
         choices="passes.algorithms.kernels.RUNTIMES",
     )
-    #: torch's SDPA backend order the step runs under (``phaze-form-kernels{sdpa_order=...}``,
-    #: ``passes/algorithms/kernels.py``).
+    #: the attention backend order the step runs under: torch's SDPA's, or Transformer Engine's
+    #: under megatron kernels (``phaze-form-kernels{sdpa_order=...}``, ``passes/algorithms/kernels.py``).
     sdpa_order: str = option(
         "cudnn-first",
-        help="torch's SDPA backend order under eager or inductor kernels: cudnn-first, torch 2.15's (cuDNN "
-        "attention on compute capability 9.x and 10.x); flash-first, a torch of before (its order flash, "
-        "memory-efficient, math) or TORCH_CUDNN_SDPA_DEPRIORITIZED=1: FlashAttention-2 runs",
+        help="the attention backend order: torch's SDPA under eager or inductor kernels, Transformer Engine's "
+        "under megatron: cudnn-first, torch 2.15's and TE's (cuDNN attention on compute capability 9.x and "
+        "10.x); flash-first, a torch of before (its order flash, memory-efficient, math) or "
+        "TORCH_CUDNN_SDPA_DEPRIORITIZED=1, or TE with NVTE_FUSED_ATTN=0 (NeMo's launcher's setting from "
+        "2024-02 to 2024-07): FlashAttention-2 runs",
         choices="passes.algorithms.kernels.SDPA_ORDERS",
     )
     #: What the ``selective`` recompute policy re-runs (``phaze-insert-recompute{selective=...}``,

@@ -183,7 +183,10 @@ def test_the_runtimes_pick_the_kernels_their_sources_pick(runtime, cc, traced, w
         ("eager", 9.0, "_scaled_dot_product_flash_attention", "flash2"),
         ("inductor", 10.0, "_scaled_dot_product_efficient_attention_backward_2", "efficient"),
         ("eager", 8.0, "_scaled_dot_product_flash_attention_backward", "flash2"),
-        ("megatron", 9.0, "_scaled_dot_product_flash_attention", "cudnn"),  # TE's choice, not torch's
+        # TE with NVTE_FUSED_ATTN=0 (NeMo's launcher, 2024-02 to 2024-07): flash-attn on Hopper too
+        ("megatron", 9.0, "_scaled_dot_product_flash_attention", "flash2"),
+        ("megatron", 9.0, "_scaled_dot_product_flash_attention_backward", "flash2"),
+        ("megatron", 8.0, "_scaled_dot_product_flash_attention", "flash2"),
     ],
 )
 def test_a_flash_first_torch_runs_the_kernel_traced(runtime, cc, traced, want):
@@ -256,14 +259,14 @@ def _phazec(seq: int, kernels: str) -> dict:
 
 
 @functools.cache
-def _latency_module(seq: int, sdpa_order: str = "cudnn-first"):
-    """tiny_llama_sdpa (head dim 16, GQA 2) at ``seq`` tokens, eager kernels under torch's SDPA
-    order ``sdpa_order``, priced on the h100."""
+def _latency_module(seq: int, sdpa_order: str = "cudnn-first", kernels: str = "eager"):
+    """tiny_llama_sdpa (head dim 16, GQA 2) at ``seq`` tokens, ``kernels`` (eager: torch's) under
+    the attention backend order ``sdpa_order``, priced on the h100."""
     from phaze.tools.phazec import _parser, compile_model
     from phaze_ir.ir import parse_module
 
     args = _parser().parse_args(
-        [str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--emit", "latency", "--kernels", "eager"]
+        [str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--emit", "latency", "--kernels", kernels]
         + ["--seq-len", str(seq), "--micro-batch", "1", "--tp", "1", "-q", "--no-cache", "--sdpa-order", sdpa_order]
     )
     with pytest.warns(Warning):  # beyond the tiny model's max_position_embeddings
@@ -317,6 +320,46 @@ def test_under_a_flash_first_torch_the_attention_is_priced_at_flash_attention_2s
         eff = at.efficiency(TABLE, "flash2", phase, True, 4096, 16, PEAK)
         assert seconds == pytest.approx(computed / (PEAK * eff), rel=1e-9)
     assert sum(s for *_, s in _attention_gemms(flash)) > 1.2 * sum(s for *_, s in _attention_gemms(cudnn))
+
+
+def test_transformer_engine_without_fused_attention_runs_flash_attention_2():
+    """TE with NVTE_FUSED_ATTN=0 (--sdpa-order flash-first under --kernels megatron; NeMo's
+    launcher of 2024-02 to 2024-07): each fused attention GEMM at FlashAttention-2's rate, where
+    TE's default on an H100 runs cuDNN's."""
+    flash, cudnn = _latency_module(4096, "flash-first", "megatron"), _latency_module(4096, "cudnn-first", "megatron")
+    for module, kernel in ((flash, "flash2"), (cudnn, "cudnn")):
+        for phase, computed, seconds in _attention_gemms(module):
+            eff = at.efficiency(TABLE, kernel, phase, True, 4096, 16, PEAK)
+            assert seconds == pytest.approx(computed / (PEAK * eff), rel=1e-9)
+
+
+def test_a_ring_of_flash_attention_2_steps_takes_its_rates():
+    """NeMo's 1M-token row as one device runs it (CP 32, TP 8: 32k queries a device, 4 heads of
+    128): TE 1.4's AttnFuncWithCP runs every step with the kernel TE chose, so without cuDNN's
+    fused attention the forward ring's 32 steps (one causal diagonal, 31 unmasked halves of the
+    square) take FlashAttention-2's time: the table's rates at 16k, where they level off, about
+    1.6x cuDNN's."""
+    import dataclasses
+
+    from passes.algorithms import context_parallel as cp
+    from passes.algorithms.kernels import attention_backend
+
+    s, d, heads, c = 32768, 128, 4, 32
+    rings = {}
+    for order in ("flash-first", "cudnn-first"):
+        kernel = attention_backend("megatron", 9.0, "_scaled_dot_product_flash_attention", order)
+        qk = dataclasses.replace(_attention_gemm(s, d, 1, heads=heads), backend=at.BACKENDS.index(str(kernel)))
+        twin = cp.off_diagonal_gemm(qk)
+        assert twin is not None
+        steps = cp.forward_ring(estimate_op(qk, H100).split_s, estimate_op(twin, H100).split_s, 0.0, c)
+        rings[kernel] = cp.ring_s(steps, 0.0)
+    # FA3 paper, Figure 5, head dim 128 at 16k: causal 335 and 539, unmasked 370 and 595 TFLOP/s
+    rates = {(k, m): at.tflops(TABLE, k, "fwd", m, s, d) for k in ("flash2", "cudnn") for m in (True, False)}
+    assert rates == {("flash2", True): 335, ("flash2", False): 370, ("cudnn", True): 539, ("cudnn", False): 595}
+    diagonal, off = float(causal_fraction(s, s, d)), 0.5  # the shares of the square a step computes
+    want = (diagonal / 335 + (c - 1) * off / 370) / (diagonal / 539 + (c - 1) * off / 595)
+    assert rings["flash2"] / rings["cudnn"] == pytest.approx(want, rel=1e-6)
+    assert 1.55 < want < 1.65
 
 
 def test_form_kernels_refuses_an_unknown_sdpa_order_in_one_line():

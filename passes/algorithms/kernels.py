@@ -87,7 +87,16 @@ Which fused attention kernel a runtime runs (:func:`attention_backend`; its rate
   ``get_attention_backend``): when both FlashAttention (2, 3 or 4) and FusedAttention (cuDNN)
   can run, compute capability 9.0 and up disables FlashAttention "to give FusedAttention
   preference on Hopper+ for performance reasons", FA3 installed or not; below, FlashAttention
-  (FlashAttention-2, which NVIDIA's PyTorch containers ship) runs.
+  (FlashAttention-2, which NVIDIA's PyTorch containers ship) runs. ``sdpa_order``
+  ``flash-first`` is TE run with ``NVTE_FUSED_ATTN=0``, which leaves FusedAttention out
+  (``self.use_fused_attention = int(os.getenv("NVTE_FUSED_ATTN", "1"))``, TE 1.4's
+  ``transformer_engine/pytorch/attention.py``; TE 2.20's ``get_attention_backend`` alike), so
+  FlashAttention-2 runs on every chip, context parallelism's ring included (TE 1.4's
+  ``AttnFuncWithCP`` with ``use_fused_attention=False``: ``_flash_attn_forward`` and
+  ``_flash_attn_backward`` at each step). NeMo's launcher set it for every training job from
+  2024-02-13 to 2024-07-15 (NVIDIA/NeMo-Framework-Launcher ``launcher_scripts/conf/config.yaml``
+  ``env_vars``: ``NVTE_FUSED_ATTN: 0 # Disable cudnn FA until we've tested it more``, commits
+  562dcb4 to a6490ff; tags 24.01 to 24.07, whose default containers run to NeMo 24.05).
 - ``ops`` has no fused attention (the matmul/softmax expansion, scores in HBM).
 - A chip with no compute capability (not a CUDA GPU) has none of these kernels: its attention is
   priced as its GEMMs.
@@ -183,8 +192,9 @@ TRACED_ATTENTION = {
     "_scaled_dot_product_efficient_attention": "efficient",
     "_scaled_dot_product_cudnn_attention": "cudnn",
 }
-#: torch's SDPA backend orders a step may run under (module docstring): ``cudnn-first``, torch
-#: 2.15's on the :data:`CUDNN_FIRST_MAJORS`; ``flash-first``, the order before it (the kernel traced).
+#: The attention backend orders a step may run under (module docstring): ``cudnn-first``, torch
+#: 2.15's on the :data:`CUDNN_FIRST_MAJORS` and TE's on Hopper+; ``flash-first``, torch's order
+#: before it (the kernel traced) and TE with ``NVTE_FUSED_ATTN=0`` (FlashAttention-2).
 SDPA_ORDERS = ("cudnn-first", "flash-first")
 #: Compute capabilities (major) on which torch 2.15 puts cuDNN attention first
 #: (``check_prefer_cudnn_attention`` in ``sdp_utils.cpp``).
@@ -196,7 +206,8 @@ def attention_backend(
 ) -> str | None:
     """The fused attention kernel ``runtime`` runs on a chip of ``compute_capability`` for an
     attention traced as the aten op ``traced`` (its node name, ``_scaled_dot_product_flash_attention_3``
-    or its backward's), under torch's SDPA backend order ``sdpa_order`` (:data:`SDPA_ORDERS`): one
+    or its backward's), under the runtime's attention backend order ``sdpa_order``
+    (:data:`SDPA_ORDERS`: torch's SDPA order, or TE's with or without ``NVTE_FUSED_ATTN=0``): one
     of :data:`passes.algorithms.attention.BACKENDS`, or None when there is no fused kernel to price
     by the kernels' tables (module docstring)."""
     if runtime == "ops" or compute_capability is None:
@@ -205,7 +216,7 @@ def attention_backend(
     if kernel is None:
         return None
     if runtime == "megatron":
-        return "cudnn" if compute_capability >= 9.0 else "flash2"
+        return "cudnn" if compute_capability >= 9.0 and sdpa_order == SDPA_ORDERS[0] else "flash2"
     cudnn_first = sdpa_order == SDPA_ORDERS[0] and int(compute_capability) in CUDNN_FIRST_MAJORS
     if cudnn_first and _cudnn_dropout(traced):
         return "cudnn"
