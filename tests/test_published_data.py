@@ -348,6 +348,19 @@ def test_fms_fsdps_rows_run_flash_attention_2_and_the_others_todays_order(tmp_pa
     assert "--sdpa-order" not in pp.phazec_flags(rows["nemo-l3-8b-cp2"])
 
 
+def test_the_megatron_rows_run_the_attention_their_scripts_set():
+    """NVTE_FUSED_ATTN=0 leaves Transformer Engine flash-attn's FlashAttention-2: NeMo's launcher
+    set it for every job of its tags 24.01 to 24.07 (the 24.03.01 container's long-sequence runs),
+    as do dgxc-benchmarking's grok1/configure.sh, nemo_megatron/launch.sh and nemotron/configure.sh
+    for the 340B; its llama3.1 recipes and the Nemotron-4 15B set NVTE_FUSED_ATTN=1 (cuDNN's)."""
+    rows = pp.read_rows(CSV)
+    flash = {r.id for r in rows if r.kernels == "megatron" and "flash-first" in pp.phazec_flags(r)}
+    assert {r.id for r in rows if r.id.startswith("nemo-ls-")} <= flash
+    assert {r.id for r in rows if r.id.startswith(("dgxc-grok1-", "dgxc-gpt3-175b-", "dgxc-n4-340b-"))} <= flash
+    assert len(flash) == 9 + 12
+    assert not {r.id for r in rows if r.id.startswith(("dgxc-l31-", "dgxc-n4-15b-", "nemo-l3-"))} & flash
+
+
 def test_an_unknown_sdpa_order_is_refused_in_one_line():
     d = next(csv.DictReader(CSV.open(encoding="utf-8")))
     with pytest.raises(ValueError, match=r"^here: attention 'sdpa:math-first', expected sdpa:ORDER with ORDER one of"):
