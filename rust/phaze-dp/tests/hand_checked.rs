@@ -295,6 +295,19 @@ fn an_overlapped_collective_takes_its_share_of_the_compute() {
         if v.kind == ViolationKind::Input && v.message.contains("collective_compute_share")));
 }
 
+/// Three layers (fwd 1 s, bwd 2 s) of 1.8 GB of parameters and gradients each, ZeRO-3
+/// overlapped, in one stage.
+fn three_fsdp_layers() -> Problem {
+    let mut l = layer();
+    l.param_bytes = 1_800_000_000;
+    l.grad_bytes = 1_800_000_000;
+    let mut prob = problem(vec![l; 3], 2, 2);
+    prob.zero = Some(Zero::Parameters);
+    prob.dp_overlap = true;
+    prob.max_stages = Some(1);
+    prob
+}
+
 #[test]
 fn fsdp_overlaps_each_layer_with_the_one_beside_it() {
     // Three layers (fwd 1 s, bwd 2 s), ZeRO-3 over d = 2, one stage: each layer's all-gather
@@ -304,13 +317,7 @@ fn fsdp_overlaps_each_layer_with_the_one_beside_it() {
     // all-gather (2 s) beside layer 1's (2 s), layer 1's reduce-scatter beside layer 0's, and
     // layer 0's reduce-scatter alone (1): 3 s a micro-batch, T = 9 + 3 = 12 (d = 1: 2 · 9).
     // Summed over the stage, all of it hid behind the compute (T = 9).
-    let mut l = layer();
-    l.param_bytes = 1_800_000_000;
-    l.grad_bytes = 1_800_000_000;
-    let mut prob = problem(vec![l; 3], 2, 2);
-    prob.zero = Some(Zero::Parameters);
-    prob.dp_overlap = true;
-    prob.max_stages = Some(1);
+    let mut prob = three_fsdp_layers();
     let plan = feasible(solve(&prob));
     assert_eq!((plan.dp, plan.pp), (2, 1));
     assert!(
@@ -341,16 +348,10 @@ fn fsdp_overlaps_each_layer_with_the_one_beside_it() {
 
 #[test]
 fn fsdp_copies_add_their_bytes_at_the_memory_bound_rate() {
-    // The case above at d = 2 (T = 12: 9 s of compute, 3 s of collectives a micro-batch, m = 1) with
-    // FSDP's copies at 1e9 B/s, bf16 parameters (an fp32 master: k = 2) reduced in bf16
+    // The case above at d = 2 (T = 12: 9 s of compute, 3 s of collectives a micro-batch,
+    // m = 1) with FSDP's copies at 1e9 B/s, bf16 parameters (an fp32 master: k = 2) reduced in bf16
     // (s = 1). P = G = 5.4e9 over the stage, their shards over d = 2 2.7e9 each.
-    let mut l = layer();
-    l.param_bytes = 1_800_000_000;
-    l.grad_bytes = 1_800_000_000;
-    let mut prob = problem(vec![l; 3], 2, 2);
-    prob.zero = Some(Zero::Parameters);
-    prob.dp_overlap = true;
-    prob.max_stages = Some(1);
+    let mut prob = three_fsdp_layers();
     let priced = |prob: &Problem, implementation| {
         let mut with = prob.clone();
         with.fsdp_copies = Some(FsdpCopies {
