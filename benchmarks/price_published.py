@@ -148,6 +148,8 @@ UNITS = ("tokens/s/gpu", "s/iteration", "megatron-tflops/s/gpu")
 OPTIMIZERS = ("adam", "adam-bf16")
 #: phazec's --reduce-dtype of each published reduce_dtype column.
 REDUCE_DTYPES = ("fp32", "bf16", "fp16")
+#: phazec's --fsdp-version of each published fsdp column: the FSDP a ZeRO-3 run ran under.
+FSDP_VERSIONS = ("2", "1")
 #: A yes/no column's values.
 YES_NO = ("yes", "no")
 #: The columns a file written before CP and TP overlap were priced may lack, and what they mean then.
@@ -160,6 +162,7 @@ DEFAULTS = {
     "fp8_params": "no",
     "reduce_dtype": "fp32",
     "capacity_factor": "",
+    "fsdp": "2",
 }
 #: Where --write-bands writes the error bands by regime that phaze's summary states (phaze/plan/error_bands.py).
 BANDS = ROOT / "data" / "published" / "error_bands.json"
@@ -211,6 +214,9 @@ class Row:
     #: phazec's --capacity-factor: the MoE experts' inputs padded to this capacity (Megatron's
     #: ``moe_expert_capacity_factor`` with ``moe_pad_expert_input_to_capacity``); None: dropless
     capacity_factor: float | None = None
+    #: phazec's --fsdp-version: 1 for torch's FullyShardedDataParallel (fms-fsdp), 2 for its
+    #: fully_shard (torchtitan; the default, and what a run without FSDP leaves it)
+    fsdp: str = "2"
 
     @property
     def exact(self) -> bool:
@@ -308,6 +314,7 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         fp8_params=d["fp8_params"].strip(),
         reduce_dtype=d["reduce_dtype"].strip(),
         capacity_factor=_float_or_none(d["capacity_factor"]),
+        fsdp=d["fsdp"].strip(),
         **ints,
     )
     if r.gpus != r.tp * r.pp * r.dp * r.cp:
@@ -325,6 +332,7 @@ def parse_row(d: dict[str, str], where: str) -> Row:
         ("optimizer", OPTIMIZERS),
         ("reduce_dtype", REDUCE_DTYPES),
         ("fp8_params", YES_NO),
+        ("fsdp", FSDP_VERSIONS),
     ):
         if (value := getattr(r, column)) not in choices:
             expected = "yes or no" if choices == YES_NO else f"one of {', '.join(choices)}"
@@ -425,6 +433,8 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         r.optimizer,
         "--reduce-dtype",
         r.reduce_dtype,
+        "--fsdp-version",
+        r.fsdp,
     ]
     if r.precision in FP8_RECIPES:
         flags += ["--fp8-recipe", FP8_RECIPES[r.precision]]

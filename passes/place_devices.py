@@ -16,6 +16,7 @@ from xdsl.utils.arg_spec import ArgSpec
 
 from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
+from passes.algorithms.latency import FixedParams
 from passes.algorithms.placement_options import PlacementOptions
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
 from passes.graph_view import arg_role, step_function
@@ -96,7 +97,13 @@ def build_problem(module: ModuleOp, options: PlacementOptions, pass_name: str) -
     step = priced_step(module, pass_name)
     acc = module_accelerator(module, pass_name)
     try:
-        return pl.problem(step, options, hbm_bytes=acc.hbm.bytes, levels=acc.network)
+        return pl.problem(
+            step,
+            options,
+            hbm_bytes=acc.hbm.bytes,
+            levels=acc.network,
+            memory_bound_Bps=FixedParams.of(acc, chip=True).hbm_Bps,
+        )
     except pl.PlacementError as e:
         raise PhazeError(f"{pass_name}: {e}") from e
 

@@ -392,7 +392,7 @@ def test_fp8_primary_weights_are_gathered_at_one_byte_an_element():
     def dp(fp8_params: bool):
         options = PlacementOptions(devices=2, global_batch=2, fp8_params=fp8_params)
         step = PricedStep(layers=[layer], micro_batch=1, tp=1)
-        return problem(step, options, hbm_bytes=h100.hbm.bytes, levels=h100.network)
+        return problem(step, options, hbm_bytes=h100.hbm.bytes, levels=h100.network, memory_bound_Bps=1e12)
 
     (primary,), (plain,) = dp(True)["layers"], dp(False)["layers"]
     assert primary["param_gather_bytes"] == 4096 * 14336 + norm and primary["fp8_weight_bytes"] == 0

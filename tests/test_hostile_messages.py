@@ -423,10 +423,14 @@ def test_devices_beyond_the_flags_bound_are_named_as_an_option_not_as_the_dps_fi
 
     empty = PricedStep([], micro_batch=1, tp=1)
     with pytest.raises(pl.PlacementError) as info:
-        pl.problem(empty, PlacementOptions(devices=2**64, global_batch=1), hbm_bytes=1, levels=[])
+        pl.problem(
+            empty, PlacementOptions(devices=2**64, global_batch=1), hbm_bytes=1, levels=[], memory_bound_Bps=1e12
+        )
     assert str(info.value) == "devices = 18446744073709551616: expected a positive integer up to 2.15 G (2,147,483,647)"
     with pytest.raises(pl.PlacementError) as info:
-        pl.problem(empty, PlacementOptions(devices=8, global_batch=2**32), hbm_bytes=1, levels=[])
+        pl.problem(
+            empty, PlacementOptions(devices=8, global_batch=2**32), hbm_bytes=1, levels=[], memory_bound_Bps=1e12
+        )
     assert str(info.value) == "global batch = 4294967296: expected a positive integer up to 2.15 G (2,147,483,647)"
 
 

@@ -110,7 +110,13 @@ def test_expert_parallel_the_model_cannot_take_is_a_placement_error(experts, why
 
     def problem(ep: str):
         options = PlacementOptions(devices=8, global_batch=8, expert_parallel=ep)
-        return pl.problem(PricedStep(_layers(experts), micro_batch=1, tp=1), options, hbm_bytes=1 << 30, levels=[])
+        return pl.problem(
+            PricedStep(_layers(experts), micro_batch=1, tp=1),
+            options,
+            hbm_bytes=1 << 30,
+            levels=[],
+            memory_bound_Bps=1e12,
+        )
 
     with pytest.raises(pl.PlacementError) as e:
         problem("2")

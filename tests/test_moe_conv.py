@@ -302,7 +302,9 @@ def test_sequence_parallel_dispatches_one_tp_share_a_device():
 
     def dispatched(tp: int, sequence_parallel: bool) -> int:
         step = PricedStep(layers=[moe], micro_batch=1, tp=tp, sequence_parallel=sequence_parallel)
-        (layer,) = problem(step, options, hbm_bytes=a100.hbm.bytes, levels=a100.network)["layers"]
+        (layer,) = problem(step, options, hbm_bytes=a100.hbm.bytes, levels=a100.network, memory_bound_Bps=1e12)[
+            "layers"
+        ]
         return int(layer["dispatch_bytes"])
 
     assert dispatched(4, True) == 251  # ⌈1001 / 4⌉

@@ -39,6 +39,7 @@ BAD = {
     "rank_order": ("pp-dp-tp", "pp-dp-tp", 'phaze-place-devices{rank_order="pp-dp-tp"}'),
     "pipeline_transfer": ("half", "half", 'phaze-place-devices{pipeline_transfer="half"}'),
     "reduce_dtype": ("fp8", "fp8", 'phaze-place-devices{reduce_dtype="fp8"}'),
+    "fsdp_version": ("3", "3", 'phaze-place-devices{fsdp_version="3"}'),
     "memory_headroom": (1.0, "1", "phaze-place-devices{memory_headroom=1.0}"),
     "micro_batches": ((2, 0), "0", None),
     "tp_widths": ((0,), "0", None),

@@ -89,6 +89,20 @@ def test_an_fsdp_row_maps_to_zero3_with_overlap_eager_kernels_and_bf16():
     assert "--dp-overlap" not in pp.phazec_flags(r, dp_overlap=False)  # the bound with FSDP's collectives exposed
 
 
+def test_fms_fsdp_rows_pay_fsdp1s_copies_and_torchtitans_fsdp2s():
+    """fms-fsdp ran torch's FullyShardedDataParallel, torchtitan its fully_shard: each row's
+    --fsdp-version says whose copies it pays (docs/design.md §6.5); an empty column is 2, and
+    any other value is refused in one line."""
+    rows = pp.read_rows(CSV)
+    versions = {r.id: _flag(pp.phazec_flags(r), "--fsdp-version") for r in rows}
+    assert {v for k, v in versions.items() if k.startswith("fms-")} == {"1"}
+    assert {v for k, v in versions.items() if not k.startswith("fms-")} == {"2"}
+    d = {k: "1" for k in pp.REQUIRED} | {"precision": "bf16", "recompute": "none", "measured_unit": "tokens/s/gpu"}
+    d.update(sequence_parallel="off", tp_overlap="off", dp_overlap="off", sharding="fsdp", fsdp="3")
+    with pytest.raises(ValueError, match=r"^row: fsdp '3', expected one of 2, 1$"):
+        pp.parse_row(d, "row")
+
+
 def test_torchtitans_selective_checkpointing_is_priced_as_it_ran():
     """torchtitan's layer policy (every second block) and op policy are phaze's selective
     recompute with what torchtitan re-runs; Megatron's selective runs its attention core."""

@@ -25,7 +25,10 @@ def _step(grad_bytes: int, grad_element_bytes: int = 2) -> PricedStep:
 
 def _step_s(zero: str, reduce_dtype: str, grad_bytes: int = GRADS, grad_element_bytes: int = 2) -> float:
     options = PlacementOptions(devices=8, global_batch=8, zero=zero, recompute="none", reduce_dtype=reduce_dtype)
-    problem = pl.problem(_step(grad_bytes, grad_element_bytes), options, hbm_bytes=1 << 40, levels=LEVELS)
+    problem = pl.problem(
+        _step(grad_bytes, grad_element_bytes), options, hbm_bytes=1 << 40, levels=LEVELS, memory_bound_Bps=1e12
+    )
+    problem["fsdp_copies"] = None  # the collectives alone: FSDP's copies read the gradients at their own bytes
     result = _phaze_rs.evaluate_placement(problem, 1, 8)
     assert result["feasible"] and result["plan"] is not None
     return result["plan"]["time_per_batch_s"]
@@ -50,7 +53,7 @@ def test_gradients_held_in_fp32_reduce_as_they_are_in_fp32_and_halve_in_bf16():
 def test_the_scale_reaches_the_problem_and_a_bad_setting_is_refused():
     options = PlacementOptions(devices=8, global_batch=8)
     assert options.reduce_dtype == "fp32"  # Megatron-LM --bf16 and torchtitan's FSDP2 default
-    kw = {"hbm_bytes": 1 << 30, "levels": LEVELS}
+    kw = {"hbm_bytes": 1 << 30, "levels": LEVELS, "memory_bound_Bps": 1e12}
     assert pl.problem(_step(GRADS), options, **kw)["grad_reduce_scale"] == 2.0  # type: ignore[arg-type]
     bf16 = dataclasses.replace(options, reduce_dtype="bf16")
     assert pl.problem(_step(GRADS), bf16, **kw)["grad_reduce_scale"] == 1.0  # type: ignore[arg-type]

@@ -88,9 +88,9 @@ def test_headroom_shrinks_the_hbm_the_dp_fills():
 
     step = PricedStep([pl.LayerNumbers(0.0, 0.0, (0.0, 0.0, 0.0), (0, 0, 0), 0, 0, 0, 0, 0)], micro_batch=1, tp=1)
     options = PlacementOptions(devices=1, global_batch=1)
-    assert pl.problem(step, options, hbm_bytes=1000, levels=[])["hbm_bytes"] == 1000
+    assert pl.problem(step, options, hbm_bytes=1000, levels=[], memory_bound_Bps=1e12)["hbm_bytes"] == 1000
     headroom = PlacementOptions(devices=1, global_batch=1, memory_headroom=0.25)
-    assert pl.problem(step, headroom, hbm_bytes=1000, levels=[])["hbm_bytes"] == 750
+    assert pl.problem(step, headroom, hbm_bytes=1000, levels=[], memory_bound_Bps=1e12)["hbm_bytes"] == 750
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(pl.PlacementError, match="memory headroom"):
             pl.usable_hbm(1000, bad)

@@ -322,7 +322,9 @@ def test_priced_step_is_the_layers_numbers_with_their_times():
     assert all(n.opt_s > 0 for n in got)  # every layer has parameters to update
     assert len({id(n) for n in got}) < len(got)  # the blocks share one
     assert setting.priced_step(makespan * 2).layers[1].fwd_s == 2 * got[1].fwd_s  # made anew per makespans
-    dicts = pl.problem(step, PlacementOptions(devices=8, global_batch=8), hbm_bytes=1 << 30, levels=[])["layers"]
+    dicts = pl.problem(
+        step, PlacementOptions(devices=8, global_batch=8), hbm_bytes=1 << 30, levels=[], memory_bound_Bps=1e12
+    )["layers"]
     assert dicts == [n.as_dict() for n in got]
     assert len({id(d) for d in dicts}) == len({id(n) for n in got})  # one dict per distinct layer
 

@@ -134,6 +134,15 @@ class ProblemDict(TypedDict):
     # HSDP: ZeRO-2/3 shards over groups of this many DP ranks, replicated over the rest, each
     # layer's sharded gradients all-reduced across the replicas. None (default): over all of them.
     dp_shard: NotRequired[int | None]
+    # FSDP's copies under ZeRO-3 priced at the chip's memory-bound rate; None (default): not priced.
+    fsdp_copies: NotRequired[FsdpCopiesDict | None]
+
+class FsdpCopiesDict(TypedDict):
+    """What FSDP's copies cost (docs/design.md §6.5): the keys of phaze_dp's ``FsdpCopies``."""
+
+    bandwidth_Bps: float  # a memory-bound kernel's bytes read plus written per second
+    implementation: str  # "fsdp1" or "fsdp2"
+    master_scale: float  # bytes of FSDP's fp32 sharded parameter per param_bytes byte
 
 class MemoryDict(TypedDict):
     """A stage's (its rank's) bytes per device by part, as the DP counts them: the parts add up

@@ -50,6 +50,12 @@ PIPELINE_TRANSFERS = ("whole", "split")
 #: The dtypes the DP gradient collectives can run in, and the bytes of an element of each
 #: (docs/design.md §5, "Gradient reduction dtype").
 REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
+#: The FSDP implementations a ZeRO-3 plan can run under, as the DP names them: torch's
+#: ``fully_shard`` (FSDP2) and ``FullyShardedDataParallel`` (FSDP1), whose copies into and out
+#: of their flat buffers differ (docs/design.md §6.5, "FSDP's copies").
+FSDP_VERSIONS = {"2": "fsdp2", "1": "fsdp1"}
+#: Bytes of FSDP's fp32 sharded parameter (its master copy) per element.
+FSDP_MASTER_BYTES = 4
 
 
 #: The runtimes (``phaze.kernels``) whose training loop frees the gradients after each step, so
@@ -75,6 +81,13 @@ def parse_reduce_dtype(text: str) -> int:
     if text not in REDUCE_DTYPES:
         raise PlacementError(f"reduce dtype '{excerpt(text)}': expected one of {', '.join(REDUCE_DTYPES)}")
     return REDUCE_DTYPES[text]
+
+
+def parse_fsdp_version(text: str) -> str:
+    """The DP's name of an ``fsdp_version`` setting's implementation."""
+    if text not in FSDP_VERSIONS:
+        raise PlacementError(f"fsdp version '{excerpt(text)}': expected one of {', '.join(FSDP_VERSIONS)}")
+    return FSDP_VERSIONS[text]
 
 
 _SCHEDULE = re.compile(r"^(auto|1f1b|interleaved:([1-9][0-9]*))$")
@@ -308,7 +321,12 @@ def usable_hbm(hbm_bytes: int, memory_headroom: float) -> int:
 
 
 def problem(
-    step: PricedStep, options: PlacementOptions, *, hbm_bytes: int, levels: Sequence[_phaze_rs.Level]
+    step: PricedStep,
+    options: PlacementOptions,
+    *,
+    hbm_bytes: int,
+    levels: Sequence[_phaze_rs.Level],
+    memory_bound_Bps: float,
 ) -> _phaze_rs.ProblemDict:
     """The problem dict of ``solve_placement`` / ``evaluate_placement``: the placement
     ``options`` (their values parsed here, each once) on the priced ``step``
@@ -316,7 +334,9 @@ def problem(
     context-parallel degree, sequence parallelism, repeated blocks, freed gradients and gradient
     element bytes), with the chip's ``hbm_bytes`` (less the options' headroom, :func:`usable_hbm`)
     and network ``levels`` (the accelerator's own, ``acc.network``: the DP reads them by
-    attribute).  The one assembly of the DP's problem: ``phaze-place-devices`` and the search
+    attribute), and the rate its memory-bound kernels move bytes at, ``memory_bound_Bps``
+    (``latency.FixedParams.hbm_Bps``), at which FSDP's copies are priced under ZeRO-3 (the
+    options' ``fsdp_version`` says whose).  The one assembly of the DP's problem: ``phaze-place-devices`` and the search
     (and the ``--hw`` sweep) both call it.  Under sequence parallelism a boundary's values are
     sharded over the TP group already and each rank sends its own (the options'
     ``pipeline_transfer`` does not apply); the options' ``reduce_dtype`` rescales the DP's
@@ -398,6 +418,11 @@ def problem(
         "grads_freed": step.grads_freed,
         "grad_reduce_scale": reduce_scale,
         "dp_shard": options.dp_shard or None,
+        "fsdp_copies": {
+            "bandwidth_Bps": memory_bound_Bps,
+            "implementation": parse_fsdp_version(options.fsdp_version),
+            "master_scale": FSDP_MASTER_BYTES / step.grad_element_bytes,
+        },
     }
 
 

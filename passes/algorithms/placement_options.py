@@ -226,6 +226,15 @@ class PlacementOptions:
         "bf16, as fms-fsdp's FSDP policy and Megatron-LM --grad-reduce-in-bf16",
         choices=tuple(pl.REDUCE_DTYPES),
     )
+    fsdp_version: str = option(
+        "2",
+        parsed_by(pl.parse_fsdp_version),
+        "the FSDP a ZeRO-3 plan runs under, whose copies into and out of its flat buffers are priced: 2, "
+        "torch's fully_shard (torchtitan), copies each gathered layer out of its all-gather buffer and its "
+        "gradients into the reduce-scatter's; 1, torch's FullyShardedDataParallel with use_orig_params=False "
+        "(fms-fsdp), gathers into the flat parameter its views read and flattens and pre-divides the gradients",
+        choices=tuple(pl.FSDP_VERSIONS),
+    )
     pipeline_transfer: str = option(
         "whole",
         parsed_by(pl.parse_pipeline_transfer),

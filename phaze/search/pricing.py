@@ -24,7 +24,7 @@ from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.algorithms import schedule as sched
 from passes.algorithms.energy import lengthened_step_s, power_headroom_w, power_limited_step_s
-from passes.algorithms.latency import estimate_chip, estimate_space
+from passes.algorithms.latency import FixedParams, estimate_chip, estimate_space
 from phaze.search.objective import Objective
 from phaze.search.setting import Setting
 from phaze_ir.errors import PhazeError
@@ -124,7 +124,13 @@ class Pricing:
         the step cannot take (``--expert-parallel 2`` on a model without experts) is the
         one-line error it raises."""
         try:
-            return pl.problem(setting.priced_step(makespans), self.params, hbm_bytes=hbm, levels=cands.template.network)
+            return pl.problem(
+                setting.priced_step(makespans),
+                self.params,
+                hbm_bytes=hbm,
+                levels=cands.template.network,
+                memory_bound_Bps=FixedParams.of(cands.template, chip=True).hbm_Bps,
+            )
         except pl.PlacementError as e:
             raise PhazeError(str(e)) from e
 

@@ -98,6 +98,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         grads_freed: false,
         grad_reduce_scale: 1.0,
         dp_shard: None,
+        fsdp_copies: None,
     }
 }
 

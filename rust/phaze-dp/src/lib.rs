@@ -93,6 +93,7 @@
 //!     recompute: None, zero: None, virtual_stages: None, blocks: None, expert_parallel: None,
 //!     rank_order: None,
 //!     pipeline_split: false, grads_freed: false, grad_reduce_scale: 1.0, dp_shard: None,
+//!     fsdp_copies: None,
 //! };
 //! let plan = solve(&prob).plan().cloned().expect("fits");
 //! assert!(plan.devices_used <= 8);
@@ -106,8 +107,8 @@ mod plan;
 mod search;
 
 pub use model::{
-    Algorithm, InputError, Layer, NetLevel, Problem, Protocol, RankOrder, Recompute, RingKey,
-    Topology, Zero,
+    Algorithm, FsdpCopies, FsdpImplementation, InputError, Layer, NetLevel, Problem, Protocol,
+    RankOrder, Recompute, RingKey, Topology, Zero,
 };
 pub use plan::{
     Evaluation, MemoryParts, Plan, Solution, Stage, TimeParts, Violation, ViolationKind,

@@ -474,6 +474,42 @@ pub struct Problem {
     /// over the whole group (FSDP, `data_parallel_shard_degree` = the DP degree).
     #[serde(default)]
     pub dp_shard: Option<u64>,
+    /// FSDP's own kernels beside the graph's under ZeRO-3 (docs/design.md §6.5, "FSDP's
+    /// copies"): the casts and copies into and out of its flat all-gather and reduce-scatter
+    /// buffers that each micro-batch runs, priced by their bytes at the chip's memory-bound
+    /// rate. `None`: not priced (the copies cost nothing).
+    #[serde(default)]
+    pub fsdp_copies: Option<FsdpCopies>,
+}
+
+/// Which FSDP runs a ZeRO-3 plan: its copies differ ([`FsdpCopies`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsdpImplementation {
+    /// torch's `FullyShardedDataParallel` with `use_orig_params=False` (FSDP1, fms-fsdp's):
+    /// each layer's parameters are views of one flat parameter gathered in place.
+    Fsdp1,
+    /// torch's `fully_shard` (FSDP2, torchtitan's): per-parameter shards gathered into a flat
+    /// buffer and copied out of it.
+    Fsdp2,
+}
+
+/// What FSDP's copies cost: the chip's memory-bound rate, the implementation that runs them,
+/// and the bytes of its sharded master weights per byte of `param_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FsdpCopies {
+    /// The rate a memory-bound kernel moves bytes at (bytes read plus written per second): the
+    /// HBM bandwidth times the chip's memory efficiency, as the graph's elementwise ops are
+    /// priced; `bandwidth_Bps` in the Python dicts.
+    #[serde(rename = "bandwidth_Bps")]
+    pub bandwidth_bps: f64,
+    /// FSDP1 or FSDP2.
+    pub implementation: FsdpImplementation,
+    /// Bytes of the fp32 sharded parameter FSDP keeps per byte of `param_bytes` (2 with bf16
+    /// parameters, 1 when the parameters are fp32): what its cast to the parameters' dtype
+    /// before each all-gather reads.
+    pub master_scale: f64,
 }
 
 fn one() -> u64 {
@@ -608,6 +644,19 @@ impl Problem {
                     "layers[{i}]: param_gather_bytes = {} must be at most param_bytes = {}",
                     l.param_gather_bytes, l.param_bytes
                 ));
+            }
+        }
+        if let Some(c) = &self.fsdp_copies {
+            let rates = [
+                ("bandwidth_Bps", c.bandwidth_bps),
+                ("master_scale", c.master_scale),
+            ];
+            for (name, v) in rates {
+                if !(v.is_finite() && v > 0.0) {
+                    return err(format!(
+                        "fsdp_copies.{name} must be finite and > 0, got {v}"
+                    ));
+                }
             }
         }
         if let Some(s) = self.dp_shard {
@@ -1146,6 +1195,7 @@ mod tests {
             grads_freed: false,
             grad_reduce_scale: 1.0,
             dp_shard: None,
+            fsdp_copies: None,
         }
     }
 

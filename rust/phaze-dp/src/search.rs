@@ -7,7 +7,7 @@
 //!   can therefore test `objective <= bound` against the DP's own numbers without slack.
 //! * Memory is integer bytes (saturating), so feasibility never depends on rounding.
 
-use crate::model::{Layer, Problem, RankOrder, Recompute, RingKey, Zero};
+use crate::model::{FsdpImplementation, Layer, Problem, RankOrder, Recompute, RingKey, Zero};
 use crate::plan::{
     Evaluation, MemoryParts, Plan, Solution, Stage, TimeParts, Violation, ViolationKind,
 };
@@ -561,21 +561,92 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// ZeRO's per-micro-batch collectives, what of them is not hidden: ZeRO-2's gradient
     /// reduce-scatter, behind the backward; ZeRO-3's parameter all-gather behind the forward,
     /// again with the reduce-scatter behind the backward (none for ZeRO 0 and 1).
+    /// Under ZeRO-3 also FSDP's copies of the stage's layers ([`Ctx::fsdp_copies`]).
     #[inline]
     fn zero_mb(&self, a: &RangeSums, i: usize, j: usize) -> f64 {
-        if let Some(w) = &self.windows {
-            return self.zero_windows(w, i, j);
-        }
-        let ar = self.replica_allreduce(a.grad_bytes);
-        match self.zero {
-            Zero::Off | Zero::Optimizer => 0.0,
-            Zero::Gradients => self.unhidden(self.grads_half_ring(a) + ar, a.bwd_s),
-            Zero::Parameters => {
-                let ag = self.params_half_ring(a);
-                let rs = self.grads_half_ring(a);
-                self.unhidden(ag, a.fwd_s) + self.unhidden(ag + rs + ar, a.bwd_s)
+        let comm = if let Some(w) = &self.windows {
+            self.zero_windows(w, i, j)
+        } else {
+            let ar = self.replica_allreduce(a.grad_bytes);
+            match self.zero {
+                Zero::Off | Zero::Optimizer => 0.0,
+                Zero::Gradients => self.unhidden(self.grads_half_ring(a) + ar, a.bwd_s),
+                Zero::Parameters => {
+                    let ag = self.params_half_ring(a);
+                    let rs = self.grads_half_ring(a);
+                    self.unhidden(ag, a.fwd_s) + self.unhidden(ag + rs + ar, a.bwd_s)
+                }
             }
+        };
+        self.with_fsdp_copies(comm, a)
+    }
+
+    /// `comm` with FSDP's copies of `a` added where they are priced (unchanged, not `+ 0.0`,
+    /// where they are not: a plan without them keeps its floats).
+    #[inline]
+    fn with_fsdp_copies(&self, comm: f64, a: &RangeSums) -> f64 {
+        match self.fsdp_copies(a) {
+            Some(copies) => comm + copies,
+            None => comm,
         }
+    }
+
+    /// FSDP's own kernels per micro-batch for the layers of `a` under ZeRO-3 (docs/design.md
+    /// §6.5, "FSDP's copies"): their bytes read and written at the chip's memory-bound rate,
+    /// every one added to the stage's time whatever its stream (a side stream's copy shares the
+    /// SMs with the GEMMs beside it rather than running in their shadow). With P the
+    /// layers' parameter bytes, P_g what their all-gathers move, G their gradient bytes, s the
+    /// reduce dtype's bytes per gradient byte, k the fp32 master's per parameter byte and zg
+    /// the shard group; every micro-batch gathers twice (forward and backward):
+    ///
+    /// * FSDP2 (torch 2.15, `_fully_shard/_fsdp_collectives.py`): per gather the shard cast to
+    ///   the parameters' dtype (`_foreach_copy_` into `flat_foreach_copy_input`) and copied into
+    ///   the all-gather input (`all_gather_copy_in`), (k + 1 + 2)·P/zg, and the copy out of the
+    ///   gathered buffer into the parameters (`split_with_sizes_copy`), 2·P_g; per backward the
+    ///   gradients copied into the reduce-scatter input in the reduce dtype (`_chunk_cat`),
+    ///   (1 + s)·G, and the reduced shard cast to the master's dtype when they differ,
+    ///   (s + k)·G/zg. No divides: bf16 and fp32 reduce with NCCL's `ReduceOp.AVG`.
+    /// * FSDP1 (`FullyShardedDataParallel`; `_flat_param.py`, `_runtime_utils.py`; its forward
+    ///   reads autograd-tracked views of the flat parameter whatever `use_orig_params`): per gather the shard cast to the low-precision `_mp_shard`,
+    ///   (k + 1)·P/zg, gathered in place into the flat parameter (its views need no copy); per
+    ///   backward the parameters' gradients concatenated into the flat gradient (autograd's
+    ///   `split_with_sizes` backward), 2·G, cast to the reduce dtype where it differs, (1 + s)·G,
+    ///   pre-divided in place, 2s·G, the shard post-divided, 2s·G/zg, and cast to the master's
+    ///   dtype where they differ, (s + k)·G/zg.
+    ///
+    /// `None` outside ZeRO-3 over more than one device or when the problem does not price them.
+    #[inline]
+    fn fsdp_copies(&self, a: &RangeSums) -> Option<f64> {
+        let c = self.prep.prob.fsdp_copies.as_ref()?;
+        if self.zero != Zero::Parameters || self.zg <= 1 {
+            return None;
+        }
+        // A device's bytes of a sum: under EP 1/e of the experts'. Its shard is 1/zg of the
+        // layers' bytes whatever e (the experts' 1/e over zg/e replicas).
+        let device =
+            |bytes: u64, experts: u64| (bytes - experts) as f64 + experts.div_ceil(self.e) as f64;
+        let (gather, gather_experts) =
+            gathered(a.gather_bytes, a.param_bytes, a.expert_param_bytes);
+        let p_g = device(gather, gather_experts);
+        let g = device(a.grad_bytes, a.expert_grad_bytes);
+        let zg = self.zg as f64;
+        let (p_shard, g_shard) = (a.param_bytes as f64 / zg, a.grad_bytes as f64 / zg);
+        let (s, k) = (self.prep.prob.grad_reduce_scale, c.master_scale);
+        let recast =
+            |bytes: f64, from: f64, to: f64| if from == to { 0.0 } else { (from + to) * bytes };
+        let bytes = match c.implementation {
+            FsdpImplementation::Fsdp2 => {
+                2.0 * ((k + 3.0) * p_shard + 2.0 * p_g) + (1.0 + s) * g + recast(g_shard, s, k)
+            }
+            FsdpImplementation::Fsdp1 => {
+                2.0 * (k + 1.0) * p_shard
+                    + 2.0 * g
+                    + recast(g, 1.0, s)
+                    + 2.0 * s * (g + g_shard)
+                    + recast(g_shard, s, k)
+            }
+        };
+        Some(bytes / c.bandwidth_bps)
     }
 
     /// [`Ctx::zero_mb`] of layers i..=j overlapped layer by layer ([`Windows`]): ZeRO-2's
@@ -1323,7 +1394,7 @@ fn ranks(ctx: &Ctx, p: usize, v: u64) -> Vec<Rank> {
             }
             // Overlapped layer by layer, each chunk's windows; else the rank's sums.
             let zero_s = if ctx.windows.is_some() {
-                windows_s
+                ctx.with_fsdp_copies(windows_s, &sums)
             } else {
                 ctx.zero_mb(&sums, 0, 0)
             };

@@ -56,6 +56,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         grads_freed: false,
         grad_reduce_scale: 1.0,
         dp_shard: None,
+        fsdp_copies: None,
     }
 }
 

@@ -13,7 +13,8 @@ mod common;
 use common::{level_for, p2p_bandwidth, random_layers, random_levels, ring_bandwidth, Rng};
 
 use phaze_dp::{
-    evaluate_fixed, solve, Plan, Problem, RankOrder, Recompute, Solution, ViolationKind, Zero,
+    evaluate_fixed, solve, FsdpCopies, FsdpImplementation, Plan, Problem, RankOrder, Recompute,
+    Solution, ViolationKind, Zero,
 };
 
 const TIE_REL: f64 = 1e-12;
@@ -81,6 +82,17 @@ fn random_problem(rng: &mut Rng) -> Problem {
     } else {
         rank_order
     };
+    // FSDP's copies priced in two thirds of the problems, FSDP1's or FSDP2's, with bf16 or
+    // fp32 parameters (a generator of its own again).
+    let mut fc = Rng(rng.0 ^ 0x6673_6470_5f63_6f70);
+    let fsdp_copies = match fc.below(3) {
+        0 => None,
+        i => Some(FsdpCopies {
+            bandwidth_bps: [16.0, 64.0][fc.below(2) as usize],
+            implementation: [FsdpImplementation::Fsdp1, FsdpImplementation::Fsdp2][i as usize - 1],
+            master_scale: [1.0, 2.0][fc.below(2) as usize],
+        }),
+    };
     Problem {
         layers,
         devices: 1 + rng.below(32),
@@ -115,6 +127,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         grads_freed: rng.below(2) == 0,
         grad_reduce_scale: [1.0, 2.0, 0.5][rng.below(3) as usize],
         dp_shard: None,
+        fsdp_copies,
     }
 }
 
@@ -413,13 +426,48 @@ fn price(
                 fwd_send += p2p(prob.layers[hi].boundary_bytes);
             }
         }
+        // FSDP's copies under ZeRO-3, per micro-batch (docs/design.md §6.5): a device's
+        // gathered parameters and gradients (1/e of the experts'), and their 1/(d·c) shards.
+        let copies = match &prob.fsdp_copies {
+            Some(c) if z == 3 && dc > 1 => {
+                let on_device = |x: u64, ex: u64| (x - ex + ex.div_ceil(e)) as f64;
+                let (params, grads) = (on_device(pb, epb), on_device(gb, egb));
+                let (param_shard, grad_shard) = (pb as f64 / g, gb as f64 / g);
+                let (s, k) = (prob.grad_reduce_scale, c.master_scale);
+                let cast =
+                    |x: f64, from: f64, to: f64| if from == to { 0.0 } else { (from + to) * x };
+                let gather_in = (k + 1.0) * param_shard;
+                let bytes = match c.implementation {
+                    // Cast, copy in, copy out twice; chunk-cat the gradients in; cast the shard.
+                    FsdpImplementation::Fsdp2 => {
+                        2.0 * (gather_in + 2.0 * param_shard + 2.0 * params)
+                            + (1.0 + s) * grads
+                            + cast(grad_shard, s, k)
+                    }
+                    // Cast twice; flatten the gradients, cast, pre-divide; post-divide and cast
+                    // the shard.
+                    FsdpImplementation::Fsdp1 => {
+                        2.0 * gather_in
+                            + 2.0 * grads
+                            + cast(grads, 1.0, s)
+                            + 2.0 * s * grads
+                            + 2.0 * s * grad_shard
+                            + cast(grad_shard, s, k)
+                    }
+                };
+                bytes / c.bandwidth_bps
+            }
+            _ => 0.0,
+        };
         // Dispatch and combine in forward and backward, and again in a full recompute.
-        let mb = match z {
-            0 | 1 => 0.0,
-            _ if windows => windows_s,
-            2 => hide(grads_half(gb, egb), bwd),
-            _ => hide(half(pb, epb), fwd) + hide(half(pb, epb) + grads_half(gb, egb), bwd),
-        } + 4.0 * alltoall;
+        let mb = copies
+            + match z {
+                0 | 1 => 0.0,
+                _ if windows => windows_s,
+                2 => hide(grads_half(gb, egb), bwd),
+                _ => hide(half(pb, epb), fwd) + hide(half(pb, epb) + grads_half(gb, egb), bwd),
+            }
+            + 4.0 * alltoall;
         let rec = rec + if r == 2 { 2.0 * alltoall } else { 0.0 };
         let exposed = match z {
             0 => hide(all_reduce(wire(gb, egb).0, wire(gb, egb).1), bwd),

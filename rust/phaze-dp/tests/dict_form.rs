@@ -111,6 +111,7 @@ fn a_problem_dict_reads_as_the_problem() {
         grads_freed: false,
         grad_reduce_scale: 1.0,
         dp_shard: None,
+        fsdp_copies: None,
     };
     assert_eq!(read(problem()).unwrap(), want);
     let mut torus = problem();

@@ -1,8 +1,8 @@
 //! Small cases whose answers are worked out by hand in the comments.
 
 use phaze_dp::{
-    evaluate_fixed, solve, solve_many, Layer, NetLevel, Problem, RankOrder, Recompute, Solution,
-    ViolationKind, Zero,
+    evaluate_fixed, solve, solve_many, FsdpCopies, FsdpImplementation, Layer, NetLevel, Problem,
+    RankOrder, Recompute, Solution, ViolationKind, Zero,
 };
 
 /// fwd 1 s, bwd 2 s, nothing else: c = 3 s per layer.
@@ -45,6 +45,7 @@ fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
         grads_freed: false,
         grad_reduce_scale: 1.0,
         dp_shard: None,
+        fsdp_copies: None,
     }
 }
 
@@ -294,6 +295,19 @@ fn an_overlapped_collective_takes_its_share_of_the_compute() {
         if v.kind == ViolationKind::Input && v.message.contains("collective_compute_share")));
 }
 
+/// Three layers (fwd 1 s, bwd 2 s) of 1.8 GB of parameters and gradients each, ZeRO-3
+/// overlapped, in one stage.
+fn three_fsdp_layers() -> Problem {
+    let mut l = layer();
+    l.param_bytes = 1_800_000_000;
+    l.grad_bytes = 1_800_000_000;
+    let mut prob = problem(vec![l; 3], 2, 2);
+    prob.zero = Some(Zero::Parameters);
+    prob.dp_overlap = true;
+    prob.max_stages = Some(1);
+    prob
+}
+
 #[test]
 fn fsdp_overlaps_each_layer_with_the_one_beside_it() {
     // Three layers (fwd 1 s, bwd 2 s), ZeRO-3 over d = 2, one stage: each layer's all-gather
@@ -303,13 +317,7 @@ fn fsdp_overlaps_each_layer_with_the_one_beside_it() {
     // all-gather (2 s) beside layer 1's (2 s), layer 1's reduce-scatter beside layer 0's, and
     // layer 0's reduce-scatter alone (1): 3 s a micro-batch, T = 9 + 3 = 12 (d = 1: 2 · 9).
     // Summed over the stage, all of it hid behind the compute (T = 9).
-    let mut l = layer();
-    l.param_bytes = 1_800_000_000;
-    l.grad_bytes = 1_800_000_000;
-    let mut prob = problem(vec![l; 3], 2, 2);
-    prob.zero = Some(Zero::Parameters);
-    prob.dp_overlap = true;
-    prob.max_stages = Some(1);
+    let mut prob = three_fsdp_layers();
     let plan = feasible(solve(&prob));
     assert_eq!((plan.dp, plan.pp), (2, 1));
     assert!(
@@ -336,6 +344,59 @@ fn fsdp_overlaps_each_layer_with_the_one_beside_it() {
         "{}",
         plan.time_per_batch_s
     );
+}
+
+#[test]
+fn fsdp_copies_add_their_bytes_at_the_memory_bound_rate() {
+    // The case above at d = 2 (T = 12: 9 s of compute, 3 s of collectives a micro-batch,
+    // m = 1) with FSDP's copies at 1e9 B/s, bf16 parameters (an fp32 master: k = 2) reduced in bf16
+    // (s = 1). P = G = 5.4e9 over the stage, their shards over d = 2 2.7e9 each.
+    let mut prob = three_fsdp_layers();
+    let priced = |prob: &Problem, implementation| {
+        let mut with = prob.clone();
+        with.fsdp_copies = Some(FsdpCopies {
+            bandwidth_bps: 1e9,
+            implementation,
+            master_scale: 2.0,
+        });
+        evaluate_fixed(&with, 1, 2).unwrap().plan.unwrap()
+    };
+    // FSDP2, per gather (twice): the shard cast (2 + 1) · 2.7 and copied in 2 · 2.7, the copy
+    // out 2 · 5.4: 24.3; the gradients chunk-cat into the reduce-scatter input (1 + 1) · 5.4;
+    // the reduced bf16 shard cast to fp32 (1 + 2) · 2.7: 48.6 + 10.8 + 8.1 = 67.5 s.
+    let plan = priced(&prob, FsdpImplementation::Fsdp2);
+    assert!(
+        close(plan.time_per_batch_s, 12.0 + 67.5),
+        "{}",
+        plan.time_per_batch_s
+    );
+    assert!(close(plan.stages[0].time_parts.zero_comm_s, 3.0 + 67.5));
+    // FSDP1: the shard cast twice, 2 · 3 · 2.7; the flat gradient's concatenation 2 · 5.4, its
+    // pre-divide 2 · 5.4, the shard's post-divide 2 · 2.7 and cast (1 + 2) · 2.7: 51.3 s.
+    let plan = priced(&prob, FsdpImplementation::Fsdp1);
+    assert!(
+        close(plan.time_per_batch_s, 12.0 + 51.3),
+        "{}",
+        plan.time_per_batch_s
+    );
+    // Reduced in fp32 (s = 2, the master's dtype): FSDP2's chunk-cat writes twice the bytes,
+    // (1 + 2) · 5.4, and the shard needs no cast: 48.6 + 16.2 = 64.8 s.
+    prob.grad_reduce_scale = 2.0;
+    let base = evaluate_fixed(&prob, 1, 2)
+        .unwrap()
+        .plan
+        .unwrap()
+        .time_per_batch_s;
+    let plan = priced(&prob, FsdpImplementation::Fsdp2);
+    assert!(
+        close(plan.time_per_batch_s, base + 64.8),
+        "{} {base}",
+        plan.time_per_batch_s
+    );
+    // Below ZeRO-3 nothing is FSDP's: the plan is the same to the bit.
+    prob.zero = Some(Zero::Gradients);
+    let plain = evaluate_fixed(&prob, 1, 2).unwrap().plan.unwrap();
+    assert_eq!(priced(&prob, FsdpImplementation::Fsdp2), plain);
 }
 
 #[test]

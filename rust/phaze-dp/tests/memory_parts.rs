@@ -41,6 +41,7 @@ fn random_problem(rng: &mut Rng, zero: Zero, v: Option<u64>) -> Problem {
         grads_freed: false,
         grad_reduce_scale: 1.0,
         dp_shard: None,
+        fsdp_copies: None,
     }
 }
 
@@ -179,6 +180,7 @@ fn sharded_problem(zero: Zero, v: u64) -> Problem {
         grads_freed: false,
         grad_reduce_scale: 1.0,
         dp_shard: None,
+        fsdp_copies: None,
     }
 }
 
@@ -270,6 +272,7 @@ fn freed_gradients_overlap_the_activations_of_a_one_micro_batch_step() {
         grads_freed: true,
         grad_reduce_scale: 1.0,
         dp_shard: None,
+        fsdp_copies: None,
     };
     let state = 3 * 3 + 3 * 6 + 1;
     let m = evaluate_fixed(&prob, 1, 1).unwrap().plan.unwrap().stages[0].memory;
