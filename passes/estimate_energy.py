@@ -8,12 +8,20 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 from xdsl.passes import ModulePass
 
-from passes.algorithms.energy import OpEnergy, clocked_energy, estimate_energy, layer_energies, power_headroom_w
+from passes.algorithms.energy import (
+    OpEnergy,
+    clocked_energy,
+    estimate_energy,
+    layer_energies,
+    power_headroom_w,
+    ring_energy,
+)
 from passes.algorithms.latency import MatmulDesc, VectorDesc, op_columns, op_overhead_s
 from passes.algorithms.recompute import parse_selective
 from passes.algorithms.tiling import ScalarTiling
 from passes.cost_view import Describer
 from passes.graph_view import build_graph, read_layers, step_function
+from passes.how_ops_run import attention_kernels, off_diagonal_twin
 from passes.recompute_view import static_costs
 from phaze_ir import dialect as ph
 from phaze_ir import keys
@@ -33,6 +41,10 @@ class EstimateEnergyPass(ModulePass):
     Under a power limit with ``[energy] clock_energy_exponent`` > 0, a GEMM's or vector op's
     die energy is what it spends at the clock the limit leaves it (its ``phaze.latency``'s
     ``split_s``: ``energy.clocked_energy``, docs/energy.md), so those ops need their latency.
+
+    Under context parallelism (``phaze.context_parallel`` = c, ``phaze-context-parallel``) each
+    op of a fused attention kernel spends what its ring's c steps do (``energy.ring_energy``:
+    the op once, its off-diagonal twin c − 1 times), at the ring's time its latency holds.
 
     Requires the accelerator, its ``[energy]`` table, the layers (``phaze-group-layers``) and,
     on every ``phaze.matmul``, its ``phaze.tile`` (read, as ``phaze-estimate-latency`` reads
@@ -55,26 +67,38 @@ class EstimateEnergyPass(ModulePass):
         graph, ops = build_graph(step_function(op))
         layer_of = read_layers(ops)
         describe = Describer()
-        # Ops with equal signatures are priced once and share one record (attributes are immutable).
-        priced: dict[str, tuple[OpEnergy, EnergyAttr]] = {}
+        # Under context parallelism each fused attention's ops run as a ring of c steps
+        # (phaze-context-parallel): c steps' work, at the ring's time (their latencies).
+        c = keys.int_of(op, keys.CONTEXT_PARALLEL, 1)
+        ring = {id(o) for group in attention_kernels(op).values() for o in group} if c > 1 else set()
+        # Ops with equal signatures (and, in a ring, equal times) are priced once and share one
+        # record (attributes are immutable).
+        priced: dict[object, tuple[OpEnergy, EnergyAttr]] = {}
         energies: list[OpEnergy] = []
         for o in ops:
             sig, desc = describe(o)
             if desc is None:
                 energies.append(OpEnergy())
                 continue
-            if sig not in priced:
+            in_ring = id(o) in ring
+            on_clock = clocked and isinstance(desc, MatmulDesc | VectorDesc)
+            split = float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"]) if on_clock else 0.0
+            key = (sig, split) if in_ring else sig
+            if key not in priced:
                 tiling = None
                 if isinstance(o, ph.MatmulOp):
                     tile = keys.require(o, keys.TILE, TileAttr)
                     tiling = ScalarTiling(**tile.as_dict())  # type: ignore[arg-type]  # the record's fields
                 e = estimate_energy(desc, acc, tiling)
-                if clocked and isinstance(desc, MatmulDesc | VectorDesc):
-                    split = float(keys.require(o, keys.LATENCY, LatencyAttr).as_dict()["split_s"])
+                if in_ring:
+                    twin = off_diagonal_twin(o)
+                    e = ring_energy(e, e if twin is None else estimate_energy(twin, acc), c)
+                if on_clock and isinstance(desc, MatmulDesc | VectorDesc):
                     unit = "tensor" if isinstance(desc, MatmulDesc) else "vector"
-                    e = clocked_energy(e, split, op_overhead_s(op_columns(desc), unit, acc.calibration), acc)
-                priced[sig] = (e, EnergyAttr.make(**vars(e)))
-            e, record = priced[sig]
+                    overhead = op_overhead_s(op_columns(desc), unit, acc.calibration) * (c if in_ring else 1)
+                    e = clocked_energy(e, split, overhead, acc)
+                priced[key] = (e, EnergyAttr.make(**vars(e)))
+            e, record = priced[key]
             energies.append(e)
             o.attributes[keys.ENERGY] = record
         phases = [g.phase for g in graph.ops]

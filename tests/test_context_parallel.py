@@ -300,6 +300,56 @@ def test_the_pass_makes_each_attention_a_ring_of_c_steps():
         ContextParallelPass(degree=2).apply(Context(), _parsed(16))
 
 
+def test_the_energy_of_a_ring_is_its_c_steps():
+    """Under CP 4 each op of a fused attention kernel spends what the ring's four steps do: the
+    traced op once and its off-diagonal twin three times (the op itself where it has none), its
+    HBM part summed so and its die's part at most that (the power limit's clock over the ring's
+    time); every other op as without CP, and the layers' sums grow by the ring's work."""
+    from xdsl.context import Context
+
+    from passes.algorithms.energy import estimate_energy
+    from passes.estimate_energy import EstimateEnergyPass
+    from passes.estimate_latency import EstimateLatencyPass
+    from phaze_ir.attributes import EnergyAttr, LayerEnergyAttr
+
+    c = 4
+    plain, ring = _parsed(16, "tiled"), _parsed(16, "tiled")
+    EstimateLatencyPass().apply(Context(), plain)
+    ContextParallelPass(degree=c).apply(Context(), ring)
+    EstimateLatencyPass().apply(Context(), ring)
+    for m in (plain, ring):
+        EstimateEnergyPass().apply(Context(), m)
+    acc = module_accelerator(ring, "test")
+    in_ring = {id(o) for ops in attention_kernels(ring).values() for o in ops}
+    assert in_ring
+    plain_ops = [o for o in plain.walk() if keys.ENERGY in o.attributes]
+    ring_ops = [o for o in ring.walk() if keys.ENERGY in o.attributes]
+    assert len(plain_ops) == len(ring_ops)
+    twins = 0
+    for p, o in zip(plain_ops, ring_ops):
+        before = keys.require(p, keys.ENERGY, EnergyAttr).as_dict()
+        after = keys.require(o, keys.ENERGY, EnergyAttr).as_dict()
+        if id(o) not in in_ring:
+            assert after == before
+            continue
+        traced = estimate_energy(describe_op(o), acc)
+        twin = cp.off_diagonal_gemm(describe_op(o)) if isinstance(o, ph.MatmulOp) else None
+        twins += twin is not None
+        off = traced if twin is None else estimate_energy(twin, acc)
+        assert float(after["hbm_j"]) == pytest.approx(traced.hbm_j + (c - 1) * off.hbm_j, rel=1e-12)
+        die = traced.compute_j + (c - 1) * off.compute_j
+        assert float(after["compute_j"]) <= die * (1 + 1e-12)  # the die's, at most: its clock may be lower
+    assert twins == 14  # a layer's forward kernel's 2 causal GEMMs and its backward's 5 (scores again, dV, dP, dQ, dK)
+    grew = [
+        float(a.as_dict()["fwd_j"]) - float(b.as_dict()["fwd_j"])
+        for a, b in zip(
+            keys.records_of(ring, keys.LAYER_ENERGY, LayerEnergyAttr),
+            keys.records_of(plain, keys.LAYER_ENERGY, LayerEnergyAttr),
+        )
+    ]
+    assert sum(x > 0 for x in grew) == 2 and min(grew) >= 0  # the two blocks' forward attentions
+
+
 def test_the_ring_worked_by_hand():
     """The latencies of tests/filecheck/context_parallel.mlir, each attention made a ring of 2 as
     phaze-estimate-latency writes it: a forward kernel of 3 us a step (its hop of 1.128 us

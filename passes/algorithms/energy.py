@@ -87,6 +87,8 @@ __all__ = [
     "PlanPower",
     "estimate_energy",
     "energy_space",
+    "energy_parts",
+    "ring_energy",
     "sram_j_per_byte",
     "layer_energies",
     "network_power_w",
@@ -313,25 +315,37 @@ def energy_space(
     configs = np.asarray(configs)
     chip = np.zeros((len(table), configs.shape[0]))
     net = np.zeros_like(chip)
+    headroom = power_headroom_w(template)
+    clocked = split_s is not None and headroom is not None and e.clock_energy_exponent > 0
+    overheads = op_overheads(table, template)[:, None] if clocked else None
+    for rows, (compute, core, glb, hbm) in _chip_parts(table, configs, template, chunk):
+        if not clocked:  # the four parts summed as OpEnergy.chip_j sums them
+            chip[rows] = compute + core + glb + hbm
+            continue
+        assert split_s is not None and overheads is not None
+        k = die_energy_scale(
+            compute + core + glb + hbm, hbm, split_s[rows], overheads[rows], headroom, e.clock_energy_exponent
+        )
+        chip[rows] = compute * k + core * k + glb * k + hbm  # the die's parts at the op's clock
+    for i in table.rows["network"]:
+        d = table.descs[int(i)]
+        assert isinstance(d, CollectiveDesc)  # the "network" rows are the collectives
+        op = collective_energy(d.kind, d.nbytes, d.group_size, template)
+        chip[i], net[i] = op.chip_j, op.network_j
+    return chip, net
+
+
+def _chip_parts(table: OpTable, configs: np.ndarray, template, chunk: int = 32):
+    """``(rows, (compute, core, glb, hbm))``: the joules of one execution of ``table``'s GEMMs
+    (``chunk`` at a time, each part times its :func:`fitted_share`) and then of its vector ops
+    on every row of ``configs``, by part, at the full clock: what :func:`energy_space` and
+    :func:`energy_parts` price, by the same code as :func:`estimate_energy`."""
+    e = template.energy
     cfg = {f: np.ascontiguousarray(configs[f], dtype=np.int64)[None, :] for f in CONFIG_FIELDS}
     glb_j = sram_j_per_byte(e.sram_j_per_byte, cfg["glb_bytes"])
     tc_j = sram_j_per_byte(e.sram_j_per_byte, cfg["tc_buffer_bytes"])
     vc_j = sram_j_per_byte(e.sram_j_per_byte, cfg["vc_buffer_bytes"])
     fp8_j = space_fp8_mac_j(e, cfg["fp8_rate"])
-    headroom = power_headroom_w(template)
-    clocked = split_s is not None and headroom is not None and e.clock_energy_exponent > 0
-    overheads = op_overheads(table, template)[:, None] if clocked else None
-
-    def limited(rows, compute, core, glb, hbm):
-        """The four parts summed as OpEnergy.chip_j sums them, the die's scaled at the op's clock."""
-        if not clocked:
-            return compute + core + glb + hbm
-        assert split_s is not None and overheads is not None
-        k = die_energy_scale(
-            compute + core + glb + hbm, hbm, split_s[rows], overheads[rows], headroom, e.clock_energy_exponent
-        )
-        return compute * k + core * k + glb * k + hbm
-
     rows = table.rows["tensor"]
     for s in range(0, len(rows), chunk):
         sel = np.arange(s, min(s + chunk, len(rows)))
@@ -341,18 +355,37 @@ def energy_space(
         # each part times the share, then summed: as _gemm_energy and OpEnergy.total_j sum them
         # (the compiled plan's energies), to the last bit
         share = fitted_share(cols, cfg, template)
-        chip[rows[sel]] = limited(rows[sel], compute * share, core * share, glb * share, hbm * share)
+        yield rows[sel], (compute * share, core * share, glb * share, hbm * share)
     rows = table.rows["vector"]
     if len(rows):
         cols = {f: v[:, None] for f, v in table.cols["vector"].items()}
-        compute, core, glb, hbm = _priced(_vector_actions(cols, cfg), e, vc_j, glb_j)
-        chip[rows] = limited(rows, compute, core, glb, hbm)
-    for i in table.rows["network"]:
-        d = table.descs[int(i)]
-        assert isinstance(d, CollectiveDesc)  # the "network" rows are the collectives
-        op = collective_energy(d.kind, d.nbytes, d.group_size, template)
-        chip[i], net[i] = op.chip_j, op.network_j
-    return chip, net
+        yield rows, _priced(_vector_actions(cols, cfg), e, vc_j, glb_j)
+
+
+def energy_parts(table: OpTable, configs: np.ndarray, template) -> np.ndarray:
+    """``[4, ops, configs]`` joules: the compute, core buffer, global buffer and HBM parts of
+    one execution of each GEMM and vector op of ``table`` on every row of ``configs`` at the
+    full clock (0 for collectives and views): :func:`energy_space`'s before the power limit's
+    clock, which a context-parallel ring's ops need summed over its steps first
+    (:func:`ring_energy`)."""
+    configs = np.asarray(configs)
+    out = np.zeros((4, len(table), configs.shape[0]))
+    for rows, parts in _chip_parts(table, configs, template):
+        for p, joules in enumerate(parts):
+            out[p, rows] = joules
+    return out
+
+
+def ring_energy(traced, off_diagonal, c: int):
+    """One op of a fused attention kernel run as a context-parallel ring of ``c`` steps: the
+    diagonal step runs the op as traced (``traced`` joules), each of the other c - 1 its
+    off-diagonal twin (``off_diagonal``: the unmasked GEMM over half the rows,
+    ``context_parallel.off_diagonal_gemm``; the op itself where it has none), so the die and
+    HBM do c steps' work (docs/design.md §6.8a).  Numbers, arrays or :class:`OpEnergy` (by
+    field): one sum for ``phaze-estimate-energy`` and the search, equal to the last bit."""
+    if isinstance(traced, OpEnergy):
+        return OpEnergy(*(ring_energy(a, b, c) for a, b in zip(astuple(traced), astuple(off_diagonal))))
+    return traced + (c - 1) * off_diagonal
 
 
 def clocked_energy(e: OpEnergy, split_s: float, overhead_s: float, acc) -> OpEnergy:

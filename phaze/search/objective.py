@@ -40,8 +40,16 @@ from typing import Any
 import numpy as np
 
 from passes.algorithms.cost import chip_usd, embodied_kgco2e
-from passes.algorithms.energy import LayerEnergy, energy_space, power_of_plan
-from passes.algorithms.latency import estimate_chip
+from passes.algorithms.energy import (
+    LayerEnergy,
+    die_energy_scale,
+    energy_parts,
+    energy_space,
+    power_headroom_w,
+    power_of_plan,
+    ring_energy,
+)
+from passes.algorithms.latency import OpTable, estimate_chip, op_overheads
 
 __all__ = ["OBJECTIVES", "UNITS", "Objective", "check_tables"]
 
@@ -110,10 +118,10 @@ class Objective:
         device (``network``: the network part of forward and backward)."""
         key = id(setting)
         if key not in self._layers:
-            chip, net = energy_space(
-                setting.table, self.cands.configs, self.cands.template, split_s=self._clocked_split(setting)
-            )
+            split = self._clocked_split(setting)
+            chip, net = energy_space(setting.table, self.cands.configs, self.cands.template, split_s=split)
             total = chip + net
+            rings = self._ring_energies(setting, split)
             n_layers, n_configs = len(setting.layers), len(self.cands.configs)
             out = np.zeros((5, n_layers, n_configs))
             # a group is shared by the layers that repeat it (a deep model's blocks): summed once
@@ -123,16 +131,54 @@ class Objective:
                 for part, g in enumerate((lr.fwd, lr.bwd, lr.opt, lr.selective)):
                     if g >= 0:
                         if g not in group_sum:
-                            group_sum[g] = _in_order(total, setting.groups[g].rows)
+                            group_sum[g] = _in_order(_group_ops(total, setting.groups[g], g, rings))
                         out[part, i] = group_sum[g]
                 # the forward's then the backward's, one sum (as layer_energies adds them)
                 pair = (lr.fwd, lr.bwd)
                 if pair not in net_sum:
                     rows = [r for g in pair if g >= 0 for r in setting.groups[g].rows]
-                    net_sum[pair] = _in_order(net, rows) if rows else np.zeros(n_configs)
+                    net_sum[pair] = _in_order(net[rows]) if rows else np.zeros(n_configs)
                 out[4, i] = net_sum[pair]
             self._layers[key] = tuple(out)
         return self._layers[key]
+
+    def _ring_energies(self, setting, split: np.ndarray | None) -> dict[tuple[int, int], np.ndarray]:
+        """Under context parallelism, ``(g, i)`` -> the joules (``[configs]``) of op ``i`` of group
+        ``g`` when it is one of a fused attention kernel's, run as a ring of c steps: the op and
+        its off-diagonal twin c − 1 times (``energy.ring_energy``), its die's part at the clock
+        the power limit leaves it over the ring's time (``split``, the chip's table latencies,
+        times the kernel's :meth:`~phaze.search.setting.Setting.ring_factors`), as
+        ``phaze-estimate-energy`` prices the ring's ops; empty without a ring."""
+        c, kernels = setting.cp, setting.kernels
+        if c <= 1 or not kernels:
+            return {}
+        template = self.cands.template
+        need = sorted({r for k in kernels for r in k.rows} | {t for k in kernels for t, _ in k.twins})
+        at = {r: j for j, r in enumerate(need)}
+        parts = energy_parts(OpTable([setting.table.descs[r] for r in need]), self.cands.configs, template)
+        twin_of = [{r: t for t, r in k.twins} for k in kernels]
+        factors = None if split is None else setting.ring_factors(split[:, 0], template.network)
+        overheads = None if split is None else op_overheads(setting.table, template)
+        out: dict[tuple[int, int], np.ndarray] = {}
+        for g, grp in enumerate(setting.groups):
+            for i, k in grp.ring:
+                r = grp.rows[i]
+                compute, core, glb, hbm = ring_energy(parts[:, at[r]], parts[:, at[twin_of[k].get(r, r)]], c)
+                if split is None or overheads is None or factors is None:
+                    out[(g, i)] = compute + core + glb + hbm
+                    continue
+                f = factors[k]
+                ring_s = split[r] * f if f is not None else split[r]
+                scale = die_energy_scale(
+                    compute + core + glb + hbm,
+                    hbm,
+                    ring_s,
+                    overheads[r] * c,
+                    power_headroom_w(template),
+                    template.energy.clock_energy_exponent,
+                )
+                out[(g, i)] = compute * scale + core * scale + glb * scale + hbm
+        return out
 
     def _clocked_split(self, setting) -> np.ndarray | None:
         """The ops' priced times (``[ops × configs]``) where the template's power limit lowers
@@ -212,9 +258,18 @@ class Objective:
         return power_of_plan(plan, plan["stages"], layers, grads, self.cands.template, static)
 
 
-def _in_order(per_op: np.ndarray, rows) -> np.ndarray:
-    """The sum of ``per_op``'s ``rows`` (each ``[configs]``) added one after another in program
-    order, as ``phaze-estimate-energy`` sums a layer's ops (:func:`~passes.algorithms.energy.layer_energies`):
+def _in_order(per_op: np.ndarray) -> np.ndarray:
+    """The sum of ``per_op``'s rows (each ``[configs]``, one op's) added one after another in
+    program order, as ``phaze-estimate-energy`` sums a layer's ops (:func:`~passes.algorithms.energy.layer_energies`):
     numpy's ``sum`` adds pairwise, which differs in the last bits, and the search's price of a
     power-limited step must be the compiled plan's to the last bit."""
-    return np.cumsum(per_op[list(rows)], axis=0)[-1]
+    return np.cumsum(per_op, axis=0)[-1]
+
+
+def _group_ops(total: np.ndarray, grp, g: int, rings: dict[tuple[int, int], np.ndarray]) -> np.ndarray:
+    """``[ops of group g × configs]``: each op's joules, from its row of ``total``, a ring's op
+    (:meth:`Objective._ring_energies`) from ``rings``."""
+    per_op = total[list(grp.rows)]
+    for i, _ in grp.ring:
+        per_op[i] = rings[(g, i)]
+    return per_op
