@@ -1,6 +1,8 @@
 """Bad input, tried as a careful and as a hostile user would (issue 12): each gives one line,
 exit status 1 and no traceback, before any work where it can be known before any work; nothing
-already on disk is lost."""
+already on disk is lost.  What a tool says and writes is checked from its ``main`` in this
+process (``run_main``: no 5 s of imports a run); a model that exits or calls ``os._exit``, torch's
+log, Ctrl-C and the exit of a failed output need the tool's own process (``run_tool``)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, MODELS, ROOT, module_text, run_tool
+from conftest import EXAMPLES, MODELS, ROOT, module_text, run_main, run_tool
 
 TINY = str(MODELS / "tiny_gpt2.py")
 OPAQUE = str(MODELS / "tiny_opaque.py")
@@ -174,12 +176,12 @@ def test_a_shape_mismatch_is_one_line_without_torch_log(tmp_path):
 
 def test_positions_beyond_a_learned_table_are_refused():
     """tiny_gpt2 has n_positions = 64 (a learned table)."""
-    line = one_error(run_tool("phazec", TINY, "--emit", "ir", "--seq-len", "65"))
+    line = one_error(run_main("phazec", TINY, "--emit", "ir", "--seq-len", "65"))
     assert line == (
         "phazec: error: tiny_gpt2.py: sequence length 65 is beyond the model's n_positions = 64 "
         "(its learned position table has no rows for the positions after it)"
     )
-    assert run_tool("phazec", TINY, "--emit", "ir", "--seq-len", "64", "-o", "-").returncode == 0
+    assert run_main("phazec", TINY, "--emit", "ir", "--seq-len", "64", "-o", "-").returncode == 0
 
 
 def test_positions_beyond_a_rotary_models_length_are_a_warning():
@@ -192,7 +194,7 @@ def test_positions_beyond_a_rotary_models_length_are_a_warning():
         sys.path.remove(str(MODELS))
     limit = tiny_llama.get_model().config.max_position_embeddings
     assert isinstance(tiny_llama.get_model().config, LlamaConfig)
-    r = run_tool("phazec", str(MODELS / "tiny_llama.py"), "--emit", "ir", "--seq-len", str(limit + 1), "-o", "-")
+    r = run_main("phazec", str(MODELS / "tiny_llama.py"), "--emit", "ir", "--seq-len", str(limit + 1), "-o", "-")
     assert r.returncode == 0, r.stderr
     warned = [line for line in r.stderr.splitlines() if "warning" in line]
     assert warned == [
@@ -235,7 +237,7 @@ def test_phaze_opt_on_a_directory():
 
 def test_opaque_ops_are_in_the_plan_the_json_and_said_once(tmp_path):
     plan, js = tmp_path / "opaque.mlir", tmp_path / "opaque.json"
-    r = run_tool("phazec", OPAQUE, "--hw", "a100", "-o", str(plan), "--json", str(js), "-q")
+    r = run_main("phazec", OPAQUE, "--hw", "a100", "-o", str(plan), "--json", str(js), "-q")
     assert r.returncode == 0, r.stderr
     # The tool says each warning once (the plan summary then lists them as its own lines).
     warned = [line for line in r.stderr.splitlines() if line.startswith("phazec: warning")]
@@ -261,7 +263,7 @@ def test_opaque_ops_are_in_the_plan_the_json_and_said_once(tmp_path):
 
 def test_a_plan_that_prices_everything_has_no_warnings(tmp_path):
     js = tmp_path / "p.json"
-    r = run_tool("phazec", TINY, "--hw", "a100", "-o", str(tmp_path / "p.mlir"), "--json", str(js), "-q")
+    r = run_main("phazec", TINY, "--hw", "a100", "-o", str(tmp_path / "p.mlir"), "--json", str(js), "-q")
     assert r.returncode == 0, r.stderr
     assert json.loads(js.read_text())["warnings"] == []
     assert "phaze.warnings" not in (tmp_path / "p.mlir").read_text()
@@ -270,7 +272,7 @@ def test_a_plan_that_prices_everything_has_no_warnings(tmp_path):
 def test_strict_refuses_a_model_with_opaque_ops(tmp_path):
     out = tmp_path / "opaque.mlir"
     out.write_text("previous plan\n")
-    line = one_error(run_tool("phazec", OPAQUE, "--hw", "a100", "--strict", "-o", str(out)))
+    line = one_error(run_main("phazec", OPAQUE, "--hw", "a100", "--strict", "-o", str(out)))
     assert line.startswith("phazec: error: unknown aten op aten.i0.default (from module 'act1')")
     assert out.read_text() == "previous plan\n"
 
@@ -333,7 +335,7 @@ def test_a_plan_with_non_ascii_names_parses_back(tmp_path):
     """MLIR prints a string's non-ASCII bytes as escapes; the plan must still read back as the
     same strings (xDSL alone would read them as bytes, and the records would not parse)."""
     plan = tmp_path / "plan.mlir"
-    r = run_tool("phazec", write(tmp_path, "net.py", UNICODE), "--hw", "a100", "-o", str(plan), "-q")
+    r = run_main("phazec", write(tmp_path, "net.py", UNICODE), "--hw", "a100", "-o", str(plan), "-q")
     assert r.returncode == 0, r.stderr
     text = plan.read_text()
     assert 'phaze.model = "mod\\C3\\A8le-\\C3\\BC"' in text and 'module = "schicht_\\C3\\BC.0"' in text
@@ -352,19 +354,19 @@ def test_a_searched_plan_says_what_it_does_not_price(tmp_path):
     js = tmp_path / "s.json"
     space = str(EXAMPLES / "spaces" / "small.toml")
     out = ["-o", str(tmp_path / "s.mlir"), "--json", str(js)]
-    r = run_tool("phazec", OPAQUE, "--space", space, *out, "-j", "2", "--no-cache")
+    r = run_main("phazec", OPAQUE, "--space", space, *out, "-j", "2", "--no-cache")
     assert r.returncode == 0, r.stderr
     warned = [line for line in r.stderr.splitlines() if line.startswith("phazec: warning")]
     assert len(warned) == 2, r.stderr
     assert {w["aten"] for w in json.loads(js.read_text())["warnings"]} == {"aten.i0.default", "aten.special_i1.default"}
-    strict = run_tool("phazec", OPAQUE, "--space", space, "-o", str(tmp_path / "t.mlir"), "--strict", "--no-cache")
+    strict = run_main("phazec", OPAQUE, "--space", space, "-o", str(tmp_path / "t.mlir"), "--strict", "--no-cache")
     assert one_error(strict).startswith("phazec: error: unknown aten op aten.i0.default")
 
 
 def test_the_position_warning_names_the_length_given_once_under_context_parallelism(tmp_path):
     """Context parallelism traces one device's S/c tokens of a sample: the position check is of
     the whole sample, said once with the length the user gave (not the 128 a device traces)."""
-    r = run_tool(
+    r = run_main(
         "phazec", str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--devices", "4", "--global-batch", "4",
         "--micro-batch", "1", "--tp", "1", "--seq-len", "256", "--context-parallel", "2", "--no-cache",
         "-o", str(tmp_path / "plan.mlir"),

@@ -15,6 +15,15 @@ def tiny_mlir(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def tiny_ir() -> str:
+    """``phazec --emit ir`` of the tiny GPT-2 on stdout, as phaze-opt reads it (one process for
+    the tests that feed it to phaze-opt or xdsl-opt)."""
+    fwd = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
+    assert fwd.returncode == 0 and "@forward" in fwd.stdout and "phaze.layer" not in fwd.stdout
+    return fwd.stdout
+
+
 def test_phaze_opt_prints_what_it_read(tiny_mlir):
     r = run_tool("phaze-opt", str(tiny_mlir))
     assert r.returncode == 0, r.stderr
@@ -30,14 +39,12 @@ def test_generic_form_parses_back(tiny_mlir, tmp_path):
     assert back.returncode == 0 and back.stdout == tiny_mlir.read_text()
 
 
-def test_phaze_opt_runs_a_pass_with_options(tmp_path):
-    fwd = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
-    assert fwd.returncode == 0 and "@forward" in fwd.stdout and "phaze.layer" not in fwd.stdout
-    r = run_tool("phaze-opt", "-p", "phaze-group-layers", input=fwd.stdout)
+def test_phaze_opt_runs_a_pass_with_options(tmp_path, tiny_ir):
+    r = run_tool("phaze-opt", "-p", "phaze-group-layers", input=tiny_ir)
     assert r.returncode == 0, r.stderr
     assert "#phaze.layer_info<index = 0" in r.stdout
     # "-" is stdin, as mlir-opt reads it (it was a file named "-"), and stdin names its errors
-    dash = run_tool("phaze-opt", "-", "-p", "phaze-group-layers", input=fwd.stdout, cwd=tmp_path)
+    dash = run_tool("phaze-opt", "-", "-p", "phaze-group-layers", input=tiny_ir, cwd=tmp_path)
     assert dash.returncode == 0 and dash.stdout == r.stdout, dash.stderr
     cut = run_tool("phaze-opt", "-", input="builtin.module {\n", cwd=tmp_path)
     assert cut.returncode == 1 and cut.stderr.startswith("stdin:2:1: error: "), cut.stderr
@@ -91,9 +98,8 @@ def test_malformed_mlir_reports_line_and_column(tmp_path):
     assert f"{p}:2:44" in r.stderr and "Expected shape type" in r.stderr
 
 
-def test_pass_precondition_is_a_clear_error(tmp_path):
-    fwd = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
-    r = run_tool("phaze-opt", "-p", "phaze-mark-saved", input=fwd.stdout)
+def test_pass_precondition_is_a_clear_error(tiny_ir):
+    r = run_tool("phaze-opt", "-p", "phaze-mark-saved", input=tiny_ir)
     one_line_error(r, "phaze-opt", "the step has no backward ops")
 
 
@@ -108,7 +114,7 @@ def test_bad_pipeline_spec():
     one_line_error(r, "phaze-opt", "-p 'phaze-group-layers{x=a.b}': unknown token at column 23")
 
 
-def test_stock_xdsl_opt_sees_phaze_through_entry_point(tmp_path):
+def test_stock_xdsl_opt_sees_phaze_through_entry_point(tiny_ir):
     """The ``xdsl.universe`` entry point makes the dialect and passes visible to ``xdsl-opt``."""
     import importlib.metadata
     import subprocess
@@ -117,10 +123,9 @@ def test_stock_xdsl_opt_sees_phaze_through_entry_point(tmp_path):
     names = {e.name for e in importlib.metadata.entry_points(group="xdsl.universe")}
     if "phaze" not in names:
         pytest.skip("phaze is not pip-installed (the README's commands install it)")
-    fwd = run_tool("phazec", str(MODELS / "tiny_gpt2.py"), "--emit", "ir", "-q")
     r = subprocess.run(
         [sys.executable, "-c", "from xdsl.tools.xdsl_opt import main; main()", "-p", "phaze-group-layers"],
-        input=fwd.stdout,
+        input=tiny_ir,
         capture_output=True,
         text=True,
     )

@@ -12,7 +12,7 @@ import subprocess
 import warnings
 
 import pytest
-from conftest import MODELS, ROOT, run_tool
+from conftest import MODELS, ROOT, run_main
 
 TINY = str(MODELS / "tiny_gpt2.py")
 TINY_SPACE = ROOT / "tests" / "data" / "tiny_space.toml"
@@ -192,7 +192,7 @@ def test_phazec_refuses_a_space_beyond_the_bounds_in_one_line_before_tracing(tmp
     space.write_text(
         space_text(("num_tc = { min = 1, max = 8 }", "num_tc = [33554432]"), ("budget_mm2 = 60.0", "budget_mm2 = 1e6"))
     )
-    r = run_tool("phazec", TINY, "--space", str(space), "--no-cache", "-o", str(tmp_path / "o.mlir"))
+    r = run_main("phazec", TINY, "--space", str(space), "--no-cache", "-o", str(tmp_path / "o.mlir"))
     assert one_error(r) == (
         f"phazec: error: {space}: search.num_tc = 33554432: expected a positive integer at most 16777216 "
         "(18x the 900,000 cores of Cerebras WSE-3, the largest chip built)"
@@ -335,7 +335,7 @@ def test_a_space_none_of_whose_chips_fits_the_wafer_is_refused(tmp_path):
 def test_phazec_refuses_a_space_none_of_whose_chips_fits_the_wafer_before_tracing(tmp_path):
     space = tmp_path / "space.toml"
     space.write_text(TWO_CHIPS.replace("num_tc = [1, 16384]", "num_tc = [16384]"))
-    r = run_tool("phazec", TINY, "--space", str(space), "--no-cache", "-o", str(tmp_path / "o.mlir"))
+    r = run_main("phazec", TINY, "--space", str(space), "--no-cache", "-o", str(tmp_path / "o.mlir"))
     line = one_error(r)
     assert line.startswith(f"phazec: error: {space}: no candidate can be made, each too large for the wafer: ")
     assert "tracing" not in r.stderr and "preparing" not in r.stderr
@@ -346,7 +346,7 @@ def test_phazec_says_once_which_chips_of_a_space_the_wafer_leaves_out_and_search
     space.write_text(TWO_CHIPS)
     out = tmp_path / "o.mlir"
     args = ["--no-cache", "--no-baselines", "-q", "--tp", "1", "--micro-batch", "1", "--devices", "8"]
-    r = run_tool("phazec", TINY, "--space", str(space), *args, "--global-batch", "8", "-o", str(out))
+    r = run_main("phazec", TINY, "--space", str(space), *args, "--global-batch", "8", "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     said = [line for line in r.stderr.splitlines() if "warning" in line or "tc16384" in line]
@@ -360,5 +360,5 @@ def test_phazec_says_once_which_chips_of_a_space_the_wafer_leaves_out_and_search
 def test_phazec_refuses_a_hardware_file_whose_die_does_not_fit_its_wafer_in_one_line(tmp_path):
     hw = tmp_path / "hw.toml"
     hw.write_text(HUGE_DIE)
-    line = one_error(run_tool("phazec", TINY, "--hw", str(hw), "--no-cache", "-o", str(tmp_path / "o.mlir")))
+    line = one_error(run_main("phazec", TINY, "--hw", str(hw), "--no-cache", "-o", str(tmp_path / "o.mlir")))
     assert line.startswith(f"phazec: error: {hw}: a die of 843,037 mm^2 does not fit {WAFER}")

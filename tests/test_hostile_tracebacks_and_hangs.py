@@ -208,19 +208,19 @@ def test_outputs_are_written_together_or_not_at_all(tmp_path):
 
 
 def test_a_plan_that_does_not_fit_changes_no_output_unless_asked(tmp_path):
-    from conftest import MODELS, run_tool
+    from conftest import MODELS, run_main
 
     plan, js = tmp_path / "plan.mlir", tmp_path / "plan.json"
     plan.write_text("the old plan\n")
     js.write_text("the old JSON\n")
     args = [str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--devices", "8", "--global-batch", "4"]
     args += ["--micro-batch", "1", "--tp", "1", "--placement", "expert:1,8,1", "-o", str(plan), "--json", str(js)]
-    r = run_tool("phazec", *args, "-q")  # DP 8 cannot split 4 samples
+    r = run_main("phazec", *args, "-q")  # DP 8 cannot split 4 samples
     assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stderr.startswith("phazec: error: ") and "no placement fits" in r.stderr
     assert r.stderr.rstrip().endswith(f"; nothing written to {plan}, {js} (--write-infeasible writes it)")
     assert (plan.read_text(), js.read_text()) == ("the old plan\n", "the old JSON\n")
-    r = run_tool("phazec", *args, "-q", "--write-infeasible")
+    r = run_main("phazec", *args, "-q", "--write-infeasible")
     assert r.returncode == 1 and "nothing written" not in r.stderr, r.stderr
     assert "feasible = no" in plan.read_text() and json.loads(js.read_text())["feasible"] is False
 
@@ -561,14 +561,14 @@ def test_a_sweep_where_nothing_fits_stops_before_compiling_an_unfit_plan(tmp_pat
     """Without --write-infeasible no output is written, so the unfit plan is not compiled from
     the whole model (a 20,000-block model would take minutes): the run stops when the sweep
     knows, with the message the compiled plan would give."""
-    from conftest import MODELS, run_tool
+    from conftest import MODELS, run_main
 
     args = [str(MODELS / "tiny_gpt2.py"), "--hw", "a100", "--devices", "8", "--global-batch", "4", "--tp", "1"]
     args += ["--placement", "expert:1,8,1", "--no-cache"]  # DP 8 cannot split 4 samples
-    quick = run_tool("phazec", *args)
+    quick = run_main("phazec", *args)
     assert quick.returncode == 1 and "Traceback" not in quick.stderr
     assert "compiling the best point" not in quick.stderr and quick.stdout == ""
-    written = run_tool("phazec", *args, "--write-infeasible", "-o", str(tmp_path / "unfit.mlir"))
+    written = run_main("phazec", *args, "--write-infeasible", "-o", str(tmp_path / "unfit.mlir"))
     assert written.returncode == 1 and "compiling the best point" in written.stderr
     assert quick.stderr.splitlines()[-1] == written.stderr.splitlines()[-1]
     assert quick.stderr.splitlines()[-1].startswith("phazec: error: no placement fits: batch: ")

@@ -202,7 +202,9 @@ def check_against_oracle(problem: dict, got: dict) -> str:
 
 
 def test_dp_matches_brute_force_on_random_instances():
-    problems = [make_problem(RandomDraw(seed)) for seed in range(6000)]
+    # 2,000 draws: the oracle's ~4 CPU seconds a thousand are the test's time, and a DP that
+    # ignored max_stages, or let a stage 2 % past the HBM, fails on ~200 and ~75 of them.
+    problems = [make_problem(RandomDraw(seed)) for seed in range(2000)]
     answers = rs.solve_placement_batch(problems)
     assert len(answers) == len(problems)
     seen: dict[str, int] = {}
@@ -213,7 +215,7 @@ def test_dp_matches_brute_force_on_random_instances():
             raise AssertionError(f"seed {seed}: {e}\n{problem}") from e
         seen[kind] = seen.get(kind, 0) + 1
     # The generator must exercise every outcome.
-    assert seen.get("feasible", 0) > 3000 and seen.get("memory", 0) > 1000, seen
+    assert seen.get("feasible", 0) > 1000 and seen.get("memory", 0) > 500, seen
     assert seen.get("batch", 0) > 50 and seen.get("devices", 0) > 50, seen
 
 
