@@ -8,6 +8,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 from xdsl.passes import ModulePass
 
+from passes.algorithms.context_parallel import off_diagonal_gemm
 from passes.algorithms.energy import (
     OpEnergy,
     clocked_energy,
@@ -21,7 +22,7 @@ from passes.algorithms.recompute import parse_selective
 from passes.algorithms.tiling import ScalarTiling
 from passes.cost_view import Describer
 from passes.graph_view import build_graph, read_layers, step_function
-from passes.how_ops_run import attention_kernels, off_diagonal_twin
+from passes.how_ops_run import attention_kernels
 from passes.recompute_view import static_costs
 from phaze_ir import dialect as ph
 from phaze_ir import keys
@@ -91,7 +92,7 @@ class EstimateEnergyPass(ModulePass):
                     tiling = ScalarTiling(**tile.as_dict())  # type: ignore[arg-type]  # the record's fields
                 e = estimate_energy(desc, acc, tiling)
                 if in_ring:
-                    twin = off_diagonal_twin(o)
+                    twin = off_diagonal_gemm(desc) if isinstance(desc, MatmulDesc) else None
                     e = ring_energy(e, e if twin is None else estimate_energy(twin, acc), c)
                 if on_clock and isinstance(desc, MatmulDesc | VectorDesc):
                     unit = "tensor" if isinstance(desc, MatmulDesc) else "vector"

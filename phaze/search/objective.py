@@ -157,26 +157,28 @@ class Objective:
         at = {r: j for j, r in enumerate(need)}
         parts = energy_parts(OpTable([setting.table.descs[r] for r in need]), self.cands.configs, template)
         twin_of = [{r: t for t, r in k.twins} for k in kernels]
-        factors = None if split is None else setting.ring_factors(split[:, 0], template.network)
-        overheads = None if split is None else op_overheads(setting.table, template)
+        # where the power limit lowers the ops' clock: each kernel's ring factor, each row's
+        # launch costs and the limit's headroom, computed once for the setting
+        clock = None
+        if split is not None:
+            clock = (
+                setting.ring_factors(split[:, 0], template.network),
+                op_overheads(setting.table, template),
+                power_headroom_w(template),
+            )
+        gamma = template.energy.clock_energy_exponent
         out: dict[tuple[int, int], np.ndarray] = {}
         for g, grp in enumerate(setting.groups):
             for i, k in grp.ring:
                 r = grp.rows[i]
                 compute, core, glb, hbm = ring_energy(parts[:, at[r]], parts[:, at[twin_of[k].get(r, r)]], c)
-                if split is None or overheads is None or factors is None:
+                if split is None or clock is None:
                     out[(g, i)] = compute + core + glb + hbm
                     continue
+                factors, overheads, headroom = clock
                 f = factors[k]
                 ring_s = split[r] * f if f is not None else split[r]
-                scale = die_energy_scale(
-                    compute + core + glb + hbm,
-                    hbm,
-                    ring_s,
-                    overheads[r] * c,
-                    power_headroom_w(template),
-                    template.energy.clock_energy_exponent,
-                )
+                scale = die_energy_scale(compute + core + glb + hbm, hbm, ring_s, overheads[r] * c, headroom, gamma)
                 out[(g, i)] = compute * scale + core * scale + glb * scale + hbm
         return out
 
