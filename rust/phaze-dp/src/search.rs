@@ -542,8 +542,16 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// end at max(c, behind + share·min(c, behind))).
     #[inline]
     fn unhidden(&self, c: f64, behind: f64) -> f64 {
+        self.unhidden_on(c, behind, self.dp_level)
+    }
+
+    /// [`Ctx::unhidden`] for a collective that runs on `level`, whose share of the compute it
+    /// takes: HSDP's all-reduces cross the replicas' level, not the shard group's, and NCCL
+    /// opens that level's channels for them (docs/design.md §6.5, HSDP).
+    #[inline]
+    fn unhidden_on(&self, c: f64, behind: f64, level: usize) -> f64 {
         if self.prep.prob.dp_overlap {
-            let share = self.prep.prob.levels[self.dp_level].collective_compute_share;
+            let share = self.prep.prob.levels[level].collective_compute_share;
             (c - behind).max(share * c.min(behind))
         } else {
             c
@@ -666,10 +674,16 @@ impl<'p, 'a> Ctx<'p, 'a> {
         };
         let (layers, rs, ag) = (&self.prep.prob.layers, &w.rs, &w.ag);
         // HSDP: the all-reduces run on their own stream, each after its layer's
-        // reduce-scatter: those of layers i+1..=j beside the backward of layers i..j-1, the
-        // first layer's after its reduce-scatter, alone (0 without HSDP).
-        let ar = if self.replicas.is_some() {
-            w.ar[i] + self.unhidden(inner(&w.ar_sum, i + 1, j + 1), inner(&w.bwd_sum, i, j))
+        // reduce-scatter: those of layers i+1..=j beside the backward of layers i..j-1, taking
+        // the replicas' level's share of it, the first layer's after its reduce-scatter, alone
+        // (0 without HSDP).
+        let ar = if let Some((_, level, _)) = self.replicas {
+            w.ar[i]
+                + self.unhidden_on(
+                    inner(&w.ar_sum, i + 1, j + 1),
+                    inner(&w.bwd_sum, i, j),
+                    level,
+                )
         } else {
             0.0
         };

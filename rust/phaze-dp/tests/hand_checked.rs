@@ -1040,6 +1040,39 @@ fn hsdp_all_reduces_run_beside_the_backward() {
 }
 
 #[test]
+fn hsdp_all_reduces_take_the_replicas_level_share_of_the_compute() {
+    // `hsdp_all_reduces_run_beside_the_backward` with a compute share on each level: 0.25 in
+    // the node (the shard group's all-gathers and reduce-scatters), 0.5 across nodes (the
+    // replicas' all-reduces). In the node, forward: layer 0's all-gather alone (1 s), layer 1's
+    // and 2's beside the forward of layers 0 and 1 (0.25 · 1 s each); backward: layer 2's
+    // all-gather alone (1 s), layer 1's beside layer 2's backward (0.25 · 1 s), layer 2's
+    // reduce-scatter and layer 0's all-gather beside layer 1's (0.25 · 2 s), layer 1's
+    // reduce-scatter beside layer 0's (0.25 · 1 s), layer 0's alone (1 s): 4.5 s. Across:
+    // layers 1 and 2's all-reduces (2.4 s) beside the backward of layers 0 and 1 (4 s) take
+    // 0.5 · 2.4 = 1.2 s of it, layer 0's alone 1.2 s: T = 9 + 4.5 + 2.4 = 15.9 (at the node's
+    // 0.25 the all-reduces would add 1.2 + 0.6 s: 15.3).
+    let mut l = layer();
+    l.param_bytes = 1_800_000_000;
+    l.grad_bytes = 1_800_000_000;
+    let mut prob = problem(vec![l; 3], 4, 4);
+    let mut node = level(2, 1e9, 0.1);
+    node.collective_compute_share = 0.25;
+    let mut across = level(4, 0.9e9, 0.1);
+    across.collective_compute_share = 0.5;
+    prob.levels = vec![node, across];
+    prob.zero = Some(Zero::Parameters);
+    prob.max_stages = Some(1);
+    prob.dp_shard = Some(2);
+    prob.dp_overlap = true;
+    let plan = feasible(solve(&prob));
+    assert!(
+        close(plan.time_per_batch_s, 15.9),
+        "{}",
+        plan.time_per_batch_s
+    );
+}
+
+#[test]
 fn expert_parallelism_under_context_parallelism_spans_the_cp_ranks() {
     // 4 devices, c = 2, d = 2, t = 1, e = 2: numbered tp-cp-ep-dp-pp (Megatron-core 0.9), the
     // EP group is the two replicas at one CP rank, c·t = 2 apart, so it spans 4 devices and
