@@ -287,6 +287,35 @@ def test_expert_parallelism_under_context_parallelism_and_sequence_parallel_all_
     assert 0 < sp["breakdown_s"]["ep_comm_s"] < whole["breakdown_s"]["ep_comm_s"]
 
 
+def test_sequence_parallel_keeps_the_residual_split_after_an_moe_block():
+    """At TP 2 with sequence parallelism the MoE block's output, replicated over the TP group
+    after the experts' all-reduce, is added to the split residual by each rank's own tokens
+    (Megatron-core's scatter_to_sequence_parallel_region: no collective): per block forward one
+    all-gather before q/k/v, one reduce-scatter after o, one all-gather before the router and
+    one all-reduce of the expert output, and the norms stay split (their backward gathers
+    nothing; their weights' partial gradients are all-reduced once a step, as Megatron does)."""
+    text = _compile(
+        _model_file(MIXTRAL.format(seq=32)), "--emit", "sharded", "--tp", "2", "--micro-batch", "1",
+        "--sequence-parallel", "on",
+    )  # fmt: skip
+    found = re.findall(r'"(\w+)" %\S+ group_size 2 \{phaze.phase = "(\w+)", phaze.module = "([^"]*)"', text)
+    for block in (0, 1):
+        p = f"model.layers.{block}."
+        fwd = [(kind, module[len(p) :]) for kind, phase, module in found if phase == "fwd" and module.startswith(p)]
+        assert fwd == [
+            ("all_gather", "self_attn.q_proj"),
+            ("reduce_scatter", "self_attn.o_proj"),
+            ("all_gather", "mlp.gate"),
+            ("all_reduce", "mlp.experts"),
+        ]
+    assert not [c for c in found if c[1] == "fwd" and c[2] in ("model.layers.0", "model.layers.1")]
+    assert not [c for c in found if c[1] == "bwd" and c[2].endswith("layernorm")]
+    norms = sorted(m for kind, phase, m in found if phase == "opt" and kind == "all_reduce")
+    assert norms == sorted(f"model.layers.{b}.{n}_layernorm" for b in (0, 1) for n in ("input", "post_attention")) + [
+        "model.norm"
+    ]
+
+
 def test_sequence_parallel_dispatches_one_tp_share_a_device():
     """The DP's problem: under sequence parallelism at TP t an MoE layer's dispatch_bytes (the
     gathered operand of its first expert GEMM) become 1/t a device, what each TP rank's

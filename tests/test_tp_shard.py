@@ -536,6 +536,33 @@ def test_sequence_parallel_algorithm():
     assert not plan.gathers
 
 
+def test_sequence_parallel_reads_its_tokens_of_a_replicated_addend():
+    # x -> column -> gelu -> row, reduce-scattered, plus gelu(x), replicated over the devices
+    # (an MoE layer's output beside the residual): each device adds its own tokens of the
+    # replicated addend, as Megatron-core's scatter_to_sequence_parallel_region splits without
+    # communication; the sum stays split and the norm runs on 2 tokens, nothing gathered.
+    g = TGraph(layers=[("prologue", "")], seq_len=4)
+    x = g.add_value((4, 8), role="input")
+    h = x
+    mms = []
+    for k in range(2):
+        w = g.add_value((8, 8), role="param")
+        mms.append(g.add_op("matmul", "", [h, w], [(4, 8)], module=f"l{k}"))
+        h = g.ops[g.add_op("elementwise", "gelu", [g.ops[mms[-1]].results[0]], [(4, 8)])].results[0]
+    other = g.ops[g.add_op("elementwise", "gelu", [x], [(4, 8)])].results[0]
+    total = g.ops[g.add_op("elementwise", "add", [h, other], [(4, 8)])].results[0]
+    norm = g.add_op("norm", "layer_norm", [total], [(4, 8), (4, 1), (4, 1)], normalized_rank=1)
+    loss = g.add_op("reduction", "sum", [g.ops[norm].results[0]], [()])
+    g.add_op("return", "", [g.ops[loss].results[0]], [], result_roles=["loss"], result_params=[-1])
+    plan = shard(g, 2, sequence_parallel=True)
+    assert plan.column == [mms[0]] and plan.row == [mms[1]] and not plan.demoted
+    row_out = g.ops[mms[1]].results[0]
+    assert plan.all_reduces[0].value == row_out and plan.all_reduces[0].scatter == Split(0, 2)
+    assert plan.states[h] == Split(0, 2) and plan.states[other] is REPLICATED and plan.states[total] == Split(0, 2)
+    assert plan.shapes[g.ops[norm].results[0]] == (2, 8)
+    assert not plan.gathers
+
+
 # --------------------------------------------------------------------------------------------
 # Grouped-query attention
 # --------------------------------------------------------------------------------------------

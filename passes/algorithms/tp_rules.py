@@ -216,8 +216,10 @@ def elementwise(prop: Propagation, i: int, op: TOp) -> None:
     that q, k and v projections send to their shared input are all-reduced once, Megatron's
     ``f`` operator).  Split operands must agree (mapped to the result's rank); a replicated
     parameter meeting a split operand along a full dim (a bias, a norm's scale) is split with
-    it; any other replicated operand along a full split dim refuses the split (it would need
-    a slice)."""
+    it; a replicated activation beside a sequence split is read by each device for its own
+    tokens (the result stays split: Megatron-core's ``scatter_to_sequence_parallel_region``,
+    ``mappings.py``, a slice without communication); any other replicated operand along a full
+    split dim refuses the split (it would need a slice)."""
     if prop.structure.is_chain_op(op) and prop.operand(i, 0) is PENDING:
         for rv in op.results:  # a cast of a parameter (--dtype fp8): decided with the parameter
             prop.states[rv] = PENDING
@@ -265,6 +267,12 @@ def elementwise(prop: Propagation, i: int, op: TOp) -> None:
                     prop.refuse_origin(origin, parts.values())
                     out = REPLICATED
         elif not whole:
+            if s is REPLICATED and origin == {SEQUENCE_ORIGIN} and isinstance(out, Split) and not out.pad:
+                # A replicated activation meets a sequence-split one (an MoE layer's output,
+                # replicated over TP, added to the split residual): each device reads its own
+                # tokens of it, as Megatron-core's scatter_to_sequence_parallel_region splits
+                # without communication, and the result stays split.
+                continue
             # A replicated operand meets a split one along a full dim: would need a slice.
             prop.refuse_origin(origin, parts.values())
             out = REPLICATED
