@@ -327,7 +327,7 @@ def test_expert_tensor_parallelism_folds_ep_wider_than_dp(tmp_path):
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
-        (("--expert-tensor-parallel", "3"), "expert tensor parallel 3: expected a width that divides the TP width 2"),
+        (("--expert-tensor-parallel", "3"), "--expert-tensor-parallel 3: expected a width that divides the TP width 2"),
         (("--expert-tensor-parallel", "-1"), "--expert-tensor-parallel"),
         (
             ("--expert-tensor-parallel", "1", "--rank-order", "tp-pp-dp"),
@@ -352,6 +352,17 @@ def test_expert_tensor_parallelism_is_refused_where_it_cannot_be(tmp_path, flags
     except (PhazeError, SystemExit) as e:  # before any work
         failure = str(e)
     assert failure is not None and said in str(failure) and "\n" not in str(failure), (flags, failure)
+
+
+def test_a_swept_tp_width_is_one_the_experts_width_divides():
+    """Without --tp the plan stage tries the widths the devices hold that --expert-tensor-parallel
+    divides (each expert split over K devices of a TP group of t: K divides t)."""
+    from phaze.options import Options
+    from phaze.points import tp_widths_of
+
+    assert tp_widths_of(Options(devices=8), None) == (1, 2, 4, 8)
+    assert tp_widths_of(Options(devices=8, expert_tensor_parallel=2), None) == (2, 4, 8)
+    assert tp_widths_of(Options(devices=4, expert_tensor_parallel=8), None) == (1,)  # none: refused by the driver
 
 
 def test_sequence_parallel_dispatches_one_tp_share_a_device():
