@@ -196,6 +196,9 @@ struct ExpertMesh {
     /// (`tp-cp-ep-dp-pp`), or folded e devices k apart, on the level of e·k.
     ep_level: usize,
     ep_stride: u64,
+    /// ZeRO-3's gathered layers over the recorded ones: ⌈scale/e⌉, at least 1 (a device's
+    /// experts are more than the recorded only folded, at t/(k·e) > 1).
+    gathered: u64,
 }
 
 impl ExpertMesh {
@@ -211,6 +214,7 @@ impl ExpertMesh {
                 edp_stride: k * e,
                 ep_level: prob.level_for(e * k),
                 ep_stride: k,
+                gathered: (prob.tp / k).div_ceil(e).max(1),
             }
         } else {
             ExpertMesh {
@@ -219,6 +223,7 @@ impl ExpertMesh {
                 edp_stride: e * stride,
                 ep_level: prob.level_for(e * prob.cp * stride),
                 ep_stride: prob.cp * stride,
+                gathered: 1,
             }
         }
     }
@@ -450,7 +455,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
         // experts are t/(k·e) of the recorded ones, that many times them when above 1).
         let gathered = if z >= 3 && self.sharded() {
             a.max_param_bytes
-                .saturating_mul(self.mesh.scale.div_ceil(self.e).max(1))
+                .saturating_mul(self.mesh.gathered)
                 .saturating_mul(2)
         } else {
             0
