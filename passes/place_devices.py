@@ -176,6 +176,7 @@ def write_plan(
         global_batch=problem["global_batch"],
         tp=problem["tp"],
         cp=problem["cp"],
+        expert_tensor_parallel=problem.get("expert_tensor_parallel") or problem["tp"],
         micro_batch_size=problem["micro_batch"],
         **{name: dp[name] if fits else 0 for name in _PLAN_COUNTS},
         **{name: float(dp[name]) if fits else 0.0 for name in ("time_per_batch_s", "throughput_samples_per_s")},

@@ -313,6 +313,9 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
         raise PhazeError(f"--placement: {e}") from e
     check_placement_devices(fixed, opts.devices, context_parallel_degree(opts))
     widths = tp_widths_of(opts, fixed)
+    k = opts.expert_tensor_parallel
+    if k and (w := next((w for w in widths if w % k), None)) is not None:  # one line now, not after a trace
+        raise PhazeError(f"--expert-tensor-parallel {k}: expected a width that divides the TP width {w}")
     if STAGES.index(opts.emit) >= STAGES.index("sharded"):
         check_tp_heads(widths, heads, spec.name, opts.placement if fixed is not None and not opts.tp_widths else None)
     return Compilation(opts, accelerator, spec, fixed, widths, vocab)

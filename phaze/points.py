@@ -26,12 +26,21 @@ Log = Callable[[str], None]
 
 def tp_widths_of(opts: Options, fixed: tuple[int, int, int] | None) -> tuple[int, ...]:
     """The TP widths a compilation tries: ``--tp``'s, else the fixed placement's, else those of
-    :data:`~phaze.options.DEFAULT_TP_WIDTHS` the devices hold (TP 8 is not tried on 4)."""
+    :data:`~phaze.options.DEFAULT_TP_WIDTHS` the devices hold (TP 8 is not tried on 4) and
+    ``--expert-tensor-parallel`` divides (the experts' width divides the TP width)."""
     if opts.tp_widths:
         return tuple(opts.tp_widths)
     if fixed is not None:
         return (fixed[2],)
-    return tuple(w for w in DEFAULT_TP_WIDTHS if w <= opts.devices) or DEFAULT_TP_WIDTHS[:1]
+    held = tuple(w for w in expert_tp_widths(opts, DEFAULT_TP_WIDTHS) if w <= opts.devices)
+    return held or DEFAULT_TP_WIDTHS[:1]
+
+
+def expert_tp_widths(opts: Options, widths: Sequence[int]) -> tuple[int, ...]:
+    """The ``widths`` that ``--expert-tensor-parallel`` divides (all without it): a swept TP
+    width the experts' width does not divide is not tried."""
+    k = opts.expert_tensor_parallel or 1
+    return tuple(w for w in widths if w % k == 0)
 
 
 def tp_points(opts: Options, tp_widths: Sequence[int]) -> list[tuple[int, bool]]:

@@ -930,7 +930,8 @@ class PlanAttr(RecordAttr):
     Syntax::
 
         #phaze.plan<devices = 1024, global_batch = 4096, dp = 32, pp = 8, tp = 4, cp = 1,
-                    virtual_stages = 1, zero = 0, expert_parallel = 1, rank_order = "tp-dp-pp",
+                    virtual_stages = 1, zero = 0, expert_parallel = 1, expert_tensor_parallel = 4,
+                    rank_order = "tp-dp-pp",
                     pipeline_transfer = "whole", micro_batch_size = 1, num_micro_batches = 128, time_per_batch_s = 12.5,
                     throughput_samples_per_s = 327.7, max_memory_bytes = 30000000000,
                     devices_used = 1024, placement = "phaze", feasible = yes, binding = "">
@@ -946,7 +947,14 @@ class PlanAttr(RecordAttr):
       the parameters (FSDP).
     - ``expert_parallel``: the EP degree e: each MoE layer's experts split over e consecutive
       data-parallel replicas, tokens dispatched to them and combined back by all-to-alls (1:
-      every replica holds every expert; a dense model).
+      every replica holds every expert; a dense model). With ``expert_tensor_parallel``
+      below ``tp`` the EP group is e devices of the experts' own mesh instead (below).
+    - ``expert_tensor_parallel``: the width k each expert's weights are split over (Megatron-core's
+      ``--expert-tensor-parallel-size``): ``tp`` (the default: the experts split like the other
+      linears, the EP group made of replicas) or a width dividing it, when the experts have their
+      own mesh over a stage's ``tp·cp·dp`` devices, k innermost, then the EP group of e devices k
+      apart, then the ``tp·cp·dp/(k·e)`` devices holding the same experts ("MoE parallel folding":
+      e may exceed ``dp``).
     - ``rank_order``: how the devices are numbered into groups, TP innermost: ``"tp-dp-pp"``
       (pipeline outermost: Megatron-LM's and torchtitan's default) or ``"tp-pp-dp"`` (data
       parallelism outermost: Megatron-LM's ``--use-tp-pp-dp-mapping``); it decides which
@@ -977,6 +985,7 @@ class PlanAttr(RecordAttr):
         "virtual_stages",
         "zero",
         "expert_parallel",
+        "expert_tensor_parallel",
         "rank_order",
         "pipeline_transfer",
         "micro_batch_size",
@@ -999,6 +1008,7 @@ class PlanAttr(RecordAttr):
     virtual_stages: IntAttr
     zero: IntAttr
     expert_parallel: IntAttr
+    expert_tensor_parallel: IntAttr
     rank_order: StringAttr
     pipeline_transfer: StringAttr
     micro_batch_size: IntAttr
@@ -1016,6 +1026,7 @@ class PlanAttr(RecordAttr):
         # re-placed, phaze-place-devices{devices=...} refuses it)
         **{f: (1, COUNT_MAX) for f in ("devices", "global_batch", "micro_batch_size")},
         **{f: (0, COUNT_MAX) for f in ("dp", "pp", "tp", "virtual_stages", "expert_parallel", "num_micro_batches")},
+        "expert_tensor_parallel": (1, COUNT_MAX),
         "cp": (1, COUNT_MAX),
         "devices_used": (0, COUNT_MAX),
         "max_memory_bytes": (0, I64_MAX),

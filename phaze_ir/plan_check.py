@@ -17,8 +17,10 @@ agree with each other, and with the module they describe. :func:`check_plan` ver
 - ``pp·v`` stages, stage k on rank ``k mod pp`` with ``tp`` devices, holding consecutive layers
   from the first of ``phaze.layers`` to its last;
 - the plan against the ops' sharding: ``tp = phaze.tp_width``, ``cp = phaze.context_parallel``,
-  ``micro_batch_size = phaze.micro_batch_size``, ``expert_parallel`` dividing ``dp``, and each
-  op's ``phaze.stage`` the stage that holds its ``phaze.layer``;
+  ``micro_batch_size = phaze.micro_batch_size``, ``expert_parallel`` dividing ``dp`` (with
+  ``expert_tensor_parallel`` below ``tp``, which it divides: ``expert_tensor_parallel·expert_parallel``
+  dividing ``tp·cp·dp``, the experts' own mesh), and each op's ``phaze.stage`` the stage that
+  holds its ``phaze.layer``;
 - ``phaze.layers`` numbered 0..n−1 in order, and each per-layer record (``phaze.layer_latency``,
   ``_energy``, ``_schedule``, ``_recompute``, ``_memory``) one per layer with those indices;
 - ``phaze.power``: ``energy_per_sample_j = step_energy_j / global_batch``,
@@ -111,8 +113,16 @@ def check_plan(module: Operation) -> None:
             f"throughput_samples_per_s = {rate:.6g}, expected global_batch / time_per_batch_s = "
             f"{batch} / {time:.6g} s = {batch / time if time > 0 else math.inf:.6g}",
         )
-    if dp % ep:
-        _fail(module, f"expert_parallel = {ep} does not divide dp = {dp}")
+    etp = int(p["expert_tensor_parallel"])
+    if etp == tp:
+        if dp % ep:
+            _fail(module, f"expert_parallel = {ep} does not divide dp = {dp}")
+    elif tp % etp or (tp * cp * dp) % (etp * ep):
+        _fail(
+            module,
+            f"expert_tensor_parallel = {etp} with expert_parallel = {ep}: expected a width dividing tp = {tp} "
+            f"and etp·ep dividing tp·cp·dp = {tp * cp * dp}",
+        )
     for name, words in (("rank_order", _RANK_ORDERS), ("pipeline_transfer", _PIPELINE_TRANSFERS)):
         if p[name] not in words:
             _fail(module, f"{name} = {str(p[name])[:40]!r} with dp = {dp}: expected one of {', '.join(words)}")

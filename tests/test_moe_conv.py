@@ -316,6 +316,84 @@ def test_sequence_parallel_keeps_the_residual_split_after_an_moe_block():
     ]
 
 
+def test_expert_tensor_parallelism_folds_ep_wider_than_dp(tmp_path):
+    """The tiny Mixtral (4 experts) on 4 A100s as TP 2 x DP 2 with sequence parallelism: at ETP 1
+    the experts get their own mesh over the 4 devices (Megatron-core's MoE parallel folding), so
+    EP 4 is wider than DP 2, which ETP 2 (the TP width) refuses. A device then holds one expert
+    whole: 2/4 of the experts' bytes traced at TP 2, as EP 2 at ETP 2 holds; EP 4's all-to-alls
+    cross 4 devices where EP 2's cross 2. The JSON, the summary and Megatron-LM's flags say it."""
+    from phaze.plan.plan_output import summary
+    from phaze_ir.ir import parse_module
+
+    fixed = ("--devices", "4", "--global-batch", "8", "--placement", "expert:1,2,2", "--tp", "2")
+    fixed += ("--sequence-parallel", "on", "--zero", "1")
+    one = _plan_json(tmp_path, "ep1", *fixed, "--expert-parallel", "1")
+    two = _plan_json(tmp_path, "ep2", *fixed, "--expert-parallel", "2")
+    megatron = tmp_path / "plan.megatron"
+    flags = (*fixed, "--expert-parallel", "4", "--expert-tensor-parallel", "1")
+    folded = _plan_json(tmp_path, "ep4", *flags, "--export", "megatron", str(megatron))
+    assert [(p["dp"], p["tp"], p["expert_parallel"], p["expert_tensor_parallel"]) for p in (one, two, folded)] == [
+        (2, 2, 1, 2),
+        (2, 2, 2, 2),
+        (2, 2, 4, 1),
+    ]
+    assert folded["feasible"]
+    module = parse_module(_compile(_model_file(MIXTRAL.format(seq=32)), "--hw", "a100", *FAST, *flags))
+    memory = [a.as_dict() for a in module.attributes["phaze.layer_memory"].data]
+    experts = sum(m["expert_param_bytes"] for m in memory)  # a device's, at TP 2: every expert's half
+    (s1,), (s2,), (s4,) = one["stages"], two["stages"], folded["stages"]
+    assert s4["memory"]["params"] == s2["memory"]["params"] == s1["memory"]["params"] - experts + experts * 2 // 4
+    assert s4["memory"]["grads"] == s2["memory"]["grads"]
+    assert folded["breakdown_s"]["ep_comm_s"] > two["breakdown_s"]["ep_comm_s"] > 0
+    assert "expert TP 1 (experts folded over TP x CP x DP)" in summary(module)
+    lines = megatron.read_text().splitlines()
+    assert "--expert-model-parallel-size=4" in lines and "--expert-tensor-parallel-size=1" in lines
+    # ETP 2 (the TP width, the default): EP 4 must divide DP 2.
+    with pytest.raises(AssertionError, match="does not divide d = 2"):
+        _plan_json(tmp_path, "unfolded", *fixed, "--expert-parallel", "4", "--expert-tensor-parallel", "2")
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--expert-tensor-parallel", "3"), "--expert-tensor-parallel 3: expected a width that divides the TP width 2"),
+        (("--expert-tensor-parallel", "-1"), "--expert-tensor-parallel"),
+        (
+            ("--expert-tensor-parallel", "1", "--rank-order", "tp-pp-dp"),
+            "expert tensor parallel 1 with rank order tp-pp-dp: the expert mesh is numbered tp-ep-dp-pp",
+        ),
+        (
+            ("--expert-tensor-parallel", "1", "--zero", "3", "--export", "torchtitan", "{tmp}/t"),
+            "--export torchtitan: the plan splits each expert over 1 devices (expert tensor parallel) at TP 2",
+        ),
+    ],
+)
+def test_expert_tensor_parallelism_is_refused_where_it_cannot_be(tmp_path, flags, said):
+    from phaze.tools.phazec import _parser, compile_model
+
+    model = str(_model_file(MIXTRAL.format(seq=32)))
+    fixed = ("--hw", "a100", "--devices", "4", "--global-batch", "8", *FAST, "--tp", "2", "--sequence-parallel", "on")
+    args = _parser().parse_args([model, *fixed, *(f.format(tmp=tmp_path) for f in flags), "-q"])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PhazeWarning)
+            _, failure = compile_model(args, lambda msg: None)
+    except (PhazeError, SystemExit) as e:  # before any work
+        failure = str(e)
+    assert failure is not None and said in str(failure) and "\n" not in str(failure), (flags, failure)
+
+
+def test_a_swept_tp_width_is_one_the_experts_width_divides():
+    """Without --tp the plan stage tries the widths the devices hold that --expert-tensor-parallel
+    divides (each expert split over K devices of a TP group of t: K divides t)."""
+    from phaze.options import Options
+    from phaze.points import tp_widths_of
+
+    assert tp_widths_of(Options(devices=8), None) == (1, 2, 4, 8)
+    assert tp_widths_of(Options(devices=8, expert_tensor_parallel=2), None) == (2, 4, 8)
+    assert tp_widths_of(Options(devices=4, expert_tensor_parallel=8), None) == (1,)  # none: refused by the driver
+
+
 def test_sequence_parallel_dispatches_one_tp_share_a_device():
     """The DP's problem: under sequence parallelism at TP t an MoE layer's dispatch_bytes (the
     gathered operand of its first expert GEMM) become 1/t a device, what each TP rank's

@@ -32,6 +32,7 @@ BAD = {
     "dp_overlap": (1, None, None),
     "fp8_params": (1, None, None),
     "dp_shard": (-1, "-1", "phaze-place-devices{dp_shard=-1}"),
+    "expert_tensor_parallel": (-1, "-1", "phaze-place-devices{expert_tensor_parallel=-1}"),
     "recompute": ("sometimes", "sometimes", 'phaze-place-devices{recompute="sometimes"}'),
     "zero": ("4", "4", 'phaze-place-devices{zero="4"}'),
     "pipeline_schedule": ("interleaved:1", "interleaved:1", 'phaze-place-devices{pipeline_schedule="interleaved:1"}'),

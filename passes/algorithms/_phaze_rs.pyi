@@ -119,6 +119,9 @@ class ProblemDict(TypedDict):
     # The expert-parallel degree e (must divide the experts): None (default) lets the DP choose
     # among the e dividing both d and the experts; 1 keeps every expert on every replica.
     expert_parallel: NotRequired[int | None]
+    # Expert tensor parallelism k dividing tp (Megatron-core's --expert-tensor-parallel-size):
+    # None (default) is tp; below it the experts' own mesh ETP x EP x EDP over tp * cp * d.
+    expert_tensor_parallel: NotRequired[int | None]
     # How devices are numbered into groups, TP innermost: "tp-dp-pp" (PP outermost: the
     # launchers' default), "tp-pp-dp" (DP outermost), or "auto"/None (default): the DP chooses.
     rank_order: NotRequired[RankOrderSetting | None]

@@ -398,6 +398,23 @@ def problem(
         raise PlacementError(f"expert parallel {ep}: the model has no experts (no MoE layer); expected 1 or auto")
     if ep is not None and ep > 1 and experts % ep:
         raise PlacementError(f"expert parallel {ep}: expected a degree that divides the model's {experts} experts")
+    etp = options.expert_tensor_parallel or step.tp
+    if etp != step.tp:
+        # Megatron-core 0.10's expert mesh (parallel_state.py, initialize_model_parallel: ETP x EP
+        # x EDP over the TP x CP x DP ranks of a stage, in the order tp-ep-dp-pp); the widths
+        # priced here are those that divide the traced TP width (the experts' bytes scale by t/k).
+        if step.tp % etp:
+            raise PlacementError(f"expert tensor parallel {etp}: expected a width that divides the TP width {step.tp}")
+        if experts == 0:
+            raise PlacementError(f"expert tensor parallel {etp}: the model has no experts (no MoE layer)")
+        if options.dp_shard:
+            raise PlacementError(
+                f"expert tensor parallel {etp} with dp shard {options.dp_shard}: experts are not folded over HSDP"
+            )
+        if parse_rank_order(options.rank_order) == "tp-pp-dp":
+            raise PlacementError(
+                f"expert tensor parallel {etp} with rank order tp-pp-dp: the expert mesh is numbered tp-ep-dp-pp"
+            )
     return {
         "layers": layer_dicts,
         "devices": options.devices,
@@ -413,6 +430,7 @@ def problem(
         "virtual_stages": parse_pipeline_schedule(options.pipeline_schedule),
         "blocks": list(step.blocks) if step.blocks is not None else None,
         "expert_parallel": ep,
+        "expert_tensor_parallel": etp if etp != step.tp else None,
         "rank_order": parse_rank_order(options.rank_order),
         "pipeline_split": not step.sequence_parallel and parse_pipeline_transfer(options.pipeline_transfer),
         "grads_freed": step.grads_freed,

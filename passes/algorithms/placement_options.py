@@ -142,6 +142,13 @@ def _dp_shard(value: object) -> str | None:
     return None
 
 
+def _expert_tensor_parallel(value: object) -> str | None:
+    """Expert tensor parallelism: 0 (the TP width) or a width."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= pl.MAX_COUNT:
+        return f"expected 0 (the TP width) or an expert tensor-parallel width up to {si_count(pl.MAX_COUNT)}"
+    return None
+
+
 def _fp8_params_flag(value: bool) -> None:
     if not isinstance(value, bool):
         raise pl.PlacementError(f"fp8 params {value!r}: expected true or false")
@@ -208,6 +215,15 @@ class PlacementOptions:
         "expert parallelism of an MoE model: 1, every data-parallel replica holds every expert; E splits "
         "the experts over E replicas (all-to-all dispatch and combine); auto lets the placement choose",
         metavar="auto|E",
+    )
+    expert_tensor_parallel: int = option(
+        0,
+        _expert_tensor_parallel,
+        "expert tensor parallelism, Megatron-core's --expert-tensor-parallel-size (MoE parallel folding): "
+        "each expert's weights split over K devices; below the TP width the experts get their own mesh over "
+        "a stage's TP x CP x DP devices (ETP innermost, then EP, then the experts' data parallelism), so EP "
+        "may be wider than DP (e.g. TP 8, DP 1, EP 8 at K = 1). 0 is the TP width; K must divide it",
+        metavar="K",
     )
     rank_order: str = option(
         "auto",

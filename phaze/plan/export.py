@@ -217,6 +217,9 @@ class Settings:
     virtual_stages: int
     zero: int
     expert_parallel: int
+    #: the width each expert's weights split over: ``tp``, or below it the experts' own mesh
+    #: (Megatron-core's MoE parallel folding)
+    expert_tensor_parallel: int
     #: how the plan numbers the devices into groups (``tp-dp-pp`` or ``tp-pp-dp``): the same
     #: numbering when ``dp`` or ``pp`` is 1
     rank_order: str
@@ -253,6 +256,7 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
     v = int(plan["virtual_stages"])
     zero = int(plan["zero"])
     ep = int(plan["expert_parallel"])
+    etp = int(plan.get("expert_tensor_parallel") or tp)  # (a plan of before expert tensor parallelism: tp)
     devices_used = int(plan.get("devices_used", dp * pp * tp * cp))
     if dp * b * m != gb:
         raise PhazeError(
@@ -299,6 +303,7 @@ def settings(plan: dict[str, Any], facts: ModelFacts, target: str) -> Settings:
         virtual_stages=v,
         zero=zero,
         expert_parallel=ep,
+        expert_tensor_parallel=etp,
         rank_order=order,
         capacity_factor=None if capacity is None else float(capacity),
         recompute=_one_recompute(plan, target),
@@ -491,7 +496,7 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
                 "Megatron-LM (its token dispatcher splits the tokens over the TP ranks): compile with "
                 "--sequence-parallel on"
             )
-        if s.cp > 1:
+        if s.cp > 1 and s.expert_tensor_parallel == s.tp:
             # phaze prices EP under CP as Megatron-core 0.9 numbered it (tp-cp-ep-dp-pp: the EP
             # group is the replicas at one CP rank, docs/design.md §6.8); the Megatron-LM this
             # export targets (d98e8a64) builds the expert ranks with cp=1, folding the EP group
@@ -506,6 +511,10 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         # phaze prices the all-to-all dispatcher (Megatron-LM's default gathers every token
         # on every EP rank instead).
         args += [f"--expert-model-parallel-size={s.expert_parallel}", "--moe-token-dispatcher-type=alltoall"]
+    if s.expert_tensor_parallel != s.tp:
+        # The experts' own mesh as priced (MoE parallel folding: Megatron-core's expert rank
+        # generator, ETP x EP x EDP over TP x CP x DP, docs/design.md §6.8).
+        args.append(f"--expert-tensor-parallel-size={s.expert_tensor_parallel}")
     if s.capacity_factor is not None:
         # Padded to capacity, not merely capped: every expert runs exactly C rows, as priced.
         args += [f"--moe-expert-capacity-factor={s.capacity_factor!r}", "--moe-pad-expert-input-to-capacity"]
@@ -868,6 +877,14 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
         )
     if s.cp > 1 and s.zero != 3:
         raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=s.zero))
+    if s.expert_tensor_parallel != s.tp:
+        # torchtitan (b5bcd76c, config/configs.py: ParallelismConfig has expert_parallel_degree
+        # and no expert tensor-parallel width) has no such field to write.
+        raise PhazeError(
+            f"--export torchtitan: the plan splits each expert over {s.expert_tensor_parallel} devices (expert "
+            f"tensor parallel) at TP {s.tp}; torchtitan has no expert tensor-parallel setting: compile without "
+            "--expert-tensor-parallel"
+        )
     if s.tp_overlap and facts.kernels != "inductor":
         raise PhazeError(_TORCHTITAN_ASYNC_TP)
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)

@@ -125,6 +125,8 @@ def plan_json(
         # HSDP's shard group (``--dp-shard``) where the plan is HSDP, else null
         "dp_shard": hsdp_shard(plan, dp_shard),
         "expert_parallel": plan["expert_parallel"],
+        # the width each expert's weights split over: tp, or below it the experts' own mesh
+        "expert_tensor_parallel": plan["expert_tensor_parallel"],
         "rank_order": plan["rank_order"],
         "pipeline_transfer": plan["pipeline_transfer"],
         "capacity_factor": capacity_factor(module),

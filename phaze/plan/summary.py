@@ -129,6 +129,8 @@ def placement_words(plan: Mapping[str, Any]) -> str:
         words.insert(3, f"HSDP (sharded over {plan['dp_shard']}, {replicas} replicas)")
     if int(plan["expert_parallel"]) > 1:
         words.append(f"EP {plan['expert_parallel']}")
+    if int(plan.get("expert_tensor_parallel") or plan["tp"]) != int(plan["tp"]):
+        words.append(f"expert TP {plan['expert_tensor_parallel']} (experts folded over TP x CP x DP)")
     words += [
         f"micro-batch {plan['micro_batch_size']} x {plan['num_micro_batches']}",
         f"recompute {recompute}",

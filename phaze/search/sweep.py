@@ -40,6 +40,7 @@ from phaze.plan.plan_template import Point
 from phaze.points import (
     NoPlanFits,
     context_parallel_points,
+    expert_tp_widths,
     no_fit_message,
     notes_once,
     over_cap_note,
@@ -172,7 +173,7 @@ def _compile_plan(
     # cut traces, the wider ones the nearest plan that fits on more devices may need.
     asked = set(tp_widths)
     if not opts.tp_widths and fixed is None:
-        tp_widths = DEFAULT_TP_WIDTHS
+        tp_widths = expert_tp_widths(opts, DEFAULT_TP_WIDTHS)
     seconds = {} if seconds is None else seconds
     for phase in ("settings", "points", "winner"):
         seconds.setdefault(phase, 0.0)

@@ -36,7 +36,7 @@ builtin.module attributes {phaze.target = @acc, phaze.layers = [#phaze.layer_inf
   }
 }
 
-// ONE: phaze.plan = #phaze.plan<devices = 1, global_batch = 2, dp = 1, pp = 1, tp = 1, cp = 1, virtual_stages = 1, zero = 0, expert_parallel = 1, rank_order = "tp-dp-pp", pipeline_transfer = "whole", micro_batch_size = 1, num_micro_batches = 2, time_per_batch_s = 0.0122, throughput_samples_per_s = {{163.934[0-9]*}}, max_memory_bytes = 24500, devices_used = 1, placement = "phaze", feasible = yes, binding = "">
+// ONE: phaze.plan = #phaze.plan<devices = 1, global_batch = 2, dp = 1, pp = 1, tp = 1, cp = 1, virtual_stages = 1, zero = 0, expert_parallel = 1, expert_tensor_parallel = 1, rank_order = "tp-dp-pp", pipeline_transfer = "whole", micro_batch_size = 1, num_micro_batches = 2, time_per_batch_s = 0.0122, throughput_samples_per_s = {{163.934[0-9]*}}, max_memory_bytes = 24500, devices_used = 1, placement = "phaze", feasible = yes, binding = "">
 // ONE-SAME: phaze.stages = [#phaze.stage_info<index = 0, rank = 0, first_layer = 0, last_layer = 1, devices = 1, time_s = 0.006, compute_s = 0.006, recompute_s = 0.0, pp_comm_s = 0.0, zero_comm_s = 0.0, ep_comm_s = 0.0, memory_bytes = 24500, param_bytes = 2000, grad_bytes = 2000, optimizer_bytes = 12000, activation_bytes = 8000, workspace_bytes = 500, recompute = none, in_flight = 1, exposed_dp_s = 0.0, optimizer_s = 0.0002>]
 // ONE: %a = {{.*}}phaze.stage = 0 : i64
 // ONE: %b = {{.*}}phaze.stage = 0 : i64

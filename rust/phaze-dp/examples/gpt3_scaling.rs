@@ -93,6 +93,7 @@ fn gpt3(blocks: usize, devices: u64) -> Problem {
         virtual_stages: None,
         blocks: Some((1, blocks)),
         expert_parallel: Some(1),
+        expert_tensor_parallel: None,
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
         grads_freed: false,

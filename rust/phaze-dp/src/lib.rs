@@ -91,7 +91,7 @@
 //!     levels: vec![NetLevel { group_size: 8, bandwidth_bps: 1e11, latency_s: 1e-6, ..NetLevel::default() }],
 //!     global_batch: 64, micro_batch: 1, tp: 1, cp: 1, dp_overlap: true, max_stages: None,
 //!     recompute: None, zero: None, virtual_stages: None, blocks: None, expert_parallel: None,
-//!     rank_order: None,
+//!     expert_tensor_parallel: None, rank_order: None,
 //!     pipeline_split: false, grads_freed: false, grad_reduce_scale: 1.0, dp_shard: None,
 //!     fsdp_copies: None,
 //! };

@@ -437,6 +437,15 @@ pub struct Problem {
     /// divide d, not d·c: `megatron/core/parallel_state.py`, `initialize_model_parallel`).
     #[serde(default)]
     pub expert_parallel: Option<u64>,
+    /// Expert tensor parallelism k (Megatron-core's `--expert-tensor-parallel-size`, "MoE
+    /// parallel folding"; `None`: the TP width t, the layout above). Below t the experts get
+    /// their own mesh over a stage's t·c·d devices, ETP k innermost, then EP e, then the expert
+    /// data parallelism t·c·d/(k·e) (Megatron-core 0.10's expert `RankGenerator`, `cp=1`, order
+    /// `tp-ep-dp-pp`: `megatron/core/parallel_state.py`, tag `core_r0.10.0`, `7ee599a2`): the
+    /// EP group is e devices k apart, so it may be wider than d, and a device holds 1/(k·e) of
+    /// the experts, t/(k·e) of what the layers' expert bytes (traced at t) say. k divides t.
+    #[serde(default)]
+    pub expert_tensor_parallel: Option<u64>,
     /// How devices are numbered into groups ([`RankOrder`]) as a user fixes it, or `None` to
     /// let the search choose per option (`"auto"`).
     #[serde(default, deserialize_with = "input::rank_order")]
@@ -630,6 +639,30 @@ impl Problem {
                 ));
             }
         }
+        if let Some(k) = self.expert_tensor_parallel {
+            if k == 0 || !self.tp.is_multiple_of(k) {
+                return err(format!(
+                    "expert_tensor_parallel = {k} must divide the TP width {}",
+                    self.tp
+                ));
+            }
+            if k != self.tp && self.experts() == 0 {
+                return err(format!(
+                    "expert_tensor_parallel = {k}: the model has no experts (no MoE layer)"
+                ));
+            }
+            if k != self.tp && self.rank_order == Some(RankOrder::TpPpDp) {
+                return err(format!(
+                    "expert_tensor_parallel = {k} with rank_order tp-pp-dp: the expert mesh is \
+                     numbered tp-ep-dp-pp (Megatron-LM refuses EP under tp-pp-dp mapping)"
+                ));
+            }
+            if k != self.tp && self.dp_shard.is_some() {
+                return err(format!(
+                    "expert_tensor_parallel = {k} with dp_shard: experts are not folded over an HSDP run"
+                ));
+            }
+        }
         for (i, l) in self.layers.iter().enumerate() {
             if l.expert_param_bytes > l.param_bytes
                 || l.expert_grad_bytes > l.grad_bytes
@@ -798,7 +831,7 @@ impl Problem {
     /// The rank orders the search may use: both, or the fixed one; under context parallelism
     /// `tp-dp-pp` alone (CP between TP and DP, as Megatron-LM and torchtitan number it).
     pub fn rank_orders(&self) -> &'static [RankOrder] {
-        if self.cp > 1 {
+        if self.cp > 1 || self.experts_folded() {
             return &RankOrder::ALL[0..1];
         }
         match self.rank_order {
@@ -813,13 +846,35 @@ impl Problem {
         self.layers.iter().map(|l| l.experts).max().unwrap_or(0)
     }
 
+    /// The expert tensor-parallel width k ([`Problem::expert_tensor_parallel`], t by default).
+    pub fn expert_tp(&self) -> u64 {
+        self.expert_tensor_parallel.unwrap_or(self.tp)
+    }
+
+    /// Whether the experts have their own mesh (k below t, [`Problem::expert_tensor_parallel`]).
+    pub fn experts_folded(&self) -> bool {
+        self.expert_tp() != self.tp
+    }
+
+    /// The devices an EP degree must divide at DP degree d: d (the EP group is e of the d
+    /// replicas; under context parallelism e divides d too, not d·c: e replicas at one CP
+    /// rank), or with the experts folded the t·c·d/k ETP groups of a stage.
+    pub fn expert_parallel_room(&self, d: u64) -> u64 {
+        if self.experts_folded() {
+            self.tp * self.cp * d / self.expert_tp()
+        } else {
+            d
+        }
+    }
+
     /// The expert-parallel degrees the search may use at DP degree d: the fixed one where it
-    /// divides d, or every e that divides both d and the experts (1 for a dense model). Under
-    /// context parallelism e divides d too, not d·c (the EP group is e replicas at one CP rank).
+    /// divides [`Problem::expert_parallel_room`], or every e that divides both it and the
+    /// experts (1 for a dense model).
     pub fn expert_parallel_degrees(&self, d: u64) -> Vec<u64> {
+        let room = self.expert_parallel_room(d);
         match self.expert_parallel {
             Some(e) => {
-                if d.is_multiple_of(e) {
+                if room.is_multiple_of(e) {
                     vec![e]
                 } else {
                     Vec::new()
@@ -827,8 +882,8 @@ impl Problem {
             }
             None => {
                 let experts = self.experts().max(1);
-                (1..=d.min(experts))
-                    .filter(|&e| d.is_multiple_of(e) && experts.is_multiple_of(e))
+                (1..=room.min(experts))
+                    .filter(|&e| room.is_multiple_of(e) && experts.is_multiple_of(e))
                     .collect()
             }
         }
@@ -1189,6 +1244,7 @@ mod tests {
             zero: None,
             virtual_stages: None,
             expert_parallel: None,
+            expert_tensor_parallel: None,
             blocks: None,
             rank_order: None,
             pipeline_split: false,

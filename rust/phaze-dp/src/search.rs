@@ -160,8 +160,13 @@ struct Shard {
 /// replica: its pipeline neighbours are t apart in both), so only the first allowed.
 fn shard_options(prob: &Problem, d: u64) -> Vec<Shard> {
     let all = prob.zero_stages();
-    // Under CP the DP×CP group (d·c) shares the gradients and the ZeRO shards.
-    let zs = if d * prob.cp == 1 { &all[..1] } else { all };
+    // Under CP the DP×CP group (d·c) shares the gradients and the ZeRO shards; folded, the
+    // experts are sharded over their own group, which may span the TP ranks at d·c = 1.
+    let zs = if d * prob.cp == 1 && !prob.experts_folded() {
+        &all[..1]
+    } else {
+        all
+    };
     let orders = prob.rank_orders();
     let os = if d == 1 { &orders[..1] } else { orders };
     let es = prob.expert_parallel_degrees(d);
@@ -174,6 +179,60 @@ fn shard_options(prob: &Problem, d: u64) -> Vec<Shard> {
         }
     }
     out
+}
+
+/// Where a stage's experts live at EP degree e ([`Problem::expert_tensor_parallel`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct ExpertMesh {
+    /// A device's expert bytes over what the layers record (traced at TP t): t/k, 1 unless
+    /// the experts are folded; a device holds ⌈X·scale/e⌉ of X.
+    scale: u64,
+    /// The devices holding the same experts, over which ZeRO shards them and their gradients
+    /// are reduced: the d·c/e replicas, or folded t·c·d/(k·e).
+    edp: u64,
+    /// Devices between consecutive members of that group: e·s (s the DP stride), or folded k·e.
+    edp_stride: u64,
+    /// The EP group's level and its members' stride: e replicas at one CP rank, c·s apart
+    /// (`tp-cp-ep-dp-pp`), or folded e devices k apart, on the level of e·k.
+    ep_level: usize,
+    ep_stride: u64,
+    /// ZeRO-3's gathered layers over the recorded ones: ⌈scale/e⌉, at least 1 (a device's
+    /// experts are more than the recorded only folded, at t/(k·e) > 1).
+    gathered: u64,
+}
+
+impl ExpertMesh {
+    /// The mesh at DP×CP group g (its ZeRO group zg), DP stride s and EP degree e.
+    fn new(prob: &Problem, g: u64, zg: u64, stride: u64, e: u64) -> Self {
+        let k = prob.expert_tp();
+        if prob.experts_folded() {
+            // Megatron-core 0.10's expert ranks over a stage's t·g devices (contiguous under
+            // tp-dp-pp, the only order allowed folded): ETP k innermost, then EP, then EDP.
+            ExpertMesh {
+                scale: prob.tp / k,
+                edp: prob.tp * g / (k * e),
+                edp_stride: k * e,
+                ep_level: prob.level_for(e * k),
+                ep_stride: k,
+                gathered: (prob.tp / k).div_ceil(e).max(1),
+            }
+        } else {
+            ExpertMesh {
+                scale: 1,
+                edp: zg / e,
+                edp_stride: e * stride,
+                ep_level: prob.level_for(e * prob.cp * stride),
+                ep_stride: prob.cp * stride,
+                gathered: 1,
+            }
+        }
+    }
+
+    /// Whether the experts are split from the dense part (EP, or a folded ETP).
+    #[inline]
+    fn apart(&self, e: u64) -> bool {
+        e > 1 || self.scale > 1
+    }
 }
 
 /// Everything that is fixed for one (d, network class of p, HBM, ZeRO stage, EP degree): the
@@ -196,7 +255,8 @@ struct Ctx<'p, 'a> {
     e: u64,
     /// How devices are numbered into groups (decides `dp_stride` and the levels).
     order: RankOrder,
-    ep_level: usize,
+    /// Where the experts live ([`ExpertMesh`]).
+    mesh: ExpertMesh,
     m: u64,
     hbm: u64,
     /// cut[l] = 2 · p2p(boundary_bytes[l]) on the pipeline level: the cost a stage pays on
@@ -275,8 +335,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
             zero: shard.z,
             e: shard.e,
             order: shard.o,
-            // The EP group: e replicas at one CP rank, c·stride apart (tp-cp-ep-dp-pp).
-            ep_level: prob.level_for(shard.e * prob.cp * stride),
+            mesh: ExpertMesh::new(prob, g, zg, stride, shard.e),
             m,
             hbm,
             cut,
@@ -284,10 +343,14 @@ impl<'p, 'a> Ctx<'p, 'a> {
             dp_level: prob.level_for(zg * stride),
             dp_stride: stride,
             policies: prob.policies(),
-            grads_freed: prob.grads_freed && m == 1 && shard.z.stage() < 2 && shard.e == 1,
+            grads_freed: prob.grads_freed
+                && m == 1
+                && shard.z.stage() < 2
+                && shard.e == 1
+                && !prob.experts_folded(),
             windows: None,
         };
-        if prob.dp_overlap && shard.z >= Zero::Gradients && zg > 1 {
+        if prob.dp_overlap && shard.z >= Zero::Gradients && ctx.sharded() {
             ctx.windows = Some(ctx.windows());
         }
         ctx
@@ -376,21 +439,24 @@ impl<'p, 'a> Ctx<'p, 'a> {
     #[inline]
     fn parts(&self, a: &RangeSums, stash: u64, r: usize) -> MemoryParts {
         let z = self.zero.stage();
-        // Under EP the experts' part is 1/e per device, and ZeRO shards it over the d/e
-        // replicas that hold the same experts; the rest over all d.
+        // Under EP the experts' part is 1/e per device (folded t/(k·e)), and ZeRO shards it
+        // over the devices that hold the same experts; the rest over all d.
         let shard = |bytes: u64, experts: u64, sharded: bool| {
             let over = |x: u64, g: u64| if sharded { x.div_ceil(g) } else { x };
-            if self.e == 1 {
+            if !self.mesh.apart(self.e) {
                 over(bytes, self.zg)
             } else {
                 over(bytes - experts, self.zg)
-                    .saturating_add(over(experts.div_ceil(self.e), self.zg / self.e))
+                    .saturating_add(over(self.expert_share(experts), self.mesh.edp))
             }
         };
         // ZeRO-3's two gathered layers: whole layers, experts included (an upper bound under
-        // EP, where a layer gathers only its 1/e of the experts).
-        let gathered = if z >= 3 && self.zg > 1 {
-            a.max_param_bytes.saturating_mul(2)
+        // EP, where a layer gathers only its 1/e of the experts; folded, where a device's
+        // experts are t/(k·e) of the recorded ones, that many times them when above 1).
+        let gathered = if z >= 3 && self.sharded() {
+            a.max_param_bytes
+                .saturating_mul(self.mesh.gathered)
+                .saturating_mul(2)
         } else {
             0
         };
@@ -455,9 +521,23 @@ impl<'p, 'a> Ctx<'p, 'a> {
             a.dispatch_bytes as f64,
             a.moe_layers,
             self.e,
-            self.ep_level,
-            self.prep.prob.cp * self.dp_stride,
+            self.mesh.ep_level,
+            self.mesh.ep_stride,
         )
+    }
+
+    /// Whether ZeRO has more than one device to shard over: the ZeRO group, or the experts'
+    /// ([`ExpertMesh::edp`]; folded, it may span the TP ranks of one replica).
+    #[inline]
+    fn sharded(&self) -> bool {
+        self.zg > 1 || (self.mesh.apart(self.e) && self.mesh.edp > 1)
+    }
+
+    /// A device's part of `experts` bytes of the layers' experts (as traced at TP t): 1/e, or
+    /// folded t/(k·e) ([`ExpertMesh::scale`]).
+    #[inline]
+    fn expert_share(&self, experts: u64) -> u64 {
+        experts.saturating_mul(self.mesh.scale).div_ceil(self.e)
     }
 
     /// The allowed policy with the least `recompute_s` whose memory `mem(r)` fits (ties:
@@ -514,7 +594,9 @@ impl<'p, 'a> Ctx<'p, 'a> {
 
     /// A DP collective `ring` (bytes, group, level, stride) of `bytes`, of which `experts` are
     /// the experts': over the d replicas, `dp_stride` apart; under EP the experts' 1/e per
-    /// device separately, over the d/e replicas holding the same experts, e·`dp_stride` apart.
+    /// device separately, over the d/e replicas holding the same experts, e·`dp_stride` apart
+    /// (folded: t/(k·e) over the t·c·d/(k·e) devices k·e apart, [`ExpertMesh`]). The experts'
+    /// group spans the DP×CP group's devices, so it runs on its level.
     fn over_dp(
         &self,
         bytes: u64,
@@ -522,16 +604,16 @@ impl<'p, 'a> Ctx<'p, 'a> {
         ring: fn(&Problem, f64, u64, usize, u64) -> f64,
     ) -> f64 {
         let (prob, level, stride) = (self.prep.prob, self.dp_level, self.dp_stride);
-        if self.e == 1 {
+        if !self.mesh.apart(self.e) {
             ring(prob, bytes as f64, self.zg, level, stride)
         } else {
             ring(prob, (bytes - experts) as f64, self.zg, level, stride)
                 + ring(
                     prob,
-                    experts.div_ceil(self.e) as f64,
-                    self.zg / self.e,
+                    self.expert_share(experts) as f64,
+                    self.mesh.edp,
                     level,
-                    self.e * stride,
+                    self.mesh.edp_stride,
                 )
         }
     }
@@ -626,13 +708,14 @@ impl<'p, 'a> Ctx<'p, 'a> {
     #[inline]
     fn fsdp_copies(&self, a: &RangeSums) -> Option<f64> {
         let c = self.prep.prob.fsdp_copies.as_ref()?;
-        if self.zero != Zero::Parameters || self.zg <= 1 {
+        if self.zero != Zero::Parameters || !self.sharded() {
             return None;
         }
-        // A device's bytes of a sum: under EP 1/e of the experts'. Its shard is 1/zg of the
-        // layers' bytes whatever e (the experts' 1/e over zg/e replicas).
+        // A device's bytes of a sum: under EP 1/e of the experts' (folded t/(k·e)). Its shard
+        // is 1/zg of the layers' bytes whatever e (the experts' 1/e over zg/e replicas; folded
+        // t/(k·e) over t·zg/(k·e) devices).
         let device =
-            |bytes: u64, experts: u64| (bytes - experts) as f64 + experts.div_ceil(self.e) as f64;
+            |bytes: u64, experts: u64| (bytes - experts) as f64 + self.expert_share(experts) as f64;
         let (gather, gather_experts) =
             gathered(a.gather_bytes, a.param_bytes, a.expert_param_bytes);
         let p_g = device(gather, gather_experts);
@@ -727,8 +810,9 @@ impl<'p, 'a> Ctx<'p, 'a> {
     fn optimizer(&self, a: &RangeSums) -> f64 {
         if self.zero >= Zero::Optimizer {
             a.opt_s / self.zg as f64
-        } else if self.e > 1 {
-            (a.opt_s - a.expert_opt_s).max(0.0) + a.expert_opt_s / self.e as f64
+        } else if self.mesh.apart(self.e) {
+            (a.opt_s - a.expert_opt_s).max(0.0)
+                + a.expert_opt_s * self.mesh.scale as f64 / self.e as f64
         } else {
             a.opt_s
         }
@@ -1238,12 +1322,11 @@ fn classes(prob: &Problem, d: u64, shard: Shard, pmax: usize) -> Vec<(usize, Vec
         } else {
             (0, (0, 0, 0, 0))
         };
-        if e > 1 {
-            let c = prob.cp;
-            let ep = prob.level_for(e * c * stride);
-            let a2a = prob.ring_key(e, ep, c * stride);
-            let experts = prob.ring_key(g / e, level, e * stride);
-            (pp, level, bw, ep, a2a, experts)
+        let mesh = ExpertMesh::new(prob, g, g, stride, e);
+        if mesh.apart(e) {
+            let a2a = prob.ring_key(e, mesh.ep_level, mesh.ep_stride);
+            let experts = prob.ring_key(mesh.edp, level, mesh.edp_stride);
+            (pp, level, bw, mesh.ep_level, a2a, experts)
         } else {
             (pp, level, bw, 0, (0, 0, 0, 0), (0, 0, 0, 0))
         }
@@ -1259,6 +1342,19 @@ fn classes(prob: &Problem, d: u64, shard: Shard, pmax: usize) -> Vec<(usize, Vec
     out.into_iter()
         .map(|(_, ps)| (*ps.last().unwrap(), ps))
         .collect()
+}
+
+/// What an EP degree must divide, in a message's words ([`Problem::expert_parallel_room`]).
+fn ep_group_words(prob: &Problem) -> String {
+    if prob.experts_folded() {
+        format!(
+            "needs e·{} (ETP) to divide a stage's t·c·d devices (Megatron-core's expert mesh \
+             ETP × EP × EDP)",
+            prob.expert_tp()
+        )
+    } else {
+        "needs a DP degree d that e divides (the EP group is e of the d replicas)".into()
+    }
 }
 
 /// The settings a user fixed, for memory messages, in the flags' words: `, recompute full,
@@ -1278,6 +1374,9 @@ fn fixed_settings(prob: &Problem) -> String {
     }
     if let Some(e) = prob.expert_parallel.filter(|&e| e > 1) {
         out.push_str(&format!(", EP {e}"));
+    }
+    if prob.experts_folded() {
+        out.push_str(&format!(", ETP {}", prob.expert_tp()));
     }
     out
 }
@@ -1770,15 +1869,16 @@ pub fn solve(prob: &Problem) -> Solution {
         }
     }
     if options.is_empty() {
-        if let Some(e) = prob
-            .expert_parallel
-            .filter(|&e| !dp_degrees(prob).iter().any(|d| d.is_multiple_of(e)))
-        {
+        if let Some(e) = prob.expert_parallel.filter(|&e| {
+            !dp_degrees(prob)
+                .iter()
+                .any(|&d| prob.expert_parallel_room(d).is_multiple_of(e))
+        }) {
             return Solution::Infeasible(Violation::new(
                 ViolationKind::Devices,
                 format!(
-                    "devices: expert parallel e = {e} needs a DP degree d that e divides (the EP \
-                     group is e of the d replicas); no allowed d is"
+                    "devices: expert parallel e = {e} {}; no allowed d is",
+                    ep_group_words(prob)
                 ),
             ));
         }
@@ -1923,10 +2023,17 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
         let e = prob.expert_parallel.unwrap_or(1);
         violations.push(Violation::new(
             ViolationKind::Devices,
-            format!(
-                "devices: expert parallel e = {e} does not divide d = {dp} (the EP group is e of \
-                 the d replicas)"
-            ),
+            if prob.experts_folded() {
+                format!(
+                    "devices: expert parallel e = {e} at d = {dp} {}",
+                    ep_group_words(prob)
+                )
+            } else {
+                format!(
+                    "devices: expert parallel e = {e} does not divide d = {dp} (the EP group is e \
+                     of the d replicas)"
+                )
+            },
         ));
         return Ok(Evaluation {
             feasible: false,

@@ -51,6 +51,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
         virtual_stages: Some(1),
         blocks: None,
         expert_parallel: Some(1),
+        expert_tensor_parallel: None,
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
         grads_freed: false,

@@ -93,7 +93,7 @@ fn random_problem(rng: &mut Rng) -> Problem {
             master_scale: [1.0, 2.0][fc.below(2) as usize],
         }),
     };
-    Problem {
+    let mut prob = Problem {
         layers,
         devices: 1 + rng.below(32),
         hbm_bytes: 50 + rng.below(700),
@@ -128,7 +128,23 @@ fn random_problem(rng: &mut Rng) -> Problem {
         grad_reduce_scale: [1.0, 2.0, 0.5][rng.below(3) as usize],
         dp_shard: None,
         fsdp_copies,
+        expert_tensor_parallel: None,
+    };
+    // The experts folded at ETP 1 (Megatron-core's MoE parallel folding) in half of the MoE
+    // problems at t = 2 (a generator of its own again): numbered tp-ep-dp-pp, so a fixed
+    // tp-pp-dp becomes tp-dp-pp; the fixed EP degree may then exceed d.
+    let mut fold = Rng(rng.0 ^ 0x6574_705f_666f_6c64);
+    if experts > 0 && prob.tp == 2 && fold.below(2) == 0 {
+        prob.expert_tensor_parallel = Some(1);
+        prob.rank_order = prob.rank_order.map(|_| RankOrder::TpDpPp);
     }
+    prob
+}
+
+/// The experts' own mesh: (whether folded, t/k: a device's expert bytes over the recorded).
+fn folding(prob: &Problem) -> (bool, u64) {
+    let k = prob.expert_tensor_parallel.unwrap_or(prob.tp);
+    (k != prob.tp, prob.tp / k)
 }
 
 /// The block count of each of the p·v chunks as Megatron-LM builds them: evenly when p·v
@@ -267,32 +283,41 @@ fn price(
             (g - 1.0) / g * bytes as f64 / bw + (g - 1.0) * lat
         }
     };
-    // Under EP the experts' 1/e runs over the d·c/e devices holding them, e·stride apart.
-    let ge = (dc / e) as f64;
-    let bw_e = ring_bandwidth(prob, dc / e, dp_l, e * stride);
+    // Under EP the experts' 1/e runs over the d·c/e devices holding them, e·stride apart;
+    // folded at ETP k, a device's t/(k·e) of them over the t·d·c/(k·e) devices k·e apart.
+    let (folded, scale) = folding(prob);
+    let k = t / scale;
+    let (edp, edp_stride) = if folded {
+        (t * dc / (k * e), k * e)
+    } else {
+        (dc / e, e * stride)
+    };
+    let share_of = |x: u64| (x * scale).div_ceil(e);
+    let ge = edp as f64;
+    let bw_e = ring_bandwidth(prob, edp, dp_l, edp_stride);
     let expert_all_reduce = |bytes: u64| {
-        if dc / e <= 1 {
+        if edp <= 1 {
             0.0
         } else {
-            2.0 * (ge - 1.0) / ge * bytes.div_ceil(e) as f64 / bw_e + 2.0 * (ge - 1.0) * lat
+            2.0 * (ge - 1.0) / ge * share_of(bytes) as f64 / bw_e + 2.0 * (ge - 1.0) * lat
         }
     };
     let expert_half = |bytes: u64| {
-        if dc / e <= 1 {
+        if edp <= 1 {
             0.0
         } else {
-            (ge - 1.0) / ge * bytes.div_ceil(e) as f64 / bw_e + (ge - 1.0) * lat
+            (ge - 1.0) / ge * share_of(bytes) as f64 / bw_e + (ge - 1.0) * lat
         }
     };
     let all_reduce = |bytes: u64, experts: u64| {
-        if e == 1 {
+        if e == 1 && !folded {
             dense_all_reduce(bytes)
         } else {
             dense_all_reduce(bytes - experts) + expert_all_reduce(experts)
         }
     };
     let half = |bytes: u64, experts: u64| {
-        if e == 1 {
+        if e == 1 && !folded {
             dense_half(bytes)
         } else {
             dense_half(bytes - experts) + expert_half(experts)
@@ -309,8 +334,8 @@ fn price(
         half(b, x)
     };
     // One MoE layer's all-to-all over the EP group: e consecutive replicas at one CP rank,
-    // c·`stride` apart (tp-cp-ep-dp-pp).
-    let ep_stride = prob.cp * stride;
+    // c·`stride` apart (tp-cp-ep-dp-pp); folded, e devices k apart.
+    let ep_stride = if folded { k } else { prob.cp * stride };
     let ep_l = lvl(e * ep_stride);
     let bw_a2a = ring_bandwidth(prob, e, ep_l, ep_stride);
     let a2a = |bytes: u64| {
@@ -329,7 +354,9 @@ fn price(
     // ZeRO-2/3 overlapped layer by layer (FSDP): each layer's collectives beside the compute
     // of the layer before it, the first all-gather of each pass and the last reduce-scatter
     // alone; a piece of layers lo..=hi, walked in its own order.
-    let windows = prob.dp_overlap && z >= 2 && dc > 1;
+    // (Folded, the experts' group may shard at d·c = 1.)
+    let sharded = dc > 1 || ((e > 1 || folded) && edp > 1);
+    let windows = prob.dp_overlap && z >= 2 && sharded;
     let piece_windows = |lo: usize, hi: usize| {
         let ls = &prob.layers;
         let ag = |l: usize| half(ls[l].param_bytes, ls[l].expert_param_bytes);
@@ -429,8 +456,8 @@ fn price(
         // FSDP's copies under ZeRO-3, per micro-batch (docs/design.md §6.5): a device's
         // gathered parameters and gradients (1/e of the experts'), and their 1/(d·c) shards.
         let copies = match &prob.fsdp_copies {
-            Some(c) if z == 3 && dc > 1 => {
-                let on_device = |x: u64, ex: u64| (x - ex + ex.div_ceil(e)) as f64;
+            Some(c) if z == 3 && sharded => {
+                let on_device = |x: u64, ex: u64| (x - ex + share_of(ex)) as f64;
                 let (params, grads) = (on_device(pb, epb), on_device(gb, egb));
                 let (param_shard, grad_shard) = (pb as f64 / g, gb as f64 / g);
                 let (s, k) = (prob.grad_reduce_scale, c.master_scale);
@@ -492,27 +519,31 @@ fn price(
         let optimizer = if z >= 1 {
             opt / dc as f64
         } else {
-            (opt - expert_opt) + expert_opt / e as f64
+            (opt - expert_opt) + expert_opt * scale as f64 / e as f64
         };
         let sh = |x: u64, experts: u64, on: bool| {
             let over = |y: u64, g: u64| if on { y.div_ceil(g) } else { y };
-            if e == 1 {
+            if e == 1 && !folded {
                 over(x, dc)
             } else {
-                over(x - experts, dc) + over(experts.div_ceil(e), dc / e)
+                over(x - experts, dc) + over(share_of(experts), edp)
             }
         };
         let state = sh(pb, epb, z >= 3)
             + sh(gb, egb, z >= 2)
             + sh(ob, eob, z >= 1)
-            + if z >= 3 && dc > 1 { 2 * maxp } else { 0 };
+            + if z >= 3 && sharded {
+                2 * maxp * scale.div_ceil(e).max(1)
+            } else {
+                0
+            };
         let stash = if v == 1 {
             ((p - k) as u64).min(m) * saved_per_chunk[0]
         } else {
             simulated_stash(p, v, k, m, &saved_per_chunk).0
         };
         let mut mem = state + stash + ws;
-        if prob.grads_freed && m == 1 && z < 2 && e == 1 && v == 1 {
+        if prob.grads_freed && m == 1 && z < 2 && e == 1 && !folded && v == 1 {
             // Gradients made by the backward, freed after the step: while layer l's backward
             // runs, the activations of the stage's layers up to l and the gradients of l and
             // the layers after it.
@@ -555,8 +586,10 @@ fn zero_stages(prob: &Problem) -> Vec<u8> {
 }
 
 /// The EP degrees allowed at d: the fixed one if it divides d, else every e dividing d and the
-/// experts (d, not d·c, under context parallelism).
+/// experts (d, not d·c, under context parallelism); folded at ETP k, t·c·d/k in place of d.
 fn expert_degrees(prob: &Problem, d: u64) -> Vec<u64> {
+    let (folded, scale) = folding(prob);
+    let d = if folded { prob.cp * d * scale } else { d };
     let experts = prob
         .layers
         .iter()
@@ -575,7 +608,7 @@ fn expert_degrees(prob: &Problem, d: u64) -> Vec<u64> {
 /// The rank orders allowed (0: tp-dp-pp, 1: tp-pp-dp); tp-dp-pp alone under context
 /// parallelism (numbered tp-cp-dp-pp).
 fn rank_orders(prob: &Problem) -> Vec<u8> {
-    if prob.cp > 1 {
+    if prob.cp > 1 || folding(prob).0 {
         return vec![0];
     }
     match prob.rank_order {
@@ -726,6 +759,8 @@ fn settings_equal_brute_force() {
     let mut rng = Rng(0x51_7cc1_b727_220a);
     let (mut feasible, mut interleaved, mut sharded, mut infeasible) = (0, 0, 0, 0);
     let mut expert_parallel = 0;
+    // Folded experts (ETP 1): feasible plans, and those whose EP group is wider than d.
+    let (mut folded, mut wider) = (0, 0);
     // Context parallelism: feasible plans with c > 1, those of them sharded at d = 1 (the
     // DP×CP group alone shares the state), and the problems refused for t·c > N.
     let (mut context, mut context_d1_sharded, mut context_refused) = (0, 0, 0);
@@ -765,6 +800,8 @@ fn settings_equal_brute_force() {
                 interleaved += usize::from(plan.virtual_stages > 1);
                 sharded += usize::from(plan.zero != Zero::Off);
                 expert_parallel += usize::from(plan.expert_parallel > 1);
+                folded += usize::from(folding(&prob).0);
+                wider += usize::from(folding(&prob).0 && plan.expert_parallel > plan.dp);
                 context += usize::from(c > 1);
                 context_d1_sharded += usize::from(c > 1 && plan.dp == 1 && plan.zero != Zero::Off);
                 check_plan(&plan, &prob, want, case);
@@ -796,20 +833,23 @@ fn settings_equal_brute_force() {
     }
     eprintln!(
         "feasible {feasible} (interleaved {interleaved}, ZeRO > 0 {sharded}, EP > 1 \
-         {expert_parallel}, CP > 1 {context}, of them ZeRO > 0 at d = 1 {context_d1_sharded}), \
-         infeasible {infeasible}, refused for t·c > N {context_refused}"
+         {expert_parallel}, CP > 1 {context}, of them ZeRO > 0 at d = 1 {context_d1_sharded}, \
+         ETP 1 {folded}, of them EP > d {wider}), infeasible {infeasible}, refused for t·c > N \
+         {context_refused}"
     );
     assert!(
         feasible > 400
             && interleaved > 40
             && sharded > 40
             && expert_parallel > 40
+            && folded > 40
+            && wider > 10
             && context > 100
             && context_d1_sharded > 20
             && context_refused > 10
             && infeasible > 100,
         "feasible {feasible}, interleaved {interleaved}, sharded {sharded}, EP {expert_parallel}, \
-         CP {context}, CP sharded at d = 1 {context_d1_sharded}, CP refused {context_refused}, \
+         ETP 1 {folded} (EP > d {wider}), CP {context}, CP sharded at d = 1 {context_d1_sharded}, CP refused {context_refused}, \
          infeasible {infeasible}"
     );
 }
@@ -870,7 +910,7 @@ fn evaluate_fixed_with_settings_equals_brute_force() {
                 // The least memory at the least-memory ZeRO stage and EP degree and the first
                 // chunk count.
                 let zmax = *zero_stages(&prob).last().unwrap();
-                let zmax = if d * prob.cp == 1 {
+                let zmax = if d * prob.cp == 1 && !folding(&prob).0 {
                     zero_stages(&prob)[0]
                 } else {
                     zmax

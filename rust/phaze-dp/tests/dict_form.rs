@@ -106,6 +106,7 @@ fn a_problem_dict_reads_as_the_problem() {
         virtual_stages: None,
         blocks: Some((0, 2)),
         expert_parallel: None,
+        expert_tensor_parallel: None,
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
         grads_freed: false,

@@ -40,6 +40,7 @@ fn problem(layers: Vec<Layer>, devices: u64, global_batch: u64) -> Problem {
         virtual_stages: Some(1),
         blocks: None,
         expert_parallel: Some(1),
+        expert_tensor_parallel: None,
         rank_order: Some(RankOrder::TpPpDp),
         pipeline_split: false,
         grads_freed: false,
@@ -1103,4 +1104,138 @@ fn expert_parallelism_under_context_parallelism_spans_the_cp_ranks() {
     }
     four.expert_parallel = Some(4);
     assert!(four.expert_parallel_degrees(2).is_empty());
+}
+
+/// One MoE layer as traced at TP 8 (a device's 1/8 of everything): 2 MB dense weights beside
+/// 8 MB of the 8 experts' (each expert 8 MB whole), the same in gradients, 12 + 48 MB of Adam
+/// state, 80 MB dispatched a micro-batch (a device's own 1/8 of the routed tokens).
+fn moe_at_tp8() -> Layer {
+    Layer {
+        experts: 8,
+        param_bytes: 10_000_000,
+        expert_param_bytes: 8_000_000,
+        grad_bytes: 10_000_000,
+        expert_grad_bytes: 8_000_000,
+        optimizer_bytes: 60_000_000,
+        expert_optimizer_bytes: 48_000_000,
+        dispatch_bytes: 80_000_000,
+        ..layer()
+    }
+}
+
+#[test]
+fn expert_tensor_parallelism_folds_the_experts_over_the_tp_ranks() {
+    // TP 8, DP 1, EP 8 at ETP 1 on one 8-device node (Megatron-core 0.10's MoE parallel
+    // folding: the expert mesh ETP 1 × EP 8 × EDP 1 over the node's 8 TP ranks).
+    let mut prob = problem(vec![moe_at_tp8()], 8, 1);
+    prob.tp = 8;
+    prob.levels = vec![level(8, 1e9, 0.0), level(16, 1e8, 0.0)];
+    prob.rank_order = Some(RankOrder::TpDpPp);
+    prob.expert_parallel = Some(8);
+    // Without folding EP 8 needs 8 replicas (d = 1 has none).
+    assert!(prob.expert_parallel_degrees(1).is_empty());
+    prob.expert_tensor_parallel = Some(1);
+    assert_eq!(prob.expert_parallel_degrees(1), vec![8]);
+    let plan = evaluate_fixed(&prob, 1, 1).unwrap().plan.unwrap();
+    assert_eq!((plan.dp, plan.tp, plan.expert_parallel), (1, 8, 8));
+    // A device holds one expert whole, 8 MB · 8/(1·8) = 8 MB, beside the 2 MB dense part; the
+    // gradients alike; no ZeRO: 12 + 48 MB of state. The EDP group is 1 device: no reduction.
+    let mem = &plan.stages[0].memory;
+    assert_eq!(
+        (mem.params, mem.grads, mem.optimizer),
+        (10_000_000, 10_000_000, 60_000_000)
+    );
+    // Four all-to-alls of 7/8 · 80 MB over the 8 devices 1 apart inside the node at 1e9 B/s,
+    // 0.07 s each: 3 + 0.28 s.
+    assert!(
+        close(plan.time_per_batch_s, 3.28),
+        "{}",
+        plan.time_per_batch_s
+    );
+
+    // EP 1 at ETP 1: every device holds all 8 experts whole (64 MB), their gradients
+    // all-reduced over the 8 devices holding the same experts (EDP 8, 1 apart):
+    // 2 · 7/8 · 64 MB at 1e9 B/s = 0.112 s after the step's 3 s; the dense 2 MB over d = 1: none.
+    let mut one = prob.clone();
+    one.expert_parallel = Some(1);
+    let plan = evaluate_fixed(&one, 1, 1).unwrap().plan.unwrap();
+    let mem = &plan.stages[0].memory;
+    assert_eq!((mem.params, mem.grads), (66_000_000, 66_000_000));
+    assert!(
+        close(plan.time_per_batch_s, 3.112),
+        "{}",
+        plan.time_per_batch_s
+    );
+
+    // ETP 2 × EP 8 on TP 8 × DP 2 (two nodes): the EP group is 8 devices 2 apart, spanning
+    // both nodes (4 in each: a rail-aware bandwidth of min(4 · 1e8, 1e9) = 4e8 B/s), so each
+    // all-to-all takes 7/8 · 80 MB / 4e8 = 0.175 s; a device holds 8 MB · 8/(2·8) = 4 MB of
+    // experts, their gradients reduced over EDP = 16/(2·8) = 1 device: none. The dense part's
+    // all-reduce over d = 2 (8 apart, one in each node: 1e8 B/s): 2 · 1/2 · 2 MB / 1e8 =
+    // 0.02 s. Two samples, one a replica: 3 + 4 · 0.175 + 0.02 s.
+    let mut two = prob.clone();
+    two.devices = 16;
+    two.global_batch = 2;
+    two.expert_tensor_parallel = Some(2);
+    let plan = evaluate_fixed(&two, 1, 2).unwrap().plan.unwrap();
+    assert_eq!((plan.dp, plan.expert_parallel), (2, 8));
+    let mem = &plan.stages[0].memory;
+    assert_eq!((mem.params, mem.grads), (6_000_000, 6_000_000));
+    assert!(
+        close(plan.time_per_batch_s, 3.72),
+        "{}",
+        plan.time_per_batch_s
+    );
+}
+
+#[test]
+fn expert_tensor_parallelism_refuses_what_megatron_refuses() {
+    let mut prob = problem(vec![moe_at_tp8()], 8, 1);
+    prob.tp = 8;
+    prob.rank_order = Some(RankOrder::TpDpPp);
+    let refused = |prob: &Problem, said: &str| {
+        assert_eq!(evaluate_fixed(prob, 1, 1).unwrap_err().message, said);
+    };
+    prob.expert_tensor_parallel = Some(3);
+    refused(
+        &prob,
+        "expert_tensor_parallel = 3 must divide the TP width 8",
+    );
+    prob.expert_tensor_parallel = Some(0);
+    refused(
+        &prob,
+        "expert_tensor_parallel = 0 must divide the TP width 8",
+    );
+    prob.expert_tensor_parallel = Some(2);
+    prob.rank_order = Some(RankOrder::TpPpDp);
+    refused(
+        &prob,
+        "expert_tensor_parallel = 2 with rank_order tp-pp-dp: the expert mesh is numbered \
+         tp-ep-dp-pp (Megatron-LM refuses EP under tp-pp-dp mapping)",
+    );
+    prob.rank_order = Some(RankOrder::TpDpPp);
+    let mut dense = prob.clone();
+    dense.layers = vec![layer()];
+    refused(
+        &dense,
+        "expert_tensor_parallel = 2: the model has no experts (no MoE layer)",
+    );
+    // ETP 2 × EP 8 = 16 does not divide the stage's 8 devices (Megatron-core: "decoder
+    // world_size is not divisible by expert_tensor_model_pipeline_parallel size").
+    prob.expert_parallel = Some(8);
+    let eval = evaluate_fixed(&prob, 1, 1).unwrap();
+    assert!(!eval.feasible);
+    assert_eq!(
+        eval.violations[0].message,
+        "devices: expert parallel e = 8 at d = 1 needs e·2 (ETP) to divide a stage's t·c·d \
+         devices (Megatron-core's expert mesh ETP × EP × EDP)"
+    );
+    match solve(&prob) {
+        Solution::Infeasible(v) => assert_eq!(
+            v.message,
+            "devices: expert parallel e = 8 needs e·2 (ETP) to divide a stage's t·c·d devices \
+             (Megatron-core's expert mesh ETP × EP × EDP); no allowed d is"
+        ),
+        s => panic!("{s:?}"),
+    }
 }
