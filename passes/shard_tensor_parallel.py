@@ -133,6 +133,7 @@ def build_tgraph(module: ModuleOp, fn: func.FuncOp) -> tuple[TGraph, list[SSAVal
 
 
 def _top(op, operands, results, kind, aten, dims, dim, nrank, phase, layer, module, name=None, roles=(), rparams=()):
+    scales = op.attributes.get(keys.FP8_SCALES)
     return TOp(
         name or op.name.removeprefix("phaze."),
         kind,
@@ -147,6 +148,7 @@ def _top(op, operands, results, kind, aten, dims, dim, nrank, phase, layer, modu
         normalized_rank=nrank,
         result_roles=list(roles),
         result_params=list(rparams),
+        fp8_rowwise=isinstance(scales, StringAttr) and scales.data == "rowwise",
     )
 
 

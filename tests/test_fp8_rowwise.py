@@ -194,3 +194,31 @@ def test_async_tp_leaves_rowwise_all_gather_matmuls_unfused():
     assert any(any(rowwise_gemm(x) for x in g) for kind, _, g in rowwise if kind == "reduce_scatter")
     tensorwise = _overlapped("tensorwise")
     assert any(g for kind, phase, g in tensorwise if kind == "all_gather" and phase == "fwd")
+
+
+def _gathers(recipe: str | None) -> list[tuple[str, str]]:
+    """(phase, element type of what it moves) of every all-gather of tiny Llama's step at TP 2
+    with sequence parallelism (``_overlapped``'s compile, cached), FP8 with ``recipe`` or bf16."""
+    module = _module(
+        str(MODELS / "tiny_llama_sdpa.py"),
+        *("--kernels", "inductor", "--tp", "2", "--micro-batch", "1", "--sequence-parallel", "on"),
+        *("--tp-overlap", "on"),
+        *(("--fp8-recipe", recipe) if recipe else ("--dtype", "bfloat16")),
+    )
+    return [
+        (o.attributes[keys.PHASE].data, str(o.operands[0].type.element_type))
+        for o in step_function(module).body.block.ops
+        if isinstance(o, ph.CollectiveOp) and o.kind.data == "all_gather"
+    ]
+
+
+def test_rowwise_gathers_bf16_inputs_once_and_casts_them_whole():
+    """torchtitan gives rowwise linears plain TP styles (parallelize_llama.py at 820504e): each
+    module's bf16 input, and in the backward its output's gradient, is all-gathered as the
+    module is entered and cast whole, so the sequence-parallel all-gathers are bf16 ones, as
+    many as without FP8 (q, k and v share one); tensorwise's Float8ColwiseParallel gathers
+    float8 (the LM head, never FP8, gathers bf16 in all three)."""
+    rowwise, bf16 = _gathers("rowwise"), _gathers(None)
+    assert rowwise and {t for _, t in rowwise} == {"bf16"}
+    assert sorted(rowwise) == sorted(bf16)
+    assert "f8E4M3FN" in {t for phase, t in _gathers("tensorwise") if phase == "fwd"}

@@ -157,3 +157,24 @@ def test_phazec_prices_each_setting_from_one_cache(tmp_path):
     memory = {k: p["stages"][0]["memory_bytes"] for k, p in plans.items()}
     assert recompute["attention"] < recompute["layer:2"] < recompute["op"]
     assert memory["op"] < memory["layer:2"] < memory["attention"]
+
+
+def test_torchtitans_op_policy_counts_fp8_linears_as_mms():
+    """torchao's Float8Linear calls ``torch.mm`` on float8 tensors, which torchtitan's policy
+    sees as ``aten.mm``: under FP8 a block still re-runs every second linear (k, o, up), as in
+    bf16, rather than keeping every FP8 GEMM's output as if both its operands were activations
+    (its weight operand is the weight's FP8 copy)."""
+    from conftest import compiled_with
+
+    flags = ("--micro-batch", "1", "--kernels", "eager", "--dtype", "fp8", "--fp8-recipe", "rowwise")
+    module = parse_module(compiled_with(str(MODELS / "tiny_llama_sdpa.py"), "training", *flags))
+    graph, ops = build_graph(step_function(module))
+    layer_of = [o.attributes[keys.LAYER].value.data for o in ops]
+    kinds = [str(r.as_dict()["kind"]) for r in module.attributes[keys.LAYERS].data]
+    rcs = analyze_recompute(graph, layer_of, None, parse_selective("op"), kinds)
+    blocks = [rc for kind, rc in zip(kinds, rcs) if kind == "block"]
+    assert len(blocks) == 2
+    for rc in blocks:
+        rerun = [i for i in rc.selective_ops if op_name(graph, i) == "phaze.matmul"]
+        assert len(rerun) == 3
+        assert all(graph.values[graph.ops[i].operands[0]].element_bytes == 1 for i in rerun)

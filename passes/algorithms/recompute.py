@@ -65,7 +65,13 @@ Extra forward time per micro-batch: ``full`` re-runs the forward (its scheduled 
   every second ``mm`` of the block (a counter per block and pass: the 1st, 3rd, ... are saved).
   Here an attention core is one saved op (flash attention's output and statistics), a matmul of
   two activations outside a core is a saved ``bmm``, and every matmul with a parameter operand
-  counts as an ``mm`` (torchtitan's Llamas have no biases; a linear with a bias, which aten runs
+  counts as an ``mm``, an FP8 linear's too: its weight operand is the weight's FP8 copy, and
+  torchao's ``Float8Linear`` calls ``torch.mm`` on its ``Float8Tensor`` operands, which the
+  policy's dispatch mode sees as ``aten.mm`` before the tensor subclass runs it as
+  ``aten._scaled_mm`` (a ``TorchDispatchMode`` is called before a subclass's
+  ``__torch_dispatch__``; ``torchao/float8/float8_ops.py`` implements ``aten.mm``; under
+  ``torch.compile`` ``_CachingTorchDispatchMode`` tags the nodes the call makes with that policy)
+  (torchtitan's Llamas have no biases; a linear with a bias, which aten runs
   as an ``addmm``, torchtitan always saves, and MoE's grouped GEMMs, which are not in the list,
   it recomputes: both are counted as ``mm`` here).  Layers that are not blocks are not
   checkpointed.
@@ -248,17 +254,22 @@ def attention_cores(graph: Graph, fwd_ops: Sequence[int]) -> list[list[int]]:
     return cores
 
 
-def op_policy_saved(graph: Graph, fwd_ops: Sequence[int], cores: Sequence[Sequence[int]]) -> set[int]:
+def op_policy_saved(
+    graph: Graph, fwd_ops: Sequence[int], cores: Sequence[Sequence[int]], fp8_weights: set[int] | None = None
+) -> set[int]:
     """The forward ops of one block (in program order) whose outputs torchtitan's per-op policy
     saves (``MUST_SAVE``, module docstring): every attention core whole, every matmul of two
-    activations, and the odd-numbered matmuls with a parameter operand (1st, 3rd, ...)."""
+    activations, and the odd-numbered matmuls with a parameter operand (1st, 3rd, ...), an FP8
+    copy of a weight (``fp8_weights``, :meth:`Graph.fp8_weight_copies`) counting as its
+    parameter."""
     saved = {i for core in cores for i in core}
+    weights = graph.fp8_weight_copies() if fp8_weights is None else fp8_weights
     linears = 0
     for i in fwd_ops:
         if i in saved or op_name(graph, i) != _MATMUL:
             continue
         operands = graph.ops[i].operands[:2]
-        if all(_is_activation(graph, v) for v in operands):
+        if all(_is_activation(graph, v) and graph.storage(v) not in weights for v in operands):
             saved.add(i)  # a bmm: compute-intensive, never counted
             continue
         linears += 1
@@ -296,6 +307,7 @@ def _op_selective(
     full: set[int],
     stats: Mapping[int, int],
     users: Mapping[int, Sequence[int]],
+    fp8_weights: set[int],
 ) -> tuple[list[int], set[int], int]:
     """torchtitan's per-op policy on one block: (the ops re-run, the storages kept, the
     statistics' bytes kept).  Kept: the block's input (full's stash) and the outputs of the
@@ -305,7 +317,7 @@ def _op_selective(
     the ops that read each storage (through any view of it)."""
     fwd_set = set(fwd_ops)
     cores = [_with_statistics(graph, fwd_ops, core, users, fwd_set) for core in cores]
-    saved = op_policy_saved(graph, fwd_ops, cores)
+    saved = op_policy_saved(graph, fwd_ops, cores, fp8_weights)
     core_set = {i for core in cores for i in core}
     kept = set(full)
     for i in saved:
@@ -546,7 +558,7 @@ def analyze_recompute(
         if selective.kind == "attention":
             rerun, kept, kept_stats = _attention_selective(graph, cores, none, stats, dep)
         elif selective.kind == "op" and is_block:
-            rerun, kept, kept_stats = _op_selective(graph, fwd[layer], cores, none, full, stats, users)
+            rerun, kept, kept_stats = _op_selective(graph, fwd[layer], cores, none, full, stats, users, fp8_weights)
         elif checkpointed[layer]:
             rerun, kept, kept_stats = list(fwd[layer]), full, 0
         else:  # not checkpointed: selective keeps what none keeps

@@ -244,7 +244,7 @@ class Propagation:
             root, reduced = v, False
             while (p := g.values[root].producer) >= 0:
                 op = g.ops[p]
-                if not (op.name == "layout" and op.kind in VIEW_KINDS and len(op.operands) == len(op.results) == 1):
+                if not _is_view(op):
                     break
                 u = op.operands[0]
                 if not (isinstance(self.states[u], Split) and self.is_sequence_split(u)):
@@ -337,6 +337,19 @@ class Propagation:
         s = self.state(v)
         if s == PARTIAL and self.must_reduce(v):
             return self.reduce_operand(i, k)
+        op = self.graph.ops[i]
+        if (
+            isinstance(s, Split)
+            and op.module in self.structure.gathered_at_entry
+            and not _is_view(op)
+            and self.is_sequence_split(v)
+        ):
+            # a module that gathers its inputs as it is entered (GraphStructure's
+            # gathered_at_entry): whatever of it computes on the split value reads it whole
+            # (views pass the split on, so that one all-gather per storage and phase serves
+            # them all and the backward gathers again, as for a GEMM's operand)
+            self.all_gather(i, k)
+            return REPLICATED
         return s
 
     def operand_gathered(self, i: int, k: int):
@@ -368,3 +381,8 @@ class Propagation:
         if pad is None:
             pad = self.pads[v] = Pad(v, self.graph.values[v].producer)
         pad.uses.append((i, k))
+
+
+def _is_view(op: TOp) -> bool:
+    """A single-operand view (``transpose``, ``view``, ...): it moves no data."""
+    return op.name == "layout" and op.kind in VIEW_KINDS and len(op.operands) == len(op.results) == 1

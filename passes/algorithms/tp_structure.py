@@ -40,7 +40,9 @@ class TOp:
     ``return`` for the function's terminator), ``kind`` its kind property, ``dims``/``dim``/
     ``normalized_rank`` the properties of reductions, softmax and norms.  For ``return``,
     ``result_roles[k]`` is ``loss``, ``grad``, ``updated`` or ``""`` and ``result_params[k]`` the
-    parameter value of a gradient or updated parameter (-1 otherwise)."""
+    parameter value of a gradient or updated parameter (-1 otherwise).  ``fp8_rowwise``: an FP8
+    GEMM whose operands are scaled one scale a row (``phaze.fp8_scales``, torchao's rowwise
+    recipe)."""
 
     name: str
     kind: str
@@ -55,6 +57,7 @@ class TOp:
     normalized_rank: int = 1
     result_roles: list[str] = field(default_factory=list)
     result_params: list[int] = field(default_factory=list)
+    fp8_rowwise: bool = False
 
 
 @dataclass
@@ -96,7 +99,10 @@ class GraphStructure:
       divide the attention heads are refused here (:class:`ShardError`);
     - ``head_repeats``: the ops that repeat key/value heads over the query heads;
     - ``param_grads``: parameter gradients and what they are views or casts of;
-    - ``emb_grad_table``: embedding-gradient op -> the table looked up with the same indices.
+    - ``emb_grad_table``: embedding-gradient op -> the table looked up with the same indices;
+    - ``gathered_at_entry``: the modules whose sequence-split inputs are all-gathered before any
+      of their ops reads them (the linears of torchao's rowwise FP8 recipe, whose casts run on
+      the gathered bf16 input: :meth:`~passes.algorithms.tp_propagation.Propagation.operand`).
     """
 
     def __init__(self, g: TGraph, t: int, vocab_multiple: int):
@@ -115,6 +121,14 @@ class GraphStructure:
                 root = self.root_param(op.operands[1])
                 if root >= 0:
                     self.linear_param[i] = root
+        # torchtitan (820504e, torchtitan/models/llama3/parallelize_llama.py) gives torchao's
+        # rowwise FP8 linears the plain ColwiseParallel / RowwiseParallel styles ("For rowwise
+        # recipes, we use regular TP and all-gather happens in high precision"): DTensor
+        # redistributes a module's input (and, in the backward, its output's gradient) as the
+        # module is entered, so the bf16 tensor is gathered and each device casts it whole;
+        # torchao's Float8ColwiseParallel, which casts before its float8 all-gather, takes
+        # tensorwise scales only (torchao/float8/float8_tensor_parallel.py, June 2025).
+        self.gathered_at_entry = {op.module for op in g.ops if op.fp8_rowwise and op.module}
         self._find_vocab(vocab_multiple)
         self._check_heads()
         self._find_head_repeats()
