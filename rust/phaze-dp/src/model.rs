@@ -212,6 +212,20 @@ pub struct Layer {
     /// The part of `opt_s` that updates the experts' state (0 in a dense layer).
     #[serde(default)]
     pub expert_opt_s: f64,
+    /// The Transformer Engine casts of the layer's weights to FP8 (rowwise and the transposed
+    /// columnwise copy) of one forward, for all of its experts (s): not in `fwd_s` nor in
+    /// `recompute_s`. TE casts them on a step's first micro-batch and reuses the cached copies
+    /// in the later ones (`quantize_weight` with `cache_weight`, `update_workspace` only when
+    /// `is_first_microbatch`, TE 2.20.0.dev0 `module/linear.py`, `module/base.py`): once per
+    /// step below ZeRO-3, beside the optimizer step; under ZeRO-3 (FSDP2: no cache,
+    /// `cache_name = None`) in every forward, a full recompute's again. Expert parallelism
+    /// leaves a device its own experts' casts, `expert_cast_s` of them over e. 0 when the
+    /// weights are FP8 already (FP8 primary weights) or not FP8 at all.
+    #[serde(default)]
+    pub cast_s: f64,
+    /// The part of `cast_s` that casts the experts' weights (0 in a dense layer).
+    #[serde(default)]
+    pub expert_cast_s: f64,
     /// Activation bytes stashed per micro-batch under each policy (none, selective, full).
     /// Usually non-increasing, which the search does not assume.
     #[serde(deserialize_with = "input::per_policy_bytes")]
@@ -578,6 +592,14 @@ impl Problem {
                 return err(format!(
                     "layers[{i}]: expert_opt_s ({}) must be part of opt_s ({})",
                     l.expert_opt_s, l.opt_s
+                ));
+            }
+            check_time(&format!("layers[{i}].cast_s"), l.cast_s)?;
+            check_time(&format!("layers[{i}].expert_cast_s"), l.expert_cast_s)?;
+            if l.expert_cast_s > l.cast_s {
+                return err(format!(
+                    "layers[{i}]: expert_cast_s ({}) must be part of cast_s ({})",
+                    l.expert_cast_s, l.cast_s
                 ));
             }
             for (r, v) in l.recompute_s.iter().enumerate() {
