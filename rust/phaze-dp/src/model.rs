@@ -586,21 +586,18 @@ impl Problem {
         for (i, l) in self.layers.iter().enumerate() {
             check_time(&format!("layers[{i}].fwd_s"), l.fwd_s)?;
             check_time(&format!("layers[{i}].bwd_s"), l.bwd_s)?;
-            check_time(&format!("layers[{i}].opt_s"), l.opt_s)?;
-            check_time(&format!("layers[{i}].expert_opt_s"), l.expert_opt_s)?;
-            if l.expert_opt_s > l.opt_s {
-                return err(format!(
-                    "layers[{i}]: expert_opt_s ({}) must be part of opt_s ({})",
-                    l.expert_opt_s, l.opt_s
-                ));
-            }
-            check_time(&format!("layers[{i}].cast_s"), l.cast_s)?;
-            check_time(&format!("layers[{i}].expert_cast_s"), l.expert_cast_s)?;
-            if l.expert_cast_s > l.cast_s {
-                return err(format!(
-                    "layers[{i}]: expert_cast_s ({}) must be part of cast_s ({})",
-                    l.expert_cast_s, l.cast_s
-                ));
+            // A time and its experts' part: the optimizer step, the FP8 weight casts.
+            for (name, whole, part) in [
+                ("opt_s", l.opt_s, l.expert_opt_s),
+                ("cast_s", l.cast_s, l.expert_cast_s),
+            ] {
+                check_time(&format!("layers[{i}].{name}"), whole)?;
+                check_time(&format!("layers[{i}].expert_{name}"), part)?;
+                if part > whole {
+                    return err(format!(
+                        "layers[{i}]: expert_{name} ({part}) must be part of {name} ({whole})"
+                    ));
+                }
             }
             for (r, v) in l.recompute_s.iter().enumerate() {
                 check_time(&format!("layers[{i}].recompute_s[{r}]"), *v)?;
