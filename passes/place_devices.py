@@ -71,6 +71,7 @@ def priced_step(module: ModuleOp, pass_name: str) -> PricedStep:
                 selective_s=r["selective_s"],
                 full_s=r["full_s"],
                 opt_s=s["opt_s"],
+                cast_s=s["cast_s"],
             )
         )
     tp = tp_width(module, pass_name)

@@ -57,7 +57,9 @@ class ScheduleOpsPass(SolverOptions):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         _, ops, _, _, _, layers = scheduled_layers(op, self.name, self.solver_limits(), self.schedule_cache())
         for layer in layers:
-            for ids, s in layer.groups.values():
+            for phase, (ids, s) in layer.groups.items():
+                if phase == "cast":  # the forward's casts again, alone: their times are the forward's
+                    continue
                 for k, i in enumerate(ids):
                     ops[i].attributes[keys.SCHED] = SchedAttr.make(
                         start_s=float(s.start[k]), end_s=float(s.end[k]), cores=int(s.cores[k])

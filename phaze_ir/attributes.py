@@ -823,10 +823,14 @@ class LayerScheduleAttr(RecordAttr):
     Syntax::
 
         #phaze.layer_schedule<index = 1, fwd_s = 0.028, bwd_s = 0.056, opt_s = 0.001,
-                              tp_comm_s = 0.004, status = optimal, gap = 0.0>
+                              cast_s = 0.0, tp_comm_s = 0.004, status = optimal, gap = 0.0>
 
     - ``fwd_s``/``bwd_s``: makespans of the layer's forward and backward ops, per micro-batch;
       ``opt_s``: of its optimizer ops (once per batch), in seconds.
+    - ``cast_s``: of its forward's FP8 weight casts scheduled alone (the ops that make
+      ``Graph.fp8_weight_copies``; 0 without FP8 linears), part of ``fwd_s``: Transformer
+      Engine casts once a step, not per micro-batch, below ZeRO-3 (the placement DP's
+      ``cast_s``).
     - ``tp_comm_s``: of ``fwd_s + bwd_s``, the seconds in which a collective runs and nothing
       else does: the layer's TP collectives that its schedules do not hide behind compute.
     - ``status``: the weakest of the three solves: ``optimal``, ``gaplimit`` (stopped at the
@@ -836,12 +840,13 @@ class LayerScheduleAttr(RecordAttr):
     """
 
     name = "phaze.layer_schedule"
-    FIELDS = ("index", "fwd_s", "bwd_s", "opt_s", "tp_comm_s", "status", "gap")
+    FIELDS = ("index", "fwd_s", "bwd_s", "opt_s", "cast_s", "tp_comm_s", "status", "gap")
 
     index: IntAttr
     fwd_s: FloatData
     bwd_s: FloatData
     opt_s: FloatData
+    cast_s: FloatData
     tp_comm_s: FloatData
     status: ScheduleStatusAttr
     gap: FloatData

@@ -336,8 +336,9 @@ def test_fp8_primary_weights_keep_no_copies_beside_them(gemm_bound, tmp_path):
     weights are Transformer Engine's FP8 tensors, rowwise and columnwise, in place of the bf16
     weights, so the stage holds no FP8 copies beside them: the FP8 plan's memory less
     ``fp8_weight_bytes`` (2 bytes per weight element); ZeRO-1's parameter all-gather moves the
-    FP8 data, 1 byte per weight element (Megatron-LM's uint8 parameter buffer), so only the DP's
-    time is shorter; asked of a bf16 step it is refused in one line."""
+    FP8 data, 1 byte per weight element (Megatron-LM's uint8 parameter buffer), and no weight
+    is cast (the casts once a step beside the optimizer go), so only those are shorter; asked
+    of a bf16 step it is refused in one line."""
     exposed = ("--dtype", "fp8", "--zero", "1", "--no-dp-overlap")  # (overlapped, the DP hides behind the GEMMs)
     fp8 = _plan(tmp_path, gemm_bound, "fp8", *exposed)
     primary = _plan(tmp_path, gemm_bound, "primary", *exposed, "--fp8-params")
@@ -348,7 +349,10 @@ def test_fp8_primary_weights_keep_no_copies_beside_them(gemm_bound, tmp_path):
     shorter = fp8["time_per_batch_s"] - primary["time_per_batch_s"]
     assert shorter > 0
     parts = fp8["breakdown_s"], primary["breakdown_s"]
-    assert shorter == pytest.approx(parts[0]["dp_comm_s"] - parts[1]["dp_comm_s"], rel=1e-9)
+    # the DP's gather of 1-byte weights, and no weight cast once a step beside the optimizer
+    dp, opt = (parts[0][k] - parts[1][k] for k in ("dp_comm_s", "optimizer_s"))
+    assert dp > 0 and opt > 0
+    assert shorter == pytest.approx(dp + opt, rel=1e-9)
     assert parts[1]["compute_s"] == pytest.approx(parts[0]["compute_s"])
     with pytest.raises(
         PhazeError, match=r"^--fp8-params: FP8 primary weights are the FP8 linears. of --dtype fp8, not bfloat16$"
@@ -520,3 +524,57 @@ def test_a_backward_fp8_gemm_is_not_priced_as_a_forward_one_of_the_same_types():
     assert sig_f != sig_b
     assert desc_f is not None and desc_b is not None
     assert not desc_f.split_accumulation and desc_b.split_accumulation
+
+
+def test_fp8_weight_casts_once_a_step_below_zero3_every_micro_batch_under_it(gemm_bound, tmp_path):
+    """Transformer Engine casts a weight to FP8 on a step's first micro-batch and reuses the
+    cast copies in the later ones (``update_workspace`` only when ``is_first_microbatch``);
+    under ZeRO-3 (FSDP2) it keeps none and casts in every forward; with FP8 primary weights
+    there is nothing to cast.  On 4 micro-batches, ZeRO-1's plan pays the casts once (in its
+    optimizer step's part), ZeRO-3's four times (in its compute), ``--fp8-params`` none."""
+    from phaze_ir import keys
+    from phaze_ir.attributes import LayerScheduleAttr
+    from phaze_ir.ir import parse_module
+
+    def cast_s(dtype: str) -> float:
+        flags = ("--hw", "h100", "--tp", "1", "--emit", "scheduled", "--dtype", dtype)
+        module = parse_module(_compile(gemm_bound, *flags))
+        (layer,) = [r.as_dict() for r in keys.require_records(module, keys.LAYER_SCHEDULE, LayerScheduleAttr)]
+        assert 0 <= layer["cast_s"] < layer["fwd_s"]
+        return layer["cast_s"]
+
+    cast = cast_s("fp8")
+    assert cast > 0 and cast_s("bfloat16") == 0
+
+    def plan(name: str, *flags: str) -> dict:
+        import json
+
+        out = tmp_path / f"{name}.json"
+        fixed = ("--hw", "h100", "--devices", "2", "--global-batch", "8", "--micro-batch", "1", "--tp", "1")
+        _compile(
+            gemm_bound,
+            *fixed,
+            "--placement",
+            "expert:1,2,1",
+            "--recompute",
+            "none",
+            "--dtype",
+            "fp8",
+            *flags,
+            "--json",
+            str(out),
+        )
+        return json.loads(out.read_text())
+
+    z1, z3, primary = (
+        plan("z1", "--zero", "1"),
+        plan("z3", "--zero", "3"),
+        plan("primary", "--zero", "1", "--fp8-params"),
+    )
+    (s1,), (s3,), (sp,) = z1["stages"], z3["stages"], primary["stages"]
+    assert s3["optimizer_s"] == pytest.approx(sp["optimizer_s"], rel=1e-9)
+    # per micro-batch: ZeRO-1 and FP8 primary weights compute alike, ZeRO-3 casts again
+    assert z1["breakdown_s"]["compute_s"] == pytest.approx(primary["breakdown_s"]["compute_s"], rel=1e-9)
+    assert z3["breakdown_s"]["compute_s"] - z1["breakdown_s"]["compute_s"] == pytest.approx(4 * cast, rel=1e-6)
+    # once a step: ZeRO-1 casts beside its optimizer step (1/2 of it, over d = 2), the others not
+    assert s1["optimizer_s"] - sp["optimizer_s"] == pytest.approx(cast, rel=1e-6)

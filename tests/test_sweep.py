@@ -77,6 +77,9 @@ def _opts(**kw) -> Options:
         {"hw": "a100", "devices": 8, "global_batch": 16, "placement": "expert:2,4,1", "pipeline_schedule": "auto"}
         | MB1,
         {"hw": "h100", "devices": 16, "global_batch": 32, "dp_overlap": True} | MB1,  # two nodes, NVLS
+        # FP8 linears: each layer's weight casts a group of their own, once a step below ZeRO-3
+        # and in every forward under it (the ZeRO stage auto: both), as phaze-place-devices prices them
+        {"hw": "h100", "devices": 8, "global_batch": 16, "dtype": "fp8", "zero": "auto"} | MB1,
         # Two nodes at PP 2 x DP 8: the rank order decides whether the DP groups or the pipeline
         # cross the nodes; tp-dp-pp is not the one auto picks, and the settings price it as given.
         {"hw": "h100", "devices": 16, "global_batch": 32, "placement": "expert:2,8,1", "rank_order": "tp-dp-pp"} | MB1,

@@ -39,6 +39,10 @@ class LayerDict(TypedDict):
     # on one device (ZeRO >= 1 divides it by d); of it, the experts' part (EP divides it by e).
     opt_s: NotRequired[float]
     expert_opt_s: NotRequired[float]
+    # The forward's FP8 weight casts (default 0), not in fwd_s nor recompute_s: once per batch
+    # below ZeRO-3, every forward under it; of them, the experts' part (EP divides it by e).
+    cast_s: NotRequired[float]
+    expert_cast_s: NotRequired[float]
     saved_bytes: list[int]  # [none, selective, full]: activation bytes stashed per micro-batch
     param_bytes: int  # per device, after TP sharding
     grad_bytes: int

@@ -189,7 +189,7 @@ class LayerNumbers:
     of the layer (``phaze.collective``), priced by the latency pass and placed by the scheduler:
     they are in ``fwd_s``/``bwd_s``.  ``opt_s`` is the layer's optimizer step, once per batch
     (the scheduled makespan of its optimizer ops, ``phaze.layer_schedule``), and
-    ``expert_opt_s`` the part of it that updates the experts' state (:func:`expert_opt_s`)."""
+    ``expert_opt_s`` the part of it that updates the experts' state (:func:`expert_part`)."""
 
     fwd_s: float
     bwd_s: float
@@ -209,6 +209,12 @@ class LayerNumbers:
     dispatch_bytes: int = 0
     opt_s: float = 0.0
     expert_opt_s: float = 0.0
+    #: the FP8 weight casts of one forward (``phaze.layer_schedule``'s ``cast_s``), not in
+    #: ``fwd_s`` nor ``recompute_s``: the DP prices them once a step below ZeRO-3 and in every
+    #: forward under it (docs/design.md §5.11.5); ``expert_cast_s`` the experts' part
+    #: (:func:`expert_part` of the weights), which EP divides by e
+    cast_s: float = 0.0
+    expert_cast_s: float = 0.0
     #: peak transient bytes while the backward runs after the forward was re-run (full
     #: recompute): ``memory.LayerMemory.recompute_workspace_bytes``
     recompute_workspace_bytes: int = 0
@@ -223,6 +229,8 @@ class LayerNumbers:
             "recompute_s": list(self.recompute_s),
             "opt_s": self.opt_s,
             "expert_opt_s": self.expert_opt_s,
+            "cast_s": self.cast_s,
+            "expert_cast_s": self.expert_cast_s,
             "saved_bytes": list(self.saved_bytes),
             "param_bytes": self.param_bytes,
             "grad_bytes": self.grad_bytes,
@@ -249,6 +257,8 @@ class LayerNumbers:
             data = {**data, **dict.fromkeys(_EXPERT_FIELDS, 0)}
         if isinstance(data, dict) and "fp8_weight_bytes" not in data:  # written before FP8's copies
             data = {**data, "fp8_weight_bytes": 0}
+        if isinstance(data, dict) and "cast_s" not in data and "expert_cast_s" not in data:  # before the casts
+            data = {**data, "cast_s": 0.0, "expert_cast_s": 0.0}
         if not isinstance(data, dict) or sorted(data) != sorted(names):
             raise ValueError(f"layer numbers have the fields {', '.join(names)}")
 
@@ -267,6 +277,8 @@ class LayerNumbers:
                 raise ValueError(f"layer {name} = {data[name]!r}: expected a time >= 0")
         if data["expert_opt_s"] > data["opt_s"]:
             raise ValueError(f"layer expert_opt_s = {data['expert_opt_s']!r}: more than its opt_s")
+        if data["expert_cast_s"] > data["cast_s"]:
+            raise ValueError(f"layer expert_cast_s = {data['expert_cast_s']!r}: more than its cast_s")
         for name in _BYTE_FIELDS:
             if not count(data[name]):
                 raise ValueError(f"layer {name} = {data[name]!r}: expected a count >= 0")
@@ -279,20 +291,22 @@ class LayerNumbers:
             **{name: data[name] for name in _BYTE_FIELDS},
             opt_s=float(data["opt_s"]),
             expert_opt_s=float(data["expert_opt_s"]),
+            cast_s=float(data["cast_s"]),
+            expert_cast_s=float(data["expert_cast_s"]),
         )
 
 
-def expert_opt_s(opt_s: float, optimizer_bytes: int, expert_optimizer_bytes: int) -> float:
-    """The part of a layer's optimizer step ``opt_s`` that updates its experts' state: its
-    share of the layer's optimizer state (``expert_optimizer_bytes`` of ``optimizer_bytes``).
-    The update reads and writes each byte of the state once (memory bound), so its time goes
-    with the bytes; 0 in a dense layer."""
-    if expert_optimizer_bytes <= 0 or optimizer_bytes <= 0:
+def expert_part(seconds: float, nbytes: int, expert_bytes: int) -> float:
+    """The part of a layer's memory-bound work over ``nbytes`` (``seconds``) that is over its
+    experts' ``expert_bytes`` of them: the optimizer step over the optimizer state (it reads
+    and writes each byte once), the FP8 weight casts over the weights (each read once); the
+    time goes with the bytes; 0 in a dense layer."""
+    if expert_bytes <= 0 or nbytes <= 0:
         return 0.0
-    return min(opt_s, opt_s * expert_optimizer_bytes / optimizer_bytes)
+    return min(seconds, seconds * expert_bytes / nbytes)
 
 
-_OPT_FIELDS = ("opt_s", "expert_opt_s")
+_OPT_FIELDS = ("opt_s", "expert_opt_s", "cast_s", "expert_cast_s")
 _EXPERT_FIELDS = ("experts", "expert_param_bytes", "expert_grad_bytes", "expert_optimizer_bytes", "dispatch_bytes")
 _BYTE_FIELDS = (
     "param_bytes",
@@ -371,9 +385,12 @@ def problem(
         # parameter buffer, the transpose made after the gather): fp8_weight_bytes / 2 fewer
         if not any(int(layer["fp8_weight_bytes"]) for layer in layer_dicts):
             raise PlacementError("fp8 params: the step has no FP8 linears to keep their weights in FP8 (--dtype fp8)")
+        # Nor is a weight cast in any micro-batch: the casts' time goes too.
         layer_dicts = [
             {
                 **layer,
+                "cast_s": 0.0,
+                "expert_cast_s": 0.0,
                 "fp8_weight_bytes": 0,
                 "param_gather_bytes": fp8_param_gather_bytes(int(layer["param_bytes"]), int(layer["fp8_weight_bytes"])),
             }

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from passes.algorithms.placement import LayerNumbers, expert_opt_s
+from passes.algorithms.placement import LayerNumbers, expert_part
 
 
 @dataclass(frozen=True)
@@ -87,16 +87,28 @@ def static_numbers(
 
 
 def timed(
-    numbers: LayerNumbers, *, fwd_s: float, bwd_s: float, selective_s: float, full_s: float, opt_s: float
+    numbers: LayerNumbers,
+    *,
+    fwd_s: float,
+    bwd_s: float,
+    selective_s: float,
+    full_s: float,
+    opt_s: float,
+    cast_s: float = 0.0,
 ) -> LayerNumbers:
     """``numbers`` with a chip's times: the scheduled forward and backward of one micro-batch,
     the extra forward time of selective and full recompute, the optimizer step once per batch
-    and, of it, the experts' part (:func:`~passes.algorithms.placement.expert_opt_s`)."""
+    and, of it, the experts' part (:func:`~passes.algorithms.placement.expert_part`), and the
+    forward's FP8 weight casts ``cast_s`` (scheduled alone), taken out of the forward and of
+    full recompute's re-run forward (the DP adds them where Transformer Engine makes them),
+    the experts' part as the experts' share of the weights."""
     return replace(
         numbers,
-        fwd_s=fwd_s,
+        fwd_s=max(0.0, fwd_s - cast_s),
         bwd_s=bwd_s,
-        recompute_s=(0.0, selective_s, full_s),
+        recompute_s=(0.0, selective_s, max(0.0, full_s - cast_s)),
         opt_s=opt_s,
-        expert_opt_s=expert_opt_s(opt_s, numbers.optimizer_bytes, numbers.expert_optimizer_bytes),
+        expert_opt_s=expert_part(opt_s, numbers.optimizer_bytes, numbers.expert_optimizer_bytes),
+        cast_s=cast_s,
+        expert_cast_s=expert_part(cast_s, numbers.param_bytes, numbers.expert_param_bytes),
     )

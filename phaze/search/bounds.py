@@ -178,9 +178,8 @@ class Bounds:
         heaviest = np.zeros_like(total)
         for lr in setting.layers:
             layer = np.zeros_like(total)
-            for g in (lr.fwd, lr.bwd):
-                if g >= 0:
-                    layer += lb[g]
+            for g in _bounded_groups(lr):
+                layer += lb[g]
             heaviest = np.maximum(heaviest, layer)
         # a replica of a context-parallel setting spans t·c devices (the DP's p·d·t·c <= N)
         B, N, b, t = self.pricing.params.global_batch, self.pricing.params.devices, setting.micro_batch, setting.tp
@@ -299,11 +298,18 @@ def _lower_bounds(args: tuple[Setting, np.ndarray, Any]) -> np.ndarray:
     return lb
 
 
+def _bounded_groups(lr) -> list[int]:
+    """The groups of a layer whose makespans bound its time per micro-batch from below: its
+    forward and backward; not the forward of a layer with FP8 weight casts, whose time per
+    micro-batch is the forward's less the casts (``timed``), which a lower bound on the
+    forward's makespan does not bound."""
+    return [g for g in ((lr.fwd if lr.cast < 0 else -1), lr.bwd) if g >= 0]
+
+
 def _layers_total(setting: Setting, lb: np.ndarray) -> np.ndarray:
-    """``lb``'s (``[groups, ...]``) forward and backward groups summed over the layers."""
+    """``lb``'s (``[groups, ...]``) :func:`_bounded_groups` summed over the layers."""
     total = np.zeros(lb.shape[1:])
     for lr in setting.layers:
-        for g in (lr.fwd, lr.bwd):
-            if g >= 0:
-                total += lb[g]
+        for g in _bounded_groups(lr):
+            total += lb[g]
     return total

@@ -106,13 +106,15 @@ class AttentionKernel:
 class LayerRef:
     """One layer: the groups of its forward, backward, optimizer ops and of its selective
     recompute (-1 when it has none), and what the DP needs of it that no accelerator changes
-    (``numbers``, its times left at 0: :meth:`Setting.priced_step` fills them in)."""
+    (``numbers``, its times left at 0: :meth:`Setting.priced_step` fills them in); ``cast``:
+    the group of its forward's FP8 weight casts alone (``schedule.cast_groups``; -1 without)."""
 
     fwd: int
     bwd: int
     opt: int
     selective: int
     numbers: LayerNumbers
+    cast: int = -1
 
 
 @dataclass
@@ -189,6 +191,7 @@ class Setting:
                     "bwd": lr.bwd,
                     "opt": lr.opt,
                     "selective": lr.selective,
+                    "cast": lr.cast,
                     "numbers": lr.numbers.as_dict(),
                 }
                 for lr in self.layers
@@ -277,8 +280,8 @@ class Setting:
 
     def priced_groups(self) -> list[int]:
         """The groups whose makespans the DP reads (forward, backward, the optimizer step,
-        selective recompute), sorted."""
-        return sorted({g for lr in self.layers for g in (lr.fwd, lr.bwd, lr.opt, lr.selective) if g >= 0})
+        selective recompute, FP8 weight casts), sorted."""
+        return sorted({g for lr in self.layers for g in (lr.fwd, lr.bwd, lr.opt, lr.selective, lr.cast) if g >= 0})
 
     def group_units(self, g: int) -> tuple[str, ...]:
         return tuple(self.units[r] for r in self.groups[g].rows)
@@ -383,14 +386,16 @@ class Setting:
             firsts: dict[tuple, int] = {}
             of_layer = []
             for lr in self.layers:
-                same = (lr.fwd, lr.bwd, lr.opt, lr.selective, lr.numbers)
+                same = (lr.fwd, lr.bwd, lr.opt, lr.selective, lr.cast, lr.numbers)
                 of_layer.append(firsts.setdefault(same, len(firsts)))
             self._distinct = ([self.layers[of_layer.index(k)] for k in range(len(firsts))], of_layer)
         distinct, of_layer = self._distinct
         numbers = []
         for lr in distinct:
-            fwd, bwd, opt, sel = (float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.opt, lr.selective))
-            numbers.append(timed(lr.numbers, fwd_s=fwd, bwd_s=bwd, selective_s=sel, full_s=fwd, opt_s=opt))
+            fwd, bwd, opt, sel, cast = (
+                float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.opt, lr.selective, lr.cast)
+            )
+            numbers.append(timed(lr.numbers, fwd_s=fwd, bwd_s=bwd, selective_s=sel, full_s=fwd, opt_s=opt, cast_s=cast))
         return PricedStep(
             layers=[numbers[k] for k in of_layer],
             micro_batch=self.micro_batch,
@@ -489,17 +494,19 @@ def _group_from_json(data: object, rows: int, kernels: int, i: int) -> Group:
 
 
 def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
-    names = ("fwd", "bwd", "opt", "selective", "numbers")
+    names = ("fwd", "bwd", "opt", "selective", "cast", "numbers")
+    if isinstance(data, dict) and "cast" not in data:  # written before the FP8 casts' groups
+        data = {**data, "cast": -1}
     if not isinstance(data, dict) or sorted(data) != sorted(names):
         raise ValueError(f"layer {i}: expected the fields {', '.join(names)}")
-    for k in names[:4]:
+    for k in names[:5]:
         if not (is_int(data[k]) and -1 <= data[k] < groups):
             raise ValueError(f"layer {i}: its {k} group {data[k]!r} is not -1 or one of the {groups} groups")
     try:
         numbers = LayerNumbers.from_json(data["numbers"])
     except ValueError as err:
         raise ValueError(f"layer {i}: {err}") from None
-    return LayerRef(data["fwd"], data["bwd"], data["opt"], data["selective"], numbers)
+    return LayerRef(data["fwd"], data["bwd"], data["opt"], data["selective"], numbers, data["cast"])
 
 
 def setting_from_module(
@@ -573,6 +580,7 @@ def setting_from_module(
         return index[g]
 
     by_phase = sched.phase_groups(graph, layer_of)
+    casts = sched.cast_groups(graph, by_phase)
     layers = []
     for la, rc, mem in zip(layers_attr, recompute, memory):
         k = la["index"]
@@ -583,6 +591,7 @@ def setting_from_module(
                 opt=group_of(by_phase.get((k, "opt"), [])),
                 selective=group_of(rc.selective_ops, selective=True),
                 numbers=static_numbers(la, mem.record(), (rc.none_bytes, rc.selective_bytes, rc.full_bytes)),
+                cast=group_of(casts.get(k, [])),
             )
         )
     blocks = block_range([str(la["kind"]) for la in layers_attr])

@@ -16,7 +16,7 @@
 // and y (128 B), in the backward dQ and dW_q at its end (64 + 128 = 192 B); with the forward
 // rematerialized for the backward (288 - 64 B more), 416 B.
 
-builtin.module attributes {phaze.target = @acc, phaze.layer_schedule = [#phaze.layer_schedule<index = 0, fwd_s = 9.0e-06, bwd_s = 1.2e-05, opt_s = 0.0, tp_comm_s = 0.0, status = optimal, gap = 0.0>]} {
+builtin.module attributes {phaze.target = @acc, phaze.layer_schedule = [#phaze.layer_schedule<index = 0, fwd_s = 9.0e-06, bwd_s = 1.2e-05, opt_s = 0.0, cast_s = 0.0, tp_comm_s = 0.0, status = optimal, gap = 0.0>]} {
   phaze.accelerator @acc {name = "toy", clock_hz = 1.000000e+09 : f64, bytes_per_element = 2 : i64, tensor_cores = {count = 2 : i64, pe_x = 4 : i64, pe_y = 4 : i64, buffer_bytes = 256 : i64}, vector_cores = {count = 2 : i64, width = 4 : i64, buffer_bytes = 64 : i64}, global_buffer = {bytes = 4096 : i64, bandwidth_Bps = 6.400000e+10 : f64}, hbm = {bytes = 1073741824 : i64, bandwidth_Bps = 1.600000e+10 : f64}, network = [{name = "tray", group_size = 4 : i64, bandwidth_Bps = 1.000000e+09 : f64, latency_s = 1.000000e-06 : f64}, {name = "pod", group_size = 64 : i64, bandwidth_Bps = 5.000000e+08 : f64, latency_s = 2.000000e-06 : f64}]}
   func.func @train_step(%x: tensor<4x8xf16> {phaze.input = "x"}, %wq: tensor<8x8xf16> {phaze.param = "wq"}, %wk: tensor<8x8xf16> {phaze.param = "wk"}, %wv: tensor<8x8xf16> {phaze.param = "wv"}) -> (tensor<4x8xf16>, tensor<4x8xf16>, tensor<4x8xf16>, tensor<8x8xf16>) {
     %q = phaze.matmul %x, %wq {phaze.phase = "fwd", phaze.layer = 0 : i64, phaze.latency = #phaze.latency<one_s = 1.0e-06, split_s = 1.0e-06, unit = tensor, bound = compute>} : (tensor<4x8xf16>, tensor<8x8xf16>) -> tensor<4x8xf16>

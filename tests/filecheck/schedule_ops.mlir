@@ -33,7 +33,7 @@ builtin.module attributes {phaze.target = @acc} {
   }
 }
 
-// CHECK: phaze.layer_schedule = [#phaze.layer_schedule<index = 0, fwd_s = 7.5e-06, bwd_s = 1.0e-06, opt_s = 0.0, tp_comm_s = 0.0, status = optimal, gap = 0.0>, #phaze.layer_schedule<index = 1, fwd_s = 7.5e-06, bwd_s = 0.0, opt_s = 0.0, tp_comm_s = 0.0, status = optimal, gap = 0.0>]
+// CHECK: phaze.layer_schedule = [#phaze.layer_schedule<index = 0, fwd_s = 7.5e-06, bwd_s = 1.0e-06, opt_s = 0.0, cast_s = 0.0, tp_comm_s = 0.0, status = optimal, gap = 0.0>, #phaze.layer_schedule<index = 1, fwd_s = 7.5e-06, bwd_s = 0.0, opt_s = 0.0, cast_s = 0.0, tp_comm_s = 0.0, status = optimal, gap = 0.0>]
 // CHECK: %a0 = {{.*}} phaze.sched = #phaze.sched<start_s = 0.0, end_s = 4.0e-06, cores = 1>
 // CHECK: %b0 = {{.*}} phaze.sched = #phaze.sched<start_s = 0.0, end_s = 4.0e-06, cores = 1>
 // CHECK: %d0 = {{.*}} phaze.sched = #phaze.sched<start_s = 4.0e-06, end_s = 6.5{{0*[0-9]*}}e-06, cores = 2>

@@ -29,6 +29,7 @@ from passes.algorithms.schedule.forced_split import makespan_lower_bound
 from passes.algorithms.schedule.layers import (
     PHASE_GROUPS,
     LayerSchedule,
+    cast_groups,
     group_edges,
     group_problem,
     phase_groups,
@@ -57,6 +58,7 @@ __all__ = [
     "Problem",
     "Schedule",
     "ScheduleCache",
+    "cast_groups",
     "check_schedule",
     "group_edges",
     "group_problem",

@@ -26,6 +26,24 @@ def phase_groups(graph: Graph, layer_of: Sequence[int]) -> dict[tuple[int, str],
     return groups
 
 
+def cast_groups(graph: Graph, groups: Mapping[tuple[int, str], Sequence[int]]) -> dict[int, list[int]]:
+    """Each layer's FP8 weight casts (the forward ops that make :meth:`Graph.fp8_weight_copies`:
+    a weight's cast and its transposed copy), in program order; none without FP8 linears.
+    Scheduled alone (``cast`` beside :data:`PHASE_GROUPS`), their makespan is what the placement
+    DP prices once a step rather than per micro-batch (Transformer Engine's cached FP8 weights,
+    docs/design.md §5.11.5); they stay in the forward's group too."""
+    copies = graph.fp8_weight_copies()
+    if not copies:
+        return {}
+    out: dict[int, list[int]] = {}
+    for (layer, phase), ids in groups.items():
+        if phase == "fwd":
+            casts = [i for i in ids if any(r in copies for r in graph.ops[i].results)]
+            if casts:
+                out[layer] = casts
+    return out
+
+
 def group_edges(graph: Graph, op_ids: Sequence[int]) -> tuple[tuple[int, int], ...]:
     """The dataflow edges among the ops ``op_ids`` of ``graph``, as sorted pairs of positions in
     ``op_ids`` (values from outside the group are ready at time 0)."""
@@ -80,7 +98,8 @@ def network_alone_s(units: Sequence[str], start: Sequence[float], end: Sequence[
 class LayerSchedule:
     """The schedules of one layer: ``groups[phase] = (op ids, Schedule)`` for ``fwd`` and
     ``bwd`` (per micro-batch) and ``opt`` (the optimizer step, once per batch: a group of its
-    own, not folded into the backward); ``alone[phase]``: the seconds of that phase's makespan
+    own, not folded into the backward), and ``cast`` (its forward's FP8 weight casts alone,
+    :func:`cast_groups`); ``alone[phase]``: the seconds of that phase's makespan
     in which only collectives run (:func:`network_alone_s`)."""
 
     index: int
@@ -106,6 +125,7 @@ class LayerSchedule:
             "fwd_s": self.makespan("fwd"),
             "bwd_s": self.makespan("bwd"),
             "opt_s": self.makespan("opt"),
+            "cast_s": self.makespan("cast"),
             "tp_comm_s": self.alone.get("fwd", 0.0) + self.alone.get("bwd", 0.0),
             "status": self.status,
             "gap": self.gap,
@@ -138,9 +158,11 @@ def schedule_layers(
     ``layer_of[i]`` its layer).  Identical layers (and any repeated problem) are solved once
     through ``cache``.  ``serial_dispatch_s`` (not None): the chip runs one op at a time, issued by
     the host every that many seconds (:func:`serial_schedule`; no solver, no cache)."""
-    groups = phase_groups(graph, layer_of)
+    groups: dict[tuple[int, str], list[int]] = phase_groups(graph, layer_of)
+    groups.update({(layer, "cast"): ids for layer, ids in cast_groups(graph, groups).items()})
+    order = (*PHASE_GROUPS, "cast")
     out: dict[int, LayerSchedule] = {}
-    for (layer, phase), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], PHASE_GROUPS.index(kv[0][1]))):
+    for (layer, phase), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
         problem = group_problem(graph, ids, latency, cores)
         schedule = schedule_group(
             problem,

@@ -44,7 +44,9 @@
 //!   behind the stage's last backward);
 //! * optimizer step `O_k = Σ_l opt_s`, once per batch after the flush; ZeRO >= 1 divides it
 //!   by d (each replica updates its 1/d of the state), and without ZeRO expert parallelism
-//!   divides the experts' part `Σ_l expert_opt_s` by e.
+//!   divides the experts' part `Σ_l expert_opt_s` by e; below ZeRO-3 it also holds the step's
+//!   FP8 weight casts `Σ_l cast_s` (not divided by d, the experts' part by e), which under
+//!   ZeRO-3 every forward (and full recompute) pays instead ([`Layer::cast_s`]).
 //!
 //! **Objective.** `time per batch = (m + p − 1) · max_k T_k + max_k E_k + max_k O_k`,
 //! minimized: the pipeline with its bubble, then the gradients' collectives, then the

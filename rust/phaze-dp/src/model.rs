@@ -212,6 +212,20 @@ pub struct Layer {
     /// The part of `opt_s` that updates the experts' state (0 in a dense layer).
     #[serde(default)]
     pub expert_opt_s: f64,
+    /// The Transformer Engine casts of the layer's weights to FP8 (rowwise and the transposed
+    /// columnwise copy) of one forward, for all of its experts (s): not in `fwd_s` nor in
+    /// `recompute_s`. TE casts them on a step's first micro-batch and reuses the cached copies
+    /// in the later ones (`quantize_weight` with `cache_weight`, `update_workspace` only when
+    /// `is_first_microbatch`, TE 2.20.0.dev0 `module/linear.py`, `module/base.py`): once per
+    /// step below ZeRO-3, beside the optimizer step; under ZeRO-3 (FSDP2: no cache,
+    /// `cache_name = None`) in every forward, a full recompute's again. Expert parallelism
+    /// leaves a device its own experts' casts, `expert_cast_s` of them over e. 0 when the
+    /// weights are FP8 already (FP8 primary weights) or not FP8 at all.
+    #[serde(default)]
+    pub cast_s: f64,
+    /// The part of `cast_s` that casts the experts' weights (0 in a dense layer).
+    #[serde(default)]
+    pub expert_cast_s: f64,
     /// Activation bytes stashed per micro-batch under each policy (none, selective, full).
     /// Usually non-increasing, which the search does not assume.
     #[serde(deserialize_with = "input::per_policy_bytes")]
@@ -572,13 +586,18 @@ impl Problem {
         for (i, l) in self.layers.iter().enumerate() {
             check_time(&format!("layers[{i}].fwd_s"), l.fwd_s)?;
             check_time(&format!("layers[{i}].bwd_s"), l.bwd_s)?;
-            check_time(&format!("layers[{i}].opt_s"), l.opt_s)?;
-            check_time(&format!("layers[{i}].expert_opt_s"), l.expert_opt_s)?;
-            if l.expert_opt_s > l.opt_s {
-                return err(format!(
-                    "layers[{i}]: expert_opt_s ({}) must be part of opt_s ({})",
-                    l.expert_opt_s, l.opt_s
-                ));
+            // A time and its experts' part: the optimizer step, the FP8 weight casts.
+            for (name, whole, part) in [
+                ("opt_s", l.opt_s, l.expert_opt_s),
+                ("cast_s", l.cast_s, l.expert_cast_s),
+            ] {
+                check_time(&format!("layers[{i}].{name}"), whole)?;
+                check_time(&format!("layers[{i}].expert_{name}"), part)?;
+                if part > whole {
+                    return err(format!(
+                        "layers[{i}]: expert_{name} ({part}) must be part of {name} ({whole})"
+                    ));
+                }
             }
             for (r, v) in l.recompute_s.iter().enumerate() {
                 check_time(&format!("layers[{i}].recompute_s[{r}]"), *v)?;

@@ -41,7 +41,8 @@ pub struct Stage {
     /// in `time_s`.
     pub exposed_dp_s: f64,
     /// The optimizer step O_k once per batch after the flush (s): the layers' `opt_s`, 1/(d·c) of
-    /// it from ZeRO-1 on (each replica updates its shard), the experts' part 1/e under EP.
+    /// it from ZeRO-1 on (each replica updates its shard), the experts' part 1/e under EP; below
+    /// ZeRO-3 with the step's FP8 weight casts (`Layer::cast_s`).
     pub optimizer_s: f64,
 }
 

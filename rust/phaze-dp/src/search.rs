@@ -43,6 +43,9 @@ struct RangeSums {
     /// Σ opt_s, and of it Σ expert_opt_s (what expert parallelism divides).
     opt_s: f64,
     expert_opt_s: f64,
+    /// Σ cast_s, and of it Σ expert_cast_s: the FP8 weight casts of one forward.
+    cast_s: f64,
+    expert_cast_s: f64,
     /// Σ param_bytes.
     param_bytes: u64,
     /// Σ of what the layers' parameter all-gathers move ([`Layer::gathered_bytes`]).
@@ -91,6 +94,8 @@ impl RangeSums {
         self.bwd_s += l.bwd_s;
         self.opt_s += l.opt_s;
         self.expert_opt_s += l.expert_opt_s;
+        self.cast_s += l.cast_s;
+        self.expert_cast_s += l.expert_cast_s;
         self.param_bytes = self.param_bytes.saturating_add(l.param_bytes);
         self.gather_bytes = self.gather_bytes.saturating_add(l.gathered_bytes());
         self.max_param_bytes = self.max_param_bytes.max(l.param_bytes);
@@ -510,8 +515,45 @@ impl<'p, 'a> Ctx<'p, 'a> {
     #[inline]
     fn recompute(&self, a: &RangeSums) -> [f64; 3] {
         let mut r = a.recompute_s;
-        r[2] += 2.0 * self.all_to_all(a);
+        r[2] += 2.0 * self.all_to_all(a) + self.microbatch_casts(a);
         r
+    }
+
+    /// A device's FP8 weight casts of one forward of `a` ([`Layer::cast_s`]): its experts'
+    /// part 1/e under EP (a device casts the experts it holds).
+    #[inline]
+    fn casts(&self, a: &RangeSums) -> f64 {
+        if self.mesh.apart(self.e) {
+            (a.cast_s - a.expert_cast_s).max(0.0)
+                + a.expert_cast_s * self.mesh.scale as f64 / self.e as f64
+        } else {
+            a.cast_s
+        }
+    }
+
+    /// The casts every forward pays: under ZeRO-3 only, where Transformer Engine keeps no
+    /// cast copy between micro-batches ([`Layer::cast_s`]); ZeRO-3 with nothing to shard
+    /// prices as no ZeRO (see [`shard_options`]).
+    #[inline]
+    fn zero3_casts(&self) -> bool {
+        self.zero == Zero::Parameters && self.sharded()
+    }
+
+    /// What [`Ctx::zero3_casts`] makes every forward pay.
+    #[inline]
+    fn microbatch_casts(&self, a: &RangeSums) -> f64 {
+        if self.zero3_casts() {
+            self.casts(a)
+        } else {
+            0.0
+        }
+    }
+
+    /// The stage's compute per micro-batch: its layers' forward and backward and the casts
+    /// each forward pays.
+    #[inline]
+    fn compute(&self, a: &RangeSums) -> f64 {
+        a.compute_s + self.microbatch_casts(a)
     }
 
     /// One all-to-all of every MoE layer of `a` over the EP group (0 without EP).
@@ -565,7 +607,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// T_k of layers i..=j under policy r. The summation order is fixed (see module docs).
     #[inline]
     fn stage_time(&self, a: &RangeSums, r: usize, i: usize, j: usize) -> f64 {
-        (((a.compute_s + self.recompute(a)[r]) + self.p2p_in(i)) + self.p2p_out(j))
+        (((self.compute(a) + self.recompute(a)[r]) + self.p2p_in(i)) + self.p2p_out(j))
             + self.mb_comm(a, i, j)
     }
 
@@ -794,8 +836,13 @@ impl<'p, 'a> Ctx<'p, 'a> {
     fn time_parts(&self, a: &RangeSums, r: usize, p2p_s: f64, zero_s: f64) -> TimeParts {
         let a2a = self.all_to_all(a);
         TimeParts {
-            compute_s: a.compute_s,
-            recompute_s: a.recompute_s[r],
+            compute_s: self.compute(a),
+            recompute_s: a.recompute_s[r]
+                + if r == 2 {
+                    self.microbatch_casts(a)
+                } else {
+                    0.0
+                },
             pp_comm_s: p2p_s,
             zero_comm_s: zero_s,
             ep_comm_s: 4.0 * a2a + if r == 2 { 2.0 * a2a } else { 0.0 },
@@ -805,9 +852,22 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// O_k: the stage's optimizer step, once per batch after the flush, on one device: its
     /// layers' `opt_s`; from ZeRO-1 on each of the d replicas updates 1/d of the state
     /// (experts' included: 1/e of them over the d/e replicas that hold them is 1/d too);
-    /// without ZeRO, EP leaves each device 1/e of the experts' update.
+    /// without ZeRO, EP leaves each device 1/e of the experts' update. Below ZeRO-3 the step's
+    /// FP8 weight casts, once per batch ([`Layer::cast_s`]), are here too: every replica casts
+    /// all the weights it holds.
     #[inline]
     fn optimizer(&self, a: &RangeSums) -> f64 {
+        let casts = if self.zero3_casts() {
+            0.0
+        } else {
+            self.casts(a)
+        };
+        self.update(a) + casts
+    }
+
+    /// The optimizer's update of [`Ctx::optimizer`].
+    #[inline]
+    fn update(&self, a: &RangeSums) -> f64 {
         if self.zero >= Zero::Optimizer {
             a.opt_s / self.zg as f64
         } else if self.mesh.apart(self.e) {
@@ -988,7 +1048,7 @@ fn run_dp(ctx: &Ctx, s_max: usize, bound: f64, fronts: &mut SuffixFronts) {
                     break;
                 }
                 alive = true;
-                let t = (((a.compute_s + rc[r]) + t_in) + t_out) + mb;
+                let t = (((ctx.compute(&a) + rc[r]) + t_in) + t_out) + mb;
                 let (start, len) = idx[(s - 1) * n + j + 1];
                 for &(ts, es, os) in &arena[start as usize..(start + len) as usize] {
                     let c = (t.max(ts), e.max(es), o.max(os));
@@ -1547,7 +1607,7 @@ impl Rank {
     /// boundary transfers (v× those of one stage) leave exposed ([`Rank::p2p_exposed`]), and the
     /// per-micro-batch DP collectives.
     fn time(&self, ctx: &Ctx, r: usize) -> f64 {
-        let work = self.sums.compute_s + ctx.recompute(&self.sums)[r];
+        let work = ctx.compute(&self.sums) + ctx.recompute(&self.sums)[r];
         (work + self.p2p_exposed(ctx, r)) + (self.zero_s + 4.0 * ctx.all_to_all(&self.sums))
     }
 
@@ -1563,7 +1623,7 @@ impl Rank {
     /// steady state and (blocking `send_forward_recv_forward`) in the warm-up alike: one
     /// transfer per chunk on the critical path.
     fn p2p_exposed(&self, ctx: &Ctx, r: usize) -> f64 {
-        let work = self.sums.compute_s + ctx.recompute(&self.sums)[r];
+        let work = ctx.compute(&self.sums) + ctx.recompute(&self.sums)[r];
         if self.p2p_s <= 0.0 {
             return 0.0;
         }

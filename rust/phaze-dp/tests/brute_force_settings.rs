@@ -53,6 +53,16 @@ fn random_problem(rng: &mut Rng) -> Problem {
             l.expert_opt_s = l.opt_s * [0.0, 0.5, 1.0][opt.below(3) as usize];
         }
     }
+    // The FP8 weight casts (a generator of their own again): none in half of the problems, up
+    // to 1 s a layer in the others; an MoE layer's experts' part none, half or all.
+    let mut fp8 = Rng(rng.0 ^ 0x6670_385f_6361_7374);
+    let cast_scale = [0.0, 1.0][fp8.below(2) as usize];
+    for l in &mut layers {
+        l.cast_s = fp8.time() * cast_scale / 8.0;
+        if l.experts > 0 {
+            l.expert_cast_s = l.cast_s * [0.0, 0.5, 1.0][fp8.below(3) as usize];
+        }
+    }
     // The rank order: auto for half, fixed for the rest (a generator of its own again).
     let mut ord = Rng(rng.0 ^ 0x7261_6e6b_5f6f_7264);
     let rank_order =
@@ -410,6 +420,7 @@ fn price(
         let (mut compute, mut rec, mut fwd, mut bwd, mut link) = (0.0, 0.0, 0.0, 0.0, 0.0);
         let mut fwd_send = 0.0;
         let (mut opt, mut expert_opt) = (0.0f64, 0.0f64);
+        let (mut cast, mut expert_cast) = (0.0f64, 0.0f64);
         let (mut pb, mut gb, mut ob, mut maxp, mut ws) = (0u64, 0u64, 0u64, 0u64, 0u64);
         let (mut epb, mut egb, mut eob, mut alltoall) = (0u64, 0u64, 0u64, 0.0f64);
         let mut saved_per_chunk = Vec::new();
@@ -424,6 +435,8 @@ fn price(
                 rec += l.recompute_s[r];
                 opt += l.opt_s;
                 expert_opt += l.expert_opt_s;
+                cast += l.cast_s;
+                expert_cast += l.expert_cast_s;
                 fwd += l.fwd_s;
                 bwd += l.bwd_s;
                 pb += l.param_bytes;
@@ -495,7 +508,21 @@ fn price(
                 _ => hide(half(pb, epb), fwd) + hide(half(pb, epb) + grads_half(gb, egb), bwd),
             }
             + 4.0 * alltoall;
-        let rec = rec + if r == 2 { 2.0 * alltoall } else { 0.0 };
+        // A device casts its weights to FP8 (its own experts' under EP): in every forward under
+        // ZeRO-3 with something to shard (a full recompute's again), once a step beside the
+        // optimizer otherwise.
+        let casts = (cast - expert_cast) + expert_cast * scale as f64 / e as f64;
+        let (compute, step_casts) = if z == 3 && sharded {
+            (compute + casts, 0.0)
+        } else {
+            (compute, casts)
+        };
+        let rec = rec
+            + if r == 2 {
+                2.0 * alltoall + if z == 3 && sharded { casts } else { 0.0 }
+            } else {
+                0.0
+            };
         let exposed = match z {
             0 => hide(all_reduce(wire(gb, egb).0, wire(gb, egb).1), bwd),
             1 => hide(grads_half(gb, egb), bwd) + hide(half(pb, epb), fwd),
@@ -520,7 +547,7 @@ fn price(
             opt / dc as f64
         } else {
             (opt - expert_opt) + expert_opt * scale as f64 / e as f64
-        };
+        } + step_casts;
         let sh = |x: u64, experts: u64, on: bool| {
             let over = |y: u64, g: u64| if on { y.div_ceil(g) } else { y };
             if e == 1 && !folded {

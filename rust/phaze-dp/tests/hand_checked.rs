@@ -1239,3 +1239,71 @@ fn expert_tensor_parallelism_refuses_what_megatron_refuses() {
         s => panic!("{s:?}"),
     }
 }
+
+/// One layer of fwd 1 s, bwd 2 s whose forward casts its weights to FP8 in 0.5 s, on d = 2
+/// replicas, B = 8: m = 4 micro-batches of one sample each.
+fn fp8_cast_problem(zero: Zero, recompute: Option<Recompute>) -> Problem {
+    let mut l = layer();
+    l.cast_s = 0.5;
+    l.recompute_s = [0.0, 0.0, 1.0];
+    let mut prob = problem(vec![l], 2, 8);
+    prob.levels = vec![level(2, 1e9, 0.0)];
+    prob.zero = Some(zero);
+    prob.recompute = recompute;
+    prob
+}
+
+#[test]
+fn fp8_weight_casts_once_a_step_below_zero3_and_every_forward_under_it() {
+    // ZeRO-1: the cast copies are kept for the step, cast once beside the optimizer step:
+    // 4 · 3 + 0.5 = 12.5 (not 4 · 3.5 = 14).
+    let plan = feasible(solve(&fp8_cast_problem(Zero::Optimizer, None)));
+    assert_eq!((plan.dp, plan.pp, plan.num_micro_batches), (2, 1, 4));
+    assert!(
+        close(plan.time_per_batch_s, 12.5),
+        "{}",
+        plan.time_per_batch_s
+    );
+    assert!(close(plan.stages[0].optimizer_s, 0.5));
+    // ZeRO-3: no cache, every forward casts: 4 · (3 + 0.5) = 14, nothing once a step.
+    let plan = feasible(solve(&fp8_cast_problem(Zero::Parameters, None)));
+    assert_eq!((plan.dp, plan.num_micro_batches), (2, 4));
+    assert!(
+        close(plan.time_per_batch_s, 14.0),
+        "{}",
+        plan.time_per_batch_s
+    );
+    assert!(close(plan.stages[0].optimizer_s, 0.0));
+    // ZeRO-3 under full recompute: the re-run forward casts again, 4 · (3.5 + 1 + 0.5) = 20;
+    // ZeRO-1's re-run reads the kept copies: 4 · (3 + 1) + 0.5 = 16.5.
+    let full = Some(Recompute::Full);
+    let plan = feasible(solve(&fp8_cast_problem(Zero::Parameters, full)));
+    assert!(
+        close(plan.time_per_batch_s, 20.0),
+        "{}",
+        plan.time_per_batch_s
+    );
+    let plan = feasible(solve(&fp8_cast_problem(Zero::Optimizer, full)));
+    assert!(
+        close(plan.time_per_batch_s, 16.5),
+        "{}",
+        plan.time_per_batch_s
+    );
+}
+
+#[test]
+fn expert_parallelism_leaves_a_device_its_own_experts_casts() {
+    // 0.4 s of the 0.5 s casts the layer's 2 experts; EP 2 leaves each device one of them:
+    // 0.1 + 0.4 / 2 = 0.3 s once a step under ZeRO-1, 4 · 3 + 0.3 = 12.3.
+    let mut prob = fp8_cast_problem(Zero::Optimizer, None);
+    prob.layers[0].experts = 2;
+    prob.layers[0].expert_cast_s = 0.4;
+    prob.expert_parallel = Some(2);
+    let plan = feasible(solve(&prob));
+    assert_eq!((plan.dp, plan.expert_parallel), (2, 2));
+    assert!(
+        close(plan.time_per_batch_s, 12.3),
+        "{}",
+        plan.time_per_batch_s
+    );
+}
