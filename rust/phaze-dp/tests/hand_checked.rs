@@ -1006,6 +1006,21 @@ fn hsdp_shards_in_the_node_and_all_reduces_across_replicas() {
     );
 }
 
+/// Three layers of 1.8 GB under ZeRO-3 over d = 4 as HSDP (shard groups of 2 on `node`, 2
+/// replicas across on `across`), one stage, DP overlap on: the HSDP tests' problem.
+fn hsdp_problem(node: NetLevel, across: NetLevel) -> Problem {
+    let mut l = layer();
+    l.param_bytes = 1_800_000_000;
+    l.grad_bytes = 1_800_000_000;
+    let mut prob = problem(vec![l; 3], 4, 4);
+    prob.levels = vec![node, across];
+    prob.zero = Some(Zero::Parameters);
+    prob.max_stages = Some(1);
+    prob.dp_shard = Some(2);
+    prob.dp_overlap = true;
+    prob
+}
+
 #[test]
 fn hsdp_all_reduces_run_beside_the_backward() {
     // Three layers as in `fsdp_overlaps_each_layer_with_the_one_beside_it`, ZeRO-3 over d = 4
@@ -1016,15 +1031,7 @@ fn hsdp_all_reduces_run_beside_the_backward() {
     // reduce-scatter, alone: 4.2 s, T = 9 + 4.2 = 13.2. Not overlapped: the stage's bytes in
     // one collective each, 2.8 s the all-gathers and reduce-scatter (0.5 · 5.4 + 0.1) and
     // 3.2 s the all-reduce of the 2.7 GB shard (0.5 · 2 · 2.7e9 / 0.9e9 + 0.2): T = 9 + 11.6.
-    let mut l = layer();
-    l.param_bytes = 1_800_000_000;
-    l.grad_bytes = 1_800_000_000;
-    let mut prob = problem(vec![l; 3], 4, 4);
-    prob.levels = vec![level(2, 1e9, 0.1), level(4, 0.9e9, 0.1)];
-    prob.zero = Some(Zero::Parameters);
-    prob.max_stages = Some(1);
-    prob.dp_shard = Some(2);
-    prob.dp_overlap = true;
+    let mut prob = hsdp_problem(level(2, 1e9, 0.1), level(4, 0.9e9, 0.1));
     let plan = feasible(solve(&prob));
     assert!(
         close(plan.time_per_batch_s, 13.2),
@@ -1052,19 +1059,11 @@ fn hsdp_all_reduces_take_the_replicas_level_share_of_the_compute() {
     // layers 1 and 2's all-reduces (2.4 s) beside the backward of layers 0 and 1 (4 s) take
     // 0.5 · 2.4 = 1.2 s of it, layer 0's alone 1.2 s: T = 9 + 4.5 + 2.4 = 15.9 (at the node's
     // 0.25 the all-reduces would add 1.2 + 0.6 s: 15.3).
-    let mut l = layer();
-    l.param_bytes = 1_800_000_000;
-    l.grad_bytes = 1_800_000_000;
-    let mut prob = problem(vec![l; 3], 4, 4);
     let mut node = level(2, 1e9, 0.1);
     node.collective_compute_share = 0.25;
     let mut across = level(4, 0.9e9, 0.1);
     across.collective_compute_share = 0.5;
-    prob.levels = vec![node, across];
-    prob.zero = Some(Zero::Parameters);
-    prob.max_stages = Some(1);
-    prob.dp_shard = Some(2);
-    prob.dp_overlap = true;
+    let prob = hsdp_problem(node, across);
     let plan = feasible(solve(&prob));
     assert!(
         close(plan.time_per_batch_s, 15.9),
