@@ -523,11 +523,18 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// part 1/e under EP (a device casts the experts it holds).
     #[inline]
     fn casts(&self, a: &RangeSums) -> f64 {
+        self.device_part(a.cast_s, a.expert_cast_s)
+    }
+
+    /// A device's part of a time over a layer range's weights or state, `whole` of which
+    /// `experts` is the experts' (the optimizer's update, the FP8 weight casts): all of the
+    /// dense part, and under EP 1/e of the experts' (folded t/(k·e), [`ExpertMesh::scale`]).
+    #[inline]
+    fn device_part(&self, whole: f64, experts: f64) -> f64 {
         if self.mesh.apart(self.e) {
-            (a.cast_s - a.expert_cast_s).max(0.0)
-                + a.expert_cast_s * self.mesh.scale as f64 / self.e as f64
+            (whole - experts).max(0.0) + experts * self.mesh.scale as f64 / self.e as f64
         } else {
-            a.cast_s
+            whole
         }
     }
 
@@ -870,11 +877,8 @@ impl<'p, 'a> Ctx<'p, 'a> {
     fn update(&self, a: &RangeSums) -> f64 {
         if self.zero >= Zero::Optimizer {
             a.opt_s / self.zg as f64
-        } else if self.mesh.apart(self.e) {
-            (a.opt_s - a.expert_opt_s).max(0.0)
-                + a.expert_opt_s * self.mesh.scale as f64 / self.e as f64
         } else {
-            a.opt_s
+            self.device_part(a.opt_s, a.expert_opt_s)
         }
     }
 
