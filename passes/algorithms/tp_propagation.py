@@ -353,9 +353,17 @@ class Propagation:
         return s
 
     def operand_gathered(self, i: int, k: int):
-        """:meth:`operand`, with a sequence-parallel split gathered (GEMMs read whole activations)."""
+        """:meth:`operand`, with a sequence-parallel split gathered (GEMMs read whole
+        activations), except in the GEMMs of the linears Megatron duplicates over TP (MLA's down
+        projections, ``GraphStructure.sequence_local``): those run on the device's own ``s/t``
+        tokens, forward and backward, so their weight gradients are partial and all-reduced
+        once per step (Megatron marks a duplicated ``TELinear``'s weight ``sequence_parallel``:
+        ``megatron/core/extensions/transformer_engine.py``)."""
         s = self.operand(i, k)
-        if isinstance(s, Split) and self.is_sequence_split(self.graph.ops[i].operands[k]):
+        op = self.graph.ops[i]
+        if isinstance(s, Split) and op.module and op.module in self.structure.sequence_local:
+            return s
+        if isinstance(s, Split) and self.is_sequence_split(op.operands[k]):
             self.all_gather(i, k)
             return REPLICATED
         return s

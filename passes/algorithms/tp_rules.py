@@ -91,6 +91,8 @@ def matmul(prop: Propagation, i: int, op: TOp) -> None:
     sl = sl if isinstance(sl, Split) else REPLICATED
     sr = sr if isinstance(sr, Split) else REPLICATED
     origin = (prop.origins[lhs] | prop.origins[rhs]) - {SEQUENCE_ORIGIN}
+    if op.module in prop.structure.sequence_local and (prop.is_sequence_split(lhs) or prop.is_sequence_split(rhs)):
+        origin |= {SEQUENCE_ORIGIN}  # (a duplicated linear on its own tokens: the split is the sequence's)
     out, parts, bad = _matmul_result(prop, op, sl, sr)
     if bad:
         prop.refuse_split(*[v for v, s in ((lhs, sl), (rhs, sr)) if s is not REPLICATED])
@@ -244,6 +246,16 @@ def elementwise(prop: Propagation, i: int, op: TOp) -> None:
         if isinstance(s, Split):
             v = op.operands[k]
             parts[Split(s.dim + r - len(prop.shape(v)), s.inner, s.pad)] = v
+    if len(parts) > 1 and any(not prop.is_sequence_split(v) for v in parts.values()):
+        # A sequence split meeting a head split: the sequence-split operands are gathered
+        # (MLA's rotary key, computed on the device's tokens, gathered before it joins the
+        # heads: Megatron's gather_from_sequence_parallel_region of k_pos_emb).
+        for k, s in enumerate(states):
+            v = op.operands[k]
+            if isinstance(s, Split) and prop.is_sequence_split(v):
+                prop.all_gather(i, k)
+                states[k] = REPLICATED
+        parts = {p: v for p, v in parts.items() if not prop.is_sequence_split(v)}
     if len(parts) > 1:
         prop.refuse_split(*parts.values())
         out = REPLICATED
@@ -255,7 +267,7 @@ def elementwise(prop: Propagation, i: int, op: TOp) -> None:
             continue
         v = op.operands[k]
         j = out.dim - (r - len(prop.shape(v))) if out is not REPLICATED else -1
-        whole = j < 0 or prop.shape(v)[j] == 1
+        whole = j < 0 or prop.shape(v)[j] == 1 or (s is REPLICATED and _broadcast_along(prop, v, j))
         if s is PENDING:
             if whole:
                 prop.decide_param(v, REPLICATED, frozenset())
@@ -279,6 +291,21 @@ def elementwise(prop: Propagation, i: int, op: TOp) -> None:
     prop.set_state(out_v, out, origin)
 
 
+def _broadcast_along(prop: Propagation, v: int, j: int) -> bool:
+    """Is ``v`` an ``expand`` of a tensor of size 1 along dim ``j`` (same rank)?  Each device's
+    part of it along ``j`` is then the same broadcast data, read without a slice: MLA's shared
+    rotary key expanded over the heads and copied into each head's key (transformers'
+    DeepseekV3 ``expand_kv``), as Megatron's MLA expands ``k_pos_emb`` over its local heads."""
+    p = prop.graph.values[v].producer
+    if p < 0:
+        return False
+    op = prop.graph.ops[p]
+    if op.name != "layout" or op.kind != "expand" or len(op.operands) != 1:
+        return False
+    src = prop.shape(op.operands[0])
+    return len(src) == len(prop.shape(v)) and src[j] == 1
+
+
 def shape_only(prop: Propagation, i: int, op: TOp) -> None:
     """``fill``, ``random``, ``arange`` (:data:`SHAPE_ONLY_KINDS`): the result takes its
     operand's split (the op reads only its shape; nothing is reduced).  Under sequence
@@ -291,7 +318,9 @@ def shape_only(prop: Propagation, i: int, op: TOp) -> None:
         # (a dropout mask drawn for a partial value: the shape of its reduce-scatter)
         s = prop.structure.seq_split(prop.shape(op.operands[0])) or REPLICATED
         origin = frozenset((SEQUENCE_ORIGIN,))
-    if isinstance(s, Split) and len(prop.shape(op.operands[0])) == len(prop.shape(out_v)):
+    shape, out_shape = prop.shape(op.operands[0]) if op.operands else (), prop.shape(out_v)
+    if isinstance(s, Split) and len(shape) == len(out_shape) and shape[s.dim] == out_shape[s.dim]:
+        # (a fresh tensor shaped like another, ``new_empty``: split as it where it is as long)
         prop.set_state(out_v, s, origin)
     else:
         prop.set_state(out_v, REPLICATED)

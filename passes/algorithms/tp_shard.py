@@ -196,6 +196,9 @@ class ShardPlan:
     pads: list[Pad] = field(default_factory=list)
     #: The key/value projections kept replicated (fewer key/value heads than the width).
     kv_replicated: list[int] = field(default_factory=list)
+    #: The linears kept replicated as Megatron runs them (op -> ``"latent"`` or ``"router"``:
+    #: ``GraphStructure.by_design``), not said as kept whole.
+    by_design: dict[int, str] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------
@@ -251,7 +254,8 @@ def _replicated_linears(s: GraphStructure, sharded: set[int], demoted: list[int]
                 weights(kv),
             )
         )
-    in_blocks = [i for i in demoted if g.ops[i].layer in s.block_layers]
+    # (a linear demoted from column-parallel that a later round made row-parallel is split)
+    in_blocks = [i for i in demoted if g.ops[i].layer in s.block_layers and i not in sharded]
     if in_blocks:
         op = g.ops[in_blocks[0]]
         notes.append(
@@ -363,10 +367,11 @@ def shard(graph: TGraph, width: int, vocab_multiple: int = 128, sequence_paralle
     # Column-parallel candidates: the linears of the blocks (every forward linear when the step
     # has no repeated blocks, e.g. a single-block toy) and the LM head.
     # The key/value projections of grouped-query attention with fewer key/value heads than
-    # devices stay replicated (GraphStructure._check_heads).
+    # devices stay replicated (GraphStructure._check_heads), and so do the linears Megatron
+    # keeps replicated by design (MLA's down projections, MoE routers: GraphStructure.by_design).
     candidates = {
         i for i in structure.linear_param if graph.ops[i].layer in structure.block_layers or not structure.block_layers
-    } - structure.kv_replicated | set(structure.lm_heads)
+    } - structure.kv_replicated - set(structure.by_design) | set(structure.lm_heads)
     local_repeats = set(structure.head_repeats)
     vocab_parallel = bool(structure.word_lookups)
     demoted: list[int] = []
@@ -412,7 +417,11 @@ def _plan(prop: Propagation, vocab_parallel: bool, demoted: list[int], rounds: i
     vocab_heads = structure.lm_heads if vocab_parallel else set()
     sharded = set(prop.column_parallel) | set(prop.row_parallel) | vocab_heads
     notes = _replicated_linears(structure, sharded, demoted)
-    said = {structure.linear_param[i] for i in set(demoted) | structure.kv_replicated if i in structure.linear_param}
+    said = {
+        structure.linear_param[i]
+        for i in set(demoted) | structure.kv_replicated | set(structure.by_design)
+        if i in structure.linear_param
+    }
     if any(n.reason == "outside_blocks" for n in notes):
         said |= {p for i, p in structure.linear_param.items() if graph.ops[i].layer not in structure.block_layers}
     _unsaid_weights(structure, states, notes, said)
@@ -438,4 +447,5 @@ def _plan(prop: Propagation, vocab_parallel: bool, demoted: list[int], rounds: i
         replicated=notes,
         pads=sorted(prop.pads.values(), key=lambda p: p.value),
         kv_replicated=sorted(structure.kv_replicated),
+        by_design={i: why for i, why in sorted(structure.by_design.items()) if i not in sharded},
     )

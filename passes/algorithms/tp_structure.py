@@ -100,6 +100,9 @@ class GraphStructure:
     - ``head_repeats``: the ops that repeat key/value heads over the query heads;
     - ``param_grads``: parameter gradients and what they are views or casts of;
     - ``emb_grad_table``: embedding-gradient op -> the table looked up with the same indices;
+    - ``by_design``: the block linears Megatron keeps replicated by design, op -> why
+      (:meth:`_find_replicated_by_design`: ``"latent"``, MLA's down projections; ``"router"``,
+      an MoE router);
     - ``gathered_at_entry``: the modules whose sequence-split inputs are all-gathered before any
       of their ops reads them (the linears of torchao's rowwise FP8 recipe, whose casts run on
       the gathered bf16 input: :meth:`~passes.algorithms.tp_propagation.Propagation.operand`).
@@ -134,6 +137,130 @@ class GraphStructure:
         self._find_head_repeats()
         self._find_param_grads()
         self._find_embedding_grads()
+        self._find_replicated_by_design()
+
+    def _find_replicated_by_design(self) -> None:
+        """The block linears Megatron-core runs replicated over TP, by what their output feeds
+        (forward ops of the same layer, through views, slices, casts and elementwise ops with
+        one activation operand):
+
+        - ``"latent"``: a linear whose output (or a slice of it) is squared and averaged over
+          its last dim, an RMSNorm of the output: multi-latent attention's down projections
+          (transformers' ``q_a_proj``, ``kv_a_proj_with_mqa``), whose latents are normalized
+          whole.  Megatron-core builds ``linear_q_down_proj`` and ``linear_kv_down_proj`` as
+          ``TELinear(parallel_mode="duplicated")`` with their layernorms
+          (``megatron/core/transformer/multi_latent_attention.py``) and splits only the up
+          projections, over the heads.
+        - ``"router"``: a linear whose output reaches a ``topk``: an MoE router (Megatron's
+          ``TopKRouter`` weight is not tensor-parallel, ``megatron/core/transformer/moe/router.py``).
+
+        They are never column-parallel candidates, and not said as linears kept whole (the
+        propagation would demote them anyway: a norm needs its dim whole, a top-k its experts)."""
+        g = self.graph
+        self.by_design: dict[int, str] = {}
+        for i in self.linear_param:
+            op = g.ops[i]
+            if op.layer not in self.block_layers:
+                continue
+            why = self._output_feeds(i)
+            if why:
+                self.by_design[i] = why
+        #: The modules of the duplicated latent projections: their GEMMs read a sequence split
+        #: as it is (Propagation.operand_gathered).
+        self.sequence_local = {g.ops[i].module for i, why in self.by_design.items() if why == "latent" and g.ops[i].module}
+
+    def _output_feeds(self, i: int, depth: int = 16) -> str:
+        """``"latent"``, ``"router"`` or "" for linear ``i`` (:meth:`_find_replicated_by_design`).
+        A latent's features stay its values' last dim up to the norm (slices of it only: the
+        rotary part cut off; a per-head norm, Qwen3's ``q_norm``, follows a reshape into heads),
+        and the normalized latent reaches another linear of the layer (its up projection)."""
+        if self._reaches(i, depth, lambda j, op: op.name == "reduction" and op.kind == "topk", False):
+            return "router"
+
+        def norm(j: int, op: TOp) -> bool:
+            return op.name == "reduction" and op.kind == "mean" and self._last_dim_of_square(j)
+
+        return "latent" if self._reaches(i, depth, norm, True) and self._reaches_linear(i, depth) else ""
+
+    def _reaches(self, i: int, depth: int, found, features: bool) -> bool:
+        """Does the output of linear ``i`` reach an op ``found(j, op)`` accepts, through forward
+        ops of its layer, layouts and elementwise ops with one activation operand (a parameter
+        or a broadcast operand, a bias or a norm's scale, rides along); with ``features``, only
+        through ops that keep the features the last dim (:meth:`_keeps_features`)?"""
+        g = self.graph
+        layer = g.ops[i].layer
+        frontier, seen = [(v, 0) for v in g.ops[i].results], set()
+        while frontier:
+            v, d = frontier.pop()
+            if v in seen or d > depth:
+                continue
+            seen.add(v)
+            for j, _k in self.consumers[v]:
+                op = g.ops[j]
+                if op.phase != "fwd" or op.layer != layer:
+                    continue
+                if found(j, op):
+                    return True
+                out = max((math.prod(g.values[r].shape) for r in op.results), default=0)
+                activations = [
+                    u for u in op.operands if not self._is_param_view(u) and math.prod(g.values[u].shape) >= out
+                ]
+                if (
+                    op.name in ("layout", "elementwise")
+                    and len(activations) == 1
+                    and (not features or self._keeps_features(op))
+                ):
+                    frontier += [(r, d + 1) for r in op.results]
+        return False
+
+    def _keeps_features(self, op: TOp) -> bool:
+        """Does layout or elementwise ``op`` keep its operand's last dim as its results' last
+        dim (a cast, a view that leaves it, a slice or split of it)?"""
+        g = self.graph
+        n = g.values[op.operands[0]].shape
+        for r in op.results:
+            m = g.values[r].shape
+            if not n or not m or (m[-1] != n[-1] and not (op.kind in ("slice", "split") and m[-1] < n[-1])):
+                return False
+        return True
+
+    def _reaches_linear(self, i: int, depth: int) -> bool:
+        """Does the output of linear ``i`` reach the input of another linear of its layer
+        through forward elementwise, layout and reduction ops (no GEMM between)?"""
+        g = self.graph
+        layer = g.ops[i].layer
+        frontier, seen = [(v, 0) for v in g.ops[i].results], set()
+        while frontier:
+            v, d = frontier.pop()
+            if v in seen or d > depth:
+                continue
+            seen.add(v)
+            for j, k in self.consumers[v]:
+                op = g.ops[j]
+                if op.phase != "fwd" or op.layer != layer:
+                    continue
+                if j in self.linear_param and k == 0:
+                    return True
+                if op.name in ("layout", "elementwise", "reduction"):
+                    frontier += [(r, d + 1) for r in op.results]
+        return False
+
+    def _last_dim_of_square(self, j: int) -> bool:
+        """Is reduction ``j`` a mean over the last dim of a ``pow`` (an RMSNorm's)?"""
+        g = self.graph
+        op = g.ops[j]
+        v = op.operands[0]
+        p = g.values[v].producer
+        rank = len(g.values[v].shape)
+        return (
+            p >= 0
+            and g.ops[p].name == "elementwise"
+            and g.ops[p].kind == "pow"
+            and tuple(d % rank for d in op.dims) == (rank - 1,)
+        )
+
+    def _is_param_view(self, v: int) -> bool:
+        return self.root_param(v) >= 0
 
     def _find_param_grads(self) -> None:
         """Parameter gradients (and what they are views or casts of): all-reduced, never

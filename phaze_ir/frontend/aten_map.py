@@ -85,6 +85,7 @@ ELEMENTWISE: dict[str, str] = {
     "new_full": "fill",
     "scalar_tensor": "fill",
     "empty_strided": "fill",
+    "new_empty_strided": "fill",
     "arange": "arange",
     "bernoulli": "random",
     "rand": "random",
