@@ -93,7 +93,11 @@ it came from is demoted to replicated and the propagation runs again; e.g. the l
 number of linears that feed a norm stays replicated.  Widths that do not divide the attention
 heads or the output size of a column-parallel linear are refused with a :class:`ShardError`.
 Linears that stay replicated where Megatron would shard them are reported
-(:class:`Replicated`).
+(:class:`Replicated`); those Megatron keeps replicated by design (multi-latent attention's down
+projections, whose latents are normalized whole, and MoE routers:
+``GraphStructure.by_design``) are never column-parallel candidates and not reported
+(``ShardPlan.by_design``); under sequence parallelism the down projections run on the device's
+tokens (docs/design.md §5.2).
 """
 
 from __future__ import annotations

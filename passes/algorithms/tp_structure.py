@@ -167,7 +167,9 @@ class GraphStructure:
                 self.by_design[i] = why
         #: The modules of the duplicated latent projections: their GEMMs read a sequence split
         #: as it is (Propagation.operand_gathered).
-        self.sequence_local = {g.ops[i].module for i, why in self.by_design.items() if why == "latent" and g.ops[i].module}
+        self.sequence_local = {
+            g.ops[i].module for i, why in self.by_design.items() if why == "latent" and g.ops[i].module
+        }
 
     def _output_feeds(self, i: int, depth: int = 16) -> str:
         """``"latent"``, ``"router"`` or "" for linear ``i`` (:meth:`_find_replicated_by_design`).

@@ -12,17 +12,24 @@ default priority flash, then memory efficient, then math), by the rules of that 
 traced shape decides:
 
 - **flash** (``aten._scaled_dot_product_flash_attention``): 16-bit q, k, v, no ``attn_mask``,
-  head dim at most 256 and a multiple of 8; it takes grouped-query K/V as they are
-  (``enable_gqa``: fewer K/V heads than query heads);
+  q, k and v of one head dim (``check_head_dim_size_flash``), at most 256 and a multiple of 8;
+  it takes grouped-query K/V as they are (``enable_gqa``: fewer K/V heads than query heads);
 - **memory efficient** (``aten._scaled_dot_product_efficient_attention``): any floating dtype,
   an additive ``attn_mask`` (a boolean mask becomes ``-inf`` where false, as
-  ``convert_boolean_attn_mask`` does); it does not take grouped-query K/V;
+  ``convert_boolean_attn_mask`` does), q and k of one head dim and v's another
+  (``check_head_dim_size_mem_efficient``): multi-head latent attention (DeepSeek-V3's d_qk 192,
+  d_v 128, which transformers passes without a mask) runs it; it does not take grouped-query
+  K/V;
 - otherwise (a mask with grouped-query K/V, or a head dim neither takes) the call is left to
   torch, which traces the math path.
 
 Both kernels' forward and backward are single aten ops whose meta functions need no GPU; the
 importer expands them into matmul/softmax semantics with no s² tensor saved
-(``importer._attention``), and ``phaze-form-kernels`` prices each as one kernel.
+(``importer._attention``: ``QKᵀ`` over d_qk, ``PV`` yielding d_v), and ``phaze-form-kernels``
+prices each as one kernel, the one the runtime runs (``kernels.attention_backend``: cuDNN's on
+an H100 under torch 2.15, whose ``check_cudnn_tensor_shapes`` takes d_qk and d_v apart, and
+under Transformer Engine, whose ``get_attention_backend`` keeps FusedAttention for
+d_qk ≠ d_v with separate q, k, v tensors and drops FlashAttention: docs/design.md §5.11.3).
 
 **Autocast.**  CPU autocast (what runs on fake CPU tensors) keeps in 16 bits many ops CUDA
 autocast runs in fp32: ``aten/src/ATen/autocast_mode.cpp`` puts on CUDA's ``fp32`` list the
