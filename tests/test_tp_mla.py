@@ -155,3 +155,36 @@ def test_a_per_head_norm_is_no_latent(tmp_path):
     assert plan.by_design == {} and plan.demoted == []
     column = {graph.ops[i].module.rsplit(".", 1)[-1] for i in plan.column}
     assert {"q_proj", "k_proj", "v_proj"} <= column
+
+
+_MIXTRAL = """
+import torch
+from transformers import MixtralConfig, MixtralForCausalLM
+
+NAME = "tiny-mixtral"
+SEQ_LEN = 32
+
+
+def get_model():
+    return MixtralForCausalLM(MixtralConfig(vocab_size=256, hidden_size=64, intermediate_size=96,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+        num_experts_per_tok=2, max_position_embeddings=64, attn_implementation="sdpa"))
+
+
+def get_inputs(micro_batch_size, seq_len=SEQ_LEN):
+    ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long)
+    return {"input_ids": ids, "labels": ids}
+"""
+
+
+def test_a_softmax_router_is_replicated_by_design_and_unsaid(tmp_path):
+    """Mixtral's router (a linear, a softmax, a top-k) stays whole, as Megatron's TopKRouter
+    does, and is not said kept whole (it was, before routers were known by structure)."""
+    path = tmp_path / "tiny_mixtral.py"
+    path.write_text(_MIXTRAL)
+    text = compiled(str(path), kernels="megatron")
+    graph, plan = _plan(text, 2)
+    assert sorted(graph.ops[i].module for i in plan.by_design) == ["model.layers.0.mlp.gate", "model.layers.1.mlp.gate"]
+    assert set(plan.by_design.values()) == {"router"} and plan.demoted == []
+    _, said = _sharded(text, 2)
+    assert said == []

@@ -186,7 +186,7 @@ class GraphStructure:
 
     def _reaches(self, i: int, depth: int, found, features: bool) -> bool:
         """Does the output of linear ``i`` reach an op ``found(j, op)`` accepts, through forward
-        ops of its layer, layouts and elementwise ops with one activation operand (a parameter
+        ops of its layer, layouts, elementwise ops and softmaxes with one activation operand (a parameter
         or a broadcast operand, a bias or a norm's scale, rides along); with ``features``, only
         through ops that keep the features the last dim (:meth:`_keeps_features`)?"""
         g = self.graph
@@ -208,7 +208,7 @@ class GraphStructure:
                     u for u in op.operands if not self._is_param_view(u) and math.prod(g.values[u].shape) >= out
                 ]
                 if (
-                    op.name in ("layout", "elementwise")
+                    op.name in ("layout", "elementwise", "softmax")
                     and len(activations) == 1
                     and (not features or self._keeps_features(op))
                 ):
