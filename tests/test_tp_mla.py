@@ -18,6 +18,8 @@ from collections import Counter
 
 import pytest
 from conftest import MODELS, compiled
+from xdsl.context import Context
+from xdsl.dialects.builtin import TensorType
 
 from passes.algorithms.tp_shard import Split, shard
 from passes.graph_view import step_function
@@ -47,12 +49,16 @@ def _sharded(text: str, width: int, sequence_parallel: bool = False):
     module = parse_module(text)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        ShardTensorParallelPass(width=width, sequence_parallel=sequence_parallel).apply(None, module)
+        ShardTensorParallelPass(width=width, sequence_parallel=sequence_parallel).apply(Context(), module)
     return module, [str(r.message) for r in record if issubclass(r.category, PhazeWarning)]
 
 
 def _args(module) -> dict[str, tuple[int, ...]]:
-    return {a.name_hint: tuple(a.type.get_shape()) for a in step_function(module).body.block.args}
+    return {
+        str(a.name_hint): tuple(a.type.get_shape())
+        for a in step_function(module).body.block.args
+        if isinstance(a.type, TensorType)
+    }
 
 
 def test_unequal_head_dims_trace_one_fused_kernel(dsv3_text):
