@@ -21,7 +21,10 @@ from passes.algorithms.context_parallel import (
     ring_s,
     ring_step_s,
 )
+from passes.algorithms.expert_gemms import ExpertGemm, ExpertTimes
+from passes.algorithms.expert_gemms import expert_gemm_times as times_of
 from passes.algorithms.latency import MatmulDesc, VectorDesc, estimate_chip
+from passes.algorithms.tiling import tile_gemm_scalar
 from passes.algorithms.tp_overlap import added_s, method_of
 from passes.cost_view import describe_op, rowwise_gemm, skipped_flops
 from passes.graph_view import arg_role, step_function
@@ -351,3 +354,55 @@ def _reads_weight(g: ph.MatmulOp, params: set) -> bool:
                 break
             v = owner.operands[0]
     return False
+
+
+# -- expert parallelism ----------------------------------------------------------------------
+
+
+def expert_gemm_times(module: ModuleOp, acc) -> dict[int, tuple[ExpertTimes, ...]]:
+    """Per MoE layer (by ``phaze.layer``), its expert GEMMs at every EP degree, at the shape
+    one member of the EP group runs them (``passes/algorithms/expert_gemms.py``), priced on
+    ``acc`` as ``phaze-estimate-latency`` prices any GEMM (each tiled as
+    ``phaze-tile-pe-array`` tiles it, then :func:`~passes.algorithms.latency.estimate_chip`:
+    at e = 1 the traced GEMMs' own ``split_s``).  A layer's expert GEMMs are the
+    ``phaze.matmul`` ops cut from an ``aten._grouped_mm`` (``form_kernels.grouped_key``) over
+    its experts (``phaze.layers``' ``experts``); its routed rows per expert are the rows of its
+    first forward one (the dispatched tokens, as ``dispatch_bytes`` reads them)."""
+    from passes.form_kernels import grouped_key
+
+    infos = (a.as_dict() for a in keys.require_records(module, keys.LAYERS, LayerInfoAttr))
+    experts = {int(r["index"]): int(r["experts"]) for r in infos}
+    fn = step_function(module)
+    ids: dict[SSAValue, int] = {}
+    for o in fn.body.block.ops:
+        for v in (*o.operands, *o.results):
+            ids.setdefault(v, len(ids))
+    for a in fn.body.block.args:
+        ids.setdefault(a, len(ids))
+    by_layer: dict[int, list[ExpertGemm]] = {}
+    rows: dict[int, int] = {}
+    for o in fn.body.block.ops:
+        layer = layer_of(o)
+        if not isinstance(o, ph.MatmulOp) or experts.get(layer, 0) <= 0 or not grouped_key(o, ids):
+            continue
+        d = describe_op(o)
+        if not isinstance(d, MatmulDesc) or d.batch != experts[layer]:
+            continue
+        phase = keys.string_of(o, keys.PHASE, "fwd")
+        if phase not in ("fwd", "bwd"):
+            continue
+        backward = phase == "bwd"
+        if not backward:
+            rows.setdefault(layer, d.m)
+        selective = keys.RECOMPUTE in o.attributes and not backward
+        by_layer.setdefault(layer, []).append(ExpertGemm(d, backward, selective))
+    tc = acc.tensor_cores
+
+    def price(descs: list[MatmulDesc]) -> list[float]:
+        tilings = [tile_gemm_scalar(d.batch, d.m, d.n, d.k, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes) for d in descs]
+        priced = estimate_chip(descs, acc, tilings)
+        return [float(priced.split[i, 0]) for i in range(len(descs))]
+
+    return {
+        layer: times_of(gemms, experts[layer], rows[layer], price) for layer, gemms in by_layer.items() if layer in rows
+    }

@@ -109,8 +109,8 @@ mod plan;
 mod search;
 
 pub use model::{
-    Algorithm, FsdpCopies, FsdpImplementation, InputError, Layer, NetLevel, Problem, Protocol,
-    RankOrder, Recompute, RingKey, Topology, Zero,
+    Algorithm, ExpertGemms, FsdpCopies, FsdpImplementation, InputError, Layer, NetLevel, Problem,
+    Protocol, RankOrder, Recompute, RingKey, Topology, Zero,
 };
 pub use plan::{
     Evaluation, MemoryParts, Plan, Solution, Stage, TimeParts, Violation, ViolationKind,
