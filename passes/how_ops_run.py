@@ -359,43 +359,47 @@ def _reads_weight(g: ph.MatmulOp, params: set) -> bool:
 # -- expert parallelism ----------------------------------------------------------------------
 
 
-def expert_gemm_times(module: ModuleOp, acc) -> dict[int, tuple[ExpertTimes, ...]]:
-    """Per MoE layer (by ``phaze.layer``), its expert GEMMs at every EP degree, at the shape
-    one member of the EP group runs them (``passes/algorithms/expert_gemms.py``), priced on
-    ``acc`` as ``phaze-estimate-latency`` prices any GEMM (each tiled as
-    ``phaze-tile-pe-array`` tiles it, then :func:`~passes.algorithms.latency.estimate_chip`:
-    at e = 1 the traced GEMMs' own ``split_s``).  A layer's expert GEMMs are the
-    ``phaze.matmul`` ops cut from an ``aten._grouped_mm`` (``form_kernels.grouped_key``) over
-    its experts (``phaze.layers``' ``experts``); its routed rows per expert are the rows of its
-    first forward one (the dispatched tokens, as ``dispatch_bytes`` reads them)."""
+def expert_gemm_ops(module: ModuleOp) -> dict[int, tuple[int, int, list[tuple[Operation, MatmulDesc, bool]]]]:
+    """Per MoE layer (by ``phaze.layer``): its experts, its routed rows per expert and its
+    expert GEMMs in program order, each with its description and whether the backward runs it.
+    A layer's expert GEMMs are the ``phaze.matmul`` ops of its forward and backward cut from an
+    ``aten._grouped_mm`` (``form_kernels.grouped_key``) over all of its experts
+    (``phaze.layers``' ``experts``); its rows per expert are the rows of its first forward one
+    (the dispatched tokens, as ``dispatch_bytes`` reads them)."""
     from passes.form_kernels import grouped_key
 
     infos = (a.as_dict() for a in keys.require_records(module, keys.LAYERS, LayerInfoAttr))
     experts = {int(r["index"]): int(r["experts"]) for r in infos}
     fn = step_function(module)
     ids: dict[SSAValue, int] = {}
-    for o in fn.body.block.ops:
-        for v in (*o.operands, *o.results):
-            ids.setdefault(v, len(ids))
     for a in fn.body.block.args:
         ids.setdefault(a, len(ids))
-    by_layer: dict[int, list[ExpertGemm]] = {}
+    for o in fn.body.block.ops:
+        for v in o.results:
+            ids.setdefault(v, len(ids))
+    found: dict[int, list[tuple[Operation, MatmulDesc, bool]]] = {}
     rows: dict[int, int] = {}
     for o in fn.body.block.ops:
         layer = layer_of(o)
         if not isinstance(o, ph.MatmulOp) or experts.get(layer, 0) <= 0 or not grouped_key(o, ids):
             continue
         d = describe_op(o)
-        if not isinstance(d, MatmulDesc) or d.batch != experts[layer]:
-            continue
         phase = keys.string_of(o, keys.PHASE, "fwd")
-        if phase not in ("fwd", "bwd"):
+        if not isinstance(d, MatmulDesc) or d.batch != experts[layer] or phase not in ("fwd", "bwd"):
             continue
-        backward = phase == "bwd"
-        if not backward:
+        if phase == "fwd":
             rows.setdefault(layer, d.m)
-        selective = keys.RECOMPUTE in o.attributes and not backward
-        by_layer.setdefault(layer, []).append(ExpertGemm(d, backward, selective))
+        found.setdefault(layer, []).append((o, d, phase == "bwd"))
+    return {layer: (experts[layer], rows[layer], gemms) for layer, gemms in found.items() if layer in rows}
+
+
+def expert_gemm_times(module: ModuleOp, acc) -> dict[int, tuple[ExpertTimes, ...]]:
+    """Per MoE layer (by ``phaze.layer``), its expert GEMMs (:func:`expert_gemm_ops`) at every
+    EP degree, at the shape one member of the EP group runs them
+    (``passes/algorithms/expert_gemms.py``), priced on ``acc`` as ``phaze-estimate-latency``
+    prices any GEMM (each tiled as ``phaze-tile-pe-array`` tiles it, then
+    :func:`~passes.algorithms.latency.estimate_chip`: at e = 1 the traced GEMMs' own
+    ``split_s``); selective recompute re-runs those ``phaze-insert-recompute`` marks."""
     tc = acc.tensor_cores
 
     def price(descs: list[MatmulDesc]) -> list[float]:
@@ -403,6 +407,8 @@ def expert_gemm_times(module: ModuleOp, acc) -> dict[int, tuple[ExpertTimes, ...
         priced = estimate_chip(descs, acc, tilings)
         return [float(priced.split[i, 0]) for i in range(len(descs))]
 
-    return {
-        layer: times_of(gemms, experts[layer], rows[layer], price) for layer, gemms in by_layer.items() if layer in rows
-    }
+    out = {}
+    for layer, (experts, rows, ops) in expert_gemm_ops(module).items():
+        gemms = [ExpertGemm(d, backward, not backward and keys.RECOMPUTE in o.attributes) for o, d, backward in ops]
+        out[layer] = times_of(gemms, experts, rows, price)
+    return out

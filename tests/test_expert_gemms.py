@@ -167,3 +167,42 @@ def test_the_numbers_round_trip_and_bad_ones_are_refused():
     three = replace(layer, expert_gemm_s=(ExpertTimes(3, 0.0, 0.0, (0.0, 0.0, 0.0)),))
     with pytest.raises(Exception, match="expert_gemm_s"):
         _evaluate(replace(step, layers=[three]), "1")
+
+
+def test_the_searchs_bounds_stay_below_the_priced_step(tmp_path):
+    """The tiny Mixtral's setting carries its expert GEMMs at EP 2 and 4 (the change from the
+    traced shape, exact on each chip): on chips of the small space its vectorized work bound and
+    the DP on its lower-bound times stay at or below the time the DP prices from its makespans,
+    EP chosen by the DP, where the expert GEMMs' change is not 0."""
+    import numpy as np
+    from conftest import EXAMPLES
+    from test_moe_conv import MIXTRAL
+
+    from passes.algorithms.schedule import ScheduleCache
+    from phaze.options import Options
+    from phaze.search.arch_space import load_space
+    from phaze.search.engine import Candidates, Evaluator, Params, SolverLimits
+    from phaze.search.setting import prepare_settings
+
+    model = tmp_path / "tiny_mixtral.py"
+    model.write_text(MIXTRAL.format(seq=32))
+    (setting,) = prepare_settings(str(model), 2, (1,), Options(micro_batches=(2,), tp_widths=(1,)))
+    assert setting.expert_sums and all(lr.experts for lr in setting.layers if lr.numbers.experts)
+    cands = Candidates.of_space(load_space(str(EXAMPLES / "spaces" / "small.toml")))
+    configs = list(range(0, len(cands.configs), max(1, len(cands.configs) // 3)))[:3]
+    ev = Evaluator(Params(devices=4, global_batch=8, expert_parallel="auto"), SolverLimits(), ScheduleCache(None))
+    lb = ev.lower_bounds(cands, setting)[:, configs]
+    exact = ev.makespans(cands, [(setting, c) for c in configs])
+    least = ev.bounds.least_time(cands, setting, None)[configs]
+    hbm = max(cands.hbm)
+    changes = []
+    for col in range(len(configs)):
+        assert (lb[len(setting.groups) :, col] == exact[col][len(setting.groups) :]).all()  # exact, not bounded
+        changes.append(exact[col][len(setting.groups) :])
+        priced = ev.place([ev.problem(cands, setting, exact[col], hbm)], None)[0]
+        bounded = ev.place([ev.problem(cands, setting, lb[:, col], hbm)], None)[0]
+        assert priced["feasible"] and bounded["feasible"]
+        time = priced["plan"]["time_per_batch_s"]
+        assert bounded["plan"]["time_per_batch_s"] <= time * (1 + 1e-12)
+        assert least[col] <= time * (1 + 1e-12)
+    assert np.any(np.concatenate(changes) != 0)

@@ -69,7 +69,8 @@ def member_gemm(desc: MatmulDesc, e: int, rows: int) -> MatmulDesc:
 class ExpertTimes:
     """A layer's expert GEMMs at EP degree ``e`` (the DP's ``ExpertGemmsDict``): their time in
     the forward, the backward and each recompute policy's extra forward (none: 0; selective:
-    the GEMMs it re-runs; full: the whole forward's)."""
+    the GEMMs it re-runs; full: the whole forward's).  The DP reads only the differences from
+    e = 1's: the search gives the changes themselves (0 at e = 1, of either sign)."""
 
     e: int
     fwd_s: float

@@ -315,7 +315,8 @@ class LayerNumbers:
 
 def _expert_times_from_json(data: object) -> tuple[ExpertTimes, ...]:
     """``LayerNumbers.expert_gemm_s`` as ``as_dict`` wrote it, checked (a ``ValueError`` saying
-    what is wrong): a list of dicts with an EP degree >= 1 and times >= 0, three recompute ones."""
+    what is wrong): a list of dicts with an EP degree >= 1 and finite times (from a common base:
+    the search's are the changes from e = 1, of either sign), three recompute ones."""
     out = []
     for x in data if isinstance(data, list) else [None]:
         ok = (
@@ -323,10 +324,10 @@ def _expert_times_from_json(data: object) -> tuple[ExpertTimes, ...]:
             and sorted(x) == ["bwd_s", "e", "fwd_s", "recompute_s"]
             and is_int(x["e"])
             and x["e"] >= 1
-            and all(is_number(x[k]) and x[k] >= 0 for k in ("fwd_s", "bwd_s"))
+            and all(is_number(x[k]) for k in ("fwd_s", "bwd_s"))
             and isinstance(x["recompute_s"], list)
             and len(x["recompute_s"]) == 3
-            and all(is_number(v) and v >= 0 for v in x["recompute_s"])
+            and all(is_number(v) for v in x["recompute_s"])
         )
         if not ok:
             raise ValueError(f"layer expert_gemm_s = {data!r}: expected a list of {{e, fwd_s, bwd_s, recompute_s}}")

@@ -291,7 +291,9 @@ pub struct Layer {
     /// whatever e): their time in the forward, the backward and each recompute policy's extra
     /// forward, at the EP member's shape (E/e experts on e times the rows each: Megatron-LM's
     /// GroupedMLP runs a rank's local experts on the tokens all-to-all'd to it). The layer's
-    /// times at e are its own less the experts' at 1 plus theirs at e ([`Layer::at_ep`]).
+    /// times at e are its own less the experts' at 1 plus theirs at e ([`Layer::at_ep`]); only
+    /// the differences count, so the times may be from any common base (the search gives the
+    /// changes from e = 1, 0 there, of either sign).
     #[serde(default)]
     pub expert_gemm_s: Vec<ExpertGemms>,
 }
@@ -661,10 +663,13 @@ impl Problem {
                 if l.expert_gemm_s[..k].iter().any(|y| y.e == x.e) {
                     return err(format!("{at}.e = {}: a second entry for it", x.e));
                 }
-                check_time(&format!("{at}.fwd_s"), x.fwd_s)?;
-                check_time(&format!("{at}.bwd_s"), x.bwd_s)?;
-                for (r, v) in x.recompute_s.iter().enumerate() {
-                    check_time(&format!("{at}.recompute_s[{r}]"), *v)?;
+                // Times from a common base (e = 1's own, or 0 there: the changes), of any sign.
+                let finite = [x.fwd_s, x.bwd_s]
+                    .iter()
+                    .chain(x.recompute_s.iter())
+                    .all(|v| v.is_finite());
+                if !finite {
+                    return err(format!("{at}: its times must be finite, got {x:?}"));
                 }
             }
             if !l.expert_gemm_s.is_empty() && l.expert_gemms(1).is_none() {
