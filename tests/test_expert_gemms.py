@@ -1,5 +1,5 @@
 """Expert GEMMs priced at the shape one member of an EP group runs them
-(``passes/algorithms/expert_gemms.py``; docs/design.md §5.11, expert parallelism)."""
+(``passes/algorithms/expert_gemms.py``; docs/design.md §6.8)."""
 
 from __future__ import annotations
 
