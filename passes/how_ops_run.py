@@ -365,10 +365,10 @@ def expert_gemm_ops(module: ModuleOp) -> dict[int, tuple[int, int, list[tuple[Op
     A layer's expert GEMMs are the ``phaze.matmul`` ops of its forward and backward cut from an
     ``aten._grouped_mm`` (``form_kernels.grouped_key``) over all of its experts
     (``phaze.layers``' ``experts``); its rows per expert are the rows of its first forward one
-    (the dispatched tokens, as ``dispatch_bytes`` reads them)."""
+    (the dispatched tokens, as ``dispatch_bytes`` reads them).  None without ``phaze.layers``."""
     from passes.form_kernels import grouped_key
 
-    infos = (a.as_dict() for a in keys.require_records(module, keys.LAYERS, LayerInfoAttr))
+    infos = (a.as_dict() for a in keys.records_of(module, keys.LAYERS, LayerInfoAttr))
     experts = {int(r["index"]): int(r["experts"]) for r in infos}
     fn = step_function(module)
     ids: dict[SSAValue, int] = {}
