@@ -21,7 +21,10 @@ from passes.algorithms.context_parallel import (
     ring_s,
     ring_step_s,
 )
+from passes.algorithms.expert_gemms import ExpertGemm, ExpertTimes
+from passes.algorithms.expert_gemms import expert_gemm_times as times_of
 from passes.algorithms.latency import MatmulDesc, VectorDesc, estimate_chip
+from passes.algorithms.tiling import tile_gemm_scalar
 from passes.algorithms.tp_overlap import added_s, method_of
 from passes.cost_view import describe_op, rowwise_gemm, skipped_flops
 from passes.graph_view import arg_role, step_function
@@ -351,3 +354,61 @@ def _reads_weight(g: ph.MatmulOp, params: set) -> bool:
                 break
             v = owner.operands[0]
     return False
+
+
+# -- expert parallelism ----------------------------------------------------------------------
+
+
+def expert_gemm_ops(module: ModuleOp) -> dict[int, tuple[int, int, list[tuple[Operation, MatmulDesc, bool]]]]:
+    """Per MoE layer (by ``phaze.layer``): its experts, its routed rows per expert and its
+    expert GEMMs in program order, each with its description and whether the backward runs it.
+    A layer's expert GEMMs are the ``phaze.matmul`` ops of its forward and backward cut from an
+    ``aten._grouped_mm`` (``form_kernels.grouped_key``) over all of its experts
+    (``phaze.layers``' ``experts``); its rows per expert are the rows of its first forward one
+    (the dispatched tokens, as ``dispatch_bytes`` reads them).  None without ``phaze.layers``."""
+    from passes.form_kernels import grouped_key
+
+    infos = (a.as_dict() for a in keys.records_of(module, keys.LAYERS, LayerInfoAttr))
+    experts = {int(r["index"]): int(r["experts"]) for r in infos}
+    fn = step_function(module)
+    ids: dict[SSAValue, int] = {}
+    for a in fn.body.block.args:
+        ids.setdefault(a, len(ids))
+    for o in fn.body.block.ops:
+        for v in o.results:
+            ids.setdefault(v, len(ids))
+    found: dict[int, list[tuple[Operation, MatmulDesc, bool]]] = {}
+    rows: dict[int, int] = {}
+    for o in fn.body.block.ops:
+        layer = layer_of(o)
+        if not isinstance(o, ph.MatmulOp) or experts.get(layer, 0) <= 0 or not grouped_key(o, ids):
+            continue
+        d = describe_op(o)
+        phase = keys.string_of(o, keys.PHASE, "fwd")
+        if not isinstance(d, MatmulDesc) or d.batch != experts[layer] or phase not in ("fwd", "bwd"):
+            continue
+        if phase == "fwd":
+            rows.setdefault(layer, d.m)
+        found.setdefault(layer, []).append((o, d, phase == "bwd"))
+    return {layer: (experts[layer], rows[layer], gemms) for layer, gemms in found.items() if layer in rows}
+
+
+def expert_gemm_times(module: ModuleOp, acc) -> dict[int, tuple[ExpertTimes, ...]]:
+    """Per MoE layer (by ``phaze.layer``), its expert GEMMs (:func:`expert_gemm_ops`) at every
+    EP degree, at the shape one member of the EP group runs them
+    (``passes/algorithms/expert_gemms.py``), priced on ``acc`` as ``phaze-estimate-latency``
+    prices any GEMM (each tiled as ``phaze-tile-pe-array`` tiles it, then
+    :func:`~passes.algorithms.latency.estimate_chip`: at e = 1 the traced GEMMs' own
+    ``split_s``); selective recompute re-runs those ``phaze-insert-recompute`` marks."""
+    tc = acc.tensor_cores
+
+    def price(descs: list[MatmulDesc]) -> list[float]:
+        tilings = [tile_gemm_scalar(d.batch, d.m, d.n, d.k, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes) for d in descs]
+        priced = estimate_chip(descs, acc, tilings)
+        return [float(priced.split[i, 0]) for i in range(len(descs))]
+
+    out = {}
+    for layer, (experts, rows, ops) in expert_gemm_ops(module).items():
+        gemms = [ExpertGemm(d, backward, not backward and keys.RECOMPUTE in o.attributes) for o, d, backward in ops]
+        out[layer] = times_of(gemms, experts, rows, price)
+    return out

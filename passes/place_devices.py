@@ -20,6 +20,7 @@ from passes.algorithms.latency import FixedParams
 from passes.algorithms.placement_options import PlacementOptions
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
 from passes.graph_view import arg_role, step_function
+from passes.how_ops_run import expert_gemm_times
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import (
@@ -52,6 +53,8 @@ def priced_step(module: ModuleOp, pass_name: str) -> PricedStep:
     recompute = _records(module, keys.LAYER_RECOMPUTE, LayerRecomputeAttr)
     memory = _records(module, keys.LAYER_MEMORY, LayerMemoryAttr)
     by_index = [{r["index"]: r for r in rs} for rs in (schedule, recompute, memory)]
+    # an MoE layer's expert GEMMs at each EP degree: the DP prices the plan's e at its shape
+    gemms = expert_gemm_times(module, module_accelerator(module, pass_name))
     layers = []
     for info in infos:
         i = info["index"]
@@ -72,6 +75,7 @@ def priced_step(module: ModuleOp, pass_name: str) -> PricedStep:
                 full_s=r["full_s"],
                 opt_s=s["opt_s"],
                 cast_s=s["cast_s"],
+                expert_gemm_s=gemms.get(i, ()),
             )
         )
     tp = tp_width(module, pass_name)

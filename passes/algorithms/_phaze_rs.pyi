@@ -64,6 +64,20 @@ class LayerDict(TypedDict):
     # weights, none under ZeRO-3 (FSDP re-casts from the re-gathered weight)
     fp8_weight_bytes: NotRequired[int]
     param_gather_bytes: NotRequired[int]
+    # An MoE layer's expert GEMMs at each EP degree e (default none: priced at the traced
+    # shape at every e), e = 1 among them: the layer's times at e are its own less theirs at 1
+    # plus theirs at e.
+    expert_gemm_s: NotRequired[list[ExpertGemmsDict]]
+
+class ExpertGemmsDict(TypedDict):
+    """A layer's expert GEMMs at EP degree ``e``, at the EP member's shape (E/e experts on e
+    times the rows each): their time in the forward, the backward and each recompute policy's
+    extra forward [none, selective, full]."""
+
+    e: int
+    fwd_s: float
+    bwd_s: float
+    recompute_s: list[float]
 
 class ProtocolDict(TypedDict):
     """One protocol of the innermost level's collectives (docs/design.md §5.5): the keys of

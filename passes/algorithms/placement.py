@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from passes.algorithms import _phaze_rs
+from passes.algorithms.expert_gemms import ExpertTimes
 from passes.cache_file import is_int, is_number
 from phaze_ir.files import excerpt, si_count
 from phaze_ir.op_kinds import RecomputePolicy
@@ -221,8 +222,19 @@ class LayerNumbers:
     #: the FP8 weight copies kept for the step (``memory.LayerMemory.fp8_weight_bytes``): held
     #: beside the weights, none under ZeRO-3
     fp8_weight_bytes: int = 0
+    #: an MoE layer's expert GEMMs at each EP degree, at the EP member's shape
+    #: (``expert_gemms.expert_gemm_times``; e = 1 the traced shape's, in the times above): the
+    #: DP prices the layer at e with theirs at e in place of theirs at 1. Empty: the traced
+    #: shape at every e
+    expert_gemm_s: tuple[ExpertTimes, ...] = ()
 
     def as_dict(self) -> _phaze_rs.LayerDict:
+        d = self._dict()
+        if self.expert_gemm_s:
+            d["expert_gemm_s"] = [x.as_dict() for x in self.expert_gemm_s]  # type: ignore[misc]
+        return d
+
+    def _dict(self) -> _phaze_rs.LayerDict:
         return {
             "fwd_s": self.fwd_s,
             "bwd_s": self.bwd_s,
@@ -253,6 +265,10 @@ class LayerNumbers:
         >= 0 (the experts' optimizer step part of the layer's), the byte counts integers >= 0,
         three of each per recompute policy; a ``ValueError`` saying what is wrong otherwise."""
         names = ("fwd_s", "bwd_s", "recompute_s", *_OPT_FIELDS, "saved_bytes", *_BYTE_FIELDS)
+        gemms: tuple[ExpertTimes, ...] = ()
+        if isinstance(data, dict) and "expert_gemm_s" in data:  # an MoE layer priced at each EP degree
+            data = dict(data)
+            gemms = _expert_times_from_json(data.pop("expert_gemm_s"))
         if isinstance(data, dict) and not any(k in data for k in _EXPERT_FIELDS):
             data = {**data, **dict.fromkeys(_EXPERT_FIELDS, 0)}
         if isinstance(data, dict) and "fp8_weight_bytes" not in data:  # written before FP8's copies
@@ -293,7 +309,33 @@ class LayerNumbers:
             expert_opt_s=float(data["expert_opt_s"]),
             cast_s=float(data["cast_s"]),
             expert_cast_s=float(data["expert_cast_s"]),
+            expert_gemm_s=gemms,
         )
+
+
+def _expert_times_from_json(data: object) -> tuple[ExpertTimes, ...]:
+    """``LayerNumbers.expert_gemm_s`` as ``as_dict`` wrote it, checked (a ``ValueError`` saying
+    what is wrong): a list of dicts with an EP degree >= 1 and finite times (from a common base:
+    the search's are the changes from e = 1, of either sign), three recompute ones."""
+    out = []
+    for x in data if isinstance(data, list) else [None]:
+        ok = (
+            isinstance(x, dict)
+            and sorted(x) == ["bwd_s", "e", "fwd_s", "recompute_s"]
+            and is_int(x["e"])
+            and x["e"] >= 1
+            and all(is_number(x[k]) for k in ("fwd_s", "bwd_s"))
+            and isinstance(x["recompute_s"], list)
+            and len(x["recompute_s"]) == 3
+            and all(is_number(v) for v in x["recompute_s"])
+        )
+        if not ok:
+            raise ValueError(f"layer expert_gemm_s = {data!r}: expected a list of {{e, fwd_s, bwd_s, recompute_s}}")
+        assert isinstance(x, dict)
+        rs = x["recompute_s"]
+        recompute = (float(rs[0]), float(rs[1]), float(rs[2]))
+        out.append(ExpertTimes(x["e"], float(x["fwd_s"]), float(x["bwd_s"]), recompute))
+    return tuple(out)
 
 
 def expert_part(seconds: float, nbytes: int, expert_bytes: int) -> float:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from passes.algorithms.expert_gemms import ExpertTimes
 from passes.algorithms.placement import LayerNumbers, expert_part
 
 
@@ -95,13 +96,16 @@ def timed(
     full_s: float,
     opt_s: float,
     cast_s: float = 0.0,
+    expert_gemm_s: tuple[ExpertTimes, ...] = (),
 ) -> LayerNumbers:
     """``numbers`` with a chip's times: the scheduled forward and backward of one micro-batch,
     the extra forward time of selective and full recompute, the optimizer step once per batch
     and, of it, the experts' part (:func:`~passes.algorithms.placement.expert_part`), and the
     forward's FP8 weight casts ``cast_s`` (scheduled alone), taken out of the forward and of
     full recompute's re-run forward (the DP adds them where Transformer Engine makes them),
-    the experts' part as the experts' share of the weights."""
+    the experts' part as the experts' share of the weights; ``expert_gemm_s``: its expert GEMMs
+    at each EP degree (``expert_gemms.expert_gemm_times``, their e = 1 in the times above), which
+    the DP puts in place of theirs at 1 at the plan's e (empty: the traced shape at every e)."""
     return replace(
         numbers,
         fwd_s=max(0.0, fwd_s - cast_s),
@@ -111,4 +115,5 @@ def timed(
         expert_opt_s=expert_part(opt_s, numbers.optimizer_bytes, numbers.expert_optimizer_bytes),
         cast_s=cast_s,
         expert_cast_s=expert_part(cast_s, numbers.param_bytes, numbers.expert_param_bytes),
+        expert_gemm_s=expert_gemm_s,
     )

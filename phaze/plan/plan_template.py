@@ -125,11 +125,18 @@ def point_of(module: ModuleOp) -> Point:
 
 def make(module: ModuleOp, text: str, opts: Options, said: list[str]) -> PlanTemplate | None:
     """The template of a placed plan ``module`` printed as ``text`` (custom form) under ``opts``;
-    None when its plan does not fit or the template does not give ``text`` back."""
+    None when its plan does not fit, it has expert GEMMs (their time at an EP degree is read from
+    its ops) or the template does not give ``text`` back."""
+    from passes.how_ops_run import expert_gemm_ops
     from phaze_ir.errors import PhazeError
     from phaze_ir.ir import module_header, print_module
 
     if plan_record(module).get("feasible") != "yes":
+        return None
+    if expert_gemm_ops(module):
+        # an MoE layer's expert GEMMs are priced at each EP degree from the ops
+        # (phaze-place-devices), which a skeleton has not: placed again, another EP degree
+        # would price them at the traced shape
         return None
     header = module_header(module) + " {\n"
     if not text.startswith(header):

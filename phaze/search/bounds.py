@@ -32,7 +32,7 @@ import numpy as np
 from passes.algorithms import _phaze_rs
 from passes.algorithms import placement as pl
 from passes.algorithms import schedule as sched
-from passes.algorithms.latency import estimate_space
+from passes.algorithms.latency import estimate_chip, estimate_space
 from phaze.search.pricing import Pricing, chip_cores
 from phaze.search.schedule_bounds import group_lower_bound
 from phaze.search.setting import Setting
@@ -131,8 +131,10 @@ class Bounds:
         """``(scheduled, bound)``, ``[groups]`` each, of chip ``c`` (column ``col`` of the
         latencies ``lat``): per priced group, whether the cache holds its schedule, and then its
         makespan, else its problem's combinatorial bound (0 for the groups not priced)."""
-        scheduled = np.zeros(len(setting.groups), dtype=bool)
-        bound = np.zeros(len(setting.groups))
+        # the expert GEMMs' changes at each EP degree (after the groups) are exact: "scheduled"
+        experts = setting.expert_seconds(lat.split[:, col])
+        scheduled = np.concatenate([np.zeros(len(setting.groups), dtype=bool), np.ones(len(experts), dtype=bool)])
+        bound = np.concatenate([np.zeros(len(setting.groups)), experts])
         cores = chip_cores(cands, c)
         for g in setting.priced_groups():
             canon = setting.group_problem(g, lat.one[:, col], lat.split[:, col], cores, cands.template.network)
@@ -177,10 +179,7 @@ class Bounds:
         lb = self.lower_bounds(cands, setting)
         heaviest = np.zeros_like(total)
         for lr in setting.layers:
-            layer = np.zeros_like(total)
-            for g in _bounded_groups(lr):
-                layer += lb[g]
-            heaviest = np.maximum(heaviest, layer)
+            heaviest = np.maximum(heaviest, _layer_lb(setting, lr, lb))
         # a replica of a context-parallel setting spans t·c devices (the DP's p·d·t·c <= N)
         B, N, b, t = self.pricing.params.global_batch, self.pricing.params.devices, setting.micro_batch, setting.tp
         t *= setting.cp
@@ -295,7 +294,12 @@ def _lower_bounds(args: tuple[Setting, np.ndarray, Any]) -> np.ndarray:
         grp = setting.groups[g]
         rows = list(grp.rows)
         lb[g] = group_lower_bound(setting.group_units(g), grp.edges, lat.one[rows], lat.split[rows], cores)
-    return lb
+    # then the MoE layers' expert GEMMs' changes at each EP degree, exact (Setting.with_experts):
+    # on a calibrated chip from the latencies its pricing reads (estimate_chip's, power-limited)
+    split = lat.split
+    if setting.expert_sums and getattr(template, "calibration", None) is not None:
+        split = np.repeat(estimate_chip(setting.table, template).split, len(configs), axis=1)
+    return setting.with_experts(lb, split)
 
 
 def _bounded_groups(lr) -> list[int]:
@@ -306,10 +310,31 @@ def _bounded_groups(lr) -> list[int]:
     return [g for g in ((lr.fwd if lr.cast < 0 else -1), lr.bwd) if g >= 0]
 
 
+def _layer_lb(setting: Setting, lr, lb: np.ndarray) -> np.ndarray:
+    """A lower bound on layer ``lr``'s forward and backward time per micro-batch at any EP
+    degree from ``lb`` (``[groups + expert sums, ...]``): its :func:`_bounded_groups`, and
+    for an MoE layer the least change its expert GEMMs make at an EP degree (none at e = 1;
+    the forward's only where its makespan is counted)."""
+    out = np.zeros(lb.shape[1:])
+    for g in _bounded_groups(lr):
+        out = out + lb[g]
+    if lr.experts:
+        base = len(setting.groups)
+        least = np.zeros(lb.shape[1:])
+        for _, f, b, _ in lr.experts:
+            change = np.zeros(lb.shape[1:])
+            if f >= 0 and lr.fwd >= 0 and lr.cast < 0:
+                change = change + lb[base + f]
+            if b >= 0:
+                change = change + lb[base + b]
+            least = np.minimum(least, change)
+        out = out + least
+    return out
+
+
 def _layers_total(setting: Setting, lb: np.ndarray) -> np.ndarray:
-    """``lb``'s (``[groups, ...]``) :func:`_bounded_groups` summed over the layers."""
+    """``lb``'s (``[groups + expert sums, ...]``) :func:`_layer_lb` summed over the layers."""
     total = np.zeros(lb.shape[1:])
     for lr in setting.layers:
-        for g in _bounded_groups(lr):
-            total += lb[g]
+        total += _layer_lb(setting, lr, lb)
     return total

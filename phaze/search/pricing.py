@@ -157,13 +157,16 @@ class Pricing:
         t0 = time.perf_counter()
         limits = self.cache_limits()
         out: list[np.ndarray | None] = [None] * len(jobs)
-        wanted, pending, sigs, twins = self._group_problems(cands, jobs, limits, out)
+        experts: dict[int, np.ndarray] = {}  # job -> its setting's expert_seconds on its chip
+        wanted, pending, sigs, twins = self._group_problems(cands, jobs, limits, out, experts)
         self.counts["schedules_cached"] += len({p.key() for _, _, p in wanted}) - len(pending)
         if pending:
             self._solve_and_store(list(pending.values()), limits)
         makespans: dict[int, np.ndarray] = {}
         for j, g, canon in wanted:
-            arr = makespans.setdefault(j, np.zeros(len(jobs[j][0].groups)))
+            arr = makespans.get(j)
+            if arr is None:  # the groups' makespans, then the expert GEMMs' changes at each EP degree
+                arr = makespans[j] = np.concatenate([np.zeros(len(jobs[j][0].groups)), experts[j]])
             schedule = self.cache.lookup(canon, limits)
             assert schedule is not None  # cached or solved and stored above
             arr[g] = schedule.makespan
@@ -229,14 +232,21 @@ class Pricing:
         return [one[:, col].tobytes() + split[:, col].tobytes() + cores[col].tobytes() for col in range(len(configs))]
 
     def _group_problems(
-        self, cands: Candidates, jobs: Sequence[tuple[Setting, int]], limits, out: list[np.ndarray | None]
+        self,
+        cands: Candidates,
+        jobs: Sequence[tuple[Setting, int]],
+        limits,
+        out: list[np.ndarray | None],
+        experts: dict[int, np.ndarray],
     ) -> tuple[list[tuple[int, int, sched.Problem]], dict[str, sched.Problem], dict[int, bytes], dict[int, int]]:
         """The canonical schedule problem of every priced group of each job whose makespans are
         not memoized (those that are go straight into ``out``: by config, or by the chip's
         signature, :meth:`signatures`): ``(wanted, pending, sigs, twins)``, where ``wanted``
         lists ``(job, group, problem)``, ``pending`` the distinct problems the cache lacks,
         ``sigs`` the signature of each job of ``wanted`` and ``twins`` maps a job to the earlier
-        job of the same setting and signature whose problems stand for its own.  Latencies are
+        job of the same setting and signature whose problems stand for its own; ``experts`` gets
+        each job of ``wanted`` its setting's :meth:`~phaze.search.setting.Setting.expert_seconds`
+        on its chip, which follow the groups' makespans in its array.  Latencies are
         estimated once per setting for all its configs."""
         wanted: list[tuple[int, int, sched.Problem]] = []
         pending: dict[str, sched.Problem] = {}
@@ -278,10 +288,11 @@ class Pricing:
                     first_of[sig] = j
                     sigs[j] = sig
                 cores = chip_cores(cands, configs[col])
+                experts[j] = setting.expert_seconds(split[:, col])
                 if calibration is not None and calibration.serial:
                     # One op at a time, issued by the host (phaze-schedule-ops does the same):
                     # no solver, no cache, the problem in program order as the IR has it.
-                    arr = np.zeros(len(setting.groups))
+                    arr = np.concatenate([np.zeros(len(setting.groups)), experts[j]])
                     for g in needed:
                         problem = setting.group_problem(g, one[:, col], split[:, col], cores, network, sms)
                         arr[g] = sched.serial_schedule(problem, calibration.host_dispatch_s).makespan

@@ -42,6 +42,7 @@ from passes.algorithms.context_parallel import (
     ring_s,
     ring_step_s,
 )
+from passes.algorithms.expert_gemms import ExpertTimes
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
 from passes.algorithms.placement import LayerNumbers, block_range
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
@@ -115,6 +116,10 @@ class LayerRef:
     selective: int
     numbers: LayerNumbers
     cast: int = -1
+    #: an MoE layer's expert GEMMs at each EP degree e > 1 (``passes/algorithms/expert_gemms.py``):
+    #: ``(e, fwd, bwd, selective)``, each the index of a :attr:`Setting.expert_sums` entry (-1:
+    #: none), the change in its forward, backward and selective recompute from the traced shape
+    experts: tuple[tuple[int, int, int, int], ...] = ()
 
 
 @dataclass
@@ -148,6 +153,11 @@ class Setting:
     #: the overlapped GEMMs run without the communication's SMs (Transformer Engine's methods;
     #: not torch's micro-pipelined TP: ``passes.how_ops_run.overlap_sm_margin``)
     tp_overlap_sm_margin: bool = True
+    #: what the MoE layers' expert GEMMs change at an EP degree (:attr:`LayerRef.experts`): per
+    #: entry the table rows of the EP member's GEMMs and those of the traced ones, whose split
+    #: latencies' sums differ by it (:meth:`expert_seconds`); after the groups' makespans in the
+    #: arrays the DP's times are read from (:meth:`priced_step`)
+    expert_sums: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
     units: tuple[str, ...] = field(init=False)
     #: :meth:`priced_step`'s distinct layers and each layer's index among them (made on first use).
     _distinct: tuple[list[LayerRef], list[int]] | None = field(init=False, default=None, repr=False, compare=False)
@@ -193,9 +203,11 @@ class Setting:
                     "selective": lr.selective,
                     "cast": lr.cast,
                     "numbers": lr.numbers.as_dict(),
+                    "experts": [list(x) for x in lr.experts],
                 }
                 for lr in self.layers
             ],
+            "expert_sums": [[list(now), list(traced)] for now, traced in self.expert_sums],
         }
 
     @classmethod
@@ -220,7 +232,10 @@ class Setting:
             "table",
             "groups",
             "layers",
+            "expert_sums",
         )
+        if isinstance(data, dict) and "expert_sums" not in data:  # written before the EP shapes
+            data = {**data, "expert_sums": []}
         if not isinstance(data, dict) or sorted(data) != sorted(keys_):
             raise ValueError(f"a setting has the fields {', '.join(keys_)}")
         if not isinstance(data["model"], str):
@@ -257,7 +272,18 @@ class Setting:
             for _, home, j in g.borrowed:
                 if not (home < len(groups) and not groups[home].borrowed and j in {x[0] for x in groups[home].overlap}):
                     raise ValueError(f"group {i}: it borrows op {j} of group {home}, not an overlapped collective")
-        layers = [_layer_from_json(lr, len(groups), i) for i, lr in enumerate(data["layers"])]
+        sums = data["expert_sums"]
+        if not (
+            isinstance(sums, list)
+            and all(
+                isinstance(x, list)
+                and len(x) == 2
+                and all(isinstance(r, list) and all(is_int(y) and 0 <= y < len(table) for y in r) for r in x)
+                for x in sums
+            )
+        ):
+            raise ValueError(f"expert_sums: expected pairs of lists of rows of the {len(table)}-op table")
+        layers = [_layer_from_json(lr, len(groups), i, len(sums)) for i, lr in enumerate(data["layers"])]
         if blocks is not None and blocks[0] + blocks[1] > len(layers):
             raise ValueError(f"blocks = {blocks!r}: past the {len(layers)} layers")
         return cls(
@@ -276,12 +302,35 @@ class Setting:
             kernels,
             data["tp_overlap"],
             data["tp_overlap_sm_margin"],
+            tuple((tuple(now), tuple(traced)) for now, traced in sums),
         )
 
     def priced_groups(self) -> list[int]:
         """The groups whose makespans the DP reads (forward, backward, the optimizer step,
         selective recompute, FP8 weight casts), sorted."""
         return sorted({g for lr in self.layers for g in (lr.fwd, lr.bwd, lr.opt, lr.selective, lr.cast) if g >= 0})
+
+    def expert_seconds(self, split: np.ndarray) -> np.ndarray:
+        """``[sums, ...]``: each :attr:`expert_sums` entry on the table's split latencies
+        ``split`` (``[rows]`` or ``[rows, configs]``): the EP member's expert GEMMs' time less
+        the traced ones', each a serial sum in program order (as ``phaze-place-devices`` sums
+        them, ``passes.how_ops_run.expert_gemm_times``): the exact change, no bound."""
+        out = np.zeros((len(self.expert_sums), *split.shape[1:]))
+        for i, (now, traced) in enumerate(self.expert_sums):
+            a = b = 0.0
+            for r in now:
+                a = a + split[r]
+            for r in traced:
+                b = b + split[r]
+            out[i] = a - b
+        return out
+
+    def with_experts(self, groups_s: np.ndarray, split: np.ndarray) -> np.ndarray:
+        """``groups_s`` (``[groups, ...]`` makespans or their bounds) with :meth:`expert_seconds`
+        after them: the arrays :meth:`priced_step` reads (``groups_s`` itself without experts)."""
+        if not self.expert_sums:
+            return groups_s
+        return np.concatenate([groups_s, self.expert_seconds(split)])
 
     def group_units(self, g: int) -> tuple[str, ...]:
         return tuple(self.units[r] for r in self.groups[g].rows)
@@ -376,8 +425,9 @@ class Setting:
 
     def priced_step(self, makespan: np.ndarray) -> PricedStep:
         """The step priced on one chip, given each group's makespan there (``makespan[g]``,
-        seconds): its layers' static numbers with those times (:func:`~passes.algorithms.priced_step.timed`,
-        as ``phaze-place-devices`` reads them from the IR), the DP's one input.  Made once per
+        seconds; after them the :meth:`expert_seconds`, :meth:`with_experts`): its layers' static
+        numbers with those times (:func:`~passes.algorithms.priced_step.timed`, as
+        ``phaze-place-devices`` reads them from the IR), the DP's one input.  Made once per
         distinct layer: a model's repeated blocks (the same groups, the same numbers) share one
         :class:`~passes.algorithms.placement.LayerNumbers` object, and so one dict of the DP's
         problem.  The search builds a problem per (setting, candidate) pair, tens of thousands
@@ -386,7 +436,7 @@ class Setting:
             firsts: dict[tuple, int] = {}
             of_layer = []
             for lr in self.layers:
-                same = (lr.fwd, lr.bwd, lr.opt, lr.selective, lr.cast, lr.numbers)
+                same = (lr.fwd, lr.bwd, lr.opt, lr.selective, lr.cast, lr.numbers, lr.experts)
                 of_layer.append(firsts.setdefault(same, len(firsts)))
             self._distinct = ([self.layers[of_layer.index(k)] for k in range(len(firsts))], of_layer)
         distinct, of_layer = self._distinct
@@ -395,7 +445,18 @@ class Setting:
             fwd, bwd, opt, sel, cast = (
                 float(makespan[g]) if g >= 0 else 0.0 for g in (lr.fwd, lr.bwd, lr.opt, lr.selective, lr.cast)
             )
-            numbers.append(timed(lr.numbers, fwd_s=fwd, bwd_s=bwd, selective_s=sel, full_s=fwd, opt_s=opt, cast_s=cast))
+            numbers.append(
+                timed(
+                    lr.numbers,
+                    fwd_s=fwd,
+                    bwd_s=bwd,
+                    selective_s=sel,
+                    full_s=fwd,
+                    opt_s=opt,
+                    cast_s=cast,
+                    expert_gemm_s=self._expert_times(lr, makespan),
+                )
+            )
         return PricedStep(
             layers=[numbers[k] for k in of_layer],
             micro_batch=self.micro_batch,
@@ -406,6 +467,22 @@ class Setting:
             grad_element_bytes=self.grad_element_bytes,
             cp=self.cp,
         )
+
+    def _expert_times(self, lr: LayerRef, makespan: np.ndarray) -> tuple[ExpertTimes, ...]:
+        """The DP's ``expert_gemm_s`` of layer ``lr``: e = 1 the traced shape's (the change 0),
+        each other e the change its :attr:`LayerRef.experts` entry reads after the groups'
+        makespans (the DP adds it: its time at 1 is 0 here)."""
+        if not lr.experts:
+            return ()
+        base = len(self.groups)
+
+        def at(i: int) -> float:
+            return float(makespan[base + i]) if i >= 0 else 0.0
+
+        out = [ExpertTimes(1, 0.0, 0.0, (0.0, 0.0, 0.0))]
+        for e, f, b, sel in lr.experts:
+            out.append(ExpertTimes(e, at(f), at(b), (0.0, at(sel), at(f))))
+        return tuple(out)
 
 
 def _kernel_from_json(data: object, rows: int, i: int) -> AttentionKernel:
@@ -493,20 +570,43 @@ def _group_from_json(data: object, rows: int, kernels: int, i: int) -> Group:
     )
 
 
-def _layer_from_json(data: object, groups: int, i: int) -> LayerRef:
-    names = ("fwd", "bwd", "opt", "selective", "cast", "numbers")
+def _layer_from_json(data: object, groups: int, i: int, sums: int = 0) -> LayerRef:
+    names = ("fwd", "bwd", "opt", "selective", "cast", "numbers", "experts")
     if isinstance(data, dict) and "cast" not in data:  # written before the FP8 casts' groups
         data = {**data, "cast": -1}
+    if isinstance(data, dict) and "experts" not in data:  # written before the EP shapes
+        data = {**data, "experts": []}
     if not isinstance(data, dict) or sorted(data) != sorted(names):
         raise ValueError(f"layer {i}: expected the fields {', '.join(names)}")
     for k in names[:5]:
         if not (is_int(data[k]) and -1 <= data[k] < groups):
             raise ValueError(f"layer {i}: its {k} group {data[k]!r} is not -1 or one of the {groups} groups")
+    experts = data["experts"]
+    if not (
+        isinstance(experts, list)
+        and all(
+            isinstance(x, list)
+            and len(x) == 4
+            and all(is_int(y) for y in x)
+            and x[0] >= 2
+            and all(-1 <= y < sums for y in x[1:])
+            for x in experts
+        )
+    ):
+        raise ValueError(f"layer {i}: its experts are not [an EP degree >= 2, three of the {sums} expert sums or -1]")
     try:
         numbers = LayerNumbers.from_json(data["numbers"])
     except ValueError as err:
         raise ValueError(f"layer {i}: {err}") from None
-    return LayerRef(data["fwd"], data["bwd"], data["opt"], data["selective"], numbers, data["cast"])
+    return LayerRef(
+        data["fwd"],
+        data["bwd"],
+        data["opt"],
+        data["selective"],
+        numbers,
+        data["cast"],
+        tuple((x[0], x[1], x[2], x[3]) for x in experts),
+    )
 
 
 def setting_from_module(
@@ -594,6 +694,7 @@ def setting_from_module(
                 cast=group_of(casts.get(k, [])),
             )
         )
+    table, sums = _expert_rows(module, table, ops, [la["index"] for la in layers_attr], recompute, layers)
     blocks = block_range([str(la["kind"]) for la in layers_attr])
     grad_bytes = grad_element_bytes(module)
     return Setting(
@@ -612,7 +713,66 @@ def setting_from_module(
         kernels,
         tp_overlap,
         overlap_sm_margin(module),
+        sums,
     )
+
+
+def _expert_rows(
+    module, table: OpTable, ops: list, indices: list, recompute: list, layers: list[LayerRef]
+) -> tuple[OpTable, tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]]:
+    """The op table with the rows of each MoE layer's expert GEMMs at every EP degree e > 1,
+    at the EP member's shape (``expert_gemms.member_gemm``), appended, and the
+    :attr:`Setting.expert_sums` that read them; each layer's :attr:`LayerRef.experts` set (its
+    entries shared by layers alike). The expert GEMMs as ``phaze-place-devices`` finds them
+    (``passes.how_ops_run.expert_gemm_ops``); those of a layer's forward that selective
+    recompute re-runs (``static_costs``' selective ops) in its selective entry."""
+    from passes.algorithms.expert_gemms import ep_degrees, member_gemm
+    from passes.how_ops_run import expert_gemm_ops
+
+    found = expert_gemm_ops(module)
+    if not found:
+        return table, ()
+    descs = list(table.descs)
+    row_of = {d: r for r, d in enumerate(descs)}
+
+    def row(d) -> int:
+        if d not in row_of:
+            row_of[d] = len(descs)
+            descs.append(d)
+        return row_of[d]
+
+    sums: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    sum_of: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+
+    def entry(now: list[int], traced: list[int]) -> int:
+        if not traced:
+            return -1
+        key = (tuple(now), tuple(traced))
+        if key not in sum_of:
+            sum_of[key] = len(sums)
+            sums.append(key)
+        return sum_of[key]
+
+    index = {id(o): i for i, o in enumerate(ops)}
+    for k, lr, rc in zip(indices, layers, recompute):
+        if k not in found:
+            continue
+        experts, rows, gemms = found[k]
+        selective = set(rc.selective_ops)
+        parts = {
+            "fwd": [d for o, d, bwd in gemms if not bwd],
+            "bwd": [d for o, d, bwd in gemms if bwd],
+            "sel": [d for o, d, bwd in gemms if not bwd and index.get(id(o)) in selective],
+        }
+        traced = {name: [row(d) for d in part] for name, part in parts.items()}
+        entries = []
+        for e in ep_degrees(experts)[1:]:
+            at = {
+                name: entry([row(member_gemm(d, e, rows)) for d in part], traced[name]) for name, part in parts.items()
+            }
+            entries.append((e, at["fwd"], at["bwd"], at["sel"]))
+        lr.experts = tuple(entries)
+    return OpTable(descs), tuple(sums)
 
 
 def _overlapped(module, ops: list) -> dict[int, tuple[str, list[int]]]:

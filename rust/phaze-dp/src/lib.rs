@@ -28,7 +28,9 @@
 //! d·p·t <= N; 1 <= p <= L (and <= `max_stages`).
 //!
 //! **Stage k** (0-based) with layers i..=j and policy r:
-//! * time `T_k = Σ_l (fwd_s + bwd_s + recompute_s[r]) + p2p`, where p2p is
+//! * time `T_k = Σ_l (fwd_s + bwd_s + recompute_s[r]) + p2p`, the layers' times at the
+//!   option's EP degree e ([`Layer::at_ep`]: an MoE layer's expert GEMMs at the EP member's
+//!   shape in place of the traced one's), where p2p is
 //!   `2 · p2p(boundary_bytes[i−1])` if k > 0 (receive the activation, send its gradient
 //!   back) plus `2 · p2p(boundary_bytes[j])` if k < p−1; a transfer is
 //!   [`Problem::pipeline_transfer_s`]: whole, or split over the TP group
@@ -109,8 +111,8 @@ mod plan;
 mod search;
 
 pub use model::{
-    Algorithm, FsdpCopies, FsdpImplementation, InputError, Layer, NetLevel, Problem, Protocol,
-    RankOrder, Recompute, RingKey, Topology, Zero,
+    Algorithm, ExpertGemms, FsdpCopies, FsdpImplementation, InputError, Layer, NetLevel, Problem,
+    Protocol, RankOrder, Recompute, RingKey, Topology, Zero,
 };
 pub use plan::{
     Evaluation, MemoryParts, Plan, Solution, Stage, TimeParts, Violation, ViolationKind,

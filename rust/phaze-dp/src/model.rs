@@ -286,9 +286,59 @@ pub struct Layer {
     /// the gather); the other parameters at their own bytes.
     #[serde(default, deserialize_with = "input::bytes")]
     pub param_gather_bytes: u64,
+    /// The layer's expert GEMMs at each EP degree e the search may choose (one entry per e,
+    /// e = 1 among them; empty in a dense layer, or when they are priced at the traced shape
+    /// whatever e): their time in the forward, the backward and each recompute policy's extra
+    /// forward, at the EP member's shape (E/e experts on e times the rows each: Megatron-LM's
+    /// GroupedMLP runs a rank's local experts on the tokens all-to-all'd to it). The layer's
+    /// times at e are its own less the experts' at 1 plus theirs at e ([`Layer::at_ep`]); only
+    /// the differences count, so the times may be from any common base (the search gives the
+    /// changes from e = 1, 0 there, of either sign).
+    #[serde(default)]
+    pub expert_gemm_s: Vec<ExpertGemms>,
+}
+
+/// A layer's expert GEMMs at one EP degree ([`Layer::expert_gemm_s`]).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpertGemms {
+    /// The EP degree (divides the layer's experts).
+    pub e: u64,
+    /// Their time in the forward (s).
+    pub fwd_s: f64,
+    /// Their time in the backward (s).
+    pub bwd_s: f64,
+    /// Their time in each recompute policy's extra forward (none, selective, full) (s).
+    pub recompute_s: [f64; 3],
 }
 
 impl Layer {
+    /// The layer as a member of an EP group of `e` runs it: its forward, backward and
+    /// recompute times with the expert GEMMs' at e in place of theirs at 1
+    /// (`time − expert(1) + expert(e)`, at least 0); itself when it has no entry for e (or
+    /// e = 1, where the difference is 0).
+    pub fn at_ep(&self, e: u64) -> Layer {
+        let (Some(one), Some(at)) = (self.expert_gemms(1), self.expert_gemms(e)) else {
+            return self.clone();
+        };
+        if e == 1 {
+            return self.clone();
+        }
+        let moved = |time: f64, base: f64, now: f64| (time + (now - base)).max(0.0);
+        let mut l = self.clone();
+        l.fwd_s = moved(self.fwd_s, one.fwd_s, at.fwd_s);
+        l.bwd_s = moved(self.bwd_s, one.bwd_s, at.bwd_s);
+        for r in 0..3 {
+            l.recompute_s[r] = moved(self.recompute_s[r], one.recompute_s[r], at.recompute_s[r]);
+        }
+        l
+    }
+
+    /// The entry of [`Layer::expert_gemm_s`] for EP degree `e`, if any.
+    pub fn expert_gemms(&self, e: u64) -> Option<&ExpertGemms> {
+        self.expert_gemm_s.iter().find(|x| x.e == e)
+    }
+
     /// The bytes a ZeRO parameter all-gather of this layer moves ([`Layer::param_gather_bytes`]).
     #[inline]
     pub fn gathered_bytes(&self) -> u64 {
@@ -601,6 +651,32 @@ impl Problem {
             }
             for (r, v) in l.recompute_s.iter().enumerate() {
                 check_time(&format!("layers[{i}].recompute_s[{r}]"), *v)?;
+            }
+            for (k, x) in l.expert_gemm_s.iter().enumerate() {
+                let at = format!("layers[{i}].expert_gemm_s[{k}]");
+                if x.e == 0 || l.experts == 0 || !l.experts.is_multiple_of(x.e) {
+                    return err(format!(
+                        "{at}.e = {}: expected an EP degree that divides the layer's {} experts",
+                        x.e, l.experts
+                    ));
+                }
+                if l.expert_gemm_s[..k].iter().any(|y| y.e == x.e) {
+                    return err(format!("{at}.e = {}: a second entry for it", x.e));
+                }
+                // Times from a common base (e = 1's own, or 0 there: the changes), of any sign.
+                let finite = [x.fwd_s, x.bwd_s]
+                    .iter()
+                    .chain(x.recompute_s.iter())
+                    .all(|v| v.is_finite());
+                if !finite {
+                    return err(format!("{at}: its times must be finite, got {x:?}"));
+                }
+            }
+            if !l.expert_gemm_s.is_empty() && l.expert_gemms(1).is_none() {
+                return err(format!(
+                    "layers[{i}].expert_gemm_s: no entry for e = 1 (the traced shape's, which \
+                     the layer's times include)"
+                ));
             }
         }
         if self.levels.is_empty() {

@@ -118,23 +118,32 @@ impl RangeSums {
     }
 }
 
-/// The problem and its layer count, shared by every DP run.
+/// The problem, its layers as a member of an EP group of e runs them ([`Layer::at_ep`]) and
+/// their count, shared by every DP run at that e.
 struct Prepared<'a> {
     prob: &'a Problem,
     n: usize,
+    layers: std::borrow::Cow<'a, [Layer]>,
 }
 
 impl<'a> Prepared<'a> {
-    fn new(prob: &'a Problem) -> Self {
+    /// The layers at EP degree e: the problem's own where none has expert GEMM times at e.
+    fn new(prob: &'a Problem, e: u64) -> Self {
+        let layers = if e > 1 && prob.layers.iter().any(|l| l.expert_gemms(e).is_some()) {
+            std::borrow::Cow::Owned(prob.layers.iter().map(|l| l.at_ep(e)).collect())
+        } else {
+            std::borrow::Cow::Borrowed(&prob.layers[..])
+        };
         Prepared {
             prob,
             n: prob.layers.len(),
+            layers,
         }
     }
 
     #[inline]
     fn push(&self, a: &mut RangeSums, l: usize) {
-        a.push(&self.prob.layers[l]);
+        a.push(&self.layers[l]);
     }
 
     /// Sums over layers i..=j, accumulated in the same order as the DP does.
@@ -144,6 +153,38 @@ impl<'a> Prepared<'a> {
             self.push(&mut a, l);
         }
         a
+    }
+}
+
+/// The problem prepared at each EP degree the search may try ([`Prepared::new`]).
+struct Preps<'a> {
+    at: Vec<(u64, Prepared<'a>)>,
+}
+
+impl<'a> Preps<'a> {
+    fn new(prob: &'a Problem) -> Self {
+        let mut es = vec![1];
+        for l in &prob.layers {
+            for x in &l.expert_gemm_s {
+                if !es.contains(&x.e) {
+                    es.push(x.e);
+                }
+            }
+        }
+        Preps {
+            at: es
+                .into_iter()
+                .map(|e| (e, Prepared::new(prob, e)))
+                .collect(),
+        }
+    }
+
+    /// The problem at EP degree e (at 1's when no layer prices its experts at e).
+    fn at(&self, e: u64) -> &Prepared<'a> {
+        self.at
+            .iter()
+            .find(|(x, _)| *x == e)
+            .map_or(&self.at[0].1, |(_, p)| p)
     }
 }
 
@@ -313,7 +354,9 @@ struct Windows {
 impl<'p, 'a> Ctx<'p, 'a> {
     /// `p` stages (a network class's representative): with the rank order it picks the p2p
     /// level and the DP group's stride and level.
-    fn new(prep: &'p Prepared<'a>, d: u64, p: usize, hbm: u64, shard: Shard) -> Self {
+    /// The layers are the problem's at the shard's EP degree ([`Preps::at`]).
+    fn new(preps: &'p Preps<'a>, d: u64, p: usize, hbm: u64, shard: Shard) -> Self {
+        let prep = preps.at(shard.e);
         let prob = prep.prob;
         let g = d * prob.cp;
         let (stride, pp_stride) = shard.o.strides(g, p as u64, prob.tp);
@@ -363,7 +406,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
 
     /// The [`Windows`] of every layer.
     fn windows(&self) -> Windows {
-        let layers = &self.prep.prob.layers;
+        let layers = &self.prep.layers;
         let n = layers.len();
         let ring = |l: &Layer, grads: bool| {
             let (bytes, experts) = if grads {
@@ -804,7 +847,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
                 0.0
             }
         };
-        let (layers, rs, ag) = (&self.prep.prob.layers, &w.rs, &w.ag);
+        let (layers, rs, ag) = (&self.prep.layers, &w.rs, &w.ag);
         // HSDP: the all-reduces run on their own stream, each after its layer's
         // reduce-scatter: those of layers i+1..=j beside the backward of layers i..j-1, taking
         // the replicas' level's share of it, the first layer's after its reduce-scatter, alone
@@ -1740,7 +1783,8 @@ fn interleave_refusal(prob: &Problem, p: usize, v: u64, m: u64) -> String {
 /// Why every option of the problem is infeasible, given that batch and devices are fine:
 /// the least largest-stage memory over every allowed (d, p), each at its least-memory ZeRO
 /// stage (and, with a fixed v >= 2, under that interleaving).
-fn memory_violation(prep: &Prepared) -> Violation {
+fn memory_violation(preps: &Preps) -> Violation {
+    let prep = preps.at(1);
     let prob = prep.prob;
     let mut best: Option<(u64, u64, usize)> = None; // (bytes, d, p)
     let mut consider = |v: u64, d: u64, p: usize| {
@@ -1763,7 +1807,7 @@ fn memory_violation(prep: &Prepared) -> Violation {
         };
         if plain {
             // Memory does not depend on the network: one table per d serves every p.
-            let ctx = Ctx::new(prep, d, 1, prob.hbm_bytes, least);
+            let ctx = Ctx::new(preps, d, 1, prob.hbm_bytes, least);
             let g = min_max_memory(&ctx, pmax);
             for p in 1..=pmax {
                 consider(g[p * prep.n], d, p);
@@ -1772,7 +1816,7 @@ fn memory_violation(prep: &Prepared) -> Violation {
             let m = prob.global_batch / (prob.micro_batch * d);
             for p in 2..=pmax {
                 for v in interleave_options(prob, p, m) {
-                    let ctx = Ctx::new(prep, d, p, prob.hbm_bytes, least);
+                    let ctx = Ctx::new(preps, d, p, prob.hbm_bytes, least);
                     consider(least_memory(&ctx, &ranks(&ctx, p, v)), d, p);
                 }
             }
@@ -1831,9 +1875,9 @@ impl Option5 {
 }
 
 /// The plan of an option (its split and policies rebuilt with the lexicographic tie-break).
-fn plan_of(prep: &Prepared, o: Option5, bound: f64, fronts: &mut SuffixFronts) -> Plan {
-    let prob = prep.prob;
-    let ctx = Ctx::new(prep, o.d, o.p, prob.hbm_bytes, o.shard);
+fn plan_of(preps: &Preps, o: Option5, bound: f64, fronts: &mut SuffixFronts) -> Plan {
+    let prob = preps.at(1).prob;
+    let ctx = Ctx::new(preps, o.d, o.p, prob.hbm_bytes, o.shard);
     if o.v == 1 {
         run_dp(&ctx, o.p, bound, fronts);
         reconstruct(&ctx, fronts, o.p, bound)
@@ -1868,10 +1912,14 @@ pub fn solve(prob: &Problem) -> Solution {
             format!("devices: {what} exceeds N = {}", prob.devices),
         ));
     }
-    let prep = Prepared::new(prob);
+    let preps = Preps::new(prob);
     // Every layer runs on exactly one rank, so max_k T_k >= Σ compute / p: a lower bound that
-    // skips interleaved options that cannot win.
-    let total_compute = prep.range(0, prep.n - 1).compute_s;
+    // skips interleaved options that cannot win (the compute at the option's EP degree: the
+    // expert GEMMs' time depends on it).
+    let total_compute = |e: u64| {
+        let prep = preps.at(e);
+        prep.range(0, prep.n - 1).compute_s
+    };
     let plain = prob.virtual_stages.is_none_or(|v| v == 1);
     let mut fronts = SuffixFronts::default();
     let mut best = f64::INFINITY;
@@ -1894,7 +1942,7 @@ pub fn solve(prob: &Problem) -> Solution {
         for shard in shard_options(prob, d) {
             if plain {
                 for (rep_p, ps) in classes(prob, d, shard, pmax) {
-                    let ctx = Ctx::new(&prep, d, rep_p, prob.hbm_bytes, shard);
+                    let ctx = Ctx::new(&preps, d, rep_p, prob.hbm_bytes, shard);
                     run_dp(&ctx, *ps.last().unwrap(), bound_now(best), &mut fronts);
                     for &p in &ps {
                         if let Some(value) = best_value(&ctx, &fronts, p) {
@@ -1913,10 +1961,10 @@ pub fn solve(prob: &Problem) -> Solution {
             for p in 2..=pmax {
                 for v in interleave_options(prob, p, m) {
                     let factor = m as f64 + (p - 1) as f64 / v as f64;
-                    if factor * (total_compute / p as f64) > bound_now(best) {
+                    if factor * (total_compute(shard.e) / p as f64) > bound_now(best) {
                         continue;
                     }
-                    let ctx = Ctx::new(&prep, d, p, prob.hbm_bytes, shard);
+                    let ctx = Ctx::new(&preps, d, p, prob.hbm_bytes, shard);
                     if let Ok(plan) = interleaved_plan(&ctx, p, v, None) {
                         let value = plan.time_per_batch_s;
                         options.push(Option5 {
@@ -1946,7 +1994,7 @@ pub fn solve(prob: &Problem) -> Solution {
                 ),
             ));
         }
-        return Solution::Infeasible(memory_violation(&prep));
+        return Solution::Infeasible(memory_violation(&preps));
     }
     let bound = tie_bound(best);
     let chosen = *options
@@ -1954,7 +2002,7 @@ pub fn solve(prob: &Problem) -> Solution {
         .filter(|o| o.value <= bound)
         .min_by_key(|o| o.tie_key())
         .unwrap();
-    Solution::Feasible(plan_of(&prep, chosen, bound, &mut fronts))
+    Solution::Feasible(plan_of(&preps, chosen, bound, &mut fronts))
 }
 
 /// Solves many problems in parallel (rayon); answers are in input order.
@@ -2080,7 +2128,7 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
             plan: None,
         });
     }
-    let prep = Prepared::new(prob);
+    let preps = Preps::new(prob);
     let mut fronts = SuffixFronts::default();
     let shards = shard_options(prob, dp);
     if shards.is_empty() {
@@ -2115,7 +2163,7 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
     let mut options: Vec<Option5> = Vec::new();
     for &v in &vs {
         for &shard in &shards {
-            let ctx = Ctx::new(&prep, dp, pp, prob.hbm_bytes, shard);
+            let ctx = Ctx::new(&preps, dp, pp, prob.hbm_bytes, shard);
             let value = fixed_value(&ctx, pp, v, &mut fronts);
             if let Some(value) = value {
                 options.push(Option5 {
@@ -2135,7 +2183,7 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
             .filter(|o| o.value <= bound)
             .min_by_key(|o| o.tie_key())
             .unwrap();
-        plan_of(&prep, chosen, bound, &mut fronts)
+        plan_of(&preps, chosen, bound, &mut fronts)
     } else {
         // Least largest-stage memory for this (d, p) at the least-memory ZeRO stage and the
         // first chunk count allowed; then the fastest plan within it.
@@ -2145,7 +2193,7 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
             ..*shards.last().unwrap()
         };
         let v = vs[0];
-        let ctx = Ctx::new(&prep, dp, pp, prob.hbm_bytes, least);
+        let ctx = Ctx::new(&preps, dp, pp, prob.hbm_bytes, least);
         let needed = if v == 1 {
             min_max_memory(&ctx, pp)[pp * n]
         } else {
@@ -2168,7 +2216,7 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
         let mut chosen: Option<(f64, Shard)> = None;
         for &o in prob.rank_orders() {
             let shard = Shard { o, ..least };
-            let ctx = Ctx::new(&prep, dp, pp, needed, shard);
+            let ctx = Ctx::new(&preps, dp, pp, needed, shard);
             let value = fixed_value(&ctx, pp, v, &mut fronts)
                 .expect("the least-memory plan fits its own memory");
             if chosen.is_none_or(|(best, _)| value < best) {
@@ -2176,7 +2224,7 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
             }
         }
         let (value, shard) = chosen.expect("at least one order");
-        let ctx = Ctx::new(&prep, dp, pp, needed, shard);
+        let ctx = Ctx::new(&preps, dp, pp, needed, shard);
         if v == 1 {
             run_dp(&ctx, pp, f64::INFINITY, &mut fronts);
             reconstruct(&ctx, &fronts, pp, tie_bound(value))

@@ -13,8 +13,8 @@ mod common;
 use common::{level_for, p2p_bandwidth, random_layers, random_levels, ring_bandwidth, Rng};
 
 use phaze_dp::{
-    evaluate_fixed, solve, FsdpCopies, FsdpImplementation, Plan, Problem, RankOrder, Recompute,
-    Solution, ViolationKind, Zero,
+    evaluate_fixed, solve, ExpertGemms, FsdpCopies, FsdpImplementation, Plan, Problem, RankOrder,
+    Recompute, Solution, ViolationKind, Zero,
 };
 
 const TIE_REL: f64 = 1e-12;
@@ -61,6 +61,26 @@ fn random_problem(rng: &mut Rng) -> Problem {
         l.cast_s = fp8.time() * cast_scale / 8.0;
         if l.experts > 0 {
             l.expert_cast_s = l.cast_s * [0.0, 0.5, 1.0][fp8.below(3) as usize];
+        }
+    }
+    // The expert GEMMs at each EP degree (a generator of their own again): in half of the MoE
+    // problems, an MoE layer's at every divisor e of its experts, each up to 8 s in the
+    // forward, backward and recompute (not tied to the layer's times: the layer's at e are
+    // clamped at 0).
+    let mut gemm = Rng(rng.0 ^ 0x6570_5f67_656d_6d73);
+    if gemm.below(2) == 0 {
+        for l in &mut layers {
+            if l.experts > 0 {
+                l.expert_gemm_s = (1..=l.experts)
+                    .filter(|e| l.experts.is_multiple_of(*e))
+                    .map(|e| ExpertGemms {
+                        e,
+                        fwd_s: gemm.time(),
+                        bwd_s: gemm.time(),
+                        recompute_s: [0.0, gemm.time(), gemm.time()],
+                    })
+                    .collect();
+            }
         }
     }
     // The rank order: auto for half, fixed for the rest (a generator of its own again).
@@ -260,6 +280,29 @@ fn price(
     ends: &[usize],
     pol: &[usize],
 ) -> Priced {
+    // A member of an EP group of e runs each layer with its expert GEMMs' time at e in place
+    // of theirs at 1: time - expert(1) + expert(e), never below 0.
+    let at_e = Problem {
+        layers: prob
+            .layers
+            .iter()
+            .map(|l| {
+                let mut l = l.clone();
+                let find = |e: u64| l.expert_gemm_s.iter().find(|x| x.e == e).cloned();
+                if let (Some(one), Some(now)) = (find(1), find(e)) {
+                    l.fwd_s = (l.fwd_s + (now.fwd_s - one.fwd_s)).max(0.0);
+                    l.bwd_s = (l.bwd_s + (now.bwd_s - one.bwd_s)).max(0.0);
+                    for r in 0..3 {
+                        l.recompute_s[r] =
+                            (l.recompute_s[r] + (now.recompute_s[r] - one.recompute_s[r])).max(0.0);
+                    }
+                }
+                l
+            })
+            .collect(),
+        ..prob.clone()
+    };
+    let prob = &at_e;
     let p = pol.len();
     let n = prob.layers.len();
     let t = prob.tp;

@@ -1,8 +1,8 @@
 //! Small cases whose answers are worked out by hand in the comments.
 
 use phaze_dp::{
-    evaluate_fixed, solve, solve_many, FsdpCopies, FsdpImplementation, Layer, NetLevel, Problem,
-    RankOrder, Recompute, Solution, ViolationKind, Zero,
+    evaluate_fixed, solve, solve_many, ExpertGemms, FsdpCopies, FsdpImplementation, Layer,
+    NetLevel, Problem, RankOrder, Recompute, Solution, ViolationKind, Zero,
 };
 
 /// fwd 1 s, bwd 2 s, nothing else: c = 3 s per layer.
@@ -1305,4 +1305,50 @@ fn expert_parallelism_leaves_a_device_its_own_experts_casts() {
         "{}",
         plan.time_per_batch_s
     );
+}
+
+#[test]
+fn expert_parallelism_prices_the_expert_gemms_at_the_members_shape() {
+    // The layer's 2 experts' GEMMs take 0.6 s of its 1 s forward, 1.2 s of its 2 s backward
+    // and 0.6 s of full recompute's 1 s at the traced shape, and 0.2, 0.4, 0.2 s at EP 2's:
+    // EP 1, 4 · (1 + 2 + 1) = 16; EP 2, 4 · (0.6 + 1.2 + 0.6) = 9.6.
+    let mut prob = fp8_cast_problem(Zero::Optimizer, Some(Recompute::Full));
+    prob.layers[0].cast_s = 0.0;
+    prob.layers[0].experts = 2;
+    prob.layers[0].expert_gemm_s = vec![
+        ExpertGemms {
+            e: 1,
+            fwd_s: 0.6,
+            bwd_s: 1.2,
+            recompute_s: [0.0, 0.0, 0.6],
+        },
+        ExpertGemms {
+            e: 2,
+            fwd_s: 0.2,
+            bwd_s: 0.4,
+            recompute_s: [0.0, 0.0, 0.2],
+        },
+    ];
+    for (e, want) in [(1, 16.0), (2, 9.6)] {
+        prob.expert_parallel = Some(e);
+        let plan = feasible(solve(&prob));
+        assert_eq!((plan.dp, plan.expert_parallel), (2, e));
+        assert!(
+            close(plan.time_per_batch_s, want),
+            "EP {e}: {}",
+            plan.time_per_batch_s
+        );
+    }
+    // Auto chooses EP 2, and evaluating the fixed placement prices it alike.
+    prob.expert_parallel = None;
+    let plan = feasible(solve(&prob));
+    assert_eq!(plan.expert_parallel, 2);
+    let eval = evaluate_fixed(&prob, 1, 2).unwrap();
+    assert!(close(eval.plan.unwrap().time_per_batch_s, 9.6));
+    // An entry for an e that does not divide the experts, or none for e = 1, is refused.
+    prob.layers[0].expert_gemm_s[1].e = 3;
+    assert!(prob.validate().is_err());
+    prob.layers[0].expert_gemm_s.remove(0);
+    prob.layers[0].expert_gemm_s[0].e = 2;
+    assert!(prob.validate().is_err());
 }
