@@ -50,8 +50,9 @@ struct RangeSums {
     param_bytes: u64,
     /// Σ of what the layers' parameter all-gathers move ([`Layer::gathered_bytes`]).
     gather_bytes: u64,
-    /// max param_bytes (ZeRO-3 holds two layers' full parameters at once).
-    max_param_bytes: u64,
+    /// max over the layers of what a device holds of one gathered layer
+    /// ([`Prepared::gathered`]): ZeRO-3 holds two such layers at once.
+    max_gathered_bytes: u64,
     /// Σ optimizer_bytes.
     optimizer_bytes: u64,
     /// Σ saved_bytes[r] per policy.
@@ -78,8 +79,9 @@ struct RangeSums {
 }
 
 impl RangeSums {
+    /// Adds layer `l`, of which a device holds `gathered` bytes when ZeRO-3 gathers it.
     #[inline]
-    fn push(&mut self, l: &Layer) {
+    fn push(&mut self, l: &Layer, gathered: u64) {
         self.compute_s += l.fwd_s + l.bwd_s;
         self.fwd_s += l.fwd_s;
         for r in 0..3 {
@@ -98,7 +100,7 @@ impl RangeSums {
         self.expert_cast_s += l.expert_cast_s;
         self.param_bytes = self.param_bytes.saturating_add(l.param_bytes);
         self.gather_bytes = self.gather_bytes.saturating_add(l.gathered_bytes());
-        self.max_param_bytes = self.max_param_bytes.max(l.param_bytes);
+        self.max_gathered_bytes = self.max_gathered_bytes.max(gathered);
         self.optimizer_bytes = self.optimizer_bytes.saturating_add(l.optimizer_bytes);
         let remat = l.workspace_bytes.max(l.recompute_workspace_bytes);
         self.workspace_bytes = [
@@ -118,12 +120,27 @@ impl RangeSums {
     }
 }
 
+/// A device's part of `experts` bytes of experts as traced at TP t, at EP degree e with
+/// `scale` = t/k ([`ExpertMesh::scale`]): ⌈experts·scale/e⌉, 1/e of them (folded t/(k·e)).
+#[inline]
+fn expert_share(experts: u64, scale: u64, e: u64) -> u64 {
+    experts.saturating_mul(scale).div_ceil(e)
+}
+
 /// The problem, its layers as a member of an EP group of e runs them ([`Layer::at_ep`]) and
 /// their count, shared by every DP run at that e.
 struct Prepared<'a> {
     prob: &'a Problem,
     n: usize,
     layers: std::borrow::Cow<'a, [Layer]>,
+    /// Per layer, what a device holds of it gathered by ZeRO-3 at EP degree e: its dense part
+    /// whole and its own experts, (param_bytes − expert_param_bytes) + [`expert_share`] of
+    /// expert_param_bytes. FSDP2 shards the experts over the devices holding the same ones
+    /// (torchtitan's `parallelize` for MoE: `fully_shard` of the experts on the
+    /// `dp_shard_mod_ep` mesh), so a layer's all-gather brings back the device's E/e experts,
+    /// not the other EP ranks'. A per-layer value at each e, so a stage's max of it
+    /// ([`RangeSums::max_gathered_bytes`]) is exact, not max(dense) + max(experts)/e.
+    gathered: Vec<u64>,
 }
 
 impl<'a> Prepared<'a> {
@@ -134,16 +151,29 @@ impl<'a> Prepared<'a> {
         } else {
             std::borrow::Cow::Borrowed(&prob.layers[..])
         };
+        // t/k: 1 unless the experts are folded (then k divides t), as ExpertMesh::scale.
+        let scale = prob.tp / prob.expert_tp();
+        let gathered = layers
+            .iter()
+            .map(|l| {
+                (l.param_bytes - l.expert_param_bytes).saturating_add(expert_share(
+                    l.expert_param_bytes,
+                    scale,
+                    e,
+                ))
+            })
+            .collect();
         Prepared {
             prob,
             n: prob.layers.len(),
             layers,
+            gathered,
         }
     }
 
     #[inline]
     fn push(&self, a: &mut RangeSums, l: usize) {
-        a.push(&self.layers[l]);
+        a.push(&self.layers[l], self.gathered[l]);
     }
 
     /// Sums over layers i..=j, accumulated in the same order as the DP does.
@@ -162,13 +192,27 @@ struct Preps<'a> {
 }
 
 impl<'a> Preps<'a> {
+    /// Every EP degree [`Problem::expert_parallel_degrees`] may give at some d: the fixed one,
+    /// else the divisors of the expert count (and 1), and any a layer prices its experts at.
     fn new(prob: &'a Problem) -> Self {
         let mut es = vec![1];
+        let mut add = |e: u64| {
+            if !es.contains(&e) {
+                es.push(e);
+            }
+        };
+        match prob.expert_parallel {
+            Some(e) => add(e),
+            None => {
+                let experts = prob.experts().max(1);
+                (2..=experts)
+                    .filter(|e| experts.is_multiple_of(*e))
+                    .for_each(&mut add);
+            }
+        }
         for l in &prob.layers {
             for x in &l.expert_gemm_s {
-                if !es.contains(&x.e) {
-                    es.push(x.e);
-                }
+                add(x.e);
             }
         }
         Preps {
@@ -179,12 +223,13 @@ impl<'a> Preps<'a> {
         }
     }
 
-    /// The problem at EP degree e (at 1's when no layer prices its experts at e).
+    /// The problem at EP degree e.
     fn at(&self, e: u64) -> &Prepared<'a> {
         self.at
             .iter()
             .find(|(x, _)| *x == e)
-            .map_or(&self.at[0].1, |(_, p)| p)
+            .map(|(_, p)| p)
+            .expect("Preps::new prepares every EP degree the search tries")
     }
 }
 
@@ -242,9 +287,6 @@ struct ExpertMesh {
     /// (`tp-cp-ep-dp-pp`), or folded e devices k apart, on the level of e·k.
     ep_level: usize,
     ep_stride: u64,
-    /// ZeRO-3's gathered layers over the recorded ones: ⌈scale/e⌉, at least 1 (a device's
-    /// experts are more than the recorded only folded, at t/(k·e) > 1).
-    gathered: u64,
 }
 
 impl ExpertMesh {
@@ -260,7 +302,6 @@ impl ExpertMesh {
                 edp_stride: k * e,
                 ep_level: prob.level_for(e * k),
                 ep_stride: k,
-                gathered: (prob.tp / k).div_ceil(e).max(1),
             }
         } else {
             ExpertMesh {
@@ -269,7 +310,6 @@ impl ExpertMesh {
                 edp_stride: e * stride,
                 ep_level: prob.level_for(e * prob.cp * stride),
                 ep_stride: prob.cp * stride,
-                gathered: 1,
             }
         }
     }
@@ -498,13 +538,10 @@ impl<'p, 'a> Ctx<'p, 'a> {
                     .saturating_add(over(self.expert_share(experts), self.mesh.edp))
             }
         };
-        // ZeRO-3's two gathered layers: whole layers, experts included (an upper bound under
-        // EP, where a layer gathers only its 1/e of the experts; folded, where a device's
-        // experts are t/(k·e) of the recorded ones, that many times them when above 1).
+        // ZeRO-3's two gathered layers (the running one and the prefetched next): each a
+        // layer's dense part whole and the device's own experts ([`Prepared::gathered`]).
         let gathered = if z >= 3 && self.sharded() {
-            a.max_param_bytes
-                .saturating_mul(self.mesh.gathered)
-                .saturating_mul(2)
+            a.max_gathered_bytes.saturating_mul(2)
         } else {
             0
         };
@@ -629,7 +666,7 @@ impl<'p, 'a> Ctx<'p, 'a> {
     /// folded t/(k·e) ([`ExpertMesh::scale`]).
     #[inline]
     fn expert_share(&self, experts: u64) -> u64 {
-        experts.saturating_mul(self.mesh.scale).div_ceil(self.e)
+        expert_share(experts, self.mesh.scale, self.e)
     }
 
     /// The allowed policy with the least `recompute_s` whose memory `mem(r)` fits (ties:

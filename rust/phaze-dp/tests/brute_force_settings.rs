@@ -485,7 +485,9 @@ fn price(
                 pb += l.param_bytes;
                 gb += l.grad_bytes;
                 ob += l.optimizer_bytes;
-                maxp = maxp.max(l.param_bytes);
+                // ZeRO-3 gathers a layer's dense part whole and only the device's own experts.
+                maxp =
+                    maxp.max(l.param_bytes - l.expert_param_bytes + share_of(l.expert_param_bytes));
                 // Under full recompute the re-run forward's activations are live in the backward.
                 ws = ws.max(if r == 2 {
                     l.workspace_bytes.max(l.recompute_workspace_bytes)
@@ -602,11 +604,7 @@ fn price(
         let state = sh(pb, epb, z >= 3)
             + sh(gb, egb, z >= 2)
             + sh(ob, eob, z >= 1)
-            + if z >= 3 && sharded {
-                2 * maxp * scale.div_ceil(e).max(1)
-            } else {
-                0
-            };
+            + if z >= 3 && sharded { 2 * maxp } else { 0 };
         let stash = if v == 1 {
             ((p - k) as u64).min(m) * saved_per_chunk[0]
         } else {

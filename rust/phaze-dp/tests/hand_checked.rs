@@ -1352,3 +1352,52 @@ fn expert_parallelism_prices_the_expert_gemms_at_the_members_shape() {
     prob.layers[0].expert_gemm_s[0].e = 2;
     assert!(prob.validate().is_err());
 }
+
+#[test]
+fn zero3_under_expert_parallelism_gathers_a_devices_own_experts() {
+    // A dense layer (4 MB of weights) and an MoE layer (10 MB: 2 MB dense beside 8 MB of its 8
+    // experts) on d = 8 under ZeRO-3, one stage. A device holds its 1/8 shard and two gathered
+    // layers, each its dense part whole and its own experts (torchtitan's FSDP2 shards the
+    // experts over the devices holding the same ones, so a gather brings back those alone).
+    let dense = Layer {
+        param_bytes: 4_000_000,
+        ..layer()
+    };
+    let moe = Layer {
+        experts: 8,
+        param_bytes: 10_000_000,
+        expert_param_bytes: 8_000_000,
+        ..layer()
+    };
+    let mut prob = problem(vec![dense, moe], 8, 8);
+    prob.zero = Some(Zero::Parameters);
+    let params = |e: u64| {
+        let mut at = prob.clone();
+        at.expert_parallel = Some(e);
+        let plan = evaluate_fixed(&at, 1, 8).unwrap().plan.unwrap();
+        assert_eq!((plan.dp, plan.expert_parallel), (8, e));
+        plan.stages[0].memory.params
+    };
+    // EP 1: 14 MB / 8 = 1.75 MB of shard, and the larger layer, 10 MB, twice: 21.75 MB.
+    assert_eq!(params(1), 21_750_000);
+    // EP 2: the dense 6 MB / 8 = 0.75 MB and the device's 4 MB of experts over the 4 devices
+    // holding them, 1 MB; gathered, the MoE layer's 2 + 4 MB is the larger: 0.75 + 1 + 12 MB.
+    assert_eq!(params(2), 13_750_000);
+    // EP 8: 0.75 MB and the device's one 1 MB expert alone (EDP 1); gathered, the MoE layer is
+    // 2 + 1 = 3 MB, the dense layer's 4 MB the larger: 0.75 + 1 + 8 MB. (The larger dense part
+    // plus the larger experts' share, 4 + 1 MB, would overcount: the max is of each layer's.)
+    assert_eq!(params(8), 9_750_000);
+
+    // Folded (TP 8, ETP 1, EP 4; moe_at_tp8's layer: 2 MB dense beside 8 MB traced at TP 8):
+    // a device's experts are 8 MB · 8/(1·4) = 16 MB, sharded over the EDP of 8/(1·4) = 2
+    // devices, 8 MB; the dense 2 MB whole (d = 1); gathered, 2 + 16 MB twice: 2 + 8 + 36 MB.
+    let mut folded = problem(vec![moe_at_tp8()], 8, 1);
+    folded.tp = 8;
+    folded.rank_order = Some(RankOrder::TpDpPp);
+    folded.expert_tensor_parallel = Some(1);
+    folded.expert_parallel = Some(4);
+    folded.zero = Some(Zero::Parameters);
+    let plan = evaluate_fixed(&folded, 1, 1).unwrap().plan.unwrap();
+    assert_eq!((plan.dp, plan.expert_parallel), (1, 4));
+    assert_eq!(plan.stages[0].memory.params, 46_000_000);
+}
