@@ -255,7 +255,8 @@ def options(hw: str, **given: Any) -> Options:
             raise PhazeError(f"phaze.compile: {name} and {said_as[target]} both given: give one")
         f = by_name[target]
         choices = declared_choices(f) if f.metadata.get("choices") is not None else None
-        annotation = "int" if name in _ONE_VALUE else field_type(f)
+        # (a typed option is given as its text, or as an int or bool that says it, and parsed)
+        annotation = "int" if name in _ONE_VALUE else "str" if f.metadata.get("parse") else field_type(f)
         typed = _typed(name, value, annotation, choices)
         values[target] = (typed,) if name in _ONE_VALUE else typed
         said_as[target] = name

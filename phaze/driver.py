@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
+from passes.algorithms.placement_options import Tristate
 from phaze.options import STAGES, Options, context_parallel_degree, traced_seq_len
 from phaze.pipeline import (
     compile_from,
@@ -161,13 +162,13 @@ def check_placement_devices(fixed: tuple[int, int, int] | None, devices: int, c:
 def check_tp_overlap(opts: Options, accelerator) -> None:
     """Refuse ``--tp-overlap on`` without sequence parallelism (what Transformer Engine overlaps
     is its all-gathers and reduce-scatters), and any overlap on a chip without an SM count."""
-    if opts.tp_overlap == "on" and opts.sequence_parallel != "on":
+    if opts.tp_overlap is Tristate.ON and opts.sequence_parallel is not Tristate.ON:
         raise PhazeError(
             "--tp-overlap on: the overlapped collectives are sequence parallelism's all-gathers and reduce-scatters "
             "(Megatron-LM's --tp-comm-overlap asserts --sequence-parallel): add --sequence-parallel on, or use "
             "--tp-overlap auto"
         )
-    if opts.tp_overlap != "off" and accelerator is not None:
+    if opts.tp_overlap is not Tristate.OFF and accelerator is not None:
         from passes.overlap_tensor_parallel import sm_count
 
         try:
@@ -261,7 +262,7 @@ def with_runtime_attention(spec, opts: Options):
     whose architecture has it: SDPA, which the GPU runtimes run as flash attention)."""
     from phaze_ir.frontend import with_eager_attention, with_fused_attention
 
-    if opts.context_parallel != "1":
+    if opts.context_parallel != 1:  # a degree past 1, or auto
         return with_fused_attention(spec)
     if opts.kernels == "ops":
         return with_eager_attention(spec)

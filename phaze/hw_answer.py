@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from passes.algorithms.placement_options import AUTO
 from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze import driver
 from phaze.model_key import ModelKey, model_key
@@ -339,7 +340,7 @@ def _one_point_from_template(opts: Options, inputs: _Inputs, templates: plan_tem
     points = tp_points(opts, tp_widths_of(opts, fixed))
     if len(opts.micro_batches) != 1 or len(points) != 1 or (fixed is not None and fixed[2] != points[0][0]):
         return None
-    if opts.context_parallel == "auto":  # several degrees
+    if opts.context_parallel is AUTO:  # several degrees
         return None
     (t, sp), b, c = points[0], opts.micro_batches[0], context_parallel_degree(opts)
     placed = templates.placed(plan_template.Point(b, t, sp, c))

@@ -9,7 +9,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from passes.algorithms.placement_options import (
+    AUTO,
+    Auto,
     PlacementOptions,
+    Tristate,
     count_limit,
     option,
     positive_count,
@@ -79,10 +82,10 @@ class Options(PlacementOptions):
         metavar="N",
         default_words="the model file's SEQ_LEN, a config.json's max_position_embeddings",
     )
-    #: ``"auto"`` or a degree; a compilation of one point holds its degree (the sweep resolves
-    #: ``auto``, :func:`phaze.points.context_parallel_degrees`).
-    context_parallel: str = option(
-        "1",
+    #: :data:`AUTO` or a degree; a compilation of one point holds its degree (the sweep resolves
+    #: ``auto``, :func:`phaze.points.context_parallel_points`).
+    context_parallel: int | Auto = option(
+        1,
         "passes.algorithms.context_parallel.context_parallel_problem",
         "context parallelism: each sequence split over N devices (2N load-balanced chunks), its attention a ring "
         "of N steps passing keys and values point to point (Megatron-LM's --context-parallel-size, torchtitan's "
@@ -90,15 +93,17 @@ class Options(PlacementOptions):
         "{passes.algorithms.context_parallel.AUTO_MIN_LOCAL_TOKENS} tokens a device. "
         "Attention runs fused (a transformers model is built with SDPA)",
         metavar="N|auto",
+        parse="passes.algorithms.context_parallel.parse_context_parallel",
     )
     #: ``phaze-overlap-tensor-parallel`` on the points it applies to (rules in
     #: ``passes/algorithms/tp_overlap.py``).
-    tp_overlap: str = option(
-        "off",
+    tp_overlap: Tristate = option(
+        Tristate.OFF,
         help="the TP all-gathers and reduce-scatters overlapped with their GEMMs, as Transformer Engine's userbuffers "
         "run them (Megatron-LM's --tp-comm-overlap; torchtitan's async TP): on, at every point (needs "
         "--sequence-parallel on); auto, at the points with sequence parallelism; off",
         choices="passes.algorithms.tp_overlap.TP_OVERLAP_SETTINGS",
+        parse=Tristate,
     )
     dtype: str = option(
         "float16",
@@ -169,10 +174,11 @@ class Options(PlacementOptions):
     )
     #: ``auto`` compiles both and keeps the faster plan
     #: (``phaze-shard-tensor-parallel{sequence_parallel=...}``).
-    sequence_parallel: str = option(
-        "off",
+    sequence_parallel: Tristate = option(
+        Tristate.OFF,
         help="Megatron sequence parallelism at TP > 1: on, off, or auto, which compiles both and keeps the faster",
         choices="phaze.options.SEQUENCE_PARALLEL_SETTINGS",
+        parse=Tristate,
     )
     #: Whose kernels the step runs as (``phaze-form-kernels{runtime=...}``, rules and sources in
     #: ``passes/algorithms/kernels.py``).
@@ -248,7 +254,7 @@ class Options(PlacementOptions):
 def context_parallel_degree(opts: Options) -> int:
     """The context-parallel degree one compilation of ``opts`` is priced for: its degree, 1
     while it is still ``auto`` (a stage before the sweep resolves it)."""
-    return int(opts.context_parallel) if opts.context_parallel.isdigit() else 1
+    return 1 if opts.context_parallel is AUTO else opts.context_parallel
 
 
 def narrowed(opts: Options, choice: Mapping[str, str]) -> Options:
@@ -270,4 +276,4 @@ def traced_seq_len(opts: Options) -> int | None:
 
 
 #: The settings of ``--sequence-parallel``.
-SEQUENCE_PARALLEL_SETTINGS = ("auto", "on", "off")
+SEQUENCE_PARALLEL_SETTINGS = tuple(Tristate)

@@ -29,7 +29,7 @@ from dataclasses import fields, replace
 
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.placement_options import PlacementOptions
+from passes.algorithms.placement_options import PlacementOptions, Tristate
 from phaze.options import STAGES, Options, context_parallel_degree
 from phaze_ir.errors import PhazeError
 
@@ -62,7 +62,7 @@ def pipeline(
     if runs("latency"):  # how the ops run (rings, overlapped collectives), then their prices
         if (c := context_parallel_degree(opts)) > 1:
             passes.append(f"phaze-context-parallel{{degree={c}}}")
-        if opts.tp_overlap != "off" and sequence_parallel and tp > 1:
+        if opts.tp_overlap is not Tristate.OFF and sequence_parallel and tp > 1:
             passes.append("phaze-overlap-tensor-parallel")
         passes.append("phaze-estimate-latency")
         if energy:

@@ -22,8 +22,12 @@ the solver's limits): ``phaze.options.Options`` and the scheduling passes' optio
 (``passes/solver_options.py``) declare theirs with them, the solver's limits under the names
 each gives them (``node_limit``, ``--solver-nodes``).
 
-Values are the text a user writes (``"interleaved:2"``, ``"auto"``), as pass options must be
-(xDSL parses ints, floats, bools and strings); ``placement.problem`` parses them for the DP.
+The placement options' values are the text a user writes (``"interleaved:2"``, ``"auto"``), as
+pass options must be (xDSL parses ints, floats, bools and strings); ``placement.problem`` parses
+them for the DP. An option that declares a ``parse`` (:func:`option`) is held as what that parses
+it into (an :class:`Auto` or an int, a :class:`Tristate`, a :class:`TextEnum`): its text is parsed
+once, when the options are made (a command line's, an API caller's, a search's), and code
+compares the value against members (``opts.tp_overlap is Tristate.ON``), never against text.
 """
 
 from __future__ import annotations
@@ -32,10 +36,39 @@ import importlib
 import math
 from collections.abc import Callable
 from dataclasses import Field, dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 from passes.algorithms import placement as pl
 from phaze_ir.files import excerpt, si_count
+
+
+class TextEnum(StrEnum):
+    """An option's choices as members: ``str()``, formatting and ``repr()`` are the text a user
+    writes (``"on"``), so a plan, a pass spec, a JSON value and a cache key built from an option
+    read as they did when options were text."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class Auto(TextEnum):
+    """``auto``: the placement, or the sweep, chooses. An option of a degree holds an int or
+    :data:`AUTO` (``--context-parallel``)."""
+
+    AUTO = "auto"
+
+
+#: The one :class:`Auto`; test an option with ``is AUTO``.
+AUTO = Auto.AUTO
+
+
+class Tristate(TextEnum):
+    """A three-valued option (``--sequence-parallel``, ``--tp-overlap``)."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
 
 
 def option(
@@ -47,6 +80,7 @@ def option(
     metavar: str | None = None,
     flag: str | None = None,
     default_words: str | None = None,
+    parse: Callable[[str], object] | str | None = None,
 ) -> Any:
     """A field that is an option: with the check of its value (None: any value; or the dotted
     name of the function, imported when a value is checked; see :func:`check_option`) and what
@@ -67,9 +101,15 @@ def option(
     option need not import the pass or the search that owns its values. ``help`` and
     ``default_words`` may name such values too, as ``{dotted.name}`` (a tuple, a function
     giving one, or a value), spelled when the command line shows its help
-    (``phaze.tools.flags.ToolParser``)."""
+    (``phaze.tools.flags.ToolParser``).
+
+    ``parse`` (a function, or its dotted name) makes the option a typed one: the text a command
+    line or an API caller gives is parsed by it once, when the options are made
+    (:meth:`PlacementOptions.__post_init__`), and the field holds what it returns; a text it
+    refuses stays text, for :meth:`PlacementOptions.check` to say what is wrong with it. The
+    edges take such an option as text (``--context-parallel 2``, ``context_parallel="2"``)."""
     metadata = {"check": check, "help": help, "choices": choices, "metavar": metavar}
-    metadata |= {"flag": flag, "default_words": default_words}
+    metadata |= {"flag": flag, "default_words": default_words, "parse": parse}
     return field(default=default, metadata=metadata)
 
 
@@ -268,6 +308,17 @@ class PlacementOptions:
         metavar="F",
     )
 
+    def __post_init__(self) -> None:
+        # Each typed option's text parsed, once: the value everything after compares.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("parse") is not None and isinstance(value, str):
+                try:
+                    parsed = parsed_option(f, value)
+                except ValueError:  # left as given: check() says what is wrong with it
+                    continue
+                object.__setattr__(self, f.name, parsed)
+
     def check(self) -> None:
         """Every option's value checked (those of a subclass too: ``phaze.options.Options``),
         in declaration order: an :class:`OptionError` naming the first bad one (the fixed
@@ -282,14 +333,14 @@ def check_option(f: Field, value: object) -> None:
     its choices where it declares them, else any value): an :class:`OptionError` when it is
     wrong."""
     check = f.metadata.get("check")
+    if f.metadata.get("parse") is not None and type(value) is not str:
+        return  # parsed (PlacementOptions.__post_init__), or given as the parsed value
     if check is None and f.metadata.get("choices") is not None:
         check = _one_of(declared_choices(f))
     annotation = field_type(f)
     if check is None or (value is None and annotation.endswith(" | None")):
         return
-    if isinstance(check, str):  # the dotted name of the function
-        module, _, name = check.rpartition(".")
-        check = getattr(importlib.import_module(module), name)
+    check = _named(check)
     values = (value,)
     if annotation.startswith("tuple["):
         if not isinstance(value, tuple):
@@ -302,6 +353,21 @@ def check_option(f: Field, value: object) -> None:
             raise OptionError(f, one, str(e), names_value=True) from e
         if problem is not None:
             raise OptionError(f, one, problem)
+
+
+def _named(function: Callable | str) -> Callable:
+    """``function``, or the function its dotted name names (imported now)."""
+    if isinstance(function, str):
+        module, _, name = function.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+    return function
+
+
+def parsed_option(f: Field, text: str) -> Any:
+    """``text`` as option field ``f`` holds it: parsed by the ``parse`` it declares
+    (:func:`option`; a ``ValueError`` when it refuses it), as given when it declares none."""
+    parse = f.metadata.get("parse")
+    return text if parse is None else _named(parse)(text)
 
 
 def declared_choices(f: Field) -> tuple[str, ...]:

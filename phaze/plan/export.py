@@ -22,10 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaze_ir.errors import PhazeError
 from phaze_ir.op_kinds import RecomputePolicy
+
+if TYPE_CHECKING:
+    from passes.algorithms.placement_options import Auto
 
 TARGETS = ("megatron", "torchtitan")
 
@@ -1114,10 +1117,17 @@ def export_outputs(args) -> list[tuple[str, str]]:
         if path in ("", "-"):
             raise PhazeError(f"--export {target} needs a file name (not stdout)")
         if target == "torchtitan":
+            from passes.algorithms.placement_options import Tristate
             from phaze.options import Options, context_parallel_degree, zero_stage
 
             # the options given (Options' defaults for the others), typed as the run takes them
-            given = Options(**{k: v for k in ("zero", "context_parallel") if (v := getattr(args, k, None)) is not None})
+            given = Options(
+                **{
+                    k: v
+                    for k in ("zero", "context_parallel", "tp_overlap")
+                    if (v := getattr(args, k, None)) is not None
+                }
+            )
             zero = zero_stage(given)  # None: auto
             _torchtitan_can_run(zero or 0, getattr(args, "optimizer", "adam"))
             if getattr(args, "dtype", None) in ("float16", "amp-float16"):  # fp16 asked by name
@@ -1130,7 +1140,7 @@ def export_outputs(args) -> list[tuple[str, str]]:
                     raise PhazeError(why)
             if context_parallel_degree(given) > 1 and zero not in (3, None):
                 raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=zero))
-            if getattr(args, "tp_overlap", "off") == "on" and getattr(args, "kernels", None) != "inductor":
+            if given.tp_overlap is Tristate.ON and getattr(args, "kernels", None) != "inductor":
                 raise PhazeError(_TORCHTITAN_ASYNC_TP)
         if target == "megatron" and getattr(args, "dtype", None) == "fp8":
             asked = getattr(args, "fp8_recipe", None) or "auto"
@@ -1163,7 +1173,7 @@ def launchable_choices(
     zero: str,
     recompute: str,
     selective: str = "attention",
-    context_parallel: str = "1",
+    context_parallel: int | Auto = 1,
 ) -> list[dict[str, str]]:
     """The narrowings of ``--zero`` and ``--recompute`` under which every plan the search can
     choose is launched by every ``--export`` target asked for: one dict of driver options
@@ -1179,7 +1189,7 @@ def launchable_choices(
     zeros = [zero]
     if zero == "auto":
         allowed = set.intersection(*(set(LAUNCHABLE_ZERO[t]) for t in targets))
-        if "torchtitan" in targets and context_parallel != "1":
+        if "torchtitan" in targets and context_parallel != 1:  # a degree past 1, or auto
             allowed &= {"3"}
         if allowed != set(LAUNCHABLE_ZERO["megatron"]):
             zeros = sorted(allowed)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from passes.algorithms.placement_options import Tristate
 from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze.model_key import model_key, model_known
 from phaze.plan import plan_template
@@ -308,7 +309,7 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) ->
             f"--kernels {opts.kernels}: the space '{space.spec.name}''s template has a CUDA compute capability; "
             "the search forms kernels for chips without one (use --kernels ops, or --hw CHIP)"
         )
-    if opts.context_parallel != "1" and opts.seq_len is not None:
+    if opts.context_parallel != 1 and opts.seq_len is not None:  # a degree past 1, or auto
         from phaze.search.setting import cp_degrees
 
         cp_degrees(opts, None)  # a degree that cannot split the sequence: one line, before anything slow
@@ -616,12 +617,12 @@ def _compile_winner(
     for m, path in enumerate(paths):
         micro_batch, tp, sp, thr, cp = winner["settings"][m]
         name = inputs.names[m]
-        sp_setting = "on" if sp else "off"
+        sp_setting = Tristate.ON if sp else Tristate.OFF
         # At the winner's CP degree (the pipeline traces its step at S/c, as the setting was);
         # CP 1 under auto stays auto: the pipeline then fuses the attention at every degree, as
         # the search's settings have it (setting.prepare_settings), so the sweep of the winner's
         # point over the degrees keeps the degree the search chose (ties: the smaller, as both do).
-        degree = str(cp) if cp > 1 else wopts.context_parallel
+        degree = cp if cp > 1 else wopts.context_parallel
         mopts = replace(
             wopts, micro_batches=(micro_batch,), tp_widths=(tp,), sequence_parallel=sp_setting, context_parallel=degree
         )
