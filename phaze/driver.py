@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.placement_options import Tristate
+from passes.algorithms.option_values import Tristate, Zero
 from phaze.options import STAGES, Options, context_parallel_degree, traced_seq_len
 from phaze.pipeline import (
     compile_from,
@@ -118,7 +118,7 @@ def check_options(opts: Options) -> None:
         opts.check()  # each option by its field's check or choices, named by its flag
     except OptionError as e:
         raise PhazeError(e.named(e.flag)) from e
-    if opts.dp_shard and opts.zero not in ("2", "3"):
+    if opts.dp_shard and opts.zero not in (Zero.GRADIENTS, Zero.PARAMETERS):
         raise PhazeError(
             f"--dp-shard {opts.dp_shard}: HSDP shards as FSDP does: expected --zero 2 or 3, not {opts.zero}"
         )
@@ -246,8 +246,8 @@ def runtime_defaults(hw: str, exports: tuple[str, ...] = (), kernels: str | None
         # with mixed-precision Adam; PyTorch's runtimes autocast an fp32 module
         "dtype": ("" if kernels == "megatron" else "amp-")
         + ("bfloat16" if capability >= CUDA_BF16_FROM else "float16"),
-        "zero": "auto",
-        "sequence_parallel": "auto",
+        "zero": Zero.AUTO,
+        "sequence_parallel": Tristate.AUTO,
         "pipeline_schedule": "auto",
         "dp_overlap": kernels != "megatron",
         "selective_recompute": "attention" if kernels == "megatron" else "op",

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from passes.algorithms.placement_options import AUTO
+from passes.algorithms.option_values import AUTO
 from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze import driver
 from phaze.model_key import ModelKey, model_key

@@ -8,11 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from passes.algorithms.option_values import AUTO, Auto, Tristate, Zero
 from passes.algorithms.placement_options import (
-    AUTO,
-    Auto,
     PlacementOptions,
-    Tristate,
     count_limit,
     option,
     positive_count,
@@ -265,7 +263,7 @@ def narrowed(opts: Options, choice: Mapping[str, str]) -> Options:
 
 def zero_stage(opts: Options) -> int | None:
     """The ZeRO stage ``opts`` fixes (0 to 3), None under ``auto`` (the placement chooses)."""
-    return None if opts.zero == "auto" else int(opts.zero)
+    return Zero(opts.zero).stage
 
 
 def traced_seq_len(opts: Options) -> int | None:

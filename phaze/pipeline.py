@@ -29,7 +29,8 @@ from dataclasses import fields, replace
 
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.placement_options import PlacementOptions, Tristate
+from passes.algorithms.option_values import Tristate
+from passes.algorithms.placement_options import PlacementOptions
 from phaze.options import STAGES, Options, context_parallel_degree
 from phaze_ir.errors import PhazeError
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.placement_options import AUTO, Tristate
+from passes.algorithms.option_values import AUTO, Tristate
 from phaze.options import DEFAULT_TP_WIDTHS, Options
 from phaze.plan.plan_output import Candidate, plan_record
 from phaze_ir import keys

@@ -11,8 +11,9 @@ import json
 import pytest
 from conftest import ROOT
 
-from passes.algorithms.placement_options import AUTO, OptionError, Tristate
-from phaze.options import Options, context_parallel_degree, traced_seq_len
+from passes.algorithms.option_values import AUTO, Recompute, Tristate, Zero
+from passes.algorithms.placement_options import OptionError
+from phaze.options import Options, context_parallel_degree, traced_seq_len, zero_stage
 
 #: The options held as typed values: those whose field declares a parse.
 TYPED = frozenset(f.name for f in dataclasses.fields(Options) if f.metadata.get("parse") is not None)
@@ -45,7 +46,7 @@ def _option_text_compared(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_typed_options_are_the_most_used():
-    assert {"context_parallel", "sequence_parallel", "tp_overlap"} <= TYPED
+    assert {"context_parallel", "sequence_parallel", "tp_overlap", "zero", "recompute"} <= TYPED
 
 
 def test_the_check_finds_option_text_compared():
@@ -74,8 +75,12 @@ def test_no_option_text_is_compared_after_parsing():
 
 
 def test_an_options_text_is_parsed_once_into_its_value():
-    opts = dataclasses.replace(Options(), context_parallel="auto", tp_overlap="on", sequence_parallel="auto")
+    opts = dataclasses.replace(
+        Options(), context_parallel="auto", tp_overlap="on", sequence_parallel="auto", zero="auto", recompute="full"
+    )
     assert opts.context_parallel is AUTO and opts.tp_overlap is Tristate.ON and opts.sequence_parallel is Tristate.AUTO
+    assert opts.zero is Zero.AUTO and zero_stage(opts) is None and opts.recompute is Recompute.FULL
+    assert zero_stage(dataclasses.replace(opts, zero="3")) == 3 and Options().zero is Zero.PLAIN
     four = dataclasses.replace(opts, context_parallel="4", seq_len=8192)
     assert four.context_parallel == 4 and type(four.context_parallel) is int
     assert context_parallel_degree(four) == 4 and traced_seq_len(four) == 2048
@@ -91,6 +96,8 @@ def test_an_options_text_is_parsed_once_into_its_value():
         ("context_parallel", "0", "context_parallel='0': expected auto or a degree N >= 1"),
         ("tp_overlap", "maybe", "tp_overlap='maybe': expected one of off, on, auto"),
         ("sequence_parallel", "ON", "sequence_parallel='ON': expected one of auto, on, off"),
+        ("zero", "4", "zero: zero '4': expected one of auto, 0, 1, 2, 3"),
+        ("recompute", "some", "recompute: recompute 'some': expected one of auto, none, selective, full"),
     ],
 )
 def test_a_bad_text_stays_text_for_the_check_to_name(name, text, message):
@@ -103,6 +110,12 @@ def test_a_bad_text_stays_text_for_the_check_to_name(name, text, message):
 
 def test_a_typed_value_reads_as_its_text():
     """What plans, pass specs, JSON and cache keys are built from reads as the text did."""
-    for value, text in ((AUTO, "auto"), (Tristate.ON, "on"), (Tristate.OFF, "off")):
+    for value, text in ((AUTO, "auto"), (Tristate.ON, "on"), (Tristate.OFF, "off"), (Zero.OPTIMIZER, "1")):
         assert str(value) == text and f"{value}" == text and repr(value) == repr(text)
         assert json.dumps({"v": value}) == json.dumps({"v": text}) and value == text
+
+
+def test_the_members_are_the_settings_the_placement_declares():
+    from passes.algorithms.placement import RECOMPUTE_SETTINGS, ZERO_SETTINGS
+
+    assert tuple(Zero) == ZERO_SETTINGS and tuple(Recompute) == RECOMPUTE_SETTINGS

@@ -66,8 +66,8 @@ from collections.abc import Callable, Sequence
 
 from passes.algorithms.latency import MatmulDesc, VectorDesc
 from passes.algorithms.network import LevelLike, level_for, p2p_bandwidth_Bps
+from passes.algorithms.option_values import AUTO, Auto
 from passes.algorithms.placement import MAX_COUNT, PlacementError
-from passes.algorithms.placement_options import AUTO, Auto
 from phaze_ir.files import si_count
 
 #: ``--context-parallel auto`` tries c = 1 and the powers of two whose local sequence, S/c, is at

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from passes.algorithms import _phaze_rs
+from passes.algorithms.option_values import Zero
 from passes.cache_file import is_int, is_number
 from phaze_ir.files import excerpt, si_count
 from phaze_ir.op_kinds import RecomputePolicy
@@ -406,7 +407,7 @@ def problem(
         layer_dicts = [
             {**layer, "dispatch_bytes": -(-int(layer["dispatch_bytes"]) // step.tp)} for layer in layer_dicts
         ]
-    if options.dp_shard and parse_zero(options.zero) not in ("2", "3"):
+    if options.dp_shard and options.zero not in (Zero.GRADIENTS, Zero.PARAMETERS):
         raise PlacementError(
             f"dp shard {options.dp_shard}: HSDP shards as FSDP does (ZeRO 2 or 3); expected --zero 2 or 3"
         )

@@ -25,7 +25,7 @@ each gives them (``node_limit``, ``--solver-nodes``).
 The placement options' values are the text a user writes (``"interleaved:2"``, ``"auto"``), as
 pass options must be (xDSL parses ints, floats, bools and strings); ``placement.problem`` parses
 them for the DP. An option that declares a ``parse`` (:func:`option`) is held as what that parses
-it into (an :class:`Auto` or an int, a :class:`Tristate`, a :class:`TextEnum`): its text is parsed
+it into (an int or ``AUTO``, a ``TextEnum``: ``passes/algorithms/option_values.py``): its text is parsed
 once, when the options are made (a command line's, an API caller's, a search's), and code
 compares the value against members (``opts.tp_overlap is Tristate.ON``), never against text.
 """
@@ -36,39 +36,11 @@ import importlib
 import math
 from collections.abc import Callable
 from dataclasses import Field, dataclass, field, fields
-from enum import StrEnum
 from typing import Any
 
 from passes.algorithms import placement as pl
+from passes.algorithms.option_values import Recompute, Zero
 from phaze_ir.files import excerpt, si_count
-
-
-class TextEnum(StrEnum):
-    """An option's choices as members: ``str()``, formatting and ``repr()`` are the text a user
-    writes (``"on"``), so a plan, a pass spec, a JSON value and a cache key built from an option
-    read as they did when options were text."""
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
-class Auto(TextEnum):
-    """``auto``: the placement, or the sweep, chooses. An option of a degree holds an int or
-    :data:`AUTO` (``--context-parallel``)."""
-
-    AUTO = "auto"
-
-
-#: The one :class:`Auto`; test an option with ``is AUTO``.
-AUTO = Auto.AUTO
-
-
-class Tristate(TextEnum):
-    """A three-valued option (``--sequence-parallel``, ``--tp-overlap``)."""
-
-    AUTO = "auto"
-    ON = "on"
-    OFF = "off"
 
 
 def option(
@@ -234,6 +206,7 @@ class PlacementOptions:
         "activation recompute: auto lets the placement choose each stage's policy; none, selective or full "
         "fixes it for every stage, to price a run as it is run",
         choices=pl.RECOMPUTE_SETTINGS,
+        parse=Recompute,
     )
     zero: str = option(
         "0",
@@ -241,6 +214,7 @@ class PlacementOptions:
         "sharding over data parallelism: 0 plain; 1 optimizer state (Megatron's distributed optimizer); "
         "2 and gradients; 3 and parameters (FSDP); auto lets the placement choose",
         choices=pl.ZERO_SETTINGS,
+        parse=Zero,
     )
     pipeline_schedule: str = option(
         "1f1b",

@@ -28,7 +28,7 @@ from phaze_ir.errors import PhazeError
 from phaze_ir.op_kinds import RecomputePolicy
 
 if TYPE_CHECKING:
-    from passes.algorithms.placement_options import Auto
+    from passes.algorithms.option_values import Auto
 
 TARGETS = ("megatron", "torchtitan")
 
@@ -528,7 +528,7 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
     ]
     if facts.seq_len:
         args.append(f"--seq-length={facts.seq_len}")
-    if s.recompute == "full":
+    if s.recompute == RecomputePolicy.FULL:
         # phaze's full recompute stashes each block's input and re-runs the block: Megatron's
         # uniform method over groups of one layer.
         args += ["--recompute-granularity=full", "--recompute-method=uniform", "--recompute-num-layers=1"]
@@ -1117,7 +1117,7 @@ def export_outputs(args) -> list[tuple[str, str]]:
         if path in ("", "-"):
             raise PhazeError(f"--export {target} needs a file name (not stdout)")
         if target == "torchtitan":
-            from passes.algorithms.placement_options import Tristate
+            from passes.algorithms.option_values import Tristate
             from phaze.options import Options, context_parallel_degree, zero_stage
 
             # the options given (Options' defaults for the others), typed as the run takes them
@@ -1183,18 +1183,20 @@ def launchable_choices(
     ``--context-parallel``, under which torchtitan runs ZeRO-3 only (it shards the weights over
     its CP group; under ``auto`` too, the CP 1 points with them). A fixed choice a target cannot
     run was refused before, by :func:`export_outputs`."""
+    from passes.algorithms.option_values import Recompute, Zero
+
     targets = {target for target, _ in exports or ()}
     if not targets:
         return [{}]
     zeros = [zero]
-    if zero == "auto":
+    if zero == Zero.AUTO:
         allowed = set.intersection(*(set(LAUNCHABLE_ZERO[t]) for t in targets))
         if "torchtitan" in targets and context_parallel != 1:  # a degree past 1, or auto
             allowed &= {"3"}
         if allowed != set(LAUNCHABLE_ZERO["megatron"]):
             zeros = sorted(allowed)
-    policies = list(UNIFORM_RECOMPUTE) if recompute == "auto" else [recompute]
-    if any(selective_refusal(t, selective) for t in targets) and recompute == "auto":
+    policies = list(UNIFORM_RECOMPUTE) if recompute == Recompute.AUTO else [recompute]
+    if any(selective_refusal(t, selective) for t in targets) and recompute == Recompute.AUTO:
         policies.remove(RecomputePolicy.SELECTIVE)
     choices = [
         {**({"zero": z} if z != zero else {}), **({"recompute": r} if r != recompute else {})}

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from passes.algorithms.placement_options import Tristate
+from passes.algorithms.option_values import Recompute, Tristate
 from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze.model_key import model_key, model_known
 from phaze.plan import plan_template
@@ -789,7 +789,8 @@ def run(
     log(
         f"space '{space.spec.name}': {len(space):,} chips x {len(space.hbm_options)} HBM options; "
         f"micro-batch {list(opts.micro_batches)}, TP {list(inputs.tps)}; {opts.devices} devices, "
-        f"global batch {opts.global_batch}" + (f"; recompute {opts.recompute}" if opts.recompute != "auto" else "")
+        f"global batch {opts.global_batch}"
+        + (f"; recompute {opts.recompute}" if opts.recompute is not Recompute.AUTO else "")
     )
     cands = Candidates.of_space(space)
     # What the cache holds decides what is computed (nothing is prepared when nothing is).

@@ -43,8 +43,8 @@ from passes.algorithms.context_parallel import (
     ring_step_s,
 )
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
+from passes.algorithms.option_values import Tristate
 from passes.algorithms.placement import LayerNumbers, block_range
-from passes.algorithms.placement_options import Tristate
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
 from passes.algorithms.tp_overlap import METHODS, added_s
 from passes.cache_file import is_int, is_number

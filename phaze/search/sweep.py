@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
+from passes.algorithms.option_values import AUTO
 from passes.cache_file import Store, fields, is_int, need
 from phaze import driver
 from phaze.model_key import model_key
@@ -558,7 +559,7 @@ def nearest_plan(opts: Options, max_devices: int, fits, log) -> str:
     model's layers do not divide). ``fits(options)``: the best :data:`Fit` under them, or None."""
     # (HSDP's ZeRO stays as given: --dp-shard needs ZeRO 2 or 3, which auto may leave)
     relaxed = {
-        k: "auto" for k in ("zero", "recompute") if getattr(opts, k) != "auto" and not (k == "zero" and opts.dp_shard)
+        k: AUTO for k in ("zero", "recompute") if getattr(opts, k) != AUTO and not (k == "zero" and opts.dp_shard)
     }
     changes = [{}, relaxed] if relaxed else [{}]
 

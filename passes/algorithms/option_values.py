@@ -1,0 +1,62 @@
+"""The typed values of options that are parsed once (``placement_options.option``'s ``parse``):
+what a field holds once its text is read, compared against members, never against text.
+
+Each is a :class:`TextEnum`, whose ``str()``, formatting and ``repr()`` are the text a user
+writes: a plan, a pass spec, a JSON value or a cache key built from an option reads as it did
+when the option was held as text (a degree option holds an ``int`` or :data:`AUTO`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TextEnum(StrEnum):
+    """An option's choices as members; ``repr()`` too is the text's (``'on'``)."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class Auto(TextEnum):
+    """``auto``: the placement, or the sweep, chooses. An option of a degree holds an int or
+    :data:`AUTO` (``--context-parallel``)."""
+
+    AUTO = "auto"
+
+
+#: The one :class:`Auto`; test an option with ``is AUTO``.
+AUTO = Auto.AUTO
+
+
+class Tristate(TextEnum):
+    """A three-valued option (``--sequence-parallel``, ``--tp-overlap``)."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+class Zero(TextEnum):
+    """``--zero``: what ZeRO shards over data parallelism (the stage's number), or ``auto``,
+    the placement chooses (``placement.ZERO_SETTINGS``, in that order)."""
+
+    AUTO = "auto"
+    PLAIN = "0"
+    OPTIMIZER = "1"
+    GRADIENTS = "2"
+    PARAMETERS = "3"
+
+    @property
+    def stage(self) -> int | None:
+        """The ZeRO stage (0 to 3), None under ``auto``."""
+        return None if self is Zero.AUTO else int(self.value)
+
+
+class Recompute(TextEnum):
+    """``--recompute``: every stage's policy (``phaze_ir.op_kinds.RecomputePolicy``), or
+    ``auto``, the placement chooses each stage's (``placement.RECOMPUTE_SETTINGS``)."""
+
+    AUTO = "auto"
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
