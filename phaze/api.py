@@ -28,7 +28,8 @@ wrong type is an :class:`OptionTypeError` (a :class:`PhazeError` and a ``TypeErr
 of range a :class:`PhazeError`.  An option whose values are words takes a whole number as its
 word (``context_parallel=2`` is ``"2"``, ``zero=1`` is ``"1"``) and an on/off one a bool
 (``sequence_parallel=True``); a typed option's word is then parsed as a command line's is
-(``context_parallel`` holds 2, ``zero`` ``Zero.OPTIMIZER``: ``passes/algorithms/option_values.py``).  The warnings of a compilation are said once each through
+(``context_parallel`` holds 2, ``zero`` ``Zero.OPTIMIZER``: ``passes/algorithms/option_values.py``).
+The warnings of a compilation are said once each through
 :mod:`warnings`, from the caller's line (never from phaze's), and kept in :attr:`Plan.warnings`.
 """
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.option_values import Tristate, Zero
+from passes.algorithms.option_values import Runtime, Tristate, Zero
 from phaze.options import STAGES, Options, context_parallel_degree, traced_seq_len
 from phaze.pipeline import (
     compile_from,
@@ -264,7 +264,7 @@ def with_runtime_attention(spec, opts: Options):
 
     if opts.context_parallel != 1:  # a degree past 1, or auto
         return with_fused_attention(spec)
-    if opts.kernels == "ops":
+    if opts.kernels is Runtime.OPS:
         return with_eager_attention(spec)
     return spec
 

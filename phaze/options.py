@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from passes.algorithms.option_values import AUTO, Auto, Tristate, Zero
+from passes.algorithms.option_values import AUTO, Auto, Runtime, SdpaOrder, Tristate, Zero
 from passes.algorithms.placement_options import (
     PlacementOptions,
     count_limit,
@@ -180,22 +180,24 @@ class Options(PlacementOptions):
     )
     #: Whose kernels the step runs as (``phaze-form-kernels{runtime=...}``, rules and sources in
     #: ``passes/algorithms/kernels.py``).
-    kernels: str = option(
-        "ops",
+    kernels: Runtime = option(
+        Runtime.OPS,
         help="the runtime whose kernels the step is priced as: ops, every op its own kernel; eager, PyTorch eager "
         "(flash attention, fused AdamW); inductor, torch.compile's fusion; megatron, Megatron-LM's fused kernels",
         choices="passes.algorithms.kernels.RUNTIMES",
+        parse=Runtime,
     )
     #: the attention backend order the step runs under: torch's SDPA's, or Transformer Engine's
     #: under megatron kernels (``phaze-form-kernels{sdpa_order=...}``, ``passes/algorithms/kernels.py``).
-    sdpa_order: str = option(
-        "cudnn-first",
+    sdpa_order: SdpaOrder = option(
+        SdpaOrder.CUDNN_FIRST,
         help="the attention backend order: torch's SDPA under eager or inductor kernels, Transformer Engine's "
         "under megatron: cudnn-first, torch 2.15's and TE's (cuDNN attention on compute capability 9.x and "
         "10.x); flash-first, a torch of before (its order flash, memory-efficient, math) or "
         "TORCH_CUDNN_SDPA_DEPRIORITIZED=1, or TE with NVTE_FUSED_ATTN=0 (NeMo's launcher's setting from "
         "2024-02 to 2024-07): FlashAttention-2 runs",
         choices="passes.algorithms.kernels.SDPA_ORDERS",
+        parse=SdpaOrder,
     )
     #: What the ``selective`` recompute policy re-runs (``phaze-insert-recompute{selective=...}``,
     #: rules and sources in ``passes/algorithms/recompute.py``).

@@ -29,7 +29,7 @@ from dataclasses import fields, replace
 
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.option_values import Tristate
+from passes.algorithms.option_values import Runtime, Tristate
 from passes.algorithms.placement_options import PlacementOptions
 from phaze.options import STAGES, Options, context_parallel_degree
 from phaze_ir.errors import PhazeError
@@ -57,7 +57,7 @@ def pipeline(
         if tp > 1:  # sharding drops the saved bytes and layers of the whole step: count one device's
             passes += ["phaze-mark-saved", "phaze-group-layers"]
     if runs("tiled"):
-        if opts.kernels != "ops":
+        if opts.kernels is not Runtime.OPS:
             passes.append(form_kernels_spec(opts.kernels, opts.sdpa_order))
         passes.append("phaze-tile-pe-array")
     if runs("latency"):  # how the ops run (rings, overlapped collectives), then their prices

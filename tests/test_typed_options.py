@@ -11,7 +11,7 @@ import json
 import pytest
 from conftest import ROOT
 
-from passes.algorithms.option_values import AUTO, Recompute, Tristate, Zero
+from passes.algorithms.option_values import AUTO, Recompute, Runtime, SdpaOrder, Tristate, Zero
 from passes.algorithms.placement_options import OptionError
 from phaze.options import Options, context_parallel_degree, traced_seq_len, zero_stage
 
@@ -46,7 +46,15 @@ def _option_text_compared(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_typed_options_are_the_most_used():
-    assert {"context_parallel", "sequence_parallel", "tp_overlap", "zero", "recompute"} <= TYPED
+    assert {
+        "context_parallel",
+        "sequence_parallel",
+        "tp_overlap",
+        "zero",
+        "recompute",
+        "kernels",
+        "sdpa_order",
+    } <= TYPED
 
 
 def test_the_check_finds_option_text_compared():
@@ -116,6 +124,8 @@ def test_a_typed_value_reads_as_its_text():
 
 
 def test_the_members_are_the_settings_the_placement_declares():
+    from passes.algorithms.kernels import RUNTIMES, SDPA_ORDERS
     from passes.algorithms.placement import RECOMPUTE_SETTINGS, ZERO_SETTINGS
 
     assert tuple(Zero) == ZERO_SETTINGS and tuple(Recompute) == RECOMPUTE_SETTINGS
+    assert tuple(Runtime) == RUNTIMES and tuple(SdpaOrder) == SDPA_ORDERS

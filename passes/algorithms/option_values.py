@@ -60,3 +60,21 @@ class Recompute(TextEnum):
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"
+
+
+class Runtime(TextEnum):
+    """``--kernels``: the runtime whose kernels the step is priced as
+    (``passes/algorithms/kernels.py``'s ``RUNTIMES``, in that order)."""
+
+    OPS = "ops"
+    EAGER = "eager"
+    INDUCTOR = "inductor"
+    MEGATRON = "megatron"
+
+
+class SdpaOrder(TextEnum):
+    """``--sdpa-order``: the attention backend order the step runs under
+    (``passes/algorithms/kernels.py``'s ``SDPA_ORDERS``, the default first)."""
+
+    CUDNN_FIRST = "cudnn-first"
+    FLASH_FIRST = "flash-first"

@@ -22,13 +22,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from passes.algorithms.option_values import Auto, Recompute, Runtime, SdpaOrder, Tristate, Zero
 from phaze_ir.errors import PhazeError
 from phaze_ir.op_kinds import RecomputePolicy
-
-if TYPE_CHECKING:
-    from passes.algorithms.option_values import Auto
 
 TARGETS = ("megatron", "torchtitan")
 
@@ -155,9 +153,9 @@ class ModelFacts:
     #: what the plan's selective recompute re-runs (phazec's ``--selective-recompute``)
     selective_recompute: str = "attention"
     #: whose kernels the plan was priced as (phazec's ``--kernels``)
-    kernels: str = "ops"
+    kernels: Runtime = Runtime.OPS
     #: torch's SDPA backend order the plan was priced under (phazec's ``--sdpa-order``)
-    sdpa_order: str = "cudnn-first"
+    sdpa_order: SdpaOrder = SdpaOrder.CUDNN_FIRST
     shape: dict[str, Any] = field(default_factory=dict, compare=False)
     bf16: bool = True
     #: the plan's chip's CUDA compute capability (None: no CUDA GPU, or not known)
@@ -805,7 +803,7 @@ def torchtitan_flavour_file(facts: ModelFacts, module: str) -> str:
         # (phaze's FP8 linears; torchtitan's llama3_405b filters it alike), whose sizes are
         # multiples of 16 (the converter's own filter, torchtitan 0.3.0
         # components/quantization/float8.py, utils.module_filter_fn)
-        compiled = facts.kernels == "inductor"
+        compiled = facts.kernels == Runtime.INDUCTOR
         converters = (
             f", converters=[Float8LinearConverter.Config(recipe_name={facts.fp8_recipe!r}, "
             f'filter_fqns=["lm_head"], model_compile_enabled={compiled})]'
@@ -888,7 +886,7 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
             f"tensor parallel) at TP {s.tp}; torchtitan has no expert tensor-parallel setting: compile without "
             "--expert-tensor-parallel"
         )
-    if s.tp_overlap and facts.kernels != "inductor":
+    if s.tp_overlap and facts.kernels != Runtime.INDUCTOR:
         raise PhazeError(_TORCHTITAN_ASYNC_TP)
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
     if _hsdp(s, facts):
@@ -941,7 +939,7 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
         ]
     else:
         args.append(f"--training.local_batch_size={s.micro_batch}")
-    if facts.kernels == "inductor":  # priced as torch.compile's kernels: the model compiled
+    if facts.kernels == Runtime.INDUCTOR:  # priced as torch.compile's kernels: the model compiled
         args.append("--compile.enable")
     if s.tp_overlap:  # priced as Transformer Engine's overlap; torch's micro-pipelined TP is alike
         args.append("--compile.enable_async_tensor_parallel")
@@ -1117,7 +1115,6 @@ def export_outputs(args) -> list[tuple[str, str]]:
         if path in ("", "-"):
             raise PhazeError(f"--export {target} needs a file name (not stdout)")
         if target == "torchtitan":
-            from passes.algorithms.option_values import Tristate
             from phaze.options import Options, context_parallel_degree, zero_stage
 
             # the options given (Options' defaults for the others), typed as the run takes them
@@ -1183,8 +1180,6 @@ def launchable_choices(
     ``--context-parallel``, under which torchtitan runs ZeRO-3 only (it shards the weights over
     its CP group; under ``auto`` too, the CP 1 points with them). A fixed choice a target cannot
     run was refused before, by :func:`export_outputs`."""
-    from passes.algorithms.option_values import Recompute, Zero
-
     targets = {target for target, _ in exports or ()}
     if not targets:
         return [{}]
@@ -1336,7 +1331,7 @@ def runtime_differences(target: str, plan: dict[str, Any], facts: ModelFacts) ->
     out = []
     priced = f"--kernels {facts.kernels} ({KERNELS_WORDS.get(facts.kernels, facts.kernels)} kernels)"
     if target == "megatron":
-        if facts.kernels != "megatron":
+        if facts.kernels != Runtime.MEGATRON:
             out.append(
                 f"--export megatron: the plan was priced with {priced}; Megatron-LM runs Transformer Engine's "
                 "fused kernels: price it with --kernels megatron"
@@ -1353,7 +1348,7 @@ def runtime_differences(target: str, plan: dict[str, Any], facts: ModelFacts) ->
                 "launch does not set: Megatron-LM runs fp32 unless told --bf16 or --fp16"
             )
         return out
-    if facts.kernels not in ("eager", "inductor"):
+    if facts.kernels not in (Runtime.EAGER, Runtime.INDUCTOR):
         out.append(
             f"--export torchtitan: the plan was priced with {priced}; torchtitan runs PyTorch eager, or "
             "torch.compile's kernels: price it with --kernels eager or inductor"

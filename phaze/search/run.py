@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from passes.algorithms.option_values import Recompute, Tristate
+from passes.algorithms.option_values import Recompute, Runtime, Tristate
 from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze.model_key import model_key, model_known
 from phaze.plan import plan_template
@@ -303,7 +303,7 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) ->
     except ValueError as e:
         raise PhazeError(str(e)) from e
     calibration = getattr(space.spec.template, "calibration", None)
-    if opts.kernels != "ops" and calibration is not None and calibration.compute_capability is not None:
+    if opts.kernels is not Runtime.OPS and calibration is not None and calibration.compute_capability is not None:
         # the settings' kernels are formed as on a chip without one (phaze.search.setting._settings_of)
         raise PhazeError(
             f"--kernels {opts.kernels}: the space '{space.spec.name}''s template has a CUDA compute capability; "

@@ -43,7 +43,7 @@ from passes.algorithms.context_parallel import (
     ring_step_s,
 )
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
-from passes.algorithms.option_values import Tristate
+from passes.algorithms.option_values import Runtime, Tristate
 from passes.algorithms.placement import LayerNumbers, block_range
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
 from passes.algorithms.tp_overlap import METHODS, added_s
@@ -1038,12 +1038,12 @@ def _settings_of(
     # The training step is the same at every TP width: import it once, copy it per width.
     # The search's settings (no chip) have their kernels formed as on a chip without a CUDA
     # compute capability (the spaces' chips: phaze-form-kernels forms them alike on each).
-    kernels = getattr(opts, "kernels", "ops")
+    kernels = getattr(opts, "kernels", Runtime.OPS)  # (the search's Params have none)
     try:
         # the chip as the pipeline has it from the import on (None: the search's, no chip yet)
         # not verified, as each width's module below (the sweep verifies the winner's, compiled
         # through the same passes; verifying it was 1.6 % of the settings' time)
-        training = training_step(traced, opts, accelerator if kernels != "ops" else None, verify=False)
+        training = training_step(traced, opts, accelerator if kernels is not Runtime.OPS else None, verify=False)
     except UnknownOpError:
         raise  # the model's (--strict)
     except PhazeError as e:
@@ -1062,7 +1062,7 @@ def _settings_of(
             # not verified: only its setting is read of it (the sweep verifies the module it
             # compiles for the winner, through the same passes; verifying was a tenth of the settings)
             module = compile_from(copy_for(training, k, len(points)), "training", "sharded", t, opts, sp, verify=False)
-            if kernels != "ops":  # as phaze.pipeline.pipeline forms them, before tiling
+            if kernels is not Runtime.OPS:  # as phaze.pipeline.pipeline forms them, before tiling
                 spec = form_kernels_spec(kernels, getattr(opts, "sdpa_order", Options.sdpa_order))
                 formed = PassPipeline.parse_spec(ALL_PASSES, spec).passes
                 PassPipeline(tuple(formed)).apply(make_context(), module)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.option_values import AUTO
+from passes.algorithms.option_values import AUTO, Runtime
 from passes.cache_file import Store, fields, is_int, need
 from phaze import driver
 from phaze.model_key import model_key
@@ -674,7 +674,7 @@ def prepared(
         # (driver.with_runtime_attention); another runtime's kernels are formed on the chip,
         # whose compute capability picks the fused attention's kernel (search.setting.prepare_points).
         capability = None if acc is None or acc.calibration is None else acc.calibration.compute_capability
-        runtime = (opts.kernels, capability if opts.kernels != "ops" else None, opts.sdpa_order)
+        runtime = (opts.kernels, capability if opts.kernels is not Runtime.OPS else None, opts.sdpa_order)
         seq = (opts.seq_len, opts.context_parallel)  # a CP degree's settings are traced at S/c
         traced_as = (b, seq, opts.traced_dtype, opts.optimizer, opts.strict, opts.capacity_factor, runtime)
         # and what the settings' selective policy re-runs, and whether their TP collectives overlap
