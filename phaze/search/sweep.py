@@ -558,7 +558,7 @@ def nearest_plan(opts: Options, max_devices: int, fits, log) -> str:
     a count between fits when more devices fit, which holds but for a count the batch or the
     model's layers do not divide). ``fits(options)``: the best :data:`Fit` under them, or None."""
     # (HSDP's ZeRO stays as given: --dp-shard needs ZeRO 2 or 3, which auto may leave)
-    relaxed = {
+    relaxed: dict[str, str] = {
         k: AUTO for k in ("zero", "recompute") if getattr(opts, k) != AUTO and not (k == "zero" and opts.dp_shard)
     }
     changes = [{}, relaxed] if relaxed else [{}]
