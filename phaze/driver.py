@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects.builtin import ModuleOp
 
 from passes.algorithms.option_values import Runtime, Tristate, Zero
-from phaze.options import STAGES, Options, context_parallel_degree, traced_seq_len
+from phaze.options import STAGES, Options, Stage, context_parallel_degree, traced_seq_len
 from phaze.pipeline import (
     compile_from,
     compile_module,
@@ -58,7 +58,7 @@ def check_question(opts: Options, accelerator: Accelerator | None = None) -> Acc
     returned to be handed on (``phazec --hw``'s answer keys its cache by it and compiles on it):
     a question loads its hardware file once."""
     check_options(opts)
-    if accelerator is None and STAGES.index(opts.emit) >= STAGES.index("tiled"):
+    if accelerator is None and STAGES.index(opts.emit) >= STAGES.index(Stage.TILED):
         accelerator = load_accelerator(opts.hw)
     check_power_cap(opts, accelerator)
     check_tp_overlap(opts, accelerator)
@@ -138,7 +138,7 @@ def check_options(opts: Options) -> None:
                 f"--dp-shard {opts.dp_shard}: expected a shard group that divides the {fixed[1] * c} ranks of DP x CP "
                 f"(--placement {opts.placement})"
             )
-    if opts.emit == "plan" and all(opts.global_batch % b for b in opts.micro_batches):
+    if opts.emit is Stage.PLAN and all(opts.global_batch % b for b in opts.micro_batches):
         sizes = ", ".join(map(str, opts.micro_batches))
         raise PhazeError(
             f"--global-batch {opts.global_batch} is not a multiple of the micro-batch size ({sizes}): "
@@ -317,7 +317,7 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
     k = opts.expert_tensor_parallel
     if k and (w := next((w for w in widths if w % k), None)) is not None:  # one line now, not after a trace
         raise PhazeError(f"--expert-tensor-parallel {k}: expected a width that divides the TP width {w}")
-    if STAGES.index(opts.emit) >= STAGES.index("sharded"):
+    if STAGES.index(opts.emit) >= STAGES.index(Stage.SHARDED):
         check_tp_heads(widths, heads, spec.name, opts.placement if fixed is not None and not opts.tp_widths else None)
     return Compilation(opts, accelerator, spec, fixed, widths, vocab)
 
@@ -393,7 +393,7 @@ def _compile_model(
     begun = start_compilation(model_path, opts, accelerator)
     opts, accelerator, spec, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.tp_widths
     stage = opts.emit
-    training = STAGES.index(stage) >= STAGES.index("training")
+    training = STAGES.index(stage) >= STAGES.index(Stage.TRAINING)
     sweep = stage == "plan"
     micro_batches = opts.micro_batches if sweep else opts.micro_batches[:1]
     tp_widths = tp_widths if sweep else tp_widths[:1]
@@ -447,7 +447,7 @@ def _compile_model(
         # The training step before sharding is the same at every TP width: import it and run
         # the training passes once per micro-batch, and give each point a copy.
         shared: ModuleOp | None = None
-        if len(points) > 1 and STAGES.index(stage) > STAGES.index("training"):
+        if len(points) > 1 and STAGES.index(stage) > STAGES.index(Stage.TRAINING):
             start = time.perf_counter()
             try:
                 shared = training_step(traced, point_opts, accelerator)

@@ -41,7 +41,7 @@ from passes.algorithms.option_values import AUTO
 from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze import driver
 from phaze.model_key import ModelKey, model_key
-from phaze.options import Options, context_parallel_degree, narrowed
+from phaze.options import Options, Stage, context_parallel_degree, narrowed
 from phaze.pipeline import few_collections
 from phaze.plan import plan_template
 from phaze.plan.plan_output import plan_json
@@ -217,7 +217,7 @@ def answer(
 
         opts = replace(opts, schedule_cache=ScheduleCache(cache_dir))
     templates = None
-    if inputs is not None and opts.emit == "plan" and not generic:
+    if inputs is not None and opts.emit is Stage.PLAN and not generic:
         templates = plan_template.Templates(stages, inputs.model.digest, inputs.chip, opts)
     with _warnings_said() as said:
         result = _compile(model_path, opts, accelerator, log, generic, stages, templates, inputs, said, launch)
@@ -297,7 +297,7 @@ def _compile(
         templates = templates.under(opts) if templates is not None else None
     plan = (
         plan_json(module, candidates, opts.recompute, opts.memory_headroom, opts.dp_shard)
-        if opts.emit == "plan"
+        if opts.emit is Stage.PLAN
         else None
     )
     _say_replicated(module)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from passes.algorithms.option_values import AUTO, Auto, Runtime, SdpaOrder, Tristate, Zero
+from passes.algorithms.option_values import AUTO, Auto, Runtime, SdpaOrder, TextEnum, Tristate, Zero
 from passes.algorithms.placement_options import (
     PlacementOptions,
     count_limit,
@@ -19,8 +19,22 @@ from passes.algorithms.placement_options import (
     time_limit_seconds,
 )
 
-#: The pipeline's stages, in order (``phazec --emit STAGE`` stops after STAGE; :mod:`phaze.pipeline`).
-STAGES = ("ir", "training", "sharded", "tiled", "latency", "scheduled", "recompute", "plan")
+
+class Stage(TextEnum):
+    """A stage of the pipeline (``phazec --emit STAGE`` stops after STAGE; :mod:`phaze.pipeline`)."""
+
+    IR = "ir"
+    TRAINING = "training"
+    SHARDED = "sharded"
+    TILED = "tiled"
+    LATENCY = "latency"
+    SCHEDULED = "scheduled"
+    RECOMPUTE = "recompute"
+    PLAN = "plan"
+
+
+#: The pipeline's stages, in order.
+STAGES = tuple(Stage)
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
 DEFAULT_TP_WIDTHS = (1, 2, 4, 8)
 
@@ -36,7 +50,7 @@ class Options(PlacementOptions):
     flags are checked: a value is refused alike by a command line, ``phaze.compile`` and a pass
     that takes the same quantity (``phaze-schedule-ops{node_limit=...}``)."""
 
-    emit: str = option("plan", help="last stage to run and print", choices=STAGES)
+    emit: Stage = option(Stage.PLAN, help="last stage to run and print", choices=STAGES, parse=Stage)
 
     @property
     def fp8(self):

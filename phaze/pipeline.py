@@ -31,7 +31,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from passes.algorithms.option_values import Runtime, Tristate
 from passes.algorithms.placement_options import PlacementOptions
-from phaze.options import STAGES, Options, context_parallel_degree
+from phaze.options import STAGES, Options, Stage, context_parallel_degree
 from phaze_ir.errors import PhazeError
 
 
@@ -129,7 +129,7 @@ def compile_module(
     through ``opts.schedule_cache`` (:func:`phaze.driver.compile_model` sets it; None: each its own).
     ``verify=False``: as :func:`compile_from`'s."""
     with few_collections():
-        if STAGES.index(stage) < STAGES.index("tiled"):
+        if STAGES.index(stage) < STAGES.index(Stage.TILED):
             accelerator = None
         elif accelerator is None:
             accelerator = load_accelerator(opts.hw)
@@ -229,7 +229,7 @@ def _prices_energy(module: ModuleOp, stage: str) -> bool:
     from phaze_ir.dialect import AcceleratorOp
     from phaze_ir.hardware_ir import module_accelerator
 
-    if STAGES.index(stage) < STAGES.index("latency"):
+    if STAGES.index(stage) < STAGES.index(Stage.LATENCY):
         return False
     if not any(isinstance(op, AcceleratorOp) for op in module.ops):
         return False

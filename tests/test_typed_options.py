@@ -11,7 +11,7 @@ import json
 import pytest
 from conftest import ROOT
 
-from passes.algorithms.option_values import AUTO, Recompute, Runtime, SdpaOrder, Tristate, Zero
+from passes.algorithms.option_values import AUTO, RankOrder, Recompute, Runtime, SdpaOrder, Tristate, Zero
 from passes.algorithms.placement_options import OptionError
 from phaze.options import Options, context_parallel_degree, traced_seq_len, zero_stage
 
@@ -46,15 +46,8 @@ def _option_text_compared(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_typed_options_are_the_most_used():
-    assert {
-        "context_parallel",
-        "sequence_parallel",
-        "tp_overlap",
-        "zero",
-        "recompute",
-        "kernels",
-        "sdpa_order",
-    } <= TYPED
+    most_used = {"context_parallel", "sequence_parallel", "tp_overlap", "zero", "recompute", "kernels"}
+    assert most_used | {"sdpa_order", "rank_order", "emit"} <= TYPED
 
 
 def test_the_check_finds_option_text_compared():
@@ -63,7 +56,7 @@ if opts.context_parallel != "1": pass
 if o.tp_overlap in ("on", "auto"): pass
 if "on" == opts.sequence_parallel: pass
 if opts.context_parallel.isdigit(): pass
-if opts.tp_overlap is Tristate.ON or opts.context_parallel != 1 or opts.emit == "plan": pass
+if opts.tp_overlap is Tristate.ON or opts.context_parallel != 1 or opts.hw == "h100": pass
 """
     assert _option_text_compared(source) == [
         (2, "context_parallel"),
@@ -125,7 +118,8 @@ def test_a_typed_value_reads_as_its_text():
 
 def test_the_members_are_the_settings_the_placement_declares():
     from passes.algorithms.kernels import RUNTIMES, SDPA_ORDERS
-    from passes.algorithms.placement import RECOMPUTE_SETTINGS, ZERO_SETTINGS
+    from passes.algorithms.placement import RANK_ORDER_SETTINGS, RECOMPUTE_SETTINGS, ZERO_SETTINGS
 
     assert tuple(Zero) == ZERO_SETTINGS and tuple(Recompute) == RECOMPUTE_SETTINGS
     assert tuple(Runtime) == RUNTIMES and tuple(SdpaOrder) == SDPA_ORDERS
+    assert tuple(RankOrder) == RANK_ORDER_SETTINGS

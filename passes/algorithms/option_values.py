@@ -78,3 +78,12 @@ class SdpaOrder(TextEnum):
 
     CUDNN_FIRST = "cudnn-first"
     FLASH_FIRST = "flash-first"
+
+
+class RankOrder(TextEnum):
+    """``--rank-order``: how devices are numbered into groups, TP innermost, or ``auto``, the
+    placement chooses (``placement.RANK_ORDER_SETTINGS``, in that order)."""
+
+    AUTO = "auto"
+    TP_DP_PP = "tp-dp-pp"
+    TP_PP_DP = "tp-pp-dp"

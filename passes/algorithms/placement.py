@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from passes.algorithms import _phaze_rs
-from passes.algorithms.option_values import Zero
+from passes.algorithms.option_values import RankOrder, Zero
 from passes.cache_file import is_int, is_number
 from phaze_ir.files import excerpt, si_count
 from phaze_ir.op_kinds import RecomputePolicy
@@ -429,7 +429,7 @@ def problem(
             raise PlacementError(
                 f"expert tensor parallel {etp} with dp shard {options.dp_shard}: experts are not folded over HSDP"
             )
-        if parse_rank_order(options.rank_order) == "tp-pp-dp":
+        if options.rank_order == RankOrder.TP_PP_DP:
             raise PlacementError(
                 f"expert tensor parallel {etp} with rank order tp-pp-dp: the expert mesh is numbered tp-ep-dp-pp"
             )

@@ -39,7 +39,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from passes.algorithms import placement as pl
-from passes.algorithms.option_values import Recompute, Zero
+from passes.algorithms.option_values import RankOrder, Recompute, Zero
 from phaze_ir.files import excerpt, si_count
 
 
@@ -247,6 +247,7 @@ class PlacementOptions:
         "(Megatron-LM's --use-tp-pp-dp-mapping). An --export torchtitan (or megatron with expert "
         "parallelism) makes auto tp-dp-pp",
         choices=pl.RANK_ORDER_SETTINGS,
+        parse=RankOrder,
     )
     reduce_dtype: str = option(
         "fp32",

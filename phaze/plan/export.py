@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from passes.algorithms.option_values import Auto, Recompute, Runtime, SdpaOrder, Tristate, Zero
+from passes.algorithms.option_values import Auto, RankOrder, Recompute, Runtime, SdpaOrder, Tristate, Zero
 from phaze_ir.errors import PhazeError
 from phaze_ir.op_kinds import RecomputePolicy
 
@@ -545,7 +545,7 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         args.append("--overlap-grad-reduce")
         if s.zero >= 1:  # the distributed optimizer's parameter all-gather, overlapped as priced
             args.append("--overlap-param-gather")
-    if s.rank_order == "tp-pp-dp" and s.dp > 1 and s.pp > 1:
+    if s.rank_order == RankOrder.TP_PP_DP and s.dp > 1 and s.pp > 1:
         if s.expert_parallel > 1:
             raise PhazeError(
                 "--export megatron: the plan numbers devices tp-pp-dp, and Megatron-LM's --use-tp-pp-dp-mapping "
@@ -865,7 +865,7 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
     target = "torchtitan"
     s = settings(plan, facts, target)
     _torchtitan_can_run(s.zero, facts.optimizer)
-    if s.rank_order == "tp-pp-dp" and s.dp > 1 and s.pp > 1:
+    if s.rank_order == RankOrder.TP_PP_DP and s.dp > 1 and s.pp > 1:
         raise PhazeError(
             "--export torchtitan: the plan numbers devices tp-pp-dp (data parallelism outermost); torchtitan's "
             "device mesh is pp, dp, tp (pipeline outermost): compile with --rank-order tp-dp-pp"
@@ -1104,7 +1104,9 @@ def export_outputs(args) -> list[tuple[str, str]]:
     """``(flag, path)`` of each of phazec's ``--export TARGET FILE`` (its ``refuse_clashes`` checks
     them with its other outputs), after checking each target and file name, before any work."""
     requests = getattr(args, "export", None) or []
-    if requests and (args.hw is None or args.emit != "plan"):
+    from phaze.options import Stage
+
+    if requests and (args.hw is None or args.emit != Stage.PLAN):
         raise PhazeError(
             "--export needs a plan for one accelerator (--hw CHIP, --emit plan): a searched chip cannot be launched"
         )
@@ -1121,7 +1123,7 @@ def export_outputs(args) -> list[tuple[str, str]]:
             given = Options(
                 **{
                     k: v
-                    for k in ("zero", "context_parallel", "tp_overlap")
+                    for k in ("zero", "context_parallel", "tp_overlap", "kernels")
                     if (v := getattr(args, k, None)) is not None
                 }
             )
@@ -1137,7 +1139,7 @@ def export_outputs(args) -> list[tuple[str, str]]:
                     raise PhazeError(why)
             if context_parallel_degree(given) > 1 and zero not in (3, None):
                 raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=zero))
-            if given.tp_overlap is Tristate.ON and getattr(args, "kernels", None) != "inductor":
+            if given.tp_overlap is Tristate.ON and given.kernels is not Runtime.INDUCTOR:
                 raise PhazeError(_TORCHTITAN_ASYNC_TP)
         if target == "megatron" and getattr(args, "dtype", None) == "fp8":
             asked = getattr(args, "fp8_recipe", None) or "auto"

@@ -280,13 +280,13 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) ->
     argument is a one-line error, not one after the preparation)."""
     from passes.algorithms.placement import EXPERT_PLACEMENTS, PlacementError, parse_placement
     from phaze.driver import check_options
-    from phaze.options import DEFAULT_TP_WIDTHS
+    from phaze.options import DEFAULT_TP_WIDTHS, Stage
     from phaze.pipeline import load_accelerator
     from phaze.search.arch_space import load_space, paper_space
     from phaze_ir.area import FP8_RATE
     from phaze_ir.hardware import HardwareError
 
-    if opts.emit != "plan":
+    if opts.emit is not Stage.PLAN:
         raise PhazeError("the architecture search writes a plan: give --hw to stop at an earlier stage")
     check_options(opts)
     try:

@@ -34,7 +34,7 @@ from passes.algorithms.option_values import AUTO, Runtime
 from passes.cache_file import Store, fields, is_int, need
 from phaze import driver
 from phaze.model_key import model_key
-from phaze.options import DEFAULT_TP_WIDTHS, Options, context_parallel_degree, narrowed, traced_seq_len
+from phaze.options import DEFAULT_TP_WIDTHS, Options, Stage, context_parallel_degree, narrowed, traced_seq_len
 from phaze.pipeline import compile_module, few_collections, traced_line
 from phaze.plan.plan_output import Candidate, plan_record
 from phaze.plan.plan_template import Point
@@ -71,7 +71,7 @@ SETTINGS_KIND = "sweep-settings"
 
 def why_compiled_point_by_point(opts: Options) -> str:
     """Why the sweep of ``opts`` cannot be priced from settings ("" when it can)."""
-    if opts.emit != "plan":
+    if opts.emit is not Stage.PLAN:
         return f"--emit {opts.emit}"
     return ""
 
