@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.option_values import Runtime, Tristate, Zero
+from passes.algorithms.option_values import Dtype, Runtime, Tristate, Zero
 from phaze.options import STAGES, Options, Stage, context_parallel_degree, traced_seq_len
 from phaze.pipeline import (
     compile_from,
@@ -63,7 +63,7 @@ def check_question(opts: Options, accelerator: Accelerator | None = None) -> Acc
     check_power_cap(opts, accelerator)
     check_tp_overlap(opts, accelerator)
     check_cluster_size(opts, accelerator)
-    if opts.dtype == "fp8" and accelerator is not None:
+    if opts.dtype is Dtype.FP8 and accelerator is not None:
         from passes.algorithms.latency import fp8_problem
 
         if why := fp8_problem(accelerator):
@@ -124,7 +124,7 @@ def check_options(opts: Options) -> None:
         )
     if opts.dp_shard > opts.devices:  # a shard group of DP ranks, at most every device
         raise PhazeError(f"--dp-shard {opts.dp_shard}: expected a shard group of at most --devices {opts.devices}")
-    if opts.fp8_params and opts.dtype != "fp8":  # the FP8 linears are --dtype fp8's: known before any trace
+    if opts.fp8_params and opts.dtype is not Dtype.FP8:  # the FP8 linears are --dtype fp8's: known before any trace
         raise PhazeError(f"--fp8-params: FP8 primary weights are the FP8 linears' of --dtype fp8, not {opts.dtype}")
     if opts.placement.startswith("expert:"):  # its degrees are known without the model
         try:

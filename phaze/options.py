@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from passes.algorithms.option_values import AUTO, Auto, Runtime, SdpaOrder, TextEnum, Tristate, Zero
+from passes.algorithms.option_values import AUTO, Auto, Dtype, Runtime, SdpaOrder, TextEnum, Tristate, Zero
 from passes.algorithms.placement_options import (
     PlacementOptions,
     count_limit,
@@ -64,7 +64,7 @@ class Options(PlacementOptions):
     def traced_dtype(self) -> str:
         """The precision as the trace takes it, for cache keys: ``dtype``, and for ``fp8`` its
         recipe but the default (``fp8:current``...)."""
-        if self.dtype != "fp8" or self.fp8.value == "delayed":
+        if self.dtype is not Dtype.FP8 or self.fp8.value == "delayed":
             return self.dtype
         return f"fp8:{self.fp8.value}"
 
@@ -117,14 +117,15 @@ class Options(PlacementOptions):
         choices="passes.algorithms.tp_overlap.TP_OVERLAP_SETTINGS",
         parse=Tristate,
     )
-    dtype: str = option(
-        "float16",
+    dtype: Dtype = option(
+        Dtype.FLOAT16,
         help="training precision of weights and activations; amp-bfloat16, amp-float16: torch.autocast's mixed "
         "precision, fp32 weights and gradients; fp8: bf16 with Transformer Engine's FP8 linears (E4M3 forward, E5M2 "
         "gradients, delayed per-tensor scaling: Megatron-LM's --fp8-format hybrid), on a chip with an "
         "fp8_gemm_flops, or searched over the space's chips with the FP8 datapath (fp8_rate); 'model' keeps "
         "the model's",
         choices="phaze_ir.frontend.trace.DTYPES",
+        parse=Dtype,
         default_words="on a GPU amp-bfloat16 (bfloat16 under --kernels megatron; amp-float16/float16 before "
         "Ampere), elsewhere float16, which --export launches as bf16 where the chip has it",
     )

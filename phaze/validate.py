@@ -54,6 +54,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from passes.algorithms.kernels import RUNTIMES
+from passes.algorithms.option_values import Dtype
 from phaze_ir.errors import PhazeError
 from phaze_ir.files import RefusedFile, excerpt, read_regular
 
@@ -215,7 +216,7 @@ class Shape:
         name = f"gpt-h{self.hidden}-a{self.heads}-l{self.layers}-s{self.seq_len}"
         if self.vocabulary != DEFAULT_VOCABULARY:
             name += f"-v{self.vocabulary}"
-        return name + ("" if self.dtype == "float16" else f"-{self.dtype}")
+        return name + ("" if self.dtype == Dtype.FLOAT16 else f"-{self.dtype}")
 
     @property
     def padded_vocabulary(self) -> int:
@@ -528,7 +529,7 @@ def step_bytes(r: Run) -> int:
     h, a, s, b, v = r.hidden, r.heads, r.seq_len, r.micro_batch, r.shape.padded_vocabulary
     parameters = 12 * r.layers * h * h + (v + s) * h
     activations = r.layers * s * b * (34 * h + 5 * a * s) + 6 * s * b * v
-    return 16 * parameters + activations * (2 if r.dtype == "float32" else 1)
+    return 16 * parameters + activations * (2 if r.dtype == Dtype.FLOAT32 else 1)
 
 
 def si_bytes(n: int) -> str:

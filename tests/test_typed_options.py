@@ -11,7 +11,7 @@ import json
 import pytest
 from conftest import ROOT
 
-from passes.algorithms.option_values import AUTO, RankOrder, Recompute, Runtime, SdpaOrder, Tristate, Zero
+from passes.algorithms.option_values import AUTO, Dtype, RankOrder, Recompute, Runtime, SdpaOrder, Tristate, Zero
 from passes.algorithms.placement_options import OptionError
 from phaze.options import Options, context_parallel_degree, traced_seq_len, zero_stage
 
@@ -47,7 +47,7 @@ def _option_text_compared(source: str) -> list[tuple[int, str]]:
 
 def test_the_typed_options_are_the_most_used():
     most_used = {"context_parallel", "sequence_parallel", "tp_overlap", "zero", "recompute", "kernels"}
-    assert most_used | {"sdpa_order", "rank_order", "emit"} <= TYPED
+    assert most_used | {"sdpa_order", "rank_order", "emit", "dtype"} <= TYPED
 
 
 def test_the_check_finds_option_text_compared():
@@ -119,7 +119,8 @@ def test_a_typed_value_reads_as_its_text():
 def test_the_members_are_the_settings_the_placement_declares():
     from passes.algorithms.kernels import RUNTIMES, SDPA_ORDERS
     from passes.algorithms.placement import RANK_ORDER_SETTINGS, RECOMPUTE_SETTINGS, ZERO_SETTINGS
+    from phaze_ir.frontend.trace import DTYPES
 
     assert tuple(Zero) == ZERO_SETTINGS and tuple(Recompute) == RECOMPUTE_SETTINGS
     assert tuple(Runtime) == RUNTIMES and tuple(SdpaOrder) == SDPA_ORDERS
-    assert tuple(RankOrder) == RANK_ORDER_SETTINGS
+    assert tuple(RankOrder) == RANK_ORDER_SETTINGS and tuple(Dtype) == DTYPES

@@ -87,3 +87,17 @@ class RankOrder(TextEnum):
     AUTO = "auto"
     TP_DP_PP = "tp-dp-pp"
     TP_PP_DP = "tp-pp-dp"
+
+
+class Dtype(TextEnum):
+    """``--dtype``: the training precision (``phaze_ir.frontend.trace.DTYPES``, in that order):
+    16- or 32-bit weights and activations, ``torch.autocast``'s mixed precision (``amp-``), bf16
+    with FP8 linears, or the model's own."""
+
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FLOAT32 = "float32"
+    AMP_BFLOAT16 = "amp-bfloat16"
+    AMP_FLOAT16 = "amp-float16"
+    FP8 = "fp8"
+    MODEL = "model"

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from passes.algorithms.option_values import Auto, RankOrder, Recompute, Runtime, SdpaOrder, Tristate, Zero
+from passes.algorithms.option_values import Auto, Dtype, RankOrder, Recompute, Runtime, SdpaOrder, Tristate, Zero
 from phaze_ir.errors import PhazeError
 from phaze_ir.op_kinds import RecomputePolicy
 
@@ -182,13 +182,13 @@ def precision(facts: ModelFacts) -> str | None:
     bytes at the same tensor rate on every chip phaze prices, so phazec's default (float16, not
     asked) launches bf16 wherever the chip has it (no loss scaling to tune), and fp16 when asked
     (``--dtype float16`` or ``amp-float16``) or on a chip without bf16."""
-    if facts.dtype == "float32":
+    if facts.dtype == Dtype.FLOAT32:
         return "fp32"
-    if facts.dtype in ("bfloat16", "amp-bfloat16", "fp8"):  # fp8: bf16 but its FP8 linears
+    if facts.dtype in (Dtype.BFLOAT16, Dtype.AMP_BFLOAT16, Dtype.FP8):  # fp8: bf16 but its FP8 linears
         return "bf16"
-    if facts.dtype == "amp-float16":
+    if facts.dtype == Dtype.AMP_FLOAT16:
         return "fp16"
-    if facts.dtype == "float16":
+    if facts.dtype == Dtype.FLOAT16:
         return "bf16" if facts.bf16 and not facts.dtype_asked else "fp16"
     return None
 
@@ -564,7 +564,7 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         args.append("--grad-reduce-in-bf16")
     if kind == "fp16" and facts.reduce_dtype == "fp32":
         args.append("--accumulate-allreduce-grads-in-fp32")
-    if facts.dtype == "fp8":
+    if facts.dtype == Dtype.FP8:
         # Transformer Engine's FP8 linears as priced: E4M3 forward, E5M2 gradients, delayed or
         # current per-tensor scaling (Megatron-LM d98e8a64, arguments.py: --fp8-recipe
         # delayed, tensorwise; docs/design.md §5.11.5); the FP8 parameter all-gather is not priced.
@@ -755,7 +755,7 @@ def torchtitan_registered(facts: ModelFacts) -> str | None:
     one, or None; None under ``--dtype fp8`` too: torchtitan 0.3.0 sets its float8 converter in
     Python only (``model_registry(flavor, converters=[...])``, no flag), which the flavour file
     does (:func:`torchtitan_flavour_file`)."""
-    if facts.dtype == "fp8" or torchtitan_llama_differences(facts):
+    if facts.dtype == Dtype.FP8 or torchtitan_llama_differences(facts):
         return None
     fields, unknown = torchtitan_flavour(facts)
     if unknown:
@@ -798,7 +798,7 @@ def torchtitan_flavour_file(facts: ModelFacts, module: str) -> str:
         rope.append(f"theta={float(values['rope.theta'])!r}")
     eps = f", eps={float(values['norm_eps'])!r}" if "norm_eps" in values else ""
     converters, converter_import, fp8_words = "", "", ""
-    if facts.dtype == "fp8":
+    if facts.dtype == Dtype.FP8:
         # torchao's Float8Linear as priced (--fp8-recipe rowwise): every linear but the LM head
         # (phaze's FP8 linears; torchtitan's llama3_405b filters it alike), whose sizes are
         # multiples of 16 (the converter's own filter, torchtitan 0.3.0
@@ -949,7 +949,7 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
     kind = precision(facts)
     if kind == "fp16":
         raise PhazeError(_TORCHTITAN_FP16)
-    if facts.dtype == "fp8" and (why := torchtitan_fp8_refusal(facts.fp8_recipe, facts.fp8_params)):
+    if facts.dtype == Dtype.FP8 and (why := torchtitan_fp8_refusal(facts.fp8_recipe, facts.fp8_params)):
         raise PhazeError(why)
     if facts.reduce_dtype != "fp32" and s.dp > 1:
         raise PhazeError(_TORCHTITAN_REDUCE)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from passes.algorithms.option_values import Recompute, Runtime, Tristate
+from passes.algorithms.option_values import Dtype, Recompute, Runtime, Tristate
 from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze.model_key import model_key, model_known
 from phaze.plan import plan_template
@@ -291,7 +291,7 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) ->
     check_options(opts)
     try:
         # the chips of the run's precision: with the FP8 datapath under --dtype fp8, without otherwise
-        fp8 = opts.dtype == "fp8"
+        fp8 = opts.dtype is Dtype.FP8
         space = load_space(sopts.space) if sopts.space else paper_space(fp8_rate=(FP8_RATE,) if fp8 else (0,))
         space = space.for_fp8(fp8)
     except HardwareError as e:
