@@ -54,7 +54,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from passes.algorithms.kernels import RUNTIMES
-from passes.algorithms.option_values import Dtype
+from passes.algorithms.option_values import Dtype, Runtime
 from phaze_ir.errors import PhazeError
 from phaze_ir.files import RefusedFile, excerpt, read_regular
 
@@ -730,7 +730,7 @@ class Settings:
         what its columns say."""
         return replace(
             self.options,
-            dtype=run.dtype,
+            dtype=Dtype(run.dtype),  # (the run record's, checked when it was read)
             devices=run.gpus,
             global_batch=run.global_batch,
             placement=run.placement,
@@ -738,7 +738,7 @@ class Settings:
             pipeline_schedule=run.pipeline_schedule,
             rank_order=run.rank_order,
             pipeline_transfer=run.pipeline_transfer,
-            kernels=self.kernels_of(run),
+            kernels=Runtime(self.kernels_of(run)),
         )
 
     def kernels_of(self, run: Run) -> str:
@@ -960,7 +960,7 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     for k, (tp, sp, given) in enumerate(compilations):
         runs = [r for r in job.runs if (r.tp, r.sequence_parallel, r.kernels) == (tp, sp, given)]
         kernels = given or settings.options.kernels
-        o = replace(opts, kernels=kernels)
+        o = replace(opts, kernels=Runtime(kernels))
         start = time.perf_counter()
         error = None
         try:
