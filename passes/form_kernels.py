@@ -13,6 +13,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from passes.algorithms.kernels import RUNTIMES, SDPA_ORDERS, KOp, StepValues, form_kernels
+from passes.algorithms.option_values import SdpaOrder
 from passes.graph_view import step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
@@ -132,6 +133,7 @@ class FormKernelsPass(ModulePass):
             raise PhazeError(f"{self.name}: runtime={self.runtime}: expected one of {', '.join(RUNTIMES)}")
         if self.sdpa_order not in SDPA_ORDERS:
             raise PhazeError(f"{self.name}: sdpa_order={self.sdpa_order}: expected one of {', '.join(SDPA_ORDERS)}")
+        sdpa_order = SdpaOrder(self.sdpa_order)  # the pass option's text, parsed once
         fn = step_function(op)
         ids: dict[SSAValue, int] = {}
         nbytes: list[int] = []
@@ -177,7 +179,7 @@ class FormKernelsPass(ModulePass):
             if k.id in columns:
                 o.attributes[keys.COLUMN_KERNEL] = UnitAttr()
         op.attributes[keys.KERNELS] = StringAttr(self.runtime)
-        if self.sdpa_order != SDPA_ORDERS[0]:  # (the default leaves the module as it was)
+        if sdpa_order is not SdpaOrder.CUDNN_FIRST:  # (the default leaves the module as it was)
             op.attributes[keys.SDPA_ORDER] = StringAttr(self.sdpa_order)
         else:
             op.attributes.pop(keys.SDPA_ORDER, None)

@@ -27,7 +27,9 @@ caller wrote it (``phaze.compile: memory_headroom='0.1': expected a number``): a
 wrong type is an :class:`OptionTypeError` (a :class:`PhazeError` and a ``TypeError``), one out
 of range a :class:`PhazeError`.  An option whose values are words takes a whole number as its
 word (``context_parallel=2`` is ``"2"``, ``zero=1`` is ``"1"``) and an on/off one a bool
-(``sequence_parallel=True``).  The warnings of a compilation are said once each through
+(``sequence_parallel=True``); a typed option's word is then parsed as a command line's is
+(``context_parallel`` holds 2, ``zero`` ``Zero.OPTIMIZER``: ``passes/algorithms/option_values.py``).
+The warnings of a compilation are said once each through
 :mod:`warnings`, from the caller's line (never from phaze's), and kept in :attr:`Plan.warnings`.
 """
 
@@ -255,7 +257,8 @@ def options(hw: str, **given: Any) -> Options:
             raise PhazeError(f"phaze.compile: {name} and {said_as[target]} both given: give one")
         f = by_name[target]
         choices = declared_choices(f) if f.metadata.get("choices") is not None else None
-        annotation = "int" if name in _ONE_VALUE else field_type(f)
+        # (a typed option is given as its text, or as an int or bool that says it, and parsed)
+        annotation = "int" if name in _ONE_VALUE else "str" if f.metadata.get("parse") else field_type(f)
         typed = _typed(name, value, annotation, choices)
         values[target] = (typed,) if name in _ONE_VALUE else typed
         said_as[target] = name

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
-from phaze.options import STAGES, Options, context_parallel_degree, traced_seq_len
+from passes.algorithms.option_values import Dtype, Runtime, Tristate, Zero
+from phaze.options import STAGES, Options, Stage, context_parallel_degree, traced_seq_len
 from phaze.pipeline import (
     compile_from,
     compile_module,
@@ -57,12 +58,12 @@ def check_question(opts: Options, accelerator: Accelerator | None = None) -> Acc
     returned to be handed on (``phazec --hw``'s answer keys its cache by it and compiles on it):
     a question loads its hardware file once."""
     check_options(opts)
-    if accelerator is None and STAGES.index(opts.emit) >= STAGES.index("tiled"):
+    if accelerator is None and STAGES.index(opts.emit) >= STAGES.index(Stage.TILED):
         accelerator = load_accelerator(opts.hw)
     check_power_cap(opts, accelerator)
     check_tp_overlap(opts, accelerator)
     check_cluster_size(opts, accelerator)
-    if opts.dtype == "fp8" and accelerator is not None:
+    if opts.dtype is Dtype.FP8 and accelerator is not None:
         from passes.algorithms.latency import fp8_problem
 
         if why := fp8_problem(accelerator):
@@ -117,13 +118,13 @@ def check_options(opts: Options) -> None:
         opts.check()  # each option by its field's check or choices, named by its flag
     except OptionError as e:
         raise PhazeError(e.named(e.flag)) from e
-    if opts.dp_shard and opts.zero not in ("2", "3"):
+    if opts.dp_shard and opts.zero not in (Zero.GRADIENTS, Zero.PARAMETERS):
         raise PhazeError(
             f"--dp-shard {opts.dp_shard}: HSDP shards as FSDP does: expected --zero 2 or 3, not {opts.zero}"
         )
     if opts.dp_shard > opts.devices:  # a shard group of DP ranks, at most every device
         raise PhazeError(f"--dp-shard {opts.dp_shard}: expected a shard group of at most --devices {opts.devices}")
-    if opts.fp8_params and opts.dtype != "fp8":  # the FP8 linears are --dtype fp8's: known before any trace
+    if opts.fp8_params and opts.dtype is not Dtype.FP8:  # the FP8 linears are --dtype fp8's: known before any trace
         raise PhazeError(f"--fp8-params: FP8 primary weights are the FP8 linears' of --dtype fp8, not {opts.dtype}")
     if opts.placement.startswith("expert:"):  # its degrees are known without the model
         try:
@@ -137,7 +138,7 @@ def check_options(opts: Options) -> None:
                 f"--dp-shard {opts.dp_shard}: expected a shard group that divides the {fixed[1] * c} ranks of DP x CP "
                 f"(--placement {opts.placement})"
             )
-    if opts.emit == "plan" and all(opts.global_batch % b for b in opts.micro_batches):
+    if opts.emit is Stage.PLAN and all(opts.global_batch % b for b in opts.micro_batches):
         sizes = ", ".join(map(str, opts.micro_batches))
         raise PhazeError(
             f"--global-batch {opts.global_batch} is not a multiple of the micro-batch size ({sizes}): "
@@ -161,13 +162,13 @@ def check_placement_devices(fixed: tuple[int, int, int] | None, devices: int, c:
 def check_tp_overlap(opts: Options, accelerator) -> None:
     """Refuse ``--tp-overlap on`` without sequence parallelism (what Transformer Engine overlaps
     is its all-gathers and reduce-scatters), and any overlap on a chip without an SM count."""
-    if opts.tp_overlap == "on" and opts.sequence_parallel != "on":
+    if opts.tp_overlap is Tristate.ON and opts.sequence_parallel is not Tristate.ON:
         raise PhazeError(
             "--tp-overlap on: the overlapped collectives are sequence parallelism's all-gathers and reduce-scatters "
             "(Megatron-LM's --tp-comm-overlap asserts --sequence-parallel): add --sequence-parallel on, or use "
             "--tp-overlap auto"
         )
-    if opts.tp_overlap != "off" and accelerator is not None:
+    if opts.tp_overlap is not Tristate.OFF and accelerator is not None:
         from passes.overlap_tensor_parallel import sm_count
 
         try:
@@ -245,8 +246,8 @@ def runtime_defaults(hw: str, exports: tuple[str, ...] = (), kernels: str | None
         # with mixed-precision Adam; PyTorch's runtimes autocast an fp32 module
         "dtype": ("" if kernels == "megatron" else "amp-")
         + ("bfloat16" if capability >= CUDA_BF16_FROM else "float16"),
-        "zero": "auto",
-        "sequence_parallel": "auto",
+        "zero": Zero.AUTO,
+        "sequence_parallel": Tristate.AUTO,
         "pipeline_schedule": "auto",
         "dp_overlap": kernels != "megatron",
         "selective_recompute": "attention" if kernels == "megatron" else "op",
@@ -261,9 +262,9 @@ def with_runtime_attention(spec, opts: Options):
     whose architecture has it: SDPA, which the GPU runtimes run as flash attention)."""
     from phaze_ir.frontend import with_eager_attention, with_fused_attention
 
-    if opts.context_parallel != "1":
+    if opts.context_parallel != 1:  # a degree past 1, or auto
         return with_fused_attention(spec)
-    if opts.kernels == "ops":
+    if opts.kernels is Runtime.OPS:
         return with_eager_attention(spec)
     return spec
 
@@ -316,7 +317,7 @@ def start_compilation(model_path: str, opts: Options, accelerator=None) -> Compi
     k = opts.expert_tensor_parallel
     if k and (w := next((w for w in widths if w % k), None)) is not None:  # one line now, not after a trace
         raise PhazeError(f"--expert-tensor-parallel {k}: expected a width that divides the TP width {w}")
-    if STAGES.index(opts.emit) >= STAGES.index("sharded"):
+    if STAGES.index(opts.emit) >= STAGES.index(Stage.SHARDED):
         check_tp_heads(widths, heads, spec.name, opts.placement if fixed is not None and not opts.tp_widths else None)
     return Compilation(opts, accelerator, spec, fixed, widths, vocab)
 
@@ -392,7 +393,7 @@ def _compile_model(
     begun = start_compilation(model_path, opts, accelerator)
     opts, accelerator, spec, tp_widths = begun.opts, begun.accelerator, begun.spec, begun.tp_widths
     stage = opts.emit
-    training = STAGES.index(stage) >= STAGES.index("training")
+    training = STAGES.index(stage) >= STAGES.index(Stage.TRAINING)
     sweep = stage == "plan"
     micro_batches = opts.micro_batches if sweep else opts.micro_batches[:1]
     tp_widths = tp_widths if sweep else tp_widths[:1]
@@ -446,7 +447,7 @@ def _compile_model(
         # The training step before sharding is the same at every TP width: import it and run
         # the training passes once per micro-batch, and give each point a copy.
         shared: ModuleOp | None = None
-        if len(points) > 1 and STAGES.index(stage) > STAGES.index("training"):
+        if len(points) > 1 and STAGES.index(stage) > STAGES.index(Stage.TRAINING):
             start = time.perf_counter()
             try:
                 shared = training_step(traced, point_opts, accelerator)

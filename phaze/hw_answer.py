@@ -37,10 +37,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from passes.algorithms.option_values import AUTO
 from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze import driver
 from phaze.model_key import ModelKey, model_key
-from phaze.options import Options, context_parallel_degree, narrowed
+from phaze.options import Options, Stage, context_parallel_degree, narrowed
 from phaze.pipeline import few_collections
 from phaze.plan import plan_template
 from phaze.plan.plan_output import plan_json
@@ -216,7 +217,7 @@ def answer(
 
         opts = replace(opts, schedule_cache=ScheduleCache(cache_dir))
     templates = None
-    if inputs is not None and opts.emit == "plan" and not generic:
+    if inputs is not None and opts.emit is Stage.PLAN and not generic:
         templates = plan_template.Templates(stages, inputs.model.digest, inputs.chip, opts)
     with _warnings_said() as said:
         result = _compile(model_path, opts, accelerator, log, generic, stages, templates, inputs, said, launch)
@@ -296,7 +297,7 @@ def _compile(
         templates = templates.under(opts) if templates is not None else None
     plan = (
         plan_json(module, candidates, opts.recompute, opts.memory_headroom, opts.dp_shard)
-        if opts.emit == "plan"
+        if opts.emit is Stage.PLAN
         else None
     )
     _say_replicated(module)
@@ -339,7 +340,7 @@ def _one_point_from_template(opts: Options, inputs: _Inputs, templates: plan_tem
     points = tp_points(opts, tp_widths_of(opts, fixed))
     if len(opts.micro_batches) != 1 or len(points) != 1 or (fixed is not None and fixed[2] != points[0][0]):
         return None
-    if opts.context_parallel == "auto":  # several degrees
+    if opts.context_parallel is AUTO:  # several degrees
         return None
     (t, sp), b, c = points[0], opts.micro_batches[0], context_parallel_degree(opts)
     placed = templates.placed(plan_template.Point(b, t, sp, c))

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from passes.algorithms.option_values import AUTO, Auto, Dtype, Runtime, SdpaOrder, TextEnum, Tristate, Zero
 from passes.algorithms.placement_options import (
     PlacementOptions,
     count_limit,
@@ -18,8 +19,22 @@ from passes.algorithms.placement_options import (
     time_limit_seconds,
 )
 
-#: The pipeline's stages, in order (``phazec --emit STAGE`` stops after STAGE; :mod:`phaze.pipeline`).
-STAGES = ("ir", "training", "sharded", "tiled", "latency", "scheduled", "recompute", "plan")
+
+class Stage(TextEnum):
+    """A stage of the pipeline (``phazec --emit STAGE`` stops after STAGE; :mod:`phaze.pipeline`)."""
+
+    IR = "ir"
+    TRAINING = "training"
+    SHARDED = "sharded"
+    TILED = "tiled"
+    LATENCY = "latency"
+    SCHEDULED = "scheduled"
+    RECOMPUTE = "recompute"
+    PLAN = "plan"
+
+
+#: The pipeline's stages, in order.
+STAGES = tuple(Stage)
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
 DEFAULT_TP_WIDTHS = (1, 2, 4, 8)
 
@@ -35,7 +50,7 @@ class Options(PlacementOptions):
     flags are checked: a value is refused alike by a command line, ``phaze.compile`` and a pass
     that takes the same quantity (``phaze-schedule-ops{node_limit=...}``)."""
 
-    emit: str = option("plan", help="last stage to run and print", choices=STAGES)
+    emit: Stage = option(Stage.PLAN, help="last stage to run and print", choices=STAGES, parse=Stage)
 
     @property
     def fp8(self):
@@ -49,7 +64,7 @@ class Options(PlacementOptions):
     def traced_dtype(self) -> str:
         """The precision as the trace takes it, for cache keys: ``dtype``, and for ``fp8`` its
         recipe but the default (``fp8:current``...)."""
-        if self.dtype != "fp8" or self.fp8.value == "delayed":
+        if self.dtype is not Dtype.FP8 or self.fp8.value == "delayed":
             return self.dtype
         return f"fp8:{self.fp8.value}"
 
@@ -79,10 +94,10 @@ class Options(PlacementOptions):
         metavar="N",
         default_words="the model file's SEQ_LEN, a config.json's max_position_embeddings",
     )
-    #: ``"auto"`` or a degree; a compilation of one point holds its degree (the sweep resolves
-    #: ``auto``, :func:`phaze.points.context_parallel_degrees`).
-    context_parallel: str = option(
-        "1",
+    #: :data:`AUTO` or a degree; a compilation of one point holds its degree (the sweep resolves
+    #: ``auto``, :func:`phaze.points.context_parallel_points`).
+    context_parallel: int | Auto = option(
+        1,
         "passes.algorithms.context_parallel.context_parallel_problem",
         "context parallelism: each sequence split over N devices (2N load-balanced chunks), its attention a ring "
         "of N steps passing keys and values point to point (Megatron-LM's --context-parallel-size, torchtitan's "
@@ -90,24 +105,27 @@ class Options(PlacementOptions):
         "{passes.algorithms.context_parallel.AUTO_MIN_LOCAL_TOKENS} tokens a device. "
         "Attention runs fused (a transformers model is built with SDPA)",
         metavar="N|auto",
+        parse="passes.algorithms.context_parallel.parse_context_parallel",
     )
     #: ``phaze-overlap-tensor-parallel`` on the points it applies to (rules in
     #: ``passes/algorithms/tp_overlap.py``).
-    tp_overlap: str = option(
-        "off",
+    tp_overlap: Tristate = option(
+        Tristate.OFF,
         help="the TP all-gathers and reduce-scatters overlapped with their GEMMs, as Transformer Engine's userbuffers "
         "run them (Megatron-LM's --tp-comm-overlap; torchtitan's async TP): on, at every point (needs "
         "--sequence-parallel on); auto, at the points with sequence parallelism; off",
         choices="passes.algorithms.tp_overlap.TP_OVERLAP_SETTINGS",
+        parse=Tristate,
     )
-    dtype: str = option(
-        "float16",
+    dtype: Dtype = option(
+        Dtype.FLOAT16,
         help="training precision of weights and activations; amp-bfloat16, amp-float16: torch.autocast's mixed "
         "precision, fp32 weights and gradients; fp8: bf16 with Transformer Engine's FP8 linears (E4M3 forward, E5M2 "
         "gradients, delayed per-tensor scaling: Megatron-LM's --fp8-format hybrid), on a chip with an "
         "fp8_gemm_flops, or searched over the space's chips with the FP8 datapath (fp8_rate); 'model' keeps "
         "the model's",
         choices="phaze_ir.frontend.trace.DTYPES",
+        parse=Dtype,
         default_words="on a GPU amp-bfloat16 (bfloat16 under --kernels megatron; amp-float16/float16 before "
         "Ampere), elsewhere float16, which --export launches as bf16 where the chip has it",
     )
@@ -169,29 +187,32 @@ class Options(PlacementOptions):
     )
     #: ``auto`` compiles both and keeps the faster plan
     #: (``phaze-shard-tensor-parallel{sequence_parallel=...}``).
-    sequence_parallel: str = option(
-        "off",
+    sequence_parallel: Tristate = option(
+        Tristate.OFF,
         help="Megatron sequence parallelism at TP > 1: on, off, or auto, which compiles both and keeps the faster",
         choices="phaze.options.SEQUENCE_PARALLEL_SETTINGS",
+        parse=Tristate,
     )
     #: Whose kernels the step runs as (``phaze-form-kernels{runtime=...}``, rules and sources in
     #: ``passes/algorithms/kernels.py``).
-    kernels: str = option(
-        "ops",
+    kernels: Runtime = option(
+        Runtime.OPS,
         help="the runtime whose kernels the step is priced as: ops, every op its own kernel; eager, PyTorch eager "
         "(flash attention, fused AdamW); inductor, torch.compile's fusion; megatron, Megatron-LM's fused kernels",
         choices="passes.algorithms.kernels.RUNTIMES",
+        parse=Runtime,
     )
     #: the attention backend order the step runs under: torch's SDPA's, or Transformer Engine's
     #: under megatron kernels (``phaze-form-kernels{sdpa_order=...}``, ``passes/algorithms/kernels.py``).
-    sdpa_order: str = option(
-        "cudnn-first",
+    sdpa_order: SdpaOrder = option(
+        SdpaOrder.CUDNN_FIRST,
         help="the attention backend order: torch's SDPA under eager or inductor kernels, Transformer Engine's "
         "under megatron: cudnn-first, torch 2.15's and TE's (cuDNN attention on compute capability 9.x and "
         "10.x); flash-first, a torch of before (its order flash, memory-efficient, math) or "
         "TORCH_CUDNN_SDPA_DEPRIORITIZED=1, or TE with NVTE_FUSED_ATTN=0 (NeMo's launcher's setting from "
         "2024-02 to 2024-07): FlashAttention-2 runs",
         choices="passes.algorithms.kernels.SDPA_ORDERS",
+        parse=SdpaOrder,
     )
     #: What the ``selective`` recompute policy re-runs (``phaze-insert-recompute{selective=...}``,
     #: rules and sources in ``passes/algorithms/recompute.py``).
@@ -248,7 +269,7 @@ class Options(PlacementOptions):
 def context_parallel_degree(opts: Options) -> int:
     """The context-parallel degree one compilation of ``opts`` is priced for: its degree, 1
     while it is still ``auto`` (a stage before the sweep resolves it)."""
-    return int(opts.context_parallel) if opts.context_parallel.isdigit() else 1
+    return 1 if opts.context_parallel is AUTO else opts.context_parallel
 
 
 def narrowed(opts: Options, choice: Mapping[str, str]) -> Options:
@@ -259,7 +280,7 @@ def narrowed(opts: Options, choice: Mapping[str, str]) -> Options:
 
 def zero_stage(opts: Options) -> int | None:
     """The ZeRO stage ``opts`` fixes (0 to 3), None under ``auto`` (the placement chooses)."""
-    return None if opts.zero == "auto" else int(opts.zero)
+    return Zero(opts.zero).stage
 
 
 def traced_seq_len(opts: Options) -> int | None:
@@ -270,4 +291,4 @@ def traced_seq_len(opts: Options) -> int | None:
 
 
 #: The settings of ``--sequence-parallel``.
-SEQUENCE_PARALLEL_SETTINGS = ("auto", "on", "off")
+SEQUENCE_PARALLEL_SETTINGS = tuple(Tristate)

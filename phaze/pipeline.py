@@ -29,8 +29,9 @@ from dataclasses import fields, replace
 
 from xdsl.dialects.builtin import ModuleOp
 
+from passes.algorithms.option_values import Runtime, Tristate
 from passes.algorithms.placement_options import PlacementOptions
-from phaze.options import STAGES, Options, context_parallel_degree
+from phaze.options import STAGES, Options, Stage, context_parallel_degree
 from phaze_ir.errors import PhazeError
 
 
@@ -56,13 +57,13 @@ def pipeline(
         if tp > 1:  # sharding drops the saved bytes and layers of the whole step: count one device's
             passes += ["phaze-mark-saved", "phaze-group-layers"]
     if runs("tiled"):
-        if opts.kernels != "ops":
+        if opts.kernels is not Runtime.OPS:
             passes.append(form_kernels_spec(opts.kernels, opts.sdpa_order))
         passes.append("phaze-tile-pe-array")
     if runs("latency"):  # how the ops run (rings, overlapped collectives), then their prices
         if (c := context_parallel_degree(opts)) > 1:
             passes.append(f"phaze-context-parallel{{degree={c}}}")
-        if opts.tp_overlap != "off" and sequence_parallel and tp > 1:
+        if opts.tp_overlap is not Tristate.OFF and sequence_parallel and tp > 1:
             passes.append("phaze-overlap-tensor-parallel")
         passes.append("phaze-estimate-latency")
         if energy:
@@ -128,7 +129,7 @@ def compile_module(
     through ``opts.schedule_cache`` (:func:`phaze.driver.compile_model` sets it; None: each its own).
     ``verify=False``: as :func:`compile_from`'s."""
     with few_collections():
-        if STAGES.index(stage) < STAGES.index("tiled"):
+        if STAGES.index(stage) < STAGES.index(Stage.TILED):
             accelerator = None
         elif accelerator is None:
             accelerator = load_accelerator(opts.hw)
@@ -228,7 +229,7 @@ def _prices_energy(module: ModuleOp, stage: str) -> bool:
     from phaze_ir.dialect import AcceleratorOp
     from phaze_ir.hardware_ir import module_accelerator
 
-    if STAGES.index(stage) < STAGES.index("latency"):
+    if STAGES.index(stage) < STAGES.index(Stage.LATENCY):
         return False
     if not any(isinstance(op, AcceleratorOp) for op in module.ops):
         return False

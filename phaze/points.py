@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from xdsl.dialects.builtin import ModuleOp
 
+from passes.algorithms.option_values import AUTO, Tristate
 from phaze.options import DEFAULT_TP_WIDTHS, Options
 from phaze.plan.plan_output import Candidate, plan_record
 from phaze_ir import keys
@@ -50,9 +51,9 @@ def tp_points(opts: Options, tp_widths: Sequence[int]) -> list[tuple[int, bool]]
     first)."""
     points = []
     for tp in tp_widths:
-        if tp == 1 or opts.sequence_parallel == "off":
+        if tp == 1 or opts.sequence_parallel is Tristate.OFF:
             points.append((tp, False))
-        elif opts.sequence_parallel == "on":
+        elif opts.sequence_parallel is Tristate.ON:
             points.append((tp, True))
         else:
             points += [(tp, False), (tp, True)]
@@ -69,14 +70,14 @@ def context_parallel_points(opts: Options, model_seq_len: int | None) -> list[Op
     from passes.algorithms import context_parallel as cp
 
     seq_len = opts.seq_len or model_seq_len
-    fixed = cp.parse_context_parallel(opts.context_parallel)
-    degrees = (fixed,) if fixed is not None else cp.auto_degrees(seq_len, opts.devices)
+    asked = opts.context_parallel
+    degrees = (asked,) if asked is not AUTO else cp.auto_degrees(seq_len, opts.devices)
     try:
         for c in degrees:
             cp.check_degree(c, seq_len, opts.devices)
     except cp.ContextParallelError as e:
         raise PhazeError(f"--context-parallel: {e}") from e
-    return [replace(opts, context_parallel=str(c), seq_len=seq_len if c > 1 else opts.seq_len) for c in degrees]
+    return [replace(opts, context_parallel=c, seq_len=seq_len if c > 1 else opts.seq_len) for c in degrees]
 
 
 def point_label(b: int, t: int, sp: bool, cp: int = 1) -> str:

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from passes.algorithms.kernels import RUNTIMES
+from passes.algorithms.option_values import Dtype, Runtime
 from phaze_ir.errors import PhazeError
 from phaze_ir.files import RefusedFile, excerpt, read_regular
 
@@ -215,7 +216,7 @@ class Shape:
         name = f"gpt-h{self.hidden}-a{self.heads}-l{self.layers}-s{self.seq_len}"
         if self.vocabulary != DEFAULT_VOCABULARY:
             name += f"-v{self.vocabulary}"
-        return name + ("" if self.dtype == "float16" else f"-{self.dtype}")
+        return name + ("" if self.dtype == Dtype.FLOAT16 else f"-{self.dtype}")
 
     @property
     def padded_vocabulary(self) -> int:
@@ -528,7 +529,7 @@ def step_bytes(r: Run) -> int:
     h, a, s, b, v = r.hidden, r.heads, r.seq_len, r.micro_batch, r.shape.padded_vocabulary
     parameters = 12 * r.layers * h * h + (v + s) * h
     activations = r.layers * s * b * (34 * h + 5 * a * s) + 6 * s * b * v
-    return 16 * parameters + activations * (2 if r.dtype == "float32" else 1)
+    return 16 * parameters + activations * (2 if r.dtype == Dtype.FLOAT32 else 1)
 
 
 def si_bytes(n: int) -> str:
@@ -729,7 +730,7 @@ class Settings:
         what its columns say."""
         return replace(
             self.options,
-            dtype=run.dtype,
+            dtype=Dtype(run.dtype),  # (the run record's, checked when it was read)
             devices=run.gpus,
             global_batch=run.global_batch,
             placement=run.placement,
@@ -737,7 +738,7 @@ class Settings:
             pipeline_schedule=run.pipeline_schedule,
             rank_order=run.rank_order,
             pipeline_transfer=run.pipeline_transfer,
-            kernels=self.kernels_of(run),
+            kernels=Runtime(self.kernels_of(run)),
         )
 
     def kernels_of(self, run: Run) -> str:
@@ -959,7 +960,7 @@ def compiled_modules(job: Job, settings: Settings, out: JobResult):
     for k, (tp, sp, given) in enumerate(compilations):
         runs = [r for r in job.runs if (r.tp, r.sequence_parallel, r.kernels) == (tp, sp, given)]
         kernels = given or settings.options.kernels
-        o = replace(opts, kernels=kernels)
+        o = replace(opts, kernels=Runtime(kernels))
         start = time.perf_counter()
         error = None
         try:

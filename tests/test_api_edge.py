@@ -13,6 +13,7 @@ import pytest
 from conftest import MODELS
 
 import phaze
+from passes.algorithms.option_values import Tristate, Zero
 from phaze import api, hw_answer
 from phaze.api import OptionTypeError
 from phaze_ir.errors import PhazeError, PhazeWarning
@@ -84,7 +85,8 @@ def test_a_value_out_of_range_is_named_as_the_caller_named_it(no_work, given, sa
 
 def test_a_whole_number_is_the_word_of_a_degree_and_a_bool_is_on_or_off():
     opts = api.options("tpuv4", context_parallel=2, zero=1, expert_parallel=2, sequence_parallel=True, tp=2)
-    assert (opts.context_parallel, opts.zero, opts.expert_parallel, opts.sequence_parallel) == ("2", "1", "2", "on")
+    assert (opts.context_parallel, opts.zero, opts.expert_parallel, opts.sequence_parallel) == (2, "1", "2", "on")
+    assert type(opts.context_parallel) is int and opts.sequence_parallel is Tristate.ON and opts.zero is Zero.OPTIMIZER
     assert opts.tp_widths == (2,)
 
 

@@ -53,7 +53,8 @@ def test_numpy_integers_and_floats_are_numbers_to_the_api():
     opts = options("h100", devices=np.int64(8), tp=np.int32(2), memory_headroom=np.float64(0.1))
     assert (opts.devices, opts.tp_widths, opts.memory_headroom) == (8, (2,), 0.1)
     assert type(opts.devices) is int and type(opts.memory_headroom) is float
-    assert options("h100", context_parallel=np.int64(2)).context_parallel == "2"
+    cp = options("h100", context_parallel=np.int64(2)).context_parallel
+    assert cp == 2 and type(cp) is int  # (the degree, parsed from its word)
     with pytest.raises(PhazeError, match=r"^phaze\.compile: devices=np\.True_: expected an integer$"):
         options("h100", devices=np.True_)
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 from conftest import MODELS
 
+from passes.algorithms.option_values import AUTO
 from passes.cache_file import Store
 from phaze import driver
 from phaze.options import Options
@@ -384,10 +385,10 @@ def test_context_parallel_auto_waits_on_the_points_beyond_the_devices(tmp_path, 
     fast, slow = _both(opts, model)
     assert not isinstance(fast, str) and fast == slow
     assert [(b, tps, c) for b, tps, c in asked] == [
-        (1, (1, 2), "auto"),
-        (1, (1,), "2"),
-        (2, (1, 2), "auto"),
-        (2, (1,), "2"),
+        (1, (1, 2), AUTO),
+        (1, (1,), 2),
+        (2, (1, 2), AUTO),
+        (2, (1,), 2),
     ]
     assert any(p[3] > 0 for p in fast[1]) and any("t·c = 2·2 exceeds N = 2" in p[4] for p in fast[1])
 

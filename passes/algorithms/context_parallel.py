@@ -66,6 +66,7 @@ from collections.abc import Callable, Sequence
 
 from passes.algorithms.latency import MatmulDesc, VectorDesc
 from passes.algorithms.network import LevelLike, level_for, p2p_bandwidth_Bps
+from passes.algorithms.option_values import AUTO, Auto
 from passes.algorithms.placement import MAX_COUNT, PlacementError
 from phaze_ir.files import si_count
 
@@ -73,18 +74,17 @@ from phaze_ir.files import si_count
 #: least this many tokens. A bound of the search space, as the TP widths 1-8 are, not a fact of
 #: a chip: below it a step's attention is too short to hide its transfer (docs/design.md §6.8a).
 AUTO_MIN_LOCAL_TOKENS = 4096
-#: The settings of ``--context-parallel`` besides a degree.
-AUTO = "auto"
 
 
 class ContextParallelError(PlacementError):
     """A context-parallel degree that cannot split the run's sequences, said in one line."""
 
 
-def parse_context_parallel(text: str) -> int | None:
-    """``"auto"`` -> None (the sweep tries :func:`auto_degrees`), ``"N"`` -> N >= 1."""
-    if text == AUTO:
-        return None
+def parse_context_parallel(text: str) -> int | Auto:
+    """``--context-parallel``'s value: ``"auto"`` -> :data:`AUTO` (the sweep tries
+    :func:`auto_degrees`), ``"N"`` -> N >= 1."""
+    if text == AUTO.value:
+        return AUTO
     shown = text if len(text) <= 40 else text[:40] + "..."
     if text.isascii() and text.isdigit() and (len(text) > 10 or int(text) > MAX_COUNT):
         # a degree, but past any cluster's devices (not "expected N >= 1": it is)

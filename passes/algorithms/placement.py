@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from passes.algorithms import _phaze_rs
 from passes.algorithms.expert_gemms import ExpertTimes
+from passes.algorithms.option_values import RankOrder, Zero
 from passes.cache_file import is_int, is_number
 from phaze_ir.files import excerpt, si_count
 from phaze_ir.op_kinds import RecomputePolicy
@@ -448,7 +449,7 @@ def problem(
         layer_dicts = [
             {**layer, "dispatch_bytes": -(-int(layer["dispatch_bytes"]) // step.tp)} for layer in layer_dicts
         ]
-    if options.dp_shard and parse_zero(options.zero) not in ("2", "3"):
+    if options.dp_shard and options.zero not in (Zero.GRADIENTS, Zero.PARAMETERS):
         raise PlacementError(
             f"dp shard {options.dp_shard}: HSDP shards as FSDP does (ZeRO 2 or 3); expected --zero 2 or 3"
         )
@@ -470,7 +471,7 @@ def problem(
             raise PlacementError(
                 f"expert tensor parallel {etp} with dp shard {options.dp_shard}: experts are not folded over HSDP"
             )
-        if parse_rank_order(options.rank_order) == "tp-pp-dp":
+        if options.rank_order == RankOrder.TP_PP_DP:
             raise PlacementError(
                 f"expert tensor parallel {etp} with rank order tp-pp-dp: the expert mesh is numbered tp-ep-dp-pp"
             )

@@ -22,8 +22,12 @@ the solver's limits): ``phaze.options.Options`` and the scheduling passes' optio
 (``passes/solver_options.py``) declare theirs with them, the solver's limits under the names
 each gives them (``node_limit``, ``--solver-nodes``).
 
-Values are the text a user writes (``"interleaved:2"``, ``"auto"``), as pass options must be
-(xDSL parses ints, floats, bools and strings); ``placement.problem`` parses them for the DP.
+The placement options' values are the text a user writes (``"interleaved:2"``, ``"auto"``), as
+pass options must be (xDSL parses ints, floats, bools and strings); ``placement.problem`` parses
+them for the DP. An option that declares a ``parse`` (:func:`option`) is held as what that parses
+it into (an int or ``AUTO``, a ``TextEnum``: ``passes/algorithms/option_values.py``): its text is parsed
+once, when the options are made (a command line's, an API caller's, a search's), and code
+compares the value against members (``opts.tp_overlap is Tristate.ON``), never against text.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from passes.algorithms import placement as pl
+from passes.algorithms.option_values import RankOrder, Recompute, Zero
 from phaze_ir.files import excerpt, si_count
 
 
@@ -47,6 +52,7 @@ def option(
     metavar: str | None = None,
     flag: str | None = None,
     default_words: str | None = None,
+    parse: Callable[[str], object] | str | None = None,
 ) -> Any:
     """A field that is an option: with the check of its value (None: any value; or the dotted
     name of the function, imported when a value is checked; see :func:`check_option`) and what
@@ -67,9 +73,15 @@ def option(
     option need not import the pass or the search that owns its values. ``help`` and
     ``default_words`` may name such values too, as ``{dotted.name}`` (a tuple, a function
     giving one, or a value), spelled when the command line shows its help
-    (``phaze.tools.flags.ToolParser``)."""
+    (``phaze.tools.flags.ToolParser``).
+
+    ``parse`` (a function, or its dotted name) makes the option a typed one: the text a command
+    line or an API caller gives is parsed by it once, when the options are made
+    (:meth:`PlacementOptions.__post_init__`), and the field holds what it returns; a text it
+    refuses stays text, for :meth:`PlacementOptions.check` to say what is wrong with it. The
+    edges take such an option as text (``--context-parallel 2``, ``context_parallel="2"``)."""
     metadata = {"check": check, "help": help, "choices": choices, "metavar": metavar}
-    metadata |= {"flag": flag, "default_words": default_words}
+    metadata |= {"flag": flag, "default_words": default_words, "parse": parse}
     return field(default=default, metadata=metadata)
 
 
@@ -194,6 +206,7 @@ class PlacementOptions:
         "activation recompute: auto lets the placement choose each stage's policy; none, selective or full "
         "fixes it for every stage, to price a run as it is run",
         choices=pl.RECOMPUTE_SETTINGS,
+        parse=Recompute,
     )
     zero: str = option(
         "0",
@@ -201,6 +214,7 @@ class PlacementOptions:
         "sharding over data parallelism: 0 plain; 1 optimizer state (Megatron's distributed optimizer); "
         "2 and gradients; 3 and parameters (FSDP); auto lets the placement choose",
         choices=pl.ZERO_SETTINGS,
+        parse=Zero,
     )
     pipeline_schedule: str = option(
         "1f1b",
@@ -233,6 +247,7 @@ class PlacementOptions:
         "(Megatron-LM's --use-tp-pp-dp-mapping). An --export torchtitan (or megatron with expert "
         "parallelism) makes auto tp-dp-pp",
         choices=pl.RANK_ORDER_SETTINGS,
+        parse=RankOrder,
     )
     reduce_dtype: str = option(
         "fp32",
@@ -268,6 +283,17 @@ class PlacementOptions:
         metavar="F",
     )
 
+    def __post_init__(self) -> None:
+        # Each typed option's text parsed, once: the value everything after compares.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("parse") is not None and isinstance(value, str):
+                try:
+                    parsed = parsed_option(f, value)
+                except ValueError:  # left as given: check() says what is wrong with it
+                    continue
+                object.__setattr__(self, f.name, parsed)
+
     def check(self) -> None:
         """Every option's value checked (those of a subclass too: ``phaze.options.Options``),
         in declaration order: an :class:`OptionError` naming the first bad one (the fixed
@@ -282,14 +308,14 @@ def check_option(f: Field, value: object) -> None:
     its choices where it declares them, else any value): an :class:`OptionError` when it is
     wrong."""
     check = f.metadata.get("check")
+    if f.metadata.get("parse") is not None and type(value) is not str:
+        return  # parsed (PlacementOptions.__post_init__), or given as the parsed value
     if check is None and f.metadata.get("choices") is not None:
         check = _one_of(declared_choices(f))
     annotation = field_type(f)
     if check is None or (value is None and annotation.endswith(" | None")):
         return
-    if isinstance(check, str):  # the dotted name of the function
-        module, _, name = check.rpartition(".")
-        check = getattr(importlib.import_module(module), name)
+    check = _named(check)
     values = (value,)
     if annotation.startswith("tuple["):
         if not isinstance(value, tuple):
@@ -302,6 +328,21 @@ def check_option(f: Field, value: object) -> None:
             raise OptionError(f, one, str(e), names_value=True) from e
         if problem is not None:
             raise OptionError(f, one, problem)
+
+
+def _named(function: Callable | str) -> Callable:
+    """``function``, or the function its dotted name names (imported now)."""
+    if isinstance(function, str):
+        module, _, name = function.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+    return function
+
+
+def parsed_option(f: Field, text: str) -> Any:
+    """``text`` as option field ``f`` holds it: parsed by the ``parse`` it declares
+    (:func:`option`; a ``ValueError`` when it refuses it), as given when it declares none."""
+    parse = f.metadata.get("parse")
+    return text if parse is None else _named(parse)(text)
 
 
 def declared_choices(f: Field) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from passes.algorithms.option_values import Auto, Dtype, RankOrder, Recompute, Runtime, SdpaOrder, Tristate, Zero
 from phaze_ir.errors import PhazeError
 from phaze_ir.op_kinds import RecomputePolicy
 
@@ -152,9 +153,9 @@ class ModelFacts:
     #: what the plan's selective recompute re-runs (phazec's ``--selective-recompute``)
     selective_recompute: str = "attention"
     #: whose kernels the plan was priced as (phazec's ``--kernels``)
-    kernels: str = "ops"
+    kernels: Runtime = Runtime.OPS
     #: torch's SDPA backend order the plan was priced under (phazec's ``--sdpa-order``)
-    sdpa_order: str = "cudnn-first"
+    sdpa_order: SdpaOrder = SdpaOrder.CUDNN_FIRST
     shape: dict[str, Any] = field(default_factory=dict, compare=False)
     bf16: bool = True
     #: the plan's chip's CUDA compute capability (None: no CUDA GPU, or not known)
@@ -181,13 +182,13 @@ def precision(facts: ModelFacts) -> str | None:
     bytes at the same tensor rate on every chip phaze prices, so phazec's default (float16, not
     asked) launches bf16 wherever the chip has it (no loss scaling to tune), and fp16 when asked
     (``--dtype float16`` or ``amp-float16``) or on a chip without bf16."""
-    if facts.dtype == "float32":
+    if facts.dtype == Dtype.FLOAT32:
         return "fp32"
-    if facts.dtype in ("bfloat16", "amp-bfloat16", "fp8"):  # fp8: bf16 but its FP8 linears
+    if facts.dtype in (Dtype.BFLOAT16, Dtype.AMP_BFLOAT16, Dtype.FP8):  # fp8: bf16 but its FP8 linears
         return "bf16"
-    if facts.dtype == "amp-float16":
+    if facts.dtype == Dtype.AMP_FLOAT16:
         return "fp16"
-    if facts.dtype == "float16":
+    if facts.dtype == Dtype.FLOAT16:
         return "bf16" if facts.bf16 and not facts.dtype_asked else "fp16"
     return None
 
@@ -525,7 +526,7 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
     ]
     if facts.seq_len:
         args.append(f"--seq-length={facts.seq_len}")
-    if s.recompute == "full":
+    if s.recompute == RecomputePolicy.FULL:
         # phaze's full recompute stashes each block's input and re-runs the block: Megatron's
         # uniform method over groups of one layer.
         args += ["--recompute-granularity=full", "--recompute-method=uniform", "--recompute-num-layers=1"]
@@ -544,7 +545,7 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         args.append("--overlap-grad-reduce")
         if s.zero >= 1:  # the distributed optimizer's parameter all-gather, overlapped as priced
             args.append("--overlap-param-gather")
-    if s.rank_order == "tp-pp-dp" and s.dp > 1 and s.pp > 1:
+    if s.rank_order == RankOrder.TP_PP_DP and s.dp > 1 and s.pp > 1:
         if s.expert_parallel > 1:
             raise PhazeError(
                 "--export megatron: the plan numbers devices tp-pp-dp, and Megatron-LM's --use-tp-pp-dp-mapping "
@@ -563,7 +564,7 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
         args.append("--grad-reduce-in-bf16")
     if kind == "fp16" and facts.reduce_dtype == "fp32":
         args.append("--accumulate-allreduce-grads-in-fp32")
-    if facts.dtype == "fp8":
+    if facts.dtype == Dtype.FP8:
         # Transformer Engine's FP8 linears as priced: E4M3 forward, E5M2 gradients, delayed or
         # current per-tensor scaling (Megatron-LM d98e8a64, arguments.py: --fp8-recipe
         # delayed, tensorwise; docs/design.md §5.11.5); the FP8 parameter all-gather is not priced.
@@ -754,7 +755,7 @@ def torchtitan_registered(facts: ModelFacts) -> str | None:
     one, or None; None under ``--dtype fp8`` too: torchtitan 0.3.0 sets its float8 converter in
     Python only (``model_registry(flavor, converters=[...])``, no flag), which the flavour file
     does (:func:`torchtitan_flavour_file`)."""
-    if facts.dtype == "fp8" or torchtitan_llama_differences(facts):
+    if facts.dtype == Dtype.FP8 or torchtitan_llama_differences(facts):
         return None
     fields, unknown = torchtitan_flavour(facts)
     if unknown:
@@ -797,12 +798,12 @@ def torchtitan_flavour_file(facts: ModelFacts, module: str) -> str:
         rope.append(f"theta={float(values['rope.theta'])!r}")
     eps = f", eps={float(values['norm_eps'])!r}" if "norm_eps" in values else ""
     converters, converter_import, fp8_words = "", "", ""
-    if facts.dtype == "fp8":
+    if facts.dtype == Dtype.FP8:
         # torchao's Float8Linear as priced (--fp8-recipe rowwise): every linear but the LM head
         # (phaze's FP8 linears; torchtitan's llama3_405b filters it alike), whose sizes are
         # multiples of 16 (the converter's own filter, torchtitan 0.3.0
         # components/quantization/float8.py, utils.module_filter_fn)
-        compiled = facts.kernels == "inductor"
+        compiled = facts.kernels == Runtime.INDUCTOR
         converters = (
             f", converters=[Float8LinearConverter.Config(recipe_name={facts.fp8_recipe!r}, "
             f'filter_fqns=["lm_head"], model_compile_enabled={compiled})]'
@@ -864,7 +865,7 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
     target = "torchtitan"
     s = settings(plan, facts, target)
     _torchtitan_can_run(s.zero, facts.optimizer)
-    if s.rank_order == "tp-pp-dp" and s.dp > 1 and s.pp > 1:
+    if s.rank_order == RankOrder.TP_PP_DP and s.dp > 1 and s.pp > 1:
         raise PhazeError(
             "--export torchtitan: the plan numbers devices tp-pp-dp (data parallelism outermost); torchtitan's "
             "device mesh is pp, dp, tp (pipeline outermost): compile with --rank-order tp-dp-pp"
@@ -885,7 +886,7 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
             f"tensor parallel) at TP {s.tp}; torchtitan has no expert tensor-parallel setting: compile without "
             "--expert-tensor-parallel"
         )
-    if s.tp_overlap and facts.kernels != "inductor":
+    if s.tp_overlap and facts.kernels != Runtime.INDUCTOR:
         raise PhazeError(_TORCHTITAN_ASYNC_TP)
     replicate, shard = (1, s.dp) if s.zero == 3 else (s.dp, 1)
     if _hsdp(s, facts):
@@ -938,7 +939,7 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
         ]
     else:
         args.append(f"--training.local_batch_size={s.micro_batch}")
-    if facts.kernels == "inductor":  # priced as torch.compile's kernels: the model compiled
+    if facts.kernels == Runtime.INDUCTOR:  # priced as torch.compile's kernels: the model compiled
         args.append("--compile.enable")
     if s.tp_overlap:  # priced as Transformer Engine's overlap; torch's micro-pipelined TP is alike
         args.append("--compile.enable_async_tensor_parallel")
@@ -948,7 +949,7 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
     kind = precision(facts)
     if kind == "fp16":
         raise PhazeError(_TORCHTITAN_FP16)
-    if facts.dtype == "fp8" and (why := torchtitan_fp8_refusal(facts.fp8_recipe, facts.fp8_params)):
+    if facts.dtype == Dtype.FP8 and (why := torchtitan_fp8_refusal(facts.fp8_recipe, facts.fp8_params)):
         raise PhazeError(why)
     if facts.reduce_dtype != "fp32" and s.dp > 1:
         raise PhazeError(_TORCHTITAN_REDUCE)
@@ -1103,7 +1104,9 @@ def export_outputs(args) -> list[tuple[str, str]]:
     """``(flag, path)`` of each of phazec's ``--export TARGET FILE`` (its ``refuse_clashes`` checks
     them with its other outputs), after checking each target and file name, before any work."""
     requests = getattr(args, "export", None) or []
-    if requests and (args.hw is None or args.emit != "plan"):
+    from phaze.options import Stage
+
+    if requests and (args.hw is None or args.emit != Stage.PLAN):
         raise PhazeError(
             "--export needs a plan for one accelerator (--hw CHIP, --emit plan): a searched chip cannot be launched"
         )
@@ -1117,7 +1120,13 @@ def export_outputs(args) -> list[tuple[str, str]]:
             from phaze.options import Options, context_parallel_degree, zero_stage
 
             # the options given (Options' defaults for the others), typed as the run takes them
-            given = Options(**{k: v for k in ("zero", "context_parallel") if (v := getattr(args, k, None)) is not None})
+            given = Options(
+                **{
+                    k: v
+                    for k in ("zero", "context_parallel", "tp_overlap", "kernels")
+                    if (v := getattr(args, k, None)) is not None
+                }
+            )
             zero = zero_stage(given)  # None: auto
             _torchtitan_can_run(zero or 0, getattr(args, "optimizer", "adam"))
             if getattr(args, "dtype", None) in ("float16", "amp-float16"):  # fp16 asked by name
@@ -1130,7 +1139,7 @@ def export_outputs(args) -> list[tuple[str, str]]:
                     raise PhazeError(why)
             if context_parallel_degree(given) > 1 and zero not in (3, None):
                 raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=zero))
-            if getattr(args, "tp_overlap", "off") == "on" and getattr(args, "kernels", None) != "inductor":
+            if given.tp_overlap is Tristate.ON and given.kernels is not Runtime.INDUCTOR:
                 raise PhazeError(_TORCHTITAN_ASYNC_TP)
         if target == "megatron" and getattr(args, "dtype", None) == "fp8":
             asked = getattr(args, "fp8_recipe", None) or "auto"
@@ -1163,7 +1172,7 @@ def launchable_choices(
     zero: str,
     recompute: str,
     selective: str = "attention",
-    context_parallel: str = "1",
+    context_parallel: int | Auto = 1,
 ) -> list[dict[str, str]]:
     """The narrowings of ``--zero`` and ``--recompute`` under which every plan the search can
     choose is launched by every ``--export`` target asked for: one dict of driver options
@@ -1177,14 +1186,14 @@ def launchable_choices(
     if not targets:
         return [{}]
     zeros = [zero]
-    if zero == "auto":
+    if zero == Zero.AUTO:
         allowed = set.intersection(*(set(LAUNCHABLE_ZERO[t]) for t in targets))
-        if "torchtitan" in targets and context_parallel != "1":
+        if "torchtitan" in targets and context_parallel != 1:  # a degree past 1, or auto
             allowed &= {"3"}
         if allowed != set(LAUNCHABLE_ZERO["megatron"]):
             zeros = sorted(allowed)
-    policies = list(UNIFORM_RECOMPUTE) if recompute == "auto" else [recompute]
-    if any(selective_refusal(t, selective) for t in targets) and recompute == "auto":
+    policies = list(UNIFORM_RECOMPUTE) if recompute == Recompute.AUTO else [recompute]
+    if any(selective_refusal(t, selective) for t in targets) and recompute == Recompute.AUTO:
         policies.remove(RecomputePolicy.SELECTIVE)
     choices = [
         {**({"zero": z} if z != zero else {}), **({"recompute": r} if r != recompute else {})}
@@ -1324,7 +1333,7 @@ def runtime_differences(target: str, plan: dict[str, Any], facts: ModelFacts) ->
     out = []
     priced = f"--kernels {facts.kernels} ({KERNELS_WORDS.get(facts.kernels, facts.kernels)} kernels)"
     if target == "megatron":
-        if facts.kernels != "megatron":
+        if facts.kernels != Runtime.MEGATRON:
             out.append(
                 f"--export megatron: the plan was priced with {priced}; Megatron-LM runs Transformer Engine's "
                 "fused kernels: price it with --kernels megatron"
@@ -1341,7 +1350,7 @@ def runtime_differences(target: str, plan: dict[str, Any], facts: ModelFacts) ->
                 "launch does not set: Megatron-LM runs fp32 unless told --bf16 or --fp16"
             )
         return out
-    if facts.kernels not in ("eager", "inductor"):
+    if facts.kernels not in (Runtime.EAGER, Runtime.INDUCTOR):
         out.append(
             f"--export torchtitan: the plan was priced with {priced}; torchtitan runs PyTorch eager, or "
             "torch.compile's kernels: price it with --kernels eager or inductor"

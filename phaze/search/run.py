@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from passes.algorithms.option_values import Dtype, Recompute, Runtime, Tristate
 from passes.cache_file import BadEntry, Store, digest, fields, is_int, is_number, need
 from phaze.model_key import model_key, model_known
 from phaze.plan import plan_template
@@ -279,18 +280,18 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) ->
     argument is a one-line error, not one after the preparation)."""
     from passes.algorithms.placement import EXPERT_PLACEMENTS, PlacementError, parse_placement
     from phaze.driver import check_options
-    from phaze.options import DEFAULT_TP_WIDTHS
+    from phaze.options import DEFAULT_TP_WIDTHS, Stage
     from phaze.pipeline import load_accelerator
     from phaze.search.arch_space import load_space, paper_space
     from phaze_ir.area import FP8_RATE
     from phaze_ir.hardware import HardwareError
 
-    if opts.emit != "plan":
+    if opts.emit is not Stage.PLAN:
         raise PhazeError("the architecture search writes a plan: give --hw to stop at an earlier stage")
     check_options(opts)
     try:
         # the chips of the run's precision: with the FP8 datapath under --dtype fp8, without otherwise
-        fp8 = opts.dtype == "fp8"
+        fp8 = opts.dtype is Dtype.FP8
         space = load_space(sopts.space) if sopts.space else paper_space(fp8_rate=(FP8_RATE,) if fp8 else (0,))
         space = space.for_fp8(fp8)
     except HardwareError as e:
@@ -302,13 +303,13 @@ def _read_inputs(paths: list[str], opts, sopts: SearchOptions, stages: Store) ->
     except ValueError as e:
         raise PhazeError(str(e)) from e
     calibration = getattr(space.spec.template, "calibration", None)
-    if opts.kernels != "ops" and calibration is not None and calibration.compute_capability is not None:
+    if opts.kernels is not Runtime.OPS and calibration is not None and calibration.compute_capability is not None:
         # the settings' kernels are formed as on a chip without one (phaze.search.setting._settings_of)
         raise PhazeError(
             f"--kernels {opts.kernels}: the space '{space.spec.name}''s template has a CUDA compute capability; "
             "the search forms kernels for chips without one (use --kernels ops, or --hw CHIP)"
         )
-    if opts.context_parallel != "1" and opts.seq_len is not None:
+    if opts.context_parallel != 1 and opts.seq_len is not None:  # a degree past 1, or auto
         from phaze.search.setting import cp_degrees
 
         cp_degrees(opts, None)  # a degree that cannot split the sequence: one line, before anything slow
@@ -616,12 +617,12 @@ def _compile_winner(
     for m, path in enumerate(paths):
         micro_batch, tp, sp, thr, cp = winner["settings"][m]
         name = inputs.names[m]
-        sp_setting = "on" if sp else "off"
+        sp_setting = Tristate.ON if sp else Tristate.OFF
         # At the winner's CP degree (the pipeline traces its step at S/c, as the setting was);
         # CP 1 under auto stays auto: the pipeline then fuses the attention at every degree, as
         # the search's settings have it (setting.prepare_settings), so the sweep of the winner's
         # point over the degrees keeps the degree the search chose (ties: the smaller, as both do).
-        degree = str(cp) if cp > 1 else wopts.context_parallel
+        degree = cp if cp > 1 else wopts.context_parallel
         mopts = replace(
             wopts, micro_batches=(micro_batch,), tp_widths=(tp,), sequence_parallel=sp_setting, context_parallel=degree
         )
@@ -788,7 +789,8 @@ def run(
     log(
         f"space '{space.spec.name}': {len(space):,} chips x {len(space.hbm_options)} HBM options; "
         f"micro-batch {list(opts.micro_batches)}, TP {list(inputs.tps)}; {opts.devices} devices, "
-        f"global batch {opts.global_batch}" + (f"; recompute {opts.recompute}" if opts.recompute != "auto" else "")
+        f"global batch {opts.global_batch}"
+        + (f"; recompute {opts.recompute}" if opts.recompute is not Recompute.AUTO else "")
     )
     cands = Candidates.of_space(space)
     # What the cache holds decides what is computed (nothing is prepared when nothing is).

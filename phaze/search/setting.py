@@ -17,7 +17,7 @@ and is redone here over many candidates without the IR:
   parallelism the fused attention kernels (rings of c steps), under TP overlap the collectives
   overlapped with their GEMMs.
 
-A :class:`Setting` is picklable (no xDSL objects), so worker processes and Ray can price it.
+A :class:`Tristate` is picklable (no xDSL objects), so worker processes and Ray can price it.
 The search's on-disk cache keeps it per (model, micro-batch, TP) as plain JSON, never as a
 pickle (:meth:`Setting.to_json`; :meth:`Setting.from_json` checks what it reads).
 """
@@ -44,6 +44,7 @@ from passes.algorithms.context_parallel import (
 )
 from passes.algorithms.expert_gemms import ExpertTimes
 from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
+from passes.algorithms.option_values import Runtime, Tristate
 from passes.algorithms.placement import LayerNumbers, block_range
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
 from passes.algorithms.tp_overlap import METHODS, added_s
@@ -620,7 +621,7 @@ def setting_from_module(
     tp_overlap: bool = False,
 ) -> Setting:
     """Reduce a module sharded by ``phaze-shard-tensor-parallel`` (with sequence parallelism
-    when ``sequence_parallel``) to a :class:`Setting` (the optimizer state is read from its
+    when ``sequence_parallel``) to a :class:`Tristate` (the optimizer state is read from its
     ``phaze.optimizer_update`` ops, as the pipeline does; ``selective``: what selective
     recompute re-runs, ``Options.selective_recompute``; ``cp``: the context-parallel degree
     the step, traced at S/c tokens, is priced for: its fused attention kernels become rings
@@ -899,7 +900,7 @@ def cp_degrees(opts: Any, model_seq_len: int | None) -> list[Any]:
 
 
 def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], opts: Any) -> list[Setting]:
-    """The :class:`Setting` of ``model_path`` at ``micro_batch`` per context-parallel degree
+    """The :class:`Tristate` of ``model_path`` at ``micro_batch`` per context-parallel degree
     (:func:`cp_degrees`) and TP width, and per width > 1 without and/or with sequence
     parallelism as ``opts.sequence_parallel`` says (``opts``: the driver's
     :class:`~phaze.options.Options`), degree by degree, the smaller first.  A point the model
@@ -907,7 +908,7 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
     left); see :func:`prepare_points`."""
     from phaze_ir.errors import PhazeError
 
-    if opts.context_parallel == "1":
+    if opts.context_parallel == 1:
         per_degree = [opts]
     else:
         from phaze_ir.frontend import load_model_file
@@ -921,7 +922,7 @@ def prepare_settings(model_path: str, micro_batch: int, tps: tuple[int, ...], op
         # the attention as the pipeline's sweep has it for every degree (fused under any --context-parallel but 1)
         ready, errors, name = prepare_points(model_path, micro_batch, tps, o, attention_of=opts)
         settings += ready
-        cp = f" CP {o.context_parallel}" if o.context_parallel != "1" else ""
+        cp = f" CP {o.context_parallel}" if o.context_parallel != 1 else ""
         said += [f"TP {t}{' SP' if sp else ''}{cp}: {e}" for t, sp, e in errors]
     if not settings:
         raise PhazeError(f"{name} at micro-batch {micro_batch}: " + "; ".join(said))
@@ -1050,7 +1051,7 @@ def _trace_family(model_path: str, micro_batch: int, opts: Any, attention_of: An
     if model is None:
         return None
     chooser = attention_of or opts
-    key = (model, chooser.context_parallel != "1", chooser.kernels, opts.dtype, opts.fp8)
+    key = (model, chooser.context_parallel != 1, chooser.kernels, opts.dtype, opts.fp8)
     return family_of(key, micro_batch, traced_seq_len(opts))
 
 
@@ -1197,12 +1198,12 @@ def _settings_of(
     # The training step is the same at every TP width: import it once, copy it per width.
     # The search's settings (no chip) have their kernels formed as on a chip without a CUDA
     # compute capability (the spaces' chips: phaze-form-kernels forms them alike on each).
-    kernels = getattr(opts, "kernels", "ops")
+    kernels = getattr(opts, "kernels", Runtime.OPS)  # (the search's Params have none)
     try:
         # the chip as the pipeline has it from the import on (None: the search's, no chip yet)
         # not verified, as each width's module below (the sweep verifies the winner's, compiled
         # through the same passes; verifying it was 1.6 % of the settings' time)
-        training = training_step(traced, opts, accelerator if kernels != "ops" else None, verify=False)
+        training = training_step(traced, opts, accelerator if kernels is not Runtime.OPS else None, verify=False)
     except UnknownOpError:
         raise  # the model's (--strict)
     except PhazeError as e:
@@ -1213,7 +1214,7 @@ def _settings_of(
     cp = context_parallel_degree(opts)
     # at the points with sequence parallelism, as the pipeline runs it: the --hw sweep's (a chip's
     # SM count prices it; the architecture search prices each collective alone)
-    overlap = opts.tp_overlap != "off" and accelerator is not None
+    overlap = opts.tp_overlap is not Tristate.OFF and accelerator is not None
     out = []
     errors = []
     for k, (t, sp) in enumerate(points):
@@ -1221,7 +1222,7 @@ def _settings_of(
             # not verified: only its setting is read of it (the sweep verifies the module it
             # compiles for the winner, through the same passes; verifying was a tenth of the settings)
             module = compile_from(copy_for(training, k, len(points)), "training", "sharded", t, opts, sp, verify=False)
-            if kernels != "ops":  # as phaze.pipeline.pipeline forms them, before tiling
+            if kernels is not Runtime.OPS:  # as phaze.pipeline.pipeline forms them, before tiling
                 spec = form_kernels_spec(kernels, getattr(opts, "sdpa_order", Options.sdpa_order))
                 formed = PassPipeline.parse_spec(ALL_PASSES, spec).passes
                 PassPipeline(tuple(formed)).apply(make_context(), module)

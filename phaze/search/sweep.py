@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
+from passes.algorithms.option_values import AUTO, Runtime
 from passes.cache_file import Store, fields, is_int, need
 from phaze import driver
 from phaze.model_key import model_key
-from phaze.options import DEFAULT_TP_WIDTHS, Options, context_parallel_degree, narrowed, traced_seq_len
+from phaze.options import DEFAULT_TP_WIDTHS, Options, Stage, context_parallel_degree, narrowed, traced_seq_len
 from phaze.pipeline import compile_module, few_collections, traced_line
 from phaze.plan.plan_output import Candidate, plan_record
 from phaze.plan.plan_template import Point
@@ -70,7 +71,7 @@ SETTINGS_KIND = "sweep-settings"
 
 def why_compiled_point_by_point(opts: Options) -> str:
     """Why the sweep of ``opts`` cannot be priced from settings ("" when it can)."""
-    if opts.emit != "plan":
+    if opts.emit is not Stage.PLAN:
         return f"--emit {opts.emit}"
     return ""
 
@@ -557,8 +558,8 @@ def nearest_plan(opts: Options, max_devices: int, fits, log) -> str:
     a count between fits when more devices fit, which holds but for a count the batch or the
     model's layers do not divide). ``fits(options)``: the best :data:`Fit` under them, or None."""
     # (HSDP's ZeRO stays as given: --dp-shard needs ZeRO 2 or 3, which auto may leave)
-    relaxed = {
-        k: "auto" for k in ("zero", "recompute") if getattr(opts, k) != "auto" and not (k == "zero" and opts.dp_shard)
+    relaxed: dict[str, str] = {
+        k: AUTO for k in ("zero", "recompute") if getattr(opts, k) != AUTO and not (k == "zero" and opts.dp_shard)
     }
     changes = [{}, relaxed] if relaxed else [{}]
 
@@ -673,7 +674,7 @@ def prepared(
         # (driver.with_runtime_attention); another runtime's kernels are formed on the chip,
         # whose compute capability picks the fused attention's kernel (search.setting.prepare_points).
         capability = None if acc is None or acc.calibration is None else acc.calibration.compute_capability
-        runtime = (opts.kernels, capability if opts.kernels != "ops" else None, opts.sdpa_order)
+        runtime = (opts.kernels, capability if opts.kernels is not Runtime.OPS else None, opts.sdpa_order)
         seq = (opts.seq_len, opts.context_parallel)  # a CP degree's settings are traced at S/c
         traced_as = (b, seq, opts.traced_dtype, opts.optimizer, opts.strict, opts.capacity_factor, runtime)
         # and what the settings' selective policy re-runs, and whether their TP collectives overlap

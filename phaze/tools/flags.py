@@ -189,7 +189,10 @@ def add_option_arguments(
 
 def _value_type(f: dataclasses.Field) -> tuple[type, bool]:
     """The type of a flag's value for field ``f``, and whether the field is a tuple of them
-    (``tuple[int, ...] | None``: int, True)."""
+    (``tuple[int, ...] | None``: int, True); a typed option's is its text, which its field's
+    ``parse`` reads."""
+    if f.metadata.get("parse") is not None:
+        return str, False
     text = field_type(f).removesuffix(" | None")
     if text.startswith("tuple[") and text.endswith(", ...]"):
         return _VALUE_TYPES[text[len("tuple[") : -len(", ...]")]], True

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from passes.algorithms.placement_options import PlacementOptions
 from phaze.messages import INTERRUPTED, PartialOutput, exit_status, install_error_hook, log_line, show_warnings_as
-from phaze.options import Options
+from phaze.options import Options, Stage
 from phaze.outputs import refuse_clashes, write_stdout, write_together
 from phaze.points import NoPlanFits
 from phaze.tools.flags import (
@@ -264,7 +264,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def searching(args: argparse.Namespace) -> bool:
     """No ``--hw`` and the plan stage: the architecture search."""
-    return args.hw is None and args.emit == "plan"
+    return args.hw is None and args.emit == Stage.PLAN
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -277,10 +277,11 @@ def check_flags(args: argparse.Namespace) -> None:
 def rank_order(args: argparse.Namespace) -> str:
     """``--rank-order``, with ``auto`` narrowed to ``tp-dp-pp`` where an export asked for can
     launch no other numbering (:func:`phaze.plan.export.pipeline_outermost_only`)."""
+    from passes.algorithms.option_values import RankOrder
     from phaze.plan.export import pipeline_outermost_only
 
-    if args.rank_order == "auto" and pipeline_outermost_only(args.export, args.expert_parallel):
-        return "tp-dp-pp"
+    if args.rank_order == RankOrder.AUTO and pipeline_outermost_only(args.export, args.expert_parallel):
+        return RankOrder.TP_DP_PP
     return str(args.rank_order)
 
 
@@ -299,7 +300,7 @@ def options(args: argparse.Namespace):
     check_flags(args)
 
     for flag, given in (("--json", args.json), ("--report", args.report), ("--power-cap", args.power_cap)):
-        if given and args.emit != "plan":
+        if given and args.emit != Stage.PLAN:
             raise PhazeError(f"{flag} needs the plan stage (--emit plan)")
     if len(args.models) > 1 and not searching(args):
         raise PhazeError("several models need the architecture search (no --hw, --emit plan)")
@@ -701,7 +702,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except NoPlanFits as e:  # known before the unfit plan was compiled: there is none to write
             text, failure, files = "", str(e), []
         if args.output != "-":
-            files.insert(0, (args.output, text, "the plan" if args.emit == "plan" else "the module"))
+            files.insert(0, (args.output, text, "the plan" if args.emit == Stage.PLAN else "the module"))
         if failure and not args.write_infeasible:
             trim_cache(args, log)
             if not files:

@@ -1,0 +1,103 @@
+"""The typed values of options that are parsed once (``placement_options.option``'s ``parse``):
+what a field holds once its text is read, compared against members, never against text.
+
+Each is a :class:`TextEnum`, whose ``str()``, formatting and ``repr()`` are the text a user
+writes: a plan, a pass spec, a JSON value or a cache key built from an option reads as it did
+when the option was held as text (a degree option holds an ``int`` or :data:`AUTO`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TextEnum(StrEnum):
+    """An option's choices as members; ``repr()`` too is the text's (``'on'``)."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class Auto(TextEnum):
+    """``auto``: the placement, or the sweep, chooses. An option of a degree holds an int or
+    :data:`AUTO` (``--context-parallel``)."""
+
+    AUTO = "auto"
+
+
+#: The one :class:`Auto`; test an option with ``is AUTO``.
+AUTO = Auto.AUTO
+
+
+class Tristate(TextEnum):
+    """A three-valued option (``--sequence-parallel``, ``--tp-overlap``)."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+class Zero(TextEnum):
+    """``--zero``: what ZeRO shards over data parallelism (the stage's number), or ``auto``,
+    the placement chooses (``placement.ZERO_SETTINGS``, in that order)."""
+
+    AUTO = "auto"
+    PLAIN = "0"
+    OPTIMIZER = "1"
+    GRADIENTS = "2"
+    PARAMETERS = "3"
+
+    @property
+    def stage(self) -> int | None:
+        """The ZeRO stage (0 to 3), None under ``auto``."""
+        return None if self is Zero.AUTO else int(self.value)
+
+
+class Recompute(TextEnum):
+    """``--recompute``: every stage's policy (``phaze_ir.op_kinds.RecomputePolicy``), or
+    ``auto``, the placement chooses each stage's (``placement.RECOMPUTE_SETTINGS``)."""
+
+    AUTO = "auto"
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class Runtime(TextEnum):
+    """``--kernels``: the runtime whose kernels the step is priced as
+    (``passes/algorithms/kernels.py``'s ``RUNTIMES``, in that order)."""
+
+    OPS = "ops"
+    EAGER = "eager"
+    INDUCTOR = "inductor"
+    MEGATRON = "megatron"
+
+
+class SdpaOrder(TextEnum):
+    """``--sdpa-order``: the attention backend order the step runs under
+    (``passes/algorithms/kernels.py``'s ``SDPA_ORDERS``, the default first)."""
+
+    CUDNN_FIRST = "cudnn-first"
+    FLASH_FIRST = "flash-first"
+
+
+class RankOrder(TextEnum):
+    """``--rank-order``: how devices are numbered into groups, TP innermost, or ``auto``, the
+    placement chooses (``placement.RANK_ORDER_SETTINGS``, in that order)."""
+
+    AUTO = "auto"
+    TP_DP_PP = "tp-dp-pp"
+    TP_PP_DP = "tp-pp-dp"
+
+
+class Dtype(TextEnum):
+    """``--dtype``: the training precision (``phaze_ir.frontend.trace.DTYPES``, in that order):
+    16- or 32-bit weights and activations, ``torch.autocast``'s mixed precision (``amp-``), bf16
+    with FP8 linears, or the model's own."""
+
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FLOAT32 = "float32"
+    AMP_BFLOAT16 = "amp-bfloat16"
+    AMP_FLOAT16 = "amp-float16"
+    FP8 = "fp8"
+    MODEL = "model"
