@@ -1581,7 +1581,11 @@ fn interleave_split(blocks: usize, chunks: usize) -> Option<Vec<usize>> {
         (0..chunks)
             .map(|c| {
                 let after = chunks - 1 - c;
-                let take = if after == 0 { left } else { per.min(left - after) };
+                let take = if after == 0 {
+                    left
+                } else {
+                    per.min(left - after)
+                };
                 left -= take;
                 take
             })
@@ -1625,7 +1629,11 @@ fn chunk_layers(prob: &Problem, p: usize, v: u64) -> Vec<(usize, usize)> {
         .map(|(c, &n)| {
             let lo = if c == 0 { 0 } else { next };
             next += n;
-            let hi = if c == last { prob.layers.len() - 1 } else { next - 1 };
+            let hi = if c == last {
+                prob.layers.len() - 1
+            } else {
+                next - 1
+            };
             (lo, hi)
         })
         .collect()
@@ -2354,7 +2362,10 @@ mod tests {
                 let sizes = interleave_split(blocks, chunks).expect("blocks >= chunks splits");
                 assert_eq!(sizes.len(), chunks);
                 assert_eq!(sizes.iter().sum::<usize>(), blocks);
-                assert!(sizes.iter().all(|&n| n >= 1), "{blocks} over {chunks}: {sizes:?}");
+                assert!(
+                    sizes.iter().all(|&n| n >= 1),
+                    "{blocks} over {chunks}: {sizes:?}"
+                );
             }
             assert_eq!(interleave_split(blocks, blocks + 1), None);
         }
