@@ -960,7 +960,10 @@ def test_megatron_lm_validates_the_exports(tmp_path):
     import sys
 
     numbered = {"tp-pp-dp-mapping": (plan([4, 4], dp=2, pp=2, tp=2, rank_order="tp-pp-dp"), facts(8))}
-    for name, (p, f) in {**CASES, **MEGATRON_CASES, **MEGATRON_PRECISION_CASES, **numbered}.items():
+    # 8 blocks over 6 chunks as Megatron-Bridge lays out DeepSeek-V3 (no even or counted split;
+    # torchtitan's interleaved split cannot make it, so Megatron-LM only)
+    layout = {"interleaved-layout": (plan([2, 2, 1, 1, 1, 1], pp=2, virtual_stages=3, tp=1), facts(8))}
+    for name, (p, f) in {**CASES, **MEGATRON_CASES, **MEGATRON_PRECISION_CASES, **numbered, **layout}.items():
         path = tmp_path / f"{name}.args"
         path.write_text("".join(a + "\n" for a in megatron_args(p, f)))
         r = subprocess.run(
