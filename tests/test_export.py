@@ -463,6 +463,28 @@ def test_phazec_exports_load_in_torchtitan_and_megatron(tmp_path, titan, mcore):
     titan_check(titan, t_lines, p, f, flavour_dir=tmp_path)
 
 
+def test_phazec_exports_an_interleaving_whose_blocks_do_not_split_evenly(tmp_path, mcore):
+    """8 blocks over PP 2 × VP 3: no even split and none counting the embedding or loss as a
+    block, so the DP lays the 6 chunks out as Megatron-Bridge does DeepSeek-V3's 61 blocks
+    ([2, 2, 1, 1, 1, 1]); the Megatron-LM export writes that layout, which megatron-core parses
+    back to the priced chunks (megatron_check)."""
+    out = {name: tmp_path / name for name in ("plan.json", "plan.megatron", "plan.mlir")}
+    r = run_main(
+        "phazec", str(MODELS / "tiny_gpt2_deep.py"), "--hw", "a100", "--devices", "8", "--global-batch", "64",
+        "--micro-batch", "1", "--placement", "expert:2,4,1", "--pipeline-schedule", "interleaved:3",
+        "--export", "megatron", str(out["plan.megatron"]), "--json", str(out["plan.json"]), "-o", str(out["plan.mlir"]),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    p = json.loads(out["plan.json"].read_text())
+    assert (p["pp"], p["virtual_stages"]) == (2, 3)
+    f = facts(8, seq_len=16, shape={**TINY_GPT2_SHAPE, TRACED_ATTENTION_KEY: ""}, compute_capability=8.0)
+    lines = out["plan.megatron"].read_text().splitlines()
+    assert lines == megatron_args(p, f)
+    assert "--pipeline-model-parallel-layout=Et*2|t*2|t|t|t|tL" in lines
+    assert not any(line.startswith("--num-virtual-stages-per-pipeline-rank") for line in lines)
+    megatron_check(mcore, lines, p, f)
+
+
 def test_a_refused_export_writes_nothing(tmp_path):
     """A plan torchtitan cannot run (ZeRO-1): one line, exit 1, and no output is written."""
     exp, js, mlir = tmp_path / "plan.titan", tmp_path / "plan.json", tmp_path / "plan.mlir"
@@ -938,7 +960,10 @@ def test_megatron_lm_validates_the_exports(tmp_path):
     import sys
 
     numbered = {"tp-pp-dp-mapping": (plan([4, 4], dp=2, pp=2, tp=2, rank_order="tp-pp-dp"), facts(8))}
-    for name, (p, f) in {**CASES, **MEGATRON_CASES, **MEGATRON_PRECISION_CASES, **numbered}.items():
+    # 8 blocks over 6 chunks as Megatron-Bridge lays out DeepSeek-V3 (no even or counted split;
+    # torchtitan's interleaved split cannot make it, so Megatron-LM only)
+    layout = {"interleaved-layout": (plan([2, 2, 1, 1, 1, 1], pp=2, virtual_stages=3, tp=1), facts(8))}
+    for name, (p, f) in {**CASES, **MEGATRON_CASES, **MEGATRON_PRECISION_CASES, **numbered, **layout}.items():
         path = tmp_path / f"{name}.args"
         path.write_text("".join(a + "\n" for a in megatron_args(p, f)))
         r = subprocess.run(

@@ -106,13 +106,36 @@ def test_interleaved_plan_lists_its_chunks():
     assert auto["time_per_batch_s"] <= min(plan["time_per_batch_s"], plain["time_per_batch_s"]) * (1 + 1e-12)
 
 
-def test_interleaving_the_blocks_cannot_take_is_refused_with_the_reason():
+def test_interleaving_blocks_that_do_not_split_evenly_takes_megatron_bridges_layout():
+    """8 blocks over p = 2, v = 3 = 6 chunks: neither evenly nor with the embedding and/or loss
+    counted as a block; as Megatron-Bridge lays out DeepSeek-V3 (⌈8/6⌉ = 2 a chunk from the
+    first on, every later chunk keeping one): [2, 2, 1, 1, 1, 1] blocks, the embedding with the
+    first chunk and the head with the last, on ranks 0, 1, 0, 1, 0, 1. The bubble takes the
+    slowest rank: (m + (p − 1)/v) · max T + max E + max O."""
     text = compiled(DEEP, "recompute")
     plan, stages = place(text, 'placement="expert:2,4,1" pipeline_schedule="interleaved:3"')
+    assert plan["feasible"] == "yes" and plan["virtual_stages"] == 3
+    assert [(s["first_layer"], s["last_layer"]) for s in stages] == [(0, 2), (3, 4), (5, 5), (6, 6), (7, 7), (8, 9)]
+    assert [s["rank"] for s in stages] == [0, 1, 0, 1, 0, 1]
+    # A rank's chunks share its time: rank 0 holds 2 + 1 + 1 blocks and the embedding, rank 1
+    # 2 + 1 + 1 and the head.
+    assert all(s["time_s"] == stages[s["rank"]]["time_s"] for s in stages)
+    m = plan["num_micro_batches"]
+    want = (
+        (m + 1 / 3) * max(s["time_s"] for s in stages)
+        + max(s["exposed_dp_s"] for s in stages)
+        + max(s["optimizer_s"] for s in stages)
+    )
+    assert plan["time_per_batch_s"] == pytest.approx(want, rel=1e-12)
+
+
+def test_interleaving_the_blocks_cannot_take_is_refused_with_the_reason():
+    text = compiled(DEEP, "recompute")
+    plan, stages = place(text, 'placement="expert:2,4,1" pipeline_schedule="interleaved:5"')
     assert plan["feasible"] == "no" and stages == []
     assert plan["binding"] == (
-        "stages: interleaved:3 needs p >= 2 stages, p·v dividing the 8 blocks (or them and the embedding and "
-        "loss counted as one each) and p dividing the m micro-batches; got p = 2, p·v = 6, m = 16"
+        "stages: interleaved:5 needs p >= 2 stages, p·v chunks of at least one of the 8 blocks each and p "
+        "dividing the m micro-batches; got p = 2, p·v = 10, m = 16"
     )
 
 

@@ -37,7 +37,7 @@ class PricedStep:
     d·c devices of the DP×CP group).  ``sequence_parallel``: sharded with Megatron's sequence
     parallelism, so a boundary's values are sharded over the TP group already and each rank
     sends its own share; ``blocks``: (first layer, count) of the repeated blocks interleaving
-    splits evenly (None: none); ``grads_freed``: the runtime frees the gradients after each
+    splits over its chunks (None: none); ``grads_freed``: the runtime frees the gradients after each
     step (``placement.GRADS_FREED_RUNTIMES``); ``grad_element_bytes``: the bytes of one gradient
     element as ``grad_bytes`` count them (4 under autocast), which the options' reduce dtype
     rescales.  Layers repeated in a model may be the same object (the search's settings share

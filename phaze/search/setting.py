@@ -127,8 +127,8 @@ class LayerRef:
 class Setting:
     """A model at micro-batch ``micro_batch`` and TP width ``tp``, sharded with Megatron's
     sequence parallelism when ``sequence_parallel`` (see the module docstring); ``blocks``:
-    (first layer, count) of its repeated blocks, which an interleaved schedule splits evenly
-    (None: none)."""
+    (first layer, count) of its repeated blocks, which an interleaved schedule splits over its
+    chunks (None: none)."""
 
     model: str
     micro_batch: int

@@ -1544,26 +1544,58 @@ fn bytes_said(bytes: u64) -> String {
 // by (p, v) ([`interleave_split`]), so there is no split to search: each (d, p, v, ZeRO stage)
 // is priced directly.
 
-/// How Megatron-LM splits the blocks over the p·v chunks, as `(e, l)`: evenly (`(0, 0)`) when
-/// p·v divides the blocks; else counting the embedding (e = 1) and/or the loss (l = 1) as one
-/// block each, `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split`
-/// (megatron/core/transformer/transformer_block.py `get_num_layers_to_build` at d98e8a64: the
-/// blocks plus the counted ones split evenly, the first chunk building one block fewer for the
-/// embedding and the last one fewer for the loss), which is how Llama 3.1 405B's 126 blocks run
-/// on PP 8 × VP 8. The first of (0, 0), (1, 1), (1, 0), (0, 1) that divides and leaves every
-/// chunk a block; `None` when none does.
-fn interleave_split(blocks: usize, chunks: usize) -> Option<(usize, usize)> {
-    [(0, 0), (1, 1), (1, 0), (0, 1)]
-        .into_iter()
-        .find(|&(e, l)| {
-            let units = blocks + e + l;
-            chunks > 0 && units.is_multiple_of(chunks) && units / chunks > e.max(l)
-        })
+/// The blocks of each of the p·v chunks as Megatron-LM builds them, in chunk order (chunk 0 also
+/// holds the layers before the blocks, the last chunk those after them):
+///
+/// * evenly when p·v divides the blocks; else counting the embedding and/or the loss as one
+///   block each, `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split`
+///   (megatron/core/transformer/transformer_block.py `get_num_layers_to_build` at d98e8a64: the
+///   blocks plus the counted ones split evenly, the first chunk building one block fewer for the
+///   embedding and the last one fewer for the loss), tried as (both, embedding, loss), which is
+///   how Llama 3.1 405B's 126 blocks run on PP 8 × VP 8;
+/// * else as a `--pipeline-model-parallel-layout` (megatron/core/transformer/
+///   pipeline_parallel_layer_layout.py) laid out as Megatron-Bridge lays out DeepSeek-V3's 61
+///   blocks (`_get_deepseek_v3_pipeline_layout`, src/megatron/bridge/recipes/deepseek/h100/
+///   deepseek_v3.py at 067f987d, e.g. PP 8 × VP 2 `Et*4|t*4|…|t*4|tmL`): ⌈B/(p·v)⌉ blocks a chunk
+///   from the first on, the last chunk the rest. Where that leaves later chunks none (61 over 32
+///   chunks), each chunk takes fewer so that every later chunk keeps one block: the same layout
+///   wherever Megatron-Bridge's table has one, defined for any B >= p·v.
+///
+/// `None` when p·v exceeds the blocks (some chunk would hold none).
+fn interleave_split(blocks: usize, chunks: usize) -> Option<Vec<usize>> {
+    if chunks == 0 || blocks < chunks {
+        return None;
+    }
+    for (e, l) in [(0, 0), (1, 1), (1, 0), (0, 1)] {
+        let units = blocks + e + l;
+        if units.is_multiple_of(chunks) && units / chunks > e.max(l) {
+            let mut sizes = vec![units / chunks; chunks];
+            sizes[0] -= e;
+            sizes[chunks - 1] -= l;
+            return Some(sizes);
+        }
+    }
+    let per = blocks.div_ceil(chunks);
+    let mut left = blocks;
+    Some(
+        (0..chunks)
+            .map(|c| {
+                let after = chunks - 1 - c;
+                let take = if after == 0 {
+                    left
+                } else {
+                    per.min(left - after)
+                };
+                left -= take;
+                take
+            })
+            .collect(),
+    )
 }
 
-/// Whether v >= 2 chunks per rank are possible at p stages and m micro-batches: p >= 2, the
-/// blocks split over the p·v chunks ([`interleave_split`]), and p divides m (Megatron-LM
-/// requires it of the interleaved schedule).
+/// Whether v >= 2 chunks per rank are possible at p stages and m micro-batches: p >= 2, a block
+/// for each of the p·v chunks ([`interleave_split`]), and p divides m (Megatron-LM requires it
+/// of the interleaved schedule).
 fn interleave_allowed(prob: &Problem, p: usize, v: u64, m: u64) -> bool {
     let (_, blocks) = prob.block_range();
     v >= 2
@@ -1585,19 +1617,26 @@ fn interleave_options(prob: &Problem, p: usize, m: u64) -> Vec<u64> {
     }
 }
 
-/// The layers (first, last) of chunk c of the p·v chunks, split as [`interleave_split`] says.
-fn chunk_layers(prob: &Problem, p: usize, v: u64, c: usize) -> (usize, usize) {
+/// The layers (first, last) of each of the p·v chunks, split as [`interleave_split`] says.
+fn chunk_layers(prob: &Problem, p: usize, v: u64) -> Vec<(usize, usize)> {
     let (first, blocks) = prob.block_range();
-    let chunks = p * v as usize;
-    let (e, l) = interleave_split(blocks, chunks).expect("an allowed interleaving");
-    let per = (blocks + e + l) / chunks;
-    let lo = if c == 0 { 0 } else { first + c * per - e };
-    let hi = if c + 1 == chunks {
-        prob.layers.len() - 1
-    } else {
-        first + (c + 1) * per - e - 1
-    };
-    (lo, hi)
+    let sizes = interleave_split(blocks, p * v as usize).expect("an allowed interleaving");
+    let last = sizes.len() - 1;
+    let mut next = first;
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(c, &n)| {
+            let lo = if c == 0 { 0 } else { next };
+            next += n;
+            let hi = if c == last {
+                prob.layers.len() - 1
+            } else {
+                next - 1
+            };
+            (lo, hi)
+        })
+        .collect()
 }
 
 /// One pipeline rank under interleaving: the sums over the layers of its v chunks, their
@@ -1629,6 +1668,7 @@ struct Rank {
 fn ranks(ctx: &Ctx, p: usize, v: u64) -> Vec<Rank> {
     let prep = ctx.prep;
     let pu = p as u64;
+    let layers = chunk_layers(prep.prob, p, v);
     (0..p)
         .map(|k| {
             let mut sums = RangeSums::default();
@@ -1637,7 +1677,7 @@ fn ranks(ctx: &Ctx, p: usize, v: u64) -> Vec<Rank> {
             let mut windows_s = 0.0;
             let mut chunk_saved = Vec::with_capacity(v as usize);
             for j in 0..v as usize {
-                let (lo, hi) = chunk_layers(prep.prob, p, v, k + j * p);
+                let (lo, hi) = layers[k + j * p];
                 chunk_saved.push(prep.range(lo, hi).saved_bytes);
                 if let Some(w) = &ctx.windows {
                     windows_s += ctx.zero_windows(w, lo, hi);
@@ -1766,10 +1806,11 @@ fn interleaved_plan(ctx: &Ctx, p: usize, v: u64, bound: Option<f64>) -> Result<P
         |k, r| rs[k].time(ctx, r),
         |k, r| rs[k].mem(ctx, r) <= ctx.hbm,
     );
+    let layers = chunk_layers(prob, p, v);
     let stages: Vec<Stage> = (0..p * v as usize)
         .map(|c| {
             let k = c % p;
-            let (first_layer, last_layer) = chunk_layers(prob, p, v, c);
+            let (first_layer, last_layer) = layers[c];
             let memory = rs[k].mem_parts(ctx, policy[k]);
             Stage {
                 rank: k,
@@ -1808,9 +1849,8 @@ fn least_memory(ctx: &Ctx, rs: &[Rank]) -> u64 {
 fn interleave_refusal(prob: &Problem, p: usize, v: u64, m: u64) -> String {
     let (_, blocks) = prob.block_range();
     format!(
-        "stages: interleaved:{v} needs p >= 2 stages, p·v dividing the {blocks} blocks (or them \
-         and the embedding and loss counted as one each) and p dividing the m micro-batches; got \
-         p = {p}, p·v = {}, m = {m}",
+        "stages: interleaved:{v} needs p >= 2 stages, p·v chunks of at least one of the {blocks} \
+         blocks each and p dividing the m micro-batches; got p = {p}, p·v = {}, m = {m}",
         p as u64 * v
     )
 }
@@ -1864,9 +1904,8 @@ fn memory_violation(preps: &Preps) -> Violation {
         return Violation::new(
             ViolationKind::Stages,
             format!(
-                "stages: no (d, p) allows interleaved:{v}: it needs p >= 2 stages, p·v dividing \
-                 the {} blocks (or them and the embedding and loss counted as one each) and p \
-                 dividing the micro-batches per replica",
+                "stages: no (d, p) allows interleaved:{v}: it needs p >= 2 stages, p·v chunks of \
+                 at least one of the {} blocks each and p dividing the micro-batches per replica",
                 prob.block_range().1
             ),
         );
@@ -2274,4 +2313,61 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
         violations,
         plan: Some(plan),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::interleave_split;
+
+    /// `t*n` per chunk as Megatron-Bridge's DeepSeek-V3 table writes them (MTP aside).
+    fn fill(per: usize, chunks: usize, last: usize) -> Vec<usize> {
+        let mut sizes = vec![per; chunks - 1];
+        sizes.push(last);
+        sizes
+    }
+
+    #[test]
+    fn deepseek_v3_61_blocks_take_megatron_bridges_layouts() {
+        // _get_deepseek_v3_pipeline_layout at 067f987d: (8, 2) and (4, 4) `Et*4|(t*4|)*14 tmL`,
+        // (8, 1) and (4, 2) `Et*8|(t*8|)*6 t*5mL`, (4, 1) `Et*16|t*16|t*16|t*13mL`.
+        assert_eq!(interleave_split(61, 16), Some(fill(4, 16, 1)));
+        assert_eq!(interleave_split(61, 8), Some(fill(8, 8, 5)));
+        assert_eq!(interleave_split(61, 4), Some(vec![16, 16, 16, 13]));
+    }
+
+    #[test]
+    fn sixty_one_blocks_over_32_chunks_keep_a_block_in_every_chunk() {
+        // ⌈61/32⌉ = 2 each would leave the last chunk none: 29 chunks of 2, then 3 of 1.
+        let mut want = vec![2; 29];
+        want.extend([1, 1, 1]);
+        assert_eq!(interleave_split(61, 32), Some(want));
+    }
+
+    #[test]
+    fn even_and_counted_splits_are_unchanged() {
+        assert_eq!(interleave_split(32, 8), Some(vec![4; 8]));
+        // Llama 3.1 405B on PP 8 × VP 8: 126 + embedding + loss = 128 over 64 chunks.
+        let mut want = vec![2; 64];
+        want[0] = 1;
+        want[63] = 1;
+        assert_eq!(interleave_split(126, 64), Some(want));
+        // Only the embedding counted: 7 + 1 over 4 chunks.
+        assert_eq!(interleave_split(7, 4), Some(vec![1, 2, 2, 2]));
+    }
+
+    #[test]
+    fn every_split_covers_the_blocks_with_a_block_a_chunk() {
+        for blocks in 1..=70 {
+            for chunks in 1..=blocks {
+                let sizes = interleave_split(blocks, chunks).expect("blocks >= chunks splits");
+                assert_eq!(sizes.len(), chunks);
+                assert_eq!(sizes.iter().sum::<usize>(), blocks);
+                assert!(
+                    sizes.iter().all(|&n| n >= 1),
+                    "{blocks} over {chunks}: {sizes:?}"
+                );
+            }
+            assert_eq!(interleave_split(blocks, blocks + 1), None);
+        }
+    }
 }

@@ -180,9 +180,14 @@ fn folding(prob: &Problem) -> (bool, u64) {
 /// The block count of each of the p·v chunks as Megatron-LM builds them: evenly when p·v
 /// divides the blocks; else with the embedding, the loss, or both counted as a block of the
 /// first / last chunk (`--account-for-embedding-in-pipeline-split`,
-/// `--account-for-loss-in-pipeline-split`), tried in that order; `None` when none splits
-/// (or one leaves a chunk without a block).
+/// `--account-for-loss-in-pipeline-split`), tried in that order; else as Megatron-Bridge lays out
+/// DeepSeek-V3 (`--pipeline-model-parallel-layout`): the first k chunks ⌈count/chunks⌉ blocks,
+/// k the most that leave each later chunk one, the next chunk the rest less one for each after
+/// it, those one each. `None` when some chunk would hold no block.
 fn chunk_blocks(count: usize, chunks: usize) -> Option<Vec<usize>> {
+    if count < chunks {
+        return None;
+    }
     for (embedding, loss) in [(false, false), (true, true), (true, false), (false, true)] {
         let units = count + usize::from(embedding) + usize::from(loss);
         if !units.is_multiple_of(chunks) {
@@ -195,7 +200,17 @@ fn chunk_blocks(count: usize, chunks: usize) -> Option<Vec<usize>> {
             return Some(sizes);
         }
     }
-    None
+    let per = count.div_ceil(chunks);
+    let full = (0..chunks)
+        .rev()
+        .find(|&k| k * per + (chunks - k) <= count)
+        .unwrap_or(0);
+    let mut sizes = vec![per; full];
+    if full < chunks {
+        sizes.push(count - full * per - (chunks - full - 1));
+        sizes.resize(chunks, 1);
+    }
+    Some(sizes)
 }
 
 /// The layers (first, last) of each of the p·v chunks: the prologue with the first chunk's

@@ -319,7 +319,7 @@ fn interleaved_chunks(blocks: usize, p: usize, v: u64) -> Result<Vec<(usize, usi
 }
 
 #[test]
-fn interleaved_chunks_count_the_embedding_and_loss_where_the_blocks_do_not_divide() {
+fn interleaved_chunks_where_the_blocks_do_not_divide() {
     // 4 blocks over 2 × 2 chunks: one each, the prologue with the first, the head with the last.
     assert_eq!(
         interleaved_chunks(4, 2, 2).unwrap(),
@@ -346,8 +346,14 @@ fn interleaved_chunks_count_the_embedding_and_loss_where_the_blocks_do_not_divid
         assert!(sizes[1..sizes.len() - 1].iter().all(|&s| s == per));
         assert_eq!(sizes.iter().sum::<usize>(), blocks + 2);
     }
-    // 5 blocks over 4 chunks split no way that leaves every chunk a block.
-    assert!(interleaved_chunks(5, 2, 2)
+    // 5 blocks over 4 chunks: no even or counted split; as Megatron-Bridge lays out DeepSeek-V3,
+    // ⌈5/4⌉ = 2 from the first chunk on while every later chunk keeps one: [2, 1, 1, 1].
+    assert_eq!(
+        interleaved_chunks(5, 2, 2).unwrap(),
+        [(0, 2), (3, 3), (4, 4), (5, 6)]
+    );
+    // 3 blocks over 4 chunks leave a chunk without one.
+    assert!(interleaved_chunks(3, 2, 2)
         .unwrap_err()
         .contains("interleaved:2"));
 }
