@@ -14,7 +14,7 @@ from xdsl.passes import ModulePass
 
 from passes.algorithms.kernels import RUNTIMES, SDPA_ORDERS, KOp, StepValues, form_kernels
 from passes.algorithms.option_values import SdpaOrder
-from passes.graph_view import step_function
+from passes.graph_view import grouped_key, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import KernelAttr
@@ -25,28 +25,6 @@ bf16_type = BFloat16Type()
 
 #: Reduction kinds that are not loops Inductor or Megatron fuse (sorts and selections).
 _LIBRARY_REDUCTIONS = ("topk", "sort", "histc", "argmax")
-#: The aten names (overload aside) the importer gives the views and copies an expert GEMM
-#: expands into: torch's, or Transformer Engine's on FP8 operands (``float8_linear.py``).
-_GROUPED_MM = ("aten._grouped_mm", "phaze.fp8_grouped_mm")
-
-
-def _grouped_source(v: SSAValue) -> SSAValue | None:
-    """The operand of an ``aten._grouped_mm`` that ``v`` was cut from by the importer's
-    expansion (its views and copies keep that aten name), None when ``v`` is not."""
-    found = None
-    while isinstance(v.owner, ph.LayoutOp) and v.owner.aten.data.startswith(_GROUPED_MM) and v.owner.operands:
-        v = v.owner.operands[0]
-        found = v
-    return found
-
-
-def grouped_key(o: ph.MatmulOp, ids: dict[SSAValue, int]) -> str:
-    """The ``aten._grouped_mm`` an expert GEMM is part of, as the ids of the two values it was
-    expanded from ("" for any other matmul): the parts of one uneven split share it."""
-    sources = [_grouped_source(v) for v in (o.lhs, o.rhs)]
-    if all(s is None for s in sources):
-        return ""
-    return ",".join(str(ids[s if s is not None else v]) for s, v in zip(sources, (o.lhs, o.rhs)))
 
 
 def _numel(v: SSAValue) -> int:

@@ -233,3 +233,27 @@ def _build(fn: func.FuncOp, require_phase: bool, signatures: bool) -> tuple[Grap
 def read_layers(ops: list[Operation]) -> list[int]:
     """The ``phaze.layer`` of every op (written by ``phaze-group-layers``)."""
     return [keys.require(o, keys.LAYER, IntegerAttr).value.data for o in ops]
+
+
+#: The aten names (overload aside) the importer gives the views and copies an expert GEMM
+#: expands into: torch's, or Transformer Engine's on FP8 operands (``float8_linear.py``).
+_GROUPED_MM = ("aten._grouped_mm", "phaze.fp8_grouped_mm")
+
+
+def _grouped_source(v: SSAValue) -> SSAValue | None:
+    """The operand of an ``aten._grouped_mm`` that ``v`` was cut from by the importer's
+    expansion (its views and copies keep that aten name), None when ``v`` is not."""
+    found = None
+    while isinstance(v.owner, ph.LayoutOp) and v.owner.aten.data.startswith(_GROUPED_MM) and v.owner.operands:
+        v = v.owner.operands[0]
+        found = v
+    return found
+
+
+def grouped_key(o: ph.MatmulOp, ids: dict[SSAValue, int]) -> str:
+    """The ``aten._grouped_mm`` an expert GEMM is part of, as the ids of the two values it was
+    expanded from ("" for any other matmul): the parts of one uneven split share it."""
+    sources = [_grouped_source(v) for v in (o.lhs, o.rhs)]
+    if all(s is None for s in sources):
+        return ""
+    return ",".join(str(ids[s if s is not None else v]) for s, v in zip(sources, (o.lhs, o.rhs)))

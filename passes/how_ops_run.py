@@ -27,7 +27,7 @@ from passes.algorithms.latency import MatmulDesc, VectorDesc, estimate_chip
 from passes.algorithms.tiling import tile_gemm_scalar
 from passes.algorithms.tp_overlap import added_s, method_of
 from passes.cost_view import describe_op, rowwise_gemm, skipped_flops
-from passes.graph_view import arg_role, step_function
+from passes.graph_view import arg_role, grouped_key, step_function
 from phaze_ir import dialect as ph
 from phaze_ir import keys
 from phaze_ir.attributes import LatencyAttr, LayerInfoAttr
@@ -363,11 +363,9 @@ def expert_gemm_ops(module: ModuleOp) -> dict[int, tuple[int, int, list[tuple[Op
     """Per MoE layer (by ``phaze.layer``): its experts, its routed rows per expert and its
     expert GEMMs in program order, each with its description and whether the backward runs it.
     A layer's expert GEMMs are the ``phaze.matmul`` ops of its forward and backward cut from an
-    ``aten._grouped_mm`` (``form_kernels.grouped_key``) over all of its experts
+    ``aten._grouped_mm`` (``graph_view.grouped_key``) over all of its experts
     (``phaze.layers``' ``experts``); its rows per expert are the rows of its first forward one
     (the dispatched tokens, as ``dispatch_bytes`` reads them).  None without ``phaze.layers``."""
-    from passes.form_kernels import grouped_key
-
     infos = (a.as_dict() for a in keys.records_of(module, keys.LAYERS, LayerInfoAttr))
     experts = {int(r["index"]): int(r["experts"]) for r in infos}
     fn = step_function(module)

@@ -30,9 +30,9 @@ def _flag(flags, name):
 
 def test_the_file_parses_and_every_row_has_a_source():
     rows = pp.read_rows(CSV)
-    assert len(rows) == 94
+    assert len(rows) == 95
     assert {r.group for r in rows} == {"fsdp", "megatron", "nemo", "dgxc"}
-    assert sum(pp.chip_name(r.hw) == "h100" for r in rows) == 57
+    assert sum(pp.chip_name(r.hw) == "h100" for r in rows) == 58
     assert sum(pp.chip_name(r.hw) == "h100_hbm2e" for r in rows) == 15
     assert len({r.id for r in rows}) == len(rows)
     for r in rows:
@@ -327,6 +327,18 @@ def test_torchaos_rowwise_table_covers_its_grid_and_the_benchmarks_shapes():
     assert table[16384, 4096, 1024] == 0.57 and table[16384, 8192, 8192] == 1.33
 
 
+def test_the_deepseek_v3_row_runs_as_the_recipe_laid_it_out():
+    """DeepSeek-V3 671B on 1,024 H100s (dgxc-benchmarking v25.08.01): TP 1, PP 8 × VP 2 over
+    its 61 blocks (NeMo's uneven layout, which phaze's interleaved split now takes), EP 64 folded
+    over DP 128, dropless, full recompute standing for the recipe's recompute modules."""
+    rows = {x.id: x for x in pp.read_rows(CSV)}
+    f = pp.phazec_flags(rows["dgxc-dsv3-671b-bf16-1024"])
+    assert _flag(f, "--placement") == "expert:8,128,1"
+    assert (_flag(f, "--expert-parallel"), _flag(f, "--pipeline-schedule")) == ("64", "interleaved:2")
+    assert _flag(f, "--recompute") == "full" and "--capacity-factor" not in f
+    assert rows["dgxc-dsv3-671b-bf16-1024"].model == "deepseek_v3_671b"
+
+
 def test_the_grok1_rows_run_expert_parallelism_over_context_parallelism_at_capacity():
     """The DGX Cloud recipes' Grok-1 314B (64 layers, 8 experts): TP 4 × PP 8 (VP 8) × CP 2 ×
     DP 8 on 512 GPUs with EP 8 (dividing the attention's DP, as Megatron-core 0.9 requires),
@@ -340,7 +352,8 @@ def test_the_grok1_rows_run_expert_parallelism_over_context_parallelism_at_capac
     fp8 = rows["dgxc-grok1-314b-fp8-2048"]
     assert fp8.dp == 32 and "--fp8-params" in pp.phazec_flags(fp8)
     moe = {i for i, r in rows.items() if r.moe == "yes"}
-    assert moe == {f"dgxc-grok1-314b-{p}-{n}" for p in ("bf16", "fp8") for n in (512, 2048)}
+    grok = {f"dgxc-grok1-314b-{p}-{n}" for p in ("bf16", "fp8") for n in (512, 2048)}
+    assert moe == grok | {"dgxc-dsv3-671b-bf16-1024"}
     assert {i for i, r in rows.items() if r.ep > 1 or r.capacity_factor is not None} == moe
     assert "--capacity-factor" not in pp.phazec_flags(rows["fms-7b"])
     d = {k: "1" for k in pp.REQUIRED}
