@@ -184,11 +184,10 @@ class GraphStructure:
 
         return "latent" if self._reaches(i, depth, norm, True) and self._reaches_linear(i, depth) else ""
 
-    def _reaches(self, i: int, depth: int, found, features: bool) -> bool:
-        """Does the output of linear ``i`` reach an op ``found(j, op)`` accepts, through forward
-        ops of its layer, layouts, elementwise ops and softmaxes with one activation operand (a parameter
-        or a broadcast operand, a bias or a norm's scale, rides along); with ``features``, only
-        through ops that keep the features the last dim (:meth:`_keeps_features`)?"""
+    def _forward_reach(self, i: int, depth: int, found, passes) -> bool:
+        """Does the output of linear ``i`` reach, within ``depth`` ops, a forward op of its layer
+        that ``found(j, k, op)`` accepts (the op ``j``, the value's operand index ``k``), going on
+        through the ops ``passes(op)`` lets through?"""
         g = self.graph
         layer = g.ops[i].layer
         frontier, seen = [(v, 0) for v in g.ops[i].results], set()
@@ -197,23 +196,33 @@ class GraphStructure:
             if v in seen or d > depth:
                 continue
             seen.add(v)
-            for j, _k in self.consumers[v]:
+            for j, k in self.consumers[v]:
                 op = g.ops[j]
                 if op.phase != "fwd" or op.layer != layer:
                     continue
-                if found(j, op):
+                if found(j, k, op):
                     return True
-                out = max((math.prod(g.values[r].shape) for r in op.results), default=0)
-                activations = [
-                    u for u in op.operands if not self._is_param_view(u) and math.prod(g.values[u].shape) >= out
-                ]
-                if (
-                    op.name in ("layout", "elementwise", "softmax")
-                    and len(activations) == 1
-                    and (not features or self._keeps_features(op))
-                ):
+                if passes(op):
                     frontier += [(r, d + 1) for r in op.results]
         return False
+
+    def _reaches(self, i: int, depth: int, found, features: bool) -> bool:
+        """Does the output of linear ``i`` reach an op ``found(j, op)`` accepts, through forward
+        ops of its layer, layouts, elementwise ops and softmaxes with one activation operand (a parameter
+        or a broadcast operand, a bias or a norm's scale, rides along); with ``features``, only
+        through ops that keep the features the last dim (:meth:`_keeps_features`)?"""
+        g = self.graph
+
+        def passes(op: TOp) -> bool:
+            out = max((math.prod(g.values[r].shape) for r in op.results), default=0)
+            activations = [u for u in op.operands if not self._is_param_view(u) and math.prod(g.values[u].shape) >= out]
+            return (
+                op.name in ("layout", "elementwise", "softmax")
+                and len(activations) == 1
+                and (not features or self._keeps_features(op))
+            )
+
+        return self._forward_reach(i, depth, lambda j, _k, op: found(j, op), passes)
 
     def _keeps_features(self, op: TOp) -> bool:
         """Does layout or elementwise ``op`` keep its operand's last dim as its results' last
@@ -229,23 +238,12 @@ class GraphStructure:
     def _reaches_linear(self, i: int, depth: int) -> bool:
         """Does the output of linear ``i`` reach the input of another linear of its layer
         through forward elementwise, layout and reduction ops (no GEMM between)?"""
-        g = self.graph
-        layer = g.ops[i].layer
-        frontier, seen = [(v, 0) for v in g.ops[i].results], set()
-        while frontier:
-            v, d = frontier.pop()
-            if v in seen or d > depth:
-                continue
-            seen.add(v)
-            for j, k in self.consumers[v]:
-                op = g.ops[j]
-                if op.phase != "fwd" or op.layer != layer:
-                    continue
-                if j in self.linear_param and k == 0:
-                    return True
-                if op.name in ("layout", "elementwise", "reduction"):
-                    frontier += [(r, d + 1) for r in op.results]
-        return False
+        return self._forward_reach(
+            i,
+            depth,
+            lambda j, k, _op: j in self.linear_param and k == 0,
+            lambda op: op.name in ("layout", "elementwise", "reduction"),
+        )
 
     def _last_dim_of_square(self, j: int) -> bool:
         """Is reduction ``j`` a mean over the last dim of a ``pow`` (an RMSNorm's)?"""
