@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from passes.algorithms.option_values import AUTO, Auto, Dtype, Runtime, SdpaOrder, TextEnum, Tristate, Zero
+from passes.algorithms.option_values import AUTO, Auto, Dtype, Recompute, Runtime, SdpaOrder, TextEnum, Tristate, Zero
 from passes.algorithms.placement_options import (
     PlacementOptions,
     count_limit,
@@ -275,7 +275,9 @@ def context_parallel_degree(opts: Options) -> int:
 def narrowed(opts: Options, choice: Mapping[str, str]) -> Options:
     """``opts`` with ``--zero`` and ``--recompute`` narrowed as ``choice`` says (one of
     ``phaze.plan.export.launchable_choices``: what an ``--export`` target launches)."""
-    return replace(opts, zero=choice.get("zero", opts.zero), recompute=choice.get("recompute", opts.recompute))
+    return replace(
+        opts, zero=Zero(choice.get("zero", opts.zero)), recompute=Recompute(choice.get("recompute", opts.recompute))
+    )
 
 
 def zero_stage(opts: Options) -> int | None:

@@ -31,13 +31,13 @@ from phaze_ir.op_kinds import RecomputePolicy
 TARGETS = ("megatron", "torchtitan")
 
 
-def pipeline_outermost_only(exports: list[tuple[str, str]] | None, expert_parallel: str) -> bool:
+def pipeline_outermost_only(exports: list[tuple[str, str]] | None, expert_parallel: int | Auto | None) -> bool:
     """Whether the plan must number its devices ``tp-dp-pp`` to be launched by every export
     asked for: torchtitan's device mesh is (pp, dp, tp) whatever it is told, and Megatron-LM's
     ``--use-tp-pp-dp-mapping`` puts expert parallelism inside the pipeline, not inside data
-    parallelism as phaze prices it."""
+    parallelism as phaze prices it (``expert_parallel``: the parsed option, None not given: 1)."""
     targets = {target for target, _ in exports or ()}
-    return "torchtitan" in targets or ("megatron" in targets and expert_parallel != "1")
+    return "torchtitan" in targets or ("megatron" in targets and expert_parallel not in (None, 1))
 
 
 # Sources the mapping relies on (docs/launch.md cites them):
