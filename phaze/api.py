@@ -47,7 +47,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from passes.algorithms.option_values import Dtype
+from passes.algorithms.option_values import Dtype, Fp8RecipeSetting
 from passes.algorithms.placement_options import OptionError, declared_choices, field_type, parsed_option
 from phaze.options import Options
 from phaze_ir.errors import PhazeError, PhazeWarning
@@ -272,7 +272,8 @@ def options(hw: str, **given: Any) -> Options:
         typed = _typed(name, value, annotation, choices)
         values[target] = (typed,) if name in _ONE_VALUE else typed
         said_as[target] = name
-    if values.get("fp8_recipe", "auto") != "auto" and _parsed(by_name["dtype"], values.get("dtype")) is not Dtype.FP8:
+    recipe = _parsed(by_name["fp8_recipe"], values.get("fp8_recipe"))
+    if recipe not in (None, Fp8RecipeSetting.AUTO) and _parsed(by_name["dtype"], values.get("dtype")) is not Dtype.FP8:
         raise PhazeError(
             f"phaze.compile: fp8_recipe={values['fp8_recipe']!r}: the FP8 linears' scaling needs dtype='fp8'"
         )

@@ -8,7 +8,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from passes.algorithms.option_values import AUTO, Auto, Dtype, Recompute, Runtime, SdpaOrder, TextEnum, Tristate, Zero
+from passes.algorithms.option_values import (
+    AUTO,
+    Auto,
+    Dtype,
+    Fp8RecipeSetting,
+    Recompute,
+    Runtime,
+    SdpaOrder,
+    TextEnum,
+    Tristate,
+    Zero,
+)
 from passes.algorithms.placement_options import (
     PlacementOptions,
     count_limit,
@@ -131,8 +142,8 @@ class Options(PlacementOptions):
     )
     #: How ``--dtype fp8``'s linears scale their casts (``phaze_ir/frontend/float8_linear.py``);
     #: ``auto`` is resolved where the exports are known (:meth:`fp8`).
-    fp8_recipe: str = option(
-        "auto",
+    fp8_recipe: Fp8RecipeSetting = option(
+        Fp8RecipeSetting.AUTO,
         help="how --dtype fp8 scales its casts, as the runtime that launches it: delayed, Transformer Engine's "
         "delayed per-tensor scaling (Megatron-LM's --fp8-recipe delayed); current, TE's per-tensor current "
         "scaling (an amax pass before each cast: Megatron-LM's --fp8-recipe tensorwise); tensorwise, rowwise: "
@@ -140,6 +151,7 @@ class Options(PlacementOptions):
         "which keeps the bf16 operands for the backward and casts them again there",
         choices="phaze_ir.frontend.float8_linear.FP8_RECIPE_CHOICES",
         default_words="auto: rowwise when --export torchtitan is asked, else delayed",
+        parse=Fp8RecipeSetting,
     )
     optimizer: str = option(
         "adam",

@@ -15,6 +15,7 @@ from conftest import ROOT
 from passes.algorithms.option_values import (
     AUTO,
     Dtype,
+    Fp8RecipeSetting,
     PipelineSchedule,
     RankOrder,
     Recompute,
@@ -58,7 +59,8 @@ def _option_text_compared(source: str) -> list[tuple[int, str]]:
 
 def test_the_typed_options_are_the_most_used():
     most_used = {"context_parallel", "sequence_parallel", "tp_overlap", "zero", "recompute", "kernels"}
-    assert most_used | {"sdpa_order", "rank_order", "emit", "dtype", "pipeline_schedule", "expert_parallel"} <= TYPED
+    later = {"pipeline_schedule", "expert_parallel", "fp8_recipe"}
+    assert most_used | {"sdpa_order", "rank_order", "emit", "dtype"} | later <= TYPED
 
 
 def test_the_check_finds_option_text_compared():
@@ -141,11 +143,13 @@ def test_a_typed_value_reads_as_its_text():
 def test_the_members_are_the_settings_the_placement_declares():
     from passes.algorithms.kernels import RUNTIMES, SDPA_ORDERS
     from passes.algorithms.placement import RANK_ORDER_SETTINGS, RECOMPUTE_SETTINGS, ZERO_SETTINGS
+    from phaze_ir.frontend.float8_linear import FP8_RECIPE_CHOICES
     from phaze_ir.frontend.trace import DTYPES
 
     assert tuple(Zero) == ZERO_SETTINGS and tuple(Recompute) == RECOMPUTE_SETTINGS
     assert tuple(Runtime) == RUNTIMES and tuple(SdpaOrder) == SDPA_ORDERS
     assert tuple(RankOrder) == RANK_ORDER_SETTINGS and tuple(Dtype) == DTYPES
+    assert tuple(Fp8RecipeSetting) == FP8_RECIPE_CHOICES
 
 
 def test_the_schedule_and_the_expert_degree_are_parsed_once():

@@ -103,6 +103,18 @@ class Dtype(TextEnum):
     MODEL = "model"
 
 
+class Fp8RecipeSetting(TextEnum):
+    """``--fp8-recipe``: how ``--dtype fp8``'s linears scale their casts
+    (``phaze_ir.frontend.float8_linear.FP8_RECIPE_CHOICES``, in that order), or ``auto``,
+    resolved by the exports asked (``float8_linear.resolve_recipe``)."""
+
+    AUTO = "auto"
+    DELAYED = "delayed"
+    CURRENT = "current"
+    TENSORWISE = "tensorwise"
+    ROWWISE = "rowwise"
+
+
 class PipelineSchedule(str):
     """``--pipeline-schedule`` parsed (``placement.pipeline_schedule``): its text (``auto``,
     ``1f1b``, ``interleaved:V``), which it reads as, and the model chunks a device holds

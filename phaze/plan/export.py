@@ -24,7 +24,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from passes.algorithms.option_values import Auto, Dtype, RankOrder, Recompute, Runtime, SdpaOrder, Tristate, Zero
+from passes.algorithms.option_values import (
+    Auto,
+    Dtype,
+    Fp8RecipeSetting,
+    RankOrder,
+    Recompute,
+    Runtime,
+    SdpaOrder,
+    Tristate,
+    Zero,
+)
 from phaze_ir.errors import PhazeError
 from phaze_ir.op_kinds import RecomputePolicy
 
@@ -1110,6 +1120,11 @@ def export_outputs(args) -> list[tuple[str, str]]:
         raise PhazeError(
             "--export needs a plan for one accelerator (--hw CHIP, --emit plan): a searched chip cannot be launched"
         )
+    from phaze.options import Options
+    from phaze.tools.flags import parsed_flag
+
+    # the flags that decide a refusal, as the run takes them (None: not given)
+    dtype, asked_recipe = parsed_flag(args, Options, "dtype"), parsed_flag(args, Options, "fp8_recipe")
     outputs = []
     for target, path in requests:
         if target not in TARGETS:
@@ -1117,7 +1132,7 @@ def export_outputs(args) -> list[tuple[str, str]]:
         if path in ("", "-"):
             raise PhazeError(f"--export {target} needs a file name (not stdout)")
         if target == "torchtitan":
-            from phaze.options import Options, context_parallel_degree, zero_stage
+            from phaze.options import context_parallel_degree, zero_stage
 
             # the options given (Options' defaults for the others), typed as the run takes them
             given = Options(
@@ -1129,29 +1144,30 @@ def export_outputs(args) -> list[tuple[str, str]]:
             )
             zero = zero_stage(given)  # None: auto
             _torchtitan_can_run(zero or 0, getattr(args, "optimizer", "adam"))
-            if getattr(args, "dtype", None) in ("float16", "amp-float16"):  # fp16 asked by name
+            if dtype in (Dtype.FLOAT16, Dtype.AMP_FLOAT16):  # fp16 asked by name
                 raise PhazeError(_TORCHTITAN_FP16)
-            if getattr(args, "dtype", None) == "fp8":
+            if dtype is Dtype.FP8:
                 from phaze_ir.frontend.float8_linear import resolve_recipe
 
-                recipe = resolve_recipe(getattr(args, "fp8_recipe", None) or "auto", torchtitan=True).value
+                recipe = resolve_recipe(asked_recipe or Fp8RecipeSetting.AUTO, torchtitan=True).value
                 if why := torchtitan_fp8_refusal(recipe, bool(getattr(args, "fp8_params", False))):
                     raise PhazeError(why)
             if context_parallel_degree(given) > 1 and zero not in (3, None):
                 raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=zero))
             if given.tp_overlap is Tristate.ON and given.kernels is not Runtime.INDUCTOR:
                 raise PhazeError(_TORCHTITAN_ASYNC_TP)
-        if target == "megatron" and getattr(args, "dtype", None) == "fp8":
-            asked = getattr(args, "fp8_recipe", None) or "auto"
-            if asked not in ("auto", *MEGATRON_FP8_RECIPES):
-                raise PhazeError(_MEGATRON_TORCHAO.format(recipe=asked))
-        if getattr(args, "dtype", None) == "fp8" and {t for t, _ in requests} >= {"megatron", "torchtitan"}:
+        if target == "megatron" and dtype is Dtype.FP8:
+            if asked_recipe not in (None, Fp8RecipeSetting.AUTO, *MEGATRON_FP8_RECIPES):
+                raise PhazeError(_MEGATRON_TORCHAO.format(recipe=asked_recipe))
+        if dtype is Dtype.FP8 and {t for t, _ in requests} >= {"megatron", "torchtitan"}:
             raise PhazeError(
                 "--export megatron and torchtitan with --dtype fp8: no FP8 recipe runs on both (Megatron-LM's is "
                 "Transformer Engine's, torchtitan's torchao's): export one"
             )
         selective = getattr(args, "selective_recompute", None) or "attention"
-        if getattr(args, "recompute", None) == "selective" and (why := selective_refusal(target, selective)):
+        if parsed_flag(args, Options, "recompute") is Recompute.SELECTIVE and (
+            why := selective_refusal(target, selective)
+        ):
             raise PhazeError(why)
         outputs.append((f"--export {target}", path))
     return outputs

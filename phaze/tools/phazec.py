@@ -42,6 +42,7 @@ from phaze.tools.flags import (
     check_jobs,
     check_option_flags,
     option_values,
+    parsed_flag,
     trim_cache_dir,
 )
 from phaze_ir.errors import PhazeError
@@ -274,27 +275,14 @@ def check_flags(args: argparse.Namespace) -> None:
     check_option_flags(args, Options)
 
 
-def parsed_flag(args: argparse.Namespace, name: str):
-    """Option ``name``'s flag as :class:`Options` holds it: its text parsed by its field's
-    ``parse`` (checked first: :func:`check_flags`), None when not given."""
-    from passes.algorithms.placement_options import parsed_option
-    from phaze.tools.flags import option_dest
-
-    value = getattr(args, option_dest(Options, name), None)
-    return parsed_option(_OPTION_FIELDS[name], value) if isinstance(value, str) else value  # a default: typed
-
-
-_OPTION_FIELDS = {f.name: f for f in dataclasses.fields(Options)}
-
-
 def rank_order(args: argparse.Namespace):
     """``--rank-order``, with ``auto`` narrowed to ``tp-dp-pp`` where an export asked for can
     launch no other numbering (:func:`phaze.plan.export.pipeline_outermost_only`)."""
     from passes.algorithms.option_values import RankOrder
     from phaze.plan.export import pipeline_outermost_only
 
-    order = parsed_flag(args, "rank_order")
-    if order is RankOrder.AUTO and pipeline_outermost_only(args.export, parsed_flag(args, "expert_parallel")):
+    order = parsed_flag(args, Options, "rank_order")
+    if order is RankOrder.AUTO and pipeline_outermost_only(args.export, parsed_flag(args, Options, "expert_parallel")):
         return RankOrder.TP_DP_PP
     return order
 
@@ -330,7 +318,7 @@ def options(args: argparse.Namespace):
         )
     if search:
         # phaze-overlap-tensor-parallel prices it on the chip's SMs
-        if parsed_flag(args, "tp_overlap") is not Options.tp_overlap:
+        if parsed_flag(args, Options, "tp_overlap") is not Options.tp_overlap:
             raise PhazeError(
                 f"--tp-overlap {args.tp_overlap}: the architecture search's chips have no SM count "
                 "([calibration] wave_units) to price the overlap; give --hw CHIP with one (h100)"
@@ -353,7 +341,7 @@ def fp8_recipe(args: argparse.Namespace) -> str:
     from phaze_ir.frontend.float8_linear import resolve_recipe
 
     asked = getattr(args, "fp8_recipe", None)
-    if asked is not None and (getattr(args, "dtype", None) is None or parsed_flag(args, "dtype") is not Dtype.FP8):
+    if asked is not None and parsed_flag(args, Options, "dtype") is not Dtype.FP8:
         raise PhazeError(f"--fp8-recipe {asked}: the FP8 linears' scaling needs --dtype fp8")
     torchtitan = any(target == "torchtitan" for target, _ in getattr(args, "export", None) or ())
     return resolve_recipe(getattr(args, "fp8_recipe", None) or "auto", torchtitan).value
