@@ -13,6 +13,7 @@ from passes.algorithms.option_values import (
     Auto,
     Dtype,
     Fp8RecipeSetting,
+    Optimizer,
     Recompute,
     Runtime,
     SdpaOrder,
@@ -153,11 +154,12 @@ class Options(PlacementOptions):
         default_words="auto: rowwise when --export torchtitan is asked, else delayed",
         parse=Fp8RecipeSetting,
     )
-    optimizer: str = option(
-        "adam",
+    optimizer: Optimizer = option(
+        Optimizer.ADAM,
         help="optimizer of the training step",
         choices="phaze_ir.op_kinds.OPTIMIZER_KINDS",
         default_words="adam, mixed precision",
+        parse=Optimizer,
     )
     hw: str = option(
         "tpuv4",

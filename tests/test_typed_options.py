@@ -16,6 +16,7 @@ from passes.algorithms.option_values import (
     AUTO,
     Dtype,
     Fp8RecipeSetting,
+    Optimizer,
     PipelineSchedule,
     RankOrder,
     Recompute,
@@ -59,7 +60,7 @@ def _option_text_compared(source: str) -> list[tuple[int, str]]:
 
 def test_the_typed_options_are_the_most_used():
     most_used = {"context_parallel", "sequence_parallel", "tp_overlap", "zero", "recompute", "kernels"}
-    later = {"pipeline_schedule", "expert_parallel", "fp8_recipe"}
+    later = {"pipeline_schedule", "expert_parallel", "fp8_recipe", "optimizer"}
     assert most_used | {"sdpa_order", "rank_order", "emit", "dtype"} | later <= TYPED
 
 
@@ -145,11 +146,12 @@ def test_the_members_are_the_settings_the_placement_declares():
     from passes.algorithms.placement import RANK_ORDER_SETTINGS, RECOMPUTE_SETTINGS, ZERO_SETTINGS
     from phaze_ir.frontend.float8_linear import FP8_RECIPE_CHOICES
     from phaze_ir.frontend.trace import DTYPES
+    from phaze_ir.op_kinds import OPTIMIZER_KINDS
 
     assert tuple(Zero) == ZERO_SETTINGS and tuple(Recompute) == RECOMPUTE_SETTINGS
     assert tuple(Runtime) == RUNTIMES and tuple(SdpaOrder) == SDPA_ORDERS
     assert tuple(RankOrder) == RANK_ORDER_SETTINGS and tuple(Dtype) == DTYPES
-    assert tuple(Fp8RecipeSetting) == FP8_RECIPE_CHOICES
+    assert tuple(Fp8RecipeSetting) == FP8_RECIPE_CHOICES and tuple(Optimizer) == tuple(OPTIMIZER_KINDS)
 
 
 def test_the_schedule_and_the_expert_degree_are_parsed_once():

@@ -115,6 +115,15 @@ class Fp8RecipeSetting(TextEnum):
     ROWWISE = "rowwise"
 
 
+class Optimizer(TextEnum):
+    """``--optimizer``: the training step's optimizer (``phaze_ir.op_kinds.OPTIMIZER_KINDS``, in
+    that order): mixed-precision Adam, momentum-free SGD, Adam with its state in bf16."""
+
+    ADAM = "adam"
+    SGD = "sgd"
+    ADAM_BF16 = "adam-bf16"
+
+
 class PipelineSchedule(str):
     """``--pipeline-schedule`` parsed (``placement.pipeline_schedule``): its text (``auto``,
     ``1f1b``, ``interleaved:V``), which it reads as, and the model chunks a device holds

@@ -28,6 +28,7 @@ from passes.algorithms.option_values import (
     Auto,
     Dtype,
     Fp8RecipeSetting,
+    Optimizer,
     RankOrder,
     Recompute,
     Runtime,
@@ -150,7 +151,7 @@ class ModelFacts:
     dtype: str = "float16"
     #: whether the user asked for ``dtype`` (phazec's ``--dtype``), or it is the default
     dtype_asked: bool = False
-    optimizer: str = "adam"
+    optimizer: Optimizer = Optimizer.ADAM
     dp_overlap: bool = False
     #: FP8 primary weights (phazec's ``--fp8-params``)
     fp8_params: bool = False
@@ -587,9 +588,9 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
             # weights as TE's FP8 tensors and all-gathers them in FP8 under its distributed
             # optimizer (the all-gather's bytes are priced as bf16's, docs/design.md §6.5)
             args.append("--fp8-param-gather")
-    if facts.optimizer == "sgd":
+    if facts.optimizer == Optimizer.SGD:
         args.append("--optimizer=sgd")
-    if facts.optimizer == "adam-bf16":
+    if facts.optimizer == Optimizer.ADAM_BF16:
         # Megatron-core's precision-aware optimizer keeps its main parameters in fp32 or fp16
         # (--main-params-dtype), not bf16 as Apex's DistributedFusedAdam with dtype bf16 does
         raise PhazeError(
@@ -1098,7 +1099,7 @@ def torchtitan_flavour(facts: ModelFacts) -> tuple[list[str], list[str]]:
     return fields, unknown
 
 
-def _torchtitan_can_run(zero: int, optimizer: str) -> None:
+def _torchtitan_can_run(zero: int, optimizer: Optimizer) -> None:
     """torchtitan's refusal of a ZeRO stage or an optimizer it has not (known from the options,
     before any work, when they fix them)."""
     if zero in (1, 2):
@@ -1106,7 +1107,7 @@ def _torchtitan_can_run(zero: int, optimizer: str) -> None:
             f"--export torchtitan: ZeRO-{zero} shards the optimizer state{' and gradients' if zero == 2 else ''} "
             "but not the parameters; torchtitan shards all three (FSDP, ZeRO-3) or none: compile with --zero 0 or 3"
         )
-    if optimizer != "adam":
+    if optimizer != Optimizer.ADAM:
         raise PhazeError(f"--export torchtitan: torchtitan 0.3.0 has no {optimizer} optimizer (Adam, AdamW, DistMuon)")
 
 
@@ -1143,7 +1144,7 @@ def export_outputs(args) -> list[tuple[str, str]]:
                 }
             )
             zero = zero_stage(given)  # None: auto
-            _torchtitan_can_run(zero or 0, getattr(args, "optimizer", "adam"))
+            _torchtitan_can_run(zero or 0, parsed_flag(args, Options, "optimizer") or Optimizer.ADAM)
             if dtype in (Dtype.FLOAT16, Dtype.AMP_FLOAT16):  # fp16 asked by name
                 raise PhazeError(_TORCHTITAN_FP16)
             if dtype is Dtype.FP8:
@@ -1229,7 +1230,7 @@ class Launchable:
     targets: tuple[str, ...]
     choices: tuple[dict[str, str], ...]
     selective: str
-    optimizer: str
+    optimizer: Optimizer
 
     def refusal(self, zero: int, cp: int, policies: Sequence[str]) -> str | None:
         """The first target's one-line refusal of a placement for its ZeRO stage, context
