@@ -261,10 +261,18 @@ class PlaceDevicesPass(PlacementOptions, ModulePass):
 
     @classmethod
     def from_spec(cls, spec: ArgSpec) -> PlaceDevicesPass:
+        # A typed option (one that declares a parse: --zero, --pipeline-schedule, ...) is text
+        # in a spec, as xDSL's options are ints, floats, bools and strings: it is read by its
+        # field's parse (PlacementOptions.__post_init__), the one parser the command line and
+        # the API share, not checked against the field's type by xDSL.
+        given = spec.normalize_parameter_names().parameters
+        typed = {f.name for f in dataclasses.fields(cls) if f.metadata.get("parse") is not None}
+        texts: dict[str, Any] = {name: _spec_text(values) for name, values in given.items() if name in typed}
+        made = super().from_spec(ArgSpec(spec.name, {n: v for n, v in given.items() if n not in typed}))
+        if texts:
+            made = dataclasses.replace(made, **texts)
         # Which options the spec leaves out: on a module placed already, those are the plan's
         # own (its devices and global batch), not the pass's defaults.
-        made = super().from_spec(spec)
-        given = spec.normalize_parameter_names().parameters
         object.__setattr__(made, "_unset", frozenset(f for f in _PLAN_SETTINGS if f not in given))
         return made
 
@@ -287,6 +295,17 @@ class PlaceDevicesPass(PlacementOptions, ModulePass):
         label = "phaze" if fixed is None else "expert:{},{},{}".format(*fixed)
         write_plan(op, problem, result, label, self.memory_headroom)
         check_plan(op)  # a plan that contradicts itself (or the ops) is never left written
+
+
+def _spec_text(values: tuple) -> str:
+    """A typed option's text as a spec gives it: one string, or one int (a degree, as
+    :meth:`~xdsl.utils.arg_spec.ArgSpecConvertible.spec` writes a pass holding one); anything
+    else refused as xDSL refuses a value not of a text option's type."""
+    if len(values) == 1 and isinstance(values[0], str):
+        return values[0]
+    if len(values) == 1 and isinstance(values[0], int) and not isinstance(values[0], bool):
+        return str(values[0])
+    raise ValueError(f"Incompatible types: given {values}, expected {str}")
 
 
 #: The settings a plan records, which a pass run on it without them takes from it.

@@ -42,12 +42,13 @@ import os
 import types
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from passes.algorithms.placement_options import OptionError, declared_choices, field_type
+from passes.algorithms.option_values import Dtype, Fp8RecipeSetting
+from passes.algorithms.placement_options import OptionError, declared_choices, field_type, parsed_option
 from phaze.options import Options
 from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.files import excerpt, printable
@@ -193,6 +194,15 @@ def _shown(value: Any) -> str:
     return excerpt(repr(value))
 
 
+def _parsed(f: Field, value: Any) -> Any:
+    """``value`` as option field ``f`` holds it (its ``parse``'s), or as given where that refuses
+    it (or is not text): :meth:`Options.check` names what is wrong with it."""
+    try:
+        return parsed_option(f, value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
 def _typed(name: str, value: Any, annotation: str, choices: tuple[str, ...] | None) -> Any:
     """``value`` of the option ``name`` as its field holds it (a whole number as the word of a
     text option, a bool as on/off), or an :class:`OptionTypeError` naming it."""
@@ -262,7 +272,8 @@ def options(hw: str, **given: Any) -> Options:
         typed = _typed(name, value, annotation, choices)
         values[target] = (typed,) if name in _ONE_VALUE else typed
         said_as[target] = name
-    if values.get("fp8_recipe", "auto") != "auto" and values.get("dtype") != "fp8":
+    recipe = _parsed(by_name["fp8_recipe"], values.get("fp8_recipe"))
+    if recipe not in (None, Fp8RecipeSetting.AUTO) and _parsed(by_name["dtype"], values.get("dtype")) is not Dtype.FP8:
         raise PhazeError(
             f"phaze.compile: fp8_recipe={values['fp8_recipe']!r}: the FP8 linears' scaling needs dtype='fp8'"
         )

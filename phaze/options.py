@@ -8,7 +8,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from passes.algorithms.option_values import AUTO, Auto, Dtype, Runtime, SdpaOrder, TextEnum, Tristate, Zero
+from passes.algorithms.option_values import (
+    AUTO,
+    Auto,
+    Dtype,
+    Fp8RecipeSetting,
+    Optimizer,
+    Recompute,
+    Runtime,
+    SdpaOrder,
+    TextEnum,
+    Tristate,
+    Zero,
+)
 from passes.algorithms.placement_options import (
     PlacementOptions,
     count_limit,
@@ -131,8 +143,8 @@ class Options(PlacementOptions):
     )
     #: How ``--dtype fp8``'s linears scale their casts (``phaze_ir/frontend/float8_linear.py``);
     #: ``auto`` is resolved where the exports are known (:meth:`fp8`).
-    fp8_recipe: str = option(
-        "auto",
+    fp8_recipe: Fp8RecipeSetting = option(
+        Fp8RecipeSetting.AUTO,
         help="how --dtype fp8 scales its casts, as the runtime that launches it: delayed, Transformer Engine's "
         "delayed per-tensor scaling (Megatron-LM's --fp8-recipe delayed); current, TE's per-tensor current "
         "scaling (an amax pass before each cast: Megatron-LM's --fp8-recipe tensorwise); tensorwise, rowwise: "
@@ -140,12 +152,14 @@ class Options(PlacementOptions):
         "which keeps the bf16 operands for the backward and casts them again there",
         choices="phaze_ir.frontend.float8_linear.FP8_RECIPE_CHOICES",
         default_words="auto: rowwise when --export torchtitan is asked, else delayed",
+        parse=Fp8RecipeSetting,
     )
-    optimizer: str = option(
-        "adam",
+    optimizer: Optimizer = option(
+        Optimizer.ADAM,
         help="optimizer of the training step",
         choices="phaze_ir.op_kinds.OPTIMIZER_KINDS",
         default_words="adam, mixed precision",
+        parse=Optimizer,
     )
     hw: str = option(
         "tpuv4",
@@ -275,7 +289,9 @@ def context_parallel_degree(opts: Options) -> int:
 def narrowed(opts: Options, choice: Mapping[str, str]) -> Options:
     """``opts`` with ``--zero`` and ``--recompute`` narrowed as ``choice`` says (one of
     ``phaze.plan.export.launchable_choices``: what an ``--export`` target launches)."""
-    return replace(opts, zero=choice.get("zero", opts.zero), recompute=choice.get("recompute", opts.recompute))
+    return replace(
+        opts, zero=Zero(choice.get("zero", opts.zero)), recompute=Recompute(choice.get("recompute", opts.recompute))
+    )
 
 
 def zero_stage(opts: Options) -> int | None:

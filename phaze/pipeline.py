@@ -93,12 +93,16 @@ def form_kernels_spec(kernels: str, sdpa_order: str = Options.sdpa_order) -> str
 def place_devices_spec(opts: PlacementOptions) -> str:
     """``phaze-place-devices`` with ``opts``' placement options, as a pipeline spec writes them."""
 
-    def value(v: object) -> str:
+    def value(v: object, typed: bool) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
-        return f'"{v}"' if isinstance(v, str) else repr(v)
+        # a typed option as its text (an expert-parallel degree too: the pass parses the text)
+        return f'"{v}"' if isinstance(v, str) or typed else repr(v)
 
-    words = " ".join(f"{f.name}={value(getattr(opts, f.name))}" for f in fields(PlacementOptions))
+    words = " ".join(
+        f"{f.name}={value(getattr(opts, f.name), f.metadata.get('parse') is not None)}"
+        for f in fields(PlacementOptions)
+    )
     return f"phaze-place-devices{{{words}}}"
 
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from passes.algorithms.kernels import RUNTIMES
-from passes.algorithms.option_values import Dtype, Runtime
+from passes.algorithms.option_values import Dtype, PipelineSchedule, RankOrder, Recompute, Runtime
 from phaze_ir.errors import PhazeError
 from phaze_ir.files import RefusedFile, excerpt, read_regular
 
@@ -252,7 +252,7 @@ class Run:
     split: str = ""  #: "dev" or "holdout" (given in the file, or by :func:`assign_splits`)
     recompute: str = ""  #: the run's recompute policy ('': the validation's ``--recompute``)
     sequence_parallel: bool = False
-    pipeline_schedule: str = "1f1b"
+    pipeline_schedule: PipelineSchedule = PipelineSchedule("1f1b", 1)
     rank_order: str = DEFAULT_RANK_ORDER
     pipeline_transfer: str = DEFAULT_PIPELINE_TRANSFER
     #: the runtime whose kernels price the run ('': the validation's ``--kernels``)
@@ -300,7 +300,7 @@ class Run:
                 # (the defaults add nothing: the vTrain runs' identities, and so the split, stay)
                 *([self.recompute] if self.recompute else []),
                 *(["sp"] if self.sequence_parallel else []),
-                *([self.pipeline_schedule] if self.pipeline_schedule != "1f1b" else []),
+                *([self.pipeline_schedule] if self.pipeline_schedule.virtual_stages != 1 else []),
                 *([self.rank_order] if self.rank_order != DEFAULT_RANK_ORDER else []),
                 *([self.pipeline_transfer] if self.pipeline_transfer != DEFAULT_PIPELINE_TRANSFER else []),
             )
@@ -546,7 +546,7 @@ def _optional_cell(row: list[str], columns: dict[str, int], fld: str) -> str | N
     return row[i].strip() if i is not None and i < len(row) and row[i].strip() else None
 
 
-def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, bool, str, str, str, str]:
+def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, bool, PipelineSchedule, str, str, str]:
     """The run's recompute ('' when not given), sequence parallelism, pipeline schedule, rank
     order, pipeline transfer and kernels ('' when not given)."""
     from passes.algorithms.placement import (
@@ -554,14 +554,14 @@ def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, 
         RANK_ORDER_SETTINGS,
         RECOMPUTE_SETTINGS,
         PlacementError,
-        parse_pipeline_schedule,
+        pipeline_schedule,
     )
 
     def given(fld: str) -> str | None:
         text = _optional_cell(row, columns, fld)
         return None if text is None else text.lower()
 
-    recompute, sequence_parallel, schedule = "", False, "1f1b"
+    recompute, sequence_parallel, schedule = "", False, Run.pipeline_schedule
     if (text := given("recompute")) is not None:
         if text not in RECOMPUTE_SETTINGS[1:]:
             raise PhazeError(f"{where}: 'recompute' is {text!r}, expected none, selective or full")
@@ -572,11 +572,11 @@ def _how_run(row: list[str], columns: dict[str, int], where: str) -> tuple[str, 
         sequence_parallel = text == "on"
     if (text := given("pipeline_schedule")) is not None:
         try:
-            if parse_pipeline_schedule(text) is None:
+            schedule = pipeline_schedule(text)
+            if schedule.virtual_stages is None:
                 raise PlacementError("auto is not how a run was run")
         except PlacementError as e:
             raise PhazeError(f"{where}: 'pipeline schedule' is {text!r}: expected 1f1b or interleaved:V ({e})") from e
-        schedule = text
     order = DEFAULT_RANK_ORDER
     if (text := given("rank_order")) is not None:
         if text not in RANK_ORDER_SETTINGS[1:]:
@@ -734,9 +734,9 @@ class Settings:
             devices=run.gpus,
             global_batch=run.global_batch,
             placement=run.placement,
-            recompute=run.recompute or self.options.recompute,
+            recompute=Recompute(run.recompute) if run.recompute else self.options.recompute,
             pipeline_schedule=run.pipeline_schedule,
-            rank_order=run.rank_order,
+            rank_order=RankOrder(run.rank_order),  # (checked when it was read)
             pipeline_transfer=run.pipeline_transfer,
             kernels=Runtime(self.kernels_of(run)),
         )

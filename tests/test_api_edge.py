@@ -85,8 +85,13 @@ def test_a_value_out_of_range_is_named_as_the_caller_named_it(no_work, given, sa
 
 def test_a_whole_number_is_the_word_of_a_degree_and_a_bool_is_on_or_off():
     opts = api.options("tpuv4", context_parallel=2, zero=1, expert_parallel=2, sequence_parallel=True, tp=2)
-    assert (opts.context_parallel, opts.zero, opts.expert_parallel, opts.sequence_parallel) == (2, "1", "2", "on")
-    assert type(opts.context_parallel) is int and opts.sequence_parallel is Tristate.ON and opts.zero is Zero.OPTIMIZER
+    assert (opts.context_parallel, opts.zero, opts.expert_parallel, opts.sequence_parallel) == (2, "1", 2, "on")
+    assert (
+        type(opts.context_parallel) is int
+        and type(opts.expert_parallel) is int
+        and opts.sequence_parallel is Tristate.ON
+        and opts.zero is Zero.OPTIMIZER
+    )
     assert opts.tp_widths == (2,)
 
 

@@ -7,11 +7,24 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import pickle
 
 import pytest
 from conftest import ROOT
 
-from passes.algorithms.option_values import AUTO, Dtype, RankOrder, Recompute, Runtime, SdpaOrder, Tristate, Zero
+from passes.algorithms.option_values import (
+    AUTO,
+    Dtype,
+    Fp8RecipeSetting,
+    Optimizer,
+    PipelineSchedule,
+    RankOrder,
+    Recompute,
+    Runtime,
+    SdpaOrder,
+    Tristate,
+    Zero,
+)
 from passes.algorithms.placement_options import OptionError
 from phaze.options import Options, context_parallel_degree, traced_seq_len, zero_stage
 
@@ -47,7 +60,8 @@ def _option_text_compared(source: str) -> list[tuple[int, str]]:
 
 def test_the_typed_options_are_the_most_used():
     most_used = {"context_parallel", "sequence_parallel", "tp_overlap", "zero", "recompute", "kernels"}
-    assert most_used | {"sdpa_order", "rank_order", "emit", "dtype"} <= TYPED
+    later = {"pipeline_schedule", "expert_parallel", "fp8_recipe", "optimizer"}
+    assert most_used | {"sdpa_order", "rank_order", "emit", "dtype"} | later <= TYPED
 
 
 def test_the_check_finds_option_text_compared():
@@ -99,6 +113,17 @@ def test_an_options_text_is_parsed_once_into_its_value():
         ("sequence_parallel", "ON", "sequence_parallel='ON': expected one of auto, on, off"),
         ("zero", "4", "zero: zero '4': expected one of auto, 0, 1, 2, 3"),
         ("recompute", "some", "recompute: recompute 'some': expected one of auto, none, selective, full"),
+        (
+            "pipeline_schedule",
+            "interleaved:1",
+            "pipeline_schedule: pipeline schedule 'interleaved:1': "
+            "interleaved needs V >= 2 chunks per device (1 is 1f1b)",
+        ),
+        (
+            "expert_parallel",
+            "0",
+            "expert_parallel: expert parallel '0': expected auto or a degree from 1 to 2147483647",
+        ),
     ],
 )
 def test_a_bad_text_stays_text_for_the_check_to_name(name, text, message):
@@ -119,8 +144,68 @@ def test_a_typed_value_reads_as_its_text():
 def test_the_members_are_the_settings_the_placement_declares():
     from passes.algorithms.kernels import RUNTIMES, SDPA_ORDERS
     from passes.algorithms.placement import RANK_ORDER_SETTINGS, RECOMPUTE_SETTINGS, ZERO_SETTINGS
+    from phaze_ir.frontend.float8_linear import FP8_RECIPE_CHOICES
     from phaze_ir.frontend.trace import DTYPES
+    from phaze_ir.op_kinds import OPTIMIZER_KINDS
 
     assert tuple(Zero) == ZERO_SETTINGS and tuple(Recompute) == RECOMPUTE_SETTINGS
     assert tuple(Runtime) == RUNTIMES and tuple(SdpaOrder) == SDPA_ORDERS
     assert tuple(RankOrder) == RANK_ORDER_SETTINGS and tuple(Dtype) == DTYPES
+    assert tuple(Fp8RecipeSetting) == FP8_RECIPE_CHOICES and tuple(Optimizer) == tuple(OPTIMIZER_KINDS)
+
+
+def test_the_schedule_and_the_expert_degree_are_parsed_once():
+    opts = dataclasses.replace(Options(), pipeline_schedule="interleaved:3", expert_parallel="auto")
+    assert type(opts.pipeline_schedule) is PipelineSchedule and opts.pipeline_schedule.virtual_stages == 3
+    assert str(opts.pipeline_schedule) == "interleaved:3" and repr(opts.pipeline_schedule) == "'interleaved:3'"
+    assert opts.expert_parallel is AUTO and Options().expert_parallel == 1 and type(Options().expert_parallel) is int
+    assert Options().pipeline_schedule.virtual_stages == 1
+    assert dataclasses.replace(opts, pipeline_schedule="auto").pipeline_schedule.virtual_stages is None
+    four = dataclasses.replace(opts, expert_parallel="4")
+    assert four.expert_parallel == 4 and type(four.expert_parallel) is int
+    # a sweep's forked children get them pickled: the chunks travel with the text
+    again = pickle.loads(pickle.dumps(opts))
+    assert again == opts and again.pipeline_schedule.virtual_stages == 3
+    opts.check()
+    four.check()
+
+
+def test_the_pass_parses_a_specs_text_as_the_options_do():
+    """phaze-place-devices' typed options are text in a spec, read by the same parse as phazec's
+    and the API's: the pass holds what Options holds, and its spec reads back to it."""
+    from xdsl.utils.arg_spec import parse_spec
+
+    from passes.place_devices import PlaceDevicesPass
+    from phaze.pipeline import place_devices_spec
+
+    opts = dataclasses.replace(
+        Options(),
+        zero="3",
+        recompute="full",
+        rank_order="tp-pp-dp",
+        pipeline_schedule="interleaved:2",
+        expert_parallel="4",
+    )
+    spec = place_devices_spec(opts)
+    assert 'expert_parallel="4"' in spec and 'pipeline_schedule="interleaved:2"' in spec and 'zero="3"' in spec
+    made = PlaceDevicesPass.from_spec(parse_spec(spec))
+    assert made.zero is Zero.PARAMETERS and made.recompute is Recompute.FULL and made.rank_order is RankOrder.TP_PP_DP
+    assert made.expert_parallel == 4 and type(made.expert_parallel) is int
+    assert made.pipeline_schedule.virtual_stages == 2
+    assert PlaceDevicesPass.from_spec(made.spec()) == made  # (its spec writes the degree as an int)
+    bad = PlaceDevicesPass.from_spec(parse_spec('phaze-place-devices{pipeline_schedule="interleaved:x"}'))
+    assert bad.pipeline_schedule == "interleaved:x" and type(bad.pipeline_schedule) is str  # for check() to name
+    with pytest.raises(OptionError, match="pipeline schedule 'interleaved:x'"):
+        bad.check()
+    with pytest.raises(ValueError, match=r"Incompatible types: given \(1.5,\), expected <class 'str'>"):
+        PlaceDevicesPass.from_spec(parse_spec("phaze-place-devices{zero=1.5}"))
+
+
+def test_the_searchs_cp_marker_is_no_option_value():
+    """The settings check's key for every CP degree past 1 is a marker no option text parses into."""
+    from phaze.search.setting import _RING_DEGREES
+
+    marked = dataclasses.replace(Options(), context_parallel=_RING_DEGREES)
+    assert marked.context_parallel is _RING_DEGREES and not isinstance(_RING_DEGREES, (str, int))
+    hash(marked)  # a key of the question it stands for
+    assert all(marked != dataclasses.replace(Options(), context_parallel=c) for c in ("1", "2", "64", "auto"))

@@ -101,3 +101,43 @@ class Dtype(TextEnum):
     AMP_FLOAT16 = "amp-float16"
     FP8 = "fp8"
     MODEL = "model"
+
+
+class Fp8RecipeSetting(TextEnum):
+    """``--fp8-recipe``: how ``--dtype fp8``'s linears scale their casts
+    (``phaze_ir.frontend.float8_linear.FP8_RECIPE_CHOICES``, in that order), or ``auto``,
+    resolved by the exports asked (``float8_linear.resolve_recipe``)."""
+
+    AUTO = "auto"
+    DELAYED = "delayed"
+    CURRENT = "current"
+    TENSORWISE = "tensorwise"
+    ROWWISE = "rowwise"
+
+
+class Optimizer(TextEnum):
+    """``--optimizer``: the training step's optimizer (``phaze_ir.op_kinds.OPTIMIZER_KINDS``, in
+    that order): mixed-precision Adam, momentum-free SGD, Adam with its state in bf16."""
+
+    ADAM = "adam"
+    SGD = "sgd"
+    ADAM_BF16 = "adam-bf16"
+
+
+class PipelineSchedule(str):
+    """``--pipeline-schedule`` parsed (``placement.pipeline_schedule``): its text (``auto``,
+    ``1f1b``, ``interleaved:V``), which it reads as, and the model chunks a device holds
+    (:attr:`virtual_stages`: None under ``auto``, the placement chooses; 1 under 1F1B)."""
+
+    virtual_stages: int | None
+
+    def __new__(cls, text: str, virtual_stages: int | None) -> PipelineSchedule:
+        made = super().__new__(cls, text)
+        made.virtual_stages = virtual_stages
+        return made
+
+    def __repr__(self) -> str:
+        return repr(str(self))
+
+    def __reduce__(self):  # pickled (a sweep's forked children) as what it was made from
+        return (PipelineSchedule, (str(self), self.virtual_stages))

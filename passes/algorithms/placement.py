@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from passes.algorithms import _phaze_rs
 from passes.algorithms.expert_gemms import ExpertTimes
-from passes.algorithms.option_values import RankOrder, Zero
+from passes.algorithms.option_values import AUTO, Auto, PipelineSchedule, RankOrder, Zero
 from passes.cache_file import is_int, is_number
 from phaze_ir.files import excerpt, si_count
 from phaze_ir.op_kinds import RecomputePolicy
@@ -171,6 +171,20 @@ def parse_pipeline_schedule(text: str) -> int | None:
             f"pipeline schedule '{excerpt(text)}': interleaved needs V >= 2 chunks per device (1 is 1f1b)"
         )
     return v
+
+
+def pipeline_schedule(text: str) -> PipelineSchedule:
+    """``--pipeline-schedule``'s text parsed once (``placement_options.option``'s ``parse``):
+    what it reads as and the DP's ``virtual_stages`` (:func:`parse_pipeline_schedule`, whose
+    ``PlacementError`` refuses a bad one)."""
+    return PipelineSchedule(text, parse_pipeline_schedule(text))
+
+
+def expert_parallel(text: str) -> int | Auto:
+    """``--expert-parallel``'s text parsed once: :data:`AUTO` or the degree
+    (:func:`parse_expert_parallel`, whose ``PlacementError`` refuses a bad one)."""
+    degree = parse_expert_parallel(text)
+    return AUTO if degree is None else degree
 
 
 def block_range(kinds: list[str]) -> tuple[int, int] | None:
@@ -408,7 +422,7 @@ def problem(
         raise PlacementError(
             f"global batch = {options.global_batch}: expected a positive integer up to {si_count(MAX_COUNT)}"
         )
-    ep = parse_expert_parallel(options.expert_parallel)
+    ep = None if options.expert_parallel is AUTO else options.expert_parallel
     if step.grad_element_bytes not in (2, 4):
         raise PlacementError(f"gradient element bytes {step.grad_element_bytes!r}: expected 2 or 4")
     reduce_scale = parse_reduce_dtype(options.reduce_dtype) / step.grad_element_bytes
@@ -487,7 +501,7 @@ def problem(
         "dp_overlap": options.dp_overlap,
         "recompute": parse_recompute(options.recompute),
         "zero": parse_zero(options.zero),
-        "virtual_stages": parse_pipeline_schedule(options.pipeline_schedule),
+        "virtual_stages": options.pipeline_schedule.virtual_stages,
         "blocks": list(step.blocks) if step.blocks is not None else None,
         "expert_parallel": ep,
         "expert_tensor_parallel": etp if etp != step.tp else None,

@@ -39,7 +39,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from passes.algorithms import placement as pl
-from passes.algorithms.option_values import RankOrder, Recompute, Zero
+from passes.algorithms.option_values import Auto, PipelineSchedule, RankOrder, Recompute, Zero
 from phaze_ir.files import excerpt, si_count
 
 
@@ -200,35 +200,37 @@ class PlacementOptions:
         "0 shards over the whole DP group (FSDP). Needs --zero 2 or 3; N must divide DP",
         metavar="N",
     )
-    recompute: str = option(
-        "auto",
+    recompute: Recompute = option(
+        Recompute.AUTO,
         parsed_by(pl.parse_recompute),
         "activation recompute: auto lets the placement choose each stage's policy; none, selective or full "
         "fixes it for every stage, to price a run as it is run",
         choices=pl.RECOMPUTE_SETTINGS,
         parse=Recompute,
     )
-    zero: str = option(
-        "0",
+    zero: Zero = option(
+        Zero.PLAIN,
         parsed_by(pl.parse_zero),
         "sharding over data parallelism: 0 plain; 1 optimizer state (Megatron's distributed optimizer); "
         "2 and gradients; 3 and parameters (FSDP); auto lets the placement choose",
         choices=pl.ZERO_SETTINGS,
         parse=Zero,
     )
-    pipeline_schedule: str = option(
-        "1f1b",
+    pipeline_schedule: PipelineSchedule = option(
+        PipelineSchedule("1f1b", 1),
         parsed_by(pl.parse_pipeline_schedule),
         "1f1b; interleaved:V, Megatron's interleaved 1F1B with V model chunks per device; auto lets the "
         "placement choose",
         metavar="auto|1f1b|interleaved:V",
+        parse=pl.pipeline_schedule,
     )
-    expert_parallel: str = option(
-        "1",
+    expert_parallel: int | Auto = option(
+        1,
         parsed_by(pl.parse_expert_parallel),
         "expert parallelism of an MoE model: 1, every data-parallel replica holds every expert; E splits "
         "the experts over E replicas (all-to-all dispatch and combine); auto lets the placement choose",
         metavar="auto|E",
+        parse=pl.expert_parallel,
     )
     expert_tensor_parallel: int = option(
         0,
@@ -239,8 +241,8 @@ class PlacementOptions:
         "may be wider than DP (e.g. TP 8, DP 1, EP 8 at K = 1). 0 is the TP width; K must divide it",
         metavar="K",
     )
-    rank_order: str = option(
-        "auto",
+    rank_order: RankOrder = option(
+        RankOrder.AUTO,
         parsed_by(pl.parse_rank_order),
         "how devices are numbered into groups, TP innermost: auto lets the placement choose; tp-dp-pp, "
         "pipeline outermost (Megatron-LM's and torchtitan's default); tp-pp-dp, data parallelism outermost "

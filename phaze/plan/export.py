@@ -24,20 +24,31 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from passes.algorithms.option_values import Auto, Dtype, RankOrder, Recompute, Runtime, SdpaOrder, Tristate, Zero
+from passes.algorithms.option_values import (
+    Auto,
+    Dtype,
+    Fp8RecipeSetting,
+    Optimizer,
+    RankOrder,
+    Recompute,
+    Runtime,
+    SdpaOrder,
+    Tristate,
+    Zero,
+)
 from phaze_ir.errors import PhazeError
 from phaze_ir.op_kinds import RecomputePolicy
 
 TARGETS = ("megatron", "torchtitan")
 
 
-def pipeline_outermost_only(exports: list[tuple[str, str]] | None, expert_parallel: str) -> bool:
+def pipeline_outermost_only(exports: list[tuple[str, str]] | None, expert_parallel: int | Auto | None) -> bool:
     """Whether the plan must number its devices ``tp-dp-pp`` to be launched by every export
     asked for: torchtitan's device mesh is (pp, dp, tp) whatever it is told, and Megatron-LM's
     ``--use-tp-pp-dp-mapping`` puts expert parallelism inside the pipeline, not inside data
-    parallelism as phaze prices it."""
+    parallelism as phaze prices it (``expert_parallel``: the parsed option, None not given: 1)."""
     targets = {target for target, _ in exports or ()}
-    return "torchtitan" in targets or ("megatron" in targets and expert_parallel != "1")
+    return "torchtitan" in targets or ("megatron" in targets and expert_parallel not in (None, 1))
 
 
 # Sources the mapping relies on (docs/launch.md cites them):
@@ -140,7 +151,7 @@ class ModelFacts:
     dtype: str = "float16"
     #: whether the user asked for ``dtype`` (phazec's ``--dtype``), or it is the default
     dtype_asked: bool = False
-    optimizer: str = "adam"
+    optimizer: Optimizer = Optimizer.ADAM
     dp_overlap: bool = False
     #: FP8 primary weights (phazec's ``--fp8-params``)
     fp8_params: bool = False
@@ -577,9 +588,9 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
             # weights as TE's FP8 tensors and all-gathers them in FP8 under its distributed
             # optimizer (the all-gather's bytes are priced as bf16's, docs/design.md §6.5)
             args.append("--fp8-param-gather")
-    if facts.optimizer == "sgd":
+    if facts.optimizer == Optimizer.SGD:
         args.append("--optimizer=sgd")
-    if facts.optimizer == "adam-bf16":
+    if facts.optimizer == Optimizer.ADAM_BF16:
         # Megatron-core's precision-aware optimizer keeps its main parameters in fp32 or fp16
         # (--main-params-dtype), not bf16 as Apex's DistributedFusedAdam with dtype bf16 does
         raise PhazeError(
@@ -1088,7 +1099,7 @@ def torchtitan_flavour(facts: ModelFacts) -> tuple[list[str], list[str]]:
     return fields, unknown
 
 
-def _torchtitan_can_run(zero: int, optimizer: str) -> None:
+def _torchtitan_can_run(zero: int, optimizer: Optimizer) -> None:
     """torchtitan's refusal of a ZeRO stage or an optimizer it has not (known from the options,
     before any work, when they fix them)."""
     if zero in (1, 2):
@@ -1096,7 +1107,7 @@ def _torchtitan_can_run(zero: int, optimizer: str) -> None:
             f"--export torchtitan: ZeRO-{zero} shards the optimizer state{' and gradients' if zero == 2 else ''} "
             "but not the parameters; torchtitan shards all three (FSDP, ZeRO-3) or none: compile with --zero 0 or 3"
         )
-    if optimizer != "adam":
+    if optimizer != Optimizer.ADAM:
         raise PhazeError(f"--export torchtitan: torchtitan 0.3.0 has no {optimizer} optimizer (Adam, AdamW, DistMuon)")
 
 
@@ -1110,6 +1121,11 @@ def export_outputs(args) -> list[tuple[str, str]]:
         raise PhazeError(
             "--export needs a plan for one accelerator (--hw CHIP, --emit plan): a searched chip cannot be launched"
         )
+    from phaze.options import Options
+    from phaze.tools.flags import parsed_flag
+
+    # the flags that decide a refusal, as the run takes them (None: not given)
+    dtype, asked_recipe = parsed_flag(args, Options, "dtype"), parsed_flag(args, Options, "fp8_recipe")
     outputs = []
     for target, path in requests:
         if target not in TARGETS:
@@ -1117,7 +1133,7 @@ def export_outputs(args) -> list[tuple[str, str]]:
         if path in ("", "-"):
             raise PhazeError(f"--export {target} needs a file name (not stdout)")
         if target == "torchtitan":
-            from phaze.options import Options, context_parallel_degree, zero_stage
+            from phaze.options import context_parallel_degree, zero_stage
 
             # the options given (Options' defaults for the others), typed as the run takes them
             given = Options(
@@ -1128,30 +1144,31 @@ def export_outputs(args) -> list[tuple[str, str]]:
                 }
             )
             zero = zero_stage(given)  # None: auto
-            _torchtitan_can_run(zero or 0, getattr(args, "optimizer", "adam"))
-            if getattr(args, "dtype", None) in ("float16", "amp-float16"):  # fp16 asked by name
+            _torchtitan_can_run(zero or 0, parsed_flag(args, Options, "optimizer") or Optimizer.ADAM)
+            if dtype in (Dtype.FLOAT16, Dtype.AMP_FLOAT16):  # fp16 asked by name
                 raise PhazeError(_TORCHTITAN_FP16)
-            if getattr(args, "dtype", None) == "fp8":
+            if dtype is Dtype.FP8:
                 from phaze_ir.frontend.float8_linear import resolve_recipe
 
-                recipe = resolve_recipe(getattr(args, "fp8_recipe", None) or "auto", torchtitan=True).value
+                recipe = resolve_recipe(asked_recipe or Fp8RecipeSetting.AUTO, torchtitan=True).value
                 if why := torchtitan_fp8_refusal(recipe, bool(getattr(args, "fp8_params", False))):
                     raise PhazeError(why)
             if context_parallel_degree(given) > 1 and zero not in (3, None):
                 raise PhazeError(_TORCHTITAN_CP_ZERO.format(zero=zero))
             if given.tp_overlap is Tristate.ON and given.kernels is not Runtime.INDUCTOR:
                 raise PhazeError(_TORCHTITAN_ASYNC_TP)
-        if target == "megatron" and getattr(args, "dtype", None) == "fp8":
-            asked = getattr(args, "fp8_recipe", None) or "auto"
-            if asked not in ("auto", *MEGATRON_FP8_RECIPES):
-                raise PhazeError(_MEGATRON_TORCHAO.format(recipe=asked))
-        if getattr(args, "dtype", None) == "fp8" and {t for t, _ in requests} >= {"megatron", "torchtitan"}:
+        if target == "megatron" and dtype is Dtype.FP8:
+            if asked_recipe not in (None, Fp8RecipeSetting.AUTO, *MEGATRON_FP8_RECIPES):
+                raise PhazeError(_MEGATRON_TORCHAO.format(recipe=asked_recipe))
+        if dtype is Dtype.FP8 and {t for t, _ in requests} >= {"megatron", "torchtitan"}:
             raise PhazeError(
                 "--export megatron and torchtitan with --dtype fp8: no FP8 recipe runs on both (Megatron-LM's is "
                 "Transformer Engine's, torchtitan's torchao's): export one"
             )
         selective = getattr(args, "selective_recompute", None) or "attention"
-        if getattr(args, "recompute", None) == "selective" and (why := selective_refusal(target, selective)):
+        if parsed_flag(args, Options, "recompute") is Recompute.SELECTIVE and (
+            why := selective_refusal(target, selective)
+        ):
             raise PhazeError(why)
         outputs.append((f"--export {target}", path))
     return outputs
@@ -1213,7 +1230,7 @@ class Launchable:
     targets: tuple[str, ...]
     choices: tuple[dict[str, str], ...]
     selective: str
-    optimizer: str
+    optimizer: Optimizer
 
     def refusal(self, zero: int, cp: int, policies: Sequence[str]) -> str | None:
         """The first target's one-line refusal of a placement for its ZeRO stage, context

@@ -183,7 +183,7 @@ class Bounds:
         # a replica of a context-parallel setting spans t·c devices (the DP's p·d·t·c <= N)
         B, N, b, t = self.pricing.params.global_batch, self.pricing.params.devices, setting.micro_batch, setting.tp
         t *= setting.cp
-        v = pl.parse_pipeline_schedule(self.pricing.params.pipeline_schedule)
+        v = self.pricing.params.pipeline_schedule.virtual_stages
         bubble = 0.0 if v is None else 1.0 / v
         if fixed is not None:
             options = [(fixed[0], fixed[1])]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field, replace
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -1104,9 +1105,15 @@ _SHOWN: dict[tuple, set[str]] = {}
 _SHOWN_KEPT = 64
 
 
-#: What :func:`_question` puts for the context-parallel degree of a point past 1: every such
-#: degree is one question (one 4-block check), as every micro-batch is.
-_RING_DEGREES = "every degree > 1"
+class _CpDegrees(Enum):
+    """What :func:`_question` puts for the context-parallel degree of a point past 1: every such
+    degree is one question (one 4-block check), as every micro-batch is. Not a degree nor
+    ``AUTO`` (nor text an option could parse into one): a key no compilation's options make."""
+
+    PAST_ONE = "every degree > 1"
+
+
+_RING_DEGREES = _CpDegrees.PAST_ONE
 
 
 def _question(model_path: str, opts: Any, accelerator: Any, attention_of: Any) -> tuple | None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.option_values import AUTO, Runtime
+from passes.algorithms.option_values import AUTO, Recompute, Runtime, Zero
 from passes.cache_file import Store, fields, is_int, need
 from phaze import driver
 from phaze.model_key import model_key
@@ -564,8 +564,8 @@ def nearest_plan(opts: Options, max_devices: int, fits, log) -> str:
     changes = [{}, relaxed] if relaxed else [{}]
 
     def tried(devices: int, change: dict[str, str]) -> Fit | None:
-        o = replace(opts, devices=devices, zero=change.get("zero", opts.zero))
-        return fits(replace(o, recompute=change.get("recompute", opts.recompute)))
+        o = replace(opts, devices=devices, zero=Zero(change.get("zero", opts.zero)))
+        return fits(replace(o, recompute=Recompute(change.get("recompute", opts.recompute))))
 
     def first_fit(devices: int) -> tuple[dict[str, str], Fit] | None:
         for change in changes:

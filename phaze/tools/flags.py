@@ -21,6 +21,7 @@ from passes.algorithms.placement_options import (
     declared_choices,
     field_type,
     option_flag,
+    parsed_option,
     positive_count,
 )
 from phaze_ir.errors import PhazeError
@@ -203,6 +204,19 @@ def option_dest(options: type, name: str) -> str:
     """The argparse destination of field ``name``'s flag (``solver_gap`` for ``schedule_gap``)."""
     f = next(f for f in dataclasses.fields(options) if f.name == name)
     return option_flag(f).lstrip("-").replace("-", "_")
+
+
+def parsed_flag(args: argparse.Namespace, options: type, name: str) -> Any:
+    """Field ``name``'s flag as ``options`` holds it: its text parsed by the field's ``parse``
+    (:func:`~passes.algorithms.placement_options.option`); a text it refuses as given (for the
+    flag's check to name), a default as it is (typed already), None when the flag is not given."""
+    value = getattr(args, option_dest(options, name), None)
+    if not isinstance(value, str):
+        return value
+    try:
+        return parsed_option(next(f for f in dataclasses.fields(options) if f.name == name), value)
+    except ValueError:
+        return value
 
 
 def option_values(args: argparse.Namespace, options: type, names: Iterable[str] | None = None) -> dict[str, Any]:

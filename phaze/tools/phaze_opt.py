@@ -87,13 +87,24 @@ def pass_summary(cls: type) -> str:
     return sentence.rstrip(".:;, ") + "."
 
 
-def _spec_value(value) -> str:
-    """A default as a pipeline spec writes it: ``"adam"``, ``true``, ``10.0``."""
+def _spec_value(value, text: bool = False) -> str:
+    """A default as a pipeline spec writes it: ``"adam"``, ``true``, ``10.0`` (``text``: a
+    typed option's, as its text: ``"1"``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str):
+    if isinstance(value, str) or text:
         return f'"{value}"'
     return repr(value)
+
+
+def _spec_kind(field: dataclasses.Field, nameless: str = "") -> str:
+    """The type a pipeline spec gives option ``field`` as: its annotation (``int | None``), or
+    ``str`` for a typed option (one that declares a parse: ``zero: Zero``), whose text the pass
+    parses as phazec does (``passes/algorithms/placement_options.py``); ``nameless`` for a type
+    object without a name."""
+    if field.metadata.get("parse") is not None:
+        return "str"
+    return field.type if isinstance(field.type, str) else getattr(field.type, "__name__", nameless)
 
 
 def pass_options(cls: type) -> list[str]:
@@ -103,11 +114,11 @@ def pass_options(cls: type) -> list[str]:
     for field in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
         if field.name == "name" or not field.init:
             continue
-        kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+        kind = _spec_kind(field, str(field.type))
         if not {t.strip() for t in kind.split("|")} <= _SPEC_TYPES and not kind.startswith(("tuple[", "list[")):
             continue
         if field.default is not dataclasses.MISSING:
-            out.append(f"{field.name}: {kind} = {_spec_value(field.default)}")
+            out.append(f"{field.name}: {kind} = {_spec_value(field.default, kind == 'str')}")
         elif field.default_factory is not dataclasses.MISSING:
             out.append(f"{field.name}: {kind} = {_spec_value(field.default_factory())}")
         else:
@@ -207,10 +218,7 @@ def check_pipeline_spec(spec: str | None, available: dict[str, Callable[[], type
         if one.name not in ALL_PASSES:
             continue  # an unknown pass: xDSL names it; another package's pass: its own checks
         cls = ALL_PASSES[one.name]()
-        kinds = {
-            f.name: f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
-            for f in dataclasses.fields(cls)
-        }
+        kinds = {f.name: _spec_kind(f) for f in dataclasses.fields(cls)}
         for option, values in one.parameters.items():
             kind = {k.strip() for k in str(kinds.get(option, "")).split("|")} - {"None"}
             if option not in kinds or len(values) != 1:

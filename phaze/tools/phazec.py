@@ -42,6 +42,7 @@ from phaze.tools.flags import (
     check_jobs,
     check_option_flags,
     option_values,
+    parsed_flag,
     trim_cache_dir,
 )
 from phaze_ir.errors import PhazeError
@@ -274,15 +275,16 @@ def check_flags(args: argparse.Namespace) -> None:
     check_option_flags(args, Options)
 
 
-def rank_order(args: argparse.Namespace) -> str:
+def rank_order(args: argparse.Namespace):
     """``--rank-order``, with ``auto`` narrowed to ``tp-dp-pp`` where an export asked for can
     launch no other numbering (:func:`phaze.plan.export.pipeline_outermost_only`)."""
     from passes.algorithms.option_values import RankOrder
     from phaze.plan.export import pipeline_outermost_only
 
-    if args.rank_order == RankOrder.AUTO and pipeline_outermost_only(args.export, args.expert_parallel):
+    order = parsed_flag(args, Options, "rank_order")
+    if order is RankOrder.AUTO and pipeline_outermost_only(args.export, parsed_flag(args, Options, "expert_parallel")):
         return RankOrder.TP_DP_PP
-    return str(args.rank_order)
+    return order
 
 
 def memory_headroom(args: argparse.Namespace) -> float:
@@ -315,7 +317,8 @@ def options(args: argparse.Namespace):
             "with --hw the sweep keeps the fastest plan"
         )
     if search:
-        if args.tp_overlap != Options.tp_overlap:  # phaze-overlap-tensor-parallel prices it on the chip's SMs
+        # phaze-overlap-tensor-parallel prices it on the chip's SMs
+        if parsed_flag(args, Options, "tp_overlap") is not Options.tp_overlap:
             raise PhazeError(
                 f"--tp-overlap {args.tp_overlap}: the architecture search's chips have no SM count "
                 "([calibration] wave_units) to price the overlap; give --hw CHIP with one (h100)"
@@ -334,10 +337,11 @@ def options(args: argparse.Namespace):
 def fp8_recipe(args: argparse.Namespace) -> str:
     """``--fp8-recipe``, ``auto`` resolved by the exports asked: torchao's rowwise for torchtitan
     (``phaze_ir.frontend.float8_linear.resolve_recipe``), else TE's delayed."""
+    from passes.algorithms.option_values import Dtype
     from phaze_ir.frontend.float8_linear import resolve_recipe
 
     asked = getattr(args, "fp8_recipe", None)
-    if asked is not None and getattr(args, "dtype", None) != "fp8":
+    if asked is not None and parsed_flag(args, Options, "dtype") is not Dtype.FP8:
         raise PhazeError(f"--fp8-recipe {asked}: the FP8 linears' scaling needs --dtype fp8")
     torchtitan = any(target == "torchtitan" for target, _ in getattr(args, "export", None) or ())
     return resolve_recipe(getattr(args, "fp8_recipe", None) or "auto", torchtitan).value
