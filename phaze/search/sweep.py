@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects.builtin import ModuleOp
 
-from passes.algorithms.option_values import AUTO, Recompute, Runtime, Zero
+from passes.algorithms.option_values import Recompute, Runtime, Zero
 from passes.cache_file import Store, fields, is_int, need
 from phaze import driver
 from phaze.model_key import model_key
@@ -558,9 +558,11 @@ def nearest_plan(opts: Options, max_devices: int, fits, log) -> str:
     a count between fits when more devices fit, which holds but for a count the batch or the
     model's layers do not divide). ``fits(options)``: the best :data:`Fit` under them, or None."""
     # (HSDP's ZeRO stays as given: --dp-shard needs ZeRO 2 or 3, which auto may leave)
-    relaxed: dict[str, str] = {
-        k: AUTO for k in ("zero", "recompute") if getattr(opts, k) != AUTO and not (k == "zero" and opts.dp_shard)
-    }
+    relaxed: dict[str, str] = {}
+    if Zero(opts.zero) is not Zero.AUTO and not opts.dp_shard:
+        relaxed["zero"] = Zero.AUTO
+    if Recompute(opts.recompute) is not Recompute.AUTO:
+        relaxed["recompute"] = Recompute.AUTO
     changes = [{}, relaxed] if relaxed else [{}]
 
     def tried(devices: int, change: dict[str, str]) -> Fit | None:
