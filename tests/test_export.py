@@ -465,7 +465,7 @@ def test_phazec_exports_load_in_torchtitan_and_megatron(tmp_path, titan, mcore):
 
 def test_phazec_exports_an_interleaving_whose_blocks_do_not_split_evenly(tmp_path, mcore):
     """8 blocks over PP 2 × VP 3: no even split and none counting the embedding or loss as a
-    block, so the DP lays the 6 chunks out as Megatron-Bridge does DeepSeek-V3's 61 blocks
+    block, so the DP lays the 6 chunks out as NeMo does DeepSeek-V3's 61 blocks
     ([2, 2, 1, 1, 1, 1]); the Megatron-LM export writes that layout, which megatron-core parses
     back to the priced chunks (megatron_check)."""
     out = {name: tmp_path / name for name in ("plan.json", "plan.megatron", "plan.mlir")}
@@ -960,7 +960,7 @@ def test_megatron_lm_validates_the_exports(tmp_path):
     import sys
 
     numbered = {"tp-pp-dp-mapping": (plan([4, 4], dp=2, pp=2, tp=2, rank_order="tp-pp-dp"), facts(8))}
-    # 8 blocks over 6 chunks as Megatron-Bridge lays out DeepSeek-V3 (no even or counted split;
+    # 8 blocks over 6 chunks as NeMo lays out DeepSeek-V3 (no even or counted split;
     # torchtitan's interleaved split cannot make it, so Megatron-LM only)
     layout = {"interleaved-layout": (plan([2, 2, 1, 1, 1, 1], pp=2, virtual_stages=3, tp=1), facts(8))}
     for name, (p, f) in {**CASES, **MEGATRON_CASES, **MEGATRON_PRECISION_CASES, **numbered, **layout}.items():

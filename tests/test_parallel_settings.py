@@ -106,9 +106,9 @@ def test_interleaved_plan_lists_its_chunks():
     assert auto["time_per_batch_s"] <= min(plan["time_per_batch_s"], plain["time_per_batch_s"]) * (1 + 1e-12)
 
 
-def test_interleaving_blocks_that_do_not_split_evenly_takes_megatron_bridges_layout():
+def test_interleaving_blocks_that_do_not_split_evenly_takes_nemos_deepseek_layout():
     """8 blocks over p = 2, v = 3 = 6 chunks: neither evenly nor with the embedding and/or loss
-    counted as a block; as Megatron-Bridge lays out DeepSeek-V3 (⌈8/6⌉ = 2 a chunk from the
+    counted as a block; as NeMo lays out DeepSeek-V3 (⌈8/6⌉ = 2 a chunk from the
     first on, every later chunk keeping one): [2, 2, 1, 1, 1, 1] blocks, the embedding with the
     first chunk and the head with the last, on ranks 0, 1, 0, 1, 0, 1. The bubble takes the
     slowest rank: (m + (p − 1)/v) · max T + max E + max O."""

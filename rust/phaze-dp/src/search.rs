@@ -1554,12 +1554,13 @@ fn bytes_said(bytes: u64) -> String {
 ///   embedding and the last one fewer for the loss), tried as (both, embedding, loss), which is
 ///   how Llama 3.1 405B's 126 blocks run on PP 8 × VP 8;
 /// * else as a `--pipeline-model-parallel-layout` (megatron/core/transformer/
-///   pipeline_parallel_layer_layout.py) laid out as Megatron-Bridge lays out DeepSeek-V3's 61
-///   blocks (`_get_deepseek_v3_pipeline_layout`, src/megatron/bridge/recipes/deepseek/h100/
-///   deepseek_v3.py at 067f987d, e.g. PP 8 × VP 2 `Et*4|t*4|…|t*4|tmL`): ⌈B/(p·v)⌉ blocks a chunk
-///   from the first on, the last chunk the rest. Where that leaves later chunks none (61 over 32
-///   chunks), each chunk takes fewer so that every later chunk keeps one block: the same layout
-///   wherever Megatron-Bridge's table has one, defined for any B >= p·v.
+///   pipeline_parallel_layer_layout.py) laid out as NeMo lays out DeepSeek-V3's 61 blocks
+///   (`map_pp_vp_to_layout` in scripts/performance/llm/pretrain_deepseek_v3.py at NeMo 9244b1ec,
+///   the launcher of NVIDIA's DGX Cloud DeepSeek-V3 runs; e.g. PP 8 × VP 2: the embedding and 4
+///   blocks, 14 chunks of 4, 1 block and the loss): ⌈B/(p·v)⌉ blocks a chunk from the first on,
+///   the last chunk the rest. Where that leaves later chunks none (61 over 32 chunks), each chunk
+///   takes fewer so that every later chunk keeps one block: the same layout wherever NeMo's
+///   table has one, defined for any B >= p·v.
 ///
 /// `None` when p·v exceeds the blocks (some chunk would hold none).
 fn interleave_split(blocks: usize, chunks: usize) -> Option<Vec<usize>> {
@@ -2319,7 +2320,7 @@ pub fn evaluate_fixed(prob: &Problem, pp: usize, dp: u64) -> Result<Evaluation, 
 mod tests {
     use super::interleave_split;
 
-    /// `t*n` per chunk as Megatron-Bridge's DeepSeek-V3 table writes them (MTP aside).
+    /// The blocks per chunk as NeMo's DeepSeek-V3 table (`map_pp_vp_to_layout`) lists them.
     fn fill(per: usize, chunks: usize, last: usize) -> Vec<usize> {
         let mut sizes = vec![per; chunks - 1];
         sizes.push(last);
@@ -2327,9 +2328,9 @@ mod tests {
     }
 
     #[test]
-    fn deepseek_v3_61_blocks_take_megatron_bridges_layouts() {
-        // _get_deepseek_v3_pipeline_layout at 067f987d: (8, 2) and (4, 4) `Et*4|(t*4|)*14 tmL`,
-        // (8, 1) and (4, 2) `Et*8|(t*8|)*6 t*5mL`, (4, 1) `Et*16|t*16|t*16|t*13mL`.
+    fn deepseek_v3_61_blocks_take_nemos_layouts() {
+        // NeMo 9244b1ec map_pp_vp_to_layout: (16, 1), (8, 2) and (4, 4) E + 4, 14 x 4, 1 + loss;
+        // (8, 1) and (4, 2) E + 8, 6 x 8, 5 + loss; (4, 1) E + 16, 16, 16, 13 + loss.
         assert_eq!(interleave_split(61, 16), Some(fill(4, 16, 1)));
         assert_eq!(interleave_split(61, 8), Some(fill(8, 8, 5)));
         assert_eq!(interleave_split(61, 4), Some(vec![16, 16, 16, 13]));

@@ -180,7 +180,7 @@ fn folding(prob: &Problem) -> (bool, u64) {
 /// The block count of each of the p·v chunks as Megatron-LM builds them: evenly when p·v
 /// divides the blocks; else with the embedding, the loss, or both counted as a block of the
 /// first / last chunk (`--account-for-embedding-in-pipeline-split`,
-/// `--account-for-loss-in-pipeline-split`), tried in that order; else as Megatron-Bridge lays out
+/// `--account-for-loss-in-pipeline-split`), tried in that order; else as NeMo lays out
 /// DeepSeek-V3 (`--pipeline-model-parallel-layout`): the first k chunks ⌈count/chunks⌉ blocks,
 /// k the most that leave each later chunk one, the next chunk the rest less one for each after
 /// it, those one each. `None` when some chunk would hold no block.

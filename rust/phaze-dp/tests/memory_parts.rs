@@ -346,7 +346,7 @@ fn interleaved_chunks_where_the_blocks_do_not_divide() {
         assert!(sizes[1..sizes.len() - 1].iter().all(|&s| s == per));
         assert_eq!(sizes.iter().sum::<usize>(), blocks + 2);
     }
-    // 5 blocks over 4 chunks: no even or counted split; as Megatron-Bridge lays out DeepSeek-V3,
+    // 5 blocks over 4 chunks: no even or counted split; as NeMo lays out DeepSeek-V3,
     // ⌈5/4⌉ = 2 from the first chunk on while every later chunk keeps one: [2, 1, 1, 1].
     assert_eq!(
         interleaved_chunks(5, 2, 2).unwrap(),
