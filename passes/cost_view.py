@@ -145,9 +145,9 @@ def skipped_flops(op: Operation) -> int:
         return 0
     if isinstance(op, ph.MatmulOp):
         _, m, n, k = op.mnk()
-        frac = float(causal_fraction(m, n, k))
+        frac = float(causal_fraction(m, n, k, kernel["causal"]))
     elif scores := _scores_side(op):
-        frac = float(causal_fraction(scores, scores, scores))
+        frac = float(causal_fraction(scores, scores, scores, kernel["causal"]))
     else:
         return 0
     flops = op.flops()
@@ -160,7 +160,7 @@ def vector_desc(op: ph.ComputeOp) -> VectorDesc:
     kernel = _kernel(op) or {"launch": 1, "onchip_read": 0, "onchip_written": 0, "causal": 0}
     scores = _scores_side(op)
     if kernel["causal"] and scores:  # a causal kernel skips the upper triangle
-        work = math.ceil(work * float(causal_fraction(scores, scores, scores)))
+        work = math.ceil(work * float(causal_fraction(scores, scores, scores, kernel["causal"])))
     passes, row = 1, 0
     if isinstance(op, ph.SoftmaxOp) and op.inputs:
         shape = _shape(op.result.type)
@@ -215,7 +215,7 @@ def matmul_desc(op: ph.MatmulOp) -> MatmulDesc:
         bias_bytes=ph.tensor_bytes(op.bias.type) if op.bias is not None else 0,
         rhs_batched=math.prod(rhs.get_shape()[:-2]) > 1,
         onchip_bytes=kernel["onchip_read"] + kernel["onchip_written"],
-        causal=bool(kernel["causal"]),
+        causal=int(kernel["causal"]),
         launches=kernel["launch"],
         fp32=fp32 and _runtime(op) in TORCH_GROUPED_MM,
         # launched once per expert: torch's grouped GEMM fallback, after its host sync

@@ -20,6 +20,7 @@ from phaze_ir import keys
 from phaze_ir.attributes import KernelAttr
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
+from phaze_ir.op_kinds import causal_mask
 
 bf16_type = BFloat16Type()
 
@@ -46,7 +47,7 @@ def kop(o: Operation, ids: dict[SSAValue, int]) -> KOp:
     operands, results = tuple(ids[v] for v in o.operands), tuple(ids[r] for r in o.results)
 
     def made(kind: str, **fields: Any) -> KOp:
-        return KOp(kind, phase, operands, results, fused=fused, causal=fused.endswith(" causal"), **fields)
+        return KOp(kind, phase, operands, results, fused=fused, causal=causal_mask(fused), **fields)
 
     def out_numel() -> int:
         return max((_numel(r) for r in o.results), default=1)

@@ -259,14 +259,16 @@ def with_runtime_attention(spec, opts: Options):
     context parallelism (ring flash attention); its matmuls and softmax with ``--kernels ops``
     (the paper's runtime: no fused attention, as the paper priced it and its search still
     does); otherwise as the model file builds it (every shipped example and a config.json
-    whose architecture has it: SDPA, which the GPU runtimes run as flash attention)."""
-    from phaze_ir.frontend import with_eager_attention, with_fused_attention
+    whose architecture has it: SDPA, which the GPU runtimes run as flash attention), except
+    attention with a sliding window shorter than the sequence or with sinks: the one fused
+    kernel FlashAttention or cuDNN runs for it (``phaze_ir/frontend/kernel_attention.py``)."""
+    from phaze_ir.frontend import with_eager_attention, with_fused_attention, with_kernel_attention
 
     if opts.context_parallel != 1:  # a degree past 1, or auto
         return with_fused_attention(spec)
     if opts.kernels is Runtime.OPS:
         return with_eager_attention(spec)
-    return spec
+    return with_kernel_attention(spec, opts.seq_len or spec.seq_len)
 
 
 def schedule_cache(opts: Options):

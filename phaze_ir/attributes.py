@@ -604,7 +604,9 @@ class KernelAttr(RecordAttr):
     - ``onchip_read``/``onchip_written``: bytes of what the op reads and writes that stay on chip
       (made and used inside its kernel, or read once already by it), so do not cross HBM.
     - ``causal``: 1 when the op is part of a causal fused attention kernel, which computes only
-      the lower triangle of the s x s scores (half the work).
+      the lower triangle of the s x s scores (half the work); w >= 2 when that kernel's mask is
+      also a sliding window of w keys, whose band it computes (about s·w of the scores:
+      ``phaze_ir.op_kinds.causal_fraction``); 0 else.
     """
 
     name = "phaze.kernel"

@@ -111,6 +111,14 @@ CAUSAL_ATTENTION_FLOPS = Key(
     "whose half above the diagonal the summary's MFU takes off (absent: none)",
     IMPORTER,
 )
+WINDOW_SKIPPED_FLOPS = Key(
+    "phaze.window_skipped_flops",
+    "module",
+    "i64: of phaze.attention_flops, what the sliding-window attentions' kernels do not compute (all of "
+    "their s² square but the causal window's band, op_kinds.causal_fraction), which the summary's MFU "
+    "takes off (absent: no window shorter than the sequence)",
+    IMPORTER,
+)
 WARNINGS = Key(
     "phaze.warnings",
     "module",

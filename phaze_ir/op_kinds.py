@@ -72,3 +72,32 @@ LAYER_MEMORY_FIELDS = (
     "expert_optimizer_bytes",
     "fp8_weight_bytes",
 )
+
+
+def causal_mask(fused: str) -> int:
+    """The mask of the fused attention kernel an op is part of (its ``phaze.fused`` name), as
+    ``#phaze.kernel``'s ``causal`` field holds it: 0 none (or not an attention), 1 causal, w >= 2
+    causal within a sliding window of w keys (``... window W ... causal``: each query sees
+    itself and the w - 1 keys before it; ``phaze_ir/frontend/kernel_attention.py``)."""
+    if not fused.endswith(" causal"):
+        return 0
+    words = fused.split()
+    at = words.index("window") + 1 if "window" in words else 0
+    return int(words[at]) if at and at < len(words) and words[at].isdigit() and int(words[at]) >= 2 else 1
+
+
+def causal_fraction(m, n, k, causal=1):
+    """The share of a causal attention GEMM's s x s work that its kernel computes, s the longest
+    of M, N, K (integers or numpy arrays that broadcast): ``(s + 1) / 2s`` under a causal mask
+    (``causal`` 1: the lower triangle, diagonal included); ``(w·s - w(w - 1)/2) / s²`` within a
+    sliding window of ``w = causal`` keys shorter than s (row i computes min(i + 1, w) scores:
+    FlashAttention and cuDNN skip the tiles outside the band, so the kernel's work is the band's)."""
+    import numpy as np
+
+    s = np.maximum(np.maximum(m, n), k)
+    whole = (s + 1) / (2.0 * s)
+    w = np.asarray(causal)
+    if not ((w >= 2) & (w < s)).any():
+        return whole  # (exactly the causal share as before: plans without a window are unchanged)
+    band = np.minimum(np.maximum(w, 1), s)
+    return np.where((w >= 2) & (w < s), (band * s - band * (band - 1) / 2.0) / (1.0 * s * s), whole)

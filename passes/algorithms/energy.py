@@ -182,7 +182,7 @@ def _gemm_actions(cols, cfg, tiling: Tiling | None = None) -> tuple:
     # A causal attention kernel computes the lower triangle's blocks only, (s + 1) / 2s of them
     # (the share its time is priced at): the MACs, the core buffer's and the global buffer's
     # traffic scale with it; what it reads from HBM (Q, K, V once) does not.
-    share = np.where(cols["causal"] != 0, causal_fraction(cols["m"], cols["n"], cols["k"]), 1.0)
+    share = np.where(cols["causal"] != 0, causal_fraction(cols["m"], cols["n"], cols["k"], cols["causal"]), 1.0)
     macs = np.multiply(passes * t.m_block, pe_x * pe_y, dtype=np.float64) * share
     streamed = passes * (t.m_block * pe_y * cols["a_elem"] + pe_y * pe_x * cols["b_elem"]) * share
     partial_sums = passes * t.m_block * pe_x * ACC_BYTES * share

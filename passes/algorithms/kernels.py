@@ -132,7 +132,8 @@ class KOp:
     into, e.g. a GEMM or a collective), ``phase``, operand and result value ids, ``numel`` (a
     pointwise op's result elements, a reduction's output elements), ``rnumel`` (a reduction's
     elements reduced into each output; 1 else), ``fused`` (the aten op it is part of when aten
-    runs that op as one kernel, "" else), ``causal`` (part of a causal attention kernel),
+    runs that op as one kernel, "" else), ``causal`` (part of a causal attention kernel: 1, or
+    w >= 2 within a sliding window of w keys, ``phaze_ir.op_kinds.causal_mask``),
     for the optimizer ``param_elements`` (the elements it updates) and ``layer`` (the layer the
     update is part of, -1 when layers are not grouped), and ``softmax``."""
 
@@ -143,7 +144,7 @@ class KOp:
     numel: int = 1
     rnumel: int = 1
     fused: str = ""
-    causal: bool = False
+    causal: int = 0
     param_elements: int = 0
     layer: int = -1
     #: a softmax (Megatron fuses the pointwise ops before a softmax only)
@@ -161,13 +162,14 @@ class KOp:
 class Kernel:
     """An op's kernel: its ``id``, how many launches the op accounts for (``launch``: 1 on a
     kernel's first op, 0 on the others; a multi-tensor optimizer op may start several), the bytes
-    of its reads and writes that stay on chip, and whether it is part of a causal attention."""
+    of its reads and writes that stay on chip, and the mask of the causal attention it is part of
+    (:attr:`KOp.causal`)."""
 
     id: int
     launch: int
     onchip_read: int
     onchip_written: int
-    causal: bool = False
+    causal: int = 0
 
 
 @dataclass
@@ -191,7 +193,16 @@ TRACED_ATTENTION = {
     "_scaled_dot_product_flash_attention": "flash2",
     "_scaled_dot_product_efficient_attention": "efficient",
     "_scaled_dot_product_cudnn_attention": "cudnn",
+    "window_attention": "flash2",  # (which FlashAttention, or cuDNN, runs it: attention_backend)
 }
+#: phaze's traced kernel for attention with a sliding window or sinks
+#: (``phaze_ir/frontend/kernel_attention.py``), which no torch SDPA backend runs: FlashAttention
+#: (FA3 on Hopper, whose sinks kernel transformers' GPT-OSS loads, ``vllm-flash-attn3``; FA2's
+#: ``window_size`` else) under the torch runtimes, Transformer Engine's cuDNN fused attention
+#: (``window_size``, ``softmax_type="learnable"``) under Megatron-LM on Hopper and later.
+WINDOW_ATTENTION = "window_attention"
+#: Compute capabilities (major) FlashAttention-3 runs on (flash-attention ``hopper/``: sm90 only).
+FLASH3_MAJORS = (9,)
 #: The attention backend orders a step may run under (module docstring): ``cudnn-first``, torch
 #: 2.15's on the :data:`CUDNN_FIRST_MAJORS` and TE's on Hopper+; ``flash-first``, torch's order
 #: before it (the kernel traced) and TE with ``NVTE_FUSED_ATTN=0`` (FlashAttention-2).
@@ -212,6 +223,10 @@ def attention_backend(
     by the kernels' tables (module docstring)."""
     if runtime == "ops" or compute_capability is None:
         return None
+    if traced.startswith(WINDOW_ATTENTION):
+        if runtime == "megatron":
+            return "cudnn" if compute_capability >= 9.0 and sdpa_order == SDPA_ORDERS[0] else "flash2"
+        return "flash3" if int(compute_capability) in FLASH3_MAJORS else "flash2"
     kernel = next((k for name, k in TRACED_ATTENTION.items() if traced.startswith(name)), None)
     if kernel is None:
         return None

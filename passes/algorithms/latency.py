@@ -104,6 +104,7 @@ import numpy as np
 from passes.algorithms import network
 from passes.algorithms.tiling import ScalarTiling, Tiling, tile_gemm
 from passes.cache_file import is_int
+from phaze_ir.op_kinds import causal_fraction
 
 if TYPE_CHECKING:
     from phaze_ir.hardware import Calibration
@@ -182,9 +183,10 @@ class MatmulDesc:
     #: bytes of the compulsory traffic (operands read, result written) that stay on chip inside
     #: a fused kernel (``phaze.kernel``): such a GEMM's HBM traffic is the rest, unblocked
     onchip_bytes: int = 0
-    #: part of a causal attention kernel: only the lower triangle of the s x s scores is
-    #: computed, ``(s + 1) / 2s`` of the work (s: the longest of M, N, K)
-    causal: bool = False
+    #: part of a causal attention kernel (``#phaze.kernel``'s ``causal``: 1, or w >= 2 within a
+    #: sliding window of w keys): only the lower triangle of the s x s scores, or its band of
+    #: width w, is computed (``causal_fraction``; s: the longest of M, N, K)
+    causal: int = 0
     #: kernel launches the GEMM pays (0 inside a kernel another op launches); more than 1: its
     #: batch's products run as that many kernels one after another (a grouped GEMM's per-expert
     #: fallback), each quantised into its own waves
@@ -596,13 +598,6 @@ def misaligned(cols):
     return (cols["m"] * elem % 16 != 0) | (cols["n"] * elem % 16 != 0) | (cols["k"] * elem % 16 != 0)
 
 
-def causal_fraction(m, n, k):
-    """The share of a causal attention GEMM's work that its kernel computes: ``(s + 1) / 2s``
-    of the s x s scores' blocks, s the longest of M, N, K (integers or numpy arrays)."""
-    s = np.maximum(np.maximum(m, n), k)
-    return (s + 1) / (2.0 * s)
-
-
 def wave_s(batch, m, n, k, tile_m: int, tile_n: int, units: int, peak_flops):
     """Seconds of GEMMs in waves of full output tiles: ``batch · ceil(M / tile_m) · ceil(N /
     tile_n)`` tiles dealt to ``units`` units, each wave as long as one full tile at a unit's
@@ -705,7 +700,7 @@ def _matmul_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray], fx: F
         compute_one, compute_split = compute_one * faster, compute_split * faster
     causal = cols["causal"] != 0
     if causal.any():
-        frac = causal_fraction(cols["m"], cols["n"], cols["k"])
+        frac = causal_fraction(cols["m"], cols["n"], cols["k"], cols["causal"])
         compute_one = np.where(causal, compute_one * frac, compute_one)
         compute_split = np.where(causal, compute_split * frac, compute_split)
     kernel_s = attention_compute_s(cols, cfg, fx)
@@ -775,7 +770,10 @@ def attention_compute_s(cols, cfg, fx: FixedParams) -> np.ndarray | None:
         seq, head_dim = max(mm, nn, kk), min(mm, nn, kk)
         flops = 2.0 * row["batch"] * mm * nn * kk
         if row["causal"]:
-            flops *= float(causal_fraction(mm, nn, kk))
+            flops *= float(causal_fraction(mm, nn, kk, row["causal"]))
+        if 2 <= row["causal"] < seq:  # a window of w keys: looked up as the causal kernel whose
+            # rows are as long on average (s/2 keys at s = 2w): each query tile loops over w keys
+            seq = 2 * row["causal"]
         p = float(np.broadcast_to(peak, out.shape)[idx])
         eff = attention.efficiency(
             table,

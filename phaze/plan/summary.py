@@ -152,18 +152,25 @@ def causal_attention_skipped(module, plan: Mapping[str, Any]) -> float:
     (``phaze.causal_attention_flops``, the importer's: three times its forward GEMMs, of the
     unsharded step as traced; c² times under CP of degree c, as
     :func:`phaze_ir.keys.sample_model_flops` counts them), the ``(s - 1)/2s`` above the
-    diagonal, s the whole sequence.  Read from the module's attributes alone (a plan template's
+    diagonal, s the whole sequence; and all a sliding-window kernel skips
+    (``phaze.window_skipped_flops``).  Read from the module's attributes alone (a plan template's
     skeleton has no step body)."""
     from passes.algorithms.latency import causal_fraction
 
     causal = keys.int_of(module, keys.CAUSAL_ATTENTION_FLOPS, 0)
+    window = keys.int_of(module, keys.WINDOW_SKIPPED_FLOPS, 0)
     seq = keys.sample_seq_len(module)
-    if not causal or not seq:
+    if not (causal or window) or not seq:
         return 0.0
     cp = keys.int_of(module, keys.CONTEXT_PARALLEL, 1)
     traced_b = keys.int_of(module, keys.MICRO_BATCH_SIZE, 1)
+    batches = int(plan["global_batch"]) / traced_b
+    # sliding-window attentions: what their kernels skip, counted by the importer (not under CP)
+    skipped = float(window) * batches if window else 0.0
+    if not causal:
+        return skipped
     per_batch = float(causal * cp * cp) / traced_b * int(plan["global_batch"])
-    return per_batch * (1.0 - float(causal_fraction(seq, seq, seq)))
+    return per_batch * (1.0 - float(causal_fraction(seq, seq, seq))) + skipped
 
 
 def kernel_ceiling(acc, module) -> float:

@@ -195,6 +195,9 @@ FUSED_ATTENTION = {
     "_scaled_dot_product_efficient_attention_backward",
     "_scaled_dot_product_cudnn_attention",
     "_scaled_dot_product_cudnn_attention_backward",
+    # phaze's causal kernel with a sliding window and/or sinks (frontend/kernel_attention.py)
+    "window_attention",
+    "window_attention_backward",
 }
 # GEMMs that are expanded into views and phaze.matmul (see importer._grouped_mm, _convolution):
 # a grouped GEMM over experts as a batched matmul with per-expert weights (torch's, or

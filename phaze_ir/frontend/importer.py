@@ -50,7 +50,9 @@ from phaze_ir import keys
 from phaze_ir.attributes import UnpricedOpAttr
 from phaze_ir.errors import PhazeError, PhazeWarning
 from phaze_ir.frontend import aten_map as amap
+from phaze_ir.frontend.kernel_attention import WINDOW_ATTENTION
 from phaze_ir.frontend.trace import TracedGraph
+from phaze_ir.op_kinds import causal_fraction, causal_mask
 
 _Op = TypeVar("_Op", bound=Operation)
 
@@ -387,11 +389,13 @@ class _Importer:
         flops = model_flops(fn, self.routed) if traced.training else 0
         if 0 < flops < 2**63:  # beyond i64 (10^19 FLOPs a micro-batch) the summary shows no MFU
             attrs[keys.MODEL_FLOPS] = IntegerAttr(flops, i64)
-            attention, causal = attention_flops(fn)
+            attention, causal, window_skipped = attention_flops(fn)
             if 0 < attention < 2**63:
                 attrs[keys.ATTENTION_FLOPS] = IntegerAttr(attention, i64)
             if 0 < causal < 2**63:
                 attrs[keys.CAUSAL_ATTENTION_FLOPS] = IntegerAttr(causal, i64)
+            if 0 < window_skipped < 2**63:
+                attrs[keys.WINDOW_SKIPPED_FLOPS] = IntegerAttr(window_skipped, i64)
         if self.unknown:
             attrs[keys.WARNINGS] = ArrayAttr(self.unpriced(graph))
         if self.capacity_factor is not None:
@@ -552,6 +556,11 @@ def _build_dropout(imp: _Importer, c: _Call) -> _Built:
 
 def _build_attention(imp: _Importer, c: _Call) -> _Built:
     backward = c.packet.endswith("_backward")
+    if c.packet.startswith(WINDOW_ATTENTION):  # (q, k, v, sinks?) / (dout, q, k, v, sinks?, out, lse)
+        has_sinks = len(c.ins) == (7 if backward else 4)
+        sinks = c.ins[4 if backward else 3] if has_sinks else None
+        ins = [x for x in c.ins if x is not sinks]
+        return _attention(ins, c.rtypes, backward, sinks)
     # cuDNN's backward reads out and logsumexp before its other tensors; the others last
     return _attention(c.ins[:6] if backward and "cudnn" in c.packet else c.ins, c.rtypes, backward)
 
@@ -657,7 +666,7 @@ def _node_bytes(node) -> int:
     return sum(t.numel() * t.element_size() for v in values for _, t in _tensors_of(v))
 
 
-def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
+def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool, sinks: SSAValue | None = None):
     """Expand a fused attention kernel into its matmul/softmax semantics.
 
     Forward ``(q, k, v) -> (out, logsumexp)``: ``S = q kᵀ``, ``P = softmax(S)``, ``out = P v``.
@@ -665,6 +674,9 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
     and recomputes them, then ``dv = Pᵀ dout``, ``dP = dout vᵀ``, ``dS = softmax_grad(dP, P)``,
     ``dq = dS k``, ``dk = dSᵀ q``: the FLOPs and the (small) saved tensors the kernel really has.
     Grouped-query attention repeats k and v over the query heads and sums their gradients back.
+    Attention ``sinks`` (one logit per head, GPT-OSS's) are one more column of the softmax, read
+    by the forward's; their gradient ``dsink_h = -Σ exp(sink_h - lse) · D`` over the batch and
+    the rows is a reduction of the backward's ``D`` and ``lse`` (FlashAttention-3's ``s_aux``).
     """
     ops: list[Operation] = []
 
@@ -707,7 +719,7 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
         v = layout("repeat", v, q_shape[:-1] + [ph.tensor_type(v).get_shape()[-1]])
     if not backward:
         scores = matmul(q, transpose(k))
-        p = softmax("softmax", scores)
+        p = softmax("softmax", scores, *([sinks] if sinks is not None else []))
         out = matmul(p, v)
         lse = add(
             ph.ReductionOp.build(
@@ -749,6 +761,27 @@ def _attention(ins: list[SSAValue], rtypes: list[TensorType], backward: bool):
     dq = matmul(ds, k)
     dk = matmul(transpose(ds), q)
     grads = [dq, dk, dv]
+    if sinks is not None and len(rtypes) > 3:
+        scaled = add(
+            ph.ElementwiseOp.build(
+                operands=[[d, lse]],
+                result_types=[lse.type],
+                properties={"kind": StringAttr("mul"), "aten": StringAttr("attention")},
+            )
+        )
+        grads.append(
+            add(
+                ph.ReductionOp.build(
+                    operands=[[scaled]],
+                    result_types=[[rtypes[3]]],
+                    properties={
+                        "kind": StringAttr("sum"),
+                        "aten": StringAttr("attention"),
+                        "dims": DenseArrayBase.from_list(i64, [0, 2]),
+                    },
+                )
+            )
+        )
     for i in (1, 2):
         if grads[i].type != rtypes[i]:  # sum the repeated heads' gradients back to the kv heads
             grads[i] = add(
@@ -776,6 +809,8 @@ _CAUSAL_ARG = {
     "_scaled_dot_product_cudnn_attention": 6,
     "_scaled_dot_product_cudnn_attention_backward": 14,
 }
+#: Where phaze's window attention (``kernel_attention``) has its sinks, window and dropout_p.
+_WINDOW_ARGS = {WINDOW_ATTENTION: (3, 4, 6), f"{WINDOW_ATTENTION}_backward": (4, 7, 9)}
 
 
 #: Where a fused attention op has ``dropout_p`` among its positional arguments (aten's schemas).
@@ -797,6 +832,12 @@ def _fused_name(node) -> StringAttr | None:
     packet = amap.packet_name(node.target)
     if packet not in amap.FUSED_ATTENTION and packet not in amap.DROPOUT:
         return None
+    if packet in _WINDOW_ARGS:  # always causal; its window (0: none) and sinks said before it
+        at_sinks, at_window, at_dropout = _WINDOW_ARGS[packet]
+        window, dropout = node.args[at_window], node.args[at_dropout]
+        drop = f" dropout {dropout:g}" if isinstance(dropout, float) and dropout > 0 else ""
+        said = (f" window {window}" if window else "") + (" sinks" if node.args[at_sinks] is not None else "")
+        return StringAttr(node.name + drop + said + " causal")
     at = _CAUSAL_ARG.get(packet)
     causal = node.kwargs.get("is_causal", False)
     if at is not None and len(node.args) > at:
@@ -1240,21 +1281,29 @@ def model_flops(fn: func.FuncOp, routed: Mapping[Operation, tuple[int, int]] | N
     return total
 
 
-def attention_flops(fn: func.FuncOp) -> tuple[int, int]:
-    """Of ``phaze.model_flops``, the fused attentions' share (``phaze.attention_flops``) and the
-    causal ones' (``phaze.causal_attention_flops``): three times the forward GEMMs of the ops
-    one ``phaze.fused`` aten op stands for (the score and context GEMMs of an SDPA or flash
+def attention_flops(fn: func.FuncOp) -> tuple[int, int, int]:
+    """Of ``phaze.model_flops``, the fused attentions' share (``phaze.attention_flops``), the
+    causal ones' (``phaze.causal_attention_flops``) and what the windowed ones' kernels do not
+    compute (``phaze.window_skipped_flops``): three times the forward GEMMs of the ops one
+    ``phaze.fused`` aten op stands for (the score and context GEMMs of an SDPA or flash
     attention; a fused dropout has none), of the whole, unsharded step as traced.  These grow
     with the square of the sequence (a context-parallel step's whole sample: c² times the
-    traced S/c's, :func:`phaze_ir.keys.sample_model_flops`), and a causal kernel skips the half
-    above the diagonal (the summary's MFU takes it off)."""
-    attention = causal = 0
+    traced S/c's, :func:`phaze_ir.keys.sample_model_flops`), a causal kernel skips the half
+    above the diagonal and a sliding-window one all but the window's band
+    (:func:`~phaze_ir.op_kinds.causal_fraction`): the summary's MFU takes them off."""
+    attention = causal = window_skipped = 0
     for op in fn.body.walk():
         fused = op.attributes.get(keys.FUSED)
         if isinstance(op, ph.MatmulOp) and isinstance(fused, StringAttr) and keys.string_of(op, keys.PHASE) == "fwd":
-            attention += 3 * op.flops()
-            causal += 3 * op.flops() if fused.data.endswith(" causal") else 0
-    return attention, causal
+            flops = 3 * op.flops()
+            attention += flops
+            mask = causal_mask(fused.data)
+            if mask == 1:
+                causal += flops
+            elif mask:
+                _, m, n, k = op.mnk()
+                window_skipped += flops - math.ceil(flops * float(causal_fraction(m, n, k, mask)))
+    return attention, causal, window_skipped
 
 
 def _needs_grad(fn: func.FuncOp) -> set[SSAValue]:

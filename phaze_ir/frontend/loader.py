@@ -97,6 +97,23 @@ def with_eager_attention(spec: ModelSpec) -> ModelSpec:
     return _switched_attention(spec, "sdpa", "eager")
 
 
+def with_kernel_attention(spec: ModelSpec, seq_len: int | None = None) -> ModelSpec:
+    """``spec`` whose transformers model, when its attention has a sliding window shorter than
+    ``seq_len`` or attention sinks, runs it as the one fused kernel GPUs run for it
+    (``kernel_attention``: FlashAttention's or cuDNN's window, the sinks' extra column); any
+    other model as it is."""
+    from dataclasses import replace
+
+    from phaze_ir.frontend import kernel_attention
+
+    build = spec.get_model
+
+    def get_model():
+        return kernel_attention.switch(build(), seq_len)
+
+    return replace(spec, get_model=get_model)
+
+
 def _switched_attention(spec: ModelSpec, implementation: str, to: str) -> ModelSpec:
     """``spec`` whose transformers model, built with ``attn_implementation=implementation``, is
     switched to ``to`` by its ``set_attn_implementation``; any other model as it is."""
