@@ -216,9 +216,9 @@ def test_mistral_within_its_window_traces_torchs_flash_attention_as_before():
 
 
 def test_a_model_without_window_or_sinks_is_not_switched():
-    from phaze_ir.frontend import kernel_attention
-
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from phaze_ir.frontend import kernel_attention
 
     config = LlamaConfig(
         hidden_size=32, intermediate_size=64, num_attention_heads=2, num_hidden_layers=1, vocab_size=64
@@ -247,3 +247,18 @@ def test_the_time_of_a_window_layers_attention_is_a_fraction_of_a_full_ones():
 
     windowed, full = seconds(lambda f: " window " in f), seconds(lambda f: " window " not in f)
     assert math.isfinite(full) and 0 < windowed < full / 4, (windowed, full)
+
+
+def test_gpt_oss_plan_counts_the_window_alike_in_mfu_and_hfu():
+    """The plan's MFU takes the window's skipped square off, as its HFU and time do: MFU at most
+    HFU, PaLM's whole-square MFU above both, and the convention line says so."""
+    from phaze.tools.phazec import main
+
+    tmp = Path(tempfile.mkdtemp())
+    (tmp / "config.json").write_text(json.dumps(GPT_OSS))
+    argv = [str(tmp / "config.json"), "--hw", "h100", "--seq-len", "4096", "--micro-batch", "1", "--devices", "1"]
+    argv += ["--global-batch", "1", "--tp", "1", "--no-cache", "-q", "--json", str(tmp / "plan.json")]
+    assert main(argv) == 0
+    summary = json.loads((tmp / "plan.json").read_text())["summary"]
+    assert summary["mfu_causal"] <= summary["hfu"] < summary["mfu_palm"]
+    assert "sliding window's band" in summary["mfu_causal_convention"]

@@ -142,6 +142,8 @@ def placement_words(plan: Mapping[str, Any]) -> str:
 #: How the summary's MFU (``mfu_causal``, the headline) counts attention (said beside the figure,
 #: and in the JSON).
 MFU_CONVENTION = "6·N per token plus attention as computed, causal attention half its square (Megatron-LM's)"
+#: The same, said of a step with sliding-window attention (``phaze.window_skipped_flops``).
+MFU_WINDOW_CONVENTION = MFU_CONVENTION + ", a sliding window's band as its kernel computes it"
 #: How ``mfu_palm`` counts it.
 MFU_PALM_CONVENTION = "6·N per token plus causal attention's whole s² square (PaLM's)"
 
@@ -440,7 +442,9 @@ def build(
         "hardware_flops_per_batch": hw_flops,
         "peak_flops_per_s": acc.peak_tensor_flops,
         "mfu_causal": mfu,
-        "mfu_causal_convention": MFU_CONVENTION,
+        "mfu_causal_convention": MFU_WINDOW_CONVENTION
+        if keys.int_of(module, keys.WINDOW_SKIPPED_FLOPS, 0)
+        else MFU_CONVENTION,
         "mfu_palm": mfu_palm,
         "mfu_palm_convention": MFU_PALM_CONVENTION,
         "hfu": hfu,

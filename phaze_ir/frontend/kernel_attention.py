@@ -10,14 +10,16 @@ s x s scores and prices the whole square, the window ignored.
 The runtimes that train these models run one kernel instead, which computes only the score
 tiles inside the causal window (about s·w of the s² scores) and saves no s² tensor:
 
-- FlashAttention-2's ``window_size=(w - 1, 0)`` (Dao-AILab/flash-attention v2.3+,
-  ``flash_attn_interface.py``; transformers' ``modeling_flash_attention_utils.py`` passes
-  ``sliding_window - 1`` as the left window), and FlashAttention-3 with sinks on Hopper
-  (``kernels-community/vllm-flash-attn3``'s ``s_aux``, which transformers' GPT-OSS passes);
-- Transformer Engine's cuDNN fused attention, ``window_size=(w - 1, 0)`` and
-  ``softmax_type="learnable"`` (TE v2.8 ``pytorch/attention/dot_product_attention``; Megatron-
-  core's GPT-OSS sets ``window_size``, ``window_attn_skip_freq`` and ``softmax_type``,
-  ``megatron/core/transformer/transformer_config.py`` of core_r0.15).
+- FlashAttention's ``window_size`` (Dao-AILab/flash-attention v2.3+): transformers 5.25's
+  ``modeling_flash_attention_utils.py`` passes ``(sliding_window - 1, sliding_window - 1)``
+  with ``causal=True`` when the keys outnumber the window, and the sinks as ``s_aux`` to
+  FlashAttention-3 on Hopper (``kernels-community/vllm-flash-attn3``, which its GPT-OSS loads);
+- Transformer Engine's cuDNN fused attention, ``window_size`` and ``softmax_type="learnable"``
+  (a ``softmax_offset`` parameter per head; TE 2.20.0.dev0 d0067d0,
+  ``transformer_engine/pytorch/attention/dot_product_attention/dot_product_attention.py``), as
+  Megatron-LM runs GPT-OSS (d98e8a64, ``examples/gptoss/02_train.sh``: ``--softmax-type
+  learnable --window-attn-skip-freq 2 --window-size 127,0``, a window of 128 keys on alternate
+  layers).
 
 :func:`attention` is that kernel as a transformers attention function (``AttentionInterface``,
 registered as :data:`KERNEL_ATTENTION`): ``phaze::window_attention(q, k, v, sinks, window, scale,
@@ -25,10 +27,10 @@ dropout_p) -> (out, lse)``, causal, with grouped-query K/V as they are, and its 
 ``phaze::window_attention_backward``, which also gives the sinks' gradient.  The importer expands
 them as it expands torch's flash attention (``importer._attention``), the window and the sinks in
 the op's ``phaze.fused`` name (``... window W sinks causal``), and the pricing counts the window's
-work (``latency.causal_fraction``).  :func:`with_kernel_attention` switches a model whose
-attention has a window shorter than some sequence or sinks to it; a layer with neither and a
-model that has SDPA goes through SDPA as before (so a model without a window or sinks traces
-byte for byte as it did).  Both ops are traced on fake tensors only: they have no kernel here.
+work (``phaze_ir.op_kinds.causal_fraction``).  :func:`switch` (``loader.with_kernel_attention``)
+switches a model whose attention has a window shorter than the sequence, or sinks, to it; in
+such a model that has SDPA a layer with neither goes through SDPA as before, and a model with
+neither is not switched (its plans are byte for byte what they were).  Both ops are traced on fake tensors only: they have no kernel here.
 """
 
 from __future__ import annotations
