@@ -215,6 +215,56 @@ def test_mistral_within_its_window_traces_torchs_flash_attention_as_before():
     assert fused and all(f.startswith("_scaled_dot_product_flash_attention") for f in fused), fused
 
 
+GEMMA_2 = {
+    "architectures": ["Gemma2ForCausalLM"],
+    "model_type": "gemma2",
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 4096,
+    "sliding_window": WINDOW,
+    "vocab_size": 256,
+    "query_pre_attn_scalar": 16,
+    "attn_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0,
+}
+GEMMA_3 = {
+    **{k: v for k, v in GEMMA_2.items() if "softcapping" not in k},
+    "architectures": ["Gemma3ForCausalLM"],
+    "model_type": "gemma3_text",
+    "layer_types": ["sliding_attention", "full_attention"],
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "full_layer"),
+    [(GEMMA_2, "window_attention_1 causal"), (GEMMA_3, "_scaled_dot_product_flash_attention causal")],
+)
+def test_gemma_window_layers_run_the_window_kernel(config, full_layer):
+    """Gemma-2 (no SDPA: soft-capping) runs both layers in the kernel, its full one causal;
+    Gemma-3 (SDPA) its full layer through torch's flash attention as before."""
+    module = _module(json.dumps(config))
+    fused = _fused(module)
+    assert f"window_attention window {WINDOW} causal" in fused and full_layer in fused, fused
+    assert _square_outside_kernels(module, SEQ) == []
+
+
+def test_a_window_of_one_key_is_refused_in_one_line():
+    from phaze.tools.phazec import _parser, compile_model
+    from phaze_ir.errors import PhazeError
+
+    path = Path(tempfile.mkdtemp()) / "config.json"
+    path.write_text(json.dumps({**MISTRAL, "sliding_window": 1}))
+    args = _parser().parse_args([str(path), "--hw", "h100", "--seq-len", "64", "--micro-batch", "1", "-q"])
+    with pytest.raises(
+        PhazeError, match=r"^MistralForCausalLM: sliding_window = 1: a window of one key is not priced$"
+    ):
+        compile_model(args, lambda msg: None)
+
+
 def test_a_model_without_window_or_sinks_is_not_switched():
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -30,7 +30,8 @@ the op's ``phaze.fused`` name (``... window W sinks causal``), and the pricing c
 work (``phaze_ir.op_kinds.causal_fraction``).  :func:`switch` (``loader.with_kernel_attention``)
 switches a model whose attention has a window shorter than the sequence, or sinks, to it; in
 such a model that has SDPA a layer with neither goes through SDPA as before, and a model with
-neither is not switched (its plans are byte for byte what they were).  Both ops are traced on fake tensors only: they have no kernel here.
+neither is not switched (its plans are byte for byte what they were).  Both ops are traced on
+fake tensors only: they have no kernel here.
 """
 
 from __future__ import annotations
@@ -169,6 +170,10 @@ def switch(model, seq_len: int | None = None):
     if not runs_in_kernel(model, seq_len):
         return model
     config = model.config
+    if getattr(config, "sliding_window", None) == 1:  # before the trace, in one line
+        from phaze_ir.errors import PhazeError
+
+        raise PhazeError(f"{type(model).__name__}: sliding_window = 1: a window of one key is not priced")
     sdpa = config._attn_implementation == "sdpa"
     model.set_attn_implementation(register())
     # Layers with neither a window nor sinks keep SDPA where the model had it (attention()).
