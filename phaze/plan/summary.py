@@ -11,8 +11,10 @@ What it says, and from where (all from the compiled module and its plan JSON):
   micro-batch, times the micro-batches of the global batch: 6·N·tokens plus attention) with each
   causal attention counted as its kernel computes it, ``(s + 1)/2s`` of its s x s square
   (Megatron-LM's ``num_floating_point_operations``: "only half of the attention matrix is
-  non-zero"; :data:`MFU_CONVENTION`), over the time per batch times the devices used times the
-  chip's peak tensor FLOP/s.  Time and HFU count the causal half the same way, so MFU <= HFU.
+  non-zero"; :data:`MFU_CONVENTION`) and a sliding-window one as its band
+  (``phaze.window_skipped_flops`` off; :data:`MFU_WINDOW_CONVENTION`), over the time per batch
+  times the devices used times the chip's peak tensor FLOP/s.  Time and HFU count the causal
+  half and the band the same way, so MFU <= HFU.
   PaLM's convention, which counts a causal attention's whole square, is given beside it
   (``mfu_palm``, :data:`MFU_PALM_CONVENTION`): at long sequences it passes HFU;
 - HFU: the FLOPs the devices run (each layer's forward and backward as sharded, as its kernels
