@@ -372,20 +372,24 @@ def test_fms_fsdps_rows_run_flash_attention_2_and_the_others_todays_order(tmp_pa
     assert len(fms) == 16 and all(_flag(pp.phazec_flags(r), "--sdpa-order") == "flash-first" for r in fms)
     assert pp.model_file(rows["fms-h100-7b-eager"], tmp_path).endswith("llama2_7b_sdpa.py")
     assert "set_attn_implementation('sdpa')" in Path(tmp_path, "llama2_7b_sdpa.py").read_text()
-    assert "--sdpa-order" not in pp.phazec_flags(rows["nemo-l3-8b-cp2"])
+    assert "--sdpa-order" not in pp.phazec_flags(rows["dgxc-l31-8b-bf16-8"])
 
 
 def test_the_megatron_rows_run_the_attention_their_scripts_set():
     """NVTE_FUSED_ATTN=0 leaves Transformer Engine flash-attn's FlashAttention-2: NeMo's launcher
-    set it for every job of its tags 24.01 to 24.07 (the 24.03.01 container's long-sequence runs),
-    as do dgxc-benchmarking's grok1/configure.sh, nemo_megatron/launch.sh and nemotron/configure.sh
-    for the 340B; its llama3.1 recipes and the Nemotron-4 15B set NVTE_FUSED_ATTN=1 (cuDNN's)."""
+    set it for every job of its tags 24.01 to 24.07 (launcher_scripts/conf/config.yaml env_vars:
+    the 24.03.01 container's long-sequence runs, and the 24.07 performance table's 12 rows, whose
+    settings are the launcher's at 24.07), as do dgxc-benchmarking's grok1/configure.sh,
+    nemo_megatron/launch.sh and nemotron/configure.sh for the 340B; its llama3.1 recipes and the
+    Nemotron-4 15B set NVTE_FUSED_ATTN=1 (cuDNN's)."""
     rows = pp.read_rows(CSV)
     flash = {r.id for r in rows if r.kernels == "megatron" and "flash-first" in pp.phazec_flags(r)}
     assert {r.id for r in rows if r.id.startswith("nemo-ls-")} <= flash
     assert {r.id for r in rows if r.id.startswith(("dgxc-grok1-", "dgxc-gpt3-175b-", "dgxc-n4-340b-"))} <= flash
-    assert len(flash) == 9 + 12
-    assert not {r.id for r in rows if r.id.startswith(("dgxc-l31-", "dgxc-n4-15b-", "nemo-l3-"))} & flash
+    launcher_24_07 = {r.id for r in rows if r.id.startswith("nemo-") and "tag 24.07 (8325688d)" in r.where}
+    assert len(launcher_24_07) == 12 and launcher_24_07 <= flash
+    assert len(flash) == 9 + 12 + 12
+    assert not {r.id for r in rows if r.id.startswith(("dgxc-l31-", "dgxc-n4-15b-"))} & flash
 
 
 def test_an_unknown_sdpa_order_is_refused_in_one_line():
