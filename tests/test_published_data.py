@@ -3,6 +3,7 @@ them (benchmarks/price_published.py): the file parses, every row says where its 
 a row maps to the phazec flags that price it as it ran.  Nothing here runs phazec."""
 
 import csv
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -41,6 +42,8 @@ def test_the_file_parses_and_every_row_has_a_source():
         assert r.measured > 0 and r.measured_step_s > 0
         if r.model.startswith("gpt:"):
             pp.gpt_shape(r.model)
+        elif r.model.startswith("fms:"):
+            pp.fms_variant(r.model)
         else:
             assert (ROOT / "examples" / f"{r.model}.py").is_file(), r.id
     with open(CSV, newline="", encoding="utf-8") as f:
@@ -185,6 +188,13 @@ def test_model_files(tmp_path):
     assert "set_attn_implementation('sdpa')" in text and "llama3_70b.py" in text
     gpt = Path(pp.model_file(rows["k22-22b-full"], tmp_path))
     assert "n_embd=6144" in gpt.read_text() and "n_positions=2048" in gpt.read_text()
+    fms = Path(pp.model_file(rows["fms-h100-70b-eager"], tmp_path))
+    assert fms.name == "fms_llama_70b.py" and "get_model('70b')" in fms.read_text()
+    with pytest.raises(ValueError, match="expected fms:VARIANT"):
+        pp.fms_variant("fms:8b")
+    eager = dataclasses.replace(rows["fms-h100-7b-eager"], attention="eager")
+    with pytest.raises(ValueError, match="runs SDPA attention"):
+        pp.model_file(eager, tmp_path)
 
 
 def test_a_bad_row_is_refused():
@@ -370,8 +380,8 @@ def test_fms_fsdps_rows_run_flash_attention_2_and_the_others_todays_order(tmp_pa
     rows = {x.id: x for x in pp.read_rows(CSV)}
     fms = [r for r in rows.values() if r.id.startswith("fms-")]
     assert len(fms) == 16 and all(_flag(pp.phazec_flags(r), "--sdpa-order") == "flash-first" for r in fms)
-    assert pp.model_file(rows["fms-h100-7b-eager"], tmp_path).endswith("llama2_7b_sdpa.py")
-    assert "set_attn_implementation('sdpa')" in Path(tmp_path, "llama2_7b_sdpa.py").read_text()
+    assert all(r.model.startswith("fms:") for r in fms)  # fms's own LLaMA, its SDPA as it ran
+    assert pp.model_file(rows["fms-h100-7b-eager"], tmp_path).endswith("fms_llama_7b.py")
     assert "--sdpa-order" not in pp.phazec_flags(rows["nemo-l3-8b-cp2"])
 
 
