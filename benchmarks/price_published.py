@@ -147,7 +147,7 @@ def recompute_flags(value: str) -> tuple[str, str]:
 
 UNITS = ("tokens/s/gpu", "s/iteration", "megatron-tflops/s/gpu")
 #: phazec's --optimizer of each published optimizer column.
-OPTIMIZERS = ("adam", "adam-bf16")
+OPTIMIZERS = ("adam", "adam-bf16", "adam-foreach")
 #: phazec's --reduce-dtype of each published reduce_dtype column.
 REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 #: phazec's --fsdp-version of each published fsdp column: the FSDP a ZeRO-3 run ran under.
@@ -207,8 +207,9 @@ class Row:
     peak_memory_gib: float | None = None
     ep: int = 1  #: expert parallelism (--expert-parallel)
     moe: str = "no"  #: yes: a mixture-of-experts model
-    #: phazec's --optimizer: adam (fp32 master and moments) or adam-bf16 (Apex's distributed Adam
-    #: with its state in bf16, NeMo's ``optim.dtype: bf16``)
+    #: phazec's --optimizer: adam (fp32 master and moments, one fused kernel), adam-bf16 (Apex's
+    #: distributed Adam with its state in bf16, NeMo's ``optim.dtype: bf16``) or adam-foreach
+    #: (torch's default AdamW, eight foreach kernels: fms-fsdp's)
     optimizer: str = "adam"
     fp8_params: str = "no"  #: yes: FP8 primary weights (NeMo's fp8_params; phazec --fp8-params)
     #: phazec's --reduce-dtype: the dtype the run's DP gradient reduce(-scatter) moves

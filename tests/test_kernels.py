@@ -133,6 +133,43 @@ def test_fused_adam_launches_follow_multi_tensor_apply():
     assert sum(k.launch for k in s.form("ops")) == 100
 
 
+def test_foreach_adam_runs_eight_kernels_per_chunk_list():
+    """torch's default (``foreach``) AdamW steps each chunk list with eight multi-tensor kernels
+    (``_multi_tensor_adam``: mul, lerp, mul, addcmul, sqrt, div, add, addcdiv) where the fused
+    step runs one; the lists are dealt as the fused step's."""
+    from phaze_ir.op_kinds import OPTIMIZER_FOREACH_KERNELS
+
+    def launches(sizes, kernels):
+        s = _Step()
+        for n in sizes:
+            s.ops.append(KOp("optimizer", "opt", (0,), (), param_elements=n, optimizer_kernels=kernels))
+        return sum(k.launch for k in s.form("eager"))
+
+    foreach = OPTIMIZER_FOREACH_KERNELS["adam-foreach"]
+    assert foreach == 8
+    for sizes in ([10] * 100, [2 * ADAM_MAX_BLOCKS * ADAM_CHUNK_ELEMENTS + 1]):
+        assert launches(sizes, foreach) == foreach * launches(sizes, 1) == foreach * _adam_launches(sizes)
+
+
+def test_foreach_adam_moves_its_eight_kernels_bytes():
+    """A parameter's foreach step reads 48 and writes 32 bytes of fp32 state where the fused step
+    reads 16 and writes 12 (the fp32 master, gradient and moments once): 32 and 20 more; the
+    state it keeps is the fused step's."""
+    from xdsl.dialects.builtin import TensorType, f32
+    from xdsl.utils.test_value import create_ssa_value
+
+    from phaze_ir import dialect as ph
+
+    t = TensorType(f32, [1000])
+    w, g = create_ssa_value(t), create_ssa_value(t)
+    fused, foreach = ph.OptimizerUpdateOp("adam", w, g, 8), ph.OptimizerUpdateOp("adam-foreach", w, g, 8)
+    assert foreach.bytes_read() - fused.bytes_read() == 32 * 1000
+    assert foreach.bytes_written() - fused.bytes_written() == 20 * 1000
+    assert foreach.state_bytes_total() == fused.state_bytes_total() and foreach.flops() == fused.flops()
+    # the fused step's own traffic: fp32 weight, gradient and two moments read, weight and moments written
+    assert (fused.bytes_read(), fused.bytes_written()) == (16 * 1000, 12 * 1000)
+
+
 def test_unknown_runtime_is_refused():
     with pytest.raises(ValueError, match="expected one of ops, eager, inductor, megatron"):
         _Step().form("xla")

@@ -251,7 +251,8 @@ def test_the_runs_optimizer_state_and_fp8_weights_are_priced_as_configured():
     """The Nemotron-4 340B runs' distributed Adam kept its state in bf16 (``optim.dtype: bf16``:
     ``--optimizer adam-bf16``); the recipes' FP8 runs kept FP8 primary weights (``fp8_params``:
     ``--fp8-params``); the rest, and every file written before the columns, Adam in fp32 and
-    bf16 weights. A bad value, or FP8 weights in a run that was not FP8, is refused."""
+    bf16 weights; fms-fsdp's AdamW ran torch's default foreach step. A bad value, or FP8 weights in
+    a run that was not FP8, is refused."""
     rows = {x.id: x for x in pp.read_rows(CSV)}
     bf16_state = {i for i, r in rows.items() if r.optimizer == "adam-bf16"}
     assert bf16_state == {f"dgxc-n4-340b-{p}-{n}" for p in ("bf16", "fp8") for n in (128, 2048)} | {"nemo-n4-340b"}
@@ -261,7 +262,10 @@ def test_the_runs_optimizer_state_and_fp8_weights_are_priced_as_configured():
     assert _flag(f, "--optimizer") == "adam-bf16" and "--fp8-params" in f
     f = pp.phazec_flags(rows["dgxc-n4-340b-bf16-128"])
     assert _flag(f, "--optimizer") == "adam-bf16" and "--fp8-params" not in f
-    assert _flag(pp.phazec_flags(rows["fms-7b"]), "--optimizer") == "adam"
+    # fms-fsdp's optim.AdamW without fused=True: torch's foreach step; the other rows as before
+    assert {i for i, r in rows.items() if r.optimizer == "adam-foreach"} == {i for i in rows if i.startswith("fms-")}
+    assert _flag(pp.phazec_flags(rows["fms-7b"]), "--optimizer") == "adam-foreach"
+    assert _flag(pp.phazec_flags(rows["tt-l3-8b-sel-op"]), "--optimizer") == "adam"
     d = {k: "1" for k in pp.REQUIRED}
     d.update(precision="bf16", recompute="none", measured_unit="tokens/s/gpu", sequence_parallel="off")
     d.update(tp_overlap="off", dp_overlap="off")
