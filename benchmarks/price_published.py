@@ -454,6 +454,9 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         # FSDP prefetches the all-gathers and overlaps the reduce-scatters; NeMo's distributed
         # Adam overlaps its gradient reduce-scatters and parameter all-gathers
         flags.append("--dp-overlap")
+    elif not dp_overlap:
+        # the bound asked for: phazec's default overlaps on a GPU under eager or inductor kernels
+        flags.append("--no-dp-overlap")
     if r.group == "megatron":
         flags += ["--pipeline-transfer", "split"]  # as phaze-validate prices these runs
     return flags

@@ -89,7 +89,8 @@ def test_an_fsdp_row_maps_to_zero3_with_overlap_eager_kernels_and_bf16():
     assert _flag(f, "--dtype") == "bfloat16"
     assert _flag(f, "--kernels") == "eager"
     assert "--pipeline-transfer" not in f
-    assert "--dp-overlap" not in pp.phazec_flags(r, dp_overlap=False)  # the bound with FSDP's collectives exposed
+    bound = pp.phazec_flags(r, dp_overlap=False)  # the bound with FSDP's collectives exposed
+    assert "--dp-overlap" not in bound and "--no-dp-overlap" in bound  # (phazec's default overlaps)
 
 
 def test_fms_fsdp_rows_pay_fsdp1s_copies_and_torchtitans_fsdp2s():
