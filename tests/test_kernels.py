@@ -179,7 +179,7 @@ def test_unknown_runtime_is_refused():
 
 
 @functools.cache
-def _plan(model: str, kernels: str, dtype: str = "bfloat16") -> tuple[dict, str]:
+def _plan(model: str, kernels: str, dtype: str = "bfloat16", *flags: str) -> tuple[dict, str]:
     """phazec's JSON and plan text of a tiny model on one h100 (in-process, cached)."""
     import json
 
@@ -188,6 +188,7 @@ def _plan(model: str, kernels: str, dtype: str = "bfloat16") -> tuple[dict, str]
     args = _parser().parse_args(
         [str(MODELS / model), "--hw", "h100", "--devices", "1", "--placement", "expert:1,1,1", "--global-batch", "2"]
         + ["--micro-batch", "2", "--tp", "1", "--recompute", "none", "--dtype", dtype, "--kernels", kernels, "-q"]
+        + list(flags)
     )
     text, failure = compile_model(args, lambda msg: None)
     assert failure is None, failure
@@ -273,3 +274,19 @@ def test_bert_with_sdpa_and_a_padding_mask_has_no_opaque_op():
     assert "phaze.opaque" not in text
     assert 'phaze.fused = "_scaled_dot_product_efficient_attention dropout 0.1"' in text  # BERT's attention dropout
     assert "_safe_softmax" not in text
+
+
+def test_a_foreach_adam_step_holds_the_fused_steps_state_and_moves_more_bytes():
+    """``--optimizer adam-foreach`` (torch's default AdamW step) keeps the fused step's state and
+    prices the step's eight kernels: the same compute and memory, a slower optimizer step."""
+    from phaze.plan.plan_output import time_breakdown
+    from phaze_ir.ir import parse_module
+
+    fused, fused_text = _plan("tiny_llama_sdpa.py", "eager")
+    foreach, text = _plan("tiny_llama_sdpa.py", "eager", "bfloat16", "--optimizer", "adam-foreach")
+    assert '"adam-foreach"' in text and '"adam-foreach"' not in fused_text
+    assert foreach["max_memory_bytes"] == fused["max_memory_bytes"]
+    a, b = time_breakdown(parse_module(fused_text)), time_breakdown(parse_module(text))
+    assert b["compute_s"] == a["compute_s"]
+    # 82 bytes a bf16 parameter against 30 (and eight launches a list): more than twice the time
+    assert b["optimizer_s"] > 2 * a["optimizer_s"] > 0
