@@ -14,7 +14,9 @@ each column is and where each number comes from):
   --dp-overlap``), FSDP's bf16 mixed precision (``param_dtype`` bf16: every op runs in bf16, the
   sharded fp32 state is the optimizer's) as ``--dtype bfloat16``, PyTorch eager's kernels with
   flash attention (``--kernels eager``; the model file's attention switched to SDPA with
-  transformers' ``set_attn_implementation``, as :func:`model_file` writes it);
+  transformers' ``set_attn_implementation``, as :func:`model_file` writes it); IBM's rows run
+  fms's own LLaMA (``fms:VARIANT``: ``examples/fms_llama.py``, its RoPE in fp32 and its loss
+  on the bf16 logits, as fms-fsdp trained it);
 * the Megatron-LM runs (Korthikanti et al. 2022 on Selene): the GPT that ``phaze-validate``
   builds for them (:func:`phaze.validate.write_model_file`), TP 8 and PP as run, sequence
   parallelism, selective or full recompute and the interleaved schedule as run, pipeline
@@ -145,7 +147,7 @@ def recompute_flags(value: str) -> tuple[str, str]:
 
 UNITS = ("tokens/s/gpu", "s/iteration", "megatron-tflops/s/gpu")
 #: phazec's --optimizer of each published optimizer column.
-OPTIMIZERS = ("adam", "adam-bf16")
+OPTIMIZERS = ("adam", "adam-bf16", "adam-foreach")
 #: phazec's --reduce-dtype of each published reduce_dtype column.
 REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 #: phazec's --fsdp-version of each published fsdp column: the FSDP a ZeRO-3 run ran under.
@@ -174,7 +176,7 @@ class Row:
 
     id: str
     group: str  #: fsdp, megatron or nemo
-    model: str  #: an examples/ model file's stem, or gpt:hH-aA-lL-vV (Megatron's GPT)
+    model: str  #: an examples/ model file's stem, gpt:hH-aA-lL-vV (Megatron's GPT) or fms:VARIANT (fms's LLaMA)
     hw: str
     gpus: int
     sharding: str
@@ -205,8 +207,9 @@ class Row:
     peak_memory_gib: float | None = None
     ep: int = 1  #: expert parallelism (--expert-parallel)
     moe: str = "no"  #: yes: a mixture-of-experts model
-    #: phazec's --optimizer: adam (fp32 master and moments) or adam-bf16 (Apex's distributed Adam
-    #: with its state in bf16, NeMo's ``optim.dtype: bf16``)
+    #: phazec's --optimizer: adam (fp32 master and moments, one fused kernel), adam-bf16 (Apex's
+    #: distributed Adam with its state in bf16, NeMo's ``optim.dtype: bf16``) or adam-foreach
+    #: (torch's default AdamW, eight foreach kernels: fms-fsdp's)
     optimizer: str = "adam"
     fp8_params: str = "no"  #: yes: FP8 primary weights (NeMo's fp8_params; phazec --fp8-params)
     #: phazec's --reduce-dtype: the dtype the run's DP gradient reduce(-scatter) moves
@@ -451,6 +454,9 @@ def phazec_flags(r: Row, dp_overlap: bool = True) -> list[str]:
         # FSDP prefetches the all-gathers and overlaps the reduce-scatters; NeMo's distributed
         # Adam overlaps its gradient reduce-scatters and parameter all-gathers
         flags.append("--dp-overlap")
+    elif not dp_overlap:
+        # the bound asked for: phazec's default overlaps on a GPU under eager or inductor kernels
+        flags.append("--no-dp-overlap")
     if r.group == "megatron":
         flags += ["--pipeline-transfer", "split"]  # as phaze-validate prices these runs
     return flags
@@ -476,13 +482,59 @@ def get_model():
 '''
 
 
+_FMS_WRAPPER = '''"""fms's LLaMA {variant} as fms-fsdp trained it (written by benchmarks/price_published.py)."""
+
+import importlib.util
+import sys
+
+_spec = importlib.util.spec_from_file_location("fms_llama", {path!r})
+_base = importlib.util.module_from_spec(_spec)
+sys.modules["fms_llama"] = _base  # one of the model's sources: phaze's cache keys on its text
+_spec.loader.exec_module(_base)
+
+NAME = "fms-llama2-{variant}"
+SEQ_LEN = _base.SEQ_LEN
+get_inputs = _base.get_inputs
+
+
+def get_model():
+    return _base.get_model({variant!r})
+'''
+
+#: fms's LLaMA, the model of IBM's fms-fsdp rows (``fms:VARIANT``).
+FMS_LLAMA = EXAMPLES / "fms_llama.py"
+
+
+def fms_variant(model: str) -> str:
+    """The variant of an ``fms:VARIANT`` model (one of ``examples/fms_llama.py``'s ``VARIANTS``)."""
+    import importlib.util
+
+    variant = model.removeprefix("fms:")
+    spec = importlib.util.spec_from_file_location("_published_fms_llama", FMS_LLAMA)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"no model file {FMS_LLAMA}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if variant not in module.VARIANTS:
+        raise ValueError(f"model {model}: expected fms:VARIANT, VARIANT one of {', '.join(module.VARIANTS)}")
+    return variant
+
+
 def model_file(r: Row, directory: str | os.PathLike[str]) -> str:
     """The model file that ``r`` is priced on: Megatron's GPT (``gpt:...``, as phaze-validate
-    writes it), or ``examples/<model>.py``, with its attention switched to the run's (``sdpa``:
-    flash attention, as NeMo's and PyTorch's runs ran; Megatron's GPT keeps its own with
-    ``megatron``)."""
+    writes it), fms's LLaMA (``fms:VARIANT``: ``examples/fms_llama.py``, whose attention is
+    SDPA's as fms ran it), or ``examples/<model>.py``, with its attention switched to the run's
+    (``sdpa``: flash attention, as NeMo's and PyTorch's runs ran; Megatron's GPT keeps its own
+    with ``megatron``)."""
     from phaze.validate import Shape, write_model_file
 
+    if r.model.startswith("fms:"):
+        if attention_implementation(r.attention) != "sdpa":
+            raise ValueError(f"{r.id}: fms's LLaMA runs SDPA attention, not {r.attention}")
+        variant = fms_variant(r.model)
+        path = Path(directory) / f"fms_llama_{variant}.py"
+        path.write_text(_FMS_WRAPPER.format(variant=variant, path=str(FMS_LLAMA)), encoding="utf-8")
+        return str(path)
     if r.model.startswith("gpt:"):
         s = gpt_shape(r.model)
         base = Path(write_model_file(Shape(s.hidden, s.heads, s.layers, r.seq_len, s.vocabulary), directory))

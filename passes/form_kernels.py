@@ -20,7 +20,7 @@ from phaze_ir import keys
 from phaze_ir.attributes import KernelAttr
 from phaze_ir.errors import PhazeError
 from phaze_ir.hardware_ir import module_accelerator
-from phaze_ir.op_kinds import causal_mask
+from phaze_ir.op_kinds import OPTIMIZER_FOREACH_KERNELS, causal_mask
 
 bf16_type = BFloat16Type()
 
@@ -78,6 +78,7 @@ def kop(o: Operation, ids: dict[SSAValue, int]) -> KOp:
             "optimizer",
             param_elements=_numel(o.param),
             layer=layer.value.data if isinstance(layer, IntegerAttr) else -1,
+            optimizer_kernels=OPTIMIZER_FOREACH_KERNELS.get(o.kind.data, 1),
         )
     if isinstance(o, ph.MatmulOp) and (key := grouped_key(o, ids)):
         batch, _m, _n, _k = o.mnk()

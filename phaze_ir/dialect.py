@@ -61,7 +61,7 @@ from phaze_ir.attributes import (
     TileAttr,
     UnpricedOpAttr,
 )
-from phaze_ir.op_kinds import OPTIMIZER_KINDS, VIEW_KINDS
+from phaze_ir.op_kinds import OPTIMIZER_EXTRA_BYTES, OPTIMIZER_KINDS, VIEW_KINDS
 
 # The discardable attribute keys are declared in phaze_ir/keys.py.
 PHASES = ("fwd", "bwd", "opt")
@@ -562,10 +562,12 @@ class OptimizerUpdateOp(ComputeOp):
         return OPTIMIZER_KINDS[self.kind.data][0] * numel(self.param.type)
 
     def bytes_read(self) -> int:
-        return super().bytes_read() + self.state_bytes_total()
+        extra = OPTIMIZER_EXTRA_BYTES.get(self.kind.data, (0, 0))[0] * numel(self.param.type)
+        return super().bytes_read() + self.state_bytes_total() + extra
 
     def bytes_written(self) -> int:
-        return super().bytes_written() + self.state_bytes_total()
+        extra = OPTIMIZER_EXTRA_BYTES.get(self.kind.data, (0, 0))[1] * numel(self.param.type)
+        return super().bytes_written() + self.state_bytes_total() + extra
 
     def verify_(self) -> None:
         _check_kind(self, self.kind.data, tuple(OPTIMIZER_KINDS))

@@ -49,12 +49,29 @@ OPTIMIZER_KINDS = {
     # MegatronDistributedFusedAdam runs for a config's ``optim.dtype: bf16``
     # (nemo/core/optim/distributed_adam.py); docs/design.md §6.2
     "adam-bf16": (12, 6),
+    # Adam(W) as torch.optim runs it without ``fused=True``: its default ``foreach``
+    # (``_default_to_fused_or_foreach``, torch/optim/optimizer.py), the same state as "adam", each
+    # step of the update its own multi-tensor kernel (OPTIMIZER_FOREACH_* below); IBM's fms-fsdp
+    # (``optim.AdamW(model.parameters(), lr, betas, weight_decay)``, main_training.py)
+    "adam-foreach": (12, 12),
 }
+
+#: Kernels of ``adam-foreach``'s step and the bytes they move per parameter beyond the fused
+#: step's (which reads the fp32 master weight, gradient and two moments once and writes the
+#: weight and moments once: 16 bytes read, 12 written).  torch 2.15's ``_multi_tensor_adam``
+#: (torch/optim/adam.py, ``capturable=False``, ``decoupled_weight_decay`` as AdamW) runs eight
+#: ``_foreach_*`` kernels over the fp32 tensors: ``mul_`` (params by 1 - lr*wd: 4 read, 4
+#: written), ``lerp_`` (exp_avg toward grad: 8, 4), ``mul_`` (exp_avg_sq by beta2: 4, 4),
+#: ``addcmul_`` (exp_avg_sq += (1 - beta2) grad^2: 8, 4), ``sqrt`` (a new tensor: 4, 4),
+#: ``div_`` and ``add_`` on it (4, 4 each), ``addcdiv_`` (params: 12, 4): 48 read and 32 written,
+#: 32 and 20 more than the fused step's.
+OPTIMIZER_FOREACH_KERNELS = {"adam-foreach": 8}
+OPTIMIZER_EXTRA_BYTES = {"adam-foreach": (32, 20)}
 
 #: The bytes per element of an optimizer's master weight that an fp32 parameter (autocast's
 #: mixed precision) is itself, and so does not need again: fp32 for Adam and SGD; none for
 #: ``adam-bf16``, whose bf16 copy of the weight Apex keeps whatever the parameter's dtype.
-OPTIMIZER_FP32_MASTER_BYTES = {"adam": 4, "sgd": 4, "adam-bf16": 0}
+OPTIMIZER_FP32_MASTER_BYTES = {"adam": 4, "sgd": 4, "adam-bf16": 0, "adam-foreach": 4}
 
 #: The fields of one layer's memory (``#phaze.layer_memory``, ``passes/algorithms/memory.py``'s
 #: ``LayerMemory``), in the attribute's order.

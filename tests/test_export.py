@@ -908,6 +908,8 @@ REFUSED = [
     ("both", {**plan([4, 4]), "rank_order": "pp-dp-tp"}, facts(8), "the plan's rank_order is 'pp-dp-tp'"),
     ("torchtitan", plan([4, 4], zero=2), facts(8), "ZeRO-2 shards the optimizer state and gradients"),
     ("torchtitan", plan([4, 4]), facts(8, optimizer="sgd"), "torchtitan 0.3.0 has no sgd optimizer"),
+    ("torchtitan", plan([4, 4]), facts(8, optimizer="adam-foreach"), "adam-foreach: the job it writes leaves"),
+    ("megatron", plan([4, 4]), facts(8, optimizer="adam-foreach"), "is not Megatron-LM's fused Adam"),
     ("torchtitan", plan([1, 3, 4], pp=3), facts(8), "torchtitan cannot split the 8 blocks as the plan does (1, 3, 4"),
     ("torchtitan", plan([4, 4], capacity_factor=1.25), facts(8), "pads the experts to capacity factor 1.25"),
     ("torchtitan", plan([4, 4], cp=2), facts(8, seq_len=4096), "shards the weights over its CP group"),

@@ -133,6 +133,43 @@ def test_fused_adam_launches_follow_multi_tensor_apply():
     assert sum(k.launch for k in s.form("ops")) == 100
 
 
+def test_foreach_adam_runs_eight_kernels_per_chunk_list():
+    """torch's default (``foreach``) AdamW steps each chunk list with eight multi-tensor kernels
+    (``_multi_tensor_adam``: mul, lerp, mul, addcmul, sqrt, div, add, addcdiv) where the fused
+    step runs one; the lists are dealt as the fused step's."""
+    from phaze_ir.op_kinds import OPTIMIZER_FOREACH_KERNELS
+
+    def launches(sizes, kernels):
+        s = _Step()
+        for n in sizes:
+            s.ops.append(KOp("optimizer", "opt", (0,), (), param_elements=n, optimizer_kernels=kernels))
+        return sum(k.launch for k in s.form("eager"))
+
+    foreach = OPTIMIZER_FOREACH_KERNELS["adam-foreach"]
+    assert foreach == 8
+    for sizes in ([10] * 100, [2 * ADAM_MAX_BLOCKS * ADAM_CHUNK_ELEMENTS + 1]):
+        assert launches(sizes, foreach) == foreach * launches(sizes, 1) == foreach * _adam_launches(sizes)
+
+
+def test_foreach_adam_moves_its_eight_kernels_bytes():
+    """A parameter's foreach step reads 48 and writes 32 bytes of fp32 state where the fused step
+    reads 16 and writes 12 (the fp32 master, gradient and moments once): 32 and 20 more; the
+    state it keeps is the fused step's."""
+    from xdsl.dialects.builtin import TensorType, f32
+    from xdsl.utils.test_value import create_ssa_value
+
+    from phaze_ir import dialect as ph
+
+    t = TensorType(f32, [1000])
+    w, g = create_ssa_value(t), create_ssa_value(t)
+    fused, foreach = ph.OptimizerUpdateOp("adam", w, g, 8), ph.OptimizerUpdateOp("adam-foreach", w, g, 8)
+    assert foreach.bytes_read() - fused.bytes_read() == 32 * 1000
+    assert foreach.bytes_written() - fused.bytes_written() == 20 * 1000
+    assert foreach.state_bytes_total() == fused.state_bytes_total() and foreach.flops() == fused.flops()
+    # the fused step's own traffic: fp32 weight, gradient and two moments read, weight and moments written
+    assert (fused.bytes_read(), fused.bytes_written()) == (16 * 1000, 12 * 1000)
+
+
 def test_unknown_runtime_is_refused():
     with pytest.raises(ValueError, match="expected one of ops, eager, inductor, megatron"):
         _Step().form("xla")
@@ -142,7 +179,7 @@ def test_unknown_runtime_is_refused():
 
 
 @functools.cache
-def _plan(model: str, kernels: str, dtype: str = "bfloat16") -> tuple[dict, str]:
+def _plan(model: str, kernels: str, dtype: str = "bfloat16", *flags: str) -> tuple[dict, str]:
     """phazec's JSON and plan text of a tiny model on one h100 (in-process, cached)."""
     import json
 
@@ -151,6 +188,7 @@ def _plan(model: str, kernels: str, dtype: str = "bfloat16") -> tuple[dict, str]
     args = _parser().parse_args(
         [str(MODELS / model), "--hw", "h100", "--devices", "1", "--placement", "expert:1,1,1", "--global-batch", "2"]
         + ["--micro-batch", "2", "--tp", "1", "--recompute", "none", "--dtype", dtype, "--kernels", kernels, "-q"]
+        + list(flags)
     )
     text, failure = compile_model(args, lambda msg: None)
     assert failure is None, failure
@@ -236,3 +274,19 @@ def test_bert_with_sdpa_and_a_padding_mask_has_no_opaque_op():
     assert "phaze.opaque" not in text
     assert 'phaze.fused = "_scaled_dot_product_efficient_attention dropout 0.1"' in text  # BERT's attention dropout
     assert "_safe_softmax" not in text
+
+
+def test_a_foreach_adam_step_holds_the_fused_steps_state_and_moves_more_bytes():
+    """``--optimizer adam-foreach`` (torch's default AdamW step) keeps the fused step's state and
+    prices the step's eight kernels: the same compute and memory, a slower optimizer step."""
+    from phaze.plan.plan_output import time_breakdown
+    from phaze_ir.ir import parse_module
+
+    fused, fused_text = _plan("tiny_llama_sdpa.py", "eager")
+    foreach, text = _plan("tiny_llama_sdpa.py", "eager", "bfloat16", "--optimizer", "adam-foreach")
+    assert '"adam-foreach"' in text and '"adam-foreach"' not in fused_text
+    assert foreach["max_memory_bytes"] == fused["max_memory_bytes"]
+    a, b = time_breakdown(parse_module(fused_text)), time_breakdown(parse_module(text))
+    assert b["compute_s"] == a["compute_s"]
+    # 82 bytes a bf16 parameter against 30 (and eight launches a list): more than twice the time
+    assert b["optimizer_s"] > 2 * a["optimizer_s"] > 0

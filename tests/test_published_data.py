@@ -3,6 +3,7 @@ them (benchmarks/price_published.py): the file parses, every row says where its 
 a row maps to the phazec flags that price it as it ran.  Nothing here runs phazec."""
 
 import csv
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -41,6 +42,8 @@ def test_the_file_parses_and_every_row_has_a_source():
         assert r.measured > 0 and r.measured_step_s > 0
         if r.model.startswith("gpt:"):
             pp.gpt_shape(r.model)
+        elif r.model.startswith("fms:"):
+            pp.fms_variant(r.model)
         else:
             assert (ROOT / "examples" / f"{r.model}.py").is_file(), r.id
     with open(CSV, newline="", encoding="utf-8") as f:
@@ -86,7 +89,8 @@ def test_an_fsdp_row_maps_to_zero3_with_overlap_eager_kernels_and_bf16():
     assert _flag(f, "--dtype") == "bfloat16"
     assert _flag(f, "--kernels") == "eager"
     assert "--pipeline-transfer" not in f
-    assert "--dp-overlap" not in pp.phazec_flags(r, dp_overlap=False)  # the bound with FSDP's collectives exposed
+    bound = pp.phazec_flags(r, dp_overlap=False)  # the bound with FSDP's collectives exposed
+    assert "--dp-overlap" not in bound and "--no-dp-overlap" in bound  # (phazec's default overlaps)
 
 
 def test_fms_fsdp_rows_pay_fsdp1s_copies_and_torchtitans_fsdp2s():
@@ -185,6 +189,13 @@ def test_model_files(tmp_path):
     assert "set_attn_implementation('sdpa')" in text and "llama3_70b.py" in text
     gpt = Path(pp.model_file(rows["k22-22b-full"], tmp_path))
     assert "n_embd=6144" in gpt.read_text() and "n_positions=2048" in gpt.read_text()
+    fms = Path(pp.model_file(rows["fms-h100-70b-eager"], tmp_path))
+    assert fms.name == "fms_llama_70b.py" and "get_model('70b')" in fms.read_text()
+    with pytest.raises(ValueError, match="expected fms:VARIANT"):
+        pp.fms_variant("fms:8b")
+    eager = dataclasses.replace(rows["fms-h100-7b-eager"], attention="eager")
+    with pytest.raises(ValueError, match="runs SDPA attention"):
+        pp.model_file(eager, tmp_path)
 
 
 def test_a_bad_row_is_refused():
@@ -241,7 +252,8 @@ def test_the_runs_optimizer_state_and_fp8_weights_are_priced_as_configured():
     """The Nemotron-4 340B runs' distributed Adam kept its state in bf16 (``optim.dtype: bf16``:
     ``--optimizer adam-bf16``); the recipes' FP8 runs kept FP8 primary weights (``fp8_params``:
     ``--fp8-params``); the rest, and every file written before the columns, Adam in fp32 and
-    bf16 weights. A bad value, or FP8 weights in a run that was not FP8, is refused."""
+    bf16 weights; fms-fsdp's AdamW ran torch's default foreach step. A bad value, or FP8 weights in
+    a run that was not FP8, is refused."""
     rows = {x.id: x for x in pp.read_rows(CSV)}
     bf16_state = {i for i, r in rows.items() if r.optimizer == "adam-bf16"}
     assert bf16_state == {f"dgxc-n4-340b-{p}-{n}" for p in ("bf16", "fp8") for n in (128, 2048)} | {"nemo-n4-340b"}
@@ -251,7 +263,10 @@ def test_the_runs_optimizer_state_and_fp8_weights_are_priced_as_configured():
     assert _flag(f, "--optimizer") == "adam-bf16" and "--fp8-params" in f
     f = pp.phazec_flags(rows["dgxc-n4-340b-bf16-128"])
     assert _flag(f, "--optimizer") == "adam-bf16" and "--fp8-params" not in f
-    assert _flag(pp.phazec_flags(rows["fms-7b"]), "--optimizer") == "adam"
+    # fms-fsdp's optim.AdamW without fused=True: torch's foreach step; the other rows as before
+    assert {i for i, r in rows.items() if r.optimizer == "adam-foreach"} == {i for i in rows if i.startswith("fms-")}
+    assert _flag(pp.phazec_flags(rows["fms-7b"]), "--optimizer") == "adam-foreach"
+    assert _flag(pp.phazec_flags(rows["tt-l3-8b-sel-op"]), "--optimizer") == "adam"
     d = {k: "1" for k in pp.REQUIRED}
     d.update(precision="bf16", recompute="none", measured_unit="tokens/s/gpu", sequence_parallel="off")
     d.update(tp_overlap="off", dp_overlap="off")
@@ -370,8 +385,8 @@ def test_fms_fsdps_rows_run_flash_attention_2_and_the_others_todays_order(tmp_pa
     rows = {x.id: x for x in pp.read_rows(CSV)}
     fms = [r for r in rows.values() if r.id.startswith("fms-")]
     assert len(fms) == 16 and all(_flag(pp.phazec_flags(r), "--sdpa-order") == "flash-first" for r in fms)
-    assert pp.model_file(rows["fms-h100-7b-eager"], tmp_path).endswith("llama2_7b_sdpa.py")
-    assert "set_attn_implementation('sdpa')" in Path(tmp_path, "llama2_7b_sdpa.py").read_text()
+    assert all(r.model.startswith("fms:") for r in fms)  # fms's own LLaMA, its SDPA as it ran
+    assert pp.model_file(rows["fms-h100-7b-eager"], tmp_path).endswith("fms_llama_7b.py")
     assert "--sdpa-order" not in pp.phazec_flags(rows["dgxc-l31-8b-bf16-8"])
 
 

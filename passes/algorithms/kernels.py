@@ -147,6 +147,9 @@ class KOp:
     causal: int = 0
     param_elements: int = 0
     layer: int = -1
+    #: the multi-tensor kernels the optimizer's step runs over each chunk list (1: fused; torch's
+    #: ``foreach`` Adam 8, ``phaze_ir.op_kinds.OPTIMIZER_FOREACH_KERNELS``)
+    optimizer_kernels: int = 1
     #: a softmax (Megatron fuses the pointwise ops before a softmax only)
     softmax: bool = False
     #: an expert GEMM: the key of the ``aten._grouped_mm`` it is part of ("" else), the experts
@@ -395,7 +398,7 @@ def _launches(ops: list[KOp], group: list[int], optimizer_chunks: bool) -> list[
     for i, o in enumerate(ops):
         if o.kind == "optimizer" and optimizer_chunks:
             if blocks > 0 and ops[last_update].layer != o.layer:  # a new layer's list (docstring)
-                out[last_update] += 1
+                out[last_update] += ops[last_update].optimizer_kernels
                 tensors = blocks = 0
             last_update = i
             chunks = max(1, -(-o.param_elements // ADAM_CHUNK_ELEMENTS))
@@ -403,7 +406,7 @@ def _launches(ops: list[KOp], group: list[int], optimizer_chunks: bool) -> list[
             for c in range(chunks):
                 blocks += 1
                 if blocks == ADAM_MAX_BLOCKS or (c == chunks - 1 and tensors == ADAM_MAX_TENSORS):
-                    out[i] += 1
+                    out[i] += o.optimizer_kernels
                     blocks = 0
                     tensors = 0 if c == chunks - 1 else 1
             continue
@@ -411,7 +414,7 @@ def _launches(ops: list[KOp], group: list[int], optimizer_chunks: bool) -> list[
             seen.add(group[i])
             out[i] = 1
     if optimizer_chunks and blocks > 0:  # the last, partly filled launch
-        out[last_update] += 1
+        out[last_update] += ops[last_update].optimizer_kernels
     return out
 
 

@@ -117,11 +117,14 @@ class Fp8RecipeSetting(TextEnum):
 
 class Optimizer(TextEnum):
     """``--optimizer``: the training step's optimizer (``phaze_ir.op_kinds.OPTIMIZER_KINDS``, in
-    that order): mixed-precision Adam, momentum-free SGD, Adam with its state in bf16."""
+    that order): mixed-precision Adam (one fused multi-tensor kernel), momentum-free SGD, Adam
+    with its state in bf16, mixed-precision Adam as torch's default ``foreach`` runs it (eight
+    multi-tensor kernels)."""
 
     ADAM = "adam"
     SGD = "sgd"
     ADAM_BF16 = "adam-bf16"
+    ADAM_FOREACH = "adam-foreach"
 
 
 class PipelineSchedule(str):

@@ -597,6 +597,12 @@ def megatron_args(plan: dict[str, Any], facts: ModelFacts) -> list[str]:
             "--export megatron: --optimizer adam-bf16 (Apex's DistributedFusedAdam, state in bf16) has no "
             "Megatron-LM flags (--main-params-dtype is fp32 or fp16): compile with --optimizer adam"
         )
+    if facts.optimizer == Optimizer.ADAM_FOREACH:
+        # Megatron-LM steps Adam with one fused kernel (Transformer Engine's or Apex's FusedAdam)
+        raise PhazeError(
+            "--export megatron: --optimizer adam-foreach (torch's foreach AdamW, eight kernels a step) is not "
+            "Megatron-LM's fused Adam: compile with --optimizer adam"
+        )
     # Transformer Engine's layers (Megatron-LM's default, written to say which runs: its
     # --tp-comm-overlap and FP8 need them); the attention kernel as priced where Megatron-LM
     # has it (megatron_attention_backend; runtime_differences says where not).
@@ -1106,6 +1112,11 @@ def _torchtitan_can_run(zero: int, optimizer: Optimizer) -> None:
         raise PhazeError(
             f"--export torchtitan: ZeRO-{zero} shards the optimizer state{' and gradients' if zero == 2 else ''} "
             "but not the parameters; torchtitan shards all three (FSDP, ZeRO-3) or none: compile with --zero 0 or 3"
+        )
+    if optimizer == Optimizer.ADAM_FOREACH:
+        raise PhazeError(
+            "--export torchtitan: --optimizer adam-foreach: the job it writes leaves torchtitan's optimizer at its "
+            "defaults, which phaze prices as --optimizer adam: compile with --optimizer adam"
         )
     if optimizer != Optimizer.ADAM:
         raise PhazeError(f"--export torchtitan: torchtitan 0.3.0 has no {optimizer} optimizer (Adam, AdamW, DistMuon)")
