@@ -32,8 +32,13 @@ the width, M streamed) over the clock.  Memory, two levels:
 - **HBM ↔ global buffer** (at the HBM bandwidth).  At least every operand is read once and the
   result written once.  When one product's working set ``A + B + C`` does not fit the global
   buffer, it is blocked: half the buffer holds a block of one operand while the other streams
-  past it once per block; of the two choices the cheaper is taken,
-  ``min(B + A·ceil(B / (G/2)), A + B·ceil(A / (G/2))) + C``.  Batched products whose ``B`` is
+  past it once per block, ``B + A·ceil(B / (G/2))`` or ``A + B·ceil(A / (G/2))``, or it holds an
+  ``r × c`` block of the result's fp32 partial sums (``4·r·c ≤ G/2``, as square as ``M`` and
+  ``N`` allow) while ``A``'s rows and ``B``'s columns stream past along K, ``A·ceil(N / c) +
+  B·ceil(M / r)``: a GEMM library keeps each output tile's sums on chip over the whole K
+  (CUTLASS's mainloop), so a long K (a weight gradient's, every token of the batch) streams
+  rather than making the K-long panels thin; of the three the cheapest is taken, ``+ C``.
+  Batched products whose ``B`` is
   batched too are blocked per batch index; a ``B`` shared by the batch (a weight) is one product
   of ``batch · M`` rows.
 
@@ -102,7 +107,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from passes.algorithms import network
-from passes.algorithms.tiling import ScalarTiling, Tiling, tile_gemm
+from passes.algorithms.tiling import ACC_BYTES, ScalarTiling, Tiling, tile_gemm
 from passes.cache_file import is_int
 
 if TYPE_CHECKING:
@@ -624,7 +629,16 @@ def _hbm_matmul_bytes(cols, glb_bytes):
     half = np.maximum(1, glb_bytes // 2)
     keep_b = b1 + a1 * _cdiv(b1, half) + c1
     keep_a = a1 + b1 * _cdiv(a1, half) + c1
-    blocked = np.maximum(compulsory, problems * np.minimum(keep_b, keep_a) + bias)
+    # or the result stays: an r x c block of fp32 partial sums in half the buffer while A's r rows
+    # and B's c columns stream past along K, A once per column block, B once per row block
+    # (CUTLASS's mainloop: each output tile accumulates over the whole K on chip); the K-long
+    # panels above get thin when K is long (a weight gradient's K is every token of the batch)
+    sums = np.maximum(1, half // ACC_BYTES)
+    r = np.minimum(rows, np.maximum(1, np.sqrt(sums).astype(np.int64)))
+    c = np.minimum(n, np.maximum(1, sums // r))
+    r = np.minimum(rows, np.maximum(1, sums // c))
+    keep_c = a1 * _cdiv(n, c) + b1 * _cdiv(rows, r) + c1
+    blocked = np.maximum(compulsory, problems * np.minimum(np.minimum(keep_b, keep_a), keep_c) + bias)
     hbm_bytes = np.where(a1 + b1 + c1 <= glb_bytes, compulsory, blocked)
     # inside a fused kernel, which tiles to keep its working set on chip: the rest, unblocked
     onchip = cols["onchip_bytes"]
