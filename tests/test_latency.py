@@ -146,6 +146,24 @@ def test_hbm_traffic_blocks_when_the_gemm_does_not_fit_the_global_buffer():
     assert hbm_matmul_bytes(d, 4096) == 4096 + 2 * 4096 + 8192
 
 
+def test_a_long_k_gemm_keeps_its_result_on_chip_and_streams_its_operands():
+    """A weight gradient's K is every token of the micro-batch: K-long panels of either operand
+    would be thin (a 25 MiB panel of 131,072 x 2 bytes rows is 100 columns wide) and the other
+    operand re-read ~80 times, a traffic growing as K squared.  A GEMM library keeps each output
+    tile's partial sums on chip over the whole K (CUTLASS's mainloop), so the result's block
+    stays and A and B stream past once per block: linear in K."""
+    glb = 50 * 2**20
+    d = gemm(1, 8192, 3584, 131072)  # Llama 3 70B's FC2 weight gradient at TP 8 over 16 x 8,192 tokens
+    a, b, c = 8192 * 131072 * 2, 131072 * 3584 * 2, 8192 * 3584 * 2
+    # half the buffer holds 2,560 x 2,560 fp32 sums: A read twice (3,584 columns), B 4 times (8,192 rows)
+    assert hbm_matmul_bytes(d, glb, stream_k=True) == 2 * a + 4 * b + c
+    assert hbm_matmul_bytes(gemm(1, 8192, 3584, 2 * 131072), glb, stream_k=True) == 2 * (2 * a + 4 * b) + c
+    # the architecture space's ideal chips keep the K-long panels: B's 36 panels, A past each
+    assert hbm_matmul_bytes(d, glb) == b + 36 * a + c
+    lat = estimate_op(d, load_hardware("h100"))
+    assert lat.bound != "hbm"  # data/h100/gemm.csv's K = 16,384 weight gradients ran at the forward's rate
+
+
 def test_glb_traffic_streams_a_once_per_group_of_sharing_cores():
     d = gemm(2, 200, 200, 1000)
     t = tile_gemm_scalar(2, 200, 200, 1000, 128, 128, 8, 256 * 1024)  # 2 weight columns, 1 M block
@@ -500,6 +518,22 @@ def test_the_pass_prices_every_op_as_the_search_prices_its_configuration(tiny_gp
         for rec, row in zip(got, row_of, strict=True):
             want = (lat.one[row, 0], lat.split[row, 0], BOUNDS[lat.bound[row, 0]])
             assert (rec["one_s"], rec["split_s"], rec["bound"]) == want, acc.name
+
+
+def test_the_pass_prices_a_weight_gradient_over_many_tokens_as_its_input_gradient():
+    """Llama 3 70B's gate projection at TP 8 over 16 x 8,192 tokens on the 500 W H100 (torchtitan's
+    runs): its forward (K = 8,192) and its weight gradient xᵀ·dy (K = the 131,072 tokens) do the
+    same FLOPs on operands of the same size; the second was priced HBM-bound at 2.7x the first."""
+    x, xt = "tensor<131072x8192xbf16>", "tensor<8192x131072xbf16>"  # the normed input, transposed
+    w, y = "tensor<8192x3584xbf16>", "tensor<131072x3584xbf16>"  # the weight, the output (its gradient)
+    module = single_op_module(
+        f"%y = phaze.matmul %x, %w : ({x}, {w}) -> {y}\n    %dw = phaze.matmul %xt, %dy : ({xt}, {y}) -> {w}",
+        f"%x: {x}, %w: {w}, %xt: {xt}, %dy: {y}",
+    )
+    set_accelerator(module, load_hardware("h100_hbm2e"))
+    _run(module, "phaze-tile-pe-array,phaze-estimate-latency")
+    fwd, dw = (o.attributes["phaze.latency"].as_dict() for o in module.walk() if isinstance(o, ph.MatmulOp))
+    assert dw["bound"] != "hbm" and dw["split_s"] < 1.05 * fwd["split_s"]
 
 
 def test_the_pass_prices_a_calibrated_chip_as_the_search_does(tiny_gpt2_text):

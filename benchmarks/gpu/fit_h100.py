@@ -179,7 +179,7 @@ def gemm_terms(g: Gemms, acc) -> GemmTerms:
         d = _desc(b, m, n, k, rb)
         t = tile_gemm_scalar(b, m, n, k, tc.pe_x, tc.pe_y, tc.count, tc.buffer_bytes)
         glb.append(glb_matmul_bytes(d, t, min(tc.count, t.tiles_n)) / acc.global_buffer.bandwidth_Bps)
-        hbm.append(hbm_matmul_bytes(d, acc.global_buffer.bytes))
+        hbm.append(hbm_matmul_bytes(d, acc.global_buffer.bytes, stream_k=True))  # a GPU's waves of output tiles
     return GemmTerms(np.array(glb), np.array(hbm, dtype=np.float64), g.time_s, g.batch, g.m, g.n, g.k)
 
 

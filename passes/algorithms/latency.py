@@ -32,8 +32,15 @@ the width, M streamed) over the clock.  Memory, two levels:
 - **HBM ↔ global buffer** (at the HBM bandwidth).  At least every operand is read once and the
   result written once.  When one product's working set ``A + B + C`` does not fit the global
   buffer, it is blocked: half the buffer holds a block of one operand while the other streams
-  past it once per block; of the two choices the cheaper is taken,
-  ``min(B + A·ceil(B / (G/2)), A + B·ceil(A / (G/2))) + C``.  Batched products whose ``B`` is
+  past it once per block, ``B + A·ceil(B / (G/2))`` or ``A + B·ceil(A / (G/2))``, or it holds an
+  ``r × c`` block of the result's fp32 partial sums (``4·r·c ≤ G/2``, as square as ``M`` and
+  ``N`` allow) while ``A``'s rows and ``B``'s columns stream past along K, ``A·ceil(N / c) +
+  B·ceil(M / r)``: a GPU's GEMM library keeps each output tile's sums on chip over the whole K
+  (CUTLASS's mainloop), so a long K (a weight gradient's, every token of the batch) streams
+  rather than making the K-long panels thin; the cheapest is taken, ``+ C``.  The third is a
+  calibrated chip's with wave tiles (``chip_cfg``'s ``stream_k``); a space's ideal chips keep
+  the two panels.
+  Batched products whose ``B`` is
   batched too are blocked per batch index; a ``B`` shared by the batch (a weight) is one product
   of ``batch · M`` rows.
 
@@ -102,7 +109,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from passes.algorithms import network
-from passes.algorithms.tiling import ScalarTiling, Tiling, tile_gemm
+from passes.algorithms.tiling import ACC_BYTES, ScalarTiling, Tiling, tile_gemm
 from passes.cache_file import is_int
 from phaze_ir.op_kinds import causal_fraction
 
@@ -422,8 +429,13 @@ def _config_values(acc) -> dict[str, int]:
 
 def chip_cfg(acc) -> dict[str, np.ndarray]:
     """One accelerator's configuration as the formulas take a space's: ``[1, 1]`` int64 arrays
-    by :data:`CONFIG_FIELDS`."""
-    return {f: np.asarray([[v]], dtype=np.int64) for f, v in _config_values(acc).items()}
+    by :data:`CONFIG_FIELDS`, and ``stream_k``: 1 where its GEMMs run as a library's waves of
+    output tiles (a calibration with wave tiles), whose HBM traffic may stream K
+    (:func:`_hbm_matmul_bytes`); a space's ideal chips have none."""
+    cfg = {f: np.asarray([[v]], dtype=np.int64) for f, v in _config_values(acc).items()}
+    cal = acc.calibration
+    cfg["stream_k"] = np.asarray([[int(cal is not None and cal.waves)]], dtype=np.int64)
+    return cfg
 
 
 def config_of(acc) -> np.ndarray:
@@ -608,8 +620,10 @@ def wave_s(batch, m, n, k, tile_m: int, tile_n: int, units: int, peak_flops):
     return waves * 2.0 * tile_m * tile_n * k * units / peak_flops
 
 
-def _hbm_matmul_bytes(cols, glb_bytes):
-    """HBM traffic of GEMMs with a global buffer of ``glb_bytes`` (module docstring)."""
+def _hbm_matmul_bytes(cols, glb_bytes, stream_k=0):
+    """HBM traffic of GEMMs with a global buffer of ``glb_bytes`` (module docstring); ``stream_k``
+    (nonzero: a chip whose GEMMs run as waves of output tiles) adds the blocking that keeps the
+    result and streams K."""
     batch, m, n, k = cols["batch"], cols["m"], cols["n"], cols["k"]
     rhs_batched, bias = cols["rhs_batched"] != 0, cols["bias_bytes"]
     rows = np.where(rhs_batched, m, batch * m)
@@ -619,7 +633,18 @@ def _hbm_matmul_bytes(cols, glb_bytes):
     half = np.maximum(1, glb_bytes // 2)
     keep_b = b1 + a1 * _cdiv(b1, half) + c1
     keep_a = a1 + b1 * _cdiv(a1, half) + c1
-    blocked = np.maximum(compulsory, problems * np.minimum(keep_b, keep_a) + bias)
+    kept = np.minimum(keep_b, keep_a)
+    # or, on a GPU, the result stays: an r x c block of fp32 partial sums in half the buffer while
+    # A's r rows and B's c columns stream past along K, A once per column block, B once per row
+    # block (CUTLASS's mainloop: each output tile accumulates over the whole K on chip); the
+    # K-long panels above get thin when K is long (a weight gradient's K is every token)
+    sums = np.maximum(1, half // ACC_BYTES)
+    r = np.minimum(rows, np.maximum(1, np.sqrt(sums).astype(np.int64)))
+    c = np.minimum(n, np.maximum(1, sums // r))
+    r = np.minimum(rows, np.maximum(1, sums // c))
+    keep_c = a1 * _cdiv(n, c) + b1 * _cdiv(rows, r) + c1
+    kept = np.where(np.asarray(stream_k) != 0, np.minimum(kept, keep_c), kept)
+    blocked = np.maximum(compulsory, problems * kept + bias)
     hbm_bytes = np.where(a1 + b1 + c1 <= glb_bytes, compulsory, blocked)
     # inside a fused kernel, which tiles to keep its working set on chip: the rest, unblocked
     onchip = cols["onchip_bytes"]
@@ -644,7 +669,7 @@ def matmul_traffic_space(cols: dict[str, np.ndarray], cfg: dict[str, np.ndarray]
     if t is None:
         shape = (cols["batch"], cols["m"], cols["n"], cols["k"])
         t = tile_gemm(*shape, cfg["width"], cfg["depth"], cfg["num_tc"], cfg["tc_buffer_bytes"])
-    hbm_bytes = _hbm_matmul_bytes(cols, cfg["glb_bytes"])
+    hbm_bytes = _hbm_matmul_bytes(cols, cfg["glb_bytes"], cfg.get("stream_k", 0))
     glb_one, glb_split = _glb_matmul_bytes(cols, t.tiles_m, t.tiles_n, np.minimum(cfg["num_tc"], t.tiles_n))
     return t, hbm_bytes, glb_one, glb_split
 
@@ -1095,9 +1120,10 @@ def estimate_matmul(d: MatmulDesc, acc, tiling: ScalarTiling | None = None) -> O
     return estimate_chip([d], acc, None if tiling is None else [tiling]).op(0)
 
 
-def hbm_matmul_bytes(d: MatmulDesc, glb_bytes: int) -> int:
-    """HBM traffic of a GEMM with a global buffer of ``glb_bytes`` (see the module docstring)."""
-    return int(_hbm_matmul_bytes(op_columns(d), glb_bytes))
+def hbm_matmul_bytes(d: MatmulDesc, glb_bytes: int, stream_k: bool = False) -> int:
+    """HBM traffic of a GEMM with a global buffer of ``glb_bytes`` (see the module docstring);
+    ``stream_k``: on a chip whose GEMMs run as waves of output tiles (a GPU's)."""
+    return int(_hbm_matmul_bytes(op_columns(d), glb_bytes, int(stream_k)))
 
 
 def glb_matmul_bytes(d: MatmulDesc, t: ScalarTiling, sharers: int) -> int:
