@@ -25,7 +25,16 @@ from passes.algorithms.expert_gemms import ExpertGemm, ExpertTimes
 from passes.algorithms.expert_gemms import expert_gemm_times as times_of
 from passes.algorithms.latency import MatmulDesc, VectorDesc, estimate_chip
 from passes.algorithms.tiling import tile_gemm_scalar
-from passes.algorithms.tp_overlap import added_s, method_of
+from passes.algorithms.tp_overlap import (
+    FUSED_ALL_GATHER_MATMUL,
+    FUSED_MATMUL_REDUCE_SCATTER,
+    PLAIN,
+    added_s,
+    chunk_gemm,
+    method_of,
+    micro_pipelined_added_s,
+    partials_pass,
+)
 from passes.cost_view import describe_op, rowwise_gemm, skipped_flops
 from passes.graph_view import arg_role, grouped_key, step_function
 from phaze_ir import dialect as ph
@@ -244,18 +253,27 @@ def overlap_sm_margin(module: ModuleOp) -> bool:
     """Whether the module's overlapped GEMMs run without the communication's SMs: Transformer
     Engine launches the GEMMs of its pipeline and bulk overlaps so (``tp_overlap.py``); torch's
     micro-pipelined TP (torchtitan's async TP, the compiled runtime's) keeps every SM for them."""
+    return not micro_pipelined(module)
+
+
+def micro_pipelined(module: ModuleOp) -> bool:
+    """Whether the module's TP overlap is torch's micro-pipelined TP (``--kernels inductor``:
+    torchtitan's async TP), not Transformer Engine's userbuffers (``tp_overlap.py``)."""
     runtime = module.attributes.get(keys.KERNELS)
-    return not (isinstance(runtime, StringAttr) and runtime.data == "inductor")
+    return isinstance(runtime, StringAttr) and runtime.data == "inductor"
 
 
 def overlap_latencies(module: ModuleOp, acc, pass_name: str) -> list[tuple[Operation, dict[str, float | str]]]:
     """Each overlapped TP collective of a module marked ``phaze.tp_overlap`` whose ops
     ``phaze-estimate-latency`` has priced, with its new ``phaze.latency`` fields: what it adds
-    to the GEMMs beside it (:func:`overlapped`) by Transformer Engine's method on the chip's
-    SMs, each GEMM hiding at most its own time once (in program order); what
-    ``phaze-estimate-latency`` writes."""
+    to the GEMMs beside it (:func:`overlapped`), by Transformer Engine's method on the chip's
+    SMs, each GEMM hiding at most its own time once (in program order); or, torch's
+    micro-pipelined TP, by its fused op with each GEMM's chunks priced at their shape
+    (:func:`micro_pipelined_latencies`); what ``phaze-estimate-latency`` writes."""
     tp = keys.int_of(module, keys.TP_WIDTH, 1)
     sms = sm_count(acc, pass_name)
+    if micro_pipelined(module):
+        return micro_pipelined_latencies(module, acc)
     margin = overlap_sm_margin(module)
     budget: dict[int, float] = {}  # seconds of each GEMM not yet hiding a collective
     out: list[tuple[Operation, dict[str, float | str]]] = []
@@ -275,13 +293,60 @@ def overlap_latencies(module: ModuleOp, acc, pass_name: str) -> list[tuple[Opera
     return out
 
 
-def overlapped(fn: func.FuncOp) -> list[tuple[ph.CollectiveOp, str, list[ph.MatmulOp]]]:
+def micro_pipelined_latencies(module: ModuleOp, acc) -> list[tuple[Operation, dict[str, float | str]]]:
+    """Each TP all-gather and reduce-scatter of the module as torch's micro-pipelined TP runs it
+    (:func:`overlapped` with ``micro_pipelined``), with its new ``phaze.latency`` fields: what
+    its fused op adds to its GEMMs as traced, the GEMMs' chunks (``tp_overlap.chunk_gemm``) and
+    the partials' sum (``tp_overlap.partials_pass``) priced on ``acc`` as any op is
+    (:func:`~passes.algorithms.latency.estimate_chip`); a plain one, all of its time."""
+    tp = keys.int_of(module, keys.TP_WIDTH, 1)
+    found = overlapped(step_function(module), micro_pipelined=True)
+    descs: list = []
+    row_of: dict = {}
+
+    def row(d) -> int:
+        if d not in row_of:
+            row_of[d] = len(descs)
+            descs.append(d)
+        return row_of[d]
+
+    wanted = []
+    for _, method, gemms in found:
+        whole = [describe_op(g) for g in gemms]
+        chunks = [row(chunk_gemm(d, tp)) for d in whole if isinstance(d, MatmulDesc)]
+        last = whole[-1] if whole else None
+        reduce = (
+            row(partials_pass(last, tp))
+            if method == FUSED_MATMUL_REDUCE_SCATTER and isinstance(last, MatmulDesc)
+            else None
+        )
+        wanted.append((chunks, reduce))
+    priced = estimate_chip(descs, acc) if descs else None
+    out: list[tuple[Operation, dict[str, float | str]]] = []
+    for (o, method, gemms), (chunks, reduce) in zip(found, wanted):
+        lat = keys.require(o, keys.LATENCY, LatencyAttr).as_dict()
+        chunk_s = sum(float(priced.split[r, 0]) for r in chunks) if priced is not None else 0.0
+        reduce_s = float(priced.split[reduce, 0]) if priced is not None and reduce is not None else 0.0
+        gemm_s = sum(_split(g) for g in gemms)
+        added = micro_pipelined_added_s(method, float(lat["split_s"]), gemm_s, chunk_s, tp, reduce_s)
+        out.append((o, {"one_s": added, "split_s": added, "unit": str(lat["unit"]), "bound": str(lat["bound"])}))
+    return out
+
+
+def overlapped(fn: func.FuncOp, micro_pipelined: bool = False) -> list[tuple[ph.CollectiveOp, str, list[ph.MatmulOp]]]:
     """Each TP all-gather and reduce-scatter of the step ``fn``, in program order, with
     Transformer Engine's method for it and the GEMMs beside it (those that read its result, for
     an all-gather; those whose output it reduces, for a reduce-scatter): what the pass overlaps,
-    and what the ``--hw`` sweep's settings record of it (``phaze/search/setting.py``)."""
+    and what the ``--hw`` sweep's settings record of it (``phaze/search/setting.py``).
+    ``micro_pipelined``: as torch's micro-pipelined TP fuses them instead
+    (``passes/algorithms/tp_overlap.py``): an all-gather with the GEMMs that multiply its result
+    by a weight (its matmuls' left operand; the weight gradient's reads it transposed), a
+    reduce-scatter with the one GEMM whose output it reduces through views alone (an add of
+    several GEMMs' outputs, a backward's input gradient summed over q, k and v, matches no
+    pattern); each GEMM in one fused op, the first; the rest plain, with no GEMM."""
     params = {fn.body.block.args[i] for i in range(len(fn.body.block.args)) if arg_role(fn, i)[0] == "param"}
     out = []
+    fused: set[int] = set()
     for o in fn.body.block.ops:
         if not (isinstance(o, ph.CollectiveOp) and o.kind.data in _OVERLAPPED):
             continue
@@ -293,6 +358,16 @@ def overlapped(fn: func.FuncOp) -> list[tuple[ph.CollectiveOp, str, list[ph.Matm
             # 149990, 2025-03, open): the all-gather runs whole before them, nothing beside it
             gemms = []
         phase = keys.string_of(o, keys.PHASE, "fwd")
+        if micro_pipelined:
+            if gather:
+                gemms = [g for g in _consumer_gemms(o) if id(g) not in fused]
+            else:
+                gemms = _gemms(o, forward=False, through=_is_view)
+                gemms = gemms if len(gemms) == 1 and id(gemms[0]) not in fused else []
+            fused.update(id(g) for g in gemms)
+            method = (FUSED_ALL_GATHER_MATMUL if gather else FUSED_MATMUL_REDUCE_SCATTER) if gemms else PLAIN
+            out.append((o, method, gemms))
+            continue
         feeds = gather and any(_reads_weight(g, params) for g in gemms)
         out.append((o, method_of(o.kind.data, phase, feeds), gemms))
     return out
@@ -318,9 +393,14 @@ def _passes_through(o: Operation) -> bool:
     return isinstance(o, (ph.LayoutOp, ph.ElementwiseOp))
 
 
-def _gemms(c: ph.CollectiveOp, forward: bool) -> list[ph.MatmulOp]:
+def _is_view(o: Operation) -> bool:
+    """A view between a collective and its GEMM (the reshapes Inductor's patterns allow)."""
+    return isinstance(o, ph.LayoutOp)
+
+
+def _gemms(c: ph.CollectiveOp, forward: bool, through=_passes_through) -> list[ph.MatmulOp]:
     """The GEMMs an all-gather's result reaches (``forward``), or that reach a reduce-scatter's
-    operand, through at most :data:`_REACH` views and pointwise ops."""
+    operand, through at most :data:`_REACH` ops ``through`` lets pass (views and pointwise ops)."""
     found: list[ph.MatmulOp] = []
     frontier: list[SSAValue] = list(c.results) if forward else list(c.operands)
     seen: set[int] = set()
@@ -334,8 +414,40 @@ def _gemms(c: ph.CollectiveOp, forward: bool) -> list[ph.MatmulOp]:
                 seen.add(id(o))
                 if isinstance(o, ph.MatmulOp):
                     found.append(o)
-                elif _passes_through(o):
+                elif through(o):
                     nxt += list(o.results) if forward else list(o.operands)
+        frontier = nxt
+    return found
+
+
+def _consumer_gemms(c: ph.CollectiveOp) -> list[ph.MatmulOp]:
+    """The GEMMs an all-gather's result reaches as their left operand, through at most
+    :data:`_REACH` views and pointwise ops, split along its rows (M, the gathered tokens; not K
+    as the weight gradient's ``Xᵀ·dY`` is): the consumers Inductor's ``micro_pipeline_tp`` fuses
+    with it (``_find_consumer_matmuls``)."""
+    result = c.results[0]
+    shape = result.type.get_shape() if isinstance(result.type, TensorType) else ()
+    rows = 1
+    for x in shape[:-1]:
+        rows *= x
+    found: list[ph.MatmulOp] = []
+    frontier: list[SSAValue] = [result]
+    seen: set[int] = set()
+    for _ in range(_REACH + 1):
+        nxt: list[SSAValue] = []
+        for v in frontier:
+            for u in v.uses:
+                o = u.operation
+                if id(o) in seen:
+                    continue
+                if isinstance(o, ph.MatmulOp):
+                    d = describe_op(o)
+                    if u.index == 0 and isinstance(d, MatmulDesc) and not d.rhs_batched and d.batch * d.m == rows:
+                        seen.add(id(o))
+                        found.append(o)
+                elif _passes_through(o):
+                    seen.add(id(o))
+                    nxt += list(o.results)
         frontier = nxt
     return found
 

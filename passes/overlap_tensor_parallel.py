@@ -1,6 +1,6 @@
 """``phaze-overlap-tensor-parallel``: mark the TP all-gathers and reduce-scatters as overlapped with
-the GEMMs beside them, as Transformer Engine's userbuffers run them (``phaze-estimate-latency``
-prices them so)."""
+the GEMMs beside them, as Transformer Engine's userbuffers run them, or, under ``--kernels inductor``,
+as torch's micro-pipelined TP fuses them (``phaze-estimate-latency`` prices them so)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ class OverlapTensorParallelPass(ModulePass):
     """Mark each TP all-gather and reduce-scatter of a step sharded with sequence parallelism as
     run beside its GEMMs (those that read its result, for an all-gather; those whose output it
     reduces, for a reduce-scatter; through views and pointwise ops), by Transformer Engine's
-    method for it: the module gets ``phaze.tp_overlap``, which ``phaze-estimate-latency`` reads
-    to price each such collective at what it adds to those GEMMs, each GEMM hiding at most its
-    own time once, in program order (:func:`passes.how_ops_run.overlap_latencies`; rules and sources in
+    method for it (the compiled runtime's: by torch's micro-pipelined TP's fused ops, the
+    collectives Inductor does not fuse left whole): the module gets ``phaze.tp_overlap``, which
+    ``phaze-estimate-latency`` reads to price each such collective at what it adds to those
+    GEMMs, each GEMM hiding at most its own time once, in program order
+    (:func:`passes.how_ops_run.overlap_latencies`; rules and sources in
     ``passes/algorithms/tp_overlap.py``).
 
     Run before ``phaze-estimate-latency`` (it says how the collectives run; that pass prices

@@ -158,3 +158,101 @@ def test_phazec_refuses_what_cannot_overlap_before_any_work(flags, message):
     assert r.returncode != 0
     line = r.stderr.strip().splitlines()[-1]
     assert "--tp-overlap" in line and message in line, r.stderr
+
+
+def test_micro_pipelined_methods_worked_by_hand():
+    """torch's micro-pipelined TP (``fused_all_gather_matmul``, ``fused_matmul_reduce_scatter``):
+    t chunk GEMMs, the t - 1 copies by copy engine beside them (no SMs taken), the partials'
+    sum after a matmul-reduce-scatter; a plain collective adds all of its time."""
+    from passes.algorithms.tp_overlap import (
+        FUSED_ALL_GATHER_MATMUL,
+        FUSED_MATMUL_REDUCE_SCATTER,
+        PLAIN,
+        micro_pipelined_added_s,
+    )
+
+    # TP 4: a 4 s GEMM in chunks of 1.2 s each (smaller, less efficient), 3 copies of 1 s:
+    # 1.2 + 3 x max(1, 1.2) = 4.8 s against the whole GEMM's 4 s
+    assert micro_pipelined_added_s(FUSED_ALL_GATHER_MATMUL, 3.0, 4.0, 1.2, 4, 0.3) == pytest.approx(0.8)
+    # the matmul-reduce-scatter then sums the 4 partials it received: + 0.3 s
+    assert micro_pipelined_added_s(FUSED_MATMUL_REDUCE_SCATTER, 3.0, 4.0, 1.2, 4, 0.3) == pytest.approx(1.1)
+    # copies longer than the chunks: 1.0 + 3 x 2 - 4 (TE's ring exchange would add 1/132 a hop more)
+    assert micro_pipelined_added_s(FUSED_ALL_GATHER_MATMUL, 6.0, 4.0, 1.0, 4, 0.0) == pytest.approx(3.0)
+    assert micro_pipelined_added_s(PLAIN, 3.0, 4.0, 1.0, 4, 0.0) == 3.0
+    assert micro_pipelined_added_s(FUSED_ALL_GATHER_MATMUL, 3.0, 0.0, 0.0, 4, 0.0) == 3.0  # no GEMM
+
+
+def test_chunks_are_the_gemm_split_by_its_rows():
+    from passes.algorithms.latency import MatmulDesc
+    from passes.algorithms.tp_overlap import chunk_gemm, partials_pass
+
+    d = MatmulDesc(
+        batch=2, m=4096, n=1024, k=4096, a_elem=2, b_elem=2, c_elem=2, a_bytes=2 * 4096 * 4096 * 2,
+        b_bytes=4096 * 1024 * 2, onchip_bytes=64, launches=0,
+    )  # fmt: skip
+    c = chunk_gemm(d, 8)
+    assert (c.batch, c.m, c.n, c.k, c.a_bytes, c.b_bytes) == (1, 1024, 1024, 4096, d.a_bytes // 8, d.b_bytes)
+    assert (c.onchip_bytes, c.launches) == (0, 1)  # its own mm kernel
+    p = partials_pass(d, 8)
+    assert (p.read_bytes, p.write_bytes, p.work) == (d.c_bytes, d.c_bytes // 8, 2 * 4096 * 1024)
+
+
+@functools.cache
+def _inductor_text(overlap: str) -> str:
+    from phaze.tools.phazec import _parser, compile_model
+
+    args = _parser().parse_args(
+        [str(MODELS / "tiny_llama_sdpa.py"), "--hw", "h100", "--emit", "latency", "--kernels", "inductor"]
+        + ["--tp", "2", "--micro-batch", "1", "--sequence-parallel", "on", "--tp-overlap", overlap]
+        + ["-q", "--no-cache", "--dtype", "bfloat16"]
+    )
+    text, failure = compile_model(args, lambda msg: None)
+    assert failure is None, failure
+    return text
+
+
+def test_async_tp_fuses_what_inductor_matches_and_leaves_the_rest_exposed():
+    """``--kernels inductor --tp-overlap on`` prices torch's micro-pipelined TP: the forward
+    all-gather-matmuls and matmul-reduce-scatters, and the backward all-gathers of the output
+    gradient with their input-gradient GEMM, are fused (each GEMM's chunks priced at M/t rows);
+    the backward's reduce-scatters of an input gradient summed over q, k, v (or the gate and up
+    projections), and its all-gathers of a saved input for the weight gradient, match no pattern
+    of Inductor's ``micro_pipeline_tp`` and stay whole, where Transformer Engine's rule hid them
+    behind the weight-gradient GEMMs."""
+    from passes.algorithms.latency import estimate_chip
+    from passes.algorithms.tp_overlap import PLAIN, added_s, chunk_gemm, micro_pipelined_added_s, partials_pass
+    from passes.cost_view import describe_op
+    from passes.graph_view import step_function
+    from passes.how_ops_run import overlapped
+    from phaze_ir.hardware_ir import module_accelerator
+    from phaze_ir.ir import parse_module
+
+    plain, fused = parse_module(_inductor_text("off")), parse_module(_inductor_text("on"))
+    assert keys.TP_OVERLAP in fused.attributes
+    acc = module_accelerator(fused, "t")
+    before = {id(b): _lat(a) for a, b in zip(plain.walk(), fused.walk()) if keys.LATENCY in a.attributes}
+    found = overlapped(step_function(fused), micro_pipelined=True)
+    kinds = {(o.kind.data, keys.string_of(o, keys.PHASE, "fwd"), m) for o, m, _ in found}
+    assert ("all_gather", "fwd", "fused_all_gather_matmul") in kinds
+    assert ("reduce_scatter", "fwd", "fused_matmul_reduce_scatter") in kinds
+    assert ("all_gather", "bwd", "fused_all_gather_matmul") in kinds  # the output gradient's
+    exposed = [o for o, m, _ in found if m == PLAIN and keys.string_of(o, keys.PHASE, "fwd") == "bwd"]
+    assert {o.kind.data for o in exposed} == {"all_gather", "reduce_scatter"}
+    old = dict((id(o), (m, g)) for o, m, g in overlapped(step_function(fused)))
+    for o in exposed:  # priced whole, where TE's rule had it beside the weight-gradient GEMMs
+        assert _lat(o) == before[id(o)] > 0
+        method, gemms = old[id(o)]
+        if gemms:
+            assert added_s(method, before[id(o)], sum(_lat(g) for g in gemms), 2, 132, False) < before[id(o)]
+    ids = [id(g) for _, _, gemms in found for g in gemms]
+    assert len(ids) == len(set(ids))  # each GEMM in one fused op
+    for o, method, gemms in found:
+        if method == PLAIN:
+            continue
+        whole = [describe_op(g) for g in gemms]
+        descs = [chunk_gemm(d, 2) for d in whole] + [partials_pass(whole[-1], 2)]
+        priced = estimate_chip(descs, acc).split[:, 0]
+        chunk_s = float(sum(priced[: len(whole)]))
+        reduce_s = float(priced[-1]) if o.kind.data == "reduce_scatter" else 0.0
+        want = micro_pipelined_added_s(method, before[id(o)], sum(_lat(g) for g in gemms), chunk_s, 2, reduce_s)
+        assert _lat(o) == pytest.approx(want, rel=1e-12)

@@ -30,11 +30,33 @@ launched on the chip's SMs less the communication's (``_math_sms = sm_count - nu
 d0067d0), whether a hop runs beside it or not: a step takes x / (1 − f) and a hop beside it
 ends at max(r, x / (1 − f)) (the communication on SMs of its own, nothing more shared). What
 the collective adds to the GEMMs is that end less g (never below 0).
+
+Torch's micro-pipelined TP (``--kernels inductor``: torchtitan's ``enable_async_tensor_parallel``)
+runs differently (:data:`MICRO_PIPELINED`, :func:`micro_pipelined_added_s`). Inductor's
+``micro_pipeline_tp`` pass (``torch/_inductor/fx_passes/micro_pipeline_tp.py``) fuses two patterns
+only: an all-gather whose result is the left operand of its matmuls (``_find_consumer_matmuls``:
+``mm(A, B)`` or a reshape into one; a transposed use, the weight gradient's, is no consumer)
+becomes ``fused_all_gather_matmul``, and a reduce-scatter whose input is one matmul's output
+(``rs_input`` an ``mm``, or a reshape of one, with no other user) becomes
+``fused_matmul_reduce_scatter``; every other TP collective stays a plain NCCL one, its wait before
+its consumer, exposed. The fused ops (``torch/distributed/_symmetric_memory/__init__.py``)
+split the GEMM by rows into t chunks, one per rank's shard (``_pipelined_all_gather_and_consume``:
+the local shard's chunk first, then each remote shard copied and consumed;
+``_pipelined_produce_and_all2all``: each destination's chunk produced, then pulled by it, the
+local chunk last), on two streams so the copy of one step runs beside the GEMM chunk of the next;
+the copies are ``Tensor.copy_`` between symmetric-memory buffers (copy engines, no SMs), so a
+hop of r beside a chunk of x ends at max(r, x), and the chunks run at their own shape (M/t rows).
+The matmul-reduce-scatter then sums the t partials it received in a kernel of its own
+(``reduce_partials``: reads the t stacked partials, writes one), a memory-bound pass after the
+last chunk.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+
+from passes.algorithms.latency import MatmulDesc, VectorDesc
 
 #: The settings of ``--tp-overlap``: ``on`` overlaps every point (it needs sequence
 #: parallelism), ``auto`` the points with sequence parallelism, ``off`` none.
@@ -102,4 +124,57 @@ def added_s(method: str, comm_s: float, gemm_s: float, tp: int, sms: int, sm_mar
     r = comm_s / max(1, hops)
     first = x / (1.0 - share) if margin else x
     end = first + (n - 1) * step(r, x) + (r if m.last_alone else 0.0)
+    return max(0.0, end - gemm_s)
+
+
+#: How torch's micro-pipelined TP runs a TP collective (module docstring): fused with the
+#: matmuls that read the gathered result, fused with the one matmul whose output it reduces,
+#: or plain (no GEMM beside it).
+FUSED_ALL_GATHER_MATMUL = "fused_all_gather_matmul"
+FUSED_MATMUL_REDUCE_SCATTER = "fused_matmul_reduce_scatter"
+PLAIN = "plain"
+MICRO_PIPELINED = (FUSED_ALL_GATHER_MATMUL, FUSED_MATMUL_REDUCE_SCATTER, PLAIN)
+
+
+def chunk_gemm(d: MatmulDesc, tp: int) -> MatmulDesc:
+    """One of the t chunks a fused op of torch's micro-pipelined TP runs of the GEMM ``d``: its
+    rows (the flattened tokens, gathered or to be scattered) split t ways, a 2-D ``mm`` of its
+    own launched by the fused op (``mm_out_op(shard, B, out=...)``), the right operand whole."""
+    rows = -(-d.batch * d.m // tp)
+    return dataclasses.replace(
+        d,
+        batch=1,
+        m=rows,
+        a_bytes=-(-d.a_bytes // tp),
+        onchip_bytes=0,
+        launches=1,
+        post_scale_bytes=-(-d.post_scale_bytes // tp),
+    )
+
+
+def partials_pass(d: MatmulDesc, tp: int) -> VectorDesc:
+    """The pass of ``fused_matmul_reduce_scatter`` that sums the t partials of the GEMM ``d``'s
+    output it received (``reduce_partials``): reads all of them (``d``'s output, t chunks of
+    M/t rows), writes one chunk, an add per element read."""
+    elements = d.batch * d.m * d.n
+    return VectorDesc(work=elements, read_bytes=d.c_bytes, write_bytes=-(-d.c_bytes // tp))
+
+
+def micro_pipelined_added_s(
+    method: str, comm_s: float, gemm_s: float, chunk_s: float, tp: int, reduce_s: float
+) -> float:
+    """What a TP collective of ``comm_s`` seconds adds to its GEMMs (``gemm_s`` seconds as
+    traced, whole) as torch's micro-pipelined TP runs it by ``method``
+    (:data:`MICRO_PIPELINED`): plain, all of it; fused, t steps of ``chunk_s`` (one chunk of
+    each of its GEMMs), the t − 1 copies of comm_s/(t − 1) by copy engine each beside a step,
+    then (matmul-reduce-scatter) the partials' sum of ``reduce_s``, less the whole GEMMs' time
+    (never below 0)."""
+    if comm_s <= 0:
+        return 0.0
+    if method == PLAIN or gemm_s <= 0 or tp < 2:
+        return comm_s
+    r = comm_s / (tp - 1)
+    end = chunk_s + (tp - 1) * max(r, chunk_s)
+    if method == FUSED_MATMUL_REDUCE_SCATTER:
+        end += reduce_s
     return max(0.0, end - gemm_s)

@@ -958,7 +958,7 @@ def torchtitan_args(plan: dict[str, Any], facts: ModelFacts, module: str = "phaz
         args.append(f"--training.local_batch_size={s.micro_batch}")
     if facts.kernels == Runtime.INDUCTOR:  # priced as torch.compile's kernels: the model compiled
         args.append("--compile.enable")
-    if s.tp_overlap:  # priced as Transformer Engine's overlap; torch's micro-pipelined TP is alike
+    if s.tp_overlap:  # priced as torch's micro-pipelined TP runs (a plan priced with --kernels inductor)
         args.append("--compile.enable_async_tensor_parallel")
     args.append(f"--training.global_batch_size={s.global_batch}")
     if facts.seq_len:

@@ -48,7 +48,13 @@ from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
 from passes.algorithms.option_values import Runtime, Tristate
 from passes.algorithms.placement import LayerNumbers, block_range
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
-from passes.algorithms.tp_overlap import METHODS, added_s
+from passes.algorithms.tp_overlap import (
+    FUSED_MATMUL_REDUCE_SCATTER,
+    METHODS,
+    MICRO_PIPELINED,
+    added_s,
+    micro_pipelined_added_s,
+)
 from passes.cache_file import is_int, is_number
 from phaze_ir import keys
 
@@ -160,6 +166,10 @@ class Setting:
     #: latencies' sums differ by it (:meth:`expert_seconds`); after the groups' makespans in the
     #: arrays the DP's times are read from (:meth:`priced_step`)
     expert_sums: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
+    #: under torch's micro-pipelined TP (``tp_overlap`` without the SM margin), ``(gemm, chunk,
+    #: partials)`` table rows for each GEMM a fused op runs: the GEMM as traced, one of its t
+    #: chunks (``tp_overlap.chunk_gemm``) and the sum of its partials (``tp_overlap.partials_pass``)
+    micro_pipelined_rows: tuple[tuple[int, int, int], ...] = ()
     units: tuple[str, ...] = field(init=False)
     #: :meth:`priced_step`'s distinct layers and each layer's index among them (made on first use).
     _distinct: tuple[list[LayerRef], list[int]] | None = field(init=False, default=None, repr=False, compare=False)
@@ -210,6 +220,7 @@ class Setting:
                 for lr in self.layers
             ],
             "expert_sums": [[list(now), list(traced)] for now, traced in self.expert_sums],
+            "micro_pipelined_rows": [list(x) for x in self.micro_pipelined_rows],
         }
 
     @classmethod
@@ -235,9 +246,12 @@ class Setting:
             "groups",
             "layers",
             "expert_sums",
+            "micro_pipelined_rows",
         )
         if isinstance(data, dict) and "expert_sums" not in data:  # written before the EP shapes
             data = {**data, "expert_sums": []}
+        if isinstance(data, dict) and "micro_pipelined_rows" not in data:  # before torch's own async TP
+            data = {**data, "micro_pipelined_rows": []}
         if not isinstance(data, dict) or sorted(data) != sorted(keys_):
             raise ValueError(f"a setting has the fields {', '.join(keys_)}")
         if not isinstance(data["model"], str):
@@ -285,6 +299,26 @@ class Setting:
             )
         ):
             raise ValueError(f"expert_sums: expected pairs of lists of rows of the {len(table)}-op table")
+        chunked = data["micro_pipelined_rows"]
+        if not (
+            isinstance(chunked, list)
+            and all(
+                isinstance(x, list) and len(x) == 3 and all(is_int(y) and 0 <= y < len(table) for y in x)
+                for x in chunked
+            )
+        ):
+            raise ValueError(
+                f"micro_pipelined_rows: expected [gemm, chunk, partials] rows of the {len(table)}-row table"
+            )
+        micro = data["tp_overlap"] and not data["tp_overlap_sm_margin"]  # torch's micro-pipelined TP
+        chunk_of = {x[0] for x in chunked}
+        for i, g in enumerate(groups):
+            for _, method, gemms in g.overlap:
+                if (method in MICRO_PIPELINED) != micro or (micro and any(g.rows[x] not in chunk_of for x in gemms)):
+                    raise ValueError(
+                        f"group {i}: its overlap's method {method!r} and GEMM rows do not fit "
+                        f"{'torch' if micro else 'Transformer Engine'}'s TP overlap (micro_pipelined_rows)"
+                    )
         layers = [_layer_from_json(lr, len(groups), i, len(sums)) for i, lr in enumerate(data["layers"])]
         if blocks is not None and blocks[0] + blocks[1] > len(layers):
             raise ValueError(f"blocks = {blocks!r}: past the {len(layers)} layers")
@@ -305,6 +339,7 @@ class Setting:
             data["tp_overlap"],
             data["tp_overlap_sm_margin"],
             tuple((tuple(now), tuple(traced)) for now, traced in sums),
+            tuple((x[0], x[1], x[2]) for x in chunked),
         )
 
     def priced_groups(self) -> list[int]:
@@ -386,6 +421,15 @@ class Setting:
         if self.tp_overlap and grp.overlap:
             if sms is None:
                 raise ValueError("a TP-overlapped setting is priced on a chip with an SM count")
+            if not self.tp_overlap_sm_margin:  # torch's micro-pipelined TP, as the pass prices it
+                chunk = {g: (c, r) for g, c, r in self.micro_pipelined_rows}
+                for i, method, gemms in grp.overlap:
+                    whole = [grp.rows[g_] for g_ in gemms]
+                    chunk_s = sum(float(split[chunk[r][0]]) for r in whole)
+                    reduce_s = float(split[chunk[whole[-1]][1]]) if method == FUSED_MATMUL_REDUCE_SCATTER else 0.0
+                    gemm_s = sum(b[g_] for g_ in gemms)
+                    a[i] = b[i] = micro_pipelined_added_s(method, b[i], gemm_s, chunk_s, self.tp, reduce_s)
+                return a, b
             budget: dict[int, float] = {}  # seconds of each GEMM not yet hiding a collective
             for i, method, gemms in grp.overlap:
                 beside = 0.0
@@ -547,7 +591,7 @@ def _group_from_json(data: object, rows: int, kernels: int, i: int) -> Group:
             and len(x) == 3
             and is_int(x[0])
             and 0 <= x[0] < n
-            and x[1] in METHODS
+            and (x[1] in METHODS or x[1] in MICRO_PIPELINED)
             and isinstance(x[2], list)
             and all(is_int(y) and 0 <= y < n for y in x[2])
             for x in overlap
@@ -630,7 +674,7 @@ def setting_from_module(
     with their GEMMs, as ``phaze-overlap-tensor-parallel`` overlaps them)."""
     from passes.algorithms.recompute import parse_selective
     from passes.cost_view import op_table
-    from passes.how_ops_run import overlap_sm_margin
+    from passes.how_ops_run import micro_pipelined, overlap_sm_margin
     from passes.place_devices import frees_grads, grad_element_bytes
     from passes.recompute_view import static_costs
     from phaze_ir.errors import PhazeError
@@ -697,6 +741,9 @@ def setting_from_module(
             )
         )
     table, sums = _expert_rows(module, table, ops, [la["index"] for la in layers_attr], recompute, layers)
+    chunked: tuple[tuple[int, int, int], ...] = ()
+    if tp_overlap and micro_pipelined(module):
+        table, chunked = _with_chunk_rows(table, sorted({rows[g] for _, gemms in beside.values() for g in gemms}), tp)
     blocks = block_range([str(la["kind"]) for la in layers_attr])
     grad_bytes = grad_element_bytes(module)
     return Setting(
@@ -716,6 +763,7 @@ def setting_from_module(
         tp_overlap,
         overlap_sm_margin(module),
         sums,
+        chunked,
     )
 
 
@@ -779,15 +827,40 @@ def _expert_rows(
 
 def _overlapped(module, ops: list) -> dict[int, tuple[str, list[int]]]:
     """Each TP collective ``phaze-overlap-tensor-parallel`` overlaps, by its index in ``ops``:
-    Transformer Engine's method for it and its GEMMs' indices
+    Transformer Engine's method for it (or torch's micro-pipelined TP's) and its GEMMs' indices
     (``passes.overlap_tensor_parallel.overlapped``)."""
     from passes.graph_view import step_function
+    from passes.how_ops_run import micro_pipelined
     from passes.overlap_tensor_parallel import overlapped
 
     index = {id(o): i for i, o in enumerate(ops)}
-    return {
-        index[id(o)]: (method, [index[id(g)] for g in gemms]) for o, method, gemms in overlapped(step_function(module))
-    }
+    found = overlapped(step_function(module), micro_pipelined=micro_pipelined(module))
+    return {index[id(o)]: (method, [index[id(g)] for g in gemms]) for o, method, gemms in found}
+
+
+def _with_chunk_rows(table: OpTable, gemm_rows: list[int], tp: int) -> tuple[OpTable, tuple[tuple[int, int, int], ...]]:
+    """``table`` with a row for one chunk of each GEMM of ``gemm_rows`` and for the sum of its
+    partials, as torch's micro-pipelined TP runs them at TP width ``tp`` (``tp_overlap.chunk_gemm``,
+    ``tp_overlap.partials_pass``: what ``phaze-estimate-latency`` prices its fused ops with), and
+    the ``(gemm, chunk, partials)`` rows; rows no group schedules."""
+    from passes.algorithms.latency import MatmulDesc
+    from passes.algorithms.tp_overlap import chunk_gemm, partials_pass
+
+    descs = list(table.descs)
+    row_of = {d: r for r, d in enumerate(descs)}
+
+    def row(d) -> int:
+        if d not in row_of:
+            row_of[d] = len(descs)
+            descs.append(d)
+        return row_of[d]
+
+    out = tuple(
+        (r, row(chunk_gemm(d, tp)), row(partials_pass(d, tp)))
+        for r, d in ((r, descs[r]) for r in gemm_rows)
+        if isinstance(d, MatmulDesc)
+    )
+    return OpTable(descs), out
 
 
 def _attention_kernels(ops: list, rows: list[int]) -> tuple[tuple[AttentionKernel, ...], dict[int, int]]:
