@@ -124,7 +124,8 @@ class Options(PlacementOptions):
     tp_overlap: Tristate = option(
         Tristate.OFF,
         help="the TP all-gathers and reduce-scatters overlapped with their GEMMs, as Transformer Engine's userbuffers "
-        "run them (Megatron-LM's --tp-comm-overlap; torchtitan's async TP): on, at every point (needs "
+        "run them (Megatron-LM's --tp-comm-overlap), or under --kernels inductor as torch's micro-pipelined TP fuses "
+        "them (torchtitan's async TP): on, at every point (needs "
         "--sequence-parallel on); auto, at the points with sequence parallelism; off",
         choices="passes.algorithms.tp_overlap.TP_OVERLAP_SETTINGS",
         parse=Tristate,
