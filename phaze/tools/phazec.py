@@ -734,10 +734,19 @@ def run() -> None:
     multiprocessing's removes the fork server's ``pymp-*`` folder from the system's temporary
     directory, which ``os._exit`` alone would leave behind; not after Ctrl-C, which ends the
     process at once (the fork server, interrupted while it imports, would print a traceback
-    while they ran)."""
+    while they ran).
+
+    ``main`` runs with few young-generation collections (:func:`phaze.pipeline.few_collections`),
+    as the compilation in it already does: were Python's thresholds back once the answer is
+    in hand, its next allocation would set off a collection of the middle generation, which
+    goes over everything the compilation left there (GPT-3 175B's plan: 1.0 s, to free a module
+    that the exit would drop anyway)."""
     import atexit
 
-    status = main()
+    from phaze.pipeline import few_collections
+
+    with few_collections():
+        status = main()
     if status != INTERRUPTED:  # after Ctrl-C, at once: the handlers would wait on the workers
         atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
