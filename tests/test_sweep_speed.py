@@ -202,3 +202,27 @@ def test_ir_is_built_with_few_middle_collections():
     assert len(kept) == 12 * 100
     assert collected.count(0) >= 11 and 1 not in collected and 2 not in collected
     assert gc.get_threshold() == before
+
+
+def test_phazec_runs_main_with_few_collections_to_its_exit():
+    """``phazec``'s process (``phaze.tools.phazec.run``) runs ``main`` with ``few_collections``'
+    thresholds and ends with them: Python's, set back after a compilation, would collect the
+    middle generation (everything the compilation left) just before ``os._exit`` drops it; its
+    exit status is ``main``'s."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from phaze.pipeline import MIDDLE_COLLECTION_YOUNG, YOUNG_COLLECTION_ALLOCATIONS
+
+    script = (
+        "import atexit, gc\n"
+        "import phaze.tools.phazec as p\n"
+        "p.main = lambda: print(gc.get_threshold()[:2]) or 3\n"
+        "atexit.register(lambda: print(gc.get_threshold()[:2]))\n"
+        "p.run()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=False)
+    expected = str((YOUNG_COLLECTION_ALLOCATIONS, MIDDLE_COLLECTION_YOUNG))
+    assert done.returncode == 3 and done.stdout.split("\n") == [expected, expected, ""]

@@ -736,17 +736,19 @@ def run() -> None:
     process at once (the fork server, interrupted while it imports, would print a traceback
     while they ran).
 
-    ``main`` runs with few young-generation collections (:func:`phaze.pipeline.few_collections`),
-    as the compilation in it already does: were Python's thresholds back once the answer is
-    in hand, its next allocation would set off a collection of the middle generation, which
-    goes over everything the compilation left there (GPT-3 175B's plan: 1.0 s, to free a module
-    that the exit would drop anyway)."""
+    ``main`` runs with few young-generation collections (the thresholds of
+    :func:`phaze.pipeline.few_collections`, as the compilation in it already has them), never
+    set back: were Python's thresholds back once the answer is in hand, their next allocation
+    would set off a collection of the middle generation, which goes over everything the
+    compilation left there (GPT-3 175B's plan: 0.8-1.0 s, to free a module that the exit drops
+    anyway)."""
     import atexit
+    import gc
 
-    from phaze.pipeline import few_collections
+    from phaze.pipeline import MIDDLE_COLLECTION_YOUNG, YOUNG_COLLECTION_ALLOCATIONS
 
-    with few_collections():
-        status = main()
+    gc.set_threshold(YOUNG_COLLECTION_ALLOCATIONS, MIDDLE_COLLECTION_YOUNG, *gc.get_threshold()[2:])
+    status = main()
     if status != INTERRUPTED:  # after Ctrl-C, at once: the handlers would wait on the workers
         atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
