@@ -44,8 +44,11 @@ Runtimes (``RUNTIMES``), each from the source of the version named (docs/design.
     Megatron-LM with Transformer Engine (megatron-core 0.16, ``megatron/core/fusions/``): its
     fused kernels join chains of pointwise ops (``fused_bias_gelu``, ``fused_bias_swiglu``,
     ``fused_bias_dropout``: bias, activation, dropout and residual add as one kernel) and a
-    softmax with the pointwise ops before it (``fused_softmax``: scale, mask, softmax); norms are
-    one kernel each (``fused_layer_norm``, TE's RMSNorm); attention and the optimizer as in
+    softmax with the pointwise ops before it (``fused_softmax``: scale, mask, softmax); a norm
+    traced as one aten op (``native_layer_norm``) is one kernel, as ``fused_layer_norm`` is, but a
+    norm or rotary embedding traced as its ops (transformers' RMSNorm: a ``mean`` between pointwise
+    chains, three kernels) is priced as the kernels those ops form, where Transformer Engine runs
+    one (docs/validation.md says what that costs the Llama rows); attention and the optimizer as in
     ``eager`` (flash attention, ``FusedAdam``, a multi-tensor kernel like torch's).  Reductions
     never fuse with each other and there is no horizontal fusion.
 
