@@ -767,6 +767,21 @@ def setting_from_module(
     )
 
 
+def _growing(table: OpTable):
+    """``table``'s descriptions as a list to add to, and the row of a description in it (a new
+    one appended once): the op tables of the expert and micro-pipelined-TP rows grow so."""
+    descs = list(table.descs)
+    row_of = {d: r for r, d in enumerate(descs)}
+
+    def row(d) -> int:
+        if d not in row_of:
+            row_of[d] = len(descs)
+            descs.append(d)
+        return row_of[d]
+
+    return descs, row
+
+
 def _expert_rows(
     module, table: OpTable, ops: list, indices: list, recompute: list, layers: list[LayerRef]
 ) -> tuple[OpTable, tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]]:
@@ -782,15 +797,7 @@ def _expert_rows(
     found = expert_gemm_ops(module)
     if not found:
         return table, ()
-    descs = list(table.descs)
-    row_of = {d: r for r, d in enumerate(descs)}
-
-    def row(d) -> int:
-        if d not in row_of:
-            row_of[d] = len(descs)
-            descs.append(d)
-        return row_of[d]
-
+    descs, row = _growing(table)
     sums: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
     sum_of: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
 
@@ -846,15 +853,7 @@ def _with_chunk_rows(table: OpTable, gemm_rows: list[int], tp: int) -> tuple[OpT
     from passes.algorithms.latency import MatmulDesc
     from passes.algorithms.tp_overlap import chunk_gemm, partials_pass
 
-    descs = list(table.descs)
-    row_of = {d: r for r, d in enumerate(descs)}
-
-    def row(d) -> int:
-        if d not in row_of:
-            row_of[d] = len(descs)
-            descs.append(d)
-        return row_of[d]
-
+    descs, row = _growing(table)
     out = tuple(
         (r, row(chunk_gemm(d, tp)), row(partials_pass(d, tp)))
         for r, d in ((r, descs[r]) for r in gemm_rows)
