@@ -23,7 +23,7 @@ from passes.algorithms.context_parallel import (
 )
 from passes.algorithms.expert_gemms import ExpertGemm, ExpertTimes
 from passes.algorithms.expert_gemms import expert_gemm_times as times_of
-from passes.algorithms.latency import MatmulDesc, VectorDesc, estimate_chip
+from passes.algorithms.latency import DescRows, MatmulDesc, VectorDesc, estimate_chip
 from passes.algorithms.tiling import tile_gemm_scalar
 from passes.algorithms.tp_overlap import (
     FUSED_ALL_GATHER_MATMUL,
@@ -301,15 +301,8 @@ def micro_pipelined_latencies(module: ModuleOp, acc) -> list[tuple[Operation, di
     (:func:`~passes.algorithms.latency.estimate_chip`); a plain one, all of its time."""
     tp = keys.int_of(module, keys.TP_WIDTH, 1)
     found = overlapped(step_function(module), micro_pipelined=True)
-    descs: list = []
-    row_of: dict = {}
-
-    def row(d) -> int:
-        if d not in row_of:
-            row_of[d] = len(descs)
-            descs.append(d)
-        return row_of[d]
-
+    rows_of = DescRows()
+    row, descs = rows_of.row, rows_of.descs
     wanted = []
     for _, method, gemms in found:
         whole = [describe_op(g) for g in gemms]

@@ -476,6 +476,22 @@ _MM_FIELDS = (
 _VEC_FIELDS = ("work", "read_bytes", "write_bytes", "passes", "row_bytes", "launches", "column", "attention", "backend")
 
 
+class DescRows:
+    """Op descriptions, each once, in the order first seen: :meth:`row` is the row of one
+    (appended when new), :attr:`descs` the list an :class:`OpTable` is then built from; started
+    from a table's descriptions to add the rows a later pricing needs (chunks, ring steps)."""
+
+    def __init__(self, descs: Iterable[OpDesc] = ()):
+        self.descs: list[OpDesc] = list(descs)
+        self._row_of = {d: r for r, d in enumerate(self.descs)}
+
+    def row(self, d: OpDesc) -> int:
+        if d not in self._row_of:
+            self._row_of[d] = len(self.descs)
+            self.descs.append(d)
+        return self._row_of[d]
+
+
 class OpTable:
     """Unique op descriptions, grouped by unit into int64 column arrays.
 

@@ -44,7 +44,7 @@ from passes.algorithms.context_parallel import (
     ring_step_s,
 )
 from passes.algorithms.expert_gemms import ExpertTimes
-from passes.algorithms.latency import OpTable, desc_from_json, desc_to_json
+from passes.algorithms.latency import DescRows, OpTable, desc_from_json, desc_to_json
 from passes.algorithms.option_values import Runtime, Tristate
 from passes.algorithms.placement import LayerNumbers, block_range
 from passes.algorithms.priced_step import PricedStep, static_numbers, timed
@@ -767,21 +767,6 @@ def setting_from_module(
     )
 
 
-def _growing(table: OpTable):
-    """``table``'s descriptions as a list to add to, and the row of a description in it (a new
-    one appended once): the op tables of the expert and micro-pipelined-TP rows grow so."""
-    descs = list(table.descs)
-    row_of = {d: r for r, d in enumerate(descs)}
-
-    def row(d) -> int:
-        if d not in row_of:
-            row_of[d] = len(descs)
-            descs.append(d)
-        return row_of[d]
-
-    return descs, row
-
-
 def _expert_rows(
     module, table: OpTable, ops: list, indices: list, recompute: list, layers: list[LayerRef]
 ) -> tuple[OpTable, tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]]:
@@ -797,7 +782,8 @@ def _expert_rows(
     found = expert_gemm_ops(module)
     if not found:
         return table, ()
-    descs, row = _growing(table)
+    rows_of = DescRows(table.descs)
+    row, descs = rows_of.row, rows_of.descs
     sums: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
     sum_of: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
 
@@ -853,7 +839,8 @@ def _with_chunk_rows(table: OpTable, gemm_rows: list[int], tp: int) -> tuple[OpT
     from passes.algorithms.latency import MatmulDesc
     from passes.algorithms.tp_overlap import chunk_gemm, partials_pass
 
-    descs, row = _growing(table)
+    rows_of = DescRows(table.descs)
+    row, descs = rows_of.row, rows_of.descs
     out = tuple(
         (r, row(chunk_gemm(d, tp)), row(partials_pass(d, tp)))
         for r, d in ((r, descs[r]) for r in gemm_rows)
@@ -909,26 +896,17 @@ def _with_ring_rows(
     from passes.algorithms.context_parallel import off_diagonal_gemm
     from passes.algorithms.latency import MatmulDesc
 
-    descs = list(table.descs)
-    row_of = {d: r for r, d in enumerate(descs)}
+    rows_of = DescRows(table.descs)
+    descs = rows_of.descs
     out = []
     for k in kernels:
         twins = []
         for r in k.rows:
             d = descs[r]
             twin = off_diagonal_gemm(d) if isinstance(d, MatmulDesc) else None
-            if twin is None:
-                continue
-            if twin not in row_of:
-                row_of[twin] = len(descs)
-                descs.append(twin)
-            twins.append((row_of[twin], r))
-        pass_rows = []
-        for d in k.passes(c).descs():
-            if d not in row_of:
-                row_of[d] = len(descs)
-                descs.append(d)
-            pass_rows.append(row_of[d])
+            if twin is not None:
+                twins.append((rows_of.row(twin), r))
+        pass_rows = [rows_of.row(d) for d in k.passes(c).descs()]
         out.append(replace(k, twins=tuple(twins), pass_rows=tuple(pass_rows)))
     return OpTable(descs), tuple(out)
 
